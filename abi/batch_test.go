@@ -1,0 +1,85 @@
+package abi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestBatchRoundTrip(t *testing.T) {
+	recs := []Record{
+		{Key: []byte("k1"), Value: []byte("hello"), Timestamp: 1},
+		{Key: nil, Value: []byte("no key"), Timestamp: -5},
+		{Key: []byte("k3"), Value: nil, Timestamp: 1 << 40},
+	}
+	var b Builder
+	for _, r := range recs {
+		b.AddRecord(r)
+	}
+	enc := b.Bytes()
+	if !bytes.Equal(enc, EncodeBatch(recs...)) {
+		t.Fatalf("Builder and EncodeBatch disagree")
+	}
+	if b.Size() != len(enc) {
+		t.Fatalf("Size %d != len %d", b.Size(), len(enc))
+	}
+	got, err := DecodeBatch(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(recs) {
+		t.Fatalf("got %d records, want %d", len(got), len(recs))
+	}
+	for i := range recs {
+		if !bytes.Equal(got[i].Key, recs[i].Key) || !bytes.Equal(got[i].Value, recs[i].Value) || got[i].Timestamp != recs[i].Timestamp {
+			t.Errorf("record %d: got %+v want %+v", i, got[i], recs[i])
+		}
+	}
+	b.Reset()
+	if n, err := ValidateBatch(b.Bytes()); err != nil || n != 0 {
+		t.Fatalf("empty builder: %d, %v", n, err)
+	}
+}
+
+func TestBatchErrors(t *testing.T) {
+	good := EncodeBatch(Record{Key: []byte("a"), Value: []byte("bc")})
+	cases := map[string][]byte{
+		"short header":   {1, 0},
+		"count too big":  {200, 0, 0, 0, 1, 2, 3},
+		"truncated body": good[:len(good)-1],
+		"trailing bytes": append(append([]byte{}, good...), 9),
+		"huge key": func() []byte {
+			b := append([]byte{}, good...)
+			b[4], b[5], b[6], b[7] = 0xff, 0xff, 0xff, 0xff
+			return b
+		}(),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := ValidateBatch(b)
+			if !errors.Is(err, ErrMalformedBatch) {
+				t.Fatalf("err = %v, want ErrMalformedBatch", err)
+			}
+			var be *BatchError
+			if !errors.As(err, &be) {
+				t.Fatalf("not a *BatchError: %T", err)
+			}
+		})
+	}
+}
+
+func BenchmarkIter1024(b *testing.B) {
+	var bl Builder
+	v := bytes.Repeat([]byte("x"), 48)
+	for i := 0; i < 1024; i++ {
+		bl.Add([]byte(fmt.Sprintf("key-%04d", i)), v, int64(i))
+	}
+	enc := bl.Bytes()
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		it, _ := NewIter(enc)
+		for it.Next() {
+		}
+	}
+}

@@ -1,0 +1,190 @@
+// Package stream defines what flows on a weir channel — record batches,
+// checkpoint barriers, cancel markers and end-of-partition — and the two ends
+// of a channel that every transport (in-process, NATS) implements.
+//
+// A channel connects one producing subtask to one consuming subtask and
+// keeps order. Control elements travel in-band with the data, so a barrier
+// separates exactly the records before it from those after it. Flow control
+// is credit based: a Sender blocks rather than drop, so backpressure reaches
+// the sources.
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// Kind tells what an Element carries.
+type Kind uint8
+
+// Element kinds.
+const (
+	// KindRecords carries an abi record batch.
+	KindRecords Kind = iota + 1
+	// KindBarrier carries a checkpoint barrier.
+	KindBarrier
+	// KindCancel carries a cancel marker: the checkpoint it names was aborted
+	// upstream, and a task aligning on it stops and releases its channels.
+	KindCancel
+	// KindEndOfPartition says the channel will carry nothing more.
+	KindEndOfPartition
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRecords:
+		return "records"
+	case KindBarrier:
+		return "barrier"
+	case KindCancel:
+		return "cancel-marker"
+	case KindEndOfPartition:
+		return "end-of-partition"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// CheckpointType distinguishes periodic checkpoints from user savepoints.
+type CheckpointType uint8
+
+// Checkpoint types.
+const (
+	Checkpoint CheckpointType = iota
+	// Savepoint is taken on demand and is always aligned.
+	Savepoint
+)
+
+func (t CheckpointType) String() string {
+	if t == Savepoint {
+		return "savepoint"
+	}
+	return "checkpoint"
+}
+
+// Barrier is a checkpoint barrier: every record before it on a channel
+// belongs to checkpoint ID, every record after it to a later one.
+type Barrier struct {
+	ID        int64          // checkpoint id, increasing per job
+	Timestamp int64          // when the coordinator triggered it, ms since the epoch
+	Type      CheckpointType // checkpoint or savepoint
+	// Unaligned marks a barrier sent as a priority element: it overtook data
+	// queued ahead of it, and that data is part of the checkpoint's channel
+	// state.
+	Unaligned bool
+}
+
+// Element is one item on a channel.
+type Element struct {
+	Kind Kind
+	// Batch is the abi record batch of a KindRecords element. The sender
+	// hands it over: nobody modifies it after Send.
+	Batch []byte
+	// Barrier is set for KindBarrier.
+	Barrier Barrier
+	// CheckpointID is the aborted checkpoint of a KindCancel element.
+	CheckpointID int64
+}
+
+// Records returns a records element.
+func Records(batch []byte) Element { return Element{Kind: KindRecords, Batch: batch} }
+
+// BarrierElement returns a barrier element.
+func BarrierElement(b Barrier) Element { return Element{Kind: KindBarrier, Barrier: b} }
+
+// Cancel returns a cancel marker for checkpoint id.
+func Cancel(id int64) Element { return Element{Kind: KindCancel, CheckpointID: id} }
+
+// EndOfPartition returns an end-of-partition element.
+func EndOfPartition() Element { return Element{Kind: KindEndOfPartition} }
+
+// Size is the number of payload bytes the element accounts for in credit and
+// buffer budgets: the batch size for records, a small constant otherwise.
+func (e Element) Size() int {
+	if e.Kind == KindRecords {
+		return len(e.Batch)
+	}
+	return 32
+}
+
+// Count is the number of records the element carries (0 for control
+// elements and for a malformed batch).
+func (e Element) Count() int {
+	if e.Kind != KindRecords {
+		return 0
+	}
+	n, err := abi.BatchCount(e.Batch)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func (e Element) String() string {
+	switch e.Kind {
+	case KindRecords:
+		return fmt.Sprintf("records(%d, %dB)", e.Count(), len(e.Batch))
+	case KindBarrier:
+		return fmt.Sprintf("barrier(%d)", e.Barrier.ID)
+	case KindCancel:
+		return fmt.Sprintf("cancel(%d)", e.CheckpointID)
+	}
+	return e.Kind.String()
+}
+
+// Sender is the producing end of one channel.
+type Sender interface {
+	// Send appends e to the channel. It blocks while the receiver has not
+	// granted credit for it and returns when ctx is done or the channel
+	// failed. It never drops an element.
+	Send(ctx context.Context, e Element) error
+	// SendPriority puts e — an unaligned barrier — ahead of every element
+	// still queued at the sender, and returns those overtaken elements in
+	// their order. They are still delivered, after e; the caller records
+	// them as output channel state of the checkpoint. Priority elements need
+	// no credit.
+	SendPriority(ctx context.Context, e Element) (overtaken []Element, err error)
+	// Close releases the sender. It does not send EndOfPartition: send that
+	// explicitly at the end of a bounded stream.
+	Close() error
+}
+
+// Delivery is an element as a Receiver hands it out.
+type Delivery struct {
+	Element
+	// Overtaken is set on a priority (unaligned) barrier that jumped
+	// elements already queued at the receiver: those elements, in order.
+	// They are still delivered by the following Polls; the consuming task
+	// records them as input channel state.
+	Overtaken []Element
+}
+
+// Receiver is the consuming end of one channel.
+type Receiver interface {
+	// Poll returns the next element without blocking; ok is false when none
+	// is queued. Taking an element returns its credit to the sender. After
+	// an error the channel is failed: the task must fail and recover.
+	Poll() (d Delivery, ok bool, err error)
+	// Notify registers fn, called from any goroutine whenever Poll may have
+	// something new (an element or an error). Call it once, before Poll.
+	Notify(fn func())
+	// Close releases the receiver.
+	Close() error
+}
+
+// ErrClosed is returned by a channel end used after Close.
+var ErrClosed = errors.New("channel closed")
+
+// ChannelError reports a channel that lost data or its connection. The task
+// that owns the channel must fail so the job recovers from its checkpoint.
+type ChannelError struct {
+	Channel string // e.g. "wordcount[0] -> sink[1]"
+	Err     error
+}
+
+func (e *ChannelError) Error() string { return fmt.Sprintf("channel %s: %v", e.Channel, e.Err) }
+
+// Unwrap returns the cause.
+func (e *ChannelError) Unwrap() error { return e.Err }
