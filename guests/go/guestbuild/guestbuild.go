@@ -1,0 +1,192 @@
+// Package guestbuild compiles Go guest operators to WebAssembly for tests
+// and tools: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, cached on
+// disk by a hash of every non-standard-library source file the package
+// depends on plus the Go version, so a repeated test run does not rebuild.
+//
+//	wasm := guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount")
+package guestbuild
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// CacheDirEnv names the environment variable that overrides the cache
+// directory (default: os.UserCacheDir()/weir/guestbuild).
+const CacheDirEnv = "WEIR_GUESTBUILD_CACHE"
+
+// Build compiles the Go package pkg (an import path, or a path relative to
+// the current directory) to a WASI reactor module and returns the path of
+// the cached .wasm file. The file is shared: do not modify it.
+func Build(ctx context.Context, pkg string) (string, error) {
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	key, err := sourceHash(ctx, goBin, pkg)
+	if err != nil {
+		return "", err
+	}
+	dir, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, key+".wasm")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("guestbuild: cache dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "build-*.wasm")
+	if err != nil {
+		return "", fmt.Errorf("guestbuild: %w", err)
+	}
+	tmpName := tmp.Name()
+	tmp.Close()
+	defer os.Remove(tmpName)
+	cmd := exec.CommandContext(ctx, goBin, "build", "-buildmode=c-shared", "-o", tmpName, pkg)
+	cmd.Env = wasmEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("guestbuild: go build %s: %w\n%s", pkg, err, strings.TrimSpace(stderr.String()))
+	}
+	// Rename is atomic: concurrent builds of the same key both succeed.
+	if err := os.Rename(tmpName, out); err != nil {
+		return "", fmt.Errorf("guestbuild: %w", err)
+	}
+	return out, nil
+}
+
+// MustBuild builds pkg like Build and returns the module's bytes, failing
+// the test on error.
+func MustBuild(t testing.TB, pkg string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	path, err := Build(ctx, pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("guestbuild: %v", err)
+	}
+	return b
+}
+
+// wasmEnv is the environment of a guest build.
+func wasmEnv() []string {
+	return append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+}
+
+// goTool finds the go command: the one on PATH, else the one that built
+// this binary.
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		return "", errors.New("guestbuild: the go command is not on PATH")
+	}
+	return p, nil
+}
+
+func cacheDir() (string, error) {
+	if d := os.Getenv(CacheDirEnv); d != "" {
+		return d, nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("guestbuild: no cache dir (set %s): %w", CacheDirEnv, err)
+	}
+	return filepath.Join(d, "weir", "guestbuild"), nil
+}
+
+// listedPackage is the part of `go list -json` output the hash needs.
+type listedPackage struct {
+	ImportPath string
+	Dir        string
+	Standard   bool
+	GoFiles    []string
+	SFiles     []string
+	EmbedFiles []string
+	Module     *struct{ GoMod string }
+	Error      *struct{ Err string }
+}
+
+// sourceHash hashes the Go version, the package path and every source file
+// (and the go.mod) of the non-standard packages pkg depends on.
+func sourceHash(ctx context.Context, goBin, pkg string) (string, error) {
+	cmd := exec.CommandContext(ctx, goBin, "list", "-deps", "-json=ImportPath,Dir,Standard,GoFiles,SFiles,EmbedFiles,Module,Error", pkg)
+	cmd.Env = wasmEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("guestbuild: go list %s: %w\n%s", pkg, err, strings.TrimSpace(stderr.String()))
+	}
+	h := sha256.New()
+	ver, err := exec.CommandContext(ctx, goBin, "env", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("guestbuild: go env GOVERSION: %w", err)
+	}
+	fmt.Fprintf(h, "go %s\npkg %s\n", bytes.TrimSpace(ver), pkg)
+	seenMod := map[string]bool{}
+	dec := json.NewDecoder(&stdout)
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("guestbuild: go list output: %w", err)
+		}
+		if p.Error != nil {
+			return "", fmt.Errorf("guestbuild: %s: %s", p.ImportPath, p.Error.Err)
+		}
+		if p.Standard {
+			continue
+		}
+		fmt.Fprintf(h, "package %s\n", p.ImportPath)
+		files := append(append(append([]string(nil), p.GoFiles...), p.SFiles...), p.EmbedFiles...)
+		for _, f := range files {
+			if err := hashFile(h, filepath.Join(p.Dir, f)); err != nil {
+				return "", err
+			}
+		}
+		if p.Module != nil && p.Module.GoMod != "" && !seenMod[p.Module.GoMod] {
+			seenMod[p.Module.GoMod] = true
+			if err := hashFile(h, p.Module.GoMod); err != nil {
+				return "", err
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+func hashFile(h io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("guestbuild: %w", err)
+	}
+	defer f.Close()
+	fmt.Fprintf(h, "file %s\n", filepath.Base(path))
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("guestbuild: %s: %w", path, err)
+	}
+	return nil
+}

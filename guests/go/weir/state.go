@@ -1,0 +1,151 @@
+package weir
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ChunkSize is the size of the chunks StateWriter hands to the host and
+// StateReader asks the host for.
+const ChunkSize = 64 << 10
+
+// StateWriter streams an operator's snapshot to the host in ChunkSize
+// chunks. It is an io.Writer; it is valid only during Snapshot.
+type StateWriter struct {
+	buf []byte
+	err error
+}
+
+// Write appends p to the state stream.
+func (w *StateWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	n := 0
+	for len(p) > 0 {
+		if len(w.buf) == 0 && len(p) >= ChunkSize {
+			// A whole chunk or more: hand it over without copying.
+			if err := w.write(p); err != nil {
+				return n, err
+			}
+			return n + len(p), nil
+		}
+		if w.buf == nil {
+			w.buf = make([]byte, 0, ChunkSize)
+		}
+		c := copy(w.buf[len(w.buf):cap(w.buf)], p)
+		w.buf = w.buf[:len(w.buf)+c]
+		p = p[c:]
+		n += c
+		if len(w.buf) == cap(w.buf) {
+			if err := w.Flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// WriteByte appends one byte.
+func (w *StateWriter) WriteByte(c byte) error {
+	var b [1]byte
+	b[0] = c
+	_, err := w.Write(b[:])
+	return err
+}
+
+// Flush hands the buffered bytes to the host. The SDK flushes after
+// Snapshot returns; operators need not call it.
+func (w *StateWriter) Flush() error {
+	if w.err != nil {
+		return w.err
+	}
+	if len(w.buf) == 0 {
+		return nil
+	}
+	err := w.write(w.buf)
+	w.buf = w.buf[:0]
+	return err
+}
+
+func (w *StateWriter) write(p []byte) error {
+	if rc := snapshotWrite(p); rc != 0 {
+		w.err = fmt.Errorf("weir: snapshot_write: %s", statusText(rc))
+		return w.err
+	}
+	return nil
+}
+
+func (w *StateWriter) reset() {
+	w.buf = w.buf[:0]
+	w.err = nil
+}
+
+// StateReader reads the state stream a snapshot wrote, during Restore. It
+// is an io.Reader and an io.ByteReader; it buffers ChunkSize bytes, so
+// small reads cost no host call.
+type StateReader struct {
+	buf      []byte
+	off, end int
+	eof      bool
+	err      error
+}
+
+// Read reads up to len(p) bytes of the state stream. It returns io.EOF at
+// the end of the stream.
+func (r *StateReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.off == r.end {
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, r.buf[r.off:r.end])
+	r.off += n
+	return n, nil
+}
+
+// ReadByte reads one byte.
+func (r *StateReader) ReadByte() (byte, error) {
+	if r.off == r.end {
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+	}
+	c := r.buf[r.off]
+	r.off++
+	return c, nil
+}
+
+func (r *StateReader) fill() error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.eof {
+		return io.EOF
+	}
+	if r.buf == nil {
+		r.buf = make([]byte, ChunkSize)
+	}
+	n := restoreRead(r.buf)
+	switch {
+	case n == 0:
+		r.eof = true
+		return io.EOF
+	case n < 0:
+		r.err = fmt.Errorf("weir: restore_read: %s", statusText(n))
+		return r.err
+	case int(n) > len(r.buf):
+		r.err = errors.New("weir: restore_read returned more than asked")
+		return r.err
+	}
+	r.off, r.end = 0, int(n)
+	return nil
+}
+
+func (r *StateReader) reset() {
+	r.off, r.end, r.eof, r.err = 0, 0, false, nil
+}
