@@ -1,0 +1,137 @@
+// Package natsconn turns weir's connection settings — a server URL and the
+// usual NATS authentication options — into a *nats.Conn that reconnects on
+// its own.
+//
+// A reconnect does not replay what was published or delivered while the
+// connection was down: core NATS subscriptions miss those messages. weir's
+// remote channels therefore treat a disconnect as channel failure (see
+// package remote), and JetStream sources resume from their checkpointed
+// stream sequence.
+package natsconn
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Options are the connection settings of a weir process.
+type Options struct {
+	// URL is one server URL or a comma-separated list of a cluster's URLs.
+	URL string
+	// Name is the client name shown in server monitoring; default "weir".
+	Name string
+	// CredsFile is a user JWT + nkey seed credentials file (.creds).
+	CredsFile string
+	// NKeySeedFile holds a user nkey seed (nkey authentication).
+	NKeySeedFile string
+	// Token is a bearer token.
+	Token string
+	// User and Password authenticate with a username and password.
+	User, Password string
+	// TLSCA is a PEM file of CAs that verify the server's certificate.
+	TLSCA string
+	// TLSCert and TLSKey are the PEM client certificate and key (mutual TLS).
+	TLSCert, TLSKey string
+	// ReconnectWait is the pause between reconnect attempts; default 250ms.
+	ReconnectWait time.Duration
+	// MaxReconnects bounds reconnect attempts; 0 means unlimited.
+	MaxReconnects int
+	// ConnectTimeout bounds one connection attempt; default 5s.
+	ConnectTimeout time.Duration
+	// OnDisconnect is called when the connection drops (err may be nil).
+	OnDisconnect func(err error)
+	// OnReconnect is called after a successful reconnect.
+	OnReconnect func()
+}
+
+// ErrConflictingAuth is returned when more than one authentication method
+// is configured.
+var ErrConflictingAuth = errors.New("more than one NATS authentication method configured")
+
+// NATSOptions returns the nats.go options that Options describe.
+func (o Options) NATSOptions() ([]nats.Option, error) {
+	name := o.Name
+	if name == "" {
+		name = "weir"
+	}
+	wait := o.ReconnectWait
+	if wait <= 0 {
+		wait = 250 * time.Millisecond
+	}
+	max := o.MaxReconnects
+	if max == 0 {
+		max = -1
+	}
+	timeout := o.ConnectTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.ReconnectWait(wait),
+		nats.MaxReconnects(max),
+		nats.Timeout(timeout),
+		nats.RetryOnFailedConnect(false),
+	}
+	methods := 0
+	if o.CredsFile != "" {
+		methods++
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.NKeySeedFile != "" {
+		methods++
+		opt, err := nats.NkeyOptionFromSeed(o.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats nkey seed file %s: %w", o.NKeySeedFile, err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.Token != "" {
+		methods++
+		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.User != "" || o.Password != "" {
+		methods++
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if methods > 1 {
+		return nil, ErrConflictingAuth
+	}
+	if o.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(o.TLSCA))
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return nil, errors.New("nats TLS: client certificate and key must be set together")
+	}
+	if o.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(o.TLSCert, o.TLSKey))
+	}
+	if o.OnDisconnect != nil {
+		f := o.OnDisconnect
+		opts = append(opts, nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { f(err) }))
+	}
+	if o.OnReconnect != nil {
+		f := o.OnReconnect
+		opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) { f() }))
+	}
+	return opts, nil
+}
+
+// Connect connects to o.URL with o's settings plus extra options.
+func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
+	if o.URL == "" {
+		return nil, errors.New("nats connect: no server URL")
+	}
+	opts, err := o.NATSOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(o.URL, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("nats connect %s: %w", o.URL, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,82 @@
+package natsconn
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+func startServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host = "127.0.0.1"
+	opts.Port = server.RANDOM_PORT
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+func TestToken(t *testing.T) {
+	ns := startServer(t, &server.Options{Authorization: "s3cret"})
+	if _, err := Connect(Options{URL: ns.ClientURL(), Token: "wrong", MaxReconnects: 1}); err == nil {
+		t.Fatal("wrong token accepted")
+	}
+	nc, err := Connect(Options{URL: ns.ClientURL(), Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+}
+
+func TestUserPassword(t *testing.T) {
+	ns := startServer(t, &server.Options{Username: "weir", Password: "pw"})
+	nc, err := Connect(Options{URL: ns.ClientURL(), User: "weir", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+}
+
+func TestNKeySeedFile(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	file := filepath.Join(t.TempDir(), "user.nk")
+	if err := os.WriteFile(file, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns := startServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+	nc, err := Connect(Options{URL: ns.ClientURL(), NKeySeedFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+}
+
+func TestConflictingAuth(t *testing.T) {
+	_, err := Options{Token: "a", User: "b"}.NATSOptions()
+	if !errors.Is(err, ErrConflictingAuth) {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := (Options{TLSCert: "c"}).NATSOptions(); err == nil {
+		t.Fatal("cert without key accepted")
+	}
+	if _, err := Connect(Options{}); err == nil {
+		t.Fatal("empty URL accepted")
+	}
+}
