@@ -138,7 +138,9 @@ func (e Element) String() string {
 type Sender interface {
 	// Send appends e to the channel. It blocks while the receiver has not
 	// granted credit for it and returns when ctx is done or the channel
-	// failed. It never drops an element.
+	// failed. It never drops an element. When Send returns an error the
+	// element was not sent, so a caller interrupted through ctx may send it
+	// again later without duplicating it.
 	Send(ctx context.Context, e Element) error
 	// SendPriority puts e — an unaligned barrier — ahead of every element
 	// still queued at the sender, and returns those overtaken elements in
@@ -172,6 +174,17 @@ type Receiver interface {
 	Notify(fn func())
 	// Close releases the receiver.
 	Close() error
+}
+
+// PriorityPoller is implemented by receivers that can hand out a priority
+// element (an unaligned barrier) queued ahead of everything else without
+// taking ordinary data. A task whose output is backpressured uses it to see
+// unaligned barriers while it does not take new records; with receivers that
+// lack it, such a task sees the barrier once its output drains.
+type PriorityPoller interface {
+	// PollPriority returns the next element only if it is a priority
+	// element; ok is false otherwise.
+	PollPriority() (d Delivery, ok bool, err error)
 }
 
 // ErrClosed is returned by a channel end used after Close.

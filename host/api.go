@@ -1,0 +1,143 @@
+// Package host is weir's task runtime: it runs one operator instance per task,
+// feeds it the record batches of the task's input channels, aligns checkpoint
+// barriers per input (aligned, at-least-once, unaligned, aligned with
+// timeout), snapshots module state and in-flight channel data, and writes the
+// operator's output through partitioners onto the task's output channels.
+//
+// The interfaces in this file (Operator, Source, Sink, CheckpointListener,
+// Store) use standard-library types only, so that the WebAssembly instance
+// (host/wasm), the NATS sources and sinks (transport) and the checkpoint
+// coordinator (coordinator) satisfy them structurally without importing host.
+package host
+
+import (
+	"context"
+	"io"
+)
+
+// Operator is one operator instance, driven by exactly one task goroutine.
+// host/wasm's instance satisfies it; tests use native Go operators.
+type Operator interface {
+	// Process handles one record batch from input port `port`. Each emitted
+	// batch is handed to emit after the call succeeded, in emit order; emit's
+	// callee owns the batch (it is already a copy).
+	Process(ctx context.Context, port int, batch []byte, emit func(port int, batch []byte) error) error
+	// EndOfInput tells the operator that input port `port` delivers nothing
+	// more; it may emit final output.
+	EndOfInput(ctx context.Context, port int, emit func(port int, batch []byte) error) error
+	// Snapshot streams the operator state to w, in chunks.
+	Snapshot(ctx context.Context, w io.Writer) error
+	// Restore reads back a state written by Snapshot.
+	Restore(ctx context.Context, r io.Reader) error
+	// CheckpointComplete tells the operator that checkpoint id is durable
+	// everywhere.
+	CheckpointComplete(ctx context.Context, id int64) error
+	// Close releases the instance.
+	Close(ctx context.Context) error
+}
+
+// Source feeds a source task (a task without input channels). A source task
+// calls Poll from one goroutine of its own, and Seek, CheckpointComplete and
+// Close from the task goroutine: CheckpointComplete may run while a Poll is
+// blocked, Seek and Close never do.
+type Source interface {
+	// Poll blocks until the next record batch is available and returns it with
+	// the source offset just after it: Seek(offset) resumes with the batch
+	// that follows. It returns io.EOF when the source is bounded and ended,
+	// and ctx.Err() when ctx is done. The task owns the returned slices.
+	Poll(ctx context.Context) (batch []byte, offset []byte, err error)
+	// Seek positions the source at offset, as returned by Poll and stored in
+	// a checkpoint; called once before the first Poll when restoring. A nil
+	// offset means the beginning.
+	Seek(ctx context.Context, offset []byte) error
+	// CheckpointComplete says checkpoint id, which recorded offset, is
+	// durable: the source may acknowledge or trim what lies before offset.
+	CheckpointComplete(ctx context.Context, id int64, offset []byte) error
+	// Close releases the source; a blocked Poll returns.
+	Close() error
+}
+
+// Sink consumes a sink task's output with two-phase commit hooks. All methods
+// are called from the task goroutine.
+type Sink interface {
+	// Write takes one record batch (the sink owns it).
+	Write(ctx context.Context, batch []byte) error
+	// PreCommit is called when the task snapshots checkpoint id: everything
+	// written since the previous PreCommit belongs to id. The sink stages it
+	// and returns what it needs to commit it after a restore (e.g. a
+	// transaction handle or the staged records); the bytes go into the task's
+	// snapshot.
+	PreCommit(ctx context.Context, id int64) (state []byte, err error)
+	// Commit publishes what was staged for every checkpoint up to id. It is
+	// called when the coordinator declares id complete and must be idempotent.
+	Commit(ctx context.Context, id int64) error
+	// Recover is called once, before any Write, when the task restores
+	// checkpoint id: the sink commits (again, idempotently) what state, the
+	// result of PreCommit(id), describes, and drops anything staged later.
+	Recover(ctx context.Context, id int64, state []byte) error
+	// EndOfInput says all input has been written: the sink commits the rest.
+	EndOfInput(ctx context.Context) error
+	// Close releases the sink.
+	Close() error
+}
+
+// CheckpointListener receives a task's checkpoint outcomes and failure; the
+// checkpoint coordinator implements it (over NATS when tasks run on workers).
+// Methods may be called from several goroutines at once.
+type CheckpointListener interface {
+	// Acknowledge says task wrote its snapshot for checkpoint id; handle is
+	// the storage key to restore it from, metrics are named by the Metric*
+	// constants (durations in nanoseconds, sizes in bytes, flags 0/1).
+	Acknowledge(ctx context.Context, task string, id int64, handle string, metrics map[string]int64) error
+	// Decline says task will not complete checkpoint id. kind is one of
+	// DeclineSubsumed, DeclineCancelled, DeclineRefused, DeclineFailed;
+	// reason is one line.
+	Decline(ctx context.Context, task string, id int64, kind string, reason string) error
+	// Failed says task stopped with an error: reason is one line naming the
+	// task and the cause. The coordinator recovers the job.
+	Failed(ctx context.Context, task string, reason string) error
+}
+
+// Kinds of Decline.
+const (
+	// DeclineSubsumed: a newer barrier arrived before this checkpoint's
+	// alignment finished.
+	DeclineSubsumed = "subsumed"
+	// DeclineCancelled: a cancel marker arrived from upstream.
+	DeclineCancelled = "cancelled"
+	// DeclineRefused: the task could not take it, e.g. the alignment buffered
+	// more than its limit.
+	DeclineRefused = "declined"
+	// DeclineFailed: writing the snapshot failed.
+	DeclineFailed = "failed"
+)
+
+// Metric names in an Acknowledge.
+const (
+	MetricAlignmentNanos    = "alignment_ns"        // first barrier seen → all barriers (aligned) or snapshot
+	MetricStartDelayNanos   = "start_delay_ns"      // trigger timestamp → first barrier seen
+	MetricBufferedBytes     = "buffered_bytes"      // bytes buffered during alignment
+	MetricSpilledBytes      = "spilled_bytes"       // of those, bytes spilled to disk
+	MetricChannelStateBytes = "channel_state_bytes" // in-flight data persisted (unaligned)
+	MetricStateBytes        = "state_bytes"         // operator state size
+	MetricSyncNanos         = "sync_ns"             // synchronous part of the snapshot
+	MetricAsyncNanos        = "async_ns"            // asynchronous write to storage
+	MetricUnaligned         = "unaligned"           // 1 when the checkpoint ended unaligned
+	MetricSnapshotBytes     = "snapshot_bytes"      // total bytes written to storage
+)
+
+// Store is checkpoint storage: a flat key space of immutable objects. The
+// local-directory implementation is host/snapshot.DirStore; the coordinator
+// provides one on JetStream's object store.
+type Store interface {
+	// Put stores the bytes of r under key, atomically: a reader sees the
+	// whole object or none.
+	Put(ctx context.Context, key string, r io.Reader) error
+	// Get opens the object under key. A missing key gives an error for
+	// which errors.Is(err, fs.ErrNotExist) holds.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// Delete removes every object whose key starts with prefix.
+	Delete(ctx context.Context, prefix string) error
+	// List returns the keys that start with prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+}
