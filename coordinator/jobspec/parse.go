@@ -1,0 +1,761 @@
+package jobspec
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/weirhq/weir/coordinator/modref"
+)
+
+// Error is one problem in a spec, located by file, line and field path.
+type Error struct {
+	File string
+	Line int
+	// Path is the field path, e.g. "operators[1].inputs[0].from".
+	Path string
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		b.WriteString(":")
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "%d:", e.Line)
+	}
+	if b.Len() > 0 {
+		b.WriteString(" ")
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every problem found in a spec, in line order. It is the error
+// type Parse returns.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Options adjust parsing.
+type Options struct {
+	// CheckModule, if set, is called for every operator's module reference
+	// (already syntax-checked); an error is reported as an unknown module
+	// at the operator's module field.
+	CheckModule func(ref modref.Ref) error
+	// Dir, if set, is the directory relative file module paths are
+	// resolved against.
+	Dir string
+}
+
+// ParseFile reads and parses the spec at path. Relative module file paths
+// are resolved against the spec's directory.
+func ParseFile(path string, opts Options) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read job spec: %w", err)
+	}
+	if opts.Dir == "" {
+		opts.Dir = filepath.Dir(path)
+	}
+	return Parse(path, data, opts)
+}
+
+// Parse decodes and validates a spec. file names the spec in error
+// messages. The error, if any, is an Errors value.
+func Parse(file string, data []byte, opts Options) (*Spec, error) {
+	p := &parser{file: file, opts: opts}
+	spec := p.parse(data)
+	if len(p.errs) > 0 {
+		sortErrors(p.errs)
+		return nil, p.errs
+	}
+	return spec, nil
+}
+
+type parser struct {
+	file string
+	opts Options
+	errs Errors
+}
+
+func (p *parser) errf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func sortErrors(es Errors) {
+	// insertion sort: stable, and specs are small
+	for i := 1; i < len(es); i++ {
+		for j := i; j > 0 && es[j].Line < es[j-1].Line; j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
+	}
+}
+
+// fields walks a mapping node, calling the handler registered for each key
+// and reporting unknown and duplicate keys.
+func (p *parser) fields(n *yaml.Node, path string, h map[string]func(v *yaml.Node, path string)) bool {
+	if n.Kind != yaml.MappingNode {
+		p.errf(n, path, "want a mapping, got %s", kindName(n))
+		return false
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		sub := k.Value
+		if path != "" {
+			sub = path + "." + k.Value
+		}
+		fn, ok := h[k.Value]
+		switch {
+		case !ok:
+			p.errf(k, sub, "unknown option %q", k.Value)
+		case seen[k.Value]:
+			p.errf(k, sub, "duplicate option")
+		default:
+			seen[k.Value] = true
+			fn(v, sub)
+		}
+	}
+	return true
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "nothing"
+}
+
+func (p *parser) str(n *yaml.Node, path string, dst *string) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.errf(n, path, "want a string, got %s", kindName(n))
+		return
+	}
+	*dst = n.Value
+}
+
+func (p *parser) integer(n *yaml.Node, path string, min int, dst *int) {
+	if n.Kind != yaml.ScalarNode {
+		p.errf(n, path, "want an integer, got %s", kindName(n))
+		return
+	}
+	v, err := strconv.Atoi(n.Value)
+	if err != nil {
+		p.errf(n, path, "want an integer, got %q", n.Value)
+		return
+	}
+	if v < min {
+		p.errf(n, path, "must be at least %d, got %d", min, v)
+		return
+	}
+	*dst = v
+}
+
+func (p *parser) boolean(n *yaml.Node, path string, dst *bool) {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.errf(n, path, "want true or false, got %s", kindName(n))
+		return
+	}
+	*dst = b
+}
+
+func (p *parser) duration(n *yaml.Node, path string, dst *time.Duration) {
+	if n.Kind != yaml.ScalarNode {
+		p.errf(n, path, "want a duration like 10s, got %s", kindName(n))
+		return
+	}
+	if n.Value == "0" {
+		*dst = 0
+		return
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil || d < 0 {
+		p.errf(n, path, "bad duration %q (want e.g. 500ms, 10s, 1m)", n.Value)
+		return
+	}
+	*dst = d
+}
+
+var sizeRE = regexp.MustCompile(`^([0-9]+)\s*([KMGT]i?B?|B)?$`)
+
+func (p *parser) size(n *yaml.Node, path string, dst *int64) {
+	if n.Kind != yaml.ScalarNode {
+		p.errf(n, path, "want a size like 64MiB, got %s", kindName(n))
+		return
+	}
+	m := sizeRE.FindStringSubmatch(strings.TrimSpace(n.Value))
+	if m == nil {
+		p.errf(n, path, "bad size %q (want e.g. 65536, 512KiB, 64MiB, 1GiB)", n.Value)
+		return
+	}
+	v, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		p.errf(n, path, "bad size %q", n.Value)
+		return
+	}
+	unit := strings.TrimSuffix(m[2], "B")
+	mult := int64(1)
+	switch strings.TrimSuffix(unit, "i") {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	case "T":
+		mult = 1 << 40
+	}
+	if v > math.MaxInt64/mult {
+		p.errf(n, path, "size %q too large", n.Value)
+		return
+	}
+	*dst = v * mult
+}
+
+func (p *parser) oneOf(n *yaml.Node, path string, dst *string, allowed ...string) {
+	if n.Kind != yaml.ScalarNode {
+		p.errf(n, path, "want one of %s, got %s", strings.Join(allowed, ", "), kindName(n))
+		return
+	}
+	s := n.Value
+	for _, a := range allowed {
+		if s == a {
+			*dst = s
+			return
+		}
+	}
+	p.errf(n, path, "unknown value %q (want %s)", s, strings.Join(allowed, ", "))
+}
+
+func (p *parser) list(n *yaml.Node, path string, fn func(i int, item *yaml.Node, path string)) {
+	if n.Kind != yaml.SequenceNode {
+		p.errf(n, path, "want a list, got %s", kindName(n))
+		return
+	}
+	for i, item := range n.Content {
+		fn(i, item, fmt.Sprintf("%s[%d]", path, i))
+	}
+}
+
+// config turns a config value into bytes: a string verbatim, anything else
+// as compact JSON.
+func (p *parser) config(n *yaml.Node, path string, dst *[]byte) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		*dst = []byte(n.Value)
+		return
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		p.errf(n, path, "bad config: %v", err)
+		return
+	}
+	v = jsonable(v)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		p.errf(n, path, "config cannot be written as JSON: %v", err)
+		return
+	}
+	*dst = bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+// jsonable converts YAML maps with non-string keys into JSON objects.
+func jsonable(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			t[k] = jsonable(x)
+		}
+		return t
+	case map[any]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[fmt.Sprint(k)] = jsonable(x)
+		}
+		return m
+	case []any:
+		for i, x := range t {
+			t[i] = jsonable(x)
+		}
+		return t
+	case float64:
+		if math.IsInf(t, 0) || math.IsNaN(t) {
+			return fmt.Sprint(t)
+		}
+	}
+	return v
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,62}$`)
+
+// located remembers the line of the fields validation reports on.
+type located struct {
+	nameLine, moduleLine, partitionLine, kindLine int
+}
+
+func (p *parser) parse(data []byte) *Spec {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		line := 0
+		msg := err.Error()
+		if te, ok := err.(*yaml.TypeError); ok {
+			msg = strings.Join(te.Errors, "; ")
+		}
+		// yaml errors read "yaml: line N: ..."
+		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+			if num, tail, ok := strings.Cut(rest, ": "); ok {
+				if l, err := strconv.Atoi(num); err == nil {
+					line, msg = l, tail
+				}
+			}
+		}
+		p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "bad YAML: " + strings.TrimPrefix(msg, "yaml: ")})
+		return nil
+	}
+	if len(doc.Content) == 0 {
+		p.errf(nil, "", "empty job spec")
+		return nil
+	}
+	root := doc.Content[0]
+	s := &Spec{
+		Checkpointing: Checkpointing{
+			Mode: ModeExactlyOnce, Interval: DefaultInterval, Timeout: DefaultTimeout,
+			MaxConcurrent: DefaultMaxConcurrent, Retained: DefaultRetained,
+		},
+		Restart: Restart{Strategy: RestartFixedDelay, Attempts: DefaultRestartAttempts},
+	}
+	nodes := map[string]*yaml.Node{}
+	var restartDelay, restartInitial, restartMax bool
+	var multiplierNode *yaml.Node
+	ok := p.fields(root, "", map[string]func(*yaml.Node, string){
+		"name": func(v *yaml.Node, path string) { p.str(v, path, &s.Name); nodes["name"] = v },
+		"sources": func(v *yaml.Node, path string) {
+			p.list(v, path, func(i int, item *yaml.Node, path string) {
+				src := Source{Parallelism: 1, Line: item.Line}
+				p.fields(item, path, map[string]func(*yaml.Node, string){
+					"name":        func(v *yaml.Node, path string) { p.str(v, path, &src.Name) },
+					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Kind, KindNATS, KindJetStream) },
+					"subject":     func(v *yaml.Node, path string) { p.str(v, path, &src.Subject) },
+					"stream":      func(v *yaml.Node, path string) { p.str(v, path, &src.Stream) },
+					"filter":      func(v *yaml.Node, path string) { p.str(v, path, &src.Filter) },
+					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, &src.Parallelism) },
+				})
+				s.Sources = append(s.Sources, src)
+			})
+		},
+		"operators": func(v *yaml.Node, path string) {
+			p.list(v, path, func(i int, item *yaml.Node, path string) {
+				op := Operator{Parallelism: 1, Line: item.Line}
+				p.fields(item, path, map[string]func(*yaml.Node, string){
+					"name":        func(v *yaml.Node, path string) { p.str(v, path, &op.Name) },
+					"module":      func(v *yaml.Node, path string) { p.str(v, path, &op.Module); nodes[path] = v },
+					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, &op.Parallelism) },
+					"config":      func(v *yaml.Node, path string) { p.config(v, path, &op.Config) },
+					"limits": func(v *yaml.Node, path string) {
+						p.fields(v, path, map[string]func(*yaml.Node, string){
+							"memory":  func(v *yaml.Node, path string) { p.size(v, path, &op.Limits.Memory) },
+							"timeout": func(v *yaml.Node, path string) { p.duration(v, path, &op.Limits.Timeout) },
+						})
+					},
+					"inputs": func(v *yaml.Node, path string) {
+						nodes[path] = v
+						p.list(v, path, func(i int, item *yaml.Node, path string) {
+							op.Inputs = append(op.Inputs, p.input(item, path))
+						})
+					},
+				})
+				s.Operators = append(s.Operators, op)
+			})
+		},
+		"sinks": func(v *yaml.Node, path string) {
+			p.list(v, path, func(i int, item *yaml.Node, path string) {
+				sk := Sink{Parallelism: 1, Line: item.Line}
+				p.fields(item, path, map[string]func(*yaml.Node, string){
+					"name":        func(v *yaml.Node, path string) { p.str(v, path, &sk.Name) },
+					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &sk.Kind, KindNATS, KindJetStream) },
+					"subject":     func(v *yaml.Node, path string) { p.str(v, path, &sk.Subject) },
+					"stream":      func(v *yaml.Node, path string) { p.str(v, path, &sk.Stream) },
+					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, &sk.Parallelism) },
+					"guarantee": func(v *yaml.Node, path string) {
+						p.oneOf(v, path, &sk.Guarantee, AtMostOnce, AtLeastOnce, ExactlyOnce)
+						nodes[path] = v
+					},
+					"input": func(v *yaml.Node, path string) { sk.Input = p.input(v, path) },
+				})
+				s.Sinks = append(s.Sinks, sk)
+			})
+		},
+		"checkpointing": func(v *yaml.Node, path string) {
+			c := &s.Checkpointing
+			p.fields(v, path, map[string]func(*yaml.Node, string){
+				"mode": func(v *yaml.Node, path string) {
+					p.oneOf(v, path, &c.Mode, ModeExactlyOnce, ModeAtLeastOnce, ModeUnaligned)
+				},
+				"aligned-timeout":    func(v *yaml.Node, path string) { p.duration(v, path, &c.AlignedTimeout) },
+				"interval":           func(v *yaml.Node, path string) { p.positive(v, path, &c.Interval) },
+				"timeout":            func(v *yaml.Node, path string) { p.positive(v, path, &c.Timeout) },
+				"min-pause":          func(v *yaml.Node, path string) { p.duration(v, path, &c.MinPause) },
+				"max-concurrent":     func(v *yaml.Node, path string) { p.integer(v, path, 1, &c.MaxConcurrent) },
+				"tolerable-failures": func(v *yaml.Node, path string) { p.integer(v, path, 0, &c.TolerableFailures) },
+				"retained":           func(v *yaml.Node, path string) { p.integer(v, path, 1, &c.Retained) },
+				"disabled":           func(v *yaml.Node, path string) { p.boolean(v, path, &c.Disabled) },
+			})
+		},
+		"restart": func(v *yaml.Node, path string) {
+			r := &s.Restart
+			p.fields(v, path, map[string]func(*yaml.Node, string){
+				"strategy": func(v *yaml.Node, path string) {
+					p.oneOf(v, path, &r.Strategy, RestartFixedDelay, RestartExponentialBackoff, RestartNone)
+				},
+				"delay":    func(v *yaml.Node, path string) { p.duration(v, path, &r.Delay); restartDelay = true },
+				"initial":  func(v *yaml.Node, path string) { p.positive(v, path, &r.Initial); restartInitial = true },
+				"max":      func(v *yaml.Node, path string) { p.positive(v, path, &r.Max); restartMax = true },
+				"attempts": func(v *yaml.Node, path string) { p.integer(v, path, 0, &r.Attempts) },
+				"multiplier": func(v *yaml.Node, path string) {
+					multiplierNode = v
+					if v.Kind != yaml.ScalarNode {
+						p.errf(v, path, "want a number, got %s", kindName(v))
+						return
+					}
+					f, err := strconv.ParseFloat(v.Value, 64)
+					if err != nil || f < 1 || math.IsInf(f, 0) {
+						p.errf(v, path, "want a number >= 1, got %q", v.Value)
+						return
+					}
+					r.Multiplier = f
+				},
+			})
+		},
+	})
+	if !ok {
+		return nil
+	}
+	r := &s.Restart
+	switch r.Strategy {
+	case RestartFixedDelay:
+		if !restartDelay {
+			r.Delay = DefaultRestartDelay
+		}
+		if restartInitial || restartMax || multiplierNode != nil {
+			p.errf(root, "restart", "initial, max and multiplier apply to exponential-backoff only")
+		}
+	case RestartExponentialBackoff:
+		if !restartInitial {
+			r.Initial = DefaultBackoffInitial
+		}
+		if !restartMax {
+			r.Max = DefaultBackoffMax
+		}
+		if r.Multiplier == 0 {
+			r.Multiplier = DefaultBackoffMultiplier
+		}
+		if restartDelay {
+			p.errf(root, "restart.delay", "delay applies to fixed-delay only (use initial)")
+		}
+		if r.Max < r.Initial {
+			p.errf(root, "restart.max", "max (%s) is less than initial (%s)", r.Max, r.Initial)
+		}
+	case RestartNone:
+		r.Attempts = 0
+	}
+	if s.Checkpointing.AlignedTimeout > 0 && s.Checkpointing.Mode != ModeExactlyOnce {
+		p.errf(root, "checkpointing.aligned-timeout", "applies to mode exactly-once only (mode is %s)", s.Checkpointing.Mode)
+	}
+	p.validate(s, root, nodes)
+	return s
+}
+
+func (p *parser) positive(n *yaml.Node, path string, dst *time.Duration) {
+	var d time.Duration = -1
+	p.duration(n, path, &d)
+	if d == 0 {
+		p.errf(n, path, "must be greater than 0")
+		return
+	}
+	if d > 0 {
+		*dst = d
+	}
+}
+
+func (p *parser) input(n *yaml.Node, path string) Input {
+	in := Input{Line: n.Line}
+	p.fields(n, path, map[string]func(*yaml.Node, string){
+		"from": func(v *yaml.Node, path string) { p.str(v, path, &in.From); in.Line = v.Line },
+		"partition": func(v *yaml.Node, path string) {
+			p.oneOf(v, path, &in.Partition, Forward, KeyHash, Broadcast, RoundRobin)
+		},
+	})
+	return in
+}
+
+// validate checks references, names and the graph.
+func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node) {
+	if s.Name == "" {
+		p.errf(nodes["name"], "name", "a job needs a name")
+	} else if !nameRE.MatchString(s.Name) {
+		p.errf(nodes["name"], "name", "bad name %q (letters, digits and '-', starting with a letter)", s.Name)
+	}
+	names := map[string]string{}
+	checkName := func(name, path string, line int) {
+		switch {
+		case name == "":
+			p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path + ".name", Msg: "missing name"})
+		case !nameRE.MatchString(name):
+			p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path + ".name",
+				Msg: fmt.Sprintf("bad name %q (letters, digits and '-', starting with a letter)", name)})
+		case names[name] != "":
+			p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path + ".name",
+				Msg: fmt.Sprintf("duplicate name %q (also %s)", name, names[name])})
+		default:
+			names[name] = path
+		}
+	}
+	at := func(line int, path, format string, args ...any) {
+		p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if len(s.Sources) == 0 {
+		at(root.Line, "sources", "a job needs at least one source")
+	}
+	if len(s.Sinks) == 0 {
+		at(root.Line, "sinks", "a job needs at least one sink")
+	}
+	for i := range s.Sources {
+		src := &s.Sources[i]
+		path := fmt.Sprintf("sources[%d]", i)
+		checkName(src.Name, path, src.Line)
+		switch src.Kind {
+		case "":
+			at(src.Line, path+".kind", "missing kind (nats or jetstream)")
+		case KindNATS:
+			if src.Subject == "" {
+				at(src.Line, path+".subject", "a nats source needs a subject")
+			}
+			if src.Stream != "" || src.Filter != "" {
+				at(src.Line, path, "stream and filter apply to jetstream sources only")
+			}
+		case KindJetStream:
+			if src.Stream == "" {
+				at(src.Line, path+".stream", "a jetstream source needs a stream")
+			}
+			if src.Subject != "" && src.Filter != "" && src.Subject != src.Filter {
+				at(src.Line, path, "give either subject or filter")
+			}
+			if src.Filter == "" {
+				src.Filter = src.Subject
+			}
+		}
+	}
+	for i := range s.Operators {
+		op := &s.Operators[i]
+		path := fmt.Sprintf("operators[%d]", i)
+		checkName(op.Name, path, op.Line)
+		mpath := path + ".module"
+		mline := op.Line
+		if n := nodes[mpath]; n != nil {
+			mline = n.Line
+		}
+		if op.Module == "" {
+			at(op.Line, mpath, "missing module")
+		} else if ref, err := modref.Parse(op.Module); err != nil {
+			at(mline, mpath, "%v", err)
+		} else {
+			if ref.Kind == modref.File && p.opts.Dir != "" && !filepath.IsAbs(ref.Path) {
+				ref.Path = filepath.Join(p.opts.Dir, ref.Path)
+				op.Module = ref.Path
+				if !strings.ContainsAny(op.Module, `/\`) {
+					op.Module = "./" + op.Module
+				}
+			}
+			if p.opts.CheckModule != nil {
+				if err := p.opts.CheckModule(ref); err != nil {
+					at(mline, mpath, "unknown module %q: %v", ref.String(), err)
+				}
+			}
+		}
+		if len(op.Inputs) == 0 {
+			line := op.Line
+			if n := nodes[path+".inputs"]; n != nil {
+				line = n.Line
+			}
+			at(line, path+".inputs", "missing input: operator %q has no inputs", op.Name)
+		}
+	}
+	for i := range s.Sinks {
+		sk := &s.Sinks[i]
+		path := fmt.Sprintf("sinks[%d]", i)
+		checkName(sk.Name, path, sk.Line)
+		if sk.Subject == "" && sk.Kind != "" {
+			at(sk.Line, path+".subject", "a sink needs a subject")
+		}
+		gline := sk.Line
+		if n := nodes[path+".guarantee"]; n != nil {
+			gline = n.Line
+		}
+		switch sk.Kind {
+		case "":
+			at(sk.Line, path+".kind", "missing kind (nats or jetstream)")
+		case KindNATS:
+			if sk.Guarantee == "" {
+				sk.Guarantee = AtMostOnce
+			} else if sk.Guarantee != AtMostOnce {
+				at(gline, path+".guarantee", "a nats sink is at-most-once; use kind jetstream for %s", sk.Guarantee)
+			}
+			if sk.Stream != "" {
+				at(sk.Line, path+".stream", "stream applies to jetstream sinks only")
+			}
+		case KindJetStream:
+			if sk.Guarantee == "" {
+				sk.Guarantee = ExactlyOnce
+			}
+			if sk.Stream == "" {
+				at(sk.Line, path+".stream", "a jetstream sink needs a stream")
+			}
+		}
+		if sk.Input.From == "" {
+			at(sk.Line, path+".input", "missing input: sink %q has no input", sk.Name)
+		}
+	}
+	// References and partitioning.
+	checkInput := func(in *Input, path, consumer string, par int) {
+		if in.From == "" {
+			at(in.Line, path+".from", "missing from")
+			return
+		}
+		kind, ppar, ok := s.Producer(in.From)
+		if !ok {
+			what := "operator or source"
+			for _, sk := range s.Sinks {
+				if sk.Name == in.From {
+					what = "operator or source (a sink produces nothing)"
+				}
+			}
+			at(in.Line, path+".from", "unknown %s %q", what, in.From)
+			return
+		}
+		if in.From == consumer {
+			at(in.Line, path+".from", "cycle: %s reads its own output", consumer)
+			return
+		}
+		switch in.Partition {
+		case "":
+			if ppar == par {
+				in.Partition = Forward
+			} else {
+				in.Partition = RoundRobin
+			}
+		case Forward:
+			if ppar != par {
+				at(in.Line, path+".partition", "forward edge between different parallelisms: %s %q has %d, %q has %d",
+					kind, in.From, ppar, consumer, par)
+			}
+		}
+	}
+	for i := range s.Operators {
+		op := &s.Operators[i]
+		for j := range op.Inputs {
+			checkInput(&op.Inputs[j], fmt.Sprintf("operators[%d].inputs[%d]", i, j), op.Name, op.Parallelism)
+		}
+	}
+	for i := range s.Sinks {
+		sk := &s.Sinks[i]
+		if sk.Input.From != "" {
+			checkInput(&sk.Input, fmt.Sprintf("sinks[%d].input", i), sk.Name, sk.Parallelism)
+		}
+	}
+	p.cycles(s)
+}
+
+// cycles reports each cycle among operators once, at the input that closes
+// it.
+func (p *parser) cycles(s *Spec) {
+	idx := map[string]int{}
+	for i, op := range s.Operators {
+		if _, dup := idx[op.Name]; !dup {
+			idx[op.Name] = i
+		}
+	}
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]int, len(s.Operators))
+	var stack []string
+	var visit func(i int)
+	visit = func(i int) {
+		color[i] = grey
+		stack = append(stack, s.Operators[i].Name)
+		for j, in := range s.Operators[i].Inputs {
+			k, ok := idx[in.From]
+			if !ok || k == i {
+				continue
+			}
+			switch color[k] {
+			case grey:
+				start := 0
+				for n, name := range stack {
+					if name == in.From {
+						start = n
+					}
+				}
+				cyc := append(append([]string{}, stack[start:]...), in.From)
+				p.errs = append(p.errs, &Error{File: p.file, Line: in.Line,
+					Path: fmt.Sprintf("operators[%d].inputs[%d].from", i, j),
+					Msg:  "cycle: " + strings.Join(reverse(cyc), " -> ")})
+			case white:
+				visit(k)
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[i] = black
+	}
+	for i := range s.Operators {
+		if color[i] == white {
+			visit(i)
+		}
+	}
+}
+
+// reverse turns a consumer-to-producer path into data-flow order.
+func reverse(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[len(s)-1-i] = v
+	}
+	return out
+}

@@ -1,0 +1,236 @@
+// Package jobspec reads and validates weir job specs: a YAML file naming a
+// job's sources, operators, sinks, checkpointing and restart strategy.
+//
+// Decoding is strict — an unknown option is an error — and every error
+// names the file, the line and the field path, for example
+//
+//	job.yaml:14: operators[1].inputs[0].from: unknown operator "cnt"
+//
+// All errors of a spec are reported together as an Errors value.
+// coordinator/README.md documents every field and its default.
+package jobspec
+
+import (
+	"time"
+)
+
+// Source kinds.
+const (
+	KindNATS      = "nats"
+	KindJetStream = "jetstream"
+)
+
+// Partitioners: how a producer's records are spread over a consumer's
+// parallel instances.
+const (
+	// Forward sends instance i's output to instance i of the consumer; both
+	// must have the same parallelism.
+	Forward = "forward"
+	// KeyHash sends a record to instance hash(key) mod parallelism.
+	KeyHash = "key"
+	// Broadcast sends every record to every instance.
+	Broadcast = "broadcast"
+	// RoundRobin spreads batches over the instances in turn.
+	RoundRobin = "round-robin"
+)
+
+// Sink delivery guarantees.
+const (
+	AtMostOnce  = "at-most-once"
+	AtLeastOnce = "at-least-once"
+	ExactlyOnce = "exactly-once"
+)
+
+// Checkpointing modes.
+const (
+	// ModeExactlyOnce takes aligned checkpoints (optionally switching to
+	// unaligned after Checkpointing.AlignedTimeout).
+	ModeExactlyOnce = "exactly-once"
+	// ModeAtLeastOnce tracks barriers without blocking inputs.
+	ModeAtLeastOnce = "at-least-once"
+	// ModeUnaligned takes unaligned checkpoints: barriers overtake in-flight
+	// data, which is stored as channel state.
+	ModeUnaligned = "unaligned"
+)
+
+// Restart strategies.
+const (
+	RestartFixedDelay         = "fixed-delay"
+	RestartExponentialBackoff = "exponential-backoff"
+	RestartNone               = "none"
+)
+
+// Defaults applied by Parse to fields the spec leaves out.
+const (
+	DefaultInterval          = 10 * time.Second
+	DefaultTimeout           = 60 * time.Second
+	DefaultMaxConcurrent     = 1
+	DefaultRetained          = 3
+	DefaultRestartDelay      = time.Second
+	DefaultRestartAttempts   = 10
+	DefaultBackoffInitial    = time.Second
+	DefaultBackoffMax        = time.Minute
+	DefaultBackoffMultiplier = 2.0
+)
+
+// Spec is a parsed and validated job spec. It is plain data and
+// JSON-serializable: the coordinator ships it to workers in deploy messages.
+type Spec struct {
+	Name          string        `json:"name"`
+	Sources       []Source      `json:"sources"`
+	Operators     []Operator    `json:"operators"`
+	Sinks         []Sink        `json:"sinks"`
+	Checkpointing Checkpointing `json:"checkpointing"`
+	Restart       Restart       `json:"restart"`
+}
+
+// Source reads records from NATS.
+type Source struct {
+	Name string `json:"name"`
+	// Kind is KindNATS (core subject) or KindJetStream (a stream).
+	Kind string `json:"kind"`
+	// Subject is the core NATS subject (nats); for jetstream, an optional
+	// alias of Filter.
+	Subject string `json:"subject,omitempty"`
+	// Stream is the JetStream stream (jetstream).
+	Stream string `json:"stream,omitempty"`
+	// Filter is an optional subject filter within Stream (jetstream).
+	Filter      string `json:"filter,omitempty"`
+	Parallelism int    `json:"parallelism"`
+	Line        int    `json:"line,omitempty"`
+}
+
+// Operator runs a WebAssembly module.
+type Operator struct {
+	Name string `json:"name"`
+	// Module is the module reference as written: NAME@VERSION, NAME,
+	// sha256:DIGEST or a file path (see coordinator/modref). ParseFile
+	// makes a relative file path relative to the spec's directory.
+	Module      string `json:"module"`
+	Parallelism int    `json:"parallelism"`
+	// Config is handed to weir_init: a YAML string verbatim, any other YAML
+	// value as compact JSON. Empty when absent.
+	Config []byte  `json:"config,omitempty"`
+	Limits Limits  `json:"limits"`
+	Inputs []Input `json:"inputs"`
+	Line   int     `json:"line,omitempty"`
+}
+
+// Limits bound one operator instance.
+type Limits struct {
+	// Memory is the maximum linear memory in bytes; 0 means the host's
+	// default.
+	Memory int64 `json:"memory,omitempty"`
+	// Timeout bounds a single call into the module; 0 means the host's
+	// default.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Input connects a consumer's input port to a producer. Input ports are
+// numbered in the order they are listed.
+type Input struct {
+	// From names a source or an operator.
+	From string `json:"from"`
+	// Partition is Forward, KeyHash, Broadcast or RoundRobin. Parse fills
+	// in Forward when both sides have the same parallelism, RoundRobin
+	// otherwise.
+	Partition string `json:"partition"`
+	Line      int    `json:"line,omitempty"`
+}
+
+// Sink writes records to NATS.
+type Sink struct {
+	Name string `json:"name"`
+	// Kind is KindNATS or KindJetStream.
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	// Stream is the JetStream stream the subject belongs to (jetstream).
+	Stream string `json:"stream,omitempty"`
+	// Guarantee defaults to ExactlyOnce for jetstream and AtMostOnce for
+	// nats; nats sinks only support AtMostOnce.
+	Guarantee   string `json:"guarantee"`
+	Parallelism int    `json:"parallelism"`
+	Input       Input  `json:"input"`
+	Line        int    `json:"line,omitempty"`
+}
+
+// Checkpointing configures the checkpoint coordinator.
+type Checkpointing struct {
+	// Mode is ModeExactlyOnce (default), ModeAtLeastOnce or ModeUnaligned.
+	Mode string `json:"mode"`
+	// AlignedTimeout, with ModeExactlyOnce, switches a task to unaligned
+	// when alignment takes longer than this; 0 disables.
+	AlignedTimeout time.Duration `json:"aligned_timeout,omitempty"`
+	// Interval between checkpoint triggers; 0 disables periodic checkpoints
+	// only when Disabled is set, otherwise DefaultInterval applies.
+	Interval time.Duration `json:"interval"`
+	// Timeout after which a pending checkpoint is aborted.
+	Timeout time.Duration `json:"timeout"`
+	// MinPause is the least time between the end of one checkpoint and the
+	// trigger of the next.
+	MinPause time.Duration `json:"min_pause,omitempty"`
+	// MaxConcurrent is the most checkpoints pending at once.
+	MaxConcurrent int `json:"max_concurrent"`
+	// TolerableFailures is how many consecutive checkpoint failures the job
+	// tolerates; one more fails the job over.
+	TolerableFailures int `json:"tolerable_failures"`
+	// Retained is how many completed checkpoints are kept.
+	Retained int `json:"retained"`
+	// Disabled turns periodic checkpoints off (savepoints still work).
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// Restart is the restart strategy applied when a job fails over.
+type Restart struct {
+	// Strategy is RestartFixedDelay (default), RestartExponentialBackoff or
+	// RestartNone.
+	Strategy string `json:"strategy"`
+	// Delay between restarts (fixed-delay).
+	Delay time.Duration `json:"delay,omitempty"`
+	// Initial, Max and Multiplier shape exponential backoff: the n-th
+	// consecutive restart waits min(Initial*Multiplier^(n-1), Max).
+	Initial    time.Duration `json:"initial,omitempty"`
+	Max        time.Duration `json:"max,omitempty"`
+	Multiplier float64       `json:"multiplier,omitempty"`
+	// Attempts is the most consecutive restarts without a completed
+	// checkpoint in between; one more failure fails the job.
+	Attempts int `json:"attempts"`
+}
+
+// RestartDelay returns how long to wait before the n-th consecutive restart
+// (n counts from 1).
+func (r Restart) RestartDelay(n int) time.Duration {
+	switch r.Strategy {
+	case RestartExponentialBackoff:
+		d := float64(r.Initial)
+		for i := 1; i < n; i++ {
+			d *= r.Multiplier
+			if d >= float64(r.Max) {
+				return r.Max
+			}
+		}
+		if time.Duration(d) > r.Max {
+			return r.Max
+		}
+		return time.Duration(d)
+	case RestartNone:
+		return 0
+	}
+	return r.Delay
+}
+
+// Producer returns the source or operator named name, as its kind
+// ("source" or "operator") and parallelism; ok is false when none exists.
+func (s *Spec) Producer(name string) (kind string, parallelism int, ok bool) {
+	for _, src := range s.Sources {
+		if src.Name == name {
+			return "source", src.Parallelism, true
+		}
+	}
+	for _, op := range s.Operators {
+		if op.Name == name {
+			return "operator", op.Parallelism, true
+		}
+	}
+	return "", 0, false
+}

@@ -1,0 +1,198 @@
+package jobspec
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/modref"
+)
+
+const good = `name: wordcount
+sources:
+  - name: lines
+    kind: jetstream
+    stream: LINES
+    filter: lines.>
+    parallelism: 2
+operators:
+  - name: split
+    module: splitter@2
+    parallelism: 2
+    config: "sep= "
+    inputs:
+      - from: lines
+  - name: count
+    module: ./wordcount.wasm
+    parallelism: 3
+    config:
+      window: 10
+      names: [a, b]
+    limits: {memory: 64MiB, timeout: 2s}
+    inputs:
+      - from: split
+        partition: key
+sinks:
+  - name: out
+    kind: jetstream
+    stream: COUNTS
+    subject: counts
+    input: {from: count}
+checkpointing:
+  mode: exactly-once
+  aligned-timeout: 200ms
+  interval: 1s
+  timeout: 30s
+  min-pause: 100ms
+  max-concurrent: 2
+  tolerable-failures: 1
+  retained: 2
+restart:
+  strategy: exponential-backoff
+  initial: 100ms
+  max: 2s
+  multiplier: 3
+  attempts: 5
+`
+
+func TestParseGood(t *testing.T) {
+	var refs []string
+	s, err := Parse("job.yaml", []byte(good), Options{Dir: "/jobs", CheckModule: func(r modref.Ref) error {
+		refs = append(refs, r.String())
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "wordcount" || len(s.Sources) != 1 || len(s.Operators) != 2 || len(s.Sinks) != 1 {
+		t.Fatalf("spec = %+v", s)
+	}
+	if got := strings.Join(refs, ","); got != "splitter@2,/jobs/wordcount.wasm" {
+		t.Errorf("checked modules %s", got)
+	}
+	split, count := s.Operators[0], s.Operators[1]
+	if string(split.Config) != "sep= " {
+		t.Errorf("string config = %q", split.Config)
+	}
+	if string(count.Config) != `{"names":["a","b"],"window":10}` {
+		t.Errorf("yaml config = %s", count.Config)
+	}
+	if count.Limits.Memory != 64<<20 || count.Limits.Timeout != 2*time.Second {
+		t.Errorf("limits = %+v", count.Limits)
+	}
+	if split.Inputs[0].Partition != Forward || count.Inputs[0].Partition != KeyHash {
+		t.Errorf("partitions %q %q", split.Inputs[0].Partition, count.Inputs[0].Partition)
+	}
+	if s.Sinks[0].Input.Partition != RoundRobin || s.Sinks[0].Guarantee != ExactlyOnce {
+		t.Errorf("sink = %+v", s.Sinks[0])
+	}
+	c := s.Checkpointing
+	if c.Interval != time.Second || c.AlignedTimeout != 200*time.Millisecond || c.MaxConcurrent != 2 ||
+		c.TolerableFailures != 1 || c.Retained != 2 || c.MinPause != 100*time.Millisecond || c.Timeout != 30*time.Second {
+		t.Errorf("checkpointing = %+v", c)
+	}
+	r := s.Restart
+	if r.RestartDelay(1) != 100*time.Millisecond || r.RestartDelay(2) != 300*time.Millisecond || r.RestartDelay(4) != 2*time.Second {
+		t.Errorf("backoff delays %v %v %v", r.RestartDelay(1), r.RestartDelay(2), r.RestartDelay(4))
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	s, err := Parse("j.yaml", []byte(`name: j
+sources: [{name: in, kind: nats, subject: a}]
+operators: [{name: op, module: m, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: b, input: {from: op}}]
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Checkpointing
+	if c.Mode != ModeExactlyOnce || c.Interval != DefaultInterval || c.Timeout != DefaultTimeout ||
+		c.MaxConcurrent != 1 || c.Retained != DefaultRetained || c.TolerableFailures != 0 {
+		t.Errorf("checkpointing defaults = %+v", c)
+	}
+	if s.Restart.Strategy != RestartFixedDelay || s.Restart.Delay != DefaultRestartDelay || s.Restart.Attempts != DefaultRestartAttempts {
+		t.Errorf("restart defaults = %+v", s.Restart)
+	}
+	if s.Sinks[0].Guarantee != AtMostOnce || s.Operators[0].Parallelism != 1 {
+		t.Errorf("defaults: %+v %+v", s.Sinks[0], s.Operators[0])
+	}
+}
+
+func TestErrors(t *testing.T) {
+	base := func(ops string) string {
+		return "name: j\nsources:\n  - {name: in, kind: nats, subject: a, parallelism: 2}\noperators:\n" + ops +
+			"sinks:\n  - {name: out, kind: nats, subject: b, input: {from: in}}\n"
+	}
+	cases := []struct {
+		name, spec string
+		want       []string
+	}{
+		{"unknown operator", base("  - name: a\n    module: m\n    inputs:\n      - from: cnt\n"),
+			[]string{`job.yaml:8: operators[0].inputs[0].from: unknown operator or source "cnt"`}},
+		{"unknown option", base("  - name: a\n    module: m\n    paralelism: 2\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].paralelism: unknown option "paralelism"`}},
+		{"missing input", base("  - name: a\n    module: m\n"),
+			[]string{`job.yaml:5: operators[0].inputs: missing input: operator "a" has no inputs`}},
+		{"forward parallelism", base("  - name: a\n    module: m\n    inputs: [{from: in, partition: forward}]\n"),
+			[]string{`job.yaml:7: operators[0].inputs[0].partition: forward edge between different parallelisms: source "in" has 2, "a" has 1`}},
+		{"cycle", base("  - name: a\n    module: m\n    inputs: [{from: in}, {from: b}]\n  - name: b\n    module: m\n    inputs: [{from: a}]\n"),
+			[]string{`job.yaml:10: operators[1].inputs[0].from: cycle: a -> b -> a`}},
+		{"self cycle", base("  - name: a\n    module: m\n    inputs: [{from: a}]\n"),
+			[]string{`job.yaml:7: operators[0].inputs[0].from: cycle: a reads its own output`}},
+		{"bad duration", "name: j\ncheckpointing:\n  interval: 10 secs\n  timeout: -1s\n",
+			[]string{`job.yaml:3: checkpointing.interval: bad duration "10 secs" (want e.g. 500ms, 10s, 1m)`,
+				`job.yaml:4: checkpointing.timeout: bad duration "-1s" (want e.g. 500ms, 10s, 1m)`}},
+		{"bad mode", "name: j\ncheckpointing:\n  mode: twice\n",
+			[]string{`job.yaml:3: checkpointing.mode: unknown value "twice" (want exactly-once, at-least-once, unaligned)`}},
+		{"unknown top-level option", "name: j\nsourcez: []\n", []string{`job.yaml:2: sourcez: unknown option "sourcez"`}},
+		{"bad module ref", base("  - name: a\n    module: a@x\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:6: operators[0].module: module reference "a@x": version must be a positive integer`}},
+		{"unknown module", base("  - name: a\n    module: nosuch@1\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:6: operators[0].module: unknown module "nosuch@1": not in the registry`}},
+		{"nats exactly-once", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - name: o\n    kind: nats\n    subject: x\n    guarantee: exactly-once\n    input: {from: in}\n",
+			[]string{`job.yaml:7: sinks[0].guarantee: a nats sink is at-most-once; use kind jetstream for exactly-once`}},
+		{"bad yaml", "name: [\n", []string{"job.yaml:1: bad YAML"}},
+		{"duplicate name", base("  - name: in\n    module: m\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:5: operators[0].name: duplicate name "in" (also sources[0])`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("job.yaml", []byte(c.spec), Options{CheckModule: func(r modref.Ref) error {
+				if r.Name == "nosuch" {
+					return errors.New("not in the registry")
+				}
+				return nil
+			}})
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("err = %v, want Errors", err)
+			}
+			for _, w := range c.want {
+				found := false
+				for _, e := range es {
+					if strings.HasPrefix(e.Error(), w) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("missing error %q in:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestMultipleErrorsReportedTogether(t *testing.T) {
+	_, err := Parse("job.yaml", []byte("name: j\nsources: [{name: in, kind: nats}]\noperators:\n  - {name: a, module: m, inputs: [{from: x}], bogus: 1}\nsinks: [{name: o, kind: nats, subject: s, input: {from: a}}]\n"), Options{})
+	var es Errors
+	if !errors.As(err, &es) || len(es) < 3 {
+		t.Fatalf("want >= 3 errors, got %v", err)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i].Line < es[i-1].Line {
+			t.Errorf("errors not in line order:\n%v", err)
+		}
+	}
+}
