@@ -1,0 +1,173 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+func rec(v string) stream.Element {
+	return stream.Records(abi.EncodeBatch(abi.Record{Value: []byte(v)}))
+}
+
+func val(t *testing.T, e stream.Element) string {
+	t.Helper()
+	if e.Kind != stream.KindRecords {
+		return e.String()
+	}
+	rs, err := abi.DecodeBatch(e.Batch)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("bad batch: %v", err)
+	}
+	return string(rs[0].Value)
+}
+
+func drain(t *testing.T, r *Receiver) []string {
+	t.Helper()
+	var out []string
+	for {
+		d, ok, err := r.Poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, val(t, d.Element))
+	}
+}
+
+func TestOrderAndBackpressure(t *testing.T) {
+	s, r := New(Options{Name: "a->b", CapacityElements: 2})
+	ctx := context.Background()
+	for _, v := range []string{"1", "2"} {
+		if err := s.Send(ctx, rec(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The third send has no credit: it must give up on ctx without sending.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.Send(cctx, rec("3")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("send without credit: %v", err)
+	}
+	done := make(chan error)
+	go func() { done <- s.Send(ctx, rec("3")) }()
+	if got := drain(t, r)[0:2]; got[0] != "1" || got[1] != "2" {
+		t.Fatalf("got %v", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, r); len(got) != 1 || got[0] != "3" {
+		t.Fatalf("got %v, want [3] once", got)
+	}
+}
+
+func TestPrioritySenderSide(t *testing.T) {
+	s, r := New(Options{})
+	ctx := context.Background()
+	_ = s.Send(ctx, rec("1"))
+	_ = s.Send(ctx, rec("2"))
+	b := stream.BarrierElement(stream.Barrier{ID: 7, Unaligned: true})
+	over, err := s.SendPriority(ctx, b)
+	if err != nil || len(over) != 2 || val(t, over[0]) != "1" || val(t, over[1]) != "2" {
+		t.Fatalf("overtaken %v %v", over, err)
+	}
+	d, ok, _ := r.PollPriority()
+	if !ok || d.Kind != stream.KindBarrier || len(d.Overtaken) != 0 {
+		t.Fatalf("priority poll: %v %v", d, ok)
+	}
+	if _, ok, _ := r.PollPriority(); ok {
+		t.Fatal("records are not priority")
+	}
+	if got := drain(t, r); len(got) != 2 {
+		t.Fatalf("overtaken data still delivered: %v", got)
+	}
+}
+
+func TestPriorityReceiverSide(t *testing.T) {
+	s, r := New(Options{PriorityAtReceiver: true})
+	ctx := context.Background()
+	_ = s.Send(ctx, rec("1"))
+	over, _ := s.SendPriority(ctx, stream.BarrierElement(stream.Barrier{ID: 1, Unaligned: true}))
+	over2, _ := s.SendPriority(ctx, stream.BarrierElement(stream.Barrier{ID: 2, Unaligned: true}))
+	_ = s.Send(ctx, rec("2"))
+	if len(over) != 0 || len(over2) != 0 {
+		t.Fatal("receiver-side channel returned overtaken data to the sender")
+	}
+	d, _, _ := r.Poll()
+	if d.Barrier.ID != 1 || len(d.Overtaken) != 1 || val(t, d.Overtaken[0]) != "1" {
+		t.Fatalf("first: %v %v", d, d.Overtaken)
+	}
+	d, _, _ = r.Poll()
+	if d.Barrier.ID != 2 {
+		t.Fatalf("priority elements keep their order: %v", d)
+	}
+	if got := drain(t, r); len(got) != 2 || got[0] != "1" || got[1] != "2" {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestFailAndClose(t *testing.T) {
+	s, r := New(Options{Name: "x"})
+	s.Fail(errors.New("boom"))
+	var ce *stream.ChannelError
+	if _, _, err := r.Poll(); !errors.As(err, &ce) || ce.Channel != "x" {
+		t.Fatalf("poll after fail: %v", err)
+	}
+	s2, r2 := New(Options{CapacityElements: 1})
+	_ = s2.Send(context.Background(), rec("1"))
+	done := make(chan error)
+	go func() { done <- s2.Send(context.Background(), rec("2")) }()
+	time.Sleep(time.Millisecond)
+	_ = r2.Close()
+	if err := <-done; !errors.Is(err, stream.ErrClosed) {
+		t.Fatalf("blocked send after receiver close: %v", err)
+	}
+}
+
+// TestConcurrent moves many elements through a small channel with a
+// Notify-driven consumer; run under -race.
+func TestConcurrent(t *testing.T) {
+	s, r := New(Options{CapacityBytes: 64})
+	wake := make(chan struct{}, 1)
+	r.Notify(func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	const n = 5000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < n; i++ {
+			if err := s.Send(context.Background(), rec("x")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	got := 0
+	for got < n {
+		d, ok, err := r.Poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			<-wake
+			continue
+		}
+		if d.Kind == stream.KindRecords {
+			got++
+		}
+	}
+	wg.Wait()
+}
