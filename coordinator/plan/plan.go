@@ -1,0 +1,283 @@
+// Package plan turns a job spec into its physical plan: every vertex
+// (source, operator, sink) expanded into Parallelism tasks, and every input
+// edge expanded into channels between producer and consumer tasks, each with
+// its output port (on the producer), input port (on the consumer) and
+// partitioner. Everything here is plain JSON-serializable data: the
+// coordinator builds it, workers run it.
+//
+// IDs are stable and usable as NATS subject tokens, JetStream consumer
+// names and KV keys: a task is "NAME-INDEX" (shown as "NAME[INDEX]"), a
+// channel is "FROMTASK_TOTASK_INPORT".
+//
+// Port numbering: a consumer's input ports are its inputs in spec order (a
+// sink has one, port 0). A producer's output ports are numbered in the order
+// its consumers declare it: operators in spec order and, within one, their
+// inputs in order, then sinks in spec order.
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+// Kind is the kind of a vertex.
+type Kind string
+
+// Vertex kinds.
+const (
+	Source   Kind = "source"
+	Operator Kind = "operator"
+	Sink     Kind = "sink"
+)
+
+// Plan is a job's physical plan.
+type Plan struct {
+	Job      string    `json:"job"`
+	Vertices []Vertex  `json:"vertices"`
+	Tasks    []Task    `json:"tasks"`
+	Channels []Channel `json:"channels"`
+}
+
+// Vertex is one source, operator or sink of the spec.
+type Vertex struct {
+	Name        string `json:"name"`
+	Kind        Kind   `json:"kind"`
+	Parallelism int    `json:"parallelism"`
+	// Inputs are the vertex's input edges by input port.
+	Inputs []Edge `json:"inputs,omitempty"`
+	// Outputs are the vertex's output edges by output port.
+	Outputs []Edge `json:"outputs,omitempty"`
+	// Tasks are the IDs of the vertex's tasks by index.
+	Tasks []string `json:"tasks"`
+}
+
+// Edge is a logical connection between two vertices.
+type Edge struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	OutPort   int    `json:"out_port"`
+	InPort    int    `json:"in_port"`
+	Partition string `json:"partition"`
+}
+
+// Task is one parallel instance of a vertex.
+type Task struct {
+	ID          string `json:"id"`
+	Vertex      string `json:"vertex"`
+	Kind        Kind   `json:"kind"`
+	Index       int    `json:"index"`
+	Parallelism int    `json:"parallelism"`
+	// Inputs holds, per input port, the IDs of the channels feeding the task
+	// in producer-index order.
+	Inputs [][]string `json:"inputs,omitempty"`
+	// Outputs holds, per output port, the partitioner and the IDs of the
+	// channels leaving the task in consumer-index order: a KeyHash
+	// partitioner sends a record to Channels[hash(key) % len(Channels)].
+	Outputs []Output `json:"outputs,omitempty"`
+}
+
+// Output is one output port of a task.
+type Output struct {
+	Partition string   `json:"partition"`
+	Channels  []string `json:"channels"`
+}
+
+// Channel connects one producer task's output port to one consumer task's
+// input port.
+type Channel struct {
+	ID        string `json:"id"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	OutPort   int    `json:"out_port"`
+	InPort    int    `json:"in_port"`
+	Partition string `json:"partition"`
+}
+
+// TaskID returns the ID of instance index of vertex.
+func TaskID(vertex string, index int) string { return fmt.Sprintf("%s-%d", vertex, index) }
+
+// ChannelID returns the ID of the channel from task from to input port
+// inPort of task to.
+func ChannelID(from, to string, inPort int) string { return fmt.Sprintf("%s_%s_%d", from, to, inPort) }
+
+// DisplayName returns "vertex[index]" for a task.
+func (t Task) DisplayName() string { return fmt.Sprintf("%s[%d]", t.Vertex, t.Index) }
+
+// Build expands a validated spec into its plan.
+func Build(s *jobspec.Spec) (*Plan, error) {
+	p := &Plan{Job: s.Name}
+	vidx := map[string]int{}
+	add := func(name string, kind Kind, par int) {
+		vidx[name] = len(p.Vertices)
+		v := Vertex{Name: name, Kind: kind, Parallelism: par}
+		for i := 0; i < par; i++ {
+			v.Tasks = append(v.Tasks, TaskID(name, i))
+		}
+		p.Vertices = append(p.Vertices, v)
+	}
+	for _, src := range s.Sources {
+		add(src.Name, Source, src.Parallelism)
+	}
+	for _, op := range s.Operators {
+		add(op.Name, Operator, op.Parallelism)
+	}
+	for _, sk := range s.Sinks {
+		add(sk.Name, Sink, sk.Parallelism)
+	}
+	if len(vidx) != len(p.Vertices) {
+		return nil, fmt.Errorf("plan %s: duplicate vertex names", s.Name)
+	}
+	connect := func(to string, inPort int, in jobspec.Input) error {
+		fi, ok := vidx[in.From]
+		if !ok {
+			return fmt.Errorf("plan %s: %s reads from unknown %q", s.Name, to, in.From)
+		}
+		from := &p.Vertices[fi]
+		if from.Kind == Sink {
+			return fmt.Errorf("plan %s: %s reads from sink %q", s.Name, to, in.From)
+		}
+		part := in.Partition
+		if part == "" {
+			part = jobspec.RoundRobin
+			if from.Parallelism == p.Vertices[vidx[to]].Parallelism {
+				part = jobspec.Forward
+			}
+		}
+		e := Edge{From: in.From, To: to, OutPort: len(from.Outputs), InPort: inPort, Partition: part}
+		if part == jobspec.Forward && from.Parallelism != p.Vertices[vidx[to]].Parallelism {
+			return fmt.Errorf("plan %s: forward edge %s -> %s between different parallelisms", s.Name, in.From, to)
+		}
+		from.Outputs = append(from.Outputs, e)
+		p.Vertices[vidx[to]].Inputs = append(p.Vertices[vidx[to]].Inputs, e)
+		return nil
+	}
+	for _, op := range s.Operators {
+		for port, in := range op.Inputs {
+			if err := connect(op.Name, port, in); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, sk := range s.Sinks {
+		if err := connect(sk.Name, 0, sk.Input); err != nil {
+			return nil, err
+		}
+	}
+	// Tasks with empty port tables.
+	tidx := map[string]int{}
+	for _, v := range p.Vertices {
+		for i, id := range v.Tasks {
+			t := Task{ID: id, Vertex: v.Name, Kind: v.Kind, Index: i, Parallelism: v.Parallelism}
+			t.Inputs = make([][]string, len(v.Inputs))
+			t.Outputs = make([]Output, len(v.Outputs))
+			for o, e := range v.Outputs {
+				t.Outputs[o].Partition = e.Partition
+			}
+			tidx[id] = len(p.Tasks)
+			p.Tasks = append(p.Tasks, t)
+		}
+	}
+	// Channels, in consumer order so each port's list is in producer order
+	// and each output's list in consumer order.
+	for _, v := range p.Vertices {
+		for _, e := range v.Inputs {
+			from := p.Vertices[vidx[e.From]]
+			for j, to := range v.Tasks {
+				for i, fromTask := range from.Tasks {
+					if e.Partition == jobspec.Forward && i != j {
+						continue
+					}
+					c := Channel{ID: ChannelID(fromTask, to, e.InPort), From: fromTask, To: to,
+						OutPort: e.OutPort, InPort: e.InPort, Partition: e.Partition}
+					p.Channels = append(p.Channels, c)
+					ti := &p.Tasks[tidx[to]]
+					ti.Inputs[e.InPort] = append(ti.Inputs[e.InPort], c.ID)
+				}
+			}
+		}
+	}
+	// Output channel lists ordered by consumer index.
+	for i := range p.Channels {
+		c := p.Channels[i]
+		t := &p.Tasks[tidx[c.From]]
+		t.Outputs[c.OutPort].Channels = append(t.Outputs[c.OutPort].Channels, c.ID)
+	}
+	for i := range p.Tasks {
+		for o := range p.Tasks[i].Outputs {
+			chs := p.Tasks[i].Outputs[o].Channels
+			sort.SliceStable(chs, func(a, b int) bool {
+				return p.Tasks[tidx[p.channel(chs[a]).To]].Index < p.Tasks[tidx[p.channel(chs[b]).To]].Index
+			})
+		}
+	}
+	return p, nil
+}
+
+func (p *Plan) channel(id string) Channel {
+	for _, c := range p.Channels {
+		if c.ID == id {
+			return c
+		}
+	}
+	return Channel{}
+}
+
+// Task returns the task with the given ID.
+func (p *Plan) Task(id string) (Task, bool) {
+	for _, t := range p.Tasks {
+		if t.ID == id {
+			return t, true
+		}
+	}
+	return Task{}, false
+}
+
+// Channel returns the channel with the given ID.
+func (p *Plan) Channel(id string) (Channel, bool) {
+	for _, c := range p.Channels {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return Channel{}, false
+}
+
+// SourceTasks returns the IDs of all source tasks, in plan order: the tasks
+// the checkpoint coordinator triggers.
+func (p *Plan) SourceTasks() []string {
+	var ids []string
+	for _, t := range p.Tasks {
+		if t.Kind == Source {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids
+}
+
+// TaskIDs returns every task ID in plan order: the tasks that must ack a
+// checkpoint.
+func (p *Plan) TaskIDs() []string {
+	ids := make([]string, len(p.Tasks))
+	for i, t := range p.Tasks {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// Assign distributes the plan's tasks over workers round-robin, in plan
+// order over the workers sorted by ID, and returns worker ID → task IDs.
+func Assign(p *Plan, workers []string) (map[string][]string, error) {
+	if len(workers) == 0 {
+		return nil, fmt.Errorf("assign %s: no live workers", p.Job)
+	}
+	ws := append([]string(nil), workers...)
+	sort.Strings(ws)
+	out := make(map[string][]string, len(ws))
+	for i, t := range p.Tasks {
+		w := ws[i%len(ws)]
+		out[w] = append(out[w], t.ID)
+	}
+	return out, nil
+}

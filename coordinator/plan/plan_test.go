@@ -1,0 +1,85 @@
+package plan
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+func TestBuild(t *testing.T) {
+	spec, err := jobspec.Parse("j.yaml", []byte(`name: j
+sources:
+  - {name: a, kind: nats, subject: a, parallelism: 2}
+  - {name: b, kind: nats, subject: b}
+operators:
+  - name: m
+    module: m
+    parallelism: 2
+    inputs: [{from: a}, {from: b, partition: broadcast}]
+  - name: k
+    module: k
+    parallelism: 3
+    inputs: [{from: m, partition: key}]
+sinks:
+  - {name: out, kind: nats, subject: o, input: {from: k}}
+  - {name: tap, kind: nats, subject: t, parallelism: 2, input: {from: m}}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Tasks) != 2+1+2+3+1+2 {
+		t.Fatalf("%d tasks", len(p.Tasks))
+	}
+	m0, _ := p.Task("m-0")
+	if !reflect.DeepEqual(m0.Inputs, [][]string{{"a-0_m-0_0"}, {"b-0_m-0_1"}}) {
+		t.Errorf("m-0 inputs = %v", m0.Inputs)
+	}
+	// m's outputs: port 0 to k (declared first), port 1 to sink tap.
+	want := []Output{
+		{Partition: "key", Channels: []string{"m-0_k-0_0", "m-0_k-1_0", "m-0_k-2_0"}},
+		{Partition: "forward", Channels: []string{"m-0_tap-0_0"}},
+	}
+	if !reflect.DeepEqual(m0.Outputs, want) {
+		t.Errorf("m-0 outputs = %+v", m0.Outputs)
+	}
+	k1, _ := p.Task("k-1")
+	if !reflect.DeepEqual(k1.Inputs, [][]string{{"m-0_k-1_0", "m-1_k-1_0"}}) {
+		t.Errorf("k-1 inputs = %v", k1.Inputs)
+	}
+	b0, _ := p.Task("b-0")
+	if len(b0.Outputs) != 1 || len(b0.Outputs[0].Channels) != 2 {
+		t.Errorf("broadcast b-0 outputs = %+v", b0.Outputs)
+	}
+	c, ok := p.Channel("m-1_k-2_0")
+	if !ok || c.OutPort != 0 || c.InPort != 0 || c.Partition != "key" {
+		t.Errorf("channel = %+v", c)
+	}
+	if got := p.SourceTasks(); !reflect.DeepEqual(got, []string{"a-0", "a-1", "b-0"}) {
+		t.Errorf("sources = %v", got)
+	}
+	// JSON round trip.
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Plan
+	if err := json.Unmarshal(data, &back); err != nil || !reflect.DeepEqual(&back, p) {
+		t.Errorf("json round trip differs: %v", err)
+	}
+	as, err := Assign(p, []string{"w2", "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as["w1"]) != 6 || len(as["w2"]) != 5 || as["w1"][0] != "a-0" || as["w2"][0] != "a-1" {
+		t.Errorf("assignment = %v", as)
+	}
+	if _, err := Assign(p, nil); err == nil {
+		t.Error("assign to no workers succeeded")
+	}
+}
