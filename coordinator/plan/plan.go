@@ -170,8 +170,12 @@ func Build(s *jobspec.Spec) (*Plan, error) {
 	for _, v := range p.Vertices {
 		for i, id := range v.Tasks {
 			t := Task{ID: id, Vertex: v.Name, Kind: v.Kind, Index: i, Parallelism: v.Parallelism}
-			t.Inputs = make([][]string, len(v.Inputs))
-			t.Outputs = make([]Output, len(v.Outputs))
+			if len(v.Inputs) > 0 {
+				t.Inputs = make([][]string, len(v.Inputs))
+			}
+			if len(v.Outputs) > 0 {
+				t.Outputs = make([]Output, len(v.Outputs))
+			}
 			for o, e := range v.Outputs {
 				t.Outputs[o].Partition = e.Partition
 			}
