@@ -1,0 +1,303 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+// JobState is the state of a job.
+type JobState string
+
+// Job states.
+const (
+	JobCreated    JobState = "created"
+	JobRunning    JobState = "running"
+	JobRestarting JobState = "restarting"
+	JobFailed     JobState = "failed"
+	JobCanceled   JobState = "canceled"
+	JobFinished   JobState = "finished"
+)
+
+// Terminal reports whether a job in state s will not run again.
+func (s JobState) Terminal() bool { return s == JobFailed || s == JobCanceled || s == JobFinished }
+
+// JobStatus describes a job.
+type JobStatus struct {
+	Name  string   `json:"name"`
+	State JobState `json:"state"`
+	// Attempt counts deployments, from 1.
+	Attempt int `json:"attempt"`
+	// Restarts counts failovers so far.
+	Restarts int `json:"restarts"`
+	// Reason is the last failure's cause.
+	Reason    string    `json:"reason,omitempty"`
+	Submitted time.Time `json:"submitted"`
+	Updated   time.Time `json:"updated"`
+	// Assignment maps task ID to worker ID for the current attempt.
+	Assignment map[string]string `json:"assignment,omitempty"`
+	// LatestCheckpoint is the ID of the latest completed checkpoint (0: none).
+	LatestCheckpoint int64 `json:"latest_checkpoint,omitempty"`
+	// RestoredFrom is the checkpoint the current attempt started from.
+	RestoredFrom int64 `json:"restored_from,omitempty"`
+}
+
+// Checkpoint statuses.
+const (
+	CheckpointPending   = "pending"
+	CheckpointCompleted = "completed"
+	CheckpointFailed    = "failed"
+	CheckpointDiscarded = "discarded"
+)
+
+// CheckpointInfo describes one checkpoint or savepoint of a job.
+type CheckpointInfo struct {
+	Job       string `json:"job"`
+	ID        int64  `json:"id"`
+	Savepoint bool   `json:"savepoint,omitempty"`
+	// Status is one of the Checkpoint* statuses.
+	Status string `json:"status"`
+	// Reason is why a failed checkpoint was aborted.
+	Reason    string    `json:"reason,omitempty"`
+	Triggered time.Time `json:"triggered"`
+	// Duration runs from trigger to completion or abort.
+	Duration time.Duration `json:"duration,omitempty"`
+	// Size is the sum of the tasks' snapshot bytes.
+	Size int64 `json:"size"`
+	// Alignment is the longest alignment among the tasks.
+	Alignment time.Duration `json:"alignment"`
+	// Unaligned is true when any task's snapshot ended unaligned.
+	Unaligned bool `json:"unaligned"`
+	// Acked and Total count the tasks.
+	Acked int `json:"acked"`
+	Total int `json:"total"`
+	// Tasks holds each acked task's metrics (Metric* names).
+	Tasks map[string]map[string]int64 `json:"tasks,omitempty"`
+}
+
+// SubmitRequest submits a job.
+type SubmitRequest struct {
+	Spec *jobspec.Spec `json:"spec"`
+	// RestoreFrom, if set, is the checkpoint to start from: "ID" (of a job
+	// with the spec's name) or "JOB/ID".
+	RestoreFrom string `json:"restore_from,omitempty"`
+}
+
+// RestoreRequest restarts a stopped job from one of its checkpoints.
+type RestoreRequest struct {
+	Job string `json:"job"`
+	// From is "ID" or "JOB/ID".
+	From string `json:"from"`
+	// Spec, if set, replaces the job's last spec.
+	Spec *jobspec.Spec `json:"spec,omitempty"`
+}
+
+// API is the job API the coordinator serves and the CLI calls.
+type API interface {
+	Submit(ctx context.Context, r SubmitRequest) (JobStatus, error)
+	Jobs(ctx context.Context) ([]JobStatus, error)
+	Job(ctx context.Context, name string) (JobStatus, error)
+	CancelJob(ctx context.Context, name string) (JobStatus, error)
+	Savepoint(ctx context.Context, job string) (CheckpointInfo, error)
+	Restore(ctx context.Context, r RestoreRequest) (JobStatus, error)
+	Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error)
+}
+
+// API operations (subject suffixes).
+const (
+	APISubmit      = "submit"
+	APIJobs        = "jobs"
+	APIJob         = "job"
+	APICancel      = "cancel"
+	APISavepoint   = "savepoint"
+	APIRestore     = "restore"
+	APICheckpoints = "checkpoints"
+)
+
+type nameRequest struct {
+	Name string `json:"name"`
+}
+
+type apiReply[T any] struct {
+	Reply
+	Result T `json:"result"`
+}
+
+// APIClient calls the job API over NATS.
+type APIClient struct {
+	nc   *nats.Conn
+	subj Subjects
+	// Timeout bounds requests without a ctx deadline; savepoints take up to
+	// the checkpoint timeout. Default DefaultRequestTimeout.
+	Timeout time.Duration
+}
+
+// NewAPIClient returns a client of the job API under prefix ("" = default).
+func NewAPIClient(nc *nats.Conn, prefix string) *APIClient {
+	return &APIClient{nc: nc, subj: Subjects{prefix}}
+}
+
+func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, error) {
+	var rep apiReply[T]
+	if _, ok := ctx.Deadline(); !ok && c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	err := request(ctx, c.nc, c.subj.API(op), req, &rep)
+	return rep.Result, err
+}
+
+// Submit submits a job.
+func (c *APIClient) Submit(ctx context.Context, r SubmitRequest) (JobStatus, error) {
+	return call[JobStatus](ctx, c, APISubmit, r)
+}
+
+// Jobs lists every job.
+func (c *APIClient) Jobs(ctx context.Context) ([]JobStatus, error) {
+	return call[[]JobStatus](ctx, c, APIJobs, struct{}{})
+}
+
+// Job returns one job's status.
+func (c *APIClient) Job(ctx context.Context, name string) (JobStatus, error) {
+	return call[JobStatus](ctx, c, APIJob, nameRequest{name})
+}
+
+// CancelJob cancels a job.
+func (c *APIClient) CancelJob(ctx context.Context, name string) (JobStatus, error) {
+	return call[JobStatus](ctx, c, APICancel, nameRequest{name})
+}
+
+// Savepoint takes a savepoint of a running job and waits for it.
+func (c *APIClient) Savepoint(ctx context.Context, job string) (CheckpointInfo, error) {
+	return call[CheckpointInfo](ctx, c, APISavepoint, nameRequest{job})
+}
+
+// Restore restarts a job from a checkpoint.
+func (c *APIClient) Restore(ctx context.Context, r RestoreRequest) (JobStatus, error) {
+	return call[JobStatus](ctx, c, APIRestore, r)
+}
+
+// Checkpoints lists a job's checkpoints, newest first.
+func (c *APIClient) Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error) {
+	return call[[]CheckpointInfo](ctx, c, APICheckpoints, nameRequest{job})
+}
+
+// ServeAPI answers job API requests with impl until ctx is done. Each
+// request is handled in its own goroutine (savepoints wait long). ready,
+// if not nil, is closed once the subscriptions are live.
+func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready chan<- struct{}) error {
+	subj := Subjects{prefix}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		closed bool
+	)
+	defer func() {
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+		wg.Wait()
+	}()
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	handle := func(op string, fn func(ctx context.Context, data []byte) (any, error)) error {
+		s, err := nc.Subscribe(subj.API(op), func(m *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			if closed {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := fn(ctx, m.Data)
+				if err != nil {
+					respond(m, replyFor(err))
+					return
+				}
+				respond(m, apiReply[any]{Result: res})
+			}()
+		})
+		if err != nil {
+			return fmt.Errorf("serve job API: subscribe %s: %w", op, err)
+		}
+		subs = append(subs, s)
+		return nil
+	}
+	name := func(data []byte) (string, error) {
+		var r nameRequest
+		if err := json.Unmarshal(data, &r); err != nil {
+			return "", fmt.Errorf("decode request: %w: %v", ErrInvalid, err)
+		}
+		return r.Name, nil
+	}
+	ops := map[string]func(ctx context.Context, data []byte) (any, error){
+		APISubmit: func(ctx context.Context, data []byte) (any, error) {
+			var r SubmitRequest
+			if err := json.Unmarshal(data, &r); err != nil || r.Spec == nil {
+				return nil, fmt.Errorf("decode submit request: %w", ErrInvalid)
+			}
+			return impl.Submit(ctx, r)
+		},
+		APIJobs: func(ctx context.Context, _ []byte) (any, error) { return impl.Jobs(ctx) },
+		APIJob: func(ctx context.Context, data []byte) (any, error) {
+			n, err := name(data)
+			if err != nil {
+				return nil, err
+			}
+			return impl.Job(ctx, n)
+		},
+		APICancel: func(ctx context.Context, data []byte) (any, error) {
+			n, err := name(data)
+			if err != nil {
+				return nil, err
+			}
+			return impl.CancelJob(ctx, n)
+		},
+		APISavepoint: func(ctx context.Context, data []byte) (any, error) {
+			n, err := name(data)
+			if err != nil {
+				return nil, err
+			}
+			return impl.Savepoint(ctx, n)
+		},
+		APIRestore: func(ctx context.Context, data []byte) (any, error) {
+			var r RestoreRequest
+			if err := json.Unmarshal(data, &r); err != nil {
+				return nil, fmt.Errorf("decode restore request: %w", ErrInvalid)
+			}
+			return impl.Restore(ctx, r)
+		},
+		APICheckpoints: func(ctx context.Context, data []byte) (any, error) {
+			n, err := name(data)
+			if err != nil {
+				return nil, err
+			}
+			return impl.Checkpoints(ctx, n)
+		},
+	}
+	for op, fn := range ops {
+		if err := handle(op, fn); err != nil {
+			return err
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("serve job API: flush: %w", err)
+	}
+	if ready != nil {
+		close(ready)
+	}
+	<-ctx.Done()
+	return nil
+}

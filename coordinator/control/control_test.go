@@ -1,0 +1,242 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
+	"github.com/weirhq/weir/transport/embedded"
+)
+
+func startNATS(t *testing.T) *nats.Conn {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+type recCoord struct {
+	mu     sync.Mutex
+	events []Event
+	joined chan string
+	lost   chan string
+}
+
+func (r *recCoord) Event(e Event) error {
+	if e.Task == "bad" {
+		return errors.New("no such task")
+	}
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+	return nil
+}
+func (r *recCoord) WorkerJoined(w WorkerInfo) { r.joined <- w.ID }
+func (r *recCoord) WorkerLost(id string)      { r.lost <- id }
+
+type recWorker struct {
+	mu   sync.Mutex
+	got  []string
+	dep  Deploy
+	fail bool
+}
+
+func (w *recWorker) rec(s string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, s)
+	if w.fail {
+		return errors.New("cannot " + s)
+	}
+	return nil
+}
+func (w *recWorker) Deploy(_ context.Context, d Deploy) error {
+	w.mu.Lock()
+	w.dep = d
+	w.mu.Unlock()
+	return w.rec("deploy")
+}
+func (w *recWorker) Cancel(context.Context, Cancel) error     { return w.rec("cancel") }
+func (w *recWorker) Trigger(context.Context, Trigger) error   { return w.rec("trigger") }
+func (w *recWorker) Complete(context.Context, Complete) error { return w.rec("complete") }
+func (w *recWorker) Abort(context.Context, Abort) error       { return w.rec("abort") }
+
+func TestRoundTripAndLostWorker(t *testing.T) {
+	nc := startNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rc := &recCoord{joined: make(chan string, 4), lost: make(chan string, 4)}
+	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: 400 * time.Millisecond})
+	ready := make(chan struct{})
+	go func() { _ = co.Run(ctx, ready) }()
+	<-ready
+
+	rw := &recWorker{}
+	wctx, wcancel := context.WithCancel(ctx)
+	w := NewWorker(nc, "w1", rw, WorkerOptions{HeartbeatInterval: 50 * time.Millisecond})
+	wdone := make(chan struct{})
+	wready := make(chan struct{})
+	go func() { defer close(wdone); _ = w.Run(wctx, wready) }()
+	<-wready
+	if id := <-rc.joined; id != "w1" {
+		t.Fatalf("joined %q", id)
+	}
+	if got := co.LiveWorkers(); len(got) != 1 || got[0] != "w1" {
+		t.Fatalf("live = %v", got)
+	}
+
+	spec, err := jobspec.Parse("j", []byte("name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\n"), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := plan.Build(spec)
+	d := Deploy{Job: "j", Attempt: 1, Spec: spec, Plan: p, Tasks: p.TaskIDs(),
+		Restore: &Restore{CheckpointID: 3, Handles: map[string]string{"in-0": "j/chk-3/in-0"}}}
+	if err := co.Deploy(ctx, "w1", d); err != nil {
+		t.Fatal(err)
+	}
+	rw.mu.Lock()
+	if rw.dep.Plan == nil || len(rw.dep.Plan.Tasks) != 2 || rw.dep.Restore.Handles["in-0"] != "j/chk-3/in-0" || rw.dep.Spec.Name != "j" {
+		t.Errorf("deploy arrived as %+v", rw.dep)
+	}
+	rw.mu.Unlock()
+	for _, f := range []func() error{
+		func() error { return co.Trigger(ctx, "w1", Trigger{Job: "j", Attempt: 1, CheckpointID: 4, Tasks: []string{"in-0"}}) },
+		func() error { return co.Complete(ctx, "w1", Complete{Job: "j", Attempt: 1, CheckpointID: 4}) },
+		func() error { return co.Abort(ctx, "w1", Abort{Job: "j", Attempt: 1, CheckpointID: 5, Reason: "x"}) },
+		func() error { return co.Cancel(ctx, "w1", Cancel{Job: "j", Attempt: 1}) },
+	} {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rw.mu.Lock()
+	if got := rw.got; len(got) != 5 || got[4] != "cancel" {
+		t.Errorf("worker got %v", got)
+	}
+	rw.fail = true
+	rw.mu.Unlock()
+	var re *RemoteError
+	if err := co.Cancel(ctx, "w1", Cancel{Job: "j"}); !errors.As(err, &re) || re.Msg != "cannot cancel" {
+		t.Errorf("worker error = %v", err)
+	}
+	if err := co.Cancel(ctx, "nosuch", Cancel{Job: "j"}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("request to a missing worker = %v, want ErrUnavailable", err)
+	}
+
+	ref := TaskRef{Job: "j", Attempt: 1, Task: "in-0"}
+	if err := w.Ack(ctx, ref, 4, "j/chk-4/in-0", map[string]int64{MetricStateBytes: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Decline(ctx, ref, 5, DeclineRefused, "too much"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Failed(ctx, ref, "trap"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Finished(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Failed(ctx, TaskRef{Job: "j", Task: "bad"}, "x"); err == nil {
+		t.Error("coordinator's refusal did not reach the worker")
+	}
+	rc.mu.Lock()
+	if len(rc.events) != 4 || rc.events[0].Handle != "j/chk-4/in-0" || rc.events[0].Metrics[MetricStateBytes] != 10 ||
+		rc.events[1].Kind != DeclineRefused || rc.events[2].Reason != "trap" || rc.events[3].Type != EventFinished || rc.events[0].Worker != "w1" {
+		t.Errorf("events = %+v", rc.events)
+	}
+	rc.mu.Unlock()
+
+	// The worker stops heartbeating: the coordinator declares it lost.
+	wcancel()
+	<-wdone
+	select {
+	case id := <-rc.lost:
+		if id != "w1" {
+			t.Errorf("lost %q", id)
+		}
+	case <-ctx.Done():
+		t.Fatal("worker never declared lost")
+	}
+	if got := co.LiveWorkers(); len(got) != 0 {
+		t.Errorf("live after loss = %v", got)
+	}
+}
+
+type fakeAPI struct{}
+
+func (fakeAPI) Submit(_ context.Context, r SubmitRequest) (JobStatus, error) {
+	if r.Spec.Name == "dup" {
+		return JobStatus{}, ErrConflict
+	}
+	return JobStatus{Name: r.Spec.Name, State: JobCreated}, nil
+}
+func (fakeAPI) Jobs(context.Context) ([]JobStatus, error) {
+	return []JobStatus{{Name: "a", State: JobRunning}}, nil
+}
+func (fakeAPI) Job(_ context.Context, n string) (JobStatus, error) {
+	return JobStatus{}, errors.Join(errors.New("job "+n), ErrNotFound)
+}
+func (fakeAPI) CancelJob(_ context.Context, n string) (JobStatus, error) {
+	return JobStatus{Name: n, State: JobCanceled}, nil
+}
+func (fakeAPI) Savepoint(_ context.Context, n string) (CheckpointInfo, error) {
+	return CheckpointInfo{Job: n, ID: 7, Savepoint: true}, nil
+}
+func (fakeAPI) Restore(_ context.Context, r RestoreRequest) (JobStatus, error) {
+	return JobStatus{Name: r.Job, RestoredFrom: 7}, nil
+}
+func (fakeAPI) Checkpoints(_ context.Context, n string) ([]CheckpointInfo, error) {
+	return []CheckpointInfo{{Job: n, ID: 2, Tasks: map[string]map[string]int64{"t": {MetricUnaligned: 1}}}}, nil
+}
+
+func TestAPIRoundTrip(t *testing.T) {
+	nc := startNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ServeAPI(ctx, nc, "", fakeAPI{}, ready) }()
+	<-ready
+	c := NewAPIClient(nc, "")
+	if st, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "x"}}); err != nil || st.Name != "x" {
+		t.Errorf("submit = %+v %v", st, err)
+	}
+	if _, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "dup"}}); !errors.Is(err, ErrConflict) {
+		t.Errorf("dup submit = %v", err)
+	}
+	if _, err := c.Job(ctx, "zz"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("job = %v", err)
+	}
+	if js, err := c.Jobs(ctx); err != nil || len(js) != 1 {
+		t.Errorf("jobs = %v %v", js, err)
+	}
+	if st, err := c.CancelJob(ctx, "a"); err != nil || st.State != JobCanceled {
+		t.Errorf("cancel = %v %v", st, err)
+	}
+	if sp, err := c.Savepoint(ctx, "a"); err != nil || sp.ID != 7 {
+		t.Errorf("savepoint = %v %v", sp, err)
+	}
+	if st, err := c.Restore(ctx, RestoreRequest{Job: "a", From: "7"}); err != nil || st.RestoredFrom != 7 {
+		t.Errorf("restore = %v %v", st, err)
+	}
+	if cs, err := c.Checkpoints(ctx, "a"); err != nil || len(cs) != 1 || cs[0].Tasks["t"][MetricUnaligned] != 1 {
+		t.Errorf("checkpoints = %v %v", cs, err)
+	}
+	cancel()
+	<-done
+}

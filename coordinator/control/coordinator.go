@@ -1,0 +1,223 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// CoordinatorHandler receives what workers report. Calls come from the
+// coordinator client's goroutines; they should return quickly.
+type CoordinatorHandler interface {
+	// Event is a task event; an error is sent back to the worker.
+	Event(e Event) error
+	// WorkerJoined is called when a worker registers or first heartbeats.
+	WorkerJoined(w WorkerInfo)
+	// WorkerLost is called when a worker missed its heartbeats for the
+	// heartbeat timeout.
+	WorkerLost(id string)
+}
+
+// CoordinatorOptions configure a Coordinator.
+type CoordinatorOptions struct {
+	Prefix string
+	// HeartbeatTimeout declares a silent worker lost; default
+	// DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Coordinator is the coordinator side of the control protocol.
+type Coordinator struct {
+	nc   *nats.Conn
+	h    CoordinatorHandler
+	opts CoordinatorOptions
+	subj Subjects
+
+	mu      sync.Mutex
+	workers map[string]*workerState
+}
+
+type workerState struct {
+	info     WorkerInfo
+	lastSeen time.Time
+	tasks    []TaskRef
+}
+
+// NewCoordinator returns the coordinator-side client; call Run.
+func NewCoordinator(nc *nats.Conn, h CoordinatorHandler, opts CoordinatorOptions) *Coordinator {
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Coordinator{nc: nc, h: h, opts: opts, subj: Subjects{opts.Prefix}, workers: map[string]*workerState{}}
+}
+
+// Run serves registrations, heartbeats and events, and checks heartbeats,
+// until ctx is done. ready, if not nil, is closed once the subscriptions
+// are live.
+func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	sub := func(subject string, fn nats.MsgHandler) error {
+		s, err := c.nc.Subscribe(subject, fn)
+		if err != nil {
+			return fmt.Errorf("coordinator: subscribe %s: %w", subject, err)
+		}
+		subs = append(subs, s)
+		return nil
+	}
+	if err := sub(c.subj.Register(), func(m *nats.Msg) {
+		var info WorkerInfo
+		if err := json.Unmarshal(m.Data, &info); err != nil || info.ID == "" {
+			respond(m, RegisterReply{Error: "bad registration"})
+			return
+		}
+		c.seen(info, nil)
+		respond(m, RegisterReply{HeartbeatTimeout: c.opts.HeartbeatTimeout})
+	}); err != nil {
+		return err
+	}
+	if err := sub(c.subj.Heartbeat(), func(m *nats.Msg) {
+		var hb Heartbeat
+		if err := json.Unmarshal(m.Data, &hb); err != nil || hb.Worker.ID == "" {
+			return
+		}
+		c.seen(hb.Worker, hb.Tasks)
+	}); err != nil {
+		return err
+	}
+	if err := sub(c.subj.Event(), func(m *nats.Msg) {
+		var e Event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			respond(m, Reply{Error: "bad event: " + err.Error(), Code: "invalid"})
+			return
+		}
+		respond(m, replyFor(c.h.Event(e)))
+	}); err != nil {
+		return err
+	}
+	if err := c.nc.Flush(); err != nil {
+		return fmt.Errorf("coordinator: flush: %w", err)
+	}
+	if ready != nil {
+		close(ready)
+	}
+	period := c.opts.HeartbeatTimeout / 4
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			c.checkHeartbeats()
+		}
+	}
+}
+
+func (c *Coordinator) seen(info WorkerInfo, tasks []TaskRef) {
+	c.mu.Lock()
+	w, known := c.workers[info.ID]
+	if !known {
+		w = &workerState{}
+		c.workers[info.ID] = w
+	}
+	w.info, w.lastSeen = info, c.opts.Now()
+	if tasks != nil {
+		w.tasks = tasks
+	}
+	c.mu.Unlock()
+	if !known {
+		c.h.WorkerJoined(info)
+	}
+}
+
+func (c *Coordinator) checkHeartbeats() {
+	now := c.opts.Now()
+	var lost []string
+	c.mu.Lock()
+	for id, w := range c.workers {
+		if now.Sub(w.lastSeen) > c.opts.HeartbeatTimeout {
+			lost = append(lost, id)
+			delete(c.workers, id)
+		}
+	}
+	c.mu.Unlock()
+	sort.Strings(lost)
+	for _, id := range lost {
+		c.h.WorkerLost(id)
+	}
+}
+
+// Forget drops a worker from the live set at once and reports it lost.
+func (c *Coordinator) Forget(id string) {
+	c.mu.Lock()
+	_, ok := c.workers[id]
+	delete(c.workers, id)
+	c.mu.Unlock()
+	if ok {
+		c.h.WorkerLost(id)
+	}
+}
+
+// LiveWorkers returns the IDs of the workers that are alive, sorted.
+func (c *Coordinator) LiveWorkers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, len(c.workers))
+	for id := range c.workers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Workers returns what the live workers reported in their last heartbeat.
+func (c *Coordinator) Workers() []Heartbeat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Heartbeat, 0, len(c.workers))
+	for _, w := range c.workers {
+		out = append(out, Heartbeat{Worker: w.info, Tasks: append([]TaskRef(nil), w.tasks...)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Worker.ID < out[j].Worker.ID })
+	return out
+}
+
+// Deploy sends a deploy request to worker and waits for its reply.
+func (c *Coordinator) Deploy(ctx context.Context, worker string, d Deploy) error {
+	return request(ctx, c.nc, c.subj.Worker(worker, OpDeploy), d, nil)
+}
+
+// Cancel asks worker to stop a job attempt's tasks.
+func (c *Coordinator) Cancel(ctx context.Context, worker string, m Cancel) error {
+	return request(ctx, c.nc, c.subj.Worker(worker, OpCancel), m, nil)
+}
+
+// Trigger asks worker to start a checkpoint at its source tasks.
+func (c *Coordinator) Trigger(ctx context.Context, worker string, t Trigger) error {
+	return request(ctx, c.nc, c.subj.Worker(worker, OpTrigger), t, nil)
+}
+
+// Complete tells worker that a checkpoint completed.
+func (c *Coordinator) Complete(ctx context.Context, worker string, m Complete) error {
+	return request(ctx, c.nc, c.subj.Worker(worker, OpComplete), m, nil)
+}
+
+// Abort tells worker that a checkpoint was aborted.
+func (c *Coordinator) Abort(ctx context.Context, worker string, a Abort) error {
+	return request(ctx, c.nc, c.subj.Worker(worker, OpAbort), a, nil)
+}

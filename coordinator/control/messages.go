@@ -1,0 +1,267 @@
+// Package control is the protocol between weir's coordinator and its
+// workers, and the job API the CLI uses: plain JSON messages on NATS
+// subjects, with request/reply for everything that needs an answer and
+// heartbeats that tell the coordinator which workers are alive. It is the
+// same path whether the coordinator and the workers share one process (on
+// the embedded server) or run on different machines.
+//
+// # Subjects (Prefix defaults to "weir.ctl")
+//
+//	PREFIX.register               worker → coordinator, request: WorkerInfo → RegisterReply
+//	PREFIX.heartbeat              worker → coordinator, publish: Heartbeat
+//	PREFIX.event                  worker → coordinator, request: Event → Reply
+//	PREFIX.worker.ID.deploy       coordinator → worker, request: Deploy → Reply
+//	PREFIX.worker.ID.cancel       coordinator → worker, request: Cancel → Reply
+//	PREFIX.worker.ID.trigger      coordinator → worker, request: Trigger → Reply
+//	PREFIX.worker.ID.complete     coordinator → worker, request: Complete → Reply
+//	PREFIX.worker.ID.abort        coordinator → worker, request: Abort → Reply
+//	PREFIX.api.OP                 client → coordinator, request (see API)
+//
+// # Flow
+//
+//  1. A worker starts (Worker.Run): it subscribes to PREFIX.worker.ID.>,
+//     sends register and then a Heartbeat every HeartbeatInterval listing
+//     the tasks it runs. A heartbeat from an unknown worker registers it too,
+//     so start order does not matter. When no heartbeat arrived for
+//     HeartbeatTimeout the coordinator declares the worker lost: every job
+//     with a task there fails over.
+//  2. The coordinator deploys a job attempt: for every worker with assigned
+//     tasks, a Deploy carrying the job spec, the plan, the worker's task IDs,
+//     the attempt number and, when recovering, the Restore handles of the
+//     checkpoint to restore. The worker replies once the tasks are set up
+//     (or with an error), then sends an EventRunning per task.
+//  3. Checkpoint n: the coordinator sends Trigger to the workers of the
+//     source tasks (listing those tasks). Each source records its position
+//     and emits barrier n; every task of the job, once its snapshot is
+//     stored, sends EventAck (task, n, state handle, metrics) — or
+//     EventDecline (kind, reason). When all tasks acked, the coordinator
+//     writes the checkpoint's metadata and sends Complete to every worker of
+//     the job (exactly-once sinks commit n). An aborted checkpoint (timeout,
+//     decline, subsumed, task failure) is announced with Abort.
+//  4. A task that fails sends EventFailed (reason); a task that reached the
+//     end of its input sends EventFinished. On a failure the coordinator
+//     sends Cancel (job, attempt) to every worker of the job, waits per the
+//     restart strategy and deploys attempt+1 with the latest completed
+//     checkpoint's handles.
+//
+// Every message after Deploy carries the job name and attempt: a worker
+// ignores messages for attempts it does not run, and the coordinator ignores
+// events from an attempt that is over. Handlers run one at a time per
+// worker, in arrival order; they should return quickly and do long work
+// (running tasks) in their own goroutines.
+package control
+
+import (
+	"time"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
+)
+
+// DefaultPrefix starts every control subject.
+const DefaultPrefix = "weir.ctl"
+
+// Defaults for timing.
+const (
+	DefaultHeartbeatInterval = time.Second
+	DefaultHeartbeatTimeout  = 5 * time.Second
+	DefaultRequestTimeout    = 10 * time.Second
+)
+
+// Subjects builds control subjects under a prefix.
+type Subjects struct{ Prefix string }
+
+func (s Subjects) p() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Register is the subject workers register on.
+func (s Subjects) Register() string { return s.p() + ".register" }
+
+// Heartbeat is the subject workers publish heartbeats on.
+func (s Subjects) Heartbeat() string { return s.p() + ".heartbeat" }
+
+// Event is the subject workers send task events on.
+func (s Subjects) Event() string { return s.p() + ".event" }
+
+// Worker is the subject of operation op on worker id.
+func (s Subjects) Worker(id, op string) string { return s.p() + ".worker." + id + "." + op }
+
+// API is the subject of job API operation op.
+func (s Subjects) API(op string) string { return s.p() + ".api." + op }
+
+// Worker operations.
+const (
+	OpDeploy   = "deploy"
+	OpCancel   = "cancel"
+	OpTrigger  = "trigger"
+	OpComplete = "complete"
+	OpAbort    = "abort"
+)
+
+// WorkerInfo describes a worker when it registers.
+type WorkerInfo struct {
+	ID   string `json:"id"`
+	Host string `json:"host,omitempty"`
+	// Slots is how many tasks the worker wants at most; 0 means no limit.
+	Slots int `json:"slots,omitempty"`
+}
+
+// RegisterReply answers a registration.
+type RegisterReply struct {
+	Error string `json:"error,omitempty"`
+	// HeartbeatTimeout is how long the coordinator waits for a heartbeat
+	// before it declares the worker lost.
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout"`
+}
+
+// TaskRef names one task of one job attempt.
+type TaskRef struct {
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+	Task    string `json:"task"`
+}
+
+// Heartbeat says a worker is alive and which tasks it runs.
+type Heartbeat struct {
+	Worker WorkerInfo `json:"worker"`
+	Tasks  []TaskRef  `json:"tasks,omitempty"`
+}
+
+// Module tells a worker which module an operator runs.
+type Module struct {
+	// Ref is the reference as the spec wrote it (see coordinator/modref).
+	Ref string `json:"ref"`
+	// Digest is the sha256 (hex) the coordinator resolved Ref to; the worker
+	// must run a module with this digest.
+	Digest string `json:"digest,omitempty"`
+}
+
+// Deploy starts a job attempt's tasks on a worker.
+type Deploy struct {
+	Job     string        `json:"job"`
+	Attempt int           `json:"attempt"`
+	Spec    *jobspec.Spec `json:"spec"`
+	Plan    *plan.Plan    `json:"plan"`
+	// Tasks are the IDs of the tasks this worker runs.
+	Tasks []string `json:"tasks"`
+	// Assignment maps every task of the plan to its worker ID.
+	Assignment map[string]string `json:"assignment"`
+	// Modules maps operator name to its module.
+	Modules map[string]Module `json:"modules,omitempty"`
+	// Restore, when set, is the checkpoint the tasks start from.
+	Restore *Restore `json:"restore,omitempty"`
+}
+
+// Restore is what tasks restore from.
+type Restore struct {
+	CheckpointID int64 `json:"checkpoint_id"`
+	// Handles maps task ID to the state handle it acked; a task without a
+	// handle starts empty.
+	Handles map[string]string `json:"handles"`
+}
+
+// Cancel stops every task of a job attempt on a worker.
+type Cancel struct {
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Trigger asks source tasks to start checkpoint CheckpointID.
+type Trigger struct {
+	Job          string `json:"job"`
+	Attempt      int    `json:"attempt"`
+	CheckpointID int64  `json:"checkpoint_id"`
+	// Timestamp is the trigger time in ms since the epoch; it goes into the
+	// barrier.
+	Timestamp int64 `json:"timestamp"`
+	// Savepoint marks a savepoint: always aligned.
+	Savepoint bool `json:"savepoint,omitempty"`
+	// Tasks are the source tasks on this worker to trigger.
+	Tasks []string `json:"tasks"`
+}
+
+// Complete says checkpoint CheckpointID is durable: sinks may commit.
+type Complete struct {
+	Job          string `json:"job"`
+	Attempt      int    `json:"attempt"`
+	CheckpointID int64  `json:"checkpoint_id"`
+}
+
+// Abort says checkpoint CheckpointID was aborted.
+type Abort struct {
+	Job          string `json:"job"`
+	Attempt      int    `json:"attempt"`
+	CheckpointID int64  `json:"checkpoint_id"`
+	Reason       string `json:"reason"`
+}
+
+// EventType says what happened to a task.
+type EventType string
+
+// Event types.
+const (
+	// EventRunning: the task is set up and processing.
+	EventRunning EventType = "running"
+	// EventAck: the task stored its snapshot for a checkpoint.
+	EventAck EventType = "ack"
+	// EventDecline: the task will not complete a checkpoint.
+	EventDecline EventType = "decline"
+	// EventFailed: the task stopped with an error.
+	EventFailed EventType = "failed"
+	// EventFinished: the task reached the end of its input and stopped.
+	EventFinished EventType = "finished"
+)
+
+// Decline kinds (the same strings the host uses).
+const (
+	DeclineSubsumed  = "subsumed"
+	DeclineCancelled = "cancelled"
+	DeclineRefused   = "declined"
+	DeclineFailed    = "failed"
+)
+
+// Metric names in an ack's Metrics (the host's names: durations in
+// nanoseconds, sizes in bytes, flags 0/1).
+const (
+	MetricAlignmentNanos    = "alignment_ns"
+	MetricStartDelayNanos   = "start_delay_ns"
+	MetricBufferedBytes     = "buffered_bytes"
+	MetricSpilledBytes      = "spilled_bytes"
+	MetricChannelStateBytes = "channel_state_bytes"
+	MetricStateBytes        = "state_bytes"
+	MetricSyncNanos         = "sync_ns"
+	MetricAsyncNanos        = "async_ns"
+	MetricUnaligned         = "unaligned"
+	MetricSnapshotBytes     = "snapshot_bytes"
+)
+
+// Event is a task's report to the coordinator.
+type Event struct {
+	Type    EventType `json:"type"`
+	Job     string    `json:"job"`
+	Attempt int       `json:"attempt"`
+	Task    string    `json:"task"`
+	Worker  string    `json:"worker,omitempty"`
+	// CheckpointID is set for EventAck and EventDecline.
+	CheckpointID int64 `json:"checkpoint_id,omitempty"`
+	// Handle is the storage key of the task's snapshot (EventAck).
+	Handle string `json:"handle,omitempty"`
+	// Metrics are the task's checkpoint metrics by Metric* name (EventAck).
+	Metrics map[string]int64 `json:"metrics,omitempty"`
+	// Kind is the Decline* kind (EventDecline).
+	Kind string `json:"kind,omitempty"`
+	// Reason is one line (EventDecline, EventFailed).
+	Reason string `json:"reason,omitempty"`
+}
+
+// Reply answers a request; Error is empty on success.
+type Reply struct {
+	Error string `json:"error,omitempty"`
+	// Code classifies Error for callers that branch (see the Err* values).
+	Code string `json:"code,omitempty"`
+}

@@ -1,0 +1,100 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Error codes carried in Reply.Code, and the errors they map to.
+var (
+	// ErrNotFound: the job, checkpoint or worker does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the request conflicts with the current state (e.g. a job
+	// with that name is already running).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the request is malformed or refers to something invalid.
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnavailable: nobody answered (no coordinator or worker listening).
+	ErrUnavailable = errors.New("unavailable")
+)
+
+var codes = map[string]error{"not_found": ErrNotFound, "conflict": ErrConflict, "invalid": ErrInvalid, "unavailable": ErrUnavailable}
+
+// RemoteError is an error a peer replied with.
+type RemoteError struct {
+	Subject string
+	Msg     string
+	Code    string
+}
+
+func (e *RemoteError) Error() string { return e.Msg }
+
+// Unwrap returns the sentinel error matching Code, if any.
+func (e *RemoteError) Unwrap() error { return codes[e.Code] }
+
+func codeOf(err error) string {
+	for c, e := range codes {
+		if errors.Is(err, e) {
+			return c
+		}
+	}
+	return ""
+}
+
+func replyFor(err error) Reply {
+	if err == nil {
+		return Reply{}
+	}
+	return Reply{Error: err.Error(), Code: codeOf(err)}
+}
+
+// request sends v to subject and decodes the reply into out (which embeds
+// or is a Reply-bearing struct). Without a ctx deadline, DefaultRequestTimeout
+// applies.
+func request(ctx context.Context, nc *nats.Conn, subject string, v any, out any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", subject, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultRequestTimeout)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("%s: %w: no responders", subject, ErrUnavailable)
+		}
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	var rep Reply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return fmt.Errorf("decode reply of %s: %w", subject, err)
+	}
+	if rep.Error != "" {
+		return &RemoteError{Subject: subject, Msg: rep.Error, Code: rep.Code}
+	}
+	if out != nil {
+		if err := json.Unmarshal(msg.Data, out); err != nil {
+			return fmt.Errorf("decode reply of %s: %w", subject, err)
+		}
+	}
+	return nil
+}
+
+// respond answers msg with v (or an error reply if encoding fails).
+func respond(msg *nats.Msg, v any) {
+	if msg.Reply == "" {
+		return
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		data, _ = json.Marshal(Reply{Error: "encode reply: " + err.Error()})
+	}
+	_ = msg.Respond(data)
+}

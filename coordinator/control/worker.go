@@ -1,0 +1,192 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// WorkerHandler is what a worker does on the coordinator's requests. An
+// error is sent back as the reply. Calls come one at a time, in order.
+type WorkerHandler interface {
+	Deploy(ctx context.Context, d Deploy) error
+	Cancel(ctx context.Context, c Cancel) error
+	Trigger(ctx context.Context, t Trigger) error
+	Complete(ctx context.Context, c Complete) error
+	Abort(ctx context.Context, a Abort) error
+}
+
+// WorkerOptions configure a Worker.
+type WorkerOptions struct {
+	Prefix            string
+	HeartbeatInterval time.Duration // default DefaultHeartbeatInterval
+	// Tasks, if set, is called for every heartbeat to list the running tasks.
+	Tasks func() []TaskRef
+	Host  string
+	Slots int
+}
+
+// Worker is the worker side of the control protocol.
+type Worker struct {
+	nc   *nats.Conn
+	info WorkerInfo
+	h    WorkerHandler
+	opts WorkerOptions
+	subj Subjects
+}
+
+// NewWorker returns the worker-side client for worker id; call Run.
+func NewWorker(nc *nats.Conn, id string, h WorkerHandler, opts WorkerOptions) *Worker {
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	return &Worker{nc: nc, h: h, opts: opts, subj: Subjects{opts.Prefix},
+		info: WorkerInfo{ID: id, Host: opts.Host, Slots: opts.Slots}}
+}
+
+// ID returns the worker's ID.
+func (w *Worker) ID() string { return w.info.ID }
+
+// Run subscribes to the worker's subjects, registers and heartbeats until
+// ctx is done. It returns once subscribed and registered-or-heartbeating is
+// under way only through ready (closed when the subscription is live);
+// pass nil if not needed.
+func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
+	msgs := make(chan *nats.Msg, 256)
+	sub, err := w.nc.ChanSubscribe(w.subj.Worker(w.info.ID, ">"), msgs)
+	if err != nil {
+		return fmt.Errorf("worker %s: subscribe: %w", w.info.ID, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := w.nc.Flush(); err != nil {
+		return fmt.Errorf("worker %s: flush: %w", w.info.ID, err)
+	}
+	// Registration is best effort: heartbeats register too.
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	var rep RegisterReply
+	_ = request(rctx, w.nc, w.subj.Register(), w.info, &rep)
+	cancel()
+	w.heartbeat()
+	if ready != nil {
+		close(ready)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(w.opts.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.heartbeat()
+			}
+		}
+	}()
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			respond(m, replyFor(w.dispatch(ctx, m)))
+		}
+	}
+}
+
+func (w *Worker) heartbeat() {
+	hb := Heartbeat{Worker: w.info}
+	if w.opts.Tasks != nil {
+		hb.Tasks = w.opts.Tasks()
+	}
+	data, err := json.Marshal(hb)
+	if err == nil {
+		_ = w.nc.Publish(w.subj.Heartbeat(), data)
+	}
+}
+
+func (w *Worker) dispatch(ctx context.Context, m *nats.Msg) error {
+	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	dec := func(v any) error {
+		if err := json.Unmarshal(m.Data, v); err != nil {
+			return fmt.Errorf("worker %s: decode %s: %w: %v", w.info.ID, op, ErrInvalid, err)
+		}
+		return nil
+	}
+	switch op {
+	case OpDeploy:
+		var d Deploy
+		if err := dec(&d); err != nil {
+			return err
+		}
+		return w.h.Deploy(ctx, d)
+	case OpCancel:
+		var c Cancel
+		if err := dec(&c); err != nil {
+			return err
+		}
+		return w.h.Cancel(ctx, c)
+	case OpTrigger:
+		var t Trigger
+		if err := dec(&t); err != nil {
+			return err
+		}
+		return w.h.Trigger(ctx, t)
+	case OpComplete:
+		var c Complete
+		if err := dec(&c); err != nil {
+			return err
+		}
+		return w.h.Complete(ctx, c)
+	case OpAbort:
+		var a Abort
+		if err := dec(&a); err != nil {
+			return err
+		}
+		return w.h.Abort(ctx, a)
+	}
+	return fmt.Errorf("worker %s: unknown operation %q: %w", w.info.ID, op, ErrInvalid)
+}
+
+// Send reports a task event to the coordinator and waits for its receipt.
+func (w *Worker) Send(ctx context.Context, e Event) error {
+	e.Worker = w.info.ID
+	if err := request(ctx, w.nc, w.subj.Event(), e, nil); err != nil {
+		return fmt.Errorf("send %s event of %s: %w", e.Type, e.Task, err)
+	}
+	return nil
+}
+
+// Running reports that task runs.
+func (w *Worker) Running(ctx context.Context, t TaskRef) error {
+	return w.Send(ctx, Event{Type: EventRunning, Job: t.Job, Attempt: t.Attempt, Task: t.Task})
+}
+
+// Ack reports that task stored its snapshot of checkpoint id under handle.
+func (w *Worker) Ack(ctx context.Context, t TaskRef, id int64, handle string, metrics map[string]int64) error {
+	return w.Send(ctx, Event{Type: EventAck, Job: t.Job, Attempt: t.Attempt, Task: t.Task,
+		CheckpointID: id, Handle: handle, Metrics: metrics})
+}
+
+// Decline reports that task will not complete checkpoint id.
+func (w *Worker) Decline(ctx context.Context, t TaskRef, id int64, kind, reason string) error {
+	return w.Send(ctx, Event{Type: EventDecline, Job: t.Job, Attempt: t.Attempt, Task: t.Task,
+		CheckpointID: id, Kind: kind, Reason: reason})
+}
+
+// Failed reports that task stopped with an error.
+func (w *Worker) Failed(ctx context.Context, t TaskRef, reason string) error {
+	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason})
+}
+
+// Finished reports that task reached the end of its input.
+func (w *Worker) Finished(ctx context.Context, t TaskRef) error {
+	return w.Send(ctx, Event{Type: EventFinished, Job: t.Job, Attempt: t.Attempt, Task: t.Task})
+}
