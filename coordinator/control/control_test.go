@@ -115,7 +115,9 @@ func TestRoundTripAndLostWorker(t *testing.T) {
 	}
 	rw.mu.Unlock()
 	for _, f := range []func() error{
-		func() error { return co.Trigger(ctx, "w1", Trigger{Job: "j", Attempt: 1, CheckpointID: 4, Tasks: []string{"in-0"}}) },
+		func() error {
+			return co.Trigger(ctx, "w1", Trigger{Job: "j", Attempt: 1, CheckpointID: 4, Tasks: []string{"in-0"}})
+		},
 		func() error { return co.Complete(ctx, "w1", Complete{Job: "j", Attempt: 1, CheckpointID: 4}) },
 		func() error { return co.Abort(ctx, "w1", Abort{Job: "j", Attempt: 1, CheckpointID: 5, Reason: "x"}) },
 		func() error { return co.Cancel(ctx, "w1", Cancel{Job: "j", Attempt: 1}) },
