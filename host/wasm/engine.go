@@ -1,0 +1,356 @@
+// Package wasm runs weir operator modules with wazero: it validates a
+// module at load (each refusal a typed *ValidationError), compiles it once
+// per content hash with an on-disk compilation cache, and instantiates one
+// sandboxed *Instance per task. An Instance drives the ABI of abi/ABI.md
+// (record batches in, emitted batches out, streamed snapshots) under a
+// memory cap and a per-call deadline, and turns traps, deadlines, proc_exit
+// and misused imports into errors without ever crashing the host.
+package wasm
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+const pageSize = 65536
+
+// Default limits.
+const (
+	DefaultMemoryBytes   = 64 << 20
+	DefaultCallTimeout   = 5 * time.Second
+	DefaultMaxBatchBytes = 4 << 20
+)
+
+// Limits are the sandbox limits of an operator. Zero fields take the
+// defaults.
+type Limits struct {
+	// MemoryBytes caps the instance's linear memory (rounded down to whole
+	// 64 KiB pages). Default 64 MiB.
+	MemoryBytes uint64
+	// CallTimeout is the longest one call into the module may run. Default
+	// 5s.
+	CallTimeout time.Duration
+	// MaxBatchBytes is the largest input batch Process accepts. Default 4 MiB.
+	MaxBatchBytes int
+}
+
+// withDefaults fills zero fields and caps the memory at 4 GiB.
+func (l Limits) withDefaults() Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	if l.MemoryBytes > 65536*pageSize {
+		l.MemoryBytes = 65536 * pageSize
+	}
+	if l.MemoryBytes < pageSize {
+		l.MemoryBytes = pageSize
+	}
+	if l.CallTimeout <= 0 {
+		l.CallTimeout = DefaultCallTimeout
+	}
+	if l.MaxBatchBytes <= 0 {
+		l.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	return l
+}
+
+func (l Limits) pages() uint32 { return uint32(l.MemoryBytes / pageSize) }
+
+// Config configures an Engine.
+type Config struct {
+	// CacheDir is the on-disk compilation cache. Empty means
+	// os.UserCacheDir()/weir/wazero; "-" disables the disk cache.
+	CacheDir string
+	// Interpreter forces wazero's interpreter instead of its compiler.
+	// Without it the compiler is used wherever wazero supports it.
+	Interpreter bool
+	// WatchdogInterval is how often call deadlines are checked; a call is
+	// interrupted at most this long after its deadline. Default 10ms.
+	WatchdogInterval time.Duration
+}
+
+// Engine compiles and runs modules. Use one per process; it is safe for
+// concurrent use. Close releases everything it compiled and instantiated.
+type Engine struct {
+	cfg   Config
+	cache wazero.CompilationCache
+
+	mu       sync.Mutex
+	runtimes map[uint32]*runtime // by memory limit in pages
+	modules  map[moduleKey]*Module
+	closed   bool
+
+	instMu    sync.Mutex
+	instances map[*Instance]struct{}
+	stopWatch chan struct{}
+	watchDone chan struct{}
+
+	seq atomic.Uint64 // instance names
+}
+
+// runtime is one wazero runtime: one per distinct memory limit, all sharing
+// the Engine's compilation cache, each with WASI and the weir host module.
+type runtime struct {
+	r    wazero.Runtime
+	wasi map[string]api.FunctionDefinition
+}
+
+type moduleKey struct {
+	hash  [sha256.Size]byte
+	pages uint32
+}
+
+// NewEngine creates an Engine.
+func NewEngine(cfg Config) (*Engine, error) {
+	e := &Engine{
+		cfg:       cfg,
+		runtimes:  make(map[uint32]*runtime),
+		modules:   make(map[moduleKey]*Module),
+		instances: make(map[*Instance]struct{}),
+		stopWatch: make(chan struct{}),
+		watchDone: make(chan struct{}),
+	}
+	if e.cfg.WatchdogInterval <= 0 {
+		e.cfg.WatchdogInterval = 10 * time.Millisecond
+	}
+	switch cfg.CacheDir {
+	case "-":
+		e.cache = wazero.NewCompilationCache()
+	default:
+		dir := cfg.CacheDir
+		if dir == "" {
+			d, err := os.UserCacheDir()
+			if err != nil {
+				return nil, fmt.Errorf("wasm: no user cache dir for the compilation cache (set Config.CacheDir): %w", err)
+			}
+			dir = filepath.Join(d, "weir", "wazero")
+		}
+		c, err := wazero.NewCompilationCacheWithDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("wasm: compilation cache %s: %w", dir, err)
+		}
+		e.cache = c
+	}
+	go e.watchdog()
+	return e, nil
+}
+
+// Close closes every instance and module of the engine and stops its
+// watchdog.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	rts := e.runtimes
+	e.runtimes = nil
+	e.modules = nil
+	e.mu.Unlock()
+	close(e.stopWatch)
+	<-e.watchDone
+	var errs []error
+	for _, rt := range rts {
+		errs = append(errs, rt.r.Close(ctx))
+	}
+	errs = append(errs, e.cache.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// runtimeFor returns the runtime for a memory limit, creating it once.
+// Callers hold e.mu.
+func (e *Engine) runtimeFor(ctx context.Context, pages uint32) (*runtime, error) {
+	if rt, ok := e.runtimes[pages]; ok {
+		return rt, nil
+	}
+	var rc wazero.RuntimeConfig
+	if e.cfg.Interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	} else {
+		rc = wazero.NewRuntimeConfig() // the compiler where supported
+	}
+	rc = rc.WithCompilationCache(e.cache).
+		WithMemoryLimitPages(pages).
+		WithCloseOnContextDone(true)
+	r := wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+		r.Close(ctx)
+		return nil, fmt.Errorf("wasm: instantiating WASI: %w", err)
+	}
+	if err := instantiateHostModule(ctx, r); err != nil {
+		r.Close(ctx)
+		return nil, err
+	}
+	rt := &runtime{r: r, wasi: r.Module(wasiModule).ExportedFunctionDefinitions()}
+	e.runtimes[pages] = rt
+	return rt, nil
+}
+
+// Module is a compiled, validated operator module. It is shared by every
+// Instance made from it and lives as long as its Engine.
+type Module struct {
+	name     string
+	limits   Limits
+	engine   *Engine
+	compiled wazero.CompiledModule
+	rt       *runtime
+	hash     [sha256.Size]byte
+}
+
+// Name is the name the module was loaded under.
+func (m *Module) Name() string { return m.name }
+
+// Hash is the sha256 of the module's bytes.
+func (m *Module) Hash() [sha256.Size]byte { return m.hash }
+
+// Limits are the module's effective limits (defaults filled in).
+func (m *Module) Limits() Limits { return m.limits }
+
+// Load validates and compiles a module, or returns the compiled module
+// loaded earlier with the same bytes and memory limit. A refused module
+// gets a *ValidationError naming the problem.
+func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits) (*Module, error) {
+	lim = lim.withDefaults()
+	if err := checkModule(name, wasm, lim); err != nil {
+		return nil, err
+	}
+	key := moduleKey{hash: sha256.Sum256(wasm), pages: lim.pages()}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errors.New("wasm: engine closed")
+	}
+	if m, ok := e.modules[key]; ok {
+		if m.name == name && m.limits == lim {
+			return m, nil
+		}
+		// Same code under another name or deadline: share the compiled code.
+		return &Module{name: name, limits: lim, engine: e, compiled: m.compiled, rt: m.rt, hash: key.hash}, nil
+	}
+	rt, err := e.runtimeFor(ctx, key.pages)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := rt.r.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, &ValidationError{Module: name, Kind: KindMalformed, Detail: "invalid module: " + firstLine(err.Error()), Err: err}
+	}
+	if err := checkWASIImports(name, cm, rt); err != nil {
+		cm.Close(ctx)
+		return nil, err
+	}
+	m := &Module{name: name, limits: lim, engine: e, compiled: cm, rt: rt, hash: key.hash}
+	e.modules[key] = m
+	return m, nil
+}
+
+// Validate runs every load-time check of Load on a module, including a full
+// decode by wazero, and keeps nothing but the compilation cache entry. It is
+// the upload-time check of a module registry.
+func (e *Engine) Validate(ctx context.Context, name string, wasm []byte, lim Limits) error {
+	lim = lim.withDefaults()
+	if err := checkModule(name, wasm, lim); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errors.New("wasm: engine closed")
+	}
+	if _, ok := e.modules[moduleKey{hash: sha256.Sum256(wasm), pages: lim.pages()}]; ok {
+		return nil
+	}
+	rt, err := e.runtimeFor(ctx, lim.pages())
+	if err != nil {
+		return err
+	}
+	cm, err := rt.r.CompileModule(ctx, wasm)
+	if err != nil {
+		return &ValidationError{Module: name, Kind: KindMalformed, Detail: "invalid module: " + firstLine(err.Error()), Err: err}
+	}
+	defer cm.Close(ctx)
+	return checkWASIImports(name, cm, rt)
+}
+
+// Check runs the load-time checks that need no compilation: everything but
+// the decoding of function bodies. It is cheap (microseconds) and needs no
+// Engine.
+func Check(name string, wasm []byte, lim Limits) error {
+	return checkModule(name, wasm, lim.withDefaults())
+}
+
+// checkWASIImports refuses WASI imports the runtime does not provide or
+// provides with another signature.
+func checkWASIImports(name string, cm wazero.CompiledModule, rt *runtime) error {
+	for _, im := range cm.ImportedFunctions() {
+		mod, fn, _ := im.Import()
+		if mod != wasiModule {
+			continue
+		}
+		def, ok := rt.wasi[fn]
+		if !ok {
+			return &ValidationError{Module: name, Kind: KindImport, Detail: fmt.Sprintf("import %s.%s not allowed: no such WASI function", mod, fn)}
+		}
+		if !sameTypes(def.ParamTypes(), im.ParamTypes()) || !sameTypes(def.ResultTypes(), im.ResultTypes()) {
+			return &ValidationError{Module: name, Kind: KindImport, Detail: fmt.Sprintf("import %s.%s not allowed: wrong signature", mod, fn)}
+		}
+	}
+	return nil
+}
+
+func sameTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// watchdog interrupts calls that overran their deadline. It never allocates
+// per call: an instance counts its calls (odd = in a call), and the
+// watchdog times how long it has seen the same odd count.
+func (e *Engine) watchdog() {
+	defer close(e.watchDone)
+	t := time.NewTicker(e.cfg.WatchdogInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stopWatch:
+			return
+		case now := <-t.C:
+			e.instMu.Lock()
+			for inst := range e.instances {
+				inst.watch(now)
+			}
+			e.instMu.Unlock()
+		}
+	}
+}
+
+func (e *Engine) register(inst *Instance) {
+	e.instMu.Lock()
+	e.instances[inst] = struct{}{}
+	e.instMu.Unlock()
+}
+
+func (e *Engine) unregister(inst *Instance) {
+	e.instMu.Lock()
+	delete(e.instances, inst)
+	e.instMu.Unlock()
+}

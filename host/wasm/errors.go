@@ -1,0 +1,192 @@
+package wasm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind classifies why a module was refused at load.
+type Kind int
+
+// The classes of load-time refusal.
+const (
+	// KindNotWasm: the bytes are not a WebAssembly core module (wrong magic
+	// number or binary version).
+	KindNotWasm Kind = iota + 1
+	// KindMalformed: the module is truncated or does not decode or validate.
+	KindMalformed
+	// KindMissingExport: a required export is absent.
+	KindMissingExport
+	// KindExportSignature: an export has the wrong type or signature.
+	KindExportSignature
+	// KindABIVersion: the module declares an ABI version this host does not
+	// speak.
+	KindABIVersion
+	// KindCommandModule: the module exports _start (a WASI command, not a
+	// reactor).
+	KindCommandModule
+	// KindImport: the module imports something outside the allowed set.
+	KindImport
+	// KindMemoryLimit: the module's declared minimum memory is over the limit.
+	KindMemoryLimit
+)
+
+// Sentinels for errors.Is, one per Kind.
+var (
+	ErrNotWasm         = errors.New("not a WebAssembly module")
+	ErrMalformed       = errors.New("malformed module")
+	ErrMissingExport   = errors.New("missing export")
+	ErrExportSignature = errors.New("wrong export signature")
+	ErrABIVersion      = errors.New("unknown ABI version")
+	ErrCommandModule   = errors.New("command module")
+	ErrImport          = errors.New("import not allowed")
+	ErrMemoryLimit     = errors.New("memory over the limit")
+)
+
+var kindSentinels = map[Kind]error{
+	KindNotWasm:         ErrNotWasm,
+	KindMalformed:       ErrMalformed,
+	KindMissingExport:   ErrMissingExport,
+	KindExportSignature: ErrExportSignature,
+	KindABIVersion:      ErrABIVersion,
+	KindCommandModule:   ErrCommandModule,
+	KindImport:          ErrImport,
+	KindMemoryLimit:     ErrMemoryLimit,
+}
+
+func (k Kind) String() string {
+	if e, ok := kindSentinels[k]; ok {
+		return e.Error()
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// ValidationError says why a module was refused at load. Its message is one
+// line naming the module and the problem; errors.Is matches the Kind's
+// sentinel (ErrMissingExport, ...).
+type ValidationError struct {
+	Module string // the module's name as given to Load or Validate
+	Kind   Kind
+	Detail string // e.g. "missing export weir_process"
+	Err    error  // the underlying decoder error, if any
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("module %s: %s", e.Module, e.Detail)
+}
+
+// Unwrap returns the Kind's sentinel and the underlying error.
+func (e *ValidationError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{kindSentinels[e.Kind], e.Err}
+	}
+	return []error{kindSentinels[e.Kind]}
+}
+
+// ErrInstanceFailed is wrapped by every call to an instance that failed
+// earlier (trap, deadline, error status, host fault) or was closed: an
+// instance is never reused after a failure.
+var ErrInstanceFailed = errors.New("instance failed earlier or was closed")
+
+// TrapError is a WebAssembly trap (unreachable, out-of-bounds access,
+// division by zero, stack overflow, ...) raised inside an export.
+type TrapError struct {
+	Operator    string
+	Export      string
+	RecordIndex int    // index of the record being processed; -1 if unknown
+	Stack       string // the wasm stack trace, one frame per line
+	Err         error  // the runtime's error
+}
+
+func (e *TrapError) Error() string {
+	if e.RecordIndex >= 0 {
+		return fmt.Sprintf("operator %s: %s: trap at record %d: %s", e.Operator, e.Export, e.RecordIndex, firstLine(e.Err.Error()))
+	}
+	return fmt.Sprintf("operator %s: %s: trap: %s", e.Operator, e.Export, firstLine(e.Err.Error()))
+}
+
+// Unwrap returns the runtime's error.
+func (e *TrapError) Unwrap() error { return e.Err }
+
+// DeadlineError reports a call interrupted because it ran longer than the
+// operator's call deadline.
+type DeadlineError struct {
+	Operator    string
+	Export      string
+	Timeout     time.Duration
+	RecordIndex int // index of the record being processed; -1 if unknown
+}
+
+func (e *DeadlineError) Error() string {
+	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline", e.Operator, e.Export, e.Timeout)
+}
+
+// ExitError reports a guest that called WASI proc_exit.
+type ExitError struct {
+	Operator string
+	Export   string
+	Code     uint32
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("operator %s: %s: the module exited with code %d", e.Operator, e.Export, e.Code)
+}
+
+// OperatorError is a non-zero status returned by an export, with the
+// message the guest set through weir.error.
+type OperatorError struct {
+	Operator string
+	Export   string
+	Status   int32
+	Message  string // empty when the guest set none
+}
+
+func (e *OperatorError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("operator %s: %s: returned status %d", e.Operator, e.Export, e.Status)
+	}
+	return fmt.Sprintf("operator %s: %s: %s", e.Operator, e.Export, e.Message)
+}
+
+// FaultError is a call the host failed because the guest misused an
+// import: a malformed emitted batch, an unknown output port, a pointer past
+// the end of memory, an import called outside the export that permits it,
+// or an unusable input buffer.
+type FaultError struct {
+	Operator string
+	Export   string
+	Detail   string
+	Err      error // e.g. the abi.BatchError of a malformed batch
+}
+
+func (e *FaultError) Error() string {
+	return fmt.Sprintf("operator %s: %s: %s", e.Operator, e.Export, e.Detail)
+}
+
+// Unwrap returns the underlying error.
+func (e *FaultError) Unwrap() error { return e.Err }
+
+// StateError is a failure of the io.Writer or io.Reader a snapshot or a
+// restore streams through.
+type StateError struct {
+	Operator string
+	Export   string
+	Err      error
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("operator %s: %s: state stream: %v", e.Operator, e.Export, e.Err)
+}
+
+// Unwrap returns the stream's error.
+func (e *StateError) Unwrap() error { return e.Err }
+
+func firstLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}

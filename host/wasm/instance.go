@@ -1,0 +1,519 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// InstanceConfig configures one operator instance.
+type InstanceConfig struct {
+	// Name is the operator's name in errors and logs. Default: the
+	// module's name.
+	Name string
+	// Config is handed to weir_init.
+	Config []byte
+	// Outputs is the number of output ports; 0 means 1.
+	Outputs int
+	// Logger receives the guest's log lines and stdout/stderr, tagged with
+	// the operator's name. Default slog.Default().
+	Logger *slog.Logger
+}
+
+type phase uint8
+
+const (
+	phaseNone phase = iota
+	phaseInit
+	phaseProcess
+	phaseEndOfInput
+	phaseSnapshot
+	phaseRestore
+	phaseOther
+)
+
+type emitted struct {
+	port  int
+	batch []byte
+}
+
+// Instance is one running operator: a module instance with its own memory,
+// driven by one goroutine at a time. It implements the task runtime's
+// Operator interface. After any failure (trap, deadline, proc_exit, error
+// status, misused import) every later call returns an error wrapping
+// ErrInstanceFailed and the first failure; it is never reused.
+type Instance struct {
+	name    string
+	limits  Limits
+	outputs int
+	logger  *slog.Logger
+	engine  *Engine
+	mod     api.Module
+	mem     api.Memory
+	ctx     context.Context // the context of every call; canceled to interrupt one
+	cancel  context.CancelFunc
+
+	fnInput, fnInit, fnProcess, fnSnapshot, fnRestore api.Function
+	fnCheckpoint, fnEndOfInput                        api.Function // optional
+	cursorAddr                                        uint32
+	hasCursor                                         bool
+	stack                                             [3]uint64
+
+	// State of the current call, touched only by the calling goroutine and
+	// the host functions it runs.
+	phase        phase
+	export       string
+	message      string
+	fault        error
+	pending      []emitted
+	pendingBytes int
+	maxEmitBytes int
+	snapW        io.Writer
+	restR        io.Reader
+	restEOF      bool
+	stateErr     error
+	failed       error
+	stdout       *lineWriter
+	stderr       *lineWriter
+
+	calls          atomic.Uint64 // odd while a call runs
+	timedOut       atomic.Bool
+	callerCanceled atomic.Bool
+	wdSeq          uint64 // watchdog's view, touched only by the watchdog
+	wdSince        time.Time
+}
+
+// Instantiate creates a fresh instance of the module: WASI with no
+// arguments, environment or files, stdout/stderr to the logger, then
+// _initialize (if exported) and weir_init with the config. An init failure
+// returns an *OperatorError carrying the guest's message.
+func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance, error) {
+	name := cfg.Name
+	if name == "" {
+		name = m.name
+	}
+	outputs := cfg.Outputs
+	if outputs <= 0 {
+		outputs = 1
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	i := &Instance{
+		name:         name,
+		limits:       m.limits,
+		outputs:      outputs,
+		logger:       logger,
+		engine:       m.engine,
+		maxEmitBytes: max(64<<20, 16*m.limits.MaxBatchBytes),
+	}
+	i.stdout = &lineWriter{logger: logger, operator: name, stream: "stdout"}
+	i.stderr = &lineWriter{logger: logger, operator: name, stream: "stderr"}
+	base, cancel := context.WithCancel(context.Background())
+	i.ctx = context.WithValue(base, instanceKey{}, i)
+	i.cancel = cancel
+
+	mc := wazero.NewModuleConfig().
+		WithName(fmt.Sprintf("%s#%d", name, m.engine.seq.Add(1))).
+		WithStartFunctions(). // _initialize is called below, under the deadline
+		WithStdout(i.stdout).
+		WithStderr(i.stderr).
+		WithSysWalltime().
+		WithSysNanotime()
+	mod, err := m.rt.r.InstantiateModule(i.ctx, m.compiled, mc)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("operator %s: instantiating module %s: %w", name, m.name, err)
+	}
+	i.mod = mod
+	i.mem = mod.ExportedMemory(abi.ExportMemory)
+	i.fnInput = mod.ExportedFunction(abi.ExportInput)
+	i.fnInit = mod.ExportedFunction(abi.ExportInit)
+	i.fnProcess = mod.ExportedFunction(abi.ExportProcess)
+	i.fnSnapshot = mod.ExportedFunction(abi.ExportSnapshot)
+	i.fnRestore = mod.ExportedFunction(abi.ExportRestore)
+	i.fnCheckpoint = mod.ExportedFunction(abi.ExportCheckpointComplete)
+	i.fnEndOfInput = mod.ExportedFunction(abi.ExportEndOfInput)
+	m.engine.register(i)
+
+	if err := i.start(ctx, cfg.Config); err != nil {
+		i.Close(ctx)
+		return nil, err
+	}
+	return i, nil
+}
+
+func (i *Instance) start(ctx context.Context, config []byte) error {
+	if fn := i.mod.ExportedFunction(abi.ExportInitialize); fn != nil {
+		if err := i.call(ctx, abi.ExportInitialize, fn, phaseInit, i.stack[:1]); err != nil {
+			return err
+		}
+	}
+	if fn := i.mod.ExportedFunction(abi.ExportCursor); fn != nil {
+		if err := i.call(ctx, abi.ExportCursor, fn, phaseOther, i.stack[:1]); err != nil {
+			return err
+		}
+		i.cursorAddr, i.hasCursor = api.DecodeU32(i.stack[0]), true
+	}
+	if len(config) > max(i.limits.MaxBatchBytes, 1<<20) {
+		return fmt.Errorf("operator %s: config of %d bytes is too large", i.name, len(config))
+	}
+	addr, err := i.writeInput(ctx, config)
+	if err != nil {
+		return err
+	}
+	s := i.stack[:2]
+	s[0], s[1] = api.EncodeU32(addr), api.EncodeU32(uint32(len(config)))
+	if err := i.call(ctx, abi.ExportInit, i.fnInit, phaseInit, s); err != nil {
+		return err
+	}
+	return i.status(abi.ExportInit, s[0], true)
+}
+
+// Name is the operator's name.
+func (i *Instance) Name() string { return i.name }
+
+// Process hands one record batch from input port port to weir_process.
+// After the call succeeded, each batch the guest emitted is handed to emit,
+// in emit order; emit owns the batch. The batch itself is not validated
+// here (the transport validates what it receives); the guest sees it as is.
+func (i *Instance) Process(ctx context.Context, port int, batch []byte, emit func(port int, batch []byte) error) error {
+	if len(batch) > i.limits.MaxBatchBytes {
+		return fmt.Errorf("operator %s: batch of %d bytes is over the %d-byte limit", i.name, len(batch), i.limits.MaxBatchBytes)
+	}
+	addr, err := i.writeInput(ctx, batch)
+	if err != nil {
+		return err
+	}
+	s := i.stack[:3]
+	s[0], s[1], s[2] = api.EncodeI32(int32(port)), api.EncodeU32(addr), api.EncodeU32(uint32(len(batch)))
+	if err := i.call(ctx, abi.ExportProcess, i.fnProcess, phaseProcess, s); err != nil {
+		return err
+	}
+	if err := i.status(abi.ExportProcess, s[0], true); err != nil {
+		return err
+	}
+	return i.deliver(emit)
+}
+
+// EndOfInput tells the guest that input port port has ended; it may emit
+// final results, handed to emit like Process's. A module without
+// weir_end_of_input ignores it.
+func (i *Instance) EndOfInput(ctx context.Context, port int, emit func(port int, batch []byte) error) error {
+	if i.fnEndOfInput == nil {
+		return i.usable()
+	}
+	s := i.stack[:1]
+	s[0] = api.EncodeI32(int32(port))
+	if err := i.call(ctx, abi.ExportEndOfInput, i.fnEndOfInput, phaseEndOfInput, s); err != nil {
+		return err
+	}
+	if err := i.status(abi.ExportEndOfInput, s[0], true); err != nil {
+		return err
+	}
+	return i.deliver(emit)
+}
+
+// Snapshot has the guest write its state to w, in the chunks it passes to
+// snapshot_write.
+func (i *Instance) Snapshot(ctx context.Context, w io.Writer) error {
+	i.snapW, i.stateErr = w, nil
+	defer func() { i.snapW = nil }()
+	s := i.stack[:1]
+	if err := i.call(ctx, abi.ExportSnapshot, i.fnSnapshot, phaseSnapshot, s); err != nil {
+		return err
+	}
+	if i.stateErr != nil {
+		err := &StateError{Operator: i.name, Export: abi.ExportSnapshot, Err: i.stateErr}
+		i.fail(err)
+		return err
+	}
+	return i.status(abi.ExportSnapshot, s[0], true)
+}
+
+// Restore has the guest read its state from r. Call it on a fresh
+// instance, before any Process.
+func (i *Instance) Restore(ctx context.Context, r io.Reader) error {
+	i.restR, i.restEOF, i.stateErr = r, false, nil
+	defer func() { i.restR = nil }()
+	s := i.stack[:1]
+	if err := i.call(ctx, abi.ExportRestore, i.fnRestore, phaseRestore, s); err != nil {
+		return err
+	}
+	if i.stateErr != nil {
+		err := &StateError{Operator: i.name, Export: abi.ExportRestore, Err: i.stateErr}
+		i.fail(err)
+		return err
+	}
+	return i.status(abi.ExportRestore, s[0], true)
+}
+
+// CheckpointComplete tells the guest that checkpoint id is durable. A
+// module without weir_checkpoint_complete ignores it. An error status does
+// not fail the instance; a trap does.
+func (i *Instance) CheckpointComplete(ctx context.Context, id int64) error {
+	if i.fnCheckpoint == nil {
+		return i.usable()
+	}
+	s := i.stack[:1]
+	s[0] = api.EncodeI64(id)
+	if err := i.call(ctx, abi.ExportCheckpointComplete, i.fnCheckpoint, phaseOther, s); err != nil {
+		return err
+	}
+	return i.status(abi.ExportCheckpointComplete, s[0], false)
+}
+
+// Close releases the instance. Later calls fail; Close is idempotent.
+func (i *Instance) Close(ctx context.Context) error {
+	if i.mod == nil {
+		return nil
+	}
+	i.engine.unregister(i)
+	if i.failed == nil {
+		i.failed = errors.New("closed")
+	}
+	i.stdout.flush()
+	i.stderr.flush()
+	err := i.mod.Close(ctx)
+	i.mod = nil
+	i.cancel()
+	if err != nil {
+		return fmt.Errorf("operator %s: close: %w", i.name, err)
+	}
+	return nil
+}
+
+// usable returns the error of a failed or closed instance, or nil.
+func (i *Instance) usable() error {
+	if i.failed != nil {
+		return fmt.Errorf("operator %s: %w: %w", i.name, ErrInstanceFailed, i.failed)
+	}
+	return nil
+}
+
+// writeInput asks the guest for an input buffer and copies payload into it.
+func (i *Instance) writeInput(ctx context.Context, payload []byte) (uint32, error) {
+	s := i.stack[:1]
+	s[0] = api.EncodeI32(int32(len(payload)))
+	if err := i.call(ctx, abi.ExportInput, i.fnInput, phaseOther, s); err != nil {
+		return 0, err
+	}
+	addr := api.DecodeU32(s[0])
+	if addr == 0 {
+		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("operator could not allocate %d bytes", len(payload))}
+		i.fail(err)
+		return 0, err
+	}
+	if !i.mem.Write(addr, payload) {
+		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("input buffer of %d bytes at address %d passes the end of memory (%d bytes)", len(payload), addr, i.mem.Size())}
+		i.fail(err)
+		return 0, err
+	}
+	return addr, nil
+}
+
+// call runs one export under the deadline and turns every way it can go
+// wrong into the instance's failure.
+func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph phase, stack []uint64) error {
+	if err := i.usable(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("operator %s: %s: %w", i.name, export, err)
+	}
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, i.interruptForCaller)
+	}
+	i.phase, i.export, i.message, i.fault = ph, export, "", nil
+	i.calls.Add(1)
+	err := fn.CallWithStack(i.ctx, stack)
+	i.calls.Add(1)
+	i.phase = phaseNone
+	if stop != nil {
+		stop()
+	}
+	if err != nil {
+		err = i.classify(ctx, export, ph, err)
+		i.fail(err)
+		return err
+	}
+	if i.fault != nil {
+		err := i.fault
+		i.fail(err)
+		return err
+	}
+	return nil
+}
+
+func (i *Instance) interruptForCaller() {
+	i.callerCanceled.Store(true)
+	i.cancel()
+}
+
+// watch is the watchdog's check of one instance.
+func (i *Instance) watch(now time.Time) {
+	s := i.calls.Load()
+	if s&1 == 0 {
+		return
+	}
+	if s != i.wdSeq {
+		i.wdSeq, i.wdSince = s, now
+		return
+	}
+	if now.Sub(i.wdSince) >= i.limits.CallTimeout && !i.timedOut.Load() {
+		i.timedOut.Store(true)
+		i.cancel()
+	}
+}
+
+// classify turns an error from wazero into the instance's typed error.
+func (i *Instance) classify(ctx context.Context, export string, ph phase, err error) error {
+	record := -1
+	if ph == phaseProcess || ph == phaseEndOfInput {
+		record = i.cursor()
+	}
+	if i.timedOut.Load() {
+		return &DeadlineError{Operator: i.name, Export: export, Timeout: i.limits.CallTimeout, RecordIndex: record}
+	}
+	if i.callerCanceled.Load() {
+		cause := ctx.Err()
+		if cause == nil {
+			cause = context.Canceled
+		}
+		return fmt.Errorf("operator %s: %s: interrupted: %w", i.name, export, cause)
+	}
+	var exit *sys.ExitError
+	if errors.As(err, &exit) {
+		return &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode()}
+	}
+	msg := err.Error()
+	stack := ""
+	if k := strings.Index(msg, "\nwasm stack trace:"); k >= 0 {
+		stack = strings.TrimSpace(msg[k+1:])
+	}
+	return &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err}
+}
+
+// cursor reads the guest's record cursor, or -1.
+func (i *Instance) cursor() int {
+	if !i.hasCursor {
+		return -1
+	}
+	v, ok := i.mem.ReadUint32Le(i.cursorAddr)
+	if !ok || int32(v) < 0 {
+		return -1
+	}
+	return int(int32(v))
+}
+
+// status turns an export's status result into an *OperatorError. With
+// fatal the failure also fails the instance.
+func (i *Instance) status(export string, res uint64, fatal bool) error {
+	st := api.DecodeI32(res)
+	if st == abi.OK {
+		return nil
+	}
+	err := &OperatorError{Operator: i.name, Export: export, Status: st, Message: i.message}
+	if fatal {
+		i.fail(err)
+	}
+	i.dropPending()
+	return err
+}
+
+// fail marks the instance failed and releases its memory.
+func (i *Instance) fail(err error) {
+	if i.failed == nil {
+		i.failed = err
+	}
+	i.dropPending()
+	if i.mod != nil {
+		i.mod.CloseWithExitCode(context.Background(), 1)
+	}
+}
+
+// faultf records a misuse of an import that fails the current call and
+// returns the status code for the guest.
+func (i *Instance) faultf(code int32, cause error, format string, args ...any) int32 {
+	if i.fault == nil {
+		i.fault = &FaultError{Operator: i.name, Export: i.export, Detail: fmt.Sprintf(format, args...) + fmt.Sprintf(" (status %d)", code), Err: cause}
+	}
+	return code
+}
+
+// deliver hands the emitted batches to emit, in order.
+func (i *Instance) deliver(emit func(port int, batch []byte) error) error {
+	defer i.dropPending()
+	for _, e := range i.pending {
+		if err := emit(e.port, e.batch); err != nil {
+			return fmt.Errorf("operator %s: forwarding output to port %d: %w", i.name, e.port, err)
+		}
+	}
+	return nil
+}
+
+func (i *Instance) dropPending() {
+	clear(i.pending)
+	i.pending = i.pending[:0]
+	i.pendingBytes = 0
+}
+
+// lineWriter routes a guest's stdout or stderr to the logger, one record
+// per line.
+type lineWriter struct {
+	mu       sync.Mutex
+	logger   *slog.Logger
+	operator string
+	stream   string
+	buf      []byte
+}
+
+const maxLogLine = 4096
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		k := bytes.IndexByte(p, '\n')
+		if k < 0 {
+			w.buf = append(w.buf, p...)
+			if len(w.buf) >= maxLogLine {
+				w.emit()
+			}
+			break
+		}
+		w.buf = append(w.buf, p[:k]...)
+		w.emit()
+		p = p[k+1:]
+	}
+	return n, nil
+}
+
+func (w *lineWriter) emit() {
+	w.logger.Info(string(w.buf), "operator", w.operator, "stream", w.stream)
+	w.buf = w.buf[:0]
+}
+
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.emit()
+	}
+}

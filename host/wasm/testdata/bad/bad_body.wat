@@ -1,0 +1,11 @@
+;; refused at compile: the body of weir_end_of_input does not type-check
+(module
+
+  (memory (export "memory") 1)
+  (func (export "weir_input") (param i32) (result i32) (i32.const 1024))
+  (func (export "weir_init") (param i32 i32) (result i32) (i32.const 0))
+  (func (export "weir_process") (param i32 i32 i32) (result i32) (i32.const 0))
+  (func (export "weir_snapshot") (result i32) (i32.const 0))
+  (func (export "weir_restore") (result i32) (i32.const 0))
+  (func (export "weir_abi_v1"))
+  (func (export "weir_end_of_input") (param i32) (result i32) (i64.const 0)))

@@ -1,0 +1,134 @@
+;; misbehave: a test operator whose config byte chooses how weir_process
+;; (and friends) behave, to prove the host contains every failure.
+;;
+;;   p  pass the batch through (the default; also for empty config)
+;;   t  trap (unreachable) while the cursor says record 2
+;;   l  loop forever
+;;   m  grow memory one page at a time until it fails, then trap
+;;   b  emit a malformed batch (count 5, no records)
+;;   o  emit with a length past the end of memory
+;;   O  emit with a pointer past the end of memory
+;;   x  call proc_exit(3)
+;;   e  return status 1 with message "boom"
+;;   E  return status 7 without a message
+;;   2  emit to output port 2
+;;   s  emit during weir_snapshot; snapshot_write past memory end
+;;   z  return 0 from weir_input after weir_init (cannot allocate)
+;;   i  fail weir_init with message "bad config"
+;;   w  snapshot_write "state" and restore_read it back into address 200
+;;
+;; Build: wat2wasm --debug-names misbehave.wat -o misbehave.wasm
+(module
+  (import "weir" "emit" (func $emit (param i32 i32 i32) (result i32)))
+  (import "weir" "error" (func $error (param i32 i32)))
+  (import "weir" "snapshot_write" (func $snapshot_write (param i32 i32) (result i32)))
+  (import "weir" "restore_read" (func $restore_read (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
+
+  (memory (export "memory") 2)
+  (global $mode (mut i32) (i32.const 112)) ;; 'p'
+  (data (i32.const 16) "boom")
+  (data (i32.const 32) "bad config")
+  (data (i32.const 48) "\05\00\00\00")   ;; a batch claiming 5 records
+  (data (i32.const 64) "state")
+  (global $cursor_addr i32 (i32.const 8))
+
+  (func (export "weir_abi_v1"))
+  (func (export "weir_cursor") (result i32) (global.get $cursor_addr))
+
+  (func (export "weir_input") (param $size i32) (result i32)
+    (local $need i32)
+    (if (i32.eq (global.get $mode) (i32.const 122)) ;; 'z'
+      (then (return (i32.const 0))))
+    (local.set $need
+      (i32.sub
+        (i32.shr_u
+          (i32.add (i32.add (local.get $size) (i32.const 65536)) (i32.const 65535))
+          (i32.const 16))
+        (memory.size)))
+    (if (i32.gt_s (local.get $need) (i32.const 0))
+      (then
+        (if (i32.lt_s (memory.grow (local.get $need)) (i32.const 0))
+          (then (return (i32.const 0))))))
+    (i32.const 65536))
+
+  (func (export "weir_init") (param $ptr i32) (param $len i32) (result i32)
+    (if (local.get $len)
+      (then (global.set $mode (i32.load8_u (local.get $ptr)))))
+    (if (i32.eq (global.get $mode) (i32.const 105)) ;; 'i'
+      (then
+        (call $error (i32.const 32) (i32.const 10))
+        (return (i32.const 1))))
+    (i32.const 0))
+
+  (func $process (export "weir_process") (param $port i32) (param $ptr i32) (param $len i32) (result i32)
+    (local $m i32)
+    (local.set $m (global.get $mode))
+    (if (i32.eq (local.get $m) (i32.const 116)) ;; 't'
+      (then
+        (i32.store (global.get $cursor_addr) (i32.const 2))
+        unreachable))
+    (if (i32.eq (local.get $m) (i32.const 108)) ;; 'l'
+      (then (loop $forever (br $forever))))
+    (if (i32.eq (local.get $m) (i32.const 109)) ;; 'm'
+      (then
+        (loop $grow
+          (br_if $grow (i32.ge_s (memory.grow (i32.const 1)) (i32.const 0))))
+        unreachable))
+    (if (i32.eq (local.get $m) (i32.const 98)) ;; 'b'
+      (then (return (call $emit (i32.const 0) (i32.const 48) (i32.const 4)))))
+    (if (i32.eq (local.get $m) (i32.const 111)) ;; 'o': length past the end
+      (then (drop (call $emit (i32.const 0) (local.get $ptr) (i32.const 0x7fffffff)))
+            (return (i32.const 0))))
+    (if (i32.eq (local.get $m) (i32.const 79)) ;; 'O': pointer past the end
+      (then (drop (call $emit (i32.const 0) (i32.const 0xfffffff0) (i32.const 4)))
+            (return (i32.const 0))))
+    (if (i32.eq (local.get $m) (i32.const 120)) ;; 'x'
+      (then (call $proc_exit (i32.const 3))))
+    (if (i32.eq (local.get $m) (i32.const 101)) ;; 'e'
+      (then
+        (call $error (i32.const 16) (i32.const 4))
+        (return (i32.const 1))))
+    (if (i32.eq (local.get $m) (i32.const 69)) ;; 'E'
+      (then (return (i32.const 7))))
+    (if (i32.eq (local.get $m) (i32.const 50)) ;; '2'
+      (then (return (call $emit (i32.const 2) (local.get $ptr) (local.get $len)))))
+    (call $emit (i32.const 0) (local.get $ptr) (local.get $len)))
+
+  (func (export "weir_end_of_input") (param $port i32) (result i32)
+    ;; emits one empty batch on port 0
+    (i32.store (i32.const 96) (i32.const 0))
+    (call $emit (i32.const 0) (i32.const 96) (i32.const 4)))
+
+  (func (export "weir_snapshot") (result i32)
+    (if (i32.eq (global.get $mode) (i32.const 115)) ;; 's'
+      (then
+        (drop (call $emit (i32.const 0) (i32.const 48) (i32.const 4)))
+        (return (i32.const 0))))
+    (if (i32.eq (global.get $mode) (i32.const 83)) ;; 'S': snapshot_write out of bounds
+      (then (return (call $snapshot_write (i32.const 0xffffff00) (i32.const 0x1000)))))
+    (if (i32.eq (global.get $mode) (i32.const 119)) ;; 'w'
+      (then (return (call $snapshot_write (i32.const 64) (i32.const 5)))))
+    (i32.const 0))
+
+  (func (export "weir_restore") (result i32)
+    (local $n i32)
+    (local $off i32)
+    ;; read the whole stream into address 200, then check it ends with 0
+    (local.set $off (i32.const 200))
+    (block $done
+      (loop $read
+        (local.set $n (call $restore_read (local.get $off) (i32.const 3)))
+        (br_if $done (i32.eqz (local.get $n)))
+        (if (i32.lt_s (local.get $n) (i32.const 0))
+          (then (return (local.get $n))))
+        (local.set $off (i32.add (local.get $off) (local.get $n)))
+        (br $read)))
+    ;; store the length read at address 196
+    (i32.store (i32.const 196) (i32.sub (local.get $off) (i32.const 200)))
+    (i32.const 0))
+
+  (func (export "weir_checkpoint_complete") (param $id i64) (result i32)
+    (if (i32.eq (global.get $mode) (i32.const 101)) ;; 'e'
+      (then (return (i32.const 1))))
+    (i32.const 0)))

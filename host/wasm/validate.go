@@ -1,0 +1,140 @@
+package wasm
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// wasiModule is the WASI import module a guest may use.
+const wasiModule = "wasi_snapshot_preview1"
+
+var wasmMagic = []byte{0x00, 'a', 's', 'm'}
+
+// checkModule runs every load-time check that needs no compilation.
+func checkModule(name string, b []byte, lim Limits) error {
+	verr := func(k Kind, format string, args ...any) error {
+		return &ValidationError{Module: name, Kind: k, Detail: fmt.Sprintf(format, args...)}
+	}
+	if len(b) < 4 || !bytes.Equal(b[:4], wasmMagic) {
+		return verr(KindNotWasm, "not a WebAssembly module (no \\0asm magic number)")
+	}
+	if len(b) < 8 {
+		return verr(KindMalformed, "truncated module (%d bytes)", len(b))
+	}
+	if v := uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24; v != 1 {
+		return verr(KindNotWasm, "not a WebAssembly core module (binary version %d, want 1)", v)
+	}
+	m, err := parseModule(b)
+	if err != nil {
+		return &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
+	}
+
+	exports := make(map[string]exportEntry, len(m.exports))
+	var versions []int
+	hasV1 := false
+	for _, e := range m.exports {
+		exports[e.name] = e
+		if rest, ok := strings.CutPrefix(e.name, abi.VersionExportPrefix); ok {
+			n, err := strconv.Atoi(rest)
+			if err != nil || n < 1 {
+				return verr(KindABIVersion, "unknown ABI version marker %q (this host speaks %d)", e.name, abi.Version)
+			}
+			if n == abi.Version {
+				hasV1 = true
+			} else {
+				versions = append(versions, n)
+			}
+		}
+	}
+	marker := abi.VersionExportPrefix + strconv.Itoa(abi.Version)
+	if !hasV1 {
+		if len(versions) > 0 {
+			return verr(KindABIVersion, "unknown ABI version %d (this host speaks %d)", versions[0], abi.Version)
+		}
+		return verr(KindMissingExport, "missing export %s (not a weir operator, or built for another ABI)", marker)
+	}
+	if _, ok := exports["_start"]; ok {
+		return verr(KindCommandModule, "exports _start: a WASI command module; build a reactor (-buildmode=c-shared, -mexec-model=reactor, --no-entry)")
+	}
+
+	for _, im := range m.imports {
+		if err := checkImport(m, im); err != "" {
+			return verr(KindImport, "import %s.%s not allowed: %s", im.module, im.name, err)
+		}
+	}
+
+	// Exports: memory, the version marker, then every function of the ABI.
+	mem, ok := exports[abi.ExportMemory]
+	if !ok {
+		return verr(KindMissingExport, "missing export %s", abi.ExportMemory)
+	}
+	if mem.kind != kindMemory {
+		return verr(KindExportSignature, "export %s is not a memory", abi.ExportMemory)
+	}
+	if uint64(mem.index) >= uint64(len(m.memories)) {
+		return verr(KindMalformed, "export %s names memory %d, which the module does not define", abi.ExportMemory, mem.index)
+	}
+	sigs := append([]abi.ExportSig{{Name: marker, Required: true}}, abi.Exports...)
+	for _, want := range sigs {
+		e, ok := exports[want.Name]
+		if !ok {
+			if want.Required {
+				return verr(KindMissingExport, "missing export %s", want.Name)
+			}
+			continue
+		}
+		if e.kind != kindFunc {
+			return verr(KindExportSignature, "export %s is not a function", want.Name)
+		}
+		got, ok := m.funcTypeOf(e.index)
+		if !ok {
+			return verr(KindMalformed, "export %s names function %d, which has no valid type", want.Name, e.index)
+		}
+		if got.params != want.Params || got.results != want.Results {
+			return verr(KindExportSignature, "export %s has type %s, want %s", want.Name, got, funcType{want.Params, want.Results})
+		}
+	}
+
+	minBytes := m.memories[mem.index].min * pageSize
+	if minBytes > lim.MemoryBytes {
+		return verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
+	}
+	return nil
+}
+
+// checkImport returns why an import is not allowed, or "".
+func checkImport(m *moduleInfo, im importEntry) string {
+	switch im.module {
+	case abi.ImportModule:
+		if im.kind != kindFunc {
+			return "only functions are imported from " + abi.ImportModule
+		}
+		for _, want := range abi.Imports {
+			if want.Name != im.name {
+				continue
+			}
+			if uint64(im.typeIdx) >= uint64(len(m.types)) {
+				return "invalid type index"
+			}
+			got := m.types[im.typeIdx]
+			if got.params != want.Params || got.results != want.Results {
+				return fmt.Sprintf("has type %s, want %s", got, funcType{want.Params, want.Results})
+			}
+			return ""
+		}
+		return "the host provides no such function"
+	case wasiModule:
+		if im.kind != kindFunc {
+			return "only functions are imported from " + wasiModule
+		}
+		if strings.HasPrefix(im.name, "sock_") {
+			return "sockets are not available to operators"
+		}
+		return ""
+	}
+	return "operators may import only from " + abi.ImportModule + " and " + wasiModule
+}

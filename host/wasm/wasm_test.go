@@ -1,0 +1,270 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPassthroughWAT(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "pt", watPassthrough(t), Limits{}, InstanceConfig{})
+	in := []kv{{"a", "hi", 5}, {"", "x", 0}, {"key", "", -1}}
+	o := newOut()
+	if err := inst.Process(context.Background(), 0, batchOf(in...), o.emit); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.port(0); !reflect.DeepEqual(got, in) {
+		t.Fatalf("got %v, want %v", got, in)
+	}
+	// An empty batch passes too.
+	if err := inst.Process(context.Background(), 0, batchOf(), o.emit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadModules(t *testing.T) {
+	e := newEngine(t)
+	pt := watPassthrough(t)
+	cases := []struct {
+		name   string
+		wasm   []byte
+		kind   Kind
+		target error
+		detail string
+	}{
+		{"not wasm", []byte("hello, world"), KindNotWasm, ErrNotWasm, "not a WebAssembly module"},
+		{"empty", nil, KindNotWasm, ErrNotWasm, "not a WebAssembly module"},
+		{"component", []byte{0, 'a', 's', 'm', 0x0d, 0, 1, 0}, KindNotWasm, ErrNotWasm, "binary version"},
+		{"header only", pt[:6], KindMalformed, ErrMalformed, "truncated"},
+		{"truncated", pt[:len(pt)/2], KindMalformed, ErrMalformed, "truncated"},
+		{"truncated code", pt[:len(pt)-3], KindMalformed, ErrMalformed, ""},
+		{"missing export", bad(t, "missing_export"), KindMissingExport, ErrMissingExport, "missing export weir_process"},
+		{"bad signature", bad(t, "bad_signature"), KindExportSignature, ErrExportSignature, "export weir_process has type (i32, i32) -> (i32), want (i32, i32, i32) -> (i32)"},
+		{"abi v2", bad(t, "abi_v2"), KindABIVersion, ErrABIVersion, "unknown ABI version 2 (this host speaks 1)"},
+		{"command", bad(t, "command"), KindCommandModule, ErrCommandModule, "exports _start"},
+		{"import env", bad(t, "import_env"), KindImport, ErrImport, "import env.foo not allowed"},
+		{"import sock", bad(t, "import_sock"), KindImport, ErrImport, "import wasi_snapshot_preview1.sock_accept not allowed"},
+		{"import weir signature", bad(t, "import_weir_signature"), KindImport, ErrImport, "import weir.emit not allowed: has type"},
+		{"memory over", bad(t, "memory_over"), KindMemoryLimit, ErrMemoryLimit, "minimum memory of 131072000 bytes"},
+		{"bad body", bad(t, "bad_body"), KindMalformed, ErrMalformed, "invalid module"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, check := range []struct {
+				how string
+				err error
+			}{
+				{"Load", func() error { _, err := e.Load(context.Background(), "m", c.wasm, Limits{}); return err }()},
+				{"Validate", e.Validate(context.Background(), "m", c.wasm, Limits{})},
+			} {
+				var ve *ValidationError
+				if !errors.As(check.err, &ve) {
+					t.Fatalf("%s: got %v, want a *ValidationError", check.how, check.err)
+				}
+				if ve.Kind != c.kind || !errors.Is(check.err, c.target) || ve.Module != "m" {
+					t.Fatalf("%s: got kind %v (%v), want %v", check.how, ve.Kind, check.err, c.kind)
+				}
+				msg := check.err.Error()
+				if !strings.HasPrefix(msg, "module m: ") || !strings.Contains(msg, c.detail) || strings.Contains(msg, "\n") {
+					t.Fatalf("%s: message %q, want one line containing %q", check.how, msg, c.detail)
+				}
+			}
+		})
+	}
+}
+
+func bad(t *testing.T, name string) []byte {
+	return readFile(t, filepath.Join("testdata", "bad", name+".wasm"))
+}
+
+func TestMemoryLimitIsConfigurable(t *testing.T) {
+	e := newEngine(t)
+	// 2000 pages fit under a 200 MiB limit.
+	if _, err := e.Load(context.Background(), "m", bad(t, "memory_over"), Limits{MemoryBytes: 200 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	// The 2-page passthrough does not fit in 64 KiB.
+	_, err := e.Load(context.Background(), "m", watPassthrough(t), Limits{MemoryBytes: 64 << 10})
+	if !errors.Is(err, ErrMemoryLimit) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestContained runs each misbehaviour in its own instance, checks its
+// error, and checks that a healthy instance of another module keeps working
+// after each.
+func TestContained(t *testing.T) {
+	e := newEngine(t)
+	healthy := instantiate(t, e, "healthy", watPassthrough(t), Limits{}, InstanceConfig{})
+	mis := misbehave(t)
+	in := batchOf(kv{"a", "1", 1}, kv{"b", "2", 2}, kv{"c", "3", 3})
+	cases := []struct {
+		mode  string
+		check func(t *testing.T, err error)
+	}{ // every case but "l" runs far inside its 10s deadline
+		{"t", func(t *testing.T, err error) {
+			var te *TrapError
+			if !errors.As(err, &te) || te.RecordIndex != 2 || te.Export != "weir_process" || te.Operator != "bad" {
+				t.Fatalf("got %#v", err)
+			}
+			if !strings.Contains(te.Stack, ".process(i32,i32,i32)") || !strings.Contains(err.Error(), "trap at record 2: wasm error: unreachable") {
+				t.Fatalf("error %q, stack %q", err, te.Stack)
+			}
+		}},
+		{"l", func(t *testing.T, err error) {
+			var de *DeadlineError
+			if !errors.As(err, &de) || err.Error() != "operator bad: weir_process: exceeded the 200ms call deadline" {
+				t.Fatalf("got %v", err)
+			}
+		}},
+		{"m", func(t *testing.T, err error) {
+			var te *TrapError
+			if !errors.As(err, &te) {
+				t.Fatalf("got %v", err)
+			}
+		}},
+		{"b", faultContaining("emit to port 0: malformed record batch")},
+		{"o", faultContaining("passes the end of memory")},
+		{"O", faultContaining("passes the end of memory")},
+		{"2", faultContaining("emit to output port 2: the task has 1 output port(s) (status -2)")},
+		{"x", func(t *testing.T, err error) {
+			var xe *ExitError
+			if !errors.As(err, &xe) || xe.Code != 3 {
+				t.Fatalf("got %v", err)
+			}
+		}},
+		{"e", func(t *testing.T, err error) {
+			var oe *OperatorError
+			if !errors.As(err, &oe) || err.Error() != "operator bad: weir_process: boom" {
+				t.Fatalf("got %v", err)
+			}
+		}},
+		{"E", func(t *testing.T, err error) {
+			if err == nil || err.Error() != "operator bad: weir_process: returned status 7" {
+				t.Fatalf("got %v", err)
+			}
+		}},
+		{"z", faultContaining("operator could not allocate 58 bytes")},
+	}
+	for _, c := range cases {
+		t.Run(c.mode, func(t *testing.T) {
+			lim := Limits{CallTimeout: 10 * time.Second, MemoryBytes: 4 << 20}
+			if c.mode == "l" {
+				lim.CallTimeout = 200 * time.Millisecond
+			}
+			inst := instantiate(t, e, "bad", mis, lim, InstanceConfig{Config: []byte(c.mode)})
+			o := newOut()
+			err := inst.Process(context.Background(), 0, in, o.emit)
+			c.check(t, err)
+			if len(o.recs) != 0 {
+				t.Fatalf("a failed call forwarded output: %v", o.recs)
+			}
+			// The instance is poisoned.
+			err2 := inst.Process(context.Background(), 0, in, o.emit)
+			if !errors.Is(err2, ErrInstanceFailed) {
+				t.Fatalf("second call: got %v, want ErrInstanceFailed", err2)
+			}
+			// Another module's instance is unaffected.
+			ho := newOut()
+			if err := healthy.Process(context.Background(), 0, in, ho.emit); err != nil || len(ho.port(0)) != 3 {
+				t.Fatalf("healthy instance: %v %v", err, ho.port(0))
+			}
+		})
+	}
+}
+
+func faultContaining(s string) func(t *testing.T, err error) {
+	return func(t *testing.T, err error) {
+		t.Helper()
+		var fe *FaultError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), s) {
+			t.Fatalf("got %v, want a *FaultError containing %q", err, s)
+		}
+	}
+}
+
+func TestInitError(t *testing.T) {
+	e := newEngine(t)
+	m, err := e.Load(context.Background(), "mis", misbehave(t), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Instantiate(context.Background(), InstanceConfig{Name: "op", Config: []byte("i")})
+	var oe *OperatorError
+	if !errors.As(err, &oe) || err.Error() != "operator op: weir_init: bad config" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestSnapshotRestoreAndMisuse(t *testing.T) {
+	e := newEngine(t)
+	mis := misbehave(t)
+	ctx := context.Background()
+	// 'w' writes "state"; restore reads it back in 3-byte chunks.
+	a := instantiate(t, e, "a", mis, Limits{}, InstanceConfig{Config: []byte("w")})
+	var buf bytes.Buffer
+	if err := a.Snapshot(ctx, &buf); err != nil || buf.String() != "state" {
+		t.Fatalf("snapshot: %v %q", err, buf.String())
+	}
+	b := instantiate(t, e, "b", mis, Limits{}, InstanceConfig{Config: []byte("w")})
+	if err := b.Restore(ctx, bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := b.mem.ReadUint32Le(196); n != 5 {
+		t.Fatalf("restored %d bytes", n)
+	}
+	if got, _ := b.mem.Read(200, 5); string(got) != "state" {
+		t.Fatalf("restored %q", got)
+	}
+	// A failing writer fails the snapshot with a *StateError.
+	c := instantiate(t, e, "c", mis, Limits{}, InstanceConfig{Config: []byte("w")})
+	err := c.Snapshot(ctx, failWriter{})
+	var se *StateError
+	if !errors.As(err, &se) {
+		t.Fatalf("got %v", err)
+	}
+	// Emitting during a snapshot is refused.
+	d := instantiate(t, e, "d", mis, Limits{}, InstanceConfig{Config: []byte("s")})
+	if err := d.Snapshot(ctx, &buf); err == nil || !strings.Contains(err.Error(), "emit called during weir_snapshot") {
+		t.Fatalf("got %v", err)
+	}
+	// snapshot_write out of bounds.
+	f := instantiate(t, e, "f", mis, Limits{}, InstanceConfig{Config: []byte("S")})
+	if err := f.Snapshot(ctx, &buf); err == nil || !strings.Contains(err.Error(), "passes the end of memory") {
+		t.Fatalf("got %v", err)
+	}
+	// End of input and checkpoint completion.
+	g := instantiate(t, e, "g", mis, Limits{}, InstanceConfig{})
+	o := newOut()
+	if err := g.EndOfInput(ctx, 0, o.emit); err != nil || len(o.port(0)) != 0 {
+		t.Fatalf("end of input: %v %v", err, o.recs)
+	}
+	if err := g.CheckpointComplete(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	h := instantiate(t, e, "h", mis, Limits{}, InstanceConfig{Config: []byte("e")})
+	if err := h.CheckpointComplete(ctx, 7); err == nil {
+		t.Fatal("want an error")
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestCallerCancel(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "loop", misbehave(t), Limits{CallTimeout: time.Hour}, InstanceConfig{Config: []byte("l")})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	err := inst.Process(ctx, 0, batchOf(), newOut().emit)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+}
