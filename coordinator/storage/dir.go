@@ -1,0 +1,179 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Dir stores objects as files under a root directory; key segments become
+// subdirectories.
+type Dir struct {
+	root string
+}
+
+// NewDir returns a store rooted at root, creating it if needed.
+func NewDir(root string) (*Dir, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("storage dir: %w", err)
+	}
+	return &Dir{root: root}, nil
+}
+
+// Root returns the directory.
+func (d *Dir) Root() string { return d.root }
+
+func (d *Dir) path(key string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(d.root, filepath.FromSlash(key)), nil
+}
+
+// Put writes the object via a temporary file, fsync and rename.
+func (d *Dir) Put(ctx context.Context, key string, r io.Reader) error {
+	p, err := d.path(key)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("storage put %s: %w", key, err)
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("storage put %s: %w", key, err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := io.Copy(f, ctxReader{ctx, r}); err != nil {
+		return fmt.Errorf("storage put %s: %w", key, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("storage put %s: fsync: %w", key, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("storage put %s: %w", key, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("storage put %s: rename: %w", key, err)
+	}
+	ok = true
+	if df, err := os.Open(dir); err == nil {
+		err = df.Sync()
+		_ = df.Close()
+		if err != nil {
+			return fmt.Errorf("storage put %s: fsync dir: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// ctxReader stops a copy when ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// Get opens the object's file.
+func (d *Dir) Get(_ context.Context, key string) (io.ReadCloser, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, notExist(key, err)
+		}
+		return nil, fmt.Errorf("storage get %s: %w", key, err)
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		_ = f.Close()
+		return nil, notExist(key, errors.New("is a directory"))
+	}
+	return f, nil
+}
+
+// Delete removes every object whose key starts with prefix and the
+// directories that became empty.
+func (d *Dir) Delete(ctx context.Context, prefix string) error {
+	keys, err := d.List(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	dirs := map[string]bool{}
+	for _, k := range keys {
+		p := filepath.Join(d.root, filepath.FromSlash(k))
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("storage delete %s: %w", k, err)
+		}
+		for dir := filepath.Dir(p); dir != d.root && strings.HasPrefix(dir, d.root); dir = filepath.Dir(dir) {
+			dirs[dir] = true
+		}
+	}
+	// Remove empty directories, deepest first.
+	var ds []string
+	for dir := range dirs {
+		ds = append(ds, dir)
+	}
+	sort.Slice(ds, func(i, j int) bool { return len(ds[i]) > len(ds[j]) })
+	for _, dir := range ds {
+		_ = os.Remove(dir) // fails harmlessly when not empty
+	}
+	return nil
+}
+
+// List walks the directory for keys starting with prefix.
+func (d *Dir) List(_ context.Context, prefix string) ([]string, error) {
+	var keys []string
+	// Walk only the deepest directory the prefix fully names.
+	start := d.root
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		start = filepath.Join(d.root, filepath.FromSlash(prefix[:i]))
+	}
+	err := filepath.WalkDir(start, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			return nil
+		}
+		rel, err := filepath.Rel(d.root, p)
+		if err != nil {
+			return err
+		}
+		k := filepath.ToSlash(rel)
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage list %s: %w", prefix, err)
+	}
+	sort.Strings(keys)
+	return keys, nil
+}

@@ -1,0 +1,79 @@
+// Package storage holds checkpoint storage: a flat key space of immutable
+// objects ("JOB/chk-ID/TASK", "JOB/chk-ID/_metadata"), with three
+// implementations of one Store interface:
+//
+//   - Dir: a local directory (the embedded default); every Put writes a
+//     temporary file, fsyncs it, renames it into place and fsyncs the
+//     directory, so a reader sees a whole object or none.
+//   - ObjectStore: a JetStream Object Store bucket, for state and
+//     channel-state blobs shared by workers on several machines.
+//   - KV: a JetStream Key-Value bucket, for small objects such as
+//     checkpoint metadata.
+//
+// Store has the same method set as the host's storage interface (host.Store),
+// so each implementation satisfies both without importing the host.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+)
+
+// Store is checkpoint storage.
+type Store interface {
+	// Put stores the bytes of r under key, atomically: a reader sees the
+	// whole object or none. Putting an existing key replaces it.
+	Put(ctx context.Context, key string, r io.Reader) error
+	// Get opens the object under key. A missing key gives an error for
+	// which errors.Is(err, fs.ErrNotExist) holds.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// Delete removes every object whose key starts with prefix.
+	Delete(ctx context.Context, prefix string) error
+	// List returns the keys that start with prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+}
+
+// ErrBadKey is wrapped by errors about keys a store cannot hold.
+var ErrBadKey = errors.New("bad storage key")
+
+// CheckKey validates a key: non-empty, '/'-separated segments of letters,
+// digits, '-', '_', '=' and '.', no segment empty, "." or "..". Every Store
+// here accepts exactly these keys.
+func CheckKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty", ErrBadKey)
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "" || seg == "." || seg == ".." || strings.HasPrefix(seg, ".") {
+			return fmt.Errorf("%w %q: empty, dot or dot-dot segment", ErrBadKey, key)
+		}
+		for _, r := range seg {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '=' || r == '.') {
+				return fmt.Errorf("%w %q: character %q", ErrBadKey, key, r)
+			}
+		}
+	}
+	return nil
+}
+
+func notExist(key string, err error) error {
+	return fmt.Errorf("storage: %s: %w (%v)", key, fs.ErrNotExist, err)
+}
+
+// ReadAll reads the whole object under key.
+func ReadAll(ctx context.Context, s Store, key string) ([]byte, error) {
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("storage: read %s: %w", key, err)
+	}
+	return data, nil
+}

@@ -1,0 +1,110 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded"
+)
+
+// exercise runs the Store contract against s.
+func exercise(t *testing.T, s Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640 KB: several object chunks
+	put := func(k string, v []byte) {
+		t.Helper()
+		if err := s.Put(ctx, k, bytes.NewReader(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("j/chk-1/a-0", []byte("one"))
+	put("j/chk-1/b-0", big)
+	put("j/chk-2/a-0", []byte("two"))
+	put("k/chk-1/a-0", []byte("other job"))
+	put("j/chk-2/a-0", []byte("two again"))
+	got, err := ReadAll(ctx, s, "j/chk-1/b-0")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("big object: %d bytes, %v", len(got), err)
+	}
+	if got, _ := ReadAll(ctx, s, "j/chk-2/a-0"); string(got) != "two again" {
+		t.Errorf("replaced object = %q", got)
+	}
+	if _, err := s.Get(ctx, "j/chk-9/a-0"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing get = %v, want fs.ErrNotExist", err)
+	}
+	keys, err := s.List(ctx, "j/")
+	if err != nil || !reflect.DeepEqual(keys, []string{"j/chk-1/a-0", "j/chk-1/b-0", "j/chk-2/a-0"}) {
+		t.Errorf("list j/ = %v %v", keys, err)
+	}
+	if keys, _ := s.List(ctx, "j/chk-1/"); len(keys) != 2 {
+		t.Errorf("list j/chk-1/ = %v", keys)
+	}
+	if keys, _ := s.List(ctx, "nothing/"); len(keys) != 0 {
+		t.Errorf("list nothing = %v", keys)
+	}
+	if err := s.Delete(ctx, "j/chk-1/"); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := s.List(ctx, ""); !reflect.DeepEqual(keys, []string{"j/chk-2/a-0", "k/chk-1/a-0"}) {
+		t.Errorf("after delete: %v", keys)
+	}
+	if err := s.Put(ctx, "../x", strings.NewReader("")); !errors.Is(err, ErrBadKey) {
+		t.Errorf("bad key put = %v", err)
+	}
+}
+
+func TestDir(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exercise(t, s)
+	// No temporary files or emptied directories left behind.
+	if _, err := os.Stat(filepath.Join(dir, "j", "chk-1")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("deleted checkpoint dir still there: %v", err)
+	}
+}
+
+func TestJetStream(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), MaxPayload: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Run("ObjectStore", func(t *testing.T) {
+		s, err := NewObjectStore(ctx, js, DefaultStateBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exercise(t, s)
+	})
+	t.Run("KV", func(t *testing.T) {
+		s, err := NewKV(ctx, js, DefaultMetaBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exercise(t, s)
+	})
+}
