@@ -1,0 +1,219 @@
+package remote
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// Receiver is the consuming end of a remote channel. It implements
+// stream.Receiver.
+type Receiver struct {
+	cfg       Config
+	nc        *nats.Conn
+	control   string
+	sub       *nats.Subscription
+	stopWatch func()
+
+	mu          sync.Mutex
+	q           []entry
+	qhead       int
+	queuedBytes int // credited bytes received but not polled
+	maxQueued   int
+	expect      uint64 // next frame sequence
+	consumed    uint64 // credited bytes polled
+	announced   uint64 // cumulative grant last published
+	err         error
+	closed      bool
+	notify      func()
+}
+
+type entry struct {
+	d      stream.Delivery
+	credit int // bytes of credit returned when this entry is polled
+}
+
+var _ stream.Receiver = (*Receiver)(nil)
+
+// NewReceiver opens the consuming end of the channel cfg.Subject on nc and
+// grants the sender its initial window.
+func NewReceiver(nc *nats.Conn, cfg Config) (*Receiver, error) {
+	cfg, err := cfg.withDefaults(nc)
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, nc: nc, control: cfg.controlSubject(), expect: 1}
+	r.sub, err = nc.Subscribe(cfg.dataSubject(), r.onFrame)
+	if err != nil {
+		return nil, fmt.Errorf("remote channel %s: subscribe: %w", cfg.Channel, err)
+	}
+	// Credit bounds what can be pending; the library limits only add a
+	// way to drop, which the sequence check would report anyway.
+	if err := r.sub.SetPendingLimits(-1, -1); err != nil {
+		_ = r.sub.Unsubscribe()
+		return nil, fmt.Errorf("remote channel %s: pending limits: %w", cfg.Channel, err)
+	}
+	if err := nc.Flush(); err != nil {
+		_ = r.sub.Unsubscribe()
+		return nil, fmt.Errorf("remote channel %s: flush subscription: %w", cfg.Channel, err)
+	}
+	r.stopWatch = watchConn(nc, r.fail)
+	r.mu.Lock()
+	r.announceLocked()
+	r.mu.Unlock()
+	return r, nil
+}
+
+func (r *Receiver) fail(err error) {
+	r.mu.Lock()
+	if r.err == nil && !r.closed {
+		r.err = chanErr(r.cfg, err)
+	}
+	fn := r.notify
+	r.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+func (r *Receiver) announceLocked() {
+	g := uint64(r.cfg.Window) + r.consumed
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], g)
+	if err := r.nc.Publish(r.control, b[:]); err != nil {
+		if r.err == nil {
+			r.err = chanErr(r.cfg, fmt.Errorf("publish credit: %w", err))
+		}
+		return
+	}
+	r.announced = g
+}
+
+func (r *Receiver) onFrame(m *nats.Msg) {
+	f, err := DecodeFrame(m.Data)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	r.mu.Lock()
+	if r.err != nil || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	if f.Flags&FlagProbe != 0 {
+		r.announceLocked()
+		r.mu.Unlock()
+		return
+	}
+	if f.Seq != r.expect {
+		r.err = chanErr(r.cfg, fmt.Errorf("%w: got frame %d, want %d", ErrSequenceGap, f.Seq, r.expect))
+	} else {
+		r.expect++
+		if f.Flags&FlagPriority != 0 {
+			r.pushPriorityLocked(f.Elements[0])
+		} else {
+			for i, e := range f.Elements {
+				en := entry{d: stream.Delivery{Element: e}}
+				if i == len(f.Elements)-1 {
+					en.credit = len(m.Data)
+				}
+				r.q = append(r.q, en)
+			}
+			r.queuedBytes += len(m.Data)
+			if r.queuedBytes > r.maxQueued {
+				r.maxQueued = r.queuedBytes
+			}
+		}
+	}
+	fn := r.notify
+	r.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+func (r *Receiver) pushPriorityLocked(e stream.Element) {
+	queued := r.q[r.qhead:]
+	var overtaken []stream.Element
+	if len(queued) > 0 {
+		overtaken = make([]stream.Element, len(queued))
+		for i, en := range queued {
+			overtaken[i] = en.d.Element
+		}
+	}
+	en := entry{d: stream.Delivery{Element: e, Overtaken: overtaken}}
+	if r.qhead > 0 {
+		r.qhead--
+		r.q[r.qhead] = en
+		return
+	}
+	r.q = append(r.q, entry{})
+	copy(r.q[1:], r.q)
+	r.q[0] = en
+}
+
+// Poll returns the next element without blocking. Taking an element returns
+// its credit to the sender.
+func (r *Receiver) Poll() (stream.Delivery, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return stream.Delivery{}, false, r.err
+	}
+	if r.closed {
+		return stream.Delivery{}, false, stream.ErrClosed
+	}
+	if r.qhead == len(r.q) {
+		return stream.Delivery{}, false, nil
+	}
+	en := r.q[r.qhead]
+	r.q[r.qhead] = entry{}
+	r.qhead++
+	if r.qhead == len(r.q) {
+		r.q, r.qhead = r.q[:0], 0
+	}
+	if en.credit > 0 {
+		r.consumed += uint64(en.credit)
+		r.queuedBytes -= en.credit
+		if uint64(r.cfg.Window)+r.consumed-r.announced >= uint64(r.cfg.Window/4) {
+			r.announceLocked()
+		}
+	}
+	return en.d, true, nil
+}
+
+// Notify registers fn, called from any goroutine whenever Poll may have
+// something new.
+func (r *Receiver) Notify(fn func()) {
+	r.mu.Lock()
+	r.notify = fn
+	r.mu.Unlock()
+}
+
+// QueuedBytes reports the credited frame bytes received but not yet polled,
+// now and at most so far. Both never exceed the window.
+func (r *Receiver) QueuedBytes() (now, max int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.queuedBytes, r.maxQueued
+}
+
+// Close releases the receiver.
+func (r *Receiver) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.q, r.qhead = nil, 0
+	r.mu.Unlock()
+	r.stopWatch()
+	if err := r.sub.Unsubscribe(); err != nil && err != nats.ErrConnectionClosed && err != nats.ErrBadSubscription {
+		return fmt.Errorf("remote channel %s: unsubscribe: %w", r.cfg.Channel, err)
+	}
+	return nil
+}
