@@ -21,7 +21,7 @@ func exportInput(size int32) int32 {
 	if size < 0 {
 		return 0
 	}
-	if int(size) > cap(st.input) {
+	if int(size) > cap(st.input) || cap(st.input) == 0 {
 		c := max(int(size), 2*cap(st.input), 64)
 		st.input = make([]byte, c)
 	}

@@ -25,11 +25,13 @@ func (w *StateWriter) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		if len(w.buf) == 0 && len(p) >= ChunkSize {
-			// A whole chunk or more: hand it over without copying.
-			if err := w.write(p); err != nil {
+			// A whole chunk: hand it over without copying.
+			if err := w.write(p[:ChunkSize]); err != nil {
 				return n, err
 			}
-			return n + len(p), nil
+			p = p[ChunkSize:]
+			n += ChunkSize
+			continue
 		}
 		if w.buf == nil {
 			w.buf = make([]byte, 0, ChunkSize)

@@ -1,0 +1,98 @@
+// Command sdktest is an operator for the SDK's own tests: its config picks
+// a behaviour of Process.
+//
+//	panic   panic with "kaboom"
+//	error   return an error "no luck"
+//	log     print to stdout and stderr and log through weir.Log, then pass through
+//	exit    os.Exit(3)
+//	oom     allocate until the memory limit is hit
+//	ports   emit each record to ports 0 and 1
+//	bigstate  Process keeps every value; Snapshot writes 300 KiB per record
+//	(other) pass records through
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/weirhq/weir/guests/go/weir"
+)
+
+type op struct {
+	mode  string
+	kept  [][]byte
+	sink  [][]byte
+	state []byte
+}
+
+func (o *op) Init(config []byte) error {
+	o.mode = string(config)
+	return nil
+}
+
+func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
+	switch o.mode {
+	case "panic":
+		for in.Next() {
+			if in.Index() == 1 {
+				panic("kaboom")
+			}
+		}
+	case "error":
+		return errors.New("no luck")
+	case "log":
+		fmt.Println("hello stdout")
+		fmt.Fprintln(os.Stderr, "hello stderr")
+		weir.Log(weir.LevelWarn, "hello log")
+	case "exit":
+		os.Exit(3)
+	case "oom":
+		for {
+			o.sink = append(o.sink, make([]byte, 1<<20))
+		}
+	case "ports":
+		for in.Next() {
+			out.EmitRecord(0, in.Record())
+			out.EmitRecord(1, in.Record())
+		}
+		return nil
+	case "bigstate":
+		for in.Next() {
+			o.kept = append(o.kept, bytes.Clone(in.Record().Value))
+		}
+		return nil
+	}
+	for r := range in.All() {
+		out.EmitRecord(0, r)
+	}
+	return nil
+}
+
+func (o *op) Snapshot(w *weir.StateWriter) error {
+	for _, v := range o.kept {
+		chunk := bytes.Repeat(v, (300<<10)/max(len(v), 1))
+		if _, err := w.Write(chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *op) Restore(r *weir.StateReader) error {
+	b, err := io.ReadAll(r)
+	o.state = b
+	return err
+}
+
+// EndOfInput emits the size of the restored state.
+func (o *op) EndOfInput(port int, out *weir.Emitter) error {
+	out.Emit(0, nil, fmt.Appendf(nil, "%d", len(o.state)), 0)
+	return nil
+}
+
+func init() { weir.Register(&op{}) }
+
+func main() {}

@@ -1,0 +1,277 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/guests/go/guestbuild"
+)
+
+func TestGoUppercase(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "up", goGuest(t, "uppercase"), Limits{}, InstanceConfig{})
+	o := newOut()
+	in := batchOf(kv{"k", "hello, World ß 123", 7}, kv{"", "", 0})
+	if err := inst.Process(context.Background(), 0, in, o.emit); err != nil {
+		t.Fatal(err)
+	}
+	want := []kv{{"k", "HELLO, WORLD ß 123", 7}, {"", "", 0}}
+	if got := o.port(0); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestGoFilter(t *testing.T) {
+	e := newEngine(t)
+	wasm := goGuest(t, "filter")
+	inst := instantiate(t, e, "f", wasm, Limits{}, InstanceConfig{Config: []byte("an")})
+	o := newOut()
+	in := batchOf(kv{"1", "banana", 1}, kv{"2", "apple", 2}, kv{"3", "and", 3})
+	if err := inst.Process(context.Background(), 0, in, o.emit); err != nil {
+		t.Fatal(err)
+	}
+	want := []kv{{"1", "banana", 1}, {"3", "and", 3}}
+	if got := o.port(0); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	m, _ := e.Load(context.Background(), "f", wasm, Limits{})
+	_, err := m.Instantiate(context.Background(), InstanceConfig{Name: "f"})
+	if err == nil || err.Error() != "operator f: weir_init: filter: config must be the substring to keep" {
+		t.Fatalf("empty config: got %v", err)
+	}
+}
+
+func TestGoWordcount(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "wc", goGuest(t, "wordcount"), Limits{}, InstanceConfig{})
+	o := newOut()
+	in := batchOf(kv{"x", "a b\ta", 5}, kv{"y", "  b\r\n", 6}, kv{"z", "", 7})
+	if err := inst.Process(context.Background(), 0, in, o.emit); err != nil {
+		t.Fatal(err)
+	}
+	want := []kv{{"a", "1", 5}, {"b", "1", 5}, {"a", "2", 5}, {"b", "2", 6}}
+	if got := o.port(0); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	var st bytes.Buffer
+	if err := inst.Snapshot(context.Background(), &st); err != nil {
+		t.Fatal(err)
+	}
+	wantState := []byte{1, 2, 0, 0, 0, 1, 0, 0, 0, 'a', 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 'b', 2, 0, 0, 0, 0, 0, 0, 0}
+	if !bytes.Equal(st.Bytes(), wantState) {
+		t.Fatalf("state % x, want % x", st.Bytes(), wantState)
+	}
+}
+
+func TestGoJoin(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "j", goGuest(t, "join"), Limits{}, InstanceConfig{})
+	o := newOut()
+	ctx := context.Background()
+	steps := []struct {
+		port int
+		recs []kv
+	}{
+		{0, []kv{{"k", "L1", 10}, {"q", "Lq", 1}}},
+		{1, []kv{{"k", "R1", 5}, {"k", "R2", 20}}},
+		{0, []kv{{"k", "L2", 15}}},
+	}
+	for _, s := range steps {
+		if err := inst.Process(ctx, s.port, batchOf(s.recs...), o.emit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []kv{{"k", "L1|R1", 10}, {"k", "L1|R2", 20}, {"k", "L2|R1", 15}, {"k", "L2|R2", 20}}
+	if got := o.port(0); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	var st bytes.Buffer
+	if err := inst.Snapshot(ctx, &st); err != nil {
+		t.Fatal(err)
+	}
+	var w bytes.Buffer
+	w.WriteByte(1)
+	side := func(recs ...kv) {
+		fmt.Fprintf(&w, "%c\x00\x00\x00", len(recs))
+		for _, r := range recs {
+			fmt.Fprintf(&w, "%c\x00\x00\x00%s%c\x00\x00\x00%s%c\x00\x00\x00\x00\x00\x00\x00", len(r.K), r.K, len(r.V), r.V, r.TS)
+		}
+	}
+	side(kv{"k", "L1", 10}, kv{"q", "Lq", 1}, kv{"k", "L2", 15})
+	side(kv{"k", "R1", 5}, kv{"k", "R2", 20})
+	if !bytes.Equal(st.Bytes(), w.Bytes()) {
+		t.Fatalf("state\n% x\nwant\n% x", st.Bytes(), w.Bytes())
+	}
+}
+
+// input is a port-tagged batch of a run.
+type input struct {
+	port int
+	recs []kv
+}
+
+// runSplit feeds inputs to a fresh instance, snapshots after the first
+// split of them, restores the snapshot into another fresh instance and feeds
+// it the rest; it returns all output.
+func runSplit(t *testing.T, e *Engine, wasm []byte, inputs []input, split int) []kv {
+	t.Helper()
+	ctx := context.Background()
+	o := newOut()
+	a := instantiate(t, e, "a", wasm, Limits{}, InstanceConfig{})
+	for _, in := range inputs[:split] {
+		if err := a.Process(ctx, in.port, batchOf(in.recs...), o.emit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st bytes.Buffer
+	if err := a.Snapshot(ctx, &st); err != nil {
+		t.Fatal(err)
+	}
+	a.Close(ctx)
+	b := instantiate(t, e, "b", wasm, Limits{}, InstanceConfig{})
+	if err := b.Restore(ctx, &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range inputs[split:] {
+		if err := b.Process(ctx, in.port, batchOf(in.recs...), o.emit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return o.port(0)
+}
+
+func TestSnapshotRestoreEqualsUninterrupted(t *testing.T) {
+	e := newEngine(t)
+	words := []string{"to be or not", "to be", "that is the question", "", "be be be", "question or not"}
+	var wc []input
+	for i, w := range words {
+		wc = append(wc, input{0, []kv{{fmt.Sprint(i), w, int64(i)}, {"", w + " x", int64(100 + i)}}})
+	}
+	var jn []input
+	for i := range 8 {
+		jn = append(jn, input{i % 2, []kv{{fmt.Sprint("k", i%3), fmt.Sprint("v", i), int64(i * 10)}, {"k0", fmt.Sprint("w", i), int64(50 - i)}}})
+	}
+	for _, c := range []struct {
+		name   string
+		inputs []input
+	}{{"wordcount", wc}, {"join", jn}} {
+		wasm := goGuest(t, c.name)
+		want := runSplit(t, e, wasm, c.inputs, len(c.inputs))
+		if len(want) == 0 {
+			t.Fatalf("%s: no output", c.name)
+		}
+		for split := 0; split <= len(c.inputs); split++ {
+			if got := runSplit(t, e, wasm, c.inputs, split); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s split at %d:\n got %v\nwant %v", c.name, split, got, want)
+			}
+		}
+	}
+}
+
+func sdkTest(t testing.TB) []byte {
+	return guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest")
+}
+
+func TestGoSDKFailures(t *testing.T) {
+	e := newEngine(t)
+	wasm := sdkTest(t)
+	healthy := instantiate(t, e, "healthy", watPassthrough(t), Limits{}, InstanceConfig{})
+	in := batchOf(kv{"a", "1", 1}, kv{"b", "2", 2})
+	for _, c := range []struct {
+		mode string
+		want string
+		typ  any
+	}{
+		{"panic", "operator op: weir_process: panic in Process: kaboom", &OperatorError{}},
+		{"error", "operator op: weir_process: no luck", &OperatorError{}},
+		{"exit", "operator op: weir_process: the module exited with code 3", &ExitError{}},
+		{"oom", "operator op: weir_process: ", nil},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			inst := instantiate(t, e, "op", wasm, Limits{MemoryBytes: 48 << 20}, InstanceConfig{Config: []byte(c.mode)})
+			err := inst.Process(context.Background(), 0, in, newOut().emit)
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+				t.Fatalf("got %v, want %q", err, c.want)
+			}
+			if c.typ != nil && reflect.TypeOf(errors.Unwrap(fmt.Errorf("%w", err))) != reflect.TypeOf(c.typ) {
+				t.Fatalf("got %T", err)
+			}
+			if err := inst.Process(context.Background(), 0, in, newOut().emit); !errors.Is(err, ErrInstanceFailed) {
+				t.Fatalf("second call: %v", err)
+			}
+			ho := newOut()
+			if err := healthy.Process(context.Background(), 0, in, ho.emit); err != nil || len(ho.port(0)) != 2 {
+				t.Fatalf("healthy: %v", err)
+			}
+		})
+	}
+}
+
+func TestGoSDKLogsPortsAndBigState(t *testing.T) {
+	e := newEngine(t)
+	wasm := sdkTest(t)
+	ctx := context.Background()
+	in := batchOf(kv{"a", "1", 1}, kv{"b", "2", 2})
+
+	var logs bytes.Buffer
+	inst := instantiate(t, e, "op", wasm, Limits{}, InstanceConfig{Name: "chatty", Config: []byte("log"), Logger: testLogger(&logs)})
+	if err := inst.Process(ctx, 0, in, newOut().emit); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`msg="hello stdout" operator=chatty stream=stdout`,
+		`msg="hello stderr" operator=chatty stream=stderr`,
+		`level=WARN msg="hello log" operator=chatty`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+
+	two := instantiate(t, e, "op", wasm, Limits{}, InstanceConfig{Config: []byte("ports"), Outputs: 2})
+	o := newOut()
+	if err := two.Process(ctx, 0, in, o.emit); err != nil || len(o.port(0)) != 2 || len(o.port(1)) != 2 {
+		t.Fatalf("two ports: %v %v", err, o.recs)
+	}
+	one := instantiate(t, e, "op", wasm, Limits{}, InstanceConfig{Name: "one", Config: []byte("ports")})
+	if err := one.Process(ctx, 0, in, newOut().emit); err == nil || !strings.Contains(err.Error(), "emit to output port 1") {
+		t.Fatalf("one port: %v", err)
+	}
+
+	// 2 records x 300 KiB of state streams in 64 KiB chunks and comes back whole.
+	big := instantiate(t, e, "op", wasm, Limits{}, InstanceConfig{Config: []byte("bigstate")})
+	if err := big.Process(ctx, 0, in, newOut().emit); err != nil {
+		t.Fatal(err)
+	}
+	cw := &chunkWriter{}
+	if err := big.Snapshot(ctx, cw); err != nil {
+		t.Fatal(err)
+	}
+	if cw.buf.Len() != 2*(300<<10) || cw.max > 64<<10 || cw.writes < 9 {
+		t.Fatalf("state of %d bytes in %d writes of at most %d", cw.buf.Len(), cw.writes, cw.max)
+	}
+	r := instantiate(t, e, "op", wasm, Limits{}, InstanceConfig{Config: []byte("restore")})
+	if err := r.Restore(ctx, &cw.buf); err != nil {
+		t.Fatal(err)
+	}
+	o = newOut()
+	if err := r.EndOfInput(ctx, 0, o.emit); err != nil || !reflect.DeepEqual(o.port(0), []kv{{"", fmt.Sprint(2 * (300 << 10)), 0}}) {
+		t.Fatalf("restored: %v %v", err, o.port(0))
+	}
+}
+
+type chunkWriter struct {
+	buf         bytes.Buffer
+	writes, max int
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	w.writes++
+	w.max = max(w.max, len(p))
+	return w.buf.Write(p)
+}
