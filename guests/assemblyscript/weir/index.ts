@@ -1,0 +1,439 @@
+// The AssemblyScript guest SDK for weir operators (ABI version 1, abi/ABI.md).
+//
+// An operator extends Operator and is registered from the entry file, which
+// also re-exports the ABI's exports:
+//
+//   import { Batch, Emitter, Operator, register } from "../weir";
+//   export * from "../weir/exports";
+//
+//   class Passthrough extends Operator {
+//     process(port: i32, input: Batch, out: Emitter): string | null {
+//       while (input.next())
+//         out.emit(0, input.keyPtr, input.keyLen, input.valuePtr, input.valueLen, input.timestamp);
+//       return null;
+//     }
+//   }
+//   register(new Passthrough());
+//
+// Callbacks return null on success or the error message the host reports.
+// The SDK owns the input buffer, walks batches in place (records are pointer
+// + length into the input, valid until the callback returns), keeps the
+// record cursor the host reads when a call traps, collects each output port's
+// records into one batch emitted once per call, and streams snapshots in
+// 64 KiB chunks. Build with asc 0.28 (see guests/build.sh):
+//
+//   asc op.ts -O3 --noAssert --use abort=guests/assemblyscript/weir/index/weirAbort -o op.wasm
+
+@external("weir", "emit")
+declare function hostEmit(port: i32, ptr: usize, len: i32): i32;
+@external("weir", "error")
+declare function hostError(ptr: usize, len: i32): void;
+@external("weir", "log")
+declare function hostLog(level: i32, ptr: usize, len: i32): void;
+@external("weir", "snapshot_write")
+declare function hostSnapshotWrite(ptr: usize, len: i32): i32;
+@external("weir", "restore_read")
+declare function hostRestoreRead(ptr: usize, cap: i32): i32;
+
+/** The size of snapshot chunks handed to the host and restore chunks asked for. */
+export const CHUNK_SIZE: i32 = 65536;
+
+/** Bounds the output port numbers an Emitter accepts. */
+export const MAX_PORTS: i32 = 1024;
+
+/** Log levels for log(). */
+export const LOG_DEBUG: i32 = -1;
+export const LOG_INFO: i32 = 0;
+export const LOG_WARN: i32 = 1;
+export const LOG_ERROR: i32 = 2;
+
+/** The i32 the host reads on a trap: the index of the record being processed. */
+export const cursorAddr: usize = memory.data(4);
+
+/** Sends one line to the host log. */
+export function log(level: i32, msg: string): void {
+  const b = String.UTF8.encode(msg);
+  hostLog(level, changetype<usize>(b), b.byteLength);
+}
+
+/** Sets the message the host reports for the failing call. */
+export function setError(msg: string): void {
+  const b = String.UTF8.encode(msg);
+  hostError(changetype<usize>(b), b.byteLength);
+}
+
+/** Compares two byte strings bytewise, a proper prefix first: <0, 0, >0. */
+export function compareBytes(a: usize, alen: i32, b: usize, blen: i32): i32 {
+  const n = alen < blen ? alen : blen;
+  for (let i = 0; i < n; i++) {
+    const x = load<u8>(a + i), y = load<u8>(b + i);
+    if (x != y) return <i32>x - <i32>y;
+  }
+  return alen - blen;
+}
+
+/** Copies len bytes at ptr into a new Uint8Array. */
+export function copyBytes(ptr: usize, len: i32): Uint8Array {
+  const a = new Uint8Array(len);
+  memory.copy(a.dataStart, ptr, len);
+  return a;
+}
+
+/** One input record batch, walked in place. After next() returns true the
+ * current record's fields are set; they point into the input buffer. */
+export class Batch {
+  /** Records in the batch. */
+  count: i32 = 0;
+  /** Index of the current record, -1 before the first next(). */
+  index: i32 = -1;
+  keyPtr: usize = 0;
+  keyLen: i32 = 0;
+  valuePtr: usize = 0;
+  valueLen: i32 = 0;
+  /** Milliseconds since the Unix epoch, 0 when unknown. */
+  timestamp: i64 = 0;
+  private pos: usize = 0;
+
+  /** Starts walking the batch at ptr (the host has validated it). */
+  reset(ptr: usize): void {
+    this.count = load<i32>(ptr);
+    this.index = -1;
+    this.pos = ptr + 4;
+  }
+
+  /** Advances to the next record; false at the end. */
+  next(): bool {
+    if (this.index + 1 >= this.count) {
+      store<i32>(cursorAddr, -1);
+      return false;
+    }
+    const p = this.pos;
+    this.index++;
+    this.keyLen = load<i32>(p);
+    this.valueLen = load<i32>(p, 4);
+    this.timestamp = load<i64>(p, 8);
+    this.keyPtr = p + 16;
+    this.valuePtr = this.keyPtr + <usize>this.keyLen;
+    this.pos = this.valuePtr + <usize>this.valueLen;
+    store<i32>(cursorAddr, this.index);
+    return true;
+  }
+
+  /** A copy of the current key. */
+  key(): Uint8Array {
+    return copyBytes(this.keyPtr, this.keyLen);
+  }
+
+  /** A copy of the current value. */
+  value(): Uint8Array {
+    return copyBytes(this.valuePtr, this.valueLen);
+  }
+}
+
+/** A growable byte buffer in unmanaged memory. */
+class Buf {
+  ptr: usize = 0;
+  len: i32 = 0;
+  cap: i32 = 0;
+
+  /** Makes room for more bytes and returns where they go. */
+  grow(more: i32): usize {
+    const need = this.len + more;
+    if (need > this.cap) {
+      let cap = this.cap ? this.cap : 1024;
+      while (cap < need) cap <<= 1;
+      this.ptr = this.ptr ? heap.realloc(this.ptr, cap) : heap.alloc(cap);
+      this.cap = cap;
+    }
+    const at = this.ptr + <usize>this.len;
+    this.len = need;
+    return at;
+  }
+}
+
+/** Collects output records; each port's records travel to the host as one
+ * batch when the callback returns. */
+export class Emitter {
+  private ports: Array<Buf> = [];
+  private counts: Array<i32> = [];
+  private used: Array<i32> = [];
+  private scratch: Buf = new Buf();
+  /** The first error (a bad port), reported when the callback returns. */
+  error: string | null = null;
+
+  /** Appends a record whose value is valueLen bytes the caller fills in at
+   * the returned address (valid until the callback returns). */
+  emitAlloc(port: i32, keyPtr: usize, keyLen: i32, valueLen: i32, ts: i64): usize {
+    if (port < 0 || port >= MAX_PORTS) {
+      if (this.error === null) this.error = "weir: emit to output port " + port.toString() + ": out of range";
+      this.scratch.len = 0;
+      return this.scratch.grow(valueLen);
+    }
+    while (this.ports.length <= port) {
+      this.ports.push(new Buf());
+      this.counts.push(0);
+    }
+    const b = this.ports[port];
+    if (b.len == 0) {
+      b.grow(4); // the count, written at flush
+      this.used.push(port);
+    }
+    this.counts[port]++;
+    const p = b.grow(16 + keyLen + valueLen);
+    store<i32>(p, keyLen);
+    store<i32>(p, valueLen, 4);
+    store<i64>(p, ts, 8);
+    memory.copy(p + 16, keyPtr, keyLen);
+    return p + 16 + <usize>keyLen;
+  }
+
+  /** Appends one record; key and value are copied. */
+  emit(port: i32, keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32, ts: i64): void {
+    memory.copy(this.emitAlloc(port, keyPtr, keyLen, valueLen, ts), valuePtr, valueLen);
+  }
+
+  /** Appends one record given as arrays. */
+  emitBytes(port: i32, key: Uint8Array, value: Uint8Array, ts: i64): void {
+    this.emit(port, key.dataStart, key.length, value.dataStart, value.length, ts);
+  }
+
+  /** Emits each used port's batch when err is null; empties the emitter.
+   * Returns the call's error, if any. */
+  finish(err: string | null): string | null {
+    if (err === null) err = this.error;
+    for (let i = 0; i < this.used.length; i++) {
+      const port = this.used[i];
+      const b = this.ports[port];
+      if (err === null) {
+        store<i32>(b.ptr, this.counts[port]);
+        const rc = hostEmit(port, b.ptr, b.len);
+        if (rc != 0) err = "weir: emit to output port " + port.toString() + " returned " + rc.toString();
+      }
+      b.len = 0;
+      this.counts[port] = 0;
+    }
+    this.used.length = 0;
+    this.error = null;
+    return err;
+  }
+}
+
+/** Streams a snapshot to the host in CHUNK_SIZE chunks. After a failure
+ * every write is ignored and error says why. */
+export class StateWriter {
+  private buf: usize = heap.alloc(CHUNK_SIZE);
+  private len: i32 = 0;
+  error: string | null = null;
+
+  /** Appends len bytes at ptr to the state stream. */
+  write(ptr: usize, len: i32): void {
+    while (len > 0 && this.error === null) {
+      const room = CHUNK_SIZE - this.len;
+      const n = len < room ? len : room;
+      memory.copy(this.buf + <usize>this.len, ptr, n);
+      this.len += n;
+      ptr += n;
+      len -= n;
+      if (this.len == CHUNK_SIZE) this.flush();
+    }
+  }
+
+  writeU8(v: u8): void {
+    const p = memory.data(8);
+    store<u8>(p, v);
+    this.write(p, 1);
+  }
+
+  writeU32(v: u32): void {
+    const p = memory.data(8);
+    store<u32>(p, v);
+    this.write(p, 4);
+  }
+
+  writeU64(v: u64): void {
+    const p = memory.data(8);
+    store<u64>(p, v);
+    this.write(p, 8);
+  }
+
+  writeI64(v: i64): void {
+    this.writeU64(<u64>v);
+  }
+
+  /** Writes a u32 length followed by the bytes. */
+  writeBytes(ptr: usize, len: i32): void {
+    this.writeU32(<u32>len);
+    this.write(ptr, len);
+  }
+
+  /** Hands buffered bytes to the host. */
+  flush(): void {
+    if (this.len == 0 || this.error !== null) return;
+    const rc = hostSnapshotWrite(this.buf, this.len);
+    this.len = 0;
+    if (rc != 0) this.error = "weir: snapshot_write returned " + rc.toString();
+  }
+
+  /** Releases the chunk buffer. */
+  free(): void {
+    heap.free(this.buf);
+  }
+}
+
+/** Reads state back from the host in CHUNK_SIZE chunks. A read past the end
+ * sets error, and every later read returns zeros. */
+export class StateReader {
+  private buf: usize = heap.alloc(CHUNK_SIZE);
+  private len: i32 = 0;
+  private pos: i32 = 0;
+  private eof: bool = false;
+  error: string | null = null;
+
+  /** Makes unread bytes available; returns how many, 0 at the end. */
+  private fill(): i32 {
+    if (this.pos < this.len || this.eof) return this.len - this.pos;
+    const n = hostRestoreRead(this.buf, CHUNK_SIZE);
+    this.pos = 0;
+    this.len = n > 0 ? n : 0;
+    if (n <= 0) this.eof = true;
+    if (n < 0 && this.error === null) this.error = "weir: restore_read returned " + n.toString();
+    return this.len;
+  }
+
+  /** Reports whether the state stream is exhausted. */
+  atEnd(): bool {
+    return this.fill() == 0;
+  }
+
+  /** Reads exactly len bytes into ptr. */
+  read(ptr: usize, len: i32): void {
+    while (len > 0) {
+      const have = this.error === null ? this.fill() : 0;
+      if (have == 0) {
+        if (this.error === null) this.error = "weir: state ended early";
+        memory.fill(ptr, 0, len);
+        return;
+      }
+      const n = len < have ? len : have;
+      memory.copy(ptr, this.buf + <usize>this.pos, n);
+      this.pos += n;
+      ptr += n;
+      len -= n;
+    }
+  }
+
+  readU8(): u8 {
+    const p = memory.data(8);
+    this.read(p, 1);
+    return load<u8>(p);
+  }
+
+  readU32(): u32 {
+    const p = memory.data(8);
+    this.read(p, 4);
+    return load<u32>(p);
+  }
+
+  readU64(): u64 {
+    const p = memory.data(8);
+    this.read(p, 8);
+    return load<u64>(p);
+  }
+
+  readI64(): i64 {
+    return <i64>this.readU64();
+  }
+
+  /** Reads a u32 length followed by that many bytes. */
+  readBytes(): Uint8Array {
+    const n = this.readU32();
+    if (this.error !== null) return new Uint8Array(0);
+    const a = new Uint8Array(<i32>n);
+    this.read(a.dataStart, <i32>n);
+    return a;
+  }
+
+  /** Releases the chunk buffer. */
+  free(): void {
+    heap.free(this.buf);
+  }
+}
+
+/** An operator. Override the callbacks you need; each returns null on
+ * success or the error message the host reports. */
+export class Operator {
+  /** Validates and keeps the config bytes (a copy) from the job spec. */
+  init(config: Uint8Array): string | null {
+    return null;
+  }
+
+  /** Processes one record batch that arrived on input port port. */
+  process(port: i32, input: Batch, out: Emitter): string | null {
+    return "weir: operator does not implement process";
+  }
+
+  /** Writes all state that affects future output. */
+  snapshot(w: StateWriter): string | null {
+    return null;
+  }
+
+  /** Reads back what snapshot wrote; an operator that never snapshotted is
+   * restored from an empty stream. */
+  restore(r: StateReader): string | null {
+    return null;
+  }
+
+  /** Input port port will deliver nothing more; may emit final results. */
+  endOfInput(port: i32, out: Emitter): string | null {
+    return null;
+  }
+
+  /** Checkpoint id is durable everywhere (may be delivered again). */
+  checkpointComplete(id: i64): string | null {
+    return null;
+  }
+}
+
+/** The per-instance runtime behind the exports in exports.ts. */
+export class Runtime {
+  input: usize = 0;
+  inputCap: i32 = 0;
+  batch: Batch = new Batch();
+  out: Emitter = new Emitter();
+  constructor(public op: Operator) {}
+}
+
+let runtime: Runtime | null = null;
+
+/** Registers the module's operator; call once from the entry file. */
+export function register(op: Operator): void {
+  store<i32>(cursorAddr, -1);
+  runtime = new Runtime(op);
+}
+
+/** The registered runtime (used by exports.ts). */
+export function current(): Runtime {
+  const rt = runtime;
+  if (rt === null) {
+    setError("weir: no operator registered (call register in the entry file)");
+    unreachable();
+  }
+  return changetype<Runtime>(rt);
+}
+
+/** Turns a callback's result into the export's status. */
+export function status(err: string | null): i32 {
+  if (err === null) return 0;
+  setError(err);
+  return 1;
+}
+
+/** Replaces AssemblyScript's env.abort import (build with
+ * --use abort=guests/assemblyscript/weir/index/weirAbort): the message goes
+ * to the host and the call traps. */
+export function weirAbort(message: string | null, fileName: string | null, line: u32, column: u32): void {
+  let m = "abort: " + (message !== null ? message : "");
+  if (fileName !== null) m += " at " + fileName + ":" + line.toString() + ":" + column.toString();
+  setError(m);
+  unreachable();
+}

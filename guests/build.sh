@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds every non-Go guest from source into the .wasm committed next to it:
+#
+#   guests/c/examples/NAME.wasm               C, WASI reactor with wasi-libc
+#   guests/c/examples/NAME.freestanding.wasm  C, freestanding (no libc)
+#   guests/rust/examples/NAME.wasm            Rust (Debian rustc, no cargo)
+#   guests/assemblyscript/examples/NAME.wasm  AssemblyScript (asc 0.28)
+#   guests/wat/NAME.wasm                      hand-written WAT (wabt)
+#
+# Go guests are built by the tests themselves (guests/go/guestbuild).
+#
+#   guests/build.sh          rebuild the committed .wasm files
+#   guests/build.sh -check   rebuild into a temporary directory and fail if
+#                            any committed .wasm differs from its source
+#
+# Builds are reproducible: paths are relative to the repository root, and
+# every custom section (names, producers, debug info) is stripped.
+#
+# Toolchains (Debian): clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc
+# libstd-rust-dev-wasm32 wabt; (npm) assemblyscript@0.28.20.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+check=0
+case "${1:-}" in
+  "") ;;
+  -check) check=1 ;;
+  *) echo "usage: guests/build.sh [-check]" >&2; exit 2 ;;
+esac
+
+# RUSTC: Debian's rustc has the wasm32 standard library; a rustup rustc
+# earlier on PATH usually does not.
+RUSTC=${RUSTC:-/usr/bin/rustc}
+CLANG=${CLANG:-clang}
+ASC=${ASC:-asc}
+WAT2WASM=${WAT2WASM:-wat2wasm}
+WASM_STRIP=${WASM_STRIP:-wasm-strip}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# out DIR/NAME.wasm: where a build goes (the temp tree when checking).
+out() {
+  if [ "$check" = 1 ]; then
+    mkdir -p "$work/out/$(dirname "$1")"
+    echo "$work/out/$1"
+  else
+    echo "$1"
+  fi
+}
+
+built=()
+strip_and_note() {
+  "$WASM_STRIP" "$1"
+  built+=("$1")
+}
+
+examples="uppercase filter wordcount join"
+
+echo "== C (clang $("$CLANG" -dumpversion))" >&2
+for name in $examples; do
+  src=guests/c/examples/$name.c
+  o=$(out guests/c/examples/$name.wasm)
+  "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
+    -Wl,--strip-all -o "$o" "$src"
+  strip_and_note "$o"
+  o=$(out guests/c/examples/$name.freestanding.wasm)
+  "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror \
+    -Wl,--no-entry -Wl,--strip-all -o "$o" "$src"
+  strip_and_note "$o"
+done
+
+echo "== Rust ($("$RUSTC" --version))" >&2
+rustflags=(--edition 2021 --target wasm32-unknown-unknown -C opt-level=3 -C debuginfo=0
+  -C strip=symbols -D warnings --remap-path-prefix="$PWD=.")
+"$RUSTC" "${rustflags[@]}" --crate-type rlib --crate-name weir \
+  -o "$work/libweir.rlib" guests/rust/weir/lib.rs
+for name in $examples; do
+  o=$(out guests/rust/examples/$name.wasm)
+  "$RUSTC" "${rustflags[@]}" --crate-type cdylib --extern weir="$work/libweir.rlib" \
+    -o "$o" guests/rust/examples/$name.rs
+  strip_and_note "$o"
+done
+
+echo "== AssemblyScript ($("$ASC" --version))" >&2
+for name in $examples; do
+  o=$(out guests/assemblyscript/examples/$name.wasm)
+  "$ASC" guests/assemblyscript/examples/$name.ts -O3 --noAssert \
+    --use abort=guests/assemblyscript/weir/index/weirAbort -o "$o"
+  strip_and_note "$o"
+done
+
+echo "== WAT ($("$WAT2WASM" --version))" >&2
+for src in guests/wat/*.wat; do
+  o=$(out "${src%.wat}.wasm")
+  "$WAT2WASM" "$src" -o "$o"
+  strip_and_note "$o"
+done
+
+if [ "$check" = 1 ]; then
+  stale=0
+  for o in "${built[@]}"; do
+    committed=${o#"$work/out/"}
+    if ! cmp -s "$o" "$committed"; then
+      echo "stale: $committed does not match its source (run guests/build.sh)" >&2
+      stale=1
+    fi
+  done
+  [ "$stale" = 0 ] && echo "all ${#built[@]} guest builds match their sources" >&2
+  exit "$stale"
+fi
+echo "built ${#built[@]} guests" >&2

@@ -1,0 +1,512 @@
+/*
+ * weir.h — header-only C SDK for weir operators (ABI version 1, abi/ABI.md).
+ *
+ * An operator is one C file that includes this header, defines four
+ * callbacks and names them with WEIR_OPERATOR:
+ *
+ *     #include "weir.h"
+ *
+ *     static int init(weir_bytes config) { return WEIR_OK; }
+ *     static int process(uint32_t port, weir_batch *in) {
+ *         weir_record r;
+ *         while (weir_batch_next(in, &r))
+ *             weir_emit(0, r.key, r.value, r.timestamp);
+ *         return WEIR_OK;
+ *     }
+ *     static int snapshot(void) { return WEIR_OK; }
+ *     static int restore(void) { return WEIR_OK; }
+ *
+ *     WEIR_OPERATOR(init, process, snapshot, restore)
+ *
+ * Optional: WEIR_END_OF_INPUT(fn) and WEIR_CHECKPOINT_COMPLETE(fn).
+ *
+ * The header implements the ABI's exports: it owns the input buffer
+ * (weir_input), walks batches in place, keeps the record cursor the host reads
+ * when a call traps (weir_cursor), collects each output port's records into
+ * one batch emitted once per call, streams snapshots in 64 KiB chunks
+ * (snapshot_write / restore_read), and passes error messages to the host
+ * (weir_fail).
+ *
+ * Two build modes, chosen automatically:
+ *
+ *   WASI reactor, with wasi-libc (malloc, memcpy from libc):
+ *     clang --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 \
+ *           -Wl,--strip-all -o op.wasm op.c
+ *   Freestanding, no libc (the header brings a small allocator and mem*):
+ *     clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--strip-all \
+ *           -o op.wasm op.c
+ *
+ * Define WEIR_FREESTANDING to force the freestanding mode on a WASI target.
+ * Every function returns int status: WEIR_OK (0) or non-zero on failure.
+ * The header has one translation unit in mind: include it once per module.
+ */
+#ifndef WEIR_H
+#define WEIR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if !defined(__wasi__) && !defined(WEIR_FREESTANDING)
+#define WEIR_FREESTANDING 1
+#endif
+
+#ifndef WEIR_FREESTANDING
+#include <stdlib.h>
+#include <string.h>
+#endif
+
+/* Status codes. */
+#define WEIR_OK 0
+#define WEIR_ERR 1
+
+/* WEIR_MAX_PORTS bounds the output port numbers weir_emit accepts. */
+#ifndef WEIR_MAX_PORTS
+#define WEIR_MAX_PORTS 16
+#endif
+
+/* WEIR_CHUNK is the size of the snapshot chunks handed to the host and of the
+ * restore chunks asked from it. */
+#define WEIR_CHUNK 65536
+
+/* Log levels for weir_log. */
+#define WEIR_LOG_DEBUG (-1)
+#define WEIR_LOG_INFO 0
+#define WEIR_LOG_WARN 1
+#define WEIR_LOG_ERROR 2
+
+#define WEIR_IMPORT(name) __attribute__((import_module("weir"), import_name(name)))
+#define WEIR_EXPORT(name) __attribute__((export_name(name)))
+
+/* Host functions (ABI §2). */
+WEIR_IMPORT("emit") int32_t weir__host_emit(int32_t port, const void *ptr, int32_t len);
+WEIR_IMPORT("error") void weir__host_error(const void *ptr, int32_t len);
+WEIR_IMPORT("log") void weir__host_log(int32_t level, const void *ptr, int32_t len);
+WEIR_IMPORT("snapshot_write") int32_t weir__host_snapshot_write(const void *ptr, int32_t len);
+WEIR_IMPORT("restore_read") int32_t weir__host_restore_read(void *ptr, int32_t cap);
+
+/* ------------------------------------------------------------------------ */
+/* Freestanding support: mem* functions and a size-class allocator.         */
+/* ------------------------------------------------------------------------ */
+
+#ifdef WEIR_FREESTANDING
+
+/* The compiler may emit calls to these four even without libc. */
+void *memcpy(void *dst, const void *src, size_t n) {
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    while (n--) *d++ = *s++;
+    return dst;
+}
+
+void *memmove(void *dst, const void *src, size_t n) {
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    if (d < s) {
+        while (n--) *d++ = *s++;
+    } else {
+        while (n--) d[n] = s[n];
+    }
+    return dst;
+}
+
+void *memset(void *dst, int c, size_t n) {
+    unsigned char *d = dst;
+    while (n--) *d++ = (unsigned char)c;
+    return dst;
+}
+
+int memcmp(const void *a, const void *b, size_t n) {
+    const unsigned char *x = a, *y = b;
+    for (; n; n--, x++, y++)
+        if (*x != *y) return *x - *y;
+    return 0;
+}
+
+/* The allocator hands out power-of-two blocks (16 B up to 2 GiB) with an
+ * 8-byte header holding the size class; freed blocks go on a free list per
+ * class and are reused by later allocations of the same class. Memory comes
+ * from the end of the heap (__heap_base, set by wasm-ld) and memory.grow. */
+extern unsigned char __heap_base;
+
+#define WEIR__CLASSES 32
+#define WEIR__HDR 8
+
+static struct {
+    uintptr_t top;                    /* first unused heap byte, 0 before first use */
+    void *free_list[WEIR__CLASSES];   /* per size class; next pointer in the block */
+} weir__heap;
+
+static inline void *weir_malloc(size_t n) {
+    unsigned cls = 4;
+    while (cls < WEIR__CLASSES - 1 && ((size_t)1 << cls) < n + WEIR__HDR) cls++;
+    if (((size_t)1 << cls) < n + WEIR__HDR) return NULL;
+    unsigned char *block = weir__heap.free_list[cls];
+    if (block) {
+        weir__heap.free_list[cls] = *(void **)(block + WEIR__HDR);
+    } else {
+        if (!weir__heap.top) weir__heap.top = ((uintptr_t)&__heap_base + 15) & ~(uintptr_t)15;
+        uintptr_t end = weir__heap.top + ((uintptr_t)1 << cls);
+        if (end < weir__heap.top) return NULL;
+        uintptr_t have = __builtin_wasm_memory_size(0) * 65536u;
+        if (end > have) {
+            uintptr_t pages = (end - have + 65535) / 65536;
+            if (__builtin_wasm_memory_grow(0, pages) == (size_t)-1) return NULL;
+        }
+        block = (unsigned char *)weir__heap.top;
+        weir__heap.top = end;
+    }
+    *(uint32_t *)block = cls;
+    return block + WEIR__HDR;
+}
+
+static inline void weir_free(void *p) {
+    if (!p) return;
+    unsigned char *block = (unsigned char *)p - WEIR__HDR;
+    unsigned cls = *(uint32_t *)block;
+    *(void **)p = weir__heap.free_list[cls];
+    weir__heap.free_list[cls] = block;
+}
+
+static inline void *weir_realloc(void *p, size_t n) {
+    if (!p) return weir_malloc(n);
+    unsigned cls = *(uint32_t *)((unsigned char *)p - WEIR__HDR);
+    size_t have = ((size_t)1 << cls) - WEIR__HDR;
+    if (n <= have) return p;
+    void *q = weir_malloc(n);
+    if (!q) return NULL;
+    memcpy(q, p, have);
+    weir_free(p);
+    return q;
+}
+
+#else /* WASI: wasi-libc's allocator. */
+
+static inline void *weir_malloc(size_t n) { return malloc(n); }
+static inline void weir_free(void *p) { free(p); }
+static inline void *weir_realloc(void *p, size_t n) { return realloc(p, n); }
+
+#endif /* WEIR_FREESTANDING */
+
+/* ------------------------------------------------------------------------ */
+/* Bytes, records, batches.                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* weir_bytes is a borrowed byte string. */
+typedef struct weir_bytes {
+    const uint8_t *ptr;
+    uint32_t len;
+} weir_bytes;
+
+/* weir_record is one record; key and value point into the input batch and are
+ * valid until the callback returns: copy what you keep. */
+typedef struct weir_record {
+    weir_bytes key;
+    weir_bytes value;
+    int64_t timestamp; /* milliseconds since the Unix epoch, 0 when unknown */
+} weir_record;
+
+/* weir_batch walks an input batch in place. */
+typedef struct weir_batch {
+    const uint8_t *next; /* start of the next record */
+    uint32_t count;      /* records in the batch */
+    uint32_t index;      /* records returned so far */
+} weir_batch;
+
+static inline uint32_t weir_load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline int64_t weir_load_i64(const uint8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* weir_bytes_of returns the bytes of a NUL-terminated string. */
+static inline weir_bytes weir_bytes_of(const char *s) {
+    weir_bytes b = {(const uint8_t *)s, 0};
+    while (s[b.len]) b.len++;
+    return b;
+}
+
+/* The runtime's state: one per module instance. */
+typedef struct weir__buf {
+    uint8_t *ptr;
+    uint32_t len, cap;
+} weir__buf;
+
+static struct {
+    int32_t cursor;                      /* index of the record being processed, -1 outside */
+    weir__buf input;                     /* the buffer weir_input hands out */
+    weir__buf out[WEIR_MAX_PORTS];       /* one batch per output port */
+    uint32_t out_count[WEIR_MAX_PORTS];  /* records in each */
+    uint32_t used[WEIR_MAX_PORTS];       /* ports with records, in first-use order */
+    uint32_t n_used;
+    const char *pending;                 /* an error raised by emit, reported at return */
+    weir__buf chunk;                     /* snapshot / restore chunk buffer */
+    uint32_t chunk_pos;                  /* restore: next unread byte of chunk */
+    int chunk_eof;                       /* restore: host said end of stream */
+} weir__rt = {.cursor = -1};
+
+/* weir_batch_next stores the next record in *r and returns 1, or returns 0
+ * at the end of the batch. It keeps the cursor the host reads on a trap. */
+static inline int weir_batch_next(weir_batch *b, weir_record *r) {
+    if (b->index >= b->count) {
+        weir__rt.cursor = -1;
+        return 0;
+    }
+    const uint8_t *p = b->next;
+    r->key.len = weir_load_u32(p);
+    r->value.len = weir_load_u32(p + 4);
+    r->timestamp = weir_load_i64(p + 8);
+    r->key.ptr = p + 16;
+    r->value.ptr = p + 16 + r->key.len;
+    b->next = r->value.ptr + r->value.len;
+    weir__rt.cursor = (int32_t)b->index++;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Errors and logging.                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* weir_fail sets the message the host reports for the current call and
+ * returns WEIR_ERR, so a callback can `return weir_fail("...")`. */
+static inline int weir_fail(const char *msg) {
+    weir_bytes b = weir_bytes_of(msg);
+    weir__host_error(b.ptr, (int32_t)b.len);
+    return WEIR_ERR;
+}
+
+/* weir_log writes one line to the host log at a WEIR_LOG_* level. */
+static inline void weir_log(int level, const char *msg) {
+    weir_bytes b = weir_bytes_of(msg);
+    weir__host_log(level, b.ptr, (int32_t)b.len);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output.                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static inline int weir__reserve(weir__buf *b, uint32_t more) {
+    if ((uint64_t)b->len + more > UINT32_MAX / 2) return -1;
+    uint32_t need = b->len + more;
+    if (need <= b->cap) return 0;
+    uint32_t cap = b->cap ? b->cap : 1024;
+    while (cap < need) cap *= 2;
+    uint8_t *p = weir_realloc(b->ptr, cap);
+    if (!p) return -1;
+    b->ptr = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* weir_emit_alloc appends a record with the given key and a value of
+ * value_len bytes to output port port's batch and returns the value's bytes
+ * for the caller to fill (valid until the callback returns). It returns NULL
+ * for a bad port or when memory runs out; the call then fails. */
+static inline uint8_t *weir_emit_alloc(uint32_t port, weir_bytes key, uint32_t value_len, int64_t ts) {
+    if (port >= WEIR_MAX_PORTS) {
+        weir__rt.pending = "weir: emit to an output port past WEIR_MAX_PORTS";
+        return NULL;
+    }
+    weir__buf *b = &weir__rt.out[port];
+    if (b->len == 0) {
+        if (weir__reserve(b, 4)) goto oom;
+        b->len = 4; /* the count, written at flush */
+        weir__rt.used[weir__rt.n_used++] = port;
+    }
+    if (weir__reserve(b, 16 + key.len + value_len)) goto oom;
+    uint8_t *p = b->ptr + b->len;
+    memcpy(p, &key.len, 4);
+    memcpy(p + 4, &value_len, 4);
+    memcpy(p + 8, &ts, 8);
+    if (key.len) memcpy(p + 16, key.ptr, key.len);
+    b->len += 16 + key.len + value_len;
+    weir__rt.out_count[port]++;
+    return p + 16 + key.len;
+oom:
+    weir__rt.pending = "weir: out of memory while emitting";
+    return NULL;
+}
+
+/* weir_emit appends one record to output port port's batch; key and value
+ * are copied. The batch goes to the host when the callback returns. */
+static inline int weir_emit(uint32_t port, weir_bytes key, weir_bytes value, int64_t ts) {
+    uint8_t *v = weir_emit_alloc(port, key, value.len, ts);
+    if (!v) return WEIR_ERR;
+    if (value.len) memcpy(v, value.ptr, value.len);
+    return WEIR_OK;
+}
+
+/* weir__finish ends a call that may emit: on success it emits one batch per
+ * used port, in first-use order; either way it empties the output. */
+static inline int32_t weir__finish(int32_t status) {
+    if (status == 0 && weir__rt.pending) status = weir_fail(weir__rt.pending);
+    for (uint32_t i = 0; i < weir__rt.n_used; i++) {
+        uint32_t port = weir__rt.used[i];
+        weir__buf *b = &weir__rt.out[port];
+        if (status == 0) {
+            memcpy(b->ptr, &weir__rt.out_count[port], 4);
+            int32_t rc = weir__host_emit((int32_t)port, b->ptr, (int32_t)b->len);
+            if (rc != 0) status = rc;
+        }
+        b->len = 0;
+        weir__rt.out_count[port] = 0;
+    }
+    weir__rt.n_used = 0;
+    weir__rt.pending = NULL;
+    weir__rt.cursor = -1;
+    return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* State: snapshot and restore.                                              */
+/* ------------------------------------------------------------------------ */
+
+static inline int weir__chunk_init(void) {
+    if (weir__rt.chunk.cap) return 0;
+    weir__rt.chunk.ptr = weir_malloc(WEIR_CHUNK);
+    if (!weir__rt.chunk.ptr) return -1;
+    weir__rt.chunk.cap = WEIR_CHUNK;
+    return 0;
+}
+
+static inline int weir__state_flush(void) {
+    int32_t rc = weir__host_snapshot_write(weir__rt.chunk.ptr, (int32_t)weir__rt.chunk.len);
+    weir__rt.chunk.len = 0;
+    return rc == 0 ? WEIR_OK : weir_fail("weir: snapshot_write failed");
+}
+
+/* weir_state_write appends n bytes to the snapshot (only in the snapshot
+ * callback). Bytes travel to the host in WEIR_CHUNK chunks. */
+static inline int weir_state_write(const void *p, size_t n) {
+    const uint8_t *s = p;
+    while (n > 0) {
+        uint32_t room = weir__rt.chunk.cap - weir__rt.chunk.len;
+        uint32_t c = n < room ? (uint32_t)n : room;
+        memcpy(weir__rt.chunk.ptr + weir__rt.chunk.len, s, c);
+        weir__rt.chunk.len += c;
+        s += c;
+        n -= c;
+        if (weir__rt.chunk.len == weir__rt.chunk.cap && weir__state_flush()) return WEIR_ERR;
+    }
+    return WEIR_OK;
+}
+
+static inline int weir_state_write_u8(uint8_t v) { return weir_state_write(&v, 1); }
+static inline int weir_state_write_u32(uint32_t v) { return weir_state_write(&v, 4); }
+static inline int weir_state_write_u64(uint64_t v) { return weir_state_write(&v, 8); }
+
+/* weir_state_write_bytes writes b as u32 length + bytes. */
+static inline int weir_state_write_bytes(weir_bytes b) {
+    if (weir_state_write_u32(b.len)) return WEIR_ERR;
+    return weir_state_write(b.ptr, b.len);
+}
+
+/* weir__state_fill makes unread restore bytes available; 0 at the end. */
+static inline uint32_t weir__state_fill(void) {
+    if (weir__rt.chunk_pos < weir__rt.chunk.len) return weir__rt.chunk.len - weir__rt.chunk_pos;
+    if (weir__rt.chunk_eof) return 0;
+    int32_t n = weir__host_restore_read(weir__rt.chunk.ptr, (int32_t)weir__rt.chunk.cap);
+    weir__rt.chunk_pos = 0;
+    weir__rt.chunk.len = n > 0 ? (uint32_t)n : 0;
+    if (n <= 0) weir__rt.chunk_eof = 1;
+    return weir__rt.chunk.len;
+}
+
+/* weir_state_at_end reports whether the restore stream is exhausted (an
+ * operator that never snapshotted is restored from an empty stream). */
+static inline int weir_state_at_end(void) { return weir__state_fill() == 0; }
+
+/* weir_state_read reads exactly n bytes of the restore stream into p (only in
+ * the restore callback); it fails if the stream ends first. */
+static inline int weir_state_read(void *p, size_t n) {
+    uint8_t *d = p;
+    while (n > 0) {
+        uint32_t have = weir__state_fill();
+        if (have == 0) return weir_fail("weir: state ended early");
+        uint32_t c = n < have ? (uint32_t)n : have;
+        memcpy(d, weir__rt.chunk.ptr + weir__rt.chunk_pos, c);
+        weir__rt.chunk_pos += c;
+        d += c;
+        n -= c;
+    }
+    return WEIR_OK;
+}
+
+static inline int weir_state_read_u8(uint8_t *v) { return weir_state_read(v, 1); }
+static inline int weir_state_read_u32(uint32_t *v) { return weir_state_read(v, 4); }
+static inline int weir_state_read_u64(uint64_t *v) { return weir_state_read(v, 8); }
+
+/* ------------------------------------------------------------------------ */
+/* Exports.                                                                  */
+/* ------------------------------------------------------------------------ */
+
+WEIR_EXPORT("weir_abi_v1") void weir_abi_v1(void) {}
+
+WEIR_EXPORT("weir_cursor") int32_t *weir_cursor(void) { return &weir__rt.cursor; }
+
+WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
+    weir__buf *b = &weir__rt.input;
+    if (size == 0) size = 1; /* the address must be non-zero */
+    if (size > b->cap) {
+        weir_free(b->ptr);
+        b->ptr = weir_malloc(size);
+        b->cap = b->ptr ? size : 0;
+    }
+    return b->ptr;
+}
+
+/* WEIR_OPERATOR defines the required exports around four callbacks:
+ *   int init(weir_bytes config);          validate and keep the config
+ *   int process(uint32_t port, weir_batch *in);
+ *   int snapshot(void);                   weir_state_write...
+ *   int restore(void);                    weir_state_read...
+ * Each returns WEIR_OK or an error (usually `return weir_fail("...")`). */
+#define WEIR_OPERATOR(init_fn, process_fn, snapshot_fn, restore_fn)                       \
+    WEIR_EXPORT("weir_init") int32_t weir_init(const uint8_t *ptr, uint32_t len) {        \
+        weir_bytes config = {ptr, len};                                                   \
+        return init_fn(config);                                                           \
+    }                                                                                     \
+    WEIR_EXPORT("weir_process")                                                           \
+    int32_t weir_process(uint32_t port, const uint8_t *ptr, uint32_t len) {               \
+        (void)len;                                                                        \
+        weir_batch in = {ptr + 4, weir_load_u32(ptr), 0};                                 \
+        return weir__finish(process_fn(port, &in));                                       \
+    }                                                                                     \
+    WEIR_EXPORT("weir_snapshot") int32_t weir_snapshot(void) {                            \
+        if (weir__chunk_init()) return weir_fail("weir: out of memory");                  \
+        weir__rt.chunk.len = 0;                                                           \
+        int32_t status = snapshot_fn();                                                   \
+        if (status == 0 && weir__rt.chunk.len) status = weir__state_flush();              \
+        weir__rt.chunk.len = 0;                                                           \
+        return status;                                                                    \
+    }                                                                                     \
+    WEIR_EXPORT("weir_restore") int32_t weir_restore(void) {                              \
+        if (weir__chunk_init()) return weir_fail("weir: out of memory");                  \
+        weir__rt.chunk.len = weir__rt.chunk_pos = 0;                                      \
+        weir__rt.chunk_eof = 0;                                                           \
+        int32_t status = restore_fn();                                                    \
+        if (status == 0 && !weir_state_at_end())                                          \
+            status = weir_fail("weir: state has trailing bytes");                         \
+        weir__rt.chunk.len = weir__rt.chunk_pos = 0;                                      \
+        return status;                                                                    \
+    }
+
+/* WEIR_END_OF_INPUT(fn) exports weir_end_of_input: int fn(uint32_t port) is
+ * called once per input port that ended; it may emit final results. */
+#define WEIR_END_OF_INPUT(fn)                                                             \
+    WEIR_EXPORT("weir_end_of_input") int32_t weir_end_of_input(uint32_t port) {           \
+        return weir__finish(fn(port));                                                    \
+    }
+
+/* WEIR_CHECKPOINT_COMPLETE(fn) exports weir_checkpoint_complete: int fn(int64_t id). */
+#define WEIR_CHECKPOINT_COMPLETE(fn)                                                      \
+    WEIR_EXPORT("weir_checkpoint_complete") int32_t weir_checkpoint_complete(int64_t id) { \
+        return fn(id);                                                                    \
+    }
+
+#endif /* WEIR_H */

@@ -1,0 +1,595 @@
+//! The Rust guest SDK for weir operators (ABI version 1, `abi/ABI.md`).
+//!
+//! An operator is a type implementing [`Operator`], handed to [`operator!`]
+//! in a `cdylib` crate:
+//!
+//! ```ignore
+//! #[derive(Default)]
+//! struct Upper;
+//!
+//! impl weir::Operator for Upper {
+//!     fn process(&mut self, _port: u32, input: weir::Batch, out: &mut weir::Emitter) -> weir::Result {
+//!         for r in input {
+//!             out.emit_with(0, r.key, r.value.len(), r.timestamp)
+//!                 .copy_from_slice(&r.value.to_ascii_uppercase());
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! weir::operator!(Upper::default());
+//! ```
+//!
+//! The SDK implements the ABI's exports: it owns the input buffer
+//! (`weir_input`), iterates batches in place, keeps the record cursor the host
+//! reads when a call traps (`weir_cursor`), collects each output port's
+//! records into one batch emitted once per call, streams snapshots in 64 KiB
+//! chunks ([`StateWriter`], [`StateReader`] are `std::io::Write`/`Read`), and
+//! turns returned errors and panics into the operator's error message.
+//!
+//! Build with Debian's rustc (no cargo needed):
+//!
+//! ```text
+//! rustc --edition 2021 --target wasm32-unknown-unknown -O --crate-type rlib \
+//!       --crate-name weir -o libweir.rlib weir/lib.rs
+//! rustc --edition 2021 --target wasm32-unknown-unknown -O --crate-type cdylib \
+//!       -C strip=symbols --extern weir=libweir.rlib -o op.wasm op.rs
+//! ```
+
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The size of the chunks [`StateWriter`] hands to the host and
+/// [`StateReader`] asks the host for.
+pub const CHUNK_SIZE: usize = 64 << 10;
+
+/// Bounds the output port numbers an [`Emitter`] accepts.
+pub const MAX_PORTS: usize = 1024;
+
+/// Log levels for [`log`].
+pub mod level {
+    /// Debug messages.
+    pub const DEBUG: i32 = -1;
+    /// Informational messages.
+    pub const INFO: i32 = 0;
+    /// Warnings.
+    pub const WARN: i32 = 1;
+    /// Errors.
+    pub const ERROR: i32 = 2;
+}
+
+#[link(wasm_import_module = "weir")]
+extern "C" {
+    #[link_name = "emit"]
+    fn host_emit(port: i32, ptr: *const u8, len: i32) -> i32;
+    #[link_name = "error"]
+    fn host_error(ptr: *const u8, len: i32);
+    #[link_name = "log"]
+    fn host_log(level: i32, ptr: *const u8, len: i32);
+    #[link_name = "snapshot_write"]
+    fn host_snapshot_write(ptr: *const u8, len: i32) -> i32;
+    #[link_name = "restore_read"]
+    fn host_restore_read(ptr: *mut u8, cap: i32) -> i32;
+}
+
+/// An operator's error: its message is what the host reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(String);
+
+impl Error {
+    /// Returns an error with the given message.
+    pub fn new(msg: impl Into<String>) -> Self {
+        Error(msg.into())
+    }
+
+    /// The error's message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<&str> for Error {
+    fn from(msg: &str) -> Self {
+        Error(msg.to_string())
+    }
+}
+
+impl From<String> for Error {
+    fn from(msg: String) -> Self {
+        Error(msg)
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error(e.to_string())
+    }
+}
+
+/// The result of an operator's callbacks.
+pub type Result<T = ()> = std::result::Result<T, Error>;
+
+/// One stream record. Key and value borrow the input batch: copy what you
+/// keep past the callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// The record's key; may be empty.
+    pub key: &'a [u8],
+    /// The record's value.
+    pub value: &'a [u8],
+    /// Milliseconds since the Unix epoch, 0 when unknown.
+    pub timestamp: i64,
+}
+
+/// An operator. Every method but `process` has a default that does nothing.
+pub trait Operator {
+    /// Validates and keeps the config bytes from the job spec.
+    fn init(&mut self, _config: &[u8]) -> Result {
+        Ok(())
+    }
+
+    /// Processes one record batch that arrived on input port `port`.
+    fn process(&mut self, port: u32, input: Batch<'_>, out: &mut Emitter) -> Result;
+
+    /// Writes all state that affects future output.
+    fn snapshot(&mut self, _w: &mut StateWriter) -> Result {
+        Ok(())
+    }
+
+    /// Reads back what `snapshot` wrote, on a fresh instance after `init`.
+    /// An operator that never snapshotted is restored from an empty stream.
+    fn restore(&mut self, _r: &mut StateReader) -> Result {
+        Ok(())
+    }
+
+    /// Input port `port` will deliver nothing more; final results may be
+    /// emitted here.
+    fn end_of_input(&mut self, _port: u32, _out: &mut Emitter) -> Result {
+        Ok(())
+    }
+
+    /// Checkpoint `id` is durable everywhere (may be delivered again after
+    /// a recovery).
+    fn checkpoint_complete(&mut self, _id: i64) -> Result {
+        Ok(())
+    }
+}
+
+/// The index of the record being processed, read by the host when a call
+/// traps; -1 outside a record. `AtomicI32` has the layout of `i32`.
+static CURSOR: AtomicI32 = AtomicI32::new(-1);
+
+fn set_cursor(i: i32) {
+    CURSOR.store(i, Ordering::Relaxed);
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn le_i64(b: &[u8]) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    i64::from_le_bytes(a)
+}
+
+/// One input record batch, iterated in place.
+pub struct Batch<'a> {
+    rest: &'a [u8],
+    count: u32,
+    index: u32,
+}
+
+impl<'a> Batch<'a> {
+    /// Wraps the bytes of a record batch (ABI §3); the host has validated it.
+    pub fn new(b: &'a [u8]) -> Self {
+        Batch { rest: &b[4..], count: le_u32(b), index: 0 }
+    }
+
+    /// The number of records in the batch.
+    pub fn count(&self) -> usize {
+        self.count as usize
+    }
+}
+
+impl<'a> Iterator for Batch<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        if self.index >= self.count {
+            set_cursor(-1);
+            return None;
+        }
+        let b = self.rest;
+        let klen = le_u32(b) as usize;
+        let vlen = le_u32(&b[4..]) as usize;
+        let timestamp = le_i64(&b[8..]);
+        let (key, rest) = b[16..].split_at(klen);
+        let (value, rest) = rest.split_at(vlen);
+        self.rest = rest;
+        set_cursor(self.index as i32);
+        self.index += 1;
+        Some(Record { key, value, timestamp })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.count - self.index) as usize;
+        (n, Some(n))
+    }
+}
+
+/// Collects output records. The records emitted to one port during a call
+/// travel to the host as one batch when the call returns.
+#[derive(Default)]
+pub struct Emitter {
+    ports: Vec<Vec<u8>>,
+    counts: Vec<u32>,
+    used: Vec<usize>,
+    scratch: Vec<u8>,
+    err: Option<Error>,
+}
+
+impl Emitter {
+    /// Appends one record to output port `port`; key and value are copied.
+    pub fn emit(&mut self, port: usize, key: &[u8], value: &[u8], timestamp: i64) {
+        self.emit_with(port, key, value.len(), timestamp).copy_from_slice(value);
+    }
+
+    /// Appends a record to output port `port` whose value is `value_len`
+    /// bytes for the caller to fill in: the returned slice.
+    pub fn emit_with(&mut self, port: usize, key: &[u8], value_len: usize, timestamp: i64) -> &mut [u8] {
+        if port >= MAX_PORTS {
+            if self.err.is_none() {
+                self.err = Some(Error(format!("weir: emit to output port {}: out of range", port)));
+            }
+            self.scratch.clear();
+            self.scratch.resize(value_len, 0);
+            return &mut self.scratch;
+        }
+        if port >= self.ports.len() {
+            self.ports.resize_with(port + 1, Vec::new);
+            self.counts.resize(port + 1, 0);
+        }
+        let b = &mut self.ports[port];
+        if b.is_empty() {
+            b.extend_from_slice(&[0; 4]); // the count, written at flush
+            self.used.push(port);
+        }
+        self.counts[port] += 1;
+        b.reserve(16 + key.len() + value_len);
+        b.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(value_len as u32).to_le_bytes());
+        b.extend_from_slice(&timestamp.to_le_bytes());
+        b.extend_from_slice(key);
+        let start = b.len();
+        b.resize(start + value_len, 0);
+        &mut b[start..]
+    }
+
+    /// Emits every used port's batch (when `ok`) and empties the emitter.
+    fn finish(&mut self, result: Result) -> Result {
+        let mut result = match self.err.take() {
+            Some(e) => result.and(Err(e)),
+            None => result,
+        };
+        for &port in &self.used {
+            let b = &mut self.ports[port];
+            if result.is_ok() {
+                b[..4].copy_from_slice(&self.counts[port].to_le_bytes());
+                // SAFETY: b is a live buffer of b.len() bytes; the host copies it.
+                let rc = unsafe { host_emit(port as i32, b.as_ptr(), b.len() as i32) };
+                if rc != 0 {
+                    result = Err(Error(format!("weir: emit to output port {} returned {}", port, rc)));
+                }
+            }
+            b.clear();
+            self.counts[port] = 0;
+        }
+        self.used.clear();
+        result
+    }
+}
+
+/// Streams an operator's snapshot to the host in [`CHUNK_SIZE`] chunks.
+pub struct StateWriter<'a> {
+    buf: &'a mut Vec<u8>,
+}
+
+impl StateWriter<'_> {
+    fn write_chunk(&mut self) -> io::Result<()> {
+        // SAFETY: buf is a live buffer of buf.len() bytes; the host copies it.
+        let rc = unsafe { host_snapshot_write(self.buf.as_ptr(), self.buf.len() as i32) };
+        self.buf.clear();
+        if rc != 0 {
+            return Err(io::Error::new(io::ErrorKind::Other, format!("weir: snapshot_write returned {}", rc)));
+        }
+        Ok(())
+    }
+
+    /// Writes one byte.
+    pub fn write_u8(&mut self, v: u8) -> io::Result<()> {
+        io::Write::write_all(self, &[v])
+    }
+
+    /// Writes a little-endian u32.
+    pub fn write_u32(&mut self, v: u32) -> io::Result<()> {
+        io::Write::write_all(self, &v.to_le_bytes())
+    }
+
+    /// Writes a little-endian u64.
+    pub fn write_u64(&mut self, v: u64) -> io::Result<()> {
+        io::Write::write_all(self, &v.to_le_bytes())
+    }
+
+    /// Writes a little-endian i64.
+    pub fn write_i64(&mut self, v: i64) -> io::Result<()> {
+        io::Write::write_all(self, &v.to_le_bytes())
+    }
+
+    /// Writes `b` as a u32 length followed by its bytes.
+    pub fn write_bytes(&mut self, b: &[u8]) -> io::Result<()> {
+        self.write_u32(b.len() as u32)?;
+        io::Write::write_all(self, b)
+    }
+}
+
+impl io::Write for StateWriter<'_> {
+    fn write(&mut self, p: &[u8]) -> io::Result<usize> {
+        let n = p.len().min(CHUNK_SIZE - self.buf.len());
+        self.buf.extend_from_slice(&p[..n]);
+        if self.buf.len() == CHUNK_SIZE {
+            self.write_chunk()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.write_chunk()
+    }
+}
+
+/// Reads an operator's state back from the host in [`CHUNK_SIZE`] chunks.
+pub struct StateReader<'a> {
+    buf: &'a mut Vec<u8>,
+    pos: usize,
+    eof: bool,
+}
+
+impl StateReader<'_> {
+    /// Makes unread bytes available; returns how many, 0 at the end.
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.pos < self.buf.len() || self.eof {
+            return Ok(self.buf.len() - self.pos);
+        }
+        self.buf.resize(CHUNK_SIZE, 0);
+        // SAFETY: buf has CHUNK_SIZE writable bytes.
+        let n = unsafe { host_restore_read(self.buf.as_mut_ptr(), CHUNK_SIZE as i32) };
+        self.pos = 0;
+        if n < 0 {
+            self.buf.clear();
+            self.eof = true;
+            return Err(io::Error::new(io::ErrorKind::Other, format!("weir: restore_read returned {}", n)));
+        }
+        self.buf.truncate(n as usize);
+        self.eof = n == 0;
+        Ok(n as usize)
+    }
+
+    /// Reports whether the state stream is exhausted.
+    pub fn at_end(&mut self) -> io::Result<bool> {
+        Ok(self.fill()? == 0)
+    }
+
+    fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+        let mut a = [0u8; N];
+        io::Read::read_exact(self, &mut a)?;
+        Ok(a)
+    }
+
+    /// Reads one byte.
+    pub fn read_u8(&mut self) -> io::Result<u8> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    /// Reads a little-endian u32.
+    pub fn read_u32(&mut self) -> io::Result<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    /// Reads a little-endian u64.
+    pub fn read_u64(&mut self) -> io::Result<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// Reads a little-endian i64.
+    pub fn read_i64(&mut self) -> io::Result<i64> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+
+    /// Reads a u32 length followed by that many bytes.
+    pub fn read_bytes(&mut self) -> io::Result<Vec<u8>> {
+        let n = self.read_u32()? as usize;
+        let mut v = vec![0; n];
+        io::Read::read_exact(self, &mut v)?;
+        Ok(v)
+    }
+}
+
+impl io::Read for StateReader<'_> {
+    fn read(&mut self, p: &mut [u8]) -> io::Result<usize> {
+        let have = self.fill()?;
+        let n = have.min(p.len());
+        p[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Sends `msg` to the host log at a [`level`].
+pub fn log(level: i32, msg: &str) {
+    // SAFETY: msg is a live buffer of msg.len() bytes.
+    unsafe { host_log(level, msg.as_ptr(), msg.len() as i32) }
+}
+
+/// Sets the message the host reports for the failing call.
+fn report(e: &Error) -> i32 {
+    let m = e.message();
+    // SAFETY: m is a live buffer of m.len() bytes.
+    unsafe { host_error(m.as_ptr(), m.len() as i32) };
+    1
+}
+
+fn status(r: Result) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => report(&e),
+    }
+}
+
+/// The per-instance runtime behind the exports [`operator!`] defines. Not
+/// for direct use.
+#[doc(hidden)]
+pub struct Runtime {
+    op: Box<dyn Operator>,
+    input: Vec<u8>,
+    out: Emitter,
+    chunk: Vec<u8>,
+}
+
+#[doc(hidden)]
+impl Runtime {
+    pub fn new(op: Box<dyn Operator>) -> Self {
+        std::panic::set_hook(Box::new(|info| {
+            report(&Error(info.to_string()));
+        }));
+        Runtime { op, input: Vec::new(), out: Emitter::default(), chunk: Vec::new() }
+    }
+
+    pub fn cursor() -> *const i32 {
+        &CURSOR as *const AtomicI32 as *const i32
+    }
+
+    pub fn input(&mut self, size: u32) -> *mut u8 {
+        let size = (size as usize).max(1);
+        if self.input.len() < size {
+            self.input.resize(size, 0);
+        }
+        self.input.as_mut_ptr()
+    }
+
+    /// # Safety
+    /// `ptr..ptr+len` must be the payload the host wrote into the input buffer.
+    pub unsafe fn init(&mut self, ptr: *const u8, len: u32) -> i32 {
+        let config = std::slice::from_raw_parts(ptr, len as usize);
+        status(self.op.init(config))
+    }
+
+    /// # Safety
+    /// `ptr..ptr+len` must be the record batch the host wrote into the input buffer.
+    pub unsafe fn process(&mut self, port: u32, ptr: *const u8, len: u32) -> i32 {
+        let batch = Batch::new(std::slice::from_raw_parts(ptr, len as usize));
+        let r = self.op.process(port, batch, &mut self.out);
+        set_cursor(-1);
+        status(self.out.finish(r))
+    }
+
+    pub fn end_of_input(&mut self, port: u32) -> i32 {
+        let r = self.op.end_of_input(port, &mut self.out);
+        status(self.out.finish(r))
+    }
+
+    pub fn checkpoint_complete(&mut self, id: i64) -> i32 {
+        status(self.op.checkpoint_complete(id))
+    }
+
+    pub fn snapshot(&mut self) -> i32 {
+        self.chunk.clear();
+        self.chunk.reserve(CHUNK_SIZE);
+        let mut w = StateWriter { buf: &mut self.chunk };
+        let r = self.op.snapshot(&mut w).and_then(|()| Ok(io::Write::flush(&mut w)?));
+        self.chunk.clear();
+        status(r)
+    }
+
+    pub fn restore(&mut self) -> i32 {
+        self.chunk.clear();
+        let mut r = StateReader { buf: &mut self.chunk, pos: 0, eof: false };
+        let res = self.op.restore(&mut r).and_then(|()| match r.at_end()? {
+            true => Ok(()),
+            false => Err(Error::from("weir: state has trailing bytes")),
+        });
+        self.chunk.clear();
+        status(res)
+    }
+}
+
+/// Defines the module's exports around an operator: `weir::operator!(expr)`
+/// where `expr` builds the operator (evaluated once, on first use).
+#[macro_export]
+macro_rules! operator {
+    ($ctor:expr) => {
+        ::std::thread_local! {
+            static WEIR_RUNTIME: ::std::cell::RefCell<$crate::Runtime> =
+                ::std::cell::RefCell::new($crate::Runtime::new(::std::boxed::Box::new($ctor)));
+        }
+
+        fn weir_with<R>(f: impl FnOnce(&mut $crate::Runtime) -> R) -> R {
+            WEIR_RUNTIME.with(|rt| f(&mut rt.borrow_mut()))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn weir_abi_v1() {}
+
+        #[no_mangle]
+        pub extern "C" fn weir_cursor() -> *const i32 {
+            $crate::Runtime::cursor()
+        }
+
+        #[no_mangle]
+        pub extern "C" fn weir_input(size: u32) -> *mut u8 {
+            weir_with(|rt| rt.input(size))
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn weir_init(ptr: *const u8, len: u32) -> i32 {
+            weir_with(|rt| rt.init(ptr, len))
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn weir_process(port: u32, ptr: *const u8, len: u32) -> i32 {
+            weir_with(|rt| rt.process(port, ptr, len))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn weir_end_of_input(port: u32) -> i32 {
+            weir_with(|rt| rt.end_of_input(port))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn weir_checkpoint_complete(id: i64) -> i32 {
+            weir_with(|rt| rt.checkpoint_complete(id))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn weir_snapshot() -> i32 {
+            weir_with(|rt| rt.snapshot())
+        }
+
+        #[no_mangle]
+        pub extern "C" fn weir_restore() -> i32 {
+            weir_with(|rt| rt.restore())
+        }
+    };
+}
