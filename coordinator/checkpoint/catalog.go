@@ -1,0 +1,215 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/weirhq/weir/coordinator/storage"
+)
+
+// StatePrefix is the key prefix under which every object of checkpoint id
+// of job lives; discarding the checkpoint deletes the prefix.
+func StatePrefix(job string, id int64) string { return fmt.Sprintf("%s/chk-%d/", job, id) }
+
+// StateKey is the key a task's snapshot of checkpoint id should be written
+// under (the handle it acks).
+func StateKey(job string, id int64, task string) string { return StatePrefix(job, id) + task }
+
+// MetadataKey is the key of checkpoint id's metadata.
+func MetadataKey(job string, id int64) string { return StatePrefix(job, id) + "_metadata" }
+
+// ErrCorrupt is wrapped by errors about metadata whose checksum does not
+// match or that cannot be decoded, or whose state objects are missing.
+var ErrCorrupt = errors.New("checkpoint corrupt")
+
+// envelope is the stored form of metadata: the metadata's JSON bytes and
+// their sha256.
+type envelope struct {
+	Checksum string          `json:"checksum"`
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+// Catalog stores checkpoint metadata in Meta and discards checkpoints from
+// Meta and State (which may be the same store).
+type Catalog struct {
+	Meta  storage.Store
+	State storage.Store
+	// Log receives warnings about corrupt or missing checkpoints; nil
+	// discards them.
+	Log *slog.Logger
+}
+
+func (c *Catalog) log() *slog.Logger {
+	if c.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Log
+}
+
+// Encode returns the stored, checksummed form of md.
+func Encode(md *Metadata) ([]byte, error) {
+	raw, err := json.Marshal(md)
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint %d metadata: %w", md.ID, err)
+	}
+	sum := sha256.Sum256(raw)
+	return json.Marshal(envelope{Checksum: "sha256:" + hex.EncodeToString(sum[:]), Metadata: raw})
+}
+
+// Decode verifies and decodes stored metadata.
+func Decode(data []byte) (*Metadata, error) {
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	sum := sha256.Sum256(env.Metadata)
+	if env.Checksum != "sha256:"+hex.EncodeToString(sum[:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	var md Metadata
+	if err := json.Unmarshal(env.Metadata, &md); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return &md, nil
+}
+
+// Write stores md's metadata atomically.
+func (c *Catalog) Write(ctx context.Context, md *Metadata) error {
+	data, err := Encode(md)
+	if err != nil {
+		return err
+	}
+	if err := c.Meta.Put(ctx, MetadataKey(md.Job, md.ID), bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("write checkpoint %d metadata: %w", md.ID, err)
+	}
+	return nil
+}
+
+// Read loads and verifies checkpoint id's metadata and checks that its
+// state objects exist. A missing checkpoint wraps fs.ErrNotExist, a bad one
+// ErrCorrupt.
+func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, error) {
+	data, err := storage.ReadAll(ctx, c.Meta, MetadataKey(job, id))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s/%d: %w", job, id, err)
+	}
+	md, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s/%d: %w", job, id, err)
+	}
+	if md.Job != job || md.ID != id {
+		return nil, fmt.Errorf("checkpoint %s/%d: %w: metadata names %s/%d", job, id, ErrCorrupt, md.Job, md.ID)
+	}
+	if c.State != nil {
+		prefix := StatePrefix(job, id)
+		have, err := c.State.List(ctx, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %s/%d: list state: %w", job, id, err)
+		}
+		set := map[string]bool{}
+		for _, k := range have {
+			set[k] = true
+		}
+		for task, h := range md.Handles {
+			if h == "" {
+				continue
+			}
+			if strings.HasPrefix(h, prefix) {
+				if !set[h] {
+					return nil, fmt.Errorf("checkpoint %s/%d: %w: state of %s missing (%s)", job, id, ErrCorrupt, task, h)
+				}
+				continue
+			}
+			rc, err := c.State.Get(ctx, h)
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint %s/%d: %w: state of %s: %v", job, id, ErrCorrupt, task, err)
+			}
+			_ = rc.Close()
+		}
+	}
+	return md, nil
+}
+
+// IDs lists the IDs of the checkpoints of job that have metadata,
+// ascending.
+func (c *Catalog) IDs(ctx context.Context, job string) ([]int64, error) {
+	keys, err := c.Meta.List(ctx, job+"/chk-")
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints of %s: %w", job, err)
+	}
+	var ids []int64
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k, job+"/chk-")
+		num, tail, ok := strings.Cut(rest, "/")
+		if !ok || tail != "_metadata" {
+			continue
+		}
+		if id, err := strconv.ParseInt(num, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids, nil
+}
+
+// LoadAll reads every valid checkpoint of job, oldest first, warning about
+// and skipping corrupt ones.
+func (c *Catalog) LoadAll(ctx context.Context, job string) ([]*Metadata, error) {
+	ids, err := c.IDs(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Metadata
+	for _, id := range ids {
+		md, err := c.Read(ctx, job, id)
+		if err != nil {
+			c.log().Warn("skipping checkpoint", "job", job, "checkpoint", id, "err", err)
+			continue
+		}
+		out = append(out, md)
+	}
+	return out, nil
+}
+
+// Latest returns the newest valid checkpoint among candidates (tried newest
+// first). A corrupt or missing one is skipped with a warning, and its ID is
+// returned in skipped. It returns nil, nil when none is valid.
+func (c *Catalog) Latest(ctx context.Context, job string, candidates []int64) (md *Metadata, skipped []int64, err error) {
+	ids := append([]int64(nil), candidates...)
+	sort.Slice(ids, func(i, j int) bool { return ids[i] > ids[j] })
+	for _, id := range ids {
+		md, err := c.Read(ctx, job, id)
+		if err == nil {
+			return md, skipped, nil
+		}
+		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, fs.ErrNotExist) {
+			return nil, skipped, err
+		}
+		c.log().Warn("checkpoint unusable, falling back to the previous one", "job", job, "checkpoint", id, "err", err)
+		skipped = append(skipped, id)
+	}
+	return nil, skipped, nil
+}
+
+// Discard deletes checkpoint id: its metadata first, then its state.
+func (c *Catalog) Discard(ctx context.Context, job string, id int64) error {
+	if err := c.Meta.Delete(ctx, MetadataKey(job, id)); err != nil {
+		return fmt.Errorf("discard checkpoint %s/%d: %w", job, id, err)
+	}
+	if c.State != nil {
+		if err := c.State.Delete(ctx, StatePrefix(job, id)); err != nil {
+			return fmt.Errorf("discard checkpoint %s/%d: %w", job, id, err)
+		}
+	}
+	return nil
+}

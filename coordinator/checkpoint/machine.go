@@ -1,0 +1,538 @@
+// Package checkpoint is weir's checkpoint coordinator: when to trigger
+// checkpoints at the source tasks, how acks complete them, when they are
+// aborted, which completed ones are kept, and where their metadata lives.
+//
+// The decisions are an explicit state machine (Machine): pure logic with
+// the clock passed in, driven by Tick, Ack, Decline, Persisted,
+// TriggerSavepoint, Start and Stop, each returning the Actions to carry
+// out. Runner carries them out (sending triggers, writing metadata through a
+// Catalog, notifying completion, discarding state) and Catalog stores
+// checksummed checkpoint metadata in a storage.Store.
+//
+// The rules, after Flink's CheckpointCoordinator:
+//
+//   - interval: a checkpoint is due Interval after the previous trigger;
+//   - max-concurrent: no trigger while that many checkpoints are pending;
+//   - min-pause: no trigger while one is pending or sooner than MinPause
+//     after the last one ended;
+//   - timeout: a checkpoint still pending Timeout after its trigger is
+//     aborted;
+//   - decline: a task's decline aborts the checkpoint;
+//   - subsumed: when checkpoint n completes, pending checkpoints < n are
+//     aborted as subsumed;
+//   - tolerable failures: timeouts, declines (kinds "declined" and
+//     "failed") and metadata write failures are checkpoint failures; more
+//     than TolerableFailures in a row produce FailJob. Aborts because of a
+//     task failure, subsumption or a cancel marker do not count, nor do
+//     failed savepoints. A completed checkpoint resets the count;
+//   - retention: the last Retained completed checkpoints are kept; older
+//     ones are discarded (state and metadata). Savepoints are never
+//     discarded automatically;
+//   - savepoints are triggered on demand, regardless of interval, min-pause
+//     and max-concurrent, and are always aligned.
+package checkpoint
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+// Config is the checkpointing configuration of a job.
+type Config struct {
+	Interval          time.Duration
+	Timeout           time.Duration
+	MinPause          time.Duration
+	MaxConcurrent     int
+	TolerableFailures int
+	Retained          int
+	// Disabled turns periodic checkpoints off; savepoints still work.
+	Disabled bool
+	// HistorySize bounds the history kept for queries; default 100.
+	HistorySize int
+}
+
+// ConfigFromSpec returns the configuration a job spec asks for.
+func ConfigFromSpec(c jobspec.Checkpointing) Config {
+	return Config{Interval: c.Interval, Timeout: c.Timeout, MinPause: c.MinPause,
+		MaxConcurrent: c.MaxConcurrent, TolerableFailures: c.TolerableFailures,
+		Retained: c.Retained, Disabled: c.Disabled}
+}
+
+// Metadata describes a completed checkpoint: what tasks restore from.
+type Metadata struct {
+	Job       string    `json:"job"`
+	ID        int64     `json:"id"`
+	Savepoint bool      `json:"savepoint,omitempty"`
+	Triggered time.Time `json:"triggered"`
+	Completed time.Time `json:"completed"`
+	// Handles maps task ID to the storage key of its snapshot.
+	Handles map[string]string `json:"handles"`
+	// Metrics maps task ID to its metrics (control.Metric* names).
+	Metrics map[string]map[string]int64 `json:"metrics,omitempty"`
+}
+
+// Restore returns the restore instructions for a deploy.
+func (m *Metadata) Restore() *control.Restore {
+	h := make(map[string]string, len(m.Handles))
+	for k, v := range m.Handles {
+		h[k] = v
+	}
+	return &control.Restore{CheckpointID: m.ID, Handles: h}
+}
+
+// Action is something the machine asks its runner to do: one of
+// TriggerAction, PersistAction, NotifyAction, AbortAction, DiscardAction,
+// FailJobAction.
+type Action interface{ isAction() }
+
+// TriggerAction: send a trigger for checkpoint ID to every source task.
+type TriggerAction struct {
+	ID        int64
+	Timestamp time.Time
+	Savepoint bool
+}
+
+// PersistAction: every task acked; write Metadata, then call Persisted.
+type PersistAction struct{ Metadata *Metadata }
+
+// NotifyAction: checkpoint ID is complete; tell every task (sinks commit).
+type NotifyAction struct{ ID int64 }
+
+// AbortAction: checkpoint ID was aborted; tell every task.
+type AbortAction struct {
+	ID        int64
+	Reason    string
+	Savepoint bool
+}
+
+// DiscardAction: delete checkpoint ID's state and metadata.
+type DiscardAction struct{ ID int64 }
+
+// FailJobAction: too many checkpoint failures; fail the job over.
+type FailJobAction struct{ Reason string }
+
+func (TriggerAction) isAction() {}
+func (PersistAction) isAction() {}
+func (NotifyAction) isAction()  {}
+func (AbortAction) isAction()   {}
+func (DiscardAction) isAction() {}
+func (FailJobAction) isAction() {}
+
+type pending struct {
+	id        int64
+	savepoint bool
+	triggered time.Time
+	handles   map[string]string
+	metrics   map[string]map[string]int64
+	persist   bool // all acked, metadata being written
+	info      *control.CheckpointInfo
+}
+
+// Machine is the checkpoint coordinator's state for one job. It is not safe
+// for concurrent use; Runner serializes access.
+type Machine struct {
+	job  string
+	cfg  Config
+	task map[string]bool // tasks that must ack
+
+	running     bool
+	nextID      int64
+	pending     map[int64]*pending
+	completed   []*Metadata // periodic checkpoints, oldest first
+	savepoints  []*Metadata
+	lastTrigger time.Time
+	lastEnd     time.Time
+	failures    int
+
+	history []*control.CheckpointInfo // oldest first
+}
+
+// NewMachine returns a stopped machine for job. restored are the completed
+// checkpoints and savepoints already in storage (any order): the machine
+// keeps them and numbers new checkpoints after the highest ID; nextID, if
+// higher, is the next ID to use.
+func NewMachine(job string, cfg Config, restored []*Metadata, nextID int64) *Machine {
+	if cfg.MaxConcurrent < 1 {
+		cfg.MaxConcurrent = 1
+	}
+	if cfg.Retained < 1 {
+		cfg.Retained = 1
+	}
+	if cfg.HistorySize <= 0 {
+		cfg.HistorySize = 100
+	}
+	m := &Machine{job: job, cfg: cfg, pending: map[int64]*pending{}, nextID: 1}
+	rs := append([]*Metadata(nil), restored...)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
+	for _, md := range rs {
+		if md.Savepoint {
+			m.savepoints = append(m.savepoints, md)
+		} else {
+			m.completed = append(m.completed, md)
+		}
+		if md.ID >= m.nextID {
+			m.nextID = md.ID + 1
+		}
+		m.history = append(m.history, infoFromMetadata(md))
+	}
+	if nextID > m.nextID {
+		m.nextID = nextID
+	}
+	return m
+}
+
+func infoFromMetadata(md *Metadata) *control.CheckpointInfo {
+	in := &control.CheckpointInfo{Job: md.Job, ID: md.ID, Savepoint: md.Savepoint, Status: control.CheckpointCompleted,
+		Triggered: md.Triggered, Duration: md.Completed.Sub(md.Triggered), Tasks: md.Metrics,
+		Acked: len(md.Handles), Total: len(md.Handles)}
+	summarize(in)
+	return in
+}
+
+// summarize fills Size, Alignment and Unaligned from the task metrics.
+func summarize(in *control.CheckpointInfo) {
+	in.Size, in.Alignment, in.Unaligned = 0, 0, false
+	for _, mt := range in.Tasks {
+		in.Size += mt[control.MetricSnapshotBytes]
+		if a := time.Duration(mt[control.MetricAlignmentNanos]); a > in.Alignment {
+			in.Alignment = a
+		}
+		if mt[control.MetricUnaligned] != 0 {
+			in.Unaligned = true
+		}
+	}
+}
+
+// NextID returns the ID the next checkpoint will get.
+func (m *Machine) NextID() int64 { return m.nextID }
+
+// Running reports whether the machine is between Start and Stop.
+func (m *Machine) Running() bool { return m.running }
+
+// Start begins coordinating a job attempt whose tasks are tasks (every task
+// must ack). The first periodic checkpoint is due one interval from now.
+func (m *Machine) Start(now time.Time, tasks []string) {
+	m.running = true
+	m.task = make(map[string]bool, len(tasks))
+	for _, t := range tasks {
+		m.task[t] = true
+	}
+	m.lastTrigger = now
+	m.lastEnd = time.Time{}
+}
+
+// Stop ends the attempt: every pending checkpoint is aborted with reason
+// (not counted as a checkpoint failure).
+func (m *Machine) Stop(now time.Time, reason string) []Action {
+	m.running = false
+	return m.abortAll(now, reason, func(*pending) bool { return true })
+}
+
+func (m *Machine) abortAll(now time.Time, reason string, match func(*pending) bool) []Action {
+	ids := make([]int64, 0, len(m.pending))
+	for id, p := range m.pending {
+		if match(p) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var acts []Action
+	for _, id := range ids {
+		acts = append(acts, m.abort(now, id, reason, false)...)
+	}
+	return acts
+}
+
+// abort ends pending checkpoint id; counted says whether it is a
+// checkpoint failure.
+func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []Action {
+	p := m.pending[id]
+	if p == nil {
+		return nil
+	}
+	delete(m.pending, id)
+	m.lastEnd = now
+	p.info.Status = control.CheckpointFailed
+	p.info.Reason = reason
+	p.info.Duration = now.Sub(p.triggered)
+	acts := []Action{AbortAction{ID: id, Reason: reason, Savepoint: p.savepoint}, DiscardAction{ID: id}}
+	if counted && !p.savepoint {
+		m.failures++
+		if m.failures > m.cfg.TolerableFailures {
+			acts = append(acts, FailJobAction{Reason: fmt.Sprintf(
+				"%d consecutive checkpoint failures exceed the %d tolerated; last: checkpoint %d: %s",
+				m.failures, m.cfg.TolerableFailures, id, reason)})
+			m.failures = 0
+		}
+	}
+	return acts
+}
+
+func (m *Machine) periodicPending() int {
+	n := 0
+	for _, p := range m.pending {
+		if !p.savepoint {
+			n++
+		}
+	}
+	return n
+}
+
+// Tick aborts expired checkpoints and triggers a periodic checkpoint when
+// one is due and allowed.
+func (m *Machine) Tick(now time.Time) []Action {
+	var acts []Action
+	ids := make([]int64, 0, len(m.pending))
+	for id := range m.pending {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		p := m.pending[id]
+		if p != nil && m.cfg.Timeout > 0 && !now.Before(p.triggered.Add(m.cfg.Timeout)) {
+			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s", m.cfg.Timeout), true)...)
+		}
+	}
+	if !m.running || m.cfg.Disabled || m.cfg.Interval <= 0 {
+		return acts
+	}
+	if now.Before(m.lastTrigger.Add(m.cfg.Interval)) {
+		return acts
+	}
+	if m.periodicPending() >= m.cfg.MaxConcurrent {
+		return acts
+	}
+	if m.cfg.MinPause > 0 {
+		if m.periodicPending() > 0 || (!m.lastEnd.IsZero() && now.Before(m.lastEnd.Add(m.cfg.MinPause))) {
+			return acts
+		}
+	}
+	return append(acts, m.trigger(now, false))
+}
+
+func (m *Machine) trigger(now time.Time, savepoint bool) Action {
+	id := m.nextID
+	m.nextID++
+	if !savepoint {
+		m.lastTrigger = now
+	}
+	info := &control.CheckpointInfo{Job: m.job, ID: id, Savepoint: savepoint, Status: control.CheckpointPending,
+		Triggered: now, Total: len(m.task), Tasks: map[string]map[string]int64{}}
+	m.pending[id] = &pending{id: id, savepoint: savepoint, triggered: now,
+		handles: map[string]string{}, metrics: info.Tasks, info: info}
+	m.history = append(m.history, info)
+	if over := len(m.history) - m.cfg.HistorySize; over > 0 {
+		m.history = append([]*control.CheckpointInfo(nil), m.history[over:]...)
+	}
+	return TriggerAction{ID: id, Timestamp: now, Savepoint: savepoint}
+}
+
+// TriggerSavepoint starts a savepoint at once and returns its ID.
+func (m *Machine) TriggerSavepoint(now time.Time) (int64, []Action, error) {
+	if !m.running {
+		return 0, nil, fmt.Errorf("savepoint of %s: job is not running", m.job)
+	}
+	a := m.trigger(now, true).(TriggerAction)
+	return a.ID, []Action{a}, nil
+}
+
+// NextWake returns when Tick next has something to do; zero when nothing
+// is scheduled.
+func (m *Machine) NextWake() time.Time {
+	var t time.Time
+	earlier := func(c time.Time) {
+		if t.IsZero() || c.Before(t) {
+			t = c
+		}
+	}
+	if m.cfg.Timeout > 0 {
+		for _, p := range m.pending {
+			earlier(p.triggered.Add(m.cfg.Timeout))
+		}
+	}
+	if m.running && !m.cfg.Disabled && m.cfg.Interval > 0 {
+		due := m.lastTrigger.Add(m.cfg.Interval)
+		if m.cfg.MinPause > 0 && !m.lastEnd.IsZero() && due.Before(m.lastEnd.Add(m.cfg.MinPause)) {
+			due = m.lastEnd.Add(m.cfg.MinPause)
+		}
+		// While blocked by pending checkpoints, the end of one (an event)
+		// or a timeout wakes the runner.
+		if m.periodicPending() < m.cfg.MaxConcurrent && (m.cfg.MinPause == 0 || m.periodicPending() == 0) {
+			earlier(due)
+		}
+	}
+	return t
+}
+
+// Ack records task's snapshot of checkpoint id. When every task acked, it
+// returns a PersistAction. Acks for checkpoints no longer pending return a
+// DiscardAction for the late state, unless the checkpoint completed.
+func (m *Machine) Ack(now time.Time, task string, id int64, handle string, metrics map[string]int64) []Action {
+	p := m.pending[id]
+	if p == nil {
+		if m.isCompleted(id) || id >= m.nextID {
+			return nil
+		}
+		return []Action{DiscardAction{ID: id}}
+	}
+	if !m.task[task] || p.persist {
+		return nil
+	}
+	if _, dup := p.handles[task]; dup {
+		return nil
+	}
+	p.handles[task] = handle
+	if metrics == nil {
+		metrics = map[string]int64{}
+	}
+	p.metrics[task] = metrics
+	p.info.Acked = len(p.handles)
+	summarize(p.info)
+	if len(p.handles) < len(m.task) {
+		return nil
+	}
+	p.persist = true
+	md := &Metadata{Job: m.job, ID: id, Savepoint: p.savepoint, Triggered: p.triggered, Completed: now,
+		Handles: p.handles, Metrics: p.metrics}
+	return []Action{PersistAction{Metadata: md}}
+}
+
+func (m *Machine) isCompleted(id int64) bool {
+	for _, c := range m.completed {
+		if c.ID == id {
+			return true
+		}
+	}
+	for _, c := range m.savepoints {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Decline aborts checkpoint id because task declined it. Kinds
+// control.DeclineRefused and control.DeclineFailed (and unknown kinds)
+// count as checkpoint failures.
+func (m *Machine) Decline(now time.Time, task string, id int64, kind, reason string) []Action {
+	if m.pending[id] == nil || m.pending[id].persist {
+		return nil
+	}
+	counted := kind != control.DeclineSubsumed && kind != control.DeclineCancelled
+	return m.abort(now, id, fmt.Sprintf("declined by %s (%s): %s", task, kind, reason), counted)
+}
+
+// Persisted reports the outcome of a PersistAction. On success the
+// checkpoint is complete: it returns NotifyAction, aborts older pending
+// checkpoints as subsumed and discards checkpoints beyond retention.
+func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
+	p := m.pending[id]
+	if p == nil || !p.persist {
+		return nil
+	}
+	if err != nil {
+		return m.abort(now, id, fmt.Sprintf("writing metadata failed: %v", err), true)
+	}
+	delete(m.pending, id)
+	m.lastEnd = now
+	md := &Metadata{Job: m.job, ID: id, Savepoint: p.savepoint, Triggered: p.triggered, Completed: now,
+		Handles: p.handles, Metrics: p.metrics}
+	p.info.Status = control.CheckpointCompleted
+	p.info.Duration = now.Sub(p.triggered)
+	acts := []Action{NotifyAction{ID: id}}
+	if p.savepoint {
+		m.savepoints = append(m.savepoints, md)
+		return acts
+	}
+	m.failures = 0
+	m.completed = append(m.completed, md)
+	acts = append(acts, m.abortAll(now, fmt.Sprintf("subsumed by checkpoint %d", id), func(q *pending) bool {
+		return !q.savepoint && q.id < id && !q.persist
+	})...)
+	for len(m.completed) > m.cfg.Retained {
+		old := m.completed[0]
+		m.completed = m.completed[1:]
+		acts = append(acts, DiscardAction{ID: old.ID})
+		for _, h := range m.history {
+			if h.ID == old.ID {
+				h.Status = control.CheckpointDiscarded
+			}
+		}
+	}
+	return acts
+}
+
+// Latest returns the newest completed checkpoint or savepoint (nil if none).
+func (m *Machine) Latest() *Metadata {
+	var best *Metadata
+	for _, l := range [][]*Metadata{m.completed, m.savepoints} {
+		for _, md := range l {
+			if best == nil || md.ID > best.ID {
+				best = md
+			}
+		}
+	}
+	return best
+}
+
+// Retained returns the kept completed checkpoints and savepoints, newest
+// first.
+func (m *Machine) Retained() []*Metadata {
+	out := append(append([]*Metadata(nil), m.completed...), m.savepoints...)
+	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	return out
+}
+
+// Forget drops a completed checkpoint the runner found corrupt or missing.
+func (m *Machine) Forget(id int64) {
+	drop := func(l []*Metadata) []*Metadata {
+		out := l[:0]
+		for _, md := range l {
+			if md.ID != id {
+				out = append(out, md)
+			}
+		}
+		return out
+	}
+	m.completed = drop(m.completed)
+	m.savepoints = drop(m.savepoints)
+	for _, h := range m.history {
+		if h.ID == id && h.Status == control.CheckpointCompleted {
+			h.Status = control.CheckpointFailed
+			h.Reason = "metadata corrupt or missing"
+		}
+	}
+}
+
+// Pending returns the IDs of pending checkpoints, ascending.
+func (m *Machine) Pending() []int64 {
+	ids := make([]int64, 0, len(m.pending))
+	for id := range m.pending {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// History returns copies of the recent checkpoints' records, newest first.
+func (m *Machine) History() []control.CheckpointInfo {
+	out := make([]control.CheckpointInfo, 0, len(m.history))
+	for i := len(m.history) - 1; i >= 0; i-- {
+		h := *m.history[i]
+		tasks := make(map[string]map[string]int64, len(h.Tasks))
+		for k, v := range h.Tasks {
+			c := make(map[string]int64, len(v))
+			for mk, mv := range v {
+				c[mk] = mv
+			}
+			tasks[k] = c
+		}
+		h.Tasks = tasks
+		out = append(out, h)
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package checkpoint
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func newM(cfg Config) *Machine {
+	m := NewMachine("j", cfg, nil, 0)
+	m.Start(at(0), []string{"src-0", "op-0"})
+	return m
+}
+
+func kinds(acts []Action) string {
+	var s []string
+	for _, a := range acts {
+		switch a := a.(type) {
+		case TriggerAction:
+			sp := ""
+			if a.Savepoint {
+				sp = "sp"
+			}
+			s = append(s, fmt.Sprintf("trigger%s(%d)", sp, a.ID))
+		case PersistAction:
+			s = append(s, fmt.Sprintf("persist(%d)", a.Metadata.ID))
+		case NotifyAction:
+			s = append(s, fmt.Sprintf("notify(%d)", a.ID))
+		case AbortAction:
+			s = append(s, fmt.Sprintf("abort(%d)", a.ID))
+		case DiscardAction:
+			s = append(s, fmt.Sprintf("discard(%d)", a.ID))
+		case FailJobAction:
+			s = append(s, "fail")
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+func expect(t *testing.T, what string, acts []Action, want string) {
+	t.Helper()
+	if got := kinds(acts); got != want {
+		t.Errorf("%s: actions %q, want %q", what, got, want)
+	}
+}
+
+// complete acks id from both tasks and persists it successfully.
+func complete(t *testing.T, m *Machine, now time.Time, id int64) []Action {
+	t.Helper()
+	expect(t, "ack src", m.Ack(now, "src-0", id, fmt.Sprintf("j/chk-%d/src-0", id), map[string]int64{control.MetricSnapshotBytes: 10}), "")
+	expect(t, "ack op", m.Ack(now, "op-0", id, fmt.Sprintf("j/chk-%d/op-0", id), map[string]int64{control.MetricSnapshotBytes: 5, control.MetricAlignmentNanos: 7, control.MetricUnaligned: 1}), fmt.Sprintf("persist(%d)", id))
+	return m.Persisted(now, id, nil)
+}
+
+func TestIntervalAndComplete(t *testing.T) {
+	m := newM(Config{Interval: time.Second, Timeout: 10 * time.Second, MaxConcurrent: 1, Retained: 2})
+	expect(t, "before interval", m.Tick(at(999)), "")
+	if w := m.NextWake(); !w.Equal(at(1000)) {
+		t.Errorf("next wake %v", w)
+	}
+	expect(t, "at interval", m.Tick(at(1000)), "trigger(1)")
+	expect(t, "max-concurrent blocks", m.Tick(at(2500)), "")
+	expect(t, "late ack of unknown id", m.Ack(at(2500), "src-0", 9, "x", nil), "")
+	expect(t, "complete", complete(t, m, at(2600), 1), "notify(1)")
+	expect(t, "overdue trigger fires at once", m.Tick(at(2600)), "trigger(2)")
+	h := m.History()
+	if len(h) != 2 || h[1].ID != 1 || h[1].Status != control.CheckpointCompleted || h[1].Size != 15 ||
+		h[1].Alignment != 7 || !h[1].Unaligned || h[1].Duration != 1600*time.Millisecond || h[1].Acked != 2 {
+		t.Errorf("history = %+v", h)
+	}
+	if md := m.Latest(); md == nil || md.ID != 1 || md.Handles["op-0"] != "j/chk-1/op-0" {
+		t.Errorf("latest = %+v", md)
+	}
+	expect(t, "duplicate ack after completion", m.Ack(at(2700), "op-0", 1, "x", nil), "")
+}
+
+func TestMinPause(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: 10 * time.Second, MinPause: time.Second, MaxConcurrent: 3, Retained: 1})
+	expect(t, "first", m.Tick(at(100)), "trigger(1)")
+	expect(t, "min-pause implies one at a time", m.Tick(at(300)), "")
+	expect(t, "complete", complete(t, m, at(400), 1), "notify(1)")
+	expect(t, "within pause", m.Tick(at(1399)), "")
+	if w := m.NextWake(); !w.Equal(at(1400)) {
+		t.Errorf("next wake %v, want end of pause", w)
+	}
+	expect(t, "after pause", m.Tick(at(1400)), "trigger(2)")
+}
+
+func TestMaxConcurrentAndSubsumed(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: 10 * time.Second, MaxConcurrent: 2, Retained: 5})
+	expect(t, "1", m.Tick(at(100)), "trigger(1)")
+	expect(t, "2", m.Tick(at(200)), "trigger(2)")
+	expect(t, "third blocked", m.Tick(at(300)), "")
+	m.Ack(at(300), "src-0", 1, "h", nil) // 1 half acked
+	expect(t, "2 completes, subsumes 1", complete(t, m, at(350), 2), "notify(2) abort(1) discard(1)")
+	if h := m.History(); h[1].Status != control.CheckpointFailed || !strings.Contains(h[1].Reason, "subsumed") {
+		t.Errorf("history of 1 = %+v", h[1])
+	}
+	expect(t, "late ack of subsumed 1 discards its state", m.Ack(at(360), "op-0", 1, "h", nil), "discard(1)")
+	expect(t, "3", m.Tick(at(360)), "trigger(3)")
+}
+
+func TestTimeoutAndTolerableFailures(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 1, TolerableFailures: 1, Retained: 1})
+	expect(t, "1", m.Tick(at(100)), "trigger(1)")
+	if w := m.NextWake(); !w.Equal(at(1100)) {
+		t.Errorf("next wake %v, want the timeout", w)
+	}
+	expect(t, "expire 1, trigger 2", m.Tick(at(1100)), "abort(1) discard(1) trigger(2)")
+	expect(t, "decline 2: second failure exceeds", m.Decline(at(1200), "op-0", 2, control.DeclineRefused, "too big"), "abort(2) discard(2) fail")
+	expect(t, "3", m.Tick(at(1300)), "trigger(3)")
+	expect(t, "decline subsumed is not counted", m.Decline(at(1300), "op-0", 3, control.DeclineSubsumed, ""), "abort(3) discard(3)")
+	expect(t, "4", m.Tick(at(1400)), "trigger(4)")
+	expect(t, "decline 4 counts once", m.Decline(at(1400), "op-0", 4, control.DeclineFailed, "disk"), "abort(4) discard(4)")
+	expect(t, "5", m.Tick(at(1500)), "trigger(5)")
+	expect(t, "complete resets the count", complete(t, m, at(1500), 5), "notify(5)")
+	expect(t, "6", m.Tick(at(1600)), "trigger(6)")
+	expect(t, "one failure tolerated again", m.Decline(at(1600), "op-0", 6, control.DeclineFailed, "disk"), "abort(6) discard(6)")
+	expect(t, "7", m.Tick(at(1700)), "trigger(7)")
+	m.Ack(at(1700), "src-0", 7, "h", nil)
+	m.Ack(at(1700), "op-0", 7, "h", nil)
+	expect(t, "metadata write failure counts", m.Persisted(at(1700), 7, fmt.Errorf("disk full")), "abort(7) discard(7) fail")
+}
+
+func TestRetention(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 1, Retained: 2})
+	var out []string
+	for i := int64(1); i <= 4; i++ {
+		m.Tick(at(int(i) * 100))
+		out = append(out, kinds(complete(t, m, at(int(i)*100), i)))
+	}
+	if got := strings.Join(out, ";"); got != "notify(1);notify(2);notify(3) discard(1);notify(4) discard(2)" {
+		t.Errorf("retention: %s", got)
+	}
+	ret := m.Retained()
+	if len(ret) != 2 || ret[0].ID != 4 || ret[1].ID != 3 {
+		t.Errorf("retained %d", len(ret))
+	}
+	if h := m.History(); h[3].Status != control.CheckpointDiscarded {
+		t.Errorf("history of 1 = %+v", h[3])
+	}
+}
+
+func TestSavepoint(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 1, Retained: 1})
+	expect(t, "1", m.Tick(at(100)), "trigger(1)")
+	id, acts, err := m.TriggerSavepoint(at(150))
+	if err != nil || id != 2 {
+		t.Fatal(id, err)
+	}
+	expect(t, "savepoint ignores max-concurrent", acts, "triggersp(2)")
+	expect(t, "savepoint completes", complete(t, m, at(200), 2), "notify(2)")
+	expect(t, "checkpoint 1 not subsumed by a savepoint", complete(t, m, at(210), 1), "notify(1)")
+	m.Tick(at(300))
+	expect(t, "checkpoint 3 completes; savepoint not subject to retention", complete(t, m, at(310), 3), "notify(3) discard(1)")
+	if ret := m.Retained(); len(ret) != 2 || ret[1].ID != 2 || !ret[1].Savepoint {
+		t.Errorf("retained %+v", ret)
+	}
+	// A failing savepoint does not count towards failures.
+	m.cfg.TolerableFailures = 0
+	id, _, _ = m.TriggerSavepoint(at(320))
+	expect(t, "savepoint declined", m.Decline(at(320), "op-0", id, control.DeclineFailed, "x"), fmt.Sprintf("abort(%d) discard(%d)", id, id))
+	expect(t, "stop aborts pending", append(m.Tick(at(400)), m.Stop(at(401), "task failed")...), "trigger(5) abort(5) discard(5)")
+	if _, _, err := m.TriggerSavepoint(at(500)); err == nil {
+		t.Error("savepoint of a stopped job")
+	}
+	expect(t, "no triggers when stopped", m.Tick(at(5000)), "")
+}
+
+func TestRestoredNumbering(t *testing.T) {
+	m := NewMachine("j", Config{Interval: time.Second, Timeout: time.Second}, []*Metadata{{Job: "j", ID: 7}, {Job: "j", ID: 3, Savepoint: true}}, 0)
+	if m.NextID() != 8 || m.Latest().ID != 7 {
+		t.Errorf("next %d latest %d", m.NextID(), m.Latest().ID)
+	}
+	m.Forget(7)
+	if m.Latest().ID != 3 {
+		t.Errorf("after forget latest %d", m.Latest().ID)
+	}
+}

@@ -1,0 +1,249 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// Effects is how a Runner reaches the job's tasks.
+type Effects interface {
+	// Trigger sends checkpoint t.ID's trigger to every source task.
+	Trigger(ctx context.Context, t TriggerAction) error
+	// Notify tells every task that checkpoint id completed.
+	Notify(ctx context.Context, id int64)
+	// Abort tells every task that checkpoint id was aborted.
+	Abort(ctx context.Context, id int64, reason string)
+	// Fail fails the job over: too many checkpoint failures.
+	Fail(reason string)
+}
+
+// RunnerOptions configure a Runner.
+type RunnerOptions struct {
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// ErrSavepointFailed is wrapped by Savepoint when the savepoint was aborted.
+var ErrSavepointFailed = errors.New("savepoint failed")
+
+// Runner drives a Machine: it ticks it on time, feeds it acks and declines,
+// and carries out its actions in order on one goroutine (Run), so callers of
+// Ack and Decline never wait for I/O.
+type Runner struct {
+	cat  *Catalog
+	eff  Effects
+	now  func() time.Time
+	log  *slog.Logger
+	kick chan struct{}
+
+	mu      sync.Mutex
+	m       *Machine
+	queue   []Action
+	waiters map[int64]chan error
+}
+
+// NewRunner returns a runner of m; call Run.
+func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runner {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{m: m, cat: cat, eff: eff, now: opts.Now, log: opts.Log,
+		kick: make(chan struct{}, 1), waiters: map[int64]chan error{}}
+}
+
+func (r *Runner) push(acts []Action) {
+	if len(acts) == 0 {
+		return
+	}
+	r.queue = append(r.queue, acts...)
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start begins an attempt whose tasks are tasks.
+func (r *Runner) Start(tasks []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m.Start(r.now(), tasks)
+	r.push(nil)
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stop ends the attempt, aborting pending checkpoints with reason.
+func (r *Runner) Stop(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.push(r.m.Stop(r.now(), reason))
+}
+
+// Ack feeds a task's ack.
+func (r *Runner) Ack(task string, id int64, handle string, metrics map[string]int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.push(r.m.Ack(r.now(), task, id, handle, metrics))
+}
+
+// Decline feeds a task's decline.
+func (r *Runner) Decline(task string, id int64, kind, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.push(r.m.Decline(r.now(), task, id, kind, reason))
+}
+
+// History returns the recent checkpoints, newest first.
+func (r *Runner) History() []control.CheckpointInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m.History()
+}
+
+// Savepoint takes a savepoint and waits until it completes or fails.
+func (r *Runner) Savepoint(ctx context.Context) (control.CheckpointInfo, error) {
+	r.mu.Lock()
+	id, acts, err := r.m.TriggerSavepoint(r.now())
+	if err != nil {
+		r.mu.Unlock()
+		return control.CheckpointInfo{}, err
+	}
+	done := make(chan error, 1)
+	r.waiters[id] = done
+	r.push(acts)
+	r.mu.Unlock()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		r.mu.Lock()
+		delete(r.waiters, id)
+		r.mu.Unlock()
+		return control.CheckpointInfo{}, fmt.Errorf("savepoint %d: %w", id, ctx.Err())
+	}
+	for _, h := range r.History() {
+		if h.ID == id {
+			return h, err
+		}
+	}
+	return control.CheckpointInfo{ID: id, Savepoint: true}, err
+}
+
+// LatestValid returns the newest retained checkpoint or savepoint whose
+// metadata and state check out in storage; corrupt or missing ones are
+// dropped with a warning. nil means there is none.
+func (r *Runner) LatestValid(ctx context.Context) (*Metadata, error) {
+	r.mu.Lock()
+	var ids []int64
+	for _, md := range r.m.Retained() {
+		ids = append(ids, md.ID)
+	}
+	job := r.m.job
+	r.mu.Unlock()
+	md, skipped, err := r.cat.Latest(ctx, job, ids)
+	r.mu.Lock()
+	for _, id := range skipped {
+		r.m.Forget(id)
+	}
+	r.mu.Unlock()
+	return md, err
+}
+
+// Run carries out actions and ticks the machine until ctx is done.
+func (r *Runner) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		r.queue = append(r.queue, r.m.Tick(r.now())...)
+		acts := r.queue
+		r.queue = nil
+		wake := r.m.NextWake()
+		r.mu.Unlock()
+		for _, a := range acts {
+			if ctx.Err() != nil {
+				return
+			}
+			r.do(ctx, a)
+		}
+		if len(acts) > 0 {
+			continue // actions may have produced more actions
+		}
+		d := time.Hour
+		if !wake.IsZero() {
+			d = wake.Sub(r.now())
+			if d < 0 {
+				d = 0
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+func (r *Runner) do(ctx context.Context, a Action) {
+	switch a := a.(type) {
+	case TriggerAction:
+		if err := r.eff.Trigger(ctx, a); err != nil {
+			r.log.Warn("checkpoint trigger failed", "checkpoint", a.ID, "err", err)
+			r.mu.Lock()
+			r.queue = append(r.queue, r.m.abort(r.now(), a.ID, fmt.Sprintf("trigger failed: %v", err), false)...)
+			r.mu.Unlock()
+		}
+	case PersistAction:
+		err := r.cat.Write(ctx, a.Metadata)
+		if err != nil {
+			r.log.Warn("checkpoint metadata write failed", "checkpoint", a.Metadata.ID, "err", err)
+		}
+		r.mu.Lock()
+		r.queue = append(r.queue, r.m.Persisted(r.now(), a.Metadata.ID, err)...)
+		r.mu.Unlock()
+	case NotifyAction:
+		r.eff.Notify(ctx, a.ID)
+		r.resolve(a.ID, nil)
+	case AbortAction:
+		r.eff.Abort(ctx, a.ID, a.Reason)
+		r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
+	case DiscardAction:
+		r.mu.Lock()
+		job := r.m.job
+		r.mu.Unlock()
+		if err := r.cat.Discard(ctx, job, a.ID); err != nil {
+			r.log.Warn("discarding checkpoint failed", "checkpoint", a.ID, "err", err)
+		}
+	case FailJobAction:
+		r.eff.Fail(a.Reason)
+	}
+}
+
+func (r *Runner) resolve(id int64, err error) {
+	r.mu.Lock()
+	w := r.waiters[id]
+	delete(r.waiters, id)
+	r.mu.Unlock()
+	if w != nil {
+		w <- err
+	}
+}
