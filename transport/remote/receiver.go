@@ -32,11 +32,15 @@ type Receiver struct {
 }
 
 type entry struct {
-	d      stream.Delivery
+	d        stream.Delivery
+	priority bool
 	credit int // bytes of credit returned when this entry is polled
 }
 
-var _ stream.Receiver = (*Receiver)(nil)
+var (
+	_ stream.Receiver       = (*Receiver)(nil)
+	_ stream.PriorityPoller = (*Receiver)(nil)
+)
 
 // NewReceiver opens the consuming end of the channel cfg.Subject on nc and
 // grants the sender its initial window.
@@ -144,7 +148,7 @@ func (r *Receiver) pushPriorityLocked(e stream.Element) {
 			overtaken[i] = en.d.Element
 		}
 	}
-	en := entry{d: stream.Delivery{Element: e, Overtaken: overtaken}}
+	en := entry{d: stream.Delivery{Element: e, Overtaken: overtaken}, priority: true}
 	if r.qhead > 0 {
 		r.qhead--
 		r.q[r.qhead] = en
@@ -158,6 +162,16 @@ func (r *Receiver) pushPriorityLocked(e stream.Element) {
 // Poll returns the next element without blocking. Taking an element returns
 // its credit to the sender.
 func (r *Receiver) Poll() (stream.Delivery, bool, error) {
+	return r.poll(false)
+}
+
+// PollPriority returns the next element only if it is a priority
+// (unaligned) barrier that overtook the queue.
+func (r *Receiver) PollPriority() (stream.Delivery, bool, error) {
+	return r.poll(true)
+}
+
+func (r *Receiver) poll(priorityOnly bool) (stream.Delivery, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
@@ -166,7 +180,7 @@ func (r *Receiver) Poll() (stream.Delivery, bool, error) {
 	if r.closed {
 		return stream.Delivery{}, false, stream.ErrClosed
 	}
-	if r.qhead == len(r.q) {
+	if r.qhead == len(r.q) || priorityOnly && !r.q[r.qhead].priority {
 		return stream.Delivery{}, false, nil
 	}
 	en := r.q[r.qhead]

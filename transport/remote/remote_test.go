@@ -304,15 +304,34 @@ func TestPriorityBarrierOvertakes(t *testing.T) {
 	if len(overtakenAtSender) == 0 {
 		t.Fatal("nothing overtaken at the sender")
 	}
-	// Wait until the priority frame reached the receiver's queue head.
+	// PollPriority hands out the barrier once it arrived, and nothing else.
+	var first stream.Delivery
 	for {
-		rcv.mu.Lock()
-		arrived := rcv.qhead < len(rcv.q) && rcv.q[rcv.qhead].d.Kind == stream.KindBarrier
-		rcv.mu.Unlock()
-		if arrived {
+		d, ok, err := rcv.PollPriority()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			first = d
 			break
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if first.Kind != stream.KindBarrier || first.Barrier != b {
+		t.Fatalf("priority delivery %v, want the priority barrier", first.Element)
+	}
+	if len(first.Overtaken) == 0 {
+		t.Fatal("nothing overtaken at the receiver")
+	}
+	if _, ok, _ := rcv.PollPriority(); ok {
+		t.Fatal("PollPriority returned a data element")
+	}
+	// A control element that cannot be published before ctx ends is not sent.
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	err = snd.Send(short, stream.Cancel(99))
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send without credit: %v", err)
 	}
 	c := collect(ctx, rcv, nil)
 	if err := snd.Send(ctx, stream.EndOfPartition()); err != nil {
@@ -322,14 +341,12 @@ func TestPriorityBarrierOvertakes(t *testing.T) {
 	if c.err != nil {
 		t.Fatal(c.err)
 	}
-	first := c.elems[0]
-	if first.Kind != stream.KindBarrier || first.Barrier != b {
-		t.Fatalf("first delivery %v, want the priority barrier", first.Element)
+	for _, d := range c.elems {
+		if d.Kind == stream.KindCancel {
+			t.Fatal("the cancelled control send was delivered")
+		}
 	}
-	if len(first.Overtaken) == 0 {
-		t.Fatal("nothing overtaken at the receiver")
-	}
-	after := elementsOf(c.elems[1 : len(c.elems)-1])
+	after := elementsOf(c.elems[:len(c.elems)-1])
 	want := append(append([]stream.Element(nil), first.Overtaken...), overtakenAtSender...)
 	if fmt.Sprint(recordsIn(t, after)) != fmt.Sprint(recordsIn(t, want)) {
 		t.Fatalf("after the barrier came %d records, overtaken were %d", len(recordsIn(t, after)), len(recordsIn(t, want)))

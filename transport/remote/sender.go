@@ -123,22 +123,23 @@ func (s *Sender) onLinger() {
 // marker, end-of-partition) is published at once, and Send returns only
 // after it was handed to the NATS connection.
 func (s *Sender) Send(ctx context.Context, e stream.Element) error {
+	parts := []stream.Element{e}
 	if e.Kind == stream.KindRecords && FrameHeaderSize+ElementWireSize(e) > s.cfg.MaxFrameBytes {
-		parts, err := splitBatch(e.Batch, s.cfg.MaxFrameBytes-FrameHeaderSize-5)
+		batches, err := splitBatch(e.Batch, s.cfg.MaxFrameBytes-FrameHeaderSize-5)
 		if err != nil {
 			return fmt.Errorf("remote channel %s: %w", s.cfg.Channel, err)
 		}
-		for _, p := range parts {
-			if err := s.send(ctx, stream.Records(p)); err != nil {
-				return err
-			}
+		parts = parts[:0]
+		for _, b := range batches {
+			parts = append(parts, stream.Records(b))
 		}
-		return nil
 	}
-	return s.send(ctx, e)
+	return s.send(ctx, parts)
 }
 
-func (s *Sender) send(ctx context.Context, e stream.Element) error {
+// send queues parts — one element, or the pieces of one split batch — all
+// at once, so that an error means nothing of the element was sent.
+func (s *Sender) send(ctx context.Context, parts []stream.Element) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.err == nil && s.queuedBytes+FrameHeaderSize >= s.cfg.MaxFrameBytes {
@@ -153,15 +154,26 @@ func (s *Sender) send(ctx context.Context, e stream.Element) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.queue = append(s.queue, e)
-	s.queuedBytes += ElementWireSize(e)
-	s.enqueued++
-	if e.Kind != stream.KindRecords {
+	for _, e := range parts {
+		s.queue = append(s.queue, e)
+		s.queuedBytes += ElementWireSize(e)
+		s.enqueued++
+	}
+	if e := parts[0]; e.Kind != stream.KindRecords {
 		s.ctlQueued++
 		target := s.enqueued
 		s.flushLocked(true)
 		for s.err == nil && s.published < target {
 			if err := s.waitLocked(ctx); err != nil {
+				if s.published < target {
+					// Not published: take it back, so the caller may
+					// send it again without duplicating it.
+					s.queue[len(s.queue)-1] = stream.Element{}
+					s.queue = s.queue[:len(s.queue)-1]
+					s.queuedBytes -= ElementWireSize(e)
+					s.ctlQueued--
+					s.enqueued--
+				}
 				return err
 			}
 		}
