@@ -34,7 +34,7 @@ type Receiver struct {
 type entry struct {
 	d        stream.Delivery
 	priority bool
-	credit int // bytes of credit returned when this entry is polled
+	credit   int // bytes of credit returned when this entry is polled
 }
 
 var (
