@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/host/wasm"
+)
+
+func init() {
+	register(command{
+		Name:    "exec",
+		Summary: "run an operator module over newline-delimited records",
+		Run:     runExec,
+	})
+}
+
+const execUsage = `MODULE.wasm [flags]
+
+Reads records from stdin (or -in), one per line: "key<TAB>value", or just
+"value" for an empty key. Feeds them to the module in batches and prints
+every emitted record the same way ("[PORT] " first when -outputs > 1).
+Guest logs and stdout/stderr go to stderr.`
+
+// inputFlag collects repeated -in values: FILE (port -port) or PORT=FILE.
+type inputFlag []execInput
+
+type execInput struct {
+	port int
+	path string // "-" is stdin
+}
+
+func (f *inputFlag) String() string { return fmt.Sprint(*f) }
+
+func (f *inputFlag) Set(v string) error {
+	in := execInput{port: -1, path: v}
+	if p, path, ok := strings.Cut(v, "="); ok {
+		if n, err := strconv.Atoi(p); err == nil && n >= 0 {
+			in = execInput{port: n, path: path}
+		}
+	}
+	*f = append(*f, in)
+	return nil
+}
+
+// sizeFlag parses byte sizes: 65536, 64KiB, 64MiB, 1GiB.
+type sizeFlag uint64
+
+func (s *sizeFlag) String() string { return strconv.FormatUint(uint64(*s), 10) }
+
+func (s *sizeFlag) Set(v string) error {
+	mult := uint64(1)
+	for _, u := range []struct {
+		suffix string
+		m      uint64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSuffix(v, u.suffix), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a size like 64MiB: %w", err)
+	}
+	*s = sizeFlag(n * mult)
+	return nil
+}
+
+type execOptions struct {
+	module        string
+	inputs        inputFlag
+	port          int
+	batch         int
+	config        string
+	configFile    string
+	snapshotAfter int64
+	snapshot      string
+	restore       string
+	memory        sizeFlag
+	timeout       time.Duration
+	endOfInput    bool
+	outputs       int
+	name          string
+	cacheDir      string
+	logLevel      string
+}
+
+func runExec(ctx context.Context, std Stdio, args []string) error {
+	var o execOptions
+	fs := newFlags(std, "exec", execUsage)
+	fs.Var(&o.inputs, "in", "input `FILE` (- for stdin), or PORT=FILE; repeat for several inputs, read in order")
+	fs.IntVar(&o.port, "port", 0, "input port for inputs given without PORT=")
+	fs.IntVar(&o.batch, "batch", 1024, "records per batch")
+	fs.StringVar(&o.config, "config", "", "operator config `STRING`")
+	fs.StringVar(&o.configFile, "config-file", "", "read the operator config from `FILE`")
+	fs.Int64Var(&o.snapshotAfter, "snapshot-after", 0, "take a snapshot after `N` input records (with -snapshot), then keep going")
+	fs.StringVar(&o.snapshot, "snapshot", "", "write the snapshot to `FILE`")
+	fs.StringVar(&o.restore, "restore", "", "restore the operator's state from `FILE` before the input")
+	o.memory = wasm.DefaultMemoryBytes
+	fs.Var(&o.memory, "memory", "memory limit (e.g. 64MiB)")
+	fs.DurationVar(&o.timeout, "timeout", wasm.DefaultCallTimeout, "per-call deadline")
+	fs.BoolVar(&o.endOfInput, "end-of-input", true, "call the module's end-of-input hook for each port at the end")
+	fs.IntVar(&o.outputs, "outputs", 1, "number of output ports")
+	fs.StringVar(&o.name, "name", "", "operator name in errors and logs (default: the module's file name)")
+	fs.StringVar(&o.cacheDir, "cache-dir", "", "compilation cache directory (default: the user cache dir; - disables)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "guest log level: debug, info, warn, error")
+	// Accept the module before or after the flags.
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		o.module, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if o.module == "" {
+		if fs.NArg() == 0 {
+			return usagef("exec: missing MODULE.wasm (run 'weir exec -h')")
+		}
+		o.module = fs.Arg(0)
+		if fs.NArg() > 1 {
+			return usagef("exec: unexpected arguments after %s: %v", o.module, fs.Args()[1:])
+		}
+	} else if fs.NArg() > 0 {
+		return usagef("exec: unexpected arguments: %v", fs.Args())
+	}
+	switch {
+	case o.batch < 1:
+		return usagef("exec: -batch must be at least 1")
+	case (o.snapshotAfter > 0) != (o.snapshot != ""):
+		return usagef("exec: -snapshot-after and -snapshot go together")
+	case o.config != "" && o.configFile != "":
+		return usagef("exec: use -config or -config-file, not both")
+	case o.outputs < 1:
+		return usagef("exec: -outputs must be at least 1")
+	}
+	return execModule(ctx, std, &o)
+}
+
+func execModule(ctx context.Context, std Stdio, o *execOptions) error {
+	code, err := os.ReadFile(o.module)
+	if err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	config := []byte(o.config)
+	if o.configFile != "" {
+		if config, err = os.ReadFile(o.configFile); err != nil {
+			return fmt.Errorf("exec: config: %w", err)
+		}
+	}
+	name := o.name
+	if name == "" {
+		name = strings.TrimSuffix(baseName(o.module), ".wasm")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return usagef("exec: -log-level: %v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: level}))
+
+	engine, err := wasm.NewEngine(wasm.Config{CacheDir: o.cacheDir})
+	if err != nil {
+		return err
+	}
+	defer engine.Close(context.Background())
+	lim := wasm.Limits{MemoryBytes: uint64(o.memory), CallTimeout: o.timeout}
+	mod, err := engine.Load(ctx, name, code, lim)
+	if err != nil {
+		return err
+	}
+	inst, err := mod.Instantiate(ctx, wasm.InstanceConfig{Name: name, Config: config, Outputs: o.outputs, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer inst.Close(context.Background())
+
+	if o.restore != "" {
+		f, err := os.Open(o.restore)
+		if err != nil {
+			return fmt.Errorf("exec: restore: %w", err)
+		}
+		err = inst.Restore(ctx, bufio.NewReaderSize(f, 64<<10))
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+
+	out := bufio.NewWriterSize(std.Out, 64<<10)
+	r := &execRun{inst: inst, opts: o, out: out, maxBatch: wasm.DefaultMaxBatchBytes}
+	inputs := o.inputs
+	if len(inputs) == 0 {
+		inputs = inputFlag{{port: -1, path: "-"}}
+	}
+	var ports []int
+	for _, in := range inputs {
+		port := in.port
+		if port < 0 {
+			port = o.port
+		}
+		if err := r.feed(ctx, std.In, port, in.path); err != nil {
+			out.Flush()
+			return err
+		}
+		if !slices.Contains(ports, port) {
+			ports = append(ports, port)
+		}
+	}
+	if o.snapshotAfter > 0 && r.seen < o.snapshotAfter {
+		out.Flush()
+		return fmt.Errorf("exec: -snapshot-after %d: the input had only %d records", o.snapshotAfter, r.seen)
+	}
+	if o.endOfInput {
+		for _, p := range ports {
+			if err := inst.EndOfInput(ctx, p, r.print); err != nil {
+				out.Flush()
+				return err
+			}
+		}
+	}
+	if err := out.Flush(); err != nil {
+		return fmt.Errorf("exec: writing output: %w", err)
+	}
+	return nil
+}
+
+// execRun feeds records into the instance and prints what it emits.
+type execRun struct {
+	inst     *wasm.Instance
+	opts     *execOptions
+	out      *bufio.Writer
+	b        abi.Builder
+	seen     int64 // input records processed so far
+	maxBatch int
+	outErr   error
+}
+
+func (r *execRun) feed(ctx context.Context, stdin io.Reader, port int, path string) error {
+	var src io.Reader = stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("exec: input: %w", err)
+		}
+		defer f.Close()
+		src = f
+	}
+	sc := bufio.NewScanner(src)
+	sc.Buffer(make([]byte, 64<<10), r.maxBatch-abi.BatchHeaderSize-abi.RecordHeaderSize)
+	r.b.Reset()
+	for sc.Scan() {
+		line := bytes.TrimSuffix(sc.Bytes(), []byte{'\r'})
+		key, value, ok := bytes.Cut(line, []byte{'\t'})
+		if !ok {
+			key, value = nil, line
+		}
+		if r.b.Len() > 0 && r.b.Size()+abi.RecordSize(len(key), len(value)) > r.maxBatch {
+			if err := r.flush(ctx, port); err != nil {
+				return err
+			}
+		}
+		r.b.Add(key, value, 0)
+		if r.b.Len() >= r.opts.batch || r.seen+int64(r.b.Len()) == r.opts.snapshotAfter {
+			if err := r.flush(ctx, port); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("exec: reading %s: %w", path, err)
+	}
+	return r.flush(ctx, port)
+}
+
+func (r *execRun) flush(ctx context.Context, port int) error {
+	if r.b.Len() == 0 {
+		return nil
+	}
+	n := int64(r.b.Len())
+	err := r.inst.Process(ctx, port, r.b.Bytes(), r.print)
+	r.b.Reset()
+	if err != nil {
+		return err
+	}
+	if r.outErr != nil {
+		return r.outErr
+	}
+	r.seen += n
+	if r.opts.snapshotAfter > 0 && r.seen == r.opts.snapshotAfter {
+		return r.takeSnapshot(ctx)
+	}
+	return nil
+}
+
+func (r *execRun) takeSnapshot(ctx context.Context) error {
+	tmp := r.opts.snapshot + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("exec: snapshot: %w", err)
+	}
+	w := bufio.NewWriterSize(f, 64<<10)
+	err = r.inst.Snapshot(ctx, w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, r.opts.snapshot)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("exec: snapshot: %w", err)
+	}
+	return nil
+}
+
+// print writes an emitted batch's records.
+func (r *execRun) print(port int, batch []byte) error {
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return err
+	}
+	for it.Next() {
+		rec := it.Record()
+		if r.opts.outputs > 1 {
+			fmt.Fprintf(r.out, "[%d] ", port)
+		}
+		if len(rec.Key) > 0 {
+			r.out.Write(rec.Key)
+			r.out.WriteByte('\t')
+		}
+		r.out.Write(rec.Value)
+		if err := r.out.WriteByte('\n'); err != nil && r.outErr == nil {
+			r.outErr = fmt.Errorf("exec: writing output: %w", err)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return errors.New("exec: " + err.Error())
+	}
+	return r.outErr
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexAny(p, `/\`); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}

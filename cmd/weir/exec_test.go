@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/guests/go/guestbuild"
+)
+
+// weir runs the command line with stdin and returns the exit code, stdout
+// and stderr.
+func weir(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, Stdio{In: strings.NewReader(stdin), Out: &out, Err: &errb})
+	return code, out.String(), errb.String()
+}
+
+// example builds a Go example operator into a temp file.
+func example(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name+".wasm")
+	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/"+name), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExecUppercase(t *testing.T) {
+	mod := example(t, "uppercase")
+	code, out, errs := weir(t, "hello world\nk\tfoo bar\r\n", "exec", mod)
+	if code != 0 || out != "HELLO WORLD\nk\tFOO BAR\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// The WAT passthrough, flags after the module, small batches.
+	code, out, errs = weir(t, "a\nb\tc\n", "exec", "../../guests/wat/passthrough.wasm", "-batch", "1")
+	if code != 0 || out != "a\nb\tc\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+func TestExecWordcountSnapshotRestore(t *testing.T) {
+	mod := example(t, "wordcount")
+	input := "a b a\nc a\nb b\nd\na\n"
+	code, want, errs := weir(t, input, "exec", "-batch", "2", mod)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.SplitAfter(input, "\n")
+	for _, after := range []int{1, 2, 3, 4} {
+		snap := filepath.Join(t.TempDir(), "snap")
+		code, first, errs := weir(t, input, "exec", mod, "-batch", "2", "-snapshot-after", strconv.Itoa(after), "-snapshot", snap)
+		if code != 0 || first != want {
+			t.Fatalf("snapshot run: exit %d %q %s", code, first, errs)
+		}
+		rest := strings.Join(lines[after:], "")
+		code, second, errs := weir(t, rest, "exec", mod, "-restore", snap)
+		if code != 0 {
+			t.Fatalf("restore run: exit %d %s", code, errs)
+		}
+		// The restored run prints exactly the tail of the uninterrupted one.
+		if !strings.HasSuffix(want, second) || strings.Count(second, "\n") != strings.Count(want, "\n")-countWords(lines[:after]) {
+			t.Fatalf("after %d: restored output %q is not the tail of %q", after, second, want)
+		}
+	}
+}
+
+func countWords(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		n += len(strings.Fields(l))
+	}
+	return n
+}
+
+
+func TestExecJoinTwoInputs(t *testing.T) {
+	mod := example(t, "join")
+	dir := t.TempDir()
+	left, right := filepath.Join(dir, "l"), filepath.Join(dir, "r")
+	os.WriteFile(left, []byte("k\tL1\nq\tLq\n"), 0o644)
+	os.WriteFile(right, []byte("k\tR1\nk\tR2\n"), 0o644)
+	code, out, errs := weir(t, "", "exec", mod, "-in", "0="+left, "-in", "1="+right)
+	if code != 0 || out != "k\tL1|R1\nk\tL1|R2\n" {
+		t.Fatalf("exit %d %q %s", code, out, errs)
+	}
+}
+
+func TestExecErrors(t *testing.T) {
+	dir := t.TempDir()
+	notWasm := filepath.Join(dir, "x.wasm")
+	os.WriteFile(notWasm, []byte("nope"), 0o644)
+	mis := "../../host/wasm/testdata/misbehave.wasm"
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"exec", notWasm}, 1, "weir: module x: not a WebAssembly module"},
+		{[]string{"exec", "../../host/wasm/testdata/bad/missing_export.wasm"}, 1, "weir: module missing_export: missing export weir_process"},
+		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2: wasm error: unreachable"},
+		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline"},
+		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
+		{[]string{"exec", example(t, "filter")}, 1, "weir: operator filter: weir_init: filter: config must be the substring to keep"},
+		{[]string{"exec"}, 2, "weir: exec: missing MODULE.wasm"},
+		{[]string{"nope"}, 2, `weir: unknown command "nope"`},
+		{[]string{"exec", mis, "-snapshot-after", "3"}, 2, "weir: exec: -snapshot-after and -snapshot go together"},
+	} {
+		code, _, errs := weir(t, "a\nb\nc\n", c.args...)
+		if code != c.code || !strings.HasPrefix(errs, c.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line starting %q", c.args, code, errs, c.code, c.want)
+		}
+	}
+}

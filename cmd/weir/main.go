@@ -1,0 +1,143 @@
+// Command weir is weir's one binary. Each subcommand lives in its own file
+// and registers itself from an init function:
+//
+//	func init() {
+//		register(command{Name: "exec", Summary: "...", Run: runExec})
+//	}
+//
+// A subcommand parses its own flags with newFlags and returns an error;
+// main prints it as one line "weir: ..." on stderr and exits non-zero
+// (2 for usage errors, 1 otherwise).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	Name    string // as typed: weir NAME
+	Summary string // one line for `weir help`
+	// Run executes the command with the arguments after its name.
+	Run func(ctx context.Context, std Stdio, args []string) error
+}
+
+// Stdio is a command's standard streams.
+type Stdio struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// commands is the table of subcommands, filled by register from init
+// functions and read-only afterwards.
+var commands = map[string]command{}
+
+// register adds a subcommand; call it from an init function.
+func register(c command) {
+	if _, dup := commands[c.Name]; dup {
+		panic("weir: command registered twice: " + c.Name)
+	}
+	commands[c.Name] = c
+}
+
+// UsageError is a command-line mistake; weir exits with status 2.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// usagef returns a *UsageError.
+func usagef(format string, args ...any) error {
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// newFlags returns a FlagSet for a subcommand that reports parse errors as
+// errors (never exits) and prints its help to std.Err.
+func newFlags(std Stdio, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("weir "+name, flag.ContinueOnError)
+	fs.SetOutput(std.Err)
+	fs.Usage = func() {
+		fmt.Fprintf(std.Err, "usage: weir %s %s\n", name, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs, turning flag errors into *UsageError
+// (flag has already printed the details) and -h into flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &UsageError{Msg: err.Error()}
+	}
+	return nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit status.
+func run(ctx context.Context, args []string, std Stdio) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printHelp(std.Err)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(std.Err, "weir: unknown command %q (run 'weir help')\n", args[0])
+		return 2
+	}
+	err := c.Run(ctx, std, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	}
+	fmt.Fprintf(std.Err, "weir: %s\n", oneLine(err.Error()))
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// oneLine keeps an error message on one line.
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "weir runs stream operators compiled to WebAssembly.")
+	fmt.Fprintln(w, "\nusage: weir COMMAND [flags] [args]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].Summary)
+	}
+	fmt.Fprintln(w, "\nrun 'weir COMMAND -h' for a command's flags")
+}
