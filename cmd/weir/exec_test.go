@@ -78,7 +78,6 @@ func countWords(lines []string) int {
 	return n
 }
 
-
 func TestExecJoinTwoInputs(t *testing.T) {
 	mod := example(t, "join")
 	dir := t.TempDir()
