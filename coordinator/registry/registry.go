@@ -1,0 +1,332 @@
+// Package registry is weir's module registry: WebAssembly operator modules
+// stored in a JetStream Object Store bucket, one object per NAME and
+// VERSION, each with its sha256 digest. Pushing validates the module with a
+// function the caller passes in (the CLI passes the host's validator; the
+// registry knows nothing of wazero).
+//
+// References (see coordinator/modref) resolve to module bytes and digest:
+// NAME@VERSION, NAME (the latest version), sha256:DIGEST (any version with
+// that content) or a local file path.
+package registry
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/modref"
+)
+
+// DefaultBucket is the object store bucket modules live in.
+const DefaultBucket = "weir_modules"
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no module matches the reference.
+	ErrNotFound = errors.New("module not found")
+	// ErrExists: the version being pushed already exists.
+	ErrExists = errors.New("module version exists")
+	// ErrInvalid: the validator refused the module.
+	ErrInvalid = errors.New("invalid module")
+)
+
+// InvalidModuleError is a module the validator refused; it matches
+// ErrInvalid and the validator's error.
+type InvalidModuleError struct {
+	Name string
+	Err  error
+}
+
+func (e *InvalidModuleError) Error() string { return fmt.Sprintf("module %s refused: %v", e.Name, e.Err) }
+
+// Unwrap returns ErrInvalid and the validator's error.
+func (e *InvalidModuleError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
+
+// Validator checks a module before it is stored; its error is the reason
+// the push is refused.
+type Validator func(ctx context.Context, name string, wasm []byte) error
+
+// Module describes a stored module version.
+type Module struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	// Digest is the lower-case hex sha256 of the module bytes.
+	Digest string    `json:"digest"`
+	Size   int64     `json:"size"`
+	Pushed time.Time `json:"pushed"`
+}
+
+// Ref returns "NAME@VERSION".
+func (m Module) Ref() string { return fmt.Sprintf("%s@%d", m.Name, m.Version) }
+
+// Registry is a module registry on a JetStream object store.
+type Registry struct {
+	os jetstream.ObjectStore
+}
+
+// Open opens the registry in bucket ("" = DefaultBucket), creating the
+// bucket if needed.
+func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Registry, error) {
+	if bucket == "" {
+		bucket = DefaultBucket
+	}
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: bucket, Storage: jetstream.FileStorage, Description: "weir operator modules",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
+	}
+	return &Registry{os: os}, nil
+}
+
+// Digest returns the lower-case hex sha256 of data.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+func objectName(name string, version int) string { return fmt.Sprintf("%s/%d", name, version) }
+
+const (
+	metaDigest = "weir-sha256"
+	metaPushed = "weir-pushed"
+)
+
+// Push validates wasm with validate (if not nil) and stores it as name at
+// version, or at the latest version plus one when version is 0.
+func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version int, validate Validator) (Module, error) {
+	if !modref.ValidName(name) {
+		return Module{}, fmt.Errorf("push %q: bad module name (a letter, then letters, digits, '-' or '_')", name)
+	}
+	if version < 0 {
+		return Module{}, fmt.Errorf("push %s: version must be positive", name)
+	}
+	if validate != nil {
+		if err := validate(ctx, name, wasm); err != nil {
+			return Module{}, &InvalidModuleError{Name: name, Err: err}
+		}
+	}
+	all, err := r.List(ctx)
+	if err != nil {
+		return Module{}, err
+	}
+	latest := 0
+	for _, m := range all {
+		if m.Name == name {
+			if m.Version == version {
+				return Module{}, fmt.Errorf("push %s: %w", m.Ref(), ErrExists)
+			}
+			latest = max(latest, m.Version)
+		}
+	}
+	if version == 0 {
+		version = latest + 1
+	}
+	m := Module{Name: name, Version: version, Digest: Digest(wasm), Size: int64(len(wasm)), Pushed: time.Now().UTC()}
+	_, err = r.os.Put(ctx, jetstream.ObjectMeta{
+		Name:     objectName(name, version),
+		Metadata: map[string]string{metaDigest: m.Digest, metaPushed: m.Pushed.Format(time.RFC3339Nano)},
+	}, bytes.NewReader(wasm))
+	if err != nil {
+		return Module{}, fmt.Errorf("push %s: %w", m.Ref(), err)
+	}
+	return m, nil
+}
+
+func fromInfo(in *jetstream.ObjectInfo) (Module, bool) {
+	name, ver, ok := strings.Cut(in.Name, "/")
+	if !ok {
+		return Module{}, false
+	}
+	v, err := strconv.Atoi(ver)
+	if err != nil {
+		return Module{}, false
+	}
+	m := Module{Name: name, Version: v, Digest: in.Metadata[metaDigest], Size: int64(in.Size)}
+	m.Pushed, _ = time.Parse(time.RFC3339Nano, in.Metadata[metaPushed])
+	return m, true
+}
+
+// List returns every stored module version, by name and version.
+func (r *Registry) List(ctx context.Context) ([]Module, error) {
+	infos, err := r.os.List(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoObjectsFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list modules: %w", err)
+	}
+	var out []Module
+	for _, in := range infos {
+		if in.Deleted {
+			continue
+		}
+		if m, ok := fromInfo(in); ok {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Version < out[j].Version
+	})
+	return out, nil
+}
+
+// Find returns the versions a registry or digest reference matches: one
+// for NAME@VERSION and NAME (the latest), every version with the content
+// for sha256:DIGEST.
+func (r *Registry) Find(ctx context.Context, ref modref.Ref) ([]Module, error) {
+	all, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Module
+	switch ref.Kind {
+	case modref.Registry:
+		for _, m := range all {
+			if m.Name == ref.Name && (ref.Version == 0 || m.Version == ref.Version) {
+				out = append(out, m)
+			}
+		}
+		if ref.Version == 0 && len(out) > 1 {
+			out = out[len(out)-1:]
+		}
+	case modref.Digest:
+		for _, m := range all {
+			if m.Digest == ref.Digest {
+				out = append(out, m)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("module %s: not a registry reference", ref)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("module %s: %w", ref, ErrNotFound)
+	}
+	return out, nil
+}
+
+// Inspect returns the module a reference names (NAME, NAME@VERSION or
+// sha256:DIGEST).
+func (r *Registry) Inspect(ctx context.Context, ref string) (Module, error) {
+	p, err := modref.Parse(ref)
+	if err != nil {
+		return Module{}, err
+	}
+	ms, err := r.Find(ctx, p)
+	if err != nil {
+		return Module{}, err
+	}
+	return ms[len(ms)-1], nil
+}
+
+// Remove deletes NAME@VERSION, or every version of NAME, and returns what it
+// deleted.
+func (r *Registry) Remove(ctx context.Context, ref string) ([]Module, error) {
+	p, err := modref.Parse(ref)
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind != modref.Registry {
+		return nil, fmt.Errorf("remove %s: give NAME or NAME@VERSION", ref)
+	}
+	all, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var gone []Module
+	for _, m := range all {
+		if m.Name == p.Name && (p.Version == 0 || m.Version == p.Version) {
+			if err := r.os.Delete(ctx, objectName(m.Name, m.Version)); err != nil {
+				return gone, fmt.Errorf("remove %s: %w", m.Ref(), err)
+			}
+			gone = append(gone, m)
+		}
+	}
+	if len(gone) == 0 {
+		return nil, fmt.Errorf("remove %s: %w", ref, ErrNotFound)
+	}
+	return gone, nil
+}
+
+// Get returns the bytes of a stored module version, verifying its digest.
+func (r *Registry) Get(ctx context.Context, m Module) ([]byte, error) {
+	data, err := r.os.GetBytes(ctx, objectName(m.Name, m.Version))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, fmt.Errorf("module %s: %w", m.Ref(), ErrNotFound)
+		}
+		return nil, fmt.Errorf("module %s: %w", m.Ref(), err)
+	}
+	if m.Digest != "" && Digest(data) != m.Digest {
+		return nil, fmt.Errorf("module %s: content does not match its digest", m.Ref())
+	}
+	return data, nil
+}
+
+// Resolve returns the bytes and description of the module ref names. A
+// file reference is read from disk (its Module has Name = the path and
+// Version 0); reg may be nil when only file references are expected.
+func Resolve(ctx context.Context, reg *Registry, ref string) ([]byte, Module, error) {
+	p, err := modref.Parse(ref)
+	if err != nil {
+		return nil, Module{}, err
+	}
+	if p.Kind == modref.File {
+		data, err := os.ReadFile(p.Path)
+		if err != nil {
+			return nil, Module{}, fmt.Errorf("module %s: %w", p.Path, err)
+		}
+		return data, Module{Name: p.Path, Digest: Digest(data), Size: int64(len(data))}, nil
+	}
+	if reg == nil {
+		return nil, Module{}, fmt.Errorf("module %s: no registry to resolve it", ref)
+	}
+	ms, err := reg.Find(ctx, p)
+	if err != nil {
+		return nil, Module{}, err
+	}
+	m := ms[len(ms)-1]
+	data, err := reg.Get(ctx, m)
+	if err != nil {
+		return nil, Module{}, err
+	}
+	return data, m, nil
+}
+
+// Check reports whether ref names an existing module (a readable file, or
+// a module in reg); it suits jobspec.Options.CheckModule.
+func Check(ctx context.Context, reg *Registry, ref modref.Ref) error {
+	if ref.Kind == modref.File {
+		st, err := os.Stat(ref.Path)
+		if err != nil {
+			return fmt.Errorf("no such file")
+		}
+		if st.IsDir() {
+			return fmt.Errorf("is a directory")
+		}
+		return nil
+	}
+	if reg == nil {
+		return fmt.Errorf("no module registry")
+	}
+	if _, err := reg.Find(ctx, ref); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("not in the module registry")
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/transport/embedded"
+)
+
+// minimal is the smallest valid WebAssembly module: magic and version.
+var minimal = []byte("\x00asm\x01\x00\x00\x00")
+
+// module returns a real operator module when the WAT guests are built,
+// else a minimal module.
+func module(t *testing.T) []byte {
+	if data, err := os.ReadFile("../../guests/wat/passthrough.wasm"); err == nil {
+		return data
+	}
+	return minimal
+}
+
+func checkMagic(_ context.Context, _ string, wasm []byte) error {
+	if !bytes.HasPrefix(wasm, []byte("\x00asm")) {
+		return errors.New("not a WebAssembly module (bad magic)")
+	}
+	return nil
+}
+
+func openRegistry(t *testing.T) *Registry {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(context.Background(), js, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRegistry(t *testing.T) {
+	r := openRegistry(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wasm := module(t)
+	other := append(append([]byte(nil), minimal...), 0) // different bytes
+
+	m1, err := r.Push(ctx, "pass", wasm, 0, checkMagic)
+	if err != nil || m1.Version != 1 || m1.Digest != Digest(wasm) || m1.Size != int64(len(wasm)) {
+		t.Fatalf("push = %+v %v", m1, err)
+	}
+	m2, err := r.Push(ctx, "pass", other, 0, checkMagic)
+	if err != nil || m2.Version != 2 {
+		t.Fatalf("second push = %+v %v", m2, err)
+	}
+	if _, err := r.Push(ctx, "pass", wasm, 2, checkMagic); !errors.Is(err, ErrExists) {
+		t.Errorf("push of an existing version = %v", err)
+	}
+	if m, err := r.Push(ctx, "pass", wasm, 7, nil); err != nil || m.Version != 7 {
+		t.Errorf("push with version = %+v %v", m, err)
+	}
+	_, err = r.Push(ctx, "bad", []byte("hello"), 0, checkMagic)
+	if !errors.Is(err, ErrInvalid) || err.Error() != "module bad refused: not a WebAssembly module (bad magic)" {
+		t.Errorf("bad module = %v", err)
+	}
+	if _, err := r.Push(ctx, "1x", wasm, 0, nil); err == nil {
+		t.Error("bad name accepted")
+	}
+
+	list, err := r.List(ctx)
+	if err != nil || len(list) != 3 || list[0].Ref() != "pass@1" || list[2].Ref() != "pass@7" {
+		t.Fatalf("list = %+v %v", list, err)
+	}
+	if m, err := r.Inspect(ctx, "pass"); err != nil || m.Version != 7 {
+		t.Errorf("inspect latest = %+v %v", m, err)
+	}
+	if m, err := r.Inspect(ctx, "pass@2"); err != nil || m.Digest != Digest(other) {
+		t.Errorf("inspect pass@2 = %+v %v", m, err)
+	}
+	if _, err := r.Inspect(ctx, "nosuch"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("inspect missing = %v", err)
+	}
+
+	for _, ref := range []string{"pass@1", "sha256:" + Digest(other)} {
+		data, m, err := Resolve(ctx, r, ref)
+		if err != nil || m.Digest != Digest(data) {
+			t.Errorf("resolve %s = %+v %v", ref, m, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "op.wasm")
+	if err := os.WriteFile(file, wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, m, err := Resolve(ctx, nil, file); err != nil || !bytes.Equal(data, wasm) || m.Digest != Digest(wasm) {
+		t.Errorf("resolve file = %+v %v", m, err)
+	}
+	ref, _ := modref.Parse("nosuch@3")
+	if err := Check(ctx, r, ref); err == nil || err.Error() != "not in the module registry" {
+		t.Errorf("check missing = %v", err)
+	}
+
+	gone, err := r.Remove(ctx, "pass@2")
+	if err != nil || len(gone) != 1 {
+		t.Errorf("rm pass@2 = %v %v", gone, err)
+	}
+	if m, _ := r.Inspect(ctx, "pass"); m.Version != 7 {
+		t.Errorf("latest after rm = %+v", m)
+	}
+	if gone, err := r.Remove(ctx, "pass"); err != nil || len(gone) != 2 {
+		t.Errorf("rm all = %v %v", gone, err)
+	}
+	if list, _ := r.List(ctx); len(list) != 0 {
+		t.Errorf("left %v", list)
+	}
+	if _, err := r.Remove(ctx, "pass"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("rm missing = %v", err)
+	}
+	// Auto-increment continues from what is stored now.
+	if m, err := r.Push(ctx, "pass", wasm, 0, nil); err != nil || m.Version != 1 {
+		t.Errorf("push after rm = %+v %v", m, err)
+	}
+}
