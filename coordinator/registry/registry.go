@@ -47,7 +47,9 @@ type InvalidModuleError struct {
 	Err  error
 }
 
-func (e *InvalidModuleError) Error() string { return fmt.Sprintf("module %s refused: %v", e.Name, e.Err) }
+func (e *InvalidModuleError) Error() string {
+	return fmt.Sprintf("module %s refused: %v", e.Name, e.Err)
+}
 
 // Unwrap returns ErrInvalid and the validator's error.
 func (e *InvalidModuleError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
