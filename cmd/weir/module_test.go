@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/transport/embedded"
+)
+
+func TestModuleCommand(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	url := srv.ClientURL()
+	weir := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"module"}, args...), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		return out.String(), errb.String(), code
+	}
+	good := filepath.Join("..", "..", "guests", "wat", "passthrough.wasm")
+	if _, err := os.Stat(good); err != nil {
+		t.Skip("guests/wat/passthrough.wasm not built")
+	}
+	out, errs, code := weir("push", "pass", good, "-nats", url)
+	if code != 0 || !strings.HasPrefix(out, "pushed pass@1 sha256:") {
+		t.Fatalf("push: %d %q %q", code, out, errs)
+	}
+	if out, errs, code = weir("push", "-nats", url, "-version", "5", "pass", good); code != 0 || !strings.HasPrefix(out, "pushed pass@5 ") {
+		t.Fatalf("push -version: %d %q %q", code, out, errs)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.wasm")
+	if err := os.WriteFile(bad, []byte("\x00asm\x01\x00\x00\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code = weir("push", "broken", bad, "-nats", url)
+	if code != 1 || !strings.HasPrefix(errs, "weir: module broken refused: ") || strings.Count(errs, "\n") != 1 {
+		t.Errorf("bad module: %d %q", code, errs)
+	}
+	out, _, code = weir("ls", "-nats", url)
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(out, "pass ") {
+		t.Errorf("ls: %d %q", code, out)
+	}
+	out, _, code = weir("inspect", "pass", "-nats", url)
+	if code != 0 || !strings.Contains(out, "ref:     pass@5") {
+		t.Errorf("inspect: %d %q", code, out)
+	}
+	out, _, code = weir("rm", "pass@1", "-nats", url)
+	if code != 0 || out != "removed pass@1\n" {
+		t.Errorf("rm: %d %q", code, out)
+	}
+	_, errs, code = weir("inspect", "pass@1", "-nats", url)
+	if code != 1 || errs != "weir: module pass@1: module not found\n" {
+		t.Errorf("inspect removed: %d %q", code, errs)
+	}
+	if _, _, code = weir("frob", "-nats", url); code != 2 {
+		t.Errorf("unknown subcommand exit %d", code)
+	}
+	_, errs, code = weir("ls", "-nats", "nats://127.0.0.1:1")
+	if code != 1 || !strings.HasPrefix(errs, "weir: cannot reach NATS at nats://127.0.0.1:1") {
+		t.Errorf("no server: %d %q", code, errs)
+	}
+}
