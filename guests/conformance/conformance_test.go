@@ -1,0 +1,252 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/host/wasm"
+)
+
+// A call is one batch for one input port.
+type call struct {
+	port  int
+	batch []byte
+}
+
+// An emission is one batch an operator emitted during call number call.
+type emission struct {
+	call  int
+	port  int
+	batch []byte
+}
+
+// words are the vocabulary of the generated values: ASCII in both cases,
+// the filter's needle inside and at the edges of words, UTF-8 and bytes
+// that are not UTF-8.
+var words = []string{"an", "banana", "Man", "plan", "cat", "dog", "CAT", "x", "a-z", "ümlaut", "\xff\xfe", "zz", "ana"}
+
+// spaces are the separators between words: every ASCII whitespace byte
+// wordcount splits on, and runs of them.
+var spaces = []string{" ", "\t", "\n", "\r", "  ", " \t\r\n"}
+
+// inputs generates a seeded sequence of batches for an example: join gets
+// both ports, the others port 0. Some batches are empty; keys repeat and
+// may be empty; timestamps may be negative.
+func inputs(example string, seed uint64) []call {
+	rng := rand.New(rand.NewPCG(seed, 0x77656972))
+	calls := make([]call, 40)
+	for i := range calls {
+		var b abi.Builder
+		n := rng.IntN(12)
+		if rng.IntN(10) == 0 {
+			n = 0
+		}
+		for range n {
+			var v strings.Builder
+			if rng.IntN(3) == 0 {
+				v.WriteString(spaces[rng.IntN(len(spaces))])
+			}
+			for w := rng.IntN(6); w > 0; w-- {
+				v.WriteString(words[rng.IntN(len(words))])
+				if w > 1 || rng.IntN(4) == 0 {
+					v.WriteString(spaces[rng.IntN(len(spaces))])
+				}
+			}
+			key := ""
+			if k := rng.IntN(5); k > 0 {
+				key = fmt.Sprintf("k%d", k)
+			}
+			b.Add([]byte(key), []byte(v.String()), rng.Int64N(2000)-500)
+		}
+		port := 0
+		if example == "join" {
+			port = rng.IntN(2)
+		}
+		calls[i] = call{port: port, batch: bytes.Clone(b.Bytes())}
+	}
+	return calls
+}
+
+// feed runs calls[from:to] through inst and appends what it emitted to out.
+func feed(t *testing.T, inst *wasm.Instance, calls []call, from, to int, out []emission) []emission {
+	t.Helper()
+	for i := from; i < to; i++ {
+		err := inst.Process(context.Background(), calls[i].port, calls[i].batch, func(port int, batch []byte) error {
+			out = append(out, emission{call: i, port: port, batch: batch})
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// snapshot returns inst's state stream.
+func snapshot(t *testing.T, inst *wasm.Instance) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := inst.Snapshot(context.Background(), &buf); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return buf.Bytes()
+}
+
+// sameEmissions fails t at the first difference between two transcripts.
+func sameEmissions(t *testing.T, what string, got, want []emission) {
+	t.Helper()
+	for i := range min(len(got), len(want)) {
+		g, w := got[i], want[i]
+		if g.call != w.call || g.port != w.port || !bytes.Equal(g.batch, w.batch) {
+			gr, _ := abi.DecodeBatch(g.batch)
+			wr, _ := abi.DecodeBatch(w.batch)
+			t.Fatalf("%s: emission %d differs:\n got call %d port %d %s\nwant call %d port %d %s",
+				what, i, g.call, g.port, show(gr), w.call, w.port, show(wr))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d emissions, want %d", what, len(got), len(want))
+	}
+}
+
+func show(rs []abi.Record) string {
+	var s strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&s, "\n  %q=%q@%d", r.Key, r.Value, r.Timestamp)
+	}
+	return s.String()
+}
+
+// TestSameOutput runs every language's build of every example on the same
+// seeded input and requires the same output batches, call by call, as Go's.
+func TestSameOutput(t *testing.T) {
+	for _, ex := range examples {
+		t.Run(ex, func(t *testing.T) {
+			calls := inputs(ex, 1)
+			want := feed(t, start(t, load(t, languages[0], ex), ex), calls, 0, len(calls), nil)
+			if len(want) == 0 {
+				t.Fatal("the reference emitted nothing: the input exercises nothing")
+			}
+			for _, lang := range languages[1:] {
+				got := feed(t, start(t, load(t, lang, ex), ex), calls, 0, len(calls), nil)
+				sameEmissions(t, lang.name, got, want)
+			}
+		})
+	}
+}
+
+// TestSnapshotRestore takes snapshots at seeded random points and restores
+// each into a fresh instance of the next language in the list, so every
+// snapshot is written by one language and read by another. The output must
+// equal an uninterrupted run's, and the snapshot taken at a point must be
+// byte-identical whichever language wrote it: the examples share their
+// state formats (guests/README.md).
+func TestSnapshotRestore(t *testing.T) {
+	for _, ex := range examples {
+		t.Run(ex, func(t *testing.T) {
+			mods := make([]*wasm.Module, len(languages))
+			for i, lang := range languages {
+				mods[i] = load(t, lang, ex)
+			}
+			for seed := uint64(1); seed <= 3; seed++ {
+				calls := inputs(ex, 100+seed)
+				rng := rand.New(rand.NewPCG(seed, 1))
+				points := rng.Perm(len(calls) - 1)[:5]
+				slices.Sort(points)
+				for i := range points {
+					points[i]++ // after at least one call
+				}
+
+				// The reference: Go, uninterrupted, snapshotting at each point.
+				ref := start(t, mods[0], ex)
+				var want []emission
+				wantSnaps := make([][]byte, len(points))
+				from := 0
+				for k, p := range points {
+					want = feed(t, ref, calls, from, p, want)
+					wantSnaps[k] = snapshot(t, ref)
+					from = p
+				}
+				want = feed(t, ref, calls, from, len(calls), want)
+
+				for first := range languages {
+					// Recovery with no state yet: an empty stream.
+					cur := first
+					inst := start(t, mods[cur], ex)
+					if err := inst.Restore(context.Background(), bytes.NewReader(nil)); err != nil {
+						t.Fatalf("%s: restore from an empty stream: %v", languages[cur].name, err)
+					}
+					var got []emission
+					from := 0
+					for k, p := range points {
+						got = feed(t, inst, calls, from, p, got)
+						snap := snapshot(t, inst)
+						if !bytes.Equal(snap, wantSnaps[k]) {
+							t.Fatalf("seed %d: %s's snapshot after call %d differs from go's:\n got %q\nwant %q",
+								seed, languages[cur].name, p, snap, wantSnaps[k])
+						}
+						inst.Close(context.Background())
+						cur = (cur + 1) % len(languages)
+						inst = start(t, mods[cur], ex)
+						if err := inst.Restore(context.Background(), bytes.NewReader(snap)); err != nil {
+							t.Fatalf("seed %d: %s restoring a snapshot after call %d: %v", seed, languages[cur].name, p, err)
+						}
+						from = p
+					}
+					got = feed(t, inst, calls, from, len(calls), got)
+					sameEmissions(t, fmt.Sprintf("seed %d, starting with %s", seed, languages[first].name), got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestFilterConfigError: an empty filter config fails init with the
+// guest's own message, in every language.
+func TestFilterConfigError(t *testing.T) {
+	const msg = "filter: config must be the substring to keep"
+	for _, lang := range languages {
+		m := load(t, lang, "filter")
+		inst, err := m.Instantiate(context.Background(), wasm.InstanceConfig{})
+		if err == nil {
+			inst.Close(context.Background())
+			t.Fatalf("%s: filter with an empty config started", lang.name)
+		}
+		var oe *wasm.OperatorError
+		if !errors.As(err, &oe) || oe.Export != abi.ExportInit || oe.Message != msg {
+			t.Errorf("%s: init error %v (%T), want an operator error from %s with message %q", lang.name, err, err, abi.ExportInit, msg)
+		}
+	}
+}
+
+// TestBadStateFails: restoring a truncated snapshot, or one with an unknown
+// version byte, fails the restore in every language.
+func TestBadStateFails(t *testing.T) {
+	for _, ex := range []string{"wordcount", "join"} {
+		calls := inputs(ex, 7)
+		ref := start(t, load(t, languages[0], ex), ex)
+		feed(t, ref, calls, 0, len(calls), nil)
+		snap := snapshot(t, ref)
+		bad := map[string][]byte{
+			"truncated":       snap[:len(snap)-1],
+			"unknown version": append([]byte{9}, snap[1:]...),
+		}
+		for _, lang := range languages {
+			m := load(t, lang, ex)
+			for what, state := range bad {
+				inst := start(t, m, ex)
+				if err := inst.Restore(context.Background(), bytes.NewReader(state)); err == nil {
+					t.Errorf("%s %s: restoring a %s snapshot succeeded", lang.name, ex, what)
+				}
+				inst.Close(context.Background())
+			}
+		}
+	}
+}
