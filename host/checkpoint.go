@@ -1,0 +1,256 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/weirhq/weir/host/barrier"
+	"github.com/weirhq/weir/host/snapshot"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// pendingCheckpoint is an unaligned checkpoint whose snapshot was taken and
+// whose input channel state is still being collected.
+type pendingCheckpoint struct {
+	snap    *snapshot.Task
+	metrics CheckpointMetrics
+	inputs  map[int][]stream.Element
+}
+
+func (p *pendingCheckpoint) addInput(ch int, e stream.Element) {
+	if e.Kind != stream.KindRecords {
+		return
+	}
+	p.inputs[ch] = append(p.inputs[ch], e)
+}
+
+// SnapshotKey returns the storage key of a task's snapshot.
+func SnapshotKey(prefix string, id int64, task string) string {
+	return fmt.Sprintf("%schk-%d/%s", prefix, id, task)
+}
+
+// exec carries out the handler's actions in order. ch and d are the channel
+// and delivery of the barrier that produced them, if any.
+func (t *Task) exec(acts []barrier.Action, ch int, d *stream.Delivery) error {
+	for _, a := range acts {
+		switch a.Kind {
+		case barrier.Snapshot:
+			if err := t.snapshot(a, ch, d); err != nil {
+				return err
+			}
+		case barrier.Abort:
+			t.stats.Declined++
+			if t.pending != nil && t.pending.snap.CheckpointID == a.ID {
+				t.pending = nil
+			}
+			t.decline(a.ID, abortKind(a.Abort), a.Reason)
+			t.broadcast(stream.Cancel(a.ID))
+		case barrier.Release:
+			if t.align.empty() {
+				t.align.discard()
+				t.align = newSpillBuffer(t.cfg.Checkpointing.SpillDir, t.cfg.Checkpointing.AlignmentMemory)
+				continue
+			}
+			q, err := t.align.sequence()
+			t.align = newSpillBuffer(t.cfg.Checkpointing.SpillDir, t.cfg.Checkpointing.AlignmentMemory)
+			if err != nil {
+				return err
+			}
+			t.replay = append(t.replay, q)
+		case barrier.ChannelStateDone:
+			p := t.pending
+			if p == nil || p.snap.CheckpointID != a.ID {
+				continue
+			}
+			t.pending = nil
+			for c := range t.cfg.Inputs {
+				if els := p.inputs[c]; len(els) > 0 {
+					p.snap.Inputs = append(p.snap.Inputs, snapshot.ChannelState{Channel: c, Elements: els})
+				}
+			}
+			t.write(p.snap, p.metrics)
+		}
+	}
+	return nil
+}
+
+func abortKind(k barrier.AbortKind) string {
+	switch k {
+	case barrier.Subsumed:
+		return DeclineSubsumed
+	case barrier.Cancelled:
+		return DeclineCancelled
+	}
+	return DeclineRefused
+}
+
+func (t *Task) decline(id int64, kind, reason string) {
+	if t.cfg.Listener != nil {
+		t.cfg.Listener.Decline(context.WithoutCancel(t.ctx), t.name, id, kind, reason)
+	}
+}
+
+// snapshot takes the task's snapshot for a.Barrier and forwards the barrier.
+func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
+	start := t.clock()
+	b := a.Barrier
+	b.Unaligned = a.Unaligned
+	snap := &snapshot.Task{Task: t.name, CheckpointID: a.ID, Timestamp: b.Timestamp, Unaligned: a.Unaligned}
+	m := CheckpointMetrics{AlignmentDuration: a.Alignment, StartDelay: a.StartDelay, Unaligned: a.Unaligned,
+		BufferedBytes: t.align.total, SpilledBytes: t.align.spilled}
+	if op := t.cfg.Operator; op != nil {
+		var buf bytes.Buffer
+		if err := op.Snapshot(t.ctx, &buf); err != nil {
+			return fmt.Errorf("operator: snapshot checkpoint %d: %w", a.ID, err)
+		}
+		snap.ModuleState = buf.Bytes()
+		m.StateBytes = int64(buf.Len())
+	}
+	if s := t.cfg.Sink; s != nil {
+		st, err := s.PreCommit(t.ctx, a.ID)
+		if err != nil {
+			return fmt.Errorf("sink: pre-commit checkpoint %d: %w", a.ID, err)
+		}
+		snap.SinkState = st
+		m.StateBytes += int64(len(st))
+	}
+	if t.cfg.Source != nil {
+		snap.SourceOffset = t.lastOffset
+		t.offsets[a.ID] = t.lastOffset
+	}
+	// Forward the barrier.
+	if a.Unaligned {
+		// It overtakes everything queued: at the channel's sender and in the
+		// task's own output queue. Both are output channel state.
+		outState := make([][]stream.Element, len(t.outs))
+		for i, o := range t.outs {
+			over, err := o.sender.SendPriority(t.ctx, stream.BarrierElement(b))
+			if err != nil {
+				return fmt.Errorf("output %d: forward barrier %d: %w", i, a.ID, err)
+			}
+			for _, e := range over {
+				if e.Kind == stream.KindRecords {
+					outState[i] = append(outState[i], e)
+				}
+			}
+		}
+		for _, it := range t.outq {
+			if it.e.Kind == stream.KindRecords {
+				outState[it.ch] = append(outState[it.ch], it.e)
+			}
+		}
+		for i, els := range outState {
+			if len(els) > 0 {
+				snap.Outputs = append(snap.Outputs, snapshot.ChannelState{Channel: i, Elements: els})
+			}
+		}
+		p := &pendingCheckpoint{snap: snap, inputs: map[int][]stream.Element{}}
+		if d != nil && ch >= 0 && d.Kind == stream.KindBarrier && d.Barrier.ID == a.ID {
+			for _, e := range d.Overtaken {
+				p.addInput(ch, e)
+			}
+		}
+		m.SyncDuration = t.clock().Sub(start)
+		p.metrics = m
+		t.pending = p
+		return nil
+	}
+	t.broadcast(stream.BarrierElement(b))
+	m.SyncDuration = t.clock().Sub(start)
+	t.write(snap, m)
+	return nil
+}
+
+// write stores a finished snapshot in the background and acknowledges it.
+func (t *Task) write(snap *snapshot.Task, m CheckpointMetrics) {
+	t.stats.Checkpoints++
+	m.ChannelStateBytes = snap.ChannelStateBytes()
+	if t.cfg.Store == nil {
+		t.decline(snap.CheckpointID, DeclineFailed, "no checkpoint storage configured")
+		return
+	}
+	key := SnapshotKey(t.cfg.KeyPrefix, snap.CheckpointID, t.name)
+	ctx := t.ctx
+	t.writes.Add(1)
+	go func() {
+		defer t.writes.Done()
+		start := t.clock()
+		data := snapshot.Encode(snap)
+		if err := t.cfg.Store.Put(ctx, key, bytes.NewReader(data)); err != nil {
+			if ctx.Err() == nil {
+				t.decline(snap.CheckpointID, DeclineFailed, oneLine(fmt.Sprintf("write snapshot %s: %v", key, err)))
+			}
+			return
+		}
+		m.AsyncDuration = t.clock().Sub(start)
+		m.SnapshotBytes = int64(len(data))
+		if t.cfg.Listener != nil {
+			t.cfg.Listener.Acknowledge(context.WithoutCancel(ctx), t.name, snap.CheckpointID, key, m.Map())
+		}
+	}()
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// restore loads the snapshot named by cfg.Restore: operator state first,
+// sink and source positions, then queues the recovered output channel state
+// to be sent before any new output and the input channel state to be
+// processed before any new input.
+func (t *Task) restore(ctx context.Context) error {
+	if t.cfg.Restore == "" {
+		return nil
+	}
+	if t.cfg.Store == nil {
+		return errors.New("no checkpoint storage configured")
+	}
+	rc, err := t.cfg.Store.Get(ctx, t.cfg.Restore)
+	if err != nil {
+		return err
+	}
+	snap, err := snapshot.Read(rc)
+	rc.Close()
+	if err != nil {
+		return err
+	}
+	if op := t.cfg.Operator; op != nil {
+		if err := op.Restore(ctx, bytes.NewReader(snap.ModuleState)); err != nil {
+			return fmt.Errorf("operator: restore: %w", err)
+		}
+	}
+	if s := t.cfg.Sink; s != nil {
+		if err := s.Recover(ctx, snap.CheckpointID, snap.SinkState); err != nil {
+			return fmt.Errorf("sink: recover checkpoint %d: %w", snap.CheckpointID, err)
+		}
+	}
+	if s := t.cfg.Source; s != nil {
+		if err := s.Seek(ctx, snap.SourceOffset); err != nil {
+			return fmt.Errorf("source: seek: %w", err)
+		}
+		t.lastOffset = snap.SourceOffset
+	}
+	for _, cs := range snap.Outputs {
+		if cs.Channel < 0 || cs.Channel >= len(t.outs) {
+			return fmt.Errorf("snapshot has output channel %d, the task has %d", cs.Channel, len(t.outs))
+		}
+		for _, e := range cs.Elements {
+			t.outq = append(t.outq, outItem{ch: cs.Channel, e: e})
+		}
+	}
+	q := &sequence{}
+	for _, cs := range snap.Inputs {
+		if cs.Channel < 0 || cs.Channel >= len(t.cfg.Inputs) {
+			return fmt.Errorf("snapshot has input channel %d, the task has %d", cs.Channel, len(t.cfg.Inputs))
+		}
+		for _, e := range cs.Elements {
+			q.mem = append(q.mem, tagged{ch: cs.Channel, e: e})
+		}
+	}
+	if len(q.mem) > 0 {
+		t.replay = append(t.replay, q)
+	}
+	t.restoredID = snap.CheckpointID
+	return nil
+}

@@ -1,0 +1,791 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/host/barrier"
+	"github.com/weirhq/weir/host/partition"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// Input is one input channel of a task.
+type Input struct {
+	// Port is the operator input port the channel feeds.
+	Port int
+	// Receiver is the channel's consuming end; the task closes it when done.
+	Receiver stream.Receiver
+}
+
+// Output is one output port: a partitioner over the channels to the
+// downstream subtasks.
+type Output struct {
+	// Partitioner splits batches across Senders; nil means forward.
+	Partitioner partition.Partitioner
+	// Senders are the channels, one per downstream subtask; the task closes
+	// them when done.
+	Senders []stream.Sender
+}
+
+// Checkpointing configures how a task takes checkpoints.
+type Checkpointing struct {
+	// Mode is the barrier handling mode.
+	Mode barrier.Mode
+	// AlignmentTimeout switches an AlignedTimeout alignment to unaligned.
+	AlignmentTimeout time.Duration
+	// MaxBufferedBytes declines an aligned checkpoint whose alignment buffered
+	// more; 0 means no limit.
+	MaxBufferedBytes int64
+	// AlignmentMemory is the alignment buffer's memory budget; beyond it the
+	// buffer spills to a temporary file. 0 means 16 MiB.
+	AlignmentMemory int64
+	// SpillDir holds spill files; "" means os.TempDir().
+	SpillDir string
+}
+
+// Config describes one task.
+type Config struct {
+	// Name identifies the task in errors, reports and storage keys, e.g.
+	// "join[0]".
+	Name string
+	// Operator processes the input; nil forwards input batches unchanged.
+	Operator Operator
+	// Source makes this a source task: it has no Inputs and is driven by the
+	// source and by TriggerCheckpoint.
+	Source Source
+	// Sink, if set, receives everything the operator emits (instead of
+	// Outputs).
+	Sink Sink
+	// Inputs are the input channels (none for a source task).
+	Inputs []Input
+	// Outputs are the output ports, in port order.
+	Outputs []Output
+	// Checkpointing configures barrier handling.
+	Checkpointing Checkpointing
+	// Store receives the snapshots; without one, checkpoints are declined.
+	Store Store
+	// KeyPrefix is prepended to snapshot keys: <KeyPrefix>chk-<id>/<Name>.
+	KeyPrefix string
+	// Listener receives acknowledgements, declines and the failure; may be
+	// nil.
+	Listener CheckpointListener
+	// Restore is the handle (storage key) of the snapshot to restore from,
+	// "" for a fresh start.
+	Restore string
+	// Clock returns the time; nil means time.Now. Tests inject one.
+	Clock func() time.Time
+}
+
+// TaskError is a task's failure: its Error is one line naming the task.
+type TaskError struct {
+	Task string
+	Err  error
+}
+
+func (e *TaskError) Error() string {
+	return strings.ReplaceAll(fmt.Sprintf("task %s: %v", e.Task, e.Err), "\n", " ")
+}
+
+// Unwrap returns the cause.
+func (e *TaskError) Unwrap() error { return e.Err }
+
+type ctrlKind uint8
+
+const (
+	ctrlTrigger ctrlKind = iota + 1
+	ctrlComplete
+)
+
+type ctrlMsg struct {
+	kind    ctrlKind
+	barrier stream.Barrier
+	id      int64
+}
+
+type outChannel struct {
+	sender stream.Sender
+	port   int
+}
+
+type outItem struct {
+	ch int
+	e  stream.Element
+}
+
+// Task runs one operator instance between its input and output channels.
+// Create it with New, run it with Run; TriggerCheckpoint and
+// NotifyCheckpointComplete may be called from any goroutine.
+type Task struct {
+	cfg     Config
+	name    string
+	clock   func() time.Time
+	handler barrier.Handler
+	ctx     context.Context
+
+	// input gate
+	drained   []bool // the receiver delivered end-of-partition: poll no more
+	ended     []bool // end-of-partition was handled
+	portOpen  map[int]int
+	rr        int
+	wake      chan struct{}
+	replay    []*sequence // stack: the top is read first
+	align     *spillBuffer
+	deferred  []deferredBarrier
+	finished  bool
+	inputDone bool
+
+	// urgent events: control messages and interrupts of a blocked send
+	mu          sync.Mutex
+	ctrl        []ctrlMsg
+	interrupted bool
+	sendCancel  context.CancelFunc
+
+	// outputs
+	outs     []outChannel
+	portBase []int
+	outq     []outItem
+	emitFn   func(port int, batch []byte) error
+
+	// checkpoints
+	pending    *pendingCheckpoint
+	lastOffset []byte
+	offsets    map[int64][]byte
+	restoredID int64
+	writes     sync.WaitGroup
+
+	stats Stats
+}
+
+// Stats counts a task's work, for tests and monitoring.
+type Stats struct {
+	RecordsIn, BatchesIn, BatchesOut int64
+	Checkpoints, Declined            int64
+}
+
+// deferredBarrier is a priority barrier that an aligned handler must see
+// after the elements it overtook: remaining more elements of its channel
+// come first.
+type deferredBarrier struct {
+	d         stream.Delivery
+	remaining int
+	set       bool
+}
+
+// New validates cfg and returns a task ready to Run.
+func New(cfg Config) (*Task, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("task: empty name")
+	}
+	if cfg.Source != nil && len(cfg.Inputs) > 0 {
+		return nil, fmt.Errorf("task %s: a source task has no input channels", cfg.Name)
+	}
+	if cfg.Source == nil && len(cfg.Inputs) == 0 {
+		return nil, fmt.Errorf("task %s: no inputs and no source", cfg.Name)
+	}
+	t := &Task{cfg: cfg, name: cfg.Name, clock: cfg.Clock, wake: make(chan struct{}, 1),
+		offsets: map[int64][]byte{}, portOpen: map[int]int{}, restoredID: -1}
+	if t.clock == nil {
+		t.clock = time.Now
+	}
+	ck := cfg.Checkpointing
+	if ck.AlignmentMemory <= 0 {
+		ck.AlignmentMemory = 16 << 20
+	}
+	if ck.SpillDir == "" {
+		ck.SpillDir = os.TempDir()
+	}
+	t.cfg.Checkpointing = ck
+	n := len(cfg.Inputs)
+	t.drained, t.ended, t.deferred = make([]bool, n), make([]bool, n), make([]deferredBarrier, n)
+	for _, in := range cfg.Inputs {
+		if in.Receiver == nil {
+			return nil, fmt.Errorf("task %s: nil input receiver", cfg.Name)
+		}
+		t.portOpen[in.Port]++
+	}
+	t.handler = barrier.New(barrier.Config{Channels: max(n, 1), Mode: ck.Mode,
+		AlignmentTimeout: ck.AlignmentTimeout, MaxBufferedBytes: ck.MaxBufferedBytes})
+	t.align = newSpillBuffer(ck.SpillDir, ck.AlignmentMemory)
+	for p, o := range cfg.Outputs {
+		if o.Partitioner == nil {
+			t.cfg.Outputs[p].Partitioner = partition.Forward{}
+		}
+		t.portBase = append(t.portBase, len(t.outs))
+		for _, s := range o.Senders {
+			t.outs = append(t.outs, outChannel{sender: s, port: p})
+		}
+	}
+	t.emitFn = t.emit
+	return t, nil
+}
+
+// Name returns the task's name.
+func (t *Task) Name() string { return t.name }
+
+// TriggerCheckpoint asks a source task to take checkpoint b.ID and emit its
+// barrier. Tasks with inputs ignore it: their barriers come in-band.
+func (t *Task) TriggerCheckpoint(b stream.Barrier) {
+	t.post(ctrlMsg{kind: ctrlTrigger, barrier: b})
+}
+
+// NotifyCheckpointComplete tells the task that checkpoint id completed
+// everywhere: the operator, the sink (commit) and the source hear of it.
+func (t *Task) NotifyCheckpointComplete(id int64) {
+	t.post(ctrlMsg{kind: ctrlComplete, id: id})
+}
+
+func (t *Task) post(m ctrlMsg) {
+	t.mu.Lock()
+	t.ctrl = append(t.ctrl, m)
+	t.mu.Unlock()
+	t.signal()
+}
+
+// signal wakes the task loop and interrupts a blocked send.
+func (t *Task) signal() {
+	t.mu.Lock()
+	t.interrupted = true
+	if t.sendCancel != nil {
+		t.sendCancel()
+	}
+	t.mu.Unlock()
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the task until its input ends (nil), ctx is done (ctx.Err()) or
+// it fails (*TaskError, also reported to the listener). It releases the
+// operator, source, sink and channels before it returns.
+func (t *Task) Run(ctx context.Context) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	t.ctx = ctx
+	defer func() {
+		cancel()
+		t.writes.Wait()
+		t.release()
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return
+		}
+		if err != nil {
+			var te *TaskError
+			if !errors.As(err, &te) {
+				err = &TaskError{Task: t.name, Err: err}
+			}
+			if t.cfg.Listener != nil {
+				t.cfg.Listener.Failed(context.WithoutCancel(ctx), t.name, err.Error())
+			}
+		}
+	}()
+	if err := t.restore(ctx); err != nil {
+		return fmt.Errorf("restore %s: %w", t.cfg.Restore, err)
+	}
+	if t.cfg.Source != nil {
+		return t.runSource(ctx)
+	}
+	for _, in := range t.cfg.Inputs {
+		in.Receiver.Notify(t.signal)
+	}
+	return t.runInputs(ctx)
+}
+
+// release closes everything the task holds.
+func (t *Task) release() {
+	closeCtx := context.WithoutCancel(t.ctx)
+	for _, q := range t.replay {
+		q.close()
+	}
+	t.replay = nil
+	t.align.discard()
+	for _, in := range t.cfg.Inputs {
+		in.Receiver.Close()
+	}
+	for _, o := range t.outs {
+		o.sender.Close()
+	}
+	if t.cfg.Operator != nil {
+		t.cfg.Operator.Close(closeCtx)
+	}
+	if t.cfg.Sink != nil {
+		t.cfg.Sink.Close()
+	}
+	if t.cfg.Source != nil {
+		t.cfg.Source.Close()
+	}
+}
+
+// runInputs is the loop of a task with input channels.
+func (t *Task) runInputs(ctx context.Context) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t.takeInterrupt()
+		if err := t.serviceControl(ctx); err != nil {
+			return err
+		}
+		if err := t.flush(ctx); err != nil {
+			return err
+		}
+		if err := t.checkDeadline(); err != nil {
+			return err
+		}
+		got, err := t.step(ctx)
+		if err != nil {
+			return err
+		}
+		if got {
+			continue
+		}
+		if t.finished {
+			return t.finish(ctx)
+		}
+		// Nothing to do: wait for input, control, the deadline or the end.
+		var tc <-chan time.Time
+		if d, ok := t.handler.Deadline(); ok {
+			wait := d.Sub(t.clock())
+			if wait <= 0 {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tc = timer.C
+		}
+		select {
+		case <-t.wake:
+		case <-tc:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if timer != nil && tc != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+func (t *Task) takeInterrupt() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := t.interrupted
+	t.interrupted = false
+	return i
+}
+
+func (t *Task) checkDeadline() error {
+	if d, ok := t.handler.Deadline(); ok {
+		if now := t.clock(); !now.Before(d) {
+			return t.exec(t.handler.Tick(now), -1, nil)
+		}
+	}
+	return nil
+}
+
+// step handles one input element: from the replay stack (released alignment
+// buffers, recovered channel state) first, then from the channels,
+// round-robin. It reports whether there was one.
+func (t *Task) step(ctx context.Context) (bool, error) {
+	for len(t.replay) > 0 {
+		q := t.replay[len(t.replay)-1]
+		it, ok, err := q.next()
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			t.replay = t.replay[:len(t.replay)-1]
+			continue
+		}
+		return true, t.dispatch(ctx, it.ch, stream.Delivery{Element: it.e})
+	}
+	n := len(t.cfg.Inputs)
+	for i := 0; i < n; i++ {
+		ch := (t.rr + i) % n
+		if t.drained[ch] {
+			continue
+		}
+		d, ok, err := t.cfg.Inputs[ch].Receiver.Poll()
+		if err != nil {
+			return false, fmt.Errorf("input %d: %w", ch, err)
+		}
+		if !ok {
+			continue
+		}
+		t.rr = (ch + 1) % n
+		if d.Kind == stream.KindEndOfPartition {
+			t.drained[ch] = true
+		}
+		return true, t.deliver(ctx, ch, d)
+	}
+	// All drained and every end handled: the input is over.
+	done := true
+	for ch := range t.drained {
+		if !t.drained[ch] || !t.ended[ch] {
+			done = false
+		}
+	}
+	if done && len(t.replay) == 0 {
+		t.finished = true
+	}
+	return false, nil
+}
+
+// deliver hands a delivery from a channel to dispatch, keeping a priority
+// barrier that the handler aligns behind the elements it overtook.
+func (t *Task) deliver(ctx context.Context, ch int, d stream.Delivery) error {
+	if df := &t.deferred[ch]; df.set {
+		if err := t.dispatch(ctx, ch, d); err != nil {
+			return err
+		}
+		df.remaining--
+		if df.remaining <= 0 {
+			bd := df.d
+			*df = deferredBarrier{}
+			return t.dispatch(ctx, ch, bd)
+		}
+		return nil
+	}
+	if d.Kind == stream.KindBarrier && len(d.Overtaken) > 0 && !t.unalignedBarrier(d.Barrier) {
+		// An aligned handler must see the overtaken data before the barrier:
+		// the receiver delivers it next.
+		t.deferred[ch] = deferredBarrier{d: stream.Delivery{Element: d.Element}, remaining: len(d.Overtaken), set: true}
+		return nil
+	}
+	return t.dispatch(ctx, ch, d)
+}
+
+// unalignedBarrier reports whether the handler takes b as an unaligned
+// barrier.
+func (t *Task) unalignedBarrier(b stream.Barrier) bool {
+	if b.Type == stream.Savepoint {
+		return false
+	}
+	switch t.cfg.Checkpointing.Mode {
+	case barrier.Unaligned:
+		return true
+	case barrier.AlignedTimeout:
+		return b.Unaligned || t.cfg.Checkpointing.AlignmentTimeout <= 0
+	}
+	return false
+}
+
+// dispatch handles one element of channel ch.
+func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
+	if t.handler.Blocked(ch) {
+		if err := t.align.add(ch, d.Element); err != nil {
+			return err
+		}
+		return t.exec(t.handler.Buffered(t.align.total, t.clock()), -1, nil)
+	}
+	now := t.clock()
+	switch d.Kind {
+	case stream.KindRecords:
+		if id, ok := t.handler.Recording(ch); ok && t.pending != nil && t.pending.snap.CheckpointID == id {
+			t.pending.addInput(ch, d.Element)
+		}
+		t.stats.BatchesIn++
+		t.stats.RecordsIn += int64(d.Count())
+		return t.process(ctx, t.cfg.Inputs[ch].Port, d.Batch)
+	case stream.KindBarrier:
+		if id, ok := t.handler.Recording(ch); ok && id == d.Barrier.ID && t.pending != nil && len(d.Overtaken) > 0 {
+			for _, e := range d.Overtaken {
+				t.pending.addInput(ch, e)
+			}
+		}
+		return t.exec(t.handler.Barrier(ch, d.Barrier, now), ch, &d)
+	case stream.KindCancel:
+		return t.exec(t.handler.Cancel(ch, d.CheckpointID, now), -1, nil)
+	case stream.KindEndOfPartition:
+		t.ended[ch] = true
+		if err := t.exec(t.handler.EndOfPartition(ch, now), -1, nil); err != nil {
+			return err
+		}
+		port := t.cfg.Inputs[ch].Port
+		t.portOpen[port]--
+		if t.portOpen[port] == 0 && t.cfg.Operator != nil {
+			if err := t.cfg.Operator.EndOfInput(ctx, port, t.emitFn); err != nil {
+				return fmt.Errorf("operator: end of input port %d: %w", port, err)
+			}
+		}
+	}
+	return nil
+}
+
+// process runs the operator on one batch.
+func (t *Task) process(ctx context.Context, port int, batch []byte) error {
+	if t.cfg.Operator == nil {
+		return t.emit(0, batch)
+	}
+	if err := t.cfg.Operator.Process(ctx, port, batch, t.emitFn); err != nil {
+		return fmt.Errorf("operator: process port %d: %w", port, err)
+	}
+	return nil
+}
+
+// emit queues an output batch on the channels its partitioner picks, or
+// writes it to the sink.
+func (t *Task) emit(port int, batch []byte) error {
+	if t.cfg.Sink != nil {
+		if err := t.cfg.Sink.Write(t.ctx, batch); err != nil {
+			return fmt.Errorf("sink: write: %w", err)
+		}
+		t.stats.BatchesOut++
+		return nil
+	}
+	if port < 0 || port >= len(t.cfg.Outputs) {
+		if len(t.cfg.Outputs) == 0 {
+			return nil // a task without outputs drops its output
+		}
+		return fmt.Errorf("emit on output port %d: the task has %d", port, len(t.cfg.Outputs))
+	}
+	o := t.cfg.Outputs[port]
+	if len(o.Senders) == 0 {
+		return nil
+	}
+	parts, err := o.Partitioner.Partition(batch, len(o.Senders))
+	if err != nil {
+		return fmt.Errorf("output port %d: %w", port, err)
+	}
+	for i, b := range parts {
+		if b != nil {
+			t.outq = append(t.outq, outItem{ch: t.portBase[port] + i, e: stream.Records(b)})
+			t.stats.BatchesOut++
+		}
+	}
+	return nil
+}
+
+// broadcast queues a control element on every output channel.
+func (t *Task) broadcast(e stream.Element) {
+	for i := range t.outs {
+		t.outq = append(t.outq, outItem{ch: i, e: e})
+	}
+}
+
+// flush sends the output queue. A blocked send is interrupted by control
+// messages and input notifications, which are serviced (checkpoint
+// triggers, completions, priority barriers) before it resumes.
+func (t *Task) flush(ctx context.Context) error {
+	for len(t.outq) > 0 {
+		if t.takeInterrupt() {
+			if err := t.serviceControl(ctx); err != nil {
+				return err
+			}
+			if err := t.servicePriority(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		it := t.outq[0]
+		sctx, cancel := context.WithCancel(ctx)
+		t.mu.Lock()
+		t.sendCancel = cancel
+		if t.interrupted {
+			cancel()
+		}
+		t.mu.Unlock()
+		err := t.outs[it.ch].sender.Send(sctx, it.e)
+		t.mu.Lock()
+		t.sendCancel = nil
+		t.mu.Unlock()
+		cancel()
+		if err == nil {
+			t.outq[0] = outItem{}
+			t.outq = t.outq[1:]
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if sctx.Err() != nil {
+			continue // interrupted: service and retry
+		}
+		return fmt.Errorf("output %d: %w", it.ch, err)
+	}
+	t.outq = nil
+	return nil
+}
+
+// servicePriority takes priority barriers queued on the inputs while the
+// output is blocked.
+func (t *Task) servicePriority(ctx context.Context) error {
+	if len(t.replay) > 0 || t.cfg.Source != nil {
+		return nil
+	}
+	for ch, in := range t.cfg.Inputs {
+		pp, ok := in.Receiver.(stream.PriorityPoller)
+		if !ok || t.drained[ch] || t.deferred[ch].set {
+			continue
+		}
+		d, ok, err := pp.PollPriority()
+		if err != nil {
+			return fmt.Errorf("input %d: %w", ch, err)
+		}
+		if ok {
+			if err := t.deliver(ctx, ch, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// serviceControl handles queued control messages.
+func (t *Task) serviceControl(ctx context.Context) error {
+	t.mu.Lock()
+	msgs := t.ctrl
+	t.ctrl = nil
+	t.mu.Unlock()
+	for _, m := range msgs {
+		switch m.kind {
+		case ctrlTrigger:
+			if t.cfg.Source == nil || t.inputDone {
+				continue
+			}
+			b := m.barrier
+			un := t.unalignedBarrier(b)
+			acts := []barrier.Action{{Kind: barrier.Snapshot, ID: b.ID, Barrier: b, Unaligned: un}}
+			if un {
+				acts = append(acts, barrier.Action{Kind: barrier.ChannelStateDone, ID: b.ID})
+			}
+			if err := t.exec(acts, -1, nil); err != nil {
+				return err
+			}
+		case ctrlComplete:
+			if err := t.complete(ctx, m.id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// complete runs the checkpoint-complete hooks.
+func (t *Task) complete(ctx context.Context, id int64) error {
+	if op := t.cfg.Operator; op != nil {
+		if err := op.CheckpointComplete(ctx, id); err != nil {
+			return fmt.Errorf("operator: checkpoint %d complete: %w", id, err)
+		}
+	}
+	if s := t.cfg.Sink; s != nil {
+		if err := s.Commit(ctx, id); err != nil {
+			return fmt.Errorf("sink: commit checkpoint %d: %w", id, err)
+		}
+	}
+	if s := t.cfg.Source; s != nil {
+		off, ok := t.offsets[id]
+		if ok {
+			if err := s.CheckpointComplete(ctx, id, off); err != nil {
+				return fmt.Errorf("source: checkpoint %d complete: %w", id, err)
+			}
+		}
+		for k := range t.offsets {
+			if k <= id {
+				delete(t.offsets, k)
+			}
+		}
+	}
+	return nil
+}
+
+// finish ends a task whose input is over: final output, end-of-partition
+// downstream, the sink's last commit.
+func (t *Task) finish(ctx context.Context) error {
+	t.inputDone = true
+	if t.cfg.Sink != nil {
+		if err := t.cfg.Sink.EndOfInput(ctx); err != nil {
+			return fmt.Errorf("sink: end of input: %w", err)
+		}
+	}
+	t.broadcast(stream.EndOfPartition())
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	t.writes.Wait()
+	return nil
+}
+
+// runSource is the loop of a source task.
+func (t *Task) runSource(ctx context.Context) error {
+	type polled struct {
+		batch, offset []byte
+		err           error
+	}
+	pc := make(chan polled)
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			b, off, err := t.cfg.Source.Poll(pctx)
+			select {
+			case pc <- polled{b, off, err}:
+			case <-pctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		stop()
+		t.cfg.Source.Close()
+		wg.Wait()
+	}()
+	for {
+		t.takeInterrupt()
+		if err := t.serviceControl(ctx); err != nil {
+			return err
+		}
+		if err := t.flush(ctx); err != nil {
+			return err
+		}
+		select {
+		case p := <-pc:
+			// Triggers that arrived before this batch go first.
+			if err := t.serviceControl(ctx); err != nil {
+				return err
+			}
+			if errors.Is(p.err, io.EOF) {
+				return t.finish(ctx)
+			}
+			if p.err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("source: poll: %w", p.err)
+			}
+			t.stats.BatchesIn++
+			t.stats.RecordsIn += int64(stream.Records(p.batch).Count())
+			if err := t.process(ctx, 0, p.batch); err != nil {
+				return err
+			}
+			t.lastOffset = p.offset
+		case <-t.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Stats returns the task's counters; call it after Run returned.
+func (t *Task) Stats() Stats { return t.stats }
