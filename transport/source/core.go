@@ -1,0 +1,104 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// KeyHeader is the NATS message header whose value becomes a record's key;
+// a message without it yields an empty key.
+const KeyHeader = "Weir-Key"
+
+// CoreGuarantee is the delivery guarantee of a core-subject source, for a
+// job's status.
+const CoreGuarantee = "at-most-once: core NATS subject, no replay (messages published while the job is down or recovering are lost)"
+
+// CoreConfig configures a core NATS subject source.
+type CoreConfig struct {
+	// Subject may contain wildcards.
+	Subject string
+	// Queue, when set, makes parallel source subtasks share the subject as
+	// a queue group: each message goes to one of them.
+	Queue string
+	// MaxBatchRecords and MaxBatchBytes bound one batch returned by Poll;
+	// defaults 4096 records and 1 MiB.
+	MaxBatchRecords, MaxBatchBytes int
+}
+
+// Core reads a core NATS subject. It is at-most-once: core NATS keeps no
+// history, so there is nothing to rewind to after a failure; messages that
+// arrive while the job is down, or that were read but not checkpointed, are
+// lost. Its offset is always empty.
+type Core struct {
+	cfg CoreConfig
+	acc *accumulator
+	sub *nats.Subscription
+}
+
+// NewCore subscribes to cfg.Subject on nc.
+func NewCore(nc *nats.Conn, cfg CoreConfig) (*Core, error) {
+	c := &Core{cfg: cfg, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes)}
+	var err error
+	if cfg.Queue != "" {
+		c.sub, err = nc.QueueSubscribe(cfg.Subject, cfg.Queue, c.onMsg)
+	} else {
+		c.sub, err = nc.Subscribe(cfg.Subject, c.onMsg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("core source %s: subscribe: %w", cfg.Subject, err)
+	}
+	if err := nc.Flush(); err != nil {
+		_ = c.sub.Unsubscribe()
+		return nil, fmt.Errorf("core source %s: flush subscription: %w", cfg.Subject, err)
+	}
+	return c, nil
+}
+
+func (c *Core) onMsg(m *nats.Msg) {
+	var key []byte
+	if m.Header != nil {
+		if k := m.Header.Get(KeyHeader); k != "" {
+			key = []byte(k)
+		}
+	}
+	c.acc.add(key, m.Data, time.Now().UnixMilli(), 0)
+}
+
+// Guarantee describes the source's delivery guarantee for the job status.
+func (c *Core) Guarantee() string { return CoreGuarantee }
+
+// Poll returns every message that arrived since the last Poll (up to the
+// batch limits) as one record batch: key from the Weir-Key header, value =
+// the message data, timestamp = arrival time in ms. The offset is nil.
+func (c *Core) Poll(ctx context.Context) ([]byte, []byte, error) {
+	b, _, err := c.acc.take(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core source %s: %w", c.cfg.Subject, err)
+	}
+	return b, nil, nil
+}
+
+// Seek accepts any offset and does nothing: a core subject cannot rewind.
+func (c *Core) Seek(ctx context.Context, offset []byte) error { return nil }
+
+// CheckpointComplete does nothing.
+func (c *Core) CheckpointComplete(ctx context.Context, id int64, offset []byte) error { return nil }
+
+// Dropped is the number of messages the NATS client dropped because Poll
+// did not keep up (core NATS cuts slow consumers).
+func (c *Core) Dropped() int {
+	n, _ := c.sub.Dropped()
+	return n
+}
+
+// Close unsubscribes; a blocked Poll returns.
+func (c *Core) Close() error {
+	c.acc.close()
+	if err := c.sub.Unsubscribe(); err != nil && err != nats.ErrConnectionClosed && err != nats.ErrBadSubscription {
+		return fmt.Errorf("core source %s: unsubscribe: %w", c.cfg.Subject, err)
+	}
+	return nil
+}

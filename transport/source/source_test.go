@@ -1,0 +1,321 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/embedded"
+)
+
+func startServer(t testing.TB) *embedded.Server {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+func connect(t testing.TB, srv *embedded.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := srv.Connect(nats.ReconnectWait(20 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// poller is what host.Source asks of a source (see host_test.go).
+type poller interface {
+	Poll(ctx context.Context) ([]byte, []byte, error)
+}
+
+// pollRecords polls until n records arrived and returns them with the
+// offset after the last batch.
+func pollRecords(t *testing.T, ctx context.Context, s poller, n int) ([]abi.Record, []byte) {
+	t.Helper()
+	var out []abi.Record
+	var off []byte
+	for len(out) < n {
+		b, o, err := s.Poll(ctx)
+		if err != nil {
+			t.Fatalf("poll after %d of %d records: %v", len(out), n, err)
+		}
+		recs, err := abi.DecodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, recs...)
+		off = o
+	}
+	return out, off
+}
+
+func TestCoreSource(t *testing.T) {
+	srv := startServer(t)
+	nc, _ := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	src, err := NewCore(nc, CoreConfig{Subject: "in.>", MaxBatchRecords: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Guarantee() != CoreGuarantee {
+		t.Fatal("guarantee")
+	}
+	for i := 0; i < 20; i++ {
+		m := nats.NewMsg("in.a")
+		m.Data = []byte(strconv.Itoa(i))
+		if i%2 == 0 {
+			m.Header.Set(KeyHeader, "k"+strconv.Itoa(i))
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, off := pollRecords(t, ctx, src, 20)
+	if off != nil {
+		t.Fatalf("core offset %v", off)
+	}
+	for i, r := range recs {
+		if string(r.Value) != strconv.Itoa(i) || r.Timestamp == 0 {
+			t.Fatalf("record %d: %q ts %d", i, r.Value, r.Timestamp)
+		}
+		wantKey := ""
+		if i%2 == 0 {
+			wantKey = "k" + strconv.Itoa(i)
+		}
+		if string(r.Key) != wantKey {
+			t.Fatalf("record %d key %q, want %q", i, r.Key, wantKey)
+		}
+	}
+	done := make(chan error)
+	go func() {
+		_, _, err := src.Poll(ctx)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("blocked poll after close: %v", err)
+	}
+}
+
+func createStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) {
+	t.Helper()
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func publishN(t *testing.T, ctx context.Context, js jetstream.JetStream, subject func(i int) string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		m := nats.NewMsg(subject(i))
+		m.Data = []byte(strconv.Itoa(i))
+		m.Header.Set(KeyHeader, "k")
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+}
+
+func values(recs []abi.Record) []int {
+	out := make([]int, len(recs))
+	for i, r := range recs {
+		out[i], _ = strconv.Atoi(string(r.Value))
+	}
+	return out
+}
+
+// JetStream replay from a checkpointed offset: a new source sought to the
+// offset of a batch reads exactly what followed it.
+func TestJetStreamReplayFromOffset(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 100)
+
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", MaxBatchRecords: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, off := pollRecords(t, ctx, src, 40)
+	src.Close()
+	seq, _ := DecodeOffset(off)
+	if int(seq) != len(first) {
+		t.Fatalf("offset %d after %d records", seq, len(first))
+	}
+	for i, v := range values(first) {
+		if v != i {
+			t.Fatalf("record %d = %d", i, v)
+		}
+	}
+	if string(first[0].Key) != "k" || first[0].Timestamp < time.Now().Add(-time.Minute).UnixMilli() {
+		t.Fatalf("key %q ts %d", first[0].Key, first[0].Timestamp)
+	}
+
+	again, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.Seek(ctx, off); err != nil {
+		t.Fatal(err)
+	}
+	rest, off2 := pollRecords(t, ctx, again, 100-len(first))
+	for i, v := range values(rest) {
+		if v != len(first)+i {
+			t.Fatalf("replayed record %d = %d, want %d", i, v, len(first)+i)
+		}
+	}
+	if s, _ := DecodeOffset(off2); s != 100 {
+		t.Fatalf("final offset %d", s)
+	}
+}
+
+// Parallel source subtasks split one stream by subject: together they read
+// every message once.
+func TestJetStreamPartitionedSubtasks(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	subj := func(i int) string { return fmt.Sprintf("in.dev%d", i%13) }
+	publishN(t, ctx, js, subj, 0, 300)
+	want := [3]int{}
+	for i := 0; i < 300; i++ {
+		want[PartitionOf(subj(i), 3)]++
+	}
+	seen := map[int]int{}
+	for idx := 0; idx < 3; idx++ {
+		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 3, Index: idx, FilterSubjects: []string{"in.>"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, _ := pollRecords(t, ctx, src, want[idx])
+		src.Close()
+		if len(recs) != want[idx] {
+			t.Fatalf("subtask %d read %d, want %d", idx, len(recs), want[idx])
+		}
+		for _, v := range values(recs) {
+			if PartitionOf(subj(v), 3) != idx {
+				t.Fatalf("subtask %d read %d of partition %d", idx, v, PartitionOf(subj(v), 3))
+			}
+			seen[v]++
+		}
+	}
+	if len(seen) != 300 {
+		t.Fatalf("%d distinct messages read, want 300", len(seen))
+	}
+	if _, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 2}); err == nil {
+		t.Fatal("index outside parallelism accepted")
+	}
+}
+
+// A server restart mid-stream: the client reconnects, the ordered consumer
+// resumes after its last message, and the source loses and repeats nothing.
+func TestJetStreamSurvivesServerRestart(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 500)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", MaxBatchRecords: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	recs, _ := pollRecords(t, ctx, src, 100)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Publish more after the restart, retrying until the client reconnected.
+	for i := 500; i < 1000; i++ {
+		for {
+			m := nats.NewMsg("in.a")
+			m.Data = []byte(strconv.Itoa(i))
+			_, err := js.PublishMsg(ctx, m)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	more, _ := pollRecords(t, ctx, src, 1000-len(recs))
+	all := values(append(recs, more...))
+	if len(all) != 1000 {
+		t.Fatalf("%d records, want 1000", len(all))
+	}
+	for i, v := range all {
+		if v != i {
+			t.Fatalf("record %d = %d (loss or duplicate); around: %v", i, v, all[max(0, i-5):min(len(all), i+5)])
+		}
+	}
+}
+
+func TestJetStreamOffsetGone(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}, MaxMsgs: 10})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 50)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if err := src.Seek(ctx, EncodeOffset(5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := src.Poll(ctx); !errors.Is(err, ErrOffsetGone) {
+		t.Fatalf("poll from a dropped offset: %v", err)
+	}
+}
+
+func TestParseAckReply(t *testing.T) {
+	for _, c := range []struct {
+		reply   string
+		seq, ts uint64
+		ok      bool
+	}{
+		{"$JS.ACK.IN.cons.1.42.7.1700000000000000000.3", 42, 1700000000000000000, true},
+		{"$JS.ACK.dom.hash.IN.cons.1.43.8.1700000000000000001.0.rnd", 43, 1700000000000000001, true},
+		{"$JS.ACK.IN.cons.1.x.7.1.3", 0, 0, false},
+		{"_INBOX.abc", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		seq, ts, ok := parseAckReply(c.reply)
+		if seq != c.seq || ts != c.ts || ok != c.ok {
+			t.Errorf("%q: %d %d %v", c.reply, seq, ts, ok)
+		}
+	}
+}
