@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host/wasm"
@@ -74,19 +76,35 @@ func inputs(example string, seed uint64) []call {
 	return calls
 }
 
-// feed runs calls[from:to] through inst and appends what it emitted to out.
+// feed runs calls[from:to] through inst and appends what it emitted to
+// out. Every SDK emits at most one batch per output port per call.
 func feed(t *testing.T, inst *wasm.Instance, calls []call, from, to int, out []emission) []emission {
 	t.Helper()
 	for i := from; i < to; i++ {
+		ports := map[int]bool{}
 		err := inst.Process(context.Background(), calls[i].port, calls[i].batch, func(port int, batch []byte) error {
+			if ports[port] {
+				return fmt.Errorf("a second batch for output port %d in one call", port)
+			}
+			ports[port] = true
 			out = append(out, emission{call: i, port: port, batch: batch})
 			return nil
 		})
 		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
+			t.Fatalf("%s: call %d: %v", inst.Name(), i, err)
 		}
 	}
 	return out
+}
+
+// shortReader returns at most n bytes per Read.
+type shortReader struct {
+	r io.Reader
+	n int
+}
+
+func (s *shortReader) Read(p []byte) (int, error) {
+	return s.r.Read(p[:min(len(p), s.n)])
 }
 
 // snapshot returns inst's state stream.
@@ -195,7 +213,8 @@ func TestSnapshotRestore(t *testing.T) {
 						inst.Close(context.Background())
 						cur = (cur + 1) % len(languages)
 						inst = start(t, mods[cur], ex)
-						if err := inst.Restore(context.Background(), bytes.NewReader(snap)); err != nil {
+						// Short reads split fields: a short read is not the end.
+						if err := inst.Restore(context.Background(), &shortReader{bytes.NewReader(snap), 7}); err != nil {
 							t.Fatalf("seed %d: %s restoring a snapshot after call %d: %v", seed, languages[cur].name, p, err)
 						}
 						from = p
@@ -248,5 +267,58 @@ func TestBadStateFails(t *testing.T) {
 				inst.Close(context.Background())
 			}
 		}
+	}
+}
+
+// bigInputs makes state and batches larger than the SDKs' 64 KiB chunks
+// and initial buffers: distinct 300-byte words for wordcount, 300-byte
+// values on both join inputs (alternating; keys repeat once per batch).
+func bigInputs(example string) []call {
+	calls := make([]call, 6)
+	for i := range calls {
+		var b abi.Builder
+		for j := range 400 {
+			word := fmt.Sprintf("%d-%s", i*1000+j, strings.Repeat("w", 295))
+			key := fmt.Sprintf("k%d", j) // each record joins one per batch of the other side
+			b.Add([]byte(key), []byte(word+" "+word[:3]), int64(i*1000+j))
+		}
+		port := 0
+		if example == "join" {
+			port = i % 2
+		}
+		calls[i] = call{port: port, batch: bytes.Clone(b.Bytes())}
+	}
+	return calls
+}
+
+// TestLargeState snapshots state of several 64 KiB chunks, restores it into
+// every other language through short reads, and checks the output after.
+func TestLargeState(t *testing.T) {
+	for _, ex := range []string{"wordcount", "join"} {
+		t.Run(ex, func(t *testing.T) {
+			calls := bigInputs(ex)
+			half := len(calls) / 2
+			ref := start(t, load(t, languages[0], ex), ex)
+			want := feed(t, ref, calls, 0, half, nil)
+			snap := snapshot(t, ref)
+			if len(snap) < 3*64<<10 {
+				t.Fatalf("state of %d bytes spans too few chunks", len(snap))
+			}
+			want = feed(t, ref, calls, half, len(calls), want)
+			for i, lang := range languages {
+				inst := start(t, load(t, lang, ex), ex)
+				got := feed(t, inst, calls, 0, half, nil)
+				if s := snapshot(t, inst); !bytes.Equal(s, snap) {
+					t.Fatalf("%s: snapshot of %d bytes differs from go's (%d bytes)", lang.name, len(s), len(snap))
+				}
+				next := languages[(i+1)%len(languages)]
+				inst = start(t, load(t, next, ex), ex)
+				if err := inst.Restore(context.Background(), iotest.HalfReader(bytes.NewReader(snap))); err != nil {
+					t.Fatalf("%s restoring %s's snapshot: %v", next.name, lang.name, err)
+				}
+				got = feed(t, inst, calls, half, len(calls), got)
+				sameEmissions(t, lang.name+" then "+next.name, got, want)
+			}
+		})
 	}
 }

@@ -47,9 +47,10 @@ func wasmOf(t testing.TB, lang language, example string) []byte {
 }
 
 // engine is shared by every test of the package: it compiles each module
-// once. It lives until the test binary exits.
+// once (and caches compiled code on disk, like weir does). It lives until
+// the test binary exits.
 var engine = sync.OnceValues(func() (*wasm.Engine, error) {
-	return wasm.NewEngine(wasm.Config{CacheDir: "-"})
+	return wasm.NewEngine(wasm.Config{})
 })
 
 // load compiles a language's build of an example.
