@@ -1,0 +1,75 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// benchBatch is a batch of n 64-byte records (16-byte header, 8-byte key,
+// 40-byte lower-case value).
+func benchBatch(n int) []byte {
+	var b abi.Builder
+	for i := range n {
+		key := fmt.Sprintf("key%05d", i)
+		value := fmt.Sprintf("the quick brown fox jumps over %010d", i)
+		b.Add([]byte(key), []byte(value), int64(i))
+	}
+	return b.Bytes()
+}
+
+// uppercaseNative is the baseline: uppercase as a plain Go function over the
+// same batch bytes, building the same output batch.
+func uppercaseNative(in []byte, out *abi.Builder, val []byte) ([]byte, []byte, error) {
+	it, err := abi.NewIter(in)
+	if err != nil {
+		return nil, val, err
+	}
+	out.Reset()
+	for it.Next() {
+		r := it.Record()
+		val = append(val[:0], r.Value...)
+		for i, c := range val {
+			if 'a' <= c && c <= 'z' {
+				val[i] = c - ('a' - 'A')
+			}
+		}
+		out.Add(r.Key, val, r.Timestamp)
+	}
+	return out.Bytes(), val, it.Err()
+}
+
+// BenchmarkUppercase measures uppercase on batches of 1024 records per
+// language, through host/wasm (one weir_process call and one emit per
+// batch), beside the native Go baseline. ns/record is the figure to read.
+func BenchmarkUppercase(b *testing.B) {
+	const n = 1024
+	batch := benchBatch(n)
+	b.Run("native-go", func(b *testing.B) {
+		var out abi.Builder
+		var val []byte
+		var err error
+		b.SetBytes(int64(len(batch)))
+		for b.Loop() {
+			if _, val, err = uppercaseNative(batch, &out, val); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+	})
+	for _, lang := range languages {
+		b.Run(lang.name, func(b *testing.B) {
+			inst := start(b, load(b, lang, "uppercase"), "uppercase")
+			emit := func(port int, out []byte) error { return nil }
+			b.SetBytes(int64(len(batch)))
+			for b.Loop() {
+				if err := inst.Process(context.Background(), 0, batch, emit); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+		})
+	}
+}
