@@ -87,7 +87,7 @@ type Engine struct {
 	cache wazero.CompilationCache
 
 	mu       sync.Mutex
-	runtimes map[uint32]*runtime // by memory limit in pages
+	runtimes map[runtimeKey]*runtime
 	modules  map[moduleKey]*Module
 	closed   bool
 
@@ -99,8 +99,16 @@ type Engine struct {
 	seq atomic.Uint64 // instance names
 }
 
-// runtime is one wazero runtime: one per distinct memory limit, all sharing
-// the Engine's compilation cache, each with WASI and the weir host module.
+// runtimeKey selects a runtime: one per distinct memory limit, and per way
+// of interrupting a call (instrumented loops, or wazero's
+// WithCloseOnContextDone for modules the rewriter cannot walk).
+type runtimeKey struct {
+	pages     uint32
+	terminate bool
+}
+
+// runtime is one wazero runtime, all sharing the Engine's compilation
+// cache, each with WASI and the weir host module.
 type runtime struct {
 	r    wazero.Runtime
 	wasi map[string]api.FunctionDefinition
@@ -115,7 +123,7 @@ type moduleKey struct {
 func NewEngine(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:       cfg,
-		runtimes:  make(map[uint32]*runtime),
+		runtimes:  make(map[runtimeKey]*runtime),
 		modules:   make(map[moduleKey]*Module),
 		instances: make(map[*Instance]struct{}),
 		stopWatch: make(chan struct{}),
@@ -171,8 +179,8 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // runtimeFor returns the runtime for a memory limit, creating it once.
 // Callers hold e.mu.
-func (e *Engine) runtimeFor(ctx context.Context, pages uint32) (*runtime, error) {
-	if rt, ok := e.runtimes[pages]; ok {
+func (e *Engine) runtimeFor(ctx context.Context, key runtimeKey) (*runtime, error) {
+	if rt, ok := e.runtimes[key]; ok {
 		return rt, nil
 	}
 	var rc wazero.RuntimeConfig
@@ -182,8 +190,8 @@ func (e *Engine) runtimeFor(ctx context.Context, pages uint32) (*runtime, error)
 		rc = wazero.NewRuntimeConfig() // the compiler where supported
 	}
 	rc = rc.WithCompilationCache(e.cache).
-		WithMemoryLimitPages(pages).
-		WithCloseOnContextDone(true)
+		WithMemoryLimitPages(key.pages).
+		WithCloseOnContextDone(key.terminate)
 	r := wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
 		r.Close(ctx)
@@ -194,7 +202,7 @@ func (e *Engine) runtimeFor(ctx context.Context, pages uint32) (*runtime, error)
 		return nil, err
 	}
 	rt := &runtime{r: r, wasi: r.Module(wasiModule).ExportedFunctionDefinitions()}
-	e.runtimes[pages] = rt
+	e.runtimes[key] = rt
 	return rt, nil
 }
 
@@ -207,6 +215,9 @@ type Module struct {
 	compiled wazero.CompiledModule
 	rt       *runtime
 	hash     [sha256.Size]byte
+	// instrumented: loops check the exported interrupt global (see
+	// instrument.go); otherwise the runtime watches the call context.
+	instrumented bool
 }
 
 // Name is the name the module was loaded under.
@@ -223,7 +234,8 @@ func (m *Module) Limits() Limits { return m.limits }
 // gets a *ValidationError naming the problem.
 func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits) (*Module, error) {
 	lim = lim.withDefaults()
-	if err := checkModule(name, wasm, lim); err != nil {
+	info, err := inspectModule(name, wasm, lim)
+	if err != nil {
 		return nil, err
 	}
 	key := moduleKey{hash: sha256.Sum256(wasm), pages: lim.pages()}
@@ -237,23 +249,44 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 			return m, nil
 		}
 		// Same code under another name or deadline: share the compiled code.
-		return &Module{name: name, limits: lim, engine: e, compiled: m.compiled, rt: m.rt, hash: key.hash}, nil
+		c := *m
+		c.name, c.limits = name, lim
+		return &c, nil
 	}
-	rt, err := e.runtimeFor(ctx, key.pages)
+	cm, rt, instrumented, err := e.compile(ctx, name, wasm, info, key.pages)
 	if err != nil {
 		return nil, err
 	}
-	cm, err := rt.r.CompileModule(ctx, wasm)
+	m := &Module{name: name, limits: lim, engine: e, compiled: cm, rt: rt, hash: key.hash, instrumented: instrumented}
+	e.modules[key] = m
+	return m, nil
+}
+
+// compile instruments and compiles a module that passed inspectModule, and
+// checks its WASI imports. Callers hold e.mu.
+func (e *Engine) compile(ctx context.Context, name string, wasm []byte, info *moduleInfo, pages uint32) (wazero.CompiledModule, *runtime, bool, error) {
+	code, err := instrument(wasm, info)
+	instrumented := err == nil
+	if !instrumented {
+		var u *errUninstrumentable
+		if !errors.As(err, &u) {
+			return nil, nil, false, &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
+		}
+		code = wasm // interrupted by wazero instead
+	}
+	rt, err := e.runtimeFor(ctx, runtimeKey{pages: pages, terminate: !instrumented})
 	if err != nil {
-		return nil, &ValidationError{Module: name, Kind: KindMalformed, Detail: "invalid module: " + firstLine(err.Error()), Err: err}
+		return nil, nil, false, err
+	}
+	cm, err := rt.r.CompileModule(ctx, code)
+	if err != nil {
+		return nil, nil, false, &ValidationError{Module: name, Kind: KindMalformed, Detail: "invalid module: " + firstLine(err.Error()), Err: err}
 	}
 	if err := checkWASIImports(name, cm, rt); err != nil {
 		cm.Close(ctx)
-		return nil, err
+		return nil, nil, false, err
 	}
-	m := &Module{name: name, limits: lim, engine: e, compiled: cm, rt: rt, hash: key.hash}
-	e.modules[key] = m
-	return m, nil
+	return cm, rt, instrumented, nil
 }
 
 // Validate runs every load-time check of Load on a module, including a full
@@ -261,7 +294,8 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 // the upload-time check of a module registry.
 func (e *Engine) Validate(ctx context.Context, name string, wasm []byte, lim Limits) error {
 	lim = lim.withDefaults()
-	if err := checkModule(name, wasm, lim); err != nil {
+	info, err := inspectModule(name, wasm, lim)
+	if err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -272,16 +306,11 @@ func (e *Engine) Validate(ctx context.Context, name string, wasm []byte, lim Lim
 	if _, ok := e.modules[moduleKey{hash: sha256.Sum256(wasm), pages: lim.pages()}]; ok {
 		return nil
 	}
-	rt, err := e.runtimeFor(ctx, lim.pages())
+	cm, _, _, err := e.compile(ctx, name, wasm, info, lim.pages())
 	if err != nil {
 		return err
 	}
-	cm, err := rt.r.CompileModule(ctx, wasm)
-	if err != nil {
-		return &ValidationError{Module: name, Kind: KindMalformed, Detail: "invalid module: " + firstLine(err.Error()), Err: err}
-	}
-	defer cm.Close(ctx)
-	return checkWASIImports(name, cm, rt)
+	return cm.Close(ctx)
 }
 
 // Check runs the load-time checks that need no compilation: everything but

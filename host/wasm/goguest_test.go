@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/guests/go/guestbuild"
 )
@@ -191,9 +192,14 @@ func TestGoSDKFailures(t *testing.T) {
 		{"error", "operator op: weir_process: no luck", &OperatorError{}},
 		{"exit", "operator op: weir_process: the module exited with code 3", &ExitError{}},
 		{"oom", "operator op: weir_process: ", nil},
+		{"loop", "operator op: weir_process: exceeded the 300ms call deadline", &DeadlineError{}},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
-			inst := instantiate(t, e, "op", wasm, Limits{MemoryBytes: 48 << 20}, InstanceConfig{Config: []byte(c.mode)})
+			lim := Limits{MemoryBytes: 48 << 20}
+			if c.mode == "loop" {
+				lim.CallTimeout = 300 * time.Millisecond
+			}
+			inst := instantiate(t, e, "op", wasm, lim, InstanceConfig{Config: []byte(c.mode)})
 			err := inst.Process(context.Background(), 0, in, newOut().emit)
 			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 				t.Fatalf("got %v, want %q", err, c.want)

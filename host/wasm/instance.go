@@ -67,7 +67,8 @@ type Instance struct {
 	cancel  context.CancelFunc
 
 	fnInput, fnInit, fnProcess, fnSnapshot, fnRestore api.Function
-	fnCheckpoint, fnEndOfInput                        api.Function // optional
+	fnCheckpoint, fnEndOfInput                        api.Function      // optional
+	interrupt                                         api.MutableGlobal // nil unless the module is instrumented
 	cursorAddr                                        uint32
 	hasCursor                                         bool
 	stack                                             [3]uint64
@@ -148,6 +149,15 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 	i.fnRestore = mod.ExportedFunction(abi.ExportRestore)
 	i.fnCheckpoint = mod.ExportedFunction(abi.ExportCheckpointComplete)
 	i.fnEndOfInput = mod.ExportedFunction(abi.ExportEndOfInput)
+	if m.instrumented {
+		g, ok := mod.ExportedGlobal(interruptExport).(api.MutableGlobal)
+		if !ok {
+			mod.Close(ctx)
+			cancel()
+			return nil, fmt.Errorf("operator %s: module %s lacks its interrupt global", name, m.name)
+		}
+		i.interrupt = g
+	}
 	m.engine.register(i)
 
 	if err := i.start(ctx, cfg.Config); err != nil {
@@ -362,6 +372,15 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 
 func (i *Instance) interruptForCaller() {
 	i.callerCanceled.Store(true)
+	i.stop()
+}
+
+// stop interrupts the running call: an instrumented module traps at its
+// next loop iteration; otherwise wazero sees the canceled context.
+func (i *Instance) stop() {
+	if i.interrupt != nil {
+		i.interrupt.Set(1)
+	}
 	i.cancel()
 }
 
@@ -377,7 +396,7 @@ func (i *Instance) watch(now time.Time) {
 	}
 	if now.Sub(i.wdSince) >= i.limits.CallTimeout && !i.timedOut.Load() {
 		i.timedOut.Store(true)
-		i.cancel()
+		i.stop()
 	}
 }
 

@@ -16,21 +16,27 @@ var wasmMagic = []byte{0x00, 'a', 's', 'm'}
 
 // checkModule runs every load-time check that needs no compilation.
 func checkModule(name string, b []byte, lim Limits) error {
+	_, err := inspectModule(name, b, lim)
+	return err
+}
+
+// inspectModule runs the checks of checkModule and returns what it parsed.
+func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 	verr := func(k Kind, format string, args ...any) error {
 		return &ValidationError{Module: name, Kind: k, Detail: fmt.Sprintf(format, args...)}
 	}
 	if len(b) < 4 || !bytes.Equal(b[:4], wasmMagic) {
-		return verr(KindNotWasm, "not a WebAssembly module (no \\0asm magic number)")
+		return nil, verr(KindNotWasm, "not a WebAssembly module (no \\0asm magic number)")
 	}
 	if len(b) < 8 {
-		return verr(KindMalformed, "truncated module (%d bytes)", len(b))
+		return nil, verr(KindMalformed, "truncated module (%d bytes)", len(b))
 	}
 	if v := uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24; v != 1 {
-		return verr(KindNotWasm, "not a WebAssembly core module (binary version %d, want 1)", v)
+		return nil, verr(KindNotWasm, "not a WebAssembly core module (binary version %d, want 1)", v)
 	}
 	m, err := parseModule(b)
 	if err != nil {
-		return &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
+		return nil, &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
 	}
 
 	exports := make(map[string]exportEntry, len(m.exports))
@@ -41,7 +47,7 @@ func checkModule(name string, b []byte, lim Limits) error {
 		if rest, ok := strings.CutPrefix(e.name, abi.VersionExportPrefix); ok {
 			n, err := strconv.Atoi(rest)
 			if err != nil || n < 1 {
-				return verr(KindABIVersion, "unknown ABI version marker %q (this host speaks %d)", e.name, abi.Version)
+				return nil, verr(KindABIVersion, "unknown ABI version marker %q (this host speaks %d)", e.name, abi.Version)
 			}
 			if n == abi.Version {
 				hasV1 = true
@@ -53,57 +59,57 @@ func checkModule(name string, b []byte, lim Limits) error {
 	marker := abi.VersionExportPrefix + strconv.Itoa(abi.Version)
 	if !hasV1 {
 		if len(versions) > 0 {
-			return verr(KindABIVersion, "unknown ABI version %d (this host speaks %d)", versions[0], abi.Version)
+			return nil, verr(KindABIVersion, "unknown ABI version %d (this host speaks %d)", versions[0], abi.Version)
 		}
-		return verr(KindMissingExport, "missing export %s (not a weir operator, or built for another ABI)", marker)
+		return nil, verr(KindMissingExport, "missing export %s (not a weir operator, or built for another ABI)", marker)
 	}
 	if _, ok := exports["_start"]; ok {
-		return verr(KindCommandModule, "exports _start: a WASI command module; build a reactor (-buildmode=c-shared, -mexec-model=reactor, --no-entry)")
+		return nil, verr(KindCommandModule, "exports _start: a WASI command module; build a reactor (-buildmode=c-shared, -mexec-model=reactor, --no-entry)")
 	}
 
 	for _, im := range m.imports {
 		if err := checkImport(m, im); err != "" {
-			return verr(KindImport, "import %s.%s not allowed: %s", im.module, im.name, err)
+			return nil, verr(KindImport, "import %s.%s not allowed: %s", im.module, im.name, err)
 		}
 	}
 
 	// Exports: memory, the version marker, then every function of the ABI.
 	mem, ok := exports[abi.ExportMemory]
 	if !ok {
-		return verr(KindMissingExport, "missing export %s", abi.ExportMemory)
+		return nil, verr(KindMissingExport, "missing export %s", abi.ExportMemory)
 	}
 	if mem.kind != kindMemory {
-		return verr(KindExportSignature, "export %s is not a memory", abi.ExportMemory)
+		return nil, verr(KindExportSignature, "export %s is not a memory", abi.ExportMemory)
 	}
 	if uint64(mem.index) >= uint64(len(m.memories)) {
-		return verr(KindMalformed, "export %s names memory %d, which the module does not define", abi.ExportMemory, mem.index)
+		return nil, verr(KindMalformed, "export %s names memory %d, which the module does not define", abi.ExportMemory, mem.index)
 	}
 	sigs := append([]abi.ExportSig{{Name: marker, Required: true}}, abi.Exports...)
 	for _, want := range sigs {
 		e, ok := exports[want.Name]
 		if !ok {
 			if want.Required {
-				return verr(KindMissingExport, "missing export %s", want.Name)
+				return nil, verr(KindMissingExport, "missing export %s", want.Name)
 			}
 			continue
 		}
 		if e.kind != kindFunc {
-			return verr(KindExportSignature, "export %s is not a function", want.Name)
+			return nil, verr(KindExportSignature, "export %s is not a function", want.Name)
 		}
 		got, ok := m.funcTypeOf(e.index)
 		if !ok {
-			return verr(KindMalformed, "export %s names function %d, which has no valid type", want.Name, e.index)
+			return nil, verr(KindMalformed, "export %s names function %d, which has no valid type", want.Name, e.index)
 		}
 		if got.params != want.Params || got.results != want.Results {
-			return verr(KindExportSignature, "export %s has type %s, want %s", want.Name, got, funcType{want.Params, want.Results})
+			return nil, verr(KindExportSignature, "export %s has type %s, want %s", want.Name, got, funcType{want.Params, want.Results})
 		}
 	}
 
 	minBytes := m.memories[mem.index].min * pageSize
 	if minBytes > lim.MemoryBytes {
-		return verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
+		return nil, verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
 	}
-	return nil
+	return m, nil
 }
 
 // checkImport returns why an import is not allowed, or "".

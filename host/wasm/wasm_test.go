@@ -268,3 +268,49 @@ func TestCallerCancel(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestUninstrumentedFallback runs the deadline and a normal call on a module
+// compiled without loop instrumentation, interrupted by wazero instead.
+func TestUninstrumentedFallback(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	m, err := e.Load(ctx, "mis", misbehave(t), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.instrumented {
+		t.Fatal("misbehave.wasm was not instrumented")
+	}
+	// Compile the original bytes in the terminating runtime, as compile does
+	// for a module it cannot instrument.
+	e.mu.Lock()
+	rt, err := e.runtimeFor(ctx, runtimeKey{pages: m.limits.pages(), terminate: true})
+	e.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := rt.r.CompileModule(ctx, misbehave(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := &Module{name: "plain", limits: Limits{CallTimeout: 200 * time.Millisecond}.withDefaults(), engine: e, compiled: cm, rt: rt}
+	for _, mode := range []string{"p", "l"} {
+		inst, err := plain.Instantiate(ctx, InstanceConfig{Config: []byte(mode)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = inst.Process(ctx, 0, batchOf(kv{"a", "b", 1}), newOut().emit)
+		switch mode {
+		case "p":
+			if err != nil {
+				t.Fatal(err)
+			}
+		case "l":
+			var de *DeadlineError
+			if !errors.As(err, &de) {
+				t.Fatalf("got %v", err)
+			}
+		}
+		inst.Close(ctx)
+	}
+}

@@ -5,6 +5,7 @@
 //	error   return an error "no luck"
 //	log     print to stdout and stderr and log through weir.Log, then pass through
 //	exit    os.Exit(3)
+//	loop    loop forever
 //	oom     allocate until the memory limit is hit
 //	ports   emit each record to ports 0 and 1
 //	bigstate  Process keeps every value; Snapshot writes 300 KiB per record
@@ -43,6 +44,10 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 		}
 	case "error":
 		return errors.New("no luck")
+	case "loop":
+		for n := 0; ; n++ {
+			o.state = append(o.state[:0], byte(n))
+		}
 	case "log":
 		fmt.Println("hello stdout")
 		fmt.Fprintln(os.Stderr, "hello stderr")

@@ -1,0 +1,349 @@
+package wasm
+
+import (
+	"fmt"
+)
+
+// Interrupting a running guest.
+//
+// wazero's own way (RuntimeConfig.WithCloseOnContextDone) makes compiled
+// code leave to Go at every loop iteration and starts a goroutine per call;
+// Go guests, whose functions are all loops, run 9x slower with it. Instead,
+// weir rewrites each module once, before compiling it, like an epoch check:
+// it adds a mutable i32 global, exported as interruptExport, and at the top
+// of every loop body inserts
+//
+//	global.get $interrupt
+//	if
+//	  unreachable
+//	end
+//
+// The watchdog sets the global to 1 to stop a call that overran its
+// deadline: the guest traps at its next loop iteration, which costs a load
+// and a branch per iteration. Code without loops finishes by itself (wasm
+// has no other backward jumps, and recursion ends in a stack overflow).
+// A module the rewriter cannot walk (an instruction it does not know) runs
+// with wazero's mechanism instead.
+
+// interruptExport names the added global.
+const interruptExport = "weir.interrupt"
+
+// errUninstrumentable says the rewriter met something it does not know.
+type errUninstrumentable struct{ reason string }
+
+func (e *errUninstrumentable) Error() string { return "cannot instrument: " + e.reason }
+
+func uninstrumentable(format string, args ...any) error {
+	return &errUninstrumentable{reason: fmt.Sprintf(format, args...)}
+}
+
+const (
+	secGlobal    = 6
+	secCode      = 10
+	secTag       = 13
+	secDataCount = 12
+)
+
+// instrument returns the module with loop checks and the interrupt global.
+// b has passed parseModule.
+func instrument(b []byte, m *moduleInfo) ([]byte, error) {
+	out := make([]byte, 0, len(b)+len(b)/8+64)
+	out = append(out, b[:8]...)
+	r := &reader{b: b, off: 8}
+	nGlobals := uint32(0)
+	for _, im := range m.imports {
+		if im.kind == kindGlobal {
+			nGlobals++
+		}
+	}
+	globalIdx := uint32(0)
+	haveGlobal := false
+	wroteGlobal := false
+	// First pass: count the defined globals.
+	{
+		r2 := &reader{b: b, off: 8}
+		for r2.off < len(b) {
+			id, _ := r2.byte()
+			size, _ := r2.u32()
+			body, err := r2.bytes(uint64(size))
+			if err != nil {
+				return nil, err
+			}
+			if id == secGlobal {
+				n, err := (&reader{b: body}).u32()
+				if err != nil {
+					return nil, err
+				}
+				nGlobals += n
+				haveGlobal = true
+			}
+		}
+	}
+	globalIdx = nGlobals
+	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b} // mut i32 = i32.const 0
+	for r.off < len(b) {
+		start := r.off
+		id, _ := r.byte()
+		size, _ := r.u32()
+		body, err := r.bytes(uint64(size))
+		if err != nil {
+			return nil, err
+		}
+		// A module without globals gets a global section before the first
+		// section that must follow it.
+		if !haveGlobal && !wroteGlobal && id != secCustom && id != secType && id != secImport && id != secFunction && id != 4 && id != secMemory && id != secTag {
+			out = appendSection(out, secGlobal, append([]byte{1}, newGlobal...))
+			wroteGlobal = true
+		}
+		switch id {
+		case secGlobal:
+			s := &reader{b: body}
+			n, _ := s.u32()
+			nb := appendULEB(nil, uint64(n)+1)
+			nb = append(nb, body[s.off:]...)
+			nb = append(nb, newGlobal...)
+			out = appendSection(out, secGlobal, nb)
+			wroteGlobal = true
+		case secExport:
+			s := &reader{b: body}
+			n, _ := s.u32()
+			nb := appendULEB(nil, uint64(n)+1)
+			nb = append(nb, body[s.off:]...)
+			nb = appendULEB(nb, uint64(len(interruptExport)))
+			nb = append(nb, interruptExport...)
+			nb = append(nb, 0x03) // global
+			nb = appendULEB(nb, uint64(globalIdx))
+			out = appendSection(out, secExport, nb)
+		case secCode:
+			nb, err := instrumentCode(body, globalIdx)
+			if err != nil {
+				return nil, err
+			}
+			out = appendSection(out, secCode, nb)
+		default:
+			out = append(out, b[start:r.off]...)
+		}
+	}
+	if !wroteGlobal {
+		return nil, uninstrumentable("no place for the interrupt global")
+	}
+	return out, nil
+}
+
+func appendSection(out []byte, id byte, body []byte) []byte {
+	out = append(out, id)
+	out = appendULEB(out, uint64(len(body)))
+	return append(out, body...)
+}
+
+func appendULEB(b []byte, v uint64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v != 0 {
+			b = append(b, c|0x80)
+			continue
+		}
+		return append(b, c)
+	}
+}
+
+func instrumentCode(body []byte, globalIdx uint32) ([]byte, error) {
+	check := []byte{0x23}
+	check = appendULEB(check, uint64(globalIdx))
+	check = append(check, 0x04, 0x40, 0x00, 0x0b) // if (empty) unreachable end
+	r := &reader{b: body}
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	out := appendULEB(make([]byte, 0, len(body)+len(body)/8), uint64(n))
+	var fb []byte
+	for i := uint32(0); i < n; i++ {
+		size, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		fn, err := r.bytes(uint64(size))
+		if err != nil {
+			return nil, err
+		}
+		fb, err = instrumentFunc(fb[:0], fn, check)
+		if err != nil {
+			return nil, fmt.Errorf("function %d: %w", i, err)
+		}
+		out = appendULEB(out, uint64(len(fb)))
+		out = append(out, fb...)
+	}
+	if r.off != len(body) {
+		return nil, uninstrumentable("code section has trailing bytes")
+	}
+	return out, nil
+}
+
+// instrumentFunc copies one function body, inserting check after every
+// loop instruction.
+func instrumentFunc(out, fn, check []byte) ([]byte, error) {
+	r := &reader{b: fn}
+	// locals
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	for range n {
+		if _, err := r.u32(); err != nil {
+			return nil, err
+		}
+		if _, err := r.byte(); err != nil {
+			return nil, err
+		}
+	}
+	copied := 0
+	for r.off < len(fn) {
+		op, _ := r.byte()
+		isLoop := op == 0x03
+		if err := skipImmediates(r, op); err != nil {
+			return nil, err
+		}
+		if isLoop {
+			out = append(out, fn[copied:r.off]...)
+			out = append(out, check...)
+			copied = r.off
+		}
+	}
+	return append(out, fn[copied:]...), nil
+}
+
+func (r *reader) sleb(maxBits uint) error {
+	_, err := r.uleb(maxBits + 7) // only skipping: any continuation pattern of that length
+	return err
+}
+
+func (r *reader) blockType() error {
+	c, err := r.byte()
+	if err != nil {
+		return err
+	}
+	if c == 0x40 || c&0x80 == 0 && c >= 0x40 {
+		return nil // empty or a value type
+	}
+	r.off--
+	return r.sleb(33) // a type index
+}
+
+func (r *reader) memarg() error {
+	align, err := r.u32()
+	if err != nil {
+		return err
+	}
+	if align&0x40 != 0 { // multi-memory: memory index
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+	}
+	_, err = r.uleb(64)
+	return err
+}
+
+// skipImmediates skips the immediates of the instruction with opcode op.
+func skipImmediates(r *reader, op byte) error {
+	var err error
+	u := func() { _, err = r.u32() }
+	switch {
+	case op == 0x02 || op == 0x03 || op == 0x04: // block loop if
+		return r.blockType()
+	case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0b || op == 0x0f || op == 0x1a || op == 0x1b || op == 0xd1:
+	case op == 0x0c || op == 0x0d || op == 0x10 || op == 0x12 || op == 0xd2 || op == 0x08 || op == 0x09:
+		u() // br br_if call return_call ref.func throw rethrow
+	case op == 0x0e: // br_table
+		var n uint32
+		if n, err = r.u32(); err != nil {
+			return err
+		}
+		for range n + 1 {
+			if u(); err != nil {
+				return err
+			}
+		}
+	case op == 0x11 || op == 0x13: // call_indirect return_call_indirect
+		if u(); err == nil {
+			u()
+		}
+	case op == 0x1c: // select t*
+		var n uint32
+		if n, err = r.u32(); err != nil {
+			return err
+		}
+		_, err = r.bytes(uint64(n))
+	case op >= 0x20 && op <= 0x26: // local/global/table get/set/tee
+		u()
+	case op >= 0x28 && op <= 0x3e: // loads and stores
+		err = r.memarg()
+	case op == 0x3f || op == 0x40: // memory.size memory.grow
+		u()
+	case op == 0x41:
+		err = r.sleb(32)
+	case op == 0x42:
+		err = r.sleb(64)
+	case op == 0x43:
+		_, err = r.bytes(4)
+	case op == 0x44:
+		_, err = r.bytes(8)
+	case op >= 0x45 && op <= 0xc4: // numeric
+	case op == 0xd0: // ref.null t
+		_, err = r.byte()
+	case op == 0xfc:
+		var sub uint32
+		if sub, err = r.u32(); err != nil {
+			return err
+		}
+		switch {
+		case sub <= 7:
+		case sub == 8 || sub == 12 || sub == 14: // memory.init table.init table.copy: two indices
+			if u(); err == nil {
+				u()
+			}
+		case sub == 10: // memory.copy
+			if u(); err == nil {
+				u()
+			}
+		case sub == 9 || sub == 11 || sub == 13 || sub == 15 || sub == 16 || sub == 17:
+			u()
+		default:
+			return uninstrumentable("unknown instruction 0xfc %d", sub)
+		}
+	case op == 0xfd:
+		var sub uint32
+		if sub, err = r.u32(); err != nil {
+			return err
+		}
+		switch {
+		case sub <= 11 || sub == 92 || sub == 93: // loads, stores
+			err = r.memarg()
+		case sub == 12 || sub == 13: // v128.const, i8x16.shuffle
+			_, err = r.bytes(16)
+		case sub >= 21 && sub <= 34: // extract/replace lane
+			_, err = r.byte()
+		case sub >= 84 && sub <= 91: // load/store lane
+			if err = r.memarg(); err == nil {
+				_, err = r.byte()
+			}
+		case sub <= 0x113: // the rest have no immediates
+		default:
+			return uninstrumentable("unknown instruction 0xfd %d", sub)
+		}
+	case op == 0xfe: // atomics
+		var sub uint32
+		if sub, err = r.u32(); err != nil {
+			return err
+		}
+		if sub == 0x03 {
+			_, err = r.byte()
+		} else {
+			err = r.memarg()
+		}
+	default:
+		return uninstrumentable("unknown opcode 0x%02x", op)
+	}
+	return err
+}
