@@ -247,3 +247,9 @@ func sortedCopy(s []string) []string {
 	sort.Strings(c)
 	return c
 }
+
+type bytesBuf struct{ b []byte }
+
+func (w *bytesBuf) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

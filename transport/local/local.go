@@ -55,6 +55,7 @@ type Channel struct {
 	sclosed  bool
 	rclosed  bool
 	capBytes int
+	waiting  int // Sends blocked for credit
 }
 
 // New returns the two ends of a new channel.
@@ -129,11 +130,17 @@ func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 			return nil
 		}
 		wait := c.credit
+		c.waiting++
 		c.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return ctx.Err()
+		}
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 }
@@ -197,6 +204,15 @@ func (s *Sender) Fail(err error) {
 	if fn != nil {
 		fn()
 	}
+}
+
+// Waiting returns the number of Sends blocked for credit: the sender is
+// backpressured.
+func (s *Sender) Waiting() int {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiting
 }
 
 // Queued returns the number of queued elements and their bytes.
