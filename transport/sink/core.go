@@ -1,0 +1,92 @@
+// Package sink writes a task's output records to NATS: a core subject
+// (at-most-once), a JetStream stream at-least-once (asynchronous publish,
+// acknowledgements awaited at every checkpoint), or a JetStream stream
+// exactly-once (output staged in the checkpoint and published when the
+// checkpoint completes, with deterministic message ids that JetStream
+// deduplicates).
+//
+// Every record becomes one NATS message: data = the record's value, the
+// Weir-Key header = its key (omitted when empty).
+package sink
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/weirhq/weir/abi"
+)
+
+// KeyHeader carries a record's key.
+const KeyHeader = "Weir-Key"
+
+// CoreGuarantee is the delivery guarantee of a core-subject sink.
+const CoreGuarantee = "at-most-once: core NATS subject (subscribers that are down or slow miss messages; a replay after recovery may repeat some)"
+
+// Core publishes records on a core NATS subject.
+type Core struct {
+	nc      *nats.Conn
+	subject string
+}
+
+// NewCore returns a sink that publishes on subject.
+func NewCore(nc *nats.Conn, subject string) (*Core, error) {
+	if subject == "" {
+		return nil, fmt.Errorf("core sink: empty subject")
+	}
+	return &Core{nc: nc, subject: subject}, nil
+}
+
+// Guarantee describes the sink's delivery guarantee for the job status.
+func (c *Core) Guarantee() string { return CoreGuarantee }
+
+// Write publishes every record of batch without waiting.
+func (c *Core) Write(ctx context.Context, batch []byte) error {
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return fmt.Errorf("core sink %s: %w", c.subject, err)
+	}
+	for it.Next() {
+		r := it.Record()
+		if len(r.Key) == 0 {
+			err = c.nc.Publish(c.subject, r.Value)
+		} else {
+			err = c.nc.PublishMsg(keyedMsg(c.subject, r))
+		}
+		if err != nil {
+			return fmt.Errorf("core sink %s: publish: %w", c.subject, err)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("core sink %s: %w", c.subject, err)
+	}
+	return nil
+}
+
+func keyedMsg(subject string, r abi.Record) *nats.Msg {
+	return &nats.Msg{Subject: subject, Data: r.Value, Header: nats.Header{KeyHeader: []string{string(r.Key)}}}
+}
+
+// PreCommit flushes the connection; a core sink stages nothing.
+func (c *Core) PreCommit(ctx context.Context, id int64) ([]byte, error) {
+	return nil, c.flush(ctx)
+}
+
+func (c *Core) flush(ctx context.Context) error {
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("core sink %s: flush: %w", c.subject, err)
+	}
+	return nil
+}
+
+// Commit does nothing.
+func (c *Core) Commit(ctx context.Context, id int64) error { return nil }
+
+// Recover does nothing.
+func (c *Core) Recover(ctx context.Context, id int64, state []byte) error { return nil }
+
+// EndOfInput flushes the connection.
+func (c *Core) EndOfInput(ctx context.Context) error { return c.flush(ctx) }
+
+// Close does nothing; the connection belongs to the caller.
+func (c *Core) Close() error { return nil }

@@ -1,0 +1,367 @@
+package sink
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+	"github.com/weirhq/weir/abi"
+)
+
+// ExactlyOnceGuarantee is the delivery guarantee of ExactlyOnce.
+const ExactlyOnceGuarantee = "exactly-once: JetStream, output published when its checkpoint completes, deduplicated by message id"
+
+// ErrDuplicateWindowTooShort is wrapped by the error that refuses a stream
+// whose duplicate window cannot cover a re-commit after recovery.
+var ErrDuplicateWindowTooShort = errors.New("stream duplicate window too short for exactly-once")
+
+// ErrMalformedState is wrapped when Recover is given bytes PreCommit did not
+// produce.
+var ErrMalformedState = errors.New("malformed exactly-once sink state")
+
+// MaxAtomicBatch is the largest atomic batch the server accepts by default.
+const MaxAtomicBatch = 1000
+
+// EndCheckpointID labels the output staged after the last checkpoint and
+// published at end of input.
+const EndCheckpointID = math.MaxInt64
+
+// ExactlyOnceConfig configures an exactly-once JetStream sink.
+type ExactlyOnceConfig struct {
+	// Stream is the stream that captures Subject; its duplicate window is
+	// checked and its AllowAtomicPublish decides the publish mode.
+	Stream string
+	// Subject is where records are published.
+	Subject string
+	// Job and Task make message ids unique: "<job>/<task>/<checkpoint>/<n>".
+	// They must stay the same across recoveries of the job.
+	Job, Task string
+	// MinDuplicateWindow is the shortest duplicate window the stream may
+	// have (see RequiredDuplicateWindow); 0 skips the check.
+	MinDuplicateWindow time.Duration
+	// Atomic selects the publish mode: "auto" (default: atomic batches when
+	// the stream allows them), "always" or "never".
+	Atomic string
+	// BatchSize is the number of messages per atomic batch (at most
+	// MaxAtomicBatch, the default).
+	BatchSize int
+}
+
+// RequiredDuplicateWindow is the duplicate window exactly-once needs: a
+// checkpoint's output may be published when the checkpoint completes and
+// published again after a recovery that restores that checkpoint or the
+// next one, which can be up to a checkpoint interval plus a checkpoint
+// timeout later, plus the time recovery itself takes.
+func RequiredDuplicateWindow(interval, timeout, recovery time.Duration) time.Duration {
+	return interval + timeout + recovery
+}
+
+// CheckDuplicateWindow fails with ErrDuplicateWindowTooShort when stream
+// keeps message ids for less than need.
+func CheckDuplicateWindow(ctx context.Context, js jetstream.JetStream, stream string, need time.Duration) (jetstream.StreamConfig, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return jetstream.StreamConfig{}, fmt.Errorf("exactly-once sink: stream %s: %w", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return jetstream.StreamConfig{}, fmt.Errorf("exactly-once sink: stream %s info: %w", stream, err)
+	}
+	if have := info.Config.Duplicates; need > 0 && have < need {
+		return info.Config, fmt.Errorf("%w: stream %s deduplicates message ids for %s, but a re-commit after recovery can come up to %s later (checkpoint interval + timeout + recovery); raise it, e.g. `nats stream edit %s --dupe-window %s`, or checkpoint more often",
+			ErrDuplicateWindowTooShort, stream, have, need, stream, need)
+	}
+	return info.Config, nil
+}
+
+type staged struct {
+	id    int64
+	batch []byte // abi record batch
+}
+
+// ExactlyOnce stages the records written between checkpoints n-1 and n as
+// part of checkpoint n (PreCommit returns them for the task's snapshot) and
+// publishes them only when checkpoint n completes (Commit), each with the
+// message id "<job>/<task>/<n>/<index>". A re-commit — after a crash
+// between the checkpoint's completion and the end of its commit — repeats
+// the same ids, and JetStream drops the duplicates. With AllowAtomicPublish
+// on the stream each chunk of up to 1000 messages becomes visible
+// atomically.
+type ExactlyOnce struct {
+	cfg    ExactlyOnceConfig
+	js     jetstream.JetStream
+	atomic bool
+	prefix string
+
+	cur    abi.Builder
+	staged []staged
+
+	mu     sync.Mutex
+	pubErr error
+}
+
+// NewExactlyOnce checks the stream (existence, duplicate window, atomic
+// publish) and returns the sink. Call it when the job starts: a stream with
+// a too-short duplicate window is refused with ErrDuplicateWindowTooShort.
+func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (*ExactlyOnce, error) {
+	if cfg.Subject == "" || cfg.Stream == "" || cfg.Job == "" || cfg.Task == "" {
+		return nil, errors.New("exactly-once sink: stream, subject, job and task are required")
+	}
+	if cfg.BatchSize <= 0 || cfg.BatchSize > MaxAtomicBatch {
+		cfg.BatchSize = MaxAtomicBatch
+	}
+	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/"}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+			s.mu.Lock()
+			if s.pubErr == nil {
+				s.pubErr = err
+			}
+			s.mu.Unlock()
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
+	}
+	s.js = js
+	scfg, err := CheckDuplicateWindow(ctx, js, cfg.Stream, cfg.MinDuplicateWindow)
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.Atomic {
+	case "", "auto":
+		s.atomic = scfg.AllowAtomicPublish
+	case "always":
+		if !scfg.AllowAtomicPublish {
+			return nil, fmt.Errorf("exactly-once sink: stream %s does not allow atomic publish (allow_atomic)", cfg.Stream)
+		}
+		s.atomic = true
+	case "never":
+	default:
+		return nil, fmt.Errorf("exactly-once sink: atomic mode %q, want auto, always or never", cfg.Atomic)
+	}
+	return s, nil
+}
+
+// Guarantee describes the sink's delivery guarantee for the job status.
+func (s *ExactlyOnce) Guarantee() string { return ExactlyOnceGuarantee }
+
+// Atomic reports whether commits use atomic batch publish.
+func (s *ExactlyOnce) Atomic() bool { return s.atomic }
+
+// Write stages the records of batch for the next checkpoint.
+func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+	}
+	for it.Next() {
+		s.cur.AddRecord(it.Record())
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+	}
+	return nil
+}
+
+// PreCommit closes the records written since the previous checkpoint into
+// checkpoint id and returns every staged, not yet committed checkpoint as
+// the state for the task's snapshot.
+func (s *ExactlyOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
+	if n := len(s.staged); n > 0 && s.staged[n-1].id >= id {
+		return nil, fmt.Errorf("exactly-once sink %s: checkpoint %d pre-committed after %d", s.cfg.Subject, id, s.staged[n-1].id)
+	}
+	if s.cur.Len() > 0 {
+		s.staged = append(s.staged, staged{id: id, batch: append([]byte(nil), s.cur.Bytes()...)})
+		s.cur.Reset()
+	}
+	return encodeState(s.staged), nil
+}
+
+// Commit publishes what was staged for every checkpoint up to id, in order.
+// It is idempotent.
+func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
+	n := 0
+	for n < len(s.staged) && s.staged[n].id <= id {
+		if err := s.commitOne(ctx, s.staged[n]); err != nil {
+			s.staged = s.staged[n:]
+			return err
+		}
+		n++
+	}
+	s.staged = append(s.staged[:0], s.staged[n:]...)
+	return nil
+}
+
+// Recover publishes (again) what state — the result of PreCommit(id) —
+// staged, and drops everything written or staged since.
+func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error {
+	st, err := decodeState(state)
+	if err != nil {
+		return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
+	}
+	s.cur.Reset()
+	s.staged = st
+	return s.Commit(ctx, id)
+}
+
+// EndOfInput publishes everything staged and the records written since the
+// last checkpoint (under EndCheckpointID).
+func (s *ExactlyOnce) EndOfInput(ctx context.Context) error {
+	if s.cur.Len() > 0 {
+		s.staged = append(s.staged, staged{id: EndCheckpointID, batch: append([]byte(nil), s.cur.Bytes()...)})
+		s.cur.Reset()
+	}
+	return s.Commit(ctx, EndCheckpointID)
+}
+
+// Close drops what is staged; it belongs to the task's snapshot.
+func (s *ExactlyOnce) Close() error { return nil }
+
+func (s *ExactlyOnce) msgID(ckpt int64, index int) string {
+	if ckpt == EndCheckpointID {
+		return s.prefix + "end/" + strconv.Itoa(index)
+	}
+	return s.prefix + strconv.FormatInt(ckpt, 10) + "/" + strconv.Itoa(index)
+}
+
+func (s *ExactlyOnce) msg(r abi.Record, id string) *nats.Msg {
+	h := nats.Header{jetstream.MsgIDHeader: []string{id}}
+	if len(r.Key) > 0 {
+		h[KeyHeader] = []string{string(r.Key)}
+	}
+	return &nats.Msg{Subject: s.cfg.Subject, Data: r.Value, Header: h}
+}
+
+func (s *ExactlyOnce) commitOne(ctx context.Context, st staged) error {
+	recs, err := abi.DecodeBatch(st.batch)
+	if err != nil {
+		return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, st.id, err)
+	}
+	if !s.atomic {
+		return s.publishAsync(ctx, st.id, 0, recs)
+	}
+	for first := 0; first < len(recs); first += s.cfg.BatchSize {
+		end := min(first+s.cfg.BatchSize, len(recs))
+		if err := s.publishAtomic(ctx, st.id, first, recs[first:end]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishAtomic publishes recs (indexes first...) as one atomic batch. A
+// batch that was committed before is refused as a whole for its duplicate
+// ids, which means it is already stored.
+func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, recs []abi.Record) error {
+	msgs := make([]*nats.Msg, len(recs))
+	for i, r := range recs {
+		msgs[i] = s.msg(r, s.msgID(ckpt, first+i))
+	}
+	_, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w", s.cfg.Subject, ckpt, first, first+len(recs)-1, err)
+	}
+	return nil
+}
+
+// publishAsync publishes recs with message ids and waits for every ack; a
+// duplicate is acknowledged as such, not refused.
+func (s *ExactlyOnce) publishAsync(ctx context.Context, ckpt int64, first int, recs []abi.Record) error {
+	for i, r := range recs {
+		if _, err := s.js.PublishMsgAsync(s.msg(r, s.msgID(ckpt, first+i))); err != nil {
+			return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, first+i, err)
+		}
+	}
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return fmt.Errorf("exactly-once sink %s: commit of checkpoint %d: %w", s.cfg.Subject, ckpt, ctx.Err())
+	}
+	s.mu.Lock()
+	err := s.pubErr
+	s.pubErr = nil
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("exactly-once sink %s: commit of checkpoint %d: %w", s.cfg.Subject, ckpt, err)
+	}
+	return nil
+}
+
+// State layout: "WEOS" version:u8 count:u32 (id:i64 len:u32 batch)*count.
+var stateMagic = []byte("WEOS")
+
+const stateVersion = 1
+
+func encodeState(st []staged) []byte {
+	size := len(stateMagic) + 5
+	for _, e := range st {
+		size += 12 + len(e.batch)
+	}
+	out := make([]byte, 0, size)
+	out = append(out, stateMagic...)
+	out = append(out, stateVersion)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(st)))
+	for _, e := range st {
+		out = binary.LittleEndian.AppendUint64(out, uint64(e.id))
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.batch)))
+		out = append(out, e.batch...)
+	}
+	return out
+}
+
+func decodeState(b []byte) ([]staged, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if len(b) < len(stateMagic)+5 || string(b[:4]) != string(stateMagic) {
+		return nil, fmt.Errorf("%w: bad header", ErrMalformedState)
+	}
+	if b[4] != stateVersion {
+		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, b[4])
+	}
+	n := binary.LittleEndian.Uint32(b[5:])
+	off := 9
+	if uint64(n)*12 > uint64(len(b)-off) {
+		return nil, fmt.Errorf("%w: count %d exceeds %d bytes", ErrMalformedState, n, len(b)-off)
+	}
+	out := make([]staged, 0, n)
+	var prev int64 = math.MinInt64
+	for i := uint32(0); i < n; i++ {
+		if len(b)-off < 12 {
+			return nil, fmt.Errorf("%w: entry %d header passes the end", ErrMalformedState, i)
+		}
+		id := int64(binary.LittleEndian.Uint64(b[off:]))
+		l := uint64(binary.LittleEndian.Uint32(b[off+8:]))
+		off += 12
+		if l > uint64(len(b)-off) {
+			return nil, fmt.Errorf("%w: entry %d of %d bytes passes the end", ErrMalformedState, i, l)
+		}
+		if id <= prev {
+			return nil, fmt.Errorf("%w: checkpoint ids not increasing at entry %d", ErrMalformedState, i)
+		}
+		prev = id
+		batch := b[off : off+int(l) : off+int(l)]
+		if _, err := abi.ValidateBatch(batch); err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %w", ErrMalformedState, i, err)
+		}
+		out = append(out, staged{id: id, batch: batch})
+		off += int(l)
+	}
+	if off != len(b) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformedState, len(b)-off)
+	}
+	return out, nil
+}

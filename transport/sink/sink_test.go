@@ -1,0 +1,272 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/embedded"
+)
+
+func startServer(t testing.TB) *embedded.Server {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+func connect(t testing.TB, srv *embedded.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// batchOf returns records with keys k<i%3> and values v<i> for i in [from,to).
+func batchOf(from, to int) []byte {
+	var b abi.Builder
+	for i := from; i < to; i++ {
+		b.Add([]byte("k"+strconv.Itoa(i%3)), []byte("v"+strconv.Itoa(i)), int64(i))
+	}
+	return append([]byte(nil), b.Bytes()...)
+}
+
+// streamValues reads every message of stream in order.
+func streamValues(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []string {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(info.State.Msgs)
+	if n == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for len(out) < n {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(m.Data()))
+		if k := m.Headers().Get(KeyHeader); k == "" {
+			t.Fatalf("message %q without key", m.Data())
+		}
+	}
+	return out
+}
+
+func wantValues(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, "v"+strconv.Itoa(i))
+	}
+	return out
+}
+
+func TestCoreSink(t *testing.T) {
+	srv := startServer(t)
+	nc, _ := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sub, err := nc.SubscribeSync("out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewCore(nc, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b abi.Builder
+	b.Add(nil, []byte("a"), 0)
+	b.Add([]byte("k"), []byte("b"), 0)
+	if err := s.Write(ctx, b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	m1, err := sub.NextMsg(5 * time.Second)
+	if err != nil || string(m1.Data) != "a" || m1.Header.Get(KeyHeader) != "" {
+		t.Fatalf("first %v %v", m1, err)
+	}
+	m2, err := sub.NextMsg(5 * time.Second)
+	if err != nil || string(m2.Data) != "b" || m2.Header.Get(KeyHeader) != "k" {
+		t.Fatalf("second %v %v", m2, err)
+	}
+}
+
+func TestAtLeastOnceSink(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewAtLeastOnce(nc, "out", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, batchOf(0, 500)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// After PreCommit returns, everything is stored.
+	if got := streamValues(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantValues(0, 500)) {
+		t.Fatalf("stored %d messages", len(got))
+	}
+	// A subject no stream captures fails the checkpoint.
+	bad, err := NewAtLeastOnce(nc, "nowhere", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Write(ctx, batchOf(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.PreCommit(ctx, 1); err == nil {
+		t.Fatal("PreCommit succeeded without a stream")
+	}
+}
+
+func TestDuplicateWindowRefused(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	need := RequiredDuplicateWindow(time.Minute, 10*time.Minute, time.Minute)
+	_, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", MinDuplicateWindow: need})
+	if !errors.Is(err, ErrDuplicateWindowTooShort) {
+		t.Fatalf("got %v", err)
+	}
+	t.Log(err)
+	if _, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", MinDuplicateWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Atomic: "always"}); err == nil {
+		t.Fatal("atomic mode accepted on a stream without allow_atomic")
+	}
+}
+
+// The exactly-once sink across crashes: between a checkpoint's completion
+// and its commit, and in the middle of a commit. The recovered sink
+// re-commits from the snapshot state and the stream holds every output
+// record once, in order.
+func TestExactlyOnceCrashBetweenCompletionAndCommit(t *testing.T) {
+	for _, atomic := range []bool{true, false} {
+		t.Run(fmt.Sprintf("atomic=%v", atomic), func(t *testing.T) {
+			srv := startServer(t)
+			nc, js := connect(t, srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "sink[0]", BatchSize: 100, MinDuplicateWindow: 5 * time.Minute}
+			open := func() *ExactlyOnce {
+				s, err := NewExactlyOnce(ctx, nc, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Atomic() != atomic {
+					t.Fatalf("atomic %v, want %v", s.Atomic(), atomic)
+				}
+				return s
+			}
+
+			// Checkpoint 1 completes and commits normally.
+			s := open()
+			must(t, s.Write(ctx, batchOf(0, 150)))
+			_, err := s.PreCommit(ctx, 1)
+			must(t, err)
+			must(t, s.Commit(ctx, 1))
+			if got := streamValues(t, ctx, js, "OUT"); len(got) != 150 {
+				t.Fatalf("after commit 1: %d messages", len(got))
+			}
+			// Checkpoint 2 completes, then the task crashes before Commit(2).
+			must(t, s.Write(ctx, batchOf(150, 300)))
+			state2, err := s.PreCommit(ctx, 2)
+			must(t, err)
+			must(t, s.Write(ctx, batchOf(300, 320))) // lost with the crash; replayed later
+			if got := streamValues(t, ctx, js, "OUT"); len(got) != 150 {
+				t.Fatalf("uncommitted output visible: %d messages", len(got))
+			}
+
+			// Recovery from checkpoint 2 re-commits its staged output.
+			s = open()
+			must(t, s.Recover(ctx, 2, state2))
+			// Replay after checkpoint 2; checkpoint 3 completes, and the task
+			// crashes in the middle of Commit(3): the first chunk is stored.
+			must(t, s.Write(ctx, batchOf(300, 560)))
+			state3, err := s.PreCommit(ctx, 3)
+			must(t, err)
+			recs, err := abi.DecodeBatch(s.staged[0].batch)
+			must(t, err)
+			if atomic {
+				must(t, s.publishAtomic(ctx, 3, 0, recs[:100]))
+			} else {
+				must(t, s.publishAsync(ctx, 3, 0, recs[:130]))
+			}
+			// Recover from checkpoint 3: the whole of 3 is committed again.
+			s = open()
+			must(t, s.Recover(ctx, 3, state3))
+			// Recovering a second time from the same state is harmless too.
+			s = open()
+			must(t, s.Recover(ctx, 3, state3))
+			must(t, s.Write(ctx, batchOf(560, 600)))
+			must(t, s.EndOfInput(ctx))
+
+			got := streamValues(t, ctx, js, "OUT")
+			if fmt.Sprint(got) != fmt.Sprint(wantValues(0, 600)) {
+				t.Fatalf("stream holds %d messages, want v0..v599 once each in order:\n%v", len(got), got)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	st := []staged{{id: 1, batch: batchOf(0, 3)}, {id: 5, batch: abi.EmptyBatch}}
+	got, err := decodeState(encodeState(st))
+	if err != nil || len(got) != 2 || got[1].id != 5 || string(got[0].batch) != string(st[0].batch) {
+		t.Fatalf("%v %v", got, err)
+	}
+	if _, err := decodeState([]byte("WEOS\x01\xff\xff\xff\xff")); !errors.Is(err, ErrMalformedState) {
+		t.Fatalf("got %v", err)
+	}
+}
