@@ -1,0 +1,320 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// injector arms one-shot faults that the hooks fire at the next chance.
+type injector struct {
+	trap    atomic.Bool // the next Process of an operator fails like a trap
+	failPut atomic.Bool // the next checkpoint write fails
+	fired   atomic.Int64
+}
+
+type faultyOperator struct {
+	host.Operator
+	inj *injector
+}
+
+func (o faultyOperator) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	if o.inj.trap.CompareAndSwap(true, false) {
+		o.inj.fired.Add(1)
+		return errors.New("injected trap: wasm error: unreachable")
+	}
+	return o.Operator.Process(ctx, port, batch, emit)
+}
+
+type faultyStore struct {
+	host.Store
+	inj *injector
+}
+
+func (s faultyStore) Put(ctx context.Context, key string, r io.Reader) error {
+	if s.inj.failPut.CompareAndSwap(true, false) {
+		s.inj.fired.Add(1)
+		return errors.New("injected checkpoint storage failure")
+	}
+	return s.Store.Put(ctx, key, r)
+}
+
+func (inj *injector) hooks() *worker.Hooks {
+	return &worker.Hooks{
+		Operator: func(_, _ string, op host.Operator) host.Operator { return faultyOperator{op, inj} },
+		Store:    func(_, _ string, s host.Store) host.Store { return faultyStore{s, inj} },
+	}
+}
+
+const e2eKeys = 16
+
+// TestExactlyOnceUnderFailures runs JetStream → keyed running count (the Go
+// wordcount guest, parallelism 2 behind a key partitioner, on two workers so
+// channels cross NATS) → exactly-once JetStream sink, and injects failures
+// at random points: an operator trap, a worker crash (its tasks canceled and
+// its heartbeats gone), a checkpoint-storage write failure and a NATS server
+// restart that drops every connection. Afterwards the sink must hold, per
+// key, the counts 1..n exactly once (at-least-once: no gap).
+func TestExactlyOnceUnderFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end failure injection: skipped in -short")
+	}
+	wasmBytes := guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount")
+	modPath := filepath.Join(t.TempDir(), "wordcount.wasm")
+	if err := os.WriteFile(modPath, wasmBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	modes := []struct {
+		name, checkpointing string
+		exact               bool
+	}{
+		{"aligned", "mode: exactly-once", true},
+		{"unaligned", "mode: unaligned", true},
+		{"aligned-timeout", "mode: exactly-once\n  aligned-timeout: 1ms", true},
+		{"at-least-once", "mode: at-least-once", false},
+	}
+	total := 0
+	for i, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			total += runFailureScenario(t, modPath, m.checkpointing, m.exact, uint64(i+1))
+		})
+	}
+	t.Logf("injected %d failures in all", total)
+}
+
+func runFailureScenario(t *testing.T, modPath, checkpointing string, exact bool, seed uint64) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	inj := &injector{}
+	dir := t.TempDir()
+	hb := 100 * time.Millisecond
+	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer main.Close()
+	startWorker := func(id string) *Node {
+		n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: main.Server.ClientURL()}, Workers: 1, WorkerID: id,
+			CheckpointStore: StoreDir, DataDir: dir, HeartbeatInterval: hb, Hooks: inj.hooks()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	w2 := startWorker("w2")
+	defer func() { w2.Close() }()
+
+	js := main.JS
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute})
+
+	spec := fmt.Sprintf(`name: counts
+sources:
+  - {name: in, kind: jetstream, stream: IN}
+operators:
+  - name: count
+    module: %s
+    parallelism: 2
+    inputs: [{from: in, partition: key}]
+sinks:
+  - {name: out, kind: jetstream, stream: OUT, subject: out, guarantee: exactly-once, input: {from: count}}
+checkpointing:
+  %s
+  interval: 150ms
+  timeout: 10s
+restart:
+  strategy: fixed-delay
+  delay: 100ms
+  attempts: 100
+`, modPath, checkpointing)
+	s, err := jobspec.Parse("counts.yaml", []byte(spec), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := main.API.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+
+	sent := map[string]int{}
+	publish := func(n int) {
+		for i := 0; i < n; i++ {
+			k := fmt.Sprintf("k%02d", rng.IntN(e2eKeys))
+			sent[k]++
+			msg := nats.NewMsg("in." + k)
+			msg.Header.Set("Weir-Key", k)
+			msg.Data = []byte(k)
+			if _, err := js.PublishMsgAsync(msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal("publish timed out")
+		}
+	}
+	progress := func(what string) {
+		// Wait until a checkpoint completes after the fault, which needs
+		// the job running again.
+		st, _ := main.API.Job(ctx, "counts")
+		from := st.LatestCheckpoint
+		waitUntil(t, ctx, what, func() bool {
+			st, err := main.API.Job(ctx, "counts")
+			return err == nil && st.State == control.JobRunning && st.LatestCheckpoint > from
+		})
+	}
+	faults := []struct {
+		name string
+		do   func()
+	}{
+		{"operator trap", func() { inj.trap.Store(true) }},
+		{"checkpoint storage write failure", func() { inj.failPut.Store(true) }},
+		{"worker crash", func() { w2.Close(); w2 = startWorker("w3") }},
+		{"NATS server restart", func() {
+			if err := main.Server.Restart(); err != nil {
+				t.Fatalf("restart NATS: %v", err)
+			}
+		}},
+	}
+	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
+	publish(300)
+	progress("first checkpoint")
+	for _, f := range faults {
+		publish(100 + rng.IntN(300))
+		time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+		t.Logf("injecting %s", f.name)
+		f.do()
+		progress("recovery after " + f.name)
+	}
+	publish(200)
+	want := 0
+	for _, n := range sent {
+		want += n
+	}
+	counts := readCounts(t, ctx, js, want, exact)
+	for k, n := range sent {
+		got := counts[k]
+		if exact {
+			if len(got) != n {
+				t.Errorf("key %s: %d outputs, want exactly %d: %v", k, len(got), n, summarize(got))
+				continue
+			}
+			for i, c := range got {
+				if c != i+1 {
+					t.Errorf("key %s: counts %v, want 1..%d with no gap or repeat", k, summarize(got), n)
+					break
+				}
+			}
+		} else {
+			seen := map[int]bool{}
+			for _, c := range got {
+				seen[c] = true
+			}
+			for c := 1; c <= n; c++ {
+				if !seen[c] {
+					t.Errorf("key %s: count %d missing (at-least-once must not lose)", k, c)
+					break
+				}
+			}
+		}
+	}
+	st, _ := main.API.Job(ctx, "counts")
+	t.Logf("%d records, %d keys, %d restarts, latest checkpoint %d", want, len(sent), st.Restarts, st.LatestCheckpoint)
+	if st.Restarts == 0 {
+		t.Errorf("no restart happened: the faults were not injected")
+	}
+	return len(faults)
+}
+
+func summarize(c []int) string {
+	if len(c) <= 12 {
+		return fmt.Sprint(c)
+	}
+	return fmt.Sprintf("%v … %v", c[:6], c[len(c)-6:])
+}
+
+// readCounts waits until OUT holds want messages (exact) or at least want
+// (at-least-once), then returns every key's counts in stream order.
+func readCounts(t *testing.T, ctx context.Context, js jetstream.JetStream, want int, exact bool) map[string][]int {
+	t.Helper()
+	stream, err := js.Stream(ctx, "OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := func() int {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return -1
+		}
+		return int(info.State.Msgs)
+	}
+	waitUntil(t, ctx, fmt.Sprintf("%d outputs", want), func() bool { return msgs() >= want })
+	// Give a duplicate time to show up: two more checkpoints.
+	time.Sleep(500 * time.Millisecond)
+	if n := msgs(); exact && n != want {
+		t.Errorf("OUT holds %d messages, want exactly %d", n, want)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string][]int{}
+	n := msgs()
+	for i := 0; i < n; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("read OUT message %d of %d: %v", i, n, err)
+		}
+		k := m.Headers().Get("Weir-Key")
+		c, err := strconv.Atoi(string(m.Data()))
+		if err != nil {
+			t.Fatalf("OUT message %q: %v", m.Data(), err)
+		}
+		counts[k] = append(counts[k], c)
+	}
+	for k := range counts {
+		if !exact {
+			sort.Ints(counts[k])
+		}
+	}
+	return counts
+}
+
+func mustStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) {
+	t.Helper()
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatalf("create stream %s: %v", cfg.Name, err)
+	}
+}
+
+func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

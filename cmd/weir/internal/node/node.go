@@ -1,0 +1,290 @@
+// Package node assembles a weir process: NATS (the embedded server, or an
+// existing one by URL), the coordinator's job manager, and workers — in any
+// combination, all talking through the same NATS control subjects. `weir
+// up`, `weir run`, `weir worker` and the end-to-end tests start one.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/job"
+	"github.com/weirhq/weir/coordinator/registry"
+	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/wasm"
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// Store kinds for checkpoint storage.
+const (
+	// StoreDir keeps checkpoints in DataDir/checkpoints: one machine only.
+	StoreDir = "dir"
+	// StoreJetStream keeps checkpoint state in a JetStream object store and
+	// metadata in a KV bucket: shared by every worker of a cluster.
+	StoreJetStream = "jetstream"
+)
+
+// Options configure a node.
+type Options struct {
+	// DataDir holds the embedded server's JetStream store, local
+	// checkpoints and spill files. Required unless NATS is set and the
+	// store is JetStream.
+	DataDir string
+	// NATS, if set, connects to an existing server or cluster instead of
+	// starting the embedded one.
+	NATS *natsconn.Options
+	// Host and Port of the embedded server (default 127.0.0.1:4222; -1 picks
+	// a free port).
+	Host string
+	Port int
+	// Coordinator runs the job manager in this process.
+	Coordinator bool
+	// Workers is the number of in-process workers.
+	Workers int
+	// WorkerID names the first worker (default "<hostname>-<pid>").
+	WorkerID string
+	// CheckpointStore is StoreDir or StoreJetStream; default StoreDir with
+	// the embedded server, StoreJetStream with an external one.
+	CheckpointStore string
+	// HeartbeatTimeout declares a silent worker lost (0 = default).
+	HeartbeatTimeout time.Duration
+	// HeartbeatInterval of the workers (0 = default).
+	HeartbeatInterval time.Duration
+	// Log receives everything the node logs.
+	Log *slog.Logger
+	// Hooks wrap the workers' task parts (tests only).
+	Hooks *worker.Hooks
+	// Store, if set, replaces the checkpoint store (tests only).
+	Store host.Store
+	// CacheDir is the wasm compilation cache ("" = the user cache dir).
+	CacheDir string
+}
+
+// Node is a running weir process.
+type Node struct {
+	// Server is the embedded server, nil with an external one.
+	Server *embedded.Server
+	// Conn is the node's NATS connection.
+	Conn *nats.Conn
+	// JS is JetStream on Conn.
+	JS jetstream.JetStream
+	// API calls the job API (of this node's coordinator or another's).
+	API *control.APIClient
+	// Manager is the coordinator's job manager, nil unless Coordinator.
+	Manager *job.Manager
+	// Workers are the in-process workers.
+	Workers []*worker.Worker
+	// Registry is the module registry.
+	Registry *registry.Registry
+
+	engine *wasm.Engine
+	cancel context.CancelFunc
+	done   chan struct{}
+	errs   chan error
+}
+
+// URL is where clients reach the node's NATS.
+func (n *Node) URL() string { return n.Conn.ConnectedUrl() }
+
+// Start starts a node and returns once its coordinator and workers listen.
+func Start(ctx context.Context, opts Options) (n *Node, err error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n = &Node{done: make(chan struct{}), errs: make(chan error, 1+opts.Workers)}
+	defer func() {
+		if err != nil {
+			n.closeResources()
+		}
+	}()
+	if opts.NATS == nil {
+		if opts.DataDir == "" {
+			return nil, errors.New("node: a data directory is required for the embedded server")
+		}
+		port := opts.Port
+		if port == 0 {
+			port = 4222
+		}
+		srv, err := embedded.Start(embedded.Config{Host: opts.Host, Port: port, DataDir: filepath.Join(opts.DataDir, "nats")})
+		if err != nil {
+			return nil, fmt.Errorf("start embedded NATS: %w", err)
+		}
+		n.Server = srv
+		if n.Conn, err = srv.Connect(nats.Name("weir")); err != nil {
+			return nil, fmt.Errorf("connect to embedded NATS: %w", err)
+		}
+	} else {
+		if n.Conn, err = natsconn.Connect(*opts.NATS); err != nil {
+			return nil, err
+		}
+	}
+	if n.JS, err = jetstream.New(n.Conn); err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	n.API = control.NewAPIClient(n.Conn, "")
+	if n.Registry, err = registry.Open(ctx, n.JS, registry.DefaultBucket); err != nil {
+		return nil, fmt.Errorf("module registry: %w", err)
+	}
+	kind := opts.CheckpointStore
+	if kind == "" {
+		kind = StoreDir
+		if opts.NATS != nil {
+			kind = StoreJetStream
+		}
+	}
+	var state, meta storage.Store
+	switch kind {
+	case StoreDir:
+		if opts.DataDir == "" {
+			return nil, errors.New("node: the dir checkpoint store needs a data directory")
+		}
+		d, err := storage.NewDir(filepath.Join(opts.DataDir, "checkpoints"))
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint store: %w", err)
+		}
+		state, meta = d, d
+	case StoreJetStream:
+		if state, err = storage.NewObjectStore(ctx, n.JS, "weir-checkpoints"); err != nil {
+			return nil, fmt.Errorf("checkpoint store: %w", err)
+		}
+		if meta, err = storage.NewKV(ctx, n.JS, "weir-checkpoint-meta"); err != nil {
+			return nil, fmt.Errorf("checkpoint metadata store: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("node: unknown checkpoint store %q (want %s or %s)", kind, StoreDir, StoreJetStream)
+	}
+	var taskStore host.Store = state
+	if opts.Store != nil {
+		taskStore = opts.Store
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	var pending []<-chan struct{}
+	running := 0
+	if opts.Coordinator {
+		n.Manager = job.New(job.Options{
+			NC:               n.Conn,
+			Catalog:          &checkpoint.Catalog{Meta: meta, State: state, Log: log},
+			Registry:         n.Registry,
+			HeartbeatTimeout: opts.HeartbeatTimeout,
+			Log:              log.With("component", "coordinator"),
+		})
+		ready := make(chan struct{})
+		pending = append(pending, ready)
+		running++
+		go func() { n.errs <- n.Manager.Run(runCtx, ready) }()
+	}
+	if opts.Workers > 0 {
+		if n.engine, err = wasm.NewEngine(wasm.Config{CacheDir: opts.CacheDir}); err != nil {
+			return nil, fmt.Errorf("wasm engine: %w", err)
+		}
+		spill := ""
+		if opts.DataDir != "" {
+			spill = filepath.Join(opts.DataDir, "spill")
+			if err := os.MkdirAll(spill, 0o755); err != nil {
+				return nil, fmt.Errorf("spill dir: %w", err)
+			}
+		}
+		for i := 0; i < opts.Workers; i++ {
+			id := opts.WorkerID
+			if id == "" {
+				h, _ := os.Hostname()
+				id = fmt.Sprintf("%s-%d", h, os.Getpid())
+			}
+			if i > 0 {
+				id = fmt.Sprintf("%s-%d", id, i)
+			}
+			w, err := worker.New(worker.Config{
+				ID: id, Conn: n.Conn, Engine: n.engine, Store: taskStore,
+				Modules: ModuleSource(n.Registry), SpillDir: spill,
+				HeartbeatInterval: opts.HeartbeatInterval, Log: log, Hooks: opts.Hooks,
+			})
+			if err != nil {
+				return nil, err
+			}
+			n.Workers = append(n.Workers, w)
+			ready := make(chan struct{})
+			pending = append(pending, ready)
+			running++
+			go func() { n.errs <- w.Run(runCtx, ready) }()
+		}
+	}
+	go func() {
+		for i := 0; i < running; i++ {
+			if e := <-n.errs; e != nil {
+				log.Error("node component stopped", "err", e)
+			}
+		}
+		close(n.done)
+	}()
+	for _, ch := range pending {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-n.done:
+			return nil, errors.New("node: a component stopped while starting")
+		}
+	}
+	return n, nil
+}
+
+// ModuleSource resolves a module reference through the registry (or a
+// local file path) and checks its digest.
+func ModuleSource(reg *registry.Registry) worker.ModuleSource {
+	return func(ctx context.Context, m control.Module) ([]byte, error) {
+		ref := m.Ref
+		if m.Digest != "" {
+			ref = "sha256:" + m.Digest
+		}
+		data, _, err := registry.Resolve(ctx, reg, ref)
+		if err != nil && m.Digest != "" {
+			// A local file has no registry entry: fall back to the path.
+			data, _, err = registry.Resolve(ctx, reg, m.Ref)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.Digest != "" && registry.Digest(data) != m.Digest {
+			return nil, fmt.Errorf("module %s changed: digest %s, the job was submitted with %s", m.Ref, registry.Digest(data), m.Digest)
+		}
+		return data, nil
+	}
+}
+
+// Close stops the coordinator and the workers (canceling their tasks),
+// then closes NATS and the embedded server.
+func (n *Node) Close() {
+	if n.cancel != nil {
+		n.cancel()
+		<-n.done
+	}
+	n.closeResources()
+}
+
+func (n *Node) closeResources() {
+	if n.engine != nil {
+		_ = n.engine.Close(context.Background())
+	}
+	if n.Conn != nil {
+		n.Conn.Close()
+	}
+	if n.Server != nil {
+		n.Server.Shutdown()
+	}
+}

@@ -1,0 +1,75 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
+)
+
+// RecoveryAllowance is the time a recovery may take on top of a checkpoint
+// interval and timeout before an exactly-once sink re-commits; the sink's
+// stream must deduplicate message ids for at least their sum.
+const RecoveryAllowance = time.Minute
+
+func (b *builder) source(pt plan.Task) (host.Source, error) {
+	var spec *jobspec.Source
+	for i := range b.d.Spec.Sources {
+		if b.d.Spec.Sources[i].Name == pt.Vertex {
+			spec = &b.d.Spec.Sources[i]
+		}
+	}
+	if spec == nil {
+		return nil, fmt.Errorf("source %s is not in the spec", pt.Vertex)
+	}
+	switch spec.Kind {
+	case jobspec.KindNATS:
+		cfg := source.CoreConfig{Subject: spec.Subject}
+		if pt.Parallelism > 1 {
+			cfg.Queue = "weir." + b.d.Job + "." + pt.Vertex
+		}
+		return source.NewCore(b.w.cfg.Conn, cfg)
+	case jobspec.KindJetStream:
+		cfg := source.JetStreamConfig{Stream: spec.Stream, Parallelism: pt.Parallelism, Index: pt.Index}
+		filter := spec.Filter
+		if filter == "" {
+			filter = spec.Subject
+		}
+		if filter != "" {
+			cfg.FilterSubjects = []string{filter}
+		}
+		return source.NewJetStream(b.w.js, cfg)
+	}
+	return nil, fmt.Errorf("source %s: unknown kind %q", spec.Name, spec.Kind)
+}
+
+func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
+	var spec *jobspec.Sink
+	for i := range b.d.Spec.Sinks {
+		if b.d.Spec.Sinks[i].Name == pt.Vertex {
+			spec = &b.d.Spec.Sinks[i]
+		}
+	}
+	if spec == nil {
+		return nil, fmt.Errorf("sink %s is not in the spec", pt.Vertex)
+	}
+	if spec.Kind == jobspec.KindNATS || spec.Guarantee == jobspec.AtMostOnce {
+		return sink.NewCore(b.w.cfg.Conn, spec.Subject)
+	}
+	if spec.Guarantee == jobspec.AtLeastOnce {
+		return sink.NewAtLeastOnce(b.w.cfg.Conn, spec.Subject, 0)
+	}
+	ck := b.d.Spec.Checkpointing
+	return sink.NewExactlyOnce(ctx, b.w.cfg.Conn, sink.ExactlyOnceConfig{
+		Stream:             spec.Stream,
+		Subject:            spec.Subject,
+		Job:                b.d.Job,
+		Task:               pt.ID,
+		MinDuplicateWindow: sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, RecoveryAllowance),
+	})
+}

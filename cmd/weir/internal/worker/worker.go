@@ -1,0 +1,510 @@
+// Package worker runs a job's tasks on one machine: it speaks the worker side
+// of the coordinator's control protocol (coordinator/control), turns each
+// deployed plan into host tasks — JetStream or core-NATS sources, wasm
+// operators, NATS sinks — wires them with in-process channels when both ends
+// run here and NATS channels otherwise, and relays checkpoint triggers,
+// completions and the tasks' acknowledgements and failures.
+//
+// It is the one place that knows every part of weir (host, host/wasm,
+// transport, coordinator/control), which is why it lives under cmd.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/barrier"
+	"github.com/weirhq/weir/host/partition"
+	"github.com/weirhq/weir/host/wasm"
+	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/remote"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// DefaultDataPrefix starts the subjects of remote channels.
+const DefaultDataPrefix = "weir.data"
+
+// ModuleSource fetches the bytes of an operator's module.
+type ModuleSource func(ctx context.Context, m control.Module) ([]byte, error)
+
+// Config configures a Worker.
+type Config struct {
+	// ID names the worker; it must be unique among the workers of a cluster.
+	ID string
+	// Conn is the NATS connection for control, channels, sources and sinks.
+	Conn *nats.Conn
+	// Engine runs the operators' modules.
+	Engine *wasm.Engine
+	// Store holds task snapshots; every worker of a cluster must reach the
+	// same store (a local directory only works for one machine).
+	Store host.Store
+	// Modules fetches module bytes.
+	Modules ModuleSource
+	// ControlPrefix is the control subjects' prefix ("" = default).
+	ControlPrefix string
+	// DataPrefix is the remote channels' subject prefix ("" = default).
+	DataPrefix string
+	// SpillDir holds alignment spill files ("" = the system temp dir).
+	SpillDir string
+	// HeartbeatInterval (0 = control's default).
+	HeartbeatInterval time.Duration
+	// ChannelCapacity bounds the bytes queued on one in-process channel (0 =
+	// 1 MiB); remote channels use their own window.
+	ChannelCapacity int
+	// Log receives the worker's and the operators' log lines.
+	Log *slog.Logger
+	// Hooks, if set, lets tests wrap what the worker builds (fault
+	// injection).
+	Hooks *Hooks
+}
+
+// Hooks let tests wrap the parts of a task. Every function may be nil.
+type Hooks struct {
+	Operator func(job, task string, op host.Operator) host.Operator
+	Store    func(job, task string, s host.Store) host.Store
+	Sink     func(job, task string, s host.Sink) host.Sink
+}
+
+// Worker runs tasks for the coordinator.
+type Worker struct {
+	cfg Config
+	js  jetstream.JetStream
+	log *slog.Logger
+	ctl *control.Worker
+
+	mu   sync.Mutex
+	jobs map[string]*attempt // by job name
+}
+
+// New returns a worker; call Run.
+func New(cfg Config) (*Worker, error) {
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if cfg.Conn == nil || cfg.Engine == nil || cfg.Store == nil || cfg.Modules == nil {
+		return nil, errors.New("worker: Conn, Engine, Store and Modules are required")
+	}
+	if cfg.DataPrefix == "" {
+		cfg.DataPrefix = DefaultDataPrefix
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: jetstream: %w", cfg.ID, err)
+	}
+	w := &Worker{cfg: cfg, js: js, log: cfg.Log.With("worker", cfg.ID), jobs: map[string]*attempt{}}
+	w.ctl = control.NewWorker(cfg.Conn, cfg.ID, w, control.WorkerOptions{
+		Prefix: cfg.ControlPrefix, HeartbeatInterval: cfg.HeartbeatInterval, Tasks: w.taskRefs,
+	})
+	return w, nil
+}
+
+// ID returns the worker's ID.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Run serves the coordinator until ctx is done, then stops every task.
+// ready, if not nil, is closed once the worker listens.
+func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
+	err := w.ctl.Run(ctx, ready)
+	w.mu.Lock()
+	jobs := make([]*attempt, 0, len(w.jobs))
+	for _, a := range w.jobs {
+		jobs = append(jobs, a)
+	}
+	w.jobs = map[string]*attempt{}
+	w.mu.Unlock()
+	for _, a := range jobs {
+		a.stop()
+	}
+	return err
+}
+
+func (w *Worker) taskRefs() []control.TaskRef {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var refs []control.TaskRef
+	for _, a := range w.jobs {
+		for _, id := range a.taskIDs {
+			refs = append(refs, control.TaskRef{Job: a.job, Attempt: a.n, Task: id})
+		}
+	}
+	return refs
+}
+
+// attempt is one deployed job attempt on this worker.
+type attempt struct {
+	job     string
+	n       int
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	tasks   map[string]*host.Task
+	taskIDs []string
+	sources []string
+}
+
+func (a *attempt) stop() {
+	a.cancel()
+	a.wg.Wait()
+}
+
+func (w *Worker) current(job string, n int) *attempt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a := w.jobs[job]
+	if a == nil || a.n != n {
+		return nil
+	}
+	return a
+}
+
+// Deploy sets up the tasks of d assigned to this worker and starts them.
+func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
+	w.mu.Lock()
+	old := w.jobs[d.Job]
+	delete(w.jobs, d.Job)
+	w.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	if d.Plan == nil || d.Spec == nil {
+		return fmt.Errorf("worker %s: deploy of %s without plan or spec", w.cfg.ID, d.Job)
+	}
+	b := &builder{w: w, d: d, senders: map[string]stream.Sender{}, receivers: map[string]stream.Receiver{}}
+	tasks, err := b.build(ctx)
+	if err != nil {
+		b.closeAll()
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks}
+	for id := range tasks {
+		a.taskIDs = append(a.taskIDs, id)
+		if t, _ := d.Plan.Task(id); t.Kind == plan.Source {
+			a.sources = append(a.sources, id)
+		}
+	}
+	sort.Strings(a.taskIDs)
+	w.mu.Lock()
+	w.jobs[d.Job] = a
+	w.mu.Unlock()
+	for _, id := range a.taskIDs {
+		t := tasks[id]
+		ref := control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: id}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			_ = w.ctl.Running(runCtx, ref)
+			err := t.Run(runCtx)
+			switch {
+			case err == nil:
+				_ = w.ctl.Finished(context.Background(), ref)
+			case runCtx.Err() != nil:
+				// canceled: the coordinator knows.
+			default:
+				// The task reported its failure through the listener.
+				w.log.Warn("task failed", "job", d.Job, "attempt", d.Attempt, "task", id, "err", err)
+			}
+		}()
+	}
+	w.log.Info("deployed", "job", d.Job, "attempt", d.Attempt, "tasks", len(tasks))
+	return nil
+}
+
+// Cancel stops the tasks of a job attempt.
+func (w *Worker) Cancel(ctx context.Context, c control.Cancel) error {
+	w.mu.Lock()
+	a := w.jobs[c.Job]
+	if a != nil && (c.Attempt == 0 || a.n == c.Attempt) {
+		delete(w.jobs, c.Job)
+	} else {
+		a = nil
+	}
+	w.mu.Unlock()
+	if a != nil {
+		a.stop()
+		w.log.Info("canceled", "job", c.Job, "attempt", a.n, "reason", c.Reason)
+	}
+	return nil
+}
+
+// Trigger starts a checkpoint at the listed source tasks.
+func (w *Worker) Trigger(ctx context.Context, t control.Trigger) error {
+	a := w.current(t.Job, t.Attempt)
+	if a == nil {
+		return fmt.Errorf("worker %s: job %s attempt %d is not running here", w.cfg.ID, t.Job, t.Attempt)
+	}
+	typ := stream.Checkpoint
+	if t.Savepoint {
+		typ = stream.Savepoint
+	}
+	b := stream.Barrier{ID: t.CheckpointID, Timestamp: t.Timestamp, Type: typ}
+	for _, id := range t.Tasks {
+		task := a.tasks[id]
+		if task == nil {
+			return fmt.Errorf("worker %s: no task %s of job %s here", w.cfg.ID, id, t.Job)
+		}
+		task.TriggerCheckpoint(b)
+	}
+	return nil
+}
+
+// Complete tells every task of the attempt that a checkpoint completed.
+func (w *Worker) Complete(ctx context.Context, c control.Complete) error {
+	a := w.current(c.Job, c.Attempt)
+	if a == nil {
+		return nil
+	}
+	for _, t := range a.tasks {
+		t.NotifyCheckpointComplete(c.CheckpointID)
+	}
+	return nil
+}
+
+// Abort is informational: staged sink output of an aborted checkpoint is
+// committed with the next completed one.
+func (w *Worker) Abort(ctx context.Context, a control.Abort) error { return nil }
+
+// listener relays task outcomes to the coordinator.
+type listener struct {
+	w       *control.Worker
+	job     string
+	attempt int
+}
+
+func (l listener) ref(task string) control.TaskRef {
+	return control.TaskRef{Job: l.job, Attempt: l.attempt, Task: task}
+}
+
+func (l listener) Acknowledge(ctx context.Context, task string, id int64, handle string, metrics map[string]int64) error {
+	return l.w.Ack(ctx, l.ref(task), id, handle, metrics)
+}
+
+func (l listener) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
+	return l.w.Decline(ctx, l.ref(task), id, kind, reason)
+}
+
+func (l listener) Failed(ctx context.Context, task string, reason string) error {
+	return l.w.Failed(ctx, l.ref(task), reason)
+}
+
+// Mode maps a job's checkpointing mode to the task's barrier handling.
+func Mode(c jobspec.Checkpointing) barrier.Mode {
+	switch c.Mode {
+	case jobspec.ModeAtLeastOnce:
+		return barrier.AtLeastOnce
+	case jobspec.ModeUnaligned:
+		return barrier.Unaligned
+	}
+	if c.AlignedTimeout > 0 {
+		return barrier.AlignedTimeout
+	}
+	return barrier.Aligned
+}
+
+// builder turns a Deploy into tasks.
+type builder struct {
+	w         *Worker
+	d         control.Deploy
+	senders   map[string]stream.Sender
+	receivers map[string]stream.Receiver
+	closers   []func()
+}
+
+func (b *builder) here(task string) bool { return b.d.Assignment[task] == b.w.cfg.ID }
+
+func (b *builder) closeAll() {
+	for _, s := range b.senders {
+		_ = s.Close()
+	}
+	for _, r := range b.receivers {
+		_ = r.Close()
+	}
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+func (b *builder) channels() error {
+	mine := map[string]bool{}
+	for _, id := range b.d.Tasks {
+		mine[id] = true
+	}
+	for _, c := range b.d.Plan.Channels {
+		from, to := mine[c.From], mine[c.To]
+		if !from && !to {
+			continue
+		}
+		name := fmt.Sprintf("%s -> %s", c.From, c.To)
+		if from && to {
+			s, r := local.New(local.Options{Name: name, CapacityBytes: b.w.cfg.ChannelCapacity})
+			b.senders[c.ID], b.receivers[c.ID] = s, r
+			continue
+		}
+		cfg := remote.Config{Channel: name,
+			Subject: fmt.Sprintf("%s.%s.a%d.%s", b.w.cfg.DataPrefix, b.d.Job, b.d.Attempt, c.ID)}
+		if from {
+			s, err := remote.NewSender(b.w.cfg.Conn, cfg)
+			if err != nil {
+				return fmt.Errorf("channel %s: %w", name, err)
+			}
+			b.senders[c.ID] = s
+		} else {
+			r, err := remote.NewReceiver(b.w.cfg.Conn, cfg)
+			if err != nil {
+				return fmt.Errorf("channel %s: %w", name, err)
+			}
+			b.receivers[c.ID] = r
+		}
+	}
+	return nil
+}
+
+func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
+	if err := b.channels(); err != nil {
+		return nil, fmt.Errorf("job %s: %w", b.d.Job, err)
+	}
+	tasks := map[string]*host.Task{}
+	for _, id := range b.d.Tasks {
+		pt, ok := b.d.Plan.Task(id)
+		if !ok {
+			return nil, fmt.Errorf("job %s: no task %s in the plan", b.d.Job, id)
+		}
+		t, err := b.task(ctx, pt)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: task %s: %w", b.d.Job, pt.DisplayName(), err)
+		}
+		tasks[id] = t
+	}
+	return tasks, nil
+}
+
+func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
+	spec := b.d.Spec
+	cfg := host.Config{
+		Name: pt.ID,
+		Checkpointing: host.Checkpointing{
+			Mode:             Mode(spec.Checkpointing),
+			AlignmentTimeout: spec.Checkpointing.AlignedTimeout,
+			SpillDir:         b.w.cfg.SpillDir,
+		},
+		Store:     b.w.cfg.Store,
+		KeyPrefix: b.d.Job + "/",
+		Listener:  listener{w: b.w.ctl, job: b.d.Job, attempt: b.d.Attempt},
+	}
+	if h := b.w.cfg.Hooks; h != nil && h.Store != nil {
+		cfg.Store = h.Store(b.d.Job, pt.ID, cfg.Store)
+	}
+	if r := b.d.Restore; r != nil {
+		cfg.Restore = r.Handles[pt.ID]
+	}
+	for port, chs := range pt.Inputs {
+		for _, ch := range chs {
+			r := b.receivers[ch]
+			if r == nil {
+				return nil, fmt.Errorf("input channel %s was not set up", ch)
+			}
+			cfg.Inputs = append(cfg.Inputs, host.Input{Port: port, Receiver: r})
+		}
+	}
+	for _, out := range pt.Outputs {
+		p, err := partition.New(partitionKind(out.Partition))
+		if err != nil {
+			return nil, err
+		}
+		o := host.Output{Partitioner: p}
+		for _, ch := range out.Channels {
+			s := b.senders[ch]
+			if s == nil {
+				return nil, fmt.Errorf("output channel %s was not set up", ch)
+			}
+			o.Senders = append(o.Senders, s)
+		}
+		cfg.Outputs = append(cfg.Outputs, o)
+	}
+	switch pt.Kind {
+	case plan.Source:
+		src, err := b.source(pt)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Source = src
+	case plan.Operator:
+		op, err := b.operator(ctx, pt)
+		if err != nil {
+			return nil, err
+		}
+		b.closers = append(b.closers, func() { _ = op.Close(context.Background()) })
+		if h := b.w.cfg.Hooks; h != nil && h.Operator != nil {
+			op = h.Operator(b.d.Job, pt.ID, op)
+		}
+		cfg.Operator = op
+	case plan.Sink:
+		sk, err := b.sink(ctx, pt)
+		if err != nil {
+			return nil, err
+		}
+		if h := b.w.cfg.Hooks; h != nil && h.Sink != nil {
+			sk = h.Sink(b.d.Job, pt.ID, sk)
+		}
+		cfg.Sink = sk
+	}
+	return host.New(cfg)
+}
+
+// partitionKind maps the job spec's partition names to host/partition's.
+func partitionKind(p string) string {
+	if p == jobspec.KeyHash {
+		return "key-hash"
+	}
+	return p
+}
+
+func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, error) {
+	var spec *jobspec.Operator
+	for i := range b.d.Spec.Operators {
+		if b.d.Spec.Operators[i].Name == pt.Vertex {
+			spec = &b.d.Spec.Operators[i]
+		}
+	}
+	if spec == nil {
+		return nil, fmt.Errorf("operator %s is not in the spec", pt.Vertex)
+	}
+	mod, ok := b.d.Modules[pt.Vertex]
+	if !ok {
+		mod = control.Module{Ref: spec.Module}
+	}
+	code, err := b.w.cfg.Modules(ctx, mod)
+	if err != nil {
+		return nil, fmt.Errorf("module %s: %w", mod.Ref, err)
+	}
+	lim := wasm.Limits{CallTimeout: spec.Limits.Timeout}
+	if spec.Limits.Memory > 0 {
+		lim.MemoryBytes = uint64(spec.Limits.Memory)
+	}
+	m, err := b.w.cfg.Engine.Load(ctx, spec.Name, code, lim)
+	if err != nil {
+		return nil, err
+	}
+	return m.Instantiate(ctx, wasm.InstanceConfig{
+		Name:    pt.DisplayName(),
+		Config:  spec.Config,
+		Outputs: max(len(pt.Outputs), 1),
+		Logger:  b.w.log.With("job", b.d.Job, "task", pt.ID),
+	})
+}
