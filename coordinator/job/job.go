@@ -1,0 +1,409 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
+)
+
+type evKind int
+
+const (
+	evFailure evKind = iota + 1
+	evFinished
+	evCancel
+)
+
+type jobEvent struct {
+	kind    evKind
+	attempt int
+	task    string
+	reason  string
+}
+
+// job is one submitted job; run is its goroutine.
+type job struct {
+	m       *Manager
+	spec    *jobspec.Spec
+	plan    *plan.Plan
+	modules map[string]control.Module
+	runner  *checkpoint.Runner
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	initial *checkpoint.Metadata
+
+	mu       sync.Mutex
+	st       control.JobStatus
+	assign   map[string]string // task → worker
+	finished map[string]bool
+	queue    []jobEvent
+	wake     chan struct{}
+	// consecutive counts restarts since the last completed checkpoint.
+	consecutive int
+}
+
+func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]control.Module, machine *checkpoint.Machine, from *checkpoint.Metadata) *job {
+	ctx, cancel := context.WithCancel(m.ctx)
+	now := time.Now().UTC()
+	j := &job{m: m, spec: spec, plan: p, modules: mods, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		initial: from, wake: make(chan struct{}, 1),
+		st: control.JobStatus{Name: spec.Name, State: control.JobCreated, Submitted: now, Updated: now}}
+	j.runner = checkpoint.NewRunner(machine, m.opts.Catalog, j, checkpoint.RunnerOptions{Log: m.log.With("job", spec.Name)})
+	return j
+}
+
+func (j *job) status() control.JobStatus {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	st := j.st
+	st.Assignment = make(map[string]string, len(j.assign))
+	for k, v := range j.assign {
+		st.Assignment[k] = v
+	}
+	return st
+}
+
+func (j *job) setState(s control.JobState, reason string) {
+	j.mu.Lock()
+	j.st.State = s
+	if reason != "" {
+		j.st.Reason = reason
+	}
+	j.st.Updated = time.Now().UTC()
+	j.mu.Unlock()
+	j.m.log.Info("job state", "job", j.spec.Name, "state", s, "reason", reason)
+}
+
+func (j *job) push(e jobEvent) {
+	j.mu.Lock()
+	j.queue = append(j.queue, e)
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (j *job) attempt() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.st.Attempt
+}
+
+// event handles a task event from the control protocol.
+func (j *job) event(e control.Event) {
+	if e.Attempt != j.attempt() {
+		return // from an attempt that is over
+	}
+	switch e.Type {
+	case control.EventAck:
+		j.runner.Ack(e.Task, e.CheckpointID, e.Handle, e.Metrics)
+	case control.EventDecline:
+		j.runner.Decline(e.Task, e.CheckpointID, e.Kind, e.Reason)
+	case control.EventFailed:
+		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task,
+			reason: fmt.Sprintf("task %s failed: %s", e.Task, e.Reason)})
+	case control.EventFinished:
+		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
+	}
+}
+
+func (j *job) workerLost(id string) {
+	j.mu.Lock()
+	hit := false
+	for _, w := range j.assign {
+		if w == id {
+			hit = true
+			break
+		}
+	}
+	attempt := j.st.Attempt
+	j.mu.Unlock()
+	if hit {
+		j.push(jobEvent{kind: evFailure, attempt: attempt, reason: fmt.Sprintf("worker %s lost", id)})
+	}
+}
+
+// workers returns the workers of the current attempt, sorted.
+func (j *job) workers() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	set := map[string]bool{}
+	for _, w := range j.assign {
+		set[w] = true
+	}
+	out := make([]string, 0, len(set))
+	for w := range set {
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// run is the job's goroutine: deploy, wait for the end or a failure, fail
+// over, repeat.
+func (j *job) run() {
+	defer close(j.done)
+	defer j.cancel()
+	restore := j.initial
+	for {
+		reason := j.deploy(restore)
+		if reason == "" {
+			var done bool
+			done, reason = j.wait()
+			if done {
+				return
+			}
+		}
+		if j.ctx.Err() != nil {
+			j.stopTasks("coordinator shutting down")
+			return
+		}
+		// Fail over.
+		j.setState(control.JobRestarting, reason)
+		j.runner.Stop(reason)
+		j.stopTasks(reason)
+		j.mu.Lock()
+		j.consecutive++
+		n := j.consecutive
+		j.st.Restarts++
+		j.mu.Unlock()
+		rs := j.spec.Restart
+		if rs.Strategy == jobspec.RestartNone || n > rs.Attempts {
+			j.setState(control.JobFailed, fmt.Sprintf("%s (after %d restart attempts)", reason, n-1))
+			return
+		}
+		if !j.sleep(rs.RestartDelay(n)) {
+			return
+		}
+		md, err := j.runner.LatestValid(j.ctx)
+		if err != nil {
+			j.m.log.Warn("reading checkpoints failed", "job", j.spec.Name, "err", err)
+		}
+		if md == nil && j.initial != nil {
+			md = j.initial
+		}
+		restore = md
+	}
+}
+
+// sleep waits d before a restart; it returns false when the job was
+// canceled meanwhile (its state set) or the coordinator stops.
+func (j *job) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if j.takeCancel() {
+				j.setState(control.JobCanceled, "")
+				return false
+			}
+			return true
+		case <-j.ctx.Done():
+			return false
+		case <-j.wake:
+			if j.takeCancel() {
+				j.setState(control.JobCanceled, "")
+				return false
+			}
+		}
+	}
+}
+
+// takeCancel drains the queue and reports whether a cancel was in it.
+func (j *job) takeCancel() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, e := range j.queue {
+		if e.kind == evCancel {
+			j.queue = nil
+			return true
+		}
+	}
+	j.queue = nil
+	return false
+}
+
+// deploy starts the next attempt; it returns a failure reason or "".
+func (j *job) deploy(restore *checkpoint.Metadata) string {
+	live := j.m.ctl.LiveWorkers()
+	deadline := time.Now().Add(j.m.opts.WorkerWait)
+	for len(live) == 0 && time.Now().Before(deadline) {
+		select {
+		case <-j.ctx.Done():
+			return "coordinator shutting down"
+		case <-time.After(50 * time.Millisecond):
+		}
+		live = j.m.ctl.LiveWorkers()
+	}
+	assignment, err := plan.Assign(j.plan, live)
+	if err != nil {
+		return err.Error()
+	}
+	j.mu.Lock()
+	j.st.Attempt++
+	attempt := j.st.Attempt
+	j.assign = map[string]string{}
+	for w, tasks := range assignment {
+		for _, t := range tasks {
+			j.assign[t] = w
+		}
+	}
+	all := make(map[string]string, len(j.assign))
+	for k, v := range j.assign {
+		all[k] = v
+	}
+	j.finished = map[string]bool{}
+	j.queue = nil
+	j.st.RestoredFrom = 0
+	var rst *control.Restore
+	if restore != nil {
+		rst = restore.Restore()
+		j.st.RestoredFrom = restore.ID
+	}
+	j.mu.Unlock()
+	j.runner.Start(j.plan.TaskIDs())
+	ws := make([]string, 0, len(assignment))
+	for w := range assignment {
+		ws = append(ws, w)
+	}
+	sort.Strings(ws)
+	for _, w := range ws {
+		ctx, cancel := context.WithTimeout(j.ctx, j.m.opts.DeployTimeout)
+		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Spec: j.spec, Plan: j.plan,
+			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst})
+		cancel()
+		if err != nil {
+			return fmt.Sprintf("deploy to worker %s: %v", w, err)
+		}
+	}
+	j.setState(control.JobRunning, "")
+	return ""
+}
+
+// wait runs until the attempt ends: done is true when the job reached a
+// terminal state, else reason says why it must fail over.
+func (j *job) wait() (done bool, reason string) {
+	for {
+		select {
+		case <-j.ctx.Done():
+			return false, "coordinator shutting down"
+		case <-j.wake:
+		}
+		j.mu.Lock()
+		q := j.queue
+		j.queue = nil
+		attempt := j.st.Attempt
+		j.mu.Unlock()
+		for _, e := range q {
+			switch e.kind {
+			case evCancel:
+				j.runner.Stop("job canceled")
+				j.stopTasks("job canceled")
+				j.setState(control.JobCanceled, "")
+				return true, ""
+			case evFailure:
+				if e.attempt == attempt {
+					return false, e.reason
+				}
+			case evFinished:
+				if e.attempt != attempt {
+					continue
+				}
+				j.mu.Lock()
+				j.finished[e.task] = true
+				all := len(j.finished) == len(j.plan.Tasks)
+				j.mu.Unlock()
+				if all {
+					j.runner.Stop("job finished")
+					j.setState(control.JobFinished, "")
+					return true, ""
+				}
+			}
+		}
+	}
+}
+
+// stopTasks tells every worker of the attempt to cancel it (best effort).
+func (j *job) stopTasks(reason string) {
+	attempt := j.attempt()
+	ctx := context.WithoutCancel(j.ctx)
+	for _, w := range j.workers() {
+		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+		if err := j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: attempt, Reason: reason}); err != nil {
+			j.m.log.Warn("cancel on worker failed", "job", j.spec.Name, "worker", w, "err", err)
+		}
+		cancel()
+	}
+}
+
+// Trigger implements checkpoint.Effects: it triggers the source tasks,
+// grouped by worker.
+func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
+	j.mu.Lock()
+	attempt := j.st.Attempt
+	byWorker := map[string][]string{}
+	for _, task := range j.plan.SourceTasks() {
+		w := j.assign[task]
+		byWorker[w] = append(byWorker[w], task)
+	}
+	j.mu.Unlock()
+	ws := make([]string, 0, len(byWorker))
+	for w := range byWorker {
+		ws = append(ws, w)
+	}
+	sort.Strings(ws)
+	for _, w := range ws {
+		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+		err := j.m.ctl.Trigger(c, w, control.Trigger{Job: j.spec.Name, Attempt: attempt, CheckpointID: t.ID,
+			Timestamp: t.Timestamp.UnixMilli(), Savepoint: t.Savepoint, Tasks: byWorker[w]})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("trigger checkpoint %d on worker %s: %w", t.ID, w, err)
+		}
+	}
+	return nil
+}
+
+// Notify implements checkpoint.Effects: every worker of the attempt learns
+// that checkpoint id completed (sinks commit).
+func (j *job) Notify(ctx context.Context, id int64) {
+	j.mu.Lock()
+	j.consecutive = 0
+	if id > j.st.LatestCheckpoint {
+		j.st.LatestCheckpoint = id
+	}
+	attempt := j.st.Attempt
+	j.mu.Unlock()
+	for _, w := range j.workers() {
+		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+		if err := j.m.ctl.Complete(c, w, control.Complete{Job: j.spec.Name, Attempt: attempt, CheckpointID: id}); err != nil {
+			j.m.log.Warn("notify checkpoint complete failed", "job", j.spec.Name, "worker", w, "checkpoint", id, "err", err)
+		}
+		cancel()
+	}
+}
+
+// Abort implements checkpoint.Effects.
+func (j *job) Abort(ctx context.Context, id int64, reason string) {
+	attempt := j.attempt()
+	for _, w := range j.workers() {
+		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+		_ = j.m.ctl.Abort(c, w, control.Abort{Job: j.spec.Name, Attempt: attempt, CheckpointID: id, Reason: reason})
+		cancel()
+	}
+}
+
+// Fail implements checkpoint.Effects: too many checkpoint failures.
+func (j *job) Fail(reason string) {
+	j.push(jobEvent{kind: evFailure, attempt: j.attempt(), reason: reason})
+}

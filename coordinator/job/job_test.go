@@ -1,0 +1,438 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/transport/embedded"
+)
+
+// fleet is a set of fake workers that speak the real control protocol: on
+// a trigger, every task of the attempt acks from the worker it runs on, as
+// if barriers had flowed through the job.
+type fleet struct {
+	t     *testing.T
+	nc    *nats.Conn
+	store storage.Store
+	mu    sync.Mutex
+	ws    map[string]*fakeWorker
+	all   []*fakeWorker
+	acks  sync.WaitGroup // ackAll goroutines
+}
+
+// wait waits until every worker stopped and every ack was sent.
+func (f *fleet) wait() {
+	f.mu.Lock()
+	all := f.all
+	f.mu.Unlock()
+	for _, w := range all {
+		w.stop()
+		<-w.done
+	}
+	f.acks.Wait()
+}
+
+type fakeWorker struct {
+	f      *fleet
+	id     string
+	client *control.Worker
+	stop   context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	deploys  []control.Deploy
+	cancels  []control.Cancel
+	complete []int64
+	current  map[string]control.Deploy // job → running attempt
+}
+
+func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
+	w := &fakeWorker{f: f, id: id, current: map[string]control.Deploy{}, done: make(chan struct{})}
+	w.client = control.NewWorker(f.nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond})
+	wctx, cancel := context.WithCancel(ctx)
+	w.stop = cancel
+	ready := make(chan struct{})
+	go func() { defer close(w.done); _ = w.client.Run(wctx, ready) }()
+	<-ready
+	f.mu.Lock()
+	f.ws[id] = w
+	f.all = append(f.all, w)
+	f.mu.Unlock()
+	return w
+}
+
+// kill stops a worker's heartbeats and subscriptions, like a crash.
+func (w *fakeWorker) kill() {
+	w.stop()
+	<-w.done
+	w.f.mu.Lock()
+	delete(w.f.ws, w.id)
+	w.f.mu.Unlock()
+}
+
+func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deploys = append(w.deploys, d)
+	if strings.HasPrefix(d.Job, "doomed") {
+		return errors.New("module traps in weir_init")
+	}
+	w.current[d.Job] = d
+	return nil
+}
+
+func (w *fakeWorker) Cancel(_ context.Context, c control.Cancel) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cancels = append(w.cancels, c)
+	if d, ok := w.current[c.Job]; ok && d.Attempt == c.Attempt {
+		delete(w.current, c.Job)
+	}
+	return nil
+}
+
+func (w *fakeWorker) Trigger(_ context.Context, t control.Trigger) error {
+	w.mu.Lock()
+	d, ok := w.current[t.Job]
+	w.mu.Unlock()
+	if !ok || d.Attempt != t.Attempt {
+		return fmt.Errorf("job %s attempt %d not running here", t.Job, t.Attempt)
+	}
+	w.f.acks.Add(1)
+	go func() { defer w.f.acks.Done(); w.f.ackAll(d, t) }()
+	return nil
+}
+
+func (w *fakeWorker) Complete(_ context.Context, c control.Complete) error {
+	w.mu.Lock()
+	w.complete = append(w.complete, c.CheckpointID)
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *fakeWorker) Abort(context.Context, control.Abort) error { return nil }
+
+func (w *fakeWorker) lastDeploy(job string) control.Deploy {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.deploys) - 1; i >= 0; i-- {
+		if w.deploys[i].Job == job {
+			return w.deploys[i]
+		}
+	}
+	return control.Deploy{}
+}
+
+func (f *fleet) ackAll(d control.Deploy, t control.Trigger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for task, wid := range d.Assignment {
+		f.mu.Lock()
+		w := f.ws[wid]
+		f.mu.Unlock()
+		if w == nil {
+			continue // a dead worker acks nothing
+		}
+		key := checkpoint.StateKey(d.Job, t.CheckpointID, task)
+		if err := f.store.Put(ctx, key, strings.NewReader("state")); err != nil {
+			return
+		}
+		_ = w.client.Ack(ctx, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task}, t.CheckpointID, key,
+			map[string]int64{control.MetricSnapshotBytes: 5, control.MetricAlignmentNanos: 1000})
+	}
+}
+
+type env struct {
+	api   *control.APIClient
+	fleet *fleet
+	dir   string
+	mgr   *Manager
+}
+
+func setup(t *testing.T, ctx context.Context) *env {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	dir := t.TempDir()
+	st, err := storage.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st},
+		HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
+	ready := make(chan struct{})
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-ready
+	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
+	t.Cleanup(f.wait)
+	return &env{api: control.NewAPIClient(nc, ""), fleet: f, dir: dir, mgr: mgr}
+}
+
+func spec(t *testing.T, name, extra string) *jobspec.Spec {
+	t.Helper()
+	s, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
+sources: [{name: in, kind: jetstream, stream: IN, parallelism: 2}]
+operators:
+  - {name: count, module: count@1, parallelism: 2, inputs: [{from: in, partition: key}]}
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+`+extra), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitFor polls the job's status until cond holds.
+func waitFor(t *testing.T, ctx context.Context, e *env, job string, what string, cond func(control.JobStatus) bool) control.JobStatus {
+	t.Helper()
+	for {
+		st, err := e.api.Job(ctx, job)
+		if err == nil && cond(st) {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: timed out waiting for %s; last status %+v (%v)", job, what, st, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func TestFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	for len(e.mgr.Control().LiveWorkers()) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := spec(t, "wc", "checkpointing: {interval: 30ms, retained: 2}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); !errors.Is(err, control.ErrConflict) {
+		t.Errorf("second submit of a running job = %v, want ErrConflict", err)
+	}
+	st := waitFor(t, ctx, e, "wc", "two checkpoints", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 2 })
+	if st.State != control.JobRunning || st.Attempt != 1 || len(st.Assignment) != 5 {
+		t.Fatalf("status %+v", st)
+	}
+	if d := w1.lastDeploy("wc"); len(d.Tasks) != 3 || d.Restore != nil || d.Plan == nil || d.Spec.Name != "wc" {
+		t.Errorf("w1 deploy %+v", d)
+	}
+
+	// 1. A task fails: every worker cancels attempt 1, attempt 2 restores
+	// from a checkpoint at least as new as the latest one seen.
+	latest := st.LatestCheckpoint
+	if err := w2.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-1"}, "trap in weir_process"); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
+	if st.Restarts != 1 || !strings.Contains(st.Reason, "count-1 failed: trap in weir_process") {
+		t.Errorf("after failover %+v", st)
+	}
+	d := w1.lastDeploy("wc")
+	if d.Attempt != 2 || d.Restore == nil || d.Restore.CheckpointID < latest || len(d.Restore.Handles) != 5 {
+		t.Errorf("attempt 2 deploy restore %+v (latest was %d)", d.Restore, latest)
+	}
+	for _, w := range []*fakeWorker{w1, w2} {
+		w.mu.Lock()
+		if len(w.cancels) == 0 || w.cancels[0].Attempt != 1 {
+			t.Errorf("%s cancels %+v", w.id, w.cancels)
+		}
+		w.mu.Unlock()
+	}
+
+	// 2. A worker dies: its heartbeats stop, the job moves to w1 alone.
+	cp := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(s control.JobStatus) bool { return s.LatestCheckpoint > st.RestoredFrom })
+	w2.kill()
+	st = waitFor(t, ctx, e, "wc", "attempt 3", func(st control.JobStatus) bool { return st.Attempt == 3 && st.State == control.JobRunning })
+	if !strings.Contains(st.Reason, "worker w2 lost") {
+		t.Errorf("reason %q", st.Reason)
+	}
+	for task, w := range st.Assignment {
+		if w != "w1" {
+			t.Errorf("task %s on %s after w2 was lost", task, w)
+		}
+	}
+	if d := w1.lastDeploy("wc"); d.Restore == nil || d.Restore.CheckpointID < cp.LatestCheckpoint || len(d.Tasks) != 5 {
+		t.Errorf("attempt 3 deploy %+v", d.Restore)
+	}
+
+	// 3. Savepoint, history, completion notifications, cancel.
+	waitFor(t, ctx, e, "wc", "a checkpoint in attempt 3", func(s control.JobStatus) bool { return s.LatestCheckpoint > st.RestoredFrom })
+	sp, err := e.api.Savepoint(ctx, "wc")
+	if err != nil || !sp.Savepoint || sp.Status != control.CheckpointCompleted || sp.Size != 25 {
+		t.Fatalf("savepoint %+v %v", sp, err)
+	}
+	cps, err := e.api.Checkpoints(ctx, "wc")
+	if err != nil || len(cps) < 3 {
+		t.Fatalf("checkpoints %d %v", len(cps), err)
+	}
+	completed := 0
+	for _, c := range cps {
+		if c.Status == control.CheckpointCompleted {
+			completed++
+			if c.Alignment != time.Microsecond || c.Acked != 5 || len(c.Tasks) != 5 {
+				t.Errorf("checkpoint info %+v", c)
+			}
+		}
+	}
+	if completed < 3 { // retained 2 + the savepoint
+		t.Errorf("%d completed checkpoints in history", completed)
+	}
+	w1.mu.Lock()
+	if len(w1.complete) == 0 {
+		t.Error("no completion notifications")
+	}
+	w1.mu.Unlock()
+	st, err = e.api.CancelJob(ctx, "wc")
+	if err != nil || st.State != control.JobCanceled {
+		t.Errorf("cancel %+v %v", st, err)
+	}
+	// Retention: storage holds at most 2 checkpoints plus savepoints.
+	ids, _ := e.mgr.opts.Catalog.IDs(ctx, "wc")
+	if len(ids) > 4 {
+		t.Errorf("checkpoints in storage: %v", ids)
+	}
+}
+
+func TestRestartExhaustedAndIsolation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.start(ctx, "w1")
+	good := spec(t, "good", "checkpointing: {interval: 20ms}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: good}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "good", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	doomed := spec(t, "doomed", "restart: {strategy: exponential-backoff, initial: 5ms, max: 20ms, attempts: 2}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: doomed}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "doomed", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
+	if st.Restarts != 3 || st.Attempt != 3 || !strings.Contains(st.Reason, "module traps in weir_init") ||
+		!strings.Contains(st.Reason, "after 2 restart attempts") {
+		t.Errorf("doomed %+v", st)
+	}
+	g, _ := e.api.Job(ctx, "good")
+	if g.State != control.JobRunning || g.Attempt != 1 || g.Restarts != 0 {
+		t.Errorf("the other job was touched: %+v", g)
+	}
+	jobs, err := e.api.Jobs(ctx)
+	if err != nil || len(jobs) != 2 || jobs[0].Name != "doomed" {
+		t.Errorf("jobs %+v %v", jobs, err)
+	}
+	if _, err := e.api.Job(ctx, "nosuch"); !errors.Is(err, control.ErrNotFound) {
+		t.Errorf("unknown job = %v", err)
+	}
+	// Checkpoint failures beyond the tolerable count fail the job over:
+	// a declined checkpoint with tolerable-failures 0.
+	tol := spec(t, "tol", "checkpointing: {interval: 20ms}\nrestart: {strategy: fixed-delay, delay: 5ms}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: tol}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "tol", "a checkpoint", func(s control.JobStatus) bool { return s.LatestCheckpoint > 0 })
+	// Decline every pending checkpoint until the job restarts.
+	w := e.fleet.ws["w1"]
+	for {
+		st, _ := e.api.Job(ctx, "tol")
+		if st.Attempt > 1 {
+			if !strings.Contains(st.Reason, "consecutive checkpoint failures") {
+				t.Errorf("tol reason %q", st.Reason)
+			}
+			break
+		}
+		cps, _ := e.api.Checkpoints(ctx, "tol")
+		for _, c := range cps {
+			if c.Status == control.CheckpointPending {
+				_ = w.client.Decline(ctx, control.TaskRef{Job: "tol", Attempt: 1, Task: "in-0"}, c.ID, control.DeclineFailed, "disk full")
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("tol never failed over")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCorruptCheckpointFallbackAndRestore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	s := spec(t, "sp", "checkpointing: {disabled: true}\nrestart: {delay: 5ms}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "sp", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	for i := 1; i <= 2; i++ {
+		sp, err := e.api.Savepoint(ctx, "sp")
+		if err != nil || sp.ID != int64(i) {
+			t.Fatalf("savepoint %d: %+v %v", i, sp, err)
+		}
+	}
+	// Corrupt savepoint 2's metadata: the failover must use 1.
+	p := filepath.Join(e.dir, "sp", "chk-2", "_metadata")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 1
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "sp", Attempt: 1, Task: "in-1"}, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "sp", "attempt 2", func(s control.JobStatus) bool { return s.Attempt == 2 && s.State == control.JobRunning })
+	if st.RestoredFrom != 1 || w.lastDeploy("sp").Restore.CheckpointID != 1 {
+		t.Errorf("restored from %d, want 1 (2 is corrupt)", st.RestoredFrom)
+	}
+	if _, err := e.api.CancelJob(ctx, "sp"); err != nil {
+		t.Fatal(err)
+	}
+	// restore --from: a new run starting at savepoint 1.
+	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "sp", From: "2"}); err == nil {
+		t.Error("restore from a corrupt checkpoint accepted")
+	}
+	st, err = e.api.Restore(ctx, control.RestoreRequest{Job: "sp", From: "sp/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "sp", "restored run", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	if d := w.lastDeploy("sp"); d.Attempt != 1 || d.Restore == nil || d.Restore.CheckpointID != 1 || st.RestoredFrom != 1 {
+		t.Errorf("restore deploy %+v status %+v", d.Restore, st)
+	}
+	// New checkpoint IDs continue after those in storage.
+	sp, err := e.api.Savepoint(ctx, "sp")
+	if err != nil || sp.ID != 3 {
+		t.Errorf("savepoint after restore %+v %v", sp, err)
+	}
+}

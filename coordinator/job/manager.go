@@ -1,0 +1,358 @@
+// Package job is weir's job manager: it deploys jobs onto live workers,
+// runs each job's checkpoint coordinator, fails jobs over from their latest
+// completed checkpoint according to their restart strategy, and serves the
+// job API (control.API) the CLI uses.
+//
+// Every job runs in its own goroutine with its own checkpoint runner: one
+// job's failure never touches another.
+//
+// # Job lifecycle
+//
+//	created ─► running ─► finished              every task reported finished
+//	              │  ▲
+//	              ▼  │ redeploy (attempt+1) from the latest valid checkpoint
+//	          restarting ─► failed               restart attempts exhausted
+//	any non-terminal state ─► canceled           CancelJob
+//
+// A failover is caused by a task's EventFailed, a lost worker that ran one
+// of the job's tasks, a deploy that failed, or checkpoint failures beyond
+// the tolerable count. It cancels every task of the attempt, waits per the
+// restart strategy, picks the newest completed checkpoint whose metadata
+// and state check out (falling back to older ones with a warning), and
+// deploys the next attempt with its handles. The restart counter resets
+// whenever a checkpoint completes.
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/coordinator/plan"
+	"github.com/weirhq/weir/coordinator/registry"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// NC is the connection to NATS.
+	NC *nats.Conn
+	// Prefix of the control subjects ("" = control.DefaultPrefix).
+	Prefix string
+	// Catalog stores checkpoint metadata and discards checkpoints.
+	Catalog *checkpoint.Catalog
+	// Registry, if set, resolves module references to digests at submit.
+	Registry *registry.Registry
+	// HeartbeatTimeout declares a silent worker lost (default
+	// control.DefaultHeartbeatTimeout).
+	HeartbeatTimeout time.Duration
+	// DeployTimeout bounds one worker's deploy (default 60s); other
+	// requests to workers are bounded by RequestTimeout (default 5s).
+	DeployTimeout, RequestTimeout time.Duration
+	// WorkerWait is how long a deploy waits for a first live worker before
+	// it counts as failed (default HeartbeatTimeout).
+	WorkerWait time.Duration
+	Log        *slog.Logger
+}
+
+// Manager runs jobs. It implements control.API and
+// control.CoordinatorHandler.
+type Manager struct {
+	opts Options
+	ctl  *control.Coordinator
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	ctx  context.Context
+	jobs map[string]*job
+	wg   sync.WaitGroup
+}
+
+// New returns a manager; call Run.
+func New(opts Options) *Manager {
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = control.DefaultHeartbeatTimeout
+	}
+	if opts.DeployTimeout <= 0 {
+		opts.DeployTimeout = 60 * time.Second
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 5 * time.Second
+	}
+	if opts.WorkerWait <= 0 {
+		opts.WorkerWait = opts.HeartbeatTimeout
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}}
+	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout})
+	return m
+}
+
+// Control returns the coordinator side of the control protocol (live
+// workers and so on).
+func (m *Manager) Control() *control.Coordinator { return m.ctl }
+
+// Run serves the control protocol and the job API until ctx is done, then
+// stops every job's tasks. ready, if not nil, is closed once both listen.
+func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
+	m.mu.Lock()
+	m.ctx = ctx
+	m.mu.Unlock()
+	ctlReady, apiReady := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 2)
+	go func() { errs <- m.ctl.Run(ctx, ctlReady) }()
+	go func() { errs <- control.ServeAPI(ctx, m.opts.NC, m.opts.Prefix, m, apiReady) }()
+	for _, ch := range []chan struct{}{ctlReady, apiReady} {
+		select {
+		case <-ch:
+		case err := <-errs:
+			return err
+		}
+	}
+	if ready != nil {
+		close(ready)
+	}
+	var err error
+	for i := 0; i < 2; i++ {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	m.wg.Wait()
+	return err
+}
+
+// WorkerJoined implements control.CoordinatorHandler.
+func (m *Manager) WorkerJoined(w control.WorkerInfo) {
+	m.log.Info("worker joined", "worker", w.ID, "host", w.Host)
+}
+
+// WorkerLost fails over every job with a task on the worker.
+func (m *Manager) WorkerLost(id string) {
+	m.log.Warn("worker lost", "worker", id)
+	m.mu.Lock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		jobs = append(jobs, j)
+	}
+	m.mu.Unlock()
+	for _, j := range jobs {
+		j.workerLost(id)
+	}
+}
+
+// Event routes a task event to its job.
+func (m *Manager) Event(e control.Event) error {
+	m.mu.Lock()
+	j := m.jobs[e.Job]
+	m.mu.Unlock()
+	if j == nil {
+		return nil // a job that is gone; the worker's tasks are canceled
+	}
+	j.event(e)
+	return nil
+}
+
+func (m *Manager) job(name string) (*job, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j := m.jobs[name]
+	if j == nil {
+		return nil, fmt.Errorf("job %q: %w", name, control.ErrNotFound)
+	}
+	return j, nil
+}
+
+// Submit starts a job.
+func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.JobStatus, error) {
+	if r.Spec == nil {
+		return control.JobStatus{}, fmt.Errorf("submit: no spec: %w", control.ErrInvalid)
+	}
+	var from *checkpoint.Metadata
+	if r.RestoreFrom != "" {
+		md, err := m.loadCheckpoint(ctx, r.Spec.Name, r.RestoreFrom)
+		if err != nil {
+			return control.JobStatus{}, err
+		}
+		from = md
+	}
+	return m.start(ctx, r.Spec, from)
+}
+
+// Restore restarts a stopped job from one of its checkpoints.
+func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (control.JobStatus, error) {
+	spec := r.Spec
+	if spec == nil {
+		j, err := m.job(r.Job)
+		if err != nil {
+			return control.JobStatus{}, fmt.Errorf("restore %s: no spec given and %w", r.Job, err)
+		}
+		spec = j.spec
+	}
+	md, err := m.loadCheckpoint(ctx, r.Job, r.From)
+	if err != nil {
+		return control.JobStatus{}, err
+	}
+	return m.start(ctx, spec, md)
+}
+
+// loadCheckpoint reads "ID" (of job) or "JOB/ID".
+func (m *Manager) loadCheckpoint(ctx context.Context, job, from string) (*checkpoint.Metadata, error) {
+	if j, id, ok := strings.Cut(from, "/"); ok {
+		job, from = j, id
+	}
+	id, err := strconv.ParseInt(strings.TrimPrefix(from, "chk-"), 10, 64)
+	if err != nil || id <= 0 {
+		return nil, fmt.Errorf("restore from %q: want ID or JOB/ID: %w", from, control.ErrInvalid)
+	}
+	md, err := m.opts.Catalog.Read(ctx, job, id)
+	if err != nil {
+		return nil, fmt.Errorf("restore from %s/%d: %w", job, id, errors.Join(control.ErrNotFound, err))
+	}
+	return md, nil
+}
+
+func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata) (control.JobStatus, error) {
+	p, err := plan.Build(spec)
+	if err != nil {
+		return control.JobStatus{}, fmt.Errorf("submit %s: %w: %v", spec.Name, control.ErrInvalid, err)
+	}
+	mods, err := m.resolveModules(ctx, spec)
+	if err != nil {
+		return control.JobStatus{}, err
+	}
+	// Numbering continues after every checkpoint in storage, so a new run
+	// never reuses a key.
+	ids, err := m.opts.Catalog.IDs(ctx, spec.Name)
+	if err != nil {
+		return control.JobStatus{}, fmt.Errorf("submit %s: %w", spec.Name, err)
+	}
+	next := int64(1)
+	if len(ids) > 0 {
+		next = ids[len(ids)-1] + 1
+	}
+	var restored []*checkpoint.Metadata
+	if from != nil {
+		restored = []*checkpoint.Metadata{from}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx == nil || m.ctx.Err() != nil {
+		return control.JobStatus{}, fmt.Errorf("submit %s: coordinator not running: %w", spec.Name, control.ErrUnavailable)
+	}
+	if old := m.jobs[spec.Name]; old != nil && !old.status().State.Terminal() {
+		return control.JobStatus{}, fmt.Errorf("job %s is %s: %w", spec.Name, old.status().State, control.ErrConflict)
+	}
+	machine := checkpoint.NewMachine(spec.Name, checkpoint.ConfigFromSpec(spec.Checkpointing), restored, next)
+	j := newJob(m, spec, p, mods, machine, from)
+	m.jobs[spec.Name] = j
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
+	go func() { defer m.wg.Done(); j.run() }()
+	return j.status(), nil
+}
+
+func (m *Manager) resolveModules(ctx context.Context, spec *jobspec.Spec) (map[string]control.Module, error) {
+	mods := map[string]control.Module{}
+	for _, op := range spec.Operators {
+		mod := control.Module{Ref: op.Module}
+		ref, err := modref.Parse(op.Module)
+		if err != nil {
+			return nil, fmt.Errorf("operator %s: %w: %v", op.Name, control.ErrInvalid, err)
+		}
+		switch {
+		case ref.Kind == modref.File:
+			if _, mm, err := registry.Resolve(ctx, nil, op.Module); err == nil {
+				mod.Digest = mm.Digest
+			}
+		case m.opts.Registry != nil:
+			ms, err := m.opts.Registry.Find(ctx, ref)
+			if err != nil {
+				return nil, fmt.Errorf("operator %s: unknown module %s: %w", op.Name, op.Module, control.ErrInvalid)
+			}
+			mod.Digest = ms[len(ms)-1].Digest
+		}
+		mods[op.Name] = mod
+	}
+	return mods, nil
+}
+
+// Jobs lists every job, by name.
+func (m *Manager) Jobs(context.Context) ([]control.JobStatus, error) {
+	m.mu.Lock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		jobs = append(jobs, j)
+	}
+	m.mu.Unlock()
+	out := make([]control.JobStatus, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, j.status())
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out, nil
+}
+
+// Job returns one job's status.
+func (m *Manager) Job(_ context.Context, name string) (control.JobStatus, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return control.JobStatus{}, err
+	}
+	return j.status(), nil
+}
+
+// CancelJob cancels a job and waits until its tasks were told to stop.
+func (m *Manager) CancelJob(ctx context.Context, name string) (control.JobStatus, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return control.JobStatus{}, err
+	}
+	j.push(jobEvent{kind: evCancel})
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return j.status(), fmt.Errorf("cancel %s: %w", name, ctx.Err())
+	}
+	return j.status(), nil
+}
+
+// Savepoint takes a savepoint of a running job.
+func (m *Manager) Savepoint(ctx context.Context, name string) (control.CheckpointInfo, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return control.CheckpointInfo{}, err
+	}
+	if st := j.status().State; st != control.JobRunning {
+		return control.CheckpointInfo{}, fmt.Errorf("savepoint of %s: job is %s: %w", name, st, control.ErrConflict)
+	}
+	if t := j.spec.Checkpointing.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t+time.Second)
+		defer cancel()
+	}
+	return j.runner.Savepoint(ctx)
+}
+
+// Checkpoints lists a job's recent checkpoints, newest first.
+func (m *Manager) Checkpoints(_ context.Context, name string) ([]control.CheckpointInfo, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return nil, err
+	}
+	return j.runner.History(), nil
+}
