@@ -80,7 +80,7 @@ func TestRoundTripAndLostWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rc := &recCoord{joined: make(chan string, 4), lost: make(chan string, 4)}
-	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: 400 * time.Millisecond})
+	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: 2 * time.Second})
 	ready := make(chan struct{})
 	go func() { _ = co.Run(ctx, ready) }()
 	<-ready
