@@ -33,6 +33,7 @@ func NewAtLeastOnce(nc *nats.Conn, subject string, maxPending int) (*AtLeastOnce
 	}
 	s := &AtLeastOnce{subject: subject}
 	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(ackTimeout),
 		jetstream.WithPublishAsyncMaxPending(maxPending),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
 			s.mu.Lock()
@@ -75,7 +76,7 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 		if len(r.Key) > 0 {
 			m.Header = nats.Header{KeyHeader: []string{string(r.Key)}}
 		}
-		if _, err := s.js.PublishMsgAsync(m); err != nil {
+		if err := publishAsync(ctx, s.js, m); err != nil {
 			return fmt.Errorf("jetstream sink %s: publish: %w", s.subject, err)
 		}
 	}

@@ -120,6 +120,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	}
 	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/"}
 	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(ackTimeout),
 		jetstream.WithPublishAsyncMaxPending(4096),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
 			s.mu.Lock()
@@ -281,7 +282,7 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 // duplicate is acknowledged as such, not refused.
 func (s *ExactlyOnce) publishAsync(ctx context.Context, ckpt int64, first int, recs []abi.Record) error {
 	for i, r := range recs {
-		if _, err := s.js.PublishMsgAsync(s.msg(r, s.msgID(ckpt, first+i))); err != nil {
+		if err := publishAsync(ctx, s.js, s.msg(r, s.msgID(ckpt, first+i))); err != nil {
 			return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, first+i, err)
 		}
 	}

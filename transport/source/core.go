@@ -26,6 +26,11 @@ type CoreConfig struct {
 	// MaxBatchRecords and MaxBatchBytes bound one batch returned by Poll;
 	// defaults 4096 records and 1 MiB.
 	MaxBatchRecords, MaxBatchBytes int
+	// PendingMsgs and PendingBytes bound what the NATS client buffers for
+	// the subscription while Poll lags behind; past them it drops (core
+	// NATS has no flow control). 0 keeps the nats.go defaults (512Ki
+	// messages, 64 MiB); -1 is unlimited.
+	PendingMsgs, PendingBytes int
 }
 
 // Core reads a core NATS subject. It is at-most-once: core NATS keeps no
@@ -49,6 +54,19 @@ func NewCore(nc *nats.Conn, cfg CoreConfig) (*Core, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("core source %s: subscribe: %w", cfg.Subject, err)
+	}
+	if cfg.PendingMsgs != 0 || cfg.PendingBytes != 0 {
+		msgs, bytes := cfg.PendingMsgs, cfg.PendingBytes
+		if msgs == 0 {
+			msgs = nats.DefaultSubPendingMsgsLimit
+		}
+		if bytes == 0 {
+			bytes = nats.DefaultSubPendingBytesLimit
+		}
+		if err := c.sub.SetPendingLimits(msgs, bytes); err != nil {
+			_ = c.sub.Unsubscribe()
+			return nil, fmt.Errorf("core source %s: pending limits: %w", cfg.Subject, err)
+		}
 	}
 	if err := nc.Flush(); err != nil {
 		_ = c.sub.Unsubscribe()

@@ -1,0 +1,344 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/host/wasm"
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
+)
+
+var payload = []byte("the quick brown fox jumps over the lazy dog, 64 bytes of payload")[:64]
+
+func startServer(b *testing.B, js bool) *embedded.Server {
+	b.Helper()
+	cfg := embedded.Config{NoJetStream: !js}
+	if js {
+		cfg.DataDir = b.TempDir()
+	}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Shutdown)
+	return srv
+}
+
+func conn(b *testing.B, srv *embedded.Server) *nats.Conn {
+	b.Helper()
+	nc, err := srv.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	return nc
+}
+
+// counter subscribes to subject and closes done after n messages.
+func counter(b *testing.B, nc *nats.Conn, subject string, n int) <-chan struct{} {
+	b.Helper()
+	done := make(chan struct{})
+	got := 0
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		got++
+		if got == n {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	unlimited(b, sub)
+	if err := nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	return done
+}
+
+func unlimited(b *testing.B, sub *nats.Subscription) {
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// publish sends n 64-byte messages on subject, then waits for done.
+func publishAndWait(b *testing.B, nc *nats.Conn, subject string, n int, done <-chan struct{}) {
+	b.Helper()
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		if err := nc.Publish(subject, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		b.Fatal("timed out")
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// (a) raw core NATS publish -> subscribe.
+func BenchmarkCoreRaw(b *testing.B) {
+	srv := startServer(b, false)
+	pub, sub := conn(b, srv), conn(b, srv)
+	done := counter(b, sub, "out", b.N)
+	publishAndWait(b, pub, "out", b.N, done)
+}
+
+// (b) a plain Go forwarder: subscribe to "in", publish each message on "out".
+func BenchmarkCoreForwarder(b *testing.B) {
+	srv := startServer(b, false)
+	pub, fwd, sub := conn(b, srv), conn(b, srv), conn(b, srv)
+	done := counter(b, sub, "out", b.N)
+	s, err := fwd.Subscribe("in", func(m *nats.Msg) {
+		if err := fwd.Publish("out", m.Data); err != nil {
+			b.Error(err)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	unlimited(b, s)
+	if err := fwd.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	publishAndWait(b, pub, "in", b.N, done)
+}
+
+var (
+	wasmOnce sync.Once
+	wasmMod  []byte
+	wasmErr  error
+)
+
+func uppercase(b *testing.B) *wasm.Instance {
+	b.Helper()
+	wasmOnce.Do(func() {
+		path, err := guestbuild.Build(context.Background(), "github.com/weirhq/weir/guests/go/examples/uppercase")
+		if err != nil {
+			wasmErr = err
+			return
+		}
+		wasmMod, wasmErr = readAll(path)
+	})
+	if wasmErr != nil {
+		b.Fatal(wasmErr)
+	}
+	ctx := context.Background()
+	e, err := wasm.NewEngine(wasm.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close(ctx) })
+	m, err := e.Load(ctx, "uppercase", wasmMod, wasm.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return inst
+}
+
+// pollSource is host.Source's Poll.
+type pollSource interface {
+	Poll(ctx context.Context) ([]byte, []byte, error)
+}
+
+// run drives src -> op -> sink the way a source task chained with its
+// operator does: one Process call per polled batch.
+func run(ctx context.Context, src pollSource, op *wasm.Instance, write func(ctx context.Context, batch []byte) error, each func(records int) error) error {
+	emit := func(_ int, out []byte) error { return write(ctx, out) }
+	for {
+		batch, _, err := src.Poll(ctx)
+		if err != nil {
+			if errors.Is(err, source.ErrClosed) || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := op.Process(ctx, 0, batch, emit); err != nil {
+			return err
+		}
+		n, _ := abi.BatchCount(batch)
+		if err := each(n); err != nil {
+			return err
+		}
+	}
+}
+
+// (c) weir: core subject -> Go-SDK uppercase (wasm) -> core subject, one
+// record per external message.
+func BenchmarkCoreWeirUppercase(b *testing.B) {
+	srv := startServer(b, false)
+	pub, task, sub := conn(b, srv), conn(b, srv), conn(b, srv)
+	op := uppercase(b)
+	done := counter(b, sub, "out", b.N)
+	src, err := source.NewCore(task, source.CoreConfig{Subject: "in", PendingMsgs: -1, PendingBytes: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snk, err := sink.NewCore(task, "out")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	calls := 0
+	go func() { errc <- run(ctx, src, op, snk.Write, func(int) error { calls++; return nil }) }()
+	publishAndWait(b, pub, "in", b.N, done)
+	cancel()
+	src.Close()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "records/call")
+}
+
+func readAll(path string) ([]byte, error) {
+	return osReadFile(path)
+}
+
+// jsPublishIn fills stream IN with n 64-byte messages.
+func jsFill(b *testing.B, js jetstream.JetStream, subject string, n int) {
+	b.Helper()
+	for i := 0; i < n; i++ {
+		for {
+			_, err := js.PublishAsync(subject, payload)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				b.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		b.Fatal("publish timed out")
+	}
+}
+
+func createStreams(b *testing.B, js jetstream.JetStream, atomic bool) {
+	b.Helper()
+	ctx := context.Background()
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: "IN", Subjects: []string{"in"}},
+		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute},
+	} {
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// (d) baseline: raw JetStream async publish of n 64-byte messages.
+func BenchmarkJetStreamRawAsyncPublish(b *testing.B) {
+	srv := startServer(b, true)
+	js, err := jetstream.New(conn(b, srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	createStreams(b, js, false)
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	jsFill(b, js, "out", b.N)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// (d) weir: JetStream source -> Go-SDK uppercase (wasm) -> exactly-once
+// JetStream sink, with a checkpoint (PreCommit + Commit) every
+// ckptRecords records. The input stream is filled before the timer starts.
+func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
+	for _, atomic := range []bool{false, true} {
+		b.Run(fmt.Sprintf("atomic=%v", atomic), func(b *testing.B) {
+			srv := startServer(b, true)
+			nc := conn(b, srv)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			createStreams(b, js, atomic)
+			jsFill(b, js, "in", b.N)
+			op := uppercase(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer src.Close()
+			snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: "sink0", MinDuplicateWindow: time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if snk.Atomic() != atomic {
+				b.Fatalf("atomic %v", snk.Atomic())
+			}
+			const ckptRecords = 20000
+			var ckpt int64
+			seen, since := 0, 0
+			errDone := errors.New("done")
+			commit := func() error {
+				ckpt++
+				if _, err := snk.PreCommit(ctx, ckpt); err != nil {
+					return err
+				}
+				return snk.Commit(ctx, ckpt)
+			}
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			err = run(ctx, src, op, snk.Write, func(n int) error {
+				seen += n
+				since += n
+				if since >= ckptRecords || seen >= b.N {
+					since = 0
+					if err := commit(); err != nil {
+						return err
+					}
+				}
+				if seen >= b.N {
+					return errDone
+				}
+				return nil
+			})
+			b.StopTimer()
+			if err != nil && !errors.Is(err, errDone) {
+				b.Fatal(err)
+			}
+			info, err := js.Stream(ctx, "OUT")
+			if err != nil {
+				b.Fatal(err)
+			}
+			st, err := info.Info(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if int(st.State.Msgs) != b.N {
+				b.Fatalf("OUT holds %d messages, want %d", st.State.Msgs, b.N)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}

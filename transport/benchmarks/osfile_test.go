@@ -1,0 +1,5 @@
+package benchmarks
+
+import "os"
+
+var osReadFile = os.ReadFile
