@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -20,9 +21,6 @@ import (
 // the key, buffering both sides in arrival order.
 type joinOp struct {
 	left, right []abi.Record
-	// onRecord, if set, runs before each record is processed (tests use it to
-	// move a fake clock or inject failures).
-	onRecord func(port int, r abi.Record) error
 }
 
 func cp(b []byte) []byte { return append([]byte{}, b...) }
@@ -35,11 +33,6 @@ func (j *joinOp) Process(ctx context.Context, port int, batch []byte, emit func(
 	var out abi.Builder
 	for it.Next() {
 		r := it.Record()
-		if j.onRecord != nil {
-			if err := j.onRecord(port, r); err != nil {
-				return err
-			}
-		}
 		r = abi.Record{Key: cp(r.Key), Value: cp(r.Value), Timestamp: r.Timestamp}
 		others := j.right
 		if port == 1 {
@@ -253,3 +246,50 @@ type bytesBuf struct{ b []byte }
 func (w *bytesBuf) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// probe wraps an operator (native or wasm): onRecord runs before each input
+// record (tests move a fake clock or inject failures there), and Close
+// captures the final state first.
+type probe struct {
+	host.Operator
+	onRecord func(port int, r abi.Record) error
+	final    []byte
+	closed   bool
+}
+
+func (p *probe) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	if p.onRecord != nil {
+		it, err := abi.NewIter(batch)
+		if err != nil {
+			return err
+		}
+		for it.Next() {
+			if err := p.onRecord(port, it.Record()); err != nil {
+				return err
+			}
+		}
+	}
+	return p.Operator.Process(ctx, port, batch, emit)
+}
+
+func (p *probe) Close(ctx context.Context) error {
+	var b bytesBuf
+	if err := p.Operator.Snapshot(ctx, &b); err == nil {
+		p.final = b.b
+	}
+	p.closed = true
+	return p.Operator.Close(ctx)
+}
+
+// finalState decodes the join state captured at Close.
+func (p *probe) finalState(t testing.TB) (left, right []abi.Record) {
+	t.Helper()
+	if !p.closed {
+		t.Fatal("operator not closed")
+	}
+	l, r, err := decodeJoinState(p.final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, r
+}

@@ -294,7 +294,7 @@ var taskNames = []string{"left", "right", "join[0]", "join[1]", "sink"}
 
 // runJob runs the graph once, restoring from handles (task → key) if set.
 // It returns the joins (their final state when err is nil).
-func runJob(t *testing.T, c jobCase, run int, store host.Store, committed *committedStore, coord *coordinator, restore map[string]string) ([2]*joinOp, error) {
+func runJob(t *testing.T, c jobCase, run int, newJoin func() host.Operator, store host.Store, committed *committedStore, coord *coordinator, restore map[string]string) ([2]*probe, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ch := func(name string) (*local.Sender, *local.Receiver) {
@@ -338,9 +338,9 @@ func runJob(t *testing.T, c jobCase, run int, store host.Store, committed *commi
 		srcTasks[s] = mk(host.Config{Name: taskNames[s], Source: src,
 			Outputs: []host.Output{{Partitioner: &partition.KeyHash{}, Senders: []stream.Sender{srcOut[s][0], srcOut[s][1]}}}})
 	}
-	var joins [2]*joinOp
+	var joins [2]*probe
 	for j := 0; j < 2; j++ {
-		joins[j] = &joinOp{}
+		joins[j] = &probe{Operator: newJoin()}
 		if run < len(c.failures) && c.failures[run].join == j {
 			n, after := 0, c.failures[run].after
 			joins[j].onRecord = func(int, abi.Record) error {
@@ -377,7 +377,7 @@ func runJob(t *testing.T, c jobCase, run int, store host.Store, committed *commi
 	return joins, first
 }
 
-func checkCase(t *testing.T, c jobCase) {
+func checkCase(t *testing.T, c jobCase, newJoin func() host.Operator) {
 	t.Helper()
 	dir, err := os.MkdirTemp(t.TempDir(), "ck")
 	if err != nil {
@@ -390,12 +390,12 @@ func checkCase(t *testing.T, c jobCase) {
 	committed := &committedStore{committed: map[int64][]string{}}
 	coord := newCoordinator(len(taskNames))
 	var restore map[string]string
-	var joins [2]*joinOp
+	var joins [2]*probe
 	for run := 0; ; run++ {
 		if run > len(c.failures)+1 {
 			t.Fatalf("%v: still failing after %d runs", c, run)
 		}
-		joins, err = runJob(t, c, run, store, committed, coord, restore)
+		joins, err = runJob(t, c, run, newJoin, store, committed, coord, restore)
 		if err == nil {
 			break
 		}
@@ -442,9 +442,10 @@ func checkCase(t *testing.T, c jobCase) {
 		t.Fatalf("%v: output differs from an uninterrupted run:\n got %d %v\nwant %d %v\ndeclines %v", c, len(got), got, len(want), want, coord.declines)
 	}
 	for j := 0; j < 2; j++ {
-		if values(joins[j].left) != values(states[j][0]) || values(joins[j].right) != values(states[j][1]) {
+		left, right := joins[j].finalState(t)
+		if values(left) != values(states[j][0]) || values(right) != values(states[j][1]) {
 			t.Fatalf("%v: join[%d] final state differs:\n got %s / %s\nwant %s / %s", c, j,
-				values(joins[j].left), values(joins[j].right), values(states[j][0]), values(states[j][1]))
+				values(left), values(right), values(states[j][0]), values(states[j][1]))
 		}
 	}
 }
@@ -463,6 +464,6 @@ func TestRecoveryProperty(t *testing.T) {
 		n, _ = strconv.Atoi(s)
 	}
 	for i := 0; i < n; i++ {
-		checkCase(t, genCase(uint64(i)))
+		checkCase(t, genCase(uint64(i)), func() host.Operator { return &joinOp{} })
 	}
 }

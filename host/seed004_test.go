@@ -148,69 +148,78 @@ func checkSeed(t *testing.T, got, want seedResult) {
 	}
 }
 
-// Aligned (seed 004, figures b and c of the aligned case): channel 0 is
-// blocked after its barrier; 9 and 4 wait in the alignment buffer; the
-// snapshot holds left 2 and right 2, 9, 7; no channel state.
-func TestSeed004Aligned(t *testing.T) {
-	got := runSeed004(t, barrier.Aligned, &joinOp{}, nil)
-	checkSeed(t, got, seedResult{
+// seed004Want is what each mode must produce for seed 004's example.
+//
+//   - Aligned (the seed's aligned figures b and c): channel 0 is blocked after
+//     its barrier; 9 and 4 wait in the alignment buffer; the snapshot holds
+//     left 2 and right 2, 9, 7; no channel state.
+//   - At-least-once: nothing blocks, so 9 and 4 of channel 0 are processed
+//     before the checkpoint and land in its state although they follow the
+//     barrier: after a restore they are replayed again (duplicates, no loss).
+//   - Unaligned (the seed's unaligned figures): channel 0's barrier is taken
+//     first and snapshots at once (empty state); it overtook 2 at the input
+//     and the result 1 at the output, and 2, 9, 7 of channel 1 arrive before
+//     its barrier: all of that is channel state. Processing never stopped:
+//     2|2 and 9|9 follow the forwarded barrier.
+//   - Aligned with timeout: alignment starts at channel 0's barrier; while
+//     channel 1's 9 is processed the (fake) clock passes the timeout, so the
+//     checkpoint switches to unaligned: the snapshot holds what was processed
+//     (left 2, right 2, 9); channel 0's post-barrier 9 and 4 are NOT channel
+//     state; channel 1's pre-barrier 7 is; the queued output 1 and 2|2 is
+//     output channel state.
+var seed004Want = map[barrier.Mode]seedResult{
+	barrier.Aligned: {
 		output: "1 2|2 B1 9|9 4|4 EOP",
 		left:   "2", right: "2,9,7",
-	})
-}
-
-// At-least-once: nothing blocks, so 9 and 4 of channel 0 are processed
-// before the checkpoint and land in its state although they follow the
-// barrier: after a restore they are replayed again (duplicates, no loss).
-func TestSeed004AtLeastOnce(t *testing.T) {
-	got := runSeed004(t, barrier.AtLeastOnce, &joinOp{}, nil)
-	checkSeed(t, got, seedResult{
+	},
+	barrier.AtLeastOnce: {
 		output: "1 2|2 9|9 B1 4|4 EOP",
 		left:   "2,9,4", right: "2,9,7",
-	})
-}
-
-// Unaligned (seed 004, the unaligned figures): the barrier of channel 0 is
-// taken first and snapshots at once (empty state); it overtook 2 at the input
-// and the result 1 at the output, and 2, 9, 7 of channel 1 arrive before its
-// barrier: all of that is channel state. Processing never stopped: 2|2 and
-// 9|9 follow the forwarded barrier.
-func TestSeed004Unaligned(t *testing.T) {
-	got := runSeed004(t, barrier.Unaligned, &joinOp{}, nil)
-	checkSeed(t, got, seedResult{
+	},
+	barrier.Unaligned: {
 		output: "B1 1 2|2 9|9 4|4 EOP",
 		left:   "", right: "",
 		inputState:  "0:2;1:2 9 7",
 		outputState: "1",
 		unaligned:   true,
-	})
-}
-
-// Aligned with timeout: alignment starts at channel 0's barrier; while
-// channel 1's 9 is processed the (fake) clock passes the timeout, so the
-// checkpoint switches to unaligned: the snapshot holds what was processed
-// (left 2, right 2, 9); channel 0's post-barrier 9 and 4 are NOT channel
-// state; channel 1's pre-barrier 7 is; the queued output 1 and 2|2 is output
-// channel state.
-func TestSeed004AlignedTimeout(t *testing.T) {
-	var now atomic.Int64
-	now.Store(time.Unix(1000, 0).UnixNano())
-	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	op := &joinOp{onRecord: func(port int, r abi.Record) error {
-		if port == 1 && string(r.Value) == "9" {
-			now.Add(int64(time.Minute))
-		}
-		return nil
-	}}
-	got := runSeed004(t, barrier.AlignedTimeout, op, clock)
-	checkSeed(t, got, seedResult{
+	},
+	barrier.AlignedTimeout: {
 		output: "B1 1 2|2 9|9 4|4 EOP",
 		left:   "2", right: "2,9",
 		inputState:  "1:7",
 		outputState: "1 2|2",
 		unaligned:   true,
-	})
-	if got.alignment != time.Minute {
-		t.Errorf("alignment duration %v, want 1m", got.alignment)
+	},
+}
+
+// checkSeed004 runs seed 004's example in every mode with join operators
+// from newJoin.
+func checkSeed004(t *testing.T, newJoin func() host.Operator) {
+	for _, mode := range []barrier.Mode{barrier.Aligned, barrier.AtLeastOnce, barrier.Unaligned, barrier.AlignedTimeout} {
+		t.Run(mode.String(), func(t *testing.T) {
+			op := &probe{Operator: newJoin()}
+			var clock func() time.Time
+			if mode == barrier.AlignedTimeout {
+				var now atomic.Int64
+				now.Store(time.Unix(1000, 0).UnixNano())
+				clock = func() time.Time { return time.Unix(0, now.Load()) }
+				op.onRecord = func(port int, r abi.Record) error {
+					if port == 1 && string(r.Value) == "9" {
+						now.Add(int64(time.Minute))
+					}
+					return nil
+				}
+			}
+			got := runSeed004(t, mode, op, clock)
+			checkSeed(t, got, seed004Want[mode])
+			if mode == barrier.AlignedTimeout && got.alignment != time.Minute {
+				t.Errorf("alignment duration %v, want 1m", got.alignment)
+			}
+		})
 	}
+}
+
+// TestSeed004 runs seed 004's example with the native Go join.
+func TestSeed004(t *testing.T) {
+	checkSeed004(t, func() host.Operator { return &joinOp{} })
 }

@@ -1,0 +1,168 @@
+package host_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/barrier"
+	"github.com/weirhq/weir/host/snapshot"
+	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// genSource produces one-record batches forever.
+type genSource struct{ n uint64 }
+
+func (s *genSource) Poll(ctx context.Context) ([]byte, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	s.n++
+	b := abi.EncodeBatch(abi.Record{Key: []byte(fmt.Sprintf("k%d", s.n%16)), Value: []byte("0123456789abcdef"), Timestamp: int64(s.n)})
+	return b, binary.LittleEndian.AppendUint64(nil, s.n), nil
+}
+func (s *genSource) Seek(context.Context, []byte) error                      { return nil }
+func (s *genSource) CheckpointComplete(context.Context, int64, []byte) error { return nil }
+func (s *genSource) Close() error                                            { return nil }
+
+// slowOp forwards its input and takes `per` for every record.
+type slowOp struct {
+	per   time.Duration
+	count uint64
+}
+
+func (o *slowOp) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	n, err := abi.BatchCount(batch)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Duration(n) * o.per)
+	o.count += uint64(n)
+	return emit(0, batch)
+}
+func (o *slowOp) EndOfInput(context.Context, int, func(int, []byte) error) error { return nil }
+func (o *slowOp) Snapshot(ctx context.Context, w io.Writer) error {
+	_, err := w.Write(binary.LittleEndian.AppendUint64(nil, o.count))
+	return err
+}
+func (o *slowOp) Restore(context.Context, io.Reader) error        { return nil }
+func (o *slowOp) CheckpointComplete(context.Context, int64) error { return nil }
+func (o *slowOp) Close(context.Context) error                     { return nil }
+
+type nullSink struct{}
+
+func (nullSink) Write(context.Context, []byte) error              { return nil }
+func (nullSink) PreCommit(context.Context, int64) ([]byte, error) { return nil, nil }
+func (nullSink) Commit(context.Context, int64) error              { return nil }
+func (nullSink) Recover(context.Context, int64, []byte) error     { return nil }
+func (nullSink) EndOfInput(context.Context) error                 { return nil }
+func (nullSink) Close() error                                     { return nil }
+
+// BenchmarkCheckpointUnderBackpressure measures checkpoint completion time
+// (trigger at the sources → every task acknowledged, snapshots fsynced in a
+// local directory) for the graph
+//
+//	source a ─┐
+//	          ├─ slow operator (1 ms per record) ─ sink
+//	source b ─┘
+//
+// with both input channels full (500 one-record batches each), so an aligned
+// barrier waits behind ~1000 queued records and an unaligned one overtakes
+// them. Run: go test -run NONE -bench CheckpointUnderBackpressure -benchtime 5x ./host/
+func BenchmarkCheckpointUnderBackpressure(b *testing.B) {
+	for _, mode := range []barrier.Mode{barrier.Unaligned, barrier.Aligned} {
+		b.Run(mode.String(), func(b *testing.B) { benchCheckpoint(b, mode, 500, time.Millisecond) })
+	}
+}
+
+func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := snapshot.NewDirStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	acks := map[int64]int{}
+	var chState int64
+	done := make(chan int64, 16)
+	rc := newRecorder()
+	rc.onAck = func(task string, id int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		acks[id]++
+		if acks[id] == 4 {
+			done <- id
+		}
+	}
+	ck := host.Checkpointing{Mode: mode}
+	sa, ra := local.New(local.Options{Name: "a->op", CapacityElements: capacity})
+	sb, rb := local.New(local.Options{Name: "b->op", CapacityElements: capacity})
+	so, ro := local.New(local.Options{Name: "op->sink", CapacityElements: capacity})
+	mk := func(cfg host.Config) *host.Task {
+		cfg.Checkpointing, cfg.Store, cfg.Listener = ck, store, rc
+		t, err := host.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return t
+	}
+	srcA := mk(host.Config{Name: "a", Source: &genSource{}, Outputs: []host.Output{{Senders: []stream.Sender{sa}}}})
+	srcB := mk(host.Config{Name: "b", Source: &genSource{}, Outputs: []host.Output{{Senders: []stream.Sender{sb}}}})
+	op := mk(host.Config{Name: "op", Operator: &slowOp{per: per},
+		Inputs:  []host.Input{{Port: 0, Receiver: ra}, {Port: 1, Receiver: rb}},
+		Outputs: []host.Output{{Senders: []stream.Sender{so}}}})
+	sink := mk(host.Config{Name: "sink", Sink: nullSink{}, Inputs: []host.Input{{Receiver: ro}}})
+	var wg sync.WaitGroup
+	for _, t := range []*host.Task{srcA, srcB, op, sink} {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.Run(ctx) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	full := func() {
+		for {
+			na, _ := sa.Queued()
+			nb, _ := sb.Queued()
+			if na >= capacity && nb >= capacity && sa.Waiting() > 0 && sb.Waiting() > 0 {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		full()
+		b.StartTimer()
+		id := int64(i + 1)
+		start := time.Now()
+		bar := stream.Barrier{ID: id, Timestamp: start.UnixMilli()}
+		srcA.TriggerCheckpoint(bar)
+		srcB.TriggerCheckpoint(bar)
+		select {
+		case got := <-done:
+			if got != id {
+				b.Fatalf("completed %d, want %d", got, id)
+			}
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("checkpoint %d did not complete; declines %v failures %v", id, rc.declines, rc.failed)
+		}
+		total += time.Since(start)
+		rc.mu.Lock()
+		for _, m := range rc.metrics[id] {
+			chState += m[host.MetricChannelStateBytes]
+		}
+		rc.mu.Unlock()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/checkpoint")
+	b.ReportMetric(float64(chState)/float64(b.N), "channel-state-B/checkpoint")
+}
