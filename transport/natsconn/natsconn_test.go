@@ -2,6 +2,7 @@ package natsconn
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,5 +79,62 @@ func TestConflictingAuth(t *testing.T) {
 	}
 	if _, err := Connect(Options{}); err == nil {
 		t.Fatal("empty URL accepted")
+	}
+}
+
+// The connection survives a server restart on the same port and reports
+// the disconnect and the reconnect.
+func TestReconnectAfterRestart(t *testing.T) {
+	opts := &server.Options{}
+	ns := startServer(t, opts)
+	port := ns.Addr().(*net.TCPAddr).Port
+	disc, reco := make(chan struct{}, 4), make(chan struct{}, 4)
+	nc, err := Connect(Options{
+		URL:           ns.ClientURL(),
+		ReconnectWait: 20 * time.Millisecond,
+		OnDisconnect:  func(error) { disc <- struct{}{} },
+		OnReconnect:   func() { reco <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	select {
+	case <-disc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no disconnect reported")
+	}
+	// Restart on the original port so the client finds it again.
+	var ns3 *server.Server
+	for i := 0; i < 50 && ns3 == nil; i++ {
+		o := &server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true}
+		s, err := server.NewServer(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		if s.ReadyForConnections(2 * time.Second) {
+			ns3 = s
+		} else {
+			s.Shutdown()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if ns3 == nil {
+		t.Fatal("could not restart on the same port")
+	}
+	defer ns3.Shutdown()
+	select {
+	case <-reco:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnect reported")
+	}
+	if err := nc.Publish("x", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
 	}
 }
