@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/weirhq/weir/abi"
@@ -13,26 +14,56 @@ const MaxPorts = 1024
 // a call travel to the host as one batch when the call returns. Ports are
 // numbered from 0 in the order the job spec lists the task's outputs.
 type Emitter struct {
-	ports []abi.Builder
+	ports []portBatch
 	used  []int // ports with records since the last flush, in first-use order
 	err   error // first bad port number
 }
 
+// portBatch is the batch being built for one output port. Its buffer is
+// kept across calls, so a steady stream of records allocates nothing.
+type portBatch struct {
+	buf []byte // the encoded batch, count first
+	n   uint32
+}
+
+func (b *portBatch) add(key, value []byte, ts int64) {
+	need := abi.RecordHeaderSize + len(key) + len(value)
+	off := len(b.buf)
+	if cap(b.buf)-off < need {
+		nb := make([]byte, off, max(2*cap(b.buf), off+need, 4096))
+		copy(nb, b.buf)
+		b.buf = nb
+	}
+	b.buf = b.buf[:off+need]
+	h := b.buf[off : off+need]
+	binary.LittleEndian.PutUint32(h[0:4], uint32(len(key)))
+	binary.LittleEndian.PutUint32(h[4:8], uint32(len(value)))
+	binary.LittleEndian.PutUint64(h[8:16], uint64(ts))
+	copy(h[16:], key)
+	copy(h[16+len(key):], value)
+	b.n++
+}
+
 // Emit appends one record to output port port. Key and value are copied.
 func (e *Emitter) Emit(port int, key, value []byte, ts int64) {
-	if b := e.builder(port); b != nil {
-		b.Add(key, value, ts)
+	if b := e.batch(port); b != nil {
+		b.add(key, value, ts)
 	}
 }
 
 // EmitRecord appends r to output port port.
 func (e *Emitter) EmitRecord(port int, r Record) {
-	if b := e.builder(port); b != nil {
-		b.Add(r.Key, r.Value, r.Timestamp)
+	if b := e.batch(port); b != nil {
+		b.add(r.Key, r.Value, r.Timestamp)
 	}
 }
 
-func (e *Emitter) builder(port int) *abi.Builder {
+func (e *Emitter) batch(port int) *portBatch {
+	if uint(port) < uint(len(e.ports)) {
+		if b := &e.ports[port]; b.n > 0 {
+			return b // the common case: a port already in use this call
+		}
+	}
 	if port < 0 || port >= MaxPorts {
 		if e.err == nil {
 			e.err = fmt.Errorf("weir: emit to output port %d: out of range", port)
@@ -40,12 +71,13 @@ func (e *Emitter) builder(port int) *abi.Builder {
 		return nil
 	}
 	for port >= len(e.ports) {
-		e.ports = append(e.ports, abi.Builder{})
+		e.ports = append(e.ports, portBatch{})
 	}
 	b := &e.ports[port]
-	if b.Len() == 0 {
-		e.used = append(e.used, port)
+	if len(b.buf) < abi.BatchHeaderSize {
+		b.buf = append(b.buf[:0], 0, 0, 0, 0)
 	}
+	e.used = append(e.used, port)
 	return b
 }
 
@@ -56,7 +88,9 @@ func (e *Emitter) flush() error {
 		return e.err
 	}
 	for _, p := range e.used {
-		if err := emitBatch(p, e.ports[p].Bytes()); err != nil {
+		b := &e.ports[p]
+		binary.LittleEndian.PutUint32(b.buf, b.n)
+		if err := emitBatch(p, b.buf); err != nil {
 			return err
 		}
 	}
@@ -66,7 +100,8 @@ func (e *Emitter) flush() error {
 // reset drops everything collected.
 func (e *Emitter) reset() {
 	for _, p := range e.used {
-		e.ports[p].Reset()
+		b := &e.ports[p]
+		b.buf, b.n = b.buf[:abi.BatchHeaderSize], 0
 	}
 	e.used = e.used[:0]
 	e.err = nil
