@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+func init() {
+	register(command{Name: "job", Summary: "list, cancel, savepoint or restore jobs", Run: runJob})
+	register(command{Name: "checkpoint", Summary: "list a job's checkpoints", Run: runCheckpoint})
+}
+
+const jobUsage = `ls|status|cancel|savepoint|restore [flags] [JOB]
+
+  weir job ls                               every job with its state
+  weir job status JOB                       one job
+  weir job cancel JOB                       stop a job
+  weir job savepoint JOB                    take an aligned savepoint now
+  weir job restore JOB -from ID [-spec F]   restart a stopped job from checkpoint ID`
+
+// connectAPI connects to NATS and returns a job API client.
+func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
+	o := nf.options("weir cli")
+	nc, err := natsconn.Connect(*o, nats.MaxReconnects(0))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", nf.url, err)
+	}
+	c := control.NewAPIClient(nc, "")
+	c.Timeout = waitTimeout
+	return nc, c, nil
+}
+
+// positional parses flags that may come before or after positional
+// arguments and returns the positionals.
+func positional(fs interface {
+	Parse([]string) error
+	Args() []string
+}, args []string, parse func([]string) error) ([]string, error) {
+	var pos []string
+	rest := args
+	for {
+		if err := parse(rest); err != nil {
+			return nil, err
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		rest = rest[1:]
+	}
+}
+
+func runJob(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "job", jobUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
+	from := fs.String("from", "", "restore: checkpoint ID (or JOB/ID)")
+	specFile := fs.String("spec", "", "restore: a new job spec to run instead of the last one")
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return usagef("job: missing subcommand")
+	}
+	need := map[string]int{"ls": 0, "status": 1, "cancel": 1, "savepoint": 1, "restore": 1}
+	n, ok := need[pos[0]]
+	if !ok {
+		return usagef("job: unknown subcommand %q (ls, status, cancel, savepoint or restore)", pos[0])
+	}
+	if len(pos)-1 != n {
+		return usagef("job %s: want %d argument(s)", pos[0], n)
+	}
+	nc, api, err := connectAPI(&nf)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	switch pos[0] {
+	case "ls":
+		jobs, err := api.Jobs(ctx)
+		if err != nil {
+			return fmt.Errorf("job ls: %w", err)
+		}
+		printJobs(std.Out, jobs)
+	case "status":
+		st, err := api.Job(ctx, pos[1])
+		if err != nil {
+			return fmt.Errorf("job status: %w", err)
+		}
+		printJobs(std.Out, []control.JobStatus{st})
+	case "cancel":
+		st, err := api.CancelJob(ctx, pos[1])
+		if err != nil {
+			return fmt.Errorf("job cancel: %w", err)
+		}
+		fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
+	case "savepoint":
+		fmt.Fprintf(std.Err, "taking a savepoint of %s …\n", pos[1])
+		cp, err := api.Savepoint(ctx, pos[1])
+		if err != nil {
+			return fmt.Errorf("job savepoint: %w", err)
+		}
+		fmt.Fprintf(std.Out, "savepoint %d of %s: %s in %s, %s\n", cp.ID, cp.Job, cp.Status, cp.Duration.Round(time.Millisecond), size(cp.Size))
+	case "restore":
+		if *from == "" {
+			return usagef("job restore: -from CHECKPOINT is required")
+		}
+		req := control.RestoreRequest{Job: pos[1], From: *from}
+		if *specFile != "" {
+			spec, err := jobspec.ParseFile(*specFile, jobspec.Options{})
+			if err != nil {
+				return err
+			}
+			req.Spec = spec
+		}
+		st, err := api.Restore(ctx, req)
+		if err != nil {
+			return fmt.Errorf("job restore: %w", err)
+		}
+		fmt.Fprintf(std.Out, "job %s: %s from checkpoint %d\n", st.Name, st.State, st.RestoredFrom)
+	}
+	return nil
+}
+
+func printJobs(w io.Writer, jobs []control.JobStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tCHECKPOINT\tSINCE\tREASON")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, j.LatestCheckpoint,
+			j.Updated.Format(time.TimeOnly), j.Reason)
+	}
+	tw.Flush()
+}
+
+const checkpointUsage = `ls JOB
+
+  weir checkpoint ls JOB   every retained checkpoint and savepoint of JOB: id, status,
+                           duration, size, longest alignment, aligned or unaligned`
+
+func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "checkpoint", checkpointUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || pos[0] != "ls" {
+		fs.Usage()
+		return usagef("checkpoint: want 'ls JOB'")
+	}
+	nc, api, err := connectAPI(&nf)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cps, err := api.Checkpoints(ctx, pos[1])
+	if err != nil {
+		return fmt.Errorf("checkpoint ls: %w", err)
+	}
+	printCheckpoints(std.Out, cps)
+	return nil
+}
+
+func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tDURATION\tSIZE\tALIGNMENT\tALIGNED\tTASKS\tREASON")
+	for _, c := range cps {
+		kind := "checkpoint"
+		if c.Savepoint {
+			kind = "savepoint"
+		}
+		al := "aligned"
+		if c.Unaligned {
+			al = "unaligned"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", c.ID, kind, c.Status, c.Duration.Round(time.Millisecond),
+			size(c.Size), c.Alignment.Round(time.Microsecond), al, c.Acked, c.Total, c.Reason)
+	}
+	tw.Flush()
+}
+
+// size formats a byte count.
+func size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}

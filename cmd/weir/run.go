@@ -1,0 +1,447 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/sink"
+)
+
+func init() {
+	register(command{Name: "run", Summary: "deploy a job and follow it (embedded NATS unless -nats)", Run: runRun})
+}
+
+const runUsage = `[flags] JOB.yaml
+
+Deploys the job and follows it: state changes, completed checkpoints and the
+records its sinks publish. Without -nats it starts the embedded default — NATS
+with JetStream, the coordinator and a worker in this process, streams the job
+names created on the fly — and stops everything at the end. An operator
+module may be a Go package directory: weir builds it (GOOS=wasip1).`
+
+// runOptions are weir run's flags.
+type runOptions struct {
+	nats    natsFlags
+	data    string
+	inputs  inputFlags
+	forDur  time.Duration
+	idle    time.Duration
+	show    int
+	cancel  bool
+	verbose bool
+}
+
+func runRun(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "run", runUsage)
+	var o runOptions
+	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
+	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
+	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable)")
+	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until idle or Ctrl-C)")
+	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never)")
+	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
+	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
+	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do")
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usagef("run: want one JOB.yaml")
+	}
+	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{})
+	if err != nil {
+		return err
+	}
+	if err := buildGoModules(ctx, std, spec); err != nil {
+		return err
+	}
+
+	var n *node.Node
+	embedded := o.nats.url == ""
+	if embedded {
+		dir := o.data
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "weir-run-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		}
+		n, err = node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: logger(std, o.verbose)})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(std.Out, "embedded NATS on %s, coordinator and worker in this process\n", n.Server.ClientURL())
+		if err := createStreams(ctx, std, n.JS, spec); err != nil {
+			n.Close()
+			return err
+		}
+	} else {
+		if n, err = node.Start(ctx, node.Options{NATS: o.nats.options("weir run"), CheckpointStore: node.StoreJetStream}); err != nil {
+			return err
+		}
+	}
+	defer n.Close()
+	return follow(ctx, std, n, spec, o, embedded)
+}
+
+// buildGoModules replaces operator modules that name a Go package directory
+// by the wasm the Go toolchain builds from it.
+func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) error {
+	for i := range spec.Operators {
+		op := &spec.Operators[i]
+		ref, err := modref.Parse(op.Module)
+		if err != nil || ref.Kind != modref.File {
+			continue
+		}
+		st, err := os.Stat(ref.Path)
+		if err != nil || !st.IsDir() {
+			continue
+		}
+		if m, _ := filepath.Glob(filepath.Join(ref.Path, "*.go")); len(m) == 0 {
+			return fmt.Errorf("operator %s: module %s is a directory without Go files", op.Name, ref.Path)
+		}
+		fmt.Fprintf(std.Err, "building %s (GOOS=wasip1) …\n", ref.Path)
+		pkg := ref.Path
+		if !filepath.IsAbs(pkg) && !strings.HasPrefix(pkg, ".") {
+			pkg = "./" + pkg
+		}
+		out, err := guestbuild.Build(ctx, pkg)
+		if err != nil {
+			return fmt.Errorf("operator %s: build %s: %w", op.Name, ref.Path, err)
+		}
+		op.Module = out
+	}
+	return nil
+}
+
+// createStreams creates the JetStream streams a job names that do not exist
+// yet (embedded default only).
+func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec *jobspec.Spec) error {
+	ensure := func(cfg jetstream.StreamConfig) error {
+		if _, err := js.Stream(ctx, cfg.Name); err == nil {
+			return nil
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		}
+		fmt.Fprintf(std.Out, "created stream %s (subjects %s)\n", cfg.Name, strings.Join(cfg.Subjects, ", "))
+		return nil
+	}
+	for _, s := range spec.Sources {
+		if s.Kind != jobspec.KindJetStream {
+			continue
+		}
+		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sourceSubject(s)}}); err != nil {
+			return err
+		}
+	}
+	ck := spec.Checkpointing
+	for _, s := range spec.Sinks {
+		if s.Kind != jobspec.KindJetStream {
+			continue
+		}
+		dup := sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, worker.RecoveryAllowance)
+		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{s.Subject}, Duplicates: dup,
+			AllowAtomicPublish: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sourceSubject is the subject (pattern) a source reads.
+func sourceSubject(s jobspec.Source) string {
+	switch {
+	case s.Filter != "":
+		return s.Filter
+	case s.Subject != "":
+		return s.Subject
+	}
+	return strings.ToLower(s.Stream) + ".>"
+}
+
+// inputFlags are the repeated -input flags: FILE or SOURCE=FILE.
+type inputFlags []string
+
+func (f *inputFlags) String() string     { return strings.Join(*f, ",") }
+func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
+
+// publishInputs publishes every -input file to its source.
+func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, inputs inputFlags) (int, error) {
+	total := 0
+	for _, in := range inputs {
+		name, file, named := strings.Cut(in, "=")
+		if !named {
+			name, file = "", in
+		}
+		var src *jobspec.Source
+		for i := range spec.Sources {
+			if name == "" || spec.Sources[i].Name == name {
+				src = &spec.Sources[i]
+				break
+			}
+		}
+		if src == nil {
+			return total, fmt.Errorf("-input %s: the job has no source %q", in, name)
+		}
+		c, err := publishInput(ctx, n, *src, file)
+		total += c
+		if err != nil {
+			return total, err
+		}
+		fmt.Fprintf(std.Out, "published %d input records from %s to %s\n", c, file, src.Name)
+	}
+	return total, nil
+}
+
+// publishInput publishes the lines of file to src.
+func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file string) (int, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, fmt.Errorf("-input: %w", err)
+	}
+	subject := sourceSubject(src)
+	base, wild := strings.CutSuffix(subject, ".>")
+	if !wild {
+		base, wild = strings.CutSuffix(subject, ".*")
+	}
+	count := 0
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		key, value, ok := strings.Cut(line, "\t")
+		if !ok {
+			key, value = "", line
+		}
+		subj := subject
+		if wild {
+			subj = base + ".input"
+		}
+		m := nats.NewMsg(subj)
+		if key != "" {
+			m.Header.Set(sink.KeyHeader, key)
+		}
+		m.Data = []byte(value)
+		if src.Kind == jobspec.KindJetStream {
+			if _, err := n.JS.PublishMsgAsync(m); err != nil {
+				return count, fmt.Errorf("-input: publish: %w", err)
+			}
+		} else if err := n.Conn.PublishMsg(m); err != nil {
+			return count, fmt.Errorf("-input: publish: %w", err)
+		}
+		count++
+	}
+	if err := sc.Err(); err != nil {
+		return count, fmt.Errorf("-input: %w", err)
+	}
+	if src.Kind == jobspec.KindJetStream {
+		select {
+		case <-n.JS.PublishAsyncComplete():
+		case <-ctx.Done():
+			return count, ctx.Err()
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return count, n.Conn.FlushWithContext(fctx)
+}
+
+// output collects what the job's sinks publish.
+type output struct {
+	mu     sync.Mutex
+	std    Stdio
+	show   int
+	n      int
+	last   time.Time
+	latest map[string]string
+}
+
+func (o *output) record(sinkName string, m *nats.Msg) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n++
+	o.last = time.Now()
+	key := m.Header.Get(sink.KeyHeader)
+	o.latest[sinkName+"\x00"+key] = string(m.Data)
+	if o.show < 0 || o.n <= o.show {
+		if key != "" {
+			fmt.Fprintf(o.std.Out, "[%s] %s\t%s\n", sinkName, key, m.Data)
+		} else {
+			fmt.Fprintf(o.std.Out, "[%s] %s\n", sinkName, m.Data)
+		}
+	} else if o.n == o.show+1 {
+		fmt.Fprintf(o.std.Out, "… more output not shown (-show)\n")
+	}
+}
+
+func (o *output) state() (int, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n, o.last
+}
+
+func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool) error {
+	out := &output{std: std, show: o.show, latest: map[string]string{}}
+	for _, s := range spec.Sinks {
+		name := s.Name
+		sub, err := n.Conn.Subscribe(s.Subject, func(m *nats.Msg) { out.record(name, m) })
+		if err != nil {
+			return fmt.Errorf("watch sink %s: %w", s.Name, err)
+		}
+		defer sub.Unsubscribe()
+	}
+	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	if err != nil {
+		return fmt.Errorf("submit %s: %w", spec.Name, err)
+	}
+	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
+	stop := func() {
+		if embedded || o.cancel {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_, _ = n.API.CancelJob(cctx, spec.Name)
+		} else {
+			fmt.Fprintf(std.Out, "job %s keeps running; stop it with: weir job cancel %s\n", spec.Name, spec.Name)
+		}
+	}
+	defer stop()
+
+	inputDone := len(o.inputs) == 0
+	published := 0
+	var deadline <-chan time.Time
+	if o.forDur > 0 {
+		deadline = time.After(o.forDur)
+	}
+	seen := map[int64]string{}
+	var lastState control.JobState
+	var inputCommittedAt int64 // checkpoint id that covered the input
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := n.API.Job(ctx, spec.Name)
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("job %s: %w", spec.Name, err)
+		}
+		if st.State != lastState {
+			lastState = st.State
+			line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
+			if st.Reason != "" {
+				line += ": " + st.Reason
+			}
+			fmt.Fprintln(std.Out, line)
+		}
+		if !inputDone && st.State == control.JobRunning {
+			if published, err = publishInputs(ctx, std, n, spec, o.inputs); err != nil {
+				return err
+			}
+			inputDone = true
+		}
+		cps, _ := n.API.Checkpoints(ctx, spec.Name)
+		sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
+		for _, c := range cps {
+			if c.Status == control.CheckpointPending || seen[c.ID] == c.Status {
+				continue
+			}
+			seen[c.ID] = c.Status
+			printCheckpointLine(std.Out, c)
+			if c.Status == control.CheckpointCompleted && inputDone && len(o.inputs) > 0 && inputCommittedAt == 0 {
+				inputCommittedAt = c.ID
+			}
+		}
+		if st.State.Terminal() {
+			summary(std.Out, out, published)
+			if st.State == control.JobFailed {
+				return fmt.Errorf("job %s failed: %s", st.Name, st.Reason)
+			}
+			return nil
+		}
+		if inputCommittedAt > 0 && o.idle > 0 {
+			_, last := out.state()
+			if time.Since(last) > o.idle && st.LatestCheckpoint > inputCommittedAt {
+				summary(std.Out, out, published)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			summary(std.Out, out, published)
+			return nil
+		case <-deadline:
+			summary(std.Out, out, published)
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
+	kind := "checkpoint"
+	if c.Savepoint {
+		kind = "savepoint"
+	}
+	switch c.Status {
+	case control.CheckpointCompleted:
+		al := "aligned"
+		if c.Unaligned {
+			al = "unaligned"
+		}
+		fmt.Fprintf(w, "%s %d completed in %s: %s, %s (longest alignment %s), %d tasks\n", kind, c.ID,
+			c.Duration.Round(time.Millisecond), size(c.Size), al, c.Alignment.Round(time.Microsecond), c.Acked)
+	case control.CheckpointFailed:
+		fmt.Fprintf(w, "%s %d failed: %s\n", kind, c.ID, c.Reason)
+	}
+}
+
+func summary(w io.Writer, out *output, published int) {
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if published > 0 {
+		fmt.Fprintf(w, "%d records in, %d records out\n", published, out.n)
+	} else {
+		fmt.Fprintf(w, "%d records out\n", out.n)
+	}
+	if len(out.latest) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(out.latest))
+	for k := range out.latest {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintln(w, "latest value per key:")
+	for i, k := range keys {
+		if i == 30 {
+			fmt.Fprintf(w, "  … %d more keys\n", len(keys)-30)
+			break
+		}
+		s, key, _ := strings.Cut(k, "\x00")
+		fmt.Fprintf(w, "  [%s] %s\t%s\n", s, key, out.latest[k])
+	}
+}

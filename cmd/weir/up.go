@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+func init() {
+	register(command{Name: "up", Summary: "start embedded NATS, the coordinator and a worker", Run: runUp})
+	register(command{Name: "worker", Summary: "run a worker that joins an existing NATS", Run: runWorker})
+}
+
+// natsFlags are the connection flags every command that talks to NATS
+// shares.
+type natsFlags struct {
+	url, creds, nkey, token, user, password, tlsCA, tlsCert, tlsKey string
+}
+
+func (f *natsFlags) register(fs *flag.FlagSet, def, help string) {
+	fs.StringVar(&f.url, "nats", def, help)
+	fs.StringVar(&f.creds, "creds", "", "NATS credentials file (.creds)")
+	fs.StringVar(&f.nkey, "nkey", "", "NATS nkey seed file")
+	fs.StringVar(&f.token, "token", "", "NATS token")
+	fs.StringVar(&f.user, "user", "", "NATS user")
+	fs.StringVar(&f.password, "password", "", "NATS password")
+	fs.StringVar(&f.tlsCA, "tlsca", "", "PEM CA file to verify the server")
+	fs.StringVar(&f.tlsCert, "tlscert", "", "PEM client certificate (mutual TLS)")
+	fs.StringVar(&f.tlsKey, "tlskey", "", "PEM client key (mutual TLS)")
+}
+
+// options returns the connection options, nil when no URL was given.
+func (f *natsFlags) options(name string) *natsconn.Options {
+	if f.url == "" {
+		return nil
+	}
+	return &natsconn.Options{URL: f.url, Name: name, CredsFile: f.creds, NKeySeedFile: f.nkey, Token: f.token,
+		User: f.user, Password: f.password, TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey}
+}
+
+// logger logs to stderr at info, or debug with -v.
+func logger(std Stdio, verbose bool) *slog.Logger {
+	lvl := slog.LevelInfo
+	if !verbose {
+		lvl = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
+}
+
+const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetstream]
+
+Starts weir on one machine: an embedded NATS server with JetStream (its store
+under DIR), the coordinator and worker(s). Other machines join with
+'weir worker -nats nats://THIS-HOST:PORT' (use -checkpoint-store jetstream
+then, so that every worker reaches the checkpoints).`
+
+func runUp(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "up", upUsage)
+	data := fs.String("data", ".weir", "data directory (NATS store, checkpoints, spill files)")
+	host := fs.String("host", "127.0.0.1", "listen address of the embedded NATS server")
+	port := fs.Int("port", 4222, "client port of the embedded NATS server")
+	workers := fs.Int("workers", 1, "in-process workers")
+	store := fs.String("checkpoint-store", node.StoreDir, "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared)")
+	verbose := fs.Bool("v", false, "log what the coordinator and workers do")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("up: unexpected argument %q", fs.Arg(0))
+	}
+	abs, err := filepath.Abs(*data)
+	if err != nil {
+		return err
+	}
+	n, err := node.Start(ctx, node.Options{DataDir: abs, Host: *host, Port: *port, Coordinator: true,
+		Workers: *workers, CheckpointStore: *store, Log: logger(std, *verbose)})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	fmt.Fprintf(std.Out, "weir is up: NATS on %s, data in %s, coordinator and %d worker(s) running (%s checkpoints)\n",
+		n.Server.ClientURL(), abs, *workers, *store)
+	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", n.Server.ClientURL())
+	<-ctx.Done()
+	fmt.Fprintln(std.Out, "weir: shutting down")
+	return nil
+}
+
+const workerUsage = `-nats URL [-id ID] [-data DIR] [-checkpoint-store jetstream|dir]
+
+Runs a worker that joins the coordinator reachable through NATS at URL and
+runs the tasks it is given.`
+
+func runWorker(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "worker", workerUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL(s)")
+	id := fs.String("id", "", "worker ID (default HOSTNAME-PID)")
+	data := fs.String("data", "", "directory for spill files (and dir checkpoints)")
+	store := fs.String("checkpoint-store", node.StoreJetStream, "checkpoint storage: jetstream (shared) or dir")
+	verbose := fs.Bool("v", false, "log what the worker does")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *data == "" {
+		dir, err := os.MkdirTemp("", "weir-worker-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		*data = dir
+	}
+	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), DataDir: *data, Workers: 1, WorkerID: *id,
+		CheckpointStore: *store, Log: logger(std, *verbose)})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	fmt.Fprintf(std.Out, "worker %s joined %s\n", n.Workers[0].ID(), n.URL())
+	<-ctx.Done()
+	return nil
+}
+
+// waitTimeout is how long CLI requests wait for the coordinator.
+const waitTimeout = 30 * time.Second

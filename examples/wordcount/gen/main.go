@@ -1,0 +1,85 @@
+// Command gen publishes generated lines of text to the wordcount example's
+// LINES stream, for running the example at volume against 'weir up':
+//
+//	go run ./cmd/weir up &
+//	go run ./cmd/weir run -nats nats://127.0.0.1:4222 examples/wordcount/job.yaml &
+//	go run ./examples/wordcount/gen -n 100000
+//
+// It creates the stream if it is missing. The words follow a Zipf
+// distribution, so some counts grow fast and most stay small.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var words = strings.Fields(`the a weir river stream record barrier checkpoint operator state
+task channel snapshot align flow water exactly once count word job worker wasm module
+key value batch sink source jetstream nats credit backpressure unaligned savepoint`)
+
+func main() {
+	url := flag.String("nats", nats.DefaultURL, "NATS server URL")
+	n := flag.Int("n", 10000, "lines to publish")
+	perLine := flag.Int("words", 8, "words per line")
+	seed := flag.Uint64("seed", 1, "random seed (the same seed publishes the same lines)")
+	flag.Parse()
+	if err := run(*url, *n, *perLine, *seed); err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(url string, n, perLine int, seed uint64) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := js.Stream(ctx, "LINES"); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LINES", Subjects: []string{"lines.>"}}); err != nil {
+			return fmt.Errorf("create stream LINES: %w", err)
+		}
+	} else if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(seed, 2)), 1.2, 1, uint64(len(words)-1))
+	start := time.Now()
+	var line strings.Builder
+	for i := 0; i < n; i++ {
+		line.Reset()
+		for w := 0; w < perLine; w++ {
+			if w > 0 {
+				line.WriteByte(' ')
+			}
+			line.WriteString(words[zipf.Uint64()])
+		}
+		subject := fmt.Sprintf("lines.gen%d", rng.IntN(8))
+		if _, err := js.PublishAsync(subject, []byte(line.String())); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	fmt.Printf("published %d lines (%d words) in %s\n", n, n*perLine, time.Since(start).Round(time.Millisecond))
+	return nil
+}
