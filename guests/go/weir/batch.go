@@ -51,6 +51,7 @@ func (b *Batch) All() iter.Seq[Record] {
 	}
 }
 
-// Err reports a malformed input batch (the host validates batches, so this
-// is nil in practice).
+// Err reports a malformed input batch after Next returned false. The host
+// forwards batches that were validated when they entered weir, so this is
+// nil in practice.
 func (b *Batch) Err() error { return b.it.Err() }
