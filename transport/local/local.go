@@ -119,10 +119,16 @@ func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 			return c.chanErr(stream.ErrClosed)
 		}
 		if c.fits(n) {
+			// Notify only when the queue was empty: a receiver polls until
+			// Poll finds nothing before it waits for the next notification.
+			wasEmpty := c.head == len(c.q)
 			c.q = append(c.q, item{d: stream.Delivery{Element: e}})
 			c.bytes += n
 			c.count++
 			fn := c.notify
+			if !wasEmpty {
+				fn = nil
+			}
 			c.mu.Unlock()
 			if fn != nil {
 				fn()
@@ -248,7 +254,9 @@ func (c *Channel) take() (stream.Delivery, bool, error) {
 	if !it.priority {
 		c.bytes -= it.d.Size()
 		c.count--
-		c.wakeSenders()
+		if c.waiting > 0 {
+			c.wakeSenders()
+		}
 	}
 	return it.d, true, nil
 }
@@ -272,7 +280,9 @@ func (r *Receiver) PollPriority() (stream.Delivery, bool, error) {
 	return c.take()
 }
 
-// Notify registers fn, called after every Send, SendPriority and Fail.
+// Notify registers fn, called when a Send finds the queue empty, after every
+// SendPriority and on Fail: a receiver that polls until Poll finds nothing
+// before it waits never misses an element.
 func (r *Receiver) Notify(fn func()) {
 	c := r.c
 	c.mu.Lock()

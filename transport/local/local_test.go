@@ -171,3 +171,56 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkChannel moves 1 KiB record batches through a local channel with
+// a Notify-driven consumer; the baseline is a plain buffered Go channel of
+// the same depth.
+func BenchmarkChannel(b *testing.B) {
+	batch := rec(string(make([]byte, 1000)))
+	b.Run("local", func(b *testing.B) {
+		s, r := New(Options{CapacityElements: 64})
+		wake := make(chan struct{}, 1)
+		r.Notify(func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for got := 0; got < b.N; {
+				_, ok, _ := r.Poll()
+				if !ok {
+					<-wake
+					continue
+				}
+				got++
+			}
+		}()
+		b.SetBytes(int64(len(batch.Batch)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := s.Send(context.Background(), batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-done
+	})
+	b.Run("go-chan-baseline", func(b *testing.B) {
+		c := make(chan stream.Element, 64)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; i < b.N; i++ {
+				<-c
+			}
+		}()
+		b.SetBytes(int64(len(batch.Batch)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c <- batch
+		}
+		<-done
+	})
+}
