@@ -70,7 +70,8 @@ func (l Limits) pages() uint32 { return uint32(l.MemoryBytes / pageSize) }
 // Config configures an Engine.
 type Config struct {
 	// CacheDir is the on-disk compilation cache. Empty means
-	// os.UserCacheDir()/weir/wazero; "-" disables the disk cache.
+	// os.UserCacheDir()/weir/wazero (os.TempDir()/weir-wazero without a
+	// user cache dir); "-" keeps compiled code in memory only.
 	CacheDir string
 	// Interpreter forces wazero's interpreter instead of its compiler.
 	// Without it the compiler is used wherever wazero supports it.
@@ -132,18 +133,17 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if e.cfg.WatchdogInterval <= 0 {
 		e.cfg.WatchdogInterval = 10 * time.Millisecond
 	}
-	switch cfg.CacheDir {
-	case "-":
-		e.cache = wazero.NewCompilationCache()
-	default:
-		dir := cfg.CacheDir
-		if dir == "" {
-			d, err := os.UserCacheDir()
-			if err != nil {
-				return nil, fmt.Errorf("wasm: no user cache dir for the compilation cache (set Config.CacheDir): %w", err)
-			}
+	dir := cfg.CacheDir
+	if dir == "" {
+		if d, err := os.UserCacheDir(); err == nil {
 			dir = filepath.Join(d, "weir", "wazero")
+		} else {
+			dir = filepath.Join(os.TempDir(), "weir-wazero")
 		}
+	}
+	if dir == "-" {
+		e.cache = wazero.NewCompilationCache()
+	} else {
 		c, err := wazero.NewCompilationCacheWithDir(dir)
 		if err != nil {
 			return nil, fmt.Errorf("wasm: compilation cache %s: %w", dir, err)

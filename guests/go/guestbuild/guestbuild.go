@@ -25,7 +25,8 @@ import (
 )
 
 // CacheDirEnv names the environment variable that overrides the cache
-// directory (default: os.UserCacheDir()/weir/guestbuild).
+// directory (default: os.UserCacheDir()/weir/guestbuild, or
+// os.TempDir()/weir-guestbuild when there is no user cache dir).
 const CacheDirEnv = "WEIR_GUESTBUILD_CACHE"
 
 // Build compiles the Go package pkg (an import path, or a path relative to
@@ -113,7 +114,7 @@ func cacheDir() (string, error) {
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("guestbuild: no cache dir (set %s): %w", CacheDirEnv, err)
+		return filepath.Join(os.TempDir(), "weir-guestbuild"), nil
 	}
 	return filepath.Join(d, "weir", "guestbuild"), nil
 }
