@@ -307,6 +307,7 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 				}
 				return snk.Commit(ctx, ckpt)
 			}
+			defer snk.Close()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
 			err = run(ctx, src, op, snk.Write, func(n int) error {
@@ -323,10 +324,13 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 				}
 				return nil
 			})
-			b.StopTimer()
 			if err != nil && !errors.Is(err, errDone) {
 				b.Fatal(err)
 			}
+			if err := snk.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
 			info, err := js.Stream(ctx, "OUT")
 			if err != nil {
 				b.Fatal(err)

@@ -101,8 +101,13 @@ type ExactlyOnce struct {
 	atomic bool
 	prefix string
 
-	cur    abi.Builder
-	staged []staged
+	cur      abi.Builder
+	staged   []staged
+	inflight *commitJob
+
+	bg   context.Context // for background commits; cancelled by Close
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 
 	mu     sync.Mutex
 	pubErr error
@@ -149,6 +154,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	default:
 		return nil, fmt.Errorf("exactly-once sink: atomic mode %q, want auto, always or never", cfg.Atomic)
 	}
+	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -174,58 +180,147 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 }
 
 // PreCommit closes the records written since the previous checkpoint into
-// checkpoint id and returns every staged, not yet committed checkpoint as
-// the state for the task's snapshot.
+// checkpoint id and returns every staged checkpoint not yet known to be
+// committed — including one whose commit is still running — as the state
+// for the task's snapshot.
 func (s *ExactlyOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
+	if err := s.commitFailed(); err != nil {
+		return nil, err
+	}
 	if n := len(s.staged); n > 0 && s.staged[n-1].id >= id {
 		return nil, fmt.Errorf("exactly-once sink %s: checkpoint %d pre-committed after %d", s.cfg.Subject, id, s.staged[n-1].id)
 	}
-	if s.cur.Len() > 0 {
-		s.staged = append(s.staged, staged{id: id, batch: append([]byte(nil), s.cur.Bytes()...)})
-		s.cur.Reset()
-	}
+	s.stageCurrent(id)
 	return encodeState(s.staged), nil
 }
 
-// Commit publishes what was staged for every checkpoint up to id, in order.
-// It is idempotent.
+// stageCurrent moves the records written since the last checkpoint into a
+// staged entry for checkpoint id, handing the builder's buffer over.
+func (s *ExactlyOnce) stageCurrent(id int64) {
+	if s.cur.Len() == 0 {
+		return
+	}
+	s.staged = append(s.staged, staged{id: id, batch: s.cur.Bytes()})
+	s.cur = abi.Builder{}
+}
+
+// Commit publishes what was staged for every checkpoint up to id, in order,
+// and is idempotent. It waits for the previous commit to finish, then starts
+// this one in the background and returns: the task goes on processing while
+// JetStream acknowledges. Until its commit is confirmed a checkpoint stays
+// in the state PreCommit returns, so a crash re-commits it. Wait waits for
+// the running commit; EndOfInput and Recover do so themselves.
 func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
+	if err := s.Wait(ctx); err != nil {
+		return err
+	}
 	n := 0
 	for n < len(s.staged) && s.staged[n].id <= id {
-		if err := s.commitOne(ctx, s.staged[n]); err != nil {
-			s.staged = s.staged[n:]
-			return err
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	job := &commitJob{done: make(chan struct{}), upTo: s.staged[n-1].id}
+	entries := append([]staged(nil), s.staged[:n]...)
+	s.inflight = job
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(job.done)
+		for _, e := range entries {
+			if err := s.commitOne(s.bg, e); err != nil {
+				job.err = err
+				return
+			}
 		}
+	}()
+	return nil
+}
+
+// commitJob is a commit running in the background.
+type commitJob struct {
+	done chan struct{}
+	upTo int64 // the last checkpoint it commits
+	err  error // valid after done
+}
+
+// Wait waits until the running commit, if any, finished, and drops the
+// checkpoints it committed from the staged state.
+func (s *ExactlyOnce) Wait(ctx context.Context) error {
+	job := s.inflight
+	if job == nil {
+		return nil
+	}
+	select {
+	case <-job.done:
+	case <-ctx.Done():
+		return fmt.Errorf("exactly-once sink %s: waiting for the commit of checkpoint %d: %w", s.cfg.Subject, job.upTo, ctx.Err())
+	}
+	s.inflight = nil
+	if job.err != nil {
+		return job.err
+	}
+	n := 0
+	for n < len(s.staged) && s.staged[n].id <= job.upTo {
+		s.staged[n] = staged{}
 		n++
 	}
 	s.staged = append(s.staged[:0], s.staged[n:]...)
 	return nil
 }
 
+// commitFailed reports, without waiting, the error of a finished commit.
+func (s *ExactlyOnce) commitFailed() error {
+	if job := s.inflight; job != nil {
+		select {
+		case <-job.done:
+			return s.Wait(context.Background())
+		default:
+		}
+	}
+	return nil
+}
+
 // Recover publishes (again) what state — the result of PreCommit(id) —
-// staged, and drops everything written or staged since.
+// staged, waits until it is stored, and drops everything written or staged
+// since.
 func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error {
 	st, err := decodeState(state)
 	if err != nil {
 		return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
 	}
+	if err := s.Wait(ctx); err != nil {
+		return err
+	}
 	s.cur.Reset()
 	s.staged = st
-	return s.Commit(ctx, id)
+	if err := s.Commit(ctx, id); err != nil {
+		return err
+	}
+	return s.Wait(ctx)
 }
 
 // EndOfInput publishes everything staged and the records written since the
-// last checkpoint (under EndCheckpointID).
+// last checkpoint (under EndCheckpointID), and waits until it is stored.
 func (s *ExactlyOnce) EndOfInput(ctx context.Context) error {
-	if s.cur.Len() > 0 {
-		s.staged = append(s.staged, staged{id: EndCheckpointID, batch: append([]byte(nil), s.cur.Bytes()...)})
-		s.cur.Reset()
+	if err := s.Wait(ctx); err != nil {
+		return err
 	}
-	return s.Commit(ctx, EndCheckpointID)
+	s.stageCurrent(EndCheckpointID)
+	if err := s.Commit(ctx, EndCheckpointID); err != nil {
+		return err
+	}
+	return s.Wait(ctx)
 }
 
-// Close drops what is staged; it belongs to the task's snapshot.
-func (s *ExactlyOnce) Close() error { return nil }
+// Close stops a running commit and drops what is staged: it belongs to the
+// task's snapshot, and the next attempt re-commits it.
+func (s *ExactlyOnce) Close() error {
+	s.stop()
+	s.wg.Wait()
+	return nil
+}
 
 func (s *ExactlyOnce) msgID(ckpt int64, index int) string {
 	if ckpt == EndCheckpointID {

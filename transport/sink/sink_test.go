@@ -209,6 +209,7 @@ func TestExactlyOnceCrashBetweenCompletionAndCommit(t *testing.T) {
 			_, err := s.PreCommit(ctx, 1)
 			must(t, err)
 			must(t, s.Commit(ctx, 1))
+			must(t, s.Wait(ctx))
 			if got := streamValues(t, ctx, js, "OUT"); len(got) != 150 {
 				t.Fatalf("after commit 1: %d messages", len(got))
 			}
