@@ -116,3 +116,14 @@ func TestExecErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestExecTwoOutputs(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sdktest.wasm")
+	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := weir(t, "k\tv\n", "exec", p, "-config", "ports", "-outputs", "2", "-end-of-input=false")
+	if code != 0 || out != "[0] k\tv\n[1] k\tv\n" {
+		t.Fatalf("exit %d %q %s", code, out, errs)
+	}
+}

@@ -51,7 +51,8 @@ type emitted struct {
 }
 
 // Instance is one running operator: a module instance with its own memory,
-// driven by one goroutine at a time. It implements the task runtime's
+// driven by one goroutine at a time (Close included: to stop a running call
+// from elsewhere, cancel the context passed to it). It implements the task runtime's
 // Operator interface. After any failure (trap, deadline, proc_exit, error
 // status, misused import) every later call returns an error wrapping
 // ErrInstanceFailed and the first failure; it is never reused.
