@@ -191,11 +191,11 @@ func TestGoSDKFailures(t *testing.T) {
 		{"panic", "operator op: weir_process: panic in Process: kaboom", &OperatorError{}},
 		{"error", "operator op: weir_process: no luck", &OperatorError{}},
 		{"exit", "operator op: weir_process: the module exited with code 3", &ExitError{}},
-		{"oom", "operator op: weir_process: ", nil},
+		{"oom", "operator op: weir_process: trap: wasm error: unreachable", &TrapError{}}, // the Go runtime aborts
 		{"loop", "operator op: weir_process: exceeded the 300ms call deadline", &DeadlineError{}},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
-			lim := Limits{MemoryBytes: 48 << 20}
+			lim := Limits{MemoryBytes: 48 << 20, CallTimeout: time.Minute}
 			if c.mode == "loop" {
 				lim.CallTimeout = 300 * time.Millisecond
 			}
