@@ -137,9 +137,9 @@ static struct {
 } weir__heap;
 
 static inline void *weir_malloc(size_t n) {
+    if (n > ((size_t)1 << (WEIR__CLASSES - 1)) - WEIR__HDR) return NULL;
     unsigned cls = 4;
-    while (cls < WEIR__CLASSES - 1 && ((size_t)1 << cls) < n + WEIR__HDR) cls++;
-    if (((size_t)1 << cls) < n + WEIR__HDR) return NULL;
+    while (((size_t)1 << cls) < n + WEIR__HDR) cls++;
     unsigned char *block = weir__heap.free_list[cls];
     if (block) {
         weir__heap.free_list[cls] = *(void **)(block + WEIR__HDR);

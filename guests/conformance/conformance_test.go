@@ -322,3 +322,17 @@ func TestLargeState(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinBadPort: a batch on an input port other than 0 or 1 fails join's
+// weir_process with the guest's error in every language.
+func TestJoinBadPort(t *testing.T) {
+	batch := abi.EncodeBatch(abi.Record{Key: []byte("k"), Value: []byte("v")})
+	for _, lang := range languages {
+		inst := start(t, load(t, lang, "join"), "join")
+		err := inst.Process(context.Background(), 2, batch, func(int, []byte) error { return nil })
+		var oe *wasm.OperatorError
+		if !errors.As(err, &oe) || oe.Export != abi.ExportProcess || !strings.HasPrefix(oe.Message, "join: ") {
+			t.Errorf("%s: join on input port 2: %v, want an operator error from %s starting with \"join: \"", lang.name, err, abi.ExportProcess)
+		}
+	}
+}
