@@ -182,7 +182,7 @@ func setup(t *testing.T, ctx context.Context) *env {
 	mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st},
 		HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
 	ready := make(chan struct{})
-	mctx, cancel := context.WithCancel(ctx)
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
 	t.Cleanup(func() { cancel(); <-done })
