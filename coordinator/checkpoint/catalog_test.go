@@ -11,10 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/transport/embedded"
 )
 
 func writeCheckpoint(t *testing.T, c *Catalog, id int64) {
@@ -177,4 +180,53 @@ func TestRunner(t *testing.T) {
 	r.Stop("failover")
 	cancel()
 	<-done
+}
+
+// TestCatalogJetStream keeps metadata in JetStream KV and state in the
+// Object Store of a real embedded server, and falls back past a corrupt
+// and a missing checkpoint.
+func TestCatalogJetStream(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	meta, err := storage.NewKV(ctx, js, storage.DefaultMetaBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := storage.NewObjectStore(ctx, js, storage.DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Catalog{Meta: meta, State: state}
+	for id := int64(1); id <= 3; id++ {
+		writeCheckpoint(t, c, id)
+	}
+	if err := meta.Put(ctx, MetadataKey("j", 3), strings.NewReader(`{"checksum":"sha256:00","metadata":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.Delete(ctx, StateKey("j", 2, "op-0")); err != nil {
+		t.Fatal(err)
+	}
+	md, skipped, err := c.Latest(ctx, "j", []int64{1, 2, 3})
+	if err != nil || md == nil || md.ID != 1 || len(skipped) != 2 {
+		t.Fatalf("latest = %+v skipped %v err %v", md, skipped, err)
+	}
+	if err := c.Discard(ctx, "j", 1); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := c.IDs(ctx, "j"); len(ids) != 2 {
+		t.Errorf("ids after discard %v", ids)
+	}
 }
