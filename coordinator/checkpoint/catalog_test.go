@@ -11,9 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/storage"
