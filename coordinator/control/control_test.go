@@ -80,7 +80,7 @@ func TestRoundTripAndLostWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rc := &recCoord{joined: make(chan string, 4), lost: make(chan string, 4)}
-	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: 2 * time.Second})
+	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: time.Minute})
 	ready := make(chan struct{})
 	go func() { _ = co.Run(ctx, ready) }()
 	<-ready
@@ -163,19 +163,75 @@ func TestRoundTripAndLostWorker(t *testing.T) {
 	}
 	rc.mu.Unlock()
 
-	// The worker stops heartbeating: the coordinator declares it lost.
+	// A graceful stop unregisters: lost at once.
 	wcancel()
 	<-wdone
-	select {
-	case id := <-rc.lost:
-		if id != "w1" {
-			t.Errorf("lost %q", id)
-		}
-	case <-ctx.Done():
-		t.Fatal("worker never declared lost")
+	if id := <-rc.lost; id != "w1" {
+		t.Errorf("lost %q", id)
 	}
 	if got := co.LiveWorkers(); len(got) != 0 {
 		t.Errorf("live after loss = %v", got)
+	}
+}
+
+// crashWorker runs a worker on its own connection; closing the connection
+// is a crash: no unregister, no more heartbeats.
+func crashWorker(t *testing.T, ctx context.Context, url, id string) (crash func()) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	ready := make(chan struct{})
+	w := NewWorker(nc, id, &recWorker{}, WorkerOptions{HeartbeatInterval: 20 * time.Millisecond})
+	go func() { defer close(done); _ = w.Run(wctx, ready) }()
+	<-ready
+	return func() {
+		nc.Close()
+		cancel()
+		<-done
+	}
+}
+
+func TestLostWorker(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rc := &recCoord{joined: make(chan string, 8), lost: make(chan string, 8)}
+	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: 300 * time.Millisecond})
+	ready := make(chan struct{})
+	go func() { _ = co.Run(ctx, ready) }()
+	<-ready
+
+	// A crashed worker misses its heartbeats and is declared lost.
+	crash := crashWorker(t, ctx, srv.ClientURL(), "w1")
+	<-rc.joined
+	crash()
+	if id := <-rc.lost; id != "w1" {
+		t.Errorf("lost %q", id)
+	}
+	// A worker that restarts within the heartbeat timeout comes back with
+	// a new session: its old incarnation is lost, the new one joins.
+	crash = crashWorker(t, ctx, srv.ClientURL(), "w2")
+	<-rc.joined
+	crash()
+	crash = crashWorker(t, ctx, srv.ClientURL(), "w2")
+	defer crash()
+	if id := <-rc.lost; id != "w2" {
+		t.Errorf("lost %q", id)
+	}
+	if id := <-rc.joined; id != "w2" {
+		t.Errorf("joined %q", id)
 	}
 }
 

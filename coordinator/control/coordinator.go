@@ -99,6 +99,21 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 	}); err != nil {
 		return err
 	}
+	if err := sub(c.subj.Unregister(), func(m *nats.Msg) {
+		var info WorkerInfo
+		if err := json.Unmarshal(m.Data, &info); err != nil || info.ID == "" {
+			return
+		}
+		c.mu.Lock()
+		w, ok := c.workers[info.ID]
+		same := ok && w.info.Session == info.Session
+		c.mu.Unlock()
+		if same {
+			c.Forget(info.ID)
+		}
+	}); err != nil {
+		return err
+	}
 	if err := sub(c.subj.Event(), func(m *nats.Msg) {
 		var e Event
 		if err := json.Unmarshal(m.Data, &e); err != nil {
@@ -131,6 +146,14 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 func (c *Coordinator) seen(info WorkerInfo, tasks []TaskRef) {
 	c.mu.Lock()
 	w, known := c.workers[info.ID]
+	if known && info.Session != "" && w.info.Session != "" && info.Session != w.info.Session {
+		// The worker restarted: what it ran is gone.
+		delete(c.workers, info.ID)
+		c.mu.Unlock()
+		c.h.WorkerLost(info.ID)
+		c.mu.Lock()
+		w, known = nil, false
+	}
 	if !known {
 		w = &workerState{}
 		c.workers[info.ID] = w

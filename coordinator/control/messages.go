@@ -9,6 +9,7 @@
 //
 //	PREFIX.register               worker → coordinator, request: WorkerInfo → RegisterReply
 //	PREFIX.heartbeat              worker → coordinator, publish: Heartbeat
+//	PREFIX.unregister             worker → coordinator, publish: WorkerInfo (graceful stop)
 //	PREFIX.event                  worker → coordinator, request: Event → Reply
 //	PREFIX.worker.ID.deploy       coordinator → worker, request: Deploy → Reply
 //	PREFIX.worker.ID.cancel       coordinator → worker, request: Cancel → Reply
@@ -23,8 +24,10 @@
 //     sends register and then a Heartbeat every HeartbeatInterval listing
 //     the tasks it runs. A heartbeat from an unknown worker registers it too,
 //     so start order does not matter. When no heartbeat arrived for
-//     HeartbeatTimeout the coordinator declares the worker lost: every job
-//     with a task there fails over.
+//     HeartbeatTimeout, when the worker unregisters (it stops), or when a
+//     heartbeat carries a new Session (the worker restarted and lost its
+//     tasks), the coordinator declares the worker lost: every job with a
+//     task there fails over.
 //  2. The coordinator deploys a job attempt: for every worker with assigned
 //     tasks, a Deploy carrying the job spec, the plan, the worker's task IDs,
 //     the attempt number and, when recovering, the Restore handles of the
@@ -81,6 +84,9 @@ func (s Subjects) p() string {
 // Register is the subject workers register on.
 func (s Subjects) Register() string { return s.p() + ".register" }
 
+// Unregister is the subject a stopping worker says goodbye on.
+func (s Subjects) Unregister() string { return s.p() + ".unregister" }
+
 // Heartbeat is the subject workers publish heartbeats on.
 func (s Subjects) Heartbeat() string { return s.p() + ".heartbeat" }
 
@@ -108,6 +114,9 @@ type WorkerInfo struct {
 	Host string `json:"host,omitempty"`
 	// Slots is how many tasks the worker wants at most; 0 means no limit.
 	Slots int `json:"slots,omitempty"`
+	// Session is random per Worker.Run: a new session means the worker
+	// restarted and runs none of its former tasks.
+	Session string `json:"session,omitempty"`
 }
 
 // RegisterReply answers a registration.

@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -57,12 +59,21 @@ func (w *Worker) ID() string { return w.info.ID }
 // under way only through ready (closed when the subscription is live);
 // pass nil if not needed.
 func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
+	var sess [8]byte
+	_, _ = rand.Read(sess[:])
+	w.info.Session = hex.EncodeToString(sess[:])
 	msgs := make(chan *nats.Msg, 256)
 	sub, err := w.nc.ChanSubscribe(w.subj.Worker(w.info.ID, ">"), msgs)
 	if err != nil {
 		return fmt.Errorf("worker %s: subscribe: %w", w.info.ID, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	defer func() {
+		if data, err := json.Marshal(w.info); err == nil {
+			_ = w.nc.Publish(w.subj.Unregister(), data)
+			_ = w.nc.Flush()
+		}
+	}()
 	if err := w.nc.Flush(); err != nil {
 		return fmt.Errorf("worker %s: flush: %w", w.info.ID, err)
 	}
