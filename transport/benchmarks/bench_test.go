@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -124,23 +125,50 @@ func BenchmarkCoreForwarder(b *testing.B) {
 }
 
 var (
-	wasmOnce sync.Once
-	wasmMod  []byte
-	wasmErr  error
+	goWasmOnce sync.Once
+	goWasm     []byte
+	goWasmErr  error
 )
 
-func uppercase(b *testing.B) *wasm.Instance {
+// guestModule returns the uppercase module of a guest language: "go" is
+// built from guests/go/examples/uppercase with guestbuild; the others are
+// the committed builds under guests/.
+func guestModule(b *testing.B, lang string) []byte {
 	b.Helper()
-	wasmOnce.Do(func() {
-		path, err := guestbuild.Build(context.Background(), "github.com/weirhq/weir/guests/go/examples/uppercase")
-		if err != nil {
-			wasmErr = err
-			return
+	if lang == "go" {
+		goWasmOnce.Do(func() {
+			path, err := guestbuild.Build(context.Background(), "github.com/weirhq/weir/guests/go/examples/uppercase")
+			if err != nil {
+				goWasmErr = err
+				return
+			}
+			goWasm, goWasmErr = os.ReadFile(path)
+		})
+		if goWasmErr != nil {
+			b.Fatal(goWasmErr)
 		}
-		wasmMod, wasmErr = readAll(path)
-	})
-	if wasmErr != nil {
-		b.Fatal(wasmErr)
+		return goWasm
+	}
+	path := map[string]string{
+		"rust": "../../guests/rust/examples/uppercase.wasm",
+		"c":    "../../guests/c/examples/uppercase.wasm",
+	}[lang]
+	m, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// operator is the part of host.Operator the pipelines call.
+type operator interface {
+	Process(ctx context.Context, port int, batch []byte, emit func(port int, batch []byte) error) error
+}
+
+func uppercase(b *testing.B, lang string) operator {
+	b.Helper()
+	if lang == "native" {
+		return nativeUppercase{}
 	}
 	ctx := context.Background()
 	e, err := wasm.NewEngine(wasm.Config{})
@@ -148,7 +176,7 @@ func uppercase(b *testing.B) *wasm.Instance {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { e.Close(ctx) })
-	m, err := e.Load(ctx, "uppercase", wasmMod, wasm.Limits{})
+	m, err := e.Load(ctx, "uppercase-"+lang, guestModule(b, lang), wasm.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -159,6 +187,30 @@ func uppercase(b *testing.B) *wasm.Instance {
 	return inst
 }
 
+// nativeUppercase is uppercase in plain Go, to separate the pipeline's own
+// cost from the guest's.
+type nativeUppercase struct{}
+
+func (nativeUppercase) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return err
+	}
+	var out abi.Builder
+	var v []byte
+	for it.Next() {
+		r := it.Record()
+		v = append(v[:0], r.Value...)
+		for i, c := range v {
+			if 'a' <= c && c <= 'z' {
+				v[i] = c - ('a' - 'A')
+			}
+		}
+		out.Add(r.Key, v, r.Timestamp)
+	}
+	return emit(0, append([]byte(nil), out.Bytes()...))
+}
+
 // pollSource is host.Source's Poll.
 type pollSource interface {
 	Poll(ctx context.Context) ([]byte, []byte, error)
@@ -166,7 +218,7 @@ type pollSource interface {
 
 // run drives src -> op -> sink the way a source task chained with its
 // operator does: one Process call per polled batch.
-func run(ctx context.Context, src pollSource, op *wasm.Instance, write func(ctx context.Context, batch []byte) error, each func(records int) error) error {
+func run(ctx context.Context, src pollSource, op operator, write func(ctx context.Context, batch []byte) error, each func(records int) error) error {
 	emit := func(_ int, out []byte) error { return write(ctx, out) }
 	for {
 		batch, _, err := src.Poll(ctx)
@@ -186,36 +238,38 @@ func run(ctx context.Context, src pollSource, op *wasm.Instance, write func(ctx 
 	}
 }
 
-// (c) weir: core subject -> Go-SDK uppercase (wasm) -> core subject, one
-// record per external message.
+// (c) weir: core subject -> uppercase operator -> core subject, one record
+// per external message. guest=go is the Go-SDK module (the figure the goal
+// is about); rust and c are the same operator from other SDKs, native is
+// plain Go without wasm (the pipeline's own cost).
 func BenchmarkCoreWeirUppercase(b *testing.B) {
-	srv := startServer(b, false)
-	pub, task, sub := conn(b, srv), conn(b, srv), conn(b, srv)
-	op := uppercase(b)
-	done := counter(b, sub, "out", b.N)
-	src, err := source.NewCore(task, source.CoreConfig{Subject: "in", PendingMsgs: -1, PendingBytes: -1})
-	if err != nil {
-		b.Fatal(err)
+	for _, lang := range []string{"go", "rust", "c", "native"} {
+		b.Run("guest="+lang, func(b *testing.B) {
+			srv := startServer(b, false)
+			pub, task, sub := conn(b, srv), conn(b, srv), conn(b, srv)
+			op := uppercase(b, lang)
+			done := counter(b, sub, "out", b.N)
+			src, err := source.NewCore(task, source.CoreConfig{Subject: "in", PendingMsgs: -1, PendingBytes: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			snk, err := sink.NewCore(task, "out")
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			calls := 0
+			go func() { errc <- run(ctx, src, op, snk.Write, func(int) error { calls++; return nil }) }()
+			publishAndWait(b, pub, "in", b.N, done)
+			cancel()
+			src.Close()
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "records/call")
+		})
 	}
-	snk, err := sink.NewCore(task, "out")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	calls := 0
-	go func() { errc <- run(ctx, src, op, snk.Write, func(int) error { calls++; return nil }) }()
-	publishAndWait(b, pub, "in", b.N, done)
-	cancel()
-	src.Close()
-	if err := <-errc; err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "records/call")
-}
-
-func readAll(path string) ([]byte, error) {
-	return osReadFile(path)
 }
 
 // jsPublishIn fills stream IN with n 64-byte messages.
@@ -281,7 +335,7 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 			}
 			createStreams(b, js, atomic)
 			jsFill(b, js, "in", b.N)
-			op := uppercase(b)
+			op := uppercase(b, "go")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN"})

@@ -42,7 +42,9 @@ type Config struct {
 	// Subject is the channel's base subject; it must be unique per channel
 	// and per job attempt, e.g. "weir.ch.job1.a3.map0.sink1".
 	Subject string
-	// Window is the receiver's credit in bytes; default 8 MiB.
+	// Window is the receiver's credit in bytes; default 4 MiB. Keep the
+	// sum of the windows of the channels a connection receives below the
+	// server's max_pending (64 MiB by default).
 	Window int
 	// MaxFrameBytes caps a frame's size; default 256 KiB, at most half the
 	// window and at most the server's max payload.
@@ -73,7 +75,7 @@ func (c Config) withDefaults(nc *nats.Conn) (Config, error) {
 		c.Channel = c.Subject
 	}
 	if c.Window <= 0 {
-		c.Window = 8 << 20
+		c.Window = 4 << 20
 	}
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = 256 << 10

@@ -1,5 +1,0 @@
-package benchmarks
-
-import "os"
-
-var osReadFile = os.ReadFile
