@@ -1,0 +1,90 @@
+// Package coordinator wires weir's job side together: checkpoint storage
+// (a local directory or JetStream), the module registry and the job
+// manager. The parts live in the subpackages; see README.md.
+//
+//	c, err := coordinator.Open(ctx, coordinator.Config{NC: nc, StateDir: dir})
+//	...
+//	go c.Run(ctx, ready) // control protocol + job API until ctx is done
+//
+// Workers write task snapshots to c.State (the same store, or one opened the
+// same way on their machine) under checkpoint.StateKey(job, id, task).
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/job"
+	"github.com/weirhq/weir/coordinator/registry"
+	"github.com/weirhq/weir/coordinator/storage"
+)
+
+// Config configures a coordinator.
+type Config struct {
+	// NC is the connection to NATS (with JetStream).
+	NC *nats.Conn
+	// StateDir, if set, keeps checkpoints (state and metadata) in this local
+	// directory; otherwise they go to JetStream: state in the Object Store
+	// bucket storage.DefaultStateBucket, metadata in the KV bucket
+	// storage.DefaultMetaBucket.
+	StateDir string
+	// Prefix of the control subjects ("" = control.DefaultPrefix).
+	Prefix string
+	// HeartbeatTimeout declares a silent worker lost (default 5s).
+	HeartbeatTimeout time.Duration
+	Log              *slog.Logger
+}
+
+// Coordinator is a configured job side.
+type Coordinator struct {
+	// State holds task snapshots; Meta holds checkpoint metadata (the same
+	// store with StateDir).
+	State, Meta storage.Store
+	Catalog     *checkpoint.Catalog
+	Registry    *registry.Registry
+	Manager     *job.Manager
+}
+
+// Open opens storage and the registry and builds the job manager.
+func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
+	if cfg.NC == nil {
+		return nil, fmt.Errorf("coordinator: no NATS connection")
+	}
+	js, err := jetstream.New(cfg.NC)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	c := &Coordinator{}
+	if cfg.StateDir != "" {
+		d, err := storage.NewDir(cfg.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
+		c.State, c.Meta = d, d
+	} else {
+		if c.State, err = storage.NewObjectStore(ctx, js, storage.DefaultStateBucket); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
+		if c.Meta, err = storage.NewKV(ctx, js, storage.DefaultMetaBucket); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
+	}
+	if c.Registry, err = registry.Open(ctx, js, ""); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	c.Catalog = &checkpoint.Catalog{Meta: c.Meta, State: c.State, Log: cfg.Log}
+	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, Log: cfg.Log})
+	return c, nil
+}
+
+// Run serves the control protocol and the job API until ctx is done.
+func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
+	return c.Manager.Run(ctx, ready)
+}
