@@ -314,9 +314,22 @@ func (s *ExactlyOnce) EndOfInput(ctx context.Context) error {
 	return s.Wait(ctx)
 }
 
-// Close stops a running commit and drops what is staged: it belongs to the
-// task's snapshot, and the next attempt re-commits it.
+// closeGrace is how long Close lets a running commit finish before it
+// cancels it.
+const closeGrace = 5 * time.Second
+
+// Close lets a running commit finish (up to a few seconds, then cancels
+// it) and drops what is staged: that belongs to the task's snapshot, and a
+// job that restores it re-commits it.
 func (s *ExactlyOnce) Close() error {
+	if job := s.inflight; job != nil {
+		t := time.NewTimer(closeGrace)
+		select {
+		case <-job.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	s.stop()
 	s.wg.Wait()
 	return nil
