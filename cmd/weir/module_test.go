@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/embedded"
 )
 
@@ -66,3 +68,10 @@ func TestModuleCommand(t *testing.T) {
 		t.Errorf("no server: %d %q", code, errs)
 	}
 }
+
+// The coordinator's checkpoint stores are the host's storage too.
+var (
+	_ host.Store = (*storage.Dir)(nil)
+	_ host.Store = (*storage.ObjectStore)(nil)
+	_ host.Store = (*storage.KV)(nil)
+)
