@@ -29,7 +29,11 @@
 //     ones are discarded (state and metadata). Savepoints are never
 //     discarded automatically;
 //   - savepoints are triggered on demand, regardless of interval, min-pause
-//     and max-concurrent, and are always aligned.
+//     and max-concurrent, and are always aligned;
+//   - finished tasks: once a task reported the end of its input, no new
+//     checkpoint or savepoint is triggered in the attempt (a finished task
+//     cannot snapshot), and pending ones it has not acked are aborted
+//     without counting as failures.
 package checkpoint
 
 import (
@@ -140,6 +144,7 @@ type Machine struct {
 	task map[string]bool // tasks that must ack
 
 	running     bool
+	finished    map[string]bool
 	nextID      int64
 	pending     map[int64]*pending
 	completed   []*Metadata // periodic checkpoints, oldest first
@@ -223,6 +228,21 @@ func (m *Machine) Start(now time.Time, tasks []string) {
 	}
 	m.lastTrigger = now
 	m.lastEnd = time.Time{}
+	m.finished = map[string]bool{}
+}
+
+// Finished records that task reached the end of its input. No checkpoint is
+// triggered afterwards in this attempt; pending checkpoints the task has not
+// acked are aborted (not counted as failures).
+func (m *Machine) Finished(now time.Time, task string) []Action {
+	if !m.task[task] || m.finished[task] {
+		return nil
+	}
+	m.finished[task] = true
+	return m.abortAll(now, fmt.Sprintf("task %s finished", task), func(p *pending) bool {
+		_, acked := p.handles[task]
+		return !acked && !p.persist
+	})
 }
 
 // Stop ends the attempt: every pending checkpoint is aborted with reason
@@ -297,7 +317,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s", m.cfg.Timeout), true)...)
 		}
 	}
-	if !m.running || m.cfg.Disabled || m.cfg.Interval <= 0 {
+	if !m.running || m.cfg.Disabled || m.cfg.Interval <= 0 || len(m.finished) > 0 {
 		return acts
 	}
 	if now.Before(m.lastTrigger.Add(m.cfg.Interval)) {
@@ -336,6 +356,9 @@ func (m *Machine) TriggerSavepoint(now time.Time) (int64, []Action, error) {
 	if !m.running {
 		return 0, nil, fmt.Errorf("savepoint of %s: job is not running", m.job)
 	}
+	if len(m.finished) > 0 {
+		return 0, nil, fmt.Errorf("savepoint of %s: some tasks already finished", m.job)
+	}
 	a := m.trigger(now, true).(TriggerAction)
 	return a.ID, []Action{a}, nil
 }
@@ -354,7 +377,7 @@ func (m *Machine) NextWake() time.Time {
 			earlier(p.triggered.Add(m.cfg.Timeout))
 		}
 	}
-	if m.running && !m.cfg.Disabled && m.cfg.Interval > 0 {
+	if m.running && !m.cfg.Disabled && m.cfg.Interval > 0 && len(m.finished) == 0 {
 		due := m.lastTrigger.Add(m.cfg.Interval)
 		if m.cfg.MinPause > 0 && !m.lastEnd.IsZero() && due.Before(m.lastEnd.Add(m.cfg.MinPause)) {
 			due = m.lastEnd.Add(m.cfg.MinPause)

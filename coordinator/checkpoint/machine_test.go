@@ -184,3 +184,18 @@ func TestRestoredNumbering(t *testing.T) {
 		t.Errorf("after forget latest %d", m.Latest().ID)
 	}
 }
+
+func TestFinishedTask(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 2, Retained: 1})
+	expect(t, "1", m.Tick(at(100)), "trigger(1)")
+	expect(t, "2", m.Tick(at(200)), "trigger(2)")
+	m.Ack(at(200), "src-0", 1, "h", nil)
+	expect(t, "src finishes: 2 (not acked by src) aborted, 1 (acked) kept", m.Finished(at(250), "src-0"), "abort(2) discard(2)")
+	expect(t, "1 still completes", append(m.Ack(at(260), "op-0", 1, "h", nil), m.Persisted(at(260), 1, nil)...), "persist(1) notify(1)")
+	expect(t, "no more triggers", m.Tick(at(5000)), "")
+	if _, _, err := m.TriggerSavepoint(at(5000)); err == nil {
+		t.Error("savepoint after a task finished")
+	}
+	m.Start(at(6000), []string{"src-0", "op-0"})
+	expect(t, "a new attempt checkpoints again", m.Tick(at(6100)), "trigger(3)")
+}

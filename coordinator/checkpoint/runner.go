@@ -105,6 +105,13 @@ func (r *Runner) Decline(task string, id int64, kind, reason string) {
 	r.push(r.m.Decline(r.now(), task, id, kind, reason))
 }
 
+// Finished feeds a task's end of input.
+func (r *Runner) Finished(task string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.push(r.m.Finished(r.now(), task))
+}
+
 // History returns the recent checkpoints, newest first.
 func (r *Runner) History() []control.CheckpointInfo {
 	r.mu.Lock()

@@ -319,6 +319,7 @@ func (j *job) wait() (done bool, reason string) {
 				if e.attempt != attempt {
 					continue
 				}
+				j.runner.Finished(e.task)
 				j.mu.Lock()
 				j.finished[e.task] = true
 				all := len(j.finished) == len(j.plan.Tasks)

@@ -436,3 +436,26 @@ func TestCorruptCheckpointFallbackAndRestore(t *testing.T) {
 		t.Errorf("savepoint after restore %+v %v", sp, err)
 	}
 }
+
+func TestFinished(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "fin", "checkpointing: {interval: 10ms}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "fin", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	for task := range st.Assignment {
+		if err := w.client.Finished(ctx, control.TaskRef{Job: "fin", Attempt: 1, Task: task}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st = waitFor(t, ctx, e, "fin", "finished", func(s control.JobStatus) bool { return s.State.Terminal() })
+	if st.State != control.JobFinished || st.Restarts != 0 {
+		t.Errorf("status %+v", st)
+	}
+	if _, err := e.api.Savepoint(ctx, "fin"); !errors.Is(err, control.ErrConflict) {
+		t.Errorf("savepoint of a finished job = %v", err)
+	}
+}
