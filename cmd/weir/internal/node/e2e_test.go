@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -108,15 +109,19 @@ func runFailureScenario(t *testing.T, modPath, checkpointing string, exact bool,
 	inj := &injector{}
 	dir := t.TempDir()
 	hb := 100 * time.Millisecond
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("WEIR_E2E_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks()})
+		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer main.Close()
 	startWorker := func(id string) *Node {
 		n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: main.Server.ClientURL()}, Workers: 1, WorkerID: id,
-			CheckpointStore: StoreDir, DataDir: dir, HeartbeatInterval: hb, Hooks: inj.hooks()})
+			CheckpointStore: StoreDir, DataDir: dir, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,6 +248,9 @@ restart:
 	t.Logf("%d records, %d keys, %d restarts, latest checkpoint %d", want, len(sent), st.Restarts, st.LatestCheckpoint)
 	if st.Restarts == 0 {
 		t.Errorf("no restart happened: the faults were not injected")
+	}
+	if n := inj.fired.Load(); n != 2 {
+		t.Errorf("%d of the 2 hook faults (trap, storage write) fired", n)
 	}
 	return len(faults)
 }

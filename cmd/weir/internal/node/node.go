@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -91,9 +92,10 @@ type Node struct {
 	Registry *registry.Registry
 
 	engine *wasm.Engine
-	cancel context.CancelFunc
-	done   chan struct{}
-	errs   chan error
+	// The coordinator stops first (it cancels its jobs' tasks on the
+	// workers), then the workers.
+	stopCoordinator, stopWorkers context.CancelFunc
+	coordinatorDone, workersDone chan struct{}
 }
 
 // URL is where clients reach the node's NATS.
@@ -105,7 +107,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n = &Node{done: make(chan struct{}), errs: make(chan error, 1+opts.Workers)}
+	n = &Node{coordinatorDone: make(chan struct{}), workersDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			n.closeResources()
@@ -172,10 +174,11 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		taskStore = opts.Store
 	}
 
-	runCtx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+	coordCtx, stopCoordinator := context.WithCancel(context.Background())
+	workerCtx, stopWorkers := context.WithCancel(context.Background())
+	n.stopCoordinator, n.stopWorkers = stopCoordinator, stopWorkers
 	var pending []<-chan struct{}
-	running := 0
+	failed := make(chan error, 1+opts.Workers)
 	if opts.Coordinator {
 		n.Manager = job.New(job.Options{
 			NC:               n.Conn,
@@ -186,9 +189,17 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		})
 		ready := make(chan struct{})
 		pending = append(pending, ready)
-		running++
-		go func() { n.errs <- n.Manager.Run(runCtx, ready) }()
+		go func() {
+			defer close(n.coordinatorDone)
+			if err := n.Manager.Run(coordCtx, ready); err != nil {
+				log.Error("coordinator stopped", "err", err)
+				failed <- err
+			}
+		}()
+	} else {
+		close(n.coordinatorDone)
 	}
+	var workers sync.WaitGroup
 	if opts.Workers > 0 {
 		if n.engine, err = wasm.NewEngine(wasm.Config{CacheDir: opts.CacheDir}); err != nil {
 			return nil, fmt.Errorf("wasm engine: %w", err)
@@ -220,25 +231,27 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			n.Workers = append(n.Workers, w)
 			ready := make(chan struct{})
 			pending = append(pending, ready)
-			running++
-			go func() { n.errs <- w.Run(runCtx, ready) }()
+			workers.Add(1)
+			go func() {
+				defer workers.Done()
+				if err := w.Run(workerCtx, ready); err != nil {
+					log.Error("worker stopped", "worker", w.ID(), "err", err)
+					failed <- err
+				}
+			}()
 		}
 	}
 	go func() {
-		for i := 0; i < running; i++ {
-			if e := <-n.errs; e != nil {
-				log.Error("node component stopped", "err", e)
-			}
-		}
-		close(n.done)
+		workers.Wait()
+		close(n.workersDone)
 	}()
 	for _, ch := range pending {
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-n.done:
-			return nil, errors.New("node: a component stopped while starting")
+		case err := <-failed:
+			return nil, fmt.Errorf("node: a component stopped while starting: %w", err)
 		}
 	}
 	return n, nil
@@ -270,9 +283,11 @@ func ModuleSource(reg *registry.Registry) worker.ModuleSource {
 // Close stops the coordinator and the workers (canceling their tasks),
 // then closes NATS and the embedded server.
 func (n *Node) Close() {
-	if n.cancel != nil {
-		n.cancel()
-		<-n.done
+	if n.stopCoordinator != nil {
+		n.stopCoordinator()
+		<-n.coordinatorDone
+		n.stopWorkers()
+		<-n.workersDone
 	}
 	n.closeResources()
 }
