@@ -10,8 +10,8 @@ import (
 // code leave to Go at every loop iteration and starts a goroutine per call;
 // Go guests, whose functions are all loops, run 9x slower with it. Instead,
 // weir rewrites each module once, before compiling it, like an epoch check:
-// it adds a mutable i32 global, exported as interruptExport, and at the top
-// of every loop body inserts
+// it adds a mutable i32 global, exported as interruptExport, and before
+// every branch back to a loop header inserts
 //
 //	global.get $interrupt
 //	if
@@ -20,8 +20,9 @@ import (
 //
 // The watchdog sets the global to 1 to stop a call that overran its
 // deadline: the guest traps at its next loop iteration, which costs a load
-// and a branch per iteration. Code without loops finishes by itself (wasm
-// has no other backward jumps, and recursion ends in a stack overflow).
+// and a branch per iteration. Code without backward branches finishes by
+// itself (wasm has no other backward jumps, and recursion ends in a stack
+// overflow).
 // A module the rewriter cannot walk (an instruction it does not know) runs
 // with wazero's mechanism instead.
 
@@ -181,8 +182,11 @@ func instrumentCode(body []byte, globalIdx uint32) ([]byte, error) {
 	return out, nil
 }
 
-// instrumentFunc copies one function body, inserting check after every
-// loop instruction.
+// instrumentFunc copies one function body, inserting check before every
+// branch back to a loop: br, br_if or br_table whose target (one of its
+// targets) is a loop. Entering a loop costs nothing; each iteration costs the
+// check. (Go's compiler opens every function with a loop for goroutine
+// resumption, so checking at loop entry would tax every call.)
 func instrumentFunc(out, fn, check []byte) ([]byte, error) {
 	r := &reader{b: fn}
 	// locals
@@ -198,18 +202,59 @@ func instrumentFunc(out, fn, check []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	// frames holds one entry per open block: true for a loop. The function
+	// body itself is the outermost block.
+	frames := []bool{false}
+	isLoop := func(depth uint32) bool {
+		return uint64(depth) < uint64(len(frames)) && frames[len(frames)-1-int(depth)]
+	}
 	copied := 0
 	for r.off < len(fn) {
+		at := r.off
 		op, _ := r.byte()
-		isLoop := op == 0x03
+		backward := false
+		switch op {
+		case 0x02, 0x03, 0x04: // block loop if
+			frames = append(frames, op == 0x03)
+		case 0x0b: // end
+			if len(frames) == 0 {
+				return nil, uninstrumentable("unbalanced end")
+			}
+			frames = frames[:len(frames)-1]
+		case 0x0c, 0x0d: // br br_if
+			save := r.off
+			l, err := r.u32()
+			if err != nil {
+				return nil, err
+			}
+			backward = isLoop(l)
+			r.off = save
+		case 0x0e: // br_table
+			save := r.off
+			c, err := r.u32()
+			if err != nil {
+				return nil, err
+			}
+			for range uint64(c) + 1 {
+				l, err := r.u32()
+				if err != nil {
+					return nil, err
+				}
+				backward = backward || isLoop(l)
+			}
+			r.off = save
+		}
 		if err := skipImmediates(r, op); err != nil {
 			return nil, err
 		}
-		if isLoop {
-			out = append(out, fn[copied:r.off]...)
+		if backward {
+			out = append(out, fn[copied:at]...)
 			out = append(out, check...)
-			copied = r.off
+			copied = at
 		}
+	}
+	if len(frames) != 0 {
+		return nil, uninstrumentable("unbalanced blocks")
 	}
 	return append(out, fn[copied:]...), nil
 }
