@@ -123,6 +123,8 @@ func TestContained(t *testing.T) {
 				t.Fatalf("got %v", err)
 			}
 		}},
+		{"L", deadline},
+		{"T", deadline},
 		{"m", func(t *testing.T, err error) {
 			var te *TrapError
 			if !errors.As(err, &te) {
@@ -155,7 +157,7 @@ func TestContained(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.mode, func(t *testing.T) {
 			lim := Limits{CallTimeout: 10 * time.Second, MemoryBytes: 4 << 20}
-			if c.mode == "l" {
+			if c.mode == "l" || c.mode == "L" || c.mode == "T" {
 				lim.CallTimeout = 200 * time.Millisecond
 			}
 			inst := instantiate(t, e, "bad", mis, lim, InstanceConfig{Config: []byte(c.mode)})
@@ -176,6 +178,14 @@ func TestContained(t *testing.T) {
 				t.Fatalf("healthy instance: %v %v", err, ho.port(0))
 			}
 		})
+	}
+}
+
+func deadline(t *testing.T, err error) {
+	t.Helper()
+	var de *DeadlineError
+	if !errors.As(err, &de) {
+		t.Fatalf("got %v, want a *DeadlineError", err)
 	}
 }
 

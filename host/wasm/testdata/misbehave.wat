@@ -3,7 +3,9 @@
 ;;
 ;;   p  pass the batch through (the default; also for empty config)
 ;;   t  trap (unreachable) while the cursor says record 2
-;;   l  loop forever
+;;   l  loop forever (br)
+;;   L  loop forever (br_if, inside a block inside the loop)
+;;   T  loop forever (br_table)
 ;;   m  grow memory one page at a time until it fails, then trap
 ;;   b  emit a malformed batch (count 5, no records)
 ;;   o  emit with a length past the end of memory
@@ -70,6 +72,10 @@
         unreachable))
     (if (i32.eq (local.get $m) (i32.const 108)) ;; 'l'
       (then (loop $forever (br $forever))))
+    (if (i32.eq (local.get $m) (i32.const 76)) ;; 'L'
+      (then (loop $forever2 (block $inner (br_if $forever2 (i32.const 1))))))
+    (if (i32.eq (local.get $m) (i32.const 84)) ;; 'T'
+      (then (block $out (loop $forever3 (br_table $out $forever3 (i32.const 1))))))
     (if (i32.eq (local.get $m) (i32.const 109)) ;; 'm'
       (then
         (loop $grow
