@@ -7,6 +7,9 @@
 #   guests/assemblyscript/examples/NAME.wasm  AssemblyScript (asc 0.28)
 #   guests/wat/NAME.wasm                      hand-written WAT (wabt)
 #
+# and each SDK's sdktest/probe operator (C, Rust, AssemblyScript), which
+# exercises what the examples do not.
+#
 # Go guests are built by the tests themselves (guests/go/guestbuild).
 #
 #   guests/build.sh          rebuild the committed .wasm files
@@ -55,16 +58,15 @@ strip_and_note() {
   built+=("$1")
 }
 
-examples="uppercase filter wordcount join"
 
 echo "== C (clang $("$CLANG" -dumpversion))" >&2
-for name in $examples; do
-  src=guests/c/examples/$name.c
-  o=$(out guests/c/examples/$name.wasm)
+for src in guests/c/examples/*.c guests/c/sdktest/*.c; do
+  base=${src%.c}
+  o=$(out "$base.wasm")
   "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
     -Wl,--strip-all -o "$o" "$src"
   strip_and_note "$o"
-  o=$(out guests/c/examples/$name.freestanding.wasm)
+  o=$(out "$base.freestanding.wasm")
   "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror \
     -Wl,--no-entry -Wl,--strip-all -o "$o" "$src"
   strip_and_note "$o"
@@ -75,17 +77,17 @@ rustflags=(--edition 2021 --target wasm32-unknown-unknown -C opt-level=3 -C debu
   -C strip=symbols -D warnings --remap-path-prefix="$PWD=.")
 "$RUSTC" "${rustflags[@]}" --crate-type rlib --crate-name weir \
   -o "$work/libweir.rlib" guests/rust/weir/lib.rs
-for name in $examples; do
-  o=$(out guests/rust/examples/$name.wasm)
+for src in guests/rust/examples/*.rs guests/rust/sdktest/*.rs; do
+  o=$(out "${src%.rs}.wasm")
   "$RUSTC" "${rustflags[@]}" --crate-type cdylib --extern weir="$work/libweir.rlib" \
-    -o "$o" guests/rust/examples/$name.rs
+    -o "$o" "$src"
   strip_and_note "$o"
 done
 
 echo "== AssemblyScript ($("$ASC" --version))" >&2
-for name in $examples; do
-  o=$(out guests/assemblyscript/examples/$name.wasm)
-  "$ASC" guests/assemblyscript/examples/$name.ts -O3 --noAssert \
+for src in guests/assemblyscript/examples/*.ts guests/assemblyscript/sdktest/*.ts; do
+  o=$(out "${src%.ts}.wasm")
+  "$ASC" "$src" -O3 --noAssert \
     --use abort=guests/assemblyscript/weir/index/weirAbort -o "$o"
   strip_and_note "$o"
 done

@@ -1,0 +1,41 @@
+/* probe: exercises the SDK features the examples do not, for the
+ * conformance suite's TestSDKProbe (same behaviour in every SDK):
+ *   - record i of a batch goes to output port (i + 1) % 2 with its value
+ *     unchanged, so port batches are emitted in first-use order;
+ *   - a record whose value is "trap" traps (the host reports the cursor);
+ *   - a record whose value is "fail" fails the call with "probe: fail";
+ *   - end of input on port p emits key "eoi", value the decimal p, on port 0. */
+#include "../weir.h"
+
+static int init(weir_bytes config) {
+    (void)config;
+    return WEIR_OK;
+}
+
+static int is(weir_bytes b, const char *s) {
+    weir_bytes w = weir_bytes_of(s);
+    return b.len == w.len && memcmp(b.ptr, w.ptr, w.len) == 0;
+}
+
+static int process(uint32_t port, weir_batch *in) {
+    (void)port;
+    weir_record r;
+    for (uint32_t i = 0; weir_batch_next(in, &r); i++) {
+        if (is(r.value, "trap")) __builtin_trap();
+        if (is(r.value, "fail")) return weir_fail("probe: fail");
+        if (weir_emit((i + 1) % 2, r.key, r.value, r.timestamp)) return WEIR_ERR;
+    }
+    return WEIR_OK;
+}
+
+static int end_of_input(uint32_t port) {
+    uint8_t digit = (uint8_t)('0' + port % 10);
+    weir_bytes value = {&digit, 1};
+    return weir_emit(0, weir_bytes_of("eoi"), value, 0);
+}
+
+static int snapshot(void) { return WEIR_OK; }
+static int restore(void) { return WEIR_OK; }
+
+WEIR_OPERATOR(init, process, snapshot, restore)
+WEIR_END_OF_INPUT(end_of_input)

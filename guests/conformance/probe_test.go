@@ -1,0 +1,105 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/host/wasm"
+)
+
+// probes are each SDK's probe operator (guests/*/sdktest/probe.*): record
+// i of a batch goes to output port (i+1)%2 unchanged; the value "trap"
+// traps, "fail" fails the call with "probe: fail"; end of input on port p
+// emits eoi=p on port 0.
+var probes = map[string]string{
+	"c":              filepath.Join("..", "c", "sdktest", "probe.wasm"),
+	"c-freestanding": filepath.Join("..", "c", "sdktest", "probe.freestanding.wasm"),
+	"rust":           filepath.Join("..", "rust", "sdktest", "probe.wasm"),
+	"assemblyscript": filepath.Join("..", "assemblyscript", "sdktest", "probe.wasm"),
+}
+
+func records(values ...string) []byte {
+	rs := make([]abi.Record, len(values))
+	for i, v := range values {
+		rs[i] = abi.Record{Key: []byte{'k', byte('0' + i)}, Value: []byte(v), Timestamp: int64(i)}
+	}
+	return abi.EncodeBatch(rs...)
+}
+
+// TestSDKProbe checks, per SDK, what the examples do not show: one batch
+// per output port in first-use order, the record cursor reported on a
+// trap, an error message with nothing emitted, and emitting at end of input.
+func TestSDKProbe(t *testing.T) {
+	ctx := context.Background()
+	e, err := engine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range probes {
+		t.Run(name, func(t *testing.T) {
+			code, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run guests/build.sh)", err)
+			}
+			m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			newInst := func() *wasm.Instance {
+				inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { inst.Close(ctx) })
+				return inst
+			}
+			var got []emission
+			collect := func(port int, b []byte) error {
+				got = append(got, emission{port: port, batch: b})
+				return nil
+			}
+
+			inst := newInst()
+			if err := inst.Process(ctx, 0, records("a", "b", "c", "d", "e"), collect); err != nil {
+				t.Fatal(err)
+			}
+			want := []emission{
+				{port: 1, batch: abi.EncodeBatch(
+					abi.Record{Key: []byte("k0"), Value: []byte("a"), Timestamp: 0},
+					abi.Record{Key: []byte("k2"), Value: []byte("c"), Timestamp: 2},
+					abi.Record{Key: []byte("k4"), Value: []byte("e"), Timestamp: 4})},
+				{port: 0, batch: abi.EncodeBatch(
+					abi.Record{Key: []byte("k1"), Value: []byte("b"), Timestamp: 1},
+					abi.Record{Key: []byte("k3"), Value: []byte("d"), Timestamp: 3})},
+			}
+			sameEmissions(t, "two ports", got, want)
+
+			got = nil
+			if err := inst.EndOfInput(ctx, 1, collect); err != nil {
+				t.Fatal(err)
+			}
+			sameEmissions(t, "end of input", got, []emission{{port: 0, batch: abi.EncodeBatch(
+				abi.Record{Key: []byte("eoi"), Value: []byte("1")})}})
+
+			got = nil
+			err = newInst().Process(ctx, 0, records("a", "fail"), collect)
+			var oe *wasm.OperatorError
+			if !errors.As(err, &oe) || oe.Message != "probe: fail" {
+				t.Errorf("failing call: %v, want an operator error with message %q", err, "probe: fail")
+			}
+			if len(got) != 0 {
+				t.Errorf("a failed call emitted %d batches", len(got))
+			}
+
+			err = newInst().Process(ctx, 0, records("a", "b", "trap"), collect)
+			var te *wasm.TrapError
+			if !errors.As(err, &te) || te.RecordIndex != 2 {
+				t.Errorf("trapping call: %v, want a trap at record 2", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,31 @@
+//! probe: exercises the SDK features the examples do not, for the
+//! conformance suite's TestSDKProbe (same behaviour in every SDK):
+//!   - record i of a batch goes to output port (i + 1) % 2 with its value
+//!     unchanged, so port batches are emitted in first-use order;
+//!   - a record whose value is "trap" traps (the host reports the cursor);
+//!   - a record whose value is "fail" fails the call with "probe: fail";
+//!   - end of input on port p emits key "eoi", value the decimal p, on port 0.
+
+use weir::{Batch, Emitter, Operator, Result};
+
+struct Probe;
+
+impl Operator for Probe {
+    fn process(&mut self, _port: u32, input: Batch<'_>, out: &mut Emitter) -> Result {
+        for (i, r) in input.enumerate() {
+            match r.value {
+                b"trap" => core::arch::wasm32::unreachable(),
+                b"fail" => return Err("probe: fail".into()),
+                _ => out.emit((i + 1) % 2, r.key, r.value, r.timestamp),
+            }
+        }
+        Ok(())
+    }
+
+    fn end_of_input(&mut self, port: u32, out: &mut Emitter) -> Result {
+        out.emit(0, b"eoi", port.to_string().as_bytes(), 0);
+        Ok(())
+    }
+}
+
+weir::operator!(Probe);
