@@ -341,7 +341,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	}
 	seen := map[int64]string{}
 	var lastState control.JobState
-	var inputCommittedAt int64 // checkpoint id that covered the input
+	var inputCommittedAt int64 // first checkpoint completed after the input was published
+	var publishedAt time.Time
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -361,7 +362,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			if published, err = publishInputs(ctx, std, n, spec, o.inputs); err != nil {
 				return err
 			}
-			inputDone = true
+			inputDone, publishedAt = true, time.Now()
 		}
 		cps, _ := n.API.Checkpoints(ctx, spec.Name)
 		sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
@@ -384,6 +385,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		if inputCommittedAt > 0 && o.idle > 0 {
 			_, last := out.state()
+			if last.Before(publishedAt) {
+				last = publishedAt
+			}
 			if time.Since(last) > o.idle && st.LatestCheckpoint > inputCommittedAt {
 				summary(std.Out, out, published)
 				return nil
