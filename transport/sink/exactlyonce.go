@@ -53,6 +53,8 @@ type ExactlyOnceConfig struct {
 	// BatchSize is the number of messages per atomic batch (at most
 	// MaxAtomicBatch, the default).
 	BatchSize int
+	// Timeout bounds the wait for one acknowledgement; default 10s.
+	Timeout time.Duration
 }
 
 // RequiredDuplicateWindow is the duplicate window exactly-once needs: a
@@ -94,7 +96,11 @@ type staged struct {
 // between the checkpoint's completion and the end of its commit — repeats
 // the same ids, and JetStream drops the duplicates. With AllowAtomicPublish
 // on the stream each chunk of up to 1000 messages becomes visible
-// atomically.
+// atomically, and the stream keeps the output's order even when a server
+// failure interrupts a commit. Without it, such a failure can store the
+// interrupted checkpoint's messages out of order (the client flushes what it
+// buffered when it reconnects, before the re-commit fills the holes) — never
+// twice, never lost.
 type ExactlyOnce struct {
 	cfg    ExactlyOnceConfig
 	js     jetstream.JetStream
@@ -123,9 +129,13 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if cfg.BatchSize <= 0 || cfg.BatchSize > MaxAtomicBatch {
 		cfg.BatchSize = MaxAtomicBatch
 	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
 	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/"}
 	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncTimeout(ackTimeout),
+		jetstream.WithDefaultTimeout(cfg.Timeout),
+		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
 		jetstream.WithPublishAsyncMaxPending(4096),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
 			s.mu.Lock()

@@ -1,9 +1,11 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -68,13 +70,18 @@ func streamValues(t *testing.T, ctx context.Context, js jetstream.JetStream, str
 	}
 	var out []string
 	for len(out) < n {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, string(m.Data()))
-		if k := m.Headers().Get(KeyHeader); k == "" {
-			t.Fatalf("message %q without key", m.Data())
+		for m := range batch.Messages() {
+			out = append(out, string(m.Data()))
+			if k := m.Headers().Get(KeyHeader); k == "" {
+				t.Fatalf("message %q without key", m.Data())
+			}
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return out
@@ -269,5 +276,87 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeState([]byte("WEOS\x01\xff\xff\xff\xff")); !errors.Is(err, ErrMalformedState) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A server restart in the middle of a commit: the commit may fail or not,
+// the recovered sink re-commits the checkpoint after the client reconnected,
+// and the stream — whose dedup state survives the restart — holds every
+// record once.
+func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
+	for _, atomic := range []bool{true, false} {
+		t.Run(fmt.Sprintf("atomic=%v", atomic), func(t *testing.T) {
+			srv := startServer(t)
+			nc, err := srv.Connect(nats.ReconnectWait(20 * time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "sink[0]", BatchSize: 50, Timeout: time.Second}
+			s, err := NewExactlyOnce(ctx, nc, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			must(t, s.Write(ctx, batchOf(0, 2000)))
+			state, err := s.PreCommit(ctx, 1)
+			must(t, err)
+			must(t, s.Commit(ctx, 1))
+			// Restart once part of the checkpoint is stored.
+			for {
+				st, err := js.Stream(ctx, "OUT")
+				must(t, err)
+				info, err := st.Info(ctx)
+				must(t, err)
+				if info.State.Msgs >= 200 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			must(t, srv.Restart())
+			werr := s.Wait(ctx)
+			t.Logf("commit across the restart: %v", werr)
+			s.Close()
+
+			for nc.Status() != nats.CONNECTED {
+				if ctx.Err() != nil {
+					t.Fatal("no reconnect")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			// The task recovers; retry as the job would until it succeeds.
+			for {
+				s, err = NewExactlyOnce(ctx, nc, cfg)
+				if err == nil {
+					err = s.Recover(ctx, 1, state)
+					s.Close()
+				}
+				if err == nil {
+					break
+				}
+				t.Logf("recover: %v", err)
+				if ctx.Err() != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			got := streamValues(t, ctx, js, "OUT")
+			if !atomic {
+				// Without atomic batches the interrupted checkpoint may be
+				// stored out of order; each record is still there once.
+				slices.SortFunc(got, func(a, b string) int { return cmp.Compare(len(a), len(b))*2 + cmp.Compare(a, b) })
+			}
+			if fmt.Sprint(got) != fmt.Sprint(wantValues(0, 2000)) {
+				t.Fatalf("stream holds %d messages, want v0..v1999 once each", len(got))
+			}
+		})
 	}
 }
