@@ -166,3 +166,82 @@ func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Dur
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/checkpoint")
 	b.ReportMetric(float64(chState)/float64(b.N), "channel-state-B/checkpoint")
 }
+
+// countSource hands out the same batch n times, then ends.
+type countSource struct {
+	batch []byte
+	n     int
+}
+
+func (s *countSource) Poll(ctx context.Context) ([]byte, []byte, error) {
+	if s.n == 0 {
+		return nil, nil, io.EOF
+	}
+	s.n--
+	return s.batch, nil, nil
+}
+func (s *countSource) Seek(context.Context, []byte) error                      { return nil }
+func (s *countSource) CheckpointComplete(context.Context, int64, []byte) error { return nil }
+func (s *countSource) Close() error                                            { return nil }
+
+// BenchmarkPipeline measures records through source task → forwarding task
+// (native operator) → sink task over local channels, in batches of 100
+// records of 64 B values. The baseline moves the same batches through one
+// local channel to a consumer goroutine, without tasks.
+func BenchmarkPipeline(b *testing.B) {
+	var bld abi.Builder
+	for i := 0; i < 100; i++ {
+		bld.Add([]byte(fmt.Sprintf("key-%d", i)), make([]byte, 64), int64(i))
+	}
+	batch := append([]byte(nil), bld.Bytes()...)
+	b.Run("tasks", func(b *testing.B) {
+		ctx := context.Background()
+		s1, r1 := local.New(local.Options{CapacityElements: 64})
+		s2, r2 := local.New(local.Options{CapacityElements: 64})
+		src, _ := host.New(host.Config{Name: "src", Source: &countSource{batch: batch, n: b.N}, Outputs: []host.Output{{Senders: []stream.Sender{s1}}}})
+		op, _ := host.New(host.Config{Name: "op", Operator: &countOp{}, Inputs: []host.Input{{Receiver: r1}}, Outputs: []host.Output{{Senders: []stream.Sender{s2}}}})
+		sink, _ := host.New(host.Config{Name: "sink", Sink: nullSink{}, Inputs: []host.Input{{Receiver: r2}}})
+		b.SetBytes(int64(len(batch)))
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		for _, t := range []*host.Task{src, op, sink} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := t.Run(ctx); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "records/s")
+	})
+	b.Run("channel-baseline", func(b *testing.B) {
+		s, r := local.New(local.Options{CapacityElements: 64})
+		wake := make(chan struct{}, 1)
+		r.Notify(func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for got := 0; got < b.N; {
+				if _, ok, _ := r.Poll(); ok {
+					got++
+				} else {
+					<-wake
+				}
+			}
+		}()
+		b.SetBytes(int64(len(batch)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			s.Send(context.Background(), stream.Records(batch))
+		}
+		<-done
+		b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "records/s")
+	})
+}

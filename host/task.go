@@ -494,7 +494,6 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 		}
 		return t.exec(t.handler.Buffered(t.align.total, t.clock()), -1, nil)
 	}
-	now := t.clock()
 	switch d.Kind {
 	case stream.KindRecords:
 		if id, ok := t.handler.Recording(ch); ok && t.pending != nil && t.pending.snap.CheckpointID == id {
@@ -509,12 +508,12 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 				t.pending.addInput(ch, e)
 			}
 		}
-		return t.exec(t.handler.Barrier(ch, d.Barrier, now), ch, &d)
+		return t.exec(t.handler.Barrier(ch, d.Barrier, t.clock()), ch, &d)
 	case stream.KindCancel:
-		return t.exec(t.handler.Cancel(ch, d.CheckpointID, now), -1, nil)
+		return t.exec(t.handler.Cancel(ch, d.CheckpointID, t.clock()), -1, nil)
 	case stream.KindEndOfPartition:
 		t.ended[ch] = true
-		if err := t.exec(t.handler.EndOfPartition(ch, now), -1, nil); err != nil {
+		if err := t.exec(t.handler.EndOfPartition(ch, t.clock()), -1, nil); err != nil {
 			return err
 		}
 		port := t.cfg.Inputs[ch].Port
@@ -583,6 +582,21 @@ func (t *Task) broadcast(e stream.Element) {
 // messages and input notifications, which are serviced (checkpoint
 // triggers, completions, priority barriers) before it resumes.
 func (t *Task) flush(ctx context.Context) error {
+	if len(t.outq) == 0 {
+		return nil
+	}
+	// One cancellable context serves the sends of this flush until an
+	// interrupt cancels it.
+	var sctx context.Context
+	var cancel context.CancelFunc
+	defer func() {
+		t.mu.Lock()
+		t.sendCancel = nil
+		t.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	}()
 	for len(t.outq) > 0 {
 		if t.takeInterrupt() {
 			if err := t.serviceControl(ctx); err != nil {
@@ -593,19 +607,20 @@ func (t *Task) flush(ctx context.Context) error {
 			}
 			continue
 		}
-		it := t.outq[0]
-		sctx, cancel := context.WithCancel(ctx)
-		t.mu.Lock()
-		t.sendCancel = cancel
-		if t.interrupted {
-			cancel()
+		if sctx == nil || sctx.Err() != nil {
+			if cancel != nil {
+				cancel()
+			}
+			sctx, cancel = context.WithCancel(ctx)
+			t.mu.Lock()
+			t.sendCancel = cancel
+			if t.interrupted {
+				cancel()
+			}
+			t.mu.Unlock()
 		}
-		t.mu.Unlock()
+		it := t.outq[0]
 		err := t.outs[it.ch].sender.Send(sctx, it.e)
-		t.mu.Lock()
-		t.sendCancel = nil
-		t.mu.Unlock()
-		cancel()
 		if err == nil {
 			t.outq[0] = outItem{}
 			t.outq = t.outq[1:]
@@ -619,7 +634,7 @@ func (t *Task) flush(ctx context.Context) error {
 		}
 		return fmt.Errorf("output %d: %w", it.ch, err)
 	}
-	t.outq = nil
+	t.outq = t.outq[:0]
 	return nil
 }
 

@@ -74,12 +74,30 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+type store interface {
+	Put(ctx context.Context, key string, r io.Reader) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Delete(ctx context.Context, prefix string) error
+	List(ctx context.Context, prefix string) ([]string, error)
+}
+
 func TestDirStore(t *testing.T) {
-	ctx := context.Background()
 	s, err := NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	testStore(t, s)
+	for _, bad := range []string{"", "/x", "a/../b", "a//b", ".tmp-x"} {
+		if err := s.Put(context.Background(), bad, strings.NewReader("")); err == nil {
+			t.Errorf("key %q accepted", bad)
+		}
+	}
+}
+
+func TestMemStore(t *testing.T) { testStore(t, NewMemStore()) }
+
+func testStore(t *testing.T, s store) {
+	ctx := context.Background()
 	for _, k := range []string{"chk-1/a", "chk-1/b", "chk-2/a"} {
 		if err := s.Put(ctx, k, strings.NewReader(k)); err != nil {
 			t.Fatal(err)
@@ -107,10 +125,5 @@ func TestDirStore(t *testing.T) {
 	keys, _ = s.List(ctx, "")
 	if !reflect.DeepEqual(keys, []string{"chk-2/a"}) {
 		t.Fatalf("left %v", keys)
-	}
-	for _, bad := range []string{"", "/x", "a/../b", "a//b", ".tmp-x"} {
-		if err := s.Put(ctx, bad, strings.NewReader("")); err == nil {
-			t.Errorf("key %q accepted", bad)
-		}
 	}
 }
