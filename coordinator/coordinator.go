@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,9 +31,10 @@ type Config struct {
 	// NC is the connection to NATS (with JetStream).
 	NC *nats.Conn
 	// StateDir, if set, keeps checkpoints (state and metadata) in this local
-	// directory; otherwise they go to JetStream: state in the Object Store
-	// bucket storage.DefaultStateBucket, metadata in the KV bucket
-	// storage.DefaultMetaBucket.
+	// directory, and job records in its subdirectory "_jobs"; otherwise they
+	// go to JetStream: state in the Object Store bucket
+	// storage.DefaultStateBucket, metadata in the KV bucket
+	// storage.DefaultMetaBucket, job records in the KV bucket "weir_jobs".
 	StateDir string
 	// Prefix of the control subjects ("" = control.DefaultPrefix).
 	Prefix string
@@ -44,11 +46,11 @@ type Config struct {
 // Coordinator is a configured job side.
 type Coordinator struct {
 	// State holds task snapshots; Meta holds checkpoint metadata (the same
-	// store with StateDir).
-	State, Meta storage.Store
-	Catalog     *checkpoint.Catalog
-	Registry    *registry.Registry
-	Manager     *job.Manager
+	// store with StateDir); Jobs holds job records (see job.Options.Jobs).
+	State, Meta, Jobs storage.Store
+	Catalog           *checkpoint.Catalog
+	Registry          *registry.Registry
+	Manager           *job.Manager
 }
 
 // Open opens storage and the registry and builds the job manager.
@@ -67,7 +69,13 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
 		c.State, c.Meta = d, d
+		if c.Jobs, err = storage.NewDir(filepath.Join(cfg.StateDir, "_jobs")); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
 	} else {
+		if c.Jobs, err = storage.NewKV(ctx, js, "weir_jobs"); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
 		if c.State, err = storage.NewObjectStore(ctx, js, storage.DefaultStateBucket); err != nil {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
@@ -79,7 +87,7 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	c.Catalog = &checkpoint.Catalog{Meta: c.Meta, State: c.State, Log: cfg.Log}
-	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry,
+	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry, Jobs: c.Jobs,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, Log: cfg.Log})
 	return c, nil
 }

@@ -48,6 +48,10 @@ type job struct {
 	wake     chan struct{}
 	// consecutive counts restarts since the last completed checkpoint.
 	consecutive int
+	// firstID is the first checkpoint ID of this run.
+	firstID int64
+	// resumed marks a job a restarted coordinator took over.
+	resumed bool
 }
 
 func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]control.Module, machine *checkpoint.Machine, from *checkpoint.Metadata) *job {
@@ -79,6 +83,7 @@ func (j *job) setState(s control.JobState, reason string) {
 	}
 	j.st.Updated = time.Now().UTC()
 	j.mu.Unlock()
+	j.persist()
 	j.m.log.Info("job state", "job", j.spec.Name, "state", s, "reason", reason)
 }
 
@@ -154,6 +159,26 @@ func (j *job) run() {
 	defer close(j.done)
 	defer j.cancel()
 	restore := j.initial
+	if j.resumed {
+		// Give the workers a heartbeat timeout to find the new coordinator,
+		// then make them drop the attempt the old one ran.
+		if !j.sleep(j.m.opts.HeartbeatTimeout) {
+			return
+		}
+		for _, w := range j.m.ctl.LiveWorkers() {
+			c, cancel := context.WithTimeout(j.ctx, j.m.opts.RequestTimeout)
+			_ = j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: j.attempt(), Reason: "coordinator restarted"})
+			cancel()
+		}
+		md, err := j.runner.LatestValid(j.ctx)
+		if err != nil {
+			j.m.log.Warn("reading checkpoints failed", "job", j.spec.Name, "err", err)
+		}
+		if md == nil {
+			md = j.initial
+		}
+		restore = md
+	}
 	for {
 		reason := j.deploy(restore)
 		if reason == "" {

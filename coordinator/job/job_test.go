@@ -459,3 +459,75 @@ func TestFinished(t *testing.T) {
 		t.Errorf("savepoint of a finished job = %v", err)
 	}
 }
+
+// TestCoordinatorRestart stops a manager while its job runs and starts a new
+// one on the same storage: the job resumes from its latest checkpoint as the
+// next attempt, and the workers are told to drop the old attempt.
+func TestCoordinatorRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	startManager := func() (stop func()) {
+		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
+			HeartbeatTimeout: 500 * time.Millisecond, RequestTimeout: 2 * time.Second})
+		mctx, mcancel := context.WithCancel(context.Background())
+		ready, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+		<-ready
+		return func() { mcancel(); <-done }
+	}
+	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
+	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	stop := startManager()
+	w := f.start(ctx, "w1")
+	defer f.wait()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "ha", "checkpointing: {interval: 20ms}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	// A finished job is remembered too.
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "old", "checkpointing: {disabled: true}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "old", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	if _, err := e.api.CancelJob(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	before := waitFor(t, ctx, e, "ha", "two checkpoints", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 2 })
+	stop()
+
+	stop = startManager()
+	defer stop()
+	after := waitFor(t, ctx, e, "ha", "resumed", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt > before.Attempt })
+	d := w.lastDeploy("ha")
+	if d.Restore == nil || d.Restore.CheckpointID < before.LatestCheckpoint || after.RestoredFrom != d.Restore.CheckpointID {
+		t.Errorf("resumed from %+v, latest before the restart was %d", d.Restore, before.LatestCheckpoint)
+	}
+	w.mu.Lock()
+	dropped := false
+	for _, c := range w.cancels {
+		if c.Job == "ha" && c.Attempt == before.Attempt {
+			dropped = true
+		}
+	}
+	w.mu.Unlock()
+	if !dropped {
+		t.Error("the old attempt was never canceled")
+	}
+	waitFor(t, ctx, e, "ha", "a new checkpoint", func(s control.JobStatus) bool { return s.LatestCheckpoint > d.Restore.CheckpointID })
+	if old, err := e.api.Job(ctx, "old"); err != nil || old.State != control.JobCanceled {
+		t.Errorf("old job after restart: %+v %v", old, err)
+	}
+}

@@ -42,6 +42,7 @@ import (
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/coordinator/registry"
+	"github.com/weirhq/weir/coordinator/storage"
 )
 
 // Options configure a Manager.
@@ -63,7 +64,12 @@ type Options struct {
 	// WorkerWait is how long a deploy waits for a first live worker before
 	// it counts as failed (default HeartbeatTimeout).
 	WorkerWait time.Duration
-	Log        *slog.Logger
+	// Jobs, if set, keeps a record of every job (spec, state, attempt) under
+	// "jobs/NAME", so that a restarted coordinator resumes the jobs that
+	// were running, from their latest valid checkpoint. A JetStream KV
+	// store (storage.NewKV) or the checkpoint directory both do.
+	Jobs storage.Store
+	Log  *slog.Logger
 }
 
 // Manager runs jobs. It implements control.API and
@@ -111,6 +117,9 @@ func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
 	m.mu.Lock()
 	m.ctx = ctx
 	m.mu.Unlock()
+	if err := m.resume(ctx); err != nil {
+		m.log.Warn("resuming jobs failed", "err", err)
+	}
 	ctlReady, apiReady := make(chan struct{}), make(chan struct{})
 	errs := make(chan error, 2)
 	go func() { errs <- m.ctl.Run(ctx, ctlReady) }()
@@ -225,12 +234,21 @@ func (m *Manager) loadCheckpoint(ctx context.Context, job, from string) (*checkp
 	return md, nil
 }
 
-func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata) (control.JobStatus, error) {
+// prepare builds a spec's plan and resolves its modules.
+func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, map[string]control.Module, error) {
 	p, err := plan.Build(spec)
 	if err != nil {
-		return control.JobStatus{}, fmt.Errorf("submit %s: %w: %v", spec.Name, control.ErrInvalid, err)
+		return nil, nil, fmt.Errorf("submit %s: %w: %v", spec.Name, control.ErrInvalid, err)
 	}
 	mods, err := m.resolveModules(ctx, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, mods, nil
+}
+
+func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata) (control.JobStatus, error) {
+	p, mods, err := m.prepare(ctx, spec)
 	if err != nil {
 		return control.JobStatus{}, err
 	}
@@ -259,7 +277,9 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 	}
 	machine := checkpoint.NewMachine(spec.Name, checkpoint.ConfigFromSpec(spec.Checkpointing), restored, next)
 	j := newJob(m, spec, p, mods, machine, from)
+	j.firstID = next
 	m.jobs[spec.Name] = j
+	j.persist()
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
 	go func() { defer m.wg.Done(); j.run() }()

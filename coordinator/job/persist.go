@@ -1,0 +1,155 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/storage"
+)
+
+// record is what the manager keeps of a job in Options.Jobs, so that a
+// restarted coordinator resumes the jobs that were running.
+type record struct {
+	Spec  *jobspec.Spec    `json:"spec"`
+	State control.JobState `json:"state"`
+	// FirstID is the first checkpoint ID of this run: older checkpoints in
+	// storage belong to earlier runs of the same name.
+	FirstID int64 `json:"first_id"`
+	// From is the checkpoint the run was started from (0: none).
+	From      int64     `json:"from,omitempty"`
+	Attempt   int       `json:"attempt"`
+	Restarts  int       `json:"restarts"`
+	Submitted time.Time `json:"submitted"`
+}
+
+const recordPrefix = "jobs/"
+
+func recordKey(name string) string { return recordPrefix + name }
+
+// persist writes the job's record, if the manager keeps records.
+func (j *job) persist() {
+	store := j.m.opts.Jobs
+	if store == nil {
+		return
+	}
+	j.mu.Lock()
+	rec := record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
+		Restarts: j.st.Restarts, Submitted: j.st.Submitted}
+	if j.initial != nil {
+		rec.From = j.initial.ID
+	}
+	j.mu.Unlock()
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = store.Put(context.WithoutCancel(j.ctx), recordKey(j.spec.Name), bytes.NewReader(data))
+	}
+	if err != nil {
+		j.m.log.Warn("persisting job record failed", "job", j.spec.Name, "err", err)
+	}
+}
+
+// resume restarts the jobs a previous coordinator left running: each one
+// restores from its latest valid checkpoint of its run, as attempt
+// previous+1, after telling live workers to drop the previous attempt.
+func (m *Manager) resume(ctx context.Context) error {
+	store := m.opts.Jobs
+	if store == nil {
+		return nil
+	}
+	keys, err := store.List(ctx, recordPrefix)
+	if err != nil {
+		return fmt.Errorf("list job records: %w", err)
+	}
+	for _, k := range keys {
+		name := strings.TrimPrefix(k, recordPrefix)
+		data, err := storage.ReadAll(ctx, store, k)
+		if err != nil {
+			m.log.Warn("skipping job record", "job", name, "err", err)
+			continue
+		}
+		var rec record
+		if err := json.Unmarshal(data, &rec); err != nil || rec.Spec == nil {
+			m.log.Warn("skipping corrupt job record", "job", name, "err", err)
+			continue
+		}
+		if rec.State.Terminal() {
+			m.mu.Lock()
+			m.jobs[name] = terminalJob(m, rec)
+			m.mu.Unlock()
+			continue
+		}
+		if err := m.resumeOne(ctx, rec); err != nil {
+			m.log.Warn("resuming job failed", "job", name, "err", err)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) resumeOne(ctx context.Context, rec record) error {
+	name := rec.Spec.Name
+	ids, err := m.opts.Catalog.IDs(ctx, name)
+	if err != nil {
+		return err
+	}
+	next := rec.FirstID
+	var restored []*checkpoint.Metadata
+	for _, id := range ids {
+		if id >= next {
+			next = id + 1
+		}
+		if id < rec.FirstID && id != rec.From {
+			continue
+		}
+		md, err := m.opts.Catalog.Read(ctx, name, id)
+		if err != nil {
+			m.log.Warn("checkpoint unusable", "job", name, "checkpoint", id, "err", err)
+			continue
+		}
+		restored = append(restored, md)
+	}
+	machine := checkpoint.NewMachine(name, checkpoint.ConfigFromSpec(rec.Spec.Checkpointing), restored, next)
+	var from *checkpoint.Metadata
+	for _, md := range restored {
+		if md.ID == rec.From {
+			from = md
+		}
+	}
+	p, mods, err := m.prepare(ctx, rec.Spec)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j := newJob(m, rec.Spec, p, mods, machine, from)
+	j.firstID = rec.FirstID
+	j.st.Attempt = rec.Attempt
+	j.st.Restarts = rec.Restarts
+	j.st.Submitted = rec.Submitted
+	j.resumed = true
+	m.jobs[name] = j
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
+	go func() { defer m.wg.Done(); j.run() }()
+	m.log.Info("resuming job", "job", name, "attempt", rec.Attempt+1)
+	return nil
+}
+
+// terminalJob is a finished, failed or canceled job known from its record:
+// listed, and restorable by name.
+func terminalJob(m *Manager, rec record) *job {
+	ctx, cancel := context.WithCancel(m.ctx)
+	cancel()
+	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID,
+		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
+			Submitted: rec.Submitted, Updated: rec.Submitted}}
+	close(j.done)
+	j.runner = checkpoint.NewRunner(checkpoint.NewMachine(rec.Spec.Name, checkpoint.Config{}, nil, 0), m.opts.Catalog, j, checkpoint.RunnerOptions{})
+	return j
+}
