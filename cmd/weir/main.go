@@ -21,6 +21,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
 )
 
 // command is one subcommand.
@@ -111,6 +113,14 @@ func run(ctx context.Context, args []string, std Stdio) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	}
+	var specErrs jobspec.Errors
+	if errors.As(err, &specErrs) {
+		// A job spec with several problems: one line for each.
+		for _, e := range specErrs {
+			fmt.Fprintf(std.Err, "weir: %s\n", oneLine(e.Error()))
+		}
+		return 1
 	}
 	fmt.Fprintf(std.Err, "weir: %s\n", oneLine(err.Error()))
 	var ue *UsageError

@@ -69,7 +69,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		fs.Usage()
 		return usagef("run: want one JOB.yaml")
 	}
-	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{})
+	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile})
 	if err != nil {
 		return err
 	}
@@ -103,6 +103,19 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	defer n.Close()
 	return follow(ctx, std, n, spec, o, embedded)
+}
+
+// checkModuleFile reports a module file (or Go package directory) that is
+// not there; registry references are checked by the coordinator.
+func checkModuleFile(ref modref.Ref) error {
+	if ref.Kind != modref.File {
+		return nil
+	}
+	_, err := os.Stat(ref.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return errors.New("no such file")
+	}
+	return err
 }
 
 // buildGoModules replaces operator modules that name a Go package directory
