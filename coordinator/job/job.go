@@ -296,7 +296,6 @@ func (j *job) deploy(restore *checkpoint.Metadata) string {
 		j.st.RestoredFrom = restore.ID
 	}
 	j.mu.Unlock()
-	j.runner.Start(j.plan.TaskIDs())
 	ws := make([]string, 0, len(assignment))
 	for w := range assignment {
 		ws = append(ws, w)
@@ -311,6 +310,8 @@ func (j *job) deploy(restore *checkpoint.Metadata) string {
 			return fmt.Sprintf("deploy to worker %s: %v", w, err)
 		}
 	}
+	// Checkpointing starts once every task is set up.
+	j.runner.Start(j.plan.TaskIDs())
 	j.setState(control.JobRunning, "")
 	return ""
 }
