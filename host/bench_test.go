@@ -136,7 +136,7 @@ func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Dur
 			time.Sleep(time.Millisecond)
 		}
 	}
-	var total time.Duration
+	var total, write time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -157,14 +157,18 @@ func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Dur
 		}
 		total += time.Since(start)
 		rc.mu.Lock()
+		var slowest time.Duration
 		for _, m := range rc.metrics[id] {
 			chState += m[host.MetricChannelStateBytes]
+			slowest = max(slowest, time.Duration(m[host.MetricAsyncNanos]))
 		}
+		write += slowest
 		rc.mu.Unlock()
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/checkpoint")
 	b.ReportMetric(float64(chState)/float64(b.N), "channel-state-B/checkpoint")
+	b.ReportMetric(float64(write.Microseconds())/1000/float64(b.N), "slowest-write-ms")
 }
 
 // countSource hands out the same batch n times, then ends.

@@ -5,7 +5,6 @@ package partition
 
 import (
 	"fmt"
-	"hash/fnv"
 
 	"github.com/weirhq/weir/abi"
 )
@@ -66,9 +65,12 @@ type KeyHash struct {
 // KeyChannel returns the channel of key among n: FNV-1a (32 bit) modulo n.
 // Every component that routes by key (NATS subjects, sinks) uses it.
 func KeyChannel(key []byte, n int) int {
-	h := fnv.New32a()
-	h.Write(key)
-	return int(h.Sum32() % uint32(n))
+	h := uint32(2166136261) // FNV-1a offset basis
+	for _, c := range key {
+		h ^= uint32(c)
+		h *= 16777619 // FNV prime
+	}
+	return int(h % uint32(n))
 }
 
 // Partition implements Partitioner.

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"hash/fnv"
 	"testing"
 
 	"github.com/weirhq/weir/abi"
@@ -51,6 +52,16 @@ func TestKeyHashKeepsKeysTogetherAndOrder(t *testing.T) {
 	}
 	if _, err := p.Partition([]byte{9}, 4); err == nil {
 		t.Fatal("malformed batch accepted")
+	}
+}
+
+func TestKeyChannelIsFNV1a(t *testing.T) {
+	for _, k := range []string{"", "a", "key-17", "日本"} {
+		h := fnv.New32a()
+		h.Write([]byte(k))
+		if got, want := KeyChannel([]byte(k), 7), int(h.Sum32()%7); got != want {
+			t.Fatalf("%q: %d, want %d", k, got, want)
+		}
 	}
 }
 
