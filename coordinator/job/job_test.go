@@ -482,7 +482,7 @@ func TestCoordinatorRestart(t *testing.T) {
 	}
 	startManager := func() (stop func()) {
 		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
-			HeartbeatTimeout: 500 * time.Millisecond, RequestTimeout: 2 * time.Second})
+			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
 		mctx, mcancel := context.WithCancel(context.Background())
 		ready, done := make(chan struct{}), make(chan struct{})
 		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
