@@ -47,6 +47,7 @@ type runOptions struct {
 	idle    time.Duration
 	show    int
 	cancel  bool
+	create  bool
 	verbose bool
 }
 
@@ -60,6 +61,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never)")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
+	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
 	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
@@ -92,16 +94,17 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 			return err
 		}
 		fmt.Fprintf(std.Out, "embedded NATS on %s, coordinator and worker in this process\n", n.Server.ClientURL())
-		if err := createStreams(ctx, std, n.JS, spec); err != nil {
-			n.Close()
-			return err
-		}
 	} else {
 		if n, err = node.Start(ctx, node.Options{NATS: o.nats.options("weir run"), CheckpointStore: node.StoreJetStream}); err != nil {
 			return err
 		}
 	}
 	defer n.Close()
+	if o.create {
+		if err := createStreams(ctx, std, n.JS, spec); err != nil {
+			return err
+		}
+	}
 	return follow(ctx, std, n, spec, o, embedded)
 }
 
@@ -149,7 +152,8 @@ func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) error {
 }
 
 // createStreams creates the JetStream streams a job names that do not exist
-// yet (embedded default only).
+// yet: a source's stream with its filter subject, a sink's with the
+// duplicate window exactly-once needs.
 func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec *jobspec.Spec) error {
 	ensure := func(cfg jetstream.StreamConfig) error {
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
