@@ -79,6 +79,7 @@ func publishAndWait(b *testing.B, nc *nats.Conn, subject string, n int, done <-c
 	b.Helper()
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
+	cpu := startCPU()
 	for i := 0; i < n; i++ {
 		if err := nc.Publish(subject, payload); err != nil {
 			b.Fatal(err)
@@ -93,6 +94,7 @@ func publishAndWait(b *testing.B, nc *nats.Conn, subject string, n int, done <-c
 		b.Fatal("timed out")
 	}
 	b.StopTimer()
+	cpu.report(b, n)
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
 }
 
@@ -316,8 +318,10 @@ func BenchmarkJetStreamRawAsyncPublish(b *testing.B) {
 	createStreams(b, js, false)
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
+	cpu := startCPU()
 	jsFill(b, js, "out", b.N)
 	b.StopTimer()
+	cpu.report(b, b.N)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
@@ -364,6 +368,7 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 			defer snk.Close()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
+			cpu := startCPU()
 			err = run(ctx, src, op, snk.Write, func(n int) error {
 				seen += n
 				since += n
@@ -385,6 +390,7 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
+			cpu.report(b, b.N)
 			info, err := js.Stream(ctx, "OUT")
 			if err != nil {
 				b.Fatal(err)

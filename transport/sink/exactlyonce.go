@@ -385,7 +385,9 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 	for i, r := range recs {
 		msgs[i] = s.msg(r, s.msgID(ckpt, first+i))
 	}
-	_, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs)
+	// No ack for the first message: the stream was checked to allow atomic
+	// publish, so one round trip per chunk (the commit) is enough.
+	_, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs, jetstreamext.BatchFlowControl{AckFirst: false})
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return nil
