@@ -68,6 +68,13 @@ func NewSender(nc *nats.Conn, cfg Config) (*Sender, error) {
 		return nil, fmt.Errorf("remote channel %s: flush credit subscription: %w", cfg.Channel, err)
 	}
 	s.stopWatch = watchConn(nc, s.fail)
+	// Ask a receiver that is already there for its grant; one that comes
+	// later announces it when it starts, and the credit subscription is in
+	// place to hear it.
+	if err := nc.Publish(s.data, s.probe); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("remote channel %s: probe: %w", cfg.Channel, err)
+	}
 	return s, nil
 }
 
