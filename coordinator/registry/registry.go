@@ -71,9 +71,12 @@ type Module struct {
 // Ref returns "NAME@VERSION".
 func (m Module) Ref() string { return fmt.Sprintf("%s@%d", m.Name, m.Version) }
 
-// Registry is a module registry on a JetStream object store.
+// Registry is a module registry on a JetStream object store. Versions are
+// claimed in a KV bucket (BUCKET_versions) with create-if-absent, so
+// concurrent pushes never get the same version.
 type Registry struct {
-	os jetstream.ObjectStore
+	os       jetstream.ObjectStore
+	versions jetstream.KeyValue
 }
 
 // Open opens the registry in bucket ("" = DefaultBucket), creating the
@@ -88,7 +91,13 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Registry
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}
-	return &Registry{os: os}, nil
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: bucket + "_versions", Storage: jetstream.FileStorage, Description: "weir module versions",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
+	}
+	return &Registry{os: os, versions: kv}, nil
 }
 
 // Digest returns the lower-case hex sha256 of data.
@@ -131,19 +140,37 @@ func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version i
 			latest = max(latest, m.Version)
 		}
 	}
-	if version == 0 {
-		version = latest + 1
+	digest := Digest(wasm)
+	explicit := version != 0
+	for {
+		if !explicit {
+			version = latest + 1
+		}
+		_, err := r.versions.Create(ctx, versionKey(name, version), []byte(digest))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return Module{}, fmt.Errorf("push %s@%d: claim version: %w", name, version, err)
+		}
+		if explicit {
+			return Module{}, fmt.Errorf("push %s@%d: %w", name, version, ErrExists)
+		}
+		latest = version
 	}
-	m := Module{Name: name, Version: version, Digest: Digest(wasm), Size: int64(len(wasm)), Pushed: time.Now().UTC()}
+	m := Module{Name: name, Version: version, Digest: digest, Size: int64(len(wasm)), Pushed: time.Now().UTC()}
 	_, err = r.os.Put(ctx, jetstream.ObjectMeta{
 		Name:     objectName(name, version),
 		Metadata: map[string]string{metaDigest: m.Digest, metaPushed: m.Pushed.Format(time.RFC3339Nano)},
 	}, bytes.NewReader(wasm))
 	if err != nil {
+		_ = r.versions.Purge(ctx, versionKey(name, version))
 		return Module{}, fmt.Errorf("push %s: %w", m.Ref(), err)
 	}
 	return m, nil
 }
+
+func versionKey(name string, version int) string { return fmt.Sprintf("%s.%d", name, version) }
 
 func fromInfo(in *jetstream.ObjectInfo) (Module, bool) {
 	name, ver, ok := strings.Cut(in.Name, "/")
@@ -254,6 +281,7 @@ func (r *Registry) Remove(ctx context.Context, ref string) ([]Module, error) {
 			if err := r.os.Delete(ctx, objectName(m.Name, m.Version)); err != nil {
 				return gone, fmt.Errorf("remove %s: %w", m.Ref(), err)
 			}
+			_ = r.versions.Purge(ctx, versionKey(m.Name, m.Version))
 			gone = append(gone, m)
 		}
 	}

@@ -139,3 +139,35 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("push after rm = %+v %v", m, err)
 	}
 }
+
+// TestConcurrentPush: pushes racing for the next version all get distinct
+// versions.
+func TestConcurrentPush(t *testing.T) {
+	r := openRegistry(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 6
+	versions := make(chan int, n)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			m, err := r.Push(ctx, "race", minimal, 0, nil)
+			versions <- m.Version
+			errs <- err
+		}()
+	}
+	seen := map[int]bool{}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		v := <-versions
+		if seen[v] {
+			t.Errorf("version %d handed out twice", v)
+		}
+		seen[v] = true
+	}
+	if list, _ := r.List(ctx); len(list) != n {
+		t.Errorf("%d versions stored, want %d", len(list), n)
+	}
+}
