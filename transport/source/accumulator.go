@@ -59,10 +59,14 @@ func (a *accumulator) add(key, value []byte, ts int64, off uint64) bool {
 		a.mu.Unlock()
 		return false
 	}
+	first := a.b.Len() == 0
 	a.b.Add(key, value, ts)
 	a.last = off
 	a.mu.Unlock()
-	a.signal()
+	if first {
+		// Later records join a batch the taker was already told about.
+		a.signal()
+	}
 	return true
 }
 
