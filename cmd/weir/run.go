@@ -270,6 +270,13 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 			if _, err := n.JS.PublishMsgAsync(m); err != nil {
 				return count, fmt.Errorf("-input: publish: %w", err)
 			}
+			if count%1024 == 1023 { // bound the acks outstanding
+				select {
+				case <-n.JS.PublishAsyncComplete():
+				case <-ctx.Done():
+					return count, ctx.Err()
+				}
+			}
 		} else if err := n.Conn.PublishMsg(m); err != nil {
 			return count, fmt.Errorf("-input: publish: %w", err)
 		}
