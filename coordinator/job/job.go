@@ -288,7 +288,8 @@ func (j *job) deploy(restore *checkpoint.Metadata) string {
 		all[k] = v
 	}
 	j.finished = map[string]bool{}
-	j.queue = nil
+	// Queued events stay: failures and ends of earlier attempts are
+	// filtered by attempt in wait, a cancel must not be lost.
 	j.st.RestoredFrom = 0
 	var rst *control.Restore
 	if restore != nil {
