@@ -18,12 +18,7 @@ import (
 const RecoveryAllowance = time.Minute
 
 func (b *builder) source(pt plan.Task) (host.Source, error) {
-	var spec *jobspec.Source
-	for i := range b.d.Spec.Sources {
-		if b.d.Spec.Sources[i].Name == pt.Vertex {
-			spec = &b.d.Spec.Sources[i]
-		}
-	}
+	spec := find(b.d.Spec.Sources, func(s jobspec.Source) string { return s.Name }, pt.Vertex)
 	if spec == nil {
 		return nil, fmt.Errorf("source %s is not in the spec", pt.Vertex)
 	}
@@ -49,12 +44,7 @@ func (b *builder) source(pt plan.Task) (host.Source, error) {
 }
 
 func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
-	var spec *jobspec.Sink
-	for i := range b.d.Spec.Sinks {
-		if b.d.Spec.Sinks[i].Name == pt.Vertex {
-			spec = &b.d.Spec.Sinks[i]
-		}
-	}
+	spec := find(b.d.Spec.Sinks, func(s jobspec.Sink) string { return s.Name }, pt.Vertex)
 	if spec == nil {
 		return nil, fmt.Errorf("sink %s is not in the spec", pt.Vertex)
 	}
@@ -72,4 +62,14 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		Task:               pt.ID,
 		MinDuplicateWindow: sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, RecoveryAllowance),
 	})
+}
+
+// find returns the element of items whose name is want, or nil.
+func find[T any](items []T, name func(T) string, want string) *T {
+	for i := range items {
+		if name(items[i]) == want {
+			return &items[i]
+		}
+	}
+	return nil
 }

@@ -476,12 +476,7 @@ func partitionKind(p string) string {
 }
 
 func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, error) {
-	var spec *jobspec.Operator
-	for i := range b.d.Spec.Operators {
-		if b.d.Spec.Operators[i].Name == pt.Vertex {
-			spec = &b.d.Spec.Operators[i]
-		}
-	}
+	spec := find(b.d.Spec.Operators, func(o jobspec.Operator) string { return o.Name }, pt.Vertex)
 	if spec == nil {
 		return nil, fmt.Errorf("operator %s is not in the spec", pt.Vertex)
 	}
