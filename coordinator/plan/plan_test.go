@@ -83,3 +83,36 @@ sinks:
 		t.Error("assign to no workers succeeded")
 	}
 }
+
+// TestSelfJoin: one producer feeding two input ports of the same consumer
+// gets two output ports and distinct channels.
+func TestSelfJoin(t *testing.T) {
+	spec, err := jobspec.Parse("j.yaml", []byte(`name: j
+sources: [{name: a, kind: nats, subject: a, parallelism: 2}]
+operators:
+  - {name: join, module: m, parallelism: 2, inputs: [{from: a, partition: key}, {from: a, partition: key}]}
+sinks: [{name: out, kind: nats, subject: o, input: {from: join}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range p.Channels {
+		if seen[c.ID] {
+			t.Errorf("duplicate channel %s", c.ID)
+		}
+		seen[c.ID] = true
+	}
+	a0, _ := p.Task("a-0")
+	if len(a0.Outputs) != 2 || a0.Outputs[1].Channels[1] != "a-0_join-1_1" {
+		t.Errorf("a-0 outputs %+v", a0.Outputs)
+	}
+	j1, _ := p.Task("join-1")
+	if !reflect.DeepEqual(j1.Inputs, [][]string{{"a-0_join-1_0", "a-1_join-1_0"}, {"a-0_join-1_1", "a-1_join-1_1"}}) {
+		t.Errorf("join-1 inputs %v", j1.Inputs)
+	}
+}
