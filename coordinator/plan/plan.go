@@ -208,24 +208,17 @@ func Build(s *jobspec.Spec) (*Plan, error) {
 		t := &p.Tasks[tidx[c.From]]
 		t.Outputs[c.OutPort].Channels = append(t.Outputs[c.OutPort].Channels, c.ID)
 	}
+	consumer := make(map[string]int, len(p.Channels)) // channel → consumer index
+	for _, c := range p.Channels {
+		consumer[c.ID] = p.Tasks[tidx[c.To]].Index
+	}
 	for i := range p.Tasks {
 		for o := range p.Tasks[i].Outputs {
 			chs := p.Tasks[i].Outputs[o].Channels
-			sort.SliceStable(chs, func(a, b int) bool {
-				return p.Tasks[tidx[p.channel(chs[a]).To]].Index < p.Tasks[tidx[p.channel(chs[b]).To]].Index
-			})
+			sort.SliceStable(chs, func(a, b int) bool { return consumer[chs[a]] < consumer[chs[b]] })
 		}
 	}
 	return p, nil
-}
-
-func (p *Plan) channel(id string) Channel {
-	for _, c := range p.Channels {
-		if c.ID == id {
-			return c
-		}
-	}
-	return Channel{}
 }
 
 // Task returns the task with the given ID.
