@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -33,7 +34,9 @@ type command struct {
 	Run func(ctx context.Context, std Stdio, args []string) error
 }
 
-// Stdio is a command's standard streams.
+// Stdio is a command's standard streams. run hands commands an Out and Err
+// that are safe for concurrent use (each Write is atomic), so a command may
+// print from several goroutines.
 type Stdio struct {
 	In  io.Reader
 	Out io.Writer
@@ -102,6 +105,7 @@ func run(ctx context.Context, args []string, std Stdio) int {
 		}
 		return 0
 	}
+	std.Out, std.Err = &lockedWriter{w: std.Out}, &lockedWriter{w: std.Err}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(std.Err, "weir: unknown command %q (run 'weir help')\n", args[0])
@@ -150,4 +154,16 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].Summary)
 	}
 	fmt.Fprintln(w, "\nrun 'weir COMMAND -h' for a command's flags")
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
