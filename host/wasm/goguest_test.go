@@ -281,3 +281,25 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 	w.max = max(w.max, len(p))
 	return w.buf.Write(p)
 }
+
+// TestGoSDKHotPathDoesNotAllocate checks that, once warm, the SDK's
+// Process path (input buffer, iteration, emitting) allocates nothing in the
+// guest.
+func TestGoSDKHotPathDoesNotAllocate(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("allocs")})
+	ctx := context.Background()
+	batch := benchBatch(1024)
+	for range 50 {
+		if err := inst.Process(ctx, 0, batch, func(int, []byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := newOut()
+	if err := inst.EndOfInput(ctx, 0, o.emit); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.port(0); len(got) != 1 || got[0].V != "0" {
+		t.Fatalf("allocations in 48 warm Process calls of 1024 records: %v", got)
+	}
+}

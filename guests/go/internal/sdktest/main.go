@@ -9,6 +9,8 @@
 //	oom     allocate until the memory limit is hit
 //	ports   emit each record to ports 0 and 1
 //	bigstate  Process keeps every value; Snapshot writes 300 KiB per record
+//	allocs  pass records through; EndOfInput emits the heap allocations
+//	        made between the second and the last Process call
 //	(other) pass records through
 package main
 
@@ -18,15 +20,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"github.com/weirhq/weir/guests/go/weir"
 )
 
 type op struct {
-	mode  string
-	kept  [][]byte
-	sink  [][]byte
-	state []byte
+	mode    string
+	calls   int
+	mallocs [2]uint64 // at the start of the second call, at the latest call
+	kept    [][]byte
+	sink    [][]byte
+	state   []byte
 }
 
 func (o *op) Init(config []byte) error {
@@ -35,6 +40,15 @@ func (o *op) Init(config []byte) error {
 }
 
 func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
+	if o.mode == "allocs" {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		o.calls++
+		if o.calls == 2 {
+			o.mallocs[0] = ms.Mallocs
+		}
+		o.mallocs[1] = ms.Mallocs
+	}
 	switch o.mode {
 	case "panic":
 		for in.Next() {
@@ -92,8 +106,12 @@ func (o *op) Restore(r *weir.StateReader) error {
 	return err
 }
 
-// EndOfInput emits the size of the restored state.
+// EndOfInput emits the size of the restored state, or the allocation count.
 func (o *op) EndOfInput(port int, out *weir.Emitter) error {
+	if o.mode == "allocs" {
+		out.Emit(0, nil, fmt.Appendf(nil, "%d", o.mallocs[1]-o.mallocs[0]), 0)
+		return nil
+	}
 	out.Emit(0, nil, fmt.Appendf(nil, "%d", len(o.state)), 0)
 	return nil
 }
