@@ -199,6 +199,60 @@ func (r *Receiver) poll(priorityOnly bool) (stream.Delivery, bool, error) {
 	return en.d, true, nil
 }
 
+// QueuedBarrier returns the first ordinary barrier queued and not yet
+// polled, if any.
+func (r *Receiver) QueuedBarrier() (stream.Barrier, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, en := range r.q[r.qhead:] {
+		if en.d.Kind == stream.KindBarrier && !en.priority {
+			return en.d.Barrier, true
+		}
+	}
+	return stream.Barrier{}, false
+}
+
+// PrioritizeBarrier moves the queued barrier of checkpoint id ahead of the
+// elements queued before it: the next Poll returns it, marked Unaligned,
+// with those elements as Delivery.Overtaken (still delivered after it).
+// found is false when no such barrier is queued.
+func (r *Receiver) PrioritizeBarrier(id int64) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return false, r.err
+	}
+	k := -1
+	for i := r.qhead; i < len(r.q); i++ {
+		if en := r.q[i]; en.d.Kind == stream.KindBarrier && !en.priority && en.d.Barrier.ID == id {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		return false, nil
+	}
+	en := r.q[k]
+	var overtaken []stream.Element
+	for _, o := range r.q[r.qhead:k] {
+		if !o.priority {
+			overtaken = append(overtaken, o.d.Element)
+		}
+	}
+	// The frame's credit stays with the elements that came before the
+	// barrier, so it returns only once they are polled.
+	if en.credit > 0 && k > r.qhead {
+		r.q[k-1].credit += en.credit
+		en.credit = 0
+	}
+	copy(r.q[r.qhead+1:k+1], r.q[r.qhead:k])
+	en.d.Barrier.Unaligned = true
+	en.d.Overtaken = overtaken
+	en.priority = true
+	r.q[r.qhead] = en
+	return true, nil
+}
+
 // Notify registers fn, called from any goroutine whenever Poll may have
 // something new.
 func (r *Receiver) Notify(fn func()) {

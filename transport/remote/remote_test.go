@@ -486,3 +486,83 @@ func TestServerRestartFailsChannel(t *testing.T) {
 		}
 	}
 }
+
+// An aligned barrier already queued at the receiver can be turned into a
+// priority one (aligned checkpoint timed out): it overtakes what is queued
+// before it, and credit still flows.
+func TestPrioritizeQueuedBarrier(t *testing.T) {
+	srv := startServer(t)
+	nc := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := Config{Subject: "weir.test.prioritize", Window: 64 << 10, MaxFrameBytes: 1 << 10}
+	rcv, err := NewReceiver(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close()
+	snd, err := NewSender(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	for i := 0; i < 10; i++ {
+		if err := snd.Send(ctx, stream.Records(seqBatch(uint64(i*10), 10, 16))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := snd.Send(ctx, stream.BarrierElement(stream.Barrier{ID: 9})); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Send(ctx, stream.Records(seqBatch(100, 10, 16))); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, ok := rcv.QueuedBarrier(); ok {
+			if b.ID != 9 {
+				t.Fatalf("queued barrier %d", b.ID)
+			}
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if found, err := rcv.PrioritizeBarrier(8); found || err != nil {
+		t.Fatalf("prioritized a barrier that is not queued: %v %v", found, err)
+	}
+	if found, err := rcv.PrioritizeBarrier(9); !found || err != nil {
+		t.Fatalf("barrier 9: %v %v", found, err)
+	}
+	if _, ok := rcv.QueuedBarrier(); ok {
+		t.Fatal("a prioritized barrier is still an ordinary one")
+	}
+	d, ok, err := rcv.PollPriority()
+	if err != nil || !ok || d.Kind != stream.KindBarrier || !d.Barrier.Unaligned {
+		t.Fatalf("got %v %v %v", d.Element, ok, err)
+	}
+	if got := recordsIn(t, d.Overtaken); len(got) != 100 || got[99] != 99 {
+		t.Fatalf("overtaken %d records", len(got))
+	}
+	c := collect(ctx, rcv, nil)
+	if err := snd.Send(ctx, stream.EndOfPartition()); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	got := recordsIn(t, elementsOf(c.elems))
+	if len(got) != 110 {
+		t.Fatalf("%d records after the barrier", len(got))
+	}
+	for i, v := range got {
+		if v != uint64(i) {
+			t.Fatalf("record %d = %d", i, v)
+		}
+	}
+	if now, _ := rcv.QueuedBytes(); now != 0 {
+		t.Fatalf("%d credited bytes still queued after draining", now)
+	}
+}
