@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -33,6 +34,26 @@ const CacheDirEnv = "WEIR_GUESTBUILD_CACHE"
 // the current directory) to a WASI reactor module and returns the path of
 // the cached .wasm file. The file is shared: do not modify it.
 func Build(ctx context.Context, pkg string) (string, error) {
+	cwd, _ := os.Getwd()
+	memoKey := cwd + "\x00" + pkg
+	if p, ok := built.Load(memoKey); ok {
+		if _, err := os.Stat(p.(string)); err == nil {
+			return p.(string), nil
+		}
+	}
+	p, err := build(ctx, pkg)
+	if err == nil {
+		built.Store(memoKey, p)
+	}
+	return p, err
+}
+
+// built remembers, for the life of the process, the module each package
+// built to: a test binary builds the same guests many times, and its
+// sources do not change while it runs.
+var built sync.Map // cwd + "\x00" + pkg -> path
+
+func build(ctx context.Context, pkg string) (string, error) {
 	goBin, err := goTool()
 	if err != nil {
 		return "", err

@@ -17,7 +17,7 @@ func TestBuildCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := Build(ctx, pkg)
+	p2, err := build(ctx, pkg) // past the in-process memo, to the disk cache
 	if err != nil {
 		t.Fatal(err)
 	}
