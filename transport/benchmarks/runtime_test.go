@@ -1,0 +1,121 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/snapshot"
+	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// The same pipelines as BenchmarkCoreWeirUppercase and
+// BenchmarkJetStreamWeirExactlyOnce, run by the task runtime (host.Task:
+// source, operator and sink in one source task) instead of a bare loop.
+
+// (c) through host.Task.
+func BenchmarkCoreWeirRuntime(b *testing.B) {
+	srv := startServer(b, false)
+	pub, taskConn, sub := conn(b, srv), conn(b, srv), conn(b, srv)
+	done := counter(b, sub, "out", b.N)
+	src, err := source.NewCore(taskConn, source.CoreConfig{Subject: "in", PendingMsgs: -1, PendingBytes: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snk, err := sink.NewCore(taskConn, "out")
+	if err != nil {
+		b.Fatal(err)
+	}
+	op := uppercase(b, "go").(host.Operator)
+	task, err := host.New(host.Config{Name: "uppercase[0]", Source: src, Operator: op, Sink: snk})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- task.Run(ctx) }()
+	publishAndWait(b, pub, "in", b.N, done)
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		b.Fatal(err)
+	}
+}
+
+// completer completes every acknowledged checkpoint at once (a one-task
+// job's coordinator).
+type completer struct{ task *host.Task }
+
+func (c *completer) Acknowledge(ctx context.Context, task string, id int64, handle string, metrics map[string]int64) error {
+	c.task.NotifyCheckpointComplete(id)
+	return nil
+}
+func (c *completer) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
+	return nil
+}
+func (c *completer) Failed(ctx context.Context, task string, reason string) error { return nil }
+
+// (d) through host.Task, with a checkpoint triggered every 50ms; the clock
+// stops when the output stream holds every message.
+func BenchmarkJetStreamWeirRuntime(b *testing.B) {
+	srv := startServer(b, true)
+	nc := conn(b, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	createStreams(b, js, false)
+	jsFill(b, js, "in", b.N)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: "uppercase[0]"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lis := &completer{}
+	task, err := host.New(host.Config{Name: "uppercase[0]", Source: src, Operator: uppercase(b, "go").(host.Operator), Sink: snk,
+		Store: snapshot.NewMemStore(), Listener: lis})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lis.task = task
+	out, err := js.Stream(ctx, "OUT")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	cpu := startCPU()
+	errc := make(chan error, 1)
+	go func() { errc <- task.Run(ctx) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for id := int64(1); ; id++ {
+		select {
+		case err := <-errc:
+			b.Fatalf("task ended: %v", err)
+		case <-tick.C:
+		}
+		task.TriggerCheckpoint(stream.Barrier{ID: id, Timestamp: time.Now().UnixMilli()})
+		info, err := out.Info(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if int(info.State.Msgs) >= b.N {
+			break
+		}
+	}
+	b.StopTimer()
+	cpu.report(b, b.N)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	cancel()
+	<-errc
+}
