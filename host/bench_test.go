@@ -75,9 +75,10 @@ func (nullSink) Close() error                                     { return nil }
 //
 // with both input channels full (500 one-record batches each), so an aligned
 // barrier waits behind ~1000 queued records and an unaligned one overtakes
-// them. Run: go test -run NONE -bench CheckpointUnderBackpressure -benchtime 5x ./host/
+// them; aligned-timeout (10 ms) switches to unaligned once the checkpoint is
+// 10 ms old. Run: go test -run NONE -bench CheckpointUnderBackpressure -benchtime 5x ./host/
 func BenchmarkCheckpointUnderBackpressure(b *testing.B) {
-	for _, mode := range []barrier.Mode{barrier.Unaligned, barrier.Aligned} {
+	for _, mode := range []barrier.Mode{barrier.Unaligned, barrier.AlignedTimeout, barrier.Aligned} {
 		b.Run(mode.String(), func(b *testing.B) { benchCheckpoint(b, mode, 500, time.Millisecond) })
 	}
 }
@@ -102,7 +103,7 @@ func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Dur
 			done <- id
 		}
 	}
-	ck := host.Checkpointing{Mode: mode}
+	ck := host.Checkpointing{Mode: mode, AlignmentTimeout: 10 * time.Millisecond}
 	sa, ra := local.New(local.Options{Name: "a->op", CapacityElements: capacity})
 	sb, rb := local.New(local.Options{Name: "b->op", CapacityElements: capacity})
 	so, ro := local.New(local.Options{Name: "op->sink", CapacityElements: capacity})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/snapshot"
@@ -18,6 +19,9 @@ type pendingCheckpoint struct {
 	snap    *snapshot.Task
 	metrics CheckpointMetrics
 	inputs  map[int][]stream.Element
+	// prioritized marks channels whose queued barrier was turned into a
+	// priority element (aligned-checkpoint timeout).
+	prioritized map[int]bool
 }
 
 func (p *pendingCheckpoint) addInput(ch int, e stream.Element) {
@@ -147,7 +151,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 				snap.Outputs = append(snap.Outputs, snapshot.ChannelState{Channel: i, Elements: els})
 			}
 		}
-		p := &pendingCheckpoint{snap: snap, inputs: map[int][]stream.Element{}}
+		p := &pendingCheckpoint{snap: snap, inputs: map[int][]stream.Element{}, prioritized: map[int]bool{}}
 		if d != nil && ch >= 0 && d.Kind == stream.KindBarrier && d.Barrier.ID == a.ID {
 			for _, e := range d.Overtaken {
 				p.addInput(ch, e)
@@ -162,6 +166,77 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	m.SyncDuration = t.clock().Sub(start)
 	t.write(snap, m)
 	return nil
+}
+
+// prioritizeBarriers turns the barriers of an aligned-with-timeout
+// checkpoint that went unaligned into priority elements where they already
+// wait in an input queue, so they overtake the data before them (which
+// becomes channel state) instead of waiting behind it.
+func (t *Task) prioritizeBarriers() error {
+	p := t.pending
+	if p == nil || t.cfg.Checkpointing.Mode != barrier.AlignedTimeout {
+		return nil
+	}
+	id := p.snap.CheckpointID
+	for ch, in := range t.cfg.Inputs {
+		if rid, ok := t.handler.Recording(ch); !ok || rid != id || p.prioritized[ch] || t.deferred[ch].set {
+			continue
+		}
+		bp, ok := in.Receiver.(stream.BarrierPrioritizer)
+		if !ok {
+			continue
+		}
+		found, err := bp.PrioritizeBarrier(id)
+		if err != nil {
+			return fmt.Errorf("input %d: %w", ch, err)
+		}
+		if found {
+			p.prioritized[ch] = true
+		}
+	}
+	return nil
+}
+
+// prioritizeLate implements the aligned-checkpoint timeout before the first
+// barrier is even seen: a barrier queued at an input whose checkpoint was
+// triggered longer than AlignmentTimeout ago is turned into a priority
+// element, so the checkpoint starts (unaligned) at once instead of after the
+// data queued before it. It returns when to look again (zero: no need).
+func (t *Task) prioritizeLate() (time.Time, error) {
+	ck := t.cfg.Checkpointing
+	if ck.Mode != barrier.AlignedTimeout || ck.AlignmentTimeout <= 0 {
+		return time.Time{}, nil
+	}
+	al, ok := t.handler.(*barrier.Aligner)
+	if !ok {
+		return time.Time{}, nil
+	}
+	var next time.Time
+	now := t.clock()
+	for ch, in := range t.cfg.Inputs {
+		if t.drained[ch] || t.deferred[ch].set || t.handler.Blocked(ch) {
+			continue
+		}
+		bp, ok := in.Receiver.(stream.BarrierPrioritizer)
+		if !ok {
+			continue
+		}
+		b, ok := bp.QueuedBarrier()
+		if !ok || b.Type == stream.Savepoint || b.Timestamp <= 0 || b.ID < al.Current() {
+			continue
+		}
+		due := time.UnixMilli(b.Timestamp).Add(ck.AlignmentTimeout)
+		if now.Before(due) {
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+			continue
+		}
+		if _, err := bp.PrioritizeBarrier(b.ID); err != nil {
+			return time.Time{}, fmt.Errorf("input %d: %w", ch, err)
+		}
+	}
+	return next, nil
 }
 
 // write stores a finished snapshot in the background and acknowledges it.

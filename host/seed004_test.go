@@ -49,7 +49,7 @@ func runSeed004(t *testing.T, mode barrier.Mode, op host.Operator, clock func() 
 		}
 	}
 	must(so.Send(ctx, rec("1", "1")))
-	b1 := stream.Barrier{ID: 1, Timestamp: 1}
+	b1 := stream.Barrier{ID: 1, Timestamp: seedTrigger.UnixMilli()}
 	must(s0.Send(ctx, rec("2", "2")))
 	if mode == barrier.Unaligned {
 		// Upstream sends its unaligned barrier as a priority element: it
@@ -67,7 +67,7 @@ func runSeed004(t *testing.T, mode barrier.Mode, op host.Operator, clock func() 
 	for _, v := range []string{"2", "9", "7"} {
 		must(s1.Send(ctx, rec(v, v)))
 	}
-	must(s1.Send(ctx, stream.BarrierElement(stream.Barrier{ID: 1, Timestamp: 1})))
+	must(s1.Send(ctx, stream.BarrierElement(stream.Barrier{ID: 1, Timestamp: seedTrigger.UnixMilli()})))
 	must(s1.Send(ctx, rec("4", "4")))
 	must(s1.Send(ctx, stream.EndOfPartition()))
 
@@ -148,6 +148,10 @@ func checkSeed(t *testing.T, got, want seedResult) {
 	}
 }
 
+// seedTrigger is when seed 004's checkpoint was triggered (the barriers'
+// timestamp) and where the fake clocks start.
+var seedTrigger = time.Unix(1000, 0)
+
 // seed004Want is what each mode must produce for seed 004's example.
 //
 //   - Aligned (the seed's aligned figures b and c): channel 0 is blocked after
@@ -201,7 +205,7 @@ func checkSeed004(t *testing.T, newJoin func() host.Operator) {
 			var clock func() time.Time
 			if mode == barrier.AlignedTimeout {
 				var now atomic.Int64
-				now.Store(time.Unix(1000, 0).UnixNano())
+				now.Store(seedTrigger.UnixNano())
 				clock = func() time.Time { return time.Unix(0, now.Load()) }
 				op.onRecord = func(port int, r abi.Record) error {
 					if port == 1 && string(r.Value) == "9" {
@@ -217,6 +221,15 @@ func checkSeed004(t *testing.T, newJoin func() host.Operator) {
 			}
 		})
 	}
+	// Aligned with timeout, but the task starts after the checkpoint's
+	// timeout (counted from the trigger) already passed while both barriers
+	// still wait behind data: they are prioritized from the queues at once
+	// and the checkpoint is exactly the unaligned one.
+	t.Run("aligned-timeout-late", func(t *testing.T) {
+		late := seedTrigger.Add(time.Minute)
+		got := runSeed004(t, barrier.AlignedTimeout, &probe{Operator: newJoin()}, func() time.Time { return late })
+		checkSeed(t, got, seed004Want[barrier.Unaligned])
+	})
 }
 
 // TestSeed004 runs seed 004's example with the native Go join.

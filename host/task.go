@@ -343,6 +343,13 @@ func (t *Task) runInputs(ctx context.Context) error {
 		if err := t.checkDeadline(); err != nil {
 			return err
 		}
+		if err := t.prioritizeBarriers(); err != nil {
+			return err
+		}
+		late, err := t.prioritizeLate()
+		if err != nil {
+			return err
+		}
 		got, err := t.step(ctx)
 		if err != nil {
 			return err
@@ -355,7 +362,11 @@ func (t *Task) runInputs(ctx context.Context) error {
 		}
 		// Nothing to do: wait for input, control, the deadline or the end.
 		var tc <-chan time.Time
-		if d, ok := t.handler.Deadline(); ok {
+		d, ok := t.handler.Deadline()
+		if !late.IsZero() && (!ok || late.Before(d)) {
+			d, ok = late, true
+		}
+		if ok {
 			wait := d.Sub(t.clock())
 			if wait <= 0 {
 				continue
@@ -589,6 +600,11 @@ func (t *Task) flush(ctx context.Context) error {
 	// interrupt cancels it.
 	var sctx context.Context
 	var cancel context.CancelFunc
+	if d, ok := t.handler.Deadline(); ok {
+		// An alignment may time out while the output is blocked.
+		tm := time.AfterFunc(d.Sub(t.clock()), t.signal)
+		defer tm.Stop()
+	}
 	defer func() {
 		t.mu.Lock()
 		t.sendCancel = nil
@@ -600,6 +616,15 @@ func (t *Task) flush(ctx context.Context) error {
 	for len(t.outq) > 0 {
 		if t.takeInterrupt() {
 			if err := t.serviceControl(ctx); err != nil {
+				return err
+			}
+			if err := t.checkDeadline(); err != nil {
+				return err
+			}
+			if err := t.prioritizeBarriers(); err != nil {
+				return err
+			}
+			if _, err := t.prioritizeLate(); err != nil {
 				return err
 			}
 			if err := t.servicePriority(ctx); err != nil {

@@ -56,6 +56,7 @@ type Channel struct {
 	rclosed  bool
 	capBytes int
 	waiting  int // Sends blocked for credit
+	barriers int // ordinary (non-priority) barriers queued
 }
 
 // New returns the two ends of a new channel.
@@ -74,9 +75,10 @@ type Sender struct{ c *Channel }
 type Receiver struct{ c *Channel }
 
 var (
-	_ stream.Sender         = (*Sender)(nil)
-	_ stream.Receiver       = (*Receiver)(nil)
-	_ stream.PriorityPoller = (*Receiver)(nil)
+	_ stream.Sender             = (*Sender)(nil)
+	_ stream.Receiver           = (*Receiver)(nil)
+	_ stream.PriorityPoller     = (*Receiver)(nil)
+	_ stream.BarrierPrioritizer = (*Receiver)(nil)
 )
 
 func (c *Channel) chanErr(err error) error {
@@ -122,6 +124,9 @@ func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 			// Notify only when the queue was empty: a receiver polls until
 			// Poll finds nothing before it waits for the next notification.
 			wasEmpty := c.head == len(c.q)
+			if e.Kind == stream.KindBarrier {
+				c.barriers++
+			}
 			c.q = append(c.q, item{d: stream.Delivery{Element: e}})
 			c.bytes += n
 			c.count++
@@ -252,6 +257,9 @@ func (c *Channel) take() (stream.Delivery, bool, error) {
 		c.head = 0
 	}
 	if !it.priority {
+		if it.d.Kind == stream.KindBarrier {
+			c.barriers--
+		}
 		c.bytes -= it.d.Size()
 		c.count--
 		if c.waiting > 0 {
@@ -280,6 +288,69 @@ func (r *Receiver) PollPriority() (stream.Delivery, bool, error) {
 	return c.take()
 }
 
+// QueuedBarrier returns the first ordinary barrier queued.
+func (r *Receiver) QueuedBarrier() (stream.Barrier, bool) {
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.barriers == 0 {
+		return stream.Barrier{}, false
+	}
+	for _, it := range c.q[c.head:] {
+		if !it.priority && it.d.Kind == stream.KindBarrier {
+			return it.d.Barrier, true
+		}
+	}
+	return stream.Barrier{}, false
+}
+
+// PrioritizeBarrier moves the queued barrier of checkpoint id ahead of the
+// ordinary elements before it; they become its Overtaken.
+func (r *Receiver) PrioritizeBarrier(id int64) (bool, error) {
+	c := r.c
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return false, err
+	}
+	at := c.head
+	for at < len(c.q) && c.q[at].priority {
+		at++
+	}
+	pos := -1
+	for i := at; i < len(c.q); i++ {
+		if e := c.q[i].d.Element; e.Kind == stream.KindBarrier && e.Barrier.ID == id {
+			pos = i
+			break
+		}
+	}
+	if pos < 0 {
+		c.mu.Unlock()
+		return false, nil
+	}
+	d := c.q[pos].d
+	d.Barrier.Unaligned = true
+	for _, it := range c.q[at:pos] {
+		d.Overtaken = append(d.Overtaken, it.d.Element)
+	}
+	// The barrier no longer occupies credit.
+	c.bytes -= d.Element.Size()
+	c.count--
+	c.barriers--
+	copy(c.q[at+1:pos+1], c.q[at:pos])
+	c.q[at] = item{d: d, priority: true}
+	if c.waiting > 0 {
+		c.wakeSenders()
+	}
+	fn := c.notify
+	c.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return true, nil
+}
+
 // Notify registers fn, called when a Send finds the queue empty, after every
 // SendPriority and on Fail: a receiver that polls until Poll finds nothing
 // before it waits never misses an element.
@@ -299,7 +370,7 @@ func (r *Receiver) Close() error {
 	c := r.c
 	c.mu.Lock()
 	c.rclosed = true
-	c.q, c.head, c.bytes, c.count = nil, 0, 0, 0
+	c.q, c.head, c.bytes, c.count, c.barriers = nil, 0, 0, 0, 0
 	c.wakeSenders()
 	c.mu.Unlock()
 	return nil

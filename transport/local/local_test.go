@@ -114,6 +114,37 @@ func TestPriorityReceiverSide(t *testing.T) {
 	}
 }
 
+func TestPrioritizeBarrier(t *testing.T) {
+	s, r := New(Options{})
+	ctx := context.Background()
+	_ = s.Send(ctx, rec("1"))
+	_ = s.Send(ctx, rec("2"))
+	_ = s.Send(ctx, stream.BarrierElement(stream.Barrier{ID: 4}))
+	_ = s.Send(ctx, rec("3"))
+	if b, ok := r.QueuedBarrier(); !ok || b.ID != 4 {
+		t.Fatalf("queued barrier %v %v", b, ok)
+	}
+	if ok, _ := r.PrioritizeBarrier(5); ok {
+		t.Fatal("found a barrier that is not queued")
+	}
+	if ok, err := r.PrioritizeBarrier(4); !ok || err != nil {
+		t.Fatal("barrier 4 not found")
+	}
+	if n, _ := s.Queued(); n != 4 {
+		t.Fatalf("queued %d", n)
+	}
+	if _, ok := r.QueuedBarrier(); ok {
+		t.Fatal("a prioritized barrier is no longer an ordinary queued one")
+	}
+	d, _, _ := r.Poll()
+	if d.Kind != stream.KindBarrier || !d.Barrier.Unaligned || len(d.Overtaken) != 2 || val(t, d.Overtaken[1]) != "2" {
+		t.Fatalf("prioritized: %v overtaken %v", d, d.Overtaken)
+	}
+	if got := drain(t, r); len(got) != 3 || got[2] != "3" {
+		t.Fatalf("rest %v", got)
+	}
+}
+
 func TestFailAndClose(t *testing.T) {
 	s, r := New(Options{Name: "x"})
 	s.Fail(errors.New("boom"))

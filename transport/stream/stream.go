@@ -187,6 +187,24 @@ type PriorityPoller interface {
 	PollPriority() (d Delivery, ok bool, err error)
 }
 
+// BarrierPrioritizer is implemented by receivers that can turn a barrier
+// already queued at the receiver into a priority element. A task whose
+// aligned checkpoint timed out (aligned-checkpoint timeout) uses it so that
+// the barriers of its slow channels overtake the data queued before them
+// instead of waiting behind it.
+type BarrierPrioritizer interface {
+	// QueuedBarrier returns the first ordinary barrier queued at the
+	// receiver and not yet polled, if any: the task learns that a checkpoint
+	// is coming before the data ahead of its barrier was processed.
+	QueuedBarrier() (b Barrier, ok bool)
+	// PrioritizeBarrier moves the queued barrier of checkpoint id ahead of
+	// the ordinary elements queued before it. The next Poll returns it,
+	// marked Unaligned, with those elements as Delivery.Overtaken (they are
+	// still delivered after it). found is false when no such barrier is
+	// queued (yet).
+	PrioritizeBarrier(id int64) (found bool, err error)
+}
+
 // ErrClosed is returned by a channel end used after Close.
 var ErrClosed = errors.New("channel closed")
 
