@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -292,4 +293,58 @@ func (p *probe) finalState(t testing.TB) (left, right []abi.Record) {
 		t.Fatal(err)
 	}
 	return l, r
+}
+
+// wordsOf rewrites batches so each record's value is its key (a word).
+func wordsOf(batches [][]byte) [][]byte {
+	var out [][]byte
+	for _, b := range batches {
+		rs, _ := abi.DecodeBatch(b)
+		var bld abi.Builder
+		for _, r := range rs {
+			bld.Add(r.Key, r.Key, r.Timestamp)
+		}
+		out = append(out, append([]byte(nil), bld.Bytes()...))
+	}
+	return out
+}
+
+// verifyRunningCounts checks committed wordcount output ("word=count@ts"):
+// per word exactly the counts 1..N, N its number of occurrences.
+func verifyRunningCounts(t *testing.T, c jobCase, got []string, _ [2]*probe) {
+	t.Helper()
+	want := map[string]int{}
+	for _, bs := range [][][]byte{c.left, c.right} {
+		for _, b := range bs {
+			rs, _ := abi.DecodeBatch(b)
+			for _, r := range rs {
+				want[string(r.Key)]++
+			}
+		}
+	}
+	counts := map[string][]int{}
+	for _, g := range got {
+		word, rest, _ := strings.Cut(g, "=")
+		n, _, _ := strings.Cut(rest, "@")
+		v, err := strconv.Atoi(n)
+		if err != nil {
+			t.Fatalf("%v: bad output %q", c, g)
+		}
+		counts[word] = append(counts[word], v)
+	}
+	for w, n := range want {
+		cs := counts[w]
+		sort.Ints(cs)
+		if len(cs) != n {
+			t.Fatalf("%v: word %s: counts %v, want 1..%d", c, w, cs, n)
+		}
+		for i, v := range cs {
+			if v != i+1 {
+				t.Fatalf("%v: word %s: counts %v, want 1..%d", c, w, cs, n)
+			}
+		}
+	}
+	if len(counts) != len(want) {
+		t.Fatalf("%v: words %d, want %d", c, len(counts), len(want))
+	}
 }

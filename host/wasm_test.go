@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/wasm"
 )
 
@@ -56,6 +57,26 @@ func TestRecoveryPropertyWasm(t *testing.T) {
 		n, _ = strconv.Atoi(s)
 	}
 	for i := 0; i < n; i++ {
-		checkCase(t, genCase(uint64(1000+i)), newJoin)
+		checkCase(t, genCase(uint64(1000+i)), newJoin, verifyJoin)
+	}
+}
+
+// TestWordcountExactlyOnceWasm runs the wasm wordcount between two word
+// sources and a two-phase-commit sink, with failures and recoveries in the
+// exactly-once modes: every word's committed running counts must be exactly
+// 1..N, no gap and no repeat.
+func TestWordcountExactlyOnceWasm(t *testing.T) {
+	newWC := wasmOperators(t, "wordcount", nil)
+	n := 6
+	if testing.Short() {
+		n = 3
+	}
+	for i := 0; i < n; i++ {
+		c := genCase(uint64(2000 + i))
+		if c.mode == barrier.AtLeastOnce {
+			c.mode = barrier.Unaligned
+		}
+		c.left, c.right = wordsOf(c.left), wordsOf(c.right)
+		checkCase(t, c, newWC, verifyRunningCounts)
 	}
 }
