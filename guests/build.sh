@@ -52,52 +52,75 @@ out() {
   fi
 }
 
-built=()
-strip_and_note() {
+# done_build FILE LANG: strip a build and note it for the check.
+done_build() {
   "$WASM_STRIP" "$1"
-  built+=("$1")
+  echo "$1" >>"$work/built.$2"
 }
 
+build_c() {
+  echo "== C (clang $("$CLANG" -dumpversion))" >&2
+  for src in guests/c/examples/*.c guests/c/sdktest/*.c; do
+    base=${src%.c}
+    o=$(out "$base.wasm")
+    "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
+      -Wl,--strip-all -o "$o" "$src"
+    done_build "$o" c
+    o=$(out "$base.freestanding.wasm")
+    "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror \
+      -Wl,--no-entry -Wl,--strip-all -o "$o" "$src"
+    done_build "$o" c
+  done
+}
 
-echo "== C (clang $("$CLANG" -dumpversion))" >&2
-for src in guests/c/examples/*.c guests/c/sdktest/*.c; do
-  base=${src%.c}
-  o=$(out "$base.wasm")
-  "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
-    -Wl,--strip-all -o "$o" "$src"
-  strip_and_note "$o"
-  o=$(out "$base.freestanding.wasm")
-  "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror \
-    -Wl,--no-entry -Wl,--strip-all -o "$o" "$src"
-  strip_and_note "$o"
-done
+build_rust() {
+  echo "== Rust ($("$RUSTC" --version))" >&2
+  local rustflags=(--edition 2021 --target wasm32-unknown-unknown -C opt-level=3 -C debuginfo=0
+    -C strip=symbols -D warnings --remap-path-prefix="$PWD=.")
+  "$RUSTC" "${rustflags[@]}" --crate-type rlib --crate-name weir \
+    -o "$work/libweir.rlib" guests/rust/weir/lib.rs
+  for src in guests/rust/examples/*.rs guests/rust/sdktest/*.rs; do
+    o=$(out "${src%.rs}.wasm")
+    "$RUSTC" "${rustflags[@]}" --crate-type cdylib --extern weir="$work/libweir.rlib" \
+      -o "$o" "$src"
+    done_build "$o" rust
+  done
+}
 
-echo "== Rust ($("$RUSTC" --version))" >&2
-rustflags=(--edition 2021 --target wasm32-unknown-unknown -C opt-level=3 -C debuginfo=0
-  -C strip=symbols -D warnings --remap-path-prefix="$PWD=.")
-"$RUSTC" "${rustflags[@]}" --crate-type rlib --crate-name weir \
-  -o "$work/libweir.rlib" guests/rust/weir/lib.rs
-for src in guests/rust/examples/*.rs guests/rust/sdktest/*.rs; do
-  o=$(out "${src%.rs}.wasm")
-  "$RUSTC" "${rustflags[@]}" --crate-type cdylib --extern weir="$work/libweir.rlib" \
-    -o "$o" "$src"
-  strip_and_note "$o"
-done
+build_assemblyscript() {
+  echo "== AssemblyScript ($("$ASC" --version))" >&2
+  for src in guests/assemblyscript/examples/*.ts guests/assemblyscript/sdktest/*.ts; do
+    o=$(out "${src%.ts}.wasm")
+    "$ASC" "$src" -O3 --noAssert \
+      --use abort=guests/assemblyscript/weir/index/weirAbort -o "$o"
+    done_build "$o" assemblyscript
+  done
+}
 
-echo "== AssemblyScript ($("$ASC" --version))" >&2
-for src in guests/assemblyscript/examples/*.ts guests/assemblyscript/sdktest/*.ts; do
-  o=$(out "${src%.ts}.wasm")
-  "$ASC" "$src" -O3 --noAssert \
-    --use abort=guests/assemblyscript/weir/index/weirAbort -o "$o"
-  strip_and_note "$o"
-done
+build_wat() {
+  echo "== WAT ($("$WAT2WASM" --version))" >&2
+  for src in guests/wat/*.wat; do
+    o=$(out "${src%.wat}.wasm")
+    "$WAT2WASM" "$src" -o "$o"
+    done_build "$o" wat
+  done
+}
 
-echo "== WAT ($("$WAT2WASM" --version))" >&2
-for src in guests/wat/*.wat; do
-  o=$(out "${src%.wat}.wasm")
-  "$WAT2WASM" "$src" -o "$o"
-  strip_and_note "$o"
+# The languages build in parallel; any failure fails the script.
+pids=()
+for lang in c rust assemblyscript wat; do
+  ( set -e; "build_$lang" ) &
+  pids+=($!)
 done
+failed=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || failed=1
+done
+if [ "$failed" = 1 ]; then
+  echo "guests/build.sh: a build failed (see above)" >&2
+  exit 1
+fi
+mapfile -t built < <(cat "$work"/built.*)
 
 if [ "$check" = 1 ]; then
   stale=0
