@@ -179,7 +179,7 @@ func (t *Task) prioritizeBarriers() error {
 	}
 	id := p.snap.CheckpointID
 	for ch, in := range t.cfg.Inputs {
-		if rid, ok := t.handler.Recording(ch); !ok || rid != id || p.prioritized[ch] || t.deferred[ch].set {
+		if rid, ok := t.handler.Recording(ch); !ok || rid != id || p.prioritized[ch] || len(t.deferred[ch]) > 0 {
 			continue
 		}
 		bp, ok := in.Receiver.(stream.BarrierPrioritizer)
@@ -214,7 +214,7 @@ func (t *Task) prioritizeLate() (time.Time, error) {
 	var next time.Time
 	now := t.clock()
 	for ch, in := range t.cfg.Inputs {
-		if t.drained[ch] || t.deferred[ch].set || t.handler.Blocked(ch) {
+		if t.drained[ch] || len(t.deferred[ch]) > 0 || t.handler.Blocked(ch) {
 			continue
 		}
 		bp, ok := in.Receiver.(stream.BarrierPrioritizer)

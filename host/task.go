@@ -136,7 +136,7 @@ type Task struct {
 	wake      chan struct{}
 	replay    []*sequence // stack: the top is read first
 	align     *spillBuffer
-	deferred  []deferredBarrier
+	deferred  [][]deferredBarrier // per channel, in arrival order
 	finished  bool
 	inputDone bool
 
@@ -159,7 +159,8 @@ type Task struct {
 	restoredID int64
 	writes     sync.WaitGroup
 
-	stats Stats
+	stats        Stats
+	sourceClosed bool
 }
 
 // Stats counts a task's work, for tests and monitoring.
@@ -174,7 +175,6 @@ type Stats struct {
 type deferredBarrier struct {
 	d         stream.Delivery
 	remaining int
-	set       bool
 }
 
 // New validates cfg and returns a task ready to Run.
@@ -202,7 +202,7 @@ func New(cfg Config) (*Task, error) {
 	}
 	t.cfg.Checkpointing = ck
 	n := len(cfg.Inputs)
-	t.drained, t.ended, t.deferred = make([]bool, n), make([]bool, n), make([]deferredBarrier, n)
+	t.drained, t.ended, t.deferred = make([]bool, n), make([]bool, n), make([][]deferredBarrier, n)
 	for _, in := range cfg.Inputs {
 		if in.Receiver == nil {
 			return nil, fmt.Errorf("task %s: nil input receiver", cfg.Name)
@@ -316,7 +316,7 @@ func (t *Task) release() {
 	if t.cfg.Sink != nil {
 		t.cfg.Sink.Close()
 	}
-	if t.cfg.Source != nil {
+	if t.cfg.Source != nil && !t.sourceClosed {
 		t.cfg.Source.Close()
 	}
 }
@@ -461,25 +461,31 @@ func (t *Task) step(ctx context.Context) (bool, error) {
 // deliver hands a delivery from a channel to dispatch, keeping a priority
 // barrier that the handler aligns behind the elements it overtook.
 func (t *Task) deliver(ctx context.Context, ch int, d stream.Delivery) error {
-	if df := &t.deferred[ch]; df.set {
-		if err := t.dispatch(ctx, ch, d); err != nil {
-			return err
-		}
-		df.remaining--
-		if df.remaining <= 0 {
-			bd := df.d
-			*df = deferredBarrier{}
-			return t.dispatch(ctx, ch, bd)
-		}
-		return nil
-	}
 	if d.Kind == stream.KindBarrier && len(d.Overtaken) > 0 && !t.unalignedBarrier(d.Barrier) {
 		// An aligned handler must see the overtaken data before the barrier:
 		// the receiver delivers it next.
-		t.deferred[ch] = deferredBarrier{d: stream.Delivery{Element: d.Element}, remaining: len(d.Overtaken), set: true}
+		t.deferred[ch] = append(t.deferred[ch], deferredBarrier{d: stream.Delivery{Element: d.Element}, remaining: len(d.Overtaken)})
 		return nil
 	}
-	return t.dispatch(ctx, ch, d)
+	if err := t.dispatch(ctx, ch, d); err != nil {
+		return err
+	}
+	if len(t.deferred[ch]) == 0 || d.Kind == stream.KindBarrier && d.Barrier.Unaligned {
+		return nil // a priority element is never among the overtaken ones
+	}
+	// One more element of the channel went by: release the barriers whose
+	// overtaken elements have all been handled, in order.
+	for i := range t.deferred[ch] {
+		t.deferred[ch][i].remaining--
+	}
+	for len(t.deferred[ch]) > 0 && t.deferred[ch][0].remaining <= 0 {
+		bd := t.deferred[ch][0].d
+		t.deferred[ch] = t.deferred[ch][1:]
+		if err := t.dispatch(ctx, ch, bd); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // unalignedBarrier reports whether the handler takes b as an unaligned
@@ -671,7 +677,7 @@ func (t *Task) servicePriority(ctx context.Context) error {
 	}
 	for ch, in := range t.cfg.Inputs {
 		pp, ok := in.Receiver.(stream.PriorityPoller)
-		if !ok || t.drained[ch] || t.deferred[ch].set {
+		if !ok || t.drained[ch] || len(t.deferred[ch]) > 0 {
 			continue
 		}
 		d, ok, err := pp.PollPriority()
@@ -788,7 +794,8 @@ func (t *Task) runSource(ctx context.Context) error {
 	}()
 	defer func() {
 		stop()
-		t.cfg.Source.Close()
+		t.cfg.Source.Close() // a Poll that ignores ctx returns now
+		t.sourceClosed = true
 		wg.Wait()
 	}()
 	for {

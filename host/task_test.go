@@ -180,20 +180,24 @@ func TestAlignmentSpillsAndCleansUp(t *testing.T) {
 func TestPriorityBarrierInAlignedMode(t *testing.T) {
 	f := newFixture(t, []int{0}, local.Options{PriorityAtReceiver: true})
 	f.send(0, rec("a", "a"), rec("b", "b"))
-	if _, err := f.senders[0].SendPriority(context.Background(), stream.BarrierElement(stream.Barrier{ID: 1, Unaligned: true})); err != nil {
-		t.Fatal(err)
+	for id := int64(1); id <= 2; id++ {
+		if _, err := f.senders[0].SendPriority(context.Background(), stream.BarrierElement(stream.Barrier{ID: id, Unaligned: true})); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.send(0, rec("c", "c"), eop)
 	op := &countOp{}
 	if err := f.task(op, host.Checkpointing{Mode: barrier.Aligned}).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.output(); got != "a b B1 c EOP" {
+	if got := f.output(); got != "a b B1 B2 c EOP" {
 		t.Fatalf("output %q", got)
 	}
-	snap := readSnap(t, f.store, f.rc.handle(1, "x"))
-	if binary.LittleEndian.Uint64(snap.ModuleState) != 2 || snap.Unaligned {
-		t.Fatalf("snapshot %+v", snap)
+	for _, id := range []int64{1, 2} {
+		snap := readSnap(t, f.store, f.rc.handle(id, "x"))
+		if binary.LittleEndian.Uint64(snap.ModuleState) != 2 || snap.Unaligned {
+			t.Fatalf("snapshot %d: %+v", id, snap)
+		}
 	}
 }
 
