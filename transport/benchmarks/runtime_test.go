@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,13 +63,19 @@ func (c *completer) Failed(ctx context.Context, task string, reason string) erro
 // (d) through host.Task, with a checkpoint triggered every 50ms; the clock
 // stops when the output stream holds every message.
 func BenchmarkJetStreamWeirRuntime(b *testing.B) {
+	for _, atomic := range []bool{false, true} {
+		b.Run(fmt.Sprintf("atomic=%v", atomic), func(b *testing.B) { benchJetStreamRuntime(b, atomic) })
+	}
+}
+
+func benchJetStreamRuntime(b *testing.B, atomic bool) {
 	srv := startServer(b, true)
 	nc := conn(b, srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	createStreams(b, js, false)
+	createStreams(b, js, atomic)
 	jsFill(b, js, "in", b.N)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -353,7 +353,10 @@ func (s *ExactlyOnce) msgID(ckpt int64, index int) string {
 }
 
 func (s *ExactlyOnce) msg(r abi.Record, id string) *nats.Msg {
-	h := nats.Header{jetstream.MsgIDHeader: []string{id}}
+	h := nats.Header{}
+	if id != "" {
+		h[jetstream.MsgIDHeader] = []string{id}
+	}
 	if len(r.Key) > 0 {
 		h[KeyHeader] = []string{string(r.Key)}
 	}
@@ -381,9 +384,17 @@ func (s *ExactlyOnce) commitOne(ctx context.Context, st staged) error {
 // batch that was committed before is refused as a whole for its duplicate
 // ids, which means it is already stored.
 func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, recs []abi.Record) error {
+	// Only the chunk's first message carries a message id: the batch is
+	// stored all or nothing, so a repeated chunk is refused as a whole for
+	// that one duplicate id. Chunks are cut at fixed offsets (BatchSize) of
+	// the staged output, so a re-commit repeats the same ids.
 	msgs := make([]*nats.Msg, len(recs))
 	for i, r := range recs {
-		msgs[i] = s.msg(r, s.msgID(ckpt, first+i))
+		id := ""
+		if i == 0 {
+			id = s.msgID(ckpt, first)
+		}
+		msgs[i] = s.msg(r, id)
 	}
 	// No ack for the first message: the stream was checked to allow atomic
 	// publish, so one round trip per chunk (the commit) is enough.
