@@ -38,6 +38,7 @@ CLANG=${CLANG:-clang}
 ASC=${ASC:-asc}
 WAT2WASM=${WAT2WASM:-wat2wasm}
 WASM_STRIP=${WASM_STRIP:-wasm-strip}
+WASM_OBJDUMP=${WASM_OBJDUMP:-wasm-objdump}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -52,9 +53,17 @@ out() {
   fi
 }
 
-# done_build FILE LANG: strip a build and note it for the check.
+# done_build FILE LANG: strip a build, refuse imports the host does not
+# provide (e.g. AssemblyScript's env.abort), and note it for the check.
 done_build() {
   "$WASM_STRIP" "$1"
+  local bad
+  bad=$("$WASM_OBJDUMP" -x -j Import "$1" | grep -- ' <- ' | grep -v -e ' <- weir\.' -e ' <- wasi_snapshot_preview1\.' || true)
+  if [ -n "$bad" ]; then
+    echo "$1: imports outside weir and wasi_snapshot_preview1:" >&2
+    echo "$bad" >&2
+    return 1
+  fi
   echo "$1" >>"$work/built.$2"
 }
 
