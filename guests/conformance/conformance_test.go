@@ -336,3 +336,25 @@ func TestJoinBadPort(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeRecord sends a record far larger than every SDK's initial input
+// and output buffers (256 KiB value, 64 KiB key) through the one-input
+// examples.
+func TestLargeRecord(t *testing.T) {
+	key := bytes.Repeat([]byte("k"), 64<<10)
+	value := bytes.Repeat([]byte("banana plan\t"), (256<<10)/12)
+	batch := abi.EncodeBatch(
+		abi.Record{Key: []byte("small"), Value: []byte("an apple"), Timestamp: 1},
+		abi.Record{Key: key, Value: value, Timestamp: 2},
+	)
+	calls := []call{{port: 0, batch: batch}, {port: 0, batch: batch}}
+	for _, ex := range []string{"uppercase", "filter", "wordcount"} {
+		t.Run(ex, func(t *testing.T) {
+			want := feed(t, start(t, load(t, languages[0], ex), ex), calls, 0, len(calls), nil)
+			for _, lang := range languages[1:] {
+				got := feed(t, start(t, load(t, lang, ex), ex), calls, 0, len(calls), nil)
+				sameEmissions(t, lang.name, got, want)
+			}
+		})
+	}
+}
