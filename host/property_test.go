@@ -207,6 +207,8 @@ type jobCase struct {
 	alignMem    int64
 	maxBuffered int64
 	failures    []failure // one per failing run
+	// channels, if set, makes the channels (default: local ones).
+	channels func(t *testing.T, name string) (stream.Sender, stream.Receiver)
 }
 
 type failure struct {
@@ -298,21 +300,24 @@ var taskNames = []string{"left", "right", "join[0]", "join[1]", "sink"}
 func runJob(t *testing.T, c jobCase, run int, newJoin func() host.Operator, store host.Store, committed *committedStore, coord *coordinator, restore map[string]string) ([2]*probe, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ch := func(name string) (*local.Sender, *local.Receiver) {
+	ch := func(name string) (stream.Sender, stream.Receiver) {
+		if c.channels != nil {
+			return c.channels(t, fmt.Sprintf("%s (run %d)", name, run))
+		}
 		return local.New(local.Options{Name: name, CapacityElements: c.capacity, PriorityAtReceiver: c.atReceiver})
 	}
 	ck := host.Checkpointing{Mode: c.mode, AlignmentTimeout: c.timeout, MaxBufferedBytes: c.maxBuffered,
 		AlignmentMemory: c.alignMem, SpillDir: t.TempDir()}
 	// channels: src s → join j, join j → sink
-	var srcOut [2][2]*local.Sender
-	var joinIn [2][2]*local.Receiver
+	var srcOut [2][2]stream.Sender
+	var joinIn [2][2]stream.Receiver
 	for s := 0; s < 2; s++ {
 		for j := 0; j < 2; j++ {
 			srcOut[s][j], joinIn[j][s] = ch(fmt.Sprintf("%s->join[%d]", taskNames[s], j))
 		}
 	}
-	var joinOut [2]*local.Sender
-	var sinkIn [2]*local.Receiver
+	var joinOut [2]stream.Sender
+	var sinkIn [2]stream.Receiver
 	for j := 0; j < 2; j++ {
 		joinOut[j], sinkIn[j] = ch(fmt.Sprintf("join[%d]->sink", j))
 	}
