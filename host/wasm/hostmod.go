@@ -128,7 +128,8 @@ func (i *Instance) hostSnapshotWrite(ptr, n uint32) int32 {
 	if i.stateErr != nil {
 		return abi.ErrIO
 	}
-	if _, err := i.snapW.Write(b); err != nil {
+	_, err := i.stateIO(func() (int, error) { return i.snapW.Write(b) })
+	if err != nil {
 		i.stateErr = err
 		return abi.ErrIO
 	}
@@ -166,7 +167,7 @@ func (i *Instance) hostRestoreRead(ptr, capacity uint32) int32 {
 			i.stateErr = io.ErrNoProgress
 			return abi.ErrIO
 		}
-		n, err := i.restR.Read(b)
+		n, err := i.stateIO(func() (int, error) { return i.restR.Read(b) })
 		if n > 0 {
 			if err == io.EOF {
 				i.restEOF = true

@@ -94,8 +94,12 @@ type Instance struct {
 	calls          atomic.Uint64 // odd while a call runs
 	timedOut       atomic.Bool
 	callerCanceled atomic.Bool
+	hostIO         atomic.Int64 // ns spent in the snapshot writer / restore reader, ever
+	ioStart        atomic.Int64 // when the current state I/O began, ns since epoch; 0 = none
+	epoch          time.Time
 	wdSeq          uint64 // watchdog's view, touched only by the watchdog
 	wdSince        time.Time
+	wdIO           int64
 }
 
 // Instantiate creates a fresh instance of the module: WASI with no
@@ -122,6 +126,7 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		logger:       logger,
 		engine:       m.engine,
 		maxEmitBytes: max(64<<20, 16*m.limits.MaxBatchBytes),
+		epoch:        time.Now(),
 	}
 	i.stdout = &lineWriter{logger: logger, operator: name, stream: "stdout"}
 	i.stderr = &lineWriter{logger: logger, operator: name, stream: "stderr"}
@@ -391,11 +396,18 @@ func (i *Instance) watch(now time.Time) {
 	if s&1 == 0 {
 		return
 	}
+	io := i.hostIO.Load()
+	if st := i.ioStart.Load(); st != 0 {
+		io += int64(now.Sub(i.epoch)) - st // I/O in progress
+	}
 	if s != i.wdSeq {
-		i.wdSeq, i.wdSince = s, now
+		i.wdSeq, i.wdSince, i.wdIO = s, now, io
 		return
 	}
-	if now.Sub(i.wdSince) >= i.limits.CallTimeout && !i.timedOut.Load() {
+	// Time the host spent streaming state (a slow checkpoint store) is not
+	// the guest's.
+	guest := now.Sub(i.wdSince) - time.Duration(io-i.wdIO)
+	if guest >= i.limits.CallTimeout && !i.timedOut.Load() {
 		i.timedOut.Store(true)
 		i.stop()
 	}
@@ -536,4 +548,15 @@ func (w *lineWriter) flush() {
 	if len(w.buf) > 0 {
 		w.emit()
 	}
+}
+
+// stateIO runs one read or write of the state stream, keeping its duration
+// out of the call deadline.
+func (i *Instance) stateIO(f func() (int, error)) (int, error) {
+	t0 := time.Since(i.epoch)
+	i.ioStart.Store(max(int64(t0), 1))
+	n, err := f()
+	i.hostIO.Add(int64(time.Since(i.epoch) - t0))
+	i.ioStart.Store(0)
+	return n, err
 }

@@ -324,3 +324,19 @@ func TestUninstrumentedFallback(t *testing.T) {
 		inst.Close(ctx)
 	}
 }
+
+// slowWriter takes its time, like a slow checkpoint store.
+type slowWriter struct{ d time.Duration }
+
+func (w slowWriter) Write(p []byte) (int, error) { time.Sleep(w.d); return len(p), nil }
+
+// TestDeadlineExcludesStateIO: a snapshot whose writer is slower than the
+// call deadline still succeeds, because the host's I/O is not the guest's
+// time.
+func TestDeadlineExcludesStateIO(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "w", misbehave(t), Limits{CallTimeout: 100 * time.Millisecond}, InstanceConfig{Config: []byte("w")})
+	if err := inst.Snapshot(context.Background(), slowWriter{300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -17,7 +17,8 @@
 ;;   s  emit during weir_snapshot; snapshot_write past memory end
 ;;   z  return 0 from weir_input after weir_init (cannot allocate)
 ;;   i  fail weir_init with message "bad config"
-;;   w  snapshot_write "state" and restore_read it back into address 200
+;;   w  snapshot_write "state" (a byte per call, in a loop) and restore_read
+;;      it back into address 200
 ;;
 ;; Build: wat2wasm --debug-names misbehave.wat -o misbehave.wasm
 (module
@@ -107,14 +108,23 @@
     (call $emit (i32.const 0) (i32.const 96) (i32.const 4)))
 
   (func (export "weir_snapshot") (result i32)
+    (local $i i32)
+    (local $rc i32)
     (if (i32.eq (global.get $mode) (i32.const 115)) ;; 's'
       (then
         (drop (call $emit (i32.const 0) (i32.const 48) (i32.const 4)))
         (return (i32.const 0))))
     (if (i32.eq (global.get $mode) (i32.const 83)) ;; 'S': snapshot_write out of bounds
       (then (return (call $snapshot_write (i32.const 0xffffff00) (i32.const 0x1000)))))
-    (if (i32.eq (global.get $mode) (i32.const 119)) ;; 'w'
-      (then (return (call $snapshot_write (i32.const 64) (i32.const 5)))))
+    (if (i32.eq (global.get $mode) (i32.const 119)) ;; 'w': "state", a byte per call
+      (then
+        (local.set $i (i32.const 0))
+        (loop $bytes
+          (local.set $rc (call $snapshot_write (i32.add (i32.const 64) (local.get $i)) (i32.const 1)))
+          (if (local.get $rc) (then (return (local.get $rc))))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $bytes (i32.lt_u (local.get $i) (i32.const 5))))
+        (return (i32.const 0))))
     (i32.const 0))
 
   (func (export "weir_restore") (result i32)
