@@ -201,6 +201,7 @@ func New(cfg Config) (*Task, error) {
 		ck.SpillDir = os.TempDir()
 	}
 	t.cfg.Checkpointing = ck
+	t.cfg.Outputs = append([]Output(nil), cfg.Outputs...) // defaults below must not touch the caller's
 	n := len(cfg.Inputs)
 	t.drained, t.ended, t.deferred = make([]bool, n), make([]bool, n), make([][]deferredBarrier, n)
 	for _, in := range cfg.Inputs {
