@@ -1,0 +1,223 @@
+package sink_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/barrier"
+	"github.com/weirhq/weir/host/snapshot"
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// forward is an operator that emits its input unchanged, after a pause so
+// that the input spans many checkpoints.
+type forward struct{}
+
+func (forward) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	time.Sleep(time.Millisecond)
+	return emit(0, append([]byte(nil), batch...))
+}
+func (forward) EndOfInput(context.Context, int, func(int, []byte) error) error { return nil }
+func (forward) Snapshot(context.Context, io.Writer) error                      { return nil }
+func (forward) Restore(context.Context, io.Reader) error                       { return nil }
+func (forward) CheckpointComplete(context.Context, int64) error                { return nil }
+func (forward) Close(context.Context) error                                    { return nil }
+
+// oneTaskCoordinator completes every acknowledged checkpoint of a one-task
+// job — except that, once armed, it "crashes" between a checkpoint's
+// completion and the notification that would commit it.
+type oneTaskCoordinator struct {
+	mu        sync.Mutex
+	task      *host.Task
+	handles   map[int64]string
+	completed []int64
+	crashAt   int // crash on the completion of this many checkpoints
+	crashed   chan int64
+}
+
+func (c *oneTaskCoordinator) Acknowledge(ctx context.Context, task string, id int64, handle string, m map[string]int64) error {
+	c.mu.Lock()
+	c.handles[id] = handle
+	c.completed = append(c.completed, id)
+	crash := len(c.completed) == c.crashAt
+	t := c.task
+	c.mu.Unlock()
+	if crash {
+		c.crashed <- id // completed, durable, never committed by this attempt
+		return nil
+	}
+	t.NotifyCheckpointComplete(id)
+	return nil
+}
+func (c *oneTaskCoordinator) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
+	return nil
+}
+func (c *oneTaskCoordinator) Failed(ctx context.Context, task string, reason string) error {
+	return nil
+}
+
+// A job — JetStream source, operator, exactly-once sink in one task — that
+// crashes between a checkpoint's completion and its commit and recovers
+// from that checkpoint: the source rewinds to the checkpointed offset, the
+// sink re-commits the staged output, and the output stream holds every
+// input message exactly once, in order.
+func TestJobExactlyOnceAcrossCrash(t *testing.T) {
+	for _, atomic := range []bool{true, false} {
+		t.Run(fmt.Sprintf("atomic=%v", atomic), func(t *testing.T) { jobAcrossCrash(t, atomic) })
+	}
+}
+
+func jobAcrossCrash(t *testing.T, atomic bool) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: "IN", Subjects: []string{"in"}},
+		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute},
+	} {
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 3000
+	for i := 0; i < n; i++ {
+		if _, err := js.PublishAsync("in", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	store := snapshot.NewMemStore()
+
+	// attempt runs the job until stop says so; restore is a snapshot handle.
+	attempt := func(restore string, coord *oneTaskCoordinator, stop func(id int64) bool) {
+		src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN", MaxBatchRecords: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snk, err := sink.NewExactlyOnce(ctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "t[0]", BatchSize: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := host.New(host.Config{Name: "t[0]", Source: src, Operator: forward{}, Sink: snk,
+			Checkpointing: host.Checkpointing{Mode: barrier.Aligned}, Store: store, Listener: coord, Restore: restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord.mu.Lock()
+		coord.task = task
+		coord.mu.Unlock()
+		tctx, tcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- task.Run(tctx) }()
+		tick := time.NewTicker(3 * time.Millisecond)
+		defer tick.Stop()
+		for id := int64(1000 * len(restore)); ; id++ {
+			select {
+			case err := <-done:
+				t.Fatalf("task ended: %v", err)
+			case cid := <-coord.crashed:
+				if stop(cid) {
+					tcancel() // the crash
+					<-done
+					return
+				}
+			case <-tick.C:
+				task.TriggerCheckpoint(stream.Barrier{ID: id, Timestamp: time.Now().UnixMilli()})
+				if stop(0) {
+					tcancel()
+					<-done
+					return
+				}
+			}
+		}
+	}
+
+	// Attempt 1 crashes on the completion of its 10th checkpoint.
+	c1 := &oneTaskCoordinator{handles: map[int64]string{}, crashAt: 10, crashed: make(chan int64, 1)}
+	var lost int64
+	attempt("", c1, func(id int64) bool {
+		if id != 0 {
+			lost = id
+			return true
+		}
+		return false
+	})
+	before := streamLen(t, ctx, js, "OUT")
+	t.Logf("crashed after checkpoint %d completed; %d messages committed before", lost, before)
+
+	// Attempt 2 restores the completed-but-uncommitted checkpoint and runs
+	// until the output is complete.
+	c2 := &oneTaskCoordinator{handles: map[int64]string{}, crashed: make(chan int64, 1)}
+	attempt(c1.handles[lost], c2, func(int64) bool { return streamLen(t, ctx, js, "OUT") >= n })
+	time.Sleep(100 * time.Millisecond) // a duplicate would show up by now
+
+	got := readAll(t, ctx, js, "OUT")
+	if len(got) != n {
+		t.Fatalf("OUT holds %d messages, want %d", len(got), n)
+	}
+	for i, v := range got {
+		if v != strconv.Itoa(i) {
+			t.Fatalf("message %d is %q (loss, duplicate or reorder)", i, v)
+		}
+	}
+}
+
+func streamLen(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) int {
+	t.Helper()
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Msgs)
+}
+
+func readAll(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) []string {
+	t.Helper()
+	n := streamLen(t, ctx, js, name)
+	cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for len(out) < n {
+		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			out = append(out, string(m.Data()))
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
