@@ -88,6 +88,7 @@ type TaskError struct {
 	Err  error
 }
 
+// Error returns one line: "task <name>: <cause>".
 func (e *TaskError) Error() string {
 	return strings.ReplaceAll(fmt.Sprintf("task %s: %v", e.Task, e.Err), "\n", " ")
 }

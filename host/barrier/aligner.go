@@ -22,6 +22,7 @@ const (
 	Collecting
 )
 
+// String names the state.
 func (s State) String() string {
 	switch s {
 	case Idle:

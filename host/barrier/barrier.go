@@ -38,6 +38,7 @@ const (
 	AlignedTimeout
 )
 
+// String names the mode as ParseMode reads it.
 func (m Mode) String() string {
 	switch m {
 	case Aligned:
@@ -98,6 +99,7 @@ const (
 	ChannelStateDone
 )
 
+// String names the action kind.
 func (k ActionKind) String() string {
 	switch k {
 	case Snapshot:
@@ -125,6 +127,7 @@ const (
 	Declined
 )
 
+// String names the abort kind.
 func (k AbortKind) String() string {
 	switch k {
 	case Subsumed:
@@ -160,6 +163,7 @@ type Action struct {
 	Reason string
 }
 
+// String renders the action for tests and logs, e.g. "snapshot(3, unaligned)".
 func (a Action) String() string {
 	switch a.Kind {
 	case Snapshot:

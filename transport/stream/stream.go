@@ -33,6 +33,7 @@ const (
 	KindEndOfPartition
 )
 
+// String names the kind.
 func (k Kind) String() string {
 	switch k {
 	case KindRecords:
@@ -57,6 +58,7 @@ const (
 	Savepoint
 )
 
+// String names the type.
 func (t CheckpointType) String() string {
 	if t == Savepoint {
 		return "savepoint"
@@ -122,6 +124,7 @@ func (e Element) Count() int {
 	return n
 }
 
+// String describes the element for logs.
 func (e Element) String() string {
 	switch e.Kind {
 	case KindRecords:
@@ -215,6 +218,7 @@ type ChannelError struct {
 	Err     error
 }
 
+// Error names the channel and the cause.
 func (e *ChannelError) Error() string { return fmt.Sprintf("channel %s: %v", e.Channel, e.Err) }
 
 // Unwrap returns the cause.
