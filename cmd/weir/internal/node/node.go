@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/cmd/weir/internal/worker"
-	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/registry"
@@ -138,9 +138,6 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	n.API = control.NewAPIClient(n.Conn, "")
-	if n.Registry, err = registry.Open(ctx, n.JS, registry.DefaultBucket); err != nil {
-		return nil, fmt.Errorf("module registry: %w", err)
-	}
 	kind := opts.CheckpointStore
 	if kind == "" {
 		kind = StoreDir
@@ -148,28 +145,39 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			kind = StoreJetStream
 		}
 	}
-	var state, meta storage.Store
+	stateDir := ""
 	switch kind {
 	case StoreDir:
 		if opts.DataDir == "" {
 			return nil, errors.New("node: the dir checkpoint store needs a data directory")
 		}
-		d, err := storage.NewDir(filepath.Join(opts.DataDir, "checkpoints"))
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint store: %w", err)
-		}
-		state, meta = d, d
+		stateDir = filepath.Join(opts.DataDir, "checkpoints")
 	case StoreJetStream:
-		if state, err = storage.NewObjectStore(ctx, n.JS, "weir-checkpoints"); err != nil {
-			return nil, fmt.Errorf("checkpoint store: %w", err)
-		}
-		if meta, err = storage.NewKV(ctx, n.JS, "weir-checkpoint-meta"); err != nil {
-			return nil, fmt.Errorf("checkpoint metadata store: %w", err)
-		}
 	default:
 		return nil, fmt.Errorf("node: unknown checkpoint store %q (want %s or %s)", kind, StoreDir, StoreJetStream)
 	}
-	var taskStore host.Store = state
+	var coord *coordinator.Coordinator
+	var taskStore host.Store
+	if opts.Coordinator {
+		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir,
+			HeartbeatTimeout: opts.HeartbeatTimeout, Log: log.With("component", "coordinator")})
+		if err != nil {
+			return nil, err
+		}
+		n.Manager, n.Registry, taskStore = coord.Manager, coord.Registry, coord.State
+	} else {
+		if n.Registry, err = registry.Open(ctx, n.JS, ""); err != nil {
+			return nil, fmt.Errorf("module registry: %w", err)
+		}
+		if stateDir != "" {
+			taskStore, err = storage.NewDir(stateDir)
+		} else {
+			taskStore, err = storage.NewObjectStore(ctx, n.JS, storage.DefaultStateBucket)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint store: %w", err)
+		}
+	}
 	if opts.Store != nil {
 		taskStore = opts.Store
 	}
@@ -179,14 +187,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	n.stopCoordinator, n.stopWorkers = stopCoordinator, stopWorkers
 	var pending []<-chan struct{}
 	failed := make(chan error, 1+opts.Workers)
-	if opts.Coordinator {
-		n.Manager = job.New(job.Options{
-			NC:               n.Conn,
-			Catalog:          &checkpoint.Catalog{Meta: meta, State: state, Log: log},
-			Registry:         n.Registry,
-			HeartbeatTimeout: opts.HeartbeatTimeout,
-			Log:              log.With("component", "coordinator"),
-		})
+	if coord != nil {
 		ready := make(chan struct{})
 		pending = append(pending, ready)
 		go func() {
