@@ -79,16 +79,23 @@ func (nullSink) Close() error                                     { return nil }
 // 10 ms old. Run: go test -run NONE -bench CheckpointUnderBackpressure -benchtime 5x ./host/
 func BenchmarkCheckpointUnderBackpressure(b *testing.B) {
 	for _, mode := range []barrier.Mode{barrier.Unaligned, barrier.AlignedTimeout, barrier.Aligned} {
-		b.Run(mode.String(), func(b *testing.B) { benchCheckpoint(b, mode, 500, time.Millisecond) })
+		b.Run(mode.String(), func(b *testing.B) { benchCheckpoint(b, mode, 500, time.Millisecond, nil) })
 	}
+	// The protocol alone, without fsync: snapshots kept in memory.
+	b.Run("unaligned-memstore", func(b *testing.B) {
+		benchCheckpoint(b, barrier.Unaligned, 500, time.Millisecond, snapshot.NewMemStore())
+	})
 }
 
-func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Duration) {
+func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Duration, store host.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := snapshot.NewDirStore(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
+	if store == nil {
+		ds, err := snapshot.NewDirStore(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		store = ds
 	}
 	var mu sync.Mutex
 	acks := map[int64]int{}
