@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -253,15 +254,27 @@ func (t *Task) write(snap *snapshot.Task, m CheckpointMetrics) {
 	go func() {
 		defer t.writes.Done()
 		start := t.clock()
-		data := snapshot.Encode(snap)
-		if err := t.cfg.Store.Put(ctx, key, bytes.NewReader(data)); err != nil {
+		// Stream the encoding into the store: no second copy of the state.
+		pr, pw := io.Pipe()
+		var size int64
+		encoded := make(chan struct{})
+		go func() {
+			defer close(encoded)
+			n, err := snapshot.WriteTo(pw, snap)
+			size = n
+			pw.CloseWithError(err)
+		}()
+		err := t.cfg.Store.Put(ctx, key, pr)
+		pr.CloseWithError(errors.New("store stopped reading"))
+		<-encoded
+		if err != nil {
 			if ctx.Err() == nil {
 				t.decline(snap.CheckpointID, DeclineFailed, oneLine(fmt.Sprintf("write snapshot %s: %v", key, err)))
 			}
 			return
 		}
 		m.AsyncDuration = t.clock().Sub(start)
-		m.SnapshotBytes = int64(len(data))
+		m.SnapshotBytes = size
 		if t.cfg.Listener != nil {
 			t.cfg.Listener.Acknowledge(context.WithoutCancel(ctx), t.name, snap.CheckpointID, key, m.Map())
 		}

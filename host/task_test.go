@@ -282,3 +282,32 @@ func TestCancelReleases(t *testing.T) {
 		t.Fatalf("spill files left: %v", ents)
 	}
 }
+
+// failingStore refuses every write.
+type failingStore struct{ *snapshot.MemStore }
+
+func (failingStore) Put(ctx context.Context, key string, r io.Reader) error {
+	io.CopyN(io.Discard, r, 10)
+	return errors.New("disk full")
+}
+
+// A snapshot that cannot be written declines the checkpoint; the task goes
+// on.
+func TestSnapshotWriteFailureDeclines(t *testing.T) {
+	f := newFixture(t, []int{0}, local.Options{})
+	f.send(0, rec("a", "a"), b(1), rec("b", "b"), eop)
+	tk, err := host.New(host.Config{Name: "x", Operator: &countOp{}, Inputs: f.inputs,
+		Outputs: []host.Output{{Senders: []stream.Sender{f.outS}}}, Store: failingStore{snapshot.NewMemStore()}, Listener: f.rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.output(); got != "a B1 b EOP" {
+		t.Fatalf("output %q", got)
+	}
+	if len(f.rc.declines) != 1 || f.rc.declines[0] != "x 1 failed: write snapshot chk-1/x: disk full" || len(f.rc.acks) != 0 {
+		t.Fatalf("declines %v acks %v", f.rc.declines, f.rc.acks)
+	}
+}

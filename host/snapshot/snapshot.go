@@ -20,6 +20,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -112,37 +113,74 @@ func AppendElement(b []byte, e stream.Element) []byte {
 	return b
 }
 
-func appendChannels(b []byte, cs []ChannelState) []byte {
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(cs)))
-	for _, c := range cs {
-		b = binary.LittleEndian.AppendUint32(b, uint32(c.Channel))
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(c.Elements)))
-		for _, e := range c.Elements {
-			b = AppendElement(b, e)
-		}
-	}
-	return b
-}
-
 // Encode returns t's encoding.
 func Encode(t *Task) []byte {
-	b := make([]byte, 0, 64+len(t.Task)+len(t.ModuleState)+len(t.SourceOffset)+len(t.SinkState)+int(t.ChannelStateBytes())*11/10)
-	b = append(b, Magic...)
-	b = append(b, Version)
-	b = appendBytes(b, []byte(t.Task))
-	b = binary.LittleEndian.AppendUint64(b, uint64(t.CheckpointID))
-	b = binary.LittleEndian.AppendUint64(b, uint64(t.Timestamp))
+	var buf bytes.Buffer
+	buf.Grow(64 + len(t.Task) + len(t.ModuleState) + len(t.SourceOffset) + len(t.SinkState) + int(t.ChannelStateBytes())*11/10)
+	WriteTo(&buf, t) // a bytes.Buffer does not fail
+	return buf.Bytes()
+}
+
+// crcWriter writes through to w, keeping the CRC-32C and the count.
+type crcWriter struct {
+	w   io.Writer
+	crc uint32
+	n   int64
+	err error
+}
+
+func (c *crcWriter) write(p []byte) {
+	if c.err != nil {
+		return
+	}
+	c.crc = crc32.Update(c.crc, castagnoli, p)
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.err = err
+}
+
+// WriteTo streams t's encoding to w without building it in memory first:
+// the large parts (operator state, record batches) are written as they are.
+// It returns the bytes written.
+func WriteTo(w io.Writer, t *Task) (int64, error) {
+	c := &crcWriter{w: w}
+	var hdr []byte
+	put := func(p []byte) { // length-prefixed bytes
+		hdr = binary.LittleEndian.AppendUint32(hdr[:0], uint32(len(p)))
+		c.write(hdr)
+		c.write(p)
+	}
+	head := append([]byte(Magic), Version)
+	c.write(head)
+	put([]byte(t.Task))
+	hdr = binary.LittleEndian.AppendUint64(hdr[:0], uint64(t.CheckpointID))
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(t.Timestamp))
 	flags := byte(0)
 	if t.Unaligned {
 		flags |= 1
 	}
-	b = append(b, flags)
-	b = appendBytes(b, t.SourceOffset)
-	b = appendBytes(b, t.SinkState)
-	b = appendBytes(b, t.ModuleState)
-	b = appendChannels(b, t.Inputs)
-	b = appendChannels(b, t.Outputs)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	c.write(append(hdr, flags))
+	put(t.SourceOffset)
+	put(t.SinkState)
+	put(t.ModuleState)
+	for _, cs := range [][]ChannelState{t.Inputs, t.Outputs} {
+		c.write(binary.LittleEndian.AppendUint32(hdr[:0], uint32(len(cs))))
+		for _, ch := range cs {
+			hdr = binary.LittleEndian.AppendUint32(hdr[:0], uint32(ch.Channel))
+			c.write(binary.LittleEndian.AppendUint32(hdr, uint32(len(ch.Elements))))
+			for _, e := range ch.Elements {
+				if e.Kind == stream.KindRecords {
+					c.write([]byte{byte(e.Kind)})
+					put(e.Batch)
+				} else {
+					c.write(AppendElement(hdr[:0], e))
+				}
+			}
+		}
+	}
+	sum := c.crc
+	c.write(binary.LittleEndian.AppendUint32(hdr[:0], sum))
+	return c.n, c.err
 }
 
 // reader walks untrusted bytes.
