@@ -241,19 +241,34 @@ pub struct Emitter {
 impl Emitter {
     /// Appends one record to output port `port`; key and value are copied.
     pub fn emit(&mut self, port: usize, key: &[u8], value: &[u8], timestamp: i64) {
-        self.emit_with(port, key, value.len(), timestamp).copy_from_slice(value);
+        if self.start_record(port, key, value.len(), timestamp) {
+            self.ports[port].extend_from_slice(value);
+        }
     }
 
     /// Appends a record to output port `port` whose value is `value_len`
     /// bytes for the caller to fill in: the returned slice.
     pub fn emit_with(&mut self, port: usize, key: &[u8], value_len: usize, timestamp: i64) -> &mut [u8] {
+        let b = if self.start_record(port, key, value_len, timestamp) {
+            &mut self.ports[port]
+        } else {
+            self.scratch.clear();
+            &mut self.scratch
+        };
+        let start = b.len();
+        b.resize(start + value_len, 0);
+        &mut b[start..]
+    }
+
+    /// Appends a record's header and key to port `port`'s batch, for the
+    /// value to follow; false (with the error kept for the end of the call)
+    /// for a port past [`MAX_PORTS`].
+    fn start_record(&mut self, port: usize, key: &[u8], value_len: usize, timestamp: i64) -> bool {
         if port >= MAX_PORTS {
             if self.err.is_none() {
                 self.err = Some(Error(format!("weir: emit to output port {}: out of range", port)));
             }
-            self.scratch.clear();
-            self.scratch.resize(value_len, 0);
-            return &mut self.scratch;
+            return false;
         }
         if port >= self.ports.len() {
             self.ports.resize_with(port + 1, Vec::new);
@@ -270,9 +285,7 @@ impl Emitter {
         b.extend_from_slice(&(value_len as u32).to_le_bytes());
         b.extend_from_slice(&timestamp.to_le_bytes());
         b.extend_from_slice(key);
-        let start = b.len();
-        b.resize(start + value_len, 0);
-        &mut b[start..]
+        true
     }
 
     /// Emits every used port's batch (when `ok`) and empties the emitter.
