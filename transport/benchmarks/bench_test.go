@@ -406,3 +406,35 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 		})
 	}
 }
+
+// The read half of (d) alone: a JetStream source polling n 64-byte
+// messages.
+func BenchmarkJetStreamSourceRead(b *testing.B) {
+	srv := startServer(b, true)
+	js, err := jetstream.New(conn(b, srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	createStreams(b, js, false)
+	jsFill(b, js, "in", b.N)
+	src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	ctx := context.Background()
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	cpu := startCPU()
+	for seen := 0; seen < b.N; {
+		batch, _, err := src.Poll(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := abi.BatchCount(batch)
+		seen += n
+	}
+	b.StopTimer()
+	cpu.report(b, b.N)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
