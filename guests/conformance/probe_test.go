@@ -3,8 +3,10 @@ package conformance
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/weirhq/weir/abi"
@@ -13,8 +15,8 @@ import (
 
 // probes are each SDK's probe operator (guests/*/sdktest/probe.*): record
 // i of a batch goes to output port (i+1)%2 unchanged; the value "trap"
-// traps, "fail" fails the call with "probe: fail"; end of input on port p
-// emits eoi=p on port 0.
+// traps, "fail" fails the call with "probe: fail", "log" is also logged at
+// warn level as "probe: log"; end of input on port p emits eoi=p on port 0.
 var probes = map[string]string{
 	"c":              filepath.Join("..", "c", "sdktest", "probe.wasm"),
 	"c-freestanding": filepath.Join("..", "c", "sdktest", "probe.freestanding.wasm"),
@@ -49,8 +51,17 @@ func TestSDKProbe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var logs strings.Builder
+			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				},
+			}))
 			newInst := func() *wasm.Instance {
-				inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2})
+				inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, Logger: logger})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -64,12 +75,15 @@ func TestSDKProbe(t *testing.T) {
 			}
 
 			inst := newInst()
-			if err := inst.Process(ctx, 0, records("a", "b", "c", "d", "e"), collect); err != nil {
+			if err := inst.Process(ctx, 0, records("log", "b", "c", "d", "e"), collect); err != nil {
 				t.Fatal(err)
+			}
+			if want := `level=WARN msg="probe: log" operator=` + name + `-probe`; !strings.Contains(logs.String(), want) {
+				t.Errorf("log: got %q, want a line with %q", logs.String(), want)
 			}
 			want := []emission{
 				{port: 1, batch: abi.EncodeBatch(
-					abi.Record{Key: []byte("k0"), Value: []byte("a"), Timestamp: 0},
+					abi.Record{Key: []byte("k0"), Value: []byte("log"), Timestamp: 0},
 					abi.Record{Key: []byte("k2"), Value: []byte("c"), Timestamp: 2},
 					abi.Record{Key: []byte("k4"), Value: []byte("e"), Timestamp: 4})},
 				{port: 0, batch: abi.EncodeBatch(

@@ -4,8 +4,9 @@
 //     unchanged, so port batches are emitted in first-use order;
 //   - a record whose value is "trap" traps (the host reports the cursor);
 //   - a record whose value is "fail" fails the call with "probe: fail";
+//   - a record whose value is "log" is also logged at warn level as "probe: log";
 //   - end of input on port p emits key "eoi", value the decimal p, on port 0.
-import { Batch, Emitter, Operator, register } from "../weir";
+import { Batch, Emitter, LOG_WARN, Operator, log, register } from "../weir";
 export * from "../weir/exports";
 
 /** Reports whether the len bytes at ptr are the ASCII string s. */
@@ -22,6 +23,7 @@ class Probe extends Operator {
     while (input.next()) {
       if (is(input.valuePtr, input.valueLen, "trap")) unreachable();
       if (is(input.valuePtr, input.valueLen, "fail")) return "probe: fail";
+      if (is(input.valuePtr, input.valueLen, "log")) log(LOG_WARN, "probe: log");
       out.emit((input.index + 1) % 2, input.keyPtr, input.keyLen, input.valuePtr, input.valueLen, input.timestamp);
     }
     return null;

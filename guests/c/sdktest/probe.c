@@ -4,6 +4,7 @@
  *     unchanged, so port batches are emitted in first-use order;
  *   - a record whose value is "trap" traps (the host reports the cursor);
  *   - a record whose value is "fail" fails the call with "probe: fail";
+ *   - a record whose value is "log" is also logged at warn level as "probe: log";
  *   - end of input on port p emits key "eoi", value the decimal p, on port 0. */
 #include "../weir.h"
 
@@ -23,6 +24,7 @@ static int process(uint32_t port, weir_batch *in) {
     for (uint32_t i = 0; weir_batch_next(in, &r); i++) {
         if (is(r.value, "trap")) __builtin_trap();
         if (is(r.value, "fail")) return weir_fail("probe: fail");
+        if (is(r.value, "log")) weir_log(WEIR_LOG_WARN, "probe: log");
         if (weir_emit((i + 1) % 2, r.key, r.value, r.timestamp)) return WEIR_ERR;
     }
     return WEIR_OK;

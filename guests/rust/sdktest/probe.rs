@@ -4,6 +4,7 @@
 //!     unchanged, so port batches are emitted in first-use order;
 //!   - a record whose value is "trap" traps (the host reports the cursor);
 //!   - a record whose value is "fail" fails the call with "probe: fail";
+//!   - a record whose value is "log" is also logged at warn level as "probe: log";
 //!   - end of input on port p emits key "eoi", value the decimal p, on port 0.
 
 use weir::{Batch, Emitter, Operator, Result};
@@ -16,6 +17,10 @@ impl Operator for Probe {
             match r.value {
                 b"trap" => core::arch::wasm32::unreachable(),
                 b"fail" => return Err("probe: fail".into()),
+                b"log" => {
+                    weir::log(weir::level::WARN, "probe: log");
+                    out.emit((i + 1) % 2, r.key, r.value, r.timestamp)
+                }
                 _ => out.emit((i + 1) % 2, r.key, r.value, r.timestamp),
             }
         }
