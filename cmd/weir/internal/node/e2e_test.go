@@ -184,10 +184,23 @@ restart:
 		// the job running again.
 		st, _ := main.API.Job(ctx, "counts")
 		from := st.LatestCheckpoint
-		waitUntil(t, ctx, what, func() bool {
-			st, err := main.API.Job(ctx, "counts")
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		ok := poll(wctx, func() bool {
+			st, err := main.API.Job(wctx, "counts")
 			return err == nil && st.State == control.JobRunning && st.LatestCheckpoint > from
 		})
+		if !ok {
+			st, err := main.API.Job(ctx, "counts")
+			t.Logf("job: %+v (err %v)", st, err)
+			cps, _ := main.API.Checkpoints(ctx, "counts")
+			for i, c := range cps {
+				if i < 5 {
+					t.Logf("checkpoint %d: %s %s acked %d/%d", c.ID, c.Status, c.Reason, c.Acked, c.Total)
+				}
+			}
+			t.Fatalf("no checkpoint completed within 60s of %s", what)
+		}
 	}
 	faults := []struct {
 		name string
@@ -318,11 +331,19 @@ func mustStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg j
 
 func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
+	if !poll(ctx, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// poll reports whether cond became true before ctx ended.
+func poll(ctx context.Context, cond func() bool) bool {
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	return true
 }
