@@ -245,6 +245,11 @@ func TestSlowConsumerBoundedNoLoss(t *testing.T) {
 		t.Fatalf("receiver queued up to %d bytes, window %d", max, window)
 	}
 	t.Logf("receiver queued at most %d of %d window bytes", max, window)
+	// The sender holds at most a frame plus the element being added.
+	elem := ElementWireSize(stream.Records(seqBatch(0, per, 64)))
+	if _, smax := snd.QueuedBytes(); smax > cfg.MaxFrameBytes+elem {
+		t.Fatalf("sender queued up to %d bytes, bound %d", smax, cfg.MaxFrameBytes+elem)
+	}
 }
 
 // A priority barrier overtakes what is queued at the sender (returned by

@@ -28,6 +28,7 @@ type Sender struct {
 	queue       []stream.Element // not yet published, from qhead on
 	qhead       int
 	queuedBytes int // wire size of the queued elements
+	maxQueued   int
 	ctlQueued   int // control elements among them
 	enqueued    uint64
 	published   uint64
@@ -166,6 +167,7 @@ func (s *Sender) send(ctx context.Context, parts []stream.Element) error {
 		s.queuedBytes += ElementWireSize(e)
 		s.enqueued++
 	}
+	s.maxQueued = max(s.maxQueued, s.queuedBytes)
 	if e := parts[0]; e.Kind != stream.KindRecords {
 		s.ctlQueued++
 		target := s.enqueued
@@ -289,6 +291,15 @@ func (s *Sender) SendPriority(ctx context.Context, e stream.Element) ([]stream.E
 	}
 	s.seq++
 	return overtaken, nil
+}
+
+// QueuedBytes reports the wire bytes of the elements queued at the sender
+// (not yet published), now and at most so far. It stays below
+// MaxFrameBytes plus one element: a Send waits while a full frame is queued.
+func (s *Sender) QueuedBytes() (now, max int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queuedBytes, s.maxQueued
 }
 
 // Flush publishes everything queued (waiting for credit) and flushes the

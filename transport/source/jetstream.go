@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -292,7 +293,11 @@ func parseUint(s string) (uint64, bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		v = v*10 + uint64(c-'0')
+		d := uint64(c - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, false // overflows uint64
+		}
+		v = v*10 + d
 	}
 	return v, true
 }
