@@ -461,7 +461,8 @@ WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
 }
 
 /* WEIR_OPERATOR defines the required exports around four callbacks:
- *   int init(weir_bytes config);          validate and keep the config
+ *   int init(weir_bytes config);          validate the config; it points into
+ *                                         the input buffer, so copy what you keep
  *   int process(uint32_t port, weir_batch *in);
  *   int snapshot(void);                   weir_state_write...
  *   int restore(void);                    weir_state_read...
