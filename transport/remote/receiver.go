@@ -38,8 +38,9 @@ type entry struct {
 }
 
 var (
-	_ stream.Receiver       = (*Receiver)(nil)
-	_ stream.PriorityPoller = (*Receiver)(nil)
+	_ stream.Receiver           = (*Receiver)(nil)
+	_ stream.PriorityPoller     = (*Receiver)(nil)
+	_ stream.BarrierPrioritizer = (*Receiver)(nil)
 )
 
 // NewReceiver opens the consuming end of the channel cfg.Subject on nc and
