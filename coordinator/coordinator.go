@@ -23,7 +23,7 @@ import (
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/registry"
-	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // Config configures a coordinator.

@@ -127,7 +127,7 @@ const (
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The
-// local-directory implementation is host/snapshot.DirStore; the coordinator
+// local-directory implementation is transport/storage.Dir; the coordinator
 // provides one on JetStream's object store.
 type Store interface {
 	// Put stores the bytes of r under key, atomically: a reader sees the

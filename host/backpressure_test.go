@@ -10,6 +10,7 @@ import (
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -51,7 +52,7 @@ func waitAck(t *testing.T, acks chan int64, rc *recorder) int64 {
 	return 0
 }
 
-func readSnap(t *testing.T, store *snapshot.DirStore, key string) *snapshot.Task {
+func readSnap(t *testing.T, store *storage.Dir, key string) *snapshot.Task {
 	t.Helper()
 	r, err := store.Get(context.Background(), key)
 	if err != nil {
@@ -71,7 +72,7 @@ func readSnap(t *testing.T, store *snapshot.DirStore, key string) *snapshot.Task
 func TestUnalignedSourceUnderBackpressure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, _ := snapshot.NewDirStore(t.TempDir())
+	store, _ := storage.NewDir(t.TempDir())
 	so, ro := local.New(local.Options{Name: "src->x", CapacityElements: 1})
 	rc, acks := ackWaiter()
 	src := &blockingSource{batches: [][]byte{rec("a", "a").Batch, rec("b", "b").Batch, rec("c", "c").Batch}}
@@ -119,7 +120,7 @@ func TestUnalignedSourceUnderBackpressure(t *testing.T) {
 func TestUnalignedTaskWithBlockedOutput(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, _ := snapshot.NewDirStore(t.TempDir())
+	store, _ := storage.NewDir(t.TempDir())
 	si, ri := local.New(local.Options{Name: "up->x"})
 	so, _ := local.New(local.Options{Name: "x->down", CapacityElements: 1})
 	for _, v := range []string{"r1", "r2", "r3"} {
@@ -160,7 +161,7 @@ func TestUnalignedTaskWithBlockedOutput(t *testing.T) {
 // input.
 func TestRestoreReplaysChannelStateFirst(t *testing.T) {
 	ctx := context.Background()
-	store, _ := snapshot.NewDirStore(t.TempDir())
+	store, _ := storage.NewDir(t.TempDir())
 	j := &joinOp{}
 	var state []byte
 	{
@@ -169,14 +170,14 @@ func TestRestoreReplaysChannelStateFirst(t *testing.T) {
 		j.Snapshot(ctx, &w)
 		state = w.b
 	}
-	snap := &snapshot.Task{Task: "join[0]", CheckpointID: 3, Unaligned: true, ModuleState: state,
+	snap := &snapshot.Task{Task: "join-0", CheckpointID: 3, Unaligned: true, ModuleState: state,
 		Inputs: []snapshot.ChannelState{
 			{Channel: 1, Elements: []stream.Element{rec("k", "R1")}},
 			{Channel: 0, Elements: []stream.Element{rec("k", "L1")}},
 		},
 		Outputs: []snapshot.ChannelState{{Channel: 0, Elements: []stream.Element{rec("z", "old")}}},
 	}
-	if err := store.Put(ctx, "chk-3/join[0]", bytesReader(snapshot.Encode(snap))); err != nil {
+	if err := store.Put(ctx, "chk-3/join-0", bytesReader(snapshot.Encode(snap))); err != nil {
 		t.Fatal(err)
 	}
 	s0, r0 := local.New(local.Options{})
@@ -185,9 +186,9 @@ func TestRestoreReplaysChannelStateFirst(t *testing.T) {
 	s0.Send(ctx, rec("k", "L2"))
 	s0.Send(ctx, stream.EndOfPartition())
 	s1.Send(ctx, stream.EndOfPartition())
-	task, err := host.New(host.Config{Name: "join[0]", Operator: &joinOp{},
+	task, err := host.New(host.Config{Name: "join-0", Operator: &joinOp{},
 		Inputs:  []host.Input{{Port: 0, Receiver: r0}, {Port: 1, Receiver: r1}},
-		Outputs: []host.Output{{Senders: []stream.Sender{so}}}, Store: store, Restore: "chk-3/join[0]"})
+		Outputs: []host.Output{{Senders: []stream.Sender{so}}}, Store: store, Restore: "chk-3/join-0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -91,7 +92,7 @@ func benchCheckpoint(b *testing.B, mode barrier.Mode, capacity int, per time.Dur
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if store == nil {
-		ds, err := snapshot.NewDirStore(b.TempDir())
+		ds, err := storage.NewDir(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -35,7 +36,7 @@ type seedResult struct {
 func runSeed004(t *testing.T, mode barrier.Mode, op host.Operator, clock func() time.Time) seedResult {
 	t.Helper()
 	ctx := context.Background()
-	store, err := snapshot.NewDirStore(t.TempDir())
+	store, err := storage.NewDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func runSeed004(t *testing.T, mode barrier.Mode, op host.Operator, clock func() 
 
 	rc := newRecorder()
 	task, err := host.New(host.Config{
-		Name:          "join[0]",
+		Name:          "join-0",
 		Operator:      op,
 		Inputs:        []host.Input{{Port: 0, Receiver: r0}, {Port: 1, Receiver: r1}},
 		Outputs:       []host.Output{{Senders: []stream.Sender{so}}},
@@ -97,7 +98,7 @@ func runSeed004(t *testing.T, mode barrier.Mode, op host.Operator, clock func() 
 	}
 	res.output = render(t, out)
 	res.declines = rc.declines
-	h := rc.handle(1, "join[0]")
+	h := rc.handle(1, "join-0")
 	if h == "" {
 		t.Fatalf("checkpoint 1 not acknowledged; declines %v, failures %v", rc.declines, rc.failed)
 	}
@@ -117,7 +118,7 @@ func runSeed004(t *testing.T, mode barrier.Mode, op host.Operator, clock func() 
 	for _, c := range snap.Outputs {
 		res.outputState = render(t, c.Elements)
 	}
-	m := host.MetricsFromMap(rc.metrics[1]["join[0]"])
+	m := host.MetricsFromMap(rc.metrics[1]["join-0"])
 	res.unaligned = snap.Unaligned
 	if m.Unaligned != snap.Unaligned {
 		t.Fatalf("metric unaligned %v, snapshot %v", m.Unaligned, snap.Unaligned)

@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -60,7 +61,7 @@ type fixture struct {
 	inputs  []host.Input
 	out     *local.Receiver
 	outS    *local.Sender
-	store   *snapshot.DirStore
+	store   *storage.Dir
 	rc      *recorder
 }
 
@@ -72,7 +73,7 @@ func newFixture(t *testing.T, ports []int, opts local.Options) *fixture {
 		f.inputs = append(f.inputs, host.Input{Port: p, Receiver: r})
 	}
 	f.outS, f.out = local.New(local.Options{Name: "out"})
-	f.store, _ = snapshot.NewDirStore(t.TempDir())
+	f.store, _ = storage.NewDir(t.TempDir())
 	return f
 }
 

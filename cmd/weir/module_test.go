@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weirhq/weir/coordinator/storage"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 func TestModuleCommand(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // StatePrefix is the key prefix under which every object of checkpoint id

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/control"
-	"github.com/weirhq/weir/coordinator/storage"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 func writeCheckpoint(t *testing.T, c *Catalog, id int64) {

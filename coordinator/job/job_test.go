@@ -16,8 +16,8 @@ import (
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/coordinator/storage"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // fleet is a set of fake workers that speak the real control protocol: on

@@ -42,7 +42,7 @@ import (
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/coordinator/registry"
-	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // Options configure a Manager.

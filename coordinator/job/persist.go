@@ -11,7 +11,7 @@ import (
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/coordinator/storage"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // record is what the manager keeps of a job in Options.Jobs, so that a

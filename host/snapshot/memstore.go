@@ -24,7 +24,10 @@ func NewMemStore() *MemStore { return &MemStore{objs: map[string][]byte{}} }
 
 // Put stores r's bytes under key.
 func (s *MemStore) Put(ctx context.Context, key string, r io.Reader) error {
-	b, err := io.ReadAll(ctxReader{ctx, r})
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("checkpoint store: put %s: %w", key, err)
+	}
+	b, err := io.ReadAll(r)
 	if err != nil {
 		return fmt.Errorf("checkpoint store: put %s: %w", key, err)
 	}

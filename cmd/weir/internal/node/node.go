@@ -22,11 +22,11 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/registry"
-	"github.com/weirhq/weir/coordinator/storage"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // Store kinds for checkpoint storage.
