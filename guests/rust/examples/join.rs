@@ -31,13 +31,26 @@ impl Operator for Join {
         }
         for r in input {
             for o in self.sides[1 - port].iter().filter(|o| o.key == r.key) {
-                let (left, right) = if port == 0 { (r.value, &o.value[..]) } else { (&o.value[..], r.value) };
-                let v = out.emit_with(0, r.key, left.len() + 1 + right.len(), r.timestamp.max(o.timestamp));
+                let (left, right) = if port == 0 {
+                    (r.value, &o.value[..])
+                } else {
+                    (&o.value[..], r.value)
+                };
+                let v = out.emit_with(
+                    0,
+                    r.key,
+                    left.len() + 1 + right.len(),
+                    r.timestamp.max(o.timestamp),
+                );
                 v[..left.len()].copy_from_slice(left);
                 v[left.len()] = b'|';
                 v[left.len() + 1..].copy_from_slice(right);
             }
-            self.sides[port].push(Row { key: r.key.to_vec(), value: r.value.to_vec(), timestamp: r.timestamp });
+            self.sides[port].push(Row {
+                key: r.key.to_vec(),
+                value: r.value.to_vec(),
+                timestamp: r.timestamp,
+            });
         }
         Ok(())
     }
@@ -67,7 +80,11 @@ impl Operator for Join {
                 let key = r.read_bytes()?;
                 let value = r.read_bytes()?;
                 let timestamp = r.read_i64()?;
-                side.push(Row { key, value, timestamp });
+                side.push(Row {
+                    key,
+                    value,
+                    timestamp,
+                });
             }
         }
         Ok(())

@@ -192,7 +192,11 @@ pub struct Batch<'a> {
 impl<'a> Batch<'a> {
     /// Wraps the bytes of a record batch (ABI §3); the host has validated it.
     pub fn new(b: &'a [u8]) -> Self {
-        Batch { rest: &b[4..], count: le_u32(b), index: 0 }
+        Batch {
+            rest: &b[4..],
+            count: le_u32(b),
+            index: 0,
+        }
     }
 
     /// The number of records in the batch.
@@ -218,7 +222,11 @@ impl<'a> Iterator for Batch<'a> {
         self.rest = rest;
         set_cursor(self.index as i32);
         self.index += 1;
-        Some(Record { key, value, timestamp })
+        Some(Record {
+            key,
+            value,
+            timestamp,
+        })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -248,7 +256,13 @@ impl Emitter {
 
     /// Appends a record to output port `port` whose value is `value_len`
     /// bytes for the caller to fill in: the returned slice.
-    pub fn emit_with(&mut self, port: usize, key: &[u8], value_len: usize, timestamp: i64) -> &mut [u8] {
+    pub fn emit_with(
+        &mut self,
+        port: usize,
+        key: &[u8],
+        value_len: usize,
+        timestamp: i64,
+    ) -> &mut [u8] {
         let b = if self.start_record(port, key, value_len, timestamp) {
             &mut self.ports[port]
         } else {
@@ -266,7 +280,10 @@ impl Emitter {
     fn start_record(&mut self, port: usize, key: &[u8], value_len: usize, timestamp: i64) -> bool {
         if port >= MAX_PORTS {
             if self.err.is_none() {
-                self.err = Some(Error(format!("weir: emit to output port {}: out of range", port)));
+                self.err = Some(Error(format!(
+                    "weir: emit to output port {}: out of range",
+                    port
+                )));
             }
             return false;
         }
@@ -301,7 +318,10 @@ impl Emitter {
                 // SAFETY: b is a live buffer of b.len() bytes; the host copies it.
                 let rc = unsafe { host_emit(port as i32, b.as_ptr(), b.len() as i32) };
                 if rc != 0 {
-                    result = Err(Error(format!("weir: emit to output port {} returned {}", port, rc)));
+                    result = Err(Error(format!(
+                        "weir: emit to output port {} returned {}",
+                        port, rc
+                    )));
                 }
             }
             b.clear();
@@ -323,7 +343,10 @@ impl StateWriter<'_> {
         let rc = unsafe { host_snapshot_write(self.buf.as_ptr(), self.buf.len() as i32) };
         self.buf.clear();
         if rc != 0 {
-            return Err(io::Error::new(io::ErrorKind::Other, format!("weir: snapshot_write returned {}", rc)));
+            return Err(io::Error::new(
+                io::ErrorKind::Other,
+                format!("weir: snapshot_write returned {}", rc),
+            ));
         }
         Ok(())
     }
@@ -393,7 +416,10 @@ impl StateReader<'_> {
         if n < 0 {
             self.buf.clear();
             self.eof = true;
-            return Err(io::Error::new(io::ErrorKind::Other, format!("weir: restore_read returned {}", n)));
+            return Err(io::Error::new(
+                io::ErrorKind::Other,
+                format!("weir: restore_read returned {}", n),
+            ));
         }
         self.buf.truncate(n as usize);
         self.eof = n == 0;
@@ -487,7 +513,12 @@ impl Runtime {
         std::panic::set_hook(Box::new(|info| {
             report(&Error(info.to_string()));
         }));
-        Runtime { op, input: Vec::new(), out: Emitter::default(), chunk: Vec::new() }
+        Runtime {
+            op,
+            input: Vec::new(),
+            out: Emitter::default(),
+            chunk: Vec::new(),
+        }
     }
 
     pub fn cursor() -> *const i32 {
@@ -530,15 +561,24 @@ impl Runtime {
     pub fn snapshot(&mut self) -> i32 {
         self.chunk.clear();
         self.chunk.reserve(CHUNK_SIZE);
-        let mut w = StateWriter { buf: &mut self.chunk };
-        let r = self.op.snapshot(&mut w).and_then(|()| Ok(io::Write::flush(&mut w)?));
+        let mut w = StateWriter {
+            buf: &mut self.chunk,
+        };
+        let r = self
+            .op
+            .snapshot(&mut w)
+            .and_then(|()| Ok(io::Write::flush(&mut w)?));
         self.chunk.clear();
         status(r)
     }
 
     pub fn restore(&mut self) -> i32 {
         self.chunk.clear();
-        let mut r = StateReader { buf: &mut self.chunk, pos: 0, eof: false };
+        let mut r = StateReader {
+            buf: &mut self.chunk,
+            pos: 0,
+            eof: false,
+        };
         let res = self.op.restore(&mut r).and_then(|()| match r.at_end()? {
             true => Ok(()),
             false => Err(Error::from("weir: state has trailing bytes")),
