@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/guests/go/guestbuild"
@@ -53,6 +54,9 @@ func testLogger(buf *bytes.Buffer) *slog.Logger {
 func instantiate(t testing.TB, e *Engine, name string, wasm []byte, lim Limits, cfg InstanceConfig) *Instance {
 	t.Helper()
 	ctx := context.Background()
+	if lim.CallTimeout == 0 {
+		lim.CallTimeout = time.Minute // a loaded CI machine is slow; deadlines are tested explicitly
+	}
 	m, err := e.Load(ctx, name, wasm, lim)
 	if err != nil {
 		t.Fatal(err)

@@ -303,8 +303,12 @@ func TestUninstrumentedFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := &Module{name: "plain", limits: Limits{CallTimeout: 200 * time.Millisecond}.withDefaults(), engine: e, compiled: cm, rt: rt}
 	for _, mode := range []string{"p", "l"} {
+		timeout := time.Minute
+		if mode == "l" {
+			timeout = 200 * time.Millisecond
+		}
+		plain := &Module{name: "plain", limits: Limits{CallTimeout: timeout}.withDefaults(), engine: e, compiled: cm, rt: rt}
 		inst, err := plain.Instantiate(ctx, InstanceConfig{Config: []byte(mode)})
 		if err != nil {
 			t.Fatal(err)
@@ -325,18 +329,27 @@ func TestUninstrumentedFallback(t *testing.T) {
 	}
 }
 
-// slowWriter takes its time, like a slow checkpoint store.
-type slowWriter struct{ d time.Duration }
+// slowWriter takes its time on the first write, like a slow checkpoint
+// store.
+type slowWriter struct {
+	d      time.Duration
+	writes int
+}
 
-func (w slowWriter) Write(p []byte) (int, error) { time.Sleep(w.d); return len(p), nil }
+func (w *slowWriter) Write(p []byte) (int, error) {
+	if w.writes++; w.writes == 1 {
+		time.Sleep(w.d)
+	}
+	return len(p), nil
+}
 
 // TestDeadlineExcludesStateIO: a snapshot whose writer is slower than the
 // call deadline still succeeds, because the host's I/O is not the guest's
 // time.
 func TestDeadlineExcludesStateIO(t *testing.T) {
 	e := newEngine(t)
-	inst := instantiate(t, e, "w", misbehave(t), Limits{CallTimeout: 100 * time.Millisecond}, InstanceConfig{Config: []byte("w")})
-	if err := inst.Snapshot(context.Background(), slowWriter{300 * time.Millisecond}); err != nil {
+	inst := instantiate(t, e, "w", misbehave(t), Limits{CallTimeout: time.Second}, InstanceConfig{Config: []byte("w")})
+	if err := inst.Snapshot(context.Background(), &slowWriter{d: 3 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 }
