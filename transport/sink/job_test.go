@@ -118,7 +118,7 @@ func jobAcrossCrash(t *testing.T, atomic bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snk, err := sink.NewExactlyOnce(ctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "t[0]", BatchSize: 64})
+		snk, err := sink.NewExactlyOnce(ctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "t[0]", BatchSize: 500})
 		if err != nil {
 			t.Fatal(err)
 		}
