@@ -525,8 +525,11 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		k := bytes.IndexByte(p, '\n')
 		if k < 0 {
 			w.buf = append(w.buf, p...)
-			if len(w.buf) >= maxLogLine {
+			for len(w.buf) >= maxLogLine { // cut over-long lines
+				rest := append([]byte(nil), w.buf[maxLogLine:]...)
+				w.buf = w.buf[:maxLogLine]
 				w.emit()
+				w.buf = append(w.buf, rest...)
 			}
 			break
 		}

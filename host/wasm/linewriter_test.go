@@ -1,0 +1,29 @@
+package wasm
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestLineWriter(t *testing.T) {
+	var buf bytes.Buffer
+	w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stdout"}
+	w.Write([]byte("one\ntw"))
+	w.Write([]byte("o\n\nthree"))
+	if got := strings.Count(buf.String(), "\n"); got != 3 {
+		t.Fatalf("%d lines before flush:\n%s", got, buf.String())
+	}
+	w.flush()
+	w.Write([]byte(strings.Repeat("x", 2*maxLogLine+10)))
+	logs := buf.String()
+	for _, want := range []string{"msg=one operator=op stream=stdout", "msg=two ", `msg="" `, "msg=three "} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("missing %q in:\n%s", want, logs)
+		}
+	}
+	// An over-long line is cut into records of at most maxLogLine bytes.
+	if n := strings.Count(logs, "\n"); n != 6 || strings.Contains(logs, strings.Repeat("x", maxLogLine+1)) {
+		t.Fatalf("%d records:\n%s", n, logs)
+	}
+}
