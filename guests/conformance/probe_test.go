@@ -16,7 +16,8 @@ import (
 // probes are each SDK's probe operator (guests/*/sdktest/probe.*): record
 // i of a batch goes to output port (i+1)%2 unchanged; the value "trap"
 // traps, "fail" fails the call with "probe: fail", "log" is also logged at
-// warn level as "probe: log"; end of input on port p emits eoi=p on port 0.
+// warn level as "probe: log"; end of input on port p emits eoi=p on port 0;
+// checkpoint completion fails with "probe: negative checkpoint" for id < 0.
 var probes = map[string]string{
 	"c":              filepath.Join("..", "c", "sdktest", "probe.wasm"),
 	"c-freestanding": filepath.Join("..", "c", "sdktest", "probe.freestanding.wasm"),
@@ -92,6 +93,7 @@ func TestSDKProbe(t *testing.T) {
 			}
 			sameEmissions(t, "two ports", got, want)
 
+			var oe *wasm.OperatorError
 			got = nil
 			if err := inst.EndOfInput(ctx, 1, collect); err != nil {
 				t.Fatal(err)
@@ -99,9 +101,16 @@ func TestSDKProbe(t *testing.T) {
 			sameEmissions(t, "end of input", got, []emission{{port: 0, batch: abi.EncodeBatch(
 				abi.Record{Key: []byte("eoi"), Value: []byte("1")})}})
 
+			if err := inst.CheckpointComplete(ctx, 7); err != nil {
+				t.Errorf("checkpoint complete 7: %v", err)
+			}
+			err = inst.CheckpointComplete(ctx, -1)
+			if !errors.As(err, &oe) || oe.Message != "probe: negative checkpoint" {
+				t.Errorf("checkpoint complete -1: %v, want an operator error with message %q", err, "probe: negative checkpoint")
+			}
+
 			got = nil
 			err = newInst().Process(ctx, 0, records("a", "fail"), collect)
-			var oe *wasm.OperatorError
 			if !errors.As(err, &oe) || oe.Message != "probe: fail" {
 				t.Errorf("failing call: %v, want an operator error with message %q", err, "probe: fail")
 			}

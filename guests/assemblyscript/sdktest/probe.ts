@@ -5,7 +5,8 @@
 //   - a record whose value is "trap" traps (the host reports the cursor);
 //   - a record whose value is "fail" fails the call with "probe: fail";
 //   - a record whose value is "log" is also logged at warn level as "probe: log";
-//   - end of input on port p emits key "eoi", value the decimal p, on port 0.
+//   - end of input on port p emits key "eoi", value the decimal p, on port 0;
+//   - checkpointComplete(id) fails with "probe: negative checkpoint" for id < 0.
 import { Batch, Emitter, LOG_WARN, Operator, log, register } from "../weir";
 export * from "../weir/exports";
 
@@ -27,6 +28,10 @@ class Probe extends Operator {
       out.emit((input.index + 1) % 2, input.keyPtr, input.keyLen, input.valuePtr, input.valueLen, input.timestamp);
     }
     return null;
+  }
+
+  checkpointComplete(id: i64): string | null {
+    return id < 0 ? "probe: negative checkpoint" : null;
   }
 
   endOfInput(port: i32, out: Emitter): string | null {

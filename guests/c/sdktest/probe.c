@@ -5,7 +5,8 @@
  *   - a record whose value is "trap" traps (the host reports the cursor);
  *   - a record whose value is "fail" fails the call with "probe: fail";
  *   - a record whose value is "log" is also logged at warn level as "probe: log";
- *   - end of input on port p emits key "eoi", value the decimal p, on port 0. */
+ *   - end of input on port p emits key "eoi", value the decimal p, on port 0;
+ *   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0. */
 #include "../weir.h"
 
 static int init(weir_bytes config) {
@@ -36,8 +37,13 @@ static int end_of_input(uint32_t port) {
     return weir_emit(0, weir_bytes_of("eoi"), value, 0);
 }
 
+static int checkpoint_complete(int64_t id) {
+    return id < 0 ? weir_fail("probe: negative checkpoint") : WEIR_OK;
+}
+
 static int snapshot(void) { return WEIR_OK; }
 static int restore(void) { return WEIR_OK; }
 
 WEIR_OPERATOR(init, process, snapshot, restore)
 WEIR_END_OF_INPUT(end_of_input)
+WEIR_CHECKPOINT_COMPLETE(checkpoint_complete)

@@ -5,7 +5,8 @@
 //!   - a record whose value is "trap" traps (the host reports the cursor);
 //!   - a record whose value is "fail" fails the call with "probe: fail";
 //!   - a record whose value is "log" is also logged at warn level as "probe: log";
-//!   - end of input on port p emits key "eoi", value the decimal p, on port 0.
+//!   - end of input on port p emits key "eoi", value the decimal p, on port 0;
+//!   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0.
 
 use weir::{Batch, Emitter, Operator, Result};
 
@@ -23,6 +24,13 @@ impl Operator for Probe {
                 }
                 _ => out.emit((i + 1) % 2, r.key, r.value, r.timestamp),
             }
+        }
+        Ok(())
+    }
+
+    fn checkpoint_complete(&mut self, id: i64) -> Result {
+        if id < 0 {
+            return Err("probe: negative checkpoint".into());
         }
         Ok(())
     }
