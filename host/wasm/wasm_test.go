@@ -353,3 +353,15 @@ func TestDeadlineExcludesStateIO(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestValidateAccepts(t *testing.T) {
+	e := newEngine(t)
+	for name, code := range map[string][]byte{"wat": watPassthrough(t), "misbehave": misbehave(t), "go": goGuest(t, "wordcount")} {
+		if err := Check(name, code, Limits{}); err != nil {
+			t.Errorf("Check %s: %v", name, err)
+		}
+		if err := e.Validate(context.Background(), name, code, Limits{}); err != nil {
+			t.Errorf("Validate %s: %v", name, err)
+		}
+	}
+}
