@@ -397,6 +397,40 @@ func TestSenderBeforeReceiver(t *testing.T) {
 	}
 }
 
+// A malformed frame fails the channel.
+func TestMalformedFrameFailsChannel(t *testing.T) {
+	srv := startServer(t)
+	nc := connect(t, srv)
+	cfg := Config{Subject: "weir.test.bad"}
+	rcv, err := NewReceiver(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close()
+	failed := make(chan struct{}, 1)
+	rcv.Notify(func() {
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+	})
+	bad := EncodeFrame(1, 0, []stream.Element{stream.Records(seqBatch(0, 2, 8))})
+	bad[len(bad)-20] ^= 0xff // corrupt a record length
+	if err := nc.Publish(cfg.Subject+".d", bad); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure reported")
+	}
+	_, _, err = rcv.Poll()
+	var ce *stream.ChannelError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrMalformedFrame) {
+		t.Fatalf("got %v, want a ChannelError for a malformed frame", err)
+	}
+}
+
 // A frame that skips a sequence number fails the channel.
 func TestSequenceGapFailsChannel(t *testing.T) {
 	srv := startServer(t)

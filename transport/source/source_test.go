@@ -319,3 +319,88 @@ func TestParseAckReply(t *testing.T) {
 		}
 	}
 }
+
+// Parallel core source subtasks in one queue group share a subject: every
+// message reaches exactly one of them.
+func TestCoreSourceQueueGroup(t *testing.T) {
+	srv := startServer(t)
+	nc, _ := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var srcs []*Core
+	for i := 0; i < 3; i++ {
+		s, err := NewCore(nc, CoreConfig{Subject: "q", Queue: "weir.job.src"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		srcs = append(srcs, s)
+	}
+	const n = 300
+	for i := 0; i < n; i++ {
+		if err := nc.Publish("q", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	total := 0
+	for total < n {
+		progressed := false
+		for _, s := range srcs {
+			pctx, pcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			b, _, err := s.Poll(pctx)
+			pcancel()
+			if err != nil {
+				continue
+			}
+			recs, err := abi.DecodeBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range values(recs) {
+				seen[v]++
+				total++
+			}
+			progressed = true
+		}
+		if !progressed && ctx.Err() != nil {
+			t.Fatalf("only %d of %d messages arrived", total, n)
+		}
+	}
+	if len(seen) != n || total != n {
+		t.Fatalf("%d distinct of %d deliveries, want %d once each", len(seen), total, n)
+	}
+}
+
+// FilterSubjects restricts what a JetStream source reads, and the offset
+// still advances through the stream's sequence.
+func TestJetStreamFilterSubjects(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(i int) string {
+		if i%2 == 0 {
+			return "in.even"
+		}
+		return "in.odd"
+	}, 0, 100)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", FilterSubjects: []string{"in.odd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	recs, off := pollRecords(t, ctx, src, 50)
+	for i, v := range values(recs) {
+		if v != 2*i+1 {
+			t.Fatalf("record %d = %d, want %d", i, v, 2*i+1)
+		}
+	}
+	if seq, _ := DecodeOffset(off); seq != 100 {
+		t.Fatalf("offset %d, want 100 (sequence of the last odd message)", seq)
+	}
+}
