@@ -262,6 +262,7 @@ func (s *Sender) flushLocked(all bool) {
 	}
 	if s.qhead == len(s.queue) {
 		s.queue, s.qhead = s.queue[:0], 0
+		s.lingerDue = false
 	}
 	if progressed {
 		s.broadcastLocked()
