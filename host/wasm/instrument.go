@@ -292,103 +292,107 @@ func (r *reader) memarg() error {
 
 // skipImmediates skips the immediates of the instruction with opcode op.
 func skipImmediates(r *reader, op byte) error {
-	var err error
-	u := func() { _, err = r.u32() }
 	switch {
 	case op == 0x02 || op == 0x03 || op == 0x04: // block loop if
 		return r.blockType()
 	case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0b || op == 0x0f || op == 0x1a || op == 0x1b || op == 0xd1:
+		return nil
 	case op == 0x0c || op == 0x0d || op == 0x10 || op == 0x12 || op == 0xd2 || op == 0x08 || op == 0x09:
-		u() // br br_if call return_call ref.func throw rethrow
+		return r.skipU32s(1) // br br_if call return_call ref.func throw rethrow
 	case op == 0x0e: // br_table
-		var n uint32
-		if n, err = r.u32(); err != nil {
+		n, err := r.u32()
+		if err != nil {
 			return err
 		}
-		for range n + 1 {
-			if u(); err != nil {
-				return err
-			}
-		}
+		return r.skipU32s(uint64(n) + 1)
 	case op == 0x11 || op == 0x13: // call_indirect return_call_indirect
-		if u(); err == nil {
-			u()
-		}
+		return r.skipU32s(2)
 	case op == 0x1c: // select t*
-		var n uint32
-		if n, err = r.u32(); err != nil {
+		n, err := r.u32()
+		if err != nil {
 			return err
 		}
 		_, err = r.bytes(uint64(n))
+		return err
 	case op >= 0x20 && op <= 0x26: // local/global/table get/set/tee
-		u()
+		return r.skipU32s(1)
 	case op >= 0x28 && op <= 0x3e: // loads and stores
-		err = r.memarg()
+		return r.memarg()
 	case op == 0x3f || op == 0x40: // memory.size memory.grow
-		u()
+		return r.skipU32s(1)
 	case op == 0x41:
-		err = r.sleb(32)
+		return r.sleb(32)
 	case op == 0x42:
-		err = r.sleb(64)
+		return r.sleb(64)
 	case op == 0x43:
-		_, err = r.bytes(4)
+		_, err := r.bytes(4)
+		return err
 	case op == 0x44:
-		_, err = r.bytes(8)
+		_, err := r.bytes(8)
+		return err
 	case op >= 0x45 && op <= 0xc4: // numeric
+		return nil
 	case op == 0xd0: // ref.null t
-		_, err = r.byte()
+		_, err := r.byte()
+		return err
 	case op == 0xfc:
-		var sub uint32
-		if sub, err = r.u32(); err != nil {
+		sub, err := r.u32()
+		if err != nil {
 			return err
 		}
 		switch {
 		case sub <= 7:
-		case sub == 8 || sub == 12 || sub == 14: // memory.init table.init table.copy: two indices
-			if u(); err == nil {
-				u()
-			}
-		case sub == 10: // memory.copy
-			if u(); err == nil {
-				u()
-			}
+			return nil
+		case sub == 8 || sub == 10 || sub == 12 || sub == 14: // memory.init memory.copy table.init table.copy
+			return r.skipU32s(2)
 		case sub == 9 || sub == 11 || sub == 13 || sub == 15 || sub == 16 || sub == 17:
-			u()
-		default:
-			return uninstrumentable("unknown instruction 0xfc %d", sub)
+			return r.skipU32s(1)
 		}
+		return uninstrumentable("unknown instruction 0xfc %d", sub)
 	case op == 0xfd:
-		var sub uint32
-		if sub, err = r.u32(); err != nil {
+		sub, err := r.u32()
+		if err != nil {
 			return err
 		}
 		switch {
 		case sub <= 11 || sub == 92 || sub == 93: // loads, stores
-			err = r.memarg()
+			return r.memarg()
 		case sub == 12 || sub == 13: // v128.const, i8x16.shuffle
 			_, err = r.bytes(16)
+			return err
 		case sub >= 21 && sub <= 34: // extract/replace lane
 			_, err = r.byte()
+			return err
 		case sub >= 84 && sub <= 91: // load/store lane
-			if err = r.memarg(); err == nil {
-				_, err = r.byte()
+			if err = r.memarg(); err != nil {
+				return err
 			}
+			_, err = r.byte()
+			return err
 		case sub <= 0x113: // the rest have no immediates
-		default:
-			return uninstrumentable("unknown instruction 0xfd %d", sub)
+			return nil
 		}
+		return uninstrumentable("unknown instruction 0xfd %d", sub)
 	case op == 0xfe: // atomics
-		var sub uint32
-		if sub, err = r.u32(); err != nil {
+		sub, err := r.u32()
+		if err != nil {
 			return err
 		}
 		if sub == 0x03 {
 			_, err = r.byte()
-		} else {
-			err = r.memarg()
+			return err
 		}
-	default:
-		return uninstrumentable("unknown opcode 0x%02x", op)
+		return r.memarg()
 	}
-	return err
+	return uninstrumentable("unknown opcode 0x%02x", op)
+}
+
+// skipU32s skips n LEB128 u32s.
+func (r *reader) skipU32s(n uint64) error {
+	for ; n > 0; n-- {
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
