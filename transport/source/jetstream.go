@@ -128,9 +128,11 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("jetstream source %s: stream info: %w", s.cfg.Stream, err)
 		}
-		// A stream that never held start-1 messages is fine (the offset
-		// covered skipped or filtered messages); one that dropped them is not.
-		if first := info.State.FirstSeq; first > s.start && info.State.Msgs > 0 {
+		// Messages from start on must still be there: a stream whose
+		// retention (limits, age, purge) dropped some of them lost data this
+		// job has not processed. (With FilterSubjects the dropped ones may
+		// all have been filtered out; the check cannot tell, and refuses.)
+		if first := info.State.FirstSeq; first > s.start {
 			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d: %w", s.cfg.Stream, s.start, first, ErrOffsetGone)
 		}
 	}

@@ -404,3 +404,45 @@ func TestJetStreamFilterSubjects(t *testing.T) {
 		t.Fatalf("offset %d, want 100 (sequence of the last odd message)", seq)
 	}
 }
+
+// A purged stream cannot resume from an offset it no longer holds, but a
+// stream whose messages up to the offset are gone resumes fine.
+func TestJetStreamOffsetAfterPurge(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 10)
+	st, err := js.Stream(ctx, "IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lost.Close()
+	if err := lost.Seek(ctx, EncodeOffset(4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := lost.Poll(ctx); !errors.Is(err, ErrOffsetGone) {
+		t.Fatalf("poll after a purge of unread messages: %v", err)
+	}
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 10, 12)
+	ok, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	if err := ok.Seek(ctx, EncodeOffset(10)); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := pollRecords(t, ctx, ok, 2)
+	if v := values(recs); v[0] != 10 || v[1] != 11 {
+		t.Fatalf("resumed with %v", v)
+	}
+}
