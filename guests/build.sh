@@ -20,7 +20,9 @@
 # every custom section (names, producers, debug info) is stripped.
 #
 # Toolchains (Debian): clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc
-# libstd-rust-dev-wasm32 wabt; (npm) assemblyscript@0.28.20.
+# libstd-rust-dev-wasm32 wabt; (npm) assemblyscript@0.28.20. The versions that
+# built the committed files are in guests/toolchains.txt; others build
+# different bytes, which -check reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +44,16 @@ WASM_OBJDUMP=${WASM_OBJDUMP:-wasm-objdump}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# The committed builds are byte-for-byte what these versions produce
+# (Debian 12's clang 14 and rustc 1.63); guests/toolchains.txt records them.
+toolchains() {
+  echo "clang $("$CLANG" -dumpversion)"
+  echo "$("$RUSTC" --version)"
+  echo "asc $("$ASC" --version | sed 's/^Version //')"
+  echo "wat2wasm $("$WAT2WASM" --version)"
+}
+toolchains >"$work/toolchains.txt"
 
 # out DIR/NAME.wasm: where a build goes (the temp tree when checking).
 out() {
@@ -132,6 +144,10 @@ fi
 mapfile -t built < <(cat "$work"/built.*)
 
 if [ "$check" = 1 ]; then
+  if ! cmp -s "$work/toolchains.txt" guests/toolchains.txt; then
+    echo "toolchains differ from those that built the committed guests (guests/toolchains.txt):" >&2
+    diff guests/toolchains.txt "$work/toolchains.txt" >&2 || true
+  fi
   stale=0
   for o in "${built[@]}"; do
     committed=${o#"$work/out/"}
@@ -143,4 +159,5 @@ if [ "$check" = 1 ]; then
   [ "$stale" = 0 ] && echo "all ${#built[@]} guest builds match their sources" >&2
   exit "$stale"
 fi
+cp "$work/toolchains.txt" guests/toolchains.txt
 echo "built ${#built[@]} guests" >&2
