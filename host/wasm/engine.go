@@ -265,14 +265,21 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 // compile instruments and compiles a module that passed inspectModule, and
 // checks its WASI imports. Callers hold e.mu.
 func (e *Engine) compile(ctx context.Context, name string, wasm []byte, info *moduleInfo, pages uint32) (wazero.CompiledModule, *runtime, bool, error) {
-	code, err := instrument(wasm, info)
+	malformed := func(err error) error {
+		return &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
+	}
+	capped, err := capTables(wasm, info)
+	if err != nil {
+		return nil, nil, false, malformed(err)
+	}
+	code, err := instrument(capped, info)
 	instrumented := err == nil
 	if !instrumented {
 		var u *errUninstrumentable
 		if !errors.As(err, &u) {
-			return nil, nil, false, &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
+			return nil, nil, false, malformed(err)
 		}
-		code = wasm // interrupted by wazero instead
+		code = capped // interrupted by wazero instead
 	}
 	rt, err := e.runtimeFor(ctx, runtimeKey{pages: pages, terminate: !instrumented})
 	if err != nil {

@@ -26,6 +26,67 @@ import (
 // A module the rewriter cannot walk (an instruction it does not know) runs
 // with wazero's mechanism instead.
 
+// maxTableEntries bounds the entries of all of a module's tables together:
+// a table lives in host memory (8 bytes an entry), outside the guest's
+// memory limit, so an unbounded table.grow could exhaust the host. capTables
+// gives every table a maximum that keeps the sum within it.
+const maxTableEntries = 1 << 20
+
+// capTables rewrites the table section so that each of the module's n
+// tables has a maximum of at most maxTableEntries/n entries (and at least its
+// minimum, which inspectModule has bounded). b has passed inspectModule.
+func capTables(b []byte, m *moduleInfo) ([]byte, error) {
+	if len(m.tables) == 0 {
+		return b, nil
+	}
+	per := uint64(maxTableEntries / len(m.tables))
+	out := make([]byte, 0, len(b)+16*len(m.tables))
+	out = append(out, b[:8]...)
+	r := &reader{b: b, off: 8}
+	for r.off < len(b) {
+		start := r.off
+		id, _ := r.byte()
+		size, _ := r.u32()
+		body, err := r.bytes(uint64(size))
+		if err != nil {
+			return nil, err
+		}
+		if id != secTable {
+			out = append(out, b[start:r.off]...)
+			continue
+		}
+		s := &reader{b: body}
+		n, err := s.u32()
+		if err != nil {
+			return nil, err
+		}
+		nb := appendULEB(nil, uint64(n))
+		copied := s.off
+		for range n {
+			l, at, err := s.table()
+			if err != nil {
+				return nil, err
+			}
+			if l.hasMax && l.max <= per || l.min > per {
+				continue // already small enough (or refused at load)
+			}
+			// re-encode the limits [at, end of limits) with a maximum
+			lr := &reader{b: body, off: at}
+			if _, err := lr.limits(); err != nil {
+				return nil, err
+			}
+			nb = append(nb, body[copied:at]...)
+			nb = append(nb, 0x01)
+			nb = appendULEB(nb, l.min)
+			nb = appendULEB(nb, per)
+			copied = lr.off
+		}
+		nb = append(nb, body[copied:]...)
+		out = appendSection(out, secTable, nb)
+	}
+	return out, nil
+}
+
 // interruptExport names the added global.
 const interruptExport = "weir.interrupt"
 

@@ -16,6 +16,7 @@ const (
 	secType     = 1
 	secImport   = 2
 	secFunction = 3
+	secTable    = 4
 	secMemory   = 5
 	secExport   = 7
 )
@@ -86,6 +87,7 @@ type moduleInfo struct {
 	imports   []importEntry
 	funcs     []uint32 // type index of each defined function
 	memories  []memLimits
+	tables    []memLimits // defined tables' limits, in entries
 	exports   []exportEntry
 	nImported uint32 // imported functions
 }
@@ -266,6 +268,8 @@ func parseModule(b []byte) (*moduleInfo, error) {
 			err = m.parseFunctions(s)
 		case secMemory:
 			err = m.parseMemories(s)
+		case secTable:
+			err = m.parseTables(s)
 		case secExport:
 			err = m.parseExports(s)
 		default:
@@ -418,4 +422,58 @@ func (m *moduleInfo) parseExports(r *reader) error {
 		m.exports = append(m.exports, e)
 	}
 	return nil
+}
+
+func (m *moduleInfo) parseTables(r *reader) error {
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		l, _, err := r.table()
+		if err != nil {
+			return fmt.Errorf("table %d: %w", i, err)
+		}
+		m.tables = append(m.tables, l)
+	}
+	return nil
+}
+
+// table reads one table: reftype limits, or 0x40 0x00 reftype limits expr.
+// It returns the limits and the offset, within r, where they start.
+func (r *reader) table() (memLimits, int, error) {
+	c, err := r.byte()
+	if err != nil {
+		return memLimits{}, 0, err
+	}
+	withInit := c == 0x40
+	if withInit {
+		if z, err := r.byte(); err != nil || z != 0 {
+			return memLimits{}, 0, fmt.Errorf("invalid table prefix")
+		}
+		if _, err := r.byte(); err != nil { // reftype
+			return memLimits{}, 0, err
+		}
+	}
+	at := r.off
+	l, err := r.limits()
+	if err != nil {
+		return l, 0, err
+	}
+	if withInit {
+		// a constant expression, ended by 0x0b
+		for {
+			op, err := r.byte()
+			if err != nil {
+				return l, 0, err
+			}
+			if op == 0x0b {
+				break
+			}
+			if err := skipImmediates(r, op); err != nil {
+				return l, 0, err
+			}
+		}
+	}
+	return l, at, nil
 }

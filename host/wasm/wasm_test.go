@@ -53,6 +53,7 @@ func TestBadModules(t *testing.T) {
 		{"import weir signature", bad(t, "import_weir_signature"), KindImport, ErrImport, "import weir.emit not allowed: has type"},
 		{"memory over", bad(t, "memory_over"), KindMemoryLimit, ErrMemoryLimit, "minimum memory of 131072000 bytes"},
 		{"bad body", bad(t, "bad_body"), KindMalformed, ErrMalformed, "invalid module"},
+		{"table over", bad(t, "table_over"), KindMemoryLimit, ErrMemoryLimit, "declares tables of 2000000 entries, over the limit of 1048576"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,6 +154,11 @@ func TestContained(t *testing.T) {
 			}
 		}},
 		{"z", faultContaining("operator could not allocate 58 bytes")},
+		{"g", func(t *testing.T, err error) { // table.grow was refused: the table has a maximum
+			if err == nil || err.Error() != "operator bad: weir_process: returned status 9" {
+				t.Fatalf("got %v", err)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.mode, func(t *testing.T) {
@@ -363,5 +369,27 @@ func TestValidateAccepts(t *testing.T) {
 		if err := e.Validate(context.Background(), name, code, Limits{}); err != nil {
 			t.Errorf("Validate %s: %v", name, err)
 		}
+	}
+}
+
+func TestCapTables(t *testing.T) {
+	code := misbehave(t)
+	info, err := inspectModule("m", code, Limits{}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.tables) != 1 || info.tables[0].hasMax {
+		t.Fatalf("misbehave.wasm should declare one table without a maximum: %+v", info.tables)
+	}
+	capped, err := capTables(code, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseModule(capped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb := after.tables[0]; !tb.hasMax || tb.max != maxTableEntries || tb.min != 1 {
+		t.Fatalf("capped table: %+v", tb)
 	}
 }

@@ -17,6 +17,7 @@
 ;;   s  emit during weir_snapshot; snapshot_write past memory end
 ;;   z  return 0 from weir_input after weir_init (cannot allocate)
 ;;   i  fail weir_init with message "bad config"
+;;   g  table.grow by 2^31-1 entries: status 9 if refused, 0 if it grew
 ;;   w  snapshot_write "state" (a byte per call, in a loop) and restore_read
 ;;      it back into address 200
 ;;
@@ -29,6 +30,7 @@
   (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
 
   (memory (export "memory") 2)
+  (table $t 1 funcref)
   (global $mode (mut i32) (i32.const 112)) ;; 'p'
   (data (i32.const 16) "boom")
   (data (i32.const 32) "bad config")
@@ -98,6 +100,11 @@
         (return (i32.const 1))))
     (if (i32.eq (local.get $m) (i32.const 69)) ;; 'E'
       (then (return (i32.const 7))))
+    (if (i32.eq (local.get $m) (i32.const 103)) ;; 'g'
+      (then
+        (if (i32.eq (table.grow $t (ref.null func) (i32.const 0x7fffffff)) (i32.const -1))
+          (then (return (i32.const 9))))
+        (return (i32.const 0))))
     (if (i32.eq (local.get $m) (i32.const 50)) ;; '2'
       (then (return (call $emit (i32.const 2) (local.get $ptr) (local.get $len)))))
     (call $emit (i32.const 0) (local.get $ptr) (local.get $len)))
