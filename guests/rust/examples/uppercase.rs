@@ -9,8 +9,9 @@ impl Operator for Uppercase {
     fn process(&mut self, _port: u32, input: Batch<'_>, out: &mut Emitter) -> Result {
         for r in input {
             let v = out.emit_with(0, r.key, r.value.len(), r.timestamp);
-            v.copy_from_slice(r.value);
-            v.make_ascii_uppercase();
+            for (d, s) in v.iter_mut().zip(r.value) {
+                *d = s.to_ascii_uppercase();
+            }
         }
         Ok(())
     }
