@@ -61,6 +61,7 @@ func perRecord(b *testing.B, n int, body func()) {
 // cpu-ns/record is the process's CPU time per record, steadier on a busy
 // machine.
 func BenchmarkUppercase(b *testing.B) {
+	e := newEngine(b)
 	const n = 1024
 	batch := benchBatch(n)
 	b.Run("native-go", func(b *testing.B) {
@@ -79,7 +80,7 @@ func BenchmarkUppercase(b *testing.B) {
 	floor := language{"host-floor-passthrough", func(string) string { return filepath.Join("..", "wat", "passthrough.wasm") }}
 	for _, lang := range append([]language{floor}, languages...) {
 		b.Run(lang.name, func(b *testing.B) {
-			inst := start(b, load(b, lang, "uppercase"), "uppercase")
+			inst := start(b, load(b, e, lang, "uppercase"), "uppercase")
 			emit := func(port int, out []byte) error { return nil }
 			b.SetBytes(int64(len(batch)))
 			perRecord(b, n, func() {

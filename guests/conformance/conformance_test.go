@@ -145,15 +145,16 @@ func show(rs []abi.Record) string {
 // TestSameOutput runs every language's build of every example on the same
 // seeded input and requires the same output batches, call by call, as Go's.
 func TestSameOutput(t *testing.T) {
+	e := newEngine(t)
 	for _, ex := range examples {
 		t.Run(ex, func(t *testing.T) {
 			calls := inputs(ex, 1)
-			want := feed(t, start(t, load(t, languages[0], ex), ex), calls, 0, len(calls), nil)
+			want := feed(t, start(t, load(t, e, languages[0], ex), ex), calls, 0, len(calls), nil)
 			if len(want) == 0 {
 				t.Fatal("the reference emitted nothing: the input exercises nothing")
 			}
 			for _, lang := range languages[1:] {
-				got := feed(t, start(t, load(t, lang, ex), ex), calls, 0, len(calls), nil)
+				got := feed(t, start(t, load(t, e, lang, ex), ex), calls, 0, len(calls), nil)
 				sameEmissions(t, lang.name, got, want)
 			}
 		})
@@ -167,11 +168,12 @@ func TestSameOutput(t *testing.T) {
 // byte-identical whichever language wrote it: the examples share their
 // state formats (guests/README.md).
 func TestSnapshotRestore(t *testing.T) {
+	e := newEngine(t)
 	for _, ex := range examples {
 		t.Run(ex, func(t *testing.T) {
 			mods := make([]*wasm.Module, len(languages))
 			for i, lang := range languages {
-				mods[i] = load(t, lang, ex)
+				mods[i] = load(t, e, lang, ex)
 			}
 			for seed := uint64(1); seed <= 3; seed++ {
 				calls := inputs(ex, 100+seed)
@@ -230,9 +232,10 @@ func TestSnapshotRestore(t *testing.T) {
 // TestFilterConfigError: an empty filter config fails init with the
 // guest's own message, in every language.
 func TestFilterConfigError(t *testing.T) {
+	e := newEngine(t)
 	const msg = "filter: config must be the substring to keep"
 	for _, lang := range languages {
-		m := load(t, lang, "filter")
+		m := load(t, e, lang, "filter")
 		inst, err := m.Instantiate(context.Background(), wasm.InstanceConfig{})
 		if err == nil {
 			inst.Close(context.Background())
@@ -248,9 +251,10 @@ func TestFilterConfigError(t *testing.T) {
 // TestBadStateFails: restoring a truncated snapshot, or one with an unknown
 // version byte, fails the restore in every language.
 func TestBadStateFails(t *testing.T) {
+	e := newEngine(t)
 	for _, ex := range []string{"wordcount", "join"} {
 		calls := inputs(ex, 7)
-		ref := start(t, load(t, languages[0], ex), ex)
+		ref := start(t, load(t, e, languages[0], ex), ex)
 		feed(t, ref, calls, 0, len(calls), nil)
 		snap := snapshot(t, ref)
 		bad := map[string][]byte{
@@ -258,7 +262,7 @@ func TestBadStateFails(t *testing.T) {
 			"unknown version": append([]byte{9}, snap[1:]...),
 		}
 		for _, lang := range languages {
-			m := load(t, lang, ex)
+			m := load(t, e, lang, ex)
 			for what, state := range bad {
 				inst := start(t, m, ex)
 				if err := inst.Restore(context.Background(), bytes.NewReader(state)); err == nil {
@@ -294,11 +298,12 @@ func bigInputs(example string) []call {
 // TestLargeState snapshots state of several 64 KiB chunks, restores it into
 // every other language through short reads, and checks the output after.
 func TestLargeState(t *testing.T) {
+	e := newEngine(t)
 	for _, ex := range []string{"wordcount", "join"} {
 		t.Run(ex, func(t *testing.T) {
 			calls := bigInputs(ex)
 			half := len(calls) / 2
-			ref := start(t, load(t, languages[0], ex), ex)
+			ref := start(t, load(t, e, languages[0], ex), ex)
 			want := feed(t, ref, calls, 0, half, nil)
 			snap := snapshot(t, ref)
 			if len(snap) < 3*64<<10 {
@@ -306,13 +311,13 @@ func TestLargeState(t *testing.T) {
 			}
 			want = feed(t, ref, calls, half, len(calls), want)
 			for i, lang := range languages {
-				inst := start(t, load(t, lang, ex), ex)
+				inst := start(t, load(t, e, lang, ex), ex)
 				got := feed(t, inst, calls, 0, half, nil)
 				if s := snapshot(t, inst); !bytes.Equal(s, snap) {
 					t.Fatalf("%s: snapshot of %d bytes differs from go's (%d bytes)", lang.name, len(s), len(snap))
 				}
 				next := languages[(i+1)%len(languages)]
-				inst = start(t, load(t, next, ex), ex)
+				inst = start(t, load(t, e, next, ex), ex)
 				if err := inst.Restore(context.Background(), iotest.HalfReader(bytes.NewReader(snap))); err != nil {
 					t.Fatalf("%s restoring %s's snapshot: %v", next.name, lang.name, err)
 				}
@@ -326,9 +331,10 @@ func TestLargeState(t *testing.T) {
 // TestJoinBadPort: a batch on an input port other than 0 or 1 fails join's
 // weir_process with the guest's error in every language.
 func TestJoinBadPort(t *testing.T) {
+	e := newEngine(t)
 	batch := abi.EncodeBatch(abi.Record{Key: []byte("k"), Value: []byte("v")})
 	for _, lang := range languages {
-		inst := start(t, load(t, lang, "join"), "join")
+		inst := start(t, load(t, e, lang, "join"), "join")
 		err := inst.Process(context.Background(), 2, batch, func(int, []byte) error { return nil })
 		var oe *wasm.OperatorError
 		if !errors.As(err, &oe) || oe.Export != abi.ExportProcess || !strings.HasPrefix(oe.Message, "join: ") {
@@ -341,6 +347,7 @@ func TestJoinBadPort(t *testing.T) {
 // and output buffers (256 KiB value, 64 KiB key) through the one-input
 // examples.
 func TestLargeRecord(t *testing.T) {
+	e := newEngine(t)
 	key := bytes.Repeat([]byte("k"), 64<<10)
 	value := bytes.Repeat([]byte("banana plan\t"), (256<<10)/12)
 	batch := abi.EncodeBatch(
@@ -350,9 +357,9 @@ func TestLargeRecord(t *testing.T) {
 	calls := []call{{port: 0, batch: batch}, {port: 0, batch: batch}}
 	for _, ex := range []string{"uppercase", "filter", "wordcount"} {
 		t.Run(ex, func(t *testing.T) {
-			want := feed(t, start(t, load(t, languages[0], ex), ex), calls, 0, len(calls), nil)
+			want := feed(t, start(t, load(t, e, languages[0], ex), ex), calls, 0, len(calls), nil)
 			for _, lang := range languages[1:] {
-				got := feed(t, start(t, load(t, lang, ex), ex), calls, 0, len(calls), nil)
+				got := feed(t, start(t, load(t, e, lang, ex), ex), calls, 0, len(calls), nil)
 				sameEmissions(t, lang.name, got, want)
 			}
 		})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/weirhq/weir/guests/go/guestbuild"
@@ -46,23 +45,25 @@ func wasmOf(t testing.TB, lang language, example string) []byte {
 	return b
 }
 
-// engine is shared by every test of the package: it compiles each module
-// once (and caches compiled code on disk, like weir does). It lives until
-// the test binary exits.
-var engine = sync.OnceValues(func() (*wasm.Engine, error) {
-	return wasm.NewEngine(wasm.Config{})
-})
+// newEngine returns an Engine for one test, closed when the test ends.
+// Compiled code is shared between tests through wazero's on-disk cache, as
+// in weir itself.
+func newEngine(tb testing.TB) *wasm.Engine {
+	tb.Helper()
+	e, err := wasm.NewEngine(wasm.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
 
 // load compiles a language's build of an example.
-func load(t testing.TB, lang language, example string) *wasm.Module {
-	t.Helper()
-	e, err := engine()
+func load(tb testing.TB, e *wasm.Engine, lang language, example string) *wasm.Module {
+	tb.Helper()
+	m, err := e.Load(context.Background(), lang.name+"-"+example, wasmOf(tb, lang, example), wasm.Limits{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := e.Load(context.Background(), lang.name+"-"+example, wasmOf(t, lang, example), wasm.Limits{})
-	if err != nil {
-		t.Fatalf("load %s %s: %v", lang.name, example, err)
+		tb.Fatalf("load %s %s: %v", lang.name, example, err)
 	}
 	return m
 }

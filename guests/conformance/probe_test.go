@@ -38,10 +38,7 @@ func records(values ...string) []byte {
 // trap, an error message with nothing emitted, and emitting at end of input.
 func TestSDKProbe(t *testing.T) {
 	ctx := context.Background()
-	e, err := engine()
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t)
 	for name, path := range probes {
 		t.Run(name, func(t *testing.T) {
 			code, err := os.ReadFile(path)
