@@ -58,6 +58,7 @@ func register(c command) {
 // UsageError is a command-line mistake; weir exits with status 2.
 type UsageError struct{ Msg string }
 
+// Error returns the one-line message.
 func (e *UsageError) Error() string { return e.Msg }
 
 // usagef returns a *UsageError.

@@ -55,6 +55,7 @@ var kindSentinels = map[Kind]error{
 	KindMemoryLimit:     ErrMemoryLimit,
 }
 
+// String names the kind.
 func (k Kind) String() string {
 	if e, ok := kindSentinels[k]; ok {
 		return e.Error()
@@ -72,6 +73,7 @@ type ValidationError struct {
 	Err    error  // the underlying decoder error, if any
 }
 
+// Error returns the one-line message.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("module %s: %s", e.Module, e.Detail)
 }
@@ -99,6 +101,7 @@ type TrapError struct {
 	Err         error  // the runtime's error
 }
 
+// Error returns the one-line message.
 func (e *TrapError) Error() string {
 	if e.RecordIndex >= 0 {
 		return fmt.Sprintf("operator %s: %s: trap at record %d: %s", e.Operator, e.Export, e.RecordIndex, firstLine(e.Err.Error()))
@@ -118,6 +121,7 @@ type DeadlineError struct {
 	RecordIndex int // index of the record being processed; -1 if unknown
 }
 
+// Error returns the one-line message.
 func (e *DeadlineError) Error() string {
 	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline", e.Operator, e.Export, e.Timeout)
 }
@@ -129,6 +133,7 @@ type ExitError struct {
 	Code     uint32
 }
 
+// Error returns the one-line message.
 func (e *ExitError) Error() string {
 	return fmt.Sprintf("operator %s: %s: the module exited with code %d", e.Operator, e.Export, e.Code)
 }
@@ -142,6 +147,7 @@ type OperatorError struct {
 	Message  string // empty when the guest set none
 }
 
+// Error returns the one-line message.
 func (e *OperatorError) Error() string {
 	if e.Message == "" {
 		return fmt.Sprintf("operator %s: %s: returned status %d", e.Operator, e.Export, e.Status)
@@ -160,6 +166,7 @@ type FaultError struct {
 	Err      error // e.g. the abi.BatchError of a malformed batch
 }
 
+// Error returns the one-line message.
 func (e *FaultError) Error() string {
 	return fmt.Sprintf("operator %s: %s: %s", e.Operator, e.Export, e.Detail)
 }
@@ -175,6 +182,7 @@ type StateError struct {
 	Err      error
 }
 
+// Error returns the one-line message.
 func (e *StateError) Error() string {
 	return fmt.Sprintf("operator %s: %s: state stream: %v", e.Operator, e.Export, e.Err)
 }

@@ -93,6 +93,7 @@ const interruptExport = "weir.interrupt"
 // errUninstrumentable says the rewriter met something it does not know.
 type errUninstrumentable struct{ reason string }
 
+// Error returns the one-line message.
 func (e *errUninstrumentable) Error() string { return "cannot instrument: " + e.reason }
 
 func uninstrumentable(format string, args ...any) error {

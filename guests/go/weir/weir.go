@@ -98,6 +98,7 @@ type EmitError struct {
 	Status int32 // the host's status code
 }
 
+// Error returns the one-line message.
 func (e *EmitError) Error() string {
 	return fmt.Sprintf("weir: emit to port %d: %s", e.Port, statusText(e.Status))
 }
