@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -308,6 +309,12 @@ func (j *job) deploy(restore *checkpoint.Metadata) string {
 			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst})
 		cancel()
 		if err != nil {
+			if errors.Is(err, control.ErrUnavailable) {
+				// Nobody listens for that worker any more (it crashed
+				// between heartbeats): drop it now rather than redeploy
+				// to it until its heartbeats time out.
+				j.m.ctl.Forget(w)
+			}
 			return fmt.Sprintf("deploy to worker %s: %v", w, err)
 		}
 	}

@@ -208,7 +208,14 @@ restart:
 	}{
 		{"operator trap", func() { inj.trap.Store(true) }},
 		{"checkpoint storage write failure", func() { inj.failPut.Store(true) }},
-		{"worker crash", func() { w2.Close(); w2 = startWorker("w3") }},
+		{"worker crash", func() {
+			// Its connection dies first, so it cannot say goodbye: the
+			// coordinator learns from missing heartbeats or a deploy
+			// nobody answers.
+			w2.Conn.Close()
+			w2.Close()
+			w2 = startWorker("w3")
+		}},
 		{"NATS server restart", func() {
 			if err := main.Server.Restart(); err != nil {
 				t.Fatalf("restart NATS: %v", err)
