@@ -173,12 +173,12 @@ export class Emitter {
       this.ports.push(new Buf());
       this.counts.push(0);
     }
-    const b = this.ports[port];
+    const b = unchecked(this.ports[port]); // port < ports.length, ensured above
     if (b.len == 0) {
       b.grow(4); // the count, written at flush
       this.used.push(port);
     }
-    this.counts[port]++;
+    unchecked(this.counts[port]++);
     const p = b.grow(16 + keyLen + valueLen);
     store<i32>(p, keyLen);
     store<i32>(p, valueLen, 4);
