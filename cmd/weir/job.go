@@ -130,7 +130,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return fmt.Errorf("job restore: %w", err)
 		}
-		fmt.Fprintf(std.Out, "job %s: %s from checkpoint %d\n", st.Name, st.State, st.RestoredFrom)
+		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, *from)
 	}
 	return nil
 }
