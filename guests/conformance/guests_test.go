@@ -28,6 +28,7 @@ var languages = []language{
 	{"rust", func(ex string) string { return filepath.Join("..", "rust", "examples", ex+".wasm") }},
 	{"c", func(ex string) string { return filepath.Join("..", "c", "examples", ex+".wasm") }},
 	{"c-freestanding", func(ex string) string { return filepath.Join("..", "c", "examples", ex+".freestanding.wasm") }},
+	{"c-simd128", func(ex string) string { return filepath.Join("..", "c", "examples", ex+".simd.wasm") }},
 	{"assemblyscript", func(ex string) string { return filepath.Join("..", "assemblyscript", "examples", ex+".wasm") }},
 	{"wat", func(ex string) string { return filepath.Join("..", "wat", ex+".wasm") }},
 }
