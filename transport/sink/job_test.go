@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/barrier"
@@ -220,4 +221,153 @@ func readAll(t *testing.T, ctx context.Context, js jetstream.JetStream, name str
 		}
 	}
 	return out
+}
+
+// completeAll completes every acknowledged checkpoint of a one-task job and
+// remembers the latest one's handle.
+type completeAll struct {
+	mu     sync.Mutex
+	task   *host.Task
+	latest int64
+	handle string
+}
+
+func (c *completeAll) Acknowledge(ctx context.Context, task string, id int64, handle string, m map[string]int64) error {
+	c.mu.Lock()
+	if id > c.latest {
+		c.latest, c.handle = id, handle
+	}
+	t := c.task
+	c.mu.Unlock()
+	t.NotifyCheckpointComplete(id)
+	return nil
+}
+func (c *completeAll) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
+	return nil
+}
+func (c *completeAll) Failed(ctx context.Context, task string, reason string) error { return nil }
+
+// The server restarts while the job runs. The client reconnects; the task
+// either rides it out or fails and is restarted from its latest completed
+// checkpoint, as often as needed. The output holds every input message
+// exactly once, in order (atomic batches).
+func TestJobSurvivesServerRestart(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect(nats.ReconnectWait(20 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: "IN", Subjects: []string{"in"}},
+		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: true, Duplicates: 10 * time.Minute},
+	} {
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 3000
+	for i := 0; i < n; i++ {
+		if _, err := js.PublishAsync("in", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	store := snapshot.NewMemStore()
+	coord := &completeAll{}
+	restarted, attempts := false, 0
+	for streamLenRetry(ctx, js, "OUT") < n {
+		if ctx.Err() != nil {
+			t.Fatal("job did not finish")
+		}
+		for nc.Status() != nats.CONNECTED {
+			time.Sleep(10 * time.Millisecond)
+		}
+		attempts++
+		src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN", MaxBatchRecords: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snk, err := sink.NewExactlyOnce(ctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "t[0]", Timeout: time.Second})
+		if err != nil {
+			t.Logf("attempt %d: %v", attempts, err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		coord.mu.Lock()
+		restore := coord.handle
+		coord.mu.Unlock()
+		task, err := host.New(host.Config{Name: "t[0]", Source: src, Operator: forward{}, Sink: snk,
+			Checkpointing: host.Checkpointing{Mode: barrier.Aligned}, Store: store, Listener: coord, Restore: restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord.mu.Lock()
+		coord.task = task
+		coord.mu.Unlock()
+		tctx, tcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- task.Run(tctx) }()
+		tick := time.NewTicker(5 * time.Millisecond)
+	run:
+		for id := int64(attempts) * 100000; ; id++ {
+			select {
+			case err := <-done:
+				t.Logf("attempt %d ended: %v", attempts, err)
+				break run
+			case <-tick.C:
+			}
+			task.TriggerCheckpoint(stream.Barrier{ID: id, Timestamp: time.Now().UnixMilli()})
+			got := streamLenRetry(ctx, js, "OUT")
+			if !restarted && got >= n/3 {
+				restarted = true
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got >= n {
+				tcancel()
+				<-done
+				break run
+			}
+		}
+		tick.Stop()
+		tcancel()
+	}
+	if !restarted {
+		t.Fatal("the server was never restarted")
+	}
+	got := readAll(t, ctx, js, "OUT")
+	if len(got) != n {
+		t.Fatalf("OUT holds %d messages, want %d", len(got), n)
+	}
+	for i, v := range got {
+		if v != strconv.Itoa(i) {
+			t.Fatalf("message %d is %q (loss, duplicate or reorder)", i, v)
+		}
+	}
+	t.Logf("%d attempts", attempts)
+}
+
+// streamLenRetry is the stream's message count, 0 while the server is away.
+func streamLenRetry(ctx context.Context, js jetstream.JetStream, name string) int {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return int(info.State.Msgs)
 }
