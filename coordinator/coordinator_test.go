@@ -7,20 +7,11 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
-	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 func TestOpen(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := embeddedtest.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, dir := range []string{t.TempDir(), ""} {

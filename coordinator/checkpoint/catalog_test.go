@@ -17,6 +17,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -186,16 +187,7 @@ func TestRunner(t *testing.T) {
 // Object Store of a real embedded server, and falls back past a corrupt
 // and a missing checkpoint.
 func TestCatalogJetStream(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), SyncAlways: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := embeddedtest.Start(t, embedded.Config{SyncAlways: true})
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

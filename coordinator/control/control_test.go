@@ -12,22 +12,8 @@ import (
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
-
-func startNATS(t *testing.T) *nats.Conn {
-	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
 
 type recCoord struct {
 	mu     sync.Mutex
@@ -76,7 +62,7 @@ func (w *recWorker) Complete(context.Context, Complete) error { return w.rec("co
 func (w *recWorker) Abort(context.Context, Abort) error       { return w.rec("abort") }
 
 func TestRoundTripAndLostWorker(t *testing.T) {
-	nc := startNATS(t)
+	nc := embeddedtest.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rc := &recCoord{joined: make(chan string, 4), lost: make(chan string, 4)}
@@ -195,16 +181,7 @@ func crashWorker(t *testing.T, ctx context.Context, url, id string) (crash func(
 }
 
 func TestLostWorker(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv, nc := embeddedtest.Start(t, embedded.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rc := &recCoord{joined: make(chan string, 8), lost: make(chan string, 8)}
@@ -263,7 +240,7 @@ func (fakeAPI) Checkpoints(_ context.Context, n string) ([]CheckpointInfo, error
 }
 
 func TestAPIRoundTrip(t *testing.T) {
-	nc := startNATS(t)
+	nc := embeddedtest.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ready := make(chan struct{})

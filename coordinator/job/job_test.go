@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -164,16 +165,7 @@ type env struct {
 
 func setup(t *testing.T, ctx context.Context) *env {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := embeddedtest.Conn(t)
 	dir := t.TempDir()
 	st, err := storage.NewDir(dir)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/modref"
-	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 // minimal is the smallest valid WebAssembly module: magic and version.
@@ -36,16 +36,7 @@ func checkMagic(_ context.Context, _ string, wasm []byte) error {
 
 func openRegistry(t *testing.T) *Registry {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := embeddedtest.Conn(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
