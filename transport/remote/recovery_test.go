@@ -2,8 +2,8 @@ package remote_test
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
