@@ -20,7 +20,16 @@ import (
 //
 // The watchdog sets the global to 1 to stop a call that overran its
 // deadline: the guest traps at its next loop iteration, which costs a load
-// and a branch per iteration. Code without backward branches finishes by
+// and a branch per iteration.
+//
+// A guest spinning in compiled code never reaches a Go safe point, so a
+// garbage collection that starts meanwhile would wait for it forever, and
+// with it the watchdog and the whole process. So the check also counts
+// iterations in a second global and every yieldEvery iterations executes
+// `memory.grow 0`, which wazero's compiler implements by leaving to Go:
+// the goroutine passes a safe point there, and a stop-the-world can
+// proceed. It costs a decrement per iteration and a Go round trip per
+// yieldEvery iterations. Code without backward branches finishes by
 // itself (wasm has no other backward jumps, and recursion ends in a stack
 // overflow).
 // A module the rewriter cannot walk (an instruction it does not know) runs
@@ -90,6 +99,10 @@ func capTables(b []byte, m *moduleInfo) ([]byte, error) {
 // interruptExport names the added global.
 const interruptExport = "weir.interrupt"
 
+// yieldEvery is how many loop iterations a guest runs between two visits to
+// Go (see the comment on interrupting above).
+const yieldEvery = 4096
+
 // errUninstrumentable says the rewriter met something it does not know.
 type errUninstrumentable struct{ reason string }
 
@@ -143,7 +156,12 @@ func instrument(b []byte, m *moduleInfo) ([]byte, error) {
 		}
 	}
 	globalIdx = nGlobals
-	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b} // mut i32 = i32.const 0
+	// The interrupt flag (mut i32 = 0) and the yield countdown (mut i32 =
+	// yieldEvery), at globalIdx and globalIdx+1.
+	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b, 0x7f, 0x01, 0x41}
+	newGlobal = appendSLEB(newGlobal, yieldEvery)
+	newGlobal = append(newGlobal, 0x0b)
+	yields := len(m.memories) > 0
 	for r.off < len(b) {
 		start := r.off
 		id, _ := r.byte()
@@ -155,14 +173,14 @@ func instrument(b []byte, m *moduleInfo) ([]byte, error) {
 		// A module without globals gets a global section before the first
 		// section that must follow it.
 		if !haveGlobal && !wroteGlobal && id != secCustom && id != secType && id != secImport && id != secFunction && id != 4 && id != secMemory && id != secTag {
-			out = appendSection(out, secGlobal, append([]byte{1}, newGlobal...))
+			out = appendSection(out, secGlobal, append([]byte{2}, newGlobal...))
 			wroteGlobal = true
 		}
 		switch id {
 		case secGlobal:
 			s := &reader{b: body}
 			n, _ := s.u32()
-			nb := appendULEB(nil, uint64(n)+1)
+			nb := appendULEB(nil, uint64(n)+2)
 			nb = append(nb, body[s.off:]...)
 			nb = append(nb, newGlobal...)
 			out = appendSection(out, secGlobal, nb)
@@ -178,7 +196,7 @@ func instrument(b []byte, m *moduleInfo) ([]byte, error) {
 			nb = appendULEB(nb, uint64(globalIdx))
 			out = appendSection(out, secExport, nb)
 		case secCode:
-			nb, err := instrumentCode(body, globalIdx)
+			nb, err := instrumentCode(body, globalIdx, yields)
 			if err != nil {
 				return nil, err
 			}
@@ -211,10 +229,55 @@ func appendULEB(b []byte, v uint64) []byte {
 	}
 }
 
-func instrumentCode(body []byte, globalIdx uint32) ([]byte, error) {
-	check := []byte{0x23}
-	check = appendULEB(check, uint64(globalIdx))
-	check = append(check, 0x04, 0x40, 0x00, 0x0b) // if (empty) unreachable end
+// loopCheck is the code inserted before a backward branch: it leaves the
+// operand stack as it found it.
+//
+//	global.get $countdown  i32.const 1  i32.sub  global.set $countdown
+//	global.get $countdown  i32.eqz
+//	if                     ;; every yieldEvery iterations:
+//	  i32.const 0  memory.grow 0  drop          ;; visit Go (a safe point)
+//	  i32.const yieldEvery  global.set $countdown
+//	end
+//	global.get $interrupt
+//	if  unreachable  end                        ;; the watchdog said stop
+//
+// Without a memory to grow (not a weir operator) only the interrupt check
+// is inserted.
+func loopCheck(globalIdx uint32, yields bool) []byte {
+	var c []byte
+	if yields {
+		cd := appendULEB(nil, uint64(globalIdx)+1)
+		c = append(c, 0x23)
+		c = append(c, cd...)
+		c = append(c, 0x41, 0x01, 0x6b, 0x24)
+		c = append(c, cd...)
+		c = append(c, 0x23)
+		c = append(c, cd...)
+		c = append(c, 0x45, 0x04, 0x40, 0x41, 0x00, 0x40, 0x00, 0x1a, 0x41)
+		c = appendSLEB(c, yieldEvery)
+		c = append(c, 0x24)
+		c = append(c, cd...)
+		c = append(c, 0x0b)
+	}
+	c = append(c, 0x23)
+	c = appendULEB(c, uint64(globalIdx))
+	return append(c, 0x04, 0x40, 0x00, 0x0b) // if (empty) unreachable end
+}
+
+// appendSLEB appends v as a signed LEB128 (i32.const's immediate).
+func appendSLEB(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+func instrumentCode(body []byte, globalIdx uint32, yields bool) ([]byte, error) {
+	check := loopCheck(globalIdx, yields)
 	r := &reader{b: body}
 	n, err := r.u32()
 	if err != nil {
