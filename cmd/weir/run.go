@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
 )
 
 func init() {
@@ -346,6 +347,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return fmt.Errorf("submit %s: %w", spec.Name, err)
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
+	printGuarantees(std.Out, spec)
 	stop := func() {
 		if embedded || o.cancel {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -426,6 +428,31 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			return nil
 		case <-tick.C:
 		}
+	}
+}
+
+// printGuarantees says what each source and sink guarantees, so that a
+// core-NATS source's at-most-once is not a surprise.
+func printGuarantees(w io.Writer, spec *jobspec.Spec) {
+	for _, s := range spec.Sources {
+		g := source.JetStreamGuarantee
+		if s.Kind == jobspec.KindNATS {
+			g = source.CoreGuarantee
+		}
+		fmt.Fprintf(w, "  source %s: %s\n", s.Name, g)
+	}
+	for _, s := range spec.Sinks {
+		g := sink.ExactlyOnceGuarantee
+		switch {
+		case s.Kind == jobspec.KindNATS || s.Guarantee == jobspec.AtMostOnce:
+			g = sink.CoreGuarantee
+		case s.Guarantee == jobspec.AtLeastOnce:
+			g = sink.AtLeastOnceGuarantee
+		}
+		fmt.Fprintf(w, "  sink %s: %s\n", s.Name, g)
+	}
+	if spec.Checkpointing.Mode == jobspec.ModeAtLeastOnce {
+		fmt.Fprintln(w, "  checkpointing at-least-once: after a failure, records may be processed twice")
 	}
 }
 
