@@ -328,6 +328,33 @@ type builder struct {
 
 func (b *builder) here(task string) bool { return b.d.Assignment[task] == b.w.cfg.ID }
 
+// Remote channel credit windows. Every remote receiver on a worker shares
+// its NATS connection, whose pending bytes the server caps (64 MiB by
+// default): the windows of one worker's receivers together stay under
+// remoteWindowBudget, so no window lets the server cut the connection as a
+// slow consumer.
+const (
+	remoteWindowDefault = 4 << 20
+	remoteWindowBudget  = 48 << 20
+	remoteWindowMin     = 256 << 10
+)
+
+// window is the credit window of the remote channels into task: both ends
+// compute it from the plan and the assignment, so they agree.
+func (b *builder) window(task string) int {
+	w := b.d.Assignment[task]
+	receivers := 0
+	for _, c := range b.d.Plan.Channels {
+		if b.d.Assignment[c.To] == w && b.d.Assignment[c.From] != w {
+			receivers++
+		}
+	}
+	if receivers == 0 {
+		return remoteWindowDefault
+	}
+	return min(remoteWindowDefault, max(remoteWindowBudget/receivers, remoteWindowMin))
+}
+
 func (b *builder) closeAll() {
 	for _, s := range b.senders {
 		_ = s.Close()
@@ -356,7 +383,9 @@ func (b *builder) channels() error {
 			b.senders[c.ID], b.receivers[c.ID] = s, r
 			continue
 		}
-		cfg := remote.Config{Channel: name,
+		// Both ends must agree on the window: it derives from the plan and
+		// the assignment, which every worker of the attempt shares.
+		cfg := remote.Config{Channel: name, Window: b.window(c.To),
 			Subject: fmt.Sprintf("%s.%s.a%d.%s", b.w.cfg.DataPrefix, b.d.Job, b.d.Attempt, c.ID)}
 		if from {
 			s, err := remote.NewSender(b.w.cfg.Conn, cfg)
