@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/stream"
@@ -80,16 +81,7 @@ func TestJobExactlyOnceAcrossCrash(t *testing.T) {
 }
 
 func jobAcrossCrash(t *testing.T, atomic bool) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := embeddedtest.Conn(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 // exercise runs the Store contract against s.
@@ -78,16 +79,7 @@ func TestDir(t *testing.T) {
 }
 
 func TestJetStream(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), MaxPayload: 2 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := embeddedtest.Start(t, embedded.Config{MaxPayload: 2 << 20})
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
