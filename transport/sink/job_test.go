@@ -88,21 +88,8 @@ func jobAcrossCrash(t *testing.T, atomic bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, cfg := range []jetstream.StreamConfig{
-		{Name: "IN", Subjects: []string{"in"}},
-		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute},
-	} {
-		if _, err := js.CreateStream(ctx, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const n = 3000
-	for i := 0; i < n; i++ {
-		if _, err := js.PublishAsync("in", []byte(strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	<-js.PublishAsyncComplete()
+	fillJobStreams(t, ctx, js, atomic, n)
 	store := snapshot.NewMemStore()
 
 	// attempt runs the job until stop says so; restore is a snapshot handle.
@@ -260,21 +247,8 @@ func TestJobSurvivesServerRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	for _, cfg := range []jetstream.StreamConfig{
-		{Name: "IN", Subjects: []string{"in"}},
-		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: true, Duplicates: 10 * time.Minute},
-	} {
-		if _, err := js.CreateStream(ctx, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const n = 3000
-	for i := 0; i < n; i++ {
-		if _, err := js.PublishAsync("in", []byte(strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	<-js.PublishAsyncComplete()
+	fillJobStreams(t, ctx, js, true, n)
 	store := snapshot.NewMemStore()
 	coord := &completeAll{}
 	restarted, attempts := false, 0
@@ -362,4 +336,24 @@ func streamLenRetry(ctx context.Context, js jetstream.JetStream, name string) in
 		return 0
 	}
 	return int(info.State.Msgs)
+}
+
+// fillJobStreams creates the job's input stream IN, holding the numbers
+// 0..n-1, and its output stream OUT for an exactly-once sink.
+func fillJobStreams(t *testing.T, ctx context.Context, js jetstream.JetStream, atomic bool, n int) {
+	t.Helper()
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: "IN", Subjects: []string{"in"}},
+		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute},
+	} {
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if _, err := js.PublishAsync("in", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
 }

@@ -14,30 +14,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
-func startServer(t testing.TB) *embedded.Server {
-	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
-}
+// startServer and connect start a real embedded server for the test and
+// connect to it (the server may restart; connections reconnect).
+func startServer(t testing.TB) *embedded.Server { return embeddedtest.Server(t, embedded.Config{}) }
 
 func connect(t testing.TB, srv *embedded.Server) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return embeddedtest.Connect(t, srv)
 }
 
 // batchOf returns records with keys k<i%3> and values v<i> for i in [from,to).

@@ -12,30 +12,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
-func startServer(t testing.TB) *embedded.Server {
-	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
-}
+// startServer and connect start a real embedded server for the test and
+// connect to it (the server may restart; connections reconnect).
+func startServer(t testing.TB) *embedded.Server { return embeddedtest.Server(t, embedded.Config{}) }
 
 func connect(t testing.TB, srv *embedded.Server) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, err := srv.Connect(nats.ReconnectWait(20 * time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return embeddedtest.Connect(t, srv, nats.ReconnectWait(20*time.Millisecond))
 }
 
 // poller is what host.Source asks of a source (see host_test.go).

@@ -13,9 +13,9 @@ import (
 	"github.com/weirhq/weir/transport/embedded"
 )
 
-// Start starts a server configured by cfg (DataDir defaults to a temporary
-// directory) and connects to it. Both are closed when t ends.
-func Start(t testing.TB, cfg embedded.Config) (*embedded.Server, *nats.Conn) {
+// Server starts a server configured by cfg (DataDir defaults to a
+// temporary directory), shut down when t ends.
+func Server(t testing.TB, cfg embedded.Config) *embedded.Server {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
@@ -25,11 +25,30 @@ func Start(t testing.TB, cfg embedded.Config) (*embedded.Server, *nats.Conn) {
 		t.Fatalf("start embedded nats-server: %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
+	return srv
+}
+
+// Connect opens a connection to srv, closed when t ends, and its JetStream
+// context.
+func Connect(t testing.TB, srv *embedded.Server, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := srv.Connect(opts...)
 	if err != nil {
 		t.Fatalf("connect to embedded nats-server: %v", err)
 	}
 	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// Start starts a server configured by cfg and connects to it.
+func Start(t testing.TB, cfg embedded.Config) (*embedded.Server, *nats.Conn) {
+	t.Helper()
+	srv := Server(t, cfg)
+	nc, _ := Connect(t, srv)
 	return srv, nc
 }
 
@@ -44,10 +63,5 @@ func Conn(t testing.TB) *nats.Conn {
 // JetStream context.
 func JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc := Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	return nc, js
+	return Connect(t, Server(t, embedded.Config{}))
 }
