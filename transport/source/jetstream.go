@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -41,6 +42,12 @@ type JetStreamConfig struct {
 	PullMaxMessages int
 }
 
+// maxResetAttempts bounds how often in a row the ordered consumer tries to
+// recreate itself (backing off from 1 s to 10 s) before the source fails:
+// about two and a half minutes, long enough to ride out a server restart,
+// short enough that a deleted stream fails the task with a reason.
+const maxResetAttempts = 20
+
 // JetStream reads a JetStream stream through an ordered consumer (an
 // ephemeral, flow-controlled consumer that the client recreates at the
 // next sequence after a reconnect or a missed heartbeat), drained in order
@@ -55,6 +62,7 @@ type JetStream struct {
 	start   uint64 // first sequence to read
 	acc     *accumulator
 	it      jetstream.MessagesContext
+	cons    jetstream.Consumer
 	wg      sync.WaitGroup
 	started bool
 	closed  bool
@@ -136,7 +144,8 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d: %w", s.cfg.Stream, s.start, first, ErrOffsetGone)
 		}
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: s.cfg.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: s.cfg.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxResetAttempts: maxResetAttempts}
 	if s.start > 1 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = s.start
@@ -149,7 +158,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream source %s: consume: %w", s.cfg.Stream, err)
 	}
-	s.it = it
+	s.it, s.cons = it, cons
 	s.started = true
 	s.wg.Add(1)
 	go s.run(it)
@@ -235,11 +244,47 @@ func (s *JetStream) Close() error {
 	}
 	s.closed = true
 	s.acc.close()
-	if s.it != nil {
-		s.it.Stop()
+	if s.it == nil {
+		return nil
 	}
-	s.wg.Wait()
+	s.it.Stop()
+	if s.waitRun(stopGrace) {
+		return nil
+	}
+	// Stopping the iterator while the ordered consumer recreates itself
+	// (after a server restart) can miss the new inner subscription, and
+	// the reader waits on it forever (nats.go v1.55.0). Deleting the
+	// consumer on the server wakes it: the ordered consumer sees it is
+	// stopped and ends the iteration.
+	dctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+	_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, s.cons.CachedInfo().Name)
+	cancel()
+	if !s.waitRun(closeTimeout) {
+		return fmt.Errorf("jetstream source %s: the consumer did not stop within %s", s.cfg.Stream, stopGrace+closeTimeout)
+	}
 	return nil
+}
+
+// stopGrace is how long Close waits for the reader after stopping the
+// iterator before it deletes the consumer; closeTimeout how long it waits
+// after that before it gives up (leaving the reader goroutine behind).
+const (
+	stopGrace    = time.Second
+	closeTimeout = 10 * time.Second
+)
+
+// waitRun waits up to d for the reader goroutine to end.
+func (s *JetStream) waitRun(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // parseAckReply reads the stream sequence and timestamp from a JetStream

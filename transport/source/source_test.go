@@ -266,6 +266,43 @@ func TestJetStreamSurvivesServerRestart(t *testing.T) {
 	}
 }
 
+// Close returns promptly while the ordered consumer recreates itself after
+// a server restart, at whatever point of the reset it lands. (With the
+// Messages iterator of nats.go v1.55.0 a Close in the middle of a reset
+// could wait forever: the end-to-end test caught it as a hung worker.)
+func TestJetStreamCloseDuringReset(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 100)
+	// The consumer resets once the client reconnected; close at points
+	// around that.
+	delays := []time.Duration{0, 0, 0, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
+	for i, delay := range delays {
+		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pollRecords(t, ctx, src, 100)
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		for nc.Status() != nats.CONNECTED && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(delay)
+		closed := make(chan struct{})
+		go func() { src.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d (close %v after the reconnect): Close did not return", i, delay)
+		}
+	}
+}
+
 func TestJetStreamOffsetGone(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
