@@ -183,7 +183,7 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 		}
 		dup := sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, worker.RecoveryAllowance)
 		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{s.Subject}, Duplicates: dup,
-			AllowAtomicPublish: true}); err != nil {
+			AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
 			return err
 		}
 	}

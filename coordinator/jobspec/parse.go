@@ -415,6 +415,10 @@ func (p *parser) parse(data []byte) *Spec {
 						p.oneOf(v, path, &sk.Guarantee, AtMostOnce, AtLeastOnce, ExactlyOnce)
 						nodes[path] = v
 					},
+					"publish": func(v *yaml.Node, path string) {
+						p.oneOf(v, path, &sk.Publish, PublishAuto, PublishFast, PublishAtomic, PublishAsync)
+						nodes[path] = v
+					},
 					"input": func(v *yaml.Node, path string) { sk.Input = p.input(v, path) },
 				})
 				s.Sinks = append(s.Sinks, sk)
@@ -645,6 +649,9 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			if sk.Stream == "" {
 				at(sk.Line, path+".stream", "a jetstream sink needs a stream")
 			}
+		}
+		if n := nodes[path+".publish"]; n != nil && (sk.Kind != KindJetStream || sk.Guarantee != ExactlyOnce) {
+			at(n.Line, path+".publish", "publish applies to exactly-once jetstream sinks only")
 		}
 		if sk.Input.From == "" {
 			at(sk.Line, path+".input", "missing input: sink %q has no input", sk.Name)

@@ -41,6 +41,15 @@ const (
 	ExactlyOnce = "exactly-once"
 )
 
+// Exactly-once sink publish modes (Sink.Publish); the sink package
+// describes each.
+const (
+	PublishAuto   = "auto"
+	PublishFast   = "fast"
+	PublishAtomic = "atomic"
+	PublishAsync  = "async"
+)
+
 // Checkpointing modes.
 const (
 	// ModeExactlyOnce takes aligned checkpoints (optionally switching to
@@ -148,7 +157,11 @@ type Sink struct {
 	Stream string `json:"stream,omitempty"`
 	// Guarantee defaults to ExactlyOnce for jetstream and AtMostOnce for
 	// nats; nats sinks only support AtMostOnce.
-	Guarantee   string `json:"guarantee"`
+	Guarantee string `json:"guarantee"`
+	// Publish is how an exactly-once jetstream sink publishes a completed
+	// checkpoint's output: PublishAuto (default: the best the stream
+	// allows), PublishFast, PublishAtomic or PublishAsync.
+	Publish     string `json:"publish,omitempty"`
 	Parallelism int    `json:"parallelism"`
 	Input       Input  `json:"input"`
 	Line        int    `json:"line,omitempty"`

@@ -38,6 +38,7 @@ sinks:
     kind: jetstream
     stream: COUNTS
     subject: counts
+    publish: fast
     input: {from: count}
 checkpointing:
   mode: exactly-once
@@ -84,7 +85,7 @@ func TestParseGood(t *testing.T) {
 	if split.Inputs[0].Partition != Forward || count.Inputs[0].Partition != KeyHash {
 		t.Errorf("partitions %q %q", split.Inputs[0].Partition, count.Inputs[0].Partition)
 	}
-	if s.Sinks[0].Input.Partition != RoundRobin || s.Sinks[0].Guarantee != ExactlyOnce {
+	if s.Sinks[0].Input.Partition != RoundRobin || s.Sinks[0].Guarantee != ExactlyOnce || s.Sinks[0].Publish != PublishFast {
 		t.Errorf("sink = %+v", s.Sinks[0])
 	}
 	c := s.Checkpointing
@@ -153,6 +154,10 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:6: operators[0].module: unknown module "nosuch@1": not in the registry`}},
 		{"nats exactly-once", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - name: o\n    kind: nats\n    subject: x\n    guarantee: exactly-once\n    input: {from: in}\n",
 			[]string{`job.yaml:7: sinks[0].guarantee: a nats sink is at-most-once; use kind jetstream for exactly-once`}},
+		{"publish on a nats sink", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - name: o\n    kind: nats\n    subject: x\n    publish: fast\n    input: {from: in}\n",
+			[]string{`job.yaml:7: sinks[0].publish: publish applies to exactly-once jetstream sinks only`}},
+		{"bad publish mode", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: jetstream, stream: S, subject: x, publish: eventually, input: {from: in}}\n",
+			[]string{`job.yaml:4: sinks[0].publish: unknown value "eventually" (want auto, fast, atomic, async)`}},
 		{"bad yaml", "name: [\n", []string{"job.yaml:1: bad YAML"}},
 		{"duplicate name", base("  - name: in\n    module: m\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:5: operators[0].name: duplicate name "in" (also sources[0])`}},

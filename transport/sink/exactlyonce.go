@@ -47,9 +47,9 @@ type ExactlyOnceConfig struct {
 	// MinDuplicateWindow is the shortest duplicate window the stream may
 	// have (see RequiredDuplicateWindow); 0 skips the check.
 	MinDuplicateWindow time.Duration
-	// Atomic selects the publish mode: "auto" (default: atomic batches when
-	// the stream allows them), "always" or "never".
-	Atomic string
+	// Publish selects how a commit publishes; PublishAuto (the default)
+	// picks the best mode the stream allows.
+	Publish PublishMode
 	// BatchSize is the number of messages per atomic batch (at most
 	// MaxAtomicBatch, the default).
 	BatchSize int
@@ -84,6 +84,37 @@ func CheckDuplicateWindow(ctx context.Context, js jetstream.JetStream, stream st
 	return info.Config, nil
 }
 
+// PublishMode is how the exactly-once sink publishes a checkpoint's output
+// when the checkpoint completes. Every mode gives each message its
+// deterministic Nats-Msg-Id, so a re-commit is deduplicated in all of them;
+// they differ in cost and in what a server failure in the middle of a
+// commit can leave behind.
+type PublishMode string
+
+const (
+	// PublishAuto picks PublishFast when the stream allows batched
+	// publish (allow_batched, nats-server 2.14+), else PublishAtomic when it
+	// allows atomic publish, else PublishAsync.
+	PublishAuto PublishMode = "auto"
+	// PublishFast publishes a commit as one JetStream fast-ingest batch:
+	// messages are stored as they arrive, the server acknowledges every few
+	// hundred of them instead of each one, and a lost message ends the
+	// batch (gap mode "fail"), so what a failed commit leaves stored is a
+	// prefix of it and the stream keeps the output's order. The fastest
+	// mode; needs allow_batched on the stream.
+	PublishFast PublishMode = "fast"
+	// PublishAtomic publishes chunks of up to BatchSize messages as atomic
+	// batches, each stored all or nothing (allow_atomic on the stream). On
+	// a single-replica file stream each chunk costs a synced staging store
+	// on the server, which makes it the slowest mode.
+	PublishAtomic PublishMode = "atomic"
+	// PublishAsync publishes each message asynchronously and waits for
+	// every acknowledgement. Works on any stream; a server failure in the
+	// middle of a commit can store that checkpoint's messages out of order
+	// (never twice, never lost).
+	PublishAsync PublishMode = "async"
+)
+
 type staged struct {
 	id    int64
 	batch []byte // abi record batch
@@ -93,21 +124,23 @@ type staged struct {
 // part of checkpoint n (PreCommit returns them for the task's snapshot) and
 // publishes them only when checkpoint n completes (Commit), each with the
 // message id "<job>/<task>/<n>/<index>". A re-commit — after a crash
-// between the checkpoint's completion and the end of its commit — repeats
-// the same ids, and JetStream drops the duplicates. With AllowAtomicPublish
-// on the stream each chunk of up to 1000 messages becomes visible
-// atomically, and the stream keeps the output's order even when a server
-// failure interrupts a commit. Without it, such a failure can store the
-// interrupted checkpoint's messages out of order (the client flushes what it
-// buffered when it reconnects, before the re-commit fills the holes) — never
-// twice, never lost.
+// between the checkpoint's completion and the end of its commit, or by a
+// task of an earlier attempt still committing — repeats the same ids, and
+// JetStream drops the duplicates. How a commit publishes is its
+// PublishMode: with fast or atomic batches the stream keeps the output's
+// order even when a server failure interrupts a commit; with plain async
+// publish such a failure can store the interrupted checkpoint's messages
+// out of order (the client flushes what it buffered when it reconnects,
+// before the re-commit fills the holes) — never twice, never lost.
 type ExactlyOnce struct {
 	cfg    ExactlyOnceConfig
 	js     jetstream.JetStream
-	atomic bool
+	mode   PublishMode
 	prefix string
 
-	cur      abi.Builder
+	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
+	curN     int    // how many
+	sizeHint int    // capacity for the next cur: a little over the last staged batch
 	staged   []staged
 	inflight *commitJob
 
@@ -152,17 +185,30 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err != nil {
 		return nil, err
 	}
-	switch cfg.Atomic {
-	case "", "auto":
-		s.atomic = scfg.AllowAtomicPublish
-	case "always":
-		if !scfg.AllowAtomicPublish {
-			return nil, fmt.Errorf("exactly-once sink: stream %s does not allow atomic publish (allow_atomic)", cfg.Stream)
+	switch cfg.Publish {
+	case "", PublishAuto:
+		switch {
+		case scfg.AllowBatchPublish:
+			s.mode = PublishFast
+		case scfg.AllowAtomicPublish:
+			s.mode = PublishAtomic
+		default:
+			s.mode = PublishAsync
 		}
-		s.atomic = true
-	case "never":
+	case PublishFast:
+		if !scfg.AllowBatchPublish {
+			return nil, fmt.Errorf("exactly-once sink: stream %s does not allow batched publish (allow_batched, nats-server 2.14+), which publish mode fast needs", cfg.Stream)
+		}
+		s.mode = PublishFast
+	case PublishAtomic:
+		if !scfg.AllowAtomicPublish {
+			return nil, fmt.Errorf("exactly-once sink: stream %s does not allow atomic publish (allow_atomic), which publish mode atomic needs", cfg.Stream)
+		}
+		s.mode = PublishAtomic
+	case PublishAsync:
+		s.mode = PublishAsync
 	default:
-		return nil, fmt.Errorf("exactly-once sink: atomic mode %q, want auto, always or never", cfg.Atomic)
+		return nil, fmt.Errorf("exactly-once sink: publish mode %q, want auto, fast, atomic or async", cfg.Publish)
 	}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
@@ -171,21 +217,26 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 // Guarantee describes the sink's delivery guarantee for the job status.
 func (s *ExactlyOnce) Guarantee() string { return ExactlyOnceGuarantee }
 
-// Atomic reports whether commits use atomic batch publish.
-func (s *ExactlyOnce) Atomic() bool { return s.atomic }
+// Mode reports how commits publish (never PublishAuto: the mode it chose).
+func (s *ExactlyOnce) Mode() PublishMode { return s.mode }
 
 // Write stages the records of batch for the next checkpoint.
 func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
-	it, err := abi.NewIter(batch)
+	n, err := abi.ValidateBatch(batch)
 	if err != nil {
 		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
 	}
-	for it.Next() {
-		s.cur.AddRecord(it.Record())
+	if n == 0 {
+		return nil
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+	// The staged batch is the records of every written batch back to back
+	// under one count; it starts as large as the previous checkpoint's, so
+	// it rarely grows (a copy) on the way.
+	if s.cur == nil {
+		s.cur = make([]byte, abi.BatchHeaderSize, max(s.sizeHint, len(batch)))
 	}
+	s.cur = append(s.cur, batch[abi.BatchHeaderSize:]...)
+	s.curN += n
 	return nil
 }
 
@@ -207,11 +258,13 @@ func (s *ExactlyOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
 // stageCurrent moves the records written since the last checkpoint into a
 // staged entry for checkpoint id, handing the builder's buffer over.
 func (s *ExactlyOnce) stageCurrent(id int64) {
-	if s.cur.Len() == 0 {
+	if s.curN == 0 {
 		return
 	}
-	s.staged = append(s.staged, staged{id: id, batch: s.cur.Bytes()})
-	s.cur = abi.Builder{}
+	binary.LittleEndian.PutUint32(s.cur, uint32(s.curN))
+	s.staged = append(s.staged, staged{id: id, batch: s.cur})
+	s.sizeHint = len(s.cur) + len(s.cur)/8
+	s.cur, s.curN = nil, 0
 }
 
 // Commit publishes what was staged for every checkpoint up to id, in order,
@@ -238,6 +291,10 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 	go func() {
 		defer s.wg.Done()
 		defer close(job.done)
+		if s.mode == PublishFast {
+			job.err = s.publishFast(s.bg, entries)
+			return
+		}
 		for _, e := range entries {
 			if err := s.commitOne(s.bg, e); err != nil {
 				job.err = err
@@ -303,7 +360,7 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 	if err := s.Wait(ctx); err != nil {
 		return err
 	}
-	s.cur.Reset()
+	s.cur, s.curN = nil, 0
 	s.staged = st
 	if err := s.Commit(ctx, id); err != nil {
 		return err
@@ -368,7 +425,7 @@ func (s *ExactlyOnce) commitOne(ctx context.Context, st staged) error {
 	if err != nil {
 		return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, st.id, err)
 	}
-	if !s.atomic {
+	if s.mode == PublishAsync {
 		return s.publishAsync(ctx, st.id, 0, recs)
 	}
 	for first := 0; first < len(recs); first += s.cfg.BatchSize {
@@ -405,6 +462,102 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 	}
 	if err != nil {
 		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w", s.cfg.Subject, ckpt, first, first+len(recs)-1, err)
+	}
+	return nil
+}
+
+// Fast-batch flow control: the server acknowledges every fastFlow messages
+// (at most; it may ask for acknowledgements more often when several
+// batches share the stream) and the publisher stalls with fastOutstanding
+// acknowledgements missing.
+const (
+	fastFlow        = 500
+	fastOutstanding = 16
+)
+
+// publishFast publishes the records of entries, in order, as one
+// fast-ingest batch, and returns once the server acknowledged the last one.
+// The batch runs in gap mode "fail": a message lost on the way (e.g. a
+// reconnect) ends the batch at the gap, so the stream holds a prefix of
+// the commit, and this commit fails; the re-commit after recovery skips
+// the stored messages by their ids and appends the rest in order.
+func (s *ExactlyOnce) publishFast(ctx context.Context, entries []staged) error {
+	total := 0
+	for _, e := range entries {
+		n, err := abi.BatchCount(e.batch)
+		if err != nil {
+			return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
+		}
+		total += n
+	}
+	if total == 0 {
+		return nil
+	}
+	var (
+		emu    sync.Mutex
+		flowEr error
+	)
+	fp, err := jetstreamext.NewFastPublisher(s.js,
+		jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
+		jetstreamext.WithFastPublisherErrorHandler(func(err error) {
+			emu.Lock()
+			if flowEr == nil {
+				flowEr = err
+			}
+			emu.Unlock()
+		}))
+	if err != nil {
+		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+	}
+	fail := func(ckpt int64, index int, err error) error {
+		emu.Lock()
+		if flowEr != nil {
+			err = fmt.Errorf("%w (%w)", err, flowEr)
+		}
+		emu.Unlock()
+		return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, index, err)
+	}
+	id, key := []string{""}, []string{""}
+	m := &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{jetstream.MsgIDHeader: id}}
+	sent := 0
+	for _, e := range entries {
+		it, err := abi.NewIter(e.batch)
+		if err != nil {
+			return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
+		}
+		for i := 0; it.Next(); i++ {
+			// The publisher encodes a message before AddMsg returns and
+			// keeps nothing of it, so one message and one header map serve
+			// the whole commit: no allocation per record but the id.
+			if sent%1024 == 0 && ctx.Err() != nil {
+				return fail(e.id, i, ctx.Err())
+			}
+			r := it.Record()
+			m.Data = r.Value
+			id[0] = s.msgID(e.id, i)
+			if len(r.Key) > 0 {
+				key[0] = string(r.Key)
+				m.Header[KeyHeader] = key
+			} else {
+				delete(m.Header, KeyHeader)
+			}
+			sent++
+			if sent < total {
+				if _, err := fp.AddMsg(m); err != nil {
+					return fail(e.id, i, err)
+				}
+				continue
+			}
+			ack, err := fp.CommitMsg(ctx, m)
+			if err != nil {
+				return fail(e.id, i, err)
+			}
+			// The server ends a batch early at a gap or an error and
+			// acknowledges what it stored up to there.
+			if ack.BatchSize != uint64(total) {
+				return fail(e.id, i, fmt.Errorf("the server stored %d of the commit's %d messages", ack.BatchSize, total))
+			}
+		}
 	}
 	return nil
 }

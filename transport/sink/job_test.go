@@ -3,7 +3,6 @@ package sink_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
 	"sync"
@@ -75,12 +74,12 @@ func (c *oneTaskCoordinator) Failed(ctx context.Context, task string, reason str
 // sink re-commits the staged output, and the output stream holds every
 // input message exactly once, in order.
 func TestJobExactlyOnceAcrossCrash(t *testing.T) {
-	for _, atomic := range []bool{true, false} {
-		t.Run(fmt.Sprintf("atomic=%v", atomic), func(t *testing.T) { jobAcrossCrash(t, atomic) })
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) { jobAcrossCrash(t, mode) })
 	}
 }
 
-func jobAcrossCrash(t *testing.T, atomic bool) {
+func jobAcrossCrash(t *testing.T, mode sink.PublishMode) {
 	nc := embeddedtest.Conn(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -89,7 +88,7 @@ func jobAcrossCrash(t *testing.T, atomic bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 3000
-	fillJobStreams(t, ctx, js, atomic, n)
+	fillJobStreams(t, ctx, js, mode, n)
 	store := snapshot.NewMemStore()
 
 	// attempt runs the job until stop says so; restore is a snapshot handle.
@@ -101,6 +100,9 @@ func jobAcrossCrash(t *testing.T, atomic bool) {
 		snk, err := sink.NewExactlyOnce(ctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "t[0]", BatchSize: 500})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if snk.Mode() != mode {
+			t.Fatalf("publish mode %s, want %s", snk.Mode(), mode)
 		}
 		task, err := host.New(host.Config{Name: "t[0]", Source: src, Operator: forward{}, Sink: snk,
 			Checkpointing: host.Checkpointing{Mode: barrier.Aligned}, Store: store, Listener: coord, Restore: restore})
@@ -229,7 +231,8 @@ func (c *completeAll) Failed(ctx context.Context, task string, reason string) er
 // The server restarts while the job runs. The client reconnects; the task
 // either rides it out or fails and is restarted from its latest completed
 // checkpoint, as often as needed. The output holds every input message
-// exactly once, in order (atomic batches).
+// exactly once, in order (fast batches: a commit cut by the restart leaves
+// a prefix of itself stored).
 func TestJobSurvivesServerRestart(t *testing.T) {
 	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
@@ -248,7 +251,7 @@ func TestJobSurvivesServerRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const n = 3000
-	fillJobStreams(t, ctx, js, true, n)
+	fillJobStreams(t, ctx, js, sink.PublishFast, n)
 	store := snapshot.NewMemStore()
 	coord := &completeAll{}
 	restarted, attempts := false, 0
@@ -338,13 +341,25 @@ func streamLenRetry(ctx context.Context, js jetstream.JetStream, name string) in
 	return int(info.State.Msgs)
 }
 
+// publishModes are the exactly-once sink's publish modes; each test of a
+// commit runs in all of them.
+var publishModes = []sink.PublishMode{sink.PublishFast, sink.PublishAtomic, sink.PublishAsync}
+
+// outStream is the configuration of the output stream OUT on which the
+// exactly-once sink chooses mode (PublishAuto picks it).
+func outStream(mode sink.PublishMode) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
+		AllowAtomicPublish: mode == sink.PublishAtomic, AllowBatchPublish: mode == sink.PublishFast}
+}
+
 // fillJobStreams creates the job's input stream IN, holding the numbers
-// 0..n-1, and its output stream OUT for an exactly-once sink.
-func fillJobStreams(t *testing.T, ctx context.Context, js jetstream.JetStream, atomic bool, n int) {
+// 0..n-1, and its output stream OUT for an exactly-once sink publishing in
+// mode.
+func fillJobStreams(t *testing.T, ctx context.Context, js jetstream.JetStream, mode sink.PublishMode, n int) {
 	t.Helper()
 	for _, cfg := range []jetstream.StreamConfig{
 		{Name: "IN", Subjects: []string{"in"}},
-		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute},
+		outStream(mode),
 	} {
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
 			t.Fatal(err)

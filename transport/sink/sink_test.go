@@ -164,8 +164,55 @@ func TestDuplicateWindowRefused(t *testing.T) {
 	if _, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", MinDuplicateWindow: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Atomic: "always"}); err == nil {
-		t.Fatal("atomic mode accepted on a stream without allow_atomic")
+	for _, mode := range []PublishMode{PublishAtomic, PublishFast, "eventually"} {
+		_, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode})
+		if err == nil {
+			t.Fatalf("publish mode %s accepted on a stream that allows neither atomic nor batched publish", mode)
+		}
+		t.Log(err)
+	}
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
+	if err != nil || s.Mode() != PublishAsync {
+		t.Fatalf("auto on a plain stream: %v, %v", s, err)
+	}
+}
+
+// publishModes are the sink's publish modes; each commit test runs in all.
+var publishModes = []PublishMode{PublishFast, PublishAtomic, PublishAsync}
+
+// outStream is the configuration of an output stream OUT on which the
+// sink's PublishAuto chooses mode.
+func outStream(mode PublishMode) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
+		AllowAtomicPublish: mode == PublishAtomic, AllowBatchPublish: mode == PublishFast}
+}
+
+// PublishAuto prefers fast batches, then atomic batches, then plain async
+// publish, by what the stream allows.
+func TestPublishAuto(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		atomic, batched bool
+		want            PublishMode
+	}{{true, true, PublishFast}, {false, true, PublishFast}, {true, false, PublishAtomic}, {false, false, PublishAsync}} {
+		cfg := jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: c.atomic, AllowBatchPublish: c.batched}
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Mode() != c.want {
+			t.Errorf("allow_atomic=%v allow_batched=%v: mode %s, want %s", c.atomic, c.batched, s.Mode(), c.want)
+		}
+		s.Close()
+		if err := js.DeleteStream(ctx, "OUT"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -174,13 +221,13 @@ func TestDuplicateWindowRefused(t *testing.T) {
 // re-commits from the snapshot state and the stream holds every output
 // record once, in order.
 func TestExactlyOnceCrashBetweenCompletionAndCommit(t *testing.T) {
-	for _, atomic := range []bool{true, false} {
-		t.Run(fmt.Sprintf("atomic=%v", atomic), func(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
 			srv := startServer(t)
 			nc, js := connect(t, srv)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute}); err != nil {
+			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
 				t.Fatal(err)
 			}
 			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "sink[0]", BatchSize: 100, MinDuplicateWindow: 5 * time.Minute}
@@ -189,8 +236,8 @@ func TestExactlyOnceCrashBetweenCompletionAndCommit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.Atomic() != atomic {
-					t.Fatalf("atomic %v, want %v", s.Atomic(), atomic)
+				if s.Mode() != mode {
+					t.Fatalf("publish mode %s, want %s", s.Mode(), mode)
 				}
 				return s
 			}
@@ -224,9 +271,16 @@ func TestExactlyOnceCrashBetweenCompletionAndCommit(t *testing.T) {
 			must(t, err)
 			recs, err := abi.DecodeBatch(s.staged[0].batch)
 			must(t, err)
-			if atomic {
+			switch mode {
+			case PublishAtomic:
 				must(t, s.publishAtomic(ctx, 3, 0, recs[:100]))
-			} else {
+			case PublishFast:
+				var part abi.Builder
+				for _, r := range recs[:130] {
+					part.AddRecord(r)
+				}
+				must(t, s.publishFast(ctx, []staged{{id: 3, batch: part.Bytes()}}))
+			default:
 				must(t, s.publishAsync(ctx, 3, 0, recs[:130]))
 			}
 			// Recover from checkpoint 3: the whole of 3 is committed again.
@@ -269,8 +323,8 @@ func TestStateRoundTrip(t *testing.T) {
 // and the stream — whose dedup state survives the restart — holds every
 // record once.
 func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
-	for _, atomic := range []bool{true, false} {
-		t.Run(fmt.Sprintf("atomic=%v", atomic), func(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
 			srv := startServer(t)
 			nc, err := srv.Connect(nats.ReconnectWait(20 * time.Millisecond))
 			if err != nil {
@@ -283,7 +337,7 @@ func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute}); err != nil {
+			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
 				t.Fatal(err)
 			}
 			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "sink[0]", BatchSize: 50, Timeout: time.Second}
@@ -334,8 +388,8 @@ func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			got := streamValues(t, ctx, js, "OUT")
-			if !atomic {
-				// Without atomic batches the interrupted checkpoint may be
+			if mode == PublishAsync {
+				// With plain async publish the interrupted checkpoint may be
 				// stored out of order; each record is still there once.
 				slices.SortFunc(got, func(a, b string) int { return cmp.Compare(len(a), len(b))*2 + cmp.Compare(a, b) })
 			}

@@ -132,7 +132,9 @@ func runFailureScenario(t *testing.T, modPath, checkpointing string, exact bool,
 
 	js := main.JS
 	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute})
+	// OUT allows batched publish, as the streams `weir run` creates do: the
+	// sink commits with fast batches (sink.PublishFast).
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
 
 	spec := fmt.Sprintf(`name: counts
 sources:

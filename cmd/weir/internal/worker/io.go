@@ -60,6 +60,7 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		Subject:            spec.Subject,
 		Job:                b.d.Job,
 		Task:               pt.ID,
+		Publish:            sink.PublishMode(spec.Publish),
 		MinDuplicateWindow: sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, RecoveryAllowance),
 	})
 }
