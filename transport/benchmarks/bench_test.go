@@ -3,10 +3,10 @@ package benchmarks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -295,12 +295,19 @@ func jsFill(b *testing.B, js jetstream.JetStream, subject string, n int) {
 	}
 }
 
-func createStreams(b *testing.B, js jetstream.JetStream, atomic bool) {
+// publishModes are the exactly-once sink's publish modes, benchmarked
+// side by side.
+var publishModes = []sink.PublishMode{sink.PublishFast, sink.PublishAsync, sink.PublishAtomic}
+
+// createStreams creates the input stream IN and the output stream OUT; OUT
+// allows the publish mode (batched or atomic publish).
+func createStreams(b *testing.B, js jetstream.JetStream, mode sink.PublishMode) {
 	b.Helper()
 	ctx := context.Background()
 	for _, cfg := range []jetstream.StreamConfig{
 		{Name: "IN", Subjects: []string{"in"}},
-		{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: atomic, Duplicates: 10 * time.Minute},
+		{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
+			AllowAtomicPublish: mode == sink.PublishAtomic, AllowBatchPublish: mode == sink.PublishFast},
 	} {
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
 			b.Fatal(err)
@@ -315,7 +322,7 @@ func BenchmarkJetStreamRawAsyncPublish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	createStreams(b, js, false)
+	createStreams(b, js, sink.PublishAsync)
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	cpu := startCPU()
@@ -325,19 +332,98 @@ func BenchmarkJetStreamRawAsyncPublish(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
+// (d) reference: raw JetStream async publish of n 64-byte messages, each
+// with a unique Nats-Msg-Id — the deduplication an exactly-once sink
+// needs, alone: the server checks and records every id on the stream's
+// one goroutine, the path every message into the stream takes.
+func BenchmarkJetStreamRawAsyncPublishMsgID(b *testing.B) {
+	srv := startServer(b, true)
+	js, err := jetstream.New(conn(b, srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	createStreams(b, js, sink.PublishAsync)
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	cpu := startCPU()
+	for i := 0; i < b.N; i++ {
+		m := &nats.Msg{Subject: "out", Data: payload, Header: nats.Header{jetstream.MsgIDHeader: []string{"bench/sink0/1/" + strconv.Itoa(i)}}}
+		for {
+			_, err := js.PublishMsgAsync(m)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				b.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		b.Fatal("publish timed out")
+	}
+	b.StopTimer()
+	cpu.report(b, b.N)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// (d) the exactly-once sink alone: n staged 64-byte records committed in
+// one checkpoint (Commit + Wait), no reading and no operator.
+func BenchmarkJetStreamSinkCommit(b *testing.B) {
+	for _, mode := range publishModes {
+		b.Run("publish="+string(mode), func(b *testing.B) {
+			srv := startServer(b, true)
+			js, err := jetstream.New(conn(b, srv))
+			if err != nil {
+				b.Fatal(err)
+			}
+			createStreams(b, js, mode)
+			ctx := context.Background()
+			snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: "sink0", MinDuplicateWindow: time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer snk.Close()
+			var staged abi.Builder
+			for i := 0; i < b.N; i++ {
+				staged.Add(nil, payload, 0)
+			}
+			if err := snk.Write(ctx, staged.Bytes()); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := snk.PreCommit(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			cpu := startCPU()
+			if err := snk.Commit(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+			if err := snk.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			cpu.report(b, b.N)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
 // (d) weir: JetStream source -> Go-SDK uppercase (wasm) -> exactly-once
 // JetStream sink, with a checkpoint (PreCommit + Commit) every
 // ckptRecords records. The input stream is filled before the timer starts.
 func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
-	for _, atomic := range []bool{false, true} {
-		b.Run(fmt.Sprintf("atomic=%v", atomic), func(b *testing.B) {
+	for _, mode := range publishModes {
+		b.Run("publish="+string(mode), func(b *testing.B) {
 			srv := startServer(b, true)
 			nc := conn(b, srv)
 			js, err := jetstream.New(nc)
 			if err != nil {
 				b.Fatal(err)
 			}
-			createStreams(b, js, atomic)
+			createStreams(b, js, mode)
 			jsFill(b, js, "in", b.N)
 			op := uppercase(b, "go")
 			ctx, cancel := context.WithCancel(context.Background())
@@ -351,8 +437,8 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if snk.Atomic() != atomic {
-				b.Fatalf("atomic %v", snk.Atomic())
+			if snk.Mode() != mode {
+				b.Fatalf("publish mode %s, want %s", snk.Mode(), mode)
 			}
 			const ckptRecords = 20000
 			var ckpt int64
@@ -415,7 +501,7 @@ func BenchmarkJetStreamSourceRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	createStreams(b, js, false)
+	createStreams(b, js, sink.PublishAsync)
 	jsFill(b, js, "in", b.N)
 	src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN"})
 	if err != nil {

@@ -1,6 +1,9 @@
 package benchmarks
 
 import (
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"testing"
 	"time"
@@ -18,10 +21,42 @@ func cpuTime() time.Duration {
 
 // cpuMeter reports cpu-ns/msg: CPU time per message, steadier than
 // wall-clock throughput on a busy machine.
-type cpuMeter struct{ start time.Duration }
+type cpuMeter struct {
+	start   time.Duration
+	alloc   uint64 // bytes allocated by the process so far
+	profile *os.File
+}
 
-func startCPU() cpuMeter { return cpuMeter{start: cpuTime()} }
+// allocated is how many heap bytes the process (benchmark, clients and
+// server together) has allocated so far.
+func allocated() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.TotalAlloc
+}
+
+// profileEnv names a file that receives a CPU profile of the timed part of
+// the benchmark (the last one run wins), without the set-up — filling
+// streams, compiling guests — that -test.cpuprofile would include.
+const profileEnv = "WEIR_BENCH_CPUPROFILE"
+
+func startCPU() cpuMeter {
+	m := cpuMeter{}
+	if path := os.Getenv(profileEnv); path != "" {
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			m.profile = f
+		}
+	}
+	m.alloc = allocated()
+	m.start = cpuTime()
+	return m
+}
 
 func (m cpuMeter) report(b *testing.B, msgs int) {
 	b.ReportMetric(float64(cpuTime()-m.start)/float64(msgs), "cpu-ns/msg")
+	b.ReportMetric(float64(allocated()-m.alloc)/float64(msgs), "heap-B/msg")
+	if m.profile != nil {
+		pprof.StopCPUProfile()
+		m.profile.Close()
+	}
 }

@@ -3,7 +3,6 @@ package benchmarks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -63,19 +62,19 @@ func (c *completer) Failed(ctx context.Context, task string, reason string) erro
 // (d) through host.Task, with a checkpoint triggered every 50ms; the clock
 // stops when the output stream holds every message.
 func BenchmarkJetStreamWeirRuntime(b *testing.B) {
-	for _, atomic := range []bool{false, true} {
-		b.Run(fmt.Sprintf("atomic=%v", atomic), func(b *testing.B) { benchJetStreamRuntime(b, atomic) })
+	for _, mode := range publishModes {
+		b.Run("publish="+string(mode), func(b *testing.B) { benchJetStreamRuntime(b, mode) })
 	}
 }
 
-func benchJetStreamRuntime(b *testing.B, atomic bool) {
+func benchJetStreamRuntime(b *testing.B, mode sink.PublishMode) {
 	srv := startServer(b, true)
 	nc := conn(b, srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	createStreams(b, js, atomic)
+	createStreams(b, js, mode)
 	jsFill(b, js, "in", b.N)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
