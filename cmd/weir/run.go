@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -190,9 +191,23 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 	return nil
 }
 
+// partitionSubject is a subject in partition p of a partition filter: the
+// filter with p for {p} and "input" for its wildcards.
+func partitionSubject(filter string, p int) string {
+	toks := strings.Split(strings.Replace(filter, source.PartitionToken, strconv.Itoa(p), 1), ".")
+	for i, t := range toks {
+		if t == "*" || t == ">" {
+			toks[i] = "input"
+		}
+	}
+	return strings.Join(toks, ".")
+}
+
 // sourceSubject is the subject (pattern) a source reads.
 func sourceSubject(s jobspec.Source) string {
 	switch {
+	case s.PartitionFilter != "":
+		return strings.Replace(s.PartitionFilter, source.PartitionToken, "*", 1)
 	case s.Filter != "":
 		return s.Filter
 	case s.Subject != "":
@@ -246,6 +261,9 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 	if !wild {
 		base, wild = strings.CutSuffix(subject, ".*")
 	}
+	if src.Partitions > 0 {
+		wild = false
+	}
 	count := 0
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -259,7 +277,16 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 			key, value = "", line
 		}
 		subj := subject
-		if wild {
+		switch {
+		case src.Partitions > 0:
+			// A keyed line goes to its key's partition, so one subtask
+			// reads every line of a key, in order; others take turns.
+			p := count % src.Partitions
+			if key != "" {
+				p = source.PartitionOf(key, src.Partitions)
+			}
+			subj = partitionSubject(src.PartitionFilter, p)
+		case wild:
 			subj = base + ".input"
 		}
 		m := nats.NewMsg(subj)
@@ -436,8 +463,13 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 func printGuarantees(w io.Writer, spec *jobspec.Spec) {
 	for _, s := range spec.Sources {
 		g := source.JetStreamGuarantee
-		if s.Kind == jobspec.KindNATS {
+		switch {
+		case s.Kind == jobspec.KindNATS:
 			g = source.CoreGuarantee
+		case s.Partitions > 0:
+			g += fmt.Sprintf("; %d partitions (%s) split among %d subtask(s) by the server", s.Partitions, s.PartitionFilter, s.Parallelism)
+		case s.Parallelism > 1:
+			g += fmt.Sprintf("; %d subtasks each read the whole stream and keep their share by subject hash (set partitions to split on the server)", s.Parallelism)
 		}
 		fmt.Fprintf(w, "  source %s: %s\n", s.Name, g)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,5 +57,72 @@ func TestRunWordcountExample(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, ".weir")); err == nil {
 		t.Log("note: a .weir directory exists in the repo root (from weir up), untouched")
+	}
+}
+
+// A JetStream source split by partitions: two subtasks read the four
+// partitions weir run spreads the input over (by key), the server sends
+// each subtask only its own, and the exactly-once sink gets every line
+// once.
+func TestRunPartitionedSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	job := `name: orders
+sources:
+  - name: orders
+    kind: jetstream
+    stream: ORDERS
+    parallelism: 2
+    partitions: 4
+    partition-filter: "orders.{p}.>"
+sinks:
+  - name: out
+    kind: jetstream
+    stream: OUT
+    subject: out
+    input: {from: orders}
+checkpointing:
+  interval: 200ms
+`
+	var in strings.Builder
+	want := map[string]bool{}
+	for i := 0; i < 200; i++ {
+		line := fmt.Sprintf("c%d\torder-%d", i%11, i)
+		in.WriteString(line + "\n")
+		want["[out] "+line] = true
+	}
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-idle", "1s", "-show", "-1", "job.yaml", "-input", "in.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
+	}
+	if !strings.Contains(out.String(), "4 partitions (orders.{p}.>) split among 2 subtask(s) by the server") {
+		t.Errorf("no word of the partitioned split in the output:\n%s", out.String())
+	}
+	got := map[string]int{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(line, "[out] ") {
+			got[line]++
+		}
+	}
+	for line := range want {
+		if got[line] != 1 {
+			t.Errorf("%q in the output %d times, want once", line, got[line])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d distinct output lines, want %d:\n%s", len(got), len(want), out.String())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/transport/source"
 )
 
 // Error is one problem in a spec, located by file, line and field path.
@@ -374,6 +375,10 @@ func (p *parser) parse(data []byte) *Spec {
 					"stream":      func(v *yaml.Node, path string) { p.str(v, path, &src.Stream) },
 					"filter":      func(v *yaml.Node, path string) { p.str(v, path, &src.Filter) },
 					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, &src.Parallelism) },
+					"partitions":  func(v *yaml.Node, path string) { p.integer(v, path, 1, &src.Partitions) },
+					"partition-filter": func(v *yaml.Node, path string) {
+						p.str(v, path, &src.PartitionFilter)
+					},
 				})
 				s.Sources = append(s.Sources, src)
 			})
@@ -569,8 +574,8 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			if src.Subject == "" {
 				at(src.Line, path+".subject", "a nats source needs a subject")
 			}
-			if src.Stream != "" || src.Filter != "" {
-				at(src.Line, path, "stream and filter apply to jetstream sources only")
+			if src.Stream != "" || src.Filter != "" || src.Partitions != 0 || src.PartitionFilter != "" {
+				at(src.Line, path, "stream, filter and partitions apply to jetstream sources only")
 			}
 		case KindJetStream:
 			if src.Stream == "" {
@@ -581,6 +586,16 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			}
 			if src.Filter == "" {
 				src.Filter = src.Subject
+			}
+			switch {
+			case (src.Partitions == 0) != (src.PartitionFilter == ""):
+				at(src.Line, path, "partitions and partition-filter go together")
+			case src.Partitions > 0 && src.Filter != "":
+				at(src.Line, path, "give either filter or partition-filter")
+			case src.Partitions > 0:
+				if _, err := source.PartitionFilters(src.PartitionFilter, src.Partitions, src.Parallelism, 0); err != nil {
+					at(src.Line, path+".partition-filter", "%v", err)
+				}
 			}
 		}
 	}

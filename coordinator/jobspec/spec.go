@@ -104,9 +104,18 @@ type Source struct {
 	// Stream is the JetStream stream (jetstream).
 	Stream string `json:"stream,omitempty"`
 	// Filter is an optional subject filter within Stream (jetstream).
-	Filter      string `json:"filter,omitempty"`
-	Parallelism int    `json:"parallelism"`
-	Line        int    `json:"line,omitempty"`
+	Filter string `json:"filter,omitempty"`
+	// Partitions, with PartitionFilter, says the stream's subjects carry a
+	// partition number 0..Partitions-1 (jetstream): the subtasks then split
+	// the partitions among themselves and the server sends each only its
+	// own. Without, every subtask reads the whole stream and keeps its
+	// share by a hash of the subject.
+	Partitions int `json:"partitions,omitempty"`
+	// PartitionFilter is the subject filter of one partition with {p} for
+	// its number, e.g. "orders.{p}.>".
+	PartitionFilter string `json:"partition_filter,omitempty"`
+	Parallelism     int    `json:"parallelism"`
+	Line            int    `json:"line,omitempty"`
 }
 
 // Operator runs a WebAssembly module.

@@ -99,6 +99,19 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+func TestPartitionedSource(t *testing.T) {
+	s, err := Parse("j.yaml", []byte(`name: j
+sources: [{name: in, kind: jetstream, stream: ORDERS, parallelism: 2, partitions: 8, partition-filter: "orders.{p}.>"}]
+sinks: [{name: out, kind: nats, subject: b, input: {from: in}}]
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := s.Sources[0]; src.Partitions != 8 || src.PartitionFilter != "orders.{p}.>" || src.Filter != "" {
+		t.Errorf("source = %+v", src)
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	s, err := Parse("j.yaml", []byte(`name: j
 sources: [{name: in, kind: nats, subject: a}]
@@ -158,6 +171,16 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:7: sinks[0].publish: publish applies to exactly-once jetstream sinks only`}},
 		{"bad publish mode", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: jetstream, stream: S, subject: x, publish: eventually, input: {from: in}}\n",
 			[]string{`job.yaml:4: sinks[0].publish: unknown value "eventually" (want auto, fast, atomic, async)`}},
+		{"partitions without filter", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 4}\n",
+			[]string{`job.yaml:3: sources[0]: partitions and partition-filter go together`}},
+		{"filter and partition-filter", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, filter: a.>, partitions: 4, partition-filter: \"a.{p}.>\"}\n",
+			[]string{`job.yaml:3: sources[0]: give either filter or partition-filter`}},
+		{"fewer partitions than subtasks", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, parallelism: 3, partitions: 2, partition-filter: \"a.{p}.>\"}\n",
+			[]string{`job.yaml:3: sources[0].partition-filter: 2 partitions for 3 subtasks: each subtask needs at least one`}},
+		{"partition filter without {p}", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 2, partition-filter: a.>}\n",
+			[]string{`job.yaml:3: sources[0].partition-filter: partition filter "a.>" must contain {p} once`}},
+		{"partitions on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, partitions: 2, partition-filter: \"a.{p}\"}\n",
+			[]string{`job.yaml:3: sources[0]: stream, filter and partitions apply to jetstream sources only`}},
 		{"bad yaml", "name: [\n", []string{"job.yaml:1: bad YAML"}},
 		{"duplicate name", base("  - name: in\n    module: m\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:5: operators[0].name: duplicate name "in" (also sources[0])`}},

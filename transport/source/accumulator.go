@@ -11,34 +11,45 @@ import (
 // ErrClosed is returned by Poll after Close.
 var ErrClosed = errors.New("source closed")
 
-// accumulator gathers the messages a subscription delivers into one record
-// batch that Poll takes at once, so a task makes one operator call for
-// everything that arrived since its last Poll. It holds at most one batch:
-// a full batch blocks the delivering goroutine until Poll takes it.
+// accumulator gathers the messages one or more subscriptions deliver into
+// one record batch that Poll takes at once, so a task makes one operator
+// call for everything that arrived since its last Poll. It holds at most
+// one batch: a full batch blocks the delivering goroutines until Poll takes
+// it. Each subscription is a lane with an offset of its own (the last
+// message it added or skipped); take returns them all with the batch they
+// cover.
 type accumulator struct {
 	maxRecords, maxBytes int
 
 	mu     sync.Mutex
 	space  *sync.Cond
 	b      abi.Builder
-	last   uint64 // offset of the last message added or skipped
-	taken  uint64 // offset returned by the last take
+	last   []uint64 // per lane: offset of the last message added or skipped
 	err    error
 	closed bool
 	ready  chan struct{} // capacity 1: something to take
 	done   chan struct{} // closed by close
 }
 
-func newAccumulator(maxRecords, maxBytes int) *accumulator {
+func newAccumulator(maxRecords, maxBytes, lanes int) *accumulator {
 	if maxRecords <= 0 {
 		maxRecords = 4096
 	}
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20
 	}
-	a := &accumulator{maxRecords: maxRecords, maxBytes: maxBytes, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	a := &accumulator{maxRecords: maxRecords, maxBytes: maxBytes, last: make([]uint64, max(lanes, 1)),
+		ready: make(chan struct{}, 1), done: make(chan struct{})}
 	a.space = sync.NewCond(&a.mu)
 	return a
+}
+
+// setOffset sets lane's offset before anything is added, e.g. to where a
+// restored source resumes.
+func (a *accumulator) setOffset(lane int, off uint64) {
+	a.mu.Lock()
+	a.last[lane] = off
+	a.mu.Unlock()
 }
 
 func (a *accumulator) signal() {
@@ -48,9 +59,9 @@ func (a *accumulator) signal() {
 	}
 }
 
-// add appends one record with offset off, waiting while the batch is full.
-// It reports false once the accumulator is closed.
-func (a *accumulator) add(key, value []byte, ts int64, off uint64) bool {
+// add appends one record of lane with offset off, waiting while the batch
+// is full. It reports false once the accumulator is closed.
+func (a *accumulator) add(lane int, key, value []byte, ts int64, off uint64) bool {
 	a.mu.Lock()
 	for !a.closed && a.b.Len() > 0 && (a.b.Len() >= a.maxRecords || a.b.Size() >= a.maxBytes) {
 		a.space.Wait()
@@ -61,7 +72,7 @@ func (a *accumulator) add(key, value []byte, ts int64, off uint64) bool {
 	}
 	first := a.b.Len() == 0
 	a.b.Add(key, value, ts)
-	a.last = off
+	a.last[lane] = off
 	a.mu.Unlock()
 	if first {
 		// Later records join a batch the taker was already told about.
@@ -70,10 +81,10 @@ func (a *accumulator) add(key, value []byte, ts int64, off uint64) bool {
 	return true
 }
 
-// skip advances the offset past a message this subtask does not read.
-func (a *accumulator) skip(off uint64) {
+// skip advances lane's offset past a message this subtask does not read.
+func (a *accumulator) skip(lane int, off uint64) {
 	a.mu.Lock()
-	a.last = off
+	a.last[lane] = off
 	a.mu.Unlock()
 }
 
@@ -87,34 +98,34 @@ func (a *accumulator) fail(err error) {
 	a.signal()
 }
 
-// take waits for records and returns them as a new batch with the offset of
-// the last message covered.
-func (a *accumulator) take(ctx context.Context) ([]byte, uint64, error) {
+// take waits for records and returns them as a new batch with the offsets
+// of every lane, each the last message of that lane covered.
+func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 	for {
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
-			return nil, 0, ErrClosed
+			return nil, nil, ErrClosed
 		}
 		if a.b.Len() > 0 {
 			out := append([]byte(nil), a.b.Bytes()...)
 			a.b.Reset()
-			a.taken = a.last
+			offs := append([]uint64(nil), a.last...)
 			a.mu.Unlock()
 			a.space.Broadcast()
-			return out, a.taken, nil
+			return out, offs, nil
 		}
 		if a.err != nil {
 			err := a.err
 			a.mu.Unlock()
-			return nil, 0, err
+			return nil, nil, err
 		}
 		a.mu.Unlock()
 		select {
 		case <-a.ready:
 		case <-a.done:
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }

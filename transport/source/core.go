@@ -45,7 +45,7 @@ type Core struct {
 
 // NewCore subscribes to cfg.Subject on nc.
 func NewCore(nc *nats.Conn, cfg CoreConfig) (*Core, error) {
-	c := &Core{cfg: cfg, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes)}
+	c := &Core{cfg: cfg, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, 1)}
 	var err error
 	if cfg.Queue != "" {
 		c.sub, err = nc.QueueSubscribe(cfg.Subject, cfg.Queue, c.onMsg)
@@ -82,7 +82,7 @@ func (c *Core) onMsg(m *nats.Msg) {
 			key = []byte(k)
 		}
 	}
-	c.acc.add(key, m.Data, time.Now().UnixMilli(), 0)
+	c.acc.add(0, key, m.Data, time.Now().UnixMilli(), 0)
 }
 
 // Guarantee describes the source's delivery guarantee for the job status.

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,11 +32,25 @@ type JetStreamConfig struct {
 	// allowed); empty reads the whole stream.
 	FilterSubjects []string
 	// Parallelism and Index split the stream among Parallelism source
-	// subtasks: subtask Index reads the messages whose subject hashes
-	// (FNV-1a) to Index. The split is a pure function of the subject, so a
-	// replay hands every message to the same subtask again, and the order
-	// per subject is kept. Parallelism 0 or 1 reads everything.
+	// subtasks. With Partitions set, the server does the split: subtask
+	// Index reads the partitions p with p % Parallelism == Index, each
+	// through the filter PartitionFilter names, and receives nothing else.
+	// Without, every subtask reads the whole stream and keeps the messages
+	// whose subject hashes (FNV-1a) to Index — the same split for any
+	// stream, at the cost of each subtask receiving every message. Either
+	// way the split is a pure function of the subject, so a replay hands
+	// every message to the same subtask again, and the order per subject
+	// is kept. Parallelism 0 or 1 reads everything.
 	Parallelism, Index int
+	// Partitions is the number of partitions the stream's subjects carry a
+	// number for (0..Partitions-1), typically written by the stream's
+	// subject transform with {{partition(n, ...)}}; 0 means none. It must
+	// be at least Parallelism.
+	Partitions int
+	// PartitionFilter is the subject filter of one partition, with {p}
+	// where its number goes, e.g. "orders.{p}.>". Required with
+	// Partitions; it replaces FilterSubjects.
+	PartitionFilter string
 	// MaxBatchRecords and MaxBatchBytes bound one batch returned by Poll;
 	// defaults 4096 records and 1 MiB.
 	MaxBatchRecords, MaxBatchBytes int
@@ -48,24 +65,32 @@ type JetStreamConfig struct {
 // short enough that a deleted stream fails the task with a reason.
 const maxResetAttempts = 20
 
-// JetStream reads a JetStream stream through an ordered consumer (an
-// ephemeral, flow-controlled consumer that the client recreates at the
-// next sequence after a reconnect or a missed heartbeat), drained in order
-// by one goroutine of its own. Its offset is the
-// stream sequence of the last message covered, 8 bytes little-endian; a
-// restored source starts at offset + 1.
+// JetStream reads a JetStream stream through ordered consumers (ephemeral,
+// flow-controlled consumers that the client recreates at the next sequence
+// after a reconnect or a missed heartbeat), each drained in order by a
+// goroutine of its own: one consumer, or with Partitions one per partition
+// the subtask reads. Its offset is the stream sequence of the last message
+// covered — 8 bytes little-endian (EncodeOffset), or one per partition
+// (EncodePartitionOffsets) — and a restored source starts after it.
 type JetStream struct {
-	cfg JetStreamConfig
-	js  jetstream.JetStream
+	cfg   JetStreamConfig
+	js    jetstream.JetStream
+	lanes []*lane
 
 	mu      sync.Mutex
-	start   uint64 // first sequence to read
 	acc     *accumulator
-	it      jetstream.MessagesContext
-	cons    jetstream.Consumer
 	wg      sync.WaitGroup
 	started bool
 	closed  bool
+}
+
+// lane is one ordered consumer of a source.
+type lane struct {
+	part    int      // partition number; -1 without partitions
+	filters []string // subject filters; none = the whole stream
+	start   uint64   // first sequence to read
+	it      jetstream.MessagesContext
+	cons    jetstream.Consumer
 }
 
 // NewJetStream prepares a source on cfg.Stream; it starts consuming on the
@@ -77,10 +102,27 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	if cfg.Parallelism > 1 && (cfg.Index < 0 || cfg.Index >= cfg.Parallelism) {
 		return nil, fmt.Errorf("jetstream source %s: index %d outside parallelism %d", cfg.Stream, cfg.Index, cfg.Parallelism)
 	}
+	var lanes []*lane
+	if cfg.Partitions > 0 {
+		// One consumer per partition, each with a single filter: a consumer
+		// with several filters costs the server more than the whole stream
+		// (measured, nats-server v2.15.2), and a partition's own sequence
+		// keeps its offset independent of the others'.
+		par := max(cfg.Parallelism, 1)
+		filters, err := PartitionFilters(cfg.PartitionFilter, cfg.Partitions, par, cfg.Index)
+		if err != nil {
+			return nil, fmt.Errorf("jetstream source %s: %w", cfg.Stream, err)
+		}
+		for i, f := range filters {
+			lanes = append(lanes, &lane{part: cfg.Index + i*par, filters: []string{f}, start: 1})
+		}
+	} else {
+		lanes = []*lane{{part: -1, filters: cfg.FilterSubjects, start: 1}}
+	}
 	if cfg.PullMaxMessages <= 0 {
 		cfg.PullMaxMessages = 4096
 	}
-	return &JetStream{cfg: cfg, js: js, start: 1, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes)}, nil
+	return &JetStream{cfg: cfg, js: js, lanes: lanes, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes))}, nil
 }
 
 // EncodeOffset encodes a stream sequence as a source offset.
@@ -97,6 +139,54 @@ func DecodeOffset(off []byte) (uint64, error) {
 	return binary.LittleEndian.Uint64(off), nil
 }
 
+// partitionOffsetMagic starts a partitioned source's offset:
+// "WPO1" count:u32 (partition:u32 seq:u64)*count, little-endian.
+const partitionOffsetMagic = "WPO1"
+
+// EncodePartitionOffsets encodes the last sequence read of each partition
+// as a source offset, in increasing partition order.
+func EncodePartitionOffsets(seqs map[int]uint64) []byte {
+	parts := make([]int, 0, len(seqs))
+	for p := range seqs {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	out := append([]byte(partitionOffsetMagic), binary.LittleEndian.AppendUint32(nil, uint32(len(parts)))...)
+	for _, p := range parts {
+		out = binary.LittleEndian.AppendUint32(out, uint32(p))
+		out = binary.LittleEndian.AppendUint64(out, seqs[p])
+	}
+	return out
+}
+
+// DecodePartitionOffsets decodes what EncodePartitionOffsets made; nil is
+// no partition read yet.
+func DecodePartitionOffsets(off []byte) (map[int]uint64, error) {
+	seqs := map[int]uint64{}
+	if len(off) == 0 {
+		return seqs, nil
+	}
+	if len(off) < len(partitionOffsetMagic)+4 || string(off[:4]) != partitionOffsetMagic {
+		return nil, fmt.Errorf("jetstream source offset of %d bytes is not a partitioned source's (was the source partitioned when the checkpoint was taken?)", len(off))
+	}
+	n := binary.LittleEndian.Uint32(off[4:])
+	rest := off[8:]
+	if uint64(len(rest)) != uint64(n)*12 {
+		return nil, fmt.Errorf("jetstream source offset: %d partitions in %d bytes", n, len(rest))
+	}
+	for i := uint32(0); i < n; i++ {
+		p := binary.LittleEndian.Uint32(rest[12*i:])
+		if p > math.MaxInt32 {
+			return nil, fmt.Errorf("jetstream source offset: partition %d", p)
+		}
+		if _, dup := seqs[int(p)]; dup {
+			return nil, fmt.Errorf("jetstream source offset: partition %d twice", p)
+		}
+		seqs[int(p)] = binary.LittleEndian.Uint64(rest[12*i+4:])
+	}
+	return seqs, nil
+}
+
 // Guarantee describes the source's delivery guarantee for the job status.
 func (s *JetStream) Guarantee() string { return JetStreamGuarantee }
 
@@ -110,19 +200,78 @@ func PartitionOf(subject string, parallelism int) int {
 	return int(h.Sum32() % uint32(parallelism))
 }
 
+// PartitionToken is the placeholder for the partition number in a
+// partition filter.
+const PartitionToken = "{p}"
+
+// PartitionFilters returns the subject filters subtask index of
+// parallelism reads when the stream's subjects carry partitions 0..n-1:
+// template with PartitionToken replaced by each p with p % parallelism ==
+// index, in increasing order.
+func PartitionFilters(template string, n, parallelism, index int) ([]string, error) {
+	switch {
+	case strings.Count(template, PartitionToken) != 1:
+		return nil, fmt.Errorf("partition filter %q must contain %s once", template, PartitionToken)
+	case n < 1:
+		return nil, fmt.Errorf("%d partitions, want at least 1", n)
+	case parallelism < 1 || index < 0 || index >= parallelism:
+		return nil, fmt.Errorf("subtask %d of parallelism %d", index, parallelism)
+	case n < parallelism:
+		return nil, fmt.Errorf("%d partitions for %d subtasks: each subtask needs at least one", n, parallelism)
+	}
+	var out []string
+	for p := index; p < n; p += parallelism {
+		f := strings.Replace(template, PartitionToken, strconv.Itoa(p), 1)
+		if !validFilter(f) {
+			return nil, fmt.Errorf("partition filter %q gives the invalid subject filter %q", template, f)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// validFilter reports whether f is a well-formed NATS subject filter: dot
+// separated non-empty tokens without spaces, where "*" and ">" stand alone
+// and ">" comes last.
+func validFilter(f string) bool {
+	toks := strings.Split(f, ".")
+	for i, t := range toks {
+		if t == "" || strings.ContainsAny(t, " \t\r\n") {
+			return false
+		}
+		if (strings.Contains(t, "*") && t != "*") || (strings.Contains(t, ">") && (t != ">" || i != len(toks)-1)) {
+			return false
+		}
+	}
+	return true
+}
+
 // Seek positions the source after offset (nil = the beginning). Call it
 // before the first Poll.
 func (s *JetStream) Seek(ctx context.Context, offset []byte) error {
-	seq, err := DecodeOffset(offset)
-	if err != nil {
-		return err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return fmt.Errorf("jetstream source %s: Seek after the first Poll", s.cfg.Stream)
 	}
-	s.start = seq + 1
+	if s.cfg.Partitions == 0 {
+		seq, err := DecodeOffset(offset)
+		if err != nil {
+			return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
+		}
+		s.lanes[0].start = seq + 1
+		s.acc.setOffset(0, seq)
+		return nil
+	}
+	seqs, err := DecodePartitionOffsets(offset)
+	if err != nil {
+		return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
+	}
+	for i, l := range s.lanes {
+		// A partition the offset does not name was not read yet.
+		l.start = seqs[l.part] + 1
+		s.acc.setOffset(i, seqs[l.part])
+	}
 	return nil
 }
 
@@ -131,43 +280,52 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
 	}
-	if s.start > 1 {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("jetstream source %s: stream info: %w", s.cfg.Stream, err)
+	var first uint64
+	for _, l := range s.lanes {
+		if l.start <= 1 {
+			continue
+		}
+		if first == 0 {
+			info, err := st.Info(ctx)
+			if err != nil {
+				return fmt.Errorf("jetstream source %s: stream info: %w", s.cfg.Stream, err)
+			}
+			first = max(info.State.FirstSeq, 1)
 		}
 		// Messages from start on must still be there: a stream whose
 		// retention (limits, age, purge) dropped some of them lost data this
-		// job has not processed. (With FilterSubjects the dropped ones may
-		// all have been filtered out; the check cannot tell, and refuses.)
-		if first := info.State.FirstSeq; first > s.start {
-			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d: %w", s.cfg.Stream, s.start, first, ErrOffsetGone)
+		// job has not processed. (With filters the dropped ones may all have
+		// been filtered out; the check cannot tell, and refuses.)
+		if first > l.start {
+			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d: %w", s.cfg.Stream, l.start, first, ErrOffsetGone)
 		}
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: s.cfg.FilterSubjects, DeliverPolicy: jetstream.DeliverAllPolicy,
-		MaxResetAttempts: maxResetAttempts}
-	if s.start > 1 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = s.start
+	for i, l := range s.lanes {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: l.filters, DeliverPolicy: jetstream.DeliverAllPolicy,
+			MaxResetAttempts: maxResetAttempts}
+		if l.start > 1 {
+			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			cfg.OptStartSeq = l.start
+		}
+		cons, err := st.OrderedConsumer(ctx, cfg)
+		if err == nil {
+			l.cons = cons
+			l.it, err = cons.Messages(jetstream.PullMaxMessages(s.cfg.PullMaxMessages))
+		}
+		if err != nil {
+			s.stopLocked()
+			return fmt.Errorf("jetstream source %s: ordered consumer at %d: %w", s.cfg.Stream, l.start, err)
+		}
+		s.wg.Add(1)
+		go s.run(i, l.it)
 	}
-	cons, err := st.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("jetstream source %s: ordered consumer at %d: %w", s.cfg.Stream, s.start, err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(s.cfg.PullMaxMessages))
-	if err != nil {
-		return fmt.Errorf("jetstream source %s: consume: %w", s.cfg.Stream, err)
-	}
-	s.it, s.cons = it, cons
 	s.started = true
-	s.wg.Add(1)
-	go s.run(it)
 	return nil
 }
 
-// run moves messages from the iterator into the accumulator, in order, from
-// one goroutine; it ends when the iterator is stopped.
-func (s *JetStream) run(it jetstream.MessagesContext) {
+// run moves messages from lane's iterator into the accumulator, in order,
+// from one goroutine; it ends when the iterator is stopped.
+func (s *JetStream) run(lane int, it jetstream.MessagesContext) {
 	defer s.wg.Done()
 	for {
 		m, err := it.Next()
@@ -177,13 +335,13 @@ func (s *JetStream) run(it jetstream.MessagesContext) {
 			}
 			return
 		}
-		if !s.onMsg(m) {
+		if !s.onMsg(lane, m) {
 			return
 		}
 	}
 }
 
-func (s *JetStream) onMsg(m jetstream.Msg) bool {
+func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 	seq, tsNanos, ok := parseAckReply(m.Reply())
 	if !ok {
 		meta, err := m.Metadata()
@@ -193,8 +351,8 @@ func (s *JetStream) onMsg(m jetstream.Msg) bool {
 		}
 		seq, tsNanos = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano())
 	}
-	if s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index {
-		s.acc.skip(seq)
+	if s.cfg.Partitions == 0 && s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index {
+		s.acc.skip(lane, seq)
 		return true
 	}
 	var key []byte
@@ -203,12 +361,12 @@ func (s *JetStream) onMsg(m jetstream.Msg) bool {
 			key = []byte(k)
 		}
 	}
-	return s.acc.add(key, m.Data(), int64(tsNanos/1e6), seq)
+	return s.acc.add(lane, key, m.Data(), int64(tsNanos/1e6), seq)
 }
 
-// Poll starts the consumer on first use, then returns every message that
+// Poll starts the consumers on first use, then returns every message that
 // arrived since the last Poll (up to the batch limits) as one record batch
-// and the offset of the last one.
+// and the offset after it.
 func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -226,7 +384,14 @@ func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return b, EncodeOffset(last), nil
+	if s.cfg.Partitions == 0 {
+		return b, EncodeOffset(last[0]), nil
+	}
+	seqs := make(map[int]uint64, len(s.lanes))
+	for i, l := range s.lanes {
+		seqs[l.part] = last[i]
+	}
+	return b, EncodePartitionOffsets(seqs), nil
 }
 
 // CheckpointComplete does nothing: the ordered consumer acknowledges
@@ -235,7 +400,7 @@ func (s *JetStream) CheckpointComplete(ctx context.Context, id int64, offset []b
 	return nil
 }
 
-// Close stops the consumer; a blocked Poll returns.
+// Close stops the consumers; a blocked Poll returns.
 func (s *JetStream) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -244,23 +409,33 @@ func (s *JetStream) Close() error {
 	}
 	s.closed = true
 	s.acc.close()
-	if s.it == nil {
-		return nil
+	return s.stopLocked()
+}
+
+// stopLocked stops every consumer started and waits for their readers.
+func (s *JetStream) stopLocked() error {
+	for _, l := range s.lanes {
+		if l.it != nil {
+			l.it.Stop()
+		}
 	}
-	s.it.Stop()
 	if s.waitRun(stopGrace) {
 		return nil
 	}
-	// Stopping the iterator while the ordered consumer recreates itself
-	// (after a server restart) can miss the new inner subscription, and
-	// the reader waits on it forever (nats.go v1.55.0). Deleting the
-	// consumer on the server wakes it: the ordered consumer sees it is
-	// stopped and ends the iteration.
+	// Stopping an iterator while its ordered consumer recreates itself
+	// (after a server restart) can miss the new inner subscription, and the
+	// reader waits on it forever (nats.go v1.55.0). Deleting the consumer on
+	// the server wakes it: the ordered consumer sees it is stopped and ends
+	// the iteration.
 	dctx, cancel := context.WithTimeout(context.Background(), stopGrace)
-	_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, s.cons.CachedInfo().Name)
+	for _, l := range s.lanes {
+		if l.cons != nil {
+			_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, l.cons.CachedInfo().Name)
+		}
+	}
 	cancel()
 	if !s.waitRun(closeTimeout) {
-		return fmt.Errorf("jetstream source %s: the consumer did not stop within %s", s.cfg.Stream, stopGrace+closeTimeout)
+		return fmt.Errorf("jetstream source %s: the consumers did not stop within %s", s.cfg.Stream, stopGrace+closeTimeout)
 	}
 	return nil
 }

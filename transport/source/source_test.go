@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,20 @@ func pollRecords(t *testing.T, ctx context.Context, s poller, n int) ([]abi.Reco
 		off = o
 	}
 	return out, off
+}
+
+// pollWithin polls once, giving up after d.
+func pollWithin(s poller, d time.Duration) ([]byte, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return s.Poll(ctx)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCoreSource(t *testing.T) {
@@ -218,6 +233,105 @@ func TestJetStreamPartitionedSubtasks(t *testing.T) {
 	}
 	if _, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 2}); err == nil {
 		t.Fatal("index outside parallelism accepted")
+	}
+}
+
+// Subtasks of a stream whose subjects carry a partition number — written
+// by the stream's subject transform, {{partition(6,1)}} — each get only
+// their partitions from the server: no subtask receives another's
+// messages, every key stays in one subtask in order, and a subtask
+// restored from its offset goes on with its own partitions.
+func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const parts, n = 6, 600
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(6,1)}}.{{wildcard(1)}}"}})
+	key := func(i int) string { return fmt.Sprintf("k%d", i%17) }
+	publishN(t, ctx, js, func(i int) string { return "in." + key(i) }, 0, n)
+
+	// Where the server put each key.
+	partOf := map[string]string{}
+	cons, err := js.OrderedConsumer(ctx, "IN", jetstream.OrderedConsumerConfig{})
+	must(t, err)
+	for i := 0; i < n; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		must(t, err)
+		tok := strings.Split(m.Subject(), ".")
+		partOf[tok[2]] = tok[1]
+	}
+
+	read := map[int]bool{}
+	for idx := 0; idx < 2; idx++ {
+		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: idx, Partitions: parts, PartitionFilter: "in.{p}.*"})
+		must(t, err)
+		mine := 0
+		for i := 0; i < n; i++ {
+			p, _ := strconv.Atoi(partOf[key(i)])
+			if p%2 == idx {
+				mine++
+			}
+		}
+		recs, off := pollRecords(t, ctx, src, mine/2)
+		src.Close()
+		// Restored from its offset, the subtask reads the rest of its own.
+		src, err = NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: idx, Partitions: parts, PartitionFilter: "in.{p}.*"})
+		must(t, err)
+		must(t, src.Seek(ctx, off))
+		more, _ := pollRecords(t, ctx, src, mine-len(recs))
+		recs = append(recs, more...)
+		// Nothing beyond its own: the server sent it nothing else.
+		extra, _, err := pollWithin(src, 200*time.Millisecond)
+		if err == nil && len(extra) > 0 {
+			t.Fatalf("subtask %d got %d more records than its partitions hold", idx, len(extra))
+		}
+		src.Close()
+		last := map[string]int{}
+		for _, v := range values(recs) {
+			p, _ := strconv.Atoi(partOf[key(v)])
+			if p%2 != idx {
+				t.Fatalf("subtask %d read message %d of partition %d", idx, v, p)
+			}
+			if prev, ok := last[key(v)]; ok && prev >= v {
+				t.Fatalf("key %s out of order: %d after %d", key(v), v, prev)
+			}
+			last[key(v)] = v
+			if read[v] {
+				t.Fatalf("message %d read twice", v)
+			}
+			read[v] = true
+		}
+	}
+	if len(read) != n {
+		t.Fatalf("%d messages read, want %d", len(read), n)
+	}
+}
+
+func TestPartitionFilters(t *testing.T) {
+	got, err := PartitionFilters("orders.{p}.>", 8, 3, 1)
+	if err != nil || strings.Join(got, " ") != "orders.1.> orders.4.> orders.7.>" {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, c := range []struct {
+		tmpl      string
+		n, par, i int
+	}{
+		{"orders.>", 4, 2, 0},     // no {p}
+		{"o.{p}.{p}", 4, 2, 0},    // twice
+		{"orders.{p}", 2, 3, 0},   // fewer partitions than subtasks
+		{"orders.{p}", 4, 2, 2},   // index outside parallelism
+		{"orders..{p}", 4, 2, 0},  // empty token
+		{"orders.>.{p}", 4, 2, 0}, // > not last
+		{"orders.x{p}*", 4, 2, 0}, // * inside a token
+		{"orders.{p}", 0, 1, 0},   // no partitions
+	} {
+		if _, err := PartitionFilters(c.tmpl, c.n, c.par, c.i); err == nil {
+			t.Errorf("PartitionFilters(%q, %d, %d, %d) accepted", c.tmpl, c.n, c.par, c.i)
+		} else {
+			t.Log(err)
+		}
 	}
 }
 

@@ -30,7 +30,8 @@ func (b *builder) source(pt plan.Task) (host.Source, error) {
 		}
 		return source.NewCore(b.w.cfg.Conn, cfg)
 	case jobspec.KindJetStream:
-		cfg := source.JetStreamConfig{Stream: spec.Stream, Parallelism: pt.Parallelism, Index: pt.Index}
+		cfg := source.JetStreamConfig{Stream: spec.Stream, Parallelism: pt.Parallelism, Index: pt.Index,
+			Partitions: spec.Partitions, PartitionFilter: spec.PartitionFilter}
 		filter := spec.Filter
 		if filter == "" {
 			filter = spec.Subject
