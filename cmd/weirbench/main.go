@@ -96,6 +96,14 @@ var groups = []group{
 		Details:  "docs/bench/transport.md",
 	},
 	{
+		Key: "transport-source-split", Title: "Two JetStream source subtasks sharing one stream (64 B)",
+		Pkg: "./transport/benchmarks", Bench: "JetStreamSourceSplit", Args: []string{"-benchtime", "200000x"},
+		Metric: "msgs/s", Higher: true,
+		Baseline: func(string) string { return "BenchmarkJetStreamSourceSplit/split=hash" },
+		Goal:     "several source tasks share one stream without double-reading",
+		Details:  "docs/bench/transport.md",
+	},
+	{
 		Key: "transport-remote", Title: "Remote channel between two tasks, 64-byte records",
 		Pkg: "./transport/remote", Bench: ".", Args: []string{"-benchtime", "2000000x"},
 		Metric:   "ns/op", // one op is one record

@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -523,4 +524,83 @@ func BenchmarkJetStreamSourceRead(b *testing.B) {
 	b.StopTimer()
 	cpu.report(b, b.N)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// Two source subtasks sharing one stream of n 64-byte messages, split by
+// subject hash (each subtask receives the whole stream and keeps its half)
+// or by partitions (the server sends each subtask only its own); one op is
+// one message of the stream read by whichever subtask owns it.
+func BenchmarkJetStreamSourceSplit(b *testing.B) {
+	for _, split := range []string{"hash", "partitions"} {
+		b.Run("split="+split, func(b *testing.B) {
+			srv := startServer(b, true)
+			js, err := jetstream.New(conn(b, srv))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}}); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < b.N; i++ {
+				for {
+					_, err := js.PublishAsync(fmt.Sprintf("in.%d.k%d", i%4, i%64), payload)
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+						b.Fatal(err)
+					}
+				}
+			}
+			<-js.PublishAsyncComplete()
+			var srcs []*source.JetStream
+			for idx := 0; idx < 2; idx++ {
+				cfg := source.JetStreamConfig{Stream: "IN", Parallelism: 2, Index: idx}
+				if split == "partitions" {
+					cfg.Partitions, cfg.PartitionFilter = 4, "in.{p}.*"
+				}
+				src, err := source.NewJetStream(js, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer src.Close()
+				srcs = append(srcs, src)
+			}
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			cpu := startCPU()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			read := 0
+			done := make(chan struct{})
+			for _, src := range srcs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						batch, _, err := src.Poll(ctx)
+						if err != nil {
+							return
+						}
+						n, _ := abi.BatchCount(batch)
+						mu.Lock()
+						read += n
+						if read == b.N {
+							close(done)
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			<-done
+			b.StopTimer()
+			cpu.report(b, b.N)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			for _, src := range srcs {
+				src.Close()
+			}
+			wg.Wait()
+		})
+	}
 }

@@ -68,9 +68,11 @@ func (inj *injector) hooks() *worker.Hooks {
 
 const e2eKeys = 16
 
-// TestExactlyOnceUnderFailures runs JetStream → keyed running count (the Go
-// wordcount guest, parallelism 2 behind a key partitioner, on two workers so
-// channels cross NATS) → exactly-once JetStream sink, and injects failures
+// TestExactlyOnceUnderFailures runs a partitioned JetStream stream (two
+// source subtasks, two partitions each, offsets per partition) → keyed
+// running count (the Go wordcount guest, parallelism 2 behind a key
+// partitioner, on two workers so channels cross NATS) → exactly-once
+// JetStream sink (fast batches), and injects failures
 // at random points: an operator trap, a worker crash (its tasks canceled and
 // its heartbeats gone), a checkpoint-storage write failure and a NATS server
 // restart that drops every connection. Afterwards the sink must hold, per
@@ -131,14 +133,17 @@ func runFailureScenario(t *testing.T, modPath, checkpointing string, exact bool,
 	defer func() { w2.Close() }()
 
 	js := main.JS
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	// IN numbers its subjects into 4 partitions (in.k07 is stored as
+	// in.<p>.k07); the source's two subtasks read two partitions each.
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
 	// OUT allows batched publish, as the streams `weir run` creates do: the
 	// sink commits with fast batches (sink.PublishFast).
 	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
 
 	spec := fmt.Sprintf(`name: counts
 sources:
-  - {name: in, kind: jetstream, stream: IN}
+  - {name: in, kind: jetstream, stream: IN, parallelism: 2, partitions: 4, partition-filter: "in.{p}.*"}
 operators:
   - name: count
     module: %s
