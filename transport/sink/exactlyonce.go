@@ -229,6 +229,9 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 	if n == 0 {
 		return nil
 	}
+	if s.curN+n > math.MaxUint32 {
+		return fmt.Errorf("exactly-once sink %s: more than %d records staged for one checkpoint; checkpoint more often", s.cfg.Subject, uint32(math.MaxUint32))
+	}
 	// The staged batch is the records of every written batch back to back
 	// under one count; it starts as large as the previous checkpoint's, so
 	// it rarely grows (a copy) on the way.
