@@ -195,7 +195,10 @@ func (c *Catalog) Latest(ctx context.Context, job string, candidates []int64) (m
 		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, fs.ErrNotExist) {
 			return nil, skipped, err
 		}
-		c.log().Warn("checkpoint unusable, falling back to the previous one", "job", job, "checkpoint", id, "err", err)
+		// Its output may already be committed by exactly-once sinks; the
+		// records after the older checkpoint are then processed and
+		// committed again, under new ids. Say so.
+		c.log().Warn("checkpoint unusable, falling back to the previous one; output an exactly-once sink committed for it will be repeated", "job", job, "checkpoint", id, "err", err)
 		skipped = append(skipped, id)
 	}
 	return nil, skipped, nil

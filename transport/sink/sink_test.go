@@ -194,15 +194,18 @@ func TestPublishAuto(t *testing.T) {
 	nc, js := connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, c := range []struct {
+	for i, c := range []struct {
 		atomic, batched bool
 		want            PublishMode
 	}{{true, true, PublishFast}, {false, true, PublishFast}, {true, false, PublishAtomic}, {false, false, PublishAsync}} {
-		cfg := jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, AllowAtomicPublish: c.atomic, AllowBatchPublish: c.batched}
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		// A stream of its own per case: re-creating a just-deleted stream
+		// can race the server's removal of its files.
+		name := fmt.Sprintf("OUT%d", i)
+		cfg := jetstream.StreamConfig{Name: name, Subjects: []string{"out" + strconv.Itoa(i)}, AllowAtomicPublish: c.atomic, AllowBatchPublish: c.batched}
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
-		s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
+		s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: name, Subject: cfg.Subjects[0], Job: "j", Task: "sink0"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,9 +213,6 @@ func TestPublishAuto(t *testing.T) {
 			t.Errorf("allow_atomic=%v allow_batched=%v: mode %s, want %s", c.atomic, c.batched, s.Mode(), c.want)
 		}
 		s.Close()
-		if err := js.DeleteStream(ctx, "OUT"); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
