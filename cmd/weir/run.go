@@ -374,7 +374,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return fmt.Errorf("submit %s: %w", spec.Name, err)
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
-	printGuarantees(std.Out, spec)
+	printGuarantees(ctx, std.Out, n.JS, spec)
 	stop := func() {
 		if embedded || o.cancel {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -459,8 +459,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 }
 
 // printGuarantees says what each source and sink guarantees, so that a
-// core-NATS source's at-most-once is not a surprise.
-func printGuarantees(w io.Writer, spec *jobspec.Spec) {
+// core-NATS source's at-most-once is not a surprise, and how each
+// exactly-once sink will publish on its stream.
+func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec) {
 	for _, s := range spec.Sources {
 		g := source.JetStreamGuarantee
 		switch {
@@ -480,12 +481,29 @@ func printGuarantees(w io.Writer, spec *jobspec.Spec) {
 			g = sink.CoreGuarantee
 		case s.Guarantee == jobspec.AtLeastOnce:
 			g = sink.AtLeastOnceGuarantee
+		default:
+			g += "; " + publishModeOf(ctx, js, s)
 		}
 		fmt.Fprintf(w, "  sink %s: %s\n", s.Name, g)
 	}
 	if spec.Checkpointing.Mode == jobspec.ModeAtLeastOnce {
 		fmt.Fprintln(w, "  checkpointing at-least-once: after a failure, records may be processed twice")
 	}
+}
+
+// publishModeOf says how an exactly-once sink will publish on its stream.
+func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink) string {
+	st, err := js.Stream(ctx, s.Stream)
+	if err == nil {
+		var info *jetstream.StreamInfo
+		if info, err = st.Info(ctx); err == nil {
+			var mode sink.PublishMode
+			if mode, err = sink.ResolvePublishMode(sink.PublishMode(s.Publish), info.Config); err == nil {
+				return fmt.Sprintf("publish mode %s on stream %s", mode, s.Stream)
+			}
+		}
+	}
+	return fmt.Sprintf("publish mode unknown: %v", err)
 }
 
 func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {

@@ -37,6 +37,7 @@ func TestRunWordcountExample(t *testing.T) {
 		"created stream LINES", "published 6 input records",
 		"[counts] weir\t5\n", // "weir" occurs five times in input.txt
 		"[counts] the\t9\n", "latest value per key:",
+		"sink counts: exactly-once", "publish mode fast on stream COUNTS",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)

@@ -185,33 +185,39 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err != nil {
 		return nil, err
 	}
-	switch cfg.Publish {
-	case "", PublishAuto:
-		switch {
-		case scfg.AllowBatchPublish:
-			s.mode = PublishFast
-		case scfg.AllowAtomicPublish:
-			s.mode = PublishAtomic
-		default:
-			s.mode = PublishAsync
-		}
-	case PublishFast:
-		if !scfg.AllowBatchPublish {
-			return nil, fmt.Errorf("exactly-once sink: stream %s does not allow batched publish (allow_batched, nats-server 2.14+), which publish mode fast needs", cfg.Stream)
-		}
-		s.mode = PublishFast
-	case PublishAtomic:
-		if !scfg.AllowAtomicPublish {
-			return nil, fmt.Errorf("exactly-once sink: stream %s does not allow atomic publish (allow_atomic), which publish mode atomic needs", cfg.Stream)
-		}
-		s.mode = PublishAtomic
-	case PublishAsync:
-		s.mode = PublishAsync
-	default:
-		return nil, fmt.Errorf("exactly-once sink: publish mode %q, want auto, fast, atomic or async", cfg.Publish)
+	if s.mode, err = ResolvePublishMode(cfg.Publish, scfg); err != nil {
+		return nil, fmt.Errorf("exactly-once sink: %w", err)
 	}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// ResolvePublishMode is the mode a sink configured with mode publishes in
+// on a stream configured as stream: PublishAuto becomes the best mode the
+// stream allows; a mode the stream does not allow is an error.
+func ResolvePublishMode(mode PublishMode, stream jetstream.StreamConfig) (PublishMode, error) {
+	switch mode {
+	case "", PublishAuto:
+		switch {
+		case stream.AllowBatchPublish:
+			return PublishFast, nil
+		case stream.AllowAtomicPublish:
+			return PublishAtomic, nil
+		}
+		return PublishAsync, nil
+	case PublishFast:
+		if !stream.AllowBatchPublish {
+			return "", fmt.Errorf("stream %s does not allow batched publish (allow_batched, nats-server 2.14+), which publish mode fast needs", stream.Name)
+		}
+	case PublishAtomic:
+		if !stream.AllowAtomicPublish {
+			return "", fmt.Errorf("stream %s does not allow atomic publish (allow_atomic), which publish mode atomic needs", stream.Name)
+		}
+	case PublishAsync:
+	default:
+		return "", fmt.Errorf("publish mode %q, want auto, fast, atomic or async", mode)
+	}
+	return mode, nil
 }
 
 // Guarantee describes the sink's delivery guarantee for the job status.
