@@ -43,8 +43,10 @@ type Operator interface {
 type Source interface {
 	// Poll blocks until the next record batch is available and returns it with
 	// the source offset just after it: Seek(offset) resumes with the batch
-	// that follows. It returns io.EOF when the source is bounded and ended,
-	// and ctx.Err() when ctx is done. The task owns the returned slices.
+	// that follows. A batch without records only moves the offset (e.g.
+	// past messages the source skipped). It returns io.EOF when the source
+	// is bounded and ended, and ctx.Err() when ctx is done. The task owns
+	// the returned slices.
 	Poll(ctx context.Context) (batch []byte, offset []byte, err error)
 	// Seek positions the source at offset, as returned by Poll and stored in
 	// a checkpoint; called once before the first Poll when restoring. A nil

@@ -823,10 +823,12 @@ func (t *Task) runSource(ctx context.Context) error {
 				}
 				return fmt.Errorf("source: poll: %w", p.err)
 			}
-			t.stats.BatchesIn++
-			t.stats.RecordsIn += int64(stream.Records(p.batch).Count())
-			if err := t.process(ctx, 0, p.batch); err != nil {
-				return err
+			if n := int64(stream.Records(p.batch).Count()); n > 0 {
+				t.stats.BatchesIn++
+				t.stats.RecordsIn += n
+				if err := t.process(ctx, 0, p.batch); err != nil {
+					return err
+				}
 			}
 			t.lastOffset = p.offset
 		case <-t.wake:

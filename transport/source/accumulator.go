@@ -25,6 +25,7 @@ type accumulator struct {
 	space  *sync.Cond
 	b      abi.Builder
 	last   []uint64 // per lane: offset of the last message added or skipped
+	moved  bool     // an offset advanced with no record to carry it
 	err    error
 	closed bool
 	ready  chan struct{} // capacity 1: something to take
@@ -88,6 +89,27 @@ func (a *accumulator) skip(lane int, off uint64) {
 	a.mu.Unlock()
 }
 
+// advance moves lane's offset from from to to, unless a record moved it
+// meanwhile, and lets take return the new offsets even without records.
+func (a *accumulator) advance(lane int, from, to uint64) {
+	a.mu.Lock()
+	ok := a.last[lane] == from && to > from
+	if ok {
+		a.last[lane], a.moved = to, true
+	}
+	a.mu.Unlock()
+	if ok {
+		a.signal()
+	}
+}
+
+// offset is lane's current offset.
+func (a *accumulator) offset(lane int) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last[lane]
+}
+
 // fail makes the next take return err.
 func (a *accumulator) fail(err error) {
 	a.mu.Lock()
@@ -99,7 +121,8 @@ func (a *accumulator) fail(err error) {
 }
 
 // take waits for records and returns them as a new batch with the offsets
-// of every lane, each the last message of that lane covered.
+// of every lane, each the last message of that lane covered; an offset that
+// advanced without records comes with an empty batch.
 func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 	for {
 		a.mu.Lock()
@@ -111,9 +134,16 @@ func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 			out := append([]byte(nil), a.b.Bytes()...)
 			a.b.Reset()
 			offs := append([]uint64(nil), a.last...)
+			a.moved = false
 			a.mu.Unlock()
 			a.space.Broadcast()
 			return out, offs, nil
+		}
+		if a.moved {
+			a.moved = false
+			offs := append([]uint64(nil), a.last...)
+			a.mu.Unlock()
+			return append([]byte(nil), abi.EmptyBatch...), offs, nil
 		}
 		if a.err != nil {
 			err := a.err

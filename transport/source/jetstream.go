@@ -57,6 +57,14 @@ type JetStreamConfig struct {
 	// PullMaxMessages is how many messages the consumer keeps requested
 	// ahead; default 4096.
 	PullMaxMessages int
+	// IdleCheck is how often a filtered consumer (a partition, or
+	// FilterSubjects) that delivered nothing is asked whether it is caught
+	// up, so that its offset follows the stream while its subjects are
+	// quiet; default 5s. Without it a quiet partition's offset would stay
+	// behind, and once the stream's retention dropped other subjects'
+	// older messages, a restore could not tell that none of them were its
+	// own and would refuse with ErrOffsetGone.
+	IdleCheck time.Duration
 }
 
 // maxResetAttempts bounds how often in a row the ordered consumer tries to
@@ -77,11 +85,13 @@ type JetStream struct {
 	js    jetstream.JetStream
 	lanes []*lane
 
-	mu      sync.Mutex
-	acc     *accumulator
-	wg      sync.WaitGroup
-	started bool
-	closed  bool
+	mu       sync.Mutex
+	acc      *accumulator
+	wg       sync.WaitGroup
+	stopIdle chan struct{} // closed by Close: ends watchIdle
+	idleDone sync.WaitGroup
+	started  bool
+	closed   bool
 }
 
 // lane is one ordered consumer of a source.
@@ -122,7 +132,11 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	if cfg.PullMaxMessages <= 0 {
 		cfg.PullMaxMessages = 4096
 	}
-	return &JetStream{cfg: cfg, js: js, lanes: lanes, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes))}, nil
+	if cfg.IdleCheck <= 0 {
+		cfg.IdleCheck = 5 * time.Second
+	}
+	return &JetStream{cfg: cfg, js: js, lanes: lanes, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes)),
+		stopIdle: make(chan struct{})}, nil
 }
 
 // EncodeOffset encodes a stream sequence as a source offset.
@@ -320,7 +334,66 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		go s.run(i, l.it)
 	}
 	s.started = true
+	for _, l := range s.lanes {
+		if len(l.filters) > 0 {
+			s.idleDone.Add(1)
+			go s.watchIdle(st)
+			break
+		}
+	}
 	return nil
+}
+
+// watchIdle moves the offset of every filtered lane that delivered nothing
+// for an IdleCheck up to the stream's last sequence, when its consumer
+// confirms it is caught up: the stream's last sequence L is read first,
+// then the consumer's state; if the consumer then has nothing pending and
+// delivered nothing past the lane's offset, every message of the lane's
+// subjects up to L has been read, so the offset can be L.
+func (s *JetStream) watchIdle(st jetstream.Stream) {
+	defer s.idleDone.Done()
+	t := time.NewTicker(s.cfg.IdleCheck)
+	defer t.Stop()
+	seen := make([]uint64, len(s.lanes))
+	for i := range s.lanes {
+		seen[i] = s.acc.offset(i)
+	}
+	for {
+		select {
+		case <-s.stopIdle:
+			return
+		case <-t.C:
+		}
+		for i, l := range s.lanes {
+			off := s.acc.offset(i)
+			if len(l.filters) == 0 || off != seen[i] {
+				seen[i] = off
+				continue
+			}
+			s.catchUp(st, i, l, off)
+			seen[i] = s.acc.offset(i)
+		}
+	}
+}
+
+// catchUp advances lane i from offset off to the stream's last sequence if
+// its consumer is caught up (see watchIdle). Errors leave it where it is.
+func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.IdleCheck)
+	defer cancel()
+	info, err := st.Info(ctx)
+	if err != nil {
+		return
+	}
+	last := info.State.LastSeq
+	if last <= off {
+		return
+	}
+	ci, err := l.cons.Info(ctx)
+	if err != nil || ci.NumPending != 0 || ci.Delivered.Stream > off {
+		return
+	}
+	s.acc.advance(i, off, last)
 }
 
 // run moves messages from lane's iterator into the accumulator, in order,
@@ -409,6 +482,8 @@ func (s *JetStream) Close() error {
 	}
 	s.closed = true
 	s.acc.close()
+	close(s.stopIdle)
+	s.idleDone.Wait()
 	return s.stopLocked()
 }
 

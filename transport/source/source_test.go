@@ -437,6 +437,64 @@ func TestJetStreamOffsetGone(t *testing.T) {
 	}
 }
 
+// A quiet partition's offset follows the stream while the source runs, so
+// after the stream's retention dropped other partitions' old messages a
+// restore still resumes it; a message of its own that was dropped unread
+// is still refused.
+func TestJetStreamQuietPartitionKeepsUp(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}, MaxMsgs: 20})
+	cfg := JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 1, Partitions: 2, PartitionFilter: "in.{p}.*", IdleCheck: 20 * time.Millisecond}
+	publishN(t, ctx, js, func(int) string { return "in.1.x" }, 0, 1) // seq 1, partition 1
+	src, err := NewJetStream(js, cfg)
+	must(t, err)
+	recs, off := pollRecords(t, ctx, src, 1)
+	if len(recs) != 1 {
+		t.Fatalf("%d records", len(recs))
+	}
+	publishN(t, ctx, js, func(int) string { return "in.0.x" }, 1, 101) // seqs 2..101, partition 0
+	// Partition 1 is quiet; its offset moves to 101 with an empty batch.
+	for {
+		b, o, err := src.Poll(ctx)
+		must(t, err)
+		if n, _ := abi.BatchCount(b); n != 0 {
+			t.Fatalf("%d records from the quiet partition", n)
+		}
+		seqs, err := DecodePartitionOffsets(o)
+		must(t, err)
+		if seqs[1] == 101 {
+			off = o
+			break
+		}
+	}
+	src.Close()
+	// Retention keeps seqs 82..101 now; the restored source resumes.
+	src, err = NewJetStream(js, cfg)
+	must(t, err)
+	must(t, src.Seek(ctx, off))
+	publishN(t, ctx, js, func(int) string { return "in.1.x" }, 101, 102)
+	recs, off = pollRecords(t, ctx, src, 1)
+	if values(recs)[0] != 101 {
+		t.Fatalf("resumed with %v", values(recs))
+	}
+	src.Close()
+
+	// While no source runs, a message of partition 1 arrives and retention
+	// drops it unread: the restore is refused.
+	publishN(t, ctx, js, func(int) string { return "in.1.x" }, 102, 103)
+	publishN(t, ctx, js, func(int) string { return "in.0.x" }, 103, 130)
+	src, err = NewJetStream(js, cfg)
+	must(t, err)
+	defer src.Close()
+	must(t, src.Seek(ctx, off))
+	if _, _, err := src.Poll(ctx); !errors.Is(err, ErrOffsetGone) {
+		t.Fatalf("poll past a dropped message: %v", err)
+	}
+}
+
 func TestParseAckReply(t *testing.T) {
 	for _, c := range []struct {
 		reply   string
