@@ -14,13 +14,17 @@ func (u *uppercase) Init(config []byte) error { return nil }
 func (u *uppercase) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 	for in.Next() {
 		r := in.Record()
-		u.buf = append(u.buf[:0], r.Value...)
-		for i, c := range u.buf {
-			if 'a' <= c && c <= 'z' {
-				u.buf[i] = c - ('a' - 'A')
-			}
+		if cap(u.buf) < len(r.Value) {
+			u.buf = make([]byte, len(r.Value))
 		}
-		out.Emit(0, r.Key, u.buf, r.Timestamp)
+		buf := u.buf[:len(r.Value)]
+		for i, c := range r.Value {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		out.Emit(0, r.Key, buf, r.Timestamp)
 	}
 	return nil
 }
