@@ -275,12 +275,20 @@ func BenchmarkCoreWeirUppercase(b *testing.B) {
 	}
 }
 
-// jsPublishIn fills stream IN with n 64-byte messages.
+// jsFill publishes n 64-byte messages to subject.
 func jsFill(b *testing.B, js jetstream.JetStream, subject string, n int) {
 	b.Helper()
+	jsPublish(b, js, n, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: payload} })
+}
+
+// jsPublish publishes the n messages msg makes asynchronously, waiting
+// while too many are unacknowledged, and returns when all are stored.
+func jsPublish(b *testing.B, js jetstream.JetStream, n int, msg func(i int) *nats.Msg) {
+	b.Helper()
 	for i := 0; i < n; i++ {
+		m := msg(i)
 		for {
-			_, err := js.PublishAsync(subject, payload)
+			_, err := js.PublishMsgAsync(m)
 			if err == nil {
 				break
 			}
@@ -347,23 +355,9 @@ func BenchmarkJetStreamRawAsyncPublishMsgID(b *testing.B) {
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	cpu := startCPU()
-	for i := 0; i < b.N; i++ {
-		m := &nats.Msg{Subject: "out", Data: payload, Header: nats.Header{jetstream.MsgIDHeader: []string{"bench/sink0/1/" + strconv.Itoa(i)}}}
-		for {
-			_, err := js.PublishMsgAsync(m)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-				b.Fatal(err)
-			}
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(2 * time.Minute):
-		b.Fatal("publish timed out")
-	}
+	jsPublish(b, js, b.N, func(i int) *nats.Msg {
+		return &nats.Msg{Subject: "out", Data: payload, Header: nats.Header{jetstream.MsgIDHeader: []string{"bench/sink0/1/" + strconv.Itoa(i)}}}
+	})
 	b.StopTimer()
 	cpu.report(b, b.N)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
@@ -542,18 +536,9 @@ func BenchmarkJetStreamSourceSplit(b *testing.B) {
 			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}}); err != nil {
 				b.Fatal(err)
 			}
-			for i := 0; i < b.N; i++ {
-				for {
-					_, err := js.PublishAsync(fmt.Sprintf("in.%d.k%d", i%4, i%64), payload)
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-						b.Fatal(err)
-					}
-				}
-			}
-			<-js.PublishAsyncComplete()
+			jsPublish(b, js, b.N, func(i int) *nats.Msg {
+				return &nats.Msg{Subject: fmt.Sprintf("in.%d.k%d", i%4, i%64), Data: payload}
+			})
 			var srcs []*source.JetStream
 			for idx := 0; idx < 2; idx++ {
 				cfg := source.JetStreamConfig{Stream: "IN", Parallelism: 2, Index: idx}
