@@ -304,6 +304,20 @@ func jsPublish(b *testing.B, js jetstream.JetStream, n int, msg func(i int) *nat
 	}
 }
 
+// jsServer starts an embedded server with JetStream and creates the
+// streams IN and OUT (OUT allowing mode), returning the server and a
+// JetStream client on a connection of its own.
+func jsServer(b *testing.B, mode sink.PublishMode) (*embedded.Server, jetstream.JetStream) {
+	b.Helper()
+	srv := startServer(b, true)
+	js, err := jetstream.New(conn(b, srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	createStreams(b, js, mode)
+	return srv, js
+}
+
 // publishModes are the exactly-once sink's publish modes, benchmarked
 // side by side.
 var publishModes = []sink.PublishMode{sink.PublishFast, sink.PublishAsync, sink.PublishAtomic}
@@ -326,12 +340,7 @@ func createStreams(b *testing.B, js jetstream.JetStream, mode sink.PublishMode) 
 
 // (d) baseline: raw JetStream async publish of n 64-byte messages.
 func BenchmarkJetStreamRawAsyncPublish(b *testing.B) {
-	srv := startServer(b, true)
-	js, err := jetstream.New(conn(b, srv))
-	if err != nil {
-		b.Fatal(err)
-	}
-	createStreams(b, js, sink.PublishAsync)
+	_, js := jsServer(b, sink.PublishAsync)
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	cpu := startCPU()
@@ -346,12 +355,7 @@ func BenchmarkJetStreamRawAsyncPublish(b *testing.B) {
 // needs, alone: the server checks and records every id on the stream's
 // one goroutine, the path every message into the stream takes.
 func BenchmarkJetStreamRawAsyncPublishMsgID(b *testing.B) {
-	srv := startServer(b, true)
-	js, err := jetstream.New(conn(b, srv))
-	if err != nil {
-		b.Fatal(err)
-	}
-	createStreams(b, js, sink.PublishAsync)
+	_, js := jsServer(b, sink.PublishAsync)
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	cpu := startCPU()
@@ -368,12 +372,7 @@ func BenchmarkJetStreamRawAsyncPublishMsgID(b *testing.B) {
 func BenchmarkJetStreamSinkCommit(b *testing.B) {
 	for _, mode := range publishModes {
 		b.Run("publish="+string(mode), func(b *testing.B) {
-			srv := startServer(b, true)
-			js, err := jetstream.New(conn(b, srv))
-			if err != nil {
-				b.Fatal(err)
-			}
-			createStreams(b, js, mode)
+			srv, _ := jsServer(b, mode)
 			ctx := context.Background()
 			snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: "sink0", MinDuplicateWindow: time.Minute})
 			if err != nil {
@@ -412,13 +411,7 @@ func BenchmarkJetStreamSinkCommit(b *testing.B) {
 func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 	for _, mode := range publishModes {
 		b.Run("publish="+string(mode), func(b *testing.B) {
-			srv := startServer(b, true)
-			nc := conn(b, srv)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			createStreams(b, js, mode)
+			srv, js := jsServer(b, mode)
 			jsFill(b, js, "in", b.N)
 			op := uppercase(b, "go")
 			ctx, cancel := context.WithCancel(context.Background())
@@ -491,12 +484,7 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 // The read half of (d) alone: a JetStream source polling n 64-byte
 // messages.
 func BenchmarkJetStreamSourceRead(b *testing.B) {
-	srv := startServer(b, true)
-	js, err := jetstream.New(conn(b, srv))
-	if err != nil {
-		b.Fatal(err)
-	}
-	createStreams(b, js, sink.PublishAsync)
+	_, js := jsServer(b, sink.PublishAsync)
 	jsFill(b, js, "in", b.N)
 	src, err := source.NewJetStream(js, source.JetStreamConfig{Stream: "IN"})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/sink"
@@ -68,13 +67,7 @@ func BenchmarkJetStreamWeirRuntime(b *testing.B) {
 }
 
 func benchJetStreamRuntime(b *testing.B, mode sink.PublishMode) {
-	srv := startServer(b, true)
-	nc := conn(b, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	createStreams(b, js, mode)
+	srv, js := jsServer(b, mode)
 	jsFill(b, js, "in", b.N)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
