@@ -24,8 +24,20 @@ import (
 
 var payload = []byte("the quick brown fox jumps over the lazy dog, 64 bytes of payload")[:64]
 
+// externalEnv names a NATS server URL (JetStream enabled) the benchmarks
+// use instead of an embedded server inside the benchmark process: then the
+// server's work runs in a process of its own, as in a deployment that
+// connects to NATS by URL, and cpu-ns/msg counts the clients alone. The
+// benchmarks delete and recreate the streams they use there.
+const externalEnv = "WEIR_BENCH_NATS"
+
+// startServer starts an embedded server, or returns nil when externalEnv
+// names a server to use instead (conn connects to it).
 func startServer(b *testing.B, js bool) *embedded.Server {
 	b.Helper()
+	if os.Getenv(externalEnv) != "" {
+		return nil
+	}
 	cfg := embedded.Config{NoJetStream: !js}
 	if js {
 		cfg.DataDir = b.TempDir()
@@ -40,6 +52,14 @@ func startServer(b *testing.B, js bool) *embedded.Server {
 
 func conn(b *testing.B, srv *embedded.Server) *nats.Conn {
 	b.Helper()
+	if url := os.Getenv(externalEnv); url != "" {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		return nc
+	}
 	nc, err := srv.Connect()
 	if err != nil {
 		b.Fatal(err)
@@ -326,15 +346,25 @@ var publishModes = []sink.PublishMode{sink.PublishFast, sink.PublishAsync, sink.
 // allows the publish mode (batched or atomic publish).
 func createStreams(b *testing.B, js jetstream.JetStream, mode sink.PublishMode) {
 	b.Helper()
-	ctx := context.Background()
 	for _, cfg := range []jetstream.StreamConfig{
 		{Name: "IN", Subjects: []string{"in"}},
 		{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
 			AllowAtomicPublish: mode == sink.PublishAtomic, AllowBatchPublish: mode == sink.PublishFast},
 	} {
-		if _, err := js.CreateStream(ctx, cfg); err != nil {
-			b.Fatal(err)
-		}
+		recreateStream(b, js, cfg)
+	}
+}
+
+// recreateStream creates the stream cfg describes, deleting one of that
+// name first (left by an earlier benchmark on an external server).
+func recreateStream(b *testing.B, js jetstream.JetStream, cfg jetstream.StreamConfig) {
+	b.Helper()
+	ctx := context.Background()
+	if err := js.DeleteStream(ctx, cfg.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		b.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -521,9 +551,7 @@ func BenchmarkJetStreamSourceSplit(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}}); err != nil {
-				b.Fatal(err)
-			}
+			recreateStream(b, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}})
 			jsPublish(b, js, b.N, func(i int) *nats.Msg {
 				return &nats.Msg{Subject: fmt.Sprintf("in.%d.k%d", i%4, i%64), Data: payload}
 			})
