@@ -3,4 +3,10 @@
 // run a Go-SDK WebAssembly operator between NATS subjects and JetStream
 // streams. Results and the command to reproduce them are in
 // docs/bench/transport.md.
+//
+// Two environment variables change how they run: WEIR_BENCH_CPUPROFILE=FILE
+// writes a CPU profile of the timed part of the last benchmark run, and
+// WEIR_BENCH_NATS=URL runs them against that NATS server (JetStream on)
+// instead of one embedded in the benchmark process, deleting and recreating
+// the streams they use there.
 package benchmarks
