@@ -148,7 +148,10 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 const checkpointUsage = `ls JOB
 
   weir checkpoint ls JOB   every retained checkpoint and savepoint of JOB: id, status,
-                           duration, size, longest alignment, aligned or unaligned`
+                           duration, size, longest alignment, aligned or unaligned,
+                           and the slowest task with the phase that took most of its
+                           time (start delay: the barrier queued behind in-flight data
+                           or a running sink commit; alignment; snapshot; upload)`
 
 func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "checkpoint", checkpointUsage)
@@ -177,7 +180,7 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 
 func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tDURATION\tSIZE\tALIGNMENT\tALIGNED\tTASKS\tREASON")
+	fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tDURATION\tSIZE\tALIGNMENT\tALIGNED\tTASKS\tSLOWEST\tREASON")
 	for _, c := range cps {
 		kind := "checkpoint"
 		if c.Savepoint {
@@ -187,8 +190,12 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 		if c.Unaligned {
 			al = "unaligned"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", c.ID, kind, c.Status, c.Duration.Round(time.Millisecond),
-			size(c.Size), c.Alignment.Round(time.Microsecond), al, c.Acked, c.Total, c.Reason)
+		slowest := "-"
+		if t, ok := c.Slowest(); ok {
+			slowest = t.String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", c.ID, kind, c.Status, c.Duration.Round(time.Millisecond),
+			size(c.Size), c.Alignment.Round(time.Microsecond), al, c.Acked, c.Total, slowest, c.Reason)
 	}
 	tw.Flush()
 }

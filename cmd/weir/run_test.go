@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
 )
 
 // TestRunWordcountExample runs the README's first command: the wordcount
@@ -125,5 +127,29 @@ checkpointing:
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d distinct output lines, want %d:\n%s", len(got), len(want), out.String())
+	}
+}
+
+// A checkpoint's line names its slowest task and what took that task's
+// time, in weir run's output and in weir checkpoint ls.
+func TestCheckpointLinesNameTheSlowestTask(t *testing.T) {
+	c := control.CheckpointInfo{ID: 6, Status: control.CheckpointCompleted, Duration: 2748 * time.Millisecond,
+		Size: 6 << 20, Alignment: 4 * time.Microsecond, Acked: 2, Total: 2,
+		Tasks: map[string]map[string]int64{
+			"count-0":  {control.MetricStartDelayNanos: int64(7 * time.Millisecond)},
+			"counts-0": {control.MetricStartDelayNanos: int64(2705 * time.Millisecond), control.MetricAsyncNanos: int64(22 * time.Millisecond)},
+		}}
+	var line bytes.Buffer
+	printCheckpointLine(&line, c)
+	want := "checkpoint 6 completed in 2.748s: 6.0 MiB, aligned (longest alignment 4µs), 2 tasks; slowest counts-0 (start delay 2.705s of 2.727s)\n"
+	if line.String() != want {
+		t.Errorf("run line:\n%q\nwant\n%q", line.String(), want)
+	}
+	var ls bytes.Buffer
+	printCheckpoints(&ls, []control.CheckpointInfo{c, {ID: 7, Status: control.CheckpointFailed, Reason: "expired"}})
+	rows := strings.Split(strings.TrimSpace(ls.String()), "\n")
+	if len(rows) != 3 || !strings.Contains(rows[0], "SLOWEST") ||
+		!strings.Contains(rows[1], "counts-0 (start delay 2.705s of 2.727s)") || !strings.Contains(rows[2], " - ") {
+		t.Errorf("checkpoint ls:\n%s", ls.String())
 	}
 }
