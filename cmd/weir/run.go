@@ -374,7 +374,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return fmt.Errorf("submit %s: %w", spec.Name, err)
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
-	printGuarantees(ctx, std.Out, n.JS, spec)
+	printGuarantees(ctx, std.Out, n.JS, spec, n.AtomicBatch)
 	stop := func() {
 		if embedded || o.cancel {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -461,7 +461,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 // printGuarantees says what each source and sink guarantees, so that a
 // core-NATS source's at-most-once is not a surprise, and how each
 // exactly-once sink will publish on its stream.
-func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec) {
+func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec, atomicBatch int) {
 	for _, s := range spec.Sources {
 		g := source.JetStreamGuarantee
 		switch {
@@ -482,7 +482,7 @@ func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, s
 		case s.Guarantee == jobspec.AtLeastOnce:
 			g = sink.AtLeastOnceGuarantee
 		default:
-			g += "; " + publishModeOf(ctx, js, s)
+			g += "; " + publishModeOf(ctx, js, s, atomicBatch)
 		}
 		fmt.Fprintf(w, "  sink %s: %s\n", s.Name, g)
 	}
@@ -491,15 +491,17 @@ func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, s
 	}
 }
 
-// publishModeOf says how an exactly-once sink will publish on its stream.
-func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink) string {
+// publishModeOf says how an exactly-once sink will publish on its stream
+// with atomic batches of atomicBatch messages (0: the default; weir run
+// with -nats does not know the remote workers' setting).
+func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, atomicBatch int) string {
 	st, err := js.Stream(ctx, s.Stream)
 	if err == nil {
 		var info *jetstream.StreamInfo
 		if info, err = st.Info(ctx); err == nil {
-			var mode sink.PublishMode
-			if mode, err = sink.ResolvePublishMode(sink.PublishMode(s.Publish), info.Config); err == nil {
-				return fmt.Sprintf("publish mode %s on stream %s", mode, s.Stream)
+			var plan sink.PublishPlan
+			if plan, err = sink.PlanPublish(sink.PublishMode(s.Publish), info.Config, atomicBatch); err == nil {
+				return fmt.Sprintf("publish mode %s on stream %s%s", plan.Mode, s.Stream, plan.Detail())
 			}
 		}
 	}

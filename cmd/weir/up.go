@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/sink"
 )
 
 func init() {
@@ -57,9 +58,11 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetstream]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
-under DIR), the coordinator and worker(s). Other machines join with
-'weir worker -nats nats://THIS-HOST:PORT' (use -checkpoint-store jetstream
-then, so that every worker reaches the checkpoints).`
+under DIR; atomic batches of up to 100000 messages), the coordinator and
+worker(s). Other machines join with
+'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 100000' (use
+-checkpoint-store jetstream then, so that every worker reaches the
+checkpoints).`
 
 func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "up", upUsage)
@@ -93,10 +96,12 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	return nil
 }
 
-const workerUsage = `-nats URL [-id ID] [-data DIR] [-checkpoint-store jetstream|dir]
+const workerUsage = `-nats URL [-id ID] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
 
 Runs a worker that joins the coordinator reachable through NATS at URL and
-runs the tasks it is given.`
+runs the tasks it is given. -atomic-batch is the most messages its
+exactly-once sinks put in one atomic batch: at most the server's
+max_batch_size (1000 by default in nats-server, 100000 in 'weir up').`
 
 func runWorker(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "worker", workerUsage)
@@ -105,6 +110,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	id := fs.String("id", "", "worker ID (default HOSTNAME-PID)")
 	data := fs.String("data", "", "directory for spill files (and dir checkpoints)")
 	store := fs.String("checkpoint-store", node.StoreJetStream, "checkpoint storage: jetstream (shared) or dir")
+	atomicBatch := fs.Int("atomic-batch", sink.MaxAtomicBatch, "most messages per atomic batch of an exactly-once sink (the server's max_batch_size or less)")
 	verbose := fs.Bool("v", false, "log what the worker does")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -118,7 +124,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		*data = dir
 	}
 	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), DataDir: *data, Workers: 1, WorkerID: *id,
-		CheckpointStore: *store, Log: logger(std, *verbose)})
+		CheckpointStore: *store, AtomicBatch: *atomicBatch, Log: logger(std, *verbose)})
 	if err != nil {
 		return err
 	}

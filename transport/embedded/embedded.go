@@ -49,6 +49,12 @@ type Config struct {
 	// MaxPayload overrides the largest message the server accepts (default
 	// 1 MiB in nats-server).
 	MaxPayload int32
+	// MaxAtomicBatch is the most messages one atomic batch publish may
+	// hold (nats-server's `max_batch_size`): 0 means DefaultMaxAtomicBatch,
+	// a negative value keeps nats-server's own default (1000). Exactly-once
+	// sinks commit a large checkpoint in batches of up to this many
+	// messages, with one message id per batch instead of per message.
+	MaxAtomicBatch int
 	// ReadyTimeout bounds how long Start waits for the server to accept
 	// connections; default 10s.
 	ReadyTimeout time.Duration
@@ -58,6 +64,13 @@ type Config struct {
 	// when Logger is set.
 	Debug, Trace bool
 }
+
+// DefaultMaxAtomicBatch is the embedded server's atomic batch limit. The
+// server keeps every message id of a stream's duplicate window in memory
+// and checks each new one against them, which gets slower the more it
+// holds; one id per batch of this size keeps exactly-once output as fast as
+// plain publishing (docs/bench/transport.md).
+const DefaultMaxAtomicBatch = 100_000
 
 // ErrNotReady is wrapped by Start when the server did not come up in time.
 var ErrNotReady = errors.New("embedded nats-server not ready")
@@ -86,6 +99,9 @@ func Start(cfg Config) (*Server, error) {
 	if !cfg.NoJetStream && cfg.DataDir == "" {
 		return nil, errors.New("embedded nats-server: DataDir is required with JetStream on")
 	}
+	if cfg.MaxAtomicBatch == 0 {
+		cfg.MaxAtomicBatch = DefaultMaxAtomicBatch
+	}
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
 		Host:       cfg.Host,
@@ -101,6 +117,9 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.SyncInterval > 0 {
 		opts.SyncInterval = cfg.SyncInterval
+	}
+	if cfg.MaxAtomicBatch > 0 {
+		opts.JetStreamLimits.MaxBatchSize = cfg.MaxAtomicBatch
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

@@ -27,8 +27,25 @@ var ErrDuplicateWindowTooShort = errors.New("stream duplicate window too short f
 // produce.
 var ErrMalformedState = errors.New("malformed exactly-once sink state")
 
-// MaxAtomicBatch is the largest atomic batch the server accepts by default.
-const MaxAtomicBatch = 1000
+// Atomic batch sizes.
+const (
+	// MaxAtomicBatch is the largest atomic batch nats-server accepts by
+	// default (its max_batch_size), and the sink's default batch size; a
+	// server may be configured for more (weir's embedded server takes
+	// 100 000).
+	MaxAtomicBatch = 1000
+	// MaxAtomicChunk is the most messages the sink puts in one atomic
+	// batch, whatever the server allows.
+	MaxAtomicChunk = 100_000
+	// MaxAtomicChunkBytes bounds the record bytes (keys and values) of one
+	// atomic batch: the server holds a batch in memory while it commits it.
+	MaxAtomicChunkBytes = 16 << 20
+	// LargeCheckpoint is where PublishAuto switches to atomic batches: a
+	// checkpoint with at least this many records is committed in atomic
+	// batches, one message id per batch, when the stream allows atomic
+	// publish and the server batches of at least this size.
+	LargeCheckpoint = 10_000
+)
 
 // EndCheckpointID labels the output staged after the last checkpoint and
 // published at end of input.
@@ -50,8 +67,9 @@ type ExactlyOnceConfig struct {
 	// Publish selects how a commit publishes; PublishAuto (the default)
 	// picks the best mode the stream allows.
 	Publish PublishMode
-	// BatchSize is the number of messages per atomic batch (at most
-	// MaxAtomicBatch, the default).
+	// BatchSize is the most messages per atomic batch, up to
+	// MaxAtomicChunk; 0 means MaxAtomicBatch. The server must accept
+	// batches this large (its max_batch_size).
 	BatchSize int
 	// Timeout bounds the wait for one acknowledgement; default 10s.
 	Timeout time.Duration
@@ -94,7 +112,12 @@ type PublishMode string
 const (
 	// PublishAuto picks PublishFast when the stream allows batched
 	// publish (allow_batched, nats-server 2.14+), else PublishAtomic when it
-	// allows atomic publish, else PublishAsync.
+	// allows atomic publish, else PublishAsync. Under PublishFast it
+	// commits a checkpoint of LargeCheckpoint records or more in atomic
+	// batches instead, when the stream allows atomic publish too and the
+	// server accepts batches that large: one message id per batch instead
+	// of one per message, because the server's duplicate check gets slower
+	// with every id it keeps.
 	PublishAuto PublishMode = "auto"
 	// PublishFast publishes a commit as one JetStream fast-ingest batch:
 	// messages are stored as they arrive, the server acknowledges every few
@@ -104,9 +127,12 @@ const (
 	// mode; needs allow_batched on the stream.
 	PublishFast PublishMode = "fast"
 	// PublishAtomic publishes chunks of up to BatchSize messages as atomic
-	// batches, each stored all or nothing (allow_atomic on the stream). On
-	// a single-replica file stream each chunk costs a synced staging store
-	// on the server, which makes it the slowest mode.
+	// batches, each stored all or nothing (allow_atomic on the stream), and
+	// only the first message of a chunk carries a message id. On a
+	// single-replica file stream each chunk costs the server a synced
+	// staging store (a few milliseconds), so small chunks are slow and
+	// large ones (a server with a raised max_batch_size, like weir's
+	// embedded one) the fastest mode there is.
 	PublishAtomic PublishMode = "atomic"
 	// PublishAsync publishes each message asynchronously and waits for
 	// every acknowledgement. Works on any stream; a server failure in the
@@ -118,6 +144,17 @@ const (
 type staged struct {
 	id    int64
 	batch []byte // abi record batch
+	// chunk is 0 when every record is published with its own message id
+	// (fast or async publish); otherwise the records go out in atomic
+	// batches of up to chunk records and chunkBytes record bytes (0: no
+	// byte limit), each with one id. Decided when the checkpoint is staged
+	// and kept in the state, so a re-commit after recovery cuts the same
+	// batches with the same ids.
+	chunk, chunkBytes uint32
+	// legacy marks an entry of a version-1 state, which did not record how
+	// it was published: it is published the way the sink's mode says, as
+	// version 1 did.
+	legacy bool
 }
 
 // ExactlyOnce stages the records written between checkpoints n-1 and n as
@@ -137,6 +174,11 @@ type ExactlyOnce struct {
 	js     jetstream.JetStream
 	mode   PublishMode
 	prefix string
+	// atomicMax is the largest atomic batch the sink publishes (0: the
+	// stream does not allow atomic publish); large says PublishAuto
+	// commits checkpoints of LargeCheckpoint records or more that way.
+	atomicMax int
+	large     bool
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -159,7 +201,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if cfg.Subject == "" || cfg.Stream == "" || cfg.Job == "" || cfg.Task == "" {
 		return nil, errors.New("exactly-once sink: stream, subject, job and task are required")
 	}
-	if cfg.BatchSize <= 0 || cfg.BatchSize > MaxAtomicBatch {
+	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = MaxAtomicBatch
 	}
 	if cfg.Timeout <= 0 {
@@ -185,11 +227,71 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err != nil {
 		return nil, err
 	}
-	if s.mode, err = ResolvePublishMode(cfg.Publish, scfg); err != nil {
+	plan, err := PlanPublish(cfg.Publish, scfg, cfg.BatchSize)
+	if err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
 	}
+	s.mode, s.atomicMax, s.large = plan.Mode, plan.AtomicMax, plan.Large
 	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// PublishPlan is how an exactly-once sink publishes on its stream.
+type PublishPlan struct {
+	// Mode is the resolved mode (never PublishAuto).
+	Mode PublishMode
+	// AtomicMax is the largest atomic batch the sink publishes; 0 when it
+	// publishes none.
+	AtomicMax int
+	// Large is true when checkpoints of LargeCheckpoint records or more
+	// are committed in atomic batches although Mode is PublishFast.
+	Large bool
+}
+
+// String reads e.g. "publish mode fast, checkpoints of 10000+ records in
+// atomic batches of up to 100000".
+func (p PublishPlan) String() string { return "publish mode " + string(p.Mode) + p.Detail() }
+
+// Detail is what String says after the mode: "" or e.g. ", batches of up
+// to 1000".
+func (p PublishPlan) Detail() string {
+	switch {
+	case p.Large:
+		return fmt.Sprintf(", checkpoints of %d+ records in atomic batches of up to %d", LargeCheckpoint, p.AtomicMax)
+	case p.Mode == PublishAtomic:
+		return fmt.Sprintf(", batches of up to %d", p.AtomicMax)
+	}
+	return ""
+}
+
+// PlanPublish decides how a sink configured with mode and atomic batches
+// of batchSize messages (0: MaxAtomicBatch; at most MaxAtomicChunk)
+// publishes on a stream configured as stream (see ResolvePublishMode and
+// PublishAuto).
+func PlanPublish(mode PublishMode, stream jetstream.StreamConfig, batchSize int) (PublishPlan, error) {
+	resolved, err := ResolvePublishMode(mode, stream)
+	if err != nil {
+		return PublishPlan{}, err
+	}
+	p := PublishPlan{Mode: resolved}
+	if !stream.AllowAtomicPublish || resolved == PublishAsync {
+		return p, nil
+	}
+	if batchSize <= 0 {
+		batchSize = MaxAtomicBatch
+	}
+	p.AtomicMax = min(batchSize, MaxAtomicChunk)
+	p.Large = (mode == "" || mode == PublishAuto) && resolved == PublishFast && p.AtomicMax >= LargeCheckpoint
+	return p, nil
+}
+
+// errCodeAtomicBatchTooLarge is nats-server's JSAtomicPublishTooLargeBatchErrF
+// ("atomic publish batch is too large: {size}").
+const errCodeAtomicBatchTooLarge = 10199
+
+// Plan reports how the sink publishes.
+func (s *ExactlyOnce) Plan() PublishPlan {
+	return PublishPlan{Mode: s.mode, AtomicMax: s.atomicMax, Large: s.large}
 }
 
 // ResolvePublishMode is the mode a sink configured with mode publishes in
@@ -271,7 +373,11 @@ func (s *ExactlyOnce) stageCurrent(id int64) {
 		return
 	}
 	binary.LittleEndian.PutUint32(s.cur, uint32(s.curN))
-	s.staged = append(s.staged, staged{id: id, batch: s.cur})
+	e := staged{id: id, batch: s.cur}
+	if s.mode == PublishAtomic || (s.large && s.curN >= LargeCheckpoint) {
+		e.chunk, e.chunkBytes = uint32(s.atomicMax), MaxAtomicChunkBytes
+	}
+	s.staged = append(s.staged, e)
 	s.sizeHint = len(s.cur) + len(s.cur)/8
 	s.cur, s.curN = nil, 0
 }
@@ -300,16 +406,7 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 	go func() {
 		defer s.wg.Done()
 		defer close(job.done)
-		if s.mode == PublishFast {
-			job.err = s.publishFast(s.bg, entries)
-			return
-		}
-		for _, e := range entries {
-			if err := s.commitOne(s.bg, e); err != nil {
-				job.err = err
-				return
-			}
-		}
+		job.err = s.publish(s.bg, entries)
 	}()
 	return nil
 }
@@ -370,6 +467,11 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 		return err
 	}
 	s.cur, s.curN = nil, 0
+	for i := range st {
+		if st[i].legacy && s.mode == PublishAtomic {
+			st[i].chunk = MaxAtomicBatch
+		}
+	}
 	s.staged = st
 	if err := s.Commit(ctx, id); err != nil {
 		return err
@@ -429,19 +531,73 @@ func (s *ExactlyOnce) msg(r abi.Record, id string) *nats.Msg {
 	return &nats.Msg{Subject: s.cfg.Subject, Data: r.Value, Header: h}
 }
 
-func (s *ExactlyOnce) commitOne(ctx context.Context, st staged) error {
-	recs, err := abi.DecodeBatch(st.batch)
+// publish publishes entries in order: each run of entries whose records
+// carry a message id each as one fast batch (or by async publish, when the
+// stream does not allow batched publish), each entry staged for atomic
+// batches batch by batch.
+func (s *ExactlyOnce) publish(ctx context.Context, entries []staged) error {
+	for i := 0; i < len(entries); {
+		if entries[i].chunk > 0 {
+			if err := s.publishChunks(ctx, entries[i]); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(entries) && entries[j].chunk == 0 {
+			j++
+		}
+		if s.mode == PublishFast {
+			if err := s.publishFast(ctx, entries[i:j]); err != nil {
+				return err
+			}
+		} else {
+			for _, e := range entries[i:j] {
+				recs, err := abi.DecodeBatch(e.batch)
+				if err != nil {
+					return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
+				}
+				if err := s.publishAsync(ctx, e.id, 0, recs); err != nil {
+					return err
+				}
+			}
+		}
+		i = j
+	}
+	return nil
+}
+
+// publishChunks publishes the records of e as atomic batches cut the way
+// e records: up to e.chunk records and e.chunkBytes record bytes each, so
+// a re-commit repeats the batches and their ids.
+func (s *ExactlyOnce) publishChunks(ctx context.Context, e staged) error {
+	if int(e.chunk) > s.atomicMax {
+		now := fmt.Sprintf("stream %s does not allow atomic publish", s.cfg.Stream)
+		if s.atomicMax > 0 {
+			now = fmt.Sprintf("the sink's batch size is %d", s.atomicMax)
+		}
+		return fmt.Errorf("exactly-once sink %s: checkpoint %d was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
+			s.cfg.Subject, e.id, e.chunk, now, e.chunk)
+	}
+	recs, err := abi.DecodeBatch(e.batch)
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, st.id, err)
+		return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
 	}
-	if s.mode == PublishAsync {
-		return s.publishAsync(ctx, st.id, 0, recs)
-	}
-	for first := 0; first < len(recs); first += s.cfg.BatchSize {
-		end := min(first+s.cfg.BatchSize, len(recs))
-		if err := s.publishAtomic(ctx, st.id, first, recs[first:end]); err != nil {
+	for first := 0; first < len(recs); {
+		end, size := first, 0
+		for end < len(recs) && end-first < int(e.chunk) {
+			n := len(recs[end].Key) + len(recs[end].Value)
+			if e.chunkBytes > 0 && end > first && size+n > int(e.chunkBytes) {
+				break
+			}
+			size += n
+			end++
+		}
+		if err := s.publishAtomic(ctx, e.id, first, recs[first:end]); err != nil {
 			return err
 		}
+		first = end
 	}
 	return nil
 }
@@ -468,6 +624,10 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return nil
+	}
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicBatchTooLarge {
+		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w (the server's max_batch_size is below the sink's batch size %d: lower the batch size or raise the limit)",
+			s.cfg.Subject, ckpt, first, first+len(recs)-1, err, len(recs))
 	}
 	if err != nil {
 		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w", s.cfg.Subject, ckpt, first, first+len(recs)-1, err)
@@ -594,15 +754,17 @@ func (s *ExactlyOnce) publishAsync(ctx context.Context, ckpt int64, first int, r
 	return nil
 }
 
-// State layout: "WEOS" version:u8 count:u32 (id:i64 len:u32 batch)*count.
+// State layout: "WEOS" version:u8 count:u32, then count entries; version 2:
+// (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch), version 1 (read, not
+// written): (id:i64 len:u32 batch).
 var stateMagic = []byte("WEOS")
 
-const stateVersion = 1
+const stateVersion = 2
 
 func encodeState(st []staged) []byte {
 	size := len(stateMagic) + 5
 	for _, e := range st {
-		size += 12 + len(e.batch)
+		size += 20 + len(e.batch)
 	}
 	out := make([]byte, 0, size)
 	out = append(out, stateMagic...)
@@ -610,6 +772,8 @@ func encodeState(st []staged) []byte {
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(st)))
 	for _, e := range st {
 		out = binary.LittleEndian.AppendUint64(out, uint64(e.id))
+		out = binary.LittleEndian.AppendUint32(out, e.chunk)
+		out = binary.LittleEndian.AppendUint32(out, e.chunkBytes)
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.batch)))
 		out = append(out, e.batch...)
 	}
@@ -623,23 +787,33 @@ func decodeState(b []byte) ([]staged, error) {
 	if len(b) < len(stateMagic)+5 || string(b[:4]) != string(stateMagic) {
 		return nil, fmt.Errorf("%w: bad header", ErrMalformedState)
 	}
-	if b[4] != stateVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, b[4])
+	version := b[4]
+	if version != 1 && version != stateVersion {
+		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, version)
+	}
+	head := 20 // id, chunk, chunkBytes, len
+	if version == 1 {
+		head = 12 // id, len
 	}
 	n := binary.LittleEndian.Uint32(b[5:])
 	off := 9
-	if uint64(n)*12 > uint64(len(b)-off) {
+	if uint64(n)*uint64(head) > uint64(len(b)-off) {
 		return nil, fmt.Errorf("%w: count %d exceeds %d bytes", ErrMalformedState, n, len(b)-off)
 	}
 	out := make([]staged, 0, n)
 	var prev int64 = math.MinInt64
 	for i := uint32(0); i < n; i++ {
-		if len(b)-off < 12 {
+		if len(b)-off < head {
 			return nil, fmt.Errorf("%w: entry %d header passes the end", ErrMalformedState, i)
 		}
-		id := int64(binary.LittleEndian.Uint64(b[off:]))
-		l := uint64(binary.LittleEndian.Uint32(b[off+8:]))
-		off += 12
+		e := staged{id: int64(binary.LittleEndian.Uint64(b[off:])), legacy: version == 1}
+		if version != 1 {
+			e.chunk = binary.LittleEndian.Uint32(b[off+8:])
+			e.chunkBytes = binary.LittleEndian.Uint32(b[off+12:])
+		}
+		id := e.id
+		l := uint64(binary.LittleEndian.Uint32(b[off+head-4:]))
+		off += head
 		if l > uint64(len(b)-off) {
 			return nil, fmt.Errorf("%w: entry %d of %d bytes passes the end", ErrMalformedState, i, l)
 		}
@@ -651,7 +825,8 @@ func decodeState(b []byte) ([]staged, error) {
 		if _, err := abi.ValidateBatch(batch); err != nil {
 			return nil, fmt.Errorf("%w: entry %d: %w", ErrMalformedState, i, err)
 		}
-		out = append(out, staged{id: id, batch: batch})
+		e.batch = batch
+		out = append(out, e)
 		off += int(l)
 	}
 	if off != len(b) {

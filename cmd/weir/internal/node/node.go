@@ -64,6 +64,11 @@ type Options struct {
 	HeartbeatTimeout time.Duration
 	// HeartbeatInterval of the workers (0 = default).
 	HeartbeatInterval time.Duration
+	// AtomicBatch is the workers' atomic batch size for exactly-once sinks
+	// (worker.Config.AtomicBatch); 0 means the embedded server's limit
+	// (embedded.DefaultMaxAtomicBatch) with the embedded server, and
+	// nats-server's default (1000) with an external one.
+	AtomicBatch int
 	// Log receives everything the node logs.
 	Log *slog.Logger
 	// Hooks wrap the workers' task parts (tests only).
@@ -90,6 +95,9 @@ type Node struct {
 	Workers []*worker.Worker
 	// Registry is the module registry.
 	Registry *registry.Registry
+	// AtomicBatch is the in-process workers' atomic batch size for
+	// exactly-once sinks (Options.AtomicBatch after defaults).
+	AtomicBatch int
 
 	engine *wasm.Engine
 	// The coordinator stops first (it cancels its jobs' tasks on the
@@ -113,6 +121,10 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			n.closeResources()
 		}
 	}()
+	if opts.AtomicBatch == 0 && opts.NATS == nil {
+		opts.AtomicBatch = embedded.DefaultMaxAtomicBatch
+	}
+	n.AtomicBatch = opts.AtomicBatch
 	if opts.NATS == nil {
 		if opts.DataDir == "" {
 			return nil, errors.New("node: a data directory is required for the embedded server")
@@ -225,6 +237,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 				ID: id, Conn: n.Conn, Engine: n.engine, Store: taskStore,
 				Modules: ModuleSource(n.Registry), SpillDir: spill,
 				HeartbeatInterval: opts.HeartbeatInterval, Log: log, Hooks: opts.Hooks,
+				AtomicBatch: opts.AtomicBatch,
 			})
 			if err != nil {
 				return nil, err

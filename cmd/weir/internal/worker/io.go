@@ -62,6 +62,7 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		Job:                b.d.Job,
 		Task:               pt.ID,
 		Publish:            sink.PublishMode(spec.Publish),
+		BatchSize:          b.w.cfg.AtomicBatch,
 		MinDuplicateWindow: sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, RecoveryAllowance),
 	})
 }

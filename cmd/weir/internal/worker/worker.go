@@ -64,6 +64,12 @@ type Config struct {
 	// ChannelCapacity bounds the bytes queued on one in-process channel (0 =
 	// 1 MiB); remote channels use their own window.
 	ChannelCapacity int
+	// AtomicBatch is the most messages an exactly-once sink puts in one
+	// atomic batch (0 = sink.MaxAtomicBatch, nats-server's default limit);
+	// the server must accept it (max_batch_size). At LargeCheckpoint or
+	// more, sinks in publish mode auto commit large checkpoints in atomic
+	// batches.
+	AtomicBatch int
 	// Log receives the worker's and the operators' log lines.
 	Log *slog.Logger
 	// Hooks, if set, lets tests wrap what the worker builds (fault

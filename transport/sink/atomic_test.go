@@ -1,0 +1,265 @@
+package sink
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// streamIDs reads every message of stream in order and returns its
+// Nats-Msg-Id ("" for none) and value.
+func streamIDs(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) (ids, values []string) {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(info.State.Msgs)
+	for seq := uint64(1); len(values) < n; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
+		}
+		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
+		values = append(values, string(m.Data))
+	}
+	return ids, values
+}
+
+// PlanPublish: auto switches to atomic batches for large checkpoints only
+// when the stream allows atomic publish and the batch size reaches
+// LargeCheckpoint.
+func TestPlanPublish(t *testing.T) {
+	both := jetstream.StreamConfig{Name: "OUT", AllowAtomicPublish: true, AllowBatchPublish: true}
+	for _, c := range []struct {
+		mode   PublishMode
+		stream jetstream.StreamConfig
+		batch  int
+		want   PublishPlan
+		detail string
+	}{
+		{PublishAuto, both, 0, PublishPlan{Mode: PublishFast, AtomicMax: MaxAtomicBatch}, ""},
+		{PublishAuto, both, 100_000, PublishPlan{Mode: PublishFast, AtomicMax: 100_000, Large: true}, ", checkpoints of 10000+ records in atomic batches of up to 100000"},
+		{PublishAuto, both, 5_000_000, PublishPlan{Mode: PublishFast, AtomicMax: MaxAtomicChunk, Large: true}, ", checkpoints of 10000+ records in atomic batches of up to 100000"},
+		{PublishFast, both, 100_000, PublishPlan{Mode: PublishFast, AtomicMax: 100_000}, ""},
+		{PublishAuto, jetstream.StreamConfig{Name: "OUT", AllowBatchPublish: true}, 100_000, PublishPlan{Mode: PublishFast}, ""},
+		{PublishAuto, jetstream.StreamConfig{Name: "OUT", AllowAtomicPublish: true}, 0, PublishPlan{Mode: PublishAtomic, AtomicMax: MaxAtomicBatch}, ", batches of up to 1000"},
+		{PublishAsync, both, 100_000, PublishPlan{Mode: PublishAsync}, ""},
+	} {
+		got, err := PlanPublish(c.mode, c.stream, c.batch)
+		if err != nil || got != c.want || got.Detail() != c.detail {
+			t.Errorf("PlanPublish(%s, atomic=%v batched=%v, %d) = %+v %q, %v; want %+v %q", c.mode, c.stream.AllowAtomicPublish, c.stream.AllowBatchPublish, c.batch, got, got.Detail(), err, c.want, c.detail)
+		}
+	}
+}
+
+// A batch size above the server's max_batch_size fails the commit with a
+// reason that names both.
+func TestAtomicBatchAboveTheServerLimit(t *testing.T) {
+	srv := embeddedtest.Server(t, embedded.Config{MaxAtomicBatch: -1}) // nats-server's 1000
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, outStream(PublishAtomic)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", BatchSize: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	must(t, s.Write(ctx, batchOf(0, 1200)))
+	if _, err := s.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Commit(ctx, 1))
+	err = s.Wait(ctx)
+	if err == nil || !strings.Contains(err.Error(), "atomic publish batch is too large: 1000") || !strings.Contains(err.Error(), "max_batch_size is below the sink's batch size 1200") {
+		t.Fatalf("Wait: %v", err)
+	}
+}
+
+// Under PublishAuto a checkpoint of LargeCheckpoint records or more goes
+// out in atomic batches with one message id each, a smaller one as a fast
+// batch with an id per message, in order; a re-commit of both after a
+// crash stores nothing twice.
+func TestAutoCommitsLargeCheckpointsAtomically(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
+		AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", BatchSize: embedded.DefaultMaxAtomicBatch}
+	s, err := NewExactlyOnce(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Plan(); !p.Large || p.AtomicMax != MaxAtomicChunk {
+		t.Fatalf("plan %+v, want large atomic batches of %d", p, MaxAtomicChunk)
+	}
+	large := LargeCheckpoint + 5
+	must(t, s.Write(ctx, batchOf(0, large)))
+	if _, err := s.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Write(ctx, batchOf(large, large+10)))
+	state, err := s.PreCommit(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Commit(ctx, 2))
+	must(t, s.Wait(ctx))
+	s.Close()
+
+	// A crash after the commit, before the task learned of it: the next
+	// attempt re-commits both checkpoints from the snapshot.
+	again, err := NewExactlyOnce(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	must(t, again.Recover(ctx, 2, state))
+
+	ids, values := streamIDs(t, ctx, js, "OUT")
+	if want := wantValues(0, large+10); strings.Join(values, ",") != strings.Join(want, ",") {
+		t.Fatalf("stream holds %d values, want %d in order", len(values), len(want))
+	}
+	for i, id := range ids {
+		want := ""
+		switch {
+		case i == 0:
+			want = "j/sink0/1/0" // the atomic batch's one id
+		case i >= large:
+			want = "j/sink0/2/" + strconv.Itoa(i-large)
+		}
+		if id != want {
+			t.Fatalf("message %d has id %q, want %q", i, id, want)
+		}
+	}
+}
+
+// stateV2 encodes one staged entry the way PreCommit does, with the given
+// atomic batch cut.
+func stateV2(id int64, batch []byte, chunk, chunkBytes uint32) []byte {
+	return encodeState([]staged{{id: id, batch: batch, chunk: chunk, chunkBytes: chunkBytes}})
+}
+
+// A re-commit cuts the atomic batches the state recorded — by count and by
+// bytes — whatever the sink would choose now.
+func TestRecoverCutsTheRecordedBatches(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, outStream(PublishAtomic)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Records "k0"+"v0" ... are 4 bytes up to v9, 5 from v10, so 13 bytes
+	// cut [0-2] [3-5] [6-8] [9-10] [11]; the next entry is cut by count,
+	// [12-15] [16-19].
+	must(t, s.Recover(ctx, 3, stateV2(3, batchOf(0, 12), 1000, 13)))
+	must(t, s.Recover(ctx, 4, encodeState([]staged{{id: 4, batch: batchOf(12, 20), chunk: 4}})))
+	ids, values := streamIDs(t, ctx, js, "OUT")
+	if strings.Join(values, ",") != strings.Join(wantValues(0, 20), ",") {
+		t.Fatalf("values %v", values)
+	}
+	var got []string
+	for i, id := range ids {
+		if id != "" {
+			got = append(got, strconv.Itoa(i)+"="+id)
+		}
+	}
+	want := "0=j/sink0/3/0 3=j/sink0/3/3 6=j/sink0/3/6 9=j/sink0/3/9 11=j/sink0/3/11 12=j/sink0/4/0 16=j/sink0/4/4"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("batch ids %v, want %s", got, want)
+	}
+}
+
+// A checkpoint staged for larger atomic batches than the sink now
+// publishes cannot be re-committed exactly once in other batches: the
+// recovery fails with a reason instead of guessing.
+func TestRecoverRefusesLargerBatchesThanConfigured(t *testing.T) {
+	srv := embeddedtest.Server(t, embedded.Config{MaxAtomicBatch: -1}) // nats-server's 1000
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, outStream(PublishAtomic)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Recover(ctx, 5, stateV2(5, batchOf(0, 3), 50_000, MaxAtomicChunkBytes))
+	if err == nil || !strings.Contains(err.Error(), "checkpoint 5 was staged for atomic batches of up to 50000 messages, but the sink's batch size is 1000") {
+		t.Fatalf("Recover: %v", err)
+	}
+}
+
+// State written by version 1 (no batch cut recorded) is re-committed the
+// way version 1 published: atomic batches of MaxAtomicBatch under
+// PublishAtomic, an id per message otherwise.
+func TestRecoverVersion1State(t *testing.T) {
+	v1 := func(id int64, batch []byte) []byte {
+		out := append([]byte("WEOS\x01"), 1, 0, 0, 0)
+		out = binary.LittleEndian.AppendUint64(out, uint64(id))
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(batch)))
+		return append(out, batch...)
+	}
+	for _, mode := range []PublishMode{PublishAtomic, PublishFast} {
+		t.Run(string(mode), func(t *testing.T) {
+			srv := startServer(t)
+			nc, js := connect(t, srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
+				t.Fatal(err)
+			}
+			s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			n := MaxAtomicBatch + 2
+			must(t, s.Recover(ctx, 1, v1(1, batchOf(0, n))))
+			ids, values := streamIDs(t, ctx, js, "OUT")
+			if len(values) != n {
+				t.Fatalf("%d messages, want %d", len(values), n)
+			}
+			withID := 0
+			for _, id := range ids {
+				if id != "" {
+					withID++
+				}
+			}
+			want := n // an id per message
+			if mode == PublishAtomic {
+				want = 2 // batches at 0 and 1000
+			}
+			if withID != want || ids[0] != "j/sink0/1/0" {
+				t.Fatalf("%d messages with an id (first %q), want %d", withID, ids[0], want)
+			}
+		})
+	}
+}
