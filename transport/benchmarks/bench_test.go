@@ -339,17 +339,26 @@ func jsServer(b *testing.B, mode sink.PublishMode) (*embedded.Server, jetstream.
 }
 
 // publishModes are the exactly-once sink's publish modes, benchmarked
-// side by side.
-var publishModes = []sink.PublishMode{sink.PublishFast, sink.PublishAsync, sink.PublishAtomic}
+// side by side; auto is what a job gets on a stream weir run creates.
+var publishModes = []sink.PublishMode{sink.PublishAuto, sink.PublishFast, sink.PublishAsync, sink.PublishAtomic}
+
+// sinkConfig configures the benchmarks' exactly-once sink for mode, with
+// the atomic batch size weir's workers use on its embedded server.
+func sinkConfig(mode sink.PublishMode, task string) sink.ExactlyOnceConfig {
+	return sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: task, MinDuplicateWindow: time.Minute,
+		Publish: mode, BatchSize: embedded.DefaultMaxAtomicBatch}
+}
 
 // createStreams creates the input stream IN and the output stream OUT; OUT
-// allows the publish mode (batched or atomic publish).
+// allows the publish mode (batched or atomic publish; both for auto, as
+// weir run creates sink streams).
 func createStreams(b *testing.B, js jetstream.JetStream, mode sink.PublishMode) {
 	b.Helper()
 	for _, cfg := range []jetstream.StreamConfig{
 		{Name: "IN", Subjects: []string{"in"}},
 		{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
-			AllowAtomicPublish: mode == sink.PublishAtomic, AllowBatchPublish: mode == sink.PublishFast},
+			AllowAtomicPublish: mode == sink.PublishAtomic || mode == sink.PublishAuto,
+			AllowBatchPublish:  mode == sink.PublishFast || mode == sink.PublishAuto},
 	} {
 		recreateStream(b, js, cfg)
 	}
@@ -404,7 +413,7 @@ func BenchmarkJetStreamSinkCommit(b *testing.B) {
 		b.Run("publish="+string(mode), func(b *testing.B) {
 			srv, _ := jsServer(b, mode)
 			ctx := context.Background()
-			snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: "sink0", MinDuplicateWindow: time.Minute})
+			snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sinkConfig(mode, "sink0"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -451,11 +460,11 @@ func BenchmarkJetStreamWeirExactlyOnce(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer src.Close()
-			snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: "sink0", MinDuplicateWindow: time.Minute})
+			snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sinkConfig(mode, "sink0"))
 			if err != nil {
 				b.Fatal(err)
 			}
-			if snk.Mode() != mode {
+			if mode != sink.PublishAuto && snk.Mode() != mode {
 				b.Fatalf("publish mode %s, want %s", snk.Mode(), mode)
 			}
 			const ckptRecords = 20000

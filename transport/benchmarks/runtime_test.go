@@ -75,7 +75,7 @@ func benchJetStreamRuntime(b *testing.B, mode sink.PublishMode) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "bench", Task: "uppercase[0]"})
+	snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sinkConfig(mode, "uppercase[0]"))
 	if err != nil {
 		b.Fatal(err)
 	}
