@@ -160,7 +160,8 @@ type staged struct {
 // ExactlyOnce stages the records written between checkpoints n-1 and n as
 // part of checkpoint n (PreCommit returns them for the task's snapshot) and
 // publishes them only when checkpoint n completes (Commit), each with the
-// message id "<job>/<task>/<n>/<index>". A re-commit — after a crash
+// message id "<job>/<task>/<n>/<index>" — in atomic batches only the
+// batch's first message, which stands for the batch. A re-commit — after a crash
 // between the checkpoint's completion and the end of its commit, or by a
 // task of an earlier attempt still committing — repeats the same ids, and
 // JetStream drops the duplicates. How a commit publishes is its
@@ -608,8 +609,8 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, e staged) error {
 func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, recs []abi.Record) error {
 	// Only the chunk's first message carries a message id: the batch is
 	// stored all or nothing, so a repeated chunk is refused as a whole for
-	// that one duplicate id. Chunks are cut at fixed offsets (BatchSize) of
-	// the staged output, so a re-commit repeats the same ids.
+	// that one duplicate id. Chunks are cut the way the staged entry
+	// recorded (publishChunks), so a re-commit repeats the same ids.
 	msgs := make([]*nats.Msg, len(recs))
 	for i, r := range recs {
 		id := ""
