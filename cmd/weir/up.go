@@ -58,9 +58,9 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetstream]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
-under DIR; atomic batches of up to 100000 messages), the coordinator and
+under DIR; atomic batches of up to 20000 messages), the coordinator and
 worker(s). Other machines join with
-'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 100000' (use
+'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 20000' (use
 -checkpoint-store jetstream then, so that every worker reaches the
 checkpoints).`
 
@@ -101,7 +101,7 @@ const workerUsage = `-nats URL [-id ID] [-data DIR] [-checkpoint-store jetstream
 Runs a worker that joins the coordinator reachable through NATS at URL and
 runs the tasks it is given. -atomic-batch is the most messages its
 exactly-once sinks put in one atomic batch: at most the server's
-max_batch_size (1000 by default in nats-server, 100000 in 'weir up').`
+max_batch_size (1000 by default in nats-server, 20000 in 'weir up').`
 
 func runWorker(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "worker", workerUsage)

@@ -109,8 +109,8 @@ func TestAutoCommitsLargeCheckpointsAtomically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := s.Plan(); !p.Large || p.AtomicMax != MaxAtomicChunk {
-		t.Fatalf("plan %+v, want large atomic batches of %d", p, MaxAtomicChunk)
+	if p := s.Plan(); !p.Large || p.AtomicMax != embedded.DefaultMaxAtomicBatch {
+		t.Fatalf("plan %+v, want large atomic batches of %d", p, embedded.DefaultMaxAtomicBatch)
 	}
 	large := LargeCheckpoint + 5
 	must(t, s.Write(ctx, batchOf(0, large)))

@@ -32,7 +32,7 @@ const (
 	// MaxAtomicBatch is the largest atomic batch nats-server accepts by
 	// default (its max_batch_size), and the sink's default batch size; a
 	// server may be configured for more (weir's embedded server takes
-	// 100 000).
+	// 20 000).
 	MaxAtomicBatch = 1000
 	// MaxAtomicChunk is the most messages the sink puts in one atomic
 	// batch, whatever the server allows.
@@ -250,7 +250,7 @@ type PublishPlan struct {
 }
 
 // String reads e.g. "publish mode fast, checkpoints of 10000+ records in
-// atomic batches of up to 100000".
+// atomic batches of up to 20000".
 func (p PublishPlan) String() string { return "publish mode " + string(p.Mode) + p.Detail() }
 
 // Detail is what String says after the mode: "" or e.g. ", batches of up
