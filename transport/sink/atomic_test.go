@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
@@ -27,13 +28,25 @@ func streamIDs(t *testing.T, ctx context.Context, js jetstream.JetStream, stream
 		t.Fatal(err)
 	}
 	n := int(info.State.Msgs)
-	for seq := uint64(1); len(values) < n; seq++ {
-		m, err := st.GetMsg(ctx, seq)
+	if n == 0 {
+		return nil, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(values) < n {
+		batch, err := cons.Fetch(n-len(values), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatalf("message %d: %v", seq, err)
+			t.Fatal(err)
 		}
-		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
-		values = append(values, string(m.Data))
+		for m := range batch.Messages() {
+			ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
+			values = append(values, string(m.Data()))
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return ids, values
 }
@@ -261,5 +274,55 @@ func TestRecoverVersion1State(t *testing.T) {
 				t.Fatalf("%d messages with an id (first %q), want %d", withID, ids[0], want)
 			}
 		})
+	}
+}
+
+// A crash in the middle of committing a large checkpoint under auto (the
+// first of its atomic batches stored): the recovery re-commits the
+// checkpoint in the same batches, the stored one is refused as a duplicate
+// as a whole, and the stream holds every record once, in order.
+func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
+		AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", BatchSize: LargeCheckpoint}
+	s, err := NewExactlyOnce(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 2*LargeCheckpoint + LargeCheckpoint/2 // batches of 10000, 10000, 5000
+	must(t, s.Write(ctx, batchOf(0, n)))
+	state, err := s.PreCommit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := abi.DecodeBatch(s.staged[0].batch)
+	must(t, err)
+	must(t, s.publishAtomic(ctx, 1, 0, recs[:LargeCheckpoint])) // then the crash
+	s.Close()
+
+	again, err := NewExactlyOnce(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	must(t, again.Recover(ctx, 1, state))
+	ids, values := streamIDs(t, ctx, js, "OUT")
+	if strings.Join(values, ",") != strings.Join(wantValues(0, n), ",") {
+		t.Fatalf("stream holds %d values, want %d once each in order", len(values), n)
+	}
+	var got []string
+	for i, id := range ids {
+		if id != "" {
+			got = append(got, strconv.Itoa(i)+"="+id)
+		}
+	}
+	if want := "0=j/sink0/1/0 10000=j/sink0/1/10000 20000=j/sink0/1/20000"; strings.Join(got, " ") != want {
+		t.Fatalf("batch ids %v, want %s", got, want)
 	}
 }
