@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/abi"
@@ -19,36 +20,50 @@ import (
 // Nats-Msg-Id ("" for none) and value.
 func streamIDs(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) (ids, values []string) {
 	t.Helper()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int(info.State.Msgs)
-	if n == 0 {
-		return nil, nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(values) < n {
-		batch, err := cons.Fetch(n-len(values), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
-			values = append(values, string(m.Data()))
-		}
-		if err := batch.Error(); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range readStream(t, ctx, js, stream) {
+		ids = append(ids, m.id)
+		values = append(values, m.value)
 	}
 	return ids, values
+}
+
+// withIDs lists the messages that carry an id as "index=id".
+func withIDs(ids []string) string {
+	var out []string
+	for i, id := range ids {
+		if id != "" {
+			out = append(out, strconv.Itoa(i)+"="+id)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// autoSink starts a server with a stream OUT that allows both batched and
+// atomic publish, and returns the config of a sink in mode auto with
+// atomic batches of batchSize.
+func autoSink(t *testing.T, batchSize int) (context.Context, *nats.Conn, jetstream.JetStream, ExactlyOnceConfig) {
+	t.Helper()
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
+		AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, nc, js, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", BatchSize: batchSize}
+}
+
+// recoverNew recovers a new sink of cfg from checkpoint id's state, as the
+// next attempt of a crashed task does.
+func recoverNew(t *testing.T, ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig, id int64, state []byte) {
+	t.Helper()
+	s, err := NewExactlyOnce(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	must(t, s.Recover(ctx, id, state))
 }
 
 // PlanPublish: auto switches to atomic batches for large checkpoints only
@@ -109,15 +124,7 @@ func TestAtomicBatchAboveTheServerLimit(t *testing.T) {
 // batch with an id per message, in order; a re-commit of both after a
 // crash stores nothing twice.
 func TestAutoCommitsLargeCheckpointsAtomically(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
-		AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", BatchSize: embedded.DefaultMaxAtomicBatch}
+	ctx, nc, js, cfg := autoSink(t, embedded.DefaultMaxAtomicBatch)
 	s, err := NewExactlyOnce(ctx, nc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -141,12 +148,7 @@ func TestAutoCommitsLargeCheckpointsAtomically(t *testing.T) {
 
 	// A crash after the commit, before the task learned of it: the next
 	// attempt re-commits both checkpoints from the snapshot.
-	again, err := NewExactlyOnce(ctx, nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	must(t, again.Recover(ctx, 2, state))
+	recoverNew(t, ctx, nc, cfg, 2, state)
 
 	ids, values := streamIDs(t, ctx, js, "OUT")
 	if want := wantValues(0, large+10); strings.Join(values, ",") != strings.Join(want, ",") {
@@ -196,15 +198,9 @@ func TestRecoverCutsTheRecordedBatches(t *testing.T) {
 	if strings.Join(values, ",") != strings.Join(wantValues(0, 20), ",") {
 		t.Fatalf("values %v", values)
 	}
-	var got []string
-	for i, id := range ids {
-		if id != "" {
-			got = append(got, strconv.Itoa(i)+"="+id)
-		}
-	}
 	want := "0=j/sink0/3/0 3=j/sink0/3/3 6=j/sink0/3/6 9=j/sink0/3/9 11=j/sink0/3/11 12=j/sink0/4/0 16=j/sink0/4/4"
-	if strings.Join(got, " ") != want {
-		t.Fatalf("batch ids %v, want %s", got, want)
+	if got := withIDs(ids); got != want {
+		t.Fatalf("batch ids %s, want %s", got, want)
 	}
 }
 
@@ -282,15 +278,7 @@ func TestRecoverVersion1State(t *testing.T) {
 // checkpoint in the same batches, the stored one is refused as a duplicate
 // as a whole, and the stream holds every record once, in order.
 func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
-		AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", BatchSize: LargeCheckpoint}
+	ctx, nc, js, cfg := autoSink(t, LargeCheckpoint)
 	s, err := NewExactlyOnce(ctx, nc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -306,23 +294,12 @@ func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
 	must(t, s.publishAtomic(ctx, 1, 0, recs[:LargeCheckpoint])) // then the crash
 	s.Close()
 
-	again, err := NewExactlyOnce(ctx, nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	must(t, again.Recover(ctx, 1, state))
+	recoverNew(t, ctx, nc, cfg, 1, state)
 	ids, values := streamIDs(t, ctx, js, "OUT")
 	if strings.Join(values, ",") != strings.Join(wantValues(0, n), ",") {
 		t.Fatalf("stream holds %d values, want %d once each in order", len(values), n)
 	}
-	var got []string
-	for i, id := range ids {
-		if id != "" {
-			got = append(got, strconv.Itoa(i)+"="+id)
-		}
-	}
-	if want := "0=j/sink0/1/0 10000=j/sink0/1/10000 20000=j/sink0/1/20000"; strings.Join(got, " ") != want {
-		t.Fatalf("batch ids %v, want %s", got, want)
+	if got, want := withIDs(ids), "0=j/sink0/1/0 10000=j/sink0/1/10000 20000=j/sink0/1/20000"; got != want {
+		t.Fatalf("batch ids %s, want %s", got, want)
 	}
 }

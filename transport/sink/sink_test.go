@@ -34,8 +34,11 @@ func batchOf(from, to int) []byte {
 	return append([]byte(nil), b.Bytes()...)
 }
 
-// streamValues reads every message of stream in order.
-func streamValues(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []string {
+// stored is a message of a stream as the tests look at it.
+type stored struct{ id, key, value string }
+
+// readStream reads every message of stream in order.
+func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []stored {
 	t.Helper()
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -53,21 +56,32 @@ func streamValues(t *testing.T, ctx context.Context, js jetstream.JetStream, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
+	var out []stored
 	for len(out) < n {
 		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for m := range batch.Messages() {
-			out = append(out, string(m.Data()))
-			if k := m.Headers().Get(KeyHeader); k == "" {
-				t.Fatalf("message %q without key", m.Data())
-			}
+			out = append(out, stored{id: m.Headers().Get(jetstream.MsgIDHeader), key: m.Headers().Get(KeyHeader), value: string(m.Data())})
 		}
 		if err := batch.Error(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return out
+}
+
+// streamValues reads every message of stream in order; each must carry
+// its record's key.
+func streamValues(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range readStream(t, ctx, js, stream) {
+		if m.key == "" {
+			t.Fatalf("message %q without key", m.value)
+		}
+		out = append(out, m.value)
 	}
 	return out
 }
