@@ -96,25 +96,14 @@ func TestPlanPublish(t *testing.T) {
 // A batch size above the server's max_batch_size fails the commit with a
 // reason that names both.
 func TestAtomicBatchAboveTheServerLimit(t *testing.T) {
-	srv := embeddedtest.Server(t, embedded.Config{MaxAtomicBatch: -1}) // nats-server's 1000
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, outStream(PublishAtomic)); err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", BatchSize: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, _, s := sinkOn(t, embedded.Config{MaxAtomicBatch: -1}, PublishAtomic, ExactlyOnceConfig{BatchSize: 1500}) // nats-server's 1000
 	must(t, s.Write(ctx, batchOf(0, 1200)))
 	if _, err := s.PreCommit(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	must(t, s.Commit(ctx, 1))
-	err = s.Wait(ctx)
-	if err == nil || !strings.Contains(err.Error(), "atomic publish batch is too large: 1000") || !strings.Contains(err.Error(), "max_batch_size is below the sink's batch size 1200") {
+	err := s.Wait(ctx)
+	if err == nil || !strings.Contains(err.Error(), "atomic publish batch is too large: 1000") || !strings.Contains(err.Error(), "max_batch_size is below this batch of 1200 messages") {
 		t.Fatalf("Wait: %v", err)
 	}
 }
@@ -168,6 +157,26 @@ func TestAutoCommitsLargeCheckpointsAtomically(t *testing.T) {
 	}
 }
 
+// sinkOn starts a server configured as srv with a stream OUT that allows
+// mode, and opens a sink on it configured as cfg (stream, subject, job "j"
+// and task "sink0" filled in); the sink closes with the test.
+func sinkOn(t *testing.T, srv embedded.Config, mode PublishMode, cfg ExactlyOnceConfig) (context.Context, jetstream.JetStream, *ExactlyOnce) {
+	t.Helper()
+	nc, js := connect(t, embeddedtest.Server(t, srv))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stream, cfg.Subject, cfg.Job, cfg.Task = "OUT", "out", "j", "sink0"
+	s, err := NewExactlyOnce(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ctx, js, s
+}
+
 // stateV2 encodes one staged entry the way PreCommit does, with the given
 // atomic batch cut.
 func stateV2(id int64, batch []byte, chunk, chunkBytes uint32) []byte {
@@ -177,18 +186,7 @@ func stateV2(id int64, batch []byte, chunk, chunkBytes uint32) []byte {
 // A re-commit cuts the atomic batches the state recorded — by count and by
 // bytes — whatever the sink would choose now.
 func TestRecoverCutsTheRecordedBatches(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, outStream(PublishAtomic)); err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, js, s := sinkOn(t, embedded.Config{}, PublishAtomic, ExactlyOnceConfig{})
 	// Records "k0"+"v0" ... are 4 bytes up to v9, 5 from v10, so 13 bytes
 	// cut [0-2] [3-5] [6-8] [9-10] [11]; the next entry is cut by count,
 	// [12-15] [16-19].
@@ -208,19 +206,8 @@ func TestRecoverCutsTheRecordedBatches(t *testing.T) {
 // publishes cannot be re-committed exactly once in other batches: the
 // recovery fails with a reason instead of guessing.
 func TestRecoverRefusesLargerBatchesThanConfigured(t *testing.T) {
-	srv := embeddedtest.Server(t, embedded.Config{MaxAtomicBatch: -1}) // nats-server's 1000
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, outStream(PublishAtomic)); err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	err = s.Recover(ctx, 5, stateV2(5, batchOf(0, 3), 50_000, MaxAtomicChunkBytes))
+	ctx, _, s := sinkOn(t, embedded.Config{MaxAtomicBatch: -1}, PublishAtomic, ExactlyOnceConfig{}) // nats-server's 1000
+	err := s.Recover(ctx, 5, stateV2(5, batchOf(0, 3), 50_000, MaxAtomicChunkBytes))
 	if err == nil || !strings.Contains(err.Error(), "checkpoint 5 was staged for atomic batches of up to 50000 messages, but the sink's batch size is 1000") {
 		t.Fatalf("Recover: %v", err)
 	}
@@ -238,18 +225,7 @@ func TestRecoverVersion1State(t *testing.T) {
 	}
 	for _, mode := range []PublishMode{PublishAtomic, PublishFast} {
 		t.Run(string(mode), func(t *testing.T) {
-			srv := startServer(t)
-			nc, js := connect(t, srv)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
-				t.Fatal(err)
-			}
-			s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			ctx, js, s := sinkOn(t, embedded.Config{}, mode, ExactlyOnceConfig{Publish: mode})
 			n := MaxAtomicBatch + 2
 			must(t, s.Recover(ctx, 1, v1(1, batchOf(0, n))))
 			ids, values := streamIDs(t, ctx, js, "OUT")

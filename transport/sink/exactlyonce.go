@@ -627,7 +627,7 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 		return nil
 	}
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicBatchTooLarge {
-		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w (the server's max_batch_size is below the sink's batch size %d: lower the batch size or raise the limit)",
+		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w (the server's max_batch_size is below this batch of %d messages: lower the sink's atomic batch size or raise the server's limit)",
 			s.cfg.Subject, ckpt, first, first+len(recs)-1, err, len(recs))
 	}
 	if err != nil {
