@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -136,7 +137,16 @@ type APIClient struct {
 	// Timeout bounds requests without a ctx deadline; savepoints take up to
 	// the checkpoint timeout. Default DefaultRequestTimeout.
 	Timeout time.Duration
+	// ReadAttempt bounds one attempt of a read-only request (Jobs, Job,
+	// Checkpoints), which is sent again until ctx ends: a request lost
+	// while the connection reconnects (written to a socket the server
+	// closed) is never answered, and would otherwise wait out the whole
+	// ctx. Default DefaultReadAttempt.
+	ReadAttempt time.Duration
 }
+
+// DefaultReadAttempt is APIClient.ReadAttempt's default.
+const DefaultReadAttempt = 5 * time.Second
 
 // NewAPIClient returns a client of the job API under prefix ("" = default).
 func NewAPIClient(nc *nats.Conn, prefix string) *APIClient {
@@ -154,6 +164,29 @@ func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 	return rep.Result, err
 }
 
+// read is call for read-only requests: each attempt waits at most
+// ReadAttempt, and one that got no answer is sent again until ctx ends.
+func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, error) {
+	if _, ok := ctx.Deadline(); !ok && c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	attempt := c.ReadAttempt
+	if attempt <= 0 {
+		attempt = DefaultReadAttempt
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		var rep apiReply[T]
+		err := request(actx, c.nc, c.subj.API(op), req, &rep)
+		cancel()
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable)) {
+			return rep.Result, err
+		}
+	}
+}
+
 // Submit submits a job.
 func (c *APIClient) Submit(ctx context.Context, r SubmitRequest) (JobStatus, error) {
 	return call[JobStatus](ctx, c, APISubmit, r)
@@ -161,12 +194,12 @@ func (c *APIClient) Submit(ctx context.Context, r SubmitRequest) (JobStatus, err
 
 // Jobs lists every job.
 func (c *APIClient) Jobs(ctx context.Context) ([]JobStatus, error) {
-	return call[[]JobStatus](ctx, c, APIJobs, struct{}{})
+	return read[[]JobStatus](ctx, c, APIJobs, struct{}{})
 }
 
 // Job returns one job's status.
 func (c *APIClient) Job(ctx context.Context, name string) (JobStatus, error) {
-	return call[JobStatus](ctx, c, APIJob, nameRequest{name})
+	return read[JobStatus](ctx, c, APIJob, nameRequest{name})
 }
 
 // CancelJob cancels a job.
@@ -186,7 +219,7 @@ func (c *APIClient) Restore(ctx context.Context, r RestoreRequest) (JobStatus, e
 
 // Checkpoints lists a job's checkpoints, newest first.
 func (c *APIClient) Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error) {
-	return call[[]CheckpointInfo](ctx, c, APICheckpoints, nameRequest{job})
+	return read[[]CheckpointInfo](ctx, c, APICheckpoints, nameRequest{job})
 }
 
 // ServeAPI answers job API requests with impl until ctx is done. Each

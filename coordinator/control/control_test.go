@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,4 +275,44 @@ func TestAPIRoundTrip(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// A read request that gets no answer — lost in a reconnect, here dropped by
+// the responder — is sent again, and the read succeeds long before the
+// caller's deadline; a write is not repeated.
+func TestAPIReadRetriesALostRequest(t *testing.T) {
+	nc := embeddedtest.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	subj := Subjects{}
+	var seen atomic.Int32
+	for _, op := range []string{APIJob, APISubmit} {
+		sub, err := nc.Subscribe(subj.API(op), func(m *nats.Msg) {
+			if seen.Add(1) == 1 {
+				return // the first request is lost
+			}
+			_ = m.Respond([]byte(`{"result":{"name":"x"}}`))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	c := NewAPIClient(nc, "")
+	c.ReadAttempt = 200 * time.Millisecond
+	if st, err := c.Job(ctx, "x"); err != nil || st.Name != "x" {
+		t.Fatalf("job = %+v %v", st, err)
+	}
+	if seen.Load() != 2 {
+		t.Errorf("%d requests, want 2", seen.Load())
+	}
+	seen.Store(0)
+	wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer wcancel()
+	if _, err := c.Submit(wctx, SubmitRequest{Spec: &jobspec.Spec{Name: "x"}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("submit = %v, want the deadline", err)
+	}
+	if seen.Load() != 1 {
+		t.Errorf("submit sent %d times, want once", seen.Load())
+	}
 }
