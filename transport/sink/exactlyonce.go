@@ -174,13 +174,8 @@ type staged struct {
 type ExactlyOnce struct {
 	cfg    ExactlyOnceConfig
 	js     jetstream.JetStream
-	mode   PublishMode
+	plan   PublishPlan
 	prefix string
-	// atomicMax is the largest atomic batch the sink publishes (0: the
-	// stream does not allow atomic publish); large says PublishAuto
-	// commits checkpoints of LargeCheckpoint records or more that way.
-	atomicMax int
-	large     bool
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -233,7 +228,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
 	}
-	s.mode, s.atomicMax, s.large = plan.Mode, plan.AtomicMax, plan.Large
+	s.plan = plan
 	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -293,7 +288,7 @@ const errCodeAtomicBatchTooLarge = 10199
 
 // Plan reports how the sink publishes.
 func (s *ExactlyOnce) Plan() PublishPlan {
-	return PublishPlan{Mode: s.mode, AtomicMax: s.atomicMax, Large: s.large}
+	return s.plan
 }
 
 // ResolvePublishMode is the mode a sink configured with mode publishes in
@@ -328,7 +323,7 @@ func ResolvePublishMode(mode PublishMode, stream jetstream.StreamConfig) (Publis
 func (s *ExactlyOnce) Guarantee() string { return ExactlyOnceGuarantee }
 
 // Mode reports how commits publish (never PublishAuto: the mode it chose).
-func (s *ExactlyOnce) Mode() PublishMode { return s.mode }
+func (s *ExactlyOnce) Mode() PublishMode { return s.plan.Mode }
 
 // Write stages the records of batch for the next checkpoint.
 func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
@@ -376,8 +371,8 @@ func (s *ExactlyOnce) stageCurrent(id int64) {
 	}
 	binary.LittleEndian.PutUint32(s.cur, uint32(s.curN))
 	e := staged{id: id, batch: s.cur}
-	if s.mode == PublishAtomic || (s.large && s.curN >= LargeCheckpoint) {
-		e.chunk, e.chunkBytes = uint32(s.atomicMax), MaxAtomicChunkBytes
+	if s.plan.Mode == PublishAtomic || (s.plan.Large && s.curN >= LargeCheckpoint) {
+		e.chunk, e.chunkBytes = uint32(s.plan.AtomicMax), MaxAtomicChunkBytes
 	}
 	s.staged = append(s.staged, e)
 	s.sizeHint = len(s.cur) + len(s.cur)/8
@@ -470,7 +465,7 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 	}
 	s.cur, s.curN = nil, 0
 	for i := range st {
-		if st[i].legacy && s.mode == PublishAtomic {
+		if st[i].legacy && s.plan.Mode == PublishAtomic {
 			st[i].chunk = MaxAtomicBatch
 		}
 	}
@@ -550,7 +545,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, entries []staged) error {
 		for j < len(entries) && entries[j].chunk == 0 {
 			j++
 		}
-		if s.mode == PublishFast {
+		if s.plan.Mode == PublishFast {
 			if err := s.publishFast(ctx, entries[i:j]); err != nil {
 				return err
 			}
@@ -574,10 +569,10 @@ func (s *ExactlyOnce) publish(ctx context.Context, entries []staged) error {
 // e records: up to e.chunk records and e.chunkBytes record bytes each, so
 // a re-commit repeats the batches and their ids.
 func (s *ExactlyOnce) publishChunks(ctx context.Context, e staged) error {
-	if int(e.chunk) > s.atomicMax {
+	if int(e.chunk) > s.plan.AtomicMax {
 		now := fmt.Sprintf("stream %s does not allow atomic publish", s.cfg.Stream)
-		if s.atomicMax > 0 {
-			now = fmt.Sprintf("the sink's batch size is %d", s.atomicMax)
+		if s.plan.AtomicMax > 0 {
+			now = fmt.Sprintf("the sink's batch size is %d", s.plan.AtomicMax)
 		}
 		return fmt.Errorf("exactly-once sink %s: checkpoint %d was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
 			s.cfg.Subject, e.id, e.chunk, now, e.chunk)
