@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/weirhq/weir/abi"
 )
@@ -181,7 +183,8 @@ type ExactlyOnce struct {
 	curN     int    // how many
 	sizeHint int    // capacity for the next cur: a little over the last staged batch
 	staged   []staged
-	inflight *commitJob
+	jobs     []*commitJob // commits started and not yet reaped, oldest first
+	handed   int64        // the last checkpoint handed to a commit in jobs
 
 	bg   context.Context // for background commits; cancelled by Close
 	stop context.CancelFunc
@@ -350,8 +353,8 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 
 // PreCommit closes the records written since the previous checkpoint into
 // checkpoint id and returns every staged checkpoint not yet known to be
-// committed — including one whose commit is still running — as the state
-// for the task's snapshot.
+// committed — including those whose commits are still pending — as the
+// state for the task's snapshot.
 func (s *ExactlyOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
 	if err := s.commitFailed(); err != nil {
 		return nil, err
@@ -380,77 +383,151 @@ func (s *ExactlyOnce) stageCurrent(id int64) {
 }
 
 // Commit publishes what was staged for every checkpoint up to id, in order,
-// and is idempotent. It waits for the previous commit to finish, then starts
-// this one in the background and returns: the task goes on processing while
-// JetStream acknowledges. Until its commit is confirmed a checkpoint stays
-// in the state PreCommit returns, so a crash re-commits it. Wait waits for
-// the running commit; EndOfInput and Recover do so themselves.
+// and is idempotent. It starts the commit in the background and returns:
+// the task goes on processing while JetStream acknowledges. A commit
+// started while an earlier one is still running publishes after it (and
+// not at all if it fails), so the stream keeps the checkpoints' order; up
+// to MaxPendingCommits commits may run or wait so, after which Commit
+// waits for the oldest to finish. Until its commit is confirmed a
+// checkpoint stays in the state PreCommit returns, so a crash re-commits
+// it. Wait waits for every commit started; EndOfInput and Recover do so
+// themselves.
 func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
-	if err := s.Wait(ctx); err != nil {
+	if err := s.reap(); err != nil {
 		return err
 	}
-	n := 0
-	for n < len(s.staged) && s.staged[n].id <= id {
-		n++
-	}
-	if n == 0 {
+	first, n := s.unhanded(id)
+	if n == first {
 		return nil
 	}
+	if len(s.jobs) >= MaxPendingCommits {
+		for len(s.jobs) >= MaxPendingCommits {
+			if err := s.waitOldest(ctx); err != nil {
+				return err
+			}
+		}
+		first, n = s.unhanded(id) // the commits waited for dropped theirs
+	}
+	var prev *commitJob
+	if len(s.jobs) > 0 {
+		prev = s.jobs[len(s.jobs)-1]
+	}
 	job := &commitJob{done: make(chan struct{}), upTo: s.staged[n-1].id}
-	entries := append([]staged(nil), s.staged[:n]...)
-	s.inflight = job
+	entries := append([]staged(nil), s.staged[first:n]...)
+	s.jobs = append(s.jobs, job)
+	s.handed = job.upTo
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(job.done)
+		if prev != nil {
+			<-prev.done
+			if prev.err != nil {
+				job.err = prev.err
+				return
+			}
+		}
 		job.err = s.publish(s.bg, entries)
 	}()
 	return nil
 }
 
-// commitJob is a commit running in the background.
+// unhanded returns the staged entries up to checkpoint id not handed to
+// a commit yet: s.staged[first:n].
+func (s *ExactlyOnce) unhanded(id int64) (first, n int) {
+	for first < len(s.staged) && s.staged[first].id <= s.handed {
+		first++
+	}
+	n = first
+	for n < len(s.staged) && s.staged[n].id <= id {
+		n++
+	}
+	return first, n
+}
+
+// MaxPendingCommits is how many commits an exactly-once sink runs or
+// keeps waiting behind the running one before Commit waits: the next
+// checkpoint's output is ready when a commit ends, so the stream is kept
+// busy, while the staged state (and with it every snapshot) holds at most
+// this many checkpoints besides the current one.
+const MaxPendingCommits = 2
+
+// commitJob is a commit running (or waiting for the one before it) in the
+// background.
 type commitJob struct {
 	done chan struct{}
 	upTo int64 // the last checkpoint it commits
 	err  error // valid after done
 }
 
-// Wait waits until the running commit, if any, finished, and drops the
-// checkpoints it committed from the staged state.
+// Wait waits until every commit started has finished, and drops the
+// checkpoints they committed from the staged state.
 func (s *ExactlyOnce) Wait(ctx context.Context) error {
-	job := s.inflight
-	if job == nil {
-		return nil
+	for len(s.jobs) > 0 {
+		if err := s.waitOldest(ctx); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// waitOldest waits for the oldest commit started and reaps it.
+func (s *ExactlyOnce) waitOldest(ctx context.Context) error {
+	job := s.jobs[0]
 	select {
 	case <-job.done:
 	case <-ctx.Done():
 		return fmt.Errorf("exactly-once sink %s: waiting for the commit of checkpoint %d: %w", s.cfg.Subject, job.upTo, ctx.Err())
 	}
-	s.inflight = nil
+	return s.reapOldest()
+}
+
+// reap reaps, without waiting, the commits that have finished, oldest
+// first, and reports the error of a failed one.
+func (s *ExactlyOnce) reap() error {
+	for len(s.jobs) > 0 {
+		select {
+		case <-s.jobs[0].done:
+		default:
+			return nil
+		}
+		if err := s.reapOldest(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reapOldest drops the checkpoints the oldest commit, which has finished,
+// committed. When it failed, the commits after it fail too (they publish
+// nothing); all are dropped, and what they were to publish stays staged
+// for a later Commit or for the snapshot a recovery re-commits.
+func (s *ExactlyOnce) reapOldest() error {
+	job := s.jobs[0]
 	if job.err != nil {
+		for _, j := range s.jobs {
+			<-j.done // each ends at once: it waits only for the one before
+		}
+		clear(s.jobs)
+		s.jobs, s.handed = s.jobs[:0], 0
 		return job.err
 	}
+	s.jobs[0] = nil
+	s.jobs = s.jobs[1:]
 	n := 0
 	for n < len(s.staged) && s.staged[n].id <= job.upTo {
 		s.staged[n] = staged{}
 		n++
 	}
 	s.staged = append(s.staged[:0], s.staged[n:]...)
+	if len(s.jobs) == 0 {
+		s.handed = 0
+	}
 	return nil
 }
 
 // commitFailed reports, without waiting, the error of a finished commit.
-func (s *ExactlyOnce) commitFailed() error {
-	if job := s.inflight; job != nil {
-		select {
-		case <-job.done:
-			return s.Wait(context.Background())
-		default:
-		}
-	}
-	return nil
-}
+func (s *ExactlyOnce) commitFailed() error { return s.reap() }
 
 // Recover publishes (again) what state — the result of PreCommit(id) —
 // staged, waits until it is stored, and drops everything written or staged
@@ -497,10 +574,10 @@ const closeGrace = 5 * time.Second
 // it) and drops what is staged: that belongs to the task's snapshot, and a
 // job that restores it re-commits it.
 func (s *ExactlyOnce) Close() error {
-	if job := s.inflight; job != nil {
+	if n := len(s.jobs); n > 0 {
 		t := time.NewTimer(closeGrace)
 		select {
-		case <-job.done:
+		case <-s.jobs[n-1].done:
 		case <-t.C:
 		}
 		t.Stop()
@@ -607,17 +684,7 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 	// stored all or nothing, so a repeated chunk is refused as a whole for
 	// that one duplicate id. Chunks are cut the way the staged entry
 	// recorded (publishChunks), so a re-commit repeats the same ids.
-	msgs := make([]*nats.Msg, len(recs))
-	for i, r := range recs {
-		id := ""
-		if i == 0 {
-			id = s.msgID(ckpt, first)
-		}
-		msgs[i] = s.msg(r, id)
-	}
-	// No ack for the first message: the stream was checked to allow atomic
-	// publish, so one round trip per chunk (the commit) is enough.
-	_, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs, jetstreamext.BatchFlowControl{AckFirst: false})
+	_, err := s.publishBatch(ctx, recs, s.msgID(ckpt, first))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return nil
@@ -630,6 +697,69 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w", s.cfg.Subject, ckpt, first, first+len(recs)-1, err)
 	}
 	return nil
+}
+
+// batchAck is the server's answer to the commit of an atomic batch.
+type batchAck struct {
+	Error  *jetstream.APIError `json:"error,omitempty"`
+	Stream string              `json:"stream"`
+	Seq    uint64              `json:"seq"`
+	Batch  string              `json:"batch"`
+	Count  int                 `json:"count"`
+}
+
+// publishBatch publishes recs as one atomic batch, the first message with
+// message id id, and returns the sequence of its last message. It streams:
+// each message goes to the connection as it is made, so the server stages
+// the batch while the rest is still being written, and one message and
+// header set are reused throughout (the connection copies each out before
+// PublishMsg returns). Only the commit (the last message) is a request;
+// a message the server refused on the way makes it fail the commit.
+func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id string) (uint64, error) {
+	nc := s.js.Conn()
+	batchID := nuid.Next()
+	seq := []string{""}
+	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
+	m := &nats.Msg{Subject: s.cfg.Subject, Header: h}
+	for i, r := range recs {
+		switch i {
+		case 0:
+			h[jetstream.MsgIDHeader] = []string{id}
+		case 1:
+			delete(h, jetstream.MsgIDHeader)
+		}
+		if len(r.Key) > 0 {
+			h[KeyHeader] = []string{string(r.Key)}
+		} else {
+			delete(h, KeyHeader)
+		}
+		seq[0] = strconv.Itoa(i + 1)
+		m.Data = r.Value
+		if i < len(recs)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return 0, fmt.Errorf("message %d of the batch: %w", i+1, err)
+			}
+			continue
+		}
+		h[jetstreamext.BatchCommitHeader] = []string{"1"}
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	resp, err := nc.RequestMsgWithContext(rctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("commit of the batch: %w", err)
+	}
+	var ack batchAck
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, fmt.Errorf("commit of the batch: %w: %q", jetstream.ErrInvalidJSAck, resp.Data)
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	if ack.Stream == "" || ack.Batch != batchID || ack.Count != len(recs) {
+		return 0, fmt.Errorf("commit of the batch: %w: %q", jetstreamext.ErrInvalidBatchAck, resp.Data)
+	}
+	return ack.Seq, nil
 }
 
 // Fast-batch flow control: the server acknowledges every fastFlow messages
