@@ -89,7 +89,7 @@ var groups = []group{
 	},
 	{
 		Key: "transport-jetstream", Title: "JetStream source → uppercase → exactly-once JetStream sink (64 B)",
-		Pkg: "./transport/benchmarks", Bench: "JetStream(Raw|Sink|Weir)", Args: []string{"-benchtime", "200000x"},
+		Pkg: "./transport/benchmarks", Bench: "JetStream(Raw|Sink|Weir)", Args: []string{"-benchtime", "500000x"},
 		Metric: "msgs/s", Higher: true,
 		Baseline: func(string) string { return "BenchmarkJetStreamRawAsyncPublish" },
 		Goal:     "≥ 80 % of raw JetStream async publish",

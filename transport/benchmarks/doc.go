@@ -4,9 +4,10 @@
 // streams. Results and the command to reproduce them are in
 // docs/bench/transport.md.
 //
-// Two environment variables change how they run: WEIR_BENCH_CPUPROFILE=FILE
-// writes a CPU profile of the timed part of the last benchmark run, and
+// Three environment variables change how they run: WEIR_BENCH_CPUPROFILE=FILE
+// writes a CPU profile of the timed part of the last benchmark run;
 // WEIR_BENCH_NATS=URL runs them against that NATS server (JetStream on)
 // instead of one embedded in the benchmark process, deleting and recreating
-// the streams they use there.
+// the streams they use there; WEIR_BENCH_CHECKPOINT_INTERVAL=DURATION sets
+// how often the runtime benchmarks checkpoint (default 200ms).
 package benchmarks

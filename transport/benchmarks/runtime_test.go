@@ -3,13 +3,16 @@ package benchmarks
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/host"
-	"github.com/weirhq/weir/host/snapshot"
+	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
+	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -31,7 +34,7 @@ func BenchmarkCoreWeirRuntime(b *testing.B) {
 		b.Fatal(err)
 	}
 	op := uppercase(b, "go").(host.Operator)
-	task, err := host.New(host.Config{Name: "uppercase[0]", Source: src, Operator: op, Sink: snk})
+	task, err := host.New(host.Config{Name: "uppercase-0", Source: src, Operator: op, Sink: snk})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -46,27 +49,56 @@ func BenchmarkCoreWeirRuntime(b *testing.B) {
 }
 
 // completer completes every acknowledged checkpoint at once (a one-task
-// job's coordinator).
-type completer struct{ task *host.Task }
+// job's coordinator) and reports the first declined one on declined.
+type completer struct {
+	task     *host.Task
+	declined chan string
+}
 
 func (c *completer) Acknowledge(ctx context.Context, task string, id int64, handle string, metrics map[string]int64) error {
 	c.task.NotifyCheckpointComplete(id)
 	return nil
 }
 func (c *completer) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
+	select {
+	case c.declined <- fmt.Sprintf("checkpoint %d declined (%s): %s", id, kind, reason):
+	default:
+	}
 	return nil
 }
 func (c *completer) Failed(ctx context.Context, task string, reason string) error { return nil }
 
-// (d) through host.Task, with a checkpoint triggered every 50ms; the clock
-// stops when the output stream holds every message (looked at every 5ms).
+// runtimeCheckpointInterval is how often the (d) runtime benchmarks
+// trigger a checkpoint: 50 times the default of a job (10s), so that a
+// run of a few seconds takes dozens of checkpoints and each commits a
+// share of the output; WEIR_BENCH_CHECKPOINT_INTERVAL overrides it.
+const runtimeCheckpointInterval = 200 * time.Millisecond
+
+// (d) through host.Task, with a checkpoint triggered every
+// runtimeCheckpointInterval, snapshots stored where a worker stores them
+// (a checkpoint directory, fsync'd, beside an embedded server; the
+// JetStream object store on an external one); the clock stops when the
+// output stream holds every message (looked at every 5ms).
 func BenchmarkJetStreamWeirRuntime(b *testing.B) {
 	for _, mode := range publishModes {
-		b.Run("publish="+string(mode), func(b *testing.B) { benchJetStreamRuntime(b, mode) })
+		b.Run("publish="+string(mode), func(b *testing.B) {
+			benchJetStreamRuntime(b, func(ctx context.Context, srv *embedded.Server) (host.Sink, error) {
+				return sink.NewExactlyOnce(ctx, conn(b, srv), sinkConfig(mode, "uppercase-0"))
+			}, mode)
+		})
 	}
 }
 
-func benchJetStreamRuntime(b *testing.B, mode sink.PublishMode) {
+// (d) reference: the same pipeline with the at-least-once JetStream sink,
+// which publishes as records come and waits for the acknowledgements at
+// each checkpoint: what exactly-once costs on top.
+func BenchmarkJetStreamWeirRuntimeAtLeastOnce(b *testing.B) {
+	benchJetStreamRuntime(b, func(ctx context.Context, srv *embedded.Server) (host.Sink, error) {
+		return sink.NewAtLeastOnce(conn(b, srv), "out", 4096)
+	}, sink.PublishAsync)
+}
+
+func benchJetStreamRuntime(b *testing.B, newSink func(context.Context, *embedded.Server) (host.Sink, error), mode sink.PublishMode) {
 	srv, js := jsServer(b, mode)
 	jsFill(b, js, "in", b.N)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -75,13 +107,22 @@ func benchJetStreamRuntime(b *testing.B, mode sink.PublishMode) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	snk, err := sink.NewExactlyOnce(ctx, conn(b, srv), sinkConfig(mode, "uppercase[0]"))
+	snk, err := newSink(ctx, srv)
 	if err != nil {
 		b.Fatal(err)
 	}
-	lis := &completer{}
-	task, err := host.New(host.Config{Name: "uppercase[0]", Source: src, Operator: uppercase(b, "go").(host.Operator), Sink: snk,
-		Store: snapshot.NewMemStore(), Listener: lis})
+	var store host.Store
+	if srv != nil {
+		store, err = storage.NewDir(b.TempDir())
+	} else {
+		store, err = storage.NewObjectStore(ctx, js, "WEIR_BENCH_STATE")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	lis := &completer{declined: make(chan string, 1)}
+	task, err := host.New(host.Config{Name: "uppercase-0", Source: src, Operator: uppercase(b, "go").(host.Operator), Sink: snk,
+		Store: store, Listener: lis})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,14 +131,20 @@ func benchJetStreamRuntime(b *testing.B, mode sink.PublishMode) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	every := runtimeCheckpointInterval
+	if v := os.Getenv("WEIR_BENCH_CHECKPOINT_INTERVAL"); v != "" {
+		if every, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("WEIR_BENCH_CHECKPOINT_INTERVAL: %v", err)
+		}
+	}
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	cpu := startCPU()
 	errc := make(chan error, 1)
 	go func() { errc <- task.Run(ctx) }()
-	// A checkpoint every 50ms; the output stream is looked at every 5ms,
-	// so that the clock stops within 5ms of the last commit.
-	ckpt := time.NewTicker(50 * time.Millisecond)
+	// The output stream is looked at every 5ms, so that the clock stops
+	// within 5ms of the last commit.
+	ckpt := time.NewTicker(every)
 	defer ckpt.Stop()
 	look := time.NewTicker(5 * time.Millisecond)
 	defer look.Stop()
@@ -105,6 +152,8 @@ func benchJetStreamRuntime(b *testing.B, mode sink.PublishMode) {
 		select {
 		case err := <-errc:
 			b.Fatalf("task ended: %v", err)
+		case why := <-lis.declined:
+			b.Fatal(why)
 		case <-ckpt.C:
 			task.TriggerCheckpoint(stream.Barrier{ID: id, Timestamp: time.Now().UnixMilli()})
 			id++
