@@ -184,7 +184,7 @@ type ExactlyOnce struct {
 	sizeHint int    // capacity for the next cur: a little over the last staged batch
 	staged   []staged
 	jobs     []*commitJob // commits started and not yet reaped, oldest first
-	handed   int64        // the last checkpoint handed to a commit in jobs
+	handed   int          // how many of the first staged entries the commits in jobs publish
 
 	bg   context.Context // for background commits; cancelled by Close
 	stop context.CancelFunc
@@ -415,7 +415,7 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 	job := &commitJob{done: make(chan struct{}), upTo: s.staged[n-1].id}
 	entries := append([]staged(nil), s.staged[first:n]...)
 	s.jobs = append(s.jobs, job)
-	s.handed = job.upTo
+	s.handed = n
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -435,10 +435,7 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 // unhanded returns the staged entries up to checkpoint id not handed to
 // a commit yet: s.staged[first:n].
 func (s *ExactlyOnce) unhanded(id int64) (first, n int) {
-	for first < len(s.staged) && s.staged[first].id <= s.handed {
-		first++
-	}
-	n = first
+	first, n = s.handed, s.handed
 	for n < len(s.staged) && s.staged[n].id <= id {
 		n++
 	}
@@ -520,9 +517,7 @@ func (s *ExactlyOnce) reapOldest() error {
 		n++
 	}
 	s.staged = append(s.staged[:0], s.staged[n:]...)
-	if len(s.jobs) == 0 {
-		s.handed = 0
-	}
+	s.handed -= n
 	return nil
 }
 
@@ -684,7 +679,7 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 	// stored all or nothing, so a repeated chunk is refused as a whole for
 	// that one duplicate id. Chunks are cut the way the staged entry
 	// recorded (publishChunks), so a re-commit repeats the same ids.
-	_, err := s.publishBatch(ctx, recs, s.msgID(ckpt, first))
+	err := s.publishBatch(ctx, recs, s.msgID(ckpt, first))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return nil
@@ -703,19 +698,18 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, 
 type batchAck struct {
 	Error  *jetstream.APIError `json:"error,omitempty"`
 	Stream string              `json:"stream"`
-	Seq    uint64              `json:"seq"`
 	Batch  string              `json:"batch"`
 	Count  int                 `json:"count"`
 }
 
-// publishBatch publishes recs as one atomic batch, the first message with
-// message id id, and returns the sequence of its last message. It streams:
+// publishBatch publishes recs (at least one) as one atomic batch, the first
+// message with message id id. It streams:
 // each message goes to the connection as it is made, so the server stages
 // the batch while the rest is still being written, and one message and
 // header set are reused throughout (the connection copies each out before
 // PublishMsg returns). Only the commit (the last message) is a request;
 // a message the server refused on the way makes it fail the commit.
-func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id string) (uint64, error) {
+func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id string) error {
 	nc := s.js.Conn()
 	batchID := nuid.Next()
 	seq := []string{""}
@@ -737,7 +731,7 @@ func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id st
 		m.Data = r.Value
 		if i < len(recs)-1 {
 			if err := nc.PublishMsg(m); err != nil {
-				return 0, fmt.Errorf("message %d of the batch: %w", i+1, err)
+				return fmt.Errorf("message %d of the batch: %w", i+1, err)
 			}
 			continue
 		}
@@ -747,19 +741,19 @@ func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id st
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
-		return 0, fmt.Errorf("commit of the batch: %w", err)
+		return fmt.Errorf("commit of the batch: %w", err)
 	}
 	var ack batchAck
 	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("commit of the batch: %w: %q", jetstream.ErrInvalidJSAck, resp.Data)
+		return fmt.Errorf("commit of the batch: %w: %q", jetstream.ErrInvalidJSAck, resp.Data)
 	}
 	if ack.Error != nil {
-		return 0, ack.Error
+		return ack.Error
 	}
 	if ack.Stream == "" || ack.Batch != batchID || ack.Count != len(recs) {
-		return 0, fmt.Errorf("commit of the batch: %w: %q", jetstreamext.ErrInvalidBatchAck, resp.Data)
+		return fmt.Errorf("commit of the batch: %w: %q", jetstreamext.ErrInvalidBatchAck, resp.Data)
 	}
-	return ack.Seq, nil
+	return nil
 }
 
 // Fast-batch flow control: the server acknowledges every fastFlow messages
