@@ -53,6 +53,11 @@ type job struct {
 	firstID int64
 	// resumed marks a job a restarted coordinator took over.
 	resumed bool
+	// deploying is the worker a deploy is waiting for, stopDeploy ends
+	// that wait, and deployLost is set when the worker is lost meanwhile.
+	deploying  string
+	stopDeploy context.CancelFunc
+	deployLost bool
 }
 
 func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]control.Module, machine *checkpoint.Machine, from *checkpoint.Metadata) *job {
@@ -124,6 +129,11 @@ func (j *job) event(e control.Event) {
 
 func (j *job) workerLost(id string) {
 	j.mu.Lock()
+	if j.deploying == id {
+		// A deploy waiting for an answer the worker will never give.
+		j.deployLost = true
+		j.stopDeploy()
+	}
 	hit := false
 	for _, w := range j.assign {
 		if w == id {
@@ -305,9 +315,19 @@ func (j *job) deploy(restore *checkpoint.Metadata) string {
 	sort.Strings(ws)
 	for _, w := range ws {
 		ctx, cancel := context.WithTimeout(j.ctx, j.m.opts.DeployTimeout)
+		j.mu.Lock()
+		j.deploying, j.stopDeploy, j.deployLost = w, cancel, false
+		j.mu.Unlock()
 		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Spec: j.spec, Plan: j.plan,
 			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst})
 		cancel()
+		j.mu.Lock()
+		lost := j.deployLost
+		j.deploying, j.stopDeploy, j.deployLost = "", nil, false
+		j.mu.Unlock()
+		if err != nil && lost {
+			return fmt.Sprintf("deploy to worker %s: worker lost while deploying", w)
+		}
 		if err != nil {
 			if errors.Is(err, control.ErrUnavailable) {
 				// Nobody listens for that worker any more (it crashed

@@ -58,6 +58,7 @@ type fakeWorker struct {
 	cancels  []control.Cancel
 	complete []int64
 	current  map[string]control.Deploy // job → running attempt
+	hang     chan struct{}             // if set, Deploy answers only once it is closed
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
@@ -88,6 +89,12 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deploys = append(w.deploys, d)
+	if w.hang != nil {
+		w.mu.Unlock()
+		<-w.hang
+		w.mu.Lock()
+		return errors.New("too late")
+	}
 	if strings.HasPrefix(d.Job, "doomed") {
 		return errors.New("module traps in weir_init")
 	}
@@ -165,14 +172,26 @@ type env struct {
 
 func setup(t *testing.T, ctx context.Context) *env {
 	t.Helper()
+	return setupWith(t, ctx, Options{})
+}
+
+// setupWith is setup with opts (NC, Catalog, and unset timeouts filled in).
+func setupWith(t *testing.T, ctx context.Context, opts Options) *env {
+	t.Helper()
 	nc := embeddedtest.Conn(t)
 	dir := t.TempDir()
 	st, err := storage.NewDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st},
-		HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
+	opts.NC, opts.Catalog = nc, &checkpoint.Catalog{Meta: st, State: st}
+	if opts.HeartbeatTimeout == 0 {
+		opts.HeartbeatTimeout = 3 * time.Second
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 2 * time.Second
+	}
+	mgr := New(opts)
 	ready := make(chan struct{})
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -211,6 +230,55 @@ func waitFor(t *testing.T, ctx context.Context, e *env, job string, what string,
 			t.Fatalf("%s: timed out waiting for %s; last status %+v (%v)", job, what, st, err)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// A worker that dies while a deploy waits for its answer ends that wait as
+// soon as its heartbeats stop (it is declared lost), not after
+// DeployTimeout: the job fails over to the workers left.
+func TestDeployToAWorkerThatDies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{DeployTimeout: time.Hour})
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	w2.hang = make(chan struct{})
+	t.Cleanup(func() { close(w2.hang) })
+	for len(e.mgr.Control().LiveWorkers()) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := spec(t, "wc", "checkpointing: {interval: 30ms, retained: 2}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		w2.mu.Lock()
+		n := len(w2.deploys)
+		w2.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The crash: heartbeats and subscriptions stop (Run returns only once
+	// the hung deploy does, at cleanup), and the deploy stays unanswered.
+	w2.stop()
+	e.fleet.mu.Lock()
+	delete(e.fleet.ws, w2.id)
+	e.fleet.mu.Unlock()
+	st := waitFor(t, ctx, e, "wc", "running on w1 alone", func(st control.JobStatus) bool {
+		if st.State != control.JobRunning || st.Attempt < 2 {
+			return false
+		}
+		for _, w := range st.Assignment {
+			if w != "w1" {
+				return false
+			}
+		}
+		return true
+	})
+	if d := w1.lastDeploy("wc"); d.Attempt != st.Attempt || len(d.Tasks) != 5 {
+		t.Errorf("w1's last deploy: attempt %d, %d tasks; want attempt %d, 5 tasks", d.Attempt, len(d.Tasks), st.Attempt)
 	}
 }
 
