@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,14 +59,17 @@ func TestOrderAndBackpressure(t *testing.T) {
 	}
 	done := make(chan error)
 	go func() { done <- s.Send(ctx, rec("3")) }()
-	if got := drain(t, r)[0:2]; got[0] != "1" || got[1] != "2" {
+	// Polling frees credit, so the blocked send may complete while the
+	// first drain is still polling: "3" comes in either drain, once.
+	got := drain(t, r)
+	if len(got) < 2 || got[0] != "1" || got[1] != "2" {
 		t.Fatalf("got %v", got)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got := drain(t, r); len(got) != 1 || got[0] != "3" {
-		t.Fatalf("got %v, want [3] once", got)
+	if got = append(got, drain(t, r)...); strings.Join(got, ",") != "1,2,3" {
+		t.Fatalf("got %v, want [1 2 3], each once", got)
 	}
 }
 
