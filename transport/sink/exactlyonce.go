@@ -356,7 +356,7 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 // committed — including those whose commits are still pending — as the
 // state for the task's snapshot.
 func (s *ExactlyOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
-	if err := s.commitFailed(); err != nil {
+	if err := s.reap(); err != nil {
 		return nil, err
 	}
 	if n := len(s.staged); n > 0 && s.staged[n-1].id >= id {
@@ -520,9 +520,6 @@ func (s *ExactlyOnce) reapOldest() error {
 	s.handed -= n
 	return nil
 }
-
-// commitFailed reports, without waiting, the error of a finished commit.
-func (s *ExactlyOnce) commitFailed() error { return s.reap() }
 
 // Recover publishes (again) what state — the result of PreCommit(id) —
 // staged, waits until it is stored, and drops everything written or staged
