@@ -480,7 +480,7 @@ func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, s
 		case s.Kind == jobspec.KindNATS || s.Guarantee == jobspec.AtMostOnce:
 			g = sink.CoreGuarantee
 		case s.Guarantee == jobspec.AtLeastOnce:
-			g = sink.AtLeastOnceGuarantee
+			g = sink.AtLeastOnceGuarantee + "; " + publishModeOf(ctx, js, s, atomicBatch)
 		default:
 			g += "; " + publishModeOf(ctx, js, s, atomicBatch)
 		}
@@ -491,14 +491,20 @@ func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, s
 	}
 }
 
-// publishModeOf says how an exactly-once sink will publish on its stream
-// with atomic batches of atomicBatch messages (0: the default; weir run
-// with -nats does not know the remote workers' setting).
+// publishModeOf says how a jetstream sink will publish on its stream:
+// at-least-once, fast or async; exactly-once, with atomic batches of
+// atomicBatch messages (0: the default; weir run with -nats does not know
+// the remote workers' setting).
 func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, atomicBatch int) string {
 	st, err := js.Stream(ctx, s.Stream)
 	if err == nil {
 		var info *jetstream.StreamInfo
-		if info, err = st.Info(ctx); err == nil {
+		if info, err = st.Info(ctx); err == nil && s.Guarantee == jobspec.AtLeastOnce {
+			var mode sink.PublishMode
+			if mode, err = sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config); err == nil {
+				return fmt.Sprintf("publish mode %s on stream %s", mode, s.Stream)
+			}
+		} else if err == nil {
 			var plan sink.PublishPlan
 			if plan, err = sink.PlanPublish(sink.PublishMode(s.Publish), info.Config, atomicBatch); err == nil {
 				return fmt.Sprintf("publish mode %s on stream %s%s", plan.Mode, s.Stream, plan.Detail())

@@ -665,8 +665,13 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 				at(sk.Line, path+".stream", "a jetstream sink needs a stream")
 			}
 		}
-		if n := nodes[path+".publish"]; n != nil && (sk.Kind != KindJetStream || sk.Guarantee != ExactlyOnce) {
-			at(n.Line, path+".publish", "publish applies to exactly-once jetstream sinks only")
+		if n := nodes[path+".publish"]; n != nil {
+			switch {
+			case sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce:
+				at(n.Line, path+".publish", "publish applies to at-least-once and exactly-once jetstream sinks only")
+			case sk.Guarantee == AtLeastOnce && sk.Publish == PublishAtomic:
+				at(n.Line, path+".publish", "publish mode atomic is for exactly-once sinks; an at-least-once sink publishes auto, fast or async")
+			}
 		}
 		if sk.Input.From == "" {
 			at(sk.Line, path+".input", "missing input: sink %q has no input", sk.Name)

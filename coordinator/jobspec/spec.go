@@ -41,7 +41,7 @@ const (
 	ExactlyOnce = "exactly-once"
 )
 
-// Exactly-once sink publish modes (Sink.Publish); the sink package
+// JetStream sink publish modes (Sink.Publish); the sink package
 // describes each.
 const (
 	PublishAuto   = "auto"
@@ -167,9 +167,12 @@ type Sink struct {
 	// Guarantee defaults to ExactlyOnce for jetstream and AtMostOnce for
 	// nats; nats sinks only support AtMostOnce.
 	Guarantee string `json:"guarantee"`
-	// Publish is how an exactly-once jetstream sink publishes a completed
-	// checkpoint's output: PublishAuto (default: the best the stream
-	// allows), PublishFast, PublishAtomic or PublishAsync.
+	// Publish is how a jetstream sink publishes: for exactly-once, a
+	// completed checkpoint's output — PublishAuto (default: the best the
+	// stream allows), PublishFast, PublishAtomic or PublishAsync; for
+	// at-least-once, records as they come — PublishAuto (fast where the
+	// stream allows batched publish, else async), PublishFast or
+	// PublishAsync.
 	Publish     string `json:"publish,omitempty"`
 	Parallelism int    `json:"parallelism"`
 	Input       Input  `json:"input"`

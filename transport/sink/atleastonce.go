@@ -2,101 +2,284 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/weirhq/weir/abi"
 )
 
 // AtLeastOnceGuarantee is the delivery guarantee of AtLeastOnce.
 const AtLeastOnceGuarantee = "at-least-once: JetStream, every message acknowledged before its checkpoint completes; a replay after recovery may repeat output"
 
-// AtLeastOnce publishes records to a JetStream stream asynchronously and
-// waits for all acknowledgements at every checkpoint, so a completed
-// checkpoint implies the output before it is stored.
-type AtLeastOnce struct {
-	subject string
-	js      jetstream.JetStream
-
-	mu  sync.Mutex
-	err error
+// AtLeastOnceConfig configures an at-least-once JetStream sink.
+type AtLeastOnceConfig struct {
+	// Subject is what the sink publishes on; a stream must capture it.
+	Subject string
+	// Stream is that stream; empty: the stream that captures Subject.
+	Stream string
+	// Publish is how records are published: PublishAuto (default) is
+	// PublishFast where the stream allows batched publish, PublishAsync
+	// elsewhere. PublishAtomic is for exactly-once sinks only.
+	Publish PublishMode
+	// MaxPending bounds unacknowledged messages in async mode (default
+	// 4096): Write blocks beyond it.
+	MaxPending int
+	// Timeout bounds the wait for an acknowledgement (default 30s).
+	Timeout time.Duration
+	// IdleCommit is how long a fast batch stays open without a record
+	// before the sink commits it (default 1s): the server drops a batch
+	// that sees no message for 10s.
+	IdleCommit time.Duration
 }
 
-// NewAtLeastOnce returns a sink publishing on subject, which a stream must
-// capture. maxPending bounds unacknowledged messages (default 4096): Write
-// blocks beyond it.
-func NewAtLeastOnce(nc *nats.Conn, subject string, maxPending int) (*AtLeastOnce, error) {
-	if maxPending <= 0 {
-		maxPending = 4096
+// AtLeastOnce publishes records to a JetStream stream as they are written
+// and waits at every checkpoint until all are stored, so a completed
+// checkpoint implies the output before it is stored. In PublishFast mode
+// the records go out as one fast-ingest batch per checkpoint (the server
+// acknowledges every few hundred messages instead of each one, and a
+// message lost on the way ends the batch, which fails the checkpoint: the
+// job recovers and replays). In PublishAsync mode each record is its own
+// asynchronous publish.
+type AtLeastOnce struct {
+	cfg  AtLeastOnceConfig
+	js   jetstream.JetStream
+	mode PublishMode
+
+	emu sync.Mutex
+	err error // the first failure; the sink fails from then on
+
+	mu    sync.Mutex // guards the fields below; held while a batch is committed
+	fp    jetstreamext.FastPublisher
+	sent  int       // messages added to fp
+	last  time.Time // when the last message was added to fp
+	m     *nats.Msg // reused for every message of fp
+	idle  *time.Timer
+	close bool
+}
+
+// NewAtLeastOnce checks that a stream captures cfg.Subject and returns the
+// sink.
+func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (*AtLeastOnce, error) {
+	if cfg.Subject == "" {
+		return nil, errors.New("at-least-once sink: a subject is required")
 	}
-	s := &AtLeastOnce{subject: subject}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 4096
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = ackTimeout
+	}
+	if cfg.IdleCommit <= 0 {
+		cfg.IdleCommit = time.Second
+	}
+	s := &AtLeastOnce{cfg: cfg}
 	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncTimeout(ackTimeout),
-		jetstream.WithPublishAsyncMaxPending(maxPending),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			s.mu.Lock()
-			if s.err == nil {
-				s.err = err
-			}
-			s.mu.Unlock()
-		}))
+		jetstream.WithDefaultTimeout(cfg.Timeout),
+		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
+		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) { s.fail(err) }))
 	if err != nil {
-		return nil, fmt.Errorf("jetstream sink %s: %w", subject, err)
+		return nil, fmt.Errorf("jetstream sink %s: %w", cfg.Subject, err)
 	}
 	s.js = js
+	name := cfg.Stream
+	if name == "" {
+		if name, err = js.StreamNameBySubject(ctx, cfg.Subject); err != nil {
+			return nil, fmt.Errorf("jetstream sink %s: no stream captures the subject: %w", cfg.Subject, err)
+		}
+	}
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream sink %s: stream %s: %w", cfg.Subject, name, err)
+	}
+	if s.mode, err = ResolveAtLeastOnceMode(cfg.Publish, st.CachedInfo().Config); err != nil {
+		return nil, fmt.Errorf("jetstream sink %s: %w", cfg.Subject, err)
+	}
 	return s, nil
+}
+
+// ResolveAtLeastOnceMode is the mode an at-least-once sink configured with
+// mode publishes in on a stream configured as stream: PublishAuto becomes
+// PublishFast where the stream allows batched publish, else PublishAsync.
+func ResolveAtLeastOnceMode(mode PublishMode, stream jetstream.StreamConfig) (PublishMode, error) {
+	if mode == PublishAtomic {
+		return "", errors.New("publish mode atomic is for exactly-once sinks; at-least-once publishes fast or async")
+	}
+	resolved, err := ResolvePublishMode(mode, stream)
+	if err != nil {
+		return "", err
+	}
+	if resolved == PublishAtomic { // auto on a stream that allows atomic but not batched publish
+		resolved = PublishAsync
+	}
+	return resolved, nil
 }
 
 // Guarantee describes the sink's delivery guarantee for the job status.
 func (s *AtLeastOnce) Guarantee() string { return AtLeastOnceGuarantee }
 
+// Mode reports how the sink publishes: PublishFast or PublishAsync.
+func (s *AtLeastOnce) Mode() PublishMode { return s.mode }
+
+// fail records err as the sink's failure unless it failed before.
+func (s *AtLeastOnce) fail(err error) {
+	s.emu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.emu.Unlock()
+}
+
+// failed reports the sink's failure, if any.
 func (s *AtLeastOnce) failed() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.emu.Lock()
+	defer s.emu.Unlock()
 	if s.err != nil {
-		return fmt.Errorf("jetstream sink %s: publish: %w", s.subject, s.err)
+		return fmt.Errorf("jetstream sink %s: publish: %w", s.cfg.Subject, s.err)
 	}
 	return nil
 }
 
-// Write publishes every record of batch asynchronously.
+// Write publishes every record of batch.
 func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+	}
+	if s.mode == PublishFast {
+		return s.writeFast(&it)
+	}
 	if err := s.failed(); err != nil {
 		return err
 	}
-	it, err := abi.NewIter(batch)
-	if err != nil {
-		return fmt.Errorf("jetstream sink %s: %w", s.subject, err)
-	}
 	for it.Next() {
 		r := it.Record()
-		m := &nats.Msg{Subject: s.subject, Data: r.Value}
+		m := &nats.Msg{Subject: s.cfg.Subject, Data: r.Value}
 		if len(r.Key) > 0 {
 			m.Header = nats.Header{KeyHeader: []string{string(r.Key)}}
 		}
 		if err := publishAsync(ctx, s.js, m); err != nil {
-			return fmt.Errorf("jetstream sink %s: publish: %w", s.subject, err)
+			return fmt.Errorf("jetstream sink %s: publish: %w", s.cfg.Subject, err)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("jetstream sink %s: %w", s.subject, err)
+		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+	}
+	return nil
+}
+
+// writeFast adds the records to the open fast batch, opening one if
+// needed. AddMsg waits while the server is behind (flow control).
+func (s *AtLeastOnce) writeFast(it *abi.Iter) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.failed(); err != nil {
+		return err
+	}
+	for it.Next() {
+		if s.fp == nil {
+			fp, err := jetstreamext.NewFastPublisher(s.js,
+				jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
+				jetstreamext.WithFastPublisherErrorHandler(s.fail))
+			if err != nil {
+				return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+			}
+			s.fp, s.sent = fp, 0
+			if s.m == nil {
+				s.m = &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{}}
+			}
+		}
+		// The publisher encodes the message before AddMsg returns and
+		// keeps nothing of it: one message and header map serve them all.
+		r := it.Record()
+		s.m.Data = r.Value
+		if len(r.Key) > 0 {
+			s.m.Header[KeyHeader] = []string{string(r.Key)}
+		} else {
+			delete(s.m.Header, KeyHeader)
+		}
+		if _, err := s.fp.AddMsg(s.m); err != nil {
+			s.fp = nil
+			s.fail(err)
+			return s.failed()
+		}
+		s.sent++
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+	}
+	s.last = time.Now()
+	if s.idle == nil && !s.close {
+		s.idle = time.AfterFunc(s.cfg.IdleCommit, s.commitIdle)
+	}
+	return nil
+}
+
+// commitIdle commits the open fast batch once no record came for
+// IdleCommit, so a quiet input does not let the server drop it.
+func (s *AtLeastOnce) commitIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idle = nil
+	if s.fp == nil || s.close {
+		return
+	}
+	if wait := s.cfg.IdleCommit - time.Since(s.last); wait > 0 {
+		s.idle = time.AfterFunc(wait, s.commitIdle)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	defer cancel()
+	if err := s.commitLocked(ctx); err != nil {
+		s.fail(err)
+	}
+}
+
+// commitLocked commits the open fast batch, if any, and checks that the
+// server stored all of it.
+func (s *AtLeastOnce) commitLocked(ctx context.Context) error {
+	if s.fp == nil {
+		return nil
+	}
+	fp, n := s.fp, s.sent
+	s.fp, s.sent = nil, 0
+	ack, err := fp.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream sink %s: commit of a batch of %d messages: %w", s.cfg.Subject, n, err)
+	}
+	// The server ends a batch early at a gap or an error and acknowledges
+	// what it stored up to there.
+	if ack.BatchSize != uint64(n) {
+		return fmt.Errorf("jetstream sink %s: the server stored %d of a batch of %d messages", s.cfg.Subject, ack.BatchSize, n)
 	}
 	return nil
 }
 
 // wait blocks until every published message is acknowledged.
 func (s *AtLeastOnce) wait(ctx context.Context) error {
+	if s.mode == PublishFast {
+		s.mu.Lock()
+		err := s.commitLocked(ctx)
+		s.mu.Unlock()
+		if err != nil {
+			s.fail(err)
+		}
+		return s.failed()
+	}
 	select {
 	case <-s.js.PublishAsyncComplete():
 	case <-ctx.Done():
-		return fmt.Errorf("jetstream sink %s: waiting for acks: %w", s.subject, ctx.Err())
+		return fmt.Errorf("jetstream sink %s: waiting for acks: %w", s.cfg.Subject, ctx.Err())
 	}
 	return s.failed()
 }
 
-// PreCommit waits for the acknowledgement of everything written so far.
+// PreCommit waits until everything written so far is stored.
 func (s *AtLeastOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
 	return nil, s.wait(ctx)
 }
@@ -107,8 +290,19 @@ func (s *AtLeastOnce) Commit(ctx context.Context, id int64) error { return nil }
 // Recover does nothing.
 func (s *AtLeastOnce) Recover(ctx context.Context, id int64, state []byte) error { return nil }
 
-// EndOfInput waits for every acknowledgement.
+// EndOfInput waits until everything written is stored.
 func (s *AtLeastOnce) EndOfInput(ctx context.Context) error { return s.wait(ctx) }
 
-// Close does nothing; the connection belongs to the caller.
-func (s *AtLeastOnce) Close() error { return nil }
+// Close stops the idle commit. A fast batch still open is not committed:
+// what it holds is not covered by a completed checkpoint, so a recovery
+// replays it. The connection belongs to the caller.
+func (s *AtLeastOnce) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.close = true
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+	return nil
+}

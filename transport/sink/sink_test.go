@@ -127,37 +127,154 @@ func TestCoreSink(t *testing.T) {
 }
 
 func TestAtLeastOnceSink(t *testing.T) {
+	for _, mode := range []PublishMode{PublishFast, PublishAsync} {
+		t.Run(string(mode), func(t *testing.T) {
+			srv := startServer(t)
+			nc, js := connect(t, srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
+				t.Fatal(err)
+			}
+			// No stream given: the sink finds the one that captures the
+			// subject, and auto picks the mode the stream allows.
+			s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Subject: "out", MaxPending: 64, IdleCommit: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if s.Mode() != mode {
+				t.Fatalf("mode %s, want %s", s.Mode(), mode)
+			}
+			for i := 0; i < 500; i += 100 {
+				if err := s.Write(ctx, batchOf(i, i+100)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.PreCommit(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			// After PreCommit returns, everything is stored, in order.
+			if got := streamValues(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantValues(0, 500)) {
+				t.Fatalf("stored %d messages: %v", len(got), got)
+			}
+			// The next checkpoint's records go out the same way.
+			if err := s.Write(ctx, batchOf(500, 600)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.EndOfInput(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := streamValues(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantValues(0, 600)) {
+				t.Fatalf("stored %d messages", len(got))
+			}
+		})
+	}
+}
+
+// A fast batch left open on a quiet input is committed after IdleCommit,
+// before the server would drop it.
+func TestAtLeastOnceIdleCommit(t *testing.T) {
 	srv := startServer(t)
 	nc, js := connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}}); err != nil {
+	if _, err := js.CreateStream(ctx, outStream(PublishFast)); err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewAtLeastOnce(nc, "out", 64)
+	s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out", IdleCommit: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, batchOf(0, 500)); err != nil {
+	defer s.Close()
+	if err := s.Write(ctx, batchOf(0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 10 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the idle batch was not committed: %d messages stored", info.State.Msgs)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// The sink goes on with a new batch.
+	if err := s.Write(ctx, batchOf(10, 20)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PreCommit(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	// After PreCommit returns, everything is stored.
-	if got := streamValues(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantValues(0, 500)) {
-		t.Fatalf("stored %d messages", len(got))
+	if got := streamValues(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantValues(0, 20)) {
+		t.Fatalf("stored %v", got)
 	}
-	// A subject no stream captures fails the checkpoint.
-	bad, err := NewAtLeastOnce(nc, "nowhere", 0)
-	if err != nil {
+}
+
+// Messages the stream refuses fail the checkpoint, in either mode: a
+// completed checkpoint must never cover output that was not stored.
+func TestAtLeastOnceRefusedFailsTheCheckpoint(t *testing.T) {
+	for _, mode := range []PublishMode{PublishFast, PublishAsync} {
+		t.Run(string(mode), func(t *testing.T) {
+			srv := startServer(t)
+			nc, js := connect(t, srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cfg := outStream(mode)
+			cfg.MaxMsgs, cfg.Discard = 50, jetstream.DiscardNew
+			if _, err := js.CreateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out", IdleCommit: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			err = s.Write(ctx, batchOf(0, 100))
+			if err == nil {
+				_, err = s.PreCommit(ctx, 1)
+			}
+			if err == nil {
+				t.Fatal("a checkpoint covered messages the stream refused")
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestAtLeastOnceRefusedConfigs(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, outStream(PublishAsync)); err != nil {
 		t.Fatal(err)
 	}
-	if err := bad.Write(ctx, batchOf(0, 1)); err != nil {
-		t.Fatal(err)
+	for _, cfg := range []AtLeastOnceConfig{
+		{Subject: "nowhere"},                                  // no stream captures it
+		{Stream: "MISSING", Subject: "out"},                   // no such stream
+		{Stream: "OUT", Subject: "out", Publish: PublishFast}, // the stream does not allow batched publish
+		{Stream: "OUT", Subject: "out", Publish: PublishAtomic},
+		{Stream: "OUT", Subject: "out", Publish: "eventually"},
+	} {
+		if _, err := NewAtLeastOnce(ctx, nc, cfg); err == nil {
+			t.Fatalf("%+v accepted", cfg)
+		} else {
+			t.Log(err)
+		}
 	}
-	if _, err := bad.PreCommit(ctx, 1); err == nil {
-		t.Fatal("PreCommit succeeded without a stream")
+	s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out"})
+	if err != nil || s.Mode() != PublishAsync {
+		t.Fatalf("auto on a plain stream: %v, %v", s, err)
 	}
 }
 

@@ -72,7 +72,8 @@ const e2eKeys = 16
 // source subtasks, two partitions each, offsets per partition) → keyed
 // running count (the Go wordcount guest, parallelism 2 behind a key
 // partitioner, on two workers so channels cross NATS) → exactly-once
-// JetStream sink (fast batches), and injects failures
+// JetStream sink (fast batches; with at-least-once checkpointing the
+// at-least-once sink, also in fast batches), and injects failures
 // at random points: an operator trap, a worker crash (its tasks canceled and
 // its heartbeats gone), a checkpoint-storage write failure and a NATS server
 // restart that drops every connection. Afterwards the sink must hold, per
@@ -87,24 +88,25 @@ func TestExactlyOnceUnderFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	modes := []struct {
-		name, checkpointing string
-		exact               bool
+		name, checkpointing, sink string
+		exact                     bool
 	}{
-		{"aligned", "mode: exactly-once", true},
-		{"unaligned", "mode: unaligned", true},
-		{"aligned-timeout", "mode: exactly-once\n  aligned-timeout: 1ms", true},
-		{"at-least-once", "mode: at-least-once", false},
+		{"aligned", "mode: exactly-once", "exactly-once", true},
+		{"unaligned", "mode: unaligned", "exactly-once", true},
+		{"aligned-timeout", "mode: exactly-once\n  aligned-timeout: 1ms", "exactly-once", true},
+		// The at-least-once sink, publishing fast batches as records come.
+		{"at-least-once", "mode: at-least-once", "at-least-once", false},
 	}
 	total := 0
 	for i, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			total += runFailureScenario(t, modPath, m.checkpointing, m.exact, uint64(i+1))
+			total += runFailureScenario(t, modPath, m.checkpointing, m.sink, m.exact, uint64(i+1))
 		})
 	}
 	t.Logf("injected %d failures in all", total)
 }
 
-func runFailureScenario(t *testing.T, modPath, checkpointing string, exact bool, seed uint64) int {
+func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee string, exact bool, seed uint64) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -150,7 +152,7 @@ operators:
     parallelism: 2
     inputs: [{from: in, partition: key}]
 sinks:
-  - {name: out, kind: jetstream, stream: OUT, subject: out, guarantee: exactly-once, input: {from: count}}
+  - {name: out, kind: jetstream, stream: OUT, subject: out, guarantee: %s, input: {from: count}}
 checkpointing:
   %s
   interval: 150ms
@@ -159,7 +161,7 @@ restart:
   strategy: fixed-delay
   delay: 100ms
   attempts: 100
-`, modPath, checkpointing)
+`, modPath, guarantee, checkpointing)
 	s, err := jobspec.Parse("counts.yaml", []byte(spec), jobspec.Options{})
 	if err != nil {
 		t.Fatal(err)

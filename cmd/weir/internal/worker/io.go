@@ -53,7 +53,8 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		return sink.NewCore(b.w.cfg.Conn, spec.Subject)
 	}
 	if spec.Guarantee == jobspec.AtLeastOnce {
-		return sink.NewAtLeastOnce(b.w.cfg.Conn, spec.Subject, 0)
+		return sink.NewAtLeastOnce(ctx, b.w.cfg.Conn, sink.AtLeastOnceConfig{Stream: spec.Stream, Subject: spec.Subject,
+			Publish: sink.PublishMode(spec.Publish)})
 	}
 	ck := b.d.Spec.Checkpointing
 	return sink.NewExactlyOnce(ctx, b.w.cfg.Conn, sink.ExactlyOnceConfig{
