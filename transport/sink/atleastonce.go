@@ -53,13 +53,13 @@ type AtLeastOnce struct {
 	emu sync.Mutex
 	err error // the first failure; the sink fails from then on
 
-	mu    sync.Mutex // guards the fields below; held while a batch is committed
-	fp    jetstreamext.FastPublisher
-	sent  int       // messages added to fp
-	last  time.Time // when the last message was added to fp
-	m     *nats.Msg // reused for every message of fp
-	idle  *time.Timer
-	close bool
+	mu     sync.Mutex // guards the fields below; held while a batch is committed
+	fp     jetstreamext.FastPublisher
+	sent   int       // messages added to fp
+	last   time.Time // when the last message was added to fp
+	m      *nats.Msg // reused for every message of fp
+	idle   *time.Timer
+	closed bool
 }
 
 // NewAtLeastOnce checks that a stream captures cfg.Subject and returns the
@@ -87,11 +87,12 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 		return nil, fmt.Errorf("jetstream sink %s: %w", cfg.Subject, err)
 	}
 	s.js = js
-	name := cfg.Stream
-	if name == "" {
-		if name, err = js.StreamNameBySubject(ctx, cfg.Subject); err != nil {
-			return nil, fmt.Errorf("jetstream sink %s: no stream captures the subject: %w", cfg.Subject, err)
-		}
+	name, err := js.StreamNameBySubject(ctx, cfg.Subject)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream sink %s: no stream captures the subject: %w", cfg.Subject, err)
+	}
+	if cfg.Stream != "" && cfg.Stream != name {
+		return nil, fmt.Errorf("jetstream sink %s: the subject is captured by stream %s, not by %s", cfg.Subject, name, cfg.Stream)
 	}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
@@ -214,7 +215,7 @@ func (s *AtLeastOnce) writeFast(it *abi.Iter) error {
 		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
 	}
 	s.last = time.Now()
-	if s.idle == nil && !s.close {
+	if s.idle == nil && !s.closed {
 		s.idle = time.AfterFunc(s.cfg.IdleCommit, s.commitIdle)
 	}
 	return nil
@@ -226,7 +227,7 @@ func (s *AtLeastOnce) commitIdle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.idle = nil
-	if s.fp == nil || s.close {
+	if s.fp == nil || s.closed {
 		return
 	}
 	if wait := s.cfg.IdleCommit - time.Since(s.last); wait > 0 {
@@ -299,7 +300,7 @@ func (s *AtLeastOnce) EndOfInput(ctx context.Context) error { return s.wait(ctx)
 func (s *AtLeastOnce) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.close = true
+	s.closed = true
 	if s.idle != nil {
 		s.idle.Stop()
 		s.idle = nil

@@ -261,7 +261,7 @@ func TestAtLeastOnceRefusedConfigs(t *testing.T) {
 	}
 	for _, cfg := range []AtLeastOnceConfig{
 		{Subject: "nowhere"},                                  // no stream captures it
-		{Stream: "MISSING", Subject: "out"},                   // no such stream
+		{Stream: "MISSING", Subject: "out"},                   // captured by another stream
 		{Stream: "OUT", Subject: "out", Publish: PublishFast}, // the stream does not allow batched publish
 		{Stream: "OUT", Subject: "out", Publish: PublishAtomic},
 		{Stream: "OUT", Subject: "out", Publish: "eventually"},
