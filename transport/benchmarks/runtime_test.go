@@ -121,6 +121,8 @@ func benchJetStreamRuntime(b *testing.B, newSink func(context.Context, *embedded
 		store, err = storage.NewDir(b.TempDir())
 	} else {
 		store, err = storage.NewObjectStore(ctx, js, "WEIR_BENCH_STATE")
+		// The server outlives the benchmark: leave no bucket behind.
+		b.Cleanup(func() { _ = js.DeleteObjectStore(context.Background(), "WEIR_BENCH_STATE") })
 	}
 	if err != nil {
 		b.Fatal(err)
