@@ -58,6 +58,7 @@ type AtLeastOnce struct {
 	sent   int       // messages added to fp
 	last   time.Time // when the last message was added to fp
 	m      *nats.Msg // reused for every message of fp
+	key    []string  // its key header's value, reused
 	idle   *time.Timer
 	closed bool
 }
@@ -192,7 +193,7 @@ func (s *AtLeastOnce) writeFast(it *abi.Iter) error {
 			}
 			s.fp, s.sent = fp, 0
 			if s.m == nil {
-				s.m = &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{}}
+				s.m, s.key = &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{}}, []string{""}
 			}
 		}
 		// The publisher encodes the message before AddMsg returns and
@@ -200,7 +201,8 @@ func (s *AtLeastOnce) writeFast(it *abi.Iter) error {
 		r := it.Record()
 		s.m.Data = r.Value
 		if len(r.Key) > 0 {
-			s.m.Header[KeyHeader] = []string{string(r.Key)}
+			s.key[0] = string(r.Key)
+			s.m.Header[KeyHeader] = s.key
 		} else {
 			delete(s.m.Header, KeyHeader)
 		}

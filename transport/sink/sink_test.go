@@ -154,19 +154,34 @@ func TestAtLeastOnceSink(t *testing.T) {
 			if _, err := s.PreCommit(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
-			// After PreCommit returns, everything is stored, in order.
+			// After PreCommit returns, everything is stored, in order,
+			// each message with its record's key.
 			if got := streamValues(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantValues(0, 500)) {
 				t.Fatalf("stored %d messages: %v", len(got), got)
 			}
-			// The next checkpoint's records go out the same way.
+			// The next checkpoint's records go out the same way; a record
+			// without a key gets no key header.
 			if err := s.Write(ctx, batchOf(500, 600)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Write(ctx, abi.EncodeBatch(abi.Record{Value: []byte("v600")})); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.EndOfInput(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := streamValues(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantValues(0, 600)) {
-				t.Fatalf("stored %d messages", len(got))
+			msgs := readStream(t, ctx, js, "OUT")
+			if len(msgs) != 601 {
+				t.Fatalf("stored %d messages, want 601", len(msgs))
+			}
+			for i, m := range msgs {
+				key := "k" + strconv.Itoa(i%3)
+				if i == 600 {
+					key = ""
+				}
+				if m.value != "v"+strconv.Itoa(i) || m.key != key || m.id != "" {
+					t.Fatalf("message %d: %+v, want value v%d key %q", i, m, i, key)
+				}
 			}
 		})
 	}
