@@ -207,6 +207,7 @@ func (s *AtLeastOnce) writeFast(it *abi.Iter) error {
 			delete(s.m.Header, KeyHeader)
 		}
 		if _, err := s.fp.AddMsg(s.m); err != nil {
+			releaseFast(s.fp)
 			s.fp = nil
 			s.fail(err)
 			return s.failed()
@@ -296,9 +297,10 @@ func (s *AtLeastOnce) Recover(ctx context.Context, id int64, state []byte) error
 // EndOfInput waits until everything written is stored.
 func (s *AtLeastOnce) EndOfInput(ctx context.Context) error { return s.wait(ctx) }
 
-// Close stops the idle commit. A fast batch still open is not committed:
-// what it holds is not covered by a completed checkpoint, so a recovery
-// replays it. The connection belongs to the caller.
+// Close stops the idle commit and ends a fast batch still open without
+// waiting for the server: what it holds is not covered by a completed
+// checkpoint, so a recovery replays it. The connection belongs to the
+// caller.
 func (s *AtLeastOnce) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -306,6 +308,10 @@ func (s *AtLeastOnce) Close() error {
 	if s.idle != nil {
 		s.idle.Stop()
 		s.idle = nil
+	}
+	if s.fp != nil {
+		releaseFast(s.fp)
+		s.fp = nil
 	}
 	return nil
 }

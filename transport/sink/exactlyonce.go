@@ -804,6 +804,9 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, entries []staged) error {
 		emu.Unlock()
 		return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, index, err)
 	}
+	// A commit that fails on the way still ends the batch, so that its
+	// acknowledgement subscription leaves the connection.
+	defer releaseFast(fp)
 	id, key := []string{""}, []string{""}
 	m := &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{jetstream.MsgIDHeader: id}}
 	sent := 0

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ackTimeout bounds the wait for one asynchronous publish acknowledgement;
@@ -26,4 +27,19 @@ func publishAsync(ctx context.Context, js jetstream.JetStream, m *nats.Msg) erro
 			return err
 		}
 	}
+}
+
+// releaseFast ends fp without waiting for the server: it sends the
+// end-of-batch commit and gives up on the answer at once, which drops the
+// publisher's acknowledgement subscription (and the goroutine nats.go runs
+// for it) from the connection — a worker's connection outlives its tasks.
+// The messages fp sent are stored already; ending the batch only closes
+// it. A publisher that ended already is left as it is.
+func releaseFast(fp jetstreamext.FastPublisher) {
+	if fp.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _ = fp.Close(ctx)
 }

@@ -545,3 +545,28 @@ func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
 		})
 	}
 }
+
+// A task cancelled with a fast batch open (every recovery cancels one)
+// must not leave the batch's acknowledgement subscription — and the
+// goroutine nats.go runs for it — on the worker's shared connection.
+func TestAtLeastOnceCloseReleasesTheBatch(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, outStream(PublishFast)); err != nil {
+		t.Fatal(err)
+	}
+	before := nc.NumSubscriptions()
+	for i := 0; i < 3; i++ {
+		s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out", IdleCommit: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, s.Write(ctx, batchOf(0, 10)))
+		must(t, s.Close())
+	}
+	if after := nc.NumSubscriptions(); after != before {
+		t.Fatalf("%d subscriptions on the connection after closing, %d before", after, before)
+	}
+}
