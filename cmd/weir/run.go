@@ -496,22 +496,27 @@ func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, s
 // atomicBatch messages (0: the default; weir run with -nats does not know
 // the remote workers' setting).
 func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, atomicBatch int) string {
+	unknown := func(err error) string { return fmt.Sprintf("publish mode unknown: %v", err) }
 	st, err := js.Stream(ctx, s.Stream)
-	if err == nil {
-		var info *jetstream.StreamInfo
-		if info, err = st.Info(ctx); err == nil && s.Guarantee == jobspec.AtLeastOnce {
-			var mode sink.PublishMode
-			if mode, err = sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config); err == nil {
-				return fmt.Sprintf("publish mode %s on stream %s", mode, s.Stream)
-			}
-		} else if err == nil {
-			var plan sink.PublishPlan
-			if plan, err = sink.PlanPublish(sink.PublishMode(s.Publish), info.Config, atomicBatch); err == nil {
-				return fmt.Sprintf("publish mode %s on stream %s%s", plan.Mode, s.Stream, plan.Detail())
-			}
-		}
+	if err != nil {
+		return unknown(err)
 	}
-	return fmt.Sprintf("publish mode unknown: %v", err)
+	info, err := st.Info(ctx)
+	if err != nil {
+		return unknown(err)
+	}
+	if s.Guarantee == jobspec.AtLeastOnce {
+		mode, err := sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config)
+		if err != nil {
+			return unknown(err)
+		}
+		return fmt.Sprintf("publish mode %s on stream %s", mode, s.Stream)
+	}
+	plan, err := sink.PlanPublish(sink.PublishMode(s.Publish), info.Config, atomicBatch)
+	if err != nil {
+		return unknown(err)
+	}
+	return fmt.Sprintf("publish mode %s on stream %s%s", plan.Mode, s.Stream, plan.Detail())
 }
 
 func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
