@@ -99,6 +99,9 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("jetstream sink %s: stream %s: %w", cfg.Subject, name, err)
 	}
+	if err := CheckDurable(st.CachedInfo().Config); err != nil {
+		return nil, fmt.Errorf("at-least-once sink %s: %w", cfg.Subject, err)
+	}
 	if s.mode, err = ResolveAtLeastOnceMode(cfg.Publish, st.CachedInfo().Config); err != nil {
 		return nil, fmt.Errorf("jetstream sink %s: %w", cfg.Subject, err)
 	}

@@ -227,6 +227,9 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckDurable(scfg); err != nil {
+		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
+	}
 	plan, err := PlanPublish(cfg.Publish, scfg, cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)

@@ -3,12 +3,27 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
+
+// ErrStreamNotDurable is returned for a sink stream that acknowledges
+// messages before it has written them (persist_mode async): a server crash
+// can then lose output that a completed checkpoint counted as stored.
+var ErrStreamNotDurable = errors.New("sink stream not durable")
+
+// CheckDurable refuses a stream that can lose messages it acknowledged,
+// which neither an exactly-once nor an at-least-once sink can build on.
+func CheckDurable(stream jetstream.StreamConfig) error {
+	if stream.PersistMode == jetstream.AsyncPersistMode {
+		return fmt.Errorf("%w: stream %s acknowledges messages before writing them (persist_mode async), so a server crash can lose output a completed checkpoint counted as stored; use persist_mode default", ErrStreamNotDurable, stream.Name)
+	}
+	return nil
+}
 
 // ackTimeout bounds the wait for one asynchronous publish acknowledgement;
 // past it the publish counts as failed (e.g. the server restarted).

@@ -323,6 +323,30 @@ func TestDuplicateWindowRefused(t *testing.T) {
 	}
 }
 
+// A stream that acknowledges messages before writing them can lose output
+// a completed checkpoint counted: both JetStream sinks refuse it.
+func TestAsyncPersistStreamRefused(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := outStream(PublishFast)
+	cfg.PersistMode = jetstream.AsyncPersistMode
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
+	if !errors.Is(err, ErrStreamNotDurable) {
+		t.Fatalf("exactly-once: %v", err)
+	}
+	t.Log(err)
+	_, err = NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out"})
+	if !errors.Is(err, ErrStreamNotDurable) {
+		t.Fatalf("at-least-once: %v", err)
+	}
+	t.Log(err)
+}
+
 // publishModes are the sink's publish modes; each commit test runs in all.
 var publishModes = []PublishMode{PublishFast, PublishAtomic, PublishAsync}
 

@@ -24,6 +24,12 @@ const JetStreamGuarantee = "replayable: JetStream stream, offset = stream sequen
 // not processed.
 var ErrOffsetGone = errors.New("checkpointed offset no longer in the stream")
 
+// ErrOffsetAhead is returned when the checkpointed offset is past the
+// stream's last message: the stream was deleted and created again, or lost
+// messages it had acknowledged (memory storage, async persistence). Resuming
+// would wait for the sequence to catch up and skip every message before it.
+var ErrOffsetAhead = errors.New("checkpointed offset is past the end of the stream")
+
 // JetStreamConfig configures a JetStream stream source.
 type JetStreamConfig struct {
 	// Stream is the stream name.
@@ -294,7 +300,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
 	}
-	var first uint64
+	var first, last uint64
 	for _, l := range s.lanes {
 		if l.start <= 1 {
 			continue
@@ -304,7 +310,13 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("jetstream source %s: stream info: %w", s.cfg.Stream, err)
 			}
-			first = max(info.State.FirstSeq, 1)
+			first, last = max(info.State.FirstSeq, 1), info.State.LastSeq
+		}
+		// An offset is never past the stream's last sequence (a quiet
+		// lane's moves up to it, no further): a stream that ends before
+		// it is not the stream the checkpoint read.
+		if l.start > last+1 {
+			return fmt.Errorf("jetstream source %s: resume after sequence %d, but the stream's last sequence is %d (was it deleted and created again, or did it lose messages?): %w", s.cfg.Stream, l.start-1, last, ErrOffsetAhead)
 		}
 		// Messages from start on must still be there: a stream whose
 		// retention (limits, age, purge) dropped some of them lost data this

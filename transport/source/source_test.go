@@ -339,7 +339,7 @@ func TestPartitionFilters(t *testing.T) {
 // resumes after its last message, and the source loses and repeats nothing.
 func TestJetStreamSurvivesServerRestart(t *testing.T) {
 	srv := startServer(t)
-	_, js := connect(t, srv)
+	nc, js := connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
@@ -350,15 +350,18 @@ func TestJetStreamSurvivesServerRestart(t *testing.T) {
 	}
 	defer src.Close()
 	recs, _ := pollRecords(t, ctx, src, 100)
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	// Publish more after the restart, retrying until the client reconnected.
+	embeddedtest.Restart(t, srv, nc)
+	// Publish more after the restart, retrying while the server's
+	// JetStream comes back; a retry after a lost acknowledgement is
+	// deduplicated by its message id.
 	for i := 500; i < 1000; i++ {
 		for {
 			m := nats.NewMsg("in.a")
 			m.Data = []byte(strconv.Itoa(i))
-			_, err := js.PublishMsg(ctx, m)
+			m.Header.Set(jetstream.MsgIDHeader, strconv.Itoa(i))
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := js.PublishMsg(pctx, m)
+			pcancel()
 			if err == nil {
 				break
 			}
@@ -400,12 +403,7 @@ func TestJetStreamCloseDuringReset(t *testing.T) {
 			t.Fatal(err)
 		}
 		pollRecords(t, ctx, src, 100)
-		if err := srv.Restart(); err != nil {
-			t.Fatal(err)
-		}
-		for nc.Status() != nats.CONNECTED && ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
-		}
+		embeddedtest.Restart(t, srv, nc)
 		time.Sleep(delay)
 		closed := make(chan struct{})
 		go func() { src.Close(); close(closed) }()

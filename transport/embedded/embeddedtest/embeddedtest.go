@@ -6,6 +6,7 @@ package embeddedtest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,4 +65,28 @@ func Conn(t testing.TB) *nats.Conn {
 func JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	return Connect(t, Server(t, embedded.Config{}))
+}
+
+// Restart restarts srv and waits until each of conns has noticed the
+// restart and reconnected. Status alone cannot tell: right after the
+// restart a connection may still report CONNECTED on its old socket, and a
+// request written there is lost (its reply never comes).
+func Restart(t testing.TB, srv *embedded.Server, conns ...*nats.Conn) {
+	t.Helper()
+	before := make([]uint64, len(conns))
+	for i, nc := range conns {
+		before[i] = nc.Stats().Reconnects
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i, nc := range conns {
+		for nc.Stats().Reconnects == before[i] || nc.Status() != nats.CONNECTED {
+			if time.Now().After(deadline) {
+				t.Fatalf("connection did not reconnect after the server restart: status %v", nc.Status())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
