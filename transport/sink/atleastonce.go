@@ -157,7 +157,7 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
 	}
 	if s.mode == PublishFast {
-		return s.writeFast(&it)
+		return s.writeFast(ctx, &it)
 	}
 	if err := s.failed(); err != nil {
 		return err
@@ -179,14 +179,22 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 }
 
 // writeFast adds the records to the open fast batch, opening one if
-// needed. AddMsg waits while the server is behind (flow control).
-func (s *AtLeastOnce) writeFast(it *abi.Iter) error {
+// needed. AddMsg waits while the server is behind (flow control), up to the
+// ack timeout, and takes no context: a cancelled task stops at the next
+// record instead, leaving the open batch to Close.
+func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.failed(); err != nil {
 		return err
 	}
+	done := ctx.Done()
 	for it.Next() {
+		select {
+		case <-done:
+			return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, ctx.Err())
+		default:
+		}
 		if s.fp == nil {
 			fp, err := jetstreamext.NewFastPublisher(s.js,
 				jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},

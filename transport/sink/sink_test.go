@@ -594,3 +594,29 @@ func TestAtLeastOnceCloseReleasesTheBatch(t *testing.T) {
 		t.Fatalf("%d subscriptions on the connection after closing, %d before", after, before)
 	}
 }
+
+// A cancelled task's Write stops before the next record: the fast path
+// cannot cancel a publish waiting on the server, so it looks at the
+// context between records.
+func TestAtLeastOnceWriteStopsWhenCancelled(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, outStream(PublishFast)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out", IdleCommit: time.Hour})
+	must(t, err)
+	defer s.Close()
+	must(t, s.Write(ctx, batchOf(0, 10)))
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if err := s.Write(cctx, batchOf(10, 20)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("write with a cancelled context: %v", err)
+	}
+	must(t, s.EndOfInput(ctx))
+	if got := streamValues(t, ctx, js, "OUT"); len(got) != 10 {
+		t.Fatalf("stream holds %d messages, want the 10 written before the cancel", len(got))
+	}
+}
