@@ -177,12 +177,11 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 			return err
 		}
 	}
-	ck := spec.Checkpointing
 	for _, s := range spec.Sinks {
 		if s.Kind != jobspec.KindJetStream {
 			continue
 		}
-		dup := sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, worker.RecoveryAllowance)
+		dup := worker.DuplicateWindow(spec.Checkpointing, s)
 		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{s.Subject}, Duplicates: dup,
 			AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
 			return err

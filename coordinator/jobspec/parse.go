@@ -424,6 +424,10 @@ func (p *parser) parse(data []byte) *Spec {
 						p.oneOf(v, path, &sk.Publish, PublishAuto, PublishFast, PublishAtomic, PublishAsync)
 						nodes[path] = v
 					},
+					"ack-timeout": func(v *yaml.Node, path string) {
+						p.positive(v, path, &sk.AckTimeout)
+						nodes[path] = v
+					},
 					"input": func(v *yaml.Node, path string) { sk.Input = p.input(v, path) },
 				})
 				s.Sinks = append(s.Sinks, sk)
@@ -672,6 +676,9 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			case sk.Guarantee == AtLeastOnce && sk.Publish == PublishAtomic:
 				at(n.Line, path+".publish", "publish mode atomic is for exactly-once sinks; an at-least-once sink publishes auto, fast or async")
 			}
+		}
+		if n := nodes[path+".ack-timeout"]; n != nil && (sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce) {
+			at(n.Line, path+".ack-timeout", "ack-timeout applies to at-least-once and exactly-once jetstream sinks only")
 		}
 		if sk.Input.From == "" {
 			at(sk.Line, path+".input", "missing input: sink %q has no input", sk.Name)

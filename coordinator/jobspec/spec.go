@@ -173,8 +173,13 @@ type Sink struct {
 	// at-least-once, records as they come — PublishAuto (fast where the
 	// stream allows batched publish, else async), PublishFast or
 	// PublishAsync.
-	Publish     string `json:"publish,omitempty"`
-	Parallelism int    `json:"parallelism"`
+	Publish string `json:"publish,omitempty"`
+	// AckTimeout is how long a jetstream sink waits for the server to
+	// acknowledge what it published before it fails the checkpoint
+	// (at-least-once) or the commit (exactly-once); 0: the sink's default,
+	// 10s exactly-once and 30s at-least-once.
+	AckTimeout  time.Duration `json:"ack_timeout,omitempty"`
+	Parallelism int           `json:"parallelism"`
 	Input       Input  `json:"input"`
 	Line        int    `json:"line,omitempty"`
 }

@@ -39,6 +39,7 @@ sinks:
     stream: COUNTS
     subject: counts
     publish: fast
+    ack-timeout: 45s
     input: {from: count}
 checkpointing:
   mode: exactly-once
@@ -85,7 +86,8 @@ func TestParseGood(t *testing.T) {
 	if split.Inputs[0].Partition != Forward || count.Inputs[0].Partition != KeyHash {
 		t.Errorf("partitions %q %q", split.Inputs[0].Partition, count.Inputs[0].Partition)
 	}
-	if s.Sinks[0].Input.Partition != RoundRobin || s.Sinks[0].Guarantee != ExactlyOnce || s.Sinks[0].Publish != PublishFast {
+	if s.Sinks[0].Input.Partition != RoundRobin || s.Sinks[0].Guarantee != ExactlyOnce || s.Sinks[0].Publish != PublishFast ||
+		s.Sinks[0].AckTimeout != 45*time.Second {
 		t.Errorf("sink = %+v", s.Sinks[0])
 	}
 	c := s.Checkpointing
@@ -171,6 +173,10 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:7: sinks[0].publish: publish applies to at-least-once and exactly-once jetstream sinks only`}},
 		{"atomic publish at least once", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: jetstream, stream: S, subject: x, guarantee: at-least-once, publish: atomic, input: {from: in}}\n",
 			[]string{`job.yaml:4: sinks[0].publish: publish mode atomic is for exactly-once sinks; an at-least-once sink publishes auto, fast or async`}},
+		{"ack-timeout on a nats sink", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: nats, subject: x, ack-timeout: 5s, input: {from: in}}\n",
+			[]string{`job.yaml:4: sinks[0].ack-timeout: ack-timeout applies to at-least-once and exactly-once jetstream sinks only`}},
+		{"zero ack-timeout", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: jetstream, stream: S, subject: x, ack-timeout: 0, input: {from: in}}\n",
+			[]string{`job.yaml:4: sinks[0].ack-timeout: must be greater than 0`}},
 		{"bad publish mode", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: jetstream, stream: S, subject: x, publish: eventually, input: {from: in}}\n",
 			[]string{`job.yaml:4: sinks[0].publish: unknown value "eventually" (want auto, fast, atomic, async)`}},
 		{"partitions without filter", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 4}\n",

@@ -29,7 +29,8 @@ type AtLeastOnceConfig struct {
 	// MaxPending bounds unacknowledged messages in async mode (default
 	// 4096): Write blocks beyond it.
 	MaxPending int
-	// Timeout bounds the wait for an acknowledgement (default 30s).
+	// Timeout bounds the wait for an acknowledgement (default
+	// DefaultAtLeastOnceTimeout).
 	Timeout time.Duration
 	// IdleCommit is how long a fast batch stays open without a record
 	// before the sink commits it (default 1s): the server drops a batch
@@ -73,7 +74,7 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 		cfg.MaxPending = 4096
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = ackTimeout
+		cfg.Timeout = DefaultAtLeastOnceTimeout
 	}
 	if cfg.IdleCommit <= 0 {
 		cfg.IdleCommit = time.Second

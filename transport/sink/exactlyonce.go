@@ -73,7 +73,8 @@ type ExactlyOnceConfig struct {
 	// MaxAtomicChunk; 0 means MaxAtomicBatch. The server must accept
 	// batches this large (its max_batch_size).
 	BatchSize int
-	// Timeout bounds the wait for one acknowledgement; default 10s.
+	// Timeout bounds the wait for one acknowledgement; default
+	// DefaultExactlyOnceTimeout.
 	Timeout time.Duration
 }
 
@@ -205,7 +206,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 		cfg.BatchSize = MaxAtomicBatch
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultExactlyOnceTimeout
 	}
 	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/"}
 	js, err := jetstream.New(nc,

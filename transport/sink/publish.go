@@ -25,9 +25,17 @@ func CheckDurable(stream jetstream.StreamConfig) error {
 	return nil
 }
 
-// ackTimeout bounds the wait for one asynchronous publish acknowledgement;
-// past it the publish counts as failed (e.g. the server restarted).
-const ackTimeout = 30 * time.Second
+// Default acknowledgement timeouts: past them a publish or a commit counts
+// as failed (e.g. the server restarted), which fails the checkpoint
+// (at-least-once) or the commit (exactly-once), and the job recovers.
+const (
+	// DefaultAtLeastOnceTimeout bounds the at-least-once sink's wait for an
+	// acknowledgement.
+	DefaultAtLeastOnceTimeout = 30 * time.Second
+	// DefaultExactlyOnceTimeout bounds the exactly-once sink's wait for an
+	// acknowledgement of its commit.
+	DefaultExactlyOnceTimeout = 10 * time.Second
+)
 
 // publishAsync publishes m asynchronously, waiting — as backpressure — while
 // the client has its maximum of unacknowledged messages out, instead of

@@ -17,6 +17,16 @@ import (
 // stream must deduplicate message ids for at least their sum.
 const RecoveryAllowance = time.Minute
 
+// DuplicateWindow is how long the stream of exactly-once sink sk must
+// deduplicate message ids (sink.RequiredDuplicateWindow): a checkpoint
+// interval and timeout, RecoveryAllowance, and what sk's ack timeout adds
+// over the sink's default — a commit may wait that long before it fails
+// and the recovery that re-commits begins.
+func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
+	recovery := RecoveryAllowance + max(0, sk.AckTimeout-sink.DefaultExactlyOnceTimeout)
+	return sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, recovery)
+}
+
 func (b *builder) source(pt plan.Task) (host.Source, error) {
 	spec := find(b.d.Spec.Sources, func(s jobspec.Source) string { return s.Name }, pt.Vertex)
 	if spec == nil {
@@ -54,9 +64,8 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 	}
 	if spec.Guarantee == jobspec.AtLeastOnce {
 		return sink.NewAtLeastOnce(ctx, b.w.cfg.Conn, sink.AtLeastOnceConfig{Stream: spec.Stream, Subject: spec.Subject,
-			Publish: sink.PublishMode(spec.Publish)})
+			Publish: sink.PublishMode(spec.Publish), Timeout: spec.AckTimeout})
 	}
-	ck := b.d.Spec.Checkpointing
 	return sink.NewExactlyOnce(ctx, b.w.cfg.Conn, sink.ExactlyOnceConfig{
 		Stream:             spec.Stream,
 		Subject:            spec.Subject,
@@ -64,7 +73,8 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		Task:               pt.ID,
 		Publish:            sink.PublishMode(spec.Publish),
 		BatchSize:          b.w.cfg.AtomicBatch,
-		MinDuplicateWindow: sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, RecoveryAllowance),
+		Timeout:            spec.AckTimeout,
+		MinDuplicateWindow: DuplicateWindow(b.d.Spec.Checkpointing, *spec),
 	})
 }
 
