@@ -26,7 +26,8 @@ const jobUsage = `ls|status|cancel|savepoint|restore [flags] [JOB]
   weir job status JOB                       one job
   weir job cancel JOB                       stop a job
   weir job savepoint JOB                    take an aligned savepoint now
-  weir job restore JOB -from ID [-spec F]   restart a stopped job from checkpoint ID`
+  weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
+                                            restart a stopped job from checkpoint ID`
 
 // connectAPI connects to NATS and returns a job API client.
 func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
@@ -67,6 +68,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	nf.register(fs, defaultNATS, "NATS server URL")
 	from := fs.String("from", "", "restore: checkpoint ID (or JOB/ID)")
 	specFile := fs.String("spec", "", "restore: a new job spec to run instead of the last one")
+	allowNonRestored := fs.Bool("allow-non-restored-state", false, "restore: drop the state of operators the new spec no longer has")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
@@ -118,7 +120,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if *from == "" {
 			return usagef("job restore: -from CHECKPOINT is required")
 		}
-		req := control.RestoreRequest{Job: pos[1], From: *from}
+		req := control.RestoreRequest{Job: pos[1], From: *from, AllowNonRestoredState: *allowNonRestored}
 		if *specFile != "" {
 			spec, err := jobspec.ParseFile(*specFile, jobspec.Options{})
 			if err != nil {

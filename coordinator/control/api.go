@@ -88,6 +88,9 @@ type SubmitRequest struct {
 	// RestoreFrom, if set, is the checkpoint to start from: "ID" (of a job
 	// with the spec's name) or "JOB/ID".
 	RestoreFrom string `json:"restore_from,omitempty"`
+	// AllowNonRestoredState lets a restore drop the state of vertices the
+	// spec no longer has (see RestoreRequest).
+	AllowNonRestoredState bool `json:"allow_non_restored_state,omitempty"`
 }
 
 // RestoreRequest restarts a stopped job from one of its checkpoints.
@@ -95,8 +98,17 @@ type RestoreRequest struct {
 	Job string `json:"job"`
 	// From is "ID" or "JOB/ID".
 	From string `json:"from"`
-	// Spec, if set, replaces the job's last spec.
+	// Spec, if set, replaces the job's last spec. A restore is refused
+	// (ErrInvalid) when the spec would drop state or hand it to the wrong
+	// subtask: a vertex with state that the spec no longer has, or a
+	// change of parallelism for a vertex whose state is kept per subtask
+	// (operator state, JetStream source offsets, a vanishing sink
+	// subtask's staged output), or for any vertex while the checkpoint
+	// holds in-flight channel data.
 	Spec *jobspec.Spec `json:"spec,omitempty"`
+	// AllowNonRestoredState lets the restore drop the state of vertices
+	// the spec no longer has.
+	AllowNonRestoredState bool `json:"allow_non_restored_state,omitempty"`
 }
 
 // API is the job API the coordinator serves and the CLI calls.

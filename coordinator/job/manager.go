@@ -198,7 +198,7 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 		}
 		from = md
 	}
-	return m.start(ctx, r.Spec, from)
+	return m.start(ctx, r.Spec, from, r.AllowNonRestoredState)
 }
 
 // Restore restarts a stopped job from one of its checkpoints.
@@ -215,7 +215,7 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	if err != nil {
 		return control.JobStatus{}, err
 	}
-	return m.start(ctx, spec, md)
+	return m.start(ctx, spec, md, r.AllowNonRestoredState)
 }
 
 // loadCheckpoint reads "ID" (of job) or "JOB/ID".
@@ -247,10 +247,17 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, 
 	return p, mods, nil
 }
 
-func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata) (control.JobStatus, error) {
+// start runs spec, restoring checkpoint from if it is not nil (see
+// checkRestore for allowNonRestored).
+func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
 	p, mods, err := m.prepare(ctx, spec)
 	if err != nil {
 		return control.JobStatus{}, err
+	}
+	if from != nil {
+		if err := checkRestore(spec, p, from, allowNonRestored); err != nil {
+			return control.JobStatus{}, err
+		}
 	}
 	// Numbering continues after every checkpoint in storage, so a new run
 	// never reuses a key.

@@ -180,8 +180,8 @@ type Sink struct {
 	// 10s exactly-once and 30s at-least-once.
 	AckTimeout  time.Duration `json:"ack_timeout,omitempty"`
 	Parallelism int           `json:"parallelism"`
-	Input       Input  `json:"input"`
-	Line        int    `json:"line,omitempty"`
+	Input       Input         `json:"input"`
+	Line        int           `json:"line,omitempty"`
 }
 
 // Checkpointing configures the checkpoint coordinator.
