@@ -284,7 +284,11 @@ func TestJobSurvivesServerRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snk, err := sink.NewExactlyOnce(ctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "t[0]", Timeout: time.Second})
+		// Bounded as a deploy is: a request lost to the restart must not
+		// hold the attempt for the whole test.
+		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+		snk, err := sink.NewExactlyOnce(dctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "t[0]", Timeout: time.Second})
+		dcancel()
 		if err != nil {
 			t.Logf("attempt %d: %v", attempts, err)
 			time.Sleep(50 * time.Millisecond)
@@ -317,9 +321,7 @@ func TestJobSurvivesServerRestart(t *testing.T) {
 			got := streamLenRetry(ctx, js, "OUT")
 			if !restarted && got >= n/3 {
 				restarted = true
-				if err := srv.Restart(); err != nil {
-					t.Fatal(err)
-				}
+				embeddedtest.Restart(t, srv, nc)
 			}
 			if got >= n {
 				tcancel()

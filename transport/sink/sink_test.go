@@ -530,24 +530,21 @@ func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			must(t, srv.Restart())
+			embeddedtest.Restart(t, srv, nc)
 			werr := s.Wait(ctx)
 			t.Logf("commit across the restart: %v", werr)
 			s.Close()
 
-			for nc.Status() != nats.CONNECTED {
-				if ctx.Err() != nil {
-					t.Fatal("no reconnect")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			// The task recovers; retry as the job would until it succeeds.
+			// The task recovers; retry as the job would until it succeeds,
+			// each attempt bounded as a deploy is.
 			for {
-				s, err = NewExactlyOnce(ctx, nc, cfg)
+				actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+				s, err = NewExactlyOnce(actx, nc, cfg)
 				if err == nil {
-					err = s.Recover(ctx, 1, state)
+					err = s.Recover(actx, 1, state)
 					s.Close()
 				}
+				acancel()
 				if err == nil {
 					break
 				}
