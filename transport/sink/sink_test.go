@@ -190,13 +190,7 @@ func TestAtLeastOnceSink(t *testing.T) {
 // A fast batch left open on a quiet input is committed after IdleCommit,
 // before the server would drop it.
 func TestAtLeastOnceIdleCommit(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, outStream(PublishFast)); err != nil {
-		t.Fatal(err)
-	}
+	nc, js, ctx := outSetup(t, outStream(PublishFast))
 	s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out", IdleCommit: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -267,13 +261,7 @@ func TestAtLeastOnceRefusedFailsTheCheckpoint(t *testing.T) {
 }
 
 func TestAtLeastOnceRefusedConfigs(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, outStream(PublishAsync)); err != nil {
-		t.Fatal(err)
-	}
+	nc, _, ctx := outSetup(t, outStream(PublishAsync))
 	for _, cfg := range []AtLeastOnceConfig{
 		{Subject: "nowhere"},                                  // no stream captures it
 		{Stream: "MISSING", Subject: "out"},                   // captured by another stream
@@ -326,15 +314,9 @@ func TestDuplicateWindowRefused(t *testing.T) {
 // A stream that acknowledges messages before writing them can lose output
 // a completed checkpoint counted: both JetStream sinks refuse it.
 func TestAsyncPersistStreamRefused(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	cfg := outStream(PublishFast)
 	cfg.PersistMode = jetstream.AsyncPersistMode
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	nc, _, ctx := outSetup(t, cfg)
 	_, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
 	if !errors.Is(err, ErrStreamNotDurable) {
 		t.Fatalf("exactly-once: %v", err)
@@ -355,6 +337,19 @@ var publishModes = []PublishMode{PublishFast, PublishAtomic, PublishAsync}
 func outStream(mode PublishMode) jetstream.StreamConfig {
 	return jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute,
 		AllowAtomicPublish: mode == PublishAtomic, AllowBatchPublish: mode == PublishFast}
+}
+
+// outSetup starts a server, connects, and creates stream cfg; the context
+// ends with the test, after at most 20 s.
+func outSetup(t *testing.T, cfg jetstream.StreamConfig) (*nats.Conn, jetstream.JetStream, context.Context) {
+	t.Helper()
+	nc, js := connect(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, ctx
 }
 
 // PublishAuto prefers fast batches, then atomic batches, then plain async
@@ -571,13 +566,7 @@ func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
 // must not leave the batch's acknowledgement subscription — and the
 // goroutine nats.go runs for it — on the worker's shared connection.
 func TestAtLeastOnceCloseReleasesTheBatch(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, outStream(PublishFast)); err != nil {
-		t.Fatal(err)
-	}
+	nc, _, ctx := outSetup(t, outStream(PublishFast))
 	before := nc.NumSubscriptions()
 	for i := 0; i < 3; i++ {
 		s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out", IdleCommit: time.Hour})
@@ -596,13 +585,7 @@ func TestAtLeastOnceCloseReleasesTheBatch(t *testing.T) {
 // cannot cancel a publish waiting on the server, so it looks at the
 // context between records.
 func TestAtLeastOnceWriteStopsWhenCancelled(t *testing.T) {
-	srv := startServer(t)
-	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, outStream(PublishFast)); err != nil {
-		t.Fatal(err)
-	}
+	nc, js, ctx := outSetup(t, outStream(PublishFast))
 	s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out", IdleCommit: time.Hour})
 	must(t, err)
 	defer s.Close()
