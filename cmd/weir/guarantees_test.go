@@ -9,23 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 // weir run says how each sink publishes: at-least-once sinks fast or
 // async by what their stream allows, exactly-once sinks with their plan.
 func TestPrintGuaranteesSinks(t *testing.T) {
-	srv := embeddedtest.Server(t, embedded.Config{})
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := embeddedtest.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, cfg := range []jetstream.StreamConfig{

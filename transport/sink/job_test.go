@@ -251,20 +251,8 @@ func (c *completeAll) Failed(ctx context.Context, task string, reason string) er
 // exactly once, in order (fast batches: a commit cut by the restart leaves
 // a prefix of itself stored).
 func TestJobSurvivesServerRestart(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect(nats.ReconnectWait(20 * time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := embeddedtest.Server(t, embedded.Config{})
+	nc, js := embeddedtest.Connect(t, srv, nats.ReconnectWait(20*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const n = 3000

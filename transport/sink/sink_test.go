@@ -129,13 +129,7 @@ func TestCoreSink(t *testing.T) {
 func TestAtLeastOnceSink(t *testing.T) {
 	for _, mode := range []PublishMode{PublishFast, PublishAsync} {
 		t.Run(string(mode), func(t *testing.T) {
-			srv := startServer(t)
-			nc, js := connect(t, srv)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
-				t.Fatal(err)
-			}
+			nc, js, ctx := outSetup(t, outStream(mode))
 			// No stream given: the sink finds the one that captures the
 			// subject, and auto picks the mode the stream allows.
 			s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Subject: "out", MaxPending: 64, IdleCommit: time.Hour})
@@ -491,15 +485,7 @@ func TestExactlyOnceServerRestartDuringCommit(t *testing.T) {
 	for _, mode := range publishModes {
 		t.Run("publish="+string(mode), func(t *testing.T) {
 			srv := startServer(t)
-			nc, err := srv.Connect(nats.ReconnectWait(20 * time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			nc, js := embeddedtest.Connect(t, srv, nats.ReconnectWait(20*time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
