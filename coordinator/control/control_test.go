@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ type recCoord struct {
 	events []Event
 	joined chan string
 	lost   chan string
+	tasks  chan []TaskRef // nil: not recorded
 }
 
 func (r *recCoord) Event(e Event) error {
@@ -34,6 +36,11 @@ func (r *recCoord) Event(e Event) error {
 }
 func (r *recCoord) WorkerJoined(w WorkerInfo) { r.joined <- w.ID }
 func (r *recCoord) WorkerLost(id string)      { r.lost <- id }
+func (r *recCoord) WorkerTasks(_ string, tasks []TaskRef) {
+	if r.tasks != nil {
+		r.tasks <- tasks
+	}
+}
 
 type recWorker struct {
 	mu   sync.Mutex
@@ -210,6 +217,62 @@ func TestLostWorker(t *testing.T) {
 	}
 	if id := <-rc.joined; id != "w2" {
 		t.Errorf("joined %q", id)
+	}
+}
+
+// A heartbeat handled after its session's unregistration (the two
+// subjects have their own goroutines, so this happens) does not bring the
+// worker back; a new session of the same worker does join.
+func TestHeartbeatAfterUnregister(t *testing.T) {
+	nc := embeddedtest.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rc := &recCoord{joined: make(chan string, 8), lost: make(chan string, 8), tasks: make(chan []TaskRef, 8)}
+	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: time.Minute})
+	ready := make(chan struct{})
+	go func() { _ = co.Run(ctx, ready) }()
+	<-ready
+	var subj Subjects
+	send := func(subject string, v any) {
+		t.Helper()
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish(subject, data); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := WorkerInfo{ID: "w1", Session: "s1"}
+	running := []TaskRef{{Job: "j", Attempt: 3, Task: "in-0"}}
+	send(subj.Heartbeat(), Heartbeat{Worker: old, Tasks: running})
+	if id := <-rc.joined; id != "w1" {
+		t.Fatalf("joined %q", id)
+	}
+	if got := <-rc.tasks; len(got) != 1 || got[0] != running[0] {
+		t.Errorf("tasks reported %v", got)
+	}
+	send(subj.Unregister(), old)
+	if id := <-rc.lost; id != "w1" {
+		t.Fatalf("lost %q", id)
+	}
+	send(subj.Heartbeat(), Heartbeat{Worker: old, Tasks: running})
+	send(subj.Heartbeat(), Heartbeat{Worker: WorkerInfo{ID: "w1", Session: "s2"}})
+	if id := <-rc.joined; id != "w1" {
+		t.Fatalf("joined %q", id)
+	}
+	select {
+	case id := <-rc.joined:
+		t.Errorf("%s joined twice", id)
+	case got := <-rc.tasks:
+		t.Errorf("a departed session's tasks were reported: %v", got)
+	default:
+	}
+	if live := co.Workers(); len(live) != 1 || live[0].Worker.Session != "s2" {
+		t.Errorf("live workers %+v; want w1 in session s2", live)
 	}
 }
 

@@ -19,8 +19,12 @@ type CoordinatorHandler interface {
 	// WorkerJoined is called when a worker registers or first heartbeats.
 	WorkerJoined(w WorkerInfo)
 	// WorkerLost is called when a worker missed its heartbeats for the
-	// heartbeat timeout.
+	// heartbeat timeout, unregistered, or was forgotten.
 	WorkerLost(id string)
+	// WorkerTasks is called with the tasks a live worker reports in a
+	// heartbeat, so the handler can cancel those it no longer wants (an
+	// attempt the worker missed the cancel of while it was cut off).
+	WorkerTasks(id string, tasks []TaskRef)
 }
 
 // CoordinatorOptions configure a Coordinator.
@@ -42,6 +46,11 @@ type Coordinator struct {
 
 	mu      sync.Mutex
 	workers map[string]*workerState
+	// departed holds the sessions that unregistered, with when: a
+	// heartbeat they sent before leaving may be handled after the
+	// unregistration (each subscription has its own goroutine) and must
+	// not bring the worker back.
+	departed map[string]time.Time
 }
 
 type workerState struct {
@@ -58,7 +67,8 @@ func NewCoordinator(nc *nats.Conn, h CoordinatorHandler, opts CoordinatorOptions
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Coordinator{nc: nc, h: h, opts: opts, subj: Subjects{opts.Prefix}, workers: map[string]*workerState{}}
+	return &Coordinator{nc: nc, h: h, opts: opts, subj: Subjects{opts.Prefix}, workers: map[string]*workerState{},
+		departed: map[string]time.Time{}}
 }
 
 // Run serves registrations, heartbeats and events, and checks heartbeats,
@@ -95,7 +105,9 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 		if err := json.Unmarshal(m.Data, &hb); err != nil || hb.Worker.ID == "" {
 			return
 		}
-		c.seen(hb.Worker, hb.Tasks)
+		if c.seen(hb.Worker, hb.Tasks) && hb.Tasks != nil {
+			c.h.WorkerTasks(hb.Worker.ID, hb.Tasks)
+		}
 	}); err != nil {
 		return err
 	}
@@ -107,6 +119,9 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 		c.mu.Lock()
 		w, ok := c.workers[info.ID]
 		same := ok && w.info.Session == info.Session
+		if info.Session != "" {
+			c.departed[info.Session] = c.opts.Now()
+		}
 		c.mu.Unlock()
 		if same {
 			c.Forget(info.ID)
@@ -143,8 +158,14 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 	}
 }
 
-func (c *Coordinator) seen(info WorkerInfo, tasks []TaskRef) {
+// seen records a sign of life from a worker; it returns false when the
+// message came from a session that has unregistered and was ignored.
+func (c *Coordinator) seen(info WorkerInfo, tasks []TaskRef) bool {
 	c.mu.Lock()
+	if _, gone := c.departed[info.Session]; gone && info.Session != "" {
+		c.mu.Unlock()
+		return false
+	}
 	w, known := c.workers[info.ID]
 	if known && info.Session != "" && w.info.Session != "" && info.Session != w.info.Session {
 		// The worker restarted: what it ran is gone.
@@ -166,12 +187,18 @@ func (c *Coordinator) seen(info WorkerInfo, tasks []TaskRef) {
 	if !known {
 		c.h.WorkerJoined(info)
 	}
+	return true
 }
 
 func (c *Coordinator) checkHeartbeats() {
 	now := c.opts.Now()
 	var lost []string
 	c.mu.Lock()
+	for s, at := range c.departed {
+		if now.Sub(at) > 2*c.opts.HeartbeatTimeout {
+			delete(c.departed, s)
+		}
+	}
 	for id, w := range c.workers {
 		if now.Sub(w.lastSeen) > c.opts.HeartbeatTimeout {
 			lost = append(lost, id)

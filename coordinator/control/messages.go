@@ -27,7 +27,11 @@
 //     HeartbeatTimeout, when the worker unregisters (it stops), or when a
 //     heartbeat carries a new Session (the worker restarted and lost its
 //     tasks), the coordinator declares the worker lost: every job with a
-//     task there fails over.
+//     task there fails over. Heartbeats of a session that unregistered are
+//     ignored, and the caller may drop a worker at once (Forget) when a
+//     request finds no responders. The coordinator's handler sees the tasks
+//     of every heartbeat (WorkerTasks) and cancels those of attempts that
+//     are no longer current.
 //  2. The coordinator deploys a job attempt: for every worker with assigned
 //     tasks, a Deploy carrying the job spec, the plan, the worker's task IDs,
 //     the attempt number and, when recovering, the Restore handles of the

@@ -103,6 +103,14 @@ func (j *job) push(e jobEvent) {
 	}
 }
 
+// current reports whether attempt is the job's current attempt and the
+// job has not ended: whether tasks of it should be running.
+func (j *job) current(attempt int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return attempt == j.st.Attempt && !j.st.State.Terminal()
+}
+
 func (j *job) attempt() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -270,20 +278,48 @@ func (j *job) takeCancel() bool {
 }
 
 // deploy starts the next attempt; it returns a failure reason or "".
+//
+// A worker that no longer answers at all (no responders: it crashed
+// between heartbeats) is dropped at once and the attempt is planned again
+// on the workers left, without using up a restart attempt: nothing about
+// the job failed, only the placement did.
 func (j *job) deploy(restore *checkpoint.Metadata) string {
+	dropped := map[string]bool{}
+	for {
+		reason, gone := j.deployOnce(restore)
+		if gone == "" {
+			return reason
+		}
+		if dropped[gone] {
+			// Back again by heartbeat but still deaf to deploys: a
+			// real failure, which the restart strategy bounds.
+			return fmt.Sprintf("deploy to worker %s: no responders for deploys although it heartbeats", gone)
+		}
+		dropped[gone] = true
+		j.m.log.Warn("worker gone while deploying; planning again without it", "job", j.spec.Name, "worker", gone)
+		j.stopTasks("worker " + gone + " gone while deploying")
+		// Forget reports the worker lost; the failure it queues names the
+		// attempt just abandoned, which wait ignores.
+		j.m.ctl.Forget(gone)
+	}
+}
+
+// deployOnce plans and deploys one attempt. It returns a failure reason,
+// or the worker that had no responders (the reason is then irrelevant).
+func (j *job) deployOnce(restore *checkpoint.Metadata) (reason, gone string) {
 	live := j.m.ctl.LiveWorkers()
 	deadline := time.Now().Add(j.m.opts.WorkerWait)
 	for len(live) == 0 && time.Now().Before(deadline) {
 		select {
 		case <-j.ctx.Done():
-			return "coordinator shutting down"
+			return "coordinator shutting down", ""
 		case <-time.After(50 * time.Millisecond):
 		}
 		live = j.m.ctl.LiveWorkers()
 	}
 	assignment, err := plan.Assign(j.plan, live)
 	if err != nil {
-		return err.Error()
+		return err.Error(), ""
 	}
 	j.mu.Lock()
 	j.st.Attempt++
@@ -326,22 +362,20 @@ func (j *job) deploy(restore *checkpoint.Metadata) string {
 		j.deploying, j.stopDeploy, j.deployLost = "", nil, false
 		j.mu.Unlock()
 		if err != nil && lost {
-			return fmt.Sprintf("deploy to worker %s: worker lost while deploying", w)
+			return fmt.Sprintf("deploy to worker %s: worker lost while deploying", w), ""
 		}
 		if err != nil {
 			if errors.Is(err, control.ErrUnavailable) {
-				// Nobody listens for that worker any more (it crashed
-				// between heartbeats): drop it now rather than redeploy
-				// to it until its heartbeats time out.
-				j.m.ctl.Forget(w)
+				// Nobody listens for that worker any more.
+				return "", w
 			}
-			return fmt.Sprintf("deploy to worker %s: %v", w, err)
+			return fmt.Sprintf("deploy to worker %s: %v", w, err), ""
 		}
 	}
 	// Checkpointing starts once every task is set up.
 	j.runner.Start(j.plan.TaskIDs())
 	j.setState(control.JobRunning, "")
-	return ""
+	return "", ""
 }
 
 // wait runs until the attempt ends: done is true when the job reached a
@@ -423,6 +457,11 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 			Timestamp: t.Timestamp.UnixMilli(), Savepoint: t.Savepoint, Tasks: byWorker[w]})
 		cancel()
 		if err != nil {
+			if errors.Is(err, control.ErrUnavailable) {
+				// The worker crashed between heartbeats: fail over now,
+				// naming the worker, rather than as a failed checkpoint.
+				j.m.ctl.Forget(w)
+			}
 			return fmt.Errorf("trigger checkpoint %d on worker %s: %w", t.ID, w, err)
 		}
 	}

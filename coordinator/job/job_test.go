@@ -49,6 +49,7 @@ func (f *fleet) wait() {
 type fakeWorker struct {
 	f      *fleet
 	id     string
+	nc     *nats.Conn
 	client *control.Worker
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -58,12 +59,19 @@ type fakeWorker struct {
 	cancels  []control.Cancel
 	complete []int64
 	current  map[string]control.Deploy // job → running attempt
+	extra    []control.TaskRef         // reported in heartbeats besides current
 	hang     chan struct{}             // if set, Deploy answers only once it is closed
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
-	w := &fakeWorker{f: f, id: id, current: map[string]control.Deploy{}, done: make(chan struct{})}
-	w.client = control.NewWorker(f.nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond})
+	// Each worker has its own connection, so that closing it is a crash.
+	nc, err := nats.Connect(f.nc.ConnectedUrl())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(nc.Close)
+	w := &fakeWorker{f: f, id: id, nc: nc, current: map[string]control.Deploy{}, done: make(chan struct{})}
+	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond, Tasks: w.tasks})
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	ready := make(chan struct{})
@@ -76,13 +84,34 @@ func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
 	return w
 }
 
-// kill stops a worker's heartbeats and subscriptions, like a crash.
+// kill stops a worker gracefully: it unregisters.
 func (w *fakeWorker) kill() {
 	w.stop()
 	<-w.done
 	w.f.mu.Lock()
 	delete(w.f.ws, w.id)
 	w.f.mu.Unlock()
+}
+
+// crash cuts the worker off without a word: its connection closes, its
+// heartbeats stop, nothing answers on its subjects.
+func (w *fakeWorker) crash() {
+	w.nc.Close()
+	w.kill()
+}
+
+// tasks reports the running attempts' tasks in heartbeats, as a real
+// worker does.
+func (w *fakeWorker) tasks() []control.TaskRef {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	refs := append([]control.TaskRef(nil), w.extra...)
+	for _, d := range w.current {
+		for _, task := range d.Tasks {
+			refs = append(refs, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task})
+		}
+	}
+	return refs
 }
 
 func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
@@ -106,6 +135,13 @@ func (w *fakeWorker) Cancel(_ context.Context, c control.Cancel) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cancels = append(w.cancels, c)
+	var keep []control.TaskRef
+	for _, r := range w.extra {
+		if r.Job != c.Job || r.Attempt != c.Attempt {
+			keep = append(keep, r)
+		}
+	}
+	w.extra = keep
 	if d, ok := w.current[c.Job]; ok && d.Attempt == c.Attempt {
 		delete(w.current, c.Job)
 	}
@@ -132,6 +168,13 @@ func (w *fakeWorker) Complete(_ context.Context, c control.Complete) error {
 }
 
 func (w *fakeWorker) Abort(context.Context, control.Abort) error { return nil }
+
+func (w *fakeWorker) currentAttempt(job string) (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d, ok := w.current[job]
+	return d.Attempt, ok
+}
 
 func (w *fakeWorker) lastDeploy(job string) control.Deploy {
 	w.mu.Lock()
@@ -279,6 +322,141 @@ func TestDeployToAWorkerThatDies(t *testing.T) {
 	})
 	if d := w1.lastDeploy("wc"); d.Attempt != st.Attempt || len(d.Tasks) != 5 {
 		t.Errorf("w1's last deploy: attempt %d, %d tasks; want attempt %d, 5 tasks", d.Attempt, len(d.Tasks), st.Attempt)
+	}
+}
+
+// A worker that crashed between heartbeats (it is still counted live, but
+// nothing answers its subject) costs no restart attempt at deploy: the
+// coordinator drops it at once and plans the attempt again without it.
+func TestDeployToAVanishedWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{HeartbeatTimeout: time.Hour})
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	for len(e.mgr.Control().LiveWorkers()) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	w2.crash()
+	s := spec(t, "wc", "restart: {strategy: none}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning || st.State == control.JobFailed
+	})
+	if st.State != control.JobRunning || st.Restarts != 0 || st.Attempt != 2 {
+		t.Fatalf("status %+v; want running attempt 2 with no restart", st)
+	}
+	for task, w := range st.Assignment {
+		if w != "w1" {
+			t.Errorf("task %s on %s", task, w)
+		}
+	}
+	if got := e.mgr.Control().LiveWorkers(); len(got) != 1 || got[0] != "w1" {
+		t.Errorf("live workers %v", got)
+	}
+	w1.mu.Lock()
+	defer w1.mu.Unlock()
+	if len(w1.cancels) != 1 || w1.cancels[0].Attempt != 1 {
+		t.Errorf("w1 cancels %+v; want attempt 1's half-deployed tasks canceled", w1.cancels)
+	}
+}
+
+// A checkpoint trigger that finds nobody on a worker's subject fails the
+// job over at once, naming the worker, instead of waiting out the
+// heartbeat timeout while every checkpoint fails.
+func TestTriggerToAVanishedWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{HeartbeatTimeout: time.Hour})
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	for len(e.mgr.Control().LiveWorkers()) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	w2.crash()
+	// in-1 runs on w2: the savepoint's trigger goes there and finds
+	// nobody.
+	if _, err := e.api.Savepoint(ctx, "wc"); err == nil {
+		t.Error("a savepoint with a crashed worker succeeded")
+	}
+	st := waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool {
+		return st.Attempt >= 2 && st.State == control.JobRunning
+	})
+	if st.Attempt != 2 || st.Restarts != 1 || !strings.Contains(st.Reason, "worker w2 lost") {
+		t.Errorf("status %+v; want attempt 2 after one restart for worker w2 lost", st)
+	}
+	if d := w1.lastDeploy("wc"); d.Attempt != 2 || len(d.Tasks) != 5 {
+		t.Errorf("w1's last deploy: attempt %d, %d tasks", d.Attempt, len(d.Tasks))
+	}
+}
+
+// A worker that reports, in its heartbeats, tasks of an attempt that is no
+// longer current (it missed the cancel while cut off) or of a job the
+// coordinator does not know is told to cancel them, once per attempt; the
+// current attempt's tasks are left alone.
+func TestStaleAttemptsCanceled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	for len(e.mgr.Control().LiveWorkers()) < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-1"}, "trap"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
+	w1.mu.Lock()
+	before := len(w1.cancels)
+	w1.extra = []control.TaskRef{
+		{Job: "wc", Attempt: 1, Task: "in-0"}, {Job: "wc", Attempt: 1, Task: "in-1"},
+		{Job: "ghost", Attempt: 4, Task: "x-0"},
+	}
+	w1.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w1.mu.Lock()
+		left, got := len(w1.extra), append([]control.Cancel(nil), w1.cancels[before:]...)
+		w1.mu.Unlock()
+		if left == 0 {
+			// A heartbeat sent just before a cancel arrived may bring
+			// one more cancel of the same attempt; never of another.
+			jobs := map[string]bool{}
+			for _, c := range got {
+				jobs[c.Job] = true
+				if c.Job == "wc" && (c.Attempt != 1 || !strings.Contains(c.Reason, "no longer current")) ||
+					c.Job == "ghost" && (c.Attempt != 4 || !strings.Contains(c.Reason, "does not know the job")) ||
+					c.Job != "wc" && c.Job != "ghost" {
+					t.Errorf("cancel %+v", c)
+				}
+			}
+			if len(jobs) != 2 {
+				t.Errorf("cancels %+v; want wc attempt 1 and ghost canceled", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stale attempts still reported: %+v (cancels %+v)", w1.extra, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st, _ := e.api.Job(ctx, "wc"); st.Attempt != 2 || st.State != control.JobRunning {
+		t.Errorf("the current attempt was disturbed: %+v", st)
+	}
+	if _, ok := w1.currentAttempt("wc"); !ok {
+		t.Error("the current attempt's tasks were canceled")
 	}
 }
 

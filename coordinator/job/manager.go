@@ -16,7 +16,8 @@
 //
 // A failover is caused by a task's EventFailed, a lost worker that ran one
 // of the job's tasks, a deploy that failed, or checkpoint failures beyond
-// the tolerable count. It cancels every task of the attempt, waits per the
+// the tolerable count. (A deploy that finds a worker gone, no responders,
+// is planned again without it and is not a failover.) It cancels every task of the attempt, waits per the
 // restart strategy, picks the newest completed checkpoint whose metadata
 // and state check out (falling back to older ones with a warning), and
 // deploys the next attempt with its handles. The restart counter resets
@@ -83,6 +84,15 @@ type Manager struct {
 	ctx  context.Context
 	jobs map[string]*job
 	wg   sync.WaitGroup
+	// canceling holds the stale attempts a cancel is on its way to, so a
+	// worker's every heartbeat does not send another.
+	canceling map[staleKey]bool
+}
+
+// staleKey names a job attempt on one worker.
+type staleKey struct {
+	worker, job string
+	attempt     int
 }
 
 // New returns a manager; call Run.
@@ -102,7 +112,7 @@ func New(opts Options) *Manager {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}}
+	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout})
 	return m
 }
@@ -160,6 +170,49 @@ func (m *Manager) WorkerLost(id string) {
 	m.mu.Unlock()
 	for _, j := range jobs {
 		j.workerLost(id)
+	}
+}
+
+// WorkerTasks implements control.CoordinatorHandler: it cancels the tasks
+// a worker runs for an attempt that is no longer its job's current one, or
+// for a job that ended or is unknown. A worker cut off from NATS (or
+// declared lost while slow) misses the cancel of its attempt and would run
+// it on: a source reading and a sink writing beside the attempt that
+// replaced it.
+func (m *Manager) WorkerTasks(worker string, tasks []control.TaskRef) {
+	seen := map[staleKey]bool{}
+	for _, t := range tasks {
+		k := staleKey{worker: worker, job: t.Job, attempt: t.Attempt}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		m.mu.Lock()
+		j, ctx := m.jobs[t.Job], m.ctx
+		if ctx == nil || ctx.Err() != nil || m.canceling[k] || (j != nil && j.current(t.Attempt)) {
+			m.mu.Unlock()
+			continue
+		}
+		m.canceling[k] = true
+		m.wg.Add(1)
+		m.mu.Unlock()
+		go func() {
+			defer m.wg.Done()
+			reason := fmt.Sprintf("attempt %d is no longer current", k.attempt)
+			if j == nil {
+				reason = "the coordinator does not know the job"
+			}
+			m.log.Warn("canceling a stale attempt", "job", k.job, "attempt", k.attempt, "worker", k.worker, "reason", reason)
+			c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+			err := m.ctl.Cancel(c, k.worker, control.Cancel{Job: k.job, Attempt: k.attempt, Reason: reason})
+			cancel()
+			if err != nil {
+				m.log.Warn("cancel of a stale attempt failed", "job", k.job, "attempt", k.attempt, "worker", k.worker, "err", err)
+			}
+			m.mu.Lock()
+			delete(m.canceling, k)
+			m.mu.Unlock()
+		}()
 	}
 }
 
