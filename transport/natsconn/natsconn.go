@@ -10,6 +10,7 @@
 package natsconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -134,4 +135,21 @@ func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats connect %s: %w", o.URL, err)
 	}
 	return nc, nil
+}
+
+// DefaultFlushTimeout bounds Flush when its context has no deadline: the
+// timeout nats.go's own Flush uses.
+const DefaultFlushTimeout = 10 * time.Second
+
+// Flush waits until the server has processed everything nc published
+// before, or ctx ends. Unlike nats.Conn.FlushWithContext, which refuses a
+// context without a deadline, it applies DefaultFlushTimeout then: a task's
+// context lives as long as the task and has none.
+func Flush(ctx context.Context, nc *nats.Conn) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultFlushTimeout)
+		defer cancel()
+	}
+	return nc.FlushWithContext(ctx)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -322,7 +323,7 @@ func (s *Sender) Flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.nc.FlushWithContext(ctx); err != nil {
+	if err := natsconn.Flush(ctx, s.nc); err != nil {
 		return fmt.Errorf("remote channel %s: flush: %w", s.cfg.Channel, err)
 	}
 	return nil

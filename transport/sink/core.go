@@ -14,7 +14,9 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // KeyHeader carries a record's key.
@@ -73,7 +75,7 @@ func (c *Core) PreCommit(ctx context.Context, id int64) ([]byte, error) {
 }
 
 func (c *Core) flush(ctx context.Context) error {
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	if err := natsconn.Flush(ctx, c.nc); err != nil {
 		return fmt.Errorf("core sink %s: flush: %w", c.subject, err)
 	}
 	return nil
