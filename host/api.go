@@ -95,9 +95,10 @@ type CheckpointListener interface {
 	// DeclineSubsumed, DeclineCancelled, DeclineRefused, DeclineFailed;
 	// reason is one line.
 	Decline(ctx context.Context, task string, id int64, kind string, reason string) error
-	// Failed says task stopped with an error: reason is one line naming the
-	// task and the cause. The coordinator recovers the job.
-	Failed(ctx context.Context, task string, reason string) error
+	// Failed says task stopped with err, a *TaskError whose message is one
+	// line naming the task and the cause; the listener may classify it with
+	// errors.Is/As. The coordinator recovers the job.
+	Failed(ctx context.Context, task string, err error) error
 }
 
 // Kinds of Decline.

@@ -223,10 +223,10 @@ func (r *recorder) Decline(ctx context.Context, task string, id int64, kind, rea
 	return nil
 }
 
-func (r *recorder) Failed(ctx context.Context, task, reason string) error {
+func (r *recorder) Failed(ctx context.Context, task string, err error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.failed = append(r.failed, reason)
+	r.failed = append(r.failed, err.Error())
 	return nil
 }
 

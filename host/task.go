@@ -282,7 +282,7 @@ func (t *Task) Run(ctx context.Context) (err error) {
 				err = &TaskError{Task: t.name, Err: err}
 			}
 			if t.cfg.Listener != nil {
-				t.cfg.Listener.Failed(context.WithoutCancel(ctx), t.name, err.Error())
+				t.cfg.Listener.Failed(context.WithoutCancel(ctx), t.name, err)
 			}
 		}
 	}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,16 +44,20 @@ func (r *recCoord) WorkerTasks(_ string, tasks []TaskRef) {
 }
 
 type recWorker struct {
-	mu   sync.Mutex
-	got  []string
-	dep  Deploy
-	fail bool
+	mu       sync.Mutex
+	got      []string
+	dep      Deploy
+	fail     bool
+	failWith error // if set, every call fails with it
 }
 
 func (w *recWorker) rec(s string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.got = append(w.got, s)
+	if w.failWith != nil {
+		return w.failWith
+	}
 	if w.fail {
 		return errors.New("cannot " + s)
 	}
@@ -129,6 +134,12 @@ func TestRoundTripAndLostWorker(t *testing.T) {
 	var re *RemoteError
 	if err := co.Cancel(ctx, "w1", Cancel{Job: "j"}); !errors.As(err, &re) || re.Msg != "cannot cancel" {
 		t.Errorf("worker error = %v", err)
+	}
+	rw.mu.Lock()
+	rw.failWith = Unrecoverable(fmt.Errorf("module m: %w", ErrInvalid))
+	rw.mu.Unlock()
+	if err := co.Deploy(ctx, "w1", d); !errors.Is(err, ErrUnrecoverable) || errors.Is(err, ErrInvalid) || err.Error() != "module m: invalid request" {
+		t.Errorf("unrecoverable deploy error = %v; want the message as is, classified unrecoverable", err)
 	}
 	if err := co.Cancel(ctx, "nosuch", Cancel{Job: "j"}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("request to a missing worker = %v, want ErrUnavailable", err)

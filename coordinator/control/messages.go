@@ -270,6 +270,9 @@ type Event struct {
 	Kind string `json:"kind,omitempty"`
 	// Reason is one line (EventDecline, EventFailed).
 	Reason string `json:"reason,omitempty"`
+	// Unrecoverable marks an EventFailed whose cause would recur on every
+	// restart: the job fails at once.
+	Unrecoverable bool `json:"unrecoverable,omitempty"`
 }
 
 // Reply answers a request; Error is empty on success.

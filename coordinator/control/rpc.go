@@ -20,9 +20,37 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrUnavailable: nobody answered (no coordinator or worker listening).
 	ErrUnavailable = errors.New("unavailable")
+	// ErrUnrecoverable: the failure would recur on every restart (the job's
+	// configuration or an external system must change first), so the job
+	// fails at once instead of using up its restart strategy.
+	ErrUnrecoverable = errors.New("unrecoverable")
 )
 
-var codes = map[string]error{"not_found": ErrNotFound, "conflict": ErrConflict, "invalid": ErrInvalid, "unavailable": ErrUnavailable}
+// Unrecoverable returns err, unchanged in its message, marked so that
+// errors.Is(err, ErrUnrecoverable) holds (and a reply carries the code).
+func Unrecoverable(err error) error {
+	if err == nil || errors.Is(err, ErrUnrecoverable) {
+		return err
+	}
+	return unrecoverableError{err}
+}
+
+type unrecoverableError struct{ error }
+
+func (e unrecoverableError) Unwrap() []error { return []error{e.error, ErrUnrecoverable} }
+
+// codes in the order codeOf tries them: an error that wraps several
+// sentinels gets the first.
+var codes = []struct {
+	code string
+	err  error
+}{
+	{"unrecoverable", ErrUnrecoverable},
+	{"not_found", ErrNotFound},
+	{"conflict", ErrConflict},
+	{"invalid", ErrInvalid},
+	{"unavailable", ErrUnavailable},
+}
 
 // RemoteError is an error a peer replied with.
 type RemoteError struct {
@@ -34,12 +62,19 @@ type RemoteError struct {
 func (e *RemoteError) Error() string { return e.Msg }
 
 // Unwrap returns the sentinel error matching Code, if any.
-func (e *RemoteError) Unwrap() error { return codes[e.Code] }
+func (e *RemoteError) Unwrap() error {
+	for _, c := range codes {
+		if c.code == e.Code {
+			return c.err
+		}
+	}
+	return nil
+}
 
 func codeOf(err error) string {
-	for c, e := range codes {
-		if errors.Is(err, e) {
-			return c
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
 		}
 	}
 	return ""

@@ -197,6 +197,12 @@ func (w *Worker) Failed(ctx context.Context, t TaskRef, reason string) error {
 	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason})
 }
 
+// FailedUnrecoverable reports that task stopped with an error that would
+// recur on every restart (see ErrUnrecoverable): the job fails at once.
+func (w *Worker) FailedUnrecoverable(ctx context.Context, t TaskRef, reason string) error {
+	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason, Unrecoverable: true})
+}
+
 // Finished reports that task reached the end of its input.
 func (w *Worker) Finished(ctx context.Context, t TaskRef) error {
 	return w.Send(ctx, Event{Type: EventFinished, Job: t.Job, Attempt: t.Attempt, Task: t.Task})

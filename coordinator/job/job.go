@@ -27,6 +27,15 @@ type jobEvent struct {
 	attempt int
 	task    string
 	reason  string
+	final   bool // evFailure: restarting cannot help
+}
+
+// failure says why an attempt ended; the zero value is no failure.
+type failure struct {
+	reason string
+	// final: the cause would recur on every restart
+	// (control.ErrUnrecoverable), so the job fails without one.
+	final bool
 }
 
 // job is one submitted job; run is its goroutine.
@@ -129,7 +138,7 @@ func (j *job) event(e control.Event) {
 		j.runner.Decline(e.Task, e.CheckpointID, e.Kind, e.Reason)
 	case control.EventFailed:
 		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task,
-			reason: fmt.Sprintf("task %s failed: %s", e.Task, e.Reason)})
+			reason: fmt.Sprintf("task %s failed: %s", e.Task, e.Reason), final: e.Unrecoverable})
 	case control.EventFinished:
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
 	}
@@ -199,16 +208,23 @@ func (j *job) run() {
 		restore = md
 	}
 	for {
-		reason := j.deploy(restore)
-		if reason == "" {
+		f := j.deploy(restore)
+		if f.reason == "" {
 			var done bool
-			done, reason = j.wait()
+			done, f = j.wait()
 			if done {
 				return
 			}
 		}
 		if j.ctx.Err() != nil {
 			j.stopTasks("coordinator shutting down")
+			return
+		}
+		reason := f.reason
+		if f.final {
+			j.runner.Stop(reason)
+			j.stopTasks(reason)
+			j.setState(control.JobFailed, reason+" (not restarted: it would fail the same way again)")
 			return
 		}
 		// Fail over.
@@ -277,23 +293,23 @@ func (j *job) takeCancel() bool {
 	return false
 }
 
-// deploy starts the next attempt; it returns a failure reason or "".
+// deploy starts the next attempt; it returns why it failed, or no failure.
 //
 // A worker that no longer answers at all (no responders: it crashed
 // between heartbeats) is dropped at once and the attempt is planned again
 // on the workers left, without using up a restart attempt: nothing about
 // the job failed, only the placement did.
-func (j *job) deploy(restore *checkpoint.Metadata) string {
+func (j *job) deploy(restore *checkpoint.Metadata) failure {
 	dropped := map[string]bool{}
 	for {
-		reason, gone := j.deployOnce(restore)
+		f, gone := j.deployOnce(restore)
 		if gone == "" {
-			return reason
+			return f
 		}
 		if dropped[gone] {
 			// Back again by heartbeat but still deaf to deploys: a
 			// real failure, which the restart strategy bounds.
-			return fmt.Sprintf("deploy to worker %s: no responders for deploys although it heartbeats", gone)
+			return failure{reason: fmt.Sprintf("deploy to worker %s: no responders for deploys although it heartbeats", gone)}
 		}
 		dropped[gone] = true
 		j.m.log.Warn("worker gone while deploying; planning again without it", "job", j.spec.Name, "worker", gone)
@@ -304,22 +320,22 @@ func (j *job) deploy(restore *checkpoint.Metadata) string {
 	}
 }
 
-// deployOnce plans and deploys one attempt. It returns a failure reason,
-// or the worker that had no responders (the reason is then irrelevant).
-func (j *job) deployOnce(restore *checkpoint.Metadata) (reason, gone string) {
+// deployOnce plans and deploys one attempt. It returns why it failed, or
+// the worker that had no responders (the failure is then irrelevant).
+func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) {
 	live := j.m.ctl.LiveWorkers()
 	deadline := time.Now().Add(j.m.opts.WorkerWait)
 	for len(live) == 0 && time.Now().Before(deadline) {
 		select {
 		case <-j.ctx.Done():
-			return "coordinator shutting down", ""
+			return failure{reason: "coordinator shutting down"}, ""
 		case <-time.After(50 * time.Millisecond):
 		}
 		live = j.m.ctl.LiveWorkers()
 	}
 	assignment, err := plan.Assign(j.plan, live)
 	if err != nil {
-		return err.Error(), ""
+		return failure{reason: err.Error()}, ""
 	}
 	j.mu.Lock()
 	j.st.Attempt++
@@ -362,29 +378,29 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (reason, gone string) {
 		j.deploying, j.stopDeploy, j.deployLost = "", nil, false
 		j.mu.Unlock()
 		if err != nil && lost {
-			return fmt.Sprintf("deploy to worker %s: worker lost while deploying", w), ""
+			return failure{reason: fmt.Sprintf("deploy to worker %s: worker lost while deploying", w)}, ""
 		}
 		if err != nil {
 			if errors.Is(err, control.ErrUnavailable) {
 				// Nobody listens for that worker any more.
-				return "", w
+				return failure{}, w
 			}
-			return fmt.Sprintf("deploy to worker %s: %v", w, err), ""
+			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable)}, ""
 		}
 	}
 	// Checkpointing starts once every task is set up.
 	j.runner.Start(j.plan.TaskIDs())
 	j.setState(control.JobRunning, "")
-	return "", ""
+	return failure{}, ""
 }
 
 // wait runs until the attempt ends: done is true when the job reached a
-// terminal state, else reason says why it must fail over.
-func (j *job) wait() (done bool, reason string) {
+// terminal state, else f says why it must fail over.
+func (j *job) wait() (done bool, f failure) {
 	for {
 		select {
 		case <-j.ctx.Done():
-			return false, "coordinator shutting down"
+			return false, failure{reason: "coordinator shutting down"}
 		case <-j.wake:
 		}
 		j.mu.Lock()
@@ -392,16 +408,21 @@ func (j *job) wait() (done bool, reason string) {
 		j.queue = nil
 		attempt := j.st.Attempt
 		j.mu.Unlock()
-		for _, e := range q {
+		for i, e := range q {
 			switch e.kind {
 			case evCancel:
 				j.runner.Stop("job canceled")
 				j.stopTasks("job canceled")
 				j.setState(control.JobCanceled, "")
-				return true, ""
+				return true, failure{}
 			case evFailure:
 				if e.attempt == attempt {
-					return false, e.reason
+					// What came after stays queued: a cancel among it
+					// ends the restart's wait.
+					j.mu.Lock()
+					j.queue = append(q[i+1:len(q):len(q)], j.queue...)
+					j.mu.Unlock()
+					return false, failure{reason: e.reason, final: e.final}
 				}
 			case evFinished:
 				if e.attempt != attempt {
@@ -415,7 +436,7 @@ func (j *job) wait() (done bool, reason string) {
 				if all {
 					j.runner.Stop("job finished")
 					j.setState(control.JobFinished, "")
-					return true, ""
+					return true, failure{}
 				}
 			}
 		}

@@ -127,6 +127,9 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 	if strings.HasPrefix(d.Job, "doomed") {
 		return errors.New("module traps in weir_init")
 	}
+	if strings.HasPrefix(d.Job, "broken") {
+		return control.Unrecoverable(errors.New("exactly-once sink out: stream OUT's duplicate window 2m0s is too short"))
+	}
 	w.current[d.Job] = d
 	return nil
 }
@@ -457,6 +460,48 @@ func TestStaleAttemptsCanceled(t *testing.T) {
 	}
 	if _, ok := w1.currentAttempt("wc"); !ok {
 		t.Error("the current attempt's tasks were canceled")
+	}
+}
+
+// A failure that would recur on every restart (a task's unrecoverable
+// failure event, or a deploy refused as unrecoverable) fails the job at
+// once: no restart is used up, the reason says why.
+func TestUnrecoverableFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	for len(e.mgr.Control().LiveWorkers()) < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	restart := "restart: {strategy: fixed-delay, delay: 10ms, attempts: 5}\n"
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "checkpointing: {interval: 1h}\n"+restart)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	err := w1.client.FailedUnrecoverable(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"},
+		"task in-0: resume after sequence 50, but the stream's last sequence is 10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "failed", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if st.State != control.JobFailed || st.Restarts != 0 || st.Attempt != 1 ||
+		!strings.Contains(st.Reason, "task in-0 failed: task in-0: resume after sequence 50") ||
+		!strings.Contains(st.Reason, "not restarted") {
+		t.Errorf("after an unrecoverable task failure: %+v", st)
+	}
+	if _, ok := w1.currentAttempt("wc"); ok {
+		t.Error("the failed job's tasks still run")
+	}
+
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "broken", restart)}); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "broken", "failed", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if st.State != control.JobFailed || st.Restarts != 0 || st.Attempt != 1 ||
+		!strings.Contains(st.Reason, "deploy to worker w1: exactly-once sink out: stream OUT's duplicate window") ||
+		!strings.Contains(st.Reason, "not restarted") {
+		t.Errorf("after an unrecoverable deploy failure: %+v", st)
 	}
 }
 

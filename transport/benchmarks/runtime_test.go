@@ -66,7 +66,7 @@ func (c *completer) Decline(ctx context.Context, task string, id int64, kind, re
 	}
 	return nil
 }
-func (c *completer) Failed(ctx context.Context, task string, reason string) error { return nil }
+func (c *completer) Failed(ctx context.Context, task string, err error) error { return nil }
 
 // runtimeCheckpointInterval is how often the (d) runtime benchmarks
 // trigger a checkpoint: 50 times the default of a job (10s), so that a

@@ -114,9 +114,9 @@ func (c *coordinator) Acknowledge(ctx context.Context, task string, id int64, ha
 func (c *coordinator) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
 	return nil
 }
-func (c *coordinator) Failed(ctx context.Context, task string, reason string) error {
+func (c *coordinator) Failed(ctx context.Context, task string, err error) error {
 	c.mu.Lock()
-	c.problems = append(c.problems, reason)
+	c.problems = append(c.problems, err.Error())
 	c.mu.Unlock()
 	return nil
 }

@@ -150,7 +150,7 @@ func (c *attemptCoordinator) Acknowledge(ctx context.Context, task string, id in
 func (c *attemptCoordinator) Decline(context.Context, string, int64, string, string) error {
 	return nil
 }
-func (c *attemptCoordinator) Failed(context.Context, string, string) error { return nil }
+func (c *attemptCoordinator) Failed(context.Context, string, error) error { return nil }
 
 // A two-task job over a remote channel while the server restarts: the
 // channel fails with a ChannelError (never a silent gap), the job restarts

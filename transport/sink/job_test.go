@@ -80,7 +80,7 @@ func (c *oneTaskCoordinator) Acknowledge(ctx context.Context, task string, id in
 func (c *oneTaskCoordinator) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
 	return nil
 }
-func (c *oneTaskCoordinator) Failed(ctx context.Context, task string, reason string) error {
+func (c *oneTaskCoordinator) Failed(ctx context.Context, task string, err error) error {
 	return nil
 }
 
@@ -243,7 +243,7 @@ func (c *completeAll) Acknowledge(ctx context.Context, task string, id int64, ha
 func (c *completeAll) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
 	return nil
 }
-func (c *completeAll) Failed(ctx context.Context, task string, reason string) error { return nil }
+func (c *completeAll) Failed(ctx context.Context, task string, err error) error { return nil }
 
 // The server restarts while the job runs. The client reconnects; the task
 // either rides it out or fails and is restarted from its latest completed

@@ -130,3 +130,89 @@ checkpointing: {interval: 100ms}
 		}
 	}
 }
+
+// TestRestoreFromARecreatedStream restores a job whose source stream was
+// deleted and created again since the savepoint: the checkpointed offset
+// lies past the new stream's end, so resuming would skip messages. The
+// job fails at once with the reason, without using up its restart
+// strategy, since every restart would fail the same way.
+func TestRestoreFromARecreatedStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end restore: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "uppercase.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	js := n.JS
+	in := jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}}
+	mustStream(t, ctx, js, in)
+	fill := func(count int) {
+		for i := 0; i < count; i++ {
+			if _, err := js.Publish(ctx, "in", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill(50)
+	spec, err := jobspec.Parse("up.yaml", []byte(`name: up
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: upper, module: `+mod+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: upper}}]
+checkpointing: {interval: 100ms}
+restart: {strategy: fixed-delay, delay: 2s, attempts: 5}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := n.Conn.SubscribeSync("out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		if _, err := out.NextMsgWithContext(ctx); err != nil {
+			t.Fatalf("output %d: %v", i, err)
+		}
+	}
+	// Every message went through: the savepoint's offset is 50.
+	sp, err := n.API.Savepoint(ctx, "up")
+	if err != nil || sp.Status != control.CheckpointCompleted {
+		t.Fatalf("savepoint: %+v, %v", sp, err)
+	}
+	if _, err := n.API.CancelJob(ctx, "up"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "job canceled", func() bool { st, err := n.API.Job(ctx, "up"); return err == nil && st.State.Terminal() })
+
+	if err := js.DeleteStream(ctx, "IN"); err != nil {
+		t.Fatal(err)
+	}
+	mustStream(t, ctx, js, in)
+	fill(10)
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "up", From: fmt.Sprint(sp.ID)}); err != nil {
+		t.Fatal(err)
+	}
+	var st control.JobStatus
+	waitUntil(t, ctx, "job failed", func() bool {
+		st, err = n.API.Job(ctx, "up")
+		return err == nil && st.State.Terminal()
+	})
+	if st.State != control.JobFailed || st.Restarts != 0 ||
+		!strings.Contains(st.Reason, "but the stream's last sequence is 10") ||
+		!strings.Contains(st.Reason, "not restarted") {
+		t.Errorf("status %+v; want failed at once, naming the stream's end", st)
+	}
+	t.Log(st.Reason)
+}

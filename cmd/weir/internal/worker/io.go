@@ -2,12 +2,15 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
 )
@@ -25,6 +28,19 @@ const RecoveryAllowance = time.Minute
 func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 	recovery := RecoveryAllowance + max(0, sk.AckTimeout-sink.DefaultExactlyOnceTimeout)
 	return sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, recovery)
+}
+
+// Unrecoverable reports whether err would recur on every restart of the
+// job, whatever checkpoint it restores: a source offset the stream no
+// longer holds or never held, a sink stream that is not durable or whose
+// duplicate window is too short, a module that does not load. The job
+// fails at once with the reason instead of using up its restart strategy.
+func Unrecoverable(err error) bool {
+	var invalid *wasm.ValidationError
+	return errors.Is(err, control.ErrUnrecoverable) ||
+		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
+		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) ||
+		errors.As(err, &invalid)
 }
 
 func (b *builder) source(pt plan.Task) (host.Source, error) {

@@ -1,10 +1,17 @@
 package worker
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/host/wasm"
+	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
 )
 
 // A sink's longer ack timeout lengthens the duplicate window its stream
@@ -21,6 +28,27 @@ func TestDuplicateWindow(t *testing.T) {
 	} {
 		if got := DuplicateWindow(ck, jobspec.Sink{AckTimeout: c.ack}); got != c.want {
 			t.Errorf("ack timeout %v: window %v, want %v", c.ack, got, c.want)
+		}
+	}
+}
+
+func TestUnrecoverable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("source: %w", source.ErrOffsetGone), true},
+		{fmt.Errorf("source: %w", source.ErrOffsetAhead), true},
+		{fmt.Errorf("sink: %w", sink.ErrStreamNotDurable), true},
+		{fmt.Errorf("sink: %w", sink.ErrDuplicateWindowTooShort), true},
+		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},
+		{control.Unrecoverable(errors.New("x")), true},
+		{&wasm.TrapError{Operator: "op", Export: "weir_process"}, false},
+		{fmt.Errorf("sink: %w", context.DeadlineExceeded), false},
+		{errors.New("connection closed"), false},
+	} {
+		if got := Unrecoverable(c.err); got != c.want {
+			t.Errorf("Unrecoverable(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

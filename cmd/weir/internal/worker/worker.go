@@ -195,6 +195,9 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	tasks, err := b.build(ctx)
 	if err != nil {
 		b.closeAll()
+		if Unrecoverable(err) {
+			err = control.Unrecoverable(err)
+		}
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -305,8 +308,11 @@ func (l listener) Decline(ctx context.Context, task string, id int64, kind, reas
 	return l.w.Decline(ctx, l.ref(task), id, kind, reason)
 }
 
-func (l listener) Failed(ctx context.Context, task string, reason string) error {
-	return l.w.Failed(ctx, l.ref(task), reason)
+func (l listener) Failed(ctx context.Context, task string, err error) error {
+	if Unrecoverable(err) {
+		return l.w.FailedUnrecoverable(ctx, l.ref(task), err.Error())
+	}
+	return l.w.Failed(ctx, l.ref(task), err.Error())
 }
 
 // Mode maps a job's checkpointing mode to the task's barrier handling.
