@@ -103,6 +103,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return fmt.Errorf("job status: %w", err)
 		}
 		printJobs(std.Out, []control.JobStatus{st})
+		if len(st.Guarantees) > 0 {
+			fmt.Fprintln(std.Out, "guarantees:")
+			for _, g := range st.Guarantees {
+				fmt.Fprintf(std.Out, "  %s\n", g)
+			}
+		}
 	case "cancel":
 		st, err := api.CancelJob(ctx, pos[1])
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/cmd/weir/internal/worker"
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/guests/go/guestbuild"
@@ -461,32 +462,15 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 // core-NATS source's at-most-once is not a surprise, and how each
 // exactly-once sink will publish on its stream.
 func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec, atomicBatch int) {
-	for _, s := range spec.Sources {
-		g := source.JetStreamGuarantee
-		switch {
-		case s.Kind == jobspec.KindNATS:
-			g = source.CoreGuarantee
-		case s.Partitions > 0:
-			g += fmt.Sprintf("; %d partitions (%s) split among %d subtask(s) by the server", s.Partitions, s.PartitionFilter, s.Parallelism)
-		case s.Parallelism > 1:
-			g += fmt.Sprintf("; %d subtasks each read the whole stream and keep their share by subject hash (set partitions to split on the server)", s.Parallelism)
-		}
-		fmt.Fprintf(w, "  source %s: %s\n", s.Name, g)
-	}
+	sinks := map[string]jobspec.Sink{}
 	for _, s := range spec.Sinks {
-		g := sink.ExactlyOnceGuarantee
-		switch {
-		case s.Kind == jobspec.KindNATS || s.Guarantee == jobspec.AtMostOnce:
-			g = sink.CoreGuarantee
-		case s.Guarantee == jobspec.AtLeastOnce:
-			g = sink.AtLeastOnceGuarantee + "; " + publishModeOf(ctx, js, s, atomicBatch)
-		default:
-			g += "; " + publishModeOf(ctx, js, s, atomicBatch)
-		}
-		fmt.Fprintf(w, "  sink %s: %s\n", s.Name, g)
+		sinks[s.Name] = s
 	}
-	if spec.Checkpointing.Mode == jobspec.ModeAtLeastOnce {
-		fmt.Fprintln(w, "  checkpointing at-least-once: after a failure, records may be processed twice")
+	for _, g := range job.Guarantees(spec) {
+		if s, ok := sinks[g.Name]; ok && g.Role == "sink" && s.Kind == jobspec.KindJetStream && s.Guarantee != jobspec.AtMostOnce {
+			g.Text += "; " + publishModeOf(ctx, js, s, atomicBatch)
+		}
+		fmt.Fprintf(w, "  %s\n", g)
 	}
 }
 

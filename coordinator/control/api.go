@@ -47,7 +47,24 @@ type JobStatus struct {
 	LatestCheckpoint int64 `json:"latest_checkpoint,omitempty"`
 	// RestoredFrom is the checkpoint the current attempt started from.
 	RestoredFrom int64 `json:"restored_from,omitempty"`
+	// Guarantees says what each source and sink promises (a core-NATS
+	// source is at-most-once, for one), and what the checkpointing mode
+	// adds.
+	Guarantees []Guarantee `json:"guarantees,omitempty"`
 }
+
+// Guarantee is what one part of a job promises about delivery.
+type Guarantee struct {
+	// Role is "source", "sink" or "checkpointing".
+	Role string `json:"role"`
+	// Name is the source's or sink's name, or the checkpointing mode.
+	Name string `json:"name"`
+	// Text says it in one line.
+	Text string `json:"text"`
+}
+
+// String returns "role name: text".
+func (g Guarantee) String() string { return g.Role + " " + g.Name + ": " + g.Text }
 
 // Checkpoint statuses.
 const (

@@ -87,6 +87,7 @@ func (j *job) status() control.JobStatus {
 	for k, v := range j.assign {
 		st.Assignment[k] = v
 	}
+	st.Guarantees = Guarantees(j.spec)
 	return st
 }
 

@@ -1,0 +1,45 @@
+package job
+
+import (
+	"fmt"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
+)
+
+// Guarantees says what each source and sink of spec promises about
+// delivery, and what its checkpointing mode adds: a core-NATS source is
+// at-most-once whatever the sinks do, a JetStream source with several
+// subtasks is split by subject hash or by server-side partitions.
+func Guarantees(spec *jobspec.Spec) []control.Guarantee {
+	var out []control.Guarantee
+	for _, s := range spec.Sources {
+		g := source.JetStreamGuarantee
+		switch {
+		case s.Kind == jobspec.KindNATS:
+			g = source.CoreGuarantee
+		case s.Partitions > 0:
+			g += fmt.Sprintf("; %d partitions (%s) split among %d subtask(s) by the server", s.Partitions, s.PartitionFilter, s.Parallelism)
+		case s.Parallelism > 1:
+			g += fmt.Sprintf("; %d subtasks each read the whole stream and keep their share by subject hash (set partitions to split on the server)", s.Parallelism)
+		}
+		out = append(out, control.Guarantee{Role: "source", Name: s.Name, Text: g})
+	}
+	for _, s := range spec.Sinks {
+		g := sink.ExactlyOnceGuarantee
+		switch {
+		case s.Kind == jobspec.KindNATS || s.Guarantee == jobspec.AtMostOnce:
+			g = sink.CoreGuarantee
+		case s.Guarantee == jobspec.AtLeastOnce:
+			g = sink.AtLeastOnceGuarantee
+		}
+		out = append(out, control.Guarantee{Role: "sink", Name: s.Name, Text: g})
+	}
+	if spec.Checkpointing.Mode == jobspec.ModeAtLeastOnce {
+		out = append(out, control.Guarantee{Role: "checkpointing", Name: spec.Checkpointing.Mode,
+			Text: "after a failure, records may be processed twice"})
+	}
+	return out
+}
