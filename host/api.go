@@ -36,6 +36,14 @@ type Operator interface {
 	Close(ctx context.Context) error
 }
 
+// OffsetMerger is implemented by a Source whose subtasks' offsets can be
+// merged, so that its parallelism may change on restore: a partitioned
+// source, whose every partition was read by exactly one old subtask.
+// MergeOffsets returns an offset that each new subtask can Seek to.
+type OffsetMerger interface {
+	MergeOffsets(offsets [][]byte) ([]byte, error)
+}
+
 // Source feeds a source task (a task without input channels). A source task
 // calls Poll from one goroutine of its own, and Seek, CheckpointComplete and
 // Close from the task goroutine: CheckpointComplete may run while a Poll is

@@ -288,6 +288,9 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 // to be sent before any new output and the input channel state to be
 // processed before any new input.
 func (t *Task) restore(ctx context.Context) error {
+	if len(t.cfg.RestoreMerged) > 0 {
+		return t.restoreMerged(ctx)
+	}
 	if t.cfg.Restore == "" {
 		return nil
 	}
@@ -340,5 +343,48 @@ func (t *Task) restore(ctx context.Context) error {
 		t.replay = append(t.replay, q)
 	}
 	t.restoredID = snap.CheckpointID
+	return nil
+}
+
+// restoreMerged restores a source task of a rescaled vertex from the
+// snapshots of all the vertex's old subtasks: it merges their offsets.
+func (t *Task) restoreMerged(ctx context.Context) error {
+	if t.cfg.Store == nil {
+		return errors.New("no checkpoint storage configured")
+	}
+	m, ok := t.cfg.Source.(OffsetMerger)
+	if t.cfg.Source == nil || !ok {
+		return errors.New("restoring from several snapshots needs a source whose offsets merge")
+	}
+	offsets := make([][]byte, 0, len(t.cfg.RestoreMerged))
+	var id int64
+	for _, h := range t.cfg.RestoreMerged {
+		rc, err := t.cfg.Store.Get(ctx, h)
+		if err != nil {
+			return err
+		}
+		snap, err := snapshot.Read(rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", h, err)
+		}
+		if len(snap.Outputs) > 0 || len(snap.Inputs) > 0 || len(snap.ModuleState) > 0 || len(snap.SinkState) > 0 {
+			return fmt.Errorf("%s holds more than a source offset (channel, operator or sink state) and cannot be merged", h)
+		}
+		if id != 0 && snap.CheckpointID != id {
+			return fmt.Errorf("%s is of checkpoint %d, the others of %d", h, snap.CheckpointID, id)
+		}
+		id = snap.CheckpointID
+		offsets = append(offsets, snap.SourceOffset)
+	}
+	off, err := m.MergeOffsets(offsets)
+	if err != nil {
+		return fmt.Errorf("source: merge offsets: %w", err)
+	}
+	if err := t.cfg.Source.Seek(ctx, off); err != nil {
+		return fmt.Errorf("source: seek: %w", err)
+	}
+	t.lastOffset = off
+	t.restoredID = id
 	return nil
 }

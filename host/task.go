@@ -78,6 +78,12 @@ type Config struct {
 	// Restore is the handle (storage key) of the snapshot to restore from,
 	// "" for a fresh start.
 	Restore string
+	// RestoreMerged, for a source task whose vertex changed parallelism,
+	// holds the handles of every old subtask's snapshot instead: their
+	// offsets are merged (the Source must implement OffsetMerger) and the
+	// source seeks to the result. The snapshots must hold nothing else (no
+	// channel state).
+	RestoreMerged []string
 	// Clock returns the time; nil means time.Now. Tests inject one.
 	Clock func() time.Time
 }
@@ -287,6 +293,9 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		}
 	}()
 	if err := t.restore(ctx); err != nil {
+		if len(t.cfg.RestoreMerged) > 0 {
+			return fmt.Errorf("restore from %d merged snapshots: %w", len(t.cfg.RestoreMerged), err)
+		}
 		return fmt.Errorf("restore %s: %w", t.cfg.Restore, err)
 	}
 	if t.cfg.Source != nil {

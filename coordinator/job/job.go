@@ -357,7 +357,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) 
 	j.st.RestoredFrom = 0
 	var rst *control.Restore
 	if restore != nil {
-		rst = restore.Restore()
+		rst = restoreFor(j.spec, j.plan, restore)
 		j.st.RestoredFrom = restore.ID
 	}
 	j.mu.Unlock()

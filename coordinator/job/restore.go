@@ -21,8 +21,11 @@ import (
 //   - a vertex whose parallelism changed is refused when it holds state
 //     that depends on which subtask owns which records: operator state
 //     (keyed state would stay with the subtask that had the key's old
-//     hash), a JetStream source's offsets (per subtask), and the staged
-//     output of a sink subtask that would no longer exist. Nothing may
+//     hash), the offsets of a JetStream source read whole by each subtask,
+//     and the staged output of a sink subtask that would no longer exist.
+//     A partitioned JetStream source may change parallelism: every new
+//     subtask merges the offsets of all old ones (restoreFor), each
+//     partition having been read by exactly one. Nothing may
 //     change parallelism while the checkpoint holds in-flight channel data
 //     (unaligned): its channels would not match; a savepoint is always
 //     aligned.
@@ -55,9 +58,10 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 	for _, v := range p.Vertices {
 		planned[v.Name] = v
 	}
-	jetStreamSource := map[string]bool{}
+	jetStreamSource, partitioned := map[string]bool{}, map[string]bool{}
 	for _, s := range spec.Sources {
 		jetStreamSource[s.Name] = s.Kind == jobspec.KindJetStream
+		partitioned[s.Name] = s.Kind == jobspec.KindJetStream && s.Partitions > 0
 	}
 	// stateful names the first task of ts that holds state, or "".
 	stateful := func(ts []task, from int) string {
@@ -91,8 +95,8 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		switch {
 		case inFlight != "":
 			problems = append(problems, fmt.Sprintf("%s, but the checkpoint holds in-flight channel data (task %s, unaligned) that only the old channels can take: restore from a savepoint (always aligned) instead", changed, inFlight))
-		case v.Kind == plan.Source && jetStreamSource[name]:
-			problems = append(problems, fmt.Sprintf("%s: a JetStream source's offsets are kept per subtask and cannot be split or merged", changed))
+		case v.Kind == plan.Source && jetStreamSource[name] && !partitioned[name]:
+			problems = append(problems, fmt.Sprintf("%s: its subtasks each read the whole stream and keep offsets that cannot be split or merged (a source with partitions can be rescaled)", changed))
 		case v.Kind == plan.Operator:
 			if t := stateful(ts, 0); t != "" {
 				problems = append(problems, fmt.Sprintf("%s and keeps state (task %s): weir restores state per subtask and cannot redistribute it by key", changed, t))
@@ -107,6 +111,46 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		return fmt.Errorf("restore %s from checkpoint %d: %s: %w", spec.Name, md.ID, strings.Join(problems, "; "), control.ErrInvalid)
 	}
 	return nil
+}
+
+// restoreFor returns the restore instructions for deploying spec (planned
+// as p) from checkpoint md: each task's own handle, except for the source
+// tasks of a partitioned JetStream source whose parallelism differs from
+// the checkpoint's, which get the handles of all the vertex's old subtasks
+// to merge their offsets (checkRestore refused every other change that
+// moves state).
+func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *control.Restore {
+	r := md.Restore()
+	old := map[string][]string{} // vertex -> its checkpointed handles
+	for id, h := range md.Handles {
+		if vertex, _, ok := splitTaskID(id); ok {
+			old[vertex] = append(old[vertex], h)
+		}
+	}
+	for _, s := range spec.Sources {
+		if s.Kind != jobspec.KindJetStream || s.Partitions == 0 || len(old[s.Name]) == 0 {
+			continue
+		}
+		i := slices.IndexFunc(p.Vertices, func(v plan.Vertex) bool { return v.Name == s.Name })
+		if i < 0 || p.Vertices[i].Parallelism == len(old[s.Name]) {
+			continue
+		}
+		v := p.Vertices[i]
+		handles := old[s.Name]
+		slices.Sort(handles)
+		for id := range md.Handles {
+			if vertex, _, _ := splitTaskID(id); vertex == s.Name {
+				delete(r.Handles, id)
+			}
+		}
+		if r.Merged == nil {
+			r.Merged = map[string][]string{}
+		}
+		for _, task := range v.Tasks {
+			r.Merged[task] = slices.Clone(handles)
+		}
+	}
+	return r
 }
 
 // splitTaskID splits a plan.TaskID into vertex and index.

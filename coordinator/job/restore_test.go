@@ -11,14 +11,23 @@ import (
 	"github.com/weirhq/weir/coordinator/plan"
 )
 
-// restoreSpec is a job with a source, an operator and a sink of the given
-// parallelisms; the source is a JetStream stream when js is set, else a
-// core NATS subject.
-func restoreSpec(t *testing.T, js bool, src, op, snk string) (*jobspec.Spec, *plan.Plan) {
+// Source kinds of restoreSpec.
+const (
+	coreSrc        = "nats"
+	jsSrc          = "jetstream"
+	partitionedSrc = "partitioned" // a JetStream source with 4 partitions
+)
+
+// restoreSpec is a job with a source of kind src (coreSrc, jsSrc or
+// partitionedSrc), an operator and a sink of the given parallelisms.
+func restoreSpec(t *testing.T, kind string, src, op, snk string) (*jobspec.Spec, *plan.Plan) {
 	t.Helper()
 	source := "{name: in, kind: nats, subject: in, parallelism: " + src + "}"
-	if js {
+	switch kind {
+	case jsSrc:
 		source = "{name: in, kind: jetstream, stream: IN, parallelism: " + src + "}"
+	case partitionedSrc:
+		source = "{name: in, kind: jetstream, stream: IN, partitions: 4, partition-filter: \"in.{p}.*\", parallelism: " + src + "}"
 	}
 	s, err := jobspec.Parse("r.yaml", []byte(`name: r
 sources: [`+source+`]
@@ -57,26 +66,28 @@ func TestCheckRestore(t *testing.T) {
 	twoSinks := map[string]taskState{"in-0": {}, "count-0": {}, "count-1": {}, "out-0": {state: 9}, "out-1": {state: 9}}
 	for _, c := range []struct {
 		name         string
-		js           bool
+		kind         string
 		src, op, snk string
 		tasks        map[string]taskState
 		allow        bool
 		want         string // "" accepted, else a part of the reason
 	}{
-		{"same plan", true, "1", "2", "1", keyed, false, ""},
-		{"stateless operator rescaled", false, "1", "4", "1", stateless, false, ""},
-		{"core source rescaled", false, "3", "2", "1", stateless, false, ""},
-		{"stateful operator rescaled", false, "1", "3", "1", keyed, false, "operator count has parallelism 2 in the checkpoint and 3 in the spec and keeps state (task count-0)"},
-		{"jetstream source rescaled", true, "2", "2", "1", stateless, false, "a JetStream source's offsets are kept per subtask"},
-		{"in-flight data", false, "1", "4", "1", unaligned, false, "in-flight channel data (task count-0, unaligned)"},
-		{"sink grows", false, "1", "2", "3", keyed, false, ""},
-		{"sink shrinks", false, "1", "2", "1", twoSinks, false, "task out-1 would no longer exist"},
-		{"vertex removed", false, "1", "2", "1", gone, false, "enrich is in the checkpoint but not in the spec"},
-		{"vertex removed, allowed", false, "1", "2", "1", gone, true, ""},
-		{"stateless vertex removed", false, "1", "2", "1", goneEmpty, false, ""},
+		{"same plan", jsSrc, "1", "2", "1", keyed, false, ""},
+		{"stateless operator rescaled", coreSrc, "1", "4", "1", stateless, false, ""},
+		{"core source rescaled", coreSrc, "3", "2", "1", stateless, false, ""},
+		{"stateful operator rescaled", coreSrc, "1", "3", "1", keyed, false, "operator count has parallelism 2 in the checkpoint and 3 in the spec and keeps state (task count-0)"},
+		{"jetstream source rescaled", jsSrc, "2", "2", "1", stateless, false, "each read the whole stream and keep offsets that cannot be split or merged"},
+		{"in-flight data", coreSrc, "1", "4", "1", unaligned, false, "in-flight channel data (task count-0, unaligned)"},
+		{"sink grows", coreSrc, "1", "2", "3", keyed, false, ""},
+		{"sink shrinks", coreSrc, "1", "2", "1", twoSinks, false, "task out-1 would no longer exist"},
+		{"vertex removed", coreSrc, "1", "2", "1", gone, false, "enrich is in the checkpoint but not in the spec"},
+		{"vertex removed, allowed", coreSrc, "1", "2", "1", gone, true, ""},
+		{"stateless vertex removed", coreSrc, "1", "2", "1", goneEmpty, false, ""},
+		{"partitioned source rescaled", partitionedSrc, "3", "2", "1", stateless, false, ""},
+		{"partitioned source rescaled with in-flight data", partitionedSrc, "3", "2", "1", unaligned, false, "in-flight channel data"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, p := restoreSpec(t, c.js, c.src, c.op, c.snk)
+			s, p := restoreSpec(t, c.kind, c.src, c.op, c.snk)
 			err := checkRestore(s, p, metadata(c.tasks), c.allow)
 			switch {
 			case c.want == "" && err != nil:
@@ -96,10 +107,42 @@ func TestCheckRestore(t *testing.T) {
 // A checkpoint without metrics (written before they were recorded) counts
 // as holding state everywhere.
 func TestCheckRestoreWithoutMetrics(t *testing.T) {
-	s, p := restoreSpec(t, false, "1", "3", "1")
+	s, p := restoreSpec(t, coreSrc, "1", "3", "1")
 	md := metadata(map[string]taskState{"in-0": {}, "count-0": {}, "count-1": {}, "out-0": {}})
 	md.Metrics = nil
 	if err := checkRestore(s, p, md, false); err == nil {
 		t.Fatal("rescale accepted without metrics")
+	}
+}
+
+// A partitioned source whose parallelism changed restores every new
+// subtask from all old subtasks' snapshots (merged offsets); every other
+// task keeps its own handle.
+func TestRestoreFor(t *testing.T) {
+	md := metadata(map[string]taskState{"in-0": {}, "in-1": {}, "count-0": {}, "count-1": {}, "out-0": {}})
+	s, p := restoreSpec(t, partitionedSrc, "3", "2", "1")
+	r := restoreFor(s, p, md)
+	old := []string{"r/chk-7/in-0", "r/chk-7/in-1"}
+	if len(r.Merged) != 3 {
+		t.Fatalf("merged %v, want in-0..in-2", r.Merged)
+	}
+	for _, task := range []string{"in-0", "in-1", "in-2"} {
+		if got := r.Merged[task]; strings.Join(got, ",") != strings.Join(old, ",") {
+			t.Errorf("%s merges %v, want %v", task, got, old)
+		}
+		if _, ok := r.Handles[task]; ok {
+			t.Errorf("%s also has its own handle", task)
+		}
+	}
+	if r.Handles["count-1"] != "r/chk-7/count-1" || r.Handles["out-0"] != "r/chk-7/out-0" || r.CheckpointID != 7 {
+		t.Errorf("restore %+v", r)
+	}
+	// Same parallelism, or a source whose subtasks read the whole stream:
+	// handles by task ID.
+	for _, kind := range []string{partitionedSrc, jsSrc} {
+		s, p := restoreSpec(t, kind, "2", "2", "1")
+		if r := restoreFor(s, p, md); len(r.Merged) != 0 || r.Handles["in-1"] != "r/chk-7/in-1" {
+			t.Errorf("%s at the same parallelism: %+v", kind, r)
+		}
 	}
 }

@@ -120,6 +120,9 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	}
 	var lanes []*lane
 	if cfg.Partitions > 0 {
+		if len(cfg.PartitionFilter) > maxFilterLen {
+			return nil, fmt.Errorf("jetstream source %s: partition filter of %d bytes, at most %d", cfg.Stream, len(cfg.PartitionFilter), maxFilterLen)
+		}
 		// One consumer per partition, each with a single filter: a consumer
 		// with several filters costs the server more than the whole stream
 		// (measured, nats-server v2.15.2), and a partition's own sequence
@@ -159,52 +162,159 @@ func DecodeOffset(off []byte) (uint64, error) {
 	return binary.LittleEndian.Uint64(off), nil
 }
 
-// partitionOffsetMagic starts a partitioned source's offset:
-// "WPO1" count:u32 (partition:u32 seq:u64)*count, little-endian.
-const partitionOffsetMagic = "WPO1"
+// Partition offset formats. "WPO1" count:u32 (partition:u32 seq:u64)*count
+// did not say which partitioning it was taken under; "WPO2" does:
+// partitions:u32 filterLen:u16 filter count:u32 (partition:u32
+// seq:u64)*count, little-endian.
+const (
+	partitionOffsetMagicV1 = "WPO1"
+	partitionOffsetMagic   = "WPO2"
+)
 
-// EncodePartitionOffsets encodes the last sequence read of each partition
-// as a source offset, in increasing partition order.
-func EncodePartitionOffsets(seqs map[int]uint64) []byte {
-	parts := make([]int, 0, len(seqs))
-	for p := range seqs {
+// maxFilterLen bounds a partition filter template (offsets record it).
+const maxFilterLen = 4096
+
+// ErrOffsetMismatch is returned when a checkpointed offset was taken under
+// another partitioning (partition count or filter) than the source's, or
+// by a subtask that owned other partitions: applying it would re-read or
+// skip messages.
+var ErrOffsetMismatch = errors.New("checkpointed offset does not fit the source's partitioning")
+
+// PartitionOffsets is a partitioned source's offset: the last sequence
+// read of each partition, and the partitioning it was taken under.
+type PartitionOffsets struct {
+	// Partitions and Filter are the partition count and filter template
+	// the offset was taken under; 0 and "" for the first format.
+	Partitions int
+	Filter     string
+	// Seqs maps partition to the last sequence read (0: none yet).
+	Seqs map[int]uint64
+}
+
+// EncodePartitionOffsets encodes o as a source offset, in increasing
+// partition order; without Partitions, in the first format.
+func EncodePartitionOffsets(o PartitionOffsets) []byte {
+	parts := make([]int, 0, len(o.Seqs))
+	for p := range o.Seqs {
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
-	out := append([]byte(partitionOffsetMagic), binary.LittleEndian.AppendUint32(nil, uint32(len(parts)))...)
+	out := make([]byte, 0, 14+len(o.Filter)+12*len(parts))
+	if o.Partitions == 0 {
+		out = append(out, partitionOffsetMagicV1...)
+	} else {
+		out = append(out, partitionOffsetMagic...)
+		out = binary.LittleEndian.AppendUint32(out, uint32(o.Partitions))
+		out = binary.LittleEndian.AppendUint16(out, uint16(len(o.Filter)))
+		out = append(out, o.Filter...)
+	}
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(parts)))
 	for _, p := range parts {
 		out = binary.LittleEndian.AppendUint32(out, uint32(p))
-		out = binary.LittleEndian.AppendUint64(out, seqs[p])
+		out = binary.LittleEndian.AppendUint64(out, o.Seqs[p])
 	}
 	return out
 }
 
-// DecodePartitionOffsets decodes what EncodePartitionOffsets made; nil is
-// no partition read yet.
-func DecodePartitionOffsets(off []byte) (map[int]uint64, error) {
-	seqs := map[int]uint64{}
+// DecodePartitionOffsets decodes what EncodePartitionOffsets made (and the
+// first format); nil is no partition read yet.
+func DecodePartitionOffsets(off []byte) (PartitionOffsets, error) {
+	o := PartitionOffsets{Seqs: map[int]uint64{}}
 	if len(off) == 0 {
-		return seqs, nil
+		return o, nil
 	}
-	if len(off) < len(partitionOffsetMagic)+4 || string(off[:4]) != partitionOffsetMagic {
-		return nil, fmt.Errorf("jetstream source offset of %d bytes is not a partitioned source's (was the source partitioned when the checkpoint was taken?)", len(off))
+	bad := func(format string, args ...any) (PartitionOffsets, error) {
+		return PartitionOffsets{}, fmt.Errorf("jetstream source offset: "+format, args...)
 	}
-	n := binary.LittleEndian.Uint32(off[4:])
-	rest := off[8:]
+	if len(off) < 8 || (string(off[:4]) != partitionOffsetMagic && string(off[:4]) != partitionOffsetMagicV1) {
+		return bad("%d bytes that are not a partitioned source's (was the source partitioned when the checkpoint was taken?)", len(off))
+	}
+	rest := off[4:]
+	if string(off[:4]) == partitionOffsetMagic {
+		if len(rest) < 6 {
+			return bad("truncated header")
+		}
+		parts := binary.LittleEndian.Uint32(rest)
+		flen := int(binary.LittleEndian.Uint16(rest[4:]))
+		rest = rest[6:]
+		if parts == 0 || parts > math.MaxInt32 || len(rest) < flen+4 {
+			return bad("%d partitions, filter of %d bytes in %d", parts, flen, len(rest))
+		}
+		o.Partitions, o.Filter = int(parts), string(rest[:flen])
+		rest = rest[flen:]
+	}
+	n := binary.LittleEndian.Uint32(rest)
+	rest = rest[4:]
 	if uint64(len(rest)) != uint64(n)*12 {
-		return nil, fmt.Errorf("jetstream source offset: %d partitions in %d bytes", n, len(rest))
+		return bad("%d partitions in %d bytes", n, len(rest))
 	}
 	for i := uint32(0); i < n; i++ {
 		p := binary.LittleEndian.Uint32(rest[12*i:])
-		if p > math.MaxInt32 {
-			return nil, fmt.Errorf("jetstream source offset: partition %d", p)
+		if p > math.MaxInt32 || (o.Partitions > 0 && int(p) >= o.Partitions) {
+			return bad("partition %d", p)
 		}
-		if _, dup := seqs[int(p)]; dup {
-			return nil, fmt.Errorf("jetstream source offset: partition %d twice", p)
+		if _, dup := o.Seqs[int(p)]; dup {
+			return bad("partition %d twice", p)
 		}
-		seqs[int(p)] = binary.LittleEndian.Uint64(rest[12*i+4:])
+		o.Seqs[int(p)] = binary.LittleEndian.Uint64(rest[12*i+4:])
 	}
-	return seqs, nil
+	return o, nil
+}
+
+// fits checks that offset o, taken under some partitioning, applies to
+// this source: same partition count and filter (when o recorded them).
+func (s *JetStream) fits(o PartitionOffsets) error {
+	if o.Partitions != 0 && (o.Partitions != s.cfg.Partitions || o.Filter != s.cfg.PartitionFilter) {
+		return fmt.Errorf("jetstream source %s: the checkpoint read %d partitions by %q, the source is set to %d by %q; the offsets of one partitioning say nothing about another: %w",
+			s.cfg.Stream, o.Partitions, o.Filter, s.cfg.Partitions, s.cfg.PartitionFilter, ErrOffsetMismatch)
+	}
+	return nil
+}
+
+// MergeOffsets implements host.OffsetMerger: a partitioned source whose
+// parallelism changed on restore resumes from the offsets of every old
+// subtask together. Each partition was read by exactly one of them; the
+// merged offset names each partition's last sequence, and Seek picks this
+// subtask's partitions from it. A partition no offset names was not read
+// yet, which only an old subtask that had not polled (an empty offset)
+// explains; otherwise the offsets are incomplete and refused.
+func (s *JetStream) MergeOffsets(offsets [][]byte) ([]byte, error) {
+	if s.cfg.Partitions == 0 {
+		return nil, fmt.Errorf("jetstream source %s: subtasks that each read the whole stream keep offsets that cannot be merged (set partitions to rescale a source): %w", s.cfg.Stream, ErrOffsetMismatch)
+	}
+	merged := PartitionOffsets{Partitions: s.cfg.Partitions, Filter: s.cfg.PartitionFilter, Seqs: map[int]uint64{}}
+	empty := false
+	for i, off := range offsets {
+		if len(off) == 0 {
+			empty = true
+			continue
+		}
+		o, err := DecodePartitionOffsets(off)
+		if err != nil {
+			return nil, fmt.Errorf("jetstream source %s: offset %d of %d: %w (%w)", s.cfg.Stream, i+1, len(offsets), err, ErrOffsetMismatch)
+		}
+		if o.Partitions == 0 {
+			return nil, fmt.Errorf("jetstream source %s: offset %d of %d does not record its partitioning (taken by an older weir): restore it at the parallelism it was taken with: %w", s.cfg.Stream, i+1, len(offsets), ErrOffsetMismatch)
+		}
+		if err := s.fits(o); err != nil {
+			return nil, err
+		}
+		for p, seq := range o.Seqs {
+			if _, dup := merged.Seqs[p]; dup {
+				return nil, fmt.Errorf("jetstream source %s: partition %d in two subtasks' offsets: %w", s.cfg.Stream, p, ErrOffsetMismatch)
+			}
+			merged.Seqs[p] = seq
+		}
+	}
+	for p := 0; p < s.cfg.Partitions; p++ {
+		if _, ok := merged.Seqs[p]; !ok {
+			if !empty {
+				return nil, fmt.Errorf("jetstream source %s: no offset names partition %d: %w", s.cfg.Stream, p, ErrOffsetMismatch)
+			}
+			merged.Seqs[p] = 0
+		}
+	}
+	return EncodePartitionOffsets(merged), nil
 }
 
 // Guarantee describes the source's delivery guarantee for the job status.
@@ -277,20 +387,30 @@ func (s *JetStream) Seek(ctx context.Context, offset []byte) error {
 	if s.cfg.Partitions == 0 {
 		seq, err := DecodeOffset(offset)
 		if err != nil {
-			return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
+			return fmt.Errorf("jetstream source %s: %w (%w)", s.cfg.Stream, err, ErrOffsetMismatch)
 		}
 		s.lanes[0].start = seq + 1
 		s.acc.setOffset(0, seq)
 		return nil
 	}
-	seqs, err := DecodePartitionOffsets(offset)
+	o, err := DecodePartitionOffsets(offset)
 	if err != nil {
-		return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
+		return fmt.Errorf("jetstream source %s: %w (%w)", s.cfg.Stream, err, ErrOffsetMismatch)
+	}
+	if err := s.fits(o); err != nil {
+		return err
 	}
 	for i, l := range s.lanes {
-		// A partition the offset does not name was not read yet.
-		l.start = seqs[l.part] + 1
-		s.acc.setOffset(i, seqs[l.part])
+		// Every offset a subtask takes names all its partitions (0: none
+		// read yet); one that lacks one of ours was taken by a subtask
+		// that owned other partitions.
+		seq, ok := o.Seqs[l.part]
+		if !ok && len(offset) > 0 {
+			return fmt.Errorf("jetstream source %s: the offset does not name partition %d, which subtask %d of %d reads (was the parallelism changed?): %w",
+				s.cfg.Stream, l.part, s.cfg.Index, max(s.cfg.Parallelism, 1), ErrOffsetMismatch)
+		}
+		l.start = seq + 1
+		s.acc.setOffset(i, seq)
 	}
 	return nil
 }
@@ -472,11 +592,11 @@ func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 	if s.cfg.Partitions == 0 {
 		return b, EncodeOffset(last[0]), nil
 	}
-	seqs := make(map[int]uint64, len(s.lanes))
+	o := PartitionOffsets{Partitions: s.cfg.Partitions, Filter: s.cfg.PartitionFilter, Seqs: make(map[int]uint64, len(s.lanes))}
 	for i, l := range s.lanes {
-		seqs[l.part] = last[i]
+		o.Seqs[l.part] = last[i]
 	}
-	return b, EncodePartitionOffsets(seqs), nil
+	return b, EncodePartitionOffsets(o), nil
 }
 
 // CheckpointComplete does nothing: the ordered consumer acknowledges

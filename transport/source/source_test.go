@@ -309,6 +309,126 @@ func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
 	}
 }
 
+// A partitioned source rescaled from two subtasks to three: each new
+// subtask merges both old offsets and reads the rest of its own
+// partitions; every message is read once, each key in order.
+func TestJetStreamPartitionedRescale(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const parts, n = 6, 600
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(6,1)}}.{{wildcard(1)}}"}})
+	key := func(i int) string { return fmt.Sprintf("k%d", i%17) }
+	publishN(t, ctx, js, func(i int) string { return "in." + key(i) }, 0, n)
+	cfg := func(par, idx int) JetStreamConfig {
+		return JetStreamConfig{Stream: "IN", Parallelism: par, Index: idx, Partitions: parts, PartitionFilter: "in.{p}.*"}
+	}
+	read := map[int]bool{}
+	last := map[string]int{}
+	take := func(idx int, recs []abi.Record) {
+		t.Helper()
+		for _, v := range values(recs) {
+			if read[v] {
+				t.Fatalf("message %d read twice", v)
+			}
+			read[v] = true
+			if prev, ok := last[key(v)]; ok && prev >= v {
+				t.Fatalf("key %s out of order: %d after %d", key(v), v, prev)
+			}
+			last[key(v)] = v
+		}
+	}
+	var offsets [][]byte
+	for idx := 0; idx < 2; idx++ {
+		src, err := NewJetStream(js, cfg(2, idx))
+		must(t, err)
+		recs, off := pollRecords(t, ctx, src, n/8)
+		src.Close()
+		take(idx, recs)
+		offsets = append(offsets, off)
+	}
+	// An old offset alone does not fit a subtask of the new parallelism.
+	src, err := NewJetStream(js, cfg(3, 1))
+	must(t, err)
+	if err := src.Seek(ctx, offsets[0]); !errors.Is(err, ErrOffsetMismatch) {
+		t.Errorf("seek to another parallelism's offset = %v, want ErrOffsetMismatch", err)
+	}
+	src.Close()
+	for idx := 0; idx < 3; idx++ {
+		src, err := NewJetStream(js, cfg(3, idx))
+		must(t, err)
+		merged, err := src.MergeOffsets(offsets)
+		must(t, err)
+		must(t, src.Seek(ctx, merged))
+		for {
+			b, _, err := pollWithin(src, 500*time.Millisecond)
+			if err != nil {
+				break
+			}
+			recs, err := abi.DecodeBatch(b)
+			must(t, err)
+			take(idx, recs)
+		}
+		src.Close()
+	}
+	if len(read) != n {
+		t.Fatalf("%d messages read, want %d", len(read), n)
+	}
+}
+
+// Offsets that cannot be merged, or do not fit the source, are refused
+// with ErrOffsetMismatch.
+func TestJetStreamOffsetMismatch(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 0, Partitions: 4, PartitionFilter: "in.{p}.*"})
+	must(t, err)
+	defer src.Close()
+	enc := func(parts int, filter string, seqs map[int]uint64) []byte {
+		return EncodePartitionOffsets(PartitionOffsets{Partitions: parts, Filter: filter, Seqs: seqs})
+	}
+	for _, c := range []struct {
+		name    string
+		offsets [][]byte
+		want    string // "" merges
+	}{
+		{"both halves", [][]byte{enc(4, "in.{p}.*", map[int]uint64{0: 5, 2: 9}), enc(4, "in.{p}.*", map[int]uint64{1: 3, 3: 0})}, ""},
+		{"a subtask that never polled", [][]byte{enc(4, "in.{p}.*", map[int]uint64{0: 5, 2: 9}), nil}, ""},
+		{"a half missing", [][]byte{enc(4, "in.{p}.*", map[int]uint64{0: 5, 2: 9})}, "no offset names partition 1"},
+		{"other partition count", [][]byte{enc(8, "in.{p}.*", map[int]uint64{0: 5}), enc(8, "in.{p}.*", map[int]uint64{1: 5})}, "the checkpoint read 8 partitions"},
+		{"other filter", [][]byte{enc(4, "in.*.{p}", map[int]uint64{0: 5, 1: 1, 2: 2, 3: 3})}, `by "in.*.{p}"`},
+		{"first format", [][]byte{enc(0, "", map[int]uint64{0: 5, 1: 1, 2: 2, 3: 3})}, "does not record its partitioning"},
+		{"overlap", [][]byte{enc(4, "in.{p}.*", map[int]uint64{0: 5, 2: 9}), enc(4, "in.{p}.*", map[int]uint64{2: 9, 1: 1, 3: 1})}, "partition 2 in two subtasks' offsets"},
+		{"not partitioned", [][]byte{EncodeOffset(9)}, "not a partitioned source's"},
+	} {
+		merged, err := src.MergeOffsets(c.offsets)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: merged %x, %v; want an error saying %q", c.name, merged, err, c.want)
+		case c.want != "" && !errors.Is(err, ErrOffsetMismatch):
+			t.Errorf("%s: %v is not ErrOffsetMismatch", c.name, err)
+		}
+	}
+	// Seek checks the partitioning too (an offset of the first format,
+	// which did not record it, is taken on trust).
+	if err := src.Seek(ctx, enc(8, "in.{p}.*", map[int]uint64{0: 1, 2: 1})); !errors.Is(err, ErrOffsetMismatch) {
+		t.Errorf("seek under another partition count = %v", err)
+	}
+	whole, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 0})
+	must(t, err)
+	defer whole.Close()
+	if _, err := whole.MergeOffsets([][]byte{EncodeOffset(3), EncodeOffset(4)}); !errors.Is(err, ErrOffsetMismatch) {
+		t.Errorf("merging a whole-stream source's offsets = %v", err)
+	}
+}
+
 func TestPartitionFilters(t *testing.T) {
 	got, err := PartitionFilters("orders.{p}.>", 8, 3, 1)
 	if err != nil || strings.Join(got, " ") != "orders.1.> orders.4.> orders.7.>" {
@@ -461,9 +581,9 @@ func TestJetStreamQuietPartitionKeepsUp(t *testing.T) {
 		if n, _ := abi.BatchCount(b); n != 0 {
 			t.Fatalf("%d records from the quiet partition", n)
 		}
-		seqs, err := DecodePartitionOffsets(o)
+		po, err := DecodePartitionOffsets(o)
 		must(t, err)
-		if seqs[1] == 101 {
+		if po.Seqs[1] == 101 {
 			off = o
 			break
 		}

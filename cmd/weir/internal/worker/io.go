@@ -38,7 +38,7 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 func Unrecoverable(err error) bool {
 	var invalid *wasm.ValidationError
 	return errors.Is(err, control.ErrUnrecoverable) ||
-		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
+		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
 		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) ||
 		errors.As(err, &invalid)
 }

@@ -39,6 +39,7 @@ func TestUnrecoverable(t *testing.T) {
 	}{
 		{fmt.Errorf("source: %w", source.ErrOffsetGone), true},
 		{fmt.Errorf("source: %w", source.ErrOffsetAhead), true},
+		{fmt.Errorf("source: %w", source.ErrOffsetMismatch), true},
 		{fmt.Errorf("sink: %w", sink.ErrStreamNotDurable), true},
 		{fmt.Errorf("sink: %w", sink.ErrDuplicateWindowTooShort), true},
 		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},
