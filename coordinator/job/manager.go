@@ -16,12 +16,14 @@
 //
 // A failover is caused by a task's EventFailed, a lost worker that ran one
 // of the job's tasks, a deploy that failed, or checkpoint failures beyond
-// the tolerable count. (A deploy that finds a worker gone, no responders,
-// is planned again without it and is not a failover.) It cancels every task of the attempt, waits per the
+// the tolerable count. It cancels every task of the attempt, waits per the
 // restart strategy, picks the newest completed checkpoint whose metadata
 // and state check out (falling back to older ones with a warning), and
 // deploys the next attempt with its handles. The restart counter resets
-// whenever a checkpoint completes.
+// whenever a checkpoint completes. A deploy that finds a worker gone (no
+// responders) is planned again without it and is no failover; a failure
+// that every restart would meet again (control.ErrUnrecoverable) fails
+// the job at once.
 package job
 
 import (
