@@ -12,6 +12,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"io"
 )
 
@@ -35,6 +36,12 @@ type Operator interface {
 	// Close releases the instance.
 	Close(ctx context.Context) error
 }
+
+// ErrCannotRescale is wrapped by the error of a task that restores from
+// several old subtasks' snapshots (Config.RestoreMerged) whose state
+// cannot be redistributed: operator state not in the keyed layout, a key
+// in two subtasks' state, or a snapshot with channel or sink state.
+var ErrCannotRescale = errors.New("state cannot be redistributed to a new parallelism")
 
 // OffsetMerger is implemented by a Source whose subtasks' offsets can be
 // merged, so that its parallelism may change on restore: a partitioned
@@ -135,6 +142,7 @@ const (
 	MetricAsyncNanos        = "async_ns"            // asynchronous write to storage
 	MetricUnaligned         = "unaligned"           // 1 when the checkpoint ended unaligned
 	MetricSnapshotBytes     = "snapshot_bytes"      // total bytes written to storage
+	MetricKeyedState        = "keyed_state"         // 1 when the operator state is in the keyed layout (abi.KeyedStateMagic)
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The

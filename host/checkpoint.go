@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host/barrier"
+	"github.com/weirhq/weir/host/partition"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/stream"
 )
@@ -113,6 +115,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		}
 		snap.ModuleState = buf.Bytes()
 		m.StateBytes = int64(buf.Len())
+		m.KeyedState = abi.IsKeyedState(snap.ModuleState)
 	}
 	if s := t.cfg.Sink; s != nil {
 		st, err := s.PreCommit(t.ctx, a.ID)
@@ -346,18 +349,14 @@ func (t *Task) restore(ctx context.Context) error {
 	return nil
 }
 
-// restoreMerged restores a source task of a rescaled vertex from the
-// snapshots of all the vertex's old subtasks: it merges their offsets.
+// restoreMerged restores a task of a rescaled vertex from the snapshots
+// of all the vertex's old subtasks: a source merges their offsets, an
+// operator takes the entries of their keyed state whose key routes to it.
 func (t *Task) restoreMerged(ctx context.Context) error {
 	if t.cfg.Store == nil {
 		return errors.New("no checkpoint storage configured")
 	}
-	m, ok := t.cfg.Source.(OffsetMerger)
-	if t.cfg.Source == nil || !ok {
-		return errors.New("restoring from several snapshots needs a source whose offsets merge")
-	}
-	offsets := make([][]byte, 0, len(t.cfg.RestoreMerged))
-	var id int64
+	var snaps []*snapshot.Task
 	for _, h := range t.cfg.RestoreMerged {
 		rc, err := t.cfg.Store.Get(ctx, h)
 		if err != nil {
@@ -368,14 +367,42 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", h, err)
 		}
-		if len(snap.Outputs) > 0 || len(snap.Inputs) > 0 || len(snap.ModuleState) > 0 || len(snap.SinkState) > 0 {
-			return fmt.Errorf("%s holds more than a source offset (channel, operator or sink state) and cannot be merged", h)
+		if len(snap.Outputs) > 0 || len(snap.Inputs) > 0 || len(snap.SinkState) > 0 ||
+			(t.cfg.Source != nil && len(snap.ModuleState) > 0) {
+			return fmt.Errorf("%s holds channel, sink or operator state besides what can be merged: %w", h, ErrCannotRescale)
 		}
-		if id != 0 && snap.CheckpointID != id {
-			return fmt.Errorf("%s is of checkpoint %d, the others of %d", h, snap.CheckpointID, id)
+		if len(snaps) > 0 && snap.CheckpointID != snaps[0].CheckpointID {
+			return fmt.Errorf("%s is of checkpoint %d, the others of %d: %w", h, snap.CheckpointID, snaps[0].CheckpointID, ErrCannotRescale)
 		}
-		id = snap.CheckpointID
-		offsets = append(offsets, snap.SourceOffset)
+		snaps = append(snaps, snap)
+	}
+	t.restoredID = snaps[0].CheckpointID
+	if op := t.cfg.Operator; op != nil {
+		if t.cfg.Parallelism < 1 || t.cfg.Subtask < 0 || t.cfg.Subtask >= t.cfg.Parallelism {
+			return fmt.Errorf("restoring keyed state needs the task's place: subtask %d of %d", t.cfg.Subtask, t.cfg.Parallelism)
+		}
+		states := make([][]byte, len(snaps))
+		for i, s := range snaps {
+			states[i] = s.ModuleState
+		}
+		st, err := abi.MergeKeyedState(states, func(key []byte) bool {
+			return partition.KeyChannel(key, t.cfg.Parallelism) == t.cfg.Subtask
+		})
+		if err != nil {
+			return fmt.Errorf("operator: split keyed state: %w (%w)", err, ErrCannotRescale)
+		}
+		if err := op.Restore(ctx, bytes.NewReader(st)); err != nil {
+			return fmt.Errorf("operator: restore: %w", err)
+		}
+		return nil
+	}
+	m, ok := t.cfg.Source.(OffsetMerger)
+	if t.cfg.Source == nil || !ok {
+		return fmt.Errorf("restoring from several snapshots needs keyed operator state or a source whose offsets merge: %w", ErrCannotRescale)
+	}
+	offsets := make([][]byte, len(snaps))
+	for i, s := range snaps {
+		offsets[i] = s.SourceOffset
 	}
 	off, err := m.MergeOffsets(offsets)
 	if err != nil {
@@ -385,6 +412,5 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		return fmt.Errorf("source: seek: %w", err)
 	}
 	t.lastOffset = off
-	t.restoredID = id
 	return nil
 }

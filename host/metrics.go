@@ -25,16 +25,23 @@ type CheckpointMetrics struct {
 	// Unaligned is true when the checkpoint ended unaligned (unaligned mode,
 	// or aligned mode that timed out).
 	Unaligned bool
+	// KeyedState is true when the operator wrote its state in the keyed
+	// layout (abi.KeyedStateMagic): it can be split by key on a rescale.
+	KeyedState bool
 }
 
 // Map returns the metrics keyed by the Metric* names, as CheckpointListener
 // takes them.
 func (m CheckpointMetrics) Map() map[string]int64 {
-	u := int64(0)
+	u, k := int64(0), int64(0)
 	if m.Unaligned {
 		u = 1
 	}
+	if m.KeyedState {
+		k = 1
+	}
 	return map[string]int64{
+		MetricKeyedState:        k,
 		MetricAlignmentNanos:    int64(m.AlignmentDuration),
 		MetricStartDelayNanos:   int64(m.StartDelay),
 		MetricBufferedBytes:     m.BufferedBytes,
@@ -61,5 +68,6 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		SyncDuration:      time.Duration(m[MetricSyncNanos]),
 		AsyncDuration:     time.Duration(m[MetricAsyncNanos]),
 		Unaligned:         m[MetricUnaligned] != 0,
+		KeyedState:        m[MetricKeyedState] != 0,
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/partition"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/local"
 	"github.com/weirhq/weir/transport/stream"
@@ -74,9 +76,9 @@ func TestRestoreMerged(t *testing.T) {
 		handles []string
 		want    string
 	}{
-		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-5/in-2"}, "j/chk-5/in-2 holds more than a source offset"},
+		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-5/in-2"}, "j/chk-5/in-2 holds channel, sink or operator state besides what can be merged"},
 		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-4/in-3"}, "j/chk-4/in-3 is of checkpoint 4, the others of 5"},
-		{plainSource{}, []string{"j/chk-5/in-0"}, "needs a source whose offsets merge"},
+		{plainSource{}, []string{"j/chk-5/in-0"}, "needs keyed operator state or a source whose offsets merge"},
 		{&mergingSource{}, []string{"j/chk-5/missing"}, "restore from 1 merged snapshots"},
 	} {
 		err := run(c.src, c.handles...)
@@ -84,5 +86,82 @@ func TestRestoreMerged(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &te) {
 			t.Errorf("restore from %v: %v, want a task error saying %q", c.handles, err, c.want)
 		}
+	}
+}
+
+// stateOp keeps the state it was restored with.
+type stateOp struct{ restored []byte }
+
+func (o *stateOp) Process(context.Context, int, []byte, func(int, []byte) error) error { return nil }
+func (o *stateOp) EndOfInput(context.Context, int, func(int, []byte) error) error      { return nil }
+func (o *stateOp) Snapshot(context.Context, io.Writer) error                           { return nil }
+func (o *stateOp) Restore(_ context.Context, r io.Reader) error {
+	b, err := io.ReadAll(r)
+	o.restored = b
+	return err
+}
+func (o *stateOp) CheckpointComplete(context.Context, int64) error { return nil }
+func (o *stateOp) Close(context.Context) error                     { return nil }
+
+// An operator task of a rescaled vertex restores the keyed state entries
+// of all old subtasks whose key routes to it: every key lands on exactly
+// one new subtask. Opaque state cannot be split.
+func TestRestoreMergedKeyedState(t *testing.T) {
+	ctx := context.Background()
+	store := snapshot.NewMemStore()
+	keys := []string{"apple", "fig", "pear", "plum", "kiwi", "lime", "date"}
+	olds := make([][]byte, 2)
+	for i := range olds {
+		olds[i] = []byte(abi.KeyedStateMagic)
+	}
+	for _, k := range keys {
+		i := partition.KeyChannel([]byte(k), 2)
+		olds[i] = abi.AppendKeyedEntry(olds[i], []byte(k), []byte("n-"+k))
+	}
+	handles := []string{"j/chk-3/count-0", "j/chk-3/count-1"}
+	for i, h := range handles {
+		if err := store.Put(ctx, h, bytes.NewReader(snapshot.Encode(&snapshot.Task{Task: h, CheckpointID: 3, ModuleState: olds[i]}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.Put(ctx, "j/chk-3/opaque", bytes.NewReader(snapshot.Encode(&snapshot.Task{CheckpointID: 3, ModuleState: []byte("\x01state")}))); err != nil {
+		t.Fatal(err)
+	}
+	run := func(op *stateOp, subtask, parallelism int, handles ...string) error {
+		s, r := local.New(local.Options{})
+		if err := s.Send(ctx, stream.EndOfPartition()); err != nil {
+			t.Fatal(err)
+		}
+		task, err := host.New(host.Config{Name: "count", Operator: op, Inputs: []host.Input{{Receiver: r}},
+			Store: store, RestoreMerged: handles, Subtask: subtask, Parallelism: parallelism})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task.Run(ctx)
+	}
+	got := map[string]int{}
+	for sub := 0; sub < 3; sub++ {
+		op := &stateOp{}
+		if err := run(op, sub, 3, handles...); err != nil {
+			t.Fatal(err)
+		}
+		err := abi.KeyedEntries(op.restored, func(k, v []byte) error {
+			if partition.KeyChannel(k, 3) != sub || string(v) != "n-"+string(k) {
+				t.Errorf("subtask %d of 3 restored %s=%s", sub, k, v)
+			}
+			got[string(k)]++
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("subtask %d restored %q: %v", sub, op.restored, err)
+		}
+	}
+	for _, k := range keys {
+		if got[k] != 1 {
+			t.Errorf("key %s restored %d times", k, got[k])
+		}
+	}
+	if err := run(&stateOp{}, 0, 3, handles[0], "j/chk-3/opaque"); !errors.Is(err, abi.ErrNotKeyedState) {
+		t.Errorf("opaque state: %v, want ErrNotKeyedState", err)
 	}
 }

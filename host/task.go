@@ -78,12 +78,16 @@ type Config struct {
 	// Restore is the handle (storage key) of the snapshot to restore from,
 	// "" for a fresh start.
 	Restore string
-	// RestoreMerged, for a source task whose vertex changed parallelism,
-	// holds the handles of every old subtask's snapshot instead: their
-	// offsets are merged (the Source must implement OffsetMerger) and the
-	// source seeks to the result. The snapshots must hold nothing else (no
-	// channel state).
+	// RestoreMerged, for a task whose vertex changed parallelism, holds the
+	// handles of every old subtask's snapshot instead. A source task merges
+	// their offsets (the Source must implement OffsetMerger) and seeks to
+	// the result; an operator task restores the entries of their keyed
+	// state (abi.KeyedStateMagic) whose key routes to Subtask of
+	// Parallelism. The snapshots must hold no channel or sink state.
 	RestoreMerged []string
+	// Subtask and Parallelism place the task among its vertex's subtasks
+	// (for RestoreMerged).
+	Subtask, Parallelism int
 	// Clock returns the time; nil means time.Now. Tests inject one.
 	Clock func() time.Time
 }
