@@ -255,6 +255,7 @@ const (
 	MetricAsyncNanos        = "async_ns"
 	MetricUnaligned         = "unaligned"
 	MetricSnapshotBytes     = "snapshot_bytes"
+	MetricKeyedState        = "keyed_state"
 )
 
 // Event is a task's report to the coordinator.

@@ -19,13 +19,16 @@ import (
 //   - a vertex of the checkpoint that the spec no longer has loses its
 //     state: refused when it had any, unless allowNonRestored;
 //   - a vertex whose parallelism changed is refused when it holds state
-//     that depends on which subtask owns which records: operator state
-//     (keyed state would stay with the subtask that had the key's old
-//     hash), the offsets of a JetStream source read whole by each subtask,
-//     and the staged output of a sink subtask that would no longer exist.
-//     A partitioned JetStream source may change parallelism: every new
-//     subtask merges the offsets of all old ones (restoreFor), each
-//     partition having been read by exactly one. Nothing may
+//     that depends on which subtask owns which records: opaque operator
+//     state (it would stay with the subtask that had the key's old hash),
+//     the offsets of a JetStream source read whole by each subtask, and
+//     the staged output of a sink subtask that would no longer exist. An
+//     operator whose every input is key-partitioned and whose state is in
+//     the keyed layout (abi.KeyedStateMagic, metric keyed_state) may change
+//     parallelism: every new subtask takes the entries of all old ones
+//     whose key routes to it. So may a partitioned JetStream source: every
+//     new subtask merges the offsets of all old ones, each partition
+//     having been read by exactly one (restoreFor). Nothing may
 //     change parallelism while the checkpoint holds in-flight channel data
 //     (unaligned): its channels would not match; a savepoint is always
 //     aligned.
@@ -34,20 +37,17 @@ import (
 // without metrics (written before they were recorded) counts as holding
 // state everywhere.
 func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, allowNonRestored bool) error {
-	type task struct {
-		id           string
-		state, chans int64
-	}
-	had := map[string][]task{} // vertex -> its checkpointed tasks
-	inFlight := ""             // a task that persisted channel data
+	had := map[string][]ckTask{} // vertex -> its checkpointed tasks
+	inFlight := ""               // a task that persisted channel data
 	for id := range md.Handles {
 		vertex, _, ok := splitTaskID(id)
 		if !ok {
 			return fmt.Errorf("restore %s from checkpoint %d: task %q in the checkpoint is not VERTEX-INDEX: %w", spec.Name, md.ID, id, control.ErrInvalid)
 		}
-		t := task{id: id, state: -1, chans: -1}
+		t := ckTask{id: id, state: -1, chans: -1}
 		if m, ok := md.Metrics[id]; ok {
 			t.state, t.chans = m[control.MetricStateBytes], m[control.MetricChannelStateBytes]
+			t.keyed = m[control.MetricKeyedState] == 1
 		}
 		if t.chans != 0 && (inFlight == "" || id < inFlight) {
 			inFlight = id
@@ -64,7 +64,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		partitioned[s.Name] = s.Kind == jobspec.KindJetStream && s.Partitions > 0
 	}
 	// stateful names the first task of ts that holds state, or "".
-	stateful := func(ts []task, from int) string {
+	stateful := func(ts []ckTask, from int) string {
 		for _, t := range ts {
 			if _, idx, _ := splitTaskID(t.id); idx >= from && (t.state != 0 || t.chans != 0) {
 				return t.id
@@ -80,7 +80,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 	slices.Sort(vertices)
 	for _, name := range vertices {
 		ts := had[name]
-		slices.SortFunc(ts, func(a, b task) int { return strings.Compare(a.id, b.id) })
+		slices.SortFunc(ts, func(a, b ckTask) int { return strings.Compare(a.id, b.id) })
 		v, ok := planned[name]
 		if !ok {
 			if t := stateful(ts, 0); t != "" && !allowNonRestored {
@@ -98,8 +98,14 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		case v.Kind == plan.Source && jetStreamSource[name] && !partitioned[name]:
 			problems = append(problems, fmt.Sprintf("%s: its subtasks each read the whole stream and keep offsets that cannot be split or merged (a source with partitions can be rescaled)", changed))
 		case v.Kind == plan.Operator:
-			if t := stateful(ts, 0); t != "" {
-				problems = append(problems, fmt.Sprintf("%s and keeps state (task %s): weir restores state per subtask and cannot redistribute it by key", changed, t))
+			t := stateful(ts, 0)
+			if t == "" {
+				break
+			}
+			if opaque := opaqueState(ts); opaque != "" {
+				problems = append(problems, fmt.Sprintf("%s and keeps state (task %s) in a layout of its own: only state in the keyed layout (abi.KeyedStateMagic) can be redistributed by key", changed, opaque))
+			} else if in := unkeyedInput(v); in != "" {
+				problems = append(problems, fmt.Sprintf("%s and keeps keyed state, but its input from %s is not partitioned by key, so a key's records do not all reach the subtask that holds its state", changed, in))
 			}
 		case v.Kind == plan.Sink:
 			if t := stateful(ts, v.Parallelism); t != "" {
@@ -113,35 +119,73 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 	return nil
 }
 
+// ckTask is what a checkpoint says about one task: its state and channel
+// state sizes (-1: not recorded) and whether its state is keyed.
+type ckTask struct {
+	id           string
+	state, chans int64
+	keyed        bool
+}
+
+// opaqueState names the first task of ts whose state the host cannot split
+// by key: it has state, and not in the keyed layout.
+func opaqueState(ts []ckTask) string {
+	for _, t := range ts {
+		if (t.state != 0 || t.chans != 0) && !t.keyed {
+			return t.id
+		}
+	}
+	return ""
+}
+
+// unkeyedInput names the first input of v that is not partitioned by key.
+func unkeyedInput(v plan.Vertex) string {
+	for _, e := range v.Inputs {
+		if e.Partition != jobspec.KeyHash {
+			return e.From
+		}
+	}
+	return ""
+}
+
 // restoreFor returns the restore instructions for deploying spec (planned
-// as p) from checkpoint md: each task's own handle, except for the source
-// tasks of a partitioned JetStream source whose parallelism differs from
-// the checkpoint's, which get the handles of all the vertex's old subtasks
-// to merge their offsets (checkRestore refused every other change that
+// as p) from checkpoint md: each task's own handle, except for the tasks of
+// a vertex whose parallelism differs from the checkpoint's and whose state
+// can be merged — a partitioned JetStream source (offsets per partition)
+// or an operator with keyed state — which get the handles of all the
+// vertex's old subtasks (checkRestore refused every other change that
 // moves state).
 func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *control.Restore {
 	r := md.Restore()
-	old := map[string][]string{} // vertex -> its checkpointed handles
-	for id, h := range md.Handles {
+	old := map[string][]string{} // vertex -> its checkpointed task IDs
+	for id := range md.Handles {
 		if vertex, _, ok := splitTaskID(id); ok {
-			old[vertex] = append(old[vertex], h)
+			old[vertex] = append(old[vertex], id)
 		}
 	}
+	partitioned := map[string]bool{}
 	for _, s := range spec.Sources {
-		if s.Kind != jobspec.KindJetStream || s.Partitions == 0 || len(old[s.Name]) == 0 {
+		partitioned[s.Name] = s.Kind == jobspec.KindJetStream && s.Partitions > 0
+	}
+	for _, v := range p.Vertices {
+		ids := old[v.Name]
+		if len(ids) == 0 || v.Parallelism == len(ids) {
 			continue
 		}
-		i := slices.IndexFunc(p.Vertices, func(v plan.Vertex) bool { return v.Name == s.Name })
-		if i < 0 || p.Vertices[i].Parallelism == len(old[s.Name]) {
-			continue
-		}
-		v := p.Vertices[i]
-		handles := old[s.Name]
-		slices.Sort(handles)
-		for id := range md.Handles {
-			if vertex, _, _ := splitTaskID(id); vertex == s.Name {
-				delete(r.Handles, id)
+		merge := v.Kind == plan.Source && partitioned[v.Name]
+		if v.Kind == plan.Operator {
+			for _, id := range ids {
+				merge = merge || md.Metrics[id][control.MetricKeyedState] == 1
 			}
+		}
+		if !merge {
+			continue
+		}
+		slices.Sort(ids)
+		handles := make([]string, len(ids))
+		for i, id := range ids {
+			handles[i] = md.Handles[id]
+			delete(r.Handles, id)
 		}
 		if r.Merged == nil {
 			r.Merged = map[string][]string{}

@@ -2,6 +2,7 @@ package job
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -144,5 +145,55 @@ func TestRestoreFor(t *testing.T) {
 		if r := restoreFor(s, p, md); len(r.Merged) != 0 || r.Handles["in-1"] != "r/chk-7/in-1" {
 			t.Errorf("%s at the same parallelism: %+v", kind, r)
 		}
+	}
+}
+
+// An operator with keyed state (metric keyed_state) may change
+// parallelism when all its inputs are partitioned by key: every new
+// subtask restores from all old subtasks' snapshots and keeps its keys.
+func TestRescaleKeyedState(t *testing.T) {
+	build := func(partition string, count int) (*jobspec.Spec, *plan.Plan) {
+		s, err := jobspec.Parse("r.yaml", []byte(`name: r
+sources: [{name: in, kind: nats, subject: in}]
+operators:
+  - {name: count, module: count@1, parallelism: `+strconv.Itoa(count)+`, inputs: [{from: in, partition: `+partition+`}]}
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := plan.Build(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, p
+	}
+	md := metadata(map[string]taskState{"in-0": {}, "count-0": {state: 40}, "count-1": {state: 4}, "out-0": {}})
+	md.Metrics["count-0"][control.MetricKeyedState] = 1
+	md.Metrics["count-1"][control.MetricKeyedState] = 1
+	s, p := build("key", 3)
+	if err := checkRestore(s, p, md, false); err != nil {
+		t.Fatalf("keyed state rescaled: %v", err)
+	}
+	r := restoreFor(s, p, md)
+	for _, task := range []string{"count-0", "count-1", "count-2"} {
+		if got := strings.Join(r.Merged[task], ","); got != "r/chk-7/count-0,r/chk-7/count-1" {
+			t.Errorf("%s merges %q", task, got)
+		}
+		if _, ok := r.Handles[task]; ok {
+			t.Errorf("%s also has its own handle", task)
+		}
+	}
+	if r.Handles["in-0"] != "r/chk-7/in-0" || r.Handles["out-0"] != "r/chk-7/out-0" {
+		t.Errorf("restore %+v", r)
+	}
+	s, p = build("round-robin", 3)
+	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "its input from in is not partitioned by key") {
+		t.Errorf("keyed state behind round-robin: %v", err)
+	}
+	md.Metrics["count-1"][control.MetricKeyedState] = 0
+	s, p = build("key", 3)
+	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "keeps state (task count-1) in a layout of its own") {
+		t.Errorf("one subtask's state opaque: %v", err)
 	}
 }

@@ -33,13 +33,15 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // Unrecoverable reports whether err would recur on every restart of the
 // job, whatever checkpoint it restores: a source offset the stream no
 // longer holds or never held, a sink stream that is not durable or whose
-// duplicate window is too short, a module that does not load. The job
+// duplicate window is too short, a module that does not load, state that
+// cannot be redistributed on a rescale. The job
 // fails at once with the reason instead of using up its restart strategy.
 func Unrecoverable(err error) bool {
 	var invalid *wasm.ValidationError
 	return errors.Is(err, control.ErrUnrecoverable) ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
 		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) ||
+		errors.Is(err, host.ErrCannotRescale) ||
 		errors.As(err, &invalid)
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
@@ -44,6 +45,7 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("sink: %w", sink.ErrDuplicateWindowTooShort), true},
 		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},
 		{control.Unrecoverable(errors.New("x")), true},
+		{fmt.Errorf("restore: %w", host.ErrCannotRescale), true},
 		{&wasm.TrapError{Operator: "op", Export: "weir_process"}, false},
 		{fmt.Errorf("sink: %w", context.DeadlineExceeded), false},
 		{errors.New("connection closed"), false},

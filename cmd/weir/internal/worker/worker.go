@@ -454,6 +454,7 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 	if r := b.d.Restore; r != nil {
 		cfg.Restore = r.Handles[pt.ID]
 		cfg.RestoreMerged = r.Merged[pt.ID]
+		cfg.Subtask, cfg.Parallelism = pt.Index, pt.Parallelism
 	}
 	for port, chs := range pt.Inputs {
 		for _, ch := range chs {

@@ -1,0 +1,69 @@
+package weir
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// KeyedStateWriter writes an operator's state in the keyed layout
+// (abi.KeyedStateMagic): one entry per key. weir can then redistribute the
+// state by key when the operator's parallelism changes on a restore (weir
+// job restore -spec): each new subtask gets the entries whose key it will
+// receive records for. Use it only when every entry's key is the key the
+// operator's records arrive by, with its inputs partitioned by key.
+//
+//	kw := weir.NewKeyedStateWriter(w)
+//	for k, n := range counts {
+//		kw.Put([]byte(k), value(n))
+//	}
+//	return kw.Close()
+type KeyedStateWriter struct {
+	w   *StateWriter
+	buf []byte
+	err error
+}
+
+// NewKeyedStateWriter starts a keyed state on w.
+func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
+	k := &KeyedStateWriter{w: w, buf: make([]byte, 0, 4096)}
+	k.buf = append(k.buf, abi.KeyedStateMagic...)
+	return k
+}
+
+// Put writes the entry for key. Each key at most once.
+func (k *KeyedStateWriter) Put(key, value []byte) error {
+	if k.err != nil {
+		return k.err
+	}
+	k.buf = abi.AppendKeyedEntry(k.buf, key, value)
+	if len(k.buf) >= ChunkSize {
+		_, k.err = k.w.Write(k.buf)
+		k.buf = k.buf[:0]
+	}
+	return k.err
+}
+
+// Close writes what is buffered; call it before Snapshot returns.
+func (k *KeyedStateWriter) Close() error {
+	if k.err == nil && len(k.buf) > 0 {
+		_, k.err = k.w.Write(k.buf)
+		k.buf = k.buf[:0]
+	}
+	return k.err
+}
+
+// ReadKeyedState reads a state written with KeyedStateWriter (also one
+// weir redistributed after a rescale) and calls fn for each entry; the
+// slices are valid during the call. An empty state has no entries.
+func ReadKeyedState(r *StateReader, fn func(key, value []byte) error) error {
+	st, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("weir: read keyed state: %w", err)
+	}
+	if err := abi.KeyedEntries(st, fn); err != nil {
+		return fmt.Errorf("weir: keyed state: %w", err)
+	}
+	return nil
+}
