@@ -24,8 +24,9 @@
  * (weir_input), walks batches in place, keeps the record cursor the host reads
  * when a call traps (weir_cursor), collects each output port's records into
  * one batch emitted once per call, streams snapshots in 64 KiB chunks
- * (snapshot_write / restore_read), and passes error messages to the host
- * (weir_fail).
+ * (snapshot_write / restore_read), writes and reads the keyed state layout
+ * the host can redistribute by key (weir_keyed_state_*), and passes error
+ * messages to the host (weir_fail).
  *
  * Two build modes, chosen automatically:
  *
@@ -440,6 +441,127 @@ static inline int weir_state_read(void *p, size_t n) {
 static inline int weir_state_read_u8(uint8_t *v) { return weir_state_read(v, 1); }
 static inline int weir_state_read_u32(uint32_t *v) { return weir_state_read(v, 4); }
 static inline int weir_state_read_u64(uint64_t *v) { return weir_state_read(v, 8); }
+
+/* ------------------------------------------------------------------------ */
+/* Keyed state (abi/ABI.md §8).                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Keyed state is the one state layout the host understands: one entry per
+ * routing key, so weir can redistribute the entries by key when the
+ * operator's parallelism changes on a restore. Use it only when every
+ * entry's key is the key the operator's records arrive by, with its inputs
+ * partitioned by key (see examples/keyedcount.c):
+ *
+ *     state := "WKS1" entry*
+ *     entry := u32 key_len, u32 value_len, i64 reserved (0), key, value
+ *
+ * In the snapshot callback:
+ *
+ *     if (weir_keyed_state_begin()) return WEIR_ERR;
+ *     for (each key, in a stable order)
+ *         if (weir_keyed_state_put(key, value)) return WEIR_ERR;
+ *     return weir_keyed_state_end();
+ *
+ * and in the restore callback: return weir_keyed_state_read(fn, ctx); */
+
+/* WEIR_KEYED_MAGIC starts a state stream in the keyed layout. */
+#define WEIR_KEYED_MAGIC "WKS1"
+
+/* weir_keyed_state_begin starts a keyed state: it writes WEIR_KEYED_MAGIC to
+ * the snapshot (only in the snapshot callback, before anything else). */
+static inline int weir_keyed_state_begin(void) { return weir_state_write(WEIR_KEYED_MAGIC, 4); }
+
+/* weir_keyed_state_put writes the entry for key; key and value are copied.
+ * Each key at most once. */
+static inline int weir_keyed_state_put(weir_bytes key, weir_bytes value) {
+    uint8_t hdr[16] = {0}; /* the reserved i64 stays 0 */
+    memcpy(hdr, &key.len, 4);
+    memcpy(hdr + 4, &value.len, 4);
+    if (weir_state_write(hdr, 16) || weir_state_write(key.ptr, key.len)) return WEIR_ERR;
+    return weir_state_write(value.ptr, value.len);
+}
+
+/* weir_keyed_state_end finishes a keyed state, handing the host what is
+ * buffered; call it last in the snapshot callback. */
+static inline int weir_keyed_state_end(void) {
+    return weir__rt.chunk.len ? weir__state_flush() : WEIR_OK;
+}
+
+/* weir_keyed_fn is called by weir_keyed_state_read for each entry. key and
+ * value are valid only during the call (copy what you keep) and the callback
+ * must not read the state stream itself. It returns WEIR_OK, or an error
+ * (usually `return weir_fail("...")`) that stops the read. */
+typedef int (*weir_keyed_fn)(weir_bytes key, weir_bytes value, void *ctx);
+
+/* weir__state_read_upto reads up to n bytes of the restore stream into p and
+ * returns how many it read: fewer than n only at the end of the stream. */
+static inline size_t weir__state_read_upto(void *p, size_t n) {
+    uint8_t *d = p;
+    size_t got = 0;
+    while (got < n) {
+        uint32_t have = weir__state_fill();
+        if (have == 0) break;
+        uint32_t c = n - got < have ? (uint32_t)(n - got) : have;
+        memcpy(d + got, weir__rt.chunk.ptr + weir__rt.chunk_pos, c);
+        weir__rt.chunk_pos += c;
+        got += c;
+    }
+    return got;
+}
+
+/* weir_keyed_state_read reads a state written with weir_keyed_state_begin /
+ * put / end (also one weir redistributed after a rescale, whose entries come
+ * in no particular key order) and calls fn(key, value, ctx) for each entry,
+ * in stream order (only in the restore callback). An empty stream has no
+ * entries; a non-empty one that does not start with WEIR_KEYED_MAGIC, or
+ * that ends inside an entry, is an error. Entries of any size are fine:
+ * one that spans restore chunks is copied into a buffer that grows to fit. */
+static inline int weir_keyed_state_read(weir_keyed_fn fn, void *ctx) {
+    if (weir_state_at_end()) return WEIR_OK;
+    uint8_t hdr[16];
+    if (weir__state_read_upto(hdr, 4) != 4 || memcmp(hdr, WEIR_KEYED_MAGIC, 4) != 0)
+        return weir_fail("weir: state is not in the keyed state layout");
+    weir__buf entry = {NULL, 0, 0}; /* an entry that spans chunks */
+    int status = WEIR_OK;
+    while (status == WEIR_OK && !weir_state_at_end()) {
+        if (weir__state_read_upto(hdr, 16) != 16) {
+            status = weir_fail("weir: keyed state: entry header passes the end");
+            break;
+        }
+        uint32_t klen = weir_load_u32(hdr), vlen = weir_load_u32(hdr + 4);
+        uint64_t n = (uint64_t)klen + vlen;
+        const uint8_t *p;
+        if (n <= weir__state_fill()) {
+            /* Whole in the current chunk: no copy. An empty entry at the end
+             * of the stream takes this path too. */
+            p = weir__rt.chunk.ptr + weir__rt.chunk_pos;
+            weir__rt.chunk_pos += (uint32_t)n;
+        } else {
+            if (n > entry.cap) {
+                if (n > UINT32_MAX / 2) {
+                    status = weir_fail("weir: keyed state: entry too large");
+                    break;
+                }
+                uint8_t *q = weir_realloc(entry.ptr, (size_t)n);
+                if (!q) {
+                    status = weir_fail("weir: keyed state: out of memory");
+                    break;
+                }
+                entry.ptr = q;
+                entry.cap = (uint32_t)n;
+            }
+            if (weir__state_read_upto(entry.ptr, (size_t)n) != n) {
+                status = weir_fail("weir: keyed state: entry passes the end");
+                break;
+            }
+            p = entry.ptr;
+        }
+        weir_bytes key = {p, klen}, value = {p + klen, vlen};
+        status = fn(key, value, ctx);
+    }
+    weir_free(entry.ptr);
+    return status;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Exports.                                                                  */

@@ -252,7 +252,7 @@ func TestFilterConfigError(t *testing.T) {
 // version byte, fails the restore in every language.
 func TestBadStateFails(t *testing.T) {
 	e := newEngine(t)
-	for _, ex := range []string{"wordcount", "join"} {
+	for _, ex := range []string{"wordcount", "join", "keyedcount"} {
 		calls := inputs(ex, 7)
 		ref := start(t, load(t, e, languages[0], ex), ex)
 		feed(t, ref, calls, 0, len(calls), nil)
@@ -276,7 +276,8 @@ func TestBadStateFails(t *testing.T) {
 
 // bigInputs makes state and batches larger than the SDKs' 64 KiB chunks
 // and initial buffers: distinct 300-byte words for wordcount, 300-byte
-// values on both join inputs (alternating; keys repeat once per batch).
+// values on both join inputs (alternating; keys repeat once per batch),
+// distinct 300-byte keys for keyedcount.
 func bigInputs(example string) []call {
 	calls := make([]call, 6)
 	for i := range calls {
@@ -284,6 +285,9 @@ func bigInputs(example string) []call {
 		for j := range 400 {
 			word := fmt.Sprintf("%d-%s", i*1000+j, strings.Repeat("w", 295))
 			key := fmt.Sprintf("k%d", j) // each record joins one per batch of the other side
+			if example == "keyedcount" {
+				key = word
+			}
 			b.Add([]byte(key), []byte(word+" "+word[:3]), int64(i*1000+j))
 		}
 		port := 0
@@ -299,7 +303,7 @@ func bigInputs(example string) []call {
 // every other language through short reads, and checks the output after.
 func TestLargeState(t *testing.T) {
 	e := newEngine(t)
-	for _, ex := range []string{"wordcount", "join"} {
+	for _, ex := range []string{"wordcount", "join", "keyedcount"} {
 		t.Run(ex, func(t *testing.T) {
 			calls := bigInputs(ex)
 			half := len(calls) / 2

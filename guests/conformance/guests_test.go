@@ -11,7 +11,7 @@ import (
 )
 
 // examples are the operators every language implements.
-var examples = []string{"uppercase", "filter", "wordcount", "join"}
+var examples = []string{"uppercase", "filter", "wordcount", "join", "keyedcount"}
 
 // A language is one way of building the examples.
 type language struct {

@@ -20,7 +20,9 @@
 // + length into the input, valid until the callback returns), keeps the
 // record cursor the host reads when a call traps, collects each output port's
 // records into one batch emitted once per call, and streams snapshots in
-// 64 KiB chunks. Build with asc 0.28 (see guests/build.sh):
+// 64 KiB chunks (KeyedStateWriter and readKeyedState for state in the keyed
+// layout weir can redistribute on a rescale, abi/ABI.md §8). Build with asc
+// 0.28 (see guests/build.sh):
 //
 //   asc op.ts -O3 --noAssert --use abort=guests/assemblyscript/weir/index/weirAbort -o op.wasm
 
@@ -344,6 +346,17 @@ export class StateReader {
     return <i64>this.readU64();
   }
 
+  /** Reads up to cap bytes into ptr; returns how many, 0 at the end of the
+   * stream (or after a failed read, which sets error). */
+  readSome(ptr: usize, cap: i32): i32 {
+    if (cap <= 0 || this.error !== null) return 0;
+    const have = this.fill();
+    const n = cap < have ? cap : have;
+    memory.copy(ptr, this.buf + <usize>this.pos, n);
+    this.pos += n;
+    return n;
+  }
+
   /** Reads a u32 length followed by that many bytes. */
   readBytes(): Uint8Array {
     const n = this.readU32();
@@ -357,6 +370,114 @@ export class StateReader {
   free(): void {
     heap.free(this.buf);
   }
+}
+
+/** Writes an operator's state in the keyed layout (abi/ABI.md §8, "Keyed
+ * state"): the magic "WKS1", then one entry per put, laid out as a batch
+ * record (u32 key_len, u32 value_len, i64 0, key, value; little-endian).
+ * weir can then redistribute the state by key when the operator's
+ * parallelism changes on a restore (weir job restore -spec): each new subtask
+ * gets the entries whose key it will receive records for. Use it only when
+ * every entry's key is the key the operator's records arrive by, with its
+ * inputs partitioned by key. Read it back with readKeyedState.
+ *
+ *   snapshot(w: StateWriter): string | null {
+ *     const kw = new KeyedStateWriter(w);
+ *     for (let i = 0; i < this.keys.length; i++)
+ *       kw.putBytes(this.keys[i], this.values[i]);
+ *     return null;
+ *   }
+ *
+ * Entries go through w, so its error records a failed write (the snapshot
+ * export reports it) and its chunks reach the host when snapshot returns;
+ * there is nothing to close. */
+export class KeyedStateWriter {
+  /** Starts a keyed state on w: writes the magic. Write nothing else to w. */
+  constructor(private w: StateWriter) {
+    const magic = memory.data<u8>([0x57, 0x4b, 0x53, 0x31]); // "WKS1"
+    w.write(magic, 4);
+  }
+
+  /** Writes the entry for the keyLen bytes at keyPtr, its value the valueLen
+   * bytes at valuePtr. Each key at most once. */
+  put(keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32): void {
+    const h = memory.data(16);
+    store<i32>(h, keyLen);
+    store<i32>(h, valueLen, 4);
+    store<i64>(h, 0, 8); // reserved: a batch record's timestamp
+    this.w.write(h, 16);
+    this.w.write(keyPtr, keyLen);
+    this.w.write(valuePtr, valueLen);
+  }
+
+  /** Writes the entry for key, its value given as an array. */
+  putBytes(key: Uint8Array, value: Uint8Array): void {
+    this.put(key.dataStart, key.length, value.dataStart, value.length);
+  }
+
+  /** The first failed write's message, or null (the StateWriter's error). */
+  get error(): string | null {
+    return this.w.error;
+  }
+}
+
+/** Reads the rest of r, a state written with KeyedStateWriter (also one weir
+ * redistributed after a rescale), and calls fn(ctx, keyPtr, keyLen,
+ * valuePtr, valueLen) for each entry in order; the bytes are valid during
+ * the call. An empty state has no entries. Returns null, the first error fn
+ * returns, or why the state is not keyed state (no "WKS1" magic, an entry
+ * passing the end, a failed read).
+ *
+ * AssemblyScript closures cannot capture locals, so what fn needs travels in
+ * ctx, typically the operator:
+ *
+ *   restore(r: StateReader): string | null {
+ *     return readKeyedState<Counts>(r, this,
+ *       (c: Counts, k: usize, kl: i32, v: usize, vl: i32): string | null => {
+ *         if (vl != 8) return "counts: a count of " + vl.toString() + " bytes, want 8";
+ *         c.set(k, kl, load<u64>(v));
+ *         return null;
+ *       });
+ *   } */
+export function readKeyedState<T>(
+  r: StateReader, ctx: T,
+  fn: (ctx: T, keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32) => string | null,
+): string | null {
+  // The whole stream, in unmanaged memory freed before returning.
+  const b = new Buf();
+  for (;;) {
+    const at = b.grow(CHUNK_SIZE);
+    const n = r.readSome(at, CHUNK_SIZE);
+    b.len -= CHUNK_SIZE - n;
+    if (n == 0) break;
+  }
+  let err = r.error;
+  if (err === null && b.len > 0) err = keyedEntries<T>(b.ptr, b.len, ctx, fn);
+  if (b.ptr) heap.free(b.ptr);
+  return err;
+}
+
+/** Walks the len bytes of keyed state at ptr for readKeyedState. */
+function keyedEntries<T>(
+  ptr: usize, len: i32, ctx: T,
+  fn: (ctx: T, keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32) => string | null,
+): string | null {
+  if (len < 4 || load<u32>(ptr) != 0x31534b57) // "WKS1" read little-endian
+    return "weir: keyed state: operator state is not in the keyed state layout";
+  for (let off: i32 = 4; off < len; ) {
+    if (len - off < 16)
+      return "weir: keyed state: entry header at byte " + off.toString() + " passes the end";
+    const kl = load<u32>(ptr + <usize>off), vl = load<u32>(ptr + <usize>off, 4);
+    const start = <u64>off + 16;
+    if (start + <u64>kl + <u64>vl > <u64>len)
+      return "weir: keyed state: entry at byte " + off.toString() + ": key of " + kl.toString() +
+        " and value of " + vl.toString() + " bytes pass the end";
+    const k = ptr + <usize>start, v = k + <usize>kl;
+    const err = fn(ctx, k, <i32>kl, v, <i32>vl);
+    if (err !== null) return err;
+    off = <i32>(start + <u64>kl + <u64>vl);
+  }
+  return null;
 }
 
 /** An operator. Override the callbacks you need; each returns null on

@@ -399,29 +399,35 @@ impl io::Write for StateWriter<'_> {
 /// Reads an operator's state back from the host in [`CHUNK_SIZE`] chunks.
 pub struct StateReader<'a> {
     buf: &'a mut Vec<u8>,
+    /// `buf[pos..end]` is read from the host and not yet by the operator.
     pos: usize,
+    end: usize,
     eof: bool,
 }
 
 impl StateReader<'_> {
     /// Makes unread bytes available; returns how many, 0 at the end.
     fn fill(&mut self) -> io::Result<usize> {
-        if self.pos < self.buf.len() || self.eof {
-            return Ok(self.buf.len() - self.pos);
+        if self.pos < self.end || self.eof {
+            return Ok(self.end - self.pos);
         }
-        self.buf.resize(CHUNK_SIZE, 0);
+        if self.buf.len() < CHUNK_SIZE {
+            // Once per restore, not per read: the host may return a few
+            // bytes at a time.
+            self.buf.resize(CHUNK_SIZE, 0);
+        }
         // SAFETY: buf has CHUNK_SIZE writable bytes.
         let n = unsafe { host_restore_read(self.buf.as_mut_ptr(), CHUNK_SIZE as i32) };
         self.pos = 0;
         if n < 0 {
-            self.buf.clear();
+            self.end = 0;
             self.eof = true;
             return Err(io::Error::new(
                 io::ErrorKind::Other,
                 format!("weir: restore_read returned {}", n),
             ));
         }
-        self.buf.truncate(n as usize);
+        self.end = n as usize;
         self.eof = n == 0;
         Ok(n as usize)
     }
@@ -474,6 +480,127 @@ impl io::Read for StateReader<'_> {
         self.pos += n;
         Ok(n)
     }
+}
+
+/// The first four bytes of a state in the keyed layout (`abi/ABI.md` §8,
+/// `abi.KeyedStateMagic`).
+pub const KEYED_STATE_MAGIC: &[u8; 4] = b"WKS1";
+
+/// Writes an operator's state in the keyed layout (`abi/ABI.md` §8): the
+/// magic [`KEYED_STATE_MAGIC`], then one entry per key, laid out as a batch
+/// record (`u32 key_len, u32 value_len, i64 0, key, value`). weir can then
+/// redistribute the state by key when the operator's parallelism changes on
+/// a restore (`weir job restore -spec`): each new subtask gets the entries
+/// whose key it will receive records for. Use it only when every entry's
+/// key is the key the operator's records arrive by, with its inputs
+/// partitioned by key.
+///
+/// ```ignore
+/// fn snapshot(&mut self, w: &mut weir::StateWriter) -> weir::Result {
+///     let mut kw = weir::KeyedStateWriter::new(w)?;
+///     for (key, count) in &self.counts {  // a BTreeMap: the same state, the same bytes
+///         kw.put(key, &count.to_le_bytes())?;
+///     }
+///     Ok(())
+/// }
+/// ```
+///
+/// There is nothing to close: the entries go through the [`StateWriter`],
+/// which the SDK flushes when `snapshot` returns.
+pub struct KeyedStateWriter<'w, 'a> {
+    w: &'w mut StateWriter<'a>,
+}
+
+impl<'w, 'a> KeyedStateWriter<'w, 'a> {
+    /// Starts a keyed state on `w` by writing the magic; with no entries
+    /// put, the state is just the magic.
+    pub fn new(w: &'w mut StateWriter<'a>) -> io::Result<Self> {
+        io::Write::write_all(w, KEYED_STATE_MAGIC)?;
+        Ok(KeyedStateWriter { w })
+    }
+
+    /// Writes the entry for `key`. Put each key at most once.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        let (klen, vlen) = match (u32::try_from(key.len()), u32::try_from(value.len())) {
+            (Ok(k), Ok(v)) => (k, v),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "weir: keyed state entry of 4 GiB or more",
+                ))
+            }
+        };
+        let mut header = [0u8; 16]; // the reserved i64 stays 0
+        header[..4].copy_from_slice(&klen.to_le_bytes());
+        header[4..8].copy_from_slice(&vlen.to_le_bytes());
+        io::Write::write_all(self.w, &header)?;
+        io::Write::write_all(self.w, key)?;
+        io::Write::write_all(self.w, value)
+    }
+}
+
+/// Reads a state written with [`KeyedStateWriter`] (or one weir
+/// redistributed after a rescale, in the same layout but in no key order):
+/// reads the whole stream, then calls `f(key, value)` for each entry in
+/// order; the slices are valid during the call. An empty stream (an
+/// operator that never snapshotted) has no entries. A non-empty stream that
+/// does not start with [`KEYED_STATE_MAGIC`], or whose last entry is cut
+/// short, is an error, as is the first error `f` returns (which stops the
+/// reading).
+///
+/// ```ignore
+/// fn restore(&mut self, r: &mut weir::StateReader) -> weir::Result {
+///     weir::read_keyed_state(r, |key, value| {
+///         self.values.insert(key.to_vec(), value.to_vec());
+///         Ok(())
+///     })
+/// }
+/// ```
+pub fn read_keyed_state<F>(r: &mut StateReader, f: F) -> Result
+where
+    F: FnMut(&[u8], &[u8]) -> Result,
+{
+    let mut state = Vec::new();
+    if let Err(e) = io::Read::read_to_end(r, &mut state) {
+        return Err(Error(format!("weir: read keyed state: {}", e)));
+    }
+    keyed_entries(&state, f).map_err(|e| Error(format!("weir: keyed state: {}", e.0)))
+}
+
+/// Calls `f` for each entry of a keyed state held in memory.
+fn keyed_entries<F>(state: &[u8], mut f: F) -> Result
+where
+    F: FnMut(&[u8], &[u8]) -> Result,
+{
+    if state.is_empty() {
+        return Ok(());
+    }
+    if !state.starts_with(KEYED_STATE_MAGIC) {
+        return Err("operator state is not in the keyed state layout".into());
+    }
+    let mut off = KEYED_STATE_MAGIC.len();
+    while off < state.len() {
+        if state.len() - off < 16 {
+            return Err(Error(format!(
+                "entry header at byte {} passes the end",
+                off
+            )));
+        }
+        let klen = le_u32(&state[off..]) as u64;
+        let vlen = le_u32(&state[off + 4..]) as u64;
+        let start = off + 16;
+        if start as u64 + klen + vlen > state.len() as u64 {
+            return Err(Error(format!(
+                "entry at byte {}: key of {} and value of {} bytes pass the end",
+                off, klen, vlen
+            )));
+        }
+        let key_end = start + klen as usize;
+        let end = key_end + vlen as usize;
+        f(&state[start..key_end], &state[key_end..end])?;
+        off = end;
+    }
+    Ok(())
 }
 
 /// Sends `msg` to the host log at a [`level`].
@@ -577,6 +704,7 @@ impl Runtime {
         let mut r = StateReader {
             buf: &mut self.chunk,
             pos: 0,
+            end: 0,
             eof: false,
         };
         let res = self.op.restore(&mut r).and_then(|()| match r.at_end()? {
