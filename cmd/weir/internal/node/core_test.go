@@ -3,16 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/guests/go/guestbuild"
 )
 
 // TestCoreNATSJob runs core NATS subject → Go uppercase → core NATS
@@ -23,20 +19,10 @@ import (
 func TestCoreNATSJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	mod := filepath.Join(dir, "uppercase.wasm")
-	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n, mods := oneNode(t, ctx, "uppercase")
 	spec, err := jobspec.Parse("core.yaml", []byte(`name: core
 sources: [{name: in, kind: nats, subject: in}]
-operators: [{name: upper, module: `+mod+`, inputs: [{from: in}]}]
+operators: [{name: upper, module: `+mods["uppercase"]+`, inputs: [{from: in}]}]
 sinks: [{name: out, kind: nats, subject: out, input: {from: upper}}]
 checkpointing: {interval: 50ms}
 restart: {strategy: none}
@@ -53,10 +39,8 @@ restart: {strategy: none}
 	}
 	// The source subscribes once its task runs: publish after a
 	// checkpoint completed (every task acknowledged it).
-	var st control.JobStatus
-	waitUntil(t, ctx, "a checkpoint", func() bool {
-		st, err = n.API.Job(ctx, "core")
-		return err == nil && (st.LatestCheckpoint >= 1 || st.State.Terminal())
+	st := waitJob(t, ctx, n, "core", "a checkpoint", func(st control.JobStatus) bool {
+		return st.LatestCheckpoint >= 1 || st.State.Terminal()
 	})
 	if st.State != control.JobRunning {
 		t.Fatalf("status %+v", st)
@@ -77,9 +61,8 @@ restart: {strategy: none}
 		}
 	}
 	first := st.LatestCheckpoint
-	waitUntil(t, ctx, "three more checkpoints", func() bool {
-		st, err = n.API.Job(ctx, "core")
-		return err == nil && (st.LatestCheckpoint >= first+3 || st.State.Terminal())
+	st = waitJob(t, ctx, n, "core", "three more checkpoints", func(st control.JobStatus) bool {
+		return st.LatestCheckpoint >= first+3 || st.State.Terminal()
 	})
 	if st.State != control.JobRunning || st.Restarts != 0 {
 		t.Fatalf("status %+v", st)

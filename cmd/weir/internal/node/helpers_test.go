@@ -1,0 +1,130 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+)
+
+// oneNode starts a node with the coordinator and one worker on an
+// embedded server, closed when the test ends, and builds the named Go
+// example guests: it returns the node and each guest's .wasm path.
+func oneNode(t *testing.T, ctx context.Context, examples ...string) (*Node, map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	mods := map[string]string{}
+	for _, name := range examples {
+		p := filepath.Join(dir, name+".wasm")
+		if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/"+name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mods[name] = p
+	}
+	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n, mods
+}
+
+// waitJob waits until job's status satisfies cond and returns it.
+func waitJob(t *testing.T, ctx context.Context, n *Node, job, what string, cond func(control.JobStatus) bool) control.JobStatus {
+	t.Helper()
+	var st control.JobStatus
+	waitUntil(t, ctx, what, func() bool {
+		s, err := n.API.Job(ctx, job)
+		st = s
+		return err == nil && cond(s)
+	})
+	return st
+}
+
+func running(st control.JobStatus) bool { return st.State == control.JobRunning }
+
+// stopWithSavepoint takes a savepoint of job, cancels the job, and returns
+// the savepoint's ID to restore from.
+func stopWithSavepoint(t *testing.T, ctx context.Context, n *Node, job string) string {
+	t.Helper()
+	sp, err := n.API.Savepoint(ctx, job)
+	if err != nil || sp.Status != control.CheckpointCompleted {
+		t.Fatalf("savepoint: %+v, %v", sp, err)
+	}
+	if _, err := n.API.CancelJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, job, "job canceled", func(st control.JobStatus) bool { return st.State.Terminal() })
+	return fmt.Sprint(sp.ID)
+}
+
+// keyedInput publishes records keyed k00, k01, ... (cycling through keys of
+// them) to subjects in.KEY of stream IN, with the Weir-Key header, and
+// counts what it sent per key as the job's output names it (outKey).
+type keyedInput struct {
+	t      *testing.T
+	ctx    context.Context
+	js     jetstream.JetStream
+	keys   int
+	value  func(key string) []byte
+	outKey func(key string) string
+	sent   map[string]int
+	total  int
+}
+
+func newKeyedInput(t *testing.T, ctx context.Context, js jetstream.JetStream, keys int) *keyedInput {
+	return &keyedInput{t: t, ctx: ctx, js: js, keys: keys, sent: map[string]int{},
+		value: func(k string) []byte { return []byte(k) }, outKey: func(k string) string { return k }}
+}
+
+// publish sends count records and waits until OUT holds an output for
+// every record sent so far.
+func (in *keyedInput) publish(count int) {
+	in.t.Helper()
+	for i := 0; i < count; i++ {
+		k := fmt.Sprintf("k%02d", (in.total+i)%in.keys)
+		in.sent[in.outKey(k)]++
+		m := nats.NewMsg("in." + k)
+		m.Header.Set("Weir-Key", k)
+		m.Data = in.value(k)
+		if _, err := in.js.PublishMsg(in.ctx, m); err != nil {
+			in.t.Fatal(err)
+		}
+	}
+	in.total += count
+	stream, err := in.js.Stream(in.ctx, "OUT")
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	waitUntil(in.t, in.ctx, fmt.Sprintf("%d outputs", in.total), func() bool {
+		info, err := stream.Info(in.ctx)
+		return err == nil && int(info.State.Msgs) >= in.total
+	})
+}
+
+// checkCounts reads OUT (exactly one output per record sent) and requires
+// every key's running counts to go 1..n with no gap and no repeat.
+func (in *keyedInput) checkCounts() {
+	in.t.Helper()
+	counts := readCounts(in.t, in.ctx, in.js, in.total, true)
+	for k, want := range in.sent {
+		got := counts[k]
+		ok := len(got) == want
+		for i := 0; ok && i < len(got); i++ {
+			ok = got[i] == i+1
+		}
+		if !ok {
+			in.t.Errorf("key %s: counts %s, want 1..%d with no gap or repeat", k, summarize(got), want)
+		}
+	}
+}
