@@ -249,6 +249,13 @@ func setupWith(t *testing.T, ctx context.Context, opts Options) *env {
 	return &env{api: control.NewAPIClient(nc, ""), fleet: f, dir: dir, mgr: mgr}
 }
 
+// waitWorkers waits until the coordinator counts n live workers.
+func (e *env) waitWorkers(n int) {
+	for len(e.mgr.Control().LiveWorkers()) < n {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func spec(t *testing.T, name, extra string) *jobspec.Spec {
 	t.Helper()
 	s, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
@@ -290,9 +297,7 @@ func TestDeployToAWorkerThatDies(t *testing.T) {
 	w2 := e.fleet.start(ctx, "w2")
 	w2.hang = make(chan struct{})
 	t.Cleanup(func() { close(w2.hang) })
-	for len(e.mgr.Control().LiveWorkers()) < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitWorkers(2)
 	s := spec(t, "wc", "checkpointing: {interval: 30ms, retained: 2}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
 		t.Fatal(err)
@@ -337,9 +342,7 @@ func TestDeployToAVanishedWorker(t *testing.T) {
 	e := setupWith(t, ctx, Options{HeartbeatTimeout: time.Hour})
 	w1 := e.fleet.start(ctx, "w1")
 	w2 := e.fleet.start(ctx, "w2")
-	for len(e.mgr.Control().LiveWorkers()) < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitWorkers(2)
 	w2.crash()
 	s := spec(t, "wc", "restart: {strategy: none}\n")
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
@@ -375,9 +378,7 @@ func TestTriggerToAVanishedWorker(t *testing.T) {
 	e := setupWith(t, ctx, Options{HeartbeatTimeout: time.Hour})
 	w1 := e.fleet.start(ctx, "w1")
 	w2 := e.fleet.start(ctx, "w2")
-	for len(e.mgr.Control().LiveWorkers()) < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitWorkers(2)
 	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
 		t.Fatal(err)
@@ -409,9 +410,7 @@ func TestStaleAttemptsCanceled(t *testing.T) {
 	defer cancel()
 	e := setup(t, ctx)
 	w1 := e.fleet.start(ctx, "w1")
-	for len(e.mgr.Control().LiveWorkers()) < 1 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitWorkers(1)
 	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
 		t.Fatal(err)
@@ -471,9 +470,7 @@ func TestUnrecoverableFailure(t *testing.T) {
 	defer cancel()
 	e := setup(t, ctx)
 	w1 := e.fleet.start(ctx, "w1")
-	for len(e.mgr.Control().LiveWorkers()) < 1 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitWorkers(1)
 	restart := "restart: {strategy: fixed-delay, delay: 10ms, attempts: 5}\n"
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "checkpointing: {interval: 1h}\n"+restart)}); err != nil {
 		t.Fatal(err)
@@ -511,9 +508,7 @@ func TestFailover(t *testing.T) {
 	e := setup(t, ctx)
 	w1 := e.fleet.start(ctx, "w1")
 	w2 := e.fleet.start(ctx, "w2")
-	for len(e.mgr.Control().LiveWorkers()) < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitWorkers(2)
 	s := spec(t, "wc", "checkpointing: {interval: 30ms, retained: 2}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
 		t.Fatal(err)
