@@ -94,10 +94,18 @@ func (w *fakeWorker) kill() {
 }
 
 // crash cuts the worker off without a word: its connection closes, its
-// heartbeats stop, nothing answers on its subjects.
+// heartbeats stop, nothing answers on its subjects. It returns once the
+// server has noticed (a request to the worker finds no responders).
 func (w *fakeWorker) crash() {
 	w.nc.Close()
 	w.kill()
+	subj := control.Subjects{}.Worker(w.id, "ping")
+	for {
+		_, err := w.f.nc.Request(subj, nil, 100*time.Millisecond)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return
+		}
+	}
 }
 
 // tasks reports the running attempts' tasks in heartbeats, as a real
