@@ -74,6 +74,17 @@ type Source interface {
 	Close() error
 }
 
+// SinkMerger is implemented by a Sink that can re-commit what another
+// sink task of its vertex staged, so that a sink's parallelism may shrink
+// on restore: RecoverTask is Recover for the state task (an old subtask
+// that no longer exists) wrote, committed as that task would have (for
+// example under its message ids, so that what it had already published is
+// deduplicated). A task restoring from several snapshots calls it once per
+// snapshot, its own included, before any Write.
+type SinkMerger interface {
+	RecoverTask(ctx context.Context, task string, id int64, state []byte) error
+}
+
 // Sink consumes a sink task's output with two-phase commit hooks. All methods
 // are called from the task goroutine.
 type Sink interface {

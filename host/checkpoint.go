@@ -350,8 +350,9 @@ func (t *Task) restore(ctx context.Context) error {
 }
 
 // restoreMerged restores a task of a rescaled vertex from the snapshots
-// of all the vertex's old subtasks: a source merges their offsets, an
-// operator takes the entries of their keyed state whose key routes to it.
+// of several of the vertex's old subtasks: a source merges their offsets,
+// an operator takes the entries of their keyed state whose key routes to
+// it, a sink re-commits what each of them staged (SinkMerger).
 func (t *Task) restoreMerged(ctx context.Context) error {
 	if t.cfg.Store == nil {
 		return errors.New("no checkpoint storage configured")
@@ -367,9 +368,9 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", h, err)
 		}
-		if len(snap.Outputs) > 0 || len(snap.Inputs) > 0 || len(snap.SinkState) > 0 ||
-			(t.cfg.Source != nil && len(snap.ModuleState) > 0) {
-			return fmt.Errorf("%s holds channel, sink or operator state besides what can be merged: %w", h, ErrCannotRescale)
+		if len(snap.Outputs) > 0 || len(snap.Inputs) > 0 ||
+			(t.cfg.Sink == nil && len(snap.SinkState) > 0) || (t.cfg.Operator == nil && len(snap.ModuleState) > 0) {
+			return fmt.Errorf("%s holds channel state, or state of another kind of task, which cannot be merged: %w", h, ErrCannotRescale)
 		}
 		if len(snaps) > 0 && snap.CheckpointID != snaps[0].CheckpointID {
 			return fmt.Errorf("%s is of checkpoint %d, the others of %d: %w", h, snap.CheckpointID, snaps[0].CheckpointID, ErrCannotRescale)
@@ -377,6 +378,18 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		snaps = append(snaps, snap)
 	}
 	t.restoredID = snaps[0].CheckpointID
+	if sk := t.cfg.Sink; sk != nil {
+		m, ok := sk.(SinkMerger)
+		if !ok {
+			return fmt.Errorf("restoring a sink from several snapshots needs a sink that re-commits another task's state: %w", ErrCannotRescale)
+		}
+		for _, s := range snaps {
+			if err := m.RecoverTask(ctx, s.Task, s.CheckpointID, s.SinkState); err != nil {
+				return fmt.Errorf("sink: recover %s's checkpoint %d: %w", s.Task, s.CheckpointID, err)
+			}
+		}
+		return nil
+	}
 	if op := t.cfg.Operator; op != nil {
 		if t.cfg.Parallelism < 1 || t.cfg.Subtask < 0 || t.cfg.Subtask >= t.cfg.Parallelism {
 			return fmt.Errorf("restoring keyed state needs the task's place: subtask %d of %d", t.cfg.Subtask, t.cfg.Parallelism)

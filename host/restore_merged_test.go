@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -76,7 +77,7 @@ func TestRestoreMerged(t *testing.T) {
 		handles []string
 		want    string
 	}{
-		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-5/in-2"}, "j/chk-5/in-2 holds channel, sink or operator state besides what can be merged"},
+		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-5/in-2"}, "j/chk-5/in-2 holds channel state, or state of another kind of task"},
 		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-4/in-3"}, "j/chk-4/in-3 is of checkpoint 4, the others of 5"},
 		{plainSource{}, []string{"j/chk-5/in-0"}, "needs keyed operator state or a source whose offsets merge"},
 		{&mergingSource{}, []string{"j/chk-5/missing"}, "restore from 1 merged snapshots"},
@@ -163,5 +164,50 @@ func TestRestoreMergedKeyedState(t *testing.T) {
 	}
 	if err := run(&stateOp{}, 0, 3, handles[0], "j/chk-3/opaque"); !errors.Is(err, abi.ErrNotKeyedState) {
 		t.Errorf("opaque state: %v, want ErrNotKeyedState", err)
+	}
+}
+
+// mergingSink records what each task's state it re-commits.
+type mergingSink struct{ recovered []string }
+
+func (s *mergingSink) Write(context.Context, []byte) error              { return nil }
+func (s *mergingSink) PreCommit(context.Context, int64) ([]byte, error) { return nil, nil }
+func (s *mergingSink) Commit(context.Context, int64) error              { return nil }
+func (s *mergingSink) Recover(ctx context.Context, id int64, st []byte) error {
+	return s.RecoverTask(ctx, "self", id, st)
+}
+func (s *mergingSink) EndOfInput(context.Context) error { return nil }
+func (s *mergingSink) Close() error                     { return nil }
+func (s *mergingSink) RecoverTask(_ context.Context, task string, id int64, st []byte) error {
+	s.recovered = append(s.recovered, fmt.Sprintf("%s@%d:%s", task, id, st))
+	return nil
+}
+
+// A sink task of a shrunk vertex re-commits each old subtask's staged
+// output as that subtask (SinkMerger), its own included.
+func TestRestoreMergedSink(t *testing.T) {
+	ctx := context.Background()
+	store := snapshot.NewMemStore()
+	for _, task := range []string{"out-0", "out-2"} {
+		snap := &snapshot.Task{Task: task, CheckpointID: 8, SinkState: []byte("staged by " + task)}
+		if err := store.Put(ctx, "j/chk-8/"+task, bytes.NewReader(snapshot.Encode(snap))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sk := &mergingSink{}
+	s, r := local.New(local.Options{})
+	if err := s.Send(ctx, stream.EndOfPartition()); err != nil {
+		t.Fatal(err)
+	}
+	task, err := host.New(host.Config{Name: "out-0", Sink: sk, Inputs: []host.Input{{Receiver: r}},
+		Store: store, RestoreMerged: []string{"j/chk-8/out-0", "j/chk-8/out-2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(sk.recovered, " "); got != "out-0@8:staged by out-0 out-2@8:staged by out-2" {
+		t.Errorf("recovered %q", got)
 	}
 }

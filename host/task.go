@@ -79,11 +79,13 @@ type Config struct {
 	// "" for a fresh start.
 	Restore string
 	// RestoreMerged, for a task whose vertex changed parallelism, holds the
-	// handles of every old subtask's snapshot instead. A source task merges
-	// their offsets (the Source must implement OffsetMerger) and seeks to
-	// the result; an operator task restores the entries of their keyed
-	// state (abi.KeyedStateMagic) whose key routes to Subtask of
-	// Parallelism. The snapshots must hold no channel or sink state.
+	// handles of several old subtasks' snapshots instead of Restore. A
+	// source task merges their offsets (the Source must implement
+	// OffsetMerger) and seeks to the result; an operator task restores the
+	// entries of their keyed state (abi.KeyedStateMagic) whose key routes
+	// to Subtask of Parallelism; a sink task re-commits each one's staged
+	// output as that task would have (the Sink must implement SinkMerger).
+	// The snapshots must hold no channel state.
 	RestoreMerged []string
 	// Subtask and Parallelism place the task among its vertex's subtasks
 	// (for RestoreMerged).

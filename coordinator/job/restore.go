@@ -21,14 +21,16 @@ import (
 //   - a vertex whose parallelism changed is refused when it holds state
 //     that depends on which subtask owns which records: opaque operator
 //     state (it would stay with the subtask that had the key's old hash),
-//     the offsets of a JetStream source read whole by each subtask, and
-//     the staged output of a sink subtask that would no longer exist. An
+//     and the offsets of a JetStream source read whole by each subtask. An
 //     operator whose every input is key-partitioned and whose state is in
 //     the keyed layout (abi.KeyedStateMagic, metric keyed_state) may change
 //     parallelism: every new subtask takes the entries of all old ones
 //     whose key routes to it. So may a partitioned JetStream source: every
 //     new subtask merges the offsets of all old ones, each partition
-//     having been read by exactly one (restoreFor). Nothing may
+//     having been read by exactly one (restoreFor). A sink may shrink: the
+//     staged output of a subtask that no longer exists is re-committed, as
+//     that subtask would have, by the new subtask of its index modulo the
+//     new parallelism. Nothing may
 //     change parallelism while the checkpoint holds in-flight channel data
 //     (unaligned): its channels would not match; a savepoint is always
 //     aligned.
@@ -107,10 +109,6 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 			} else if in := unkeyedInput(v); in != "" {
 				problems = append(problems, fmt.Sprintf("%s and keeps keyed state, but its input from %s is not partitioned by key, so a key's records do not all reach the subtask that holds its state", changed, in))
 			}
-		case v.Kind == plan.Sink:
-			if t := stateful(ts, v.Parallelism); t != "" {
-				problems = append(problems, fmt.Sprintf("%s: task %s would no longer exist and its state (staged output) would be dropped", changed, t))
-			}
 		}
 	}
 	if len(problems) > 0 {
@@ -153,8 +151,9 @@ func unkeyedInput(v plan.Vertex) string {
 // a vertex whose parallelism differs from the checkpoint's and whose state
 // can be merged — a partitioned JetStream source (offsets per partition)
 // or an operator with keyed state — which get the handles of all the
-// vertex's old subtasks (checkRestore refused every other change that
-// moves state).
+// vertex's old subtasks, and for a sink that shrank, whose subtask j also
+// gets the handles of the vanished subtasks i with i % parallelism == j
+// (checkRestore refused every other change that moves state).
 func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *control.Restore {
 	r := md.Restore()
 	old := map[string][]string{} // vertex -> its checkpointed task IDs
@@ -170,6 +169,12 @@ func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *cont
 	for _, v := range p.Vertices {
 		ids := old[v.Name]
 		if len(ids) == 0 || v.Parallelism == len(ids) {
+			continue
+		}
+		if v.Kind == plan.Sink {
+			if len(ids) > v.Parallelism {
+				shrinkSink(r, v, md)
+			}
 			continue
 		}
 		merge := v.Kind == plan.Source && partitioned[v.Name]
@@ -195,6 +200,38 @@ func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *cont
 		}
 	}
 	return r
+}
+
+// shrinkSink gives sink subtask j of v, besides its own handle, those of
+// the checkpoint's subtasks i ≥ v.Parallelism with i % v.Parallelism == j.
+func shrinkSink(r *control.Restore, v plan.Vertex, md *checkpoint.Metadata) {
+	extra := map[int][]string{}
+	for id := range md.Handles {
+		if vertex, i, ok := splitTaskID(id); ok && vertex == v.Name && i >= v.Parallelism {
+			extra[i%v.Parallelism] = append(extra[i%v.Parallelism], id)
+		}
+	}
+	for j, ids := range extra {
+		slices.SortFunc(ids, func(a, b string) int {
+			_, x, _ := splitTaskID(a)
+			_, y, _ := splitTaskID(b)
+			return x - y
+		})
+		task := v.Tasks[j]
+		var handles []string
+		if h, ok := r.Handles[task]; ok {
+			handles = append(handles, h)
+			delete(r.Handles, task)
+		}
+		for _, id := range ids {
+			handles = append(handles, md.Handles[id])
+			delete(r.Handles, id)
+		}
+		if r.Merged == nil {
+			r.Merged = map[string][]string{}
+		}
+		r.Merged[task] = handles
+	}
 }
 
 // splitTaskID splits a plan.TaskID into vertex and index.

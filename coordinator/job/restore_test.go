@@ -80,7 +80,7 @@ func TestCheckRestore(t *testing.T) {
 		{"jetstream source rescaled", jsSrc, "2", "2", "1", stateless, false, "each read the whole stream and keep offsets that cannot be split or merged"},
 		{"in-flight data", coreSrc, "1", "4", "1", unaligned, false, "in-flight channel data (task count-0, unaligned)"},
 		{"sink grows", coreSrc, "1", "2", "3", keyed, false, ""},
-		{"sink shrinks", coreSrc, "1", "2", "1", twoSinks, false, "task out-1 would no longer exist"},
+		{"sink shrinks (its staged output is re-committed)", coreSrc, "1", "2", "1", twoSinks, false, ""},
 		{"vertex removed", coreSrc, "1", "2", "1", gone, false, "enrich is in the checkpoint but not in the spec"},
 		{"vertex removed, allowed", coreSrc, "1", "2", "1", gone, true, ""},
 		{"stateless vertex removed", coreSrc, "1", "2", "1", goneEmpty, false, ""},
@@ -195,5 +195,33 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: co
 	s, p = build("key", 3)
 	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "keeps state (task count-1) in a layout of its own") {
 		t.Errorf("one subtask's state opaque: %v", err)
+	}
+}
+
+// A sink that shrinks: subtask j re-commits, besides its own, the staged
+// output of every vanished subtask i with i % parallelism == j.
+func TestRestoreForShrunkSink(t *testing.T) {
+	md := metadata(map[string]taskState{"in-0": {}, "count-0": {}, "count-1": {},
+		"out-0": {state: 9}, "out-1": {state: 9}, "out-2": {state: 9}, "out-3": {state: 9}, "out-4": {state: 9}})
+	s, p := restoreSpec(t, coreSrc, "1", "2", "2")
+	if err := checkRestore(s, p, md, false); err != nil {
+		t.Fatal(err)
+	}
+	r := restoreFor(s, p, md)
+	for task, want := range map[string]string{
+		"out-0": "r/chk-7/out-0,r/chk-7/out-2,r/chk-7/out-4",
+		"out-1": "r/chk-7/out-1,r/chk-7/out-3",
+	} {
+		if got := strings.Join(r.Merged[task], ","); got != want {
+			t.Errorf("%s merges %q, want %q", task, got, want)
+		}
+	}
+	for _, task := range []string{"out-0", "out-1", "out-2", "out-3", "out-4"} {
+		if h, ok := r.Handles[task]; ok {
+			t.Errorf("handle %s for %s besides the merged ones", h, task)
+		}
+	}
+	if r.Handles["count-1"] != "r/chk-7/count-1" {
+		t.Errorf("restore %+v", r)
 	}
 }

@@ -549,6 +549,19 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 	return s.Wait(ctx)
 }
 
+// RecoverTask implements host.SinkMerger: it re-commits what sink task
+// task (another subtask of this sink, gone after a rescale) staged for
+// checkpoint id, under that task's message ids, so that whatever of it the
+// stream already holds is deduplicated.
+func (s *ExactlyOnce) RecoverTask(ctx context.Context, task string, id int64, state []byte) error {
+	own := s.prefix
+	s.prefix = s.cfg.Job + "/" + task + "/"
+	defer func() { s.prefix = own }()
+	// Recover waits until the commit is stored: nothing reads the prefix
+	// after it returns.
+	return s.Recover(ctx, id, state)
+}
+
 // EndOfInput publishes everything staged and the records written since the
 // last checkpoint (under EndCheckpointID), and waits until it is stored.
 func (s *ExactlyOnce) EndOfInput(ctx context.Context) error {

@@ -461,6 +461,78 @@ func TestExactlyOnceCrashBetweenCompletionAndCommit(t *testing.T) {
 	}
 }
 
+// A sink that shrank on restore re-commits the staged output of a subtask
+// that no longer exists (RecoverTask) under that subtask's message ids:
+// what the vanished subtask had already published is deduplicated, the
+// rest lands once; the sink's own state is recovered beside it.
+func TestExactlyOnceRecoverAnotherTasksState(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
+			srv := startServer(t)
+			nc, js := connect(t, srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := js.CreateStream(ctx, outStream(mode)); err != nil {
+				t.Fatal(err)
+			}
+			open := func(task string) *ExactlyOnce {
+				s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: task,
+					BatchSize: 100, MinDuplicateWindow: 5 * time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			// Two subtasks stage checkpoint 4; out-1 crashes in the middle
+			// of its commit (its first records are stored), out-0 before
+			// committing at all.
+			s0, s1 := open("out-0"), open("out-1")
+			must(t, s0.Write(ctx, batchOf(0, 100)))
+			state0, err := s0.PreCommit(ctx, 4)
+			must(t, err)
+			must(t, s1.Write(ctx, batchOf(100, 250)))
+			state1, err := s1.PreCommit(ctx, 4)
+			must(t, err)
+			recs, err := abi.DecodeBatch(s1.staged[0].batch)
+			must(t, err)
+			switch mode { // a cut commit, as each mode leaves it
+			case PublishAtomic:
+				must(t, s1.publishAtomic(ctx, 4, 0, recs[:100]))
+			case PublishFast:
+				var part abi.Builder
+				for _, r := range recs[:60] {
+					part.AddRecord(r)
+				}
+				must(t, s1.publishFast(ctx, []staged{{id: 4, batch: part.Bytes()}}))
+			default:
+				must(t, s1.publishAsync(ctx, 4, 0, recs[:60]))
+			}
+
+			// Restored at parallelism 1: out-0 recovers its own state and
+			// out-1's.
+			s := open("out-0")
+			must(t, s.RecoverTask(ctx, "out-0", 4, state0))
+			must(t, s.RecoverTask(ctx, "out-1", 4, state1))
+			must(t, s.Write(ctx, batchOf(250, 260)))
+			must(t, s.EndOfInput(ctx))
+
+			got := streamValues(t, ctx, js, "OUT")
+			seen := map[string]int{}
+			for _, v := range got {
+				seen[v]++
+			}
+			for _, v := range wantValues(0, 260) {
+				if seen[v] != 1 {
+					t.Errorf("%s stored %d times", v, seen[v])
+				}
+			}
+			if len(got) != 260 {
+				t.Fatalf("stream holds %d messages, want 260", len(got))
+			}
+		})
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

@@ -64,10 +64,12 @@ checkpointing: {interval: 100ms}
 	rescale(t, ctx, n, newKeyedInput(t, ctx, n.JS, 11), spec, 2, 4, 1)
 }
 
-// TestRescaleKeyedOperator rescales a stateful operator from savepoints,
-// 2 → 3 → 1 subtasks: the Go keyedcount writes its counts in the keyed
-// layout, weir hands every new subtask the counts of the keys it will
-// receive, and the counts go on 1..n per key with no gap and no repeat.
+// TestRescaleKeyedOperator rescales a stateful operator and the
+// exactly-once sink behind it from savepoints, 2 → 3 → 1 subtasks each:
+// the Go keyedcount writes its counts in the keyed layout, weir hands
+// every new subtask the counts of the keys it will receive, the sink's
+// vanished subtasks' staged output is re-committed under their ids, and
+// the counts go on 1..n per key with no gap and no repeat.
 func TestRescaleKeyedOperator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end restore: skipped in -short")
@@ -82,9 +84,9 @@ func TestRescaleKeyedOperator(t *testing.T) {
 sources: [{name: in, kind: jetstream, stream: IN}]
 operators:
   - {name: count, module: %s, parallelism: %d, inputs: [{from: in, partition: key}]}
-sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, parallelism: %d, input: {from: count, partition: key}}]
 checkpointing: {interval: 100ms}
-`, mods["keyedcount"], counters)), jobspec.Options{})
+`, mods["keyedcount"], counters, counters)), jobspec.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
