@@ -274,10 +274,10 @@ func (s *JetStream) fits(o PartitionOffsets) error {
 // MergeOffsets implements host.OffsetMerger: a partitioned source whose
 // parallelism changed on restore resumes from the offsets of every old
 // subtask together. Each partition was read by exactly one of them; the
-// merged offset names each partition's last sequence, and Seek picks this
-// subtask's partitions from it. A partition no offset names was not read
-// yet, which only an old subtask that had not polled (an empty offset)
-// explains; otherwise the offsets are incomplete and refused.
+// result names the last sequence of each of this subtask's partitions, to
+// Seek to. A partition no offset names was not read yet, which only an
+// old subtask that had not polled (an empty offset) explains; otherwise
+// the offsets are incomplete and refused.
 func (s *JetStream) MergeOffsets(offsets [][]byte) ([]byte, error) {
 	if s.cfg.Partitions == 0 {
 		return nil, fmt.Errorf("jetstream source %s: subtasks that each read the whole stream keep offsets that cannot be merged (set partitions to rescale a source): %w", s.cfg.Stream, ErrOffsetMismatch)
@@ -307,14 +307,17 @@ func (s *JetStream) MergeOffsets(offsets [][]byte) ([]byte, error) {
 		}
 	}
 	for p := 0; p < s.cfg.Partitions; p++ {
-		if _, ok := merged.Seqs[p]; !ok {
-			if !empty {
-				return nil, fmt.Errorf("jetstream source %s: no offset names partition %d: %w", s.cfg.Stream, p, ErrOffsetMismatch)
-			}
-			merged.Seqs[p] = 0
+		if _, ok := merged.Seqs[p]; !ok && !empty {
+			return nil, fmt.Errorf("jetstream source %s: no offset names partition %d: %w", s.cfg.Stream, p, ErrOffsetMismatch)
 		}
 	}
-	return EncodePartitionOffsets(merged), nil
+	// The result names this subtask's partitions only, as its Poll would:
+	// a checkpoint taken before the first Poll stores it as is.
+	own := PartitionOffsets{Partitions: merged.Partitions, Filter: merged.Filter, Seqs: make(map[int]uint64, len(s.lanes))}
+	for _, l := range s.lanes {
+		own.Seqs[l.part] = merged.Seqs[l.part] // 0: not read yet
+	}
+	return EncodePartitionOffsets(own), nil
 }
 
 // Guarantee describes the source's delivery guarantee for the job status.

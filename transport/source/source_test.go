@@ -361,6 +361,19 @@ func TestJetStreamPartitionedRescale(t *testing.T) {
 		must(t, err)
 		merged, err := src.MergeOffsets(offsets)
 		must(t, err)
+		// It names this subtask's partitions only, as a Poll would: a
+		// checkpoint before the first Poll stores it, and rescaling from
+		// that checkpoint merges again without overlaps.
+		po, err := DecodePartitionOffsets(merged)
+		must(t, err)
+		for p := range po.Seqs {
+			if p%3 != idx {
+				t.Fatalf("subtask %d's merged offset names partition %d", idx, p)
+			}
+		}
+		if len(po.Seqs) != 2 {
+			t.Fatalf("subtask %d's merged offset names %d partitions, want 2", idx, len(po.Seqs))
+		}
 		must(t, src.Seek(ctx, merged))
 		for {
 			b, _, err := pollWithin(src, 500*time.Millisecond)
