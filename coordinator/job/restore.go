@@ -66,9 +66,9 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		partitioned[s.Name] = s.Kind == jobspec.KindJetStream && s.Partitions > 0
 	}
 	// stateful names the first task of ts that holds state, or "".
-	stateful := func(ts []ckTask, from int) string {
+	stateful := func(ts []ckTask) string {
 		for _, t := range ts {
-			if _, idx, _ := splitTaskID(t.id); idx >= from && (t.state != 0 || t.chans != 0) {
+			if t.state != 0 || t.chans != 0 {
 				return t.id
 			}
 		}
@@ -85,7 +85,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		slices.SortFunc(ts, func(a, b ckTask) int { return strings.Compare(a.id, b.id) })
 		v, ok := planned[name]
 		if !ok {
-			if t := stateful(ts, 0); t != "" && !allowNonRestored {
+			if t := stateful(ts); t != "" && !allowNonRestored {
 				problems = append(problems, fmt.Sprintf("%s is in the checkpoint but not in the spec, and its state (task %s) would be dropped (allow that with allow-non-restored-state)", name, t))
 			}
 			continue
@@ -100,8 +100,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		case v.Kind == plan.Source && jetStreamSource[name] && !partitioned[name]:
 			problems = append(problems, fmt.Sprintf("%s: its subtasks each read the whole stream and keep offsets that cannot be split or merged (a source with partitions can be rescaled)", changed))
 		case v.Kind == plan.Operator:
-			t := stateful(ts, 0)
-			if t == "" {
+			if stateful(ts) == "" {
 				break
 			}
 			if opaque := opaqueState(ts); opaque != "" {
