@@ -115,7 +115,15 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		}
 		snap.ModuleState = buf.Bytes()
 		m.StateBytes = int64(buf.Len())
-		m.KeyedState = abi.IsKeyedState(snap.ModuleState)
+		if abi.IsKeyedState(snap.ModuleState) {
+			// The guest claims the keyed layout: a rescale would split the
+			// state by it, so a malformed one is refused now, naming the
+			// operator, not at some later restore.
+			if err := abi.KeyedEntries(snap.ModuleState, func(_, _ []byte) error { return nil }); err != nil {
+				return fmt.Errorf("operator: snapshot checkpoint %d: state starts with %q but is not in the keyed layout: %w", a.ID, abi.KeyedStateMagic, err)
+			}
+			m.KeyedState = true
+		}
 	}
 	if s := t.cfg.Sink; s != nil {
 		st, err := s.PreCommit(t.ctx, a.ID)

@@ -211,3 +211,51 @@ func TestRestoreMergedSink(t *testing.T) {
 		t.Errorf("recovered %q", got)
 	}
 }
+
+// fixedStateOp snapshots the bytes it holds.
+type fixedStateOp struct {
+	stateOp
+	state []byte
+}
+
+func (o *fixedStateOp) Snapshot(_ context.Context, w io.Writer) error {
+	_, err := w.Write(o.state)
+	return err
+}
+
+// A task reports metric keyed_state for state in the keyed layout; state
+// that claims the layout but breaks it fails the snapshot, naming the
+// operator's checkpoint, instead of failing some later rescale.
+func TestKeyedStateSnapshot(t *testing.T) {
+	good := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("k"), []byte("v"))
+	for _, c := range []struct {
+		name  string
+		state []byte
+		keyed int64
+		fail  string
+	}{
+		{"keyed", good, 1, ""},
+		{"opaque", []byte("\x01opaque"), 0, ""},
+		{"malformed", good[:len(good)-1], 0, "state starts with \"WKS1\" but is not in the keyed layout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, []int{0}, local.Options{})
+			f.send(0, rec("a", "a"), b(1), eop)
+			err := f.task(&fixedStateOp{state: c.state}, host.Checkpointing{}).Run(context.Background())
+			if c.fail != "" {
+				if err == nil || !strings.Contains(err.Error(), c.fail) {
+					t.Fatalf("run: %v, want an error saying %q", err, c.fail)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.rc.mu.Lock()
+			defer f.rc.mu.Unlock()
+			if got := f.rc.metrics[1]["x"][host.MetricKeyedState]; got != c.keyed {
+				t.Errorf("keyed_state %d, want %d", got, c.keyed)
+			}
+		})
+	}
+}
