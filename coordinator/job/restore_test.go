@@ -30,12 +30,18 @@ func restoreSpec(t *testing.T, kind string, src, op, snk string) (*jobspec.Spec,
 	case partitionedSrc:
 		source = "{name: in, kind: jetstream, stream: IN, partitions: 4, partition-filter: \"in.{p}.*\", parallelism: " + src + "}"
 	}
-	s, err := jobspec.Parse("r.yaml", []byte(`name: r
+	return planned(t, `name: r
 sources: [`+source+`]
 operators:
   - {name: count, module: count@1, parallelism: `+op+`, inputs: [{from: in, partition: round-robin}]}
 sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, parallelism: `+snk+`, input: {from: count, partition: round-robin}}]
-`), jobspec.Options{})
+`)
+}
+
+// planned parses a job spec and plans it.
+func planned(t *testing.T, yaml string) (*jobspec.Spec, *plan.Plan) {
+	t.Helper()
+	s, err := jobspec.Parse("r.yaml", []byte(yaml), jobspec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,20 +159,12 @@ func TestRestoreFor(t *testing.T) {
 // subtask restores from all old subtasks' snapshots and keeps its keys.
 func TestRescaleKeyedState(t *testing.T) {
 	build := func(partition string, count int) (*jobspec.Spec, *plan.Plan) {
-		s, err := jobspec.Parse("r.yaml", []byte(`name: r
+		return planned(t, `name: r
 sources: [{name: in, kind: nats, subject: in}]
 operators:
   - {name: count, module: count@1, parallelism: `+strconv.Itoa(count)+`, inputs: [{from: in, partition: `+partition+`}]}
 sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
-`), jobspec.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := plan.Build(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, p
+`)
 	}
 	md := metadata(map[string]taskState{"in-0": {}, "count-0": {state: 40}, "count-1": {state: 4}, "out-0": {}})
 	md.Metrics["count-0"][control.MetricKeyedState] = 1

@@ -430,20 +430,7 @@ func TestExactlyOnceCrashBetweenCompletionAndCommit(t *testing.T) {
 			must(t, s.Write(ctx, batchOf(300, 560)))
 			state3, err := s.PreCommit(ctx, 3)
 			must(t, err)
-			recs, err := abi.DecodeBatch(s.staged[0].batch)
-			must(t, err)
-			switch mode {
-			case PublishAtomic:
-				must(t, s.publishAtomic(ctx, 3, 0, recs[:100]))
-			case PublishFast:
-				var part abi.Builder
-				for _, r := range recs[:130] {
-					part.AddRecord(r)
-				}
-				must(t, s.publishFast(ctx, []staged{{id: 3, batch: part.Bytes()}}))
-			default:
-				must(t, s.publishAsync(ctx, 3, 0, recs[:130]))
-			}
+			cutCommit(t, ctx, s, mode, 3, 130)
 			// Recover from checkpoint 3: the whole of 3 is committed again.
 			s = open()
 			must(t, s.Recover(ctx, 3, state3))
@@ -493,20 +480,7 @@ func TestExactlyOnceRecoverAnotherTasksState(t *testing.T) {
 			must(t, s1.Write(ctx, batchOf(100, 250)))
 			state1, err := s1.PreCommit(ctx, 4)
 			must(t, err)
-			recs, err := abi.DecodeBatch(s1.staged[0].batch)
-			must(t, err)
-			switch mode { // a cut commit, as each mode leaves it
-			case PublishAtomic:
-				must(t, s1.publishAtomic(ctx, 4, 0, recs[:100]))
-			case PublishFast:
-				var part abi.Builder
-				for _, r := range recs[:60] {
-					part.AddRecord(r)
-				}
-				must(t, s1.publishFast(ctx, []staged{{id: 4, batch: part.Bytes()}}))
-			default:
-				must(t, s1.publishAsync(ctx, 4, 0, recs[:60]))
-			}
+			cutCommit(t, ctx, s1, mode, 4, 60)
 
 			// Restored at parallelism 1: out-0 recovers its own state and
 			// out-1's.
@@ -530,6 +504,28 @@ func TestExactlyOnceRecoverAnotherTasksState(t *testing.T) {
 				t.Fatalf("stream holds %d messages, want 260", len(got))
 			}
 		})
+	}
+}
+
+// cutCommit publishes the start of checkpoint id's staged output, as a
+// commit cut by a crash leaves it in each publish mode: the first n
+// records (fast, async), or the first atomic batch of 100 (atomic; the
+// sink's BatchSize must be 100).
+func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMode, id int64, n int) {
+	t.Helper()
+	recs, err := abi.DecodeBatch(s.staged[0].batch)
+	must(t, err)
+	switch mode {
+	case PublishAtomic:
+		must(t, s.publishAtomic(ctx, id, 0, recs[:100]))
+	case PublishFast:
+		var part abi.Builder
+		for _, r := range recs[:n] {
+			part.AddRecord(r)
+		}
+		must(t, s.publishFast(ctx, []staged{{id: id, batch: part.Bytes()}}))
+	default:
+		must(t, s.publishAsync(ctx, id, 0, recs[:n]))
 	}
 }
 

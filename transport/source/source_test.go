@@ -241,16 +241,25 @@ func TestJetStreamPartitionedSubtasks(t *testing.T) {
 // their partitions from the server: no subtask receives another's
 // messages, every key stays in one subtask in order, and a subtask
 // restored from its offset goes on with its own partitions.
-func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv)
+// partitionedStream creates stream IN whose subjects in.KEY the server
+// maps to in.P.KEY over 6 partitions, and publishes 600 messages keyed by
+// key(i), values i.
+func partitionedStream(t *testing.T) (context.Context, jetstream.JetStream) {
+	_, js := connect(t, startServer(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	const parts, n = 6, 600
+	t.Cleanup(cancel)
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(6,1)}}.{{wildcard(1)}}"}})
-	key := func(i int) string { return fmt.Sprintf("k%d", i%17) }
-	publishN(t, ctx, js, func(i int) string { return "in." + key(i) }, 0, n)
+	publishN(t, ctx, js, func(i int) string { return "in." + key(i) }, 0, 600)
+	return ctx, js
+}
+
+// key is the key of message i in partitionedStream.
+func key(i int) string { return fmt.Sprintf("k%d", i%17) }
+
+func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
+	ctx, js := partitionedStream(t)
+	const parts, n = 6, 600
 
 	// Where the server put each key.
 	partOf := map[string]string{}
@@ -313,15 +322,8 @@ func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
 // subtask merges both old offsets and reads the rest of its own
 // partitions; every message is read once, each key in order.
 func TestJetStreamPartitionedRescale(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx, js := partitionedStream(t)
 	const parts, n = 6, 600
-	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(6,1)}}.{{wildcard(1)}}"}})
-	key := func(i int) string { return fmt.Sprintf("k%d", i%17) }
-	publishN(t, ctx, js, func(i int) string { return "in." + key(i) }, 0, n)
 	cfg := func(par, idx int) JetStreamConfig {
 		return JetStreamConfig{Stream: "IN", Parallelism: par, Index: idx, Partitions: parts, PartitionFilter: "in.{p}.*"}
 	}
