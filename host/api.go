@@ -44,9 +44,9 @@ type Operator interface {
 var ErrCannotRescale = errors.New("state cannot be redistributed to a new parallelism")
 
 // OffsetMerger is implemented by a Source whose subtasks' offsets can be
-// merged, so that its parallelism may change on restore: a partitioned
-// source, whose every partition was read by exactly one old subtask.
-// MergeOffsets returns an offset that each new subtask can Seek to.
+// merged, so that its parallelism may change on restore (a JetStream
+// source). MergeOffsets gets the old subtasks' offsets in subtask order
+// and returns an offset that the new subtask can Seek to.
 type OffsetMerger interface {
 	MergeOffsets(offsets [][]byte) ([]byte, error)
 }

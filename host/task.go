@@ -79,7 +79,8 @@ type Config struct {
 	// "" for a fresh start.
 	Restore string
 	// RestoreMerged, for a task whose vertex changed parallelism, holds the
-	// handles of several old subtasks' snapshots instead of Restore. A
+	// handles of several old subtasks' snapshots, in subtask order,
+	// instead of Restore. A
 	// source task merges their offsets (the Source must implement
 	// OffsetMerger) and seeks to the result; an operator task restores the
 	// entries of their keyed state (abi.KeyedStateMagic) whose key routes

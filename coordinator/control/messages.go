@@ -175,9 +175,11 @@ type Restore struct {
 	// Handles maps task ID to the state handle it acked; a task without a
 	// handle starts empty.
 	Handles map[string]string `json:"handles"`
-	// Merged maps a source task of a vertex whose parallelism changed to
-	// the handles of all the vertex's old subtasks: the task merges their
-	// offsets (a partitioned source). Such a task has no entry in Handles.
+	// Merged maps a task of a vertex whose parallelism changed to the
+	// handles of several of the vertex's old subtasks, in subtask order: a
+	// source merges their offsets, an operator their keyed state, a sink
+	// re-commits what they staged (its own handle among them). Such a task
+	// has no entry in Handles.
 	Merged map[string][]string `json:"merged,omitempty"`
 }
 

@@ -20,14 +20,14 @@ import (
 //     state: refused when it had any, unless allowNonRestored;
 //   - a vertex whose parallelism changed is refused when it holds state
 //     that depends on which subtask owns which records: opaque operator
-//     state (it would stay with the subtask that had the key's old hash),
-//     and the offsets of a JetStream source read whole by each subtask. An
-//     operator whose every input is key-partitioned and whose state is in
-//     the keyed layout (abi.KeyedStateMagic, metric keyed_state) may change
-//     parallelism: every new subtask takes the entries of all old ones
-//     whose key routes to it. So may a partitioned JetStream source: every
-//     new subtask merges the offsets of all old ones, each partition
-//     having been read by exactly one (restoreFor). A sink may shrink: the
+//     state (it would stay with the subtask that had the key's old hash).
+//     An operator whose every input is key-partitioned and whose state is
+//     in the keyed layout (abi.KeyedStateMagic, metric keyed_state) may
+//     change parallelism: every new subtask takes the entries of all old
+//     ones whose key routes to it. So may a JetStream source: every new
+//     subtask merges the offsets of all old ones (restoreFor) — each
+//     partition was read by exactly one, or, read whole by each, the old
+//     offsets say which messages of which subject were read. A sink may shrink: the
 //     staged output of a subtask that no longer exists is re-committed, as
 //     that subtask would have, by the new subtask of its index modulo the
 //     new parallelism. Nothing may
@@ -59,11 +59,6 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 	planned := map[string]plan.Vertex{}
 	for _, v := range p.Vertices {
 		planned[v.Name] = v
-	}
-	jetStreamSource, partitioned := map[string]bool{}, map[string]bool{}
-	for _, s := range spec.Sources {
-		jetStreamSource[s.Name] = s.Kind == jobspec.KindJetStream
-		partitioned[s.Name] = s.Kind == jobspec.KindJetStream && s.Partitions > 0
 	}
 	// stateful names the first task of ts that holds state, or "".
 	stateful := func(ts []ckTask) string {
@@ -97,8 +92,6 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		switch {
 		case inFlight != "":
 			problems = append(problems, fmt.Sprintf("%s, but the checkpoint holds in-flight channel data (task %s, unaligned) that only the old channels can take: restore from a savepoint (always aligned) instead", changed, inFlight))
-		case v.Kind == plan.Source && jetStreamSource[name] && !partitioned[name]:
-			problems = append(problems, fmt.Sprintf("%s: its subtasks each read the whole stream and keep offsets that cannot be split or merged (a source with partitions can be rescaled)", changed))
 		case v.Kind == plan.Operator:
 			if stateful(ts) == "" {
 				break
@@ -148,9 +141,9 @@ func unkeyedInput(v plan.Vertex) string {
 // restoreFor returns the restore instructions for deploying spec (planned
 // as p) from checkpoint md: each task's own handle, except for the tasks of
 // a vertex whose parallelism differs from the checkpoint's and whose state
-// can be merged — a partitioned JetStream source (offsets per partition)
-// or an operator with keyed state — which get the handles of all the
-// vertex's old subtasks, and for a sink that shrank, whose subtask j also
+// can be merged — a JetStream source or an operator with keyed state —
+// which get the handles of all the vertex's old subtasks in subtask
+// order, and for a sink that shrank, whose subtask j also
 // gets the handles of the vanished subtasks i with i % parallelism == j
 // (checkRestore refused every other change that moves state).
 func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *control.Restore {
@@ -161,9 +154,9 @@ func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *cont
 			old[vertex] = append(old[vertex], id)
 		}
 	}
-	partitioned := map[string]bool{}
+	jetStreamSource := map[string]bool{}
 	for _, s := range spec.Sources {
-		partitioned[s.Name] = s.Kind == jobspec.KindJetStream && s.Partitions > 0
+		jetStreamSource[s.Name] = s.Kind == jobspec.KindJetStream
 	}
 	for _, v := range p.Vertices {
 		ids := old[v.Name]
@@ -176,7 +169,7 @@ func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *cont
 			}
 			continue
 		}
-		merge := v.Kind == plan.Source && partitioned[v.Name]
+		merge := v.Kind == plan.Source && jetStreamSource[v.Name]
 		if v.Kind == plan.Operator {
 			for _, id := range ids {
 				merge = merge || md.Metrics[id][control.MetricKeyedState] == 1
@@ -185,7 +178,7 @@ func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *cont
 		if !merge {
 			continue
 		}
-		slices.Sort(ids)
+		slices.SortFunc(ids, byIndex)
 		handles := make([]string, len(ids))
 		for i, id := range ids {
 			handles[i] = md.Handles[id]
@@ -211,11 +204,7 @@ func shrinkSink(r *control.Restore, v plan.Vertex, md *checkpoint.Metadata) {
 		}
 	}
 	for j, ids := range extra {
-		slices.SortFunc(ids, func(a, b string) int {
-			_, x, _ := splitTaskID(a)
-			_, y, _ := splitTaskID(b)
-			return x - y
-		})
+		slices.SortFunc(ids, byIndex)
 		task := v.Tasks[j]
 		var handles []string
 		if h, ok := r.Handles[task]; ok {
@@ -244,4 +233,12 @@ func splitTaskID(id string) (vertex string, index int, ok bool) {
 		return "", 0, false
 	}
 	return id[:i], n, true
+}
+
+// byIndex orders task IDs of one vertex by subtask index ("op-2" before
+// "op-10").
+func byIndex(a, b string) int {
+	_, x, _ := splitTaskID(a)
+	_, y, _ := splitTaskID(b)
+	return x - y
 }

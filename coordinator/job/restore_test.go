@@ -83,7 +83,8 @@ func TestCheckRestore(t *testing.T) {
 		{"stateless operator rescaled", coreSrc, "1", "4", "1", stateless, false, ""},
 		{"core source rescaled", coreSrc, "3", "2", "1", stateless, false, ""},
 		{"stateful operator rescaled", coreSrc, "1", "3", "1", keyed, false, "operator count has parallelism 2 in the checkpoint and 3 in the spec and keeps state (task count-0)"},
-		{"jetstream source rescaled", jsSrc, "2", "2", "1", stateless, false, "each read the whole stream and keep offsets that cannot be split or merged"},
+		{"jetstream source rescaled", jsSrc, "2", "2", "1", stateless, false, ""},
+		{"jetstream source rescaled with in-flight data", jsSrc, "2", "2", "1", unaligned, false, "in-flight channel data"},
 		{"in-flight data", coreSrc, "1", "4", "1", unaligned, false, "in-flight channel data (task count-0, unaligned)"},
 		{"sink grows", coreSrc, "1", "2", "3", keyed, false, ""},
 		{"sink shrinks (its staged output is re-committed)", coreSrc, "1", "2", "1", twoSinks, false, ""},
@@ -122,8 +123,8 @@ func TestCheckRestoreWithoutMetrics(t *testing.T) {
 	}
 }
 
-// A partitioned source whose parallelism changed restores every new
-// subtask from all old subtasks' snapshots (merged offsets); every other
+// A JetStream source whose parallelism changed restores every new subtask
+// from all old subtasks' snapshots (merged offsets); every other
 // task keeps its own handle.
 func TestRestoreFor(t *testing.T) {
 	md := metadata(map[string]taskState{"in-0": {}, "in-1": {}, "count-0": {}, "count-1": {}, "out-0": {}})
@@ -144,13 +145,27 @@ func TestRestoreFor(t *testing.T) {
 	if r.Handles["count-1"] != "r/chk-7/count-1" || r.Handles["out-0"] != "r/chk-7/out-0" || r.CheckpointID != 7 {
 		t.Errorf("restore %+v", r)
 	}
-	// Same parallelism, or a source whose subtasks read the whole stream:
-	// handles by task ID.
+	// Same parallelism: handles by task ID.
 	for _, kind := range []string{partitionedSrc, jsSrc} {
 		s, p := restoreSpec(t, kind, "2", "2", "1")
 		if r := restoreFor(s, p, md); len(r.Merged) != 0 || r.Handles["in-1"] != "r/chk-7/in-1" {
 			t.Errorf("%s at the same parallelism: %+v", kind, r)
 		}
+	}
+	// A source whose subtasks each read the whole stream merges the old
+	// offsets in subtask order, which it needs to tell whose they were:
+	// in-2 before in-10.
+	tasks := map[string]taskState{"count-0": {}, "count-1": {}, "out-0": {}}
+	var want []string
+	for i := range 11 {
+		id := "in-" + strconv.Itoa(i)
+		tasks[id] = taskState{}
+		want = append(want, "r/chk-7/"+id)
+	}
+	s, p = restoreSpec(t, jsSrc, "3", "2", "1")
+	r = restoreFor(s, p, metadata(tasks))
+	if got := r.Merged["in-2"]; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("whole-stream source 11 → 3: in-2 merges %v, want %v", got, want)
 	}
 }
 

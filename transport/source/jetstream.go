@@ -84,12 +84,16 @@ const maxResetAttempts = 20
 // after a reconnect or a missed heartbeat), each drained in order by a
 // goroutine of its own: one consumer, or with Partitions one per partition
 // the subtask reads. Its offset is the stream sequence of the last message
-// covered — 8 bytes little-endian (EncodeOffset), or one per partition
+// covered — 8 bytes little-endian (EncodeOffset; after a change of
+// parallelism EncodeStreamOffset), or one per partition
 // (EncodePartitionOffsets) — and a restored source starts after it.
 type JetStream struct {
 	cfg   JetStreamConfig
 	js    jetstream.JetStream
 	lanes []*lane
+	// rescaled holds a whole-stream source's pending rescale layers
+	// (StreamOffset.Rescaled), set by Seek and read-only afterwards.
+	rescaled [][]uint64
 
 	mu       sync.Mutex
 	acc      *accumulator
@@ -271,16 +275,23 @@ func (s *JetStream) fits(o PartitionOffsets) error {
 	return nil
 }
 
-// MergeOffsets implements host.OffsetMerger: a partitioned source whose
-// parallelism changed on restore resumes from the offsets of every old
-// subtask together. Each partition was read by exactly one of them; the
+// MergeOffsets implements host.OffsetMerger: a source whose parallelism
+// changed on restore resumes from the offsets of every old subtask
+// together, given in subtask order. A whole-stream source resumes after
+// the lowest of them and skips, until it has read past the highest, the
+// messages whose old subtask had covered them (StreamOffset). In a
+// partitioned source each partition was read by exactly one of them; the
 // result names the last sequence of each of this subtask's partitions, to
 // Seek to. A partition no offset names was not read yet, which only an
 // old subtask that had not polled (an empty offset) explains; otherwise
 // the offsets are incomplete and refused.
 func (s *JetStream) MergeOffsets(offsets [][]byte) ([]byte, error) {
 	if s.cfg.Partitions == 0 {
-		return nil, fmt.Errorf("jetstream source %s: subtasks that each read the whole stream keep offsets that cannot be merged (set partitions to rescale a source): %w", s.cfg.Stream, ErrOffsetMismatch)
+		o, err := mergeStreamOffsets(offsets)
+		if err != nil {
+			return nil, fmt.Errorf("jetstream source %s: %w (%w)", s.cfg.Stream, err, ErrOffsetMismatch)
+		}
+		return EncodeStreamOffset(o), nil
 	}
 	merged := PartitionOffsets{Partitions: s.cfg.Partitions, Filter: s.cfg.PartitionFilter, Seqs: map[int]uint64{}}
 	empty := false
@@ -388,12 +399,13 @@ func (s *JetStream) Seek(ctx context.Context, offset []byte) error {
 		return fmt.Errorf("jetstream source %s: Seek after the first Poll", s.cfg.Stream)
 	}
 	if s.cfg.Partitions == 0 {
-		seq, err := DecodeOffset(offset)
+		o, err := DecodeStreamOffset(offset)
 		if err != nil {
 			return fmt.Errorf("jetstream source %s: %w (%w)", s.cfg.Stream, err, ErrOffsetMismatch)
 		}
-		s.lanes[0].start = seq + 1
-		s.acc.setOffset(0, seq)
+		s.lanes[0].start = o.Seq + 1
+		s.acc.setOffset(0, o.Seq)
+		s.rescaled = o.Rescaled
 		return nil
 	}
 	o, err := DecodePartitionOffsets(offset)
@@ -425,7 +437,13 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	}
 	var first, last uint64
 	for _, l := range s.lanes {
-		if l.start <= 1 {
+		// covered is the highest sequence the offset says was read: the
+		// lane's, or an old subtask's before a rescale.
+		covered := l.start - 1
+		for _, r := range s.rescaled {
+			covered = max(covered, slices.Max(r))
+		}
+		if covered == 0 {
 			continue
 		}
 		if first == 0 {
@@ -438,14 +456,14 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		// An offset is never past the stream's last sequence (a quiet
 		// lane's moves up to it, no further): a stream that ends before
 		// it is not the stream the checkpoint read.
-		if l.start > last+1 {
-			return fmt.Errorf("jetstream source %s: resume after sequence %d, but the stream's last sequence is %d (was it deleted and created again, or did it lose messages?): %w", s.cfg.Stream, l.start-1, last, ErrOffsetAhead)
+		if covered > last {
+			return fmt.Errorf("jetstream source %s: resume after sequence %d, but the stream's last sequence is %d (was it deleted and created again, or did it lose messages?): %w", s.cfg.Stream, covered, last, ErrOffsetAhead)
 		}
 		// Messages from start on must still be there: a stream whose
 		// retention (limits, age, purge) dropped some of them lost data this
 		// job has not processed. (With filters the dropped ones may all have
 		// been filtered out; the check cannot tell, and refuses.)
-		if first > l.start {
+		if l.start > 1 && first > l.start {
 			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d: %w", s.cfg.Stream, l.start, first, ErrOffsetGone)
 		}
 	}
@@ -559,7 +577,8 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 		}
 		seq, tsNanos = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano())
 	}
-	if s.cfg.Partitions == 0 && s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index {
+	if s.cfg.Partitions == 0 && ((s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index) ||
+		(len(s.rescaled) > 0 && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject()))) {
 		s.acc.skip(lane, seq)
 		return true
 	}
@@ -593,7 +612,10 @@ func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 		return nil, nil, err
 	}
 	if s.cfg.Partitions == 0 {
-		return b, EncodeOffset(last[0]), nil
+		if len(s.rescaled) == 0 {
+			return b, EncodeOffset(last[0]), nil
+		}
+		return b, EncodeStreamOffset(StreamOffset{Seq: last[0], Rescaled: s.rescaled}.pending()), nil
 	}
 	o := PartitionOffsets{Partitions: s.cfg.Partitions, Filter: s.cfg.PartitionFilter, Seqs: make(map[int]uint64, len(s.lanes))}
 	for i, l := range s.lanes {

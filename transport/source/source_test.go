@@ -393,6 +393,98 @@ func TestJetStreamPartitionedRescale(t *testing.T) {
 	}
 }
 
+// Subtasks that each read the whole stream (no partitions) stop at
+// different sequences; rescaled 2 → 3 → 1, each step from offsets taken
+// mid-stream, the new subtasks together read every message exactly once,
+// each subject in order, and the offset sheds its rescale layers once the
+// source has read past them.
+func TestJetStreamWholeStreamRescale(t *testing.T) {
+	_, js := connect(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 600
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	subj := func(i int) string { return "in." + key(i) }
+	publishN(t, ctx, js, subj, 0, n)
+	cfg := func(par, idx int) JetStreamConfig {
+		return JetStreamConfig{Stream: "IN", Parallelism: par, Index: idx, MaxBatchRecords: 8}
+	}
+	read := map[int]bool{}
+	last := map[string]int{}
+	take := func(par, idx int, recs []abi.Record) {
+		t.Helper()
+		for _, v := range values(recs) {
+			if read[v] {
+				t.Fatalf("message %d read twice", v)
+			}
+			if PartitionOf(subj(v), par) != idx {
+				t.Fatalf("subtask %d of %d read message %d of subtask %d", idx, par, v, PartitionOf(subj(v), par))
+			}
+			read[v] = true
+			if prev, ok := last[key(v)]; ok && prev >= v {
+				t.Fatalf("key %s out of order: %d after %d", key(v), v, prev)
+			}
+			last[key(v)] = v
+		}
+	}
+	// step reads up to want[i] records in each of par subtasks restored
+	// from offsets (nil: none) and returns their offsets.
+	step := func(offsets [][]byte, par int, want []int) [][]byte {
+		t.Helper()
+		var out [][]byte
+		for idx := 0; idx < par; idx++ {
+			src, err := NewJetStream(js, cfg(par, idx))
+			must(t, err)
+			if offsets != nil {
+				merged, err := src.MergeOffsets(offsets)
+				must(t, err)
+				must(t, src.Seek(ctx, merged))
+			}
+			var off []byte
+			for got := 0; got < want[idx]; {
+				b, o, err := pollWithin(src, 500*time.Millisecond)
+				if err != nil {
+					break
+				}
+				recs, err := abi.DecodeBatch(b)
+				must(t, err)
+				take(par, idx, recs)
+				got += len(recs)
+				off = o
+			}
+			src.Close()
+			out = append(out, off)
+		}
+		return out
+	}
+	offsets := step(nil, 2, []int{40, 150})
+	offsets = step(offsets, 3, []int{30, 5, 40})
+	// Subtask 1 stopped before the old subtasks' offsets: its offset
+	// carries them on.
+	if o, err := DecodeStreamOffset(offsets[1]); err != nil || len(o.Rescaled) == 0 {
+		t.Fatalf("subtask 1 of 3 stopped early with offset %+v, %v; want rescale layers", o, err)
+	}
+	offsets = step(offsets, 1, []int{n})
+	if len(read) != n {
+		t.Fatalf("%d messages read, want %d", len(read), n)
+	}
+	if len(offsets[0]) != 8 {
+		t.Fatalf("offset after reading everything is %x, want the plain sequence", offsets[0])
+	}
+	// Seeking to a rescaled offset at the same parallelism skips what the
+	// layers say was read.
+	src, err := NewJetStream(js, cfg(1, 0))
+	must(t, err)
+	defer src.Close()
+	must(t, src.Seek(ctx, EncodeStreamOffset(StreamOffset{Seq: 10, Rescaled: [][]uint64{{n - 1, 20}}})))
+	recs, _ := pollRecords(t, ctx, src, 1)
+	for _, v := range values(recs) {
+		if v < 10 || (v < n-1 && PartitionOf(subj(v), 2) == 0) || (v < 20 && PartitionOf(subj(v), 2) == 1) {
+			t.Fatalf("message %d read again", v)
+		}
+	}
+}
+
 // Offsets that cannot be merged, or do not fit the source, are refused
 // with ErrOffsetMismatch.
 func TestJetStreamOffsetMismatch(t *testing.T) {
@@ -439,8 +531,8 @@ func TestJetStreamOffsetMismatch(t *testing.T) {
 	whole, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 0})
 	must(t, err)
 	defer whole.Close()
-	if _, err := whole.MergeOffsets([][]byte{EncodeOffset(3), EncodeOffset(4)}); !errors.Is(err, ErrOffsetMismatch) {
-		t.Errorf("merging a whole-stream source's offsets = %v", err)
+	if _, err := whole.MergeOffsets([][]byte{EncodeOffset(3), EncodePartitionOffsets(PartitionOffsets{Partitions: 4, Seqs: map[int]uint64{1: 1}})}); !errors.Is(err, ErrOffsetMismatch) {
+		t.Errorf("merging a partitioned offset into a whole-stream source's = %v", err)
 	}
 }
 

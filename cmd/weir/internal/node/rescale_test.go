@@ -64,6 +64,36 @@ checkpointing: {interval: 100ms}
 	rescale(t, ctx, n, newKeyedInput(t, ctx, n.JS, 11), spec, 2, 4, 1)
 }
 
+// TestRescaleWholeStreamSource rescales a JetStream source whose subtasks
+// each read the whole stream and keep their subjects' share, from
+// savepoints, 2 → 3 → 1: the old subtasks stopped at different sequences,
+// so the new ones skip what each old one had covered (source.StreamOffset),
+// and the keyed counts behind them go on 1..n with no gap and no repeat.
+func TestRescaleWholeStreamSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end restore: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "wordcount")
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	spec := func(sources int) *jobspec.Spec {
+		s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
+sources: [{name: in, kind: jetstream, stream: IN, parallelism: %d}]
+operators:
+  - {name: count, module: %s, parallelism: 2, inputs: [{from: in, partition: key}]}
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: {interval: 100ms}
+`, sources, mods["wordcount"])), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	rescale(t, ctx, n, newKeyedInput(t, ctx, n.JS, 11), spec, 2, 3, 1)
+}
+
 // TestRescaleKeyedOperator rescales a stateful operator and the
 // exactly-once sink behind it from savepoints, 2 → 3 → 1 subtasks each:
 // the Go keyedcount writes its counts in the keyed layout, weir hands
