@@ -208,3 +208,52 @@ func TestRestoreReplaysChannelStateFirst(t *testing.T) {
 		t.Fatalf("output %q", s)
 	}
 }
+
+// A task's Stats can be read while it runs: records in and out as they
+// pass, and the time it has been blocked on a full output channel so far,
+// growing while the send is still blocked.
+func TestStatsWhileBlocked(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	so, ro := local.New(local.Options{Name: "src->x", CapacityElements: 1})
+	src := &blockingSource{batches: [][]byte{rec("a", "a").Batch, rec("b", "b").Batch}}
+	task, err := host.New(host.Config{Name: "src", Source: src, Outputs: []host.Output{{Senders: []stream.Sender{so}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	// a is queued, b blocks: the task has taken and emitted both.
+	for so.Waiting() == 0 {
+		_ = task.Stats() // concurrent reads are safe (-race)
+		time.Sleep(time.Millisecond)
+	}
+	s := task.Stats()
+	if s.RecordsIn != 2 || s.BatchesIn != 2 || s.RecordsOut != 2 || s.BatchesOut != 2 {
+		t.Fatalf("stats %+v, want 2 records and batches in and out", s)
+	}
+	for task.Stats().Backpressured <= s.Backpressured {
+		time.Sleep(time.Millisecond)
+	}
+	for n := 0; n < 2; {
+		if _, ok, _ := ro.Poll(); ok {
+			n++
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Unblocked, the blocked time stops growing.
+	for i := 0; ; i++ {
+		a := task.Stats().Backpressured
+		time.Sleep(10 * time.Millisecond)
+		b := task.Stats().Backpressured
+		if a == b {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("backpressured still growing (%v then %v) with the output drained", a, b)
+		}
+	}
+	cancel()
+	<-done
+}

@@ -49,7 +49,7 @@ func (t *Task) exec(acts []barrier.Action, ch int, d *stream.Delivery) error {
 				return err
 			}
 		case barrier.Abort:
-			t.stats.Declined++
+			t.stats.declined.Add(1)
 			if t.pending != nil && t.pending.snap.CheckpointID == a.ID {
 				t.pending = nil
 			}
@@ -253,7 +253,7 @@ func (t *Task) prioritizeLate() (time.Time, error) {
 
 // write stores a finished snapshot in the background and acknowledges it.
 func (t *Task) write(snap *snapshot.Task, m CheckpointMetrics) {
-	t.stats.Checkpoints++
+	t.stats.checkpoints.Add(1)
 	m.ChannelStateBytes = snap.ChannelStateBytes()
 	if t.cfg.Store == nil {
 		t.decline(snap.CheckpointID, DeclineFailed, "no checkpoint storage configured")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirhq/weir/host/barrier"
@@ -173,14 +174,52 @@ type Task struct {
 	restoredID int64
 	writes     sync.WaitGroup
 
-	stats        Stats
+	stats        counters
 	sourceClosed bool
 }
 
-// Stats counts a task's work, for tests and monitoring.
+// Stats counts a task's work since it started.
 type Stats struct {
-	RecordsIn, BatchesIn, BatchesOut int64
-	Checkpoints, Declined            int64
+	// RecordsIn and BatchesIn count what the task took from its inputs
+	// (or polled from its source); RecordsOut and BatchesOut what it
+	// emitted, to its output channels (before partitioning) or its sink.
+	RecordsIn, BatchesIn, RecordsOut, BatchesOut int64
+	// Checkpoints counts the snapshots the task took, Declined the
+	// checkpoints it declined.
+	Checkpoints, Declined int64
+	// Running is the time since the task started; Busy the part of it
+	// spent processing input batches (its operator, and a sink task's
+	// writes); Backpressured the part blocked on its output: sending to a
+	// channel without credit, or waiting for its sink's commit.
+	Running, Busy, Backpressured time.Duration
+}
+
+// counters hold a task's Stats: written by the task's goroutine, read by
+// any. A span of busy or blocked time counts while it lasts, so a task
+// stuck in its operator or on a full channel shows it.
+type counters struct {
+	recordsIn, batchesIn, recordsOut, batchesOut atomic.Int64
+	checkpoints, declined                        atomic.Int64
+
+	mu                      sync.Mutex
+	started                 time.Time // zero: not running yet
+	busy, backpressured     time.Duration
+	busySince, blockedSince time.Time // zero: not in such a span
+}
+
+// begin starts a span of the time that since marks.
+func (c *counters) begin(since *time.Time) {
+	c.mu.Lock()
+	*since = time.Now()
+	c.mu.Unlock()
+}
+
+// end ends the span since marks, adding it to total.
+func (c *counters) end(since *time.Time, total *time.Duration) {
+	c.mu.Lock()
+	*total += time.Since(*since)
+	*since = time.Time{}
+	c.mu.Unlock()
 }
 
 // deferredBarrier is a priority barrier that an aligned handler must see
@@ -282,6 +321,7 @@ func (t *Task) signal() {
 func (t *Task) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	t.ctx = ctx
+	t.stats.begin(&t.stats.started)
 	defer func() {
 		cancel()
 		t.writes.Wait()
@@ -534,8 +574,8 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 		if id, ok := t.handler.Recording(ch); ok && t.pending != nil && t.pending.snap.CheckpointID == id {
 			t.pending.addInput(ch, d.Element)
 		}
-		t.stats.BatchesIn++
-		t.stats.RecordsIn += int64(d.Count())
+		t.stats.batchesIn.Add(1)
+		t.stats.recordsIn.Add(int64(d.Count()))
 		return t.process(ctx, t.cfg.Inputs[ch].Port, d.Batch)
 	case stream.KindBarrier:
 		if id, ok := t.handler.Recording(ch); ok && id == d.Barrier.ID && t.pending != nil && len(d.Overtaken) > 0 {
@@ -564,6 +604,8 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 
 // process runs the operator on one batch.
 func (t *Task) process(ctx context.Context, port int, batch []byte) error {
+	t.stats.begin(&t.stats.busySince)
+	defer t.stats.end(&t.stats.busySince, &t.stats.busy)
 	if t.cfg.Operator == nil {
 		return t.emit(0, batch)
 	}
@@ -580,7 +622,8 @@ func (t *Task) emit(port int, batch []byte) error {
 		if err := t.cfg.Sink.Write(t.ctx, batch); err != nil {
 			return fmt.Errorf("sink: write: %w", err)
 		}
-		t.stats.BatchesOut++
+		t.stats.batchesOut.Add(1)
+		t.stats.recordsOut.Add(int64(stream.Records(batch).Count()))
 		return nil
 	}
 	if port < 0 || port >= len(t.cfg.Outputs) {
@@ -597,10 +640,11 @@ func (t *Task) emit(port int, batch []byte) error {
 	if err != nil {
 		return fmt.Errorf("output port %d: %w", port, err)
 	}
+	t.stats.batchesOut.Add(1)
+	t.stats.recordsOut.Add(int64(stream.Records(batch).Count()))
 	for i, b := range parts {
 		if b != nil {
 			t.outq = append(t.outq, outItem{ch: t.portBase[port] + i, e: stream.Records(b)})
-			t.stats.BatchesOut++
 		}
 	}
 	return nil
@@ -669,7 +713,9 @@ func (t *Task) flush(ctx context.Context) error {
 			t.mu.Unlock()
 		}
 		it := t.outq[0]
+		t.stats.begin(&t.stats.blockedSince)
 		err := t.outs[it.ch].sender.Send(sctx, it.e)
+		t.stats.end(&t.stats.blockedSince, &t.stats.backpressured)
 		if err == nil {
 			t.outq[0] = outItem{}
 			t.outq = t.outq[1:]
@@ -749,7 +795,10 @@ func (t *Task) complete(ctx context.Context, id int64) error {
 		}
 	}
 	if s := t.cfg.Sink; s != nil {
-		if err := s.Commit(ctx, id); err != nil {
+		t.stats.begin(&t.stats.blockedSince)
+		err := s.Commit(ctx, id)
+		t.stats.end(&t.stats.blockedSince, &t.stats.backpressured)
+		if err != nil {
 			return fmt.Errorf("sink: commit checkpoint %d: %w", id, err)
 		}
 	}
@@ -840,8 +889,8 @@ func (t *Task) runSource(ctx context.Context) error {
 				return fmt.Errorf("source: poll: %w", p.err)
 			}
 			if n := int64(stream.Records(p.batch).Count()); n > 0 {
-				t.stats.BatchesIn++
-				t.stats.RecordsIn += n
+				t.stats.batchesIn.Add(1)
+				t.stats.recordsIn.Add(n)
 				if err := t.process(ctx, 0, p.batch); err != nil {
 					return err
 				}
@@ -854,5 +903,26 @@ func (t *Task) runSource(ctx context.Context) error {
 	}
 }
 
-// Stats returns the task's counters; call it after Run returned.
-func (t *Task) Stats() Stats { return t.stats }
+// Stats returns the task's counters so far; it may be called from any
+// goroutine, while the task runs or after.
+func (t *Task) Stats() Stats {
+	c := &t.stats
+	s := Stats{
+		RecordsIn: c.recordsIn.Load(), BatchesIn: c.batchesIn.Load(),
+		RecordsOut: c.recordsOut.Load(), BatchesOut: c.batchesOut.Load(),
+		Checkpoints: c.checkpoints.Load(), Declined: c.declined.Load(),
+	}
+	c.mu.Lock()
+	s.Busy, s.Backpressured = c.busy, c.backpressured
+	if !c.started.IsZero() {
+		s.Running = time.Since(c.started)
+	}
+	if !c.busySince.IsZero() {
+		s.Busy += time.Since(c.busySince)
+	}
+	if !c.blockedSince.IsZero() {
+		s.Backpressured += time.Since(c.blockedSince)
+	}
+	c.mu.Unlock()
+	return s
+}

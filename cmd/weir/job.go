@@ -23,7 +23,8 @@ func init() {
 const jobUsage = `ls|status|cancel|savepoint|restore [flags] [JOB]
 
   weir job ls                               every job with its state
-  weir job status JOB                       one job
+  weir job status JOB                       one job: state, guarantees, and each running task's
+                                            records in/out, rates, busy and backpressured time
   weir job cancel JOB                       stop a job
   weir job savepoint JOB                    take an aligned savepoint now
   weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
@@ -109,6 +110,10 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 				fmt.Fprintf(std.Out, "  %s\n", g)
 			}
 		}
+		if len(st.Tasks) > 0 {
+			fmt.Fprintln(std.Out, "tasks:")
+			printTasks(std.Out, st.Tasks)
+		}
 	case "cancel":
 		st, err := api.CancelJob(ctx, pos[1])
 		if err != nil {
@@ -149,6 +154,18 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, j.LatestCheckpoint,
 			j.Updated.Format(time.TimeOnly), j.Reason)
+	}
+	tw.Flush()
+}
+
+// printTasks prints the running tasks' counters and rates, one per line.
+func printTasks(w io.Writer, tasks []control.TaskStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tWORKER\tRECORDS IN\tRECORDS OUT\tIN/S\tOUT/S\tBUSY\tBACKPRESSURED\tCHECKPOINTS")
+	pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+	for _, t := range tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\n", t.Task, t.Worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
+			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints)
 	}
 	tw.Flush()
 }

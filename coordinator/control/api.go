@@ -51,6 +51,45 @@ type JobStatus struct {
 	// source is at-most-once, for one), and what the checkpointing mode
 	// adds.
 	Guarantees []Guarantee `json:"guarantees,omitempty"`
+	// Tasks are the current attempt's tasks as their workers last reported
+	// them (in heartbeats), by task ID; empty unless the job runs.
+	Tasks []TaskStatus `json:"tasks,omitempty"`
+}
+
+// TaskStatus is one running task as its worker last reported it.
+type TaskStatus struct {
+	Task   string    `json:"task"`
+	Worker string    `json:"worker"`
+	Stats  TaskStats `json:"stats"`
+	// InRate and OutRate are records per second; Busy and Backpressured
+	// the fractions of the time (0 to 1) the task spent processing input
+	// and blocked on its output. They cover the time between the worker's
+	// last two reports, or since the task started after the first.
+	InRate        float64 `json:"in_rate"`
+	OutRate       float64 `json:"out_rate"`
+	Busy          float64 `json:"busy"`
+	Backpressured float64 `json:"backpressured"`
+}
+
+// NewTaskStatus computes the status of task on worker from its latest
+// counters and, if not nil, the ones reported before them.
+func NewTaskStatus(task, worker string, latest TaskStats, prev *TaskStats) TaskStatus {
+	st := TaskStatus{Task: task, Worker: worker, Stats: latest}
+	var base TaskStats
+	if prev != nil {
+		base = *prev
+	}
+	d := latest.RunningNanos - base.RunningNanos
+	if d <= 0 {
+		return st
+	}
+	perSec := func(n int64) float64 { return max(float64(n)*1e9/float64(d), 0) }
+	frac := func(n int64) float64 { return min(max(float64(n)/float64(d), 0), 1) }
+	st.InRate = perSec(latest.RecordsIn - base.RecordsIn)
+	st.OutRate = perSec(latest.RecordsOut - base.RecordsOut)
+	st.Busy = frac(latest.BusyNanos - base.BusyNanos)
+	st.Backpressured = frac(latest.BackpressuredNanos - base.BackpressuredNanos)
+	return st
 }
 
 // Guarantee is what one part of a job promises about delivery.

@@ -390,3 +390,21 @@ func TestAPIReadRetriesALostRequest(t *testing.T) {
 		t.Errorf("submit sent %d times, want once", seen.Load())
 	}
 }
+
+// A task's rates and time fractions cover the span between two reports,
+// or since the task started after the first.
+func TestNewTaskStatus(t *testing.T) {
+	first := TaskStats{RecordsIn: 1000, RecordsOut: 500, RunningNanos: 2e9, BusyNanos: 5e8, BackpressuredNanos: 0}
+	st := NewTaskStatus("op-0", "w1", first, nil)
+	if st.InRate != 500 || st.OutRate != 250 || st.Busy != 0.25 || st.Backpressured != 0 {
+		t.Errorf("first report: %+v", st)
+	}
+	second := TaskStats{RecordsIn: 4000, RecordsOut: 2000, RunningNanos: 3e9, BusyNanos: 6e8, BackpressuredNanos: 5e8}
+	st = NewTaskStatus("op-0", "w1", second, &first)
+	if st.InRate != 3000 || st.OutRate != 1500 || st.Busy != 0.1 || st.Backpressured != 0.5 || st.Stats != second {
+		t.Errorf("second report: %+v", st)
+	}
+	if st := NewTaskStatus("op-0", "w1", first, &first); st.InRate != 0 || st.Busy != 0 {
+		t.Errorf("no time between reports: %+v", st)
+	}
+}

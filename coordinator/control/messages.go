@@ -136,6 +136,22 @@ type TaskRef struct {
 	Job     string `json:"job"`
 	Attempt int    `json:"attempt"`
 	Task    string `json:"task"`
+	// Stats, in a heartbeat, are the task's counters so far.
+	Stats *TaskStats `json:"stats,omitempty"`
+}
+
+// TaskStats are a running task's counters since it started (host.Stats).
+type TaskStats struct {
+	RecordsIn  int64 `json:"records_in"`
+	RecordsOut int64 `json:"records_out"`
+	// RunningNanos is the time since the task started; BusyNanos the part
+	// of it spent processing input, BackpressuredNanos the part blocked on
+	// output (a channel without credit, a sink's commit).
+	RunningNanos       int64 `json:"running_ns"`
+	BusyNanos          int64 `json:"busy_ns"`
+	BackpressuredNanos int64 `json:"backpressured_ns"`
+	// Checkpoints counts the snapshots the task took.
+	Checkpoints int64 `json:"checkpoints"`
 }
 
 // Heartbeat says a worker is alive and which tasks it runs.

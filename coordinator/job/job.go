@@ -67,6 +67,17 @@ type job struct {
 	deploying  string
 	stopDeploy context.CancelFunc
 	deployLost bool
+	// live holds the latest counters each task of the current attempt
+	// reported (observe).
+	live map[string]liveTask
+}
+
+// liveTask is what the heartbeats said about one task.
+type liveTask struct {
+	attempt int
+	worker  string
+	latest  control.TaskStats
+	prev    *control.TaskStats
 }
 
 func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]control.Module, machine *checkpoint.Machine, from *checkpoint.Metadata) *job {
@@ -88,7 +99,46 @@ func (j *job) status() control.JobStatus {
 		st.Assignment[k] = v
 	}
 	st.Guarantees = Guarantees(j.spec)
+	if st.State == control.JobRunning {
+		for task, l := range j.live {
+			if l.attempt == st.Attempt && j.assign[task] == l.worker {
+				st.Tasks = append(st.Tasks, control.NewTaskStatus(task, l.worker, l.latest, l.prev))
+			}
+		}
+		order := map[string]int{} // the plan's order: sources, operators, sinks
+		for _, v := range j.plan.Vertices {
+			for _, task := range v.Tasks {
+				order[task] = len(order)
+			}
+		}
+		sort.Slice(st.Tasks, func(a, b int) bool { return order[st.Tasks[a].Task] < order[st.Tasks[b].Task] })
+	}
 	return st
+}
+
+// observe records the counters a heartbeat of worker carried for a task of
+// the current attempt.
+func (j *job) observe(worker string, t control.TaskRef) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if t.Stats == nil || t.Attempt != j.st.Attempt || j.assign[t.Task] != worker {
+		return
+	}
+	if j.live == nil {
+		j.live = map[string]liveTask{}
+	}
+	l := j.live[t.Task]
+	if l.attempt == t.Attempt && l.worker == worker {
+		if t.Stats.RunningNanos <= l.latest.RunningNanos {
+			return // not newer
+		}
+		prev := l.latest
+		l.prev = &prev
+	} else {
+		l = liveTask{attempt: t.Attempt, worker: worker}
+	}
+	l.latest = *t.Stats
+	j.live[t.Task] = l
 }
 
 func (j *job) setState(s control.JobState, reason string) {

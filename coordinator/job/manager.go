@@ -184,6 +184,12 @@ func (m *Manager) WorkerLost(id string) {
 func (m *Manager) WorkerTasks(worker string, tasks []control.TaskRef) {
 	seen := map[staleKey]bool{}
 	for _, t := range tasks {
+		m.mu.Lock()
+		j := m.jobs[t.Job]
+		m.mu.Unlock()
+		if j != nil {
+			j.observe(worker, t)
+		}
 		k := staleKey{worker: worker, job: t.Job, attempt: t.Attempt}
 		if seen[k] {
 			continue

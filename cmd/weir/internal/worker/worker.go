@@ -141,13 +141,18 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 	return err
 }
 
+// taskRefs lists the running tasks with their counters, for heartbeats.
 func (w *Worker) taskRefs() []control.TaskRef {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var refs []control.TaskRef
 	for _, a := range w.jobs {
 		for _, id := range a.taskIDs {
-			refs = append(refs, control.TaskRef{Job: a.job, Attempt: a.n, Task: id})
+			s := a.tasks[id].Stats()
+			refs = append(refs, control.TaskRef{Job: a.job, Attempt: a.n, Task: id, Stats: &control.TaskStats{
+				RecordsIn: s.RecordsIn, RecordsOut: s.RecordsOut, RunningNanos: int64(s.Running),
+				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
+			}})
 		}
 	}
 	return refs
