@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/weirhq/weir/cmd/weir/internal/metrics"
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
@@ -55,14 +58,16 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetstream]
+const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetstream] [-metrics ADDR]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
 worker(s). Other machines join with
 'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 20000' (use
 -checkpoint-store jetstream then, so that every worker reaches the
-checkpoints).`
+checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
+every job's state, attempt, restarts and latest checkpoint, and each running
+task's records, busy and backpressured time, on whichever worker it runs.`
 
 func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "up", upUsage)
@@ -72,11 +77,20 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	workers := fs.Int("workers", 1, "in-process workers")
 	store := fs.String("checkpoint-store", node.StoreDir, "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared)")
 	verbose := fs.Bool("v", false, "log what the coordinator and workers do")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("up: unexpected argument %q", fs.Arg(0))
+	}
+	var ln net.Listener
+	if *metricsAddr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return fmt.Errorf("up: metrics: %w", err)
+		}
+		defer ln.Close()
 	}
 	abs, err := filepath.Abs(*data)
 	if err != nil {
@@ -91,6 +105,14 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	fmt.Fprintf(std.Out, "weir is up: NATS on %s, data in %s, coordinator and %d worker(s) running (%s checkpoints)\n",
 		n.Server.ClientURL(), abs, *workers, *store)
 	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", n.Server.ClientURL())
+	if ln != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		fmt.Fprintf(std.Out, "metrics on http://%s/metrics\n", ln.Addr())
+	}
 	<-ctx.Done()
 	fmt.Fprintln(std.Out, "weir: shutting down")
 	return nil

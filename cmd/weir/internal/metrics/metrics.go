@@ -1,0 +1,114 @@
+// Package metrics exports a coordinator's jobs and their running tasks to
+// Prometheus: job state, attempts, restarts and the latest checkpoint, and
+// each task's counters as its worker last reported them in a heartbeat
+// (control.TaskStats), so one scrape of the coordinator covers every worker.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// JobLister lists jobs with their status; job.Manager and
+// control.APIClient implement it.
+type JobLister interface {
+	Jobs(ctx context.Context) ([]control.JobStatus, error)
+}
+
+// states are the job states weir_job_state reports, one series each.
+var states = []control.JobState{control.JobCreated, control.JobRunning, control.JobRestarting,
+	control.JobFailed, control.JobCanceled, control.JobFinished}
+
+// Collector is a prometheus.Collector of the jobs a JobLister returns.
+type Collector struct {
+	jobs    JobLister
+	timeout time.Duration
+
+	jobState, attempt, restarts, checkpoint          *prometheus.Desc
+	recordsIn, recordsOut, busy, backpressured, cpts *prometheus.Desc
+	scrapeErrors                                     prometheus.Counter
+}
+
+// NewCollector returns a collector of jobs's jobs; each scrape lists them
+// once, giving up after timeout (0 = 5s).
+func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	job := []string{"job"}
+	task := []string{"job", "task", "worker"}
+	return &Collector{jobs: jobs, timeout: timeout,
+		jobState: prometheus.NewDesc("weir_job_state", "1 for the job's current state, 0 for the others.", []string{"job", "state"}, nil),
+		attempt:  prometheus.NewDesc("weir_job_attempt", "The job's current attempt, from 1.", job, nil),
+		restarts: prometheus.NewDesc("weir_job_restarts_total", "Failovers of the job so far.", job, nil),
+		checkpoint: prometheus.NewDesc("weir_job_latest_checkpoint_id",
+			"ID of the job's latest completed checkpoint (0: none).", job, nil),
+		recordsIn:  prometheus.NewDesc("weir_task_records_in_total", "Records the task took from its inputs or source.", task, nil),
+		recordsOut: prometheus.NewDesc("weir_task_records_out_total", "Records the task emitted to its outputs or sink.", task, nil),
+		busy: prometheus.NewDesc("weir_task_busy_seconds_total",
+			"Time the task spent processing input (its operator; a sink task's writes).", task, nil),
+		backpressured: prometheus.NewDesc("weir_task_backpressured_seconds_total",
+			"Time the task was blocked on its output (a channel without credit, a sink's commit).", task, nil),
+		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
+		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_scrape_errors_total",
+			Help: "Scrapes that could not list the jobs."}),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts} {
+		ch <- d
+	}
+	c.scrapeErrors.Describe(ch)
+}
+
+// Collect implements prometheus.Collector. The task counters restart
+// from 0 with each attempt, which Prometheus takes as a counter reset.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	defer c.scrapeErrors.Collect(ch)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	jobs, err := c.jobs.Jobs(ctx)
+	if err != nil {
+		c.scrapeErrors.Inc()
+		return
+	}
+	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	for _, j := range jobs {
+		for _, s := range states {
+			v := 0.0
+			if j.State == s {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.jobState, gauge, v, j.Name, string(s))
+		}
+		ch <- prometheus.MustNewConstMetric(c.attempt, gauge, float64(j.Attempt), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.restarts, counter, float64(j.Restarts), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.checkpoint, gauge, float64(j.LatestCheckpoint), j.Name)
+		for _, t := range j.Tasks {
+			l := []string{j.Name, t.Task, t.Worker}
+			ch <- prometheus.MustNewConstMetric(c.recordsIn, counter, float64(t.Stats.RecordsIn), l...)
+			ch <- prometheus.MustNewConstMetric(c.recordsOut, counter, float64(t.Stats.RecordsOut), l...)
+			ch <- prometheus.MustNewConstMetric(c.busy, counter, time.Duration(t.Stats.BusyNanos).Seconds(), l...)
+			ch <- prometheus.MustNewConstMetric(c.backpressured, counter, time.Duration(t.Stats.BackpressuredNanos).Seconds(), l...)
+			ch <- prometheus.MustNewConstMetric(c.cpts, counter, float64(t.Stats.Checkpoints), l...)
+		}
+	}
+}
+
+// Handler serves c, with the Go runtime's and the process's metrics, in
+// the Prometheus exposition formats.
+func Handler(c *Collector) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}

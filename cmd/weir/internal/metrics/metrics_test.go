@@ -1,0 +1,106 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/cmd/weir/internal/metrics"
+	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %d %s %v", resp.StatusCode, b, err)
+	}
+	return string(b)
+}
+
+// One scrape of the coordinator shows every job's state and each running
+// task's counters, as the workers' heartbeats carried them.
+func TestScrape(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
+		WorkerID: "w1", HeartbeatInterval: 50 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(n.Manager, 0)))
+	defer srv.Close()
+	out := regexp.MustCompile(`\nweir_task_records_out_total\{job="tap",task="out-0",worker="w1"\} (\d+)\n`)
+	for {
+		got := scrape(t, srv.URL)
+		if m := out.FindStringSubmatch(got); m != nil && len(m[1]) >= 2 {
+			for _, line := range []string{
+				`weir_job_state{job="tap",state="running"} 1`,
+				`weir_job_state{job="tap",state="failed"} 0`,
+				`weir_job_attempt{job="tap"} 1`,
+				`weir_job_restarts_total{job="tap"} 0`,
+				`weir_task_records_in_total{job="tap",task="in-0",worker="w1"} `,
+				`weir_task_busy_seconds_total{job="tap",task="in-0",worker="w1"} `,
+				`weir_task_backpressured_seconds_total{job="tap",task="out-0",worker="w1"} `,
+				`weir_task_checkpoints_total{job="tap",task="in-0",worker="w1"} `,
+				`weir_scrape_errors_total 0`,
+				`go_goroutines `,
+			} {
+				if !strings.Contains(got, "\n"+line) {
+					t.Errorf("scrape lacks %q", line)
+				}
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the sink's records never reached 10 in:\n%s", got)
+		}
+		// The core source reads what is published once it subscribed.
+		for range 10 {
+			if err := n.Conn.Publish("in", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type failing struct{}
+
+func (failing) Jobs(context.Context) ([]control.JobStatus, error) {
+	return nil, errors.New("coordinator unreachable")
+}
+
+// A scrape that cannot list the jobs still answers, and counts the error.
+func TestScrapeError(t *testing.T) {
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(failing{}, 0)))
+	defer srv.Close()
+	if got := scrape(t, srv.URL); !strings.Contains(got, "weir_scrape_errors_total 1\n") || strings.Contains(got, "weir_job_state") {
+		t.Fatalf("scrape:\n%s", got)
+	}
+}
