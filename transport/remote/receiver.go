@@ -140,24 +140,30 @@ func (r *Receiver) onFrame(m *nats.Msg) {
 	}
 }
 
+// pushPriorityLocked queues e ahead of every ordinary element queued, after
+// the priority elements already at the head (they keep their order), with
+// the ordinary elements it jumped as its Overtaken.
 func (r *Receiver) pushPriorityLocked(e stream.Element) {
-	queued := r.q[r.qhead:]
+	at := r.qhead
+	for at < len(r.q) && r.q[at].priority {
+		at++
+	}
 	var overtaken []stream.Element
-	if len(queued) > 0 {
+	if queued := r.q[at:]; len(queued) > 0 {
 		overtaken = make([]stream.Element, len(queued))
 		for i, en := range queued {
 			overtaken[i] = en.d.Element
 		}
 	}
 	en := entry{d: stream.Delivery{Element: e, Overtaken: overtaken}, priority: true}
-	if r.qhead > 0 {
+	if at == r.qhead && r.qhead > 0 {
 		r.qhead--
 		r.q[r.qhead] = en
 		return
 	}
 	r.q = append(r.q, entry{})
-	copy(r.q[1:], r.q)
-	r.q[0] = en
+	copy(r.q[at+1:], r.q[at:])
+	r.q[at] = en
 }
 
 // Poll returns the next element without blocking. Taking an element returns

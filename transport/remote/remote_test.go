@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -603,5 +604,65 @@ func TestPrioritizeQueuedBarrier(t *testing.T) {
 	}
 	if now, _ := rcv.QueuedBytes(); now != 0 {
 		t.Fatalf("%d credited bytes still queued after draining", now)
+	}
+}
+
+// Two priority barriers queued at the receiver keep their order, as on a
+// local channel: the second jumps the ordinary elements only, not the first
+// barrier (which would then arrive stale, its checkpoint lost at the task).
+func TestPriorityBarriersKeepOrder(t *testing.T) {
+	srv := startServer(t)
+	nc := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := Config{Subject: "weir.test.prio-order", Window: 64 << 10, MaxFrameBytes: 1 << 10}
+	rcv, err := NewReceiver(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close()
+	snd, err := NewSender(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	recs := stream.Records(seqBatch(0, 2, 16))
+	if err := snd.Send(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 2; id++ {
+		if over, err := snd.SendPriority(ctx, stream.BarrierElement(stream.Barrier{ID: id, Unaligned: true})); err != nil || len(over) != 0 {
+			t.Fatalf("priority %d: overtaken %d at the sender, %v", id, len(over), err)
+		}
+	}
+	if err := snd.Send(ctx, stream.EndOfPartition()); err != nil {
+		t.Fatal(err)
+	}
+	// The end-of-partition frame comes after both priority frames: once its
+	// credited bytes are queued, so are they.
+	want := 2*FrameHeaderSize + ElementWireSize(recs) + ElementWireSize(stream.EndOfPartition())
+	for now, _ := rcv.QueuedBytes(); now < want; now, _ = rcv.QueuedBytes() {
+		time.Sleep(time.Millisecond)
+	}
+	var got []string
+	for {
+		d, ok, err := rcv.Poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		s := d.Element.String()
+		if len(d.Overtaken) > 0 {
+			s += fmt.Sprintf("(over %d)", len(d.Overtaken))
+		}
+		got = append(got, s)
+	}
+	if s := strings.Join(got, " "); s != "barrier(1)(over 1) barrier(2)(over 1) "+recs.String()+" end-of-partition" {
+		t.Fatalf("delivered %s", s)
 	}
 }
