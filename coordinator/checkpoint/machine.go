@@ -13,10 +13,14 @@
 //
 //   - interval: a checkpoint is due Interval after the previous trigger;
 //   - max-concurrent: no trigger while that many checkpoints are pending;
+//   - savepoint in progress: no periodic trigger while a savepoint is
+//     pending (a task aligns one checkpoint at a time: the newer barrier
+//     would subsume the savepoint at every task);
 //   - min-pause: no trigger while one is pending or sooner than MinPause
 //     after the last one ended;
 //   - timeout: a checkpoint still pending Timeout after its trigger is
-//     aborted;
+//     aborted, unless every task acked it and its metadata is being
+//     written;
 //   - decline: a task's decline aborts the checkpoint;
 //   - subsumed: when checkpoint n completes, pending checkpoints < n are
 //     aborted as subsumed;
@@ -292,6 +296,16 @@ func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []
 	return acts
 }
 
+// savepointPending reports whether a savepoint is pending.
+func (m *Machine) savepointPending() bool {
+	for _, p := range m.pending {
+		if p.savepoint {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Machine) periodicPending() int {
 	n := 0
 	for _, p := range m.pending {
@@ -313,7 +327,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		p := m.pending[id]
-		if p != nil && m.cfg.Timeout > 0 && !now.Before(p.triggered.Add(m.cfg.Timeout)) {
+		if p != nil && !p.persist && m.cfg.Timeout > 0 && !now.Before(p.triggered.Add(m.cfg.Timeout)) {
 			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s", m.cfg.Timeout), true)...)
 		}
 	}
@@ -323,7 +337,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 	if now.Before(m.lastTrigger.Add(m.cfg.Interval)) {
 		return acts
 	}
-	if m.periodicPending() >= m.cfg.MaxConcurrent {
+	if m.periodicPending() >= m.cfg.MaxConcurrent || m.savepointPending() {
 		return acts
 	}
 	if m.cfg.MinPause > 0 {
@@ -374,7 +388,9 @@ func (m *Machine) NextWake() time.Time {
 	}
 	if m.cfg.Timeout > 0 {
 		for _, p := range m.pending {
-			earlier(p.triggered.Add(m.cfg.Timeout))
+			if !p.persist {
+				earlier(p.triggered.Add(m.cfg.Timeout))
+			}
 		}
 	}
 	if m.running && !m.cfg.Disabled && m.cfg.Interval > 0 && len(m.finished) == 0 {
@@ -384,7 +400,7 @@ func (m *Machine) NextWake() time.Time {
 		}
 		// While blocked by pending checkpoints, the end of one (an event)
 		// or a timeout wakes the runner.
-		if m.periodicPending() < m.cfg.MaxConcurrent && (m.cfg.MinPause == 0 || m.periodicPending() == 0) {
+		if m.periodicPending() < m.cfg.MaxConcurrent && !m.savepointPending() && (m.cfg.MinPause == 0 || m.periodicPending() == 0) {
 			earlier(due)
 		}
 	}

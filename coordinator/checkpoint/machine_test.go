@@ -199,3 +199,32 @@ func TestFinishedTask(t *testing.T) {
 	m.Start(at(6000), []string{"src-0", "op-0"})
 	expect(t, "a new attempt checkpoints again", m.Tick(at(6100)), "trigger(3)")
 }
+
+// A periodic checkpoint is not triggered while a savepoint is pending: its
+// barrier would subsume the savepoint at every task (a task aligns one
+// checkpoint at a time), failing the savepoint.
+func TestNoPeriodicTriggerDuringSavepoint(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: 10 * time.Second, MaxConcurrent: 1, Retained: 1})
+	id, acts, err := m.TriggerSavepoint(at(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "savepoint", acts, fmt.Sprintf("triggersp(%d)", id))
+	expect(t, "interval passed, savepoint pending", m.Tick(at(100)), "")
+	if w := m.NextWake(); !w.Equal(at(50).Add(10 * time.Second)) {
+		t.Errorf("next wake %v, want only the savepoint's timeout", w)
+	}
+	expect(t, "savepoint completes", complete(t, m, at(150), id), fmt.Sprintf("notify(%d)", id))
+	expect(t, "periodic checkpoint after it", m.Tick(at(150)), "trigger(2)")
+}
+
+// A checkpoint every task acked is being persisted: the timeout no longer
+// aborts it (neither do declines or a finished task).
+func TestTimeoutSparesAPersistingCheckpoint(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 1, Retained: 1})
+	expect(t, "1", m.Tick(at(100)), "trigger(1)")
+	m.Ack(at(500), "src-0", 1, "h", nil)
+	expect(t, "all acked", m.Ack(at(1099), "op-0", 1, "h", nil), "persist(1)")
+	expect(t, "timeout while persisting", m.Tick(at(1100)), "")
+	expect(t, "persisted", m.Persisted(at(1200), 1, nil), "notify(1)")
+}
