@@ -131,8 +131,11 @@ func (q *sequence) next() (tagged, bool, error) {
 		q.buf = make([]byte, n)
 	}
 	q.buf = q.buf[:n]
-	if _, err := io.ReadFull(q.r, q.buf); err != nil || n < 5 {
-		return tagged{}, false, fmt.Errorf("alignment buffer: read spill: %v", err)
+	if _, err := io.ReadFull(q.r, q.buf); err != nil {
+		return tagged{}, false, fmt.Errorf("alignment buffer: read spill: %w", err)
+	}
+	if n < 5 {
+		return tagged{}, false, fmt.Errorf("alignment buffer: read spill: frame of %d bytes is too short", n)
 	}
 	e, _, err := snapshot.ReadElement(q.buf[4:])
 	if err != nil {

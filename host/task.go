@@ -517,9 +517,12 @@ func (t *Task) step(ctx context.Context) (bool, error) {
 }
 
 // deliver hands a delivery from a channel to dispatch, keeping a priority
-// barrier that the handler aligns behind the elements it overtook.
+// barrier that the handler aligns behind the elements it overtook, and one
+// that reaches a channel blocked by the alignment in progress: the
+// alignment buffer keeps elements, not their Overtaken, so the barrier goes
+// back behind the data it overtook.
 func (t *Task) deliver(ctx context.Context, ch int, d stream.Delivery) error {
-	if d.Kind == stream.KindBarrier && len(d.Overtaken) > 0 && !t.unalignedBarrier(d.Barrier) {
+	if d.Kind == stream.KindBarrier && len(d.Overtaken) > 0 && (!t.unalignedBarrier(d.Barrier) || t.handler.Blocked(ch)) {
 		// An aligned handler must see the overtaken data before the barrier:
 		// the receiver delivers it next.
 		t.deferred[ch] = append(t.deferred[ch], deferredBarrier{d: stream.Delivery{Element: d.Element}, remaining: len(d.Overtaken)})

@@ -202,3 +202,45 @@ func TestTrackerOverlappingCheckpoints(t *testing.T) {
 		t.Fatal("a tracker never blocks")
 	}
 }
+
+// Rules the other scripts leave out: a cancel marker during channel-state
+// collection, a savepoint under aligned-with-timeout (no deadline, never
+// unaligned), the buffer limit outside an aligned alignment, barriers on an
+// ended channel, and a newer barrier on a blocked channel reaching the
+// handler (the task buffers it instead; the handler alone subsumes).
+func TestAlignerEdges(t *testing.T) {
+	h := New(Config{Channels: 2, Mode: Unaligned, MaxBufferedBytes: 1})
+	run(t, h, []step{
+		{bar(0, 1), "snapshot(1, unaligned)"},
+		{buffered(100), ""}, // nothing is buffered while collecting
+		{cancel(1, 1), "abort(1, cancelled: checkpoint 1 cancelled upstream)"},
+		{bar(1, 1), ""},
+	})
+	if _, ok := h.Recording(1); ok {
+		t.Fatal("a cancelled checkpoint records nothing")
+	}
+
+	h = New(Config{Channels: 2, Mode: AlignedTimeout, AlignmentTimeout: time.Millisecond})
+	run(t, h, []step{{save(0, 1), ""}})
+	if _, ok := h.Deadline(); ok {
+		t.Fatal("a savepoint alignment has no deadline")
+	}
+	run(t, h, []step{
+		{tick(time.Hour), ""},
+		{save(1, 1), "snapshot(1); release"},
+	})
+
+	h = New(Config{Channels: 3, Mode: Aligned})
+	run(t, h, []step{
+		{eop(1), ""},
+		{bar(1, 1), ""}, // an ended channel delivers nothing
+		{bar(0, 1), ""},
+		{bar(0, 2), "abort(1, subsumed: subsumed by checkpoint 2); release"},
+		{eop(2), "snapshot(2); release"},
+		{eop(0), ""},
+		{bar(0, 3), ""}, // every channel ended
+	})
+	if h.Blocked(0) || h.Blocked(5) || h.Blocked(-1) {
+		t.Fatal("nothing blocked after the snapshot")
+	}
+}
