@@ -183,6 +183,11 @@ type Deploy struct {
 	Modules map[string]Module `json:"modules,omitempty"`
 	// Restore, when set, is the checkpoint the tasks start from.
 	Restore *Restore `json:"restore,omitempty"`
+	// StateStore is where the coordinator reads the tasks' snapshots
+	// (storage.Location of its checkpoint store; "" if it does not say).
+	// A worker whose snapshots go elsewhere refuses the deploy: the
+	// coordinator could restore none of its checkpoints.
+	StateStore string `json:"state_store,omitempty"`
 }
 
 // Restore is what tasks restore from.

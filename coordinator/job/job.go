@@ -238,6 +238,7 @@ func (j *job) run() {
 	defer close(j.done)
 	defer j.cancel()
 	restore := j.initial
+	var readErr error
 	if j.resumed {
 		// Give the workers a heartbeat timeout to find the new coordinator,
 		// then make them drop the attempt the old one ran.
@@ -249,18 +250,17 @@ func (j *job) run() {
 			_ = j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: j.attempt(), Reason: "coordinator restarted"})
 			cancel()
 		}
-		md, err := j.runner.LatestValid(j.ctx)
-		if err != nil {
-			j.m.log.Warn("reading checkpoints failed", "job", j.spec.Name, "err", err)
-		}
-		if md == nil {
-			md = j.initial
-		}
-		restore = md
+		restore, readErr = j.latest()
 	}
 	for {
-		f := j.deploy(restore)
-		if f.reason == "" {
+		var f failure
+		if readErr != nil {
+			// Not knowing the latest checkpoint is no reason to start
+			// from nothing: that would replay the input and repeat what
+			// exactly-once sinks committed. It costs an attempt instead,
+			// and the next one reads again.
+			f = failure{reason: fmt.Sprintf("read the latest checkpoint: %v", readErr)}
+		} else if f = j.deploy(restore); f.reason == "" {
 			var done bool
 			done, f = j.wait()
 			if done {
@@ -295,15 +295,24 @@ func (j *job) run() {
 		if !j.sleep(rs.RestartDelay(n)) {
 			return
 		}
-		md, err := j.runner.LatestValid(j.ctx)
-		if err != nil {
-			j.m.log.Warn("reading checkpoints failed", "job", j.spec.Name, "err", err)
-		}
-		if md == nil && j.initial != nil {
-			md = j.initial
-		}
-		restore = md
+		restore, readErr = j.latest()
 	}
+}
+
+// latest returns the checkpoint a new attempt restores: the newest valid
+// one, else the one the job was started from (nil: none). An error means
+// the checkpoints could not be read (storage unavailable), not that there
+// are none.
+func (j *job) latest() (*checkpoint.Metadata, error) {
+	md, err := j.runner.LatestValid(j.ctx)
+	if err != nil {
+		j.m.log.Warn("reading checkpoints failed", "job", j.spec.Name, "err", err)
+		return nil, err
+	}
+	if md == nil {
+		md = j.initial
+	}
+	return md, nil
 }
 
 // sleep waits d before a restart; it returns false when the job was
@@ -422,7 +431,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) 
 		j.deploying, j.stopDeploy, j.deployLost = w, cancel, false
 		j.mu.Unlock()
 		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Spec: j.spec, Plan: j.plan,
-			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst})
+			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst, StateStore: j.m.stateStore()})
 		cancel()
 		j.mu.Lock()
 		lost := j.deployLost

@@ -123,6 +123,15 @@ func New(opts Options) *Manager {
 // workers and so on).
 func (m *Manager) Control() *control.Coordinator { return m.ctl }
 
+// stateStore is where the catalog reads task snapshots (storage.Location),
+// sent with every deploy so that a worker writing elsewhere refuses it.
+func (m *Manager) stateStore() string {
+	if m.opts.Catalog == nil {
+		return ""
+	}
+	return storage.Location(m.opts.Catalog.State)
+}
+
 // Run serves the control protocol and the job API until ctx is done, then
 // stops every job's tasks. ready, if not nil, is closed once both listen.
 func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {

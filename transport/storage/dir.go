@@ -29,6 +29,17 @@ func NewDir(root string) (*Dir, error) {
 // Root returns the directory.
 func (d *Dir) Root() string { return d.root }
 
+// Location names the directory with the machine it is on ("dir
+// HOST:/ABS/PATH"): a directory is reached from its own machine only.
+func (d *Dir) Location() string {
+	host, _ := os.Hostname()
+	abs, err := filepath.Abs(d.root)
+	if err != nil {
+		abs = d.root
+	}
+	return "dir " + host + ":" + abs
+}
+
 func (d *Dir) path(key string) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err

@@ -20,7 +20,8 @@ const (
 
 // ObjectStore stores objects in a JetStream Object Store bucket.
 type ObjectStore struct {
-	os jetstream.ObjectStore
+	os     jetstream.ObjectStore
+	bucket string
 }
 
 // NewObjectStore opens (creating if needed) the object store bucket with
@@ -32,8 +33,11 @@ func NewObjectStore(ctx context.Context, js jetstream.JetStream, bucket string) 
 	if err != nil {
 		return nil, fmt.Errorf("storage: object store %s: %w", bucket, err)
 	}
-	return &ObjectStore{os: os}, nil
+	return &ObjectStore{os: os, bucket: bucket}, nil
 }
+
+// Location names the bucket ("jetstream object store BUCKET").
+func (s *ObjectStore) Location() string { return "jetstream object store " + s.bucket }
 
 // Put uploads the object in chunks; it becomes visible when complete.
 func (s *ObjectStore) Put(ctx context.Context, key string, r io.Reader) error {
@@ -94,7 +98,8 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 // KV stores small objects in a JetStream Key-Value bucket (values are
 // limited by the server's max payload, 1 MiB by default).
 type KV struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	bucket string
 }
 
 // NewKV opens (creating if needed) the KV bucket with file storage.
@@ -105,8 +110,11 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string) (*KV, err
 	if err != nil {
 		return nil, fmt.Errorf("storage: kv %s: %w", bucket, err)
 	}
-	return &KV{kv: kv}, nil
+	return &KV{kv: kv, bucket: bucket}, nil
 }
+
+// Location names the bucket ("jetstream kv BUCKET").
+func (s *KV) Location() string { return "jetstream kv " + s.bucket }
 
 // Put stores the value; one KV put is atomic.
 func (s *KV) Put(ctx context.Context, key string, r io.Reader) error {

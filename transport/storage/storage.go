@@ -37,6 +37,24 @@ type Store interface {
 	List(ctx context.Context, prefix string) ([]string, error)
 }
 
+// Locator is a Store that names where it keeps its objects. A coordinator
+// and its workers must share one checkpoint store: the coordinator reads
+// what the workers write. Equal locations are the same objects.
+type Locator interface {
+	// Location names the store's objects, e.g. "dir HOST:/var/weir/checkpoints"
+	// or "jetstream object store weir_state".
+	Location() string
+}
+
+// Location returns s's location, or "" when s does not name one (it is
+// not a Locator).
+func Location(s any) string {
+	if l, ok := s.(Locator); ok {
+		return l.Location()
+	}
+	return ""
+}
+
 // ErrBadKey is wrapped by errors about keys a store cannot hold.
 var ErrBadKey = errors.New("bad storage key")
 

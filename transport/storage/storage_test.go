@@ -100,3 +100,46 @@ func TestJetStream(t *testing.T) {
 		exercise(t, s)
 	})
 }
+
+// Locations tell apart the stores a coordinator and a worker may be
+// configured with, and agree for the same one however it was named.
+func TestLocation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	root := t.TempDir()
+	t.Chdir(root)
+	a, err := NewDir(filepath.Join(root, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewDir("checkpoints") // the same directory, relative
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewDir(filepath.Join(root, "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, js := embeddedtest.JetStream(t)
+	obj, err := NewObjectStore(ctx, js, DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := NewKV(ctx, js, DefaultMetaBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Location(a) == "" || Location(a) != Location(b) {
+		t.Errorf("one directory: %q and %q", Location(a), Location(b))
+	}
+	all := map[string]bool{}
+	for _, s := range []Store{a, c, obj, kv} {
+		all[Location(s)] = true
+	}
+	if len(all) != 4 {
+		t.Errorf("locations not distinct: %v", all)
+	}
+	if got := Location(struct{ Store }{a}); got != "" {
+		t.Errorf("a store that does not name its location: %q", got)
+	}
+}

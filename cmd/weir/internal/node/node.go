@@ -110,16 +110,28 @@ type Node struct {
 func (n *Node) URL() string { return n.Conn.ConnectedUrl() }
 
 // Start starts a node and returns once its coordinator and workers listen.
-func Start(ctx context.Context, opts Options) (n *Node, err error) {
+func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n = &Node{coordinatorDone: make(chan struct{}), workersDone: make(chan struct{})}
+	// n is not the named result: every error return sets that to nil, and
+	// the cleanup below needs what was started.
+	n := &Node{coordinatorDone: make(chan struct{}), workersDone: make(chan struct{})}
+	var workers sync.WaitGroup
 	defer func() {
-		if err != nil {
-			n.closeResources()
+		if err == nil {
+			return
 		}
+		if n.stopCoordinator != nil {
+			// The coordinator and workers started: stop them before their
+			// connection goes.
+			n.stopCoordinator()
+			n.stopWorkers()
+			<-n.coordinatorDone
+			workers.Wait()
+		}
+		n.closeResources()
 	}()
 	if opts.AtomicBatch == 0 && opts.NATS == nil {
 		opts.AtomicBatch = embedded.DefaultMaxAtomicBatch
@@ -212,7 +224,6 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	} else {
 		close(n.coordinatorDone)
 	}
-	var workers sync.WaitGroup
 	if opts.Workers > 0 {
 		if n.engine, err = wasm.NewEngine(wasm.Config{CacheDir: opts.CacheDir}); err != nil {
 			return nil, fmt.Errorf("wasm engine: %w", err)

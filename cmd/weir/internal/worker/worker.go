@@ -31,6 +31,7 @@ import (
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/local"
 	"github.com/weirhq/weir/transport/remote"
+	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -174,6 +175,26 @@ func (a *attempt) stop() {
 	a.wg.Wait()
 }
 
+// ErrStoreMismatch is wrapped by the refusal of a deploy whose coordinator
+// reads checkpoints from another store than the one this worker writes to.
+var ErrStoreMismatch = errors.New("checkpoint store mismatch")
+
+// checkStore refuses a deploy whose coordinator reads snapshots from
+// another store (want, a storage.Location) than the one this worker
+// writes to: every checkpoint would look corrupt to the coordinator, and a
+// failover would start the job over from nothing, repeating the output its
+// exactly-once sinks had committed. Either side not naming its store
+// passes.
+func (w *Worker) checkStore(want string) error {
+	have := storage.Location(w.cfg.Store)
+	if want == "" || have == "" || want == have {
+		return nil
+	}
+	return fmt.Errorf("worker %s: %w: the coordinator reads checkpoints from %s, this worker writes them to %s "+
+		"(give 'weir up' and 'weir worker' the same -checkpoint-store: jetstream when workers run in other processes)",
+		w.cfg.ID, ErrStoreMismatch, want, have)
+}
+
 func (w *Worker) current(job string, n int) *attempt {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -195,6 +216,9 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	}
 	if d.Plan == nil || d.Spec == nil {
 		return fmt.Errorf("worker %s: deploy of %s without plan or spec", w.cfg.ID, d.Job)
+	}
+	if err := w.checkStore(d.StateStore); err != nil {
+		return control.Unrecoverable(err)
 	}
 	b := &builder{w: w, d: d, senders: map[string]stream.Sender{}, receivers: map[string]stream.Receiver{}}
 	tasks, err := b.build(ctx)

@@ -1,0 +1,198 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// TestStartFailsCleanly: a node that cannot start returns the error
+// (it used to panic on a nil *Node) and releases what it had started, so
+// the same port can be used again at once.
+func TestStartFailsCleanly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// A worker whose NATS is not there (weir worker started while weir up
+	// is down).
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	if n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: url}, Workers: 1, DataDir: t.TempDir()}); err == nil {
+		n.Close()
+		t.Fatal("started without a NATS server")
+	}
+
+	// The embedded server starts, then the coordinator fails (its context
+	// is done): the server must be shut down again.
+	dead, stop := context.WithCancel(ctx)
+	stop()
+	dir := t.TempDir()
+	if n, err := Start(dead, Options{DataDir: dir, Port: port, Coordinator: true, Workers: 1}); err == nil {
+		n.Close()
+		t.Fatal("started with a canceled context")
+	}
+	n, err := Start(ctx, Options{DataDir: dir, Port: port, Coordinator: true, Workers: 1, CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start on the port of the failed start: %v", err)
+	}
+	n.Close()
+}
+
+// TestCheckpointStoreMismatch runs 'weir up -workers 0' (checkpoints in
+// its data directory) with a 'weir worker' in another process (checkpoints
+// in JetStream, its default). The coordinator could restore none of the
+// worker's snapshots: the first failover would start the job over from
+// nothing and its exactly-once sink would repeat everything it had
+// committed. The deploy is refused instead, and the job fails at once
+// saying why; a worker on the coordinator's store runs the job.
+func TestCheckpointStoreMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "uppercase.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	up, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, HeartbeatTimeout: time.Second, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	startWorker := func(id, store string) *Node {
+		w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, Workers: 1, WorkerID: id,
+			DataDir: dir, CheckpointStore: store, HeartbeatInterval: 100 * time.Millisecond, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	submit := func(name string) control.JobStatus {
+		spec, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: upper, module: `+mod+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: upper}}]
+checkpointing: {interval: 50ms}
+restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := up.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+		return waitJob(t, ctx, up, name, "a checkpoint or the end", func(st control.JobStatus) bool {
+			return st.LatestCheckpoint >= 1 || st.State.Terminal()
+		})
+	}
+
+	elsewhere := startWorker("w1", StoreJetStream)
+	st := submit("mismatch")
+	if st.State != control.JobFailed || !strings.Contains(st.Reason, "checkpoint store mismatch") || st.Restarts != 0 {
+		t.Fatalf("a worker on another checkpoint store: status %+v, want failed at once with the mismatch", st)
+	}
+	t.Logf("reason: %s", st.Reason)
+	elsewhere.Close()
+
+	same := startWorker("w2", StoreDir)
+	defer same.Close()
+	if st := submit("match"); st.State != control.JobRunning {
+		t.Fatalf("a worker on the coordinator's checkpoint store: status %+v", st)
+	}
+}
+
+// TestNATSOutageDuringFailover keeps checkpoints in JetStream (as every
+// multi-process setup does) and stops the NATS server for a few seconds:
+// the coordinator declares the worker lost and fails the job over while
+// the server is still down, so reading the latest checkpoint fails. The
+// job must wait for its checkpoints instead of starting over from nothing
+// (which replays the whole input and repeats every count the exactly-once
+// sink had committed): afterwards every key's counts go 1..n once.
+func TestNATSOutageDuringFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end NATS outage: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "wordcount.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A fixed port: the server is started again on it after the outage.
+	n, err := Start(ctx, Options{DataDir: dir, Port: freePort(t), Coordinator: true, Workers: 1, WorkerID: "w1",
+		CheckpointStore: StoreJetStream, HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: {interval: 100ms}
+restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "counts", "job running", running)
+	in := newKeyedInput(t, ctx, n.JS, 5)
+	in.publish(200)
+	before := waitJob(t, ctx, n, "counts", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
+
+	n.Server.Shutdown()
+	// The worker is lost after 1s; the failover (job record, cancel: 5s
+	// each to time out) reads the checkpoints while the server is down.
+	time.Sleep(15 * time.Second)
+	if err := n.Server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	st := waitJob(t, ctx, n, "counts", "a checkpoint after the outage", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint || st.State.Terminal()
+	})
+	if st.State != control.JobRunning || st.Attempt < 2 {
+		t.Fatalf("after the outage: %+v", st)
+	}
+	t.Logf("after the outage: attempt %d, restored from %d", st.Attempt, st.RestoredFrom)
+	in.publish(100)
+	in.checkCounts()
+}
+
+// testLog discards, or logs to stderr when WEIR_E2E_LOG is set.
+func testLog() *slog.Logger {
+	if os.Getenv("WEIR_E2E_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
