@@ -133,8 +133,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		req := control.RestoreRequest{Job: pos[1], From: *from, AllowNonRestoredState: *allowNonRestored}
 		if *specFile != "" {
-			spec, err := jobspec.ParseFile(*specFile, jobspec.Options{})
+			spec, err := jobspec.ParseFile(*specFile, jobspec.Options{CheckModule: checkModuleFile})
 			if err != nil {
+				return err
+			}
+			// As with weir run, a module may be a Go package directory.
+			if err := buildGoModules(ctx, std, spec); err != nil {
 				return err
 			}
 			req.Spec = spec

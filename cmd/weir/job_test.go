@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/guests/go/guestbuild"
 )
 
 // weir job status shows, besides the job's state, what each source and
@@ -106,5 +110,84 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// weir job restore -spec takes a spec whose modules are Go package
+// directories, as weir run does: it builds them. The coordinator's workers
+// cannot load a directory, so sending it as is left the restored job
+// failing over until its restart attempts ran out.
+func TestJobRestoreSpecBuildsGoPackages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Go guest and restores a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pkg, err := filepath.Abs("../../guests/go/examples/uppercase")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	n, err := node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	yaml := func(module string) string {
+		return `name: up
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: upper, module: ` + module + `, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: upper}}]
+checkpointing: {disabled: true}
+restart: {strategy: fixed-delay, delay: 10ms, attempts: 3}
+`
+	}
+	wasmFile := filepath.Join(dir, "uppercase.wasm")
+	if err := os.WriteFile(wasmFile, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse("up.yaml", []byte(yaml(wasmFile)), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	for st, _ := n.API.Job(ctx, "up"); st.State != control.JobRunning; st, _ = n.API.Job(ctx, "up") {
+		if ctx.Err() != nil {
+			t.Fatal(ctx.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sp, err := n.API.Savepoint(ctx, "up")
+	if err != nil || sp.Status != control.CheckpointCompleted {
+		t.Fatalf("savepoint: %+v, %v", sp, err)
+	}
+	if _, err := n.API.CancelJob(ctx, "up"); err != nil {
+		t.Fatal(err)
+	}
+	for st, _ := n.API.Job(ctx, "up"); !st.State.Terminal(); st, _ = n.API.Job(ctx, "up") {
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	specFile := filepath.Join(dir, "up-v2.yaml")
+	if err := os.WriteFile(specFile, []byte(yaml(pkg)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"job", "restore", "-nats", n.Server.ClientURL(), "up", "-from", fmt.Sprint(sp.ID), "-spec", specFile},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir job restore exited %d: %s", code, errb.String())
+	}
+	var st control.JobStatus
+	for st, _ = n.API.Job(ctx, "up"); st.State != control.JobRunning && !st.State.Terminal(); st, _ = n.API.Job(ctx, "up") {
+		if ctx.Err() != nil {
+			t.Fatal(ctx.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.State != control.JobRunning || st.Attempt != 1 {
+		t.Fatalf("restored job: %+v", st)
 	}
 }
