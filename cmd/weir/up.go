@@ -62,7 +62,8 @@ const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetst
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
-worker(s). Other machines join with
+worker(s). DIR belongs to this process: a second weir up or weir run -data
+on it is refused. Other machines join with
 'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 20000' (use
 -checkpoint-store jetstream then, so that every worker reaches the
 checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
@@ -156,5 +157,6 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	return nil
 }
 
-// waitTimeout is how long CLI requests wait for the coordinator.
-const waitTimeout = 30 * time.Second
+// waitTimeout is how long CLI requests wait for the coordinator (a
+// variable for tests).
+var waitTimeout = 30 * time.Second

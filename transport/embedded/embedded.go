@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -122,6 +123,15 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxAtomicBatch > 0 {
 		opts.JetStreamLimits.MaxBatchSize = cfg.MaxAtomicBatch
+	}
+	if cfg.Port > 0 {
+		// nats-server reports a port it cannot listen on only in its log,
+		// and then never gets ready: say so at once.
+		l, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats-server: %w", err)
+		}
+		l.Close()
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

@@ -2,6 +2,9 @@ package embedded
 
 import (
 	"context"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +95,27 @@ func TestInProcessAndCoreOnly(t *testing.T) {
 func TestMissingDataDir(t *testing.T) {
 	if _, err := Start(Config{}); err == nil {
 		t.Fatal("want error without DataDir")
+	}
+}
+
+// TestStartOnPortInUse checks that a port another process listens on is
+// reported at once, naming the address, instead of after the ready
+// timeout as "not ready".
+func TestStartOnPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	srv, err := Start(Config{DataDir: t.TempDir(), Port: port})
+	if err == nil {
+		srv.Shutdown()
+		t.Fatal("started on a port in use")
+	}
+	if want := "127.0.0.1:" + strconv.Itoa(port); !strings.Contains(err.Error(), want) ||
+		!strings.Contains(err.Error(), "address already in use") || time.Since(start) > 5*time.Second {
+		t.Errorf("error %q after %s, want it to name %s at once", err, time.Since(start), want)
 	}
 }

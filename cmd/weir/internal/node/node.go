@@ -100,6 +100,7 @@ type Node struct {
 	AtomicBatch int
 
 	engine *wasm.Engine
+	unlock func() // releases the data directory; nil when not locked
 	// The coordinator stops first (it cancels its jobs' tasks on the
 	// workers), then the workers.
 	stopCoordinator, stopWorkers context.CancelFunc
@@ -110,58 +111,35 @@ type Node struct {
 func (n *Node) URL() string { return n.Conn.ConnectedUrl() }
 
 // Start starts a node and returns once its coordinator and workers listen.
-func Start(ctx context.Context, opts Options) (_ *Node, err error) {
+// On an error it stops what it had started.
+func Start(ctx context.Context, opts Options) (*Node, error) {
+	n := &Node{coordinatorDone: make(chan struct{}), workersDone: make(chan struct{})}
+	var workers sync.WaitGroup
+	err := n.start(ctx, opts, &workers)
+	if err != nil {
+		if n.stopCoordinator != nil {
+			n.stopCoordinator()
+			<-n.coordinatorDone
+			n.stopWorkers()
+			workers.Wait()
+		}
+		n.closeResources()
+		return nil, err
+	}
+	return n, nil
+}
+
+// start does Start's work on n; what it started is in n (and workers)
+// when it fails.
+func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup) (err error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// n is not the named result: every error return sets that to nil, and
-	// the cleanup below needs what was started.
-	n := &Node{coordinatorDone: make(chan struct{}), workersDone: make(chan struct{})}
-	var workers sync.WaitGroup
-	defer func() {
-		if err == nil {
-			return
-		}
-		if n.stopCoordinator != nil {
-			// The coordinator and workers started: stop them before their
-			// connection goes.
-			n.stopCoordinator()
-			n.stopWorkers()
-			<-n.coordinatorDone
-			workers.Wait()
-		}
-		n.closeResources()
-	}()
 	if opts.AtomicBatch == 0 && opts.NATS == nil {
 		opts.AtomicBatch = embedded.DefaultMaxAtomicBatch
 	}
 	n.AtomicBatch = opts.AtomicBatch
-	if opts.NATS == nil {
-		if opts.DataDir == "" {
-			return nil, errors.New("node: a data directory is required for the embedded server")
-		}
-		port := opts.Port
-		if port == 0 {
-			port = 4222
-		}
-		srv, err := embedded.Start(embedded.Config{Host: opts.Host, Port: port, DataDir: filepath.Join(opts.DataDir, "nats")})
-		if err != nil {
-			return nil, fmt.Errorf("start embedded NATS: %w", err)
-		}
-		n.Server = srv
-		if n.Conn, err = srv.Connect(nats.Name("weir")); err != nil {
-			return nil, fmt.Errorf("connect to embedded NATS: %w", err)
-		}
-	} else {
-		if n.Conn, err = natsconn.Connect(*opts.NATS); err != nil {
-			return nil, err
-		}
-	}
-	if n.JS, err = jetstream.New(n.Conn); err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	n.API = control.NewAPIClient(n.Conn, "")
 	kind := opts.CheckpointStore
 	if kind == "" {
 		kind = StoreDir
@@ -173,25 +151,59 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	switch kind {
 	case StoreDir:
 		if opts.DataDir == "" {
-			return nil, errors.New("node: the dir checkpoint store needs a data directory")
+			return errors.New("node: the dir checkpoint store needs a data directory")
 		}
 		stateDir = filepath.Join(opts.DataDir, "checkpoints")
 	case StoreJetStream:
 	default:
-		return nil, fmt.Errorf("node: unknown checkpoint store %q (want %s or %s)", kind, StoreDir, StoreJetStream)
+		return fmt.Errorf("node: unknown checkpoint store %q (want %s or %s)", kind, StoreDir, StoreJetStream)
 	}
+	if opts.NATS == nil && opts.DataDir == "" {
+		return errors.New("node: a data directory is required for the embedded server")
+	}
+	if opts.NATS == nil || (opts.Coordinator && stateDir != "") {
+		// The embedded server's store, and the coordinator's job records
+		// and checkpoints, have one owner: a second weir on the same
+		// directory would resume the same jobs and delete the other's
+		// checkpoints.
+		if n.unlock, err = lockDataDir(opts.DataDir); err != nil {
+			return err
+		}
+	}
+	if opts.NATS == nil {
+		port := opts.Port
+		if port == 0 {
+			port = 4222
+		}
+		srv, err := embedded.Start(embedded.Config{Host: opts.Host, Port: port, DataDir: filepath.Join(opts.DataDir, "nats")})
+		if err != nil {
+			return fmt.Errorf("start embedded NATS: %w", err)
+		}
+		n.Server = srv
+		if n.Conn, err = srv.Connect(nats.Name("weir")); err != nil {
+			return fmt.Errorf("connect to embedded NATS: %w", err)
+		}
+	} else {
+		if n.Conn, err = natsconn.Connect(*opts.NATS); err != nil {
+			return err
+		}
+	}
+	if n.JS, err = jetstream.New(n.Conn); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	n.API = control.NewAPIClient(n.Conn, "")
 	var coord *coordinator.Coordinator
 	var taskStore host.Store
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir,
 			HeartbeatTimeout: opts.HeartbeatTimeout, Log: log.With("component", "coordinator")})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		n.Manager, n.Registry, taskStore = coord.Manager, coord.Registry, coord.State
 	} else {
 		if n.Registry, err = registry.Open(ctx, n.JS, ""); err != nil {
-			return nil, fmt.Errorf("module registry: %w", err)
+			return fmt.Errorf("module registry: %w", err)
 		}
 		if stateDir != "" {
 			taskStore, err = storage.NewDir(stateDir)
@@ -199,7 +211,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			taskStore, err = storage.NewObjectStore(ctx, n.JS, storage.DefaultStateBucket)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint store: %w", err)
+			return fmt.Errorf("checkpoint store: %w", err)
 		}
 	}
 	if opts.Store != nil {
@@ -226,13 +238,13 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if opts.Workers > 0 {
 		if n.engine, err = wasm.NewEngine(wasm.Config{CacheDir: opts.CacheDir}); err != nil {
-			return nil, fmt.Errorf("wasm engine: %w", err)
+			return fmt.Errorf("wasm engine: %w", err)
 		}
 		spill := ""
 		if opts.DataDir != "" {
 			spill = filepath.Join(opts.DataDir, "spill")
 			if err := os.MkdirAll(spill, 0o755); err != nil {
-				return nil, fmt.Errorf("spill dir: %w", err)
+				return fmt.Errorf("spill dir: %w", err)
 			}
 		}
 		for i := 0; i < opts.Workers; i++ {
@@ -251,7 +263,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 				AtomicBatch: opts.AtomicBatch,
 			})
 			if err != nil {
-				return nil, err
+				return err
 			}
 			n.Workers = append(n.Workers, w)
 			ready := make(chan struct{})
@@ -274,12 +286,12 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case err := <-failed:
-			return nil, fmt.Errorf("node: a component stopped while starting: %w", err)
+			return fmt.Errorf("node: a component stopped while starting: %w", err)
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // ModuleSource resolves a module reference through the registry (or a
@@ -326,5 +338,9 @@ func (n *Node) closeResources() {
 	}
 	if n.Server != nil {
 		n.Server.Shutdown()
+	}
+	if n.unlock != nil {
+		n.unlock()
+		n.unlock = nil
 	}
 }

@@ -1,0 +1,49 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// lockFile is the file in a data directory that a node holds locked.
+const lockFile = "weir.lock"
+
+// lockDataDir takes an exclusive lock on dir (creating it), so that two
+// weir processes never run on one data directory. The lock goes with the
+// process: a crashed weir leaves none behind. unlock releases it.
+func lockDataDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		owner, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			who := "another weir process"
+			if pid := string(bytes.TrimSpace(owner)); pid != "" {
+				who += " (pid " + pid + ")"
+			}
+			return nil, fmt.Errorf("data directory %s is in use by %s", dir, who)
+		}
+		return nil, fmt.Errorf("lock data directory %s: %w", dir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
