@@ -103,6 +103,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		}
 	}
 	defer n.Close()
+	n.API.Timeout = waitTimeout
 	if o.create {
 		if err := createStreams(ctx, std, n.JS, spec); err != nil {
 			return err
@@ -264,10 +265,12 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 	if src.Partitions > 0 {
 		wild = false
 	}
-	count := 0
+	count, lineNo := 0, 0
+	const maxLine = 16 << 20
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
 	for sc.Scan() {
+		lineNo++
 		line := sc.Text()
 		if line == "" {
 			continue
@@ -294,6 +297,10 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 			m.Header.Set(sink.KeyHeader, key)
 		}
 		m.Data = []byte(value)
+		if max := n.Conn.MaxPayload(); int64(len(line)) > max {
+			return count, fmt.Errorf("-input %s: line %d: a record of %d bytes does not fit in a NATS message (the server's max_payload is %d bytes)",
+				file, lineNo, len(line), max)
+		}
 		if src.Kind == jobspec.KindJetStream {
 			if _, err := n.JS.PublishMsgAsync(m); err != nil {
 				return count, fmt.Errorf("-input: publish: %w", err)
@@ -310,7 +317,9 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 		}
 		count++
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return count, fmt.Errorf("-input %s: line %d is longer than %d bytes", file, lineNo+1, maxLine)
+	} else if err != nil {
 		return count, fmt.Errorf("-input: %w", err)
 	}
 	if src.Kind == jobspec.KindJetStream {
@@ -375,12 +384,15 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, n.AtomicBatch)
+	var lastState control.JobState
 	stop := func() {
-		if embedded || o.cancel {
+		switch {
+		case lastState.Terminal():
+		case embedded || o.cancel:
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			_, _ = n.API.CancelJob(cctx, spec.Name)
-		} else {
+		default:
 			fmt.Fprintf(std.Out, "job %s keeps running; stop it with: weir job cancel %s\n", spec.Name, spec.Name)
 		}
 	}
@@ -393,14 +405,18 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		deadline = time.After(o.forDur)
 	}
 	seen := map[int64]string{}
-	var lastState control.JobState
 	var inputCommittedAt int64 // first checkpoint completed after the input was published
 	var publishedAt time.Time
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, err := n.API.Job(ctx, spec.Name)
+		pctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		st, err := n.API.Job(pctx, spec.Name)
+		cancel()
 		if err != nil && ctx.Err() == nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("job %s: no answer from the coordinator for %s (is weir up still running?)", spec.Name, waitTimeout)
+			}
 			return fmt.Errorf("job %s: %w", spec.Name, err)
 		}
 		if st.State != lastState {

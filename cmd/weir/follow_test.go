@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/cmd/weir/internal/node"
+)
+
+// startUp starts what weir up starts, on a temp directory, closed when the
+// test ends (closing it twice is fine).
+func startUp(t *testing.T, ctx context.Context) *node.Node {
+	t.Helper()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
+		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// tapSpec writes a job spec running module between a core NATS subject
+// and another, and returns its path.
+func tapSpec(t *testing.T, name, module, extra string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name+".yaml")
+	spec := "name: " + name + "\nsources: [{name: in, kind: nats, subject: " + name + "-in}]\n" +
+		"operators: [{name: op, module: " + module + ", inputs: [{from: in}]}]\n" +
+		"sinks: [{name: out, kind: nats, subject: " + name + "-out, input: {from: op}}]\n" + extra
+	if err := os.WriteFile(p, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// weir run -nats follows a job that fails to its end: it exits 1 with
+// the reason, and does not claim that the job keeps running.
+func TestRunRemoteJobThatFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	notWasm := filepath.Join(t.TempDir(), "op.wasm")
+	if err := os.WriteFile(notWasm, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), tapSpec(t, "doomed", notWasm, "")},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 || !strings.Contains(errb.String(), "weir: job doomed failed: ") ||
+		!strings.Contains(errb.String(), "not a WebAssembly module") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+	if strings.Contains(out.String(), "keeps running") {
+		t.Errorf("weir run says a failed job keeps running:\n%s", out.String())
+	}
+}
+
+// weir run -nats whose coordinator goes away says so and exits, instead
+// of waiting silently forever.
+func TestRunRemoteCoordinatorGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	defer func(d time.Duration) { waitTimeout = d }(waitTimeout)
+	waitTimeout = 2 * time.Second
+	n := startUp(t, ctx)
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "tap", mod, "")
+	var out, errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-idle", "0", spec},
+			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := n.API.Job(ctx, "tap")
+		if err == nil && st.State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job never ran: %+v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n.Close()
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(errb.String(), "weir: job tap: no answer from the coordinator for 2s") {
+			t.Errorf("exit %d, stderr:\n%s", code, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("weir run still waits for a coordinator that is gone")
+	}
+}
+
+// A trap in a job names the operator and record on one line; the worker's
+// log (shown by weir run) has the wasm stack trace beside it.
+func TestRunTrapLogsTheStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mod, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("a\nb\nc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "trap.yaml")
+	if err := os.WriteFile(spec, []byte(`name: trap
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: op, module: `+mod+`, config: t, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: op}}]
+restart: {strategy: none}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", spec, "-input", in}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "weir: job trap failed: ") || !strings.Contains(last, "operator op[0]: weir_process: trap at record 2: wasm error: unreachable") {
+		t.Errorf("last line %q", last)
+	}
+	if !strings.Contains(errb.String(), `msg="task failed"`) || !strings.Contains(errb.String(), `stack="wasm stack trace:`) ||
+		!strings.Contains(errb.String(), `.process(i32,i32,i32)`) {
+		t.Errorf("no stack trace in the log:\n%s", errb.String())
+	}
+}
+
+// weir run -input names the line that no NATS message can carry.
+func TestRunInputLineTooLarge(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(in, []byte("small\n"+strings.Repeat("x", 2<<20)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", tapSpec(t, "big", mod, ""), "-input", in}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := "weir: -input " + in + ": line 2: a record of 2097152 bytes does not fit in a NATS message (the server's max_payload is 1048576 bytes)\n"
+	if code != 1 || errb.String() != want {
+		t.Errorf("exit %d, stderr %q, want %q", code, errb.String(), want)
+	}
+}
+
+// weir job restore -spec checks the new spec's module files before it
+// asks the coordinator, as weir run does.
+func TestRestoreSpecChecksModules(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	spec := tapSpec(t, "tap", "./nosuch.wasm", "")
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"job", "restore", "-nats", n.Server.ClientURL(), "tap", "-from", "1", "-spec", spec},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := "weir: " + spec + `:3: operators[0].module: unknown module "` + filepath.Join(filepath.Dir(spec), "nosuch.wasm") + `": no such file` + "\n"
+	if code != 1 || errb.String() != want {
+		t.Errorf("exit %d, stderr %q, want %q", code, errb.String(), want)
+	}
+}
