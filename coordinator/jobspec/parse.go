@@ -3,7 +3,9 @@ package jobspec
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -78,7 +80,11 @@ func ParseFile(path string, opts Options) (*Spec, error) {
 		return nil, fmt.Errorf("read job spec: %w", err)
 	}
 	if opts.Dir == "" {
-		opts.Dir = filepath.Dir(path)
+		// Absolute: the spec goes to a coordinator and workers that may
+		// run in another directory.
+		if opts.Dir, err = filepath.Abs(filepath.Dir(path)); err != nil {
+			return nil, fmt.Errorf("read job spec: %w", err)
+		}
 	}
 	return Parse(path, data, opts)
 }
@@ -99,14 +105,37 @@ type parser struct {
 	file string
 	opts Options
 	errs Errors
+	// bad holds the field paths whose value was refused while decoding:
+	// validation does not report them again as missing.
+	bad map[string]bool
 }
 
+// errf reports a value that cannot be decoded at path.
 func (p *parser) errf(n *yaml.Node, path, format string, args ...any) {
 	line := 0
 	if n != nil {
 		line = n.Line
 	}
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+	if p.bad == nil {
+		p.bad = map[string]bool{}
+	}
+	p.bad[path] = true
+}
+
+// refused reports whether the value at path, or one enclosing it, could
+// not be decoded (and was reported).
+func (p *parser) refused(path string) bool {
+	for {
+		if p.bad[path] {
+			return true
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i <= 0 {
+			return false
+		}
+		path = path[:i]
+	}
 }
 
 func sortErrors(es Errors) {
@@ -153,6 +182,9 @@ func kindName(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "a list"
 	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
 		return fmt.Sprintf("%q", n.Value)
 	case yaml.AliasNode:
 		return "an alias"
@@ -331,7 +363,22 @@ type located struct {
 
 func (p *parser) parse(data []byte) *Spec {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(&doc)
+	if errors.Is(err, io.EOF) {
+		p.errf(nil, "", "empty job spec")
+		return nil
+	}
+	if err == nil {
+		var next yaml.Node
+		if err = dec.Decode(&next); errors.Is(err, io.EOF) {
+			err = nil
+		} else if err == nil && len(next.Content) > 0 && next.Content[0].Tag != "!!null" {
+			p.errf(next.Content[0], "", "a second YAML document: a job spec is one document (one job per file)")
+			return nil
+		}
+	}
+	if err != nil {
 		line := 0
 		msg := err.Error()
 		if te, ok := err.(*yaml.TypeError); ok {
@@ -536,10 +583,22 @@ func (p *parser) input(n *yaml.Node, path string) Input {
 	return in
 }
 
-// validate checks references, names and the graph.
+// validate checks references, names and the graph. What decoding already
+// refused (a wrong type, an unknown value) is not reported again as
+// missing.
 func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node) {
+	at := func(line int, path, format string, args ...any) {
+		if p.refused(path) {
+			return
+		}
+		p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
 	if s.Name == "" {
-		p.errf(nodes["name"], "name", "a job needs a name")
+		line := 0
+		if n := nodes["name"]; n != nil {
+			line = n.Line
+		}
+		at(line, "name", "a job needs a name")
 	} else if !nameRE.MatchString(s.Name) {
 		p.errf(nodes["name"], "name", "bad name %q (letters, digits and '-', starting with a letter)", s.Name)
 	}
@@ -547,7 +606,7 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 	checkName := func(name, path string, line int) {
 		switch {
 		case name == "":
-			p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path + ".name", Msg: "missing name"})
+			at(line, path+".name", "missing name")
 		case !nameRE.MatchString(name):
 			p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path + ".name",
 				Msg: fmt.Sprintf("bad name %q (letters, digits and '-', starting with a letter)", name)})
@@ -557,9 +616,6 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 		default:
 			names[name] = path
 		}
-	}
-	at := func(line int, path, format string, args ...any) {
-		p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
 	}
 	if len(s.Sources) == 0 {
 		at(root.Line, "sources", "a job needs at least one source")
@@ -692,16 +748,16 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 		}
 		kind, ppar, ok := s.Producer(in.From)
 		if !ok {
-			what := "operator or source"
 			for _, sk := range s.Sinks {
 				if sk.Name == in.From {
-					what = "operator or source (a sink produces nothing)"
+					at(in.Line, path+".from", "%q is a sink, and a sink produces nothing (want an operator or source)", in.From)
+					return
 				}
 			}
-			at(in.Line, path+".from", "unknown %s %q", what, in.From)
+			at(in.Line, path+".from", "unknown operator or source %q", in.From)
 			return
 		}
-		if in.From == consumer {
+		if in.From == consumer && kind == "operator" {
 			at(in.Line, path+".from", "cycle: %s reads its own output", consumer)
 			return
 		}

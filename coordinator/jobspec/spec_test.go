@@ -2,6 +2,8 @@ package jobspec
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +232,86 @@ func TestMultipleErrorsReportedTogether(t *testing.T) {
 		if es[i].Line < es[i-1].Line {
 			t.Errorf("errors not in line order:\n%v", err)
 		}
+	}
+}
+
+// TestOneErrorPerMistake checks that a value decoding refused is not
+// reported a second time as missing, and that each mistake gets exactly
+// the one line that names it.
+func TestOneErrorPerMistake(t *testing.T) {
+	ok := "sources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n"
+	cases := []struct {
+		name, spec string
+		want       []string
+	}{
+		{"name is a list", "name: [a]\n" + ok,
+			[]string{`job.yaml:1: name: want a string, got a list`}},
+		{"name is null", "name:\n" + ok,
+			[]string{`job.yaml:1: name: want a string, got nothing`}},
+		{"no name", ok,
+			[]string{`job.yaml: name: a job needs a name`}},
+		{"unknown kind", "name: j\nsources: [{name: in, kind: kafka, subject: a}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n",
+			[]string{`job.yaml:2: sources[0].kind: unknown value "kafka" (want nats, jetstream)`}},
+		{"inputs not a list", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: {from: in}}]\n",
+			[]string{`job.yaml:4: operators[0].inputs: want a list, got a mapping`}},
+		{"source not a mapping", "name: j\nsources: [in]\nsinks: [{name: out, kind: nats, subject: b, input: {from: x}}]\n",
+			[]string{`job.yaml:2: sources[0]: want a mapping, got "in"`, `job.yaml:3: sinks[0].input.from: unknown operator or source "x"`}},
+		{"sink input not a mapping", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: out, kind: nats, subject: b, input: in}]\n",
+			[]string{`job.yaml:3: sinks[0].input: want a mapping, got "in"`}},
+		{"operator named like a source", "name: j\n" + ok + "operators: [{name: in, module: m, inputs: [{from: in}]}]\n",
+			[]string{`job.yaml:4: operators[0].name: duplicate name "in" (also sources[0])`}},
+		{"reads a sink", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: [{from: out}]}]\n",
+			[]string{`job.yaml:4: operators[0].inputs[0].from: "out" is a sink, and a sink produces nothing (want an operator or source)`}},
+		{"two documents", "name: j\n" + ok + "---\nname: k\n",
+			[]string{`job.yaml:5: a second YAML document: a job spec is one document (one job per file)`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("job.yaml", []byte(c.spec), Options{})
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("err = %v, want Errors", err)
+			}
+			var got []string
+			for _, e := range es {
+				got = append(got, e.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+			}
+		})
+	}
+	// A document separator with nothing after it is fine.
+	if _, err := Parse("job.yaml", []byte("name: j\n"+ok+"---\n"), Options{}); err != nil {
+		t.Errorf("trailing ---: %v", err)
+	}
+}
+
+// TestParseFileModulePathsAbsolute checks that a module file path relative
+// to the spec becomes absolute even when the spec's own path is relative:
+// the coordinator and workers that read the module may run in another
+// directory.
+func TestParseFileModulePathsAbsolute(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.MkdirAll("jobs", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := "name: j\nsources: [{name: in, kind: nats, subject: a}]\n" +
+		"operators: [{name: a, module: ./op.wasm, inputs: [{from: in}]}]\n" +
+		"sinks: [{name: out, kind: nats, subject: b, input: {from: a}}]\n"
+	if err := os.WriteFile(filepath.Join("jobs", "job.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseFile(filepath.Join("jobs", "job.yaml"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, "jobs", "op.wasm")
+	if real, err := filepath.EvalSymlinks(dir); err == nil && !strings.HasPrefix(s.Operators[0].Module, dir) {
+		want = filepath.Join(real, "jobs", "op.wasm")
+	}
+	if got := s.Operators[0].Module; got != want {
+		t.Errorf("module = %q, want %q", got, want)
 	}
 }
