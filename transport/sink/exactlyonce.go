@@ -179,6 +179,9 @@ type ExactlyOnce struct {
 	js     jetstream.JetStream
 	plan   PublishPlan
 	prefix string
+	// maxPayload is the server's max_payload: no record larger than a
+	// message can hold is staged.
+	maxPayload int64
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -208,7 +211,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultExactlyOnceTimeout
 	}
-	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/"}
+	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload()}
 	js, err := jetstream.New(nc,
 		jetstream.WithDefaultTimeout(cfg.Timeout),
 		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
@@ -341,6 +344,9 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 	if n == 0 {
 		return nil
 	}
+	if err := s.checkSizes(batch); err != nil {
+		return err
+	}
 	if s.curN+n > math.MaxUint32 {
 		return fmt.Errorf("exactly-once sink %s: more than %d records staged for one checkpoint; checkpoint more often", s.cfg.Subject, uint32(math.MaxUint32))
 	}
@@ -352,6 +358,37 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 	}
 	s.cur = append(s.cur, batch[abi.BatchHeaderSize:]...)
 	s.curN += n
+	return nil
+}
+
+// MessageOverhead bounds the headers an exactly-once sink adds to a
+// record's key and value (message id, batch headers).
+const MessageOverhead = 1024
+
+// ErrRecordTooLarge is wrapped by the error of a sink given a record that
+// no NATS message can carry.
+var ErrRecordTooLarge = errors.New("record too large for a NATS message")
+
+// checkSizes refuses a batch with a record that would not fit in a message
+// (the server's max_payload): staged, it would be part of a checkpoint
+// whose commit can never succeed, and every recovery from that checkpoint
+// would fail again.
+func (s *ExactlyOnce) checkSizes(batch []byte) error {
+	if s.maxPayload <= 0 {
+		return nil
+	}
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+	}
+	for i := 0; it.Next(); i++ {
+		r := it.Record()
+		size := int64(len(r.Value)) + int64(len(r.Key)) + int64(len(KeyHeader)) + int64(len(s.prefix)) + MessageOverhead
+		if size > s.maxPayload {
+			return fmt.Errorf("exactly-once sink %s: %w: a record of %d bytes (key %d, value %d) and its headers exceed the server's max_payload of %d bytes",
+				s.cfg.Subject, ErrRecordTooLarge, len(r.Key)+len(r.Value), len(r.Key), len(r.Value), s.maxPayload)
+		}
+	}
 	return nil
 }
 

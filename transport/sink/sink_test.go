@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -654,5 +655,46 @@ func TestAtLeastOnceWriteStopsWhenCancelled(t *testing.T) {
 	must(t, s.EndOfInput(ctx))
 	if got := streamValues(t, ctx, js, "OUT"); len(got) != 10 {
 		t.Fatalf("stream holds %d messages, want the 10 written before the cancel", len(got))
+	}
+}
+
+// A record too large for one NATS message is refused when it is written,
+// naming its size and the server's limit, and is never staged: staged, it
+// would sit in a checkpoint whose commit always fails, and every recovery
+// from that checkpoint would fail again. The largest record the check lets
+// through is committed in every publish mode.
+func TestExactlyOnceRefusesRecordsLargerThanAMessage(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
+			nc, js, ctx := outSetup(t, outStream(mode))
+			s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "sink-0",
+				MinDuplicateWindow: time.Minute})
+			must(t, err)
+			defer s.Close()
+			max := int(nc.MaxPayload())
+			record := func(valueLen int) []byte {
+				var b abi.Builder
+				b.Add([]byte("key"), make([]byte, valueLen), 1)
+				return append([]byte(nil), b.Bytes()...)
+			}
+			err = s.Write(ctx, record(max))
+			if !errors.Is(err, ErrRecordTooLarge) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("a record of %d bytes (key 3, value %d)", max+3, max)) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("max_payload of %d bytes", max)) {
+				t.Fatalf("write of a %d-byte value: %v", max, err)
+			}
+			fits := max - 3 - len(KeyHeader) - len("job1/sink-0/") - MessageOverhead
+			must(t, s.Write(ctx, record(fits)))
+			state, err := s.PreCommit(ctx, 1)
+			must(t, err)
+			if len(state) > fits+4096 {
+				t.Errorf("the refused record was staged: state of %d bytes", len(state))
+			}
+			must(t, s.Commit(ctx, 1))
+			must(t, s.Wait(ctx))
+			if got := readStream(t, ctx, js, "OUT"); len(got) != 1 || len(got[0].value) != fits {
+				t.Fatalf("stream holds %d messages", len(got))
+			}
+		})
 	}
 }
