@@ -95,6 +95,7 @@ type execOptions struct {
 	name          string
 	cacheDir      string
 	logLevel      string
+	stack         bool
 }
 
 func runExec(ctx context.Context, std Stdio, args []string) error {
@@ -116,6 +117,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.name, "name", "", "operator name in errors and logs (default: the module's file name)")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "compilation cache directory (default: the user cache dir; - disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "guest log level: debug, info, warn, error")
+	fs.BoolVar(&o.stack, "stack", false, "on a trap, print the wasm stack trace before the error")
 	// Accept the module before or after the flags.
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		o.module, args = args[0], args[1:]
@@ -144,7 +146,12 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	case o.outputs < 1:
 		return usagef("exec: -outputs must be at least 1")
 	}
-	return execModule(ctx, std, &o)
+	err := execModule(ctx, std, &o)
+	if te := (*wasm.TrapError)(nil); o.stack && errors.As(err, &te) && te.Stack != "" {
+		// The stack goes before the one-line reason main prints.
+		fmt.Fprintf(std.Err, "%s\n", te.Stack)
+	}
+	return err
 }
 
 func execModule(ctx context.Context, std Stdio, o *execOptions) error {
@@ -256,9 +263,12 @@ func (r *execRun) feed(ctx context.Context, stdin io.Reader, port int, path stri
 		src = f
 	}
 	sc := bufio.NewScanner(src)
-	sc.Buffer(make([]byte, 64<<10), r.maxBatch-abi.BatchHeaderSize-abi.RecordHeaderSize)
+	maxLine := r.maxBatch - abi.BatchHeaderSize - abi.RecordHeaderSize
+	sc.Buffer(make([]byte, 64<<10), maxLine)
 	r.b.Reset()
+	lines := 0
 	for sc.Scan() {
+		lines++
 		line := bytes.TrimSuffix(sc.Bytes(), []byte{'\r'})
 		key, value, ok := bytes.Cut(line, []byte{'\t'})
 		if !ok {
@@ -276,7 +286,10 @@ func (r *execRun) feed(ctx context.Context, stdin io.Reader, port int, path stri
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("exec: reading %s: line %d is longer than a record may be (%d bytes: the %d-byte maximum batch)",
+			path, lines+1, maxLine, r.maxBatch)
+	} else if err != nil {
 		return fmt.Errorf("exec: reading %s: %w", path, err)
 	}
 	return r.flush(ctx, port)

@@ -117,6 +117,23 @@ func TestExecErrors(t *testing.T) {
 	}
 }
 
+// -stack prints a trap's wasm stack trace before the one-line error; a
+// line longer than a record may be is named by its number.
+func TestExecStackAndLongLine(t *testing.T) {
+	code, _, errs := weir(t, "a\nb\nc\n", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-stack")
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if code != 1 || len(lines) < 3 || lines[0] != "wasm stack trace:" || !strings.Contains(errs, ".process(i32,i32,i32)") ||
+		!strings.HasPrefix(lines[len(lines)-1], "weir: operator misbehave: weir_process: trap at record 2") {
+		t.Errorf("exit %d, stderr:\n%s", code, errs)
+	}
+	long := "short\n" + strings.Repeat("x", 5<<20) + "\n"
+	code, _, errs = weir(t, long, "exec", "../../guests/wat/passthrough.wasm")
+	want := "weir: exec: reading -: line 2 is longer than a record may be (4194284 bytes: the 4194304-byte maximum batch)\n"
+	if code != 1 || errs != want {
+		t.Errorf("exit %d, stderr %q, want %q", code, errs, want)
+	}
+}
+
 func TestExecTwoOutputs(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "sdktest.wasm")
 	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {

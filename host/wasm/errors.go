@@ -3,6 +3,7 @@ package wasm
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -99,14 +100,28 @@ type TrapError struct {
 	RecordIndex int    // index of the record being processed; -1 if unknown
 	Stack       string // the wasm stack trace, one frame per line
 	Err         error  // the runtime's error
+	// MemorySize and MemoryLimit are the instance's memory size and limit
+	// in bytes when the memory had grown close to the limit (7/8 or more:
+	// the likely cause of a guest runtime's out-of-memory abort, as a
+	// runtime grows its heap in chunks), else 0.
+	MemorySize, MemoryLimit uint64
 }
 
 // Error returns the one-line message.
 func (e *TrapError) Error() string {
-	if e.RecordIndex >= 0 {
-		return fmt.Sprintf("operator %s: %s: trap at record %d: %s", e.Operator, e.Export, e.RecordIndex, firstLine(e.Err.Error()))
+	full := ""
+	if e.MemoryLimit > 0 {
+		full = fmt.Sprintf(" (its memory had grown to %s of its %s limit)", mib(e.MemorySize), mib(e.MemoryLimit))
 	}
-	return fmt.Sprintf("operator %s: %s: trap: %s", e.Operator, e.Export, firstLine(e.Err.Error()))
+	if e.RecordIndex >= 0 {
+		return fmt.Sprintf("operator %s: %s: trap at record %d: %s%s", e.Operator, e.Export, e.RecordIndex, firstLine(e.Err.Error()), full)
+	}
+	return fmt.Sprintf("operator %s: %s: trap: %s%s", e.Operator, e.Export, firstLine(e.Err.Error()), full)
+}
+
+// mib formats a byte count in MiB: "64 MiB", "61.5 MiB".
+func mib(n uint64) string {
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) + " MiB"
 }
 
 // Unwrap returns the runtime's error.

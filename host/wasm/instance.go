@@ -438,7 +438,13 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	if k := strings.Index(msg, "\nwasm stack trace:"); k >= 0 {
 		stack = strings.TrimSpace(msg[k+1:])
 	}
-	return &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err}
+	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err}
+	if i.mem != nil {
+		if size := uint64(i.mem.Size()); size*8 >= i.limits.MemoryBytes*7 {
+			te.MemorySize, te.MemoryLimit = size, i.limits.MemoryBytes
+		}
+	}
+	return te
 }
 
 // cursor reads the guest's record cursor, or -1.

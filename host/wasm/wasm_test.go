@@ -111,7 +111,7 @@ func TestContained(t *testing.T) {
 	}{ // every case but "l" runs far inside its 10s deadline
 		{"t", func(t *testing.T, err error) {
 			var te *TrapError
-			if !errors.As(err, &te) || te.RecordIndex != 2 || te.Export != "weir_process" || te.Operator != "bad" {
+			if !errors.As(err, &te) || te.RecordIndex != 2 || te.Export != "weir_process" || te.Operator != "bad" || te.MemoryLimit != 0 {
 				t.Fatalf("got %#v", err)
 			}
 			if !strings.Contains(te.Stack, ".process(i32,i32,i32)") || !strings.Contains(err.Error(), "trap at record 2: wasm error: unreachable") {
@@ -127,8 +127,10 @@ func TestContained(t *testing.T) {
 		{"L", deadline},
 		{"T", deadline},
 		{"m", func(t *testing.T, err error) {
+			// The trap of a guest that ran out of memory says so.
 			var te *TrapError
-			if !errors.As(err, &te) {
+			if !errors.As(err, &te) || te.MemoryLimit != 4<<20 ||
+				!strings.HasSuffix(err.Error(), "wasm error: unreachable (its memory had grown to 4 MiB of its 4 MiB limit)") {
 				t.Fatalf("got %v", err)
 			}
 		}},

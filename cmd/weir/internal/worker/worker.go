@@ -255,8 +255,13 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 			case runCtx.Err() != nil:
 				// canceled: the coordinator knows.
 			default:
-				// The task reported its failure through the listener.
-				w.log.Warn("task failed", "job", d.Job, "attempt", d.Attempt, "task", id, "err", err)
+				// The task reported its failure through the listener; the
+				// log has what the one-line reason leaves out.
+				attrs := []any{"job", d.Job, "attempt", d.Attempt, "task", id, "err", err}
+				if te := (*wasm.TrapError)(nil); errors.As(err, &te) && te.Stack != "" {
+					attrs = append(attrs, "stack", te.Stack)
+				}
+				w.log.Warn("task failed", attrs...)
 			}
 		}()
 	}
