@@ -791,6 +791,11 @@ func TestCoordinatorRestart(t *testing.T) {
 	if _, err := e.api.CancelJob(ctx, "old"); err != nil {
 		t.Fatal(err)
 	}
+	// So is a failed job, with why it failed.
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "doomed", "restart: {strategy: none}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	doomed := waitFor(t, ctx, e, "doomed", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
 	before := waitFor(t, ctx, e, "ha", "two checkpoints", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 2 })
 	stop()
 
@@ -815,5 +820,9 @@ func TestCoordinatorRestart(t *testing.T) {
 	waitFor(t, ctx, e, "ha", "a new checkpoint", func(s control.JobStatus) bool { return s.LatestCheckpoint > d.Restore.CheckpointID })
 	if old, err := e.api.Job(ctx, "old"); err != nil || old.State != control.JobCanceled {
 		t.Errorf("old job after restart: %+v %v", old, err)
+	}
+	if got, err := e.api.Job(ctx, "doomed"); err != nil || got.State != control.JobFailed || got.Reason != doomed.Reason ||
+		!got.Updated.Equal(doomed.Updated) || !strings.Contains(got.Reason, "module traps in weir_init") {
+		t.Errorf("failed job after restart: %+v %v, before: %+v", got, err, doomed)
 	}
 }

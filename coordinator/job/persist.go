@@ -27,6 +27,12 @@ type record struct {
 	Attempt   int       `json:"attempt"`
 	Restarts  int       `json:"restarts"`
 	Submitted time.Time `json:"submitted"`
+	// Reason and Updated are the status's: why a job failed stays known
+	// across a coordinator restart.
+	Reason  string    `json:"reason,omitempty"`
+	Updated time.Time `json:"updated,omitzero"`
+	// Latest is the latest completed checkpoint of the run.
+	Latest int64 `json:"latest,omitempty"`
 }
 
 const recordPrefix = "jobs/"
@@ -41,7 +47,8 @@ func (j *job) persist() {
 	}
 	j.mu.Lock()
 	rec := record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
-		Restarts: j.st.Restarts, Submitted: j.st.Submitted}
+		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
+		Latest: j.st.LatestCheckpoint}
 	if j.initial != nil {
 		rec.From = j.initial.ID
 	}
@@ -148,7 +155,10 @@ func terminalJob(m *Manager, rec record) *job {
 	cancel()
 	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID,
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
-			Submitted: rec.Submitted, Updated: rec.Submitted}}
+			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest}}
+	if j.st.Updated.IsZero() { // a record written before Updated was kept
+		j.st.Updated = rec.Submitted
+	}
 	close(j.done)
 	j.runner = checkpoint.NewRunner(checkpoint.NewMachine(rec.Spec.Name, checkpoint.Config{}, nil, 0), m.opts.Catalog, j, checkpoint.RunnerOptions{})
 	return j
