@@ -257,3 +257,49 @@ func TestStatsWhileBlocked(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A source triggered for a stop savepoint takes no input after the
+// barrier; when the savepoint is aborted it goes on.
+func TestStopSavepointAborted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, _ := storage.NewDir(t.TempDir())
+	so, ro := local.New(local.Options{Name: "src->x"})
+	rc, acks := ackWaiter()
+	src := &blockingSource{batches: [][]byte{rec("a", "a").Batch, rec("b", "b").Batch}}
+	task, err := host.New(host.Config{Name: "src", Source: src, Outputs: []host.Output{{Senders: []stream.Sender{so}}},
+		Store: store, Listener: rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task.TriggerStop(stream.Barrier{ID: 1, Type: stream.Savepoint})
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	if id := waitAck(t, acks, rc); id != 1 {
+		t.Fatalf("ack %d", id)
+	}
+	time.Sleep(50 * time.Millisecond) // the polled batch waits
+	if s := task.Stats(); s.RecordsIn != 0 {
+		t.Fatalf("took %d records after the stop savepoint's barrier", s.RecordsIn)
+	}
+	task.AbortCheckpoint(1)
+	var got []stream.Element
+	for len(got) < 3 {
+		if d, ok, _ := ro.Poll(); ok {
+			got = append(got, d.Element)
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if s := render(t, got); s != "B1 a b" {
+		t.Fatalf("channel carried %q", s)
+	}
+	if err := task.Rest(ctx); err != nil {
+		t.Fatalf("rest: %v", err)
+	}
+	cancel()
+	<-done
+	if err := task.Rest(context.Background()); err == nil {
+		t.Fatal("rest of a task that ended")
+	}
+}

@@ -115,12 +115,16 @@ type ctrlKind uint8
 const (
 	ctrlTrigger ctrlKind = iota + 1
 	ctrlComplete
+	ctrlAbort
+	ctrlRest
 )
 
 type ctrlMsg struct {
 	kind    ctrlKind
 	barrier stream.Barrier
 	id      int64
+	stop    bool       // ctrlTrigger: take no input after the barrier
+	done    chan error // ctrlRest: closed (after a send on error) once at rest
 }
 
 type outChannel struct {
@@ -176,6 +180,10 @@ type Task struct {
 
 	stats        counters
 	sourceClosed bool
+	// stopAt is the stop savepoint after whose barrier a source task takes
+	// no input (0: none); runDone is closed when Run returns.
+	stopAt  int64
+	runDone chan struct{}
 }
 
 // Stats counts a task's work since it started.
@@ -241,7 +249,7 @@ func New(cfg Config) (*Task, error) {
 	if cfg.Source == nil && len(cfg.Inputs) == 0 {
 		return nil, fmt.Errorf("task %s: no inputs and no source", cfg.Name)
 	}
-	t := &Task{cfg: cfg, name: cfg.Name, clock: cfg.Clock, wake: make(chan struct{}, 1),
+	t := &Task{cfg: cfg, name: cfg.Name, clock: cfg.Clock, wake: make(chan struct{}, 1), runDone: make(chan struct{}),
 		offsets: map[int64][]byte{}, portOpen: map[int]int{}, restoredID: -1}
 	if t.clock == nil {
 		t.clock = time.Now
@@ -288,10 +296,48 @@ func (t *Task) TriggerCheckpoint(b stream.Barrier) {
 	t.post(ctrlMsg{kind: ctrlTrigger, barrier: b})
 }
 
+// TriggerStop is TriggerCheckpoint for the savepoint of a job being
+// stopped: after emitting the barrier, a source task takes no more input,
+// so nothing past the savepoint is processed, until AbortCheckpoint(b.ID)
+// (the savepoint failed: it goes on). Once the savepoint completed, Rest
+// and a cancel end the task.
+func (t *Task) TriggerStop(b stream.Barrier) {
+	t.post(ctrlMsg{kind: ctrlTrigger, barrier: b, stop: true})
+}
+
 // NotifyCheckpointComplete tells the task that checkpoint id completed
 // everywhere: the operator, the sink (commit) and the source hear of it.
 func (t *Task) NotifyCheckpointComplete(id int64) {
 	t.post(ctrlMsg{kind: ctrlComplete, id: id})
+}
+
+// AbortCheckpoint tells the task that checkpoint id was aborted: a source
+// that stopped taking input for it (TriggerStop) goes on.
+func (t *Task) AbortCheckpoint(id int64) {
+	t.post(ctrlMsg{kind: ctrlAbort, id: id})
+}
+
+// Rest waits until the task has handled every notification posted before
+// it — a sink has finished committing what they completed (its commits run
+// to the end) — or ctx is done, or Run returned. The job's stop calls it
+// after its stop savepoint completed, before canceling the tasks.
+func (t *Task) Rest(ctx context.Context) error {
+	done := make(chan error, 1)
+	t.post(ctrlMsg{kind: ctrlRest, done: done})
+	select {
+	case err := <-done:
+		return err
+	case <-t.runDone:
+		return fmt.Errorf("task %s: no longer running", t.name)
+	case <-ctx.Done():
+		return fmt.Errorf("task %s: rest: %w", t.name, ctx.Err())
+	}
+}
+
+// Waiter is implemented by a Sink whose Commit may return before the
+// commit is done: Wait returns once every commit has ended (Rest waits).
+type Waiter interface {
+	Wait(ctx context.Context) error
 }
 
 func (t *Task) post(m ctrlMsg) {
@@ -321,6 +367,7 @@ func (t *Task) signal() {
 func (t *Task) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	t.ctx = ctx
+	defer close(t.runDone)
 	t.stats.begin(&t.stats.started)
 	defer func() {
 		cancel()
@@ -781,10 +828,26 @@ func (t *Task) serviceControl(ctx context.Context) error {
 			if err := t.exec(acts, -1, nil); err != nil {
 				return err
 			}
+			if m.stop {
+				t.stopAt = b.ID
+			}
 		case ctrlComplete:
 			if err := t.complete(ctx, m.id); err != nil {
 				return err
 			}
+		case ctrlAbort:
+			if t.stopAt == m.id {
+				t.stopAt = 0
+			}
+		case ctrlRest:
+			var err error
+			if w, ok := t.cfg.Sink.(Waiter); ok {
+				err = w.Wait(ctx)
+			}
+			if err != nil {
+				m.done <- fmt.Errorf("task %s: sink: %w", t.name, err)
+			}
+			close(m.done)
 		}
 	}
 	return nil
@@ -876,8 +939,12 @@ func (t *Task) runSource(ctx context.Context) error {
 		if err := t.flush(ctx); err != nil {
 			return err
 		}
+		in := pc
+		if t.stopAt != 0 {
+			in = nil // stopped after a savepoint's barrier: no input
+		}
 		select {
-		case p := <-pc:
+		case p := <-in:
 			// Triggers that arrived before this batch go first.
 			if err := t.serviceControl(ctx); err != nil {
 				return err

@@ -20,13 +20,15 @@ func init() {
 	register(command{Name: "checkpoint", Summary: "list a job's checkpoints", Run: runCheckpoint})
 }
 
-const jobUsage = `ls|status|cancel|savepoint|restore [flags] [JOB]
+const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
 
   weir job ls                               every job with its state
   weir job status JOB                       one job: state, guarantees, and each running task's
                                             records in/out, rates, busy and backpressured time
-  weir job cancel JOB                       stop a job
-  weir job savepoint JOB                    take an aligned savepoint now
+  weir job stop JOB                         stop a job with a savepoint: nothing after it is
+                                            processed, so restoring it repeats no output
+  weir job cancel JOB                       stop a job at once (restore it from its latest checkpoint)
+  weir job savepoint JOB                    take an aligned savepoint now; the job runs on
   weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
                                             restart a stopped job from checkpoint ID`
 
@@ -78,10 +80,10 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		fs.Usage()
 		return usagef("job: missing subcommand")
 	}
-	need := map[string]int{"ls": 0, "status": 1, "cancel": 1, "savepoint": 1, "restore": 1}
+	need := map[string]int{"ls": 0, "status": 1, "stop": 1, "cancel": 1, "savepoint": 1, "restore": 1}
 	n, ok := need[pos[0]]
 	if !ok {
-		return usagef("job: unknown subcommand %q (ls, status, cancel, savepoint or restore)", pos[0])
+		return usagef("job: unknown subcommand %q (ls, status, stop, cancel, savepoint or restore)", pos[0])
 	}
 	if len(pos)-1 != n {
 		return usagef("job %s: want %d argument(s)", pos[0], n)
@@ -114,6 +116,14 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintln(std.Out, "tasks:")
 			printTasks(std.Out, st.Tasks)
 		}
+	case "stop":
+		fmt.Fprintf(std.Err, "stopping %s with a savepoint …\n", pos[1])
+		cp, err := api.StopJob(ctx, pos[1])
+		if err != nil {
+			return fmt.Errorf("job stop: %w", err)
+		}
+		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore %s -from %d\n",
+			cp.Job, cp.ID, size(cp.Size), cp.Job, cp.ID)
 	case "cancel":
 		st, err := api.CancelJob(ctx, pos[1])
 		if err != nil {

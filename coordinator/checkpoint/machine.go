@@ -102,6 +102,8 @@ type TriggerAction struct {
 	ID        int64
 	Timestamp time.Time
 	Savepoint bool
+	// Stop marks the savepoint of a job being stopped (TriggerStop).
+	Stop bool
 }
 
 // PersistAction: every task acked; write Metadata, then call Persisted.
@@ -375,6 +377,19 @@ func (m *Machine) TriggerSavepoint(now time.Time) (int64, []Action, error) {
 	}
 	a := m.trigger(now, true).(TriggerAction)
 	return a.ID, []Action{a}, nil
+}
+
+// TriggerStop is TriggerSavepoint for a job being stopped: its trigger
+// says so (TriggerAction.Stop), and source tasks take no input after its
+// barrier.
+func (m *Machine) TriggerStop(now time.Time) (int64, []Action, error) {
+	id, acts, err := m.TriggerSavepoint(now)
+	if err != nil {
+		return 0, nil, err
+	}
+	a := acts[0].(TriggerAction)
+	a.Stop = true
+	return id, []Action{a}, nil
 }
 
 // NextWake returns when Tick next has something to do; zero when nothing

@@ -121,8 +121,18 @@ func (r *Runner) History() []control.CheckpointInfo {
 
 // Savepoint takes a savepoint and waits until it completes or fails.
 func (r *Runner) Savepoint(ctx context.Context) (control.CheckpointInfo, error) {
+	return r.savepoint(ctx, r.m.TriggerSavepoint)
+}
+
+// StopSavepoint takes the savepoint of a job being stopped
+// (Machine.TriggerStop) and waits until it completes or fails.
+func (r *Runner) StopSavepoint(ctx context.Context) (control.CheckpointInfo, error) {
+	return r.savepoint(ctx, r.m.TriggerStop)
+}
+
+func (r *Runner) savepoint(ctx context.Context, trigger func(time.Time) (int64, []Action, error)) (control.CheckpointInfo, error) {
 	r.mu.Lock()
-	id, acts, err := r.m.TriggerSavepoint(r.now())
+	id, acts, err := trigger(r.now())
 	if err != nil {
 		r.mu.Unlock()
 		return control.CheckpointInfo{}, err

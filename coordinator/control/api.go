@@ -174,6 +174,7 @@ type API interface {
 	Job(ctx context.Context, name string) (JobStatus, error)
 	CancelJob(ctx context.Context, name string) (JobStatus, error)
 	Savepoint(ctx context.Context, job string) (CheckpointInfo, error)
+	StopJob(ctx context.Context, job string) (CheckpointInfo, error)
 	Restore(ctx context.Context, r RestoreRequest) (JobStatus, error)
 	Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error)
 }
@@ -185,6 +186,7 @@ const (
 	APIJob         = "job"
 	APICancel      = "cancel"
 	APISavepoint   = "savepoint"
+	APIStop        = "stop"
 	APIRestore     = "restore"
 	APICheckpoints = "checkpoints"
 )
@@ -280,6 +282,13 @@ func (c *APIClient) Savepoint(ctx context.Context, job string) (CheckpointInfo, 
 	return call[CheckpointInfo](ctx, c, APISavepoint, nameRequest{job})
 }
 
+// StopJob stops a running job with a savepoint and waits until it is
+// stopped: nothing after the savepoint was processed, so restoring it
+// repeats no output.
+func (c *APIClient) StopJob(ctx context.Context, job string) (CheckpointInfo, error) {
+	return call[CheckpointInfo](ctx, c, APIStop, nameRequest{job})
+}
+
 // Restore restarts a job from a checkpoint.
 func (c *APIClient) Restore(ctx context.Context, r RestoreRequest) (JobStatus, error) {
 	return call[JobStatus](ctx, c, APIRestore, r)
@@ -372,6 +381,13 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 				return nil, err
 			}
 			return impl.Savepoint(ctx, n)
+		},
+		APIStop: func(ctx context.Context, data []byte) (any, error) {
+			n, err := name(data)
+			if err != nil {
+				return nil, err
+			}
+			return impl.StopJob(ctx, n)
 		},
 		APIRestore: func(ctx context.Context, data []byte) (any, error) {
 			var r RestoreRequest

@@ -73,6 +73,7 @@ func (w *recWorker) Cancel(context.Context, Cancel) error     { return w.rec("ca
 func (w *recWorker) Trigger(context.Context, Trigger) error   { return w.rec("trigger") }
 func (w *recWorker) Complete(context.Context, Complete) error { return w.rec("complete") }
 func (w *recWorker) Abort(context.Context, Abort) error       { return w.rec("abort") }
+func (w *recWorker) Stop(context.Context, Stop) error         { return w.rec("stop") }
 
 func TestRoundTripAndLostWorker(t *testing.T) {
 	nc := embeddedtest.Conn(t)
@@ -307,6 +308,9 @@ func (fakeAPI) CancelJob(_ context.Context, n string) (JobStatus, error) {
 func (fakeAPI) Savepoint(_ context.Context, n string) (CheckpointInfo, error) {
 	return CheckpointInfo{Job: n, ID: 7, Savepoint: true}, nil
 }
+func (fakeAPI) StopJob(_ context.Context, n string) (CheckpointInfo, error) {
+	return CheckpointInfo{Job: n, ID: 8, Savepoint: true}, nil
+}
 func (fakeAPI) Restore(_ context.Context, r RestoreRequest) (JobStatus, error) {
 	return JobStatus{Name: r.Job, RestoredFrom: 7}, nil
 }
@@ -340,6 +344,9 @@ func TestAPIRoundTrip(t *testing.T) {
 	}
 	if sp, err := c.Savepoint(ctx, "a"); err != nil || sp.ID != 7 {
 		t.Errorf("savepoint = %v %v", sp, err)
+	}
+	if sp, err := c.StopJob(ctx, "a"); err != nil || sp.ID != 8 {
+		t.Errorf("stop = %v %v", sp, err)
 	}
 	if st, err := c.Restore(ctx, RestoreRequest{Job: "a", From: "7"}); err != nil || st.RestoredFrom != 7 {
 		t.Errorf("restore = %v %v", st, err)

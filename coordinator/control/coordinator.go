@@ -271,3 +271,9 @@ func (c *Coordinator) Complete(ctx context.Context, worker string, m Complete) e
 func (c *Coordinator) Abort(ctx context.Context, worker string, a Abort) error {
 	return request(ctx, c.nc, c.subj.Worker(worker, OpAbort), a, nil)
 }
+
+// Stop asks worker to bring a job attempt's tasks to rest after its stop
+// savepoint and waits until they are.
+func (c *Coordinator) Stop(ctx context.Context, worker string, s Stop) error {
+	return request(ctx, c.nc, c.subj.Worker(worker, OpStop), s, nil)
+}

@@ -16,6 +16,7 @@
 //	PREFIX.worker.ID.trigger      coordinator → worker, request: Trigger → Reply
 //	PREFIX.worker.ID.complete     coordinator → worker, request: Complete → Reply
 //	PREFIX.worker.ID.abort        coordinator → worker, request: Abort → Reply
+//	PREFIX.worker.ID.stop         coordinator → worker, request: Stop → Reply
 //	PREFIX.api.OP                 client → coordinator, request (see API)
 //
 // # Flow
@@ -45,6 +46,11 @@
 //     writes the checkpoint's metadata and sends Complete to every worker of
 //     the job (exactly-once sinks commit n). An aborted checkpoint (timeout,
 //     decline, subsumed, task failure) is announced with Abort.
+//  3a. Stopping a job (API StopJob) is a savepoint whose Trigger says Stop:
+//     the sources take no input after its barrier. Once it completed, Stop
+//     to every worker brings the attempt's tasks to rest (sinks finish
+//     committing), then Cancel ends them. An Abort of it lets the sources
+//     go on.
 //  4. A task that fails sends EventFailed (reason); a task that reached the
 //     end of its input sends EventFinished. On a failure the coordinator
 //     sends Cancel (job, attempt) to every worker of the job, waits per the
@@ -110,6 +116,7 @@ const (
 	OpTrigger  = "trigger"
 	OpComplete = "complete"
 	OpAbort    = "abort"
+	OpStop     = "stop"
 )
 
 // WorkerInfo describes a worker when it registers.
@@ -221,6 +228,10 @@ type Trigger struct {
 	Timestamp int64 `json:"timestamp"`
 	// Savepoint marks a savepoint: always aligned.
 	Savepoint bool `json:"savepoint,omitempty"`
+	// Stop marks the savepoint of a job being stopped: a source task
+	// takes no input after its barrier, until the savepoint completes (a
+	// Stop follows) or is aborted (it goes on).
+	Stop bool `json:"stop,omitempty"`
 	// Tasks are the source tasks on this worker to trigger.
 	Tasks []string `json:"tasks"`
 }
@@ -238,6 +249,16 @@ type Abort struct {
 	Attempt      int    `json:"attempt"`
 	CheckpointID int64  `json:"checkpoint_id"`
 	Reason       string `json:"reason"`
+}
+
+// Stop asks a worker to bring the tasks of a job attempt to rest after the
+// stop savepoint CheckpointID completed: each task handles the completion
+// (sinks commit the savepoint's output) and then takes no more input. The
+// reply comes once they have; a Cancel ends them.
+type Stop struct {
+	Job          string `json:"job"`
+	Attempt      int    `json:"attempt"`
+	CheckpointID int64  `json:"checkpoint_id"`
 }
 
 // EventType says what happened to a task.

@@ -21,6 +21,7 @@ type WorkerHandler interface {
 	Trigger(ctx context.Context, t Trigger) error
 	Complete(ctx context.Context, c Complete) error
 	Abort(ctx context.Context, a Abort) error
+	Stop(ctx context.Context, s Stop) error
 }
 
 // WorkerOptions configure a Worker.
@@ -162,6 +163,12 @@ func (w *Worker) dispatch(ctx context.Context, m *nats.Msg) error {
 			return err
 		}
 		return w.h.Abort(ctx, a)
+	case OpStop:
+		var s Stop
+		if err := dec(&s); err != nil {
+			return err
+		}
+		return w.h.Stop(ctx, s)
 	}
 	return fmt.Errorf("worker %s: unknown operation %q: %w", w.info.ID, op, ErrInvalid)
 }

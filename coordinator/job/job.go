@@ -471,9 +471,13 @@ func (j *job) wait() (done bool, f failure) {
 		for i, e := range q {
 			switch e.kind {
 			case evCancel:
-				j.runner.Stop("job canceled")
-				j.stopTasks("job canceled")
-				j.setState(control.JobCanceled, "")
+				reason := e.reason
+				if reason == "" {
+					reason = "job canceled"
+				}
+				j.runner.Stop(reason)
+				j.stopTasks(reason)
+				j.setState(control.JobCanceled, e.reason)
 				return true, failure{}
 			case evFailure:
 				if e.attempt == attempt {
@@ -504,6 +508,18 @@ func (j *job) wait() (done bool, f failure) {
 }
 
 // stopTasks tells every worker of the attempt to cancel it (best effort).
+// rest has every worker bring the attempt's tasks to rest after stop
+// savepoint id completed (control.Stop): sinks commit its output first.
+func (j *job) rest(ctx context.Context, attempt int, id int64) {
+	for _, w := range j.workers() {
+		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+		if err := j.m.ctl.Stop(c, w, control.Stop{Job: j.spec.Name, Attempt: attempt, CheckpointID: id}); err != nil {
+			j.m.log.Warn("bringing tasks to rest failed", "job", j.spec.Name, "worker", w, "savepoint", id, "err", err)
+		}
+		cancel()
+	}
+}
+
 func (j *job) stopTasks(reason string) {
 	attempt := j.attempt()
 	ctx := context.WithoutCancel(j.ctx)
@@ -535,7 +551,7 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 	for _, w := range ws {
 		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
 		err := j.m.ctl.Trigger(c, w, control.Trigger{Job: j.spec.Name, Attempt: attempt, CheckpointID: t.ID,
-			Timestamp: t.Timestamp.UnixMilli(), Savepoint: t.Savepoint, Tasks: byWorker[w]})
+			Timestamp: t.Timestamp.UnixMilli(), Savepoint: t.Savepoint, Stop: t.Stop, Tasks: byWorker[w]})
 		cancel()
 		if err != nil {
 			if errors.Is(err, control.ErrUnavailable) {

@@ -179,6 +179,7 @@ func (w *fakeWorker) Complete(_ context.Context, c control.Complete) error {
 }
 
 func (w *fakeWorker) Abort(context.Context, control.Abort) error { return nil }
+func (w *fakeWorker) Stop(context.Context, control.Stop) error   { return nil }
 
 func (w *fakeWorker) currentAttempt(job string) (int, bool) {
 	w.mu.Lock()

@@ -445,6 +445,47 @@ func (m *Manager) Savepoint(ctx context.Context, name string) (control.Checkpoin
 	return j.runner.Savepoint(ctx)
 }
 
+// StopJob implements control.API: it takes a stop savepoint — source
+// tasks take no input after its barrier — and once it completed has every
+// task handle the completion (sinks commit the savepoint's output) before
+// it cancels the job, with the reason "stopped with savepoint N". Nothing
+// after the savepoint was processed, so restoring the job from it repeats
+// no output (a savepoint followed by a cancel would: checkpoints completed
+// in between have committed output the restored job produces again). If
+// the savepoint fails, the sources go on and the job keeps running.
+func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointInfo, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return control.CheckpointInfo{}, err
+	}
+	st := j.status()
+	if st.State != control.JobRunning {
+		return control.CheckpointInfo{}, fmt.Errorf("stop %s: job is %s: %w", name, st.State, control.ErrConflict)
+	}
+	sctx := ctx
+	if t := j.spec.Checkpointing.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, t+time.Second)
+		defer cancel()
+	}
+	cp, err := j.runner.StopSavepoint(sctx)
+	if err != nil {
+		return cp, fmt.Errorf("stop %s: %w (the job keeps running)", name, err)
+	}
+	if now := j.status(); now.Attempt != st.Attempt || now.State != control.JobRunning {
+		return cp, fmt.Errorf("stop %s: the job failed over while its savepoint %d completed and keeps running (is %s): %w",
+			name, cp.ID, now.State, control.ErrConflict)
+	}
+	j.rest(context.WithoutCancel(ctx), st.Attempt, cp.ID)
+	j.push(jobEvent{kind: evCancel, reason: fmt.Sprintf("stopped with savepoint %d", cp.ID)})
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return cp, fmt.Errorf("stop %s: savepoint %d taken, waiting for the job to end: %w", name, cp.ID, ctx.Err())
+	}
+	return cp, nil
+}
+
 // Checkpoints lists a job's recent checkpoints, newest first.
 func (m *Manager) Checkpoints(_ context.Context, name string) ([]control.CheckpointInfo, error) {
 	j, err := m.job(name)

@@ -53,18 +53,18 @@ func waitJob(t *testing.T, ctx context.Context, n *Node, job, what string, cond 
 
 func running(st control.JobStatus) bool { return st.State == control.JobRunning }
 
-// stopWithSavepoint takes a savepoint of job, cancels the job, and returns
-// the savepoint's ID to restore from.
+// stopWithSavepoint stops job with a savepoint (StopJob) and returns the
+// savepoint's ID to restore from.
 func stopWithSavepoint(t *testing.T, ctx context.Context, n *Node, job string) string {
 	t.Helper()
-	sp, err := n.API.Savepoint(ctx, job)
+	sp, err := n.API.StopJob(ctx, job)
 	if err != nil || sp.Status != control.CheckpointCompleted {
-		t.Fatalf("savepoint: %+v, %v", sp, err)
+		t.Fatalf("stop: %+v, %v", sp, err)
 	}
-	if _, err := n.API.CancelJob(ctx, job); err != nil {
-		t.Fatal(err)
+	st, err := n.API.Job(ctx, job)
+	if err != nil || st.State != control.JobCanceled || st.Reason != fmt.Sprintf("stopped with savepoint %d", sp.ID) {
+		t.Fatalf("stopped job: %+v, %v", st, err)
 	}
-	waitJob(t, ctx, n, job, "job canceled", func(st control.JobStatus) bool { return st.State.Terminal() })
 	return fmt.Sprint(sp.ID)
 }
 
@@ -91,6 +91,13 @@ func newKeyedInput(t *testing.T, ctx context.Context, js jetstream.JetStream, ke
 // every record sent so far.
 func (in *keyedInput) publish(count int) {
 	in.t.Helper()
+	in.send(count)
+	in.await()
+}
+
+// send sends count records.
+func (in *keyedInput) send(count int) {
+	in.t.Helper()
 	for i := 0; i < count; i++ {
 		k := fmt.Sprintf("k%02d", (in.total+i)%in.keys)
 		in.sent[in.outKey(k)]++
@@ -102,6 +109,11 @@ func (in *keyedInput) publish(count int) {
 		}
 	}
 	in.total += count
+}
+
+// await waits until OUT holds an output for every record sent so far.
+func (in *keyedInput) await() {
+	in.t.Helper()
 	stream, err := in.js.Stream(in.ctx, "OUT")
 	if err != nil {
 		in.t.Fatal(err)

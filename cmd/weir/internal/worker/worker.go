@@ -302,7 +302,11 @@ func (w *Worker) Trigger(ctx context.Context, t control.Trigger) error {
 		if task == nil {
 			return fmt.Errorf("worker %s: no task %s of job %s here", w.cfg.ID, id, t.Job)
 		}
-		task.TriggerCheckpoint(b)
+		if t.Stop {
+			task.TriggerStop(b)
+		} else {
+			task.TriggerCheckpoint(b)
+		}
 	}
 	return nil
 }
@@ -319,9 +323,34 @@ func (w *Worker) Complete(ctx context.Context, c control.Complete) error {
 	return nil
 }
 
-// Abort is informational: staged sink output of an aborted checkpoint is
-// committed with the next completed one.
-func (w *Worker) Abort(ctx context.Context, a control.Abort) error { return nil }
+// Abort tells the attempt's tasks that a checkpoint was aborted: sources
+// stopped for a stop savepoint go on. (Staged sink output of an aborted
+// checkpoint is committed with the next completed one.)
+func (w *Worker) Abort(ctx context.Context, a control.Abort) error {
+	if at := w.current(a.Job, a.Attempt); at != nil {
+		for _, t := range at.tasks {
+			t.AbortCheckpoint(a.CheckpointID)
+		}
+	}
+	return nil
+}
+
+// Stop brings the attempt's tasks to rest after its stop savepoint
+// completed: it returns once each has handled the completion (sinks
+// committed the savepoint's output).
+func (w *Worker) Stop(ctx context.Context, s control.Stop) error {
+	at := w.current(s.Job, s.Attempt)
+	if at == nil {
+		return fmt.Errorf("worker %s: job %s attempt %d is not running here", w.cfg.ID, s.Job, s.Attempt)
+	}
+	var errs []error
+	for _, id := range at.taskIDs {
+		if err := at.tasks[id].Rest(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // listener relays task outcomes to the coordinator.
 type listener struct {
