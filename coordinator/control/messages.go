@@ -46,12 +46,12 @@
 //     writes the checkpoint's metadata and sends Complete to every worker of
 //     the job (exactly-once sinks commit n). An aborted checkpoint (timeout,
 //     decline, subsumed, task failure) is announced with Abort.
-//  3a. Stopping a job (API StopJob) is a savepoint whose Trigger says Stop:
+//  4. Stopping a job (API StopJob) is a savepoint whose Trigger says Stop:
 //     the sources take no input after its barrier. Once it completed, Stop
 //     to every worker brings the attempt's tasks to rest (sinks finish
 //     committing), then Cancel ends them. An Abort of it lets the sources
 //     go on.
-//  4. A task that fails sends EventFailed (reason); a task that reached the
+//  5. A task that fails sends EventFailed (reason); a task that reached the
 //     end of its input sends EventFinished. On a failure the coordinator
 //     sends Cancel (job, attempt) to every worker of the job, waits per the
 //     restart strategy and deploys attempt+1 with the latest completed
