@@ -471,6 +471,11 @@ func (j *job) wait() (done bool, f failure) {
 		for i, e := range q {
 			switch e.kind {
 			case evCancel:
+				if e.attempt != 0 && e.attempt != attempt {
+					// A stop whose attempt failed over meanwhile: this
+					// attempt ran past the savepoint.
+					e.reason = fmt.Sprintf("canceled: the job failed over while it stopped (%s); restore it from its latest checkpoint", e.reason)
+				}
 				reason := e.reason
 				if reason == "" {
 					reason = "job canceled"

@@ -477,7 +477,7 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 			name, cp.ID, now.State, control.ErrConflict)
 	}
 	j.rest(context.WithoutCancel(ctx), st.Attempt, cp.ID)
-	j.push(jobEvent{kind: evCancel, reason: fmt.Sprintf("stopped with savepoint %d", cp.ID)})
+	j.push(jobEvent{kind: evCancel, attempt: st.Attempt, reason: fmt.Sprintf("stopped with savepoint %d", cp.ID)})
 	select {
 	case <-j.done:
 	case <-ctx.Done():
