@@ -324,7 +324,7 @@ func (j *job) sleep(d time.Duration) bool {
 		select {
 		case <-t.C:
 			if j.takeCancel() {
-				j.setState(control.JobCanceled, "")
+				j.setState(control.JobCanceled, "job canceled")
 				return false
 			}
 			return true
@@ -332,7 +332,7 @@ func (j *job) sleep(d time.Duration) bool {
 			return false
 		case <-j.wake:
 			if j.takeCancel() {
-				j.setState(control.JobCanceled, "")
+				j.setState(control.JobCanceled, "job canceled")
 				return false
 			}
 		}
@@ -482,7 +482,7 @@ func (j *job) wait() (done bool, f failure) {
 				}
 				j.runner.Stop(reason)
 				j.stopTasks(reason)
-				j.setState(control.JobCanceled, e.reason)
+				j.setState(control.JobCanceled, reason)
 				return true, failure{}
 			case evFailure:
 				if e.attempt == attempt {
