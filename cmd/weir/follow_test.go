@@ -41,7 +41,9 @@ func tapSpec(t *testing.T, name, module, extra string) string {
 }
 
 // weir run -nats follows a job that fails to its end: it exits 1 with
-// the reason, and does not claim that the job keeps running.
+// the reason, and does not claim that the job keeps running. (A module
+// that does not load is pushed to the registry unchecked: a local file is
+// validated when weir run pushes it, before the job is submitted.)
 func TestRunRemoteJobThatFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -51,7 +53,19 @@ func TestRunRemoteJobThatFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), tapSpec(t, "doomed", notWasm, "")},
+	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), tapSpec(t, "refused", notWasm, "")},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 || !strings.HasPrefix(errb.String(), "weir: operator op: push "+notWasm+": module op refused: ") ||
+		strings.Contains(out.String(), "submitted") {
+		t.Fatalf("a local file that is no module: exit %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+
+	if _, err := n.Registry.Push(ctx, "notwasm", []byte("hello\n"), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	code = run(ctx, []string{"run", "-nats", n.Server.ClientURL(), tapSpec(t, "doomed", "notwasm@1", "")},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	if code != 1 || !strings.Contains(errb.String(), "weir: job doomed failed: ") ||
 		!strings.Contains(errb.String(), "not a WebAssembly module") {

@@ -32,12 +32,25 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
   weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
                                             restart a stopped job from checkpoint ID`
 
-// connectAPI connects to NATS and returns a job API client.
-func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
-	o := nf.options("weir cli")
+// connectNATS connects to NATS with the shared connection flags, as the
+// client name; a command does not wait for a server that is down.
+func connectNATS(nf *natsFlags, name string) (*nats.Conn, error) {
+	o := nf.options(name)
+	if o == nil {
+		return nil, usagef("-nats: no NATS server URL")
+	}
 	nc, err := natsconn.Connect(*o, nats.MaxReconnects(0))
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", nf.url, err)
+		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", nf.url, err)
+	}
+	return nc, nil
+}
+
+// connectAPI connects to NATS and returns a job API client.
+func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
+	nc, err := connectNATS(nf, "weir cli")
+	if err != nil {
+		return nil, nil, err
 	}
 	c := control.NewAPIClient(nc, "")
 	c.Timeout = waitTimeout
@@ -147,8 +160,17 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			if err != nil {
 				return err
 			}
-			// As with weir run, a module may be a Go package directory.
-			if err := buildGoModules(ctx, std, spec); err != nil {
+			// As with weir run, a module may be a Go package directory, and
+			// local modules go to the registry, where every worker finds them.
+			built, err := buildGoModules(ctx, std, spec)
+			if err != nil {
+				return err
+			}
+			reg, err := openRegistry(ctx, nc, "")
+			if err != nil {
+				return err
+			}
+			if err := pushLocalModules(ctx, std.Out, reg, spec, built); err != nil {
 				return err
 			}
 			req.Spec = spec

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -114,9 +115,10 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 }
 
 // weir job restore -spec takes a spec whose modules are Go package
-// directories, as weir run does: it builds them. The coordinator's workers
-// cannot load a directory, so sending it as is left the restored job
-// failing over until its restart attempts ran out.
+// directories, as weir run does: it builds them and pushes the wasm to the
+// module registry. The coordinator's workers cannot load a directory, so
+// sending it as is left the restored job failing over until its restart
+// attempts ran out.
 func TestJobRestoreSpecBuildsGoPackages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a Go guest and restores a job: skipped in -short")
@@ -179,6 +181,10 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 3}
 	if code := run(ctx, []string{"job", "restore", "-nats", n.Server.ClientURL(), "up", "-from", fmt.Sprint(sp.ID), "-spec", specFile},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
 		t.Fatalf("weir job restore exited %d: %s", code, errb.String())
+	}
+	// The built module went to the registry, for workers on any machine.
+	if !regexp.MustCompile(`(?m)^module \S+/uppercase → sha256:[0-9a-f]{64} \(pushed as uppercase@1\)$`).MatchString(out.String()) {
+		t.Errorf("no line of the pushed module:\n%s", out.String())
 	}
 	var st control.JobStatus
 	for st, _ = n.API.Job(ctx, "up"); st.State != control.JobRunning && !st.State.Terminal(); st, _ = n.API.Job(ctx, "up") {

@@ -72,7 +72,7 @@ func newFlags(std Stdio, name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("weir "+name, flag.ContinueOnError)
 	fs.SetOutput(std.Err)
 	fs.Usage = func() {
-		fmt.Fprintf(std.Err, "usage: weir %s %s\n", name, usage)
+		fmt.Fprintf(std.Err, "usage: weir %s %s\n\n", name, usage)
 		fs.PrintDefaults()
 	}
 	return fs

@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/host/wasm"
 )
@@ -35,7 +40,8 @@ const defaultNATS = "nats://127.0.0.1:4222"
 
 func runModule(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "module", moduleUsage)
-	url := fs.String("nats", defaultNATS, "NATS server URL")
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
 	version := fs.Int("version", 0, "version to push (0: the latest + 1)")
 	bucket := fs.String("bucket", registry.DefaultBucket, "object store bucket of the registry")
 	var pos []string
@@ -72,16 +78,12 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(*url, nats.Timeout(5*time.Second), nats.Name("weir module"))
+	nc, err := connectNATS(&nf, "weir module")
 	if err != nil {
-		return fmt.Errorf("cannot reach NATS at %s: %w", *url, err)
+		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	reg, err := registry.Open(ctx, js, *bucket)
+	reg, err := openRegistry(ctx, nc, *bucket)
 	if err != nil {
 		return err
 	}
@@ -120,6 +122,88 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 		}
 	}
 	return nil
+}
+
+// openRegistry opens the module registry in bucket ("" = the default) on
+// nc's JetStream.
+func openRegistry(ctx context.Context, nc *nats.Conn, bucket string) (*registry.Registry, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return registry.Open(ctx, js, bucket)
+}
+
+// pushLocalModules stores the module of every operator that names a local
+// file — a .wasm, or the wasm built from a Go package (built maps the built
+// file to its package directory) — in reg and points the operator at the
+// module's digest, which pins its bytes: a worker on any machine can then
+// load it. Bytes the registry holds already are not pushed again. It prints
+// one line per module.
+func pushLocalModules(ctx context.Context, w io.Writer, reg *registry.Registry, spec *jobspec.Spec, built map[string]string) error {
+	refs := map[string]string{} // file -> reference, for operators sharing a module
+	for i := range spec.Operators {
+		op := &spec.Operators[i]
+		ref, err := modref.Parse(op.Module)
+		if err != nil || ref.Kind != modref.File {
+			continue
+		}
+		if r, ok := refs[ref.Path]; ok {
+			op.Module = r
+			continue
+		}
+		source := ref.Path
+		if pkg, ok := built[ref.Path]; ok {
+			source = pkg
+		}
+		data, err := os.ReadFile(ref.Path)
+		if err != nil {
+			return fmt.Errorf("operator %s: %w", op.Name, err)
+		}
+		m, pushed, err := reg.PushContent(ctx, registryName(source), data, validateModule)
+		if err != nil {
+			return fmt.Errorf("operator %s: push %s: %w", op.Name, displayPath(source), err)
+		}
+		how := "pushed as"
+		if !pushed {
+			how = "in the registry as"
+		}
+		refs[ref.Path] = "sha256:" + m.Digest
+		op.Module = refs[ref.Path]
+		fmt.Fprintf(w, "module %s → %s (%s %s)\n", displayPath(source), op.Module, how, m.Ref())
+	}
+	return nil
+}
+
+// registryName turns a file or package directory into a registry module
+// name: its base name without ".wasm", with '-' for each character other
+// than ASCII letters, digits, '-' and '_', behind "m-" unless it starts
+// with a letter, and cut to 64 characters.
+func registryName(path string) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '-'
+	}, strings.TrimSuffix(filepath.Base(path), ".wasm"))
+	if name == "" || !(name[0] >= 'a' && name[0] <= 'z' || name[0] >= 'A' && name[0] <= 'Z') {
+		name = "m-" + name
+	}
+	return name[:min(len(name), 64)]
+}
+
+// displayPath is path relative to the working directory when it lies
+// below it, else path itself.
+func displayPath(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return path
+	}
+	return rel
 }
 
 // validateModule runs the host's load-time checks on a module.

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/embedded"
@@ -66,6 +69,58 @@ func TestModuleCommand(t *testing.T) {
 	_, errs, code = weir("ls", "-nats", "nats://127.0.0.1:1")
 	if code != 1 || !strings.HasPrefix(errs, "weir: cannot reach NATS at nats://127.0.0.1:1") {
 		t.Errorf("no server: %d %q", code, errs)
+	}
+}
+
+// weir module takes the NATS flags every command shares: it reaches a
+// server that requires a token with -token, and names the server that
+// refused it without one.
+func TestModuleCommandAuthenticates(t *testing.T) {
+	good := filepath.Join("..", "..", "guests", "wat", "passthrough.wasm")
+	if _, err := os.Stat(good); err != nil {
+		t.Skip("guests/wat/passthrough.wasm not built")
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), Authorization: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	url := ns.ClientURL()
+	weir := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"module"}, args...), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		return out.String(), errb.String(), code
+	}
+	if out, errs, code := weir("push", "-nats", url, "-token", "s3cret", "pass", good); code != 0 || !strings.HasPrefix(out, "pushed pass@1 ") {
+		t.Fatalf("push with -token: %d %q %q", code, out, errs)
+	}
+	if out, errs, code := weir("ls", "-nats", url, "-token", "s3cret"); code != 0 || !strings.Contains(out, "pass ") {
+		t.Errorf("ls with -token: %d %q %q", code, out, errs)
+	}
+	_, errs, code := weir("ls", "-nats", url)
+	if code != 1 || !strings.HasPrefix(errs, "weir: cannot reach NATS at "+url) || !strings.Contains(errs, "Authorization Violation") {
+		t.Errorf("ls without a token: %d %q", code, errs)
+	}
+}
+
+// A local module is pushed under a registry name made from its file or
+// package directory.
+func TestRegistryName(t *testing.T) {
+	for path, want := range map[string]string{
+		"/x/wordcount.wasm":                       "wordcount",
+		"examples/join/joiner":                    "joiner",
+		"/x/my op.v2.wasm":                        "my-op-v2",
+		"/x/2fast.wasm":                           "m-2fast",
+		"/x/" + strings.Repeat("a", 70) + ".wasm": strings.Repeat("a", 64),
+	} {
+		if got := registryName(path); got != want {
+			t.Errorf("registryName(%q) = %q, want %q", path, got, want)
+		}
 	}
 }
 

@@ -39,7 +39,10 @@ Deploys the job and follows it: state changes, completed checkpoints and the
 records its sinks publish. Without -nats it starts the embedded default — NATS
 with JetStream, the coordinator and a worker in this process, streams the job
 names created on the fly — and stops everything at the end. An operator
-module may be a Go package directory: weir builds it (GOOS=wasip1).`
+module may be a Go package directory: weir builds it (GOOS=wasip1). A module
+that is a local file or Go package goes to the module registry (once per
+content) and the job names it by its digest (sha256:…), so that workers on
+other machines can load it.`
 
 // runOptions are weir run's flags.
 type runOptions struct {
@@ -78,7 +81,8 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := buildGoModules(ctx, std, spec); err != nil {
+	built, err := buildGoModules(ctx, std, spec)
+	if err != nil {
 		return err
 	}
 
@@ -104,6 +108,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	defer n.Close()
 	n.API.Timeout = waitTimeout
+	if err := pushLocalModules(ctx, std.Out, n.Registry, spec, built); err != nil {
+		return err
+	}
 	if o.create {
 		if err := createStreams(ctx, std, n.JS, spec); err != nil {
 			return err
@@ -126,8 +133,10 @@ func checkModuleFile(ref modref.Ref) error {
 }
 
 // buildGoModules replaces operator modules that name a Go package directory
-// by the wasm the Go toolchain builds from it.
-func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) error {
+// by the wasm the Go toolchain builds from it, and returns the package
+// directory of each wasm file it built.
+func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) (map[string]string, error) {
+	built := map[string]string{}
 	for i := range spec.Operators {
 		op := &spec.Operators[i]
 		ref, err := modref.Parse(op.Module)
@@ -139,7 +148,7 @@ func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) error {
 			continue
 		}
 		if m, _ := filepath.Glob(filepath.Join(ref.Path, "*.go")); len(m) == 0 {
-			return fmt.Errorf("operator %s: module %s is a directory without Go files", op.Name, ref.Path)
+			return nil, fmt.Errorf("operator %s: module %s is a directory without Go files", op.Name, ref.Path)
 		}
 		fmt.Fprintf(std.Err, "building %s (GOOS=wasip1) …\n", ref.Path)
 		pkg := ref.Path
@@ -148,11 +157,11 @@ func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) error {
 		}
 		out, err := guestbuild.Build(ctx, pkg)
 		if err != nil {
-			return fmt.Errorf("operator %s: build %s: %w", op.Name, ref.Path, err)
+			return nil, fmt.Errorf("operator %s: build %s: %w", op.Name, ref.Path, err)
 		}
-		op.Module = out
+		op.Module, built[out] = out, ref.Path
 	}
-	return nil
+	return built, nil
 }
 
 // createStreams creates the JetStream streams a job names that do not exist

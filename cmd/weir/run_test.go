@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,7 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/registry"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // TestRunWordcountExample runs the README's first command: the wordcount
@@ -60,6 +67,88 @@ func TestRunWordcountExample(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, ".weir")); err == nil {
 		t.Log("note: a .weir directory exists in the repo root (from weir up), untouched")
+	}
+}
+
+// weir run -nats pushes a module given as a file into the registry and
+// submits the job with its digest: a worker on another machine, which
+// cannot read the file, runs the job. Here the file is deleted once weir run
+// returned, before the first worker joins.
+func TestRunPushesLocalModules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Go guest and runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	coord, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true,
+		CheckpointStore: node.StoreJetStream, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	url := coord.Server.ClientURL()
+
+	wasm := guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase")
+	t.Chdir(t.TempDir())
+	if err := os.Mkdir("mod", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("mod/uppercase.wasm", wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := `name: up
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: upper, module: mod/uppercase.wasm, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: upper}}]
+checkpointing: {disabled: true}
+restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
+`
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"run", "-nats", url, "-for", "200ms", "job.yaml"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
+	}
+	want := "module mod/uppercase.wasm → sha256:" + registry.Digest(wasm) + " (pushed as uppercase@1)\n"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+	if err := os.RemoveAll("mod"); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, DataDir: t.TempDir(), Workers: 1,
+		WorkerID: "elsewhere", Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	got := make(chan string, 100)
+	sub, err := coord.Conn.Subscribe("out", func(m *nats.Msg) { got <- string(m.Data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case v := <-got:
+			if v != "HELLO" {
+				t.Fatalf("output %q, want HELLO", v)
+			}
+			return
+		case <-tick.C:
+			// Core NATS: a record sent before the job runs is lost; send until one comes out.
+			if err := coord.Conn.Publish("in", []byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			st, _ := coord.API.Job(context.Background(), "up")
+			t.Fatalf("no output from the worker that cannot see the module file: job %s: %s", st.State, st.Reason)
+		}
 	}
 }
 

@@ -170,6 +170,24 @@ func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version i
 	return m, nil
 }
 
+// PushContent returns a version holding exactly wasm: one already stored
+// with its digest (under any name; pushed is false), or else a new version
+// of name, validated and pushed as Push does. A reference to the digest
+// then pins these bytes wherever it is resolved.
+func (r *Registry) PushContent(ctx context.Context, name string, wasm []byte, validate Validator) (m Module, pushed bool, err error) {
+	ms, err := r.Find(ctx, modref.Ref{Kind: modref.Digest, Digest: Digest(wasm)})
+	if err == nil {
+		return ms[0], false, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return Module{}, false, err
+	}
+	if m, err = r.Push(ctx, name, wasm, 0, validate); err != nil {
+		return Module{}, false, err
+	}
+	return m, true, nil
+}
+
 func versionKey(name string, version int) string { return fmt.Sprintf("%s.%d", name, version) }
 
 func fromInfo(in *jetstream.ObjectInfo) (Module, bool) {

@@ -162,3 +162,29 @@ func TestConcurrentPush(t *testing.T) {
 		t.Errorf("%d versions stored, want %d", len(list), n)
 	}
 }
+
+// TestPushContent: bytes the registry holds are not pushed again, under
+// any name; new bytes become the next version of the name given.
+func TestPushContent(t *testing.T) {
+	r := openRegistry(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wasm := module(t)
+	other := append(append([]byte(nil), minimal...), 0)
+	m, pushed, err := r.PushContent(ctx, "op", wasm, checkMagic)
+	if err != nil || !pushed || m.Ref() != "op@1" || m.Digest != Digest(wasm) {
+		t.Fatalf("first push = %+v %v %v", m, pushed, err)
+	}
+	if m, pushed, err = r.PushContent(ctx, "renamed", wasm, checkMagic); err != nil || pushed || m.Ref() != "op@1" {
+		t.Errorf("same bytes again = %+v %v %v", m, pushed, err)
+	}
+	if m, pushed, err = r.PushContent(ctx, "op", other, checkMagic); err != nil || !pushed || m.Ref() != "op@2" {
+		t.Errorf("other bytes = %+v %v %v", m, pushed, err)
+	}
+	if _, _, err = r.PushContent(ctx, "bad", []byte("hello"), checkMagic); !errors.Is(err, ErrInvalid) {
+		t.Errorf("bad module = %v", err)
+	}
+	if list, _ := r.List(ctx); len(list) != 2 {
+		t.Errorf("stored %+v, want op@1 and op@2", list)
+	}
+}
