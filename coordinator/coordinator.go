@@ -88,7 +88,7 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	c.Catalog = &checkpoint.Catalog{Meta: c.Meta, State: c.State, Log: cfg.Log}
 	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry, Jobs: c.Jobs,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, Log: cfg.Log})
+		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, Log: cfg.Log})
 	return c, nil
 }
 

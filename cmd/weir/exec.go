@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/host/wasm"
 )
 
@@ -145,6 +147,12 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 		return usagef("exec: use -config or -config-file, not both")
 	case o.outputs < 1:
 		return usagef("exec: -outputs must be at least 1")
+	}
+	if err := jobspec.CheckMemory(int64(min(uint64(o.memory), math.MaxInt64))); err != nil {
+		return usagef("exec: -memory: %v", err)
+	}
+	if err := jobspec.CheckTimeout(o.timeout); err != nil {
+		return usagef("exec: -timeout: %v", err)
 	}
 	err := execModule(ctx, std, &o)
 	if te := (*wasm.TrapError)(nil); o.stack && errors.As(err, &te) && te.Stack != "" {

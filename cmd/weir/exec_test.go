@@ -109,6 +109,9 @@ func TestExecErrors(t *testing.T) {
 		{[]string{"exec"}, 2, "weir: exec: missing MODULE.wasm"},
 		{[]string{"nope"}, 2, `weir: unknown command "nope"`},
 		{[]string{"exec", mis, "-snapshot-after", "3"}, 2, "weir: exec: -snapshot-after and -snapshot go together"},
+		{[]string{"exec", mis, "-memory", "8GiB"}, 2, "weir: exec: -memory: 8GiB is more than a wasm32 module can address (4GiB)"},
+		{[]string{"exec", mis, "-memory", "1000B"}, 2, "weir: exec: -memory: 1000 bytes is less than one wasm page (64KiB)"},
+		{[]string{"exec", mis, "-timeout", "1ms"}, 2, "weir: exec: -timeout: 1ms is below the 10ms"},
 	} {
 		code, _, errs := weir(t, "a\nb\nc\n", c.args...)
 		if code != c.code || !strings.HasPrefix(errs, c.want) || strings.Count(errs, "\n") != 1 {

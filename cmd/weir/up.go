@@ -122,7 +122,9 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 const workerUsage = `-nats URL [-id ID] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
 
 Runs a worker that joins the coordinator reachable through NATS at URL and
-runs the tasks it is given. -atomic-batch is the most messages its
+runs the tasks it is given. While the server cannot be reached (a worker
+started before it) it keeps trying, with a backoff up to 10s, logging each
+failed attempt, until it connects or is interrupted. -atomic-batch is the most messages its
 exactly-once sinks put in one atomic batch: at most the server's
 max_batch_size (1000 by default in nats-server, 20000 in 'weir up').`
 
@@ -146,7 +148,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		defer os.RemoveAll(dir)
 		*data = dir
 	}
-	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), DataDir: *data, Workers: 1, WorkerID: *id,
+	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), WaitForNATS: true, DataDir: *data, Workers: 1, WorkerID: *id,
 		CheckpointStore: *store, AtomicBatch: *atomicBatch, Log: logger(std, *verbose)})
 	if err != nil {
 		return err

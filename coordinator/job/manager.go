@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
@@ -58,6 +59,12 @@ type Options struct {
 	Catalog *checkpoint.Catalog
 	// Registry, if set, resolves module references to digests at submit.
 	Registry *registry.Registry
+	// JetStream, if set, is asked at submit whether the streams the spec's
+	// JetStream sources and sinks name exist: a spec naming one that does
+	// not is refused (control.ErrInvalid) instead of failing over until its
+	// restart attempts run out. A stream that goes missing after the job
+	// was submitted fails the job over per its restart strategy.
+	JetStream jetstream.JetStream
 	// HeartbeatTimeout declares a silent worker lost (default
 	// control.DefaultHeartbeatTimeout).
 	HeartbeatTimeout time.Duration
@@ -314,7 +321,53 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, 
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := m.checkStreams(ctx, spec); err != nil {
+		return nil, nil, err
+	}
 	return p, mods, nil
+}
+
+// checkStreams refuses a spec whose JetStream sources or sinks name a
+// stream that does not exist (Options.JetStream). A missing stream at
+// submit is a mistake in the spec or a step left out (a typo, a stream not
+// created yet): refusing the submit says so at once, where deploying would
+// fail every attempt the same way. Any other answer (JetStream slow or
+// unavailable) lets the spec through: the deploy meets it, and restarts.
+func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
+	js := m.opts.JetStream
+	if js == nil {
+		return nil
+	}
+	exists := map[string]bool{}
+	var missing []string
+	check := func(what, name, stream string) {
+		ok, seen := exists[stream]
+		if !seen {
+			c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+			_, err := js.Stream(c, stream)
+			cancel()
+			ok = !errors.Is(err, jetstream.ErrStreamNotFound)
+			exists[stream] = ok
+		}
+		if !ok {
+			missing = append(missing, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
+		}
+	}
+	for _, s := range spec.Sources {
+		if s.Kind == jobspec.KindJetStream && s.Stream != "" {
+			check("source", s.Name, s.Stream)
+		}
+	}
+	for _, s := range spec.Sinks {
+		if s.Kind == jobspec.KindJetStream && s.Stream != "" {
+			check("sink", s.Name, s.Stream)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("submit %s: %w: %s (create the stream before submitting the job)",
+			spec.Name, control.ErrInvalid, strings.Join(missing, "; "))
+	}
+	return nil
 }
 
 // start runs spec, restoring checkpoint from if it is not nil (see

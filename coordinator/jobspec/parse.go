@@ -245,20 +245,21 @@ func (p *parser) duration(n *yaml.Node, path string, dst *time.Duration) {
 
 var sizeRE = regexp.MustCompile(`^([0-9]+)\s*([KMGT]i?B?|B)?$`)
 
-func (p *parser) size(n *yaml.Node, path string, dst *int64) {
+// size decodes a size into dst and reports whether it could.
+func (p *parser) size(n *yaml.Node, path string, dst *int64) bool {
 	if n.Kind != yaml.ScalarNode {
 		p.errf(n, path, "want a size like 64MiB, got %s", kindName(n))
-		return
+		return false
 	}
 	m := sizeRE.FindStringSubmatch(strings.TrimSpace(n.Value))
 	if m == nil {
 		p.errf(n, path, "bad size %q (want e.g. 65536, 512KiB, 64MiB, 1GiB)", n.Value)
-		return
+		return false
 	}
 	v, err := strconv.ParseInt(m[1], 10, 64)
 	if err != nil {
 		p.errf(n, path, "bad size %q", n.Value)
-		return
+		return false
 	}
 	unit := strings.TrimSuffix(m[2], "B")
 	mult := int64(1)
@@ -274,9 +275,20 @@ func (p *parser) size(n *yaml.Node, path string, dst *int64) {
 	}
 	if v > math.MaxInt64/mult {
 		p.errf(n, path, "size %q too large", n.Value)
-		return
+		return false
 	}
 	*dst = v * mult
+	return true
+}
+
+// check reports err, a value's refusal by a Check function, at path, or
+// calls set when it is nil.
+func (p *parser) check(n *yaml.Node, path string, err error, set func()) {
+	if err != nil {
+		p.errf(n, path, "%v", err)
+		return
+	}
+	set()
 }
 
 func (p *parser) oneOf(n *yaml.Node, path string, dst *string, allowed ...string) {
@@ -440,8 +452,18 @@ func (p *parser) parse(data []byte) *Spec {
 					"config":      func(v *yaml.Node, path string) { p.config(v, path, &op.Config) },
 					"limits": func(v *yaml.Node, path string) {
 						p.fields(v, path, map[string]func(*yaml.Node, string){
-							"memory":  func(v *yaml.Node, path string) { p.size(v, path, &op.Limits.Memory) },
-							"timeout": func(v *yaml.Node, path string) { p.duration(v, path, &op.Limits.Timeout) },
+							"memory": func(v *yaml.Node, path string) {
+								var n int64
+								if p.size(v, path, &n) {
+									p.check(v, path, CheckMemory(n), func() { op.Limits.Memory = n })
+								}
+							},
+							"timeout": func(v *yaml.Node, path string) {
+								var d time.Duration = -1
+								if p.duration(v, path, &d); d >= 0 {
+									p.check(v, path, CheckTimeout(d), func() { op.Limits.Timeout = d })
+								}
+							},
 						})
 					},
 					"inputs": func(v *yaml.Node, path string) {

@@ -11,6 +11,7 @@
 package jobspec
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -137,11 +138,80 @@ type Operator struct {
 // Limits bound one operator instance.
 type Limits struct {
 	// Memory is the maximum linear memory in bytes; 0 means the host's
-	// default.
+	// default. Otherwise it is a whole number of wasm pages between
+	// MinMemory and MaxMemory (see CheckMemory).
 	Memory int64 `json:"memory,omitempty"`
 	// Timeout bounds a single call into the module; 0 means the host's
-	// default.
+	// default. Otherwise it is at least MinTimeout (see CheckTimeout).
 	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// The operator limits the host (host/wasm) can honour as written.
+const (
+	// WasmPage is the unit of wasm linear memory (host/wasm.PageSize):
+	// a memory limit is a whole number of 64 KiB pages.
+	WasmPage = 64 << 10
+	// MinMemory is the smallest memory limit: one wasm page.
+	MinMemory = WasmPage
+	// MaxMemory is the largest memory limit: all a wasm32 module can
+	// address (65536 pages, host/wasm.MaxMemoryBytes). The host would cap
+	// a larger one silently.
+	MaxMemory = 4 << 30
+	// MinTimeout is the shortest call timeout. The host checks call
+	// deadlines every 10ms (host/wasm.DefaultWatchdogInterval) and
+	// interrupts a call at the first check past its timeout, so a call
+	// runs for the timeout rounded up to 10ms, plus up to 10ms more: below
+	// 10ms, every timeout would act as 10ms.
+	MinTimeout = 10 * time.Millisecond
+)
+
+// CheckMemory reports why a memory limit of n bytes cannot be honoured as
+// written, or nil: 0 (the host's default) and whole numbers of wasm pages
+// from MinMemory to MaxMemory pass.
+func CheckMemory(n int64) error {
+	switch {
+	case n == 0:
+		return nil
+	case n < 0:
+		return fmt.Errorf("must not be negative, got %d", n)
+	case n > MaxMemory:
+		return fmt.Errorf("%s is more than a wasm32 module can address (%s)", FormatSize(n), FormatSize(MaxMemory))
+	case n < MinMemory:
+		return fmt.Errorf("%s is less than one wasm page (%s); leave it out for the host's default", FormatSize(n), FormatSize(MinMemory))
+	case n%WasmPage != 0:
+		down := n / WasmPage * WasmPage
+		return fmt.Errorf("%s is not a whole number of %s wasm pages (the host would use %s; say %s or %s)",
+			FormatSize(n), FormatSize(WasmPage), FormatSize(down), FormatSize(down), FormatSize(down+WasmPage))
+	}
+	return nil
+}
+
+// CheckTimeout reports why a call timeout of d cannot be honoured as
+// written, or nil: 0 (the host's default) and MinTimeout or more pass.
+func CheckTimeout(d time.Duration) error {
+	switch {
+	case d == 0:
+		return nil
+	case d < 0:
+		return fmt.Errorf("must not be negative, got %s", d)
+	case d < MinTimeout:
+		return fmt.Errorf("%s is below the %s the host can time a call to (it checks call deadlines every %s)", d, MinTimeout, MinTimeout)
+	}
+	return nil
+}
+
+// FormatSize writes n bytes in the largest binary unit that divides it
+// (GiB, MiB, KiB), or in bytes.
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // Input connects a consumer's input port to a producer. Input ports are

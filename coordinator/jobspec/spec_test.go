@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/host/wasm"
 )
 
 const good = `name: wordcount
@@ -191,6 +192,18 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].partition-filter: partition filter "a.>" must contain {p} once`}},
 		{"partitions on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, partitions: 2, partition-filter: \"a.{p}\"}\n",
 			[]string{`job.yaml:3: sources[0]: stream, filter and partitions apply to jetstream sources only`}},
+		{"memory over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 1TiB}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.memory: 1TiB is more than a wasm32 module can address (4GiB)`}},
+		{"memory just over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 4294967297}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.memory: 4294967297 bytes is more than a wasm32 module can address (4GiB)`}},
+		{"memory under a page", base("  - name: a\n    module: m\n    limits: {memory: 1KiB}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.memory: 1KiB is less than one wasm page (64KiB); leave it out for the host's default`}},
+		{"memory not whole pages", base("  - name: a\n    module: m\n    limits: {memory: 100KiB}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.memory: 100KiB is not a whole number of 64KiB wasm pages (the host would use 64KiB; say 64KiB or 128KiB)`}},
+		{"timeout below the watchdog", base("  - name: a\n    module: m\n    limits:\n      timeout: 1ns\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:8: operators[0].limits.timeout: 1ns is below the 10ms the host can time a call to (it checks call deadlines every 10ms)`}},
+		{"timeout 9ms", base("  - name: a\n    module: m\n    limits: {timeout: 9ms}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.timeout: 9ms is below the 10ms`}},
 		{"bad yaml", "name: [\n", []string{"job.yaml:1: bad YAML"}},
 		{"duplicate name", base("  - name: in\n    module: m\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:5: operators[0].name: duplicate name "in" (also sources[0])`}},
@@ -313,5 +326,42 @@ func TestParseFileModulePathsAbsolute(t *testing.T) {
 	}
 	if got := s.Operators[0].Module; got != want {
 		t.Errorf("module = %q, want %q", got, want)
+	}
+}
+
+// TestLimitsAtTheBounds: the smallest and largest limits the host honours
+// as written pass, and 0 still means the host's default.
+func TestLimitsAtTheBounds(t *testing.T) {
+	for _, c := range []struct {
+		limits string
+		want   Limits
+	}{
+		{"{memory: 64KiB, timeout: 10ms}", Limits{Memory: 64 << 10, Timeout: 10 * time.Millisecond}},
+		{"{memory: 4GiB, timeout: 1h}", Limits{Memory: 4 << 30, Timeout: time.Hour}},
+		{"{memory: 4194304, timeout: 1s}", Limits{Memory: 4 << 20, Timeout: time.Second}},
+		{"{memory: 0, timeout: 0}", Limits{}},
+	} {
+		spec := "name: j\nsources: [{name: in, kind: nats, subject: a}]\noperators:\n" +
+			"  - {name: a, module: m, limits: " + c.limits + ", inputs: [{from: in}]}\n" +
+			"sinks: [{name: out, kind: nats, subject: b, input: {from: a}}]\n"
+		s, err := Parse("job.yaml", []byte(spec), Options{})
+		if err != nil {
+			t.Errorf("%s: %v", c.limits, err)
+			continue
+		}
+		if got := s.Operators[0].Limits; got != c.want {
+			t.Errorf("%s: limits %+v, want %+v", c.limits, got, c.want)
+		}
+	}
+}
+
+// TestLimitsMatchTheHost: the bounds validation enforces are the ones
+// host/wasm applies; if the host changes, validation must follow.
+func TestLimitsMatchTheHost(t *testing.T) {
+	if WasmPage != wasm.PageSize || MaxMemory != wasm.MaxMemoryBytes {
+		t.Errorf("page %d, max memory %d; host/wasm has %d, %d", WasmPage, MaxMemory, wasm.PageSize, wasm.MaxMemoryBytes)
+	}
+	if MinTimeout != wasm.DefaultWatchdogInterval {
+		t.Errorf("MinTimeout %s, host/wasm checks deadlines every %s", MinTimeout, wasm.DefaultWatchdogInterval)
 	}
 }

@@ -23,7 +23,21 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
-const pageSize = 65536
+// PageSize is the unit of wasm linear memory: a memory limit is a whole
+// number of 64 KiB pages.
+const PageSize = 65536
+
+// MaxMemoryBytes is the most linear memory a wasm32 module can address
+// (65536 pages, 4 GiB); a larger Limits.MemoryBytes is capped to it.
+const MaxMemoryBytes = 65536 * PageSize
+
+// DefaultWatchdogInterval is how often an Engine checks call deadlines
+// unless Config.WatchdogInterval says otherwise. It is the resolution of
+// Limits.CallTimeout: a call that overruns its timeout is interrupted at
+// the first check after it, so it runs for between the timeout rounded up
+// to the interval and one interval more, and every timeout up to one
+// interval acts alike.
+const DefaultWatchdogInterval = 10 * time.Millisecond
 
 // Default limits.
 const (
@@ -36,10 +50,12 @@ const (
 // defaults.
 type Limits struct {
 	// MemoryBytes caps the instance's linear memory (rounded down to whole
-	// 64 KiB pages). Default 64 MiB.
+	// 64 KiB pages, at least one page, at most MaxMemoryBytes). Default
+	// 64 MiB.
 	MemoryBytes uint64
-	// CallTimeout is the longest one call into the module may run. Default
-	// 5s.
+	// CallTimeout is the longest one call into the module may run, timed
+	// by the engine's watchdog (see DefaultWatchdogInterval for its
+	// resolution). Default 5s.
 	CallTimeout time.Duration
 	// MaxBatchBytes is the largest input batch Process accepts. Default 4 MiB.
 	MaxBatchBytes int
@@ -50,11 +66,11 @@ func (l Limits) withDefaults() Limits {
 	if l.MemoryBytes == 0 {
 		l.MemoryBytes = DefaultMemoryBytes
 	}
-	if l.MemoryBytes > 65536*pageSize {
-		l.MemoryBytes = 65536 * pageSize
+	if l.MemoryBytes > MaxMemoryBytes {
+		l.MemoryBytes = MaxMemoryBytes
 	}
-	if l.MemoryBytes < pageSize {
-		l.MemoryBytes = pageSize
+	if l.MemoryBytes < PageSize {
+		l.MemoryBytes = PageSize
 	}
 	if l.CallTimeout <= 0 {
 		l.CallTimeout = DefaultCallTimeout
@@ -65,7 +81,7 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-func (l Limits) pages() uint32 { return uint32(l.MemoryBytes / pageSize) }
+func (l Limits) pages() uint32 { return uint32(l.MemoryBytes / PageSize) }
 
 // Config configures an Engine.
 type Config struct {
@@ -77,7 +93,8 @@ type Config struct {
 	// Without it the compiler is used wherever wazero supports it.
 	Interpreter bool
 	// WatchdogInterval is how often call deadlines are checked; a call is
-	// interrupted at most this long after its deadline. Default 10ms.
+	// interrupted within this long after its deadline rounded up to a
+	// whole number of intervals. Default DefaultWatchdogInterval.
 	WatchdogInterval time.Duration
 }
 
@@ -131,7 +148,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		watchDone: make(chan struct{}),
 	}
 	if e.cfg.WatchdogInterval <= 0 {
-		e.cfg.WatchdogInterval = 10 * time.Millisecond
+		e.cfg.WatchdogInterval = DefaultWatchdogInterval
 	}
 	dir := cfg.CacheDir
 	if dir == "" {

@@ -112,7 +112,7 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 	if entries > maxTableEntries {
 		return nil, verr(KindMemoryLimit, "declares tables of %d entries, over the limit of %d", entries, maxTableEntries)
 	}
-	minBytes := m.memories[mem.index].min * pageSize
+	minBytes := m.memories[mem.index].min * PageSize
 	if minBytes > lim.MemoryBytes {
 		return nil, verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
 	}

@@ -1,6 +1,6 @@
 // Package natsconn turns weir's connection settings — a server URL and the
 // usual NATS authentication options — into a *nats.Conn that reconnects on
-// its own.
+// its own. Connect fails when no server answers; ConnectRetry waits for one.
 //
 // A reconnect does not replay what was published or delivered while the
 // connection was down: core NATS subscriptions miss those messages. weir's
@@ -13,6 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -132,9 +138,119 @@ func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.URL, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("nats connect %s: %w", o.URL, err)
+		return nil, fmt.Errorf("nats connect %s: %w", redact(o.URL), err)
 	}
 	return nc, nil
+}
+
+// redact hides the passwords of a comma-separated list of server URLs, for
+// errors and logs.
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				parts[i] = u.Redacted()
+			} else {
+				u.User = url.User("xxxxx") // a token or a user alone
+				parts[i] = u.String()
+			}
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Backoff between the attempts of ConnectRetry: RetryInitial after the
+// first failure, doubling up to RetryMax, each spread by up to a fifth
+// either way so that many workers do not knock in step.
+const (
+	RetryInitial = 250 * time.Millisecond
+	RetryMax     = 10 * time.Second
+)
+
+// RetryDelay is the pause after failed attempt n (1, 2, ...) of a retry
+// loop: see RetryInitial.
+func RetryDelay(n int) time.Duration {
+	d := RetryInitial
+	for i := 1; i < n && d < RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, RetryMax)
+	return d + time.Duration((rand.Float64()-0.5)*0.4*float64(d))
+}
+
+// Unreachable reports whether err, from Connect, says that no server could
+// be reached — refused, timed out, reset, or a host name that does not
+// resolve (yet) — which a later attempt may get past, rather than a
+// refusal no retry fixes (authentication, TLS, a bad URL or option).
+func Unreachable(err error) bool {
+	if errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// ConnectRetry connects like Connect, but while no server can be reached
+// (Unreachable) it keeps trying, pausing RetryDelay between attempts and
+// calling onRetry (if not nil) after each failed one, until it connects or
+// ctx is done. It suits a process that may start before its server (a
+// worker under systemd or Kubernetes); interactive commands use Connect and
+// fail fast. Any other error is returned at once.
+func ConnectRetry(ctx context.Context, o Options, onRetry func(attempt int, err error, wait time.Duration), extra ...nats.Option) (*nats.Conn, error) {
+	type result struct {
+		nc  *nats.Conn
+		err error
+	}
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("nats connect %s: %w", redact(o.URL), err)
+		}
+		// An attempt may take up to ConnectTimeout (a server that does not
+		// answer); ctx ends the wait, and a late connection is closed.
+		ch := make(chan result, 1)
+		go func() {
+			nc, err := Connect(o, extra...)
+			ch <- result{nc, err}
+		}()
+		var r result
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			go func() {
+				if r := <-ch; r.nc != nil {
+					r.nc.Close()
+				}
+			}()
+			return nil, fmt.Errorf("nats connect %s: %w", redact(o.URL), ctx.Err())
+		}
+		if r.err == nil {
+			return r.nc, nil
+		}
+		if !Unreachable(r.err) {
+			return nil, r.err
+		}
+		wait := RetryDelay(attempt)
+		if onRetry != nil {
+			onRetry(attempt, r.err, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("nats connect %s: %w (last attempt: %v)", redact(o.URL), ctx.Err(), r.err)
+		}
+	}
 }
 
 // DefaultFlushTimeout bounds Flush when its context has no deadline: the

@@ -47,6 +47,12 @@ type Options struct {
 	// NATS, if set, connects to an existing server or cluster instead of
 	// starting the embedded one.
 	NATS *natsconn.Options
+	// WaitForNATS makes Start wait for the NATS server when it cannot be
+	// reached: it keeps trying (natsconn.ConnectRetry), then waits for
+	// JetStream to answer, logging one line per failed attempt, until it
+	// succeeds or ctx is done — for a worker started before its server.
+	// Without it Start fails at once, as interactive commands should.
+	WaitForNATS bool
 	// Host and Port of the embedded server (default 127.0.0.1:4222; -1 picks
 	// a free port).
 	Host string
@@ -183,6 +189,14 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		if n.Conn, err = srv.Connect(nats.Name("weir")); err != nil {
 			return fmt.Errorf("connect to embedded NATS: %w", err)
 		}
+	} else if opts.WaitForNATS {
+		n.Conn, err = natsconn.ConnectRetry(ctx, *opts.NATS, func(attempt int, err error, wait time.Duration) {
+			// err names the server (without its password)
+			log.Warn("NATS not reachable; retrying", "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", err)
+		})
+		if err != nil {
+			return err
+		}
 	} else {
 		if n.Conn, err = natsconn.Connect(*opts.NATS); err != nil {
 			return err
@@ -190,6 +204,11 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	}
 	if n.JS, err = jetstream.New(n.Conn); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
+	}
+	if opts.WaitForNATS && opts.NATS != nil {
+		if err := waitForJetStream(ctx, n.JS, log); err != nil {
+			return err
+		}
 	}
 	n.API = control.NewAPIClient(n.Conn, "")
 	var coord *coordinator.Coordinator
@@ -294,6 +313,35 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	return nil
 }
 
+// waitForJetStream returns once JetStream answers, or ctx is done. A
+// server that just started, or a cluster still electing its JetStream
+// leader, accepts connections before JetStream answers. An account
+// without JetStream is an error at once.
+func waitForJetStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
+	for attempt := 1; ; attempt++ {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.AccountInfo(c)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+			return fmt.Errorf("jetstream: %w", err)
+		case ctx.Err() != nil:
+			return fmt.Errorf("jetstream: %w (last attempt: %v)", ctx.Err(), err)
+		}
+		wait := natsconn.RetryDelay(attempt)
+		log.Warn("JetStream not available; retrying", "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("jetstream: %w (last attempt: %v)", ctx.Err(), err)
+		}
+	}
+}
+
 // ModuleSource resolves a module reference through the registry (or a
 // local file path) and checks its digest.
 func ModuleSource(reg *registry.Registry) worker.ModuleSource {
@@ -311,7 +359,8 @@ func ModuleSource(reg *registry.Registry) worker.ModuleSource {
 			return nil, err
 		}
 		if m.Digest != "" && registry.Digest(data) != m.Digest {
-			return nil, fmt.Errorf("module %s changed: digest %s, the job was submitted with %s", m.Ref, registry.Digest(data), m.Digest)
+			return nil, fmt.Errorf("module %s: %w: digest %s, the job was submitted with %s (restore the job from a checkpoint to run the new one)",
+				m.Ref, worker.ErrModuleChanged, registry.Digest(data), m.Digest)
 		}
 		return data, nil
 	}

@@ -33,15 +33,26 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // Unrecoverable reports whether err would recur on every restart of the
 // job, whatever checkpoint it restores: a source offset the stream no
 // longer holds or never held, a sink stream that is not durable or whose
-// duplicate window is too short, a module that does not load, state that
-// cannot be redistributed on a rescale. The job
-// fails at once with the reason instead of using up its restart strategy.
+// duplicate window is too short, a module that is gone (ErrModuleNotFound),
+// changed since the job was submitted (ErrModuleChanged) or does not load,
+// state that cannot be redistributed on a rescale. The job fails at once
+// with the reason instead of using up its restart strategy.
+//
+// A stream that does not exist is not among them. The coordinator refuses
+// a spec naming a missing stream at submit (job.Options.JetStream), so a
+// stream missing at deploy was there when the job started: it was deleted,
+// or is being restored or recreated, and another attempt may find it again.
+// The restart strategy bounds how long the job waits for it; then the job
+// fails with the same reason. A module, by contrast, is pinned at submit
+// to the digest of its bytes: once those bytes are gone no restart finds
+// them.
 func Unrecoverable(err error) bool {
 	var invalid *wasm.ValidationError
 	return errors.Is(err, control.ErrUnrecoverable) ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
 		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) ||
 		errors.Is(err, host.ErrCannotRescale) ||
+		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
 		errors.As(err, &invalid)
 }
 

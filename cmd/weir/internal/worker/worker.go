@@ -13,9 +13,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/plan"
+	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/partition"
@@ -38,8 +41,29 @@ import (
 // DefaultDataPrefix starts the subjects of remote channels.
 const DefaultDataPrefix = "weir.data"
 
-// ModuleSource fetches the bytes of an operator's module.
+// ModuleSource fetches the bytes of an operator's module. An error that
+// wraps fs.ErrNotExist, registry.ErrNotFound or ErrModuleNotFound says the
+// module is not there, one that wraps ErrModuleChanged that its bytes are
+// not the ones the job was submitted with: either fails the job at once
+// (Unrecoverable). Any other error (a registry that did not answer) fails
+// it over.
 type ModuleSource func(ctx context.Context, m control.Module) ([]byte, error)
+
+// moduleNotFound marks a ModuleSource's error as ErrModuleNotFound and
+// leaves its message alone.
+type moduleNotFound struct{ error }
+
+func (e moduleNotFound) Unwrap() []error { return []error{e.error, ErrModuleNotFound} }
+
+// Errors of a ModuleSource that no restart of the job can get past.
+var (
+	// ErrModuleNotFound: the module file or registry entry does not exist
+	// (any more).
+	ErrModuleNotFound = errors.New("module not found")
+	// ErrModuleChanged: the module's bytes no longer have the digest the
+	// job was submitted with.
+	ErrModuleChanged = errors.New("module changed since the job was submitted")
+)
 
 // Config configures a Worker.
 type Config struct {
@@ -592,6 +616,12 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 	}
 	code, err := b.w.cfg.Modules(ctx, mod)
 	if err != nil {
+		if !errors.Is(err, ErrModuleNotFound) && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, registry.ErrNotFound)) {
+			err = moduleNotFound{err}
+		}
+		if strings.HasPrefix(err.Error(), "module ") {
+			return nil, err // it names the module already (registry.Resolve)
+		}
 		return nil, fmt.Errorf("module %s: %w", mod.Ref, err)
 	}
 	lim := wasm.Limits{CallTimeout: spec.Limits.Timeout}

@@ -1,0 +1,228 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// TestModuleGoneFailsAtOnce: a module file that is not there at deploy,
+// or that was deleted or rebuilt while the job ran, fails the job at once
+// with the reason instead of after ten restarts that all meet it again.
+func TestModuleGoneFailsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	misbehave, err := os.ReadFile("../../../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// submit runs the misbehave module from path with config "e" (every
+	// process call fails with "boom": one record fails the job over).
+	submit := func(name, path string) {
+		t.Helper()
+		spec, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
+sources: [{name: in, kind: nats, subject: `+name+`}]
+operators: [{name: mis, module: `+path+`, config: e, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out-`+name+`, input: {from: mis}}]
+restart: {strategy: fixed-delay, delay: 50ms, attempts: 10}
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended := func(name string) control.JobStatus {
+		t.Helper()
+		return waitJob(t, ctx, n, name, name+" to end", func(st control.JobStatus) bool { return st.State.Terminal() })
+	}
+	// failOver makes the running job fail over (its operator fails on the
+	// first record) and returns its final status.
+	failOver := func(name string) control.JobStatus {
+		t.Helper()
+		waitJob(t, ctx, n, name, name+" running", running)
+		var st control.JobStatus
+		waitUntil(t, ctx, name+" to end", func() bool {
+			_ = n.Conn.Publish(name, []byte("x"))
+			s, err := n.API.Job(ctx, name)
+			st = s
+			if err == nil && !s.State.Terminal() {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return err == nil && s.State.Terminal()
+		})
+		return st
+	}
+	check := func(st control.JobStatus, restarts int, want string) {
+		t.Helper()
+		t.Logf("%s: %s", st.Name, st.Reason)
+		if st.State != control.JobFailed || st.Restarts != restarts || !strings.Contains(st.Reason, want) ||
+			!strings.Contains(st.Reason, "not restarted") {
+			t.Errorf("%s: state %s after %d restarts, reason %q; want failed after %d restarts, not restarted, with %q",
+				st.Name, st.State, st.Restarts, st.Reason, restarts, want)
+		}
+	}
+
+	t.Run("missing at submit", func(t *testing.T) {
+		submit("missing", filepath.Join(dir, "nosuch.wasm"))
+		check(ended("missing"), 0, "no such file or directory")
+	})
+	t.Run("deleted while running", func(t *testing.T) {
+		p := filepath.Join(dir, "deleted.wasm")
+		if err := os.WriteFile(p, misbehave, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		submit("deleted", p)
+		waitJob(t, ctx, n, "deleted", "deleted running", running)
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		// One failover (the operator's failure), whose deploy finds no module.
+		check(failOver("deleted"), 1, "no such file or directory")
+	})
+	t.Run("rebuilt while running", func(t *testing.T) {
+		p := filepath.Join(dir, "rebuilt.wasm")
+		if err := os.WriteFile(p, misbehave, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		submit("rebuilt", p)
+		waitJob(t, ctx, n, "rebuilt", "rebuilt running", running)
+		if err := os.WriteFile(p, append(misbehave[:len(misbehave):len(misbehave)], 0, 1, 'x'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		check(failOver("rebuilt"), 1, "module changed since the job was submitted")
+	})
+	t.Run("removed from the registry", func(t *testing.T) {
+		if _, err := n.Registry.Push(ctx, "mis", misbehave, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		submit("removed", "mis@1")
+		waitJob(t, ctx, n, "removed", "removed running", running)
+		if _, err := n.Registry.Remove(ctx, "mis@1"); err != nil {
+			t.Fatal(err)
+		}
+		check(failOver("removed"), 1, "module not found")
+	})
+}
+
+// TestSubmitRefusesMissingStream: a spec whose JetStream source or sink
+// names a stream that does not exist is refused at submit, saying which;
+// once the streams exist the same spec runs.
+func TestSubmitRefusesMissingStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	spec, err := jobspec.Parse("streams.yaml", []byte(`name: streams
+sources: [{name: in, kind: jetstream, stream: NOIN}]
+sinks: [{name: out, kind: jetstream, stream: NOOUT, subject: noout, input: {from: in}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	t.Logf("submit: %v", err)
+	if !errors.Is(err, control.ErrInvalid) ||
+		!strings.Contains(err.Error(), "source in: stream NOIN does not exist") ||
+		!strings.Contains(err.Error(), "sink out: stream NOOUT does not exist") {
+		t.Fatalf("submit with missing streams: %v; want invalid, naming both", err)
+	}
+	if _, err := n.API.Job(ctx, "streams"); !errors.Is(err, control.ErrNotFound) {
+		t.Fatalf("the refused job exists: %v", err)
+	}
+	for name, subject := range map[string]string{"NOIN": "noin", "NOOUT": "noout"} {
+		if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
+			Duplicates: 10 * time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatalf("submit once the streams exist: %v", err)
+	}
+	waitJob(t, ctx, n, "streams", "the job running", running)
+}
+
+// TestWorkerWaitsForNATS starts a worker (WaitForNATS, as weir worker
+// does) before its NATS server: it logs each failed attempt, keeps trying,
+// and joins the coordinator once the server is up.
+func TestWorkerWaitsForNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	port := freePort(t)
+	logs := &lockedBuffer{}
+	started := make(chan error, 1)
+	var w *Node
+	go func() {
+		var err error
+		w, err = Start(ctx, Options{NATS: &natsconn.Options{URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}, WaitForNATS: true,
+			Workers: 1, WorkerID: "early", DataDir: t.TempDir(), HeartbeatInterval: 100 * time.Millisecond, CacheDir: t.TempDir(),
+			Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		started <- err
+	}()
+	waitUntil(t, ctx, "two failed attempts logged", func() bool { return strings.Count(logs.String(), "NATS not reachable") >= 2 })
+	select {
+	case err := <-started:
+		t.Fatalf("the worker's start returned without a server: %v", err)
+	default:
+	}
+	t.Logf("worker log:\n%s", logs.String())
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.Contains(line, "NATS not reachable; retrying") || !strings.Contains(line, "attempt=") {
+			t.Errorf("log line %q", line)
+		}
+	}
+
+	up, err := Start(ctx, Options{DataDir: t.TempDir(), Port: port, Coordinator: true, HeartbeatTimeout: time.Second,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("worker start: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the worker did not connect once the server was up")
+	}
+	defer w.Close()
+	waitUntil(t, ctx, "the worker to join", func() bool {
+		return slices.Contains(up.Manager.Control().LiveWorkers(), "early")
+	})
+}
+
+// lockedBuffer is a log destination safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
