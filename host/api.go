@@ -37,6 +37,16 @@ type Operator interface {
 	Close(ctx context.Context) error
 }
 
+// Named is implemented by an Operator whose errors name it and the call
+// that failed, as host/wasm's instance's do ("operator count[0]:
+// weir_process: trap at record 2: …"): the task adds to them only what
+// they cannot know (the input port, the checkpoint), so that a failure
+// names the operator once.
+type Named interface {
+	// Name returns the operator's name, as its errors give it.
+	Name() string
+}
+
 // ErrCannotRescale is wrapped by the error of a task that restores from
 // several old subtasks' snapshots (Config.RestoreMerged) whose state
 // cannot be redistributed: operator state not in the keyed layout, a key

@@ -111,7 +111,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	if op := t.cfg.Operator; op != nil {
 		var buf bytes.Buffer
 		if err := op.Snapshot(t.ctx, &buf); err != nil {
-			return fmt.Errorf("operator: snapshot checkpoint %d: %w", a.ID, err)
+			return t.operatorErr(err, fmt.Sprintf("snapshot checkpoint %d", a.ID), fmt.Sprintf("checkpoint %d", a.ID))
 		}
 		snap.ModuleState = buf.Bytes()
 		m.StateBytes = int64(buf.Len())
@@ -120,7 +120,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 			// state by it, so a malformed one is refused now, naming the
 			// operator, not at some later restore.
 			if err := abi.KeyedEntries(snap.ModuleState, func(_, _ []byte) error { return nil }); err != nil {
-				return fmt.Errorf("operator: snapshot checkpoint %d: state starts with %q but is not in the keyed layout: %w", a.ID, abi.KeyedStateMagic, err)
+				return fmt.Errorf("%s: snapshot checkpoint %d: state starts with %q but is not in the keyed layout: %w", t.operatorName(), a.ID, abi.KeyedStateMagic, err)
 			}
 			m.KeyedState = true
 		}
@@ -319,7 +319,7 @@ func (t *Task) restore(ctx context.Context) error {
 	}
 	if op := t.cfg.Operator; op != nil {
 		if err := op.Restore(ctx, bytes.NewReader(snap.ModuleState)); err != nil {
-			return fmt.Errorf("operator: restore: %w", err)
+			return t.operatorErr(err, "restore", "")
 		}
 	}
 	if s := t.cfg.Sink; s != nil {
@@ -410,10 +410,10 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 			return partition.KeyChannel(key, t.cfg.Parallelism) == t.cfg.Subtask
 		})
 		if err != nil {
-			return fmt.Errorf("operator: split keyed state: %w (%w)", err, ErrCannotRescale)
+			return fmt.Errorf("%s: split keyed state: %w (%w)", t.operatorName(), err, ErrCannotRescale)
 		}
 		if err := op.Restore(ctx, bytes.NewReader(st)); err != nil {
-			return fmt.Errorf("operator: restore: %w", err)
+			return t.operatorErr(err, "restore", "")
 		}
 		return nil
 	}

@@ -104,7 +104,14 @@ type TaskError struct {
 
 // Error returns one line: "task <name>: <cause>".
 func (e *TaskError) Error() string {
-	return strings.ReplaceAll(fmt.Sprintf("task %s: %v", e.Task, e.Err), "\n", " ")
+	return "task " + e.Task + ": " + e.Cause()
+}
+
+// Cause returns the cause's message on one line, without the task's name:
+// for a report that names the task itself (the coordinator's "task <name>
+// failed: <cause>").
+func (e *TaskError) Cause() string {
+	return strings.ReplaceAll(e.Err.Error(), "\n", " ")
 }
 
 // Unwrap returns the cause.
@@ -645,7 +652,7 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 		t.portOpen[port]--
 		if t.portOpen[port] == 0 && t.cfg.Operator != nil {
 			if err := t.cfg.Operator.EndOfInput(ctx, port, t.emitFn); err != nil {
-				return fmt.Errorf("operator: end of input port %d: %w", port, err)
+				return t.operatorErr(err, fmt.Sprintf("end of input port %d", port), t.portNote(port))
 			}
 		}
 	}
@@ -660,9 +667,41 @@ func (t *Task) process(ctx context.Context, port int, batch []byte) error {
 		return t.emit(0, batch)
 	}
 	if err := t.cfg.Operator.Process(ctx, port, batch, t.emitFn); err != nil {
-		return fmt.Errorf("operator: process port %d: %w", port, err)
+		return t.operatorErr(err, fmt.Sprintf("process port %d", port), t.portNote(port))
 	}
 	return nil
+}
+
+// operatorErr returns err, an error of the operator's call what (e.g.
+// "process port 1"), as "operator: <what>: <err>"; or, from a Named
+// operator, whose errors say which operator and call failed, unchanged
+// but for note (e.g. "input port 1"), if any, in parentheses at the end.
+func (t *Task) operatorErr(err error, what, note string) error {
+	if _, ok := t.cfg.Operator.(Named); !ok {
+		return fmt.Errorf("operator: %s: %w", what, err)
+	}
+	if note == "" {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, note)
+}
+
+// operatorName is how the task's own errors name its operator: "operator
+// <name>" for a Named one, else "operator".
+func (t *Task) operatorName() string {
+	if n, ok := t.cfg.Operator.(Named); ok {
+		return "operator " + n.Name()
+	}
+	return "operator"
+}
+
+// portNote names input port for operatorErr when the task has several:
+// with one, the port says nothing.
+func (t *Task) portNote(port int) string {
+	if len(t.portOpen) <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("input port %d", port)
 }
 
 // emit queues an output batch on the channels its partitioner picks, or
@@ -857,7 +896,7 @@ func (t *Task) serviceControl(ctx context.Context) error {
 func (t *Task) complete(ctx context.Context, id int64) error {
 	if op := t.cfg.Operator; op != nil {
 		if err := op.CheckpointComplete(ctx, id); err != nil {
-			return fmt.Errorf("operator: checkpoint %d complete: %w", id, err)
+			return t.operatorErr(err, fmt.Sprintf("checkpoint %d complete", id), fmt.Sprintf("checkpoint %d", id))
 		}
 	}
 	if s := t.cfg.Sink; s != nil {

@@ -258,6 +258,38 @@ func TestOperatorFailureNamesTask(t *testing.T) {
 	}
 }
 
+// namedOp is a countOp whose errors name it, as host/wasm's do.
+type namedOp struct{ countOp }
+
+func (o *namedOp) Name() string { return "join[0]" }
+
+// The error of a Named operator names the operator and the call itself:
+// the task adds no "operator: process port N:" before it, only the port
+// when it has several; Cause leaves out the task.
+func TestNamedOperatorFailureNamesEachOnce(t *testing.T) {
+	for _, c := range []struct {
+		ports []int
+		want  string
+	}{
+		{[]int{0}, "task x: operator join[0]: weir_process: trap at record 0: wasm error: unreachable"},
+		{[]int{0, 1}, "task x: operator join[0]: weir_process: trap at record 0: wasm error: unreachable (input port 1)"},
+	} {
+		f := newFixture(t, c.ports, local.Options{})
+		f.send(len(c.ports)-1, rec("a", "a"))
+		cause := errors.New("operator join[0]: weir_process: trap at record 0: wasm error: unreachable")
+		op := &namedOp{countOp{err: cause}}
+		err := f.task(op, host.Checkpointing{}).Run(context.Background())
+		var te *host.TaskError
+		if !errors.As(err, &te) || !errors.Is(err, cause) || err.Error() != c.want {
+			t.Errorf("ports %v: error %q, want %q", c.ports, err, c.want)
+			continue
+		}
+		if got := te.Cause(); got != strings.TrimPrefix(err.Error(), "task x: ") {
+			t.Errorf("ports %v: cause %q", c.ports, got)
+		}
+	}
+}
+
 // Cancelling the context stops the task and releases everything; it is not
 // reported as a failure.
 func TestCancelReleases(t *testing.T) {

@@ -151,8 +151,11 @@ restart: {strategy: none}
 	}
 	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
 	last := lines[len(lines)-1]
-	if !strings.HasPrefix(last, "weir: job trap failed: ") || !strings.Contains(last, "operator op[0]: weir_process: trap at record 2: wasm error: unreachable") {
-		t.Errorf("last line %q", last)
+	// Each thing named once, outside in: job, task, operator, export,
+	// record, cause; then why it was not restarted.
+	if want := "weir: job trap failed: task op-0 failed: operator op[0]: weir_process: trap at record 2: wasm error: unreachable" +
+		" (not restarted: the restart strategy is none)"; last != want {
+		t.Errorf("last line %q, want %q", last, want)
 	}
 	if !strings.Contains(errb.String(), `msg="task failed"`) || !strings.Contains(errb.String(), `stack="wasm stack trace:`) ||
 		!strings.Contains(errb.String(), `.process(i32,i32,i32)`) {

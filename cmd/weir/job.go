@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -57,6 +58,17 @@ func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
 	return nc, c, nil
 }
 
+// apiErr returns err of the job API request what ("job status"). The
+// coordinator's answer names what failed itself ("no job \"wc\"", "stop
+// wc: the job is failed, not running"): only other errors (no answer, ...)
+// get what in front.
+func apiErr(what string, err error) error {
+	if re := (*control.RemoteError)(nil); errors.As(err, &re) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // positional parses flags that may come before or after positional
 // arguments and returns the positionals.
 func positional(fs interface {
@@ -110,13 +122,13 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	case "ls":
 		jobs, err := api.Jobs(ctx)
 		if err != nil {
-			return fmt.Errorf("job ls: %w", err)
+			return apiErr("job ls", err)
 		}
 		printJobs(std.Out, jobs)
 	case "status":
 		st, err := api.Job(ctx, pos[1])
 		if err != nil {
-			return fmt.Errorf("job status: %w", err)
+			return apiErr("job status", err)
 		}
 		printJobs(std.Out, []control.JobStatus{st})
 		if len(st.Guarantees) > 0 {
@@ -133,21 +145,21 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Err, "stopping %s with a savepoint …\n", pos[1])
 		cp, err := api.StopJob(ctx, pos[1])
 		if err != nil {
-			return fmt.Errorf("job stop: %w", err)
+			return apiErr("job stop", err)
 		}
 		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore %s -from %d\n",
 			cp.Job, cp.ID, size(cp.Size), cp.Job, cp.ID)
 	case "cancel":
 		st, err := api.CancelJob(ctx, pos[1])
 		if err != nil {
-			return fmt.Errorf("job cancel: %w", err)
+			return apiErr("job cancel", err)
 		}
 		fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 	case "savepoint":
 		fmt.Fprintf(std.Err, "taking a savepoint of %s …\n", pos[1])
 		cp, err := api.Savepoint(ctx, pos[1])
 		if err != nil {
-			return fmt.Errorf("job savepoint: %w", err)
+			return apiErr("job savepoint", err)
 		}
 		fmt.Fprintf(std.Out, "savepoint %d of %s: %s in %s, %s\n", cp.ID, cp.Job, cp.Status, cp.Duration.Round(time.Millisecond), size(cp.Size))
 	case "restore":
@@ -177,7 +189,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		st, err := api.Restore(ctx, req)
 		if err != nil {
-			return fmt.Errorf("job restore: %w", err)
+			return apiErr("job restore", err)
 		}
 		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, *from)
 	}
@@ -233,7 +245,7 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 	defer nc.Close()
 	cps, err := api.Checkpoints(ctx, pos[1])
 	if err != nil {
-		return fmt.Errorf("checkpoint ls: %w", err)
+		return apiErr("checkpoint ls", err)
 	}
 	printCheckpoints(std.Out, cps)
 	return nil

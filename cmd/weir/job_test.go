@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -55,6 +56,49 @@ checkpointing: {mode: at-least-once}
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// The coordinator's refusals read as English, once: weir job adds no
+// "job status:" before a message that names the request, and no sentinel
+// ("conflict", "not found") after it.
+func TestJobErrorsSayWhatIsWrong(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	url := n.Server.ClientURL()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "status", "-nats", url, "nosuch"}, `weir: no job "nosuch"` + "\n"},
+		{[]string{"job", "restore", "-nats", url, "tap", "-from", "x"}, `weir: restore from "x": want a checkpoint ID or JOB/ID` + "\n"},
+		{[]string{"job", "restore", "-nats", url, "tap", "-from", "9"}, "weir: restore from tap/9: there is no such checkpoint\n"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, c.args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		if code != 1 || errb.String() != c.want {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1, %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); !errors.Is(err, control.ErrConflict) ||
+		!strings.HasPrefix(err.Error(), "job tap has not ended (it is ") || !strings.HasSuffix(err.Error(), "): cancel or stop it first") {
+		t.Errorf("second submit: %v", err)
 	}
 }
 

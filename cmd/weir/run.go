@@ -389,11 +389,13 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	}
 	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
 	if err != nil {
-		return fmt.Errorf("submit %s: %w", spec.Name, err)
+		return apiErr("submit "+spec.Name, err)
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, n.AtomicBatch)
 	var lastState control.JobState
+	var lastAttempt int
+	var lastReason string
 	stop := func() {
 		switch {
 		case lastState.Terminal():
@@ -426,13 +428,20 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			if errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("job %s: no answer from the coordinator for %s (is weir up still running?)", spec.Name, waitTimeout)
 			}
-			return fmt.Errorf("job %s: %w", spec.Name, err)
+			return apiErr("job "+spec.Name, err)
 		}
-		if st.State != lastState {
-			lastState = st.State
+		// A restart can pass between two looks: a new attempt is news even
+		// in the same state, and the reason is printed once.
+		if st.State != lastState || st.Attempt != lastAttempt {
+			lastState, lastAttempt = st.State, st.Attempt
 			line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
-			if st.Reason != "" {
-				line += ": " + st.Reason
+			if st.Reason != "" && st.Reason != lastReason {
+				lastReason = st.Reason
+				if st.State == control.JobRunning {
+					line += ", restarted after: " + st.Reason
+				} else {
+					line += ": " + st.Reason
+				}
 			}
 			fmt.Fprintln(std.Out, line)
 		}

@@ -35,7 +35,8 @@ type JobStatus struct {
 	State JobState `json:"state"`
 	// Attempt counts deployments, from 1.
 	Attempt int `json:"attempt"`
-	// Restarts counts failovers so far.
+	// Restarts counts the restarts made so far: a job that failed once
+	// its restart attempts ran out shows them, not the final failure.
 	Restarts int `json:"restarts"`
 	// Reason is the last failure's cause.
 	Reason    string    `json:"reason,omitempty"`
@@ -348,15 +349,18 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 	name := func(data []byte) (string, error) {
 		var r nameRequest
 		if err := json.Unmarshal(data, &r); err != nil {
-			return "", fmt.Errorf("decode request: %w: %v", ErrInvalid, err)
+			return "", Errorf(ErrInvalid, "decode request: %v", err)
 		}
 		return r.Name, nil
 	}
 	ops := map[string]func(ctx context.Context, data []byte) (any, error){
 		APISubmit: func(ctx context.Context, data []byte) (any, error) {
 			var r SubmitRequest
-			if err := json.Unmarshal(data, &r); err != nil || r.Spec == nil {
-				return nil, fmt.Errorf("decode submit request: %w", ErrInvalid)
+			if err := json.Unmarshal(data, &r); err != nil {
+				return nil, Errorf(ErrInvalid, "decode submit request: %v", err)
+			}
+			if r.Spec == nil {
+				return nil, Errorf(ErrInvalid, "submit request without a job spec")
 			}
 			return impl.Submit(ctx, r)
 		},
@@ -392,7 +396,7 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 		APIRestore: func(ctx context.Context, data []byte) (any, error) {
 			var r RestoreRequest
 			if err := json.Unmarshal(data, &r); err != nil {
-				return nil, fmt.Errorf("decode restore request: %w", ErrInvalid)
+				return nil, Errorf(ErrInvalid, "decode restore request: %v", err)
 			}
 			return impl.Restore(ctx, r)
 		},

@@ -292,7 +292,7 @@ type fakeAPI struct{}
 
 func (fakeAPI) Submit(_ context.Context, r SubmitRequest) (JobStatus, error) {
 	if r.Spec.Name == "dup" {
-		return JobStatus{}, ErrConflict
+		return JobStatus{}, Errorf(ErrConflict, "job %s is already running", r.Spec.Name)
 	}
 	return JobStatus{Name: r.Spec.Name, State: JobCreated}, nil
 }
@@ -300,7 +300,7 @@ func (fakeAPI) Jobs(context.Context) ([]JobStatus, error) {
 	return []JobStatus{{Name: "a", State: JobRunning}}, nil
 }
 func (fakeAPI) Job(_ context.Context, n string) (JobStatus, error) {
-	return JobStatus{}, errors.Join(errors.New("job "+n), ErrNotFound)
+	return JobStatus{}, Errorf(ErrNotFound, "no job %q", n)
 }
 func (fakeAPI) CancelJob(_ context.Context, n string) (JobStatus, error) {
 	return JobStatus{Name: n, State: JobCanceled}, nil
@@ -330,10 +330,12 @@ func TestAPIRoundTrip(t *testing.T) {
 	if st, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "x"}}); err != nil || st.Name != "x" {
 		t.Errorf("submit = %+v %v", st, err)
 	}
-	if _, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "dup"}}); !errors.Is(err, ErrConflict) {
+	// The sentinel travels as the reply's code, not in the message.
+	if _, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "dup"}}); !errors.Is(err, ErrConflict) ||
+		err.Error() != "job dup is already running" {
 		t.Errorf("dup submit = %v", err)
 	}
-	if _, err := c.Job(ctx, "zz"); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Job(ctx, "zz"); !errors.Is(err, ErrNotFound) || err.Error() != `no job "zz"` {
 		t.Errorf("job = %v", err)
 	}
 	if js, err := c.Jobs(ctx); err != nil || len(js) != 1 {

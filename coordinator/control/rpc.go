@@ -9,7 +9,9 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Error codes carried in Reply.Code, and the errors they map to.
+// Error codes carried in Reply.Code, and the errors they map to. They are
+// for errors.Is: make errors that match them with Errorf, whose message
+// says what is wrong in words and leaves the sentinel's text out.
 var (
 	// ErrNotFound: the job, checkpoint or worker does not exist.
 	ErrNotFound = errors.New("not found")
@@ -32,12 +34,26 @@ func Unrecoverable(err error) error {
 	if err == nil || errors.Is(err, ErrUnrecoverable) {
 		return err
 	}
-	return unrecoverableError{err}
+	return markedError{err, ErrUnrecoverable}
 }
 
-type unrecoverableError struct{ error }
+// Errorf formats an error as fmt.Errorf does and marks it with sentinel
+// (ErrNotFound, ErrConflict, ...): errors.Is(err, sentinel) holds and a
+// reply carries its code, but the message is the formatted one alone —
+// "job wc has not ended (it is running): …", not "job wc is running:
+// conflict".
+func Errorf(sentinel error, format string, args ...any) error {
+	return markedError{fmt.Errorf(format, args...), sentinel}
+}
 
-func (e unrecoverableError) Unwrap() []error { return []error{e.error, ErrUnrecoverable} }
+// markedError is an error that also matches a sentinel its message leaves
+// out.
+type markedError struct {
+	error
+	sentinel error
+}
+
+func (e markedError) Unwrap() []error { return []error{e.error, e.sentinel} }
 
 // codes in the order codeOf tries them: an error that wraps several
 // sentinels gets the first.
@@ -103,7 +119,7 @@ func request(ctx context.Context, nc *nats.Conn, subject string, v any, out any)
 	msg, err := nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("%s: %w: no responders", subject, ErrUnavailable)
+			return Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject)
 		}
 		return fmt.Errorf("%s: %w", subject, err)
 	}

@@ -128,7 +128,7 @@ func (w *Worker) dispatch(ctx context.Context, m *nats.Msg) error {
 	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	dec := func(v any) error {
 		if err := json.Unmarshal(m.Data, v); err != nil {
-			return fmt.Errorf("worker %s: decode %s: %w: %v", w.info.ID, op, ErrInvalid, err)
+			return Errorf(ErrInvalid, "decode %s request: %v", op, err)
 		}
 		return nil
 	}
@@ -170,7 +170,7 @@ func (w *Worker) dispatch(ctx context.Context, m *nats.Msg) error {
 		}
 		return w.h.Stop(ctx, s)
 	}
-	return fmt.Errorf("worker %s: unknown operation %q: %w", w.info.ID, op, ErrInvalid)
+	return Errorf(ErrInvalid, "unknown worker operation %q", op)
 }
 
 // Send reports a task event to the coordinator and waits for its receipt.

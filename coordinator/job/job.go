@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,8 +189,11 @@ func (j *job) event(e control.Event) {
 	case control.EventDecline:
 		j.runner.Decline(e.Task, e.CheckpointID, e.Kind, e.Reason)
 	case control.EventFailed:
+		// The worker reports the cause alone; one of an earlier version
+		// began it with "task <name>: ", which the reason names already.
+		cause := strings.TrimPrefix(e.Reason, "task "+e.Task+": ")
 		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task,
-			reason: fmt.Sprintf("task %s failed: %s", e.Task, e.Reason), final: e.Unrecoverable})
+			reason: fmt.Sprintf("task %s failed: %s", e.Task, cause), final: e.Unrecoverable})
 	case control.EventFinished:
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
 	}
@@ -285,18 +289,39 @@ func (j *job) run() {
 		j.mu.Lock()
 		j.consecutive++
 		n := j.consecutive
+		j.mu.Unlock()
+		if why := j.giveUp(n); why != "" {
+			j.setState(control.JobFailed, reason+" ("+why+")")
+			return
+		}
+		if !j.sleep(j.spec.Restart.RestartDelay(n)) {
+			return
+		}
+		// Restarts counts the restarts made: this one, not the failure
+		// that ends the job once the attempts ran out.
+		j.mu.Lock()
 		j.st.Restarts++
 		j.mu.Unlock()
-		rs := j.spec.Restart
-		if rs.Strategy == jobspec.RestartNone || n > rs.Attempts {
-			j.setState(control.JobFailed, fmt.Sprintf("%s (after %d restart attempts)", reason, n-1))
-			return
-		}
-		if !j.sleep(rs.RestartDelay(n)) {
-			return
-		}
 		restore, readErr = j.latest()
 	}
+}
+
+// giveUp says why the job is not restarted after its nth consecutive
+// failure (n counts since the last completed checkpoint), or "" to restart
+// it.
+func (j *job) giveUp(n int) string {
+	rs := j.spec.Restart
+	switch {
+	case rs.Strategy == jobspec.RestartNone:
+		return "not restarted: the restart strategy is none"
+	case n <= rs.Attempts:
+		return ""
+	case n == 1:
+		return "not restarted: the restart strategy allows no attempts"
+	case n == 2:
+		return "after 1 restart attempt"
+	}
+	return fmt.Sprintf("after %d restart attempts", n-1)
 }
 
 // latest returns the checkpoint a new attempt restores: the newest valid

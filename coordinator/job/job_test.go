@@ -492,7 +492,7 @@ func TestUnrecoverableFailure(t *testing.T) {
 	}
 	st := waitFor(t, ctx, e, "wc", "failed", func(st control.JobStatus) bool { return st.State.Terminal() })
 	if st.State != control.JobFailed || st.Restarts != 0 || st.Attempt != 1 ||
-		!strings.Contains(st.Reason, "task in-0 failed: task in-0: resume after sequence 50") ||
+		!strings.HasPrefix(st.Reason, "task in-0 failed: resume after sequence 50") ||
 		!strings.Contains(st.Reason, "not restarted") {
 		t.Errorf("after an unrecoverable task failure: %+v", st)
 	}
@@ -624,8 +624,10 @@ func TestRestartExhaustedAndIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := waitFor(t, ctx, e, "doomed", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
-	if st.Restarts != 3 || st.Attempt != 3 || !strings.Contains(st.Reason, "module traps in weir_init") ||
-		!strings.Contains(st.Reason, "after 2 restart attempts") {
+	// Two restarts were made (attempts 2 and 3); the third failure ended
+	// the job and is no restart.
+	if st.Restarts != 2 || st.Attempt != 3 || !strings.Contains(st.Reason, "module traps in weir_init") ||
+		!strings.HasSuffix(st.Reason, " (after 2 restart attempts)") {
 		t.Errorf("doomed %+v", st)
 	}
 	g, _ := e.api.Job(ctx, "good")
@@ -825,5 +827,30 @@ func TestCoordinatorRestart(t *testing.T) {
 	if got, err := e.api.Job(ctx, "doomed"); err != nil || got.State != control.JobFailed || got.Reason != doomed.Reason ||
 		!got.Updated.Equal(doomed.Updated) || !strings.Contains(got.Reason, "module traps in weir_init") {
 		t.Errorf("failed job after restart: %+v %v, before: %+v", got, err, doomed)
+	}
+}
+
+// giveUp says why a job is not restarted in words, counting the restarts
+// made before the failure that ends it.
+func TestGiveUpReason(t *testing.T) {
+	fixed := func(attempts int) jobspec.Restart {
+		return jobspec.Restart{Strategy: jobspec.RestartFixedDelay, Attempts: attempts}
+	}
+	for _, c := range []struct {
+		restart jobspec.Restart
+		n       int // consecutive failures so far
+		want    string
+	}{
+		{jobspec.Restart{Strategy: jobspec.RestartNone}, 1, "not restarted: the restart strategy is none"},
+		{fixed(0), 1, "not restarted: the restart strategy allows no attempts"},
+		{fixed(1), 1, ""},
+		{fixed(1), 2, "after 1 restart attempt"},
+		{fixed(2), 2, ""},
+		{fixed(2), 3, "after 2 restart attempts"},
+	} {
+		j := &job{spec: &jobspec.Spec{Restart: c.restart}}
+		if got := j.giveUp(c.n); got != c.want {
+			t.Errorf("%+v after failure %d: %q, want %q", c.restart, c.n, got, c.want)
+		}
 	}
 }

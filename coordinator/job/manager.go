@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -257,7 +258,7 @@ func (m *Manager) job(name string) (*job, error) {
 	defer m.mu.Unlock()
 	j := m.jobs[name]
 	if j == nil {
-		return nil, fmt.Errorf("job %q: %w", name, control.ErrNotFound)
+		return nil, control.Errorf(control.ErrNotFound, "no job %q", name)
 	}
 	return j, nil
 }
@@ -265,7 +266,7 @@ func (m *Manager) job(name string) (*job, error) {
 // Submit starts a job.
 func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.JobStatus, error) {
 	if r.Spec == nil {
-		return control.JobStatus{}, fmt.Errorf("submit: no spec: %w", control.ErrInvalid)
+		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit: no job spec")
 	}
 	var from *checkpoint.Metadata
 	if r.RestoreFrom != "" {
@@ -284,7 +285,7 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	if spec == nil {
 		j, err := m.job(r.Job)
 		if err != nil {
-			return control.JobStatus{}, fmt.Errorf("restore %s: no spec given and %w", r.Job, err)
+			return control.JobStatus{}, control.Errorf(control.ErrNotFound, "restore %s: no spec given, and no job %q to take it from", r.Job, r.Job)
 		}
 		spec = j.spec
 	}
@@ -302,11 +303,14 @@ func (m *Manager) loadCheckpoint(ctx context.Context, job, from string) (*checkp
 	}
 	id, err := strconv.ParseInt(strings.TrimPrefix(from, "chk-"), 10, 64)
 	if err != nil || id <= 0 {
-		return nil, fmt.Errorf("restore from %q: want ID or JOB/ID: %w", from, control.ErrInvalid)
+		return nil, control.Errorf(control.ErrInvalid, "restore from %q: want a checkpoint ID or JOB/ID", from)
 	}
 	md, err := m.opts.Catalog.Read(ctx, job, id)
 	if err != nil {
-		return nil, fmt.Errorf("restore from %s/%d: %w", job, id, errors.Join(control.ErrNotFound, err))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, control.Errorf(control.ErrNotFound, "restore from %s/%d: there is no such checkpoint", job, id)
+		}
+		return nil, control.Errorf(control.ErrNotFound, "restore: %w", err) // it names the checkpoint
 	}
 	return md, nil
 }
@@ -315,7 +319,7 @@ func (m *Manager) loadCheckpoint(ctx context.Context, job, from string) (*checkp
 func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, map[string]control.Module, error) {
 	p, err := plan.Build(spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("submit %s: %w: %v", spec.Name, control.ErrInvalid, err)
+		return nil, nil, control.Errorf(control.ErrInvalid, "submit %s: %w", spec.Name, err)
 	}
 	mods, err := m.resolveModules(ctx, spec)
 	if err != nil {
@@ -400,10 +404,10 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ctx == nil || m.ctx.Err() != nil {
-		return control.JobStatus{}, fmt.Errorf("submit %s: coordinator not running: %w", spec.Name, control.ErrUnavailable)
+		return control.JobStatus{}, control.Errorf(control.ErrUnavailable, "submit %s: the coordinator is not running", spec.Name)
 	}
 	if old := m.jobs[spec.Name]; old != nil && !old.status().State.Terminal() {
-		return control.JobStatus{}, fmt.Errorf("job %s is %s: %w", spec.Name, old.status().State, control.ErrConflict)
+		return control.JobStatus{}, control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", spec.Name, old.status().State)
 	}
 	machine := checkpoint.NewMachine(spec.Name, checkpoint.ConfigFromSpec(spec.Checkpointing), restored, next)
 	j := newJob(m, spec, p, mods, machine, from)
@@ -422,7 +426,7 @@ func (m *Manager) resolveModules(ctx context.Context, spec *jobspec.Spec) (map[s
 		mod := control.Module{Ref: op.Module}
 		ref, err := modref.Parse(op.Module)
 		if err != nil {
-			return nil, fmt.Errorf("operator %s: %w: %v", op.Name, control.ErrInvalid, err)
+			return nil, control.Errorf(control.ErrInvalid, "operator %s: %w", op.Name, err)
 		}
 		switch {
 		case ref.Kind == modref.File:
@@ -432,7 +436,7 @@ func (m *Manager) resolveModules(ctx context.Context, spec *jobspec.Spec) (map[s
 		case m.opts.Registry != nil:
 			ms, err := m.opts.Registry.Find(ctx, ref)
 			if err != nil {
-				return nil, fmt.Errorf("operator %s: unknown module %s: %w", op.Name, op.Module, control.ErrInvalid)
+				return nil, control.Errorf(control.ErrInvalid, "operator %s: %w", op.Name, err) // it names the module
 			}
 			mod.Digest = ms[len(ms)-1].Digest
 		}
@@ -488,7 +492,7 @@ func (m *Manager) Savepoint(ctx context.Context, name string) (control.Checkpoin
 		return control.CheckpointInfo{}, err
 	}
 	if st := j.status().State; st != control.JobRunning {
-		return control.CheckpointInfo{}, fmt.Errorf("savepoint of %s: job is %s: %w", name, st, control.ErrConflict)
+		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "savepoint of %s: the job is %s, not running", name, st)
 	}
 	if t := j.spec.Checkpointing.Timeout; t > 0 {
 		var cancel context.CancelFunc
@@ -513,7 +517,7 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 	}
 	st := j.status()
 	if st.State != control.JobRunning {
-		return control.CheckpointInfo{}, fmt.Errorf("stop %s: job is %s: %w", name, st.State, control.ErrConflict)
+		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "stop %s: the job is %s, not running", name, st.State)
 	}
 	sctx := ctx
 	if t := j.spec.Checkpointing.Timeout; t > 0 {
@@ -526,8 +530,8 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 		return cp, fmt.Errorf("stop %s: %w (the job keeps running)", name, err)
 	}
 	if now := j.status(); now.Attempt != st.Attempt || now.State != control.JobRunning {
-		return cp, fmt.Errorf("stop %s: the job failed over while its savepoint %d completed and keeps running (is %s): %w",
-			name, cp.ID, now.State, control.ErrConflict)
+		return cp, control.Errorf(control.ErrConflict, "stop %s: the job failed over while its savepoint %d completed and keeps running (is %s)",
+			name, cp.ID, now.State)
 	}
 	j.rest(context.WithoutCancel(ctx), st.Attempt, cp.ID)
 	j.push(jobEvent{kind: evCancel, attempt: st.Attempt, reason: fmt.Sprintf("stopped with savepoint %d", cp.ID)})

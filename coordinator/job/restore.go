@@ -44,7 +44,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 	for id := range md.Handles {
 		vertex, _, ok := splitTaskID(id)
 		if !ok {
-			return fmt.Errorf("restore %s from checkpoint %d: task %q in the checkpoint is not VERTEX-INDEX: %w", spec.Name, md.ID, id, control.ErrInvalid)
+			return control.Errorf(control.ErrInvalid, "restore %s from checkpoint %d: task %q in the checkpoint is not VERTEX-INDEX", spec.Name, md.ID, id)
 		}
 		t := ckTask{id: id, state: -1, chans: -1}
 		if m, ok := md.Metrics[id]; ok {
@@ -104,7 +104,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("restore %s from checkpoint %d: %s: %w", spec.Name, md.ID, strings.Join(problems, "; "), control.ErrInvalid)
+		return control.Errorf(control.ErrInvalid, "restore %s from checkpoint %d: %s", spec.Name, md.ID, strings.Join(problems, "; "))
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strconv"
@@ -32,8 +33,9 @@ const DefaultBucket = "weir_modules"
 
 // Errors callers branch on.
 var (
-	// ErrNotFound: no module matches the reference.
-	ErrNotFound = errors.New("module not found")
+	// ErrNotFound: no module matches the reference. Its text follows the
+	// module's name: "module pass@1: not in the module registry".
+	ErrNotFound = errors.New("not in the module registry")
 	// ErrExists: the version being pushed already exists.
 	ErrExists = errors.New("module version exists")
 	// ErrInvalid: the validator refused the module.
@@ -335,6 +337,11 @@ func Resolve(ctx context.Context, reg *Registry, ref string) ([]byte, Module, er
 	if p.Kind == modref.File {
 		data, err := os.ReadFile(p.Path)
 		if err != nil {
+			// "module x.wasm: no such file or directory", not "module
+			// x.wasm: open x.wasm: no such file or directory".
+			if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Path == p.Path {
+				err = pe.Err
+			}
 			return nil, Module{}, fmt.Errorf("module %s: %w", p.Path, err)
 		}
 		return data, Module{Name: p.Path, Digest: Digest(data), Size: int64(len(data))}, nil

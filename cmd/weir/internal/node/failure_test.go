@@ -119,7 +119,7 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 10}
 		if _, err := n.Registry.Remove(ctx, "mis@1"); err != nil {
 			t.Fatal(err)
 		}
-		check(failOver("removed"), 1, "module not found")
+		check(failOver("removed"), 1, "not in the module registry")
 	})
 }
 

@@ -41,12 +41,13 @@ import (
 // DefaultDataPrefix starts the subjects of remote channels.
 const DefaultDataPrefix = "weir.data"
 
-// ModuleSource fetches the bytes of an operator's module. An error that
-// wraps fs.ErrNotExist, registry.ErrNotFound or ErrModuleNotFound says the
-// module is not there, one that wraps ErrModuleChanged that its bytes are
-// not the ones the job was submitted with: either fails the job at once
-// (Unrecoverable). Any other error (a registry that did not answer) fails
-// it over.
+// ModuleSource fetches the bytes of an operator's module. Its errors name
+// the module ("module ./x.wasm: no such file or directory"): the worker
+// adds only the task. An error that wraps fs.ErrNotExist,
+// registry.ErrNotFound or ErrModuleNotFound says the module is not there,
+// one that wraps ErrModuleChanged that its bytes are not the ones the job
+// was submitted with: either fails the job at once (Unrecoverable). Any
+// other error (a registry that did not answer) fails it over.
 type ModuleSource func(ctx context.Context, m control.Module) ([]byte, error)
 
 // moduleNotFound marks a ModuleSource's error as ErrModuleNotFound and
@@ -214,9 +215,9 @@ func (w *Worker) checkStore(want string) error {
 	if want == "" || have == "" || want == have {
 		return nil
 	}
-	return fmt.Errorf("worker %s: %w: the coordinator reads checkpoints from %s, this worker writes them to %s "+
+	return fmt.Errorf("%w: the coordinator reads checkpoints from %s, this worker writes them to %s "+
 		"(give 'weir up' and 'weir worker' the same -checkpoint-store: jetstream when workers run in other processes)",
-		w.cfg.ID, ErrStoreMismatch, want, have)
+		ErrStoreMismatch, want, have)
 }
 
 func (w *Worker) current(job string, n int) *attempt {
@@ -239,7 +240,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		old.stop()
 	}
 	if d.Plan == nil || d.Spec == nil {
-		return fmt.Errorf("worker %s: deploy of %s without plan or spec", w.cfg.ID, d.Job)
+		return fmt.Errorf("deploy of %s without plan or spec", d.Job)
 	}
 	if err := w.checkStore(d.StateStore); err != nil {
 		return control.Unrecoverable(err)
@@ -314,7 +315,7 @@ func (w *Worker) Cancel(ctx context.Context, c control.Cancel) error {
 func (w *Worker) Trigger(ctx context.Context, t control.Trigger) error {
 	a := w.current(t.Job, t.Attempt)
 	if a == nil {
-		return fmt.Errorf("worker %s: job %s attempt %d is not running here", w.cfg.ID, t.Job, t.Attempt)
+		return fmt.Errorf("job %s attempt %d is not running here", t.Job, t.Attempt)
 	}
 	typ := stream.Checkpoint
 	if t.Savepoint {
@@ -324,7 +325,7 @@ func (w *Worker) Trigger(ctx context.Context, t control.Trigger) error {
 	for _, id := range t.Tasks {
 		task := a.tasks[id]
 		if task == nil {
-			return fmt.Errorf("worker %s: no task %s of job %s here", w.cfg.ID, id, t.Job)
+			return fmt.Errorf("no task %s of job %s here", id, t.Job)
 		}
 		if t.Stop {
 			task.TriggerStop(b)
@@ -365,7 +366,7 @@ func (w *Worker) Abort(ctx context.Context, a control.Abort) error {
 func (w *Worker) Stop(ctx context.Context, s control.Stop) error {
 	at := w.current(s.Job, s.Attempt)
 	if at == nil {
-		return fmt.Errorf("worker %s: job %s attempt %d is not running here", w.cfg.ID, s.Job, s.Attempt)
+		return fmt.Errorf("job %s attempt %d is not running here", s.Job, s.Attempt)
 	}
 	var errs []error
 	for _, id := range at.taskIDs {
@@ -395,11 +396,17 @@ func (l listener) Decline(ctx context.Context, task string, id int64, kind, reas
 	return l.w.Decline(ctx, l.ref(task), id, kind, reason)
 }
 
+// Failed reports the task's failure; the reason is the cause alone, as
+// the coordinator names the task ("task <name> failed: <cause>").
 func (l listener) Failed(ctx context.Context, task string, err error) error {
-	if Unrecoverable(err) {
-		return l.w.FailedUnrecoverable(ctx, l.ref(task), err.Error())
+	reason := err.Error()
+	if te := (*host.TaskError)(nil); errors.As(err, &te) && te.Task == task {
+		reason = te.Cause()
 	}
-	return l.w.Failed(ctx, l.ref(task), err.Error())
+	if Unrecoverable(err) {
+		return l.w.FailedUnrecoverable(ctx, l.ref(task), reason)
+	}
+	return l.w.Failed(ctx, l.ref(task), reason)
 }
 
 // Mode maps a job's checkpointing mode to the task's barrier handling.
@@ -505,17 +512,17 @@ func (b *builder) channels() error {
 
 func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 	if err := b.channels(); err != nil {
-		return nil, fmt.Errorf("job %s: %w", b.d.Job, err)
+		return nil, err
 	}
 	tasks := map[string]*host.Task{}
 	for _, id := range b.d.Tasks {
 		pt, ok := b.d.Plan.Task(id)
 		if !ok {
-			return nil, fmt.Errorf("job %s: no task %s in the plan", b.d.Job, id)
+			return nil, fmt.Errorf("no task %s in the plan of job %s", id, b.d.Job)
 		}
 		t, err := b.task(ctx, pt)
 		if err != nil {
-			return nil, fmt.Errorf("job %s: task %s: %w", b.d.Job, pt.DisplayName(), err)
+			return nil, fmt.Errorf("task %s: %w", pt.ID, err)
 		}
 		tasks[id] = t
 	}
@@ -628,7 +635,7 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 	if spec.Limits.Memory > 0 {
 		lim.MemoryBytes = uint64(spec.Limits.Memory)
 	}
-	m, err := b.w.cfg.Engine.Load(ctx, spec.Name, code, lim)
+	m, err := b.w.cfg.Engine.Load(ctx, mod.Ref, code, lim) // its errors name the module
 	if err != nil {
 		return nil, err
 	}

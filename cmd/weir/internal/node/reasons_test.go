@@ -1,0 +1,78 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+// A job whose operator cannot start on the worker fails with a reason
+// that names the worker, the task and the operator or module once each, outside in,
+// and ends in words, not in a sentinel's "not found" or "conflict"; its
+// restart count is the restarts made.
+func TestFailureReasonsNameEachThingOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	misbehave, err := filepath.Abs("../../../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	badExport, err := filepath.Abs("../../../../host/wasm/testdata/bad/missing_export.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(name, module, config, restart string) control.JobStatus {
+		t.Helper()
+		spec, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: op, module: `+module+`, config: "`+config+`", inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
+checkpointing: {disabled: true}
+restart: `+restart+`
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+		return waitJob(t, ctx, n, name, "the end", func(st control.JobStatus) bool { return st.State.Terminal() })
+	}
+	// misbehave with config i fails its weir_init: a failure a restart
+	// might get past.
+	for _, c := range []struct {
+		name, module, config, restart string
+		restarts                      int
+		want                          string
+	}{
+		{"gone", misbehave, "i", "{strategy: none}", 0,
+			"deploy to worker w1: task op-0: operator op[0]: weir_init: bad config (not restarted: the restart strategy is none)"},
+		{"once", misbehave, "i", "{strategy: fixed-delay, delay: 10ms, attempts: 1}", 1,
+			"deploy to worker w1: task op-0: operator op[0]: weir_init: bad config (after 1 restart attempt)"},
+		{"badexport", badExport, "", "{strategy: fixed-delay, delay: 10ms, attempts: 3}", 0,
+			"deploy to worker w1: task op-0: module " + badExport + ": missing export weir_process (not restarted: it would fail the same way again)"},
+	} {
+		st := submit(c.name, c.module, c.config, c.restart)
+		if st.State != control.JobFailed || st.Reason != c.want || st.Restarts != c.restarts {
+			t.Errorf("%s: %s, reason %q, %d restarts; want failed, reason %q, %d restarts", c.name, st.State, st.Reason, st.Restarts, c.want, c.restarts)
+		}
+	}
+
+	if _, err := n.API.Job(ctx, "nosuch"); !errors.Is(err, control.ErrNotFound) || err.Error() != `no job "nosuch"` {
+		t.Errorf("status of an unknown job: %v", err)
+	}
+	if _, err := n.API.Savepoint(ctx, "gone"); !errors.Is(err, control.ErrConflict) ||
+		err.Error() != "savepoint of gone: the job is failed, not running" {
+		t.Errorf("savepoint of a failed job: %v", err)
+	}
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "gone", From: "9"}); !errors.Is(err, control.ErrNotFound) ||
+		err.Error() != "restore from gone/9: there is no such checkpoint" {
+		t.Errorf("restore from a checkpoint that is not there: %v", err)
+	}
+}
