@@ -19,34 +19,48 @@ import (
 	"github.com/weirhq/weir/guests/go/guestbuild"
 )
 
-// weir job status shows, besides the job's state, what each source and
-// sink guarantees: a core-NATS source's at-most-once is in plain sight.
-func TestJobStatusShowsGuarantees(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true,
-		Log: slog.New(slog.DiscardHandler)})
+// tapNode starts a node with opts (a data directory and port of its own,
+// coordinator on) and submits job tap — core subject in to core subject
+// out — with the spec's extra lines; it returns the node and the spec.
+func tapNode(t *testing.T, ctx context.Context, opts node.Options, extra string) (*node.Node, *jobspec.Spec) {
+	t.Helper()
+	opts.DataDir, opts.Port, opts.Coordinator, opts.Log = t.TempDir(), -1, true, slog.New(slog.DiscardHandler)
+	n, err := node.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	t.Cleanup(n.Close)
 	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
 sources: [{name: in, kind: nats, subject: in}]
 sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
-checkpointing: {mode: at-least-once}
-`), jobspec.Options{})
+`+extra), jobspec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
+	return n, spec
+}
+
+// jobStatus runs weir job status JOB against n and returns what it printed.
+func jobStatus(t *testing.T, ctx context.Context, n *node.Node, job string) string {
+	t.Helper()
 	var out, errb bytes.Buffer
-	if code := run(ctx, []string{"job", "status", "-nats", n.Server.ClientURL(), "tap"},
+	if code := run(ctx, []string{"job", "status", "-nats", n.Server.ClientURL(), job},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
 		t.Fatalf("weir job status exited %d: %s", code, errb.String())
 	}
-	got := out.String()
+	return out.String()
+}
+
+// weir job status shows, besides the job's state, what each source and
+// sink guarantees: a core-NATS source's at-most-once is in plain sight.
+func TestJobStatusShowsGuarantees(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := tapNode(t, ctx, node.Options{}, "checkpointing: {mode: at-least-once}\n")
+	got := jobStatus(t, ctx, n, "tap")
 	for _, want := range []string{
 		"JOB", "tap", "guarantees:\n",
 		"  source in: at-most-once: core NATS subject, no replay",
@@ -65,22 +79,7 @@ checkpointing: {mode: at-least-once}
 func TestJobErrorsSayWhatIsWrong(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true,
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
-sources: [{name: in, kind: nats, subject: in}]
-sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
-`), jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	n, spec := tapNode(t, ctx, node.Options{}, "")
 	url := n.Server.ClientURL()
 	for _, c := range []struct {
 		args []string
@@ -107,22 +106,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 func TestJobStatusShowsTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
-		WorkerID: "w1", HeartbeatInterval: 50 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
-sources: [{name: in, kind: nats, subject: in}]
-sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
-`), jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := tapNode(t, ctx, node.Options{Workers: 1, WorkerID: "w1", HeartbeatInterval: 50 * time.Millisecond}, "")
 	// Publish until the sink's counters say 100 records went through.
 	for i := 0; ; i++ {
 		st, err := n.API.Job(ctx, "tap")
@@ -145,12 +129,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	var out, errb bytes.Buffer
-	if code := run(ctx, []string{"job", "status", "-nats", n.Server.ClientURL(), "tap"},
-		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
-		t.Fatalf("weir job status exited %d: %s", code, errb.String())
-	}
-	got := out.String()
+	got := jobStatus(t, ctx, n, "tap")
 	for _, want := range []string{"tasks:\n", "TASK", "RECORDS IN", "BACKPRESSURED", "in-0", "out-0", "w1"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)

@@ -39,29 +39,8 @@ func rescale(t *testing.T, ctx context.Context, n *Node, in *keyedInput, spec fu
 // subtasks' per-partition offsets, so the keyed counts behind it go on
 // 1..n with no gap and no repeat.
 func TestRescalePartitionedSource(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end restore: skipped in -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	n, mods := oneNode(t, ctx, "wordcount")
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
-	spec := func(sources int) *jobspec.Spec {
-		s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
-sources: [{name: in, kind: jetstream, stream: IN, partitions: 4, partition-filter: "in.{p}.*", parallelism: %d}]
-operators:
-  - {name: count, module: %s, parallelism: 2, inputs: [{from: in, partition: key}]}
-sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
-checkpointing: {interval: 100ms}
-`, sources, mods["wordcount"])), jobspec.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	rescale(t, ctx, n, newKeyedInput(t, ctx, n.JS, 11), spec, 2, 4, 1)
+	rescaleSource(t, &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"},
+		`partitions: 4, partition-filter: "in.{p}.*", `, 2, 4, 1)
 }
 
 // TestRescaleWholeStreamSource rescales a JetStream source whose subtasks
@@ -70,28 +49,36 @@ checkpointing: {interval: 100ms}
 // so the new ones skip what each old one had covered (source.StreamOffset),
 // and the keyed counts behind them go on 1..n with no gap and no repeat.
 func TestRescaleWholeStreamSource(t *testing.T) {
+	rescaleSource(t, nil, "", 2, 3, 1)
+}
+
+// rescaleSource runs the Go wordcount behind a JetStream source on stream
+// IN (subjects in.*, through transform if not nil; the source's spec
+// fields start with fields) and rescales the source from savepoints to
+// each parallelism in turn, checking the keyed counts at the end.
+func rescaleSource(t *testing.T, transform *jetstream.SubjectTransformConfig, fields string, first int, next ...int) {
 	if testing.Short() {
 		t.Skip("end-to-end restore: skipped in -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, SubjectTransform: transform})
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
 	spec := func(sources int) *jobspec.Spec {
 		s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
-sources: [{name: in, kind: jetstream, stream: IN, parallelism: %d}]
+sources: [{name: in, kind: jetstream, stream: IN, %sparallelism: %d}]
 operators:
   - {name: count, module: %s, parallelism: 2, inputs: [{from: in, partition: key}]}
 sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
 checkpointing: {interval: 100ms}
-`, sources, mods["wordcount"])), jobspec.Options{})
+`, fields, sources, mods["wordcount"])), jobspec.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	rescale(t, ctx, n, newKeyedInput(t, ctx, n.JS, 11), spec, 2, 3, 1)
+	rescale(t, ctx, n, newKeyedInput(t, ctx, n.JS, 11), spec, first, next...)
 }
 
 // TestRescaleKeyedOperator rescales a stateful operator and the
