@@ -123,22 +123,28 @@ func elementsOf(ds []stream.Delivery) []stream.Element {
 	return out
 }
 
-func TestOrderAndControlElements(t *testing.T) {
-	srv := startServer(t)
-	nc := connect(t, srv)
+// pair opens a Receiver and then a Sender with cfg on a fresh embedded
+// server; both close with the test, and ctx ends after 20 s.
+func pair(t *testing.T, cfg Config) (context.Context, *Sender, *Receiver) {
+	t.Helper()
+	nc := connect(t, startServer(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg := Config{Subject: "weir.test.order", Window: 1 << 16, MaxFrameBytes: 4 << 10}
+	t.Cleanup(cancel)
 	rcv, err := NewReceiver(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rcv.Close()
+	t.Cleanup(func() { rcv.Close() })
 	snd, err := NewSender(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer snd.Close()
+	t.Cleanup(func() { snd.Close() })
+	return ctx, snd, rcv
+}
+
+func TestOrderAndControlElements(t *testing.T) {
+	ctx, snd, rcv := pair(t, Config{Subject: "weir.test.order", Window: 1 << 16, MaxFrameBytes: 4 << 10})
 	c := collect(ctx, rcv, nil)
 
 	want := []stream.Element{
@@ -258,22 +264,9 @@ func TestSlowConsumerBoundedNoLoss(t *testing.T) {
 // delivered afterwards, and together they are exactly what preceded the
 // barrier.
 func TestPriorityBarrierOvertakes(t *testing.T) {
-	srv := startServer(t)
-	nc := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	const window = 8 << 10
 	cfg := Config{Subject: "weir.test.prio", Window: window, MaxFrameBytes: 2 << 10}
-	rcv, err := NewReceiver(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rcv.Close()
-	snd, err := NewSender(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snd.Close()
+	ctx, snd, rcv := pair(t, cfg)
 
 	// Fill the window and the sender's queue: the receiver does not poll.
 	sent := 0
@@ -531,21 +524,7 @@ func TestServerRestartFailsChannel(t *testing.T) {
 // priority one (aligned checkpoint timed out): it overtakes what is queued
 // before it, and credit still flows.
 func TestPrioritizeQueuedBarrier(t *testing.T) {
-	srv := startServer(t)
-	nc := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg := Config{Subject: "weir.test.prioritize", Window: 64 << 10, MaxFrameBytes: 1 << 10}
-	rcv, err := NewReceiver(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rcv.Close()
-	snd, err := NewSender(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snd.Close()
+	ctx, snd, rcv := pair(t, Config{Subject: "weir.test.prioritize", Window: 64 << 10, MaxFrameBytes: 1 << 10})
 	for i := 0; i < 10; i++ {
 		if err := snd.Send(ctx, stream.Records(seqBatch(uint64(i*10), 10, 16))); err != nil {
 			t.Fatal(err)
@@ -611,21 +590,7 @@ func TestPrioritizeQueuedBarrier(t *testing.T) {
 // local channel: the second jumps the ordinary elements only, not the first
 // barrier (which would then arrive stale, its checkpoint lost at the task).
 func TestPriorityBarriersKeepOrder(t *testing.T) {
-	srv := startServer(t)
-	nc := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg := Config{Subject: "weir.test.prio-order", Window: 64 << 10, MaxFrameBytes: 1 << 10}
-	rcv, err := NewReceiver(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rcv.Close()
-	snd, err := NewSender(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snd.Close()
+	ctx, snd, rcv := pair(t, Config{Subject: "weir.test.prio-order", Window: 64 << 10, MaxFrameBytes: 1 << 10})
 	recs := stream.Records(seqBatch(0, 2, 16))
 	if err := snd.Send(ctx, recs); err != nil {
 		t.Fatal(err)
