@@ -303,3 +303,101 @@ func TestStopSavepointAborted(t *testing.T) {
 		t.Fatal("rest of a task that ended")
 	}
 }
+
+// stopRaceSource hands out "a" at once and "b" once checkpoint 1
+// completed; its CheckpointComplete posts the stop savepoint 2 just as "b"
+// is ready, so the task finds the trigger and the batch at the same time.
+type stopRaceSource struct {
+	task    *host.Task
+	pos     int
+	release chan struct{} // closed by CheckpointComplete(1): Poll hands out "b"
+	polled  chan struct{} // closed when Poll returned "b"
+}
+
+func (s *stopRaceSource) Poll(ctx context.Context) ([]byte, []byte, error) {
+	s.pos++
+	switch s.pos {
+	case 1:
+		return rec("a", "a").Batch, binary.LittleEndian.AppendUint64(nil, 1), nil
+	case 2:
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		close(s.polled)
+		return rec("b", "b").Batch, binary.LittleEndian.AppendUint64(nil, 2), nil
+	}
+	<-ctx.Done()
+	return nil, nil, ctx.Err()
+}
+
+func (s *stopRaceSource) CheckpointComplete(_ context.Context, id int64, _ []byte) error {
+	if id == 1 {
+		close(s.release)
+		<-s.polled
+		time.Sleep(5 * time.Millisecond) // the batch waits for the task
+		s.task.TriggerStop(stream.Barrier{ID: 2, Type: stream.Savepoint})
+	}
+	return nil
+}
+
+func (s *stopRaceSource) Seek(context.Context, []byte) error { return nil }
+func (s *stopRaceSource) Close() error                       { return nil }
+
+// A stop savepoint's trigger that arrives together with a polled batch
+// goes first, and the batch waits: nothing after the barrier is processed,
+// whichever the task sees first.
+func TestStopTriggerBeforePolledBatch(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			store, _ := storage.NewDir(t.TempDir())
+			so, ro := local.New(local.Options{Name: "src->x"})
+			rc, acks := ackWaiter()
+			src := &stopRaceSource{release: make(chan struct{}), polled: make(chan struct{})}
+			task, err := host.New(host.Config{Name: "src", Source: src, Outputs: []host.Output{{Senders: []stream.Sender{so}}},
+				Store: store, Listener: rc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.task = task
+			done := make(chan error, 1)
+			go func() { done <- task.Run(ctx) }()
+			var got []stream.Element
+			read := func(n int) {
+				for len(got) < n {
+					if d, ok, _ := ro.Poll(); ok {
+						got = append(got, d.Element)
+					} else {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			}
+			read(1)
+			task.TriggerCheckpoint(stream.Barrier{ID: 1, Type: stream.Checkpoint})
+			if id := waitAck(t, acks, rc); id != 1 {
+				t.Fatalf("ack %d", id)
+			}
+			task.NotifyCheckpointComplete(1)
+			if id := waitAck(t, acks, rc); id != 2 {
+				t.Fatalf("ack %d", id)
+			}
+			time.Sleep(20 * time.Millisecond)
+			for d, ok, _ := ro.Poll(); ok; d, ok, _ = ro.Poll() {
+				got = append(got, d.Element)
+			}
+			if s := render(t, got); s != "a B1 B2" {
+				t.Fatalf("run %d: channel carried %q before the stop savepoint was aborted, want \"a B1 B2\"", i, s)
+			}
+			task.AbortCheckpoint(2)
+			read(4)
+			if s := render(t, got); s != "a B1 B2 b" {
+				t.Fatalf("run %d: channel carried %q after the abort", i, s)
+			}
+			cancel()
+			<-done
+		}()
+	}
+}

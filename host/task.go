@@ -970,6 +970,7 @@ func (t *Task) runSource(ctx context.Context) error {
 		t.sourceClosed = true
 		wg.Wait()
 	}()
+	var held *polled // polled when a stop savepoint's barrier went out
 	for {
 		t.takeInterrupt()
 		if err := t.serviceControl(ctx); err != nil {
@@ -978,37 +979,49 @@ func (t *Task) runSource(ctx context.Context) error {
 		if err := t.flush(ctx); err != nil {
 			return err
 		}
-		in := pc
-		if t.stopAt != 0 {
-			in = nil // stopped after a savepoint's barrier: no input
-		}
-		select {
-		case p := <-in:
-			// Triggers that arrived before this batch go first.
-			if err := t.serviceControl(ctx); err != nil {
-				return err
+		var p polled
+		if held != nil && t.stopAt == 0 {
+			p, held = *held, nil // the stop savepoint was aborted
+		} else {
+			in := pc
+			if t.stopAt != 0 {
+				in = nil // stopped after a savepoint's barrier: no input
 			}
-			if errors.Is(p.err, io.EOF) {
-				return t.finish(ctx)
-			}
-			if p.err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return fmt.Errorf("source: poll: %w", p.err)
-			}
-			if n := int64(stream.Records(p.batch).Count()); n > 0 {
-				t.stats.batchesIn.Add(1)
-				t.stats.recordsIn.Add(n)
-				if err := t.process(ctx, 0, p.batch); err != nil {
+			select {
+			case p = <-in:
+				// Triggers that arrived before this batch go first.
+				if err := t.serviceControl(ctx); err != nil {
 					return err
 				}
+				if t.stopAt != 0 {
+					// One was a stop savepoint's: its barrier is out, so
+					// the batch waits until the savepoint is aborted.
+					held = &p
+					continue
+				}
+			case <-t.wake:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			t.lastOffset = p.offset
-		case <-t.wake:
-		case <-ctx.Done():
-			return ctx.Err()
 		}
+		if errors.Is(p.err, io.EOF) {
+			return t.finish(ctx)
+		}
+		if p.err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("source: poll: %w", p.err)
+		}
+		if n := int64(stream.Records(p.batch).Count()); n > 0 {
+			t.stats.batchesIn.Add(1)
+			t.stats.recordsIn.Add(n)
+			if err := t.process(ctx, 0, p.batch); err != nil {
+				return err
+			}
+		}
+		t.lastOffset = p.offset
 	}
 }
 
