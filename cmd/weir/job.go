@@ -33,6 +33,11 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
   weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
                                             restart a stopped job from checkpoint ID`
 
+// savepointWait is how long weir job savepoint and stop wait for the
+// coordinator: a savepoint may take up to the job's checkpoint timeout
+// (default 60 s), longer than other requests (waitTimeout).
+const savepointWait = 3 * time.Minute
+
 // connectNATS connects to NATS with the shared connection flags, as the
 // client name; a command does not wait for a server that is down.
 func connectNATS(nf *natsFlags, name string) (*nats.Conn, error) {
@@ -143,6 +148,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 	case "stop":
 		fmt.Fprintf(std.Err, "stopping %s with a savepoint …\n", pos[1])
+		api.Timeout = savepointWait
 		cp, err := api.StopJob(ctx, pos[1])
 		if err != nil {
 			return apiErr("job stop", err)
@@ -157,6 +163,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 	case "savepoint":
 		fmt.Fprintf(std.Err, "taking a savepoint of %s …\n", pos[1])
+		api.Timeout = savepointWait
 		cp, err := api.Savepoint(ctx, pos[1])
 		if err != nil {
 			return apiErr("job savepoint", err)
