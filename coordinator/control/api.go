@@ -64,8 +64,9 @@ type TaskStatus struct {
 	Stats  TaskStats `json:"stats"`
 	// InRate and OutRate are records per second; Busy and Backpressured
 	// the fractions of the time (0 to 1) the task spent processing input
-	// and blocked on its output. They cover the time between the worker's
-	// last two reports, or since the task started after the first.
+	// and blocked on its output. They cover about the last five seconds of
+	// the worker's reports (less while the task is young), so that a task
+	// inside a long call does not read 0.
 	InRate        float64 `json:"in_rate"`
 	OutRate       float64 `json:"out_rate"`
 	Busy          float64 `json:"busy"`
@@ -73,7 +74,8 @@ type TaskStatus struct {
 }
 
 // NewTaskStatus computes the status of task on worker from its latest
-// counters and, if not nil, the ones reported before them.
+// counters and the ones reported at the start of the span its rates cover
+// (nil: since the task started).
 func NewTaskStatus(task, worker string, latest TaskStats, prev *TaskStats) TaskStatus {
 	st := TaskStatus{Task: task, Worker: worker, Stats: latest}
 	var base TaskStats

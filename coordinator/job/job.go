@@ -73,12 +73,33 @@ type job struct {
 	live map[string]liveTask
 }
 
-// liveTask is what the heartbeats said about one task.
+// liveTask is what the heartbeats said about one task: the latest
+// counters and, oldest first, the earlier ones base may still need.
 type liveTask struct {
 	attempt int
 	worker  string
 	latest  control.TaskStats
-	prev    *control.TaskStats
+	earlier []control.TaskStats
+}
+
+// rateWindow is the least span a task's rates cover when its reports
+// allow: with heartbeats every second, a task inside one long operator
+// call would otherwise show no records at all in most reports.
+const rateWindow = 5 * time.Second
+
+// base returns the counters to compute l's rates from: the newest earlier
+// report at least rateWindow before the latest, else the oldest (nil:
+// none).
+func (l *liveTask) base() *control.TaskStats {
+	if len(l.earlier) == 0 {
+		return nil
+	}
+	for i := len(l.earlier) - 1; i >= 0; i-- {
+		if time.Duration(l.latest.RunningNanos-l.earlier[i].RunningNanos) >= rateWindow {
+			return &l.earlier[i]
+		}
+	}
+	return &l.earlier[0]
 }
 
 func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]control.Module, machine *checkpoint.Machine, from *checkpoint.Metadata) *job {
@@ -103,7 +124,7 @@ func (j *job) status() control.JobStatus {
 	if st.State == control.JobRunning {
 		for task, l := range j.live {
 			if l.attempt == st.Attempt && j.assign[task] == l.worker {
-				st.Tasks = append(st.Tasks, control.NewTaskStatus(task, l.worker, l.latest, l.prev))
+				st.Tasks = append(st.Tasks, control.NewTaskStatus(task, l.worker, l.latest, l.base()))
 			}
 		}
 		order := map[string]int{} // the plan's order: sources, operators, sinks
@@ -133,8 +154,12 @@ func (j *job) observe(worker string, t control.TaskRef) {
 		if t.Stats.RunningNanos <= l.latest.RunningNanos {
 			return // not newer
 		}
-		prev := l.latest
-		l.prev = &prev
+		l.earlier = append(l.earlier, l.latest)
+		// Keep what base may need: drop the reports older than the
+		// newest one that is already rateWindow behind.
+		for len(l.earlier) > 1 && time.Duration(t.Stats.RunningNanos-l.earlier[1].RunningNanos) >= rateWindow {
+			l.earlier = l.earlier[1:]
+		}
 	} else {
 		l = liveTask{attempt: t.Attempt, worker: worker}
 	}
