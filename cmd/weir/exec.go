@@ -33,7 +33,10 @@ const execUsage = `MODULE.wasm [flags]
 Reads records from stdin (or -in), one per line: "key<TAB>value", or just
 "value" for an empty key. Feeds them to the module in batches and prints
 every emitted record the same way ("[PORT] " first when -outputs > 1).
-Guest logs and stdout/stderr go to stderr.`
+Guest logs and stdout/stderr go to stderr. An error inside a record names
+its input line. -snapshot FILE alone snapshots after the last input record;
+a snapshot in the keyed layout (abi/ABI.md §8) is checked as a worker checks
+it, and for keys put twice.`
 
 // inputFlag collects repeated -in values: FILE (port -port) or PORT=FILE.
 type inputFlag []execInput
@@ -109,7 +112,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.config, "config", "", "operator config `STRING`")
 	fs.StringVar(&o.configFile, "config-file", "", "read the operator config from `FILE`")
 	fs.Int64Var(&o.snapshotAfter, "snapshot-after", 0, "take a snapshot after `N` input records (with -snapshot), then keep going")
-	fs.StringVar(&o.snapshot, "snapshot", "", "write the snapshot to `FILE`")
+	fs.StringVar(&o.snapshot, "snapshot", "", "write the snapshot to `FILE` (after -snapshot-after N records, else after the last)")
 	fs.StringVar(&o.restore, "restore", "", "restore the operator's state from `FILE` before the input")
 	o.memory = wasm.DefaultMemoryBytes
 	fs.Var(&o.memory, "memory", "memory limit (e.g. 64MiB)")
@@ -141,7 +144,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	switch {
 	case o.batch < 1:
 		return usagef("exec: -batch must be at least 1")
-	case (o.snapshotAfter > 0) != (o.snapshot != ""):
+	case o.snapshotAfter > 0 && o.snapshot == "":
 		return usagef("exec: -snapshot-after and -snapshot go together")
 	case o.config != "" && o.configFile != "":
 		return usagef("exec: use -config or -config-file, not both")
@@ -235,6 +238,14 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 		out.Flush()
 		return fmt.Errorf("exec: -snapshot-after %d: the input had only %d records", o.snapshotAfter, r.seen)
 	}
+	if o.snapshot != "" && o.snapshotAfter == 0 {
+		// After the last record, before end of input: the state a restore
+		// continues from with more input.
+		if err := r.takeSnapshot(ctx); err != nil {
+			out.Flush()
+			return err
+		}
+	}
 	if o.endOfInput {
 		for _, p := range ports {
 			if err := inst.EndOfInput(ctx, p, r.print); err != nil {
@@ -258,11 +269,48 @@ type execRun struct {
 	seen     int64 // input records processed so far
 	maxBatch int
 	outErr   error
+	// batchSrc and batchLine locate the batch's first record in the input
+	// ("stdin", 1-based line), for errors inside a record.
+	batchSrc  string
+	batchLine int
+}
+
+// inputError adds the input line of the record an operator failed at to
+// its error.
+type inputError struct {
+	err   error
+	where string
+}
+
+func (e *inputError) Error() string { return e.err.Error() + " (" + e.where + ")" }
+func (e *inputError) Unwrap() error { return e.err }
+
+// locate names the input line of the record err happened at, when the
+// operator reported one.
+func (r *execRun) locate(err error) error {
+	idx := -1
+	var oe *wasm.OperatorError
+	var te *wasm.TrapError
+	var de *wasm.DeadlineError
+	switch {
+	case errors.As(err, &oe):
+		idx = oe.RecordIndex
+	case errors.As(err, &te):
+		idx = te.RecordIndex
+	case errors.As(err, &de):
+		idx = de.RecordIndex
+	}
+	if idx < 0 || idx >= r.b.Len() {
+		return err
+	}
+	return &inputError{err: err, where: fmt.Sprintf("%s line %d", r.batchSrc, r.batchLine+idx)}
 }
 
 func (r *execRun) feed(ctx context.Context, stdin io.Reader, port int, path string) error {
 	var src io.Reader = stdin
+	srcName := "stdin"
 	if path != "-" {
+		srcName = path
 		f, err := os.Open(path)
 		if err != nil {
 			return fmt.Errorf("exec: input: %w", err)
@@ -287,6 +335,9 @@ func (r *execRun) feed(ctx context.Context, stdin io.Reader, port int, path stri
 				return err
 			}
 		}
+		if r.b.Len() == 0 {
+			r.batchSrc, r.batchLine = srcName, lines
+		}
 		r.b.Add(key, value, 0)
 		if r.b.Len() >= r.opts.batch || r.seen+int64(r.b.Len()) == r.opts.snapshotAfter {
 			if err := r.flush(ctx, port); err != nil {
@@ -309,10 +360,10 @@ func (r *execRun) flush(ctx context.Context, port int) error {
 	}
 	n := int64(r.b.Len())
 	err := r.inst.Process(ctx, port, r.b.Bytes(), r.print)
-	r.b.Reset()
 	if err != nil {
-		return err
+		return r.locate(err)
 	}
+	r.b.Reset()
 	if r.outErr != nil {
 		return r.outErr
 	}
@@ -329,10 +380,13 @@ func (r *execRun) takeSnapshot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("exec: snapshot: %w", err)
 	}
-	w := bufio.NewWriterSize(f, 64<<10)
-	err = r.inst.Snapshot(ctx, w)
+	var state bytes.Buffer
+	err = r.inst.Snapshot(ctx, &state)
 	if err == nil {
-		err = w.Flush()
+		err = checkKeyedState(r.inst.Name(), state.Bytes())
+	}
+	if err == nil {
+		_, err = f.Write(state.Bytes())
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -343,6 +397,27 @@ func (r *execRun) takeSnapshot(ctx context.Context) error {
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("exec: snapshot: %w", err)
+	}
+	return nil
+}
+
+// checkKeyedState refuses a state that claims the keyed layout (abi/ABI.md
+// §8) but breaks it, as a worker's checkpoint does, and one that has a key
+// twice, which a worker notices only at a rescale.
+func checkKeyedState(operator string, state []byte) error {
+	if !abi.IsKeyedState(state) {
+		return nil
+	}
+	seen := map[string]bool{}
+	err := abi.KeyedEntries(state, func(k, _ []byte) error {
+		if seen[string(k)] {
+			return fmt.Errorf("key %q is put twice (put each key once)", k)
+		}
+		seen[string(k)] = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("operator %s: state starts with %q but is not in the keyed layout: %w", operator, abi.KeyedStateMagic, err)
 	}
 	return nil
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 )
 
@@ -102,7 +104,8 @@ func TestExecErrors(t *testing.T) {
 	}{
 		{[]string{"exec", notWasm}, 1, "weir: module x: not a WebAssembly module"},
 		{[]string{"exec", "../../host/wasm/testdata/bad/missing_export.wasm"}, 1, "weir: module missing_export: missing export weir_process"},
-		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2: wasm error: unreachable"},
+		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2: wasm error: unreachable (stdin line 3)"},
+		{[]string{"exec", mis, "-config", "t", "-batch", "2"}, 1, "weir: operator misbehave: weir_process: trap at record 2: wasm error: unreachable"},
 		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline"},
 		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
 		{[]string{"exec", example(t, "filter")}, 1, "weir: operator filter: weir_init: filter: config must be the substring to keep"},
@@ -145,5 +148,50 @@ func TestExecTwoOutputs(t *testing.T) {
 	code, out, errs := weir(t, "k\tv\n", "exec", p, "-config", "ports", "-outputs", "2", "-end-of-input=false")
 	if code != 0 || out != "[0] k\tv\n[1] k\tv\n" {
 		t.Fatalf("exit %d %q %s", code, out, errs)
+	}
+}
+
+// -snapshot alone snapshots after the last record; a keyed state restores.
+func TestExecSnapshotAtEnd(t *testing.T) {
+	mod := example(t, "keyedcount")
+	snap := filepath.Join(t.TempDir(), "snap")
+	code, out, errs := weir(t, "a\tx\nb\tx\na\tx\n", "exec", mod, "-snapshot", snap)
+	if code != 0 || out != "a\t1\nb\t1\na\t2\n" {
+		t.Fatalf("exit %d %q %s", code, out, errs)
+	}
+	code, out, errs = weir(t, "a\tx\n", "exec", mod, "-restore", snap)
+	if code != 0 || out != "a\t3\n" {
+		t.Fatalf("restore: exit %d %q %s", code, out, errs)
+	}
+}
+
+// An error inside a record names the input line it came from.
+func TestExecErrorNamesInputLine(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(in, []byte("a\nb\nc\nd\n"), 0o644)
+	// misbehave's "t" traps with the cursor at record 2 of the first batch.
+	_, _, errs := weir(t, "", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-in", in)
+	if want := "trap at record 2: wasm error: unreachable (" + in + " line 3)\n"; !strings.HasSuffix(errs, want) {
+		t.Errorf("stderr %q, want it to end %q", errs, want)
+	}
+}
+
+func TestCheckKeyedState(t *testing.T) {
+	ok := abi.AppendKeyedEntry(abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("a"), []byte("1")), []byte("b"), []byte("2"))
+	dup := abi.AppendKeyedEntry(append([]byte(nil), ok...), []byte("a"), []byte("3"))
+	for _, c := range []struct {
+		state []byte
+		want  string
+	}{
+		{nil, ""},
+		{[]byte("\x01opaque"), ""},
+		{ok, ""},
+		{ok[:len(ok)-1], `operator op: state starts with "WKS1" but is not in the keyed layout: keyed state: entry at byte 22: key of 1 and value of 1 bytes pass the end`},
+		{dup, `operator op: state starts with "WKS1" but is not in the keyed layout: key "a" is put twice (put each key once)`},
+	} {
+		err := checkKeyedState("op", c.state)
+		if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && !strings.HasPrefix(got, c.want)) {
+			t.Errorf("%q: %v, want %q", c.state, err, c.want)
+		}
 	}
 }

@@ -26,7 +26,9 @@
  * one batch emitted once per call, streams snapshots in 64 KiB chunks
  * (snapshot_write / restore_read), writes and reads the keyed state layout
  * the host can redistribute by key (weir_keyed_state_*), and passes error
- * messages to the host (weir_fail).
+ * messages to the host (weir_fail; weir_abort also traps). A callback that
+ * fails inside its weir_batch_next loop leaves the cursor on that record, so
+ * the host's message says "at record N".
  *
  * Two build modes, chosen automatically:
  *
@@ -281,6 +283,14 @@ static inline int weir_fail(const char *msg) {
     return WEIR_ERR;
 }
 
+/* weir_abort sets msg as the call's error message and traps, for a failure
+ * the operator cannot return from (like assert): the host reports the trap
+ * with msg and the index of the record being processed. */
+static inline __attribute__((noreturn)) void weir_abort(const char *msg) {
+    weir_fail(msg);
+    __builtin_trap();
+}
+
 /* weir_log writes one line to the host log at a WEIR_LOG_* level. */
 static inline void weir_log(int level, const char *msg) {
     weir_bytes b = weir_bytes_of(msg);
@@ -290,6 +300,19 @@ static inline void weir_log(int level, const char *msg) {
 /* ------------------------------------------------------------------------ */
 /* Output.                                                                   */
 /* ------------------------------------------------------------------------ */
+
+/* weir__format_u32 writes v in decimal at buf (10 bytes) and returns its
+ * length. */
+static inline uint32_t weir__format_u32(uint32_t v, char *buf) {
+    char tmp[10];
+    uint32_t n = 0, i = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) buf[i++] = tmp[--n];
+    return i;
+}
 
 static inline int weir__reserve(weir__buf *b, uint32_t more) {
     if ((uint64_t)b->len + more > UINT32_MAX / 2) return -1;
@@ -310,7 +333,19 @@ static inline int weir__reserve(weir__buf *b, uint32_t more) {
  * for a bad port or when memory runs out; the call then fails. */
 static inline uint8_t *weir_emit_alloc(uint32_t port, weir_bytes key, uint32_t value_len, int64_t ts) {
     if (port >= WEIR_MAX_PORTS) {
-        weir__rt.pending = "weir: emit to an output port past WEIR_MAX_PORTS";
+        /* "weir: emit to output port N: past WEIR_MAX_PORTS (M; ...)" */
+        static char msg[128];
+        static const char a[] = "weir: emit to output port ", b[] = ": past WEIR_MAX_PORTS (",
+                          c[] = "; #define it before including weir.h for more)";
+        uint32_t n = 0;
+        memcpy(msg, a, sizeof a - 1);
+        n += sizeof a - 1;
+        n += weir__format_u32(port, msg + n);
+        memcpy(msg + n, b, sizeof b - 1);
+        n += sizeof b - 1;
+        n += weir__format_u32(WEIR_MAX_PORTS, msg + n);
+        memcpy(msg + n, c, sizeof c); /* with the NUL */
+        if (!weir__rt.pending) weir__rt.pending = msg;
         return NULL;
     }
     weir__buf *b = &weir__rt.out[port];
@@ -359,7 +394,9 @@ static inline int32_t weir__finish(int32_t status) {
     }
     weir__rt.n_used = 0;
     weir__rt.pending = NULL;
-    weir__rt.cursor = -1;
+    /* On an error the cursor stays on the failing record, for the host's
+     * message. */
+    if (status == 0) weir__rt.cursor = -1;
     return status;
 }
 
@@ -400,6 +437,7 @@ static inline int weir_state_write(const void *p, size_t n) {
 static inline int weir_state_write_u8(uint8_t v) { return weir_state_write(&v, 1); }
 static inline int weir_state_write_u32(uint32_t v) { return weir_state_write(&v, 4); }
 static inline int weir_state_write_u64(uint64_t v) { return weir_state_write(&v, 8); }
+static inline int weir_state_write_i64(int64_t v) { return weir_state_write(&v, 8); }
 
 /* weir_state_write_bytes writes b as u32 length + bytes. */
 static inline int weir_state_write_bytes(weir_bytes b) {
@@ -441,6 +479,24 @@ static inline int weir_state_read(void *p, size_t n) {
 static inline int weir_state_read_u8(uint8_t *v) { return weir_state_read(v, 1); }
 static inline int weir_state_read_u32(uint32_t *v) { return weir_state_read(v, 4); }
 static inline int weir_state_read_u64(uint64_t *v) { return weir_state_read(v, 8); }
+static inline int weir_state_read_i64(int64_t *v) { return weir_state_read(v, 8); }
+
+/* weir_state_read_bytes reads what weir_state_write_bytes wrote (u32 length +
+ * bytes) into a new weir_malloc'd buffer (at least 1 byte, so never NULL on
+ * success), which the caller owns: weir_free(out->ptr) when done. */
+static inline int weir_state_read_bytes(weir_bytes *out) {
+    uint32_t n;
+    if (weir_state_read_u32(&n)) return WEIR_ERR;
+    uint8_t *p = weir_malloc(n ? n : 1);
+    if (!p) return weir_fail("weir: out of memory reading state");
+    if (weir_state_read(p, n)) {
+        weir_free(p);
+        return WEIR_ERR;
+    }
+    out->ptr = p;
+    out->len = n;
+    return WEIR_OK;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Keyed state (abi/ABI.md §8).                                              */

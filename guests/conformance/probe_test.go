@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,9 +16,11 @@ import (
 
 // probes are each SDK's probe operator (guests/*/sdktest/probe.*): record
 // i of a batch goes to output port (i+1)%2 unchanged; the value "trap"
-// traps, "fail" fails the call with "probe: fail", "log" is also logged at
-// warn level as "probe: log"; end of input on port p emits eoi=p on port 0;
-// checkpoint completion fails with "probe: negative checkpoint" for id < 0.
+// traps, "panic" panics (aborts) with "probe: panic", "fail" fails the call
+// with "probe: fail", "log" is also logged at warn level as "probe: log"; end
+// of input on port p emits eoi=p on port 0; checkpoint completion fails with
+// "probe: negative checkpoint" for id < 0; snapshot writes u8 1, bytes
+// "probe", i64 -2, which restore checks.
 var probes = map[string]string{
 	"c":              filepath.Join("..", "c", "sdktest", "probe.wasm"),
 	"c-freestanding": filepath.Join("..", "c", "sdktest", "probe.freestanding.wasm"),
@@ -115,10 +118,40 @@ func TestSDKProbe(t *testing.T) {
 				t.Errorf("a failed call emitted %d batches", len(got))
 			}
 
+			if !errors.As(err, &oe) || oe.RecordIndex != 1 {
+				t.Errorf("failing call: %v, want the error at record 1", err)
+			}
+
 			err = newInst().Process(ctx, 0, records("a", "b", "trap"), collect)
 			var te *wasm.TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 2 {
 				t.Errorf("trapping call: %v, want a trap at record 2", err)
+			}
+
+			// A panic (Rust panic!, AssemblyScript throw, C weir_abort):
+			// its message reaches the host with the trap.
+			err = newInst().Process(ctx, 0, records("a", "panic"), collect)
+			if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.Contains(te.Message, "probe: panic") ||
+				!strings.Contains(err.Error(), "trap at record 1: ") {
+				t.Errorf("panicking call: %v, want a trap at record 1 with the message %q", err, "probe: panic")
+			}
+
+			// State helpers: u8, length-prefixed bytes, i64, the same bytes
+			// in every SDK; a stream that ends early says so.
+			var snap bytes.Buffer
+			if err := newInst().Snapshot(ctx, &snap); err != nil {
+				t.Fatal(err)
+			}
+			wantState := []byte{1, 5, 0, 0, 0, 'p', 'r', 'o', 'b', 'e', 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+			if !bytes.Equal(snap.Bytes(), wantState) {
+				t.Errorf("snapshot: got % x, want % x", snap.Bytes(), wantState)
+			}
+			if err := newInst().Restore(ctx, bytes.NewReader(wantState)); err != nil {
+				t.Errorf("restore: %v", err)
+			}
+			err = newInst().Restore(ctx, bytes.NewReader(wantState[:len(wantState)-1]))
+			if !errors.As(err, &oe) || oe.Message != "weir: state ended early" {
+				t.Errorf("restore of truncated state: %v, want an operator error with message %q", err, "weir: state ended early")
 			}
 		})
 	}

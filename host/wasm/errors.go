@@ -100,6 +100,10 @@ type TrapError struct {
 	RecordIndex int    // index of the record being processed; -1 if unknown
 	Stack       string // the wasm stack trace, one frame per line
 	Err         error  // the runtime's error
+	// Message is the error message the guest set (weir.error) during the
+	// call before it trapped, "" if none: how SDKs pass on a panic's or an
+	// abort's message (Rust panic!, AssemblyScript abort/throw).
+	Message string
 	// MemorySize and MemoryLimit are the instance's memory size and limit
 	// in bytes when the memory had grown close to the limit (7/8 or more:
 	// the likely cause of a guest runtime's out-of-memory abort, as a
@@ -113,10 +117,16 @@ func (e *TrapError) Error() string {
 	if e.MemoryLimit > 0 {
 		full = fmt.Sprintf(" (its memory had grown to %s of its %s limit)", mib(e.MemorySize), mib(e.MemoryLimit))
 	}
-	if e.RecordIndex >= 0 {
-		return fmt.Sprintf("operator %s: %s: trap at record %d: %s%s", e.Operator, e.Export, e.RecordIndex, firstLine(e.Err.Error()), full)
+	reason := firstLine(e.Err.Error())
+	if e.Message != "" {
+		// The guest's own words first; the runtime's ("wasm error:
+		// unreachable") say only how it stopped.
+		reason = e.Message + " (" + reason + ")"
 	}
-	return fmt.Sprintf("operator %s: %s: trap: %s%s", e.Operator, e.Export, firstLine(e.Err.Error()), full)
+	if e.RecordIndex >= 0 {
+		return fmt.Sprintf("operator %s: %s: trap at record %d: %s%s", e.Operator, e.Export, e.RecordIndex, reason, full)
+	}
+	return fmt.Sprintf("operator %s: %s: trap: %s%s", e.Operator, e.Export, reason, full)
 }
 
 // mib formats a byte count in MiB: "64 MiB", "61.5 MiB".
@@ -160,14 +170,23 @@ type OperatorError struct {
 	Export   string
 	Status   int32
 	Message  string // empty when the guest set none
+	// RecordIndex is the index in the batch of the record the guest was
+	// processing when it returned the error (its weir_cursor, for
+	// weir_process and weir_end_of_input); -1 if unknown or not inside a
+	// record.
+	RecordIndex int
 }
 
 // Error returns the one-line message.
 func (e *OperatorError) Error() string {
-	if e.Message == "" {
-		return fmt.Sprintf("operator %s: %s: returned status %d", e.Operator, e.Export, e.Status)
+	at := ""
+	if e.RecordIndex >= 0 {
+		at = fmt.Sprintf("at record %d: ", e.RecordIndex)
 	}
-	return fmt.Sprintf("operator %s: %s: %s", e.Operator, e.Export, e.Message)
+	if e.Message == "" {
+		return fmt.Sprintf("operator %s: %s: %sreturned status %d", e.Operator, e.Export, at, e.Status)
+	}
+	return fmt.Sprintf("operator %s: %s: %s%s", e.Operator, e.Export, at, e.Message)
 }
 
 // FaultError is a call the host failed because the guest misused an

@@ -188,7 +188,7 @@ func TestGoSDKFailures(t *testing.T) {
 		want string
 		typ  any
 	}{
-		{"panic", "operator op: weir_process: panic in Process: kaboom", &OperatorError{}},
+		{"panic", "operator op: weir_process: at record 1: panic in Process: kaboom", &OperatorError{}},
 		{"error", "operator op: weir_process: no luck", &OperatorError{}},
 		{"exit", "operator op: weir_process: the module exited with code 3", &ExitError{}},
 		{"oom", "operator op: weir_process: trap: wasm error: unreachable", &TrapError{}}, // the Go runtime aborts

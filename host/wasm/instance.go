@@ -438,7 +438,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	if k := strings.Index(msg, "\nwasm stack trace:"); k >= 0 {
 		stack = strings.TrimSpace(msg[k+1:])
 	}
-	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err}
+	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
 	if i.mem != nil {
 		if size := uint64(i.mem.Size()); size*8 >= i.limits.MemoryBytes*7 {
 			te.MemorySize, te.MemoryLimit = size, i.limits.MemoryBytes
@@ -466,7 +466,11 @@ func (i *Instance) status(export string, res uint64, fatal bool) error {
 	if st == abi.OK {
 		return nil
 	}
-	err := &OperatorError{Operator: i.name, Export: export, Status: st, Message: i.message}
+	err := &OperatorError{Operator: i.name, Export: export, Status: st, Message: i.message, RecordIndex: -1}
+	if export == abi.ExportProcess || export == abi.ExportEndOfInput {
+		// SDKs leave the cursor on the record a callback failed at.
+		err.RecordIndex = i.cursor()
+	}
 	if fatal {
 		i.fail(err)
 	}

@@ -149,5 +149,10 @@ func checkImport(m *moduleInfo, im importEntry) string {
 		}
 		return ""
 	}
+	if im.module == "env" && im.name == "abort" {
+		// AssemblyScript's default abort; the SDK has a replacement.
+		return "operators may import only from " + abi.ImportModule + " and " + wasiModule +
+			" (AssemblyScript: build with --use abort=PATH/weir/index/weirAbort, see guests/README.md)"
+	}
 	return "operators may import only from " + abi.ImportModule + " and " + wasiModule
 }

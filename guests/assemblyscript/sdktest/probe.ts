@@ -3,11 +3,17 @@
 //   - record i of a batch goes to output port (i + 1) % 2 with its value
 //     unchanged, so port batches are emitted in first-use order;
 //   - a record whose value is "trap" traps (the host reports the cursor);
-//   - a record whose value is "fail" fails the call with "probe: fail";
+//   - a record whose value is "fail" fails the call with "probe: fail"
+//     (the host reports the cursor with the error);
+//   - a record whose value is "panic" throws "probe: panic" (the host
+//     reports the message and the cursor with the trap);
 //   - a record whose value is "log" is also logged at warn level as "probe: log";
 //   - end of input on port p emits key "eoi", value the decimal p, on port 0;
-//   - checkpointComplete(id) fails with "probe: negative checkpoint" for id < 0.
-import { Batch, Emitter, LOG_WARN, Operator, log, register } from "../weir";
+//   - checkpointComplete(id) fails with "probe: negative checkpoint" for id < 0;
+//   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
+//     restore reads them back (an empty state is fine) and fails with
+//     "probe: bad state" if they differ.
+import { Batch, Emitter, LOG_WARN, Operator, StateReader, StateWriter, log, register } from "../weir";
 export * from "../weir/exports";
 
 /** Reports whether the len bytes at ptr are the ASCII string s. */
@@ -24,6 +30,7 @@ class Probe extends Operator {
     while (input.next()) {
       if (is(input.valuePtr, input.valueLen, "trap")) unreachable();
       if (is(input.valuePtr, input.valueLen, "fail")) return "probe: fail";
+      if (input.valueString() == "panic") throw new Error("probe: " + input.valueString());
       if (is(input.valuePtr, input.valueLen, "log")) log(LOG_WARN, "probe: log");
       out.emit((input.index + 1) % 2, input.keyPtr, input.keyLen, input.valuePtr, input.valueLen, input.timestamp);
     }
@@ -34,8 +41,27 @@ class Probe extends Operator {
     return id < 0 ? "probe: negative checkpoint" : null;
   }
 
+  snapshot(w: StateWriter): string | null {
+    w.writeU8(1);
+    const b = String.UTF8.encode("probe");
+    w.writeBytes(changetype<usize>(b), b.byteLength);
+    w.writeI64(-2);
+    return null;
+  }
+
+  restore(r: StateReader): string | null {
+    if (r.atEnd()) return null;
+    const v = r.readU8();
+    const b = r.readBytes();
+    const i = r.readI64();
+    if (r.error !== null) return r.error;
+    if (v != 1 || !is(b.dataStart, b.length, "probe") || i != -2) return "probe: bad state";
+    return null;
+  }
+
   endOfInput(port: i32, out: Emitter): string | null {
-    out.emitBytes(0, Uint8Array.wrap(String.UTF8.encode("eoi")), Uint8Array.wrap(String.UTF8.encode(port.toString())), 0);
+    const key = String.UTF8.encode("eoi");
+    out.emitString(0, changetype<usize>(key), key.byteLength, port.toString(), 0);
     return null;
   }
 }

@@ -33,7 +33,8 @@ export function weir_process(port: i32, ptr: usize, len: i32): i32 {
   const rt = current();
   rt.batch.reset(ptr);
   const err = rt.op.process(port, rt.batch, rt.out);
-  store<i32>(cursorAddr, -1);
+  // On an error the cursor stays on the failing record, for the host's message.
+  if (err === null) store<i32>(cursorAddr, -1);
   return status(rt.out.finish(err));
 }
 

@@ -130,6 +130,16 @@ export class Batch {
   value(): Uint8Array {
     return copyBytes(this.valuePtr, this.valueLen);
   }
+
+  /** The current key decoded as UTF-8 (invalid bytes become U+FFFD). */
+  keyString(): string {
+    return String.UTF8.decodeUnsafe(this.keyPtr, <usize>this.keyLen);
+  }
+
+  /** The current value decoded as UTF-8 (invalid bytes become U+FFFD). */
+  valueString(): string {
+    return String.UTF8.decodeUnsafe(this.valuePtr, <usize>this.valueLen);
+  }
 }
 
 /** A growable byte buffer in unmanaged memory. */
@@ -197,6 +207,13 @@ export class Emitter {
   /** Appends one record given as arrays. */
   emitBytes(port: i32, key: Uint8Array, value: Uint8Array, ts: i64): void {
     this.emit(port, key.dataStart, key.length, value.dataStart, value.length, ts);
+  }
+
+  /** Appends one record whose value is a string, encoded as UTF-8; the key
+   * is given by pointer and length (e.g. the input's keyPtr, keyLen). */
+  emitString(port: i32, keyPtr: usize, keyLen: i32, value: string, ts: i64): void {
+    const n = String.UTF8.byteLength(value);
+    String.UTF8.encodeUnsafe(changetype<usize>(value), value.length, this.emitAlloc(port, keyPtr, keyLen, n, ts));
   }
 
   /** Emits each used port's batch when err is null; empties the emitter.

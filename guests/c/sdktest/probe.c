@@ -3,10 +3,16 @@
  *   - record i of a batch goes to output port (i + 1) % 2 with its value
  *     unchanged, so port batches are emitted in first-use order;
  *   - a record whose value is "trap" traps (the host reports the cursor);
- *   - a record whose value is "fail" fails the call with "probe: fail";
+ *   - a record whose value is "fail" fails the call with "probe: fail"
+ *     (the host reports the cursor with the error);
+ *   - a record whose value is "panic" aborts with "probe: panic" (the host
+ *     reports the message and the cursor with the trap);
  *   - a record whose value is "log" is also logged at warn level as "probe: log";
  *   - end of input on port p emits key "eoi", value the decimal p, on port 0;
- *   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0. */
+ *   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0;
+ *   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
+ *     restore reads them back (an empty state is fine) and fails with
+ *     "probe: bad state" if they differ. */
 #include "../weir.h"
 
 static int init(weir_bytes config) {
@@ -25,6 +31,7 @@ static int process(uint32_t port, weir_batch *in) {
     for (uint32_t i = 0; weir_batch_next(in, &r); i++) {
         if (is(r.value, "trap")) __builtin_trap();
         if (is(r.value, "fail")) return weir_fail("probe: fail");
+        if (is(r.value, "panic")) weir_abort("probe: panic");
         if (is(r.value, "log")) weir_log(WEIR_LOG_WARN, "probe: log");
         if (weir_emit((i + 1) % 2, r.key, r.value, r.timestamp)) return WEIR_ERR;
     }
@@ -41,8 +48,22 @@ static int checkpoint_complete(int64_t id) {
     return id < 0 ? weir_fail("probe: negative checkpoint") : WEIR_OK;
 }
 
-static int snapshot(void) { return WEIR_OK; }
-static int restore(void) { return WEIR_OK; }
+static int snapshot(void) {
+    if (weir_state_write_u8(1) || weir_state_write_bytes(weir_bytes_of("probe"))) return WEIR_ERR;
+    return weir_state_write_i64(-2);
+}
+
+static int restore(void) {
+    if (weir_state_at_end()) return WEIR_OK;
+    uint8_t v;
+    weir_bytes b;
+    int64_t i;
+    if (weir_state_read_u8(&v) || weir_state_read_bytes(&b)) return WEIR_ERR;
+    int ok = is(b, "probe");
+    weir_free((void *)b.ptr);
+    if (weir_state_read_i64(&i)) return WEIR_ERR;
+    return v == 1 && ok && i == -2 ? WEIR_OK : weir_fail("probe: bad state");
+}
 
 WEIR_OPERATOR(init, process, snapshot, restore)
 WEIR_END_OF_INPUT(end_of_input)

@@ -71,11 +71,12 @@ func exportProcess(port, ptr, n int32) (status int32) {
 	}
 	st.batch.it = it
 	err = st.op.Process(int(port), &st.batch, &st.emit)
-	st.cursor = -1
 	if err != nil {
+		// The cursor stays on the failing record, for the host's message.
 		st.emit.reset()
 		return fail(err)
 	}
+	st.cursor = -1
 	if err := st.emit.flush(); err != nil {
 		return fail(err)
 	}

@@ -3,12 +3,18 @@
 //!   - record i of a batch goes to output port (i + 1) % 2 with its value
 //!     unchanged, so port batches are emitted in first-use order;
 //!   - a record whose value is "trap" traps (the host reports the cursor);
-//!   - a record whose value is "fail" fails the call with "probe: fail";
+//!   - a record whose value is "fail" fails the call with "probe: fail"
+//!     (the host reports the cursor with the error);
+//!   - a record whose value is "panic" panics with "probe: panic" (the host
+//!     reports the message and the cursor with the trap);
 //!   - a record whose value is "log" is also logged at warn level as "probe: log";
 //!   - end of input on port p emits key "eoi", value the decimal p, on port 0;
-//!   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0.
+//!   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0;
+//!   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
+//!     restore reads them back (an empty state is fine) and fails with
+//!     "probe: bad state" if they differ.
 
-use weir::{Batch, Emitter, Operator, Result};
+use weir::{Batch, Emitter, Operator, Result, StateReader, StateWriter};
 
 struct Probe;
 
@@ -18,6 +24,7 @@ impl Operator for Probe {
             match r.value {
                 b"trap" => core::arch::wasm32::unreachable(),
                 b"fail" => return Err("probe: fail".into()),
+                b"panic" => panic!("probe: panic"),
                 b"log" => {
                     weir::log(weir::level::WARN, "probe: log");
                     out.emit((i + 1) % 2, r.key, r.value, r.timestamp)
@@ -31,6 +38,24 @@ impl Operator for Probe {
     fn checkpoint_complete(&mut self, id: i64) -> Result {
         if id < 0 {
             return Err("probe: negative checkpoint".into());
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, w: &mut StateWriter) -> Result {
+        w.write_u8(1)?;
+        w.write_bytes(b"probe")?;
+        w.write_i64(-2)?;
+        Ok(())
+    }
+
+    fn restore(&mut self, r: &mut StateReader) -> Result {
+        if r.at_end()? {
+            return Ok(());
+        }
+        let (v, b, i) = (r.read_u8()?, r.read_bytes()?, r.read_i64()?);
+        if v != 1 || b != b"probe" || i != -2 {
+            return Err("probe: bad state".into());
         }
         Ok(())
     }

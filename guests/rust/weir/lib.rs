@@ -115,6 +115,33 @@ impl From<io::Error> for Error {
     }
 }
 
+// Parse and decode errors convert too, so `?` works on what operators
+// typically parse (configs, numbers in values); add context with
+// `map_err(|e| format!("...: {}", e))` where the bare message is too terse.
+impl From<std::num::ParseIntError> for Error {
+    fn from(e: std::num::ParseIntError) -> Self {
+        Error(e.to_string())
+    }
+}
+
+impl From<std::num::ParseFloatError> for Error {
+    fn from(e: std::num::ParseFloatError) -> Self {
+        Error(e.to_string())
+    }
+}
+
+impl From<std::str::Utf8Error> for Error {
+    fn from(e: std::str::Utf8Error) -> Self {
+        Error(e.to_string())
+    }
+}
+
+impl From<std::string::FromUtf8Error> for Error {
+    fn from(e: std::string::FromUtf8Error) -> Self {
+        Error(e.to_string())
+    }
+}
+
 /// The result of an operator's callbacks.
 pub type Result<T = ()> = std::result::Result<T, Error>;
 
@@ -281,8 +308,8 @@ impl Emitter {
         if port >= MAX_PORTS {
             if self.err.is_none() {
                 self.err = Some(Error(format!(
-                    "weir: emit to output port {}: out of range",
-                    port
+                    "weir: emit to output port {}: out of range (weir::MAX_PORTS is {})",
+                    port, MAX_PORTS
                 )));
             }
             return false;
@@ -439,8 +466,20 @@ impl StateReader<'_> {
 
     fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
         let mut a = [0u8; N];
-        io::Read::read_exact(self, &mut a)?;
+        self.read_exact_or_early_end(&mut a)?;
         Ok(a)
+    }
+
+    /// `read_exact`, but a stream that ends first says so in the words of
+    /// the other SDKs ("weir: state ended early"), not std's "failed to
+    /// fill whole buffer".
+    fn read_exact_or_early_end(&mut self, p: &mut [u8]) -> io::Result<()> {
+        io::Read::read_exact(self, p).map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "weir: state ended early")
+            }
+            _ => e,
+        })
     }
 
     /// Reads one byte.
@@ -467,7 +506,7 @@ impl StateReader<'_> {
     pub fn read_bytes(&mut self) -> io::Result<Vec<u8>> {
         let n = self.read_u32()? as usize;
         let mut v = vec![0; n];
-        io::Read::read_exact(self, &mut v)?;
+        self.read_exact_or_early_end(&mut v)?;
         Ok(v)
     }
 }
@@ -672,7 +711,9 @@ impl Runtime {
     pub unsafe fn process(&mut self, port: u32, ptr: *const u8, len: u32) -> i32 {
         let batch = Batch::new(std::slice::from_raw_parts(ptr, len as usize));
         let r = self.op.process(port, batch, &mut self.out);
-        set_cursor(-1);
+        if r.is_ok() {
+            set_cursor(-1);
+        } // else the cursor stays on the failing record, for the host's message
         status(self.out.finish(r))
     }
 

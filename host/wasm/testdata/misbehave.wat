@@ -36,6 +36,7 @@
   (data (i32.const 32) "bad config")
   (data (i32.const 48) "\05\00\00\00")   ;; a batch claiming 5 records
   (data (i32.const 64) "state")
+  (data (i32.const 8) "\ff\ff\ff\ff")   ;; cursor = -1: outside a record
   (global $cursor_addr i32 (i32.const 8))
 
   (func (export "weir_abi_v1"))
