@@ -146,9 +146,15 @@ type DeadlineError struct {
 	RecordIndex int // index of the record being processed; -1 if unknown
 }
 
-// Error returns the one-line message.
+// Error returns the one-line message, with what to do about an operator
+// that is merely slow.
 func (e *DeadlineError) Error() string {
-	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline", e.Operator, e.Export, e.Timeout)
+	at := ""
+	if e.RecordIndex >= 0 {
+		at = fmt.Sprintf(" at record %d", e.RecordIndex)
+	}
+	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline%s (stuck, or too slow for a whole batch: raise its timeout limit)",
+		e.Operator, e.Export, e.Timeout, at)
 }
 
 // ExitError reports a guest that called WASI proc_exit.
