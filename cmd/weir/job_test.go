@@ -216,7 +216,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 3}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if st.State != control.JobRunning || st.Attempt != 1 {
+	if st.State != control.JobRunning || st.Attempt != 2 { // attempts number on across runs
 		t.Fatalf("restored job: %+v", st)
 	}
 }

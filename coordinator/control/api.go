@@ -33,7 +33,9 @@ func (s JobState) Terminal() bool { return s == JobFailed || s == JobCanceled ||
 type JobStatus struct {
 	Name  string   `json:"name"`
 	State JobState `json:"state"`
-	// Attempt counts deployments, from 1.
+	// Attempt counts deployments, from 1, across the job's runs: a job
+	// submitted again or restored numbers on from its last run's attempt,
+	// so that no two runs share an attempt number.
 	Attempt int `json:"attempt"`
 	// Restarts counts the restarts made so far: a job that failed once
 	// its restart attempts ran out shows them, not the final failure.

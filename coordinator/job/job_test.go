@@ -471,6 +471,55 @@ func TestStaleAttemptsCanceled(t *testing.T) {
 	}
 }
 
+// A job submitted again numbers its attempts on from its last run's, so
+// the tasks of the earlier run that a cut-off worker still reports are
+// stale, and canceled, rather than taken for the new run's.
+func TestStaleRunCanceled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	s := spec(t, "wc", "checkpointing: {interval: 1h}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	if _, err := e.api.CancelJob(ctx, "wc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "running again", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	if st.Attempt != 2 {
+		t.Fatalf("second run at attempt %d, want 2", st.Attempt)
+	}
+	w1.mu.Lock()
+	before := len(w1.cancels)
+	w1.extra = []control.TaskRef{{Job: "wc", Attempt: 1, Task: "in-0"}}
+	w1.mu.Unlock()
+	canceled := func() bool {
+		w1.mu.Lock()
+		defer w1.mu.Unlock()
+		for _, c := range w1.cancels[before:] {
+			if c.Job == "wc" && c.Attempt == 1 {
+				return true
+			}
+		}
+		return false
+	}
+	for !canceled() {
+		if ctx.Err() != nil {
+			t.Fatal("the first run's task was not canceled")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, ok := w1.currentAttempt("wc"); !ok {
+		t.Error("the second run's tasks were canceled")
+	}
+}
+
 // A failure that would recur on every restart (a task's unrecoverable
 // failure event, or a deploy refused as unrecoverable) fails the job at
 // once: no restart is used up, the reason says why.
@@ -704,10 +753,12 @@ func TestCorruptCheckpointFallbackAndRestore(t *testing.T) {
 	if st.RestoredFrom != 1 || w.lastDeploy("sp").Restore.CheckpointID != 1 {
 		t.Errorf("restored from %d, want 1 (2 is corrupt)", st.RestoredFrom)
 	}
+	prev := st.Attempt
 	if _, err := e.api.CancelJob(ctx, "sp"); err != nil {
 		t.Fatal(err)
 	}
-	// restore --from: a new run starting at savepoint 1.
+	// restore --from: a new run starting at savepoint 1, its attempts
+	// numbered on from the last run's.
 	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "sp", From: "2"}); err == nil {
 		t.Error("restore from a corrupt checkpoint accepted")
 	}
@@ -716,7 +767,7 @@ func TestCorruptCheckpointFallbackAndRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = waitFor(t, ctx, e, "sp", "restored run", func(s control.JobStatus) bool { return s.State == control.JobRunning })
-	if d := w.lastDeploy("sp"); d.Attempt != 1 || d.Restore == nil || d.Restore.CheckpointID != 1 || st.RestoredFrom != 1 {
+	if d := w.lastDeploy("sp"); d.Attempt != prev+1 || st.Attempt != prev+1 || d.Restore == nil || d.Restore.CheckpointID != 1 || st.RestoredFrom != 1 {
 		t.Errorf("restore deploy %+v status %+v", d.Restore, st)
 	}
 	// New checkpoint IDs continue after those in storage.

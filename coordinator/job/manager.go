@@ -406,12 +406,19 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 	if m.ctx == nil || m.ctx.Err() != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrUnavailable, "submit %s: the coordinator is not running", spec.Name)
 	}
-	if old := m.jobs[spec.Name]; old != nil && !old.status().State.Terminal() {
+	old := m.jobs[spec.Name]
+	if old != nil && !old.status().State.Terminal() {
 		return control.JobStatus{}, control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", spec.Name, old.status().State)
 	}
 	machine := checkpoint.NewMachine(spec.Name, checkpoint.ConfigFromSpec(spec.Checkpointing), restored, next)
 	j := newJob(m, spec, p, mods, machine, from)
 	j.firstID = next
+	if old != nil {
+		// Attempts number on across the job's runs: workers and channels
+		// tell runs apart by it, and a task of an earlier run that a
+		// cut-off worker still runs must not pass for one of this run.
+		j.st.Attempt = old.status().Attempt
+	}
 	m.jobs[spec.Name] = j
 	j.persist()
 	m.wg.Add(2)
