@@ -279,6 +279,15 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: co
 	return s
 }
 
+// submitRunning submits s and waits until the job runs.
+func (e *env) submitRunning(t *testing.T, ctx context.Context, s *jobspec.Spec) control.JobStatus {
+	t.Helper()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	return waitFor(t, ctx, e, s.Name, "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+}
+
 // waitFor polls the job's status until cond holds.
 func waitFor(t *testing.T, ctx context.Context, e *env, job string, what string, cond func(control.JobStatus) bool) control.JobStatus {
 	t.Helper()
@@ -389,10 +398,7 @@ func TestTriggerToAVanishedWorker(t *testing.T) {
 	w2 := e.fleet.start(ctx, "w2")
 	e.waitWorkers(2)
 	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	e.submitRunning(t, ctx, s)
 	w2.crash()
 	// in-1 runs on w2: the savepoint's trigger goes there and finds
 	// nobody.
@@ -421,10 +427,7 @@ func TestStaleAttemptsCanceled(t *testing.T) {
 	w1 := e.fleet.start(ctx, "w1")
 	e.waitWorkers(1)
 	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	e.submitRunning(t, ctx, s)
 	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-1"}, "trap"); err != nil {
 		t.Fatal(err)
 	}
@@ -481,17 +484,11 @@ func TestStaleRunCanceled(t *testing.T) {
 	w1 := e.fleet.start(ctx, "w1")
 	e.waitWorkers(1)
 	s := spec(t, "wc", "checkpointing: {interval: 1h}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	e.submitRunning(t, ctx, s)
 	if _, err := e.api.CancelJob(ctx, "wc"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
-	st := waitFor(t, ctx, e, "wc", "running again", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	st := e.submitRunning(t, ctx, s)
 	if st.Attempt != 2 {
 		t.Fatalf("second run at attempt %d, want 2", st.Attempt)
 	}
@@ -664,10 +661,7 @@ func TestRestartExhaustedAndIsolation(t *testing.T) {
 	e := setup(t, ctx)
 	e.fleet.start(ctx, "w1")
 	good := spec(t, "good", "checkpointing: {interval: 20ms}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: good}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, e, "good", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	e.submitRunning(t, ctx, good)
 	doomed := spec(t, "doomed", "restart: {strategy: exponential-backoff, initial: 5ms, max: 20ms, attempts: 2}\n")
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: doomed}); err != nil {
 		t.Fatal(err)
@@ -726,10 +720,7 @@ func TestCorruptCheckpointFallbackAndRestore(t *testing.T) {
 	e := setup(t, ctx)
 	w := e.fleet.start(ctx, "w1")
 	s := spec(t, "sp", "checkpointing: {disabled: true}\nrestart: {delay: 5ms}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, e, "sp", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	e.submitRunning(t, ctx, s)
 	for i := 1; i <= 2; i++ {
 		sp, err := e.api.Savepoint(ctx, "sp")
 		if err != nil || sp.ID != int64(i) {
