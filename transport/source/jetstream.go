@@ -92,8 +92,11 @@ type JetStream struct {
 	js    jetstream.JetStream
 	lanes []*lane
 	// rescaled holds a whole-stream source's pending rescale layers
-	// (StreamOffset.Rescaled), set by Seek and read-only afterwards.
-	rescaled [][]uint64
+	// (StreamOffset.Rescaled) and rescaledTo the highest sequence they
+	// name, set by Seek and read-only afterwards: past it they say
+	// nothing, and no message pays for them.
+	rescaled   [][]uint64
+	rescaledTo uint64
 
 	mu       sync.Mutex
 	acc      *accumulator
@@ -406,6 +409,9 @@ func (s *JetStream) Seek(ctx context.Context, offset []byte) error {
 		s.lanes[0].start = o.Seq + 1
 		s.acc.setOffset(0, o.Seq)
 		s.rescaled = o.Rescaled
+		for _, l := range o.Rescaled {
+			s.rescaledTo = max(s.rescaledTo, slices.Max(l))
+		}
 		return nil
 	}
 	o, err := DecodePartitionOffsets(offset)
@@ -439,10 +445,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	for _, l := range s.lanes {
 		// covered is the highest sequence the offset says was read: the
 		// lane's, or an old subtask's before a rescale.
-		covered := l.start - 1
-		for _, r := range s.rescaled {
-			covered = max(covered, slices.Max(r))
-		}
+		covered := max(l.start-1, s.rescaledTo)
 		if covered == 0 {
 			continue
 		}
@@ -578,7 +581,7 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 		seq, tsNanos = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano())
 	}
 	if s.cfg.Partitions == 0 && ((s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index) ||
-		(len(s.rescaled) > 0 && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject()))) {
+		(seq <= s.rescaledTo && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject()))) {
 		s.acc.skip(lane, seq)
 		return true
 	}
@@ -612,7 +615,7 @@ func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 		return nil, nil, err
 	}
 	if s.cfg.Partitions == 0 {
-		if len(s.rescaled) == 0 {
+		if last[0] >= s.rescaledTo {
 			return b, EncodeOffset(last[0]), nil
 		}
 		return b, EncodeStreamOffset(StreamOffset{Seq: last[0], Rescaled: s.rescaled}.pending()), nil
