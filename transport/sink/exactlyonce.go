@@ -374,8 +374,8 @@ var ErrRecordTooLarge = errors.New("record too large for a NATS message")
 // whose commit can never succeed, and every recovery from that checkpoint
 // would fail again.
 func (s *ExactlyOnce) checkSizes(batch []byte) error {
-	if s.maxPayload <= 0 {
-		return nil
+	if s.maxPayload <= 0 || int64(len(batch))+int64(len(KeyHeader))+int64(len(s.prefix))+MessageOverhead <= s.maxPayload {
+		return nil // no record of it can be larger than the whole batch
 	}
 	it, err := abi.NewIter(batch)
 	if err != nil {
