@@ -401,3 +401,49 @@ func TestStopTriggerBeforePolledBatch(t *testing.T) {
 		}()
 	}
 }
+
+// waitSink is a sink whose commits end when release is closed (Waiter).
+type waitSink struct{ release chan struct{} }
+
+func (s *waitSink) Write(context.Context, []byte) error              { return nil }
+func (s *waitSink) PreCommit(context.Context, int64) ([]byte, error) { return nil, nil }
+func (s *waitSink) Commit(context.Context, int64) error              { return nil }
+func (s *waitSink) Recover(context.Context, int64, []byte) error     { return nil }
+func (s *waitSink) EndOfInput(context.Context) error                 { return nil }
+func (s *waitSink) Close() error                                     { return nil }
+func (s *waitSink) Wait(ctx context.Context) error {
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Rest returns only once the sink's commits have ended (Waiter): a stopped
+// job's output is published before its tasks are canceled.
+func TestRestWaitsForSinkCommits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, ri := local.New(local.Options{Name: "x->sink"})
+	ws := &waitSink{release: make(chan struct{})}
+	task, err := host.New(host.Config{Name: "sink", Inputs: []host.Input{{Receiver: ri}}, Sink: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	rested := make(chan error, 1)
+	go func() { rested <- task.Rest(ctx) }()
+	select {
+	case err := <-rested:
+		t.Fatalf("rest returned (%v) while the sink's commit was running", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(ws.release)
+	if err := <-rested; err != nil {
+		t.Fatalf("rest: %v", err)
+	}
+	cancel()
+	<-done
+}

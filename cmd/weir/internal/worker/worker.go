@@ -360,6 +360,10 @@ func (w *Worker) Abort(ctx context.Context, a control.Abort) error {
 	return nil
 }
 
+// restTimeout bounds how long Stop waits for the tasks to come to rest
+// (sinks' commits are bounded by their ack timeout, 10 s by default).
+const restTimeout = 30 * time.Second
+
 // Stop brings the attempt's tasks to rest after its stop savepoint
 // completed: it returns once each has handled the completion (sinks
 // committed the savepoint's output).
@@ -368,6 +372,10 @@ func (w *Worker) Stop(ctx context.Context, s control.Stop) error {
 	if at == nil {
 		return fmt.Errorf("job %s attempt %d is not running here", s.Job, s.Attempt)
 	}
+	// Handlers run one at a time: a sink that cannot finish its commits
+	// must not hold up the cancel that follows.
+	ctx, cancel := context.WithTimeout(ctx, restTimeout)
+	defer cancel()
 	var errs []error
 	for _, id := range at.taskIDs {
 		if err := at.tasks[id].Rest(ctx); err != nil {
