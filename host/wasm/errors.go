@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/weirhq/weir/abi"
 )
 
 // Kind classifies why a module was refused at load.
@@ -149,12 +151,17 @@ type DeadlineError struct {
 // Error returns the one-line message, with what to do about an operator
 // that is merely slow.
 func (e *DeadlineError) Error() string {
-	at := ""
+	at, why := "", "stuck"
 	if e.RecordIndex >= 0 {
 		at = fmt.Sprintf(" at record %d", e.RecordIndex)
 	}
-	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline%s (stuck, or too slow for a whole batch: raise its timeout limit)",
-		e.Operator, e.Export, e.Timeout, at)
+	if e.Export == abi.ExportProcess {
+		// Process hands a batch over in pieces sized to take a quarter of
+		// the deadline at the pace of earlier calls.
+		why = "stuck, or much slower on this record than on earlier ones"
+	}
+	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline%s (%s; if merely slow, raise its timeout limit)",
+		e.Operator, e.Export, e.Timeout, at, why)
 }
 
 // ExitError reports a guest that called WASI proc_exit.

@@ -1,10 +1,11 @@
 package wasm
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 
@@ -56,7 +57,9 @@ func FuzzLoad(f *testing.F) {
 
 // FuzzEmit hands arbitrary bytes to the WAT passthrough, which emits them
 // back unchecked: the host's emit must forward exactly the valid batches
-// and refuse every other with a *FaultError, never panic.
+// and refuse every other with a *FaultError, never panic. Each input goes
+// in whole and cut into pieces of one record (what Process does for a slow
+// operator): a valid batch must come out record for record either way.
 func FuzzEmit(f *testing.F) {
 	f.Add(abiEmpty())
 	f.Add(batchOf(kv{"k", "v", 1}, kv{"", "", -1}))
@@ -80,20 +83,33 @@ func FuzzEmit(f *testing.F) {
 		if len(b) > 1<<20 {
 			return
 		}
-		var got []byte
-		err := inst.Process(ctx, 0, b, func(_ int, out []byte) error { got = out; return nil })
-		_, verr := abiValidate(b)
-		switch {
-		case verr == nil && (err != nil || !bytes.Equal(got, b)):
-			t.Fatalf("valid batch: %v, forwarded %x", err, got)
-		case verr != nil:
-			var fe *FaultError
-			if !errors.As(err, &fe) || got != nil {
-				t.Fatalf("malformed batch: got %v, forwarded %x", err, got)
-			}
-			inst.Close(ctx)
-			if inst, err = m.Instantiate(ctx, InstanceConfig{}); err != nil {
-				t.Fatal(err)
+		want, verr := abi.DecodeBatch(b)
+		for _, pace := range []pacer{
+			{budget: time.Hour, perRecord: 1}, // whole
+			{budget: 1, perRecord: 1},         // pieces of one record
+		} {
+			inst.pace = pace
+			var got []abi.Record
+			err := inst.Process(ctx, 0, b, func(_ int, out []byte) error {
+				rs, err := abi.DecodeBatch(out)
+				if err != nil {
+					t.Fatalf("forwarded a malformed batch %x: %v", out, err)
+				}
+				got = append(got, rs...)
+				return nil
+			})
+			switch {
+			case verr == nil && (err != nil || len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want))):
+				t.Fatalf("valid batch (pace %+v): %v, forwarded %v", pace, err, got)
+			case verr != nil:
+				var fe *FaultError
+				if !errors.As(err, &fe) {
+					t.Fatalf("malformed batch (pace %+v): got %v", pace, err)
+				}
+				inst.Close(ctx)
+				if inst, err = m.Instantiate(ctx, InstanceConfig{}); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	})

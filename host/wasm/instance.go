@@ -3,6 +3,7 @@ package wasm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -100,6 +101,9 @@ type Instance struct {
 	wdSeq          uint64 // watchdog's view, touched only by the watchdog
 	wdSince        time.Time
 	wdIO           int64
+
+	pace       pacer // sizes the pieces Process cuts a batch into
+	recordBase int   // index of the current piece's first record in its batch
 }
 
 // Instantiate creates a fresh instance of the module: WASI with no
@@ -127,6 +131,7 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		engine:       m.engine,
 		maxEmitBytes: max(64<<20, 16*m.limits.MaxBatchBytes),
 		epoch:        time.Now(),
+		pace:         newPacer(m.limits.CallTimeout),
 	}
 	i.stdout = &lineWriter{logger: logger, operator: name, stream: "stdout"}
 	i.stderr = &lineWriter{logger: logger, operator: name, stream: "stderr"}
@@ -188,7 +193,7 @@ func (i *Instance) start(ctx context.Context, config []byte) error {
 	if len(config) > max(i.limits.MaxBatchBytes, 1<<20) {
 		return fmt.Errorf("operator %s: config of %d bytes is too large", i.name, len(config))
 	}
-	addr, err := i.writeInput(ctx, config)
+	addr, err := i.writeInput(ctx, nil, config)
 	if err != nil {
 		return err
 	}
@@ -211,14 +216,53 @@ func (i *Instance) Process(ctx context.Context, port int, batch []byte, emit fun
 	if len(batch) > i.limits.MaxBatchBytes {
 		return fmt.Errorf("operator %s: batch of %d bytes is over the %d-byte limit", i.name, len(batch), i.limits.MaxBatchBytes)
 	}
-	addr, err := i.writeInput(ctx, batch)
+	n, err := abi.BatchCount(batch)
+	if err != nil || n <= i.pace.piece(n) {
+		// Whole, as it came (a malformed batch is the guest's to report).
+		return i.processPiece(ctx, port, nil, batch, n, emit)
+	}
+	// Too many records for one call at this operator's pace: hand them over
+	// in pieces (pace.go).
+	defer func() { i.recordBase = 0 }()
+	var head [abi.BatchHeaderSize]byte
+	body := batch[abi.BatchHeaderSize:]
+	for base, off := 0, 0; base < n; {
+		k := i.pace.piece(n - base)
+		end := recordsEnd(body, off, k)
+		if end < 0 || base+k == n {
+			// The last piece, or headers that do not add up: the rest as
+			// it is, for the guest to process or report.
+			k, end = n-base, len(body)
+		}
+		binary.LittleEndian.PutUint32(head[:], uint32(k))
+		i.recordBase = base
+		if err := i.processPiece(ctx, port, head[:], body[off:end], k, emit); err != nil {
+			return err
+		}
+		base, off = base+k, end
+	}
+	return nil
+}
+
+// processPiece makes one weir_process call on the batch head+body of n
+// records and times it for the pacer.
+func (i *Instance) processPiece(ctx context.Context, port int, head, body []byte, n int, emit func(port int, batch []byte) error) error {
+	addr, err := i.writeInput(ctx, head, body)
 	if err != nil {
 		return err
 	}
 	s := i.stack[:3]
-	s[0], s[1], s[2] = api.EncodeI32(int32(port)), api.EncodeU32(addr), api.EncodeU32(uint32(len(batch)))
+	s[0], s[1], s[2] = api.EncodeI32(int32(port)), api.EncodeU32(addr), api.EncodeU32(uint32(len(head)+len(body)))
+	timed := i.pace.times(n)
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
 	if err := i.call(ctx, abi.ExportProcess, i.fnProcess, phaseProcess, s); err != nil {
 		return err
+	}
+	if timed {
+		i.pace.observe(n, time.Since(start))
 	}
 	if err := i.status(abi.ExportProcess, s[0], true); err != nil {
 		return err
@@ -321,21 +365,23 @@ func (i *Instance) usable() error {
 	return nil
 }
 
-// writeInput asks the guest for an input buffer and copies payload into it.
-func (i *Instance) writeInput(ctx context.Context, payload []byte) (uint32, error) {
+// writeInput asks the guest for an input buffer and copies head and then
+// body into it.
+func (i *Instance) writeInput(ctx context.Context, head, body []byte) (uint32, error) {
+	size := len(head) + len(body)
 	s := i.stack[:1]
-	s[0] = api.EncodeI32(int32(len(payload)))
+	s[0] = api.EncodeI32(int32(size))
 	if err := i.call(ctx, abi.ExportInput, i.fnInput, phaseOther, s); err != nil {
 		return 0, err
 	}
 	addr := api.DecodeU32(s[0])
 	if addr == 0 {
-		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("operator could not allocate %d bytes", len(payload))}
+		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("operator could not allocate %d bytes", size)}
 		i.fail(err)
 		return 0, err
 	}
-	if !i.mem.Write(addr, payload) {
-		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("input buffer of %d bytes at address %d passes the end of memory (%d bytes)", len(payload), addr, i.mem.Size())}
+	if !i.mem.Write(addr, head) || !i.mem.Write(addr+uint32(len(head)), body) {
+		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("input buffer of %d bytes at address %d passes the end of memory (%d bytes)", size, addr, i.mem.Size())}
 		i.fail(err)
 		return 0, err
 	}
@@ -417,7 +463,7 @@ func (i *Instance) watch(now time.Time) {
 func (i *Instance) classify(ctx context.Context, export string, ph phase, err error) error {
 	record := -1
 	if ph == phaseProcess || ph == phaseEndOfInput {
-		record = i.cursor()
+		record = i.record()
 	}
 	if i.timedOut.Load() {
 		return &DeadlineError{Operator: i.name, Export: export, Timeout: i.limits.CallTimeout, RecordIndex: record}
@@ -447,6 +493,16 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	return te
 }
 
+// record returns the index, in the batch Process was given, of the record
+// the guest's cursor is on, or -1.
+func (i *Instance) record() int {
+	c := i.cursor()
+	if c < 0 {
+		return -1
+	}
+	return i.recordBase + c
+}
+
 // cursor reads the guest's record cursor, or -1.
 func (i *Instance) cursor() int {
 	if !i.hasCursor {
@@ -469,7 +525,7 @@ func (i *Instance) status(export string, res uint64, fatal bool) error {
 	err := &OperatorError{Operator: i.name, Export: export, Status: st, Message: i.message, RecordIndex: -1}
 	if export == abi.ExportProcess || export == abi.ExportEndOfInput {
 		// SDKs leave the cursor on the record a callback failed at.
-		err.RecordIndex = i.cursor()
+		err.RecordIndex = i.record()
 	}
 	if fatal {
 		i.fail(err)

@@ -20,6 +20,8 @@
 ;;   g  table.grow by 2^31-1 entries: status 9 if refused, 0 if it grew
 ;;   w  snapshot_write "state" (a byte per call, in a loop) and restore_read
 ;;      it back into address 200
+;;   d  slow: spin for the count in config bytes 1..4 (u32) on every record,
+;;      trap on a record whose value starts with "!", pass the batch through
 ;;
 ;; Build: wat2wasm --debug-names misbehave.wat -o misbehave.wasm
 (module
@@ -32,6 +34,7 @@
   (memory (export "memory") 2)
   (table $t 1 funcref)
   (global $mode (mut i32) (i32.const 112)) ;; 'p'
+  (global $spin (mut i32) (i32.const 0))
   (data (i32.const 16) "boom")
   (data (i32.const 32) "bad config")
   (data (i32.const 48) "\05\00\00\00")   ;; a batch claiming 5 records
@@ -61,6 +64,8 @@
   (func (export "weir_init") (param $ptr i32) (param $len i32) (result i32)
     (if (local.get $len)
       (then (global.set $mode (i32.load8_u (local.get $ptr)))))
+    (if (i32.ge_u (local.get $len) (i32.const 5))
+      (then (global.set $spin (i32.load offset=1 (local.get $ptr)))))
     (if (i32.eq (global.get $mode) (i32.const 105)) ;; 'i'
       (then
         (call $error (i32.const 32) (i32.const 10))
@@ -69,7 +74,38 @@
 
   (func $process (export "weir_process") (param $port i32) (param $ptr i32) (param $len i32) (result i32)
     (local $m i32)
+    (local $n i32)
+    (local $i i32)
+    (local $off i32)
+    (local $klen i32)
+    (local $vlen i32)
+    (local $k i32)
     (local.set $m (global.get $mode))
+    (if (i32.eq (local.get $m) (i32.const 100)) ;; 'd'
+      (then
+        (local.set $n (i32.load (local.get $ptr)))
+        (local.set $off (i32.add (local.get $ptr) (i32.const 4)))
+        (block $done
+          (loop $rec
+            (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+            (i32.store (global.get $cursor_addr) (local.get $i))
+            (local.set $klen (i32.load (local.get $off)))
+            (local.set $vlen (i32.load offset=4 (local.get $off)))
+            (if (i32.gt_u (local.get $vlen) (i32.const 0))
+              (then
+                (if (i32.eq (i32.load8_u (i32.add (i32.add (local.get $off) (i32.const 16)) (local.get $klen)))
+                            (i32.const 33)) ;; '!'
+                  (then unreachable))))
+            (local.set $k (global.get $spin))
+            (loop $burn
+              (local.set $k (i32.sub (local.get $k) (i32.const 1)))
+              (br_if $burn (i32.gt_s (local.get $k) (i32.const 0))))
+            (local.set $off (i32.add (local.get $off)
+              (i32.add (i32.const 16) (i32.add (local.get $klen) (local.get $vlen)))))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br $rec)))
+        (i32.store (global.get $cursor_addr) (i32.const -1))
+        (return (call $emit (i32.const 0) (local.get $ptr) (local.get $len)))))
     (if (i32.eq (local.get $m) (i32.const 116)) ;; 't'
       (then
         (i32.store (global.get $cursor_addr) (i32.const 2))

@@ -1,0 +1,103 @@
+package wasm
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// A task hands an operator whatever its input delivered since the last
+// call, up to thousands of records — a backlog arrives in the largest
+// batches. The call deadline is there to catch an operator that is stuck,
+// not one that is merely slow per record, so the instance cuts a batch into
+// pieces it expects to take at most a quarter of the deadline each, judged
+// from the time its earlier calls took per record. The guest cannot tell:
+// batch boundaries were never meaningful (they follow how input arrived).
+//
+// An instance's first batch goes in pieces of at most firstPieceRecords until
+// one call has been timed, so even the first backlog of an operator at
+// milliseconds per record fits the deadline.
+const (
+	firstPieceRecords = 64
+	// Timing a call costs two clock reads (~80 ns each on a VM's kvm-clock),
+	// a lot beside a short call of a few records. A call is timed when it
+	// has minTimedRecords or more, when it is expected to take longTimedCall
+	// or more, and otherwise one in sampleShortCalls — so an operator that
+	// turns slow while its batches are small is noticed within a few calls.
+	minTimedRecords  = 32
+	longTimedCall    = 20 * time.Microsecond
+	sampleShortCalls = 16
+	// paceShare is the part of the call deadline one piece aims at.
+	paceShare = 4
+)
+
+// pacer estimates an operator's time per record and sizes pieces from it.
+// It is touched only by the instance's calling goroutine.
+type pacer struct {
+	budget    time.Duration // the time one piece aims at
+	perRecord time.Duration // estimated time per record; 0 until a call was timed
+	untimed   int           // short calls not timed since the last timed one
+}
+
+func newPacer(callTimeout time.Duration) pacer {
+	return pacer{budget: callTimeout / paceShare}
+}
+
+// piece returns how many records the next call may take: all n when they
+// are expected to fit the budget.
+func (p *pacer) piece(n int) int {
+	if p.perRecord == 0 {
+		return min(n, firstPieceRecords)
+	}
+	fit := int(p.budget / p.perRecord)
+	return max(1, min(n, fit))
+}
+
+// times reports whether a call of n records is to be timed.
+func (p *pacer) times(n int) bool {
+	if n >= minTimedRecords || p.perRecord == 0 || time.Duration(n)*p.perRecord >= longTimedCall {
+		p.untimed = 0
+		return true
+	}
+	p.untimed++
+	if p.untimed < sampleShortCalls {
+		return false
+	}
+	p.untimed = 0
+	return true
+}
+
+// observe records that a call of n records took d. The estimate rises at
+// once and falls slowly, so one fast call after slow ones does not let the
+// next piece grow past what the slow records need.
+func (p *pacer) observe(n int, d time.Duration) {
+	if n <= 0 {
+		return
+	}
+	per := max(d/time.Duration(n), 1)
+	if per >= p.perRecord {
+		p.perRecord = per
+		return
+	}
+	p.perRecord = (3*p.perRecord + per) / 4
+}
+
+// recordsEnd returns the byte offset just past n records of a batch body
+// starting at off, or -1 when the records' headers do not fit the body (the
+// guest then gets the rest as it is and reports it).
+func recordsEnd(body []byte, off, n int) int {
+	for ; n > 0; n-- {
+		if len(body)-off < abi.RecordHeaderSize {
+			return -1
+		}
+		kl := uint64(binary.LittleEndian.Uint32(body[off:]))
+		vl := uint64(binary.LittleEndian.Uint32(body[off+4:]))
+		end := uint64(off) + abi.RecordHeaderSize + kl + vl
+		if end > uint64(len(body)) {
+			return -1
+		}
+		off = int(end)
+	}
+	return off
+}

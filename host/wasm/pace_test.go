@@ -1,0 +1,160 @@
+package wasm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// slowConfig is misbehave's mode 'd' spinning spin times per record.
+func slowConfig(spin uint32) []byte {
+	return binary.LittleEndian.AppendUint32([]byte("d"), spin)
+}
+
+// spinPerMillisecond measures how many of misbehave's spin iterations take
+// a millisecond on this machine.
+func spinPerMillisecond(t *testing.T, e *Engine) uint32 {
+	const spin, records = 1 << 20, 8
+	inst := instantiate(t, e, "calibrate", misbehave(t), Limits{}, InstanceConfig{Config: slowConfig(spin)})
+	batch := benchBatch(records)
+	best := time.Duration(1<<63 - 1)
+	for range 3 {
+		start := time.Now()
+		if err := inst.Process(context.Background(), 0, batch, func(int, []byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		best = min(best, time.Since(start))
+	}
+	return uint32(max(1, float64(spin)*records*float64(time.Millisecond)/float64(best)))
+}
+
+// TestSlowOperatorBacklogFitsDeadline: an operator at about a millisecond
+// per record, handed a backlog that takes several times its call deadline,
+// processes it all — the instance cuts the batch into pieces that fit —
+// and its output keeps the input's order.
+func TestSlowOperatorBacklogFitsDeadline(t *testing.T) {
+	e := newEngine(t)
+	spin := spinPerMillisecond(t, e)
+	const timeout, records = 400 * time.Millisecond, 1600 // ~1.6 s of work: 4 deadlines
+	inst := instantiate(t, e, "slow", misbehave(t), Limits{CallTimeout: timeout}, InstanceConfig{Config: slowConfig(spin)})
+	batch := benchBatch(records)
+	var calls int
+	o := newOut()
+	start := time.Now()
+	err := inst.Process(context.Background(), 0, batch, func(port int, b []byte) error {
+		calls++
+		return o.emit(port, b)
+	})
+	if err != nil {
+		t.Fatalf("after %v: %v", time.Since(start), err)
+	}
+	want, _ := abi.DecodeBatch(batch)
+	if !reflect.DeepEqual(o.recs[0], want) {
+		t.Fatalf("output of %d records differs from the input's %d", len(o.recs[0]), len(want))
+	}
+	if calls < 2 {
+		t.Fatalf("the batch went in %d call(s)", calls)
+	}
+	t.Logf("%d records in %d calls, %v (deadline %v)", records, calls, time.Since(start), timeout)
+}
+
+// TestPiecesReportRecordOfBatch: a trap in a later piece names the record's
+// index in the batch Process was given, not in the piece.
+func TestPiecesReportRecordOfBatch(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "slow", misbehave(t), Limits{}, InstanceConfig{Config: slowConfig(1)})
+	inst.pace = pacer{budget: 10, perRecord: 1} // pieces of ten records, then (timed) of one
+	recs := make([]kv, 100)
+	for i := range recs {
+		recs[i] = kv{K: fmt.Sprint(i), V: "v"}
+	}
+	recs[57].V = "!"
+	o := newOut()
+	err := inst.Process(context.Background(), 0, batchOf(recs...), o.emit)
+	var te *TrapError
+	if !errors.As(err, &te) || te.RecordIndex != 57 {
+		t.Fatalf("got %v, want a trap at record 57", err)
+	}
+	// The pieces before the failing one went through, in order.
+	want, _ := abi.DecodeBatch(batchOf(recs[:57]...))
+	if got := o.recs[0]; len(got) < 10 || !reflect.DeepEqual(got, want[:len(got)]) {
+		t.Fatalf("forwarded before the failing piece: %d records, want a prefix of the 57 before it", len(got))
+	}
+}
+
+func TestPacer(t *testing.T) {
+	p := newPacer(4 * time.Second) // a piece aims at 1 s
+	if got := p.piece(4096); got != firstPieceRecords {
+		t.Fatalf("first piece %d, want %d", got, firstPieceRecords)
+	}
+	if got := p.piece(10); got != 10 {
+		t.Fatalf("first piece of a small batch %d, want 10", got)
+	}
+	p.observe(64, 64*time.Microsecond) // 1 µs per record
+	if got := p.piece(4096); got != 4096 {
+		t.Fatalf("fast operator: piece %d, want the whole batch", got)
+	}
+	p.observe(100, time.Second) // 10 ms per record: the estimate rises at once
+	if got := p.piece(4096); got != 100 {
+		t.Fatalf("slow operator: piece %d, want 100", got)
+	}
+	p.observe(100, 100*time.Millisecond) // one fast call: the estimate falls slowly
+	if got, want := p.piece(4096), int(time.Second/((3*10*time.Millisecond+time.Millisecond)/4)); got != want {
+		t.Fatalf("after one fast call: piece %d", got)
+	}
+	p.observe(1, 10*time.Second) // one record over the budget
+	if got := p.piece(4096); got != 1 {
+		t.Fatalf("a record over the budget: piece %d, want 1", got)
+	}
+}
+
+func TestPacerTimes(t *testing.T) {
+	p := newPacer(4 * time.Second)
+	if !p.times(1) {
+		t.Fatal("a call before any was timed is not timed")
+	}
+	p.observe(1, 100*time.Nanosecond)
+	if !p.times(minTimedRecords) {
+		t.Fatal("a call of many records is not timed")
+	}
+	timed := 0
+	for range 10 * sampleShortCalls {
+		if p.times(1) {
+			timed++
+		}
+	}
+	if timed != 10 {
+		t.Fatalf("%d of %d short calls timed, want 10", timed, 10*sampleShortCalls)
+	}
+	p.observe(1, time.Millisecond) // now slow: every call takes long enough
+	for range 3 {
+		if !p.times(1) {
+			t.Fatal("a call expected to take a millisecond is not timed")
+		}
+	}
+}
+
+func TestRecordsEnd(t *testing.T) {
+	b := batchOf(kv{"a", "1", 0}, kv{"bb", "", 0}, kv{"", "ccc", 0})
+	body := b[abi.BatchHeaderSize:]
+	for n, want := range []int{0, 18, 36, 55} {
+		if got := recordsEnd(body, 0, n); got != want {
+			t.Errorf("recordsEnd(%d) = %d, want %d", n, got, want)
+		}
+	}
+	if got := recordsEnd(body, 18, 2); got != 55 {
+		t.Errorf("from the second record: %d, want 55", got)
+	}
+	if got := recordsEnd(body, 0, 4); got != -1 {
+		t.Errorf("past the end: %d, want -1", got)
+	}
+	if got := recordsEnd(body[:40], 0, 3); got != -1 {
+		t.Errorf("truncated: %d, want -1", got)
+	}
+}
