@@ -75,6 +75,9 @@ func MergeKeyedState(states [][]byte, keep func(key []byte) bool) ([]byte, error
 	for i, st := range states {
 		err := KeyedEntries(st, func(k, v []byte) error {
 			if j, dup := seen[string(k)]; dup {
+				if j == i {
+					return fmt.Errorf("key %q is twice in the state of subtask %d (an operator must put each key once)", k, i)
+				}
 				return fmt.Errorf("key %q is in the state of subtask %d and of subtask %d", k, j, i)
 			}
 			seen[string(k)] = i

@@ -40,6 +40,9 @@ func TestMergeKeyedState(t *testing.T) {
 	if _, err := MergeKeyedState([][]byte{a, keyed("fig", "9")}, all); err == nil || !strings.Contains(err.Error(), `key "fig" is in the state of subtask 0 and of subtask 1`) {
 		t.Errorf("shared key: %v", err)
 	}
+	if _, err := MergeKeyedState([][]byte{b, keyed("fig", "1", "fig", "2")}, all); err == nil || !strings.Contains(err.Error(), `key "fig" is twice in the state of subtask 1 (an operator must put each key once)`) {
+		t.Errorf("key put twice: %v", err)
+	}
 	if _, err := MergeKeyedState([][]byte{a, []byte("\x01opaque")}, all); !errors.Is(err, ErrNotKeyedState) {
 		t.Errorf("opaque state: %v", err)
 	}
