@@ -104,7 +104,7 @@ func TestExecErrors(t *testing.T) {
 	}{
 		{[]string{"exec", notWasm}, 1, "weir: module x: not a WebAssembly module"},
 		{[]string{"exec", "../../host/wasm/testdata/bad/missing_export.wasm"}, 1, "weir: module missing_export: missing export weir_process"},
-		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2: wasm error: unreachable (stdin line 3)"},
+		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable (stdin line 3)"},
 		{[]string{"exec", mis, "-config", "t", "-batch", "2"}, 1, "weir: operator misbehave: weir_process: trap at record 2: wasm error: unreachable"},
 		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline"},
 		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
@@ -171,7 +171,7 @@ func TestExecErrorNamesInputLine(t *testing.T) {
 	os.WriteFile(in, []byte("a\nb\nc\nd\n"), 0o644)
 	// misbehave's "t" traps with the cursor at record 2 of the first batch.
 	_, _, errs := weir(t, "", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-in", in)
-	if want := "trap at record 2: wasm error: unreachable (" + in + " line 3)\n"; !strings.HasSuffix(errs, want) {
+	if want := "trap at record 2 (value \"c\"): wasm error: unreachable (" + in + " line 3)\n"; !strings.HasSuffix(errs, want) {
 		t.Errorf("stderr %q, want it to end %q", errs, want)
 	}
 }

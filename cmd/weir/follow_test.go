@@ -153,7 +153,7 @@ restart: {strategy: none}
 	last := lines[len(lines)-1]
 	// Each thing named once, outside in: job, task, operator, export,
 	// record, cause; then why it was not restarted.
-	if want := "weir: job trap failed: task op-0 failed: operator op[0]: weir_process: trap at record 2: wasm error: unreachable" +
+	if want := "weir: job trap failed: task op-0 failed: operator op[0]: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable" +
 		" (not restarted: the restart strategy is none)"; last != want {
 		t.Errorf("last line %q, want %q", last, want)
 	}

@@ -80,7 +80,7 @@ func configOf(example string) []byte {
 // start instantiates a module with the example's config.
 func start(t testing.TB, m *wasm.Module, example string) *wasm.Instance {
 	t.Helper()
-	inst, err := m.Instantiate(context.Background(), wasm.InstanceConfig{Config: configOf(example)})
+	inst, err := m.Instantiate(context.Background(), wasm.InstanceConfig{Config: configOf(example), WholeBatches: true})
 	if err != nil {
 		t.Fatalf("instantiate %s: %v", m.Name(), err)
 	}

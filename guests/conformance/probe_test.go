@@ -132,7 +132,7 @@ func TestSDKProbe(t *testing.T) {
 			// its message reaches the host with the trap.
 			err = newInst().Process(ctx, 0, records("a", "panic"), collect)
 			if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.Contains(te.Message, "probe: panic") ||
-				!strings.Contains(err.Error(), "trap at record 1: ") {
+				!strings.Contains(err.Error(), `trap at record 1 (key "k1", value "panic"): `) {
 				t.Errorf("panicking call: %v, want a trap at record 1 with the message %q", err, "probe: panic")
 			}
 

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/abi"
 )
@@ -100,6 +102,7 @@ type TrapError struct {
 	Operator    string
 	Export      string
 	RecordIndex int    // index of the record being processed; -1 if unknown
+	Record      string // that record's key and the start of its value (Process), "" if unknown
 	Stack       string // the wasm stack trace, one frame per line
 	Err         error  // the runtime's error
 	// Message is the error message the guest set (weir.error) during the
@@ -126,9 +129,17 @@ func (e *TrapError) Error() string {
 		reason = e.Message + " (" + reason + ")"
 	}
 	if e.RecordIndex >= 0 {
-		return fmt.Sprintf("operator %s: %s: trap at record %d: %s%s", e.Operator, e.Export, e.RecordIndex, reason, full)
+		return fmt.Sprintf("operator %s: %s: trap at record %d%s: %s%s", e.Operator, e.Export, e.RecordIndex, paren(e.Record), reason, full)
 	}
 	return fmt.Sprintf("operator %s: %s: trap: %s%s", e.Operator, e.Export, reason, full)
+}
+
+// paren returns " (s)", or "" for an empty s.
+func paren(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }
 
 // mib formats a byte count in MiB: "64 MiB", "61.5 MiB".
@@ -145,7 +156,8 @@ type DeadlineError struct {
 	Operator    string
 	Export      string
 	Timeout     time.Duration
-	RecordIndex int // index of the record being processed; -1 if unknown
+	RecordIndex int    // index of the record being processed; -1 if unknown
+	Record      string // that record's key and the start of its value (Process), "" if unknown
 }
 
 // Error returns the one-line message, with what to do about an operator
@@ -153,7 +165,7 @@ type DeadlineError struct {
 func (e *DeadlineError) Error() string {
 	at, why := "", "stuck"
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf(" at record %d", e.RecordIndex)
+		at = fmt.Sprintf(" at record %d%s", e.RecordIndex, paren(e.Record))
 	}
 	if e.Export == abi.ExportProcess {
 		// Process hands a batch over in pieces sized to take a quarter of
@@ -188,13 +200,16 @@ type OperatorError struct {
 	// weir_process and weir_end_of_input); -1 if unknown or not inside a
 	// record.
 	RecordIndex int
+	// Record is that record's key and the start of its value (Process),
+	// "" if unknown.
+	Record string
 }
 
 // Error returns the one-line message.
 func (e *OperatorError) Error() string {
 	at := ""
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf("at record %d: ", e.RecordIndex)
+		at = fmt.Sprintf("at record %d%s: ", e.RecordIndex, paren(e.Record))
 	}
 	if e.Message == "" {
 		return fmt.Sprintf("operator %s: %s: %sreturned status %d", e.Operator, e.Export, at, e.Status)
@@ -244,4 +259,73 @@ func firstLine(s string) string {
 		}
 	}
 	return s
+}
+
+// describeRecord fills in the Record of a failure at a record of batch: a
+// job's failure then says which input it was, not only its place in a
+// batch nobody saw.
+func describeRecord(err error, batch []byte) {
+	var (
+		te *TrapError
+		oe *OperatorError
+		de *DeadlineError
+		at *string
+		ix int
+	)
+	switch {
+	case errors.As(err, &te):
+		at, ix = &te.Record, te.RecordIndex
+	case errors.As(err, &oe):
+		at, ix = &oe.Record, oe.RecordIndex
+	case errors.As(err, &de):
+		at, ix = &de.Record, de.RecordIndex
+	default:
+		return
+	}
+	if ix < 0 || *at != "" {
+		return
+	}
+	it, ierr := abi.NewIter(batch)
+	if ierr != nil {
+		return
+	}
+	for it.Next() {
+		if it.Index() == ix {
+			*at = recordSummary(it.Record())
+			return
+		}
+	}
+}
+
+// summaryBytes is how much of a record's key and value a message quotes.
+const summaryBytes = 48
+
+// recordSummary describes a record in a few words: key "k", value "{..."
+// (83 bytes).
+func recordSummary(r abi.Record) string {
+	var b strings.Builder
+	if len(r.Key) > 0 {
+		b.WriteString("key ")
+		b.WriteString(quoteStart(r.Key))
+		b.WriteString(", ")
+	}
+	b.WriteString("value ")
+	b.WriteString(quoteStart(r.Value))
+	if len(r.Value) > summaryBytes {
+		fmt.Fprintf(&b, " (%d bytes)", len(r.Value))
+	}
+	return b.String()
+}
+
+// quoteStart quotes the first summaryBytes of p, cut at a UTF-8 boundary,
+// with "…" after it when p is longer.
+func quoteStart(p []byte) string {
+	if len(p) <= summaryBytes {
+		return strconv.Quote(string(p))
+	}
+	n := summaryBytes
+	for n > summaryBytes-utf8.UTFMax && n > 0 && !utf8.RuneStart(p[n]) {
+		n--
+	}
+	return strconv.Quote(string(p[:n])) + "…"
 }

@@ -188,7 +188,7 @@ func TestGoSDKFailures(t *testing.T) {
 		want string
 		typ  any
 	}{
-		{"panic", "operator op: weir_process: at record 1: panic in Process: kaboom", &OperatorError{}},
+		{"panic", "operator op: weir_process: at record 1 (key \"b\", value \"2\"): panic in Process: kaboom", &OperatorError{}},
 		{"error", "operator op: weir_process: no luck", &OperatorError{}},
 		{"exit", "operator op: weir_process: the module exited with code 3", &ExitError{}},
 		{"oom", "operator op: weir_process: trap: wasm error: unreachable", &TrapError{}}, // the Go runtime aborts
@@ -287,11 +287,10 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 // guest.
 func TestGoSDKHotPathDoesNotAllocate(t *testing.T) {
 	e := newEngine(t)
-	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("allocs")})
-	// Every call gets the whole batch: the first is not cut into pieces
-	// while the instance learns its pace, so the guest's buffers grow in the
-	// first call, which the guest does not count.
-	inst.pace.perRecord = time.Nanosecond
+	// Every call gets the whole batch (the first is not cut into pieces
+	// while the instance learns its pace), so the guest's buffers grow in
+	// the first call, which the guest does not count.
+	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("allocs"), WholeBatches: true})
 	ctx := context.Background()
 	batch := benchBatch(1024)
 	for range 50 {

@@ -32,6 +32,11 @@ type InstanceConfig struct {
 	// Logger receives the guest's log lines and stdout/stderr, tagged with
 	// the operator's name. Default slog.Default().
 	Logger *slog.Logger
+	// WholeBatches has Process hand every batch to weir_process in one
+	// call, instead of in pieces that fit the call deadline at the
+	// operator's pace (pace.go). For tests that compare guests call by
+	// call.
+	WholeBatches bool
 }
 
 type phase uint8
@@ -133,6 +138,9 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		epoch:        time.Now(),
 		pace:         newPacer(m.limits.CallTimeout),
 	}
+	if cfg.WholeBatches {
+		i.pace = pacer{budget: 1<<63 - 1, perRecord: 1}
+	}
 	i.stdout = &lineWriter{logger: logger, operator: name, stream: "stdout"}
 	i.stderr = &lineWriter{logger: logger, operator: name, stream: "stderr"}
 	base, cancel := context.WithCancel(context.Background())
@@ -216,6 +224,14 @@ func (i *Instance) Process(ctx context.Context, port int, batch []byte, emit fun
 	if len(batch) > i.limits.MaxBatchBytes {
 		return fmt.Errorf("operator %s: batch of %d bytes is over the %d-byte limit", i.name, len(batch), i.limits.MaxBatchBytes)
 	}
+	if err := i.process(ctx, port, batch, emit); err != nil {
+		describeRecord(err, batch)
+		return err
+	}
+	return nil
+}
+
+func (i *Instance) process(ctx context.Context, port int, batch []byte, emit func(port int, batch []byte) error) error {
 	n, err := abi.BatchCount(batch)
 	if err != nil || n <= i.pace.piece(n) {
 		// Whole, as it came (a malformed batch is the guest's to report).

@@ -115,7 +115,7 @@ func TestContained(t *testing.T) {
 			if !errors.As(err, &te) || te.RecordIndex != 2 || te.Export != "weir_process" || te.Operator != "bad" || te.MemoryLimit != 0 {
 				t.Fatalf("got %#v", err)
 			}
-			if !strings.Contains(te.Stack, ".process(i32,i32,i32)") || !strings.Contains(err.Error(), "trap at record 2: wasm error: unreachable") {
+			if !strings.Contains(te.Stack, ".process(i32,i32,i32)") || !strings.Contains(err.Error(), "trap at record 2 (key \"c\", value \"3\"): wasm error: unreachable") {
 				t.Fatalf("error %q, stack %q", err, te.Stack)
 			}
 		}},
