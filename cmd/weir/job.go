@@ -146,6 +146,10 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintln(std.Out, "tasks:")
 			printTasks(std.Out, st.Tasks)
 		}
+		if len(st.Failures) > 0 {
+			fmt.Fprintln(std.Out, "failures (newest first):")
+			printFailures(std.Out, st.Failures)
+		}
 	case "stop":
 		fmt.Fprintf(std.Err, "stopping %s with a savepoint …\n", pos[1])
 		api.Timeout = savepointWait
@@ -221,6 +225,16 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 	for _, t := range tasks {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\n", t.Task, t.Worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
 			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints)
+	}
+	tw.Flush()
+}
+
+// printFailures prints a job's failure history, one per line.
+func printFailures(w io.Writer, fs []control.Failure) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tATTEMPT\tREASON")
+	for _, f := range fs {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", f.Time.UTC().Format(time.DateTime), f.Attempt, f.Reason)
 	}
 	tw.Flush()
 }

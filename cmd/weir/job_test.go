@@ -220,3 +220,48 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 3}
 		t.Fatalf("restored job: %+v", st)
 	}
 }
+
+// weir job status lists a job's failures, newest first, with the attempt
+// each one ended.
+func TestJobStatusShowsFailures(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	spec, err := jobspec.Parse("bad.yaml", []byte(`name: bad
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: op, module: `+mis+`, config: i, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
+restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := n.API.Job(ctx, "bad")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State.Terminal() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := jobStatus(t, ctx, n, "bad")
+	want := regexp.MustCompile(`(?s)failures \(newest first\):\nTIME +ATTEMPT +REASON\n` +
+		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +2 +[^\n]*weir_init: bad config\n` +
+		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +1 +[^\n]*weir_init: bad config\n$`)
+	if !want.MatchString(got) {
+		t.Errorf("job status:\n%s", got)
+	}
+}

@@ -57,6 +57,20 @@ type JobStatus struct {
 	// Tasks are the current attempt's tasks as their workers last reported
 	// them (in heartbeats), by task ID; empty unless the job runs.
 	Tasks []TaskStatus `json:"tasks,omitempty"`
+	// Failures are the job's latest failures, newest first, at most
+	// MaxFailures: a job that keeps restarting shows whether it fails the
+	// same way each time, and what ended each attempt.
+	Failures []Failure `json:"failures,omitempty"`
+}
+
+// MaxFailures is how many failures a JobStatus keeps.
+const MaxFailures = 10
+
+// Failure is one failure of a job: an attempt that ended with an error.
+type Failure struct {
+	Time    time.Time `json:"time"`
+	Attempt int       `json:"attempt"`
+	Reason  string    `json:"reason"`
 }
 
 // TaskStatus is one running task as its worker last reported it.

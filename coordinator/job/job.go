@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -116,6 +117,7 @@ func (j *job) status() control.JobStatus {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	st := j.st
+	st.Failures = slices.Clone(j.st.Failures)
 	st.Assignment = make(map[string]string, len(j.assign))
 	for k, v := range j.assign {
 		st.Assignment[k] = v
@@ -177,6 +179,14 @@ func (j *job) setState(s control.JobState, reason string) {
 	j.mu.Unlock()
 	j.persist()
 	j.m.log.Info("job state", "job", j.spec.Name, "state", s, "reason", reason)
+}
+
+// noteFailure adds the current attempt's failure to the job's history.
+func (j *job) noteFailure(reason string) {
+	j.mu.Lock()
+	f := control.Failure{Time: time.Now().UTC(), Attempt: j.st.Attempt, Reason: reason}
+	j.st.Failures = append([]control.Failure{f}, j.st.Failures[:min(len(j.st.Failures), control.MaxFailures-1)]...)
+	j.mu.Unlock()
 }
 
 func (j *job) push(e jobEvent) {
@@ -301,6 +311,7 @@ func (j *job) run() {
 			return
 		}
 		reason := f.reason
+		j.noteFailure(reason)
 		if f.final {
 			j.runner.Stop(reason)
 			j.stopTasks(reason)

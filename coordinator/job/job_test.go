@@ -673,6 +673,16 @@ func TestRestartExhaustedAndIsolation(t *testing.T) {
 		!strings.HasSuffix(st.Reason, " (after 2 restart attempts)") {
 		t.Errorf("doomed %+v", st)
 	}
+	// Each attempt's failure is listed, newest first.
+	if len(st.Failures) != 3 {
+		t.Errorf("doomed lists %d failures, want 3: %+v", len(st.Failures), st.Failures)
+	}
+	for i, f := range st.Failures {
+		if f.Attempt != 3-i || !strings.Contains(f.Reason, "module traps in weir_init") || f.Time.IsZero() ||
+			(i > 0 && f.Time.After(st.Failures[i-1].Time)) {
+			t.Errorf("failure %d: %+v", i, f)
+		}
+	}
 	g, _ := e.api.Job(ctx, "good")
 	if g.State != control.JobRunning || g.Attempt != 1 || g.Restarts != 0 {
 		t.Errorf("the other job was touched: %+v", g)
@@ -867,7 +877,8 @@ func TestCoordinatorRestart(t *testing.T) {
 		t.Errorf("old job after restart: %+v %v", old, err)
 	}
 	if got, err := e.api.Job(ctx, "doomed"); err != nil || got.State != control.JobFailed || got.Reason != doomed.Reason ||
-		!got.Updated.Equal(doomed.Updated) || !strings.Contains(got.Reason, "module traps in weir_init") {
+		!got.Updated.Equal(doomed.Updated) || !strings.Contains(got.Reason, "module traps in weir_init") ||
+		len(got.Failures) != 1 || got.Failures[0].Reason != doomed.Failures[0].Reason || !got.Failures[0].Time.Equal(doomed.Failures[0].Time) {
 		t.Errorf("failed job after restart: %+v %v, before: %+v", got, err, doomed)
 	}
 }

@@ -417,7 +417,9 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 		// Attempts number on across the job's runs: workers and channels
 		// tell runs apart by it, and a task of an earlier run that a
 		// cut-off worker still runs must not pass for one of this run.
-		j.st.Attempt = old.status().Attempt
+		// Its failures stay listed too (they name their attempts).
+		ost := old.status()
+		j.st.Attempt, j.st.Failures = ost.Attempt, ost.Failures
 	}
 	m.jobs[spec.Name] = j
 	j.persist()

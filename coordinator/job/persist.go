@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,8 @@ type record struct {
 	Updated time.Time `json:"updated,omitzero"`
 	// Latest is the latest completed checkpoint of the run.
 	Latest int64 `json:"latest,omitempty"`
+	// Failures are the status's failure history.
+	Failures []control.Failure `json:"failures,omitempty"`
 }
 
 const recordPrefix = "jobs/"
@@ -48,7 +51,7 @@ func (j *job) persist() {
 	j.mu.Lock()
 	rec := record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.st.LatestCheckpoint}
+		Latest: j.st.LatestCheckpoint, Failures: slices.Clone(j.st.Failures)}
 	if j.initial != nil {
 		rec.From = j.initial.ID
 	}
@@ -139,6 +142,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Attempt = rec.Attempt
 	j.st.Restarts = rec.Restarts
 	j.st.Submitted = rec.Submitted
+	j.st.Failures = rec.Failures
 	j.resumed = true
 	m.jobs[name] = j
 	m.wg.Add(2)
@@ -155,7 +159,8 @@ func terminalJob(m *Manager, rec record) *job {
 	cancel()
 	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID,
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
-			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest}}
+			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
+			Failures: rec.Failures}}
 	if j.st.Updated.IsZero() { // a record written before Updated was kept
 		j.st.Updated = rec.Submitted
 	}
