@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -152,10 +153,13 @@ restart: {strategy: none}
 	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
 	last := lines[len(lines)-1]
 	// Each thing named once, outside in: job, task, operator, export,
-	// record, cause; then why it was not restarted.
-	if want := "weir: job trap failed: task op-0 failed: operator op[0]: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable" +
-		" (not restarted: the restart strategy is none)"; last != want {
-		t.Errorf("last line %q, want %q", last, want)
+	// record, cause; then why it was not restarted. (The module traps "at
+	// record 2" of any batch; the record is named when the batch has it:
+	// the source may deliver the three lines in more than one batch.)
+	want := regexp.MustCompile(`^weir: job trap failed: task op-0 failed: operator op\[0\]: weir_process: trap at record 2( \(value "c"\))?: wasm error: unreachable` +
+		` \(not restarted: the restart strategy is none\)$`)
+	if !want.MatchString(last) {
+		t.Errorf("last line %q, want it to match %s", last, want)
 	}
 	if !strings.Contains(errb.String(), `msg="task failed"`) || !strings.Contains(errb.String(), `stack="wasm stack trace:`) ||
 		!strings.Contains(errb.String(), `.process(i32,i32,i32)`) {

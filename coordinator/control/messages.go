@@ -322,6 +322,10 @@ type Event struct {
 	// Unrecoverable marks an EventFailed whose cause would recur on every
 	// restart: the job fails at once.
 	Unrecoverable bool `json:"unrecoverable,omitempty"`
+	// Secondary marks an EventFailed caused by another task's failure (a
+	// channel its peer closed as it failed): the coordinator waits a
+	// moment for that failure, so that the job's reason names the cause.
+	Secondary bool `json:"secondary,omitempty"`
 }
 
 // Reply answers a request; Error is empty on success.

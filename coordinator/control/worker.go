@@ -204,6 +204,12 @@ func (w *Worker) Failed(ctx context.Context, t TaskRef, reason string) error {
 	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason})
 }
 
+// FailedSecondary reports that task stopped because another task failed
+// (see Event.Secondary).
+func (w *Worker) FailedSecondary(ctx context.Context, t TaskRef, reason string) error {
+	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason, Secondary: true})
+}
+
 // FailedUnrecoverable reports that task stopped with an error that would
 // recur on every restart (see ErrUnrecoverable): the job fails at once.
 func (w *Worker) FailedUnrecoverable(ctx context.Context, t TaskRef, reason string) error {

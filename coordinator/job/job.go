@@ -30,7 +30,15 @@ type jobEvent struct {
 	task    string
 	reason  string
 	final   bool // evFailure: restarting cannot help
+	// secondary: evFailure caused by another task's failure
+	// (control.Event.Secondary)
+	secondary bool
 }
+
+// secondaryGrace is how long a secondary failure waits for the failure
+// that caused it before it becomes the attempt's reason. The cause is
+// reported at about the same time, by the same worker or a peer's.
+const secondaryGrace = time.Second
 
 // failure says why an attempt ended; the zero value is no failure.
 type failure struct {
@@ -228,7 +236,7 @@ func (j *job) event(e control.Event) {
 		// began it with "task <name>: ", which the reason names already.
 		cause := strings.TrimPrefix(e.Reason, "task "+e.Task+": ")
 		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task,
-			reason: fmt.Sprintf("task %s failed: %s", e.Task, cause), final: e.Unrecoverable})
+			reason: fmt.Sprintf("task %s failed: %s", e.Task, cause), final: e.Unrecoverable, secondary: e.Secondary})
 	case control.EventFinished:
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
 	}
@@ -518,11 +526,19 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) 
 // wait runs until the attempt ends: done is true when the job reached a
 // terminal state, else f says why it must fail over.
 func (j *job) wait() (done bool, f failure) {
+	// A failure caused by another task's (a channel closed under it)
+	// waits secondaryGrace for that one, which names the cause.
+	var (
+		secondary *failure
+		grace     <-chan time.Time
+	)
 	for {
 		select {
 		case <-j.ctx.Done():
 			return false, failure{reason: "coordinator shutting down"}
 		case <-j.wake:
+		case <-grace:
+			return false, *secondary
 		}
 		j.mu.Lock()
 		q := j.queue
@@ -546,6 +562,15 @@ func (j *job) wait() (done bool, f failure) {
 				j.setState(control.JobCanceled, reason)
 				return true, failure{}
 			case evFailure:
+				if e.attempt == attempt && e.secondary {
+					if secondary == nil {
+						secondary = &failure{reason: e.reason, final: e.final}
+						t := time.NewTimer(secondaryGrace)
+						defer t.Stop()
+						grace = t.C
+					}
+					continue
+				}
 				if e.attempt == attempt {
 					// What came after stays queued: a cancel among it
 					// ends the restart's wait.

@@ -907,3 +907,35 @@ func TestGiveUpReason(t *testing.T) {
 		}
 	}
 }
+
+// A task that failed because another one closed a channel under it reports
+// a secondary failure; the job's reason is the failure that caused it,
+// even when that one is reported second — or the secondary one, when no
+// cause follows within the grace.
+func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	s := spec(t, "wc", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	e.submitRunning(t, ctx, s)
+	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, "output 0: channel in-0 -> count-0: channel closed"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-0"}, "trap in weir_process"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
+	if st.Reason != "task count-0 failed: trap in weir_process" || len(st.Failures) != 1 {
+		t.Errorf("after the cause came second: %+v", st)
+	}
+	// Alone, the secondary failure fails the attempt over after the grace.
+	start := time.Now()
+	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 2, Task: "in-0"}, "channel closed"); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "wc", "attempt 3", func(st control.JobStatus) bool { return st.Attempt == 3 && st.State == control.JobRunning })
+	if st.Reason != "task in-0 failed: channel closed" || time.Since(start) < secondaryGrace {
+		t.Errorf("a secondary failure alone: %+v after %v", st, time.Since(start))
+	}
+}

@@ -411,8 +411,13 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 	if te := (*host.TaskError)(nil); errors.As(err, &te) && te.Task == task {
 		reason = te.Cause()
 	}
-	if Unrecoverable(err) {
+	switch {
+	case Unrecoverable(err):
 		return l.w.FailedUnrecoverable(ctx, l.ref(task), reason)
+	case errors.Is(err, stream.ErrClosed):
+		// A task closes its channels only as it stops: the other end
+		// failed, and its own report names the cause.
+		return l.w.FailedSecondary(ctx, l.ref(task), reason)
 	}
 	return l.w.Failed(ctx, l.ref(task), reason)
 }
