@@ -287,10 +287,10 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 // guest.
 func TestGoSDKHotPathDoesNotAllocate(t *testing.T) {
 	e := newEngine(t)
-	// Every call gets the whole batch (the first is not cut into pieces
-	// while the instance learns its pace), so the guest's buffers grow in
-	// the first call, which the guest does not count.
-	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("allocs"), WholeBatches: true})
+	// Every call gets the whole batch (instantiate asks for it), so the
+	// guest's buffers grow in the first call, which the guest does not
+	// count.
+	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("allocs")})
 	ctx := context.Background()
 	batch := benchBatch(1024)
 	for range 50 {

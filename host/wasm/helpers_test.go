@@ -64,6 +64,9 @@ func instantiate(t testing.TB, e *Engine, name string, wasm []byte, lim Limits, 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// Tests see their batches whole, as they wrote them; pace_test.go
+	// gives its instances a pacer.
+	cfg.WholeBatches = true
 	inst, err := m.Instantiate(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -15,11 +15,10 @@ import (
 // from the time its earlier calls took per record. The guest cannot tell:
 // batch boundaries were never meaningful (they follow how input arrived).
 //
-// An instance's first batch goes in pieces of at most firstPieceRecords until
-// one call has been timed, so even the first backlog of an operator at
-// milliseconds per record fits the deadline.
+// Until one call has been timed, a piece is a single record: even the
+// first backlog of an operator at a second per record fits a 5 s deadline,
+// and a fast operator pays one extra call.
 const (
-	firstPieceRecords = 64
 	// Timing a call costs two clock reads (~80 ns each on a VM's kvm-clock),
 	// a lot beside a short call of a few records. A call is timed when it
 	// has minTimedRecords or more, when it is expected to take longTimedCall
@@ -48,7 +47,7 @@ func newPacer(callTimeout time.Duration) pacer {
 // are expected to fit the budget.
 func (p *pacer) piece(n int) int {
 	if p.perRecord == 0 {
-		return min(n, firstPieceRecords)
+		return min(n, 1)
 	}
 	fit := int(p.budget / p.perRecord)
 	return max(1, min(n, fit))

@@ -43,6 +43,7 @@ func TestSlowOperatorBacklogFitsDeadline(t *testing.T) {
 	spin := spinPerMillisecond(t, e)
 	const timeout, records = 400 * time.Millisecond, 1600 // ~1.6 s of work: 4 deadlines
 	inst := instantiate(t, e, "slow", misbehave(t), Limits{CallTimeout: timeout}, InstanceConfig{Config: slowConfig(spin)})
+	inst.pace = newPacer(timeout)
 	batch := benchBatch(records)
 	var calls int
 	o := newOut()
@@ -90,11 +91,8 @@ func TestPiecesReportRecordOfBatch(t *testing.T) {
 
 func TestPacer(t *testing.T) {
 	p := newPacer(4 * time.Second) // a piece aims at 1 s
-	if got := p.piece(4096); got != firstPieceRecords {
-		t.Fatalf("first piece %d, want %d", got, firstPieceRecords)
-	}
-	if got := p.piece(10); got != 10 {
-		t.Fatalf("first piece of a small batch %d, want 10", got)
+	if got := p.piece(4096); got != 1 {
+		t.Fatalf("first piece %d, want 1", got)
 	}
 	p.observe(64, 64*time.Microsecond) // 1 µs per record
 	if got := p.piece(4096); got != 4096 {
