@@ -62,7 +62,7 @@ func TestSDKProbe(t *testing.T) {
 				},
 			}))
 			newInst := func() *wasm.Instance {
-				inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, Logger: logger})
+				inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, Logger: logger, WholeBatches: true})
 				if err != nil {
 					t.Fatal(err)
 				}
