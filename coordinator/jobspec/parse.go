@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -420,8 +421,9 @@ func (p *parser) parse(data []byte) *Spec {
 		Restart: Restart{Strategy: RestartFixedDelay, Attempts: DefaultRestartAttempts},
 	}
 	nodes := map[string]*yaml.Node{}
-	var restartDelay, restartInitial, restartMax bool
-	var multiplierNode *yaml.Node
+	// The nodes of options checked against each other once all are read,
+	// so that an error names the option's own line.
+	var delayNode, initialNode, maxNode, multiplierNode, alignedTimeoutNode *yaml.Node
 	ok := p.fields(root, "", map[string]func(*yaml.Node, string){
 		"name": func(v *yaml.Node, path string) { p.str(v, path, &s.Name); nodes["name"] = v },
 		"sources": func(v *yaml.Node, path string) {
@@ -508,7 +510,10 @@ func (p *parser) parse(data []byte) *Spec {
 				"mode": func(v *yaml.Node, path string) {
 					p.oneOf(v, path, &c.Mode, ModeExactlyOnce, ModeAtLeastOnce, ModeUnaligned)
 				},
-				"aligned-timeout":    func(v *yaml.Node, path string) { p.duration(v, path, &c.AlignedTimeout) },
+				"aligned-timeout": func(v *yaml.Node, path string) {
+					p.duration(v, path, &c.AlignedTimeout)
+					alignedTimeoutNode = v
+				},
 				"interval":           func(v *yaml.Node, path string) { p.positive(v, path, &c.Interval) },
 				"timeout":            func(v *yaml.Node, path string) { p.positive(v, path, &c.Timeout) },
 				"min-pause":          func(v *yaml.Node, path string) { p.duration(v, path, &c.MinPause) },
@@ -524,9 +529,9 @@ func (p *parser) parse(data []byte) *Spec {
 				"strategy": func(v *yaml.Node, path string) {
 					p.oneOf(v, path, &r.Strategy, RestartFixedDelay, RestartExponentialBackoff, RestartNone)
 				},
-				"delay":    func(v *yaml.Node, path string) { p.duration(v, path, &r.Delay); restartDelay = true },
-				"initial":  func(v *yaml.Node, path string) { p.positive(v, path, &r.Initial); restartInitial = true },
-				"max":      func(v *yaml.Node, path string) { p.positive(v, path, &r.Max); restartMax = true },
+				"delay":    func(v *yaml.Node, path string) { p.duration(v, path, &r.Delay); delayNode = v },
+				"initial":  func(v *yaml.Node, path string) { p.positive(v, path, &r.Initial); initialNode = v },
+				"max":      func(v *yaml.Node, path string) { p.positive(v, path, &r.Max); maxNode = v },
 				"attempts": func(v *yaml.Node, path string) { p.integer(v, path, 0, &r.Attempts) },
 				"multiplier": func(v *yaml.Node, path string) {
 					multiplierNode = v
@@ -550,33 +555,33 @@ func (p *parser) parse(data []byte) *Spec {
 	r := &s.Restart
 	switch r.Strategy {
 	case RestartFixedDelay:
-		if !restartDelay {
+		if delayNode == nil {
 			r.Delay = DefaultRestartDelay
 		}
-		if restartInitial || restartMax || multiplierNode != nil {
-			p.errf(root, "restart", "initial, max and multiplier apply to exponential-backoff only")
+		if n := cmp.Or(initialNode, maxNode, multiplierNode); n != nil {
+			p.errf(n, "restart", "initial, max and multiplier apply to exponential-backoff only")
 		}
 	case RestartExponentialBackoff:
-		if !restartInitial {
+		if initialNode == nil {
 			r.Initial = DefaultBackoffInitial
 		}
-		if !restartMax {
+		if maxNode == nil {
 			r.Max = DefaultBackoffMax
 		}
 		if r.Multiplier == 0 {
 			r.Multiplier = DefaultBackoffMultiplier
 		}
-		if restartDelay {
-			p.errf(root, "restart.delay", "delay applies to fixed-delay only (use initial)")
+		if delayNode != nil {
+			p.errf(delayNode, "restart.delay", "delay applies to fixed-delay only (use initial)")
 		}
 		if r.Max < r.Initial {
-			p.errf(root, "restart.max", "max (%s) is less than initial (%s)", r.Max, r.Initial)
+			p.errf(cmp.Or(maxNode, initialNode), "restart.max", "max (%s) is less than initial (%s)", r.Max, r.Initial)
 		}
 	case RestartNone:
 		r.Attempts = 0
 	}
 	if s.Checkpointing.AlignedTimeout > 0 && s.Checkpointing.Mode != ModeExactlyOnce {
-		p.errf(root, "checkpointing.aligned-timeout", "applies to mode exactly-once only (mode is %s)", s.Checkpointing.Mode)
+		p.errf(alignedTimeoutNode, "checkpointing.aligned-timeout", "applies to mode exactly-once only (mode is %s)", s.Checkpointing.Mode)
 	}
 	p.validate(s, root, nodes)
 	return s
