@@ -73,9 +73,10 @@ var (
 // a letter, then up to 63 letters, digits, '-' or '_'.
 func ValidName(name string) bool { return nameRE.MatchString(name) }
 
-// Parse parses a module reference. A string containing a path separator or
-// ending in ".wasm" is a file path; "sha256:" starts a digest; anything else
-// is NAME or NAME@VERSION with VERSION a positive integer.
+// Parse parses a module reference. A string containing a path separator,
+// ending in ".wasm", or "." or ".." (a Go package directory, such as the
+// spec's own) is a file path; "sha256:" starts a digest; anything else is
+// NAME or NAME@VERSION with VERSION a positive integer.
 func Parse(s string) (Ref, error) {
 	switch {
 	case s == "":
@@ -86,7 +87,7 @@ func Parse(s string) (Ref, error) {
 			return Ref{}, fmt.Errorf("module reference %q: a digest is 64 lower-case hex digits", s)
 		}
 		return Ref{Kind: Digest, Digest: d}, nil
-	case strings.ContainsAny(s, `/\`) || strings.HasSuffix(s, ".wasm"):
+	case strings.ContainsAny(s, `/\`) || strings.HasSuffix(s, ".wasm") || s == "." || s == "..":
 		return Ref{Kind: File, Path: s}, nil
 	}
 	name, ver, hasVer := strings.Cut(s, "@")

@@ -14,6 +14,8 @@ func TestParse(t *testing.T) {
 		{"./op.wasm", Ref{Kind: File, Path: "./op.wasm"}},
 		{"op.wasm", Ref{Kind: File, Path: "op.wasm"}},
 		{"/abs/x", Ref{Kind: File, Path: "/abs/x"}},
+		{".", Ref{Kind: File, Path: "."}},
+		{"..", Ref{Kind: File, Path: ".."}},
 	}
 	for _, c := range good {
 		got, err := Parse(c.in)
