@@ -30,9 +30,12 @@ import (
 // os.TempDir()/weir-guestbuild when there is no user cache dir).
 const CacheDirEnv = "WEIR_GUESTBUILD_CACHE"
 
-// Build compiles the Go package pkg (an import path, or a path relative to
-// the current directory) to a WASI reactor module and returns the path of
-// the cached .wasm file. The file is shared: do not modify it.
+// Build compiles the Go package pkg (an import path, or a directory: an
+// absolute path or one relative to the current directory, starting with
+// ".") to a WASI reactor module and returns the path of the cached .wasm
+// file. The file is shared: do not modify it. A directory is built in
+// place, in whatever module holds it (its own go.mod, say), not in the
+// current directory's.
 func Build(ctx context.Context, pkg string) (string, error) {
 	cwd, _ := os.Getwd()
 	memoKey := cwd + "\x00" + pkg
@@ -58,34 +61,42 @@ func build(ctx context.Context, pkg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	key, err := sourceHash(ctx, goBin, pkg)
+	// The go command runs in dir, on target.
+	dir, target := "", pkg
+	if filepath.IsAbs(pkg) || strings.HasPrefix(pkg, ".") {
+		if dir, err = filepath.Abs(pkg); err != nil {
+			return "", fmt.Errorf("guestbuild: %w", err)
+		}
+		target = "."
+	}
+	key, err := sourceHash(ctx, goBin, dir, target)
 	if err != nil {
 		return "", err
 	}
-	dir, err := cacheDir()
+	cache, err := cacheDir()
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, key+".wasm")
+	out := filepath.Join(cache, key+".wasm")
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return "", fmt.Errorf("guestbuild: cache dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "build-*.wasm")
+	tmp, err := os.CreateTemp(cache, "build-*.wasm")
 	if err != nil {
 		return "", fmt.Errorf("guestbuild: %w", err)
 	}
 	tmpName := tmp.Name()
 	tmp.Close()
 	defer os.Remove(tmpName)
-	cmd := exec.CommandContext(ctx, goBin, "build", "-buildmode=c-shared", "-o", tmpName, pkg)
-	cmd.Env = wasmEnv()
+	cmd := exec.CommandContext(ctx, goBin, "build", "-buildmode=c-shared", "-o", tmpName, target)
+	cmd.Dir, cmd.Env = dir, wasmEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("guestbuild: go build %s: %w\n%s", pkg, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("guestbuild: go build %s: %w\n%s", filepath.Join(dir, target), err, strings.TrimSpace(stderr.String()))
 	}
 	// Rename is atomic: concurrent builds of the same key both succeed.
 	if err := os.Rename(tmpName, out); err != nil {
@@ -153,21 +164,22 @@ type listedPackage struct {
 }
 
 // sourceHash hashes the Go version, the package path and every source file
-// (and the go.mod) of the non-standard packages pkg depends on.
-func sourceHash(ctx context.Context, goBin, pkg string) (string, error) {
+// (and the go.mod) of the non-standard packages pkg depends on, as the go
+// command sees them in dir ("": the current directory).
+func sourceHash(ctx context.Context, goBin, dir, pkg string) (string, error) {
 	cmd := exec.CommandContext(ctx, goBin, "list", "-deps", "-json=ImportPath,Dir,Standard,GoFiles,SFiles,EmbedFiles,Module,Error", pkg)
-	cmd.Env = wasmEnv()
+	cmd.Dir, cmd.Env = dir, wasmEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("guestbuild: go list %s: %w\n%s", pkg, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("guestbuild: go list %s: %w\n%s", filepath.Join(dir, pkg), err, strings.TrimSpace(stderr.String()))
 	}
 	h := sha256.New()
 	ver, err := exec.CommandContext(ctx, goBin, "env", "GOVERSION").Output()
 	if err != nil {
 		return "", fmt.Errorf("guestbuild: go env GOVERSION: %w", err)
 	}
-	fmt.Fprintf(h, "go %s\npkg %s\n", bytes.TrimSpace(ver), pkg)
+	fmt.Fprintf(h, "go %s\npkg %s\n", bytes.TrimSpace(ver), filepath.Join(dir, pkg))
 	seenMod := map[string]bool{}
 	dec := json.NewDecoder(&stdout)
 	for {

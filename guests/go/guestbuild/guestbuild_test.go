@@ -3,6 +3,7 @@ package guestbuild
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -37,5 +38,24 @@ func TestBuildCaches(t *testing.T) {
 func TestBuildError(t *testing.T) {
 	if _, err := Build(context.Background(), "github.com/weirhq/weir/guests/go/examples/does-not-exist"); err == nil {
 		t.Fatal("building a missing package succeeded")
+	}
+}
+
+// TestBuildDirectoryOfAnotherModule: a package directory with a go.mod of
+// its own (an operator written outside weir's repository) builds in its own
+// module, whatever the current directory.
+func TestBuildDirectoryOfAnotherModule(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":  "module example.com/op\n\ngo 1.22\n",
+		"main.go": "package main\n\nfunc main() {}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(CacheDirEnv, t.TempDir())
+	if _, err := build(context.Background(), dir); err != nil {
+		t.Fatalf("build %s: %v", dir, err)
 	}
 }
