@@ -6,8 +6,10 @@
 //	}
 //
 // A subcommand parses its own flags with newFlags and returns an error;
-// main prints it as one line "weir: ..." on stderr and exits non-zero
-// (2 for usage errors, 1 otherwise).
+// main prints it as one line "weir: ..." on stderr, followed by its detail
+// indented when the error carries some on further lines (the compiler's
+// output of a failed build), and exits non-zero (2 for usage errors, 1
+// otherwise).
 package main
 
 import (
@@ -123,11 +125,11 @@ func run(ctx context.Context, args []string, std Stdio) int {
 	if errors.As(err, &specErrs) {
 		// A job spec with several problems: one line for each.
 		for _, e := range specErrs {
-			fmt.Fprintf(std.Err, "weir: %s\n", oneLine(e.Error()))
+			printErr(std.Err, e)
 		}
 		return 1
 	}
-	fmt.Fprintf(std.Err, "weir: %s\n", oneLine(err.Error()))
+	printErr(std.Err, err)
 	var ue *UsageError
 	if errors.As(err, &ue) {
 		return 2
@@ -135,12 +137,18 @@ func run(ctx context.Context, args []string, std Stdio) int {
 	return 1
 }
 
-// oneLine keeps an error message on one line.
-func oneLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
+// printErr writes err to w as "weir: " and its first line, then each
+// further non-empty line of its message indented: what a tool said about
+// the failure (the go command's compile errors) is kept, and the error
+// itself still reads as one line.
+func printErr(w io.Writer, err error) {
+	first, rest, _ := strings.Cut(err.Error(), "\n")
+	fmt.Fprintf(w, "weir: %s\n", first)
+	for line := range strings.SplitSeq(rest, "\n") {
+		if line = strings.TrimRight(line, " \t\r"); line != "" {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
 	}
-	return s
 }
 
 func printHelp(w io.Writer) {

@@ -242,3 +242,24 @@ func TestCheckpointLinesNameTheSlowestTask(t *testing.T) {
 		t.Errorf("checkpoint ls:\n%s", ls.String())
 	}
 }
+
+// TestRunShowsBuildErrors: a Go package module that does not compile fails
+// weir run with the compiler's message, not only "exit status 1".
+func TestRunShowsBuildErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":   "module example.com/op\n\ngo 1.22\n",
+		"main.go":  "package main\n\nfunc main() { undefinedThing() }\n",
+		"job.yaml": "name: j\nsources: [{name: in, kind: nats, subject: in}]\noperators: [{name: op, module: ., inputs: [{from: in}]}]\nsinks: [{name: out, kind: nats, subject: out, input: {from: op}}]\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(guestbuild.CacheDirEnv, t.TempDir())
+	code, _, errs := weir(t, "", "run", filepath.Join(dir, "job.yaml"))
+	if code != 1 || !strings.Contains(errs, "weir: operator op: build ") || !strings.Contains(errs, "\n  ") ||
+		!strings.Contains(errs, "undefined: undefinedThing") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1, the failed build and, indented, the compiler's message", code, errs)
+	}
+}
