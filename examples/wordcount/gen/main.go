@@ -72,7 +72,16 @@ func run(url string, n, perLine int, seed uint64) error {
 		}
 		subject := fmt.Sprintf("lines.gen%d", rng.IntN(8))
 		if _, err := js.PublishAsync(subject, []byte(line.String())); err != nil {
-			return err
+			return fmt.Errorf("publish line %d: %w", i+1, err)
+		}
+		// Bound the acks outstanding: a busy server acks more slowly than
+		// gen publishes, and PublishAsync gives up when too many wait.
+		if i%1024 == 1023 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	select {
