@@ -216,9 +216,13 @@ func (i *Instance) start(ctx context.Context, config []byte) error {
 // Name is the operator's name.
 func (i *Instance) Name() string { return i.name }
 
-// Process hands one record batch from input port port to weir_process.
-// After the call succeeded, each batch the guest emitted is handed to emit,
-// in emit order; emit owns the batch. The batch itself is not validated
+// Process hands one record batch from input port port to weir_process,
+// whole or, when it is too large for the call deadline at the operator's
+// pace, in pieces of consecutive records (pace.go). After each call
+// succeeded, each batch the guest emitted in it is handed to emit, in emit
+// order; emit owns the batch. So one Process may emit several batches per
+// output port, and when a later piece fails, the output of the earlier ones
+// has already been handed on. The batch itself is not validated
 // here (the transport validates what it receives); the guest sees it as is.
 func (i *Instance) Process(ctx context.Context, port int, batch []byte, emit func(port int, batch []byte) error) error {
 	if len(batch) > i.limits.MaxBatchBytes {
