@@ -157,8 +157,8 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job stop", err)
 		}
-		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore %s -from %d\n",
-			cp.Job, cp.ID, size(cp.Size), cp.Job, cp.ID)
+		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore%s %s -from %d\n",
+			cp.Job, cp.ID, size(cp.Size), nf.hint(), cp.Job, cp.ID)
 	case "cancel":
 		st, err := api.CancelJob(ctx, pos[1])
 		if err != nil {

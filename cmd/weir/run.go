@@ -404,7 +404,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			defer cancel()
 			_, _ = n.API.CancelJob(cctx, spec.Name)
 		default:
-			fmt.Fprintf(std.Out, "job %s keeps running; stop it with: weir job stop %s (a savepoint first), or weir job cancel %s\n", spec.Name, spec.Name, spec.Name)
+			h := o.nats.hint()
+			fmt.Fprintf(std.Out, "job %s keeps running; stop it with: weir job stop%s %s (a savepoint first), or weir job cancel%s %s\n", spec.Name, h, spec.Name, h, spec.Name)
 		}
 	}
 	defer stop()

@@ -138,14 +138,14 @@ func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.URL, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("nats connect %s: %w", redact(o.URL), err)
+		return nil, fmt.Errorf("nats connect %s: %w", Redact(o.URL), err)
 	}
 	return nc, nil
 }
 
-// redact hides the passwords of a comma-separated list of server URLs, for
+// Redact hides the passwords and tokens of a comma-separated list of server URLs, for
 // errors and logs.
-func redact(urls string) string {
+func Redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
@@ -213,7 +213,7 @@ func ConnectRetry(ctx context.Context, o Options, onRetry func(attempt int, err 
 	}
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("nats connect %s: %w", redact(o.URL), err)
+			return nil, fmt.Errorf("nats connect %s: %w", Redact(o.URL), err)
 		}
 		// An attempt may take up to ConnectTimeout (a server that does not
 		// answer); ctx ends the wait, and a late connection is closed.
@@ -231,7 +231,7 @@ func ConnectRetry(ctx context.Context, o Options, onRetry func(attempt int, err 
 					r.nc.Close()
 				}
 			}()
-			return nil, fmt.Errorf("nats connect %s: %w", redact(o.URL), ctx.Err())
+			return nil, fmt.Errorf("nats connect %s: %w", Redact(o.URL), ctx.Err())
 		}
 		if r.err == nil {
 			return r.nc, nil
@@ -248,7 +248,7 @@ func ConnectRetry(ctx context.Context, o Options, onRetry func(attempt int, err 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("nats connect %s: %w (last attempt: %v)", redact(o.URL), ctx.Err(), r.err)
+			return nil, fmt.Errorf("nats connect %s: %w (last attempt: %v)", Redact(o.URL), ctx.Err(), r.err)
 		}
 	}
 }

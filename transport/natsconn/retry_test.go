@@ -110,7 +110,7 @@ func TestRetryDelay(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
-	got := redact("nats://u:pw@a:4222, nats://tok@b:4222,nats://c:4222")
+	got := Redact("nats://u:pw@a:4222, nats://tok@b:4222,nats://c:4222")
 	if strings.Contains(got, "pw") || strings.Contains(got, "tok") || !strings.Contains(got, "nats://c:4222") {
 		t.Errorf("redact: %s", got)
 	}
