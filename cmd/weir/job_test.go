@@ -265,3 +265,29 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 		t.Errorf("job status:\n%s", got)
 	}
 }
+
+// Commands weir prints for the user to run next reach the same server.
+func TestNATSHint(t *testing.T) {
+	for url, want := range map[string]string{
+		"":                           "",
+		defaultNATS:                  "",
+		"nats://10.0.0.5:4222":       " -nats nats://10.0.0.5:4222",
+		"nats://alice:secret@h:4222": " -nats nats://alice:xxxxx@h:4222",
+	} {
+		f := natsFlags{url: url}
+		if got := f.hint(); got != want {
+			t.Errorf("hint for %q = %q, want %q", url, got, want)
+		}
+	}
+}
+
+// A worker interrupted while it still waits for NATS stops cleanly.
+func TestWorkerInterruptedBeforeJoining(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"worker", "-nats", "nats://127.0.0.1:1", "-data", t.TempDir()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 0 || !strings.Contains(errb.String(), "weir worker: stopped before it joined") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -28,6 +28,15 @@ type natsFlags struct {
 	url, creds, nkey, token, user, password, tlsCA, tlsCert, tlsKey string
 }
 
+// hint returns the -nats flag a printed command needs to reach the same
+// server (password or token hidden), or "" for the default server.
+func (f *natsFlags) hint() string {
+	if f.url == "" || f.url == defaultNATS {
+		return ""
+	}
+	return " -nats " + natsconn.Redact(f.url)
+}
+
 func (f *natsFlags) register(fs *flag.FlagSet, def, help string) {
 	fs.StringVar(&f.url, "nats", def, help)
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file (.creds)")
@@ -151,6 +160,12 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), WaitForNATS: true, DataDir: *data, Workers: 1, WorkerID: *id,
 		CheckpointStore: *store, AtomicBatch: *atomicBatch, Log: logger(std, *verbose)})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Interrupted while it waited for NATS: a stop asked for, not
+			// a failure.
+			fmt.Fprintln(std.Err, "weir worker: stopped before it joined")
+			return nil
+		}
 		return err
 	}
 	defer n.Close()
