@@ -149,6 +149,10 @@ func (it *Iter) Next() bool {
 	return true
 }
 
+// Offset is the byte offset in the batch just past the record Next last
+// returned (BatchHeaderSize before the first): where the rest begins.
+func (it *Iter) Offset() int { return it.off }
+
 // Record returns the current record; its slices alias the batch.
 func (it *Iter) Record() Record { return it.rec }
 

@@ -42,6 +42,22 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
+func TestIterOffset(t *testing.T) {
+	b := EncodeBatch(Record{Key: []byte("a"), Value: []byte("1")}, Record{Key: []byte("bb")}, Record{Value: []byte("ccc")})
+	it, err := NewIter(b)
+	if err != nil || it.Offset() != BatchHeaderSize {
+		t.Fatalf("before the first record: %d, %v", it.Offset(), err)
+	}
+	for _, want := range []int{22, 40, 59} {
+		if !it.Next() || it.Offset() != want {
+			t.Fatalf("after record %d: offset %d, want %d", it.Index(), it.Offset(), want)
+		}
+	}
+	if it.Next() || it.Err() != nil || it.Offset() != len(b) {
+		t.Fatalf("at the end: offset %d, err %v", it.Offset(), it.Err())
+	}
+}
+
 func TestBatchErrors(t *testing.T) {
 	good := EncodeBatch(Record{Key: []byte("a"), Value: []byte("bc")})
 	cases := map[string][]byte{

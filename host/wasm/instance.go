@@ -236,8 +236,8 @@ func (i *Instance) Process(ctx context.Context, port int, batch []byte, emit fun
 }
 
 func (i *Instance) process(ctx context.Context, port int, batch []byte, emit func(port int, batch []byte) error) error {
-	n, err := abi.BatchCount(batch)
-	if err != nil || n <= i.pace.piece(n) {
+	it, err := abi.NewIter(batch)
+	if n := it.Count(); err != nil || n <= i.pace.piece(n) {
 		// Whole, as it came (a malformed batch is the guest's to report).
 		return i.processPiece(ctx, port, nil, batch, n, emit)
 	}
@@ -245,21 +245,26 @@ func (i *Instance) process(ctx context.Context, port int, batch []byte, emit fun
 	// in pieces (pace.go).
 	defer func() { i.recordBase = 0 }()
 	var head [abi.BatchHeaderSize]byte
-	body := batch[abi.BatchHeaderSize:]
-	for base, off := 0, 0; base < n; {
-		k := i.pace.piece(n - base)
-		end := recordsEnd(body, off, k)
-		if end < 0 || base+k == n {
-			// The last piece, or headers that do not add up: the rest as
+	for base, n := 0, it.Count(); base < n; {
+		k, start := i.pace.piece(n-base), it.Offset()
+		whole := true
+		for range k {
+			if whole = it.Next(); !whole {
+				break
+			}
+		}
+		end := it.Offset()
+		if !whole || base+k == n {
+			// The last piece, or records that do not add up: the rest as
 			// it is, for the guest to process or report.
-			k, end = n-base, len(body)
+			k, end = n-base, len(batch)
 		}
 		binary.LittleEndian.PutUint32(head[:], uint32(k))
 		i.recordBase = base
-		if err := i.processPiece(ctx, port, head[:], body[off:end], k, emit); err != nil {
+		if err := i.processPiece(ctx, port, head[:], batch[start:end], k, emit); err != nil {
 			return err
 		}
-		base, off = base+k, end
+		base += k
 	}
 	return nil
 }

@@ -1,11 +1,6 @@
 package wasm
 
-import (
-	"encoding/binary"
-	"time"
-
-	"github.com/weirhq/weir/abi"
-)
+import "time"
 
 // A task hands an operator whatever its input delivered since the last
 // call, up to thousands of records — a backlog arrives in the largest
@@ -80,23 +75,4 @@ func (p *pacer) observe(n int, d time.Duration) {
 		return
 	}
 	p.perRecord = (3*p.perRecord + per) / 4
-}
-
-// recordsEnd returns the byte offset just past n records of a batch body
-// starting at off, or -1 when the records' headers do not fit the body (the
-// guest then gets the rest as it is and reports it).
-func recordsEnd(body []byte, off, n int) int {
-	for ; n > 0; n-- {
-		if len(body)-off < abi.RecordHeaderSize {
-			return -1
-		}
-		kl := uint64(binary.LittleEndian.Uint32(body[off:]))
-		vl := uint64(binary.LittleEndian.Uint32(body[off+4:]))
-		end := uint64(off) + abi.RecordHeaderSize + kl + vl
-		if end > uint64(len(body)) {
-			return -1
-		}
-		off = int(end)
-	}
-	return off
 }

@@ -146,22 +146,3 @@ func TestPacerTimes(t *testing.T) {
 		}
 	}
 }
-
-func TestRecordsEnd(t *testing.T) {
-	b := batchOf(kv{"a", "1", 0}, kv{"bb", "", 0}, kv{"", "ccc", 0})
-	body := b[abi.BatchHeaderSize:]
-	for n, want := range []int{0, 18, 36, 55} {
-		if got := recordsEnd(body, 0, n); got != want {
-			t.Errorf("recordsEnd(%d) = %d, want %d", n, got, want)
-		}
-	}
-	if got := recordsEnd(body, 18, 2); got != 55 {
-		t.Errorf("from the second record: %d, want 55", got)
-	}
-	if got := recordsEnd(body, 0, 4); got != -1 {
-		t.Errorf("past the end: %d, want -1", got)
-	}
-	if got := recordsEnd(body[:40], 0, 3); got != -1 {
-		t.Errorf("truncated: %d, want -1", got)
-	}
-}
