@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 )
 
 // Operator is one operator instance, driven by exactly one task goroutine.
@@ -46,6 +47,26 @@ type Named interface {
 	// Name returns the operator's name, as its errors give it.
 	Name() string
 }
+
+// Paced is implemented by an Operator that times its calls (host/wasm's
+// instance). A task with input channels hands it no more records in one
+// call than it is expected to process in PieceTime: a large input batch
+// goes in pieces, with output, control messages and priority barriers
+// serviced between them, so that a slow operator holds an unaligned
+// checkpoint up for about PieceTime, not for a whole backlog batch. (A
+// source task still runs its operator on each polled batch whole: its
+// offset covers the batch.)
+type Paced interface {
+	// RecordsWithin returns how many records the operator is expected to
+	// process in d: at least 1 when it has an estimate, 0 when a piece of
+	// any size is fine.
+	RecordsWithin(d time.Duration) int
+}
+
+// PieceTime is how long a task aims to spend in one call of a Paced
+// operator: the longest a checkpoint barrier or trigger waits for the
+// operator at a slow pace.
+const PieceTime = 100 * time.Millisecond
 
 // ErrCannotRescale is wrapped by the error of a task that restores from
 // several old subtasks' snapshots (Config.RestoreMerged) whose state

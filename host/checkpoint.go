@@ -102,6 +102,11 @@ func (t *Task) decline(id int64, kind, reason string) {
 
 // snapshot takes the task's snapshot for a.Barrier and forwards the barrier.
 func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
+	if t.rest != nil && !a.Unaligned {
+		// An aligned snapshot needs the barriers of every channel, and the
+		// one of the channel whose batch is half processed comes after it.
+		return fmt.Errorf("checkpoint %d: aligned snapshot in the middle of a batch of input %d", a.ID, t.rest.ch)
+	}
 	start := t.clock()
 	b := a.Barrier
 	b.Unaligned = a.Unaligned
@@ -164,6 +169,12 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 			}
 		}
 		p := &pendingCheckpoint{snap: snap, inputs: map[int][]stream.Element{}, prioritized: map[int]bool{}}
+		if r := t.rest; r != nil {
+			// Taken between two pieces of a batch (processInput): the
+			// operator has not seen the rest, which comes before anything
+			// still queued on its channel.
+			p.addInput(r.ch, r.element())
+		}
 		if d != nil && ch >= 0 && d.Kind == stream.KindBarrier && d.Barrier.ID == a.ID {
 			for _, e := range d.Overtaken {
 				p.addInput(ch, e)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host"
@@ -271,6 +272,14 @@ func (p *probe) Process(ctx context.Context, port int, batch []byte, emit func(i
 		}
 	}
 	return p.Operator.Process(ctx, port, batch, emit)
+}
+
+// RecordsWithin passes on the wrapped operator's pace, if it has one.
+func (p *probe) RecordsWithin(d time.Duration) int {
+	if pc, ok := p.Operator.(host.Paced); ok {
+		return pc.RecordsWithin(d)
+	}
+	return 0
 }
 
 func (p *probe) Close(ctx context.Context) error {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -216,7 +217,10 @@ type failure struct {
 	after int // after processing this many records in that run
 }
 
-func genCase(seed uint64) jobCase {
+func genCase(seed uint64) jobCase { return genCaseBatch(seed, 3) }
+
+// genCaseBatch is genCase with source batches of up to maxBatch records.
+func genCaseBatch(seed uint64, maxBatch int) jobCase {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	modes := []barrier.Mode{barrier.Aligned, barrier.Unaligned, barrier.AlignedTimeout, barrier.AtLeastOnce}
 	c := jobCase{seed: seed, mode: modes[r.IntN(len(modes))], capacity: 1 + r.IntN(4), atReceiver: r.IntN(2) == 0}
@@ -230,7 +234,7 @@ func genCase(seed uint64) jobCase {
 		var batches [][]byte
 		for i := 0; i < n; {
 			var b abi.Builder
-			for j := 1 + r.IntN(3); j > 0 && i < n; j-- {
+			for j := 1 + r.IntN(maxBatch); j > 0 && i < n; j-- {
 				b.Add([]byte(fmt.Sprintf("k%d", r.IntN(6))), []byte(fmt.Sprintf("%s%d", side, i)), int64(i))
 				i++
 			}
@@ -477,5 +481,33 @@ func TestRecoveryProperty(t *testing.T) {
 	}
 	for i := 0; i < n; i++ {
 		checkCase(t, genCase(uint64(i)), func() host.Operator { return &joinOp{} }, verifyJoin)
+	}
+}
+
+// pacedJoin is the join as a Paced operator of one record per call, which
+// yields after each call: the tasks process every batch in pieces, with
+// barriers taken between them.
+type pacedJoin struct{ joinOp }
+
+func (p *pacedJoin) RecordsWithin(time.Duration) int { return 1 }
+
+func (p *pacedJoin) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	defer runtime.Gosched()
+	return p.joinOp.Process(ctx, port, batch, emit)
+}
+
+// TestRecoveryPropertyPaced is the recovery property with larger batches
+// processed in pieces (host.Paced): unaligned checkpoints taken in the
+// middle of a batch keep its rest as channel state.
+func TestRecoveryPropertyPaced(t *testing.T) {
+	n := 100
+	if testing.Short() {
+		n = 20
+	}
+	if s := os.Getenv("WEIR_PROPERTY_CASES"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	for i := 0; i < n; i++ {
+		checkCase(t, genCaseBatch(uint64(5000+i), 8), func() host.Operator { return &pacedJoin{} }, verifyJoin)
 	}
 }

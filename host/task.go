@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/partition"
 	"github.com/weirhq/weir/transport/stream"
@@ -165,6 +167,9 @@ type Task struct {
 	deferred  [][]deferredBarrier // per channel, in arrival order
 	finished  bool
 	inputDone bool
+	// rest is what is left of the input batch being processed in pieces
+	// while the task services barriers between them (processInput).
+	rest *restOfBatch
 
 	// urgent events: control messages and interrupts of a blocked send
 	mu          sync.Mutex
@@ -633,7 +638,7 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 		}
 		t.stats.batchesIn.Add(1)
 		t.stats.recordsIn.Add(int64(d.Count()))
-		return t.process(ctx, t.cfg.Inputs[ch].Port, d.Batch)
+		return t.processInput(ctx, ch, d.Batch)
 	case stream.KindBarrier:
 		if id, ok := t.handler.Recording(ch); ok && id == d.Barrier.ID && t.pending != nil && len(d.Overtaken) > 0 {
 			for _, e := range d.Overtaken {
@@ -657,6 +662,99 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 		}
 	}
 	return nil
+}
+
+// restOfBatch is the part of an input batch of channel ch that the
+// operator has not seen yet: its records from byte offset off on, n of them.
+type restOfBatch struct {
+	ch    int
+	batch []byte
+	off   int
+	n     int
+}
+
+// element returns the rest as a batch of its own.
+func (r *restOfBatch) element() stream.Element {
+	b := make([]byte, abi.BatchHeaderSize, abi.BatchHeaderSize+len(r.batch)-r.off)
+	binary.LittleEndian.PutUint32(b, uint32(r.n))
+	return stream.Records(append(b, r.batch[r.off:]...))
+}
+
+// processInput runs the operator on a batch of input channel ch. A Paced
+// operator gets it in pieces of what it processes in PieceTime; between
+// them the task sends its output and takes control messages and priority
+// barriers, so an unaligned checkpoint waits for one piece, not for the
+// batch. Such a checkpoint's snapshot holds the rest of the batch as
+// channel state of ch (snapshot), like the data its barrier overtook.
+func (t *Task) processInput(ctx context.Context, ch int, batch []byte) error {
+	port := t.cfg.Inputs[ch].Port
+	p, ok := t.cfg.Operator.(Paced)
+	if !ok {
+		return t.process(ctx, port, batch)
+	}
+	it, err := abi.NewIter(batch)
+	k := p.RecordsWithin(PieceTime)
+	if err != nil || k <= 0 || it.Count() <= k {
+		return t.process(ctx, port, batch) // whole (a malformed batch is the operator's to report)
+	}
+	defer func() { t.rest = nil }()
+	var piece []byte
+	for left := it.Count(); left > 0; {
+		if k = p.RecordsWithin(PieceTime); k <= 0 || k >= left {
+			k = left
+		}
+		start, whole := it.Offset(), true
+		for range k {
+			if whole = it.Next(); !whole {
+				break
+			}
+		}
+		end := it.Offset()
+		if !whole || k == left {
+			// The last piece, or records that do not add up: the rest as
+			// it is, for the operator to process or report.
+			k, end = left, len(batch)
+		}
+		// A piece of its own: the operator may keep what it is given, and
+		// the batch itself may be channel state of a pending checkpoint.
+		piece = make([]byte, abi.BatchHeaderSize, abi.BatchHeaderSize+end-start)
+		binary.LittleEndian.PutUint32(piece, uint32(k))
+		if err := t.process(ctx, port, append(piece, batch[start:end]...)); err != nil {
+			return err
+		}
+		if left -= k; left == 0 {
+			return nil
+		}
+		t.rest = &restOfBatch{ch: ch, batch: batch, off: end, n: left}
+		if err := t.betweenPieces(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// betweenPieces does between two pieces of a batch what the task loop
+// does between batches, but for taking input: it sends the output so far
+// and takes control messages, the alignment deadline and priority
+// barriers.
+func (t *Task) betweenPieces(ctx context.Context) error {
+	t.takeInterrupt()
+	if err := t.serviceControl(ctx); err != nil {
+		return err
+	}
+	if err := t.checkDeadline(); err != nil {
+		return err
+	}
+	if err := t.prioritizeBarriers(); err != nil {
+		return err
+	}
+	if _, err := t.prioritizeLate(); err != nil {
+		return err
+	}
+	if err := t.servicePriority(ctx); err != nil {
+		return err
+	}
+	return t.flush(ctx)
 }
 
 // process runs the operator on one batch.

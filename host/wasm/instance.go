@@ -216,6 +216,12 @@ func (i *Instance) start(ctx context.Context, config []byte) error {
 // Name is the operator's name.
 func (i *Instance) Name() string { return i.name }
 
+// RecordsWithin returns how many records the instance is expected to
+// process in d, judged from the time its calls took per record (pace.go):
+// 1 until a call was timed. A task uses it to hand a slow operator a large
+// batch in pieces (host.Paced).
+func (i *Instance) RecordsWithin(d time.Duration) int { return i.pace.within(d) }
+
 // Process hands one record batch from input port port to weir_process,
 // whole or, when it is too large for the call deadline at the operator's
 // pace, in pieces of consecutive records (pace.go). After each call

@@ -76,3 +76,12 @@ func (p *pacer) observe(n int, d time.Duration) {
 	}
 	p.perRecord = (3*p.perRecord + per) / 4
 }
+
+// within returns how many records are expected to take d: 1 until a call
+// was timed.
+func (p *pacer) within(d time.Duration) int {
+	if p.perRecord == 0 {
+		return 1
+	}
+	return int(max(1, min(d/p.perRecord, 1<<31-1)))
+}

@@ -103,13 +103,25 @@ func TestPacer(t *testing.T) {
 	if got := p.piece(4096); got != 1 {
 		t.Fatalf("first piece %d, want 1", got)
 	}
+	if got := p.within(100 * time.Millisecond); got != 1 {
+		t.Fatalf("records within 100ms before a call was timed: %d, want 1", got)
+	}
 	p.observe(64, 64*time.Microsecond) // 1 µs per record
 	if got := p.piece(4096); got != 4096 {
 		t.Fatalf("fast operator: piece %d, want the whole batch", got)
 	}
+	if got := p.within(100 * time.Millisecond); got != 100_000 {
+		t.Fatalf("fast operator: %d records within 100ms, want 100000", got)
+	}
 	p.observe(100, time.Second) // 10 ms per record: the estimate rises at once
 	if got := p.piece(4096); got != 100 {
 		t.Fatalf("slow operator: piece %d, want 100", got)
+	}
+	if got := p.within(100 * time.Millisecond); got != 10 {
+		t.Fatalf("slow operator: %d records within 100ms, want 10", got)
+	}
+	if got := p.within(time.Millisecond); got != 1 {
+		t.Fatalf("slow operator: %d records within 1ms, want 1 (at least one)", got)
 	}
 	p.observe(100, 100*time.Millisecond) // one fast call: the estimate falls slowly
 	if got, want := p.piece(4096), int(time.Second/((3*10*time.Millisecond+time.Millisecond)/4)); got != want {
