@@ -46,6 +46,15 @@ func (o faultyOperator) Process(ctx context.Context, port int, batch []byte, emi
 	return o.Operator.Process(ctx, port, batch, emit)
 }
 
+// RecordsWithin passes the wasm instance's pace on, so that the task cuts
+// large batches as it does without the hook.
+func (o faultyOperator) RecordsWithin(d time.Duration) int {
+	if p, ok := o.Operator.(host.Paced); ok {
+		return p.RecordsWithin(d)
+	}
+	return 0
+}
+
 type faultyStore struct {
 	host.Store
 	inj *injector
