@@ -698,7 +698,6 @@ func (t *Task) processInput(ctx context.Context, ch int, batch []byte) error {
 		return t.process(ctx, port, batch) // whole (a malformed batch is the operator's to report)
 	}
 	defer func() { t.rest = nil }()
-	var piece []byte
 	for left := it.Count(); left > 0; {
 		if k = p.RecordsWithin(PieceTime); k <= 0 || k >= left {
 			k = left
@@ -717,7 +716,7 @@ func (t *Task) processInput(ctx context.Context, ch int, batch []byte) error {
 		}
 		// A piece of its own: the operator may keep what it is given, and
 		// the batch itself may be channel state of a pending checkpoint.
-		piece = make([]byte, abi.BatchHeaderSize, abi.BatchHeaderSize+end-start)
+		piece := make([]byte, abi.BatchHeaderSize, abi.BatchHeaderSize+end-start)
 		binary.LittleEndian.PutUint32(piece, uint32(k))
 		if err := t.process(ctx, port, append(piece, batch[start:end]...)); err != nil {
 			return err
