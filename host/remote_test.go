@@ -53,4 +53,10 @@ func TestRecoveryPropertyOverNATS(t *testing.T) {
 		c.channels = channels
 		checkCase(t, c, func() host.Operator { return &joinOp{} }, verifyJoin)
 	}
+	// Larger batches, processed in pieces with barriers taken between them.
+	for i := 0; i < n/2; i++ {
+		c := genCaseBatch(uint64(3500+i), 8)
+		c.channels = channels
+		checkCase(t, c, func() host.Operator { return &pacedJoin{} }, verifyJoin)
+	}
 }
