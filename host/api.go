@@ -53,9 +53,10 @@ type Named interface {
 // call than it is expected to process in PieceTime: a large input batch
 // goes in pieces, with output, control messages and priority barriers
 // serviced between them, so that a slow operator holds an unaligned
-// checkpoint up for about PieceTime, not for a whole backlog batch. (A
-// source task still runs its operator on each polled batch whole: its
-// offset covers the batch.)
+// checkpoint up for about PieceTime, not for a whole backlog batch. A
+// source task runs its operator on each polled batch whole (the offset
+// covers the batch), so it asks a BatchLimiter source for batches of that
+// size instead.
 type Paced interface {
 	// RecordsWithin returns how many records the operator is expected to
 	// process in d: at least 1 when it has an estimate, 0 when a piece of
@@ -67,6 +68,17 @@ type Paced interface {
 // operator: the longest a checkpoint barrier or trigger waits for the
 // operator at a slow pace.
 const PieceTime = 100 * time.Millisecond
+
+// BatchLimiter is implemented by a Source whose batches can be made
+// smaller (the NATS sources). A source task with a Paced operator limits
+// them to what the operator processes in PieceTime, so that a checkpoint
+// trigger waits about that long for the batch in progress. LimitBatch may
+// be called while Poll runs; a batch gathered before is returned as it is.
+type BatchLimiter interface {
+	// LimitBatch bounds the records of the batches Poll returns from now
+	// on; n <= 0 lifts the bound to the source's own maximum.
+	LimitBatch(n int)
+}
 
 // ErrCannotRescale is wrapped by the error of a task that restores from
 // several old subtasks' snapshots (Config.RestoreMerged) whose state

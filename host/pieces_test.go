@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -305,4 +306,63 @@ func TestAlignmentTimeoutBetweenPieces(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// limitedSource is a blockingSource that records the batch limits a task
+// sets.
+type limitedSource struct {
+	blockingSource
+	mu     sync.Mutex
+	limits []int
+}
+
+func (s *limitedSource) LimitBatch(n int) {
+	s.mu.Lock()
+	s.limits = append(s.limits, n)
+	s.mu.Unlock()
+}
+
+// pacedOp passes batches through; its pace starts at 1 record and is
+// paces[i] after call i.
+type pacedOp struct {
+	joinOp
+	paces  []int
+	calls  int
+	within int
+}
+
+func (p *pacedOp) RecordsWithin(time.Duration) int { return p.within }
+
+func (p *pacedOp) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	if p.calls < len(p.paces) {
+		p.within = p.paces[p.calls]
+	}
+	p.calls++
+	return emit(0, append([]byte(nil), batch...))
+}
+
+// A source task asks a BatchLimiter source for batches its Paced operator
+// processes in PieceTime — before the first Poll, and again whenever the
+// operator's pace changes — since it cannot take a checkpoint in the middle
+// of a polled batch.
+func TestSourceBatchFollowsOperatorPace(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := &limitedSource{blockingSource: blockingSource{batches: [][]byte{batchOf("a"), batchOf("b"), batchOf("c")}}}
+	op := &pacedOp{within: 1, paces: []int{1, 500, 500}} // faster than it first looked
+	so, ro := local.New(local.Options{Name: "src->down"})
+	task, err := host.New(host.Config{Name: "src", Source: src, Operator: op, Outputs: []host.Output{{Senders: []stream.Sender{so}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	drainAll(t, ro, 3)
+	cancel()
+	<-done
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if fmt.Sprint(src.limits) != "[1 500]" {
+		t.Fatalf("limits set %v, want [1 500]: 1 before the first Poll, 500 once the pace changed", src.limits)
+	}
 }

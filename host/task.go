@@ -1044,6 +1044,7 @@ func (t *Task) runSource(ctx context.Context) error {
 		err           error
 	}
 	pc := make(chan polled)
+	limit := t.limitBatch(-1) // before the first Poll
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -1117,9 +1118,26 @@ func (t *Task) runSource(ctx context.Context) error {
 			if err := t.process(ctx, 0, p.batch); err != nil {
 				return err
 			}
+			limit = t.limitBatch(limit)
 		}
 		t.lastOffset = p.offset
 	}
+}
+
+// limitBatch asks a BatchLimiter source for batches that a Paced operator
+// processes in PieceTime, unless that is the limit it last set (last; -1
+// for none yet). It returns the limit now set.
+func (t *Task) limitBatch(last int) int {
+	l, ok := t.cfg.Source.(BatchLimiter)
+	p, paced := t.cfg.Operator.(Paced)
+	if !ok || !paced {
+		return last
+	}
+	n := max(p.RecordsWithin(PieceTime), 0)
+	if n != last {
+		l.LimitBatch(n)
+	}
+	return n
 }
 
 // Stats returns the task's counters so far; it may be called from any

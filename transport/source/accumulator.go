@@ -22,6 +22,7 @@ type accumulator struct {
 	maxRecords, maxBytes int
 
 	mu     sync.Mutex
+	limit  int // records per batch for now (setLimit): 1..maxRecords
 	space  *sync.Cond
 	b      abi.Builder
 	last   []uint64 // per lane: offset of the last message added or skipped
@@ -39,10 +40,25 @@ func newAccumulator(maxRecords, maxBytes, lanes int) *accumulator {
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20
 	}
-	a := &accumulator{maxRecords: maxRecords, maxBytes: maxBytes, last: make([]uint64, max(lanes, 1)),
+	a := &accumulator{maxRecords: maxRecords, maxBytes: maxBytes, limit: maxRecords, last: make([]uint64, max(lanes, 1)),
 		ready: make(chan struct{}, 1), done: make(chan struct{})}
 	a.space = sync.NewCond(&a.mu)
 	return a
+}
+
+// setLimit bounds the records of the batches gathered from now on to n
+// (n <= 0: maxRecords). A batch already larger is taken as it is.
+func (a *accumulator) setLimit(n int) {
+	if n <= 0 || n > a.maxRecords {
+		n = a.maxRecords
+	}
+	a.mu.Lock()
+	raised := n > a.limit
+	a.limit = n
+	a.mu.Unlock()
+	if raised {
+		a.space.Broadcast()
+	}
 }
 
 // setOffset sets lane's offset before anything is added, e.g. to where a
@@ -64,7 +80,7 @@ func (a *accumulator) signal() {
 // is full. It reports false once the accumulator is closed.
 func (a *accumulator) add(lane int, key, value []byte, ts int64, off uint64) bool {
 	a.mu.Lock()
-	for !a.closed && a.b.Len() > 0 && (a.b.Len() >= a.maxRecords || a.b.Size() >= a.maxBytes) {
+	for !a.closed && a.b.Len() > 0 && (a.b.Len() >= a.limit || a.b.Size() >= a.maxBytes) {
 		a.space.Wait()
 	}
 	if a.closed {

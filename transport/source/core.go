@@ -99,6 +99,11 @@ func (c *Core) Poll(ctx context.Context) ([]byte, []byte, error) {
 	return b, nil, nil
 }
 
+// LimitBatch bounds the records of the batches Poll returns from now on
+// (n <= 0: MaxBatchRecords), for a task whose operator is slow per record
+// (host.BatchLimiter). Messages wait in the subscription meanwhile.
+func (c *Core) LimitBatch(n int) { c.acc.setLimit(n) }
+
 // Seek accepts any offset and does nothing: a core subject cannot rewind.
 func (c *Core) Seek(ctx context.Context, offset []byte) error { return nil }
 

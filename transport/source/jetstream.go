@@ -627,6 +627,11 @@ func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 	return b, EncodePartitionOffsets(o), nil
 }
 
+// LimitBatch bounds the records of the batches Poll returns from now on
+// (n <= 0: MaxBatchRecords), for a task whose operator is slow per record
+// (host.BatchLimiter). Messages wait in the consumer meanwhile.
+func (s *JetStream) LimitBatch(n int) { s.acc.setLimit(n) }
+
 // CheckpointComplete does nothing: the ordered consumer acknowledges
 // nothing, and the stream's own retention decides what to keep.
 func (s *JetStream) CheckpointComplete(ctx context.Context, id int64, offset []byte) error {

@@ -865,3 +865,61 @@ func TestJetStreamOffsetAfterPurge(t *testing.T) {
 		t.Fatalf("resumed with %v", v)
 	}
 }
+
+// LimitBatch makes Poll's batches smaller, and the offset of each still
+// covers exactly the records before it: a limit set before the first Poll
+// holds from the first batch; a raised one lets batches grow again.
+func TestJetStreamLimitBatch(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 200)
+
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	src.LimitBatch(3)
+	read, raised, largest := 0, false, 0
+	for read < 200 {
+		b, off, err := src.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := abi.BatchCount(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !raised && n > 3 {
+			t.Fatalf("batch of %d records under a limit of 3", n)
+		}
+		read += n
+		if seq, _ := DecodeOffset(off); int(seq) != read {
+			t.Fatalf("offset %d after %d records", seq, read)
+		}
+		if raised {
+			largest = max(largest, n)
+		}
+		if read >= 30 && !raised {
+			src.LimitBatch(0)
+			raised = true
+			// The consumer has the rest at hand: wait until more than the
+			// old limit has gathered.
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				src.acc.mu.Lock()
+				n := src.acc.b.Len()
+				src.acc.mu.Unlock()
+				if n > 3 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	if largest <= 3 {
+		t.Fatalf("batches stayed at %d records after the limit was lifted", largest)
+	}
+}
