@@ -31,6 +31,10 @@ type injector struct {
 	trap    atomic.Bool // the next Process of an operator fails like a trap
 	failPut atomic.Bool // the next checkpoint write fails
 	fired   atomic.Int64
+	// piece, if set, makes operators slow: a millisecond per call of at
+	// most piece records, so tasks cut batches and take barriers between
+	// the pieces (host.Paced).
+	piece int
 }
 
 type faultyOperator struct {
@@ -43,12 +47,19 @@ func (o faultyOperator) Process(ctx context.Context, port int, batch []byte, emi
 		o.inj.fired.Add(1)
 		return errors.New("injected trap: wasm error: unreachable")
 	}
+	if o.inj.piece > 0 {
+		time.Sleep(time.Millisecond)
+	}
 	return o.Operator.Process(ctx, port, batch, emit)
 }
 
 // RecordsWithin passes the wasm instance's pace on, so that the task cuts
-// large batches as it does without the hook.
+// large batches as it does without the hook, or tells the slow pace of
+// injector.piece.
 func (o faultyOperator) RecordsWithin(d time.Duration) int {
+	if o.inj.piece > 0 {
+		return o.inj.piece
+	}
 	if p, ok := o.Operator.(host.Paced); ok {
 		return p.RecordsWithin(d)
 	}
@@ -99,27 +110,31 @@ func TestExactlyOnceUnderFailures(t *testing.T) {
 	modes := []struct {
 		name, checkpointing, sink string
 		exact                     bool
+		piece                     int
 	}{
-		{"aligned", "mode: exactly-once", "exactly-once", true},
-		{"unaligned", "mode: unaligned", "exactly-once", true},
-		{"aligned-timeout", "mode: exactly-once\n  aligned-timeout: 1ms", "exactly-once", true},
+		{"aligned", "mode: exactly-once", "exactly-once", true, 0},
+		{"unaligned", "mode: unaligned", "exactly-once", true, 0},
+		{"aligned-timeout", "mode: exactly-once\n  aligned-timeout: 1ms", "exactly-once", true, 0},
 		// The at-least-once sink, publishing fast batches as records come.
-		{"at-least-once", "mode: at-least-once", "at-least-once", false},
+		{"at-least-once", "mode: at-least-once", "at-least-once", false, 0},
+		// A slow operator: unaligned snapshots between the pieces of a
+		// batch keep its rest as channel state.
+		{"unaligned-slow-operator", "mode: unaligned", "exactly-once", true, 1},
 	}
 	total := 0
 	for i, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			total += runFailureScenario(t, modPath, m.checkpointing, m.sink, m.exact, uint64(i+1))
+			total += runFailureScenario(t, modPath, m.checkpointing, m.sink, m.exact, m.piece, uint64(i+1))
 		})
 	}
 	t.Logf("injected %d failures in all", total)
 }
 
-func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee string, exact bool, seed uint64) int {
+func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee string, exact bool, piece int, seed uint64) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 7))
-	inj := &injector{}
+	inj := &injector{piece: piece}
 	dir := t.TempDir()
 	hb := 100 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
