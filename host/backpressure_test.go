@@ -47,6 +47,8 @@ func waitAck(t *testing.T, acks chan int64, rc *recorder) int64 {
 	case id := <-acks:
 		return id
 	case <-time.After(20 * time.Second):
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
 		t.Fatalf("no acknowledgement; declines %v failures %v", rc.declines, rc.failed)
 	}
 	return 0

@@ -926,6 +926,12 @@ func (t *Task) servicePriority(ctx context.Context) error {
 		return nil
 	}
 	for ch, in := range t.cfg.Inputs {
+		if len(t.replay) > 0 {
+			// A barrier just taken released the alignment buffer (its
+			// checkpoint subsumed another): the released elements come
+			// before anything still queued on their channels.
+			return nil
+		}
 		pp, ok := in.Receiver.(stream.PriorityPoller)
 		if !ok || t.drained[ch] || len(t.deferred[ch]) > 0 {
 			continue
