@@ -195,6 +195,12 @@ func (r *Receiver) poll(priorityOnly bool) (stream.Delivery, bool, error) {
 	r.qhead++
 	if r.qhead == len(r.q) {
 		r.q, r.qhead = r.q[:0], 0
+	} else if r.qhead > 64 && r.qhead*2 > len(r.q) {
+		// A task that is always behind never empties its queue: drop the
+		// polled prefix so memory stays bounded by the window.
+		n := copy(r.q, r.q[r.qhead:])
+		clear(r.q[n:])
+		r.q, r.qhead = r.q[:n], 0
 	}
 	if en.credit > 0 {
 		r.consumed += uint64(en.credit)
@@ -229,9 +235,15 @@ func (r *Receiver) PrioritizeBarrier(id int64) (bool, error) {
 	if r.err != nil {
 		return false, r.err
 	}
+	// Priority elements already at the head keep their place (and order):
+	// the barrier jumps the ordinary elements only.
+	at := r.qhead
+	for at < len(r.q) && r.q[at].priority {
+		at++
+	}
 	k := -1
-	for i := r.qhead; i < len(r.q); i++ {
-		if en := r.q[i]; en.d.Kind == stream.KindBarrier && !en.priority && en.d.Barrier.ID == id {
+	for i := at; i < len(r.q); i++ {
+		if en := r.q[i]; en.d.Kind == stream.KindBarrier && en.d.Barrier.ID == id {
 			k = i
 			break
 		}
@@ -241,22 +253,20 @@ func (r *Receiver) PrioritizeBarrier(id int64) (bool, error) {
 	}
 	en := r.q[k]
 	var overtaken []stream.Element
-	for _, o := range r.q[r.qhead:k] {
-		if !o.priority {
-			overtaken = append(overtaken, o.d.Element)
-		}
+	for _, o := range r.q[at:k] {
+		overtaken = append(overtaken, o.d.Element)
 	}
 	// The frame's credit stays with the elements that came before the
 	// barrier, so it returns only once they are polled.
-	if en.credit > 0 && k > r.qhead {
+	if en.credit > 0 && k > at {
 		r.q[k-1].credit += en.credit
 		en.credit = 0
 	}
-	copy(r.q[r.qhead+1:k+1], r.q[r.qhead:k])
+	copy(r.q[at+1:k+1], r.q[at:k])
 	en.d.Barrier.Unaligned = true
 	en.d.Overtaken = overtaken
 	en.priority = true
-	r.q[r.qhead] = en
+	r.q[at] = en
 	return true, nil
 }
 

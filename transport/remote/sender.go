@@ -175,15 +175,18 @@ func (s *Sender) send(ctx context.Context, parts []stream.Element) error {
 		s.flushLocked(true)
 		for s.err == nil && s.published < target {
 			if err := s.waitLocked(ctx); err != nil {
-				if s.published < target {
-					// Not published: take it back, so the caller may
-					// send it again without duplicating it.
-					s.queue[len(s.queue)-1] = stream.Element{}
-					s.queue = s.queue[:len(s.queue)-1]
-					s.queuedBytes -= ElementWireSize(e)
-					s.ctlQueued--
-					s.enqueued--
+				if s.published >= target {
+					// Published while ctx ended: it was sent, and an
+					// error would make the caller send it twice.
+					return nil
 				}
+				// Not published: take it back, so the caller may send
+				// it again without duplicating it.
+				s.queue[len(s.queue)-1] = stream.Element{}
+				s.queue = s.queue[:len(s.queue)-1]
+				s.queuedBytes -= ElementWireSize(e)
+				s.ctlQueued--
+				s.enqueued--
 				return err
 			}
 		}
@@ -264,6 +267,12 @@ func (s *Sender) flushLocked(all bool) {
 	if s.qhead == len(s.queue) {
 		s.queue, s.qhead = s.queue[:0], 0
 		s.lingerDue = false
+	} else if s.qhead > 64 && s.qhead*2 > len(s.queue) {
+		// Under steady backpressure the queue may never run empty: drop
+		// the published prefix so memory stays bounded.
+		n := copy(s.queue, s.queue[s.qhead:])
+		clear(s.queue[n:])
+		s.queue, s.qhead = s.queue[:n], 0
 	}
 	if progressed {
 		s.broadcastLocked()
