@@ -455,6 +455,10 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 	}
 	job := &commitJob{done: make(chan struct{}), upTo: s.staged[n-1].id}
 	entries := append([]staged(nil), s.staged[first:n]...)
+	// The ids are fixed now: RecoverTask sets the prefix of another task
+	// only for the commits it starts, and one that outlives it (its context
+	// ended) must not go on under the sink's own ids.
+	prefix := s.prefix
 	s.jobs = append(s.jobs, job)
 	s.handed = n
 	s.wg.Add(1)
@@ -468,7 +472,7 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 				return
 			}
 		}
-		job.err = s.publish(s.bg, entries)
+		job.err = s.publish(s.bg, prefix, entries)
 	}()
 	return nil
 }
@@ -594,8 +598,8 @@ func (s *ExactlyOnce) RecoverTask(ctx context.Context, task string, id int64, st
 	own := s.prefix
 	s.prefix = s.cfg.Job + "/" + task + "/"
 	defer func() { s.prefix = own }()
-	// Recover waits until the commit is stored: nothing reads the prefix
-	// after it returns.
+	// The commit Recover starts takes the prefix with it, so one still
+	// running when Recover returns early (ctx ended) keeps task's ids.
 	return s.Recover(ctx, id, state)
 }
 
@@ -633,11 +637,13 @@ func (s *ExactlyOnce) Close() error {
 	return nil
 }
 
-func (s *ExactlyOnce) msgID(ckpt int64, index int) string {
+// msgID is the message id of record index of checkpoint ckpt of the task
+// whose ids start with prefix ("<job>/<task>/").
+func msgID(prefix string, ckpt int64, index int) string {
 	if ckpt == EndCheckpointID {
-		return s.prefix + "end/" + strconv.Itoa(index)
+		return prefix + "end/" + strconv.Itoa(index)
 	}
-	return s.prefix + strconv.FormatInt(ckpt, 10) + "/" + strconv.Itoa(index)
+	return prefix + strconv.FormatInt(ckpt, 10) + "/" + strconv.Itoa(index)
 }
 
 func (s *ExactlyOnce) msg(r abi.Record, id string) *nats.Msg {
@@ -655,10 +661,10 @@ func (s *ExactlyOnce) msg(r abi.Record, id string) *nats.Msg {
 // carry a message id each as one fast batch (or by async publish, when the
 // stream does not allow batched publish), each entry staged for atomic
 // batches batch by batch.
-func (s *ExactlyOnce) publish(ctx context.Context, entries []staged) error {
+func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []staged) error {
 	for i := 0; i < len(entries); {
 		if entries[i].chunk > 0 {
-			if err := s.publishChunks(ctx, entries[i]); err != nil {
+			if err := s.publishChunks(ctx, prefix, entries[i]); err != nil {
 				return err
 			}
 			i++
@@ -669,7 +675,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, entries []staged) error {
 			j++
 		}
 		if s.plan.Mode == PublishFast {
-			if err := s.publishFast(ctx, entries[i:j]); err != nil {
+			if err := s.publishFast(ctx, prefix, entries[i:j]); err != nil {
 				return err
 			}
 		} else {
@@ -678,7 +684,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, entries []staged) error {
 				if err != nil {
 					return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
 				}
-				if err := s.publishAsync(ctx, e.id, 0, recs); err != nil {
+				if err := s.publishAsync(ctx, prefix, e.id, 0, recs); err != nil {
 					return err
 				}
 			}
@@ -691,7 +697,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, entries []staged) error {
 // publishChunks publishes the records of e as atomic batches cut the way
 // e records: up to e.chunk records and e.chunkBytes record bytes each, so
 // a re-commit repeats the batches and their ids.
-func (s *ExactlyOnce) publishChunks(ctx context.Context, e staged) error {
+func (s *ExactlyOnce) publishChunks(ctx context.Context, prefix string, e staged) error {
 	if int(e.chunk) > s.plan.AtomicMax {
 		now := fmt.Sprintf("stream %s does not allow atomic publish", s.cfg.Stream)
 		if s.plan.AtomicMax > 0 {
@@ -714,7 +720,7 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, e staged) error {
 			size += n
 			end++
 		}
-		if err := s.publishAtomic(ctx, e.id, first, recs[first:end]); err != nil {
+		if err := s.publishAtomic(ctx, prefix, e.id, first, recs[first:end]); err != nil {
 			return err
 		}
 		first = end
@@ -725,12 +731,12 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, e staged) error {
 // publishAtomic publishes recs (indexes first...) as one atomic batch. A
 // batch that was committed before is refused as a whole for its duplicate
 // ids, which means it is already stored.
-func (s *ExactlyOnce) publishAtomic(ctx context.Context, ckpt int64, first int, recs []abi.Record) error {
+func (s *ExactlyOnce) publishAtomic(ctx context.Context, prefix string, ckpt int64, first int, recs []abi.Record) error {
 	// Only the chunk's first message carries a message id: the batch is
 	// stored all or nothing, so a repeated chunk is refused as a whole for
 	// that one duplicate id. Chunks are cut the way the staged entry
 	// recorded (publishChunks), so a re-commit repeats the same ids.
-	err := s.publishBatch(ctx, recs, s.msgID(ckpt, first))
+	err := s.publishBatch(ctx, recs, msgID(prefix, ckpt, first))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return nil
@@ -822,7 +828,7 @@ const (
 // reconnect) ends the batch at the gap, so the stream holds a prefix of
 // the commit, and this commit fails; the re-commit after recovery skips
 // the stored messages by their ids and appends the rest in order.
-func (s *ExactlyOnce) publishFast(ctx context.Context, entries []staged) error {
+func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []staged) error {
 	total := 0
 	for _, e := range entries {
 		n, err := abi.BatchCount(e.batch)
@@ -878,7 +884,7 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, entries []staged) error {
 			}
 			r := it.Record()
 			m.Data = r.Value
-			id[0] = s.msgID(e.id, i)
+			id[0] = msgID(prefix, e.id, i)
 			if len(r.Key) > 0 {
 				key[0] = string(r.Key)
 				m.Header[KeyHeader] = key
@@ -908,9 +914,9 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, entries []staged) error {
 
 // publishAsync publishes recs with message ids and waits for every ack; a
 // duplicate is acknowledged as such, not refused.
-func (s *ExactlyOnce) publishAsync(ctx context.Context, ckpt int64, first int, recs []abi.Record) error {
+func (s *ExactlyOnce) publishAsync(ctx context.Context, prefix string, ckpt int64, first int, recs []abi.Record) error {
 	for i, r := range recs {
-		if err := publishAsync(ctx, s.js, s.msg(r, s.msgID(ckpt, first+i))); err != nil {
+		if err := publishAsync(ctx, s.js, s.msg(r, msgID(prefix, ckpt, first+i))); err != nil {
 			return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, first+i, err)
 		}
 	}

@@ -508,6 +508,54 @@ func TestExactlyOnceRecoverAnotherTasksState(t *testing.T) {
 	}
 }
 
+// A RecoverTask whose context ends while its re-commit runs (the attempt
+// is cancelled during its restore) returns at once, and the commit goes on
+// in the background until Close: it must go on under the vanished task's
+// message ids, not under the sink's own, or the next attempt's re-commit
+// stores every record it published again.
+func TestExactlyOnceRecoverTaskCancelledKeepsTheTasksIDs(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
+			nc, js, ctx := outSetup(t, outStream(mode))
+			open := func(task string) *ExactlyOnce {
+				s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: task, BatchSize: 100})
+				must(t, err)
+				return s
+			}
+			const n = 3000
+			s1 := open("out-1")
+			must(t, s1.Write(ctx, batchOf(0, n)))
+			state1, err := s1.PreCommit(ctx, 4)
+			must(t, err)
+			s1.Close()
+
+			// The attempt shrunk to one subtask is cancelled while it
+			// re-commits out-1's state; Close lets the commit finish.
+			s := open("out-0")
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			if err := s.RecoverTask(cancelled, "out-1", 4, state1); !errors.Is(err, context.Canceled) {
+				t.Fatalf("RecoverTask with its context cancelled: %v", err)
+			}
+			s.Close()
+			// The next attempt recovers the same way.
+			s = open("out-0")
+			must(t, s.RecoverTask(ctx, "out-1", 4, state1))
+			s.Close()
+
+			ids, values := streamIDs(t, ctx, js, "OUT")
+			for i, id := range ids {
+				if strings.HasPrefix(id, "j/out-0/") {
+					t.Fatalf("message %d (%s) published under out-0's id %s", i, values[i], id)
+				}
+			}
+			if strings.Join(values, ",") != strings.Join(wantValues(0, n), ",") {
+				t.Fatalf("stream holds %d messages, want v0..v%d once each in order", len(values), n-1)
+			}
+		})
+	}
+}
+
 // cutCommit publishes the start of checkpoint id's staged output, as a
 // commit cut by a crash leaves it in each publish mode: the first n
 // records (fast, async), or the first atomic batch of 100 (atomic; the
@@ -518,15 +566,15 @@ func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMo
 	must(t, err)
 	switch mode {
 	case PublishAtomic:
-		must(t, s.publishAtomic(ctx, id, 0, recs[:100]))
+		must(t, s.publishAtomic(ctx, s.prefix, id, 0, recs[:100]))
 	case PublishFast:
 		var part abi.Builder
 		for _, r := range recs[:n] {
 			part.AddRecord(r)
 		}
-		must(t, s.publishFast(ctx, []staged{{id: id, batch: part.Bytes()}}))
+		must(t, s.publishFast(ctx, s.prefix, []staged{{id: id, batch: part.Bytes()}}))
 	default:
-		must(t, s.publishAsync(ctx, id, 0, recs[:n]))
+		must(t, s.publishAsync(ctx, s.prefix, id, 0, recs[:n]))
 	}
 }
 
