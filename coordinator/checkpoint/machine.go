@@ -122,8 +122,13 @@ type AbortAction struct {
 // DiscardAction: delete checkpoint ID's state and metadata.
 type DiscardAction struct{ ID int64 }
 
-// FailJobAction: too many checkpoint failures; fail the job over.
-type FailJobAction struct{ Reason string }
+// FailJobAction: too many checkpoint failures; fail the job over. Run is
+// the attempt (Machine.Run) whose checkpoints failed: once it ended, the
+// action is moot and must not fail the attempt that replaced it.
+type FailJobAction struct {
+	Reason string
+	Run    int
+}
 
 func (TriggerAction) isAction() {}
 func (PersistAction) isAction() {}
@@ -150,6 +155,7 @@ type Machine struct {
 	task map[string]bool // tasks that must ack
 
 	running     bool
+	run         int // counts Starts: the attempt being coordinated
 	finished    map[string]bool
 	nextID      int64
 	pending     map[int64]*pending
@@ -224,10 +230,18 @@ func (m *Machine) NextID() int64 { return m.nextID }
 // Running reports whether the machine is between Start and Stop.
 func (m *Machine) Running() bool { return m.running }
 
+// Run numbers the attempts the machine coordinated: Start increments it.
+func (m *Machine) Run() int { return m.run }
+
+// Current reports whether run is the attempt being coordinated (Start
+// began it and Stop has not ended it).
+func (m *Machine) Current(run int) bool { return m.running && run == m.run }
+
 // Start begins coordinating a job attempt whose tasks are tasks (every task
 // must ack). The first periodic checkpoint is due one interval from now.
 func (m *Machine) Start(now time.Time, tasks []string) {
 	m.running = true
+	m.run++
 	m.task = make(map[string]bool, len(tasks))
 	for _, t := range tasks {
 		m.task[t] = true
@@ -291,7 +305,7 @@ func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []
 		if m.failures > m.cfg.TolerableFailures {
 			acts = append(acts, FailJobAction{Reason: fmt.Sprintf(
 				"%d consecutive checkpoint failures exceed the %d tolerated; last: checkpoint %d: %s",
-				m.failures, m.cfg.TolerableFailures, id, reason)})
+				m.failures, m.cfg.TolerableFailures, id, reason), Run: m.run})
 			m.failures = 0
 		}
 	}
@@ -504,8 +518,13 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	}
 	m.failures = 0
 	m.completed = append(m.completed, md)
+	// Older periodic checkpoints are subsumed, also one whose metadata is
+	// being written (its acks came after this one's): completing it now
+	// would make it the newest in retention, which would discard this
+	// one, whose output sinks are about to commit, and restore the older.
+	// Its write ends with nothing to do, and the discard below follows it.
 	acts = append(acts, m.abortAll(now, fmt.Sprintf("subsumed by checkpoint %d", id), func(q *pending) bool {
-		return !q.savepoint && q.id < id && !q.persist
+		return !q.savepoint && q.id < id
 	})...)
 	for len(m.completed) > m.cfg.Retained {
 		old := m.completed[0]

@@ -19,7 +19,9 @@ type Effects interface {
 	Notify(ctx context.Context, id int64)
 	// Abort tells every task that checkpoint id was aborted.
 	Abort(ctx context.Context, id int64, reason string)
-	// Fail fails the job over: too many checkpoint failures.
+	// Fail fails the job over: too many checkpoint failures. The runner
+	// calls it holding its lock, only while the attempt whose checkpoints
+	// failed runs (Start without Stop since): it must not call the Runner.
 	Fail(reason string)
 }
 
@@ -251,7 +253,17 @@ func (r *Runner) do(ctx context.Context, a Action) {
 			r.log.Warn("discarding checkpoint failed", "checkpoint", a.ID, "err", err)
 		}
 	case FailJobAction:
-		r.eff.Fail(a.Reason)
+		// Under the lock: an attempt cannot end (Stop) while its failure
+		// is reported. One that ended meanwhile (a task failure or a lost
+		// worker failed it over while this action waited behind slow
+		// aborts) must not pass its checkpoint failures on to the next.
+		r.mu.Lock()
+		if r.m.Current(a.Run) {
+			r.eff.Fail(a.Reason)
+		} else {
+			r.log.Info("checkpoint failures of an attempt that ended meanwhile", "reason", a.Reason)
+		}
+		r.mu.Unlock()
 	}
 }
 
