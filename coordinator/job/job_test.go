@@ -61,6 +61,10 @@ type fakeWorker struct {
 	current  map[string]control.Deploy // job → running attempt
 	extra    []control.TaskRef         // reported in heartbeats besides current
 	hang     chan struct{}             // if set, Deploy answers only once it is closed
+	noAck    bool                      // if set, triggers are taken but never acked
+	// abortHang, if set, is signaled by each Abort, which then answers only
+	// once the worker stops.
+	abortHang chan struct{}
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
@@ -166,6 +170,12 @@ func (w *fakeWorker) Trigger(_ context.Context, t control.Trigger) error {
 	if !ok || d.Attempt != t.Attempt {
 		return fmt.Errorf("job %s attempt %d not running here", t.Job, t.Attempt)
 	}
+	w.mu.Lock()
+	noAck := w.noAck
+	w.mu.Unlock()
+	if noAck {
+		return nil
+	}
 	w.f.acks.Add(1)
 	go func() { defer w.f.acks.Done(); w.f.ackAll(d, t) }()
 	return nil
@@ -178,8 +188,17 @@ func (w *fakeWorker) Complete(_ context.Context, c control.Complete) error {
 	return nil
 }
 
-func (w *fakeWorker) Abort(context.Context, control.Abort) error { return nil }
-func (w *fakeWorker) Stop(context.Context, control.Stop) error   { return nil }
+func (w *fakeWorker) Abort(ctx context.Context, _ control.Abort) error {
+	if w.abortHang != nil {
+		select {
+		case w.abortHang <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+	}
+	return nil
+}
+func (w *fakeWorker) Stop(context.Context, control.Stop) error { return nil }
 
 func (w *fakeWorker) currentAttempt(job string) (int, bool) {
 	w.mu.Lock()

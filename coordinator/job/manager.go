@@ -397,7 +397,11 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 		next = ids[len(ids)-1] + 1
 	}
 	var restored []*checkpoint.Metadata
-	if from != nil {
+	if from != nil && from.Job == spec.Name {
+		// The machine keeps (and its retention may discard) checkpoints of
+		// this job's name only: it reads and deletes them under that name.
+		// Another job's checkpoint stays the job's initial one, which a
+		// failover restores while the run has none of its own.
 		restored = []*checkpoint.Metadata{from}
 	}
 

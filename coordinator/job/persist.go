@@ -23,8 +23,10 @@ type record struct {
 	// FirstID is the first checkpoint ID of this run: older checkpoints in
 	// storage belong to earlier runs of the same name.
 	FirstID int64 `json:"first_id"`
-	// From is the checkpoint the run was started from (0: none).
+	// From is the checkpoint the run was started from (0: none), of job
+	// FromJob ("": this job).
 	From      int64     `json:"from,omitempty"`
+	FromJob   string    `json:"from_job,omitempty"`
 	Attempt   int       `json:"attempt"`
 	Restarts  int       `json:"restarts"`
 	Submitted time.Time `json:"submitted"`
@@ -54,6 +56,9 @@ func (j *job) persist() {
 		Latest: j.st.LatestCheckpoint, Failures: slices.Clone(j.st.Failures)}
 	if j.initial != nil {
 		rec.From = j.initial.ID
+		if j.initial.Job != j.spec.Name {
+			rec.FromJob = j.initial.Job
+		}
 	}
 	j.mu.Unlock()
 	data, err := json.Marshal(rec)
@@ -110,11 +115,12 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	}
 	next := rec.FirstID
 	var restored []*checkpoint.Metadata
+	own := rec.FromJob == "" || rec.FromJob == name
 	for _, id := range ids {
 		if id >= next {
 			next = id + 1
 		}
-		if id < rec.FirstID && id != rec.From {
+		if id < rec.FirstID && (id != rec.From || !own) {
 			continue
 		}
 		md, err := m.opts.Catalog.Read(ctx, name, id)
@@ -126,8 +132,19 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	}
 	machine := checkpoint.NewMachine(name, checkpoint.ConfigFromSpec(rec.Spec.Checkpointing), restored, next)
 	var from *checkpoint.Metadata
-	for _, md := range restored {
-		if md.ID == rec.From {
+	if own {
+		for _, md := range restored {
+			if md.ID == rec.From {
+				from = md
+			}
+		}
+	} else if rec.From > 0 {
+		// Started from another job's checkpoint: the machine does not
+		// keep it (see Manager.start), the job does, as its initial one.
+		md, err := m.opts.Catalog.Read(ctx, rec.FromJob, rec.From)
+		if err != nil {
+			m.log.Warn("checkpoint unusable", "job", name, "from", fmt.Sprintf("%s/%d", rec.FromJob, rec.From), "err", err)
+		} else {
 			from = md
 		}
 	}

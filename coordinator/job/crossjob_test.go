@@ -1,0 +1,181 @@
+package job
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// A job restored from another job's checkpoint ("OTHER/ID") restores from
+// that checkpoint on a failover, and never touches its own checkpoint with
+// the same ID (a savepoint of an earlier run under its name).
+func TestRestoreFromAnotherJobsCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+
+	// Job a: savepoints 1, 2, 3 of its own.
+	e.submitRunning(t, ctx, spec(t, "a", "checkpointing: {disabled: true}\n"))
+	for i := 1; i <= 3; i++ {
+		if sp, err := e.api.Savepoint(ctx, "a"); err != nil || sp.ID != int64(i) {
+			t.Fatalf("savepoint %d of a: %+v %v", i, sp, err)
+		}
+	}
+	if _, err := e.api.CancelJob(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// Job b: periodic checkpoints; b/chk-3 is kept.
+	e.submitRunning(t, ctx, spec(t, "b", "checkpointing: {interval: 20ms, retained: 20}\n"))
+	waitFor(t, ctx, e, "b", "checkpoint 3", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 3 })
+	if _, err := e.api.CancelJob(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restore a from b's periodic checkpoint 3, without periodic
+	// checkpoints of its own: a failover must restore from b/3 again.
+	st, err := e.api.Restore(ctx, control.RestoreRequest{Job: "a", From: "b/3", Spec: spec(t, "a", "checkpointing: {disabled: true}\nrestart: {delay: 5ms}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "a", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	if h := w.lastDeploy("a").Restore.Handles["in-0"]; !strings.HasPrefix(h, "b/chk-3/") {
+		t.Fatalf("first deploy restores in-0 from %q, want b/chk-3/...", h)
+	}
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "a", Attempt: st.Attempt, Task: "in-0"}, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "a", "failed over", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt == st.Attempt+1 })
+	if r := w.lastDeploy("a").Restore; r == nil || !strings.HasPrefix(r.Handles["in-0"], "b/chk-3/") {
+		t.Errorf("after a failover, in-0 restores from %+v, want b/chk-3/... (the checkpoint the run was started from)", r)
+	}
+	if _, err := e.api.CancelJob(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Same with periodic checkpoints and retained 1: once a's own
+	// checkpoint completes, retention drops b/3 from the run — and must
+	// not delete a/chk-3, a savepoint of a's first run.
+	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "a", From: "b/3", Spec: spec(t, "a", "checkpointing: {interval: 20ms, retained: 1}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "a", "two checkpoints", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.LatestCheckpoint >= 6 })
+	if _, err := os.Stat(filepath.Join(e.dir, "a", "chk-3", "_metadata")); err != nil {
+		t.Errorf("savepoint a/3 of an earlier run was deleted: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "b", "chk-3", "_metadata")); err != nil {
+		t.Errorf("b/3 was deleted: %v", err)
+	}
+}
+
+// A job submitted from another job's checkpoint that a restarted
+// coordinator resumes before it completed a checkpoint of its own restores
+// from that checkpoint, not from nothing.
+func TestCoordinatorRestartResumesFromAnotherJobsCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	startManager := func() (stop func()) {
+		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
+			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
+		mctx, mcancel := context.WithCancel(context.Background())
+		ready, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+		<-ready
+		return func() { mcancel(); <-done }
+	}
+	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
+	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	stop := startManager()
+	w := f.start(ctx, "w1")
+	defer f.wait()
+	e.submitRunning(t, ctx, spec(t, "orig", "checkpointing: {disabled: true}\n"))
+	if sp, err := e.api.Savepoint(ctx, "orig"); err != nil || sp.ID != 1 {
+		t.Fatalf("savepoint: %+v %v", sp, err)
+	}
+	if _, err := e.api.CancelJob(ctx, "orig"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "fork", "checkpointing: {disabled: true}\n"), RestoreFrom: "orig/1"}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitFor(t, ctx, e, "fork", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	if r := w.lastDeploy("fork").Restore; r == nil || r.CheckpointID != 1 {
+		t.Fatalf("first deploy restores %+v", r)
+	}
+	stop()
+	stop = startManager()
+	defer stop()
+	waitFor(t, ctx, e, "fork", "resumed", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt > before.Attempt })
+	if r := w.lastDeploy("fork").Restore; r == nil || !strings.HasPrefix(r.Handles["in-0"], "orig/chk-1/") {
+		t.Errorf("resumed job restores from %+v, want orig/chk-1 (it would start over from nothing)", r)
+	}
+}
+
+// Checkpoint failures beyond the tolerated count fail over the attempt
+// they happened in: when that attempt failed over for another reason
+// before the runner got to it (the abort before it waited for a worker
+// that was cut off), the new attempt runs on.
+func TestCheckpointFailuresDoNotFailTheNextAttempt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{HeartbeatTimeout: time.Second, RequestTimeout: 4 * time.Second})
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	w1.noAck, w2.noAck = true, true
+	w2.abortHang = make(chan struct{}, 1)
+	e.waitWorkers(2)
+	s := spec(t, "tol", "checkpointing: {interval: 50ms, timeout: 300ms, tolerable-failures: 0}\nrestart: {delay: 5ms}\n")
+	first := e.submitRunning(t, ctx, s)
+	// Checkpoint 1 expires: the runner tells the workers (w2 hangs), then
+	// is to fail the attempt over.
+	select {
+	case <-w2.abortHang:
+	case <-ctx.Done():
+		t.Fatal("no abort reached w2")
+	}
+	w1.mu.Lock()
+	w1.noAck = false
+	w1.mu.Unlock()
+	// w2 is cut off meanwhile: its loss fails the attempt over first.
+	go w2.crash()
+	st := waitFor(t, ctx, e, "tol", "next attempt", func(s control.JobStatus) bool {
+		return s.State == control.JobRunning && s.Attempt == first.Attempt+1
+	})
+	// The abort to w2 times out after RequestTimeout; the runner then
+	// carries out the rest.
+	time.Sleep(4 * time.Second)
+	st, err := e.api.Job(ctx, "tol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.Failures {
+		if f.Attempt != first.Attempt && strings.Contains(f.Reason, "checkpoint 1:") {
+			t.Errorf("attempt %d failed because checkpoint 1 of attempt %d expired: %+v", f.Attempt, first.Attempt, st.Failures)
+		}
+	}
+	if st.Attempt != first.Attempt+1 || st.Restarts != 1 {
+		t.Errorf("attempt %d, restarts %d, want %d and 1; failures %+v", st.Attempt, st.Restarts, first.Attempt+1, st.Failures)
+	}
+}
