@@ -128,6 +128,26 @@ type SinkMerger interface {
 	RecoverTask(ctx context.Context, task string, id int64, state []byte) error
 }
 
+// CommitReporter is implemented by a Sink that can say when a
+// checkpoint's commit is stored (the exactly-once JetStream sink). The task
+// then records it next to the snapshot (CommittedMarker), and a restore of
+// that checkpoint hands Recover no state: what it held is stored already,
+// and re-committing it is only safe while the external system still
+// recognizes it as a duplicate (JetStream's duplicate window), which a
+// job that fails over again and again, or is restored from a savepoint
+// much later, outlives.
+type CommitReporter interface {
+	// OnCommitted sets fn, to be called from any goroutine once everything
+	// that sink task task (this one, or one whose state RecoverTask
+	// re-commits) staged up to checkpoint id is stored.
+	OnCommitted(fn func(task string, id int64))
+}
+
+// CommittedMarker returns the key of the empty object a task writes once
+// the commit of the checkpoint whose snapshot is under handle is stored
+// (CommitReporter).
+func CommittedMarker(handle string) string { return handle + ".committed" }
+
 // Sink consumes a sink task's output with two-phase commit hooks. All methods
 // are called from the task goroutine.
 type Sink interface {

@@ -334,7 +334,11 @@ func (t *Task) restore(ctx context.Context) error {
 		}
 	}
 	if s := t.cfg.Sink; s != nil {
-		if err := s.Recover(ctx, snap.CheckpointID, snap.SinkState); err != nil {
+		state := snap.SinkState
+		if t.committed(ctx, t.cfg.Restore, snap) {
+			state = nil // stored already: nothing to commit again
+		}
+		if err := s.Recover(ctx, snap.CheckpointID, state); err != nil {
 			return fmt.Errorf("sink: recover checkpoint %d: %w", snap.CheckpointID, err)
 		}
 	}
@@ -377,6 +381,7 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		return errors.New("no checkpoint storage configured")
 	}
 	var snaps []*snapshot.Task
+	var stored []bool // the commit of each one's sink state is known to be stored
 	for _, h := range t.cfg.RestoreMerged {
 		rc, err := t.cfg.Store.Get(ctx, h)
 		if err != nil {
@@ -395,6 +400,7 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 			return fmt.Errorf("%s is of checkpoint %d, the others of %d: %w", h, snap.CheckpointID, snaps[0].CheckpointID, ErrCannotRescale)
 		}
 		snaps = append(snaps, snap)
+		stored = append(stored, t.cfg.Sink != nil && t.committed(ctx, h, snap))
 	}
 	t.restoredID = snaps[0].CheckpointID
 	if sk := t.cfg.Sink; sk != nil {
@@ -402,8 +408,12 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("restoring a sink from several snapshots needs a sink that re-commits another task's state: %w", ErrCannotRescale)
 		}
-		for _, s := range snaps {
-			if err := m.RecoverTask(ctx, s.Task, s.CheckpointID, s.SinkState); err != nil {
+		for i, s := range snaps {
+			state := s.SinkState
+			if stored[i] {
+				state = nil
+			}
+			if err := m.RecoverTask(ctx, s.Task, s.CheckpointID, state); err != nil {
 				return fmt.Errorf("sink: recover %s's checkpoint %d: %w", s.Task, s.CheckpointID, err)
 			}
 		}

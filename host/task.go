@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/partition"
+	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -296,7 +298,34 @@ func New(cfg Config) (*Task, error) {
 		}
 	}
 	t.emitFn = t.emit
+	if cr, ok := cfg.Sink.(CommitReporter); ok && cfg.Store != nil {
+		cr.OnCommitted(t.markCommitted)
+	}
 	return t, nil
+}
+
+// markCommitted records that the commit of sink task task's checkpoint id
+// is stored, next to its snapshot (CommitReporter). It is best effort: a
+// restore that finds no marker re-commits, as it would without them.
+func (t *Task) markCommitted(task string, id int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = t.cfg.Store.Put(ctx, CommittedMarker(SnapshotKey(t.cfg.KeyPrefix, id, task)), bytes.NewReader(nil))
+}
+
+// committed reports whether the commit of the sink state in snap, read
+// from handle, is known to be stored: its marker is there. Only a
+// snapshot of this job's own (under the task's key prefix) counts.
+func (t *Task) committed(ctx context.Context, handle string, snap *snapshot.Task) bool {
+	if _, ok := t.cfg.Sink.(CommitReporter); !ok || handle != SnapshotKey(t.cfg.KeyPrefix, snap.CheckpointID, snap.Task) {
+		return false
+	}
+	rc, err := t.cfg.Store.Get(ctx, CommittedMarker(handle))
+	if err != nil {
+		return false
+	}
+	rc.Close()
+	return true
 }
 
 // Name returns the task's name.

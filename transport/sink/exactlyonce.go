@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -189,14 +190,27 @@ type ExactlyOnce struct {
 	staged   []staged
 	jobs     []*commitJob // commits started and not yet reaped, oldest first
 	handed   int          // how many of the first staged entries the commits in jobs publish
+	// recovering is the other sink task whose state RecoverTask commits.
+	recovering string
 
 	bg   context.Context // for background commits; cancelled by Close
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	mu     sync.Mutex
-	pubErr error
+	mu        sync.Mutex
+	pubErr    error
+	committed func(task string, id int64) // OnCommitted's; set before the first Commit
 }
+
+// OnCommitted sets fn, called once everything that sink task task staged
+// up to checkpoint id is stored in the stream: the task's own output
+// (ExactlyOnceConfig.Task) or, in the commit RecoverTask starts, the
+// other task's. It runs on the goroutine of the commit that stored it,
+// after the commit ended, at most once per commit; the sink's Close waits
+// for it. A task records it (host.CommitReporter), so that a later restore
+// of checkpoint id need not publish again what the stream may no longer
+// recognize as duplicates once its duplicate window has passed.
+func (s *ExactlyOnce) OnCommitted(fn func(task string, id int64)) { s.committed = fn }
 
 // NewExactlyOnce checks the stream (existence, duplicate window, atomic
 // publish) and returns the sink. Call it when the job starts: a stream with
@@ -439,6 +453,16 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 	}
 	first, n := s.unhanded(id)
 	if n == first {
+		// Nothing new to publish: everything up to id is stored once the
+		// commits still running are.
+		if id == EndCheckpointID {
+			return nil // no checkpoint to record
+		}
+		if k := len(s.jobs); k > 0 {
+			s.jobs[k-1].mark.Store(id)
+		} else if s.committed != nil {
+			s.committed(s.task(), id)
+		}
 		return nil
 	}
 	if len(s.jobs) >= MaxPendingCommits {
@@ -454,27 +478,41 @@ func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
 		prev = s.jobs[len(s.jobs)-1]
 	}
 	job := &commitJob{done: make(chan struct{}), upTo: s.staged[n-1].id}
+	job.mark.Store(id)
 	entries := append([]staged(nil), s.staged[first:n]...)
 	// The ids are fixed now: RecoverTask sets the prefix of another task
 	// only for the commits it starts, and one that outlives it (its context
 	// ended) must not go on under the sink's own ids.
-	prefix := s.prefix
+	prefix, task, committed := s.prefix, s.task(), s.committed
 	s.jobs = append(s.jobs, job)
 	s.handed = n
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer close(job.done)
 		if prev != nil {
 			<-prev.done
 			if prev.err != nil {
 				job.err = prev.err
+				close(job.done)
 				return
 			}
 		}
 		job.err = s.publish(s.bg, prefix, entries)
+		close(job.done)
+		if mark := job.mark.Load(); job.err == nil && committed != nil && mark != EndCheckpointID {
+			committed(task, mark)
+		}
 	}()
 	return nil
+}
+
+// task is the sink task whose ids the commits started now use: the one
+// RecoverTask lends its prefix from, or the sink's own.
+func (s *ExactlyOnce) task() string {
+	if s.recovering != "" {
+		return s.recovering
+	}
+	return s.cfg.Task
 }
 
 // unhanded returns the staged entries up to checkpoint id not handed to
@@ -499,6 +537,9 @@ const MaxPendingCommits = 2
 type commitJob struct {
 	done chan struct{}
 	upTo int64 // the last checkpoint it commits
+	// mark is the checkpoint reported to OnCommitted when it succeeds: the
+	// one Commit was called for, or a later one that added nothing.
+	mark atomic.Int64
 	err  error // valid after done
 }
 
@@ -596,8 +637,8 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 // stream already holds is deduplicated.
 func (s *ExactlyOnce) RecoverTask(ctx context.Context, task string, id int64, state []byte) error {
 	own := s.prefix
-	s.prefix = s.cfg.Job + "/" + task + "/"
-	defer func() { s.prefix = own }()
+	s.prefix, s.recovering = s.cfg.Job+"/"+task+"/", task
+	defer func() { s.prefix, s.recovering = own, "" }()
 	// The commit Recover starts takes the prefix with it, so one still
 	// running when Recover returns early (ctx ended) keeps task's ids.
 	return s.Recover(ctx, id, state)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -744,5 +745,51 @@ func TestExactlyOnceRefusesRecordsLargerThanAMessage(t *testing.T) {
 				t.Fatalf("stream holds %d messages", len(got))
 			}
 		})
+	}
+}
+
+// OnCommitted hears of each checkpoint once its commit is stored: the
+// checkpoint Commit was called for (also one that added nothing, once the
+// commit before it is stored), under the task whose ids the commit used
+// (another one's in RecoverTask), and never the end-of-input commit.
+func TestExactlyOnceReportsStoredCommits(t *testing.T) {
+	nc, _, ctx := outSetup(t, outStream(PublishFast))
+	var mu sync.Mutex
+	var got []string
+	record := func(task string, id int64) {
+		mu.Lock()
+		got = append(got, fmt.Sprintf("%s@%d", task, id))
+		mu.Unlock()
+	}
+	open := func(task string) *ExactlyOnce {
+		s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: task})
+		must(t, err)
+		s.OnCommitted(record)
+		return s
+	}
+	other := open("out-1")
+	must(t, other.Write(ctx, batchOf(0, 5)))
+	state1, err := other.PreCommit(ctx, 1)
+	must(t, err)
+	other.Close()
+
+	s := open("out-0")
+	must(t, s.RecoverTask(ctx, "out-1", 1, state1))
+	must(t, s.Write(ctx, batchOf(5, 10)))
+	_, err = s.PreCommit(ctx, 2)
+	must(t, err)
+	must(t, s.Commit(ctx, 2))
+	_, err = s.PreCommit(ctx, 3) // nothing new
+	must(t, err)
+	must(t, s.Commit(ctx, 3))
+	must(t, s.Wait(ctx))
+	must(t, s.Write(ctx, batchOf(10, 12)))
+	must(t, s.EndOfInput(ctx))
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	// 3 added nothing: it is reported with 2's commit, or after it.
+	if s := strings.Join(got, " "); s != "out-1@1 out-0@3" && s != "out-1@1 out-0@2 out-0@3" {
+		t.Fatalf("reported %q", s)
 	}
 }
