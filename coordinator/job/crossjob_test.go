@@ -179,3 +179,63 @@ func TestCheckpointFailuresDoNotFailTheNextAttempt(t *testing.T) {
 		t.Errorf("attempt %d, restarts %d, want %d and 1; failures %+v", st.Attempt, st.Restarts, first.Attempt+1, st.Failures)
 	}
 }
+
+// A checkpoint in flight when the coordinator goes away has no metadata,
+// but a cut-off worker may still write its snapshots: the resumed job
+// numbers its checkpoints above every ID that may have been triggered
+// (the job record reserves them), so no snapshot key is used twice.
+func TestCoordinatorRestartDoesNotReuseTriggeredIDs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	startManager := func() (stop func()) {
+		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
+			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
+		mctx, mcancel := context.WithCancel(context.Background())
+		ready, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+		<-ready
+		return func() { mcancel(); <-done }
+	}
+	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
+	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	stop := startManager()
+	w := f.start(ctx, "w1")
+	defer f.wait()
+	w.mu.Lock()
+	w.noAck = true // every checkpoint stays in flight
+	w.mu.Unlock()
+	e.submitRunning(t, ctx, spec(t, "ha", "checkpointing: {interval: 20ms, timeout: 1h, max-concurrent: 3}\n"))
+	var triggered int64
+	waitFor(t, ctx, e, "ha", "checkpoints in flight", func(control.JobStatus) bool {
+		cps, err := e.api.Checkpoints(ctx, "ha")
+		if err != nil || len(cps) == 0 {
+			return false
+		}
+		triggered = cps[0].ID
+		return triggered >= 2
+	})
+	stop()
+	w.mu.Lock()
+	w.noAck = false
+	w.mu.Unlock()
+	stop = startManager()
+	defer stop()
+	got := waitFor(t, ctx, e, "ha", "a checkpoint after the restart", func(s control.JobStatus) bool { return s.LatestCheckpoint > 0 })
+	if got.LatestCheckpoint <= triggered {
+		t.Fatalf("the resumed job completed checkpoint %d, an ID already triggered before the restart (up to %d)", got.LatestCheckpoint, triggered)
+	}
+}

@@ -70,6 +70,16 @@ type job struct {
 	consecutive int
 	// firstID is the first checkpoint ID of this run.
 	firstID int64
+	// reserved is the highest checkpoint ID the job record says may have
+	// been triggered (Trigger): a coordinator that resumes the job, or a
+	// new run of its name, numbers on above it, so that no snapshot key of
+	// a checkpoint that was in flight — which a cut-off worker may still
+	// write — is used again.
+	reserved int64
+	// triggered is the highest checkpoint ID triggered since the machine
+	// was made, which numbers from idFloor+1; an ended job's record
+	// reserves exactly up to the higher of the two.
+	triggered, idFloor int64
 	// resumed marks a job a restarted coordinator took over.
 	resumed bool
 	// deploying is the worker a deploy is waiting for, stopDeploy ends
@@ -180,6 +190,11 @@ func (j *job) observe(worker string, t control.TaskRef) {
 func (j *job) setState(s control.JobState, reason string) {
 	j.mu.Lock()
 	j.st.State = s
+	if s.Terminal() {
+		// No more triggers: IDs are reserved up to the last one exactly,
+		// so a new run of the name numbers on from there.
+		j.reserved = max(j.triggered, j.idFloor)
+	}
 	if reason != "" {
 		j.st.Reason = reason
 	}
@@ -623,9 +638,23 @@ func (j *job) stopTasks(reason string) {
 	}
 }
 
+// idReserve is how many checkpoint IDs the job record reserves at a time:
+// it is written once per idReserve checkpoints, not for each.
+const idReserve = 100
+
 // Trigger implements checkpoint.Effects: it triggers the source tasks,
 // grouped by worker.
 func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
+	j.mu.Lock()
+	j.triggered = max(j.triggered, t.ID)
+	reserve := t.ID > j.reserved
+	if reserve {
+		j.reserved = t.ID + idReserve
+	}
+	j.mu.Unlock()
+	if reserve {
+		j.persist() // before any worker hears of the ID
+	}
 	j.mu.Lock()
 	attempt := j.st.Attempt
 	byWorker := map[string][]string{}

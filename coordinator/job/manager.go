@@ -414,9 +414,16 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 	if old != nil && !old.status().State.Terminal() {
 		return control.JobStatus{}, control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", spec.Name, old.status().State)
 	}
+	if old != nil {
+		old.mu.Lock()
+		if old.reserved >= next {
+			next = old.reserved + 1 // see job.reserved
+		}
+		old.mu.Unlock()
+	}
 	machine := checkpoint.NewMachine(spec.Name, checkpoint.ConfigFromSpec(spec.Checkpointing), restored, next)
 	j := newJob(m, spec, p, mods, machine, from)
-	j.firstID = next
+	j.firstID, j.idFloor = next, next-1
 	if old != nil {
 		// Attempts number on across the job's runs: workers and channels
 		// tell runs apart by it, and a task of an earlier run that a

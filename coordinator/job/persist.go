@@ -25,8 +25,11 @@ type record struct {
 	FirstID int64 `json:"first_id"`
 	// From is the checkpoint the run was started from (0: none), of job
 	// FromJob ("": this job).
-	From      int64     `json:"from,omitempty"`
-	FromJob   string    `json:"from_job,omitempty"`
+	From    int64  `json:"from,omitempty"`
+	FromJob string `json:"from_job,omitempty"`
+	// Reserved is the highest checkpoint ID that may have been triggered:
+	// IDs number on above it (job.reserved).
+	Reserved  int64     `json:"reserved,omitempty"`
 	Attempt   int       `json:"attempt"`
 	Restarts  int       `json:"restarts"`
 	Submitted time.Time `json:"submitted"`
@@ -53,7 +56,7 @@ func (j *job) persist() {
 	j.mu.Lock()
 	rec := record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.st.LatestCheckpoint, Failures: slices.Clone(j.st.Failures)}
+		Latest: j.st.LatestCheckpoint, Failures: slices.Clone(j.st.Failures), Reserved: j.reserved}
 	if j.initial != nil {
 		rec.From = j.initial.ID
 		if j.initial.Job != j.spec.Name {
@@ -130,6 +133,11 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 		}
 		restored = append(restored, md)
 	}
+	if rec.Reserved >= next {
+		// A checkpoint may have been in flight when the coordinator went
+		// away, with no metadata written: its ID is not used again.
+		next = rec.Reserved + 1
+	}
 	machine := checkpoint.NewMachine(name, checkpoint.ConfigFromSpec(rec.Spec.Checkpointing), restored, next)
 	var from *checkpoint.Metadata
 	if own {
@@ -156,6 +164,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	defer m.mu.Unlock()
 	j := newJob(m, rec.Spec, p, mods, machine, from)
 	j.firstID = rec.FirstID
+	j.reserved, j.idFloor = rec.Reserved, next-1
 	j.st.Attempt = rec.Attempt
 	j.st.Restarts = rec.Restarts
 	j.st.Submitted = rec.Submitted
@@ -174,7 +183,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 func terminalJob(m *Manager, rec record) *job {
 	ctx, cancel := context.WithCancel(m.ctx)
 	cancel()
-	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID,
+	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved,
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
 			Failures: rec.Failures}}
