@@ -98,11 +98,22 @@ func (a *accumulator) add(lane int, key, value []byte, ts int64, off uint64) boo
 	return true
 }
 
-// skip advances lane's offset past a message this subtask does not read.
+// skip advances lane's offset past a message this subtask does not read,
+// and lets take return the new offset even without records: a subtask
+// whose messages are all another's must not hold its offset back (a
+// restore after the stream's retention dropped the skipped messages
+// would be refused).
 func (a *accumulator) skip(lane int, off uint64) {
 	a.mu.Lock()
 	a.last[lane] = off
+	// The taker was told already when the batch has records, or when an
+	// earlier move is not yet taken.
+	tell := a.b.Len() == 0 && !a.moved
+	a.moved = true
 	a.mu.Unlock()
+	if tell {
+		a.signal()
+	}
 }
 
 // advance moves lane's offset from from to to, unless a record moved it

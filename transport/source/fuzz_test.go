@@ -2,6 +2,7 @@ package source
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,9 +16,9 @@ func FuzzParseAckReply(f *testing.F) {
 	f.Add("$JS.ACK.IN.cons.1.99999999999999999999.7.1.3")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, reply string) {
-		seq, ts, ok := parseAckReply(reply)
+		seq, ts, cons, ok := parseAckReply(reply)
 		if !ok {
-			if seq != 0 || ts != 0 {
+			if seq != 0 || ts != 0 || cons != "" {
 				t.Fatalf("rejected %q but returned %d %d", reply, seq, ts)
 			}
 			return
@@ -28,6 +29,9 @@ func FuzzParseAckReply(f *testing.F) {
 		tokens := strings.Split(reply, ".")
 		if !holds(tokens, seq) || !holds(tokens, ts) {
 			t.Fatalf("%q: %d %d are not tokens of the subject", reply, seq, ts)
+		}
+		if !slices.Contains(tokens, cons) {
+			t.Fatalf("%q: consumer %q is not a token of the subject", reply, cons)
 		}
 	})
 }

@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -97,6 +99,13 @@ type JetStream struct {
 	// nothing, and no message pays for them.
 	rescaled   [][]uint64
 	rescaledTo uint64
+	// created is when the stream read was created, set when the
+	// consumers start: a consumer that recreates itself checks that the
+	// stream is still that one.
+	created time.Time
+	// ctx is cancelled by Close: it ends the source's own requests.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu       sync.Mutex
 	acc      *accumulator
@@ -114,6 +123,10 @@ type lane struct {
 	start   uint64   // first sequence to read
 	it      jetstream.MessagesContext
 	cons    jetstream.Consumer
+	stopped *atomic.Bool // set before stopLocked stops it
+	// consumer names the ordered consumer's server-side consumer that
+	// delivered the lane's last message; only the lane's reader uses it.
+	consumer string
 }
 
 // NewJetStream prepares a source on cfg.Stream; it starts consuming on the
@@ -151,8 +164,9 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	if cfg.IdleCheck <= 0 {
 		cfg.IdleCheck = 5 * time.Second
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &JetStream{cfg: cfg, js: js, lanes: lanes, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes)),
-		stopIdle: make(chan struct{})}, nil
+		stopIdle: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }
 
 // EncodeOffset encodes a stream sequence as a source offset.
@@ -441,6 +455,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
 	}
+	s.created = st.CachedInfo().Created
 	var first, last uint64
 	for _, l := range s.lanes {
 		// covered is the highest sequence the offset says was read: the
@@ -480,6 +495,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		cons, err := st.OrderedConsumer(ctx, cfg)
 		if err == nil {
 			l.cons = cons
+			l.stopped = new(atomic.Bool)
 			l.it, err = cons.Messages(jetstream.PullMaxMessages(s.cfg.PullMaxMessages))
 		}
 		if err != nil {
@@ -487,7 +503,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			return fmt.Errorf("jetstream source %s: ordered consumer at %d: %w", s.cfg.Stream, l.start, err)
 		}
 		s.wg.Add(1)
-		go s.run(i, l.it)
+		go s.run(i, l.it, l.stopped)
 	}
 	s.started = true
 	for _, l := range s.lanes {
@@ -521,6 +537,9 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 		case <-t.C:
 		}
 		for i, l := range s.lanes {
+			if s.ctx.Err() != nil {
+				return // closed
+			}
 			off := s.acc.offset(i)
 			if len(l.filters) == 0 || off != seen[i] {
 				seen[i] = off
@@ -535,7 +554,7 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 // catchUp advances lane i from offset off to the stream's last sequence if
 // its consumer is caught up (see watchIdle). Errors leave it where it is.
 func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.IdleCheck)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheck)
 	defer cancel()
 	info, err := st.Info(ctx)
 	if err != nil {
@@ -554,13 +573,22 @@ func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 
 // run moves messages from lane's iterator into the accumulator, in order,
 // from one goroutine; it ends when the iterator is stopped.
-func (s *JetStream) run(lane int, it jetstream.MessagesContext) {
+func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.Bool) {
 	defer s.wg.Done()
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			switch {
+			case !errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				s.acc.fail(fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err))
+			case !stopped.Load():
+				// Not stopped by stopLocked: the client ended the
+				// iteration itself, as it does when the connection
+				// closed for good. Nothing more will come.
+				if nc := s.js.Conn(); nc != nil && nc.IsClosed() {
+					err = nats.ErrConnectionClosed
+				}
+				s.acc.fail(fmt.Errorf("jetstream source %s: the consumer stopped: %w", s.cfg.Stream, err))
 			}
 			return
 		}
@@ -571,14 +599,28 @@ func (s *JetStream) run(lane int, it jetstream.MessagesContext) {
 }
 
 func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
-	seq, tsNanos, ok := parseAckReply(m.Reply())
+	seq, tsNanos, consumer, ok := parseAckReply(m.Reply())
 	if !ok {
 		meta, err := m.Metadata()
 		if err != nil {
 			s.acc.fail(fmt.Errorf("jetstream source %s: message metadata: %w", s.cfg.Stream, err))
 			return false
 		}
-		seq, tsNanos = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano())
+		seq, tsNanos, consumer = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano()), meta.Consumer
+	}
+	if l := s.lanes[lane]; consumer != l.consumer {
+		// The ordered consumer recreated itself (server restart, missed
+		// heartbeats, consumer deleted) after the last message it
+		// delivered. On a stream that was deleted and created again
+		// meanwhile, that sequence means nothing: the new stream's
+		// messages before it would be skipped unseen.
+		if l.consumer != "" {
+			if err := s.sameStream(seq); err != nil {
+				s.acc.fail(err)
+				return false
+			}
+		}
+		l.consumer = consumer
 	}
 	if s.cfg.Partitions == 0 && ((s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index) ||
 		(seq <= s.rescaledTo && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject()))) {
@@ -593,6 +635,25 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 	}
 	return s.acc.add(lane, key, m.Data(), int64(tsNanos/1e6), seq)
 }
+
+// sameStream checks that the stream is the one the consumers started on,
+// before a recreated consumer's first message (at seq) is taken.
+func (s *JetStream) sameStream(seq uint64) error {
+	ctx, cancel := context.WithTimeout(s.ctx, streamCheckTimeout)
+	defer cancel()
+	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("jetstream source %s: stream info after the consumer was recreated: %w", s.cfg.Stream, err)
+	}
+	if c := st.CachedInfo().Created; !c.Equal(s.created) {
+		return fmt.Errorf("jetstream source %s: the stream was deleted and created again while it was read (created %s, was %s): its messages before sequence %d would be skipped: %w",
+			s.cfg.Stream, c.Format(time.RFC3339Nano), s.created.Format(time.RFC3339Nano), seq, ErrOffsetAhead)
+	}
+	return nil
+}
+
+// streamCheckTimeout bounds sameStream's request.
+const streamCheckTimeout = 10 * time.Second
 
 // Poll starts the consumers on first use, then returns every message that
 // arrived since the last Poll (up to the batch limits) as one record batch
@@ -646,6 +707,7 @@ func (s *JetStream) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.cancel()
 	s.acc.close()
 	close(s.stopIdle)
 	s.idleDone.Wait()
@@ -656,6 +718,7 @@ func (s *JetStream) Close() error {
 func (s *JetStream) stopLocked() error {
 	for _, l := range s.lanes {
 		if l.it != nil {
+			l.stopped.Store(true)
 			l.it.Stop()
 		}
 	}
@@ -707,7 +770,7 @@ func (s *JetStream) waitRun(d time.Duration) bool {
 //
 //	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
 //	$JS.ACK.<domain>.<acchash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<random>
-func parseAckReply(reply string) (seq, ts uint64, ok bool) {
+func parseAckReply(reply string) (seq, ts uint64, consumer string, ok bool) {
 	var starts [13]int
 	n := 0
 	starts[0] = 0
@@ -715,7 +778,7 @@ func parseAckReply(reply string) (seq, ts uint64, ok bool) {
 	for i := 0; i < len(reply); i++ {
 		if reply[i] == '.' {
 			if n == len(starts) {
-				return 0, 0, false
+				return 0, 0, "", false
 			}
 			starts[n] = i + 1
 			n++
@@ -729,20 +792,20 @@ func parseAckReply(reply string) (seq, ts uint64, ok bool) {
 		return reply[starts[i]:end]
 	}
 	if n < 9 || tok(0) != "$JS" || tok(1) != "ACK" {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	base := 2
 	if n >= 12 {
 		base = 4
 	} else if n != 9 {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	seq, okS := parseUint(tok(base + 3))
 	ts, okT := parseUint(tok(base + 5))
 	if !okS || !okT {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
-	return seq, ts, true
+	return seq, ts, tok(base + 1), true
 }
 
 func parseUint(s string) (uint64, bool) {

@@ -732,9 +732,9 @@ func TestParseAckReply(t *testing.T) {
 		{"_INBOX.abc", 0, 0, false},
 		{"", 0, 0, false},
 	} {
-		seq, ts, ok := parseAckReply(c.reply)
-		if seq != c.seq || ts != c.ts || ok != c.ok {
-			t.Errorf("%q: %d %d %v", c.reply, seq, ts, ok)
+		seq, ts, cons, ok := parseAckReply(c.reply)
+		if seq != c.seq || ts != c.ts || ok != c.ok || (ok && cons != "cons") {
+			t.Errorf("%q: %d %d %q %v", c.reply, seq, ts, cons, ok)
 		}
 	}
 }
@@ -921,5 +921,128 @@ func TestJetStreamLimitBatch(t *testing.T) {
 	}
 	if largest <= 3 {
 		t.Fatalf("batches stayed at %d records after the limit was lifted", largest)
+	}
+}
+
+// A whole-stream subtask that only skips other subtasks' messages reports
+// the offset past them with empty batches: otherwise its checkpointed
+// offset stays at its last own message, and once the stream's retention
+// dropped the skipped messages its restore is refused.
+func TestJetStreamSkippedMessagesMoveOffset(t *testing.T) {
+	_, js := connect(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}, MaxMsgs: 20})
+	var mine, other string // subjects of subtask 1 and 0 of 2
+	for i := 0; mine == "" || other == ""; i++ {
+		if s := "in." + key(i); PartitionOf(s, 2) == 1 {
+			mine = s
+		} else {
+			other = s
+		}
+	}
+	cfg := JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 1}
+	publishN(t, ctx, js, func(int) string { return mine }, 0, 1)
+	src, err := NewJetStream(js, cfg)
+	must(t, err)
+	_, off := pollRecords(t, ctx, src, 1)
+	publishN(t, ctx, js, func(int) string { return other }, 1, 101) // seqs 2..101
+	for seq := uint64(0); seq != 101; {
+		b, o, err := pollWithin(src, 5*time.Second)
+		if err != nil {
+			t.Fatalf("offset stuck at %d, the stream is at 101: %v", seq, err)
+		}
+		if n, _ := abi.BatchCount(b); n != 0 {
+			t.Fatalf("%d records of the other subtask", n)
+		}
+		off = o
+		seq, _ = DecodeOffset(o)
+	}
+	src.Close()
+	// Retention keeps seqs 82..101: the restored source resumes.
+	src, err = NewJetStream(js, cfg)
+	must(t, err)
+	defer src.Close()
+	must(t, src.Seek(ctx, off))
+	publishN(t, ctx, js, func(int) string { return mine }, 101, 102)
+	if recs, _ := pollRecords(t, ctx, src, 1); values(recs)[0] != 101 {
+		t.Fatalf("resumed with %v", values(recs))
+	}
+}
+
+// A stream deleted and created again while the source reads it: the
+// ordered consumer recreates itself after its last sequence, which on the
+// new stream would skip the first messages unseen; the source fails
+// instead, as a restore would (ErrOffsetAhead).
+func TestJetStreamStreamRecreatedWhileReading(t *testing.T) {
+	_, js := connect(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	scfg := jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}}
+	createStream(t, ctx, js, scfg)
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 10)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	must(t, err)
+	defer src.Close()
+	pollRecords(t, ctx, src, 10)
+	must(t, js.DeleteStream(ctx, "IN"))
+	createStream(t, ctx, js, scfg)
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 100, 120) // seqs 1..20 of the new stream
+	var got []int
+	for {
+		b, _, err := pollWithin(src, 10*time.Second)
+		if errors.Is(err, ErrOffsetAhead) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("poll after the stream was recreated, having read %v: %v", got, err)
+		}
+		recs, err := abi.DecodeBatch(b)
+		must(t, err)
+		got = append(got, values(recs)...)
+	}
+	if len(got) != 0 {
+		t.Fatalf("read %v of the new stream", got)
+	}
+}
+
+// Close returns promptly while the server is down, though the idle
+// watcher's requests would wait for answers.
+func TestJetStreamCloseWhileServerDown(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}})
+	publishN(t, ctx, js, func(int) string { return "in.0.x" }, 0, 1)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Partitions: 8, PartitionFilter: "in.{p}.*", IdleCheck: time.Second})
+	must(t, err)
+	pollRecords(t, ctx, src, 1)
+	srv.Shutdown()
+	time.Sleep(1500 * time.Millisecond) // the watcher is in a round of requests
+	start := time.Now()
+	src.Close()
+	// Without the fix each of the 8 lanes' requests waits out its second.
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("Close took %v: it waited for requests to a server that is down", d)
+	}
+}
+
+// A connection that closed for good (its reconnects exhausted) ends the
+// consumers' iteration: Poll fails rather than wait forever.
+func TestJetStreamPollFailsAfterConnectionClosed(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 1)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	must(t, err)
+	defer src.Close()
+	pollRecords(t, ctx, src, 1)
+	nc.Close()
+	if _, _, err := pollWithin(src, 5*time.Second); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("poll after the connection closed: %v", err)
 	}
 }
