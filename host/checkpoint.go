@@ -393,7 +393,8 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", h, err)
 		}
 		if len(snap.Outputs) > 0 || len(snap.Inputs) > 0 ||
-			(t.cfg.Sink == nil && len(snap.SinkState) > 0) || (t.cfg.Operator == nil && len(snap.ModuleState) > 0) {
+			(t.cfg.Sink == nil && len(snap.SinkState) > 0) || (t.cfg.Operator == nil && len(snap.ModuleState) > 0) ||
+			(t.cfg.Source == nil && len(snap.SourceOffset) > 0) {
 			return fmt.Errorf("%s holds channel state, or state of another kind of task, which cannot be merged: %w", h, ErrCannotRescale)
 		}
 		if len(snaps) > 0 && snap.CheckpointID != snaps[0].CheckpointID {
@@ -403,44 +404,80 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		stored = append(stored, t.cfg.Sink != nil && t.committed(ctx, h, snap))
 	}
 	t.restoredID = snaps[0].CheckpointID
-	if sk := t.cfg.Sink; sk != nil {
-		m, ok := sk.(SinkMerger)
-		if !ok {
-			return fmt.Errorf("restoring a sink from several snapshots needs a sink that re-commits another task's state: %w", ErrCannotRescale)
-		}
-		for i, s := range snaps {
-			state := s.SinkState
-			if stored[i] {
-				state = nil
-			}
-			if err := m.RecoverTask(ctx, s.Task, s.CheckpointID, state); err != nil {
-				return fmt.Errorf("sink: recover %s's checkpoint %d: %w", s.Task, s.CheckpointID, err)
-			}
-		}
+	// Each part the task has is restored from its share of the snapshots:
+	// a task may chain a source, an operator and a sink.
+	if t.cfg.Sink == nil && t.cfg.Operator == nil && t.cfg.Source == nil {
+		return fmt.Errorf("restoring from several snapshots needs keyed operator state, a source whose offsets merge or a sink: %w", ErrCannotRescale)
+	}
+	if err := t.mergeSink(ctx, snaps, stored); err != nil {
+		return err
+	}
+	if err := t.mergeOperator(ctx, snaps); err != nil {
+		return err
+	}
+	return t.mergeSource(ctx, snaps)
+}
+
+// mergeSink re-commits every snapshot's sink state whose commit is not
+// known to be stored (stored[i]); it does nothing for a task without a
+// sink.
+func (t *Task) mergeSink(ctx context.Context, snaps []*snapshot.Task, stored []bool) error {
+	sk := t.cfg.Sink
+	if sk == nil {
 		return nil
 	}
-	if op := t.cfg.Operator; op != nil {
-		if t.cfg.Parallelism < 1 || t.cfg.Subtask < 0 || t.cfg.Subtask >= t.cfg.Parallelism {
-			return fmt.Errorf("restoring keyed state needs the task's place: subtask %d of %d", t.cfg.Subtask, t.cfg.Parallelism)
+	m, ok := sk.(SinkMerger)
+	if !ok {
+		return fmt.Errorf("restoring a sink from several snapshots needs a sink that re-commits another task's state: %w", ErrCannotRescale)
+	}
+	for i, s := range snaps {
+		state := s.SinkState
+		if stored[i] {
+			state = nil
 		}
-		states := make([][]byte, len(snaps))
-		for i, s := range snaps {
-			states[i] = s.ModuleState
+		if err := m.RecoverTask(ctx, s.Task, s.CheckpointID, state); err != nil {
+			return fmt.Errorf("sink: recover %s's checkpoint %d: %w", s.Task, s.CheckpointID, err)
 		}
-		st, err := abi.MergeKeyedState(states, func(key []byte) bool {
-			return partition.KeyChannel(key, t.cfg.Parallelism) == t.cfg.Subtask
-		})
-		if err != nil {
-			return fmt.Errorf("%s: split keyed state: %w (%w)", t.operatorName(), err, ErrCannotRescale)
-		}
-		if err := op.Restore(ctx, bytes.NewReader(st)); err != nil {
-			return t.operatorErr(err, "restore", "")
-		}
+	}
+	return nil
+}
+
+// mergeOperator restores the operator with the keys of the snapshots'
+// keyed states that belong to this subtask; it does nothing for a task
+// without an operator.
+func (t *Task) mergeOperator(ctx context.Context, snaps []*snapshot.Task) error {
+	op := t.cfg.Operator
+	if op == nil {
+		return nil
+	}
+	if t.cfg.Parallelism < 1 || t.cfg.Subtask < 0 || t.cfg.Subtask >= t.cfg.Parallelism {
+		return fmt.Errorf("restoring keyed state needs the task's place: subtask %d of %d", t.cfg.Subtask, t.cfg.Parallelism)
+	}
+	states := make([][]byte, len(snaps))
+	for i, s := range snaps {
+		states[i] = s.ModuleState
+	}
+	st, err := abi.MergeKeyedState(states, func(key []byte) bool {
+		return partition.KeyChannel(key, t.cfg.Parallelism) == t.cfg.Subtask
+	})
+	if err != nil {
+		return fmt.Errorf("%s: split keyed state: %w (%w)", t.operatorName(), err, ErrCannotRescale)
+	}
+	if err := op.Restore(ctx, bytes.NewReader(st)); err != nil {
+		return t.operatorErr(err, "restore", "")
+	}
+	return nil
+}
+
+// mergeSource seeks the source to the merge of the snapshots' offsets; it
+// does nothing for a task without a source.
+func (t *Task) mergeSource(ctx context.Context, snaps []*snapshot.Task) error {
+	if t.cfg.Source == nil {
 		return nil
 	}
 	m, ok := t.cfg.Source.(OffsetMerger)
-	if t.cfg.Source == nil || !ok {
-		return fmt.Errorf("restoring from several snapshots needs keyed operator state or a source whose offsets merge: %w", ErrCannotRescale)
+	if !ok {
+		return fmt.Errorf("restoring a source from several snapshots needs a source whose offsets merge: %w", ErrCannotRescale)
 	}
 	offsets := make([][]byte, len(snaps))
 	for i, s := range snaps {

@@ -79,7 +79,7 @@ func TestRestoreMerged(t *testing.T) {
 	}{
 		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-5/in-2"}, "j/chk-5/in-2 holds channel state, or state of another kind of task"},
 		{&mergingSource{}, []string{"j/chk-5/in-0", "j/chk-4/in-3"}, "j/chk-4/in-3 is of checkpoint 4, the others of 5"},
-		{plainSource{}, []string{"j/chk-5/in-0"}, "needs keyed operator state or a source whose offsets merge"},
+		{plainSource{}, []string{"j/chk-5/in-0"}, "needs a source whose offsets merge"},
 		{&mergingSource{}, []string{"j/chk-5/missing"}, "restore from 1 merged snapshots"},
 	} {
 		err := run(c.src, c.handles...)
@@ -209,6 +209,39 @@ func TestRestoreMergedSink(t *testing.T) {
 	}
 	if got := strings.Join(sk.recovered, " "); got != "out-0@8:staged by out-0 out-2@8:staged by out-2" {
 		t.Errorf("recovered %q", got)
+	}
+}
+
+// A task that chains a source and an operator restores both from the old
+// subtasks' snapshots: the keys that route to it, and the source at the
+// merged offsets — not at its start, which would read everything again.
+func TestRestoreMergedSourceAndOperator(t *testing.T) {
+	ctx := context.Background()
+	store := snapshot.NewMemStore()
+	handles := []string{"j/chk-6/in-0", "j/chk-6/in-1"}
+	for i, h := range handles {
+		state := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte(fmt.Sprint("k", i)), []byte("v"))
+		snap := &snapshot.Task{Task: h, CheckpointID: 6, SourceOffset: []byte(fmt.Sprint("p", i)), ModuleState: state}
+		if err := store.Put(ctx, h, bytes.NewReader(snapshot.Encode(snap))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, op := &mergingSource{}, &stateOp{}
+	s, _ := local.New(local.Options{})
+	task, err := host.New(host.Config{Name: "in-0", Source: src, Operator: op, Outputs: []host.Output{{Senders: []stream.Sender{s}}},
+		Store: store, RestoreMerged: handles, Subtask: 0, Parallelism: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if src.sought != "p0,p1" {
+		t.Errorf("source sought %q, want the merged p0,p1", src.sought)
+	}
+	n := 0
+	if err := abi.KeyedEntries(op.restored, func(k, v []byte) error { n++; return nil }); err != nil || n != 2 {
+		t.Errorf("operator restored %d keys (%v), want both", n, err)
 	}
 }
 
