@@ -108,6 +108,7 @@ type JetStream struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
+	startErr error // a start that failed after some lanes delivered
 	acc      *accumulator
 	wg       sync.WaitGroup
 	stopIdle chan struct{} // closed by Close: ends watchIdle
@@ -499,8 +500,16 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			l.it, err = cons.Messages(jetstream.PullMaxMessages(s.cfg.PullMaxMessages))
 		}
 		if err != nil {
+			err = fmt.Errorf("jetstream source %s: ordered consumer at %d: %w", s.cfg.Stream, l.start, err)
+			if i > 0 {
+				// The lanes started before this one delivered into the
+				// batch already: a retried start would read their messages
+				// again. The source is done; a new one resumes from the
+				// checkpoint.
+				s.startErr = fmt.Errorf("%w (the source stopped; create a new one to resume)", err)
+			}
 			s.stopLocked()
-			return fmt.Errorf("jetstream source %s: ordered consumer at %d: %w", s.cfg.Stream, l.start, err)
+			return err
 		}
 		s.wg.Add(1)
 		go s.run(i, l.it, l.stopped)
@@ -663,6 +672,10 @@ func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 	if s.closed {
 		s.mu.Unlock()
 		return nil, nil, ErrClosed
+	}
+	if s.startErr != nil {
+		s.mu.Unlock()
+		return nil, nil, s.startErr
 	}
 	if !s.started {
 		if err := s.startLocked(ctx); err != nil {

@@ -1046,3 +1046,29 @@ func TestJetStreamPollFailsAfterConnectionClosed(t *testing.T) {
 		t.Fatalf("poll after the connection closed: %v", err)
 	}
 }
+
+// A start that fails after some partitions' consumers delivered (here the
+// stream allows one consumer, the subtask needs two) stops the source:
+// a retried Poll would read those partitions again into the same batches.
+// The error says to create a new source.
+func TestJetStreamFailedStartIsFinal(t *testing.T) {
+	_, js := connect(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}, MaxConsumers: 1})
+	publishN(t, ctx, js, func(i int) string { return fmt.Sprintf("in.%d.x", i%2) }, 0, 10)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Partitions: 2, PartitionFilter: "in.{p}.*"})
+	must(t, err)
+	defer src.Close()
+	_, _, err = pollWithin(src, 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "ordered consumer") {
+		t.Fatalf("first poll: %v, want the second consumer refused", err)
+	}
+	for range 2 {
+		b, _, err := pollWithin(src, 5*time.Second)
+		if err == nil || !strings.Contains(err.Error(), "create a new one") {
+			n, _ := abi.BatchCount(b)
+			t.Fatalf("poll after the failed start: %d records, %v; want the start's error", n, err)
+		}
+	}
+}
