@@ -273,20 +273,10 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		go func() {
 			defer a.wg.Done()
 			_ = w.ctl.Running(runCtx, ref)
-			err := t.Run(runCtx)
-			switch {
-			case err == nil:
+			// A failed task reported (and logged) its failure through
+			// the listener; a canceled one is done.
+			if err := t.Run(runCtx); err == nil {
 				_ = w.ctl.Finished(context.Background(), ref)
-			case runCtx.Err() != nil:
-				// canceled: the coordinator knows.
-			default:
-				// The task reported its failure through the listener; the
-				// log has what the one-line reason leaves out.
-				attrs := []any{"job", d.Job, "attempt", d.Attempt, "task", id, "err", err}
-				if te := (*wasm.TrapError)(nil); errors.As(err, &te) && te.Stack != "" {
-					attrs = append(attrs, "stack", te.Stack)
-				}
-				w.log.Warn("task failed", attrs...)
 			}
 		}()
 	}
@@ -388,6 +378,7 @@ func (w *Worker) Stop(ctx context.Context, s control.Stop) error {
 // listener relays task outcomes to the coordinator.
 type listener struct {
 	w       *control.Worker
+	log     *slog.Logger
 	job     string
 	attempt int
 }
@@ -407,6 +398,19 @@ func (l listener) Decline(ctx context.Context, task string, id int64, kind, reas
 // Failed reports the task's failure; the reason is the cause alone, as
 // the coordinator names the task ("task <name> failed: <cause>").
 func (l listener) Failed(ctx context.Context, task string, err error) error {
+	// The log has what the one-line reason leaves out. It is written
+	// before the coordinator hears of the failure: a weir run that ends
+	// with the job must find it there.
+	attrs := []any{"job", l.job, "attempt", l.attempt, "task", task, "err", err}
+	if te := (*wasm.TrapError)(nil); errors.As(err, &te) && te.Stack != "" {
+		attrs = append(attrs, "stack", te.Stack)
+	}
+	if errors.Is(err, stream.ErrClosed) {
+		// Secondary (see below): the cause is logged where it happened.
+		l.log.Info("task failed", attrs...)
+	} else {
+		l.log.Warn("task failed", attrs...)
+	}
 	reason := err.Error()
 	if te := (*host.TaskError)(nil); errors.As(err, &te) && te.Task == task {
 		reason = te.Cause()
@@ -553,7 +557,7 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		},
 		Store:     b.w.cfg.Store,
 		KeyPrefix: b.d.Job + "/",
-		Listener:  listener{w: b.w.ctl, job: b.d.Job, attempt: b.d.Attempt},
+		Listener:  listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt},
 	}
 	if h := b.w.cfg.Hooks; h != nil && h.Store != nil {
 		cfg.Store = h.Store(b.d.Job, pt.ID, cfg.Store)
