@@ -36,6 +36,11 @@ type Config struct {
 	// storage.DefaultStateBucket, metadata in the KV bucket
 	// storage.DefaultMetaBucket, job records in the KV bucket "weir_jobs".
 	StateDir string
+	// Replicas is how many servers of a NATS cluster keep each of weir's
+	// JetStream buckets (job records, checkpoints, modules): new buckets
+	// get max(Replicas, 1), existing ones are scaled to Replicas if it is
+	// above 0 and kept as they are otherwise.
+	Replicas int
 	// Prefix of the control subjects ("" = control.DefaultPrefix).
 	Prefix string
 	// HeartbeatTimeout declares a silent worker lost (default 5s).
@@ -73,17 +78,17 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
 	} else {
-		if c.Jobs, err = storage.NewKV(ctx, js, "weir_jobs"); err != nil {
+		if c.Jobs, err = storage.NewKV(ctx, js, "weir_jobs", cfg.Replicas); err != nil {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
-		if c.State, err = storage.NewObjectStore(ctx, js, storage.DefaultStateBucket); err != nil {
+		if c.State, err = storage.NewObjectStore(ctx, js, storage.DefaultStateBucket, cfg.Replicas); err != nil {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
-		if c.Meta, err = storage.NewKV(ctx, js, storage.DefaultMetaBucket); err != nil {
+		if c.Meta, err = storage.NewKV(ctx, js, storage.DefaultMetaBucket, cfg.Replicas); err != nil {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
 	}
-	if c.Registry, err = registry.Open(ctx, js, ""); err != nil {
+	if c.Registry, err = registry.Open(ctx, js, "", cfg.Replicas); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	c.Catalog = &checkpoint.Catalog{Meta: c.Meta, State: c.State, Log: cfg.Log}

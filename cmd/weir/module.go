@@ -131,7 +131,7 @@ func openRegistry(ctx context.Context, nc *nats.Conn, bucket string) (*registry.
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return registry.Open(ctx, js, bucket)
+	return registry.Open(ctx, js, bucket, 0)
 }
 
 // pushLocalModules stores the module of every operator that names a local

@@ -46,15 +46,16 @@ other machines can load it.`
 
 // runOptions are weir run's flags.
 type runOptions struct {
-	nats    natsFlags
-	data    string
-	inputs  inputFlags
-	forDur  time.Duration
-	idle    time.Duration
-	show    int
-	cancel  bool
-	create  bool
-	verbose bool
+	nats     natsFlags
+	data     string
+	inputs   inputFlags
+	forDur   time.Duration
+	idle     time.Duration
+	show     int
+	cancel   bool
+	create   bool
+	replicas int
+	verbose  bool
 }
 
 func runRun(ctx context.Context, std Stdio, args []string) error {
@@ -68,6 +69,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
+	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
 	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
@@ -76,6 +78,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if len(pos) != 1 {
 		fs.Usage()
 		return usagef("run: want one JOB.yaml")
+	}
+	if o.replicas < 1 || o.replicas > 5 || (o.nats.url == "" && o.replicas > 1) {
+		return usagef("run: -replicas %d: 1 to 5, and above 1 only on a NATS cluster (-nats)", o.replicas)
 	}
 	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile})
 	if err != nil {
@@ -112,7 +117,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	if o.create {
-		if err := createStreams(ctx, std, n.JS, spec); err != nil {
+		if err := createStreams(ctx, std, n.JS, spec, o.replicas); err != nil {
 			return err
 		}
 	}
@@ -165,10 +170,11 @@ func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) (map[str
 }
 
 // createStreams creates the JetStream streams a job names that do not exist
-// yet: a source's stream with its filter subject, a sink's with the
-// duplicate window exactly-once needs.
-func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec *jobspec.Spec) error {
+// yet, each kept by replicas servers: a source's stream with its filter
+// subject, a sink's with the duplicate window exactly-once needs.
+func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec *jobspec.Spec, replicas int) error {
 	ensure := func(cfg jetstream.StreamConfig) error {
+		cfg.Replicas = replicas
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
 			return nil
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -177,7 +183,7 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
 		}
-		fmt.Fprintf(std.Out, "created stream %s (subjects %s)\n", cfg.Name, strings.Join(cfg.Subjects, ", "))
+		fmt.Fprintf(std.Out, "created stream %s (subjects %s, %d replica(s))\n", cfg.Name, strings.Join(cfg.Subjects, ", "), cfg.Replicas)
 		return nil
 	}
 	for _, s := range spec.Sources {

@@ -68,6 +68,7 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 }
 
 const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetstream] [-metrics ADDR]
+       weir up -nats URL[,URL...] [-replicas N] [-workers N] [auth flags] [-metrics ADDR]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
@@ -77,7 +78,13 @@ on it is refused. Other machines join with
 -checkpoint-store jetstream then, so that every worker reaches the
 checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
 every job's state, attempt, restarts and latest checkpoint, and each running
-task's records, busy and backpressured time, on whichever worker it runs.`
+task's records, busy and backpressured time, on whichever worker it runs.
+
+With -nats it starts no server: the coordinator and workers use an existing
+NATS server or cluster (JetStream enabled), and keep job records, checkpoints
+and modules in JetStream buckets. On a cluster give -replicas 3 (or 5), so
+that those buckets survive the loss of a server; it also scales buckets that
+exist already. Workers joining such a cluster need only -nats.`
 
 func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "up", upUsage)
@@ -85,7 +92,10 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	host := fs.String("host", "127.0.0.1", "listen address of the embedded NATS server")
 	port := fs.Int("port", 4222, "client port of the embedded NATS server")
 	workers := fs.Int("workers", 1, "in-process workers")
-	store := fs.String("checkpoint-store", node.StoreDir, "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared)")
+	store := fs.String("checkpoint-store", "", "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared); default dir, jetstream with -nats")
+	var nf natsFlags
+	nf.register(fs, "", "use this NATS server or cluster (comma-separated URLs) instead of starting the embedded one")
+	replicas := fs.Int("replicas", 0, "with -nats: servers that keep each of weir's buckets, 1-5 (default: 1 for new buckets, existing ones as they are)")
 	verbose := fs.Bool("v", false, "log what the coordinator and workers do")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 	if err := parseFlags(fs, args); err != nil {
@@ -93,6 +103,18 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("up: unexpected argument %q", fs.Arg(0))
+	}
+	external := nf.url != ""
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if external && (set["host"] || set["port"]) {
+		return usagef("up: -host and -port are the embedded server's; with -nats no server is started")
+	}
+	if *replicas < 0 || *replicas > 5 {
+		return usagef("up: -replicas %d: JetStream keeps 1 to 5 replicas", *replicas)
+	}
+	if !external && *replicas > 1 {
+		return usagef("up: -replicas %d needs a NATS cluster (-nats); the embedded server is a single one", *replicas)
 	}
 	var ln net.Listener
 	if *metricsAddr != "" {
@@ -106,15 +128,23 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	n, err := node.Start(ctx, node.Options{DataDir: abs, Host: *host, Port: *port, Coordinator: true,
-		Workers: *workers, CheckpointStore: *store, Log: logger(std, *verbose)})
+	opts := node.Options{DataDir: abs, Host: *host, Port: *port, Coordinator: true,
+		Workers: *workers, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose)}
+	if external {
+		opts.NATS = nf.options("weir up")
+	}
+	n, err := node.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	fmt.Fprintf(std.Out, "weir is up: NATS on %s, data in %s, coordinator and %d worker(s) running (%s checkpoints)\n",
-		n.Server.ClientURL(), abs, *workers, *store)
-	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", n.Server.ClientURL())
+	where := "data in " + abs
+	if external {
+		where = "no embedded server"
+	}
+	fmt.Fprintf(std.Out, "weir is up: NATS on %s, %s, coordinator and %d worker(s) running (%s checkpoints)\n",
+		natsconn.Redact(n.URL()), where, *workers, n.CheckpointStore())
+	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", natsconn.Redact(n.URL()))
 	if ln != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))

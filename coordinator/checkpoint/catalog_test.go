@@ -193,11 +193,11 @@ func TestCatalogJetStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	meta, err := storage.NewKV(ctx, js, storage.DefaultMetaBucket)
+	meta, err := storage.NewKV(ctx, js, storage.DefaultMetaBucket, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, err := storage.NewObjectStore(ctx, js, storage.DefaultStateBucket)
+	state, err := storage.NewObjectStore(ctx, js, storage.DefaultStateBucket, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // DefaultBucket is the object store bucket modules live in.
@@ -82,20 +83,21 @@ type Registry struct {
 }
 
 // Open opens the registry in bucket ("" = DefaultBucket), creating the
-// bucket if needed.
-func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Registry, error) {
+// bucket if needed; replicas as for storage.NewObjectStore (0: a new
+// bucket gets 1, an existing one keeps its own).
+func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*Registry, error) {
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	os, err := storage.OpenObjectStore(ctx, js, jetstream.ObjectStoreConfig{
 		Bucket: bucket, Storage: jetstream.FileStorage, Description: "weir operator modules",
-	})
+	}, replicas)
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := storage.OpenKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: bucket + "_versions", Storage: jetstream.FileStorage, Description: "weir module versions",
-	})
+	}, replicas)
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}

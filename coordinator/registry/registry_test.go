@@ -41,7 +41,7 @@ func openRegistry(t *testing.T) *Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Open(context.Background(), js, "")
+	r, err := Open(context.Background(), js, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

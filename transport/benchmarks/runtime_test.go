@@ -120,7 +120,7 @@ func benchJetStreamRuntime(b *testing.B, newSink func(context.Context, *embedded
 	if srv != nil {
 		store, err = storage.NewDir(b.TempDir())
 	} else {
-		store, err = storage.NewObjectStore(ctx, js, "WEIR_BENCH_STATE")
+		store, err = storage.NewObjectStore(ctx, js, "WEIR_BENCH_STATE", 0)
 		// The server outlives the benchmark: leave no bucket behind.
 		b.Cleanup(func() { _ = js.DeleteObjectStore(context.Background(), "WEIR_BENCH_STATE") })
 	}

@@ -24,16 +24,76 @@ type ObjectStore struct {
 	bucket string
 }
 
-// NewObjectStore opens (creating if needed) the object store bucket with
-// file storage.
-func NewObjectStore(ctx context.Context, js jetstream.JetStream, bucket string) (*ObjectStore, error) {
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+// NewObjectStore opens the object store bucket, creating it with file
+// storage if it does not exist. replicas is how many servers of a cluster
+// keep it: a new bucket gets max(replicas, 1), an existing one is scaled
+// to replicas if that is above 0 and left as it is otherwise (so that a
+// worker started without the setting does not scale down what the
+// coordinator set up).
+func NewObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*ObjectStore, error) {
+	os, err := OpenObjectStore(ctx, js, jetstream.ObjectStoreConfig{
 		Bucket: bucket, Storage: jetstream.FileStorage, Description: "weir checkpoint state",
-	})
+	}, replicas)
 	if err != nil {
-		return nil, fmt.Errorf("storage: object store %s: %w", bucket, err)
+		return nil, fmt.Errorf("storage: %w", err)
 	}
 	return &ObjectStore{os: os, bucket: bucket}, nil
+}
+
+// OpenObjectStore opens cfg.Bucket, creating it with cfg (and
+// max(replicas, 1) replicas) if it does not exist; an existing bucket is
+// scaled to replicas if that is above 0.
+func OpenObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig, replicas int) (jetstream.ObjectStore, error) {
+	os, err := js.ObjectStore(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfg.Replicas = max(replicas, 1)
+		os, err = js.CreateObjectStore(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // created meanwhile
+			os, err = js.ObjectStore(ctx, cfg.Bucket)
+		}
+	} else if err == nil && replicas > 0 {
+		err = scale(ctx, js, "OBJ_"+cfg.Bucket, replicas)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", cfg.Bucket, err)
+	}
+	return os, nil
+}
+
+// OpenKeyValue is OpenObjectStore for a key-value bucket.
+func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfg.Replicas = max(replicas, 1)
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // created meanwhile
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	} else if err == nil && replicas > 0 {
+		err = scale(ctx, js, "KV_"+cfg.Bucket, replicas)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// scale sets the replicas of the stream behind a bucket, if they differ.
+func scale(ctx context.Context, js jetstream.JetStream, stream string, replicas int) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.Replicas == replicas {
+		return nil
+	}
+	was := cfg.Replicas
+	cfg.Replicas = replicas
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("scale from %d to %d replicas: %w", was, replicas, err)
+	}
+	return nil
 }
 
 // Location names the bucket ("jetstream object store BUCKET").
@@ -102,13 +162,14 @@ type KV struct {
 	bucket string
 }
 
-// NewKV opens (creating if needed) the KV bucket with file storage.
-func NewKV(ctx context.Context, js jetstream.JetStream, bucket string) (*KV, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+// NewKV opens the KV bucket, creating it with file storage if it does not
+// exist; replicas as for NewObjectStore.
+func NewKV(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*KV, error) {
+	kv, err := OpenKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: bucket, Storage: jetstream.FileStorage, Description: "weir checkpoint metadata",
-	})
+	}, replicas)
 	if err != nil {
-		return nil, fmt.Errorf("storage: kv %s: %w", bucket, err)
+		return nil, fmt.Errorf("storage: %w", err)
 	}
 	return &KV{kv: kv, bucket: bucket}, nil
 }

@@ -86,14 +86,14 @@ func TestJetStream(t *testing.T) {
 	}
 	ctx := context.Background()
 	t.Run("ObjectStore", func(t *testing.T) {
-		s, err := NewObjectStore(ctx, js, DefaultStateBucket)
+		s, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		exercise(t, s)
 	})
 	t.Run("KV", func(t *testing.T) {
-		s, err := NewKV(ctx, js, DefaultMetaBucket)
+		s, err := NewKV(ctx, js, DefaultMetaBucket, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,11 +121,11 @@ func TestLocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, js := embeddedtest.JetStream(t)
-	obj, err := NewObjectStore(ctx, js, DefaultStateBucket)
+	obj, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := NewKV(ctx, js, DefaultMetaBucket)
+	kv, err := NewKV(ctx, js, DefaultMetaBucket, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,5 +141,50 @@ func TestLocation(t *testing.T) {
 	}
 	if got := Location(struct{ Store }{a}); got != "" {
 		t.Errorf("a store that does not name its location: %q", got)
+	}
+}
+
+// A bucket is created with the replicas asked for (at least one); an
+// existing one is left as it is without a setting, and a scale the server
+// cannot do (three replicas on a single server) fails naming the bucket.
+func TestBucketReplicas(t *testing.T) {
+	_, nc := embeddedtest.Start(t, embedded.Config{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	replicas := func(stream string) int {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.Replicas
+	}
+	if _, err := NewKV(ctx, js, "meta", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewObjectStore(ctx, js, "state", 1); err != nil {
+		t.Fatal(err)
+	}
+	if r, o := replicas("KV_meta"), replicas("OBJ_state"); r != 1 || o != 1 {
+		t.Fatalf("new buckets with %d and %d replicas, want 1", r, o)
+	}
+	// Opened again, with the setting or without: as they were.
+	for _, n := range []int{0, 1} {
+		if _, err := NewKV(ctx, js, "meta", n); err != nil {
+			t.Fatalf("reopen with replicas %d: %v", n, err)
+		}
+		if _, err := NewObjectStore(ctx, js, "state", n); err != nil {
+			t.Fatalf("reopen with replicas %d: %v", n, err)
+		}
+	}
+	_, err = NewKV(ctx, js, "meta", 3)
+	if err == nil || !strings.Contains(err.Error(), "kv meta: scale from 1 to 3 replicas") {
+		t.Fatalf("three replicas on one server: %v", err)
+	}
+	_, err = NewObjectStore(ctx, js, "new", 3)
+	if err == nil || !strings.Contains(err.Error(), "object store new") {
+		t.Fatalf("a new bucket of three replicas on one server: %v", err)
 	}
 }

@@ -81,6 +81,10 @@ type Options struct {
 	Hooks *worker.Hooks
 	// Store, if set, replaces the checkpoint store (tests only).
 	Store host.Store
+	// Replicas is how many servers of a NATS cluster keep weir's own
+	// buckets (coordinator.Config.Replicas); 0 creates them with 1 and
+	// leaves existing ones as they are.
+	Replicas int
 	// CacheDir is the wasm compilation cache ("" = the user cache dir).
 	CacheDir string
 }
@@ -107,6 +111,7 @@ type Node struct {
 
 	engine *wasm.Engine
 	unlock func() // releases the data directory; nil when not locked
+	store  string // StoreDir or StoreJetStream
 	// The coordinator stops first (it cancels its jobs' tasks on the
 	// workers), then the workers.
 	stopCoordinator, stopWorkers context.CancelFunc
@@ -115,6 +120,10 @@ type Node struct {
 
 // URL is where clients reach the node's NATS.
 func (n *Node) URL() string { return n.Conn.ConnectedUrl() }
+
+// CheckpointStore is where the node's workers keep checkpoints: StoreDir
+// or StoreJetStream.
+func (n *Node) CheckpointStore() string { return n.store }
 
 // Start starts a node and returns once its coordinator and workers listen.
 // On an error it stops what it had started.
@@ -153,6 +162,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 			kind = StoreJetStream
 		}
 	}
+	n.store = kind
 	stateDir := ""
 	switch kind {
 	case StoreDir:
@@ -214,20 +224,20 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	var coord *coordinator.Coordinator
 	var taskStore host.Store
 	if opts.Coordinator {
-		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir,
+		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
 			HeartbeatTimeout: opts.HeartbeatTimeout, Log: log.With("component", "coordinator")})
 		if err != nil {
 			return err
 		}
 		n.Manager, n.Registry, taskStore = coord.Manager, coord.Registry, coord.State
 	} else {
-		if n.Registry, err = registry.Open(ctx, n.JS, ""); err != nil {
+		if n.Registry, err = registry.Open(ctx, n.JS, "", opts.Replicas); err != nil {
 			return fmt.Errorf("module registry: %w", err)
 		}
 		if stateDir != "" {
 			taskStore, err = storage.NewDir(stateDir)
 		} else {
-			taskStore, err = storage.NewObjectStore(ctx, n.JS, storage.DefaultStateBucket)
+			taskStore, err = storage.NewObjectStore(ctx, n.JS, storage.DefaultStateBucket, opts.Replicas)
 		}
 		if err != nil {
 			return fmt.Errorf("checkpoint store: %w", err)

@@ -1,0 +1,203 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/registry"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// startCluster starts n real nats-servers with JetStream, routed into one
+// cluster on loopback, shut down when the test ends; it returns them once
+// JetStream answers through each.
+func startCluster(t *testing.T, ctx context.Context, n int) []*server.Server {
+	t.Helper()
+	ports := make([]int, n)
+	routes := make([]string, n)
+	for i := range ports {
+		// A free port for each server's cluster listener, known before
+		// any starts: every server is told all routes.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i])
+	}
+	servers := make([]*server.Server, n)
+	for i := range servers {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js"), NoLog: os.Getenv("WEIR_CLUSTER_LOG") == "", NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "weir-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(s.Shutdown)
+		servers[i] = s
+	}
+	for _, s := range servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server %s not ready", s.Name())
+		}
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := jetstream.New(nc)
+		// The meta leader is elected once the routes are up.
+		var last error
+		ok := poll(ctx, func() bool {
+			c, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_, last = js.AccountInfo(c)
+			return last == nil
+		})
+		if !ok {
+			t.Fatalf("JetStream through %s: %v", s.Name(), last)
+		}
+		nc.Close()
+	}
+	return servers
+}
+
+// A weir node on a three-server NATS cluster (no embedded server) with
+// weir's buckets and the job's streams kept by all three: the server the
+// node is connected to goes away in the middle of the input, the node
+// reconnects to another, and the keyed counts come out exactly once.
+func TestClusterSurvivesTheLossOfAServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	servers := startCluster(t, ctx, 3)
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "wordcount.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A bucket made before with one replica (a coordinator started
+	// without -replicas) is scaled to three.
+	pre, err := nats.Connect(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	preJS, _ := jetstream.New(pre)
+	if _, err := storage.NewKV(ctx, preJS, "weir_jobs", 0); err != nil {
+		t.Fatal(err)
+	}
+	pre.Close()
+	n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: strings.Join(urls, ","), Name: "weir-test"},
+		DataDir: dir, Coordinator: true, Workers: 1, WorkerID: "w1", Replicas: 3,
+		HeartbeatTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if n.Server != nil || n.CheckpointStore() != StoreJetStream {
+		t.Fatalf("node on a cluster: embedded server %v, checkpoint store %s", n.Server != nil, n.CheckpointStore())
+	}
+	// A worker started without the setting leaves them as they are.
+	w2, err := Start(ctx, Options{NATS: &natsconn.Options{URL: strings.Join(urls, ","), Name: "weir-test-w2"},
+		DataDir: t.TempDir(), Workers: 1, WorkerID: "w2", HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Close()
+	for _, stream := range []string{"KV_weir_jobs", "OBJ_" + storage.DefaultStateBucket, "KV_" + storage.DefaultMetaBucket,
+		"OBJ_" + registry.DefaultBucket, "KV_" + registry.DefaultBucket + "_versions"} {
+		st, err := n.JS.Stream(ctx, stream)
+		if err != nil {
+			t.Fatalf("weir's bucket %s: %v", stream, err)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("weir's bucket %s has %d replicas, want 3", stream, r)
+		}
+	}
+
+	// The test's own client stays on a server that is not taken away.
+	victim := n.Conn.ConnectedServerName()
+	var other string
+	for _, s := range servers {
+		if s.Name() != victim {
+			other = s.ClientURL()
+			break
+		}
+	}
+	nc, err := nats.Connect(other, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Replicas: 3})
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Replicas: 3,
+		Duplicates: 5 * time.Minute, AllowBatchPublish: true, AllowAtomicPublish: true})
+	s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
+sources:
+  - {name: in, kind: jetstream, stream: IN}
+operators:
+  - {name: count, module: %s, inputs: [{from: in, partition: key}]}
+sinks:
+  - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}
+checkpointing: {interval: 200ms, timeout: 20s}
+restart: {strategy: fixed-delay, delay: 200ms, attempts: 100}
+`, mod)), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	in := newKeyedInput(t, ctx, js, 8)
+	in.publish(400)
+
+	before, err := n.API.Job(ctx, "counts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range servers {
+		if srv.Name() == victim {
+			t.Logf("shutting down %s, the server the node is connected to", victim)
+			srv.Shutdown()
+		}
+	}
+	in.send(400)
+	waitUntil(t, ctx, "the node on another server", func() bool {
+		return n.Conn.IsConnected() && n.Conn.ConnectedServerName() != victim
+	})
+	in.await()
+	in.checkCounts()
+	// Checkpoints go on with two servers of three: snapshots, metadata and
+	// job records are written to buckets that lost a replica.
+	st := waitJob(t, ctx, n, "counts", "a checkpoint after the loss of "+victim, func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint+1
+	})
+	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d", st.Attempt, st.Restarts, st.LatestCheckpoint)
+}
