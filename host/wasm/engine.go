@@ -235,6 +235,9 @@ type Module struct {
 	// instrumented: loops check the exported interrupt global (see
 	// instrument.go); otherwise the runtime watches the call context.
 	instrumented bool
+	// hasStart: the module's start function is exported as startExport
+	// (hoistStart), for Instantiate to call first.
+	hasStart bool
 }
 
 // Name is the name the module was loaded under.
@@ -274,7 +277,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 	if err != nil {
 		return nil, err
 	}
-	m := &Module{name: name, limits: lim, engine: e, compiled: cm, rt: rt, hash: key.hash, instrumented: instrumented}
+	m := &Module{name: name, limits: lim, engine: e, compiled: cm, rt: rt, hash: key.hash, instrumented: instrumented, hasStart: info.hasStart}
 	e.modules[key] = m
 	return m, nil
 }
@@ -289,14 +292,18 @@ func (e *Engine) compile(ctx context.Context, name string, wasm []byte, info *mo
 	if err != nil {
 		return nil, nil, false, malformed(err)
 	}
-	code, err := instrument(capped, info)
+	hoisted, err := hoistStart(capped, info)
+	if err != nil {
+		return nil, nil, false, malformed(err)
+	}
+	code, err := instrument(hoisted, info)
 	instrumented := err == nil
 	if !instrumented {
 		var u *errUninstrumentable
 		if !errors.As(err, &u) {
 			return nil, nil, false, malformed(err)
 		}
-		code = capped // interrupted by wazero instead
+		code = hoisted // interrupted by wazero instead
 	}
 	rt, err := e.runtimeFor(ctx, runtimeKey{pages: pages, terminate: !instrumented})
 	if err != nil {

@@ -179,14 +179,25 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 	}
 	m.engine.register(i)
 
-	if err := i.start(ctx, cfg.Config); err != nil {
+	if err := i.start(ctx, m.hasStart, cfg.Config); err != nil {
 		i.Close(ctx)
 		return nil, err
 	}
 	return i, nil
 }
 
-func (i *Instance) start(ctx context.Context, config []byte) error {
+// start runs the module's start function (hoisted to an export by
+// hoistStart), _initialize and weir_init, each under the call deadline.
+func (i *Instance) start(ctx context.Context, hasStart bool, config []byte) error {
+	if hasStart {
+		fn := i.mod.ExportedFunction(startExport)
+		if fn == nil {
+			return fmt.Errorf("operator %s: module lacks its %s export", i.name, startExport)
+		}
+		if err := i.call(ctx, "start function", fn, phaseInit, i.stack[:0]); err != nil {
+			return err
+		}
+	}
 	if fn := i.mod.ExportedFunction(abi.ExportInitialize); fn != nil {
 		if err := i.call(ctx, abi.ExportInitialize, fn, phaseInit, i.stack[:1]); err != nil {
 			return err

@@ -96,6 +96,55 @@ func capTables(b []byte, m *moduleInfo) ([]byte, error) {
 	return out, nil
 }
 
+// startExport names the export hoistStart makes of a module's start
+// function.
+const startExport = "weir.start"
+
+// hoistStart removes the start section of a module that has one and exports
+// its function as startExport instead, for Instantiate to call. wazero runs
+// a start function inside InstantiateModule, before the instance exists:
+// outside the call deadline (a looping start function would hang the host)
+// and before the host functions can reach the instance's memory. Called
+// right after instantiation, it is run exactly as often and as early as
+// far as the guest can tell. b has passed inspectModule.
+func hoistStart(b []byte, m *moduleInfo) ([]byte, error) {
+	if !m.hasStart {
+		return b, nil
+	}
+	out := make([]byte, 0, len(b)+len(startExport)+8)
+	out = append(out, b[:8]...)
+	r := &reader{b: b, off: 8}
+	for r.off < len(b) {
+		start := r.off
+		id, _ := r.byte()
+		size, _ := r.u32()
+		body, err := r.bytes(uint64(size))
+		if err != nil {
+			return nil, err
+		}
+		switch id {
+		case secStart:
+			// dropped
+		case secExport:
+			s := &reader{b: body}
+			n, err := s.u32()
+			if err != nil {
+				return nil, err
+			}
+			nb := appendULEB(nil, uint64(n)+1)
+			nb = append(nb, body[s.off:]...)
+			nb = appendULEB(nb, uint64(len(startExport)))
+			nb = append(nb, startExport...)
+			nb = append(nb, kindFunc)
+			nb = appendULEB(nb, uint64(m.start))
+			out = appendSection(out, secExport, nb)
+		default:
+			out = append(out, b[start:r.off]...)
+		}
+	}
+	return out, nil
+}
+
 // interruptExport names the added global.
 const interruptExport = "weir.interrupt"
 

@@ -19,6 +19,7 @@ const (
 	secTable    = 4
 	secMemory   = 5
 	secExport   = 7
+	secStart    = 8
 )
 
 const (
@@ -90,6 +91,8 @@ type moduleInfo struct {
 	tables    []memLimits // defined tables' limits, in entries
 	exports   []exportEntry
 	nImported uint32 // imported functions
+	start     uint32 // the start function, if hasStart
+	hasStart  bool
 }
 
 // funcTypeOf returns the type of function index idx.
@@ -272,6 +275,9 @@ func parseModule(b []byte) (*moduleInfo, error) {
 			err = m.parseTables(s)
 		case secExport:
 			err = m.parseExports(s)
+		case secStart:
+			m.start, err = s.u32()
+			m.hasStart = true
 		default:
 			continue
 		}

@@ -105,6 +105,18 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		}
 	}
 
+	if m.hasStart {
+		// The start function becomes an export (hoistStart): check the type
+		// wazero would have checked in the start section.
+		got, ok := m.funcTypeOf(m.start)
+		if !ok {
+			return nil, verr(KindMalformed, "start section names function %d, which has no valid type", m.start)
+		}
+		if got != (funcType{}) {
+			return nil, verr(KindMalformed, "start function %d has type %s, want () -> ()", m.start, got)
+		}
+	}
+
 	var entries uint64
 	for _, t := range m.tables {
 		entries += t.min

@@ -1,0 +1,84 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// instantiateWithin instantiates m in a goroutine and fails the test if
+// that takes longer than a generous hang detector.
+func instantiateWithin(t *testing.T, m *Module, cfg InstanceConfig) (*Instance, error) {
+	t.Helper()
+	type result struct {
+		inst *Instance
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		inst, err := m.Instantiate(context.Background(), cfg)
+		done <- result{inst, err}
+	}()
+	select {
+	case r := <-done:
+		if r.inst != nil {
+			t.Cleanup(func() { r.inst.Close(context.Background()) })
+		}
+		return r.inst, r.err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Instantiate still runs after 30s")
+		return nil, nil
+	}
+}
+
+// TestStartFunction: a module's start function (its start section, which
+// AssemblyScript emits for top-level code) runs under the call deadline
+// like every export, and its failures are one-line typed errors.
+func TestStartFunction(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+
+	m, err := e.Load(ctx, "spin", readFile(t, filepath.Join("testdata", "start_loop.wasm")), Limits{CallTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = instantiateWithin(t, m, InstanceConfig{})
+	var de *DeadlineError
+	if !errors.As(err, &de) || err.Error() != "operator spin: start function: exceeded the 200ms call deadline (stuck; if merely slow, raise its timeout limit)" {
+		t.Fatalf("looping start function: got %v", err)
+	}
+
+	m, err = e.Load(ctx, "abort", readFile(t, filepath.Join("testdata", "start_abort.wasm")), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = instantiateWithin(t, m, InstanceConfig{})
+	var te *TrapError
+	if !errors.As(err, &te) || err.Error() != "operator abort: start function: trap: abort in top-level code (wasm error: unreachable)" {
+		t.Fatalf("aborting start function: got %v", err)
+	}
+
+	// A start function that returns is run once, before weir_init, as
+	// before: an AssemblyScript guest works.
+	code := readFile(t, filepath.Join("..", "..", "guests", "assemblyscript", "examples", "uppercase.wasm"))
+	inst := instantiate(t, e, "as", code, Limits{}, InstanceConfig{})
+	o := newOut()
+	if err := inst.Process(ctx, 0, batchOf(kv{"k", "abc", 1}), o.emit); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := o.port(0), []kv{{"k", "ABC", 1}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// oneLine fails the test unless err is a one-line error.
+func oneLine(t *testing.T, err error) {
+	t.Helper()
+	if err == nil || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("want a one-line error, got %q", err)
+	}
+}
