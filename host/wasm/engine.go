@@ -44,6 +44,9 @@ const (
 	DefaultMemoryBytes   = 64 << 20
 	DefaultCallTimeout   = 5 * time.Second
 	DefaultMaxBatchBytes = 4 << 20
+	// DefaultMaxStateBytes is as large as a task snapshot may be
+	// (host/snapshot.MaxSize): a larger state could not be restored.
+	DefaultMaxStateBytes = 1 << 30
 )
 
 // Limits are the sandbox limits of an operator. Zero fields take the
@@ -59,6 +62,10 @@ type Limits struct {
 	CallTimeout time.Duration
 	// MaxBatchBytes is the largest input batch Process accepts. Default 4 MiB.
 	MaxBatchBytes int
+	// MaxStateBytes is the most one Snapshot may write: the writer is
+	// typically a buffer in host memory, outside the guest's memory
+	// limit. Default DefaultMaxStateBytes (1 GiB).
+	MaxStateBytes int
 }
 
 // withDefaults fills zero fields and caps the memory at 4 GiB.
@@ -77,6 +84,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxBatchBytes <= 0 {
 		l.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if l.MaxStateBytes <= 0 {
+		l.MaxStateBytes = DefaultMaxStateBytes
 	}
 	return l
 }

@@ -128,6 +128,10 @@ func (i *Instance) hostSnapshotWrite(ptr, n uint32) int32 {
 	if i.stateErr != nil {
 		return abi.ErrIO
 	}
+	if len(b) > i.limits.MaxStateBytes-i.stateBytes {
+		return i.faultf(abi.ErrIO, nil, "snapshot_write: state over the %d-byte limit", i.limits.MaxStateBytes)
+	}
+	i.stateBytes += len(b)
 	_, err := i.stateIO(func() (int, error) { return i.snapW.Write(b) })
 	if err != nil {
 		i.stateErr = err

@@ -90,6 +90,7 @@ type Instance struct {
 	pendingBytes int
 	maxEmitBytes int
 	snapW        io.Writer
+	stateBytes   int // written to snapW so far
 	restR        io.Reader
 	restEOF      bool
 	stateErr     error
@@ -333,7 +334,7 @@ func (i *Instance) EndOfInput(ctx context.Context, port int, emit func(port int,
 // Snapshot has the guest write its state to w, in the chunks it passes to
 // snapshot_write.
 func (i *Instance) Snapshot(ctx context.Context, w io.Writer) error {
-	i.snapW, i.stateErr = w, nil
+	i.snapW, i.stateBytes, i.stateErr = w, 0, nil
 	defer func() { i.snapW = nil }()
 	s := i.stack[:1]
 	if err := i.call(ctx, abi.ExportSnapshot, i.fnSnapshot, phaseSnapshot, s); err != nil {
@@ -452,7 +453,14 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 		stop()
 	}
 	if err != nil {
-		err = i.classify(ctx, export, ph, err)
+		if i.fault != nil {
+			// The guest went on after an import refused it (an emit, a
+			// state write) until it trapped or overran its deadline: the
+			// refusal is what went wrong first.
+			err = i.fault
+		} else {
+			err = i.classify(ctx, export, ph, err)
+		}
 		i.fail(err)
 		return err
 	}

@@ -82,3 +82,38 @@ func oneLine(t *testing.T, err error) {
 		t.Fatalf("want a one-line error, got %q", err)
 	}
 }
+
+func bombs(t testing.TB) []byte { return readFile(t, filepath.Join("testdata", "bombs.wasm")) }
+
+// countingWriter counts what it is given and keeps none of it. Past stopAt
+// bytes it fails, so a test of a host that never stops a guest ends.
+type countingWriter struct {
+	n, stopAt int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	if w.n > w.stopAt {
+		return 0, errors.New("test writer: too much state")
+	}
+	return len(p), nil
+}
+
+// TestSnapshotStateLimit: a guest that writes state without end is stopped
+// at the state limit. The task collects a snapshot in memory, so without a
+// limit such a guest takes down the host before its call deadline: it
+// writes its whole memory per call, gigabytes a second.
+func TestSnapshotStateLimit(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "hoard", bombs(t), Limits{CallTimeout: time.Second}, InstanceConfig{Config: []byte("s")})
+	w := &countingWriter{stopAt: 2 * DefaultMaxStateBytes}
+	err := inst.Snapshot(context.Background(), w)
+	if w.n > DefaultMaxStateBytes {
+		t.Fatalf("the writer was handed %d bytes, over the %d-byte limit (%v)", w.n, DefaultMaxStateBytes, err)
+	}
+	oneLine(t, err)
+	var fe *FaultError
+	if !errors.As(err, &fe) || err.Error() != "operator hoard: weir_snapshot: snapshot_write: state over the 1073741824-byte limit (status -4)" {
+		t.Fatalf("got %v", err)
+	}
+}
