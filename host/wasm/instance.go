@@ -638,20 +638,23 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	n := len(p)
 	for len(p) > 0 {
-		k := bytes.IndexByte(p, '\n')
-		if k < 0 {
+		// Look for the end of the line no further than where an over-long
+		// line is cut, so that a huge write costs time linear in its size:
+		// the guest is stopped in here, where no deadline reaches it.
+		room := maxLogLine - len(w.buf)
+		k := bytes.IndexByte(p[:min(len(p), room+1)], '\n')
+		switch {
+		case k >= 0:
+			w.buf = append(w.buf, p[:k]...)
+			p = p[k+1:]
+		case len(p) < room:
 			w.buf = append(w.buf, p...)
-			for len(w.buf) >= maxLogLine { // cut over-long lines
-				rest := append([]byte(nil), w.buf[maxLogLine:]...)
-				w.buf = w.buf[:maxLogLine]
-				w.emit()
-				w.buf = append(w.buf, rest...)
-			}
-			break
+			return n, nil
+		default: // cut an over-long line
+			w.buf = append(w.buf, p[:room]...)
+			p = p[room:]
 		}
-		w.buf = append(w.buf, p[:k]...)
 		w.emit()
-		p = p[k+1:]
 	}
 	return n, nil
 }

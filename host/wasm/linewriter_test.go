@@ -26,4 +26,12 @@ func TestLineWriter(t *testing.T) {
 	if n := strings.Count(logs, "\n"); n != 6 || strings.Contains(logs, strings.Repeat("x", maxLogLine+1)) {
 		t.Fatalf("%d records:\n%s", n, logs)
 	}
+	// Also when its newline comes in the same write.
+	buf.Reset()
+	w.flush()
+	w.Write([]byte(strings.Repeat("y", maxLogLine+1) + "\nz\n"))
+	logs = buf.String()
+	if n := strings.Count(logs, "\n"); n != 4 || strings.Contains(logs, strings.Repeat("y", maxLogLine+1)) || !strings.Contains(logs, "msg=y ") {
+		t.Fatalf("%d records:\n%s", n, logs)
+	}
 }

@@ -3,9 +3,12 @@ package wasm
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -115,5 +118,47 @@ func TestSnapshotStateLimit(t *testing.T) {
 	var fe *FaultError
 	if !errors.As(err, &fe) || err.Error() != "operator hoard: weir_snapshot: snapshot_write: state over the 1073741824-byte limit (status -4)" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// countingHandler counts log records and remembers the longest message.
+type countingHandler struct {
+	mu           sync.Mutex
+	records      int
+	longest      int
+	total        int
+	slog.Handler // for Enabled, WithAttrs, WithGroup
+}
+
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records++
+	h.total += len(r.Message)
+	h.longest = max(h.longest, len(r.Message))
+	return nil
+}
+
+// TestHugeStdoutWrite: one fd_write of a guest's whole memory without a
+// newline is cut into log records in time linear in its size. The host is
+// inside the write, where no deadline can stop it.
+func TestHugeStdoutWrite(t *testing.T) {
+	e := newEngine(t)
+	h := &countingHandler{Handler: slog.NewTextHandler(io.Discard, nil)}
+	inst := instantiate(t, e, "chatty", bombs(t), Limits{}, InstanceConfig{Config: []byte("o"), Logger: slog.New(h)})
+	done := make(chan error, 1)
+	go func() { done <- inst.Process(context.Background(), 0, batchOf(), newOut().emit) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a 63 MiB write to stdout still runs after 30s")
+	}
+	inst.Close(context.Background())
+	want := DefaultMemoryBytes - PageSize
+	if h.total != want || h.longest != maxLogLine || h.records != (want+maxLogLine-1)/maxLogLine {
+		t.Fatalf("%d records of %d bytes in all, the longest %d; want %d bytes in records of %d", h.records, h.total, h.longest, want, maxLogLine)
 	}
 }
