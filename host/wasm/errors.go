@@ -33,7 +33,9 @@ const (
 	KindCommandModule
 	// KindImport: the module imports something outside the allowed set.
 	KindImport
-	// KindMemoryLimit: the module's declared minimum memory is over the limit.
+	// KindMemoryLimit: the module declares more than the host allows of
+	// what takes host memory: a minimum memory over the limit, tables of
+	// too many entries, too many locals.
 	KindMemoryLimit
 )
 

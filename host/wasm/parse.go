@@ -93,6 +93,9 @@ type moduleInfo struct {
 	nImported uint32 // imported functions
 	start     uint32 // the start function, if hasStart
 	hasStart  bool
+	locals    uint64 // locals declared by all defined functions
+	maxLocals uint64 // the most locals one function declares
+	maxFunc   uint32 // the function that declares maxLocals
 }
 
 // funcTypeOf returns the type of function index idx.
@@ -278,6 +281,8 @@ func parseModule(b []byte) (*moduleInfo, error) {
 		case secStart:
 			m.start, err = s.u32()
 			m.hasStart = true
+		case secCode:
+			err = m.parseCode(s)
 		default:
 			continue
 		}
@@ -426,6 +431,52 @@ func (m *moduleInfo) parseExports(r *reader) error {
 			return err
 		}
 		m.exports = append(m.exports, e)
+	}
+	return nil
+}
+
+// parseCode counts the locals each function declares, skipping its
+// instructions.
+func (m *moduleInfo) parseCode(r *reader) error {
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		size, err := r.u32()
+		if err != nil {
+			return err
+		}
+		body, err := r.bytes(uint64(size))
+		if err != nil {
+			return fmt.Errorf("function body %d: %w", i, err)
+		}
+		f := &reader{b: body}
+		k, err := f.count()
+		if err != nil {
+			return fmt.Errorf("function body %d: %w", i, err)
+		}
+		var sum uint64
+		for range k {
+			c, err := f.u32()
+			if err != nil {
+				return fmt.Errorf("function body %d: %w", i, err)
+			}
+			t, err := f.byte()
+			if err != nil {
+				return fmt.Errorf("function body %d: %w", i, err)
+			}
+			if t == 0x63 || t == 0x64 { // (ref null? heaptype)
+				if err := f.sleb(33); err != nil {
+					return fmt.Errorf("function body %d: %w", i, err)
+				}
+			}
+			sum += uint64(c)
+		}
+		m.locals += sum
+		if sum > m.maxLocals {
+			m.maxLocals, m.maxFunc = sum, m.nImported+uint32(i)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -160,5 +161,84 @@ func TestHugeStdoutWrite(t *testing.T) {
 	want := DefaultMemoryBytes - PageSize
 	if h.total != want || h.longest != maxLogLine || h.records != (want+maxLogLine-1)/maxLogLine {
 		t.Fatalf("%d records of %d bytes in all, the longest %d; want %d bytes in records of %d", h.records, h.total, h.longest, want, maxLogLine)
+	}
+}
+
+// withLocals returns testdata/bad/locals.wasm with the single i64 local of
+// each of its first n functions that declare one raised to count locals.
+func withLocals(t *testing.T, n int, count uint64) []byte {
+	t.Helper()
+	b := bad(t, "locals")
+	out := append([]byte(nil), b[:8]...)
+	r := &reader{b: b, off: 8}
+	for r.off < len(b) {
+		start := r.off
+		id, _ := r.byte()
+		size, _ := r.u32()
+		body, err := r.bytes(uint64(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != secCode {
+			out = append(out, b[start:r.off]...)
+			continue
+		}
+		s := &reader{b: body}
+		fns, _ := s.u32()
+		nb := appendULEB(nil, uint64(fns))
+		for range fns {
+			size, _ := s.u32()
+			fn, _ := s.bytes(uint64(size))
+			if n > 0 && bytes.HasPrefix(fn, []byte{1, 1, 0x7e}) { // one i64
+				n--
+				fn = append(append(appendULEB([]byte{1}, count), 0x7e), fn[3:]...)
+			}
+			nb = appendULEB(nb, uint64(len(fn)))
+			nb = append(nb, fn...)
+		}
+		out = appendSection(out, secCode, nb)
+	}
+	if n > 0 {
+		t.Fatalf("%d functions short", n)
+	}
+	return out
+}
+
+// TestLocals: a local declaration is a count and a type, so a module of a
+// few hundred bytes can declare billions of locals, and wazero allocates
+// host memory for each one when it compiles the module (1.3 GiB and 7 s
+// for 50 million). Modules declaring more than real code does are refused
+// before that.
+func TestLocals(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		code   []byte
+		detail string
+	}{
+		{"many functions", withLocals(t, 100, maxFunctionLocals), "declares 5000000 locals in all, over the limit of 4194304"},
+		{"one function", withLocals(t, 1, 1<<32-1), "function 6 declares 4294967295 locals, over the limit of 50000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, check := range []struct {
+				how string
+				err error
+			}{
+				{"Check", Check("m", c.code, Limits{})},
+				{"Load", func() error { _, err := e.Load(ctx, "m", c.code, Limits{}); return err }()},
+				{"Validate", e.Validate(ctx, "m", c.code, Limits{})},
+			} {
+				var ve *ValidationError
+				if !errors.As(check.err, &ve) || !errors.Is(check.err, ErrMemoryLimit) || check.err.Error() != "module m: "+c.detail {
+					t.Fatalf("%s: got %v, want a *ValidationError %q", check.how, check.err, c.detail)
+				}
+			}
+		})
+	}
+	// As many as real code declares load.
+	inst := instantiate(t, e, "m", withLocals(t, 100, 1000), Limits{}, InstanceConfig{})
+	if err := inst.Process(ctx, 0, batchOf(), newOut().emit); err != nil {
+		t.Fatal(err)
 	}
 }

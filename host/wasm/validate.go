@@ -9,6 +9,18 @@ import (
 	"github.com/weirhq/weir/abi"
 )
 
+// A local declaration is a count and a type, so a module of a few bytes
+// can declare billions of locals, and wazero allocates host memory for
+// every declared local when it compiles a module (about 26 bytes each). A
+// function may declare at most maxFunctionLocals, the limit web browsers
+// enforce, so every portable module keeps within it, and a module at most
+// maxModuleLocals in all (real modules declare thousands: a Go guest of
+// 1,900 functions declares 7,400).
+const (
+	maxFunctionLocals = 50000
+	maxModuleLocals   = 1 << 22
+)
+
 // wasiModule is the WASI import module a guest may use.
 const wasiModule = "wasi_snapshot_preview1"
 
@@ -123,6 +135,12 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 	}
 	if entries > maxTableEntries {
 		return nil, verr(KindMemoryLimit, "declares tables of %d entries, over the limit of %d", entries, maxTableEntries)
+	}
+	if m.maxLocals > maxFunctionLocals {
+		return nil, verr(KindMemoryLimit, "function %d declares %d locals, over the limit of %d", m.maxFunc, m.maxLocals, maxFunctionLocals)
+	}
+	if m.locals > maxModuleLocals {
+		return nil, verr(KindMemoryLimit, "declares %d locals in all, over the limit of %d", m.locals, maxModuleLocals)
 	}
 	minBytes := m.memories[mem.index].min * PageSize
 	if minBytes > lim.MemoryBytes {
