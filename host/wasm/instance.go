@@ -449,8 +449,17 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	err := fn.CallWithStack(i.ctx, stack)
 	i.calls.Add(1)
 	i.phase = phaseNone
-	if stop != nil {
-		stop()
+	if stop != nil && !stop() {
+		// The caller's context ended during the call: the interrupt is
+		// set, or about to be.
+		i.callerCanceled.Store(true)
+	}
+	if err == nil && (i.timedOut.Load() || i.callerCanceled.Load()) {
+		// Interrupted while in a host function (a slow logger, say), the
+		// guest returned before a loop iteration could stop it. The call
+		// overran all the same, and the interrupt set for it would stop
+		// some later call of the instance.
+		err = errInterrupted
 	}
 	if err != nil {
 		if i.fault != nil {
@@ -471,6 +480,10 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	}
 	return nil
 }
+
+// errInterrupted is the error of a call that returned after it was
+// interrupted.
+var errInterrupted = errors.New("interrupted")
 
 func (i *Instance) interruptForCaller() {
 	i.callerCanceled.Store(true)

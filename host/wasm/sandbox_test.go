@@ -242,3 +242,30 @@ func TestLocals(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// slowHandler takes its time over every record, like a logger writing to a
+// pipe nobody drains.
+type slowHandler struct {
+	d time.Duration
+	slog.Handler
+}
+
+func (h slowHandler) Handle(context.Context, slog.Record) error {
+	time.Sleep(h.d)
+	return nil
+}
+
+// TestOverrunInHostFunction: a call whose deadline passes while the guest
+// is in a host function, and which returns without another loop iteration
+// (where the interrupt would stop it), fails with the deadline error
+// itself, not the instance's next call.
+func TestOverrunInHostFunction(t *testing.T) {
+	e := newEngine(t)
+	logger := slog.New(slowHandler{d: 2 * time.Second, Handler: slog.NewTextHandler(io.Discard, nil)})
+	inst := instantiate(t, e, "slowlog", bombs(t), Limits{CallTimeout: 100 * time.Millisecond}, InstanceConfig{Config: []byte("l"), Logger: logger})
+	err := inst.Process(context.Background(), 0, batchOf(kv{"k", "v", 1}), newOut().emit)
+	var de *DeadlineError
+	if !errors.As(err, &de) || de.Export != "weir_process" {
+		t.Fatalf("got %v, want the call's deadline error", err)
+	}
+}

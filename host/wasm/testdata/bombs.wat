@@ -4,13 +4,17 @@
 ;;   s  weir_snapshot: snapshot_write the whole memory, over and over, forever
 ;;   o  weir_process: grow memory to the limit, fill it with 'x', and write all
 ;;      of it but the first page to stdout in one fd_write, without a newline
+;;   l  weir_process: log one line with weir.log and return, with no loop after
+;;      it (where a slow host logger makes the call overrun its deadline)
 ;;
 ;; Build: wat2wasm --debug-names bombs.wat -o bombs.wasm
 (module
   (import "weir" "snapshot_write" (func $snapshot_write (param i32 i32) (result i32)))
+  (import "weir" "log" (func $log (param i32 i32 i32)))
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 2)
   (global $mode (mut i32) (i32.const 0))
+  (data (i32.const 16) "slow")
 
   (func (export "weir_abi_v1"))
   (func (export "weir_input") (param $size i32) (result i32) (i32.const 1024))
@@ -21,6 +25,8 @@
 
   (func (export "weir_process") (param $port i32) (param $ptr i32) (param $len i32) (result i32)
     (local $size i32)
+    (if (i32.eq (global.get $mode) (i32.const 108)) ;; 'l'
+      (then (call $log (i32.const 0) (i32.const 16) (i32.const 4))))
     (if (i32.eq (global.get $mode) (i32.const 111)) ;; 'o'
       (then
         (loop $grow
