@@ -99,10 +99,12 @@ type Instance struct {
 	stderr       *lineWriter
 
 	calls          atomic.Uint64 // odd while a call runs
-	timedOut       atomic.Bool
-	callerCanceled atomic.Bool
-	hostIO         atomic.Int64 // ns spent in the snapshot writer / restore reader, ever
-	ioStart        atomic.Int64 // when the current state I/O began, ns since epoch; 0 = none
+	stopMu         sync.Mutex    // serializes stop
+	stopped        atomic.Bool   // the instance was interrupted, once, for one of:
+	timedOut       atomic.Bool   //   the watchdog: the call overran its deadline
+	callerCanceled atomic.Bool   //   the caller's context ended
+	hostIO         atomic.Int64  // ns spent in the snapshot writer / restore reader, ever
+	ioStart        atomic.Int64  // when the current state I/O began, ns since epoch; 0 = none
 	epoch          time.Time
 	wdSeq          uint64 // watchdog's view, touched only by the watchdog
 	wdSince        time.Time
@@ -450,11 +452,11 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	i.calls.Add(1)
 	i.phase = phaseNone
 	if stop != nil && !stop() {
-		// The caller's context ended during the call: the interrupt is
-		// set, or about to be.
-		i.callerCanceled.Store(true)
+		// The caller's context ended during the call: interrupt it, unless
+		// the watchdog did first, and wait for interruptForCaller.
+		i.stop(&i.callerCanceled)
 	}
-	if err == nil && (i.timedOut.Load() || i.callerCanceled.Load()) {
+	if err == nil && i.stopped.Load() {
 		// Interrupted while in a host function (a slow logger, say), the
 		// guest returned before a loop iteration could stop it. The call
 		// overran all the same, and the interrupt set for it would stop
@@ -485,14 +487,21 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 // interrupted.
 var errInterrupted = errors.New("interrupted")
 
-func (i *Instance) interruptForCaller() {
-	i.callerCanceled.Store(true)
-	i.stop()
-}
+func (i *Instance) interruptForCaller() { i.stop(&i.callerCanceled) }
 
-// stop interrupts the running call: an instrumented module traps at its
-// next loop iteration; otherwise wazero sees the canceled context.
-func (i *Instance) stop() {
+// stop interrupts the running call for a reason (timedOut or
+// callerCanceled), unless it was interrupted already: an instrumented
+// module traps at its next loop iteration; otherwise wazero sees the
+// canceled context. The watchdog and the caller's cancellation may call it
+// at once; the first one sets the reason.
+func (i *Instance) stop(reason *atomic.Bool) {
+	i.stopMu.Lock()
+	defer i.stopMu.Unlock()
+	if i.stopped.Load() {
+		return
+	}
+	reason.Store(true)
+	i.stopped.Store(true)
 	if i.interrupt != nil {
 		i.interrupt.Set(1)
 	}
@@ -516,9 +525,8 @@ func (i *Instance) watch(now time.Time) {
 	// Time the host spent streaming state (a slow checkpoint store) is not
 	// the guest's.
 	guest := now.Sub(i.wdSince) - time.Duration(io-i.wdIO)
-	if guest >= i.limits.CallTimeout && !i.timedOut.Load() {
-		i.timedOut.Store(true)
-		i.stop()
+	if guest >= i.limits.CallTimeout && !i.stopped.Load() {
+		i.stop(&i.timedOut)
 	}
 }
 

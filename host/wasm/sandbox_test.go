@@ -269,3 +269,19 @@ func TestOverrunInHostFunction(t *testing.T) {
 		t.Fatalf("got %v, want the call's deadline error", err)
 	}
 }
+
+// TestCancelThenDeadline: the caller's cancellation and then the
+// watchdog both interrupt one call (whose guest waits on a slow logger, so
+// that both happen). The call is interrupted once, for the first reason;
+// under -race this also catches the two racing on the interrupt.
+func TestCancelThenDeadline(t *testing.T) {
+	e := newEngine(t)
+	logger := slog.New(slowHandler{d: 2 * time.Second, Handler: slog.NewTextHandler(io.Discard, nil)})
+	inst := instantiate(t, e, "slowlog", bombs(t), Limits{CallTimeout: 500 * time.Millisecond}, InstanceConfig{Config: []byte("l"), Logger: logger})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	err := inst.Process(ctx, 0, batchOf(kv{"k", "v", 1}), newOut().emit)
+	if !errors.Is(err, context.Canceled) || err.Error() != "operator slowlog: weir_process: interrupted: context canceled" {
+		t.Fatalf("got %v, want the caller's cancellation", err)
+	}
+}
