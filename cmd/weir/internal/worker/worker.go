@@ -446,7 +446,10 @@ type builder struct {
 	d         control.Deploy
 	senders   map[string]stream.Sender
 	receivers map[string]stream.Receiver
-	closers   []func()
+	// closers release the sources, operators and sinks built so far when
+	// the deploy fails (closeAll); once the tasks run, each task releases
+	// its own.
+	closers []func()
 }
 
 func (b *builder) here(task string) bool { return b.d.Assignment[task] == b.w.cfg.ID }
@@ -597,6 +600,10 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A core NATS source subscribes as it is built: a deploy that
+		// fails later must unsubscribe it, or it buffers messages nobody
+		// reads and, in a queue group, takes the next run's share.
+		b.closers = append(b.closers, func() { _ = src.Close() })
 		cfg.Source = src
 	case plan.Operator:
 		op, err := b.operator(ctx, pt)
@@ -613,6 +620,7 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		if err != nil {
 			return nil, err
 		}
+		b.closers = append(b.closers, func() { _ = sk.Close() })
 		if h := b.w.cfg.Hooks; h != nil && h.Sink != nil {
 			sk = h.Sink(b.d.Job, pt.ID, sk)
 		}

@@ -1,0 +1,92 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+// misbehaveJob submits a job named name: a core NATS source on subject
+// in-NAME (parallelism par) → the misbehave test operator with config →
+// a core NATS sink on out-NAME, with restart strategy restart.
+func misbehaveJob(t *testing.T, ctx context.Context, n *Node, name string, par int, config, restart string) {
+	t.Helper()
+	mis, err := filepath.Abs("../../../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse(name+".yaml", []byte(fmt.Sprintf(`name: %[1]s
+sources: [{name: in, kind: nats, subject: in-%[1]s, parallelism: %[2]d}]
+operators: [{name: op, module: %[3]s, config: "%[4]s", inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out-%[1]s, input: {from: op}}]
+checkpointing: {disabled: true}
+restart: %[5]s
+`, name, par, mis, config, restart)), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailedDeployReleasesSources: a deploy that fails at a later task
+// (here an operator whose weir_init fails) must release what it had
+// already built for earlier ones. A core NATS source subscribes as it is
+// built; left behind, its subscription buffered messages nobody reads and,
+// in a parallel source's queue group, took its share of the messages of
+// the job's next run under the same name: they were lost.
+func TestFailedDeployReleasesSources(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	if _, err := n.API.Jobs(ctx); err != nil { // the API's reply subscription is set up
+		t.Fatal(err)
+	}
+	subs := n.Conn.NumSubscriptions()
+
+	misbehaveJob(t, ctx, n, "q", 2, "i", "{strategy: none}")
+	st := waitJob(t, ctx, n, "q", "the failed deploy to end the job", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if st.State != control.JobFailed {
+		t.Fatalf("status %+v, want failed at deploy", st)
+	}
+	settle, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if !poll(settle, func() bool { return n.Conn.NumSubscriptions() == subs }) {
+		t.Errorf("after the failed deploy the connection has %d subscriptions, %d before", n.Conn.NumSubscriptions(), subs)
+	}
+
+	// The same job again, with an operator that passes records through:
+	// its source subtasks must get every message.
+	out, err := n.Conn.SubscribeSync("out-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	misbehaveJob(t, ctx, n, "q", 2, "p", "{strategy: none}")
+	waitJob(t, ctx, n, "q", "the job running again", running)
+	// The source tasks subscribe as they are built, before the job runs.
+	const count = 200
+	for i := 0; i < count; i++ {
+		if err := n.Conn.Publish("in-q", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := 0
+	for got < count {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := out.NextMsgWithContext(c)
+		cancel()
+		if err != nil {
+			break
+		}
+		got++
+	}
+	if got != count {
+		t.Errorf("the job's next run got %d of %d messages", got, count)
+	}
+}
