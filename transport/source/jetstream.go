@@ -727,7 +727,8 @@ func (s *JetStream) Close() error {
 	return s.stopLocked()
 }
 
-// stopLocked stops every consumer started and waits for their readers.
+// stopLocked stops every consumer started, waits for their readers and
+// deletes the consumers on the server.
 func (s *JetStream) stopLocked() error {
 	for _, l := range s.lanes {
 		if l.it != nil {
@@ -736,6 +737,14 @@ func (s *JetStream) stopLocked() error {
 		}
 	}
 	if s.waitRun(stopGrace) {
+		// Stopping an ordered consumer's iterator leaves the consumer on
+		// the server until its inactivity threshold (five minutes): those
+		// of canceled and failed-over attempts would count against the
+		// stream's and the account's consumer limits. A server that is
+		// down is not waited for: it lets them expire.
+		if nc := s.js.Conn(); nc != nil && nc.IsConnected() {
+			s.deleteConsumers()
+		}
 		return nil
 	}
 	// Stopping an iterator while its ordered consumer recreates itself
@@ -743,17 +752,26 @@ func (s *JetStream) stopLocked() error {
 	// reader waits on it forever (nats.go v1.55.0). Deleting the consumer on
 	// the server wakes it: the ordered consumer sees it is stopped and ends
 	// the iteration.
-	dctx, cancel := context.WithTimeout(context.Background(), stopGrace)
-	for _, l := range s.lanes {
-		if l.cons != nil {
-			_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, l.cons.CachedInfo().Name)
-		}
-	}
-	cancel()
+	s.deleteConsumers()
 	if !s.waitRun(closeTimeout) {
 		return fmt.Errorf("jetstream source %s: the consumers did not stop within %s", s.cfg.Stream, stopGrace+closeTimeout)
 	}
 	return nil
+}
+
+// deleteConsumers deletes the lanes' consumers on the server, best
+// effort, within stopGrace.
+func (s *JetStream) deleteConsumers() {
+	dctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+	defer cancel()
+	for _, l := range s.lanes {
+		if l.cons == nil {
+			continue
+		}
+		if info := l.cons.CachedInfo(); info != nil {
+			_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, info.Name)
+		}
+	}
 }
 
 // stopGrace is how long Close waits for the reader after stopping the

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -88,5 +91,74 @@ func TestFailedDeployReleasesSources(t *testing.T) {
 	}
 	if got != count {
 		t.Errorf("the job's next run got %d of %d messages", got, count)
+	}
+}
+
+// TestCanceledJobLeavesNoConsumers: a JetStream source's ordered consumer
+// must go with its task. Left on the server (until its five-minute
+// inactivity threshold), the consumers of canceled and failed-over
+// attempts count against the stream's consumer limit (and an account's):
+// here the third run of a job on a stream allowing two consumers could not
+// start.
+func TestCanceledJobLeavesNoConsumers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "uppercase")
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "LIMITED", Subjects: []string{"limited"}, MaxConsumers: 2})
+	stream, err := n.JS.Stream(ctx, "LIMITED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	spec, err := jobspec.Parse("limited.yaml", []byte(`name: limited
+sources: [{name: in, kind: jetstream, stream: LIMITED}]
+operators: [{name: upper, module: `+mods["uppercase"]+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out-limited, input: {from: upper}}]
+checkpointing: {disabled: true}
+restart: {strategy: none}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := n.Conn.SubscribeSync("out-limited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := 1; run <= 3; run++ {
+		if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprintf("run %d", run)
+		if _, err := n.JS.Publish(ctx, "limited", []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		// Each run reads the stream from its start: the last message is
+		// this run's.
+		var got string
+		for got != strings.ToUpper(msg) {
+			c, cancel := context.WithTimeout(ctx, 10*time.Second)
+			m, err := out.NextMsgWithContext(c)
+			cancel()
+			if err != nil {
+				st, _ := n.API.Job(ctx, "limited")
+				t.Fatalf("run %d: no output %q (job %s: %s)", run, strings.ToUpper(msg), st.State, st.Reason)
+			}
+			got = string(m.Data)
+		}
+		if st, err := n.API.CancelJob(ctx, "limited"); err != nil || st.State != control.JobCanceled {
+			t.Fatalf("run %d: cancel: %+v, %v", run, st, err)
+		}
+		settle, stop := context.WithTimeout(ctx, 10*time.Second)
+		ok := poll(settle, func() bool { return consumers() == 0 })
+		stop()
+		if !ok {
+			t.Errorf("run %d canceled: the stream has %d consumers", run, consumers())
+		}
 	}
 }
