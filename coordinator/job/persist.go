@@ -12,6 +12,7 @@ import (
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -41,6 +42,11 @@ type record struct {
 	Latest int64 `json:"latest,omitempty"`
 	// Failures are the status's failure history.
 	Failures []control.Failure `json:"failures,omitempty"`
+	// Modules are the operators' modules as resolved at submit (by
+	// operator): a resumed job runs the code it was submitted with, not
+	// what its references name now. Records written before they were kept
+	// have none; their references are resolved again.
+	Modules map[string]control.Module `json:"modules,omitempty"`
 }
 
 const recordPrefix = "jobs/"
@@ -56,7 +62,7 @@ func (j *job) persist() {
 	j.mu.Lock()
 	rec := record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.st.LatestCheckpoint, Failures: slices.Clone(j.st.Failures), Reserved: j.reserved}
+		Latest: j.st.LatestCheckpoint, Failures: slices.Clone(j.st.Failures), Reserved: j.reserved, Modules: j.modules}
 	if j.initial != nil {
 		rec.From = j.initial.ID
 		if j.initial.Job != j.spec.Name {
@@ -156,9 +162,19 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 			from = md
 		}
 	}
-	p, mods, err := m.prepare(ctx, rec.Spec)
+	// Not prepare: the spec was accepted at submit. Its modules stay the
+	// ones resolved then, and a stream it names that is missing now was
+	// deleted since, which the restart strategy bounds (as without a
+	// coordinator restart); refusing it here dropped the job.
+	p, err := plan.Build(rec.Spec)
 	if err != nil {
-		return err
+		return fmt.Errorf("plan: %w", err)
+	}
+	mods := rec.Modules
+	if mods == nil {
+		if mods, err = m.resolveModules(ctx, rec.Spec); err != nil {
+			return err
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

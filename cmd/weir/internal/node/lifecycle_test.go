@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/guests/go/guestbuild"
 )
 
 // misbehaveJob submits a job named name: a core NATS source on subject
@@ -160,5 +162,155 @@ restart: {strategy: none}
 		if !ok {
 			t.Errorf("run %d canceled: the stream has %d consumers", run, consumers())
 		}
+	}
+}
+
+// restartable starts a node (coordinator and one worker on an embedded
+// server) on dir; start again after Close is a coordinator restart.
+func restartable(t *testing.T, ctx context.Context, dir string) *Node {
+	t.Helper()
+	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCoordinatorRestartKeepsTheModule: a job runs the module it was
+// submitted with, pinned by digest, also after the coordinator restarts.
+// A resumed job resolved its module reference again: a name without a
+// version then took the newest version pushed since, and the job silently
+// went on with other code over the old one's state.
+func TestCoordinatorRestartKeepsTheModule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	n := restartable(t, ctx, dir)
+	defer func() { n.Close() }()
+	upper := guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase")
+	mis, err := os.ReadFile("../../../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Registry.Push(ctx, "op", upper, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse("pinned.yaml", []byte(`name: pinned
+sources: [{name: in, kind: nats, subject: in-pinned}]
+operators: [{name: op, module: op, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out-pinned, input: {from: op}}]
+checkpointing: {interval: 50ms}
+restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	// echo publishes v until the job outputs something, and returns that.
+	echo := func(v string) string {
+		t.Helper()
+		out, err := n.Conn.SubscribeSync("out-pinned")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Unsubscribe()
+		var got string
+		waitUntil(t, ctx, "output of "+v, func() bool {
+			if err := n.Conn.Publish("in-pinned", []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			m, err := out.NextMsg(200 * time.Millisecond)
+			if err == nil {
+				got = string(m.Data)
+			}
+			return err == nil
+		})
+		return got
+	}
+	waitJob(t, ctx, n, "pinned", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 })
+	if got := echo("before"); got != "BEFORE" {
+		t.Fatalf("output %q, want BEFORE", got)
+	}
+	// A new version of op (misbehave passes records through unchanged).
+	if _, err := n.Registry.Push(ctx, "op", mis, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, err := n.API.Job(ctx, "pinned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	n = restartable(t, ctx, dir)
+	waitJob(t, ctx, n, "pinned", "the job resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > before.Attempt && st.LatestCheckpoint > before.LatestCheckpoint
+	})
+	if got := echo("after"); got != "AFTER" {
+		t.Errorf("after the coordinator restart the job outputs %q for %q: it runs another module than it was submitted with", got, "after")
+	}
+}
+
+// TestCoordinatorRestartKeepsAJobWhoseStreamIsGone: a job whose source
+// stream was deleted fails over per its restart strategy until the stream
+// is back. A restarted coordinator checked the stream as
+// at a submit and dropped the job: it was no longer listed, with no
+// reason, and did not run when the stream came back.
+func TestCoordinatorRestartKeepsAJobWhoseStreamIsGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	n := restartable(t, ctx, dir)
+	defer func() { n.Close() }()
+	upper := filepath.Join(dir, "uppercase.wasm")
+	if err := os.WriteFile(upper, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	streamCfg := jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone"}}
+	mustStream(t, ctx, n.JS, streamCfg)
+	spec, err := jobspec.Parse("gone.yaml", []byte(`name: gone
+sources: [{name: in, kind: jetstream, stream: GONE}]
+operators: [{name: upper, module: `+upper+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out-gone, input: {from: upper}}]
+checkpointing: {interval: 50ms}
+restart: {strategy: fixed-delay, delay: 200ms, attempts: 1000}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "gone", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 })
+	// Nothing was read: the checkpoints' offset fits the new stream.
+	if err := n.JS.DeleteStream(ctx, "GONE"); err != nil {
+		t.Fatal(err)
+	}
+
+	n.Close()
+	n = restartable(t, ctx, dir)
+	settle, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	var st control.JobStatus
+	if !poll(settle, func() bool {
+		s, err := n.API.Job(ctx, "gone")
+		st = s
+		return err == nil && s.Restarts >= 1 // failing over in the new coordinator
+	}) {
+		_, err := n.API.Job(ctx, "gone")
+		t.Fatalf("after the coordinator restart: %+v, %v; want the job restarting until its stream is back", st, err)
+	}
+	t.Logf("without its stream: %s, %s", st.State, st.Reason)
+	out, err := n.Conn.SubscribeSync("out-gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStream(t, ctx, n.JS, streamCfg)
+	if _, err := n.JS.Publish(ctx, "gone", []byte("back")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := out.NextMsgWithContext(ctx); err != nil || string(m.Data) != "BACK" {
+		t.Fatalf("once the stream is back: %v, %v", m, err)
 	}
 }
