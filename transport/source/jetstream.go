@@ -712,7 +712,8 @@ func (s *JetStream) CheckpointComplete(ctx context.Context, id int64, offset []b
 	return nil
 }
 
-// Close stops the consumers; a blocked Poll returns.
+// Close stops the consumers and deletes them on the server (not when the
+// connection is down); a blocked Poll returns.
 func (s *JetStream) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
