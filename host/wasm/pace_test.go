@@ -47,20 +47,35 @@ func spinPerMillisecond(t *testing.T, e *Engine) uint32 {
 // 250 ms needs a stall of 750 ms to overrun it: with a 400 ms deadline a
 // 300 ms burst of CPU contention (another test binary starting beside this
 // one on a 2-core machine) was enough.
+//
+// A machine shared with other test binaries can still stall a piece that
+// long: a run that fails on its deadline is tried again, twice at most.
+// Without pacing every run fails.
 func TestSlowOperatorBacklogFitsDeadline(t *testing.T) {
 	e := newEngine(t)
-	spin := spinPerMillisecond(t, e)
 	const timeout, records = time.Second, 3000 // ~3 s of work: 3 deadlines
-	inst := instantiate(t, e, "slow", misbehave(t), Limits{CallTimeout: timeout}, InstanceConfig{Config: slowConfig(spin)})
-	inst.pace = newPacer(timeout)
 	batch := benchBatch(records)
-	var calls int
-	o := newOut()
-	start := time.Now()
-	err := inst.Process(context.Background(), 0, batch, func(port int, b []byte) error {
-		calls++
-		return o.emit(port, b)
-	})
+	var (
+		calls int
+		o     *out
+		start time.Time
+		err   error
+	)
+	for try := 1; try <= 3; try++ {
+		spin := spinPerMillisecond(t, e)
+		inst := instantiate(t, e, "slow", misbehave(t), Limits{CallTimeout: timeout}, InstanceConfig{Config: slowConfig(spin)})
+		inst.pace = newPacer(timeout)
+		calls, o, start = 0, newOut(), time.Now()
+		err = inst.Process(context.Background(), 0, batch, func(port int, b []byte) error {
+			calls++
+			return o.emit(port, b)
+		})
+		var de *DeadlineError
+		if !errors.As(err, &de) {
+			break
+		}
+		t.Logf("run %d: after %v: %v", try, time.Since(start), err)
+	}
 	if err != nil {
 		t.Fatalf("after %v: %v", time.Since(start), err)
 	}
