@@ -270,3 +270,24 @@ func TestChannelFailsMidAlignment(t *testing.T) {
 		t.Fatalf("spill files left: %v", ents)
 	}
 }
+
+// A priority barrier that reaches a blocked channel goes back behind the
+// data it overtook; when that data overflows the alignment buffer, the
+// checkpoint is declined and the buffer released. The barrier must still
+// come after the released data: the data precedes it on its channel and
+// belongs to its checkpoint.
+func TestDeferredBarrierAfterDeclinedBuffer(t *testing.T) {
+	big := strings.Repeat("a", 100)
+	ch0 := concat(plain(b(1)), priority(2, rec("a", big)), plain(eop))
+	ch1 := plain(rec("x", "x"), rec("y", "y"), b(1), b(2), eop)
+	store, rc, _ := runScripted(t, host.Checkpointing{Mode: barrier.AlignedTimeout, AlignmentTimeout: time.Hour, MaxBufferedBytes: 50}, ch0, ch1)
+	if len(rc.declines) != 1 || !strings.HasPrefix(rc.declines[0], "x 1 declined") || rc.handle(2, "x") == "" {
+		t.Fatalf("declines %v acks %v", rc.declines, rc.acks)
+	}
+	// Before barrier 2: a (channel 0), x and y (channel 1).
+	s2 := readSnap(t, store, rc.handle(2, "x"))
+	if n := int(binary.LittleEndian.Uint64(s2.ModuleState)) + recordsIn(s2.Inputs); n != 3 {
+		t.Fatalf("checkpoint 2 holds %d records (state %d + channel state %d), want 3",
+			n, binary.LittleEndian.Uint64(s2.ModuleState), recordsIn(s2.Inputs))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -630,6 +631,15 @@ func (t *Task) deliver(ctx context.Context, ch int, d stream.Delivery) error {
 	for len(t.deferred[ch]) > 0 && t.deferred[ch][0].remaining <= 0 {
 		bd := t.deferred[ch][0].d
 		t.deferred[ch] = t.deferred[ch][1:]
+		if len(t.replay) > 0 {
+			// Overtaken elements went into the alignment buffer, which was
+			// then released (its checkpoint declined, say): they are
+			// replayed, and the barrier must come after them. The replay
+			// holds nothing older (the channels are polled only when it
+			// is empty), so its bottom comes after all of them.
+			t.replay = slices.Insert(t.replay, 0, &sequence{mem: []tagged{{ch: ch, e: bd.Element}}})
+			continue
+		}
 		if err := t.dispatch(ctx, ch, bd); err != nil {
 			return err
 		}
