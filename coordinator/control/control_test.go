@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -416,4 +417,76 @@ func TestNewTaskStatus(t *testing.T) {
 	if st := NewTaskStatus("op-0", "w1", first, &first); st.InRate != 0 || st.Busy != 0 {
 		t.Errorf("no time between reports: %+v", st)
 	}
+}
+
+// slowCancelWorker blocks a cancel of job "slow" until release is closed.
+type slowCancelWorker struct {
+	recWorker
+	release  chan struct{}
+	canceled chan struct{}
+}
+
+func (w *slowCancelWorker) Cancel(ctx context.Context, c Cancel) error {
+	if c.Job == "slow" {
+		close(w.canceled)
+		<-w.release
+	}
+	return w.rec("cancel " + c.Job)
+}
+
+func (w *slowCancelWorker) Trigger(_ context.Context, t Trigger) error {
+	return w.rec(fmt.Sprintf("trigger %s %d", t.Job, t.CheckpointID))
+}
+
+// A job whose cancel takes long (a sink finishing its commits) holds up
+// neither the checkpoints of another job on the same worker nor their
+// order; its own requests wait behind it, in order.
+func TestWorkerServesJobsApart(t *testing.T) {
+	nc := embeddedtest.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	co := NewCoordinator(nc, &recCoord{joined: make(chan string, 4), lost: make(chan string, 4)}, CoordinatorOptions{HeartbeatTimeout: time.Minute})
+	ready := make(chan struct{})
+	go func() { _ = co.Run(ctx, ready) }()
+	<-ready
+	sw := &slowCancelWorker{release: make(chan struct{}), canceled: make(chan struct{})}
+	w := NewWorker(nc, "w1", sw, WorkerOptions{HeartbeatInterval: 50 * time.Millisecond})
+	wready := make(chan struct{})
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _ = w.Run(ctx, wready) }()
+	<-wready
+
+	cancelDone := make(chan error, 1)
+	go func() { cancelDone <- co.Cancel(ctx, "w1", Cancel{Job: "slow", Attempt: 1}) }()
+	<-sw.canceled
+	// The slow job's next request queues behind its cancel.
+	triggerDone := make(chan error, 1)
+	go func() {
+		triggerDone <- co.Trigger(ctx, "w1", Trigger{Job: "slow", Attempt: 1, CheckpointID: 9})
+	}()
+	for id := int64(1); id <= 3; id++ {
+		if err := co.Trigger(ctx, "w1", Trigger{Job: "other", Attempt: 1, CheckpointID: id}); err != nil {
+			t.Fatalf("trigger of the other job while the slow one cancels: %v", err)
+		}
+	}
+	select {
+	case err := <-triggerDone:
+		t.Fatalf("the slow job's trigger ran before its cancel ended: %v", err)
+	default:
+	}
+	close(sw.release)
+	if err := <-cancelDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-triggerDone; err != nil {
+		t.Fatal(err)
+	}
+	sw.mu.Lock()
+	got := strings.Join(sw.got, ", ")
+	sw.mu.Unlock()
+	if got != "trigger other 1, trigger other 2, trigger other 3, cancel slow, trigger slow 9" {
+		t.Errorf("handled %s", got)
+	}
+	cancel()
+	<-wdone
 }

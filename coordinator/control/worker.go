@@ -14,7 +14,10 @@ import (
 )
 
 // WorkerHandler is what a worker does on the coordinator's requests. An
-// error is sent back as the reply. Calls come one at a time, in order.
+// error is sent back as the reply. The calls of one job come one at a
+// time, in order; those of different jobs may come at the same time, so
+// that a job whose cancel or stop takes long (a sink finishing its
+// commits) does not hold up the checkpoints of the others.
 type WorkerHandler interface {
 	Deploy(ctx context.Context, d Deploy) error
 	Cancel(ctx context.Context, c Cancel) error
@@ -103,15 +106,68 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 		}
 	}()
 	defer wg.Wait()
+	q := jobQueues{run: func(m *nats.Msg) { respond(m, replyFor(w.dispatch(ctx, m))) }}
+	defer q.wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case m := <-msgs:
-			respond(m, replyFor(w.dispatch(ctx, m)))
+			q.add(m)
 		}
 	}
 }
+
+// jobQueues runs requests one job at a time, in arrival order: a goroutine
+// per job with requests pending, gone once they are done.
+type jobQueues struct {
+	run func(*nats.Msg)
+
+	mu      sync.Mutex
+	pending map[string][]*nats.Msg // job → requests not yet run; present while its goroutine runs
+	wg      sync.WaitGroup
+}
+
+// add queues m behind the requests of its job, starting the job's
+// goroutine if it has none. A request whose job cannot be read is run in
+// the queue of job "", where dispatch refuses it.
+func (q *jobQueues) add(m *nats.Msg) {
+	var hdr struct {
+		Job string `json:"job"`
+	}
+	_ = json.Unmarshal(m.Data, &hdr)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.pending == nil {
+		q.pending = map[string][]*nats.Msg{}
+	}
+	queued, running := q.pending[hdr.Job]
+	q.pending[hdr.Job] = append(queued, m)
+	if !running {
+		q.wg.Add(1)
+		go q.drain(hdr.Job)
+	}
+}
+
+func (q *jobQueues) drain(job string) {
+	defer q.wg.Done()
+	for {
+		q.mu.Lock()
+		ms := q.pending[job]
+		if len(ms) == 0 {
+			delete(q.pending, job)
+			q.mu.Unlock()
+			return
+		}
+		m := ms[0]
+		q.pending[job] = ms[1:]
+		q.mu.Unlock()
+		q.run(m)
+	}
+}
+
+// wait waits for the requests being run and those queued.
+func (q *jobQueues) wait() { q.wg.Wait() }
 
 func (w *Worker) heartbeat() {
 	hb := Heartbeat{Worker: w.info}

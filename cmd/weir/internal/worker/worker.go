@@ -362,8 +362,8 @@ func (w *Worker) Stop(ctx context.Context, s control.Stop) error {
 	if at == nil {
 		return fmt.Errorf("job %s attempt %d is not running here", s.Job, s.Attempt)
 	}
-	// Handlers run one at a time: a sink that cannot finish its commits
-	// must not hold up the cancel that follows.
+	// A job's handlers run one at a time: a sink that cannot finish its
+	// commits must not hold up the cancel that follows.
 	ctx, cancel := context.WithTimeout(ctx, restTimeout)
 	defer cancel()
 	var errs []error
