@@ -248,8 +248,9 @@ func TestFilterConfigError(t *testing.T) {
 	}
 }
 
-// TestBadStateFails: restoring a truncated snapshot, or one with an unknown
-// version byte, fails the restore in every language.
+// TestBadStateFails: restoring a truncated snapshot, one with an unknown
+// version byte, or one with bytes after its end, fails the restore in
+// every language.
 func TestBadStateFails(t *testing.T) {
 	e := newEngine(t)
 	for _, ex := range []string{"wordcount", "join", "keyedcount"} {
@@ -260,6 +261,7 @@ func TestBadStateFails(t *testing.T) {
 		bad := map[string][]byte{
 			"truncated":       snap[:len(snap)-1],
 			"unknown version": append([]byte{9}, snap[1:]...),
+			"trailing bytes":  append(bytes.Clone(snap), 0),
 		}
 		for _, lang := range languages {
 			m := load(t, e, lang, ex)

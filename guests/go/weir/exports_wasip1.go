@@ -126,8 +126,17 @@ func exportRestore() (status int32) {
 	if err := st.op.Restore(&st.sr); err != nil {
 		return fail(err)
 	}
+	// Bytes Restore left unread mean the state is not what it expects (as
+	// in the other SDKs): fail rather than run on a partial restore.
+	if end, err := st.sr.atEnd(); err != nil {
+		return fail(err)
+	} else if !end {
+		return fail(errTrailingState)
+	}
 	return abi.OK
 }
+
+var errTrailingState = errors.New("weir: state has trailing bytes")
 
 //go:wasmexport weir_checkpoint_complete
 func exportCheckpointComplete(id int64) (status int32) {

@@ -148,6 +148,21 @@ func (r *StateReader) fill() error {
 	return nil
 }
 
+// atEnd reports whether the whole state stream has been read.
+func (r *StateReader) atEnd() (bool, error) {
+	if r.off < r.end {
+		return false, nil
+	}
+	switch err := r.fill(); err {
+	case nil:
+		return false, nil
+	case io.EOF:
+		return true, nil
+	default:
+		return false, err
+	}
+}
+
 func (r *StateReader) reset() {
 	r.off, r.end, r.eof, r.err = 0, 0, false, nil
 }

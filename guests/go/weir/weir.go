@@ -23,7 +23,9 @@ type Operator interface {
 	// Snapshot writes all state that affects future output to w.
 	Snapshot(w *StateWriter) error
 	// Restore reads back what Snapshot wrote, into a freshly initialised
-	// operator. A task without state gets an empty stream.
+	// operator. A task without state gets an empty stream. Bytes left
+	// unread when Restore returns fail the restore ("weir: state has
+	// trailing bytes").
 	Restore(r *StateReader) error
 }
 
