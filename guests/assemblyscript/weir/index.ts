@@ -174,7 +174,8 @@ export class Emitter {
   error: string | null = null;
 
   /** Appends a record whose value is valueLen bytes the caller fills in at
-   * the returned address (valid until the callback returns). */
+   * the returned address. It is valid until the next emit: a later emit may
+   * move the batch, so fill one record's value before emitting another. */
   emitAlloc(port: i32, keyPtr: usize, keyLen: i32, valueLen: i32, ts: i64): usize {
     if (port < 0 || port >= MAX_PORTS) {
       if (this.error === null) this.error = "weir: emit to output port " + port.toString() + ": out of range";
