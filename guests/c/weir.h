@@ -327,12 +327,26 @@ static inline int weir__reserve(weir__buf *b, uint32_t more) {
     return 0;
 }
 
+/* weir__emit_failed fails the call an emit is in: the first failure's
+ * message goes to the host at once, so it is the call's error also when the
+ * callback returns WEIR_ERR without a message of its own. */
+static inline uint8_t *weir__emit_failed(const char *msg) {
+    if (!weir__rt.pending) {
+        weir__rt.pending = msg;
+        weir_fail(msg);
+    }
+    return NULL;
+}
+
 /* weir_emit_alloc appends a record with the given key and a value of
  * value_len bytes to output port port's batch and returns the value's bytes
- * for the caller to fill (valid until the callback returns). It returns NULL
- * for a bad port or when memory runs out; the call then fails. */
+ * for the caller to fill. They are valid until the next emit: a later emit
+ * may move the batch, so fill one record's value before emitting another.
+ * It returns NULL for a bad port or when memory runs out, having set the
+ * error message; the call then fails (return WEIR_ERR). */
 static inline uint8_t *weir_emit_alloc(uint32_t port, weir_bytes key, uint32_t value_len, int64_t ts) {
     if (port >= WEIR_MAX_PORTS) {
+        if (weir__rt.pending) return NULL;
         /* "weir: emit to output port N: past WEIR_MAX_PORTS (M; ...)" */
         static char msg[128];
         static const char a[] = "weir: emit to output port ", b[] = ": past WEIR_MAX_PORTS (",
@@ -345,8 +359,7 @@ static inline uint8_t *weir_emit_alloc(uint32_t port, weir_bytes key, uint32_t v
         n += sizeof b - 1;
         n += weir__format_u32(WEIR_MAX_PORTS, msg + n);
         memcpy(msg + n, c, sizeof c); /* with the NUL */
-        if (!weir__rt.pending) weir__rt.pending = msg;
-        return NULL;
+        return weir__emit_failed(msg);
     }
     weir__buf *b = &weir__rt.out[port];
     if (b->len == 0) {
@@ -364,12 +377,12 @@ static inline uint8_t *weir_emit_alloc(uint32_t port, weir_bytes key, uint32_t v
     weir__rt.out_count[port]++;
     return p + 16 + key.len;
 oom:
-    weir__rt.pending = "weir: out of memory while emitting";
-    return NULL;
+    return weir__emit_failed("weir: out of memory while emitting");
 }
 
 /* weir_emit appends one record to output port port's batch; key and value
- * are copied. The batch goes to the host when the callback returns. */
+ * are copied. The batch goes to the host when the callback returns. On
+ * failure it returns WEIR_ERR with the message set, as weir_emit_alloc. */
 static inline int weir_emit(uint32_t port, weir_bytes key, weir_bytes value, int64_t ts) {
     uint8_t *v = weir_emit_alloc(port, key, value.len, ts);
     if (!v) return WEIR_ERR;

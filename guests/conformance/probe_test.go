@@ -17,7 +17,8 @@ import (
 // probes are each SDK's probe operator (guests/*/sdktest/probe.*): record
 // i of a batch goes to output port (i+1)%2 unchanged; the value "trap"
 // traps, "panic" panics (aborts) with "probe: panic", "fail" fails the call
-// with "probe: fail", "log" is also logged at warn level as "probe: log"; end
+// with "probe: fail", "log" is also logged at warn level as "probe: log",
+// "badport" is emitted to output port 2000 (past every SDK's limit); end
 // of input on port p emits eoi=p on port 0; checkpoint completion fails with
 // "probe: negative checkpoint" for id < 0; snapshot writes u8 1, bytes
 // "probe", i64 -2, which restore checks.
@@ -120,6 +121,18 @@ func TestSDKProbe(t *testing.T) {
 
 			if !errors.As(err, &oe) || oe.RecordIndex != 1 {
 				t.Errorf("failing call: %v, want the error at record 1", err)
+			}
+
+			// An emit the SDK refuses (a port past its limit) fails the call
+			// with the SDK's message, however the operator passes the
+			// failure on (C: `if (weir_emit(...)) return WEIR_ERR;`).
+			got = nil
+			err = newInst().Process(ctx, 0, records("a", "badport"), collect)
+			if !errors.As(err, &oe) || !strings.HasPrefix(oe.Message, "weir: emit to output port 2000") {
+				t.Errorf("emit to port 2000: %v, want an operator error with a message starting %q", err, "weir: emit to output port 2000")
+			}
+			if len(got) != 0 {
+				t.Errorf("a call with a refused emit emitted %d batches", len(got))
 			}
 
 			err = newInst().Process(ctx, 0, records("a", "b", "trap"), collect)

@@ -8,6 +8,8 @@
 //   - a record whose value is "panic" throws "probe: panic" (the host
 //     reports the message and the cursor with the trap);
 //   - a record whose value is "log" is also logged at warn level as "probe: log";
+//   - a record whose value is "badport" is emitted to output port 2000, past
+//     every SDK's port limit, which fails the call with the SDK's message;
 //   - end of input on port p emits key "eoi", value the decimal p, on port 0;
 //   - checkpointComplete(id) fails with "probe: negative checkpoint" for id < 0;
 //   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
@@ -32,7 +34,8 @@ class Probe extends Operator {
       if (is(input.valuePtr, input.valueLen, "fail")) return "probe: fail";
       if (input.valueString() == "panic") throw new Error("probe: " + input.valueString());
       if (is(input.valuePtr, input.valueLen, "log")) log(LOG_WARN, "probe: log");
-      out.emit((input.index + 1) % 2, input.keyPtr, input.keyLen, input.valuePtr, input.valueLen, input.timestamp);
+      const port = is(input.valuePtr, input.valueLen, "badport") ? 2000 : (input.index + 1) % 2;
+      out.emit(port, input.keyPtr, input.keyLen, input.valuePtr, input.valueLen, input.timestamp);
     }
     return null;
   }

@@ -8,6 +8,8 @@
  *   - a record whose value is "panic" aborts with "probe: panic" (the host
  *     reports the message and the cursor with the trap);
  *   - a record whose value is "log" is also logged at warn level as "probe: log";
+ *   - a record whose value is "badport" is emitted to output port 2000, past
+ *     every SDK's port limit, which fails the call with the SDK's message;
  *   - end of input on port p emits key "eoi", value the decimal p, on port 0;
  *   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0;
  *   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
@@ -33,7 +35,8 @@ static int process(uint32_t port, weir_batch *in) {
         if (is(r.value, "fail")) return weir_fail("probe: fail");
         if (is(r.value, "panic")) weir_abort("probe: panic");
         if (is(r.value, "log")) weir_log(WEIR_LOG_WARN, "probe: log");
-        if (weir_emit((i + 1) % 2, r.key, r.value, r.timestamp)) return WEIR_ERR;
+        uint32_t out = is(r.value, "badport") ? 2000 : (i + 1) % 2;
+        if (weir_emit(out, r.key, r.value, r.timestamp)) return WEIR_ERR;
     }
     return WEIR_OK;
 }

@@ -8,6 +8,8 @@
 //!   - a record whose value is "panic" panics with "probe: panic" (the host
 //!     reports the message and the cursor with the trap);
 //!   - a record whose value is "log" is also logged at warn level as "probe: log";
+//!   - a record whose value is "badport" is emitted to output port 2000, past
+//!     every SDK's port limit, which fails the call with the SDK's message;
 //!   - end of input on port p emits key "eoi", value the decimal p, on port 0;
 //!   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0;
 //!   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
@@ -23,6 +25,7 @@ impl Operator for Probe {
         for (i, r) in input.enumerate() {
             match r.value {
                 b"trap" => core::arch::wasm32::unreachable(),
+                b"badport" => out.emit(2000, r.key, r.value, r.timestamp),
                 b"fail" => return Err("probe: fail".into()),
                 b"panic" => panic!("probe: panic"),
                 b"log" => {
