@@ -169,3 +169,33 @@ func TestSDKProbe(t *testing.T) {
 		})
 	}
 }
+
+// TestSDKConstructorFailure: an operator whose constructor fails (a Rust
+// panic in the expression handed to weir::operator!) fails the instance
+// with its message.
+func TestSDKConstructorFailure(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	for name, path := range map[string]string{
+		"rust": filepath.Join("..", "rust", "sdktest", "badctor.wasm"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run guests/build.sh)", err)
+			}
+			m, err := e.Load(ctx, name+"-badctor", code, wasm.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{})
+			if err == nil {
+				inst.Close(ctx)
+				t.Fatal("the operator started")
+			}
+			if want := "badctor: constructor failed"; !strings.Contains(err.Error(), want) {
+				t.Errorf("got %v, want an error with %q", err, want)
+			}
+		})
+	}
+}

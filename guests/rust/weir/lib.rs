@@ -675,10 +675,17 @@ pub struct Runtime {
 
 #[doc(hidden)]
 impl Runtime {
-    pub fn new(op: Box<dyn Operator>) -> Self {
+    /// Makes a panic's message the failing call's error message (the
+    /// panic then traps). [`operator!`] installs it before it evaluates the
+    /// operator's constructor, whose panics are the operator's too.
+    pub fn install_panic_hook() {
         std::panic::set_hook(Box::new(|info| {
             report(&Error(info.to_string()));
         }));
+    }
+
+    pub fn new(op: Box<dyn Operator>) -> Self {
+        Self::install_panic_hook();
         Runtime {
             op,
             input: Vec::new(),
@@ -763,8 +770,10 @@ impl Runtime {
 macro_rules! operator {
     ($ctor:expr) => {
         ::std::thread_local! {
-            static WEIR_RUNTIME: ::std::cell::RefCell<$crate::Runtime> =
-                ::std::cell::RefCell::new($crate::Runtime::new(::std::boxed::Box::new($ctor)));
+            static WEIR_RUNTIME: ::std::cell::RefCell<$crate::Runtime> = ::std::cell::RefCell::new({
+                $crate::Runtime::install_panic_hook(); // before $ctor, which may panic
+                $crate::Runtime::new(::std::boxed::Box::new($ctor))
+            });
         }
 
         fn weir_with<R>(f: impl FnOnce(&mut $crate::Runtime) -> R) -> R {
