@@ -171,13 +171,15 @@ func TestSDKProbe(t *testing.T) {
 }
 
 // TestSDKConstructorFailure: an operator whose constructor fails (a Rust
-// panic in the expression handed to weir::operator!) fails the instance
-// with its message.
+// panic in the expression handed to weir::operator!, an AssemblyScript
+// throw in the entry file's top-level code, which runs as the module's
+// start function) fails the instance with its message.
 func TestSDKConstructorFailure(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
 	for name, path := range map[string]string{
-		"rust": filepath.Join("..", "rust", "sdktest", "badctor.wasm"),
+		"rust":           filepath.Join("..", "rust", "sdktest", "badctor.wasm"),
+		"assemblyscript": filepath.Join("..", "assemblyscript", "sdktest", "badctor.wasm"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, err := os.ReadFile(path)

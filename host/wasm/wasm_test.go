@@ -221,6 +221,29 @@ func TestInitError(t *testing.T) {
 	}
 }
 
+// TestStartFunctionMessage: a module whose start function (AssemblyScript's
+// top-level code) logs, sets an error message and traps fails to
+// instantiate with that message; its log line reaches the logger.
+func TestStartFunctionMessage(t *testing.T) {
+	e := newEngine(t)
+	m, err := e.Load(context.Background(), "startfail", readFile(t, filepath.Join("testdata", "startfail.wasm")), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	inst, err := m.Instantiate(context.Background(), InstanceConfig{Name: "op", Logger: testLogger(&logs)})
+	if err == nil {
+		inst.Close(context.Background())
+		t.Fatal("the module started")
+	}
+	if want := "operator op: instantiating module startfail: start: failed ("; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want an error starting %q", err, want)
+	}
+	if want := `msg="start: hello" operator=op`; !strings.Contains(logs.String(), want) {
+		t.Errorf("log %q lacks %q", logs.String(), want)
+	}
+}
+
 func TestSnapshotRestoreAndMisuse(t *testing.T) {
 	e := newEngine(t)
 	mis := misbehave(t)
