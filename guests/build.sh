@@ -120,7 +120,9 @@ build_assemblyscript() {
   echo "== AssemblyScript ($("$ASC" --version))" >&2
   for src in guests/assemblyscript/examples/*.ts guests/assemblyscript/sdktest/*.ts; do
     o=$(out "${src%.ts}.wasm")
-    "$ASC" "$src" -O3 --noAssert \
+    # --exportStart: top-level code (the operator's constructor) runs as
+    # _initialize, under the host's call deadline, not as a start function.
+    "$ASC" "$src" -O3 --noAssert --exportStart _initialize \
       --use abort=guests/assemblyscript/weir/index/weirAbort -o "$o"
     done_build "$o" assemblyscript
   done

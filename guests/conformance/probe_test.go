@@ -3,12 +3,15 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tetratelabs/wazero"
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host/wasm"
@@ -200,4 +203,53 @@ func TestSDKConstructorFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAssemblyScriptNoStartFunction: asc runs an entry file's top-level
+// code (register(new Op()), the operator's constructor) as the module's
+// wasm start function unless told to export it. A start function runs
+// inside instantiation, where no call deadline reaches it: a constructor
+// that never returns hangs the worker. Built with --exportStart
+// _initialize, the code runs as the reactor initializer the host calls
+// under the deadline.
+func TestAssemblyScriptNoStartFunction(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("..", "assemblyscript", "*", "*.wasm"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no AssemblyScript builds: %v", err)
+	}
+	ctx := context.Background()
+	for _, path := range paths {
+		code, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hasStartSection(t, code) {
+			t.Errorf("%s has a start function (build with asc --exportStart _initialize)", path)
+		}
+		m, err := wazero.NewRuntime(ctx).CompileModule(ctx, code)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.ExportedFunctions()[abi.ExportInitialize]; !ok {
+			t.Errorf("%s does not export %s", path, abi.ExportInitialize)
+		}
+	}
+}
+
+// hasStartSection reports whether a wasm binary has a start section (id 8).
+func hasStartSection(t *testing.T, code []byte) bool {
+	t.Helper()
+	b := code[8:] // magic and version
+	for len(b) > 0 {
+		id := b[0]
+		size, n := binary.Uvarint(b[1:])
+		if n <= 0 || uint64(len(b)-1-n) < size {
+			t.Fatal("malformed module")
+		}
+		if id == 8 {
+			return true
+		}
+		b = b[1+n+int(size):]
+	}
+	return false
 }

@@ -22,9 +22,11 @@
 // records into one batch emitted once per call, and streams snapshots in
 // 64 KiB chunks (KeyedStateWriter and readKeyedState for state in the keyed
 // layout weir can redistribute on a rescale, abi/ABI.md §8). Build with asc
-// 0.28 (see guests/build.sh):
+// 0.28 (see guests/build.sh); --exportStart _initialize has the host run the
+// top-level code (register, the constructor) under its call deadline:
 //
-//   asc op.ts -O3 --noAssert --use abort=guests/assemblyscript/weir/index/weirAbort -o op.wasm
+//   asc op.ts -O3 --noAssert --exportStart _initialize \
+//       --use abort=guests/assemblyscript/weir/index/weirAbort -o op.wasm
 
 @external("weir", "emit")
 declare function hostEmit(port: i32, ptr: usize, len: i32): i32;
