@@ -74,17 +74,7 @@ func (i *Instance) hostEmit(port int32, ptr, n uint32) int32 {
 	return abi.OK
 }
 
-// memoryOf is the memory a guest's pointers refer to: the instance's, or,
-// while a start function runs (AssemblyScript's top-level code), before
-// Instantiate has looked it up, the calling module's; nil if it has none.
-func (i *Instance) memoryOf(caller api.Module) api.Memory {
-	if i.mem != nil {
-		return i.mem
-	}
-	return caller.Memory()
-}
-
-func hostError(ctx context.Context, caller api.Module, stack []uint64) {
+func hostError(ctx context.Context, _ api.Module, stack []uint64) {
 	i := instanceOf(ctx)
 	if i == nil {
 		return
@@ -93,11 +83,7 @@ func hostError(ctx context.Context, caller api.Module, stack []uint64) {
 	if n > maxErrorMessage {
 		n = maxErrorMessage
 	}
-	mem := i.memoryOf(caller)
-	if mem == nil {
-		return
-	}
-	b, ok := mem.Read(ptr, n)
+	b, ok := i.mem.Read(ptr, n)
 	if !ok {
 		i.message = fmt.Sprintf("(error message of %d bytes at address %d passes the end of memory)", n, ptr)
 		return
@@ -105,7 +91,7 @@ func hostError(ctx context.Context, caller api.Module, stack []uint64) {
 	i.message = string(b)
 }
 
-func hostLog(ctx context.Context, caller api.Module, stack []uint64) {
+func hostLog(ctx context.Context, _ api.Module, stack []uint64) {
 	i := instanceOf(ctx)
 	if i == nil {
 		return
@@ -114,11 +100,7 @@ func hostLog(ctx context.Context, caller api.Module, stack []uint64) {
 	if n > maxErrorMessage {
 		n = maxErrorMessage
 	}
-	mem := i.memoryOf(caller)
-	if mem == nil {
-		return
-	}
-	b, ok := mem.Read(ptr, n)
+	b, ok := i.mem.Read(ptr, n)
 	if !ok {
 		i.logger.Warn("log line passes the end of memory", "operator", i.name, "address", ptr, "length", n)
 		return

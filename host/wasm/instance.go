@@ -160,11 +160,6 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 	mod, err := m.rt.r.InstantiateModule(i.ctx, m.compiled, mc)
 	if err != nil {
 		cancel()
-		if i.message != "" {
-			// A start function (AssemblyScript's top-level code, an
-			// operator's constructor) said why it failed: its words first.
-			return nil, fmt.Errorf("operator %s: instantiating module %s: %s (%w)", name, m.name, i.message, err)
-		}
 		return nil, fmt.Errorf("operator %s: instantiating module %s: %w", name, m.name, err)
 	}
 	i.mod = mod
