@@ -63,7 +63,8 @@ func ReadKeyedState(r *StateReader, fn func(key, value []byte) error) error {
 		return fmt.Errorf("weir: read keyed state: %w", err)
 	}
 	if err := abi.KeyedEntries(st, fn); err != nil {
-		return fmt.Errorf("weir: keyed state: %w", err)
+		// abi's errors of the layout start with "keyed state:" already.
+		return fmt.Errorf("weir: %w", err)
 	}
 	return nil
 }
