@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,14 @@ type Config struct {
 	// interrupted within this long after its deadline rounded up to a
 	// whole number of intervals. Default DefaultWatchdogInterval.
 	WatchdogInterval time.Duration
+	// MaxIdleModules bounds the compiled modules the engine keeps that
+	// have no live instance: past it, the least recently used are
+	// released, and a Module handle of one of them can no longer be
+	// instantiated (Load it again; the on-disk cache makes that cheap).
+	// A long-lived worker sees every version of every module it runs;
+	// without a bound their compiled code stays for the life of the
+	// process. 0 keeps them all.
+	MaxIdleModules int
 }
 
 // Engine compiles and runs modules. Use one per process; it is safe for
@@ -118,6 +127,7 @@ type Engine struct {
 	runtimes map[runtimeKey]*runtime
 	modules  map[moduleKey]*Module
 	closed   bool
+	tick     uint64 // orders the uses of modules, for MaxIdleModules
 
 	instMu    sync.Mutex
 	instances map[*Instance]struct{}
@@ -234,7 +244,8 @@ func (e *Engine) runtimeFor(ctx context.Context, key runtimeKey) (*runtime, erro
 }
 
 // Module is a compiled, validated operator module. It is shared by every
-// Instance made from it and lives as long as its Engine.
+// Instance made from it and lives as long as its Engine, unless the
+// engine releases it as idle (Config.MaxIdleModules).
 type Module struct {
 	name     string
 	limits   Limits
@@ -248,6 +259,18 @@ type Module struct {
 	// hasStart: the module's start function is exported as startExport
 	// (hoistStart), for Instantiate to call first.
 	hasStart bool
+	// use is the compiled code's bookkeeping, shared by the Modules of
+	// other names made from the same bytes.
+	use *moduleUse
+}
+
+// moduleUse counts the live instances of a compiled module and when it
+// was last used; e.mu guards it.
+type moduleUse struct {
+	key      moduleKey
+	live     int
+	last     uint64 // e.tick at the last Load, Instantiate or Close
+	released bool
 }
 
 // Name is the name the module was loaded under.
@@ -274,7 +297,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 	if e.closed {
 		return nil, errors.New("wasm: engine closed")
 	}
+	e.tick++
 	if m, ok := e.modules[key]; ok {
+		m.use.last = e.tick
 		if m.name == name && m.limits == lim {
 			return m, nil
 		}
@@ -287,9 +312,66 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 	if err != nil {
 		return nil, err
 	}
-	m := &Module{name: name, limits: lim, engine: e, compiled: cm, rt: rt, hash: key.hash, instrumented: instrumented, hasStart: info.hasStart}
+	m := &Module{name: name, limits: lim, engine: e, compiled: cm, rt: rt, hash: key.hash, instrumented: instrumented, hasStart: info.hasStart,
+		use: &moduleUse{key: key, last: e.tick}}
 	e.modules[key] = m
+	e.releaseIdle(ctx)
 	return m, nil
+}
+
+// acquire counts a new instance of m; it fails for a module released as
+// idle.
+func (e *Engine) acquire(m *Module) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m.use.released {
+		return fmt.Errorf("module %s was released after it stayed unused (Engine MaxIdleModules): load it again", m.name)
+	}
+	m.use.live++
+	e.tick++
+	m.use.last = e.tick
+	return nil
+}
+
+// releaseInstance counts an instance of m gone and releases idle modules
+// past MaxIdleModules.
+func (e *Engine) releaseInstance(ctx context.Context, m *Module) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m.use.live--
+	e.tick++
+	m.use.last = e.tick
+	e.releaseIdle(ctx)
+}
+
+// releaseIdle closes the least recently used compiled modules without a
+// live instance beyond MaxIdleModules. Callers hold e.mu.
+func (e *Engine) releaseIdle(ctx context.Context) {
+	if e.cfg.MaxIdleModules <= 0 || e.closed {
+		return
+	}
+	var idle []*Module
+	for _, m := range e.modules {
+		if m.use.live == 0 {
+			idle = append(idle, m)
+		}
+	}
+	if len(idle) <= e.cfg.MaxIdleModules {
+		return
+	}
+	sort.Slice(idle, func(a, b int) bool { return idle[a].use.last < idle[b].use.last })
+	for _, m := range idle[:len(idle)-e.cfg.MaxIdleModules] {
+		m.use.released = true
+		delete(e.modules, m.use.key)
+		_ = m.compiled.Close(ctx)
+	}
+}
+
+// cachedModules is how many compiled modules the engine keeps (tests).
+func (e *Engine) cachedModules() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.modules)
 }
 
 // compile instruments and compiles a module that passed inspectModule, and

@@ -68,6 +68,7 @@ type Instance struct {
 	outputs int
 	logger  *slog.Logger
 	engine  *Engine
+	module  *Module // what it was made from
 	mod     api.Module
 	mem     api.Memory
 	ctx     context.Context // the context of every call; canceled to interrupt one
@@ -157,9 +158,15 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		WithStderr(i.stderr).
 		WithSysWalltime().
 		WithSysNanotime()
+	if err := m.engine.acquire(m); err != nil {
+		cancel()
+		return nil, fmt.Errorf("operator %s: %w", name, err)
+	}
+	i.module = m
 	mod, err := m.rt.r.InstantiateModule(i.ctx, m.compiled, mc)
 	if err != nil {
 		cancel()
+		m.engine.releaseInstance(ctx, m)
 		return nil, fmt.Errorf("operator %s: instantiating module %s: %w", name, m.name, err)
 	}
 	i.mod = mod
@@ -176,6 +183,7 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		if !ok {
 			mod.Close(ctx)
 			cancel()
+			m.engine.releaseInstance(ctx, m)
 			return nil, fmt.Errorf("operator %s: module %s lacks its interrupt global", name, m.name)
 		}
 		i.interrupt = g
@@ -396,6 +404,7 @@ func (i *Instance) Close(ctx context.Context) error {
 	err := i.mod.Close(ctx)
 	i.mod = nil
 	i.cancel()
+	i.engine.releaseInstance(ctx, i.module)
 	if err != nil {
 		return fmt.Errorf("operator %s: close: %w", i.name, err)
 	}

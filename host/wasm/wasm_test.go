@@ -343,7 +343,7 @@ func TestUninstrumentedFallback(t *testing.T) {
 		if mode == "l" {
 			timeout = 200 * time.Millisecond
 		}
-		plain := &Module{name: "plain", limits: Limits{CallTimeout: timeout}.withDefaults(), engine: e, compiled: cm, rt: rt}
+		plain := &Module{name: "plain", limits: Limits{CallTimeout: timeout}.withDefaults(), engine: e, compiled: cm, rt: rt, use: &moduleUse{}}
 		inst, err := plain.Instantiate(ctx, InstanceConfig{Config: []byte(mode)})
 		if err != nil {
 			t.Fatal(err)

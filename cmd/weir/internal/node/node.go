@@ -89,6 +89,10 @@ type Options struct {
 	CacheDir string
 }
 
+// idleModules is how many compiled modules without a running instance a
+// node's workers keep (wasm.Config.MaxIdleModules).
+const idleModules = 8
+
 // Node is a running weir process.
 type Node struct {
 	// Server is the embedded server, nil with an external one.
@@ -266,7 +270,11 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		close(n.coordinatorDone)
 	}
 	if opts.Workers > 0 {
-		if n.engine, err = wasm.NewEngine(wasm.Config{CacheDir: opts.CacheDir}); err != nil {
+		// A worker lives long and sees every version of every module it
+		// runs: the compiled code of those it no longer runs is released
+		// past idleModules (a later deploy loads it again, from the
+		// on-disk cache).
+		if n.engine, err = wasm.NewEngine(wasm.Config{CacheDir: opts.CacheDir, MaxIdleModules: idleModules}); err != nil {
 			return fmt.Errorf("wasm engine: %w", err)
 		}
 		spill := ""
