@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	register(command{Name: "up", Summary: "start embedded NATS, the coordinator and a worker", Run: runUp})
+	register(command{Name: "up", Summary: "start the coordinator and a worker, on embedded NATS or an existing one (-nats)", Run: runUp})
 	register(command{Name: "worker", Summary: "run a worker that joins an existing NATS", Run: runWorker})
 }
 
