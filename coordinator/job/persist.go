@@ -110,7 +110,15 @@ func (m *Manager) resume(ctx context.Context) error {
 			continue
 		}
 		if err := m.resumeOne(ctx, rec); err != nil {
+			// Listed as failed, with why, rather than gone: its record
+			// stays as it was, so the next coordinator tries again, and
+			// the job can be restored from a checkpoint meanwhile.
 			m.log.Warn("resuming job failed", "job", name, "err", err)
+			rec.State, rec.Updated = control.JobFailed, time.Now()
+			rec.Reason = fmt.Sprintf("not resumed after the coordinator restarted: %v (a coordinator restart tries again; or restore the job from a checkpoint)", err)
+			m.mu.Lock()
+			m.jobs[name] = terminalJob(m, rec)
+			m.mu.Unlock()
 		}
 	}
 	return nil

@@ -1,0 +1,87 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// brokenList is a store whose List fails while broken is set.
+type brokenList struct {
+	storage.Store
+	broken *atomic.Bool
+}
+
+func (s brokenList) List(ctx context.Context, prefix string) ([]string, error) {
+	if s.broken.Load() && strings.HasSuffix(prefix, "/chk-") {
+		return nil, errors.New("injected: checkpoint metadata unreadable")
+	}
+	return s.Store.List(ctx, prefix)
+}
+
+// A job a restarted coordinator cannot resume (its checkpoints cannot be
+// listed) is listed as failed with why, not dropped without a word; the
+// next coordinator, able to read them, resumes it.
+func TestUnresumableJobIsListedFailed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var broken atomic.Bool
+	st := brokenList{Store: dir, broken: &broken}
+	startManager := func() (stop func()) {
+		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
+			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
+		mctx, mcancel := context.WithCancel(context.Background())
+		ready, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+		<-ready
+		return func() { mcancel(); <-done }
+	}
+	f := &fleet{t: t, nc: nc, store: dir, ws: map[string]*fakeWorker{}}
+	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	stop := startManager()
+	f.start(ctx, "w1")
+	defer f.wait()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "ha", "checkpointing: {interval: 20ms}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitFor(t, ctx, e, "ha", "a checkpoint", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 1 })
+	stop()
+
+	broken.Store(true)
+	stop = startManager()
+	st1, err := e.api.Job(ctx, "ha")
+	if err != nil || st1.State != control.JobFailed ||
+		!strings.Contains(st1.Reason, "not resumed after the coordinator restarted: list checkpoints of ha: injected: checkpoint metadata unreadable") {
+		t.Fatalf("job after a restart that cannot read its checkpoints: %+v, %v", st1, err)
+	}
+	stop()
+
+	broken.Store(false)
+	stop = startManager()
+	defer stop()
+	waitFor(t, ctx, e, "ha", "resumed", func(s control.JobStatus) bool {
+		return s.State == control.JobRunning && s.Attempt > before.Attempt && s.LatestCheckpoint > before.LatestCheckpoint
+	})
+}
