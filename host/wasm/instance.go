@@ -99,13 +99,18 @@ type Instance struct {
 	stdout       *lineWriter
 	stderr       *lineWriter
 
-	calls          atomic.Uint64 // odd while a call runs
-	stopMu         sync.Mutex    // serializes stop
-	stopped        atomic.Bool   // the instance was interrupted, once, for one of:
-	timedOut       atomic.Bool   //   the watchdog: the call overran its deadline
-	callerCanceled atomic.Bool   //   the caller's context ended
-	hostIO         atomic.Int64  // ns spent in the snapshot writer / restore reader, ever
-	ioStart        atomic.Int64  // when the current state I/O began, ns since epoch; 0 = none
+	// calls counts the starts and ends of calls: odd while one runs.
+	// stop marks the running call by setting stopBit, and only while its
+	// count is still the one it was asked to stop; a call's end clears
+	// the count to the next even one only if no stop marked it. So a stop
+	// and the end of its call agree on whether the call was interrupted:
+	// a stop that comes too late does nothing.
+	calls          atomic.Uint64
+	stopMu         sync.Mutex   // serializes stop
+	timedOut       atomic.Bool  // a call was interrupted by the watchdog: it overran its deadline
+	callerCanceled atomic.Bool  // a call was interrupted as the caller's context ended
+	hostIO         atomic.Int64 // ns spent in the snapshot writer / restore reader, ever
+	ioStart        atomic.Int64 // when the current state I/O began, ns since epoch; 0 = none
 	epoch          time.Time
 	wdSeq          uint64 // watchdog's view, touched only by the watchdog
 	wdSince        time.Time
@@ -451,21 +456,25 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("operator %s: %s: %w", i.name, export, err)
 	}
+	i.phase, i.export, i.message, i.fault = ph, export, "", nil
+	seq := i.calls.Add(1)
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, i.interruptForCaller)
+		stop = context.AfterFunc(ctx, func() { i.stop(&i.callerCanceled, seq) })
 	}
-	i.phase, i.export, i.message, i.fault = ph, export, "", nil
-	i.calls.Add(1)
 	err := fn.CallWithStack(i.ctx, stack)
-	i.calls.Add(1)
-	i.phase = phaseNone
-	if stop != nil && !stop() {
-		// The caller's context ended during the call: interrupt it, unless
-		// the watchdog did first, and wait for interruptForCaller.
-		i.stop(&i.callerCanceled)
+	if stop != nil {
+		stop()
 	}
-	if err == nil && i.stopped.Load() {
+	interrupted := !i.calls.CompareAndSwap(seq, seq+1)
+	if interrupted {
+		// A stop marked the call: wait until it has said why, then end it.
+		i.stopMu.Lock()
+		i.calls.Store(seq + 1)
+		i.stopMu.Unlock()
+	}
+	i.phase = phaseNone
+	if err == nil && interrupted {
 		// Interrupted while in a host function (a slow logger, say), the
 		// guest returned before a loop iteration could stop it. The call
 		// overran all the same, and the interrupt set for it would stop
@@ -496,21 +505,22 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 // interrupted.
 var errInterrupted = errors.New("interrupted")
 
-func (i *Instance) interruptForCaller() { i.stop(&i.callerCanceled) }
+// stopBit marks the running call's count (calls) as stopped.
+const stopBit = 1 << 63
 
-// stop interrupts the running call for a reason (timedOut or
-// callerCanceled), unless it was interrupted already: an instrumented
-// module traps at its next loop iteration; otherwise wazero sees the
-// canceled context. The watchdog and the caller's cancellation may call it
-// at once; the first one sets the reason.
-func (i *Instance) stop(reason *atomic.Bool) {
+// stop interrupts call seq (a count of calls, odd) for a reason (timedOut
+// or callerCanceled), if it still runs and was not interrupted already: an
+// instrumented module traps at its next loop iteration; otherwise wazero
+// sees the canceled context. The watchdog and the caller's cancellation
+// may call it at once; the first one sets the reason. A call that ended
+// meanwhile is left alone, and so is the instance's next call.
+func (i *Instance) stop(reason *atomic.Bool, seq uint64) {
 	i.stopMu.Lock()
 	defer i.stopMu.Unlock()
-	if i.stopped.Load() {
+	if !i.calls.CompareAndSwap(seq, seq|stopBit) {
 		return
 	}
 	reason.Store(true)
-	i.stopped.Store(true)
 	if i.interrupt != nil {
 		i.interrupt.Set(1)
 	}
@@ -534,8 +544,8 @@ func (i *Instance) watch(now time.Time) {
 	// Time the host spent streaming state (a slow checkpoint store) is not
 	// the guest's.
 	guest := now.Sub(i.wdSince) - time.Duration(io-i.wdIO)
-	if guest >= i.limits.CallTimeout && !i.stopped.Load() {
-		i.stop(&i.timedOut)
+	if guest >= i.limits.CallTimeout && s&stopBit == 0 {
+		i.stop(&i.timedOut, s)
 	}
 }
 

@@ -285,3 +285,23 @@ func TestCancelThenDeadline(t *testing.T) {
 		t.Fatalf("got %v, want the caller's cancellation", err)
 	}
 }
+
+// An interrupt that comes after its call ended — the watchdog saw the call
+// running, then the call returned before the interrupt was set — leaves
+// the instance alone: its next call runs. (stop is what the watchdog and
+// a caller's cancellation call, for the call they saw.)
+func TestLateInterruptSparesTheNextCall(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "late", misbehave(t), Limits{}, InstanceConfig{Config: []byte("p")})
+	ctx := context.Background()
+	before := inst.calls.Load()
+	if err := inst.Process(ctx, 0, benchBatch(3), func(int, []byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The watchdog saw a call of the Process running (an odd count after
+	// before), and interrupts it only now.
+	inst.stop(&inst.timedOut, before+1)
+	if err := inst.Process(ctx, 0, benchBatch(3), func(int, []byte) error { return nil }); err != nil {
+		t.Fatalf("the call after a late interrupt: %v", err)
+	}
+}
