@@ -156,6 +156,9 @@ func (d *Dir) Delete(ctx context.Context, prefix string) error {
 
 // List walks the directory for keys starting with prefix.
 func (d *Dir) List(_ context.Context, prefix string) ([]string, error) {
+	if err := CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("storage list: %w", err)
+	}
 	var keys []string
 	// Walk only the deepest directory the prefix fully names.
 	start := d.root

@@ -138,6 +138,9 @@ func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
 
 // List returns the names of live objects starting with prefix.
 func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("storage list: %w", err)
+	}
 	infos, err := s.os.List(ctx)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoObjectsFound) {
@@ -223,6 +226,9 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 
 // List returns the live keys starting with prefix.
 func (s *KV) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("storage list: %w", err)
+	}
 	all, err := s.kv.Keys(ctx)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {

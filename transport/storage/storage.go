@@ -31,9 +31,11 @@ type Store interface {
 	// Get opens the object under key. A missing key gives an error for
 	// which errors.Is(err, fs.ErrNotExist) holds.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	// Delete removes every object whose key starts with prefix.
+	// Delete removes every object whose key starts with prefix (see
+	// CheckPrefix).
 	Delete(ctx context.Context, prefix string) error
-	// List returns the keys that start with prefix, sorted.
+	// List returns the keys that start with prefix (see CheckPrefix),
+	// sorted.
 	List(ctx context.Context, prefix string) ([]string, error)
 }
 
@@ -74,6 +76,20 @@ func CheckKey(key string) error {
 				return fmt.Errorf("%w %q: character %q", ErrBadKey, key, r)
 			}
 		}
+	}
+	return nil
+}
+
+// CheckPrefix validates a prefix of List or Delete: empty (every key), or
+// a key optionally followed by '/' (whose last segment may be the start of
+// a key's, as in "JOB/chk-"). A prefix with a ".." segment could name a
+// directory outside a Dir's root.
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if err := CheckKey(strings.TrimSuffix(prefix, "/")); err != nil {
+		return fmt.Errorf("prefix: %w", err)
 	}
 	return nil
 }
