@@ -100,11 +100,17 @@ func scale(ctx context.Context, js jetstream.JetStream, stream string, replicas 
 func (s *ObjectStore) Location() string { return "jetstream object store " + s.bucket }
 
 // Put uploads the object in chunks; it becomes visible when complete.
+//
+// ctx stops the upload through the reader, not through the client: the
+// client cleans up the chunks of a failed upload with the context it was
+// given, so a canceled one would leave them in the bucket for good (no
+// object names them, so no Delete finds them). Each request of the upload
+// is bounded by the client's default timeout instead.
 func (s *ObjectStore) Put(ctx context.Context, key string, r io.Reader) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	if _, err := s.os.Put(ctx, jetstream.ObjectMeta{Name: key}, r); err != nil {
+	if _, err := s.os.Put(context.WithoutCancel(ctx), jetstream.ObjectMeta{Name: key}, ctxReader{ctx, r}); err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
 	return nil

@@ -1,0 +1,93 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// cancelAfter yields n reads of data, then cancels the put's context and
+// goes on yielding.
+type cancelAfter struct {
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Read(p []byte) (int, error) {
+	if c.n == 0 {
+		c.cancel()
+	} else {
+		c.n--
+	}
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
+// failAfter yields n reads of data, then fails.
+type failAfter struct{ n int }
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, errors.New("encoder failed")
+	}
+	f.n--
+	for i := range p {
+		p[i] = 'y'
+	}
+	return len(p), nil
+}
+
+// A Put that fails halfway — its context canceled (a task canceled during
+// its snapshot upload) or its reader failing — leaves neither an object nor
+// the chunks it had uploaded: nothing would ever delete them.
+func TestObjectStoreFailedPutLeavesNothing(t *testing.T) {
+	_, js := embeddedtest.Connect(t, embeddedtest.Server(t, embedded.Config{}))
+	ctx := context.Background()
+	s, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() uint64 {
+		t.Helper()
+		st, err := js.Stream(ctx, "OBJ_"+DefaultStateBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().State.Msgs
+	}
+	for _, tc := range []struct {
+		name string
+		r    func(context.CancelFunc) io.Reader
+	}{
+		{"failed", func(context.CancelFunc) io.Reader { return &failAfter{n: 5} }},
+		{"canceled", func(c context.CancelFunc) io.Reader { return &cancelAfter{n: 5, cancel: c} }},
+	} {
+		name, r := tc.name, tc.r
+		pctx, cancel := context.WithCancel(ctx)
+		err := s.Put(pctx, "j/chk-1/"+name, r(cancel))
+		cancel()
+		if err == nil {
+			t.Fatalf("%s put succeeded", name)
+		}
+		if _, err := s.Get(ctx, "j/chk-1/"+name); err == nil {
+			t.Errorf("%s put: object visible", name)
+		}
+		if n := stored(); n != 0 {
+			t.Errorf("%s put: %d messages left in the bucket's stream", name, n)
+		}
+	}
+	// The store still works, and holds exactly one object's messages.
+	if err := s.Put(ctx, "j/chk-2/a", bytes.NewReader([]byte("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadAll(ctx, s, "j/chk-2/a"); err != nil || string(got) != "ok" {
+		t.Fatalf("after failed puts: %q %v", got, err)
+	}
+}
