@@ -47,6 +47,10 @@ func (d *Dir) path(key string) (string, error) {
 	return filepath.Join(d.root, filepath.FromSlash(key)), nil
 }
 
+// tmpPrefix starts the names of Put's temporary files (keys never start
+// with '.', so no object is named so).
+const tmpPrefix = ".tmp-"
+
 // Put writes the object via a temporary file, fsync and rename.
 func (d *Dir) Put(ctx context.Context, key string, r io.Reader) error {
 	p, err := d.path(key)
@@ -57,7 +61,7 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
+	f, err := os.CreateTemp(dir, tmpPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
@@ -126,17 +130,31 @@ func (d *Dir) Get(_ context.Context, key string) (io.ReadCloser, error) {
 }
 
 // Delete removes every object whose key starts with prefix and the
-// directories that became empty.
+// directories that became empty. A prefix that names a whole directory
+// ("" or ending in '/', as a checkpoint's does) also takes the temporary
+// files in it: those of a Put that a crash cut off would otherwise keep
+// the space of a partial snapshot, and the directory, for good (a Put
+// still running there fails).
 func (d *Dir) Delete(ctx context.Context, prefix string) error {
 	keys, err := d.List(ctx, prefix)
 	if err != nil {
 		return err
 	}
-	dirs := map[string]bool{}
+	paths := make([]string, 0, len(keys))
 	for _, k := range keys {
-		p := filepath.Join(d.root, filepath.FromSlash(k))
+		paths = append(paths, filepath.Join(d.root, filepath.FromSlash(k)))
+	}
+	if prefix == "" || strings.HasSuffix(prefix, "/") {
+		tmps, err := d.temps(filepath.Join(d.root, filepath.FromSlash(prefix)))
+		if err != nil {
+			return fmt.Errorf("storage delete %s: %w", prefix, err)
+		}
+		paths = append(paths, tmps...)
+	}
+	dirs := map[string]bool{}
+	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("storage delete %s: %w", k, err)
+			return fmt.Errorf("storage delete %s: %w", p, err)
 		}
 		for dir := filepath.Dir(p); dir != d.root && strings.HasPrefix(dir, d.root); dir = filepath.Dir(dir) {
 			dirs[dir] = true
@@ -152,6 +170,24 @@ func (d *Dir) Delete(ctx context.Context, prefix string) error {
 		_ = os.Remove(dir) // fails harmlessly when not empty
 	}
 	return nil
+}
+
+// temps returns the paths of Put's temporary files under dir.
+func (d *Dir) temps(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !e.IsDir() && strings.HasPrefix(e.Name(), tmpPrefix) {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // List walks the directory for keys starting with prefix.

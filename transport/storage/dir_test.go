@@ -1,10 +1,13 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -39,5 +42,39 @@ func TestDirPrefixStaysInside(t *testing.T) {
 		if _, err := os.Stat(victim); err != nil {
 			t.Fatalf("Delete(%q) removed a file outside the store: %v", prefix, err)
 		}
+	}
+}
+
+// A Put cut off by a crash leaves its temporary file; deleting the
+// checkpoint's prefix removes it with the rest, and the emptied directory.
+func TestDirDeleteRemovesLeftoverTempFiles(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "j/chk-1/a-0", strings.NewReader("whole")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "j/chk-2/a-0", strings.NewReader("kept")); err != nil {
+		t.Fatal(err)
+	}
+	// What a process killed in the middle of Put("j/chk-1/b-0") leaves.
+	partial := filepath.Join(root, "j", "chk-1", ".tmp-123456")
+	if err := os.WriteFile(partial, bytes.Repeat([]byte("s"), 1<<16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := s.List(ctx, "j/chk-1/"); err != nil || len(keys) != 1 {
+		t.Fatalf("list = %v, %v: the partial file is not an object", keys, err)
+	}
+	if err := s.Delete(ctx, "j/chk-1/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "j", "chk-1")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("discarded checkpoint's directory still there (with the partial snapshot): %v", err)
+	}
+	if got, err := ReadAll(ctx, s, "j/chk-2/a-0"); err != nil || string(got) != "kept" {
+		t.Errorf("other checkpoint: %q, %v", got, err)
 	}
 }
