@@ -3,6 +3,8 @@ package storage
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +23,7 @@ const (
 // ObjectStore stores objects in a JetStream Object Store bucket.
 type ObjectStore struct {
 	os     jetstream.ObjectStore
+	js     jetstream.JetStream
 	bucket string
 }
 
@@ -37,7 +40,7 @@ func NewObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, 
 	if err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	return &ObjectStore{os: os, bucket: bucket}, nil
+	return &ObjectStore{os: os, js: js, bucket: bucket}, nil
 }
 
 // OpenObjectStore opens cfg.Bucket, creating it with cfg (and
@@ -128,7 +131,8 @@ func (s *ObjectStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 	return res, nil
 }
 
-// Delete removes the objects whose names start with prefix.
+// Delete removes the objects whose names start with prefix, and then the
+// delete markers the object store leaves in their place (see dropMarker).
 func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
 	keys, err := s.List(ctx, prefix)
 	if err != nil {
@@ -138,6 +142,44 @@ func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
 		if err := s.os.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			return fmt.Errorf("storage delete %s: %w", k, err)
 		}
+		// The meta subject of an object, by the object store's layout
+		// (ADR-20): $O.<bucket>.M.<base64url(name)>.
+		subj := "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(k))
+		err := dropMarker(ctx, s.js, "OBJ_"+s.bucket, subj, func(m *jetstream.RawStreamMsg) bool {
+			var info struct {
+				Deleted bool `json:"deleted"`
+			}
+			return json.Unmarshal(m.Data, &info) == nil && info.Deleted
+		})
+		if err != nil {
+			return fmt.Errorf("storage delete %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// dropMarker purges subject of stream through its last message if that is
+// a delete marker (isMarker). Deleting from a bucket leaves a marker per
+// key that nothing removes, so a bucket of checkpoints, and every listing
+// of it, would grow with every checkpoint ever discarded. The purge stops
+// at the marker's sequence: an object put again meanwhile stays.
+func dropMarker(ctx context.Context, js jetstream.JetStream, stream, subject string, isMarker func(*jetstream.RawStreamMsg) bool) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("drop delete marker: %w", err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("drop delete marker: %w", err)
+	}
+	if !isMarker(m) {
+		return nil
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(m.Sequence+1)); err != nil {
+		return fmt.Errorf("drop delete marker: %w", err)
 	}
 	return nil
 }
@@ -168,6 +210,7 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 // limited by the server's max payload, 1 MiB by default).
 type KV struct {
 	kv     jetstream.KeyValue
+	js     jetstream.JetStream
 	bucket string
 }
 
@@ -180,7 +223,7 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string, replicas 
 	if err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	return &KV{kv: kv, bucket: bucket}, nil
+	return &KV{kv: kv, js: js, bucket: bucket}, nil
 }
 
 // Location names the bucket ("jetstream kv BUCKET").
@@ -216,7 +259,8 @@ func (s *KV) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(e.Value())), nil
 }
 
-// Delete purges the keys starting with prefix.
+// Delete purges the keys starting with prefix, and then the purge markers
+// left in their place (see dropMarker).
 func (s *KV) Delete(ctx context.Context, prefix string) error {
 	keys, err := s.List(ctx, prefix)
 	if err != nil {
@@ -224,6 +268,13 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 	}
 	for _, k := range keys {
 		if err := s.kv.Purge(ctx, k); err != nil {
+			return fmt.Errorf("storage delete %s: %w", k, err)
+		}
+		err := dropMarker(ctx, s.js, "KV_"+s.bucket, "$KV."+s.bucket+"."+k, func(m *jetstream.RawStreamMsg) bool {
+			op := m.Header.Get("KV-Operation")
+			return op == "PURGE" || op == "DEL"
+		})
+		if err != nil {
 			return fmt.Errorf("storage delete %s: %w", k, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
@@ -89,5 +90,56 @@ func TestObjectStoreFailedPutLeavesNothing(t *testing.T) {
 	}
 	if got, err := ReadAll(ctx, s, "j/chk-2/a"); err != nil || string(got) != "ok" {
 		t.Fatalf("after failed puts: %q %v", got, err)
+	}
+}
+
+// Discarding checkpoints leaves nothing of them in the buckets' streams:
+// a delete marker per object kept for good would make the streams, and
+// every List (each catalog read lists), grow with every checkpoint ever
+// taken.
+func TestJetStreamDeleteLeavesNoMarkers(t *testing.T) {
+	_, js := embeddedtest.Connect(t, embeddedtest.Server(t, embedded.Config{}))
+	ctx := context.Background()
+	obj, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := NewKV(ctx, js, DefaultMetaBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		s      Store
+		stream string
+	}{{obj, "OBJ_" + DefaultStateBucket}, {kv, "KV_" + DefaultMetaBucket}} {
+		for id := 1; id <= 5; id++ {
+			for _, task := range []string{"a-0", "b-0"} {
+				if err := tc.s.Put(ctx, fmt.Sprintf("j/chk-%d/%s", id, task), bytes.NewReader([]byte("state"))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if id > 1 {
+				if err := tc.s.Delete(ctx, fmt.Sprintf("j/chk-%d/", id-1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		keys, err := tc.s.List(ctx, "")
+		if err != nil || len(keys) != 2 {
+			t.Fatalf("%s: keys %v, %v", tc.stream, keys, err)
+		}
+		st, err := js.Stream(ctx, tc.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two objects left: the object store keeps a meta and a chunk
+		// message for each, the KV one message.
+		want := uint64(2)
+		if tc.s == Store(obj) {
+			want = 4
+		}
+		if n := st.CachedInfo().State.Msgs; n != want {
+			t.Errorf("%s: %d messages for %d objects, want %d", tc.stream, n, len(keys), want)
+		}
 	}
 }
