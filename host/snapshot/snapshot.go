@@ -1,7 +1,7 @@
 // Package snapshot is the on-storage format of one task's checkpoint — task
 // metadata, the operator's state, and the in-flight channel state of
-// unaligned checkpoints — plus a local-directory implementation of the
-// checkpoint storage interface (fsync + atomic rename).
+// unaligned checkpoints — plus MemStore, an in-memory implementation of the
+// checkpoint storage interface (the durable ones are in transport/storage).
 //
 // Format, version 1 (all integers little-endian):
 //
