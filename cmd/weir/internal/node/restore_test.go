@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +129,66 @@ restart: {strategy: fixed-delay, delay: 2s, attempts: 5}
 		!strings.Contains(st.Reason, "but the stream's last sequence is 10") ||
 		!strings.Contains(st.Reason, "not restarted") {
 		t.Errorf("status %+v; want failed at once, naming the stream's end", st)
+	}
+	t.Log(st.Reason)
+}
+
+// A task snapshot corrupted in storage (its checkpoint's metadata intact)
+// fails the job at once, naming the snapshot: every restart would restore
+// the same checkpoint, and falling back to an older one on its own would
+// repeat output committed since.
+func TestRestoreFromACorruptSnapshot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end restore: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "uppercase")
+	js := n.JS
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
+	for i := 0; i < 20; i++ {
+		if _, err := js.Publish(ctx, "in", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := jobspec.Parse("up.yaml", []byte(`name: up
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: upper, module: `+mods["uppercase"]+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: upper}}]
+checkpointing: {interval: 100ms}
+restart: {strategy: fixed-delay, delay: 1s, attempts: 5}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "up", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
+	from := stopWithSavepoint(t, ctx, n, "up")
+
+	// Flip a byte in the middle of the source task's snapshot file.
+	// (oneNode's data directory is one of the test's temporary ones.)
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(t.TempDir()), "*", "checkpoints", "up", "chk-"+from, "in-0"))
+	if len(files) != 1 {
+		t.Fatalf("snapshot files of in-0 in savepoint %s: %v", from, files)
+	}
+	file := files[0]
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "up", From: from}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitJob(t, ctx, n, "up", "job failed", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if st.State != control.JobFailed || st.Restarts != 0 || !strings.Contains(st.Reason, "corrupt task snapshot") ||
+		!strings.Contains(st.Reason, "up/chk-"+from+"/in-0") || !strings.Contains(st.Reason, "not restarted") {
+		t.Errorf("status %+v; want failed at once, naming the corrupt snapshot", st)
 	}
 	t.Log(st.Reason)
 }

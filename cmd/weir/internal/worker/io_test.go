@@ -10,6 +10,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
@@ -46,6 +47,7 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},
 		{control.Unrecoverable(errors.New("x")), true},
 		{fmt.Errorf("restore: %w", host.ErrCannotRescale), true},
+		{fmt.Errorf("restore: j/chk-3/op-0: %w: checksum mismatch", snapshot.ErrCorrupt), true},
 		{&wasm.TrapError{Operator: "op", Export: "weir_process"}, false},
 		{fmt.Errorf("sink: %w", context.DeadlineExceeded), false},
 		{errors.New("connection closed"), false},
