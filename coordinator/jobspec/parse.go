@@ -201,7 +201,7 @@ func (p *parser) str(n *yaml.Node, path string, dst *string) {
 	*dst = n.Value
 }
 
-func (p *parser) integer(n *yaml.Node, path string, min int, dst *int) {
+func (p *parser) integer(n *yaml.Node, path string, min, max int, dst *int) {
 	if n.Kind != yaml.ScalarNode {
 		p.errf(n, path, "want an integer, got %s", kindName(n))
 		return
@@ -213,6 +213,10 @@ func (p *parser) integer(n *yaml.Node, path string, min int, dst *int) {
 	}
 	if v < min {
 		p.errf(n, path, "must be at least %d, got %d", min, v)
+		return
+	}
+	if v > max {
+		p.errf(n, path, "must be at most %d, got %d", max, v)
 		return
 	}
 	*dst = v
@@ -369,6 +373,11 @@ func jsonable(v any) any {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,62}$`)
 
+// ValidName reports whether name is a valid job, source, operator or sink
+// name: letters, digits and '-', starting with a letter, at most 63
+// characters. Such names are usable in NATS subject tokens and storage keys.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
 // located remembers the line of the fields validation reports on.
 type located struct {
 	nameLine, moduleLine, partitionLine, kindLine int
@@ -435,8 +444,8 @@ func (p *parser) parse(data []byte) *Spec {
 					"subject":     func(v *yaml.Node, path string) { p.str(v, path, &src.Subject) },
 					"stream":      func(v *yaml.Node, path string) { p.str(v, path, &src.Stream) },
 					"filter":      func(v *yaml.Node, path string) { p.str(v, path, &src.Filter) },
-					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, &src.Parallelism) },
-					"partitions":  func(v *yaml.Node, path string) { p.integer(v, path, 1, &src.Partitions) },
+					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &src.Parallelism) },
+					"partitions":  func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxPartitions, &src.Partitions) },
 					"partition-filter": func(v *yaml.Node, path string) {
 						p.str(v, path, &src.PartitionFilter)
 					},
@@ -450,7 +459,7 @@ func (p *parser) parse(data []byte) *Spec {
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &op.Name) },
 					"module":      func(v *yaml.Node, path string) { p.str(v, path, &op.Module); nodes[path] = v },
-					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, &op.Parallelism) },
+					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &op.Parallelism) },
 					"config":      func(v *yaml.Node, path string) { p.config(v, path, &op.Config) },
 					"limits": func(v *yaml.Node, path string) {
 						p.fields(v, path, map[string]func(*yaml.Node, string){
@@ -486,7 +495,7 @@ func (p *parser) parse(data []byte) *Spec {
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &sk.Kind, KindNATS, KindJetStream) },
 					"subject":     func(v *yaml.Node, path string) { p.str(v, path, &sk.Subject) },
 					"stream":      func(v *yaml.Node, path string) { p.str(v, path, &sk.Stream) },
-					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, &sk.Parallelism) },
+					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &sk.Parallelism) },
 					"guarantee": func(v *yaml.Node, path string) {
 						p.oneOf(v, path, &sk.Guarantee, AtMostOnce, AtLeastOnce, ExactlyOnce)
 						nodes[path] = v
@@ -517,9 +526,9 @@ func (p *parser) parse(data []byte) *Spec {
 				"interval":           func(v *yaml.Node, path string) { p.positive(v, path, &c.Interval) },
 				"timeout":            func(v *yaml.Node, path string) { p.positive(v, path, &c.Timeout) },
 				"min-pause":          func(v *yaml.Node, path string) { p.duration(v, path, &c.MinPause) },
-				"max-concurrent":     func(v *yaml.Node, path string) { p.integer(v, path, 1, &c.MaxConcurrent) },
-				"tolerable-failures": func(v *yaml.Node, path string) { p.integer(v, path, 0, &c.TolerableFailures) },
-				"retained":           func(v *yaml.Node, path string) { p.integer(v, path, 1, &c.Retained) },
+				"max-concurrent":     func(v *yaml.Node, path string) { p.integer(v, path, 1, math.MaxInt, &c.MaxConcurrent) },
+				"tolerable-failures": func(v *yaml.Node, path string) { p.integer(v, path, 0, math.MaxInt, &c.TolerableFailures) },
+				"retained":           func(v *yaml.Node, path string) { p.integer(v, path, 1, math.MaxInt, &c.Retained) },
 				"disabled":           func(v *yaml.Node, path string) { p.boolean(v, path, &c.Disabled) },
 			})
 		},
@@ -532,7 +541,7 @@ func (p *parser) parse(data []byte) *Spec {
 				"delay":    func(v *yaml.Node, path string) { p.duration(v, path, &r.Delay); delayNode = v },
 				"initial":  func(v *yaml.Node, path string) { p.positive(v, path, &r.Initial); initialNode = v },
 				"max":      func(v *yaml.Node, path string) { p.positive(v, path, &r.Max); maxNode = v },
-				"attempts": func(v *yaml.Node, path string) { p.integer(v, path, 0, &r.Attempts) },
+				"attempts": func(v *yaml.Node, path string) { p.integer(v, path, 0, math.MaxInt, &r.Attempts) },
 				"multiplier": func(v *yaml.Node, path string) {
 					multiplierNode = v
 					if v.Kind != yaml.ScalarNode {

@@ -83,6 +83,18 @@ const (
 	DefaultBackoffMultiplier = 2.0
 )
 
+// Limits on the size of a job. Parse refuses more; so does plan.Build,
+// for a spec that did not come from Parse.
+const (
+	// MaxParallelism is the most parallel instances of one source,
+	// operator or sink (as many as a source's offsets can be merged from
+	// on a rescale).
+	MaxParallelism = 1 << 16
+	// MaxPartitions is the most partitions a partitioned JetStream source
+	// can name.
+	MaxPartitions = 1 << 16
+)
+
 // Spec is a parsed and validated job spec. It is plain data and
 // JSON-serializable: the coordinator ships it to workers in deploy messages.
 type Spec struct {

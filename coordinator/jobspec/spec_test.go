@@ -215,6 +215,12 @@ func TestErrors(t *testing.T) {
 		{"bad yaml", "name: [\n", []string{"job.yaml:1: bad YAML"}},
 		{"duplicate name", base("  - name: in\n    module: m\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:5: operators[0].name: duplicate name "in" (also sources[0])`}},
+		// A parallelism or partition count no job could run would make the
+		// coordinator plan (and allocate) that many tasks or filters.
+		{"parallelism over the maximum", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, parallelism: 1000000000}\n",
+			[]string{`job.yaml:3: sources[0].parallelism: must be at most 65536, got 1000000000`}},
+		{"partitions over the maximum", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 1000000000, partition-filter: \"a.{p}\"}\n",
+			[]string{`job.yaml:3: sources[0].partitions: must be at most 65536, got 1000000000`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
