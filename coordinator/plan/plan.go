@@ -105,8 +105,19 @@ func ChannelID(from, to string, inPort int) string { return fmt.Sprintf("%s_%s_%
 // DisplayName returns "vertex[index]" for a task.
 func (t Task) DisplayName() string { return fmt.Sprintf("%s[%d]", t.Vertex, t.Index) }
 
-// Build expands a validated spec into its plan.
+// MaxChannels is the most channels a plan may have: enough for any job a
+// worker fleet can run, few enough that building the plan cannot exhaust
+// the coordinator's memory.
+const MaxChannels = 1 << 18
+
+// Build expands a validated spec into its plan. It checks what the plan
+// relies on, for a spec that did not come from jobspec.Parse (the job API
+// decodes specs from JSON): names usable as IDs, each parallelism from 1
+// to jobspec.MaxParallelism, and at most MaxChannels channels.
 func Build(s *jobspec.Spec) (*Plan, error) {
+	if err := check(s); err != nil {
+		return nil, err
+	}
 	p := &Plan{Job: s.Name}
 	vidx := map[string]int{}
 	add := func(name string, kind Kind, par int) {
@@ -219,6 +230,69 @@ func Build(s *jobspec.Spec) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// check refuses a spec whose plan would be unusable or too large to build.
+func check(s *jobspec.Spec) error {
+	if !jobspec.ValidName(s.Name) {
+		return fmt.Errorf("plan %q: bad job name (letters, digits and '-', starting with a letter)", s.Name)
+	}
+	par := map[string]int{}
+	vertex := func(kind Kind, name string, n int) error {
+		if !jobspec.ValidName(name) {
+			return fmt.Errorf("plan %s: %s %q: bad name (letters, digits and '-', starting with a letter)", s.Name, kind, name)
+		}
+		if n < 1 || n > jobspec.MaxParallelism {
+			return fmt.Errorf("plan %s: %s %s: parallelism %d, want 1 to %d", s.Name, kind, name, n, jobspec.MaxParallelism)
+		}
+		par[name] = n
+		return nil
+	}
+	for _, v := range s.Sources {
+		if err := vertex(Source, v.Name, v.Parallelism); err != nil {
+			return err
+		}
+		if v.Partitions < 0 || v.Partitions > jobspec.MaxPartitions {
+			return fmt.Errorf("plan %s: source %s: %d partitions, want at most %d", s.Name, v.Name, v.Partitions, jobspec.MaxPartitions)
+		}
+	}
+	for _, v := range s.Operators {
+		if err := vertex(Operator, v.Name, v.Parallelism); err != nil {
+			return err
+		}
+	}
+	for _, v := range s.Sinks {
+		if err := vertex(Sink, v.Name, v.Parallelism); err != nil {
+			return err
+		}
+	}
+	// Count the channels before making them: with parallelisms in range,
+	// no product overflows.
+	channels := 0
+	edge := func(to string, in jobspec.Input) error {
+		n := par[in.From] * par[to]
+		if par[in.From] == par[to] && (in.Partition == jobspec.Forward || in.Partition == "") {
+			n = par[to] // one channel per consumer task
+		}
+		if channels += n; channels > MaxChannels {
+			return fmt.Errorf("plan %s: %s reads %s over %d channels, more than the %d a job can have",
+				s.Name, to, in.From, n, MaxChannels)
+		}
+		return nil
+	}
+	for _, op := range s.Operators {
+		for _, in := range op.Inputs {
+			if err := edge(op.Name, in); err != nil {
+				return err
+			}
+		}
+	}
+	for _, sk := range s.Sinks {
+		if err := edge(sk.Name, sk.Input); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Task returns the task with the given ID.

@@ -3,6 +3,7 @@ package plan
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -114,5 +115,49 @@ sinks: [{name: out, kind: nats, subject: o, input: {from: join}}]
 	j1, _ := p.Task("join-1")
 	if !reflect.DeepEqual(j1.Inputs, [][]string{{"a-0_join-1_0", "a-1_join-1_0"}, {"a-0_join-1_1", "a-1_join-1_1"}}) {
 		t.Errorf("join-1 inputs %v", j1.Inputs)
+	}
+}
+
+// Build refuses a spec that did not come from jobspec.Parse (the job API
+// decodes it from JSON) when its plan would be unusable: IDs that are not
+// NATS subject tokens, vertices without tasks, or more tasks and channels
+// than any job can run.
+func TestBuildRefusesAnInvalidSpec(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(s *jobspec.Spec)
+		want string
+	}{
+		{"job name with wildcard", func(s *jobspec.Spec) { s.Name = "a.>" }, `plan "a.>": bad job name`},
+		{"empty job name", func(s *jobspec.Spec) { s.Name = "" }, `plan "": bad job name`},
+		{"vertex name with dot", func(s *jobspec.Spec) { s.Operators[0].Name = "c.*"; s.Sinks[0].Input.From = "c.*" },
+			`plan j: operator "c.*": bad name`},
+		{"zero parallelism", func(s *jobspec.Spec) { s.Sources[0].Parallelism = 0 }, `plan j: source in: parallelism 0`},
+		{"negative parallelism", func(s *jobspec.Spec) { s.Sinks[0].Parallelism = -2 }, `plan j: sink out: parallelism -2`},
+		{"huge parallelism", func(s *jobspec.Spec) { s.Sources[0].Parallelism = 1 << 30 }, `plan j: source in: parallelism 1073741824`},
+		{"huge partitions", func(s *jobspec.Spec) { s.Sources[0].Partitions = 1 << 30 }, `plan j: source in: 1073741824 partitions`},
+		{"too many channels", func(s *jobspec.Spec) {
+			s.Sources[0].Parallelism, s.Operators[0].Parallelism = jobspec.MaxParallelism, jobspec.MaxParallelism
+			s.Operators[0].Inputs[0].Partition = jobspec.RoundRobin
+		}, `plan j: count reads in over 4294967296 channels`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec, err := jobspec.Parse("j.yaml", []byte(`name: j
+sources: [{name: in, kind: nats, subject: a}]
+operators: [{name: count, module: m, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: o, input: {from: count}}]
+`), jobspec.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.edit(spec)
+			p, err := Build(spec)
+			if err == nil {
+				t.Fatalf("Build = %d tasks, want an error", len(p.Tasks))
+			}
+			if !strings.HasPrefix(err.Error(), c.want) {
+				t.Errorf("err = %q, want it to start with %q", err, c.want)
+			}
+		})
 	}
 }
