@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -199,6 +200,41 @@ func (p *parser) str(n *yaml.Node, path string, dst *string) {
 		return
 	}
 	*dst = n.Value
+}
+
+// subject decodes a NATS subject: dot-separated non-empty tokens without
+// whitespace, where "*" and a final ">" are wildcards if allowed.
+func (p *parser) subject(n *yaml.Node, path string, wildcards bool, dst *string) {
+	var s string
+	if p.str(n, path, &s); s == "" {
+		return
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		if t == "" || strings.ContainsFunc(t, unicode.IsSpace) || (t == ">" && i != len(toks)-1) {
+			p.errf(n, path, "bad subject %q (dot-separated tokens, none empty, without spaces)", s)
+			return
+		}
+		if !wildcards && (t == "*" || t == ">") {
+			p.errf(n, path, "bad subject %q (a sink publishes to one subject: no wildcards)", s)
+			return
+		}
+	}
+	*dst = s
+}
+
+// stream decodes a JetStream stream name, which NATS uses as a subject
+// token and a file name.
+func (p *parser) stream(n *yaml.Node, path string, dst *string) {
+	var s string
+	if p.str(n, path, &s); s == "" {
+		return
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(`.*>/\`, r) }) {
+		p.errf(n, path, "bad stream name %q (no spaces, '.', '*', '>', '/' or '\\')", s)
+		return
+	}
+	*dst = s
 }
 
 func (p *parser) integer(n *yaml.Node, path string, min, max int, dst *int) {
@@ -441,9 +477,9 @@ func (p *parser) parse(data []byte) *Spec {
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &src.Name) },
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Kind, KindNATS, KindJetStream) },
-					"subject":     func(v *yaml.Node, path string) { p.str(v, path, &src.Subject) },
-					"stream":      func(v *yaml.Node, path string) { p.str(v, path, &src.Stream) },
-					"filter":      func(v *yaml.Node, path string) { p.str(v, path, &src.Filter) },
+					"subject":     func(v *yaml.Node, path string) { p.subject(v, path, true, &src.Subject) },
+					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &src.Stream) },
+					"filter":      func(v *yaml.Node, path string) { p.subject(v, path, true, &src.Filter) },
 					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &src.Parallelism) },
 					"partitions":  func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxPartitions, &src.Partitions) },
 					"partition-filter": func(v *yaml.Node, path string) {
@@ -493,8 +529,8 @@ func (p *parser) parse(data []byte) *Spec {
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &sk.Name) },
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &sk.Kind, KindNATS, KindJetStream) },
-					"subject":     func(v *yaml.Node, path string) { p.str(v, path, &sk.Subject) },
-					"stream":      func(v *yaml.Node, path string) { p.str(v, path, &sk.Stream) },
+					"subject":     func(v *yaml.Node, path string) { p.subject(v, path, false, &sk.Subject) },
+					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &sk.Stream) },
 					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &sk.Parallelism) },
 					"guarantee": func(v *yaml.Node, path string) {
 						p.oneOf(v, path, &sk.Guarantee, AtMostOnce, AtLeastOnce, ExactlyOnce)

@@ -219,6 +219,16 @@ func TestErrors(t *testing.T) {
 		// coordinator plan (and allocate) that many tasks or filters.
 		{"parallelism over the maximum", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, parallelism: 1000000000}\n",
 			[]string{`job.yaml:3: sources[0].parallelism: must be at most 65536, got 1000000000`}},
+		// Subjects and streams NATS refuses: without a check here, the job
+		// was submitted and restarted on "nats: invalid subject".
+		{"source subject with a space", "name: j\nsources:\n  - {name: in, kind: nats, subject: \"a b\"}\n",
+			[]string{`job.yaml:3: sources[0].subject: bad subject "a b"`}},
+		{"jetstream filter with an empty token", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, filter: \"a..b\"}\n",
+			[]string{`job.yaml:3: sources[0].filter: bad subject "a..b"`}},
+		{"sink subject with a wildcard", "name: j\nsinks:\n  - {name: o, kind: nats, subject: \"b.>\", input: {from: x}}\n",
+			[]string{`job.yaml:3: sinks[0].subject: bad subject "b.>" (a sink publishes to one subject: no wildcards)`}},
+		{"stream with a dot", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: A.B}\n",
+			[]string{`job.yaml:3: sources[0].stream: bad stream name "A.B"`}},
 		{"partitions over the maximum", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 1000000000, partition-filter: \"a.{p}\"}\n",
 			[]string{`job.yaml:3: sources[0].partitions: must be at most 65536, got 1000000000`}},
 	}
