@@ -121,6 +121,11 @@ func request(ctx context.Context, nc *nats.Conn, subject string, v any, out any)
 		if errors.Is(err, nats.ErrNoResponders) {
 			return Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject)
 		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// A deploy of a large plan, say: it would be as large again.
+			return Unrecoverable(fmt.Errorf("%s: the request of %d bytes is larger than the NATS server accepts (max_payload %d; lower the parallelism or raise it): %w",
+				subject, len(data), nc.MaxPayload(), err))
+		}
 		return fmt.Errorf("%s: %w", subject, err)
 	}
 	var rep Reply
