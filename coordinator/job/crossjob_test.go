@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
-	"github.com/weirhq/weir/transport/embedded"
-	"github.com/weirhq/weir/transport/storage"
 )
 
 // A job restored from another job's checkpoint ("OTHER/ID") restores from
@@ -82,31 +79,8 @@ func TestRestoreFromAnotherJobsCheckpoint(t *testing.T) {
 func TestCoordinatorRestartResumesFromAnotherJobsCheckpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	st, err := storage.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	startManager := func() (stop func()) {
-		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
-			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
-		mctx, mcancel := context.WithCancel(context.Background())
-		ready, done := make(chan struct{}), make(chan struct{})
-		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
-		<-ready
-		return func() { mcancel(); <-done }
-	}
-	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
-	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	e, startManager := restartable(t, nil)
+	f := e.fleet
 	stop := startManager()
 	w := f.start(ctx, "w1")
 	defer f.wait()
@@ -187,31 +161,8 @@ func TestCheckpointFailuresDoNotFailTheNextAttempt(t *testing.T) {
 func TestCoordinatorRestartDoesNotReuseTriggeredIDs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	st, err := storage.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	startManager := func() (stop func()) {
-		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
-			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
-		mctx, mcancel := context.WithCancel(context.Background())
-		ready, done := make(chan struct{}), make(chan struct{})
-		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
-		<-ready
-		return func() { mcancel(); <-done }
-	}
-	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
-	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	e, startManager := restartable(t, nil)
+	f := e.fleet
 	stop := startManager()
 	w := f.start(ctx, "w1")
 	defer f.wait()

@@ -16,7 +16,6 @@ import (
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/storage"
 )
@@ -826,31 +825,8 @@ func TestFinished(t *testing.T) {
 func TestCoordinatorRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	st, err := storage.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	startManager := func() (stop func()) {
-		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
-			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
-		mctx, mcancel := context.WithCancel(context.Background())
-		ready, done := make(chan struct{}), make(chan struct{})
-		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
-		<-ready
-		return func() { mcancel(); <-done }
-	}
-	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
-	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	e, startManager := restartable(t, nil)
+	f := e.fleet
 	stop := startManager()
 	w := f.start(ctx, "w1")
 	defer f.wait()
@@ -957,4 +933,32 @@ func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
 	if st.Reason != "task in-0 failed: channel closed" || time.Since(start) < secondaryGrace {
 		t.Errorf("a secondary failure alone: %+v after %v", st, time.Since(start))
 	}
+}
+
+// restartable makes what a test needs to stop a coordinator and start
+// another on the same storage: a server, a fleet of fake workers, and
+// start, which runs a manager keeping checkpoints and job records in a
+// directory (seen through wrap, if not nil) until its stop is called.
+func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, start func() (stop func())) {
+	t.Helper()
+	nc := embeddedtest.Conn(t)
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := storage.Store(dir)
+	if wrap != nil {
+		st = wrap(dir)
+	}
+	start = func() func() {
+		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
+			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
+		mctx, mcancel := context.WithCancel(context.Background())
+		ready, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+		<-ready
+		return func() { mcancel(); <-done }
+	}
+	f := &fleet{t: t, nc: nc, store: dir, ws: map[string]*fakeWorker{}}
+	return &env{api: control.NewAPIClient(nc, ""), fleet: f}, start
 }

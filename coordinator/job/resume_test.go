@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
-	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -33,33 +31,9 @@ func (s brokenList) List(ctx context.Context, prefix string) ([]string, error) {
 func TestUnresumableJobIsListedFailed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	dir, err := storage.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var broken atomic.Bool
-	st := brokenList{Store: dir, broken: &broken}
-	startManager := func() (stop func()) {
-		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
-			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
-		mctx, mcancel := context.WithCancel(context.Background())
-		ready, done := make(chan struct{}), make(chan struct{})
-		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
-		<-ready
-		return func() { mcancel(); <-done }
-	}
-	f := &fleet{t: t, nc: nc, store: dir, ws: map[string]*fakeWorker{}}
-	e := &env{api: control.NewAPIClient(nc, ""), fleet: f}
+	e, startManager := restartable(t, func(s storage.Store) storage.Store { return brokenList{Store: s, broken: &broken} })
+	f := e.fleet
 	stop := startManager()
 	f.start(ctx, "w1")
 	defer f.wait()
