@@ -20,6 +20,7 @@ type Dir struct {
 
 // NewDir returns a store rooted at root, creating it if needed.
 func NewDir(root string) (*Dir, error) {
+	root = filepath.Clean(root)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("storage dir: %w", err)
 	}
@@ -58,7 +59,7 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader) error {
 		return err
 	}
 	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := d.mkdirSynced(dir); err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
 	f, err := os.CreateTemp(dir, tmpPrefix+"*")
@@ -86,12 +87,52 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader) error {
 		return fmt.Errorf("storage put %s: rename: %w", key, err)
 	}
 	ok = true
-	if df, err := os.Open(dir); err == nil {
-		err = df.Sync()
-		_ = df.Close()
-		if err != nil {
-			return fmt.Errorf("storage put %s: fsync dir: %w", key, err)
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("storage put %s: %w", key, err)
+	}
+	return nil
+}
+
+// mkdirSynced creates dir and its missing parents below the root, and
+// fsyncs the parent of each directory it creates: a new directory's entry
+// is part of its parent, and without the parent's fsync a crash can lose
+// the directory, with the objects in it, after Put returned.
+func (d *Dir) mkdirSynced(dir string) error {
+	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		return nil
+	}
+	if err := os.MkdirAll(d.root, 0o755); err != nil {
+		return err
+	}
+	var missing []string
+	for p := dir; p != d.root && strings.HasPrefix(p, d.root); p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			break
 		}
+		missing = append(missing, p)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := syncDir(filepath.Dir(p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory, making the entries in it durable.
+func syncDir(dir string) error {
+	df, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	err = df.Sync()
+	_ = df.Close()
+	if err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
 	}
 	return nil
 }

@@ -78,3 +78,33 @@ func TestDirDeleteRemovesLeftoverTempFiles(t *testing.T) {
 		t.Errorf("other checkpoint: %q, %v", got, err)
 	}
 }
+
+// A root given as an unclean relative path ("./a//b/") works like the clean
+// one: Put creates the key's directories, Delete removes the emptied ones,
+// and a root removed behind the store's back is made again.
+func TestDirUncleanRoot(t *testing.T) {
+	ctx := context.Background()
+	t.Chdir(t.TempDir())
+	s, err := NewDir("./a//b/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "job/1/task-0", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("a", "b", "job", "1", "task-0")); err != nil {
+		t.Fatalf("object not where the root says: %v", err)
+	}
+	if err := s.Delete(ctx, "job/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("a", "b", "job")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("emptied directory left behind: %v", err)
+	}
+	if err := os.RemoveAll("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "job/2/task-0", strings.NewReader("y")); err != nil {
+		t.Fatalf("Put after the root was removed: %v", err)
+	}
+}
