@@ -268,6 +268,9 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 	if r.Spec == nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit: no job spec")
 	}
+	if err := jobspec.Check(r.Spec); err != nil {
+		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit %s: %w", r.Spec.Name, err)
+	}
 	var from *checkpoint.Metadata
 	if r.RestoreFrom != "" {
 		md, err := m.loadCheckpoint(ctx, r.Spec.Name, r.RestoreFrom)
@@ -288,6 +291,8 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 			return control.JobStatus{}, control.Errorf(control.ErrNotFound, "restore %s: no spec given, and no job %q to take it from", r.Job, r.Job)
 		}
 		spec = j.spec
+	} else if err := jobspec.Check(spec); err != nil {
+		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
 	}
 	md, err := m.loadCheckpoint(ctx, r.Job, r.From)
 	if err != nil {

@@ -11,8 +11,9 @@ import (
 )
 
 // The job API takes a spec as JSON, so it may not have passed
-// jobspec.Parse: a spec no job can run is refused as invalid, with the
-// field at fault named, and leaves a running job as it was.
+// jobspec.Parse: a spec Parse would refuse (jobspec.Check) or no job can
+// run is refused as invalid, with the field at fault named, and leaves a
+// running job as it was.
 func TestSubmitRefusesAnInvalidSpec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -28,12 +29,25 @@ func TestSubmitRefusesAnInvalidSpec(t *testing.T) {
 		"zero parallelism":     func(s *jobspec.Spec) { s.Sources[0].Parallelism = 0 },
 		"huge parallelism":     func(s *jobspec.Spec) { s.Operators[0].Parallelism = 1 << 30 },
 		"negative parallelism": func(s *jobspec.Spec) { s.Sinks[0].Parallelism = -1 },
+		"cycle": func(s *jobspec.Spec) {
+			s.Operators[0].Inputs = append(s.Operators[0].Inputs, jobspec.Input{From: "count", Partition: jobspec.Forward})
+		},
+		"unknown checkpointing mode": func(s *jobspec.Spec) { s.Checkpointing.Mode = "sometimes" },
+		"unknown guarantee":          func(s *jobspec.Spec) { s.Sinks[0].Guarantee = "twice" },
+		"wildcard sink subject":      func(s *jobspec.Spec) { s.Sinks[0].Subject = "out.>" },
+		"unknown source kind":        func(s *jobspec.Spec) { s.Sources[0].Kind = "kafka" },
+		"negative restart attempts":  func(s *jobspec.Spec) { s.Restart.Attempts = -1 },
 	} {
 		s := spec(t, "bad", "")
 		edit(s)
 		if st, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); !errors.Is(err, control.ErrInvalid) {
 			t.Errorf("%s: Submit = %s, %v; want ErrInvalid", name, st.State, err)
 		}
+	}
+	bad := spec(t, "good", "")
+	bad.Checkpointing.Mode = "sometimes"
+	if st, err := e.api.Restore(ctx, control.RestoreRequest{Job: "good", From: "1", Spec: bad}); !errors.Is(err, control.ErrInvalid) {
+		t.Errorf("Restore with an invalid spec = %s, %v; want ErrInvalid", st.State, err)
 	}
 	jobs, err := e.api.Jobs(ctx)
 	if err != nil {

@@ -209,18 +209,25 @@ func (p *parser) subject(n *yaml.Node, path string, wildcards bool, dst *string)
 	if p.str(n, path, &s); s == "" {
 		return
 	}
+	if msg := subjectProblem(s, wildcards); msg != "" {
+		p.errf(n, path, "%s", msg)
+		return
+	}
+	*dst = s
+}
+
+// subjectProblem says what is wrong with subject s, or "".
+func subjectProblem(s string, wildcards bool) string {
 	toks := strings.Split(s, ".")
 	for i, t := range toks {
 		if t == "" || strings.ContainsFunc(t, unicode.IsSpace) || (t == ">" && i != len(toks)-1) {
-			p.errf(n, path, "bad subject %q (dot-separated tokens, none empty, without spaces)", s)
-			return
+			return fmt.Sprintf("bad subject %q (dot-separated tokens, none empty, without spaces)", s)
 		}
 		if !wildcards && (t == "*" || t == ">") {
-			p.errf(n, path, "bad subject %q (a sink publishes to one subject: no wildcards)", s)
-			return
+			return fmt.Sprintf("bad subject %q (a sink publishes to one subject: no wildcards)", s)
 		}
 	}
-	*dst = s
+	return ""
 }
 
 // stream decodes a JetStream stream name, which NATS uses as a subject
@@ -230,11 +237,19 @@ func (p *parser) stream(n *yaml.Node, path string, dst *string) {
 	if p.str(n, path, &s); s == "" {
 		return
 	}
-	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(`.*>/\`, r) }) {
-		p.errf(n, path, "bad stream name %q (no spaces, '.', '*', '>', '/' or '\\')", s)
+	if msg := streamProblem(s); msg != "" {
+		p.errf(n, path, "%s", msg)
 		return
 	}
 	*dst = s
+}
+
+// streamProblem says what is wrong with stream name s, or "".
+func streamProblem(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(`.*>/\`, r) }) {
+		return fmt.Sprintf("bad stream name %q (no spaces, '.', '*', '>', '/' or '\\')", s)
+	}
+	return ""
 }
 
 func (p *parser) integer(n *yaml.Node, path string, min, max int, dst *int) {
@@ -689,11 +704,23 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			names[name] = path
 		}
 	}
+	rootLine := 0
+	if root != nil {
+		rootLine = root.Line
+	}
+	// has reports whether an optional field is set, and its line: a node
+	// when parsing, a non-zero value when checking a struct (nodes nil).
+	has := func(path string, set bool) (line int, ok bool) {
+		if n := nodes[path]; n != nil {
+			return n.Line, true
+		}
+		return 0, nodes == nil && set
+	}
 	if len(s.Sources) == 0 {
-		at(root.Line, "sources", "a job needs at least one source")
+		at(rootLine, "sources", "a job needs at least one source")
 	}
 	if len(s.Sinks) == 0 {
-		at(root.Line, "sinks", "a job needs at least one sink")
+		at(rootLine, "sinks", "a job needs at least one sink")
 	}
 	for i := range s.Sources {
 		src := &s.Sources[i]
@@ -797,16 +824,16 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 				at(sk.Line, path+".stream", "a jetstream sink needs a stream")
 			}
 		}
-		if n := nodes[path+".publish"]; n != nil {
+		if line, ok := has(path+".publish", sk.Publish != ""); ok {
 			switch {
 			case sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce:
-				at(n.Line, path+".publish", "publish applies to at-least-once and exactly-once jetstream sinks only")
+				at(line, path+".publish", "publish applies to at-least-once and exactly-once jetstream sinks only")
 			case sk.Guarantee == AtLeastOnce && sk.Publish == PublishAtomic:
-				at(n.Line, path+".publish", "publish mode atomic is for exactly-once sinks; an at-least-once sink publishes auto, fast or async")
+				at(line, path+".publish", "publish mode atomic is for exactly-once sinks; an at-least-once sink publishes auto, fast or async")
 			}
 		}
-		if n := nodes[path+".ack-timeout"]; n != nil && (sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce) {
-			at(n.Line, path+".ack-timeout", "ack-timeout applies to at-least-once and exactly-once jetstream sinks only")
+		if line, ok := has(path+".ack-timeout", sk.AckTimeout != 0); ok && (sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce) {
+			at(line, path+".ack-timeout", "ack-timeout applies to at-least-once and exactly-once jetstream sinks only")
 		}
 		if sk.Input.From == "" {
 			at(sk.Line, path+".input", "missing input: sink %q has no input", sk.Name)

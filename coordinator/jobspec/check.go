@@ -1,0 +1,183 @@
+package jobspec
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Check validates a spec that did not come from Parse — the job API takes
+// specs as JSON from any client — by the rules Parse applies, and returns
+// an Errors value naming each field at fault by its path (the YAML names
+// of coordinator/README.md; there are no lines). A spec Parse returned
+// passes unchanged.
+//
+// Check fills the defaults Parse fills where the zero value is not itself
+// a setting: the checkpointing mode, interval, timeout, max-concurrent and
+// retained; the restart strategy, and exponential backoff's initial, max
+// and multiplier; a sink's guarantee, an input's partition and a
+// jetstream source's filter (from its subject). A zero parallelism is an
+// error, as in a spec that writes one.
+func Check(s *Spec) error {
+	if s == nil {
+		return Errors{{Msg: "no job spec"}}
+	}
+	p := &parser{}
+	bad := func(path, format string, args ...any) { p.errf(nil, path, format, args...) }
+	oneOf := func(path, v string, allowed ...string) {
+		if v != "" && !slices.Contains(allowed, v) {
+			bad(path, "unknown value %q (want %s)", v, strings.Join(allowed, ", "))
+		}
+	}
+	subject := func(path, v string, wildcards bool) {
+		if v == "" {
+			return
+		}
+		if msg := subjectProblem(v, wildcards); msg != "" {
+			bad(path, "%s", msg)
+		}
+	}
+	stream := func(path, v string) {
+		if v == "" {
+			return
+		}
+		if msg := streamProblem(v); msg != "" {
+			bad(path, "%s", msg)
+		}
+	}
+	parallelism := func(path string, n int) {
+		if n < 1 || n > MaxParallelism {
+			bad(path, "must be from 1 to %d, got %d", MaxParallelism, n)
+		}
+	}
+	nonNegative := func(path string, d time.Duration) {
+		if d < 0 {
+			bad(path, "bad duration %s (negative)", d)
+		}
+	}
+
+	for i := range s.Sources {
+		src := &s.Sources[i]
+		path := fmt.Sprintf("sources[%d]", i)
+		oneOf(path+".kind", src.Kind, KindNATS, KindJetStream)
+		subject(path+".subject", src.Subject, true)
+		stream(path+".stream", src.Stream)
+		subject(path+".filter", src.Filter, true)
+		parallelism(path+".parallelism", src.Parallelism)
+		if src.Partitions < 0 || src.Partitions > MaxPartitions {
+			bad(path+".partitions", "must be from 1 to %d, got %d", MaxPartitions, src.Partitions)
+		}
+	}
+	for i := range s.Operators {
+		op := &s.Operators[i]
+		path := fmt.Sprintf("operators[%d]", i)
+		parallelism(path+".parallelism", op.Parallelism)
+		if op.Limits.Memory != 0 {
+			if err := CheckMemory(op.Limits.Memory); err != nil {
+				bad(path+".limits.memory", "%v", err)
+			}
+		}
+		if op.Limits.Timeout != 0 {
+			if err := CheckTimeout(op.Limits.Timeout); err != nil {
+				bad(path+".limits.timeout", "%v", err)
+			}
+		}
+		for j, in := range op.Inputs {
+			oneOf(fmt.Sprintf("%s.inputs[%d].partition", path, j), in.Partition, Forward, KeyHash, Broadcast, RoundRobin)
+		}
+	}
+	for i := range s.Sinks {
+		sk := &s.Sinks[i]
+		path := fmt.Sprintf("sinks[%d]", i)
+		oneOf(path+".kind", sk.Kind, KindNATS, KindJetStream)
+		subject(path+".subject", sk.Subject, false)
+		stream(path+".stream", sk.Stream)
+		parallelism(path+".parallelism", sk.Parallelism)
+		oneOf(path+".guarantee", sk.Guarantee, AtMostOnce, AtLeastOnce, ExactlyOnce)
+		oneOf(path+".publish", sk.Publish, PublishAuto, PublishFast, PublishAtomic, PublishAsync)
+		nonNegative(path+".ack-timeout", sk.AckTimeout)
+		oneOf(path+".input.partition", sk.Input.Partition, Forward, KeyHash, Broadcast, RoundRobin)
+	}
+
+	c := &s.Checkpointing
+	if c.Mode == "" {
+		c.Mode = ModeExactlyOnce
+	}
+	oneOf("checkpointing.mode", c.Mode, ModeExactlyOnce, ModeAtLeastOnce, ModeUnaligned)
+	nonNegative("checkpointing.aligned-timeout", c.AlignedTimeout)
+	if c.AlignedTimeout > 0 && c.Mode != ModeExactlyOnce {
+		bad("checkpointing.aligned-timeout", "applies to mode exactly-once only (mode is %s)", c.Mode)
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	nonNegative("checkpointing.interval", c.Interval)
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	nonNegative("checkpointing.timeout", c.Timeout)
+	nonNegative("checkpointing.min-pause", c.MinPause)
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if c.MaxConcurrent < 0 {
+		bad("checkpointing.max-concurrent", "must be at least 1, got %d", c.MaxConcurrent)
+	}
+	if c.TolerableFailures < 0 {
+		bad("checkpointing.tolerable-failures", "must be at least 0, got %d", c.TolerableFailures)
+	}
+	if c.Retained == 0 {
+		c.Retained = DefaultRetained
+	}
+	if c.Retained < 0 {
+		bad("checkpointing.retained", "must be at least 1, got %d", c.Retained)
+	}
+
+	r := &s.Restart
+	if r.Strategy == "" {
+		r.Strategy = RestartFixedDelay
+	}
+	oneOf("restart.strategy", r.Strategy, RestartFixedDelay, RestartExponentialBackoff, RestartNone)
+	nonNegative("restart.delay", r.Delay)
+	nonNegative("restart.initial", r.Initial)
+	nonNegative("restart.max", r.Max)
+	if r.Attempts < 0 {
+		bad("restart.attempts", "must be at least 0, got %d", r.Attempts)
+	}
+	switch r.Strategy {
+	case RestartFixedDelay:
+		if r.Initial != 0 || r.Max != 0 || r.Multiplier != 0 {
+			bad("restart", "initial, max and multiplier apply to exponential-backoff only")
+		}
+	case RestartExponentialBackoff:
+		if r.Initial == 0 {
+			r.Initial = DefaultBackoffInitial
+		}
+		if r.Max == 0 {
+			r.Max = DefaultBackoffMax
+		}
+		if r.Multiplier == 0 {
+			r.Multiplier = DefaultBackoffMultiplier
+		}
+		if r.Multiplier < 1 || math.IsInf(r.Multiplier, 0) || math.IsNaN(r.Multiplier) {
+			bad("restart.multiplier", "want a number >= 1, got %v", r.Multiplier)
+		}
+		if r.Delay != 0 {
+			bad("restart.delay", "delay applies to fixed-delay only (use initial)")
+		}
+		if r.Max < r.Initial {
+			bad("restart.max", "max (%s) is less than initial (%s)", r.Max, r.Initial)
+		}
+	}
+
+	p.validate(s, nil, nil)
+	if len(p.errs) > 0 {
+		for _, e := range p.errs {
+			e.Line = 0 // a line of a file the caller may not have
+		}
+		return p.errs
+	}
+	return nil
+}
