@@ -237,12 +237,6 @@ func (r *recorder) handle(id int64, task string) string {
 	return r.acks[id][task]
 }
 
-func sortedCopy(s []string) []string {
-	c := append([]string(nil), s...)
-	sort.Strings(c)
-	return c
-}
-
 type bytesBuf struct{ b []byte }
 
 func (w *bytesBuf) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }

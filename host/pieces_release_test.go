@@ -109,7 +109,7 @@ func TestPriorityBarrierBehindReleasedBufferBetweenPieces(t *testing.T) {
 	}
 }
 
-type passOp struct{ seen []string }
+type passOp struct{}
 
 func (p *passOp) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
 	return emit(0, append([]byte(nil), batch...))

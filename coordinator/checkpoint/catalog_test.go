@@ -97,7 +97,6 @@ type fakeEffects struct {
 	failed   chan string
 	notified chan int64
 	trigger  chan TriggerAction
-	runner   *Runner
 }
 
 func (f *fakeEffects) Trigger(_ context.Context, t TriggerAction) error {

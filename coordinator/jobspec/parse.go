@@ -429,11 +429,6 @@ var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,62}$`)
 // characters. Such names are usable in NATS subject tokens and storage keys.
 func ValidName(name string) bool { return nameRE.MatchString(name) }
 
-// located remembers the line of the fields validation reports on.
-type located struct {
-	nameLine, moduleLine, partitionLine, kindLine int
-}
-
 func (p *parser) parse(data []byte) *Spec {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))

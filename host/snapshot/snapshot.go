@@ -236,7 +236,7 @@ func (r *reader) i64(what string) int64 {
 func (r *reader) bytes(what string) []byte {
 	n := r.u32(what + " length")
 	p := r.take(int(n), what)
-	if p == nil || len(p) == 0 {
+	if len(p) == 0 {
 		return nil
 	}
 	return append([]byte(nil), p...)

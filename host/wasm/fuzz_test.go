@@ -14,8 +14,6 @@ import (
 
 func abiEmpty() []byte { return append([]byte(nil), abi.EmptyBatch...) }
 
-func abiValidate(b []byte) (int, error) { return abi.ValidateBatch(b) }
-
 // FuzzLoad feeds arbitrary bytes to Check and Load: they must never panic,
 // every refusal must be a *ValidationError, and the loop instrumentation
 // must never turn a module wazero accepts into one it refuses.

@@ -676,10 +676,11 @@ func TestJetStreamQuietPartitionKeepsUp(t *testing.T) {
 	publishN(t, ctx, js, func(int) string { return "in.1.x" }, 0, 1) // seq 1, partition 1
 	src, err := NewJetStream(js, cfg)
 	must(t, err)
-	recs, off := pollRecords(t, ctx, src, 1)
+	recs, _ := pollRecords(t, ctx, src, 1)
 	if len(recs) != 1 {
 		t.Fatalf("%d records", len(recs))
 	}
+	var off []byte
 	publishN(t, ctx, js, func(int) string { return "in.0.x" }, 1, 101) // seqs 2..101, partition 0
 	// Partition 1 is quiet; its offset moves to 101 with an empty batch.
 	for {

@@ -133,6 +133,9 @@ func goTool() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
+	// A fallback only (the path is checked below): `go run` and a binary
+	// built here find the toolchain that built them.
+	//lint:ignore SA1019 the deprecation is about copied binaries, whose path fails the Stat below
 	p := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(p); err != nil {
 		return "", errors.New("guestbuild: the go command is not on PATH")

@@ -452,8 +452,6 @@ type builder struct {
 	closers []func()
 }
 
-func (b *builder) here(task string) bool { return b.d.Assignment[task] == b.w.cfg.ID }
-
 // Remote channel credit windows. Every remote receiver on a worker shares
 // its NATS connection, whose pending bytes the server caps (64 MiB by
 // default): the windows of one worker's receivers together stay under
