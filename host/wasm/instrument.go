@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"fmt"
+	"strings"
 )
 
 // Interrupting a running guest.
@@ -250,6 +251,11 @@ func instrument(b []byte, m *moduleInfo) ([]byte, error) {
 				return nil, err
 			}
 			out = appendSection(out, secCode, nb)
+		case secCustom:
+			if isDWARF(body) {
+				continue // its addresses point into the code before the checks moved it
+			}
+			out = append(out, b[start:r.off]...)
 		default:
 			out = append(out, b[start:r.off]...)
 		}
@@ -258,6 +264,18 @@ func instrument(b []byte, m *moduleInfo) ([]byte, error) {
 		return nil, uninstrumentable("no place for the interrupt global")
 	}
 	return out, nil
+}
+
+// isDWARF reports whether a custom section's body is DWARF debug info
+// (".debug_info", ".debug_line", ...). instrument drops it: its addresses
+// are offsets into the code section as the compiler wrote it, and every
+// loop check inserted before them moves the code they name, so wazero's
+// stack traces would cite wrong source lines (the line of code some bytes
+// further on). The name section, which names functions by index, stays:
+// the stack trace still names each function.
+func isDWARF(body []byte) bool {
+	name, err := (&reader{b: body}).name()
+	return err == nil && strings.HasPrefix(name, ".debug_")
 }
 
 func appendSection(out []byte, id byte, body []byte) []byte {

@@ -422,3 +422,25 @@ func TestCapTables(t *testing.T) {
 		t.Fatalf("capped table: %+v", tb)
 	}
 }
+
+// TestTrapStackWithDWARF: a module built with -g (testdata/dwarf.c) traps
+// after a loop. The loop check the host inserts moves the code after it, so
+// the module's DWARF line tables would cite a wrong line (weir.h:370 and
+// dwarf.c:23 for the division on dwarf.c:22); the host drops them, and the
+// stack names the function without citing any line.
+func TestTrapStackWithDWARF(t *testing.T) {
+	code := readFile(t, filepath.Join("testdata", "dwarf.wasm"))
+	if !bytes.Contains(code, []byte(".debug_line")) {
+		t.Fatal("testdata/dwarf.wasm has no .debug_line: build it with -g")
+	}
+	e := newEngine(t)
+	inst := instantiate(t, e, "dwarf", code, Limits{}, InstanceConfig{})
+	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "12", 1}, kv{"b", "0", 2}), func(int, []byte) error { return nil })
+	var te *TrapError
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "integer divide by zero") {
+		t.Fatalf("got %v", err)
+	}
+	if !strings.Contains(te.Stack, ".weir_process(i32,i32,i32)") || strings.Contains(te.Stack, ".c:") || strings.Contains(te.Stack, ".h:") {
+		t.Fatalf("stack %q: want the function named and no source line", te.Stack)
+	}
+}
