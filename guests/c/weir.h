@@ -494,17 +494,37 @@ static inline int weir_state_read_u32(uint32_t *v) { return weir_state_read(v, 4
 static inline int weir_state_read_u64(uint64_t *v) { return weir_state_read(v, 8); }
 static inline int weir_state_read_i64(int64_t *v) { return weir_state_read(v, 8); }
 
+static inline size_t weir__state_read_upto(void *p, size_t n);
+
 /* weir_state_read_bytes reads what weir_state_write_bytes wrote (u32 length +
  * bytes) into a new weir_malloc'd buffer (at least 1 byte, so never NULL on
- * success), which the caller owns: weir_free(out->ptr) when done. */
+ * success), which the caller owns: weir_free(out->ptr) when done. The buffer
+ * grows as the bytes arrive, not to the length up front: a length past the
+ * end of the stream (a corrupt state, or one in another format) fails with
+ * "weir: state ended early", not "out of memory". */
 static inline int weir_state_read_bytes(weir_bytes *out) {
     uint32_t n;
     if (weir_state_read_u32(&n)) return WEIR_ERR;
-    uint8_t *p = weir_malloc(n ? n : 1);
+    uint32_t cap = n < WEIR_CHUNK ? n : WEIR_CHUNK, got = 0;
+    uint8_t *p = weir_malloc(cap ? cap : 1);
     if (!p) return weir_fail("weir: out of memory reading state");
-    if (weir_state_read(p, n)) {
-        weir_free(p);
-        return WEIR_ERR;
+    while (got < n) {
+        if (got == cap) {
+            uint32_t c = cap > n / 2 ? n : cap * 2;
+            uint8_t *q = weir_realloc(p, c);
+            if (!q) {
+                weir_free(p);
+                return weir_fail("weir: out of memory reading state");
+            }
+            p = q;
+            cap = c;
+        }
+        size_t k = weir__state_read_upto(p + got, cap - got);
+        if (k == 0) {
+            weir_free(p);
+            return weir_fail("weir: state ended early");
+        }
+        got += (uint32_t)k;
     }
     out->ptr = p;
     out->len = n;

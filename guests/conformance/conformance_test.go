@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -269,6 +270,37 @@ func TestBadStateFails(t *testing.T) {
 				inst := start(t, m, ex)
 				if err := inst.Restore(context.Background(), bytes.NewReader(state)); err == nil {
 					t.Errorf("%s %s: restoring a %s snapshot succeeded", lang.name, ex, what)
+				}
+				inst.Close(context.Background())
+			}
+		}
+	}
+}
+
+// TestBadStateLength restores wordcount and join states whose first length
+// (of a word, of a key) passes the end of the stream by far: 4 GiB, and the
+// whole 64 MiB memory limit. Every build fails the restore with an error
+// it returns, never a trap (capacity overflow, an allocation past the
+// memory limit), and the SDKs' read_bytes/readBytes/weir_state_read_bytes,
+// which grow their buffer as the bytes arrive, say "weir: state ended early".
+func TestBadStateLength(t *testing.T) {
+	e := newEngine(t)
+	for _, ex := range []string{"wordcount", "join"} {
+		for _, n := range []uint32{0xffff_fff0, 64 << 20} {
+			// version 1, one entry (one left), then the length and 3 bytes
+			state := binary.LittleEndian.AppendUint32([]byte{1, 1, 0, 0, 0}, n)
+			state = append(state, "abc"...)
+			for _, lang := range languages {
+				inst := start(t, load(t, e, lang, ex), ex)
+				err := inst.Restore(context.Background(), bytes.NewReader(state))
+				var te *wasm.TrapError
+				switch {
+				case err == nil:
+					t.Errorf("%s %s: restoring a length of %d succeeded", lang.name, ex, n)
+				case errors.As(err, &te):
+					t.Errorf("%s %s: a length of %d trapped: %v", lang.name, ex, n, err)
+				case lang.name != "go" && lang.name != "wat" && !strings.HasSuffix(err.Error(), "weir: state ended early"):
+					t.Errorf("%s %s: a length of %d: got %v, want weir: state ended early", lang.name, ex, n, err)
 				}
 				inst.Close(context.Background())
 			}

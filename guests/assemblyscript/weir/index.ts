@@ -377,12 +377,31 @@ export class StateReader {
     return n;
   }
 
-  /** Reads a u32 length followed by that many bytes. */
+  /** Reads a u32 length followed by that many bytes. The array grows as
+   * the bytes arrive, not to the length up front: a length past the end of
+   * the stream (a corrupt state, or one in another format) sets error to
+   * "weir: state ended early" instead of aborting with "Invalid length" or
+   * trapping for memory. */
   readBytes(): Uint8Array {
     const n = this.readU32();
     if (this.error !== null) return new Uint8Array(0);
-    const a = new Uint8Array(<i32>n);
-    this.read(a.dataStart, <i32>n);
+    let cap: u32 = n < <u32>CHUNK_SIZE ? n : <u32>CHUNK_SIZE;
+    let a = new Uint8Array(<i32>cap);
+    let got: u32 = 0;
+    while (got < n) {
+      if (got == cap) {
+        cap = cap > n / 2 ? n : cap * 2;
+        const b = new Uint8Array(<i32>cap);
+        memory.copy(b.dataStart, a.dataStart, got);
+        a = b;
+      }
+      const k = this.readSome(a.dataStart + <usize>got, <i32>(cap - got));
+      if (k == 0) {
+        if (this.error === null) this.error = "weir: state ended early";
+        return new Uint8Array(0);
+      }
+      got += <u32>k;
+    }
     return a;
   }
 

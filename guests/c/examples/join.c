@@ -96,19 +96,16 @@ static int restore(void) {
         uint32_t n;
         if (weir_state_read_u32(&n)) return WEIR_ERR;
         for (uint32_t i = 0; i < n; i++) {
-            uint32_t klen, vlen;
+            /* weir_state_read_bytes, not weir_malloc(length): a length
+             * past the end of a corrupt state says so ("state ended
+             * early") instead of asking for memory. */
+            weir_bytes k = {NULL, 0}, v = {NULL, 0};
             uint64_t ts;
-            if (weir_state_read_u32(&klen)) return WEIR_ERR;
-            uint8_t *k = weir_malloc(klen + 1);
-            if (!k) return weir_fail("join: out of memory");
-            if (weir_state_read(k, klen) || weir_state_read_u32(&vlen)) return WEIR_ERR;
-            uint8_t *v = weir_malloc(vlen + 1);
-            if (!v) return weir_fail("join: out of memory");
-            if (weir_state_read(v, vlen) || weir_state_read_u64(&ts)) return WEIR_ERR;
-            weir_bytes kb = {k, klen}, vb = {v, vlen};
-            if (push(&sides[s], kb, vb, (int64_t)ts)) return WEIR_ERR;
-            weir_free(k);
-            weir_free(v);
+            int rc = weir_state_read_bytes(&k) || weir_state_read_bytes(&v) ||
+                     weir_state_read_u64(&ts) || push(&sides[s], k, v, (int64_t)ts);
+            weir_free((void *)k.ptr);
+            weir_free((void *)v.ptr);
+            if (rc) return WEIR_ERR;
         }
     }
     return WEIR_OK;

@@ -122,16 +122,18 @@ static int restore(void) {
     if (version != 1) return weir_fail("wordcount: unknown state version");
     if (weir_state_read_u32(&n)) return WEIR_ERR;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t len;
+        /* weir_state_read_bytes, not weir_malloc(length): a length past
+         * the end of a corrupt state says so ("state ended early") instead
+         * of asking for memory. */
+        weir_bytes w;
         uint64_t count;
-        if (weir_state_read_u32(&len)) return WEIR_ERR;
-        uint8_t *w = weir_malloc(len ? len : 1);
-        if (!w) return weir_fail("wordcount: out of memory");
-        if (weir_state_read(w, len) || weir_state_read_u64(&count)) return WEIR_ERR;
         uint32_t at;
-        if (find(w, len, &at)) return weir_fail("wordcount: duplicate word in state");
-        if (!insert(at, w, len, count)) return weir_fail("wordcount: out of memory");
-        weir_free(w);
+        if (weir_state_read_bytes(&w)) return WEIR_ERR;
+        int rc = weir_state_read_u64(&count);
+        if (rc == WEIR_OK && find(w.ptr, w.len, &at)) rc = weir_fail("wordcount: duplicate word in state");
+        if (rc == WEIR_OK && !insert(at, w.ptr, w.len, count)) rc = weir_fail("wordcount: out of memory");
+        weir_free((void *)w.ptr);
+        if (rc) return WEIR_ERR;
     }
     return WEIR_OK;
 }

@@ -502,11 +502,21 @@ impl StateReader<'_> {
         Ok(i64::from_le_bytes(self.array()?))
     }
 
-    /// Reads a u32 length followed by that many bytes.
+    /// Reads a u32 length followed by that many bytes. The vector grows as
+    /// the bytes arrive, not to the length up front: a length past the end
+    /// of the stream (a corrupt state, or one in another format) fails with
+    /// "weir: state ended early", not with a trap for capacity overflow or
+    /// an allocation past the memory limit.
     pub fn read_bytes(&mut self) -> io::Result<Vec<u8>> {
         let n = self.read_u32()? as usize;
-        let mut v = vec![0; n];
-        self.read_exact_or_early_end(&mut v)?;
+        let mut v = Vec::with_capacity(n.min(CHUNK_SIZE));
+        io::Read::read_to_end(&mut io::Read::take(&mut *self, n as u64), &mut v)?;
+        if v.len() < n {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "weir: state ended early",
+            ));
+        }
         Ok(v)
     }
 }
