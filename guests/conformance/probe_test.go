@@ -173,6 +173,34 @@ func TestSDKProbe(t *testing.T) {
 	}
 }
 
+// TestRustAllocationFailure: a Rust allocation that fails (the probe's
+// "alloc" asks for 1 GiB, past the 64 MiB limit, with the memory far below
+// it) traps with the size in its message, which the SDK's allocator sets
+// before Rust aborts; without it the host could say only "wasm error:
+// unreachable".
+func TestRustAllocationFailure(t *testing.T) {
+	ctx := context.Background()
+	code, err := os.ReadFile(probes["rust"])
+	if err != nil {
+		t.Fatalf("%v (run guests/build.sh)", err)
+	}
+	m, err := newEngine(t).Load(ctx, "rust-probe", code, wasm.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	err = inst.Process(ctx, 0, records("a", "alloc"), func(int, []byte) error { return nil })
+	var te *wasm.TrapError
+	if !errors.As(err, &te) || te.RecordIndex != 1 ||
+		!strings.HasSuffix(err.Error(), `trap at record 1 (key "k1", value "alloc"): weir: memory allocation of 1073741824 bytes failed (wasm error: unreachable)`) {
+		t.Errorf("got %v, want a trap at record 1 naming the failed allocation", err)
+	}
+}
+
 // TestSDKConstructorFailure: an operator whose constructor fails (a Rust
 // panic in the expression handed to weir::operator!, an AssemblyScript
 // throw in the entry file's top-level code, which runs as the module's

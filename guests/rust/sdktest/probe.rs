@@ -8,6 +8,8 @@
 //!   - a record whose value is "panic" panics with "probe: panic" (the host
 //!     reports the message and the cursor with the trap);
 //!   - a record whose value is "log" is also logged at warn level as "probe: log";
+//!   - (Rust only) a record whose value is "alloc" asks for 1 GiB, which
+//!     fails: the SDK's allocator reports it before Rust aborts;
 //!   - a record whose value is "badport" is emitted to output port 2000, past
 //!     every SDK's port limit, which fails the call with the SDK's message;
 //!   - end of input on port p emits key "eoi", value the decimal p, on port 0;
@@ -28,6 +30,10 @@ impl Operator for Probe {
                 b"badport" => out.emit(2000, r.key, r.value, r.timestamp),
                 b"fail" => return Err("probe: fail".into()),
                 b"panic" => panic!("probe: panic"),
+                b"alloc" => {
+                    let v: Vec<u8> = Vec::with_capacity(1 << 30);
+                    out.emit(0, r.key, &v, r.timestamp)
+                }
                 b"log" => {
                     weir::log(weir::level::WARN, "probe: log");
                     out.emit((i + 1) % 2, r.key, r.value, r.timestamp)

@@ -658,6 +658,73 @@ pub fn log(level: i32, msg: &str) {
     unsafe { host_log(level, msg.as_ptr(), msg.len() as i32) }
 }
 
+/// The global allocator: std's (dlmalloc on wasm32), which, when an
+/// allocation fails, first makes "weir: memory allocation of N bytes
+/// failed" the call's error message. Rust then aborts (a trap); its own
+/// report of the failure goes to stderr, which wasm32-unknown-unknown drops,
+/// so without this the host could say only "wasm error: unreachable" (and
+/// not even how much memory the instance had, when one request of many MiB
+/// failed far below the limit). An operator cannot define its own
+/// `#[global_allocator]` as well.
+struct ReportingAlloc;
+
+// SAFETY: every call is passed on to System unchanged.
+unsafe impl std::alloc::GlobalAlloc for ReportingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        checked(std::alloc::System.alloc(l), l.size())
+    }
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        checked(std::alloc::System.alloc_zeroed(l), l.size())
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        std::alloc::System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, size: usize) -> *mut u8 {
+        checked(std::alloc::System.realloc(p, l, size), size)
+    }
+}
+
+#[global_allocator]
+static ALLOC: ReportingAlloc = ReportingAlloc;
+
+#[inline(always)]
+fn checked(p: *mut u8, size: usize) -> *mut u8 {
+    if p.is_null() {
+        allocation_failed(size);
+    }
+    p
+}
+
+/// Reports a failed allocation of `size` bytes to the host, without
+/// allocating (the heap just ran out).
+#[cold]
+#[inline(never)]
+fn allocation_failed(size: usize) {
+    const HEAD: &[u8] = b"weir: memory allocation of ";
+    const TAIL: &[u8] = b" bytes failed";
+    let mut m = [0u8; HEAD.len() + 20 + TAIL.len()];
+    m[..HEAD.len()].copy_from_slice(HEAD);
+    let mut digits = [0u8; 20];
+    let (mut n, mut v) = (0, size as u64);
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let mut at = HEAD.len();
+    for d in digits[..n].iter().rev() {
+        m[at] = *d;
+        at += 1;
+    }
+    m[at..at + TAIL.len()].copy_from_slice(TAIL);
+    at += TAIL.len();
+    // SAFETY: m is a live buffer of at bytes.
+    unsafe { host_error(m.as_ptr(), at as i32) };
+}
+
 /// Sets the message the host reports for the failing call.
 fn report(e: &Error) -> i32 {
     let m = e.message();
