@@ -27,12 +27,14 @@
 //! chunks ([`StateWriter`], [`StateReader`] are `std::io::Write`/`Read`), and
 //! turns returned errors and panics into the operator's error message.
 //!
-//! Build with Debian's rustc (no cargo needed):
+//! Build with Debian's rustc (no cargo needed), by its full path: a rustup
+//! `rustc` earlier on `PATH` usually has no wasm32 standard library ("can't
+//! find crate for `std`"), and both crates must come from the same rustc:
 //!
 //! ```text
-//! rustc --edition 2021 --target wasm32-unknown-unknown -O --crate-type rlib \
+//! /usr/bin/rustc --edition 2021 --target wasm32-unknown-unknown -O --crate-type rlib \
 //!       --crate-name weir -o libweir.rlib weir/lib.rs
-//! rustc --edition 2021 --target wasm32-unknown-unknown -O --crate-type cdylib \
+//! /usr/bin/rustc --edition 2021 --target wasm32-unknown-unknown -O --crate-type cdylib \
 //!       -C strip=symbols --extern weir=libweir.rlib -o op.wasm op.rs
 //! ```
 
