@@ -666,11 +666,14 @@ pub fn log(level: i32, msg: &str) {
 /// report of the failure goes to stderr, which wasm32-unknown-unknown drops,
 /// so without this the host could say only "wasm error: unreachable" (and
 /// not even how much memory the instance had, when one request of many MiB
-/// failed far below the limit). An operator cannot define its own
-/// `#[global_allocator]` as well.
+/// failed far below the limit). An operator that defines its own
+/// `#[global_allocator]` builds this crate with `--cfg weir_own_allocator`,
+/// which leaves this one out (and the report with it).
+#[cfg(not(weir_own_allocator))]
 struct ReportingAlloc;
 
 // SAFETY: every call is passed on to System unchanged.
+#[cfg(not(weir_own_allocator))]
 unsafe impl std::alloc::GlobalAlloc for ReportingAlloc {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
         checked(std::alloc::System.alloc(l), l.size())
@@ -686,9 +689,11 @@ unsafe impl std::alloc::GlobalAlloc for ReportingAlloc {
     }
 }
 
+#[cfg(not(weir_own_allocator))]
 #[global_allocator]
 static ALLOC: ReportingAlloc = ReportingAlloc;
 
+#[cfg(not(weir_own_allocator))]
 #[inline(always)]
 fn checked(p: *mut u8, size: usize) -> *mut u8 {
     if p.is_null() {
@@ -699,6 +704,7 @@ fn checked(p: *mut u8, size: usize) -> *mut u8 {
 
 /// Reports a failed allocation of `size` bytes to the host, without
 /// allocating (the heap just ran out).
+#[cfg(not(weir_own_allocator))]
 #[cold]
 #[inline(never)]
 fn allocation_failed(size: usize) {
