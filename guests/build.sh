@@ -86,18 +86,18 @@ build_c() {
     base=${src%.c}
     o=$(out "$base.wasm")
     "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
-      -Wl,--strip-all -o "$o" "$src"
+      -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
     done_build "$o" c
     o=$(out "$base.freestanding.wasm")
     "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror \
-      -Wl,--no-entry -Wl,--strip-all -o "$o" "$src"
+      -Wl,--no-entry -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
     done_build "$o" c
   done
   # The examples once more with 128-bit SIMD, which lets clang vectorize.
   for src in guests/c/examples/*.c; do
     o=$(out "${src%.c}.simd.wasm")
     "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -msimd128 -O2 -Wall -Wextra -Werror \
-      -Wl,--strip-all -o "$o" "$src"
+      -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
     done_build "$o" c
   done
 }

@@ -34,10 +34,13 @@
  *
  *   WASI reactor, with wasi-libc (malloc, memcpy from libc):
  *     clang --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 \
- *           -Wl,--strip-all -o op.wasm op.c
+ *           -Wl,--stack-first -Wl,--strip-all -o op.wasm op.c
  *   Freestanding, no libc (the header brings a small allocator and mem*):
- *     clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--strip-all \
- *           -o op.wasm op.c
+ *     clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--stack-first \
+ *           -Wl,--strip-all -o op.wasm op.c
+ *
+ * --stack-first puts the stack below the globals, so a stack overflow
+ * traps at once instead of overwriting them (see guests/README.md).
  *
  * Define WEIR_FREESTANDING to force the freestanding mode on a WASI target.
  * Every function returns int status: WEIR_OK (0) or non-zero on failure.

@@ -201,6 +201,37 @@ func TestRustAllocationFailure(t *testing.T) {
 	}
 }
 
+// TestCStackOverflow: C's stack lives in linear memory; built with
+// -Wl,--stack-first (guests/build.sh, as guests/README.md says) a recursion
+// too deep for it traps at once, out of bounds, at the record it happened
+// on. Without the flag the stack grows into the globals, the SDK's cursor
+// among them, and the host blamed a record that never existed.
+func TestCStackOverflow(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	for _, name := range []string{"c", "c-freestanding"} {
+		code, err := os.ReadFile(probes[name])
+		if err != nil {
+			t.Fatalf("%v (run guests/build.sh)", err)
+		}
+		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = inst.Process(ctx, 0, records("a", "recurse", "b"), func(int, []byte) error { return nil })
+		var te *wasm.TrapError
+		if !errors.As(err, &te) || te.RecordIndex != 1 ||
+			!strings.HasSuffix(err.Error(), `trap at record 1 (key "k1", value "recurse"): wasm error: out of bounds memory access`) {
+			t.Errorf("%s: got %v, want an out-of-bounds trap at record 1", name, err)
+		}
+		inst.Close(ctx)
+	}
+}
+
 // TestSDKConstructorFailure: an operator whose constructor fails (a Rust
 // panic in the expression handed to weir::operator!, an AssemblyScript
 // throw in the entry file's top-level code, which runs as the module's

@@ -7,6 +7,10 @@
  *     (the host reports the cursor with the error);
  *   - a record whose value is "panic" aborts with "probe: panic" (the host
  *     reports the message and the cursor with the trap);
+ *   - (C only) a record whose value is "recurse" recurses until the stack
+ *     runs out: with -Wl,--stack-first that traps at once, out of bounds,
+ *     and the host reports the right record (without it the stack grows
+ *     into the SDK's globals, the cursor among them);
  *   - a record whose value is "log" is also logged at warn level as "probe: log";
  *   - a record whose value is "badport" is emitted to output port 2000, past
  *     every SDK's port limit, which fails the call with the SDK's message;
@@ -27,6 +31,16 @@ static int is(weir_bytes b, const char *s) {
     return b.len == w.len && memcmp(b.ptr, w.ptr, w.len) == 0;
 }
 
+static volatile int deep_sink;
+
+/* deep recurses n levels with 256 bytes of stack each. */
+static int deep(int n) {
+    volatile char buf[256];
+    buf[0] = (char)n;
+    if (n == 0) return buf[0];
+    return deep(n - 1) + buf[0];
+}
+
 static int process(uint32_t port, weir_batch *in) {
     (void)port;
     weir_record r;
@@ -34,6 +48,7 @@ static int process(uint32_t port, weir_batch *in) {
         if (is(r.value, "trap")) __builtin_trap();
         if (is(r.value, "fail")) return weir_fail("probe: fail");
         if (is(r.value, "panic")) weir_abort("probe: panic");
+        if (is(r.value, "recurse")) deep_sink = deep(1 << 20);
         if (is(r.value, "log")) weir_log(WEIR_LOG_WARN, "probe: log");
         uint32_t out = is(r.value, "badport") ? 2000 : (i + 1) % 2;
         if (weir_emit(out, r.key, r.value, r.timestamp)) return WEIR_ERR;
