@@ -51,7 +51,9 @@ type InvalidModuleError struct {
 }
 
 func (e *InvalidModuleError) Error() string {
-	return fmt.Sprintf("module %s refused: %v", e.Name, e.Err)
+	// A validator that loads the module names it too ("module NAME: …").
+	why := strings.TrimPrefix(e.Err.Error(), "module "+e.Name+": ")
+	return fmt.Sprintf("module %s refused: %s", e.Name, why)
 }
 
 // Unwrap returns ErrInvalid and the validator's error.

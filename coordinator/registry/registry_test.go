@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -72,6 +73,14 @@ func TestRegistry(t *testing.T) {
 	_, err = r.Push(ctx, "bad", []byte("hello"), 0, checkMagic)
 	if !errors.Is(err, ErrInvalid) || err.Error() != "module bad refused: not a WebAssembly module (bad magic)" {
 		t.Errorf("bad module = %v", err)
+	}
+	// A validator that names the module (host/wasm's errors do) is not
+	// repeated: "module v2 refused: unknown ABI version 2 …".
+	naming := func(_ context.Context, name string, _ []byte) error {
+		return fmt.Errorf("module %s: unknown ABI version 2 (this host speaks 1)", name)
+	}
+	if _, err := r.Push(ctx, "v2", wasm, 0, naming); err == nil || err.Error() != "module v2 refused: unknown ABI version 2 (this host speaks 1)" {
+		t.Errorf("module refused by a naming validator = %v", err)
 	}
 	if _, err := r.Push(ctx, "1x", wasm, 0, nil); err == nil {
 		t.Error("bad name accepted")
