@@ -160,11 +160,22 @@ type DeadlineError struct {
 	Timeout     time.Duration
 	RecordIndex int    // index of the record being processed; -1 if unknown
 	Record      string // that record's key and the start of its value (Process), "" if unknown
+	// MemorySize and MemoryLimit are as in TrapError: set when the memory
+	// had grown to 7/8 of its limit or more, as when a guest spins on an
+	// allocation that keeps failing (an unchecked C malloc), else 0.
+	MemorySize, MemoryLimit uint64
 }
 
 // Error returns the one-line message, with what to do about an operator
 // that is merely slow.
 func (e *DeadlineError) Error() string {
+	if e.MemoryLimit > 0 {
+		return e.message() + fmt.Sprintf(" (its memory had grown to %s of its %s limit)", mib(e.MemorySize), mib(e.MemoryLimit))
+	}
+	return e.message()
+}
+
+func (e *DeadlineError) message() string {
 	at, why := "", "stuck"
 	if e.RecordIndex >= 0 {
 		at = fmt.Sprintf(" at record %d%s", e.RecordIndex, paren(e.Record))

@@ -556,7 +556,9 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 		record = i.record()
 	}
 	if i.timedOut.Load() {
-		return &DeadlineError{Operator: i.name, Export: export, Timeout: i.limits.CallTimeout, RecordIndex: record}
+		de := &DeadlineError{Operator: i.name, Export: export, Timeout: i.limits.CallTimeout, RecordIndex: record}
+		de.MemorySize, de.MemoryLimit = i.nearMemoryLimit()
+		return de
 	}
 	if i.callerCanceled.Load() {
 		cause := ctx.Err()
@@ -575,12 +577,21 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 		stack = strings.TrimSpace(msg[k+1:])
 	}
 	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
-	if i.mem != nil {
-		if size := uint64(i.mem.Size()); size*8 >= i.limits.MemoryBytes*7 {
-			te.MemorySize, te.MemoryLimit = size, i.limits.MemoryBytes
-		}
-	}
+	te.MemorySize, te.MemoryLimit = i.nearMemoryLimit()
 	return te
+}
+
+// nearMemoryLimit returns the instance's memory size and limit when the
+// memory has grown to 7/8 of its limit or more (a guest runtime grows its
+// heap in chunks, so that is how running out of memory looks), else 0, 0.
+func (i *Instance) nearMemoryLimit() (size, limit uint64) {
+	if i.mem == nil {
+		return 0, 0
+	}
+	if size := uint64(i.mem.Size()); size*8 >= i.limits.MemoryBytes*7 {
+		return size, i.limits.MemoryBytes
+	}
+	return 0, 0
 }
 
 // record returns the index, in the batch Process was given, of the record

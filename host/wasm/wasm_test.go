@@ -109,7 +109,7 @@ func TestContained(t *testing.T) {
 	cases := []struct {
 		mode  string
 		check func(t *testing.T, err error)
-	}{ // every case but "l" runs far inside its 10s deadline
+	}{ // every case but the loops (l, L, T, M: 200ms) runs far inside its 10s deadline
 		{"t", func(t *testing.T, err error) {
 			var te *TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 2 || te.Export != "weir_process" || te.Operator != "bad" || te.MemoryLimit != 0 {
@@ -132,6 +132,16 @@ func TestContained(t *testing.T) {
 			var te *TrapError
 			if !errors.As(err, &te) || te.MemoryLimit != 4<<20 ||
 				!strings.HasSuffix(err.Error(), "wasm error: unreachable (its memory had grown to 4 MiB of its 4 MiB limit)") {
+				t.Fatalf("got %v", err)
+			}
+		}},
+		{"M", func(t *testing.T, err error) {
+			// A guest that spins once its memory is used up (an unchecked
+			// malloc) hits the deadline, and the message says where its
+			// memory stood.
+			var de *DeadlineError
+			if !errors.As(err, &de) || de.MemoryLimit != 4<<20 ||
+				!strings.HasSuffix(err.Error(), "raise its timeout limit) (its memory had grown to 4 MiB of its 4 MiB limit)") {
 				t.Fatalf("got %v", err)
 			}
 		}},
@@ -166,7 +176,7 @@ func TestContained(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.mode, func(t *testing.T) {
 			lim := Limits{CallTimeout: 10 * time.Second, MemoryBytes: 4 << 20}
-			if c.mode == "l" || c.mode == "L" || c.mode == "T" {
+			if c.mode == "l" || c.mode == "L" || c.mode == "T" || c.mode == "M" {
 				lim.CallTimeout = 200 * time.Millisecond
 			}
 			inst := instantiate(t, e, "bad", mis, lim, InstanceConfig{Config: []byte(c.mode)})

@@ -7,6 +7,7 @@
 ;;   L  loop forever (br_if, inside a block inside the loop)
 ;;   T  loop forever (br_table)
 ;;   m  grow memory one page at a time until it fails, then trap
+;;   M  grow memory one page at a time until it fails, then loop forever
 ;;   b  emit a malformed batch (count 5, no records)
 ;;   o  emit with a length past the end of memory
 ;;   O  emit with a pointer past the end of memory
@@ -121,6 +122,11 @@
         (loop $grow
           (br_if $grow (i32.ge_s (memory.grow (i32.const 1)) (i32.const 0))))
         unreachable))
+    (if (i32.eq (local.get $m) (i32.const 77)) ;; 'M'
+      (then
+        (loop $grow2
+          (br_if $grow2 (i32.ge_s (memory.grow (i32.const 1)) (i32.const 0))))
+        (loop $spin_forever (br $spin_forever))))
     (if (i32.eq (local.get $m) (i32.const 98)) ;; 'b'
       (then (return (call $emit (i32.const 0) (i32.const 48) (i32.const 4)))))
     (if (i32.eq (local.get $m) (i32.const 111)) ;; 'o': length past the end
