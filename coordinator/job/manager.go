@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -337,46 +338,98 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, 
 }
 
 // checkStreams refuses a spec whose JetStream sources or sinks name a
-// stream that does not exist (Options.JetStream). A missing stream at
-// submit is a mistake in the spec or a step left out (a typo, a stream not
-// created yet): refusing the submit says so at once, where deploying would
-// fail every attempt the same way. Any other answer (JetStream slow or
+// stream that does not exist (Options.JetStream), a sink whose subject the
+// stream does not capture, or a source whose filter matches none of the
+// stream's subjects. Each is a mistake in the spec or a step left out (a
+// typo, a stream not created yet): refusing the submit says so at once,
+// where the job would otherwise fail every attempt the same way (a sink's
+// commits find no stream to store them) or run on reading nothing (a
+// filter outside the stream). Any other answer (JetStream slow or
 // unavailable) lets the spec through: the deploy meets it, and restarts.
 func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 	js := m.opts.JetStream
 	if js == nil {
 		return nil
 	}
-	exists := map[string]bool{}
-	var missing []string
-	check := func(what, name, stream string) {
-		ok, seen := exists[stream]
+	type found struct {
+		ok  bool
+		cfg *jetstream.StreamConfig // nil when the stream did not answer
+	}
+	streams := map[string]found{}
+	var bad []string
+	lookup := func(what, name, stream string) *jetstream.StreamConfig {
+		f, seen := streams[stream]
 		if !seen {
 			c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
-			_, err := js.Stream(c, stream)
+			st, err := js.Stream(c, stream)
+			f.ok = !errors.Is(err, jetstream.ErrStreamNotFound)
+			if err == nil {
+				if info, err := st.Info(c); err == nil {
+					f.cfg = &info.Config
+				}
+			}
 			cancel()
-			ok = !errors.Is(err, jetstream.ErrStreamNotFound)
-			exists[stream] = ok
+			streams[stream] = f
 		}
-		if !ok {
-			missing = append(missing, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
+		if !f.ok {
+			bad = append(bad, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
 		}
+		return f.cfg
 	}
 	for _, s := range spec.Sources {
-		if s.Kind == jobspec.KindJetStream && s.Stream != "" {
-			check("source", s.Name, s.Stream)
+		if s.Kind != jobspec.KindJetStream || s.Stream == "" {
+			continue
+		}
+		cfg := lookup("source", s.Name, s.Stream)
+		filter := s.Filter
+		if filter == "" {
+			filter = s.Subject
+		}
+		// A subject transform, a mirror or sources store subjects other
+		// than the ones the stream listens on: no check then.
+		if cfg == nil || filter == "" || len(cfg.Subjects) == 0 || cfg.SubjectTransform != nil ||
+			cfg.Mirror != nil || len(cfg.Sources) > 0 {
+			continue
+		}
+		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subjectsOverlap(sub, filter) }) {
+			bad = append(bad, fmt.Sprintf("source %s: filter %s matches none of stream %s's subjects (%s)",
+				s.Name, filter, s.Stream, strings.Join(cfg.Subjects, ", ")))
 		}
 	}
 	for _, s := range spec.Sinks {
-		if s.Kind == jobspec.KindJetStream && s.Stream != "" {
-			check("sink", s.Name, s.Stream)
+		if s.Kind != jobspec.KindJetStream || s.Stream == "" {
+			continue
+		}
+		cfg := lookup("sink", s.Name, s.Stream)
+		if cfg == nil || len(cfg.Subjects) == 0 || s.Subject == "" {
+			continue
+		}
+		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subjectsOverlap(sub, s.Subject) }) {
+			bad = append(bad, fmt.Sprintf("sink %s: stream %s does not store subject %s (its subjects: %s)",
+				s.Name, s.Stream, s.Subject, strings.Join(cfg.Subjects, ", ")))
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("submit %s: %w: %s (create the stream before submitting the job)",
-			spec.Name, control.ErrInvalid, strings.Join(missing, "; "))
+	if len(bad) > 0 {
+		return fmt.Errorf("submit %s: %w: %s (fix the spec, or create or change the stream, before submitting the job)",
+			spec.Name, control.ErrInvalid, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// subjectsOverlap reports whether some subject matches both a and b, NATS
+// subjects that may hold wildcards ("*" one token, ">" one or more).
+func subjectsOverlap(a, b string) bool {
+	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(ta) && i < len(tb); i++ {
+		switch {
+		case ta[i] == ">" || tb[i] == ">":
+			return true
+		case ta[i] == "*" || tb[i] == "*" || ta[i] == tb[i]:
+		default:
+			return false
+		}
+	}
+	return len(ta) == len(tb)
 }
 
 // start runs spec, restoring checkpoint from if it is not nil (see

@@ -159,6 +159,47 @@ sinks: [{name: out, kind: jetstream, stream: NOOUT, subject: noout, input: {from
 	waitJob(t, ctx, n, "streams", "the job running", running)
 }
 
+// TestSubmitRefusesSubjectsOutsideTheStream: a sink subject its stream does
+// not store (its commits would find no stream, after weir run had shown the
+// records) and a source filter matching none of the stream's subjects (the
+// job would run on, reading nothing) are refused at submit, naming the
+// sink or source, the subject and the stream's subjects.
+func TestSubmitRefusesSubjectsOutsideTheStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	for name, subject := range map[string]string{"IN": "in.>", "OUT": "out"} {
+		if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
+			Duplicates: 10 * time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parse := func(filter, subject string) *jobspec.Spec {
+		spec, err := jobspec.Parse("subjects.yaml", fmt.Appendf(nil, `name: subjects
+sources: [{name: in, kind: jetstream, stream: IN, filter: %q}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: %q, input: {from: in}}]
+`, filter, subject), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	_, err := n.API.Submit(ctx, control.SubmitRequest{Spec: parse("nope.>", "other")})
+	t.Logf("submit: %v", err)
+	if !errors.Is(err, control.ErrInvalid) ||
+		!strings.Contains(err.Error(), "source in: filter nope.> matches none of stream IN's subjects (in.>)") ||
+		!strings.Contains(err.Error(), "sink out: stream OUT does not store subject other (its subjects: out)") {
+		t.Fatalf("submit with subjects outside the streams: %v; want invalid, naming both", err)
+	}
+	if _, err := n.API.Job(ctx, "subjects"); !errors.Is(err, control.ErrNotFound) {
+		t.Fatalf("the refused job exists: %v", err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: parse("in.*.x", "out")}); err != nil {
+		t.Fatalf("submit with subjects inside the streams: %v", err)
+	}
+	waitJob(t, ctx, n, "subjects", "the job running", running)
+}
+
 // TestWorkerWaitsForNATS starts a worker (WaitForNATS, as weir worker
 // does) before its NATS server: it logs each failed attempt, keeps trying,
 // and joins the coordinator once the server is up.
