@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,7 +46,15 @@ func run(url string, n, perLine int, seed uint64) error {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	// A publish the server did not acknowledge (it went down, or refused
+	// the message) is counted, so that gen does not claim lines LINES
+	// never stored.
+	var failed atomic.Int64
+	var firstErr atomic.Pointer[error]
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+		failed.Add(1)
+		firstErr.CompareAndSwap(nil, &err)
+	}))
 	if err != nil {
 		return err
 	}
@@ -88,6 +97,9 @@ func run(url string, n, perLine int, seed uint64) error {
 	case <-js.PublishAsyncComplete():
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if f := failed.Load(); f > 0 {
+		return fmt.Errorf("%d of %d lines were not stored (the first: %v)", f, n, *firstErr.Load())
 	}
 	fmt.Printf("published %d lines (%d words) in %s\n", n, n*perLine, time.Since(start).Round(time.Millisecond))
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,5 +48,38 @@ func TestSlowAcks(t *testing.T) {
 	}
 	if got := acked.Load(); got != n {
 		t.Fatalf("%d lines acked, want %d", got, n)
+	}
+}
+
+// TestUnstoredLinesReported: lines the server did not store (here a
+// stand-in refuses every 100th) make gen fail, saying how many, instead
+// of printing that it published them all.
+func TestUnstoredLinesReported(t *testing.T) {
+	srv := embeddedtest.Server(t, embedded.Config{})
+	nc, js := embeddedtest.Connect(t, srv)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LINES", Subjects: []string{"elsewhere"}}); err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	sub, err := nc.Subscribe("lines.>", func(m *nats.Msg) {
+		seq := n.Add(1)
+		if seq%100 == 0 {
+			m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"refused by the test"}}`))
+			return
+		}
+		m.Respond(fmt.Appendf(nil, `{"stream":"LINES","seq":%d}`, seq))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	err = run(srv.ClientURL(), 3000, 8, 1)
+	t.Logf("gen: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "30 of 3000 lines were not stored") ||
+		!strings.Contains(err.Error(), "refused by the test") {
+		t.Fatalf("gen with 30 lines refused: %v; want them counted", err)
 	}
 }
