@@ -241,11 +241,13 @@ func printFailures(w io.Writer, fs []control.Failure) {
 
 const checkpointUsage = `ls JOB
 
-  weir checkpoint ls JOB   every retained checkpoint and savepoint of JOB: id, status,
+  weir checkpoint ls JOB   the last 100 checkpoints and savepoints of JOB: id, status,
                            duration, size, longest alignment, aligned or unaligned,
                            and the slowest task with the phase that took most of its
                            time (start delay: the barrier queued behind in-flight data
-                           or a running sink commit; alignment; snapshot; upload)`
+                           or a running sink commit; alignment; snapshot; upload).
+                           Only the completed ones can be restored; discarded ones
+                           were deleted past checkpointing.retained`
 
 func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "checkpoint", checkpointUsage)

@@ -291,3 +291,32 @@ func TestWorkerInterruptedBeforeJoining(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// A restore from a checkpoint that retention discarded (weir checkpoint ls
+// still lists it, as discarded) says which checkpoints can be restored.
+func TestRestoreFromADiscardedCheckpointNamesTheRetained(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := tapNode(t, ctx, node.Options{Workers: 1, WorkerID: "w1", HeartbeatInterval: 50 * time.Millisecond},
+		"checkpointing: {interval: 20ms, retained: 1}\n")
+	var latest int64
+	for latest < 3 {
+		st, err := n.API.Job(ctx, "tap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		latest = st.LatestCheckpoint
+		time.Sleep(10 * time.Millisecond)
+	}
+	st, err := n.API.CancelJob(ctx, "tap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"job", "restore", "-nats", n.Server.ClientURL(), "tap", "-from", "1"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := fmt.Sprintf("weir: restore from tap/1: there is no such checkpoint (discarded, or never taken); tap can be restored from %d\n", st.LatestCheckpoint)
+	if code != 1 || errb.String() != want {
+		t.Errorf("restore from a discarded checkpoint: exit %d, stderr %q; want exit 1, %q", code, errb.String(), want)
+	}
+}

@@ -314,11 +314,31 @@ func (m *Manager) loadCheckpoint(ctx context.Context, job, from string) (*checkp
 	md, err := m.opts.Catalog.Read(ctx, job, id)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, control.Errorf(control.ErrNotFound, "restore from %s/%d: there is no such checkpoint", job, id)
+			return nil, control.Errorf(control.ErrNotFound, "restore from %s/%d: there is no such checkpoint%s", job, id, m.restorable(ctx, job))
 		}
 		return nil, control.Errorf(control.ErrNotFound, "restore: %w", err) // it names the checkpoint
 	}
 	return md, nil
+}
+
+// restorable says, for an error about a checkpoint of job that is not
+// there, which ones are: a checkpoint the history still lists may have
+// been discarded past the retained ones.
+func (m *Manager) restorable(ctx context.Context, job string) string {
+	ids, err := m.opts.Catalog.IDs(ctx, job)
+	if err != nil || len(ids) == 0 {
+		return ""
+	}
+	const most = 10
+	list := make([]string, 0, most)
+	for i := len(ids) - 1; i >= 0 && len(list) < most; i-- {
+		list = append(list, strconv.FormatInt(ids[i], 10))
+	}
+	more := ""
+	if len(ids) > most {
+		more = fmt.Sprintf(" and %d older", len(ids)-most)
+	}
+	return fmt.Sprintf(" (discarded, or never taken); %s can be restored from %s%s", job, strings.Join(list, ", "), more)
 }
 
 // prepare builds a spec's plan and resolves its modules.
