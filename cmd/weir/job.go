@@ -164,7 +164,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job cancel", err)
 		}
-		fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
+		if st.State == control.JobCanceled && st.LatestCheckpoint > 0 {
+			fmt.Fprintf(std.Out, "job %s: %s; restore it from its latest checkpoint with: weir job restore%s %s -from %d\n",
+				st.Name, st.State, nf.hint(), st.Name, st.LatestCheckpoint)
+		} else {
+			fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
+		}
 	case "savepoint":
 		fmt.Fprintf(std.Err, "taking a savepoint of %s …\n", pos[1])
 		api.Timeout = savepointWait

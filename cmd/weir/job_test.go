@@ -292,9 +292,10 @@ func TestWorkerInterruptedBeforeJoining(t *testing.T) {
 	}
 }
 
-// A restore from a checkpoint that retention discarded (weir checkpoint ls
-// still lists it, as discarded) says which checkpoints can be restored.
-func TestRestoreFromADiscardedCheckpointNamesTheRetained(t *testing.T) {
+// weir job cancel names the checkpoint to restore, and a restore from a
+// checkpoint that retention discarded (weir checkpoint ls still lists it,
+// as discarded) says which checkpoints can be restored.
+func TestCancelAndRestoreNameTheCheckpoints(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	n, _ := tapNode(t, ctx, node.Options{Workers: 1, WorkerID: "w1", HeartbeatInterval: 50 * time.Millisecond},
@@ -308,11 +309,22 @@ func TestRestoreFromADiscardedCheckpointNamesTheRetained(t *testing.T) {
 		latest = st.LatestCheckpoint
 		time.Sleep(10 * time.Millisecond)
 	}
-	st, err := n.API.CancelJob(ctx, "tap")
+	// weir job cancel says which checkpoint to restore.
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"job", "cancel", "-nats", n.Server.ClientURL(), "tap"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir job cancel exited %d: %s", code, errb.String())
+	}
+	st, err := n.API.Job(ctx, "tap")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errb bytes.Buffer
+	if want := fmt.Sprintf("job tap: canceled; restore it from its latest checkpoint with: weir job restore -nats %s tap -from %d\n",
+		n.Server.ClientURL(), st.LatestCheckpoint); out.String() != want {
+		t.Errorf("weir job cancel printed %q, want %q", out.String(), want)
+	}
+	out.Reset()
+	errb.Reset()
 	code := run(ctx, []string{"job", "restore", "-nats", n.Server.ClientURL(), "tap", "-from", "1"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	want := fmt.Sprintf("weir: restore from tap/1: there is no such checkpoint (discarded, or never taken); tap can be restored from %d\n", st.LatestCheckpoint)
