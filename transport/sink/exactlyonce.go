@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,12 @@ type staged struct {
 	// it was published: it is published the way the sink's mode says, as
 	// version 1 did.
 	legacy bool
+	// at is when the entry was staged (Unix nanoseconds; 0 in states
+	// before version 3). Nothing of it can have been stored before.
+	at int64
+	// skip holds the indexes of records a re-commit leaves out because the
+	// stream holds them already (Recover's read-back); nil normally.
+	skip map[int]bool
 }
 
 // ExactlyOnce stages the records written between checkpoints n-1 and n as
@@ -183,6 +190,10 @@ type ExactlyOnce struct {
 	// maxPayload is the server's max_payload: no record larger than a
 	// message can hold is staged.
 	maxPayload int64
+	// window is the stream's duplicate window: how long it recognizes a
+	// message id it stored. now is the clock (a test moves it).
+	window time.Duration
+	now    func() time.Time
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -225,7 +236,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultExactlyOnceTimeout
 	}
-	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload()}
+	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now}
 	js, err := jetstream.New(nc,
 		jetstream.WithDefaultTimeout(cfg.Timeout),
 		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
@@ -248,6 +259,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err := CheckDurable(scfg); err != nil {
 		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
 	}
+	s.window = scfg.Duplicates
 	plan, err := PlanPublish(cfg.Publish, scfg, cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
@@ -428,7 +440,7 @@ func (s *ExactlyOnce) stageCurrent(id int64) {
 		return
 	}
 	binary.LittleEndian.PutUint32(s.cur, uint32(s.curN))
-	e := staged{id: id, batch: s.cur}
+	e := staged{id: id, batch: s.cur, at: s.now().UnixNano()}
 	if s.plan.Mode == PublishAtomic || (s.plan.Large && s.curN >= LargeCheckpoint) {
 		e.chunk, e.chunkBytes = uint32(s.plan.AtomicMax), MaxAtomicChunkBytes
 	}
@@ -625,10 +637,122 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 		}
 	}
 	s.staged = st
+	if err := s.skipStored(ctx, st); err != nil {
+		return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
+	}
 	if err := s.Commit(ctx, id); err != nil {
 		return err
 	}
 	return s.Wait(ctx)
+}
+
+// clockSkew is how far apart the clocks of the machine that staged a
+// checkpoint and the one recovering it may be.
+const clockSkew = 5 * time.Second
+
+// skipStored finds, for each staged entry the stream may no longer
+// deduplicate — staged longer ago than its duplicate window, as when a
+// crashed worker or `weir up` came back after several minutes — which of
+// its records the stream already holds, and marks them to be skipped: a
+// commit cut by the crash had stored part of the checkpoint, and
+// publishing that part again would store it twice, its ids forgotten. It
+// reads the sink's subject from the time the oldest such entry was staged
+// (headers only) for message ids of this task. Entries within the window
+// are left to JetStream's deduplication, which also covers a task of the
+// earlier attempt still publishing; past the window that task has long
+// been canceled.
+func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
+	need := map[int64]*staged{}
+	var since int64
+	for i := range st {
+		e := &st[i]
+		if e.at == 0 || s.now().Sub(time.Unix(0, e.at))+clockSkew < s.window {
+			continue
+		}
+		need[e.id] = e
+		if since == 0 || e.at < since {
+			since = e.at
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	stream, err := s.js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, s.cfg.Subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // nothing stored on the subject at all
+	}
+	if err != nil {
+		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+	}
+	start := time.Unix(0, since).Add(-clockSkew)
+	if last.Time.Before(start) {
+		return nil
+	}
+	cons, err := s.js.OrderedConsumer(ctx, s.cfg.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.cfg.Subject},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+	}
+	defer it.Stop()
+	for {
+		// The timeout is per message: a read-back can be long.
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		m, err := it.Next(jetstream.NextContext(rctx))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read back stream %s up to sequence %d: %w", s.cfg.Stream, last.Sequence, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+		}
+		ckpt, index, ok := s.parseID(m.Headers().Get(jetstream.MsgIDHeader))
+		if e := need[ckpt]; ok && e != nil {
+			if e.skip == nil {
+				e.skip = map[int]bool{}
+			}
+			e.skip[index] = true
+		}
+		if md.Sequence.Stream >= last.Sequence {
+			return nil
+		}
+	}
+}
+
+// parseID reads "<prefix><checkpoint>/<index>", an id msgID made for the
+// task whose ids start with s.prefix.
+func (s *ExactlyOnce) parseID(id string) (ckpt int64, index int, ok bool) {
+	rest, found := strings.CutPrefix(id, s.prefix)
+	if !found {
+		return 0, 0, false
+	}
+	c, i, found := strings.Cut(rest, "/")
+	if !found {
+		return 0, 0, false
+	}
+	index, err := strconv.Atoi(i)
+	if err != nil {
+		return 0, 0, false
+	}
+	if c == "end" {
+		return EndCheckpointID, index, true
+	}
+	if ckpt, err = strconv.ParseInt(c, 10, 64); err != nil {
+		return 0, 0, false
+	}
+	return ckpt, index, true
 }
 
 // RecoverTask implements host.SinkMerger: it re-commits what sink task
@@ -725,7 +849,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 				if err != nil {
 					return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
 				}
-				if err := s.publishAsync(ctx, prefix, e.id, 0, recs); err != nil {
+				if err := s.publishAsync(ctx, prefix, e.id, 0, recs, e.skip); err != nil {
 					return err
 				}
 			}
@@ -761,8 +885,10 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, prefix string, e staged
 			size += n
 			end++
 		}
-		if err := s.publishAtomic(ctx, prefix, e.id, first, recs[first:end]); err != nil {
-			return err
+		if !e.skip[first] { // a batch is stored whole: its first id stands for it
+			if err := s.publishAtomic(ctx, prefix, e.id, first, recs[first:end]); err != nil {
+				return err
+			}
 		}
 		first = end
 	}
@@ -876,7 +1002,7 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 		if err != nil {
 			return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
 		}
-		total += n
+		total += n - len(e.skip)
 	}
 	if total == 0 {
 		return nil
@@ -920,6 +1046,9 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 			// The publisher encodes a message before AddMsg returns and
 			// keeps nothing of it, so one message and one header map serve
 			// the whole commit: no allocation per record but the id.
+			if e.skip[i] {
+				continue
+			}
 			if sent%1024 == 0 && ctx.Err() != nil {
 				return fail(e.id, i, ctx.Err())
 			}
@@ -955,8 +1084,11 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 
 // publishAsync publishes recs with message ids and waits for every ack; a
 // duplicate is acknowledged as such, not refused.
-func (s *ExactlyOnce) publishAsync(ctx context.Context, prefix string, ckpt int64, first int, recs []abi.Record) error {
+func (s *ExactlyOnce) publishAsync(ctx context.Context, prefix string, ckpt int64, first int, recs []abi.Record, skip map[int]bool) error {
 	for i, r := range recs {
+		if skip[first+i] {
+			continue
+		}
 		if err := publishAsync(ctx, s.js, s.msg(r, msgID(prefix, ckpt, first+i))); err != nil {
 			return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, first+i, err)
 		}
@@ -976,17 +1108,18 @@ func (s *ExactlyOnce) publishAsync(ctx context.Context, prefix string, ckpt int6
 	return nil
 }
 
-// State layout: "WEOS" version:u8 count:u32, then count entries; version 2:
-// (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch), version 1 (read, not
-// written): (id:i64 len:u32 batch).
+// State layout: "WEOS" version:u8 count:u32, then count entries; version 3:
+// (id:i64 at:i64 chunk:u32 chunkBytes:u32 len:u32 batch); versions 2
+// (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch) and 1 (id:i64 len:u32
+// batch) are read, not written.
 var stateMagic = []byte("WEOS")
 
-const stateVersion = 2
+const stateVersion = 3
 
 func encodeState(st []staged) []byte {
 	size := len(stateMagic) + 5
 	for _, e := range st {
-		size += 20 + len(e.batch)
+		size += 28 + len(e.batch)
 	}
 	out := make([]byte, 0, size)
 	out = append(out, stateMagic...)
@@ -994,6 +1127,7 @@ func encodeState(st []staged) []byte {
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(st)))
 	for _, e := range st {
 		out = binary.LittleEndian.AppendUint64(out, uint64(e.id))
+		out = binary.LittleEndian.AppendUint64(out, uint64(e.at))
 		out = binary.LittleEndian.AppendUint32(out, e.chunk)
 		out = binary.LittleEndian.AppendUint32(out, e.chunkBytes)
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.batch)))
@@ -1010,12 +1144,16 @@ func decodeState(b []byte) ([]staged, error) {
 		return nil, fmt.Errorf("%w: bad header", ErrMalformedState)
 	}
 	version := b[4]
-	if version != 1 && version != stateVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, version)
-	}
-	head := 20 // id, chunk, chunkBytes, len
-	if version == 1 {
+	var head int
+	switch version {
+	case 1:
 		head = 12 // id, len
+	case 2:
+		head = 20 // id, chunk, chunkBytes, len
+	case stateVersion:
+		head = 28 // id, at, chunk, chunkBytes, len
+	default:
+		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, version)
 	}
 	n := binary.LittleEndian.Uint32(b[5:])
 	off := 9
@@ -1029,9 +1167,14 @@ func decodeState(b []byte) ([]staged, error) {
 			return nil, fmt.Errorf("%w: entry %d header passes the end", ErrMalformedState, i)
 		}
 		e := staged{id: int64(binary.LittleEndian.Uint64(b[off:])), legacy: version == 1}
-		if version != 1 {
+		switch version {
+		case 2:
 			e.chunk = binary.LittleEndian.Uint32(b[off+8:])
 			e.chunkBytes = binary.LittleEndian.Uint32(b[off+12:])
+		case stateVersion:
+			e.at = int64(binary.LittleEndian.Uint64(b[off+8:]))
+			e.chunk = binary.LittleEndian.Uint32(b[off+16:])
+			e.chunkBytes = binary.LittleEndian.Uint32(b[off+20:])
 		}
 		id := e.id
 		l := uint64(binary.LittleEndian.Uint32(b[off+head-4:]))

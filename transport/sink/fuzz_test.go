@@ -35,7 +35,7 @@ func FuzzDecodeState(f *testing.F) {
 		}
 		for i := range st {
 			a, c := st[i], st2[i]
-			if a.id != c.id || a.chunk != c.chunk || a.chunkBytes != c.chunkBytes || !bytes.Equal(a.batch, c.batch) {
+			if a.id != c.id || a.at != c.at || a.chunk != c.chunk || a.chunkBytes != c.chunkBytes || !bytes.Equal(a.batch, c.batch) {
 				t.Fatalf("entry %d: %+v, re-decoded %+v", i, a, c)
 			}
 		}

@@ -575,7 +575,7 @@ func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMo
 		}
 		must(t, s.publishFast(ctx, s.prefix, []staged{{id: id, batch: part.Bytes()}}))
 	default:
-		must(t, s.publishAsync(ctx, s.prefix, id, 0, recs[:n]))
+		must(t, s.publishAsync(ctx, s.prefix, id, 0, recs[:n], nil))
 	}
 }
 

@@ -1,0 +1,75 @@
+package sink
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// A task that comes back after the stream's duplicate window — a worker or
+// `weir up` down for minutes in the middle of a commit — finds part of the
+// checkpoint stored and the stream no longer recognizing its ids: the
+// recovery reads back what is there and publishes only the rest, so every
+// record is stored once, in order. In each mode the cut commit stored the
+// first 40 of 100 records (4 atomic batches of 10).
+func TestRecoverPastTheDuplicateWindow(t *testing.T) {
+	for _, mode := range []PublishMode{PublishFast, PublishAtomic, PublishAsync} {
+		t.Run(string(mode), func(t *testing.T) {
+			scfg := outStream(mode)
+			scfg.Duplicates = 300 * time.Millisecond
+			nc, js, ctx := outSetup(t, scfg)
+			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode, BatchSize: 10}
+			a, err := NewExactlyOnce(ctx, nc, cfg)
+			must(t, err)
+			defer a.Close()
+			must(t, a.Write(ctx, batchOf(0, 100)))
+			state, err := a.PreCommit(ctx, 1)
+			must(t, err)
+			// The commit the crash cut: the first 40 records, with the
+			// ids and batches of the whole checkpoint's.
+			st, err := decodeState(state)
+			must(t, err)
+			recs, err := abi.DecodeBatch(st[0].batch)
+			must(t, err)
+			cut := st[0]
+			cut.batch = abi.EncodeBatch(recs[:40]...)
+			must(t, a.publish(ctx, a.prefix, []staged{cut}))
+
+			time.Sleep(2 * scfg.Duplicates) // the stream forgets the ids
+			recoverNew(t, ctx, nc, cfg, 1, state)
+			ids, values := streamIDs(t, ctx, js, "OUT")
+			if strings.Join(values, ",") != strings.Join(wantValues(0, 100), ",") {
+				t.Fatalf("stream holds %d messages %v, want v0..v99 once each", len(values), values)
+			}
+			if ids[99] == "" && mode != PublishAtomic {
+				t.Errorf("last message without an id")
+			}
+		})
+	}
+}
+
+// parseID reads the ids msgID makes for this task, and no other task's.
+func TestParseID(t *testing.T) {
+	s := &ExactlyOnce{prefix: "j/sink0/"}
+	for id, want := range map[string]struct {
+		ckpt  int64
+		index int
+		ok    bool
+	}{
+		"j/sink0/12/34": {12, 34, true},
+		"j/sink0/end/3": {EndCheckpointID, 3, true},
+		"j/sink1/12/34": {0, 0, false},
+		"j/sink0/12":    {0, 0, false},
+		"j/sink0/x/1":   {0, 0, false},
+		"j/sink0/1/y":   {0, 0, false},
+		"":              {0, 0, false},
+		"j/sink0/-5/-1": {-5, -1, true},
+	} {
+		c, i, ok := s.parseID(id)
+		if c != want.ckpt || i != want.index || ok != want.ok {
+			t.Errorf("parseID(%q) = %d, %d, %v; want %+v", id, c, i, ok, want)
+		}
+	}
+}
