@@ -192,8 +192,9 @@ type ExactlyOnce struct {
 	maxPayload int64
 	// window is the stream's duplicate window: how long it recognizes a
 	// message id it stored. now is the clock (a test moves it).
-	window time.Duration
-	now    func() time.Time
+	window      time.Duration
+	now         func() time.Time
+	transformed bool // the stream stores the sink's subject transformed
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -260,6 +261,9 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
 	}
 	s.window = scfg.Duplicates
+	// A stream that transforms subjects stores the sink's messages under
+	// another subject: a read-back then reads the whole stream.
+	s.transformed = scfg.SubjectTransform != nil
 	plan, err := PlanPublish(cfg.Publish, scfg, cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
@@ -681,19 +685,35 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 	if err != nil {
 		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
 	}
-	last, err := stream.GetLastMsgForSubject(ctx, s.cfg.Subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // nothing stored on the subject at all
-	}
-	if err != nil {
-		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+	// The last message the read-back must reach: the subject's, or the
+	// stream's when the stream transforms subjects.
+	var (
+		lastSeq  uint64
+		lastTime time.Time
+		filter   []string
+	)
+	if s.transformed {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+		}
+		lastSeq, lastTime = info.State.LastSeq, info.State.LastTime
+	} else {
+		last, err := stream.GetLastMsgForSubject(ctx, s.cfg.Subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // nothing stored on the subject at all
+		}
+		if err != nil {
+			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+		}
+		lastSeq, lastTime, filter = last.Sequence, last.Time, []string{s.cfg.Subject}
 	}
 	start := time.Unix(0, since).Add(-clockSkew)
-	if last.Time.Before(start) {
+	if lastSeq == 0 || lastTime.Before(start) {
 		return nil
 	}
 	cons, err := s.js.OrderedConsumer(ctx, s.cfg.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.cfg.Subject},
+		FilterSubjects: filter,
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
 		HeadersOnly:    true,
@@ -712,7 +732,7 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 		m, err := it.Next(jetstream.NextContext(rctx))
 		cancel()
 		if err != nil {
-			return fmt.Errorf("read back stream %s up to sequence %d: %w", s.cfg.Stream, last.Sequence, err)
+			return fmt.Errorf("read back stream %s up to sequence %d: %w", s.cfg.Stream, lastSeq, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
@@ -725,7 +745,7 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 			}
 			e.skip[index] = true
 		}
-		if md.Sequence.Stream >= last.Sequence {
+		if md.Sequence.Stream >= lastSeq {
 			return nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirhq/weir/abi"
 )
 
@@ -15,10 +16,21 @@ import (
 // record is stored once, in order. In each mode the cut commit stored the
 // first 40 of 100 records (4 atomic batches of 10).
 func TestRecoverPastTheDuplicateWindow(t *testing.T) {
-	for _, mode := range []PublishMode{PublishFast, PublishAtomic, PublishAsync} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, c := range []struct {
+		mode      PublishMode
+		transform bool // the stream stores "out" as "stored.out"
+	}{{PublishFast, false}, {PublishAtomic, false}, {PublishAsync, false}, {PublishFast, true}} {
+		mode := c.mode
+		name := string(mode)
+		if c.transform {
+			name += "/transformed"
+		}
+		t.Run(name, func(t *testing.T) {
 			scfg := outStream(mode)
 			scfg.Duplicates = 300 * time.Millisecond
+			if c.transform {
+				scfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "out", Destination: "stored.out"}
+			}
 			nc, js, ctx := outSetup(t, scfg)
 			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode, BatchSize: 10}
 			a, err := NewExactlyOnce(ctx, nc, cfg)
