@@ -54,9 +54,12 @@ func waitJob(t *testing.T, ctx context.Context, n *Node, job, what string, cond 
 func running(st control.JobStatus) bool { return st.State == control.JobRunning }
 
 // stopWithSavepoint stops job with a savepoint (StopJob) and returns the
-// savepoint's ID to restore from.
+// savepoint's ID to restore from. It waits for the job to run first: its
+// tasks may process input before the coordinator has every deploy's
+// answer, and a stop before then is refused ("created, not running").
 func stopWithSavepoint(t *testing.T, ctx context.Context, n *Node, job string) string {
 	t.Helper()
+	waitJob(t, ctx, n, job, job+" running", running)
 	sp, err := n.API.StopJob(ctx, job)
 	if err != nil || sp.Status != control.CheckpointCompleted {
 		t.Fatalf("stop: %+v, %v", sp, err)
