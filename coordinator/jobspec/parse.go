@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -166,7 +168,18 @@ func (p *parser) fields(n *yaml.Node, path string, h map[string]func(v *yaml.Nod
 		fn, ok := h[k.Value]
 		switch {
 		case !ok:
-			p.errf(k, sub, "unknown option %q", k.Value)
+			like := closest(k.Value, h)
+			if like == "" || hasKey(n, like) {
+				p.errf(k, sub, "unknown option %q", k.Value)
+				break
+			}
+			p.errf(k, sub, "unknown option %q (did you mean %s?)", k.Value, like)
+			// The value is most likely like's: validation should not
+			// also report like as missing.
+			if path != "" {
+				like = path + "." + like
+			}
+			p.bad[like] = true
 		case seen[k.Value]:
 			p.errf(k, sub, "duplicate option")
 		default:
@@ -175,6 +188,55 @@ func (p *parser) fields(n *yaml.Node, path string, h map[string]func(v *yaml.Nod
 		}
 	}
 	return true
+}
+
+// hasKey reports whether mapping n holds key.
+func hasKey(n *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
+}
+
+// closest returns the option of h that key most likely misspells — at
+// most two edits (a swap of neighbours counting as one) and fewer than
+// half its length — or "".
+func closest(key string, h map[string]func(v *yaml.Node, path string)) string {
+	best, bestD := "", 3
+	for _, opt := range slices.Sorted(maps.Keys(h)) {
+		if d := editDistance(key, opt); d < bestD && 2*d < len(opt) {
+			best, bestD = opt, d
+		}
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance of a and b:
+// insertions, deletions, substitutions and swaps of neighbours.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 func kindName(n *yaml.Node) string {

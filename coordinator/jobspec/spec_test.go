@@ -151,7 +151,9 @@ func TestErrors(t *testing.T) {
 		{"unknown operator", base("  - name: a\n    module: m\n    inputs:\n      - from: cnt\n"),
 			[]string{`job.yaml:8: operators[0].inputs[0].from: unknown operator or source "cnt"`}},
 		{"unknown option", base("  - name: a\n    module: m\n    paralelism: 2\n    inputs: [{from: in}]\n"),
-			[]string{`job.yaml:7: operators[0].paralelism: unknown option "paralelism"`}},
+			[]string{`job.yaml:7: operators[0].paralelism: unknown option "paralelism" (did you mean parallelism?)`}},
+		{"unknown option far from any", base("  - name: a\n    module: m\n    speed: 2\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].speed: unknown option "speed"`}},
 		{"missing input", base("  - name: a\n    module: m\n"),
 			[]string{`job.yaml:5: operators[0].inputs: missing input: operator "a" has no inputs`}},
 		{"forward parallelism", base("  - name: a\n    module: m\n    inputs: [{from: in, partition: forward}]\n"),
@@ -165,7 +167,7 @@ func TestErrors(t *testing.T) {
 				`job.yaml:4: checkpointing.timeout: bad duration "-1s" (want e.g. 500ms, 10s, 1m)`}},
 		{"bad mode", "name: j\ncheckpointing:\n  mode: twice\n",
 			[]string{`job.yaml:3: checkpointing.mode: unknown value "twice" (want exactly-once, at-least-once, unaligned)`}},
-		{"unknown top-level option", "name: j\nsourcez: []\n", []string{`job.yaml:2: sourcez: unknown option "sourcez"`}},
+		{"unknown top-level option", "name: j\nsourcez: []\n", []string{`job.yaml:2: sourcez: unknown option "sourcez" (did you mean sources?)`}},
 		{"bad module ref", base("  - name: a\n    module: a@x\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:6: operators[0].module: module reference "a@x": version must be a positive integer`}},
 		{"unknown module", base("  - name: a\n    module: nosuch@1\n    inputs: [{from: in}]\n"),
@@ -387,5 +389,28 @@ func TestLimitsMatchTheHost(t *testing.T) {
 	}
 	if MinTimeout != wasm.DefaultWatchdogInterval {
 		t.Errorf("MinTimeout %s, host/wasm checks deadlines every %s", MinTimeout, wasm.DefaultWatchdogInterval)
+	}
+}
+
+// A misspelt option is named with the option it most likely means, and
+// that option is not also reported missing: the one error is the typo's.
+func TestMisspeltOptionIsTheOnlyError(t *testing.T) {
+	for spec, want := range map[string]string{
+		"name: j\nsources: [{name: in, kind: nats, subject: a}]\noperators:\n  - name: op\n    module: m@1\n    inptus: [{from: in}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: op}}]\n": `job.yaml:6: operators[0].inptus: unknown option "inptus" (did you mean inputs?)`,
+		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, inptu: {from: in}}]\n":                                                                      `job.yaml:3: sinks[0].inptu: unknown option "inptu" (did you mean input?)`,
+		"nmae: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\n":                                                                      `job.yaml:1: nmae: unknown option "nmae" (did you mean name?)`,
+	} {
+		_, err := Parse("job.yaml", []byte(spec), Options{})
+		if err == nil || err.Error() != want {
+			t.Errorf("Parse = %v\nwant only %s", err, want)
+		}
+	}
+	// With the option present as well, the stray key gets no guess.
+	_, err := Parse("job.yaml", []byte("name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}, inptu: 1}]\n"), Options{})
+	if err == nil || err.Error() != `job.yaml:3: sinks[0].inptu: unknown option "inptu"` {
+		t.Errorf("Parse = %v", err)
+	}
+	if d := editDistance("inptus", "inputs"); d != 1 {
+		t.Errorf("editDistance(inptus, inputs) = %d, want 1 (a swap)", d)
 	}
 }
