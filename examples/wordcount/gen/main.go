@@ -40,6 +40,26 @@ func main() {
 	}
 }
 
+// ackWait bounds the wait for the server to acknowledge what gen sent:
+// past it the server is down or stuck, and gen says so instead of waiting
+// for its overall deadline.
+const ackWait = 30 * time.Second
+
+// waitAcks waits until every line published so far (sent of them) is
+// acknowledged.
+func waitAcks(ctx context.Context, js jetstream.JetStream, sent int) error {
+	t := time.NewTimer(ackWait)
+	defer t.Stop()
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-t.C:
+		return fmt.Errorf("no acknowledgement for %s after %d lines sent (is the NATS server up? lines sent before it went down may be stored or lost)", ackWait, sent)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func run(url string, n, perLine int, seed uint64) error {
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -86,17 +106,13 @@ func run(url string, n, perLine int, seed uint64) error {
 		// Bound the acks outstanding: a busy server acks more slowly than
 		// gen publishes, and PublishAsync gives up when too many wait.
 		if i%1024 == 1023 {
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := waitAcks(ctx, js, i+1); err != nil {
+				return err
 			}
 		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := waitAcks(ctx, js, n); err != nil {
+		return err
 	}
 	if f := failed.Load(); f > 0 {
 		return fmt.Errorf("%d of %d lines were not stored (the first: %v)", f, n, *firstErr.Load())
