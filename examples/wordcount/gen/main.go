@@ -34,7 +34,7 @@ func main() {
 	perLine := flag.Int("words", 8, "words per line")
 	seed := flag.Uint64("seed", 1, "random seed (the same seed publishes the same lines)")
 	flag.Parse()
-	if err := run(*url, *n, *perLine, *seed); err != nil {
+	if err := run(*url, *n, *perLine, *seed, ackWait); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
@@ -45,22 +45,24 @@ func main() {
 // for its overall deadline.
 const ackWait = 30 * time.Second
 
-// waitAcks waits until every line published so far (sent of them) is
-// acknowledged.
-func waitAcks(ctx context.Context, js jetstream.JetStream, sent int) error {
-	t := time.NewTimer(ackWait)
+// waitAcks waits, at most wait, until every line published so far (sent
+// of them) is acknowledged.
+func waitAcks(ctx context.Context, js jetstream.JetStream, sent int, wait time.Duration) error {
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-js.PublishAsyncComplete():
 		return nil
 	case <-t.C:
-		return fmt.Errorf("no acknowledgement for %s after %d lines sent (is the NATS server up? lines sent before it went down may be stored or lost)", ackWait, sent)
+		return fmt.Errorf("no acknowledgement for %s after %d lines sent (is the NATS server up? lines sent before it went down may be stored or lost)", wait, sent)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func run(url string, n, perLine int, seed uint64) error {
+// run publishes n lines of perLine words to url, failing once the server
+// has acknowledged nothing for ackWait.
+func run(url string, n, perLine int, seed uint64, ackWait time.Duration) error {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
@@ -106,12 +108,12 @@ func run(url string, n, perLine int, seed uint64) error {
 		// Bound the acks outstanding: a busy server acks more slowly than
 		// gen publishes, and PublishAsync gives up when too many wait.
 		if i%1024 == 1023 {
-			if err := waitAcks(ctx, js, i+1); err != nil {
+			if err := waitAcks(ctx, js, i+1, ackWait); err != nil {
 				return err
 			}
 		}
 	}
-	if err := waitAcks(ctx, js, n); err != nil {
+	if err := waitAcks(ctx, js, n, ackWait); err != nil {
 		return err
 	}
 	if f := failed.Load(); f > 0 {

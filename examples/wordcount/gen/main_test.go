@@ -15,35 +15,49 @@ import (
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
-// TestSlowAcks: gen publishes every line when the server is slow to ack
-// (a busy 'weir up', where 'gen -n 100000' used to give up with "stalled
-// with too many outstanding async published messages"). The acks come from
-// a stand-in that waits before answering the first line; LINES exists but
-// stores other subjects, so gen neither creates it nor gets JetStream's
-// own acks.
-func TestSlowAcks(t *testing.T) {
+// standIn starts a server whose stream LINES stores other subjects, so
+// gen neither creates it nor gets JetStream's own acks: answer, called
+// with each line's number from 1, answers gen's publish (nil: no answer).
+func standIn(t *testing.T, answer func(seq int64) []byte) (url string) {
+	t.Helper()
 	srv := embeddedtest.Server(t, embedded.Config{})
 	nc, js := embeddedtest.Connect(t, srv)
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LINES", Subjects: []string{"elsewhere"}}); err != nil {
 		t.Fatal(err)
 	}
-	var acked atomic.Int64
+	var n atomic.Int64
 	sub, err := nc.Subscribe("lines.>", func(m *nats.Msg) {
-		if acked.Load() == 0 {
-			time.Sleep(500 * time.Millisecond)
+		if b := answer(n.Add(1)); b != nil {
+			m.Respond(b)
 		}
-		seq := acked.Add(1)
-		m.Respond(fmt.Appendf(nil, `{"stream":"LINES","seq":%d}`, seq))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { sub.Unsubscribe() })
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	return srv.ClientURL()
+}
+
+func ack(seq int64) []byte { return fmt.Appendf(nil, `{"stream":"LINES","seq":%d}`, seq) }
+
+// TestSlowAcks: gen publishes every line when the server is slow to ack
+// (a busy 'weir up', where 'gen -n 100000' used to give up with "stalled
+// with too many outstanding async published messages"): the stand-in
+// waits before answering the first line.
+func TestSlowAcks(t *testing.T) {
+	var acked atomic.Int64
+	url := standIn(t, func(seq int64) []byte {
+		if seq == 1 {
+			time.Sleep(500 * time.Millisecond)
+		}
+		acked.Add(1)
+		return ack(seq)
+	})
 	const n = 6000
-	if err := run(srv.ClientURL(), n, 8, 1); err != nil {
+	if err := run(url, n, 8, 1, ackWait); err != nil {
 		t.Fatalf("gen -n %d: %v", n, err)
 	}
 	if got := acked.Load(); got != n {
@@ -55,31 +69,32 @@ func TestSlowAcks(t *testing.T) {
 // stand-in refuses every 100th) make gen fail, saying how many, instead
 // of printing that it published them all.
 func TestUnstoredLinesReported(t *testing.T) {
-	srv := embeddedtest.Server(t, embedded.Config{})
-	nc, js := embeddedtest.Connect(t, srv)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LINES", Subjects: []string{"elsewhere"}}); err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int64
-	sub, err := nc.Subscribe("lines.>", func(m *nats.Msg) {
-		seq := n.Add(1)
+	url := standIn(t, func(seq int64) []byte {
 		if seq%100 == 0 {
-			m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"refused by the test"}}`))
-			return
+			return []byte(`{"error":{"code":503,"err_code":10077,"description":"refused by the test"}}`)
 		}
-		m.Respond(fmt.Appendf(nil, `{"stream":"LINES","seq":%d}`, seq))
+		return ack(seq)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	err = run(srv.ClientURL(), 3000, 8, 1)
+	err := run(url, 3000, 8, 1, ackWait)
 	t.Logf("gen: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "30 of 3000 lines were not stored") ||
 		!strings.Contains(err.Error(), "refused by the test") {
 		t.Fatalf("gen with 30 lines refused: %v; want them counted", err)
+	}
+}
+
+// TestServerGoneSaysSo: with nothing acknowledged (the server went away),
+// gen fails once the ack wait passes, saying how many lines it had sent,
+// not at its overall deadline.
+func TestServerGoneSaysSo(t *testing.T) {
+	url := standIn(t, func(seq int64) []byte {
+		if seq > 1500 {
+			return nil
+		}
+		return ack(seq)
+	})
+	err := run(url, 3000, 8, 1, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "no acknowledgement for 300ms after 2048 lines sent") {
+		t.Fatalf("gen against a server that stopped answering: %v", err)
 	}
 }
