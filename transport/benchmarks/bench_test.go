@@ -351,7 +351,8 @@ func sinkConfig(mode sink.PublishMode, task string) sink.ExactlyOnceConfig {
 
 // createStreams creates the input stream IN and the output stream OUT; OUT
 // allows the publish mode (batched or atomic publish; both for auto, as
-// weir run creates sink streams).
+// weir run creates sink streams). Both are file-stored unless
+// WEIR_BENCH_STORAGE=memory.
 func createStreams(b *testing.B, js jetstream.JetStream, mode sink.PublishMode) {
 	b.Helper()
 	for _, cfg := range []jetstream.StreamConfig{
@@ -360,6 +361,13 @@ func createStreams(b *testing.B, js jetstream.JetStream, mode sink.PublishMode) 
 			AllowAtomicPublish: mode == sink.PublishAtomic || mode == sink.PublishAuto,
 			AllowBatchPublish:  mode == sink.PublishFast || mode == sink.PublishAuto},
 	} {
+		switch v := os.Getenv("WEIR_BENCH_STORAGE"); v {
+		case "", "file":
+		case "memory":
+			cfg.Storage = jetstream.MemoryStorage
+		default:
+			b.Fatalf("WEIR_BENCH_STORAGE=%q: want file or memory", v)
+		}
 		recreateStream(b, js, cfg)
 	}
 }
