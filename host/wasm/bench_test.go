@@ -131,3 +131,28 @@ func BenchmarkCompileGoGuest(b *testing.B) {
 		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	})
 }
+
+// BenchmarkMemoryGrow measures a guest growing its memory a page at a time
+// to its 64 MiB limit (misbehave's "m": 1022 memory.grow calls, the last
+// refused, then a trap), instantiation and failure included: the cost of
+// memory.grow on the host's side.
+func BenchmarkMemoryGrow(b *testing.B) {
+	e := newEngine(b)
+	ctx := context.Background()
+	m, err := e.Load(ctx, "grow", misbehave(b), Limits{CallTimeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := cpuTime()
+	for b.Loop() {
+		inst, err := m.Instantiate(ctx, InstanceConfig{Config: []byte("m"), WholeBatches: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := inst.Process(ctx, 0, benchBatch(1), nil); err == nil {
+			b.Fatal("the guest did not trap")
+		}
+		inst.Close(ctx)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
