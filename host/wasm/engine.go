@@ -137,11 +137,11 @@ type Engine struct {
 	seq atomic.Uint64 // instance names
 }
 
-// runtimeKey selects a runtime: one per distinct memory limit, and per way
-// of interrupting a call (instrumented loops, or wazero's
-// WithCloseOnContextDone for modules the rewriter cannot walk).
+// runtimeKey selects a runtime: one per way of interrupting a call
+// (instrumented loops, or wazero's WithCloseOnContextDone for modules the
+// rewriter cannot walk). The memory limit is not the runtime's but each
+// instance's (memory.go).
 type runtimeKey struct {
-	pages     uint32
 	terminate bool
 }
 
@@ -152,9 +152,10 @@ type runtime struct {
 	wasi map[string]api.FunctionDefinition
 }
 
+// moduleKey identifies compiled code: the module's bytes, whatever the
+// limits (the memory limit is each instance's, memory.go).
 type moduleKey struct {
-	hash  [sha256.Size]byte
-	pages uint32
+	hash [sha256.Size]byte
 }
 
 // NewEngine creates an Engine.
@@ -214,8 +215,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// runtimeFor returns the runtime for a memory limit, creating it once.
-// Callers hold e.mu.
+// runtimeFor returns the runtime for a key, creating it once. Callers hold
+// e.mu.
 func (e *Engine) runtimeFor(ctx context.Context, key runtimeKey) (*runtime, error) {
 	if rt, ok := e.runtimes[key]; ok {
 		return rt, nil
@@ -226,8 +227,11 @@ func (e *Engine) runtimeFor(ctx context.Context, key runtimeKey) (*runtime, erro
 	} else {
 		rc = wazero.NewRuntimeConfig() // the compiler where supported
 	}
+	// wazero's memory limit is the wasm32 maximum: the instance's own limit
+	// is enforced by its allocator, which then sees the grows it refuses
+	// (memory.go).
 	rc = rc.WithCompilationCache(e.cache).
-		WithMemoryLimitPages(key.pages).
+		WithMemoryLimitPages(MaxMemoryBytes / PageSize).
 		WithCloseOnContextDone(key.terminate)
 	r := wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
@@ -283,15 +287,15 @@ func (m *Module) Hash() [sha256.Size]byte { return m.hash }
 func (m *Module) Limits() Limits { return m.limits }
 
 // Load validates and compiles a module, or returns the compiled module
-// loaded earlier with the same bytes and memory limit. A refused module
-// gets a *ValidationError naming the problem.
+// loaded earlier with the same bytes (under this name and these limits). A
+// refused module gets a *ValidationError naming the problem.
 func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits) (*Module, error) {
 	lim = lim.withDefaults()
 	info, err := inspectModule(name, wasm, lim)
 	if err != nil {
 		return nil, err
 	}
-	key := moduleKey{hash: sha256.Sum256(wasm), pages: lim.pages()}
+	key := moduleKey{hash: sha256.Sum256(wasm)}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -303,12 +307,12 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, lim Limits)
 		if m.name == name && m.limits == lim {
 			return m, nil
 		}
-		// Same code under another name or deadline: share the compiled code.
+		// Same code under another name or limits: share the compiled code.
 		c := *m
 		c.name, c.limits = name, lim
 		return &c, nil
 	}
-	cm, rt, instrumented, err := e.compile(ctx, name, wasm, info, key.pages)
+	cm, rt, instrumented, err := e.compile(ctx, name, wasm, info)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +380,7 @@ func (e *Engine) cachedModules() int {
 
 // compile instruments and compiles a module that passed inspectModule, and
 // checks its WASI imports. Callers hold e.mu.
-func (e *Engine) compile(ctx context.Context, name string, wasm []byte, info *moduleInfo, pages uint32) (wazero.CompiledModule, *runtime, bool, error) {
+func (e *Engine) compile(ctx context.Context, name string, wasm []byte, info *moduleInfo) (wazero.CompiledModule, *runtime, bool, error) {
 	malformed := func(err error) error {
 		return &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
 	}
@@ -397,7 +401,7 @@ func (e *Engine) compile(ctx context.Context, name string, wasm []byte, info *mo
 		}
 		code = hoisted // interrupted by wazero instead
 	}
-	rt, err := e.runtimeFor(ctx, runtimeKey{pages: pages, terminate: !instrumented})
+	rt, err := e.runtimeFor(ctx, runtimeKey{terminate: !instrumented})
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -426,10 +430,10 @@ func (e *Engine) Validate(ctx context.Context, name string, wasm []byte, lim Lim
 	if e.closed {
 		return errors.New("wasm: engine closed")
 	}
-	if _, ok := e.modules[moduleKey{hash: sha256.Sum256(wasm), pages: lim.pages()}]; ok {
+	if _, ok := e.modules[moduleKey{hash: sha256.Sum256(wasm)}]; ok {
 		return nil
 	}
-	cm, _, _, err := e.compile(ctx, name, wasm, info, lim.pages())
+	cm, _, _, err := e.compile(ctx, name, wasm, info)
 	if err != nil {
 		return err
 	}

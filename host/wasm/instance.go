@@ -15,6 +15,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/weirhq/weir/abi"
@@ -71,6 +72,7 @@ type Instance struct {
 	module  *Module // what it was made from
 	mod     api.Module
 	mem     api.Memory
+	gmem    guestMemory     // backs mem, under the memory limit (memory.go)
 	ctx     context.Context // the context of every call; canceled to interrupt one
 	cancel  context.CancelFunc
 
@@ -155,6 +157,7 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 	base, cancel := context.WithCancel(context.Background())
 	i.ctx = context.WithValue(base, instanceKey{}, i)
 	i.cancel = cancel
+	i.gmem.limit = uint64(m.limits.pages()) * PageSize
 
 	mc := wazero.NewModuleConfig().
 		WithName(fmt.Sprintf("%s#%d", name, m.engine.seq.Add(1))).
@@ -168,11 +171,18 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		return nil, fmt.Errorf("operator %s: %w", name, err)
 	}
 	i.module = m
-	mod, err := m.rt.r.InstantiateModule(i.ctx, m.compiled, mc)
+	mod, err := m.rt.r.InstantiateModule(experimental.WithMemoryAllocator(i.ctx, &i.gmem), m.compiled, mc)
 	if err != nil {
 		cancel()
 		m.engine.releaseInstance(ctx, m)
 		return nil, fmt.Errorf("operator %s: instantiating module %s: %w", name, m.name, err)
+	}
+	if !i.gmem.inited {
+		// wazero did not take the allocator, so nothing enforces the limit.
+		mod.Close(ctx)
+		cancel()
+		m.engine.releaseInstance(ctx, m)
+		return nil, fmt.Errorf("operator %s: instantiating module %s: the runtime ignored the memory allocator that enforces the memory limit", name, m.name)
 	}
 	i.mod = mod
 	i.mem = mod.ExportedMemory(abi.ExportMemory)
@@ -457,6 +467,7 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 		return fmt.Errorf("operator %s: %s: %w", i.name, export, err)
 	}
 	i.phase, i.export, i.message, i.fault = ph, export, "", nil
+	i.gmem.resetRefused()
 	seq := i.calls.Add(1)
 	var stop func() bool
 	if ctx.Done() != nil {

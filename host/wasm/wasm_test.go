@@ -339,7 +339,7 @@ func TestUninstrumentedFallback(t *testing.T) {
 	// Compile the original bytes in the terminating runtime, as compile does
 	// for a module it cannot instrument.
 	e.mu.Lock()
-	rt, err := e.runtimeFor(ctx, runtimeKey{pages: m.limits.pages(), terminate: true})
+	rt, err := e.runtimeFor(ctx, runtimeKey{terminate: true})
 	e.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
