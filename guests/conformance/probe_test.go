@@ -176,8 +176,8 @@ func TestSDKProbe(t *testing.T) {
 // TestRustAllocationFailure: a Rust allocation that fails (the probe's
 // "alloc" asks for 1 GiB, past the 64 MiB limit, with the memory far below
 // it) traps with the size in its message, which the SDK's allocator sets
-// before Rust aborts; without it the host could say only "wasm error:
-// unreachable".
+// before Rust aborts, and the host's note of the memory.grow the limit
+// refused; without them it could say only "wasm error: unreachable".
 func TestRustAllocationFailure(t *testing.T) {
 	ctx := context.Background()
 	code, err := os.ReadFile(probes["rust"])
@@ -195,9 +195,10 @@ func TestRustAllocationFailure(t *testing.T) {
 	defer inst.Close(ctx)
 	err = inst.Process(ctx, 0, records("a", "alloc"), func(int, []byte) error { return nil })
 	var te *wasm.TrapError
-	if !errors.As(err, &te) || te.RecordIndex != 1 ||
-		!strings.HasSuffix(err.Error(), `trap at record 1 (key "k1", value "alloc"): weir: memory allocation of 1073741824 bytes failed (wasm error: unreachable)`) {
-		t.Errorf("got %v, want a trap at record 1 naming the failed allocation", err)
+	if !errors.As(err, &te) || te.RecordIndex != 1 || te.GrowRefused <= 1<<30 ||
+		!strings.Contains(err.Error(), `trap at record 1 (key "k1", value "alloc"): weir: memory allocation of 1073741824 bytes failed (wasm error: unreachable) `+
+			`(memory.grow of 16385 pages (1 GiB) refused: the operator's memory limit is 64 MiB and it had `) {
+		t.Errorf("got %v, want a trap at record 1 naming the failed allocation and the refused grow", err)
 	}
 }
 

@@ -114,16 +114,21 @@ type TrapError struct {
 	// MemorySize and MemoryLimit are the instance's memory size and limit
 	// in bytes when the memory had grown close to the limit (7/8 or more:
 	// the likely cause of a guest runtime's out-of-memory abort, as a
-	// runtime grows its heap in chunks), else 0.
+	// runtime grows its heap in chunks), else 0. When a memory.grow was
+	// refused during the call (GrowRefused), they are the size when it was
+	// refused and the limit that refused it, however far below the limit.
 	MemorySize, MemoryLimit uint64
+	// GrowRefused is the size in bytes (pages times 64 KiB) of the last
+	// memory.grow the memory limit refused during the call, 0 if none: a
+	// guest runtime traps when its heap cannot grow, so one huge request
+	// made while the memory is still small shows as a bare "unreachable"
+	// without it.
+	GrowRefused uint64
 }
 
 // Error returns the one-line message.
 func (e *TrapError) Error() string {
-	full := ""
-	if e.MemoryLimit > 0 {
-		full = fmt.Sprintf(" (its memory had grown to %s of its %s limit)", mib(e.MemorySize), mib(e.MemoryLimit))
-	}
+	full := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 	reason := firstLine(e.Err.Error())
 	if e.Message != "" {
 		// The guest's own words first; the runtime's ("wasm error:
@@ -149,6 +154,44 @@ func mib(n uint64) string {
 	return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) + " MiB"
 }
 
+// memoryNote is the end of a failure's message that says where the
+// instance's memory stood, from the fields of TrapError: the memory.grow
+// refused during the call, else the memory's size when it had grown near
+// its limit (limit > 0), else nothing.
+//
+//	(memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit is 64 MiB and it had 2 MiB)
+//	(its memory had grown to 63 MiB of its 64 MiB limit)
+func memoryNote(size, limit, refused uint64) string {
+	switch {
+	case refused > 0:
+		pages := refused / PageSize
+		unit := "pages"
+		if pages == 1 {
+			unit = "page"
+		}
+		return fmt.Sprintf(" (memory.grow of %d %s (%s) refused: the operator's memory limit is %s and it had %s)",
+			pages, unit, sizeIEC(refused), sizeIEC(limit), sizeIEC(size))
+	case limit > 0:
+		return fmt.Sprintf(" (its memory had grown to %s of its %s limit)", mib(size), mib(limit))
+	}
+	return ""
+}
+
+// sizeIEC formats a byte count in the largest of KiB, MiB and GiB that
+// leaves at least 1, to two decimals at most: "64 KiB", "1.5 MiB", "1 GiB"
+// (for 1 GiB and 64 KiB too: the page count says it exactly).
+func sizeIEC(n uint64) string {
+	v, unit := float64(n)/(1<<10), "KiB"
+	if n >= 1<<30 {
+		v, unit = float64(n)/(1<<30), "GiB"
+	} else if n >= 1<<20 {
+		v, unit = float64(n)/(1<<20), "MiB"
+	}
+	s := strconv.FormatFloat(v, 'f', 2, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + " " + unit
+}
+
 // Unwrap returns the runtime's error.
 func (e *TrapError) Unwrap() error { return e.Err }
 
@@ -160,19 +203,18 @@ type DeadlineError struct {
 	Timeout     time.Duration
 	RecordIndex int    // index of the record being processed; -1 if unknown
 	Record      string // that record's key and the start of its value (Process), "" if unknown
-	// MemorySize and MemoryLimit are as in TrapError: set when the memory
-	// had grown to 7/8 of its limit or more, as when a guest spins on an
+	// MemorySize, MemoryLimit and GrowRefused are as in TrapError: set
+	// when a memory.grow was refused during the call or the memory had
+	// grown to 7/8 of its limit or more, as when a guest spins on an
 	// allocation that keeps failing (an unchecked C malloc), else 0.
 	MemorySize, MemoryLimit uint64
+	GrowRefused             uint64
 }
 
 // Error returns the one-line message, with what to do about an operator
 // that is merely slow.
 func (e *DeadlineError) Error() string {
-	if e.MemoryLimit > 0 {
-		return e.message() + fmt.Sprintf(" (its memory had grown to %s of its %s limit)", mib(e.MemorySize), mib(e.MemoryLimit))
-	}
-	return e.message()
+	return e.message() + memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 }
 
 func (e *DeadlineError) message() string {
@@ -194,11 +236,17 @@ type ExitError struct {
 	Operator string
 	Export   string
 	Code     uint32
+	// GrowRefused, MemorySize and MemoryLimit are as in TrapError, set
+	// only when a memory.grow was refused during the call (as when a
+	// guest exits because its heap cannot grow), else 0.
+	MemorySize, MemoryLimit uint64
+	GrowRefused             uint64
 }
 
 // Error returns the one-line message.
 func (e *ExitError) Error() string {
-	return fmt.Sprintf("operator %s: %s: the module exited with code %d", e.Operator, e.Export, e.Code)
+	return fmt.Sprintf("operator %s: %s: the module exited with code %d", e.Operator, e.Export, e.Code) +
+		memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 }
 
 // OperatorError is a non-zero status returned by an export, with the
@@ -216,6 +264,11 @@ type OperatorError struct {
 	// Record is that record's key and the start of its value (Process),
 	// "" if unknown.
 	Record string
+	// GrowRefused, MemorySize and MemoryLimit are as in TrapError, set
+	// only when a memory.grow was refused during the call (an SDK's "out
+	// of memory" then says how much was asked for), else 0.
+	MemorySize, MemoryLimit uint64
+	GrowRefused             uint64
 }
 
 // Error returns the one-line message.
@@ -224,10 +277,11 @@ func (e *OperatorError) Error() string {
 	if e.RecordIndex >= 0 {
 		at = fmt.Sprintf("at record %d%s: ", e.RecordIndex, paren(e.Record))
 	}
+	note := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 	if e.Message == "" {
-		return fmt.Sprintf("operator %s: %s: %sreturned status %d", e.Operator, e.Export, at, e.Status)
+		return fmt.Sprintf("operator %s: %s: %sreturned status %d%s", e.Operator, e.Export, at, e.Status, note)
 	}
-	return fmt.Sprintf("operator %s: %s: %s%s", e.Operator, e.Export, at, e.Message)
+	return fmt.Sprintf("operator %s: %s: %s%s%s", e.Operator, e.Export, at, e.Message, note)
 }
 
 // FaultError is a call the host failed because the guest misused an

@@ -445,7 +445,11 @@ func (i *Instance) writeInput(ctx context.Context, head, body []byte) (uint32, e
 	}
 	addr := api.DecodeU32(s[0])
 	if addr == 0 {
-		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("operator could not allocate %d bytes", size)}
+		detail := fmt.Sprintf("operator could not allocate %d bytes", size)
+		if size, limit, refused := i.refusedGrow(); refused > 0 {
+			detail += memoryNote(size, limit, refused)
+		}
+		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: detail}
 		i.fail(err)
 		return 0, err
 	}
@@ -568,7 +572,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	}
 	if i.timedOut.Load() {
 		de := &DeadlineError{Operator: i.name, Export: export, Timeout: i.limits.CallTimeout, RecordIndex: record}
-		de.MemorySize, de.MemoryLimit = i.nearMemoryLimit()
+		de.MemorySize, de.MemoryLimit, de.GrowRefused = i.memoryState()
 		return de
 	}
 	if i.callerCanceled.Load() {
@@ -580,7 +584,9 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		return &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode()}
+		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode()}
+		xe.MemorySize, xe.MemoryLimit, xe.GrowRefused = i.refusedGrow()
+		return xe
 	}
 	msg := err.Error()
 	stack := ""
@@ -588,8 +594,29 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 		stack = strings.TrimSpace(msg[k+1:])
 	}
 	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
-	te.MemorySize, te.MemoryLimit = i.nearMemoryLimit()
+	te.MemorySize, te.MemoryLimit, te.GrowRefused = i.memoryState()
 	return te
+}
+
+// memoryState returns what a trap's or a deadline's message says of the
+// instance's memory: the grow refused during the call (refusedGrow), else
+// its size and limit when it had grown near the limit (nearMemoryLimit).
+func (i *Instance) memoryState() (size, limit, refused uint64) {
+	if size, limit, refused = i.refusedGrow(); refused > 0 {
+		return size, limit, refused
+	}
+	size, limit = i.nearMemoryLimit()
+	return size, limit, 0
+}
+
+// refusedGrow returns the last memory.grow the memory limit refused during
+// the current call: the memory's size then, the limit and the bytes asked
+// for; 0, 0, 0 if none was refused.
+func (i *Instance) refusedGrow() (size, limit, refused uint64) {
+	if i.gmem.refused == 0 {
+		return 0, 0, 0
+	}
+	return i.gmem.refusedAt, i.gmem.limit, i.gmem.refused
 }
 
 // nearMemoryLimit returns the instance's memory size and limit when the
@@ -635,6 +662,7 @@ func (i *Instance) status(export string, res uint64, fatal bool) error {
 		return nil
 	}
 	err := &OperatorError{Operator: i.name, Export: export, Status: st, Message: i.message, RecordIndex: -1}
+	err.MemorySize, err.MemoryLimit, err.GrowRefused = i.refusedGrow()
 	if export == abi.ExportProcess || export == abi.ExportEndOfInput {
 		// SDKs leave the cursor on the record a callback failed at.
 		err.RecordIndex = i.record()

@@ -20,12 +20,19 @@ import (
 // last grow it refused during a call. The runtimes run with wazero's limit
 // at the wasm32 maximum, so that every grow within it reaches the
 // allocator; the limit, now each instance's, no longer takes a runtime and
-// a compilation per distinct limit. A guest that handles the -1 and
-// carries on is not affected: the note is reset at every call.
+// a compilation per distinct limit. A call that fails after a refused
+// grow says so at the end of its message (TrapError.GrowRefused, and the
+// same field of DeadlineError, ExitError and OperatorError):
+//
+//	wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit is 64 MiB and it had 2 MiB)
+//
+// A guest that handles the -1 and carries on is not affected: the note is
+// reset at every call, and only a failure reports it.
 //
 // wazero refuses, before asking the allocator, a grow past the module's
 // own declared maximum or past 4 GiB in all (65536 pages): those are not
-// noted.
+// noted, and a failure after them gets at most the note that the memory
+// had grown near its limit.
 
 // guestMemory is the linear memory of one instance: a Go slice grown by
 // append, as wazero's default memory is, under the instance's limit. Only

@@ -3,8 +3,96 @@ package wasm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 )
+
+// The note every failure after misbehave's "G" grow carries: 16384 pages
+// asked for, with its 2-page memory under the default 64 MiB limit.
+const gNote = " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit is 64 MiB and it had 128 KiB)"
+
+// TestRefusedGrow: a call that had a memory.grow refused by the memory
+// limit, however far below the limit the memory was, and then failed says
+// so in its one-line error, whatever the failure; a guest that carries on
+// after the refusal does not fail, and a later failure of its own says
+// nothing of it.
+func TestRefusedGrow(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	in := batchOf(kv{"a", "1", 1}, kv{"b", "2", 2}, kv{"c", "3", 3})
+	for _, c := range []struct {
+		mode string
+		want string // the whole message
+		typ  any
+	}{
+		{"Gt", `operator op: weir_process: trap at record 2 (key "c", value "3"): wasm error: unreachable` + gNote, &TrapError{}},
+		{"Gx", "operator op: weir_process: the module exited with code 3" + gNote, &ExitError{}},
+		{"Ge", "operator op: weir_process: boom" + gNote, &OperatorError{}},
+		{"GE", "operator op: weir_process: returned status 7" + gNote, &OperatorError{}},
+		{"Gl", "operator op: weir_process: exceeded the 200ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise its timeout limit)" + gNote, &DeadlineError{}},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			lim := Limits{CallTimeout: 10 * time.Second}
+			if c.mode == "Gl" {
+				lim.CallTimeout = 200 * time.Millisecond
+			}
+			inst := instantiate(t, e, "op", misbehave(t), lim, InstanceConfig{Config: []byte(c.mode)})
+			err := inst.Process(ctx, 0, in, newOut().emit)
+			if err == nil || err.Error() != c.want {
+				t.Fatalf("got  %v\nwant %s", err, c.want)
+			}
+			var size, limit, refused uint64
+			switch x := err.(type) {
+			case *TrapError:
+				size, limit, refused = x.MemorySize, x.MemoryLimit, x.GrowRefused
+			case *ExitError:
+				size, limit, refused = x.MemorySize, x.MemoryLimit, x.GrowRefused
+			case *OperatorError:
+				size, limit, refused = x.MemorySize, x.MemoryLimit, x.GrowRefused
+			case *DeadlineError:
+				size, limit, refused = x.MemorySize, x.MemoryLimit, x.GrowRefused
+			default:
+				t.Fatalf("got a %T, want a %T", err, c.typ)
+			}
+			if size != 2*PageSize || limit != DefaultMemoryBytes || refused != 1<<30 {
+				t.Fatalf("size %d, limit %d, refused %d", size, limit, refused)
+			}
+		})
+	}
+
+	t.Run("carries on", func(t *testing.T) {
+		// "Gd" passes the batch through after its refused grow, and traps
+		// at a record whose value starts with "!".
+		inst := instantiate(t, e, "op", misbehave(t), Limits{}, InstanceConfig{Config: []byte("Gd")})
+		o := newOut()
+		if err := inst.Process(ctx, 0, in, o.emit); err != nil || len(o.port(0)) != 3 {
+			t.Fatalf("the call with a refused grow: %v, %d records out", err, len(o.port(0)))
+		}
+		if err := inst.Process(ctx, 0, in, o.emit); err != nil || len(o.port(0)) != 6 {
+			t.Fatalf("the next call: %v, %d records out", err, len(o.port(0)))
+		}
+		err := inst.Process(ctx, 0, batchOf(kv{"a", "1", 1}, kv{"b", "!", 2}), o.emit)
+		var te *TrapError
+		if !errors.As(err, &te) || te.GrowRefused != 0 || te.MemoryLimit != 0 ||
+			err.Error() != `operator op: weir_process: trap at record 1 (key "b", value "!"): wasm error: unreachable` {
+			t.Fatalf("a later trap: got %v, want one without a memory note", err)
+		}
+	})
+
+	t.Run("input buffer", func(t *testing.T) {
+		// weir_input cannot grow the memory for a 2 MiB batch under a
+		// 1 MiB limit, and returns 0.
+		inst := instantiate(t, e, "op", misbehave(t), Limits{MemoryBytes: 1 << 20}, InstanceConfig{})
+		big := batchOf(kv{"k", strings.Repeat("v", 2<<20), 1})
+		err := inst.Process(ctx, 0, big, newOut().emit)
+		var fe *FaultError
+		want := "operator op: weir_input: operator could not allocate 2097173 bytes (memory.grow of 32 pages (2 MiB) refused: the operator's memory limit is 1 MiB and it had 128 KiB)"
+		if !errors.As(err, &fe) || err.Error() != want {
+			t.Fatalf("got  %v\nwant %s", err, want)
+		}
+	})
+}
 
 // TestMemoryLimitPerInstance: the memory limit is each instance's, not
 // its compiled module's: one module loaded under two limits is compiled
@@ -29,7 +117,7 @@ func TestMemoryLimitPerInstance(t *testing.T) {
 		inst.Close(ctx)
 		pages := limit / PageSize * PageSize // whole pages
 		var te *TrapError
-		if !errors.As(err, &te) || te.MemorySize != pages {
+		if !errors.As(err, &te) || te.MemorySize != pages || te.MemoryLimit != pages || te.GrowRefused != PageSize {
 			t.Fatalf("limit %d: got %v, want a trap at the limit", limit, err)
 		}
 	}

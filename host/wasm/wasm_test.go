@@ -128,10 +128,11 @@ func TestContained(t *testing.T) {
 		{"L", deadline},
 		{"T", deadline},
 		{"m", func(t *testing.T, err error) {
-			// The trap of a guest that ran out of memory says so.
+			// The trap of a guest that ran out of memory says so: its
+			// last grow, of one page, was refused at the limit.
 			var te *TrapError
-			if !errors.As(err, &te) || te.MemoryLimit != 4<<20 ||
-				!strings.HasSuffix(err.Error(), "wasm error: unreachable (its memory had grown to 4 MiB of its 4 MiB limit)") {
+			if !errors.As(err, &te) || te.MemoryLimit != 4<<20 || te.MemorySize != 4<<20 || te.GrowRefused != PageSize ||
+				!strings.HasSuffix(err.Error(), "wasm error: unreachable (memory.grow of 1 page (64 KiB) refused: the operator's memory limit is 4 MiB and it had 4 MiB)") {
 				t.Fatalf("got %v", err)
 			}
 		}},
@@ -140,8 +141,8 @@ func TestContained(t *testing.T) {
 			// malloc) hits the deadline, and the message says where its
 			// memory stood.
 			var de *DeadlineError
-			if !errors.As(err, &de) || de.MemoryLimit != 4<<20 ||
-				!strings.HasSuffix(err.Error(), "raise its timeout limit) (its memory had grown to 4 MiB of its 4 MiB limit)") {
+			if !errors.As(err, &de) || de.MemoryLimit != 4<<20 || de.GrowRefused != PageSize ||
+				!strings.HasSuffix(err.Error(), "raise its timeout limit) (memory.grow of 1 page (64 KiB) refused: the operator's memory limit is 4 MiB and it had 4 MiB)") {
 				t.Fatalf("got %v", err)
 			}
 		}},

@@ -23,6 +23,10 @@
 ;;      it back into address 200
 ;;   d  slow: spin for the count in config bytes 1..4 (u32) on every record,
 ;;      trap on a record whose value starts with "!", pass the batch through
+;;   G  followed by another mode: in the first weir_process call only, ask
+;;      for 1 GiB (memory.grow of 16384 pages) and ignore the answer; then
+;;      behave as that mode ("Gt" traps after a refused grow, "Gp" carries
+;;      on after it)
 ;;
 ;; Build: wat2wasm --debug-names misbehave.wat -o misbehave.wasm
 (module
@@ -36,6 +40,7 @@
   (table $t 1 funcref)
   (global $mode (mut i32) (i32.const 112)) ;; 'p'
   (global $spin (mut i32) (i32.const 0))
+  (global $grow (mut i32) (i32.const 0)) ;; 1: grow by 1 GiB in the next weir_process
   (data (i32.const 16) "boom")
   (data (i32.const 32) "bad config")
   (data (i32.const 48) "\05\00\00\00")   ;; a batch claiming 5 records
@@ -65,6 +70,11 @@
   (func (export "weir_init") (param $ptr i32) (param $len i32) (result i32)
     (if (local.get $len)
       (then (global.set $mode (i32.load8_u (local.get $ptr)))))
+    (if (i32.and (i32.eq (global.get $mode) (i32.const 71)) ;; 'G'
+                 (i32.ge_u (local.get $len) (i32.const 2)))
+      (then
+        (global.set $grow (i32.const 1))
+        (global.set $mode (i32.load8_u offset=1 (local.get $ptr)))))
     (if (i32.ge_u (local.get $len) (i32.const 5))
       (then (global.set $spin (i32.load offset=1 (local.get $ptr)))))
     (if (i32.eq (global.get $mode) (i32.const 105)) ;; 'i'
@@ -81,6 +91,10 @@
     (local $klen i32)
     (local $vlen i32)
     (local $k i32)
+    (if (global.get $grow)
+      (then
+        (global.set $grow (i32.const 0))
+        (drop (memory.grow (i32.const 16384)))))
     (local.set $m (global.get $mode))
     (if (i32.eq (local.get $m) (i32.const 100)) ;; 'd'
       (then
