@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,7 +22,8 @@ import (
 // i of a batch goes to output port (i+1)%2 unchanged; the value "trap"
 // traps, "panic" panics (aborts) with "probe: panic", "fail" fails the call
 // with "probe: fail", "log" is also logged at warn level as "probe: log",
-// "badport" is emitted to output port 2000 (past every SDK's limit); end
+// "badport" is emitted to output port 2000 (past every SDK's limit),
+// "alloc" (Rust, AssemblyScript) asks for more than the memory limit; end
 // of input on port p emits eoi=p on port 0; checkpoint completion fails with
 // "probe: negative checkpoint" for id < 0; snapshot writes u8 1, bytes
 // "probe", i64 -2, which restore checks.
@@ -173,32 +175,45 @@ func TestSDKProbe(t *testing.T) {
 	}
 }
 
-// TestRustAllocationFailure: a Rust allocation that fails (the probe's
-// "alloc" asks for 1 GiB, past the 64 MiB limit, with the memory far below
-// it) traps with the size in its message, which the SDK's allocator sets
-// before Rust aborts, and the host's note of the memory.grow the limit
-// refused; without them it could say only "wasm error: unreachable".
-func TestRustAllocationFailure(t *testing.T) {
+// TestAllocationFailure: an allocation past the 64 MiB limit made while
+// the memory is far below it (the Rust and AssemblyScript probes' "alloc":
+// 1 GiB, 512 MiB) fails. The Rust SDK's allocator names the size in the
+// call's message before Rust aborts; AssemblyScript's runtime traps with a
+// bare "unreachable". Either way the host's note names the memory.grow the
+// limit refused, which is all an AssemblyScript operator gets.
+func TestAllocationFailure(t *testing.T) {
 	ctx := context.Background()
-	code, err := os.ReadFile(probes["rust"])
-	if err != nil {
-		t.Fatalf("%v (run guests/build.sh)", err)
-	}
-	m, err := newEngine(t).Load(ctx, "rust-probe", code, wasm.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close(ctx)
-	err = inst.Process(ctx, 0, records("a", "alloc"), func(int, []byte) error { return nil })
-	var te *wasm.TrapError
-	if !errors.As(err, &te) || te.RecordIndex != 1 || te.GrowRefused <= 1<<30 ||
-		!strings.Contains(err.Error(), `trap at record 1 (key "k1", value "alloc"): weir: memory allocation of 1073741824 bytes failed (wasm error: unreachable) `+
-			`(memory.grow of 16385 pages (1 GiB) refused: the operator's memory limit is 64 MiB and it had `) {
-		t.Errorf("got %v, want a trap at record 1 naming the failed allocation and the refused grow", err)
+	e := newEngine(t)
+	for _, c := range []struct {
+		lang, reason string
+		pages        uint64
+	}{
+		{"rust", "weir: memory allocation of 1073741824 bytes failed (wasm error: unreachable)", 16385},
+		{"assemblyscript", "wasm error: unreachable", 8193},
+	} {
+		t.Run(c.lang, func(t *testing.T) {
+			code, err := os.ReadFile(probes[c.lang])
+			if err != nil {
+				t.Fatalf("%v (run guests/build.sh)", err)
+			}
+			m, err := e.Load(ctx, c.lang+"-probe", code, wasm.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer inst.Close(ctx)
+			err = inst.Process(ctx, 0, records("a", "alloc"), func(int, []byte) error { return nil })
+			want := fmt.Sprintf(`trap at record 1 (key "k1", value "alloc"): %s (memory.grow of %d pages (`, c.reason, c.pages)
+			var te *wasm.TrapError
+			if !errors.As(err, &te) || te.RecordIndex != 1 || te.GrowRefused != c.pages*wasm.PageSize ||
+				te.MemoryLimit != wasm.DefaultMemoryBytes || te.MemorySize >= 4<<20 ||
+				!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "refused: the operator's memory limit is 64 MiB and it had ") {
+				t.Errorf("got %v, want a trap at record 1 containing %q and naming the refused grow", err, want)
+			}
+		})
 	}
 }
 

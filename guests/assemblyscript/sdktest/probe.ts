@@ -10,6 +10,11 @@
 //   - a record whose value is "log" is also logged at warn level as "probe: log";
 //   - a record whose value is "badport" is emitted to output port 2000, past
 //     every SDK's port limit, which fails the call with the SDK's message;
+//   - (Rust and AssemblyScript) a record whose value is "alloc" asks for a
+//     buffer the memory limit cannot hold: here 512 MiB (an ArrayBuffer of
+//     1 GiB is past AssemblyScript's own limit, and throws "Invalid
+//     length" first), for which the runtime's heap cannot grow, and it
+//     traps with a bare `unreachable`;
 //   - end of input on port p emits key "eoi", value the decimal p, on port 0;
 //   - checkpointComplete(id) fails with "probe: negative checkpoint" for id < 0;
 //   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
@@ -34,6 +39,10 @@ class Probe extends Operator {
       if (is(input.valuePtr, input.valueLen, "fail")) return "probe: fail";
       if (input.valueString() == "panic") throw new Error("probe: " + input.valueString());
       if (is(input.valuePtr, input.valueLen, "log")) log(LOG_WARN, "probe: log");
+      if (is(input.valuePtr, input.valueLen, "alloc")) {
+        const b = new ArrayBuffer(1 << 29);
+        store<u8>(changetype<usize>(b), 1);
+      }
       const port = is(input.valuePtr, input.valueLen, "badport") ? 2000 : (input.index + 1) % 2;
       out.emit(port, input.keyPtr, input.keyLen, input.valuePtr, input.valueLen, input.timestamp);
     }

@@ -8,8 +8,8 @@
 //!   - a record whose value is "panic" panics with "probe: panic" (the host
 //!     reports the message and the cursor with the trap);
 //!   - a record whose value is "log" is also logged at warn level as "probe: log";
-//!   - (Rust only) a record whose value is "alloc" asks for 1 GiB, which
-//!     fails: the SDK's allocator reports it before Rust aborts;
+//!   - (Rust and AssemblyScript) a record whose value is "alloc" asks for
+//!     1 GiB, which fails: the SDK's allocator reports it before Rust aborts;
 //!   - a record whose value is "badport" is emitted to output port 2000, past
 //!     every SDK's port limit, which fails the call with the SDK's message;
 //!   - end of input on port p emits key "eoi", value the decimal p, on port 0;
