@@ -46,11 +46,26 @@ func (b *portBatch) add(key, value []byte, ts int64) {
 
 // Emit appends one record to output port port. Key and value are copied.
 func (e *Emitter) Emit(port int, key, value []byte, ts int64) {
-	// A port already in use this call goes straight to its batch: on wasm
-	// every call costs, and this is the path of nearly every record.
-	if uint(port) < uint(len(e.ports)) && e.ports[port].n > 0 {
-		e.ports[port].add(key, value, ts)
-		return
+	// The path of nearly every record — a port already in use this call,
+	// with room in its buffer — is written out here, free of calls: on
+	// wasm every Go call costs ~25 ns, a fifth of the SDK's per-record
+	// share (and a fast path that only called add cost as much again).
+	if uint(port) < uint(len(e.ports)) {
+		b := &e.ports[port]
+		need := abi.RecordHeaderSize + len(key) + len(value)
+		if off := len(b.buf); b.n > 0 && cap(b.buf)-off >= need {
+			b.buf = b.buf[:off+need]
+			h := b.buf[off : off+need]
+			binary.LittleEndian.PutUint32(h[0:4], uint32(len(key)))
+			binary.LittleEndian.PutUint32(h[4:8], uint32(len(value)))
+			binary.LittleEndian.PutUint64(h[8:16], uint64(ts))
+			if len(key) > 0 {
+				copy(h[16:], key)
+			}
+			copy(h[16+len(key):], value)
+			b.n++
+			return
+		}
 	}
 	if b := e.batch(port); b != nil {
 		b.add(key, value, ts)
