@@ -403,3 +403,97 @@ func TestLargeRecord(t *testing.T) {
 		})
 	}
 }
+
+// upperASCII is uppercase's specification, in plain Go: the ASCII letters
+// a-z become A-Z, every other byte (A-Z, digits, controls, bytes >= 0x80)
+// stays as it is.
+func upperASCII(v []byte) []byte {
+	out := make([]byte, len(v))
+	for i, c := range v {
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// byteRun returns n bytes counting up from first, wrapping at 256.
+func byteRun(first, n int) []byte {
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = byte(first + i)
+	}
+	return v
+}
+
+// TestUppercaseEveryByte checks every language's uppercase against
+// upperASCII rather than against another build, so a mistake all the
+// builds share is caught too. The examples convert 8 bytes per step (SWAR)
+// and the last len%8 bytes one by one, so the values are runs of
+// consecutive byte values: from every start 0..255 at every length 0..40
+// (no full word up to five, with every tail length), which puts every
+// byte value in each of a word's 8 positions and in the tail, and long
+// runs (2048+k bytes, every value at every position from 8 starts). Keys
+// of 0..7 bytes, one batch each, shift where the values lie in memory.
+func TestUppercaseEveryByte(t *testing.T) {
+	var calls []call
+	var want [][]byte
+	for klen := range 8 {
+		var in, out abi.Builder
+		key := bytes.Repeat([]byte("k"), klen)
+		add := func(v []byte, ts int64) {
+			in.Add(key, v, ts)
+			out.Add(key, upperASCII(v), ts)
+		}
+		for first := range 256 {
+			for n := range 41 {
+				add(byteRun(first, n), int64(first*100+n))
+			}
+		}
+		for k := range 8 {
+			add(byteRun(k, 256*8+k), int64(-1-k))
+		}
+		calls = append(calls, call{port: 0, batch: bytes.Clone(in.Bytes())})
+		want = append(want, bytes.Clone(out.Bytes()))
+	}
+	e := newEngine(t)
+	for _, lang := range languages {
+		got := feed(t, start(t, load(t, e, lang, "uppercase"), "uppercase"), calls, 0, len(calls), nil)
+		if len(got) != len(calls) {
+			t.Fatalf("%s: %d emissions for %d calls", lang.name, len(got), len(calls))
+		}
+		for i, g := range got {
+			if g.call != i || g.port != 0 {
+				t.Fatalf("%s: emission %d is call %d port %d, want call %d port 0", lang.name, i, g.call, g.port, i)
+			}
+			if bytes.Equal(g.batch, want[i]) {
+				continue
+			}
+			gr, err := abi.DecodeBatch(g.batch)
+			if err != nil {
+				t.Fatalf("%s: call %d: %v", lang.name, i, err)
+			}
+			wr, _ := abi.DecodeBatch(want[i])
+			if len(gr) != len(wr) {
+				t.Fatalf("%s: call %d: %d records, want %d", lang.name, i, len(gr), len(wr))
+			}
+			in, _ := abi.DecodeBatch(calls[i].batch)
+			for j := range wr {
+				gj, wj := gr[j], wr[j]
+				if !bytes.Equal(gj.Key, wj.Key) || gj.Timestamp != wj.Timestamp {
+					t.Fatalf("%s: call %d record %d: key %q ts %d, want %q ts %d", lang.name, i, j, gj.Key, gj.Timestamp, wj.Key, wj.Timestamp)
+				}
+				if !bytes.Equal(gj.Value, wj.Value) {
+					p := 0
+					for p < min(len(gj.Value), len(wj.Value)) && gj.Value[p] == wj.Value[p] {
+						p++
+					}
+					t.Fatalf("%s: key of %d bytes, record %d: value of %d bytes (want %d) first differs at byte %d:\n  in %q\n got %q\nwant %q",
+						lang.name, len(wj.Key), j, len(gj.Value), len(wj.Value), p, in[j].Value, gj.Value, wj.Value)
+				}
+			}
+			t.Fatalf("%s: call %d: the batch differs from the expected one, but not in its records", lang.name, i)
+		}
+	}
+}
