@@ -2,10 +2,13 @@ package source
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/abi"
 )
 
 // KeyHeader is the NATS message header whose value becomes a record's key;
@@ -82,7 +85,7 @@ func (c *Core) onMsg(m *nats.Msg) {
 			key = []byte(k)
 		}
 	}
-	c.acc.add(0, key, m.Data, time.Now().UnixMilli(), 0)
+	c.acc.add(0, key, m.Data, 0, 0) // stamped when Poll takes it
 }
 
 // Guarantee describes the source's delivery guarantee for the job status.
@@ -90,12 +93,17 @@ func (c *Core) Guarantee() string { return CoreGuarantee }
 
 // Poll returns every message that arrived since the last Poll (up to the
 // batch limits) as one record batch: key from the Weir-Key header, value =
-// the message data, timestamp = arrival time in ms. The offset is nil.
+// the message data, timestamp = the time Poll took the batch, in ms, the
+// same for all its records (ingestion time: a core message carries no time
+// of its own). The offset is nil.
 func (c *Core) Poll(ctx context.Context) ([]byte, []byte, error) {
 	b, _, err := c.acc.take(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core source %s: %w", c.cfg.Subject, err)
 	}
+	// One clock read per batch: per message it cost ~5 % of the whole
+	// pipeline's CPU (core subject → operator → core subject).
+	stamp(b, time.Now().UnixMilli())
 	return b, nil, nil
 }
 
@@ -124,4 +132,17 @@ func (c *Core) Close() error {
 		return fmt.Errorf("core source %s: unsubscribe: %w", c.cfg.Subject, err)
 	}
 	return nil
+}
+
+// stamp sets the timestamp of every record of batch to ts. The batch was
+// built by the accumulator, so it is well formed.
+func stamp(batch []byte, ts int64) {
+	n := int(binary.LittleEndian.Uint32(batch))
+	off := abi.BatchHeaderSize
+	for range n {
+		kl := int(binary.LittleEndian.Uint32(batch[off:]))
+		vl := int(binary.LittleEndian.Uint32(batch[off+4:]))
+		binary.LittleEndian.PutUint64(batch[off+8:], uint64(ts))
+		off += abi.RecordHeaderSize + kl + vl
+	}
 }

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,7 @@ func TestCoreSource(t *testing.T) {
 	if src.Guarantee() != CoreGuarantee {
 		t.Fatal("guarantee")
 	}
+	start := time.Now().UnixMilli()
 	for i := 0; i < 20; i++ {
 		m := nats.NewMsg("in.a")
 		m.Data = []byte(strconv.Itoa(i))
@@ -90,9 +92,11 @@ func TestCoreSource(t *testing.T) {
 	if off != nil {
 		t.Fatalf("core offset %v", off)
 	}
+	end := time.Now().UnixMilli()
 	for i, r := range recs {
-		if string(r.Value) != strconv.Itoa(i) || r.Timestamp == 0 {
-			t.Fatalf("record %d: %q ts %d", i, r.Value, r.Timestamp)
+		// Stamped when polled: after the first publish, before the last poll.
+		if string(r.Value) != strconv.Itoa(i) || r.Timestamp < start || r.Timestamp > end {
+			t.Fatalf("record %d: %q ts %d, want %q in [%d, %d]", i, r.Value, r.Timestamp, strconv.Itoa(i), start, end)
 		}
 		wantKey := ""
 		if i%2 == 0 {
@@ -1072,4 +1076,28 @@ func TestJetStreamFailedStartIsFinal(t *testing.T) {
 			t.Fatalf("poll after the failed start: %d records, %v; want the start's error", n, err)
 		}
 	}
+}
+
+// TestStamp sets every record's timestamp and nothing else, whatever the
+// key and value lengths.
+func TestStamp(t *testing.T) {
+	var b abi.Builder
+	var want []abi.Record
+	for i := range 50 {
+		r := abi.Record{Key: []byte(strings.Repeat("k", i%7)), Value: []byte(strings.Repeat("v", (i*13)%97)), Timestamp: int64(i)}
+		b.Add(r.Key, r.Value, r.Timestamp)
+		want = append(want, r)
+	}
+	batch := b.Bytes()
+	stamp(batch, 1234)
+	got, err := abi.DecodeBatch(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if !bytes.Equal(r.Key, want[i].Key) || !bytes.Equal(r.Value, want[i].Value) || r.Timestamp != 1234 {
+			t.Fatalf("record %d: %q=%q@%d", i, r.Key, r.Value, r.Timestamp)
+		}
+	}
+	stamp(abi.EmptyBatch, 1) // no records: nothing to do
 }
