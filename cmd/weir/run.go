@@ -399,8 +399,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, n.AtomicBatch)
-	var lastState control.JobState
-	var lastAttempt int
+	// The submit line said the state already: only changes follow.
+	lastState, lastAttempt := st.State, st.Attempt
 	var lastReason string
 	stop := func() {
 		switch {
@@ -438,8 +438,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			return apiErr("job "+spec.Name, err)
 		}
 		// A restart can pass between two looks: a new attempt is news even
-		// in the same state, and the reason is printed once.
-		if st.State != lastState || st.Attempt != lastAttempt {
+		// in the same state (not the first, given while the job is still
+		// created), and the reason is printed once.
+		if st.State != lastState || (st.Attempt != lastAttempt && st.State != control.JobCreated) {
 			lastState, lastAttempt = st.State, st.Attempt
 			line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
 			if st.Reason != "" && st.Reason != lastReason {

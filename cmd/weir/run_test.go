@@ -47,10 +47,15 @@ func TestRunWordcountExample(t *testing.T) {
 		"[counts] weir\t5\n", // "weir" occurs five times in input.txt
 		"[counts] the\t9\n", "latest value per key:",
 		"sink counts: exactly-once", "publish mode fast on stream COUNTS",
+		"job wordcount submitted: created\n", "job wordcount: running (attempt 1)\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+	// The submit line says "created"; the first attempt's number is no news.
+	if strings.Contains(got, "created (attempt") {
+		t.Errorf("output repeats the created state:\n%s", got)
 	}
 	if !regexp.MustCompile(`checkpoint \d+ completed in`).MatchString(got) {
 		t.Errorf("no completed checkpoint in the output:\n%s", got)
