@@ -435,13 +435,15 @@ func byteRun(first, n int) []byte {
 // (no full word up to five, with every tail length), which puts every
 // byte value in each of a word's 8 positions and in the tail, and long
 // runs (2048+k bytes, every value at every position from 8 starts). Keys
-// of 0..7 bytes, one batch each, shift where the values lie in memory.
+// of 0..17 bytes, one batch each, shift where the values lie in memory;
+// their bytes differ, so a key copied wrong shows (the Rust SDK copies a key
+// of up to 16 bytes as overlapping fixed-size pieces).
 func TestUppercaseEveryByte(t *testing.T) {
 	var calls []call
 	var want [][]byte
-	for klen := range 8 {
+	for klen := range 18 {
 		var in, out abi.Builder
-		key := bytes.Repeat([]byte("k"), klen)
+		key := []byte("abcdefghijklmnopqr")[:klen]
 		add := func(v []byte, ts int64) {
 			in.Add(key, v, ts)
 			out.Add(key, upperASCII(v), ts)
