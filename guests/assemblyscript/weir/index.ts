@@ -165,11 +165,41 @@ class Buf {
   }
 }
 
+/** Copies n bytes from src to dst (which do not overlap). Up to 64 bytes go
+ * as 8-byte loads and stores, reading and writing only the n bytes: on the
+ * host (wazero) every memory.copy is a call to memmove, which costs more than
+ * the copy of a short key or value. */
+@inline function copyShort(dst: usize, src: usize, n: i32): void {
+  if (<u32>n > 64) {
+    memory.copy(dst, src, <usize>n);
+  } else if (n >= 8) {
+    // Whole words, then the last 8 bytes (overlapping what is copied).
+    const last = <usize>(n - 8);
+    for (let i: usize = 0; i < last; i += 8) store<u64>(dst + i, load<u64>(src + i));
+    store<u64>(dst + last, load<u64>(src + last));
+  } else {
+    let i: usize = 0;
+    if (n & 4) { store<u32>(dst, load<u32>(src)); i = 4; }
+    if (n & 2) { store<u16>(dst + i, load<u16>(src + i)); i += 2; }
+    if (n & 1) store<u8>(dst + i, load<u8>(src + i));
+  }
+}
+
+// An Emitter keeps one 16-byte slot per output port it has seen, in
+// unmanaged memory (the per-record path touches no managed object but the
+// Emitter itself): the batch's buffer, its length and capacity, and its
+// record count.
+const SLOT_PTR = 0;
+const SLOT_LEN = 4;
+const SLOT_CAP = 8;
+const SLOT_COUNT = 12;
+const SLOT_SIZE = 16;
+
 /** Collects output records; each port's records travel to the host as one
  * batch when the callback returns. */
 export class Emitter {
-  private ports: Array<Buf> = [];
-  private counts: Array<i32> = [];
+  private slots: usize = 0;
+  private nslots: i32 = 0;
   private used: Array<i32> = [];
   private scratch: Buf = new Buf();
   /** The first error (a bad port), reported when the callback returns. */
@@ -178,23 +208,50 @@ export class Emitter {
   /** Appends a record whose value is valueLen bytes the caller fills in at
    * the returned address. It is valid until the next emit: a later emit may
    * move the batch, so fill one record's value before emitting another. */
-  emitAlloc(port: i32, keyPtr: usize, keyLen: i32, valueLen: i32, ts: i64): usize {
+  @inline emitAlloc(port: i32, keyPtr: usize, keyLen: i32, valueLen: i32, ts: i64): usize {
+    // The common case inline: a port already in use this call, with room
+    // for the record. Everything else, negative lengths included, goes
+    // through emitSlow.
+    if (<u32>port < <u32>this.nslots) {
+      const s = this.slots + (<usize>port << 4);
+      const len = load<i32>(s, SLOT_LEN);
+      const size = <u64>16 + <u64><u32>keyLen + <u64><u32>valueLen;
+      if (len != 0 && <u64><u32>len + size <= <u64>load<u32>(s, SLOT_CAP)) {
+        const p = load<usize>(s, SLOT_PTR) + <usize>len;
+        store<u64>(p, <u64><u32>keyLen | (<u64><u32>valueLen << 32));
+        store<i64>(p, ts, 8);
+        copyShort(p + 16, keyPtr, keyLen);
+        store<i32>(s, len + <i32>size, SLOT_LEN);
+        store<i32>(s, load<i32>(s, SLOT_COUNT) + 1, SLOT_COUNT);
+        return p + 16 + <usize>keyLen;
+      }
+    }
+    return this.emitSlow(port, keyPtr, keyLen, valueLen, ts);
+  }
+
+  /** emitAlloc for a new or bad port, the first record on a port this
+   * call, or a batch buffer that must grow. */
+  private emitSlow(port: i32, keyPtr: usize, keyLen: i32, valueLen: i32, ts: i64): usize {
     if (port < 0 || port >= MAX_PORTS) {
       if (this.error === null) this.error = "weir: emit to output port " + port.toString() + ": out of range";
       this.scratch.len = 0;
       return this.scratch.grow(valueLen);
     }
-    while (this.ports.length <= port) {
-      this.ports.push(new Buf());
-      this.counts.push(0);
+    if (port >= this.nslots) {
+      const n = port + 1;
+      const old = <usize>this.nslots * SLOT_SIZE;
+      const slots = this.slots ? heap.realloc(this.slots, <usize>n * SLOT_SIZE) : heap.alloc(<usize>n * SLOT_SIZE);
+      memory.fill(slots + old, 0, <usize>n * SLOT_SIZE - old);
+      this.slots = slots;
+      this.nslots = n;
     }
-    const b = unchecked(this.ports[port]); // port < ports.length, ensured above
-    if (b.len == 0) {
-      b.grow(4); // the count, written at flush
+    const s = this.slots + (<usize>port << 4);
+    if (load<i32>(s, SLOT_LEN) == 0) {
+      slotGrow(s, 4); // the count, written at flush
       this.used.push(port);
     }
-    unchecked(this.counts[port]++);
-    const p = b.grow(16 + keyLen + valueLen);
+    store<i32>(s, load<i32>(s, SLOT_COUNT) + 1, SLOT_COUNT);
+    const p = slotGrow(s, 16 + keyLen + valueLen);
     store<i32>(p, keyLen);
     store<i32>(p, valueLen, 4);
     store<i64>(p, ts, 8);
@@ -203,8 +260,9 @@ export class Emitter {
   }
 
   /** Appends one record; key and value are copied. */
-  emit(port: i32, keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32, ts: i64): void {
-    memory.copy(this.emitAlloc(port, keyPtr, keyLen, valueLen, ts), valuePtr, valueLen);
+  @inline emit(port: i32, keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32, ts: i64): void {
+    const v = this.emitAlloc(port, keyPtr, keyLen, valueLen, ts);
+    copyShort(v, valuePtr, valueLen);
   }
 
   /** Appends one record given as arrays. */
@@ -225,19 +283,37 @@ export class Emitter {
     if (err === null) err = this.error;
     for (let i = 0; i < this.used.length; i++) {
       const port = this.used[i];
-      const b = this.ports[port];
+      const s = this.slots + (<usize>port << 4);
       if (err === null) {
-        store<i32>(b.ptr, this.counts[port]);
-        const rc = hostEmit(port, b.ptr, b.len);
+        const ptr = load<usize>(s, SLOT_PTR);
+        store<i32>(ptr, load<i32>(s, SLOT_COUNT));
+        const rc = hostEmit(port, ptr, load<i32>(s, SLOT_LEN));
         if (rc != 0) err = "weir: emit to output port " + port.toString() + " returned " + rc.toString();
       }
-      b.len = 0;
-      this.counts[port] = 0;
+      store<i32>(s, 0, SLOT_LEN);
+      store<i32>(s, 0, SLOT_COUNT);
     }
     this.used.length = 0;
     this.error = null;
     return err;
   }
+}
+
+/** Buf.grow for an Emitter slot at s: makes room for more bytes in its
+ * batch and returns where they go. */
+function slotGrow(s: usize, more: i32): usize {
+  const len = load<i32>(s, SLOT_LEN);
+  const need = len + more;
+  let cap = load<i32>(s, SLOT_CAP);
+  if (need > cap) {
+    cap = cap ? cap : 1024;
+    while (cap < need) cap <<= 1;
+    const ptr = load<usize>(s, SLOT_PTR);
+    store<usize>(s, ptr ? heap.realloc(ptr, cap) : heap.alloc(cap), SLOT_PTR);
+    store<i32>(s, cap, SLOT_CAP);
+  }
+  store<i32>(s, need, SLOT_LEN);
+  return load<usize>(s, SLOT_PTR) + <usize>len;
 }
 
 /** Streams a snapshot to the host in CHUNK_SIZE chunks. After a failure
