@@ -106,20 +106,28 @@ export class Batch {
   }
 
   /** Advances to the next record; false at the end. */
-  next(): bool {
-    if (this.index + 1 >= this.count) {
+  @inline next(): bool {
+    // Through the object's address: each use of a managed reference costs a
+    // store to AssemblyScript's shadow stack, and this runs once a record.
+    const b = changetype<usize>(this);
+    const index = load<i32>(b, offsetof<Batch>("index")) + 1;
+    if (index >= load<i32>(b, offsetof<Batch>("count"))) {
       store<i32>(cursorAddr, -1);
       return false;
     }
-    const p = this.pos;
-    this.index++;
-    this.keyLen = load<i32>(p);
-    this.valueLen = load<i32>(p, 4);
-    this.timestamp = load<i64>(p, 8);
-    this.keyPtr = p + 16;
-    this.valuePtr = this.keyPtr + <usize>this.keyLen;
-    this.pos = this.valuePtr + <usize>this.valueLen;
-    store<i32>(cursorAddr, this.index);
+    const p = load<usize>(b, offsetof<Batch>("pos"));
+    const keyLen = load<i32>(p);
+    const valueLen = load<i32>(p, 4);
+    const keyPtr = p + 16;
+    const valuePtr = keyPtr + <usize>keyLen;
+    store<i32>(b, index, offsetof<Batch>("index"));
+    store<i32>(b, keyLen, offsetof<Batch>("keyLen"));
+    store<i32>(b, valueLen, offsetof<Batch>("valueLen"));
+    store<i64>(b, load<i64>(p, 8), offsetof<Batch>("timestamp"));
+    store<usize>(b, keyPtr, offsetof<Batch>("keyPtr"));
+    store<usize>(b, valuePtr, offsetof<Batch>("valuePtr"));
+    store<usize>(b, valuePtr + <usize>valueLen, offsetof<Batch>("pos"));
+    store<i32>(cursorAddr, index);
     return true;
   }
 
