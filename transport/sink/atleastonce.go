@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/subject"
 )
 
 // AtLeastOnceGuarantee is the delivery guarantee of AtLeastOnce.
@@ -18,7 +19,9 @@ const AtLeastOnceGuarantee = "at-least-once: JetStream, every message acknowledg
 
 // AtLeastOnceConfig configures an at-least-once JetStream sink.
 type AtLeastOnceConfig struct {
-	// Subject is what the sink publishes on; a stream must capture it.
+	// Subject is what the sink publishes on, or a keyed template
+	// ("out.{key}": each record on "out." and its key); a stream must
+	// capture it.
 	Subject string
 	// Stream is that stream; empty: the stream that captures Subject.
 	Stream string
@@ -47,9 +50,10 @@ type AtLeastOnceConfig struct {
 // job recovers and replays). In PublishAsync mode each record is its own
 // asynchronous publish.
 type AtLeastOnce struct {
-	cfg  AtLeastOnceConfig
-	js   jetstream.JetStream
-	mode PublishMode
+	cfg   AtLeastOnceConfig
+	js    jetstream.JetStream
+	mode  PublishMode
+	route route
 
 	emu sync.Mutex
 	err error // the first failure; the sink fails from then on
@@ -89,16 +93,30 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 		return nil, fmt.Errorf("jetstream sink %s: %w", cfg.Subject, err)
 	}
 	s.js = js
-	name, err := js.StreamNameBySubject(ctx, cfg.Subject)
+	tmpl, err := subject.Parse(cfg.Subject)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream sink %s: no stream captures the subject: %w", cfg.Subject, err)
+		return nil, fmt.Errorf("jetstream sink: %w", err)
 	}
-	if cfg.Stream != "" && cfg.Stream != name {
-		return nil, fmt.Errorf("jetstream sink %s: the subject is captured by stream %s, not by %s", cfg.Subject, name, cfg.Stream)
+	name := cfg.Stream
+	if !tmpl.Keyed() || name == "" {
+		// A keyed template's filter may overlap several streams' subjects:
+		// the named stream is the one, and each record's subject is
+		// checked against its subjects.
+		found, err := js.StreamNameBySubject(ctx, tmpl.Filter())
+		if err != nil {
+			return nil, fmt.Errorf("jetstream sink %s: no stream captures the subject: %w", cfg.Subject, err)
+		}
+		if name != "" && name != found {
+			return nil, fmt.Errorf("jetstream sink %s: the subject is captured by stream %s, not by %s", cfg.Subject, found, name)
+		}
+		name = found
 	}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream sink %s: stream %s: %w", cfg.Subject, name, err)
+	}
+	if s.route, err = newRoute(cfg.Subject, name, st.CachedInfo().Config.Subjects); err != nil {
+		return nil, fmt.Errorf("jetstream sink: %w", err)
 	}
 	if err := CheckDurable(st.CachedInfo().Config); err != nil {
 		return nil, fmt.Errorf("at-least-once sink %s: %w", cfg.Subject, err)
@@ -151,8 +169,13 @@ func (s *AtLeastOnce) failed() error {
 	return nil
 }
 
-// Write publishes every record of batch.
+// Write publishes every record of batch. A keyed sink checks every key of
+// the batch first: a bad one fails the write with nothing of the batch
+// published.
 func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
+	if err := s.route.check(batch); err != nil {
+		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+	}
 	it, err := abi.NewIter(batch)
 	if err != nil {
 		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
@@ -165,7 +188,11 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 	}
 	for it.Next() {
 		r := it.Record()
-		m := &nats.Msg{Subject: s.cfg.Subject, Data: r.Value}
+		subj, err := s.route.subject(r.Key)
+		if err != nil {
+			return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+		}
+		m := &nats.Msg{Subject: subj, Data: r.Value}
 		if len(r.Key) > 0 {
 			m.Header = nats.Header{KeyHeader: []string{string(r.Key)}}
 		}
@@ -211,7 +238,11 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 		// The publisher encodes the message before AddMsg returns and
 		// keeps nothing of it: one message and header map serve them all.
 		r := it.Record()
-		s.m.Data = r.Value
+		subj, err := s.route.subject(r.Key)
+		if err != nil {
+			return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+		}
+		s.m.Subject, s.m.Data = subj, r.Value
 		if len(r.Key) > 0 {
 			s.key[0] = string(r.Key)
 			s.m.Header[KeyHeader] = s.key

@@ -6,7 +6,11 @@
 // deduplicates).
 //
 // Every record becomes one NATS message: data = the record's value, the
-// Weir-Key header = its key (omitted when empty).
+// Weir-Key header = its key (omitted when empty). A sink's subject is fixed,
+// or keyed: "counts.{key}" publishes each record on "counts." followed by
+// its key (see transport/subject); a key that cannot form a subject fails
+// the write with an error wrapping ErrBadKey, before anything of the batch
+// is published or staged.
 package sink
 
 import (
@@ -29,31 +33,46 @@ const CoreGuarantee = "at-most-once: core NATS subject (subscribers that are dow
 type Core struct {
 	nc      *nats.Conn
 	subject string
+	route   route
 }
 
-// NewCore returns a sink that publishes on subject.
-func NewCore(nc *nats.Conn, subject string) (*Core, error) {
-	if subject == "" {
+// NewCore returns a sink that publishes on subj, a subject or a keyed
+// template ("out.{key}").
+func NewCore(nc *nats.Conn, subj string) (*Core, error) {
+	if subj == "" {
 		return nil, fmt.Errorf("core sink: empty subject")
 	}
-	return &Core{nc: nc, subject: subject}, nil
+	r, err := newRoute(subj, "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("core sink: %w", err)
+	}
+	return &Core{nc: nc, subject: subj, route: r}, nil
 }
 
 // Guarantee describes the sink's delivery guarantee for the job status.
 func (c *Core) Guarantee() string { return CoreGuarantee }
 
-// Write publishes every record of batch without waiting.
+// Write publishes every record of batch without waiting. A keyed sink
+// checks every key of the batch first: a bad one fails the write with
+// nothing of the batch published.
 func (c *Core) Write(ctx context.Context, batch []byte) error {
+	if err := c.route.check(batch); err != nil {
+		return fmt.Errorf("core sink %s: %w", c.subject, err)
+	}
 	it, err := abi.NewIter(batch)
 	if err != nil {
 		return fmt.Errorf("core sink %s: %w", c.subject, err)
 	}
 	for it.Next() {
 		r := it.Record()
+		subj, err := c.route.subject(r.Key)
+		if err != nil {
+			return fmt.Errorf("core sink %s: %w", c.subject, err)
+		}
 		if len(r.Key) == 0 {
-			err = c.nc.Publish(c.subject, r.Value)
+			err = c.nc.Publish(subj, r.Value)
 		} else {
-			err = c.nc.PublishMsg(keyedMsg(c.subject, r))
+			err = c.nc.PublishMsg(keyedMsg(subj, r))
 		}
 		if err != nil {
 			return fmt.Errorf("core sink %s: publish: %w", c.subject, err)
@@ -65,8 +84,8 @@ func (c *Core) Write(ctx context.Context, batch []byte) error {
 	return nil
 }
 
-func keyedMsg(subject string, r abi.Record) *nats.Msg {
-	return &nats.Msg{Subject: subject, Data: r.Value, Header: nats.Header{KeyHeader: []string{string(r.Key)}}}
+func keyedMsg(subj string, r abi.Record) *nats.Msg {
+	return &nats.Msg{Subject: subj, Data: r.Value, Header: nats.Header{KeyHeader: []string{string(r.Key)}}}
 }
 
 // PreCommit flushes the connection; a core sink stages nothing.

@@ -60,7 +60,9 @@ type ExactlyOnceConfig struct {
 	// Stream is the stream that captures Subject; its duplicate window is
 	// checked and its AllowAtomicPublish decides the publish mode.
 	Stream string
-	// Subject is where records are published.
+	// Subject is where records are published: a subject of the stream, or
+	// a keyed template ("out.{key}": each record on "out." and its key,
+	// which Write checks against the stream's subjects before staging).
 	Subject string
 	// Job and Task make message ids unique: "<job>/<task>/<checkpoint>/<n>".
 	// They must stay the same across recoveries of the job.
@@ -195,6 +197,7 @@ type ExactlyOnce struct {
 	window      time.Duration
 	now         func() time.Time
 	transformed bool // the stream stores the sink's subject transformed
+	route       route
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -261,6 +264,9 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
 	}
 	s.window = scfg.Duplicates
+	if s.route, err = newRoute(cfg.Subject, cfg.Stream, scfg.Subjects); err != nil {
+		return nil, fmt.Errorf("exactly-once sink: %w", err)
+	}
 	// A stream that transforms subjects stores the sink's messages under
 	// another subject: a read-back then reads the whole stream.
 	s.transformed = scfg.SubjectTransform != nil
@@ -376,6 +382,9 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 	}
 	if err := s.checkSizes(batch); err != nil {
 		return err
+	}
+	if err := s.route.check(batch); err != nil {
+		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
 	}
 	if s.curN+n > math.MaxUint32 {
 		return fmt.Errorf("exactly-once sink %s: more than %d records staged for one checkpoint; checkpoint more often", s.cfg.Subject, uint32(math.MaxUint32))
@@ -660,8 +669,9 @@ const clockSkew = 5 * time.Second
 // its records the stream already holds, and marks them to be skipped: a
 // commit cut by the crash had stored part of the checkpoint, and
 // publishing that part again would store it twice, its ids forgotten. It
-// reads the sink's subject from the time the oldest such entry was staged
-// (headers only) for message ids of this task. Entries within the window
+// reads the sink's subject (every subject of a keyed sink) from the time
+// the oldest such entry was staged (headers only) for message ids of this
+// task. Entries within the window
 // are left to JetStream's deduplication, which also covers a task of the
 // earlier attempt still publishing; past the window that task has long
 // been canceled.
@@ -699,14 +709,14 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 		}
 		lastSeq, lastTime = info.State.LastSeq, info.State.LastTime
 	} else {
-		last, err := stream.GetLastMsgForSubject(ctx, s.cfg.Subject)
+		last, err := stream.GetLastMsgForSubject(ctx, s.route.tmpl.Filter())
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil // nothing stored on the subject at all
 		}
 		if err != nil {
 			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
 		}
-		lastSeq, lastTime, filter = last.Sequence, last.Time, []string{s.cfg.Subject}
+		lastSeq, lastTime, filter = last.Sequence, last.Time, []string{s.route.tmpl.Filter()}
 	}
 	start := time.Unix(0, since).Add(-clockSkew)
 	if lastSeq == 0 || lastTime.Before(start) {
@@ -831,7 +841,11 @@ func msgID(prefix string, ckpt int64, index int) string {
 	return prefix + strconv.FormatInt(ckpt, 10) + "/" + strconv.Itoa(index)
 }
 
-func (s *ExactlyOnce) msg(r abi.Record, id string) *nats.Msg {
+func (s *ExactlyOnce) msg(r abi.Record, id string) (*nats.Msg, error) {
+	subj, err := s.route.subject(r.Key)
+	if err != nil {
+		return nil, err
+	}
 	h := nats.Header{}
 	if id != "" {
 		h[jetstream.MsgIDHeader] = []string{id}
@@ -839,7 +853,7 @@ func (s *ExactlyOnce) msg(r abi.Record, id string) *nats.Msg {
 	if len(r.Key) > 0 {
 		h[KeyHeader] = []string{string(r.Key)}
 	}
-	return &nats.Msg{Subject: s.cfg.Subject, Data: r.Value, Header: h}
+	return &nats.Msg{Subject: subj, Data: r.Value, Header: h}, nil
 }
 
 // publish publishes entries in order: each run of entries whose records
@@ -960,6 +974,11 @@ func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id st
 	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
 	m := &nats.Msg{Subject: s.cfg.Subject, Header: h}
 	for i, r := range recs {
+		subj, err := s.route.subject(r.Key)
+		if err != nil {
+			return fmt.Errorf("message %d of the batch: %w", i+1, err)
+		}
+		m.Subject = subj
 		switch i {
 		case 0:
 			h[jetstream.MsgIDHeader] = []string{id}
@@ -1073,7 +1092,11 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 				return fail(e.id, i, ctx.Err())
 			}
 			r := it.Record()
-			m.Data = r.Value
+			subj, err := s.route.subject(r.Key)
+			if err != nil {
+				return fail(e.id, i, err)
+			}
+			m.Subject, m.Data = subj, r.Value
 			id[0] = msgID(prefix, e.id, i)
 			if len(r.Key) > 0 {
 				key[0] = string(r.Key)
@@ -1109,7 +1132,11 @@ func (s *ExactlyOnce) publishAsync(ctx context.Context, prefix string, ckpt int6
 		if skip[first+i] {
 			continue
 		}
-		if err := publishAsync(ctx, s.js, s.msg(r, msgID(prefix, ckpt, first+i))); err != nil {
+		m, err := s.msg(r, msgID(prefix, ckpt, first+i))
+		if err == nil {
+			err = publishAsync(ctx, s.js, m)
+		}
+		if err != nil {
 			return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, first+i, err)
 		}
 	}

@@ -19,11 +19,16 @@ func TestRecoverPastTheDuplicateWindow(t *testing.T) {
 	for _, c := range []struct {
 		mode      PublishMode
 		transform bool // the stream stores "out" as "stored.out"
-	}{{PublishFast, false}, {PublishAtomic, false}, {PublishAsync, false}, {PublishFast, true}} {
+		keyed     bool // the sink publishes on "out.{key}"
+	}{{PublishFast, false, false}, {PublishAtomic, false, false}, {PublishAsync, false, false}, {PublishFast, true, false},
+		{PublishFast, false, true}, {PublishAtomic, false, true}} {
 		mode := c.mode
 		name := string(mode)
 		if c.transform {
 			name += "/transformed"
+		}
+		if c.keyed {
+			name += "/keyed"
 		}
 		t.Run(name, func(t *testing.T) {
 			scfg := outStream(mode)
@@ -31,8 +36,14 @@ func TestRecoverPastTheDuplicateWindow(t *testing.T) {
 			if c.transform {
 				scfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "out", Destination: "stored.out"}
 			}
+			if c.keyed {
+				scfg.Subjects = []string{"out.>"}
+			}
 			nc, js, ctx := outSetup(t, scfg)
 			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode, BatchSize: 10}
+			if c.keyed {
+				cfg.Subject = "out.{key}"
+			}
 			a, err := NewExactlyOnce(ctx, nc, cfg)
 			must(t, err)
 			defer a.Close()

@@ -1,0 +1,204 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/abi"
+)
+
+// subjectsOf reads every message of stream in order as "subject=value".
+func subjectsOf(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []string {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	must(t, err)
+	info, err := st.Info(ctx)
+	must(t, err)
+	n := int(info.State.Msgs)
+	if n == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	must(t, err)
+	var out []string
+	for len(out) < n {
+		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
+		must(t, err)
+		for m := range batch.Messages() {
+			if k := m.Headers().Get(KeyHeader); "out."+k != m.Subject() {
+				t.Fatalf("message %q on %s with key %q", m.Data(), m.Subject(), k)
+			}
+			out = append(out, m.Subject()+"="+string(m.Data()))
+		}
+		must(t, batch.Error())
+	}
+	return out
+}
+
+// wantKeyed is what batchOf(from, to) becomes on "out.{key}".
+func wantKeyed(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf("out.k%d=v%d", i%3, i))
+	}
+	return out
+}
+
+func keyedBatch(keys ...string) []byte {
+	var b abi.Builder
+	for i, k := range keys {
+		b.Add([]byte(k), []byte(fmt.Sprint("v", i)), 0)
+	}
+	return append([]byte(nil), b.Bytes()...)
+}
+
+// A core sink on "out.{key}" publishes each record on out.<key>, a key
+// with dots on several tokens; a batch with a key that cannot be a subject
+// fails whole, naming the record, before anything of it is published.
+func TestKeyedCoreSink(t *testing.T) {
+	nc, _ := connect(t, startServer(t))
+	sub, err := nc.SubscribeSync("out.>")
+	must(t, err)
+	s, err := NewCore(nc, "out.{key}")
+	must(t, err)
+	ctx := context.Background()
+	err = s.Write(ctx, keyedBatch("a", "b c"))
+	if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), `record 1 of the batch`) || !strings.Contains(err.Error(), `key "b c"`) {
+		t.Fatalf("bad key: %v", err)
+	}
+	must(t, s.Write(ctx, keyedBatch("a", "eu.fr")))
+	_, err = s.PreCommit(ctx, 1)
+	must(t, err)
+	for _, want := range []string{"out.a=v0", "out.eu.fr=v1"} {
+		m, err := sub.NextMsg(5 * time.Second)
+		must(t, err)
+		if got := m.Subject + "=" + string(m.Data); got != want || m.Header.Get(KeyHeader) == "" {
+			t.Fatalf("got %s (key %q), want %s", got, m.Header.Get(KeyHeader), want)
+		}
+	}
+	if _, err := NewCore(nc, "{key}"); err == nil {
+		t.Error("a template without a prefix was taken")
+	}
+}
+
+func TestKeyedAtLeastOnceSink(t *testing.T) {
+	for _, mode := range []PublishMode{PublishFast, PublishAsync} {
+		t.Run(string(mode), func(t *testing.T) {
+			scfg := outStream(mode)
+			scfg.Subjects = []string{"out.>"}
+			nc, js, ctx := outSetup(t, scfg)
+			s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out.{key}", Publish: mode})
+			must(t, err)
+			defer s.Close()
+			must(t, s.Write(ctx, batchOf(0, 100)))
+			if err := s.Write(ctx, keyedBatch("k0", "")); !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), "no key") {
+				t.Fatalf("a record without a key: %v", err)
+			}
+			must(t, s.Write(ctx, batchOf(100, 150)))
+			_, err = s.PreCommit(ctx, 1)
+			must(t, err)
+			if got := subjectsOf(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantKeyed(0, 150)) {
+				t.Fatalf("stream holds %v", got)
+			}
+		})
+	}
+}
+
+// The exactly-once sink on "out.{key}" across a crash in the middle of a
+// commit, in every publish mode: each record lands once, in order, on its
+// own subject (an atomic batch spans several subjects).
+func TestKeyedExactlyOnceCrashMidCommit(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
+			scfg := outStream(mode)
+			scfg.Subjects = []string{"out.>"}
+			nc, js, ctx := outSetup(t, scfg)
+			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out.{key}", Job: "job1", Task: "sink[0]", BatchSize: 100}
+			s, err := NewExactlyOnce(ctx, nc, cfg)
+			must(t, err)
+			must(t, s.Write(ctx, batchOf(0, 150)))
+			_, err = s.PreCommit(ctx, 1)
+			must(t, err)
+			must(t, s.Commit(ctx, 1))
+			must(t, s.Wait(ctx))
+			must(t, s.Write(ctx, batchOf(150, 400)))
+			state, err := s.PreCommit(ctx, 2)
+			must(t, err)
+			cutCommit(t, ctx, s, mode, 2, 130)
+			s.Close()
+
+			s, err = NewExactlyOnce(ctx, nc, cfg)
+			must(t, err)
+			defer s.Close()
+			must(t, s.Recover(ctx, 2, state))
+			must(t, s.Write(ctx, batchOf(400, 420)))
+			must(t, s.EndOfInput(ctx))
+			if got := subjectsOf(t, ctx, js, "OUT"); fmt.Sprint(got) != fmt.Sprint(wantKeyed(0, 420)) {
+				t.Fatalf("stream holds %d messages, want %d once each in order:\n%v", len(got), 420, got)
+			}
+		})
+	}
+}
+
+// A key that cannot form a subject, or forms one the stream does not
+// store, fails the write before anything of its batch is staged: staged,
+// it would fail every commit of its checkpoint.
+func TestKeyedExactlyOnceRefusesBadKeys(t *testing.T) {
+	scfg := outStream(PublishFast)
+	scfg.Subjects = []string{"out.a.*", "out.b"}
+	nc, js, ctx := outSetup(t, scfg)
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out.{key}", Job: "j", Task: "sink0"})
+	must(t, err)
+	defer s.Close()
+	for _, c := range []struct{ key, want string }{
+		{"c", "makes subject out.c, which stream OUT does not store (its subjects: out.a.*, out.b)"},
+		{"a.x.y", "makes subject out.a.x.y, which stream OUT does not store"},
+		{"a.>", "wildcard token"},
+		{"", "no key"},
+	} {
+		err := s.Write(ctx, keyedBatch("b", c.key))
+		if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "record 1 of the batch") {
+			t.Errorf("key %q: %v, want ErrBadKey with %q", c.key, err, c.want)
+		}
+	}
+	must(t, s.Write(ctx, keyedBatch("b", "a.x")))
+	_, err = s.PreCommit(ctx, 1)
+	must(t, err)
+	must(t, s.Commit(ctx, 1))
+	must(t, s.Wait(ctx))
+	var got []string
+	for _, m := range readStream(t, ctx, js, "OUT") {
+		got = append(got, m.key+"="+m.value)
+	}
+	if fmt.Sprint(got) != "[b=v0 a.x=v1]" {
+		t.Fatalf("stream holds %v, want only the good batch", got)
+	}
+}
+
+// A keyed sink reaches the stream it names even when its filter overlaps
+// another stream's subjects.
+func TestKeyedAtLeastOnceNamedStream(t *testing.T) {
+	scfg := outStream(PublishFast)
+	scfg.Subjects = []string{"out.b"}
+	nc, js, ctx := outSetup(t, scfg)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"out.a"}})
+	must(t, err)
+	s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out.{key}"})
+	must(t, err)
+	defer s.Close()
+	if err := s.Write(ctx, keyedBatch("a")); !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), "stream OUT does not store") {
+		t.Fatalf("key a: %v", err)
+	}
+	must(t, s.Write(ctx, keyedBatch("b")))
+	_, err = s.PreCommit(ctx, 1)
+	must(t, err)
+	if got := readStream(t, ctx, js, "OUT"); len(got) != 1 {
+		t.Fatalf("OUT holds %v", got)
+	}
+}

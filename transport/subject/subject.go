@@ -1,0 +1,168 @@
+// Package subject builds the NATS subjects a sink publishes records on: one
+// fixed subject, or a template whose last token is the record's key
+// ("counts.{key}": the record keyed "fox" goes to "counts.fox").
+//
+// A key becomes one or more subject tokens as it is: a key with dots spans
+// several ("eu.fr" → "counts.eu.fr"). A key that cannot be part of a
+// subject — empty, with whitespace or control characters, with an empty
+// token or a wildcard token, not UTF-8, or making the subject longer than
+// MaxLen — is refused with an error wrapping ErrBadKey.
+package subject
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// KeyToken is the template token replaced by a record's key.
+const KeyToken = "{key}"
+
+// MaxLen bounds a subject built from a key. A NATS protocol line carries the
+// subject with the reply subject and sizes, and a server closes a connection
+// whose line is longer than its max_control_line (4096 bytes by default):
+// a record must not be able to do that.
+const MaxLen = 2048
+
+// ErrBadKey is wrapped by the error for a record key that cannot form a
+// subject under a template.
+var ErrBadKey = errors.New("record key cannot form a subject")
+
+// Template is a sink's subject: fixed, or keyed (Prefix then the key).
+type Template struct {
+	raw    string
+	prefix string // "counts." for "counts.{key}"; empty when fixed
+}
+
+// Parse reads s: a literal subject (no wildcards), or one whose last token
+// is KeyToken after at least one literal token.
+func Parse(s string) (Template, error) {
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "" || strings.ContainsFunc(t, isSpaceOrControl):
+			return Template{}, fmt.Errorf("bad subject %q (dot-separated tokens, none empty, without spaces)", s)
+		case t == "*" || t == ">":
+			return Template{}, fmt.Errorf("bad subject %q (a sink publishes to one subject: no wildcards)", s)
+		case t == KeyToken && i == len(toks)-1 && i > 0:
+		case strings.Contains(t, KeyToken):
+			return Template{}, fmt.Errorf("bad subject %q (%s goes last, after at least one token: e.g. out.%s)", s, KeyToken, KeyToken)
+		}
+	}
+	if len(s) > MaxLen {
+		return Template{}, fmt.Errorf("bad subject %q…: %d bytes, at most %d", s[:32], len(s), MaxLen)
+	}
+	t := Template{raw: s}
+	if rest, ok := strings.CutSuffix(s, "."+KeyToken); ok {
+		t.prefix = rest + "."
+	}
+	return t, nil
+}
+
+// String returns the template as written.
+func (t Template) String() string { return t.raw }
+
+// Keyed reports whether the subject depends on the record's key.
+func (t Template) Keyed() bool { return t.prefix != "" }
+
+// Filter is the subject filter every subject of t matches: the subject
+// itself, or for a keyed template its prefix and ">".
+func (t Template) Filter() string {
+	if t.Keyed() {
+		return t.prefix + ">"
+	}
+	return t.raw
+}
+
+// For returns the subject of a record with key key: the fixed subject, or
+// the prefix followed by the key.
+func (t Template) For(key []byte) (string, error) {
+	if !t.Keyed() {
+		return t.raw, nil
+	}
+	if err := t.check(key); err != nil {
+		return "", err
+	}
+	return t.prefix + string(key), nil
+}
+
+// Check reports whether For accepts key, without building the subject.
+func (t Template) Check(key []byte) error {
+	if !t.Keyed() {
+		return nil
+	}
+	return t.check(key)
+}
+
+func (t Template) check(key []byte) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: key %s for subject %s: %s", ErrBadKey, quote(key), t.raw, why)
+	}
+	if len(key) == 0 {
+		return bad("the record has no key")
+	}
+	if len(t.prefix)+len(key) > MaxLen {
+		return bad(fmt.Sprintf("the subject would be %d bytes, at most %d", len(t.prefix)+len(key), MaxLen))
+	}
+	start := 0
+	for i := 0; i <= len(key); i++ {
+		if i < len(key) && key[i] != '.' {
+			if c := key[i]; c <= ' ' || c == 0x7f {
+				return bad(fmt.Sprintf("whitespace or a control character at byte %d", i))
+			}
+			continue
+		}
+		switch tok := key[start:i]; {
+		case len(tok) == 0:
+			return bad(fmt.Sprintf("an empty token at byte %d (a leading, trailing or double dot)", i))
+		case len(tok) == 1 && (tok[0] == '*' || tok[0] == '>'):
+			return bad(fmt.Sprintf("the wildcard token %q at byte %d", tok, start))
+		}
+		start = i + 1
+	}
+	if !utf8.Valid(key) {
+		return bad("not UTF-8")
+	}
+	return nil
+}
+
+// quote shows a key in an error: quoted, and cut after 64 bytes.
+func quote(key []byte) string {
+	if len(key) > 64 {
+		return fmt.Sprintf("%q… (%d bytes)", key[:64], len(key))
+	}
+	return fmt.Sprintf("%q", key)
+}
+
+func isSpaceOrControl(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError
+}
+
+// Overlap reports whether some subject matches both a and b, NATS subjects
+// that may hold wildcards ("*" one token, ">" one or more).
+func Overlap(a, b string) bool {
+	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(ta) && i < len(tb); i++ {
+		switch {
+		case ta[i] == ">" || tb[i] == ">":
+			return true
+		case ta[i] == "*" || tb[i] == "*" || ta[i] == tb[i]:
+		default:
+			return false
+		}
+	}
+	return len(ta) == len(tb)
+}
+
+// Captured reports whether a stream listening on subjects stores a message
+// published on subj (a literal subject).
+func Captured(subjects []string, subj string) bool {
+	for _, s := range subjects {
+		if Overlap(s, subj) {
+			return true
+		}
+	}
+	return false
+}
