@@ -27,6 +27,7 @@ import (
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
+	"github.com/weirhq/weir/transport/subject"
 )
 
 func init() {
@@ -199,7 +200,7 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 			continue
 		}
 		dup := worker.DuplicateWindow(spec.Checkpointing, s)
-		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{s.Subject}, Duplicates: dup,
+		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sinkSubjects(s)}, Duplicates: dup,
 			AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
 			return err
 		}
@@ -217,6 +218,16 @@ func partitionSubject(filter string, p int) string {
 		}
 	}
 	return strings.Join(toks, ".")
+}
+
+// sinkSubjects is the subject a sink publishes on, or for a keyed sink
+// ("out.{key}") the filter of all it publishes on ("out.>").
+func sinkSubjects(s jobspec.Sink) string {
+	t, err := subject.Parse(s.Subject)
+	if err != nil { // the spec was parsed: not reached
+		return s.Subject
+	}
+	return t.Filter()
 }
 
 // sourceSubject is the subject (pattern) a source reads.
@@ -387,7 +398,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	out := &output{std: std, show: o.show, latest: map[string]string{}}
 	for _, s := range spec.Sinks {
 		name := s.Name
-		sub, err := n.Conn.Subscribe(s.Subject, func(m *nats.Msg) { out.record(name, m) })
+		sub, err := n.Conn.Subscribe(sinkSubjects(s), func(m *nats.Msg) { out.record(name, m) })
 		if err != nil {
 			return fmt.Errorf("watch sink %s: %w", s.Name, err)
 		}

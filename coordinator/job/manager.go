@@ -49,6 +49,7 @@ import (
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/transport/storage"
+	"github.com/weirhq/weir/transport/subject"
 )
 
 // Options configure a Manager.
@@ -411,7 +412,7 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 			cfg.Mirror != nil || len(cfg.Sources) > 0 {
 			continue
 		}
-		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subjectsOverlap(sub, filter) }) {
+		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subject.Overlap(sub, filter) }) {
 			bad = append(bad, fmt.Sprintf("source %s: filter %s matches none of stream %s's subjects (%s)",
 				s.Name, filter, s.Stream, strings.Join(cfg.Subjects, ", ")))
 		}
@@ -424,9 +425,21 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 		if cfg == nil || len(cfg.Subjects) == 0 || s.Subject == "" {
 			continue
 		}
-		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subjectsOverlap(sub, s.Subject) }) {
-			bad = append(bad, fmt.Sprintf("sink %s: stream %s does not store subject %s (its subjects: %s)",
-				s.Name, s.Stream, s.Subject, strings.Join(cfg.Subjects, ", ")))
+		// A keyed sink ("out.{key}") publishes on subjects under its
+		// filter ("out.>"): the stream must store some of them; each
+		// record's own subject is checked when the sink writes it.
+		tmpl, err := subject.Parse(s.Subject)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("sink %s: %v", s.Name, err))
+			continue
+		}
+		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subject.Overlap(sub, tmpl.Filter()) }) {
+			what := "subject " + s.Subject
+			if tmpl.Keyed() {
+				what = fmt.Sprintf("any subject of %s (%s)", s.Subject, tmpl.Filter())
+			}
+			bad = append(bad, fmt.Sprintf("sink %s: stream %s does not store %s (its subjects: %s)",
+				s.Name, s.Stream, what, strings.Join(cfg.Subjects, ", ")))
 		}
 	}
 	if len(bad) > 0 {
@@ -434,22 +447,6 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 			spec.Name, control.ErrInvalid, strings.Join(bad, "; "))
 	}
 	return nil
-}
-
-// subjectsOverlap reports whether some subject matches both a and b, NATS
-// subjects that may hold wildcards ("*" one token, ">" one or more).
-func subjectsOverlap(a, b string) bool {
-	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(ta) && i < len(tb); i++ {
-		switch {
-		case ta[i] == ">" || tb[i] == ">":
-			return true
-		case ta[i] == "*" || tb[i] == "*" || ta[i] == tb[i]:
-		default:
-			return false
-		}
-	}
-	return len(ta) == len(tb)
 }
 
 // start runs spec, restoring checkpoint from if it is not nil (see

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weirhq/weir/transport/subject"
 )
 
 // Check validates a spec that did not come from Parse — the job API takes
@@ -31,11 +33,11 @@ func Check(s *Spec) error {
 			bad(path, "unknown value %q (want %s)", v, strings.Join(allowed, ", "))
 		}
 	}
-	subject := func(path, v string, wildcards bool) {
+	subjectOK := func(path, v string) {
 		if v == "" {
 			return
 		}
-		if msg := subjectProblem(v, wildcards); msg != "" {
+		if msg := subjectProblem(v, true); msg != "" {
 			bad(path, "%s", msg)
 		}
 	}
@@ -62,9 +64,9 @@ func Check(s *Spec) error {
 		src := &s.Sources[i]
 		path := fmt.Sprintf("sources[%d]", i)
 		oneOf(path+".kind", src.Kind, KindNATS, KindJetStream)
-		subject(path+".subject", src.Subject, true)
+		subjectOK(path+".subject", src.Subject)
 		stream(path+".stream", src.Stream)
-		subject(path+".filter", src.Filter, true)
+		subjectOK(path+".filter", src.Filter)
 		parallelism(path+".parallelism", src.Parallelism)
 		if src.Partitions < 0 || src.Partitions > MaxPartitions {
 			bad(path+".partitions", "must be from 1 to %d, got %d", MaxPartitions, src.Partitions)
@@ -92,7 +94,11 @@ func Check(s *Spec) error {
 		sk := &s.Sinks[i]
 		path := fmt.Sprintf("sinks[%d]", i)
 		oneOf(path+".kind", sk.Kind, KindNATS, KindJetStream)
-		subject(path+".subject", sk.Subject, false)
+		if sk.Subject != "" {
+			if _, err := subject.Parse(sk.Subject); err != nil {
+				bad(path+".subject", "%v", err)
+			}
+		}
 		stream(path+".stream", sk.Stream)
 		parallelism(path+".parallelism", sk.Parallelism)
 		oneOf(path+".guarantee", sk.Guarantee, AtMostOnce, AtLeastOnce, ExactlyOnce)

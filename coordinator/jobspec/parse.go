@@ -22,6 +22,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/transport/source"
+	"github.com/weirhq/weir/transport/subject"
 )
 
 // Error is one problem in a spec, located by file, line and field path.
@@ -273,6 +274,20 @@ func (p *parser) subject(n *yaml.Node, path string, wildcards bool, dst *string)
 	}
 	if msg := subjectProblem(s, wildcards); msg != "" {
 		p.errf(n, path, "%s", msg)
+		return
+	}
+	*dst = s
+}
+
+// sinkSubject decodes a sink's subject: one subject without wildcards, or
+// a template whose last token is {key} (transport/subject).
+func (p *parser) sinkSubject(n *yaml.Node, path string, dst *string) {
+	var s string
+	if p.str(n, path, &s); s == "" {
+		return
+	}
+	if _, err := subject.Parse(s); err != nil {
+		p.errf(n, path, "%v", err)
 		return
 	}
 	*dst = s
@@ -601,7 +616,7 @@ func (p *parser) parse(data []byte) *Spec {
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &sk.Name) },
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &sk.Kind, KindNATS, KindJetStream) },
-					"subject":     func(v *yaml.Node, path string) { p.subject(v, path, false, &sk.Subject) },
+					"subject":     func(v *yaml.Node, path string) { p.sinkSubject(v, path, &sk.Subject) },
 					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &sk.Stream) },
 					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &sk.Parallelism) },
 					"guarantee": func(v *yaml.Node, path string) {

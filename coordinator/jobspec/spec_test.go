@@ -61,6 +61,22 @@ restart:
   attempts: 5
 `
 
+// A sink subject may end in {key}: each record goes to the subject of its
+// key (transport/subject).
+func TestParseKeyedSinkSubject(t *testing.T) {
+	spec := strings.Replace(good, "subject: counts\n", "subject: counts.{key}\n", 1)
+	s, err := Parse("job.yaml", []byte(spec), Options{CheckModule: func(modref.Ref) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sinks[0].Subject; got != "counts.{key}" {
+		t.Fatalf("sink subject %q", got)
+	}
+	if err := Check(s); err != nil {
+		t.Fatalf("Check of a parsed spec: %v", err)
+	}
+}
+
 func TestParseGood(t *testing.T) {
 	var refs []string
 	s, err := Parse("job.yaml", []byte(good), Options{Dir: "/jobs", CheckModule: func(r modref.Ref) error {
@@ -229,6 +245,10 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].filter: bad subject "a..b"`}},
 		{"sink subject with a wildcard", "name: j\nsinks:\n  - {name: o, kind: nats, subject: \"b.>\", input: {from: x}}\n",
 			[]string{`job.yaml:3: sinks[0].subject: bad subject "b.>" (a sink publishes to one subject: no wildcards)`}},
+		{"sink subject with {key} first", "name: j\nsinks:\n  - {name: o, kind: nats, subject: \"{key}\", input: {from: x}}\n",
+			[]string{`job.yaml:3: sinks[0].subject: bad subject "{key}" ({key} goes last, after at least one token: e.g. out.{key})`}},
+		{"sink subject with {key} inside", "name: j\nsinks:\n  - {name: o, kind: nats, subject: \"a.{key}.b\", input: {from: x}}\n",
+			[]string{`job.yaml:3: sinks[0].subject: bad subject "a.{key}.b" ({key} goes last`}},
 		{"stream with a dot", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: A.B}\n",
 			[]string{`job.yaml:3: sources[0].stream: bad stream name "A.B"`}},
 		{"partitions over the maximum", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 1000000000, partition-filter: \"a.{p}\"}\n",

@@ -98,7 +98,7 @@ func (t Template) Check(key []byte) error {
 
 func (t Template) check(key []byte) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: key %s for subject %s: %s", ErrBadKey, quote(key), t.raw, why)
+		return fmt.Errorf("%w: key %s: %s", ErrBadKey, quote(key), why)
 	}
 	if len(key) == 0 {
 		return bad("the record has no key")

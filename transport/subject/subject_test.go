@@ -117,6 +117,12 @@ func TestOverlap(t *testing.T) {
 		{">", "anything.at.all", true},
 		{"a.*.c", "a.b.>", true},
 		{"a.*.c", "a.b.d", false},
+		{"counts", "other", false},
+		{"lines.>", "nolines.>", false},
+		{"lines.*", "lines.>", true},
+		{"lines.*.x", "lines.a.*", true},
+		{"lines.*.x", "lines.a.y", false},
+		{"a.b", "a.b.c", false},
 	} {
 		if got := Overlap(c.a, c.b); got != c.want {
 			t.Errorf("Overlap(%q, %q) = %v", c.a, c.b, got)

@@ -111,26 +111,28 @@ func TestExactlyOnceUnderFailures(t *testing.T) {
 		name, checkpointing, sink string
 		exact                     bool
 		piece                     int
+		subject                   string
 	}{
-		{"aligned", "mode: exactly-once", "exactly-once", true, 0},
-		{"unaligned", "mode: unaligned", "exactly-once", true, 0},
-		{"aligned-timeout", "mode: exactly-once\n  aligned-timeout: 1ms", "exactly-once", true, 0},
+		{"aligned", "mode: exactly-once", "exactly-once", true, 0, "out"},
+		// Each count on the subject of its key (out.k07).
+		{"unaligned-keyed-subjects", "mode: unaligned", "exactly-once", true, 0, "out.{key}"},
+		{"aligned-timeout", "mode: exactly-once\n  aligned-timeout: 1ms", "exactly-once", true, 0, "out"},
 		// The at-least-once sink, publishing fast batches as records come.
-		{"at-least-once", "mode: at-least-once", "at-least-once", false, 0},
+		{"at-least-once", "mode: at-least-once", "at-least-once", false, 0, "out"},
 		// A slow operator: unaligned snapshots between the pieces of a
 		// batch keep its rest as channel state.
-		{"unaligned-slow-operator", "mode: unaligned", "exactly-once", true, 1},
+		{"unaligned-slow-operator", "mode: unaligned", "exactly-once", true, 1, "out"},
 	}
 	total := 0
 	for i, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			total += runFailureScenario(t, modPath, m.checkpointing, m.sink, m.exact, m.piece, uint64(i+1))
+			total += runFailureScenario(t, modPath, m.checkpointing, m.sink, m.subject, m.exact, m.piece, uint64(i+1))
 		})
 	}
 	t.Logf("injected %d failures in all", total)
 }
 
-func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee string, exact bool, piece int, seed uint64) int {
+func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee, subject string, exact bool, piece int, seed uint64) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -165,7 +167,7 @@ func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee string, 
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
 	// OUT allows batched publish, as the streams `weir run` creates do: the
 	// sink commits with fast batches (sink.PublishFast).
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out", "out.>"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
 
 	spec := fmt.Sprintf(`name: counts
 sources:
@@ -176,7 +178,7 @@ operators:
     parallelism: 2
     inputs: [{from: in, partition: key}]
 sinks:
-  - {name: out, kind: jetstream, stream: OUT, subject: out, guarantee: %s, input: {from: count}}
+  - {name: out, kind: jetstream, stream: OUT, subject: %q, guarantee: %s, input: {from: count}}
 checkpointing:
   %s
   interval: 150ms
@@ -185,7 +187,7 @@ restart:
   strategy: fixed-delay
   delay: 100ms
   attempts: 100
-`, modPath, guarantee, checkpointing)
+`, modPath, subject, guarantee, checkpointing)
 	s, err := jobspec.Parse("counts.yaml", []byte(spec), jobspec.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +273,25 @@ restart:
 		want += n
 	}
 	counts := readCounts(t, ctx, js, want, exact)
+	if subject != "out" {
+		// Every count on its key's subject, exactly once.
+		out, err := js.Stream(ctx, "OUT")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := out.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, n := range sent {
+			if got := info.State.Subjects["out."+k]; got != uint64(n) {
+				t.Errorf("subject out.%s holds %d messages, want %d", k, got, n)
+			}
+		}
+		if len(info.State.Subjects) != len(sent) {
+			t.Errorf("OUT holds subjects %v, want out.<key> for %d keys", info.State.Subjects, len(sent))
+		}
+	}
 	for k, n := range sent {
 		got := counts[k]
 		if exact {
@@ -355,6 +376,9 @@ func readCounts(t *testing.T, ctx context.Context, js jetstream.JetStream, want 
 			time.Sleep(200 * time.Millisecond)
 		}
 		k := m.Header.Get("Weir-Key")
+		if m.Subject != "out" && m.Subject != "out."+k { // a keyed sink's: out.{key}
+			t.Fatalf("OUT message %q with key %q on subject %s", m.Data, k, m.Subject)
+		}
 		c, err := strconv.Atoi(string(m.Data))
 		if err != nil {
 			t.Fatalf("OUT message %q: %v", m.Data, err)

@@ -191,6 +191,12 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: %q, input: {from: in}
 		!strings.Contains(err.Error(), "sink out: stream OUT does not store subject other (its subjects: out)") {
 		t.Fatalf("submit with subjects outside the streams: %v; want invalid, naming both", err)
 	}
+	// A keyed sink's subjects ("out.{key}": out.>) are not the stream's "out".
+	_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: parse("in.>", "out.{key}")})
+	if !errors.Is(err, control.ErrInvalid) ||
+		!strings.Contains(err.Error(), "sink out: stream OUT does not store any subject of out.{key} (out.>) (its subjects: out)") {
+		t.Fatalf("submit with a keyed sink outside its stream: %v", err)
+	}
 	if _, err := n.API.Job(ctx, "subjects"); !errors.Is(err, control.ErrNotFound) {
 		t.Fatalf("the refused job exists: %v", err)
 	}
