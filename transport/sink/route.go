@@ -20,7 +20,7 @@ var ErrBadKey = subject.ErrBadKey
 type route struct {
 	tmpl     subject.Template
 	stream   string
-	subjects []string // nil: not checked
+	subjects []string // nil: not checked (a core sink, or a stream that stores them all)
 }
 
 // newRoute parses tmpl for a sink on stream (empty for a core sink), whose
@@ -31,9 +31,15 @@ func newRoute(tmpl, stream string, subjects []string) (route, error) {
 		return route{}, err
 	}
 	r := route{tmpl: t, stream: stream}
-	if t.Keyed() && len(subjects) > 0 {
-		r.subjects = subjects
+	if !t.Keyed() || len(subjects) == 0 {
+		return r, nil
 	}
+	for _, s := range subjects {
+		if subject.Covers(s, t.Filter()) {
+			return r, nil // the stream stores every subject of the template
+		}
+	}
+	r.subjects = subjects
 	return r, nil
 }
 

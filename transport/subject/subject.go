@@ -143,17 +143,39 @@ func isSpaceOrControl(r rune) bool {
 // Overlap reports whether some subject matches both a and b, NATS subjects
 // that may hold wildcards ("*" one token, ">" one or more).
 func Overlap(a, b string) bool {
-	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(ta) && i < len(tb); i++ {
+	for {
+		ta, ra, moreA := strings.Cut(a, ".")
+		tb, rb, moreB := strings.Cut(b, ".")
 		switch {
-		case ta[i] == ">" || tb[i] == ">":
+		case ta == ">" || tb == ">":
 			return true
-		case ta[i] == "*" || tb[i] == "*" || ta[i] == tb[i]:
-		default:
+		case ta != "*" && tb != "*" && ta != tb:
 			return false
+		case !moreA || !moreB:
+			return moreA == moreB
 		}
+		a, b = ra, rb
 	}
-	return len(ta) == len(tb)
+}
+
+// Covers reports whether every subject that matches filter also matches
+// pattern: a stream listening on pattern stores all of them.
+func Covers(pattern, filter string) bool {
+	for {
+		tp, rp, moreP := strings.Cut(pattern, ".")
+		tf, rf, moreF := strings.Cut(filter, ".")
+		switch {
+		case tp == ">":
+			return true
+		case tf == ">":
+			return false
+		case tp != "*" && (tf == "*" || tp != tf):
+			return false
+		case !moreP || !moreF:
+			return moreP == moreF
+		}
+		pattern, filter = rp, rf
+	}
 }
 
 // Captured reports whether a stream listening on subjects stores a message

@@ -131,6 +131,26 @@ func TestOverlap(t *testing.T) {
 			t.Errorf("Overlap(%q, %q) = %v", c.b, c.a, got)
 		}
 	}
+	for _, c := range []struct {
+		pattern, filter string
+		want            bool
+	}{
+		{"counts.>", "counts.>", true},
+		{">", "counts.>", true},
+		{"*.>", "counts.>", true},
+		{"counts.*", "counts.>", false},
+		{"counts.a.>", "counts.>", false},
+		{"counts.>", "counts.a.>", true},
+		{"counts", "counts", true},
+		{"counts.*", "counts.fox", true},
+		{"counts.fox", "counts.*", false},
+		{"other.>", "counts.>", false},
+		{"counts.>", "counts", false},
+	} {
+		if got := Covers(c.pattern, c.filter); got != c.want {
+			t.Errorf("Covers(%q, %q) = %v", c.pattern, c.filter, got)
+		}
+	}
 	if !Captured([]string{"x", "counts.*"}, "counts.fox") || Captured([]string{"counts.*"}, "counts.eu.fr") {
 		t.Error("Captured")
 	}
@@ -172,4 +192,24 @@ func FuzzFor(f *testing.F) {
 			t.Fatalf("filter %s does not match subject %q", tm.Filter(), s)
 		}
 	})
+}
+
+// BenchmarkFor is the per-record cost of a keyed subject (checking the
+// key and building the subject) beside a fixed one.
+func BenchmarkFor(b *testing.B) {
+	key := []byte("some.key-0042")
+	for _, tmpl := range []string{"counts", "counts.{key}"} {
+		tm, err := Parse(tmpl)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(tmpl, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tm.For(key); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
