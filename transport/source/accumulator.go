@@ -77,7 +77,9 @@ func (a *accumulator) signal() {
 }
 
 // add appends one record of lane with offset off, waiting while the batch
-// is full. It reports false once the accumulator is closed.
+// is full. It reports false once the accumulator is closed. It copies key
+// and value into the batch and keeps neither, so a caller may pass bytes
+// that alias a string: []byte(s) then copies nothing either.
 func (a *accumulator) add(lane int, key, value []byte, ts int64, off uint64) bool {
 	a.mu.Lock()
 	for !a.closed && a.b.Len() > 0 && (a.b.Len() >= a.limit || a.b.Size() >= a.maxBytes) {

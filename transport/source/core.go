@@ -11,9 +11,34 @@ import (
 	"github.com/weirhq/weir/abi"
 )
 
-// KeyHeader is the NATS message header whose value becomes a record's key;
-// a message without it yields an empty key.
+// KeyHeader is the NATS message header whose value becomes a record's key
+// under KeyFromHeader; a message without it yields an empty key.
 const KeyHeader = "Weir-Key"
+
+// KeyFrom says where a source takes the key of each record it reads.
+type KeyFrom int
+
+const (
+	// KeyFromHeader, the zero value, takes the key from the message's
+	// KeyHeader (Weir-Key) header; a message without it yields an empty
+	// key.
+	KeyFromHeader KeyFrom = iota
+	// KeyFromSubject takes the key from the full subject of the message,
+	// e.g. "orders.eu.1234": the subject it was published to, or for a
+	// JetStream source the subject the stream stored it under (after the
+	// stream's subject transform, if any). A KeyHeader header is ignored.
+	// It lets an operator see, and key by, the subject of messages whose
+	// publishers never set KeyHeader.
+	KeyFromSubject
+)
+
+// check reports an unknown KeyFrom.
+func (k KeyFrom) check() error {
+	if k != KeyFromHeader && k != KeyFromSubject {
+		return fmt.Errorf("unknown key source %d", int(k))
+	}
+	return nil
+}
 
 // CoreGuarantee is the delivery guarantee of a core-subject source, for a
 // job's status.
@@ -26,6 +51,10 @@ type CoreConfig struct {
 	// Queue, when set, makes parallel source subtasks share the subject as
 	// a queue group: each message goes to one of them.
 	Queue string
+	// Key is where each record's key comes from: the Weir-Key header
+	// (KeyFromHeader, the default) or the message's subject
+	// (KeyFromSubject).
+	Key KeyFrom
 	// MaxBatchRecords and MaxBatchBytes bound one batch returned by Poll;
 	// defaults 4096 records and 1 MiB.
 	MaxBatchRecords, MaxBatchBytes int
@@ -48,6 +77,9 @@ type Core struct {
 
 // NewCore subscribes to cfg.Subject on nc.
 func NewCore(nc *nats.Conn, cfg CoreConfig) (*Core, error) {
+	if err := cfg.Key.check(); err != nil {
+		return nil, fmt.Errorf("core source %s: %w", cfg.Subject, err)
+	}
 	c := &Core{cfg: cfg, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, 1)}
 	var err error
 	if cfg.Queue != "" {
@@ -79,8 +111,13 @@ func NewCore(nc *nats.Conn, cfg CoreConfig) (*Core, error) {
 }
 
 func (c *Core) onMsg(m *nats.Msg) {
+	// The conversions below copy nothing: add copies the key into the
+	// batch and keeps no reference, so the compiler lets the slice alias
+	// the string (TestOnMsgAllocs holds it to that).
 	var key []byte
-	if m.Header != nil {
+	if c.cfg.Key == KeyFromSubject {
+		key = []byte(m.Subject)
+	} else if m.Header != nil {
 		if k := m.Header.Get(KeyHeader); k != "" {
 			key = []byte(k)
 		}
@@ -92,10 +129,10 @@ func (c *Core) onMsg(m *nats.Msg) {
 func (c *Core) Guarantee() string { return CoreGuarantee }
 
 // Poll returns every message that arrived since the last Poll (up to the
-// batch limits) as one record batch: key from the Weir-Key header, value =
-// the message data, timestamp = the time Poll took the batch, in ms, the
-// same for all its records (ingestion time: a core message carries no time
-// of its own). The offset is nil.
+// batch limits) as one record batch: key from the Weir-Key header or the
+// subject (CoreConfig.Key), value = the message data, timestamp = the time
+// Poll took the batch, in ms, the same for all its records (ingestion
+// time: a core message carries no time of its own). The offset is nil.
 func (c *Core) Poll(ctx context.Context) ([]byte, []byte, error) {
 	b, _, err := c.acc.take(ctx)
 	if err != nil {

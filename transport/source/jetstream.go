@@ -39,6 +39,10 @@ type JetStreamConfig struct {
 	// FilterSubjects restricts the source to these subjects (wildcards
 	// allowed); empty reads the whole stream.
 	FilterSubjects []string
+	// Key is where each record's key comes from: the Weir-Key header
+	// (KeyFromHeader, the default) or the subject the stream stored the
+	// message under (KeyFromSubject).
+	Key KeyFrom
 	// Parallelism and Index split the stream among Parallelism source
 	// subtasks. With Partitions set, the server does the split: subtask
 	// Index reads the partitions p with p % Parallelism == Index, each
@@ -138,6 +142,9 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	}
 	if cfg.Parallelism > 1 && (cfg.Index < 0 || cfg.Index >= cfg.Parallelism) {
 		return nil, fmt.Errorf("jetstream source %s: index %d outside parallelism %d", cfg.Stream, cfg.Index, cfg.Parallelism)
+	}
+	if err := cfg.Key.check(); err != nil {
+		return nil, fmt.Errorf("jetstream source %s: %w", cfg.Stream, err)
 	}
 	var lanes []*lane
 	if cfg.Partitions > 0 {
@@ -636,8 +643,11 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 		s.acc.skip(lane, seq)
 		return true
 	}
+	// As in Core.onMsg, the conversions copy nothing.
 	var key []byte
-	if h := m.Headers(); h != nil {
+	if s.cfg.Key == KeyFromSubject {
+		key = []byte(m.Subject())
+	} else if h := m.Headers(); h != nil {
 		if k := h.Get(KeyHeader); k != "" {
 			key = []byte(k)
 		}
