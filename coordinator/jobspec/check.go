@@ -19,9 +19,9 @@ import (
 // Check fills the defaults Parse fills where the zero value is not itself
 // a setting: the checkpointing mode, interval, timeout, max-concurrent and
 // retained; the restart strategy, and exponential backoff's initial, max
-// and multiplier; a sink's guarantee, an input's partition and a
-// jetstream source's filter (from its subject). A zero parallelism is an
-// error, as in a spec that writes one.
+// and multiplier; a sink's guarantee, an input's partition, a source's
+// key and a jetstream source's filter (from its subject). A zero
+// parallelism is an error, as in a spec that writes one.
 func Check(s *Spec) error {
 	if s == nil {
 		return Errors{{Msg: "no job spec"}}
@@ -71,6 +71,10 @@ func Check(s *Spec) error {
 		if src.Partitions < 0 || src.Partitions > MaxPartitions {
 			bad(path+".partitions", "must be from 1 to %d, got %d", MaxPartitions, src.Partitions)
 		}
+		if src.Key == "" {
+			src.Key = KeyFromHeader
+		}
+		oneOf(path+".key", src.Key, KeyFromHeader, KeyFromSubject)
 	}
 	for i := range s.Operators {
 		op := &s.Operators[i]

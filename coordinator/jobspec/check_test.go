@@ -44,6 +44,7 @@ func TestCheckRefusesWhatParseRefuses(t *testing.T) {
 		{"sources[0].filter", func(s *Spec) { s.Sources[0].Filter = "a..b" }},
 		{"sources[0].parallelism", func(s *Spec) { s.Sources[0].Parallelism = 0 }},
 		{"sources[0].partitions", func(s *Spec) { s.Sources[0].Partitions = -1 }},
+		{"sources[0].key", func(s *Spec) { s.Sources[0].Key = "topic" }},
 		{"operators[1].name", func(s *Spec) { s.Operators[1].Name = "split" }},
 		{"operators[0].module", func(s *Spec) { s.Operators[0].Module = "" }},
 		{"operators[0].parallelism", func(s *Spec) { s.Operators[0].Parallelism = MaxParallelism + 1 }},
@@ -99,6 +100,7 @@ func TestCheckFillsDefaults(t *testing.T) {
 	s.Restart = Restart{Strategy: RestartExponentialBackoff}
 	s.Sinks[0].Guarantee = ""
 	s.Operators[1].Inputs[0].Partition = ""
+	s.Sources[0].Key = ""
 	if err := Check(s); err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +115,9 @@ func TestCheckFillsDefaults(t *testing.T) {
 	}
 	if s.Sinks[0].Guarantee != ExactlyOnce {
 		t.Errorf("jetstream sink guarantee = %q, want %s", s.Sinks[0].Guarantee, ExactlyOnce)
+	}
+	if k := s.Sources[0].Key; k != KeyFromHeader {
+		t.Errorf("source key = %q, want %s", k, KeyFromHeader)
 	}
 	if p := s.Operators[1].Inputs[0].Partition; p != RoundRobin {
 		t.Errorf("partition between parallelisms 2 and 3 = %q, want %s", p, RoundRobin)

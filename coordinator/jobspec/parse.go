@@ -560,7 +560,7 @@ func (p *parser) parse(data []byte) *Spec {
 		"name": func(v *yaml.Node, path string) { p.str(v, path, &s.Name); nodes["name"] = v },
 		"sources": func(v *yaml.Node, path string) {
 			p.list(v, path, func(i int, item *yaml.Node, path string) {
-				src := Source{Parallelism: 1, Line: item.Line}
+				src := Source{Parallelism: 1, Key: KeyFromHeader, Line: item.Line}
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &src.Name) },
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Kind, KindNATS, KindJetStream) },
@@ -572,6 +572,7 @@ func (p *parser) parse(data []byte) *Spec {
 					"partition-filter": func(v *yaml.Node, path string) {
 						p.str(v, path, &src.PartitionFilter)
 					},
+					"key": func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Key, KeyFromHeader, KeyFromSubject) },
 				})
 				s.Sources = append(s.Sources, src)
 			})

@@ -21,6 +21,17 @@ const (
 	KindJetStream = "jetstream"
 )
 
+// Where a source takes each record's key from (Source.Key).
+const (
+	// KeyFromHeader takes the key from the message's Weir-Key header; a
+	// message without it gives an empty key. The default.
+	KeyFromHeader = "header"
+	// KeyFromSubject takes the key from the message's full subject, e.g.
+	// orders.eu.1234 (for a jetstream source, the subject the stream
+	// stored), whatever headers it has.
+	KeyFromSubject = "subject"
+)
+
 // Partitioners: how a producer's records are spread over a consumer's
 // parallel instances.
 const (
@@ -127,8 +138,13 @@ type Source struct {
 	// PartitionFilter is the subject filter of one partition with {p} for
 	// its number, e.g. "orders.{p}.>".
 	PartitionFilter string `json:"partition_filter,omitempty"`
-	Parallelism     int    `json:"parallelism"`
-	Line            int    `json:"line,omitempty"`
+	// Key is where each record's key comes from: KeyFromHeader (the
+	// default, which Parse fills in) or KeyFromSubject, for either kind.
+	// Keyed by subject, an operator sees the subject and a partition: key
+	// edge or keyed state can use it.
+	Key         string `json:"key,omitempty"`
+	Parallelism int    `json:"parallelism"`
+	Line        int    `json:"line,omitempty"`
 }
 
 // Operator runs a WebAssembly module.

@@ -133,6 +133,29 @@ sinks: [{name: out, kind: nats, subject: b, input: {from: in}}]
 	}
 }
 
+// A source's key comes from the Weir-Key header unless it says subject,
+// for either kind of source.
+func TestSourceKey(t *testing.T) {
+	s, err := Parse("j.yaml", []byte(`name: j
+sources:
+  - {name: orders, kind: jetstream, stream: ORDERS, filter: orders.>, key: subject}
+  - {name: clicks, kind: nats, subject: clicks.>, key: subject}
+  - {name: lines, kind: nats, subject: lines, key: header}
+  - {name: other, kind: nats, subject: other}
+operators:
+  - {name: op, module: m, inputs: [{from: orders, partition: key}, {from: clicks}, {from: lines}, {from: other}]}
+sinks: [{name: out, kind: nats, subject: b, input: {from: op}}]
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{KeyFromSubject, KeyFromSubject, KeyFromHeader, KeyFromHeader} {
+		if got := s.Sources[i].Key; got != want {
+			t.Errorf("source %s: key %q, want %q", s.Sources[i].Name, got, want)
+		}
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	s, err := Parse("j.yaml", []byte(`name: j
 sources: [{name: in, kind: nats, subject: a}]
@@ -150,8 +173,8 @@ sinks: [{name: out, kind: nats, subject: b, input: {from: op}}]
 	if s.Restart.Strategy != RestartFixedDelay || s.Restart.Delay != DefaultRestartDelay || s.Restart.Attempts != DefaultRestartAttempts {
 		t.Errorf("restart defaults = %+v", s.Restart)
 	}
-	if s.Sinks[0].Guarantee != AtMostOnce || s.Operators[0].Parallelism != 1 {
-		t.Errorf("defaults: %+v %+v", s.Sinks[0], s.Operators[0])
+	if s.Sinks[0].Guarantee != AtMostOnce || s.Operators[0].Parallelism != 1 || s.Sources[0].Key != KeyFromHeader {
+		t.Errorf("defaults: %+v %+v %+v", s.Sinks[0], s.Operators[0], s.Sources[0])
 	}
 }
 
@@ -208,6 +231,8 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].partition-filter: 2 partitions for 3 subtasks: each subtask needs at least one`}},
 		{"partition filter without {p}", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 2, partition-filter: a.>}\n",
 			[]string{`job.yaml:3: sources[0].partition-filter: partition filter "a.>" must contain {p} once`}},
+		{"unknown source key", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, key: topic}\n",
+			[]string{`job.yaml:3: sources[0].key: unknown value "topic" (want header, subject)`}},
 		{"partitions on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, partitions: 2, partition-filter: \"a.{p}\"}\n",
 			[]string{`job.yaml:3: sources[0]: stream, filter and partitions apply to jetstream sources only`}},
 		{"memory over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 1TiB}\n    inputs: [{from: in}]\n"),
@@ -311,6 +336,10 @@ func TestOneErrorPerMistake(t *testing.T) {
 			[]string{`job.yaml: name: a job needs a name`}},
 		{"unknown kind", "name: j\nsources: [{name: in, kind: kafka, subject: a}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n",
 			[]string{`job.yaml:2: sources[0].kind: unknown value "kafka" (want nats, jetstream)`}},
+		{"unknown source key", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, key: subjects}\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n",
+			[]string{`job.yaml:3: sources[0].key: unknown value "subjects" (want header, subject)`}},
+		{"source key not a string", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, key: [subject]}\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n",
+			[]string{`job.yaml:3: sources[0].key: want one of header, subject, got a list`}},
 		{"inputs not a list", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: {from: in}}]\n",
 			[]string{`job.yaml:4: operators[0].inputs: want a list, got a mapping`}},
 		{"source not a mapping", "name: j\nsources: [in]\nsinks: [{name: out, kind: nats, subject: b, input: {from: x}}]\n",
