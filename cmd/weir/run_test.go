@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/source"
 )
 
 // TestRunWordcountExample runs the README's first command: the wordcount
@@ -207,6 +208,73 @@ checkpointing:
 	}
 	if !strings.Contains(out.String(), "4 partitions (orders.{p}.>) split among 2 subtask(s) by the server") {
 		t.Errorf("no word of the partitioned split in the output:\n%s", out.String())
+	}
+	got := map[string]int{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(line, "[out] ") {
+			got[line]++
+		}
+	}
+	for line := range want {
+		if got[line] != 1 {
+			t.Errorf("%q in the output %d times, want once", line, got[line])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d distinct output lines, want %d:\n%s", len(got), len(want), out.String())
+	}
+}
+
+// A JetStream source with key: subject keys each record by the subject it
+// was stored under, whatever Weir-Key header it has, and a key-partitioned
+// edge after it routes by that: every line comes out once, keyed by its
+// partition's subject.
+func TestRunSourceKeyedBySubject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	t.Chdir(t.TempDir())
+	job := `name: orders
+sources:
+  - name: orders
+    kind: jetstream
+    stream: ORDERS
+    parallelism: 2
+    partitions: 4
+    partition-filter: "orders.{p}.>"
+    key: subject
+sinks:
+  - name: out
+    kind: jetstream
+    stream: OUT
+    subject: out
+    parallelism: 2
+    input: {from: orders, partition: key}
+checkpointing:
+  interval: 200ms
+`
+	var in strings.Builder
+	want := map[string]bool{}
+	for i := 0; i < 100; i++ {
+		// weir run publishes a keyed line to its key's partition, with the
+		// key in the Weir-Key header, which key: subject ignores.
+		key := fmt.Sprintf("c%d", i%11)
+		fmt.Fprintf(&in, "%s\torder-%d\n", key, i)
+		want[fmt.Sprintf("[out] orders.%d.input\torder-%d", source.PartitionOf(key, 4), i)] = true
+	}
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-idle", "1s", "-show", "-1", "job.yaml", "-input", "in.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
 	}
 	got := map[string]int{}
 	for _, line := range strings.Split(out.String(), "\n") {

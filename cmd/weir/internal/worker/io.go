@@ -68,16 +68,20 @@ func (b *builder) source(pt plan.Task) (host.Source, error) {
 	if spec == nil {
 		return nil, fmt.Errorf("source %s is not in the spec", pt.Vertex)
 	}
+	key, err := keyFrom(spec)
+	if err != nil {
+		return nil, err
+	}
 	switch spec.Kind {
 	case jobspec.KindNATS:
-		cfg := source.CoreConfig{Subject: spec.Subject}
+		cfg := source.CoreConfig{Subject: spec.Subject, Key: key}
 		if pt.Parallelism > 1 {
 			cfg.Queue = "weir." + b.d.Job + "." + pt.Vertex
 		}
 		return source.NewCore(b.w.cfg.Conn, cfg)
 	case jobspec.KindJetStream:
 		cfg := source.JetStreamConfig{Stream: spec.Stream, Parallelism: pt.Parallelism, Index: pt.Index,
-			Partitions: spec.Partitions, PartitionFilter: spec.PartitionFilter}
+			Partitions: spec.Partitions, PartitionFilter: spec.PartitionFilter, Key: key}
 		filter := spec.Filter
 		if filter == "" {
 			filter = spec.Subject
@@ -88,6 +92,19 @@ func (b *builder) source(pt plan.Task) (host.Source, error) {
 		return source.NewJetStream(b.w.js, cfg)
 	}
 	return nil, fmt.Errorf("source %s: unknown kind %q", spec.Name, spec.Kind)
+}
+
+// keyFrom is where source spec takes its records' keys from. A spec
+// without a key (stored before the option existed) reads the header, as
+// every source did then.
+func keyFrom(spec *jobspec.Source) (source.KeyFrom, error) {
+	switch spec.Key {
+	case "", jobspec.KeyFromHeader:
+		return source.KeyFromHeader, nil
+	case jobspec.KeyFromSubject:
+		return source.KeyFromSubject, nil
+	}
+	return 0, fmt.Errorf("source %s: unknown key %q (want %s or %s)", spec.Name, spec.Key, jobspec.KeyFromHeader, jobspec.KeyFromSubject)
 }
 
 func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {

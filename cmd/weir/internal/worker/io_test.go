@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +57,22 @@ func TestUnrecoverable(t *testing.T) {
 		if got := Unrecoverable(c.err); got != c.want {
 			t.Errorf("Unrecoverable(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// A source spec's key option becomes the transport's; a spec stored before
+// the option existed reads the header.
+func TestKeyFrom(t *testing.T) {
+	for key, want := range map[string]source.KeyFrom{
+		"":                     source.KeyFromHeader,
+		jobspec.KeyFromHeader:  source.KeyFromHeader,
+		jobspec.KeyFromSubject: source.KeyFromSubject,
+	} {
+		if got, err := keyFrom(&jobspec.Source{Name: "in", Key: key}); err != nil || got != want {
+			t.Errorf("key %q: %v, %v; want %v", key, got, err, want)
+		}
+	}
+	if _, err := keyFrom(&jobspec.Source{Name: "in", Key: "topic"}); err == nil || !strings.Contains(err.Error(), `source in: unknown key "topic"`) {
+		t.Errorf("unknown key: %v", err)
 	}
 }
