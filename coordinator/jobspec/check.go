@@ -37,7 +37,7 @@ func Check(s *Spec) error {
 		if v == "" {
 			return
 		}
-		if msg := subjectProblem(v, true); msg != "" {
+		if msg := subjectProblem(v); msg != "" {
 			bad(path, "%s", msg)
 		}
 	}

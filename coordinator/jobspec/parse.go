@@ -265,14 +265,14 @@ func (p *parser) str(n *yaml.Node, path string, dst *string) {
 	*dst = n.Value
 }
 
-// subject decodes a NATS subject: dot-separated non-empty tokens without
-// whitespace, where "*" and a final ">" are wildcards if allowed.
-func (p *parser) subject(n *yaml.Node, path string, wildcards bool, dst *string) {
+// subject decodes a NATS subject a source reads: dot-separated non-empty
+// tokens without whitespace, where "*" and a final ">" are wildcards.
+func (p *parser) subject(n *yaml.Node, path string, dst *string) {
 	var s string
 	if p.str(n, path, &s); s == "" {
 		return
 	}
-	if msg := subjectProblem(s, wildcards); msg != "" {
+	if msg := subjectProblem(s); msg != "" {
 		p.errf(n, path, "%s", msg)
 		return
 	}
@@ -293,15 +293,13 @@ func (p *parser) sinkSubject(n *yaml.Node, path string, dst *string) {
 	*dst = s
 }
 
-// subjectProblem says what is wrong with subject s, or "".
-func subjectProblem(s string, wildcards bool) string {
+// subjectProblem says what is wrong with subject s, which may hold
+// wildcards, or "".
+func subjectProblem(s string) string {
 	toks := strings.Split(s, ".")
 	for i, t := range toks {
 		if t == "" || strings.ContainsFunc(t, unicode.IsSpace) || (t == ">" && i != len(toks)-1) {
 			return fmt.Sprintf("bad subject %q (dot-separated tokens, none empty, without spaces)", s)
-		}
-		if !wildcards && (t == "*" || t == ">") {
-			return fmt.Sprintf("bad subject %q (a sink publishes to one subject: no wildcards)", s)
 		}
 	}
 	return ""
@@ -564,9 +562,9 @@ func (p *parser) parse(data []byte) *Spec {
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &src.Name) },
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Kind, KindNATS, KindJetStream) },
-					"subject":     func(v *yaml.Node, path string) { p.subject(v, path, true, &src.Subject) },
+					"subject":     func(v *yaml.Node, path string) { p.subject(v, path, &src.Subject) },
 					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &src.Stream) },
-					"filter":      func(v *yaml.Node, path string) { p.subject(v, path, true, &src.Filter) },
+					"filter":      func(v *yaml.Node, path string) { p.subject(v, path, &src.Filter) },
 					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &src.Parallelism) },
 					"partitions":  func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxPartitions, &src.Partitions) },
 					"partition-filter": func(v *yaml.Node, path string) {
