@@ -64,7 +64,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	var o runOptions
 	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
-	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable)")
+	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>)")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never)")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
@@ -208,13 +208,23 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 	return nil
 }
 
-// partitionSubject is a subject in partition p of a partition filter: the
-// filter with p for {p} and "input" for its wildcards.
-func partitionSubject(filter string, p int) string {
-	toks := strings.Split(strings.Replace(filter, source.PartitionToken, strconv.Itoa(p), 1), ".")
+// inputSubject is the subject -input publishes a line with key (maybe
+// empty) on, for a source reading pattern: the pattern's wildcards become
+// "input", except a last one, which becomes the key where the key fits
+// (on ">" a key of one or more tokens, on "*" one without dots), so that
+// the stream keeps each key's lines on a subject of their own.
+func inputSubject(pattern, key string) string {
+	toks := strings.Split(pattern, ".")
 	for i, t := range toks {
-		if t == "*" || t == ">" {
-			toks[i] = "input"
+		if t != "*" && t != ">" {
+			continue
+		}
+		toks[i] = "input"
+		if i == len(toks)-1 && i > 0 && key != "" && (t == ">" || !strings.Contains(key, ".")) {
+			tmpl, err := subject.Parse(strings.Join(toks[:i], ".") + "." + subject.KeyToken)
+			if err == nil && tmpl.Check([]byte(key)) == nil {
+				toks[i] = key
+			}
 		}
 	}
 	return strings.Join(toks, ".")
@@ -283,14 +293,7 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 	if err != nil {
 		return 0, fmt.Errorf("-input: %w", err)
 	}
-	subject := sourceSubject(src)
-	base, wild := strings.CutSuffix(subject, ".>")
-	if !wild {
-		base, wild = strings.CutSuffix(subject, ".*")
-	}
-	if src.Partitions > 0 {
-		wild = false
-	}
+	pattern := sourceSubject(src)
 	count, lineNo := 0, 0
 	const maxLine = 16 << 20
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -305,18 +308,15 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 		if !ok {
 			key, value = "", line
 		}
-		subj := subject
-		switch {
-		case src.Partitions > 0:
+		subj := inputSubject(pattern, key)
+		if src.Partitions > 0 {
 			// A keyed line goes to its key's partition, so one subtask
 			// reads every line of a key, in order; others take turns.
 			p := count % src.Partitions
 			if key != "" {
 				p = source.PartitionOf(key, src.Partitions)
 			}
-			subj = partitionSubject(src.PartitionFilter, p)
-		case wild:
-			subj = base + ".input"
+			subj = inputSubject(strings.Replace(src.PartitionFilter, source.PartitionToken, strconv.Itoa(p), 1), key)
 		}
 		m := nats.NewMsg(subj)
 		if key != "" {

@@ -225,10 +225,32 @@ checkpointing:
 	}
 }
 
+// -input publishes a keyed line on a subject of its key where the
+// source's pattern leaves room for it, and on "input" elsewhere.
+func TestInputSubject(t *testing.T) {
+	for _, c := range []struct{ pattern, key, want string }{
+		{"lines.>", "fox", "lines.fox"},
+		{"lines.>", "eu.fr", "lines.eu.fr"},
+		{"lines.>", "", "lines.input"},
+		{"lines.>", "a b", "lines.input"},
+		{"lines.>", "a..b", "lines.input"},
+		{"lines.*", "fox", "lines.fox"},
+		{"lines.*", "eu.fr", "lines.input"},
+		{"lines", "fox", "lines"},
+		{"in.*.x", "fox", "in.input.x"},
+		{"orders.3.>", "c7", "orders.3.c7"},
+		{">", "fox", "input"},
+	} {
+		if got := inputSubject(c.pattern, c.key); got != c.want {
+			t.Errorf("inputSubject(%q, %q) = %q, want %q", c.pattern, c.key, got, c.want)
+		}
+	}
+}
+
 // A JetStream source with key: subject keys each record by the subject it
 // was stored under, whatever Weir-Key header it has, and a key-partitioned
-// edge after it routes by that: every line comes out once, keyed by its
-// partition's subject.
+// edge after it routes by that: every line comes out once, keyed by the
+// subject weir run published it on (its key's partition, then its key).
 func TestRunSourceKeyedBySubject(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a job: skipped in -short")
@@ -256,11 +278,12 @@ checkpointing:
 	var in strings.Builder
 	want := map[string]bool{}
 	for i := 0; i < 100; i++ {
-		// weir run publishes a keyed line to its key's partition, with the
-		// key in the Weir-Key header, which key: subject ignores.
+		// weir run publishes a keyed line to its key's partition, on
+		// orders.<p>.<key>, with the key in the Weir-Key header too, which
+		// key: subject ignores.
 		key := fmt.Sprintf("c%d", i%11)
 		fmt.Fprintf(&in, "%s\torder-%d\n", key, i)
-		want[fmt.Sprintf("[out] orders.%d.input\torder-%d", source.PartitionOf(key, 4), i)] = true
+		want[fmt.Sprintf("[out] orders.%d.%s\torder-%d", source.PartitionOf(key, 4), key, i)] = true
 	}
 	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
 		t.Fatal(err)
