@@ -202,3 +202,39 @@ func TestKeyedAtLeastOnceNamedStream(t *testing.T) {
 		t.Fatalf("OUT holds %v", got)
 	}
 }
+
+// On a stream that keeps one message per subject, a keyed exactly-once
+// sink leaves the latest record of every key, in every publish mode
+// (an atomic batch holds several records of a key).
+func TestKeyedExactlyOnceLatestPerKey(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
+			scfg := outStream(mode)
+			scfg.Subjects, scfg.MaxMsgsPerSubject = []string{"out.>"}, 1
+			nc, js, ctx := outSetup(t, scfg)
+			s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out.{key}", Job: "j", Task: "sink0", BatchSize: 100})
+			must(t, err)
+			defer s.Close()
+			must(t, s.Write(ctx, batchOf(0, 250)))
+			_, err = s.PreCommit(ctx, 1)
+			must(t, err)
+			must(t, s.Commit(ctx, 1))
+			must(t, s.Write(ctx, batchOf(250, 301)))
+			must(t, s.EndOfInput(ctx))
+			st, err := js.Stream(ctx, "OUT")
+			must(t, err)
+			for k, want := range map[string]string{"k0": "v300", "k1": "v298", "k2": "v299"} {
+				m, err := st.GetLastMsgForSubject(ctx, "out."+k)
+				must(t, err)
+				if string(m.Data) != want {
+					t.Errorf("latest on out.%s: %s, want %s", k, m.Data, want)
+				}
+			}
+			info, err := st.Info(ctx)
+			must(t, err)
+			if info.State.Msgs != 3 {
+				t.Errorf("stream holds %d messages, want 3", info.State.Msgs)
+			}
+		})
+	}
+}
