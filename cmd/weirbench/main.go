@@ -104,6 +104,13 @@ var groups = []group{
 		Details:  "docs/bench/transport.md",
 	},
 	{
+		Key: "transport-keyed", Title: "Exactly-once sink commit, 1000 keys: one subject against a subject per key (out.{key})",
+		Pkg: "./transport/benchmarks", Bench: "KeyedSinkCommit", Args: []string{"-benchtime", "500000x"},
+		Metric:   "cpu-ns/msg", // the whole process, server included: steadier than the rate
+		Baseline: func(string) string { return "BenchmarkKeyedSinkCommit/subject=fixed" },
+		Details:  "docs/bench/transport.md",
+	},
+	{
 		Key: "transport-remote", Title: "Remote channel between two tasks, 64-byte records",
 		Pkg: "./transport/remote", Bench: ".", Args: []string{"-benchtime", "2000000x"},
 		Metric:   "ns/op", // one op is one record
