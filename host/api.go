@@ -108,7 +108,9 @@ type Source interface {
 	Poll(ctx context.Context) (batch []byte, offset []byte, err error)
 	// Seek positions the source at offset, as returned by Poll and stored in
 	// a checkpoint; called once before the first Poll when restoring. A nil
-	// offset means the beginning.
+	// offset means nothing was read: the source starts where it would
+	// without a checkpoint (the beginning, unless it is configured to start
+	// elsewhere).
 	Seek(ctx context.Context, offset []byte) error
 	// CheckpointComplete says checkpoint id, which recorded offset, is
 	// durable: the source may acknowledge or trim what lies before offset.

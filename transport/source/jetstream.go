@@ -43,6 +43,12 @@ type JetStreamConfig struct {
 	// (KeyFromHeader, the default) or the subject the stream stored the
 	// message under (KeyFromSubject).
 	Key KeyFrom
+	// StartSeq is the first stream sequence a source with nothing read
+	// yet reads (0 or 1: the stream's beginning): where it starts without
+	// Seek, or after Seek to an offset that covers nothing (nil, or a
+	// partition at 0, as in a checkpoint taken before the first batch).
+	// Every subtask of a source must be given the same.
+	StartSeq uint64
 	// Parallelism and Index split the stream among Parallelism source
 	// subtasks. With Partitions set, the server does the split: subtask
 	// Index reads the partitions p with p % Parallelism == Index, each
@@ -166,6 +172,10 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	} else {
 		lanes = []*lane{{part: -1, filters: cfg.FilterSubjects, start: 1}}
 	}
+	first := max(cfg.StartSeq, 1)
+	for _, l := range lanes {
+		l.start = first
+	}
 	if cfg.PullMaxMessages <= 0 {
 		cfg.PullMaxMessages = 4096
 	}
@@ -173,7 +183,11 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 		cfg.IdleCheck = 5 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &JetStream{cfg: cfg, js: js, lanes: lanes, acc: newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes)),
+	acc := newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes))
+	for i := range lanes {
+		acc.setOffset(i, first-1)
+	}
+	return &JetStream{cfg: cfg, js: js, lanes: lanes, acc: acc,
 		stopIdle: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }
 
@@ -428,8 +442,8 @@ func (s *JetStream) Seek(ctx context.Context, offset []byte) error {
 		if err != nil {
 			return fmt.Errorf("jetstream source %s: %w (%w)", s.cfg.Stream, err, ErrOffsetMismatch)
 		}
-		s.lanes[0].start = o.Seq + 1
-		s.acc.setOffset(0, o.Seq)
+		s.lanes[0].start = s.startAfter(o.Seq)
+		s.acc.setOffset(0, s.lanes[0].start-1)
 		s.rescaled = o.Rescaled
 		for _, l := range o.Rescaled {
 			s.rescaledTo = max(s.rescaledTo, slices.Max(l))
@@ -452,10 +466,21 @@ func (s *JetStream) Seek(ctx context.Context, offset []byte) error {
 			return fmt.Errorf("jetstream source %s: the offset does not name partition %d, which subtask %d of %d reads (was the parallelism changed?): %w",
 				s.cfg.Stream, l.part, s.cfg.Index, max(s.cfg.Parallelism, 1), ErrOffsetMismatch)
 		}
-		l.start = seq + 1
-		s.acc.setOffset(i, seq)
+		l.start = s.startAfter(seq)
+		s.acc.setOffset(i, l.start-1)
 	}
 	return nil
+}
+
+// startAfter is where a lane whose offset is seq starts: after it, or at
+// StartSeq when the offset covers nothing (0: nothing read yet, a
+// checkpoint taken before the first batch). A source never reads below
+// StartSeq, so no other offset lies below it.
+func (s *JetStream) startAfter(seq uint64) uint64 {
+	if seq == 0 {
+		return max(s.cfg.StartSeq, 1)
+	}
+	return seq + 1
 }
 
 func (s *JetStream) startLocked(ctx context.Context) error {
