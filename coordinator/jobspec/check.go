@@ -75,6 +75,9 @@ func Check(s *Spec) error {
 			src.Key = KeyFromHeader
 		}
 		oneOf(path+".key", src.Key, KeyFromHeader, KeyFromSubject)
+		if _, err := ParseStart(src.Start); err != nil {
+			bad(path+".start", "%v", err)
+		}
 	}
 	for i := range s.Operators {
 		op := &s.Operators[i]

@@ -44,6 +44,7 @@ func TestCheckRefusesWhatParseRefuses(t *testing.T) {
 		{"sources[0].filter", func(s *Spec) { s.Sources[0].Filter = "a..b" }},
 		{"sources[0].parallelism", func(s *Spec) { s.Sources[0].Parallelism = 0 }},
 		{"sources[0].partitions", func(s *Spec) { s.Sources[0].Partitions = -1 }},
+		{"sources[0].start", func(s *Spec) { s.Sources[0].Start = "yesterday" }},
 		{"sources[0].key", func(s *Spec) { s.Sources[0].Key = "topic" }},
 		{"operators[1].name", func(s *Spec) { s.Operators[1].Name = "split" }},
 		{"operators[0].module", func(s *Spec) { s.Operators[0].Module = "" }},

@@ -571,6 +571,17 @@ func (p *parser) parse(data []byte) *Spec {
 						p.str(v, path, &src.PartitionFilter)
 					},
 					"key": func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Key, KeyFromHeader, KeyFromSubject) },
+					"start": func(v *yaml.Node, path string) {
+						var start string
+						if p.str(v, path, &start); start == "" {
+							return
+						}
+						if _, err := ParseStart(start); err != nil {
+							p.errf(v, path, "%v", err)
+							return
+						}
+						src.Start = start
+					},
 				})
 				s.Sources = append(s.Sources, src)
 			})
@@ -804,8 +815,8 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			if src.Subject == "" {
 				at(src.Line, path+".subject", "a nats source needs a subject")
 			}
-			if src.Stream != "" || src.Filter != "" || src.Partitions != 0 || src.PartitionFilter != "" {
-				at(src.Line, path, "stream, filter and partitions apply to jetstream sources only")
+			if src.Stream != "" || src.Filter != "" || src.Partitions != 0 || src.PartitionFilter != "" || src.Start != "" || src.StartSequence != 0 {
+				at(src.Line, path, "stream, filter, partitions and start apply to jetstream sources only")
 			}
 		case KindJetStream:
 			if src.Stream == "" {

@@ -12,6 +12,7 @@ package jobspec
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -142,9 +143,58 @@ type Source struct {
 	// default, which Parse fills in) or KeyFromSubject, for either kind.
 	// Keyed by subject, an operator sees the subject and a partition: key
 	// edge or keyed state can use it.
-	Key         string `json:"key,omitempty"`
-	Parallelism int    `json:"parallelism"`
-	Line        int    `json:"line,omitempty"`
+	Key string `json:"key,omitempty"`
+	// Start is where a jetstream source reads from when the job has no
+	// checkpoint to restore: StartAll (the stream's first message, also
+	// when empty), StartNew (the first message stored after the job
+	// started), a stream sequence ("1042"), or an RFC 3339 time (the first
+	// message stored at or after it). See ParseStart.
+	Start string `json:"start,omitempty"`
+	// StartSequence is Start resolved to a stream sequence; the
+	// coordinator sets it when it starts the job (0: the beginning), so
+	// that every subtask, and every restart before the first checkpoint,
+	// starts at the same message. A restore continues from the
+	// checkpoint's offsets instead.
+	StartSequence uint64 `json:"start_sequence,omitempty"`
+	Parallelism   int    `json:"parallelism"`
+	Line          int    `json:"line,omitempty"`
+}
+
+// Source.Start values besides a sequence and a time.
+const (
+	// StartAll reads a stream from its first message.
+	StartAll = "all"
+	// StartNew reads the messages stored after the job started.
+	StartNew = "new"
+)
+
+// StartPoint is a parsed Source.Start: the zero value is StartAll.
+type StartPoint struct {
+	// New is StartNew.
+	New bool
+	// Seq, when not 0, is a stream sequence to start at.
+	Seq uint64
+	// Time, when not zero, starts at the first message stored at or
+	// after it.
+	Time time.Time
+}
+
+// ParseStart reads a Source.Start: "" or StartAll, StartNew, a stream
+// sequence of 1 or more, or an RFC 3339 time.
+func ParseStart(s string) (StartPoint, error) {
+	switch s {
+	case "", StartAll:
+		return StartPoint{}, nil
+	case StartNew:
+		return StartPoint{New: true}, nil
+	}
+	if seq, err := strconv.ParseUint(s, 10, 64); err == nil && seq > 0 {
+		return StartPoint{Seq: seq}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return StartPoint{Time: t}, nil
+	}
+	return StartPoint{}, fmt.Errorf("want all, new, a stream sequence (1 or more) or an RFC 3339 time (2026-11-30T09:00:00Z), got %q", s)
 }
 
 // Operator runs a WebAssembly module.

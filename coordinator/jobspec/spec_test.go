@@ -61,6 +61,40 @@ restart:
   attempts: 5
 `
 
+// A jetstream source's start: all, new, a sequence or a time.
+func TestParseStart(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		in   string
+		want StartPoint
+	}{
+		{"", StartPoint{}},
+		{"all", StartPoint{}},
+		{"new", StartPoint{New: true}},
+		{"1042", StartPoint{Seq: 1042}},
+		{"2026-11-30T09:00:00Z", StartPoint{Time: at}},
+		{"2026-11-30T10:00:00+01:00", StartPoint{Time: at.In(time.FixedZone("", 3600))}},
+	} {
+		got, err := ParseStart(c.in)
+		if err != nil || got.New != c.want.New || got.Seq != c.want.Seq || !got.Time.Equal(c.want.Time) {
+			t.Errorf("ParseStart(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"0", "-1", "latest", "2026-11-30", "NEW"} {
+		if _, err := ParseStart(bad); err == nil {
+			t.Errorf("ParseStart(%q) took it", bad)
+		}
+	}
+	spec := strings.Replace(good, "    filter: lines.>\n", "    filter: lines.>\n    start: 2026-11-30T09:00:00Z\n", 1)
+	s, err := Parse("job.yaml", []byte(spec), Options{CheckModule: func(modref.Ref) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sources[0].Start; got != "2026-11-30T09:00:00Z" {
+		t.Fatalf("start %q", got)
+	}
+}
+
 // A sink subject may end in {key}: each record goes to the subject of its
 // key (transport/subject).
 func TestParseKeyedSinkSubject(t *testing.T) {
@@ -233,8 +267,14 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].partition-filter: partition filter "a.>" must contain {p} once`}},
 		{"unknown source key", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, key: topic}\n",
 			[]string{`job.yaml:3: sources[0].key: unknown value "topic" (want header, subject)`}},
+		{"start on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, start: new}\n",
+			[]string{`job.yaml:3: sources[0]: stream, filter, partitions and start apply to jetstream sources only`}},
+		{"bad start", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, start: latest}\n",
+			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more) or an RFC 3339 time (2026-11-30T09:00:00Z), got "latest"`}},
+		{"start at sequence 0", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, start: 0}\n",
+			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more)`}},
 		{"partitions on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, partitions: 2, partition-filter: \"a.{p}\"}\n",
-			[]string{`job.yaml:3: sources[0]: stream, filter and partitions apply to jetstream sources only`}},
+			[]string{`job.yaml:3: sources[0]: stream, filter, partitions and start apply to jetstream sources only`}},
 		{"memory over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 1TiB}\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].limits.memory: 1TiB is more than a wasm32 module can address (4GiB)`}},
 		{"memory just over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 4294967297}\n    inputs: [{from: in}]\n"),
