@@ -342,7 +342,8 @@ func (m *Manager) restorable(ctx context.Context, job string) string {
 	return fmt.Sprintf(" (discarded, or never taken); %s can be restored from %s%s", job, strings.Join(list, ", "), more)
 }
 
-// prepare builds a spec's plan and resolves its modules.
+// prepare builds a spec's plan, resolves its modules and its sources'
+// start sequences.
 func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, map[string]control.Module, error) {
 	p, err := plan.Build(spec)
 	if err != nil {
@@ -353,6 +354,9 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, 
 		return nil, nil, err
 	}
 	if err := m.checkStreams(ctx, spec); err != nil {
+		return nil, nil, err
+	}
+	if err := m.resolveStarts(ctx, spec); err != nil {
 		return nil, nil, err
 	}
 	return p, mods, nil

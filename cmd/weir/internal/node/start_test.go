@@ -2,70 +2,129 @@ package node
 
 import (
 	"context"
-	"log/slog"
-	"net"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 )
 
-// TestStartOnPortInUse checks that a node whose port is taken fails at
-// once, naming the port, and releases its data directory (TestStartFailsCleanly
-// covers an unreachable NATS and a coordinator that fails to start).
-func TestStartOnPortInUse(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// A jetstream source's start: new reads only what is stored after the
+// submit, a time what is stored from then on, a sequence from there; a
+// sequence the stream has not reached, or no longer holds, is refused at
+// submit, naming the source and the stream's bounds.
+func TestSourceStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	log := slog.New(slog.DiscardHandler)
+	n, mods := oneNode(t, ctx, "wordcount")
+	publish := func(stream, word string, count int) {
+		t.Helper()
+		for i := 0; i < count; i++ {
+			m := nats.NewMsg(strings.ToLower(stream))
+			m.Data = []byte(word)
+			if _, err := n.JS.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	submit := func(name, start string) error {
+		t.Helper()
+		in, out := strings.ToUpper(name)+"IN", strings.ToUpper(name)+"OUT"
+		spec, err := jobspec.Parse(name+".yaml", fmt.Appendf(nil, `name: %s
+sources: [{name: in, kind: jetstream, stream: %s, start: %q}]
+operators: [{name: count, module: %s, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: %s, subject: %s, input: {from: count}}]
+checkpointing: {interval: 100ms}
+`, name, in, start, mods["wordcount"], out, strings.ToLower(out)), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+		return err
+	}
+	// outputs waits until stream holds want messages and returns them.
+	outputs := func(stream string, want int) []string {
+		t.Helper()
+		var got []string
+		waitUntil(t, ctx, fmt.Sprintf("%d outputs in %s", want, stream), func() bool {
+			st, err := n.JS.Stream(ctx, stream)
+			if err != nil {
+				return false
+			}
+			info, err := st.Info(ctx)
+			if err != nil || info.State.Msgs < uint64(want) {
+				return false
+			}
+			got = got[:0]
+			for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+				m, err := st.GetMsg(ctx, seq)
+				if err != nil {
+					return false
+				}
+				got = append(got, m.Header.Get("Weir-Key")+"="+string(m.Data))
+			}
+			return true
+		})
+		time.Sleep(300 * time.Millisecond) // nothing more comes
+		if st, err := n.JS.Stream(ctx, stream); err == nil {
+			if info, err := st.Info(ctx); err == nil && info.State.Msgs != uint64(want) {
+				t.Fatalf("%s holds %d outputs, want %d", stream, info.State.Msgs, want)
+			}
+		}
+		return got
+	}
+	for _, name := range []string{"new", "time", "seq", "ahead", "gone"} {
+		in, out := strings.ToUpper(name)+"IN", strings.ToUpper(name)+"OUT"
+		mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: in, Subjects: []string{strings.ToLower(in)}})
+		mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: out, Subjects: []string{strings.ToLower(out)}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+		publish(in, "old", 5)
+	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	// new: the 5 old messages are left out.
+	if err := submit("new", "new"); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	dir := t.TempDir()
-	port := l.Addr().(*net.TCPAddr).Port
-	if _, err := Start(ctx, Options{DataDir: dir, Port: port, Coordinator: true, Workers: 1, Log: log}); err == nil {
-		t.Fatal("a node started on a port in use")
+	publish("NEWIN", "fresh", 3)
+	if got := outputs("NEWOUT", 3); fmt.Sprint(got) != "[fresh=1 fresh=2 fresh=3]" {
+		t.Errorf("start new: %v", got)
 	}
-	// The failed start left the data directory free.
-	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: log})
-	if err != nil {
-		t.Fatalf("start after a failed start: %v", err)
-	}
-	n.Close()
-}
 
-// TestDataDirIsLocked checks that a second node on a data directory in
-// use is refused (it would resume the first one's jobs and delete its
-// checkpoints), and that the directory is free again once the first node
-// closes.
-func TestDataDirIsLocked(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	log := slog.New(slog.DiscardHandler)
-	dir := t.TempDir()
-	first, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: log})
-	if err != nil {
+	// A time between the old messages and later ones.
+	time.Sleep(20 * time.Millisecond)
+	at := time.Now().UTC()
+	time.Sleep(20 * time.Millisecond)
+	publish("TIMEIN", "later", 2)
+	if err := submit("time", at.Format(time.RFC3339Nano)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: log})
-	if err == nil || !strings.Contains(err.Error(), "data directory "+dir+" is in use by another weir process") {
-		t.Fatalf("second node on %s: %v", dir, err)
+	if got := outputs("TIMEOUT", 2); fmt.Sprint(got) != "[later=1 later=2]" {
+		t.Errorf("start at a time: %v", got)
 	}
-	// A worker of the same machine may share the directory for its spill
-	// files and dir checkpoints.
-	w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: first.Server.ClientURL()}, DataDir: dir,
-		CheckpointStore: StoreDir, Workers: 1, WorkerID: "w2", Log: log})
-	if err != nil {
-		t.Fatalf("worker on the same directory: %v", err)
+
+	// Sequence 4: the last two of the five.
+	if err := submit("seq", "4"); err != nil {
+		t.Fatal(err)
 	}
-	w.Close()
-	first.Close()
-	again, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: log})
-	if err != nil {
-		t.Fatalf("after the first closed: %v", err)
+	if got := outputs("SEQOUT", 2); fmt.Sprint(got) != "[old=1 old=2]" {
+		t.Errorf("start at sequence 4: %v", got)
 	}
-	again.Close()
+
+	err := submit("ahead", "9")
+	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "source in: start 9: stream AHEADIN's last sequence is 5") {
+		t.Errorf("a start past the stream's end: %v", err)
+	}
+	st, _ := n.JS.Stream(ctx, "GONEIN")
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = submit("gone", "2")
+	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "source in: start 2: stream GONEIN's first sequence is 6: the messages before it are gone") {
+		t.Errorf("a start the stream no longer holds: %v", err)
+	}
 }

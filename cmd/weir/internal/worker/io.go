@@ -80,8 +80,14 @@ func (b *builder) source(pt plan.Task) (host.Source, error) {
 		}
 		return source.NewCore(b.w.cfg.Conn, cfg)
 	case jobspec.KindJetStream:
+		if sp, err := jobspec.ParseStart(spec.Start); err != nil || ((sp.New || sp.Seq != 0 || !sp.Time.IsZero()) && spec.StartSequence == 0) {
+			// The coordinator resolves these to a sequence when it starts
+			// the job: read from the beginning instead, and the job would
+			// take in what its start left out.
+			return nil, control.Unrecoverable(fmt.Errorf("source %s: start %q was not resolved to a stream sequence", spec.Name, spec.Start))
+		}
 		cfg := source.JetStreamConfig{Stream: spec.Stream, Parallelism: pt.Parallelism, Index: pt.Index,
-			Partitions: spec.Partitions, PartitionFilter: spec.PartitionFilter, Key: key}
+			Partitions: spec.Partitions, PartitionFilter: spec.PartitionFilter, Key: key, StartSeq: spec.StartSequence}
 		filter := spec.Filter
 		if filter == "" {
 			filter = spec.Subject

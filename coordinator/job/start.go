@@ -1,0 +1,102 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+// resolveStarts sets the StartSequence of each jetstream source whose
+// Start is not the stream's beginning, asking its stream: new is the
+// sequence after the stream's last message now; a time, the first message
+// stored at or after it (or the one after the last, if none is); a
+// sequence, itself, once the stream is seen to hold it. Resolving once,
+// when the job starts, makes every subtask and every restart before the
+// first checkpoint start at the same message. A source resolved before (a
+// job's stored spec, restored) keeps its sequence.
+func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec) error {
+	for i := range spec.Sources {
+		src := &spec.Sources[i]
+		if src.Kind != jobspec.KindJetStream || src.StartSequence != 0 {
+			continue
+		}
+		sp, err := jobspec.ParseStart(src.Start)
+		if err != nil {
+			return control.Errorf(control.ErrInvalid, "submit %s: source %s: start: %w", spec.Name, src.Name, err)
+		}
+		if !sp.New && sp.Seq == 0 && sp.Time.IsZero() {
+			continue // the beginning
+		}
+		if m.opts.JetStream == nil {
+			return control.Errorf(control.ErrUnavailable, "submit %s: source %s: start %s needs stream %s's sequences, and this coordinator has no JetStream connection", spec.Name, src.Name, src.Start, src.Stream)
+		}
+		c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+		seq, err := resolveStart(c, m.opts.JetStream, src.Stream, sp)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("submit %s: source %s: start %s: %w", spec.Name, src.Name, src.Start, err)
+		}
+		src.StartSequence = seq
+	}
+	return nil
+}
+
+// resolveStart is the stream sequence sp names in stream.
+func resolveStart(ctx context.Context, js jetstream.JetStream, stream string, sp jobspec.StartPoint) (uint64, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+	}
+	first, last := max(info.State.FirstSeq, 1), info.State.LastSeq
+	switch {
+	case sp.New:
+		return last + 1, nil
+	case sp.Seq > last+1:
+		return 0, control.Errorf(control.ErrInvalid, "stream %s's last sequence is %d: the source would wait for a sequence the stream may never reach", stream, last)
+	case sp.Seq != 0 && sp.Seq < first:
+		return 0, control.Errorf(control.ErrInvalid, "stream %s's first sequence is %d: the messages before it are gone", stream, first)
+	case sp.Seq != 0:
+		return sp.Seq, nil
+	case info.State.Msgs == 0 || sp.Time.After(info.State.LastTime):
+		return last + 1, nil
+	}
+	// The first message stored at or after the time, by a consumer that
+	// starts there.
+	start := sp.Time
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime: &start, HeadersOnly: true})
+	if err != nil {
+		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+	}
+	wait := 5 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(d), time.Millisecond)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+	}
+	for msg := range batch.Messages() {
+		md, err := msg.Metadata()
+		if err != nil {
+			return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+		}
+		return md.Sequence.Stream, nil
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+	}
+	// Stored before the time after all (the last message was removed
+	// meanwhile): what comes next.
+	return last + 1, nil
+}
