@@ -225,11 +225,15 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 // printTasks prints the running tasks' counters and rates, one per line.
 func printTasks(w io.Writer, tasks []control.TaskStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tWORKER\tRECORDS IN\tRECORDS OUT\tIN/S\tOUT/S\tBUSY\tBACKPRESSURED\tCHECKPOINTS")
+	fmt.Fprintln(tw, "TASK\tWORKER\tRECORDS IN\tRECORDS OUT\tIN/S\tOUT/S\tBUSY\tBACKPRESSURED\tCHECKPOINTS\tUNREAD")
 	pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\n", t.Task, t.Worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
-			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints)
+		unread := "-" // not a source, or one that cannot tell
+		if p := t.Stats.SourcePending; p != nil {
+			unread = strconv.FormatInt(*p, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\t%s\n", t.Task, t.Worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
+			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, unread)
 	}
 	tw.Flush()
 }

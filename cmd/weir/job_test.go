@@ -130,7 +130,7 @@ func TestJobStatusShowsTasks(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	got := jobStatus(t, ctx, n, "tap")
-	for _, want := range []string{"tasks:\n", "TASK", "RECORDS IN", "BACKPRESSURED", "in-0", "out-0", "w1"} {
+	for _, want := range []string{"tasks:\n", "TASK", "RECORDS IN", "BACKPRESSURED", "UNREAD", "in-0", "out-0", "w1"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}

@@ -159,6 +159,10 @@ type TaskStats struct {
 	BackpressuredNanos int64 `json:"backpressured_ns"`
 	// Checkpoints counts the snapshots the task took.
 	Checkpoints int64 `json:"checkpoints"`
+	// SourcePending, for a source task that can tell, is how many messages
+	// its stream holds that the task has not read yet (a JetStream
+	// source: the server's count for its consumers); nil otherwise.
+	SourcePending *int64 `json:"source_pending,omitempty"`
 }
 
 // Heartbeat says a worker is alive and which tasks it runs.

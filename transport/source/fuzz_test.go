@@ -16,10 +16,10 @@ func FuzzParseAckReply(f *testing.F) {
 	f.Add("$JS.ACK.IN.cons.1.99999999999999999999.7.1.3")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, reply string) {
-		seq, ts, cons, ok := parseAckReply(reply)
+		seq, ts, pending, cons, ok := parseAckReply(reply)
 		if !ok {
-			if seq != 0 || ts != 0 || cons != "" {
-				t.Fatalf("rejected %q but returned %d %d", reply, seq, ts)
+			if seq != 0 || ts != 0 || pending != 0 || cons != "" {
+				t.Fatalf("rejected %q but returned %d %d %d", reply, seq, ts, pending)
 			}
 			return
 		}
@@ -27,8 +27,8 @@ func FuzzParseAckReply(f *testing.F) {
 			t.Fatalf("accepted %q", reply)
 		}
 		tokens := strings.Split(reply, ".")
-		if !holds(tokens, seq) || !holds(tokens, ts) {
-			t.Fatalf("%q: %d %d are not tokens of the subject", reply, seq, ts)
+		if !holds(tokens, seq) || !holds(tokens, ts) || !holds(tokens, pending) {
+			t.Fatalf("%q: %d %d %d are not tokens of the subject", reply, seq, ts, pending)
 		}
 		if !slices.Contains(tokens, cons) {
 			t.Fatalf("%q: consumer %q is not a token of the subject", reply, cons)

@@ -138,6 +138,9 @@ type lane struct {
 	// consumer names the ordered consumer's server-side consumer that
 	// delivered the lane's last message; only the lane's reader uses it.
 	consumer string
+	// pending is 1 + the num_pending of the lane's latest delivery (0:
+	// none yet); written by the lane's reader, read by Pending.
+	pending atomic.Uint64
 }
 
 // NewJetStream prepares a source on cfg.Stream; it starts consuming on the
@@ -640,15 +643,16 @@ func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.
 }
 
 func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
-	seq, tsNanos, consumer, ok := parseAckReply(m.Reply())
+	seq, tsNanos, pending, consumer, ok := parseAckReply(m.Reply())
 	if !ok {
 		meta, err := m.Metadata()
 		if err != nil {
 			s.acc.fail(fmt.Errorf("jetstream source %s: message metadata: %w", s.cfg.Stream, err))
 			return false
 		}
-		seq, tsNanos, consumer = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano()), meta.Consumer
+		seq, tsNanos, pending, consumer = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano()), meta.NumPending, meta.Consumer
 	}
+	s.lanes[lane].pending.Store(pending + 1)
 	if l := s.lanes[lane]; consumer != l.consumer {
 		// The ordered consumer recreated itself (server restart, missed
 		// heartbeats, consumer deleted) after the last message it
@@ -678,6 +682,22 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 		}
 	}
 	return s.acc.add(lane, key, m.Data(), int64(tsNanos/1e6), seq)
+}
+
+// Pending reports how many messages the stream holds that the source's
+// consumers have not delivered yet: the count the server gave with each
+// consumer's latest delivery (num_pending: messages after it that match
+// the consumer's filter), summed. Delivered messages that no Poll took yet
+// (a few thousand at most) are not among them. ok is false until a
+// consumer delivered. A subtask that reads the whole stream and keeps its
+// share by subject hash counts every subtask's messages.
+func (s *JetStream) Pending() (n uint64, ok bool) {
+	for _, l := range s.lanes {
+		if p := l.pending.Load(); p > 0 {
+			n, ok = n+p-1, true
+		}
+	}
+	return n, ok
 }
 
 // sameStream checks that the stream is the one the consumers started on,
@@ -837,7 +857,7 @@ func (s *JetStream) waitRun(d time.Duration) bool {
 //
 //	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
 //	$JS.ACK.<domain>.<acchash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<random>
-func parseAckReply(reply string) (seq, ts uint64, consumer string, ok bool) {
+func parseAckReply(reply string) (seq, ts, pending uint64, consumer string, ok bool) {
 	var starts [13]int
 	n := 0
 	starts[0] = 0
@@ -845,7 +865,7 @@ func parseAckReply(reply string) (seq, ts uint64, consumer string, ok bool) {
 	for i := 0; i < len(reply); i++ {
 		if reply[i] == '.' {
 			if n == len(starts) {
-				return 0, 0, "", false
+				return 0, 0, 0, "", false
 			}
 			starts[n] = i + 1
 			n++
@@ -859,20 +879,21 @@ func parseAckReply(reply string) (seq, ts uint64, consumer string, ok bool) {
 		return reply[starts[i]:end]
 	}
 	if n < 9 || tok(0) != "$JS" || tok(1) != "ACK" {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
 	base := 2
 	if n >= 12 {
 		base = 4
 	} else if n != 9 {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
 	seq, okS := parseUint(tok(base + 3))
 	ts, okT := parseUint(tok(base + 5))
-	if !okS || !okT {
-		return 0, 0, "", false
+	pending, okP := parseUint(tok(base + 6))
+	if !okS || !okT || !okP {
+		return 0, 0, 0, "", false
 	}
-	return seq, ts, tok(base + 1), true
+	return seq, ts, pending, tok(base + 1), true
 }
 
 func parseUint(s string) (uint64, bool) {

@@ -727,19 +727,20 @@ func TestJetStreamQuietPartitionKeepsUp(t *testing.T) {
 
 func TestParseAckReply(t *testing.T) {
 	for _, c := range []struct {
-		reply   string
-		seq, ts uint64
-		ok      bool
+		reply            string
+		seq, ts, pending uint64
+		ok               bool
 	}{
-		{"$JS.ACK.IN.cons.1.42.7.1700000000000000000.3", 42, 1700000000000000000, true},
-		{"$JS.ACK.dom.hash.IN.cons.1.43.8.1700000000000000001.0.rnd", 43, 1700000000000000001, true},
-		{"$JS.ACK.IN.cons.1.x.7.1.3", 0, 0, false},
-		{"_INBOX.abc", 0, 0, false},
-		{"", 0, 0, false},
+		{"$JS.ACK.IN.cons.1.42.7.1700000000000000000.3", 42, 1700000000000000000, 3, true},
+		{"$JS.ACK.dom.hash.IN.cons.1.43.8.1700000000000000001.0.rnd", 43, 1700000000000000001, 0, true},
+		{"$JS.ACK.IN.cons.1.x.7.1.3", 0, 0, 0, false},
+		{"$JS.ACK.IN.cons.1.42.7.1.x", 0, 0, 0, false},
+		{"_INBOX.abc", 0, 0, 0, false},
+		{"", 0, 0, 0, false},
 	} {
-		seq, ts, cons, ok := parseAckReply(c.reply)
-		if seq != c.seq || ts != c.ts || ok != c.ok || (ok && cons != "cons") {
-			t.Errorf("%q: %d %d %q %v", c.reply, seq, ts, cons, ok)
+		seq, ts, pending, cons, ok := parseAckReply(c.reply)
+		if seq != c.seq || ts != c.ts || pending != c.pending || ok != c.ok || (ok && cons != "cons") {
+			t.Errorf("%q: %d %d %d %q %v", c.reply, seq, ts, pending, cons, ok)
 		}
 	}
 }

@@ -33,6 +33,7 @@ type Collector struct {
 
 	jobState, attempt, restarts, checkpoint          *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts *prometheus.Desc
+	pending                                          *prometheus.Desc
 	scrapeErrors                                     prometheus.Counter
 }
 
@@ -57,6 +58,8 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		backpressured: prometheus.NewDesc("weir_task_backpressured_seconds_total",
 			"Time the task was blocked on its output (a channel without credit, a sink's commit).", task, nil),
 		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
+		pending: prometheus.NewDesc("weir_source_pending_messages",
+			"Messages the source task's stream holds that it has not read yet (JetStream sources).", task, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_scrape_errors_total",
 			Help: "Scrapes that could not list the jobs."}),
 	}
@@ -65,7 +68,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
-		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts} {
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -101,6 +104,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.busy, counter, time.Duration(t.Stats.BusyNanos).Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(c.backpressured, counter, time.Duration(t.Stats.BackpressuredNanos).Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(c.cpts, counter, float64(t.Stats.Checkpoints), l...)
+			if p := t.Stats.SourcePending; p != nil {
+				ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(*p), l...)
+			}
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirhq/weir/cmd/weir/internal/metrics"
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
@@ -43,8 +45,11 @@ func TestScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}}); err != nil {
+		t.Fatal(err)
+	}
 	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
-sources: [{name: in, kind: nats, subject: in}]
+sources: [{name: in, kind: jetstream, stream: IN}]
 sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 `), jobspec.Options{})
 	if err != nil {
@@ -68,6 +73,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 				`weir_task_busy_seconds_total{job="tap",task="in-0",worker="w1"} `,
 				`weir_task_backpressured_seconds_total{job="tap",task="out-0",worker="w1"} `,
 				`weir_task_checkpoints_total{job="tap",task="in-0",worker="w1"} `,
+				`weir_source_pending_messages{job="tap",task="in-0",worker="w1"} `,
 				`weir_scrape_errors_total 0`,
 				`go_goroutines `,
 			} {
@@ -80,7 +86,6 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		if ctx.Err() != nil {
 			t.Fatalf("the sink's records never reached 10 in:\n%s", got)
 		}
-		// The core source reads what is published once it subscribed.
 		for range 10 {
 			if err := n.Conn.Publish("in", []byte("x")); err != nil {
 				t.Fatal(err)

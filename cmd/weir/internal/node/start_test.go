@@ -94,6 +94,16 @@ checkpointing: {interval: 100ms}
 	if got := outputs("NEWOUT", 3); fmt.Sprint(got) != "[fresh=1 fresh=2 fresh=3]" {
 		t.Errorf("start new: %v", got)
 	}
+	// The source task tells how much of its stream it has not read:
+	// nothing, now.
+	waitJob(t, ctx, n, "new", "the source's unread count", func(st control.JobStatus) bool {
+		for _, task := range st.Tasks {
+			if task.Task == "in-0" && task.Stats.SourcePending != nil {
+				return *task.Stats.SourcePending == 0
+			}
+		}
+		return false
+	})
 
 	// A time between the old messages and later ones.
 	time.Sleep(20 * time.Millisecond)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -175,10 +176,17 @@ func (w *Worker) taskRefs() []control.TaskRef {
 	for _, a := range w.jobs {
 		for _, id := range a.taskIDs {
 			s := a.tasks[id].Stats()
-			refs = append(refs, control.TaskRef{Job: a.job, Attempt: a.n, Task: id, Stats: &control.TaskStats{
+			st := &control.TaskStats{
 				RecordsIn: s.RecordsIn, RecordsOut: s.RecordsOut, RunningNanos: int64(s.Running),
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
-			}})
+			}
+			if p := a.pending[id]; p != nil {
+				if n, ok := p.Pending(); ok {
+					v := int64(min(n, math.MaxInt64))
+					st.SourcePending = &v
+				}
+			}
+			refs = append(refs, control.TaskRef{Job: a.job, Attempt: a.n, Task: id, Stats: st})
 		}
 	}
 	return refs
@@ -193,6 +201,15 @@ type attempt struct {
 	tasks   map[string]*host.Task
 	taskIDs []string
 	sources []string
+	// pending holds the source tasks' sources that count what they have
+	// not read yet.
+	pending map[string]pendingCounter
+}
+
+// pendingCounter is a source that can tell how much of its input it has
+// not read yet (source.JetStream).
+type pendingCounter interface {
+	Pending() (n uint64, ok bool)
 }
 
 func (a *attempt) stop() {
@@ -255,7 +272,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks}
+	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks, pending: b.pending}
 	for id := range tasks {
 		a.taskIDs = append(a.taskIDs, id)
 		if t, _ := d.Plan.Task(id); t.Kind == plan.Source {
@@ -450,6 +467,8 @@ type builder struct {
 	// the deploy fails (closeAll); once the tasks run, each task releases
 	// its own.
 	closers []func()
+	// pending collects the source tasks' pending counters (attempt.pending).
+	pending map[string]pendingCounter
 }
 
 // Remote channel credit windows. Every remote receiver on a worker shares
@@ -603,6 +622,12 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		// reads and, in a queue group, takes the next run's share.
 		b.closers = append(b.closers, func() { _ = src.Close() })
 		cfg.Source = src
+		if p, ok := src.(pendingCounter); ok {
+			if b.pending == nil {
+				b.pending = map[string]pendingCounter{}
+			}
+			b.pending[pt.ID] = p
+		}
 	case plan.Operator:
 		op, err := b.operator(ctx, pt)
 		if err != nil {
