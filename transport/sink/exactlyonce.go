@@ -671,10 +671,9 @@ const clockSkew = 5 * time.Second
 // publishing that part again would store it twice, its ids forgotten. It
 // reads the sink's subject (every subject of a keyed sink) from the time
 // the oldest such entry was staged (headers only) for message ids of this
-// task. Entries within the window
-// are left to JetStream's deduplication, which also covers a task of the
-// earlier attempt still publishing; past the window that task has long
-// been canceled.
+// task. Entries within the window are left to JetStream's deduplication,
+// which also covers a task of the earlier attempt still publishing; past
+// the window that task has long been canceled.
 func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 	need := map[int64]*staged{}
 	var since int64
