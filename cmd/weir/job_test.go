@@ -327,8 +327,10 @@ func TestCancelAndRestoreNameTheCheckpoints(t *testing.T) {
 	errb.Reset()
 	code := run(ctx, []string{"job", "restore", "-nats", n.Server.ClientURL(), "tap", "-from", "1"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := fmt.Sprintf("weir: restore from tap/1: there is no such checkpoint (discarded, or never taken); tap can be restored from %d\n", st.LatestCheckpoint)
-	if code != 1 || errb.String() != want {
-		t.Errorf("restore from a discarded checkpoint: exit %d, stderr %q; want exit 1, %q", code, errb.String(), want)
+	// A checkpoint that completed as the cancel came may be listed too,
+	// before the latest the status named.
+	want := regexp.MustCompile(fmt.Sprintf(`^weir: restore from tap/1: there is no such checkpoint \(discarded, or never taken\); tap can be restored from (\d+, )?%d\n$`, st.LatestCheckpoint))
+	if code != 1 || !want.MatchString(errb.String()) {
+		t.Errorf("restore from a discarded checkpoint: exit %d, stderr %q; want exit 1, %s", code, errb.String(), want)
 	}
 }
