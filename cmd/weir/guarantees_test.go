@@ -33,7 +33,7 @@ func TestPrintGuaranteesSinks(t *testing.T) {
 		{Name: "d", Kind: jobspec.KindNATS, Subject: "x", Guarantee: jobspec.AtMostOnce},
 	}}
 	var out bytes.Buffer
-	printGuarantees(ctx, &out, js, spec, 0)
+	printGuarantees(ctx, &out, js, spec, nil, 0)
 	got := out.String()
 	for _, want := range []string{
 		"sink a: at-least-once: JetStream", "; publish mode fast on stream BATCHED\n",

@@ -409,7 +409,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return apiErr("submit "+spec.Name, err)
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
-	printGuarantees(ctx, std.Out, n.JS, spec, n.AtomicBatch)
+	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
 	// The submit line said the state already: only changes follow.
 	lastState, lastAttempt := st.State, st.Attempt
 	var lastReason string
@@ -514,12 +514,15 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 // printGuarantees says what each source and sink guarantees, so that a
 // core-NATS source's at-most-once is not a surprise, and how each
 // exactly-once sink will publish on its stream.
-func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec, atomicBatch int) {
+func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec, gs []control.Guarantee, atomicBatch int) {
 	sinks := map[string]jobspec.Sink{}
 	for _, s := range spec.Sinks {
 		sinks[s.Name] = s
 	}
-	for _, g := range job.Guarantees(spec) {
+	if gs == nil { // the coordinator's, which knows where sources start, or the spec's
+		gs = job.Guarantees(spec)
+	}
+	for _, g := range gs {
 		if s, ok := sinks[g.Name]; ok && g.Role == "sink" && s.Kind == jobspec.KindJetStream && s.Guarantee != jobspec.AtMostOnce {
 			g.Text += "; " + publishModeOf(ctx, js, s, atomicBatch)
 		}

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/weirhq/weir/coordinator/control"
@@ -24,6 +25,9 @@ func Guarantees(spec *jobspec.Spec) []control.Guarantee {
 			g += fmt.Sprintf("; %d partitions (%s) split among %d subtask(s) by the server", s.Partitions, s.PartitionFilter, s.Parallelism)
 		case s.Parallelism > 1:
 			g += fmt.Sprintf("; %d subtasks each read the whole stream and keep their share by subject hash (set partitions to split on the server)", s.Parallelism)
+		}
+		if s.Kind == jobspec.KindJetStream && s.StartSequence > 0 {
+			g += fmt.Sprintf("; without a checkpoint, reads from sequence %d (start: %s)", s.StartSequence, cmp.Or(s.Start, fmt.Sprint(s.StartSequence)))
 		}
 		out = append(out, control.Guarantee{Role: "source", Name: s.Name, Text: g})
 	}

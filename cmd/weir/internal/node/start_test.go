@@ -94,6 +94,10 @@ checkpointing: {interval: 100ms}
 	if got := outputs("NEWOUT", 3); fmt.Sprint(got) != "[fresh=1 fresh=2 fresh=3]" {
 		t.Errorf("start new: %v", got)
 	}
+	// The job's status says where the source starts.
+	if st, err := n.API.Job(ctx, "new"); err != nil || !strings.Contains(fmt.Sprint(st.Guarantees), "without a checkpoint, reads from sequence 6 (start: new)") {
+		t.Errorf("guarantees %v, %v; want the resolved start", st.Guarantees, err)
+	}
 	// The source task tells how much of its stream it has not read:
 	// nothing, now.
 	waitJob(t, ctx, n, "new", "the source's unread count", func(st control.JobStatus) bool {
