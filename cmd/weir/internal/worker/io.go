@@ -36,14 +36,16 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // longer holds or never held, a sink stream that is not durable or whose
 // duplicate window is too short, a module that is gone (ErrModuleNotFound),
 // changed since the job was submitted (ErrModuleChanged) or does not load,
-// state that cannot be redistributed on a rescale, a record whose key
-// cannot form its keyed sink's subject (sink.ErrBadKey: the replay meets
-// it again; the operator or the stream's subjects need fixing), a task
-// snapshot that is corrupt (snapshot.ErrCorrupt: every restart restores
-// the same latest checkpoint, and falling back to an older one on its own
-// would repeat the output exactly-once sinks committed since; a person
-// chooses, with weir job restore -from). The job fails at once with the
-// reason instead of using up its restart strategy.
+// state that cannot be redistributed on a rescale, a record a sink cannot
+// publish (sink.ErrBadKey: its key cannot form its keyed sink's subject;
+// sink.ErrRecordTooLarge: no message can carry it) — the replay meets it
+// again, and the operator, the stream's subjects or the server's
+// max_payload need fixing —, a task snapshot that is corrupt
+// (snapshot.ErrCorrupt: every restart restores the same latest checkpoint,
+// and falling back to an older one on its own would repeat the output
+// exactly-once sinks committed since; a person chooses, with weir job
+// restore -from). The job fails at once with the reason instead of using
+// up its restart strategy.
 //
 // A stream that does not exist is not among them. The coordinator refuses
 // a spec naming a missing stream at submit (job.Options.JetStream), so a
@@ -57,7 +59,7 @@ func Unrecoverable(err error) bool {
 	var invalid *wasm.ValidationError
 	return errors.Is(err, control.ErrUnrecoverable) ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
-		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) ||
+		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
 		errors.As(err, &invalid)
