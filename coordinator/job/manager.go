@@ -456,6 +456,9 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 // start runs spec, restoring checkpoint from if it is not nil (see
 // checkRestore for allowNonRestored).
 func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
+	if from != nil {
+		m.keepStarts(spec, from.Job)
+	}
 	p, mods, err := m.prepare(ctx, spec)
 	if err != nil {
 		return control.JobStatus{}, err

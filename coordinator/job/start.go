@@ -47,6 +47,31 @@ func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec) error {
 	return nil
 }
 
+// keepStarts gives each jetstream source of spec, about to be restored
+// from a checkpoint of job, the start sequence job's spec was resolved to
+// for it, when the source reads the same stream from the same start and
+// spec does not say one itself (a new spec given to a restore). A source
+// that had read nothing when the checkpoint was taken resumes at its start
+// sequence: the one the job started at, not where its start would resolve
+// now ("new": after everything stored since, which it would skip).
+func (m *Manager) keepStarts(spec *jobspec.Spec, job string) {
+	j, err := m.job(job)
+	if err != nil || j.spec == spec {
+		return
+	}
+	for i := range spec.Sources {
+		src := &spec.Sources[i]
+		if src.Kind != jobspec.KindJetStream || src.StartSequence != 0 {
+			continue
+		}
+		for _, old := range j.spec.Sources {
+			if old.Name == src.Name && old.Kind == src.Kind && old.Stream == src.Stream && old.Start == src.Start {
+				src.StartSequence = old.StartSequence
+			}
+		}
+	}
+}
+
 // resolveStart is the stream sequence sp names in stream.
 func resolveStart(ctx context.Context, js jetstream.JetStream, stream string, sp jobspec.StartPoint) (uint64, error) {
 	st, err := js.Stream(ctx, stream)

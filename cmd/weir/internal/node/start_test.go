@@ -142,3 +142,73 @@ checkpointing: {interval: 100ms}
 		t.Errorf("a start the stream no longer holds: %v", err)
 	}
 }
+
+// A job with start: new whose source had read nothing when it was stopped
+// (its stream was quiet: the savepoint's offset covers nothing), restored
+// with a new spec that still says start: new, goes on where the job
+// started: what was stored while it was stopped is read, as it is when
+// restoring with the job's own spec. The new spec's start is not resolved
+// again to the stream's end at the restore.
+func TestRestoreStartNewWithANewSpec(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "wordcount")
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	publish := func(word string, count int) {
+		t.Helper()
+		for i := 0; i < count; i++ {
+			if _, err := n.JS.Publish(ctx, "in", []byte(word)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spec := func() *jobspec.Spec {
+		s, err := jobspec.Parse("j.yaml", fmt.Appendf(nil, `name: j
+sources: [{name: in, kind: jetstream, stream: IN, start: new}]
+operators: [{name: count, module: %s, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: {interval: 100ms}
+`, mods["wordcount"]), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	publish("old", 5)
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec()}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "j", "job running", running)
+	time.Sleep(300 * time.Millisecond) // checkpoints of a source that read nothing
+	from := stopWithSavepoint(t, ctx, n, "j")
+	publish("mid", 3) // while the job is stopped
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "j", From: from, Spec: spec()}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "j", "restored job running", running)
+	publish("late", 2)
+	var got []string
+	waitUntil(t, ctx, "the late outputs", func() bool {
+		st, err := n.JS.Stream(ctx, "OUT")
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return false
+		}
+		got = got[:0]
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+			m, err := st.GetMsg(ctx, seq)
+			if err != nil {
+				return false
+			}
+			got = append(got, m.Header.Get("Weir-Key")+"="+string(m.Data))
+		}
+		return len(got) > 0 && got[len(got)-1] == "late=2"
+	})
+	if fmt.Sprint(got) != "[mid=1 mid=2 mid=3 late=1 late=2]" {
+		t.Fatalf("outputs %v, want the 3 stored while the job was stopped, then the 2 later", got)
+	}
+}
