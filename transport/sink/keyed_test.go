@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 // subjectsOf reads every message of stream in order as "subject=value".
@@ -236,5 +239,69 @@ func TestKeyedExactlyOnceLatestPerKey(t *testing.T) {
 				t.Errorf("stream holds %d messages, want 3", info.State.Msgs)
 			}
 		})
+	}
+}
+
+// serverLog keeps the warnings and errors of an embedded server.
+type serverLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *serverLog) add(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+}
+func (l *serverLog) Noticef(string, ...any)         {}
+func (l *serverLog) Debugf(string, ...any)          {}
+func (l *serverLog) Tracef(string, ...any)          {}
+func (l *serverLog) Warnf(format string, v ...any)  { l.add(format, v...) }
+func (l *serverLog) Errorf(format string, v ...any) { l.add(format, v...) }
+func (l *serverLog) Fatalf(format string, v ...any) { l.add(format, v...) }
+
+// Every key a keyed sink takes makes a subject the server keeps: after a
+// restart it reads the stream back without finding a subject it calls
+// corrupt. nats-server takes a subject with the replacement character
+// U+FFFD (valid UTF-8) for the mark of a corrupt one, drops the stream's
+// state file and rebuilds it from the messages, at every restart.
+func TestKeyedSubjectsSurviveARestart(t *testing.T) {
+	log := &serverLog{}
+	srv := embeddedtest.Server(t, embedded.Config{Logger: log})
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	scfg := outStream(PublishFast)
+	scfg.Subjects = []string{"out.>"}
+	_, err := js.CreateStream(ctx, scfg)
+	must(t, err)
+	s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Stream: "OUT", Subject: "out.{key}"})
+	must(t, err)
+	defer s.Close()
+	took := 0
+	for _, key := range []string{"fox", "größe", "a\u00a0b", "a\u2028b", "\u0085", "a\uFFFDb", "\uFFFD", "a*b", "$x", "a>b",
+		strings.Repeat("x", 2000), strings.Repeat("y.", 900) + "z"} {
+		if err := s.Write(ctx, keyedBatch(key)); err != nil {
+			if !errors.Is(err, ErrBadKey) {
+				t.Fatalf("key %q: %v", key, err)
+			}
+			continue
+		}
+		took++
+	}
+	_, err = s.PreCommit(ctx, 1)
+	must(t, err)
+	embeddedtest.Restart(t, srv, nc)
+	st, err := js.Stream(ctx, "OUT")
+	must(t, err)
+	if n := st.CachedInfo().State.Msgs; n != uint64(took) {
+		t.Errorf("OUT holds %d messages after the restart, the sink took %d", n, took)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, l := range log.lines {
+		if strings.Contains(l, "corrupt") {
+			t.Errorf("server: %s", l)
+		}
 	}
 }

@@ -5,11 +5,12 @@
 // A key becomes one or more subject tokens as it is: a key with dots spans
 // several ("eu.fr" → "counts.eu.fr"). A key that cannot be part of a
 // subject — empty, with whitespace or control characters, with an empty
-// token or a wildcard token, not UTF-8, or making the subject longer than
-// MaxLen — is refused with an error wrapping ErrBadKey.
+// token or a wildcard token, not UTF-8 or holding U+FFFD, or making the
+// subject longer than MaxLen — is refused with an error wrapping ErrBadKey.
 package subject
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -125,8 +126,17 @@ func (t Template) check(key []byte) error {
 	if !utf8.Valid(key) {
 		return bad("not UTF-8")
 	}
+	// nats-server stores it, but takes a subject holding U+FFFD for
+	// corrupt when it reads a stream back (and rebuilds the stream's state
+	// at every restart).
+	if bytes.Contains(key, replacementChar) {
+		return bad("the replacement character U+FFFD")
+	}
 	return nil
 }
+
+// replacementChar is U+FFFD in UTF-8.
+var replacementChar = []byte(string(utf8.RuneError))
 
 // quote shows a key in an error: quoted, and cut after 64 bytes.
 func quote(key []byte) string {
