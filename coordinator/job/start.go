@@ -15,11 +15,12 @@ import (
 // resolveStarts sets the StartSequence of each jetstream source whose
 // Start is not the stream's beginning, asking its stream: new is the
 // sequence after the stream's last message now; a time, the first message
-// stored at or after it (or the one after the last, if none is); a
-// sequence, itself, once the stream is seen to hold it. Resolving once,
-// when the job starts, makes every subtask and every restart before the
-// first checkpoint start at the same message. A source resolved before (a
-// job's stored spec, restored) keeps its sequence.
+// stored at or after it (or the one after the last, if none is; a time
+// still to come is refused); a sequence, itself, once the stream is seen
+// to hold it. Resolving once, when the job starts, makes every subtask and
+// every restart before the first checkpoint start at the same message. A
+// source resolved before (a job's stored spec, restored) keeps its
+// sequence.
 func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec) error {
 	for i := range spec.Sources {
 		src := &spec.Sources[i]
@@ -72,6 +73,10 @@ func (m *Manager) keepStarts(spec *jobspec.Spec, job string) {
 	}
 }
 
+// startClockSkew is how far ahead of the coordinator's clock a start time
+// may be (the clock of the machine that wrote it may be ahead).
+const startClockSkew = 5 * time.Second
+
 // resolveStart is the stream sequence sp names in stream.
 func resolveStart(ctx context.Context, js jetstream.JetStream, stream string, sp jobspec.StartPoint) (uint64, error) {
 	st, err := js.Stream(ctx, stream)
@@ -92,6 +97,11 @@ func resolveStart(ctx context.Context, js jetstream.JetStream, stream string, sp
 		return 0, control.Errorf(control.ErrInvalid, "stream %s's first sequence is %d: the messages before it are gone", stream, first)
 	case sp.Seq != 0:
 		return sp.Seq, nil
+	case sp.Time.After(time.Now().Add(startClockSkew)):
+		// Resolved now, it would be the next message stored, and every
+		// message stored until then would be read.
+		return 0, control.Errorf(control.ErrInvalid, "the time is in the future (this coordinator's clock says %s): messages stored before it would be read; submit the job then, or start at new",
+			time.Now().UTC().Format(time.RFC3339))
 	case info.State.Msgs == 0 || sp.Time.After(info.State.LastTime):
 		return last + 1, nil
 	}

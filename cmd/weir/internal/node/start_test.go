@@ -212,3 +212,30 @@ checkpointing: {interval: 100ms}
 		t.Fatalf("outputs %v, want the 3 stored while the job was stopped, then the 2 later", got)
 	}
 }
+
+// A start time still to come is refused at submit: the start is resolved
+// to a sequence then, and whatever the stream stored between the submit
+// and that time would be read, though stored before it.
+func TestSourceStartInTheFuture(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "wordcount")
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	if _, err := n.JS.Publish(ctx, "in", []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	spec, err := jobspec.Parse("j.yaml", fmt.Appendf(nil, `name: j
+sources: [{name: in, kind: jetstream, stream: IN, start: %q}]
+operators: [{name: count, module: %s, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+`, at, mods["wordcount"]), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "source in: start "+at+": ") || !strings.Contains(err.Error(), "future") {
+		t.Fatalf("a start an hour from now: %v", err)
+	}
+}
