@@ -113,6 +113,16 @@ func resolveStart(ctx context.Context, js jetstream.JetStream, stream string, sp
 	if err != nil {
 		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
 	}
+	defer func() {
+		// Left alone it would stay until it expired, counting against
+		// the stream's consumer limit (max_consumers) meanwhile: the
+		// job's source could not start.
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = st.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
 	wait := 5 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(time.Until(d), time.Millisecond)

@@ -239,3 +239,45 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: co
 		t.Fatalf("a start an hour from now: %v", err)
 	}
 }
+
+// Resolving a start time leaves no consumer behind on the stream: on one
+// that allows a single consumer (max_consumers: 1) the job's source takes
+// it, instead of restarting until the resolver's consumer expired.
+func TestSourceStartTimeLeavesNoConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "wordcount")
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}, MaxConsumers: 1})
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	at := time.Now().UTC()
+	for i := 0; i < 3; i++ {
+		if _, err := n.JS.Publish(ctx, "in", []byte("w")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := jobspec.Parse("j.yaml", fmt.Appendf(nil, `name: j
+sources: [{name: in, kind: jetstream, stream: IN, start: %q}]
+operators: [{name: count, module: %s, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: {interval: 100ms}
+`, at.Format(time.RFC3339Nano), mods["wordcount"]), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	waitUntil(t, wctx, "the 3 outputs", func() bool {
+		st, err := n.JS.Stream(ctx, "OUT")
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 3
+	})
+	if st, err := n.API.Job(ctx, "j"); err != nil || st.Restarts != 0 {
+		t.Fatalf("job: %d restarts (%s), %v", st.Restarts, st.Reason, err)
+	}
+}
