@@ -129,14 +129,14 @@ func (t Template) check(key []byte) error {
 	// nats-server stores it, but takes a subject holding U+FFFD for
 	// corrupt when it reads a stream back (and rebuilds the stream's state
 	// at every restart).
-	if bytes.Contains(key, replacementChar) {
+	if bytes.Contains(key, []byte(replacementChar)) {
 		return bad("the replacement character U+FFFD")
 	}
 	return nil
 }
 
-// replacementChar is U+FFFD in UTF-8.
-var replacementChar = []byte(string(utf8.RuneError))
+// replacementChar is U+FFFD, utf8.RuneError.
+const replacementChar = "\uFFFD"
 
 // quote shows a key in an error: quoted, and cut after 64 bytes.
 func quote(key []byte) string {
