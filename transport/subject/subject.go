@@ -107,11 +107,13 @@ func (t Template) check(key []byte) error {
 	if len(t.prefix)+len(key) > MaxLen {
 		return bad(fmt.Sprintf("the subject would be %d bytes, at most %d", len(t.prefix)+len(key), MaxLen))
 	}
-	start := 0
+	start, ascii := 0, true
 	for i := 0; i <= len(key); i++ {
 		if i < len(key) && key[i] != '.' {
 			if c := key[i]; c <= ' ' || c == 0x7f {
 				return bad(fmt.Sprintf("whitespace or a control character at byte %d", i))
+			} else if c >= utf8.RuneSelf {
+				ascii = false
 			}
 			continue
 		}
@@ -122,6 +124,9 @@ func (t Template) check(key []byte) error {
 			return bad(fmt.Sprintf("the wildcard token %q at byte %d", tok, start))
 		}
 		start = i + 1
+	}
+	if ascii {
+		return nil
 	}
 	if !utf8.Valid(key) {
 		return bad("not UTF-8")
