@@ -648,6 +648,12 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 		if st[i].legacy && s.plan.Mode == PublishAtomic {
 			st[i].chunk = MaxAtomicBatch
 		}
+		// Staged under another subject or stream (a restore with a
+		// changed spec, a stream whose subjects changed), a record may
+		// have no subject here: say so, rather than fail every commit.
+		if err := s.route.check(st[i].batch); err != nil {
+			return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: staged checkpoint %d: %w", s.cfg.Subject, id, st[i].id, err)
+		}
 	}
 	s.staged = st
 	if err := s.skipStored(ctx, st); err != nil {

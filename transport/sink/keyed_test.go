@@ -305,3 +305,29 @@ func TestKeyedSubjectsSurviveARestart(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint staged under one subject and recovered under a keyed one
+// whose stream does not store a record's subject (a restore with a changed
+// spec) fails the recovery with ErrBadKey, publishing nothing, instead of
+// failing every commit.
+func TestKeyedRecoverRefusesStagedRecordsWithoutASubject(t *testing.T) {
+	scfg := outStream(PublishFast)
+	scfg.Subjects = []string{"out", "out.k0", "out.k1"}
+	nc, js, ctx := outSetup(t, scfg)
+	a, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0"})
+	must(t, err)
+	must(t, a.Write(ctx, batchOf(0, 6))) // keys k0, k1, k2
+	state, err := a.PreCommit(ctx, 1)
+	must(t, err)
+	a.Close()
+	b, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out.{key}", Job: "j", Task: "sink0"})
+	must(t, err)
+	defer b.Close()
+	err = b.Recover(ctx, 1, state)
+	if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), `key "k2" makes subject out.k2, which stream OUT does not store`) {
+		t.Fatalf("recover: %v", err)
+	}
+	if got := readStream(t, ctx, js, "OUT"); len(got) != 0 {
+		t.Fatalf("stream holds %v", got)
+	}
+}
