@@ -61,11 +61,17 @@ func (r route) check(batch []byte) error {
 	}
 	for i := 0; it.Next(); i++ {
 		key := it.Record().Key
+		if r.subjects == nil { // any subject the key makes is stored: no need to make it
+			if err := r.tmpl.Check(key); err != nil {
+				return fmt.Errorf("record %d of the batch: %w", i, err)
+			}
+			continue
+		}
 		subj, err := r.tmpl.For(key)
 		if err != nil {
 			return fmt.Errorf("record %d of the batch: %w", i, err)
 		}
-		if r.subjects != nil && !subject.Captured(r.subjects, subj) {
+		if !subject.Captured(r.subjects, subj) {
 			return fmt.Errorf("record %d of the batch: %w: key %q makes subject %s, which stream %s does not store (its subjects: %s)",
 				i, ErrBadKey, key, subj, r.stream, strings.Join(r.subjects, ", "))
 		}
