@@ -344,7 +344,7 @@ func (m *Manager) restorable(ctx context.Context, job string) string {
 
 // prepare builds a spec's plan, resolves its modules and its sources'
 // start sequences.
-func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, map[string]control.Module, error) {
+func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh bool) (*plan.Plan, map[string]control.Module, error) {
 	p, err := plan.Build(spec)
 	if err != nil {
 		return nil, nil, control.Errorf(control.ErrInvalid, "submit %s: %w", spec.Name, err)
@@ -356,7 +356,7 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec) (*plan.Plan, 
 	if err := m.checkStreams(ctx, spec); err != nil {
 		return nil, nil, err
 	}
-	if err := m.resolveStarts(ctx, spec); err != nil {
+	if err := m.resolveStarts(ctx, spec, fresh); err != nil {
 		return nil, nil, err
 	}
 	return p, mods, nil
@@ -459,7 +459,7 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 	if from != nil {
 		m.keepStarts(spec, from.Job)
 	}
-	p, mods, err := m.prepare(ctx, spec)
+	p, mods, err := m.prepare(ctx, spec, from == nil)
 	if err != nil {
 		return control.JobStatus{}, err
 	}

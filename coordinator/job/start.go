@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,16 +21,21 @@ import (
 // to hold it. Resolving once, when the job starts, makes every subtask and
 // every restart before the first checkpoint start at the same message. A
 // source resolved before (a job's stored spec, restored) keeps its
-// sequence.
-func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec) error {
+// sequence; in a fresh job (fresh: no checkpoint to restore) a sequence the
+// spec gives itself (a JSON client's start_sequence) is checked against
+// the stream as a start sequence is.
+func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec, fresh bool) error {
 	for i := range spec.Sources {
 		src := &spec.Sources[i]
-		if src.Kind != jobspec.KindJetStream || src.StartSequence != 0 {
+		if src.Kind != jobspec.KindJetStream || (src.StartSequence != 0 && !fresh) {
 			continue
 		}
 		sp, err := jobspec.ParseStart(src.Start)
 		if err != nil {
 			return control.Errorf(control.ErrInvalid, "submit %s: source %s: start: %w", spec.Name, src.Name, err)
+		}
+		if src.StartSequence != 0 {
+			sp = jobspec.StartPoint{Seq: src.StartSequence}
 		}
 		if !sp.New && sp.Seq == 0 && sp.Time.IsZero() {
 			continue // the beginning
@@ -41,7 +47,7 @@ func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec) error {
 		seq, err := resolveStart(c, m.opts.JetStream, src.Stream, sp)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("submit %s: source %s: start %s: %w", spec.Name, src.Name, src.Start, err)
+			return fmt.Errorf("submit %s: source %s: start %s: %w", spec.Name, src.Name, cmp.Or(src.Start, fmt.Sprint(src.StartSequence)), err)
 		}
 		src.StartSequence = seq
 	}

@@ -133,6 +133,20 @@ checkpointing: {interval: 100ms}
 	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "source in: start 9: stream AHEADIN's last sequence is 5") {
 		t.Errorf("a start past the stream's end: %v", err)
 	}
+	// A JSON client's start_sequence is checked the same way.
+	spec, err := jobspec.Parse("json.yaml", fmt.Appendf(nil, `name: json
+sources: [{name: in, kind: jetstream, stream: AHEADIN}]
+operators: [{name: count, module: %s, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: AHEADOUT, subject: aheadout, input: {from: count}}]
+`, mods["wordcount"]), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Sources[0].StartSequence = 99
+	_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "source in: start 99: stream AHEADIN's last sequence is 5") {
+		t.Errorf("a start_sequence past the stream's end: %v", err)
+	}
 	st, _ := n.JS.Stream(ctx, "GONEIN")
 	if err := st.Purge(ctx); err != nil {
 		t.Fatal(err)
