@@ -198,6 +198,9 @@ type ExactlyOnce struct {
 	now         func() time.Time
 	transformed bool // the stream stores the sink's subject transformed
 	route       route
+	// perSubject is the stream's max_msgs_per_subject (<= 0: no limit):
+	// a read-back cannot find what the limit removed.
+	perSubject int64
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -264,6 +267,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
 	}
 	s.window = scfg.Duplicates
+	s.perSubject = scfg.MaxMsgsPerSubject
 	if s.route, err = newRoute(cfg.Subject, cfg.Stream, scfg.Subjects); err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
 	}
@@ -761,9 +765,77 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 			e.skip[index] = true
 		}
 		if md.Sequence.Stream >= lastSeq {
-			return nil
+			return s.skipRemoved(st, need)
 		}
 	}
+}
+
+// skipRemoved extends the skips a read-back found (in need, entries of st)
+// to records the stream may hold no longer although they were stored, so
+// that a re-commit does not bring them back over newer ones. Entries are
+// published in order, each once the one before it is stored whole (every
+// message acknowledged), so:
+//   - an entry before the last one with a record found is stored whole;
+//   - in that entry, an atomic batch before the last one found is stored
+//     (each batch is committed once the one before it is);
+//   - with an id on every record (fast or async publish), on a stream that
+//     keeps at most M messages per subject, a record with M records after
+//     it on its subject found stored: stored or not, the stream would not
+//     hold it now.
+//
+// (A batch found last is still published again when the limit removed its
+// first message, the one with the id; transport/README.)
+func (s *ExactlyOnce) skipRemoved(st []staged, need map[int64]*staged) error {
+	last := -1
+	for i := range st {
+		if e := need[st[i].id]; e != nil && len(e.skip) > 0 {
+			last = i
+		}
+	}
+	for i := 0; i <= last; i++ {
+		e := need[st[i].id]
+		if e == nil {
+			continue
+		}
+		recs, err := abi.DecodeBatch(e.batch)
+		if err != nil {
+			return fmt.Errorf("staged checkpoint %d: %w", e.id, err)
+		}
+		if e.skip == nil {
+			e.skip = map[int]bool{}
+		}
+		switch {
+		case i < last:
+			for j := range recs {
+				e.skip[j] = true
+			}
+		case e.chunk > 0:
+			chunks := e.chunks(recs)
+			for k := len(chunks) - 1; k >= 0; k-- {
+				if e.skip[chunks[k][0]] {
+					for _, c := range chunks[:k] {
+						e.skip[c[0]] = true
+					}
+					break
+				}
+			}
+		case s.perSubject > 0:
+			after := map[string]int64{} // records found after, per subject
+			for j := len(recs) - 1; j >= 0; j-- {
+				subj, err := s.route.subject(recs[j].Key)
+				if err != nil {
+					return fmt.Errorf("staged checkpoint %d: %w", e.id, err)
+				}
+				switch {
+				case e.skip[j]:
+					after[subj]++
+				case after[subj] >= s.perSubject:
+					e.skip[j] = true
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // parseID reads "<prefix><checkpoint>/<index>", an id msgID made for the
@@ -914,6 +986,20 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, prefix string, e staged
 	if err != nil {
 		return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
 	}
+	for _, c := range e.chunks(recs) {
+		if !e.skip[c[0]] { // a batch is stored whole: its first id stands for it
+			if err := s.publishAtomic(ctx, prefix, e.id, c[0], recs[c[0]:c[1]]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// chunks cuts recs, e's records, into the atomic batches e records: up to
+// e.chunk records and e.chunkBytes record bytes each, as [first, end).
+func (e staged) chunks(recs []abi.Record) [][2]int {
+	var out [][2]int
 	for first := 0; first < len(recs); {
 		end, size := first, 0
 		for end < len(recs) && end-first < int(e.chunk) {
@@ -924,14 +1010,10 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, prefix string, e staged
 			size += n
 			end++
 		}
-		if !e.skip[first] { // a batch is stored whole: its first id stands for it
-			if err := s.publishAtomic(ctx, prefix, e.id, first, recs[first:end]); err != nil {
-				return err
-			}
-		}
+		out = append(out, [2]int{first, end})
 		first = end
 	}
-	return nil
+	return out
 }
 
 // publishAtomic publishes recs (indexes first...) as one atomic batch. A

@@ -96,3 +96,54 @@ func TestParseID(t *testing.T) {
 		}
 	}
 }
+
+// Past the duplicate window, on a stream that keeps one message per
+// subject, a commit that was stored whole but not confirmed leaves only
+// the latest record of each subject to be found: the recovery must not
+// publish the older ones again over them. Two checkpoints, the first's
+// records all replaced by the second's; keyed and on one subject, fast
+// and async publish.
+func TestRecoverPastTheWindowWithPerSubjectLimits(t *testing.T) {
+	for _, mode := range []PublishMode{PublishFast, PublishAsync} {
+		for _, keyed := range []bool{false, true} {
+			name := string(mode)
+			if keyed {
+				name += "/keyed"
+			}
+			t.Run(name, func(t *testing.T) {
+				scfg := outStream(mode)
+				scfg.Duplicates, scfg.MaxMsgsPerSubject = 300*time.Millisecond, 1
+				cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode}
+				if keyed {
+					scfg.Subjects, cfg.Subject = []string{"out.>"}, "out.{key}"
+				}
+				nc, js, ctx := outSetup(t, scfg)
+				a, err := NewExactlyOnce(ctx, nc, cfg)
+				must(t, err)
+				defer a.Close()
+				must(t, a.Write(ctx, batchOf(0, 30)))
+				_, err = a.PreCommit(ctx, 1)
+				must(t, err)
+				must(t, a.Write(ctx, batchOf(30, 100)))
+				state, err := a.PreCommit(ctx, 2)
+				must(t, err)
+				// Both commits stored whole, neither confirmed: the crash
+				// came before the acknowledgement.
+				st, err := decodeState(state)
+				must(t, err)
+				must(t, a.publish(ctx, a.prefix, st))
+
+				time.Sleep(2 * scfg.Duplicates) // the stream forgets the ids
+				recoverNew(t, ctx, nc, cfg, 2, state)
+				_, values := streamIDs(t, ctx, js, "OUT")
+				want := "v97,v98,v99" // the latest of k1, k2, k0, in the order they were stored
+				if !keyed {
+					want = "v99"
+				}
+				if got := strings.Join(values, ","); got != want {
+					t.Fatalf("stream holds %s, want %s", got, want)
+				}
+			})
+		}
+	}
+}
