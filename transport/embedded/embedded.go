@@ -54,7 +54,8 @@ type Config struct {
 	// hold (nats-server's `max_batch_size`): 0 means DefaultMaxAtomicBatch,
 	// a negative value keeps nats-server's own default (1000). Exactly-once
 	// sinks commit a large checkpoint in batches of up to this many
-	// messages, with one message id per batch instead of per message.
+	// messages, with two message ids per batch (its first and last
+	// message) instead of one per message.
 	MaxAtomicBatch int
 	// ReadyTimeout bounds how long Start waits for the server to accept
 	// connections; default 10s.
@@ -69,7 +70,7 @@ type Config struct {
 // DefaultMaxAtomicBatch is the embedded server's atomic batch limit. The
 // server keeps every message id of a stream's duplicate window in memory
 // and checks each new one against them, which gets slower the more it
-// holds; one id per batch of this size keeps exactly-once output about as
+// holds; two ids per batch of this size keep exactly-once output about as
 // fast as plain publishing. Batches of 20 000 measured at least as fast as
 // 100 000 and hold the server's commit (and its readers) shorter
 // (docs/bench/transport.md).

@@ -146,8 +146,8 @@ func TestAutoCommitsLargeCheckpointsAtomically(t *testing.T) {
 	for i, id := range ids {
 		want := ""
 		switch {
-		case i == 0:
-			want = "j/sink0/1/0" // the atomic batch's one id
+		case i == 0 || i == large-1:
+			want = "j/sink0/1/" + strconv.Itoa(i) // the atomic batch's first and last
 		case i >= large:
 			want = "j/sink0/2/" + strconv.Itoa(i-large)
 		}
@@ -196,7 +196,9 @@ func TestRecoverCutsTheRecordedBatches(t *testing.T) {
 	if strings.Join(values, ",") != strings.Join(wantValues(0, 20), ",") {
 		t.Fatalf("values %v", values)
 	}
-	want := "0=j/sink0/3/0 3=j/sink0/3/3 6=j/sink0/3/6 9=j/sink0/3/9 11=j/sink0/3/11 12=j/sink0/4/0 16=j/sink0/4/4"
+	// Each batch's first and last message carry an id.
+	want := "0=j/sink0/3/0 2=j/sink0/3/2 3=j/sink0/3/3 5=j/sink0/3/5 6=j/sink0/3/6 8=j/sink0/3/8 9=j/sink0/3/9 10=j/sink0/3/10 11=j/sink0/3/11 " +
+		"12=j/sink0/4/0 15=j/sink0/4/3 16=j/sink0/4/4 19=j/sink0/4/7"
 	if got := withIDs(ids); got != want {
 		t.Fatalf("batch ids %s, want %s", got, want)
 	}
@@ -240,7 +242,7 @@ func TestRecoverVersion1State(t *testing.T) {
 			}
 			want := n // an id per message
 			if mode == PublishAtomic {
-				want = 2 // batches at 0 and 1000
+				want = 4 // the first and last of batches 0..999 and 1000..1001
 			}
 			if withID != want || ids[0] != "j/sink0/1/0" {
 				t.Fatalf("%d messages with an id (first %q), want %d", withID, ids[0], want)
@@ -275,7 +277,7 @@ func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
 	if strings.Join(values, ",") != strings.Join(wantValues(0, n), ",") {
 		t.Fatalf("stream holds %d values, want %d once each in order", len(values), n)
 	}
-	if got, want := withIDs(ids), "0=j/sink0/1/0 10000=j/sink0/1/10000 20000=j/sink0/1/20000"; got != want {
+	if got, want := withIDs(ids), "0=j/sink0/1/0 9999=j/sink0/1/9999 10000=j/sink0/1/10000 19999=j/sink0/1/19999 20000=j/sink0/1/20000 24999=j/sink0/1/24999"; got != want {
 		t.Fatalf("batch ids %s, want %s", got, want)
 	}
 }

@@ -46,7 +46,7 @@ const (
 	MaxAtomicChunkBytes = 16 << 20
 	// LargeCheckpoint is where PublishAuto switches to atomic batches: a
 	// checkpoint with at least this many records is committed in atomic
-	// batches, one message id per batch, when the stream allows atomic
+	// batches, two message ids per batch, when the stream allows atomic
 	// publish and the sink's batch size is at least this.
 	LargeCheckpoint = 10_000
 )
@@ -122,9 +122,9 @@ const (
 	// allows atomic publish, else PublishAsync. Under PublishFast it
 	// commits a checkpoint of LargeCheckpoint records or more in atomic
 	// batches instead, when the stream allows atomic publish too and the
-	// server accepts batches that large: one message id per batch instead
-	// of one per message, because the server's duplicate check gets slower
-	// with every id it keeps.
+	// server accepts batches that large: two message ids per batch (its
+	// first and last message) instead of one per message, because the
+	// server's duplicate check gets slower with every id it keeps.
 	PublishAuto PublishMode = "auto"
 	// PublishFast publishes a commit as one JetStream fast-ingest batch:
 	// messages are stored as they arrive, the server acknowledges every few
@@ -776,15 +776,13 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 // published in order, each once the one before it is stored whole (every
 // message acknowledged), so:
 //   - an entry before the last one with a record found is stored whole;
-//   - in that entry, an atomic batch before the last one found is stored
-//     (each batch is committed once the one before it is);
+//   - in that entry, an atomic batch up to the last one found, by its first
+//     id or its last, is stored (each batch is committed once the one
+//     before it is);
 //   - with an id on every record (fast or async publish), on a stream that
 //     keeps at most M messages per subject, a record with M records after
 //     it on its subject found stored: stored or not, the stream would not
 //     hold it now.
-//
-// (A batch found last is still published again when the limit removed its
-// first message, the one with the id; transport/README.)
 func (s *ExactlyOnce) skipRemoved(st []staged, need map[int64]*staged) error {
 	last := -1
 	for i := range st {
@@ -810,10 +808,11 @@ func (s *ExactlyOnce) skipRemoved(st []staged, need map[int64]*staged) error {
 				e.skip[j] = true
 			}
 		case e.chunk > 0:
+			// A batch is found by its first id or its last.
 			chunks := e.chunks(recs)
 			for k := len(chunks) - 1; k >= 0; k-- {
-				if e.skip[chunks[k][0]] {
-					for _, c := range chunks[:k] {
+				if c := chunks[k]; e.skip[c[0]] || e.skip[c[1]-1] {
+					for _, c := range chunks[:k+1] {
 						e.skip[c[0]] = true
 					}
 					break
@@ -987,7 +986,7 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, prefix string, e staged
 		return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
 	}
 	for _, c := range e.chunks(recs) {
-		if !e.skip[c[0]] { // a batch is stored whole: its first id stands for it
+		if !e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
 			if err := s.publishAtomic(ctx, prefix, e.id, c[0], recs[c[0]:c[1]]); err != nil {
 				return err
 			}
@@ -1020,11 +1019,14 @@ func (e staged) chunks(recs []abi.Record) [][2]int {
 // batch that was committed before is refused as a whole for its duplicate
 // ids, which means it is already stored.
 func (s *ExactlyOnce) publishAtomic(ctx context.Context, prefix string, ckpt int64, first int, recs []abi.Record) error {
-	// Only the chunk's first message carries a message id: the batch is
-	// stored all or nothing, so a repeated chunk is refused as a whole for
-	// that one duplicate id. Chunks are cut the way the staged entry
-	// recorded (publishChunks), so a re-commit repeats the same ids.
-	err := s.publishBatch(ctx, recs, msgID(prefix, ckpt, first))
+	// Only the chunk's first and last messages carry a message id: the
+	// batch is stored all or nothing, so a repeated chunk is refused as a
+	// whole for its first, duplicate id. The last one is for a read-back
+	// past the duplicate window: newest of its batch, no later record of
+	// the batch replaces it on a stream with per-subject limits. Chunks are
+	// cut the way the staged entry recorded (publishChunks), so a
+	// re-commit repeats the same ids.
+	err := s.publishBatch(ctx, recs, msgID(prefix, ckpt, first), msgID(prefix, ckpt, first+len(recs)-1))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return nil
@@ -1048,13 +1050,13 @@ type batchAck struct {
 }
 
 // publishBatch publishes recs (at least one) as one atomic batch, the first
-// message with message id id. It streams:
+// message with message id id and the last with lastID. It streams:
 // each message goes to the connection as it is made, so the server stages
 // the batch while the rest is still being written, and one message and
 // header set are reused throughout (the connection copies each out before
 // PublishMsg returns). Only the commit (the last message) is a request;
 // a message the server refused on the way makes it fail the commit.
-func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id string) error {
+func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id, lastID string) error {
 	nc := s.js.Conn()
 	batchID := nuid.Next()
 	seq := []string{""}
@@ -1069,6 +1071,8 @@ func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id st
 		switch i {
 		case 0:
 			h[jetstream.MsgIDHeader] = []string{id}
+		case len(recs) - 1:
+			h[jetstream.MsgIDHeader] = []string{lastID}
 		case 1:
 			delete(h, jetstream.MsgIDHeader)
 		}

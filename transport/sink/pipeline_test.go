@@ -123,8 +123,8 @@ func TestAtomicBatchHeadersPerMessage(t *testing.T) {
 	}
 	for i, m := range msgs {
 		wantID := ""
-		if i == 0 {
-			wantID = "j/sink0/1/0"
+		if i == 0 || i == len(keys)-1 { // the batch's first and last
+			wantID = "j/sink0/1/" + strconv.Itoa(i)
 		}
 		if m.key != keys[i] || m.id != wantID || m.value != "v"+strconv.Itoa(i) {
 			t.Fatalf("message %d: key %q id %q value %q, want key %q id %q value v%d", i, m.key, m.id, m.value, keys[i], wantID, i)

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,10 +102,11 @@ func TestParseID(t *testing.T) {
 // subject, a commit that was stored whole but not confirmed leaves only
 // the latest record of each subject to be found: the recovery must not
 // publish the older ones again over them. Two checkpoints, the first's
-// records all replaced by the second's; keyed and on one subject, fast
-// and async publish.
+// records all replaced by the second's; keyed and on one subject, in
+// every publish mode (atomic batches of 10, whose first messages the limit
+// replaces too).
 func TestRecoverPastTheWindowWithPerSubjectLimits(t *testing.T) {
-	for _, mode := range []PublishMode{PublishFast, PublishAsync} {
+	for _, mode := range []PublishMode{PublishFast, PublishAsync, PublishAtomic} {
 		for _, keyed := range []bool{false, true} {
 			name := string(mode)
 			if keyed {
@@ -113,7 +115,7 @@ func TestRecoverPastTheWindowWithPerSubjectLimits(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				scfg := outStream(mode)
 				scfg.Duplicates, scfg.MaxMsgsPerSubject = 300*time.Millisecond, 1
-				cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode}
+				cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode, BatchSize: 10}
 				if keyed {
 					scfg.Subjects, cfg.Subject = []string{"out.>"}, "out.{key}"
 				}
@@ -145,5 +147,48 @@ func TestRecoverPastTheWindowWithPerSubjectLimits(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// With atomic batches on a stream that keeps a few messages per subject,
+// the limit can replace a batch's first message (the one whose id stands
+// for the batch) while the batch's newer records stay: its last message
+// carries an id too, so the recovery finds the batch and does not store
+// its records twice. Batch A: y, then z×9; batch B: x, z, then x×8; five
+// per subject keep A's y, B's last x but not its first, and z from both.
+func TestRecoverPastTheWindowFindsAnAtomicBatchByItsLastID(t *testing.T) {
+	scfg := outStream(PublishAtomic)
+	scfg.Subjects, scfg.Duplicates, scfg.MaxMsgsPerSubject = []string{"out.>"}, 300*time.Millisecond, 5
+	cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out.{key}", Job: "j", Task: "sink0", Publish: PublishAtomic, BatchSize: 10}
+	nc, js, ctx := outSetup(t, scfg)
+	a, err := NewExactlyOnce(ctx, nc, cfg)
+	must(t, err)
+	defer a.Close()
+	var b abi.Builder
+	for i := 0; i < 20; i++ {
+		key := "z"
+		switch {
+		case i == 0:
+			key = "y"
+		case i == 10 || i > 11:
+			key = "x"
+		}
+		b.Add([]byte(key), []byte("v"+strconv.Itoa(i)), 0)
+	}
+	must(t, a.Write(ctx, b.Bytes()))
+	state, err := a.PreCommit(ctx, 1)
+	must(t, err)
+	st, err := decodeState(state)
+	must(t, err)
+	must(t, a.publish(ctx, a.prefix, st)) // stored whole, not confirmed
+	time.Sleep(2 * scfg.Duplicates)
+	recoverNew(t, ctx, nc, cfg, 1, state)
+	_, values := streamIDs(t, ctx, js, "OUT")
+	seen := map[string]bool{}
+	for _, v := range values {
+		if seen[v] {
+			t.Fatalf("stream holds %s twice: %v", v, values)
+		}
+		seen[v] = true
 	}
 }
