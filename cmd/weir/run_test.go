@@ -192,25 +192,40 @@ checkpointing:
 		in.WriteString(line + "\n")
 		want["[out] "+line] = true
 	}
+	out := runWithInput(t, job, in.String())
+	if !strings.Contains(out, "4 partitions (orders.{p}.>) split among 2 subtask(s) by the server") {
+		t.Errorf("no word of the partitioned split in the output:\n%s", out)
+	}
+	outputOnce(t, out, want)
+}
+
+// runWithInput runs job (a spec) with weir run on the embedded default,
+// publishing input to its first source, until the output is quiet, and
+// returns what weir run printed.
+func runWithInput(t *testing.T, job, input string) string {
+	t.Helper()
 	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
+	if err := os.WriteFile("in.txt", []byte(input), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	code := run(ctx, []string{"run", "-idle", "1s", "-show", "-1", "job.yaml", "-input", "in.txt"},
-		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	if code != 0 {
+	if code := run(ctx, []string{"run", "-idle", "1s", "-show", "-1", "job.yaml", "-input", "in.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
 		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
 	}
-	if !strings.Contains(out.String(), "4 partitions (orders.{p}.>) split among 2 subtask(s) by the server") {
-		t.Errorf("no word of the partitioned split in the output:\n%s", out.String())
-	}
+	return out.String()
+}
+
+// outputOnce checks that weir run's output (out) holds each of the sink
+// lines in want once and no other sink line.
+func outputOnce(t *testing.T, out string, want map[string]bool) {
+	t.Helper()
 	got := map[string]int{}
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "[out] ") {
 			got[line]++
 		}
@@ -221,7 +236,7 @@ checkpointing:
 		}
 	}
 	if len(got) != len(want) {
-		t.Errorf("%d distinct output lines, want %d:\n%s", len(got), len(want), out.String())
+		t.Errorf("%d distinct output lines, want %d:\n%s", len(got), len(want), out)
 	}
 }
 
@@ -285,34 +300,8 @@ checkpointing:
 		fmt.Fprintf(&in, "%s\torder-%d\n", key, i)
 		want[fmt.Sprintf("[out] orders.%d.%s\torder-%d", source.PartitionOf(key, 4), key, i)] = true
 	}
-	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, errb bytes.Buffer
-	code := run(ctx, []string{"run", "-idle", "1s", "-show", "-1", "job.yaml", "-input", "in.txt"},
-		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	if code != 0 {
-		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
-	}
-	got := map[string]int{}
-	for _, line := range strings.Split(out.String(), "\n") {
-		if strings.HasPrefix(line, "[out] ") {
-			got[line]++
-		}
-	}
-	for line := range want {
-		if got[line] != 1 {
-			t.Errorf("%q in the output %d times, want once", line, got[line])
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("%d distinct output lines, want %d:\n%s", len(got), len(want), out.String())
-	}
+	out := runWithInput(t, job, in.String())
+	outputOnce(t, out, want)
 }
 
 // A checkpoint's line names its slowest task and what took that task's
