@@ -167,7 +167,7 @@ func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee, subject
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
 	// OUT allows batched publish, as the streams `weir run` creates do: the
 	// sink commits with fast batches (sink.PublishFast).
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out", "out.>"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, js, "OUT", "out", "out.>")
 
 	spec := fmt.Sprintf(`name: counts
 sources:
@@ -391,6 +391,13 @@ func readCounts(t *testing.T, ctx context.Context, js jetstream.JetStream, want 
 		}
 	}
 	return counts
+}
+
+// mustSinkStream creates a stream for an exactly-once sink, as weir run
+// creates one: a duplicate window of 5 minutes, batched publish allowed.
+func mustSinkStream(t *testing.T, ctx context.Context, js jetstream.JetStream, name string, subjects ...string) {
+	t.Helper()
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: name, Subjects: subjects, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
 }
 
 func mustStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) {

@@ -23,7 +23,7 @@ func TestBadKeyFailsTheJobAtOnce(t *testing.T) {
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out.>")
 	spec, err := jobspec.Parse("keyed.yaml", fmt.Appendf(nil, `name: keyed
 sources: [{name: in, kind: jetstream, stream: IN}]
 operators: [{name: count, module: %s, inputs: [{from: in}]}]

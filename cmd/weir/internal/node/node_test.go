@@ -141,7 +141,7 @@ func TestNATSOutageDuringFailover(t *testing.T) {
 	}
 	defer n.Close()
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
 sources: [{name: in, kind: jetstream, stream: IN}]
 operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]

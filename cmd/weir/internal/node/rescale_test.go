@@ -64,7 +64,7 @@ func rescaleSource(t *testing.T, transform *jetstream.SubjectTransformConfig, fi
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, SubjectTransform: transform})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	spec := func(sources int) *jobspec.Spec {
 		s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
 sources: [{name: in, kind: jetstream, stream: IN, %sparallelism: %d}]
@@ -95,7 +95,7 @@ func TestRescaleKeyedOperator(t *testing.T) {
 	defer cancel()
 	n, mods := oneNode(t, ctx, "keyedcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	spec := func(counters int) *jobspec.Spec {
 		s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
 sources: [{name: in, kind: jetstream, stream: IN}]
@@ -127,7 +127,7 @@ func TestStopWithInputFlowing(t *testing.T) {
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	spec, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
 sources: [{name: in, kind: jetstream, stream: IN}]
 operators:

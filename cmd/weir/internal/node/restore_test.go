@@ -29,7 +29,7 @@ func TestRestoreWithNewSpec(t *testing.T) {
 	defer cancel()
 	n, mods := oneNode(t, ctx, "uppercase", "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	spec := func(upper, count int) *jobspec.Spec {
 		s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
 sources: [{name: in, kind: jetstream, stream: IN}]

@@ -82,7 +82,7 @@ checkpointing: {interval: 100ms}
 	for _, name := range []string{"new", "time", "seq", "ahead", "gone"} {
 		in, out := strings.ToUpper(name)+"IN", strings.ToUpper(name)+"OUT"
 		mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: in, Subjects: []string{strings.ToLower(in)}})
-		mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: out, Subjects: []string{strings.ToLower(out)}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+		mustSinkStream(t, ctx, n.JS, out, strings.ToLower(out))
 		publish(in, "old", 5)
 	}
 
@@ -168,7 +168,7 @@ func TestRestoreStartNewWithANewSpec(t *testing.T) {
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	publish := func(word string, count int) {
 		t.Helper()
 		for i := 0; i < count; i++ {
@@ -235,7 +235,7 @@ func TestSourceStartInTheFuture(t *testing.T) {
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	if _, err := n.JS.Publish(ctx, "in", []byte("old")); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestSourceStartTimeLeavesNoConsumer(t *testing.T) {
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}, MaxConsumers: 1})
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute, AllowBatchPublish: true})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	at := time.Now().UTC()
 	for i := 0; i < 3; i++ {
 		if _, err := n.JS.Publish(ctx, "in", []byte("w")); err != nil {
