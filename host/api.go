@@ -102,9 +102,16 @@ type Source interface {
 	// Poll blocks until the next record batch is available and returns it with
 	// the source offset just after it: Seek(offset) resumes with the batch
 	// that follows. A batch without records only moves the offset (e.g.
-	// past messages the source skipped). It returns io.EOF when the source
-	// is bounded and ended, and ctx.Err() when ctx is done. The task owns
-	// the returned slices.
+	// past messages the source skipped). It returns ctx.Err() when ctx is
+	// done. The task owns the returned slices. A bounded source ends in
+	// one of two ways:
+	//   - io.EOF: the task finishes at once (final output, the sink's
+	//     EndOfInput, end-of-partition downstream), without a checkpoint;
+	//   - an error with a method InputEnded() bool that reports true (see
+	//     InputEnded), with the final offset: the task takes no more input
+	//     and tells its listener (InputEndListener), and the job ends with
+	//     a final savepoint, whose completion commits the output after the
+	//     last checkpoint exactly once.
 	Poll(ctx context.Context) (batch []byte, offset []byte, err error)
 	// Seek positions the source at offset, as returned by Poll and stored in
 	// a checkpoint; called once before the first Poll when restoring. A nil
@@ -117,6 +124,23 @@ type Source interface {
 	CheckpointComplete(ctx context.Context, id int64, offset []byte) error
 	// Close releases the source; a blocked Poll returns.
 	Close() error
+}
+
+// InputEnded reports whether err says that a bounded source delivered all
+// of its input and waits for the job's final savepoint: err, or an error it
+// wraps, has a method InputEnded() bool that returns true. The method
+// keeps sources free of this package (transport/source.ErrEnded has it).
+func InputEnded(err error) bool {
+	var e interface{ InputEnded() bool }
+	return errors.As(err, &e) && e.InputEnded()
+}
+
+// InputEndListener is implemented by a CheckpointListener that wants to
+// hear when a source task's input ended (InputEnded): the coordinator
+// takes the job's final savepoint once every source task's has, and ends
+// the job once it completed. A task reports it once per run.
+type InputEndListener interface {
+	InputEnded(ctx context.Context, task string) error
 }
 
 // SinkMerger is implemented by a Sink that can re-commit what another

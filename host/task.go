@@ -170,6 +170,10 @@ type Task struct {
 	deferred  [][]deferredBarrier // per channel, in arrival order
 	finished  bool
 	inputDone bool
+	// sourceEnded is set once a bounded source said its input ended
+	// (InputEnded): the task takes no more input and waits for the job's
+	// final savepoint.
+	sourceEnded bool
 	// rest is what is left of the input batch being processed in pieces
 	// while the task services barriers between them (processInput).
 	rest *restOfBatch
@@ -210,6 +214,9 @@ type Stats struct {
 	// Checkpoints counts the snapshots the task took, Declined the
 	// checkpoints it declined.
 	Checkpoints, Declined int64
+	// InputEnded says that the task's bounded source delivered all of its
+	// input; the task waits for the job's final savepoint.
+	InputEnded bool
 	// Running is the time since the task started; Busy the part of it
 	// spent processing input batches (its operator, and a sink task's
 	// writes); Backpressured the part blocked on its output: sending to a
@@ -223,6 +230,7 @@ type Stats struct {
 type counters struct {
 	recordsIn, batchesIn, recordsOut, batchesOut atomic.Int64
 	checkpoints, declined                        atomic.Int64
+	ended                                        atomic.Bool
 
 	mu                      sync.Mutex
 	started                 time.Time // zero: not running yet
@@ -1065,6 +1073,25 @@ func (t *Task) complete(ctx context.Context, id int64) error {
 	return nil
 }
 
+// endInput handles the end of a bounded source's input (InputEnded): the
+// task keeps offset, the source's final one, for its snapshots, takes no
+// more input and tells its listener, so that the coordinator takes the
+// job's final savepoint. A listener that cannot be told fails the task:
+// the job recovers and its source ends again, rather than wait forever.
+func (t *Task) endInput(ctx context.Context, offset []byte) error {
+	t.sourceEnded = true
+	t.stats.ended.Store(true)
+	if offset != nil {
+		t.lastOffset = offset
+	}
+	if l, ok := t.cfg.Listener.(InputEndListener); ok {
+		if err := l.InputEnded(ctx, t.name); err != nil {
+			return fmt.Errorf("source: report the end of input: %w", err)
+		}
+	}
+	return nil
+}
+
 // finish ends a task whose input is over: final output, end-of-partition
 // downstream, the sink's last commit.
 func (t *Task) finish(ctx context.Context) error {
@@ -1127,8 +1154,8 @@ func (t *Task) runSource(ctx context.Context) error {
 			p, held = *held, nil // the stop savepoint was aborted
 		} else {
 			in := pc
-			if t.stopAt != 0 {
-				in = nil // stopped after a savepoint's barrier: no input
+			if t.stopAt != 0 || t.sourceEnded {
+				in = nil // stopped after a savepoint's barrier, or ended: no input
 			}
 			select {
 			case p = <-in:
@@ -1150,6 +1177,12 @@ func (t *Task) runSource(ctx context.Context) error {
 		}
 		if errors.Is(p.err, io.EOF) {
 			return t.finish(ctx)
+		}
+		if InputEnded(p.err) {
+			if err := t.endInput(ctx, p.offset); err != nil {
+				return err
+			}
+			continue
 		}
 		if p.err != nil {
 			if ctx.Err() != nil {
@@ -1192,7 +1225,7 @@ func (t *Task) Stats() Stats {
 	s := Stats{
 		RecordsIn: c.recordsIn.Load(), BatchesIn: c.batchesIn.Load(),
 		RecordsOut: c.recordsOut.Load(), BatchesOut: c.batchesOut.Load(),
-		Checkpoints: c.checkpoints.Load(), Declined: c.declined.Load(),
+		Checkpoints: c.checkpoints.Load(), Declined: c.declined.Load(), InputEnded: c.ended.Load(),
 	}
 	c.mu.Lock()
 	s.Busy, s.Backpressured = c.busy, c.backpressured
