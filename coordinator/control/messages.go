@@ -51,7 +51,12 @@
 //     to every worker brings the attempt's tasks to rest (sinks finish
 //     committing), then Cancel ends them. An Abort of it lets the sources
 //     go on.
-//  5. A task that fails sends EventFailed (reason); a task that reached the
+//  5. A source task whose bounded source read everything up to its stop
+//     sends EventInputEnded and takes no more input. Once every source
+//     task of the attempt did, the coordinator ends the job as in 4, with
+//     a final savepoint (its completion commits the sinks' rest), and
+//     marks it finished.
+//  6. A task that fails sends EventFailed (reason); a task that reached the
 //     end of its input sends EventFinished. On a failure the coordinator
 //     sends Cancel (job, attempt) to every worker of the job, waits per the
 //     restart strategy and deploys attempt+1 with the latest completed
@@ -280,6 +285,9 @@ const (
 	EventFailed EventType = "failed"
 	// EventFinished: the task reached the end of its input and stopped.
 	EventFinished EventType = "finished"
+	// EventInputEnded: a source task's bounded source read everything up
+	// to its stop; the task waits for the job's final savepoint.
+	EventInputEnded EventType = "input-ended"
 )
 
 // Decline kinds (the same strings the host uses).

@@ -29,6 +29,9 @@ func Guarantees(spec *jobspec.Spec) []control.Guarantee {
 		if s.Kind == jobspec.KindJetStream && s.StartSequence > 0 {
 			g += fmt.Sprintf("; without a checkpoint, reads from sequence %d (start: %s)", s.StartSequence, cmp.Or(s.Start, fmt.Sprint(s.StartSequence)))
 		}
+		if s.Kind == jobspec.KindJetStream && s.StopSequence > 0 {
+			g += fmt.Sprintf("; stops after sequence %d (stop: %s), then the job finishes with a final savepoint", s.StopSequence, cmp.Or(s.Stop, fmt.Sprint(s.StopSequence)))
+		}
 		out = append(out, control.Guarantee{Role: "source", Name: s.Name, Text: g})
 	}
 	for _, s := range spec.Sinks {

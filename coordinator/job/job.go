@@ -22,6 +22,11 @@ const (
 	evFailure evKind = iota + 1
 	evFinished
 	evCancel
+	// evInputEnded: a source task's bounded input ended.
+	evInputEnded
+	// evEnd: the final savepoint of an attempt whose bounded inputs all
+	// ended completed and its output is committed: the job is finished.
+	evEnd
 )
 
 type jobEvent struct {
@@ -64,7 +69,11 @@ type job struct {
 	st       control.JobStatus
 	assign   map[string]string // task → worker
 	finished map[string]bool
-	queue    []jobEvent
+	// ended holds the source tasks of the attempt whose bounded input
+	// ended; once it holds them all, ending is set and finishInput runs.
+	ended  map[string]bool
+	ending bool
+	queue  []jobEvent
 	wake     chan struct{}
 	// consecutive counts restarts since the last completed checkpoint.
 	consecutive int
@@ -254,6 +263,8 @@ func (j *job) event(e control.Event) {
 			reason: fmt.Sprintf("task %s failed: %s", e.Task, cause), final: e.Unrecoverable, secondary: e.Secondary})
 	case control.EventFinished:
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
+	case control.EventInputEnded:
+		j.push(jobEvent{kind: evInputEnded, attempt: e.Attempt, task: e.Task})
 	}
 }
 
@@ -495,6 +506,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) 
 		all[k] = v
 	}
 	j.finished = map[string]bool{}
+	j.ended, j.ending = map[string]bool{}, false
 	// Queued events stay: failures and ends of earlier attempts are
 	// filtered by attempt in wait, a cancel must not be lost.
 	j.st.RestoredFrom = 0
@@ -594,6 +606,21 @@ func (j *job) wait() (done bool, f failure) {
 					j.mu.Unlock()
 					return false, failure{reason: e.reason, final: e.final}
 				}
+			case evInputEnded:
+				if e.attempt != attempt {
+					continue
+				}
+				if j.inputEnded(e.task) {
+					go j.finishInput(attempt)
+				}
+			case evEnd:
+				if e.attempt != attempt {
+					continue
+				}
+				j.runner.Stop("job finished")
+				j.stopTasks(e.reason)
+				j.setState(control.JobFinished, e.reason)
+				return true, failure{}
 			case evFinished:
 				if e.attempt != attempt {
 					continue
@@ -611,6 +638,76 @@ func (j *job) wait() (done bool, f failure) {
 			}
 		}
 	}
+}
+
+// inputEnded records that source task's bounded input ended, and reports
+// whether the job should now end: every source task's has, and the end is
+// not under way already.
+func (j *job) inputEnded(task string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ended[task] = true
+	for _, t := range j.plan.Tasks {
+		if t.Kind == plan.Source && !j.ended[t.ID] {
+			return false
+		}
+	}
+	if j.ending {
+		return false
+	}
+	j.ending = true
+	return true
+}
+
+// finishRetry is how long finishInput waits before it tries a failed final
+// savepoint again.
+const finishRetry = time.Second
+
+// finishInput ends attempt, whose bounded sources all read up to their
+// stops: it takes a stop savepoint (no source has input left after its
+// barrier), has every task handle its completion — the sinks commit the
+// output after the last checkpoint with it — and then the job is
+// finished. A savepoint that fails is tried again. A worker whose tasks
+// could not come to rest (a sink's commit failed) fails the attempt: the
+// next restores the final savepoint, whose sources end at once, and
+// commits again (exactly-once sinks deduplicate) rather than the job
+// finish without the output.
+func (j *job) finishInput(attempt int) {
+	var cp control.CheckpointInfo
+	for {
+		if st := j.status(); st.Attempt != attempt || st.State.Terminal() || j.ctx.Err() != nil {
+			return
+		}
+		ctx, cancel := j.ctx, context.CancelFunc(func() {})
+		if t := j.spec.Checkpointing.Timeout; t > 0 {
+			ctx, cancel = context.WithTimeout(j.ctx, t+time.Second)
+		}
+		var err error
+		cp, err = j.runner.StopSavepoint(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		j.m.log.Warn("final savepoint failed; trying again", "job", j.spec.Name, "attempt", attempt, "err", err)
+		if !j.sleep(finishRetry) {
+			return
+		}
+	}
+	if j.attempt() != attempt {
+		return
+	}
+	for _, w := range j.workers() {
+		c, cancel := context.WithTimeout(j.ctx, j.m.opts.RequestTimeout)
+		err := j.m.ctl.Stop(c, w, control.Stop{Job: j.spec.Name, Attempt: attempt, CheckpointID: cp.ID})
+		cancel()
+		if err != nil {
+			j.push(jobEvent{kind: evFailure, attempt: attempt,
+				reason: fmt.Sprintf("final savepoint %d: worker %s could not commit it: %v", cp.ID, w, err)})
+			return
+		}
+	}
+	j.push(jobEvent{kind: evEnd, attempt: attempt,
+		reason: fmt.Sprintf("every source read up to its stop; output committed with final savepoint %d", cp.ID)})
 }
 
 // stopTasks tells every worker of the attempt to cancel it (best effort).

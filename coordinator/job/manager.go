@@ -343,7 +343,7 @@ func (m *Manager) restorable(ctx context.Context, job string) string {
 }
 
 // prepare builds a spec's plan, resolves its modules and its sources'
-// start sequences.
+// start and stop sequences.
 func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh bool) (*plan.Plan, map[string]control.Module, error) {
 	p, err := plan.Build(spec)
 	if err != nil {
@@ -357,6 +357,9 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh bool) (
 		return nil, nil, err
 	}
 	if err := m.resolveStarts(ctx, spec, fresh); err != nil {
+		return nil, nil, err
+	}
+	if err := m.resolveStops(ctx, spec, fresh); err != nil {
 		return nil, nil, err
 	}
 	return p, mods, nil
@@ -458,6 +461,7 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
 	if from != nil {
 		m.keepStarts(spec, from.Job)
+		m.keepStops(spec, from.Job)
 	}
 	p, mods, err := m.prepare(ctx, spec, from == nil)
 	if err != nil {

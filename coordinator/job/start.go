@@ -79,6 +79,99 @@ func (m *Manager) keepStarts(spec *jobspec.Spec, job string) {
 	}
 }
 
+// resolveStops sets the StopSequence of each jetstream source with a Stop,
+// asking its stream (after resolveStarts): end is the stream's last
+// sequence now; a time, the last message stored at or before it (a time
+// still to come is refused); a sequence, itself, which the stream may not
+// have reached yet (the source then waits for it). A source resolved
+// before (a job's stored spec, restored) keeps its sequence. A stop that
+// reads nothing because the stream holds nothing up to it is refused,
+// and so is one before the source's start.
+func (m *Manager) resolveStops(ctx context.Context, spec *jobspec.Spec, fresh bool) error {
+	for i := range spec.Sources {
+		src := &spec.Sources[i]
+		if src.Kind != jobspec.KindJetStream || (src.StopSequence != 0 && !fresh) {
+			continue
+		}
+		sp, err := jobspec.ParseStop(src.Stop)
+		if err != nil {
+			return control.Errorf(control.ErrInvalid, "submit %s: source %s: stop: %w", spec.Name, src.Name, err)
+		}
+		if src.StopSequence == 0 && (sp.End || !sp.Time.IsZero()) {
+			if m.opts.JetStream == nil {
+				return control.Errorf(control.ErrUnavailable, "submit %s: source %s: stop %s needs stream %s's sequences, and this coordinator has no JetStream connection", spec.Name, src.Name, src.Stop, src.Stream)
+			}
+			c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+			seq, err := resolveStop(c, m.opts.JetStream, src.Stream, sp)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("submit %s: source %s: stop %s: %w", spec.Name, src.Name, src.Stop, err)
+			}
+			src.StopSequence = seq
+		} else if src.StopSequence == 0 {
+			src.StopSequence = sp.Seq
+		}
+		if src.StopSequence != 0 && src.StartSequence > src.StopSequence+1 {
+			return control.Errorf(control.ErrInvalid, "submit %s: source %s: stop %s (sequence %d) is before its start (sequence %d)",
+				spec.Name, src.Name, cmp.Or(src.Stop, fmt.Sprint(src.StopSequence)), src.StopSequence, src.StartSequence)
+		}
+	}
+	return nil
+}
+
+// keepStops is keepStarts for stop sequences: a restored job stops where
+// it was resolved to stop ("end": the stream's end when the job first
+// started, not at the restore).
+func (m *Manager) keepStops(spec *jobspec.Spec, job string) {
+	j, err := m.job(job)
+	if err != nil || j.spec == spec {
+		return
+	}
+	for i := range spec.Sources {
+		src := &spec.Sources[i]
+		if src.Kind != jobspec.KindJetStream || src.StopSequence != 0 || src.Stop == "" {
+			continue
+		}
+		for _, old := range j.spec.Sources {
+			if old.Name == src.Name && old.Kind == src.Kind && old.Stream == src.Stream && old.Stop == src.Stop {
+				src.StopSequence = old.StopSequence
+			}
+		}
+	}
+}
+
+// resolveStop is the last stream sequence sp (end or a time) names in
+// stream.
+func resolveStop(ctx context.Context, js jetstream.JetStream, stream string, sp jobspec.StopPoint) (uint64, error) {
+	var seq uint64
+	if sp.End {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
+		}
+		seq = info.State.LastSeq
+	} else {
+		if sp.Time.After(time.Now().Add(startClockSkew)) {
+			return 0, control.Errorf(control.ErrInvalid, "the time is in the future (this coordinator's clock says %s): which message it stops at is not known yet; give a sequence, or submit the job then",
+				time.Now().UTC().Format(time.RFC3339))
+		}
+		// The message before the first one stored after the time.
+		next, err := resolveStart(ctx, js, stream, jobspec.StartPoint{Time: sp.Time.Add(time.Nanosecond)})
+		if err != nil {
+			return 0, err
+		}
+		seq = next - 1
+	}
+	if seq == 0 {
+		return 0, control.Errorf(control.ErrInvalid, "stream %s holds no message up to it: the source would read nothing (give a sequence to wait for)", stream)
+	}
+	return seq, nil
+}
+
 // startClockSkew is how far ahead of the coordinator's clock a start time
 // may be (the clock of the machine that wrote it may be ahead).
 const startClockSkew = 5 * time.Second

@@ -78,6 +78,12 @@ func Check(s *Spec) error {
 		if _, err := ParseStart(src.Start); err != nil {
 			bad(path+".start", "%v", err)
 		}
+		if _, err := ParseStop(src.Stop); err != nil {
+			bad(path+".stop", "%v", err)
+		}
+		if src.StopSequence != 0 && src.StartSequence > src.StopSequence+1 {
+			bad(path+".stop_sequence", "%d is before start_sequence %d", src.StopSequence, src.StartSequence)
+		}
 	}
 	for i := range s.Operators {
 		op := &s.Operators[i]

@@ -582,6 +582,17 @@ func (p *parser) parse(data []byte) *Spec {
 						}
 						src.Start = start
 					},
+					"stop": func(v *yaml.Node, path string) {
+						var stop string
+						if p.str(v, path, &stop); stop == "" {
+							return
+						}
+						if _, err := ParseStop(stop); err != nil {
+							p.errf(v, path, "%v", err)
+							return
+						}
+						src.Stop = stop
+					},
 				})
 				s.Sources = append(s.Sources, src)
 			})
@@ -815,8 +826,9 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			if src.Subject == "" {
 				at(src.Line, path+".subject", "a nats source needs a subject")
 			}
-			if src.Stream != "" || src.Filter != "" || src.Partitions != 0 || src.PartitionFilter != "" || src.Start != "" || src.StartSequence != 0 {
-				at(src.Line, path, "stream, filter, partitions and start apply to jetstream sources only")
+			if src.Stream != "" || src.Filter != "" || src.Partitions != 0 || src.PartitionFilter != "" || src.Start != "" || src.StartSequence != 0 ||
+				src.Stop != "" || src.StopSequence != 0 {
+				at(src.Line, path, "stream, filter, partitions, start and stop apply to jetstream sources only")
 			}
 		case KindJetStream:
 			if src.Stream == "" {

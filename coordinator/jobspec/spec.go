@@ -156,8 +156,56 @@ type Source struct {
 	// starts at the same message. A restore continues from the
 	// checkpoint's offsets instead.
 	StartSequence uint64 `json:"start_sequence,omitempty"`
-	Parallelism   int    `json:"parallelism"`
-	Line          int    `json:"line,omitempty"`
+	// Stop bounds a jetstream source (empty: it never ends): StopEnd (the
+	// stream's last message when the job started), a stream sequence
+	// ("5000", which the stream may not have reached yet), or an RFC 3339
+	// time (the last message stored at or before it). Once every source
+	// of a job read up to its stop, the job takes a final savepoint,
+	// commits the sinks' output with it, and finishes. See ParseStop.
+	Stop string `json:"stop,omitempty"`
+	// StopSequence is Stop resolved to the last stream sequence the
+	// source reads (0: unbounded); the coordinator sets it when it starts
+	// the job, so that every subtask and every restart stops at the same
+	// message.
+	StopSequence uint64 `json:"stop_sequence,omitempty"`
+	Parallelism  int    `json:"parallelism"`
+	Line         int    `json:"line,omitempty"`
+}
+
+// StopEnd, as a Source.Stop, bounds a jetstream source at the stream's
+// last message when the job started.
+const StopEnd = "end"
+
+// StopPoint is a parsed Source.Stop: the zero value is no stop.
+type StopPoint struct {
+	// End is StopEnd.
+	End bool
+	// Seq, when not 0, is the last stream sequence to read.
+	Seq uint64
+	// Time, when not zero, stops after the last message stored at or
+	// before it.
+	Time time.Time
+}
+
+// Bounded reports whether p stops the source at all.
+func (p StopPoint) Bounded() bool { return p.End || p.Seq != 0 || !p.Time.IsZero() }
+
+// ParseStop reads a Source.Stop: "" (no stop), StopEnd, a stream
+// sequence of 1 or more, or an RFC 3339 time.
+func ParseStop(s string) (StopPoint, error) {
+	switch s {
+	case "":
+		return StopPoint{}, nil
+	case StopEnd:
+		return StopPoint{End: true}, nil
+	}
+	if seq, err := strconv.ParseUint(s, 10, 64); err == nil && seq > 0 {
+		return StopPoint{Seq: seq}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return StopPoint{Time: t}, nil
+	}
+	return StopPoint{}, fmt.Errorf("want end, a stream sequence (1 or more) or an RFC 3339 time (2026-11-30T09:00:00Z), got %q", s)
 }
 
 // Source.Start values besides a sequence and a time.

@@ -95,6 +95,53 @@ func TestParseStart(t *testing.T) {
 	}
 }
 
+// A jetstream source's stop: end, a sequence or a time.
+func TestParseStop(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		in      string
+		want    StopPoint
+		bounded bool
+	}{
+		{"", StopPoint{}, false},
+		{"end", StopPoint{End: true}, true},
+		{"5000", StopPoint{Seq: 5000}, true},
+		{"2026-11-30T09:00:00Z", StopPoint{Time: at}, true},
+	} {
+		got, err := ParseStop(c.in)
+		if err != nil || got.End != c.want.End || got.Seq != c.want.Seq || !got.Time.Equal(c.want.Time) || got.Bounded() != c.bounded {
+			t.Errorf("ParseStop(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"0", "-1", "all", "new", "latest", "2026-11-30", "END"} {
+		if _, err := ParseStop(bad); err == nil {
+			t.Errorf("ParseStop(%q) took it", bad)
+		}
+	}
+	spec := strings.Replace(good, "    filter: lines.>\n", "    filter: lines.>\n    stop: end\n", 1)
+	s, err := Parse("job.yaml", []byte(spec), Options{CheckModule: func(modref.Ref) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sources[0].Stop; got != "end" {
+		t.Fatalf("stop %q", got)
+	}
+	for _, c := range []struct{ name, src, want string }{
+		{"bad stop", "{name: in, kind: jetstream, stream: S, stop: latest}", `job.yaml:3: sources[0].stop: want end, a stream sequence (1 or more) or an RFC 3339 time`},
+		{"stop on a nats source", "{name: in, kind: nats, subject: a, stop: end}", `job.yaml:3: sources[0]: stream, filter, partitions, start and stop apply to jetstream sources only`},
+	} {
+		_, err := Parse("job.yaml", []byte("name: j\nsources:\n  - "+c.src+"\n"), Options{CheckModule: func(modref.Ref) error { return nil }})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	// A JSON spec's resolved sequences: a stop before the start is refused.
+	js := Spec{Name: "j", Sources: []Source{{Name: "in", Kind: KindJetStream, Stream: "S", Parallelism: 1, StartSequence: 10, StopSequence: 5}}}
+	if err := Check(&js); err == nil || !strings.Contains(err.Error(), "stop_sequence: 5 is before start_sequence 10") {
+		t.Errorf("stop before start: %v", err)
+	}
+}
+
 // A sink subject may end in {key}: each record goes to the subject of its
 // key (transport/subject).
 func TestParseKeyedSinkSubject(t *testing.T) {
@@ -268,13 +315,13 @@ func TestErrors(t *testing.T) {
 		{"unknown source key", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, key: topic}\n",
 			[]string{`job.yaml:3: sources[0].key: unknown value "topic" (want header, subject)`}},
 		{"start on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, start: new}\n",
-			[]string{`job.yaml:3: sources[0]: stream, filter, partitions and start apply to jetstream sources only`}},
+			[]string{`job.yaml:3: sources[0]: stream, filter, partitions, start and stop apply to jetstream sources only`}},
 		{"bad start", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, start: latest}\n",
 			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more) or an RFC 3339 time (2026-11-30T09:00:00Z), got "latest"`}},
 		{"start at sequence 0", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, start: 0}\n",
 			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more)`}},
 		{"partitions on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, partitions: 2, partition-filter: \"a.{p}\"}\n",
-			[]string{`job.yaml:3: sources[0]: stream, filter, partitions and start apply to jetstream sources only`}},
+			[]string{`job.yaml:3: sources[0]: stream, filter, partitions, start and stop apply to jetstream sources only`}},
 		{"memory over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 1TiB}\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].limits.memory: 1TiB is more than a wasm32 module can address (4GiB)`}},
 		{"memory just over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 4294967297}\n    inputs: [{from: in}]\n"),

@@ -295,3 +295,103 @@ checkpointing: {interval: 100ms}
 		t.Fatalf("job: %d restarts (%s), %v", st.Restarts, st.Reason, err)
 	}
 }
+
+// A jetstream source's stop: resolved when the job starts (end, a time)
+// or taken as it is (a sequence, which the stream may not have reached:
+// the job waits for it), and refused when it would read nothing or stop
+// before the start. A job whose sources all stopped finishes by itself.
+func TestSourceStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "wordcount")
+	submit := func(name, in, out, fields string) error {
+		t.Helper()
+		spec, err := jobspec.Parse(name+".yaml", fmt.Appendf(nil, `name: %s
+sources: [{name: in, kind: jetstream, stream: %s, %s}]
+operators: [{name: count, module: %s, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: %s, subject: %s, input: {from: count}}]
+checkpointing: {interval: 100ms}
+`, name, in, fields, mods["wordcount"], out, strings.ToLower(out)), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+		return err
+	}
+	publish := func(subject string, count int) {
+		t.Helper()
+		for i := 0; i < count; i++ {
+			if _, err := n.JS.Publish(ctx, subject, []byte("w")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "EMPTY", Subjects: []string{"empty"}})
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
+	for _, s := range []string{"OUT1", "OUT2", "OUT3"} {
+		mustSinkStream(t, ctx, n.JS, s, strings.ToLower(s))
+	}
+	publish("in", 5)
+
+	for _, c := range []struct{ name, in, fields, want string }{
+		{"empty", "EMPTY", "stop: end", "source in: stop end: stream EMPTY holds no message up to it"},
+		{"before", "IN", "start: 4, stop: 2", "source in: stop 2 (sequence 2) is before its start (sequence 4)"},
+		{"future", "IN", "stop: " + time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "the time is in the future"},
+	} {
+		if err := submit(c.name, c.in, "OUT1", c.fields); !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+
+	// Sequences 2..4, then the job finishes.
+	if err := submit("mid", "IN", "OUT1", "start: 2, stop: 4"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitJob(t, ctx, n, "mid", "the job to finish", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if st.State != control.JobFinished || !strings.Contains(fmt.Sprint(st.Guarantees), "stops after sequence 4 (stop: 4)") {
+		t.Errorf("job %s (%s), guarantees %v", st.State, st.Reason, st.Guarantees)
+	}
+	if info := mustInfo(t, ctx, n, "OUT1"); info.State.Msgs != 3 {
+		t.Errorf("OUT1 holds %d messages, want 3", info.State.Msgs)
+	}
+
+	// A stop the stream has not reached: the job waits for it.
+	if err := submit("ahead", "IN", "OUT2", "stop: 8"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if st, _ := n.API.Job(ctx, "ahead"); st.State != control.JobRunning {
+		t.Fatalf("job %s (%s) before its stop was stored", st.State, st.Reason)
+	}
+	publish("in", 5) // 6..10
+	waitJob(t, ctx, n, "ahead", "the job to finish", func(st control.JobStatus) bool { return st.State == control.JobFinished })
+	if info := mustInfo(t, ctx, n, "OUT2"); info.State.Msgs != 8 {
+		t.Errorf("OUT2 holds %d messages, want 8", info.State.Msgs)
+	}
+
+	// A time: the messages stored up to it.
+	time.Sleep(20 * time.Millisecond)
+	at := time.Now().UTC()
+	time.Sleep(20 * time.Millisecond)
+	publish("in", 2)
+	if err := submit("time", "IN", "OUT3", "stop: "+at.Format(time.RFC3339Nano)); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "time", "the job to finish", func(st control.JobStatus) bool { return st.State == control.JobFinished })
+	if info := mustInfo(t, ctx, n, "OUT3"); info.State.Msgs != 10 {
+		t.Errorf("OUT3 holds %d messages, want 10", info.State.Msgs)
+	}
+}
+
+func mustInfo(t *testing.T, ctx context.Context, n *Node, stream string) *jetstream.StreamInfo {
+	t.Helper()
+	st, err := n.JS.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}

@@ -412,6 +412,12 @@ func (l listener) Decline(ctx context.Context, task string, id int64, kind, reas
 	return l.w.Decline(ctx, l.ref(task), id, kind, reason)
 }
 
+// InputEnded implements host.InputEndListener: the source task's bounded
+// input ended.
+func (l listener) InputEnded(ctx context.Context, task string) error {
+	return l.w.InputEnded(ctx, l.ref(task))
+}
+
 // Failed reports the task's failure; the reason is the cause alone, as
 // the coordinator names the task ("task <name> failed: <cause>").
 func (l listener) Failed(ctx context.Context, task string, err error) error {

@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// TestBoundedJobFinishesExactlyOnce runs a job whose partitioned
+// JetStream source stops at the stream's end when the job starts (stop:
+// end) through the keyed running count into an exactly-once sink, on two
+// workers, and injects failures: mid-run (an operator trap, a worker
+// crash), or at the end (the final savepoint's storage write fails, so it
+// is taken again). The job must finish by itself, and the sink must hold
+// the counts of exactly the messages stored before the job started, each
+// once: none of those published later, no gap, no repeat.
+func TestBoundedJobFinishesExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end failure injection: skipped in -short")
+	}
+	modPath := filepath.Join(t.TempDir(), "wordcount.wasm")
+	if err := os.WriteFile(modPath, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		name     string
+		interval string
+		midRun   bool
+	}{
+		{"faults mid-run", "150ms", true},
+		{"final savepoint fails once", "1h", false},
+	} {
+		t.Run(c.name, func(t *testing.T) { runBoundedScenario(t, modPath, c.interval, c.midRun, uint64(i+1)) })
+	}
+}
+
+func runBoundedScenario(t *testing.T, modPath, interval string, midRun bool, seed uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	inj := &injector{piece: 1} // slow operators: the faults land while records flow
+	dir := t.TempDir()
+	hb := 100 * time.Millisecond
+	log := slog.New(slog.DiscardHandler)
+	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer main.Close()
+	startWorker := func(id string) *Node {
+		n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: main.Server.ClientURL()}, Workers: 1, WorkerID: id,
+			CheckpointStore: StoreDir, DataDir: dir, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	w2 := startWorker("w2")
+	defer func() { w2.Close() }()
+	js := main.JS
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
+	mustSinkStream(t, ctx, js, "OUT", "out")
+	sent := map[string]int{}
+	publish := func(n int, count bool) {
+		for i := 0; i < n; i++ {
+			k := fmt.Sprintf("k%02d", rng.IntN(e2eKeys))
+			if count {
+				sent[k]++
+			}
+			msg := nats.NewMsg("in." + k)
+			msg.Header.Set("Weir-Key", k)
+			msg.Data = []byte(k)
+			if _, err := js.PublishMsgAsync(msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal("publish timed out")
+		}
+	}
+	const before = 1500
+	publish(before, true)
+	spec := fmt.Sprintf(`name: counts
+sources:
+  - {name: in, kind: jetstream, stream: IN, parallelism: 2, partitions: 4, partition-filter: "in.{p}.*", stop: end}
+operators:
+  - {name: count, module: %s, parallelism: 2, inputs: [{from: in, partition: key}]}
+sinks:
+  - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}
+checkpointing: {interval: %s, timeout: 10s}
+restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
+`, modPath, interval)
+	s, err := jobspec.Parse("counts.yaml", []byte(spec), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !midRun {
+		inj.failPut.Store(true) // the only snapshot write: the final savepoint's
+	}
+	if _, err := main.API.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	// Stored after the job started: past its stop.
+	publish(300, false)
+	if st, err := main.API.Job(ctx, "counts"); err != nil || !strings.Contains(fmt.Sprint(st.Guarantees), fmt.Sprintf("stops after sequence %d (stop: end)", before)) {
+		t.Errorf("guarantees %v, %v; want the resolved stop", st.Guarantees, err)
+	}
+	if midRun {
+		waitJob(t, ctx, main, "counts", "a first checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
+		inj.trap.Store(true)
+		waitJob(t, ctx, main, "counts", "a restart", func(st control.JobStatus) bool { return st.Restarts > 0 })
+		time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
+		w2.Conn.Close() // a crash: no goodbye
+		w2.Close()
+		w2 = startWorker("w3")
+	}
+	st := waitJob(t, ctx, main, "counts", "the job to finish", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if st.State != control.JobFinished || !strings.Contains(st.Reason, "final savepoint") {
+		t.Fatalf("job ended %s (%s), want finished with its final savepoint", st.State, st.Reason)
+	}
+	counts := readCounts(t, ctx, js, before, true)
+	for k, n := range sent {
+		got := counts[k]
+		ok := len(got) == n
+		for i := 0; ok && i < n; i++ {
+			ok = got[i] == i+1
+		}
+		if !ok {
+			t.Errorf("key %s: counts %v, want 1..%d exactly once", k, summarize(got), n)
+		}
+	}
+	t.Logf("%d records counted, %d restarts; %s", before, st.Restarts, st.Reason)
+	if midRun && st.Restarts < 2 {
+		t.Errorf("%d restarts, want the trap's and the crash's", st.Restarts)
+	}
+	if n := inj.fired.Load(); n != 1 {
+		t.Errorf("%d hook faults fired, want 1", n)
+	}
+}
