@@ -168,6 +168,9 @@ type TaskStats struct {
 	// its stream holds that the task has not read yet (a JetStream
 	// source: the server's count for its consumers); nil otherwise.
 	SourcePending *int64 `json:"source_pending,omitempty"`
+	// InputEnded says that a source task's bounded source read everything
+	// up to its stop: the task waits for the job's final savepoint.
+	InputEnded bool `json:"input_ended,omitempty"`
 }
 
 // Heartbeat says a worker is alive and which tasks it runs.
