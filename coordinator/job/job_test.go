@@ -64,6 +64,8 @@ type fakeWorker struct {
 	// abortHang, if set, is signaled by each Abort, which then answers only
 	// once the worker stops.
 	abortHang chan struct{}
+	stops     []control.Stop // Stop requests (bring tasks to rest)
+	stopErr   error          // if set, the next Stop fails with it
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
@@ -197,7 +199,14 @@ func (w *fakeWorker) Abort(ctx context.Context, _ control.Abort) error {
 	}
 	return nil
 }
-func (w *fakeWorker) Stop(context.Context, control.Stop) error { return nil }
+func (w *fakeWorker) Stop(_ context.Context, s control.Stop) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stops = append(w.stops, s)
+	err := w.stopErr
+	w.stopErr = nil
+	return err
+}
 
 func (w *fakeWorker) currentAttempt(job string) (int, bool) {
 	w.mu.Lock()
