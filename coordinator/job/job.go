@@ -74,7 +74,7 @@ type job struct {
 	ended  map[string]bool
 	ending bool
 	queue  []jobEvent
-	wake     chan struct{}
+	wake   chan struct{}
 	// consecutive counts restarts since the last completed checkpoint.
 	consecutive int
 	// firstID is the first checkpoint ID of this run.
