@@ -108,10 +108,11 @@ type Source interface {
 	//   - io.EOF: the task finishes at once (final output, the sink's
 	//     EndOfInput, end-of-partition downstream), without a checkpoint;
 	//   - an error with a method InputEnded() bool that reports true (see
-	//     InputEnded), with the final offset: the task takes no more input
-	//     and tells its listener (InputEndListener), and the job ends with
-	//     a final savepoint, whose completion commits the output after the
-	//     last checkpoint exactly once.
+	//     InputEnded), with the final offset: the task takes no more input,
+	//     sends end-of-data downstream and tells its listener
+	//     (InputEndListener), and the job ends with a final savepoint,
+	//     whose completion commits the output after the last checkpoint
+	//     exactly once.
 	Poll(ctx context.Context) (batch []byte, offset []byte, err error)
 	// Seek positions the source at offset, as returned by Poll and stored in
 	// a checkpoint; called once before the first Poll when restoring. A nil
@@ -136,9 +137,11 @@ func InputEnded(err error) bool {
 }
 
 // InputEndListener is implemented by a CheckpointListener that wants to
-// hear when a source task's input ended (InputEnded): the coordinator
-// takes the job's final savepoint once every source task's has, and ends
-// the job once it completed. A task reports it once per run.
+// hear when a task's input ended: a source task's bounded source said so
+// (InputEnded), or every input channel of another task delivered
+// end-of-data (after the operator's EndOfInput output). The coordinator
+// takes the job's final savepoint once every task's has, and ends the job
+// once it completed. A task reports it once per run.
 type InputEndListener interface {
 	InputEnded(ctx context.Context, task string) error
 }

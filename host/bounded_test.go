@@ -73,8 +73,9 @@ func TestInputEnded(t *testing.T) {
 }
 
 // A bounded source's end (host.InputEnded) does not finish the task: it
-// reports the end once, takes no more input, and still takes the stop
-// savepoint, whose snapshot holds the source's final offset.
+// sends end-of-data downstream, reports the end once, takes no more input,
+// and still takes the stop savepoint, whose snapshot holds the source's
+// final offset.
 func TestBoundedSourceWaitsForTheFinalSavepoint(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -121,14 +122,14 @@ func TestBoundedSourceWaitsForTheFinalSavepoint(t *testing.T) {
 		t.Fatalf("the savepoint holds offset %d, want the final 99", got)
 	}
 	var got []stream.Element
-	for len(got) < 3 {
+	for len(got) < 4 {
 		if d, ok, _ := ro.Poll(); ok {
 			got = append(got, d.Element)
 		} else {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if s := render(t, got); s != "a b B1" {
+	if s := render(t, got); s != "a b EOD B1" {
 		t.Fatalf("channel carried %q", s)
 	}
 	task.NotifyCheckpointComplete(1)
@@ -152,5 +153,75 @@ func TestInputEndedUnreportedFailsTheTask(t *testing.T) {
 	err = task.Run(context.Background())
 	if err == nil || !errors.Is(err, er.fail) {
 		t.Fatalf("run: %v, want the report's failure", err)
+	}
+}
+
+// An operator task ends its input port once every channel of it
+// delivered end-of-data: the operator's EndOfInput runs once, end-of-data
+// follows its output downstream, and the listener hears of it; barriers
+// still pass. A task restored from a snapshot taken after that does not
+// end the port again when its (restored) upstream sends end-of-data once
+// more, but forwards it and reports again.
+func TestEndOfDataEndsThePortOnce(t *testing.T) {
+	store, _ := storage.NewDir(t.TempDir())
+	run := func(restore string) (op *countOp, rc *recorder, er *endRecorder, out string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s1, r1 := local.New(local.Options{Name: "a->x"})
+		s2, r2 := local.New(local.Options{Name: "b->x"})
+		so, ro := local.New(local.Options{Name: "x->y"})
+		rc, acks := ackWaiter()
+		er = &endRecorder{recorder: rc}
+		op = &countOp{}
+		task, err := host.New(host.Config{Name: "x", Operator: op,
+			Inputs:  []host.Input{{Receiver: r1}, {Receiver: r2}},
+			Outputs: []host.Output{{Senders: []stream.Sender{so}}}, Store: store, Listener: er, Restore: restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- task.Run(ctx) }()
+		send := func(s stream.Sender, e stream.Element) {
+			if err := s.Send(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(s1, rec("a", "a"))
+		send(s1, stream.EndOfData())
+		send(s2, rec("b", "b"))
+		time.Sleep(20 * time.Millisecond)
+		if len(er.endedTasks()) != 0 {
+			t.Fatal("input ended with one channel still open")
+		}
+		send(s2, stream.EndOfData())
+		sp := stream.Barrier{ID: 5, Type: stream.Savepoint}
+		send(s1, stream.BarrierElement(sp))
+		send(s2, stream.BarrierElement(sp))
+		if id := waitAck(t, acks, rc); id != 5 {
+			t.Fatalf("ack %d", id)
+		}
+		var got []stream.Element
+		for len(got) < 4 {
+			if d, ok, _ := ro.Poll(); ok {
+				got = append(got, d.Element)
+			} else {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		cancel()
+		<-done
+		return op, rc, er, render(t, got)
+	}
+	op, rc, er, out := run("")
+	if out != "a b EOD B5" || fmt.Sprint(op.endPorts) != "[0]" || fmt.Sprint(er.endedTasks()) != "[x]" {
+		t.Fatalf("output %q, ended ports %v, reported %v", out, op.endPorts, er.endedTasks())
+	}
+	snap := readSnap(t, store, rc.handle(5, "x"))
+	if fmt.Sprint(snap.EndedPorts) != "[0]" {
+		t.Fatalf("the snapshot's ended ports %v, want [0]", snap.EndedPorts)
+	}
+	op, _, er, out = run(rc.handle(5, "x"))
+	if out != "a b EOD B5" || len(op.endPorts) != 0 || fmt.Sprint(er.endedTasks()) != "[x]" {
+		t.Fatalf("restored: output %q, ended ports %v (want none again), reported %v", out, op.endPorts, er.endedTasks())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,6 +143,10 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		snap.SourceOffset = t.lastOffset
 		t.offsets[a.ID] = t.lastOffset
 	}
+	for p := range t.endedPorts {
+		snap.EndedPorts = append(snap.EndedPorts, p)
+	}
+	slices.Sort(snap.EndedPorts)
 	// Forward the barrier.
 	if a.Unaligned {
 		// It overtakes everything queued: at the channel's sender and in the
@@ -333,6 +338,9 @@ func (t *Task) restore(ctx context.Context) error {
 			return t.operatorErr(err, "restore", "")
 		}
 	}
+	for _, p := range snap.EndedPorts {
+		t.endedPorts[p] = true
+	}
 	if s := t.cfg.Sink; s != nil {
 		state := snap.SinkState
 		if t.committed(ctx, t.cfg.Restore, snap) {
@@ -404,6 +412,20 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		stored = append(stored, t.cfg.Sink != nil && t.committed(ctx, h, snap))
 	}
 	t.restoredID = snaps[0].CheckpointID
+	// A port ended in every old subtask stays ended; one that ended in
+	// some only is ended again, so that the others' state (their open
+	// windows, say) gives its final output.
+	ended := map[int]int{}
+	for _, s := range snaps {
+		for _, p := range s.EndedPorts {
+			ended[p]++
+		}
+	}
+	for p, n := range ended {
+		if n == len(snaps) {
+			t.endedPorts[p] = true
+		}
+	}
 	// Each part the task has is restored from its share of the snapshots:
 	// a task may chain a source, an operator and a sink.
 	if t.cfg.Sink == nil && t.cfg.Operator == nil && t.cfg.Source == nil {

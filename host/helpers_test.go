@@ -182,6 +182,8 @@ func render(t testing.TB, els []stream.Element) string {
 			s = append(s, fmt.Sprintf("C%d", e.CheckpointID))
 		case stream.KindEndOfPartition:
 			s = append(s, "EOP")
+		case stream.KindEndOfData:
+			s = append(s, "EOD")
 		}
 	}
 	return strings.Join(s, " ")

@@ -160,16 +160,26 @@ type Task struct {
 	ctx     context.Context
 
 	// input gate
-	drained   []bool // the receiver delivered end-of-partition: poll no more
-	ended     []bool // end-of-partition was handled
-	portOpen  map[int]int
-	rr        int
-	wake      chan struct{}
-	replay    []*sequence // stack: the top is read first
-	align     *spillBuffer
-	deferred  [][]deferredBarrier // per channel, in arrival order
-	finished  bool
-	inputDone bool
+	drained  []bool // the receiver delivered end-of-partition: poll no more
+	ended    []bool // end-of-partition was handled
+	portOpen map[int]int
+	// dataEnded marks the channels that delivered end-of-data or
+	// end-of-partition; portLive counts, per port, the channels not yet
+	// so; endedPorts holds the ports whose end the operator handled
+	// (EndOfInput), in this run or before the snapshot restored;
+	// dataEndSent is set once every channel's data ended and the task
+	// forwarded end-of-data and told its listener.
+	dataEnded   []bool
+	portLive    map[int]int
+	endedPorts  map[int]bool
+	dataEndSent bool
+	rr          int
+	wake        chan struct{}
+	replay      []*sequence // stack: the top is read first
+	align       *spillBuffer
+	deferred    [][]deferredBarrier // per channel, in arrival order
+	finished    bool
+	inputDone   bool
 	// sourceEnded is set once a bounded source said its input ended
 	// (InputEnded): the task takes no more input and waits for the job's
 	// final savepoint.
@@ -214,8 +224,9 @@ type Stats struct {
 	// Checkpoints counts the snapshots the task took, Declined the
 	// checkpoints it declined.
 	Checkpoints, Declined int64
-	// InputEnded says that the task's bounded source delivered all of its
-	// input; the task waits for the job's final savepoint.
+	// InputEnded says that the task's input ended: its bounded source
+	// delivered everything up to its stop, or every input channel
+	// delivered end-of-data. The task waits for the job's final savepoint.
 	InputEnded bool
 	// Running is the time since the task started; Busy the part of it
 	// spent processing input batches (its operator, and a sink task's
@@ -273,7 +284,7 @@ func New(cfg Config) (*Task, error) {
 		return nil, fmt.Errorf("task %s: no inputs and no source", cfg.Name)
 	}
 	t := &Task{cfg: cfg, name: cfg.Name, clock: cfg.Clock, wake: make(chan struct{}, 1), runDone: make(chan struct{}),
-		offsets: map[int64][]byte{}, portOpen: map[int]int{}, restoredID: -1}
+		offsets: map[int64][]byte{}, portOpen: map[int]int{}, portLive: map[int]int{}, endedPorts: map[int]bool{}, restoredID: -1}
 	if t.clock == nil {
 		t.clock = time.Now
 	}
@@ -287,12 +298,13 @@ func New(cfg Config) (*Task, error) {
 	t.cfg.Checkpointing = ck
 	t.cfg.Outputs = append([]Output(nil), cfg.Outputs...) // defaults below must not touch the caller's
 	n := len(cfg.Inputs)
-	t.drained, t.ended, t.deferred = make([]bool, n), make([]bool, n), make([][]deferredBarrier, n)
+	t.drained, t.ended, t.deferred, t.dataEnded = make([]bool, n), make([]bool, n), make([][]deferredBarrier, n), make([]bool, n)
 	for _, in := range cfg.Inputs {
 		if in.Receiver == nil {
 			return nil, fmt.Errorf("task %s: nil input receiver", cfg.Name)
 		}
 		t.portOpen[in.Port]++
+		t.portLive[in.Port]++
 	}
 	t.handler = barrier.New(barrier.Config{Channels: max(n, 1), Mode: ck.Mode,
 		AlignmentTimeout: ck.AlignmentTimeout, MaxBufferedBytes: ck.MaxBufferedBytes})
@@ -700,12 +712,68 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 		if err := t.exec(t.handler.EndOfPartition(ch, t.clock()), -1, nil); err != nil {
 			return err
 		}
-		port := t.cfg.Inputs[ch].Port
-		t.portOpen[port]--
-		if t.portOpen[port] == 0 && t.cfg.Operator != nil {
-			if err := t.cfg.Operator.EndOfInput(ctx, port, t.emitFn); err != nil {
-				return t.operatorErr(err, fmt.Sprintf("end of input port %d", port), t.portNote(port))
-			}
+		return t.endChannelData(ctx, ch)
+	case stream.KindEndOfData:
+		if err := t.endChannelData(ctx, ch); err != nil {
+			return err
+		}
+		return t.endData(ctx)
+	}
+	return nil
+}
+
+// endChannelData handles the end of channel ch's data (end-of-data or
+// end-of-partition): once every channel of its port ended, the operator
+// hears of the port's end (EndOfInput) and emits its final output — unless
+// it did before the snapshot the task restored.
+func (t *Task) endChannelData(ctx context.Context, ch int) error {
+	if t.dataEnded[ch] {
+		return nil
+	}
+	t.dataEnded[ch] = true
+	port := t.cfg.Inputs[ch].Port
+	t.portLive[port]--
+	if t.portLive[port] > 0 || t.endedPorts[port] {
+		return nil
+	}
+	t.endedPorts[port] = true
+	if t.cfg.Operator != nil {
+		if err := t.cfg.Operator.EndOfInput(ctx, port, t.emitFn); err != nil {
+			return t.operatorErr(err, fmt.Sprintf("end of input port %d", port), t.portNote(port))
+		}
+	}
+	return nil
+}
+
+// endData runs after an end-of-data: once every input channel's data
+// ended, the task's input has (the bounded sources upstream read up to
+// their stops). It forwards end-of-data behind its final output and tells
+// its listener, once per run; the job's final savepoint follows, and a
+// sink commits what it staged with it.
+func (t *Task) endData(ctx context.Context) error {
+	if t.dataEndSent {
+		return nil
+	}
+	for _, e := range t.dataEnded {
+		if !e {
+			return nil
+		}
+	}
+	return t.reportEnd(ctx)
+}
+
+// reportEnd forwards end-of-data on every output and tells the listener
+// that the task's input ended (InputEndListener).
+func (t *Task) reportEnd(ctx context.Context) error {
+	t.dataEndSent = true
+	t.stats.ended.Store(true)
+	t.broadcast(stream.EndOfData())
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	if l, ok := t.cfg.Listener.(InputEndListener); ok {
+		if err := l.InputEnded(ctx, t.name); err != nil {
+			return fmt.Errorf("report the end of input: %w", err)
 		}
 	}
 	return nil
@@ -1075,19 +1143,17 @@ func (t *Task) complete(ctx context.Context, id int64) error {
 
 // endInput handles the end of a bounded source's input (InputEnded): the
 // task keeps offset, the source's final one, for its snapshots, takes no
-// more input and tells its listener, so that the coordinator takes the
-// job's final savepoint. A listener that cannot be told fails the task:
-// the job recovers and its source ends again, rather than wait forever.
+// more input, sends end-of-data downstream and tells its listener; once
+// every task of the job did, the coordinator takes the job's final
+// savepoint. A listener that cannot be told fails the task: the job
+// recovers and its source ends again, rather than wait forever.
 func (t *Task) endInput(ctx context.Context, offset []byte) error {
 	t.sourceEnded = true
-	t.stats.ended.Store(true)
 	if offset != nil {
 		t.lastOffset = offset
 	}
-	if l, ok := t.cfg.Listener.(InputEndListener); ok {
-		if err := l.InputEnded(ctx, t.name); err != nil {
-			return fmt.Errorf("source: report the end of input: %w", err)
-		}
+	if err := t.reportEnd(ctx); err != nil {
+		return fmt.Errorf("source: %w", err)
 	}
 	return nil
 }

@@ -233,7 +233,7 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 			unread = strconv.FormatInt(*p, 10)
 		}
 		if t.Stats.InputEnded {
-			unread = "ended" // read up to its stop
+			unread = "ended" // its input ended: waits for the final savepoint
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\t%s\n", t.Task, t.Worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
 			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, unread)

@@ -52,10 +52,12 @@
 //     committing), then Cancel ends them. An Abort of it lets the sources
 //     go on.
 //  5. A source task whose bounded source read everything up to its stop
-//     sends EventInputEnded and takes no more input. Once every source
-//     task of the attempt did, the coordinator ends the job as in 4, with
-//     a final savepoint (its completion commits the sinks' rest), and
-//     marks it finished.
+//     takes no more input, sends end-of-data downstream and sends
+//     EventInputEnded; so does every other task once all its input
+//     channels delivered end-of-data (after its operator's final output).
+//     Once every task of the attempt did, the coordinator ends the job as
+//     in 4, with a final savepoint (its completion commits the sinks'
+//     rest), and marks it finished.
 //  6. A task that fails sends EventFailed (reason); a task that reached the
 //     end of its input sends EventFinished. On a failure the coordinator
 //     sends Cancel (job, attempt) to every worker of the job, waits per the
@@ -168,8 +170,8 @@ type TaskStats struct {
 	// its stream holds that the task has not read yet (a JetStream
 	// source: the server's count for its consumers); nil otherwise.
 	SourcePending *int64 `json:"source_pending,omitempty"`
-	// InputEnded says that a source task's bounded source read everything
-	// up to its stop: the task waits for the job's final savepoint.
+	// InputEnded says that the task's input ended (EventInputEnded): it
+	// waits for the job's final savepoint.
 	InputEnded bool `json:"input_ended,omitempty"`
 }
 
@@ -288,8 +290,9 @@ const (
 	EventFailed EventType = "failed"
 	// EventFinished: the task reached the end of its input and stopped.
 	EventFinished EventType = "finished"
-	// EventInputEnded: a source task's bounded source read everything up
-	// to its stop; the task waits for the job's final savepoint.
+	// EventInputEnded: the task's input ended (a source task's bounded
+	// source read everything up to its stop; any other task's channels
+	// all delivered end-of-data); it waits for the job's final savepoint.
 	EventInputEnded EventType = "input-ended"
 )
 

@@ -272,9 +272,9 @@ func (w *Worker) FailedUnrecoverable(ctx context.Context, t TaskRef, reason stri
 	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason, Unrecoverable: true})
 }
 
-// InputEnded reports that source task's bounded input ended: once every
-// source task of the attempt said so, the coordinator takes the job's
-// final savepoint and ends the job.
+// InputEnded reports that task's input ended (EventInputEnded): once
+// every task of the attempt said so, the coordinator takes the job's final
+// savepoint and ends the job.
 func (w *Worker) InputEnded(ctx context.Context, t TaskRef) error {
 	return w.Send(ctx, Event{Type: EventInputEnded, Job: t.Job, Attempt: t.Attempt, Task: t.Task})
 }

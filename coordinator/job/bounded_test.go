@@ -10,8 +10,8 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 )
 
-// endInputs reports the end of input of every source task of the job's
-// attempt, from w.
+// endInputs reports the end of input of the tasks of the job's attempt,
+// from w.
 func endInputs(t *testing.T, ctx context.Context, w *fakeWorker, st control.JobStatus, tasks ...string) {
 	t.Helper()
 	for _, task := range tasks {
@@ -21,21 +21,31 @@ func endInputs(t *testing.T, ctx context.Context, w *fakeWorker, st control.JobS
 	}
 }
 
-// A job finishes once every source task's bounded input ended: with a
-// stop savepoint whose completion the workers handle (Stop) before the job
-// is finished. One source task's end is not enough.
+// allTasks lists the tasks of the job's attempt.
+func allTasks(st control.JobStatus) []string {
+	var out []string
+	for task := range st.Assignment {
+		out = append(out, task)
+	}
+	return out
+}
+
+// A job finishes once every task's input ended: with a stop savepoint
+// whose completion the workers handle (Stop) before the job is finished.
+// The sources' ends are not enough: the rest of the graph must have
+// handled the end of its input too.
 func TestInputEndedFinishesWithASavepoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e := setup(t, ctx)
 	w := e.fleet.start(ctx, "w1")
 	st := e.submitRunning(t, ctx, spec(t, "b", "checkpointing: {interval: 1h}\n"))
-	endInputs(t, ctx, w, st, "in-0", "in-0") // twice: still one task
+	endInputs(t, ctx, w, st, "in-0", "in-0", "in-1") // in-0 twice
 	time.Sleep(200 * time.Millisecond)
 	if now, _ := e.api.Job(ctx, "b"); now.State != control.JobRunning {
-		t.Fatalf("job %s (%s) with one of two sources ended", now.State, now.Reason)
+		t.Fatalf("job %s (%s) with only its sources ended", now.State, now.Reason)
 	}
-	endInputs(t, ctx, w, st, "in-1")
+	endInputs(t, ctx, w, st, allTasks(st)...)
 	st = waitFor(t, ctx, e, "b", "finished", func(s control.JobStatus) bool { return s.State.Terminal() })
 	if st.State != control.JobFinished || !strings.Contains(st.Reason, "final savepoint") || st.Restarts != 0 {
 		t.Fatalf("status %s (%s), %d restarts", st.State, st.Reason, st.Restarts)
@@ -66,7 +76,7 @@ func TestInputEndedRetries(t *testing.T) {
 	w.noAck = true
 	w.stopErr = errors.New("task out-0: sink: commit failed")
 	w.mu.Unlock()
-	endInputs(t, ctx, w, st, "in-0", "in-1")
+	endInputs(t, ctx, w, st, allTasks(st)...)
 	// The first savepoint times out; let the next one complete.
 	waitFor(t, ctx, e, "r", "a failed savepoint", func(control.JobStatus) bool {
 		cps, _ := e.api.Checkpoints(ctx, "r")
@@ -79,7 +89,7 @@ func TestInputEndedRetries(t *testing.T) {
 	if len(st.Failures) == 0 || !strings.Contains(st.Failures[0].Reason, "worker w1 could not commit it: task out-0: sink: commit failed") {
 		t.Fatalf("failures %+v", st.Failures)
 	}
-	endInputs(t, ctx, w, st, "in-0", "in-1")
+	endInputs(t, ctx, w, st, allTasks(st)...)
 	st = waitFor(t, ctx, e, "r", "finished", func(s control.JobStatus) bool { return s.State.Terminal() })
 	if st.State != control.JobFinished {
 		t.Fatalf("status %s (%s)", st.State, st.Reason)

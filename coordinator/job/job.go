@@ -69,8 +69,9 @@ type job struct {
 	st       control.JobStatus
 	assign   map[string]string // task → worker
 	finished map[string]bool
-	// ended holds the source tasks of the attempt whose bounded input
-	// ended; once it holds them all, ending is set and finishInput runs.
+	// ended holds the tasks of the attempt whose input ended (a source's
+	// bounded input, or end-of-data on every input channel); once it holds
+	// them all, ending is set and finishInput runs.
 	ended  map[string]bool
 	ending bool
 	queue  []jobEvent
@@ -640,15 +641,16 @@ func (j *job) wait() (done bool, f failure) {
 	}
 }
 
-// inputEnded records that source task's bounded input ended, and reports
-// whether the job should now end: every source task's has, and the end is
-// not under way already.
+// inputEnded records that task's input ended, and reports whether the
+// job should now end: every task's has — all data went through the whole
+// graph, so the channels carry no more records and a savepoint captures
+// everything — and the end is not under way already.
 func (j *job) inputEnded(task string) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.ended[task] = true
 	for _, t := range j.plan.Tasks {
-		if t.Kind == plan.Source && !j.ended[t.ID] {
+		if !j.ended[t.ID] {
 			return false
 		}
 	}
@@ -664,8 +666,9 @@ func (j *job) inputEnded(task string) bool {
 const finishRetry = time.Second
 
 // finishInput ends attempt, whose bounded sources all read up to their
-// stops: it takes a stop savepoint (no source has input left after its
-// barrier), has every task handle its completion — the sinks commit the
+// stops and whose tasks all handled the end of their input (operators
+// emitted their final output): it takes a stop savepoint, has every task
+// handle its completion — the sinks commit the
 // output after the last checkpoint with it — and then the job is
 // finished. A savepoint that fails is tried again. A worker whose tasks
 // could not come to rest (a sink's commit failed) fails the attempt: the

@@ -71,7 +71,20 @@ type Task struct {
 	ModuleState  []byte // Operator.Snapshot's stream
 	Inputs       []ChannelState
 	Outputs      []ChannelState
+	// EndedPorts lists, in increasing order, the operator's input ports
+	// whose end the task handled before the snapshot (every channel of the
+	// port delivered end-of-data, and the operator's EndOfInput ran): a
+	// restore does not end them again.
+	EndedPorts []int
 }
+
+// flagUnaligned and flagEndedPorts are the bits of a snapshot's flags
+// byte; with flagEndedPorts, count:u32 port:u32*count follow the output
+// channels.
+const (
+	flagUnaligned  = 1
+	flagEndedPorts = 2
+)
 
 // ChannelStateBytes is the payload size of all channel state.
 func (t *Task) ChannelStateBytes() int64 {
@@ -92,7 +105,7 @@ func appendBytes(b, p []byte) []byte {
 
 // AppendElement appends e's encoding: kind:u8, then for records the batch as
 // bytes, for a barrier id:i64 timestamp:i64 type:u8 unaligned:u8, for a
-// cancel marker id:i64, for end-of-partition nothing.
+// cancel marker id:i64, for end-of-partition and end-of-data nothing.
 func AppendElement(b []byte, e stream.Element) []byte {
 	b = append(b, byte(e.Kind))
 	switch e.Kind {
@@ -157,7 +170,10 @@ func WriteTo(w io.Writer, t *Task) (int64, error) {
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(t.Timestamp))
 	flags := byte(0)
 	if t.Unaligned {
-		flags |= 1
+		flags |= flagUnaligned
+	}
+	if len(t.EndedPorts) > 0 {
+		flags |= flagEndedPorts
 	}
 	c.write(append(hdr, flags))
 	put(t.SourceOffset)
@@ -177,6 +193,13 @@ func WriteTo(w io.Writer, t *Task) (int64, error) {
 				}
 			}
 		}
+	}
+	if len(t.EndedPorts) > 0 {
+		hdr = binary.LittleEndian.AppendUint32(hdr[:0], uint32(len(t.EndedPorts)))
+		for _, p := range t.EndedPorts {
+			hdr = binary.LittleEndian.AppendUint32(hdr, uint32(p))
+		}
+		c.write(hdr)
 	}
 	sum := c.crc
 	c.write(binary.LittleEndian.AppendUint32(hdr[:0], sum))
@@ -271,6 +294,8 @@ func (r *reader) element() stream.Element {
 		return stream.Cancel(r.i64("cancel id"))
 	case stream.KindEndOfPartition:
 		return stream.EndOfPartition()
+	case stream.KindEndOfData:
+		return stream.EndOfData()
 	}
 	r.fail(fmt.Sprintf("unknown element kind %d", k))
 	return stream.Element{}
@@ -322,15 +347,28 @@ func Decode(b []byte) (*Task, error) {
 	t.CheckpointID = r.i64("checkpoint id")
 	t.Timestamp = r.i64("timestamp")
 	flags := r.u8("flags")
-	if flags > 1 {
+	if flags > flagUnaligned|flagEndedPorts {
 		r.fail("unknown flags")
 	}
-	t.Unaligned = flags&1 != 0
+	t.Unaligned = flags&flagUnaligned != 0
 	t.SourceOffset = r.bytes("source offset")
 	t.SinkState = r.bytes("sink state")
 	t.ModuleState = r.bytes("module state")
 	t.Inputs = r.channels("input channels")
 	t.Outputs = r.channels("output channels")
+	if flags&flagEndedPorts != 0 {
+		n := r.u32("ended port count")
+		if n == 0 || uint64(n)*4 > uint64(len(body)-r.off) {
+			r.fail("ended port count")
+		}
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			p := int(r.u32("ended port"))
+			if len(t.EndedPorts) > 0 && p <= t.EndedPorts[len(t.EndedPorts)-1] {
+				r.fail("ended ports not increasing")
+			}
+			t.EndedPorts = append(t.EndedPorts, p)
+		}
+	}
 	if r.err == nil && r.off != len(body) {
 		r.fail("trailing bytes")
 	}

@@ -33,9 +33,11 @@ func sample() *Task {
 				stream.Records(abi.EncodeBatch(abi.Record{Value: []byte("1")})),
 				stream.BarrierElement(stream.Barrier{ID: 6, Timestamp: 9, Type: stream.Savepoint, Unaligned: true}),
 				stream.Cancel(3),
+				stream.EndOfData(),
 				stream.EndOfPartition(),
 			}},
 		},
+		EndedPorts: []int{0, 2},
 	}
 }
 

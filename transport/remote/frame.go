@@ -17,7 +17,7 @@ import (
 //	body    := records: len:u32 batch:[len]u8        (an abi record batch)
 //	         | barrier: id:i64 ts:i64 type:u8 unaligned:u8
 //	         | cancel:  id:i64
-//	         | end-of-partition: (nothing)
+//	         | end-of-partition, end-of-data: (nothing)
 //
 // Data frames carry consecutive sequence numbers starting at 1, priority
 // frames included; a probe frame (FlagProbe) has sequence 0 and no elements.
@@ -204,6 +204,8 @@ func DecodeFrame(b []byte) (Frame, error) {
 			off += cancelBodySize
 		case stream.KindEndOfPartition:
 			e = stream.EndOfPartition()
+		case stream.KindEndOfData:
+			e = stream.EndOfData()
 		default:
 			return Frame{}, frameErr(off-1, "element %d: unknown kind %d", i, kind)
 		}

@@ -15,6 +15,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		stream.Records(abi.EncodeBatch(abi.Record{Key: []byte("k"), Value: []byte("v"), Timestamp: 5})),
 		stream.BarrierElement(stream.Barrier{ID: 2, Timestamp: 9, Type: stream.Savepoint}),
 		stream.Cancel(2),
+		stream.EndOfData(),
 		stream.EndOfPartition(),
 	}))
 	f.Add(EncodeFrame(7, FlagPriority, []stream.Element{stream.BarrierElement(stream.Barrier{ID: 3, Unaligned: true})}))

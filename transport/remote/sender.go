@@ -129,7 +129,7 @@ func (s *Sender) onLinger() {
 
 // Send queues e and publishes full frames as credit allows. It blocks while
 // a full frame is queued without credit. A control element (barrier, cancel
-// marker, end-of-partition) is published at once, and Send returns only
+// marker, end-of-partition, end-of-data) is published at once, and Send returns only
 // after it was handed to the NATS connection.
 func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 	parts := []stream.Element{e}

@@ -31,6 +31,11 @@ const (
 	KindCancel
 	// KindEndOfPartition says the channel will carry nothing more.
 	KindEndOfPartition
+	// KindEndOfData says the producer's input ended: no records follow on
+	// the channel, but barriers still do (the job's final savepoint), as
+	// Flink's EndOfData. A consumer ends the operator's input port once
+	// every channel of it said so.
+	KindEndOfData
 )
 
 // String names the kind.
@@ -44,6 +49,8 @@ func (k Kind) String() string {
 		return "cancel-marker"
 	case KindEndOfPartition:
 		return "end-of-partition"
+	case KindEndOfData:
+		return "end-of-data"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -101,6 +108,9 @@ func Cancel(id int64) Element { return Element{Kind: KindCancel, CheckpointID: i
 
 // EndOfPartition returns an end-of-partition element.
 func EndOfPartition() Element { return Element{Kind: KindEndOfPartition} }
+
+// EndOfData returns an end-of-data element.
+func EndOfData() Element { return Element{Kind: KindEndOfData} }
 
 // Size is the number of payload bytes the element accounts for in credit and
 // buffer budgets: the batch size for records, a small constant otherwise.

@@ -413,8 +413,7 @@ func (l listener) Decline(ctx context.Context, task string, id int64, kind, reas
 	return l.w.Decline(ctx, l.ref(task), id, kind, reason)
 }
 
-// InputEnded implements host.InputEndListener: the source task's bounded
-// input ended.
+// InputEnded implements host.InputEndListener: the task's input ended.
 func (l listener) InputEnded(ctx context.Context, task string) error {
 	return l.w.InputEnded(ctx, l.ref(task))
 }
