@@ -21,12 +21,17 @@ var ErrClosed = errors.New("source closed")
 type accumulator struct {
 	maxRecords, maxBytes int
 
-	mu     sync.Mutex
-	limit  int // records per batch for now (setLimit): 1..maxRecords
-	space  *sync.Cond
-	b      abi.Builder
-	last   []uint64 // per lane: offset of the last message added or skipped
-	moved  bool     // an offset advanced with no record to carry it
+	mu    sync.Mutex
+	limit int // records per batch for now (setLimit): 1..maxRecords
+	space *sync.Cond
+	b     abi.Builder
+	last  []uint64 // per lane: offset of the last message added or skipped
+	moved bool     // an offset advanced with no record to carry it
+	// ended marks the lanes of a bounded source that read everything up
+	// to its stop; open counts the others. Once none is open, take
+	// returns what it still holds, then ErrEnded.
+	ended  []bool
+	open   int
 	err    error
 	closed bool
 	ready  chan struct{} // capacity 1: something to take
@@ -40,8 +45,9 @@ func newAccumulator(maxRecords, maxBytes, lanes int) *accumulator {
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20
 	}
-	a := &accumulator{maxRecords: maxRecords, maxBytes: maxBytes, limit: maxRecords, last: make([]uint64, max(lanes, 1)),
-		ready: make(chan struct{}, 1), done: make(chan struct{})}
+	lanes = max(lanes, 1)
+	a := &accumulator{maxRecords: maxRecords, maxBytes: maxBytes, limit: maxRecords, last: make([]uint64, lanes),
+		ended: make([]bool, lanes), open: lanes, ready: make(chan struct{}, 1), done: make(chan struct{})}
 	a.space = sync.NewCond(&a.mu)
 	return a
 }
@@ -132,6 +138,38 @@ func (a *accumulator) advance(lane int, from, to uint64) {
 	}
 }
 
+// end marks lane ended (it read everything up to the stop of a bounded
+// source) with its offset at least at, and tells the taker: the last lane
+// to end makes take return ErrEnded once the records are taken.
+func (a *accumulator) end(lane int, at uint64) {
+	a.mu.Lock()
+	if a.ended[lane] {
+		a.mu.Unlock()
+		return
+	}
+	a.ended[lane] = true
+	a.open--
+	if a.last[lane] < at {
+		a.last[lane], a.moved = at, true
+	}
+	a.mu.Unlock()
+	a.signal()
+}
+
+// state is lane's current offset and whether it ended.
+func (a *accumulator) state(lane int) (uint64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last[lane], a.ended[lane]
+}
+
+// allEnded reports whether every lane ended.
+func (a *accumulator) allEnded() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.open == 0
+}
+
 // offset is lane's current offset.
 func (a *accumulator) offset(lane int) uint64 {
 	a.mu.Lock()
@@ -151,7 +189,9 @@ func (a *accumulator) fail(err error) {
 
 // take waits for records and returns them as a new batch with the offsets
 // of every lane, each the last message of that lane covered; an offset that
-// advanced without records comes with an empty batch.
+// advanced without records comes with an empty batch. Once every lane
+// ended and no record is left, it returns no batch, the final offsets and
+// ErrEnded, every time.
 func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 	for {
 		a.mu.Lock()
@@ -167,6 +207,13 @@ func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 			a.mu.Unlock()
 			a.space.Broadcast()
 			return out, offs, nil
+		}
+		if a.open == 0 {
+			// The last offsets go with ErrEnded, not an empty batch
+			// before it; a failure after the end changes nothing.
+			offs := append([]uint64(nil), a.last...)
+			a.mu.Unlock()
+			return nil, offs, ErrEnded
 		}
 		if a.moved {
 			a.moved = false

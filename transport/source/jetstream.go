@@ -32,6 +32,19 @@ var ErrOffsetGone = errors.New("checkpointed offset no longer in the stream")
 // would wait for the sequence to catch up and skip every message before it.
 var ErrOffsetAhead = errors.New("checkpointed offset is past the end of the stream")
 
+// ErrEnded is returned by Poll of a bounded source (JetStreamConfig.StopSeq)
+// once it delivered everything up to its stop. It has the method
+// InputEnded() bool (true), by which the task runtime (host) recognizes the
+// end of a bounded input without importing this package.
+var ErrEnded error = endedError{}
+
+type endedError struct{}
+
+func (endedError) Error() string {
+	return "source ended: every message up to its stop sequence was read"
+}
+func (endedError) InputEnded() bool { return true }
+
 // JetStreamConfig configures a JetStream stream source.
 type JetStreamConfig struct {
 	// Stream is the stream name.
