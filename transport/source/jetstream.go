@@ -62,6 +62,26 @@ type JetStreamConfig struct {
 	// partition at 0, as in a checkpoint taken before the first batch).
 	// Every subtask of a source must be given the same.
 	StartSeq uint64
+	// StopSeq bounds the source (0: unbounded): the last stream sequence it
+	// reads. Every subtask of a source must be given the same. Once every lane
+	// has covered everything up to StopSeq, Poll returns what it still holds,
+	// then ErrEnded (with the final offset) on every later call.
+	//
+	// A lane (the whole stream, or one partition) has covered everything
+	// up to StopSeq when it read or skipped the message at StopSeq, when it
+	// received a message past it (which it drops: no batch holds a message
+	// past StopSeq), or when the server confirms that none of its subjects'
+	// messages up to StopSeq is left: the stream's last sequence is at
+	// least StopSeq, and it stores no message of the lane's subjects after
+	// the lane's offset up to StopSeq. That is asked at once when a
+	// delivery says nothing follows it, and every 50 to 200 ms otherwise
+	// (not after IdleCheck). While the stream has not reached StopSeq a
+	// lane waits for more messages. The final offset has every lane at
+	// StopSeq (or where it was, if it started past it). A source that
+	// starts past StopSeq (StartSeq > StopSeq, or Seek to an offset that
+	// covers it) ends at once, without consumers; an empty range is not an
+	// error.
+	StopSeq uint64
 	// Parallelism and Index split the stream among Parallelism source
 	// subtasks. With Partitions set, the server does the split: subtask
 	// Index reads the partitions p with p % Parallelism == Index, each
@@ -91,8 +111,9 @@ type JetStreamConfig struct {
 	// IdleCheck is how often a filtered consumer (a partition, or
 	// FilterSubjects) that delivered nothing is asked whether it is caught
 	// up, so that its offset follows the stream while its subjects are
-	// quiet; default 5s. Without it a quiet partition's offset would stay
-	// behind, and once the stream's retention dropped other subjects'
+	// quiet; default 5s. (A bounded source asks whether its lanes reached
+	// StopSeq far more often, see StopSeq.) Without it a quiet partition's
+	// offset would stay behind, and once the stream's retention dropped other subjects'
 	// older messages, a restore could not tell that none of them were its
 	// own and would refuse with ErrOffsetGone.
 	IdleCheck time.Duration
@@ -111,7 +132,8 @@ const maxResetAttempts = 20
 // the subtask reads. Its offset is the stream sequence of the last message
 // covered — 8 bytes little-endian (EncodeOffset; after a change of
 // parallelism EncodeStreamOffset), or one per partition
-// (EncodePartitionOffsets) — and a restored source starts after it.
+// (EncodePartitionOffsets) — and a restored source starts after it. With
+// StopSeq it is bounded: it reads up to that sequence and ends (ErrEnded).
 type JetStream struct {
 	cfg   JetStreamConfig
 	js    jetstream.JetStream
@@ -122,6 +144,13 @@ type JetStream struct {
 	// nothing, and no message pays for them.
 	rescaled   [][]uint64
 	rescaledTo uint64
+	// endAt is StopSeq, or MaxUint64 for an unbounded source, and
+	// nudgeBelow 1 or 0: a message at or past endAt, or one the server
+	// says nothing follows (num_pending < nudgeBelow), is all a bounded
+	// source has to look at, and the only compare an unbounded one pays.
+	endAt, nudgeBelow uint64
+	// nudge asks watchIdle to check at once whether the lanes ended.
+	nudge chan struct{}
 	// created is when the stream read was created, set when the
 	// consumers start: a consumer that recreates itself checks that the
 	// stream is still that one.
@@ -138,6 +167,10 @@ type JetStream struct {
 	idleDone sync.WaitGroup
 	started  bool
 	closed   bool
+	// finished is set once Poll stopped the consumers of a source whose
+	// lanes all ended; finishErr is what stopping them returned.
+	finished  bool
+	finishErr error
 }
 
 // lane is one ordered consumer of a source.
@@ -154,6 +187,14 @@ type lane struct {
 	// pending is 1 + the num_pending of the lane's latest delivery (0:
 	// none yet); written by the lane's reader, read by Pending.
 	pending atomic.Uint64
+	// endReq is set by the watcher of a bounded source that found nothing
+	// left for the lane up to the stop, before it stops the iterator: the
+	// reader, done with any message it still had, ends the lane.
+	endReq atomic.Bool
+	// endReqAt is when (watcher only), kicked whether the watcher deleted
+	// the consumer to wake a reader that did not end.
+	endReqAt time.Time
+	kicked   bool
 }
 
 // NewJetStream prepares a source on cfg.Stream; it starts consuming on the
@@ -203,8 +244,12 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	for i := range lanes {
 		acc.setOffset(i, first-1)
 	}
-	return &JetStream{cfg: cfg, js: js, lanes: lanes, acc: acc,
-		stopIdle: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
+	s := &JetStream{cfg: cfg, js: js, lanes: lanes, acc: acc, endAt: math.MaxUint64, nudge: make(chan struct{}, 1),
+		stopIdle: make(chan struct{}), ctx: ctx, cancel: cancel}
+	if cfg.StopSeq > 0 {
+		s.endAt, s.nudgeBelow = cfg.StopSeq, 1
+	}
+	return s, nil
 }
 
 // EncodeOffset encodes a stream sequence as a source offset.
@@ -499,14 +544,31 @@ func (s *JetStream) startAfter(seq uint64) uint64 {
 	return seq + 1
 }
 
+// bounded reports whether the source has a StopSeq.
+func (s *JetStream) bounded() bool { return s.endAt != math.MaxUint64 }
+
 func (s *JetStream) startLocked(ctx context.Context) error {
+	// A lane that starts past the stop has nothing to read: it ended. A
+	// source whose lanes all did asks the server nothing.
+	for i, l := range s.lanes {
+		if l.start > s.endAt {
+			s.acc.end(i, s.endAt)
+		}
+	}
+	if s.acc.allEnded() {
+		s.started = true
+		return nil
+	}
 	st, err := s.js.Stream(ctx, s.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
 	}
 	s.created = st.CachedInfo().Created
 	var first, last uint64
-	for _, l := range s.lanes {
+	for i, l := range s.lanes {
+		if _, ended := s.acc.state(i); ended {
+			continue
+		}
 		// covered is the highest sequence the offset says was read: the
 		// lane's, or an old subtask's before a rescale.
 		covered := max(l.start-1, s.rescaledTo)
@@ -534,7 +596,11 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d: %w", s.cfg.Stream, l.start, first, ErrOffsetGone)
 		}
 	}
+	running := 0 // lanes whose consumers started
 	for i, l := range s.lanes {
+		if _, ended := s.acc.state(i); ended {
+			continue
+		}
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: l.filters, DeliverPolicy: jetstream.DeliverAllPolicy,
 			MaxResetAttempts: maxResetAttempts}
 		if l.start > 1 {
@@ -549,7 +615,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		}
 		if err != nil {
 			err = fmt.Errorf("jetstream source %s: ordered consumer at %d: %w", s.cfg.Stream, l.start, err)
-			if i > 0 {
+			if running > 0 {
 				// The lanes started before this one delivered into the
 				// batch already: a retried start would read their messages
 				// again. The source is done; a new one resumes from the
@@ -560,11 +626,14 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			return err
 		}
 		s.wg.Add(1)
+		running++
 		go s.run(i, l.it, l.stopped)
 	}
 	s.started = true
+	// A bounded source's lanes, filtered or not, are watched for their
+	// end; otherwise filtered ones only, for their idle offsets.
 	for _, l := range s.lanes {
-		if len(l.filters) > 0 {
+		if len(l.filters) > 0 || s.bounded() {
 			s.idleDone.Add(1)
 			go s.watchIdle(st)
 			break
@@ -579,6 +648,12 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 // then the consumer's state; if the consumer then has nothing pending and
 // delivered nothing past the lane's offset, every message of the lane's
 // subjects up to L has been read, so the offset can be L.
+//
+// In a bounded source it also ends the lanes that read everything up to
+// the stop (checkEnds), every lane, filtered or not: at once when a
+// delivery said nothing follows it (onMsg nudges), at most every
+// endCheckMin, and otherwise every endCheckMin to endCheckMax (backing off
+// while nothing happens). It returns once every lane ended.
 func (s *JetStream) watchIdle(st jetstream.Stream) {
 	defer s.idleDone.Done()
 	t := time.NewTicker(s.cfg.IdleCheck)
@@ -587,29 +662,144 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 	for i := range s.lanes {
 		seen[i] = s.acc.offset(i)
 	}
+	var endC <-chan time.Time
+	var nudge <-chan struct{}
+	var endT *time.Timer
+	var lastCheck time.Time
+	wait := endCheckMin
+	endSeen := make([]uint64, len(s.lanes))
+	if s.bounded() {
+		endT = time.NewTimer(0) // first check at once
+		defer endT.Stop()
+		endC, nudge = endT.C, s.nudge
+	}
 	for {
 		select {
 		case <-s.stopIdle:
 			return
 		case <-t.C:
-		}
-		for i, l := range s.lanes {
-			if s.ctx.Err() != nil {
-				return // closed
+			for i, l := range s.lanes {
+				if s.ctx.Err() != nil {
+					return // closed
+				}
+				off, ended := s.acc.state(i)
+				if ended || l.endReq.Load() || len(l.filters) == 0 || off != seen[i] {
+					seen[i] = off
+					continue
+				}
+				s.catchUp(st, i, l, off)
+				seen[i] = s.acc.offset(i)
 			}
-			off := s.acc.offset(i)
-			if len(l.filters) == 0 || off != seen[i] {
-				seen[i] = off
+			continue
+		case <-nudge:
+			// Checked at once, unless the last check was just now: a lane
+			// that follows the stream's tail is nudged by every message.
+			wait = endCheckMin
+			if d := time.Since(lastCheck); d < endCheckMin {
+				endT.Reset(endCheckMin - d)
 				continue
 			}
-			s.catchUp(st, i, l, off)
-			seen[i] = s.acc.offset(i)
+		case <-endC:
+			wait = min(2*wait, endCheckMax)
+		}
+		if s.ctx.Err() != nil {
+			return // closed
+		}
+		s.checkEnds(st, endSeen)
+		lastCheck = time.Now()
+		if s.acc.allEnded() {
+			return
+		}
+		endT.Reset(wait)
+	}
+}
+
+// Bounds of how often a bounded source checks whether its lanes ended
+// (watchIdle): a check costs a stream info request and, once the stream
+// reached the stop, a message lookup per filter of each lane that may
+// have ended. endCheckTimeout bounds the requests of one check.
+const (
+	endCheckMin     = 50 * time.Millisecond
+	endCheckMax     = 200 * time.Millisecond
+	endCheckTimeout = 5 * time.Second
+)
+
+// checkEnds ends the lanes of a bounded source that read everything up to
+// the stop: once the stream's last sequence, read first, is at or past the
+// stop, a lane whose subjects have no message stored after its offset up
+// to the stop has read them all. (The consumer's state cannot tell: its
+// delivered sequence moves past messages it scanned without a match.) A
+// message the server sent the lane but the reader did not take yet is
+// still stored, unless deleted since; either way the reader takes it
+// before it ends the lane (requestEnd). It asks only about lanes that may
+// be done: whose latest delivery said nothing follows, that delivered
+// nothing yet, or whose offset did not move since the last check (seen).
+func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) {
+	ctx, cancel := context.WithTimeout(s.ctx, endCheckTimeout)
+	defer cancel()
+	info, err := st.Info(ctx)
+	if err != nil || info.State.LastSeq < s.endAt {
+		return // errors: the next check asks again
+	}
+	for i, l := range s.lanes {
+		off, ended := s.acc.state(i)
+		if ended {
+			continue
+		}
+		if l.endReq.Load() {
+			// Asked to end and did not: its reader may wait on an
+			// iterator that missed the stop (see stopLocked); deleting
+			// the consumer wakes it.
+			if !l.kicked && time.Since(l.endReqAt) > stopGrace {
+				l.kicked = true
+				if ci := l.cons.CachedInfo(); ci != nil {
+					_ = s.js.DeleteConsumer(ctx, s.cfg.Stream, ci.Name)
+				}
+			}
+			continue
+		}
+		if l.pending.Load() > 1 && off != seen[i] {
+			seen[i] = off // busy: more is coming
+			continue
+		}
+		seen[i] = off
+		if s.nothingLeft(ctx, st, l, off) {
+			s.requestEnd(l)
 		}
 	}
 }
 
+// nothingLeft reports whether the stream stores no message of lane l's
+// subjects after off up to the stop.
+func (s *JetStream) nothingLeft(ctx context.Context, st jetstream.Stream, l *lane, off uint64) bool {
+	filters := l.filters
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	for _, f := range filters {
+		m, err := st.GetMsg(ctx, off+1, jetstream.WithGetMsgSubject(f))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil || m.Sequence <= s.endAt:
+			return false
+		}
+	}
+	return true
+}
+
+// requestEnd asks lane l's reader to end the lane: it stops the iterator,
+// and the reader, once its Next returns, ends the lane (run). No message
+// the reader takes comes after the lane's end.
+func (s *JetStream) requestEnd(l *lane) {
+	l.endReqAt = time.Now()
+	l.endReq.Store(true)
+	l.stopped.Store(true)
+	l.it.Stop()
+}
+
 // catchUp advances lane i from offset off to the stream's last sequence if
-// its consumer is caught up (see watchIdle). Errors leave it where it is.
+// its consumer is caught up (see watchIdle); in a bounded source up to the
+// stop at most, where the lane ends. Errors leave it where it is.
 func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheck)
 	defer cancel()
@@ -625,7 +815,23 @@ func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 	if err != nil || ci.NumPending != 0 || ci.Delivered.Stream > off {
 		return
 	}
+	if last >= s.endAt {
+		s.requestEnd(l)
+		return
+	}
 	s.acc.advance(i, off, last)
+}
+
+// endLane ends lane i of a bounded source, which read everything up to the
+// stop, with its offset at the stop, and stops its iterator; only the
+// lane's reader calls it, and returns. Poll deletes the consumers once
+// every lane ended.
+func (s *JetStream) endLane(i int) {
+	s.acc.end(i, s.endAt)
+	if l := s.lanes[i]; l.it != nil {
+		l.stopped.Store(true)
+		l.it.Stop()
+	}
 }
 
 // run moves messages from lane's iterator into the accumulator, in order,
@@ -636,6 +842,10 @@ func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.
 		m, err := it.Next()
 		if err != nil {
 			switch {
+			case s.lanes[lane].endReq.Load():
+				// The watcher found nothing left up to the stop
+				// (requestEnd) and stopped the iterator.
+				s.acc.end(lane, s.endAt)
 			case !errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				s.acc.fail(fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err))
 			case !stopped.Load():
@@ -680,9 +890,32 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 		}
 		l.consumer = consumer
 	}
+	// The one compare an unbounded source pays (endAt is MaxUint64,
+	// nudgeBelow 0).
+	end := false
+	if seq >= s.endAt || pending < s.nudgeBelow {
+		if seq > s.endAt {
+			// Everything of the lane's subjects up to the stop was
+			// delivered before this: the lane ended, without it.
+			s.endLane(lane)
+			return false
+		}
+		end = seq == s.endAt
+		if !end {
+			// Nothing follows it for now: maybe nothing up to the stop.
+			select {
+			case s.nudge <- struct{}{}:
+			default:
+			}
+		}
+	}
 	if s.cfg.Partitions == 0 && ((s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index) ||
 		(seq <= s.rescaledTo && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject()))) {
 		s.acc.skip(lane, seq)
+		if end {
+			s.endLane(lane)
+			return false
+		}
 		return true
 	}
 	// As in Core.onMsg, the conversions copy nothing.
@@ -694,7 +927,14 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 			key = []byte(k)
 		}
 	}
-	return s.acc.add(lane, key, m.Data(), int64(tsNanos/1e6), seq)
+	if !s.acc.add(lane, key, m.Data(), int64(tsNanos/1e6), seq) {
+		return false
+	}
+	if end {
+		s.endLane(lane)
+		return false
+	}
+	return true
 }
 
 // Pending reports how many messages the stream holds that the source's
@@ -704,10 +944,29 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 // (a few thousand at most) are not among them. ok is false until a
 // consumer delivered. A subtask that reads the whole stream and keeps its
 // share by subject hash counts every subtask's messages.
+//
+// A bounded source (StopSeq) counts what it will still read: a lane that
+// ended has nothing pending (known, even if it never delivered), and one
+// still reading at most StopSeq minus its offset (the server's count takes
+// in messages past the stop, the cap leaves most of them out). An ended
+// source reports 0.
 func (s *JetStream) Pending() (n uint64, ok bool) {
-	for _, l := range s.lanes {
+	bounded := s.bounded()
+	for i, l := range s.lanes {
+		var off uint64
+		if bounded {
+			var ended bool
+			if off, ended = s.acc.state(i); ended {
+				ok = true
+				continue
+			}
+		}
 		if p := l.pending.Load(); p > 0 {
-			n, ok = n+p-1, true
+			p--
+			if bounded {
+				p = min(p, s.endAt-min(off, s.endAt))
+			}
+			n, ok = n+p, true
 		}
 	}
 	return n, ok
@@ -734,7 +993,9 @@ const streamCheckTimeout = 10 * time.Second
 
 // Poll starts the consumers on first use, then returns every message that
 // arrived since the last Poll (up to the batch limits) as one record batch
-// and the offset after it.
+// and the offset after it. A bounded source whose lanes all ended returns
+// what it still holds, then no batch, its final offset and ErrEnded on this
+// and every later call, having stopped and deleted its consumers.
 func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -753,20 +1014,45 @@ func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
 	}
 	s.mu.Unlock()
 	b, last, err := s.acc.take(ctx)
+	if err == ErrEnded {
+		s.finish()
+		return nil, s.encodeOffset(last), ErrEnded
+	}
 	if err != nil {
 		return nil, nil, err
 	}
+	return b, s.encodeOffset(last), nil
+}
+
+// encodeOffset encodes the lanes' offsets last as the source's offset.
+func (s *JetStream) encodeOffset(last []uint64) []byte {
 	if s.cfg.Partitions == 0 {
 		if last[0] >= s.rescaledTo {
-			return b, EncodeOffset(last[0]), nil
+			return EncodeOffset(last[0])
 		}
-		return b, EncodeStreamOffset(StreamOffset{Seq: last[0], Rescaled: s.rescaled}.pending()), nil
+		return EncodeStreamOffset(StreamOffset{Seq: last[0], Rescaled: s.rescaled}.pending())
 	}
 	o := PartitionOffsets{Partitions: s.cfg.Partitions, Filter: s.cfg.PartitionFilter, Seqs: make(map[int]uint64, len(s.lanes))}
 	for i, l := range s.lanes {
 		o.Seqs[l.part] = last[i]
 	}
-	return b, EncodePartitionOffsets(o), nil
+	return EncodePartitionOffsets(o)
+}
+
+// finish releases what a bounded source whose lanes all ended still holds,
+// once: its watcher, and its consumers, on the server too. Close does the
+// rest.
+func (s *JetStream) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.finished {
+		return
+	}
+	s.finished = true
+	s.cancel() // ends the watcher's requests
+	close(s.stopIdle)
+	s.idleDone.Wait()
+	s.finishErr = s.stopLocked()
 }
 
 // LimitBatch bounds the records of the batches Poll returns from now on
@@ -791,6 +1077,9 @@ func (s *JetStream) Close() error {
 	s.closed = true
 	s.cancel()
 	s.acc.close()
+	if s.finished {
+		return s.finishErr // stopped when the source ended
+	}
 	close(s.stopIdle)
 	s.idleDone.Wait()
 	return s.stopLocked()
