@@ -75,7 +75,8 @@ func runBoundedScenario(t *testing.T, modPath, interval string, midRun bool, see
 	js := main.JS
 	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
-	mustSinkStream(t, ctx, js, "OUT", "out")
+	// A window for checkpoints an hour apart (the final savepoint scenario).
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 2 * time.Hour, AllowBatchPublish: true})
 	sent := map[string]int{}
 	publish := func(n int, count bool) {
 		for i := 0; i < n; i++ {
@@ -96,7 +97,7 @@ func runBoundedScenario(t *testing.T, modPath, interval string, midRun bool, see
 			t.Fatal("publish timed out")
 		}
 	}
-	const before = 1500
+	const before = 3000
 	publish(before, true)
 	spec := fmt.Sprintf(`name: counts
 sources:
@@ -112,7 +113,9 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !midRun {
+	if midRun {
+		inj.trap.Store(true) // the first call of an operator
+	} else {
 		inj.failPut.Store(true) // the only snapshot write: the final savepoint's
 	}
 	if _, err := main.API.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
@@ -124,9 +127,9 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 		t.Errorf("guarantees %v, %v; want the resolved stop", st.Guarantees, err)
 	}
 	if midRun {
-		waitJob(t, ctx, main, "counts", "a first checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
-		inj.trap.Store(true)
-		waitJob(t, ctx, main, "counts", "a restart", func(st control.JobStatus) bool { return st.Restarts > 0 })
+		waitJob(t, ctx, main, "counts", "a restart and a checkpoint", func(st control.JobStatus) bool {
+			return st.Restarts > 0 && st.State == control.JobRunning && st.LatestCheckpoint > 0
+		})
 		time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
 		w2.Conn.Close() // a crash: no goodbye
 		w2.Close()

@@ -88,8 +88,13 @@ func (b *builder) source(pt plan.Task) (host.Source, error) {
 			// take in what its start left out.
 			return nil, control.Unrecoverable(fmt.Errorf("source %s: start %q was not resolved to a stream sequence", spec.Name, spec.Start))
 		}
+		if sp, err := jobspec.ParseStop(spec.Stop); err != nil || (sp.Bounded() && spec.StopSequence == 0) {
+			// Unbounded, the job would never finish.
+			return nil, control.Unrecoverable(fmt.Errorf("source %s: stop %q was not resolved to a stream sequence", spec.Name, spec.Stop))
+		}
 		cfg := source.JetStreamConfig{Stream: spec.Stream, Parallelism: pt.Parallelism, Index: pt.Index,
-			Partitions: spec.Partitions, PartitionFilter: spec.PartitionFilter, Key: key, StartSeq: spec.StartSequence}
+			Partitions: spec.Partitions, PartitionFilter: spec.PartitionFilter, Key: key, StartSeq: spec.StartSequence,
+			StopSeq: spec.StopSequence}
 		filter := spec.Filter
 		if filter == "" {
 			filter = spec.Subject
