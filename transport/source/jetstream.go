@@ -643,11 +643,16 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 }
 
 // watchIdle moves the offset of every filtered lane that delivered nothing
-// for an IdleCheck up to the stream's last sequence, when its consumer
-// confirms it is caught up: the stream's last sequence L is read first,
-// then the consumer's state; if the consumer then has nothing pending and
-// delivered nothing past the lane's offset, every message of the lane's
-// subjects up to L has been read, so the offset can be L.
+// for an IdleCheck up to the stream's last sequence, when the stream
+// confirms nothing of the lane's is left: the stream's last sequence L is
+// read first, then the next message of each of the lane's filters after
+// its offset; if none is stored up to L, every message of the lane's
+// subjects up to L has been read (a message delivered but not yet taken is
+// still stored, and moves the offset itself, which the move then skips),
+// so the offset can be L. (The consumer's state cannot tell: a filtered
+// consumer's delivered sequence moves past messages it scanned without a
+// match, so one that started behind other subjects' messages never looks
+// caught up.)
 //
 // In a bounded source it also ends the lanes that read everything up to
 // the stop (checkEnds), every lane, filtered or not: at once when a
@@ -763,15 +768,15 @@ func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) {
 			continue
 		}
 		seen[i] = off
-		if s.nothingLeft(ctx, st, l, off) {
+		if s.nothingLeft(ctx, st, l, off, s.endAt) {
 			s.requestEnd(l)
 		}
 	}
 }
 
 // nothingLeft reports whether the stream stores no message of lane l's
-// subjects after off up to the stop.
-func (s *JetStream) nothingLeft(ctx context.Context, st jetstream.Stream, l *lane, off uint64) bool {
+// subjects after off up to upTo.
+func (s *JetStream) nothingLeft(ctx context.Context, st jetstream.Stream, l *lane, off, upTo uint64) bool {
 	filters := l.filters
 	if len(filters) == 0 {
 		filters = []string{">"}
@@ -780,7 +785,7 @@ func (s *JetStream) nothingLeft(ctx context.Context, st jetstream.Stream, l *lan
 		m, err := st.GetMsg(ctx, off+1, jetstream.WithGetMsgSubject(f))
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil || m.Sequence <= s.endAt:
+		case err != nil || m.Sequence <= upTo:
 			return false
 		}
 	}
@@ -798,8 +803,9 @@ func (s *JetStream) requestEnd(l *lane) {
 }
 
 // catchUp advances lane i from offset off to the stream's last sequence if
-// its consumer is caught up (see watchIdle); in a bounded source up to the
-// stop at most, where the lane ends. Errors leave it where it is.
+// nothing of the lane's is stored in between (see watchIdle); in a bounded
+// source up to the stop at most, where the lane ends. Errors leave it
+// where it is.
 func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheck)
 	defer cancel()
@@ -808,11 +814,7 @@ func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 		return
 	}
 	last := info.State.LastSeq
-	if last <= off {
-		return
-	}
-	ci, err := l.cons.Info(ctx)
-	if err != nil || ci.NumPending != 0 || ci.Delivered.Stream > off {
+	if last <= off || !s.nothingLeft(ctx, st, l, off, last) {
 		return
 	}
 	if last >= s.endAt {

@@ -725,6 +725,46 @@ func TestJetStreamQuietPartitionKeepsUp(t *testing.T) {
 	}
 }
 
+// A partition with no message yet, on a stream that holds other
+// partitions' messages when its consumer starts (which scans past them,
+// so the server counts them as delivered), follows the stream too.
+func TestJetStreamQuietPartitionFromTheStart(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}})
+	cfg := JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 1, Partitions: 2, PartitionFilter: "in.{p}.*", IdleCheck: 20 * time.Millisecond}
+	publishN(t, ctx, js, func(int) string { return "in.0.x" }, 0, 100) // seqs 1..100, partition 0
+	src, err := NewJetStream(js, cfg)
+	must(t, err)
+	defer src.Close()
+	for round, last := range []uint64{100, 200} {
+		if round == 1 {
+			publishN(t, ctx, js, func(int) string { return "in.0.x" }, 100, 200)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			pctx, c := context.WithTimeout(ctx, 300*time.Millisecond)
+			b, o, err := src.Poll(pctx)
+			c()
+			if err == nil {
+				if n, _ := abi.BatchCount(b); n != 0 {
+					t.Fatalf("%d records from the quiet partition", n)
+				}
+				po, err := DecodePartitionOffsets(o)
+				must(t, err)
+				if po.Seqs[1] == last {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the quiet partition's offset did not reach %d", round, last)
+			}
+		}
+	}
+}
+
 func TestParseAckReply(t *testing.T) {
 	for _, c := range []struct {
 		reply            string
