@@ -56,7 +56,7 @@ func TestCheckRefusesWhatParseRefuses(t *testing.T) {
 		{"operators[0].inputs", func(s *Spec) { s.Operators[0].Inputs = nil }},
 		{"sinks[0].kind", func(s *Spec) { s.Sinks[0].Kind = "file" }},
 		{"sinks[0].subject", func(s *Spec) { s.Sinks[0].Subject = "counts.>" }},
-		{"sinks[0].subject", func(s *Spec) { s.Sinks[0].Subject = "counts.{key}.x" }},
+		{"sinks[0].subject", func(s *Spec) { s.Sinks[0].Subject = "counts.{key}.{key}" }},
 		{"sinks[0].guarantee", func(s *Spec) { s.Sinks[0].Guarantee = "twice" }},
 		{"sinks[0].publish", func(s *Spec) { s.Sinks[0].Publish = "slow" }},
 		{"sinks[0].ack-timeout", func(s *Spec) { s.Sinks[0].AckTimeout = -time.Second }},

@@ -331,3 +331,39 @@ func TestKeyedRecoverRefusesStagedRecordsWithoutASubject(t *testing.T) {
 		t.Fatalf("stream holds %v", got)
 	}
 }
+
+// A key may stand in the middle of a subject ("out.{key}.v1"), as one
+// token: every publish mode puts each record on its key's subject, and a
+// key with a dot fails the write before anything of its batch is staged.
+func TestKeyedSubjectInTheMiddle(t *testing.T) {
+	for _, mode := range publishModes {
+		t.Run("publish="+string(mode), func(t *testing.T) {
+			scfg := outStream(mode)
+			scfg.Subjects = []string{"out.*.v1"}
+			nc, js, ctx := outSetup(t, scfg)
+			s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out.{key}.v1", Job: "j", Task: "sink0", Publish: mode})
+			must(t, err)
+			defer s.Close()
+			err = s.Write(ctx, keyedBatch("fox", "eu.fr"))
+			if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), "record 1 of the batch") || !strings.Contains(err.Error(), "the key is one token") {
+				t.Fatalf("a key with a dot: %v", err)
+			}
+			must(t, s.Write(ctx, keyedBatch("fox", "owl", "fox")))
+			_, err = s.PreCommit(ctx, 1)
+			must(t, err)
+			must(t, s.Commit(ctx, 1))
+			must(t, s.Wait(ctx))
+			st, err := js.Stream(ctx, "OUT")
+			must(t, err)
+			var got []string
+			for seq := uint64(1); seq <= 3; seq++ {
+				m, err := st.GetMsg(ctx, seq)
+				must(t, err)
+				got = append(got, m.Subject+"="+string(m.Data))
+			}
+			if fmt.Sprint(got) != "[out.fox.v1=v0 out.owl.v1=v1 out.fox.v1=v2]" {
+				t.Fatalf("stream holds %v", got)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/subject"
 )
 
 // A task that comes back after the stream's duplicate window — a worker or
@@ -19,17 +20,18 @@ import (
 func TestRecoverPastTheDuplicateWindow(t *testing.T) {
 	for _, c := range []struct {
 		mode      PublishMode
-		transform bool // the stream stores "out" as "stored.out"
-		keyed     bool // the sink publishes on "out.{key}"
-	}{{PublishFast, false, false}, {PublishAtomic, false, false}, {PublishAsync, false, false}, {PublishFast, true, false},
-		{PublishFast, false, true}, {PublishAtomic, false, true}} {
+		transform bool   // the stream stores "out" as "stored.out"
+		keyed     string // the sink publishes on this keyed subject ("": on "out")
+	}{{PublishFast, false, ""}, {PublishAtomic, false, ""}, {PublishAsync, false, ""}, {PublishFast, true, ""},
+		{PublishFast, false, "out.{key}"}, {PublishAtomic, false, "out.{key}"},
+		{PublishFast, false, "out.{key}.v1"}, {PublishAtomic, false, "out.{key}.v1"}} {
 		mode := c.mode
 		name := string(mode)
 		if c.transform {
 			name += "/transformed"
 		}
-		if c.keyed {
-			name += "/keyed"
+		if c.keyed != "" {
+			name += "/" + c.keyed
 		}
 		t.Run(name, func(t *testing.T) {
 			scfg := outStream(mode)
@@ -37,13 +39,15 @@ func TestRecoverPastTheDuplicateWindow(t *testing.T) {
 			if c.transform {
 				scfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "out", Destination: "stored.out"}
 			}
-			if c.keyed {
-				scfg.Subjects = []string{"out.>"}
+			if c.keyed != "" {
+				tm, err := subject.Parse(c.keyed)
+				must(t, err)
+				scfg.Subjects = []string{tm.Filter()}
 			}
 			nc, js, ctx := outSetup(t, scfg)
 			cfg := ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode, BatchSize: 10}
-			if c.keyed {
-				cfg.Subject = "out.{key}"
+			if c.keyed != "" {
+				cfg.Subject = c.keyed
 			}
 			a, err := NewExactlyOnce(ctx, nc, cfg)
 			must(t, err)

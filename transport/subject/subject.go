@@ -1,12 +1,16 @@
 // Package subject builds the NATS subjects a sink publishes records on: one
-// fixed subject, or a template whose last token is the record's key
-// ("counts.{key}": the record keyed "fox" goes to "counts.fox").
+// fixed subject, or a template one of whose tokens, after at least one
+// literal token, is the record's key ("counts.{key}": the record keyed
+// "fox" goes to "counts.fox"; "orders.{key}.created" to
+// "orders.fox.created").
 //
-// A key becomes one or more subject tokens as it is: a key with dots spans
-// several ("eu.fr" → "counts.eu.fr"). A key that cannot be part of a
-// subject — empty, with whitespace or control characters, with an empty
-// token or a wildcard token, not UTF-8 or holding U+FFFD, or making the
-// subject longer than MaxLen — is refused with an error wrapping ErrBadKey.
+// A key becomes subject tokens as it is: as the last token, a key with dots
+// spans several ("eu.fr" → "counts.eu.fr"); before other tokens it must be
+// one token (a filter can hold "*" in the middle, not ">"). A key that
+// cannot be part of a subject — empty, with whitespace or control
+// characters, with an empty token or a wildcard token, with a dot where it
+// must be one token, not UTF-8 or holding U+FFFD, or making the subject
+// longer than MaxLen — is refused with an error wrapping ErrBadKey.
 package subject
 
 import (
@@ -31,33 +35,38 @@ const MaxLen = 2048
 // subject under a template.
 var ErrBadKey = errors.New("record key cannot form a subject")
 
-// Template is a sink's subject: fixed, or keyed (Prefix then the key).
+// Template is a sink's subject: fixed, or keyed (prefix, the key, suffix).
 type Template struct {
 	raw    string
-	prefix string // "counts." for "counts.{key}"; empty when fixed
+	keyed  bool
+	prefix string // "orders." for "orders.{key}.created"
+	suffix string // ".created" for it; empty when the key goes last
 }
 
-// Parse reads s: a literal subject (no wildcards), or one whose last token
-// is KeyToken after at least one literal token.
+// Parse reads s: a literal subject (no wildcards), or one with KeyToken as
+// one of its tokens, once, after at least one literal token (a key must
+// not choose the first token: "$JS" would reach the JetStream API).
 func Parse(s string) (Template, error) {
 	toks := strings.Split(s, ".")
-	for i, t := range toks {
+	t := Template{raw: s}
+	for i, tok := range toks {
 		switch {
-		case t == "" || strings.ContainsFunc(t, isSpaceOrControl):
+		case tok == "" || strings.ContainsFunc(tok, isSpaceOrControl):
 			return Template{}, fmt.Errorf("bad subject %q (dot-separated tokens, none empty, without spaces)", s)
-		case t == "*" || t == ">":
+		case tok == "*" || tok == ">":
 			return Template{}, fmt.Errorf("bad subject %q (a sink publishes to one subject: no wildcards)", s)
-		case t == KeyToken && i == len(toks)-1 && i > 0:
-		case strings.Contains(t, KeyToken):
-			return Template{}, fmt.Errorf("bad subject %q (%s goes last, after at least one token: e.g. out.%s)", s, KeyToken, KeyToken)
+		case tok == KeyToken && i > 0 && !t.keyed:
+			t.keyed = true
+			t.prefix = strings.Join(toks[:i], ".") + "."
+			if i < len(toks)-1 {
+				t.suffix = "." + strings.Join(toks[i+1:], ".")
+			}
+		case strings.Contains(tok, KeyToken):
+			return Template{}, fmt.Errorf("bad subject %q (%s is a whole token, once, after at least one other: e.g. out.%s or orders.%s.created)", s, KeyToken, KeyToken, KeyToken)
 		}
 	}
 	if len(s) > MaxLen {
 		return Template{}, fmt.Errorf("bad subject %q…: %d bytes, at most %d", s[:32], len(s), MaxLen)
-	}
-	t := Template{raw: s}
-	if rest, ok := strings.CutSuffix(s, "."+KeyToken); ok {
-		t.prefix = rest + "."
 	}
 	return t, nil
 }
@@ -66,32 +75,39 @@ func Parse(s string) (Template, error) {
 func (t Template) String() string { return t.raw }
 
 // Keyed reports whether the subject depends on the record's key.
-func (t Template) Keyed() bool { return t.prefix != "" }
+func (t Template) Keyed() bool { return t.keyed }
 
 // Filter is the subject filter every subject of t matches: the subject
-// itself, or for a keyed template its prefix and ">".
+// itself, or for a keyed template the key's token(s) as a wildcard: ">"
+// when the key goes last, else "*".
 func (t Template) Filter() string {
-	if t.Keyed() {
+	switch {
+	case !t.keyed:
+		return t.raw
+	case t.suffix == "":
 		return t.prefix + ">"
 	}
-	return t.raw
+	return t.prefix + "*" + t.suffix
 }
 
 // For returns the subject of a record with key key: the fixed subject, or
-// the prefix followed by the key.
+// the template with the key in its place.
 func (t Template) For(key []byte) (string, error) {
-	if !t.Keyed() {
+	if !t.keyed {
 		return t.raw, nil
 	}
 	if err := t.check(key); err != nil {
 		return "", err
 	}
-	return t.prefix + string(key), nil
+	if t.suffix == "" {
+		return t.prefix + string(key), nil
+	}
+	return t.prefix + string(key) + t.suffix, nil
 }
 
 // Check reports whether For accepts key, without building the subject.
 func (t Template) Check(key []byte) error {
-	if !t.Keyed() {
+	if !t.keyed {
 		return nil
 	}
 	return t.check(key)
@@ -104,11 +120,14 @@ func (t Template) check(key []byte) error {
 	if len(key) == 0 {
 		return bad("the record has no key")
 	}
-	if len(t.prefix)+len(key) > MaxLen {
-		return bad(fmt.Sprintf("the subject would be %d bytes, at most %d", len(t.prefix)+len(key), MaxLen))
+	if n := len(t.prefix) + len(key) + len(t.suffix); n > MaxLen {
+		return bad(fmt.Sprintf("the subject would be %d bytes, at most %d", n, MaxLen))
 	}
 	start, ascii := 0, true
 	for i := 0; i <= len(key); i++ {
+		if i < len(key) && key[i] == '.' && t.suffix != "" {
+			return bad(fmt.Sprintf("a dot at byte %d: in %s the key is one token", i, t.raw))
+		}
 		if i < len(key) && key[i] != '.' {
 			if c := key[i]; c <= ' ' || c == 0x7f {
 				return bad(fmt.Sprintf("whitespace or a control character at byte %d", i))

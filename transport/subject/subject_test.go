@@ -17,9 +17,12 @@ func TestParse(t *testing.T) {
 		{in: "a.b.c", filter: "a.b.c"},
 		{in: "counts.{key}", filter: "counts.>", keyed: true},
 		{in: "a.b.{key}", filter: "a.b.>", keyed: true},
-		{in: "{key}", bad: "goes last, after at least one token"},
-		{in: "a.{key}.b", bad: "goes last"},
-		{in: "a.x{key}", bad: "goes last"},
+		{in: "a.{key}.b", filter: "a.*.b", keyed: true},
+		{in: "orders.{key}.created.v1", filter: "orders.*.created.v1", keyed: true},
+		{in: "{key}", bad: "after at least one other"},
+		{in: "{key}.a", bad: "after at least one other"},
+		{in: "a.{key}.{key}", bad: "once"},
+		{in: "a.x{key}", bad: "a whole token"},
 		{in: "a.*", bad: "no wildcards"},
 		{in: "a.>", bad: "no wildcards"},
 		{in: "a..b", bad: "none empty"},
@@ -95,6 +98,46 @@ func TestFor(t *testing.T) {
 	}
 }
 
+// A key before other tokens is one token: the filter holds "*" there.
+func TestForInTheMiddle(t *testing.T) {
+	mid, err := Parse("orders.{key}.created")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, want, bad string
+	}{
+		{key: "fox", want: "orders.fox.created"},
+		{key: "größe", want: "orders.größe.created"},
+		{key: "eu.fr", bad: "a dot at byte 2: in orders.{key}.created the key is one token"},
+		{key: "*", bad: "wildcard token"},
+		{key: ">", bad: "wildcard token"},
+		{key: "", bad: "no key"},
+		{key: "a b", bad: "whitespace"},
+		{key: strings.Repeat("k", MaxLen-len("orders..created")+1), bad: "at most"},
+	} {
+		got, err := mid.For([]byte(c.key))
+		if c.bad != "" {
+			if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), c.bad) {
+				t.Errorf("For(%q) = %q, %v; want ErrBadKey with %q", c.key, got, err, c.bad)
+			}
+			if (mid.Check([]byte(c.key)) == nil) != (err == nil) {
+				t.Errorf("Check(%q) disagrees with For", c.key)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("For(%q) = %q, %v; want %q", c.key, got, err, c.want)
+		}
+		if !Covers(mid.Filter(), got) {
+			t.Errorf("filter %s does not cover %s", mid.Filter(), got)
+		}
+	}
+	if s, err := mid.For([]byte(strings.Repeat("k", MaxLen-len("orders..created")))); err != nil || len(s) != MaxLen {
+		t.Errorf("a key that just fits: %d bytes, %v", len(s), err)
+	}
+}
+
 func TestLongKeyQuotedShort(t *testing.T) {
 	keyed, _ := Parse("out.{key}")
 	_, err := keyed.For([]byte(strings.Repeat("x", 100) + " "))
@@ -166,6 +209,8 @@ func FuzzFor(f *testing.F) {
 		f.Add("counts.{key}", []byte(k))
 	}
 	f.Add("a.b.{key}", []byte("x.y"))
+	f.Add("orders.{key}.created", []byte("fox"))
+	f.Add("orders.{key}.created", []byte("eu.fr"))
 	f.Add("plain", []byte("x"))
 	f.Fuzz(func(t *testing.T, template string, key []byte) {
 		tm, err := Parse(template)
@@ -190,7 +235,7 @@ func FuzzFor(f *testing.F) {
 				t.Fatalf("subject %q has a bad token %q", s, tok)
 			}
 		}
-		if !Overlap(tm.Filter(), s) {
+		if !Overlap(tm.Filter(), s) || !Covers(tm.Filter(), s) {
 			t.Fatalf("filter %s does not match subject %q", tm.Filter(), s)
 		}
 	})
