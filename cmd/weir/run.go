@@ -259,8 +259,11 @@ type inputFlags []string
 func (f *inputFlags) String() string     { return strings.Join(*f, ",") }
 func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
 
-// publishInputs publishes every -input file to its source.
-func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, inputs inputFlags) (int, error) {
+// publishInputs publishes every -input file to its source: those of
+// bounded sources (with a stop) when bounded, the others when not. A
+// bounded source's input goes in before the submit, so that its stop
+// (end: the stream's end at the submit) covers it.
+func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, inputs inputFlags, bounded bool) (int, error) {
 	total := 0
 	for _, in := range inputs {
 		name, file, named := strings.Cut(in, "=")
@@ -276,6 +279,9 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 		}
 		if src == nil {
 			return total, fmt.Errorf("-input %s: the job has no source %q", in, name)
+		}
+		if (src.Stop != "" || src.StopSequence != 0) != bounded {
+			continue
 		}
 		c, err := publishInput(ctx, n, *src, file)
 		total += c
@@ -404,6 +410,10 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		defer sub.Unsubscribe()
 	}
+	published, err := publishInputs(ctx, std, n, spec, o.inputs, true)
+	if err != nil {
+		return err
+	}
 	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
 	if err != nil {
 		return apiErr("submit "+spec.Name, err)
@@ -428,7 +438,6 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	defer stop()
 
 	inputDone := len(o.inputs) == 0
-	published := 0
 	var deadline <-chan time.Time
 	if o.forDur > 0 {
 		deadline = time.After(o.forDur)
@@ -465,7 +474,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			fmt.Fprintln(std.Out, line)
 		}
 		if !inputDone && st.State == control.JobRunning {
-			if published, err = publishInputs(ctx, std, n, spec, o.inputs); err != nil {
+			c, err := publishInputs(ctx, std, n, spec, o.inputs, false)
+			published += c
+			if err != nil {
 				return err
 			}
 			inputDone, publishedAt = true, time.Now()

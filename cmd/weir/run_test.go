@@ -348,3 +348,49 @@ func TestRunShowsBuildErrors(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1, the failed build and, indented, the compiler's message", code, errs)
 	}
 }
+
+// A bounded job (stop: end) run with -input: weir run publishes the input
+// before it submits, so the stop covers it; the job reads it, takes its
+// final savepoint, and finishes by itself, and weir run ends with it.
+func TestRunBoundedJobFinishes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	t.Chdir(t.TempDir())
+	job := `name: backfill
+sources:
+  - {name: orders, kind: jetstream, stream: ORDERS, stop: end}
+sinks:
+  - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: orders}}
+checkpointing:
+  interval: 200ms
+`
+	var in strings.Builder
+	want := map[string]bool{}
+	for i := 0; i < 100; i++ {
+		line := fmt.Sprintf("order-%d", i)
+		in.WriteString(line + "\n")
+		want["[out] "+line] = true
+	}
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	// No -idle: weir run ends because the job does.
+	if code := run(ctx, []string{"run", "-show", "-1", "job.yaml", "-input", "in.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
+	}
+	for _, s := range []string{"published 100 input records from in.txt to orders\njob backfill submitted",
+		"stops after sequence 100 (stop: end)", "job backfill: finished (attempt 1): every source read up to its stop; output committed with final savepoint"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output without %q:\n%s", s, out.String())
+		}
+	}
+	outputOnce(t, out.String(), want)
+}
