@@ -64,7 +64,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	var o runOptions
 	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
-	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>)")
+	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never)")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
