@@ -225,6 +225,12 @@ type Restore struct {
 	Merged map[string][]string `json:"merged,omitempty"`
 }
 
+// RestTimeout bounds how long a worker's Stop waits for the attempt's
+// tasks to come to rest (sinks' commits are bounded by their ack timeout,
+// 10 s by default); a coordinator that needs the answer waits this long
+// besides its request timeout.
+const RestTimeout = 30 * time.Second
+
 // Cancel stops every task of a job attempt on a worker.
 type Cancel struct {
 	Job     string `json:"job"`

@@ -668,13 +668,16 @@ const finishRetry = time.Second
 // finishInput ends attempt, whose bounded sources all read up to their
 // stops and whose tasks all handled the end of their input (operators
 // emitted their final output): it takes a stop savepoint, has every task
-// handle its completion — the sinks commit the
-// output after the last checkpoint with it — and then the job is
-// finished. A savepoint that fails is tried again. A worker whose tasks
-// could not come to rest (a sink's commit failed) fails the attempt: the
-// next restores the final savepoint, whose sources end at once, and
-// commits again (exactly-once sinks deduplicate) rather than the job
-// finish without the output.
+// handle its completion — the sinks commit the output after the last
+// checkpoint with it — and then the job is finished. A savepoint that
+// fails is tried again. A worker whose tasks could not come to rest (a
+// sink's commit failed, or took longer than control.RestTimeout) fails the
+// attempt, rather than the job finish without the output: the next
+// restores the final savepoint, its sinks commit what it staged again
+// (exactly-once sinks deduplicate) before they take input, its sources end
+// at once, and its final savepoint has nothing left to commit. (Asking the
+// worker again would not do: a task reports a failed commit to one rest
+// only.)
 func (j *job) finishInput(attempt int) {
 	var cp control.CheckpointInfo
 	for {
@@ -700,7 +703,10 @@ func (j *job) finishInput(attempt int) {
 		return
 	}
 	for _, w := range j.workers() {
-		c, cancel := context.WithTimeout(j.ctx, j.m.opts.RequestTimeout)
+		// The answer says the sinks committed: wait for it as long as the
+		// worker waits for its tasks, so that a commit of a few seconds
+		// does not cost a restart.
+		c, cancel := context.WithTimeout(j.ctx, j.m.opts.RequestTimeout+control.RestTimeout)
 		err := j.m.ctl.Stop(c, w, control.Stop{Job: j.spec.Name, Attempt: attempt, CheckpointID: cp.ID})
 		cancel()
 		if err != nil {

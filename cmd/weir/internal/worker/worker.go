@@ -368,9 +368,6 @@ func (w *Worker) Abort(ctx context.Context, a control.Abort) error {
 	return nil
 }
 
-// restTimeout bounds how long Stop waits for the tasks to come to rest
-// (sinks' commits are bounded by their ack timeout, 10 s by default).
-const restTimeout = 30 * time.Second
 
 // Stop brings the attempt's tasks to rest after its stop savepoint
 // completed: it returns once each has handled the completion (sinks
@@ -382,7 +379,7 @@ func (w *Worker) Stop(ctx context.Context, s control.Stop) error {
 	}
 	// A job's handlers run one at a time: a sink that cannot finish its
 	// commits must not hold up the cancel that follows.
-	ctx, cancel := context.WithTimeout(ctx, restTimeout)
+	ctx, cancel := context.WithTimeout(ctx, control.RestTimeout)
 	defer cancel()
 	var errs []error
 	for _, id := range at.taskIDs {
