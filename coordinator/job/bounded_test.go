@@ -95,3 +95,34 @@ func TestInputEndedRetries(t *testing.T) {
 		t.Fatalf("status %s (%s)", st.State, st.Reason)
 	}
 }
+
+// The final savepoint of an attempt that fails over meanwhile is given up,
+// and the next attempt's ends of input, which may come while the old
+// attempt's savepoint waits to be tried again, still end the job.
+func TestInputEndedAcrossAFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	st := e.submitRunning(t, ctx, spec(t, "f", "checkpointing: {interval: 1h, timeout: 100ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 5}\n"))
+	w.mu.Lock()
+	w.noAck = true
+	w.mu.Unlock()
+	endInputs(t, ctx, w, st, allTasks(st)...)
+	waitFor(t, ctx, e, "f", "a failed savepoint", func(control.JobStatus) bool {
+		cps, _ := e.api.Checkpoints(ctx, "f")
+		return len(cps) > 0 && cps[0].Status == control.CheckpointFailed
+	})
+	w.mu.Lock()
+	w.noAck = false
+	w.mu.Unlock()
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "f", Attempt: 1, Task: "count-0"}, "injected"); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "f", "attempt 2", func(s control.JobStatus) bool { return s.Attempt == 2 && s.State == control.JobRunning })
+	endInputs(t, ctx, w, st, allTasks(st)...)
+	st = waitFor(t, ctx, e, "f", "finished", func(s control.JobStatus) bool { return s.State.Terminal() })
+	if st.State != control.JobFinished {
+		t.Fatalf("status %s (%s)", st.State, st.Reason)
+	}
+}

@@ -679,6 +679,7 @@ const finishRetry = time.Second
 // worker again would not do: a task reports a failed commit to one rest
 // only.)
 func (j *job) finishInput(attempt int) {
+	j.m.log.Info("every task's input ended: taking the final savepoint", "job", j.spec.Name, "attempt", attempt)
 	var cp control.CheckpointInfo
 	for {
 		if st := j.status(); st.Attempt != attempt || st.State.Terminal() || j.ctx.Err() != nil {
@@ -695,7 +696,13 @@ func (j *job) finishInput(attempt int) {
 			break
 		}
 		j.m.log.Warn("final savepoint failed; trying again", "job", j.spec.Name, "attempt", attempt, "err", err)
-		if !j.sleep(finishRetry) {
+		// Not j.sleep: that belongs to the job's goroutine, and takes the
+		// events queued for it (the next attempt's, say).
+		t := time.NewTimer(finishRetry)
+		select {
+		case <-t.C:
+		case <-j.ctx.Done():
+			t.Stop()
 			return
 		}
 	}

@@ -56,6 +56,9 @@ func runBoundedScenario(t *testing.T, modPath, interval string, midRun bool, see
 	dir := t.TempDir()
 	hb := 100 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("WEIR_E2E_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
 		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
 	if err != nil {
@@ -143,7 +146,25 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 		w2.Close()
 		w2 = startWorker("w3")
 	}
-	st := waitJob(t, ctx, main, "counts", "the job to finish", func(st control.JobStatus) bool { return st.State.Terminal() })
+	wctx, wcancel := context.WithTimeout(ctx, 100*time.Second)
+	defer wcancel()
+	if !poll(wctx, func() bool {
+		st, err := main.API.Job(ctx, "counts")
+		return err == nil && st.State.Terminal()
+	}) {
+		st, _ := main.API.Job(ctx, "counts")
+		for _, task := range st.Tasks {
+			t.Logf("task %s on %s: %+v", task.Task, task.Worker, task.Stats)
+		}
+		cps, _ := main.API.Checkpoints(ctx, "counts")
+		for i, c := range cps {
+			if i < 5 {
+				t.Logf("checkpoint %d: %s %s acked %d/%d", c.ID, c.Status, c.Reason, c.Acked, c.Total)
+			}
+		}
+		t.Fatalf("the job did not finish: %s (attempt %d, %d restarts): %s", st.State, st.Attempt, st.Restarts, st.Reason)
+	}
+	st, _ := main.API.Job(ctx, "counts")
 	if st.State != control.JobFinished || !strings.Contains(st.Reason, "final savepoint") {
 		t.Fatalf("job ended %s (%s), want finished with its final savepoint", st.State, st.Reason)
 	}
