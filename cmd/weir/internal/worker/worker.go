@@ -368,7 +368,6 @@ func (w *Worker) Abort(ctx context.Context, a control.Abort) error {
 	return nil
 }
 
-
 // Stop brings the attempt's tasks to rest after its stop savepoint
 // completed: it returns once each has handled the completion (sinks
 // committed the savepoint's output).
