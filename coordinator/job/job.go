@@ -412,7 +412,8 @@ func (j *job) latest() (*checkpoint.Metadata, error) {
 }
 
 // sleep waits d before a restart; it returns false when the job was
-// canceled meanwhile (its state set) or the coordinator stops.
+// canceled meanwhile (its state set) or the coordinator stops. Only the
+// job's goroutine (run) may call it: it takes the queued events.
 func (j *job) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
