@@ -40,15 +40,20 @@ func TestBoundedJobFinishesExactlyOnce(t *testing.T) {
 		name     string
 		interval string
 		midRun   bool
+		final    bool // the count emits totals at the end of its input only
 	}{
-		{"faults mid-run", "150ms", true},
-		{"final savepoint fails once", "1h", false},
+		{"faults mid-run", "150ms", true, false},
+		{"final savepoint fails once", "1h", false, false},
+		// Every output comes from the operators' end of input, after the
+		// faults, and must be in the final savepoint.
+		{"totals at the end, faults mid-run", "150ms", true, true},
+		{"totals at the end, final savepoint fails once", "1h", false, true},
 	} {
-		t.Run(c.name, func(t *testing.T) { runBoundedScenario(t, modPath, c.interval, c.midRun, uint64(i+1)) })
+		t.Run(c.name, func(t *testing.T) { runBoundedScenario(t, modPath, c.interval, c.midRun, c.final, uint64(i+1)) })
 	}
 }
 
-func runBoundedScenario(t *testing.T, modPath, interval string, midRun bool, seed uint64) {
+func runBoundedScenario(t *testing.T, modPath, interval string, midRun, final bool, seed uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 11))
@@ -102,16 +107,20 @@ func runBoundedScenario(t *testing.T, modPath, interval string, midRun bool, see
 	}
 	const before = 4000
 	publish(before, true)
+	config := ""
+	if final {
+		config = ", config: {emit: final}"
+	}
 	spec := fmt.Sprintf(`name: counts
 sources:
   - {name: in, kind: jetstream, stream: IN, parallelism: 2, partitions: 4, partition-filter: "in.{p}.*", stop: end}
 operators:
-  - {name: count, module: %s, parallelism: 2, inputs: [{from: in, partition: key}]}
+  - {name: count, module: %s, parallelism: 2, inputs: [{from: in, partition: key}]%s}
 sinks:
   - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}
 checkpointing: {interval: %s, timeout: 10s}
 restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
-`, modPath, interval)
+`, modPath, config, interval)
 	s, err := jobspec.Parse("counts.yaml", []byte(spec), jobspec.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -168,15 +177,25 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 	if st.State != control.JobFinished || !strings.Contains(st.Reason, "final savepoint") {
 		t.Fatalf("job ended %s (%s), want finished with its final savepoint", st.State, st.Reason)
 	}
-	counts := readCounts(t, ctx, js, before, true)
-	for k, n := range sent {
-		got := counts[k]
-		ok := len(got) == n
-		for i := 0; ok && i < n; i++ {
-			ok = got[i] == i+1
+	if final {
+		// One total per key, once.
+		counts := readCounts(t, ctx, js, len(sent), true)
+		for k, n := range sent {
+			if got := counts[k]; len(got) != 1 || got[0] != n {
+				t.Errorf("key %s: totals %v, want [%d] exactly once", k, got, n)
+			}
 		}
-		if !ok {
-			t.Errorf("key %s: counts %v, want 1..%d exactly once", k, summarize(got), n)
+	} else {
+		counts := readCounts(t, ctx, js, before, true)
+		for k, n := range sent {
+			got := counts[k]
+			ok := len(got) == n
+			for i := 0; ok && i < n; i++ {
+				ok = got[i] == i+1
+			}
+			if !ok {
+				t.Errorf("key %s: counts %v, want 1..%d exactly once", k, summarize(got), n)
+			}
 		}
 	}
 	t.Logf("%d records counted, %d restarts; %s", before, st.Restarts, st.Reason)

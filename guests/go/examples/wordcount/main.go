@@ -3,6 +3,10 @@
 // word's count and emits key=word, value=the new count in decimal, with the
 // input record's timestamp.
 //
+// With the config {emit: final} it emits nothing while it counts, and at
+// the end of its input (a bounded job) each word once with its total, in
+// word order, timestamp 0: a batch word count.
+//
 // State (shared by every language's wordcount): byte 0x01, u32 LE n, then n
 // entries sorted bytewise by word: u32 LE word length, word, u64 LE count.
 package main
@@ -10,6 +14,7 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,10 +33,27 @@ const maxWord = 16 << 20
 type wordcount struct {
 	counts map[string]uint64
 	num    []byte // scratch for the decimal count
+	final  bool   // emit totals at the end of input only
 }
 
 func (w *wordcount) Init(config []byte) error {
 	w.counts = make(map[string]uint64)
+	if len(config) == 0 {
+		return nil
+	}
+	var c struct {
+		Emit string `json:"emit"`
+	}
+	if err := json.Unmarshal(config, &c); err != nil {
+		return fmt.Errorf("wordcount: config %q: want {emit: final} or nothing: %w", config, err)
+	}
+	switch c.Emit {
+	case "", "each":
+	case "final":
+		w.final = true
+	default:
+		return fmt.Errorf("wordcount: config emit %q: want each (the default) or final", c.Emit)
+	}
 	return nil
 }
 
@@ -53,8 +75,10 @@ func (w *wordcount) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 				word := v[i:j]
 				n := w.counts[string(word)] + 1 // the lookup does not allocate
 				w.counts[string(word)] = n      // allocates only for a new word
-				w.num = strconv.AppendUint(w.num[:0], n, 10)
-				out.Emit(0, word, w.num, r.Timestamp)
+				if !w.final {
+					w.num = strconv.AppendUint(w.num[:0], n, 10)
+					out.Emit(0, word, w.num, r.Timestamp)
+				}
 			}
 			i = j
 		}
@@ -62,12 +86,30 @@ func (w *wordcount) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 	return nil
 }
 
-func (w *wordcount) Snapshot(sw *weir.StateWriter) error {
+// EndOfInput emits every word's total, in word order, with {emit: final}.
+func (w *wordcount) EndOfInput(port int, out *weir.Emitter) error {
+	if !w.final {
+		return nil
+	}
+	for _, k := range w.sorted() {
+		w.num = strconv.AppendUint(w.num[:0], w.counts[k], 10)
+		out.Emit(0, []byte(k), w.num, 0)
+	}
+	return nil
+}
+
+// sorted returns the words counted, in order.
+func (w *wordcount) sorted() []string {
 	words := make([]string, 0, len(w.counts))
 	for k := range w.counts {
 		words = append(words, k)
 	}
 	slices.Sort(words)
+	return words
+}
+
+func (w *wordcount) Snapshot(sw *weir.StateWriter) error {
+	words := w.sorted()
 	bw := bufio.NewWriterSize(sw, weir.ChunkSize)
 	var h [8]byte
 	bw.WriteByte(stateVersion)
