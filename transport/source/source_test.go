@@ -382,7 +382,10 @@ func TestJetStreamPartitionedRescale(t *testing.T) {
 		}
 		must(t, src.Seek(ctx, merged))
 		for {
-			b, _, err := pollWithin(src, 500*time.Millisecond)
+			// Until the subtask is quiet: 2 s, as a loaded machine can
+			// take half a second to start a consumer (it read 468 of
+			// 600 once with 500 ms).
+			b, _, err := pollWithin(src, 2*time.Second)
 			if err != nil {
 				break
 			}
