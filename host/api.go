@@ -86,6 +86,13 @@ type BatchLimiter interface {
 // in two subtasks' state, or a snapshot with channel or sink state.
 var ErrCannotRescale = errors.New("state cannot be redistributed to a new parallelism")
 
+// ErrPortEnded is wrapped by the error of a task given records on an input
+// port whose end it handled before the snapshot it restored (the final
+// savepoint of a finished bounded job, restored with more input): the
+// operator's end-of-input output for that port is out already, and it
+// cannot take records after it.
+var ErrPortEnded = errors.New("records after the end of an input port")
+
 // OffsetMerger is implemented by a Source whose subtasks' offsets can be
 // merged, so that its parallelism may change on restore (a JetStream
 // source). MergeOffsets gets the old subtasks' offsets in subtask order

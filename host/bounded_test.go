@@ -160,11 +160,11 @@ func TestInputEndedUnreportedFailsTheTask(t *testing.T) {
 // delivered end-of-data: the operator's EndOfInput runs once, end-of-data
 // follows its output downstream, and the listener hears of it; barriers
 // still pass. A task restored from a snapshot taken after that does not
-// end the port again when its (restored) upstream sends end-of-data once
-// more, but forwards it and reports again.
+// end the port again when its (restored, past its records) upstream sends
+// end-of-data once more, but forwards it and reports again.
 func TestEndOfDataEndsThePortOnce(t *testing.T) {
 	store, _ := storage.NewDir(t.TempDir())
-	run := func(restore string) (op *countOp, rc *recorder, er *endRecorder, out string) {
+	run := func(restore string, records bool) (op *countOp, rc *recorder, er *endRecorder, out string) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		s1, r1 := local.New(local.Options{Name: "a->x"})
@@ -186,9 +186,15 @@ func TestEndOfDataEndsThePortOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		send(s1, rec("a", "a"))
+		want := 2 // end-of-data and the barrier
+		if records {
+			send(s1, rec("a", "a"))
+			want += 2
+		}
 		send(s1, stream.EndOfData())
-		send(s2, rec("b", "b"))
+		if records {
+			send(s2, rec("b", "b"))
+		}
 		time.Sleep(20 * time.Millisecond)
 		if len(er.endedTasks()) != 0 {
 			t.Fatal("input ended with one channel still open")
@@ -201,7 +207,7 @@ func TestEndOfDataEndsThePortOnce(t *testing.T) {
 			t.Fatalf("ack %d", id)
 		}
 		var got []stream.Element
-		for len(got) < 4 {
+		for len(got) < want {
 			if d, ok, _ := ro.Poll(); ok {
 				got = append(got, d.Element)
 			} else {
@@ -212,7 +218,7 @@ func TestEndOfDataEndsThePortOnce(t *testing.T) {
 		<-done
 		return op, rc, er, render(t, got)
 	}
-	op, rc, er, out := run("")
+	op, rc, er, out := run("", true)
 	if out != "a b EOD B5" || fmt.Sprint(op.endPorts) != "[0]" || fmt.Sprint(er.endedTasks()) != "[x]" {
 		t.Fatalf("output %q, ended ports %v, reported %v", out, op.endPorts, er.endedTasks())
 	}
@@ -220,8 +226,49 @@ func TestEndOfDataEndsThePortOnce(t *testing.T) {
 	if fmt.Sprint(snap.EndedPorts) != "[0]" {
 		t.Fatalf("the snapshot's ended ports %v, want [0]", snap.EndedPorts)
 	}
-	op, _, er, out = run(rc.handle(5, "x"))
-	if out != "a b EOD B5" || len(op.endPorts) != 0 || fmt.Sprint(er.endedTasks()) != "[x]" {
+	op, _, er, out = run(rc.handle(5, "x"), false)
+	if out != "EOD B5" || len(op.endPorts) != 0 || fmt.Sprint(er.endedTasks()) != "[x]" {
 		t.Fatalf("restored: output %q, ended ports %v (want none again), reported %v", out, op.endPorts, er.endedTasks())
 	}
+}
+
+// A task whose last open channel closes (end-of-partition) after the
+// others said end-of-data has its input ended all the same: it ends the
+// port, forwards end-of-data and reports.
+func TestEndOfPartitionAfterEndOfData(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s1, r1 := local.New(local.Options{Name: "a->x"})
+	s2, r2 := local.New(local.Options{Name: "b->x"})
+	so, ro := local.New(local.Options{Name: "x->y"})
+	er := &endRecorder{recorder: newRecorder()}
+	op := &countOp{}
+	task, err := host.New(host.Config{Name: "x", Operator: op, Inputs: []host.Input{{Receiver: r1}, {Receiver: r2}},
+		Outputs: []host.Output{{Senders: []stream.Sender{so}}}, Listener: er})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	for _, c := range []struct {
+		s stream.Sender
+		e stream.Element
+	}{{s1, stream.EndOfData()}, {s2, rec("b", "b")}, {s2, stream.EndOfPartition()}} {
+		if err := c.s.Send(ctx, c.e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []stream.Element
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+		if d, ok, _ := ro.Poll(); ok {
+			got = append(got, d.Element)
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if s := render(t, got); s != "b EOD" || fmt.Sprint(op.endPorts) != "[0]" || fmt.Sprint(er.endedTasks()) != "[x]" {
+		t.Fatalf("output %q, ended ports %v, reported %v", s, op.endPorts, er.endedTasks())
+	}
+	cancel()
+	<-done
 }

@@ -143,10 +143,16 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		snap.SourceOffset = t.lastOffset
 		t.offsets[a.ID] = t.lastOffset
 	}
-	for p := range t.endedPorts {
-		snap.EndedPorts = append(snap.EndedPorts, p)
+	if t.cfg.Checkpointing.Mode != barrier.AtLeastOnce {
+		// Only a consistent snapshot may say which ports ended: under
+		// at-least-once a restored upstream may replay records that came
+		// before its end-of-data, and the port must take them (and end
+		// again: its final output may repeat, as any output may there).
+		for p := range t.endedPorts {
+			snap.EndedPorts = append(snap.EndedPorts, p)
+		}
+		slices.Sort(snap.EndedPorts)
 	}
-	slices.Sort(snap.EndedPorts)
 	// Forward the barrier.
 	if a.Unaligned {
 		// It overtakes everything queued: at the channel's sender and in the
@@ -412,9 +418,11 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		stored = append(stored, t.cfg.Sink != nil && t.committed(ctx, h, snap))
 	}
 	t.restoredID = snaps[0].CheckpointID
-	// A port ended in every old subtask stays ended; one that ended in
-	// some only is ended again, so that the others' state (their open
-	// windows, say) gives its final output.
+	// A port ended in every old subtask stays ended. One that ended in
+	// some only cannot be merged: ending it again would have the operator
+	// give the final output of the ended ones' state once more (it was
+	// committed with the checkpoint), and not ending it would lose the
+	// others'.
 	ended := map[int]int{}
 	for _, s := range snaps {
 		for _, p := range s.EndedPorts {
@@ -422,9 +430,11 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		}
 	}
 	for p, n := range ended {
-		if n == len(snaps) {
-			t.endedPorts[p] = true
+		if n < len(snaps) {
+			return fmt.Errorf("input port %d had ended in %d of the %d old subtasks of checkpoint %d (their final output is committed) and not in the others: restore with the old parallelism and let the job finish: %w",
+				p, n, len(snaps), snaps[0].CheckpointID, ErrCannotRescale)
 		}
+		t.endedPorts[p] = true
 	}
 	// Each part the task has is restored from its share of the snapshots:
 	// a task may chain a source, an operator and a sink.

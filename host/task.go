@@ -173,6 +173,7 @@ type Task struct {
 	portLive    map[int]int
 	endedPorts  map[int]bool
 	dataEndSent bool
+	sawEndData  bool // a channel delivered end-of-data in this run
 	rr          int
 	wake        chan struct{}
 	replay      []*sequence // stack: the top is read first
@@ -712,8 +713,16 @@ func (t *Task) dispatch(ctx context.Context, ch int, d stream.Delivery) error {
 		if err := t.exec(t.handler.EndOfPartition(ch, t.clock()), -1, nil); err != nil {
 			return err
 		}
-		return t.endChannelData(ctx, ch)
+		if err := t.endChannelData(ctx, ch); err != nil {
+			return err
+		}
+		if t.sawEndData {
+			// The last channels closed after others said end-of-data:
+			// the input ended all the same.
+			return t.endData(ctx)
+		}
 	case stream.KindEndOfData:
+		t.sawEndData = true
 		if err := t.endChannelData(ctx, ch); err != nil {
 			return err
 		}
@@ -803,6 +812,13 @@ func (r *restOfBatch) element() stream.Element {
 // channel state of ch (snapshot), like the data its barrier overtook.
 func (t *Task) processInput(ctx context.Context, ch int, batch []byte) error {
 	port := t.cfg.Inputs[ch].Port
+	if t.endedPorts[port] && !t.dataEnded[ch] {
+		// Ended before the snapshot restored, yet more records come: a
+		// finished job restored with more input. Its end-of-input output
+		// is out already; the records cannot be processed after it.
+		return fmt.Errorf("input port %d ended before checkpoint %d, which the task restored, and records come after its end (a finished job restored with more input? submit it as a new job): %w",
+			port, t.restoredID, ErrPortEnded)
+	}
 	p, ok := t.cfg.Operator.(Paced)
 	if !ok {
 		return t.process(ctx, port, batch)

@@ -50,6 +50,7 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},
 		{control.Unrecoverable(errors.New("x")), true},
 		{fmt.Errorf("restore: %w", host.ErrCannotRescale), true},
+		{fmt.Errorf("operator: %w", host.ErrPortEnded), true},
 		{fmt.Errorf("restore: j/chk-3/op-0: %w: checksum mismatch", snapshot.ErrCorrupt), true},
 		{&wasm.TrapError{Operator: "op", Export: "weir_process"}, false},
 		{fmt.Errorf("sink: %w", context.DeadlineExceeded), false},

@@ -3,7 +3,9 @@ package host_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +55,7 @@ func (o *totalsOp) Restore(_ context.Context, r io.Reader) error {
 func (o *totalsOp) CheckpointComplete(context.Context, int64) error { return nil }
 func (o *totalsOp) Close(context.Context) error                     { return nil }
 
-func runTotals(t *testing.T, cfg host.Config, in []stream.Element) (*totalsOp, string) {
+func runTotals(t *testing.T, cfg host.Config, in []stream.Element) (*totalsOp, string, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -71,12 +73,17 @@ func runTotals(t *testing.T, cfg host.Config, in []stream.Element) (*totalsOp, s
 	go func() { done <- task.Run(ctx) }()
 	for _, e := range in {
 		if err := si.Send(ctx, e); err != nil {
-			t.Fatal(err)
+			break // the task failed and closed its input
 		}
 	}
 	var got []stream.Element
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			return op, render(t, got), err
+		default:
+		}
 		d, ok, _ := ro.Poll()
 		if !ok {
 			time.Sleep(time.Millisecond)
@@ -89,16 +96,16 @@ func runTotals(t *testing.T, cfg host.Config, in []stream.Element) (*totalsOp, s
 	}
 	cancel()
 	<-done
-	return op, render(t, got)
+	return op, render(t, got), nil
 }
 
 // A rescaled restore from a checkpoint in which old subtask 0 had ended
 // its port (its totals went out before its barrier: committed with that
-// checkpoint) and old subtask 1 had not: the merged task ends the port
-// again, and the operator's EndOfInput emits subtask 0's totals a second
-// time (apple=3). Possible with forward edges, or with unaligned
-// checkpoints (a barrier overtakes the end-of-data queued for subtask 1).
-func TestReviewMergedRestoreRepeatsAnEndedSubtasksFinalOutput(t *testing.T) {
+// checkpoint) and old subtask 1 had not (forward edges, or an unaligned
+// barrier that overtook the end-of-data queued for subtask 1) is refused:
+// ending the port again would emit subtask 0's totals a second time, and
+// not ending it would lose subtask 1's.
+func TestMergedRestoreOfAPartlyEndedPortIsRefused(t *testing.T) {
 	ctx := context.Background()
 	store := snapshot.NewMemStore()
 	a := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("apple"), []byte("3"))
@@ -111,28 +118,44 @@ func TestReviewMergedRestoreRepeatsAnEndedSubtasksFinalOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, out := runTotals(t, host.Config{Store: store, RestoreMerged: []string{"j/chk-7/count-0", "j/chk-7/count-1"},
+	_, out, err := runTotals(t, host.Config{Store: store, RestoreMerged: []string{"j/chk-7/count-0", "j/chk-7/count-1"},
 		Subtask: 0, Parallelism: 1}, []stream.Element{stream.EndOfData()})
-	if out != "fig=2 EOD" {
-		t.Errorf("merged restore: output %q, want fig=2 EOD (apple's total was committed before the checkpoint)", out)
+	if !errors.Is(err, host.ErrCannotRescale) || !strings.Contains(err.Error(), "input port 0 had ended in 1 of the 2 old subtasks of checkpoint 7") {
+		t.Fatalf("merged restore: %v (output %q), want ErrCannotRescale naming the port", err, out)
+	}
+	// Ended in every old subtask: the port stays ended, nothing repeats.
+	store = snapshot.NewMemStore()
+	for _, s := range []*snapshot.Task{
+		{Task: "count-0", CheckpointID: 8, ModuleState: a, EndedPorts: []int{0}},
+		{Task: "count-1", CheckpointID: 8, ModuleState: b, EndedPorts: []int{0}},
+	} {
+		if err := store.Put(ctx, "j/chk-8/"+s.Task, bytes.NewReader(snapshot.Encode(s))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op, out, err := runTotals(t, host.Config{Store: store, RestoreMerged: []string{"j/chk-8/count-0", "j/chk-8/count-1"},
+		Subtask: 0, Parallelism: 1}, []stream.Element{stream.EndOfData()})
+	if err != nil || out != "EOD" || op.ends != 0 {
+		t.Fatalf("merged restore of an ended port: %v, output %q, %d ends; want EOD alone", err, out, op.ends)
 	}
 }
 
 // A task restored from a snapshot whose port ended (a finished bounded
 // job's final savepoint) and given more input — the job resubmitted from
-// that savepoint with a later stop, or none — processes records on a port
-// whose EndOfInput already ran and never ends it again: the totals of the
-// new input are never emitted, and the job "finishes" without them.
-func TestReviewRestoreEndedPortTakesMoreInput(t *testing.T) {
+// that savepoint with a later stop, or none — fails with ErrPortEnded
+// naming the port, before the operator sees a record after its end:
+// processing them would never end the port again, and their final output
+// would be lost.
+func TestRestoredEndedPortRefusesMoreInput(t *testing.T) {
 	ctx := context.Background()
 	store := snapshot.NewMemStore()
 	a := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("apple"), []byte("3"))
 	if err := store.Put(ctx, "j/chk-9/count", bytes.NewReader(snapshot.Encode(&snapshot.Task{Task: "count", CheckpointID: 9, ModuleState: a, EndedPorts: []int{0}}))); err != nil {
 		t.Fatal(err)
 	}
-	op, out := runTotals(t, host.Config{Store: store, Restore: "j/chk-9/count"},
+	op, out, err := runTotals(t, host.Config{Store: store, Restore: "j/chk-9/count"},
 		[]stream.Element{rec("apple", "x"), stream.EndOfData()})
-	if op.process > 0 && op.ends == 0 {
-		t.Errorf("restored ended port: %d Process calls after its EndOfInput, no EndOfInput again (output %q): new input is never finalized", op.process, out)
+	if !errors.Is(err, host.ErrPortEnded) || !strings.Contains(err.Error(), "input port 0 ended before checkpoint 9") || op.process != 0 {
+		t.Fatalf("restored ended port given records: %v, %d Process calls (output %q); want ErrPortEnded before any", err, op.process, out)
 	}
 }
