@@ -460,8 +460,7 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 // checkRestore for allowNonRestored).
 func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
 	if from != nil {
-		m.keepStarts(spec, from.Job)
-		m.keepStops(spec, from.Job)
+		m.keepResolved(spec, from.Job)
 	}
 	p, mods, err := m.prepare(ctx, spec, from == nil)
 	if err != nil {

@@ -54,26 +54,35 @@ func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec, fresh b
 	return nil
 }
 
-// keepStarts gives each jetstream source of spec, about to be restored
-// from a checkpoint of job, the start sequence job's spec was resolved to
-// for it, when the source reads the same stream from the same start and
-// spec does not say one itself (a new spec given to a restore). A source
-// that had read nothing when the checkpoint was taken resumes at its start
-// sequence: the one the job started at, not where its start would resolve
-// now ("new": after everything stored since, which it would skip).
-func (m *Manager) keepStarts(spec *jobspec.Spec, job string) {
+// keepResolved gives each jetstream source of spec, about to be restored
+// from a checkpoint of job, the start and stop sequences job's spec was
+// resolved to for it, when the source reads the same stream from the same
+// start (to the same stop) and spec does not say one itself (a new spec
+// given to a restore). A source that had read nothing when the checkpoint
+// was taken resumes at its start sequence: the one the job started at,
+// not where its start would resolve now ("new": after everything stored
+// since, which it would skip). A restored job stops where it was resolved
+// to stop ("end": the stream's end when the job first started, not at the
+// restore).
+func (m *Manager) keepResolved(spec *jobspec.Spec, job string) {
 	j, err := m.job(job)
 	if err != nil || j.spec == spec {
 		return
 	}
 	for i := range spec.Sources {
 		src := &spec.Sources[i]
-		if src.Kind != jobspec.KindJetStream || src.StartSequence != 0 {
+		if src.Kind != jobspec.KindJetStream {
 			continue
 		}
 		for _, old := range j.spec.Sources {
-			if old.Name == src.Name && old.Kind == src.Kind && old.Stream == src.Stream && old.Start == src.Start {
+			if old.Name != src.Name || old.Kind != src.Kind || old.Stream != src.Stream {
+				continue
+			}
+			if src.StartSequence == 0 && old.Start == src.Start {
 				src.StartSequence = old.StartSequence
+			}
+			if src.StopSequence == 0 && src.Stop != "" && old.Stop == src.Stop {
+				src.StopSequence = old.StopSequence
 			}
 		}
 	}
@@ -117,27 +126,6 @@ func (m *Manager) resolveStops(ctx context.Context, spec *jobspec.Spec, fresh bo
 		}
 	}
 	return nil
-}
-
-// keepStops is keepStarts for stop sequences: a restored job stops where
-// it was resolved to stop ("end": the stream's end when the job first
-// started, not at the restore).
-func (m *Manager) keepStops(spec *jobspec.Spec, job string) {
-	j, err := m.job(job)
-	if err != nil || j.spec == spec {
-		return
-	}
-	for i := range spec.Sources {
-		src := &spec.Sources[i]
-		if src.Kind != jobspec.KindJetStream || src.StopSequence != 0 || src.Stop == "" {
-			continue
-		}
-		for _, old := range j.spec.Sources {
-			if old.Name == src.Name && old.Kind == src.Kind && old.Stream == src.Stream && old.Stop == src.Stop {
-				src.StopSequence = old.StopSequence
-			}
-		}
-	}
 }
 
 // resolveStop is the last stream sequence sp (end or a time) names in

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/guests/go/guestbuild"
-	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // TestBoundedJobFinishesExactlyOnce runs a job whose partitioned
@@ -58,31 +56,11 @@ func runBoundedScenario(t *testing.T, modPath, interval string, midRun, final bo
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	inj := &injector{piece: 1} // slow operators: the faults land while records flow
-	dir := t.TempDir()
-	hb := 100 * time.Millisecond
-	log := slog.New(slog.DiscardHandler)
-	if os.Getenv("WEIR_E2E_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer main.Close()
-	startWorker := func(id string) *Node {
-		n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: main.Server.ClientURL()}, Workers: 1, WorkerID: id,
-			CheckpointStore: StoreDir, DataDir: dir, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	main, startWorker := faultNodes(t, ctx, inj)
 	w2 := startWorker("w2")
 	defer func() { w2.Close() }()
 	js := main.JS
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
+	mustPartitionedInput(t, ctx, js)
 	// A window for checkpoints an hour apart (the final savepoint scenario).
 	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 2 * time.Hour, AllowBatchPublish: true})
 	sent := map[string]int{}

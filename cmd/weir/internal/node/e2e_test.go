@@ -137,34 +137,12 @@ func runFailureScenario(t *testing.T, modPath, checkpointing, guarantee, subject
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	inj := &injector{piece: piece}
-	dir := t.TempDir()
-	hb := 100 * time.Millisecond
-	log := slog.New(slog.DiscardHandler)
-	if os.Getenv("WEIR_E2E_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer main.Close()
-	startWorker := func(id string) *Node {
-		n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: main.Server.ClientURL()}, Workers: 1, WorkerID: id,
-			CheckpointStore: StoreDir, DataDir: dir, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	main, startWorker := faultNodes(t, ctx, inj)
 	w2 := startWorker("w2")
 	defer func() { w2.Close() }()
 
 	js := main.JS
-	// IN numbers its subjects into 4 partitions (in.k07 is stored as
-	// in.<p>.k07); the source's two subtasks read two partitions each.
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
+	mustPartitionedInput(t, ctx, js)
 	// OUT allows batched publish, as the streams `weir run` creates do: the
 	// sink commits with fast batches (sink.PublishFast).
 	mustSinkStream(t, ctx, js, "OUT", "out", "out.>")
@@ -327,6 +305,45 @@ restart:
 		t.Errorf("%d of the 2 hook faults (trap, storage write) fired", n)
 	}
 	return len(faults)
+}
+
+// faultNodes starts a node with the coordinator and worker w1 on an
+// embedded NATS server, closed when the test ends, and returns it with a
+// function that starts another worker on the same server and checkpoint
+// store (the caller closes it: a test may crash it). Every worker runs
+// inj's hooks; WEIR_E2E_LOG=1 shows their logs.
+func faultNodes(t *testing.T, ctx context.Context, inj *injector) (*Node, func(id string) *Node) {
+	t.Helper()
+	dir := t.TempDir()
+	hb := 100 * time.Millisecond
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("WEIR_E2E_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(main.Close)
+	return main, func(id string) *Node {
+		t.Helper()
+		n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: main.Server.ClientURL()}, Workers: 1, WorkerID: id,
+			CheckpointStore: StoreDir, DataDir: dir, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+// mustPartitionedInput creates IN, whose subjects carry 4 partitions
+// (in.k07 is stored as in.<p>.k07): a source with two subtasks reads two
+// partitions each.
+func mustPartitionedInput(t *testing.T, ctx context.Context, js jetstream.JetStream) {
+	t.Helper()
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
 }
 
 func summarize(c []int) string {
