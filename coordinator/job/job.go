@@ -22,7 +22,7 @@ const (
 	evFailure evKind = iota + 1
 	evFinished
 	evCancel
-	// evInputEnded: a source task's bounded input ended.
+	// evInputEnded: a task's input ended (EventInputEnded).
 	evInputEnded
 	// evEnd: the final savepoint of an attempt whose bounded inputs all
 	// ended completed and its output is committed: the job is finished.
