@@ -76,6 +76,49 @@ func TestRunWordcountExample(t *testing.T) {
 	}
 }
 
+// TestRunBatchWordcountExample runs examples/wordcount/batch.yaml, the
+// bounded word count: it ends by itself, and prints each word's total
+// once.
+func TestRunBatchWordcountExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two Go guests and runs a job: skipped in -short")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	// No -idle: weir run ends because the job does.
+	if code := run(ctx, []string{"run", "-show", "-1", "examples/wordcount/batch.yaml", "-input", "examples/wordcount/input.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
+	}
+	got := out.String()
+	for _, want := range []string{"[totals] weir\t5\n", "[totals] the\t9\n", "stops after sequence 6 (stop: end)",
+		"job wordcount-batch: finished (attempt 1): every source read up to its stop"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	words := map[string]int{}
+	for _, line := range strings.Split(got, "\n") {
+		if w, _, ok := strings.Cut(strings.TrimPrefix(line, "[totals] "), "\t"); ok && strings.HasPrefix(line, "[totals] ") {
+			words[w]++
+		}
+	}
+	for w, n := range words {
+		if n != 1 {
+			t.Errorf("word %q has %d totals, want one", w, n)
+		}
+	}
+	if len(words) < 40 {
+		t.Errorf("%d words totalled:\n%s", len(words), got)
+	}
+}
+
 // weir run -nats pushes a module given as a file into the registry and
 // submits the job with its digest: a worker on another machine, which
 // cannot read the file, runs the job. Here the file is deleted once weir run
