@@ -28,21 +28,8 @@ func TestRunWordcountExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two Go guests and runs a job: skipped in -short")
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(root)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out, errb bytes.Buffer
-	code := run(ctx, []string{"run", "-idle", "1s", "-show", "-1",
-		"examples/wordcount/job.yaml", "-input", "examples/wordcount/input.txt"},
-		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	if code != 0 {
-		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
-	}
-	got := out.String()
+	got, root := runExample(t, "run", "-idle", "1s", "-show", "-1",
+		"examples/wordcount/job.yaml", "-input", "examples/wordcount/input.txt")
 	for _, want := range []string{
 		"created stream LINES", "published 6 input records",
 		"[counts] weir\t5\n", // "weir" occurs five times in input.txt
@@ -76,13 +63,11 @@ func TestRunWordcountExample(t *testing.T) {
 	}
 }
 
-// TestRunBatchWordcountExample runs examples/wordcount/batch.yaml, the
-// bounded word count: it ends by itself, and prints each word's total
-// once.
-func TestRunBatchWordcountExample(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds two Go guests and runs a job: skipped in -short")
-	}
+// runExample runs weir with args from the repository root (returned),
+// where the examples' paths are relative, and returns what it printed; it
+// fails the test unless weir exits 0.
+func runExample(t *testing.T, args ...string) (out, root string) {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -90,13 +75,22 @@ func TestRunBatchWordcountExample(t *testing.T) {
 	t.Chdir(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var out, errb bytes.Buffer
-	// No -idle: weir run ends because the job does.
-	if code := run(ctx, []string{"run", "-show", "-1", "examples/wordcount/batch.yaml", "-input", "examples/wordcount/input.txt"},
-		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
-		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &stdout, Err: &stderr}); code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, stderr.String(), stdout.String())
 	}
-	got := out.String()
+	return stdout.String(), root
+}
+
+// TestRunBatchWordcountExample runs examples/wordcount/batch.yaml, the
+// bounded word count: it ends by itself, and prints each word's total
+// once.
+func TestRunBatchWordcountExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two Go guests and runs a job: skipped in -short")
+	}
+	// No -idle: weir run ends because the job does.
+	got, _ := runExample(t, "run", "-show", "-1", "examples/wordcount/batch.yaml", "-input", "examples/wordcount/input.txt")
 	for _, want := range []string{"[totals] weir\t5\n", "[totals] the\t9\n", "stops after sequence 6 (stop: end)",
 		"job wordcount-batch: finished (attempt 1): every source read up to its stop"} {
 		if !strings.Contains(got, want) {

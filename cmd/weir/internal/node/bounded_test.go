@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/control"
@@ -64,27 +63,8 @@ func runBoundedScenario(t *testing.T, modPath, interval string, midRun, final bo
 	// A window for checkpoints an hour apart (the final savepoint scenario).
 	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 2 * time.Hour, AllowBatchPublish: true})
 	sent := map[string]int{}
-	publish := func(n int, count bool) {
-		for i := 0; i < n; i++ {
-			k := fmt.Sprintf("k%02d", rng.IntN(e2eKeys))
-			if count {
-				sent[k]++
-			}
-			msg := nats.NewMsg("in." + k)
-			msg.Header.Set("Weir-Key", k)
-			msg.Data = []byte(k)
-			if _, err := js.PublishMsgAsync(msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			t.Fatal("publish timed out")
-		}
-	}
 	const before = 4000
-	publish(before, true)
+	publishKeys(t, ctx, js, rng, before, sent)
 	config := ""
 	if final {
 		config = ", config: {emit: final}"
@@ -112,7 +92,7 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 		t.Fatal(err)
 	}
 	// Stored after the job started: past its stop.
-	publish(300, false)
+	publishKeys(t, ctx, js, rng, 300, nil)
 	if st, err := main.API.Job(ctx, "counts"); err != nil || !strings.Contains(fmt.Sprint(st.Guarantees), fmt.Sprintf("stops after sequence %d (stop: end)", before)) {
 		t.Errorf("guarantees %v, %v; want the resolved stop", st.Guarantees, err)
 	}

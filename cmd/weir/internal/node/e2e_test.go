@@ -175,23 +175,7 @@ restart:
 	}
 
 	sent := map[string]int{}
-	publish := func(n int) {
-		for i := 0; i < n; i++ {
-			k := fmt.Sprintf("k%02d", rng.IntN(e2eKeys))
-			sent[k]++
-			msg := nats.NewMsg("in." + k)
-			msg.Header.Set("Weir-Key", k)
-			msg.Data = []byte(k)
-			if _, err := js.PublishMsgAsync(msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			t.Fatal("publish timed out")
-		}
-	}
+	publish := func(n int) { publishKeys(t, ctx, js, rng, n, sent) }
 	progress := func(what string) {
 		// Wait until a checkpoint completes after the fault, which needs
 		// the job running again.
@@ -334,6 +318,30 @@ func faultNodes(t *testing.T, ctx context.Context, inj *injector) (*Node, func(i
 			t.Fatal(err)
 		}
 		return n
+	}
+}
+
+// publishKeys publishes n records with random keys k00..k15 (the key is
+// also the value) on in.<key> and waits for their acknowledgements,
+// counting each key in sent (nil: not counted).
+func publishKeys(t *testing.T, ctx context.Context, js jetstream.JetStream, rng *rand.Rand, n int, sent map[string]int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("k%02d", rng.IntN(e2eKeys))
+		if sent != nil {
+			sent[k]++
+		}
+		msg := nats.NewMsg("in." + k)
+		msg.Header.Set("Weir-Key", k)
+		msg.Data = []byte(k)
+		if _, err := js.PublishMsgAsync(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publish timed out")
 	}
 }
 
