@@ -304,7 +304,7 @@ func TestSourceStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, mods := oneNode(t, ctx, "wordcount")
-	submit := func(name, in, out, fields string) error {
+	specOf := func(name, in, out, fields string) *jobspec.Spec {
 		t.Helper()
 		spec, err := jobspec.Parse(name+".yaml", fmt.Appendf(nil, `name: %s
 sources: [{name: in, kind: jetstream, stream: %s, %s}]
@@ -315,7 +315,11 @@ checkpointing: {interval: 100ms}
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+		return spec
+	}
+	submit := func(name, in, out, fields string) error {
+		t.Helper()
+		_, err := n.API.Submit(ctx, control.SubmitRequest{Spec: specOf(name, in, out, fields)})
 		return err
 	}
 	publish := func(subject string, count int) {
@@ -328,7 +332,7 @@ checkpointing: {interval: 100ms}
 	}
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "EMPTY", Subjects: []string{"empty"}})
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
-	for _, s := range []string{"OUT1", "OUT2", "OUT3"} {
+	for _, s := range []string{"OUT1", "OUT2", "OUT3", "OUT4"} {
 		mustSinkStream(t, ctx, n.JS, s, strings.ToLower(s))
 	}
 	publish("in", 5)
@@ -353,6 +357,41 @@ checkpointing: {interval: 100ms}
 	}
 	if info := mustInfo(t, ctx, n, "OUT1"); info.State.Msgs != 3 {
 		t.Errorf("OUT1 holds %d messages, want 3", info.State.Msgs)
+	}
+
+	// Restored from its final savepoint with a new spec that still says
+	// stop: end, a finished job keeps the stop it resolved at its submit:
+	// it ends at once and publishes nothing more, though the stream grew.
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "AGAIN", Subjects: []string{"again"}})
+	publish("again", 3)
+	if err := submit("again", "AGAIN", "OUT4", "stop: end"); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "again", "the job to finish", func(st control.JobStatus) bool { return st.State == control.JobFinished })
+	cps, err := n.API.Checkpoints(ctx, "again")
+	if err != nil || len(cps) == 0 || !cps[0].Savepoint {
+		t.Fatalf("checkpoints %+v, %v; want the final savepoint first", cps, err)
+	}
+	final := fmt.Sprint(cps[0].ID)
+	publish("again", 2) // 4..5
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "again", From: final, Spec: specOf("again", "AGAIN", "OUT4", "stop: end")}); err != nil {
+		t.Fatal(err)
+	}
+	st = waitJob(t, ctx, n, "again", "the restored job to end", func(st control.JobStatus) bool { return st.State.Terminal() && st.Attempt > 1 })
+	if st.State != control.JobFinished || mustInfo(t, ctx, n, "OUT4").State.Msgs != 3 {
+		t.Errorf("restored with the same stop: %s (%s), OUT4 holds %d, want finished with 3", st.State, st.Reason, mustInfo(t, ctx, n, "OUT4").State.Msgs)
+	}
+	// With a later stop, the records past the old one would reach ports
+	// the operator ended: the job fails at once, saying why.
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "again", From: final, Spec: specOf("again", "AGAIN", "OUT4", "stop: 5")}); err != nil {
+		t.Fatal(err)
+	}
+	st = waitJob(t, ctx, n, "again", "the restored job to fail", func(st control.JobStatus) bool { return st.State == control.JobFailed })
+	if !strings.Contains(st.Reason, "input port 0 ended before checkpoint") || !strings.Contains(st.Reason, "not restarted") {
+		t.Errorf("restored with a later stop: %s", st.Reason)
+	}
+	if got := mustInfo(t, ctx, n, "OUT4").State.Msgs; got != 3 {
+		t.Errorf("OUT4 holds %d, want still 3", got)
 	}
 
 	// A stop the stream has not reached: the job waits for it.
