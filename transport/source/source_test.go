@@ -120,10 +120,21 @@ func TestCoreSource(t *testing.T) {
 	}
 }
 
+// createStream creates a stream. A stream deleted just before under the
+// same name can make the server refuse for a moment ("error creating store
+// for stream", 10049: a loaded machine is still removing the old store):
+// that is tried again for up to 5 s.
 func createStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) {
 	t.Helper()
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
+	var apiErr *jetstream.APIError
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := js.CreateStream(ctx, cfg)
+		if err == nil {
+			return
+		}
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 }
 
