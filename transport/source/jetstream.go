@@ -76,7 +76,9 @@ type JetStreamConfig struct {
 	// the lane's offset up to StopSeq. That is asked at once when a
 	// delivery says nothing follows it, and every 50 to 200 ms otherwise
 	// (not after IdleCheck). While the stream has not reached StopSeq a
-	// lane waits for more messages. The final offset has every lane at
+	// lane waits for more messages, and the stream is asked at most every
+	// second (so a lane ends up to a second after the stream reached
+	// StopSeq with another subtask's or filter's message). The final offset has every lane at
 	// StopSeq (or where it was, if it started past it). A source that
 	// starts past StopSeq (StartSeq > StopSeq, or Seek to an offset that
 	// covers it) ends at once, without consumers; an empty range is not an
@@ -658,7 +660,10 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 // the stop (checkEnds), every lane, filtered or not: at once when a
 // delivery said nothing follows it (onMsg nudges), at most every
 // endCheckMin, and otherwise every endCheckMin to endCheckMax (backing off
-// while nothing happens). It returns once every lane ended.
+// while nothing happens), or up to endWaitMax while the stream has not
+// reached the stop (a job may wait hours for a stop ahead of the stream;
+// a lane that reads the message at the stop ends without a check). It
+// returns once every lane ended.
 func (s *JetStream) watchIdle(st jetstream.Stream) {
 	defer s.idleDone.Done()
 	t := time.NewTicker(s.cfg.IdleCheck)
@@ -671,6 +676,7 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 	var nudge <-chan struct{}
 	var endT *time.Timer
 	var lastCheck time.Time
+	reached := false // the stream's last sequence was at the stop
 	wait := endCheckMin
 	endSeen := make([]uint64, len(s.lanes))
 	if s.bounded() {
@@ -705,12 +711,16 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 				continue
 			}
 		case <-endC:
-			wait = min(2*wait, endCheckMax)
+			limit := endCheckMax
+			if !reached {
+				limit = endWaitMax
+			}
+			wait = min(2*wait, limit)
 		}
 		if s.ctx.Err() != nil {
 			return // closed
 		}
-		s.checkEnds(st, endSeen)
+		reached = s.checkEnds(st, endSeen)
 		lastCheck = time.Now()
 		if s.acc.allEnded() {
 			return
@@ -722,10 +732,12 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 // Bounds of how often a bounded source checks whether its lanes ended
 // (watchIdle): a check costs a stream info request and, once the stream
 // reached the stop, a message lookup per filter of each lane that may
-// have ended. endCheckTimeout bounds the requests of one check.
+// have ended; endWaitMax bounds it instead while the stream has not
+// reached the stop. endCheckTimeout bounds the requests of one check.
 const (
 	endCheckMin     = 50 * time.Millisecond
 	endCheckMax     = 200 * time.Millisecond
+	endWaitMax      = time.Second
 	endCheckTimeout = 5 * time.Second
 )
 
@@ -739,12 +751,17 @@ const (
 // before it ends the lane (requestEnd). It asks only about lanes that may
 // be done: whose latest delivery said nothing follows, that delivered
 // nothing yet, or whose offset did not move since the last check (seen).
-func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) {
+// It reports whether the stream reached the stop (true also when its
+// state could not be read: the next check then comes soon).
+func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) bool {
 	ctx, cancel := context.WithTimeout(s.ctx, endCheckTimeout)
 	defer cancel()
 	info, err := st.Info(ctx)
-	if err != nil || info.State.LastSeq < s.endAt {
-		return // errors: the next check asks again
+	if err != nil {
+		return true // the next check asks again
+	}
+	if info.State.LastSeq < s.endAt {
+		return false
 	}
 	for i, l := range s.lanes {
 		off, ended := s.acc.state(i)
@@ -772,6 +789,7 @@ func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) {
 			s.requestEnd(l)
 		}
 	}
+	return true
 }
 
 // nothingLeft reports whether the stream stores no message of lane l's
