@@ -253,6 +253,7 @@ const (
 	MetricUnaligned         = "unaligned"           // 1 when the checkpoint ended unaligned
 	MetricSnapshotBytes     = "snapshot_bytes"      // total bytes written to storage
 	MetricKeyedState        = "keyed_state"         // 1 when the operator state is in the keyed layout (abi.KeyedStateMagic)
+	MetricEndedPorts        = "ended_ports"         // the input ports that ended, a bitmask (EndedPortsMask)
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The

@@ -226,9 +226,17 @@ func TestEndOfDataEndsThePortOnce(t *testing.T) {
 	if fmt.Sprint(snap.EndedPorts) != "[0]" {
 		t.Fatalf("the snapshot's ended ports %v, want [0]", snap.EndedPorts)
 	}
-	op, _, er, out = run(rc.handle(5, "x"), false)
+	// The ack tells the coordinator too (a restore that would give the
+	// port more records is refused there).
+	if m := rc.metric(5, "x", host.MetricEndedPorts); m != 1 {
+		t.Fatalf("ack metric %s = %b, want 1 (port 0)", host.MetricEndedPorts, m)
+	}
+	op, rc2, er, out := run(rc.handle(5, "x"), false)
 	if out != "EOD B5" || len(op.endPorts) != 0 || fmt.Sprint(er.endedTasks()) != "[x]" {
 		t.Fatalf("restored: output %q, ended ports %v (want none again), reported %v", out, op.endPorts, er.endedTasks())
+	}
+	if m := rc2.metric(5, "x", host.MetricEndedPorts); m != 1 {
+		t.Fatalf("restored: ack metric %s = %b, want 1 (the port ended before the restore)", host.MetricEndedPorts, m)
 	}
 }
 

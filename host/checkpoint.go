@@ -152,6 +152,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 			snap.EndedPorts = append(snap.EndedPorts, p)
 		}
 		slices.Sort(snap.EndedPorts)
+		m.EndedPorts = EndedPortsMask(snap.EndedPorts, len(t.portOpen))
 	}
 	// Forward the barrier.
 	if a.Unaligned {

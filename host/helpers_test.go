@@ -239,6 +239,13 @@ func (r *recorder) handle(id int64, task string) string {
 	return r.acks[id][task]
 }
 
+// metric is the metric name of task's ack of checkpoint id.
+func (r *recorder) metric(id int64, task, name string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.metrics[id][task][name]
+}
+
 type bytesBuf struct{ b []byte }
 
 func (w *bytesBuf) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }

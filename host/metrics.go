@@ -1,6 +1,9 @@
 package host
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // CheckpointMetrics are one task's figures for one checkpoint.
 type CheckpointMetrics struct {
@@ -28,6 +31,37 @@ type CheckpointMetrics struct {
 	// KeyedState is true when the operator wrote its state in the keyed
 	// layout (abi.KeyedStateMagic): it can be split by key on a rescale.
 	KeyedState bool
+	// EndedPorts are the input ports whose end the task handled (the
+	// operator's EndOfInput ran, in this run or before the snapshot it
+	// restored), as the snapshot records them: a bitmask made by
+	// EndedPortsMask. Only a consistent snapshot records them (not under
+	// at-least-once): 0 there, as for a task none of whose ports ended.
+	EndedPorts int64
+}
+
+// EndedPortsMask encodes the ended input ports of a task with ports input
+// ports (0..ports-1) as MetricEndedPorts carries them: bit i set when port
+// i < 63 ended, and bit 63 (the sign bit) when ports 63 and up all ended —
+// a task with more than 63 ports whose later ports ended only in part
+// records none of them. The coordinator reads it to refuse a restore that
+// would give an ended port more records (a finished job restored with more
+// input) before it starts, instead of at the first record (ErrPortEnded).
+func EndedPortsMask(ended []int, ports int) int64 {
+	var mask int64
+	high := 0 // ended ports from 63 on
+	for _, p := range ended {
+		switch {
+		case p < 0:
+		case p < 63:
+			mask |= 1 << p
+		default:
+			high++
+		}
+	}
+	if ports > 63 && high >= ports-63 {
+		mask |= math.MinInt64
+	}
+	return mask
 }
 
 // Map returns the metrics keyed by the Metric* names, as CheckpointListener
@@ -52,6 +86,7 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 		MetricSyncNanos:         int64(m.SyncDuration),
 		MetricAsyncNanos:        int64(m.AsyncDuration),
 		MetricUnaligned:         u,
+		MetricEndedPorts:        m.EndedPorts,
 	}
 }
 
@@ -69,5 +104,6 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		AsyncDuration:     time.Duration(m[MetricAsyncNanos]),
 		Unaligned:         m[MetricUnaligned] != 0,
 		KeyedState:        m[MetricKeyedState] != 0,
+		EndedPorts:        m[MetricEndedPorts],
 	}
 }

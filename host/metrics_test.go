@@ -1,0 +1,40 @@
+package host_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/weirhq/weir/host"
+)
+
+func TestEndedPortsMask(t *testing.T) {
+	many := func(from, to int) []int {
+		var ps []int
+		for p := from; p < to; p++ {
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	for _, c := range []struct {
+		name  string
+		ended []int
+		ports int
+		want  int64
+	}{
+		{"none", nil, 2, 0},
+		{"port 0", []int{0}, 1, 1},
+		{"ports 0 and 2", []int{0, 2}, 3, 0b101},
+		{"port 62", []int{62}, 63, 1 << 62},
+		{"every port of 70", many(0, 70), 70, -1},
+		{"ports 63 and up of 70", many(63, 70), 70, math.MinInt64},
+		{"some ports from 63 on: none of them", []int{1, 63, 64}, 70, 0b10},
+	} {
+		if got := host.EndedPortsMask(c.ended, c.ports); got != c.want {
+			t.Errorf("%s: %b, want %b", c.name, got, c.want)
+		}
+		m := host.CheckpointMetrics{EndedPorts: c.want}
+		if back := host.MetricsFromMap(m.Map()); back.EndedPorts != c.want {
+			t.Errorf("%s: %b through Map and back", c.name, back.EndedPorts)
+		}
+	}
+}
