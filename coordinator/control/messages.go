@@ -324,7 +324,33 @@ const (
 	MetricUnaligned         = "unaligned"
 	MetricSnapshotBytes     = "snapshot_bytes"
 	MetricKeyedState        = "keyed_state"
+	// MetricEndedPorts is the set of input ports whose end the task
+	// handled (its operator's EndOfInput ran) as of the snapshot, recorded
+	// by consistent snapshots only (not under at-least-once): bit i for
+	// port i < 63, and bit 63 (the sign bit: the value is negative) when
+	// every port from 63 on ended (host.EndedPortsMask; read it with
+	// PortEnded). Absent, as in checkpoints written before it was
+	// recorded, it means that no port ended.
+	MetricEndedPorts = "ended_ports"
+	// MetricStopSequence is the stream sequence a bounded JetStream source
+	// task reads up to (its resolved stop), added by the worker to the
+	// acks of such tasks: the restored spec may not move it later while a
+	// port downstream had ended (Manager's restore checks). Absent for an
+	// unbounded source and for any other task.
+	MetricStopSequence = "stop_sequence"
 )
+
+// PortEnded reports whether a task's MetricEndedPorts value says that its
+// input port ended.
+func PortEnded(mask int64, port int) bool {
+	switch {
+	case port < 0:
+		return false
+	case port < 63:
+		return mask&(1<<port) != 0
+	}
+	return mask < 0
+}
 
 // Event is a task's report to the coordinator.
 type Event struct {

@@ -395,13 +395,26 @@ type listener struct {
 	log     *slog.Logger
 	job     string
 	attempt int
+	// stop is the stop sequence of a bounded JetStream source task (0:
+	// any other task), which its acks carry (control.MetricStopSequence).
+	stop uint64
 }
 
 func (l listener) ref(task string) control.TaskRef {
 	return control.TaskRef{Job: l.job, Attempt: l.attempt, Task: task}
 }
 
+// Acknowledge relays a task's ack with its metrics. A bounded source
+// task's also say where its source stops (control.MetricStopSequence): a
+// restore whose spec would have it read on, past the end its downstream
+// ports handled, is refused by the coordinator.
 func (l listener) Acknowledge(ctx context.Context, task string, id int64, handle string, metrics map[string]int64) error {
+	if l.stop > 0 && l.stop <= math.MaxInt64 {
+		if metrics == nil {
+			metrics = map[string]int64{}
+		}
+		metrics[control.MetricStopSequence] = int64(l.stop)
+	}
 	return l.w.Ack(ctx, l.ref(task), id, handle, metrics)
 }
 
@@ -570,6 +583,7 @@ func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 
 func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 	spec := b.d.Spec
+	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt}
 	cfg := host.Config{
 		Name: pt.ID,
 		Checkpointing: host.Checkpointing{
@@ -579,7 +593,7 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		},
 		Store:     b.w.cfg.Store,
 		KeyPrefix: b.d.Job + "/",
-		Listener:  listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt},
+		Listener:  l,
 	}
 	if h := b.w.cfg.Hooks; h != nil && h.Store != nil {
 		cfg.Store = h.Store(b.d.Job, pt.ID, cfg.Store)
@@ -624,6 +638,10 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		// reads and, in a queue group, takes the next run's share.
 		b.closers = append(b.closers, func() { _ = src.Close() })
 		cfg.Source = src
+		if s := find(spec.Sources, func(s jobspec.Source) string { return s.Name }, pt.Vertex); s != nil && s.Kind == jobspec.KindJetStream {
+			l.stop = s.StopSequence
+			cfg.Listener = l
+		}
 		if p, ok := src.(pendingCounter); ok {
 			if b.pending == nil {
 				b.pending = map[string]pendingCounter{}
