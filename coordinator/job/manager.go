@@ -457,7 +457,9 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 }
 
 // start runs spec, restoring checkpoint from if it is not nil (see
-// checkRestore for allowNonRestored).
+// checkRestore for allowNonRestored) — refused when that would drop or
+// misplace state (checkRestore) or give an input port that ended in the
+// checkpoint more records (checkEnded).
 func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
 	if from != nil {
 		m.keepResolved(spec, from.Job)
@@ -468,6 +470,9 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 	}
 	if from != nil {
 		if err := checkRestore(spec, p, from, allowNonRestored); err != nil {
+			return control.JobStatus{}, err
+		}
+		if err := checkEnded(spec, p, from); err != nil {
 			return control.JobStatus{}, err
 		}
 	}
