@@ -299,7 +299,10 @@ checkpointing: {interval: 100ms}
 // A jetstream source's stop: resolved when the job starts (end, a time)
 // or taken as it is (a sequence, which the stream may not have reached:
 // the job waits for it), and refused when it would read nothing or stop
-// before the start. A job whose sources all stopped finishes by itself.
+// before the start. A job whose sources all stopped finishes by itself;
+// restored from its final savepoint with the stops it resolved it
+// finishes again at once, and with a later stop the restore is refused
+// (control.ErrInvalid, the job left as it was).
 func TestSourceStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -381,14 +384,24 @@ checkpointing: {interval: 100ms}
 	if st.State != control.JobFinished || mustInfo(t, ctx, n, "OUT4").State.Msgs != 3 {
 		t.Errorf("restored with the same stop: %s (%s), OUT4 holds %d, want finished with 3", st.State, st.Reason, mustInfo(t, ctx, n, "OUT4").State.Msgs)
 	}
-	// With a later stop, the records past the old one would reach ports
-	// the operator ended: the job fails at once, saying why.
-	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "again", From: final, Spec: specOf("again", "AGAIN", "OUT4", "stop: 5")}); err != nil {
-		t.Fatal(err)
+	// The final savepoint's metadata says which ports ended and where the
+	// source stopped (the workers' acks carry it).
+	if m := cps[0].Tasks["count-0"][control.MetricEndedPorts]; m != 1 {
+		t.Errorf("count-0's ended ports %b in the final savepoint, want port 0", m)
 	}
-	st = waitJob(t, ctx, n, "again", "the restored job to fail", func(st control.JobStatus) bool { return st.State == control.JobFailed })
-	if !strings.Contains(st.Reason, "input port 0 ended before checkpoint") || !strings.Contains(st.Reason, "not restarted") {
-		t.Errorf("restored with a later stop: %s", st.Reason)
+	if m := cps[0].Tasks["in-0"][control.MetricStopSequence]; m != 3 {
+		t.Errorf("in-0's stop %d in the final savepoint, want 3", m)
+	}
+	// With a later stop, the records past the old one would reach ports
+	// the operator ended: the restore is refused, saying why, and the
+	// finished job stays as it was.
+	_, err = n.API.Restore(ctx, control.RestoreRequest{Job: "again", From: final, Spec: specOf("again", "AGAIN", "OUT4", "stop: 5")})
+	want := "restore again from checkpoint " + final + ": task count-0's input port 0 ended in the checkpoint, but source in would give it more records: it stops at sequence 5 in the spec (stop: 5), after sequence 3, where it stopped in the checkpoint (task in-0)"
+	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Errorf("restored with a later stop: %v, want ErrInvalid saying %q", err, want)
+	}
+	if now, err := n.API.Job(ctx, "again"); err != nil || now.State != control.JobFinished || now.Attempt != st.Attempt {
+		t.Errorf("after the refused restore: %s attempt %d (%s), %v; want still finished at attempt %d", now.State, now.Attempt, now.Reason, err, st.Attempt)
 	}
 	if got := mustInfo(t, ctx, n, "OUT4").State.Msgs; got != 3 {
 		t.Errorf("OUT4 holds %d, want still 3", got)
