@@ -80,11 +80,11 @@ func checkEnded(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) error
 					continue
 				}
 				if why := c.unfinished(in.From); why != "" {
-					in := ""
+					where := "" // the checkpointed tasks it restores from, when not its own
 					if len(ids) > 1 || ids[0] != task {
-						in = " (in " + strings.Join(ids, ", ") + ")"
+						where = " (in " + strings.Join(ids, ", ") + ")"
 					}
-					problems = append(problems, fmt.Sprintf("task %s's input port %d ended in the checkpoint%s, but %s", task, port, in, why))
+					problems = append(problems, fmt.Sprintf("task %s's input port %d ended in the checkpoint%s, but %s", task, port, where, why))
 					portProblems = true
 					break // one task of v names the port
 				}
