@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/subject"
 )
 
 // ExactlyOnceGuarantee is the delivery guarantee of ExactlyOnce.
@@ -169,6 +170,10 @@ type staged struct {
 	// skip holds the indexes of records a re-commit leaves out because the
 	// stream holds them already (Recover's read-back); nil normally.
 	skip map[int]bool
+	// subject is the sink's subject (ExactlyOnceConfig.Subject, a
+	// template when keyed) when the entry was staged ("" in states before
+	// version 4).
+	subject string
 }
 
 // ExactlyOnce stages the records written between checkpoints n-1 and n as
@@ -457,7 +462,7 @@ func (s *ExactlyOnce) stageCurrent(id int64) {
 		return
 	}
 	binary.LittleEndian.PutUint32(s.cur, uint32(s.curN))
-	e := staged{id: id, batch: s.cur, at: s.now().UnixNano()}
+	e := staged{id: id, batch: s.cur, at: s.now().UnixNano(), subject: s.cfg.Subject}
 	if s.plan.Mode == PublishAtomic || (s.plan.Large && s.curN >= LargeCheckpoint) {
 		e.chunk, e.chunkBytes = uint32(s.plan.AtomicMax), MaxAtomicChunkBytes
 	}
@@ -1246,18 +1251,20 @@ func (s *ExactlyOnce) publishAsync(ctx context.Context, prefix string, ckpt int6
 	return nil
 }
 
-// State layout: "WEOS" version:u8 count:u32, then count entries; version 3:
-// (id:i64 at:i64 chunk:u32 chunkBytes:u32 len:u32 batch); versions 2
-// (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch) and 1 (id:i64 len:u32
-// batch) are read, not written.
+// State layout: "WEOS" version:u8 count:u32, then count entries; version 4:
+// (id:i64 at:i64 chunk:u32 chunkBytes:u32 subjectLen:u16 subject len:u32
+// batch), subject the sink's subject when the entry was staged ("": not
+// recorded); versions 3 (id:i64 at:i64 chunk:u32 chunkBytes:u32 len:u32
+// batch), 2 (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch) and 1 (id:i64
+// len:u32 batch) are read, not written.
 var stateMagic = []byte("WEOS")
 
-const stateVersion = 3
+const stateVersion = 4
 
 func encodeState(st []staged) []byte {
 	size := len(stateMagic) + 5
 	for _, e := range st {
-		size += 28 + len(e.batch)
+		size += 30 + len(e.subject) + len(e.batch)
 	}
 	out := make([]byte, 0, size)
 	out = append(out, stateMagic...)
@@ -1268,6 +1275,8 @@ func encodeState(st []staged) []byte {
 		out = binary.LittleEndian.AppendUint64(out, uint64(e.at))
 		out = binary.LittleEndian.AppendUint32(out, e.chunk)
 		out = binary.LittleEndian.AppendUint32(out, e.chunkBytes)
+		out = binary.LittleEndian.AppendUint16(out, uint16(len(e.subject))) // at most subject.MaxLen
+		out = append(out, e.subject...)
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.batch)))
 		out = append(out, e.batch...)
 	}
@@ -1282,14 +1291,16 @@ func decodeState(b []byte) ([]staged, error) {
 		return nil, fmt.Errorf("%w: bad header", ErrMalformedState)
 	}
 	version := b[4]
-	var head int
+	var head int // an entry's bytes before its batch (version 4: and its subject)
 	switch version {
 	case 1:
 		head = 12 // id, len
 	case 2:
 		head = 20 // id, chunk, chunkBytes, len
-	case stateVersion:
+	case 3:
 		head = 28 // id, at, chunk, chunkBytes, len
+	case stateVersion:
+		head = 30 // id, at, chunk, chunkBytes, subjectLen, len
 	default:
 		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, version)
 	}
@@ -1309,10 +1320,23 @@ func decodeState(b []byte) ([]staged, error) {
 		case 2:
 			e.chunk = binary.LittleEndian.Uint32(b[off+8:])
 			e.chunkBytes = binary.LittleEndian.Uint32(b[off+12:])
-		case stateVersion:
+		case 3, stateVersion:
 			e.at = int64(binary.LittleEndian.Uint64(b[off+8:]))
 			e.chunk = binary.LittleEndian.Uint32(b[off+16:])
 			e.chunkBytes = binary.LittleEndian.Uint32(b[off+20:])
+		}
+		if version == stateVersion {
+			sl := int(binary.LittleEndian.Uint16(b[off+24:]))
+			if sl > len(b)-off-head {
+				return nil, fmt.Errorf("%w: entry %d subject of %d bytes passes the end", ErrMalformedState, i, sl)
+			}
+			e.subject = string(b[off+26 : off+26+sl])
+			if e.subject != "" {
+				if _, err := subject.Parse(e.subject); err != nil {
+					return nil, fmt.Errorf("%w: entry %d: %w", ErrMalformedState, i, err)
+				}
+			}
+			off += sl // the subject is in the middle of the entry's head
 		}
 		id := e.id
 		l := uint64(binary.LittleEndian.Uint32(b[off+head-4:]))
