@@ -269,7 +269,7 @@ func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
 	}
 	recs, err := abi.DecodeBatch(s.staged[0].batch)
 	must(t, err)
-	must(t, s.publishAtomic(ctx, s.prefix, 1, 0, recs[:LargeCheckpoint])) // then the crash
+	must(t, s.publishAtomic(ctx, &s.route, s.prefix, 1, 0, recs[:LargeCheckpoint])) // then the crash
 	s.Close()
 
 	recoverNew(t, ctx, nc, cfg, 1, state)

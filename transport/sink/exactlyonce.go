@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,15 @@ var ErrDuplicateWindowTooShort = errors.New("stream duplicate window too short f
 // ErrMalformedState is wrapped when Recover is given bytes PreCommit did not
 // produce.
 var ErrMalformedState = errors.New("malformed exactly-once sink state")
+
+// ErrStagedSubjectNotStored is wrapped by the error of a recovery whose
+// staged output was staged on a subject its sink's stream no longer
+// stores (the stream's subjects changed since). A staged checkpoint is
+// re-committed on the subjects it was staged with, where the commit a
+// crash cut may have stored part of it: published anywhere else it would
+// be split, or stored twice past the duplicate window. Every restore of
+// the checkpoint meets it again; the stream's subjects need fixing.
+var ErrStagedSubjectNotStored = errors.New("staged output's subject not stored by the sink's stream")
 
 // Atomic batch sizes.
 const (
@@ -64,6 +74,10 @@ type ExactlyOnceConfig struct {
 	// Subject is where records are published: a subject of the stream, or
 	// a keyed template ("out.{key}": each record on "out." and its key,
 	// which Write checks against the stream's subjects before staging).
+	// The staged state records it with each checkpoint: a checkpoint
+	// staged under another Subject (a restore with a changed spec) is
+	// re-committed on the subjects it was staged with, and only output
+	// staged since goes to this one.
 	Subject string
 	// Job and Task make message ids unique: "<job>/<task>/<checkpoint>/<n>".
 	// They must stay the same across recoveries of the job.
@@ -171,9 +185,13 @@ type staged struct {
 	// stream holds them already (Recover's read-back); nil normally.
 	skip map[int]bool
 	// subject is the sink's subject (ExactlyOnceConfig.Subject, a
-	// template when keyed) when the entry was staged ("" in states before
-	// version 4).
+	// template when keyed) when the entry was staged: its records are
+	// published there, also when a restore changed the sink's subject
+	// since ("" in states before version 4: the sink's subject now).
 	subject string
+	// rt is the route of subject, set by Recover when it differs from
+	// the sink's; nil: the sink's route.
+	rt *route
 }
 
 // ExactlyOnce stages the records written between checkpoints n-1 and n as
@@ -203,6 +221,9 @@ type ExactlyOnce struct {
 	now         func() time.Time
 	transformed bool // the stream stores the sink's subject transformed
 	route       route
+	// streamSubjects are the stream's subjects, which a staged
+	// checkpoint's subject must be among when it is recovered.
+	streamSubjects []string
 	// perSubject is the stream's max_msgs_per_subject (<= 0: no limit):
 	// a read-back cannot find what the limit removed.
 	perSubject int64
@@ -276,6 +297,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if s.route, err = newRoute(cfg.Subject, cfg.Stream, scfg.Subjects); err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
 	}
+	s.streamSubjects = scfg.Subjects
 	// A stream that transforms subjects stores the sink's messages under
 	// another subject: a read-back then reads the whole stream.
 	s.transformed = scfg.SubjectTransform != nil
@@ -643,7 +665,10 @@ func (s *ExactlyOnce) reapOldest() error {
 
 // Recover publishes (again) what state — the result of PreCommit(id) —
 // staged, waits until it is stored, and drops everything written or staged
-// since.
+// since. Each staged checkpoint goes to the subject it was staged with,
+// where the commit it repeats went, also when the sink's subject has
+// changed since; one whose subject the stream no longer stores fails the
+// recovery with ErrStagedSubjectNotStored before anything is published.
 func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error {
 	st, err := decodeState(state)
 	if err != nil {
@@ -657,11 +682,8 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 		if st[i].legacy && s.plan.Mode == PublishAtomic {
 			st[i].chunk = MaxAtomicBatch
 		}
-		// Staged under another subject or stream (a restore with a
-		// changed spec, a stream whose subjects changed), a record may
-		// have no subject here: say so, rather than fail every commit.
-		if err := s.route.check(st[i].batch); err != nil {
-			return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: staged checkpoint %d: %w", s.cfg.Subject, id, st[i].id, err)
+		if err := s.stagedRoute(&st[i]); err != nil {
+			return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
 		}
 	}
 	s.staged = st
@@ -674,6 +696,52 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 	return s.Wait(ctx)
 }
 
+// stagedRoute sets the route e is re-committed on: that of the subject it
+// was staged with, which a restore with a changed spec may have changed
+// since (out.{key} → orders.{key}.created). The commit a crash cut
+// published there, so the re-commit does what it would have done: a
+// reader of the old subjects gets the whole checkpoint, none of it lands
+// on the new ones, and a read-back past the duplicate window finds what
+// the cut commit stored where it stored it. Output staged after the
+// restore goes to the sink's new subject. State from before version 4
+// recorded no subject: it is re-committed on the sink's.
+//
+// A record whose subject the stream does not store (its subjects changed
+// too) fails the recovery before anything is published — rather than
+// every commit of the checkpoint, or a publish that another stream
+// storing that subject now would take.
+func (s *ExactlyOnce) stagedRoute(e *staged) error {
+	rt, subj, on := &s.route, s.cfg.Subject, ""
+	if e.subject != "" && e.subject != s.cfg.Subject {
+		r, err := newRoute(e.subject, s.cfg.Stream, s.streamSubjects)
+		if err != nil {
+			return fmt.Errorf("%w: staged checkpoint %d: subject %s: %w", ErrMalformedState, e.id, e.subject, err)
+		}
+		rt, subj, on = &r, e.subject, " (the subject it was staged with)"
+	}
+	if !rt.tmpl.Keyed() && len(s.streamSubjects) > 0 && !subject.Captured(s.streamSubjects, subj) {
+		return fmt.Errorf("%w: staged checkpoint %d goes to subject %s%s, which stream %s does not store (its subjects: %s); add it to the stream's subjects",
+			ErrStagedSubjectNotStored, e.id, subj, on, s.cfg.Stream, strings.Join(s.streamSubjects, ", "))
+	}
+	if err := rt.check(e.batch); err != nil {
+		if e.subject == "" {
+			return fmt.Errorf("staged checkpoint %d: %w", e.id, err)
+		}
+		return fmt.Errorf("%w: staged checkpoint %d goes to subject %s%s: %w", ErrStagedSubjectNotStored, e.id, subj, on, err)
+	}
+	e.rt = rt
+	return nil
+}
+
+// routeOf is the route e is published on: the one Recover resolved for
+// it, or the sink's.
+func (s *ExactlyOnce) routeOf(e *staged) *route {
+	if e.rt != nil {
+		return e.rt
+	}
+	return &s.route
+}
+
 // clockSkew is how far apart the clocks of the machine that staged a
 // checkpoint and the one recovering it may be.
 const clockSkew = 5 * time.Second
@@ -684,14 +752,19 @@ const clockSkew = 5 * time.Second
 // its records the stream already holds, and marks them to be skipped: a
 // commit cut by the crash had stored part of the checkpoint, and
 // publishing that part again would store it twice, its ids forgotten. It
-// reads the sink's subject (every subject of a keyed sink) from the time
+// reads the subjects those entries were staged with (every subject of a
+// keyed sink; the sink's subject may have changed since) from the time
 // the oldest such entry was staged (headers only) for message ids of this
 // task. Entries within the window are left to JetStream's deduplication,
 // which also covers a task of the earlier attempt still publishing; past
 // the window that task has long been canceled.
 func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 	need := map[int64]*staged{}
-	var since int64
+	var (
+		since   int64
+		filters []string // the subject filters of the entries in need
+		whole   bool     // two of them overlap: read the whole stream
+	)
 	for i := range st {
 		e := &st[i]
 		if e.at == 0 || s.now().Sub(time.Unix(0, e.at))+clockSkew < s.window {
@@ -700,6 +773,12 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 		need[e.id] = e
 		if since == 0 || e.at < since {
 			since = e.at
+		}
+		if f := s.routeOf(e).tmpl.Filter(); !slices.Contains(filters, f) {
+			for _, g := range filters {
+				whole = whole || subject.Overlap(f, g) // a consumer refuses overlapping filters
+			}
+			filters = append(filters, f)
 		}
 	}
 	if len(need) == 0 {
@@ -716,21 +795,26 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 		lastTime time.Time
 		filter   []string
 	)
-	if s.transformed {
+	if s.transformed || whole {
 		info, err := stream.Info(ctx)
 		if err != nil {
 			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
 		}
 		lastSeq, lastTime = info.State.LastSeq, info.State.LastTime
 	} else {
-		last, err := stream.GetLastMsgForSubject(ctx, s.route.tmpl.Filter())
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil // nothing stored on the subject at all
+		for _, f := range filters {
+			last, err := stream.GetLastMsgForSubject(ctx, f)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // nothing stored on these subjects at all
+			}
+			if err != nil {
+				return fmt.Errorf("read back stream %s subjects %s: %w", s.cfg.Stream, f, err)
+			}
+			if last.Sequence > lastSeq {
+				lastSeq, lastTime = last.Sequence, last.Time
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
-		}
-		lastSeq, lastTime, filter = last.Sequence, last.Time, []string{s.route.tmpl.Filter()}
+		filter = filters
 	}
 	start := time.Unix(0, since).Add(-clockSkew)
 	if lastSeq == 0 || lastTime.Before(start) {
@@ -826,7 +910,7 @@ func (s *ExactlyOnce) skipRemoved(st []staged, need map[int64]*staged) error {
 		case s.perSubject > 0:
 			after := map[string]int64{} // records found after, per subject
 			for j := len(recs) - 1; j >= 0; j-- {
-				subj, err := s.route.subject(recs[j].Key)
+				subj, err := s.routeOf(e).subject(recs[j].Key)
 				if err != nil {
 					return fmt.Errorf("staged checkpoint %d: %w", e.id, err)
 				}
@@ -922,8 +1006,8 @@ func msgID(prefix string, ckpt int64, index int) string {
 	return prefix + strconv.FormatInt(ckpt, 10) + "/" + strconv.Itoa(index)
 }
 
-func (s *ExactlyOnce) msg(r abi.Record, id string) (*nats.Msg, error) {
-	subj, err := s.route.subject(r.Key)
+func (s *ExactlyOnce) msg(rt *route, r abi.Record, id string) (*nats.Msg, error) {
+	subj, err := rt.subject(r.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -940,7 +1024,8 @@ func (s *ExactlyOnce) msg(r abi.Record, id string) (*nats.Msg, error) {
 // publish publishes entries in order: each run of entries whose records
 // carry a message id each as one fast batch (or by async publish, when the
 // stream does not allow batched publish), each entry staged for atomic
-// batches batch by batch.
+// batches batch by batch; each entry's records on the subjects of its
+// route (routeOf).
 func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []staged) error {
 	for i := 0; i < len(entries); {
 		if entries[i].chunk > 0 {
@@ -964,7 +1049,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 				if err != nil {
 					return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
 				}
-				if err := s.publishAsync(ctx, prefix, e.id, 0, recs, e.skip); err != nil {
+				if err := s.publishAsync(ctx, s.routeOf(&e), prefix, e.id, 0, recs, e.skip); err != nil {
 					return err
 				}
 			}
@@ -992,7 +1077,7 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, prefix string, e staged
 	}
 	for _, c := range e.chunks(recs) {
 		if !e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
-			if err := s.publishAtomic(ctx, prefix, e.id, c[0], recs[c[0]:c[1]]); err != nil {
+			if err := s.publishAtomic(ctx, s.routeOf(&e), prefix, e.id, c[0], recs[c[0]:c[1]]); err != nil {
 				return err
 			}
 		}
@@ -1020,10 +1105,10 @@ func (e staged) chunks(recs []abi.Record) [][2]int {
 	return out
 }
 
-// publishAtomic publishes recs (indexes first...) as one atomic batch. A
-// batch that was committed before is refused as a whole for its duplicate
-// ids, which means it is already stored.
-func (s *ExactlyOnce) publishAtomic(ctx context.Context, prefix string, ckpt int64, first int, recs []abi.Record) error {
+// publishAtomic publishes recs (indexes first...) as one atomic batch on
+// the subjects of rt. A batch that was committed before is refused as a
+// whole for its duplicate ids, which means it is already stored.
+func (s *ExactlyOnce) publishAtomic(ctx context.Context, rt *route, prefix string, ckpt int64, first int, recs []abi.Record) error {
 	// Only the chunk's first and last messages carry a message id: the
 	// batch is stored all or nothing, so a repeated chunk is refused as a
 	// whole for its first, duplicate id. The last one is for a read-back
@@ -1031,7 +1116,7 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, prefix string, ckpt int
 	// the batch replaces it on a stream with per-subject limits. Chunks are
 	// cut the way the staged entry recorded (publishChunks), so a
 	// re-commit repeats the same ids.
-	err := s.publishBatch(ctx, recs, msgID(prefix, ckpt, first), msgID(prefix, ckpt, first+len(recs)-1))
+	err := s.publishBatch(ctx, rt, recs, msgID(prefix, ckpt, first), msgID(prefix, ckpt, first+len(recs)-1))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return nil
@@ -1054,21 +1139,22 @@ type batchAck struct {
 	Count  int                 `json:"count"`
 }
 
-// publishBatch publishes recs (at least one) as one atomic batch, the first
-// message with message id id and the last with lastID. It streams:
+// publishBatch publishes recs (at least one) as one atomic batch on the
+// subjects of rt, the first message with message id id and the last with
+// lastID. It streams:
 // each message goes to the connection as it is made, so the server stages
 // the batch while the rest is still being written, and one message and
 // header set are reused throughout (the connection copies each out before
 // PublishMsg returns). Only the commit (the last message) is a request;
 // a message the server refused on the way makes it fail the commit.
-func (s *ExactlyOnce) publishBatch(ctx context.Context, recs []abi.Record, id, lastID string) error {
+func (s *ExactlyOnce) publishBatch(ctx context.Context, rt *route, recs []abi.Record, id, lastID string) error {
 	nc := s.js.Conn()
 	batchID := nuid.Next()
 	seq := []string{""}
 	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
-	m := &nats.Msg{Subject: s.cfg.Subject, Header: h}
+	m := &nats.Msg{Header: h}
 	for i, r := range recs {
-		subj, err := s.route.subject(r.Key)
+		subj, err := rt.subject(r.Key)
 		if err != nil {
 			return fmt.Errorf("message %d of the batch: %w", i+1, err)
 		}
@@ -1170,9 +1256,10 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 	// acknowledgement subscription leaves the connection.
 	defer releaseFast(fp)
 	id, key := []string{""}, []string{""}
-	m := &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{jetstream.MsgIDHeader: id}}
+	m := &nats.Msg{Header: nats.Header{jetstream.MsgIDHeader: id}}
 	sent := 0
 	for _, e := range entries {
+		rt := s.routeOf(&e)
 		it, err := abi.NewIter(e.batch)
 		if err != nil {
 			return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
@@ -1188,7 +1275,7 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 				return fail(e.id, i, ctx.Err())
 			}
 			r := it.Record()
-			subj, err := s.route.subject(r.Key)
+			subj, err := rt.subject(r.Key)
 			if err != nil {
 				return fail(e.id, i, err)
 			}
@@ -1221,14 +1308,14 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 	return nil
 }
 
-// publishAsync publishes recs with message ids and waits for every ack; a
-// duplicate is acknowledged as such, not refused.
-func (s *ExactlyOnce) publishAsync(ctx context.Context, prefix string, ckpt int64, first int, recs []abi.Record, skip map[int]bool) error {
+// publishAsync publishes recs with message ids on the subjects of rt and
+// waits for every ack; a duplicate is acknowledged as such, not refused.
+func (s *ExactlyOnce) publishAsync(ctx context.Context, rt *route, prefix string, ckpt int64, first int, recs []abi.Record, skip map[int]bool) error {
 	for i, r := range recs {
 		if skip[first+i] {
 			continue
 		}
-		m, err := s.msg(r, msgID(prefix, ckpt, first+i))
+		m, err := s.msg(rt, r, msgID(prefix, ckpt, first+i))
 		if err == nil {
 			err = publishAsync(ctx, s.js, m)
 		}

@@ -306,10 +306,13 @@ func TestKeyedSubjectsSurviveARestart(t *testing.T) {
 	}
 }
 
-// A checkpoint staged under one subject and recovered under a keyed one
-// whose stream does not store a record's subject (a restore with a changed
-// spec) fails the recovery with ErrBadKey, publishing nothing, instead of
-// failing every commit.
+// A checkpoint staged before the state recorded its subject (version 3)
+// is re-committed on the sink's subject: staged under one subject and
+// recovered under a keyed one whose stream does not store a record's
+// subject (a restore with a changed spec), it fails the recovery with
+// ErrBadKey, publishing nothing, instead of failing every commit. (State
+// that records its subject is re-committed there:
+// TestRecoverOnTheSubjectTheCheckpointWasStagedWith.)
 func TestKeyedRecoverRefusesStagedRecordsWithoutASubject(t *testing.T) {
 	scfg := outStream(PublishFast)
 	scfg.Subjects = []string{"out", "out.k0", "out.k1"}
@@ -320,6 +323,9 @@ func TestKeyedRecoverRefusesStagedRecordsWithoutASubject(t *testing.T) {
 	state, err := a.PreCommit(ctx, 1)
 	must(t, err)
 	a.Close()
+	st, err := decodeState(state)
+	must(t, err)
+	state = stateV3(st)
 	b, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out.{key}", Job: "j", Task: "sink0"})
 	must(t, err)
 	defer b.Close()

@@ -37,7 +37,7 @@ func batchOf(from, to int) []byte {
 }
 
 // stored is a message of a stream as the tests look at it.
-type stored struct{ id, key, value string }
+type stored struct{ id, subject, key, value string }
 
 // readStream reads every message of stream in order.
 func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []stored {
@@ -65,7 +65,7 @@ func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, strea
 			t.Fatal(err)
 		}
 		for m := range batch.Messages() {
-			out = append(out, stored{id: m.Headers().Get(jetstream.MsgIDHeader), key: m.Headers().Get(KeyHeader), value: string(m.Data())})
+			out = append(out, stored{id: m.Headers().Get(jetstream.MsgIDHeader), subject: m.Subject(), key: m.Headers().Get(KeyHeader), value: string(m.Data())})
 		}
 		if err := batch.Error(); err != nil {
 			t.Fatal(err)
@@ -567,7 +567,7 @@ func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMo
 	must(t, err)
 	switch mode {
 	case PublishAtomic:
-		must(t, s.publishAtomic(ctx, s.prefix, id, 0, recs[:100]))
+		must(t, s.publishAtomic(ctx, &s.route, s.prefix, id, 0, recs[:100]))
 	case PublishFast:
 		var part abi.Builder
 		for _, r := range recs[:n] {
@@ -575,7 +575,7 @@ func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMo
 		}
 		must(t, s.publishFast(ctx, s.prefix, []staged{{id: id, batch: part.Bytes()}}))
 	default:
-		must(t, s.publishAsync(ctx, s.prefix, id, 0, recs[:n], nil))
+		must(t, s.publishAsync(ctx, &s.route, s.prefix, id, 0, recs[:n], nil))
 	}
 }
 
