@@ -40,11 +40,13 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // publish (sink.ErrBadKey: its key cannot form its keyed sink's subject;
 // sink.ErrRecordTooLarge: no message can carry it) — the replay meets it
 // again, and the operator, the stream's subjects or the server's
-// max_payload need fixing —, a task snapshot that is corrupt
-// (snapshot.ErrCorrupt: every restart restores the same latest checkpoint,
-// and falling back to an older one on its own would repeat the output
-// exactly-once sinks committed since; a person chooses, with weir job
-// restore -from). The job fails at once with the reason instead of using
+// max_payload need fixing —, a checkpoint's staged output on a subject the
+// sink's stream no longer stores (sink.ErrStagedSubjectNotStored: the
+// checkpoint holds it; the stream's subjects need fixing), a task snapshot
+// that is corrupt (snapshot.ErrCorrupt: every restart restores the same
+// latest checkpoint, and falling back to an older one on its own would
+// repeat the output exactly-once sinks committed since; a person chooses,
+// with weir job restore -from). The job fails at once with the reason instead of using
 // up its restart strategy.
 //
 // A stream that does not exist is not among them. The coordinator refuses
@@ -60,6 +62,7 @@ func Unrecoverable(err error) bool {
 	return errors.Is(err, control.ErrUnrecoverable) ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
 		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge) ||
+		errors.Is(err, sink.ErrStagedSubjectNotStored) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
 		errors.As(err, &invalid)
