@@ -37,7 +37,12 @@
 //   - finished tasks: once a task reported the end of its input, no new
 //     checkpoint or savepoint is triggered in the attempt (a finished task
 //     cannot snapshot), and pending ones it has not acked are aborted
-//     without counting as failures.
+//     without counting as failures;
+//   - stop savepoint (TriggerStop): once it completed, no new checkpoint or
+//     savepoint is triggered in the attempt: its sources take no more
+//     input, and the attempt ends once the sinks committed it (a job
+//     stopped, or a bounded job finishing). One triggered meanwhile would
+//     stay pending until then and be listed as failed.
 package checkpoint
 
 import (
@@ -140,6 +145,7 @@ func (FailJobAction) isAction() {}
 type pending struct {
 	id        int64
 	savepoint bool
+	stop      bool // the savepoint of TriggerStop
 	triggered time.Time
 	handles   map[string]string
 	metrics   map[string]map[string]int64
@@ -157,6 +163,7 @@ type Machine struct {
 	running     bool
 	run         int // counts Starts: the attempt being coordinated
 	finished    map[string]bool
+	stopped     int64 // the stop savepoint that completed in this attempt (0: none)
 	nextID      int64
 	pending     map[int64]*pending
 	completed   []*Metadata // periodic checkpoints, oldest first
@@ -249,6 +256,7 @@ func (m *Machine) Start(now time.Time, tasks []string) {
 	m.lastTrigger = now
 	m.lastEnd = time.Time{}
 	m.finished = map[string]bool{}
+	m.stopped = 0
 }
 
 // Finished records that task reached the end of its input. No checkpoint is
@@ -347,7 +355,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s", m.cfg.Timeout), true)...)
 		}
 	}
-	if !m.running || m.cfg.Disabled || m.cfg.Interval <= 0 || len(m.finished) > 0 {
+	if !m.running || m.cfg.Disabled || m.cfg.Interval <= 0 || len(m.finished) > 0 || m.stopped != 0 {
 		return acts
 	}
 	if now.Before(m.lastTrigger.Add(m.cfg.Interval)) {
@@ -389,13 +397,17 @@ func (m *Machine) TriggerSavepoint(now time.Time) (int64, []Action, error) {
 	if len(m.finished) > 0 {
 		return 0, nil, fmt.Errorf("savepoint of %s: some tasks already finished", m.job)
 	}
+	if m.stopped != 0 {
+		return 0, nil, fmt.Errorf("savepoint of %s: the job is stopping with savepoint %d", m.job, m.stopped)
+	}
 	a := m.trigger(now, true).(TriggerAction)
 	return a.ID, []Action{a}, nil
 }
 
 // TriggerStop is TriggerSavepoint for a job being stopped: its trigger
 // says so (TriggerAction.Stop), and source tasks take no input after its
-// barrier.
+// barrier. Once it completed, nothing more is triggered in the attempt;
+// if it fails, the attempt checkpoints on.
 func (m *Machine) TriggerStop(now time.Time) (int64, []Action, error) {
 	id, acts, err := m.TriggerSavepoint(now)
 	if err != nil {
@@ -403,6 +415,7 @@ func (m *Machine) TriggerStop(now time.Time) (int64, []Action, error) {
 	}
 	a := acts[0].(TriggerAction)
 	a.Stop = true
+	m.pending[id].stop = true
 	return id, []Action{a}, nil
 }
 
@@ -422,7 +435,7 @@ func (m *Machine) NextWake() time.Time {
 			}
 		}
 	}
-	if m.running && !m.cfg.Disabled && m.cfg.Interval > 0 && len(m.finished) == 0 {
+	if m.running && !m.cfg.Disabled && m.cfg.Interval > 0 && len(m.finished) == 0 && m.stopped == 0 {
 		due := m.lastTrigger.Add(m.cfg.Interval)
 		if m.cfg.MinPause > 0 && !m.lastEnd.IsZero() && due.Before(m.lastEnd.Add(m.cfg.MinPause)) {
 			due = m.lastEnd.Add(m.cfg.MinPause)
@@ -512,6 +525,9 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	p.info.Status = control.CheckpointCompleted
 	p.info.Duration = now.Sub(p.triggered)
 	acts := []Action{NotifyAction{ID: id}}
+	if p.stop {
+		m.stopped = id
+	}
 	if p.savepoint {
 		m.savepoints = append(m.savepoints, md)
 		return acts

@@ -218,6 +218,41 @@ func TestNoPeriodicTriggerDuringSavepoint(t *testing.T) {
 	expect(t, "periodic checkpoint after it", m.Tick(at(150)), "trigger(2)")
 }
 
+// Once a stop savepoint completed, the attempt triggers nothing more: its
+// sources take no input, and the sinks commit it before the attempt ends
+// (a job stopped, or a bounded job finishing), which may take longer than
+// an interval. A periodic checkpoint triggered meanwhile would stay
+// pending until the end and be listed as failed ("job finished").
+func TestNothingTriggeredAfterAStopSavepoint(t *testing.T) {
+	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: 10 * time.Second, MaxConcurrent: 1, Retained: 1})
+	expect(t, "1", m.Tick(at(100)), "trigger(1)")
+	expect(t, "1 completes", complete(t, m, at(110), 1), "notify(1)")
+	id, acts, err := m.TriggerStop(at(150))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "stop savepoint", acts, fmt.Sprintf("triggersp(%d)", id))
+	// A stop savepoint that fails leaves the job running: it checkpoints on.
+	expect(t, "stop savepoint declined", m.Decline(at(160), "op-0", id, control.DeclineFailed, "x"), fmt.Sprintf("abort(%d) discard(%d)", id, id))
+	expect(t, "periodic checkpoint after a failed stop", m.Tick(at(200)), "trigger(3)")
+	expect(t, "3 completes", complete(t, m, at(210), 3), "notify(3) discard(1)")
+
+	id, _, err = m.TriggerStop(at(250))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "stop savepoint completes", complete(t, m, at(260), id), fmt.Sprintf("notify(%d)", id))
+	expect(t, "no periodic checkpoint while the sinks commit it", m.Tick(at(5000)), "")
+	if w := m.NextWake(); !w.IsZero() {
+		t.Errorf("next wake %v, want none", w)
+	}
+	if _, _, err := m.TriggerSavepoint(at(5000)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("stopping with savepoint %d", id)) {
+		t.Errorf("savepoint after the stop savepoint: %v", err)
+	}
+	m.Start(at(6000), []string{"src-0", "op-0"})
+	expect(t, "a new attempt checkpoints again", m.Tick(at(6100)), fmt.Sprintf("trigger(%d)", id+1))
+}
+
 // A checkpoint every task acked is being persisted: the timeout no longer
 // aborts it (neither do declines or a finished task).
 func TestTimeoutSparesAPersistingCheckpoint(t *testing.T) {
