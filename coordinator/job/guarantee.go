@@ -3,6 +3,7 @@ package job
 import (
 	"cmp"
 	"fmt"
+	"strings"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -14,8 +15,26 @@ import (
 // delivery, and what its checkpointing mode adds: a core-NATS source is
 // at-most-once whatever the sinks do, a JetStream source with several
 // subtasks is split by subject hash or by server-side partitions.
+//
+// A bounded source (stop) says what follows its stop: the job finishes with
+// a final savepoint once every source stopped, or, while some source has
+// no stop, never by itself — that source's input has no end.
 func Guarantees(spec *jobspec.Spec) []control.Guarantee {
 	var out []control.Guarantee
+	var unbounded []string
+	for _, s := range spec.Sources {
+		if s.Kind != jobspec.KindJetStream || s.StopSequence == 0 {
+			unbounded = append(unbounded, s.Name)
+		}
+	}
+	afterStop := "then the job finishes with a final savepoint"
+	switch len(unbounded) {
+	case 0:
+	case 1:
+		afterStop = fmt.Sprintf("then it waits: source %s has no stop, so the job does not finish by itself", unbounded[0])
+	default:
+		afterStop = fmt.Sprintf("then it waits: sources %s have no stop, so the job does not finish by itself", strings.Join(unbounded, ", "))
+	}
 	for _, s := range spec.Sources {
 		g := source.JetStreamGuarantee
 		switch {
@@ -30,7 +49,7 @@ func Guarantees(spec *jobspec.Spec) []control.Guarantee {
 			g += fmt.Sprintf("; without a checkpoint, reads from sequence %d (start: %s)", s.StartSequence, cmp.Or(s.Start, fmt.Sprint(s.StartSequence)))
 		}
 		if s.Kind == jobspec.KindJetStream && s.StopSequence > 0 {
-			g += fmt.Sprintf("; stops after sequence %d (stop: %s), then the job finishes with a final savepoint", s.StopSequence, cmp.Or(s.Stop, fmt.Sprint(s.StopSequence)))
+			g += fmt.Sprintf("; stops after sequence %d (stop: %s), %s", s.StopSequence, cmp.Or(s.Stop, fmt.Sprint(s.StopSequence)), afterStop)
 		}
 		out = append(out, control.Guarantee{Role: "source", Name: s.Name, Text: g})
 	}
