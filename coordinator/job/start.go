@@ -95,7 +95,7 @@ func (m *Manager) keepResolved(spec *jobspec.Spec, job string) {
 // have reached yet (the source then waits for it). A source resolved
 // before (a job's stored spec, restored) keeps its sequence. A stop that
 // reads nothing because the stream holds nothing up to it is refused,
-// and so is one before the source's start.
+// and so is one before the source's start (start: new, stop: end, say).
 func (m *Manager) resolveStops(ctx context.Context, spec *jobspec.Spec, fresh bool) error {
 	for i := range spec.Sources {
 		src := &spec.Sources[i]
@@ -120,12 +120,22 @@ func (m *Manager) resolveStops(ctx context.Context, spec *jobspec.Spec, fresh bo
 		} else if src.StopSequence == 0 {
 			src.StopSequence = sp.Seq
 		}
-		if src.StopSequence != 0 && src.StartSequence > src.StopSequence+1 {
-			return control.Errorf(control.ErrInvalid, "submit %s: source %s: stop %s (sequence %d) is before its start (sequence %d)",
-				spec.Name, src.Name, cmp.Or(src.Stop, fmt.Sprint(src.StopSequence)), src.StopSequence, src.StartSequence)
+		if src.StopSequence != 0 && src.StartSequence > src.StopSequence {
+			return control.Errorf(control.ErrInvalid, "submit %s: source %s: stop %s is before its start %s: the source would read nothing",
+				spec.Name, src.Name, seqOf(src.Stop, src.StopSequence), seqOf(src.Start, src.StartSequence))
 		}
 	}
 	return nil
+}
+
+// seqOf names a start or stop as the spec gave it and, when that is not
+// the sequence itself, the sequence it was resolved to: "4", "end
+// (sequence 25)".
+func seqOf(given string, seq uint64) string {
+	if given == "" || given == fmt.Sprint(seq) {
+		return fmt.Sprint(seq)
+	}
+	return fmt.Sprintf("%s (sequence %d)", given, seq)
 }
 
 // resolveStop is the last stream sequence sp (end or a time) names in

@@ -81,8 +81,8 @@ func Check(s *Spec) error {
 		if _, err := ParseStop(src.Stop); err != nil {
 			bad(path+".stop", "%v", err)
 		}
-		if src.StopSequence != 0 && src.StartSequence > src.StopSequence+1 {
-			bad(path+".stop_sequence", "%d is before start_sequence %d", src.StopSequence, src.StartSequence)
+		if src.StopSequence != 0 && src.StartSequence > src.StopSequence {
+			bad(path+".stop_sequence", "%d is before start_sequence %d: the source would read nothing", src.StopSequence, src.StartSequence)
 		}
 	}
 	for i := range s.Operators {

@@ -137,8 +137,16 @@ func TestParseStop(t *testing.T) {
 	}
 	// A JSON spec's resolved sequences: a stop before the start is refused.
 	js := Spec{Name: "j", Sources: []Source{{Name: "in", Kind: KindJetStream, Stream: "S", Parallelism: 1, StartSequence: 10, StopSequence: 5}}}
-	if err := Check(&js); err == nil || !strings.Contains(err.Error(), "stop_sequence: 5 is before start_sequence 10") {
+	if err := Check(&js); err == nil || !strings.Contains(err.Error(), "stop_sequence: 5 is before start_sequence 10: the source would read nothing") {
 		t.Errorf("stop before start: %v", err)
+	}
+	js.Sources[0].StopSequence = 9
+	if err := Check(&js); err == nil || !strings.Contains(err.Error(), "stop_sequence: 9 is before start_sequence 10") {
+		t.Errorf("stop just before start: %v", err)
+	}
+	js.Sources[0].StopSequence = 10
+	if err := Check(&js); err != nil && strings.Contains(err.Error(), "stop_sequence") {
+		t.Errorf("stop at the start: %v", err)
 	}
 }
 

@@ -342,7 +342,9 @@ checkpointing: {interval: 100ms}
 
 	for _, c := range []struct{ name, in, fields, want string }{
 		{"empty", "EMPTY", "stop: end", "source in: stop end: stream EMPTY holds no message up to it"},
-		{"before", "IN", "start: 4, stop: 2", "source in: stop 2 (sequence 2) is before its start (sequence 4)"},
+		{"before", "IN", "start: 4, stop: 2", "source in: stop 2 is before its start 4: the source would read nothing"},
+		{"just-before", "IN", "start: 4, stop: 3", "source in: stop 3 is before its start 4: the source would read nothing"},
+		{"new-to-end", "IN", "start: new, stop: end", "source in: stop end (sequence 5) is before its start new (sequence 6): the source would read nothing"},
 		{"future", "IN", "stop: " + time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "the time is in the future"},
 	} {
 		if err := submit(c.name, c.in, "OUT1", c.fields); !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
