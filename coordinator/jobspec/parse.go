@@ -826,9 +826,28 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			if src.Subject == "" {
 				at(src.Line, path+".subject", "a nats source needs a subject")
 			}
-			if src.Stream != "" || src.Filter != "" || src.Partitions != 0 || src.PartitionFilter != "" || src.Start != "" || src.StartSequence != 0 ||
-				src.Stop != "" || src.StopSequence != 0 {
-				at(src.Line, path, "stream, filter, partitions, start and stop apply to jetstream sources only")
+			// Name what was given: a core subject keeps no messages to
+			// start or stop at.
+			var given []string
+			for _, f := range []struct {
+				name string
+				set  bool
+			}{
+				{"stream", src.Stream != ""}, {"filter", src.Filter != ""}, {"partitions", src.Partitions != 0},
+				{"partition-filter", src.PartitionFilter != ""}, {"start", src.Start != "" || src.StartSequence != 0},
+				{"stop", src.Stop != "" || src.StopSequence != 0},
+			} {
+				if f.set {
+					given = append(given, f.name)
+				}
+			}
+			switch len(given) {
+			case 0:
+			case 1:
+				at(src.Line, path+"."+given[0], "%s applies to jetstream sources only (this one is kind nats)", given[0])
+			default:
+				at(src.Line, path, "%s and %s apply to jetstream sources only (this one is kind nats)",
+					strings.Join(given[:len(given)-1], ", "), given[len(given)-1])
 			}
 		case KindJetStream:
 			if src.Stream == "" {

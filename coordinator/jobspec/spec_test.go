@@ -128,7 +128,7 @@ func TestParseStop(t *testing.T) {
 	}
 	for _, c := range []struct{ name, src, want string }{
 		{"bad stop", "{name: in, kind: jetstream, stream: S, stop: latest}", `job.yaml:3: sources[0].stop: want end, a stream sequence (1 or more) or an RFC 3339 time`},
-		{"stop on a nats source", "{name: in, kind: nats, subject: a, stop: end}", `job.yaml:3: sources[0]: stream, filter, partitions, start and stop apply to jetstream sources only`},
+		{"stop on a nats source", "{name: in, kind: nats, subject: a, stop: end}", `job.yaml:3: sources[0].stop: stop applies to jetstream sources only (this one is kind nats)`},
 	} {
 		_, err := Parse("job.yaml", []byte("name: j\nsources:\n  - "+c.src+"\n"), Options{CheckModule: func(modref.Ref) error { return nil }})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -323,13 +323,15 @@ func TestErrors(t *testing.T) {
 		{"unknown source key", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, key: topic}\n",
 			[]string{`job.yaml:3: sources[0].key: unknown value "topic" (want header, subject)`}},
 		{"start on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, start: new}\n",
-			[]string{`job.yaml:3: sources[0]: stream, filter, partitions, start and stop apply to jetstream sources only`}},
+			[]string{`job.yaml:3: sources[0].start: start applies to jetstream sources only (this one is kind nats)`}},
 		{"bad start", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, start: latest}\n",
 			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more) or an RFC 3339 time (2026-11-30T09:00:00Z), got "latest"`}},
 		{"start at sequence 0", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, start: 0}\n",
 			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more)`}},
 		{"partitions on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, partitions: 2, partition-filter: \"a.{p}\"}\n",
-			[]string{`job.yaml:3: sources[0]: stream, filter, partitions, start and stop apply to jetstream sources only`}},
+			[]string{`job.yaml:3: sources[0]: partitions and partition-filter apply to jetstream sources only (this one is kind nats)`}},
+		{"stream, start and stop on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, stream: S, start: new, stop: end}\n",
+			[]string{`job.yaml:3: sources[0]: stream, start and stop apply to jetstream sources only (this one is kind nats)`}},
 		{"memory over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 1TiB}\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].limits.memory: 1TiB is more than a wasm32 module can address (4GiB)`}},
 		{"memory just over wasm32", base("  - name: a\n    module: m\n    limits: {memory: 4294967297}\n    inputs: [{from: in}]\n"),
