@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,7 +39,9 @@ func init() {
 const runUsage = `[flags] JOB.yaml
 
 Deploys the job and follows it: state changes, completed checkpoints and the
-records its sinks publish. Without -nats it starts the embedded default — NATS
+records its sinks publish; at the end, how many (a JetStream sink's as its
+stream stored them: a commit published again after a recovery counts
+once). Without -nats it starts the embedded default — NATS
 with JetStream, the coordinator and a worker in this process, streams the job
 names created on the fly — and stops everything at the end. An operator
 module may be a Go package directory: weir builds it (GOOS=wasip1). A module
@@ -240,6 +244,70 @@ func sinkSubjects(s jobspec.Sink) string {
 	return t.Filter()
 }
 
+// watch follows what sink s publishes, from now on.
+func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (*nats.Subscription, error) {
+	if s.Kind == jobspec.KindJetStream && s.Guarantee != jobspec.AtMostOnce {
+		if start, ok := storedSince(ctx, o.js, s); ok {
+			o.since[s.Name] = start
+		}
+	}
+	sub, err := nc.Subscribe(sinkSubjects(s), func(m *nats.Msg) {
+		if !batchEnd(m) {
+			o.record(s.Name, m.Header, m.Data)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch sink %s: %w", s.Name, err)
+	}
+	return sub, nil
+}
+
+// storedSince returns where a jetstream sink's stream stands now, for
+// countStored to count what the job stores after it: the stream's next
+// sequence, and false if the stream is missing or may drop what was
+// stored (limits on messages, bytes, age or messages per subject: the
+// word count's latest value per key, say), so that what it holds later
+// does not count what was stored.
+func storedSince(ctx context.Context, js jetstream.JetStream, s jobspec.Sink) (uint64, bool) {
+	st, err := js.Stream(ctx, s.Stream)
+	if err != nil {
+		return 0, false
+	}
+	info := st.CachedInfo()
+	if c := info.Config; c.MaxMsgs > 0 || c.MaxBytes > 0 || c.MaxAge > 0 || c.MaxMsgsPerSubject > 0 || c.Retention != jetstream.LimitsPolicy {
+		return 0, false
+	}
+	return info.State.LastSeq + 1, true
+}
+
+// countStored counts the messages a jetstream sink's stream holds on the
+// sink's subjects from sequence start on (storedSince): the records the
+// job stored, each once. A commit published again after a recovery, which
+// JetStream dropped by its message ids, is not among them, though a
+// subscriber to the subjects saw it twice.
+func countStored(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, start uint64) (int, error) {
+	cons, err := js.CreateConsumer(ctx, s.Stream, jetstream.ConsumerConfig{
+		FilterSubjects:    []string{sinkSubjects(s)},
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       start,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute, // removed by the server if the delete below fails
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := cons.CachedInfo().NumPending
+	_ = js.DeleteConsumer(context.WithoutCancel(ctx), s.Stream, cons.CachedInfo().Name)
+	return int(n), nil
+}
+
+// batchEnd reports whether m is the empty message that ends a JetStream
+// fast batch (its reply subject says so: operation 3, "end of batch"):
+// the server stores nothing for it, so it is no record.
+func batchEnd(m *nats.Msg) bool {
+	return len(m.Data) == 0 && len(m.Header) == 0 && strings.HasSuffix(m.Reply, ".3.$FI")
+}
+
 // sourceSubject is the subject (pattern) a source reads.
 func sourceSubject(s jobspec.Source) string {
 	switch {
@@ -374,20 +442,37 @@ type output struct {
 	n      int
 	last   time.Time
 	latest map[string]string
+	bySink map[string]int // n per sink
+	// since is where each jetstream sink's stream stood when the job was
+	// submitted (storedSince), for the summary to count what it stored.
+	since map[string]uint64
+	js    jetstream.JetStream
+	sinks []jobspec.Sink
 }
 
-func (o *output) record(sinkName string, m *nats.Msg) {
+// spec returns the sink named name.
+func (o *output) spec(name string) *jobspec.Sink {
+	for i := range o.sinks {
+		if o.sinks[i].Name == name {
+			return &o.sinks[i]
+		}
+	}
+	return nil
+}
+
+func (o *output) record(sinkName string, h nats.Header, data []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.n++
+	o.bySink[sinkName]++
 	o.last = time.Now()
-	key := m.Header.Get(sink.KeyHeader)
-	o.latest[sinkName+"\x00"+key] = string(m.Data)
+	key := h.Get(sink.KeyHeader)
+	o.latest[sinkName+"\x00"+key] = string(data)
 	if o.show < 0 || o.n <= o.show {
 		if key != "" {
-			fmt.Fprintf(o.std.Out, "[%s] %s\t%s\n", sinkName, key, m.Data)
+			fmt.Fprintf(o.std.Out, "[%s] %s\t%s\n", sinkName, key, data)
 		} else {
-			fmt.Fprintf(o.std.Out, "[%s] %s\n", sinkName, m.Data)
+			fmt.Fprintf(o.std.Out, "[%s] %s\n", sinkName, data)
 		}
 	} else if o.n == o.show+1 {
 		fmt.Fprintf(o.std.Out, "… more output not shown (-show)\n")
@@ -401,12 +486,11 @@ func (o *output) state() (int, time.Time) {
 }
 
 func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool) error {
-	out := &output{std: std, show: o.show, latest: map[string]string{}}
+	out := &output{std: std, show: o.show, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{}, js: n.JS, sinks: spec.Sinks}
 	for _, s := range spec.Sinks {
-		name := s.Name
-		sub, err := n.Conn.Subscribe(sinkSubjects(s), func(m *nats.Msg) { out.record(name, m) })
+		sub, err := out.watch(ctx, n.Conn, s)
 		if err != nil {
-			return fmt.Errorf("watch sink %s: %w", s.Name, err)
+			return err
 		}
 		defer sub.Unsubscribe()
 	}
@@ -494,7 +578,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			}
 		}
 		if st.State.Terminal() {
-			summary(std.Out, out, published)
+			summary(ctx, std.Out, out, published)
 			if st.State == control.JobFailed {
 				return fmt.Errorf("job %s failed: %s", st.Name, st.Reason)
 			}
@@ -506,16 +590,16 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 				last = publishedAt
 			}
 			if time.Since(last) > o.idle && st.LatestCheckpoint > inputCommittedAt {
-				summary(std.Out, out, published)
+				summary(ctx, std.Out, out, published)
 				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			summary(std.Out, out, published)
+			summary(ctx, std.Out, out, published)
 			return nil
 		case <-deadline:
-			summary(std.Out, out, published)
+			summary(ctx, std.Out, out, published)
 			return nil
 		case <-tick.C:
 		}
@@ -591,13 +675,33 @@ func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
 	}
 }
 
-func summary(w io.Writer, out *output, published int) {
+// summary prints the records in and out and the latest value per key.
+// The records out of a jetstream sink are those its stream stored
+// (countStored) where the stream keeps all it stored, else those
+// published on its subjects.
+func summary(ctx context.Context, w io.Writer, out *output, published int) {
+	stored := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, name := range slices.Sorted(maps.Keys(out.since)) {
+		s := out.spec(name)
+		if s == nil {
+			continue
+		}
+		if n, err := countStored(ctx, out.js, *s, out.since[name]); err == nil {
+			stored[name] = n
+		}
+	}
 	out.mu.Lock()
 	defer out.mu.Unlock()
+	n := out.n
+	for name, c := range stored {
+		n += c - out.bySink[name]
+	}
 	if published > 0 {
-		fmt.Fprintf(w, "%d records in, %d records out\n", published, out.n)
+		fmt.Fprintf(w, "%d records in, %d records out\n", published, n)
 	} else {
-		fmt.Fprintf(w, "%d records out\n", out.n)
+		fmt.Fprintf(w, "%d records out\n", n)
 	}
 	if len(out.latest) == 0 {
 		return
