@@ -186,6 +186,13 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectOverlap {
+				if other := streamStoring(ctx, js, cfg.Subjects); other != nil {
+					return fmt.Errorf("create stream %s (subjects %s): stream %s stores some of them already (its subjects: %s); name %s in the spec, or choose subjects no stream stores: %w",
+						cfg.Name, strings.Join(cfg.Subjects, ", "), other.Name, strings.Join(other.Subjects, ", "), other.Name, err)
+				}
+			}
 			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
 		}
 		fmt.Fprintf(std.Out, "created stream %s (subjects %s, %d replica(s))\n", cfg.Name, strings.Join(cfg.Subjects, ", "), cfg.Replicas)
@@ -207,6 +214,29 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sinkSubjects(s)}, Duplicates: dup,
 			AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// errCodeSubjectOverlap is the JetStream API's error code for a stream
+// whose subjects overlap another stream's.
+const errCodeSubjectOverlap jetstream.ErrorCode = 10065
+
+// streamStoring returns the configuration of a stream that stores some of
+// subjects, or nil if none is found.
+func streamStoring(ctx context.Context, js jetstream.JetStream, subjects []string) *jetstream.StreamConfig {
+	ctx, cancel := context.WithCancel(ctx) // ends the lister when a stream is found early
+	defer cancel()
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		for _, have := range info.Config.Subjects {
+			for _, want := range subjects {
+				if subject.Overlap(have, want) {
+					cfg := info.Config
+					return &cfg
+				}
+			}
 		}
 	}
 	return nil

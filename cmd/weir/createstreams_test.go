@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// A stream weir run would create for a sink, on subjects another stream
+// stores already, is refused by the server with "subjects overlap with an
+// existing stream"; weir run names that stream and what to do.
+func TestCreateStreamsNamesTheOverlappingStream(t *testing.T) {
+	_, js := embeddedtest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, cfg := range []jetstream.StreamConfig{{Name: "A", Subjects: []string{"a"}}, {Name: "TOTALS", Subjects: []string{"counts.*.total"}}} {
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := &jobspec.Spec{Name: "j", Sinks: []jobspec.Sink{{Name: "out", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "counts.{key}.total",
+		Guarantee: jobspec.ExactlyOnce}}}
+	err := createStreams(ctx, Stdio{Out: io.Discard, Err: io.Discard}, js, spec, 1)
+	want := "create stream OUT (subjects counts.*.total): stream TOTALS stores some of them already (its subjects: counts.*.total); name TOTALS in the spec, or choose subjects no stream stores: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("createStreams: %v\nwant it to start %q", err, want)
+	}
+}
