@@ -69,8 +69,8 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
 	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted")
-	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until idle or Ctrl-C)")
-	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never)")
+	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
+	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never); a job whose sources all have a stop is followed until it ends")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
@@ -552,6 +552,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	defer stop()
 
 	inputDone := len(o.inputs) == 0
+	bounded, toldWait := allBounded(spec), false
 	var deadline <-chan time.Time
 	if o.forDur > 0 {
 		deadline = time.After(o.forDur)
@@ -620,8 +621,21 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 				last = publishedAt
 			}
 			if time.Since(last) > o.idle && st.LatestCheckpoint > inputCommittedAt {
-				summary(ctx, std.Out, out, published)
-				return nil
+				if !bounded {
+					summary(ctx, std.Out, out, published)
+					return nil
+				}
+				// A bounded job ends by itself, and may be quiet until
+				// then ({emit: final}): follow it on, saying once what a
+				// job that does not end waits for.
+				if !toldWait {
+					toldWait = true
+					what := "Ctrl-C cancels it"
+					if !embedded {
+						what = fmt.Sprintf("publish the rest, or stop it with: weir job stop%s %s", o.nats.hint(), spec.Name)
+					}
+					tellWait(ctx, std.Out, n.JS, spec, what)
+				}
 			}
 		}
 		select {
@@ -632,6 +646,37 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			summary(ctx, std.Out, out, published)
 			return nil
 		case <-tick.C:
+		}
+	}
+}
+
+// allBounded reports whether every source of spec has a stop: the job
+// then finishes by itself.
+func allBounded(spec *jobspec.Spec) bool {
+	for _, s := range spec.Sources {
+		if s.Kind != jobspec.KindJetStream || (s.Stop == "" && s.StopSequence == 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// tellWait says, for a bounded job that is quiet, which source waits for
+// its stream to reach a stop sequence: the job does not finish until the
+// stream holds it. what says what the user can do.
+func tellWait(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec, what string) {
+	for _, s := range spec.Sources {
+		sp, err := jobspec.ParseStop(s.Stop)
+		if err != nil || sp.Seq == 0 {
+			continue // end or a time: resolved at submit to a message the stream held
+		}
+		st, err := js.Stream(ctx, s.Stream)
+		if err != nil {
+			continue
+		}
+		if last := st.CachedInfo().State.LastSeq; last < sp.Seq {
+			fmt.Fprintf(w, "job %s waits: source %s stops after sequence %d, and stream %s holds up to %d (%s)\n",
+				spec.Name, s.Name, sp.Seq, s.Stream, last, what)
 		}
 	}
 }

@@ -431,3 +431,44 @@ checkpointing:
 	}
 	outputOnce(t, out.String(), want)
 }
+
+// A bounded job may be quiet until it ends (a count that emits its totals
+// at the end of input): -idle does not end weir run while it runs, as it
+// ended a word count of 300 000 lines after 3 s with "0 records out",
+// canceling it. A job whose stop the stream has not reached says what it
+// waits for.
+func TestRunBoundedJobOutlastsIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	t.Chdir(t.TempDir())
+	job := `name: wait
+sources:
+  - {name: orders, kind: jetstream, stream: ORDERS, stop: 1000}
+sinks:
+  - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: orders}}
+checkpointing:
+  interval: 100ms
+`
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("in.txt", []byte("a\nb\nc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	begin := time.Now()
+	if code := run(ctx, []string{"run", "-idle", "1ms", "-for", "3s", "job.yaml", "-input", "in.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
+	}
+	if d := time.Since(begin); d < 3*time.Second {
+		t.Errorf("weir run ended after %s, before -for 3s: -idle ended it", d)
+	}
+	want := "job wait waits: source orders stops after sequence 1000, and stream ORDERS holds up to 3 (Ctrl-C cancels it)\n"
+	if strings.Count(out.String(), want) != 1 {
+		t.Errorf("output without %q once:\n%s", want, out.String())
+	}
+}
