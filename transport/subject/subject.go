@@ -45,7 +45,9 @@ type Template struct {
 
 // Parse reads s: a literal subject (no wildcards), or one with KeyToken as
 // one of its tokens, once, after at least one literal token (a key must
-// not choose the first token: "$JS" would reach the JetStream API).
+// not choose the first token: "$JS" would reach the JetStream API). A
+// token in braces other than KeyToken ("{KEY}", "{word}") is refused: it
+// looks like a placeholder and would be published as it is.
 func Parse(s string) (Template, error) {
 	toks := strings.Split(s, ".")
 	t := Template{raw: s}
@@ -63,6 +65,10 @@ func Parse(s string) (Template, error) {
 			}
 		case strings.Contains(tok, KeyToken):
 			return Template{}, fmt.Errorf("bad subject %q (%s is a whole token, once, after at least one other: e.g. out.%s or orders.%s.created)", s, KeyToken, KeyToken, KeyToken)
+		case len(tok) > 2 && tok[0] == '{' && tok[len(tok)-1] == '}':
+			// {KEY}, {word}: meant as the key, it would be published
+			// literally, every record on one subject.
+			return Template{}, fmt.Errorf("bad subject %q (%s is not a placeholder: the record's key is %s)", s, tok, KeyToken)
 		}
 	}
 	if len(s) > MaxLen {
