@@ -155,7 +155,7 @@ func TestRestoredEndedPortRefusesMoreInput(t *testing.T) {
 	}
 	op, out, err := runTotals(t, host.Config{Store: store, Restore: "j/chk-9/count"},
 		[]stream.Element{rec("apple", "x"), stream.EndOfData()})
-	if !errors.Is(err, host.ErrPortEnded) || !strings.Contains(err.Error(), "input port 0 ended before checkpoint 9") || op.process != 0 {
+	if !errors.Is(err, host.ErrPortEnded) || !strings.Contains(err.Error(), "records after the end of an input port: port 0 ended before checkpoint 9, which the task restored") || op.process != 0 {
 		t.Fatalf("restored ended port given records: %v, %d Process calls (output %q); want ErrPortEnded before any", err, op.process, out)
 	}
 }

@@ -816,8 +816,8 @@ func (t *Task) processInput(ctx context.Context, ch int, batch []byte) error {
 		// Ended before the snapshot restored, yet more records come: a
 		// finished job restored with more input. Its end-of-input output
 		// is out already; the records cannot be processed after it.
-		return fmt.Errorf("input port %d ended before checkpoint %d, which the task restored, and records come after its end (a finished job restored with more input? submit it as a new job): %w",
-			port, t.restoredID, ErrPortEnded)
+		return fmt.Errorf("%w: port %d ended before checkpoint %d, which the task restored (a finished job restored with a later stop? submit it as a new job)",
+			ErrPortEnded, port, t.restoredID)
 	}
 	p, ok := t.cfg.Operator.(Paced)
 	if !ok {
