@@ -232,6 +232,10 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 		if p := t.Stats.SourcePending; p != nil {
 			unread = strconv.FormatInt(*p, 10)
 		}
+		if s := t.Stats.AwaitedStop; s > 0 {
+			// Read up to the stream's end; the stop lies ahead of it.
+			unread = fmt.Sprintf("%s, waits for seq %d (stream at %d)", unread, s, t.Stats.StreamLastSeq)
+		}
 		if t.Stats.InputEnded {
 			unread = "ended" // its input ended: waits for the final savepoint
 		}

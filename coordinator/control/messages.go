@@ -170,6 +170,12 @@ type TaskStats struct {
 	// its stream holds that the task has not read yet (a JetStream
 	// source: the server's count for its consumers); nil otherwise.
 	SourcePending *int64 `json:"source_pending,omitempty"`
+	// AwaitedStop, for a bounded source task whose stream has not reached
+	// the source's stop yet, is that stop sequence, and StreamLastSeq the
+	// stream's last sequence when the task last looked (at most a second
+	// before): the job waits for more messages. 0 otherwise.
+	AwaitedStop   uint64 `json:"awaited_stop,omitempty"`
+	StreamLastSeq uint64 `json:"stream_last_seq,omitempty"`
 	// InputEnded says that the task's input ended (EventInputEnded): it
 	// waits for the job's final savepoint.
 	InputEnded bool `json:"input_ended,omitempty"`

@@ -153,6 +153,10 @@ type JetStream struct {
 	endAt, nudgeBelow uint64
 	// nudge asks watchIdle to check at once whether the lanes ended.
 	nudge chan struct{}
+	// streamLast is the stream's last sequence plus one as a bounded
+	// source's latest end check read it while below the stop (0: not
+	// read, or at or past the stop); see AwaitsStop.
+	streamLast atomic.Uint64
 	// created is when the stream read was created, set when the
 	// consumers start: a consumer that recreates itself checks that the
 	// stream is still that one.
@@ -761,8 +765,10 @@ func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) bool {
 		return true // the next check asks again
 	}
 	if info.State.LastSeq < s.endAt {
+		s.streamLast.Store(info.State.LastSeq + 1)
 		return false
 	}
+	s.streamLast.Store(0)
 	for i, l := range s.lanes {
 		off, ended := s.acc.state(i)
 		if ended {
@@ -990,6 +996,19 @@ func (s *JetStream) Pending() (n uint64, ok bool) {
 		}
 	}
 	return n, ok
+}
+
+// AwaitsStop reports whether a bounded source waits for its stream to
+// reach its stop: its latest check (at most a second ago, see StopSeq)
+// read the stream's last sequence, last, below StopSeq, and some lane has
+// not ended. An unbounded source, one whose stream reached the stop, and
+// one that has not checked yet report false.
+func (s *JetStream) AwaitsStop() (stop, last uint64, ok bool) {
+	l := s.streamLast.Load()
+	if !s.bounded() || l == 0 || s.acc.allEnded() {
+		return 0, 0, false
+	}
+	return s.endAt, l - 1, true
 }
 
 // sameStream checks that the stream is the one the consumers started on,

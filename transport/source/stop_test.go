@@ -214,6 +214,9 @@ func TestJetStreamStopAhead(t *testing.T) {
 		if _, _, err := pollWithin(src, 300*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("poll with the stream short of the stop: %v, want it to wait", err)
 		}
+		if stop, last, ok := src.AwaitsStop(); !ok || stop != 25 || last != 10 {
+			t.Fatalf("AwaitsStop() = %d, %d, %v while the stream is short of the stop; want 25, 10, true", stop, last, ok)
+		}
 	}
 	publishN(t, ctx, js, func(int) string { return "in.b" }, 10, 30) // seqs 11..30
 	got, off := pollToEnd(t, whole, 3*time.Second)
@@ -226,6 +229,18 @@ func TestJetStreamStopAhead(t *testing.T) {
 	got, off = pollToEnd(t, filtered, 3*time.Second)
 	if seq, _ := DecodeOffset(off); len(got) != 0 || seq != 25 {
 		t.Fatalf("filtered: read %v, final offset %d; want nothing, 25", got, seq)
+	}
+	for _, src := range []*JetStream{whole, filtered} {
+		if stop, last, ok := src.AwaitsStop(); ok {
+			t.Fatalf("AwaitsStop() = %d, %d, true after the source ended", stop, last)
+		}
+	}
+	unbounded, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
+	must(t, err)
+	defer unbounded.Close()
+	pollRecords(t, ctx, unbounded, 30)
+	if _, _, ok := unbounded.AwaitsStop(); ok {
+		t.Fatal("an unbounded source awaits a stop")
 	}
 }
 

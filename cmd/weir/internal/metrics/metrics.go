@@ -33,7 +33,7 @@ type Collector struct {
 
 	jobState, attempt, restarts, checkpoint          *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts *prometheus.Desc
-	pending                                          *prometheus.Desc
+	pending, awaited                                 *prometheus.Desc
 	scrapeErrors                                     prometheus.Counter
 }
 
@@ -60,6 +60,8 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
 		pending: prometheus.NewDesc("weir_source_pending_messages",
 			"Messages the source task's stream holds that it has not read yet (JetStream sources).", task, nil),
+		awaited: prometheus.NewDesc("weir_source_awaited_messages",
+			"Sequences a bounded source task's stream lacks before the source's stop (its stop minus the stream's last sequence), while it waits for them.", task, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_scrape_errors_total",
 			Help: "Scrapes that could not list the jobs."}),
 	}
@@ -68,7 +70,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
-		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending} {
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -106,6 +108,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.cpts, counter, float64(t.Stats.Checkpoints), l...)
 			if p := t.Stats.SourcePending; p != nil {
 				ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(*p), l...)
+			}
+			if s := t.Stats.AwaitedStop; s > t.Stats.StreamLastSeq {
+				ch <- prometheus.MustNewConstMetric(c.awaited, gauge, float64(s-t.Stats.StreamLastSeq), l...)
 			}
 		}
 	}

@@ -186,6 +186,11 @@ func (w *Worker) taskRefs() []control.TaskRef {
 					v := int64(min(n, math.MaxInt64))
 					st.SourcePending = &v
 				}
+				if w, ok := p.(stopAwaiter); ok {
+					if stop, last, ok := w.AwaitsStop(); ok {
+						st.AwaitedStop, st.StreamLastSeq = stop, last
+					}
+				}
 			}
 			refs = append(refs, control.TaskRef{Job: a.job, Attempt: a.n, Task: id, Stats: st})
 		}
@@ -211,6 +216,12 @@ type attempt struct {
 // not read yet (source.JetStream).
 type pendingCounter interface {
 	Pending() (n uint64, ok bool)
+}
+
+// stopAwaiter is a bounded source that can tell whether it waits for its
+// stream to reach its stop (source.JetStream).
+type stopAwaiter interface {
+	AwaitsStop() (stop, last uint64, ok bool)
 }
 
 func (a *attempt) stop() {
