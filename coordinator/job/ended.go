@@ -25,8 +25,11 @@ import (
 // A task's ended ports are the checkpoint's metric ended_ports
 // (control.MetricEndedPorts) of the checkpointed task or tasks it restores
 // from (restoreFor). The rule: an ended port of a task of vertex V is safe
-// only if the vertex U that feeds that port in the spec has finished in
-// the checkpoint and stays finished under the spec:
+// only if every task of the vertex U that feeds that port in the spec's
+// plan (on a forward edge the subtask of U of the task's index alone, so a
+// subtask of U that had not finished yet but feeds other tasks of V does
+// not count) has finished in the checkpoint and stays finished under the
+// spec:
 //
 //   - a source U is a JetStream source bounded in the spec (a stop), and
 //     every checkpointed task U's tasks restore from was bounded then too
@@ -36,13 +39,13 @@ import (
 //     a source without a stop, one whose stop resolves later (a later
 //     stop:, or stop: end resolved anew after the stream grew), and one
 //     that was unbounded in the checkpoint are refused;
-//   - an operator U has every input port of the spec ended in every
-//     checkpointed task its tasks restore from: it emitted its
+//   - an operator U's task has every input port of the spec ended in
+//     every checkpointed task it restores from: it emitted its
 //     end-of-input output before the checkpoint and will take only the
 //     end of its input again. Its own ended ports are checked the same
 //     way, so the rule holds transitively, up to the sources;
-//   - U is not new: a vertex the checkpoint does not hold, or a task of U
-//     that restores nothing (a stateless operator that grew), starts from
+//   - U is not new: a vertex the checkpoint does not hold, or a feeding
+//     task of U that restores nothing (a stateless operator that grew), starts from
 //     nothing and would read, or at least emit its end-of-input output,
 //     after the port's end.
 //
@@ -79,7 +82,7 @@ func checkEnded(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) error
 				if !c.ended(ids, port) {
 					continue
 				}
-				if why := c.unfinished(in.From); why != "" {
+				if why := c.unfinishedFeeders(task, port, in.From); why != "" {
 					where := "" // the checkpointed tasks it restores from, when not its own
 					if len(ids) > 1 || ids[0] != task {
 						where = " (in " + strings.Join(ids, ", ") + ")"
@@ -111,7 +114,11 @@ type endedCheck struct {
 	from map[string][]string
 	// held holds the vertices the checkpoint has tasks of.
 	held map[string]bool
-	// why memoizes unfinished.
+	// feeders maps each task and input port of the plan to the tasks
+	// that send to it (a forward edge: the upstream subtask of the same
+	// index only).
+	feeders map[string]map[int][]string
+	// why memoizes unfinished, by upstream task.
 	why map[string]*string
 }
 
@@ -125,6 +132,13 @@ func newEndedCheck(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *e
 		if vertex, _, ok := splitTaskID(id); ok {
 			c.held[vertex] = true
 		}
+	}
+	c.feeders = map[string]map[int][]string{}
+	for _, ch := range p.Channels {
+		if c.feeders[ch.To] == nil {
+			c.feeders[ch.To] = map[int][]string{}
+		}
+		c.feeders[ch.To][ch.InPort] = append(c.feeders[ch.To][ch.InPort], ch.From)
 	}
 	for _, v := range p.Vertices {
 		c.vertices[v.Name] = v
@@ -184,20 +198,36 @@ func (c *endedCheck) disagree(v plan.Vertex, task string, ids []string) string {
 	return ""
 }
 
-// unfinished says why vertex name (an input of an ended port) has not
-// finished in the checkpoint or would not stay finished under the spec —
-// "source in would give it more records: …" — or "" when it has and
-// would.
-func (c *endedCheck) unfinished(name string) string {
-	if w, ok := c.why[name]; ok {
+// unfinishedFeeders says why a task of vertex from that feeds input port
+// port of task (in the plan: on a forward edge, the upstream subtask of
+// the same index only; otherwise every subtask of from) has not finished in
+// the checkpoint or would not stay finished under the spec, or "" when
+// none would give the port more records. Only the plan's channels count:
+// an upstream subtask that does not send to the task cannot reach its
+// ended port, whatever it still reads.
+func (c *endedCheck) unfinishedFeeders(task string, port int, from string) string {
+	for _, up := range c.feeders[task][port] {
+		if why := c.unfinished(from, up); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// unfinished says why task up of vertex name (an input of an ended port)
+// has not finished in the checkpoint or would not stay finished under the
+// spec — "source in would give it more records: …" — or "" when it has
+// and would.
+func (c *endedCheck) unfinished(name, up string) string {
+	if w, ok := c.why[up]; ok {
 		return *w
 	}
-	w := c.whyUnfinished(name)
-	c.why[name] = &w
+	w := c.whyUnfinished(name, up)
+	c.why[up] = &w
 	return w
 }
 
-func (c *endedCheck) whyUnfinished(name string) string {
+func (c *endedCheck) whyUnfinished(name, task string) string {
 	v := c.vertices[name]
 	what := fmt.Sprintf("%s %s would give it more records", v.Kind, name)
 	var src *jobspec.Source
@@ -217,31 +247,29 @@ func (c *endedCheck) whyUnfinished(name string) string {
 	if !c.held[name] {
 		return what + fmt.Sprintf(": it is new in the spec (the checkpoint holds no task of it), so it would %s", startsOver(v.Kind))
 	}
-	for _, task := range v.Tasks {
-		ids := c.from[task]
-		if len(ids) == 0 {
-			return what + fmt.Sprintf(": its task %s is new (its parallelism grew to %d) and restores no state, so it would %s", task, v.Parallelism, startsOver(v.Kind))
-		}
-		for _, id := range ids {
-			if src != nil {
-				stop, bounded := c.md.Metrics[id][control.MetricStopSequence]
-				switch {
-				case !bounded || stop <= 0:
-					return what + fmt.Sprintf(": it was unbounded when the checkpoint was taken (task %s records no stop), so it had not ended there", id)
-				case uint64(stop) < src.StopSequence:
-					resolved := ""
-					if sp, err := jobspec.ParseStop(src.Stop); err == nil && (sp.End || !sp.Time.IsZero()) {
-						resolved = ", as resolved for this restore"
-					}
-					return what + fmt.Sprintf(": it stops at sequence %d in the spec (stop: %s%s), after sequence %d, where it stopped in the checkpoint (task %s)",
-						src.StopSequence, cmp.Or(src.Stop, fmt.Sprint(src.StopSequence)), resolved, stop, id)
+	ids := c.from[task]
+	if len(ids) == 0 {
+		return what + fmt.Sprintf(": its task %s is new (its parallelism grew to %d) and restores no state, so it would %s", task, v.Parallelism, startsOver(v.Kind))
+	}
+	for _, id := range ids {
+		if src != nil {
+			stop, bounded := c.md.Metrics[id][control.MetricStopSequence]
+			switch {
+			case !bounded || stop <= 0:
+				return what + fmt.Sprintf(": it was unbounded when the checkpoint was taken (task %s records no stop), so it had not ended there", id)
+			case uint64(stop) < src.StopSequence:
+				resolved := ""
+				if sp, err := jobspec.ParseStop(src.Stop); err == nil && (sp.End || !sp.Time.IsZero()) {
+					resolved = ", as resolved for this restore"
 				}
-				continue
+				return what + fmt.Sprintf(": it stops at sequence %d in the spec (stop: %s%s), after sequence %d, where it stopped in the checkpoint (task %s)",
+					src.StopSequence, cmp.Or(src.Stop, fmt.Sprint(src.StopSequence)), resolved, stop, id)
 			}
-			for port, in := range v.Inputs {
-				if !control.PortEnded(c.mask(id), port) {
-					return what + fmt.Sprintf(": it had not finished in the checkpoint (task %s's input port %d, from %s, had not ended), and what it emits for the rest of its input would follow", id, port, in.From)
-				}
+			continue
+		}
+		for port, in := range v.Inputs {
+			if !control.PortEnded(c.mask(id), port) {
+				return what + fmt.Sprintf(": it had not finished in the checkpoint (task %s's input port %d, from %s, had not ended), and what it emits for the rest of its input would follow", id, port, in.From)
 			}
 		}
 	}
