@@ -260,8 +260,10 @@ func stateV3(st []staged) []byte {
 }
 
 // The state records each checkpoint's subject from version 4 on; older
-// states decode without one (re-committed on the sink's subject), and a
-// recorded subject that is no sink subject is malformed state.
+// states decode without one (re-committed on the sink's subject). A
+// recorded subject that is no sink subject decodes (a subject rule made
+// stricter later must not make unchanged sinks' state unreadable) and is
+// malformed state where a recovery would publish on it.
 func TestStateRecordsTheSubject(t *testing.T) {
 	st := []staged{{id: 1, at: 5, batch: batchOf(0, 3), subject: "orders.{key}.created"}, {id: 2, at: 6, batch: batchOf(3, 4), subject: "out"}}
 	got, err := decodeState(encodeState(st))
@@ -274,9 +276,19 @@ func TestStateRecordsTheSubject(t *testing.T) {
 	if len(got) != 2 || got[0].subject != "" || got[0].at != 5 || string(got[0].batch) != string(st[0].batch) {
 		t.Fatalf("version 3 decoded as %+v", got)
 	}
+	subjects := []string{"out", "orders.>"}
+	s := &ExactlyOnce{cfg: ExactlyOnceConfig{Subject: "out", Stream: "OUT"}, streamSubjects: subjects}
+	var err2 error
+	s.route, err2 = newRoute("out", "OUT", subjects)
+	must(t, err2)
 	for _, bad := range []string{"out.*", "a..b", "{key}"} {
-		if _, err := decodeState(encodeState([]staged{{id: 1, batch: batchOf(0, 1), subject: bad}})); !errors.Is(err, ErrMalformedState) {
-			t.Errorf("subject %q: %v", bad, err)
+		got, err := decodeState(encodeState([]staged{{id: 1, batch: batchOf(0, 1), subject: bad}}))
+		if err != nil || len(got) != 1 || got[0].subject != bad {
+			t.Errorf("subject %q decoded as %+v, %v", bad, got, err)
+			continue
+		}
+		if err := s.stagedRoute(&got[0]); !errors.Is(err, ErrMalformedState) {
+			t.Errorf("subject %q recovered: %v, want ErrMalformedState", bad, err)
 		}
 	}
 }
