@@ -334,3 +334,51 @@ func TestCancelAndRestoreNameTheCheckpoints(t *testing.T) {
 		t.Errorf("restore from a discarded checkpoint: exit %d, stderr %q; want exit 1, %s", code, errb.String(), want)
 	}
 }
+
+// A job that ended has nothing to cancel, stop or take a savepoint of:
+// weir job cancel, stop and savepoint say so, with when it ended, and exit
+// 1, as kubectl and flink do for a request that finds nothing to act on
+// (a second cancel did print 'job tap: canceled' and exit 0, as if it had
+// canceled something).
+func TestEndedJobHasNothingToCancel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := tapNode(t, ctx, node.Options{Workers: 1, HeartbeatInterval: 50 * time.Millisecond}, "checkpointing: {interval: 20ms}\n")
+	for st, _ := n.API.Job(ctx, "tap"); st.LatestCheckpoint == 0; st, _ = n.API.Job(ctx, "tap") {
+		if ctx.Err() != nil {
+			t.Fatal("no checkpoint completed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	url := n.Server.ClientURL()
+	weir := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		return code, out.String(), errb.String()
+	}
+	if code, _, errs := weir("job", "cancel", "-nats", url, "tap"); code != 0 {
+		t.Fatalf("first cancel: exit %d: %s", code, errs)
+	}
+	st, err := n.API.Job(ctx, "tap")
+	if err != nil || st.State != control.JobCanceled || st.LatestCheckpoint == 0 {
+		t.Fatalf("after the cancel: %+v, %v", st, err)
+	}
+	ended := fmt.Sprintf("weir: job tap already canceled at %s; nothing to ", st.Updated.UTC().Format(time.DateTime+" MST"))
+	latest := fmt.Sprintf(" (its latest checkpoint, %d, can be restored)\n", st.LatestCheckpoint)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "cancel", "-nats", url, "tap"}, ended + "cancel\n"},
+		{[]string{"job", "stop", "-nats", url, "tap"}, "stopping tap with a savepoint …\n" + ended + "stop" + latest},
+		{[]string{"job", "savepoint", "-nats", url, "tap"}, "taking a savepoint of tap …\n" + ended + "take a savepoint of" + latest},
+	} {
+		code, out, errs := weir(c.args...)
+		if code != 1 || out != "" || errs != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1, stderr %q", c.args[:2], code, out, errs, c.want)
+		}
+	}
+	if now, err := n.API.Job(ctx, "tap"); err != nil || now.State != control.JobCanceled || !now.Updated.Equal(st.Updated) {
+		t.Errorf("after the refused requests: %+v, %v", now, err)
+	}
+}

@@ -291,7 +291,8 @@ func (c *APIClient) Job(ctx context.Context, name string) (JobStatus, error) {
 	return read[JobStatus](ctx, c, APIJob, nameRequest{name})
 }
 
-// CancelJob cancels a job.
+// CancelJob cancels a job. A job that has ended already is refused
+// (ErrConflict: nothing to cancel), as StopJob and Savepoint refuse it.
 func (c *APIClient) CancelJob(ctx context.Context, name string) (JobStatus, error) {
 	return call[JobStatus](ctx, c, APICancel, nameRequest{name})
 }

@@ -823,8 +823,20 @@ func TestFinished(t *testing.T) {
 	if st.State != control.JobFinished || st.Restarts != 0 {
 		t.Errorf("status %+v", st)
 	}
-	if _, err := e.api.Savepoint(ctx, "fin"); !errors.Is(err, control.ErrConflict) {
+	// A finished job has nothing to cancel, stop or take a savepoint of:
+	// each is refused, saying when it ended, and the job stays finished.
+	ended := "job fin already finished at " + st.Updated.UTC().Format(time.DateTime+" MST") + "; nothing to "
+	if _, err := e.api.Savepoint(ctx, "fin"); !errors.Is(err, control.ErrConflict) || !strings.HasPrefix(err.Error(), ended+"take a savepoint of") {
 		t.Errorf("savepoint of a finished job = %v", err)
+	}
+	if _, err := e.api.StopJob(ctx, "fin"); !errors.Is(err, control.ErrConflict) || !strings.HasPrefix(err.Error(), ended+"stop") {
+		t.Errorf("stop of a finished job = %v", err)
+	}
+	if got, err := e.api.CancelJob(ctx, "fin"); !errors.Is(err, control.ErrConflict) || err.Error() != ended+"cancel" {
+		t.Errorf("cancel of a finished job = %+v, %v", got, err)
+	}
+	if now, err := e.api.Job(ctx, "fin"); err != nil || now.State != control.JobFinished || !now.Updated.Equal(st.Updated) {
+		t.Errorf("after the refusals: %+v, %v", now, err)
 	}
 }
 

@@ -580,11 +580,18 @@ func (m *Manager) Job(_ context.Context, name string) (control.JobStatus, error)
 	return j.status(), nil
 }
 
-// CancelJob cancels a job and waits until its tasks were told to stop.
+// CancelJob cancels a job and waits until its tasks were told to stop. A
+// job that has ended already (finished, failed, canceled or stopped) has
+// nothing to cancel: that is refused (control.ErrConflict), as a stop or
+// savepoint of it is, saying when it ended; so is a cancel that came as
+// the job ended otherwise.
 func (m *Manager) CancelJob(ctx context.Context, name string) (control.JobStatus, error) {
 	j, err := m.job(name)
 	if err != nil {
 		return control.JobStatus{}, err
+	}
+	if st := j.status(); st.State.Terminal() {
+		return st, alreadyEnded(st, "nothing to cancel")
 	}
 	j.push(jobEvent{kind: evCancel})
 	select {
@@ -592,7 +599,32 @@ func (m *Manager) CancelJob(ctx context.Context, name string) (control.JobStatus
 	case <-ctx.Done():
 		return j.status(), fmt.Errorf("cancel %s: %w", name, ctx.Err())
 	}
-	return j.status(), nil
+	st := j.status()
+	switch {
+	case st.State == control.JobCanceled:
+		return st, nil
+	case st.State.Terminal():
+		return st, alreadyEnded(st, "nothing to cancel")
+	}
+	// The job's goroutine ended without an end: the coordinator stops.
+	return st, control.Errorf(control.ErrUnavailable, "cancel %s: the coordinator is shutting down; the job was not canceled (it is %s)", name, st.State)
+}
+
+// latestHint names an ended job's latest checkpoint, which a restore can
+// start from (st.LatestCheckpoint), or "" when it has none.
+func latestHint(st control.JobStatus) string {
+	if st.LatestCheckpoint == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (its latest checkpoint, %d, can be restored)", st.LatestCheckpoint)
+}
+
+// alreadyEnded is the error of a request for a job that ended (st is
+// terminal), saying when, and what follows (what): "job wc already
+// finished at 2025-01-02 15:04:05 UTC; nothing to cancel".
+func alreadyEnded(st control.JobStatus, what string) error {
+	return control.Errorf(control.ErrConflict, "job %s already %s at %s; %s",
+		st.Name, st.State, st.Updated.UTC().Format(time.DateTime+" MST"), what)
 }
 
 // Savepoint takes a savepoint of a running job.
@@ -601,8 +633,10 @@ func (m *Manager) Savepoint(ctx context.Context, name string) (control.Checkpoin
 	if err != nil {
 		return control.CheckpointInfo{}, err
 	}
-	if st := j.status().State; st != control.JobRunning {
-		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "savepoint of %s: the job is %s, not running", name, st)
+	if st := j.status(); st.State.Terminal() {
+		return control.CheckpointInfo{}, alreadyEnded(st, "nothing to take a savepoint of"+latestHint(st))
+	} else if st.State != control.JobRunning {
+		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "savepoint of %s: the job is %s, not running", name, st.State)
 	}
 	if t := j.spec.Checkpointing.Timeout; t > 0 {
 		var cancel context.CancelFunc
@@ -626,7 +660,9 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 		return control.CheckpointInfo{}, err
 	}
 	st := j.status()
-	if st.State != control.JobRunning {
+	if st.State.Terminal() {
+		return control.CheckpointInfo{}, alreadyEnded(st, "nothing to stop"+latestHint(st))
+	} else if st.State != control.JobRunning {
 		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "stop %s: the job is %s, not running", name, st.State)
 	}
 	sctx := ctx

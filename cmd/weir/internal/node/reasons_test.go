@@ -67,8 +67,12 @@ restart: `+restart+`
 	if _, err := n.API.Job(ctx, "nosuch"); !errors.Is(err, control.ErrNotFound) || err.Error() != `no job "nosuch"` {
 		t.Errorf("status of an unknown job: %v", err)
 	}
+	gone, err := n.API.Job(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := n.API.Savepoint(ctx, "gone"); !errors.Is(err, control.ErrConflict) ||
-		err.Error() != "savepoint of gone: the job is failed, not running" {
+		err.Error() != "job gone already failed at "+gone.Updated.UTC().Format(time.DateTime+" MST")+"; nothing to take a savepoint of" {
 		t.Errorf("savepoint of a failed job: %v", err)
 	}
 	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "gone", From: "9"}); !errors.Is(err, control.ErrNotFound) ||
