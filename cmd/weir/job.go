@@ -215,11 +215,18 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	return nil
 }
 
+// printJobs prints one line per job. CHECKPOINT is the job's latest
+// completed checkpoint (control.JobStatus.LatestCheckpoint: a restored
+// job's counts the one it started from), "-" when it has none.
 func printJobs(w io.Writer, jobs []control.JobStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tCHECKPOINT\tSINCE\tREASON")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, j.LatestCheckpoint,
+		cp := "-"
+		if j.LatestCheckpoint > 0 {
+			cp = strconv.FormatInt(j.LatestCheckpoint, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, cp,
 			j.Updated.Format(time.TimeOnly), j.Reason)
 	}
 	tw.Flush()

@@ -382,3 +382,16 @@ func TestEndedJobHasNothingToCancel(t *testing.T) {
 		t.Errorf("after the refused requests: %+v, %v", now, err)
 	}
 }
+
+// weir job ls shows a dash for a job without a checkpoint, not a
+// checkpoint 0 that does not exist.
+func TestJobListCheckpointColumn(t *testing.T) {
+	var b bytes.Buffer
+	printJobs(&b, []control.JobStatus{{Name: "none", State: control.JobRunning, Attempt: 1},
+		{Name: "some", State: control.JobFailed, Attempt: 2, LatestCheckpoint: 27}})
+	lines := strings.Split(b.String(), "\n")
+	if len(lines) != 4 || !regexp.MustCompile(`^none +running +1 +0 +- `).MatchString(lines[1]) ||
+		!regexp.MustCompile(`^some +failed +2 +0 +27 `).MatchString(lines[2]) {
+		t.Errorf("weir job ls printed:\n%s", b.String())
+	}
+}

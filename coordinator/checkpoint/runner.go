@@ -121,6 +121,19 @@ func (r *Runner) History() []control.CheckpointInfo {
 	return r.m.History()
 }
 
+// Latest returns the ID of the newest completed checkpoint or savepoint
+// the machine keeps — of the attempts it coordinated, or restored into it
+// (the one a restored job started from, those a resumed job's run had) —
+// or 0 when it keeps none.
+func (r *Runner) Latest() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if md := r.m.Latest(); md != nil {
+		return md.ID
+	}
+	return 0
+}
+
 // Savepoint takes a savepoint and waits until it completes or fails.
 func (r *Runner) Savepoint(ctx context.Context) (control.CheckpointInfo, error) {
 	return r.savepoint(ctx, r.m.TriggerSavepoint)

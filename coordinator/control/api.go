@@ -46,7 +46,12 @@ type JobStatus struct {
 	Updated   time.Time `json:"updated"`
 	// Assignment maps task ID to worker ID for the current attempt.
 	Assignment map[string]string `json:"assignment,omitempty"`
-	// LatestCheckpoint is the ID of the latest completed checkpoint (0: none).
+	// LatestCheckpoint is the ID of the job's latest completed checkpoint
+	// or savepoint (0: none): the newest of its run, counting the one a
+	// restored job started from (of this job) and, after a coordinator
+	// restart, those its run completed before — what a failover restores.
+	// Checkpoints of earlier runs (before a restore or a new submit) are
+	// not counted; weir checkpoint ls lists them.
 	LatestCheckpoint int64 `json:"latest_checkpoint,omitempty"`
 	// RestoredFrom is the checkpoint the current attempt started from.
 	RestoredFrom int64 `json:"restored_from,omitempty"`

@@ -142,9 +142,11 @@ func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]contro
 }
 
 func (j *job) status() control.JobStatus {
+	latest := j.runner.Latest() // before j.mu: the runner calls the job holding its lock
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	st := j.st
+	st.LatestCheckpoint = j.latestLocked(latest)
 	st.Failures = slices.Clone(j.st.Failures)
 	st.Assignment = make(map[string]string, len(j.assign))
 	for k, v := range j.assign {
@@ -166,6 +168,20 @@ func (j *job) status() control.JobStatus {
 		sort.Slice(st.Tasks, func(a, b int) bool { return order[st.Tasks[a].Task] < order[st.Tasks[b].Task] })
 	}
 	return st
+}
+
+// latestLocked returns the job's latest completed checkpoint given the
+// runner's (Runner.Latest): the newest its checkpoint machine keeps, which
+// counts the checkpoint a restored job started from and, for a job a
+// restarted coordinator resumed, the checkpoints its run completed before
+// — what a failover would restore. Without one (a job known only from its
+// record, or started from another job's checkpoint) it is the latest the
+// job noted (Notify, or its record). The caller holds j.mu.
+func (j *job) latestLocked(runner int64) int64 {
+	if runner > 0 {
+		return runner
+	}
+	return j.st.LatestCheckpoint
 }
 
 // observe records the counters a heartbeat of worker carried for a task of

@@ -66,6 +66,7 @@ type fakeWorker struct {
 	abortHang chan struct{}
 	stops     []control.Stop // Stop requests (bring tasks to rest)
 	stopErr   error          // if set, the next Stop fails with it
+	deployErr error          // if set, deploys fail with it
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
@@ -139,6 +140,9 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 	}
 	if strings.HasPrefix(d.Job, "doomed") {
 		return errors.New("module traps in weir_init")
+	}
+	if w.deployErr != nil {
+		return w.deployErr
 	}
 	if strings.HasPrefix(d.Job, "broken") {
 		return control.Unrecoverable(errors.New("exactly-once sink out: stream OUT's duplicate window 2m0s is too short"))
@@ -963,7 +967,8 @@ func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
 func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, start func() (stop func())) {
 	t.Helper()
 	nc := embeddedtest.Conn(t)
-	dir, err := storage.NewDir(t.TempDir())
+	path := t.TempDir()
+	dir, err := storage.NewDir(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -981,5 +986,14 @@ func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, 
 		return func() { mcancel(); <-done }
 	}
 	f := &fleet{t: t, nc: nc, store: dir, ws: map[string]*fakeWorker{}}
-	return &env{api: control.NewAPIClient(nc, ""), fleet: f}, start
+	return &env{api: control.NewAPIClient(nc, ""), fleet: f, dir: path}, start
+}
+
+// catalogIDs lists the checkpoints of job in e's directory.
+func (e *env) catalogIDs(ctx context.Context, job string) ([]int64, error) {
+	st, err := storage.NewDir(e.dir)
+	if err != nil {
+		return nil, err
+	}
+	return (&checkpoint.Catalog{Meta: st, State: st}).IDs(ctx, job)
 }

@@ -59,10 +59,11 @@ func (j *job) persist() {
 	if store == nil {
 		return
 	}
+	latest := j.runner.Latest()
 	j.mu.Lock()
 	rec := record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.st.LatestCheckpoint, Failures: slices.Clone(j.st.Failures), Reserved: j.reserved, Modules: j.modules}
+		Latest: j.latestLocked(latest), Failures: slices.Clone(j.st.Failures), Reserved: j.reserved, Modules: j.modules}
 	if j.initial != nil {
 		rec.From = j.initial.ID
 		if j.initial.Job != j.spec.Name {
