@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 )
 
 // startUp starts what weir up starts, on a temp directory, closed when the
@@ -200,5 +203,50 @@ func TestRestoreSpecChecksModules(t *testing.T) {
 	want := "weir: " + spec + `:3: operators[0].module: unknown module "` + filepath.Join(filepath.Dir(spec), "nosuch.wasm") + `": no such file` + "\n"
 	if code != 1 || errb.String() != want {
 		t.Errorf("exit %d, stderr %q, want %q", code, errb.String(), want)
+	}
+}
+
+// weir run of a job whose name ran before prints the new run's
+// checkpoints only: the earlier run's that weir checkpoint ls lists (still
+// stored, restorable) are no news of this one.
+func TestRunPrintsOnlyItsRunsCheckpoints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specFile := tapSpec(t, "again", mod, "checkpointing: {interval: 20ms, retained: 2}\n")
+	spec, err := jobspec.ParseFile(specFile, jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	var first control.JobStatus
+	for first, _ = n.API.Job(ctx, "again"); first.LatestCheckpoint < 3; first, _ = n.API.Job(ctx, "again") {
+		if ctx.Err() != nil {
+			t.Fatal("no third checkpoint")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if first, err = n.API.CancelJob(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-for", "500ms", "-cancel", specFile},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := regexp.MustCompile(`(?m)^checkpoint (\d+) completed`).FindAllStringSubmatch(out.String(), -1)
+	if len(lines) == 0 {
+		t.Fatalf("weir run printed no checkpoint:\n%s", out.String())
+	}
+	for _, m := range lines {
+		if id, _ := strconv.ParseInt(m[1], 10, 64); id <= first.LatestCheckpoint {
+			t.Errorf("weir run printed checkpoint %d, of the earlier run (up to %d):\n%s", id, first.LatestCheckpoint, out.String())
+		}
 	}
 }

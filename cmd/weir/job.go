@@ -273,7 +273,12 @@ const checkpointUsage = `ls JOB
                            time (start delay: the barrier queued behind in-flight data
                            or a running sink commit; alignment; snapshot; upload).
                            Only the completed ones can be restored; discarded ones
-                           were deleted past checkpointing.retained`
+                           were deleted past checkpointing.retained.
+                           Checkpoints of earlier runs of the job (before the restore
+                           or submit that began this run) that are still stored are
+                           listed too, marked "earlier run": they can be restored, and
+                           this run's retention does not delete them. Those earlier
+                           runs discarded, or that failed, are not listed`
 
 func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "checkpoint", checkpointUsage)
@@ -316,8 +321,15 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 		if t, ok := c.Slowest(); ok {
 			slowest = t.String()
 		}
+		reason := c.Reason
+		switch {
+		case c.EarlierRun && c.Status == control.CheckpointCompleted:
+			reason = "earlier run: still stored, can be restored"
+		case c.EarlierRun:
+			reason = "earlier run: " + reason
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", c.ID, kind, c.Status, c.Duration.Round(time.Millisecond),
-			size(c.Size), c.Alignment.Round(time.Microsecond), al, c.Acked, c.Total, slowest, c.Reason)
+			size(c.Size), c.Alignment.Round(time.Microsecond), al, c.Acked, c.Total, slowest, reason)
 	}
 	tw.Flush()
 }

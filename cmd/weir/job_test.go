@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -393,5 +394,90 @@ func TestJobListCheckpointColumn(t *testing.T) {
 	if len(lines) != 4 || !regexp.MustCompile(`^none +running +1 +0 +- `).MatchString(lines[1]) ||
 		!regexp.MustCompile(`^some +failed +2 +0 +27 `).MatchString(lines[2]) {
 		t.Errorf("weir job ls printed:\n%s", b.String())
+	}
+}
+
+// After a restore whose job failed, weir job ls names the checkpoint the
+// job was restored from (it showed 0), and weir checkpoint ls lists the
+// checkpoints the job's earlier run left stored, which can be restored
+// too (they vanished from the listing), as the earlier run's.
+func TestFailedRestoreListsItsCheckpoints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	url := n.Server.ClientURL()
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.ParseFile(tapSpec(t, "rf", mod, "checkpointing: {interval: 20ms, retained: 2}\n"), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	for st, _ := n.API.Job(ctx, "rf"); st.LatestCheckpoint < 4; st, _ = n.API.Job(ctx, "rf") {
+		if ctx.Err() != nil {
+			t.Fatal("no fourth checkpoint")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := n.API.CancelJob(ctx, "rf"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := n.API.Checkpoints(ctx, "rf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []int64 // newest first
+	for _, c := range before {
+		if c.Status == control.CheckpointCompleted {
+			kept = append(kept, c.ID)
+		}
+	}
+	if len(kept) != 2 {
+		t.Fatalf("completed checkpoints after the first run: %v, want 2 (retained 2)", kept)
+	}
+	from := kept[1]
+
+	// Restored under a spec whose module does not load: the job fails.
+	if _, err := n.Registry.Push(ctx, "notwasm", []byte("hello\n"), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	weir := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(ctx, append(args[:2:2], append([]string{"-nats", url}, args[2:]...)...),
+			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+			t.Fatalf("weir %v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	weir("job", "restore", "rf", "-from", fmt.Sprint(from), "-spec", tapSpec(t, "rf", "notwasm@1", ""))
+	for st, _ := n.API.Job(ctx, "rf"); st.State != control.JobFailed; st, _ = n.API.Job(ctx, "rf") {
+		if ctx.Err() != nil {
+			t.Fatalf("the restored job did not fail: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := weir("job", "ls"); !regexp.MustCompile(fmt.Sprintf(`(?m)^rf +failed +\d+ +0 +%d `, from)).MatchString(got) {
+		t.Errorf("weir job ls after the failed restore from %d:\n%s", from, got)
+	}
+	got := weir("checkpoint", "ls", "rf")
+	for _, c := range []struct {
+		id     int64
+		reason string
+	}{{kept[0], "earlier run: still stored, can be restored"}, {from, ""}} {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^%d +checkpoint +completed .*  %s$`, c.id, regexp.QuoteMeta(c.reason))).MatchString(got) {
+			t.Errorf("weir checkpoint ls lacks checkpoint %d (%q):\n%s", c.id, c.reason, got)
+		}
+	}
+	// Those retention discarded are gone, and not listed. (One that
+	// completed as the cancel came may be stored, and listed, too.)
+	for _, m := range regexp.MustCompile(`(?m)^(\d+) `).FindAllStringSubmatch(got, -1) {
+		if id, _ := strconv.ParseInt(m[1], 10, 64); id < from {
+			t.Errorf("weir checkpoint ls lists checkpoint %d, discarded before %d:\n%s", id, from, got)
+		}
 	}
 }

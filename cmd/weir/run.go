@@ -599,7 +599,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		cps, _ := n.API.Checkpoints(ctx, spec.Name)
 		sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
 		for _, c := range cps {
-			if c.Status == control.CheckpointPending || seen[c.ID] == c.Status {
+			// An earlier run's checkpoints (the job's name ran before)
+			// are no news of this one.
+			if c.EarlierRun || c.Status == control.CheckpointPending || seen[c.ID] == c.Status {
 				continue
 			}
 			seen[c.ID] = c.Status

@@ -201,7 +201,8 @@ func NewMachine(job string, cfg Config, restored []*Metadata, nextID int64) *Mac
 		if md.ID >= m.nextID {
 			m.nextID = md.ID + 1
 		}
-		m.history = append(m.history, infoFromMetadata(md))
+		in := md.Info()
+		m.history = append(m.history, &in)
 	}
 	if nextID > m.nextID {
 		m.nextID = nextID
@@ -209,11 +210,12 @@ func NewMachine(job string, cfg Config, restored []*Metadata, nextID int64) *Mac
 	return m
 }
 
-func infoFromMetadata(md *Metadata) *control.CheckpointInfo {
-	in := &control.CheckpointInfo{Job: md.Job, ID: md.ID, Savepoint: md.Savepoint, Status: control.CheckpointCompleted,
+// Info returns what the history says of completed checkpoint md.
+func (md *Metadata) Info() control.CheckpointInfo {
+	in := control.CheckpointInfo{Job: md.Job, ID: md.ID, Savepoint: md.Savepoint, Status: control.CheckpointCompleted,
 		Triggered: md.Triggered, Duration: md.Completed.Sub(md.Triggered), Tasks: md.Metrics,
 		Acked: len(md.Handles), Total: len(md.Handles)}
-	summarize(in)
+	summarize(&in)
 	return in
 }
 

@@ -160,6 +160,12 @@ type CheckpointInfo struct {
 	Total int `json:"total"`
 	// Tasks holds each acked task's metrics (Metric* names).
 	Tasks map[string]map[string]int64 `json:"tasks,omitempty"`
+	// EarlierRun marks a checkpoint an earlier run of the job took
+	// (before the restore or submit that began the current run) that is
+	// still stored: a restore can start from it, and the current run's
+	// retention does not discard it. The history of earlier runs is not
+	// kept, so their discarded and failed checkpoints are not listed.
+	EarlierRun bool `json:"earlier_run,omitempty"`
 }
 
 // SubmitRequest submits a job.

@@ -64,6 +64,9 @@ type job struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	initial *checkpoint.Metadata
+	// startID is the checkpoint of the job's own name its run started
+	// from (0: none, or another job's).
+	startID int64
 
 	mu       sync.Mutex
 	st       control.JobStatus
@@ -100,6 +103,10 @@ type job struct {
 	// live holds the latest counters each task of the current attempt
 	// reported (observe).
 	live map[string]liveTask
+	// stored holds, once storedRead, the checkpoints in storage that the
+	// runner's history did not hold when first listed (storedCheckpoints).
+	stored     []control.CheckpointInfo
+	storedRead bool
 }
 
 // liveTask is what the heartbeats said about one task: the latest
@@ -138,6 +145,9 @@ func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]contro
 		initial: from, wake: make(chan struct{}, 1),
 		st: control.JobStatus{Name: spec.Name, State: control.JobCreated, Submitted: now, Updated: now}}
 	j.runner = checkpoint.NewRunner(machine, m.opts.Catalog, j, checkpoint.RunnerOptions{Log: m.log.With("job", spec.Name)})
+	if from != nil && from.Job == spec.Name {
+		j.startID = from.ID
+	}
 	return j
 }
 

@@ -689,11 +689,23 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 	return cp, nil
 }
 
-// Checkpoints lists a job's recent checkpoints, newest first.
-func (m *Manager) Checkpoints(_ context.Context, name string) ([]control.CheckpointInfo, error) {
+// Checkpoints lists a job's checkpoints, newest first: the history of its
+// run (the last checkpoint.Config.HistorySize) and the completed
+// checkpoints in storage that history does not hold (storedCheckpoints):
+// those of earlier runs of the job's name, which a restore can start from
+// too, and for a job known from its record (a coordinator restarted after
+// it ended), its run's.
+func (m *Manager) Checkpoints(ctx context.Context, name string) ([]control.CheckpointInfo, error) {
 	j, err := m.job(name)
 	if err != nil {
 		return nil, err
 	}
-	return j.runner.History(), nil
+	hist := j.runner.History()
+	stored := j.storedCheckpoints(ctx, hist)
+	if len(stored) == 0 {
+		return hist, nil
+	}
+	out := append(hist, stored...)
+	sort.SliceStable(out, func(a, b int) bool { return out[a].ID > out[b].ID })
+	return out, nil
 }

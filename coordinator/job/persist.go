@@ -189,6 +189,9 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	defer m.mu.Unlock()
 	j := newJob(m, rec.Spec, p, mods, machine, from)
 	j.firstID = rec.FirstID
+	if own {
+		j.startID = rec.From
+	}
 	j.reserved, j.idFloor = rec.Reserved, next-1
 	j.st.Attempt = rec.Attempt
 	j.st.Restarts = rec.Restarts
@@ -212,6 +215,9 @@ func terminalJob(m *Manager, rec record) *job {
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
 			Failures: rec.Failures}}
+	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
+		j.startID = rec.From
+	}
 	if j.st.Updated.IsZero() { // a record written before Updated was kept
 		j.st.Updated = rec.Submitted
 	}

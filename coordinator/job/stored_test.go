@@ -1,0 +1,92 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// The checkpoints a job's earlier run left in storage are listed after a
+// restore, marked as the earlier run's: a restore can start from them (the
+// new run's retention does not discard them), and they vanished from the
+// listing, which showed only the checkpoint the run was restored from and
+// its own. Those retention discarded are not listed. A coordinator
+// restarted after the job ended lists the same.
+func TestCheckpointsListTheEarlierRunsStoredOnes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "ls", "checkpointing: {interval: 20ms, retained: 3}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "ls", "five checkpoints", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 5 })
+	sp, err := e.api.Savepoint(ctx, "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "ls", "a checkpoint after the savepoint", func(s control.JobStatus) bool { return s.LatestCheckpoint > sp.ID })
+	if _, err := e.api.CancelJob(ctx, "ls"); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := e.catalogIDs(ctx, "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(stored, sp.ID) || len(stored) < 4 || stored[0] == 1 {
+		t.Fatalf("stored after the first run: %v (savepoint %d; retained 3)", stored, sp.ID)
+	}
+	// Restore from the newest stored periodic checkpoint but one; the
+	// run takes no checkpoints of its own.
+	var from int64
+	for i := len(stored) - 2; i >= 0 && from == 0; i-- {
+		if stored[i] != sp.ID {
+			from = stored[i]
+		}
+	}
+	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "ls", From: fmt.Sprint(from),
+		Spec: spec(t, "ls", "checkpointing: {disabled: true}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "ls", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+
+	check := func(when string) {
+		t.Helper()
+		cps, err := e.api.Checkpoints(ctx, "ls")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for i, c := range cps {
+			ids = append(ids, c.ID)
+			if i > 0 && c.ID >= cps[i-1].ID {
+				t.Errorf("%s: listed out of order: %d after %d", when, c.ID, cps[i-1].ID)
+			}
+			if c.Status != control.CheckpointCompleted || c.Savepoint != (c.ID == sp.ID) || c.Total == 0 {
+				t.Errorf("%s: checkpoint %+v, want a completed one with its tasks", when, c)
+			}
+			if want := c.ID != from; c.EarlierRun != want {
+				t.Errorf("%s: checkpoint %d earlier run %v, want %v", when, c.ID, c.EarlierRun, want)
+			}
+		}
+		slices.Reverse(ids)
+		if !slices.Equal(ids, stored) {
+			t.Errorf("%s: listed %v, want those stored: %v", when, ids, stored)
+		}
+	}
+	check("after the restore")
+	if _, err := e.api.CancelJob(ctx, "ls"); err != nil {
+		t.Fatal(err)
+	}
+	check("after the cancel")
+	stop()
+	stop = startManager()
+	defer stop()
+	check("after a coordinator restart")
+}
