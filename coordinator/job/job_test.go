@@ -876,6 +876,12 @@ func TestCoordinatorRestart(t *testing.T) {
 
 	stop = startManager()
 	defer stop()
+	// Until the next attempt runs, the job is restarting, because the
+	// coordinator restarted: not created, as if it had not run.
+	if st, err := e.api.Job(ctx, "ha"); err != nil || st.State != control.JobRestarting || st.Reason != ReasonCoordinatorRestarted ||
+		st.Attempt != before.Attempt {
+		t.Errorf("job being resumed: %+v, %v; want restarting (attempt %d): %s", st, err, before.Attempt, ReasonCoordinatorRestarted)
+	}
 	after := waitFor(t, ctx, e, "ha", "resumed", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt > before.Attempt })
 	d := w.lastDeploy("ha")
 	if d.Restore == nil || d.Restore.CheckpointID < before.LatestCheckpoint || after.RestoredFrom != d.Restore.CheckpointID {

@@ -14,6 +14,9 @@
 //	          restarting ─► failed               restart attempts exhausted
 //	any non-terminal state ─► canceled           CancelJob
 //
+// A job a restarted coordinator resumes is restarting (reason
+// ReasonCoordinatorRestarted) until its next attempt runs.
+//
 // A failover is caused by a task's EventFailed, a lost worker that ran one
 // of the job's tasks, a deploy that failed, or checkpoint failures beyond
 // the tolerable count. It cancels every task of the attempt, waits per the

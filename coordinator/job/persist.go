@@ -80,6 +80,10 @@ func (j *job) persist() {
 	}
 }
 
+// ReasonCoordinatorRestarted is the reason of a job a restarted
+// coordinator resumes: it is restarting until its next attempt runs.
+const ReasonCoordinatorRestarted = "coordinator restarted"
+
 // resume restarts the jobs a previous coordinator left running: each one
 // restores from its latest valid checkpoint of its run, as attempt
 // previous+1, after telling live workers to drop the previous attempt.
@@ -197,6 +201,11 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Restarts = rec.Restarts
 	j.st.Submitted = rec.Submitted
 	j.st.Failures = rec.Failures
+	// Until its next attempt runs, the job is restarting, as after a
+	// failure, for the cause: it ran already (listed as created, it
+	// seemed to go back to the start, its previous attempt's number with
+	// it).
+	j.st.State, j.st.Reason = control.JobRestarting, ReasonCoordinatorRestarted
 	j.resumed = true
 	m.jobs[name] = j
 	m.wg.Add(2)
