@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -248,5 +249,145 @@ func TestRunPrintsOnlyItsRunsCheckpoints(t *testing.T) {
 		if id, _ := strconv.ParseInt(m[1], 10, 64); id <= first.LatestCheckpoint {
 			t.Errorf("weir run printed checkpoint %d, of the earlier run (up to %d):\n%s", id, first.LatestCheckpoint, out.String())
 		}
+	}
+}
+
+// weir run reports a job's state changes in order, each once: after its
+// coordinator restarted, a resumed job is restarting and then runs its
+// next attempt; 'created (attempt 1)' (what a coordinator of an earlier
+// version listed it as) is no state it goes back to.
+func TestRunReportsStateChanges(t *testing.T) {
+	st := func(state control.JobState, attempt int, reason string) control.JobStatus {
+		return control.JobStatus{Name: "crash", State: state, Attempt: attempt, Reason: reason}
+	}
+	for _, c := range []struct {
+		name string
+		seen []control.JobStatus // after the submit's created (attempt 0)
+		want []string
+	}{
+		{"coordinator restarted", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobRunning, 1, ""),
+			st(control.JobRestarting, 1, "coordinator restarted"),
+			st(control.JobRestarting, 2, "coordinator restarted"), // deploying attempt 2
+			st(control.JobRunning, 2, "coordinator restarted"),
+		}, []string{"running (attempt 1)", "restarting (attempt 1): coordinator restarted", "running (attempt 2)"}},
+		{"an earlier version's coordinator restarted", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobCreated, 1, ""), st(control.JobRunning, 2, ""),
+		}, []string{"running (attempt 1)", "running (attempt 2)"}},
+		{"a restart between two looks", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobRunning, 2, "task in-0 failed: boom"),
+		}, []string{"running (attempt 1)", "running (attempt 2), restarted after: task in-0 failed: boom"}},
+		{"restarts that fail", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, "worker w1 lost"),
+			st(control.JobRestarting, 2, "worker w1 lost"), st(control.JobRestarting, 2, "deploy to worker w2: refused"),
+			st(control.JobRestarting, 3, "deploy to worker w2: refused"),
+			st(control.JobFailed, 3, "deploy to worker w2: refused (after 2 restart attempts)"),
+		}, []string{"running (attempt 1)", "restarting (attempt 1): worker w1 lost", "restarting (attempt 2): deploy to worker w2: refused",
+			"failed (attempt 3): deploy to worker w2: refused (after 2 restart attempts)"}},
+	} {
+		said := stateReport{state: control.JobCreated}
+		var got []string
+		for _, s := range c.seen {
+			if line := said.news(s); line != "" {
+				got = append(got, strings.TrimPrefix(line, "job crash: "))
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("%s: weir run printed\n  %s\nwant\n  %s", c.name, strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
+		}
+	}
+}
+
+// weir run -nats follows its job across a restart of weir up (the node
+// closed and started again on its data directory and port: its record
+// says the job runs, as after a kill -9): it says the job is restarting
+// because the coordinator restarted, then that its next attempt runs —
+// not 'created (attempt 1)' in between.
+func TestRunFollowsAJobAcrossACoordinatorRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := t.TempDir()
+	up := func() *node.Node {
+		t.Helper()
+		n, err := node.Start(ctx, node.Options{DataDir: dir, Port: port, Coordinator: true, Workers: 1, WorkerID: "w1",
+			HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	waitJob := func(n *node.Node, what string, cond func(control.JobStatus) bool) {
+		t.Helper()
+		for {
+			st, err := n.API.Job(ctx, "crash")
+			if err == nil && cond(st) {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s: %+v, %v", what, st, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	n := up()
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "crash", mod, "checkpointing: {interval: 50ms}\n")
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(rctx, []string{"run", "-nats", n.Server.ClientURL(), "-idle", "0", "-cancel", spec},
+			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	}()
+	said := func(what string) {
+		t.Helper()
+		for !strings.Contains(out.String(), what) {
+			if ctx.Err() != nil {
+				t.Fatalf("weir run never said %q:\n%s\n%s", what, out.String(), errb.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitJob(n, "a checkpoint", func(st control.JobStatus) bool { return st.State == control.JobRunning && st.LatestCheckpoint > 0 })
+	said("job crash: running (attempt 1)")
+	n.Close()
+	n = up()
+	waitJob(n, "the job resumed", func(st control.JobStatus) bool { return st.State == control.JobRunning && st.Attempt == 2 })
+	said("job crash: running (attempt 2)")
+	stopRun()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("weir run exited %d:\n%s\n%s", code, out.String(), errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("weir run did not stop")
+	}
+	var states []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(line, "job :") { // a status it did not get, interrupted
+			t.Errorf("weir run printed %q", line)
+		}
+		if strings.HasPrefix(line, "job crash: ") {
+			states = append(states, strings.TrimPrefix(line, "job crash: "))
+		}
+	}
+	// (A weir run that reconnects only once the resumed job runs again
+	// sees no restarting: then the running line says why.)
+	want := []string{"running (attempt 1)", "restarting (attempt 1): coordinator restarted", "running (attempt 2)"}
+	late := []string{"running (attempt 1)", "running (attempt 2), restarted after: coordinator restarted"}
+	if got := strings.Join(states, "\n"); got != strings.Join(want, "\n") && got != strings.Join(late, "\n") {
+		t.Errorf("weir run reported\n  %s\nwant\n  %s\n(all it printed:\n%s)", strings.Join(states, "\n  "), strings.Join(want, "\n  "), out.String())
 	}
 }

@@ -535,11 +535,10 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
 	// The submit line said the state already: only changes follow.
-	lastState, lastAttempt := st.State, st.Attempt
-	var lastReason string
+	said := stateReport{state: st.State, attempt: st.Attempt}
 	stop := func() {
 		switch {
-		case lastState.Terminal():
+		case said.state.Terminal():
 		case embedded || o.cancel:
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
@@ -566,26 +565,18 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		pctx, cancel := context.WithTimeout(ctx, waitTimeout)
 		st, err := n.API.Job(pctx, spec.Name)
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("job %s: no answer from the coordinator for %s (is weir up still running?)", spec.Name, waitTimeout)
-			}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// Interrupted while it asked: there is no status to report
+			// (a zero one printed 'job :  (attempt 0)').
+			summary(ctx, std.Out, out, published)
+			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("job %s: no answer from the coordinator for %s (is weir up still running?)", spec.Name, waitTimeout)
+		case err != nil:
 			return apiErr("job "+spec.Name, err)
 		}
-		// A restart can pass between two looks: a new attempt is news even
-		// in the same state (not the first, given while the job is still
-		// created), and the reason is printed once.
-		if st.State != lastState || (st.Attempt != lastAttempt && st.State != control.JobCreated) {
-			lastState, lastAttempt = st.State, st.Attempt
-			line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
-			if st.Reason != "" && st.Reason != lastReason {
-				lastReason = st.Reason
-				if st.State == control.JobRunning {
-					line += ", restarted after: " + st.Reason
-				} else {
-					line += ": " + st.Reason
-				}
-			}
+		if line := said.news(st); line != "" {
 			fmt.Fprintln(std.Out, line)
 		}
 		if !inputDone && st.State == control.JobRunning {
@@ -650,6 +641,47 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		case <-tick.C:
 		}
 	}
+}
+
+// stateReport is what weir run last said of the state of the job it
+// follows.
+type stateReport struct {
+	state   control.JobState
+	attempt int
+	reason  string // the last reason printed
+}
+
+// news returns the line that reports st, or "" when st is no news, and
+// notes what it said. News is a change of state; a new attempt of a
+// running job (a restart passed between two looks); a new reason of a
+// restarting one (the attempt it deployed failed too). The next attempt a
+// restarting job deploys is not: the state says when it runs. Nor is a
+// job created again once it was seen otherwise: only a job's start is
+// created (a coordinator of an earlier version listed a job it resumed as
+// created, with the attempt that had run, so weir run printed 'created
+// (attempt 1)' between running and 'running (attempt 2)'). A reason is
+// printed once.
+func (r *stateReport) news(st control.JobStatus) string {
+	switch {
+	case st.State == control.JobCreated && r.state != control.JobCreated:
+		return ""
+	case st.State != r.state:
+	case st.State == control.JobRunning && st.Attempt != r.attempt:
+	case st.State == control.JobRestarting && st.Reason != "" && st.Reason != r.reason:
+	default:
+		return ""
+	}
+	r.state, r.attempt = st.State, st.Attempt
+	line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
+	if st.Reason != "" && st.Reason != r.reason {
+		r.reason = st.Reason
+		if st.State == control.JobRunning {
+			line += ", restarted after: " + st.Reason
+		} else {
+			line += ": " + st.Reason
+		}
+	}
+	return line
 }
 
 // allBounded reports whether every source of spec has a stop: the job
