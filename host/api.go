@@ -101,6 +101,20 @@ type OffsetMerger interface {
 	MergeOffsets(offsets [][]byte) ([]byte, error)
 }
 
+// BoundedSource is implemented by a Source that can tell from an offset
+// whether its input ends there: EndsAt reports whether the source, sought
+// to offset (as Poll returned it and a checkpoint stored it), would read
+// nothing more. It must not change the source, and may be called while a
+// Poll is blocked. A source task's checkpoint acks then say so
+// (MetricSourceEnded, from the offset the snapshot recorded, also for a
+// task restored to its end that has not polled yet), so that a restore
+// whose spec would send the rest of an unfinished source to an input port
+// that ended can be refused before it starts.
+type BoundedSource interface {
+	Source
+	EndsAt(offset []byte) bool
+}
+
 // Source feeds a source task (a task without input channels). A source task
 // calls Poll from one goroutine of its own, and Seek, CheckpointComplete and
 // Close from the task goroutine: CheckpointComplete may run while a Poll is
@@ -254,6 +268,7 @@ const (
 	MetricSnapshotBytes     = "snapshot_bytes"      // total bytes written to storage
 	MetricKeyedState        = "keyed_state"         // 1 when the operator state is in the keyed layout (abi.KeyedStateMagic)
 	MetricEndedPorts        = "ended_ports"         // the input ports that ended, a bitmask (EndedPortsMask)
+	MetricSourceEnded       = "source_ended"        // a BoundedSource's task: 1 when its offset covers all of its input, else 0
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The

@@ -42,6 +42,11 @@ func (s *boundedSource) Seek(context.Context, []byte) error                     
 func (s *boundedSource) CheckpointComplete(context.Context, int64, []byte) error { return nil }
 func (s *boundedSource) Close() error                                            { return nil }
 
+// EndsAt implements host.BoundedSource: the final offset is 99.
+func (s *boundedSource) EndsAt(offset []byte) bool {
+	return len(offset) == 8 && binary.LittleEndian.Uint64(offset) == 99
+}
+
 // endRecorder is a recorder that also hears of ended inputs.
 type endRecorder struct {
 	*recorder
@@ -120,6 +125,9 @@ func TestBoundedSourceWaitsForTheFinalSavepoint(t *testing.T) {
 	snap := readSnap(t, store, rc.handle(1, "src"))
 	if got := binary.LittleEndian.Uint64(snap.SourceOffset); got != 99 {
 		t.Fatalf("the savepoint holds offset %d, want the final 99", got)
+	}
+	if v := rc.metric(1, "src", host.MetricSourceEnded); v != 1 {
+		t.Fatalf("the savepoint's ack says %s %d; want 1, the bounded source ended", host.MetricSourceEnded, v)
 	}
 	var got []stream.Element
 	for len(got) < 4 {

@@ -142,6 +142,9 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	if t.cfg.Source != nil {
 		snap.SourceOffset = t.lastOffset
 		t.offsets[a.ID] = t.lastOffset
+		if b, ok := t.cfg.Source.(BoundedSource); ok {
+			m.BoundedSource, m.SourceEnded = true, b.EndsAt(t.lastOffset)
+		}
 	}
 	if t.cfg.Checkpointing.Mode != barrier.AtLeastOnce {
 		// Only a consistent snapshot may say which ports ended: under

@@ -37,6 +37,11 @@ type CheckpointMetrics struct {
 	// EndedPortsMask. Only a consistent snapshot records them (not under
 	// at-least-once): 0 there, as for a task none of whose ports ended.
 	EndedPorts int64
+	// BoundedSource is true for a task whose source is a BoundedSource,
+	// and SourceEnded then when the offset the snapshot recorded covers all
+	// of the source's input (MetricSourceEnded, reported only for such
+	// tasks).
+	BoundedSource, SourceEnded bool
 }
 
 // EndedPortsMask encodes the ended input ports of a task with ports input
@@ -74,7 +79,7 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.KeyedState {
 		k = 1
 	}
-	return map[string]int64{
+	out := map[string]int64{
 		MetricKeyedState:        k,
 		MetricAlignmentNanos:    int64(m.AlignmentDuration),
 		MetricStartDelayNanos:   int64(m.StartDelay),
@@ -88,10 +93,18 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 		MetricUnaligned:         u,
 		MetricEndedPorts:        m.EndedPorts,
 	}
+	if m.BoundedSource {
+		out[MetricSourceEnded] = 0
+		if m.SourceEnded {
+			out[MetricSourceEnded] = 1
+		}
+	}
+	return out
 }
 
 // MetricsFromMap is the inverse of Map.
 func MetricsFromMap(m map[string]int64) CheckpointMetrics {
+	ended, bounded := m[MetricSourceEnded]
 	return CheckpointMetrics{
 		AlignmentDuration: time.Duration(m[MetricAlignmentNanos]),
 		StartDelay:        time.Duration(m[MetricStartDelayNanos]),
@@ -105,5 +118,7 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		Unaligned:         m[MetricUnaligned] != 0,
 		KeyedState:        m[MetricKeyedState] != 0,
 		EndedPorts:        m[MetricEndedPorts],
+		BoundedSource:     bounded,
+		SourceEnded:       ended == 1,
 	}
 }

@@ -38,3 +38,17 @@ func TestEndedPortsMask(t *testing.T) {
 		}
 	}
 }
+
+// MetricSourceEnded is reported for a BoundedSource's task only, 0 or 1.
+func TestSourceEndedMetric(t *testing.T) {
+	for _, m := range []host.CheckpointMetrics{{}, {BoundedSource: true}, {BoundedSource: true, SourceEnded: true}} {
+		got := m.Map()
+		v, ok := got[host.MetricSourceEnded]
+		if ok != m.BoundedSource || (ok && (v == 1) != m.SourceEnded) {
+			t.Errorf("%+v: %s = %d, %v", m, host.MetricSourceEnded, v, ok)
+		}
+		if back := host.MetricsFromMap(got); back.BoundedSource != m.BoundedSource || back.SourceEnded != m.SourceEnded {
+			t.Errorf("%+v: %+v through Map and back", m, back)
+		}
+	}
+}

@@ -344,6 +344,12 @@ const (
 	// port downstream had ended (Manager's restore checks). Absent for an
 	// unbounded source and for any other task.
 	MetricStopSequence = "stop_sequence"
+	// MetricSourceEnded is 1 when a bounded source task's offset in the
+	// checkpoint covers all of its input (every lane at its stop), 0 when
+	// it does not (host.MetricSourceEnded). Absent for other tasks and in
+	// checkpoints written before it was recorded: such a source task is
+	// taken as ended where a port it fed had ended.
+	MetricSourceEnded = "source_ended"
 )
 
 // PortEnded reports whether a task's MetricEndedPorts value says that its

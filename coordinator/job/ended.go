@@ -37,8 +37,11 @@ import (
 //     resolved one (StopSequence): a restored source whose offset is at
 //     or past its stop ends at once, reading nothing. A core NATS source,
 //     a source without a stop, one whose stop resolves later (a later
-//     stop:, or stop: end resolved anew after the stream grew), and one
-//     that was unbounded in the checkpoint are refused;
+//     stop:, or stop: end resolved anew after the stream grew), one that
+//     was unbounded in the checkpoint, and one with the same stop whose
+//     offset in the checkpoint did not reach it (control.MetricSourceEnded
+//     0: a subtask still reading, which a changed edge now sends to the
+//     ended port) are refused;
 //   - an operator U's task has every input port of the spec ended in
 //     every checkpointed task it restores from: it emitted its
 //     end-of-input output before the checkpoint and will take only the
@@ -59,9 +62,10 @@ import (
 // keepResolved) passes: it finishes again at once and publishes nothing.
 // A checkpoint without ended_ports (written before it was recorded, or
 // under at-least-once) counts as one in which no port ended. What the
-// metrics cannot tell — a source that was bounded but had not reached its
-// stop in the checkpoint, wired by the new spec to a port another source
-// had ended — is still caught at the first record.
+// metrics cannot tell — a source that had not reached its stop in a
+// checkpoint written before source_ended was recorded, or restored with
+// an earlier stop than it had — is still caught at the first record
+// (host.ErrPortEnded).
 func checkEnded(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) error {
 	c := newEndedCheck(spec, p, md)
 	var problems []string
@@ -264,6 +268,8 @@ func (c *endedCheck) whyUnfinished(name, task string) string {
 				}
 				return what + fmt.Sprintf(": it stops at sequence %d in the spec (stop: %s%s), after sequence %d, where it stopped in the checkpoint (task %s)",
 					src.StopSequence, cmp.Or(src.Stop, fmt.Sprint(src.StopSequence)), resolved, stop, id)
+			case uint64(stop) == src.StopSequence && c.md.Metrics[id][control.MetricSourceEnded] == 0 && hasMetric(c.md.Metrics[id], control.MetricSourceEnded):
+				return what + fmt.Sprintf(": its task %s had not read up to its stop (sequence %d) in the checkpoint, and the rest of its input would follow", id, stop)
 			}
 			continue
 		}
@@ -274,6 +280,12 @@ func (c *endedCheck) whyUnfinished(name, task string) string {
 		}
 	}
 	return ""
+}
+
+// hasMetric reports whether metrics has name.
+func hasMetric(metrics map[string]int64, name string) bool {
+	_, ok := metrics[name]
+	return ok
 }
 
 // startsOver says what a task of a vertex of kind k that restores nothing

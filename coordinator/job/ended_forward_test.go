@@ -1,6 +1,9 @@
 package job
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A bounded job stopped (or cancelled) while one of its source's subtasks
 // had reached the stop and the other had not: on forward edges only the
@@ -34,5 +37,32 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, parallelism: 2, 
 		t.Fatal("out-0's ended port fed by the unfinished count-1 accepted")
 	} else {
 		t.Log(err)
+	}
+}
+
+// The same savepoint, its source subtasks' acks saying which had read up
+// to the stop (source_ended), restored with count's input changed from
+// forward to key partitioning: in-1, still reading, would now also feed
+// count-0, whose port ended. Refused, naming in-1; with forward edges it
+// is still accepted.
+func TestCheckEndedSourceSubtaskRewiredToAnEndedPort(t *testing.T) {
+	md := endedMetadata(map[string]ended{
+		"in-0": {stop: 5, read: true}, "in-1": {stop: 5, reading: true},
+		"count-0": {ports: 1}, "count-1": {},
+		"out-0": {ports: 1}, "out-1": {},
+	})
+	forward := `sources: [{name: in, kind: jetstream, stream: IN, stop: "5", parallelism: 2}]
+operators: [{name: count, module: count@1, parallelism: 2, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, parallelism: 2, input: {from: count}}]
+`
+	s, p := endedSpec(t, forward, map[string]uint64{"in": 5})
+	if err := checkEnded(s, p, md); err != nil {
+		t.Fatalf("the job's own savepoint refused: %v", err)
+	}
+	keyed := strings.Replace(forward, "inputs: [{from: in}]", "inputs: [{from: in, partition: key}]", 1)
+	s, p = endedSpec(t, keyed, map[string]uint64{"in": 5})
+	err := checkEnded(s, p, md)
+	if err == nil || !strings.Contains(err.Error(), "task count-0's input port 0 ended in the checkpoint, but source in would give it more records: its task in-1 had not read up to its stop (sequence 5)") {
+		t.Fatalf("in-1, still reading, rewired to count-0's ended port: %v", err)
 	}
 }

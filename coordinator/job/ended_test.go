@@ -32,6 +32,9 @@ type ended struct {
 	ports int64
 	stop  int64
 	keyed bool
+	// reading and read record source_ended 0 and 1 (neither: absent, as
+	// before it was recorded).
+	reading, read bool
 }
 
 // endedMetadata is a checkpoint (7) of tasks with the metrics the tasks
@@ -46,6 +49,12 @@ func endedMetadata(tasks map[string]ended) *checkpoint.Metadata {
 		}
 		if e.keyed {
 			m[control.MetricKeyedState], m[control.MetricStateBytes] = 1, 12
+		}
+		switch {
+		case e.reading:
+			m[control.MetricSourceEnded] = 0
+		case e.read:
+			m[control.MetricSourceEnded] = 1
 		}
 		md.Metrics[id] = m
 	}

@@ -539,6 +539,32 @@ func (s *JetStream) Seek(ctx context.Context, offset []byte) error {
 	return nil
 }
 
+// EndsAt reports whether the source, sought to offset, would read nothing
+// more (host.BoundedSource): it is bounded, and every lane would start
+// past StopSeq, as its final offset (every lane at StopSeq) says. An
+// unbounded source, and an offset Seek would refuse, report false. It reads
+// only the source's configuration: Poll may run meanwhile.
+func (s *JetStream) EndsAt(offset []byte) bool {
+	if !s.bounded() {
+		return false
+	}
+	if s.cfg.Partitions == 0 {
+		o, err := DecodeStreamOffset(offset)
+		return err == nil && s.startAfter(o.Seq) > s.endAt
+	}
+	o, err := DecodePartitionOffsets(offset)
+	if err != nil || s.fits(o) != nil {
+		return false
+	}
+	for _, l := range s.lanes {
+		seq, ok := o.Seqs[l.part]
+		if (!ok && len(offset) > 0) || s.startAfter(seq) <= s.endAt {
+			return false
+		}
+	}
+	return true
+}
+
 // startAfter is where a lane whose offset is seq starts: after it, or at
 // StartSeq when the offset covers nothing (0: nothing read yet, a
 // checkpoint taken before the first batch). A source never reads below

@@ -226,6 +226,9 @@ func TestJetStreamStopAhead(t *testing.T) {
 	if seq, _ := DecodeOffset(off); seq != 25 {
 		t.Fatalf("final offset %d, want 25", seq)
 	}
+	if !whole.EndsAt(off) {
+		t.Fatal("EndsAt(the final offset) = false")
+	}
 	got, off = pollToEnd(t, filtered, 3*time.Second)
 	if seq, _ := DecodeOffset(off); len(got) != 0 || seq != 25 {
 		t.Fatalf("filtered: read %v, final offset %d; want nothing, 25", got, seq)
@@ -398,6 +401,49 @@ func TestJetStreamStopDeleted(t *testing.T) {
 		}
 		if seq, _ := DecodeOffset(off); seq != stop {
 			t.Fatalf("final offset %d, want %d", seq, stop)
+		}
+	}
+}
+
+// EndsAt tells from an offset alone whether the source would read nothing
+// more: every lane at or past the stop. A source task's checkpoint acks
+// carry it (host.BoundedSource), also for a task restored to its end that
+// has not polled since.
+func TestJetStreamEndsAt(t *testing.T) {
+	_, js := connect(t, startServer(t))
+	mk := func(cfg JetStreamConfig) *JetStream {
+		cfg.Stream = "IN"
+		s, err := NewJetStream(js, cfg)
+		must(t, err)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	parts := func(seqs map[int]uint64) []byte {
+		return EncodePartitionOffsets(PartitionOffsets{Partitions: 2, Filter: "in.{p}.*", Seqs: seqs})
+	}
+	whole := mk(JetStreamConfig{StopSeq: 20})
+	partitioned := mk(JetStreamConfig{StopSeq: 20, Partitions: 2, PartitionFilter: "in.{p}.*"})
+	for _, c := range []struct {
+		name   string
+		s      *JetStream
+		offset []byte
+		want   bool
+	}{
+		{"nothing read", whole, nil, false},
+		{"one short of the stop", whole, EncodeOffset(19), false},
+		{"at the stop", whole, EncodeOffset(20), true},
+		{"past the stop", whole, EncodeOffset(30), true},
+		{"a merged offset at the stop", whole, EncodeStreamOffset(StreamOffset{Seq: 20}), true},
+		{"garbage", whole, []byte{1, 2, 3}, false},
+		{"start past the stop, nothing read", mk(JetStreamConfig{StopSeq: 20, StartSeq: 21}), nil, true},
+		{"unbounded", mk(JetStreamConfig{}), EncodeOffset(1 << 40), false},
+		{"every partition at the stop", partitioned, parts(map[int]uint64{0: 20, 1: 20}), true},
+		{"one partition short", partitioned, parts(map[int]uint64{0: 20, 1: 19}), false},
+		{"a partition missing", partitioned, parts(map[int]uint64{0: 20}), false},
+		{"another partitioning", partitioned, EncodePartitionOffsets(PartitionOffsets{Partitions: 4, Filter: "in.{p}.*", Seqs: map[int]uint64{0: 20, 1: 20, 2: 20, 3: 20}}), false},
+	} {
+		if got := c.s.EndsAt(c.offset); got != c.want {
+			t.Errorf("%s: EndsAt = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -394,6 +394,9 @@ checkpointing: {interval: 100ms}
 	if m := cps[0].Tasks["in-0"][control.MetricStopSequence]; m != 3 {
 		t.Errorf("in-0's stop %d in the final savepoint, want 3", m)
 	}
+	if m, ok := cps[0].Tasks["in-0"][control.MetricSourceEnded]; m != 1 || !ok {
+		t.Errorf("in-0's source_ended %d (%v) in the final savepoint, want 1: its offset is at the stop", m, ok)
+	}
 	// With a later stop, the records past the old one would reach ports
 	// the operator ended: the restore is refused, saying why, and the
 	// finished job stays as it was.
