@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -215,4 +216,85 @@ func (c *Catalog) Discard(ctx context.Context, job string, id int64) error {
 		}
 	}
 	return nil
+}
+
+// Remove deletes checkpoint id for good, as a user asked: every object
+// under its prefix in State — each task's snapshot (which holds the task's
+// in-flight channel data too) and a sink's commit marker — and then its
+// metadata. That order leaves a removal cut short with its metadata, so
+// that the checkpoint is still listed (as one that cannot be restored) and
+// the removal can be done again. A handle outside the prefix (nothing
+// writes one) belongs to another checkpoint or to nobody, and is left. It
+// returns how many objects it deleted. A checkpoint without metadata is
+// not removed: the error wraps fs.ErrNotExist.
+func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error) {
+	meta := MetadataKey(job, id)
+	rc, err := c.Meta.Get(ctx, meta)
+	if err != nil {
+		return 0, fmt.Errorf("remove checkpoint %s/%d: %w", job, id, err)
+	}
+	_ = rc.Close()
+	n := 0
+	if c.State != nil {
+		prefix := StatePrefix(job, id)
+		keys, err := c.State.List(ctx, prefix)
+		if err != nil {
+			return 0, fmt.Errorf("remove checkpoint %s/%d: list state: %w", job, id, err)
+		}
+		if !slices.Contains(keys, meta) {
+			if err := c.State.Delete(ctx, prefix); err != nil {
+				return 0, fmt.Errorf("remove checkpoint %s/%d: %w", job, id, err)
+			}
+			n = len(keys)
+		} else {
+			// One store holds both (a directory): the state objects one
+			// by one, the metadata last, then what is left of the prefix
+			// (a Put's temporary file, the directory itself).
+			for _, k := range keys {
+				if k == meta {
+					continue
+				}
+				if err := c.State.Delete(ctx, k); err != nil {
+					return n, fmt.Errorf("remove checkpoint %s/%d: %w", job, id, err)
+				}
+				n++
+			}
+			defer func() { _ = c.State.Delete(ctx, prefix) }()
+		}
+	}
+	if err := c.Meta.Delete(ctx, meta); err != nil {
+		return n, fmt.Errorf("remove checkpoint %s/%d: metadata: %w", job, id, err)
+	}
+	return n + 1, nil
+}
+
+// Leftovers returns, by checkpoint ID, the keys of the objects in State
+// under job's checkpoint prefixes whose checkpoint has no metadata: the
+// snapshots of checkpoints that never completed, written after their
+// abort discarded the rest (a task acking late, or an attempt canceled
+// while it wrote), or what a removal cut short left.
+func (c *Catalog) Leftovers(ctx context.Context, job string) (map[int64][]string, error) {
+	if c.State == nil {
+		return nil, nil
+	}
+	keys, err := c.State.List(ctx, job+"/chk-")
+	if err != nil {
+		return nil, fmt.Errorf("list state of %s: %w", job, err)
+	}
+	ids, err := c.IDs(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64][]string{}
+	for _, k := range keys {
+		num, _, ok := strings.Cut(strings.TrimPrefix(k, job+"/chk-"), "/")
+		id, err := strconv.ParseInt(num, 10, 64)
+		if !ok || err != nil {
+			continue
+		}
+		if _, has := slices.BinarySearch(ids, id); !has {
+			out[id] = append(out[id], k)
+		}
+	}
+	return out, nil
 }

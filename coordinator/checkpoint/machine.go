@@ -47,6 +47,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -597,6 +598,36 @@ func (m *Machine) Forget(id int64) {
 			h.Reason = "metadata corrupt or missing"
 		}
 	}
+}
+
+// Removed drops completed checkpoint or savepoint id, which is being
+// removed from storage on request, from those the machine keeps: no
+// failover restores it, and retention does not count or discard it. Its
+// history entry says it was removed.
+func (m *Machine) Removed(id int64) {
+	drop := func(l []*Metadata) []*Metadata {
+		return slices.DeleteFunc(l, func(md *Metadata) bool { return md.ID == id })
+	}
+	m.completed = drop(m.completed)
+	m.savepoints = drop(m.savepoints)
+	for _, h := range m.history {
+		if h.ID == id && h.Status == control.CheckpointCompleted {
+			h.Status = control.CheckpointDiscarded
+			h.Reason = ReasonRemoved
+		}
+	}
+}
+
+// ReasonRemoved is the history's reason for a checkpoint removed on
+// request (Machine.Removed).
+const ReasonRemoved = "removed (weir checkpoint rm)"
+
+// Ended reports whether checkpoint id was triggered and is no longer
+// pending: it completed or failed, and nothing of the machine's attempts
+// writes it any more. Once true, it stays true.
+func (m *Machine) Ended(id int64) bool {
+	_, pending := m.pending[id]
+	return id < m.nextID && !pending
 }
 
 // Pending returns the IDs of pending checkpoints, ascending.

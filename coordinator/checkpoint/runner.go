@@ -134,6 +134,23 @@ func (r *Runner) Latest() int64 {
 	return 0
 }
 
+// Ended reports whether checkpoint id was triggered and is no longer
+// pending (Machine.Ended), and pending whether it is under way.
+func (r *Runner) Ended(id int64) (ended, pending bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, pending = r.m.pending[id]
+	return r.m.Ended(id), pending
+}
+
+// Removed drops checkpoint id, which is being removed from storage, from
+// those the machine keeps (Machine.Removed).
+func (r *Runner) Removed(id int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m.Removed(id)
+}
+
 // Savepoint takes a savepoint and waits until it completes or fails.
 func (r *Runner) Savepoint(ctx context.Context) (control.CheckpointInfo, error) {
 	return r.savepoint(ctx, r.m.TriggerSavepoint)
