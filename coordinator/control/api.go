@@ -197,6 +197,49 @@ type RestoreRequest struct {
 	AllowNonRestoredState bool `json:"allow_non_restored_state,omitempty"`
 }
 
+// RemoveRequest deletes checkpoints or savepoints of a job from storage
+// for good: their metadata and every task's snapshot. One that is still
+// needed is refused (ErrConflict, saying why): the latest of a job that has
+// not ended (what a failover restores — for a job restored, the checkpoint
+// it started from until it completed one of its own, also of another job),
+// and one being written.
+type RemoveRequest struct {
+	Job string `json:"job"`
+	// ID is the checkpoint or savepoint to remove; one that is not stored
+	// is ErrNotFound.
+	ID int64 `json:"id,omitempty"`
+	// Earlier, instead of ID, removes every checkpoint and savepoint that
+	// earlier runs of the job left stored (CheckpointInfo.EarlierRun) and
+	// that nothing needs (Removed.Kept says why one is), and the objects
+	// of their checkpoints that never completed.
+	Earlier bool `json:"earlier,omitempty"`
+}
+
+// Removed says what a RemoveRequest deleted.
+type Removed struct {
+	// Checkpoints are the checkpoints and savepoints removed, newest
+	// first.
+	Checkpoints []RemovedCheckpoint `json:"checkpoints,omitempty"`
+	// Kept are the refusals of checkpoints of earlier runs that Earlier
+	// left stored because something needs them, one line each.
+	Kept []string `json:"kept,omitempty"`
+	// Leftovers are the checkpoints of earlier runs that never completed
+	// whose objects Earlier deleted (snapshots written after the
+	// checkpoint was aborted), ascending; LeftoverObjects counts them.
+	Leftovers       []int64 `json:"leftovers,omitempty"`
+	LeftoverObjects int     `json:"leftover_objects,omitempty"`
+}
+
+// RemovedCheckpoint is a checkpoint or savepoint removed from storage: as
+// weir checkpoint ls listed it (Status failed for one whose metadata or
+// state did not check out), and how many storage objects went with it —
+// its metadata, each task's snapshot (which holds the task's in-flight
+// channel data too), sinks' commit markers.
+type RemovedCheckpoint struct {
+	CheckpointInfo
+	Objects int `json:"objects"`
+}
+
 // API is the job API the coordinator serves and the CLI calls.
 type API interface {
 	Submit(ctx context.Context, r SubmitRequest) (JobStatus, error)
@@ -207,6 +250,7 @@ type API interface {
 	StopJob(ctx context.Context, job string) (CheckpointInfo, error)
 	Restore(ctx context.Context, r RestoreRequest) (JobStatus, error)
 	Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error)
+	RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Removed, error)
 }
 
 // API operations (subject suffixes).
@@ -219,6 +263,7 @@ const (
 	APIStop        = "stop"
 	APIRestore     = "restore"
 	APICheckpoints = "checkpoints"
+	APIRemove      = "remove_checkpoints"
 )
 
 type nameRequest struct {
@@ -330,6 +375,12 @@ func (c *APIClient) Checkpoints(ctx context.Context, job string) ([]CheckpointIn
 	return read[[]CheckpointInfo](ctx, c, APICheckpoints, nameRequest{job})
 }
 
+// RemoveCheckpoints deletes checkpoints or savepoints of a job from
+// storage (see RemoveRequest).
+func (c *APIClient) RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Removed, error) {
+	return call[Removed](ctx, c, APIRemove, r)
+}
+
 // ServeAPI answers job API requests with impl until ctx is done. Each
 // request is handled in its own goroutine (savepoints wait long). ready,
 // if not nil, is closed once the subscriptions are live.
@@ -436,6 +487,13 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 				return nil, err
 			}
 			return impl.Checkpoints(ctx, n)
+		},
+		APIRemove: func(ctx context.Context, data []byte) (any, error) {
+			var r RemoveRequest
+			if err := json.Unmarshal(data, &r); err != nil {
+				return nil, Errorf(ErrInvalid, "decode remove request: %v", err)
+			}
+			return impl.RemoveCheckpoints(ctx, r)
 		},
 	}
 	for op, fn := range ops {

@@ -319,6 +319,13 @@ func (fakeAPI) Checkpoints(_ context.Context, n string) ([]CheckpointInfo, error
 	return []CheckpointInfo{{Job: n, ID: 2, Tasks: map[string]map[string]int64{"t": {MetricUnaligned: 1}}}}, nil
 }
 
+func (fakeAPI) RemoveCheckpoints(_ context.Context, r RemoveRequest) (Removed, error) {
+	if r.ID == 9 {
+		return Removed{}, Errorf(ErrConflict, "cannot remove checkpoint 9 of job %s: it is being written (pending)", r.Job)
+	}
+	return Removed{Checkpoints: []RemovedCheckpoint{{CheckpointInfo: CheckpointInfo{Job: r.Job, ID: r.ID, Size: 5}, Objects: 3}}}, nil
+}
+
 func TestAPIRoundTrip(t *testing.T) {
 	nc := embeddedtest.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -356,6 +363,14 @@ func TestAPIRoundTrip(t *testing.T) {
 	}
 	if cs, err := c.Checkpoints(ctx, "a"); err != nil || len(cs) != 1 || cs[0].Tasks["t"][MetricUnaligned] != 1 {
 		t.Errorf("checkpoints = %v %v", cs, err)
+	}
+	if rm, err := c.RemoveCheckpoints(ctx, RemoveRequest{Job: "a", ID: 4}); err != nil || len(rm.Checkpoints) != 1 ||
+		rm.Checkpoints[0].ID != 4 || rm.Checkpoints[0].Size != 5 || rm.Checkpoints[0].Objects != 3 {
+		t.Errorf("remove = %+v %v", rm, err)
+	}
+	if _, err := c.RemoveCheckpoints(ctx, RemoveRequest{Job: "a", ID: 9}); !errors.Is(err, ErrConflict) ||
+		err.Error() != "cannot remove checkpoint 9 of job a: it is being written (pending)" {
+		t.Errorf("refused remove = %v", err)
 	}
 	cancel()
 	<-done

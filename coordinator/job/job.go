@@ -107,6 +107,9 @@ type job struct {
 	// runner's history did not hold when first listed (storedCheckpoints).
 	stored     []control.CheckpointInfo
 	storedRead bool
+	// removed holds the checkpoints removed on request (weir checkpoint
+	// rm), so that removing one again says it is gone.
+	removed map[int64]bool
 }
 
 // liveTask is what the heartbeats said about one task: the latest

@@ -102,6 +102,10 @@ type Manager struct {
 	// canceling holds the stale attempts a cancel is on its way to, so a
 	// worker's every heartbeat does not send another.
 	canceling map[staleKey]bool
+	// removing is held to remove a checkpoint (RemoveCheckpoints) and
+	// shared by Submit and Restore: no job starts from a checkpoint that
+	// is being removed, nor while the removal checks that none needs it.
+	removing sync.RWMutex
 }
 
 // staleKey names a job attempt on one worker.
@@ -276,6 +280,8 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 	if err := jobspec.Check(r.Spec); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit %s: %w", r.Spec.Name, err)
 	}
+	m.removing.RLock()
+	defer m.removing.RUnlock()
 	var from *checkpoint.Metadata
 	if r.RestoreFrom != "" {
 		md, err := m.loadCheckpoint(ctx, r.Spec.Name, r.RestoreFrom)
@@ -289,6 +295,8 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 
 // Restore restarts a stopped job from one of its checkpoints.
 func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (control.JobStatus, error) {
+	m.removing.RLock()
+	defer m.removing.RUnlock()
 	spec := r.Spec
 	if spec == nil {
 		j, err := m.job(r.Job)

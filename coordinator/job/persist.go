@@ -227,6 +227,17 @@ func terminalJob(m *Manager, rec record) *job {
 	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
 		j.startID = rec.From
 	}
+	// Kept so that its record is written again as it was (persist, when
+	// a checkpoint of it is removed). An ended job deploys nothing: the
+	// checkpoint it started from is known by name only.
+	j.modules = rec.Modules
+	if rec.From > 0 {
+		from := rec.FromJob
+		if from == "" {
+			from = rec.Spec.Name
+		}
+		j.initial = &checkpoint.Metadata{Job: from, ID: rec.From}
+	}
 	if j.st.Updated.IsZero() { // a record written before Updated was kept
 		j.st.Updated = rec.Submitted
 	}

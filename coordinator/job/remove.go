@@ -1,0 +1,267 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// RemoveCheckpoints implements control.API: it deletes a checkpoint or
+// savepoint of a job from storage (Catalog.Remove: every task's snapshot,
+// then the metadata), or with r.Earlier every one the job's earlier runs
+// left stored, and the run forgets it (its history lists it as removed).
+// It refuses, saying why, one being written (pending), and one that a job
+// that has not ended restores on a failover (neededBy): the newest its run
+// completed, else the one it started from, of this job or another.
+// Nothing else depends on a checkpoint: no state object is shared between
+// checkpoints (each one's lie under its own prefix; there are no
+// incremental checkpoints), and alignment spill files are never stored.
+// Submit and Restore wait while a checkpoint is being removed, so that no
+// job starts from one half gone.
+func (m *Manager) RemoveCheckpoints(ctx context.Context, r control.RemoveRequest) (control.Removed, error) {
+	switch {
+	case r.Earlier && r.ID != 0:
+		return control.Removed{}, control.Errorf(control.ErrInvalid, "remove checkpoints of %s: give a checkpoint ID or earlier, not both", r.Job)
+	case !r.Earlier && r.ID <= 0:
+		return control.Removed{}, control.Errorf(control.ErrInvalid, "remove a checkpoint of %s: want its ID (a positive number), not %d", r.Job, r.ID)
+	}
+	if _, err := m.job(r.Job); err != nil {
+		return control.Removed{}, err
+	}
+	if r.Earlier {
+		return m.removeEarlier(ctx, r.Job)
+	}
+	rc, err := m.removeChecked(ctx, r.Job, r.ID)
+	if err != nil {
+		return control.Removed{}, err
+	}
+	return control.Removed{Checkpoints: []control.RemovedCheckpoint{rc}}, nil
+}
+
+// removeChecked removes checkpoint id of job name unless it is still
+// needed or not stored.
+func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (control.RemovedCheckpoint, error) {
+	// No job starts (Submit, Restore) while the checks hold.
+	m.removing.Lock()
+	defer m.removing.Unlock()
+	j, err := m.job(name) // under the lock: a new run may have replaced it
+	if err != nil {
+		return control.RemovedCheckpoint{}, err
+	}
+	// Pending first: once ended, a checkpoint stays ended, and its
+	// metadata, read next, is final. (A job that ended triggers nothing;
+	// one known from its record has a machine that knows no IDs.)
+	ended, pending := j.runner.Ended(id)
+	switch {
+	case pending:
+		return control.RemovedCheckpoint{}, control.Errorf(control.ErrConflict,
+			"cannot remove checkpoint %d of job %s: it is being written (pending)", id, name)
+	case !ended && !j.status().State.Terminal():
+		return control.RemovedCheckpoint{}, m.noSuchCheckpoint(ctx, j, id)
+	}
+	cat := m.opts.Catalog
+	info := control.CheckpointInfo{Job: name, ID: id}
+	md, err := cat.Read(ctx, name, id)
+	switch {
+	case err == nil:
+		info = md.Info()
+	case errors.Is(err, fs.ErrNotExist):
+		return control.RemovedCheckpoint{}, m.noSuchCheckpoint(ctx, j, id)
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		// Nothing can restore it; it goes all the same.
+		info.Status, info.Reason = control.CheckpointFailed, fmt.Sprintf("stored, but cannot be restored: %v", err)
+	default:
+		return control.RemovedCheckpoint{}, fmt.Errorf("remove checkpoint %d of job %s: %w", id, name, err)
+	}
+	j.mu.Lock()
+	info.EarlierRun = id < j.firstID && id != j.startID
+	j.mu.Unlock()
+	if why := m.neededBy(name, id); why != "" {
+		kind := "checkpoint"
+		if info.Savepoint {
+			kind = "savepoint"
+		}
+		return control.RemovedCheckpoint{}, control.Errorf(control.ErrConflict, "cannot remove %s %d of job %s: %s", kind, id, name, why)
+	}
+	// Dropped from the run first: retention and failovers leave it alone.
+	j.runner.Removed(id)
+	n, err := cat.Remove(ctx, name, id)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) { // retention discarded it meanwhile
+			return control.RemovedCheckpoint{}, m.noSuchCheckpoint(ctx, j, id)
+		}
+		return control.RemovedCheckpoint{}, fmt.Errorf("%w (removed %d objects; weir checkpoint rm %s %d tries again)", err, n, name, id)
+	}
+	j.removedCheckpoint(ctx, id)
+	m.log.Info("checkpoint removed", "job", name, "checkpoint", id, "objects", n)
+	return control.RemovedCheckpoint{CheckpointInfo: info, Objects: n}, nil
+}
+
+// neededBy says why checkpoint id of job name must stay, or "": a job
+// that has not ended restores it on a failover. The caller holds
+// m.removing.
+func (m *Manager) neededBy(name string, id int64) string {
+	m.mu.Lock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		jobs = append(jobs, j)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(jobs, func(a, b *job) int { // name's own job first
+		return boolInt(b.spec.Name == name) - boolInt(a.spec.Name == name)
+	})
+	for _, k := range jobs {
+		st := k.status()
+		if st.State.Terminal() {
+			continue
+		}
+		// What k.latest restores: the newest its machine keeps (of its
+		// own name), else the checkpoint it started from.
+		if latest := k.runner.Latest(); latest > 0 {
+			if k.spec.Name != name || latest != id {
+				continue
+			}
+			if id == k.startID {
+				return fmt.Sprintf("job %s is %s, and a failover restores it (the job started from it and has completed no checkpoint of its own since)", k.spec.Name, st.State)
+			}
+			return fmt.Sprintf("job %s is %s, and a failover restores it (its latest completed checkpoint)", k.spec.Name, st.State)
+		}
+		if in := k.initial; in != nil && in.Job == name && in.ID == id {
+			return fmt.Sprintf("job %s is %s, and a failover restores it (the job started from it and has completed no checkpoint of its own since)", k.spec.Name, st.State)
+		}
+	}
+	return ""
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// noSuchCheckpoint is the error for checkpoint id of j that is not
+// stored: removed or discarded, as far as the job knows, else never taken
+// (or discarded by an earlier run), with the ones that are stored.
+func (m *Manager) noSuchCheckpoint(ctx context.Context, j *job, id int64) error {
+	name := j.spec.Name
+	j.mu.Lock()
+	removed := j.removed[id]
+	j.mu.Unlock()
+	if removed {
+		return control.Errorf(control.ErrNotFound, "checkpoint %d of job %s is gone: it was removed already", id, name)
+	}
+	for _, h := range j.runner.History() {
+		if h.ID != id {
+			continue
+		}
+		switch h.Status {
+		case control.CheckpointDiscarded:
+			return control.Errorf(control.ErrNotFound, "checkpoint %d of job %s is gone: retention discarded it (checkpointing.retained)", id, name)
+		case control.CheckpointFailed:
+			return control.Errorf(control.ErrNotFound, "there is no checkpoint %d of job %s to remove: it failed (%s)", id, name, h.Reason)
+		}
+	}
+	return control.Errorf(control.ErrNotFound, "there is no checkpoint %d of job %s to remove%s", id, name, m.restorable(ctx, name))
+}
+
+// removeEarlier removes every checkpoint and savepoint of job name's
+// earlier runs (those weir checkpoint ls marks so: older than the run's
+// first, other than the one it started from) that nothing needs, and the
+// objects of their checkpoints that never completed.
+func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Removed, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return control.Removed{}, err
+	}
+	j.mu.Lock()
+	firstID, startID := j.firstID, j.startID
+	j.mu.Unlock()
+	earlier := func(id int64) bool { return id < firstID && id != startID }
+	var out control.Removed
+	ids, err := m.opts.Catalog.IDs(ctx, name)
+	if err != nil {
+		return out, fmt.Errorf("remove the checkpoints of earlier runs of %s: %w", name, err)
+	}
+	for i := len(ids) - 1; i >= 0; i-- {
+		if !earlier(ids[i]) {
+			continue
+		}
+		rc, err := m.removeChecked(ctx, name, ids[i])
+		switch {
+		case err == nil:
+			out.Checkpoints = append(out.Checkpoints, rc)
+		case errors.Is(err, control.ErrConflict):
+			out.Kept = append(out.Kept, err.Error())
+		case errors.Is(err, control.ErrNotFound):
+			// Removed or discarded meanwhile.
+		default:
+			return out, fmt.Errorf("%w (%d removed before)", err, len(out.Checkpoints))
+		}
+	}
+	// Objects of earlier runs' checkpoints without metadata: none of them
+	// can complete any more (a run's IDs number on above the last one the
+	// earlier runs triggered).
+	m.removing.Lock()
+	defer m.removing.Unlock()
+	left, err := m.opts.Catalog.Leftovers(ctx, name)
+	if err != nil {
+		return out, fmt.Errorf("remove the checkpoints of earlier runs of %s: %w", name, err)
+	}
+	for id, keys := range left {
+		if earlier(id) {
+			out.Leftovers = append(out.Leftovers, id)
+			out.LeftoverObjects += len(keys)
+		}
+	}
+	slices.Sort(out.Leftovers)
+	for _, id := range out.Leftovers {
+		if err := m.opts.Catalog.State.Delete(ctx, checkpoint.StatePrefix(name, id)); err != nil {
+			return out, fmt.Errorf("remove the objects of checkpoint %d of %s, which never completed: %w", id, name, err)
+		}
+	}
+	if len(out.Leftovers) > 0 {
+		m.log.Info("objects of checkpoints that never completed removed", "job", name, "checkpoints", out.Leftovers, "objects", out.LeftoverObjects)
+	}
+	return out, nil
+}
+
+// removedCheckpoint notes that checkpoint id of the job was removed: the
+// listing of stored checkpoints drops it, and an ended job's latest
+// checkpoint, if it was that one, becomes the newest of the run still
+// stored, in its record too. (A job that has not ended keeps its latest:
+// that one is never removed.) The caller holds m.removing, so no new run
+// of the name writes its record meanwhile.
+func (j *job) removedCheckpoint(ctx context.Context, id int64) {
+	j.mu.Lock()
+	if j.removed == nil {
+		j.removed = map[int64]bool{}
+	}
+	j.removed[id] = true
+	j.stored = slices.DeleteFunc(j.stored, func(c control.CheckpointInfo) bool { return c.ID == id })
+	ended, firstID, startID := j.st.State.Terminal(), j.firstID, j.startID
+	j.mu.Unlock()
+	if !ended {
+		return
+	}
+	ids, err := j.m.opts.Catalog.IDs(ctx, j.spec.Name)
+	if err != nil {
+		j.m.log.Warn("listing checkpoints failed", "job", j.spec.Name, "err", err)
+		return
+	}
+	latest := int64(0)
+	for _, c := range ids {
+		if c != id && (c >= firstID || c == startID) {
+			latest = c
+		}
+	}
+	j.mu.Lock()
+	j.st.LatestCheckpoint = latest
+	j.mu.Unlock()
+	j.persist()
+}
