@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 
 func init() {
 	register(command{Name: "job", Summary: "list, cancel, savepoint or restore jobs", Run: runJob})
-	register(command{Name: "checkpoint", Summary: "list a job's checkpoints", Run: runCheckpoint})
+	register(command{Name: "checkpoint", Summary: "list or remove a job's checkpoints and savepoints", Run: runCheckpoint})
 }
 
 const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
@@ -265,7 +266,7 @@ func printFailures(w io.Writer, fs []control.Failure) {
 	tw.Flush()
 }
 
-const checkpointUsage = `ls JOB
+const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
 
   weir checkpoint ls JOB   the last 100 checkpoints and savepoints of JOB: id, status,
                            duration, size, longest alignment, aligned or unaligned,
@@ -278,31 +279,127 @@ const checkpointUsage = `ls JOB
                            or submit that began this run) that are still stored are
                            listed too, marked "earlier run": they can be restored, and
                            this run's retention does not delete them. Those earlier
-                           runs discarded, or that failed, are not listed`
+                           runs discarded, or that failed, are not listed
+  weir checkpoint rm JOB ID...
+                           delete checkpoints or savepoints of JOB from storage for
+                           good: the metadata and every task's snapshot; they can no
+                           longer be restored. Refused, saying why, for one still
+                           needed: what a job that has not ended restores on a
+                           failover (its latest; for a restored job that completed
+                           none of its own, the one it started from, of any job),
+                           or one being written. Exits 1 if any ID was refused or
+                           is not stored
+  weir checkpoint rm -earlier JOB
+                           delete every checkpoint and savepoint that earlier runs of
+                           JOB left stored (ls marks them "earlier run") and nothing
+                           needs, and the leftover snapshots of their checkpoints that
+                           never completed; lists what it removed`
+
+// removeWait is how long weir checkpoint rm waits for the coordinator:
+// removing many checkpoints from a JetStream object store takes a while.
+const removeWait = 3 * time.Minute
 
 func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "checkpoint", checkpointUsage)
 	var nf natsFlags
 	nf.register(fs, defaultNATS, "NATS server URL")
+	earlier := fs.Bool("earlier", false, "rm: remove what earlier runs of the job left stored, instead of IDs")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 || pos[0] != "ls" {
+	var ids []int64
+	switch {
+	case len(pos) == 2 && pos[0] == "ls" && !*earlier:
+	case len(pos) == 2 && pos[0] == "rm" && *earlier:
+	case len(pos) > 2 && pos[0] == "rm" && !*earlier:
+		for _, a := range pos[2:] {
+			id, err := strconv.ParseInt(strings.TrimPrefix(a, "chk-"), 10, 64)
+			if err != nil || id <= 0 {
+				return usagef("checkpoint rm: %q is not a checkpoint ID", a)
+			}
+			ids = append(ids, id)
+		}
+	case len(pos) > 2 && pos[0] == "rm":
+		return usagef("checkpoint rm: give checkpoint IDs or -earlier, not both")
+	default:
 		fs.Usage()
-		return usagef("checkpoint: want 'ls JOB'")
+		return usagef("checkpoint: want 'ls JOB', 'rm JOB ID...' or 'rm -earlier JOB'")
 	}
 	nc, api, err := connectAPI(&nf)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	cps, err := api.Checkpoints(ctx, pos[1])
-	if err != nil {
-		return apiErr("checkpoint ls", err)
+	job := pos[1]
+	if pos[0] == "ls" {
+		cps, err := api.Checkpoints(ctx, job)
+		if err != nil {
+			return apiErr("checkpoint ls", err)
+		}
+		printCheckpoints(std.Out, cps)
+		return nil
 	}
-	printCheckpoints(std.Out, cps)
-	return nil
+	api.Timeout = removeWait
+	if *earlier {
+		rm, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: job, Earlier: true})
+		if err != nil {
+			return apiErr("checkpoint rm", err)
+		}
+		printRemoved(std.Out, job, rm)
+		return nil
+	}
+	// Like rm: each ID on its own, a refusal does not keep the others.
+	var failed error
+	for _, id := range ids {
+		rm, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: job, ID: id})
+		if err != nil {
+			if failed != nil {
+				printErr(std.Err, failed)
+			}
+			failed = apiErr("checkpoint rm", err)
+			var re *control.RemoteError
+			if !errors.As(err, &re) {
+				break // the coordinator did not answer: the next would fare no better
+			}
+			continue
+		}
+		printRemoved(std.Out, job, rm)
+	}
+	return failed
+}
+
+// printRemoved lists what weir checkpoint rm removed, one line per
+// checkpoint, then what -earlier kept and the leftovers it deleted.
+func printRemoved(w io.Writer, job string, rm control.Removed) {
+	for _, c := range rm.Checkpoints {
+		kind := "checkpoint"
+		if c.Savepoint {
+			kind = "savepoint"
+		}
+		what := size(c.Size)
+		if c.Status != control.CheckpointCompleted {
+			what = "could not be restored"
+		}
+		if c.EarlierRun {
+			what = "earlier run, " + what
+		}
+		fmt.Fprintf(w, "removed %s %d of %s (%s): %d storage objects\n", kind, c.ID, job, what, c.Objects)
+	}
+	for _, k := range rm.Kept {
+		fmt.Fprintf(w, "kept: %s\n", k)
+	}
+	if len(rm.Leftovers) > 0 {
+		ids := make([]string, len(rm.Leftovers))
+		for i, id := range rm.Leftovers {
+			ids[i] = strconv.FormatInt(id, 10)
+		}
+		fmt.Fprintf(w, "removed %d leftover storage objects of checkpoints of %s that never completed (%s)\n",
+			rm.LeftoverObjects, job, strings.Join(ids, ", "))
+	}
+	if len(rm.Checkpoints)+len(rm.Kept)+len(rm.Leftovers) == 0 {
+		fmt.Fprintf(w, "%s: no checkpoints of earlier runs are stored\n", job)
+	}
 }
 
 func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {

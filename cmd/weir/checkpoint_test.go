@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// weir checkpoint rm deletes a checkpoint of an earlier run from the
+// store the coordinator uses — a directory or JetStream — so that it is no
+// longer listed or restorable; it refuses the one the running job would
+// restore, says that one removed already is gone and that one never taken
+// is not there, each on its own line, and exits 1.
+func TestCheckpointRemove(t *testing.T) {
+	for _, kind := range []string{node.StoreDir, node.StoreJetStream} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			dir := t.TempDir()
+			n, err := node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, CheckpointStore: kind,
+				HeartbeatInterval: 50 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(n.Close)
+			// The coordinator's stores, as it opened them.
+			var stores []storage.Store
+			if kind == node.StoreDir {
+				d, err := storage.NewDir(filepath.Join(dir, "checkpoints"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stores = append(stores, d)
+			} else {
+				obj, err := storage.NewObjectStore(ctx, n.JS, storage.DefaultStateBucket, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				kv, err := storage.NewKV(ctx, n.JS, storage.DefaultMetaBucket, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stores = append(stores, obj, kv)
+			}
+			objects := func(id int64) []string {
+				t.Helper()
+				var keys []string
+				for _, s := range stores {
+					k, err := s.List(ctx, checkpoint.StatePrefix("tap", id))
+					if err != nil {
+						t.Fatal(err)
+					}
+					keys = append(keys, k...)
+				}
+				return keys
+			}
+			spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+checkpointing: {disabled: true}
+`), jobspec.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running := func() {
+				t.Helper()
+				for st, _ := n.API.Job(ctx, "tap"); st.State != control.JobRunning; st, _ = n.API.Job(ctx, "tap") {
+					if ctx.Err() != nil {
+						t.Fatalf("job not running: %+v", st)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			savepoint := func() int64 {
+				t.Helper()
+				sp, err := n.API.Savepoint(ctx, "tap")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sp.ID
+			}
+			if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+				t.Fatal(err)
+			}
+			running()
+			first, second := savepoint(), savepoint()
+			if _, err := n.API.CancelJob(ctx, "tap"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "tap", From: fmt.Sprint(first)}); err != nil {
+				t.Fatal(err)
+			}
+			running()
+			if keys := objects(second); len(keys) != 3 {
+				t.Fatalf("stored of savepoint %d: %v; want its metadata and two snapshots", second, keys)
+			}
+
+			url := n.Server.ClientURL()
+			weir := func(args ...string) (int, string, string) {
+				var out, errb bytes.Buffer
+				code := run(ctx, append(args[:2:2], append([]string{"-nats", url}, args[2:]...)...),
+					Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+				return code, out.String(), errb.String()
+			}
+			code, out, errs := weir("checkpoint", "rm", "tap", fmt.Sprint(second))
+			if want := regexp.MustCompile(fmt.Sprintf(`^removed savepoint %d of tap \(earlier run, \d+ B\): 3 storage objects\n$`, second)); code != 0 || !want.MatchString(out) {
+				t.Errorf("rm: exit %d, stdout %q, stderr %q; want %s", code, out, errs, want)
+			}
+			if keys := objects(second); len(keys) != 0 {
+				t.Errorf("left in storage of the removed savepoint: %v", keys)
+			}
+			code, out, errs = weir("checkpoint", "rm", "tap", fmt.Sprint(first), fmt.Sprint(second), "7")
+			want := fmt.Sprintf("weir: cannot remove savepoint %d of job tap: job tap is running, and a failover restores it "+
+				"(the job started from it and has completed no checkpoint of its own since)\n", first) +
+				fmt.Sprintf("weir: checkpoint %d of job tap is gone: it was removed already\n", second) +
+				fmt.Sprintf("weir: there is no checkpoint 7 of job tap to remove (discarded, or never taken); tap can be restored from %d\n", first)
+			if code != 1 || out != "" || errs != want {
+				t.Errorf("refused rm: exit %d, stdout %q, stderr\n%s\nwant exit 1, stderr\n%s", code, out, errs, want)
+			}
+			if len(objects(first)) != 3 {
+				t.Errorf("the refused savepoint %d lost objects: %v", first, objects(first))
+			}
+			if _, out, _ := weir("checkpoint", "ls", "tap"); regexp.MustCompile(fmt.Sprintf(`(?m)^%d `, second)).MatchString(out) {
+				t.Errorf("weir checkpoint ls lists the removed savepoint:\n%s", out)
+			}
+			if _, err := n.API.CancelJob(ctx, "tap"); err != nil {
+				t.Fatal(err)
+			}
+			if code, _, errs := weir("job", "restore", "tap", "-from", fmt.Sprint(second)); code != 1 || !strings.Contains(errs, "there is no such checkpoint") {
+				t.Errorf("restore from the removed savepoint: exit %d, %s", code, errs)
+			}
+			if code, out, errs := weir("checkpoint", "rm", "-earlier", "tap"); code != 0 || out != "tap: no checkpoints of earlier runs are stored\n" {
+				t.Errorf("rm -earlier: exit %d, stdout %q, stderr %q", code, out, errs)
+			}
+			for _, args := range [][]string{{"checkpoint", "rm", "tap"}, {"checkpoint", "rm", "-earlier", "tap", "3"}, {"checkpoint", "rm", "tap", "x"}} {
+				if code, _, _ := weir(args...); code != 2 {
+					t.Errorf("%v: exit %d, want 2 (usage)", args, code)
+				}
+			}
+		})
+	}
+}
