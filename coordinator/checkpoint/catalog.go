@@ -270,9 +270,10 @@ func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error)
 
 // Leftovers returns, by checkpoint ID, the keys of the objects in State
 // under job's checkpoint prefixes whose checkpoint has no metadata: the
-// snapshots of checkpoints that never completed, written after their
-// abort discarded the rest (a task acking late, or an attempt canceled
-// while it wrote), or what a removal cut short left.
+// snapshots of checkpoints that never completed that no run discarded
+// (acked after the job ended or its coordinator restarted, or never acked:
+// a running job discards the others, see Machine.Late), or what a removal
+// cut short left.
 func (c *Catalog) Leftovers(ctx context.Context, job string) (map[int64][]string, error) {
 	if c.State == nil {
 		return nil, nil

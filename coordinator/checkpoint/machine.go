@@ -32,6 +32,13 @@
 //   - retention: the last Retained completed checkpoints are kept; older
 //     ones are discarded (state and metadata). Savepoints are never
 //     discarded automatically;
+//   - failed checkpoints leave nothing behind: an aborted checkpoint or
+//     savepoint is discarded at once (what its tasks wrote so far, and
+//     metadata written before a subsuming checkpoint completed), and so is
+//     what a task acks for it later (a late ack, also one from an attempt
+//     that ended: Late), as Flink's discardSubtaskState does. Only the
+//     checkpoints the machine itself aborted are discarded so: never one
+//     that completed, one still pending, or one of another run;
 //   - savepoints are triggered on demand, regardless of interval, min-pause
 //     and max-concurrent, and are always aligned;
 //   - finished tasks: once a task reported the end of its input, no new
@@ -125,7 +132,9 @@ type AbortAction struct {
 	Savepoint bool
 }
 
-// DiscardAction: delete checkpoint ID's state and metadata.
+// DiscardAction: delete checkpoint ID's state and metadata. The machine
+// asks for it when retention drops a completed checkpoint, when a pending
+// one is aborted, and when a late ack brings the state of an aborted one.
 type DiscardAction struct{ ID int64 }
 
 // FailJobAction: too many checkpoint failures; fail the job over. Run is
@@ -172,6 +181,9 @@ type Machine struct {
 	lastTrigger time.Time
 	lastEnd     time.Time
 	failures    int
+	// aborted holds the IDs of the checkpoints and savepoints this machine
+	// aborted (the newest abortedKept): a late ack for one is discarded.
+	aborted map[int64]bool
 
 	history []*control.CheckpointInfo // oldest first
 }
@@ -190,7 +202,7 @@ func NewMachine(job string, cfg Config, restored []*Metadata, nextID int64) *Mac
 	if cfg.HistorySize <= 0 {
 		cfg.HistorySize = 100
 	}
-	m := &Machine{job: job, cfg: cfg, pending: map[int64]*pending{}, nextID: 1}
+	m := &Machine{job: job, cfg: cfg, pending: map[int64]*pending{}, nextID: 1, aborted: map[int64]bool{}}
 	rs := append([]*Metadata(nil), restored...)
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	for _, md := range rs {
@@ -306,6 +318,7 @@ func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []
 		return nil
 	}
 	delete(m.pending, id)
+	m.remember(id)
 	m.lastEnd = now
 	p.info.Status = control.CheckpointFailed
 	p.info.Reason = reason
@@ -321,6 +334,30 @@ func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []
 		}
 	}
 	return acts
+}
+
+// abortedKept bounds how many aborted checkpoint IDs a machine remembers
+// for late acks. Late acks come within the write time of a snapshot after
+// the abort; one for a checkpoint older than the newest abortedKept
+// aborted ones is left to Catalog.Leftovers.
+const abortedKept = 1024
+
+// remember records that checkpoint id was aborted, forgetting the oldest
+// aborted IDs beyond abortedKept.
+func (m *Machine) remember(id int64) {
+	m.aborted[id] = true
+	if len(m.aborted) <= abortedKept {
+		return
+	}
+	ids := make([]int64, 0, len(m.aborted))
+	for a := range m.aborted {
+		ids = append(ids, a)
+	}
+	slices.Sort(ids)
+	// Down to three quarters, so that the sort is not paid on every abort.
+	for _, a := range ids[:len(ids)-abortedKept*3/4] {
+		delete(m.aborted, a)
+	}
 }
 
 // savepointPending reports whether a savepoint is pending.
@@ -453,15 +490,12 @@ func (m *Machine) NextWake() time.Time {
 }
 
 // Ack records task's snapshot of checkpoint id. When every task acked, it
-// returns a PersistAction. Acks for checkpoints no longer pending return a
-// DiscardAction for the late state, unless the checkpoint completed.
+// returns a PersistAction. An ack for a checkpoint no longer pending is a
+// late one (Late).
 func (m *Machine) Ack(now time.Time, task string, id int64, handle string, metrics map[string]int64) []Action {
 	p := m.pending[id]
 	if p == nil {
-		if m.isCompleted(id) || id >= m.nextID {
-			return nil
-		}
-		return []Action{DiscardAction{ID: id}}
+		return m.Late(id)
 	}
 	if !m.task[task] || p.persist {
 		return nil
@@ -485,18 +519,18 @@ func (m *Machine) Ack(now time.Time, task string, id int64, handle string, metri
 	return []Action{PersistAction{Metadata: md}}
 }
 
-func (m *Machine) isCompleted(id int64) bool {
-	for _, c := range m.completed {
-		if c.ID == id {
-			return true
-		}
+// Late handles a late ack of checkpoint id: one that came after the
+// checkpoint ended, or from a task of an attempt that ended (whose acks
+// never count). The snapshot it names was written for nothing if this
+// machine aborted the checkpoint: it returns a DiscardAction for it, as
+// the abort did for the snapshots written by then. An ack for a checkpoint
+// that completed, is still pending, or that this machine did not trigger
+// or no longer remembers (abortedKept) returns nothing: its state is kept.
+func (m *Machine) Late(id int64) []Action {
+	if !m.aborted[id] {
+		return nil
 	}
-	for _, c := range m.savepoints {
-		if c.ID == id {
-			return true
-		}
-	}
-	return false
+	return []Action{DiscardAction{ID: id}}
 }
 
 // Decline aborts checkpoint id because task declined it. Kinds

@@ -100,6 +100,15 @@ func (r *Runner) Ack(task string, id int64, handle string, metrics map[string]in
 	r.push(r.m.Ack(r.now(), task, id, handle, metrics))
 }
 
+// Late feeds an ack of checkpoint id from a task of an attempt that ended:
+// it never counts, but the snapshot it names is discarded if the
+// checkpoint was aborted (Machine.Late).
+func (r *Runner) Late(id int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.push(r.m.Late(id))
+}
+
 // Decline feeds a task's decline.
 func (r *Runner) Decline(task string, id int64, kind, reason string) {
 	r.mu.Lock()

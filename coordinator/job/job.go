@@ -278,7 +278,13 @@ func (j *job) attempt() int {
 // event handles a task event from the control protocol.
 func (j *job) event(e control.Event) {
 	if e.Attempt != j.attempt() {
-		return // from an attempt that is over
+		// From an attempt that is over. An ack still names a snapshot
+		// written for a checkpoint the attempt's end aborted: the runner
+		// deletes it, or the snapshot would stay in storage for good.
+		if e.Type == control.EventAck {
+			j.runner.Late(e.CheckpointID)
+		}
+		return
 	}
 	switch e.Type {
 	case control.EventAck:
