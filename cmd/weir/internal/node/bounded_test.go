@@ -150,17 +150,7 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 			}
 		}
 	} else {
-		counts := readCounts(t, ctx, js, before, true)
-		for k, n := range sent {
-			got := counts[k]
-			ok := len(got) == n
-			for i := 0; ok && i < n; i++ {
-				ok = got[i] == i+1
-			}
-			if !ok {
-				t.Errorf("key %s: counts %v, want 1..%d exactly once", k, summarize(got), n)
-			}
-		}
+		checkRunningCounts(t, readCounts(t, ctx, js, before, true), sent)
 	}
 	t.Logf("%d records counted, %d restarts; %s", before, st.Restarts, st.Reason)
 	if st.Restarts < wantRestarts {

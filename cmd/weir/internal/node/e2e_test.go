@@ -354,6 +354,22 @@ func mustPartitionedInput(t *testing.T, ctx context.Context, js jetstream.JetStr
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(4,1)}}.{{wildcard(1)}}"}})
 }
 
+// checkRunningCounts checks that every key k of sent has the running
+// counts 1..sent[k] in counts, each once and in order.
+func checkRunningCounts(t *testing.T, counts map[string][]int, sent map[string]int) {
+	t.Helper()
+	for k, n := range sent {
+		got := counts[k]
+		ok := len(got) == n
+		for i := 0; ok && i < n; i++ {
+			ok = got[i] == i+1
+		}
+		if !ok {
+			t.Errorf("key %s: counts %v, want 1..%d exactly once", k, summarize(got), n)
+		}
+	}
+}
+
 func summarize(c []int) string {
 	if len(c) <= 12 {
 		return fmt.Sprint(c)

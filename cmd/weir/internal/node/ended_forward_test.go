@@ -144,15 +144,5 @@ checkpointing: {interval: 200ms, timeout: 10s}
 	if fin.State != control.JobFinished {
 		t.Fatalf("restored job %s: %s", fin.State, fin.Reason)
 	}
-	counts := readCounts(t, ctx, js, total, true)
-	for k, n := range sent {
-		got := counts[k]
-		ok := len(got) == n
-		for i := 0; ok && i < n; i++ {
-			ok = got[i] == i+1
-		}
-		if !ok {
-			t.Errorf("key %s: counts %v, want 1..%d exactly once", k, summarize(got), n)
-		}
-	}
+	checkRunningCounts(t, readCounts(t, ctx, js, total, true), sent)
 }

@@ -131,15 +131,5 @@ func (in *keyedInput) await() {
 // every key's running counts to go 1..n with no gap and no repeat.
 func (in *keyedInput) checkCounts() {
 	in.t.Helper()
-	counts := readCounts(in.t, in.ctx, in.js, in.total, true)
-	for k, want := range in.sent {
-		got := counts[k]
-		ok := len(got) == want
-		for i := 0; ok && i < len(got); i++ {
-			ok = got[i] == i+1
-		}
-		if !ok {
-			in.t.Errorf("key %s: counts %s, want 1..%d with no gap or repeat", k, summarize(got), want)
-		}
-	}
+	checkRunningCounts(in.t, readCounts(in.t, in.ctx, in.js, in.total, true), in.sent)
 }
