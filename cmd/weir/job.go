@@ -155,7 +155,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			printFailures(std.Out, st.Failures)
 		}
 	case "stop":
-		fmt.Fprintf(std.Err, "stopping %s with a savepoint …\n", pos[1])
+		progress(ctx, api, std.Err, pos[1], "stopping %s with a savepoint …\n")
 		api.Timeout = savepointWait
 		cp, err := api.StopJob(ctx, pos[1])
 		if err != nil {
@@ -175,7 +175,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 		}
 	case "savepoint":
-		fmt.Fprintf(std.Err, "taking a savepoint of %s …\n", pos[1])
+		progress(ctx, api, std.Err, pos[1], "taking a savepoint of %s …\n")
 		api.Timeout = savepointWait
 		cp, err := api.Savepoint(ctx, pos[1])
 		if err != nil {
@@ -214,6 +214,16 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, *from)
 	}
 	return nil
+}
+
+// progress prints format (with the job's name) to w before a request
+// that may take a while — unless the job has ended, when the request is
+// refused at once and the line would only precede the refusal.
+func progress(ctx context.Context, api *control.APIClient, w io.Writer, job, format string) {
+	if st, err := api.Job(ctx, job); err == nil && st.State.Terminal() {
+		return
+	}
+	fmt.Fprintf(w, format, job)
 }
 
 // printJobs prints one line per job. CHECKPOINT is the job's latest

@@ -371,8 +371,8 @@ func TestEndedJobHasNothingToCancel(t *testing.T) {
 		want string
 	}{
 		{[]string{"job", "cancel", "-nats", url, "tap"}, ended + "cancel\n"},
-		{[]string{"job", "stop", "-nats", url, "tap"}, "stopping tap with a savepoint …\n" + ended + "stop" + latest},
-		{[]string{"job", "savepoint", "-nats", url, "tap"}, "taking a savepoint of tap …\n" + ended + "take a savepoint of" + latest},
+		{[]string{"job", "stop", "-nats", url, "tap"}, ended + "stop" + latest},
+		{[]string{"job", "savepoint", "-nats", url, "tap"}, ended + "take a savepoint of" + latest},
 	} {
 		code, out, errs := weir(c.args...)
 		if code != 1 || out != "" || errs != c.want {
