@@ -49,21 +49,9 @@ func TestRecoverPastTheDuplicateWindow(t *testing.T) {
 			if c.keyed != "" {
 				cfg.Subject = c.keyed
 			}
-			a, err := NewExactlyOnce(ctx, nc, cfg)
-			must(t, err)
-			defer a.Close()
-			must(t, a.Write(ctx, batchOf(0, 100)))
-			state, err := a.PreCommit(ctx, 1)
-			must(t, err)
 			// The commit the crash cut: the first 40 records, with the
 			// ids and batches of the whole checkpoint's.
-			st, err := decodeState(state)
-			must(t, err)
-			recs, err := abi.DecodeBatch(st[0].batch)
-			must(t, err)
-			cut := st[0]
-			cut.batch = abi.EncodeBatch(recs[:40]...)
-			must(t, a.publish(ctx, a.prefix, []staged{cut}))
+			state := stageAndCut(t, ctx, nc, cfg)
 
 			time.Sleep(2 * scfg.Duplicates) // the stream forgets the ids
 			recoverNew(t, ctx, nc, cfg, 1, state)
