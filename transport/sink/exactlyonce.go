@@ -34,13 +34,23 @@ var ErrDuplicateWindowTooShort = errors.New("stream duplicate window too short f
 var ErrMalformedState = errors.New("malformed exactly-once sink state")
 
 // ErrStagedSubjectNotStored is wrapped by the error of a recovery whose
-// staged output was staged on a subject its sink's stream no longer
-// stores (the stream's subjects changed since). A staged checkpoint is
-// re-committed on the subjects it was staged with, where the commit a
-// crash cut may have stored part of it: published anywhere else it would
-// be split, or stored twice past the duplicate window. Every restore of
-// the checkpoint meets it again; the stream's subjects need fixing.
-var ErrStagedSubjectNotStored = errors.New("staged output's subject not stored by the sink's stream")
+// staged output was staged on a subject its stream — the sink's, or the
+// one the checkpoint was staged for — no longer stores (the stream's
+// subjects changed since). A staged checkpoint is re-committed on the
+// subjects it was staged with, in the stream it was staged for, where the
+// commit a crash cut may have stored part of it: published anywhere else
+// it would be split, or stored twice past the duplicate window. Every
+// restore of the checkpoint meets it again; the stream's subjects need
+// fixing.
+var ErrStagedSubjectNotStored = errors.New("staged output's subject not stored by its stream")
+
+// ErrStagedStreamNotFound is wrapped by the error of a recovery whose
+// staged output was staged for a stream that no longer exists: a restore
+// moved the sink to another stream (ExactlyOnceConfig.Stream), and the
+// stream the checkpoint was staged for, where the commit a crash cut may
+// have stored part of it, was deleted since. Every restore of the
+// checkpoint meets it again; the stream needs creating.
+var ErrStagedStreamNotFound = errors.New("staged output's stream not found")
 
 // Atomic batch sizes.
 const (
@@ -69,7 +79,11 @@ const EndCheckpointID = math.MaxInt64
 // ExactlyOnceConfig configures an exactly-once JetStream sink.
 type ExactlyOnceConfig struct {
 	// Stream is the stream that captures Subject; its duplicate window is
-	// checked and its AllowAtomicPublish decides the publish mode.
+	// checked and its AllowAtomicPublish decides the publish mode. The
+	// staged state records it with each checkpoint: a checkpoint staged
+	// for another Stream (a restore with a changed spec) is re-committed
+	// to that stream, on the subjects it was staged with, and only output
+	// staged since goes to this one.
 	Stream string
 	// Subject is where records are published: a subject of the stream, or
 	// a keyed template ("out.{key}": each record on "out." and its key,
@@ -192,6 +206,50 @@ type staged struct {
 	// rt is the route of subject, set by Recover when it differs from
 	// the sink's; nil: the sink's route.
 	rt *route
+	// stream is the sink's stream (ExactlyOnceConfig.Stream) when the
+	// entry was staged: its records are published there, also when a
+	// restore moved the sink to another stream since ("" in states before
+	// version 5: the sink's stream now).
+	stream string
+	// tgt is stream as Recover found it, set when it differs from the
+	// sink's; nil: the sink's stream.
+	tgt *target
+}
+
+// target is a stream staged output is published to, as the sink found it:
+// the sink's stream, or the one a restored checkpoint was staged for.
+type target struct {
+	stream string
+	// subjects are the stream's subjects, which a staged checkpoint's
+	// subject must be among when it is recovered.
+	subjects []string
+	// window is the stream's duplicate window: how long it recognizes a
+	// message id it stored.
+	window time.Duration
+	// perSubject is the stream's max_msgs_per_subject (<= 0: no limit):
+	// a read-back cannot find what the limit removed.
+	perSubject  int64
+	transformed bool // the stream stores the sink's subject transformed
+	plan        PublishPlan
+}
+
+// newTarget is stream, configured as cfg, for a sink that publishes in
+// mode, in atomic batches of up to batchSize messages.
+func newTarget(cfg jetstream.StreamConfig, mode PublishMode, batchSize int) (target, error) {
+	plan, err := PlanPublish(mode, cfg, batchSize)
+	if err != nil {
+		return target{}, err
+	}
+	return target{
+		stream:     cfg.Name,
+		subjects:   cfg.Subjects,
+		window:     cfg.Duplicates,
+		perSubject: cfg.MaxMsgsPerSubject,
+		// A stream that transforms subjects stores the sink's messages
+		// under another subject: a read-back then reads the whole stream.
+		transformed: cfg.SubjectTransform != nil,
+		plan:        plan,
+	}, nil
 }
 
 // ExactlyOnce stages the records written between checkpoints n-1 and n as
@@ -210,23 +268,13 @@ type staged struct {
 type ExactlyOnce struct {
 	cfg    ExactlyOnceConfig
 	js     jetstream.JetStream
-	plan   PublishPlan
+	target // the sink's stream
 	prefix string
 	// maxPayload is the server's max_payload: no record larger than a
 	// message can hold is staged.
 	maxPayload int64
-	// window is the stream's duplicate window: how long it recognizes a
-	// message id it stored. now is the clock (a test moves it).
-	window      time.Duration
-	now         func() time.Time
-	transformed bool // the stream stores the sink's subject transformed
-	route       route
-	// streamSubjects are the stream's subjects, which a staged
-	// checkpoint's subject must be among when it is recovered.
-	streamSubjects []string
-	// perSubject is the stream's max_msgs_per_subject (<= 0: no limit):
-	// a read-back cannot find what the limit removed.
-	perSubject int64
+	now        func() time.Time // the clock (a test moves it)
+	route      route
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
 	curN     int    // how many
@@ -292,20 +340,12 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err := CheckDurable(scfg); err != nil {
 		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
 	}
-	s.window = scfg.Duplicates
-	s.perSubject = scfg.MaxMsgsPerSubject
 	if s.route, err = newRoute(cfg.Subject, cfg.Stream, scfg.Subjects); err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
 	}
-	s.streamSubjects = scfg.Subjects
-	// A stream that transforms subjects stores the sink's messages under
-	// another subject: a read-back then reads the whole stream.
-	s.transformed = scfg.SubjectTransform != nil
-	plan, err := PlanPublish(cfg.Publish, scfg, cfg.BatchSize)
-	if err != nil {
+	if s.target, err = newTarget(scfg, cfg.Publish, cfg.BatchSize); err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
 	}
-	s.plan = plan
 	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -484,7 +524,7 @@ func (s *ExactlyOnce) stageCurrent(id int64) {
 		return
 	}
 	binary.LittleEndian.PutUint32(s.cur, uint32(s.curN))
-	e := staged{id: id, batch: s.cur, at: s.now().UnixNano(), subject: s.cfg.Subject}
+	e := staged{id: id, batch: s.cur, at: s.now().UnixNano(), subject: s.cfg.Subject, stream: s.cfg.Stream}
 	if s.plan.Mode == PublishAtomic || (s.plan.Large && s.curN >= LargeCheckpoint) {
 		e.chunk, e.chunkBytes = uint32(s.plan.AtomicMax), MaxAtomicChunkBytes
 	}
@@ -665,10 +705,12 @@ func (s *ExactlyOnce) reapOldest() error {
 
 // Recover publishes (again) what state — the result of PreCommit(id) —
 // staged, waits until it is stored, and drops everything written or staged
-// since. Each staged checkpoint goes to the subject it was staged with,
-// where the commit it repeats went, also when the sink's subject has
-// changed since; one whose subject the stream no longer stores fails the
-// recovery with ErrStagedSubjectNotStored before anything is published.
+// since. Each staged checkpoint goes to the subject it was staged with, in
+// the stream it was staged for, where the commit it repeats went, also
+// when the sink's subject or stream has changed since. One whose stream no
+// longer exists fails the recovery with ErrStagedStreamNotFound, one whose
+// subject its stream no longer stores with ErrStagedSubjectNotStored,
+// before anything is published.
 func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error {
 	st, err := decodeState(state)
 	if err != nil {
@@ -678,9 +720,13 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 		return err
 	}
 	s.cur, s.curN = nil, 0
+	targets := map[string]*target{} // the streams of st other than the sink's, looked up once each
 	for i := range st {
 		if st[i].legacy && s.plan.Mode == PublishAtomic {
 			st[i].chunk = MaxAtomicBatch
+		}
+		if err := s.stagedTarget(ctx, &st[i], targets); err != nil {
+			return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
 		}
 		if err := s.stagedRoute(&st[i]); err != nil {
 			return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
@@ -696,32 +742,102 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 	return s.Wait(ctx)
 }
 
+// stagedTarget sets the stream e is re-committed to: the one it was
+// staged for, which a restore with a changed spec may have moved the sink
+// away from since (stream OUT → ORDERS). The commit a crash cut stored
+// part of it there, so the re-commit completes it there, in the best
+// publish mode that stream allows of the sink's (PublishAuto when it does
+// not allow the sink's mode), and a read-back past that stream's duplicate
+// window reads that stream. Output staged after the restore goes to the
+// sink's new stream. State from before version 5 recorded no stream: it is
+// re-committed to the sink's. targets holds the streams looked up so far,
+// so that each is looked up once.
+//
+// A stream that no longer exists fails the recovery with
+// ErrStagedStreamNotFound before anything is published; one that is not
+// durable, with ErrStreamNotDurable.
+func (s *ExactlyOnce) stagedTarget(ctx context.Context, e *staged, targets map[string]*target) error {
+	if e.stream == "" || e.stream == s.cfg.Stream {
+		return nil
+	}
+	if t := targets[e.stream]; t != nil {
+		e.tgt = t
+		return nil
+	}
+	st, err := s.js.Stream(ctx, e.stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		subj := e.subject
+		if tm, err := subject.Parse(e.subject); err == nil {
+			subj = tm.Filter()
+		}
+		return fmt.Errorf("%w: staged checkpoint %d goes to stream %s (the stream it was staged for), which does not exist; create it, storing subjects %s",
+			ErrStagedStreamNotFound, e.id, e.stream, subj)
+	case errors.Is(err, jetstream.ErrInvalidStreamName):
+		return fmt.Errorf("%w: staged checkpoint %d: %w", ErrMalformedState, e.id, err)
+	case err != nil:
+		return fmt.Errorf("staged checkpoint %d: stream %s (the stream it was staged for): %w", e.id, e.stream, err)
+	}
+	cfg := st.CachedInfo().Config
+	if err := CheckDurable(cfg); err != nil {
+		return fmt.Errorf("staged checkpoint %d: %w", e.id, err)
+	}
+	t, err := newTarget(cfg, s.cfg.Publish, s.cfg.BatchSize)
+	if err != nil { // the sink's mode is one the stream does not allow
+		if t, err = newTarget(cfg, PublishAuto, s.cfg.BatchSize); err != nil {
+			return fmt.Errorf("staged checkpoint %d: %w", e.id, err)
+		}
+	}
+	targets[e.stream], e.tgt = &t, &t
+	return nil
+}
+
+// targetOf is the stream e is published to: the one Recover found for it,
+// or the sink's.
+func (s *ExactlyOnce) targetOf(e *staged) *target {
+	if e.tgt != nil {
+		return e.tgt
+	}
+	return &s.target
+}
+
 // stagedRoute sets the route e is re-committed on: that of the subject it
 // was staged with, which a restore with a changed spec may have changed
-// since (out.{key} → orders.{key}.created). The commit a crash cut
-// published there, so the re-commit does what it would have done: a
-// reader of the old subjects gets the whole checkpoint, none of it lands
-// on the new ones, and a read-back past the duplicate window finds what
-// the cut commit stored where it stored it. Output staged after the
-// restore goes to the sink's new subject. State from before version 4
-// recorded no subject: it is re-committed on the sink's.
+// since (out.{key} → orders.{key}.created), in the stream it was staged
+// for (stagedTarget, called first). The commit a crash cut published
+// there, so the re-commit does what it would have done: a reader of the
+// old subjects gets the whole checkpoint, none of it lands on the new
+// ones, and a read-back past the duplicate window finds what the cut
+// commit stored where it stored it. Output staged after the restore goes
+// to the sink's new subject. State from before version 4 recorded no
+// subject: it is re-committed on the sink's.
 //
-// A record whose subject the stream does not store (its subjects changed
-// too) fails the recovery before anything is published — rather than
-// every commit of the checkpoint, or a publish that another stream
-// storing that subject now would take.
+// A record whose subject its stream does not store (the stream's subjects
+// changed too) fails the recovery before anything is published — rather
+// than every commit of the checkpoint, or a publish that another stream
+// storing that subject now would take. Messages are addressed by subject
+// alone (the sink sets no Nats-Expected-Stream): JetStream lets one
+// stream at most store a subject, so a subject the stream stores lands
+// in that stream.
 func (s *ExactlyOnce) stagedRoute(e *staged) error {
-	rt, subj, on := &s.route, s.cfg.Subject, ""
+	tg := s.targetOf(e)
+	rt, subj, on, in := &s.route, s.cfg.Subject, "", ""
 	if e.subject != "" && e.subject != s.cfg.Subject {
-		r, err := newRoute(e.subject, s.cfg.Stream, s.streamSubjects)
-		if err != nil {
-			return fmt.Errorf("%w: staged checkpoint %d: subject %s: %w", ErrMalformedState, e.id, e.subject, err)
-		}
-		rt, subj, on = &r, e.subject, " (the subject it was staged with)"
+		subj, on = e.subject, " (the subject it was staged with)"
 	}
-	if !rt.tmpl.Keyed() && len(s.streamSubjects) > 0 && !subject.Captured(s.streamSubjects, subj) {
-		return fmt.Errorf("%w: staged checkpoint %d goes to subject %s%s, which stream %s does not store (its subjects: %s); add it to the stream's subjects",
-			ErrStagedSubjectNotStored, e.id, subj, on, s.cfg.Stream, strings.Join(s.streamSubjects, ", "))
+	if tg != &s.target {
+		in = " (the stream it was staged for)"
+	}
+	if subj != s.cfg.Subject || tg != &s.target {
+		r, err := newRoute(subj, tg.stream, tg.subjects)
+		if err != nil {
+			return fmt.Errorf("%w: staged checkpoint %d: subject %s: %w", ErrMalformedState, e.id, subj, err)
+		}
+		rt = &r
+	}
+	if !rt.tmpl.Keyed() && len(tg.subjects) > 0 && !subject.Captured(tg.subjects, subj) {
+		return fmt.Errorf("%w: staged checkpoint %d goes to subject %s%s, which stream %s%s does not store (its subjects: %s); add it to the stream's subjects",
+			ErrStagedSubjectNotStored, e.id, subj, on, tg.stream, in, strings.Join(tg.subjects, ", "))
 	}
 	if err := rt.check(e.batch); err != nil {
 		if e.subject == "" {
@@ -746,31 +862,57 @@ func (s *ExactlyOnce) routeOf(e *staged) *route {
 // checkpoint and the one recovering it may be.
 const clockSkew = 5 * time.Second
 
-// skipStored finds, for each staged entry the stream may no longer
-// deduplicate — staged longer ago than its duplicate window, as when a
-// crashed worker or `weir up` came back after several minutes — which of
-// its records the stream already holds, and marks them to be skipped: a
-// commit cut by the crash had stored part of the checkpoint, and
-// publishing that part again would store it twice, its ids forgotten. It
-// reads the subjects those entries were staged with (every subject of a
-// keyed sink; the sink's subject may have changed since) from the time
-// the oldest such entry was staged (headers only) for message ids of this
-// task. Entries within the window are left to JetStream's deduplication,
-// which also covers a task of the earlier attempt still publishing; past
-// the window that task has long been canceled.
+// skipStored finds, for each staged entry its stream may no longer
+// deduplicate — staged longer ago than that stream's duplicate window, as
+// when a crashed worker or `weir up` came back after several minutes —
+// which of its records the stream already holds, and marks them to be
+// skipped: a commit cut by the crash had stored part of the checkpoint,
+// and publishing that part again would store it twice, its ids forgotten.
+// It reads each stream those entries were staged for (readBack), then
+// extends what it found (skipRemoved). Entries within the window are left
+// to JetStream's deduplication, which also covers a task of the earlier
+// attempt still publishing; past the window that task has long been
+// canceled.
 func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 	need := map[int64]*staged{}
-	var (
-		since   int64
-		filters []string // the subject filters of the entries in need
-		whole   bool     // two of them overlap: read the whole stream
-	)
+	var targets []*target // the streams of the entries in need, in order
 	for i := range st {
 		e := &st[i]
-		if e.at == 0 || s.now().Sub(time.Unix(0, e.at))+clockSkew < s.window {
+		tg := s.targetOf(e)
+		if e.at == 0 || s.now().Sub(time.Unix(0, e.at))+clockSkew < tg.window {
 			continue
 		}
 		need[e.id] = e
+		if !slices.Contains(targets, tg) {
+			targets = append(targets, tg)
+		}
+	}
+	for _, tg := range targets {
+		if err := s.readBack(ctx, tg, need); err != nil {
+			return err
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	return s.skipRemoved(st, need)
+}
+
+// readBack marks the records of the entries in need staged for stream tg
+// that the stream holds. It reads the subjects those entries were staged
+// with (every subject of a keyed sink; the sink's subject may have changed
+// since) from the time the oldest of them was staged (headers only) for
+// message ids of this task.
+func (s *ExactlyOnce) readBack(ctx context.Context, tg *target, need map[int64]*staged) error {
+	var (
+		since   int64
+		filters []string // the subject filters of the entries
+		whole   bool     // two of them overlap: read the whole stream
+	)
+	for _, e := range need {
+		if s.targetOf(e) != tg {
+			continue
+		}
 		if since == 0 || e.at < since {
 			since = e.at
 		}
@@ -781,12 +923,9 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 			filters = append(filters, f)
 		}
 	}
-	if len(need) == 0 {
-		return nil
-	}
-	stream, err := s.js.Stream(ctx, s.cfg.Stream)
+	stream, err := s.js.Stream(ctx, tg.stream)
 	if err != nil {
-		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+		return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 	}
 	// The last message the read-back must reach: the subject's, or the
 	// stream's when the stream transforms subjects.
@@ -795,20 +934,21 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 		lastTime time.Time
 		filter   []string
 	)
-	if s.transformed || whole {
+	if tg.transformed || whole {
 		info, err := stream.Info(ctx)
 		if err != nil {
-			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+			return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 		}
 		lastSeq, lastTime = info.State.LastSeq, info.State.LastTime
 	} else {
+		slices.Sort(filters) // need is a map: the same consumer for the same entries
 		for _, f := range filters {
 			last, err := stream.GetLastMsgForSubject(ctx, f)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue // nothing stored on these subjects at all
 			}
 			if err != nil {
-				return fmt.Errorf("read back stream %s subjects %s: %w", s.cfg.Stream, f, err)
+				return fmt.Errorf("read back stream %s subjects %s: %w", tg.stream, f, err)
 			}
 			if last.Sequence > lastSeq {
 				lastSeq, lastTime = last.Sequence, last.Time
@@ -820,18 +960,18 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 	if lastSeq == 0 || lastTime.Before(start) {
 		return nil
 	}
-	cons, err := s.js.OrderedConsumer(ctx, s.cfg.Stream, jetstream.OrderedConsumerConfig{
+	cons, err := s.js.OrderedConsumer(ctx, tg.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: filter,
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
 		HeadersOnly:    true,
 	})
 	if err != nil {
-		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+		return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
-		return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+		return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 	}
 	defer it.Stop()
 	for {
@@ -840,30 +980,31 @@ func (s *ExactlyOnce) skipStored(ctx context.Context, st []staged) error {
 		m, err := it.Next(jetstream.NextContext(rctx))
 		cancel()
 		if err != nil {
-			return fmt.Errorf("read back stream %s up to sequence %d: %w", s.cfg.Stream, lastSeq, err)
+			return fmt.Errorf("read back stream %s up to sequence %d: %w", tg.stream, lastSeq, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("read back stream %s: %w", s.cfg.Stream, err)
+			return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 		}
 		ckpt, index, ok := s.parseID(m.Headers().Get(jetstream.MsgIDHeader))
-		if e := need[ckpt]; ok && e != nil {
+		if e := need[ckpt]; ok && e != nil && s.targetOf(e) == tg {
 			if e.skip == nil {
 				e.skip = map[int]bool{}
 			}
 			e.skip[index] = true
 		}
 		if md.Sequence.Stream >= lastSeq {
-			return s.skipRemoved(st, need)
+			return nil
 		}
 	}
 }
 
-// skipRemoved extends the skips a read-back found (in need, entries of st)
-// to records the stream may hold no longer although they were stored, so
-// that a re-commit does not bring them back over newer ones. Entries are
-// published in order, each once the one before it is stored whole (every
-// message acknowledged), so:
+// skipRemoved extends the skips the read-backs found (in need, entries of
+// st) to records their stream may hold no longer although they were
+// stored, so that a re-commit does not bring them back over newer ones.
+// Entries are published in order, each once the one before it is stored
+// whole (every message acknowledged) — also when they go to different
+// streams —, so:
 //   - an entry before the last one with a record found is stored whole;
 //   - in that entry, an atomic batch up to the last one found, by its first
 //     id or its last, is stored (each batch is committed once the one
@@ -907,7 +1048,7 @@ func (s *ExactlyOnce) skipRemoved(st []staged, need map[int64]*staged) error {
 					break
 				}
 			}
-		case s.perSubject > 0:
+		case s.targetOf(e).perSubject > 0:
 			after := map[string]int64{} // records found after, per subject
 			for j := len(recs) - 1; j >= 0; j-- {
 				subj, err := s.routeOf(e).subject(recs[j].Key)
@@ -917,7 +1058,7 @@ func (s *ExactlyOnce) skipRemoved(st []staged, need map[int64]*staged) error {
 				switch {
 				case e.skip[j]:
 					after[subj]++
-				case after[subj] >= s.perSubject:
+				case after[subj] >= s.targetOf(e).perSubject:
 					e.skip[j] = true
 				}
 			}
@@ -1021,25 +1162,27 @@ func (s *ExactlyOnce) msg(rt *route, r abi.Record, id string) (*nats.Msg, error)
 	return &nats.Msg{Subject: subj, Data: r.Value, Header: h}, nil
 }
 
-// publish publishes entries in order: each run of entries whose records
-// carry a message id each as one fast batch (or by async publish, when the
-// stream does not allow batched publish), each entry staged for atomic
-// batches batch by batch; each entry's records on the subjects of its
-// route (routeOf).
+// publish publishes entries in order: each run of entries for the same
+// stream whose records carry a message id each as one fast batch (or by
+// async publish, when the stream does not allow batched publish), each
+// entry staged for atomic batches batch by batch; each entry's records on
+// the subjects of its route (routeOf), in the stream it was staged for
+// (targetOf).
 func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []staged) error {
 	for i := 0; i < len(entries); {
+		tg := s.targetOf(&entries[i])
 		if entries[i].chunk > 0 {
-			if err := s.publishChunks(ctx, prefix, entries[i]); err != nil {
+			if err := s.publishChunks(ctx, tg, prefix, entries[i]); err != nil {
 				return err
 			}
 			i++
 			continue
 		}
 		j := i + 1
-		for j < len(entries) && entries[j].chunk == 0 {
+		for j < len(entries) && entries[j].chunk == 0 && s.targetOf(&entries[j]) == tg {
 			j++
 		}
-		if s.plan.Mode == PublishFast {
+		if tg.plan.Mode == PublishFast {
 			if err := s.publishFast(ctx, prefix, entries[i:j]); err != nil {
 				return err
 			}
@@ -1061,12 +1204,12 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 
 // publishChunks publishes the records of e as atomic batches cut the way
 // e records: up to e.chunk records and e.chunkBytes record bytes each, so
-// a re-commit repeats the batches and their ids.
-func (s *ExactlyOnce) publishChunks(ctx context.Context, prefix string, e staged) error {
-	if int(e.chunk) > s.plan.AtomicMax {
-		now := fmt.Sprintf("stream %s does not allow atomic publish", s.cfg.Stream)
-		if s.plan.AtomicMax > 0 {
-			now = fmt.Sprintf("the sink's batch size is %d", s.plan.AtomicMax)
+// a re-commit repeats the batches and their ids. tg is e's stream.
+func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix string, e staged) error {
+	if int(e.chunk) > tg.plan.AtomicMax {
+		now := fmt.Sprintf("stream %s does not allow atomic publish", tg.stream)
+		if tg.plan.AtomicMax > 0 {
+			now = fmt.Sprintf("the sink's batch size is %d", tg.plan.AtomicMax)
 		}
 		return fmt.Errorf("exactly-once sink %s: checkpoint %d was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
 			s.cfg.Subject, e.id, e.chunk, now, e.chunk)
@@ -1338,20 +1481,22 @@ func (s *ExactlyOnce) publishAsync(ctx context.Context, rt *route, prefix string
 	return nil
 }
 
-// State layout: "WEOS" version:u8 count:u32, then count entries; version 4:
-// (id:i64 at:i64 chunk:u32 chunkBytes:u32 subjectLen:u16 subject len:u32
-// batch), subject the sink's subject when the entry was staged ("": not
-// recorded); versions 3 (id:i64 at:i64 chunk:u32 chunkBytes:u32 len:u32
-// batch), 2 (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch) and 1 (id:i64
-// len:u32 batch) are read, not written.
+// State layout: "WEOS" version:u8 count:u32, then count entries; version 5:
+// (id:i64 at:i64 chunk:u32 chunkBytes:u32 subjectLen:u16 subject
+// streamLen:u16 stream len:u32 batch), subject and stream the sink's
+// subject and stream when the entry was staged ("": not recorded);
+// versions 4 (id:i64 at:i64 chunk:u32 chunkBytes:u32 subjectLen:u16
+// subject len:u32 batch), 3 (id:i64 at:i64 chunk:u32 chunkBytes:u32
+// len:u32 batch), 2 (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch) and 1
+// (id:i64 len:u32 batch) are read, not written.
 var stateMagic = []byte("WEOS")
 
-const stateVersion = 4
+const stateVersion = 5
 
 func encodeState(st []staged) []byte {
 	size := len(stateMagic) + 5
 	for _, e := range st {
-		size += 30 + len(e.subject) + len(e.batch)
+		size += 32 + len(e.subject) + len(e.stream) + len(e.batch)
 	}
 	out := make([]byte, 0, size)
 	out = append(out, stateMagic...)
@@ -1364,6 +1509,8 @@ func encodeState(st []staged) []byte {
 		out = binary.LittleEndian.AppendUint32(out, e.chunkBytes)
 		out = binary.LittleEndian.AppendUint16(out, uint16(len(e.subject))) // at most subject.MaxLen
 		out = append(out, e.subject...)
+		out = binary.LittleEndian.AppendUint16(out, uint16(len(e.stream))) // a stream's name has at most 255 bytes
+		out = append(out, e.stream...)
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.batch)))
 		out = append(out, e.batch...)
 	}
@@ -1378,7 +1525,7 @@ func decodeState(b []byte) ([]staged, error) {
 		return nil, fmt.Errorf("%w: bad header", ErrMalformedState)
 	}
 	version := b[4]
-	var head int // an entry's bytes before its batch (version 4: and its subject)
+	var head int // an entry's bytes before its batch (version 4: and its subject; 5: and its stream)
 	switch version {
 	case 1:
 		head = 12 // id, len
@@ -1386,8 +1533,10 @@ func decodeState(b []byte) ([]staged, error) {
 		head = 20 // id, chunk, chunkBytes, len
 	case 3:
 		head = 28 // id, at, chunk, chunkBytes, len
-	case stateVersion:
+	case 4:
 		head = 30 // id, at, chunk, chunkBytes, subjectLen, len
+	case stateVersion:
+		head = 32 // id, at, chunk, chunkBytes, subjectLen, streamLen, len
 	default:
 		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, version)
 	}
@@ -1407,12 +1556,12 @@ func decodeState(b []byte) ([]staged, error) {
 		case 2:
 			e.chunk = binary.LittleEndian.Uint32(b[off+8:])
 			e.chunkBytes = binary.LittleEndian.Uint32(b[off+12:])
-		case 3, stateVersion:
+		case 3, 4, stateVersion:
 			e.at = int64(binary.LittleEndian.Uint64(b[off+8:]))
 			e.chunk = binary.LittleEndian.Uint32(b[off+16:])
 			e.chunkBytes = binary.LittleEndian.Uint32(b[off+20:])
 		}
-		if version == stateVersion {
+		if version >= 4 {
 			sl := int(binary.LittleEndian.Uint16(b[off+24:]))
 			if sl > len(b)-off-head {
 				return nil, fmt.Errorf("%w: entry %d subject of %d bytes passes the end", ErrMalformedState, i, sl)
@@ -1422,6 +1571,15 @@ func decodeState(b []byte) ([]staged, error) {
 			// whose subject never changed unreadable.
 			e.subject = string(b[off+26 : off+26+sl])
 			off += sl // the subject is in the middle of the entry's head
+		}
+		if version >= 5 {
+			tl := int(binary.LittleEndian.Uint16(b[off+26:]))
+			if tl > len(b)-off-head {
+				return nil, fmt.Errorf("%w: entry %d stream of %d bytes passes the end", ErrMalformedState, i, tl)
+			}
+			// Checked where it is used (stagedTarget), as the subject is.
+			e.stream = string(b[off+28 : off+28+tl])
+			off += tl // so is the stream
 		}
 		id := e.id
 		l := uint64(binary.LittleEndian.Uint32(b[off+head-4:]))
