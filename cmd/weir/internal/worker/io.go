@@ -40,29 +40,35 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // publish (sink.ErrBadKey: its key cannot form its keyed sink's subject;
 // sink.ErrRecordTooLarge: no message can carry it) — the replay meets it
 // again, and the operator, the stream's subjects or the server's
-// max_payload need fixing —, a checkpoint's staged output on a subject the
-// sink's stream no longer stores (sink.ErrStagedSubjectNotStored: the
-// checkpoint holds it; the stream's subjects need fixing), a task snapshot
+// max_payload need fixing —, a checkpoint's staged output on a subject its
+// stream no longer stores (sink.ErrStagedSubjectNotStored: the checkpoint
+// holds it; the stream's subjects need fixing) or for a stream that no
+// longer exists (sink.ErrStagedStreamNotFound: below), a task snapshot
 // that is corrupt (snapshot.ErrCorrupt: every restart restores the same
 // latest checkpoint, and falling back to an older one on its own would
 // repeat the output exactly-once sinks committed since; a person chooses,
 // with weir job restore -from). The job fails at once with the reason instead of using
 // up its restart strategy.
 //
-// A stream that does not exist is not among them. The coordinator refuses
-// a spec naming a missing stream at submit (job.Options.JetStream), so a
-// stream missing at deploy was there when the job started: it was deleted,
-// or is being restored or recreated, and another attempt may find it again.
-// The restart strategy bounds how long the job waits for it; then the job
-// fails with the same reason. A module, by contrast, is pinned at submit
-// to the digest of its bytes: once those bytes are gone no restart finds
-// them.
+// A stream the spec names that does not exist is not among them. The
+// coordinator refuses a spec naming a missing stream at submit
+// (job.Options.JetStream), so a stream missing at deploy was there when
+// the job started: it was deleted, or is being restored or recreated, and
+// another attempt may find it again. The restart strategy bounds how long
+// the job waits for it; then the job fails with the same reason. A
+// module, by contrast, is pinned at submit to the digest of its bytes:
+// once those bytes are gone no restart finds them. So is, in effect, the
+// stream a checkpoint's output was staged for when a restore moved the
+// sink to another one: the spec no longer names it, so nothing checked it
+// at submit, it was most likely deleted on purpose after the move, and
+// every restart restores the same checkpoint until the job completes one
+// of its own.
 func Unrecoverable(err error) bool {
 	var invalid *wasm.ValidationError
 	return errors.Is(err, control.ErrUnrecoverable) ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
 		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge) ||
-		errors.Is(err, sink.ErrStagedSubjectNotStored) ||
+		errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrStagedStreamNotFound) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
 		errors.As(err, &invalid)
