@@ -11,6 +11,14 @@
 // its key (see transport/subject); a key that cannot form a subject fails
 // the write with an error wrapping ErrBadKey, before anything of the batch
 // is published or staged.
+//
+// An exactly-once sink's staged output belongs to the subject and stream it
+// was staged for, which its state records: a restore whose spec changed the
+// sink's subject or stream re-commits each staged checkpoint where it was
+// staged — the commit a crash cut stored part of it there — and publishes
+// only output staged since on the new subject and stream. Staged output
+// its stream can no longer take fails the recovery before anything is
+// published (ErrStagedSubjectNotStored, ErrStagedStreamNotFound).
 package sink
 
 import (

@@ -745,10 +745,10 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 // stagedTarget sets the stream e is re-committed to: the one it was
 // staged for, which a restore with a changed spec may have moved the sink
 // away from since (stream OUT → ORDERS). The commit a crash cut stored
-// part of it there, so the re-commit completes it there, in the best
-// publish mode that stream allows of the sink's (PublishAuto when it does
-// not allow the sink's mode), and a read-back past that stream's duplicate
-// window reads that stream. Output staged after the restore goes to the
+// part of it there, so the re-commit completes it there — in the sink's
+// publish mode if that stream allows it, else in the best one it does
+// (PublishAuto) — and a read-back past that stream's duplicate window
+// reads that stream. Output staged after the restore goes to the
 // sink's new stream. State from before version 5 recorded no stream: it is
 // re-committed to the sink's. targets holds the streams looked up so far,
 // so that each is looked up once.
