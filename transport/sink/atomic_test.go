@@ -84,7 +84,8 @@ func TestPlanPublish(t *testing.T) {
 		{PublishFast, both, 100_000, PublishPlan{Mode: PublishFast, AtomicMax: 100_000}, ""},
 		{PublishAuto, jetstream.StreamConfig{Name: "OUT", AllowBatchPublish: true}, 100_000, PublishPlan{Mode: PublishFast}, ""},
 		{PublishAuto, jetstream.StreamConfig{Name: "OUT", AllowAtomicPublish: true}, 0, PublishPlan{Mode: PublishAtomic, AtomicMax: MaxAtomicBatch}, ", batches of up to 1000"},
-		{PublishAsync, both, 100_000, PublishPlan{Mode: PublishAsync}, ""},
+		{PublishAsync, both, 100_000, PublishPlan{Mode: PublishAsync, AtomicMax: 100_000}, ""},
+		{PublishAsync, jetstream.StreamConfig{Name: "OUT", AllowBatchPublish: true}, 0, PublishPlan{Mode: PublishAsync}, ""},
 	} {
 		got, err := PlanPublish(c.mode, c.stream, c.batch)
 		if err != nil || got != c.want || got.Detail() != c.detail {
@@ -212,6 +213,34 @@ func TestRecoverRefusesLargerBatchesThanConfigured(t *testing.T) {
 	err := s.Recover(ctx, 5, stateV2(5, batchOf(0, 3), 50_000, MaxAtomicChunkBytes))
 	if err == nil || !strings.Contains(err.Error(), "checkpoint 5 was staged for atomic batches of up to 50000 messages, but the sink's batch size is 1000") {
 		t.Fatalf("Recover: %v", err)
+	}
+}
+
+// A checkpoint staged for atomic batches is re-committed in them by a sink
+// restored with publish mode async, when its stream allows atomic publish:
+// the mode applies to new output, the staged cut to what was staged.
+func TestRecoverAtomicCheckpointUnderAsync(t *testing.T) {
+	nc, js := connect(t, embeddedtest.Server(t, embedded.Config{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := outStream(PublishAtomic) // the stream allows atomic publish
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: PublishAsync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	must(t, s.Recover(ctx, 3, stateV2(3, batchOf(0, 12), 5, MaxAtomicChunkBytes)))
+	ids, values := streamIDs(t, ctx, js, "OUT")
+	if strings.Join(values, ",") != strings.Join(wantValues(0, 12), ",") {
+		t.Fatalf("values %v", values)
+	}
+	// Each batch's first and last message carry an id.
+	want := "0=j/sink0/3/0 4=j/sink0/3/4 5=j/sink0/3/5 9=j/sink0/3/9 10=j/sink0/3/10 11=j/sink0/3/11"
+	if got := withIDs(ids); got != want {
+		t.Fatalf("batch ids %s, want %s", got, want)
 	}
 }
 

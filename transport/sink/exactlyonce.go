@@ -354,8 +354,11 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 type PublishPlan struct {
 	// Mode is the resolved mode (never PublishAuto).
 	Mode PublishMode
-	// AtomicMax is the largest atomic batch the sink publishes; 0 when it
-	// publishes none.
+	// AtomicMax is the largest atomic batch the sink can publish on the
+	// stream: new checkpoints use it under PublishAtomic and Large, and a
+	// re-commit of a checkpoint staged for atomic batches (under another
+	// mode before a restore) uses it under any mode. 0 when the stream
+	// allows no atomic publish.
 	AtomicMax int
 	// Large is true when checkpoints of LargeCheckpoint records or more
 	// are committed in atomic batches although Mode is PublishFast.
@@ -388,7 +391,7 @@ func PlanPublish(mode PublishMode, stream jetstream.StreamConfig, batchSize int)
 		return PublishPlan{}, err
 	}
 	p := PublishPlan{Mode: resolved}
-	if !stream.AllowAtomicPublish || resolved == PublishAsync {
+	if !stream.AllowAtomicPublish {
 		return p, nil
 	}
 	if batchSize <= 0 {
