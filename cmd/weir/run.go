@@ -399,6 +399,7 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 	}
 	pattern := sourceSubject(src)
 	count, lineNo := 0, 0
+	var pending []pendingAck // JetStream: records sent, not yet acknowledged
 	const maxLine = 16 << 20
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), maxLine)
@@ -432,15 +433,16 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 				file, lineNo, len(line), max)
 		}
 		if src.Kind == jobspec.KindJetStream {
-			if _, err := n.JS.PublishMsgAsync(m); err != nil {
-				return count, fmt.Errorf("-input: publish: %w", err)
+			f, err := n.JS.PublishMsgAsync(m)
+			if err != nil {
+				return count, fmt.Errorf("-input %s: line %d: publish: %w", file, lineNo, err)
 			}
-			if count%1024 == 1023 { // bound the acks outstanding
-				select {
-				case <-n.JS.PublishAsyncComplete():
-				case <-ctx.Done():
-					return count, ctx.Err()
+			pending = append(pending, pendingAck{f, lineNo})
+			if len(pending) == 1024 { // bound the acks outstanding
+				if err := awaitAcks(ctx, n.JS, file, src.Stream, pending); err != nil {
+					return count - len(pending) + 1, err
 				}
+				pending = pending[:0]
 			}
 		} else if err := n.Conn.PublishMsg(m); err != nil {
 			return count, fmt.Errorf("-input: publish: %w", err)
@@ -452,16 +454,52 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 	} else if err != nil {
 		return count, fmt.Errorf("-input: %w", err)
 	}
-	if src.Kind == jobspec.KindJetStream {
-		select {
-		case <-n.JS.PublishAsyncComplete():
-		case <-ctx.Done():
-			return count, ctx.Err()
-		}
+	if err := awaitAcks(ctx, n.JS, file, src.Stream, pending); err != nil {
+		return count - len(pending), err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return count, n.Conn.FlushWithContext(fctx)
+}
+
+// pendingAck is a record published to a JetStream source's stream whose
+// acknowledgement has not been checked yet.
+type pendingAck struct {
+	f    jetstream.PubAckFuture
+	line int
+}
+
+// awaitAcks waits for the acknowledgements of pending, records of file
+// published to stream, and fails with the first record the server did not
+// store (a stream limit, a server that went down): a record counted as
+// published without its ack would be a gap in the job's input that
+// nothing reports.
+func awaitAcks(ctx context.Context, js jetstream.JetStream, file, stream string, pending []pendingAck) error {
+	if len(pending) == 0 {
+		return nil
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	failed, first := 0, -1
+	var firstErr error
+	for i, p := range pending {
+		select {
+		case <-p.f.Ok():
+		case err := <-p.f.Err():
+			failed++
+			if first < 0 {
+				first, firstErr = i, err
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("-input %s: line %d: stream %s did not store the record: %w (%d of %d records in flight not stored; the stream holds only part of the input)",
+			file, pending[first].line, stream, firstErr, failed, len(pending))
+	}
+	return nil
 }
 
 // output collects what the job's sinks publish.

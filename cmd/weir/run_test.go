@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
@@ -470,5 +471,54 @@ checkpointing:
 	want := "job wait waits: source orders stops after sequence 1000, and stream ORDERS holds up to 3 (Ctrl-C cancels it)\n"
 	if strings.Count(out.String(), want) != 1 {
 		t.Errorf("output without %q once:\n%s", want, out.String())
+	}
+}
+
+// TestRunInputNotStored: a record of -input that the source's stream
+// refuses (here its message limit, as a server going down mid-input would
+// drop the ones in flight) fails weir run, naming the file, the line and
+// the stream, instead of counting it as published and leaving a gap in the
+// job's input that nothing reports.
+func TestRunInputNotStored(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"},
+		MaxMsgs: 3, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	job := `name: capped
+sources: [{name: in, kind: jetstream, stream: IN}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+checkpointing: {disabled: true}
+`
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("in.txt", []byte("a\nb\nc\nd\ne\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-cancel", "job.yaml", "-input", "in.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code == 0 {
+		t.Fatalf("weir run succeeded with 2 of 5 input records refused by the stream:\n%s", out.String())
+	}
+	want := "-input in.txt: line 4: stream IN did not store the record: "
+	if got := errb.String(); !strings.Contains(got, want) || !strings.Contains(got, "maximum messages exceeded") ||
+		strings.Count(strings.TrimSpace(got), "\n") != 0 {
+		t.Errorf("weir run's error is not one line with %q and the server's reason:\n%s", want, got)
+	}
+	if strings.Contains(out.String(), "published 5 input records") {
+		t.Errorf("weir run counts refused records as published:\n%s", out.String())
 	}
 }
