@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/plan"
@@ -47,8 +48,12 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // that is corrupt (snapshot.ErrCorrupt: every restart restores the same
 // latest checkpoint, and falling back to an older one on its own would
 // repeat the output exactly-once sinks committed since; a person chooses,
-// with weir job restore -from). The job fails at once with the reason instead of using
-// up its restart strategy.
+// with weir job restore -from), an operator that fails or traps restoring
+// its state (weir_restore: every restart hands it the same bytes of the
+// same checkpoint; typically a module whose state format differs from the
+// one that wrote it, restored under a changed spec — a deadline is not
+// among them, as a loaded machine may meet it once). The job fails at once
+// with the reason instead of using up its restart strategy.
 //
 // A stream the spec names that does not exist is not among them. The
 // coordinator refuses a spec naming a missing stream at submit
@@ -71,7 +76,16 @@ func Unrecoverable(err error) bool {
 		errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrStagedStreamNotFound) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
-		errors.As(err, &invalid)
+		errors.As(err, &invalid) || restoreRefused(err)
+}
+
+// restoreRefused reports whether err is an operator's weir_restore
+// returning an error or trapping.
+func restoreRefused(err error) bool {
+	var oe *wasm.OperatorError
+	var te *wasm.TrapError
+	return errors.As(err, &oe) && oe.Export == abi.ExportRestore ||
+		errors.As(err, &te) && te.Export == abi.ExportRestore
 }
 
 func (b *builder) source(pt plan.Task) (host.Source, error) {

@@ -55,6 +55,10 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("operator: %w", host.ErrPortEnded), true},
 		{fmt.Errorf("restore: j/chk-3/op-0: %w: checksum mismatch", snapshot.ErrCorrupt), true},
 		{&wasm.TrapError{Operator: "op", Export: "weir_process"}, false},
+		{fmt.Errorf("restore j/chk-3/op-0: %w", &wasm.OperatorError{Operator: "op", Export: "weir_restore", Message: "unknown state version"}), true},
+		{fmt.Errorf("restore j/chk-3/op-0: %w", &wasm.TrapError{Operator: "op", Export: "weir_restore"}), true},
+		{fmt.Errorf("restore j/chk-3/op-0: %w", &wasm.DeadlineError{Operator: "op", Export: "weir_restore"}), false},
+		{&wasm.OperatorError{Operator: "op", Export: "weir_process"}, false},
 		{fmt.Errorf("sink: %w", context.DeadlineExceeded), false},
 		{errors.New("connection closed"), false},
 	} {
