@@ -68,7 +68,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	var o runOptions
 	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
-	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted")
+	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a record a JetStream stream does not acknowledge (a limit, a lost connection) fails weir run")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never); a job whose sources all have a stop is followed until it ends")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
@@ -496,7 +496,7 @@ func awaitAcks(ctx context.Context, js jetstream.JetStream, file, stream string,
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("-input %s: line %d: stream %s did not store the record: %w (%d of %d records in flight not stored; the stream holds only part of the input)",
+		return fmt.Errorf("-input %s: line %d: stream %s did not acknowledge the record: %w (%d of the %d records in flight unacknowledged: the stream may lack them and the records after them)",
 			file, pending[first].line, stream, firstErr, failed, len(pending))
 	}
 	return nil

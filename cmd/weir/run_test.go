@@ -513,7 +513,7 @@ checkpointing: {disabled: true}
 	if code == 0 {
 		t.Fatalf("weir run succeeded with 2 of 5 input records refused by the stream:\n%s", out.String())
 	}
-	want := "-input in.txt: line 4: stream IN did not store the record: "
+	want := "-input in.txt: line 4: stream IN did not acknowledge the record: "
 	if got := errb.String(); !strings.Contains(got, want) || !strings.Contains(got, "maximum messages exceeded") ||
 		strings.Count(strings.TrimSpace(got), "\n") != 0 {
 		t.Errorf("weir run's error is not one line with %q and the server's reason:\n%s", want, got)
