@@ -26,6 +26,7 @@ import (
 	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
@@ -121,12 +122,33 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if err := pushLocalModules(ctx, std.Out, n.Registry, spec, built); err != nil {
 		return err
 	}
+	// A registry reference the coordinator would refuse at submit is
+	// refused before any stream is created for a job that never runs.
+	if err := checkRegistryModules(ctx, n.Registry, spec); err != nil {
+		return err
+	}
 	if o.create {
 		if err := createStreams(ctx, std, n.JS, spec, o.replicas); err != nil {
 			return err
 		}
 	}
 	return follow(ctx, std, n, spec, o, embedded)
+}
+
+// checkRegistryModules reports the first operator whose module names a
+// registry entry (NAME@VERSION, NAME, sha256:DIGEST) that reg lacks, as
+// the coordinator's submit does.
+func checkRegistryModules(ctx context.Context, reg *registry.Registry, spec *jobspec.Spec) error {
+	for _, op := range spec.Operators {
+		ref, err := modref.Parse(op.Module)
+		if err != nil || ref.Kind == modref.File {
+			continue
+		}
+		if err := registry.Check(ctx, reg, ref); err != nil {
+			return fmt.Errorf("operator %s: module %s: %w", op.Name, op.Module, err)
+		}
+	}
+	return nil
 }
 
 // checkModuleFile reports a module file (or Go package directory) that is

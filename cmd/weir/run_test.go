@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -520,5 +521,39 @@ checkpointing: {disabled: true}
 	}
 	if strings.Contains(out.String(), "published 5 input records") {
 		t.Errorf("weir run counts refused records as published:\n%s", out.String())
+	}
+}
+
+// TestRunMissingModuleCreatesNoStreams: a module reference the registry
+// lacks fails weir run before it creates the job's streams, which would
+// be left behind by a job that never ran.
+func TestRunMissingModuleCreatesNoStreams(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	t.Chdir(t.TempDir())
+	job := `name: nomod
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: op, module: nope@1, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: op}}]
+`
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "job.yaml"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if want := "weir: operator op: module nope@1: not in the module registry\n"; code != 1 || errb.String() != want {
+		t.Fatalf("weir run exited %d with %q, want 1 with %q\n%s", code, errb.String(), want, out.String())
+	}
+	for _, name := range []string{"IN", "OUT"} {
+		if _, err := n.JS.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Errorf("stream %s after the refused run: %v, want %v", name, err, jetstream.ErrStreamNotFound)
+		}
 	}
 }
