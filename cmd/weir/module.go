@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -89,11 +90,17 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 	}
 	switch pos[0] {
 	case "push":
+		// The same bytes pushed again make a new version all the same
+		// (a name's versions are its history); say which ones they repeat.
+		same, err := reg.Find(ctx, modref.Ref{Kind: modref.Digest, Digest: registry.Digest(data)})
+		if err != nil && !errors.Is(err, registry.ErrNotFound) {
+			return err
+		}
 		m, err := reg.Push(ctx, pos[1], data, *version, validateModule)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(std.Out, "pushed %s sha256:%s (%d bytes)\n", m.Ref(), m.Digest, m.Size)
+		fmt.Fprintf(std.Out, "pushed %s sha256:%s (%d bytes)%s\n", m.Ref(), m.Digest, m.Size, sameBytes(same))
 	case "ls":
 		ms, err := reg.List(ctx)
 		if err != nil {
@@ -214,4 +221,16 @@ func validateModule(ctx context.Context, name string, data []byte) error {
 	}
 	defer e.Close(ctx)
 	return e.Validate(ctx, name, data, wasm.Limits{})
+}
+
+// sameBytes notes the modules a push repeats byte for byte, "" if none.
+func sameBytes(ms []registry.Module) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	refs := make([]string, len(ms))
+	for i, m := range ms {
+		refs[i] = m.Ref()
+	}
+	return ": the same bytes as " + strings.Join(refs, ", ")
 }

@@ -36,8 +36,9 @@ func TestModuleCommand(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "pushed pass@1 sha256:") {
 		t.Fatalf("push: %d %q %q", code, out, errs)
 	}
-	if out, errs, code = weir("push", "-nats", url, "-version", "5", "pass", good); code != 0 || !strings.HasPrefix(out, "pushed pass@5 ") {
-		t.Fatalf("push -version: %d %q %q", code, out, errs)
+	if out, errs, code = weir("push", "-nats", url, "-version", "5", "pass", good); code != 0 || !strings.HasPrefix(out, "pushed pass@5 ") ||
+		!strings.HasSuffix(out, " bytes): the same bytes as pass@1\n") {
+		t.Fatalf("push -version of the same bytes: %d %q %q", code, out, errs)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.wasm")
 	if err := os.WriteFile(bad, []byte("\x00asm\x01\x00\x00\x00"), 0o644); err != nil {
