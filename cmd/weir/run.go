@@ -589,6 +589,12 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return err
 	}
 	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	if err != nil && embedded && o.data != "" && errors.Is(err, control.ErrConflict) {
+		// The data directory of a weir run that was killed resumed its
+		// job as this one started: the job is not this run's to submit.
+		return fmt.Errorf("%w (resumed from -data %s, where an earlier weir run left it: 'weir up -data %s' lets it run on, and weir job cancel or stop there ends it)",
+			err, o.data, o.data)
+	}
 	if err != nil {
 		return apiErr("submit "+spec.Name, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/natsconn"
@@ -555,5 +556,44 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: op
 		if _, err := n.JS.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Errorf("stream %s after the refused run: %v, want %v", name, err, jetstream.ErrStreamNotFound)
 		}
+	}
+}
+
+// TestRunOnADataDirThatResumedTheJob: weir run -data on the directory of
+// an earlier run that was cut short finds its job resumed there; the
+// refusal says so and how to let it go on or end it.
+func TestRunOnADataDirThatResumedTheJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	data := t.TempDir()
+	t.Chdir(t.TempDir())
+	job := `name: again
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.ParseFile("job.yaml", jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The earlier run: its job submitted, the process gone without a cancel.
+	n, err := node.Start(ctx, node.Options{DataDir: data, Port: -1, Coordinator: true, Workers: 1,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-data", data, "-for", "1s", "job.yaml"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := "(resumed from -data " + data + ", where an earlier weir run left it: 'weir up -data " + data + "' lets it run on"
+	if code != 1 || !strings.Contains(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
+		t.Fatalf("weir run exited %d with %q, want 1 with one line holding %q\n%s", code, errb.String(), want, out.String())
 	}
 }
