@@ -67,6 +67,9 @@ type job struct {
 	// startID is the checkpoint of the job's own name its run started
 	// from (0: none, or another job's).
 	startID int64
+	// recordMu orders the writes of the job's record (persist); every
+	// run of the job's name shares it (Manager.start hands it on).
+	recordMu *sync.Mutex
 
 	mu       sync.Mutex
 	st       control.JobStatus
@@ -110,6 +113,9 @@ type job struct {
 	// removed holds the checkpoints removed on request (weir checkpoint
 	// rm), so that removing one again says it is gone.
 	removed map[int64]bool
+	// superseded is set once a new run of the job's name replaced it: its
+	// record is the new run's to write.
+	superseded bool
 }
 
 // liveTask is what the heartbeats said about one task: the latest
@@ -145,7 +151,7 @@ func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]contro
 	ctx, cancel := context.WithCancel(m.ctx)
 	now := time.Now().UTC()
 	j := &job{m: m, spec: spec, plan: p, modules: mods, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		initial: from, wake: make(chan struct{}, 1),
+		initial: from, wake: make(chan struct{}, 1), recordMu: new(sync.Mutex),
 		st: control.JobStatus{Name: spec.Name, State: control.JobCreated, Submitted: now, Updated: now}}
 	j.runner = checkpoint.NewRunner(machine, m.opts.Catalog, j, checkpoint.RunnerOptions{Log: m.log.With("job", spec.Name)})
 	if from != nil && from.Job == spec.Name {

@@ -520,11 +520,18 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 		if old.reserved >= next {
 			next = old.reserved + 1 // see job.reserved
 		}
+		// The record is the new run's: a write of the old one still
+		// under way lands before the new run's first (recordMu), a later
+		// one not at all.
+		old.superseded = true
 		old.mu.Unlock()
 	}
 	machine := checkpoint.NewMachine(spec.Name, checkpoint.ConfigFromSpec(spec.Checkpointing), restored, next)
 	j := newJob(m, spec, p, mods, machine, from)
 	j.firstID, j.idFloor = next, next-1
+	if old != nil {
+		j.recordMu = old.recordMu
+	}
 	if old != nil {
 		// Attempts number on across the job's runs: workers and channels
 		// tell runs apart by it, and a task of an earlier run that a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
@@ -53,15 +54,43 @@ const recordPrefix = "jobs/"
 
 func recordKey(name string) string { return recordPrefix + name }
 
-// persist writes the job's record, if the manager keeps records.
+// persist writes the job's record, if the manager keeps records. Writes
+// of the record of one job name are ordered: each takes the record as it
+// is when the write before it is stored (recordMu, shared by every run of
+// the name), so a write never replaces the record with an older one — an
+// earlier state, reservation or latest checkpoint, from which a restarted
+// coordinator would resume. A run that a new run of its name replaced
+// writes its record no more. j.mu is not held while the store writes.
 func (j *job) persist() {
 	store := j.m.opts.Jobs
 	if store == nil {
 		return
 	}
-	latest := j.runner.Latest()
+	j.recordMu.Lock()
+	defer j.recordMu.Unlock()
+	rec, ok := j.record()
+	if !ok {
+		return
+	}
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = store.Put(context.WithoutCancel(j.ctx), recordKey(j.spec.Name), bytes.NewReader(data))
+	}
+	if err != nil {
+		j.m.log.Warn("persisting job record failed", "job", j.spec.Name, "err", err)
+	}
+}
+
+// record returns the job's record as it is now; ok is false once a new
+// run of the job's name replaced the job (superseded).
+func (j *job) record() (rec record, ok bool) {
+	latest := j.runner.Latest() // before j.mu: the runner calls the job holding its lock
 	j.mu.Lock()
-	rec := record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
+	defer j.mu.Unlock()
+	if j.superseded {
+		return record{}, false
+	}
+	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
 		Latest: j.latestLocked(latest), Failures: slices.Clone(j.st.Failures), Reserved: j.reserved, Modules: j.modules}
 	if j.initial != nil {
@@ -70,14 +99,7 @@ func (j *job) persist() {
 			rec.FromJob = j.initial.Job
 		}
 	}
-	j.mu.Unlock()
-	data, err := json.Marshal(rec)
-	if err == nil {
-		err = store.Put(context.WithoutCancel(j.ctx), recordKey(j.spec.Name), bytes.NewReader(data))
-	}
-	if err != nil {
-		j.m.log.Warn("persisting job record failed", "job", j.spec.Name, "err", err)
-	}
+	return rec, true
 }
 
 // ReasonCoordinatorRestarted is the reason of a job a restarted
@@ -220,7 +242,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 func terminalJob(m *Manager, rec record) *job {
 	ctx, cancel := context.WithCancel(m.ctx)
 	cancel()
-	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved,
+	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved, recordMu: new(sync.Mutex),
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
 			Failures: rec.Failures}}

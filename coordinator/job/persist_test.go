@@ -1,0 +1,151 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// overlapStore is a Store that notes when two Puts of one key overlap.
+type overlapStore struct {
+	storage.Store
+	mu       sync.Mutex
+	writing  map[string]int
+	overlaps []string
+}
+
+func (s *overlapStore) Put(ctx context.Context, key string, r io.Reader) error {
+	s.mu.Lock()
+	s.writing[key]++
+	if s.writing[key] > 1 {
+		s.overlaps = append(s.overlaps, key)
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.writing[key]--
+		s.mu.Unlock()
+	}()
+	return s.Store.Put(ctx, key, r)
+}
+
+// storedRecord reads the record of job name as stored.
+func storedRecord(t *testing.T, ctx context.Context, st storage.Store, name string) []byte {
+	t.Helper()
+	data, err := storage.ReadAll(ctx, st, recordKey(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// The job record written by several goroutines at once (the job's
+// goroutine changing its state, the checkpoint runner reserving IDs, a
+// checkpoint removal) is written one write at a time, each with the record
+// as it is then: the stored record is the last state, not an older one
+// whose write finished last.
+func TestRecordWritesInOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := &overlapStore{Store: dir, writing: map[string]int{}}
+	e := setupWith(t, ctx, Options{Jobs: records})
+	e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	e.submitRunning(t, ctx, spec(t, "rec", "checkpointing: {disabled: true}\n"))
+	j, err := e.mgr.job("rec")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				if g%2 == 0 {
+					j.setState(control.JobRunning, fmt.Sprintf("change %d of goroutine %d", i, g))
+					continue
+				}
+				// The runner's reservation of checkpoint IDs (Trigger).
+				j.mu.Lock()
+				j.reserved += idReserve
+				j.mu.Unlock()
+				j.persist()
+			}
+		}()
+	}
+	wg.Wait()
+
+	records.mu.Lock()
+	overlaps := records.overlaps
+	records.mu.Unlock()
+	if len(overlaps) > 0 {
+		t.Errorf("%d writes of the record overlapped another write of it", len(overlaps))
+	}
+	rec, ok := j.record()
+	if !ok {
+		t.Fatal("the job counts as superseded")
+	}
+	want, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := storedRecord(t, ctx, dir, "rec"); !bytes.Equal(got, want) {
+		t.Errorf("stored record\n%s\nwant the job's last state\n%s", got, want)
+	}
+}
+
+// Once a new run of a job's name started, the run it replaced writes its
+// record no more: a late write of it (its checkpoint runner reserving IDs
+// as it ended, say) would make a restarted coordinator list the running
+// job as ended.
+func TestReplacedRunWritesNoRecord(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := setupWith(t, ctx, Options{Jobs: dir})
+	e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	s := spec(t, "again", "checkpointing: {disabled: true}\n")
+	e.submitRunning(t, ctx, s)
+	old, err := e.mgr.job("again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.CancelJob(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	e.submitRunning(t, ctx, spec(t, "again", "checkpointing: {disabled: true}\n"))
+	stored := func() record {
+		t.Helper()
+		var rec record
+		if err := json.Unmarshal(storedRecord(t, ctx, dir, "again"), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	// The new run's last write (running) may land after its state shows.
+	for stored().State != control.JobRunning {
+		time.Sleep(10 * time.Millisecond)
+	}
+	old.persist()
+	if rec := stored(); rec.State != control.JobRunning {
+		t.Errorf("the replaced run wrote its record over the new run's: %s is %s", rec.Spec.Name, rec.State)
+	}
+}
