@@ -168,3 +168,77 @@ func TestRunnerDiscardsFailedCheckpoints(t *testing.T) {
 		t.Errorf("leftovers %v %v", left, err)
 	}
 }
+
+// holdingEffects is fakeEffects whose Abort waits until release is closed.
+type holdingEffects struct {
+	fakeEffects
+	aborting chan int64
+	release  chan struct{}
+}
+
+func (h *holdingEffects) Abort(ctx context.Context, id int64, reason string) {
+	h.aborting <- id
+	<-h.release
+}
+
+// TestRunnerDiscardsAsTheJobEnds: the discards queued as the job ends (its
+// runner's context canceled right after Stop, while the runner is still
+// busy with the aborts) are carried out before Run returns, on a context
+// that outlives the job's; so is the discard of a checkpoint still
+// pending then. Nothing of either stays in storage.
+func TestRunnerDiscardsAsTheJobEnds(t *testing.T) {
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &Catalog{Meta: st, State: st}
+	for _, stop := range []bool{true, false} {
+		eff := &holdingEffects{fakeEffects: fakeEffects{trigger: make(chan TriggerAction, 16)},
+			aborting: make(chan int64, 16), release: make(chan struct{})}
+		job := fmt.Sprintf("j%v", stop)
+		m := NewMachine(job, Config{Interval: 10 * time.Millisecond, Timeout: time.Minute, MaxConcurrent: 1, Retained: 1}, nil, 0)
+		r := NewRunner(m, cat, eff, RunnerOptions{})
+		ctx, cancel := context.WithCancel(context.Background())
+		go r.Run(ctx)
+		r.Start([]string{"a-0", "b-0"})
+		id := (<-eff.trigger).ID
+		key := StateKey(job, id, "a-0")
+		if err := st.Put(context.Background(), key, strings.NewReader("state")); err != nil {
+			t.Fatal(err)
+		}
+		r.Ack("a-0", id, key, nil)
+		if stop {
+			// The job ends: the attempt's checkpoints are aborted, then
+			// its context is canceled while the runner tells the tasks.
+			r.Stop("job canceled")
+			if got := <-eff.aborting; got != id {
+				t.Fatalf("aborting %d, want %d", got, id)
+			}
+			cancel()
+			close(eff.release)
+		} else {
+			// The coordinator stops: the checkpoint is still pending.
+			cancel()
+			close(eff.release)
+		}
+		<-r.Done()
+		keys, err := st.List(context.Background(), StatePrefix(job, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			t.Errorf("stop %v: checkpoint %d, aborted as the job ended, left %v", stop, id, keys)
+		}
+		if h := r.History(); len(h) == 0 || h[0].Status != control.CheckpointFailed {
+			t.Errorf("stop %v: history %+v, want checkpoint %d failed", stop, h, id)
+		}
+		// An ack after the end is not carried out (nor kept queued).
+		r.Ack("b-0", id, StateKey(job, id, "b-0"), nil)
+		r.mu.Lock()
+		queued := len(r.queue)
+		r.mu.Unlock()
+		if queued > 0 {
+			t.Errorf("stop %v: %d actions queued after the runner ended", stop, queued)
+		}
+	}
+}

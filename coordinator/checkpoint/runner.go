@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,20 +36,35 @@ type RunnerOptions struct {
 // ErrSavepointFailed is wrapped by Savepoint when the savepoint was aborted.
 var ErrSavepointFailed = errors.New("savepoint failed")
 
+// EndDiscardTimeout bounds the discards a Runner carries out as Run ends
+// (the state of the checkpoints that ended with the job), all together:
+// they outlive the job's context, not the coordinator.
+const EndDiscardTimeout = 30 * time.Second
+
 // Runner drives a Machine: it ticks it on time, feeds it acks and declines,
 // and carries out its actions in order on one goroutine (Run), so callers of
 // Ack and Decline never wait for I/O.
+//
+// When Run's context ends (the job ended, or the coordinator stops), the
+// checkpoints still pending are aborted, and the discards queued by then —
+// of those, and of the checkpoints the job's end aborted (Stop) — are
+// carried out before Run returns, bounded by EndDiscardTimeout: a
+// checkpoint aborted as the job ended leaves nothing in storage. What a
+// task acks after that (a snapshot finished after the job ended) is left
+// to Catalog.Leftovers.
 type Runner struct {
 	cat  *Catalog
 	eff  Effects
 	now  func() time.Time
 	log  *slog.Logger
 	kick chan struct{}
+	done chan struct{} // closed when Run returns
 
 	mu      sync.Mutex
 	m       *Machine
 	queue   []Action
 	waiters map[int64]chan error
+	ended   bool // Run returned: actions are no longer carried out
 }
 
 // NewRunner returns a runner of m; call Run.
@@ -60,11 +76,17 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Runner{m: m, cat: cat, eff: eff, now: opts.Now, log: opts.Log,
-		kick: make(chan struct{}, 1), waiters: map[int64]chan error{}}
+		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{}}
 }
 
+// Done is closed once Run returned, after the discards it carries out as
+// it ends.
+func (r *Runner) Done() <-chan struct{} { return r.done }
+
+// push queues acts for Run; the caller holds r.mu. Once Run returned
+// they are dropped.
 func (r *Runner) push(acts []Action) {
-	if len(acts) == 0 {
+	if len(acts) == 0 || r.ended {
 		return
 	}
 	r.queue = append(r.queue, acts...)
@@ -218,8 +240,10 @@ func (r *Runner) LatestValid(ctx context.Context) (*Metadata, error) {
 	return md, err
 }
 
-// Run carries out actions and ticks the machine until ctx is done.
+// Run carries out actions and ticks the machine until ctx is done; then it
+// carries out what it must as it ends (see Runner) and closes Done.
 func (r *Runner) Run(ctx context.Context) {
+	defer close(r.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -229,8 +253,9 @@ func (r *Runner) Run(ctx context.Context) {
 		r.queue = nil
 		wake := r.m.NextWake()
 		r.mu.Unlock()
-		for _, a := range acts {
+		for i, a := range acts {
 			if ctx.Err() != nil {
+				r.end(ctx, acts[i:])
 				return
 			}
 			r.do(ctx, a)
@@ -254,10 +279,49 @@ func (r *Runner) Run(ctx context.Context) {
 		timer.Reset(d)
 		select {
 		case <-ctx.Done():
+			r.end(ctx, nil)
 			return
 		case <-r.kick:
 		case <-timer.C:
 		}
+	}
+}
+
+// end is Run's end: left are the actions Run had taken but not carried
+// out. Checkpoints still pending are aborted (no attempt will complete
+// them), and the state of every checkpoint a discard was queued for is
+// deleted with a context that outlives ctx by EndDiscardTimeout at most;
+// a savepoint's waiter learns whether it completed (its metadata is
+// written) or was aborted. The other actions (triggers, metadata writes,
+// notifications and aborts sent to tasks) are moot: the tasks are being
+// canceled.
+func (r *Runner) end(ctx context.Context, left []Action) {
+	r.mu.Lock()
+	acts := slices.Concat(left, r.queue, r.m.Stop(r.now(), "the checkpoint coordinator of the job stopped"))
+	r.queue = nil
+	r.ended = true
+	r.mu.Unlock()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), EndDiscardTimeout)
+	defer cancel()
+	for _, a := range acts {
+		switch a := a.(type) {
+		case DiscardAction:
+			r.discard(dctx, a.ID)
+		case AbortAction:
+			r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
+		case NotifyAction:
+			r.resolve(a.ID, nil)
+		}
+	}
+}
+
+// discard deletes checkpoint id (DiscardAction).
+func (r *Runner) discard(ctx context.Context, id int64) {
+	r.mu.Lock()
+	job := r.m.job
+	r.mu.Unlock()
+	if err := r.cat.Discard(ctx, job, id); err != nil {
+		r.log.Warn("discarding checkpoint failed", "checkpoint", id, "err", err)
 	}
 }
 
@@ -285,12 +349,7 @@ func (r *Runner) do(ctx context.Context, a Action) {
 		r.eff.Abort(ctx, a.ID, a.Reason)
 		r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
 	case DiscardAction:
-		r.mu.Lock()
-		job := r.m.job
-		r.mu.Unlock()
-		if err := r.cat.Discard(ctx, job, a.ID); err != nil {
-			r.log.Warn("discarding checkpoint failed", "checkpoint", a.ID, "err", err)
-		}
+		r.discard(ctx, a.ID)
 	case FailJobAction:
 		// Under the lock: an attempt cannot end (Stop) while its failure
 		// is reported. One that ended meanwhile (a task failure or a lost

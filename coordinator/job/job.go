@@ -351,7 +351,12 @@ func (j *job) workers() []string {
 // over, repeat.
 func (j *job) run() {
 	defer close(j.done)
-	defer j.cancel()
+	defer func() {
+		// The job has ended once its runner has: the state of the
+		// checkpoints its end aborted is deleted by then.
+		j.cancel()
+		<-j.runner.Done()
+	}()
 	restore := j.initial
 	var readErr error
 	if j.resumed {

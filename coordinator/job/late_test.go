@@ -66,3 +66,49 @@ func TestLateAckOfAnEndedAttemptDiscarded(t *testing.T) {
 		}
 	}
 }
+
+// A job that ends while a checkpoint is pending leaves nothing of it in
+// storage: what its tasks wrote is deleted by the time the cancel returns,
+// though the job's end cancels the context its checkpoint runner works
+// with.
+func TestJobEndDiscardsItsPendingCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	w.mu.Lock()
+	w.noAck = true
+	w.mu.Unlock()
+	e.submitRunning(t, ctx, spec(t, "ends", "checkpointing: {interval: 30ms, timeout: 60s}\n"))
+	var id int64
+	for id == 0 {
+		cps, err := e.api.Checkpoints(ctx, "ends")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cps {
+			if c.Status == control.CheckpointPending {
+				id = c.ID
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	key := checkpoint.StateKey("ends", id, "count-0")
+	if err := e.fleet.store.Put(ctx, key, strings.NewReader("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.client.Ack(ctx, control.TaskRef{Job: "ends", Attempt: 1, Task: "count-0"}, id, key, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.CancelJob(ctx, "ends"); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := e.fleet.store.List(ctx, checkpoint.StatePrefix("ends", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 0 {
+		t.Errorf("checkpoint %d, pending as the job was canceled, left %v", id, keys)
+	}
+}
