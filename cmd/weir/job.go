@@ -302,8 +302,10 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
   weir checkpoint rm -earlier JOB
                            delete every checkpoint and savepoint that earlier runs of
                            JOB left stored (ls marks them "earlier run") and nothing
-                           needs, and the leftover snapshots of their checkpoints that
-                           never completed; lists what it removed`
+                           needs, the leftover snapshots of their checkpoints that
+                           never completed (and of the job's own run, once it has
+                           ended), and sinks' commit markers written after their
+                           checkpoint was deleted; lists what it removed`
 
 // removeWait is how long weir checkpoint rm waits for the coordinator:
 // removing many checkpoints from a JetStream object store takes a while.
@@ -407,7 +409,10 @@ func printRemoved(w io.Writer, job string, rm control.Removed) {
 		fmt.Fprintf(w, "removed %d leftover storage objects of checkpoints of %s that never completed (%s)\n",
 			rm.LeftoverObjects, job, strings.Join(ids, ", "))
 	}
-	if len(rm.Checkpoints)+len(rm.Kept)+len(rm.Leftovers) == 0 {
+	if rm.StrayMarkers > 0 {
+		fmt.Fprintf(w, "removed %d commit markers of checkpoints of %s that were written after their checkpoint was deleted\n", rm.StrayMarkers, job)
+	}
+	if len(rm.Checkpoints)+len(rm.Kept)+len(rm.Leftovers)+rm.StrayMarkers == 0 {
 		fmt.Fprintf(w, "%s: no checkpoints of earlier runs are stored\n", job)
 	}
 }

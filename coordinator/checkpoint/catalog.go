@@ -268,25 +268,75 @@ func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error)
 	return n + 1, nil
 }
 
+// CommitMarkerSuffix ends the key of a commit marker: the empty object an
+// exactly-once sink task writes next to its snapshot (the key plus this
+// suffix) once the checkpoint's commit is stored (host.CommittedMarker).
+const CommitMarkerSuffix = ".committed"
+
 // Leftovers returns, by checkpoint ID, the keys of the objects in State
 // under job's checkpoint prefixes whose checkpoint has no metadata: the
 // snapshots of checkpoints that never completed that no run discarded
 // (acked after the job ended or its coordinator restarted, or never acked:
 // a running job discards the others, see Machine.Late), or what a removal
-// cut short left.
+// cut short left. Commit markers are not counted (StrayMarkers).
 func (c *Catalog) Leftovers(ctx context.Context, job string) (map[int64][]string, error) {
-	if c.State == nil {
-		return nil, nil
+	out := map[int64][]string{}
+	err := c.orphans(ctx, job, func(id int64, key string) {
+		if !strings.HasSuffix(key, CommitMarkerSuffix) {
+			out[id] = append(out[id], key)
+		}
+	})
+	return out, err
+}
+
+// StrayMarkers returns the keys of the commit markers in State under
+// job's checkpoint prefixes whose checkpoint has no metadata. A marker is
+// written once its checkpoint's commit is stored, after the checkpoint
+// completed (its metadata written), so each of them was written after its
+// checkpoint was discarded (retention) or removed: it belongs to nothing,
+// and can be deleted at any time (RemoveStrayMarkers).
+func (c *Catalog) StrayMarkers(ctx context.Context, job string) ([]string, error) {
+	var out []string
+	err := c.orphans(ctx, job, func(_ int64, key string) {
+		if strings.HasSuffix(key, CommitMarkerSuffix) {
+			out = append(out, key)
+		}
+	})
+	return out, err
+}
+
+// RemoveStrayMarkers deletes job's stray commit markers (StrayMarkers)
+// and returns how many it deleted.
+func (c *Catalog) RemoveStrayMarkers(ctx context.Context, job string) (int, error) {
+	keys, err := c.StrayMarkers(ctx, job)
+	if err != nil {
+		return 0, err
 	}
+	for i, k := range keys {
+		if err := c.State.Delete(ctx, k); err != nil {
+			return i, fmt.Errorf("remove stray commit marker %s: %w", k, err)
+		}
+	}
+	return len(keys), nil
+}
+
+// orphans calls fn with every object in State under job's checkpoint
+// prefixes whose checkpoint has no metadata, and its checkpoint's ID.
+func (c *Catalog) orphans(ctx context.Context, job string, fn func(id int64, key string)) error {
+	if c.State == nil {
+		return nil
+	}
+	// The objects first, then the metadata: a checkpoint whose metadata
+	// is written between the two listings (and a marker of it next to
+	// it) is not taken for an orphan.
 	keys, err := c.State.List(ctx, job+"/chk-")
 	if err != nil {
-		return nil, fmt.Errorf("list state of %s: %w", job, err)
+		return fmt.Errorf("list state of %s: %w", job, err)
 	}
 	ids, err := c.IDs(ctx, job)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := map[int64][]string{}
 	for _, k := range keys {
 		num, _, ok := strings.Cut(strings.TrimPrefix(k, job+"/chk-"), "/")
 		id, err := strconv.ParseInt(num, 10, 64)
@@ -294,8 +344,8 @@ func (c *Catalog) Leftovers(ctx context.Context, job string) (map[int64][]string
 			continue
 		}
 		if _, has := slices.BinarySearch(ids, id); !has {
-			out[id] = append(out[id], k)
+			fn(id, k)
 		}
 	}
-	return out, nil
+	return nil
 }

@@ -242,3 +242,66 @@ func TestRunnerDiscardsAsTheJobEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerRemovesStrayMarkers: a sink's commit marker written after
+// retention discarded its checkpoint (the commit was stored late) is a
+// stray marker, not a leftover of a checkpoint that never completed, and
+// the next discard deletes it.
+func TestRunnerRemovesStrayMarkers(t *testing.T) {
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &Catalog{Meta: st, State: st}
+	eff := &fakeEffects{failed: make(chan string, 1), notified: make(chan int64, 16), trigger: make(chan TriggerAction, 16)}
+	m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: time.Minute, MaxConcurrent: 1, Retained: 1}, nil, 0)
+	r := NewRunner(m, cat, eff, RunnerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go r.Run(ctx)
+	defer func() { cancel(); <-r.Done() }()
+	r.Start([]string{"a-0"})
+	complete := func() int64 {
+		t.Helper()
+		id := (<-eff.trigger).ID
+		key := StateKey("j", id, "a-0")
+		if err := st.Put(ctx, key, strings.NewReader("state")); err != nil {
+			t.Fatal(err)
+		}
+		r.Ack("a-0", id, key, nil)
+		if got := <-eff.notified; got != id {
+			t.Fatalf("notified %d, want %d", got, id)
+		}
+		return id
+	}
+	gone := func(id int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			keys, err := st.List(ctx, StatePrefix("j", id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("checkpoint %d left %v", id, keys)
+			}
+		}
+	}
+	one := complete()
+	complete() // retention discards one
+	gone(one)
+	marker := StateKey("j", one, "a-0") + CommitMarkerSuffix
+	if err := st.Put(ctx, marker, strings.NewReader("")); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := cat.Leftovers(ctx, "j"); err != nil || len(left) != 0 {
+		t.Errorf("leftovers %v, %v; want none: the marker's checkpoint completed", left, err)
+	}
+	if stray, err := cat.StrayMarkers(ctx, "j"); err != nil || !slices.Equal(stray, []string{marker}) {
+		t.Errorf("stray markers %v, %v; want %s", stray, err, marker)
+	}
+	complete() // retention discards two, and the stray marker goes
+	gone(one)
+}

@@ -315,13 +315,21 @@ func (r *Runner) end(ctx context.Context, left []Action) {
 	}
 }
 
-// discard deletes checkpoint id (DiscardAction).
+// discard deletes checkpoint id (DiscardAction), and the job's stray
+// commit markers (Catalog.StrayMarkers): a sink's commit of a checkpoint
+// retention dropped may be stored, and its marker written, after the
+// discard; the next discard deletes it.
 func (r *Runner) discard(ctx context.Context, id int64) {
 	r.mu.Lock()
 	job := r.m.job
 	r.mu.Unlock()
 	if err := r.cat.Discard(ctx, job, id); err != nil {
 		r.log.Warn("discarding checkpoint failed", "checkpoint", id, "err", err)
+	}
+	if n, err := r.cat.RemoveStrayMarkers(ctx, job); err != nil {
+		r.log.Warn("removing stray commit markers failed", "err", err)
+	} else if n > 0 {
+		r.log.Info("stray commit markers removed", "markers", n)
 	}
 }
 

@@ -223,11 +223,16 @@ type Removed struct {
 	// Kept are the refusals of checkpoints of earlier runs that Earlier
 	// left stored because something needs them, one line each.
 	Kept []string `json:"kept,omitempty"`
-	// Leftovers are the checkpoints of earlier runs that never completed
-	// whose objects Earlier deleted (snapshots written after the
-	// checkpoint was aborted), ascending; LeftoverObjects counts them.
+	// Leftovers are the checkpoints that never completed whose objects
+	// Earlier deleted (snapshots written after the checkpoint was
+	// aborted), of earlier runs or of the run of a job that has ended,
+	// ascending; LeftoverObjects counts them.
 	Leftovers       []int64 `json:"leftovers,omitempty"`
 	LeftoverObjects int     `json:"leftover_objects,omitempty"`
+	// StrayMarkers counts the sinks' commit markers deleted that were
+	// written after their checkpoint had been deleted (by retention or a
+	// removal), so that nothing else would ever delete them.
+	StrayMarkers int `json:"stray_markers,omitempty"`
 }
 
 // RemovedCheckpoint is a checkpoint or savepoint removed from storage: as

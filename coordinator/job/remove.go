@@ -40,7 +40,23 @@ func (m *Manager) RemoveCheckpoints(ctx context.Context, r control.RemoveRequest
 	if err != nil {
 		return control.Removed{}, err
 	}
-	return control.Removed{Checkpoints: []control.RemovedCheckpoint{rc}}, nil
+	return control.Removed{Checkpoints: []control.RemovedCheckpoint{rc}, StrayMarkers: m.removeStrayMarkers(ctx, r.Job)}, nil
+}
+
+// removeStrayMarkers deletes the commit markers of job's checkpoints that
+// were written after the checkpoint was deleted (Catalog.StrayMarkers: a
+// sink's commit stored after retention or a removal took its checkpoint)
+// and returns how many. It is best effort: a failure is logged, and the
+// next removal or retention pass tries again.
+func (m *Manager) removeStrayMarkers(ctx context.Context, job string) int {
+	n, err := m.opts.Catalog.RemoveStrayMarkers(ctx, job)
+	if err != nil {
+		m.log.Warn("removing stray commit markers failed", "job", job, "err", err)
+	}
+	if n > 0 {
+		m.log.Info("stray commit markers removed", "job", job, "markers", n)
+	}
+	return n
 }
 
 // removeChecked removes checkpoint id of job name unless it is still
@@ -172,8 +188,10 @@ func (m *Manager) noSuchCheckpoint(ctx context.Context, j *job, id int64) error 
 
 // removeEarlier removes every checkpoint and savepoint of job name's
 // earlier runs (those weir checkpoint ls marks so: older than the run's
-// first, other than the one it started from) that nothing needs, and the
-// objects of their checkpoints that never completed.
+// first, other than the one it started from) that nothing needs, the
+// objects of their checkpoints that never completed — and of the
+// run's own, once the job has ended (a snapshot its tasks finished after
+// the end) — and the job's stray commit markers (removeStrayMarkers).
 func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Removed, error) {
 	j, err := m.job(name)
 	if err != nil {
@@ -206,15 +224,24 @@ func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Remov
 	}
 	// Objects of earlier runs' checkpoints without metadata: none of them
 	// can complete any more (a run's IDs number on above the last one the
-	// earlier runs triggered).
+	// earlier runs triggered); nor can those of an ended run. No run
+	// starts meanwhile (m.removing); the job is looked up again under the
+	// lock, as one may have started since.
 	m.removing.Lock()
 	defer m.removing.Unlock()
+	if j, err = m.job(name); err != nil {
+		return out, err
+	}
+	ended := j.status().State.Terminal()
+	j.mu.Lock()
+	firstID, startID = j.firstID, j.startID
+	j.mu.Unlock()
 	left, err := m.opts.Catalog.Leftovers(ctx, name)
 	if err != nil {
 		return out, fmt.Errorf("remove the checkpoints of earlier runs of %s: %w", name, err)
 	}
 	for id, keys := range left {
-		if earlier(id) {
+		if earlier(id) || ended {
 			out.Leftovers = append(out.Leftovers, id)
 			out.LeftoverObjects += len(keys)
 		}
@@ -228,6 +255,7 @@ func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Remov
 	if len(out.Leftovers) > 0 {
 		m.log.Info("objects of checkpoints that never completed removed", "job", name, "checkpoints", out.Leftovers, "objects", out.LeftoverObjects)
 	}
+	out.StrayMarkers = m.removeStrayMarkers(ctx, name)
 	return out, nil
 }
 

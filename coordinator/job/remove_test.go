@@ -270,3 +270,54 @@ func TestRemoveLatestOfAnEndedJob(t *testing.T) {
 	defer stop()
 	check("after a coordinator restart")
 }
+
+// A sink's commit marker written after its checkpoint was removed belongs
+// to nothing: the next removal deletes it. Once the job has ended,
+// weir checkpoint rm -earlier deletes what its own run's checkpoints that
+// never completed left too (a snapshot finished after the job ended).
+func TestRemoveStrayMarkersAndWhatAnEndedRunLeft(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	e.submitRunning(t, ctx, spec(t, "mk", "checkpointing: {disabled: true, timeout: 2s}\n"))
+	one, two := e.savepoint(t, ctx, "mk"), e.savepoint(t, ctx, "mk")
+	e.savepoint(t, ctx, "mk")
+	if _, err := e.api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "mk", ID: one}); err != nil {
+		t.Fatal(err)
+	}
+	// The sink's commit of one was stored after the removal.
+	marker := checkpoint.StateKey("mk", one, "out-0") + checkpoint.CommitMarkerSuffix
+	if err := e.fleet.store.Put(ctx, marker, strings.NewReader("")); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := e.api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "mk", ID: two})
+	if err != nil || rm.StrayMarkers != 1 {
+		t.Errorf("remove %d = %+v, %v; want the stray marker of %d removed", two, rm, err, one)
+	}
+	if e.stored("mk", one) {
+		t.Errorf("the commit marker of removed checkpoint %d is still stored", one)
+	}
+
+	// A savepoint fails; its snapshot is finished after the job ended.
+	w.mu.Lock()
+	w.noAck = true
+	w.mu.Unlock()
+	if _, err := e.api.Savepoint(ctx, "mk"); err == nil {
+		t.Fatal("a savepoint nobody acked completed")
+	}
+	if _, err := e.api.CancelJob(ctx, "mk"); err != nil {
+		t.Fatal(err)
+	}
+	failed := two + 2
+	if err := e.fleet.store.Put(ctx, checkpoint.StateKey("mk", failed, "in-0"), strings.NewReader("late")); err != nil {
+		t.Fatal(err)
+	}
+	rm, err = e.api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "mk", Earlier: true})
+	if err != nil || !slices.Equal(rm.Leftovers, []int64{failed}) || rm.LeftoverObjects != 1 || len(rm.Checkpoints) != 0 {
+		t.Errorf("remove -earlier = %+v, %v; want the leftover of %d", rm, err, failed)
+	}
+	if e.stored("mk", failed) {
+		t.Errorf("the snapshot of failed savepoint %d is still stored", failed)
+	}
+}
