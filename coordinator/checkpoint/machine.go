@@ -94,6 +94,12 @@ type Metadata struct {
 	Handles map[string]string `json:"handles"`
 	// Metrics maps task ID to its metrics (control.Metric* names).
 	Metrics map[string]map[string]int64 `json:"metrics,omitempty"`
+	// Sources are the job's sources as the run that took the checkpoint
+	// ran them, their start and stop resolved to stream sequences
+	// (RunnerOptions.Sources): a restore of the checkpoint starts and
+	// stops where that run did. Nil in metadata written before they were
+	// recorded.
+	Sources []jobspec.Source `json:"sources,omitempty"`
 }
 
 // Restore returns the restore instructions for a deploy.

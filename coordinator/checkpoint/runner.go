@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 )
 
 // Effects is how a Runner reaches the job's tasks.
@@ -31,6 +32,10 @@ type RunnerOptions struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	Log *slog.Logger
+	// Sources are recorded in the metadata of every checkpoint the
+	// runner writes (Metadata.Sources): the job's sources as its run
+	// resolved them.
+	Sources []jobspec.Source
 }
 
 // ErrSavepointFailed is wrapped by Savepoint when the savepoint was aborted.
@@ -53,12 +58,13 @@ const EndDiscardTimeout = 30 * time.Second
 // task acks after that (a snapshot finished after the job ended) is left
 // to Catalog.Leftovers.
 type Runner struct {
-	cat  *Catalog
-	eff  Effects
-	now  func() time.Time
-	log  *slog.Logger
-	kick chan struct{}
-	done chan struct{} // closed when Run returns
+	cat     *Catalog
+	eff     Effects
+	sources []jobspec.Source
+	now     func() time.Time
+	log     *slog.Logger
+	kick    chan struct{}
+	done    chan struct{} // closed when Run returns
 
 	mu      sync.Mutex
 	m       *Machine
@@ -75,7 +81,7 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{m: m, cat: cat, eff: eff, now: opts.Now, log: opts.Log,
+	return &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), now: opts.Now, log: opts.Log,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{}}
 }
 
@@ -343,7 +349,9 @@ func (r *Runner) do(ctx context.Context, a Action) {
 			r.mu.Unlock()
 		}
 	case PersistAction:
-		err := r.cat.Write(ctx, a.Metadata)
+		md := *a.Metadata
+		md.Sources = r.sources
+		err := r.cat.Write(ctx, &md)
 		if err != nil {
 			r.log.Warn("checkpoint metadata write failed", "checkpoint", a.Metadata.ID, "err", err)
 		}

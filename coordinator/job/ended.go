@@ -66,8 +66,13 @@ import (
 // checkpoint written before source_ended was recorded, or restored with
 // an earlier stop than it had — is still caught at the first record
 // (host.ErrPortEnded).
-func checkEnded(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) error {
+//
+// resolvedNow holds the sources whose stop was resolved for this restore
+// (stopsResolvedNow), which a refusal says: a stop: end that resolved past
+// the checkpoint's because the stream grew since.
+func checkEnded(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, resolvedNow map[string]bool) error {
 	c := newEndedCheck(spec, p, md)
+	c.resolvedNow = resolvedNow
 	var problems []string
 	portProblems := false
 	for _, v := range p.Vertices {
@@ -124,6 +129,9 @@ type endedCheck struct {
 	feeders map[string]map[int][]string
 	// why memoizes unfinished, by upstream task.
 	why map[string]*string
+	// resolvedNow holds the sources whose stop was resolved for the
+	// restore (checkEnded).
+	resolvedNow map[string]bool
 }
 
 func newEndedCheck(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *endedCheck {
@@ -263,7 +271,7 @@ func (c *endedCheck) whyUnfinished(name, task string) string {
 				return what + fmt.Sprintf(": it was unbounded when the checkpoint was taken (task %s records no stop), so it had not ended there", id)
 			case uint64(stop) < src.StopSequence:
 				resolved := ""
-				if sp, err := jobspec.ParseStop(src.Stop); err == nil && (sp.End || !sp.Time.IsZero()) {
+				if c.resolvedNow[src.Name] {
 					resolved = ", as resolved for this restore"
 				}
 				return what + fmt.Sprintf(": it stops at sequence %d in the spec (stop: %s%s), after sequence %d, where it stopped in the checkpoint (task %s)",

@@ -23,7 +23,7 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, parallelism: 2, 
 		"count-0": {ports: 1}, "count-1": {},
 		"out-0": {ports: 1}, "out-1": {},
 	})
-	if err := checkEnded(s, p, md); err != nil {
+	if err := checkEnded(s, p, md, nil); err != nil {
 		t.Fatalf("the job's own savepoint refused: %v", err)
 	}
 	// The same savepoint with count's input changed to key partitioning
@@ -33,7 +33,7 @@ operators: [{name: count, module: count@1, parallelism: 2, inputs: [{from: in}]}
 sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, parallelism: 2, input: {from: count, partition: round-robin}}]
 `
 	s, p = endedSpec(t, yaml2, map[string]uint64{"in": 5})
-	if err := checkEnded(s, p, md); err == nil {
+	if err := checkEnded(s, p, md, nil); err == nil {
 		t.Fatal("out-0's ended port fed by the unfinished count-1 accepted")
 	} else {
 		t.Log(err)
@@ -56,12 +56,12 @@ operators: [{name: count, module: count@1, parallelism: 2, inputs: [{from: in}]}
 sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, parallelism: 2, input: {from: count}}]
 `
 	s, p := endedSpec(t, forward, map[string]uint64{"in": 5})
-	if err := checkEnded(s, p, md); err != nil {
+	if err := checkEnded(s, p, md, nil); err != nil {
 		t.Fatalf("the job's own savepoint refused: %v", err)
 	}
 	keyed := strings.Replace(forward, "inputs: [{from: in}]", "inputs: [{from: in, partition: key}]", 1)
 	s, p = endedSpec(t, keyed, map[string]uint64{"in": 5})
-	err := checkEnded(s, p, md)
+	err := checkEnded(s, p, md, nil)
 	if err == nil || !strings.Contains(err.Error(), "task count-0's input port 0 ended in the checkpoint, but source in would give it more records: its task in-1 had not read up to its stop (sequence 5)") {
 		t.Fatalf("in-1, still reading, rewired to count-0's ended port: %v", err)
 	}

@@ -3,14 +3,18 @@ package job
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/plan"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 // endedSpec plans yaml (a job named r) with its JetStream sources' stops
@@ -23,6 +27,19 @@ func endedSpec(t *testing.T, yaml string, stops map[string]uint64) (*jobspec.Spe
 		s.Sources[i].StopSequence = stops[s.Sources[i].Name]
 	}
 	return s, p
+}
+
+// resolvedAtRestore is stopsResolvedNow of a spec endedSpec resolved, as
+// if the restore had resolved its stops: the sources whose stop is
+// relative to when it is resolved.
+func resolvedAtRestore(s *jobspec.Spec) map[string]bool {
+	now := map[string]bool{}
+	for _, src := range s.Sources {
+		if relativeStop(src.Stop) {
+			now[src.Name] = true
+		}
+	}
+	return now
 }
 
 // ended is a checkpointed task: its ended ports (bits, as the metric
@@ -155,7 +172,7 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: jo
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, p := endedSpec(t, c.yaml, c.stops)
-			err := checkEnded(s, p, endedMetadata(c.tasks))
+			err := checkEnded(s, p, endedMetadata(c.tasks), resolvedAtRestore(s))
 			switch {
 			case c.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -182,7 +199,7 @@ operators:
   - {name: b, module: b@1, inputs: [{from: a}]}
 sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: b}}]
 `, map[string]uint64{"in": 8})
-	err := checkEnded(s, p, endedMetadata(map[string]ended{"in-0": {stop: 5}, "a-0": {ports: 1}, "b-0": {ports: 1}, "out-0": {ports: 1}}))
+	err := checkEnded(s, p, endedMetadata(map[string]ended{"in-0": {stop: 5}, "a-0": {ports: 1}, "b-0": {ports: 1}, "out-0": {ports: 1}}), nil)
 	if err == nil || !strings.Contains(err.Error(), "task a-0's input port 0 ended") || strings.Contains(err.Error(), "b-0") || strings.Contains(err.Error(), "out-0") {
 		t.Fatalf("got %v, want the refusal to name a-0's port alone", err)
 	}
@@ -195,7 +212,7 @@ func TestCheckEndedWithoutMetrics(t *testing.T) {
 	s, p := endedSpec(t, laterStop, map[string]uint64{"in": 8})
 	md := endedMetadata(finished)
 	md.Metrics = nil
-	if err := checkEnded(s, p, md); err != nil {
+	if err := checkEnded(s, p, md, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -265,5 +282,97 @@ func TestRestoreRefusesMoreInputForAnEndedPort(t *testing.T) {
 	st := waitFor(t, ctx, e, "fin", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
 	if st.RestoredFrom != 7 {
 		t.Fatalf("restored from %d, want 7", st.RestoredFrom)
+	}
+}
+
+// A restore starts and stops where the run that took the checkpoint was
+// resolved to, which the checkpoint records: not where a later run of the
+// job's name was (stop: end resolved when the stream had grown), whose
+// spec the job has now. The refusal says "as resolved for this restore"
+// only of a stop resolved for the restore: that of a checkpoint that does
+// not record its run's (written before it was recorded, by an earlier
+// run), not one the request gave as a sequence.
+func TestRestoreKeepsTheStopOfTheCheckpointsRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc, js := embeddedtest.JetStream(t)
+	e := setupWith(t, ctx, Options{NC: nc, JetStream: js})
+	e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	for _, c := range []jetstream.StreamConfig{{Name: "IN", Subjects: []string{"in"}}, {Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute}} {
+		if _, err := js.CreateStream(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish := func(n int) {
+		for range n {
+			if _, err := js.Publish(ctx, "in", []byte("w")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	withStop := func(stop string, seq uint64) *jobspec.Spec {
+		s := spec(t, "fin", "checkpointing: {disabled: true}\n")
+		s.Sources[0].Stop, s.Sources[0].StopSequence = stop, seq
+		return s
+	}
+	// The final savepoint of a run whose stop: end resolved to 3 (id 7),
+	// and one written before metadata recorded the run's sources (id 6).
+	savepoint := func(id int64, sources []jobspec.Source) {
+		md := endedMetadata(map[string]ended{"in-0": {stop: 3, read: true}, "in-1": {stop: 3, read: true},
+			"count-0": {ports: 1, keyed: true}, "count-1": {ports: 1, keyed: true}, "out-0": {ports: 1}})
+		md.Job, md.ID, md.Savepoint, md.Sources = "fin", id, true, sources
+		for task := range md.Handles {
+			md.Handles[task] = checkpoint.StateKey("fin", id, task)
+			if err := e.fleet.store.Put(ctx, md.Handles[task], strings.NewReader("state")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.mgr.opts.Catalog.Write(ctx, md); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(3)
+	savepoint(6, nil)
+	savepoint(7, withStop("end", 3).Sources)
+
+	// A later run of the name, submitted anew once the stream had grown:
+	// its stop: end resolves to 5.
+	publish(2)
+	e.submitRunning(t, ctx, withStop("end", 0))
+	// Its checkpoints record its sources as it resolved them.
+	id := e.savepoint(t, ctx, "fin")
+	if md, err := e.mgr.opts.Catalog.Read(ctx, "fin", id); err != nil || len(md.Sources) != 1 || md.Sources[0].StopSequence != 5 {
+		t.Errorf("savepoint %d of the later run: %+v, %v; want its source recorded with stop sequence 5", id, md, err)
+	}
+	if _, err := e.api.CancelJob(ctx, "fin"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restored with the job's spec, savepoint 7 stops at 3, where its run
+	// did: the job would finish at once.
+	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "fin", From: "7"}); err != nil {
+		t.Fatalf("restore of savepoint 7 with the job's spec: %v", err)
+	}
+	st := waitFor(t, ctx, e, "fin", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	if g := fmt.Sprint(st.Guarantees); !strings.Contains(g, "stops after sequence 3 (stop: end)") {
+		t.Errorf("restored job's guarantees %q, want it to stop after sequence 3", g)
+	}
+	if _, err := e.api.CancelJob(ctx, "fin"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Savepoint 6 records no run: its stop: end is resolved for the
+	// restore, and the refusal says so.
+	_, err := e.api.Restore(ctx, control.RestoreRequest{Job: "fin", From: "6"})
+	want := "source in would give it more records: it stops at sequence 5 in the spec (stop: end, as resolved for this restore), after sequence 3, where it stopped in the checkpoint"
+	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Errorf("restore of savepoint 6: %v, want ErrInvalid saying %q", err, want)
+	}
+	// A stop sequence the request gives is not one resolved for it.
+	_, err = e.api.Restore(ctx, control.RestoreRequest{Job: "fin", From: "7", Spec: withStop("end", 5)})
+	want = "it stops at sequence 5 in the spec (stop: end), after sequence 3"
+	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Errorf("restore of savepoint 7 with stop_sequence 5: %v, want ErrInvalid saying %q", err, want)
 	}
 }

@@ -261,10 +261,14 @@ func setup(t *testing.T, ctx context.Context) *env {
 	return setupWith(t, ctx, Options{})
 }
 
-// setupWith is setup with opts (NC, Catalog, and unset timeouts filled in).
+// setupWith is setup with opts (Catalog, and NC and timeouts when unset,
+// filled in).
 func setupWith(t *testing.T, ctx context.Context, opts Options) *env {
 	t.Helper()
-	nc := embeddedtest.Conn(t)
+	nc := opts.NC
+	if nc == nil {
+		nc = embeddedtest.Conn(t)
+	}
 	dir := t.TempDir()
 	st, err := storage.NewDir(dir)
 	if err != nil {

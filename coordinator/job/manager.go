@@ -290,7 +290,7 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 		}
 		from = md
 	}
-	return m.start(ctx, r.Spec, from, r.AllowNonRestoredState)
+	return m.start(ctx, r.Spec, true, from, r.AllowNonRestoredState)
 }
 
 // Restore restarts a stopped job from one of its checkpoints.
@@ -303,7 +303,11 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 		if err != nil {
 			return control.JobStatus{}, control.Errorf(control.ErrNotFound, "restore %s: no spec given, and no job %q to take it from", r.Job, r.Job)
 		}
-		spec = j.spec
+		// A copy: the restore resolves its sources again (keepResolved),
+		// and the ended run keeps its spec as it ran.
+		c := *j.spec
+		c.Sources = slices.Clone(j.spec.Sources)
+		spec = &c
 	} else if err := jobspec.Check(spec); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
 	}
@@ -311,7 +315,7 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	if err != nil {
 		return control.JobStatus{}, err
 	}
-	return m.start(ctx, spec, md, r.AllowNonRestoredState)
+	return m.start(ctx, spec, r.Spec != nil, md, r.AllowNonRestoredState)
 }
 
 // loadCheckpoint reads "ID" (of job) or "JOB/ID".
@@ -470,10 +474,13 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 // start runs spec, restoring checkpoint from if it is not nil (see
 // checkRestore for allowNonRestored) — refused when that would drop or
 // misplace state (checkRestore) or give an input port that ended in the
-// checkpoint more records (checkEnded).
-func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
+// checkpoint more records (checkEnded). given says that spec came with
+// the request (keepResolved).
+func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
+	var resolvedNow map[string]bool
 	if from != nil {
-		m.keepResolved(spec, from.Job)
+		m.keepResolved(spec, from, given)
+		resolvedNow = stopsResolvedNow(spec)
 	}
 	p, mods, err := m.prepare(ctx, spec, from == nil)
 	if err != nil {
@@ -483,7 +490,7 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, from *checkpoin
 		if err := checkRestore(spec, p, from, allowNonRestored); err != nil {
 			return control.JobStatus{}, err
 		}
-		if err := checkEnded(spec, p, from); err != nil {
+		if err := checkEnded(spec, p, from, resolvedNow); err != nil {
 			return control.JobStatus{}, err
 		}
 	}

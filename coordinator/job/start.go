@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 )
@@ -55,37 +56,97 @@ func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec, fresh b
 }
 
 // keepResolved gives each jetstream source of spec, about to be restored
-// from a checkpoint of job, the start and stop sequences job's spec was
-// resolved to for it, when the source reads the same stream from the same
-// start (to the same stop) and spec does not say one itself (a new spec
-// given to a restore). A source that had read nothing when the checkpoint
-// was taken resumes at its start sequence: the one the job started at,
-// not where its start would resolve now ("new": after everything stored
-// since, which it would skip). A restored job stops where it was resolved
-// to stop ("end": the stream's end when the job first started, not at the
-// restore).
-func (m *Manager) keepResolved(spec *jobspec.Spec, job string) {
-	j, err := m.job(job)
-	if err != nil || j.spec == spec {
-		return
-	}
+// from checkpoint md, the start and stop sequences the run that took md
+// resolved (runSources) when the source reads the same stream from the
+// same start (to the same stop). A source that had read nothing when the
+// checkpoint was taken resumes at its start sequence: the one that run
+// started at, not where its start would resolve now ("new": after
+// everything stored since, which it would skip). A restored run stops
+// where the checkpoint's run was resolved to stop ("end": the stream's end
+// when that run started, not at the restore, nor when a later run of the
+// job's name started).
+//
+// given says that spec came with the restore: a sequence it gives itself
+// (a JSON client's start_sequence or stop_sequence) stays. Otherwise spec
+// is a copy of the job's stored spec, whose sequences are those its latest
+// run resolved: where the checkpoint's run is not known, or had another
+// start or stop, a start or stop relative to when it is resolved (new,
+// end, a time) is resolved anew for this restore.
+func (m *Manager) keepResolved(spec *jobspec.Spec, md *checkpoint.Metadata, given bool) {
+	run := m.runSources(md)
 	for i := range spec.Sources {
 		src := &spec.Sources[i]
 		if src.Kind != jobspec.KindJetStream {
 			continue
 		}
-		for _, old := range j.spec.Sources {
-			if old.Name != src.Name || old.Kind != src.Kind || old.Stream != src.Stream {
-				continue
-			}
-			if src.StartSequence == 0 && old.Start == src.Start {
-				src.StartSequence = old.StartSequence
-			}
-			if src.StopSequence == 0 && src.Stop != "" && old.Stop == src.Stop {
-				src.StopSequence = old.StopSequence
+		var old *jobspec.Source
+		for k := range run {
+			if o := &run[k]; o.Name == src.Name && o.Kind == src.Kind && o.Stream == src.Stream {
+				old = o
 			}
 		}
+		switch {
+		case old != nil && old.Start == src.Start && (!given || src.StartSequence == 0):
+			src.StartSequence = old.StartSequence
+		case !given && relativeStart(src.Start):
+			src.StartSequence = 0
+		}
+		switch {
+		case old != nil && old.Stop == src.Stop && src.Stop != "" && (!given || src.StopSequence == 0):
+			src.StopSequence = old.StopSequence
+		case !given && relativeStop(src.Stop):
+			src.StopSequence = 0
+		}
 	}
+}
+
+// runSources returns the sources of the run that took checkpoint md, as
+// that run resolved them: those md records, else (metadata written before
+// they were recorded) those of the job's stored spec if md is of its
+// latest run (taken by it, or the one it started from), else nil: not
+// known.
+func (m *Manager) runSources(md *checkpoint.Metadata) []jobspec.Source {
+	if md.Sources != nil {
+		return md.Sources
+	}
+	j, err := m.job(md.Job)
+	if err != nil {
+		return nil
+	}
+	j.mu.Lock()
+	own := md.ID >= j.firstID || md.ID == j.startID
+	j.mu.Unlock()
+	if !own {
+		return nil
+	}
+	return j.spec.Sources
+}
+
+// relativeStart reports whether a source's start names a point relative to
+// when it is resolved: new, or a time (a sequence and the beginning do
+// not).
+func relativeStart(start string) bool {
+	sp, err := jobspec.ParseStart(start)
+	return err == nil && (sp.New || !sp.Time.IsZero())
+}
+
+// relativeStop is relativeStart for a stop: end, or a time.
+func relativeStop(stop string) bool {
+	sp, err := jobspec.ParseStop(stop)
+	return err == nil && (sp.End || !sp.Time.IsZero())
+}
+
+// stopsResolvedNow returns the jetstream sources of spec (after
+// keepResolved) whose stop resolves to a sequence at this restore: a stop
+// relative to when it is resolved that keeps no sequence.
+func stopsResolvedNow(spec *jobspec.Spec) map[string]bool {
+	now := map[string]bool{}
+	for _, src := range spec.Sources {
+		if src.Kind == jobspec.KindJetStream && src.StopSequence == 0 && relativeStop(src.Stop) {
+			now[src.Name] = true
+		}
+	}
+	return now
 }
 
 // resolveStops sets the StopSequence of each jetstream source with a Stop,
