@@ -180,7 +180,9 @@ type SinkMerger interface {
 
 // CommitReporter is implemented by a Sink that can say when a
 // checkpoint's commit is stored (the exactly-once JetStream sink). The task
-// then records it next to the snapshot (CommittedMarker), and a restore of
+// then records it next to the snapshot (CommittedMarker; not for the
+// commit of another job's checkpoint it was restored from, whose ID its
+// own job may take later), and a restore of
 // that checkpoint hands Recover no state: what it held is stored already,
 // and re-committing it is only safe while the external system still
 // recognizes it as a duplicate (JetStream's duplicate window), which a

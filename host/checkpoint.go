@@ -356,6 +356,9 @@ func (t *Task) restore(ctx context.Context) error {
 		if t.committed(ctx, t.cfg.Restore, snap) {
 			state = nil // stored already: nothing to commit again
 		}
+		if t.cfg.Restore != SnapshotKey(t.cfg.KeyPrefix, snap.CheckpointID, snap.Task) {
+			t.foreignID.Store(snap.CheckpointID)
+		}
 		if err := s.Recover(ctx, snap.CheckpointID, state); err != nil {
 			return fmt.Errorf("sink: recover checkpoint %d: %w", snap.CheckpointID, err)
 		}
@@ -420,6 +423,9 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		}
 		snaps = append(snaps, snap)
 		stored = append(stored, t.cfg.Sink != nil && t.committed(ctx, h, snap))
+		if h != SnapshotKey(t.cfg.KeyPrefix, snap.CheckpointID, snap.Task) {
+			t.foreignID.Store(snap.CheckpointID)
+		}
 	}
 	t.restoredID = snaps[0].CheckpointID
 	// A port ended in every old subtask stays ended. One that ended in

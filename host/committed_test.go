@@ -193,3 +193,90 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// A job restored from another job's checkpoint has its sink commit what
+// that checkpoint staged, but writes no marker of it under its own keys:
+// the marker would claim the commit of the job's own checkpoint of that
+// ID, which it may well take later (its IDs number from its own), and a
+// restore of that one would then skip its re-commit.
+func TestRestoreFromAnotherJobMarksNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, js := embeddedtest.JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"},
+		Duplicates: time.Minute, AllowBatchPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, acks := ackWaiter()
+	run := func(job, restore string, input ...stream.Element) func() {
+		sk, err := sink.NewExactlyOnce(ctx, nc, sink.ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: job, Task: "out-0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		si, ri := local.New(local.Options{Name: "up->out-0"})
+		for _, e := range input {
+			if err := si.Send(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		task, err := host.New(host.Config{Name: "out-0", KeyPrefix: job + "/", Inputs: []host.Input{{Receiver: ri}}, Sink: sk,
+			Checkpointing: host.Checkpointing{Mode: barrier.Aligned}, Store: store, Listener: rc, Restore: restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- task.Run(rctx) }()
+		return func() {
+			stop()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("run: %v", err)
+			}
+		}
+	}
+	marked := func(handle string) bool {
+		r, err := store.Get(ctx, host.CommittedMarker(handle))
+		if err == nil {
+			r.Close()
+			return true
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return false
+	}
+
+	// Job a stages a, b for its checkpoint 7, which is never committed.
+	var b abi.Builder
+	b.Add(nil, []byte("a"), 1)
+	b.Add(nil, []byte("b"), 1)
+	stop := run("a", "", stream.Records(append([]byte(nil), b.Bytes()...)), stream.BarrierElement(stream.Barrier{ID: 7}))
+	if id := waitAck(t, acks, rc); id != 7 {
+		t.Fatalf("ack %d", id)
+	}
+	from := rc.handle(7, "out-0")
+	stop()
+
+	// Job b restores it: its sink commits a, b (Recover waits for the
+	// commit and its report), then b acks its checkpoint 1.
+	stop = run("b", from, stream.BarrierElement(stream.Barrier{ID: 1}))
+	if id := waitAck(t, acks, rc); id != 1 {
+		t.Fatalf("ack %d", id)
+	}
+	stop()
+	if st, err := js.Stream(ctx, "OUT"); err != nil {
+		t.Fatal(err)
+	} else if info, err := st.Info(ctx); err != nil || info.State.Msgs != 2 {
+		t.Fatalf("OUT: %+v, %v; want a and b committed", info, err)
+	}
+	if marked("b/chk-7/out-0") {
+		t.Error("job b marked its checkpoint 7 committed, which it has not taken")
+	}
+	if marked(from) {
+		t.Error("job b marked job a's checkpoint 7 committed, under a's keys")
+	}
+}

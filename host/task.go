@@ -159,6 +159,12 @@ type Task struct {
 	handler barrier.Handler
 	ctx     context.Context
 
+	// foreignID is the checkpoint a restore from another job's snapshot
+	// had the sink commit (0: none). That commit is not one of this job's
+	// checkpoints: no marker of it goes under this job's keys, where it
+	// would claim the commit of the job's own checkpoint of that ID.
+	foreignID atomic.Int64
+
 	// input gate
 	drained  []bool // the receiver delivered end-of-partition: poll no more
 	ended    []bool // end-of-partition was handled
@@ -330,6 +336,9 @@ func New(cfg Config) (*Task, error) {
 // is stored, next to its snapshot (CommitReporter). It is best effort: a
 // restore that finds no marker re-commits, as it would without them.
 func (t *Task) markCommitted(task string, id int64) {
+	if id == t.foreignID.Load() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = t.cfg.Store.Put(ctx, CommittedMarker(SnapshotKey(t.cfg.KeyPrefix, id, task)), bytes.NewReader(nil))
