@@ -38,7 +38,9 @@
 //     what a task acks for it later (a late ack, also one from an attempt
 //     that ended: Late), as Flink's discardSubtaskState does. Only the
 //     checkpoints the machine itself aborted are discarded so: never one
-//     that completed, one still pending, or one of another run;
+//     that completed, one still pending, or one of another run. The
+//     discards queued as the job ends are carried out before the Runner
+//     returns (EndDiscardTimeout);
 //   - savepoints are triggered on demand, regardless of interval, min-pause
 //     and max-concurrent, and are always aligned;
 //   - finished tasks: once a task reported the end of its input, no new
