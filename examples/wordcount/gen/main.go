@@ -40,23 +40,36 @@ func main() {
 	}
 }
 
-// ackWait bounds the wait for the server to acknowledge what gen sent:
-// past it the server is down or stuck, and gen says so instead of waiting
-// for its overall deadline.
+// ackWait bounds how long gen waits without any acknowledgement from the
+// server: past it the server is down or stuck, and gen says so instead of
+// waiting for its overall deadline. A server that acknowledges slowly but
+// steadily (a busy 'weir up') is waited for.
 const ackWait = 30 * time.Second
 
-// waitAcks waits, at most wait, until every line published so far (sent
-// of them) is acknowledged.
+// waitAcks waits until every line published so far (sent of them) is
+// acknowledged, failing once wait passes without any acknowledgement.
 func waitAcks(ctx context.Context, js jetstream.JetStream, sent int, wait time.Duration) error {
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-js.PublishAsyncComplete():
-		return nil
-	case <-t.C:
-		return fmt.Errorf("no acknowledgement for %s after %d lines sent (is the NATS server up? lines sent before it went down may be stored or lost)", wait, sent)
-	case <-ctx.Done():
-		return ctx.Err()
+	// PublishAsyncComplete says nothing of progress: the number of acks
+	// still pending does, looked at a few times per wait.
+	tick := time.NewTicker(max(wait/10, time.Millisecond))
+	defer tick.Stop()
+	pending := js.PublishAsyncPending()
+	for {
+		select {
+		case <-js.PublishAsyncComplete():
+			return nil
+		case <-tick.C:
+			if p := js.PublishAsyncPending(); p < pending {
+				pending = p
+				t.Reset(wait)
+			}
+		case <-t.C:
+			return fmt.Errorf("no acknowledgement for %s after %d lines sent (is the NATS server up? lines sent before it went down may be stored or lost)", wait, sent)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

@@ -83,9 +83,24 @@ func TestUnstoredLinesReported(t *testing.T) {
 	}
 }
 
+// TestSteadyAcksOutlastTheWait: a server that acknowledges slowly but
+// steadily (3 ms a line, so the first 1024 lines take over 3 s) is waited
+// for: the ack wait (2 s) bounds a silence, not the time a thousand acks
+// take.
+func TestSteadyAcksOutlastTheWait(t *testing.T) {
+	url := standIn(t, func(seq int64) []byte {
+		time.Sleep(3 * time.Millisecond)
+		return ack(seq)
+	})
+	if err := run(url, 1030, 8, 1, 2*time.Second); err != nil {
+		t.Fatalf("gen against a slow but steady server: %v", err)
+	}
+}
+
 // TestServerGoneSaysSo: with nothing acknowledged (the server went away),
 // gen fails once the ack wait passes, saying how many lines it had sent,
-// not at its overall deadline.
+// not at its overall deadline. The wait is seconds, so that a loaded
+// machine does not stall the stand-in's acks of the first lines that long.
 func TestServerGoneSaysSo(t *testing.T) {
 	url := standIn(t, func(seq int64) []byte {
 		if seq > 1500 {
@@ -93,8 +108,8 @@ func TestServerGoneSaysSo(t *testing.T) {
 		}
 		return ack(seq)
 	})
-	err := run(url, 3000, 8, 1, 300*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "no acknowledgement for 300ms after 2048 lines sent") {
+	err := run(url, 3000, 8, 1, 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "no acknowledgement for 5s after 2048 lines sent") {
 		t.Fatalf("gen against a server that stopped answering: %v", err)
 	}
 }
