@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,7 +151,7 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		pace:         newPacer(m.limits.CallTimeout),
 	}
 	if cfg.WholeBatches {
-		i.pace = pacer{budget: 1<<63 - 1, perRecord: 1}
+		i.pace = pacer{budget: 1<<63 - 1, perRecord: 1, largest: math.MaxInt / rampFactor}
 	}
 	i.stdout = &lineWriter{logger: logger, operator: name, stream: "stdout"}
 	i.stderr = &lineWriter{logger: logger, operator: name, stream: "stderr"}

@@ -11,8 +11,15 @@ import "time"
 // batch boundaries were never meaningful (they follow how input arrived).
 //
 // Until one call has been timed, a piece is a single record: even the
-// first backlog of an operator at a second per record fits a 5 s deadline,
-// and a fast operator pays one extra call.
+// first backlog of an operator at a second per record fits a 5 s deadline.
+// After that a piece has at most rampFactor times the records of the
+// largest call timed so far: a call of a few records that runs within one
+// slice of CPU says little of a piece of a quarter second on a machine
+// whose CPU is shared — such a piece gets its share of the CPU, and on a
+// loaded machine ran ten times slower per record than the single record
+// before it, past the deadline. Growing by doubling, each piece is timed
+// at a pace measured over at least half its length; a fast operator pays
+// a dozen extra calls on its first backlog of thousands of records.
 const (
 	// Timing a call costs two clock reads (~80 ns each on a VM's kvm-clock),
 	// a lot beside a short call of a few records. A call is timed when it
@@ -24,6 +31,8 @@ const (
 	sampleShortCalls = 16
 	// paceShare is the part of the call deadline one piece aims at.
 	paceShare = 4
+	// rampFactor bounds a piece by the largest timed call's records.
+	rampFactor = 2
 )
 
 // pacer estimates an operator's time per record and sizes pieces from it.
@@ -31,6 +40,7 @@ const (
 type pacer struct {
 	budget    time.Duration // the time one piece aims at
 	perRecord time.Duration // estimated time per record; 0 until a call was timed
+	largest   int           // the most records a timed call had
 	untimed   int           // short calls not timed since the last timed one
 }
 
@@ -39,18 +49,20 @@ func newPacer(callTimeout time.Duration) pacer {
 }
 
 // piece returns how many records the next call may take: all n when they
-// are expected to fit the budget.
+// are expected to fit the budget and are at most rampFactor times the
+// largest timed call.
 func (p *pacer) piece(n int) int {
 	if p.perRecord == 0 {
 		return min(n, 1)
 	}
 	fit := int(p.budget / p.perRecord)
-	return max(1, min(n, fit))
+	return max(1, min(n, fit, rampFactor*p.largest))
 }
 
-// times reports whether a call of n records is to be timed.
+// times reports whether a call of n records is to be timed: always when it
+// is larger than any timed before, so that pieces can grow.
 func (p *pacer) times(n int) bool {
-	if n >= minTimedRecords || p.perRecord == 0 || time.Duration(n)*p.perRecord >= longTimedCall {
+	if n >= minTimedRecords || n > p.largest || time.Duration(n)*p.perRecord >= longTimedCall {
 		p.untimed = 0
 		return true
 	}
@@ -69,6 +81,7 @@ func (p *pacer) observe(n int, d time.Duration) {
 	if n <= 0 {
 		return
 	}
+	p.largest = max(p.largest, n)
 	per := max(d/time.Duration(n), 1)
 	if per >= p.perRecord {
 		p.perRecord = per

@@ -109,7 +109,7 @@ func TestContained(t *testing.T) {
 	cases := []struct {
 		mode  string
 		check func(t *testing.T, err error)
-	}{ // every case but the loops (l, L, T, M: 200ms) runs far inside its 10s deadline
+	}{ // every case but the loops (l, L, T: 200ms; M: 1s) runs far inside its 10s deadline
 		{"t", func(t *testing.T, err error) {
 			var te *TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 2 || te.Export != "weir_process" || te.Operator != "bad" || te.MemoryLimit != 0 {
@@ -139,10 +139,12 @@ func TestContained(t *testing.T) {
 		{"M", func(t *testing.T, err error) {
 			// A guest that spins once its memory is used up (an unchecked
 			// malloc) hits the deadline, and the message says where its
-			// memory stood.
+			// memory stood. Its limit is two pages above its initial
+			// memory, so that it is used up at once: filling 4 MiB a page
+			// at a time could outlast the deadline on a loaded machine.
 			var de *DeadlineError
-			if !errors.As(err, &de) || de.MemoryLimit != 4<<20 || de.GrowRefused != PageSize ||
-				!strings.HasSuffix(err.Error(), "raise its timeout limit) (memory.grow of 1 page (64 KiB) refused: the operator's memory limit is 4 MiB and it had 4 MiB)") {
+			if !errors.As(err, &de) || de.MemoryLimit != 4*PageSize || de.GrowRefused != PageSize ||
+				!strings.HasSuffix(err.Error(), "raise its timeout limit) (memory.grow of 1 page (64 KiB) refused: the operator's memory limit is 256 KiB and it had 256 KiB)") {
 				t.Fatalf("got %v", err)
 			}
 		}},
@@ -177,8 +179,12 @@ func TestContained(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.mode, func(t *testing.T) {
 			lim := Limits{CallTimeout: 10 * time.Second, MemoryBytes: 4 << 20}
-			if c.mode == "l" || c.mode == "L" || c.mode == "T" || c.mode == "M" {
+			if c.mode == "l" || c.mode == "L" || c.mode == "T" {
 				lim.CallTimeout = 200 * time.Millisecond
+			}
+			if c.mode == "M" {
+				// The deadline must find the memory used up: seconds.
+				lim.CallTimeout, lim.MemoryBytes = time.Second, 4*PageSize
 			}
 			inst := instantiate(t, e, "bad", mis, lim, InstanceConfig{Config: []byte(c.mode)})
 			o := newOut()
