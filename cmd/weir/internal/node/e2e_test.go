@@ -305,7 +305,7 @@ func faultNodes(t *testing.T, ctx context.Context, inj *injector) (*Node, func(i
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	main, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: time.Second, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
+		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: hb, Hooks: inj.hooks(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func oneNode(t *testing.T, ctx context.Context, examples ...string) (*Node, map[
 		mods[name] = p
 	}
 	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,15 +39,27 @@ func oneNode(t *testing.T, ctx context.Context, examples ...string) (*Node, map[
 	return n, mods
 }
 
-// waitJob waits until job's status satisfies cond and returns it.
+// testHeartbeatTimeout declares a worker of a test node lost. A crash is
+// noticed after it, so it is short; a loaded machine can starve a live
+// worker's heartbeats (every 100 ms) for a second, and with a timeout of
+// 1 s a scenario failed over again and again and never took a checkpoint.
+const testHeartbeatTimeout = 3 * time.Second
+
+// waitJob waits until job's status satisfies cond and returns it. Timed
+// out, it says where the job stood.
 func waitJob(t *testing.T, ctx context.Context, n *Node, job, what string, cond func(control.JobStatus) bool) control.JobStatus {
 	t.Helper()
-	var st control.JobStatus
-	waitUntil(t, ctx, what, func() bool {
-		s, err := n.API.Job(ctx, job)
-		st = s
-		return err == nil && cond(s)
-	})
+	var (
+		st  control.JobStatus
+		err error
+	)
+	if !poll(ctx, func() bool {
+		st, err = n.API.Job(ctx, job)
+		return err == nil && cond(st)
+	}) {
+		t.Fatalf("timed out waiting for %s; job %s: %s (%s), attempt %d, %d restarts, latest checkpoint %d, failures %+v (err %v)",
+			what, job, st.State, st.Reason, st.Attempt, st.Restarts, st.LatestCheckpoint, st.Failures, err)
+	}
 	return st
 }
 

@@ -170,7 +170,7 @@ restart: {strategy: none}
 func restartable(t *testing.T, ctx context.Context, dir string) *Node {
 	t.Helper()
 	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: testLog()})
+		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,9 +134,11 @@ func TestNATSOutageDuringFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A fixed port: the server is started again on it after the outage.
+	readFailed := make(chan struct{})
+	log := slog.New(&messageWatch{Handler: testLog().Handler(), msg: "reading checkpoints failed", seen: readFailed, once: new(sync.Once)})
 	n, err := Start(ctx, Options{DataDir: dir, Port: freePort(t), Coordinator: true, Workers: 1, WorkerID: "w1",
-		CheckpointStore: StoreJetStream, HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
-		Log: testLog()})
+		CheckpointStore: StoreJetStream, HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond,
+		Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +164,14 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 	before := waitJob(t, ctx, n, "counts", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
 
 	n.Server.Shutdown()
-	// The worker is lost after 1s; the failover (job record, cancel: 5s
-	// each to time out) reads the checkpoints while the server is down.
-	time.Sleep(15 * time.Second)
+	// The worker is lost after the heartbeat timeout; the failover (job
+	// record, cancel: 5s each to time out) reads the checkpoints while the
+	// server is down, and fails.
+	select {
+	case <-readFailed:
+	case <-ctx.Done():
+		t.Fatal("the failover never read the checkpoints while the server was down")
+	}
 	if err := n.Server.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +184,35 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 	t.Logf("after the outage: attempt %d, restored from %d", st.Attempt, st.RestoredFrom)
 	in.publish(100)
 	in.checkCounts()
+}
+
+// messageWatch passes records on to Handler and closes seen at the first
+// whose message is msg.
+type messageWatch struct {
+	slog.Handler
+	msg  string
+	seen chan struct{}
+	once *sync.Once
+}
+
+func (h *messageWatch) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *messageWatch) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *messageWatch) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &messageWatch{Handler: h.Handler.WithAttrs(attrs), msg: h.msg, seen: h.seen, once: h.once}
+}
+
+func (h *messageWatch) WithGroup(name string) slog.Handler {
+	return &messageWatch{Handler: h.Handler.WithGroup(name), msg: h.msg, seen: h.seen, once: h.once}
 }
 
 // testLog discards, or logs to stderr when WEIR_E2E_LOG is set.
