@@ -416,7 +416,11 @@ checkpointing: {interval: 100ms}
 	if err := submit("ahead", "IN", "OUT2", "stop: 8"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Once it has written the outputs of the 5 messages stored, it still
+	// runs (a loaded machine may take longer than half a second to deploy
+	// it: a fixed wait saw it still created).
+	waitJob(t, ctx, n, "ahead", "the job running", func(st control.JobStatus) bool { return st.State == control.JobRunning || st.State.Terminal() })
+	waitUntil(t, ctx, "OUT2 to hold the outputs of the 5 messages stored", func() bool { return mustInfo(t, ctx, n, "OUT2").State.Msgs >= 5 })
 	if st, _ := n.API.Job(ctx, "ahead"); st.State != control.JobRunning {
 		t.Fatalf("job %s (%s) before its stop was stored", st.State, st.Reason)
 	}
