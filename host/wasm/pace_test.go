@@ -37,28 +37,32 @@ func spinPerMillisecond(t *testing.T, e *Engine) uint32 {
 }
 
 // TestSlowOperatorBacklogFitsDeadline: an operator at about a millisecond
-// per record, handed a backlog that takes several times its call deadline,
-// processes it all — the instance cuts the batch into pieces that fit —
-// and its output keeps the input's order.
+// per record, handed a backlog that takes several times its call deadline
+// (1 s), processes it all — the instance cuts the batch into pieces that
+// fit — and its output keeps the input's order.
 //
-// The deadline is wall-clock time: a piece fails when it runs four times
-// longer than the pace it was sized at (a piece aims at a quarter of the
-// deadline). On a loaded machine a call of one record runs within a slice
-// of CPU, and a piece of a quarter second gets the machine's share: ten
-// times slower per record at a load of 20 on 2 cores, which failed every
-// run at the second piece. Pieces therefore grow by doubling (pace.go), so
-// each is sized at a pace measured over half its length at least. Without
-// pacing every run fails.
+// A piece fits when it holds no more records than the operator processes
+// within the deadline at its pace (1000): the test counts the records of
+// each call rather than timing it against the watchdog. A loaded machine
+// stretches a call's wall-clock time as it pleases — four times from one
+// piece to the next, past the deadline, even with pieces growing by
+// doubling (pace.go) — but cannot make the pacer hand over more records
+// than fit: its pace is measured on this machine, and so never faster than
+// the calibration's, the fastest of several runs. The instance's own
+// deadline is a minute, far past any call here. Without pacing the backlog
+// goes in one call of 3000 records.
 func TestSlowOperatorBacklogFitsDeadline(t *testing.T) {
 	e := newEngine(t)
-	const timeout, records = time.Second, 3000 // ~3 s of work: 3 deadlines
+	const deadline, records = time.Second, 3000 // ~3 s of work: 3 deadlines
 	batch := benchBatch(records)
 	spin := spinPerMillisecond(t, e)
-	inst := instantiate(t, e, "slow", misbehave(t), Limits{CallTimeout: timeout}, InstanceConfig{Config: slowConfig(spin)})
-	inst.pace = newPacer(timeout)
-	calls, o, start := 0, newOut(), time.Now()
+	inst := instantiate(t, e, "slow", misbehave(t), Limits{CallTimeout: time.Minute}, InstanceConfig{Config: slowConfig(spin)})
+	inst.pace = newPacer(deadline)
+	var pieces []int
+	o, start := newOut(), time.Now()
 	err := inst.Process(context.Background(), 0, batch, func(port int, b []byte) error {
-		calls++
+		// misbehave's 'd' passes each call's records through in one batch.
+		pieces = append(pieces, int(binary.LittleEndian.Uint32(b)))
 		return o.emit(port, b)
 	})
 	if err != nil {
@@ -68,10 +72,16 @@ func TestSlowOperatorBacklogFitsDeadline(t *testing.T) {
 	if !reflect.DeepEqual(o.recs[0], want) {
 		t.Fatalf("output of %d records differs from the input's %d", len(o.recs[0]), len(want))
 	}
-	if calls < 2 {
-		t.Fatalf("the batch went in %d call(s)", calls)
+	fit := int(deadline / time.Millisecond)
+	if len(pieces) < records/fit {
+		t.Fatalf("the batch went in %d call(s): %v", len(pieces), pieces)
 	}
-	t.Logf("%d records in %d calls, %v (deadline %v)", records, calls, time.Since(start), timeout)
+	for i, k := range pieces {
+		if k > fit {
+			t.Fatalf("call %d of %d had %d records, more than the %d of the deadline at a millisecond each: %v", i+1, len(pieces), k, fit, pieces)
+		}
+	}
+	t.Logf("%d records in %d calls, %v (deadline %v): %v", records, len(pieces), time.Since(start), deadline, pieces)
 }
 
 // TestPiecesReportRecordOfBatch: a trap in a later piece names the record's
