@@ -46,13 +46,14 @@ func (e *env) stored(job string, id int64) bool {
 // snapshot, and the run forgets it; it refuses the latest of a running
 // job (what a failover restores) and one being written, says that one
 // removed already is gone and that one never taken is not there; once the
-// job ended, its latest can go too.
+// job ended, its latest can go too. (The checkpoint timeout is seconds: the
+// savepoints the worker acks must complete on a loaded machine too.)
 func TestRemoveCheckpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e := setup(t, ctx)
 	w := e.fleet.start(ctx, "w1")
-	e.submitRunning(t, ctx, spec(t, "rm", "checkpointing: {disabled: true, timeout: 300ms}\n"))
+	e.submitRunning(t, ctx, spec(t, "rm", "checkpointing: {disabled: true, timeout: 3s}\n"))
 	a, b, c := e.savepoint(t, ctx, "rm"), e.savepoint(t, ctx, "rm"), e.savepoint(t, ctx, "rm")
 
 	e.removeErr(t, ctx, "rm", c, control.ErrConflict, fmt.Sprintf(
@@ -108,7 +109,7 @@ func TestRemoveCheckpoint(t *testing.T) {
 	if err := <-failed; err == nil {
 		t.Fatal("a savepoint nobody acked completed")
 	}
-	e.removeErr(t, ctx, "rm", pending, control.ErrNotFound, fmt.Sprintf("there is no checkpoint %d of job rm to remove: it failed (expired after 300ms)", pending))
+	e.removeErr(t, ctx, "rm", pending, control.ErrNotFound, fmt.Sprintf("there is no checkpoint %d of job rm to remove: it failed (expired after 3s)", pending))
 
 	// The failover's checkpoint is still the latest.
 	if st, err := e.api.Job(ctx, "rm"); err != nil || st.LatestCheckpoint != c {
@@ -140,7 +141,7 @@ func TestRemoveEarlierRuns(t *testing.T) {
 	defer cancel()
 	e := setup(t, ctx)
 	w := e.fleet.start(ctx, "w1")
-	e.submitRunning(t, ctx, spec(t, "old", "checkpointing: {disabled: true, timeout: 200ms}\n"))
+	e.submitRunning(t, ctx, spec(t, "old", "checkpointing: {disabled: true, timeout: 3s}\n"))
 	one, two := e.savepoint(t, ctx, "old"), e.savepoint(t, ctx, "old")
 	w.mu.Lock()
 	w.noAck = true
