@@ -291,7 +291,9 @@ type APIClient struct {
 	// Checkpoints), which is sent again until ctx ends: a request lost
 	// while the connection reconnects (written to a socket the server
 	// closed) is never answered, and would otherwise wait out the whole
-	// ctx. Default DefaultReadAttempt.
+	// ctx. It also bounds how long a read waits while nobody listens on
+	// the API subject (no coordinator): it then fails with ErrUnavailable.
+	// Default DefaultReadAttempt.
 	ReadAttempt time.Duration
 }
 
@@ -316,6 +318,11 @@ func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 
 // read is call for read-only requests: each attempt waits at most
 // ReadAttempt, and one that got no answer is sent again until ctx ends.
+// While nobody listens (no responders: the coordinator is restarting, or
+// not running) it asks again after a pause that grows to a second, and
+// gives up with ErrUnavailable once nobody has listened for ReadAttempt:
+// a coordinator that restarts subscribes again well within it, and a
+// missing one is reported instead of waited for until ctx ends.
 func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, error) {
 	if _, ok := ctx.Deadline(); !ok && c.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -326,6 +333,10 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 	if attempt <= 0 {
 		attempt = DefaultReadAttempt
 	}
+	var (
+		deaf  time.Time // since when nobody has listened
+		pause = 20 * time.Millisecond
+	)
 	for {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		var rep apiReply[T]
@@ -334,6 +345,26 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable)) {
 			return rep.Result, err
 		}
+		if !errors.Is(err, ErrUnavailable) {
+			deaf = time.Time{}
+			continue
+		}
+		// No responders comes back at once: asking again at once would
+		// spin until ctx ends, and end with its deadline instead of the
+		// reason.
+		if deaf.IsZero() {
+			deaf = time.Now()
+		} else if time.Since(deaf) >= attempt {
+			return rep.Result, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return rep.Result, err
+		}
+		pause = min(2*pause, time.Second)
 	}
 }
 

@@ -416,6 +416,58 @@ func TestAPIReadRetriesALostRequest(t *testing.T) {
 	}
 }
 
+// A read while nobody listens on the API subject (no coordinator) is not
+// sent again and again until the caller's deadline, ending with that
+// deadline: it pauses between tries and fails with ErrUnavailable, naming
+// the subject, once nobody has listened for ReadAttempt. A coordinator
+// that subscribes in the meantime (a restart) is found.
+func TestAPIReadWithNobodyListening(t *testing.T) {
+	nc := embeddedtest.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := NewAPIClient(nc, "")
+	c.ReadAttempt = 500 * time.Millisecond
+	before := nc.Stats().OutMsgs
+	_, err := c.Jobs(ctx)
+	if !errors.Is(err, ErrUnavailable) || err.Error() != "weir.ctl.api.jobs: nobody is listening (no responders)" {
+		t.Fatalf("jobs with nobody listening = %v, want ErrUnavailable naming the subject", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the read waited out its caller's deadline")
+	}
+	// Pauses of 20 ms doubling to a second: a handful of requests in
+	// ReadAttempt, where resending at once sends thousands.
+	if sent := nc.Stats().OutMsgs - before; sent > 50 {
+		t.Errorf("%d requests sent while nobody listened, want a few", sent)
+	}
+
+	// A coordinator that starts listening after the first request is
+	// found by a later one.
+	c.ReadAttempt = DefaultReadAttempt
+	subscribed := make(chan error, 1)
+	before = nc.Stats().OutMsgs
+	go func() {
+		for nc.Stats().OutMsgs == before {
+			time.Sleep(time.Millisecond)
+		}
+		sub, err := nc.Subscribe(Subjects{}.API(APIJobs), func(m *nats.Msg) {
+			_ = m.Respond([]byte(`{"result":[{"name":"x"}]}`))
+		})
+		if err == nil {
+			t.Cleanup(func() { sub.Unsubscribe() })
+			err = nc.Flush()
+		}
+		subscribed <- err
+	}()
+	jobs, err := c.Jobs(ctx)
+	if err := <-subscribed; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(jobs) != 1 || jobs[0].Name != "x" {
+		t.Fatalf("jobs once a coordinator listens = %+v, %v", jobs, err)
+	}
+}
+
 // A task's rates and time fractions cover the span between two reports,
 // or since the task started after the first.
 func TestNewTaskStatus(t *testing.T) {
