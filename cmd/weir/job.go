@@ -70,10 +70,15 @@ func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
 // apiErr returns err of the job API request what ("job status"). The
 // coordinator's answer names what failed itself ("no job \"wc\"", "stop
 // wc: the job is failed, not running"): only other errors (no answer, ...)
-// get what in front.
+// get what in front, and no answer at all the hint that no coordinator
+// runs.
 func apiErr(what string, err error) error {
 	if re := (*control.RemoteError)(nil); errors.As(err, &re) {
 		return err
+	}
+	if errors.Is(err, control.ErrUnavailable) {
+		// NATS is up (the connection worked), the coordinator is not.
+		return fmt.Errorf("%s: no coordinator answers (is 'weir up' running on this NATS?): %w", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -481,3 +481,36 @@ func TestFailedRestoreListsItsCheckpoints(t *testing.T) {
 		}
 	}
 }
+
+// With NATS up and no coordinator on it, the job and checkpoint commands
+// say so, after a short wait for one that restarts: not a busy wait for
+// their whole deadline that ends in "context deadline exceeded".
+func TestNoCoordinator(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	url := n.Server.ClientURL()
+	const hint = "no coordinator answers (is 'weir up' running on this NATS?): "
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "ls", "-nats", url}, "weir: job ls: " + hint + "weir.ctl.api.jobs: nobody is listening (no responders)\n"},
+		{[]string{"job", "status", "-nats", url, "wc"}, "weir: job status: " + hint + "weir.ctl.api.job: nobody is listening (no responders)\n"},
+		{[]string{"checkpoint", "ls", "-nats", url, "wc"}, "weir: checkpoint ls: " + hint + "weir.ctl.api.checkpoints: nobody is listening (no responders)\n"},
+		{[]string{"job", "cancel", "-nats", url, "wc"}, "weir: job cancel: " + hint + "weir.ctl.api.cancel: nobody is listening (no responders)\n"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, c.args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		if code != 1 || errb.String() != c.want {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1, %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Error("the commands waited out the test's deadline")
+	}
+}
