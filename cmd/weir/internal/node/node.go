@@ -129,6 +129,32 @@ func (n *Node) URL() string { return n.Conn.ConnectedUrl() }
 // or StoreJetStream.
 func (n *Node) CheckpointStore() string { return n.store }
 
+// connEvents returns the options that log the node's NATS connection
+// dropping, coming back and its asynchronous errors, one line each on log
+// — in place of nats.go's default, which prints the bare error to stderr
+// ("write: broken pipe on connection [8]") and nothing when the
+// connection is lost or restored.
+func connEvents(log *slog.Logger) []nats.Option {
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // closed on purpose
+			}
+			log.Warn("NATS connection lost; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS connection restored", "server", natsconn.Redact(nc.ConnectedUrl()))
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("NATS error", "subject", sub.Subject, "err", err)
+				return
+			}
+			log.Warn("NATS error", "err", err)
+		}),
+	}
+}
+
 // Start starts a node and returns once its coordinator and workers listen.
 // On an error it stops what it had started.
 func Start(ctx context.Context, opts Options) (*Node, error) {
@@ -200,19 +226,19 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 			return fmt.Errorf("start embedded NATS: %w", err)
 		}
 		n.Server = srv
-		if n.Conn, err = srv.Connect(nats.Name("weir")); err != nil {
+		if n.Conn, err = srv.Connect(append(connEvents(log), nats.Name("weir"))...); err != nil {
 			return fmt.Errorf("connect to embedded NATS: %w", err)
 		}
 	} else if opts.WaitForNATS {
 		n.Conn, err = natsconn.ConnectRetry(ctx, *opts.NATS, func(attempt int, err error, wait time.Duration) {
 			// err names the server (without its password)
 			log.Warn("NATS not reachable; retrying", "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", err)
-		})
+		}, connEvents(log)...)
 		if err != nil {
 			return err
 		}
 	} else {
-		if n.Conn, err = natsconn.Connect(*opts.NATS); err != nil {
+		if n.Conn, err = natsconn.Connect(*opts.NATS, connEvents(log)...); err != nil {
 			return err
 		}
 	}

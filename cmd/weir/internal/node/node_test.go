@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -232,4 +233,56 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A node logs its NATS connection dropping and coming back, one line each
+// (the operator of a worker otherwise saw only nats.go's bare "write:
+// broken pipe on connection [8]"), and nothing when it closes on purpose.
+func TestNodeLogsNATSConnectionLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var logs syncBuffer
+	n, err := Start(ctx, Options{DataDir: t.TempDir(), Port: freePort(t), Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitLog := func(want string) {
+		t.Helper()
+		for !strings.Contains(logs.String(), want) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("no %q in the log:\n%s", want, logs.String())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	n.Server.Shutdown()
+	awaitLog(`level=WARN msg="NATS connection lost; reconnecting"`)
+	if err := n.Server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	awaitLog(`level=INFO msg="NATS connection restored" server=nats://127.0.0.1:`)
+	before := strings.Count(logs.String(), "NATS connection lost")
+	n.Close()
+	if after := strings.Count(logs.String(), "NATS connection lost"); after != before {
+		t.Errorf("closing the node logged a lost connection:\n%s", logs.String())
+	}
 }
