@@ -58,6 +58,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
@@ -388,6 +389,29 @@ func (m *Machine) periodicPending() int {
 	return n
 }
 
+// unacked names, for an expiry's reason, the tasks that had not acked p:
+// "; no snapshot from counts-0, counts-1" (the first three, and how many
+// more) — the tasks holding the checkpoint up.
+func (m *Machine) unacked(p *pending) string {
+	var missing []string
+	for t := range m.task {
+		if _, ok := p.handles[t]; !ok {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	sort.Strings(missing)
+	const shown = 3
+	more := ""
+	if len(missing) > shown {
+		more = fmt.Sprintf(" and %d more", len(missing)-shown)
+		missing = missing[:shown]
+	}
+	return "; no snapshot from " + strings.Join(missing, ", ") + more
+}
+
 // Tick aborts expired checkpoints and triggers a periodic checkpoint when
 // one is due and allowed.
 func (m *Machine) Tick(now time.Time) []Action {
@@ -400,7 +424,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 	for _, id := range ids {
 		p := m.pending[id]
 		if p != nil && !p.persist && m.cfg.Timeout > 0 && !now.Before(p.triggered.Add(m.cfg.Timeout)) {
-			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s", m.cfg.Timeout), true)...)
+			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s%s", m.cfg.Timeout, m.unacked(p)), true)...)
 		}
 	}
 	if !m.running || m.cfg.Disabled || m.cfg.Interval <= 0 || len(m.finished) > 0 || m.stopped != 0 {

@@ -129,6 +129,32 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 	expect(t, "metadata write failure counts", m.Persisted(at(1700), 7, fmt.Errorf("disk full")), "abort(7) discard(7) fail")
 }
 
+// An expired checkpoint's reason names the tasks it still waited for: the
+// ones holding it up (a sink still recovering a large commit, say).
+func TestExpiryNamesTheTasksNotAcked(t *testing.T) {
+	m := NewMachine("j", Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 1, TolerableFailures: 5}, nil, 0)
+	m.Start(at(0), []string{"src-0", "op-0", "op-1", "sink-0", "sink-1"})
+	expect(t, "1", m.Tick(at(100)), "trigger(1)")
+	m.Ack(at(200), "src-0", 1, "h", nil)
+	m.Ack(at(200), "op-1", 1, "h", nil)
+	reason := func(acts []Action) string {
+		for _, a := range acts {
+			if a, ok := a.(AbortAction); ok {
+				return a.Reason
+			}
+		}
+		return ""
+	}
+	acts := m.Tick(at(1100))
+	expect(t, "expire 1, trigger 2", acts, "abort(1) discard(1) trigger(2)")
+	if got, want := reason(acts), "expired after 1s; no snapshot from op-0, sink-0, sink-1"; got != want {
+		t.Errorf("reason %q, want %q", got, want)
+	}
+	if got, want := reason(m.Tick(at(2100))), "expired after 1s; no snapshot from op-0, op-1, sink-0 and 2 more"; got != want {
+		t.Errorf("reason %q, want %q", got, want)
+	}
+}
+
 func TestRetention(t *testing.T) {
 	m := newM(Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 1, Retained: 2})
 	var out []string
