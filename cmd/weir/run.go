@@ -627,10 +627,27 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	var publishedAt time.Time
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	var deaf time.Time // since when no coordinator has listened
 	for {
 		pctx, cancel := context.WithTimeout(ctx, waitTimeout)
 		st, err := n.API.Job(pctx, spec.Name)
 		cancel()
+		if errors.Is(err, control.ErrUnavailable) && ctx.Err() == nil {
+			// The coordinator is away (restarting): follow on for as
+			// long as a request would wait for an answer.
+			if deaf.IsZero() {
+				deaf = time.Now()
+			}
+			if time.Since(deaf) < waitTimeout {
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+				}
+				continue
+			}
+		} else {
+			deaf = time.Time{}
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			// Interrupted while it asked: there is no status to report
