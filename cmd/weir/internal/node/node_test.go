@@ -286,3 +286,27 @@ func TestNodeLogsNATSConnectionLoss(t *testing.T) {
 		t.Errorf("closing the node logged a lost connection:\n%s", logs.String())
 	}
 }
+
+// A worker tells the coordinator the host it runs on (the coordinator
+// logged host="" for every worker).
+func TestWorkerReportsItsHost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := Start(ctx, Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1", Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []control.Heartbeat
+	waitUntil(t, ctx, "the worker listed", func() bool {
+		ws = n.Manager.Control().Workers()
+		return len(ws) == 1
+	})
+	if ws[0].Worker.ID != "w1" || ws[0].Worker.Host != host {
+		t.Errorf("worker listed as %+v, want w1 on %s", ws[0].Worker, host)
+	}
+}

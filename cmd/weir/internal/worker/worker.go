@@ -142,8 +142,11 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker %s: jetstream: %w", cfg.ID, err)
 	}
 	w := &Worker{cfg: cfg, js: js, log: cfg.Log.With("worker", cfg.ID), jobs: map[string]*attempt{}}
+	// The host goes with every heartbeat: the coordinator's log and the
+	// workers it lists say where a worker runs, not just its ID.
+	host, _ := os.Hostname()
 	w.ctl = control.NewWorker(cfg.Conn, cfg.ID, w, control.WorkerOptions{
-		Prefix: cfg.ControlPrefix, HeartbeatInterval: cfg.HeartbeatInterval, Tasks: w.taskRefs,
+		Prefix: cfg.ControlPrefix, Host: host, HeartbeatInterval: cfg.HeartbeatInterval, Tasks: w.taskRefs,
 	})
 	return w, nil
 }
