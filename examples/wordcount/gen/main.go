@@ -130,7 +130,9 @@ func run(url string, n, perLine int, seed uint64, ackWait time.Duration) error {
 		return err
 	}
 	if f := failed.Load(); f > 0 {
-		return fmt.Errorf("%d of %d lines were not stored (the first: %v)", f, n, *firstErr.Load())
+		// A refused line was not stored; one whose acknowledgement was
+		// lost (a server restart, a timeout) may have been.
+		return fmt.Errorf("%d of %d lines were not acknowledged as stored (the first: %v); refused lines are not in the stream, lines with no answer may be", f, n, *firstErr.Load())
 	}
 	fmt.Printf("published %d lines (%d words) in %s\n", n, n*perLine, time.Since(start).Round(time.Millisecond))
 	return nil

@@ -77,7 +77,7 @@ func TestUnstoredLinesReported(t *testing.T) {
 	})
 	err := run(url, 3000, 8, 1, ackWait)
 	t.Logf("gen: %v", err)
-	if err == nil || !strings.Contains(err.Error(), "30 of 3000 lines were not stored") ||
+	if err == nil || !strings.Contains(err.Error(), "30 of 3000 lines were not acknowledged as stored") ||
 		!strings.Contains(err.Error(), "refused by the test") {
 		t.Fatalf("gen with 30 lines refused: %v; want them counted", err)
 	}
