@@ -167,6 +167,19 @@ type InputEndListener interface {
 	InputEnded(ctx context.Context, task string) error
 }
 
+// RunningListener is implemented by a CheckpointListener that wants to
+// hear when a task starts running: it restored its state (operator state,
+// source offsets, and a sink's Recover, which may re-publish a large staged
+// backlog) — at once when it has nothing to restore — and takes input from
+// now on. The coordinator triggers checkpoints only once every task of the
+// job's attempt is running: a checkpoint triggered earlier would wait for
+// the restoring tasks and could expire. A task reports it once per run,
+// before any ack; an error fails the task. A task whose restore fails
+// reports its failure instead.
+type RunningListener interface {
+	Running(ctx context.Context, task string) error
+}
+
 // SinkMerger is implemented by a Sink that can re-commit what another
 // sink task of its vertex staged, so that a sink's parallelism may shrink
 // on restore: RecoverTask is Recover for the state task (an old subtask

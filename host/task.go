@@ -434,8 +434,9 @@ func (t *Task) signal() {
 }
 
 // Run runs the task until its input ends (nil), ctx is done (ctx.Err()) or
-// it fails (*TaskError, also reported to the listener). It releases the
-// operator, source, sink and channels before it returns.
+// it fails (*TaskError, also reported to the listener). It first restores
+// the task's state, then tells a RunningListener that the task runs. It
+// releases the operator, source, sink and channels before it returns.
 func (t *Task) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	t.ctx = ctx
@@ -463,6 +464,11 @@ func (t *Task) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("restore from %d merged snapshots: %w", len(t.cfg.RestoreMerged), err)
 		}
 		return fmt.Errorf("restore %s: %w", t.cfg.Restore, err)
+	}
+	if l, ok := t.cfg.Listener.(RunningListener); ok {
+		if err := l.Running(ctx, t.name); err != nil {
+			return fmt.Errorf("report running: %w", err)
+		}
 	}
 	if t.cfg.Source != nil {
 		return t.runSource(ctx)
