@@ -37,14 +37,19 @@
 //     tasks, a Deploy carrying the job spec, the plan, the worker's task IDs,
 //     the attempt number and, when recovering, the Restore handles of the
 //     checkpoint to restore. The worker replies once the tasks are set up
-//     (or with an error), then sends an EventRunning per task.
-//  3. Checkpoint n: the coordinator sends Trigger to the workers of the
-//     source tasks (listing those tasks). Each source records its position
-//     and emits barrier n; every task of the job, once its snapshot is
-//     stored, sends EventAck (task, n, state handle, metrics) — or
-//     EventDecline (kind, reason). When all tasks acked, the coordinator
-//     writes the checkpoint's metadata and sends Complete to every worker of
-//     the job (exactly-once sinks commit n). An aborted checkpoint (timeout,
+//     (or with an error). Each task then restores its state (a sink's
+//     recovery may re-publish a large staged backlog) and sends
+//     EventRunning once it has — at once when it has nothing to restore.
+//  3. Checkpointing of an attempt starts once every task of it sent
+//     EventRunning (Flink's tasks go from INITIALIZING to RUNNING): a
+//     checkpoint triggered while a task still restores would wait for it
+//     and could expire. Checkpoint n: the coordinator sends Trigger to
+//     the workers of the source tasks (listing those tasks). Each source
+//     records its position and emits barrier n; every task of the job,
+//     once its snapshot is stored, sends EventAck (task, n, state handle,
+//     metrics) — or EventDecline (kind, reason). When all tasks acked, the
+//     coordinator writes the checkpoint's metadata and sends Complete to
+//     every worker of the job (exactly-once sinks commit n). An aborted checkpoint (timeout,
 //     decline, subsumed, task failure) is announced with Abort.
 //  4. Stopping a job (API StopJob) is a savepoint whose Trigger says Stop:
 //     the sources take no input after its barrier. Once it completed, Stop
@@ -292,7 +297,11 @@ type EventType string
 
 // Event types.
 const (
-	// EventRunning: the task is set up and processing.
+	// EventRunning: the task restored its state (if any) and processes
+	// input. The coordinator triggers an attempt's checkpoints only once
+	// every task of it sent this. (Workers before it was sent after the
+	// restore sent it as the task started; a coordinator that waits for it
+	// then starts checkpointing early, as before.)
 	EventRunning EventType = "running"
 	// EventAck: the task stored its snapshot for a checkpoint.
 	EventAck EventType = "ack"

@@ -238,7 +238,8 @@ func (w *Worker) Send(ctx context.Context, e Event) error {
 	return nil
 }
 
-// Running reports that task runs.
+// Running reports that task restored its state and runs (EventRunning):
+// once every task of the attempt did, the coordinator starts checkpointing.
 func (w *Worker) Running(ctx context.Context, t TaskRef) error {
 	return w.Send(ctx, Event{Type: EventRunning, Job: t.Job, Attempt: t.Attempt, Task: t.Task})
 }

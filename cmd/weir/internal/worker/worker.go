@@ -304,9 +304,9 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			_ = w.ctl.Running(runCtx, ref)
-			// A failed task reported (and logged) its failure through
-			// the listener; a canceled one is done.
+			// The task reports running (listener.Running) once it
+			// restored its state. A failed task reported (and logged)
+			// its failure through the listener; a canceled one is done.
 			if err := t.Run(runCtx); err == nil {
 				_ = w.ctl.Finished(context.Background(), ref)
 			}
@@ -434,6 +434,12 @@ func (l listener) Acknowledge(ctx context.Context, task string, id int64, handle
 
 func (l listener) Decline(ctx context.Context, task string, id int64, kind, reason string) error {
 	return l.w.Decline(ctx, l.ref(task), id, kind, reason)
+}
+
+// Running implements host.RunningListener: the task restored its state
+// and runs; the coordinator checkpoints once every task of the attempt does.
+func (l listener) Running(ctx context.Context, task string) error {
+	return l.w.Running(ctx, l.ref(task))
 }
 
 // InputEnded implements host.InputEndListener: the task's input ended.
