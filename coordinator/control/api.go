@@ -59,6 +59,11 @@ type JobStatus struct {
 	// source is at-most-once, for one), and what the checkpointing mode
 	// adds.
 	Guarantees []Guarantee `json:"guarantees,omitempty"`
+	// Restoring, while the job runs, lists the current attempt's tasks
+	// that have not reported running yet: they still restore their state
+	// (a sink re-publishing its staged output may take long). The attempt's
+	// checkpoints start once it is empty.
+	Restoring []string `json:"restoring,omitempty"`
 	// Tasks are the current attempt's tasks as their workers last reported
 	// them (in heartbeats), by task ID; empty unless the job runs.
 	Tasks []TaskStatus `json:"tasks,omitempty"`

@@ -24,6 +24,8 @@ const (
 	evCancel
 	// evInputEnded: a task's input ended (EventInputEnded).
 	evInputEnded
+	// evRunning: a task restored its state and runs (EventRunning).
+	evRunning
 	// evEnd: the final savepoint of an attempt whose bounded inputs all
 	// ended completed and its output is committed: the job is finished.
 	evEnd
@@ -80,8 +82,17 @@ type job struct {
 	// them all, ending is set and finishInput runs.
 	ended  map[string]bool
 	ending bool
-	queue  []jobEvent
-	wake   chan struct{}
+	// restoring holds the tasks of the attempt that have not reported
+	// running yet (EventRunning: they still restore their state). Once it
+	// is empty, wait starts the runner for the attempt and sets
+	// checkpointing; ready is closed then, or when the next attempt is
+	// deployed (awaitRunning).
+	restoring     map[string]bool
+	checkpointing bool
+	ready         chan struct{}
+
+	queue []jobEvent
+	wake  chan struct{}
 	// consecutive counts restarts since the last completed checkpoint.
 	consecutive int
 	// firstID is the first checkpoint ID of this run.
@@ -173,6 +184,7 @@ func (j *job) status() control.JobStatus {
 	}
 	st.Guarantees = Guarantees(j.spec)
 	if st.State == control.JobRunning {
+		st.Restoring = j.restoringLocked()
 		for task, l := range j.live {
 			if l.attempt == st.Attempt && j.assign[task] == l.worker {
 				st.Tasks = append(st.Tasks, control.NewTaskStatus(task, l.worker, l.latest, l.base()))
@@ -307,6 +319,8 @@ func (j *job) event(e control.Event) {
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
 	case control.EventInputEnded:
 		j.push(jobEvent{kind: evInputEnded, attempt: e.Attempt, task: e.Task})
+	case control.EventRunning:
+		j.push(jobEvent{kind: evRunning, attempt: e.Attempt, task: e.Task})
 	}
 }
 
@@ -555,6 +569,14 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) 
 	}
 	j.finished = map[string]bool{}
 	j.ended, j.ending = map[string]bool{}, false
+	j.restoring, j.checkpointing = map[string]bool{}, false
+	for _, t := range j.plan.Tasks {
+		j.restoring[t.ID] = true
+	}
+	if j.ready != nil {
+		close(j.ready) // the attempt before never ran all its tasks
+	}
+	j.ready = make(chan struct{})
 	// Queued events stay: failures and ends of earlier attempts are
 	// filtered by attempt in wait, a cancel must not be lost.
 	j.st.RestoredFrom = 0
@@ -592,8 +614,8 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) 
 			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable)}, ""
 		}
 	}
-	// Checkpointing starts once every task is set up.
-	j.runner.Start(j.plan.TaskIDs())
+	// Checkpointing starts once every task restored its state and runs
+	// (evRunning in wait).
 	j.setState(control.JobRunning, "")
 	return failure{}, ""
 }
@@ -661,6 +683,11 @@ func (j *job) wait() (done bool, f failure) {
 				if j.inputEnded(e.task) {
 					go j.finishInput(attempt)
 				}
+			case evRunning:
+				if e.attempt != attempt {
+					continue
+				}
+				j.taskRunning(attempt, e.task)
 			case evEnd:
 				if e.attempt != attempt {
 					continue
@@ -684,6 +711,79 @@ func (j *job) wait() (done bool, f failure) {
 					return true, failure{}
 				}
 			}
+		}
+	}
+}
+
+// taskRunning records that task of attempt restored its state and runs;
+// once every task of the attempt does, checkpointing starts. Tasks that
+// restore a large state (a sink re-publishing its staged output) may take
+// longer than the checkpoint timeout: a checkpoint triggered meanwhile would
+// wait for them and expire, and the failover that follows would restore
+// the same state again, for good. Only the job's goroutine (wait) calls it.
+func (j *job) taskRunning(attempt int, task string) {
+	j.mu.Lock()
+	delete(j.restoring, task)
+	start := len(j.restoring) == 0 && !j.checkpointing
+	j.checkpointing = j.checkpointing || start
+	j.mu.Unlock()
+	if !start {
+		return
+	}
+	j.m.log.Info("every task runs: checkpointing starts", "job", j.spec.Name, "attempt", attempt)
+	j.runner.Start(j.plan.TaskIDs())
+	j.mu.Lock()
+	if j.st.Attempt == attempt && j.ready != nil {
+		close(j.ready)
+		j.ready = nil
+	}
+	j.mu.Unlock()
+}
+
+// restoringLocked returns the tasks of the current attempt that still
+// restore their state, in the plan's order (nil once checkpointing
+// started). The caller holds j.mu.
+func (j *job) restoringLocked() []string {
+	if j.checkpointing {
+		return nil
+	}
+	var out []string
+	for _, v := range j.plan.Vertices {
+		for _, task := range v.Tasks {
+			if j.restoring[task] {
+				out = append(out, task)
+			}
+		}
+	}
+	return out
+}
+
+// awaitRunning waits until every task of the current attempt restored its
+// state and checkpointing started, so that a savepoint (what: "savepoint"
+// or "stop") can be triggered. It fails when ctx ends first — naming the
+// tasks still restoring — or when the attempt ends meanwhile.
+func (j *job) awaitRunning(ctx context.Context, what string) error {
+	j.mu.Lock()
+	attempt := j.st.Attempt
+	j.mu.Unlock()
+	for {
+		j.mu.Lock()
+		st, now, started, ready := j.st.State, j.st.Attempt, j.checkpointing, j.ready
+		restoring := j.restoringLocked()
+		j.mu.Unlock()
+		switch {
+		case now != attempt || st != control.JobRunning:
+			return control.Errorf(control.ErrConflict, "%s %s: the job is %s (attempt %d ended while its tasks restored their state)",
+				what, j.spec.Name, st, attempt)
+		case started:
+			return nil
+		}
+		select {
+		case <-ready:
+		case <-j.done:
+		case <-ctx.Done():
+			return control.Errorf(control.ErrConflict, "%s %s: %d of %d tasks still restore their state (%s); checkpoints and savepoints start once every task runs",
+				what, j.spec.Name, len(restoring), len(j.plan.Tasks), strings.Join(restoring, ", "))
 		}
 	}
 }

@@ -61,6 +61,10 @@ type fakeWorker struct {
 	extra    []control.TaskRef         // reported in heartbeats besides current
 	hang     chan struct{}             // if set, Deploy answers only once it is closed
 	noAck    bool                      // if set, triggers are taken but never acked
+	// restoring, if set, keeps the tasks of deploys restoring: they never
+	// report running.
+	restoring bool
+	triggers  []control.Trigger // every Trigger received
 	// abortHang, if set, is signaled by each Abort, which then answers only
 	// once the worker stops.
 	abortHang chan struct{}
@@ -148,6 +152,18 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 		return control.Unrecoverable(errors.New("exactly-once sink out: stream OUT's duplicate window 2m0s is too short"))
 	}
 	w.current[d.Job] = d
+	if !w.restoring {
+		// As a real worker's tasks do once they restored their state.
+		w.f.acks.Add(1)
+		go func() {
+			defer w.f.acks.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for _, task := range d.Tasks {
+				_ = w.client.Running(ctx, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task})
+			}
+		}()
+	}
 	return nil
 }
 
@@ -170,6 +186,7 @@ func (w *fakeWorker) Cancel(_ context.Context, c control.Cancel) error {
 
 func (w *fakeWorker) Trigger(_ context.Context, t control.Trigger) error {
 	w.mu.Lock()
+	w.triggers = append(w.triggers, t)
 	d, ok := w.current[t.Job]
 	w.mu.Unlock()
 	if !ok || d.Attempt != t.Attempt {

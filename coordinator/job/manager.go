@@ -652,7 +652,9 @@ func alreadyEnded(st control.JobStatus, what string) error {
 		st.Name, st.State, st.Updated.UTC().Format(time.DateTime+" MST"), what)
 }
 
-// Savepoint takes a savepoint of a running job.
+// Savepoint takes a savepoint of a running job. While tasks of its
+// attempt still restore their state it waits for them, within the
+// checkpoint timeout, before it triggers the savepoint.
 func (m *Manager) Savepoint(ctx context.Context, name string) (control.CheckpointInfo, error) {
 	j, err := m.job(name)
 	if err != nil {
@@ -667,6 +669,9 @@ func (m *Manager) Savepoint(ctx context.Context, name string) (control.Checkpoin
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t+time.Second)
 		defer cancel()
+	}
+	if err := j.awaitRunning(ctx, "savepoint of"); err != nil {
+		return control.CheckpointInfo{}, err
 	}
 	return j.runner.Savepoint(ctx)
 }
@@ -695,6 +700,9 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithTimeout(ctx, t+time.Second)
 		defer cancel()
+	}
+	if err := j.awaitRunning(sctx, "stop"); err != nil {
+		return control.CheckpointInfo{}, fmt.Errorf("%w (the job keeps running)", err)
 	}
 	cp, err := j.runner.StopSavepoint(sctx)
 	if err != nil {

@@ -1,0 +1,79 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// Checkpointing of an attempt starts once every task of it reported
+// running (it restored its state): reports of an earlier attempt do not
+// count, the job's status lists the tasks still restoring, and a
+// savepoint that cannot wait for them is refused, naming them.
+func TestCheckpointsWaitForEveryTaskRunning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	w.mu.Lock()
+	w.restoring = true
+	w.mu.Unlock()
+	e.waitWorkers(1)
+	st := e.submitRunning(t, ctx, spec(t, "slow", "checkpointing: {interval: 20ms, timeout: 1s}\n"))
+	tasks := slices.Sorted(func(yield func(string) bool) {
+		for task := range st.Assignment {
+			if !yield(task) {
+				return
+			}
+		}
+	})
+	if len(st.Restoring) != len(tasks) {
+		t.Fatalf("restoring %v; want every task of %v", st.Restoring, tasks)
+	}
+	ref := func(attempt int, task string) control.TaskRef {
+		return control.TaskRef{Job: "slow", Attempt: attempt, Task: task}
+	}
+	// An earlier attempt's reports are ignored; all but the last task of
+	// this one run.
+	for _, task := range tasks {
+		if err := w.client.Running(ctx, ref(st.Attempt-1, task)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := tasks[len(tasks)-1]
+	for _, task := range tasks[:len(tasks)-1] {
+		if err := w.client.Running(ctx, ref(st.Attempt, task)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st = waitFor(t, ctx, e, "slow", "one task restoring", func(st control.JobStatus) bool { return len(st.Restoring) == 1 })
+	if st.Restoring[0] != last || st.State != control.JobRunning {
+		t.Fatalf("status %+v; want running with %s restoring", st, last)
+	}
+	// The savepoint waits up to the checkpoint timeout for the last task.
+	_, err := e.api.Savepoint(ctx, "slow")
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("savepoint of slow: 1 of %d tasks still restore their state (%s)", len(tasks), last)) {
+		t.Errorf("savepoint while %s restores: %v; want it refused, naming the task", last, err)
+	}
+	w.mu.Lock()
+	triggered := len(w.triggers)
+	w.mu.Unlock()
+	if triggered > 0 {
+		t.Errorf("%d checkpoints triggered while %s restored its state", triggered, last)
+	}
+	if err := w.client.Running(ctx, ref(st.Attempt, last)); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "slow", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
+	if len(st.Restoring) > 0 || st.Attempt != 1 {
+		t.Errorf("status %+v; want attempt 1 with no task restoring", st)
+	}
+	if _, err := e.api.Savepoint(ctx, "slow"); err != nil {
+		t.Errorf("savepoint once every task runs: %v", err)
+	}
+}
