@@ -145,6 +145,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job status", err)
 		}
 		printJobs(std.Out, []control.JobStatus{st})
+		printRestoring(std.Out, st)
 		if len(st.Guarantees) > 0 {
 			fmt.Fprintln(std.Out, "guarantees:")
 			for _, g := range st.Guarantees {
@@ -246,6 +247,21 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 			j.Updated.Format(time.TimeOnly), j.Reason)
 	}
 	tw.Flush()
+}
+
+// printRestoring says which tasks of a running job still restore their
+// state (control.JobStatus.Restoring): until they all run, the job takes
+// no checkpoints.
+func printRestoring(w io.Writer, st control.JobStatus) {
+	if len(st.Restoring) == 0 {
+		return
+	}
+	from := ""
+	if st.RestoredFrom > 0 {
+		from = fmt.Sprintf(" from checkpoint %d", st.RestoredFrom)
+	}
+	fmt.Fprintf(w, "restoring: %d of %d tasks still restore their state%s (%s); checkpoints start once every task runs\n",
+		len(st.Restoring), len(st.Assignment), from, strings.Join(st.Restoring, ", "))
 }
 
 // printTasks prints the running tasks' counters and rates, one per line.

@@ -397,6 +397,24 @@ func TestJobListCheckpointColumn(t *testing.T) {
 	}
 }
 
+// weir job status says which tasks still restore their state, and that
+// no checkpoint starts before they run; without such tasks it says nothing.
+func TestJobStatusShowsRestoringTasks(t *testing.T) {
+	var b bytes.Buffer
+	st := control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 2, RestoredFrom: 7,
+		Assignment: map[string]string{"in-0": "w1", "pass-0": "w1", "out-0": "w1"}, Restoring: []string{"out-0"}}
+	printRestoring(&b, st)
+	if want := "restoring: 1 of 3 tasks still restore their state from checkpoint 7 (out-0); checkpoints start once every task runs\n"; b.String() != want {
+		t.Errorf("printed %q, want %q", b.String(), want)
+	}
+	b.Reset()
+	st.Restoring = nil
+	printRestoring(&b, st)
+	if b.Len() > 0 {
+		t.Errorf("printed %q for a job whose tasks all run", b.String())
+	}
+}
+
 // After a restore whose job failed, weir job ls names the checkpoint the
 // job was restored from (it showed 0), and weir checkpoint ls lists the
 // checkpoints the job's earlier run left stored, which can be restored
