@@ -388,12 +388,17 @@ func (j *job) run() {
 	}
 	for {
 		var f failure
+		var ok bool
 		if readErr != nil {
 			// Not knowing the latest checkpoint is no reason to start
 			// from nothing: that would replay the input and repeat what
 			// exactly-once sinks committed. It costs an attempt instead,
 			// and the next one reads again.
 			f = failure{reason: fmt.Sprintf("read the latest checkpoint: %v", readErr)}
+		} else if f, ok = j.awaitWorker(); !ok {
+			return
+		} else if f.reason != "" {
+			// No worker joined in time: one failure.
 		} else if f = j.deploy(restore); f.reason == "" {
 			var done bool
 			done, f = j.wait()
@@ -496,6 +501,54 @@ func (j *job) sleep(d time.Duration) bool {
 	}
 }
 
+// ReasonWaitingForWorker is a created or restarting job's reason while it
+// waits for a worker to join because none is live.
+const ReasonWaitingForWorker = "waiting for a worker to join (none is live)"
+
+// awaitWorker waits until a worker is live, for at most the manager's
+// WorkerWait; the wait is no restart attempt. It returns a failure when
+// none joined in time, and false when the job was canceled meanwhile (its
+// state set) or the coordinator stops. While it waits the job keeps its
+// state (created or restarting) with the reason ReasonWaitingForWorker;
+// the reason before is put back once a worker joined. Only the job's
+// goroutine (run) may call it: it takes the queued events.
+func (j *job) awaitWorker() (failure, bool) {
+	joined := j.m.joinedSignal()
+	if len(j.m.ctl.LiveWorkers()) > 0 {
+		return failure{}, true
+	}
+	j.mu.Lock()
+	state, before := j.st.State, j.st.Reason
+	j.mu.Unlock()
+	j.setState(state, ReasonWaitingForWorker)
+	t := time.NewTimer(j.m.opts.WorkerWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-joined:
+			joined = j.m.joinedSignal()
+			if len(j.m.ctl.LiveWorkers()) == 0 {
+				continue // lost again already
+			}
+			j.mu.Lock()
+			if j.st.Reason == ReasonWaitingForWorker {
+				j.st.Reason = before
+			}
+			j.mu.Unlock()
+			return failure{}, true
+		case <-t.C:
+			return failure{reason: fmt.Sprintf("no worker joined within %v", j.m.opts.WorkerWait)}, true
+		case <-j.ctx.Done():
+			return failure{}, false
+		case <-j.wake:
+			if j.takeCancel() {
+				j.setState(control.JobCanceled, "job canceled")
+				return failure{}, false
+			}
+		}
+	}
+}
+
 // takeCancel drains the queue and reports whether a cancel was in it.
 func (j *job) takeCancel() bool {
 	j.mu.Lock()
@@ -540,17 +593,7 @@ func (j *job) deploy(restore *checkpoint.Metadata) failure {
 // deployOnce plans and deploys one attempt. It returns why it failed, or
 // the worker that had no responders (the failure is then irrelevant).
 func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) {
-	live := j.m.ctl.LiveWorkers()
-	deadline := time.Now().Add(j.m.opts.WorkerWait)
-	for len(live) == 0 && time.Now().Before(deadline) {
-		select {
-		case <-j.ctx.Done():
-			return failure{reason: "coordinator shutting down"}, ""
-		case <-time.After(50 * time.Millisecond):
-		}
-		live = j.m.ctl.LiveWorkers()
-	}
-	assignment, err := plan.Assign(j.plan, live)
+	assignment, err := plan.Assign(j.plan, j.m.ctl.LiveWorkers())
 	if err != nil {
 		return failure{reason: err.Error()}, ""
 	}

@@ -77,8 +77,11 @@ type Options struct {
 	// DeployTimeout bounds one worker's deploy (default 60s); other
 	// requests to workers are bounded by RequestTimeout (default 5s).
 	DeployTimeout, RequestTimeout time.Duration
-	// WorkerWait is how long a deploy waits for a first live worker before
-	// it counts as failed (default HeartbeatTimeout).
+	// WorkerWait is how long a job with no live worker to deploy to waits
+	// for one to join (default DefaultWorkerWait). The wait is no restart
+	// attempt: the job stays created or restarting, with the reason
+	// ReasonWaitingForWorker, and deploys as soon as a worker joins. Only
+	// a wait that runs out counts as one failure.
 	WorkerWait time.Duration
 	// Jobs, if set, keeps a record of every job (spec, state, attempt) under
 	// "jobs/NAME", so that a restarted coordinator resumes the jobs that
@@ -106,7 +109,14 @@ type Manager struct {
 	// shared by Submit and Restore: no job starts from a checkpoint that
 	// is being removed, nor while the removal checks that none needs it.
 	removing sync.RWMutex
+	// joined is closed (and replaced) when a worker joins: the jobs
+	// waiting for a live worker wait on it (see joinedSignal).
+	joined chan struct{}
 }
+
+// DefaultWorkerWait is how long a job waits for a worker to join when none
+// is live, like Flink's slot.request.timeout.
+const DefaultWorkerWait = 5 * time.Minute
 
 // staleKey names a job attempt on one worker.
 type staleKey struct {
@@ -126,12 +136,13 @@ func New(opts Options) *Manager {
 		opts.RequestTimeout = 5 * time.Second
 	}
 	if opts.WorkerWait <= 0 {
-		opts.WorkerWait = opts.HeartbeatTimeout
+		opts.WorkerWait = DefaultWorkerWait
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}}
+	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{},
+		joined: make(chan struct{})}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout})
 	return m
 }
@@ -183,8 +194,22 @@ func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
 }
 
 // WorkerJoined implements control.CoordinatorHandler.
+// It wakes the jobs waiting for a live worker.
 func (m *Manager) WorkerJoined(w control.WorkerInfo) {
 	m.log.Info("worker joined", "worker", w.ID, "host", w.Host)
+	m.mu.Lock()
+	close(m.joined)
+	m.joined = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// joinedSignal returns a channel closed when the next worker joins. Take
+// it before looking at the live workers, so a join in between is not
+// missed: the control layer reports a join after the worker is live.
+func (m *Manager) joinedSignal() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.joined
 }
 
 // WorkerLost fails over every job with a task on the worker.

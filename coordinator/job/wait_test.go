@@ -1,0 +1,102 @@
+package job
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// waiting reports whether a job waits for a worker to join in state.
+func waiting(state control.JobState) func(control.JobStatus) bool {
+	return func(st control.JobStatus) bool { return st.State == state && st.Reason == ReasonWaitingForWorker }
+}
+
+// A job submitted before any worker joined waits for one, created and
+// saying so, and deploys when one joins: the wait is no restart attempt.
+func TestSubmitWaitsForAWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "waiting for a worker", waiting(control.JobCreated))
+	ls, err := e.api.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || ls[0].Reason != ReasonWaitingForWorker {
+		t.Errorf("job ls %+v, want wc waiting for a worker", ls)
+	}
+	e.fleet.start(ctx, "w1")
+	st := waitFor(t, ctx, e, "wc", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 })
+	if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 || st.Reason != "" {
+		t.Errorf("status after the worker joined %+v", st)
+	}
+}
+
+// A job whose only worker is lost fails over once and waits for another
+// worker, restarting, without using up its restart attempts meanwhile.
+func TestFailoverWaitsForAWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
+	e.submitRunning(t, ctx, s)
+	w1.kill()
+	waitFor(t, ctx, e, "wc", "waiting for a worker", waiting(control.JobRestarting))
+	e.fleet.start(ctx, "w2")
+	st := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(st control.JobStatus) bool {
+		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+	})
+	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 || !strings.Contains(st.Reason, "worker w1 lost") {
+		t.Errorf("status after w2 joined %+v", st)
+	}
+}
+
+// A wait that runs out counts as one failure, with a reason that says so.
+func TestWorkerWaitRunsOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{WorkerWait: 50 * time.Millisecond})
+	s := spec(t, "wc", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "failed", func(st control.JobStatus) bool { return st.State == control.JobFailed })
+	const want = "no worker joined within 50ms"
+	if st.Reason != want+" (after 1 restart attempt)" || st.Restarts != 1 || len(st.Failures) != 2 {
+		t.Fatalf("status %+v, want failed after one wait per attempt", st)
+	}
+	for _, f := range st.Failures {
+		if f.Reason != want {
+			t.Errorf("failure %+v, want reason %q", f, want)
+		}
+	}
+}
+
+// A cancel ends the wait for a worker at once (the default wait is
+// minutes, longer than the test's deadline).
+func TestCancelWhileWaitingForAWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	s := spec(t, "wc", "")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "waiting for a worker", waiting(control.JobCreated))
+	if _, err := e.api.CancelJob(ctx, "wc"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "canceled", func(st control.JobStatus) bool { return st.State == control.JobCanceled })
+	if st.Restarts != 0 || len(st.Failures) != 0 || st.Attempt != 0 {
+		t.Errorf("status %+v", st)
+	}
+}
