@@ -45,7 +45,11 @@ type Config struct {
 	Prefix string
 	// HeartbeatTimeout declares a silent worker lost (default 5s).
 	HeartbeatTimeout time.Duration
-	Log              *slog.Logger
+	// WorkerWait is how long a job waits for a worker to join when none
+	// is live before that counts as a failure (default
+	// job.DefaultWorkerWait; see job.Options.WorkerWait).
+	WorkerWait time.Duration
+	Log        *slog.Logger
 }
 
 // Coordinator is a configured job side.
@@ -93,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	c.Catalog = &checkpoint.Catalog{Meta: c.Meta, State: c.State, Log: cfg.Log}
 	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry, Jobs: c.Jobs,
-		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, Log: cfg.Log})
+		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, WorkerWait: cfg.WorkerWait, Log: cfg.Log})
 	return c, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/cmd/weir/internal/metrics"
 	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
 )
@@ -67,8 +68,8 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-workers N] [-checkpoint-store dir|jetstream] [-metrics ADDR]
-       weir up -nats URL[,URL...] [-replicas N] [-workers N] [auth flags] [-metrics ADDR]
+const upUsage = `[-data DIR] [-port N] [-workers N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
+       weir up -nats URL[,URL...] [-replicas N] [-workers N] [-worker-wait D] [auth flags] [-metrics ADDR]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
@@ -79,6 +80,12 @@ on it is refused. Other machines join with
 checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
 every job's state, attempt, restarts and latest checkpoint, and each running
 task's records, busy and backpressured time, on whichever worker it runs.
+
+A job with no live worker to run on (-workers 0 before any weir worker
+joined, or every worker gone) waits for one, created or restarting with the
+reason "waiting for a worker to join (none is live)", and deploys as soon as
+one joins; the wait uses up no restart attempt. Only a wait longer than
+-worker-wait counts as one failure of the job.
 
 With -nats it starts no server: the coordinator and workers use an existing
 NATS server or cluster (JetStream enabled), and keep job records, checkpoints
@@ -92,6 +99,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	host := fs.String("host", "127.0.0.1", "listen address of the embedded NATS server")
 	port := fs.Int("port", 4222, "client port of the embedded NATS server")
 	workers := fs.Int("workers", 1, "in-process workers")
+	workerWait := fs.Duration("worker-wait", job.DefaultWorkerWait, "how long a job with no live worker waits for one to join before that counts as a failure")
 	store := fs.String("checkpoint-store", "", "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared); default dir, jetstream with -nats")
 	var nf natsFlags
 	nf.register(fs, "", "use this NATS server or cluster (comma-separated URLs) instead of starting the embedded one")
@@ -109,6 +117,9 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if external && (set["host"] || set["port"]) {
 		return usagef("up: -host and -port are the embedded server's; with -nats no server is started")
+	}
+	if *workerWait <= 0 {
+		return usagef("up: -worker-wait %v: give a positive duration", *workerWait)
 	}
 	if *replicas < 0 || *replicas > 5 {
 		return usagef("up: -replicas %d: JetStream keeps 1 to 5 replicas", *replicas)
@@ -129,7 +140,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	opts := node.Options{DataDir: abs, Host: *host, Port: *port, Coordinator: true,
-		Workers: *workers, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose)}
+		Workers: *workers, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose)}
 	if external {
 		opts.NATS = nf.options("weir up")
 	}

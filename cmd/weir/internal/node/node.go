@@ -68,6 +68,9 @@ type Options struct {
 	CheckpointStore string
 	// HeartbeatTimeout declares a silent worker lost (0 = default).
 	HeartbeatTimeout time.Duration
+	// WorkerWait is how long the coordinator's jobs wait for a worker to
+	// join when none is live (0 = job.DefaultWorkerWait).
+	WorkerWait time.Duration
 	// HeartbeatInterval of the workers (0 = default).
 	HeartbeatInterval time.Duration
 	// AtomicBatch is the workers' atomic batch size for exactly-once sinks
@@ -255,7 +258,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	var taskStore host.Store
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
-			HeartbeatTimeout: opts.HeartbeatTimeout, Log: log.With("component", "coordinator")})
+			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, Log: log.With("component", "coordinator")})
 		if err != nil {
 			return err
 		}
