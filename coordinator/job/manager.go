@@ -27,6 +27,11 @@
 // responders) is planned again without it and is no failover; a failure
 // that every restart would meet again (control.ErrUnrecoverable) fails
 // the job at once.
+//
+// A job with no live worker to deploy to waits for one to join (created
+// or restarting, reason ReasonWaitingForWorker), woken by WorkerJoined;
+// the wait is no failover. Only one longer than Options.WorkerWait counts
+// as a failure.
 package job
 
 import (
