@@ -81,12 +81,7 @@ func TestRecoverInTheStreamTheCheckpointWasStagedFor(t *testing.T) {
 			b, err := NewExactlyOnce(ctx, nc, cfg)
 			must(t, err)
 			defer b.Close()
-			must(t, b.Recover(ctx, 1, state))
-			must(t, b.Write(ctx, batchOf(100, 130)))
-			_, err = b.PreCommit(ctx, 2)
-			must(t, err)
-			must(t, b.Commit(ctx, 2))
-			must(t, b.Wait(ctx))
+			recoverThenCommit(t, ctx, b, state)
 
 			wantStored(t, ctx, js, "OLD", onSubjects(t, c.from, 0, 100))
 			wantStored(t, ctx, js, "NEW", onSubjects(t, c.to, 100, 130))

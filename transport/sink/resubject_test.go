@@ -140,12 +140,7 @@ func TestRecoverOnTheSubjectTheCheckpointWasStagedWith(t *testing.T) {
 			b, err := NewExactlyOnce(ctx, nc, cfg)
 			must(t, err)
 			defer b.Close()
-			must(t, b.Recover(ctx, 1, state))
-			must(t, b.Write(ctx, batchOf(100, 130)))
-			_, err = b.PreCommit(ctx, 2)
-			must(t, err)
-			must(t, b.Commit(ctx, 2))
-			must(t, b.Wait(ctx))
+			recoverThenCommit(t, ctx, b, state)
 
 			want := append(onSubjects(t, c.from, 0, 100), onSubjects(t, c.to, 100, 130)...)
 			if got := storedOn(t, ctx, js, "OUT"); strings.Join(got, " ") != strings.Join(want, " ") {
@@ -291,4 +286,17 @@ func TestStateRecordsTheSubject(t *testing.T) {
 			t.Errorf("subject %q recovered: %v, want ErrMalformedState", bad, err)
 		}
 	}
+}
+
+// recoverThenCommit recovers checkpoint 1 from state on b, restored with a
+// changed spec, then writes records 100..129 and commits them as
+// checkpoint 2: what the sink stages after the restore.
+func recoverThenCommit(t *testing.T, ctx context.Context, b *ExactlyOnce, state []byte) {
+	t.Helper()
+	must(t, b.Recover(ctx, 1, state))
+	must(t, b.Write(ctx, batchOf(100, 130)))
+	_, err := b.PreCommit(ctx, 2)
+	must(t, err)
+	must(t, b.Commit(ctx, 2))
+	must(t, b.Wait(ctx))
 }
