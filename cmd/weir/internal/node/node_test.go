@@ -63,25 +63,7 @@ func TestStartFailsCleanly(t *testing.T) {
 func TestCheckpointStoreMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	mod := filepath.Join(dir, "uppercase.wasm")
-	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	up, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, HeartbeatTimeout: time.Second, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	startWorker := func(id, store string) *Node {
-		w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, Workers: 1, WorkerID: id,
-			DataDir: dir, CheckpointStore: store, HeartbeatInterval: 100 * time.Millisecond, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	up, mod, startWorker := upWithoutWorkers(t, ctx)
 	submit := func(name string) control.JobStatus {
 		spec, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
 sources: [{name: in, kind: nats, subject: in}]
@@ -109,8 +91,7 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
 	t.Logf("reason: %s", st.Reason)
 	elsewhere.Close()
 
-	same := startWorker("w2", StoreDir)
-	defer same.Close()
+	startWorker("w2", StoreDir)
 	if st := submit("match"); st.State != control.JobRunning {
 		t.Fatalf("a worker on the coordinator's checkpoint store: status %+v", st)
 	}
@@ -309,4 +290,34 @@ func TestWorkerReportsItsHost(t *testing.T) {
 	if ws[0].Worker.ID != "w1" || ws[0].Worker.Host != host {
 		t.Errorf("worker listed as %+v, want w1 on %s", ws[0].Worker, host)
 	}
+}
+
+// upWithoutWorkers starts 'weir up -workers 0' (NATS and the coordinator,
+// checkpoints in its data directory) with the uppercase guest built beside
+// it, for jobs to name as mod; startWorker starts a 'weir worker' in a
+// node of its own, connected by URL, with checkpoints in store.
+func upWithoutWorkers(t *testing.T, ctx context.Context) (up *Node, mod string, startWorker func(id, store string) *Node) {
+	t.Helper()
+	dir := t.TempDir()
+	mod = filepath.Join(dir, "uppercase.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	up, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, HeartbeatTimeout: time.Second, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	startWorker = func(id, store string) *Node {
+		t.Helper()
+		w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, Workers: 1, WorkerID: id,
+			DataDir: dir, CheckpointStore: store, HeartbeatInterval: 100 * time.Millisecond, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		return w
+	}
+	return up, mod, startWorker
 }

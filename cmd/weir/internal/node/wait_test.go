@@ -2,17 +2,12 @@ package node
 
 import (
 	"context"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/guests/go/guestbuild"
-	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // TestJobWaitsForAWorkerToJoin submits a job to a coordinator with no
@@ -22,17 +17,7 @@ import (
 func TestJobWaitsForAWorkerToJoin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	mod := filepath.Join(dir, "uppercase.wasm")
-	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/uppercase"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	up, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, HeartbeatTimeout: time.Second, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
+	up, mod, startWorker := upWithoutWorkers(t, ctx)
 	spec, err := jobspec.Parse("late.yaml", []byte(`name: late
 sources: [{name: in, kind: nats, subject: in}]
 operators: [{name: upper, module: `+mod+`, inputs: [{from: in}]}]
@@ -50,12 +35,7 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 3}
 		return st.State == control.JobCreated && st.Reason == job.ReasonWaitingForWorker
 	})
 
-	w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, Workers: 1, WorkerID: "w1",
-		DataDir: dir, CheckpointStore: StoreDir, HeartbeatInterval: 100 * time.Millisecond, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	startWorker("w1", StoreDir)
 	st := waitJob(t, ctx, up, "late", "a checkpoint", func(st control.JobStatus) bool {
 		return st.LatestCheckpoint >= 1 || st.State.Terminal()
 	})
