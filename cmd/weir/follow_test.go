@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // startUp starts what weir up starts, on a temp directory, closed when the
@@ -389,5 +390,80 @@ func TestRunFollowsAJobAcrossACoordinatorRestart(t *testing.T) {
 	late := []string{"running (attempt 1)", "running (attempt 2), restarted after: coordinator restarted"}
 	if got := strings.Join(states, "\n"); got != strings.Join(want, "\n") && got != strings.Join(late, "\n") {
 		t.Errorf("weir run reported\n  %s\nwant\n  %s\n(all it printed:\n%s)", strings.Join(states, "\n  "), strings.Join(want, "\n  "), out.String())
+	}
+}
+
+// weir run -nats follows its job through a restart of the coordinator
+// alone (NATS and the worker stay up) that lasts longer than one read of
+// the job API waits while nobody listens (control.DefaultReadAttempt):
+// it asks again until the coordinator is back, and does not exit saying
+// that no coordinator answers.
+func TestRunFollowsAJobWhileTheCoordinatorIsAway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a coordinator restart: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	srv, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Workers: 1, WorkerID: "w1",
+		CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := srv.Server.ClientURL()
+	coordinator := func() *node.Node {
+		t.Helper()
+		n, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, Coordinator: true,
+			CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c := coordinator()
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "away", mod, "checkpointing: {interval: 50ms}\n")
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(rctx, []string{"run", "-nats", url, "-idle", "0", "-cancel", spec},
+			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	}()
+	said := func(what string) {
+		t.Helper()
+		for !strings.Contains(out.String(), what) {
+			select {
+			case code := <-done:
+				t.Fatalf("weir run exited %d before it said %q:\n%s\n%s", code, what, out.String(), errb.String())
+			case <-ctx.Done():
+				t.Fatalf("weir run never said %q:\n%s\n%s", what, out.String(), errb.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	said("job away: running (attempt 1)")
+	c.Close()
+	select {
+	case code := <-done:
+		t.Fatalf("weir run exited %d while the coordinator was away:\n%s\n%s", code, out.String(), errb.String())
+	case <-time.After(control.DefaultReadAttempt + time.Second):
+	}
+	c = coordinator()
+	defer c.Close()
+	said("job away: running (attempt 2)")
+	stopRun()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("weir run exited %d:\n%s\n%s", code, out.String(), errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("weir run did not stop")
 	}
 }
