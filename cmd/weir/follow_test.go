@@ -343,40 +343,16 @@ func TestRunFollowsAJobAcrossACoordinatorRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := tapSpec(t, "crash", mod, "checkpointing: {interval: 50ms}\n")
-	rctx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(rctx, []string{"run", "-nats", n.Server.ClientURL(), "-idle", "0", "-cancel", spec},
-			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	}()
-	said := func(what string) {
-		t.Helper()
-		for !strings.Contains(out.String(), what) {
-			if ctx.Err() != nil {
-				t.Fatalf("weir run never said %q:\n%s\n%s", what, out.String(), errb.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	f := startFollowing(t, ctx, n.Server.ClientURL(), spec)
 	waitJob(n, "a checkpoint", func(st control.JobStatus) bool { return st.State == control.JobRunning && st.LatestCheckpoint > 0 })
-	said("job crash: running (attempt 1)")
+	f.said("job crash: running (attempt 1)")
 	n.Close()
 	n = up()
 	waitJob(n, "the job resumed", func(st control.JobStatus) bool { return st.State == control.JobRunning && st.Attempt == 2 })
-	said("job crash: running (attempt 2)")
-	stopRun()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("weir run exited %d:\n%s\n%s", code, out.String(), errb.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("weir run did not stop")
-	}
+	f.said("job crash: running (attempt 2)")
+	f.stop()
 	var states []string
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(f.out.String(), "\n") {
 		if strings.HasPrefix(line, "job :") { // a status it did not get, interrupted
 			t.Errorf("weir run printed %q", line)
 		}
@@ -389,7 +365,7 @@ func TestRunFollowsAJobAcrossACoordinatorRestart(t *testing.T) {
 	want := []string{"running (attempt 1)", "restarting (attempt 1): coordinator restarted", "running (attempt 2)"}
 	late := []string{"running (attempt 1)", "running (attempt 2), restarted after: coordinator restarted"}
 	if got := strings.Join(states, "\n"); got != strings.Join(want, "\n") && got != strings.Join(late, "\n") {
-		t.Errorf("weir run reported\n  %s\nwant\n  %s\n(all it printed:\n%s)", strings.Join(states, "\n  "), strings.Join(want, "\n  "), out.String())
+		t.Errorf("weir run reported\n  %s\nwant\n  %s\n(all it printed:\n%s)", strings.Join(states, "\n  "), strings.Join(want, "\n  "), f.out.String())
 	}
 }
 
@@ -427,43 +403,70 @@ func TestRunFollowsAJobWhileTheCoordinatorIsAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := tapSpec(t, "away", mod, "checkpointing: {interval: 50ms}\n")
-	rctx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(rctx, []string{"run", "-nats", url, "-idle", "0", "-cancel", spec},
-			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	}()
-	said := func(what string) {
-		t.Helper()
-		for !strings.Contains(out.String(), what) {
-			select {
-			case code := <-done:
-				t.Fatalf("weir run exited %d before it said %q:\n%s\n%s", code, what, out.String(), errb.String())
-			case <-ctx.Done():
-				t.Fatalf("weir run never said %q:\n%s\n%s", what, out.String(), errb.String())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	said("job away: running (attempt 1)")
+	f := startFollowing(t, ctx, url, spec)
+	f.said("job away: running (attempt 1)")
 	c.Close()
 	select {
-	case code := <-done:
-		t.Fatalf("weir run exited %d while the coordinator was away:\n%s\n%s", code, out.String(), errb.String())
+	case code := <-f.done:
+		t.Fatalf("weir run exited %d while the coordinator was away:\n%s\n%s", code, f.out.String(), f.errb.String())
 	case <-time.After(control.DefaultReadAttempt + time.Second):
 	}
 	c = coordinator()
 	defer c.Close()
-	said("job away: running (attempt 2)")
-	stopRun()
+	f.said("job away: running (attempt 2)")
+	f.stop()
+}
+
+// following is a weir run -nats -idle 0 -cancel of a spec, in the
+// background (startFollowing).
+type following struct {
+	t         *testing.T
+	ctx       context.Context
+	cancel    context.CancelFunc
+	out, errb syncBuffer
+	done      chan int // its exit code
+}
+
+// startFollowing starts weir run -nats url -idle 0 -cancel spec; the test's end
+// interrupts it.
+func startFollowing(t *testing.T, ctx context.Context, url, spec string) *following {
+	t.Helper()
+	f := &following{t: t, ctx: ctx, done: make(chan int, 1)}
+	rctx, cancel := context.WithCancel(ctx)
+	f.cancel = cancel
+	t.Cleanup(cancel)
+	go func() {
+		f.done <- run(rctx, []string{"run", "-nats", url, "-idle", "0", "-cancel", spec},
+			Stdio{In: strings.NewReader(""), Out: &f.out, Err: &f.errb})
+	}()
+	return f
+}
+
+// said waits until weir run printed what; it fails the test if weir run
+// exits first.
+func (f *following) said(what string) {
+	f.t.Helper()
+	for !strings.Contains(f.out.String(), what) {
+		select {
+		case code := <-f.done:
+			f.t.Fatalf("weir run exited %d before it said %q:\n%s\n%s", code, what, f.out.String(), f.errb.String())
+		case <-f.ctx.Done():
+			f.t.Fatalf("weir run never said %q:\n%s\n%s", what, f.out.String(), f.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stop interrupts weir run (Ctrl-C) and checks that it exits 0.
+func (f *following) stop() {
+	f.t.Helper()
+	f.cancel()
 	select {
-	case code := <-done:
+	case code := <-f.done:
 		if code != 0 {
-			t.Fatalf("weir run exited %d:\n%s\n%s", code, out.String(), errb.String())
+			f.t.Fatalf("weir run exited %d:\n%s\n%s", code, f.out.String(), f.errb.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("weir run did not stop")
+		f.t.Fatal("weir run did not stop")
 	}
 }
