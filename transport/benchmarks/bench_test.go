@@ -411,6 +411,42 @@ func BenchmarkJetStreamRawAsyncPublishMsgID(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
+// (d) reference: raw JetStream async publish of n 64-byte messages, each
+// checking that a per-sink-task fence subject still ends at the sequence
+// the publisher last wrote there (Nats-Expected-Last-Subject-Sequence
+// with its -Subject override): the per-message check a sink fenced by a
+// fence subject instead of message ids would need so that a recovery
+// stops an earlier attempt's messages. It costs the stream's goroutine
+// about what an id does (docs/bench/transport.md).
+func BenchmarkJetStreamRawAsyncPublishFence(b *testing.B) {
+	_, js := jsServer(b, sink.PublishAsync)
+	ctx := context.Background()
+	const fence = "out.fence.bench.sink0"
+	ack, err := js.Publish(ctx, fence, []byte("fence"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	seq := strconv.FormatUint(ack.Sequence, 10)
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	cpu := startCPU()
+	jsPublish(b, js, b.N, func(i int) *nats.Msg {
+		return &nats.Msg{Subject: "out", Data: payload, Header: nats.Header{
+			jetstream.ExpectedLastSubjSeqHeader:           []string{seq},
+			"Nats-Expected-Last-Subject-Sequence-Subject": []string{fence}}}
+	})
+	b.StopTimer()
+	cpu.report(b, b.N)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	st, err := js.Stream(ctx, "OUT")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != uint64(b.N)+1 {
+		b.Fatalf("OUT holds %d messages, want %d: a fence check failed", got, b.N+1)
+	}
+}
+
 // (d) the exactly-once sink alone: n staged 64-byte records committed in
 // one checkpoint (Commit + Wait), no reading and no operator.
 func BenchmarkJetStreamSinkCommit(b *testing.B) {
