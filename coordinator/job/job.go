@@ -259,6 +259,10 @@ func (j *job) setState(s control.JobState, reason string) {
 	j.mu.Unlock()
 	j.persist()
 	j.m.log.Info("job state", "job", j.spec.Name, "state", s, "reason", reason)
+	if s.Terminal() {
+		// Its slots are free: a job waiting for them may fit now.
+		j.m.roomMade()
+	}
 }
 
 // noteFailure adds the current attempt's failure to the job's history.
@@ -395,11 +399,9 @@ func (j *job) run() {
 			// exactly-once sinks committed. It costs an attempt instead,
 			// and the next one reads again.
 			f = failure{reason: fmt.Sprintf("read the latest checkpoint: %v", readErr)}
-		} else if f, ok = j.awaitWorker(); !ok {
+		} else if f, ok = j.deploy(restore); !ok {
 			return
-		} else if f.reason != "" {
-			// No worker joined in time: one failure.
-		} else if f = j.deploy(restore); f.reason == "" {
+		} else if f.reason == "" {
 			var done bool
 			done, f = j.wait()
 			if done {
@@ -505,45 +507,74 @@ func (j *job) sleep(d time.Duration) bool {
 // waits for a worker to join because none is live.
 const ReasonWaitingForWorker = "waiting for a worker to join (none is live)"
 
-// awaitWorker waits until a worker is live, for at most the manager's
-// WorkerWait; the wait is no restart attempt. It returns a failure when
-// none joined in time, and false when the job was canceled meanwhile (its
-// state set) or the coordinator stops. While it waits the job keeps its
-// state (created or restarting) with the reason ReasonWaitingForWorker;
-// the reason before is put back once a worker joined. Only the job's
+// ReasonWaitingForSlots begins a created or restarting job's reason while
+// the live workers have fewer free slots than it has tasks; what is
+// missing follows (plan.CapacityError.Shortfall): "waiting for free
+// slots: needs 4 tasks, workers have 2 free (w1 0 of 2, w2 2 of 4)".
+const ReasonWaitingForSlots = "waiting for free slots: "
+
+// place waits until the job's tasks fit on the live workers, places them
+// and begins the next attempt (Manager.place); it returns the assignment
+// and the attempt. It waits while no worker is live, or while the workers
+// have too few free slots, woken by a worker that joins, a job that ends
+// and a job placed again. The wait is no restart attempt: the job keeps
+// its state (created or restarting) with the reason
+// ReasonWaitingForWorker or ReasonWaitingForSlots, and the reason before
+// is put back once it is placed. It returns a failure once *expire fires
+// (set to the manager's WorkerWait when the first wait begins, so that
+// the waits of one deploy share it), and false when the job was canceled
+// meanwhile (its state set) or the coordinator stops. Only the job's
 // goroutine (run) may call it: it takes the queued events.
-func (j *job) awaitWorker() (failure, bool) {
-	joined := j.m.joinedSignal()
-	if len(j.m.ctl.LiveWorkers()) > 0 {
-		return failure{}, true
-	}
-	j.mu.Lock()
-	state, before := j.st.State, j.st.Reason
-	j.mu.Unlock()
-	j.setState(state, ReasonWaitingForWorker)
-	t := time.NewTimer(j.m.opts.WorkerWait)
-	defer t.Stop()
+func (j *job) place(expire *<-chan time.Time) (map[string][]string, int, failure, bool) {
+	var before, waiting string
 	for {
-		select {
-		case <-joined:
-			joined = j.m.joinedSignal()
-			if len(j.m.ctl.LiveWorkers()) == 0 {
-				continue // lost again already
+		room := j.m.roomSignal()
+		assignment, attempt, err := j.m.place(j)
+		var short *plan.CapacityError
+		var reason string
+		switch {
+		case err == nil:
+			if waiting != "" {
+				j.mu.Lock()
+				if j.st.Reason == waiting {
+					j.st.Reason = before
+				}
+				j.mu.Unlock()
 			}
+			return assignment, attempt, failure{}, true
+		case errors.Is(err, plan.ErrNoWorkers):
+			reason = ReasonWaitingForWorker
+		case errors.As(err, &short):
+			reason = ReasonWaitingForSlots + short.Shortfall()
+		default:
+			return nil, 0, failure{reason: err.Error()}, true
+		}
+		if reason != waiting {
 			j.mu.Lock()
-			if j.st.Reason == ReasonWaitingForWorker {
-				j.st.Reason = before
+			state := j.st.State
+			if waiting == "" {
+				before = j.st.Reason
 			}
 			j.mu.Unlock()
-			return failure{}, true
-		case <-t.C:
-			return failure{reason: fmt.Sprintf("no worker joined within %v", j.m.opts.WorkerWait)}, true
+			j.setState(state, reason)
+			waiting = reason
+		}
+		if *expire == nil {
+			*expire = time.After(j.m.opts.WorkerWait)
+		}
+		select {
+		case <-room:
+		case <-*expire:
+			if short != nil {
+				return nil, 0, failure{reason: fmt.Sprintf("no free slots within %v: %s", j.m.opts.WorkerWait, short.Shortfall())}, true
+			}
+			return nil, 0, failure{reason: fmt.Sprintf("no worker joined within %v", j.m.opts.WorkerWait)}, true
 		case <-j.ctx.Done():
-			return failure{}, false
+			return nil, 0, failure{}, false
 		case <-j.wake:
 			if j.takeCancel() {
 				j.setState(control.JobCanceled, "job canceled")
-				return failure{}, false
+				return nil, 0, failure{}, false
 			}
 		}
 	}
@@ -563,23 +594,31 @@ func (j *job) takeCancel() bool {
 	return false
 }
 
-// deploy starts the next attempt; it returns why it failed, or no failure.
+// deploy places (waiting for workers or slots, see place) and starts the
+// next attempt; it returns why it failed, or no failure, and false when
+// the job was canceled meanwhile or the coordinator stops.
 //
 // A worker that no longer answers at all (no responders: it crashed
 // between heartbeats) is dropped at once and the attempt is planned again
 // on the workers left, without using up a restart attempt: nothing about
-// the job failed, only the placement did.
-func (j *job) deploy(restore *checkpoint.Metadata) failure {
+// the job failed, only the placement did. With no worker left, or too few
+// slots, that placement waits as the first one does.
+func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
 	dropped := map[string]bool{}
+	var expire <-chan time.Time
 	for {
-		f, gone := j.deployOnce(restore)
+		assignment, attempt, f, ok := j.place(&expire)
+		if !ok || f.reason != "" {
+			return f, ok
+		}
+		f, gone := j.deployOnce(restore, assignment, attempt)
 		if gone == "" {
-			return f
+			return f, true
 		}
 		if dropped[gone] {
 			// Back again by heartbeat but still deaf to deploys: a
 			// real failure, which the restart strategy bounds.
-			return failure{reason: fmt.Sprintf("deploy to worker %s: no responders for deploys although it heartbeats", gone)}
+			return failure{reason: fmt.Sprintf("deploy to worker %s: no responders for deploys although it heartbeats", gone)}, true
 		}
 		dropped[gone] = true
 		j.m.log.Warn("worker gone while deploying; planning again without it", "job", j.spec.Name, "worker", gone)
@@ -590,25 +629,18 @@ func (j *job) deploy(restore *checkpoint.Metadata) failure {
 	}
 }
 
-// deployOnce plans and deploys one attempt. It returns why it failed, or
-// the worker that had no responders (the failure is then irrelevant).
-func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) {
-	assignment, err := plan.Assign(j.plan, j.m.ctl.LiveWorkers())
-	if err != nil {
-		return failure{reason: err.Error()}, ""
-	}
+// begin makes assignment (worker → tasks) the job's and begins its next
+// attempt, whose number it returns. Manager.place calls it as it places
+// the job.
+func (j *job) begin(assignment map[string][]string) int {
 	j.mu.Lock()
+	defer j.mu.Unlock()
 	j.st.Attempt++
-	attempt := j.st.Attempt
 	j.assign = map[string]string{}
 	for w, tasks := range assignment {
 		for _, t := range tasks {
 			j.assign[t] = w
 		}
-	}
-	all := make(map[string]string, len(j.assign))
-	for k, v := range j.assign {
-		all[k] = v
 	}
 	j.finished = map[string]bool{}
 	j.ended, j.ending = map[string]bool{}, false
@@ -622,6 +654,18 @@ func (j *job) deployOnce(restore *checkpoint.Metadata) (f failure, gone string) 
 	j.ready = make(chan struct{})
 	// Queued events stay: failures and ends of earlier attempts are
 	// filtered by attempt in wait, a cancel must not be lost.
+	return j.st.Attempt
+}
+
+// deployOnce deploys attempt, placed as assignment (place). It returns
+// why it failed, or the worker that had no responders (the failure is
+// then irrelevant).
+func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]string, attempt int) (f failure, gone string) {
+	j.mu.Lock()
+	all := make(map[string]string, len(j.assign))
+	for k, v := range j.assign {
+		all[k] = v
+	}
 	j.st.RestoredFrom = 0
 	var rst *control.Restore
 	if restore != nil {

@@ -74,6 +74,12 @@ type fakeWorker struct {
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
+	return f.startSlots(ctx, id, 0)
+}
+
+// startSlots starts a worker that takes at most slots tasks (0: any
+// number).
+func (f *fleet) startSlots(ctx context.Context, id string, slots int) *fakeWorker {
 	// Each worker has its own connection, so that closing it is a crash.
 	nc, err := nats.Connect(f.nc.ConnectedUrl())
 	if err != nil {
@@ -81,7 +87,7 @@ func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
 	}
 	f.t.Cleanup(nc.Close)
 	w := &fakeWorker{f: f, id: id, nc: nc, current: map[string]control.Deploy{}, done: make(chan struct{})}
-	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond, Tasks: w.tasks})
+	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond, Tasks: w.tasks, Slots: slots})
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	ready := make(chan struct{})

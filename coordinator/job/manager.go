@@ -114,9 +114,13 @@ type Manager struct {
 	// shared by Submit and Restore: no job starts from a checkpoint that
 	// is being removed, nor while the removal checks that none needs it.
 	removing sync.RWMutex
-	// joined is closed (and replaced) when a worker joins: the jobs
-	// waiting for a live worker wait on it (see joinedSignal).
-	joined chan struct{}
+	// room is closed (and replaced) when a job waiting to be placed may
+	// fit now: a worker joined, a job ended, or a job was placed again
+	// (its tasks may have left some workers). See roomSignal.
+	room chan struct{}
+	// placeMu makes placing a job (place) one step: no two jobs count
+	// the same free slot.
+	placeMu sync.Mutex
 }
 
 // DefaultWorkerWait is how long a job waits for a worker to join when none
@@ -147,7 +151,7 @@ func New(opts Options) *Manager {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{},
-		joined: make(chan struct{})}
+		room: make(chan struct{})}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout})
 	return m
 }
@@ -199,22 +203,78 @@ func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
 }
 
 // WorkerJoined implements control.CoordinatorHandler.
-// It wakes the jobs waiting for a live worker.
+// It wakes the jobs waiting for a live worker or for free slots.
 func (m *Manager) WorkerJoined(w control.WorkerInfo) {
-	m.log.Info("worker joined", "worker", w.ID, "host", w.Host)
+	m.log.Info("worker joined", "worker", w.ID, "host", w.Host, "slots", w.Slots)
+	m.roomMade()
+}
+
+// roomMade wakes the jobs waiting to be placed (roomSignal).
+func (m *Manager) roomMade() {
 	m.mu.Lock()
-	close(m.joined)
-	m.joined = make(chan struct{})
+	close(m.room)
+	m.room = make(chan struct{})
 	m.mu.Unlock()
 }
 
-// joinedSignal returns a channel closed when the next worker joins. Take
-// it before looking at the live workers, so a join in between is not
-// missed: the control layer reports a join after the worker is live.
-func (m *Manager) joinedSignal() <-chan struct{} {
+// roomSignal returns a channel closed when a job waiting to be placed may
+// fit next: a worker joined, a job ended or was placed again. Take it
+// before placing, so a change in between is not missed: the control layer
+// reports a join after the worker is live.
+func (m *Manager) roomSignal() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.joined
+	return m.room
+}
+
+// place places j's tasks on the live workers (plan.Assign), counting the
+// tasks of every other job that has not ended on each worker against its
+// slots, and begins j's next attempt with that assignment (job.begin). It
+// returns the assignment and the attempt, or Assign's error
+// (plan.ErrNoWorkers, *plan.CapacityError). A job holds its slots from
+// its placement until it ends or is placed again: across a failover too,
+// so that another job does not take them during its restart delay.
+func (m *Manager) place(j *job) (map[string][]string, int, error) {
+	m.placeMu.Lock()
+	defer m.placeMu.Unlock()
+	used := m.slotsUsed(j)
+	live := m.ctl.Workers()
+	ws := make([]plan.Worker, len(live))
+	for i, hb := range live {
+		ws[i] = plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID]}
+	}
+	assignment, err := plan.Assign(j.plan, ws)
+	if err != nil {
+		return nil, 0, err
+	}
+	attempt := j.begin(assignment)
+	// The job may have left workers where another waits for a slot.
+	m.roomMade()
+	return assignment, attempt, nil
+}
+
+// slotsUsed counts, per worker, the tasks placed there of the jobs that
+// have not ended, except's aside.
+func (m *Manager) slotsUsed(except *job) map[string]int {
+	m.mu.Lock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		if j != except {
+			jobs = append(jobs, j)
+		}
+	}
+	m.mu.Unlock()
+	used := map[string]int{}
+	for _, j := range jobs {
+		j.mu.Lock()
+		if !j.st.State.Terminal() {
+			for _, w := range j.assign {
+				used[w]++
+			}
+		}
+		j.mu.Unlock()
+	}
+	return used
 }
 
 // WorkerLost fails over every job with a task on the worker.

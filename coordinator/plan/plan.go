@@ -16,8 +16,11 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/weirhq/weir/coordinator/jobspec"
 )
@@ -337,18 +340,137 @@ func (p *Plan) TaskIDs() []string {
 	return ids
 }
 
-// Assign distributes the plan's tasks over workers round-robin, in plan
-// order over the workers sorted by ID, and returns worker ID → task IDs.
-func Assign(p *Plan, workers []string) (map[string][]string, error) {
-	if len(workers) == 0 {
-		return nil, fmt.Errorf("assign %s: no live workers", p.Job)
+// ErrNoWorkers is Assign's error when no worker is live.
+var ErrNoWorkers = errors.New("no live workers")
+
+// Worker is a live worker as placement sees it.
+type Worker struct {
+	ID string
+	// Slots is the most tasks the worker runs at a time, of all jobs; 0
+	// (or less) means no limit.
+	Slots int
+	// Used counts the tasks of other jobs placed on the worker now.
+	Used int
+}
+
+// free returns how many more tasks w takes, and false when it takes any
+// number.
+func (w Worker) free() (int, bool) {
+	if w.Slots <= 0 {
+		return 0, false
 	}
-	ws := append([]string(nil), workers...)
-	sort.Strings(ws)
+	return max(w.Slots-w.Used, 0), true
+}
+
+// CapacityError is Assign's error when the live workers have fewer free
+// slots than the plan has tasks: every worker has a limit (a worker
+// without one takes any number of tasks).
+type CapacityError struct {
+	Job string
+	// Tasks is how many tasks the plan has, Free how many the workers
+	// take between them.
+	Tasks, Free int
+	// Workers are the live workers, sorted by ID.
+	Workers []Worker
+}
+
+// maxListed is how many workers a CapacityError names.
+const maxListed = 10
+
+// Shortfall says what is missing in one line: "needs 4 tasks, workers
+// have 2 free (w1 0 of 2, w2 2 of 4)" — each worker's free slots of its
+// total.
+func (e *CapacityError) Shortfall() string {
+	var b strings.Builder
+	s := "s"
+	if e.Tasks == 1 {
+		s = ""
+	}
+	fmt.Fprintf(&b, "needs %d task%s, workers have %d free (", e.Tasks, s, e.Free)
+	for i, w := range e.Workers {
+		if i == maxListed {
+			fmt.Fprintf(&b, ", and %d more", len(e.Workers)-maxListed)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		free, _ := w.free()
+		fmt.Fprintf(&b, "%s %d of %d", w.ID, free, w.Slots)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func (e *CapacityError) Error() string { return "assign " + e.Job + ": " + e.Shortfall() }
+
+// Assign places the plan's tasks on workers and returns worker ID → task
+// IDs (in plan order). It is a pure function of its inputs and
+// deterministic. Each task, in plan order, goes to a worker with a free
+// slot (never more tasks on a worker than its Slots, counting Used):
+//
+//  1. the one with the fewest of the plan's tasks so far, so that a job
+//     is spread over as many workers as it can be;
+//  2. then the one with the most free capacity: a worker without a limit
+//     before any with one, and among those without, the one with the
+//     fewest tasks (Used and the plan's); among those with a limit, the
+//     one with the most free slots;
+//  3. then the lowest ID.
+//
+// Without workers it fails with ErrNoWorkers; when the free slots of all
+// workers are fewer than the plan's tasks, with a *CapacityError.
+func Assign(p *Plan, workers []Worker) (map[string][]string, error) {
+	if len(workers) == 0 {
+		return nil, fmt.Errorf("assign %s: %w", p.Job, ErrNoWorkers)
+	}
+	ws := slices.Clone(workers)
+	slices.SortFunc(ws, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	total, limited := 0, true
+	for _, w := range ws {
+		free, ok := w.free()
+		total += free
+		limited = limited && ok
+	}
+	if limited && total < len(p.Tasks) {
+		return nil, &CapacityError{Job: p.Job, Tasks: len(p.Tasks), Free: total, Workers: ws}
+	}
+	placed := make([]int, len(ws)) // the plan's tasks on each worker
+	// better reports whether worker a is a better place than worker b.
+	better := func(a, b int) bool {
+		if placed[a] != placed[b] {
+			return placed[a] < placed[b]
+		}
+		fa, la := ws[a].free()
+		fb, lb := ws[b].free()
+		switch {
+		case la != lb:
+			return !la // no limit first
+		case !la:
+			if na, nb := ws[a].Used+placed[a], ws[b].Used+placed[b]; na != nb {
+				return na < nb
+			}
+		case fa-placed[a] != fb-placed[b]:
+			return fa-placed[a] > fb-placed[b]
+		}
+		return a < b // sorted by ID
+	}
 	out := make(map[string][]string, len(ws))
-	for i, t := range p.Tasks {
-		w := ws[i%len(ws)]
-		out[w] = append(out[w], t.ID)
+	for _, t := range p.Tasks {
+		best := -1
+		for i, w := range ws {
+			if free, ok := w.free(); ok && free-placed[i] <= 0 {
+				continue
+			}
+			if best < 0 || better(i, best) {
+				best = i
+			}
+		}
+		if best < 0 {
+			// Unreachable: the free slots were counted above.
+			return nil, &CapacityError{Job: p.Job, Tasks: len(p.Tasks), Free: total, Workers: ws}
+		}
+		placed[best]++
+		out[ws[best].ID] = append(out[ws[best].ID], t.ID)
 	}
 	return out, nil
 }

@@ -2,6 +2,8 @@ package plan
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -73,15 +75,122 @@ sinks:
 	if err := json.Unmarshal(data, &back); err != nil || !reflect.DeepEqual(&back, p) {
 		t.Errorf("json round trip differs: %v", err)
 	}
-	as, err := Assign(p, []string{"w2", "w1"})
+	as, err := Assign(p, []Worker{{ID: "w2"}, {ID: "w1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(as["w1"]) != 6 || len(as["w2"]) != 5 || as["w1"][0] != "a-0" || as["w2"][0] != "a-1" {
 		t.Errorf("assignment = %v", as)
 	}
-	if _, err := Assign(p, nil); err == nil {
-		t.Error("assign to no workers succeeded")
+}
+
+// tasks returns a plan of job j with the given task IDs.
+func tasks(ids ...string) *Plan {
+	p := &Plan{Job: "j"}
+	for _, id := range ids {
+		p.Tasks = append(p.Tasks, Task{ID: id})
+	}
+	return p
+}
+
+func TestAssign(t *testing.T) {
+	five := tasks("a-0", "a-1", "b-0", "b-1", "c-0")
+	many := make([]Worker, 12)
+	for i := range many {
+		many[i] = Worker{ID: fmt.Sprintf("w%02d", i), Slots: 1, Used: 1}
+	}
+	for _, c := range []struct {
+		name    string
+		plan    *Plan
+		workers []Worker
+		want    map[string][]string
+		wantErr string
+	}{
+		{name: "empty workers take turns, in ID order", plan: five,
+			workers: []Worker{{ID: "w2"}, {ID: "w1"}},
+			want:    map[string][]string{"w1": {"a-0", "b-0", "c-0"}, "w2": {"a-1", "b-1"}}},
+		{name: "ties go to the lowest ID", plan: tasks("a-0"),
+			workers: []Worker{{ID: "w3"}, {ID: "w1"}, {ID: "w2"}},
+			want:    map[string][]string{"w1": {"a-0"}}},
+		{name: "other jobs' tasks count", plan: tasks("a-0", "a-1"),
+			workers: []Worker{{ID: "w1", Used: 3}, {ID: "w2"}, {ID: "w3", Used: 1}},
+			want:    map[string][]string{"w2": {"a-0"}, "w3": {"a-1"}}},
+		{name: "a job is spread before the load is", plan: tasks("a-0", "a-1", "a-2"),
+			workers: []Worker{{ID: "w1", Used: 4}, {ID: "w2"}},
+			want:    map[string][]string{"w1": {"a-1"}, "w2": {"a-0", "a-2"}}},
+		{name: "most free slots first, never more than the slots", plan: tasks("a-0", "a-1", "a-2", "a-3"),
+			workers: []Worker{{ID: "w1", Slots: 2, Used: 1}, {ID: "w2", Slots: 4}},
+			want:    map[string][]string{"w1": {"a-1"}, "w2": {"a-0", "a-2", "a-3"}}},
+		{name: "a big worker does not take the whole job", plan: tasks("a-0", "a-1", "a-2", "a-3"),
+			workers: []Worker{{ID: "w1", Slots: 2}, {ID: "w2", Slots: 8}},
+			want:    map[string][]string{"w1": {"a-1", "a-3"}, "w2": {"a-0", "a-2"}}},
+		{name: "a worker without a limit before one with", plan: tasks("a-0", "a-1", "a-2"),
+			workers: []Worker{{ID: "w1", Slots: 4}, {ID: "w2", Used: 10}},
+			want:    map[string][]string{"w1": {"a-1"}, "w2": {"a-0", "a-2"}}},
+		{name: "exactly enough slots", plan: tasks("a-0", "a-1", "a-2"),
+			workers: []Worker{{ID: "w1", Slots: 2, Used: 1}, {ID: "w2", Slots: 2}},
+			want:    map[string][]string{"w1": {"a-1"}, "w2": {"a-0", "a-2"}}},
+		{name: "a worker over its slots is full", plan: tasks("a-0"),
+			workers: []Worker{{ID: "w1", Slots: 2, Used: 5}, {ID: "w2", Slots: 1}},
+			want:    map[string][]string{"w2": {"a-0"}}},
+		{name: "not enough free slots", plan: five,
+			workers: []Worker{{ID: "w2", Slots: 4, Used: 2}, {ID: "w1", Slots: 2, Used: 2}},
+			wantErr: "assign j: needs 5 tasks, workers have 2 free (w1 0 of 2, w2 2 of 4)"},
+		{name: "over its slots counts as none free", plan: tasks("a-0", "a-1"),
+			workers: []Worker{{ID: "w1", Slots: 2, Used: 5}, {ID: "w2", Slots: 1}},
+			wantErr: "assign j: needs 2 tasks, workers have 1 free (w1 0 of 2, w2 1 of 1)"},
+		{name: "ten workers named at most", plan: tasks("a-0"), workers: many,
+			wantErr: "assign j: needs 1 task, workers have 0 free (w00 0 of 1, w01 0 of 1, w02 0 of 1, w03 0 of 1, w04 0 of 1, " +
+				"w05 0 of 1, w06 0 of 1, w07 0 of 1, w08 0 of 1, w09 0 of 1, and 2 more)"},
+		{name: "no workers", plan: five, wantErr: "assign j: no live workers"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Assign(c.plan, c.workers)
+			if c.wantErr != "" {
+				if err == nil || err.Error() != c.wantErr {
+					t.Fatalf("Assign = %v, %v; want error %q", got, err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Assign = %v, %v; want %v", got, err, c.want)
+			}
+		})
+	}
+}
+
+// The errors are typed: the job manager waits for a worker on
+// ErrNoWorkers and for free slots on a *CapacityError.
+func TestAssignErrors(t *testing.T) {
+	if _, err := Assign(tasks("a-0"), nil); !errors.Is(err, ErrNoWorkers) {
+		t.Errorf("no workers: %v, want ErrNoWorkers", err)
+	}
+	_, err := Assign(tasks("a-0", "a-1"), []Worker{{ID: "w1", Slots: 1}})
+	var ce *CapacityError
+	if !errors.As(err, &ce) || ce.Tasks != 2 || ce.Free != 1 || ce.Shortfall() != "needs 2 tasks, workers have 1 free (w1 1 of 1)" {
+		t.Errorf("too few slots: %#v", err)
+	}
+}
+
+// Jobs placed one after another, each counting the tasks of those before
+// (as the job manager does), spread over the workers: five single-task
+// jobs on three workers take turns instead of all landing on the first.
+func TestAssignAcrossJobs(t *testing.T) {
+	used := map[string]int{}
+	var got []string
+	for range 5 {
+		ws := []Worker{{ID: "w1", Used: used["w1"]}, {ID: "w2", Used: used["w2"]}, {ID: "w3", Used: used["w3"]}}
+		as, err := Assign(tasks("x-0"), ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for w, ts := range as {
+			used[w] += len(ts)
+			got = append(got, w)
+		}
+	}
+	if want := []string{"w1", "w2", "w3", "w1", "w2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("five jobs went to %v, want %v", got, want)
 	}
 }
 

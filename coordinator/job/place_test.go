@@ -1,0 +1,184 @@
+package job
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// waitingForSlots reports whether a job waits in state for free slots,
+// missing what shortfall says (plan.CapacityError.Shortfall).
+func waitingForSlots(state control.JobState, shortfall string) func(control.JobStatus) bool {
+	return func(st control.JobStatus) bool {
+		return st.State == state && st.Reason == ReasonWaitingForSlots+shortfall
+	}
+}
+
+// perWorker counts a job's tasks on each worker.
+func perWorker(st control.JobStatus) map[string]int {
+	n := map[string]int{}
+	for _, w := range st.Assignment {
+		n[w]++
+	}
+	return n
+}
+
+// A job with more tasks than the live workers have slots waits, created
+// and saying what is missing, and deploys when a worker with slots
+// enough joins: the wait is no restart attempt, and no worker gets more
+// tasks than its slots.
+func TestSubmitWaitsForFreeSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.startSlots(ctx, "w1", 2)
+	e.waitWorkers(1)
+	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "waiting for free slots",
+		waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 2 free (w1 2 of 2)"))
+	e.fleet.startSlots(ctx, "w2", 3)
+	st := waitFor(t, ctx, e, "wc", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 })
+	if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 || st.Reason != "" {
+		t.Errorf("status after w2 joined %+v", st)
+	}
+	if got := perWorker(st); got["w1"] != 2 || got["w2"] != 3 {
+		t.Errorf("tasks per worker %v, want w1 2 (its slots), w2 3", got)
+	}
+}
+
+// A job that ends frees its slots for a job waiting for them, which then
+// deploys; a cancel ends a wait for slots at once.
+func TestAJobEndingFreesItsSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.startSlots(ctx, "w1", 5)
+	e.waitWorkers(1)
+	e.submitRunning(t, ctx, spec(t, "a", "checkpointing: {interval: 30ms}\n"))
+	for _, name := range []string{"b", "c"} {
+		if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, name, "checkpointing: {interval: 30ms}\n")}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, e, name, "waiting for a's slots",
+			waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 0 free (w1 0 of 5)"))
+	}
+	if _, err := e.api.CancelJob(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.api.Job(ctx, "c"); st.State != control.JobCanceled || st.Attempt != 0 || len(st.Failures) != 0 {
+		t.Errorf("c after its cancel %+v, want canceled before any attempt", st)
+	}
+	if _, err := e.api.CancelJob(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "b", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 })
+	if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 || st.Reason != "" {
+		t.Errorf("b after a ended %+v", st)
+	}
+}
+
+// A job that fails over counts its own tasks' slots as free but not
+// those of the worker it lost: it waits, restarting, without using up its
+// restart attempts, and runs on the worker that joins.
+func TestFailoverWaitsForFreeSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.startSlots(ctx, "w1", 3)
+	w2 := e.fleet.startSlots(ctx, "w2", 2)
+	e.waitWorkers(2)
+	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
+	e.submitRunning(t, ctx, s)
+	w2.kill()
+	waitFor(t, ctx, e, "wc", "waiting for free slots",
+		waitingForSlots(control.JobRestarting, "needs 5 tasks, workers have 3 free (w1 3 of 3)"))
+	e.fleet.startSlots(ctx, "w3", 2)
+	st := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(st control.JobStatus) bool {
+		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+	})
+	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 || !strings.Contains(st.Reason, "worker w2 lost") {
+		t.Errorf("status after w3 joined %+v", st)
+	}
+	if got := perWorker(st); got["w1"] != 3 || got["w3"] != 2 {
+		t.Errorf("tasks per worker %v, want w1 3, w3 2", got)
+	}
+}
+
+// A wait for slots that runs out counts as one failure, saying what was
+// missing.
+func TestSlotWaitRunsOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{WorkerWait: 50 * time.Millisecond})
+	e.fleet.startSlots(ctx, "w1", 1)
+	e.waitWorkers(1)
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "failed", func(st control.JobStatus) bool { return st.State == control.JobFailed })
+	const want = "no free slots within 50ms: needs 5 tasks, workers have 1 free (w1 1 of 1)"
+	if st.Reason != want+" (after 1 restart attempt)" || st.Restarts != 1 || len(st.Failures) != 2 {
+		t.Fatalf("status %+v, want failed after one wait per attempt", st)
+	}
+	for _, f := range st.Failures {
+		if f.Reason != want {
+			t.Errorf("failure %+v, want reason %q", f, want)
+		}
+	}
+}
+
+// A job is placed counting the tasks other jobs have on each worker: the
+// second of two five-task jobs on two workers gets more tasks on the
+// worker the first gave fewer, so both carry five.
+func TestPlacementCountsOtherJobs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.start(ctx, "w1")
+	e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	a := e.submitRunning(t, ctx, spec(t, "a", ""))
+	b := e.submitRunning(t, ctx, spec(t, "b", ""))
+	if got, want := perWorker(a), map[string]int{"w1": 3, "w2": 2}; !maps.Equal(got, want) {
+		t.Errorf("a's tasks per worker %v, want %v", got, want)
+	}
+	if got, want := perWorker(b), map[string]int{"w1": 2, "w2": 3}; !maps.Equal(got, want) {
+		t.Errorf("b's tasks per worker %v, want %v", got, want)
+	}
+}
+
+// When every worker turns out gone during one deploy (crashed between
+// heartbeats: nobody answers its deploy), the deploy waits for a worker
+// to join, as when none is live, instead of failing: with the restart
+// strategy none the job would be lost.
+func TestDeployWaitsWhenEveryWorkerVanished(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{HeartbeatTimeout: time.Hour})
+	w1 := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	w1.crash()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "restart: {strategy: none}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "waiting for a worker", func(st control.JobStatus) bool {
+		return waiting(control.JobCreated)(st) || st.State.Terminal()
+	})
+	e.fleet.start(ctx, "w2")
+	st := waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning || st.State.Terminal()
+	})
+	if st.State != control.JobRunning || st.Restarts != 0 || len(st.Failures) != 0 || st.Attempt != 2 {
+		t.Fatalf("status %+v; want running attempt 2 with no failure", st)
+	}
+	if got := perWorker(st); got["w2"] != 5 {
+		t.Errorf("tasks per worker %v, want all 5 on w2", got)
+	}
+}
