@@ -252,6 +252,13 @@ func (j *job) setState(s control.JobState, reason string) {
 		// so a new run of the name numbers on from there.
 		j.reserved = max(j.triggered, j.idFloor)
 	}
+	if s != control.JobRunning && j.ready != nil {
+		// The attempt is over: a savepoint waiting for its tasks to
+		// restore their state (awaitRunning) is refused now, not at the
+		// next deploy.
+		close(j.ready)
+		j.ready = nil
+	}
 	if reason != "" {
 		j.st.Reason = reason
 	}
@@ -846,24 +853,44 @@ func (j *job) restoringLocked() []string {
 }
 
 // awaitRunning waits until every task of the current attempt restored its
-// state and checkpointing started, so that a savepoint (what: "savepoint"
-// or "stop") can be triggered. It fails when ctx ends first — naming the
-// tasks still restoring — or when the attempt ends meanwhile.
+// state and checkpointing started, so that a savepoint (what: "savepoint
+// of" or "stop") can be triggered. It fails when ctx ends first — naming
+// the tasks still restoring — or at once when the attempt ends meanwhile:
+// a failover is refused naming its cause, rather than carried on to the
+// next attempt, which restores the latest checkpoint again and may take
+// longer than the caller waits; the savepoint can be asked for again once
+// the job runs.
 func (j *job) awaitRunning(ctx context.Context, what string) error {
 	j.mu.Lock()
 	attempt := j.st.Attempt
 	j.mu.Unlock()
+	logged := false
 	for {
 		j.mu.Lock()
 		st, now, started, ready := j.st.State, j.st.Attempt, j.checkpointing, j.ready
 		restoring := j.restoringLocked()
+		cause := ""
+		for _, f := range j.st.Failures {
+			if f.Attempt == attempt {
+				cause = f.Reason
+				break
+			}
+		}
 		j.mu.Unlock()
 		switch {
+		case (now != attempt || st != control.JobRunning) && cause != "" && !st.Terminal():
+			return control.Errorf(control.ErrConflict, "%s %s: the job failed over while its tasks restored their state (attempt %d: %s); try again once it runs",
+				what, j.spec.Name, attempt, cause)
 		case now != attempt || st != control.JobRunning:
 			return control.Errorf(control.ErrConflict, "%s %s: the job is %s (attempt %d ended while its tasks restored their state)",
 				what, j.spec.Name, st, attempt)
 		case started:
 			return nil
+		}
+		if !logged {
+			j.m.log.Info("savepoint waits for tasks restoring their state", "job", j.spec.Name, "attempt", attempt,
+				"restoring", strings.Join(restoring, ","))
+			logged = true
 		}
 		select {
 		case <-ready:

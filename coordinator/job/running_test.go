@@ -3,8 +3,10 @@ package job
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,5 +77,39 @@ func TestCheckpointsWaitForEveryTaskRunning(t *testing.T) {
 	}
 	if _, err := e.api.Savepoint(ctx, "slow"); err != nil {
 		t.Errorf("savepoint once every task runs: %v", err)
+	}
+}
+
+// A savepoint waiting for the tasks of an attempt to restore their state
+// is refused as soon as the attempt fails over, naming the failure — not
+// at the next deploy (an hour's restart delay here) or its own deadline.
+func TestSavepointWhileRestoringRefusedOnFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waits := &messageWatch{msg: "savepoint waits for tasks restoring their state", seen: make(chan struct{}), once: new(sync.Once)}
+	e := setupWith(t, ctx, Options{Log: slog.New(waits)})
+	w := e.fleet.start(ctx, "w1")
+	w.mu.Lock()
+	w.restoring = true
+	w.mu.Unlock()
+	e.waitWorkers(1)
+	st := e.submitRunning(t, ctx, spec(t, "slow", "checkpointing: {interval: 20ms, timeout: 1h}\nrestart: {strategy: fixed-delay, delay: 1h, attempts: 1}\n"))
+	errs := make(chan error, 1)
+	go func() {
+		_, err := e.api.Savepoint(ctx, "slow")
+		errs <- err
+	}()
+	select {
+	case <-waits.seen:
+	case err := <-errs:
+		t.Fatalf("savepoint while every task restores: %v; want it to wait", err)
+	}
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "slow", Attempt: st.Attempt, Task: "count-0"}, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	err := <-errs
+	const want = "savepoint of slow: the job failed over while its tasks restored their state (attempt 1: task count-0 failed: boom); try again once it runs"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("savepoint across a failover: %v; want %q", err, want)
 	}
 }
