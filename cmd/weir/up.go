@@ -68,8 +68,8 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-workers N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
-       weir up -nats URL[,URL...] [-replicas N] [-workers N] [-worker-wait D] [auth flags] [-metrics ADDR]
+const upUsage = `[-data DIR] [-port N] [-workers N] [-slots N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
+       weir up -nats URL[,URL...] [-replicas N] [-workers N] [-slots N] [-worker-wait D] [auth flags] [-metrics ADDR]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
@@ -87,6 +87,14 @@ reason "waiting for a worker to join (none is live)", and deploys as soon as
 one joins; the wait uses up no restart attempt. Only a wait longer than
 -worker-wait counts as one failure of the job.
 
+-slots caps the tasks each in-process worker runs, of all jobs (weir worker
+-slots does for a worker of its own; 0, the default, is no limit). The
+coordinator spreads each job's tasks over the live workers, counting the
+tasks other jobs have on each, and never gives a worker more than its slots:
+a job whose tasks do not fit waits like one with no worker, with the reason
+"waiting for free slots: needs 4 tasks, workers have 2 free (w1 0 of 2, w2 2
+of 4)", until a worker joins or another job ends.
+
 With -nats it starts no server: the coordinator and workers use an existing
 NATS server or cluster (JetStream enabled), and keep job records, checkpoints
 and modules in JetStream buckets. On a cluster give -replicas 3 (or 5), so
@@ -99,7 +107,8 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	host := fs.String("host", "127.0.0.1", "listen address of the embedded NATS server")
 	port := fs.Int("port", 4222, "client port of the embedded NATS server")
 	workers := fs.Int("workers", 1, "in-process workers")
-	workerWait := fs.Duration("worker-wait", job.DefaultWorkerWait, "how long a job with no live worker waits for one to join before that counts as a failure")
+	slots := fs.Int("slots", 0, "most tasks each in-process worker runs at a time, of all jobs (0: no limit)")
+	workerWait := fs.Duration("worker-wait", job.DefaultWorkerWait, "how long a job waits for a worker to join, or for free slots, before that counts as a failure")
 	store := fs.String("checkpoint-store", "", "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared); default dir, jetstream with -nats")
 	var nf natsFlags
 	nf.register(fs, "", "use this NATS server or cluster (comma-separated URLs) instead of starting the embedded one")
@@ -117,6 +126,9 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if external && (set["host"] || set["port"]) {
 		return usagef("up: -host and -port are the embedded server's; with -nats no server is started")
+	}
+	if *slots < 0 {
+		return usagef("up: -slots %d: give 0 (no limit) or more", *slots)
 	}
 	if *workerWait <= 0 {
 		return usagef("up: -worker-wait %v: give a positive duration", *workerWait)
@@ -140,7 +152,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	opts := node.Options{DataDir: abs, Host: *host, Port: *port, Coordinator: true,
-		Workers: *workers, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose)}
+		Workers: *workers, WorkerSlots: *slots, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose)}
 	if external {
 		opts.NATS = nf.options("weir up")
 	}
@@ -169,14 +181,16 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	return nil
 }
 
-const workerUsage = `-nats URL [-id ID] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
+const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
 
 Runs a worker that joins the coordinator reachable through NATS at URL and
 runs the tasks it is given. While the server cannot be reached (a worker
 started before it) it keeps trying, with a backoff up to 10s, logging each
 failed attempt, until it connects or is interrupted. -atomic-batch is the most messages its
 exactly-once sinks put in one atomic batch: at most the server's
-max_batch_size (1000 by default in nats-server, 20000 in 'weir up').`
+max_batch_size (1000 by default in nats-server, 20000 in 'weir up'). -slots
+is the most tasks it runs at a time, of all jobs (0, the default: no limit);
+the coordinator gives it no more.`
 
 func runWorker(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "worker", workerUsage)
@@ -186,9 +200,13 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	data := fs.String("data", "", "directory for spill files (and dir checkpoints)")
 	store := fs.String("checkpoint-store", node.StoreJetStream, "checkpoint storage: jetstream (shared) or dir")
 	atomicBatch := fs.Int("atomic-batch", sink.MaxAtomicBatch, "most messages per atomic batch of an exactly-once sink (the server's max_batch_size or less)")
+	slots := fs.Int("slots", 0, "most tasks the worker runs at a time, of all jobs (0: no limit)")
 	verbose := fs.Bool("v", false, "log what the worker does")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *slots < 0 {
+		return usagef("worker: -slots %d: give 0 (no limit) or more", *slots)
 	}
 	if *data == "" {
 		dir, err := os.MkdirTemp("", "weir-worker-")
@@ -199,7 +217,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		*data = dir
 	}
 	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), WaitForNATS: true, DataDir: *data, Workers: 1, WorkerID: *id,
-		CheckpointStore: *store, AtomicBatch: *atomicBatch, Log: logger(std, *verbose)})
+		CheckpointStore: *store, AtomicBatch: *atomicBatch, WorkerSlots: *slots, Log: logger(std, *verbose)})
 	if err != nil {
 		if ctx.Err() != nil {
 			// Interrupted while it waited for NATS: a stop asked for, not

@@ -63,6 +63,9 @@ type Options struct {
 	Workers int
 	// WorkerID names the first worker (default "<hostname>-<pid>").
 	WorkerID string
+	// WorkerSlots is the most tasks each in-process worker is given at a
+	// time, of all jobs (worker.Config.Slots; 0: no limit).
+	WorkerSlots int
 	// CheckpointStore is StoreDir or StoreJetStream; default StoreDir with
 	// the embedded server, StoreJetStream with an external one.
 	CheckpointStore string
@@ -326,7 +329,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 				ID: id, Conn: n.Conn, Engine: n.engine, Store: taskStore,
 				Modules: ModuleSource(n.Registry), SpillDir: spill,
 				HeartbeatInterval: opts.HeartbeatInterval, Log: log, Hooks: opts.Hooks,
-				AtomicBatch: opts.AtomicBatch,
+				AtomicBatch: opts.AtomicBatch, Slots: opts.WorkerSlots,
 			})
 			if err != nil {
 				return err

@@ -83,7 +83,7 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
 		})
 	}
 
-	elsewhere := startWorker("w1", StoreJetStream)
+	elsewhere := startWorker("w1", StoreJetStream, 0)
 	st := submit("mismatch")
 	if st.State != control.JobFailed || !strings.Contains(st.Reason, "checkpoint store mismatch") || st.Restarts != 0 {
 		t.Fatalf("a worker on another checkpoint store: status %+v, want failed at once with the mismatch", st)
@@ -91,7 +91,7 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
 	t.Logf("reason: %s", st.Reason)
 	elsewhere.Close()
 
-	startWorker("w2", StoreDir)
+	startWorker("w2", StoreDir, 0)
 	if st := submit("match"); st.State != control.JobRunning {
 		t.Fatalf("a worker on the coordinator's checkpoint store: status %+v", st)
 	}
@@ -295,8 +295,9 @@ func TestWorkerReportsItsHost(t *testing.T) {
 // upWithoutWorkers starts 'weir up -workers 0' (NATS and the coordinator,
 // checkpoints in its data directory) with the uppercase guest built beside
 // it, for jobs to name as mod; startWorker starts a 'weir worker' in a
-// node of its own, connected by URL, with checkpoints in store.
-func upWithoutWorkers(t *testing.T, ctx context.Context) (up *Node, mod string, startWorker func(id, store string) *Node) {
+// node of its own, connected by URL, with checkpoints in store, taking at
+// most slots tasks (0: no limit).
+func upWithoutWorkers(t *testing.T, ctx context.Context) (up *Node, mod string, startWorker func(id, store string, slots int) *Node) {
 	t.Helper()
 	dir := t.TempDir()
 	mod = filepath.Join(dir, "uppercase.wasm")
@@ -309,10 +310,10 @@ func upWithoutWorkers(t *testing.T, ctx context.Context) (up *Node, mod string, 
 		t.Fatal(err)
 	}
 	t.Cleanup(up.Close)
-	startWorker = func(id, store string) *Node {
+	startWorker = func(id, store string, slots int) *Node {
 		t.Helper()
 		w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, Workers: 1, WorkerID: id,
-			DataDir: dir, CheckpointStore: store, HeartbeatInterval: 100 * time.Millisecond, Log: log})
+			WorkerSlots: slots, DataDir: dir, CheckpointStore: store, HeartbeatInterval: 100 * time.Millisecond, Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}

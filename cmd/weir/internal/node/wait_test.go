@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -35,11 +36,71 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 3}
 		return st.State == control.JobCreated && st.Reason == job.ReasonWaitingForWorker
 	})
 
-	startWorker("w1", StoreDir)
+	startWorker("w1", StoreDir, 0)
 	st := waitJob(t, ctx, up, "late", "a checkpoint", func(st control.JobStatus) bool {
 		return st.LatestCheckpoint >= 1 || st.State.Terminal()
 	})
 	if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 {
 		t.Fatalf("status %+v, want running its first attempt with no failure", st)
 	}
+}
+
+// TestJobsWaitForFreeSlots runs two real workers with -slots: a job with
+// more tasks than the first worker's slots waits, created and saying what
+// is missing, and runs once the second joins, with no worker over its
+// slots; a second job waits for the first's slots and runs once it ends.
+// Neither wait costs a restart attempt.
+func TestJobsWaitForFreeSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	up, mod, startWorker := upWithoutWorkers(t, ctx)
+	submit := func(name string) {
+		spec, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
+sources: [{name: in, kind: nats, subject: in.`+name+`}]
+operators: [{name: upper, module: `+mod+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out.`+name+`, input: {from: upper}}]
+checkpointing: {interval: 50ms}
+restart: {strategy: fixed-delay, delay: 50ms, attempts: 3}
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := up.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpointed := func(name string) control.JobStatus {
+		t.Helper()
+		st := waitJob(t, ctx, up, name, "a checkpoint", func(st control.JobStatus) bool {
+			return st.LatestCheckpoint >= 1 || st.State.Terminal()
+		})
+		if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 {
+			t.Fatalf("%s: status %+v, want running its first attempt with no failure", name, st)
+		}
+		return st
+	}
+
+	startWorker("w1", StoreDir, 2)
+	submit("first")
+	waitJob(t, ctx, up, "first", "the job waiting for free slots", func(st control.JobStatus) bool {
+		return st.State == control.JobCreated && st.Reason == job.ReasonWaitingForSlots+"needs 3 tasks, workers have 2 free (w1 2 of 2)"
+	})
+	startWorker("w2", StoreDir, 1)
+	st := checkpointed("first")
+	perWorker := map[string]int{}
+	for _, w := range st.Assignment {
+		perWorker[w]++
+	}
+	if want := map[string]int{"w1": 2, "w2": 1}; !maps.Equal(perWorker, want) {
+		t.Errorf("first's tasks per worker %v, want %v (the slots)", perWorker, want)
+	}
+
+	submit("second")
+	waitJob(t, ctx, up, "second", "the job waiting for the first's slots", func(st control.JobStatus) bool {
+		return st.State == control.JobCreated && st.Reason == job.ReasonWaitingForSlots+"needs 3 tasks, workers have 0 free (w1 0 of 2, w2 0 of 1)"
+	})
+	if _, err := up.API.CancelJob(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	checkpointed("second")
 }

@@ -91,6 +91,10 @@ type Config struct {
 	// ChannelCapacity bounds the bytes queued on one in-process channel (0 =
 	// 1 MiB); remote channels use their own window.
 	ChannelCapacity int
+	// Slots is the most tasks the worker asks to be given at a time, of
+	// all jobs (0: no limit); the coordinator places no more on it
+	// (plan.Assign).
+	Slots int
 	// AtomicBatch is the most messages an exactly-once sink puts in one
 	// atomic batch (0 = sink.MaxAtomicBatch, nats-server's default limit);
 	// the server must accept it (max_batch_size). At LargeCheckpoint or
@@ -147,6 +151,7 @@ func New(cfg Config) (*Worker, error) {
 	host, _ := os.Hostname()
 	w.ctl = control.NewWorker(cfg.Conn, cfg.ID, w, control.WorkerOptions{
 		Prefix: cfg.ControlPrefix, Host: host, HeartbeatInterval: cfg.HeartbeatInterval, Tasks: w.taskRefs,
+		Slots: cfg.Slots,
 	})
 	return w, nil
 }
