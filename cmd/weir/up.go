@@ -4,15 +4,19 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/weirhq/weir/cmd/weir/internal/metrics"
 	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
@@ -20,7 +24,7 @@ import (
 
 func init() {
 	register(command{Name: "up", Summary: "start the coordinator and a worker, on embedded NATS or an existing one (-nats)", Run: runUp})
-	register(command{Name: "worker", Summary: "run a worker that joins an existing NATS", Run: runWorker})
+	register(command{Name: "worker", Summary: "run a worker that joins an existing NATS; ls lists the live ones", Run: runWorker})
 }
 
 // natsFlags are the connection flags every command that talks to NATS
@@ -182,6 +186,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 }
 
 const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
+       weir worker ls [-nats URL] [auth flags]
 
 Runs a worker that joins the coordinator reachable through NATS at URL and
 runs the tasks it is given. While the server cannot be reached (a worker
@@ -190,9 +195,16 @@ failed attempt, until it connects or is interrupted. -atomic-batch is the most m
 exactly-once sinks put in one atomic batch: at most the server's
 max_batch_size (1000 by default in nats-server, 20000 in 'weir up'). -slots
 is the most tasks it runs at a time, of all jobs (0, the default: no limit);
-the coordinator gives it no more.`
+the coordinator gives it no more.
+
+weir worker ls lists the live workers the coordinator knows: ID, host, and
+slots as used/total (used: the tasks placed there of the jobs that have not
+ended; total "-": no limit).`
 
 func runWorker(ctx context.Context, std Stdio, args []string) error {
+	if len(args) > 0 && args[0] == "ls" {
+		return listWorkers(ctx, std, args[1:])
+	}
 	fs := newFlags(std, "worker", workerUsage)
 	var nf natsFlags
 	nf.register(fs, defaultNATS, "NATS server URL(s)")
@@ -231,6 +243,50 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	fmt.Fprintf(std.Out, "worker %s joined %s\n", n.Workers[0].ID(), n.URL())
 	<-ctx.Done()
 	return nil
+}
+
+const workerLsUsage = `[-nats URL] [auth flags]
+
+Lists the live workers the coordinator knows: ID, host, and slots as
+used/total (used: the tasks placed there of the jobs that have not ended;
+total "-": no limit).`
+
+// listWorkers is weir worker ls.
+func listWorkers(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "worker ls", workerLsUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("worker ls: unexpected argument %q", fs.Arg(0))
+	}
+	nc, api, err := connectAPI(&nf)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ws, err := api.Workers(ctx)
+	if err != nil {
+		return apiErr("worker ls", err)
+	}
+	printWorkers(std.Out, ws)
+	return nil
+}
+
+// printWorkers prints one line per worker, its slots as used/total.
+func printWorkers(w io.Writer, ws []control.WorkerStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tHOST\tSLOTS")
+	for _, x := range ws {
+		total := "-"
+		if x.Slots > 0 {
+			total = strconv.Itoa(x.Slots)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%s\n", x.ID, x.Host, x.Used, total)
+	}
+	tw.Flush()
 }
 
 // waitTimeout is how long CLI requests wait for the coordinator (a

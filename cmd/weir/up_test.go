@@ -3,13 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -83,5 +90,73 @@ func TestUpFlagMistakes(t *testing.T) {
 		if code != 2 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("weir %s: exit %d, %q; want 2 and %q", strings.Join(c.args, " "), code, errb.String(), c.want)
 		}
+	}
+}
+
+// weir worker ls lists the live workers with their slots as used/total:
+// two of 'weir up -workers 2 -slots 3' and a 'weir worker' without a
+// limit, which the coordinator prefers for the first task of a job.
+func TestWorkerList(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	dir := t.TempDir() // the worker of its own node checkpoints there too
+	up, err := node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 2, WorkerID: "w",
+		WorkerSlots: 3, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	other, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, DataDir: dir,
+		CheckpointStore: node.StoreDir, Workers: 1, WorkerID: "x", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	for len(up.Manager.Control().LiveWorkers()) < 3 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("live workers %v, want w, w-1 and x", up.Manager.Control().LiveWorkers())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := up.API.Job(ctx, "tap")
+		if err == nil && st.State == control.JobRunning {
+			break
+		}
+		if st.State.Terminal() {
+			t.Fatalf("tap ended: %+v", st)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("tap not running: %+v (%v)", st, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"worker", "ls", "-nats", up.Server.ClientURL()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir worker ls exited %d: %s", code, errb.String())
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`^WORKER +HOST +SLOTS\n` +
+		`w +` + regexp.QuoteMeta(host) + ` +1/3\n` +
+		`w-1 +` + regexp.QuoteMeta(host) + ` +0/3\n` +
+		`x +` + regexp.QuoteMeta(host) + ` +1/-\n$`)
+	if !want.MatchString(out.String()) {
+		t.Errorf("weir worker ls:\n%s", out.String())
 	}
 }

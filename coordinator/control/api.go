@@ -261,6 +261,18 @@ type API interface {
 	Restore(ctx context.Context, r RestoreRequest) (JobStatus, error)
 	Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error)
 	RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Removed, error)
+	Workers(ctx context.Context) ([]WorkerStatus, error)
+}
+
+// WorkerStatus is one live worker as the coordinator sees it.
+type WorkerStatus struct {
+	ID   string `json:"id"`
+	Host string `json:"host,omitempty"`
+	// Slots is the most tasks the worker takes at a time (0: no limit).
+	Slots int `json:"slots,omitempty"`
+	// Used counts the tasks placed on the worker of the jobs that have
+	// not ended: what placement counts against Slots.
+	Used int `json:"used"`
 }
 
 // API operations (subject suffixes).
@@ -274,6 +286,7 @@ const (
 	APIRestore     = "restore"
 	APICheckpoints = "checkpoints"
 	APIRemove      = "remove_checkpoints"
+	APIWorkers     = "workers"
 )
 
 type nameRequest struct {
@@ -383,6 +396,11 @@ func (c *APIClient) Jobs(ctx context.Context) ([]JobStatus, error) {
 	return read[[]JobStatus](ctx, c, APIJobs, struct{}{})
 }
 
+// Workers lists the live workers, by ID, with their slots.
+func (c *APIClient) Workers(ctx context.Context) ([]WorkerStatus, error) {
+	return read[[]WorkerStatus](ctx, c, APIWorkers, struct{}{})
+}
+
 // Job returns one job's status.
 func (c *APIClient) Job(ctx context.Context, name string) (JobStatus, error) {
 	return read[JobStatus](ctx, c, APIJob, nameRequest{name})
@@ -486,7 +504,8 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 			}
 			return impl.Submit(ctx, r)
 		},
-		APIJobs: func(ctx context.Context, _ []byte) (any, error) { return impl.Jobs(ctx) },
+		APIJobs:    func(ctx context.Context, _ []byte) (any, error) { return impl.Jobs(ctx) },
+		APIWorkers: func(ctx context.Context, _ []byte) (any, error) { return impl.Workers(ctx) },
 		APIJob: func(ctx context.Context, data []byte) (any, error) {
 			n, err := name(data)
 			if err != nil {

@@ -319,6 +319,10 @@ func (fakeAPI) Checkpoints(_ context.Context, n string) ([]CheckpointInfo, error
 	return []CheckpointInfo{{Job: n, ID: 2, Tasks: map[string]map[string]int64{"t": {MetricUnaligned: 1}}}}, nil
 }
 
+func (fakeAPI) Workers(context.Context) ([]WorkerStatus, error) {
+	return []WorkerStatus{{ID: "w1", Host: "h", Slots: 4, Used: 3}}, nil
+}
+
 func (fakeAPI) RemoveCheckpoints(_ context.Context, r RemoveRequest) (Removed, error) {
 	if r.ID == 9 {
 		return Removed{}, Errorf(ErrConflict, "cannot remove checkpoint 9 of job %s: it is being written (pending)", r.Job)
@@ -337,6 +341,9 @@ func TestAPIRoundTrip(t *testing.T) {
 	c := NewAPIClient(nc, "")
 	if st, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "x"}}); err != nil || st.Name != "x" {
 		t.Errorf("submit = %+v %v", st, err)
+	}
+	if ws, err := c.Workers(ctx); err != nil || len(ws) != 1 || ws[0] != (WorkerStatus{ID: "w1", Host: "h", Slots: 4, Used: 3}) {
+		t.Errorf("workers = %+v %v", ws, err)
 	}
 	// The sentinel travels as the reply's code, not in the message.
 	if _, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "dup"}}); !errors.Is(err, ErrConflict) ||

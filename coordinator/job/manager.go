@@ -253,6 +253,18 @@ func (m *Manager) place(j *job) (map[string][]string, int, error) {
 	return assignment, attempt, nil
 }
 
+// Workers implements control.API: the live workers, by ID, with their
+// slots and the tasks placed on each (slotsUsed).
+func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
+	used := m.slotsUsed(nil)
+	live := m.ctl.Workers()
+	out := make([]control.WorkerStatus, len(live))
+	for i, hb := range live {
+		out[i] = control.WorkerStatus{ID: hb.Worker.ID, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID]}
+	}
+	return out, nil
+}
+
 // slotsUsed counts, per worker, the tasks placed there of the jobs that
 // have not ended, except's aside.
 func (m *Manager) slotsUsed(except *job) map[string]int {

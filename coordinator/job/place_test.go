@@ -51,6 +51,10 @@ func TestSubmitWaitsForFreeSlots(t *testing.T) {
 	if got := perWorker(st); got["w1"] != 2 || got["w2"] != 3 {
 		t.Errorf("tasks per worker %v, want w1 2 (its slots), w2 3", got)
 	}
+	ws, err := e.api.Workers(ctx)
+	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Slots: 2, Used: 2}) || ws[1] != (control.WorkerStatus{ID: "w2", Slots: 3, Used: 3}) {
+		t.Errorf("workers %+v (%v), want w1 2 of 2 slots used, w2 3 of 3", ws, err)
+	}
 }
 
 // A job that ends frees its slots for a job waiting for them, which then
@@ -151,6 +155,10 @@ func TestPlacementCountsOtherJobs(t *testing.T) {
 	}
 	if got, want := perWorker(b), map[string]int{"w1": 2, "w2": 3}; !maps.Equal(got, want) {
 		t.Errorf("b's tasks per worker %v, want %v", got, want)
+	}
+	ws, err := e.api.Workers(ctx)
+	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Used: 5}) || ws[1] != (control.WorkerStatus{ID: "w2", Used: 5}) {
+		t.Errorf("workers %+v (%v), want w1 and w2 with 5 tasks each", ws, err)
 	}
 }
 
