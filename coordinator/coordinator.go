@@ -46,7 +46,7 @@ type Config struct {
 	// HeartbeatTimeout declares a silent worker lost (default 5s).
 	HeartbeatTimeout time.Duration
 	// WorkerWait is how long a job waits for a worker to join when none
-	// is live before that counts as a failure (default
+	// is live, or for free slots, before that counts as a failure (default
 	// job.DefaultWorkerWait; see job.Options.WorkerWait).
 	WorkerWait time.Duration
 	Log        *slog.Logger

@@ -28,10 +28,14 @@
 // that every restart would meet again (control.ErrUnrecoverable) fails
 // the job at once.
 //
-// A job with no live worker to deploy to waits for one to join (created
-// or restarting, reason ReasonWaitingForWorker), woken by WorkerJoined;
-// the wait is no failover. Only one longer than Options.WorkerWait counts
-// as a failure.
+// Each attempt is placed on the live workers by plan.Assign, counting the
+// tasks the other jobs that have not ended have on each worker against
+// its slots (control.WorkerInfo.Slots). A job with no live worker to
+// deploy to waits for one to join (created or restarting, reason
+// ReasonWaitingForWorker), and a job whose tasks do not fit in the
+// workers' free slots waits for room (ReasonWaitingForSlots), woken by a
+// worker that joins, a job that ends or one placed again; the wait is no
+// failover. Only one longer than Options.WorkerWait counts as a failure.
 package job
 
 import (
@@ -83,10 +87,11 @@ type Options struct {
 	// requests to workers are bounded by RequestTimeout (default 5s).
 	DeployTimeout, RequestTimeout time.Duration
 	// WorkerWait is how long a job with no live worker to deploy to waits
-	// for one to join (default DefaultWorkerWait). The wait is no restart
-	// attempt: the job stays created or restarting, with the reason
-	// ReasonWaitingForWorker, and deploys as soon as a worker joins. Only
-	// a wait that runs out counts as one failure.
+	// for one to join, or one whose tasks do not fit waits for free slots
+	// (default DefaultWorkerWait). The wait is no restart attempt: the job
+	// stays created or restarting, with the reason ReasonWaitingForWorker
+	// or ReasonWaitingForSlots, and deploys as soon as it fits. Only a
+	// wait that runs out counts as one failure.
 	WorkerWait time.Duration
 	// Jobs, if set, keeps a record of every job (spec, state, attempt) under
 	// "jobs/NAME", so that a restarted coordinator resumes the jobs that
@@ -124,7 +129,7 @@ type Manager struct {
 }
 
 // DefaultWorkerWait is how long a job waits for a worker to join when none
-// is live, like Flink's slot.request.timeout.
+// is live, or for free slots, like Flink's slot.request.timeout.
 const DefaultWorkerWait = 5 * time.Minute
 
 // staleKey names a job attempt on one worker.

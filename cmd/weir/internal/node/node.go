@@ -72,7 +72,7 @@ type Options struct {
 	// HeartbeatTimeout declares a silent worker lost (0 = default).
 	HeartbeatTimeout time.Duration
 	// WorkerWait is how long the coordinator's jobs wait for a worker to
-	// join when none is live (0 = job.DefaultWorkerWait).
+	// join when none is live, or for free slots (0 = job.DefaultWorkerWait).
 	WorkerWait time.Duration
 	// HeartbeatInterval of the workers (0 = default).
 	HeartbeatInterval time.Duration
