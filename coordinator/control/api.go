@@ -271,7 +271,8 @@ type WorkerStatus struct {
 	// Slots is the most tasks the worker takes at a time (0: no limit).
 	Slots int `json:"slots,omitempty"`
 	// Used counts the tasks placed on the worker of the jobs that have
-	// not ended: what placement counts against Slots.
+	// not ended (a job waiting for room holds none): what placement
+	// counts against Slots.
 	Used int `json:"used"`
 }
 

@@ -73,9 +73,14 @@ type job struct {
 	// run of the job's name shares it (Manager.start hands it on).
 	recordMu *sync.Mutex
 
-	mu       sync.Mutex
-	st       control.JobStatus
-	assign   map[string]string // task → worker
+	mu     sync.Mutex
+	st     control.JobStatus
+	assign map[string]string // task → worker
+	// holds says that the job's slots on the workers of assign count
+	// against the other jobs' placement (Manager.slotsUsed): from its
+	// placement until it ends, or until a placement of it finds too
+	// little room and it waits.
+	holds    bool
 	finished map[string]bool
 	// ended holds the tasks of the attempt whose input ended (a source's
 	// bounded input, or end-of-data on every input channel); once it holds
@@ -643,6 +648,7 @@ func (j *job) begin(assignment map[string][]string) int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.st.Attempt++
+	j.holds = true
 	j.assign = map[string]string{}
 	for w, tasks := range assignment {
 		for _, t := range tasks {

@@ -236,9 +236,14 @@ func (m *Manager) roomSignal() <-chan struct{} {
 // tasks of every other job that has not ended on each worker against its
 // slots, and begins j's next attempt with that assignment (job.begin). It
 // returns the assignment and the attempt, or Assign's error
-// (plan.ErrNoWorkers, *plan.CapacityError). A job holds its slots from
-// its placement until it ends or is placed again: across a failover too,
-// so that another job does not take them during its restart delay.
+// (plan.ErrNoWorkers, *plan.CapacityError).
+//
+// A job holds its slots from its placement until it ends (job.holds):
+// across a failover too, so that another job does not take them during
+// its restart delay — but not while it waits for room. Jobs that failed
+// over together (their worker lost) and that no longer all fit would
+// otherwise each wait for slots another holds; released, one of them
+// fits.
 func (m *Manager) place(j *job) (map[string][]string, int, error) {
 	m.placeMu.Lock()
 	defer m.placeMu.Unlock()
@@ -250,6 +255,13 @@ func (m *Manager) place(j *job) (map[string][]string, int, error) {
 	}
 	assignment, err := plan.Assign(j.plan, ws)
 	if err != nil {
+		j.mu.Lock()
+		released := j.holds
+		j.holds = false
+		j.mu.Unlock()
+		if released {
+			m.roomMade()
+		}
 		return nil, 0, err
 	}
 	attempt := j.begin(assignment)
@@ -271,7 +283,7 @@ func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 }
 
 // slotsUsed counts, per worker, the tasks placed there of the jobs that
-// have not ended, except's aside.
+// have not ended and hold their slots (job.holds), except's aside.
 func (m *Manager) slotsUsed(except *job) map[string]int {
 	m.mu.Lock()
 	jobs := make([]*job, 0, len(m.jobs))
@@ -284,7 +296,7 @@ func (m *Manager) slotsUsed(except *job) map[string]int {
 	used := map[string]int{}
 	for _, j := range jobs {
 		j.mu.Lock()
-		if !j.st.State.Terminal() {
+		if j.holds && !j.st.State.Terminal() {
 			for _, w := range j.assign {
 				used[w]++
 			}

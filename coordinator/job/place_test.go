@@ -190,3 +190,55 @@ func TestDeployWaitsWhenEveryWorkerVanished(t *testing.T) {
 		t.Errorf("tasks per worker %v, want all 5 on w2", got)
 	}
 }
+
+// Jobs that fail over together and no longer all fit do not each wait for
+// the slots another holds: a job waiting for room holds none, so one of
+// them runs, and the other waits for what is left.
+func TestJobsWaitingForRoomHoldNoSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.startSlots(ctx, "w1", 4)
+	e.fleet.startSlots(ctx, "w2", 4)
+	w3 := e.fleet.startSlots(ctx, "w3", 2)
+	e.waitWorkers(3)
+	extra := "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n"
+	for _, name := range []string{"a", "b"} {
+		st := e.submitRunning(t, ctx, spec(t, name, extra))
+		if got, want := perWorker(st), map[string]int{"w1": 2, "w2": 2, "w3": 1}; !maps.Equal(got, want) {
+			t.Fatalf("%s's tasks per worker %v, want %v", name, got, want)
+		}
+	}
+	w3.kill()
+	// Each needs 5 slots; w1 and w2 have 8: one job fits, not both.
+	var ran, waits string
+	waitFor(t, ctx, e, "a", "one job running, the other waiting", func(a control.JobStatus) bool {
+		b, err := e.api.Job(ctx, "b")
+		if err != nil {
+			return false
+		}
+		const short = "needs 5 tasks, workers have 3 free (w1 1 of 4, w2 2 of 4)"
+		switch {
+		case a.State == control.JobRunning && a.Attempt == 2 && waitingForSlots(control.JobRestarting, short)(b):
+			ran, waits = "a", "b"
+		case b.State == control.JobRunning && b.Attempt == 2 && waitingForSlots(control.JobRestarting, short)(a):
+			ran, waits = "b", "a"
+		}
+		return ran != ""
+	})
+	st := waitFor(t, ctx, e, ran, "a checkpoint in attempt 2", func(st control.JobStatus) bool {
+		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+	})
+	if got, want := perWorker(st), map[string]int{"w1": 3, "w2": 2}; !maps.Equal(got, want) || st.Restarts != 1 {
+		t.Errorf("%s after the failover: %d restarts, tasks per worker %v; want 1 restart, %v", ran, st.Restarts, got, want)
+	}
+	if _, err := e.api.CancelJob(ctx, ran); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, waits, "a checkpoint in attempt 2", func(st control.JobStatus) bool {
+		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+	})
+	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 {
+		t.Errorf("%s once %s ended: %+v", waits, ran, st)
+	}
+}
