@@ -305,7 +305,7 @@ func upWithoutWorkers(t *testing.T, ctx context.Context) (up *Node, mod string, 
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	up, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, HeartbeatTimeout: time.Second, Log: log})
+	up, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, HeartbeatTimeout: testHeartbeatTimeout, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
