@@ -89,9 +89,10 @@ type job struct {
 	ending bool
 	// restoring holds the tasks of the attempt that have not reported
 	// running yet (EventRunning: they still restore their state). Once it
-	// is empty, wait starts the runner for the attempt and sets
-	// checkpointing; ready is closed then, or when the next attempt is
-	// deployed (awaitRunning).
+	// is empty, wait starts the runner for the attempt and then sets
+	// checkpointing; ready is closed then, or when the job leaves the
+	// running state (setState), or when the next attempt is deployed
+	// (awaitRunning).
 	restoring     map[string]bool
 	checkpointing bool
 	ready         chan struct{}
@@ -825,14 +826,17 @@ func (j *job) taskRunning(attempt int, task string) {
 	j.mu.Lock()
 	delete(j.restoring, task)
 	start := len(j.restoring) == 0 && !j.checkpointing
-	j.checkpointing = j.checkpointing || start
 	j.mu.Unlock()
 	if !start {
 		return
 	}
 	j.m.log.Info("every task runs: checkpointing starts", "job", j.spec.Name, "attempt", attempt)
+	// The runner first (not under j.mu: it calls the job holding its own
+	// lock), then checkpointing: a savepoint that sees checkpointing set
+	// (awaitRunning) finds the runner started.
 	j.runner.Start(j.plan.TaskIDs())
 	j.mu.Lock()
+	j.checkpointing = true
 	if j.st.Attempt == attempt && j.ready != nil {
 		close(j.ready)
 		j.ready = nil
