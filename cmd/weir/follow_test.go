@@ -470,3 +470,45 @@ func (f *following) stop() {
 		f.t.Fatal("weir run did not stop")
 	}
 }
+
+// weir run -for stops following when its time is up also while the
+// coordinator is away: it does not wait for the coordinator until it
+// gives up on it, and exits 0, as it does with the coordinator there.
+func TestRunForEndsWhileTheCoordinatorIsAway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops a coordinator: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	srv, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Workers: 1, WorkerID: "w1",
+		CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := srv.Server.ClientURL()
+	c, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, Coordinator: true,
+		CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "brief", mod, "")
+	f := &following{t: t, ctx: ctx, done: make(chan int, 1)}
+	go func() {
+		f.done <- run(ctx, []string{"run", "-nats", url, "-idle", "0", "-for", "3s", spec},
+			Stdio{In: strings.NewReader(""), Out: &f.out, Err: &f.errb})
+	}()
+	f.said("job brief: running (attempt 1)")
+	c.Close()
+	// The coordinator stays away: weir run ends by -for, or, without it,
+	// once no coordinator answered for waitTimeout (exit 1).
+	code := <-f.done
+	if code != 0 || strings.Contains(f.errb.String(), "no coordinator answers") {
+		t.Errorf("weir run -for 3s with the coordinator away: exit %d:\n%s\n%s", code, f.out.String(), f.errb.String())
+	}
+}

@@ -642,6 +642,11 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 				select {
 				case <-tick.C:
 				case <-ctx.Done():
+				case <-deadline:
+					// -for ends the following, also while no
+					// coordinator answers.
+					summary(ctx, std.Out, out, published)
+					return nil
 				}
 				continue
 			}
