@@ -126,6 +126,9 @@ type TriggerAction struct {
 	Savepoint bool
 	// Stop marks the savepoint of a job being stopped (TriggerStop).
 	Stop bool
+	// Run is the attempt the checkpoint was triggered in (Machine.Run):
+	// its trigger goes to that attempt's tasks only.
+	Run int
 }
 
 // PersistAction: every task acked; write Metadata, then call Persisted.
@@ -458,7 +461,7 @@ func (m *Machine) trigger(now time.Time, savepoint bool) Action {
 	if over := len(m.history) - m.cfg.HistorySize; over > 0 {
 		m.history = append([]*control.CheckpointInfo(nil), m.history[over:]...)
 	}
-	return TriggerAction{ID: id, Timestamp: now, Savepoint: savepoint}
+	return TriggerAction{ID: id, Timestamp: now, Savepoint: savepoint, Run: m.run}
 }
 
 // TriggerSavepoint starts a savepoint at once and returns its ID.

@@ -15,7 +15,9 @@ import (
 
 // Effects is how a Runner reaches the job's tasks.
 type Effects interface {
-	// Trigger sends checkpoint t.ID's trigger to every source task.
+	// Trigger sends checkpoint t.ID's trigger to every source task of
+	// attempt t.Run (the run Start returned), and fails, sending nothing,
+	// when another attempt runs.
 	Trigger(ctx context.Context, t TriggerAction) error
 	// Notify tells every task that checkpoint id completed.
 	Notify(ctx context.Context, id int64)
@@ -102,8 +104,9 @@ func (r *Runner) push(acts []Action) {
 	}
 }
 
-// Start begins an attempt whose tasks are tasks.
-func (r *Runner) Start(tasks []string) {
+// Start begins an attempt whose tasks are tasks, and returns its run
+// number (Machine.Run), which its triggers carry (TriggerAction.Run).
+func (r *Runner) Start(tasks []string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.m.Start(r.now(), tasks)
@@ -112,6 +115,7 @@ func (r *Runner) Start(tasks []string) {
 	case r.kick <- struct{}{}:
 	default:
 	}
+	return r.m.Run()
 }
 
 // Stop ends the attempt, aborting pending checkpoints with reason.
@@ -342,6 +346,19 @@ func (r *Runner) discard(ctx context.Context, id int64) {
 func (r *Runner) do(ctx context.Context, a Action) {
 	switch a := a.(type) {
 	case TriggerAction:
+		// A checkpoint that ended before its trigger was sent — its
+		// attempt ended (Stop) while the runner carried out earlier
+		// actions, or it expired — is not triggered: the tasks running
+		// now may be the next attempt's, whose sources would inject a
+		// barrier of a checkpoint nobody completes (for a stop savepoint,
+		// one after which they take no input).
+		r.mu.Lock()
+		live := r.m.pending[a.ID] != nil && r.m.Current(a.Run)
+		r.mu.Unlock()
+		if !live {
+			r.log.Info("checkpoint ended before its trigger was sent; not triggered", "checkpoint", a.ID)
+			return
+		}
 		if err := r.eff.Trigger(ctx, a); err != nil {
 			r.log.Warn("checkpoint trigger failed", "checkpoint", a.ID, "err", err)
 			r.mu.Lock()

@@ -102,3 +102,61 @@ func TestOlderCheckpointPersistedAfterNewerIsSubsumed(t *testing.T) {
 		t.Errorf("latest = %+v, want checkpoint 2 (its output is committed)", md)
 	}
 }
+
+// A checkpoint whose attempt ended before the runner got to send its
+// trigger (the runner was held up by a worker that does not answer) is
+// not triggered at all: the trigger would reach the tasks of the next
+// attempt (the job sends it to the attempt running then), whose sources
+// would inject a barrier of a checkpoint no one completes — for a stop
+// savepoint, one after which they take no input.
+func TestTriggerOfAnEndedAttemptIsNotSent(t *testing.T) {
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := &blockingAbort{fakeEffects: &fakeEffects{failed: make(chan string, 4), notified: make(chan int64, 16),
+		trigger: make(chan TriggerAction, 16)}, aborting: make(chan int64, 4), release: make(chan struct{})}
+	m := NewMachine("j", Config{Interval: time.Hour, Timeout: time.Hour}, nil, 0)
+	r := NewRunner(m, &Catalog{Meta: st, State: st}, eff, RunnerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	r.Start([]string{"a-0"})
+	trigger := func() int64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		tr := m.trigger(r.now(), false).(TriggerAction)
+		r.push([]Action{tr})
+		return tr.ID
+	}
+	first := trigger()
+	<-eff.trigger
+	// The runner tells the tasks that the first was declined, and waits
+	// for a worker that does not answer.
+	r.Decline("a-0", first, control.DeclineSubsumed, "a newer one")
+	<-eff.aborting
+	// Meanwhile a stop savepoint is triggered, the attempt fails over and
+	// the next one starts.
+	r.mu.Lock()
+	stop, acts, err := m.TriggerStop(r.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.push(acts)
+	r.mu.Unlock()
+	r.Stop("task a-0 failed")
+	r.Start([]string{"a-0"})
+	close(eff.release)
+	// The stop savepoint's abort follows its trigger.
+	if id := <-eff.aborting; id != stop {
+		t.Fatalf("abort of %d, want the stop savepoint %d", id, stop)
+	}
+	select {
+	case tr := <-eff.trigger:
+		t.Errorf("trigger of checkpoint %d (stop %v) sent after its attempt ended", tr.ID, tr.Stop)
+	default:
+	}
+	cancel()
+	<-done
+}

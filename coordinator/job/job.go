@@ -96,6 +96,10 @@ type job struct {
 	restoring     map[string]bool
 	checkpointing bool
 	ready         chan struct{}
+	// checkpointRun is the runner's run of the attempt checkpointAttempt,
+	// the latest whose checkpointing started: a trigger of that run goes
+	// to that attempt, one of an earlier run nowhere (Trigger).
+	checkpointRun, checkpointAttempt int
 
 	queue []jobEvent
 	wake  chan struct{}
@@ -659,6 +663,7 @@ func (j *job) begin(assignment map[string][]string) int {
 	j.finished = map[string]bool{}
 	j.ended, j.ending = map[string]bool{}, false
 	j.restoring, j.checkpointing = map[string]bool{}, false
+	j.checkpointRun, j.checkpointAttempt = 0, 0 // no trigger of an earlier attempt's run goes out now
 	for _, t := range j.plan.Tasks {
 		j.restoring[t.ID] = true
 	}
@@ -834,9 +839,10 @@ func (j *job) taskRunning(attempt int, task string) {
 	// The runner first (not under j.mu: it calls the job holding its own
 	// lock), then checkpointing: a savepoint that sees checkpointing set
 	// (awaitRunning) finds the runner started.
-	j.runner.Start(j.plan.TaskIDs())
+	run := j.runner.Start(j.plan.TaskIDs())
 	j.mu.Lock()
 	j.checkpointing = true
+	j.checkpointRun, j.checkpointAttempt = run, attempt
 	if j.st.Attempt == attempt && j.ready != nil {
 		close(j.ready)
 		j.ready = nil
@@ -1026,10 +1032,21 @@ func (j *job) stopTasks(reason string) {
 // it is written once per idReserve checkpoints, not for each.
 const idReserve = 100
 
-// Trigger implements checkpoint.Effects: it triggers the source tasks,
-// grouped by worker.
+// Trigger implements checkpoint.Effects: it triggers the source tasks of
+// the attempt the checkpoint was triggered in, grouped by worker; once
+// another attempt runs it sends nothing.
 func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 	j.mu.Lock()
+	if t.Run != j.checkpointRun {
+		j.mu.Unlock()
+		return fmt.Errorf("trigger checkpoint %d: the attempt it was triggered in ended", t.ID)
+	}
+	attempt := j.checkpointAttempt
+	byWorker := map[string][]string{}
+	for _, task := range j.plan.SourceTasks() {
+		w := j.assign[task]
+		byWorker[w] = append(byWorker[w], task)
+	}
 	j.triggered = max(j.triggered, t.ID)
 	reserve := t.ID > j.reserved
 	if reserve {
@@ -1039,14 +1056,6 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 	if reserve {
 		j.persist() // before any worker hears of the ID
 	}
-	j.mu.Lock()
-	attempt := j.st.Attempt
-	byWorker := map[string][]string{}
-	for _, task := range j.plan.SourceTasks() {
-		w := j.assign[task]
-		byWorker[w] = append(byWorker[w], task)
-	}
-	j.mu.Unlock()
 	ws := make([]string, 0, len(byWorker))
 	for w := range byWorker {
 		ws = append(ws, w)
