@@ -237,18 +237,25 @@ func TestRunPrintsOnlyItsRunsCheckpoints(t *testing.T) {
 	if first, err = n.API.CancelJob(ctx, "again"); err != nil {
 		t.Fatal(err)
 	}
-	var out, errb bytes.Buffer
-	if code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-for", "500ms", "-cancel", specFile},
-		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	// Follow the new run until it printed two checkpoints (however long a
+	// loaded machine takes), then stop.
+	f := startFollowing(t, ctx, n.Server.ClientURL(), specFile)
+	completed := regexp.MustCompile(`(?m)^checkpoint (\d+) completed`)
+	for len(completed.FindAllString(f.out.String(), -1)) < 2 {
+		select {
+		case code := <-f.done:
+			t.Fatalf("weir run exited %d before it printed two checkpoints:\n%s\n%s", code, f.out.String(), f.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("weir run printed fewer than two checkpoints:\n%s\n%s", f.out.String(), f.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	lines := regexp.MustCompile(`(?m)^checkpoint (\d+) completed`).FindAllStringSubmatch(out.String(), -1)
-	if len(lines) == 0 {
-		t.Fatalf("weir run printed no checkpoint:\n%s", out.String())
-	}
+	f.stop()
+	out := f.out.String()
+	lines := completed.FindAllStringSubmatch(out, -1)
 	for _, m := range lines {
 		if id, _ := strconv.ParseInt(m[1], 10, 64); id <= first.LatestCheckpoint {
-			t.Errorf("weir run printed checkpoint %d, of the earlier run (up to %d):\n%s", id, first.LatestCheckpoint, out.String())
+			t.Errorf("weir run printed checkpoint %d, of the earlier run (up to %d):\n%s", id, first.LatestCheckpoint, out)
 		}
 	}
 }
