@@ -194,20 +194,21 @@ func (s *Server) ConnectInProcess(opts ...nats.Option) (*nats.Conn, error) {
 }
 
 // Shutdown stops the server and waits until it has stopped. It is safe to
-// call more than once.
+// call more than once. A Restart after it listens on the same port.
 func (s *Server) Shutdown() {
+	// A server that stopped has no address: Restart finds the port here.
+	s.cfg.Port = s.Port()
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
 
-// Restart shuts the server down and starts a new one with the same
-// configuration, data directory and port, so clients with reconnect enabled
-// find it again. Streams survive in the data directory.
+// Restart shuts the server down (unless Shutdown did) and starts a new one
+// with the same configuration, data directory and port, so clients with
+// reconnect enabled find it again. Streams survive in the data directory.
 func (s *Server) Restart() error {
-	port := s.Port()
 	s.Shutdown()
 	cfg := s.cfg
-	cfg.Port = port
+	port := cfg.Port
 	var err error
 	// The OS may keep the port briefly; retry a few times.
 	for i := 0; i < 50; i++ {

@@ -119,3 +119,22 @@ func TestStartOnPortInUse(t *testing.T) {
 		t.Errorf("error %q after %s, want it to name %s at once", err, time.Since(start), want)
 	}
 }
+
+// TestRestartAfterShutdownKeepsThePort: a server shut down (an outage)
+// and restarted later comes back on its port, where its clients reconnect,
+// also when its port was picked at random.
+func TestRestartAfterShutdownKeepsThePort(t *testing.T) {
+	srv, err := Start(Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	port := srv.Port()
+	srv.Shutdown()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Port() != port {
+		t.Fatalf("restarted after a shutdown on port %d, want %d", srv.Port(), port)
+	}
+}
