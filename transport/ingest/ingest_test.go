@@ -1,0 +1,197 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// newStream starts a server with stream IN (subjects in.>) configured by
+// cfg, and returns it with a connection for a Publisher.
+func newStream(t *testing.T, cfg jetstream.StreamConfig) (*embedded.Server, *nats.Conn) {
+	t.Helper()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	_, js := embeddedtest.Connect(t, srv)
+	cfg.Name, cfg.Subjects = "IN", []string{"in.>"}
+	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := embeddedtest.Connect(t, srv, ConnOptions()...)
+	return srv, nc
+}
+
+// publish publishes lines from to to (each "<line>" on in.x) with p.
+func publish(t *testing.T, ctx context.Context, p *Publisher, from, to int) error {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		m := nats.NewMsg("in.x")
+		m.Data = []byte(strconv.Itoa(i))
+		if err := p.Publish(ctx, i, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkStored checks that stream IN holds the lines 1 to n, each once, in
+// order, each with its message id.
+func checkStored(t *testing.T, ctx context.Context, srv *embedded.Server, prefix string, n int) {
+	t.Helper()
+	_, js := embeddedtest.Connect(t, srv)
+	cons, err := js.OrderedConsumer(ctx, "IN", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != uint64(n) {
+		t.Errorf("stream IN holds %d messages, want %d", got, n)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	for i := 1; i <= n; i++ {
+		m, err := it.Next()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if got := string(m.Data()); got != strconv.Itoa(i) {
+			t.Fatalf("message %d holds line %s, want %d (lines lost, repeated or out of order)", i, got, i)
+		}
+		if id := m.Headers().Get(jetstream.MsgIDHeader); id != prefix+strconv.Itoa(i) {
+			t.Fatalf("message %d: id %q, want %q", i, id, prefix+strconv.Itoa(i))
+		}
+	}
+}
+
+// TestPublishThroughAServerRestart: the server goes down with records in
+// flight and comes back while the Publisher waits for it; the stream holds
+// every record once, in order.
+func TestPublishThroughAServerRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, nc := newStream(t, jetstream.StreamConfig{})
+	retrying := make(chan int, 100)
+	prefix := Nonce() + ".0."
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: prefix, Retrying: func(line int, err error, until time.Time) {
+		t.Logf("publishing again from line %d (%v), until %s", line, err, time.Until(until).Round(time.Second))
+		retrying <- line
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const half, n = 20_000, 40_000
+	if err := publish(t, ctx, p, 1, half); err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown() // with up to DefaultInFlight records of the first half unacknowledged
+	restarted := make(chan error, 1)
+	go func() {
+		select {
+		case <-retrying:
+			restarted <- srv.Restart()
+		case <-ctx.Done():
+			restarted <- ctx.Err()
+		}
+	}()
+	if err := publish(t, ctx, p, half+1, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if p.Retries() == 0 {
+		t.Error("the Publisher never published again")
+	}
+	checkStored(t, ctx, srv, prefix, n)
+}
+
+// TestOutageLongerThanTheWindow: a server that stays down longer than the
+// stream's duplicate window allows ends the Publisher with
+// ErrOutageTooLong, naming the first record it could not publish again.
+func TestOutageLongerThanTheWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, nc := newStream(t, jetstream.StreamConfig{Duplicates: MinDuplicateWindow})
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: "x."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, ctx, p, 1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	err = publish(t, ctx, p, 101, 200)
+	if err == nil {
+		err = p.Flush(ctx)
+	}
+	t.Logf("publish with the server down: %v", err)
+	if !errors.Is(err, ErrOutageTooLong) || !strings.HasPrefix(err.Error(), "line 101: ") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("publish with the server gone for good: %v; want one line naming line 101, wrapping ErrOutageTooLong", err)
+	}
+	if again := p.Flush(ctx); again != err {
+		t.Errorf("Flush after the error: %v, want the error again", again)
+	}
+}
+
+// TestShortDuplicateWindowRefused: a stream that forgets message ids too
+// soon to publish a record again safely is refused at once, saying so.
+func TestShortDuplicateWindowRefused(t *testing.T) {
+	_, nc := newStream(t, jetstream.StreamConfig{Duplicates: time.Second})
+	_, err := New(context.Background(), nc, Config{Stream: "IN", IDPrefix: "x."})
+	if !errors.Is(err, ErrDuplicateWindowTooShort) || !strings.Contains(err.Error(), "stream IN remembers message ids for 1s") {
+		t.Fatalf("New on a stream with a 1s duplicate window: %v", err)
+	}
+}
+
+// TestRefusedRecord: a record the stream refuses (its message limit) is an
+// error at once, naming its line and the stream's reason.
+func TestRefusedRecord(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, nc := newStream(t, jetstream.StreamConfig{MaxMsgs: 3, Discard: jetstream.DiscardNew})
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: "x."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = publish(t, ctx, p, 1, 5)
+	if err == nil {
+		err = p.Flush(ctx)
+	}
+	var ns *NotStoredError
+	if !errors.As(err, &ns) || ns.Line != 4 || ns.Stream != "IN" || !strings.Contains(err.Error(), "maximum messages exceeded") {
+		t.Fatalf("publish of 5 records to a stream of at most 3: %v; want a NotStoredError for line 4", err)
+	}
+	if p.Retries() != 0 {
+		t.Errorf("a refused record was published again %d times", p.Retries())
+	}
+}
+
+// TestBufferingConnRefused: a connection that buffers publishes while it
+// reconnects would store records out of order after a restart.
+func TestBufferingConnRefused(t *testing.T) {
+	srv, _ := newStream(t, jetstream.StreamConfig{})
+	nc, _ := embeddedtest.Connect(t, srv)
+	if _, err := New(context.Background(), nc, Config{Stream: "IN"}); !errors.Is(err, ErrBufferingConn) {
+		t.Fatalf("New on a buffering connection: %v, want ErrBufferingConn", err)
+	}
+}
