@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -89,4 +90,24 @@ func Restart(t testing.TB, srv *embedded.Server, conns ...*nats.Conn) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// Kick cuts srv's connection to the client named name (nats.Name), as a
+// network failure would; the client reconnects if it is set to.
+func Kick(t testing.TB, srv *embedded.Server, name string) {
+	t.Helper()
+	cz, err := srv.NATSServer().Connz(&server.ConnzOptions{})
+	if err != nil {
+		t.Errorf("kick %s: %v", name, err)
+		return
+	}
+	for _, c := range cz.Conns {
+		if c.Name == name {
+			if err := srv.NATSServer().DisconnectClientByID(c.Cid); err != nil {
+				t.Errorf("kick %s: %v", name, err)
+			}
+			return
+		}
+	}
+	t.Errorf("kick %s: no client of that name", name)
 }
