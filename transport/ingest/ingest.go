@@ -115,9 +115,27 @@ type Config struct {
 	// the stream's duplicate window, at most MaxAckTimeout.
 	AckTimeout time.Duration
 	// Retrying, if set, is called whenever the Publisher starts waiting to
-	// publish records again: line is the first of them, err why, and until
-	// when it waits at the most.
-	Retrying func(line int, err error, until time.Time)
+	// publish records again.
+	Retrying func(Retry)
+}
+
+// Retry says that a Publisher waits to publish records again, from which
+// on, why, and for how long at the most.
+type Retry struct {
+	// Line is the first record to publish again.
+	Line int
+	// Err is why: the failure of its acknowledgement or publish.
+	Err error
+	// Until is when the Publisher gives up (ErrOutageTooLong).
+	Until time.Time
+	// Stream is the Publisher's stream.
+	Stream string
+}
+
+// String says what r means for a user, in one line.
+func (r Retry) String() string {
+	return fmt.Sprintf("lines from %d on not acknowledged (%v); publishing them again once NATS answers, for up to %s (stream %s drops by message id what it stored already)",
+		r.Line, r.Err, time.Until(r.Until).Round(time.Second), r.Stream)
 }
 
 // Publisher publishes records to one stream exactly once (see the package
@@ -252,6 +270,7 @@ func (p *Publisher) settleFirst(ctx context.Context) error {
 	case !transient(err):
 		return p.refused(r, err)
 	}
+	r.f = nil // its answer is taken: recover must not wait for another
 	return p.recover(ctx, err)
 }
 
@@ -285,7 +304,7 @@ func (p *Publisher) recover(ctx context.Context, cause error) error {
 		}
 		until := p.deadline()
 		if p.cfg.Retrying != nil {
-			p.cfg.Retrying(p.pending[0].line, cause, until)
+			p.cfg.Retrying(Retry{Line: p.pending[0].line, Err: cause, Until: until, Stream: p.cfg.Stream})
 		}
 		if err := p.awaitConn(ctx, until); err != nil {
 			if errors.Is(err, ErrOutageTooLong) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,9 +87,9 @@ func TestPublishThroughAServerRestart(t *testing.T) {
 	srv, nc := newStream(t, jetstream.StreamConfig{})
 	retrying := make(chan int, 100)
 	prefix := Nonce() + ".0."
-	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: prefix, Retrying: func(line int, err error, until time.Time) {
-		t.Logf("publishing again from line %d (%v), until %s", line, err, time.Until(until).Round(time.Second))
-		retrying <- line
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: prefix, Retrying: func(r Retry) {
+		t.Log(r)
+		retrying <- r.Line
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -193,5 +194,82 @@ func TestBufferingConnRefused(t *testing.T) {
 	nc, _ := embeddedtest.Connect(t, srv)
 	if _, err := New(context.Background(), nc, Config{Stream: "IN"}); !errors.Is(err, ErrBufferingConn) {
 		t.Fatalf("New on a buffering connection: %v, want ErrBufferingConn", err)
+	}
+}
+
+// TestLostAcknowledgementPublishedAgain: the connection drops while the
+// Publisher waits for an acknowledgement that never came (a stand-in for
+// JetStream withholds it, then the server cuts the connection); the
+// Publisher publishes that record and those after it again, with the same
+// ids, once reconnected, and goes on.
+func TestLostAcknowledgementPublishedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	sc, js := embeddedtest.Connect(t, srv)
+	// Stream IN stores other subjects: the stand-in below answers for it.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"elsewhere"}}); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := embeddedtest.Connect(t, srv, append(ConnOptions(), nats.Name("publisher"), nats.ReconnectWait(10*time.Millisecond))...)
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{} // ids, by how often the stand-in got them
+		seq  int
+		cut  bool
+	)
+	sub, err := sc.Subscribe("in.>", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		seen[id]++
+		if !cut && id == "x.5" {
+			return // withheld: lost on the way
+		}
+		if !cut && id == "x.8" {
+			// The publisher waits for 5 with 8 in flight: cut it off.
+			cut = true
+			embeddedtest.Kick(t, srv, "publisher")
+			return
+		}
+		seq++
+		m.Respond([]byte(`{"stream":"IN","seq":` + strconv.Itoa(seq) + `}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := sc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: "x.", InFlight: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, ctx, p, 1, 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i <= 20; i++ {
+		id := "x." + strconv.Itoa(i)
+		switch n := seen[id]; {
+		case i == 5 || i == 8:
+			if n != 2 {
+				t.Errorf("%s published %d times, want twice: withheld or cut, then published again", id, n)
+			}
+		case i == 6 || i == 7: // acknowledged, unless the cut lost the acks
+			if n != 1 && n != 2 {
+				t.Errorf("%s published %d times, want once or twice", id, n)
+			}
+		case n != 1:
+			t.Errorf("%s published %d times, want once", id, n)
+		}
+	}
+	if p.Retries() != 1 {
+		t.Errorf("%d retries, want 1", p.Retries())
 	}
 }
