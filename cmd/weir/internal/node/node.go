@@ -120,8 +120,9 @@ type Node struct {
 	AtomicBatch int
 
 	engine *wasm.Engine
-	unlock func() // releases the data directory; nil when not locked
-	store  string // StoreDir or StoreJetStream
+	nats   *natsconn.Options // the external server's settings, nil with the embedded one
+	unlock func()            // releases the data directory; nil when not locked
+	store  string            // StoreDir or StoreJetStream
 	// The coordinator stops first (it cancels its jobs' tasks on the
 	// workers), then the workers.
 	stopCoordinator, stopWorkers context.CancelFunc
@@ -130,6 +131,16 @@ type Node struct {
 
 // URL is where clients reach the node's NATS.
 func (n *Node) URL() string { return n.Conn.ConnectedUrl() }
+
+// Dial opens another connection to the node's NATS — the embedded server,
+// or the external one with the node's settings — with extra options
+// appended. The caller closes it.
+func (n *Node) Dial(extra ...nats.Option) (*nats.Conn, error) {
+	if n.Server != nil {
+		return n.Server.Connect(extra...)
+	}
+	return natsconn.Connect(*n.nats, extra...)
+}
 
 // CheckpointStore is where the node's workers keep checkpoints: StoreDir
 // or StoreJetStream.
@@ -191,6 +202,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		opts.AtomicBatch = embedded.DefaultMaxAtomicBatch
 	}
 	n.AtomicBatch = opts.AtomicBatch
+	n.nats = opts.NATS
 	kind := opts.CheckpointStore
 	if kind == "" {
 		kind = StoreDir
