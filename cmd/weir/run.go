@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/ingest"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/subject"
@@ -69,7 +69,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	var o runOptions
 	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
-	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a record a JetStream stream does not acknowledge (a limit, a lost connection) fails weir run")
+	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a JetStream stream stores each line once: after a lost connection weir run publishes again what it did not acknowledge (message ids: this run's, the input's place among the -input flags, the line's number), within the stream's duplicate window (10s at least, else refused); a line the stream refuses (a limit) fails weir run")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never); a job whose sources all have a stop is followed until it ends")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
@@ -198,7 +198,9 @@ func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) (map[str
 
 // createStreams creates the JetStream streams a job names that do not exist
 // yet, each kept by replicas servers: a source's stream with its filter
-// subject, a sink's with the duplicate window exactly-once needs.
+// subject (and the server's default duplicate window, 2m, within which
+// -input publishes again what a lost connection left unacknowledged), a
+// sink's with the duplicate window exactly-once needs.
 func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec *jobspec.Spec, replicas int) error {
 	ensure := func(cfg jetstream.StreamConfig) error {
 		cfg.Replicas = replicas
@@ -382,18 +384,26 @@ func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
 // publishInputs publishes every -input file to its source: those of
 // bounded sources (with a stop) when bounded, the others when not. A
 // bounded source's input goes in before the submit, so that its stop
-// (end: the stream's end at the submit) covers it.
-func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, inputs inputFlags, bounded bool) (int, error) {
+// (end: the stream's end at the submit) covers it. nonce is this weir
+// run's (ingest.Nonce): with the input's place among the -input flags and
+// a line's number it makes the line's message id.
+func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, inputs inputFlags, bounded bool, nonce string) (int, error) {
 	total := 0
-	for _, in := range inputs {
+	var conn *nats.Conn // for JetStream sources, made at the first
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for i, in := range inputs {
 		name, file, named := strings.Cut(in, "=")
 		if !named {
 			name, file = "", in
 		}
 		var src *jobspec.Source
-		for i := range spec.Sources {
-			if name == "" || spec.Sources[i].Name == name {
-				src = &spec.Sources[i]
+		for j := range spec.Sources {
+			if name == "" || spec.Sources[j].Name == name {
+				src = &spec.Sources[j]
 				break
 			}
 		}
@@ -403,7 +413,24 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 		if (src.Stop != "" || src.StopSequence != 0) != bounded {
 			continue
 		}
-		c, err := publishInput(ctx, n, *src, file)
+		var pub *ingest.Publisher
+		if src.Kind == jobspec.KindJetStream {
+			var err error
+			if conn == nil {
+				if conn, err = n.Dial(ingest.ConnOptions()...); err != nil {
+					return total, fmt.Errorf("-input %s: %w", file, err)
+				}
+			}
+			pub, err = ingest.New(ctx, conn, ingest.Config{
+				Stream:   src.Stream,
+				IDPrefix: nonce + "." + strconv.Itoa(i) + ".",
+				Retrying: func(r ingest.Retry) { fmt.Fprintf(std.Out, "-input %s: %s\n", file, r) },
+			})
+			if err != nil {
+				return total, fmt.Errorf("-input %s: %w", file, err)
+			}
+		}
+		c, err := publishInput(ctx, n.Conn, pub, *src, file)
 		total += c
 		if err != nil {
 			return total, err
@@ -413,17 +440,18 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 	return total, nil
 }
 
-// publishInput publishes the lines of file to src.
-func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file string) (int, error) {
-	data, err := os.ReadFile(file)
+// publishInput publishes the lines of file to src: with pub to a
+// JetStream source's stream, else on nc.
+func publishInput(ctx context.Context, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string) (int, error) {
+	f, err := os.Open(file)
 	if err != nil {
 		return 0, fmt.Errorf("-input: %w", err)
 	}
+	defer f.Close()
 	pattern := sourceSubject(src)
 	count, lineNo := 0, 0
-	var pending []pendingAck // JetStream: records sent, not yet acknowledged
 	const maxLine = 16 << 20
-	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	for sc.Scan() {
 		lineNo++
@@ -450,23 +478,15 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 			m.Header.Set(sink.KeyHeader, key)
 		}
 		m.Data = []byte(value)
-		if max := n.Conn.MaxPayload(); int64(len(line)) > max {
+		if max := nc.MaxPayload(); int64(len(line)) > max {
 			return count, fmt.Errorf("-input %s: line %d: a record of %d bytes does not fit in a NATS message (the server's max_payload is %d bytes)",
 				file, lineNo, len(line), max)
 		}
-		if src.Kind == jobspec.KindJetStream {
-			f, err := n.JS.PublishMsgAsync(m)
-			if err != nil {
-				return count, fmt.Errorf("-input %s: line %d: publish: %w", file, lineNo, err)
+		if pub != nil {
+			if err := pub.Publish(ctx, lineNo, m); err != nil {
+				return count, fmt.Errorf("-input %s: %w", file, err)
 			}
-			pending = append(pending, pendingAck{f, lineNo})
-			if len(pending) == 1024 { // bound the acks outstanding
-				if err := awaitAcks(ctx, n.JS, file, src.Stream, pending); err != nil {
-					return count - len(pending) + 1, err
-				}
-				pending = pending[:0]
-			}
-		} else if err := n.Conn.PublishMsg(m); err != nil {
+		} else if err := nc.PublishMsg(m); err != nil {
 			return count, fmt.Errorf("-input: publish: %w", err)
 		}
 		count++
@@ -476,52 +496,15 @@ func publishInput(ctx context.Context, n *node.Node, src jobspec.Source, file st
 	} else if err != nil {
 		return count, fmt.Errorf("-input: %w", err)
 	}
-	if err := awaitAcks(ctx, n.JS, file, src.Stream, pending); err != nil {
-		return count - len(pending), err
+	if pub != nil {
+		if err := pub.Flush(ctx); err != nil {
+			return count, fmt.Errorf("-input %s: %w", file, err)
+		}
+		return count, nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return count, n.Conn.FlushWithContext(fctx)
-}
-
-// pendingAck is a record published to a JetStream source's stream whose
-// acknowledgement has not been checked yet.
-type pendingAck struct {
-	f    jetstream.PubAckFuture
-	line int
-}
-
-// awaitAcks waits for the acknowledgements of pending, records of file
-// published to stream, and fails with the first record the server did not
-// store (a stream limit, a server that went down): a record counted as
-// published without its ack would be a gap in the job's input that
-// nothing reports.
-func awaitAcks(ctx context.Context, js jetstream.JetStream, file, stream string, pending []pendingAck) error {
-	if len(pending) == 0 {
-		return nil
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	failed, first := 0, -1
-	var firstErr error
-	for i, p := range pending {
-		select {
-		case <-p.f.Ok():
-		case err := <-p.f.Err():
-			failed++
-			if first < 0 {
-				first, firstErr = i, err
-			}
-		}
-	}
-	if failed > 0 {
-		return fmt.Errorf("-input %s: line %d: stream %s did not acknowledge the record: %w (%d of the %d records in flight unacknowledged: the stream may lack them and the records after them)",
-			file, pending[first].line, stream, firstErr, failed, len(pending))
-	}
-	return nil
+	return count, nc.FlushWithContext(fctx)
 }
 
 // output collects what the job's sinks publish.
@@ -584,7 +567,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		defer sub.Unsubscribe()
 	}
-	published, err := publishInputs(ctx, std, n, spec, o.inputs, true)
+	nonce := ingest.Nonce()
+	published, err := publishInputs(ctx, std, n, spec, o.inputs, true, nonce)
 	if err != nil {
 		return err
 	}
@@ -668,7 +652,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			fmt.Fprintln(std.Out, line)
 		}
 		if !inputDone && st.State == control.JobRunning {
-			c, err := publishInputs(ctx, std, n, spec, o.inputs, false)
+			c, err := publishInputs(ctx, std, n, spec, o.inputs, false, nonce)
 			published += c
 			if err != nil {
 				return err

@@ -477,10 +477,10 @@ checkpointing:
 }
 
 // TestRunInputNotStored: a record of -input that the source's stream
-// refuses (here its message limit, as a server going down mid-input would
-// drop the ones in flight) fails weir run, naming the file, the line and
-// the stream, instead of counting it as published and leaving a gap in the
-// job's input that nothing reports.
+// refuses (here its message limit: publishing it again would not help)
+// fails weir run, naming the file, the line and the stream, instead of
+// counting it as published and leaving a gap in the job's input that
+// nothing reports.
 func TestRunInputNotStored(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a job: skipped in -short")
