@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,21 +16,23 @@ import (
 
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/ingest"
 )
 
-// standIn starts a server whose stream LINES stores other subjects, so
-// gen neither creates it nor gets JetStream's own acks: answer, called
-// with each line's number from 1, answers gen's publish (nil: no answer).
-func standIn(t *testing.T, answer func(seq int64) []byte) (url string) {
+// standIn starts a server whose stream LINES (with duplicate window dup)
+// stores other subjects, so gen neither creates it nor gets JetStream's
+// own acks: answer, called with each message's number from 1 and its
+// message id, answers gen's publish (nil: no answer).
+func standIn(t *testing.T, dup time.Duration, answer func(seq int64, id string) []byte) *embedded.Server {
 	t.Helper()
 	srv := embeddedtest.Server(t, embedded.Config{})
 	nc, js := embeddedtest.Connect(t, srv)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LINES", Subjects: []string{"elsewhere"}}); err != nil {
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LINES", Subjects: []string{"elsewhere"}, Duplicates: dup}); err != nil {
 		t.Fatal(err)
 	}
 	var n atomic.Int64
 	sub, err := nc.Subscribe("lines.>", func(m *nats.Msg) {
-		if b := answer(n.Add(1)); b != nil {
+		if b := answer(n.Add(1), m.Header.Get(jetstream.MsgIDHeader)); b != nil {
 			m.Respond(b)
 		}
 	})
@@ -38,7 +43,7 @@ func standIn(t *testing.T, answer func(seq int64) []byte) (url string) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return srv.ClientURL()
+	return srv
 }
 
 func ack(seq int64) []byte { return fmt.Appendf(nil, `{"stream":"LINES","seq":%d}`, seq) }
@@ -49,7 +54,7 @@ func ack(seq int64) []byte { return fmt.Appendf(nil, `{"stream":"LINES","seq":%d
 // waits before answering the first line.
 func TestSlowAcks(t *testing.T) {
 	var acked atomic.Int64
-	url := standIn(t, func(seq int64) []byte {
+	srv := standIn(t, 0, func(seq int64, _ string) []byte {
 		if seq == 1 {
 			time.Sleep(500 * time.Millisecond)
 		}
@@ -57,7 +62,7 @@ func TestSlowAcks(t *testing.T) {
 		return ack(seq)
 	})
 	const n = 6000
-	if err := run(url, n, 8, 1, ackWait); err != nil {
+	if err := run(context.Background(), io.Discard, srv.ClientURL(), n, 8, 1); err != nil {
 		t.Fatalf("gen -n %d: %v", n, err)
 	}
 	if got := acked.Load(); got != n {
@@ -65,51 +70,97 @@ func TestSlowAcks(t *testing.T) {
 	}
 }
 
-// TestUnstoredLinesReported: lines the server did not store (here a
-// stand-in refuses every 100th) make gen fail, saying how many, instead
-// of printing that it published them all.
-func TestUnstoredLinesReported(t *testing.T) {
-	url := standIn(t, func(seq int64) []byte {
-		if seq%100 == 0 {
+// TestRefusedLineFailsGen: a line the stream refuses makes gen fail,
+// naming it and the server's reason, instead of printing that it
+// published them all.
+func TestRefusedLineFailsGen(t *testing.T) {
+	srv := standIn(t, 0, func(seq int64, _ string) []byte {
+		if seq == 100 {
 			return []byte(`{"error":{"code":503,"err_code":10077,"description":"refused by the test"}}`)
 		}
 		return ack(seq)
 	})
-	err := run(url, 3000, 8, 1, ackWait)
+	err := run(context.Background(), io.Discard, srv.ClientURL(), 3000, 8, 1)
 	t.Logf("gen: %v", err)
-	if err == nil || !strings.Contains(err.Error(), "30 of 3000 lines were not acknowledged as stored") ||
+	if err == nil || !strings.HasPrefix(err.Error(), "line 100: stream LINES did not acknowledge the record: ") ||
 		!strings.Contains(err.Error(), "refused by the test") {
-		t.Fatalf("gen with 30 lines refused: %v; want them counted", err)
+		t.Fatalf("gen with line 100 refused: %v; want it named", err)
 	}
 }
 
-// TestSteadyAcksOutlastTheWait: a server that acknowledges slowly but
-// steadily (3 ms a line, so the first 1024 lines take over 3 s) is waited
-// for: the ack wait (2 s) bounds a silence, not the time a thousand acks
-// take.
-func TestSteadyAcksOutlastTheWait(t *testing.T) {
-	url := standIn(t, func(seq int64) []byte {
-		time.Sleep(3 * time.Millisecond)
+// TestLostConnectionPublishedAgain: the connection drops while gen waits
+// for an acknowledgement that never came; gen publishes that line and
+// those after it again once reconnected, each with the id it had, and
+// every line ends up acknowledged.
+func TestLostConnectionPublishedAgain(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		cut  bool
+		srv  *embedded.Server
+	)
+	srv = standIn(t, 0, func(seq int64, id string) []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[id]++
+		_, line, _ := strings.Cut(id, ".")
+		switch {
+		case cut:
+		case line == "1500":
+			return nil // lost on the way
+		case line == "1600": // gen waits for 1500 with 1600 in flight
+			cut = true
+			embeddedtest.Kick(t, srv, "weir gen")
+			return nil
+		}
 		return ack(seq)
 	})
-	if err := run(url, 1030, 8, 1, 2*time.Second); err != nil {
-		t.Fatalf("gen against a slow but steady server: %v", err)
+	var log strings.Builder
+	const n = 3000
+	if err := run(context.Background(), &log, srv.ClientURL(), n, 8, 1); err != nil {
+		t.Fatalf("gen with its connection cut: %v", err)
+	}
+	t.Log(strings.TrimSpace(log.String()))
+	mu.Lock()
+	defer mu.Unlock()
+	var nonce string
+	for id := range seen {
+		nonce, _, _ = strings.Cut(id, ".")
+		break
+	}
+	// Published again: 1500 (withheld) and 1600 (cut), and lines in flight
+	// at the cut; nothing more than twice, and every line.
+	first := 0
+	for i := 1; i <= n; i++ {
+		c := seen[fmt.Sprintf("%s.%d", nonce, i)]
+		if c == 2 && first == 0 {
+			first = i
+		}
+		if c < 1 || c > 2 || (i == 1500 || i == 1600) && c != 2 {
+			t.Errorf("line %d published %d times", i, c)
+		}
+	}
+	if want := fmt.Sprintf("gen: lines from %d on not acknowledged", first); !strings.HasPrefix(log.String(), want) {
+		t.Errorf("gen did not say %q: %q", want, log.String())
+	}
+	if len(seen) != n {
+		t.Errorf("%d ids published, want the %d lines' (nonce %s)", len(seen), n, nonce)
 	}
 }
 
-// TestServerGoneSaysSo: with nothing acknowledged (the server went away),
-// gen fails once the ack wait passes, saying how many lines it had sent,
-// not at its overall deadline. The wait is seconds, so that a loaded
-// machine does not stall the stand-in's acks of the first lines that long.
-func TestServerGoneSaysSo(t *testing.T) {
-	url := standIn(t, func(seq int64) []byte {
+// TestServerSilentLongerThanTheWindow: with nothing acknowledged (the
+// server went quiet) gen publishes again until the stream's duplicate
+// window would no longer drop a repeat, then fails, naming the first line
+// the stream may lack.
+func TestServerSilentLongerThanTheWindow(t *testing.T) {
+	srv := standIn(t, ingest.MinDuplicateWindow, func(seq int64, _ string) []byte {
 		if seq > 1500 {
 			return nil
 		}
 		return ack(seq)
 	})
-	err := run(url, 3000, 8, 1, 5*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "no acknowledgement for 5s after 2048 lines sent") {
+	err := run(context.Background(), io.Discard, srv.ClientURL(), 3000, 8, 1)
+	if !errors.Is(err, ingest.ErrOutageTooLong) || !strings.HasPrefix(err.Error(), "line 1501: ") {
 		t.Fatalf("gen against a server that stopped answering: %v", err)
 	}
 }
