@@ -56,7 +56,7 @@ const MaxAckTimeout = 30 * time.Second
 var (
 	// ErrDuplicateWindowTooShort is wrapped by New when the stream keeps
 	// message ids for less than MinDuplicateWindow.
-	ErrDuplicateWindowTooShort = errors.New("duplicate window too short to publish a record again")
+	ErrDuplicateWindowTooShort = errors.New("duplicate window too short")
 	// ErrOutageTooLong is wrapped when a record stayed unacknowledged for
 	// longer than publishing it again could be deduplicated.
 	ErrOutageTooLong = errors.New("no acknowledgement within the duplicate window")
@@ -175,8 +175,8 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
 	}
 	window := st.CachedInfo().Config.Duplicates
 	if window < MinDuplicateWindow {
-		return nil, fmt.Errorf("stream %s remembers message ids for %s (its duplicate window), too short to publish a record again after a lost connection without storing it twice: give it %s or more, e.g. `nats stream edit %s --dupe-window 2m`: %w",
-			cfg.Stream, window, MinDuplicateWindow, cfg.Stream, ErrDuplicateWindowTooShort)
+		return nil, fmt.Errorf("stream %s: %w: it remembers message ids for %s, too short to publish a record again after a lost connection without storing it twice; give it %s or more, e.g. `nats stream edit %s --dupe-window 2m`",
+			cfg.Stream, ErrDuplicateWindowTooShort, window, MinDuplicateWindow, cfg.Stream)
 	}
 	if cfg.InFlight <= 0 {
 		cfg.InFlight = DefaultInFlight
@@ -190,9 +190,6 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
 	}
 	return &Publisher{nc: nc, js: js, cfg: cfg, window: window}, nil
 }
-
-// Window is the stream's duplicate window.
-func (p *Publisher) Window() time.Duration { return p.window }
 
 // Retries is how many times the Publisher published records again.
 func (p *Publisher) Retries() int { return p.retries }

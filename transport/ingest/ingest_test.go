@@ -159,7 +159,7 @@ func TestOutageLongerThanTheWindow(t *testing.T) {
 func TestShortDuplicateWindowRefused(t *testing.T) {
 	_, nc := newStream(t, jetstream.StreamConfig{Duplicates: time.Second})
 	_, err := New(context.Background(), nc, Config{Stream: "IN", IDPrefix: "x."})
-	if !errors.Is(err, ErrDuplicateWindowTooShort) || !strings.Contains(err.Error(), "stream IN remembers message ids for 1s") {
+	if !errors.Is(err, ErrDuplicateWindowTooShort) || !strings.HasPrefix(err.Error(), "stream IN: duplicate window too short: it remembers message ids for 1s, ") {
 		t.Fatalf("New on a stream with a 1s duplicate window: %v", err)
 	}
 }
