@@ -113,10 +113,27 @@ func (s *ObjectStore) Put(ctx context.Context, key string, r io.Reader) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	if _, err := s.os.Put(context.WithoutCancel(ctx), jetstream.ObjectMeta{Name: key}, ctxReader{ctx, r}); err != nil {
+	if _, err := s.os.Put(context.WithoutCancel(ctx), jetstream.ObjectMeta{Name: key}, chunkReader{ctxReader{ctx, r}}); err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
 	return nil
+}
+
+// chunkReader fills each Read's buffer from r, short only at r's end. The
+// object store client publishes what each Read returns as one chunk, a
+// message of its own: a snapshot encoded record by record through a pipe,
+// a few bytes a Read, would become thousands of tiny chunks (an unaligned
+// checkpoint's channel state of 100 KiB took 5000), and an upload with
+// more than the client's 4000 unacknowledged at once fails the checkpoint
+// ("stalled with too many outstanding async published messages").
+type chunkReader struct{ r io.Reader }
+
+func (c chunkReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(c.r, p)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return n, err
 }
 
 // Get opens the object; its digest is verified when it is read to the end.

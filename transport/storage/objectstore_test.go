@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"testing/iotest"
 
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -90,6 +91,38 @@ func TestObjectStoreFailedPutLeavesNothing(t *testing.T) {
 	}
 	if got, err := ReadAll(ctx, s, "j/chk-2/a"); err != nil || string(got) != "ok" {
 		t.Fatalf("after failed puts: %q %v", got, err)
+	}
+}
+
+// A snapshot written a few bytes at a time (an encoder behind a pipe) is
+// stored in whole chunks, not a chunk per Read: each chunk is a message,
+// and an upload of thousands of them fails once the client has 4000
+// unacknowledged.
+func TestObjectStorePutFillsChunks(t *testing.T) {
+	_, js := embeddedtest.Connect(t, embeddedtest.Server(t, embedded.Config{}))
+	ctx := context.Background()
+	s, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk = 128 << 10 // the client's default chunk size
+	data := bytes.Repeat([]byte("0123456789abcdef"), (chunk+chunk/2)/16)
+	if err := s.Put(ctx, "j/chk-1/t-0", iotest.OneByteReader(bytes.NewReader(data))); err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := js.ObjectStore(ctx, DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := bucket.GetInfo(ctx, "j/chk-1/t-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Chunks != 2 || info.Size != uint64(len(data)) {
+		t.Errorf("stored %d bytes in %d chunks; want %d bytes in 2", info.Size, info.Chunks, len(data))
+	}
+	if got, err := ReadAll(ctx, s, "j/chk-1/t-0"); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("read back %d bytes (%v); want the %d put", len(got), err, len(data))
 	}
 }
 
