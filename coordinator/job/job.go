@@ -1003,7 +1003,6 @@ func (j *job) finishInput(attempt int) {
 		reason: fmt.Sprintf("every source read up to its stop; output committed with final savepoint %d", cp.ID)})
 }
 
-// stopTasks tells every worker of the attempt to cancel it (best effort).
 // rest has every worker bring the attempt's tasks to rest after stop
 // savepoint id completed (control.Stop): sinks commit its output first.
 func (j *job) rest(ctx context.Context, attempt int, id int64) {
@@ -1016,15 +1015,34 @@ func (j *job) rest(ctx context.Context, attempt int, id int64) {
 	}
 }
 
+// stopTasks tells every worker of the attempt to cancel it (best effort).
+// A worker that is no longer live (its heartbeats stopped: a process that
+// is frozen, swapping or cut off) is told without waiting for its answer:
+// it may give none before the request times out, and waiting would hold
+// the failover back by RequestTimeout for each such worker while giving
+// nothing — one heard from again is told to cancel what it still runs of
+// an attempt that is no longer current anyway (Manager.WorkerTasks). That
+// request ends with the manager.
 func (j *job) stopTasks(reason string) {
 	attempt := j.attempt()
-	ctx := context.WithoutCancel(j.ctx)
+	live := j.m.ctl.LiveWorkers()
+	j.m.mu.Lock()
+	mctx := j.m.ctx
+	j.m.mu.Unlock()
 	for _, w := range j.workers() {
-		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
-		if err := j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: attempt, Reason: reason}); err != nil {
-			j.m.log.Warn("cancel on worker failed", "job", j.spec.Name, "worker", w, "err", err)
+		cancelOn := func(ctx context.Context) {
+			c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+			defer cancel()
+			if err := j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: attempt, Reason: reason}); err != nil {
+				j.m.log.Warn("cancel on worker failed", "job", j.spec.Name, "worker", w, "err", err)
+			}
 		}
-		cancel()
+		if _, ok := slices.BinarySearch(live, w); ok {
+			cancelOn(context.WithoutCancel(j.ctx))
+			continue
+		}
+		j.m.wg.Add(1)
+		go func() { defer j.m.wg.Done(); cancelOn(mctx) }()
 	}
 }
 

@@ -409,6 +409,59 @@ func TestDeployToAWorkerThatDies(t *testing.T) {
 	}
 }
 
+// A failover does not wait for the cancel of a worker that is no longer
+// live: a frozen process (kill -STOP) keeps its subscriptions, so the
+// cancel finds a subscriber that never answers and would hold the failover
+// back for the whole request timeout (5s for each such worker by default).
+func TestFailoverDoesNotWaitForALostWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Longer than ctx gives the test, not so long that a failure hangs
+	// it: the manager's requests end with the request timeout.
+	e := setupWith(t, ctx, Options{RequestTimeout: time.Minute})
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	e.submitRunning(t, ctx, s)
+	// The freeze: w2 stops answering and its heartbeats stop, but its
+	// cancel subject still has a subscriber.
+	var mu sync.Mutex
+	var cancels int
+	sub, err := e.fleet.nc.Subscribe(control.Subjects{}.Worker("w2", "cancel"), func(*nats.Msg) {
+		mu.Lock()
+		cancels++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := e.fleet.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	w2.kill()
+	st := waitFor(t, ctx, e, "wc", "running on w1 alone", func(st control.JobStatus) bool {
+		if st.State != control.JobRunning || st.Attempt < 2 {
+			return false
+		}
+		for _, w := range st.Assignment {
+			if w != "w1" {
+				return false
+			}
+		}
+		return true
+	})
+	if d := w1.lastDeploy("wc"); d.Attempt != st.Attempt || len(d.Tasks) != 5 {
+		t.Errorf("w1's last deploy: attempt %d, %d tasks; want attempt %d, 5 tasks", d.Attempt, len(d.Tasks), st.Attempt)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if cancels != 1 {
+		t.Errorf("the frozen worker was sent %d cancels; want 1 (it is still told)", cancels)
+	}
+}
+
 // A worker that crashed between heartbeats (it is still counted live, but
 // nothing answers its subject) costs no restart attempt at deploy: the
 // coordinator drops it at once and plans the attempt again without it.
