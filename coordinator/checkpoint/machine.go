@@ -198,6 +198,7 @@ type Machine struct {
 	aborted map[int64]bool
 
 	history []*control.CheckpointInfo // oldest first
+	stats   control.CheckpointStats
 }
 
 // NewMachine returns a stopped machine for job. restored are the completed
@@ -335,6 +336,9 @@ func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []
 	p.info.Status = control.CheckpointFailed
 	p.info.Reason = reason
 	p.info.Duration = now.Sub(p.triggered)
+	if counted {
+		m.stats.Failed++
+	}
 	acts := []Action{AbortAction{ID: id, Reason: reason, Savepoint: p.savepoint}, DiscardAction{ID: id}}
 	if counted && !p.savepoint {
 		m.failures++
@@ -596,6 +600,8 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 		Handles: p.handles, Metrics: p.metrics}
 	p.info.Status = control.CheckpointCompleted
 	p.info.Duration = now.Sub(p.triggered)
+	m.stats.Completed++
+	m.stats.LastID, m.stats.LastDuration, m.stats.LastSize, m.stats.LastCompleted = id, p.info.Duration, p.info.Size, now
 	acts := []Action{NotifyAction{ID: id}}
 	if p.stop {
 		m.stopped = id
@@ -708,6 +714,10 @@ func (m *Machine) Pending() []int64 {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	return ids
 }
+
+// Stats counts the checkpoints and savepoints the machine completed and
+// failed, and describes the latest it completed.
+func (m *Machine) Stats() control.CheckpointStats { return m.stats }
 
 // History returns copies of the recent checkpoints' records, newest first.
 func (m *Machine) History() []control.CheckpointInfo {

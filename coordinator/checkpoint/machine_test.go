@@ -75,6 +75,9 @@ func TestIntervalAndComplete(t *testing.T) {
 		h[1].Alignment != 7 || !h[1].Unaligned || h[1].Duration != 1600*time.Millisecond || h[1].Acked != 2 {
 		t.Errorf("history = %+v", h)
 	}
+	if st := m.Stats(); st != (control.CheckpointStats{Completed: 1, LastID: 1, LastDuration: 1600 * time.Millisecond, LastSize: 15, LastCompleted: at(2600)}) {
+		t.Errorf("stats = %+v", st)
+	}
 	if md := m.Latest(); md == nil || md.ID != 1 || md.Handles["op-0"] != "j/chk-1/op-0" {
 		t.Errorf("latest = %+v", md)
 	}
@@ -127,6 +130,12 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 	m.Ack(at(1700), "src-0", 7, "h", nil)
 	m.Ack(at(1700), "op-0", 7, "h", nil)
 	expect(t, "metadata write failure counts", m.Persisted(at(1700), 7, fmt.Errorf("disk full")), "abort(7) discard(7) fail")
+	// Failures as the tolerance counts them, not the subsumed one; the
+	// latest completed checkpoint with its duration, size and time.
+	want := control.CheckpointStats{Completed: 1, Failed: 5, LastID: 5, LastDuration: 0, LastSize: 15, LastCompleted: at(1500)}
+	if got := m.Stats(); got != want {
+		t.Errorf("stats %+v, want %+v", got, want)
+	}
 }
 
 // An expired checkpoint's reason names the tasks it still waited for: the

@@ -162,6 +162,13 @@ func (r *Runner) History() []control.CheckpointInfo {
 	return r.m.History()
 }
 
+// Stats returns the machine's checkpoint counts (Machine.Stats).
+func (r *Runner) Stats() control.CheckpointStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m.Stats()
+}
+
 // Latest returns the ID of the newest completed checkpoint or savepoint
 // the machine keeps — of the attempts it coordinated, or restored into it
 // (the one a restored job started from, those a resumed job's run had) —

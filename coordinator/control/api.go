@@ -71,6 +71,31 @@ type JobStatus struct {
 	// MaxFailures: a job that keeps restarting shows whether it fails the
 	// same way each time, and what ended each attempt.
 	Failures []Failure `json:"failures,omitempty"`
+	// Checkpoints counts the checkpoints of the job's run since this
+	// coordinator took it on, and describes the latest that completed.
+	Checkpoints CheckpointStats `json:"checkpoints,omitzero"`
+}
+
+// CheckpointStats counts a job's checkpoints and savepoints by how they
+// ended, since its coordinator took the job on (a restarted coordinator
+// counts from 0), and describes the latest that completed: what an
+// operator alerts on (failures, durations near the timeout, growing size,
+// no checkpoint for too long).
+type CheckpointStats struct {
+	// Completed and Failed count checkpoints and savepoints that
+	// completed, and that failed: expired, declined by a task (not as
+	// subsumed) or whose metadata could not be written. Those aborted as
+	// a newer one completed, or as the job failed over or stopped, are
+	// not counted.
+	Completed int64 `json:"completed,omitempty"`
+	Failed    int64 `json:"failed,omitempty"`
+	// LastID is the latest completed one (0: none yet); LastDuration runs
+	// from its trigger to its completion, at LastCompleted; LastSize is
+	// the sum of its tasks' snapshot bytes.
+	LastID        int64         `json:"last_id,omitempty"`
+	LastDuration  time.Duration `json:"last_duration,omitempty"`
+	LastSize      int64         `json:"last_size,omitempty"`
+	LastCompleted time.Time     `json:"last_completed,omitzero"`
 }
 
 // MaxFailures is how many failures a JobStatus keeps.

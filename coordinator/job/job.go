@@ -183,10 +183,12 @@ func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]contro
 
 func (j *job) status() control.JobStatus {
 	latest := j.runner.Latest() // before j.mu: the runner calls the job holding its lock
+	cps := j.runner.Stats()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	st := j.st
 	st.LatestCheckpoint = j.latestLocked(latest)
+	st.Checkpoints = cps
 	st.Failures = slices.Clone(j.st.Failures)
 	st.Assignment = make(map[string]string, len(j.assign))
 	for k, v := range j.assign {

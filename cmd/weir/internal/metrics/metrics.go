@@ -1,5 +1,6 @@
 // Package metrics exports a coordinator's jobs and their running tasks to
-// Prometheus: job state, attempts, restarts and the latest checkpoint, and
+// Prometheus: job state, attempts, restarts, checkpoints completed and
+// failed and the latest one's ID, duration, size and time, and
 // each task's counters as its worker last reported them in a heartbeat
 // (control.TaskStats), so one scrape of the coordinator covers every worker.
 package metrics
@@ -31,10 +32,11 @@ type Collector struct {
 	jobs    JobLister
 	timeout time.Duration
 
-	jobState, attempt, restarts, checkpoint          *prometheus.Desc
-	recordsIn, recordsOut, busy, backpressured, cpts *prometheus.Desc
-	pending, awaited                                 *prometheus.Desc
-	scrapeErrors                                     prometheus.Counter
+	jobState, attempt, restarts, checkpoint           *prometheus.Desc
+	cpCompleted, cpFailed, cpDuration, cpSize, cpTime *prometheus.Desc
+	recordsIn, recordsOut, busy, backpressured, cpts  *prometheus.Desc
+	pending, awaited                                  *prometheus.Desc
+	scrapeErrors                                      prometheus.Counter
 }
 
 // NewCollector returns a collector of jobs's jobs; each scrape lists them
@@ -51,6 +53,16 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		restarts: prometheus.NewDesc("weir_job_restarts_total", "Failovers of the job so far.", job, nil),
 		checkpoint: prometheus.NewDesc("weir_job_latest_checkpoint_id",
 			"ID of the job's latest completed checkpoint (0: none).", job, nil),
+		cpCompleted: prometheus.NewDesc("weir_job_checkpoints_completed_total",
+			"Checkpoints and savepoints of the job that completed since the coordinator took it on.", job, nil),
+		cpFailed: prometheus.NewDesc("weir_job_checkpoints_failed_total",
+			"Checkpoints and savepoints of the job that failed (expired, declined, aborted) since the coordinator took it on.", job, nil),
+		cpDuration: prometheus.NewDesc("weir_job_last_checkpoint_duration_seconds",
+			"Trigger to completion of the job's latest completed checkpoint or savepoint.", job, nil),
+		cpSize: prometheus.NewDesc("weir_job_last_checkpoint_size_bytes",
+			"Snapshot bytes of the job's latest completed checkpoint or savepoint, all tasks.", job, nil),
+		cpTime: prometheus.NewDesc("weir_job_last_checkpoint_timestamp_seconds",
+			"When the job's latest completed checkpoint or savepoint completed (Unix time).", job, nil),
 		recordsIn:  prometheus.NewDesc("weir_task_records_in_total", "Records the task took from its inputs or source.", task, nil),
 		recordsOut: prometheus.NewDesc("weir_task_records_out_total", "Records the task emitted to its outputs or sink.", task, nil),
 		busy: prometheus.NewDesc("weir_task_busy_seconds_total",
@@ -70,6 +82,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
+		c.cpCompleted, c.cpFailed, c.cpDuration, c.cpSize, c.cpTime,
 		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited} {
 		ch <- d
 	}
@@ -99,6 +112,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.attempt, gauge, float64(j.Attempt), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.restarts, counter, float64(j.Restarts), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.checkpoint, gauge, float64(j.LatestCheckpoint), j.Name)
+		cp := j.Checkpoints
+		ch <- prometheus.MustNewConstMetric(c.cpCompleted, counter, float64(cp.Completed), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.cpFailed, counter, float64(cp.Failed), j.Name)
+		if cp.LastID > 0 {
+			ch <- prometheus.MustNewConstMetric(c.cpDuration, gauge, cp.LastDuration.Seconds(), j.Name)
+			ch <- prometheus.MustNewConstMetric(c.cpSize, gauge, float64(cp.LastSize), j.Name)
+			ch <- prometheus.MustNewConstMetric(c.cpTime, gauge, float64(cp.LastCompleted.UnixNano())/1e9, j.Name)
+		}
 		for _, t := range j.Tasks {
 			l := []string{j.Name, t.Task, t.Worker}
 			ch <- prometheus.MustNewConstMetric(c.recordsIn, counter, float64(t.Stats.RecordsIn), l...)

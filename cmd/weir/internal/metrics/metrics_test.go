@@ -51,6 +51,7 @@ func TestScrape(t *testing.T) {
 	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
 sources: [{name: in, kind: jetstream, stream: IN}]
 sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+checkpointing: {interval: 20ms}
 `), jobspec.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -63,12 +64,17 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	out := regexp.MustCompile(`\nweir_task_records_out_total\{job="tap",task="out-0",worker="w1"\} (\d+)\n`)
 	for {
 		got := scrape(t, srv.URL)
-		if m := out.FindStringSubmatch(got); m != nil && len(m[1]) >= 2 {
+		if m := out.FindStringSubmatch(got); m != nil && len(m[1]) >= 2 && strings.Contains(got, "\nweir_job_last_checkpoint_duration_seconds{") {
 			for _, line := range []string{
 				`weir_job_state{job="tap",state="running"} 1`,
 				`weir_job_state{job="tap",state="failed"} 0`,
 				`weir_job_attempt{job="tap"} 1`,
 				`weir_job_restarts_total{job="tap"} 0`,
+				`weir_job_checkpoints_completed_total{job="tap"} `,
+				`weir_job_checkpoints_failed_total{job="tap"} 0`,
+				`weir_job_last_checkpoint_duration_seconds{job="tap"} `,
+				`weir_job_last_checkpoint_size_bytes{job="tap"} `,
+				`weir_job_last_checkpoint_timestamp_seconds{job="tap"} `,
 				`weir_task_records_in_total{job="tap",task="in-0",worker="w1"} `,
 				`weir_task_busy_seconds_total{job="tap",task="in-0",worker="w1"} `,
 				`weir_task_backpressured_seconds_total{job="tap",task="out-0",worker="w1"} `,
@@ -84,7 +90,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 			return
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("the sink's records never reached 10 in:\n%s", got)
+			t.Fatalf("the sink's records never reached 10, or no checkpoint completed, in:\n%s", got)
 		}
 		for range 10 {
 			if err := n.Conn.Publish("in", []byte("x")); err != nil {
