@@ -181,6 +181,9 @@ type Machine struct {
 	job  string
 	cfg  Config
 	task map[string]bool // tasks that must ack
+	// order holds the tasks as Start got them: in plan order, sources
+	// first, so that the first not to ack is the nearest the sources.
+	order []string
 
 	running     bool
 	run         int // counts Starts: the attempt being coordinated
@@ -281,6 +284,7 @@ func (m *Machine) Start(now time.Time, tasks []string) {
 	for _, t := range tasks {
 		m.task[t] = true
 	}
+	m.order = slices.Clone(tasks)
 	m.lastTrigger = now
 	m.lastEnd = time.Time{}
 	m.finished = map[string]bool{}
@@ -398,10 +402,12 @@ func (m *Machine) periodicPending() int {
 
 // unacked names, for an expiry's reason, the tasks that had not acked p:
 // "; no snapshot from counts-0, counts-1" (the first three, and how many
-// more) — the tasks holding the checkpoint up.
+// more) — the tasks holding the checkpoint up, in plan order: a task
+// whose barrier is stuck behind its input (a slow operator under aligned
+// checkpoints) holds up every task after it, and is named first.
 func (m *Machine) unacked(p *pending) string {
 	var missing []string
-	for t := range m.task {
+	for _, t := range m.order {
 		if _, ok := p.handles[t]; !ok {
 			missing = append(missing, t)
 		}
@@ -409,7 +415,6 @@ func (m *Machine) unacked(p *pending) string {
 	if len(missing) == 0 {
 		return ""
 	}
-	sort.Strings(missing)
 	const shown = 3
 	more := ""
 	if len(missing) > shown {

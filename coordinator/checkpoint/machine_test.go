@@ -139,7 +139,9 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 }
 
 // An expired checkpoint's reason names the tasks it still waited for: the
-// ones holding it up (a sink still recovering a large commit, say).
+// ones holding it up (a sink still recovering a large commit, say), in plan
+// order, so that when more than three wait the first named is the one the
+// others wait behind (a slow operator's barrier stuck behind its input).
 func TestExpiryNamesTheTasksNotAcked(t *testing.T) {
 	m := NewMachine("j", Config{Interval: 100 * time.Millisecond, Timeout: time.Second, MaxConcurrent: 1, TolerableFailures: 5}, nil, 0)
 	m.Start(at(0), []string{"src-0", "op-0", "op-1", "sink-0", "sink-1"})
@@ -159,7 +161,7 @@ func TestExpiryNamesTheTasksNotAcked(t *testing.T) {
 	if got, want := reason(acts), "expired after 1s; no snapshot from op-0, sink-0, sink-1"; got != want {
 		t.Errorf("reason %q, want %q", got, want)
 	}
-	if got, want := reason(m.Tick(at(2100))), "expired after 1s; no snapshot from op-0, op-1, sink-0 and 2 more"; got != want {
+	if got, want := reason(m.Tick(at(2100))), "expired after 1s; no snapshot from src-0, op-0, op-1 and 2 more"; got != want {
 		t.Errorf("reason %q, want %q", got, want)
 	}
 }

@@ -109,7 +109,7 @@ func TestRemoveCheckpoint(t *testing.T) {
 	if err := <-failed; err == nil {
 		t.Fatal("a savepoint nobody acked completed")
 	}
-	e.removeErr(t, ctx, "rm", pending, control.ErrNotFound, fmt.Sprintf("there is no checkpoint %d of job rm to remove: it failed (expired after 3s; no snapshot from count-0, count-1, in-0 and 2 more)", pending))
+	e.removeErr(t, ctx, "rm", pending, control.ErrNotFound, fmt.Sprintf("there is no checkpoint %d of job rm to remove: it failed (expired after 3s; no snapshot from in-0, in-1, count-0 and 2 more)", pending))
 
 	// The failover's checkpoint is still the latest.
 	if st, err := e.api.Job(ctx, "rm"); err != nil || st.LatestCheckpoint != c {
