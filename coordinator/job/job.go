@@ -1017,11 +1017,13 @@ func (j *job) rest(ctx context.Context, attempt int, id int64) {
 	}
 }
 
-// stopTasks tells every worker of the attempt to cancel it (best effort).
-// A worker that is no longer live (its heartbeats stopped: a process that
-// is frozen, swapping or cut off) is told without waiting for its answer:
-// it may give none before the request times out, and waiting would hold
-// the failover back by RequestTimeout for each such worker while giving
+// stopTasks tells every worker of the attempt to cancel it (best effort),
+// all at once: a worker answers once its tasks stopped, which under load
+// (a sink's commit under way) takes seconds, and one after the other the
+// waits would add up. A worker that is no longer live (its heartbeats
+// stopped: a process that is frozen, swapping or cut off) is told without
+// waiting for its answer: it may give none before the request times out,
+// and waiting would hold the failover back by RequestTimeout while giving
 // nothing — one heard from again is told to cancel what it still runs of
 // an attempt that is no longer current anyway (Manager.WorkerTasks). That
 // request ends with the manager.
@@ -1031,6 +1033,7 @@ func (j *job) stopTasks(reason string) {
 	j.m.mu.Lock()
 	mctx := j.m.ctx
 	j.m.mu.Unlock()
+	var answered sync.WaitGroup
 	for _, w := range j.workers() {
 		cancelOn := func(ctx context.Context) {
 			c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
@@ -1040,12 +1043,13 @@ func (j *job) stopTasks(reason string) {
 			}
 		}
 		if _, ok := slices.BinarySearch(live, w); ok {
-			cancelOn(context.WithoutCancel(j.ctx))
+			answered.Go(func() { cancelOn(context.WithoutCancel(j.ctx)) })
 			continue
 		}
 		j.m.wg.Add(1)
 		go func() { defer j.m.wg.Done(); cancelOn(mctx) }()
 	}
+	answered.Wait()
 }
 
 // idReserve is how many checkpoint IDs the job record reserves at a time:

@@ -71,6 +71,8 @@ type fakeWorker struct {
 	stops     []control.Stop // Stop requests (bring tasks to rest)
 	stopErr   error          // if set, the next Stop fails with it
 	deployErr error          // if set, deploys fail with it
+	// cancelGate, if set, is called with each Cancel before it is handled.
+	cancelGate func(control.Cancel)
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
@@ -174,6 +176,12 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 }
 
 func (w *fakeWorker) Cancel(_ context.Context, c control.Cancel) error {
+	w.mu.Lock()
+	gate := w.cancelGate
+	w.mu.Unlock()
+	if gate != nil {
+		gate(c)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cancels = append(w.cancels, c)
@@ -456,10 +464,64 @@ func TestFailoverDoesNotWaitForALostWorker(t *testing.T) {
 		t.Errorf("w1's last deploy: attempt %d, %d tasks; want attempt %d, 5 tasks", d.Attempt, len(d.Tasks), st.Attempt)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if cancels != 1 {
 		t.Errorf("the frozen worker was sent %d cancels; want 1 (it is still told)", cancels)
 	}
+	mu.Unlock()
+	cancelWhileLive(t, ctx, e, "wc")
+}
+
+// cancelWhileLive cancels job and waits until it is canceled, while its
+// workers still answer: a job the test leaves running is canceled as the
+// manager shuts down, after the fake workers stopped, and that cancel may
+// wait out a long RequestTimeout.
+func cancelWhileLive(t *testing.T, ctx context.Context, e *env, job string) {
+	t.Helper()
+	if _, err := e.api.CancelJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, job, "canceled", func(st control.JobStatus) bool { return st.State == control.JobCanceled })
+}
+
+// A failover tells the workers to cancel the attempt side by side, not one
+// after the other: a worker answers once its tasks stopped, seconds under
+// load, and the waits would add up. Here each worker's cancel of attempt 1
+// answers only once the other's arrived too.
+func TestFailoverCancelsOnAllWorkersAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Longer than ctx gives the test, not so long that a failure hangs it.
+	e := setupWith(t, ctx, Options{RequestTimeout: time.Minute})
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	var both sync.WaitGroup
+	both.Add(2)
+	arrived := make(chan struct{})
+	go func() { both.Wait(); close(arrived) }()
+	for _, w := range []*fakeWorker{w1, w2} {
+		var once sync.Once
+		w.mu.Lock()
+		w.cancelGate = func(c control.Cancel) {
+			if c.Attempt == 1 {
+				once.Do(both.Done)
+				select {
+				case <-arrived:
+				case <-ctx.Done(): // one after the other: the test fails
+				}
+			}
+		}
+		w.mu.Unlock()
+	}
+	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	e.submitRunning(t, ctx, s)
+	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, "trap"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "attempt 2 running", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2
+	})
+	cancelWhileLive(t, ctx, e, "wc")
 }
 
 // A worker that crashed between heartbeats (it is still counted live, but
