@@ -276,21 +276,33 @@ func (s *KV) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(e.Value())), nil
 }
 
-// Delete purges the keys starting with prefix, and then the purge markers
-// left in their place (see dropMarker).
+// Delete removes the keys starting with prefix: it purges each key's
+// subject in the bucket's stream through the key's last revision, leaving
+// no delete marker (a marker per key that nothing removes would make the
+// bucket, and every listing of it, grow with every checkpoint ever
+// discarded). A key put again meanwhile stays.
+//
+// Not a KV purge followed by a purge of its marker, as before: after a
+// crash (kill -9, power loss), nats-server v2.15.2's file store recovered
+// without the removals of that pair, so deleted keys came back
+// (TestDeletesSurviveAServerCrash). One subject purge survives.
 func (s *KV) Delete(ctx context.Context, prefix string) error {
 	keys, err := s.List(ctx, prefix)
 	if err != nil {
 		return err
 	}
+	st, err := s.js.Stream(ctx, "KV_"+s.bucket)
+	if err != nil {
+		return fmt.Errorf("storage delete %s: %w", prefix, err)
+	}
 	for _, k := range keys {
-		if err := s.kv.Purge(ctx, k); err != nil {
-			return fmt.Errorf("storage delete %s: %w", k, err)
+		m, err := st.GetLastMsgForSubject(ctx, "$KV."+s.bucket+"."+k)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // deleted meanwhile
 		}
-		err := dropMarker(ctx, s.js, "KV_"+s.bucket, "$KV."+s.bucket+"."+k, func(m *jetstream.RawStreamMsg) bool {
-			op := m.Header.Get("KV-Operation")
-			return op == "PURGE" || op == "DEL"
-		})
+		if err == nil {
+			err = st.Purge(ctx, jetstream.WithPurgeSubject(m.Subject), jetstream.WithPurgeSequence(m.Sequence+1))
+		}
 		if err != nil {
 			return fmt.Errorf("storage delete %s: %w", k, err)
 		}
@@ -298,7 +310,6 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 	return nil
 }
 
-// List returns the live keys starting with prefix.
 func (s *KV) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("storage list: %w", err)
