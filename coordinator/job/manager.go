@@ -821,7 +821,7 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 		defer cancel()
 	}
 	if err := j.awaitRunning(sctx, "stop"); err != nil {
-		return control.CheckpointInfo{}, fmt.Errorf("%w (the job keeps running)", err)
+		return control.CheckpointInfo{}, fmt.Errorf("%w (the job was not stopped)", err)
 	}
 	cp, err := j.runner.StopSavepoint(sctx)
 	if err != nil {

@@ -2,7 +2,9 @@
 // Prometheus: job state, attempts, restarts, checkpoints completed and
 // failed and the latest one's ID, duration, size and time, and
 // each task's counters as its worker last reported them in a heartbeat
-// (control.TaskStats), so one scrape of the coordinator covers every worker.
+// (control.TaskStats), so one scrape of the coordinator covers every worker;
+// and, from a lister that can list workers (WorkerLister), the live workers
+// with their slots and the tasks placed on them.
 package metrics
 
 import (
@@ -23,6 +25,13 @@ type JobLister interface {
 	Jobs(ctx context.Context) ([]control.JobStatus, error)
 }
 
+// WorkerLister lists the live workers with their slots; job.Manager and
+// control.APIClient implement it. A JobLister that is one too gets the
+// worker metrics exported.
+type WorkerLister interface {
+	Workers(ctx context.Context) ([]control.WorkerStatus, error)
+}
+
 // states are the job states weir_job_state reports, one series each.
 var states = []control.JobState{control.JobCreated, control.JobRunning, control.JobRestarting,
 	control.JobFailed, control.JobCanceled, control.JobFinished}
@@ -36,6 +45,7 @@ type Collector struct {
 	cpCompleted, cpFailed, cpDuration, cpSize, cpTime *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts  *prometheus.Desc
 	pending, awaited                                  *prometheus.Desc
+	workersLive, slots, slotsUsed                     *prometheus.Desc
 	scrapeErrors                                      prometheus.Counter
 }
 
@@ -74,6 +84,11 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"Messages the source task's stream holds that it has not read yet (JetStream sources).", task, nil),
 		awaited: prometheus.NewDesc("weir_source_awaited_messages",
 			"Sequences a bounded source task's stream lacks before the source's stop (its stop minus the stream's last sequence), while it waits for them.", task, nil),
+		workersLive: prometheus.NewDesc("weir_workers_live", "Workers whose heartbeats the coordinator hears.", nil, nil),
+		slots: prometheus.NewDesc("weir_worker_slots",
+			"The most tasks the worker takes at a time (weir worker -slots); 0 means no limit.", []string{"worker", "host"}, nil),
+		slotsUsed: prometheus.NewDesc("weir_worker_slots_used",
+			"Tasks placed on the worker of the jobs that have not ended: what placement counts against its slots.", []string{"worker", "host"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_scrape_errors_total",
 			Help: "Scrapes that could not list the jobs."}),
 	}
@@ -83,7 +98,8 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
 		c.cpCompleted, c.cpFailed, c.cpDuration, c.cpSize, c.cpTime,
-		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited} {
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited,
+		c.workersLive, c.slots, c.slotsUsed} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -95,12 +111,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.scrapeErrors.Collect(ch)
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	if wl, ok := c.jobs.(WorkerLister); ok {
+		workers, err := wl.Workers(ctx)
+		if err != nil {
+			c.scrapeErrors.Inc()
+			return
+		}
+		ch <- prometheus.MustNewConstMetric(c.workersLive, gauge, float64(len(workers)))
+		for _, w := range workers {
+			ch <- prometheus.MustNewConstMetric(c.slots, gauge, float64(w.Slots), w.ID, w.Host)
+			ch <- prometheus.MustNewConstMetric(c.slotsUsed, gauge, float64(w.Used), w.ID, w.Host)
+		}
+	}
 	jobs, err := c.jobs.Jobs(ctx)
 	if err != nil {
 		c.scrapeErrors.Inc()
 		return
 	}
-	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
 	for _, j := range jobs {
 		for _, s := range states {
 			v := 0.0

@@ -80,11 +80,18 @@ checkpointing: {interval: 20ms}
 				`weir_task_backpressured_seconds_total{job="tap",task="out-0",worker="w1"} `,
 				`weir_task_checkpoints_total{job="tap",task="in-0",worker="w1"} `,
 				`weir_source_pending_messages{job="tap",task="in-0",worker="w1"} `,
+				`weir_workers_live 1`,
 				`weir_scrape_errors_total 0`,
 				`go_goroutines `,
 			} {
 				if !strings.Contains(got, "\n"+line) {
 					t.Errorf("scrape lacks %q", line)
+				}
+			}
+			// The worker takes any number of tasks; the job's two are on it.
+			for _, re := range []string{`\nweir_worker_slots\{host="[^"]*",worker="w1"\} 0\n`, `\nweir_worker_slots_used\{host="[^"]*",worker="w1"\} 2\n`} {
+				if !regexp.MustCompile(re).MatchString(got) {
+					t.Errorf("scrape lacks %s", re)
 				}
 			}
 			return
