@@ -387,23 +387,7 @@ func TestRunFollowsAJobWhileTheCoordinatorIsAway(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	log := slog.New(slog.DiscardHandler)
-	srv, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Workers: 1, WorkerID: "w1",
-		CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	url := srv.Server.ClientURL()
-	coordinator := func() *node.Node {
-		t.Helper()
-		n, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, Coordinator: true,
-			CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	url, coordinator := splitNode(t, ctx)
 	c := coordinator()
 	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
 	if err != nil {
@@ -432,6 +416,31 @@ type following struct {
 	cancel    context.CancelFunc
 	out, errb syncBuffer
 	done      chan int // its exit code
+}
+
+// splitNode starts NATS with one worker in a node of their own, and
+// returns its URL and a function that starts a coordinator on it (the
+// caller closes each), so that a test can stop and start the coordinator
+// alone.
+func splitNode(t *testing.T, ctx context.Context) (string, func() *node.Node) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	srv, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Workers: 1, WorkerID: "w1",
+		CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	url := srv.Server.ClientURL()
+	return url, func() *node.Node {
+		t.Helper()
+		n, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, Coordinator: true,
+			CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 }
 
 // startFollowing starts weir run -nats url -idle 0 -cancel spec; the test's end
@@ -487,19 +496,8 @@ func TestRunForEndsWhileTheCoordinatorIsAway(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	log := slog.New(slog.DiscardHandler)
-	srv, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Workers: 1, WorkerID: "w1",
-		CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	url := srv.Server.ClientURL()
-	c, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, Coordinator: true,
-		CheckpointStore: node.StoreJetStream, HeartbeatTimeout: 2 * time.Second, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, coordinator := splitNode(t, ctx)
+	c := coordinator()
 	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
 	if err != nil {
 		t.Fatal(err)
