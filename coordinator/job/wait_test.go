@@ -69,8 +69,15 @@ func TestWorkerWaitRunsOut(t *testing.T) {
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
 		t.Fatal(err)
 	}
+	waitRunsOut(t, ctx, e, "no worker joined within 50ms")
+}
+
+// waitRunsOut waits for job wc, whose restart strategy allows one restart,
+// to fail, each of its two attempts with the failure want: its wait for
+// room (a worker, free slots) ran out.
+func waitRunsOut(t *testing.T, ctx context.Context, e *env, want string) {
+	t.Helper()
 	st := waitFor(t, ctx, e, "wc", "failed", func(st control.JobStatus) bool { return st.State == control.JobFailed })
-	const want = "no worker joined within 50ms"
 	if st.Reason != want+" (after 1 restart attempt)" || st.Restarts != 1 || len(st.Failures) != 2 {
 		t.Fatalf("status %+v, want failed after one wait per attempt", st)
 	}
