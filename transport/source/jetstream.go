@@ -119,6 +119,10 @@ type JetStreamConfig struct {
 	// older messages, a restore could not tell that none of them were its
 	// own and would refuse with ErrOffsetGone.
 	IdleCheck time.Duration
+	// IdleCheckTimeout bounds the requests of one idle check (the stream's
+	// info, then a message lookup per filter of the lane); default
+	// IdleCheck. Close does not wait for them: it cancels them.
+	IdleCheckTimeout time.Duration
 }
 
 // maxResetAttempts bounds how often in a row the ordered consumer tries to
@@ -244,6 +248,9 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	}
 	if cfg.IdleCheck <= 0 {
 		cfg.IdleCheck = 5 * time.Second
+	}
+	if cfg.IdleCheckTimeout <= 0 {
+		cfg.IdleCheckTimeout = cfg.IdleCheck
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	acc := newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes))
@@ -857,7 +864,7 @@ func (s *JetStream) requestEnd(l *lane) {
 // source up to the stop at most, where the lane ends. Errors leave it
 // where it is.
 func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheck)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
 	defer cancel()
 	info, err := st.Info(ctx)
 	if err != nil {
