@@ -300,7 +300,9 @@ func printFailures(w io.Writer, fs []control.Failure) {
 const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
 
   weir checkpoint ls JOB   the last 100 checkpoints and savepoints of JOB: id, status,
-                           duration, size, longest alignment, aligned or unaligned,
+                           duration, size, longest alignment, aligned, unaligned or
+                           at-least-once (one that failed: as the job's mode asks),
+                           tasks acked of those that must ack (- if not known),
                            and the slowest task with the phase that took most of its
                            time (start delay: the barrier queued behind in-flight data
                            or a running sink commit; alignment; snapshot; upload).
@@ -446,9 +448,9 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 		if c.Savepoint {
 			kind = "savepoint"
 		}
-		al := "aligned"
-		if c.Unaligned {
-			al = "unaligned"
+		tasks := "-"
+		if c.Total > 0 {
+			tasks = fmt.Sprintf("%d/%d", c.Acked, c.Total)
 		}
 		slowest := "-"
 		if t, ok := c.Slowest(); ok {
@@ -461,10 +463,32 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 		case c.EarlierRun:
 			reason = "earlier run: " + reason
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", c.ID, kind, c.Status, c.Duration.Round(time.Millisecond),
-			size(c.Size), c.Alignment.Round(time.Microsecond), al, c.Acked, c.Total, slowest, reason)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, kind, c.Status, c.Duration.Round(time.Millisecond),
+			size(c.Size), c.Alignment.Round(time.Microsecond), alignedOf(c), tasks, slowest, reason)
 	}
 	tw.Flush()
+}
+
+// alignedOf says how checkpoint c was taken: "unaligned" when a task's
+// snapshot was; "at-least-once" in a job of that mode (barriers tracked,
+// inputs never aligned); else, for one completed, "aligned"; for one that
+// did not complete, as the job's mode asks (the tasks that did not ack it
+// say nothing of how they would have taken it); "-" when neither tells
+// (one read back from storage that does not check out).
+func alignedOf(c control.CheckpointInfo) string {
+	switch {
+	case c.Unaligned:
+		return "unaligned"
+	case c.Mode == jobspec.ModeAtLeastOnce:
+		return "at-least-once"
+	case c.Status == control.CheckpointCompleted || c.Status == control.CheckpointDiscarded:
+		return "aligned"
+	case c.Mode == jobspec.ModeUnaligned:
+		return "unaligned"
+	case c.Mode != "":
+		return "aligned"
+	}
+	return "-"
 }
 
 // size formats a byte count.

@@ -841,16 +841,12 @@ func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
 	}
 	switch c.Status {
 	case control.CheckpointCompleted:
-		al := "aligned"
-		if c.Unaligned {
-			al = "unaligned"
-		}
 		slowest := ""
 		if t, ok := c.Slowest(); ok {
 			slowest = "; slowest " + t.String()
 		}
 		fmt.Fprintf(w, "%s %d completed in %s: %s, %s (longest alignment %s), %d tasks%s\n", kind, c.ID,
-			c.Duration.Round(time.Millisecond), size(c.Size), al, c.Alignment.Round(time.Microsecond), c.Acked, slowest)
+			c.Duration.Round(time.Millisecond), size(c.Size), alignedOf(c), c.Alignment.Round(time.Microsecond), c.Acked, slowest)
 	case control.CheckpointFailed:
 		fmt.Fprintf(w, "%s %d failed: %s\n", kind, c.ID, c.Reason)
 	}

@@ -368,6 +368,31 @@ func TestCheckpointLinesNameTheSlowestTask(t *testing.T) {
 	}
 }
 
+// weir checkpoint ls shows a checkpoint that failed before any task acked
+// it (a failover aborted it) with the job's mode, and task counts only
+// where they are known.
+func TestCheckpointLsFailedShowsTheMode(t *testing.T) {
+	for _, c := range []struct {
+		info control.CheckpointInfo
+		want string
+	}{
+		{control.CheckpointInfo{ID: 3, Status: control.CheckpointFailed, Mode: jobspec.ModeUnaligned, Total: 5, Reason: "task count-1 failed"}, "unaligned 0/5"},
+		{control.CheckpointInfo{ID: 3, Status: control.CheckpointFailed, Mode: jobspec.ModeExactlyOnce, Acked: 2, Total: 5}, "aligned 2/5"},
+		{control.CheckpointInfo{ID: 3, Status: control.CheckpointCompleted, Mode: jobspec.ModeAtLeastOnce, Acked: 5, Total: 5}, "at-least-once 5/5"},
+		{control.CheckpointInfo{ID: 3, Status: control.CheckpointCompleted, Unaligned: true, Acked: 5, Total: 5}, "unaligned 5/5"},
+		// Read back from storage and corrupt: neither is known.
+		{control.CheckpointInfo{ID: 3, Status: control.CheckpointFailed, Reason: "stored, but cannot be restored"}, "- -"},
+	} {
+		var ls bytes.Buffer
+		printCheckpoints(&ls, []control.CheckpointInfo{c.info})
+		rows := strings.Split(strings.TrimSpace(ls.String()), "\n")
+		// Fields: ID, KIND, STATUS, DURATION, SIZE (two: "0 B"), ALIGNMENT, ALIGNED, TASKS.
+		if got := strings.Join(strings.Fields(rows[len(rows)-1])[7:9], " "); got != c.want {
+			t.Errorf("%+v: ALIGNED and TASKS %q, want %q\n%s", c.info, got, c.want, ls.String())
+		}
+	}
+}
+
 // TestRunShowsBuildErrors: a Go package module that does not compile fails
 // weir run with the compiler's message, not only "exit status 1".
 func TestRunShowsBuildErrors(t *testing.T) {

@@ -77,13 +77,16 @@ type Config struct {
 	Disabled bool
 	// HistorySize bounds the history kept for queries; default 100.
 	HistorySize int
+	// Mode is the job's checkpointing mode (jobspec.Mode*), recorded in the
+	// history of every checkpoint triggered.
+	Mode string
 }
 
 // ConfigFromSpec returns the configuration a job spec asks for.
 func ConfigFromSpec(c jobspec.Checkpointing) Config {
 	return Config{Interval: c.Interval, Timeout: c.Timeout, MinPause: c.MinPause,
 		MaxConcurrent: c.MaxConcurrent, TolerableFailures: c.TolerableFailures,
-		Retained: c.Retained, Disabled: c.Disabled}
+		Retained: c.Retained, Disabled: c.Disabled, Mode: c.Mode}
 }
 
 // Metadata describes a completed checkpoint: what tasks restore from.
@@ -463,7 +466,7 @@ func (m *Machine) trigger(now time.Time, savepoint bool) Action {
 		m.lastTrigger = now
 	}
 	info := &control.CheckpointInfo{Job: m.job, ID: id, Savepoint: savepoint, Status: control.CheckpointPending,
-		Triggered: now, Total: len(m.task), Tasks: map[string]map[string]int64{}}
+		Triggered: now, Total: len(m.task), Tasks: map[string]map[string]int64{}, Mode: m.cfg.Mode}
 	m.pending[id] = &pending{id: id, savepoint: savepoint, triggered: now,
 		handles: map[string]string{}, metrics: info.Tasks, info: info}
 	m.history = append(m.history, info)

@@ -185,7 +185,13 @@ type CheckpointInfo struct {
 	Alignment time.Duration `json:"alignment"`
 	// Unaligned is true when any task's snapshot ended unaligned.
 	Unaligned bool `json:"unaligned"`
-	// Acked and Total count the tasks.
+	// Mode is the job's checkpointing mode (jobspec.Mode*) when the
+	// checkpoint was triggered; empty for one read back from storage (a
+	// completed one's Unaligned tells how it was taken). It says how a
+	// checkpoint that failed before any task acked it was to be taken.
+	Mode string `json:"mode,omitempty"`
+	// Acked and Total count the tasks (Total 0: not known, for one read
+	// back from storage that does not check out).
 	Acked int `json:"acked"`
 	Total int `json:"total"`
 	// Tasks holds each acked task's metrics (Metric* names).

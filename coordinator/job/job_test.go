@@ -828,6 +828,47 @@ func TestFailover(t *testing.T) {
 	}
 }
 
+// A checkpoint that a failover aborts before any task acked it says how it
+// was to be taken — the job's mode — and how many tasks had to ack it:
+// weir checkpoint ls shows "unaligned 0/5" for an unaligned job's, not
+// "aligned".
+func TestFailoverAbortedCheckpointKeepsTheMode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	w.mu.Lock()
+	w.noAck = true // the checkpoint is in flight when the task fails
+	w.mu.Unlock()
+	e.waitWorkers(1)
+	e.submitRunning(t, ctx, spec(t, "u", "checkpointing: {mode: unaligned, interval: 20ms, timeout: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n"))
+	waitFor(t, ctx, e, "u", "a checkpoint in flight", func(control.JobStatus) bool {
+		cps, err := e.api.Checkpoints(ctx, "u")
+		return err == nil && len(cps) > 0
+	})
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "u", Attempt: 1, Task: "count-1"}, "trap"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "u", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
+	cps, err := e.api.Checkpoints(ctx, "u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, c := range cps {
+		if c.Status != control.CheckpointFailed {
+			continue
+		}
+		failed++
+		if c.Mode != jobspec.ModeUnaligned || c.Acked != 0 || c.Total != 5 || !strings.Contains(c.Reason, "count-1 failed") {
+			t.Errorf("checkpoint aborted by the failover: %+v", c)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("no checkpoint aborted by the failover: %+v", cps)
+	}
+}
+
 func TestRestartExhaustedAndIsolation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
