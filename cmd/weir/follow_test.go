@@ -277,7 +277,7 @@ func TestRunReportsStateChanges(t *testing.T) {
 			st(control.JobRunning, 1, ""), st(control.JobRunning, 1, ""),
 			st(control.JobRestarting, 1, "coordinator restarted"),
 			st(control.JobRestarting, 2, "coordinator restarted"), // deploying attempt 2
-			st(control.JobRunning, 2, "coordinator restarted"),
+			st(control.JobRunning, 2, ""),                         // running again: no reason
 		}, []string{"running (attempt 1)", "restarting (attempt 1): coordinator restarted", "running (attempt 2)"}},
 		{"an earlier version's coordinator restarted", []control.JobStatus{
 			st(control.JobRunning, 1, ""), st(control.JobCreated, 1, ""), st(control.JobRunning, 2, ""),

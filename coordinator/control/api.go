@@ -40,7 +40,10 @@ type JobStatus struct {
 	// Restarts counts the restarts made so far: a job that failed once
 	// its restart attempts ran out shows them, not the final failure.
 	Restarts int `json:"restarts"`
-	// Reason is the last failure's cause.
+	// Reason is the last failure's cause, or what a created or restarting
+	// job waits for: a worker, free slots, or (job.ReasonCoordinatorRestarted)
+	// its next attempt after the coordinator restarted — no failure, so once
+	// that attempt runs the job has no reason.
 	Reason    string    `json:"reason,omitempty"`
 	Submitted time.Time `json:"submitted"`
 	Updated   time.Time `json:"updated"`

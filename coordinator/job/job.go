@@ -724,6 +724,13 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 	}
 	// Checkpointing starts once every task restored its state and runs
 	// (evRunning in wait).
+	j.mu.Lock()
+	if j.st.Reason == ReasonCoordinatorRestarted {
+		// It describes the wait for this attempt, which is over; the
+		// restart was no failure of the job's, so none is its cause.
+		j.st.Reason = ""
+	}
+	j.mu.Unlock()
 	j.setState(control.JobRunning, "")
 	return failure{}, ""
 }

@@ -1066,6 +1066,11 @@ func TestCoordinatorRestart(t *testing.T) {
 		t.Errorf("job being resumed: %+v, %v; want restarting (attempt %d): %s", st, err, before.Attempt, ReasonCoordinatorRestarted)
 	}
 	after := waitFor(t, ctx, e, "ha", "resumed", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt > before.Attempt })
+	// Running again, it is no longer waiting for anything: the reason is
+	// gone (the restart was no failure of the job's).
+	if after.Reason != "" {
+		t.Errorf("resumed job runs with the reason %q", after.Reason)
+	}
 	d := w.lastDeploy("ha")
 	if d.Restore == nil || d.Restore.CheckpointID < before.LatestCheckpoint || after.RestoredFrom != d.Restore.CheckpointID {
 		t.Errorf("resumed from %+v, latest before the restart was %d", d.Restore, before.LatestCheckpoint)
