@@ -1034,22 +1034,33 @@ func (j *job) rest(ctx context.Context, attempt int, id int64) {
 // nothing — one heard from again is told to cancel what it still runs of
 // an attempt that is no longer current anyway (Manager.WorkerTasks). That
 // request ends with the manager.
+//
+// As the coordinator shuts down (the job's context is done) every worker
+// is told, live or not, and its answer is awaited for shutdownCancelWait
+// at most: a frozen worker that still counts as live would otherwise hold
+// the shutdown for RequestTimeout, and once the cancel is sent, its answer
+// changes nothing for a coordinator that goes away.
 func (j *job) stopTasks(reason string) {
 	attempt := j.attempt()
 	live := j.m.ctl.LiveWorkers()
 	j.m.mu.Lock()
 	mctx := j.m.ctx
 	j.m.mu.Unlock()
+	shutdown := j.ctx.Err() != nil
+	wait := j.m.opts.RequestTimeout
+	if shutdown {
+		wait = min(wait, shutdownCancelWait)
+	}
 	var answered sync.WaitGroup
 	for _, w := range j.workers() {
 		cancelOn := func(ctx context.Context) {
-			c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+			c, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()
 			if err := j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: attempt, Reason: reason}); err != nil {
 				j.m.log.Warn("cancel on worker failed", "job", j.spec.Name, "worker", w, "err", err)
 			}
 		}
-		if _, ok := slices.BinarySearch(live, w); ok {
+		if _, ok := slices.BinarySearch(live, w); ok || shutdown {
 			answered.Go(func() { cancelOn(context.WithoutCancel(j.ctx)) })
 			continue
 		}
@@ -1058,6 +1069,10 @@ func (j *job) stopTasks(reason string) {
 	}
 	answered.Wait()
 }
+
+// shutdownCancelWait bounds how long a coordinator shutting down waits
+// for a worker's answer to the cancel of a job's attempt (stopTasks).
+const shutdownCancelWait = time.Second
 
 // idReserve is how many checkpoint IDs the job record reserves at a time:
 // it is written once per idReserve checkpoints, not for each.

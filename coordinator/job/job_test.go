@@ -471,10 +471,58 @@ func TestFailoverDoesNotWaitForALostWorker(t *testing.T) {
 	cancelWhileLive(t, ctx, e, "wc")
 }
 
+// A coordinator shutting down does not wait out RequestTimeout (an hour
+// here) for a worker that takes the cancel but never answers — frozen, yet
+// still counted live: the manager's Run returning at all shows it did not
+// wait. The worker is still told.
+func TestShutdownDoesNotWaitForAFrozenWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, RequestTimeout: time.Hour})
+	mctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+	<-ready
+	f := &fleet{t: t, nc: nc, store: st, ws: map[string]*fakeWorker{}}
+	defer f.wait()
+	e := &env{api: control.NewAPIClient(nc, ""), fleet: f, mgr: mgr}
+	w := f.start(ctx, "w1")
+	e.waitWorkers(1)
+	e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 1h}\n"))
+	// The freeze: w1 takes the cancel and answers only once the test ends.
+	told := make(chan control.Cancel, 1)
+	thaw := make(chan struct{})
+	defer close(thaw)
+	w.mu.Lock()
+	w.cancelGate = func(c control.Cancel) {
+		told <- c
+		<-thaw
+	}
+	w.mu.Unlock()
+	stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the coordinator's shutdown waited for the cancel of a worker that does not answer")
+	}
+	select {
+	case c := <-told:
+		if c.Job != "wc" || c.Attempt != 1 {
+			t.Errorf("the worker was told %+v", c)
+		}
+	case <-ctx.Done():
+		t.Error("the worker was not told to cancel the attempt")
+	}
+}
+
 // cancelWhileLive cancels job and waits until it is canceled, while its
-// workers still answer: a job the test leaves running is canceled as the
-// manager shuts down, after the fake workers stopped, and that cancel may
-// wait out a long RequestTimeout.
+// workers still answer, rather than leave it to the manager's shutdown.
 func cancelWhileLive(t *testing.T, ctx context.Context, e *env, job string) {
 	t.Helper()
 	if _, err := e.api.CancelJob(ctx, job); err != nil {
