@@ -633,12 +633,13 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	}
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.ctx == nil || m.ctx.Err() != nil {
+		m.mu.Unlock()
 		return control.JobStatus{}, control.Errorf(control.ErrUnavailable, "submit %s: the coordinator is not running", spec.Name)
 	}
 	old := m.jobs[spec.Name]
 	if old != nil && !old.status().State.Terminal() {
+		m.mu.Unlock()
 		return control.JobStatus{}, control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", spec.Name, old.status().State)
 	}
 	if old != nil {
@@ -667,8 +668,14 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 		j.st.Attempt, j.st.Failures = ost.Attempt, ost.Failures
 	}
 	m.jobs[spec.Name] = j
-	j.persist()
 	m.wg.Add(2)
+	m.mu.Unlock()
+	// The record is written before the job deploys (a coordinator that
+	// restarts resumes what it deployed), but not under m.mu: a slow
+	// store would hold up every API call meanwhile. Writes of the name's
+	// record stay in order (persist, recordMu), each with the record as
+	// it is then.
+	j.persist()
 	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
 	go func() { defer m.wg.Done(); j.run() }()
 	return j.status(), nil

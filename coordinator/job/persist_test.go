@@ -149,3 +149,72 @@ func TestReplacedRunWritesNoRecord(t *testing.T) {
 		t.Errorf("the replaced run wrote its record over the new run's: %s is %s", rec.Spec.Name, rec.State)
 	}
 }
+
+// gateStore is a Store whose first Put of key waits until release is
+// closed, having closed entered.
+type gateStore struct {
+	storage.Store
+	key     string
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gateStore) Put(ctx context.Context, key string, r io.Reader) error {
+	if key == s.key {
+		s.once.Do(func() {
+			close(s.entered)
+			<-s.release
+		})
+	}
+	return s.Store.Put(ctx, key, r)
+}
+
+// A submit's first write of the job record does not hold the manager's
+// lock: while the store takes its time, the job API answers (here a read
+// of another job's status), and the submit returns once the record is
+// stored.
+func TestSlowRecordWriteBlocksNoRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := &gateStore{Store: dir, key: recordKey("slow"), entered: make(chan struct{}), release: make(chan struct{})}
+	e := setupWith(t, ctx, Options{Jobs: records})
+	e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	e.submitRunning(t, ctx, spec(t, "other", "checkpointing: {disabled: true}\n"))
+	slow := spec(t, "slow", "checkpointing: {disabled: true}\n")
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := e.mgr.Submit(ctx, control.SubmitRequest{Spec: slow})
+		submitted <- err
+	}()
+	<-records.entered
+	read := make(chan error, 1)
+	go func() {
+		_, err := e.mgr.Job(ctx, "other")
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Errorf("status of another job while the record is written: %v", err)
+		}
+	case <-ctx.Done():
+		close(records.release)
+		t.Fatal("a read of the job API waited for the write of another job's record")
+	}
+	close(records.release)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	var rec record
+	if err := json.Unmarshal(storedRecord(t, ctx, dir, "slow"), &rec); err != nil || rec.Spec.Name != "slow" {
+		t.Errorf("stored record of slow: %+v, %v", rec, err)
+	}
+	cancelWhileLive(t, ctx, e, "slow")
+	cancelWhileLive(t, ctx, e, "other")
+}
