@@ -30,7 +30,9 @@ const ExactlyOnceGuarantee = "exactly-once: JetStream, output published when its
 var ErrDuplicateWindowTooShort = errors.New("stream duplicate window too short for exactly-once")
 
 // ErrMalformedState is wrapped when Recover is given bytes PreCommit did not
-// produce.
+// produce, or state whose staged output names a subject or stream that is
+// none (out.{KEY}, staged before such subjects were refused). Retrying
+// cannot help: the checkpoint holds the state.
 var ErrMalformedState = errors.New("malformed exactly-once sink state")
 
 // ErrStagedSubjectNotStored is wrapped by the error of a recovery whose

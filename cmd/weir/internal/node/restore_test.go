@@ -2,18 +2,23 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/host/snapshot"
 )
 
 // TestRestoreWithNewSpec restores a job from a savepoint under a changed
@@ -191,4 +196,92 @@ restart: {strategy: fixed-delay, delay: 1s, attempts: 5}
 		t.Errorf("status %+v; want failed at once, naming the corrupt snapshot", st)
 	}
 	t.Log(st.Reason)
+}
+
+// A restore whose exactly-once sink state is malformed — output staged
+// under the subject out.{KEY}, which is no sink subject (weir refuses it
+// since) — fails the job at once, naming the subject, instead of using up
+// the restart strategy: the staged state reads the same on every restart.
+func TestRestoreMalformedSinkStateIsUnrecoverable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end restore: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	js := n.JS
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
+	mustSinkStream(t, ctx, js, "OUT", "out", "out.>")
+	for range 5 {
+		if _, err := js.Publish(ctx, "in", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := jobspec.Parse("st.yaml", []byte(`name: st
+sources: [{name: in, kind: jetstream, stream: IN}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, guarantee: exactly-once, input: {from: in}}]
+checkpointing: {interval: 100ms}
+restart: {strategy: fixed-delay, delay: 100ms, attempts: 5}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	from := stopWithSavepoint(t, ctx, n, "st")
+
+	// The sink's snapshot, its state replaced by one staged entry (state
+	// version 5: id, at, chunk, chunk bytes, subject, stream, batch) for
+	// the savepoint under out.{KEY}. (oneNode's data directory is one of
+	// the test's temporary ones.)
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(t.TempDir()), "*", "checkpoints", "st", "chk-"+from, "out-0"))
+	if len(files) != 1 {
+		t.Fatalf("snapshot files of out-0 in savepoint %s: %v", from, files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := snapshot.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := strconv.ParseUint(from, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch abi.Builder
+	batch.Add([]byte("k"), []byte("v"), 0)
+	const bad = "out.{KEY}"
+	st := append([]byte("WEOS"), 5)
+	st = binary.LittleEndian.AppendUint32(st, 1)
+	st = binary.LittleEndian.AppendUint64(st, id)
+	st = binary.LittleEndian.AppendUint64(st, 0)
+	st = binary.LittleEndian.AppendUint32(st, 0)
+	st = binary.LittleEndian.AppendUint32(st, 0)
+	st = binary.LittleEndian.AppendUint16(st, uint16(len(bad)))
+	st = append(st, bad...)
+	st = binary.LittleEndian.AppendUint16(st, 0)
+	st = binary.LittleEndian.AppendUint32(st, uint32(len(batch.Bytes())))
+	st = append(st, batch.Bytes()...)
+	snap.SinkState = st
+	if err := os.WriteFile(files[0], snapshot.Encode(snap), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// As if a crash had cut the savepoint's commit: no marker says its
+	// output is stored, so the restore commits what is staged.
+	if err := os.Remove(host.CommittedMarker(files[0])); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "st", From: from}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, ctx, n, "st", "job failed", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if got.State != control.JobFailed || got.Restarts != 0 || !strings.Contains(got.Reason, "malformed exactly-once sink state") ||
+		!strings.Contains(got.Reason, bad) || !strings.Contains(got.Reason, "not restarted: it would fail the same way again") ||
+		strings.Contains(got.Reason, "\n") {
+		t.Errorf("status %s after %d restarts: %q; want failed at once, naming the subject", got.State, got.Restarts, got.Reason)
+	}
 }

@@ -44,7 +44,11 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // max_payload need fixing —, a checkpoint's staged output on a subject its
 // stream no longer stores (sink.ErrStagedSubjectNotStored: the checkpoint
 // holds it; the stream's subjects need fixing) or for a stream that no
-// longer exists (sink.ErrStagedStreamNotFound: below), a task snapshot
+// longer exists (sink.ErrStagedStreamNotFound: below), an exactly-once
+// sink's state that is malformed (sink.ErrMalformedState: bytes it cannot
+// decode, or output staged on a subject or stream name that is none, such
+// as out.{KEY} from before weir refused it — the checkpoint holds it, and
+// every restart reads it again), a task snapshot
 // that is corrupt (snapshot.ErrCorrupt: every restart restores the same
 // latest checkpoint, and falling back to an older one on its own would
 // repeat the output exactly-once sinks committed since; a person chooses,
@@ -73,7 +77,7 @@ func Unrecoverable(err error) bool {
 	return errors.Is(err, control.ErrUnrecoverable) ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
 		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge) ||
-		errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrStagedStreamNotFound) ||
+		errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrStagedStreamNotFound) || errors.Is(err, sink.ErrMalformedState) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
 		errors.As(err, &invalid) || restoreRefused(err)

@@ -49,6 +49,7 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("sink: %w", sink.ErrRecordTooLarge), true},
 		{fmt.Errorf("sink: recover checkpoint 3: %w", sink.ErrStagedSubjectNotStored), true},
 		{fmt.Errorf("sink: recover checkpoint 3: %w", sink.ErrStagedStreamNotFound), true},
+		{fmt.Errorf("sink: recover checkpoint 3: %w: staged checkpoint 3: subject out.{KEY}", sink.ErrMalformedState), true},
 		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},
 		{control.Unrecoverable(errors.New("x")), true},
 		{fmt.Errorf("restore: %w", host.ErrCannotRescale), true},
