@@ -32,11 +32,15 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/subject"
 )
 
 // MinDuplicateWindow is the shortest duplicate window New accepts: below
@@ -264,8 +268,9 @@ func (p *Publisher) settleFirst(ctx context.Context) error {
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case !transient(err):
-		return p.refused(r, err)
+	}
+	if err := p.check(ctx, r, err); err != nil {
+		return err
 	}
 	r.f = nil // its answer is taken: recover must not wait for another
 	return p.recover(ctx, err)
@@ -288,8 +293,9 @@ func (p *Publisher) recover(ctx context.Context, cause error) error {
 					continue // stored
 				case ctx.Err() != nil:
 					return ctx.Err()
-				case !transient(err):
-					return p.refused(r, err)
+				}
+				if err := p.check(ctx, r, err); err != nil {
+					return err
 				}
 			}
 			kept = append(kept, r)
@@ -360,6 +366,42 @@ func (p *Publisher) awaitConn(ctx context.Context, until time.Time) error {
 		case <-t.C:
 		}
 	}
+}
+
+// check returns nil when r, whose publish or acknowledgement failed with
+// err, may be published again, else the error that ends the Publisher. No
+// answer from the stream at all (no responders) passes while JetStream
+// elects the stream's leader, but not when the stream does not exist or
+// stores no subject of r's (a stream created or edited by hand): then the
+// record could never be stored.
+func (p *Publisher) check(ctx context.Context, r *record, err error) error {
+	if !transient(err) {
+		return p.refused(r, err)
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		if why := p.unstorable(ctx, r.msg.Subject); why != nil {
+			return p.refused(r, fmt.Errorf("%w: %w", why, err))
+		}
+	}
+	return nil
+}
+
+// unstorable says why the stream cannot store a record on subj: it does
+// not exist, or none of its subjects matches subj. It returns nil when
+// the stream could (or did not answer).
+func (p *Publisher) unstorable(ctx context.Context, subj string) error {
+	st, err := p.js.Stream(ctx, p.cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return errors.New("the stream does not exist")
+	}
+	if err != nil {
+		return nil
+	}
+	subjects := st.CachedInfo().Config.Subjects
+	if slices.ContainsFunc(subjects, func(s string) bool { return subject.Overlap(s, subj) }) {
+		return nil
+	}
+	return fmt.Errorf("it stores no subject %s (its subjects: %s)", subj, strings.Join(subjects, ", "))
 }
 
 // refused is the error for r, which the stream did not store (err says

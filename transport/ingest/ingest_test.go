@@ -273,3 +273,42 @@ func TestLostAcknowledgementPublishedAgain(t *testing.T) {
 		t.Errorf("%d retries, want 1", p.Retries())
 	}
 }
+
+// TestSubjectTheStreamDoesNotStore: a record on a subject the stream does
+// not store (no stream answers for it: no responders) is refused at once,
+// naming its line, the subject and the stream's subjects, as any other
+// record the stream refuses: publishing it again could never store it.
+// (Treated as JetStream briefly unavailable, it was published again and
+// again, a retry line each half second, for nine tenths of the duplicate
+// window, and then reported as an outage.)
+func TestSubjectTheStreamDoesNotStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, nc := newStream(t, jetstream.StreamConfig{Duplicates: MinDuplicateWindow})
+	retries := 0
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: "x.", Retrying: func(r Retry) {
+		t.Log(r)
+		retries++
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, ctx, p, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("out.x")
+	m.Data = []byte("4")
+	err = p.Publish(ctx, 4, m)
+	if err == nil {
+		err = p.Flush(ctx)
+	}
+	t.Logf("publish on a subject the stream does not store: %v", err)
+	var ns *NotStoredError
+	if !errors.As(err, &ns) || ns.Line != 4 || ns.Stream != "IN" ||
+		!strings.Contains(err.Error(), "out.x") || !strings.Contains(err.Error(), "in.>") {
+		t.Fatalf("publish on subject out.x to stream IN (in.>): %v; want a NotStoredError for line 4 naming out.x and in.>", err)
+	}
+	if retries != 0 || p.Retries() != 0 {
+		t.Errorf("the record was published again (%d retry notes, %d retries)", retries, p.Retries())
+	}
+}
