@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,11 @@ type record struct {
 	// what its references name now. Records written before they were kept
 	// have none; their references are resolved again.
 	Modules map[string]control.Module `json:"modules,omitempty"`
+	// Assignment is where the job's latest attempt was placed (task →
+	// worker) while it holds those slots (job.holds): a resumed job holds
+	// them again until it is placed anew, so that no job submitted
+	// meanwhile takes them from it.
+	Assignment map[string]string `json:"assignment,omitempty"`
 }
 
 const recordPrefix = "jobs/"
@@ -93,6 +99,9 @@ func (j *job) record() (rec record, ok bool) {
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
 		Latest: j.latestLocked(latest), Failures: slices.Clone(j.st.Failures), Reserved: j.reserved, Modules: j.modules}
+	if j.holds && !j.st.State.Terminal() {
+		rec.Assignment = maps.Clone(j.assign)
+	}
 	if j.initial != nil {
 		rec.From = j.initial.ID
 		if j.initial.Job != j.spec.Name {
@@ -223,6 +232,10 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Restarts = rec.Restarts
 	j.st.Submitted = rec.Submitted
 	j.st.Failures = rec.Failures
+	// The slots its attempt was placed in stay its own until it is placed
+	// again: its tasks may still run there (a crashed coordinator stopped
+	// none), and a job submitted before it is placed must not take them.
+	j.assign, j.holds = rec.Assignment, len(rec.Assignment) > 0
 	// Until its next attempt runs, the job is restarting, as after a
 	// failure, for the cause: it ran already (listed as created, it
 	// seemed to go back to the start, its previous attempt's number with

@@ -233,3 +233,38 @@ func TestJobsWaitingForRoomHoldNoSlots(t *testing.T) {
 		t.Errorf("%s once %s ended: %+v", waits, ran, st)
 	}
 }
+
+// A job that a restarted coordinator resumes holds the slots its record
+// says it ran in from the start, not only from its next placement: a job
+// submitted while the resumed one gives the workers a heartbeat timeout to
+// find the new coordinator waits for free slots, and the resumed job runs
+// on. (Without them, the newcomer took the slots — beside the old attempt
+// still running there after a crash — and the job that had been running
+// waited for it to end.)
+func TestResumedJobKeepsItsSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	e.fleet.startSlots(ctx, "w1", 5)
+	defer e.fleet.wait()
+	before := e.submitRunning(t, ctx, spec(t, "a", "checkpointing: {interval: 30ms}\n"))
+	stop()
+
+	stop = startManager()
+	defer stop()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "b", "checkpointing: {interval: 30ms}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "a", "resumed or waiting for slots", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > before.Attempt || strings.HasPrefix(st.Reason, ReasonWaitingForSlots)
+	})
+	if st.State != control.JobRunning {
+		t.Fatalf("the resumed job %+v, want it running again: a job submitted after the restart took its slots", st)
+	}
+	waitFor(t, ctx, e, "b", "waiting for a's slots",
+		waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 0 free (w1 0 of 5)"))
+	if ws, err := e.api.Workers(ctx); err != nil || len(ws) != 1 || ws[0].Used != 5 {
+		t.Errorf("workers %+v (%v), want w1 5 of 5 slots used", ws, err)
+	}
+}
