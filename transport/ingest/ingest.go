@@ -19,6 +19,10 @@
 // subject it does not store) is an error at once (*NotStoredError). Across
 // a lost connection the stream keeps the records in order: it stored a
 // prefix of what went out on the old connection, and the rest follows.
+// Not so when the stream stops answering while the connection stays up (a
+// clustered stream electing its leader: no responders): records that
+// found no leader are published again after later ones that found the new
+// one, each still stored once.
 //
 // The connection must not buffer publishes while it reconnects
 // (ConnOptions): a record buffered then would reach the stream before the
