@@ -105,7 +105,7 @@ func TestFailoverWaitsForFreeSlots(t *testing.T) {
 		waitingForSlots(control.JobRestarting, "needs 5 tasks, workers have 3 free (w1 3 of 3)"))
 	e.fleet.startSlots(ctx, "w3", 2)
 	st := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(st control.JobStatus) bool {
-		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+		return st.Attempt == 2 && st.State == control.JobRunning && st.LatestCheckpoint > st.RestoredFrom
 	})
 	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 || !strings.Contains(st.Reason, "worker w2 lost") {
 		t.Errorf("status after w3 joined %+v", st)
@@ -217,8 +217,10 @@ func TestJobsWaitingForRoomHoldNoSlots(t *testing.T) {
 		}
 		return ran != ""
 	})
+	// A checkpoint of attempt 2: newer than the one it restored (the
+	// latest of attempt 1 counts from the start of attempt 2).
 	st := waitFor(t, ctx, e, ran, "a checkpoint in attempt 2", func(st control.JobStatus) bool {
-		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+		return st.Attempt == 2 && st.State == control.JobRunning && st.LatestCheckpoint > st.RestoredFrom
 	})
 	if got, want := perWorker(st), map[string]int{"w1": 3, "w2": 2}; !maps.Equal(got, want) || st.Restarts != 1 {
 		t.Errorf("%s after the failover: %d restarts, tasks per worker %v; want 1 restart, %v", ran, st.Restarts, got, want)
@@ -227,7 +229,7 @@ func TestJobsWaitingForRoomHoldNoSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = waitFor(t, ctx, e, waits, "a checkpoint in attempt 2", func(st control.JobStatus) bool {
-		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+		return st.Attempt == 2 && st.State == control.JobRunning && st.LatestCheckpoint > st.RestoredFrom
 	})
 	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 {
 		t.Errorf("%s once %s ended: %+v", waits, ran, st)

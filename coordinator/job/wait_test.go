@@ -53,7 +53,7 @@ func TestFailoverWaitsForAWorker(t *testing.T) {
 	waitFor(t, ctx, e, "wc", "waiting for a worker", waiting(control.JobRestarting))
 	e.fleet.start(ctx, "w2")
 	st := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(st control.JobStatus) bool {
-		return st.Attempt == 2 && st.LatestCheckpoint >= 1
+		return st.Attempt == 2 && st.State == control.JobRunning && st.LatestCheckpoint > st.RestoredFrom
 	})
 	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 || !strings.Contains(st.Reason, "worker w1 lost") {
 		t.Errorf("status after w2 joined %+v", st)
