@@ -312,3 +312,33 @@ func TestSubjectTheStreamDoesNotStore(t *testing.T) {
 		t.Errorf("the record was published again (%d retry notes, %d retries)", retries, p.Retries())
 	}
 }
+
+// TestStreamDeletedWhilePublishing: once the stream is gone, a record is
+// refused at once, saying so, rather than waited for as an outage.
+func TestStreamDeletedWhilePublishing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, nc := newStream(t, jetstream.StreamConfig{Duplicates: MinDuplicateWindow})
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: "x.", Retrying: func(r Retry) { t.Error("published again:", r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, ctx, p, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, js := embeddedtest.Connect(t, srv)
+	if err := js.DeleteStream(ctx, "IN"); err != nil {
+		t.Fatal(err)
+	}
+	err = publish(t, ctx, p, 4, 6)
+	if err == nil {
+		err = p.Flush(ctx)
+	}
+	var ns *NotStoredError
+	if !errors.As(err, &ns) || ns.Line != 4 || !strings.Contains(err.Error(), "the stream does not exist") {
+		t.Fatalf("publish after stream IN was deleted: %v; want a NotStoredError for line 4 saying the stream does not exist", err)
+	}
+}
