@@ -310,6 +310,7 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 	return nil
 }
 
+// List returns the live keys starting with prefix, sorted.
 func (s *KV) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("storage list: %w", err)

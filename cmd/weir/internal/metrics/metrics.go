@@ -66,7 +66,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		cpCompleted: prometheus.NewDesc("weir_job_checkpoints_completed_total",
 			"Checkpoints and savepoints of the job that completed since the coordinator took it on.", job, nil),
 		cpFailed: prometheus.NewDesc("weir_job_checkpoints_failed_total",
-			"Checkpoints and savepoints of the job that failed (expired, declined, aborted) since the coordinator took it on.", job, nil),
+			"Checkpoints and savepoints of the job that failed (expired, declined by a task, or their metadata not written) since the coordinator took it on; those aborted as the job failed over or stopped are not counted.", job, nil),
 		cpDuration: prometheus.NewDesc("weir_job_last_checkpoint_duration_seconds",
 			"Trigger to completion of the job's latest completed checkpoint or savepoint.", job, nil),
 		cpSize: prometheus.NewDesc("weir_job_last_checkpoint_size_bytes",
