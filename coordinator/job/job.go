@@ -78,8 +78,8 @@ type job struct {
 	assign map[string]string // task → worker
 	// holds says that the job's slots on the workers of assign count
 	// against the other jobs' placement (Manager.slotsUsed): from its
-	// placement until it ends, or until a placement of it finds too
-	// little room and it waits.
+	// placement (or its record's, resumed) until it ends, or until a
+	// placement of it finds too few free slots and it waits.
 	holds    bool
 	finished map[string]bool
 	// ended holds the tasks of the attempt whose input ended (a source's

@@ -240,7 +240,10 @@ func (m *Manager) roomSignal() <-chan struct{} {
 //
 // A job holds its slots from its placement until it ends (job.holds):
 // across a failover too, so that another job does not take them during
-// its restart delay — but not while it waits for room. Jobs that failed
+// its restart delay, and while it waits for a worker to join (after a
+// coordinator restart, before the workers' heartbeats reached it; or
+// every worker gone), so that the job its workers ran takes them back when
+// they return — but not while it waits for free slots. Jobs that failed
 // over together (their worker lost) and that no longer all fit would
 // otherwise each wait for slots another holds; released, one of them
 // fits.
@@ -254,7 +257,8 @@ func (m *Manager) place(j *job) (map[string][]string, int, error) {
 		ws[i] = plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID]}
 	}
 	assignment, err := plan.Assign(j.plan, ws)
-	if err != nil {
+	var short *plan.CapacityError
+	if errors.As(err, &short) {
 		j.mu.Lock()
 		released := j.holds
 		j.holds = false
@@ -262,6 +266,8 @@ func (m *Manager) place(j *job) (map[string][]string, int, error) {
 		if released {
 			m.roomMade()
 		}
+	}
+	if err != nil {
 		return nil, 0, err
 	}
 	attempt := j.begin(assignment)

@@ -270,3 +270,34 @@ func TestResumedJobKeepsItsSlots(t *testing.T) {
 		t.Errorf("workers %+v (%v), want w1 5 of 5 slots used", ws, err)
 	}
 }
+
+// A job whose every worker is gone keeps its slots while it waits for one
+// to join: when its worker comes back it runs there again, and a job
+// submitted meanwhile waits for free slots rather than racing it for the
+// worker. (A job that released them on every failed placement lost them
+// to the other job about half the time; a resumed job whose workers'
+// heartbeats had not reached the new coordinator yet, too.)
+func TestAJobWaitingForAWorkerKeepsItsSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.startSlots(ctx, "w1", 5)
+	e.waitWorkers(1)
+	extra := "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n"
+	e.submitRunning(t, ctx, spec(t, "a", extra))
+	w1.kill()
+	waitFor(t, ctx, e, "a", "waiting for a worker", waiting(control.JobRestarting))
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "b", extra)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "b", "waiting for a worker", waiting(control.JobCreated))
+	e.fleet.startSlots(ctx, "w1", 5)
+	st := waitFor(t, ctx, e, "a", "running again or waiting for slots", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2 || strings.HasPrefix(st.Reason, ReasonWaitingForSlots)
+	})
+	if st.State != control.JobRunning {
+		t.Fatalf("a once w1 was back: %+v; want it running there again", st)
+	}
+	waitFor(t, ctx, e, "b", "waiting for a's slots",
+		waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 0 free (w1 0 of 5)"))
+}
