@@ -402,6 +402,9 @@ func (p *Publisher) unstorable(ctx context.Context, subj string) error {
 		return nil
 	}
 	subjects := st.CachedInfo().Config.Subjects
+	if len(subjects) == 0 {
+		return errors.New("it has no subjects (a mirror or a stream of sources takes no publishes)")
+	}
 	if slices.ContainsFunc(subjects, func(s string) bool { return subject.Overlap(s, subj) }) {
 		return nil
 	}
