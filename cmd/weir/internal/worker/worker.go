@@ -267,10 +267,23 @@ func (w *Worker) current(job string, n int) *attempt {
 	return a
 }
 
-// Deploy sets up the tasks of d assigned to this worker and starts them.
+// Deploy sets up the tasks of d assigned to this worker and starts them,
+// in place of any earlier attempt of the job. A deploy of the attempt that
+// runs here already changes nothing and succeeds: the coordinator sends a
+// deploy again when its answer may have been lost (its NATS connection
+// dropped meanwhile), and setting the attempt up anew would restore and
+// replay its input again — twice the output of an at-most-once or
+// at-least-once sink — while its tasks on other workers, which went on,
+// lose their channels to it. (Attempt numbers never repeat across a job's
+// runs, so the attempt is this one.)
 func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	w.mu.Lock()
 	old := w.jobs[d.Job]
+	if old != nil && old.n == d.Attempt {
+		w.mu.Unlock()
+		w.log.Info("deploy of the attempt running here again: kept as it runs", "job", d.Job, "attempt", d.Attempt)
+		return nil
+	}
 	delete(w.jobs, d.Job)
 	w.mu.Unlock()
 	if old != nil {

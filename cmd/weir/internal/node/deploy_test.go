@@ -1,0 +1,90 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/host"
+)
+
+// TestDeployOfTheRunningAttemptAgain sends a worker the deploy of the
+// attempt it runs once more, as the coordinator does when the answer may
+// have been lost to a NATS blip: the worker answers it and keeps the
+// attempt as it runs — no task is built again, no source reads its input
+// again — and the keyed counts behind it go on exactly once.
+func TestDeployOfTheRunningAttemptAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "wordcount.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var built atomic.Int32 // operator tasks set up
+	hooks := &worker.Hooks{Operator: func(_, _ string, op host.Operator) host.Operator { built.Add(1); return op }}
+	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	deploys, err := n.Conn.SubscribeSync(control.Subjects{}.Worker("w1", control.OpDeploy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
+	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: {interval: 100ms}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "counts", "job running", running)
+	in := newKeyedInput(t, ctx, n.JS, 5)
+	in.publish(100)
+
+	m, err := deploys.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatalf("the deploy to w1: %v", err)
+	}
+	rep, err := n.Conn.RequestWithContext(ctx, m.Subject, m.Data)
+	if err != nil {
+		t.Fatalf("deploy again: %v", err)
+	}
+	var r control.Reply
+	if err := json.Unmarshal(rep.Data, &r); err != nil || r.Error != "" {
+		t.Fatalf("deploy again: reply %q (%v)", rep.Data, err)
+	}
+	if got := built.Load(); got != 1 {
+		t.Errorf("operator tasks set up: %d; want 1 (the attempt kept as it runs)", got)
+	}
+	in.publish(100)
+	in.checkCounts()
+	if st, err := n.API.Job(ctx, "counts"); err != nil || st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 {
+		t.Errorf("job after the second deploy: %s attempt %d, %d restarts (%v); want running attempt 1, no restart",
+			st.State, st.Attempt, st.Restarts, err)
+	}
+}
