@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -247,14 +248,98 @@ func (c *Coordinator) Workers() []Heartbeat {
 	return out
 }
 
-// Deploy sends a deploy request to worker and waits for its reply.
+// Deploy sends a deploy request to worker and waits for its reply until
+// ctx ends. The request is sent again each time the coordinator's NATS
+// connection comes back while it waits (see resend): a worker keeps an
+// attempt it runs already when asked to deploy it again.
 func (c *Coordinator) Deploy(ctx context.Context, worker string, d Deploy) error {
-	return request(ctx, c.nc, c.subj.Worker(worker, OpDeploy), d, nil)
+	return c.resend(ctx, c.subj.Worker(worker, OpDeploy), d)
 }
 
-// Cancel asks worker to stop a job attempt's tasks.
+// Cancel asks worker to stop a job attempt's tasks. Like Deploy, it is
+// sent again when the connection comes back while it waits: a cancel of
+// an attempt the worker no longer runs does nothing.
 func (c *Coordinator) Cancel(ctx context.Context, worker string, m Cancel) error {
-	return request(ctx, c.nc, c.subj.Worker(worker, OpCancel), m, nil)
+	return c.resend(ctx, c.subj.Worker(worker, OpCancel), m)
+}
+
+// resend is request for requests a worker handles the same however often
+// it gets them. Each time the coordinator's connection comes back after it
+// dropped (nats.CONNECTED) while the request waits for its answer, the
+// request is sent again at once: one written to a socket the server had
+// closed, or a reply sent while the coordinator was away, is never
+// answered, and the caller would otherwise wait until ctx ends — for a
+// deploy, a minute (job.Options.DeployTimeout), however short the blip. A
+// request the connection could not even buffer while it reconnected is
+// sent again once it is back. After the connection came back, a worker
+// that does not listen yet (its own connection may come back later) is
+// asked again after pauses growing to a second, until it has not listened
+// for the heartbeat timeout; only then does the request fail with
+// ErrUnavailable, as it does at once without a reconnect (a worker gone
+// between heartbeats).
+func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
+	back := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(back)
+	var (
+		cameBack bool
+		deaf     time.Time // since when the worker has not listened
+		pause    = 20 * time.Millisecond
+	)
+	for {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- request(rctx, c.nc, subject, v, nil) }()
+		var err error
+		select {
+		case err = <-done:
+			cancel()
+		case <-back:
+			// The answer may be lost: ask again.
+			cancel()
+			<-done
+			cameBack = true
+			continue
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		// The connection announces that it is back before it sends what
+		// it buffered meanwhile, so a reconnect that explains err is
+		// already in back.
+		select {
+		case <-back:
+			cameBack = true
+		default:
+		}
+		switch {
+		case errors.Is(err, nats.ErrReconnectBufExceeded):
+			// Not sent: send it once the connection is back.
+			select {
+			case <-back:
+				cameBack = true
+				continue
+			case <-ctx.Done():
+				return err
+			}
+		case !cameBack || !errors.Is(err, ErrUnavailable):
+			return err
+		}
+		if deaf.IsZero() {
+			deaf = time.Now()
+		} else if time.Since(deaf) >= c.opts.HeartbeatTimeout {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-back:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // Trigger asks worker to start a checkpoint at its source tasks.

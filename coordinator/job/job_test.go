@@ -73,6 +73,8 @@ type fakeWorker struct {
 	deployErr error          // if set, deploys fail with it
 	// cancelGate, if set, is called with each Cancel before it is handled.
 	cancelGate func(control.Cancel)
+	// deployGate, if set, is called with each Deploy before it is handled.
+	deployGate func(control.Deploy)
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
@@ -141,6 +143,12 @@ func (w *fakeWorker) tasks() []control.TaskRef {
 }
 
 func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
+	w.mu.Lock()
+	gate := w.deployGate
+	w.mu.Unlock()
+	if gate != nil {
+		gate(d)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deploys = append(w.deploys, d)
