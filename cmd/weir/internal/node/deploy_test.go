@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,5 +87,96 @@ checkpointing: {interval: 100ms}
 	if st, err := n.API.Job(ctx, "counts"); err != nil || st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 {
 		t.Errorf("job after the second deploy: %s attempt %d, %d restarts (%v); want running attempt 1, no restart",
 			st.State, st.Attempt, st.Restarts, err)
+	}
+}
+
+// completions counts, per checkpoint, how often operators were told it
+// completed.
+type completions struct {
+	mu sync.Mutex
+	n  map[int64]int
+}
+
+type countingOperator struct {
+	host.Operator
+	c *completions
+}
+
+func (o countingOperator) CheckpointComplete(ctx context.Context, id int64) error {
+	o.c.mu.Lock()
+	o.c.n[id]++
+	o.c.mu.Unlock()
+	return o.Operator.CheckpointComplete(ctx, id)
+}
+
+// TestCompleteAgainIsPassedOnOnce sends a worker a checkpoint's
+// completion once more, as the coordinator does when the answer may have
+// been lost to a NATS blip: the worker answers it, and its tasks hear of
+// the completion once.
+func TestCompleteAgainIsPassedOnOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "wordcount.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &completions{n: map[int64]int{}}
+	hooks := &worker.Hooks{Operator: func(_, _ string, op host.Operator) host.Operator { return countingOperator{op, c} }}
+	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	completes, err := n.Conn.SubscribeSync(control.Subjects{}.Worker("w1", control.OpComplete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
+	// One checkpoint, the savepoint below: no later completion comes.
+	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: {disabled: true}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "counts", "job running", running)
+	sp, err := n.API.Savepoint(ctx, "counts")
+	if err != nil {
+		t.Fatalf("savepoint: %v", err)
+	}
+	m, err := completes.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatalf("the completion sent to w1: %v", err)
+	}
+	rep, err := n.Conn.RequestWithContext(ctx, m.Subject, m.Data)
+	if err != nil {
+		t.Fatalf("complete again: %v", err)
+	}
+	var r control.Reply
+	if err := json.Unmarshal(rep.Data, &r); err != nil || r.Error != "" {
+		t.Fatalf("complete again: reply %q (%v)", rep.Data, err)
+	}
+	// Rest returns once the tasks handled every notification posted
+	// before: both completions.
+	if err := n.Workers[0].Stop(ctx, control.Stop{Job: "counts", Attempt: 1, CheckpointID: sp.ID}); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if got := c.n[sp.ID]; got != 1 {
+		t.Errorf("the operator heard %d times that savepoint %d completed; want once", got, sp.ID)
 	}
 }

@@ -218,6 +218,9 @@ type attempt struct {
 	// pending holds the source tasks' sources that count what they have
 	// not read yet.
 	pending map[string]pendingCounter
+	// completed is the latest checkpoint whose completion the tasks were
+	// told (Complete). Only the job's requests, one at a time, use it.
+	completed int64
 }
 
 // pendingCounter is a source that can tell how much of its input it has
@@ -377,11 +380,16 @@ func (w *Worker) Trigger(ctx context.Context, t control.Trigger) error {
 }
 
 // Complete tells every task of the attempt that a checkpoint completed.
+// The completion of a checkpoint the tasks were told of already, or of an
+// earlier one, is not passed on: the coordinator sends Complete again when
+// its connection came back while it waited for the answer, and a
+// checkpoint's completion covers the ones before it.
 func (w *Worker) Complete(ctx context.Context, c control.Complete) error {
 	a := w.current(c.Job, c.Attempt)
-	if a == nil {
+	if a == nil || c.CheckpointID <= a.completed {
 		return nil
 	}
+	a.completed = c.CheckpointID
 	for _, t := range a.tasks {
 		t.NotifyCheckpointComplete(c.CheckpointID)
 	}
