@@ -264,14 +264,14 @@ func (c *Coordinator) Cancel(ctx context.Context, worker string, m Cancel) error
 }
 
 // resend is request for requests a worker handles the same however often
-// it gets them. Each time the coordinator's connection comes back after it
-// dropped (nats.CONNECTED) while the request waits for its answer, the
-// request is sent again at once: one written to a socket the server had
-// closed, or a reply sent while the coordinator was away, is never
-// answered, and the caller would otherwise wait until ctx ends — for a
-// deploy, a minute (job.Options.DeployTimeout), however short the blip. A
-// request the connection could not even buffer while it reconnected is
-// sent again once it is back. After the connection came back, a worker
+// it gets them (every one but Trigger). Each time the coordinator's
+// connection comes back after it dropped (nats.CONNECTED) while the
+// request waits for its answer, the request is sent again at once: one
+// written to a socket the server had closed, or a reply sent while the
+// coordinator was away, is never answered, and the caller would otherwise
+// wait until ctx ends — for a deploy, a minute (job.Options.DeployTimeout),
+// however short the blip. A request the connection could not even buffer
+// while it reconnected is sent again once it is back. After the connection came back, a worker
 // that does not listen yet (its own connection may come back later) is
 // asked again after pauses growing to a second, until it has not listened
 // for the heartbeat timeout; only then does the request fail with
@@ -342,23 +342,36 @@ func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
 	}
 }
 
-// Trigger asks worker to start a checkpoint at its source tasks.
+// Trigger asks worker to start a checkpoint at its source tasks. It is
+// sent once: sent again, the sources would inject the checkpoint's barrier
+// twice. A trigger lost in a NATS blip costs that checkpoint (it fails
+// when ctx ends, and a failed trigger does not count as a checkpoint
+// failure); the next one is triggered at its interval.
 func (c *Coordinator) Trigger(ctx context.Context, worker string, t Trigger) error {
 	return request(ctx, c.nc, c.subj.Worker(worker, OpTrigger), t, nil)
 }
 
-// Complete tells worker that a checkpoint completed.
+// Complete tells worker that a checkpoint completed. Like Deploy, it is
+// sent again when the connection comes back while it waits: a worker
+// passes a checkpoint's completion on to its tasks once. (A completion
+// lost all the same is made good by the next checkpoint's, which covers
+// it, except for a stop savepoint's: its Stop would find nothing to
+// commit.)
 func (c *Coordinator) Complete(ctx context.Context, worker string, m Complete) error {
-	return request(ctx, c.nc, c.subj.Worker(worker, OpComplete), m, nil)
+	return c.resend(ctx, c.subj.Worker(worker, OpComplete), m)
 }
 
-// Abort tells worker that a checkpoint was aborted.
+// Abort tells worker that a checkpoint was aborted. Like Deploy, it is
+// sent again when the connection comes back while it waits (an abort
+// heard twice lets stopped sources go on once): lost, it would leave
+// sources stopped for a stop savepoint that failed taking no input.
 func (c *Coordinator) Abort(ctx context.Context, worker string, a Abort) error {
-	return request(ctx, c.nc, c.subj.Worker(worker, OpAbort), a, nil)
+	return c.resend(ctx, c.subj.Worker(worker, OpAbort), a)
 }
 
 // Stop asks worker to bring a job attempt's tasks to rest after its stop
-// savepoint and waits until they are.
+// savepoint and waits until they are. Like Deploy, it is sent again when
+// the connection comes back while it waits: tasks at rest stay so.
 func (c *Coordinator) Stop(ctx context.Context, worker string, s Stop) error {
-	return request(ctx, c.nc, c.subj.Worker(worker, OpStop), s, nil)
+	return c.resend(ctx, c.subj.Worker(worker, OpStop), s)
 }

@@ -71,7 +71,12 @@
 //
 // Every message after Deploy carries the job name and attempt: a worker
 // ignores messages for attempts it does not run, and the coordinator ignores
-// events from an attempt that is over. Handlers run one at a time per
+// events from an attempt that is over. The coordinator sends every request
+// but Trigger again each time its connection comes back while it waits for
+// the answer (a NATS blip may have lost the request or the answer), so a
+// worker handles them the same however often they come: a Deploy of the
+// attempt it runs already changes nothing, and a checkpoint's Complete is
+// passed on to the tasks once. Handlers run one at a time per
 // worker, in arrival order; they should return quickly and do long work
 // (running tasks) in their own goroutines.
 package control

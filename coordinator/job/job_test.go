@@ -69,12 +69,15 @@ type fakeWorker struct {
 	// once the worker stops.
 	abortHang chan struct{}
 	stops     []control.Stop // Stop requests (bring tasks to rest)
+	aborts    []int64        // the checkpoint of every Abort
 	stopErr   error          // if set, the next Stop fails with it
 	deployErr error          // if set, deploys fail with it
 	// cancelGate, if set, is called with each Cancel before it is handled.
 	cancelGate func(control.Cancel)
-	// deployGate, if set, is called with each Deploy before it is handled.
-	deployGate func(control.Deploy)
+	// gate, if set, is called with the operation (control.OpDeploy, ...)
+	// of each Deploy, Cancel, Complete, Abort and Stop before it is
+	// handled.
+	gate func(op string)
 }
 
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
@@ -142,13 +145,18 @@ func (w *fakeWorker) tasks() []control.TaskRef {
 	return refs
 }
 
-func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
+// pass calls the worker's gate, if it has one, with op.
+func (w *fakeWorker) pass(op string) {
 	w.mu.Lock()
-	gate := w.deployGate
+	gate := w.gate
 	w.mu.Unlock()
 	if gate != nil {
-		gate(d)
+		gate(op)
 	}
+}
+
+func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
+	w.pass(control.OpDeploy)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deploys = append(w.deploys, d)
@@ -184,6 +192,7 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 }
 
 func (w *fakeWorker) Cancel(_ context.Context, c control.Cancel) error {
+	w.pass(control.OpCancel)
 	w.mu.Lock()
 	gate := w.cancelGate
 	w.mu.Unlock()
@@ -226,13 +235,18 @@ func (w *fakeWorker) Trigger(_ context.Context, t control.Trigger) error {
 }
 
 func (w *fakeWorker) Complete(_ context.Context, c control.Complete) error {
+	w.pass(control.OpComplete)
 	w.mu.Lock()
 	w.complete = append(w.complete, c.CheckpointID)
 	w.mu.Unlock()
 	return nil
 }
 
-func (w *fakeWorker) Abort(ctx context.Context, _ control.Abort) error {
+func (w *fakeWorker) Abort(ctx context.Context, a control.Abort) error {
+	w.pass(control.OpAbort)
+	w.mu.Lock()
+	w.aborts = append(w.aborts, a.CheckpointID)
+	w.mu.Unlock()
 	if w.abortHang != nil {
 		select {
 		case w.abortHang <- struct{}{}:
@@ -243,6 +257,7 @@ func (w *fakeWorker) Abort(ctx context.Context, _ control.Abort) error {
 	return nil
 }
 func (w *fakeWorker) Stop(_ context.Context, s control.Stop) error {
+	w.pass(control.OpStop)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stops = append(w.stops, s)

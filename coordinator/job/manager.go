@@ -83,8 +83,10 @@ type Options struct {
 	// HeartbeatTimeout declares a silent worker lost (default
 	// control.DefaultHeartbeatTimeout).
 	HeartbeatTimeout time.Duration
-	// DeployTimeout bounds one worker's deploy (default 60s); other
-	// requests to workers are bounded by RequestTimeout (default 5s).
+	// DeployTimeout bounds one worker's deploy (default 60s), sent once or,
+	// when the coordinator's connection came back meanwhile, again
+	// (control.Coordinator.Deploy); other requests to workers are bounded
+	// by RequestTimeout (default 5s) likewise.
 	DeployTimeout, RequestTimeout time.Duration
 	// WorkerWait is how long a job with no live worker to deploy to waits
 	// for one to join, or one whose tasks do not fit waits for free slots
