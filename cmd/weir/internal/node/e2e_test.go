@@ -176,16 +176,17 @@ restart:
 
 	sent := map[string]int{}
 	publish := func(n int) { publishKeys(t, ctx, js, rng, n, sent) }
-	progress := func(what string) {
-		// Wait until a checkpoint completes after the fault, which needs
-		// the job running again.
+	// progress waits until a checkpoint completes after the fault, which
+	// needs the job running again — in a later attempt than attempt, if
+	// that is not 0 (the fault failed the job over).
+	progress := func(what string, attempt int) {
 		st, _ := main.API.Job(ctx, "counts")
 		from := st.LatestCheckpoint
 		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
 		ok := poll(wctx, func() bool {
 			st, err := main.API.Job(wctx, "counts")
-			return err == nil && st.State == control.JobRunning && st.LatestCheckpoint > from
+			return err == nil && st.State == control.JobRunning && st.LatestCheckpoint > from && st.Attempt > attempt
 		})
 		if !ok {
 			st, err := main.API.Job(ctx, "counts")
@@ -199,12 +200,27 @@ restart:
 			t.Fatalf("no checkpoint completed within 60s of %s", what)
 		}
 	}
+	// fire arms a hook fault and returns once it fired: the trap at the
+	// next record an operator processes (the records published before may
+	// all be processed already, so more follow), the storage failure at
+	// the next snapshot write. A fault that fired only later would fail
+	// the job over while the next fault is injected, and the recovery
+	// waited for would be that of a fault not yet under way.
+	fire := func(armed *atomic.Bool, more int) {
+		fired := inj.fired.Load()
+		armed.Store(true)
+		publish(more)
+		waitUntil(t, ctx, "the fault to fire", func() bool { return inj.fired.Load() > fired })
+	}
 	faults := []struct {
 		name string
 		do   func()
+		// failover: the fault fails the job over for sure (a trap; a
+		// failed write may be a sink's best-effort commit marker).
+		failover bool
 	}{
-		{"operator trap", func() { inj.trap.Store(true) }},
-		{"checkpoint storage write failure", func() { inj.failPut.Store(true) }},
+		{"operator trap", func() { fire(&inj.trap, 10) }, true},
+		{"checkpoint storage write failure", func() { fire(&inj.failPut, 0) }, false},
 		{"worker crash", func() {
 			// Its connection dies first, so it cannot say goodbye: the
 			// coordinator learns from missing heartbeats or a deploy
@@ -212,22 +228,30 @@ restart:
 			w2.Conn.Close()
 			w2.Close()
 			w2 = startWorker("w3")
-		}},
+		}, false},
 		{"NATS server restart", func() {
 			if err := main.Server.Restart(); err != nil {
 				t.Fatalf("restart NATS: %v", err)
 			}
-		}},
+		}, false},
 	}
 	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
 	publish(300)
-	progress("first checkpoint")
+	progress("first checkpoint", 0)
 	for _, f := range faults {
 		publish(100 + rng.IntN(300))
 		time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 		t.Logf("injecting %s", f.name)
+		attempt := 0
+		if f.failover {
+			st, err := main.API.Job(ctx, "counts")
+			if err != nil {
+				t.Fatal(err)
+			}
+			attempt = st.Attempt
+		}
 		f.do()
-		progress("recovery after " + f.name)
+		progress("recovery after "+f.name, attempt)
 	}
 	publish(200)
 	want := 0
