@@ -355,8 +355,7 @@ func (c *Coordinator) Trigger(ctx context.Context, worker string, t Trigger) err
 // sent again when the connection comes back while it waits: a worker
 // passes a checkpoint's completion on to its tasks once. (A completion
 // lost all the same is made good by the next checkpoint's, which covers
-// it, except for a stop savepoint's: its Stop would find nothing to
-// commit.)
+// it, or, for a stop savepoint, by the Stop that follows.)
 func (c *Coordinator) Complete(ctx context.Context, worker string, m Complete) error {
 	return c.resend(ctx, c.subj.Worker(worker, OpComplete), m)
 }

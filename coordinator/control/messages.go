@@ -54,8 +54,9 @@
 //  4. Stopping a job (API StopJob) is a savepoint whose Trigger says Stop:
 //     the sources take no input after its barrier. Once it completed, Stop
 //     to every worker brings the attempt's tasks to rest (sinks finish
-//     committing), then Cancel ends them. An Abort of it lets the sources
-//     go on.
+//     committing; a worker whose Complete of the savepoint never came
+//     passes the completion on first), then Cancel ends them. An Abort of
+//     it lets the sources go on.
 //  5. A source task whose bounded source read everything up to its stop
 //     takes no more input, sends end-of-data downstream and sends
 //     EventInputEnded; so does every other task once all its input

@@ -180,3 +180,75 @@ checkpointing: {disabled: true}
 		t.Errorf("the operator heard %d times that savepoint %d completed; want once", got, sp.ID)
 	}
 }
+
+// TestStopCommitsASavepointWhoseCompletionWasLost brings a job's tasks to
+// rest after a stop savepoint whose completion never reached the worker
+// (the savepoint is triggered on the worker itself, as if the coordinator
+// had, and its Complete was lost): the Stop commits the savepoint's
+// output before it returns, as the completion would have.
+func TestStopCommitsASavepointWhoseCompletionWasLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, mods := oneNode(t, ctx, "wordcount")
+	events, err := n.Conn.SubscribeSync(control.Subjects{}.Event())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
+	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: count, module: `+mods["wordcount"]+`, inputs: [{from: in, partition: key}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: {disabled: true}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitJob(t, ctx, n, "counts", "job running", running)
+	in := newKeyedInput(t, ctx, n.JS, 5)
+	in.send(100)
+	waitJob(t, ctx, n, "counts", "the sink to take every record", func(st control.JobStatus) bool {
+		for _, ts := range st.Tasks {
+			if ts.Task == "out-0" {
+				return ts.Stats.RecordsIn == 100
+			}
+		}
+		return false
+	})
+
+	const id = 1000 // no checkpoint of the coordinator's
+	w := n.Workers[0]
+	if err := w.Trigger(ctx, control.Trigger{Job: "counts", Attempt: st.Attempt, CheckpointID: id,
+		Savepoint: true, Stop: true, Tasks: []string{"in-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	for acked := false; !acked; {
+		m, err := events.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the sink's ack of savepoint %d: %v", id, err)
+		}
+		var e control.Event
+		acked = json.Unmarshal(m.Data, &e) == nil && e.Type == control.EventAck && e.Task == "out-0" && e.CheckpointID == id
+	}
+	if err := w.Stop(ctx, control.Stop{Job: "counts", Attempt: st.Attempt, CheckpointID: id}); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	out, err := n.JS.Stream(ctx, "OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := out.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 100 {
+		t.Errorf("OUT holds %d messages once the tasks are at rest; want the savepoint's 100", info.State.Msgs)
+	}
+}

@@ -410,11 +410,22 @@ func (w *Worker) Abort(ctx context.Context, a control.Abort) error {
 
 // Stop brings the attempt's tasks to rest after its stop savepoint
 // completed: it returns once each has handled the completion (sinks
-// committed the savepoint's output).
+// committed the savepoint's output). The coordinator sends Stop only once
+// the savepoint completed, so when its Complete did not come (it was lost
+// for good), Stop passes the completion on itself: the savepoint's output
+// would otherwise stay uncommitted, and a bounded job finish without it.
 func (w *Worker) Stop(ctx context.Context, s control.Stop) error {
 	at := w.current(s.Job, s.Attempt)
 	if at == nil {
 		return fmt.Errorf("job %s attempt %d is not running here", s.Job, s.Attempt)
+	}
+	if s.CheckpointID > at.completed {
+		w.log.Warn("stop savepoint's completion not heard of: passed on now", "job", s.Job, "attempt", s.Attempt,
+			"savepoint", s.CheckpointID)
+		at.completed = s.CheckpointID
+		for _, t := range at.tasks {
+			t.NotifyCheckpointComplete(s.CheckpointID)
+		}
 	}
 	// A job's handlers run one at a time: a sink that cannot finish its
 	// commits must not hold up the cancel that follows.
