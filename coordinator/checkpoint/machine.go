@@ -18,6 +18,18 @@
 //     would subsume the savepoint at every task);
 //   - min-pause: no trigger while one is pending or sooner than MinPause
 //     after the last one ended;
+//   - sink commits: no periodic trigger after a checkpoint or savepoint
+//     completed until every task whose ack said it commits in the
+//     background (control.MetricCommitReport: an exactly-once sink)
+//     reported that it handed the checkpoint's output to its commits
+//     (Committing), or Timeout passed. A sink whose earlier commits still
+//     run waits for one of them to end before it takes input again;
+//     upstream the channels fill and every task waits with it. A barrier
+//     sent then would wait behind that commit, and a checkpoint's duration
+//     would hold the commit of an earlier one (with a backlog, the whole
+//     checkpoint timeout). Sent once the sink takes input again, the
+//     barrier travels at the speed of processing, as Flink's barriers do
+//     while its sinks commit after notifyCheckpointComplete;
 //   - timeout: a checkpoint still pending Timeout after its trigger is
 //     aborted, unless every task acked it and its metadata is being
 //     written;
@@ -198,6 +210,13 @@ type Machine struct {
 	savepoints  []*Metadata
 	lastTrigger time.Time
 	lastEnd     time.Time
+	// committing holds the tasks that have not reported the hand-over of
+	// checkpoint commitID's output to their sinks' commits since it
+	// completed (at commitSince): no periodic trigger until it is empty
+	// or Timeout passed.
+	committing  map[string]bool
+	commitID    int64
+	commitSince time.Time
 	failures    int
 	// aborted holds the IDs of the checkpoints and savepoints this machine
 	// aborted (the newest abortedKept): a late ack for one is discarded.
@@ -292,6 +311,7 @@ func (m *Machine) Start(now time.Time, tasks []string) {
 	m.lastEnd = time.Time{}
 	m.finished = map[string]bool{}
 	m.stopped = 0
+	m.committing = nil
 }
 
 // Finished records that task reached the end of its input. No checkpoint is
@@ -312,6 +332,7 @@ func (m *Machine) Finished(now time.Time, task string) []Action {
 // (not counted as a checkpoint failure).
 func (m *Machine) Stop(now time.Time, reason string) []Action {
 	m.running = false
+	m.committing = nil
 	return m.abortAll(now, reason, func(*pending) bool { return true })
 }
 
@@ -451,12 +472,42 @@ func (m *Machine) Tick(now time.Time) []Action {
 	if m.periodicPending() >= m.cfg.MaxConcurrent || m.savepointPending() {
 		return acts
 	}
+	if m.awaitsCommits(now) {
+		return acts
+	}
 	if m.cfg.MinPause > 0 {
 		if m.periodicPending() > 0 || (!m.lastEnd.IsZero() && now.Before(m.lastEnd.Add(m.cfg.MinPause))) {
 			return acts
 		}
 	}
 	return append(acts, m.trigger(now, false))
+}
+
+// awaitsCommits reports whether a periodic trigger waits for tasks to
+// report the hand-over of the last completed checkpoint's output to their
+// sinks' commits: some have not, and Timeout has not passed since it
+// completed.
+func (m *Machine) awaitsCommits(now time.Time) bool {
+	if len(m.committing) == 0 {
+		return false
+	}
+	if m.cfg.Timeout > 0 && !now.Before(m.commitSince.Add(m.cfg.Timeout)) {
+		m.committing = nil // a report lost, or a commit stuck: the task fails on its own
+		return false
+	}
+	return true
+}
+
+// Committing records that task handed its sink's output up to checkpoint
+// id to its commits (control.EventCommitting). It reports whether that
+// ended the wait for such reports, when a due periodic checkpoint may be
+// triggered at once.
+func (m *Machine) Committing(task string, id int64) bool {
+	if len(m.committing) == 0 || id < m.commitID || !m.committing[task] {
+		return false
+	}
+	delete(m.committing, task)
+	return len(m.committing) == 0
 }
 
 func (m *Machine) trigger(now time.Time, savepoint bool) Action {
@@ -530,6 +581,12 @@ func (m *Machine) NextWake() time.Time {
 		// While blocked by pending checkpoints, the end of one (an event)
 		// or a timeout wakes the runner.
 		if m.periodicPending() < m.cfg.MaxConcurrent && !m.savepointPending() && (m.cfg.MinPause == 0 || m.periodicPending() == 0) {
+			if len(m.committing) > 0 && m.cfg.Timeout > 0 {
+				// A report (an event) or the end of the wait.
+				if end := m.commitSince.Add(m.cfg.Timeout); due.Before(end) {
+					due = end
+				}
+			}
 			earlier(due)
 		}
 	}
@@ -613,6 +670,15 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	acts := []Action{NotifyAction{ID: id}}
 	if p.stop {
 		m.stopped = id
+	}
+	m.committing, m.commitID, m.commitSince = nil, id, now
+	for task, mt := range p.metrics {
+		if mt[control.MetricCommitReport] != 0 && m.task[task] {
+			if m.committing == nil {
+				m.committing = map[string]bool{}
+			}
+			m.committing[task] = true
+		}
 	}
 	if p.savepoint {
 		m.savepoints = append(m.savepoints, md)

@@ -300,3 +300,58 @@ func TestTimeoutSparesAPersistingCheckpoint(t *testing.T) {
 	expect(t, "timeout while persisting", m.Tick(at(1100)), "")
 	expect(t, "persisted", m.Persisted(at(1200), 1, nil), "notify(1)")
 }
+
+// A task whose ack says it reports its sink's commits (an exactly-once
+// sink) holds the next periodic trigger after a completion until it
+// reported handing the checkpoint's output to its commits: a sink waiting
+// for room among its commits takes no input, and a barrier sent meanwhile
+// would wait behind the commit of an earlier checkpoint.
+func TestTriggerWaitsForSinkCommits(t *testing.T) {
+	m := newM(Config{Interval: time.Second, Timeout: 10 * time.Second, MaxConcurrent: 1, Retained: 2})
+	ackReporting := func(now time.Time, id int64) []Action {
+		t.Helper()
+		expect(t, "ack src", m.Ack(now, "src-0", id, "h", nil), "")
+		expect(t, "ack sink", m.Ack(now, "op-0", id, "h", map[string]int64{control.MetricCommitReport: 1}), fmt.Sprintf("persist(%d)", id))
+		return m.Persisted(now, id, nil)
+	}
+	expect(t, "first", m.Tick(at(1000)), "trigger(1)")
+	expect(t, "complete 1", ackReporting(at(2500), 1), "notify(1)")
+	expect(t, "due, the sink has not reported", m.Tick(at(2500)), "")
+	if w := m.NextWake(); !w.Equal(at(12500)) {
+		t.Errorf("next wake %v, want the end of the wait for reports %v", w, at(12500))
+	}
+	if m.Committing("src-0", 1) {
+		t.Error("a report of a task that need not report ended the wait")
+	}
+	if m.Committing("op-0", 0) {
+		t.Error("a report of an earlier checkpoint ended the wait")
+	}
+	expect(t, "still waiting", m.Tick(at(3000)), "")
+	if !m.Committing("op-0", 1) {
+		t.Error("the sink's report did not end the wait")
+	}
+	expect(t, "reported", m.Tick(at(3000)), "trigger(2)")
+
+	// Savepoints are not held.
+	expect(t, "complete 2", ackReporting(at(3500), 2), "notify(2)")
+	id, acts, err := m.TriggerSavepoint(at(3600))
+	if err != nil || id != 3 {
+		t.Fatalf("savepoint %d: %v", id, err)
+	}
+	expect(t, "savepoint", acts, "triggersp(3)")
+	expect(t, "complete savepoint", ackReporting(at(3700), 3), "notify(3)")
+
+	// A report that never comes holds the trigger for a checkpoint
+	// timeout at most: the task fails on its own if its commits are stuck.
+	expect(t, "due, waiting", m.Tick(at(13699)), "")
+	expect(t, "the wait ended", m.Tick(at(13700)), "trigger(4)")
+
+	// An ack without the metric holds nothing; a new attempt forgets the
+	// wait of the one before.
+	expect(t, "complete 4", complete(t, m, at(14000), 4), "notify(4) discard(1)")
+	expect(t, "nobody reports", m.Tick(at(14700)), "trigger(5)")
+	expect(t, "complete 5", ackReporting(at(15000), 5), "notify(5) discard(2)")
+	m.Stop(at(15000), "failover")
+	m.Start(at(15000), []string{"src-0", "op-0"})
+	expect(t, "new attempt", m.Tick(at(16000)), "trigger(6)")
+}

@@ -132,6 +132,19 @@ func (r *Runner) Ack(task string, id int64, handle string, metrics map[string]in
 	r.push(r.m.Ack(r.now(), task, id, handle, metrics))
 }
 
+// Committing feeds a task's report that it handed its sink's output up to
+// checkpoint id to its commits (Machine.Committing).
+func (r *Runner) Committing(task string, id int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m.Committing(task, id) {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Late feeds an ack of checkpoint id from a task of an attempt that ended:
 // it never counts, but the snapshot it names is discarded if the
 // checkpoint was aborted (Machine.Late).

@@ -50,7 +50,12 @@
 //     metrics) — or EventDecline (kind, reason). When all tasks acked, the
 //     coordinator writes the checkpoint's metadata and sends Complete to
 //     every worker of the job (exactly-once sinks commit n). An aborted checkpoint (timeout,
-//     decline, subsumed, task failure) is announced with Abort.
+//     decline, subsumed, task failure) is announced with Abort. A task
+//     whose ack had MetricCommitReport (an exactly-once sink) sends
+//     EventCommitting (n) once it handed n's output to its sink's commits
+//     — after waiting, if its earlier commits left no room, for one of
+//     them to end; the next periodic Trigger waits for these (at most a
+//     checkpoint timeout), so that no barrier waits behind a commit.
 //  4. Stopping a job (API StopJob) is a savepoint whose Trigger says Stop:
 //     the sources take no input after its barrier. Once it completed, Stop
 //     to every worker brings the attempt's tasks to rest (sinks finish
@@ -321,6 +326,14 @@ const (
 	// source read everything up to its stop; any other task's channels
 	// all delivered end-of-data); it waits for the job's final savepoint.
 	EventInputEnded EventType = "input-ended"
+	// EventCommitting: the task handed the output its sink staged up to
+	// checkpoint CheckpointID to the sink's commits (they run in the
+	// background), after the checkpoint completed; sent by a task whose
+	// ack of the checkpoint had MetricCommitReport. Until every such task
+	// sent it, the coordinator triggers no periodic checkpoint: a sink
+	// whose earlier commits still run waits for room before it takes
+	// input again, and a barrier sent meanwhile would wait with it.
+	EventCommitting EventType = "committing"
 )
 
 // Decline kinds (the same strings the host uses).
@@ -345,6 +358,16 @@ const (
 	MetricUnaligned         = "unaligned"
 	MetricSnapshotBytes     = "snapshot_bytes"
 	MetricKeyedState        = "keyed_state"
+	// MetricCommitReport is 1 in the ack of a task whose sink commits in
+	// the background (an exactly-once sink): once the checkpoint
+	// completes, the task reports when it handed the checkpoint's output
+	// to its commits (EventCommitting). Absent for other tasks.
+	MetricCommitReport = "commit_report"
+	// MetricCommitWaitNanos is how long a sink task spent in its sink's
+	// commit after the checkpoint's trigger, before its barrier came: the
+	// barrier waited behind the commits of earlier checkpoints (part of
+	// the start delay; PhaseCommitWait). Absent when none.
+	MetricCommitWaitNanos = "commit_wait_ns"
 	// MetricEndedPorts is the set of input ports whose end the task
 	// handled (its operator's EndOfInput ran) as of the snapshot, recorded
 	// by consistent snapshots only (not under at-least-once): bit i for

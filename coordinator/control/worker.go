@@ -280,6 +280,12 @@ func (w *Worker) InputEnded(ctx context.Context, t TaskRef) error {
 	return w.Send(ctx, Event{Type: EventInputEnded, Job: t.Job, Attempt: t.Attempt, Task: t.Task})
 }
 
+// Committing reports that task handed its sink's output up to checkpoint
+// id to the sink's commits (EventCommitting).
+func (w *Worker) Committing(ctx context.Context, t TaskRef, id int64) error {
+	return w.Send(ctx, Event{Type: EventCommitting, Job: t.Job, Attempt: t.Attempt, Task: t.Task, CheckpointID: id})
+}
+
 // Finished reports that task reached the end of its input.
 func (w *Worker) Finished(ctx context.Context, t TaskRef) error {
 	return w.Send(ctx, Event{Type: EventFinished, Job: t.Job, Attempt: t.Attempt, Task: t.Task})

@@ -344,6 +344,8 @@ func (j *job) event(e control.Event) {
 		j.push(jobEvent{kind: evInputEnded, attempt: e.Attempt, task: e.Task})
 	case control.EventRunning:
 		j.push(jobEvent{kind: evRunning, attempt: e.Attempt, task: e.Task})
+	case control.EventCommitting:
+		j.runner.Committing(e.Task, e.CheckpointID)
 	}
 }
 
