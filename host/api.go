@@ -237,6 +237,20 @@ type Sink interface {
 	Close() error
 }
 
+// CommitListener is implemented by a CheckpointListener that wants to hear
+// when a task whose sink commits in the background (a Waiter) handed the
+// output it staged up to checkpoint id to the sink's commits: Sink.Commit
+// returned, after the sink waited, if it had to, for an earlier commit to
+// end. Such a task acks its checkpoints with MetricCommitReport. A
+// coordinator holds the next checkpoint's trigger until then: a sink
+// waiting for its commits takes no input, so neither does any task
+// upstream of it once the channels are full, and a barrier sent meanwhile
+// would wait for the commit of an earlier checkpoint — the whole output
+// of one with a backlog.
+type CommitListener interface {
+	CommitStarted(ctx context.Context, task string, id int64) error
+}
+
 // CheckpointListener receives a task's checkpoint outcomes and failure; the
 // checkpoint coordinator implements it (over NATS when tasks run on workers).
 // Methods may be called from several goroutines at once.
@@ -284,6 +298,8 @@ const (
 	MetricKeyedState        = "keyed_state"         // 1 when the operator state is in the keyed layout (abi.KeyedStateMagic)
 	MetricEndedPorts        = "ended_ports"         // the input ports that ended, a bitmask (EndedPortsMask)
 	MetricSourceEnded       = "source_ended"        // a BoundedSource's task: 1 when its offset covers all of its input, else 0
+	MetricCommitReport      = "commit_report"       // 1: the task reports when it hands the checkpoint's output to its sink's commits (CommitListener)
+	MetricCommitWaitNanos   = "commit_wait_ns"      // trigger → barrier: time in the sink's Commit, waiting for earlier commits
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The

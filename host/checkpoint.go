@@ -138,6 +138,8 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		}
 		snap.SinkState = st
 		m.StateBytes += int64(len(st))
+		m.CommitReport = t.reportsCommits()
+		m.CommitWait = t.commitWait(b, start)
 	}
 	if t.cfg.Source != nil {
 		snap.SourceOffset = t.lastOffset

@@ -42,6 +42,16 @@ type CheckpointMetrics struct {
 	// of the source's input (MetricSourceEnded, reported only for such
 	// tasks).
 	BoundedSource, SourceEnded bool
+	// CommitReport is true for a task that reports, once the checkpoint
+	// completed, when it handed the checkpoint's output to its sink's
+	// commits (CommitListener; MetricCommitReport, reported only when
+	// true).
+	CommitReport bool
+	// CommitWait is how long a sink task spent in its sink's Commit after
+	// the checkpoint's trigger, before its barrier came: the barrier
+	// waited behind the commits of earlier checkpoints (the sink takes no
+	// input while it waits for room among its commits).
+	CommitWait time.Duration
 }
 
 // EndedPortsMask encodes the ended input ports of a task with ports input
@@ -93,6 +103,12 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 		MetricUnaligned:         u,
 		MetricEndedPorts:        m.EndedPorts,
 	}
+	if m.CommitReport {
+		out[MetricCommitReport] = 1
+	}
+	if m.CommitWait > 0 {
+		out[MetricCommitWaitNanos] = int64(m.CommitWait)
+	}
 	if m.BoundedSource {
 		out[MetricSourceEnded] = 0
 		if m.SourceEnded {
@@ -120,5 +136,7 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		EndedPorts:        m[MetricEndedPorts],
 		BoundedSource:     bounded,
 		SourceEnded:       ended == 1,
+		CommitReport:      m[MetricCommitReport] != 0,
+		CommitWait:        time.Duration(m[MetricCommitWaitNanos]),
 	}
 }

@@ -213,6 +213,10 @@ type Task struct {
 	offsets    map[int64][]byte
 	restoredID int64
 	writes     sync.WaitGroup
+	// commitSpans are the sink's Commit calls (from start to end) that
+	// may overlap a checkpoint not snapshotted yet: the time a barrier
+	// waited behind earlier commits (MetricCommitWaitNanos).
+	commitSpans []span
 
 	stats        counters
 	sourceClosed bool
@@ -404,6 +408,56 @@ func (t *Task) Rest(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("task %s: rest: %w", t.name, ctx.Err())
 	}
+}
+
+// span is a stretch of time.
+type span struct{ from, to time.Time }
+
+// commitWait returns how long, after the trigger of the checkpoint of
+// barrier b and until now, the task spent in its sink's Commit — waiting,
+// when it had to, for an earlier checkpoint's commit to end while the
+// barrier queued behind its input — and drops the spans that ended before
+// that trigger: later checkpoints are triggered later. The trigger's time
+// is known to the millisecond; a span counts from the millisecond after it,
+// so that one which ended before the trigger never counts.
+func (t *Task) commitWait(b stream.Barrier, now time.Time) time.Duration {
+	if b.Timestamp <= 0 {
+		t.commitSpans = t.commitSpans[:0]
+		return 0
+	}
+	from := time.UnixMilli(b.Timestamp + 1)
+	var d time.Duration
+	kept := t.commitSpans[:0]
+	for _, s := range t.commitSpans {
+		if !s.to.After(from) {
+			continue
+		}
+		kept = append(kept, s)
+		lo, hi := s.from, s.to
+		if lo.Before(from) {
+			lo = from
+		}
+		if hi.After(now) {
+			hi = now
+		}
+		if hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	t.commitSpans = kept
+	return d
+}
+
+// reportsCommits reports whether the task tells its listener when it
+// handed a checkpoint's output to its sink's commits (CommitListener):
+// its sink commits in the background (a Waiter) and its listener hears
+// of it.
+func (t *Task) reportsCommits() bool {
+	if _, ok := t.cfg.Sink.(Waiter); !ok {
+		return false
+	}
+	_, ok := t.cfg.Listener.(CommitListener)
+	return ok
 }
 
 // Waiter is implemented by a Sink whose Commit may return before the
@@ -1150,10 +1204,24 @@ func (t *Task) complete(ctx context.Context, id int64) error {
 	}
 	if s := t.cfg.Sink; s != nil {
 		t.stats.begin(&t.stats.blockedSince)
+		start := t.clock()
 		err := s.Commit(ctx, id)
+		t.commitSpans = append(t.commitSpans, span{start, t.clock()})
 		t.stats.end(&t.stats.blockedSince, &t.stats.backpressured)
 		if err != nil {
 			return fmt.Errorf("sink: commit checkpoint %d: %w", id, err)
+		}
+		if t.reportsCommits() {
+			l := t.cfg.Listener.(CommitListener)
+			// Off the task's loop: the report is a round trip to the
+			// coordinator. One that fails only holds the next trigger
+			// until the coordinator stops waiting for it; one the task's
+			// end cuts is of no use.
+			t.writes.Add(1)
+			go func() {
+				defer t.writes.Done()
+				_ = l.CommitStarted(ctx, t.name, id)
+			}()
 		}
 	}
 	if s := t.cfg.Source; s != nil {

@@ -484,6 +484,13 @@ func (l listener) InputEnded(ctx context.Context, task string) error {
 	return l.w.InputEnded(ctx, l.ref(task))
 }
 
+// CommitStarted implements host.CommitListener: the task handed its sink's
+// output up to checkpoint id to the sink's commits; the coordinator
+// triggers the next checkpoint once every such task did.
+func (l listener) CommitStarted(ctx context.Context, task string, id int64) error {
+	return l.w.Committing(ctx, l.ref(task), id)
+}
+
 // Failed reports the task's failure; the reason is the cause alone, as
 // the coordinator names the task ("task <name> failed: <cause>").
 func (l listener) Failed(ctx context.Context, task string, err error) error {
