@@ -10,9 +10,12 @@ import (
 const (
 	// PhaseStartDelay: from the trigger until the task saw the first
 	// barrier — the barrier queued behind in-flight data (backpressure) or
-	// the task was busy, e.g. an exactly-once sink waiting for its previous
-	// commit.
+	// the task was busy — but for the commit wait.
 	PhaseStartDelay = "start delay"
+	// PhaseCommitWait: the part of the start delay an exactly-once sink
+	// spent waiting for the commits of earlier checkpoints
+	// (MetricCommitWaitNanos).
+	PhaseCommitWait = "commit wait"
 	// PhaseAlignment: from the first barrier to the last one of its inputs.
 	PhaseAlignment = "alignment"
 	// PhaseSnapshot: the task snapshotting its state (it processes nothing
@@ -54,16 +57,18 @@ func (c CheckpointInfo) Slowest() (TaskTime, bool) {
 	for _, name := range names {
 		m := c.Tasks[name]
 		t := TaskTime{Task: name}
+		wait := min(max(m[MetricCommitWaitNanos], 0), max(m[MetricStartDelayNanos], 0))
 		for _, p := range []struct {
-			name   string
-			metric string
+			name  string
+			nanos int64
 		}{
-			{PhaseStartDelay, MetricStartDelayNanos},
-			{PhaseAlignment, MetricAlignmentNanos},
-			{PhaseSnapshot, MetricSyncNanos},
-			{PhaseUpload, MetricAsyncNanos},
+			{PhaseStartDelay, m[MetricStartDelayNanos] - wait},
+			{PhaseCommitWait, wait},
+			{PhaseAlignment, m[MetricAlignmentNanos]},
+			{PhaseSnapshot, m[MetricSyncNanos]},
+			{PhaseUpload, m[MetricAsyncNanos]},
 		} {
-			d := time.Duration(max(m[p.metric], 0))
+			d := time.Duration(max(p.nanos, 0))
 			t.Total += d
 			if d > t.Duration || t.Phase == "" {
 				t.Phase, t.Duration = p.name, d

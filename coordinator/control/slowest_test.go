@@ -28,6 +28,17 @@ func TestSlowest(t *testing.T) {
 			found: true,
 		},
 		{
+			// The same, the sink's commit wait reported: it is named, and
+			// the start delay is what is left of it.
+			name: "sink waiting for earlier commits",
+			tasks: map[string]map[string]int64{
+				"lines-0":  {MetricSyncNanos: 2000, MetricAsyncNanos: ms(2)},
+				"counts-0": {MetricStartDelayNanos: ms(9355), MetricCommitWaitNanos: ms(7714), MetricAlignmentNanos: ms(291), MetricSyncNanos: ms(18)},
+			},
+			want:  TaskTime{Task: "counts-0", Total: time.Duration(ms(9355 + 291 + 18)), Phase: PhaseCommitWait, Duration: 7714 * time.Millisecond},
+			found: true,
+		},
+		{
 			name: "alignment",
 			tasks: map[string]map[string]int64{
 				"join-0": {MetricStartDelayNanos: ms(1), MetricAlignmentNanos: ms(900), MetricSyncNanos: ms(1)},
