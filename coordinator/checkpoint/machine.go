@@ -22,9 +22,10 @@
 //     completed until every task whose ack said it commits in the
 //     background (control.MetricCommitReport: an exactly-once sink)
 //     reported that it handed the checkpoint's output to its commits
-//     (Committing), or Timeout passed. A sink whose earlier commits still
-//     run waits for one of them to end before it takes input again;
-//     upstream the channels fill and every task waits with it. A barrier
+//     (Committing), or Timeout passed (DefaultCommitReportWait without
+//     one). A sink whose earlier commits still run waits for one of them
+//     to end before it takes input again; upstream the channels fill and
+//     every task waits with it. A barrier
 //     sent then would wait behind that commit, and a checkpoint's duration
 //     would hold the commit of an earlier one (with a backlog, the whole
 //     checkpoint timeout). Sent once the sink takes input again, the
@@ -483,15 +484,28 @@ func (m *Machine) Tick(now time.Time) []Action {
 	return append(acts, m.trigger(now, false))
 }
 
+// DefaultCommitReportWait bounds the wait for commit reports (see
+// Committing) of a machine without a checkpoint timeout.
+const DefaultCommitReportWait = time.Minute
+
+// commitReportWait is how long a periodic trigger waits for commit
+// reports at most: a checkpoint timeout.
+func (m *Machine) commitReportWait() time.Duration {
+	if m.cfg.Timeout > 0 {
+		return m.cfg.Timeout
+	}
+	return DefaultCommitReportWait
+}
+
 // awaitsCommits reports whether a periodic trigger waits for tasks to
 // report the hand-over of the last completed checkpoint's output to their
-// sinks' commits: some have not, and Timeout has not passed since it
-// completed.
+// sinks' commits: some have not, and commitReportWait has not passed
+// since it completed.
 func (m *Machine) awaitsCommits(now time.Time) bool {
 	if len(m.committing) == 0 {
 		return false
 	}
-	if m.cfg.Timeout > 0 && !now.Before(m.commitSince.Add(m.cfg.Timeout)) {
+	if !now.Before(m.commitSince.Add(m.commitReportWait())) {
 		m.committing = nil // a report lost, or a commit stuck: the task fails on its own
 		return false
 	}
@@ -581,9 +595,9 @@ func (m *Machine) NextWake() time.Time {
 		// While blocked by pending checkpoints, the end of one (an event)
 		// or a timeout wakes the runner.
 		if m.periodicPending() < m.cfg.MaxConcurrent && !m.savepointPending() && (m.cfg.MinPause == 0 || m.periodicPending() == 0) {
-			if len(m.committing) > 0 && m.cfg.Timeout > 0 {
+			if len(m.committing) > 0 {
 				// A report (an event) or the end of the wait.
-				if end := m.commitSince.Add(m.cfg.Timeout); due.Before(end) {
+				if end := m.commitSince.Add(m.commitReportWait()); due.Before(end) {
 					due = end
 				}
 			}

@@ -355,3 +355,19 @@ func TestTriggerWaitsForSinkCommits(t *testing.T) {
 	m.Start(at(15000), []string{"src-0", "op-0"})
 	expect(t, "new attempt", m.Tick(at(16000)), "trigger(6)")
 }
+
+// Without a checkpoint timeout a commit report that never comes holds
+// the trigger for DefaultCommitReportWait, not for good.
+func TestCommitReportWaitWithoutTimeout(t *testing.T) {
+	m := newM(Config{Interval: time.Second, MaxConcurrent: 1, Retained: 2})
+	expect(t, "first", m.Tick(at(1000)), "trigger(1)")
+	expect(t, "ack src", m.Ack(at(1500), "src-0", 1, "h", nil), "")
+	expect(t, "ack sink", m.Ack(at(1500), "op-0", 1, "h", map[string]int64{control.MetricCommitReport: 1}), "persist(1)")
+	expect(t, "complete", m.Persisted(at(1500), 1, nil), "notify(1)")
+	end := at(1500).Add(DefaultCommitReportWait)
+	if w := m.NextWake(); !w.Equal(end) {
+		t.Errorf("next wake %v, want %v", w, end)
+	}
+	expect(t, "waiting", m.Tick(end.Add(-time.Millisecond)), "")
+	expect(t, "the wait ended", m.Tick(end), "trigger(2)")
+}
