@@ -404,11 +404,10 @@ func (j *job) run() {
 		if !j.sleep(j.m.opts.HeartbeatTimeout) {
 			return
 		}
-		for _, w := range j.m.ctl.LiveWorkers() {
-			c, cancel := context.WithTimeout(j.ctx, j.m.opts.RequestTimeout)
-			_ = j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: j.attempt(), Reason: "coordinator restarted"})
-			cancel()
-		}
+		// Every live worker, not only the record's assignment: the old
+		// coordinator may have deployed the attempt before it recorded
+		// where. All at once, as on a failover (cancelAttempt).
+		j.cancelAttempt(j.m.ctl.LiveWorkers(), ReasonCoordinatorRestarted)
 		restore, readErr = j.latest()
 	}
 	for {
@@ -1026,8 +1025,14 @@ func (j *job) rest(ctx context.Context, attempt int, id int64) {
 	}
 }
 
-// stopTasks tells every worker of the attempt to cancel it (best effort),
-// all at once: a worker answers once its tasks stopped, which under load
+// stopTasks tells every worker of the attempt to cancel it: cancelAttempt
+// on the attempt's workers.
+func (j *job) stopTasks(reason string) {
+	j.cancelAttempt(j.workers(), reason)
+}
+
+// cancelAttempt tells workers to cancel the job's current attempt (best
+// effort), all at once: a worker answers once its tasks stopped, which under load
 // (a sink's commit under way) takes seconds, and one after the other the
 // waits would add up. A worker that is no longer live (its heartbeats
 // stopped: a process that is frozen, swapping or cut off) is told without
@@ -1042,7 +1047,7 @@ func (j *job) rest(ctx context.Context, attempt int, id int64) {
 // at most: a frozen worker that still counts as live would otherwise hold
 // the shutdown for RequestTimeout, and once the cancel is sent, its answer
 // changes nothing for a coordinator that goes away.
-func (j *job) stopTasks(reason string) {
+func (j *job) cancelAttempt(workers []string, reason string) {
 	attempt := j.attempt()
 	live := j.m.ctl.LiveWorkers()
 	j.m.mu.Lock()
@@ -1054,7 +1059,7 @@ func (j *job) stopTasks(reason string) {
 		wait = min(wait, shutdownCancelWait)
 	}
 	var answered sync.WaitGroup
-	for _, w := range j.workers() {
+	for _, w := range workers {
 		cancelOn := func(ctx context.Context) {
 			c, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()

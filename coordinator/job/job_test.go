@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1168,6 +1169,62 @@ func TestCoordinatorRestart(t *testing.T) {
 	}
 }
 
+// A restarted coordinator tells the live workers to drop the old attempt
+// side by side, not one after the other: a worker that is frozen yet still
+// counted live held the resume back by RequestTimeout (5s by default)
+// each. Here each worker's cancel of the old attempt answers only once the
+// other's arrived too; RequestTimeout is longer than the test may take.
+func TestResumeCancelsOnAllWorkersAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, startManager := restartableWith(t, nil, Options{HeartbeatTimeout: time.Second, RequestTimeout: time.Hour})
+	f := e.fleet
+	stop := startManager()
+	w1 := f.start(ctx, "w1")
+	w2 := f.start(ctx, "w2")
+	defer f.wait()
+	before := e.submitRunning(t, ctx, spec(t, "ha", "checkpointing: {interval: 1h}\n"))
+	stop()
+
+	var both sync.WaitGroup
+	both.Add(2)
+	arrived := make(chan struct{})
+	go func() { both.Wait(); close(arrived) }()
+	for _, w := range []*fakeWorker{w1, w2} {
+		var once sync.Once
+		w.mu.Lock()
+		w.cancelGate = func(c control.Cancel) {
+			if c.Job == "ha" && c.Attempt == before.Attempt {
+				once.Do(both.Done)
+				select {
+				case <-arrived:
+				case <-ctx.Done(): // one after the other: the test fails
+				}
+			}
+		}
+		w.mu.Unlock()
+	}
+	stop = startManager()
+	defer stop()
+	waitFor(t, ctx, e, "ha", "resumed", func(s control.JobStatus) bool {
+		return s.State == control.JobRunning && s.Attempt > before.Attempt
+	})
+	for _, w := range []*fakeWorker{w1, w2} {
+		w.mu.Lock()
+		told := slices.ContainsFunc(w.cancels, func(c control.Cancel) bool {
+			return c.Job == "ha" && c.Attempt == before.Attempt && c.Reason == ReasonCoordinatorRestarted
+		})
+		w.mu.Unlock()
+		if !told {
+			t.Errorf("%s was not told to drop attempt %d", w.id, before.Attempt)
+		}
+	}
+	if _, err := e.api.CancelJob(ctx, "ha"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "ha", "canceled", func(st control.JobStatus) bool { return st.State == control.JobCanceled })
+}
+
 // giveUp says why a job is not restarted in words, counting the restarts
 // made before the failure that ends it.
 func TestGiveUpReason(t *testing.T) {
@@ -1231,6 +1288,13 @@ func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
 // directory (seen through wrap, if not nil) until its stop is called.
 func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, start func() (stop func())) {
 	t.Helper()
+	return restartableWith(t, wrap, Options{HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
+}
+
+// restartableWith is restartable with the managers' timeouts taken from
+// opts.
+func restartableWith(t *testing.T, wrap func(storage.Store) storage.Store, opts Options) (e *env, start func() (stop func())) {
+	t.Helper()
 	nc := embeddedtest.Conn(t)
 	path := t.TempDir()
 	dir, err := storage.NewDir(path)
@@ -1243,7 +1307,7 @@ func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, 
 	}
 	start = func() func() {
 		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
-			HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
+			HeartbeatTimeout: opts.HeartbeatTimeout, RequestTimeout: opts.RequestTimeout})
 		mctx, mcancel := context.WithCancel(context.Background())
 		ready, done := make(chan struct{}), make(chan struct{})
 		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
