@@ -230,6 +230,8 @@ type Sink interface {
 	// Recover is called once, before any Write, when the task restores
 	// checkpoint id: the sink commits (again, idempotently) what state, the
 	// result of PreCommit(id), describes, and drops anything staged later.
+	// Its error names the sink and the checkpoint it recovers: the task
+	// adds only the snapshot it restores.
 	Recover(ctx context.Context, id int64, state []byte) error
 	// EndOfInput says all input has been written: the sink commits the rest.
 	EndOfInput(ctx context.Context) error
@@ -304,7 +306,9 @@ const (
 
 // Store is checkpoint storage: a flat key space of immutable objects. The
 // local-directory implementation is transport/storage.Dir; the coordinator
-// provides one on JetStream's object store.
+// provides one on JetStream's object store. Its errors name the key they
+// are about (as os.Open's name the file): the task adds only what it was
+// doing, not the key again.
 type Store interface {
 	// Put stores the bytes of r under key, atomically: a reader sees the
 	// whole object or none.

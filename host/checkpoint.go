@@ -308,7 +308,7 @@ func (t *Task) write(snap *snapshot.Task, m CheckpointMetrics) {
 		<-encoded
 		if err != nil {
 			if ctx.Err() == nil {
-				t.decline(snap.CheckpointID, DeclineFailed, oneLine(fmt.Sprintf("write snapshot %s: %v", key, err)))
+				t.decline(snap.CheckpointID, DeclineFailed, oneLine(fmt.Sprintf("write snapshot: %v", err))) // err names the key
 			}
 			return
 		}
@@ -326,25 +326,40 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 // sink and source positions, then queues the recovered output channel state
 // to be sent before any new output and the input channel state to be
 // processed before any new input.
+//
+// Its errors name the snapshot once: the store's own name the key it was
+// asked for, the others are prefixed with it.
 func (t *Task) restore(ctx context.Context) error {
 	if len(t.cfg.RestoreMerged) > 0 {
-		return t.restoreMerged(ctx)
+		if err := t.restoreMerged(ctx); err != nil {
+			return fmt.Errorf("restore from %d merged snapshots: %w", len(t.cfg.RestoreMerged), err)
+		}
+		return nil
 	}
 	if t.cfg.Restore == "" {
 		return nil
 	}
 	if t.cfg.Store == nil {
-		return errors.New("no checkpoint storage configured")
+		return fmt.Errorf("restore %s: no checkpoint storage configured", t.cfg.Restore)
 	}
 	rc, err := t.cfg.Store.Get(ctx, t.cfg.Restore)
 	if err != nil {
-		return err
+		return fmt.Errorf("restore: %w", err)
 	}
 	snap, err := snapshot.Read(rc)
 	rc.Close()
-	if err != nil {
-		return err
+	if err == nil {
+		err = t.restoreSnapshot(ctx, snap)
 	}
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", t.cfg.Restore, err)
+	}
+	return nil
+}
+
+// restoreSnapshot is restore once snap, the snapshot named by cfg.Restore,
+// is read.
+func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 	if op := t.cfg.Operator; op != nil {
 		if err := op.Restore(ctx, bytes.NewReader(snap.ModuleState)); err != nil {
 			return t.operatorErr(err, "restore", "")
@@ -361,8 +376,9 @@ func (t *Task) restore(ctx context.Context) error {
 		if t.cfg.Restore != SnapshotKey(t.cfg.KeyPrefix, snap.CheckpointID, snap.Task) {
 			t.foreignID.Store(snap.CheckpointID)
 		}
+		// The sink names itself and the checkpoint it recovers.
 		if err := s.Recover(ctx, snap.CheckpointID, state); err != nil {
-			return fmt.Errorf("sink: recover checkpoint %d: %w", snap.CheckpointID, err)
+			return err
 		}
 	}
 	if s := t.cfg.Source; s != nil {
@@ -479,8 +495,10 @@ func (t *Task) mergeSink(ctx context.Context, snaps []*snapshot.Task, stored []b
 		if stored[i] {
 			state = nil
 		}
+		// The sink names itself and the checkpoint it recovers; the
+		// snapshot names the task it is of.
 		if err := m.RecoverTask(ctx, s.Task, s.CheckpointID, state); err != nil {
-			return fmt.Errorf("sink: recover %s's checkpoint %d: %w", s.Task, s.CheckpointID, err)
+			return fmt.Errorf("%s: %w", t.cfg.RestoreMerged[i], err)
 		}
 	}
 	return nil

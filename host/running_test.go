@@ -135,7 +135,7 @@ func TestTaskReportsRunningOnceRestored(t *testing.T) {
 	// A failed restore reports no running.
 	rr.onRunning = nil
 	_, done := run("j/chk-9/out-0")
-	if err := <-done; err == nil || !strings.Contains(err.Error(), "restore j/chk-9/out-0") {
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "restore: storage: j/chk-9/out-0:") {
 		t.Errorf("restore of a missing snapshot: %v", err)
 	}
 	select {

@@ -514,10 +514,7 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		}
 	}()
 	if err := t.restore(ctx); err != nil {
-		if len(t.cfg.RestoreMerged) > 0 {
-			return fmt.Errorf("restore from %d merged snapshots: %w", len(t.cfg.RestoreMerged), err)
-		}
-		return fmt.Errorf("restore %s: %w", t.cfg.Restore, err)
+		return err
 	}
 	if l, ok := t.cfg.Listener.(RunningListener); ok {
 		if err := l.Running(ctx, t.name); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -316,12 +317,12 @@ func TestCancelReleases(t *testing.T) {
 	}
 }
 
-// failingStore refuses every write.
+// failingStore refuses every write, naming the key as a Store does.
 type failingStore struct{ *snapshot.MemStore }
 
 func (failingStore) Put(ctx context.Context, key string, r io.Reader) error {
 	io.CopyN(io.Discard, r, 10)
-	return errors.New("disk full")
+	return fmt.Errorf("put %s: disk full", key)
 }
 
 // A snapshot that cannot be written declines the checkpoint; the task goes
@@ -340,7 +341,7 @@ func TestSnapshotWriteFailureDeclines(t *testing.T) {
 	if got := f.output(); got != "a B1 b EOP" {
 		t.Fatalf("output %q", got)
 	}
-	if len(f.rc.declines) != 1 || f.rc.declines[0] != "x 1 failed: write snapshot chk-1/x: disk full" || len(f.rc.acks) != 0 {
+	if len(f.rc.declines) != 1 || f.rc.declines[0] != "x 1 failed: write snapshot: put chk-1/x: disk full" || len(f.rc.acks) != 0 {
 		t.Fatalf("declines %v acks %v", f.rc.declines, f.rc.acks)
 	}
 }
