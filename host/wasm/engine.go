@@ -59,7 +59,8 @@ type Limits struct {
 	MemoryBytes uint64
 	// CallTimeout is the longest one call into the module may run, timed
 	// by the engine's watchdog (see DefaultWatchdogInterval for its
-	// resolution). Default 5s.
+	// resolution) while the process runs: time it was stopped (SIGSTOP,
+	// a frozen VM) does not count. Default 5s.
 	CallTimeout time.Duration
 	// MaxBatchBytes is the largest input batch Process accepts. Default 4 MiB.
 	MaxBatchBytes int
@@ -115,6 +116,10 @@ type Config struct {
 	// without a bound their compiled code stays for the life of the
 	// process. 0 keeps them all.
 	MaxIdleModules int
+
+	// ticks, if set, replaces the watchdog's ticker: a test sends the
+	// times the watchdog sees.
+	ticks <-chan time.Time
 }
 
 // Engine compiles and runs modules. Use one per process; it is safe for
@@ -480,23 +485,51 @@ func sameTypes(a, b []api.ValueType) bool {
 
 // watchdog interrupts calls that overran their deadline. It never allocates
 // per call: an instance counts its calls (odd = in a call), and the
-// watchdog times how long it has seen the same odd count.
+// watchdog adds up how long it has seen the same odd count.
+//
+// It counts only time the process ran: a gap between its ticks longer
+// than stalledAfter means the process itself was not running (stopped
+// with SIGSTOP, its VM frozen, a long stop of the world), and counts as
+// one interval. A call that was running when the process stopped is not
+// past its deadline for the time nobody ran, and the operator is not
+// named as stuck for it.
 func (e *Engine) watchdog() {
 	defer close(e.watchDone)
-	t := time.NewTicker(e.cfg.WatchdogInterval)
-	defer t.Stop()
+	ticks := e.cfg.ticks
+	if ticks == nil {
+		t := time.NewTicker(e.cfg.WatchdogInterval)
+		defer t.Stop()
+		ticks = t.C
+	}
+	stalled := stalledAfter(e.cfg.WatchdogInterval)
+	var last time.Time
 	for {
 		select {
 		case <-e.stopWatch:
 			return
-		case now := <-t.C:
+		case now := <-ticks:
+			ran := now.Sub(last)
+			if last.IsZero() || ran > stalled {
+				ran = e.cfg.WatchdogInterval
+			}
+			last = now
 			e.instMu.Lock()
 			for inst := range e.instances {
-				inst.watch(now)
+				inst.watch(now, ran)
 			}
 			e.instMu.Unlock()
 		}
 	}
+}
+
+// stalledAfter is how long a gap between the watchdog's ticks, every
+// interval, must be for the watchdog to take it for a time the process
+// was not running rather than for a late tick: 100 intervals, at least a
+// second. A tick runs late when the machine is busy; a stop (SIGSTOP, a VM
+// freeze) lasts longer. A pause shorter than this counts against the
+// call's deadline as if the call ran.
+func stalledAfter(interval time.Duration) time.Duration {
+	return max(100*interval, time.Second)
 }
 
 func (e *Engine) register(inst *Instance) {

@@ -115,8 +115,8 @@ type Instance struct {
 	hostIO         atomic.Int64 // ns spent in the snapshot writer / restore reader, ever
 	ioStart        atomic.Int64 // when the current state I/O began, ns since epoch; 0 = none
 	epoch          time.Time
-	wdSeq          uint64 // watchdog's view, touched only by the watchdog
-	wdSince        time.Time
+	wdSeq          uint64        // watchdog's view, touched only by the watchdog:
+	wdRan          time.Duration // how long the call wdSeq ran, as the watchdog counts
 	wdIO           int64
 
 	pace       pacer // sizes the pieces Process cuts a batch into
@@ -543,8 +543,9 @@ func (i *Instance) stop(reason *atomic.Bool, seq uint64) {
 	i.cancel()
 }
 
-// watch is the watchdog's check of one instance.
-func (i *Instance) watch(now time.Time) {
+// watch is the watchdog's check of one instance at its tick now, ran
+// after the previous one: how long the process ran since (Engine.watchdog).
+func (i *Instance) watch(now time.Time, ran time.Duration) {
 	s := i.calls.Load()
 	if s&1 == 0 {
 		return
@@ -554,13 +555,15 @@ func (i *Instance) watch(now time.Time) {
 		io += int64(now.Sub(i.epoch)) - st // I/O in progress
 	}
 	if s != i.wdSeq {
-		i.wdSeq, i.wdSince, i.wdIO = s, now, io
+		i.wdSeq, i.wdRan, i.wdIO = s, 0, io
 		return
 	}
 	// Time the host spent streaming state (a slow checkpoint store) is not
-	// the guest's.
-	guest := now.Sub(i.wdSince) - time.Duration(io-i.wdIO)
-	if guest >= i.limits.CallTimeout && s&stopBit == 0 {
+	// the guest's; what the process did not run (a stop during the I/O)
+	// is neither.
+	i.wdRan += max(0, ran-time.Duration(io-i.wdIO))
+	i.wdIO = io
+	if i.wdRan >= i.limits.CallTimeout && s&stopBit == 0 {
 		i.stop(&i.timedOut, s)
 	}
 }
