@@ -286,6 +286,11 @@ func (s *KV) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 // crash (kill -9, power loss), nats-server v2.15.2's file store recovered
 // without the removals of that pair, so deleted keys came back
 // (TestDeletesSurviveAServerCrash). One subject purge survives.
+//
+// The key's last revision is read from the stream's leader, not with a
+// direct get (which KV buckets allow, and which in a cluster any replica
+// answers, a lagging one with an older revision or none): a key put just
+// before would be left, or left at its latest revision.
 func (s *KV) Delete(ctx context.Context, prefix string) error {
 	keys, err := s.List(ctx, prefix)
 	if err != nil {
@@ -296,18 +301,68 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 		return fmt.Errorf("storage delete %s: %w", prefix, err)
 	}
 	for _, k := range keys {
-		m, err := st.GetLastMsgForSubject(ctx, "$KV."+s.bucket+"."+k)
+		subj := "$KV." + s.bucket + "." + k
+		seq, err := lastSeq(ctx, s.js, "KV_"+s.bucket, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // deleted meanwhile
 		}
 		if err == nil {
-			err = st.Purge(ctx, jetstream.WithPurgeSubject(m.Subject), jetstream.WithPurgeSequence(m.Sequence+1))
+			err = st.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(seq+1))
 		}
 		if err != nil {
 			return fmt.Errorf("storage delete %s: %w", k, err)
 		}
 	}
 	return nil
+}
+
+// lastSeq returns the sequence of the last message on subject in stream,
+// as the stream's leader has it: the JetStream API's message get
+// (STREAM.MSG.GET), which only the leader answers. jetstream.Stream's
+// GetLastMsgForSubject uses a direct get instead whenever the stream
+// allows them. No message on subject gives jetstream.ErrMsgNotFound.
+func lastSeq(ctx context.Context, js jetstream.JetStream, stream, subject string) (uint64, error) {
+	o := js.Options()
+	prefix := jetstream.DefaultAPIPrefix
+	switch {
+	case o.Domain != "":
+		prefix = "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		prefix = strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	if _, ok := ctx.Deadline(); !ok && o.DefaultTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.DefaultTimeout)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return 0, err
+	}
+	msg, err := js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return 0, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return 0, fmt.Errorf("last message on %s: %w", subject, resp.Error)
+	case resp.Message == nil:
+		return 0, fmt.Errorf("last message on %s: %w", subject, jetstream.ErrInvalidJetStreamResponse)
+	}
+	return resp.Message.Seq, nil
 }
 
 // List returns the live keys starting with prefix, sorted.
