@@ -486,10 +486,37 @@ func (l listener) InputEnded(ctx context.Context, task string) error {
 
 // CommitStarted implements host.CommitListener: the task handed its sink's
 // output up to checkpoint id to the sink's commits; the coordinator
-// triggers the next checkpoint once every such task did.
+// triggers the next checkpoint once every such task did. A report that
+// fails (lost in a NATS blip, say) would hold the job's next checkpoint
+// for its checkpoint timeout, so it is sent again after pauses growing to
+// a second, until it is heard, the task ends, or commitReportPatience
+// passed (the coordinator stops waiting by then). The coordinator takes a
+// report the same however often it comes.
 func (l listener) CommitStarted(ctx context.Context, task string, id int64) error {
-	return l.w.Committing(ctx, l.ref(task), id)
+	give := time.Now().Add(commitReportPatience)
+	pause := 50 * time.Millisecond
+	for {
+		err := l.w.Committing(ctx, l.ref(task), id)
+		if err == nil || ctx.Err() != nil || time.Now().After(give) {
+			return err
+		}
+		l.log.Debug("commit report not heard: sending it again", "job", l.job, "attempt", l.attempt, "task", task,
+			"checkpoint", id, "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
+
+// commitReportPatience bounds how long a task's commit report is sent
+// again (CommitStarted): the coordinator holds the next trigger for a
+// checkpoint timeout at most (jobspec.DefaultTimeout unless set).
+const commitReportPatience = time.Minute
 
 // Failed reports the task's failure; the reason is the cause alone, as
 // the coordinator names the task ("task <name> failed: <cause>").

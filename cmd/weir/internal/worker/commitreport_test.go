@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// A commit report the coordinator does not take the first time (lost in
+// a NATS blip, or refused) is sent again: lost, it would hold the job's
+// next checkpoint for a whole checkpoint timeout.
+func TestCommitReportSentAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	var (
+		mu  sync.Mutex
+		got []control.Event
+	)
+	sub, err := nc.Subscribe(control.Subjects{}.Event(), func(m *nats.Msg) {
+		var e control.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		got = append(got, e)
+		n := len(got)
+		mu.Unlock()
+		rep := control.Reply{}
+		if n == 1 {
+			rep.Error = "not now"
+		}
+		data, _ := json.Marshal(rep)
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.DiscardHandler),
+		job: "j", attempt: 3}
+	if err := l.CommitStarted(ctx, "out-0", 7); err != nil {
+		t.Fatalf("commit report: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("%d reports reached the coordinator, want 2 (the first refused)", len(got))
+	}
+	for _, e := range got {
+		if e.Type != control.EventCommitting || e.Job != "j" || e.Attempt != 3 || e.Task != "out-0" || e.CheckpointID != 7 || e.Worker != "w1" {
+			t.Errorf("report %+v", e)
+		}
+	}
+}
