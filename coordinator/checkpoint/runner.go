@@ -50,7 +50,12 @@ const EndDiscardTimeout = 30 * time.Second
 
 // Runner drives a Machine: it ticks it on time, feeds it acks and declines,
 // and carries out its actions in order on one goroutine (Run), so callers of
-// Ack and Decline never wait for I/O.
+// Ack and Decline never wait for I/O. Discards (deleting a checkpoint's
+// state, a few storage round trips per object) are carried out in order on
+// a goroutine of their own: while storage is slow or unreachable, as in a
+// NATS outage, they take seconds each or hang, and on Run's goroutine they
+// held up every trigger and every expiry behind them — a job that ran on
+// without checkpoints and without a failure.
 //
 // When Run's context ends (the job ended, or the coordinator stops), the
 // checkpoints still pending are aborted, and the discards queued by then —
@@ -73,6 +78,10 @@ type Runner struct {
 	queue   []Action
 	waiters map[int64]chan error
 	ended   bool // Run returned: actions are no longer carried out
+	// discards holds the checkpoints to discard, in order, that the
+	// discarder has not taken yet; dkick wakes it.
+	discards []int64
+	dkick    chan struct{}
 }
 
 // NewRunner returns a runner of m; call Run.
@@ -84,7 +93,8 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), now: opts.Now, log: opts.Log,
-		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{}}
+		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{},
+		dkick: make(chan struct{}, 1)}
 }
 
 // Done is closed once Run returned, after the discards it carries out as
@@ -274,6 +284,19 @@ func (r *Runner) LatestValid(ctx context.Context) (*Metadata, error) {
 // carries out what it must as it ends (see Runner) and closes Done.
 func (r *Runner) Run(ctx context.Context) {
 	defer close(r.done)
+	// The discards outlive ctx: those queued as the job ends are carried
+	// out before Run returns, EndDiscardTimeout at most (end).
+	dctx, dcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer dcancel()
+	stop := make(chan struct{})
+	discarded := make(chan struct{})
+	go func() { defer close(discarded); r.discarder(dctx, stop) }()
+	defer func() {
+		t := time.AfterFunc(EndDiscardTimeout, dcancel)
+		defer t.Stop()
+		close(stop)
+		<-discarded
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -319,9 +342,9 @@ func (r *Runner) Run(ctx context.Context) {
 
 // end is Run's end: left are the actions Run had taken but not carried
 // out. Checkpoints still pending are aborted (no attempt will complete
-// them), and the state of every checkpoint a discard was queued for is
-// deleted with a context that outlives ctx by EndDiscardTimeout at most;
-// a savepoint's waiter learns whether it completed (its metadata is
+// them), and every checkpoint a discard was queued for is handed to the
+// discarder, which Run waits for, EndDiscardTimeout at most; a
+// savepoint's waiter learns whether it completed (its metadata is
 // written) or was aborted. The other actions (triggers, metadata writes,
 // notifications and aborts sent to tasks) are moot: the tasks are being
 // canceled.
@@ -331,16 +354,52 @@ func (r *Runner) end(ctx context.Context, left []Action) {
 	r.queue = nil
 	r.ended = true
 	r.mu.Unlock()
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), EndDiscardTimeout)
-	defer cancel()
 	for _, a := range acts {
 		switch a := a.(type) {
 		case DiscardAction:
-			r.discard(dctx, a.ID)
+			r.queueDiscard(a.ID)
 		case AbortAction:
 			r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
 		case NotifyAction:
 			r.resolve(a.ID, nil)
+		}
+	}
+}
+
+// queueDiscard hands checkpoint id to the discarder.
+func (r *Runner) queueDiscard(id int64) {
+	r.mu.Lock()
+	r.discards = append(r.discards, id)
+	r.mu.Unlock()
+	select {
+	case r.dkick <- struct{}{}:
+	default:
+	}
+}
+
+// discarder carries out the discards queued (queueDiscard), in order,
+// until stop is closed and none is left; ctx bounds each.
+func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
+	for {
+		r.mu.Lock()
+		ids := r.discards
+		r.discards = nil
+		r.mu.Unlock()
+		for _, id := range ids {
+			r.discard(ctx, id)
+		}
+		if len(ids) > 0 {
+			continue
+		}
+		select {
+		case <-r.dkick:
+		case <-stop:
+			r.mu.Lock()
+			left := len(r.discards)
+			r.mu.Unlock()
+			if left == 0 {
+				return
+			}
 		}
 	}
 }
@@ -402,7 +461,10 @@ func (r *Runner) do(ctx context.Context, a Action) {
 		r.eff.Abort(ctx, a.ID, a.Reason)
 		r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
 	case DiscardAction:
-		r.discard(ctx, a.ID)
+		// After the actions before it: a checkpoint aborted while its
+		// metadata was being written (PersistAction) is deleted once the
+		// write ended.
+		r.queueDiscard(a.ID)
 	case FailJobAction:
 		// Under the lock: an attempt cannot end (Stop) while its failure
 		// is reported. One that ended meanwhile (a task failure or a lost
