@@ -33,7 +33,8 @@
 //     while its sinks commit after notifyCheckpointComplete;
 //   - timeout: a checkpoint still pending Timeout after its trigger is
 //     aborted, unless every task acked it and its metadata is being
-//     written;
+//     written; that write is bounded by Timeout of its own
+//     (MetadataWriteWait), and fails the checkpoint when it runs out;
 //   - decline: a task's decline aborts the checkpoint;
 //   - subsumed: when checkpoint n completes, pending checkpoints < n are
 //     aborted as subsumed;
@@ -495,6 +496,22 @@ func (m *Machine) commitReportWait() time.Duration {
 		return m.cfg.Timeout
 	}
 	return DefaultCommitReportWait
+}
+
+// DefaultMetadataWriteWait bounds the write of a checkpoint's metadata
+// (PersistAction) for a machine without a checkpoint timeout.
+const DefaultMetadataWriteWait = time.Minute
+
+// MetadataWriteWait is how long the write of a checkpoint's metadata
+// (PersistAction) may take: a checkpoint timeout. A checkpoint whose
+// metadata is being written does not expire, so a write that never came
+// back would hold up every checkpoint after it; one that runs out fails
+// the checkpoint (Persisted), counted.
+func (m *Machine) MetadataWriteWait() time.Duration {
+	if m.cfg.Timeout > 0 {
+		return m.cfg.Timeout
+	}
+	return DefaultMetadataWriteWait
 }
 
 // awaitsCommits reports whether a periodic trigger waits for tasks to

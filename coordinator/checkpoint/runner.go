@@ -447,7 +447,12 @@ func (r *Runner) do(ctx context.Context, a Action) {
 	case PersistAction:
 		md := *a.Metadata
 		md.Sources = r.sources
-		err := r.cat.Write(ctx, &md)
+		r.mu.Lock()
+		wait := r.m.MetadataWriteWait()
+		r.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		err := r.cat.Write(wctx, &md)
+		cancel()
 		if err != nil {
 			r.log.Warn("checkpoint metadata write failed", "checkpoint", a.Metadata.ID, "err", err)
 		}

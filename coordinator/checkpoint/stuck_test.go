@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +102,57 @@ func TestStuckDiscardHoldsUpNoCheckpoint(t *testing.T) {
 	<-r.Done()
 	if keys, err := dir.List(context.Background(), StatePrefix("j", second.ID)); err != nil || len(keys) > 0 {
 		t.Errorf("declined checkpoint %d left %v (%v)", second.ID, keys, err)
+	}
+}
+
+// hungPut is a real directory store whose Put of checkpoint metadata
+// does not come back until its context ends.
+type hungPut struct{ storage.Store }
+
+func (s hungPut) Put(ctx context.Context, key string, r io.Reader) error {
+	if strings.HasSuffix(key, "/_metadata") {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.Put(ctx, key, r)
+}
+
+// A checkpoint every task acked does not expire while its metadata is
+// written; a write that does not come back fails it after a checkpoint
+// timeout, as a failure (here the one that fails the job over), instead of
+// holding up every checkpoint after it for good.
+func TestHungMetadataWriteFailsTheCheckpoint(t *testing.T) {
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &Catalog{Meta: hungPut{dir}, State: dir}
+	eff := &fakeEffects{failed: make(chan string, 1), notified: make(chan int64, 16), trigger: make(chan TriggerAction, 16)}
+	m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, MaxConcurrent: 1}, nil, 0)
+	r := NewRunner(m, cat, eff, RunnerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go r.Run(ctx)
+	r.Start([]string{"a-0"})
+	var tr TriggerAction
+	select {
+	case tr = <-eff.trigger:
+	case <-ctx.Done():
+		t.Fatal("no trigger")
+	}
+	key := StateKey("j", tr.ID, "a-0")
+	if err := dir.Put(ctx, key, strings.NewReader("state")); err != nil {
+		t.Fatal(err)
+	}
+	r.Ack("a-0", tr.ID, key, nil)
+	select {
+	case reason := <-eff.failed:
+		if want := fmt.Sprintf("checkpoint %d: writing metadata failed", tr.ID); !strings.Contains(reason, want) {
+			t.Errorf("failure %q; want it to say %q", reason, want)
+		}
+	case id := <-eff.notified:
+		t.Fatalf("checkpoint %d completed with its metadata unwritten", id)
+	case <-ctx.Done():
+		t.Fatal("a metadata write that never came back failed nothing")
 	}
 }
