@@ -42,7 +42,9 @@
 //     "failed") and metadata write failures are checkpoint failures; more
 //     than TolerableFailures in a row produce FailJob. Aborts because of a
 //     task failure, subsumption or a cancel marker do not count, nor do
-//     failed savepoints. A completed checkpoint resets the count;
+//     failed savepoints, nor a failed trigger — unless triggers have
+//     failed in a row for Timeout (TriggerFailed). A completed checkpoint
+//     resets the count;
 //   - retention: the last Retained completed checkpoints are kept; older
 //     ones are discarded (state and metadata). Savepoints are never
 //     discarded automatically;
@@ -220,6 +222,9 @@ type Machine struct {
 	commitID    int64
 	commitSince time.Time
 	failures    int
+	// triggerFailing is when the first of the triggers that failed in a
+	// row since the last that reached its tasks failed (zero: none).
+	triggerFailing time.Time
 	// aborted holds the IDs of the checkpoints and savepoints this machine
 	// aborted (the newest abortedKept): a late ack for one is discarded.
 	aborted map[int64]bool
@@ -314,6 +319,7 @@ func (m *Machine) Start(now time.Time, tasks []string) {
 	m.finished = map[string]bool{}
 	m.stopped = 0
 	m.committing = nil
+	m.triggerFailing = time.Time{}
 }
 
 // Finished records that task reached the end of its input. No checkpoint is
@@ -512,6 +518,41 @@ func (m *Machine) MetadataWriteWait() time.Duration {
 		return m.cfg.Timeout
 	}
 	return DefaultMetadataWriteWait
+}
+
+// TriggerFailed aborts checkpoint id of attempt run, whose trigger did not
+// reach its tasks; reason says why. A trigger lost in a NATS blip costs
+// its checkpoint and is no checkpoint failure, but triggers that failed
+// in a row for a checkpoint timeout (MetadataWriteWait: a worker that
+// refuses them because it no longer runs the attempt, or whose answers
+// never come) are: the attempt would otherwise run on without a
+// checkpoint and without a failure. The one that fails a checkpoint
+// timeout after the first counts, and so does one each checkpoint timeout
+// after it while they go on failing. A failure of a run that ended
+// meanwhile changes nothing.
+func (m *Machine) TriggerFailed(now time.Time, run int, id int64, reason string) []Action {
+	if !m.Current(run) {
+		return nil
+	}
+	if m.triggerFailing.IsZero() {
+		m.triggerFailing = now
+	}
+	wait := m.MetadataWriteWait()
+	counted := !now.Before(m.triggerFailing.Add(wait))
+	if counted {
+		reason = fmt.Sprintf("triggers failed in a row for %s; the last: %s", wait, reason)
+		m.triggerFailing = now
+	}
+	return m.abort(now, id, "trigger failed: "+reason, counted)
+}
+
+// Triggered records that the trigger of a checkpoint of attempt run
+// reached its tasks: failed triggers before it no longer count
+// (TriggerFailed).
+func (m *Machine) Triggered(run int) {
+	if m.Current(run) {
+		m.triggerFailing = time.Time{}
+	}
 }
 
 // awaitsCommits reports whether a periodic trigger waits for tasks to

@@ -438,12 +438,15 @@ func (r *Runner) do(ctx context.Context, a Action) {
 			r.log.Info("checkpoint ended before its trigger was sent; not triggered", "checkpoint", a.ID)
 			return
 		}
-		if err := r.eff.Trigger(ctx, a); err != nil {
+		err := r.eff.Trigger(ctx, a)
+		r.mu.Lock()
+		if err != nil {
 			r.log.Warn("checkpoint trigger failed", "checkpoint", a.ID, "err", err)
-			r.mu.Lock()
-			r.queue = append(r.queue, r.m.abort(r.now(), a.ID, fmt.Sprintf("trigger failed: %v", err), false)...)
-			r.mu.Unlock()
+			r.queue = append(r.queue, r.m.TriggerFailed(r.now(), a.Run, a.ID, err.Error())...)
+		} else {
+			r.m.Triggered(a.Run)
 		}
+		r.mu.Unlock()
 	case PersistAction:
 		md := *a.Metadata
 		md.Sources = r.sources

@@ -156,3 +156,69 @@ func TestHungMetadataWriteFailsTheCheckpoint(t *testing.T) {
 		t.Fatal("a metadata write that never came back failed nothing")
 	}
 }
+
+// refusingEffects is fakeEffects whose triggers never reach the tasks: a
+// worker that no longer runs the attempt refuses each.
+type refusingEffects struct{ *fakeEffects }
+
+func (refusingEffects) Trigger(_ context.Context, t TriggerAction) error {
+	return fmt.Errorf("trigger checkpoint %d on worker w1: job j attempt %d is not running here", t.ID, t.Run)
+}
+
+// Triggers that fail in a row for a checkpoint timeout fail the attempt
+// over, naming what the worker answered: a failed trigger alone is no
+// checkpoint failure (a NATS blip may lose one), and an attempt whose
+// worker refused every trigger ran on without a checkpoint and without a
+// failure.
+func TestTriggersFailingForATimeoutFailTheJob(t *testing.T) {
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := refusingEffects{&fakeEffects{failed: make(chan string, 1), notified: make(chan int64, 16)}}
+	m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, MaxConcurrent: 1}, nil, 0)
+	r := NewRunner(m, &Catalog{Meta: dir, State: dir}, eff, RunnerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go r.Run(ctx)
+	r.Start([]string{"a-0"})
+	select {
+	case reason := <-eff.failed:
+		const want = "trigger failed: triggers failed in a row for 50ms; the last: trigger checkpoint "
+		if !strings.Contains(reason, want) || !strings.HasSuffix(reason, "on worker w1: job j attempt 1 is not running here") {
+			t.Errorf("failure %q; want it to say %q and what the worker answered", reason, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("triggers refused for good failed nothing")
+	}
+}
+
+// The rule by itself: a failed trigger is no failure until triggers have
+// failed in a row for Timeout; one that reaches its tasks starts the count
+// over, and so does the next attempt; a failure of an attempt that ended
+// changes nothing.
+func TestTriggerFailuresCountAfterATimeout(t *testing.T) {
+	m := newM(Config{Interval: time.Second, Timeout: 10 * time.Second, MaxConcurrent: 1})
+	failAt := func(ms int) []Action {
+		t.Helper()
+		acts := m.Tick(at(ms))
+		if kinds(acts) == "" {
+			t.Fatalf("no trigger at %dms", ms)
+		}
+		tr := acts[len(acts)-1].(TriggerAction)
+		return m.TriggerFailed(at(ms+100), tr.Run, tr.ID, "no answer")
+	}
+	expect(t, "first failed trigger", failAt(1000), "abort(1) discard(1)")
+	expect(t, "failing for 9s", failAt(10000), "abort(2) discard(2)")
+	expect(t, "failing for 10s", failAt(11000), "abort(3) discard(3) fail")
+	expect(t, "the count starts over", failAt(12000), "abort(4) discard(4)")
+	tr := m.Tick(at(13000))[0].(TriggerAction)
+	m.Triggered(tr.Run)
+	expect(t, "complete", complete(t, m, at(13100), tr.ID), "notify(5)")
+	expect(t, "failed after one that went out", failAt(23000), "abort(6) discard(6)")
+	expect(t, "10s after that", failAt(33000), "abort(7) discard(7) fail")
+	m.Start(at(40000), []string{"src-0", "op-0"})
+	expect(t, "next attempt", failAt(41000), "abort(8) discard(8)")
+	expect(t, "an ended attempt's", m.TriggerFailed(at(45000), m.Run()-1, 8, "late"), "")
+	expect(t, "still counting from the next attempt's first", failAt(51000), "abort(9) discard(9) fail")
+}

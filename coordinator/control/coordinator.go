@@ -346,7 +346,8 @@ func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
 // sent once: sent again, the sources would inject the checkpoint's barrier
 // twice. A trigger lost in a NATS blip costs that checkpoint (it fails
 // when ctx ends, and a failed trigger does not count as a checkpoint
-// failure); the next one is triggered at its interval.
+// failure); the next one is triggered at its interval. Triggers that fail
+// in a row for a checkpoint timeout do count (checkpoint.Machine.TriggerFailed).
 func (c *Coordinator) Trigger(ctx context.Context, worker string, t Trigger) error {
 	return request(ctx, c.nc, c.subj.Worker(worker, OpTrigger), t, nil)
 }
