@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -202,16 +204,24 @@ func dropMarker(ctx context.Context, js jetstream.JetStream, stream, subject str
 }
 
 // List returns the names of live objects starting with prefix.
+//
+// Not the client's List, which waits for its watch's end marker for as
+// long as ctx lets it: a watch whose marker never comes (seen right after
+// a server restart) held a caller without a deadline — a job's failover,
+// its checkpoint runner — for good. The watch here fails once no entry or
+// marker came for the client's default timeout (ErrWatchStalled).
 func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("storage list: %w", err)
 	}
-	infos, err := s.os.List(ctx)
+	w, err := s.os.Watch(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoObjectsFound) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("storage list %s: %w", prefix, err)
+	}
+	defer func() { _ = w.Stop() }()
+	infos, err := initial(ctx, w.Updates(), s.js.Options().DefaultTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("storage list %s: object store %s: %w", prefix, s.bucket, err)
 	}
 	var keys []string
 	for _, in := range infos {
@@ -220,7 +230,47 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 		}
 	}
 	sort.Strings(keys)
-	return keys, nil
+	return slices.Compact(keys), nil
+}
+
+// defaultWatchIdle is the JetStream client's default timeout, for a
+// client whose own is not set.
+const defaultWatchIdle = 5 * time.Second
+
+// ErrWatchStalled is wrapped by a listing whose watch brought neither an
+// entry nor its end for the client's default timeout.
+var ErrWatchStalled = errors.New("watch stalled")
+
+// initial collects the initial values a bucket watch delivers, up to its
+// end marker (the zero T), and fails when ctx ends, when the watch ends
+// before the marker (what it delivered would be part of the list only), or
+// when nothing came for idle (0: defaultWatchIdle): the client waits for
+// the marker without a bound of its own.
+func initial[T comparable](ctx context.Context, updates <-chan T, idle time.Duration) ([]T, error) {
+	if idle <= 0 {
+		idle = defaultWatchIdle
+	}
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	var zero T
+	var out []T
+	for {
+		select {
+		case v, ok := <-updates:
+			if !ok {
+				return nil, errors.New("the watch ended before its initial values did")
+			}
+			if v == zero {
+				return out, nil
+			}
+			out = append(out, v)
+			t.Reset(idle)
+		case <-t.C:
+			return nil, fmt.Errorf("%w: nothing for %s after %d entries", ErrWatchStalled, idle, len(out))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // KV stores small objects in a JetStream Key-Value bucket (values are
@@ -370,19 +420,23 @@ func (s *KV) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("storage list: %w", err)
 	}
-	all, err := s.kv.Keys(ctx)
+	// Not the client's Keys, which ignores ctx once it watches and waits
+	// for the watch's end marker for good (see ObjectStore.List).
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("storage list %s: %w", prefix, err)
 	}
+	defer func() { _ = w.Stop() }()
+	all, err := initial(ctx, w.Updates(), s.js.Options().DefaultTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("storage list %s: kv %s: %w", prefix, s.bucket, err)
+	}
 	var keys []string
-	for _, k := range all {
-		if strings.HasPrefix(k, prefix) {
+	for _, e := range all {
+		if k := e.Key(); strings.HasPrefix(k, prefix) {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
-	return keys, nil
+	return slices.Compact(keys), nil
 }
