@@ -144,3 +144,38 @@ func TestTaskReportsRunningOnceRestored(t *testing.T) {
 	default:
 	}
 }
+
+// A task's Stats say it restored its state from the moment it reports
+// running, also while that report is under way (and when it is lost):
+// heartbeats carry it, and the coordinator takes it for a lost report.
+func TestStatsSayTheTaskRestored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	rr := &runningRecorder{recorder: newRecorder(), running: make(chan string, 1)}
+	reporting := make(chan struct{})
+	rr.onRunning = func() { close(reporting); <-release }
+	_, ri := local.New(local.Options{Name: "up->op-0"})
+	task, err := host.New(host.Config{Name: "op-0", Inputs: []host.Input{{Receiver: ri}}, Operator: &passOp{},
+		Checkpointing: host.Checkpointing{Mode: barrier.Aligned}, Listener: rr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Stats().Restored {
+		t.Error("restored before it ran")
+	}
+	rctx, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	go func() { ended <- task.Run(rctx) }()
+	select {
+	case <-reporting:
+	case <-ctx.Done():
+		t.Fatal("the task never reported running")
+	}
+	if !task.Stats().Restored {
+		t.Error("not restored while it reports running")
+	}
+	close(release)
+	stop()
+	<-ended
+}

@@ -239,6 +239,9 @@ type Stats struct {
 	// delivered everything up to its stop, or every input channel
 	// delivered end-of-data. The task waits for the job's final savepoint.
 	InputEnded bool
+	// Restored says that the task restored its state (at once with
+	// nothing to restore) and runs: what it reports to a RunningListener.
+	Restored bool
 	// Running is the time since the task started; Busy the part of it
 	// spent processing input batches (its operator, and a sink task's
 	// writes); Backpressured the part blocked on its output: sending to a
@@ -252,7 +255,7 @@ type Stats struct {
 type counters struct {
 	recordsIn, batchesIn, recordsOut, batchesOut atomic.Int64
 	checkpoints, declined                        atomic.Int64
-	ended                                        atomic.Bool
+	ended, restored                              atomic.Bool
 
 	mu                      sync.Mutex
 	started                 time.Time // zero: not running yet
@@ -516,6 +519,7 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	if err := t.restore(ctx); err != nil {
 		return err
 	}
+	t.stats.restored.Store(true)
 	if l, ok := t.cfg.Listener.(RunningListener); ok {
 		if err := l.Running(ctx, t.name); err != nil {
 			return fmt.Errorf("report running: %w", err)
@@ -1388,6 +1392,7 @@ func (t *Task) Stats() Stats {
 		RecordsIn: c.recordsIn.Load(), BatchesIn: c.batchesIn.Load(),
 		RecordsOut: c.recordsOut.Load(), BatchesOut: c.batchesOut.Load(),
 		Checkpoints: c.checkpoints.Load(), Declined: c.declined.Load(), InputEnded: c.ended.Load(),
+		Restored: c.restored.Load(),
 	}
 	c.mu.Lock()
 	s.Busy, s.Backpressured = c.busy, c.backpressured

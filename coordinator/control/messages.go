@@ -39,7 +39,9 @@
 //     checkpoint to restore. The worker replies once the tasks are set up
 //     (or with an error). Each task then restores its state (a sink's
 //     recovery may re-publish a large staged backlog) and sends
-//     EventRunning once it has — at once when it has nothing to restore.
+//     EventRunning once it has — at once when it has nothing to restore —
+//     and says so in every heartbeat from then on (TaskStats.Restored),
+//     which stands in for an EventRunning a NATS blip lost.
 //  3. Checkpointing of an attempt starts once every task of it sent
 //     EventRunning (Flink's tasks go from INITIALIZING to RUNNING): a
 //     checkpoint triggered while a task still restores would wait for it
@@ -195,6 +197,11 @@ type TaskStats struct {
 	// InputEnded says that the task's input ended (EventInputEnded): it
 	// waits for the job's final savepoint.
 	InputEnded bool `json:"input_ended,omitempty"`
+	// Restored says that the task restored its state and runs, what its
+	// EventRunning reports: the coordinator takes it for that report,
+	// which a NATS blip may have lost (checkpointing would otherwise never
+	// start in the attempt, and nothing fail it).
+	Restored bool `json:"restored,omitempty"`
 }
 
 // Heartbeat says a worker is alive and which tasks it runs.

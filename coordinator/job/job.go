@@ -228,20 +228,32 @@ func (j *job) latestLocked(runner int64) int64 {
 }
 
 // observe records the counters a heartbeat of worker carried for a task of
-// the current attempt.
+// the current attempt. A task the heartbeat says restored its state
+// (TaskStats.Restored) that the attempt still counts as restoring runs,
+// as if its EventRunning came: that report is sent once, and lost (a
+// NATS blip) it would keep checkpointing from ever starting.
 func (j *job) observe(worker string, t control.TaskRef) {
+	if j.observeStats(worker, t) {
+		j.push(jobEvent{kind: evRunning, attempt: t.Attempt, task: t.Task})
+	}
+}
+
+// observeStats records t's counters (observe) and reports whether the
+// heartbeat says that a task still restoring runs.
+func (j *job) observeStats(worker string, t control.TaskRef) (running bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if t.Stats == nil || t.Attempt != j.st.Attempt || j.assign[t.Task] != worker {
-		return
+		return false
 	}
+	running = t.Stats.Restored && j.restoring[t.Task] && !j.checkpointing && !j.st.State.Terminal()
 	if j.live == nil {
 		j.live = map[string]liveTask{}
 	}
 	l := j.live[t.Task]
 	if l.attempt == t.Attempt && l.worker == worker {
 		if t.Stats.RunningNanos <= l.latest.RunningNanos {
-			return // not newer
+			return running // counters not newer
 		}
 		l.earlier = append(l.earlier, l.latest)
 		// Keep what base may need: drop the reports older than the
@@ -254,6 +266,7 @@ func (j *job) observe(worker string, t control.TaskRef) {
 	}
 	l.latest = *t.Stats
 	j.live[t.Task] = l
+	return running
 }
 
 func (j *job) setState(s control.JobState, reason string) {

@@ -65,7 +65,10 @@ type fakeWorker struct {
 	// restoring, if set, keeps the tasks of deploys restoring: they never
 	// report running.
 	restoring bool
-	triggers  []control.Trigger // every Trigger received
+	// restored, if set, makes heartbeats say the tasks of deploys
+	// restored their state (control.TaskStats.Restored).
+	restored bool
+	triggers []control.Trigger // every Trigger received
 	// abortHang, if set, is signaled by each Abort, which then answers only
 	// once the worker stops.
 	abortHang chan struct{}
@@ -140,7 +143,11 @@ func (w *fakeWorker) tasks() []control.TaskRef {
 	refs := append([]control.TaskRef(nil), w.extra...)
 	for _, d := range w.current {
 		for _, task := range d.Tasks {
-			refs = append(refs, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task})
+			ref := control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task}
+			if w.restored {
+				ref.Stats = &control.TaskStats{Restored: true}
+			}
+			refs = append(refs, ref)
 		}
 	}
 	return refs

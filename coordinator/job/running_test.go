@@ -113,3 +113,29 @@ func TestSavepointWhileRestoringRefusedOnFailover(t *testing.T) {
 		t.Errorf("savepoint across a failover: %v; want %q", err, want)
 	}
 }
+
+// A task's running report is sent once: lost (a NATS blip), checkpointing
+// of the attempt never started and nothing failed it, a job running
+// without checkpoints for good. The worker's heartbeats say which tasks
+// restored their state, and stand in for the lost reports.
+func TestLostRunningReportsComeByHeartbeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w := e.fleet.start(ctx, "w1")
+	w.mu.Lock()
+	w.restoring = true // no task ever sends its report
+	w.mu.Unlock()
+	e.waitWorkers(1)
+	st := e.submitRunning(t, ctx, spec(t, "lost", "checkpointing: {interval: 20ms, timeout: 1h}\n"))
+	if len(st.Restoring) == 0 {
+		t.Fatalf("status %+v; want its tasks restoring", st)
+	}
+	w.mu.Lock()
+	w.restored = true // the heartbeats say they run
+	w.mu.Unlock()
+	st = waitFor(t, ctx, e, "lost", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
+	if len(st.Restoring) > 0 || st.Attempt != 1 || st.Restarts != 0 {
+		t.Errorf("status %+v; want attempt 1 checkpointing with no task restoring", st)
+	}
+}

@@ -187,7 +187,7 @@ func (w *Worker) taskRefs() []control.TaskRef {
 			st := &control.TaskStats{
 				RecordsIn: s.RecordsIn, RecordsOut: s.RecordsOut, RunningNanos: int64(s.Running),
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
-				InputEnded: s.InputEnded,
+				InputEnded: s.InputEnded, Restored: s.Restored,
 			}
 			if p := a.pending[id]; p != nil {
 				if n, ok := p.Pending(); ok {
