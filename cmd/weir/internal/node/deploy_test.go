@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/cmd/weir/internal/worker"
@@ -28,42 +29,9 @@ import (
 func TestDeployOfTheRunningAttemptAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	mod := filepath.Join(dir, "wordcount.wasm")
-	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	var built atomic.Int32 // operator tasks set up
 	hooks := &worker.Hooks{Operator: func(_, _ string, op host.Operator) host.Operator { built.Add(1); return op }}
-	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	deploys, err := n.Conn.SubscribeSync(control.Subjects{}.Worker("w1", control.OpDeploy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
-	mustSinkStream(t, ctx, n.JS, "OUT", "out")
-	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
-sources: [{name: in, kind: jetstream, stream: IN}]
-operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]
-sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
-checkpointing: {interval: 100ms}
-`), jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
-	waitJob(t, ctx, n, "counts", "job running", running)
+	n, deploys, _ := runCounts(t, ctx, hooks, control.Subjects{}.Worker("w1", control.OpDeploy), "{interval: 100ms}")
 	in := newKeyedInput(t, ctx, n.JS, 5)
 	in.publish(100)
 
@@ -116,43 +84,10 @@ func (o countingOperator) CheckpointComplete(ctx context.Context, id int64) erro
 func TestCompleteAgainIsPassedOnOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	mod := filepath.Join(dir, "wordcount.wasm")
-	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	c := &completions{n: map[int64]int{}}
 	hooks := &worker.Hooks{Operator: func(_, _ string, op host.Operator) host.Operator { return countingOperator{op, c} }}
-	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	completes, err := n.Conn.SubscribeSync(control.Subjects{}.Worker("w1", control.OpComplete))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
-	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	// One checkpoint, the savepoint below: no later completion comes.
-	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
-sources: [{name: in, kind: jetstream, stream: IN}]
-operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]
-sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
-checkpointing: {disabled: true}
-`), jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
-	waitJob(t, ctx, n, "counts", "job running", running)
+	n, completes, _ := runCounts(t, ctx, hooks, control.Subjects{}.Worker("w1", control.OpComplete), "{disabled: true}")
 	sp, err := n.API.Savepoint(ctx, "counts")
 	if err != nil {
 		t.Fatalf("savepoint: %v", err)
@@ -189,29 +124,7 @@ checkpointing: {disabled: true}
 func TestStopCommitsASavepointWhoseCompletionWasLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	n, mods := oneNode(t, ctx, "wordcount")
-	events, err := n.Conn.SubscribeSync(control.Subjects{}.Event())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
-	mustSinkStream(t, ctx, n.JS, "OUT", "out")
-	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
-sources: [{name: in, kind: jetstream, stream: IN}]
-operators: [{name: count, module: `+mods["wordcount"]+`, inputs: [{from: in, partition: key}]}]
-sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
-checkpointing: {disabled: true}
-`), jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
-	st := waitJob(t, ctx, n, "counts", "job running", running)
+	n, events, st := runCounts(t, ctx, nil, control.Subjects{}.Event(), "{disabled: true}")
 	in := newKeyedInput(t, ctx, n.JS, 5)
 	in.send(100)
 	waitJob(t, ctx, n, "counts", "the sink to take every record", func(st control.JobStatus) bool {
@@ -251,4 +164,46 @@ checkpointing: {disabled: true}
 	if info.State.Msgs != 100 {
 		t.Errorf("OUT holds %d messages once the tasks are at rest; want the savepoint's 100", info.State.Msgs)
 	}
+}
+
+// runCounts starts a node with one worker (its operators wrapped by
+// hooks, if any), subscribes to subject before anything is sent on it,
+// and submits the keyed count of IN into the exactly-once sink OUT with
+// checkpointing as given (a YAML flow map). It returns once the job runs.
+func runCounts(t *testing.T, ctx context.Context, hooks *worker.Hooks, subject, checkpointing string) (*Node, *nats.Subscription, control.JobStatus) {
+	t.Helper()
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "wordcount.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
+		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	sub, err := n.Conn.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
+	mustSinkStream(t, ctx, n.JS, "OUT", "out")
+	spec, err := jobspec.Parse("counts.yaml", []byte(`name: counts
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+checkpointing: `+checkpointing+`
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	return n, sub, waitJob(t, ctx, n, "counts", "job running", running)
 }
