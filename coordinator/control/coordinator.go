@@ -271,12 +271,12 @@ func (c *Coordinator) Cancel(ctx context.Context, worker string, m Cancel) error
 // coordinator was away, is never answered, and the caller would otherwise
 // wait until ctx ends — for a deploy, a minute (job.Options.DeployTimeout),
 // however short the blip. A request the connection could not even buffer
-// while it reconnected is sent again once it is back. After the connection came back, a worker
-// that does not listen yet (its own connection may come back later) is
-// asked again after pauses growing to a second, until it has not listened
-// for the heartbeat timeout; only then does the request fail with
-// ErrUnavailable, as it does at once without a reconnect (a worker gone
-// between heartbeats).
+// while it reconnected is sent again once it is back. After the
+// connection came back, a worker that does not listen yet (its own
+// connection may come back later) is asked again after pauses growing to
+// a second, until it has not listened for the heartbeat timeout; only then
+// does the request fail with ErrUnavailable, as it does at once without a
+// reconnect (a worker gone between heartbeats).
 func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
 	back := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(back)
