@@ -1145,7 +1145,7 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 }
 
 // Notify implements checkpoint.Effects: every worker of the attempt learns
-// that checkpoint id completed (sinks commit).
+// that checkpoint id completed (sinks commit), all at once (tellWorkers).
 func (j *job) Notify(ctx context.Context, id int64) {
 	j.mu.Lock()
 	j.consecutive = 0
@@ -1154,23 +1154,36 @@ func (j *job) Notify(ctx context.Context, id int64) {
 	}
 	attempt := j.st.Attempt
 	j.mu.Unlock()
-	for _, w := range j.workers() {
-		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+	j.tellWorkers(ctx, func(c context.Context, w string) {
 		if err := j.m.ctl.Complete(c, w, control.Complete{Job: j.spec.Name, Attempt: attempt, CheckpointID: id}); err != nil {
 			j.m.log.Warn("notify checkpoint complete failed", "job", j.spec.Name, "worker", w, "checkpoint", id, "err", err)
 		}
-		cancel()
-	}
+	})
 }
 
 // Abort implements checkpoint.Effects.
 func (j *job) Abort(ctx context.Context, id int64, reason string) {
 	attempt := j.attempt()
-	for _, w := range j.workers() {
-		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+	j.tellWorkers(ctx, func(c context.Context, w string) {
 		_ = j.m.ctl.Abort(c, w, control.Abort{Job: j.spec.Name, Attempt: attempt, CheckpointID: id, Reason: reason})
-		cancel()
+	})
+}
+
+// tellWorkers sends each of the job's workers a request (send), all at
+// once, each bounded by RequestTimeout, and returns once every one ended.
+// One after the other, a worker slow to answer (a sink whose commit runs,
+// a frozen process) would hold up the others' completions and aborts, and
+// the checkpoint runner with them, by RequestTimeout each.
+func (j *job) tellWorkers(ctx context.Context, send func(ctx context.Context, worker string)) {
+	var told sync.WaitGroup
+	for _, w := range j.workers() {
+		told.Go(func() {
+			c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+			defer cancel()
+			send(c, w)
+		})
 	}
+	told.Wait()
 }
 
 // Fail implements checkpoint.Effects: too many checkpoint failures.

@@ -603,6 +603,51 @@ func TestFailoverCancelsOnAllWorkersAtOnce(t *testing.T) {
 	cancelWhileLive(t, ctx, e, "wc")
 }
 
+// A checkpoint's completion goes to every worker of the attempt at once:
+// each worker here answers its first Complete only once the other's has
+// arrived too. One after the other, a worker slow to answer (its sink's
+// commit under way, a frozen process) held up the others' completions,
+// and the checkpoint runner with them, by RequestTimeout each.
+func TestCompletionsGoToAllWorkersAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Longer than ctx gives the test, not so long that a failure hangs it.
+	e := setupWith(t, ctx, Options{RequestTimeout: time.Minute})
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	var both sync.WaitGroup
+	both.Add(2)
+	arrived := make(chan struct{})
+	go func() { both.Wait(); close(arrived) }()
+	for _, w := range []*fakeWorker{w1, w2} {
+		var once sync.Once
+		w.mu.Lock()
+		w.gate = func(op string) {
+			if op != control.OpComplete {
+				return
+			}
+			once.Do(both.Done)
+			select {
+			case <-arrived:
+			case <-ctx.Done(): // one after the other: the test fails
+			}
+		}
+		w.mu.Unlock()
+	}
+	e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 20ms}\n"))
+	waitFor(t, ctx, e, "wc", "two checkpoints", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 2 })
+	for _, w := range []*fakeWorker{w1, w2} {
+		w.mu.Lock()
+		n := len(w.complete)
+		w.mu.Unlock()
+		if n == 0 {
+			t.Errorf("worker %s heard of no completion", w.id)
+		}
+	}
+	cancelWhileLive(t, ctx, e, "wc")
+}
+
 // A worker that crashed between heartbeats (it is still counted live, but
 // nothing answers its subject) costs no restart attempt at deploy: the
 // coordinator drops it at once and plans the attempt again without it.
