@@ -36,6 +36,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -444,13 +446,17 @@ const errCodeClusterNotAvailable jetstream.ErrorCode = 10008
 // transient reports whether err, a failed publish or acknowledgement, may
 // pass: the record may be published again. A refusal by the stream does
 // not (a limit reached, a subject it does not store): publishing it again
-// would be refused again.
+// would be refused again. A network error (a write to a connection the
+// server reset as it went down) does: the record may or may not have
+// reached the stream, and its id drops a second copy.
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.ErrorCode == errCodeClusterNotAvailable
 	}
-	return errors.Is(err, nats.ErrDisconnected) ||
+	var netErr *net.OpError
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
+		errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrTimeout) ||

@@ -3,9 +3,13 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -340,5 +344,30 @@ func TestStreamDeletedWhilePublishing(t *testing.T) {
 	var ns *NotStoredError
 	if !errors.As(err, &ns) || ns.Line != 4 || !strings.Contains(err.Error(), "the stream does not exist") {
 		t.Fatalf("publish after stream IN was deleted: %v; want a NotStoredError for line 4 saying the stream does not exist", err)
+	}
+}
+
+// TestTransient: what a publish or acknowledgement may fail with and the
+// record still be published again, and what ends the Publisher. A write
+// to a connection the server reset as it went down failed `weir run
+// -input` once ("write tcp …: connection reset by peer") where a publish
+// again was safe: the record's id drops a second copy.
+func TestTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("publish: %w", &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}), true},
+		{fmt.Errorf("publish: %w", io.EOF), true},
+		{nats.ErrDisconnected, true},
+		{nats.ErrNoResponders, true},
+		{jetstream.ErrAsyncPublishTimeout, true},
+		{&jetstream.APIError{ErrorCode: errCodeClusterNotAvailable}, true},
+		{&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, false},
+		{errors.New("maximum messages exceeded"), false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
