@@ -574,20 +574,12 @@ func TestFailoverCancelsOnAllWorkersAtOnce(t *testing.T) {
 	w1 := e.fleet.start(ctx, "w1")
 	w2 := e.fleet.start(ctx, "w2")
 	e.waitWorkers(2)
-	var both sync.WaitGroup
-	both.Add(2)
-	arrived := make(chan struct{})
-	go func() { both.Wait(); close(arrived) }()
-	for _, w := range []*fakeWorker{w1, w2} {
-		var once sync.Once
+	meet := rendezvous(ctx, 2)
+	for i, w := range []*fakeWorker{w1, w2} {
 		w.mu.Lock()
 		w.cancelGate = func(c control.Cancel) {
 			if c.Attempt == 1 {
-				once.Do(both.Done)
-				select {
-				case <-arrived:
-				case <-ctx.Done(): // one after the other: the test fails
-				}
+				meet[i]()
 			}
 		}
 		w.mu.Unlock()
@@ -616,21 +608,12 @@ func TestCompletionsGoToAllWorkersAtOnce(t *testing.T) {
 	w1 := e.fleet.start(ctx, "w1")
 	w2 := e.fleet.start(ctx, "w2")
 	e.waitWorkers(2)
-	var both sync.WaitGroup
-	both.Add(2)
-	arrived := make(chan struct{})
-	go func() { both.Wait(); close(arrived) }()
-	for _, w := range []*fakeWorker{w1, w2} {
-		var once sync.Once
+	meet := rendezvous(ctx, 2)
+	for i, w := range []*fakeWorker{w1, w2} {
 		w.mu.Lock()
 		w.gate = func(op string) {
-			if op != control.OpComplete {
-				return
-			}
-			once.Do(both.Done)
-			select {
-			case <-arrived:
-			case <-ctx.Done(): // one after the other: the test fails
+			if op == control.OpComplete {
+				meet[i]()
 			}
 		}
 		w.mu.Unlock()
@@ -1377,4 +1360,28 @@ func (e *env) catalogIDs(ctx context.Context, job string) ([]int64, error) {
 		return nil, err
 	}
 	return (&checkpoint.Catalog{Meta: st, State: st}).IDs(ctx, job)
+}
+
+// rendezvous returns n functions, one per party, each of which returns
+// once every party has called its own (or ctx ended); later calls return
+// at once. Requests held at such a meeting pass only when they are sent
+// side by side: sent one after the other, the first waits until ctx ends
+// and the test fails.
+func rendezvous(ctx context.Context, n int) []func() {
+	var all sync.WaitGroup
+	all.Add(n)
+	arrived := make(chan struct{})
+	go func() { all.Wait(); close(arrived) }()
+	meet := make([]func(), n)
+	for i := range meet {
+		var once sync.Once
+		meet[i] = func() {
+			once.Do(all.Done)
+			select {
+			case <-arrived:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return meet
 }
