@@ -708,6 +708,15 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		j.st.RestoredFrom = restore.ID
 	}
 	j.mu.Unlock()
+	// The attempt's number is stored before any worker hears of it. A
+	// coordinator that restarts resumes from the record: it cancels the
+	// attempt the record names and deploys the next. Had it read the
+	// number before this one, it would cancel that, deploy this number
+	// again, and a worker still running this attempt keeps it as it runs
+	// (a deploy of the attempt running there is one sent again): tasks
+	// set up by two coordinators, restored from different checkpoints,
+	// wired together.
+	j.persist()
 	ws := make([]string, 0, len(assignment))
 	for w := range assignment {
 		ws = append(ws, w)
