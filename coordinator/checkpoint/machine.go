@@ -23,7 +23,8 @@
 //     background (control.MetricCommitReport: an exactly-once sink)
 //     reported that it handed the checkpoint's output to its commits
 //     (Committing), or Timeout passed (DefaultCommitReportWait without
-//     one). A sink whose earlier commits still run waits for one of them
+//     one); a checkpoint completing after a newer savepoint did holds
+//     nothing (the savepoint's completion covered it). A sink whose earlier commits still run waits for one of them
 //     to end before it takes input again; upstream the channels fill and
 //     every task waits with it. A barrier
 //     sent then would wait behind that commit, and a checkpoint's duration
@@ -743,13 +744,19 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	if p.stop {
 		m.stopped = id
 	}
-	m.committing, m.commitID, m.commitSince = nil, id, now
-	for task, mt := range p.metrics {
-		if mt[control.MetricCommitReport] != 0 && m.task[task] {
-			if m.committing == nil {
-				m.committing = map[string]bool{}
+	if id > m.commitID {
+		// Not for a checkpoint older than a savepoint that completed
+		// before it (triggered while it was pending): that completion
+		// reached the tasks first and covers this one, which no worker
+		// passes on to its tasks, and no sink would report its commits.
+		m.committing, m.commitID, m.commitSince = nil, id, now
+		for task, mt := range p.metrics {
+			if mt[control.MetricCommitReport] != 0 && m.task[task] {
+				if m.committing == nil {
+					m.committing = map[string]bool{}
+				}
+				m.committing[task] = true
 			}
-			m.committing[task] = true
 		}
 	}
 	if p.savepoint {

@@ -371,3 +371,31 @@ func TestCommitReportWaitWithoutTimeout(t *testing.T) {
 	expect(t, "waiting", m.Tick(end.Add(-time.Millisecond)), "")
 	expect(t, "the wait ended", m.Tick(end), "trigger(2)")
 }
+
+// A checkpoint that completes after a newer savepoint (a savepoint is
+// triggered while a periodic checkpoint is pending, and its acks came
+// first) holds no trigger: the savepoint's completion reached the tasks
+// first and covered it, so a worker passes the older completion on to
+// nobody (it tells its tasks of a checkpoint's completion once, and not
+// of one older than the last), and no sink reports its commits. Waiting
+// for that report stopped periodic checkpoints for a checkpoint timeout.
+func TestOlderCompletionAfterASavepointHoldsNoTrigger(t *testing.T) {
+	m := newM(Config{Interval: time.Second, Timeout: time.Hour, MaxConcurrent: 1, Retained: 2})
+	expect(t, "first", m.Tick(at(1000)), "trigger(1)")
+	id, acts, err := m.TriggerSavepoint(at(1100))
+	if err != nil || id != 2 {
+		t.Fatalf("savepoint %d: %v", id, err)
+	}
+	expect(t, "savepoint", acts, "triggersp(2)")
+	reporting := map[string]int64{control.MetricCommitReport: 1}
+	expect(t, "ack src 2", m.Ack(at(1200), "src-0", 2, "h", nil), "")
+	expect(t, "ack sink 2", m.Ack(at(1200), "op-0", 2, "h", reporting), "persist(2)")
+	expect(t, "savepoint completes", m.Persisted(at(1200), 2, nil), "notify(2)")
+	if !m.Committing("op-0", 2) {
+		t.Error("the sink's report of the savepoint did not end the wait")
+	}
+	expect(t, "ack src 1", m.Ack(at(1300), "src-0", 1, "h", nil), "")
+	expect(t, "ack sink 1", m.Ack(at(1300), "op-0", 1, "h", reporting), "persist(1)")
+	expect(t, "checkpoint 1 completes", m.Persisted(at(1300), 1, nil), "notify(1)")
+	expect(t, "due", m.Tick(at(2000)), "trigger(3)")
+}
