@@ -155,6 +155,28 @@ func (r *Runner) Committing(task string, id int64) {
 	}
 }
 
+// Untold feeds that tasks may not have heard that checkpoint id completed
+// (the request to their worker failed): they would not report handing its
+// output to their commits, and the next periodic trigger does not wait
+// for them (Machine.Committing). One that heard it after all loses
+// nothing: the wait only keeps barriers from queuing behind commits.
+func (r *Runner) Untold(id int64, tasks []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ended := false
+	for _, t := range tasks {
+		if r.m.Committing(t, id) {
+			ended = true
+		}
+	}
+	if ended {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Late feeds an ack of checkpoint id from a task of an attempt that ended:
 // it never counts, but the snapshot it names is discarded if the
 // checkpoint was aborted (Machine.Late).

@@ -1155,6 +1155,11 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 
 // Notify implements checkpoint.Effects: every worker of the attempt learns
 // that checkpoint id completed (sinks commit), all at once (tellWorkers).
+// The tasks of a worker that did not answer may not have heard it: their
+// sinks commit the checkpoint's output with the next completion, and do
+// not report committing it, so the next periodic trigger does not wait for
+// their reports (checkpoint.Runner.Untold) — it would wait a checkpoint
+// timeout, and the next completion is what their output waits for.
 func (j *job) Notify(ctx context.Context, id int64) {
 	j.mu.Lock()
 	j.consecutive = 0
@@ -1162,10 +1167,15 @@ func (j *job) Notify(ctx context.Context, id int64) {
 		j.st.LatestCheckpoint = id
 	}
 	attempt := j.st.Attempt
+	tasks := map[string][]string{} // worker → its tasks
+	for t, w := range j.assign {
+		tasks[w] = append(tasks[w], t)
+	}
 	j.mu.Unlock()
 	j.tellWorkers(ctx, func(c context.Context, w string) {
 		if err := j.m.ctl.Complete(c, w, control.Complete{Job: j.spec.Name, Attempt: attempt, CheckpointID: id}); err != nil {
 			j.m.log.Warn("notify checkpoint complete failed", "job", j.spec.Name, "worker", w, "checkpoint", id, "err", err)
+			j.runner.Untold(id, tasks[w])
 		}
 	})
 }

@@ -78,6 +78,11 @@ type fakeWorker struct {
 	deployErr error          // if set, deploys fail with it
 	// cancelGate, if set, is called with each Cancel before it is handled.
 	cancelGate func(control.Cancel)
+	// commitReport, if set, makes the worker's sink tasks (out-N) ack
+	// with control.MetricCommitReport and report committing each
+	// checkpoint whose completion they hear of, as an exactly-once sink's
+	// tasks do.
+	commitReport bool
 	// gate, if set, is called with the operation (control.OpDeploy, ...)
 	// of each Deploy, Cancel, Complete, Abort and Stop before it is
 	// handled.
@@ -246,9 +251,28 @@ func (w *fakeWorker) Complete(_ context.Context, c control.Complete) error {
 	w.pass(control.OpComplete)
 	w.mu.Lock()
 	w.complete = append(w.complete, c.CheckpointID)
+	d, ok := w.current[c.Job]
+	report := w.commitReport && ok && d.Attempt == c.Attempt
 	w.mu.Unlock()
+	if report {
+		w.f.acks.Add(1)
+		go func() {
+			defer w.f.acks.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for _, task := range d.Tasks {
+				if reportsCommits(task) {
+					_ = w.client.Committing(ctx, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task}, c.CheckpointID)
+				}
+			}
+		}()
+	}
 	return nil
 }
+
+// reportsCommits says whether task is a sink task, which reports its
+// commits on a worker with commitReport.
+func reportsCommits(task string) bool { return strings.HasPrefix(task, "out-") }
 
 func (w *fakeWorker) Abort(ctx context.Context, a control.Abort) error {
 	w.pass(control.OpAbort)
@@ -306,8 +330,13 @@ func (f *fleet) ackAll(d control.Deploy, t control.Trigger) {
 		if err := f.store.Put(ctx, key, strings.NewReader("state")); err != nil {
 			return
 		}
-		_ = w.client.Ack(ctx, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task}, t.CheckpointID, key,
-			map[string]int64{control.MetricSnapshotBytes: 5, control.MetricAlignmentNanos: 1000})
+		metrics := map[string]int64{control.MetricSnapshotBytes: 5, control.MetricAlignmentNanos: 1000}
+		w.mu.Lock()
+		if w.commitReport && reportsCommits(task) {
+			metrics[control.MetricCommitReport] = 1
+		}
+		w.mu.Unlock()
+		_ = w.client.Ack(ctx, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task}, t.CheckpointID, key, metrics)
 	}
 }
 
