@@ -354,6 +354,11 @@ func (t *Task) markCommitted(task string, id int64) {
 // committed reports whether the commit of the sink state in snap, read
 // from handle, is known to be stored: its marker is there. Only a
 // snapshot of this job's own (under the task's key prefix) counts.
+//
+// The marker may be read from a replica that lags (a JetStream object
+// store's reads use direct gets, which in a cluster any replica answers):
+// a stale read finds no marker, and the restore re-commits, as it would
+// without markers — a marker is written once and never changes.
 func (t *Task) committed(ctx context.Context, handle string, snap *snapshot.Task) bool {
 	if _, ok := t.cfg.Sink.(CommitReporter); !ok || handle != SnapshotKey(t.cfg.KeyPrefix, snap.CheckpointID, snap.Task) {
 		return false

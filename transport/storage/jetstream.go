@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -311,19 +312,33 @@ func (s *KV) Put(ctx context.Context, key string, r io.Reader) error {
 	return nil
 }
 
-// Get returns the value.
+// Get returns the value, as the bucket's stream leader has it: the
+// JetStream API's message get (STREAM.MSG.GET), which only the leader
+// answers, not the client's Get, which uses a direct get whenever the
+// bucket allows them (KV buckets do) and which in a cluster any replica
+// answers — a lagging one with an older revision, or none. The values here
+// are read where an old one does harm: a job record read by a restarted
+// coordinator (an old state or attempt resumed), a checkpoint's metadata
+// read to restore from it (a checkpoint just completed taken for missing,
+// and the job restored from an older one: an exactly-once sink commits
+// again what it committed after that one). They are read rarely (a
+// failover, a restore, a coordinator's start, a listing of checkpoints),
+// so that the cost of asking the leader does not count.
 func (s *KV) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
-	e, err := s.kv.Get(ctx, key)
+	m, err := leaderLast(ctx, s.js, "KV_"+s.bucket, "$KV."+s.bucket+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, notExist(key, jetstream.ErrKeyNotFound)
+	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, notExist(key, err)
-		}
 		return nil, fmt.Errorf("storage get %s: %w", key, err)
 	}
-	return io.NopCloser(bytes.NewReader(e.Value())), nil
+	if m.deleted() {
+		return nil, notExist(key, jetstream.ErrKeyDeleted)
+	}
+	return io.NopCloser(bytes.NewReader(m.Data)), nil
 }
 
 // Delete removes the keys starting with prefix: it purges each key's
@@ -366,12 +381,47 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 	return nil
 }
 
+// leaderMsg is a message as STREAM.MSG.GET returns it.
+type leaderMsg struct {
+	Seq    uint64 `json:"seq"`
+	Header []byte `json:"hdrs"`
+	Data   []byte `json:"data"`
+}
+
+// deleted reports whether m is a KV delete or purge marker, or a marker
+// the server left for a removal (as the KV client tells them).
+func (m *leaderMsg) deleted() bool {
+	if len(m.Header) == 0 {
+		return false
+	}
+	h, err := nats.DecodeHeadersMsg(m.Header)
+	if err != nil {
+		return false
+	}
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
 // lastSeq returns the sequence of the last message on subject in stream,
-// as the stream's leader has it: the JetStream API's message get
-// (STREAM.MSG.GET), which only the leader answers. jetstream.Stream's
-// GetLastMsgForSubject uses a direct get instead whenever the stream
-// allows them. No message on subject gives jetstream.ErrMsgNotFound.
+// as the stream's leader has it (leaderLast).
 func lastSeq(ctx context.Context, js jetstream.JetStream, stream, subject string) (uint64, error) {
+	m, err := leaderLast(ctx, js, stream, subject)
+	if err != nil {
+		return 0, err
+	}
+	return m.Seq, nil
+}
+
+// leaderLast returns the last message on subject in stream, as the
+// stream's leader has it: the JetStream API's message get
+// (STREAM.MSG.GET), which only the leader answers. jetstream.Stream's
+// GetLastMsgForSubject, and a KV bucket's Get, use a direct get instead
+// whenever the stream allows them, which any replica answers. No message
+// on subject gives jetstream.ErrMsgNotFound.
+func leaderLast(ctx context.Context, js jetstream.JetStream, stream, subject string) (*leaderMsg, error) {
 	o := js.Options()
 	prefix := jetstream.DefaultAPIPrefix
 	switch {
@@ -389,30 +439,28 @@ func lastSeq(ctx context.Context, js jetstream.JetStream, stream, subject string
 		LastFor string `json:"last_by_subj"`
 	}{subject})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	msg, err := js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+stream, req)
 	if err != nil {
-		return 0, fmt.Errorf("last message on %s: %w", subject, err)
+		return nil, fmt.Errorf("last message on %s: %w", subject, err)
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
+		Message *leaderMsg          `json:"message"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, fmt.Errorf("last message on %s: %w", subject, err)
+		return nil, fmt.Errorf("last message on %s: %w", subject, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, jetstream.ErrMsgNotFound
+		return nil, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return 0, fmt.Errorf("last message on %s: %w", subject, resp.Error)
+		return nil, fmt.Errorf("last message on %s: %w", subject, resp.Error)
 	case resp.Message == nil:
-		return 0, fmt.Errorf("last message on %s: %w", subject, jetstream.ErrInvalidJetStreamResponse)
+		return nil, fmt.Errorf("last message on %s: %w", subject, jetstream.ErrInvalidJetStreamResponse)
 	}
-	return resp.Message.Seq, nil
+	return resp.Message, nil
 }
 
 // List returns the live keys starting with prefix, sorted.
