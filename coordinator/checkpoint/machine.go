@@ -167,7 +167,14 @@ type AbortAction struct {
 // DiscardAction: delete checkpoint ID's state and metadata. The machine
 // asks for it when retention drops a completed checkpoint, when a pending
 // one is aborted, and when a late ack brings the state of an aborted one.
-type DiscardAction struct{ ID int64 }
+type DiscardAction struct {
+	ID int64
+	// Completed is the checkpoint's metadata when retention drops a
+	// completed checkpoint, nil otherwise: its sinks may store their
+	// commit of it, and write their commit markers next to its snapshots,
+	// after the discard (see Runner).
+	Completed *Metadata
+}
 
 // FailJobAction: too many checkpoint failures; fail the job over. Run is
 // the attempt (Machine.Run) whose checkpoints failed: once it ended, the
@@ -776,7 +783,7 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	for len(m.completed) > m.cfg.Retained {
 		old := m.completed[0]
 		m.completed = m.completed[1:]
-		acts = append(acts, DiscardAction{ID: old.ID})
+		acts = append(acts, DiscardAction{ID: old.ID, Completed: old})
 		for _, h := range m.history {
 			if h.ID == old.ID {
 				h.Status = control.CheckpointDiscarded

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,8 +81,46 @@ type Runner struct {
 	ended   bool // Run returned: actions are no longer carried out
 	// discards holds the checkpoints to discard, in order, that the
 	// discarder has not taken yet; dkick wakes it.
-	discards []int64
+	discards []DiscardAction
 	dkick    chan struct{}
+	// strayDue makes the next discard list the job's stray commit
+	// markers: set by Start (markers of the attempts before, of a
+	// previous coordinator, of the run restored from, may be stray) and
+	// by a listing that failed.
+	strayDue bool
+
+	// Of the discarder's goroutine alone: the discards since the last
+	// listing of stray markers, and the markers that may come after their
+	// checkpoint was discarded (see strayListEvery).
+	sinceList int
+	suspects  []suspect
+}
+
+// The runner's search for stray commit markers (Catalog.StrayMarkers): a
+// sink task stores its commit of a checkpoint, and writes its commit
+// marker next to its snapshot, after the checkpoint completed, and
+// retention may discard the checkpoint before that. Listing them is a
+// listing of the job's state and of the metadata bucket, which a JetStream
+// store reads whole (every job's objects): once per discard, with many
+// jobs and a short interval, it was the larger part of every discard.
+// Instead, a discard looks for the markers of the checkpoints retention
+// dropped lately by their keys (a sink's snapshot handle plus
+// CommitMarkerSuffix, a read each), for suspectChecks discards after
+// theirs; and the job's markers are listed (Catalog.RemoveStrayMarkers)
+// at the first discard after Start, at every strayListEvery-th discard,
+// and as Run ends after a discard: a stray marker stays strayListEvery
+// discards at most, and in the common case (a commit stored a little
+// after its checkpoint was discarded) goes with the next discard.
+const (
+	strayListEvery = 16
+	suspectChecks  = 4
+)
+
+// suspect is a commit marker that may be written after its checkpoint
+// was discarded, and the discards that looked for it.
+type suspect struct {
+	key    string
+	checks int
 }
 
 // NewRunner returns a runner of m; call Run.
@@ -120,6 +159,7 @@ func (r *Runner) Start(tasks []string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.m.Start(r.now(), tasks)
+	r.strayDue = true
 	r.push(nil)
 	select {
 	case r.kick <- struct{}{}:
@@ -379,7 +419,7 @@ func (r *Runner) end(ctx context.Context, left []Action) {
 	for _, a := range acts {
 		switch a := a.(type) {
 		case DiscardAction:
-			r.queueDiscard(a.ID)
+			r.queueDiscard(a)
 		case AbortAction:
 			r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
 		case NotifyAction:
@@ -388,10 +428,10 @@ func (r *Runner) end(ctx context.Context, left []Action) {
 	}
 }
 
-// queueDiscard hands checkpoint id to the discarder.
-func (r *Runner) queueDiscard(id int64) {
+// queueDiscard hands a discard to the discarder.
+func (r *Runner) queueDiscard(a DiscardAction) {
 	r.mu.Lock()
-	r.discards = append(r.discards, id)
+	r.discards = append(r.discards, a)
 	r.mu.Unlock()
 	select {
 	case r.dkick <- struct{}{}:
@@ -400,17 +440,19 @@ func (r *Runner) queueDiscard(id int64) {
 }
 
 // discarder carries out the discards queued (queueDiscard), in order,
-// until stop is closed and none is left; ctx bounds each.
+// until stop is closed and none is left; ctx bounds each. The last thing
+// it does, if it discarded anything since, is list the job's stray
+// commit markers (see strayListEvery).
 func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 	for {
 		r.mu.Lock()
-		ids := r.discards
+		acts := r.discards
 		r.discards = nil
 		r.mu.Unlock()
-		for _, id := range ids {
-			r.discard(ctx, id)
+		for _, a := range acts {
+			r.discard(ctx, a)
 		}
-		if len(ids) > 0 {
+		if len(acts) > 0 {
 			continue
 		}
 		select {
@@ -418,30 +460,104 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 		case <-stop:
 			r.mu.Lock()
 			left := len(r.discards)
+			job := r.m.job
 			r.mu.Unlock()
 			if left == 0 {
+				if r.sinceList > 0 {
+					r.removeStrayMarkers(ctx, job)
+				}
 				return
 			}
 		}
 	}
 }
 
-// discard deletes checkpoint id (DiscardAction), and the job's stray
-// commit markers (Catalog.StrayMarkers): a sink's commit of a checkpoint
-// retention dropped may be stored, and its marker written, after the
-// discard; the next discard deletes it.
-func (r *Runner) discard(ctx context.Context, id int64) {
+// discard deletes checkpoint a.ID, and the stray commit markers it is
+// time to look for (see strayListEvery).
+func (r *Runner) discard(ctx context.Context, a DiscardAction) {
 	r.mu.Lock()
 	job := r.m.job
+	list := r.strayDue
+	r.strayDue = false
 	r.mu.Unlock()
-	if err := r.cat.Discard(ctx, job, id); err != nil {
-		r.log.Warn("discarding checkpoint failed", "checkpoint", id, "err", err)
+	err := r.cat.Discard(ctx, job, a.ID)
+	if err != nil {
+		r.log.Warn("discarding checkpoint failed", "checkpoint", a.ID, "err", err)
 	}
-	if n, err := r.cat.RemoveStrayMarkers(ctx, job); err != nil {
+	r.sinceList++
+	if list || r.sinceList >= strayListEvery {
+		r.removeStrayMarkers(ctx, job)
+	} else {
+		r.removeSuspects(ctx)
+	}
+	// Markers present now went with the checkpoint's state; those of its
+	// sinks' commits still under way are looked for from the next
+	// discard on. (A checkpoint whose discard failed may still have its
+	// metadata: its markers are not stray, and the listings find them
+	// once they are.)
+	if md := a.Completed; md != nil && err == nil && r.cat.State != nil {
+		for task, h := range md.Handles {
+			if mayMark(md, task, h) {
+				r.suspects = append(r.suspects, suspect{key: h + CommitMarkerSuffix})
+			}
+		}
+	}
+}
+
+// mayMark reports whether task of checkpoint md may write a commit marker
+// next to its snapshot h: h is under the checkpoint's own prefix (a task
+// marks no snapshot of another job's), and its ack said that it commits
+// in the background (control.MetricCommitReport: an exactly-once sink),
+// or said nothing of itself. A marker this misses is a stray marker the
+// next listing finds.
+func mayMark(md *Metadata, task, h string) bool {
+	if h == "" || !strings.HasPrefix(h, StatePrefix(md.Job, md.ID)) {
+		return false
+	}
+	mt := md.Metrics[task]
+	return len(mt) == 0 || mt[control.MetricCommitReport] != 0
+}
+
+// removeStrayMarkers lists and deletes job's stray commit markers
+// (Catalog.RemoveStrayMarkers); a listing that fails is done again at the
+// next discard.
+func (r *Runner) removeStrayMarkers(ctx context.Context, job string) {
+	n, err := r.cat.RemoveStrayMarkers(ctx, job)
+	if err != nil {
 		r.log.Warn("removing stray commit markers failed", "err", err)
-	} else if n > 0 {
+		r.mu.Lock()
+		r.strayDue = true
+		r.mu.Unlock()
+		return
+	}
+	r.sinceList = 0
+	if n > 0 {
 		r.log.Info("stray commit markers removed", "markers", n)
 	}
+}
+
+// removeSuspects deletes the suspected markers (suspect) that are there,
+// and forgets those looked for suspectChecks times: what comes later is
+// left to the next listing.
+func (r *Runner) removeSuspects(ctx context.Context) {
+	kept := r.suspects[:0]
+	for _, s := range r.suspects {
+		rc, err := r.cat.State.Get(ctx, s.key)
+		if err == nil {
+			_ = rc.Close()
+			if err := r.cat.State.Delete(ctx, s.key); err != nil {
+				r.log.Warn("removing a stray commit marker failed", "marker", s.key, "err", err)
+			} else {
+				r.log.Info("stray commit markers removed", "markers", 1)
+				continue
+			}
+		}
+		if s.checks++; s.checks < suspectChecks {
+			kept = append(kept, s)
+		}
+	}
+	clear(r.suspects[len(kept):])
+	r.suspects = kept
 }
 
 func (r *Runner) do(ctx context.Context, a Action) {
@@ -494,7 +610,7 @@ func (r *Runner) do(ctx context.Context, a Action) {
 		// After the actions before it: a checkpoint aborted while its
 		// metadata was being written (PersistAction) is deleted once the
 		// write ended.
-		r.queueDiscard(a.ID)
+		r.queueDiscard(a)
 	case FailJobAction:
 		// Under the lock: an attempt cannot end (Stop) while its failure
 		// is reported. One that ended meanwhile (a task failure or a lost
