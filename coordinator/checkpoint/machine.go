@@ -121,7 +121,9 @@ type Metadata struct {
 	// ran them, their start and stop resolved to stream sequences
 	// (RunnerOptions.Sources): a restore of the checkpoint starts and
 	// stops where that run did. Nil in metadata written before they were
-	// recorded.
+	// recorded (a restore then takes the sources of the job's latest run
+	// for its own checkpoints, and refuses a start: new of an earlier
+	// run's: coordinator/job keepResolved).
 	Sources []jobspec.Source `json:"sources,omitempty"`
 }
 

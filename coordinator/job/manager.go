@@ -606,7 +606,9 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
 	var resolvedNow map[string]bool
 	if from != nil {
-		m.keepResolved(spec, from, given)
+		if err := m.keepResolved(spec, from, given); err != nil {
+			return control.JobStatus{}, err
+		}
 		resolvedNow = stopsResolvedNow(spec)
 	}
 	p, mods, err := m.prepare(ctx, spec, from == nil)

@@ -72,8 +72,26 @@ func (m *Manager) resolveStarts(ctx context.Context, spec *jobspec.Spec, fresh b
 // run resolved: where the checkpoint's run is not known, or had another
 // start or stop, a start or stop relative to when it is resolved (new,
 // end, a time) is resolved anew for this restore.
-func (m *Manager) keepResolved(spec *jobspec.Spec, md *checkpoint.Metadata, given bool) {
+//
+// Except start: new where the checkpoint's run is not known (metadata
+// written before it recorded its run's sources, of a run that is not the
+// job's latest): resolved now, it would make the source's subtasks that
+// had read nothing when the checkpoint was taken (a partition with no
+// message yet, say) skip everything stored since that run started. The
+// restore is refused, saying so: the spec can give the start as a
+// sequence. (A time resolves to the same sequence again, and an end or a
+// time to stop at is refused by checkEnded where it would give an ended
+// input more records.)
+func (m *Manager) keepResolved(spec *jobspec.Spec, md *checkpoint.Metadata, given bool) error {
 	run := m.runSources(md)
+	if run == nil {
+		for _, src := range spec.Sources {
+			if src.Kind == jobspec.KindJetStream && (!given || src.StartSequence == 0) && isNew(src.Start) && checkpointHas(md, src.Name) {
+				return control.Errorf(control.ErrInvalid, "restore %s from checkpoint %s/%d: source %s has start: new, and the checkpoint (written before checkpoints recorded their run's sources, by an earlier run) does not say where its run started: resolved now, the source's subtasks that had read nothing would skip what was stored since; give the start as a sequence",
+					spec.Name, md.Job, md.ID, src.Name)
+			}
+		}
+	}
 	for i := range spec.Sources {
 		src := &spec.Sources[i]
 		if src.Kind != jobspec.KindJetStream {
@@ -98,6 +116,23 @@ func (m *Manager) keepResolved(spec *jobspec.Spec, md *checkpoint.Metadata, give
 			src.StopSequence = 0
 		}
 	}
+	return nil
+}
+
+// isNew reports whether a source's start is new.
+func isNew(start string) bool {
+	sp, err := jobspec.ParseStart(start)
+	return err == nil && sp.New
+}
+
+// checkpointHas reports whether checkpoint md holds a task of vertex.
+func checkpointHas(md *checkpoint.Metadata, vertex string) bool {
+	for id := range md.Handles {
+		if v, _, ok := splitTaskID(id); ok && v == vertex {
+			return true
+		}
+	}
+	return false
 }
 
 // runSources returns the sources of the run that took checkpoint md, as
