@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,68 +17,10 @@ import (
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/storage"
 )
-
-// startCluster starts n real nats-servers with JetStream, routed into one
-// cluster on loopback, shut down when the test ends; it returns them once
-// JetStream answers through each.
-func startCluster(t *testing.T, ctx context.Context, n int) []*server.Server {
-	t.Helper()
-	ports := make([]int, n)
-	routes := make([]string, n)
-	for i := range ports {
-		// A free port for each server's cluster listener, known before
-		// any starts: every server is told all routes.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i])
-	}
-	servers := make([]*server.Server, n)
-	for i := range servers {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js"), NoLog: os.Getenv("WEIR_CLUSTER_LOG") == "", NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "weir-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		t.Cleanup(s.Shutdown)
-		servers[i] = s
-	}
-	for _, s := range servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("server %s not ready", s.Name())
-		}
-		nc, err := nats.Connect(s.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		js, _ := jetstream.New(nc)
-		// The meta leader is elected once the routes are up.
-		var last error
-		ok := poll(ctx, func() bool {
-			c, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			_, last = js.AccountInfo(c)
-			return last == nil
-		})
-		if !ok {
-			t.Fatalf("JetStream through %s: %v", s.Name(), last)
-		}
-		nc.Close()
-	}
-	return servers
-}
 
 // A weir node on a three-server NATS cluster (no embedded server) with
 // weir's buckets and the job's streams kept by all three: the server the
@@ -92,7 +32,7 @@ func TestClusterSurvivesTheLossOfAServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	servers := startCluster(t, ctx, 3)
+	servers := embeddedtest.Cluster(t, ctx, 3)
 	urls := make([]string, len(servers))
 	for i, s := range servers {
 		urls[i] = s.ClientURL()

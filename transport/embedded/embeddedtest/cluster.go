@@ -1,0 +1,81 @@
+package embeddedtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster starts n real nats-servers (named n0, n1, …) with JetStream,
+// routed into one cluster on loopback, shut down when t ends; it returns
+// them once JetStream answers through each, or fails t when ctx ends
+// first. WEIR_CLUSTER_LOG=1 lets the servers log.
+func Cluster(t testing.TB, ctx context.Context, n int) []*server.Server {
+	t.Helper()
+	ports := make([]int, n)
+	routes := make([]string, n)
+	for i := range ports {
+		// A free port for each server's cluster listener, known before
+		// any starts: every server is told all routes.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i])
+	}
+	servers := make([]*server.Server, n)
+	for i := range servers {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js"), NoLog: os.Getenv("WEIR_CLUSTER_LOG") == "", NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "weir-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(s.Shutdown)
+		servers[i] = s
+	}
+	for _, s := range servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server %s not ready", s.Name())
+		}
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := jetstream.New(nc)
+		// The meta leader is elected once the routes are up.
+		var last error
+		for {
+			c, cancel := context.WithTimeout(ctx, time.Second)
+			_, last = js.AccountInfo(c)
+			cancel()
+			if last == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				nc.Close()
+				t.Fatalf("JetStream through %s: %v", s.Name(), last)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		nc.Close()
+	}
+	return servers
+}
