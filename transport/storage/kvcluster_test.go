@@ -1,0 +1,115 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// On a three-server cluster with the bucket on all three (weir up
+// -replicas 3), a client connected to a server that does not lead the
+// bucket's stream reads each value it reads right after another client
+// wrote it through the leader's server, and its reads all go to the
+// leader (STREAM.MSG.GET), none to the replica on its own server (a
+// direct get, which that replica would answer with what it has applied
+// so far).
+func TestKVGetOnAClusterReadsFromTheLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	connect := func(url string) (*nats.Conn, jetstream.JetStream) {
+		t.Helper()
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+	_, js := connect(servers[0].ClientURL())
+	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("the bucket's stream: cluster %+v, want a leader and two replicas", info.Cluster)
+	}
+	var leaderURL, followerURL string
+	for _, s := range servers {
+		if s.Name() == info.Cluster.Leader {
+			leaderURL = s.ClientURL()
+		} else {
+			followerURL = s.ClientURL()
+		}
+	}
+	_, ljs := connect(leaderURL)
+	writer, err := NewKV(ctx, ljs, "meta", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fnc, fjs := connect(followerURL)
+	reader, err := NewKV(ctx, fjs, "meta", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := fnc.SubscribeSync(jetstream.DefaultAPIPrefix + "DIRECT.GET.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get, err := fnc.SubscribeSync(jetstream.DefaultAPIPrefix + "STREAM.MSG.GET.KV_meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 50
+	for i := range n {
+		want := fmt.Sprint("revision ", i)
+		if err := writer.Put(ctx, "jobs/j", strings.NewReader(want)); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := reader.Get(ctx, "jobs/j")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		if err != nil || string(got) != want {
+			t.Fatalf("read %q, %v right after writing %q", got, err, want)
+		}
+	}
+	// The reader's requests went through its own server, as did the
+	// subscriptions: once the flush is answered, they have all arrived.
+	if err := fnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, _ := direct.Pending(); d != 0 {
+		t.Errorf("%d direct gets; want none", d)
+	}
+	if g, _, _ := get.Pending(); g != n {
+		t.Errorf("%d message gets (STREAM.MSG.GET); want %d, one a read", g, n)
+	}
+}
