@@ -61,3 +61,42 @@ func TestCommitReportSentAgain(t *testing.T) {
 		}
 	}
 }
+
+// A commit report the coordinator never takes is given up after the job's
+// checkpoint timeout, the longest the coordinator holds a trigger for it:
+// not sent on for as long as the task runs, nor for a fixed minute that a
+// shorter timeout has long passed.
+func TestCommitReportGivenUpAfterTheCheckpointTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	var (
+		mu sync.Mutex
+		n  int
+	)
+	sub, err := nc.Subscribe(control.Subjects{}.Event(), func(m *nats.Msg) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		data, _ := json.Marshal(control.Reply{Error: "not now"})
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.DiscardHandler),
+		job: "j", attempt: 3, patience: 300 * time.Millisecond}
+	err = l.CommitStarted(ctx, "out-0", 7)
+	if ctx.Err() != nil {
+		t.Fatalf("the report was sent until the test gave up (%v), not for the checkpoint timeout", err)
+	}
+	if err == nil {
+		t.Fatal("a report the coordinator refused every time was taken for heard")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n < 2 {
+		t.Errorf("the report was sent %d times, want it sent again", n)
+	}
+}

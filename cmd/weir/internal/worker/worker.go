@@ -449,6 +449,10 @@ type listener struct {
 	// stop is the stop sequence of a bounded JetStream source task (0:
 	// any other task), which its acks carry (control.MetricStopSequence).
 	stop uint64
+	// patience is how long a commit report is sent again (CommitStarted):
+	// the job's checkpoint timeout, the longest the coordinator holds the
+	// next trigger for it (jobspec.DefaultTimeout when 0).
+	patience time.Duration
 }
 
 func (l listener) ref(task string) control.TaskRef {
@@ -489,11 +493,15 @@ func (l listener) InputEnded(ctx context.Context, task string) error {
 // triggers the next checkpoint once every such task did. A report that
 // fails (lost in a NATS blip, say) would hold the job's next checkpoint
 // for its checkpoint timeout, so it is sent again after pauses growing to
-// a second, until it is heard, the task ends, or commitReportPatience
-// passed (the coordinator stops waiting by then). The coordinator takes a
-// report the same however often it comes.
+// a second, until it is heard, the task ends, or the job's checkpoint
+// timeout passed (the coordinator stops waiting by then). The coordinator
+// takes a report the same however often it comes.
 func (l listener) CommitStarted(ctx context.Context, task string, id int64) error {
-	give := time.Now().Add(commitReportPatience)
+	patience := l.patience
+	if patience <= 0 {
+		patience = jobspec.DefaultTimeout
+	}
+	give := time.Now().Add(patience)
 	pause := 50 * time.Millisecond
 	for {
 		err := l.w.Committing(ctx, l.ref(task), id)
@@ -512,11 +520,6 @@ func (l listener) CommitStarted(ctx context.Context, task string, id int64) erro
 		pause = min(2*pause, time.Second)
 	}
 }
-
-// commitReportPatience bounds how long a task's commit report is sent
-// again (CommitStarted): the coordinator holds the next trigger for a
-// checkpoint timeout at most (jobspec.DefaultTimeout unless set).
-const commitReportPatience = time.Minute
 
 // Failed reports the task's failure; the reason is the cause alone, as
 // the coordinator names the task ("task <name> failed: <cause>").
@@ -674,7 +677,8 @@ func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 
 func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 	spec := b.d.Spec
-	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt}
+	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt,
+		patience: spec.Checkpointing.Timeout}
 	cfg := host.Config{
 		Name: pt.ID,
 		Checkpointing: host.Checkpointing{
