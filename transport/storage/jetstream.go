@@ -165,11 +165,11 @@ func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
 		// The meta subject of an object, by the object store's layout
 		// (ADR-20): $O.<bucket>.M.<base64url(name)>.
 		subj := "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(k))
-		err := dropMarker(ctx, s.js, "OBJ_"+s.bucket, subj, func(m *jetstream.RawStreamMsg) bool {
+		err := dropMarker(ctx, s.js, "OBJ_"+s.bucket, subj, func(data []byte) bool {
 			var info struct {
 				Deleted bool `json:"deleted"`
 			}
-			return json.Unmarshal(m.Data, &info) == nil && info.Deleted
+			return json.Unmarshal(data, &info) == nil && info.Deleted
 		})
 		if err != nil {
 			return fmt.Errorf("storage delete %s: %w", k, err)
@@ -179,26 +179,29 @@ func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
 }
 
 // dropMarker purges subject of stream through its last message if that is
-// a delete marker (isMarker). Deleting from a bucket leaves a marker per
-// key that nothing removes, so a bucket of checkpoints, and every listing
-// of it, would grow with every checkpoint ever discarded. The purge stops
-// at the marker's sequence: an object put again meanwhile stays.
-func dropMarker(ctx context.Context, js jetstream.JetStream, stream, subject string, isMarker func(*jetstream.RawStreamMsg) bool) error {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("drop delete marker: %w", err)
-	}
-	m, err := st.GetLastMsgForSubject(ctx, subject)
+// a delete marker (isMarker, given the message's data). Deleting from a
+// bucket leaves a marker per key that nothing removes, so a bucket of
+// checkpoints, and every listing of it, would grow with every checkpoint
+// ever discarded. The purge stops at the marker's sequence: an object put
+// again meanwhile stays. The last message is read from the stream's leader
+// (leaderLast): a lagging replica, which a direct get may ask, could still
+// answer with the object itself, and the marker would stay for good.
+func dropMarker(ctx context.Context, js jetstream.JetStream, stream, subject string, isMarker func(data []byte) bool) error {
+	m, err := leaderLast(ctx, js, stream, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("drop delete marker: %w", err)
 	}
-	if !isMarker(m) {
+	if !isMarker(m.Data) {
 		return nil
 	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(m.Sequence+1)); err != nil {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("drop delete marker: %w", err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(m.Seq+1)); err != nil {
 		return fmt.Errorf("drop delete marker: %w", err)
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
@@ -174,5 +176,49 @@ func TestJetStreamDeleteLeavesNoMarkers(t *testing.T) {
 		if n := st.CachedInfo().State.Msgs; n != want {
 			t.Errorf("%s: %d messages for %d objects, want %d", tc.stream, n, len(keys), want)
 		}
+	}
+}
+
+// Delete reads each object's last meta message, to tell whether it is the
+// delete marker to drop, from the stream's leader: a direct get may be
+// answered by a lagging replica that still has the object, and the marker
+// would then stay for good.
+func TestObjectDeleteReadsTheMarkerFromTheLeader(t *testing.T) {
+	nc, js := embeddedtest.Connect(t, embeddedtest.Server(t, embedded.Config{}))
+	ctx := context.Background()
+	obj, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"j/chk-1/a-0", "j/chk-1/b-0"} {
+		if err := obj.Put(ctx, k, bytes.NewReader([]byte("state"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get, err := nc.SubscribeSync(jetstream.DefaultAPIPrefix + "STREAM.MSG.GET.OBJ_" + DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer get.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.Delete(ctx, "j/chk-1/"); err != nil {
+		t.Fatal(err)
+	}
+	// The server delivers in order: once the flush is answered, every
+	// request Delete made has reached the subscription.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := get.Pending(); err != nil || n != 2 {
+		t.Errorf("%d message gets from the leader (%v); want 2, one per deleted object", n, err)
+	}
+	st, err := js.Stream(ctx, "OBJ_"+DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 0 {
+		t.Errorf("%d messages left after deleting every object, want none", n)
 	}
 }
