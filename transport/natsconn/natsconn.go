@@ -1,6 +1,9 @@
 // Package natsconn turns weir's connection settings — a server URL and the
 // usual NATS authentication options — into a *nats.Conn that reconnects on
 // its own. Connect fails when no server answers; ConnectRetry waits for one.
+// A server that falls silent without closing the connection (a frozen
+// process, a partition) is left after a few unanswered pings (PingInterval),
+// for another server of the cluster.
 //
 // A reconnect does not replay what was published or delivered while the
 // connection was down: core NATS subscriptions miss those messages. weir's
@@ -54,6 +57,19 @@ type Options struct {
 	OnReconnect func()
 }
 
+// A connection sends its server a PING every PingInterval and takes the
+// server for gone once more than MaxPingsOut of them are unanswered (4 to
+// 6 s after it fell silent), then reconnects — to another server of a
+// cluster. A server that stops answering without closing its connections
+// (a frozen process, a network partition that drops packets) is noticed
+// only that way: with nats.go's defaults (2 minutes, 2) a weir process
+// stayed on it for six minutes, and the coordinator, its workers and its
+// jobs with it, while the cluster's other servers served on.
+const (
+	PingInterval = 2 * time.Second
+	MaxPingsOut  = 2
+)
+
 // ErrConflictingAuth is returned when more than one authentication method
 // is configured.
 var ErrConflictingAuth = errors.New("more than one NATS authentication method configured")
@@ -82,6 +98,8 @@ func (o Options) NATSOptions() ([]nats.Option, error) {
 		nats.MaxReconnects(max),
 		nats.Timeout(timeout),
 		nats.RetryOnFailedConnect(false),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
 	}
 	methods := 0
 	if o.CredsFile != "" {
