@@ -3,102 +3,17 @@ package natsconn
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
-// silencer forwards TCP connections to a server until it is silenced:
-// from then on it moves no byte either way and closes nothing, as a
-// frozen server process or a partition that drops packets looks to a
-// client.
-type silencer struct {
-	ln     net.Listener
-	target string
-	quiet  chan struct{} // closed by silence
-	once   sync.Once
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func newSilencer(t *testing.T, target string) *silencer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &silencer{ln: ln, target: target, quiet: make(chan struct{})}
-	go s.accept()
-	t.Cleanup(s.close)
-	return s
-}
-
-func (s *silencer) url() string { return "nats://" + s.ln.Addr().String() }
-
-func (s *silencer) silence() { s.once.Do(func() { close(s.quiet) }) }
-
-func (s *silencer) accept() {
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", s.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		s.mu.Lock()
-		s.conns = append(s.conns, c, up)
-		s.mu.Unlock()
-		go s.pipe(up, c)
-		go s.pipe(c, up)
-	}
-}
-
-// pipe copies from src to dst until either fails or s is silenced, after
-// which it leaves both as they are.
-func (s *silencer) pipe(dst io.Writer, src io.Reader) {
-	buf := make([]byte, 32<<10)
-	for {
-		select {
-		case <-s.quiet:
-			return
-		default:
-		}
-		n, err := src.Read(buf)
-		select {
-		case <-s.quiet:
-			return
-		default:
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (s *silencer) close() {
-	s.ln.Close()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.conns {
-		c.Close()
-	}
-}
-
 // A server that falls silent without closing the connection (here a
-// proxy that stops forwarding; a frozen process or a partition) is taken
+// proxy that stops forwarding: a frozen process or a partition) is taken
 // for gone after a few unanswered pings, and the connection moves to the
 // next server it knows. With nats.go's default ping interval it stayed on
 // the silent one for six minutes.
@@ -106,11 +21,11 @@ func TestSilentServerIsLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ns := startServer(t, &server.Options{})
-	quiet := newSilencer(t, ns.Addr().String())
+	quiet := natsconntest.NewSilencer(t, ns.Addr().String())
 	disc := make(chan error, 4)
 	reco := make(chan struct{}, 4)
 	nc, err := Connect(Options{
-		URL:          quiet.url() + "," + ns.ClientURL(),
+		URL:          quiet.URL() + "," + ns.ClientURL(),
 		OnDisconnect: func(err error) { disc <- err },
 		OnReconnect:  func() { reco <- struct{}{} },
 	}, nats.DontRandomize())
@@ -118,10 +33,10 @@ func TestSilentServerIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if got := nc.ConnectedUrl(); got != quiet.url() {
-		t.Fatalf("connected to %s, want the silenced path %s first", got, quiet.url())
+	if got := nc.ConnectedUrl(); got != quiet.URL() {
+		t.Fatalf("connected to %s, want the silenced path %s first", got, quiet.URL())
 	}
-	quiet.silence()
+	quiet.Silence()
 	select {
 	case err := <-disc:
 		if !errors.Is(err, nats.ErrStaleConnection) {
