@@ -46,6 +46,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/subject"
 )
 
@@ -76,11 +77,17 @@ var (
 )
 
 // ConnOptions are the options a Publisher's connection needs: reconnect
-// without end, and buffer nothing while reconnecting (a publish then
-// fails, and the Publisher publishes it again once the connection is
-// back, after the records lost with the old one).
+// without end, buffer nothing while reconnecting (a publish then fails,
+// and the Publisher publishes it again once the connection is back, after
+// the records lost with the old one), and leave a server that falls silent
+// without closing the connection after a few unanswered pings
+// (natsconn.PingInterval): with nats.go's defaults the Publisher sent the
+// same records into it again and again for six minutes, and failed with
+// ErrOutageTooLong once its stream's duplicate window was over, while the
+// cluster's other servers could have stored them.
 func ConnOptions() []nats.Option {
-	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectBufSize(-1)}
+	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
+		nats.PingInterval(natsconn.PingInterval), nats.MaxPingsOutstanding(natsconn.MaxPingsOut)}
 }
 
 // Nonce returns a short random string (8 characters: 48 bits) that makes a

@@ -18,6 +18,7 @@ import (
 
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
 // newStream starts a server with stream IN (subjects in.>) configured by
@@ -120,6 +121,51 @@ func TestPublishThroughAServerRestart(t *testing.T) {
 	}
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
+	}
+	if p.Retries() == 0 {
+		t.Error("the Publisher never published again")
+	}
+	checkStored(t, ctx, srv, prefix, n)
+}
+
+// TestPublishThroughASilentServer: the server the Publisher's connection
+// reaches falls silent without closing it (a frozen process, a
+// partition: here a proxy that stops forwarding) with records in flight;
+// the connection leaves it for the next server it knows after a few
+// unanswered pings, and the stream holds every record once, in order.
+// With nats.go's default pings the Publisher sent the records into the
+// silent connection again and again until its duplicate window was over.
+func TestPublishThroughASilentServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, _ := newStream(t, jetstream.StreamConfig{})
+	quiet := natsconntest.NewSilencer(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	nc, err := nats.Connect(quiet.URL()+","+srv.ClientURL(), append(ConnOptions(), nats.DontRandomize())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if got := nc.ConnectedUrl(); got != quiet.URL() {
+		t.Fatalf("connected to %s, want the path that falls silent %s first", got, quiet.URL())
+	}
+	prefix := Nonce() + ".0."
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: prefix, Retrying: func(r Retry) { t.Log(r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const half, n = 5_000, 10_000
+	if err := publish(t, ctx, p, 1, half); err != nil {
+		t.Fatal(err)
+	}
+	quiet.Silence() // with up to DefaultInFlight records of the first half unacknowledged
+	if err := publish(t, ctx, p, half+1, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := nc.ConnectedUrl(); got != srv.ClientURL() {
+		t.Errorf("published through %s, want %s", got, srv.ClientURL())
 	}
 	if p.Retries() == 0 {
 		t.Error("the Publisher never published again")
