@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -137,6 +138,79 @@ restart: {strategy: fixed-delay, delay: 200ms, attempts: 100}
 	// Checkpoints go on with two servers of three: snapshots, metadata and
 	// job records are written to buckets that lost a replica.
 	st := waitJob(t, ctx, n, "counts", "a checkpoint after the loss of "+victim, func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint+1
+	})
+	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d", st.Attempt, st.Restarts, st.LatestCheckpoint)
+}
+
+// A weir node whose server falls silent without closing its connection —
+// a frozen server process (kill -STOP) or a partition between the two,
+// here a proxy that stops forwarding — leaves it for another server of the
+// cluster within seconds, and the job goes on: the keyed counts come out
+// exactly once and checkpoints complete again. With nats.go's default
+// pings the node, its coordinator and its worker stayed on the silent
+// server for six minutes.
+func TestClusterSurvivesASilentServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	servers := startCluster(t, ctx, 3)
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "wordcount.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The node knows the cluster through the path that falls silent only;
+	// the servers tell it the others' addresses.
+	quiet := natsconntest.NewSilencer(t, servers[0].Addr().String())
+	n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: quiet.URL(), Name: "weir-test"},
+		DataDir: dir, Coordinator: true, Workers: 1, WorkerID: "w1", Replicas: 3,
+		HeartbeatTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	nc, err := nats.Connect(servers[1].ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Replicas: 3})
+	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Replicas: 3,
+		Duplicates: 5 * time.Minute, AllowBatchPublish: true, AllowAtomicPublish: true})
+	s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
+sources:
+  - {name: in, kind: jetstream, stream: IN}
+operators:
+  - {name: count, module: %s, inputs: [{from: in, partition: key}]}
+sinks:
+  - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}
+checkpointing: {interval: 200ms, timeout: 20s}
+restart: {strategy: fixed-delay, delay: 200ms, attempts: 100}
+`, mod)), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	in := newKeyedInput(t, ctx, js, 8)
+	in.publish(400)
+	before, err := n.API.Job(ctx, "counts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet.Silence()
+	in.send(400)
+	waitUntil(t, ctx, "the node on another path to the cluster", func() bool {
+		return n.Conn.IsConnected() && n.Conn.ConnectedUrl() != quiet.URL()
+	})
+	in.await()
+	in.checkCounts()
+	st := waitJob(t, ctx, n, "counts", "a checkpoint after the server fell silent", func(st control.JobStatus) bool {
 		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint+1
 	})
 	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d", st.Attempt, st.Restarts, st.LatestCheckpoint)
