@@ -118,7 +118,8 @@ type BoundedSource interface {
 // Source feeds a source task (a task without input channels). A source task
 // calls Poll from one goroutine of its own, and Seek, CheckpointComplete and
 // Close from the task goroutine: CheckpointComplete may run while a Poll is
-// blocked, Seek and Close never do.
+// blocked, Seek and Close never do. Its errors name the source (e.g.
+// "jetstream source ORDERS: ..."): the task adds only its own name.
 type Source interface {
 	// Poll blocks until the next record batch is available and returns it with
 	// the source offset just after it: Seek(offset) resumes with the batch
@@ -214,7 +215,13 @@ type CommitReporter interface {
 func CommittedMarker(handle string) string { return handle + ".committed" }
 
 // Sink consumes a sink task's output with two-phase commit hooks. All methods
-// are called from the task goroutine.
+// are called from the task goroutine. Its errors name the sink (its
+// subject and stream, e.g. "exactly-once sink out (stream OUT): ...") and
+// what failed — the checkpoint a pre-commit or commit was for (a commit
+// that runs in the background fails a later call, and names its own
+// checkpoint), the end of input —: the task adds only its own name, so a
+// job's reason reads "task out-0 failed: exactly-once sink out (stream
+// OUT): publish checkpoint 4 record 2: ...".
 type Sink interface {
 	// Write takes one record batch (the sink owns it).
 	Write(ctx context.Context, batch []byte) error

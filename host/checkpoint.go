@@ -134,7 +134,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	if s := t.cfg.Sink; s != nil {
 		st, err := s.PreCommit(t.ctx, a.ID)
 		if err != nil {
-			return fmt.Errorf("sink: pre-commit checkpoint %d: %w", a.ID, err)
+			return err // the sink names itself and the checkpoint
 		}
 		snap.SinkState = st
 		m.StateBytes += int64(len(st))
@@ -167,7 +167,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		for i, o := range t.outs {
 			over, err := o.sender.SendPriority(t.ctx, stream.BarrierElement(b))
 			if err != nil {
-				return fmt.Errorf("output %d: forward barrier %d: %w", i, a.ID, err)
+				return fmt.Errorf("forward barrier %d: %w", a.ID, channelErr("output", i, err))
 			}
 			for _, e := range over {
 				if e.Kind == stream.KindRecords {
@@ -228,7 +228,7 @@ func (t *Task) prioritizeBarriers() error {
 		}
 		found, err := bp.PrioritizeBarrier(id)
 		if err != nil {
-			return fmt.Errorf("input %d: %w", ch, err)
+			return channelErr("input", ch, err)
 		}
 		if found {
 			p.prioritized[ch] = true
@@ -273,7 +273,7 @@ func (t *Task) prioritizeLate() (time.Time, error) {
 			continue
 		}
 		if _, err := bp.PrioritizeBarrier(b.ID); err != nil {
-			return time.Time{}, fmt.Errorf("input %d: %w", ch, err)
+			return time.Time{}, channelErr("input", ch, err)
 		}
 	}
 	return next, nil
@@ -383,7 +383,7 @@ func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 	}
 	if s := t.cfg.Source; s != nil {
 		if err := s.Seek(ctx, snap.SourceOffset); err != nil {
-			return fmt.Errorf("source: seek: %w", err)
+			return err // the source names itself
 		}
 		t.lastOffset = snap.SourceOffset
 	}
@@ -547,10 +547,10 @@ func (t *Task) mergeSource(ctx context.Context, snaps []*snapshot.Task) error {
 	}
 	off, err := m.MergeOffsets(offsets)
 	if err != nil {
-		return fmt.Errorf("source: merge offsets: %w", err)
+		return err // the source names itself
 	}
 	if err := t.cfg.Source.Seek(ctx, off); err != nil {
-		return fmt.Errorf("source: seek: %w", err)
+		return err // the source names itself
 	}
 	t.lastOffset = off
 	return nil

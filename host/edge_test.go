@@ -260,7 +260,7 @@ func TestChannelFailsMidAlignment(t *testing.T) {
 	}
 	err = tk.Run(context.Background())
 	var te *host.TaskError
-	if !errors.As(err, &te) || !errors.Is(err, lost) || !strings.Contains(err.Error(), "input 1: channel up1 -> x: NATS connection lost") {
+	if !errors.As(err, &te) || !errors.Is(err, lost) || err.Error() != "task x: channel up1 -> x: NATS connection lost" {
 		t.Fatalf("run: %v", err)
 	}
 	if len(rc.acks) != 0 || len(rc.declines) != 0 || len(rc.failed) != 1 {

@@ -65,7 +65,7 @@ func TestRestoreErrorsNameEachThingOnce(t *testing.T) {
 	}
 
 	err = restore(handle)
-	want := "task out-0: restore j/chk-1/out-0: exactly-once sink out: recover checkpoint 1: malformed exactly-once sink state: bad header"
+	want := "task out-0: restore j/chk-1/out-0: exactly-once sink out (stream OUT): recover checkpoint 1: malformed exactly-once sink state: bad header"
 	if err.Error() != want || !errors.Is(err, sink.ErrMalformedState) {
 		t.Errorf("restore of malformed sink state:\n got %q\nwant %q", err, want)
 	}

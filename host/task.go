@@ -677,7 +677,7 @@ func (t *Task) step(ctx context.Context) (bool, error) {
 		}
 		d, ok, err := t.cfg.Inputs[ch].Receiver.Poll()
 		if err != nil {
-			return false, fmt.Errorf("input %d: %w", ch, err)
+			return false, channelErr("input", ch, err)
 		}
 		if !ok {
 			continue
@@ -1012,7 +1012,7 @@ func (t *Task) portNote(port int) string {
 func (t *Task) emit(port int, batch []byte) error {
 	if t.cfg.Sink != nil {
 		if err := t.cfg.Sink.Write(t.ctx, batch); err != nil {
-			return fmt.Errorf("sink: write: %w", err)
+			return err // the sink names itself and what failed
 		}
 		t.stats.batchesOut.Add(1)
 		t.stats.recordsOut.Add(int64(stream.Records(batch).Count()))
@@ -1119,7 +1119,7 @@ func (t *Task) flush(ctx context.Context) error {
 		if sctx.Err() != nil {
 			continue // interrupted: service and retry
 		}
-		return fmt.Errorf("output %d: %w", it.ch, err)
+		return channelErr("output", it.ch, err)
 	}
 	t.outq = t.outq[:0]
 	return nil
@@ -1144,7 +1144,7 @@ func (t *Task) servicePriority(ctx context.Context) error {
 		}
 		d, ok, err := pp.PollPriority()
 		if err != nil {
-			return fmt.Errorf("input %d: %w", ch, err)
+			return channelErr("input", ch, err)
 		}
 		if ok {
 			if err := t.deliver(ctx, ch, d); err != nil {
@@ -1193,7 +1193,7 @@ func (t *Task) serviceControl(ctx context.Context) error {
 				err = w.Wait(ctx)
 			}
 			if err != nil {
-				m.done <- fmt.Errorf("task %s: sink: %w", t.name, err)
+				m.done <- fmt.Errorf("task %s: %w", t.name, err)
 			}
 			close(m.done)
 		}
@@ -1215,7 +1215,9 @@ func (t *Task) complete(ctx context.Context, id int64) error {
 		t.commitSpans = append(t.commitSpans, span{start, t.clock()})
 		t.stats.end(&t.stats.blockedSince, &t.stats.backpressured)
 		if err != nil {
-			return fmt.Errorf("sink: commit checkpoint %d: %w", id, err)
+			// The sink names itself and what failed: the commit of an
+			// earlier checkpoint, running in the background, may be it.
+			return err
 		}
 		if t.reportsCommits() {
 			l := t.cfg.Listener.(CommitListener)
@@ -1234,7 +1236,7 @@ func (t *Task) complete(ctx context.Context, id int64) error {
 		off, ok := t.offsets[id]
 		if ok {
 			if err := s.CheckpointComplete(ctx, id, off); err != nil {
-				return fmt.Errorf("source: checkpoint %d complete: %w", id, err)
+				return err // the source names itself and the checkpoint
 			}
 		}
 		for k := range t.offsets {
@@ -1257,10 +1259,7 @@ func (t *Task) endInput(ctx context.Context, offset []byte) error {
 	if offset != nil {
 		t.lastOffset = offset
 	}
-	if err := t.reportEnd(ctx); err != nil {
-		return fmt.Errorf("source: %w", err)
-	}
-	return nil
+	return t.reportEnd(ctx)
 }
 
 // finish ends a task whose input is over: final output, end-of-partition
@@ -1269,7 +1268,7 @@ func (t *Task) finish(ctx context.Context) error {
 	t.inputDone = true
 	if t.cfg.Sink != nil {
 		if err := t.cfg.Sink.EndOfInput(ctx); err != nil {
-			return fmt.Errorf("sink: end of input: %w", err)
+			return err // the sink names itself and the end of input
 		}
 	}
 	t.broadcast(stream.EndOfPartition())
@@ -1359,7 +1358,7 @@ func (t *Task) runSource(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("source: poll: %w", p.err)
+			return p.err // the source names itself
 		}
 		if n := int64(stream.Records(p.batch).Count()); n > 0 {
 			t.stats.batchesIn.Add(1)
@@ -1412,4 +1411,14 @@ func (t *Task) Stats() Stats {
 	}
 	c.mu.Unlock()
 	return s
+}
+
+// channelErr returns err, an error of the task's input or output (dir)
+// channel ch, unchanged when it names the channel (a *stream.ChannelError),
+// else as "<dir> <ch>: <err>".
+func channelErr(dir string, ch int, err error) error {
+	if ce := (*stream.ChannelError)(nil); errors.As(err, &ce) {
+		return err
+	}
+	return fmt.Errorf("%s %d: %w", dir, ch, err)
 }

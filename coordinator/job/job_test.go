@@ -1331,7 +1331,7 @@ func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
 	w := e.fleet.start(ctx, "w1")
 	s := spec(t, "wc", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	e.submitRunning(t, ctx, s)
-	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, "output 0: channel in-0 -> count-0: channel closed"); err != nil {
+	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, "channel in-0 -> count-0 closed"); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-0"}, "trap in weir_process"); err != nil {

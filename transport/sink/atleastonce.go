@@ -54,6 +54,7 @@ type AtLeastOnce struct {
 	js    jetstream.JetStream
 	mode  PublishMode
 	route route
+	name  string // "at-least-once sink <subject> (stream <name>)", for errors
 
 	emu sync.Mutex
 	err error // the first failure; the sink fails from then on
@@ -90,12 +91,12 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) { s.fail(err) }))
 	if err != nil {
-		return nil, fmt.Errorf("jetstream sink %s: %w", cfg.Subject, err)
+		return nil, fmt.Errorf("at-least-once sink %s: %w", cfg.Subject, err)
 	}
 	s.js = js
 	tmpl, err := subject.Parse(cfg.Subject)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream sink: %w", err)
+		return nil, fmt.Errorf("at-least-once sink: %w", err)
 	}
 	name := cfg.Stream
 	if !tmpl.Keyed() || name == "" {
@@ -104,25 +105,26 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 		// checked against its subjects.
 		found, err := js.StreamNameBySubject(ctx, tmpl.Filter())
 		if err != nil {
-			return nil, fmt.Errorf("jetstream sink %s: no stream captures the subject: %w", cfg.Subject, err)
+			return nil, fmt.Errorf("at-least-once sink %s: no stream captures the subject: %w", cfg.Subject, err)
 		}
 		if name != "" && name != found {
-			return nil, fmt.Errorf("jetstream sink %s: the subject is captured by stream %s, not by %s", cfg.Subject, found, name)
+			return nil, fmt.Errorf("at-least-once sink %s: the subject is captured by stream %s, not by %s", cfg.Subject, found, name)
 		}
 		name = found
 	}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream sink %s: stream %s: %w", cfg.Subject, name, err)
+		return nil, fmt.Errorf("at-least-once sink %s: stream %s: %w", cfg.Subject, name, err)
 	}
+	s.name = fmt.Sprintf("at-least-once sink %s (stream %s)", cfg.Subject, name)
 	if s.route, err = newRoute(cfg.Subject, name, st.CachedInfo().Config.Subjects); err != nil {
-		return nil, fmt.Errorf("jetstream sink: %w", err)
+		return nil, fmt.Errorf("at-least-once sink: %w", err)
 	}
 	if err := CheckDurable(st.CachedInfo().Config); err != nil {
-		return nil, fmt.Errorf("at-least-once sink %s: %w", cfg.Subject, err)
+		return nil, fmt.Errorf("%s: %w", s, err)
 	}
 	if s.mode, err = ResolveAtLeastOnceMode(cfg.Publish, st.CachedInfo().Config); err != nil {
-		return nil, fmt.Errorf("jetstream sink %s: %w", cfg.Subject, err)
+		return nil, fmt.Errorf("%s: %w", s, err)
 	}
 	return s, nil
 }
@@ -147,6 +149,10 @@ func ResolveAtLeastOnceMode(mode PublishMode, stream jetstream.StreamConfig) (Pu
 // Guarantee describes the sink's delivery guarantee for the job status.
 func (s *AtLeastOnce) Guarantee() string { return AtLeastOnceGuarantee }
 
+// String names the sink in its errors: "at-least-once sink <subject>
+// (stream <name>)".
+func (s *AtLeastOnce) String() string { return s.name }
+
 // Mode reports how the sink publishes: PublishFast or PublishAsync.
 func (s *AtLeastOnce) Mode() PublishMode { return s.mode }
 
@@ -159,12 +165,13 @@ func (s *AtLeastOnce) fail(err error) {
 	s.emu.Unlock()
 }
 
-// failed reports the sink's failure, if any.
+// failed reports the sink's failure, if any, without the sink's name:
+// "publish: <cause>".
 func (s *AtLeastOnce) failed() error {
 	s.emu.Lock()
 	defer s.emu.Unlock()
 	if s.err != nil {
-		return fmt.Errorf("jetstream sink %s: publish: %w", s.cfg.Subject, s.err)
+		return fmt.Errorf("publish: %w", s.err)
 	}
 	return nil
 }
@@ -174,34 +181,34 @@ func (s *AtLeastOnce) failed() error {
 // published.
 func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 	if err := s.route.check(batch); err != nil {
-		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	it, err := abi.NewIter(batch)
 	if err != nil {
-		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	if s.mode == PublishFast {
 		return s.writeFast(ctx, &it)
 	}
 	if err := s.failed(); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	for it.Next() {
 		r := it.Record()
 		subj, err := s.route.subject(r.Key)
 		if err != nil {
-			return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+			return fmt.Errorf("%s: %w", s, err)
 		}
 		m := &nats.Msg{Subject: subj, Data: r.Value}
 		if len(r.Key) > 0 {
 			m.Header = nats.Header{KeyHeader: []string{string(r.Key)}}
 		}
 		if err := publishAsync(ctx, s.js, m); err != nil {
-			return fmt.Errorf("jetstream sink %s: publish: %w", s.cfg.Subject, err)
+			return fmt.Errorf("%s: publish: %w", s, err)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	return nil
 }
@@ -214,13 +221,13 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.failed(); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	done := ctx.Done()
 	for it.Next() {
 		select {
 		case <-done:
-			return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, ctx.Err())
+			return fmt.Errorf("%s: %w", s, ctx.Err())
 		default:
 		}
 		if s.fp == nil {
@@ -228,7 +235,7 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 				jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
 				jetstreamext.WithFastPublisherErrorHandler(s.fail))
 			if err != nil {
-				return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+				return fmt.Errorf("%s: %w", s, err)
 			}
 			s.fp, s.sent = fp, 0
 			if s.m == nil {
@@ -240,7 +247,7 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 		r := it.Record()
 		subj, err := s.route.subject(r.Key)
 		if err != nil {
-			return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+			return fmt.Errorf("%s: %w", s, err)
 		}
 		s.m.Subject, s.m.Data = subj, r.Value
 		if len(r.Key) > 0 {
@@ -253,12 +260,12 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 			releaseFast(s.fp)
 			s.fp = nil
 			s.fail(err)
-			return s.failed()
+			return fmt.Errorf("%s: %w", s, s.failed())
 		}
 		s.sent++
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("jetstream sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	s.last = time.Now()
 	if s.idle == nil && !s.closed {
@@ -297,17 +304,18 @@ func (s *AtLeastOnce) commitLocked(ctx context.Context) error {
 	s.fp, s.sent = nil, 0
 	ack, err := fp.Close(ctx)
 	if err != nil {
-		return fmt.Errorf("jetstream sink %s: commit of a batch of %d messages: %w", s.cfg.Subject, n, err)
+		return fmt.Errorf("batch of %d messages: %w", n, err)
 	}
 	// The server ends a batch early at a gap or an error and acknowledges
 	// what it stored up to there.
 	if ack.BatchSize != uint64(n) {
-		return fmt.Errorf("jetstream sink %s: the server stored %d of a batch of %d messages", s.cfg.Subject, ack.BatchSize, n)
+		return fmt.Errorf("the server stored %d of a batch of %d messages", ack.BatchSize, n)
 	}
 	return nil
 }
 
-// wait blocks until every published message is acknowledged.
+// wait blocks until every published message is acknowledged. Its error
+// does not name the sink.
 func (s *AtLeastOnce) wait(ctx context.Context) error {
 	if s.mode == PublishFast {
 		s.mu.Lock()
@@ -321,14 +329,17 @@ func (s *AtLeastOnce) wait(ctx context.Context) error {
 	select {
 	case <-s.js.PublishAsyncComplete():
 	case <-ctx.Done():
-		return fmt.Errorf("jetstream sink %s: waiting for acks: %w", s.cfg.Subject, ctx.Err())
+		return fmt.Errorf("waiting for acks: %w", ctx.Err())
 	}
 	return s.failed()
 }
 
 // PreCommit waits until everything written so far is stored.
 func (s *AtLeastOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
-	return nil, s.wait(ctx)
+	if err := s.wait(ctx); err != nil {
+		return nil, fmt.Errorf("%s: checkpoint %d: %w", s, id, err)
+	}
+	return nil, nil
 }
 
 // Commit does nothing: the output is already stored.
@@ -338,7 +349,12 @@ func (s *AtLeastOnce) Commit(ctx context.Context, id int64) error { return nil }
 func (s *AtLeastOnce) Recover(ctx context.Context, id int64, state []byte) error { return nil }
 
 // EndOfInput waits until everything written is stored.
-func (s *AtLeastOnce) EndOfInput(ctx context.Context) error { return s.wait(ctx) }
+func (s *AtLeastOnce) EndOfInput(ctx context.Context) error {
+	if err := s.wait(ctx); err != nil {
+		return fmt.Errorf("%s: end of input: %w", s, err)
+	}
+	return nil
+}
 
 // Close stops the idle commit and ends a fast batch still open without
 // waiting for the server: what it holds is not covered by a completed

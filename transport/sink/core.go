@@ -65,17 +65,17 @@ func (c *Core) Guarantee() string { return CoreGuarantee }
 // nothing of the batch published.
 func (c *Core) Write(ctx context.Context, batch []byte) error {
 	if err := c.route.check(batch); err != nil {
-		return fmt.Errorf("core sink %s: %w", c.subject, err)
+		return fmt.Errorf("%s: %w", c, err)
 	}
 	it, err := abi.NewIter(batch)
 	if err != nil {
-		return fmt.Errorf("core sink %s: %w", c.subject, err)
+		return fmt.Errorf("%s: %w", c, err)
 	}
 	for it.Next() {
 		r := it.Record()
 		subj, err := c.route.subject(r.Key)
 		if err != nil {
-			return fmt.Errorf("core sink %s: %w", c.subject, err)
+			return fmt.Errorf("%s: %w", c, err)
 		}
 		if len(r.Key) == 0 {
 			err = c.nc.Publish(subj, r.Value)
@@ -83,11 +83,11 @@ func (c *Core) Write(ctx context.Context, batch []byte) error {
 			err = c.nc.PublishMsg(keyedMsg(subj, r))
 		}
 		if err != nil {
-			return fmt.Errorf("core sink %s: publish: %w", c.subject, err)
+			return fmt.Errorf("%s: publish: %w", c, err)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("core sink %s: %w", c.subject, err)
+		return fmt.Errorf("%s: %w", c, err)
 	}
 	return nil
 }
@@ -96,16 +96,15 @@ func keyedMsg(subj string, r abi.Record) *nats.Msg {
 	return &nats.Msg{Subject: subj, Data: r.Value, Header: nats.Header{KeyHeader: []string{string(r.Key)}}}
 }
 
+// String names the sink in its errors: "core sink <subject>".
+func (c *Core) String() string { return "core sink " + c.subject }
+
 // PreCommit flushes the connection; a core sink stages nothing.
 func (c *Core) PreCommit(ctx context.Context, id int64) ([]byte, error) {
-	return nil, c.flush(ctx)
-}
-
-func (c *Core) flush(ctx context.Context) error {
 	if err := natsconn.Flush(ctx, c.nc); err != nil {
-		return fmt.Errorf("core sink %s: flush: %w", c.subject, err)
+		return nil, fmt.Errorf("%s: checkpoint %d: flush: %w", c, id, err)
 	}
-	return nil
+	return nil, nil
 }
 
 // Commit does nothing.
@@ -115,7 +114,12 @@ func (c *Core) Commit(ctx context.Context, id int64) error { return nil }
 func (c *Core) Recover(ctx context.Context, id int64, state []byte) error { return nil }
 
 // EndOfInput flushes the connection.
-func (c *Core) EndOfInput(ctx context.Context) error { return c.flush(ctx) }
+func (c *Core) EndOfInput(ctx context.Context) error {
+	if err := natsconn.Flush(ctx, c.nc); err != nil {
+		return fmt.Errorf("%s: end of input: flush: %w", c, err)
+	}
+	return nil
+}
 
 // Close does nothing; the connection belongs to the caller.
 func (c *Core) Close() error { return nil }

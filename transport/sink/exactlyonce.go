@@ -269,6 +269,7 @@ func newTarget(cfg jetstream.StreamConfig, mode PublishMode, batchSize int) (tar
 // before the re-commit fills the holes) — never twice, never lost.
 type ExactlyOnce struct {
 	cfg    ExactlyOnceConfig
+	name   string // "exactly-once sink <subject> (stream <name>)", for errors
 	js     jetstream.JetStream
 	target // the sink's stream
 	prefix string
@@ -319,7 +320,8 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultExactlyOnceTimeout
 	}
-	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now}
+	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now,
+		name: fmt.Sprintf("exactly-once sink %s (stream %s)", cfg.Subject, cfg.Stream)}
 	js, err := jetstream.New(nc,
 		jetstream.WithDefaultTimeout(cfg.Timeout),
 		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
@@ -332,7 +334,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 			s.mu.Unlock()
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
+		return nil, fmt.Errorf("%s: %w", s, err)
 	}
 	s.js = js
 	scfg, err := CheckDuplicateWindow(ctx, js, cfg.Stream, cfg.MinDuplicateWindow)
@@ -340,7 +342,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 		return nil, err
 	}
 	if err := CheckDurable(scfg); err != nil {
-		return nil, fmt.Errorf("exactly-once sink %s: %w", cfg.Subject, err)
+		return nil, fmt.Errorf("%s: %w", s, err)
 	}
 	if s.route, err = newRoute(cfg.Subject, cfg.Stream, scfg.Subjects); err != nil {
 		return nil, fmt.Errorf("exactly-once sink: %w", err)
@@ -444,6 +446,19 @@ func ResolvePublishMode(mode PublishMode, stream jetstream.StreamConfig) (Publis
 // Guarantee describes the sink's delivery guarantee for the job status.
 func (s *ExactlyOnce) Guarantee() string { return ExactlyOnceGuarantee }
 
+// String names the sink in its errors: "exactly-once sink <subject>
+// (stream <name>)".
+func (s *ExactlyOnce) String() string { return s.name }
+
+// checkpointName names the output staged for checkpoint id in errors:
+// "checkpoint <id>", or "end-of-input output" for EndCheckpointID.
+func checkpointName(id int64) string {
+	if id == EndCheckpointID {
+		return "end-of-input output"
+	}
+	return "checkpoint " + strconv.FormatInt(id, 10)
+}
+
 // Mode reports how commits publish (never PublishAuto: the mode it chose).
 func (s *ExactlyOnce) Mode() PublishMode { return s.plan.Mode }
 
@@ -451,7 +466,7 @@ func (s *ExactlyOnce) Mode() PublishMode { return s.plan.Mode }
 func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 	n, err := abi.ValidateBatch(batch)
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	if n == 0 {
 		return nil
@@ -460,10 +475,10 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 		return err
 	}
 	if err := s.route.check(batch); err != nil {
-		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	if s.curN+n > math.MaxUint32 {
-		return fmt.Errorf("exactly-once sink %s: more than %d records staged for one checkpoint; checkpoint more often", s.cfg.Subject, uint32(math.MaxUint32))
+		return fmt.Errorf("%s: more than %d records staged for one checkpoint; checkpoint more often", s, uint32(math.MaxUint32))
 	}
 	// The staged batch is the records of every written batch back to back
 	// under one count; it starts as large as the previous checkpoint's, so
@@ -494,14 +509,14 @@ func (s *ExactlyOnce) checkSizes(batch []byte) error {
 	}
 	it, err := abi.NewIter(batch)
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: %w", s, err)
 	}
 	for i := 0; it.Next(); i++ {
 		r := it.Record()
 		size := int64(len(r.Value)) + int64(len(r.Key)) + int64(len(KeyHeader)) + int64(len(s.prefix)) + MessageOverhead
 		if size > s.maxPayload {
-			return fmt.Errorf("exactly-once sink %s: %w: a record of %d bytes (key %d, value %d) and its headers exceed the server's max_payload of %d bytes",
-				s.cfg.Subject, ErrRecordTooLarge, len(r.Key)+len(r.Value), len(r.Key), len(r.Value), s.maxPayload)
+			return fmt.Errorf("%s: %w: a record of %d bytes (key %d, value %d) and its headers exceed the server's max_payload of %d bytes",
+				s, ErrRecordTooLarge, len(r.Key)+len(r.Value), len(r.Key), len(r.Value), s.maxPayload)
 		}
 	}
 	return nil
@@ -516,7 +531,7 @@ func (s *ExactlyOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
 		return nil, err
 	}
 	if n := len(s.staged); n > 0 && s.staged[n-1].id >= id {
-		return nil, fmt.Errorf("exactly-once sink %s: checkpoint %d pre-committed after %d", s.cfg.Subject, id, s.staged[n-1].id)
+		return nil, fmt.Errorf("%s: checkpoint %d pre-committed after %d", s, id, s.staged[n-1].id)
 	}
 	s.stageCurrent(id)
 	return encodeState(s.staged), nil
@@ -661,7 +676,7 @@ func (s *ExactlyOnce) waitOldest(ctx context.Context) error {
 	select {
 	case <-job.done:
 	case <-ctx.Done():
-		return fmt.Errorf("exactly-once sink %s: waiting for the commit of checkpoint %d: %w", s.cfg.Subject, job.upTo, ctx.Err())
+		return fmt.Errorf("%s: waiting for the commit of %s: %w", s, checkpointName(job.upTo), ctx.Err())
 	}
 	return s.reapOldest()
 }
@@ -719,7 +734,7 @@ func (s *ExactlyOnce) reapOldest() error {
 func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error {
 	st, err := decodeState(state)
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
+		return fmt.Errorf("%s: recover checkpoint %d: %w", s, id, err)
 	}
 	if err := s.Wait(ctx); err != nil {
 		return err
@@ -731,15 +746,15 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 			st[i].chunk = MaxAtomicBatch
 		}
 		if err := s.stagedTarget(ctx, &st[i], targets); err != nil {
-			return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
+			return fmt.Errorf("%s: recover checkpoint %d: %w", s, id, err)
 		}
 		if err := s.stagedRoute(&st[i]); err != nil {
-			return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
+			return fmt.Errorf("%s: recover checkpoint %d: %w", s, id, err)
 		}
 	}
 	s.staged = st
 	if err := s.skipStored(ctx, st); err != nil {
-		return fmt.Errorf("exactly-once sink %s: recover checkpoint %d: %w", s.cfg.Subject, id, err)
+		return fmt.Errorf("%s: recover checkpoint %d: %w", s, id, err)
 	}
 	if err := s.Commit(ctx, id); err != nil {
 		return err
@@ -1195,7 +1210,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 			for _, e := range entries[i:j] {
 				recs, err := abi.DecodeBatch(e.batch)
 				if err != nil {
-					return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
+					return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 				}
 				if err := s.publishAsync(ctx, s.routeOf(&e), prefix, e.id, 0, recs, e.skip); err != nil {
 					return err
@@ -1216,12 +1231,12 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix stri
 		if tg.plan.AtomicMax > 0 {
 			now = fmt.Sprintf("the sink's batch size is %d", tg.plan.AtomicMax)
 		}
-		return fmt.Errorf("exactly-once sink %s: checkpoint %d was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
-			s.cfg.Subject, e.id, e.chunk, now, e.chunk)
+		return fmt.Errorf("%s: %s was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
+			s, checkpointName(e.id), e.chunk, now, e.chunk)
 	}
 	recs, err := abi.DecodeBatch(e.batch)
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
+		return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 	}
 	for _, c := range e.chunks(recs) {
 		if !e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
@@ -1270,11 +1285,11 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, rt *route, prefix strin
 		return nil
 	}
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicBatchTooLarge {
-		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w (the server's max_batch_size is below this batch of %d messages: lower the sink's atomic batch size or raise the server's limit)",
-			s.cfg.Subject, ckpt, first, first+len(recs)-1, err, len(recs))
+		return fmt.Errorf("%s: atomic publish of %s records %d..%d: %w (the server's max_batch_size is below this batch of %d messages: lower the sink's atomic batch size or raise the server's limit)",
+			s, checkpointName(ckpt), first, first+len(recs)-1, err, len(recs))
 	}
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: atomic publish of checkpoint %d records %d..%d: %w", s.cfg.Subject, ckpt, first, first+len(recs)-1, err)
+		return fmt.Errorf("%s: atomic publish of %s records %d..%d: %w", s, checkpointName(ckpt), first, first+len(recs)-1, err)
 	}
 	return nil
 }
@@ -1369,7 +1384,7 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 	for _, e := range entries {
 		n, err := abi.BatchCount(e.batch)
 		if err != nil {
-			return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
+			return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 		}
 		total += n - len(e.skip)
 	}
@@ -1390,7 +1405,7 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 			emu.Unlock()
 		}))
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: %w", s.cfg.Subject, err)
+		return fmt.Errorf("%s: publish %s: %w", s, checkpointName(entries[0].id), err)
 	}
 	fail := func(ckpt int64, index int, err error) error {
 		emu.Lock()
@@ -1398,7 +1413,7 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 			err = fmt.Errorf("%w (%w)", err, flowEr)
 		}
 		emu.Unlock()
-		return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, index, err)
+		return fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), index, err)
 	}
 	// A commit that fails on the way still ends the batch, so that its
 	// acknowledgement subscription leaves the connection.
@@ -1410,7 +1425,7 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 		rt := s.routeOf(&e)
 		it, err := abi.NewIter(e.batch)
 		if err != nil {
-			return fmt.Errorf("exactly-once sink %s: staged checkpoint %d: %w", s.cfg.Subject, e.id, err)
+			return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 		}
 		for i := 0; it.Next(); i++ {
 			// The publisher encodes a message before AddMsg returns and
@@ -1468,20 +1483,20 @@ func (s *ExactlyOnce) publishAsync(ctx context.Context, rt *route, prefix string
 			err = publishAsync(ctx, s.js, m)
 		}
 		if err != nil {
-			return fmt.Errorf("exactly-once sink %s: publish checkpoint %d record %d: %w", s.cfg.Subject, ckpt, first+i, err)
+			return fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), first+i, err)
 		}
 	}
 	select {
 	case <-s.js.PublishAsyncComplete():
 	case <-ctx.Done():
-		return fmt.Errorf("exactly-once sink %s: commit of checkpoint %d: %w", s.cfg.Subject, ckpt, ctx.Err())
+		return fmt.Errorf("%s: commit of %s: %w", s, checkpointName(ckpt), ctx.Err())
 	}
 	s.mu.Lock()
 	err := s.pubErr
 	s.pubErr = nil
 	s.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("exactly-once sink %s: commit of checkpoint %d: %w", s.cfg.Subject, ckpt, err)
+		return fmt.Errorf("%s: commit of %s: %w", s, checkpointName(ckpt), err)
 	}
 	return nil
 }

@@ -228,8 +228,15 @@ type ChannelError struct {
 	Err     error
 }
 
-// Error names the channel and the cause.
-func (e *ChannelError) Error() string { return fmt.Sprintf("channel %s: %v", e.Channel, e.Err) }
+// Error names the channel and the cause: "channel <name>: <cause>", or
+// "channel <name> closed" for ErrClosed (not "channel <name>: channel
+// closed").
+func (e *ChannelError) Error() string {
+	if e.Err == ErrClosed {
+		return fmt.Sprintf("channel %s closed", e.Channel)
+	}
+	return fmt.Sprintf("channel %s: %v", e.Channel, e.Err)
+}
 
 // Unwrap returns the cause.
 func (e *ChannelError) Unwrap() error { return e.Err }
