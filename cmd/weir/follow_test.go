@@ -263,11 +263,27 @@ func TestRunPrintsOnlyItsRunsCheckpoints(t *testing.T) {
 // weir run reports a job's state changes in order, each once: after its
 // coordinator restarted, a resumed job is restarting and then runs its
 // next attempt; 'created (attempt 1)' (what a coordinator of an earlier
-// version listed it as) is no state it goes back to.
+// version listed it as) is no state it goes back to. A running job's line
+// says which failure it restarted after (its LastFailure, of the attempt
+// before) unless the restarting line said so; the statuses of a
+// coordinator that kept that failure as a running job's reason read the
+// same.
 func TestRunReportsStateChanges(t *testing.T) {
-	st := func(state control.JobState, attempt int, reason string) control.JobStatus {
-		return control.JobStatus{Name: "crash", State: state, Attempt: attempt, Reason: reason}
+	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	fail := func(attempt int, reason string) control.Failure {
+		return control.Failure{Time: at.Add(time.Duration(attempt) * time.Second), Attempt: attempt, Reason: reason}
 	}
+	st := func(state control.JobState, attempt int, reason string, failures ...control.Failure) control.JobStatus {
+		s := control.JobStatus{Name: "crash", State: state, Attempt: attempt, Reason: reason, Failures: failures}
+		if len(failures) > 0 {
+			f := failures[0]
+			s.LastFailure = &f
+		}
+		return s
+	}
+	old := func(s control.JobStatus) control.JobStatus { s.LastFailure = nil; return s }
+	boom1, boom2 := fail(1, "task in-0 failed: boom"), fail(2, "task in-0 failed: boom")
+	lost1, refused2 := fail(1, "worker w1 lost"), fail(2, "deploy to worker w2: refused")
 	for _, c := range []struct {
 		name string
 		seen []control.JobStatus // after the submit's created (attempt 0)
@@ -283,13 +299,30 @@ func TestRunReportsStateChanges(t *testing.T) {
 			st(control.JobRunning, 1, ""), st(control.JobCreated, 1, ""), st(control.JobRunning, 2, ""),
 		}, []string{"running (attempt 1)", "running (attempt 2)"}},
 		{"a restart between two looks", []control.JobStatus{
-			st(control.JobRunning, 1, ""), st(control.JobRunning, 2, "task in-0 failed: boom"),
+			st(control.JobRunning, 1, ""), st(control.JobRunning, 2, "", boom1),
 		}, []string{"running (attempt 1)", "running (attempt 2), restarted after: task in-0 failed: boom"}},
+		{"a failover seen restarting", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, boom1.Reason, boom1), st(control.JobRunning, 2, "", boom1),
+		}, []string{"running (attempt 1)", "restarting (attempt 1): task in-0 failed: boom", "running (attempt 2)"}},
+		{"the same failure twice", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobRunning, 2, "", boom1), st(control.JobRunning, 3, "", boom2, boom1),
+		}, []string{"running (attempt 1)", "running (attempt 2), restarted after: task in-0 failed: boom",
+			"running (attempt 3), restarted after: task in-0 failed: boom"}},
+		{"a coordinator restart after a failure", []control.JobStatus{
+			st(control.JobRunning, 2, "", boom1), st(control.JobRestarting, 2, "coordinator restarted", boom1),
+			st(control.JobRunning, 3, "", boom1),
+		}, []string{"running (attempt 2), restarted after: task in-0 failed: boom", "restarting (attempt 2): coordinator restarted",
+			"running (attempt 3)"}},
+		{"a coordinator that kept the failure as the reason", []control.JobStatus{
+			st(control.JobRunning, 1, ""), old(st(control.JobRunning, 2, boom1.Reason, boom1)),
+			old(st(control.JobRunning, 3, "task in-0 failed: bang")), // older still: no failures
+		}, []string{"running (attempt 1)", "running (attempt 2), restarted after: task in-0 failed: boom",
+			"running (attempt 3), restarted after: task in-0 failed: bang"}},
 		{"restarts that fail", []control.JobStatus{
-			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, "worker w1 lost"),
-			st(control.JobRestarting, 2, "worker w1 lost"), st(control.JobRestarting, 2, "deploy to worker w2: refused"),
-			st(control.JobRestarting, 3, "deploy to worker w2: refused"),
-			st(control.JobFailed, 3, "deploy to worker w2: refused (after 2 restart attempts)"),
+			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, lost1.Reason, lost1),
+			st(control.JobRestarting, 2, lost1.Reason, lost1), st(control.JobRestarting, 2, refused2.Reason, refused2, lost1),
+			st(control.JobRestarting, 3, refused2.Reason, refused2, lost1),
+			st(control.JobFailed, 3, "deploy to worker w2: refused (after 2 restart attempts)", fail(3, refused2.Reason), refused2, lost1),
 		}, []string{"running (attempt 1)", "restarting (attempt 1): worker w1 lost", "restarting (attempt 2): deploy to worker w2: refused",
 			"failed (attempt 3): deploy to worker w2: refused (after 2 restart attempts)"}},
 	} {
@@ -368,9 +401,9 @@ func TestRunFollowsAJobAcrossACoordinatorRestart(t *testing.T) {
 		}
 	}
 	// (A weir run that reconnects only once the resumed job runs again
-	// sees no restarting: then the running line says why.)
+	// sees no restarting, and no failure: a coordinator restart is none.)
 	want := []string{"running (attempt 1)", "restarting (attempt 1): coordinator restarted", "running (attempt 2)"}
-	late := []string{"running (attempt 1)", "running (attempt 2), restarted after: coordinator restarted"}
+	late := []string{"running (attempt 1)", "running (attempt 2)"} // a coordinator restart is no failure
 	if got := strings.Join(states, "\n"); got != strings.Join(want, "\n") && got != strings.Join(late, "\n") {
 		t.Errorf("weir run reported\n  %s\nwant\n  %s\n(all it printed:\n%s)", strings.Join(states, "\n  "), strings.Join(want, "\n  "), f.out.String())
 	}

@@ -234,17 +234,32 @@ func progress(ctx context.Context, api *control.APIClient, w io.Writer, job, for
 
 // printJobs prints one line per job. CHECKPOINT is the job's latest
 // completed checkpoint (control.JobStatus.LatestCheckpoint: a restored
-// job's counts the one it started from), "-" when it has none.
+// job's counts the one it started from), "-" when it has none. REASON
+// says why the job is in its state now (none while it runs); LAST FAILURE
+// is its newest failure, when and in which attempt, or "-": its reason
+// only where REASON does not already give it (a restarting or failed
+// job's).
 func printJobs(w io.Writer, jobs []control.JobStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tCHECKPOINT\tSINCE\tREASON")
+	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tCHECKPOINT\tSINCE\tREASON\tLAST FAILURE")
 	for _, j := range jobs {
 		cp := "-"
 		if j.LatestCheckpoint > 0 {
 			cp = strconv.FormatInt(j.LatestCheckpoint, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, cp,
-			j.Updated.Format(time.TimeOnly), j.Reason)
+		reason := j.Reason
+		if j.State == control.JobRunning {
+			reason = "" // a coordinator without LastFailure kept the failure here
+		}
+		last := "-"
+		if f := j.Latest(); f != nil {
+			last = fmt.Sprintf("%s attempt %d", f.Time.UTC().Format(time.DateTime), f.Attempt)
+			if reason == "" || !strings.HasPrefix(reason, f.Reason) {
+				last += ": " + f.Reason
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, cp,
+			j.Updated.Format(time.TimeOnly), reason, last)
 	}
 	tw.Flush()
 }

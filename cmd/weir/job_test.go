@@ -397,6 +397,45 @@ func TestJobListCheckpointColumn(t *testing.T) {
 	}
 }
 
+// weir job ls and status give a job's reason only for its state now, and
+// its last failure as such, with when and in which attempt: a job running
+// again after a failover has no reason, but a last failure; a failed or
+// restarting job's reason is its last failure, which is not repeated; a
+// coordinator that kept a running job's failure as its reason (and sent
+// no LastFailure) reads the same.
+func TestJobListLastFailure(t *testing.T) {
+	at := time.Date(2026, 12, 2, 1, 2, 3, 0, time.UTC)
+	lost := control.Failure{Time: at, Attempt: 1, Reason: "worker w1 lost"}
+	bad := control.Failure{Time: at.Add(time.Minute), Attempt: 2, Reason: "task op-0 failed: bad config"}
+	var b bytes.Buffer
+	printJobs(&b, []control.JobStatus{
+		{Name: "new", State: control.JobRunning, Attempt: 1},
+		{Name: "again", State: control.JobRunning, Attempt: 2, Restarts: 1, Failures: []control.Failure{lost}, LastFailure: &lost},
+		{Name: "older", State: control.JobRunning, Attempt: 2, Restarts: 1, Reason: lost.Reason, Failures: []control.Failure{lost}},
+		{Name: "waits", State: control.JobRestarting, Attempt: 1, Reason: "waiting for a worker to join (none is live)",
+			Failures: []control.Failure{lost}, LastFailure: &lost},
+		{Name: "gone", State: control.JobFailed, Attempt: 2, Restarts: 1, Reason: bad.Reason + " (after 1 restart attempt)",
+			Failures: []control.Failure{bad, lost}, LastFailure: &bad},
+	})
+	got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	for i, want := range []string{
+		`^JOB +STATE +ATTEMPT +RESTARTS +CHECKPOINT +SINCE +REASON +LAST FAILURE$`,
+		`^new +running +1 +0 +- +\S+ +-$`,
+		`^again +running +2 +1 +- +\S+ +2026-12-02 01:02:03 attempt 1: worker w1 lost$`,
+		`^older +running +2 +1 +- +\S+ +2026-12-02 01:02:03 attempt 1: worker w1 lost$`,
+		`^waits +restarting +1 +0 +- +\S+ +waiting for a worker to join \(none is live\) +2026-12-02 01:02:03 attempt 1: worker w1 lost$`,
+		`^gone +failed +2 +1 +- +\S+ +task op-0 failed: bad config \(after 1 restart attempt\) +2026-12-02 01:03:03 attempt 2$`,
+	} {
+		if i >= len(got) || !regexp.MustCompile(want).MatchString(got[i]) {
+			t.Errorf("weir job ls printed:\n%s\nline %d does not match %s", b.String(), i, want)
+			break
+		}
+	}
+	if len(got) != 6 {
+		t.Errorf("weir job ls printed %d lines:\n%s", len(got), b.String())
+	}
+}
+
 // weir job status says which tasks still restore their state, and that
 // no checkpoint starts before they run; without such tasks it says nothing.
 func TestJobStatusShowsRestoringTasks(t *testing.T) {

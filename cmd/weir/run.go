@@ -720,7 +720,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 type stateReport struct {
 	state   control.JobState
 	attempt int
-	reason  string // the last reason printed
+	reason  string           // the last reason printed
+	failure *control.Failure // the last failure printed
 }
 
 // news returns the line that reports st, or "" when st is no news, and
@@ -732,7 +733,9 @@ type stateReport struct {
 // created (a coordinator of an earlier version listed a job it resumed as
 // created, with the attempt that had run, so weir run printed 'created
 // (attempt 1)' between running and 'running (attempt 2)'). A reason is
-// printed once.
+// printed once; so is a failure: a running job's line says which one it
+// restarted after (control.JobStatus.LastFailure) unless the restarting
+// line said it already.
 func (r *stateReport) news(st control.JobStatus) string {
 	switch {
 	case st.State == control.JobCreated && r.state != control.JobCreated:
@@ -745,12 +748,27 @@ func (r *stateReport) news(st control.JobStatus) string {
 	}
 	r.state, r.attempt = st.State, st.Attempt
 	line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
-	if st.Reason != "" && st.Reason != r.reason {
+	f := st.Latest()
+	if f != nil && r.failure != nil && f.Attempt == r.failure.Attempt && f.Time.Equal(r.failure.Time) {
+		f = nil // said
+	}
+	switch {
+	case st.State == control.JobRunning && st.Latest() == nil && st.Reason != "" && st.Reason != r.reason:
+		// A coordinator of an earlier version kept the cause of the
+		// failover as a running job's reason (one older still sent no
+		// failures).
 		r.reason = st.Reason
-		if st.State == control.JobRunning {
-			line += ", restarted after: " + st.Reason
-		} else {
-			line += ": " + st.Reason
+		line += ", restarted after: " + st.Reason
+	case st.State == control.JobRunning:
+		if f != nil && f.Attempt == st.Attempt-1 { // the failure this attempt recovers from
+			line += ", restarted after: " + f.Reason
+			r.failure = f
+		}
+	case st.Reason != "" && st.Reason != r.reason:
+		r.reason = st.Reason
+		line += ": " + st.Reason
+		if f != nil && strings.HasPrefix(st.Reason, f.Reason) {
+			r.failure = f
 		}
 	}
 	return line

@@ -40,10 +40,14 @@ type JobStatus struct {
 	// Restarts counts the restarts made so far: a job that failed once
 	// its restart attempts ran out shows them, not the final failure.
 	Restarts int `json:"restarts"`
-	// Reason is the last failure's cause, or what a created or restarting
-	// job waits for: a worker, free slots, or (job.ReasonCoordinatorRestarted)
-	// its next attempt after the coordinator restarted — no failure, so once
-	// that attempt runs the job has no reason.
+	// Reason says why the job is in its state, now: a failed job's cause,
+	// what a finished or canceled job ended with, a restarting job's
+	// failure, or what a created or restarting job waits for (a worker,
+	// free slots, or — job.ReasonCoordinatorRestarted, no failure — its
+	// next attempt after the coordinator restarted). A running job has
+	// none: the failure a failover recovered from is LastFailure. (A
+	// coordinator without LastFailure kept that cause as a running job's
+	// reason.)
 	Reason    string    `json:"reason,omitempty"`
 	Submitted time.Time `json:"submitted"`
 	Updated   time.Time `json:"updated"`
@@ -74,6 +78,10 @@ type JobStatus struct {
 	// MaxFailures: a job that keeps restarting shows whether it fails the
 	// same way each time, and what ended each attempt.
 	Failures []Failure `json:"failures,omitempty"`
+	// LastFailure is the newest of Failures (nil: the job never failed):
+	// for a running job, the failure its latest failover recovered from,
+	// when it happened and the attempt it ended.
+	LastFailure *Failure `json:"last_failure,omitempty"`
 	// Checkpoints counts the checkpoints of the job's run since this
 	// coordinator took it on, and describes the latest that completed.
 	Checkpoints CheckpointStats `json:"checkpoints,omitzero"`
@@ -109,6 +117,19 @@ type Failure struct {
 	Time    time.Time `json:"time"`
 	Attempt int       `json:"attempt"`
 	Reason  string    `json:"reason"`
+}
+
+// Latest returns the job's newest failure, nil if none: LastFailure, or,
+// from a coordinator that does not send it, the first of Failures.
+func (s JobStatus) Latest() *Failure {
+	if s.LastFailure != nil {
+		return s.LastFailure
+	}
+	if len(s.Failures) > 0 {
+		f := s.Failures[0]
+		return &f
+	}
+	return nil
 }
 
 // TaskStatus is one running task as its worker last reported it.

@@ -564,3 +564,34 @@ func TestWorkerServesJobsApart(t *testing.T) {
 	cancel()
 	<-wdone
 }
+
+// A job status carries its newest failure as last_failure; one from a
+// coordinator without the field (the failure in failures, and, for a
+// running job, in reason) still decodes, and Latest finds the failure.
+func TestJobStatusLastFailure(t *testing.T) {
+	at := time.Date(2026, 12, 2, 1, 2, 3, 0, time.UTC)
+	lost := Failure{Time: at, Attempt: 1, Reason: "worker w1 lost"}
+	b, err := json.Marshal(JobStatus{Name: "wc", State: JobRunning, Attempt: 2, Failures: []Failure{lost}, LastFailure: &lost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"last_failure":{"time":"2026-12-02T01:02:03Z","attempt":1,"reason":"worker w1 lost"}`) ||
+		strings.Contains(string(b), `"reason":"worker w1 lost","submitted"`) {
+		t.Errorf("encoded %s", b)
+	}
+	var st JobStatus
+	if err := json.Unmarshal(b, &st); err != nil || st.Latest() == nil || *st.Latest() != lost || st.Reason != "" {
+		t.Errorf("decoded %+v, %v", st, err)
+	}
+	// An earlier coordinator's.
+	old := `{"name":"wc","state":"running","attempt":2,"restarts":1,"reason":"worker w1 lost",` +
+		`"failures":[{"time":"2026-12-02T01:02:03Z","attempt":1,"reason":"worker w1 lost"}]}`
+	st = JobStatus{}
+	if err := json.Unmarshal([]byte(old), &st); err != nil || st.LastFailure != nil || st.Latest() == nil || *st.Latest() != lost ||
+		st.Reason != "worker w1 lost" {
+		t.Errorf("decoded %+v, %v", st, err)
+	}
+	if (JobStatus{}).Latest() != nil {
+		t.Error("a job that never failed has a latest failure")
+	}
+}

@@ -190,6 +190,10 @@ func (j *job) status() control.JobStatus {
 	st.LatestCheckpoint = j.latestLocked(latest)
 	st.Checkpoints = cps
 	st.Failures = slices.Clone(j.st.Failures)
+	if len(st.Failures) > 0 {
+		f := st.Failures[0]
+		st.LastFailure = &f
+	}
 	st.Assignment = make(map[string]string, len(j.assign))
 	for k, v := range j.assign {
 		st.Assignment[k] = v
@@ -284,7 +288,13 @@ func (j *job) setState(s control.JobState, reason string) {
 		close(j.ready)
 		j.ready = nil
 	}
-	if reason != "" {
+	switch {
+	case s == control.JobRunning:
+		// The reason was the failure or wait the attempt now running
+		// ends: it is no longer why the job is as it is (LastFailure
+		// keeps a failure).
+		j.st.Reason = ""
+	case reason != "":
 		j.st.Reason = reason
 	}
 	j.st.Updated = time.Now().UTC()
@@ -746,14 +756,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		}
 	}
 	// Checkpointing starts once every task restored its state and runs
-	// (evRunning in wait).
-	j.mu.Lock()
-	if j.st.Reason == ReasonCoordinatorRestarted {
-		// It describes the wait for this attempt, which is over; the
-		// restart was no failure of the job's, so none is its cause.
-		j.st.Reason = ""
-	}
-	j.mu.Unlock()
+	// (evRunning in wait). Running, the job has no reason.
 	j.setState(control.JobRunning, "")
 	return failure{}, ""
 }

@@ -723,7 +723,7 @@ func TestTriggerToAVanishedWorker(t *testing.T) {
 	st := waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool {
 		return st.Attempt >= 2 && st.State == control.JobRunning
 	})
-	if st.Attempt != 2 || st.Restarts != 1 || !strings.Contains(st.Reason, "worker w2 lost") {
+	if st.Attempt != 2 || st.Restarts != 1 || !strings.Contains(lastFailure(st), "worker w2 lost") {
 		t.Errorf("status %+v; want attempt 2 after one restart for worker w2 lost", st)
 	}
 	if d := w1.lastDeploy("wc"); d.Attempt != 2 || len(d.Tasks) != 5 {
@@ -901,7 +901,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
-	if st.Restarts != 1 || !strings.Contains(st.Reason, "count-1 failed: trap in weir_process") {
+	if st.Restarts != 1 || !strings.Contains(lastFailure(st), "count-1 failed: trap in weir_process") {
 		t.Errorf("after failover %+v", st)
 	}
 	d := w1.lastDeploy("wc")
@@ -920,8 +920,8 @@ func TestFailover(t *testing.T) {
 	cp := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(s control.JobStatus) bool { return s.LatestCheckpoint > st.RestoredFrom })
 	w2.kill()
 	st = waitFor(t, ctx, e, "wc", "attempt 3", func(st control.JobStatus) bool { return st.Attempt == 3 && st.State == control.JobRunning })
-	if !strings.Contains(st.Reason, "worker w2 lost") {
-		t.Errorf("reason %q", st.Reason)
+	if !strings.Contains(lastFailure(st), "worker w2 lost") {
+		t.Errorf("last failure %q", lastFailure(st))
 	}
 	for task, w := range st.Assignment {
 		if w != "w1" {
@@ -1338,7 +1338,7 @@ func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
-	if st.Reason != "task count-0 failed: trap in weir_process" || len(st.Failures) != 1 {
+	if lastFailure(st) != "task count-0 failed: trap in weir_process" || len(st.Failures) != 1 {
 		t.Errorf("after the cause came second: %+v", st)
 	}
 	// Alone, the secondary failure fails the attempt over after the grace.
@@ -1347,7 +1347,7 @@ func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = waitFor(t, ctx, e, "wc", "attempt 3", func(st control.JobStatus) bool { return st.Attempt == 3 && st.State == control.JobRunning })
-	if st.Reason != "task in-0 failed: channel closed" || time.Since(start) < secondaryGrace {
+	if lastFailure(st) != "task in-0 failed: channel closed" || time.Since(start) < secondaryGrace {
 		t.Errorf("a secondary failure alone: %+v after %v", st, time.Since(start))
 	}
 }
@@ -1419,4 +1419,17 @@ func rendezvous(ctx context.Context, n int) []func() {
 		}
 	}
 	return meet
+}
+
+// lastFailure returns the cause of the failover a running job recovered
+// from: its last failure's. A running job has no reason of its own; one
+// that has is reported as such, to fail the caller's comparison.
+func lastFailure(st control.JobStatus) string {
+	switch {
+	case st.Reason != "":
+		return "a reason: " + st.Reason
+	case st.LastFailure == nil:
+		return "no last failure"
+	}
+	return st.LastFailure.Reason
 }

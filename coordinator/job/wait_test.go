@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +54,10 @@ func TestFailoverWaitsForAWorker(t *testing.T) {
 	st := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(st control.JobStatus) bool {
 		return st.Attempt == 2 && st.State == control.JobRunning && st.LatestCheckpoint > st.RestoredFrom
 	})
-	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 || !strings.Contains(st.Reason, "worker w1 lost") {
+	// Running again: no reason; the failure it recovered from is the
+	// last failure, of attempt 1.
+	if lf := st.LastFailure; st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 || st.Reason != "" ||
+		lf == nil || *lf != st.Failures[0] || lf.Attempt != 1 || lf.Reason != "worker w1 lost" {
 		t.Errorf("status after w2 joined %+v", st)
 	}
 }
