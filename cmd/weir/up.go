@@ -196,7 +196,8 @@ failed attempt, until it connects or is interrupted. -atomic-batch is the most m
 exactly-once sinks put in one atomic batch: at most the server's
 max_batch_size (1000 by default in nats-server, 20000 in 'weir up'). -slots
 is the most tasks it runs at a time, of all jobs (0, the default: no limit);
-the coordinator gives it no more.
+the coordinator gives it no more, and it refuses a deploy beyond them (from
+a coordinator that does not know all it runs), saying what it runs.
 
 weir worker ls lists the live workers the coordinator knows: ID, host, and
 slots as used/total (used: the tasks placed there of the jobs that have not

@@ -26,6 +26,12 @@ var (
 	// configuration or an external system must change first), so the job
 	// fails at once instead of using up its restart strategy.
 	ErrUnrecoverable = errors.New("unrecoverable")
+	// ErrNoSlots: a worker refused a deploy whose tasks, with those it
+	// runs already, are more than its slots (WorkerOptions.Slots): the
+	// coordinator that sent it counted fewer tasks on the worker than it
+	// runs (two coordinators during a handover, attempts a cut-off worker
+	// still ran, a coordinator that does not count slots).
+	ErrNoSlots = errors.New("no free slots")
 )
 
 // Unrecoverable returns err, unchanged in its message, marked so that
@@ -66,6 +72,7 @@ var codes = []struct {
 	{"conflict", ErrConflict},
 	{"invalid", ErrInvalid},
 	{"unavailable", ErrUnavailable},
+	{"no_slots", ErrNoSlots},
 }
 
 // RemoteError is an error a peer replied with.

@@ -568,11 +568,11 @@ const ReasonWaitingForSlots = "waiting for free slots: "
 // the waits of one deploy share it), and false when the job was canceled
 // meanwhile (its state set) or the coordinator stops. Only the job's
 // goroutine (run) may call it: it takes the queued events.
-func (j *job) place(expire *<-chan time.Time) (map[string][]string, int, failure, bool) {
+func (j *job) place(expire *<-chan time.Time, full map[string]bool) (map[string][]string, int, failure, bool) {
 	var before, waiting string
 	for {
 		room := j.m.roomSignal()
-		assignment, attempt, err := j.m.place(j)
+		assignment, attempt, err := j.m.place(j, full)
 		var short *plan.CapacityError
 		var reason string
 		switch {
@@ -644,17 +644,30 @@ func (j *job) takeCancel() bool {
 // A worker that no longer answers at all (no responders: it crashed
 // between heartbeats) is dropped at once and the attempt is planned again
 // on the workers left, without using up a restart attempt: nothing about
-// the job failed, only the placement did. With no worker left, or too few
-// slots, that placement waits as the first one does.
+// the job failed, only the placement did. So is a worker that refused its
+// tasks for want of slots (control.ErrNoSlots: it runs tasks the
+// manager does not count): the attempt is planned again with that worker
+// full, for the rest of this deploy (the job's own release of its slots as
+// it waits makes room, which would ask the worker again at once, and
+// again). With no worker left, or too few slots, that placement waits as
+// the first one does; a wait that runs out is a failure, and the restart
+// after it asks every worker again.
 func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
-	dropped := map[string]bool{}
+	dropped, full := map[string]bool{}, map[string]bool{}
 	var expire <-chan time.Time
 	for {
-		assignment, attempt, f, ok := j.place(&expire)
+		assignment, attempt, f, ok := j.place(&expire, full)
 		if !ok || f.reason != "" {
 			return f, ok
 		}
-		f, gone := j.deployOnce(restore, assignment, attempt)
+		f, gone, refused := j.deployOnce(restore, assignment, attempt)
+		if refused != "" {
+			full[refused] = true
+			j.m.log.Warn("worker refused the deploy for want of slots; planning again with it full",
+				"job", j.spec.Name, "attempt", attempt, "worker", refused, "reason", f.reason)
+			j.stopTasks("worker " + refused + " refused its tasks: no free slots")
+			continue
+		}
 		if gone == "" {
 			return f, true
 		}
@@ -704,8 +717,9 @@ func (j *job) begin(assignment map[string][]string) int {
 
 // deployOnce deploys attempt, placed as assignment (place). It returns
 // why it failed, or the worker that had no responders (the failure is
-// then irrelevant).
-func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]string, attempt int) (f failure, gone string) {
+// then irrelevant), or the worker that refused its tasks for want of
+// slots (control.ErrNoSlots; the failure has its reason).
+func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]string, attempt int) (f failure, gone, refused string) {
 	j.mu.Lock()
 	all := make(map[string]string, len(j.assign))
 	for k, v := range j.assign {
@@ -745,20 +759,24 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		j.deploying, j.stopDeploy, j.deployLost = "", nil, false
 		j.mu.Unlock()
 		if err != nil && lost {
-			return failure{reason: fmt.Sprintf("deploy to worker %s: worker lost while deploying", w)}, ""
+			return failure{reason: fmt.Sprintf("deploy to worker %s: worker lost while deploying", w)}, "", ""
 		}
 		if err != nil {
-			if errors.Is(err, control.ErrUnavailable) {
+			switch {
+			case errors.Is(err, control.ErrUnavailable):
 				// Nobody listens for that worker any more.
-				return failure{}, w
+				return failure{}, w, ""
+			case errors.Is(err, control.ErrNoSlots):
+				// The worker names itself, its slots and what it runs.
+				return failure{reason: err.Error()}, "", w
 			}
-			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable)}, ""
+			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable)}, "", ""
 		}
 	}
 	// Checkpointing starts once every task restored its state and runs
 	// (evRunning in wait). Running, the job has no reason.
 	j.setState(control.JobRunning, "")
-	return failure{}, ""
+	return failure{}, "", ""
 }
 
 // wait runs until the attempt ends: done is true when the job reached a

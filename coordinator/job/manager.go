@@ -236,8 +236,10 @@ func (m *Manager) roomSignal() <-chan struct{} {
 
 // place places j's tasks on the live workers (plan.Assign), counting the
 // tasks of every other job that has not ended on each worker against its
-// slots, and begins j's next attempt with that assignment (job.begin). It
-// returns the assignment and the attempt, or Assign's error
+// slots — a worker in full as full, whatever the count: it refused j's
+// tasks for want of slots —, and begins j's next attempt with that
+// assignment (job.begin). It returns the assignment and the attempt, or
+// Assign's error
 // (plan.ErrNoWorkers, *plan.CapacityError).
 //
 // A job holds its slots from its placement until it ends (job.holds):
@@ -249,14 +251,21 @@ func (m *Manager) roomSignal() <-chan struct{} {
 // over together (their worker lost) and that no longer all fit would
 // otherwise each wait for slots another holds; released, one of them
 // fits.
-func (m *Manager) place(j *job) (map[string][]string, int, error) {
+func (m *Manager) place(j *job, full map[string]bool) (map[string][]string, int, error) {
 	m.placeMu.Lock()
 	defer m.placeMu.Unlock()
 	used := m.slotsUsed(j)
 	live := m.ctl.Workers()
-	ws := make([]plan.Worker, len(live))
-	for i, hb := range live {
-		ws[i] = plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID]}
+	ws := make([]plan.Worker, 0, len(live))
+	for _, hb := range live {
+		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID]}
+		if full[w.ID] {
+			if w.Slots <= 0 {
+				continue // full, it said, but of no limit it told: no room to count on
+			}
+			w.Used = max(w.Used, w.Slots)
+		}
+		ws = append(ws, w)
 	}
 	assignment, err := plan.Assign(j.plan, ws)
 	var short *plan.CapacityError

@@ -57,6 +57,45 @@ func TestSubmitWaitsForFreeSlots(t *testing.T) {
 	}
 }
 
+// A worker that refuses its tasks for want of slots (control.ErrNoSlots:
+// it runs tasks the manager does not count) costs no restart: the job is
+// placed again at once with that worker full, waits for free slots when
+// the others have too few, saying so, and runs on the room a joining
+// worker makes, without asking the refusing worker again (that asked it
+// again, and again, as the job's own release of its slots made room).
+func TestARefusalForWantOfSlotsPlacesAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.startSlots(ctx, "w1", 5)
+	w1.mu.Lock()
+	w1.deployErr = control.Errorf(control.ErrNoSlots, "worker w1 has 5 slots and runs 5 tasks (job other: 5): no room for the tasks of job wc")
+	w1.mu.Unlock()
+	e.fleet.startSlots(ctx, "w2", 2)
+	e.waitWorkers(2)
+	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: none}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "waiting for free slots with w1 full",
+		waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 2 free (w1 0 of 5, w2 2 of 2)"))
+	e.fleet.startSlots(ctx, "w3", 3)
+	st := waitFor(t, ctx, e, "wc", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 || st.State.Terminal() })
+	// Attempt 1 was refused by w1; 2 runs.
+	if st.State != control.JobRunning || st.Attempt != 2 || st.Restarts != 0 || len(st.Failures) != 0 || st.Reason != "" {
+		t.Errorf("status after w3 joined %+v", st)
+	}
+	if got := perWorker(st); got["w2"] != 2 || got["w3"] != 3 {
+		t.Errorf("tasks per worker %v, want w2 2, w3 3", got)
+	}
+	w1.mu.Lock()
+	refused := len(w1.deploys)
+	w1.mu.Unlock()
+	if refused != 1 {
+		t.Errorf("w1 was asked %d times, want once", refused)
+	}
+}
+
 // A job that ends frees its slots for a job waiting for them, which then
 // deploys; a cancel ends a wait for slots at once.
 func TestAJobEndingFreesItsSlots(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -93,7 +94,8 @@ type Config struct {
 	ChannelCapacity int
 	// Slots is the most tasks the worker asks to be given at a time, of
 	// all jobs (0: no limit); the coordinator places no more on it
-	// (plan.Assign).
+	// (plan.Assign), and the worker refuses a deploy beyond it
+	// (control.ErrNoSlots).
 	Slots int
 	// AtomicBatch is the most messages an exactly-once sink puts in one
 	// atomic batch (0 = sink.MaxAtomicBatch, nats-server's default limit);
@@ -124,6 +126,9 @@ type Worker struct {
 
 	mu   sync.Mutex
 	jobs map[string]*attempt // by job name
+	// claims holds, by job name, the tasks of the deploys being set up:
+	// they count against the slots before they run.
+	claims map[string]int
 }
 
 // New returns a worker; call Run.
@@ -145,7 +150,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: jetstream: %w", cfg.ID, err)
 	}
-	w := &Worker{cfg: cfg, js: js, log: cfg.Log.With("worker", cfg.ID), jobs: map[string]*attempt{}}
+	w := &Worker{cfg: cfg, js: js, log: cfg.Log.With("worker", cfg.ID), jobs: map[string]*attempt{}, claims: map[string]int{}}
 	// The host goes with every heartbeat: the coordinator's log and the
 	// workers it lists say where a worker runs, not just its ID.
 	host, _ := os.Hostname()
@@ -214,6 +219,7 @@ type attempt struct {
 	wg      sync.WaitGroup
 	tasks   map[string]*host.Task
 	taskIDs []string
+	live    atomic.Int64 // tasks that have not returned yet: they hold a slot each
 	sources []string
 	// pending holds the source tasks' sources that count what they have
 	// not read yet.
@@ -288,10 +294,23 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		return nil
 	}
 	delete(w.jobs, d.Job)
+	err := w.claimLocked(d)
 	w.mu.Unlock()
 	if old != nil {
 		old.stop()
 	}
+	if err != nil {
+		w.log.Warn("deploy refused", "job", d.Job, "attempt", d.Attempt, "err", err)
+		return err
+	}
+	claimed := true
+	defer func() {
+		if claimed {
+			w.mu.Lock()
+			delete(w.claims, d.Job)
+			w.mu.Unlock()
+		}
+	}()
 	if d.Plan == nil || d.Spec == nil {
 		return fmt.Errorf("deploy of %s without plan or spec", d.Job)
 	}
@@ -316,8 +335,11 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		}
 	}
 	sort.Strings(a.taskIDs)
+	a.live.Store(int64(len(a.taskIDs)))
 	w.mu.Lock()
 	w.jobs[d.Job] = a
+	delete(w.claims, d.Job) // counted as running now
+	claimed = false
 	w.mu.Unlock()
 	for _, id := range a.taskIDs {
 		t := tasks[id]
@@ -325,6 +347,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
+			defer a.live.Add(-1)
 			// The task reports running (listener.Running) once it
 			// restored its state. A failed task reported (and logged)
 			// its failure through the listener; a canceled one is done.
@@ -335,6 +358,55 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	}
 	w.log.Info("deployed", "job", d.Job, "attempt", d.Attempt, "tasks", len(tasks))
 	return nil
+}
+
+// claimLocked counts the tasks of d against the worker's slots, with
+// those it runs (a task that returned holds none) and those of the other
+// deploys being set up, and claims them for d; or refuses d, with
+// control.ErrNoSlots, when they are more than its slots. The coordinator
+// places no more than the slots (plan.Assign), but it counts only the
+// tasks it placed: two coordinators during a handover, or attempts a
+// cut-off worker still runs, fill a worker beyond what either knows. The
+// caller holds w.mu and dropped d.Job's earlier attempt from w.jobs: d
+// replaces it.
+func (w *Worker) claimLocked(d control.Deploy) error {
+	if w.cfg.Slots <= 0 {
+		w.claims[d.Job] = len(d.Tasks)
+		return nil
+	}
+	used := 0
+	var runs []string
+	for job, a := range w.jobs {
+		if n := int(a.live.Load()); n > 0 {
+			used += n
+			runs = append(runs, fmt.Sprintf("job %s: %d", job, n))
+		}
+	}
+	for job, n := range w.claims {
+		if job != d.Job && n > 0 {
+			used += n
+			runs = append(runs, fmt.Sprintf("job %s: %d, deploying", job, n))
+		}
+	}
+	if used+len(d.Tasks) <= w.cfg.Slots {
+		w.claims[d.Job] = len(d.Tasks)
+		return nil
+	}
+	runsWhat := "no task"
+	if used > 0 {
+		sort.Strings(runs)
+		runsWhat = fmt.Sprintf("%d %s (%s)", used, plural(used, "task", "tasks"), strings.Join(runs, "; "))
+	}
+	return control.Errorf(control.ErrNoSlots, "worker %s has %d %s and runs %s: no room for the %d %s of job %s attempt %d",
+		w.cfg.ID, w.cfg.Slots, plural(w.cfg.Slots, "slot", "slots"), runsWhat, len(d.Tasks), plural(len(d.Tasks), "task", "tasks"), d.Job, d.Attempt)
+}
+
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // Cancel stops the tasks of a job attempt.
