@@ -313,7 +313,34 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (*nat
 	if err != nil {
 		return nil, fmt.Errorf("watch sink %s: %w", s.Name, err)
 	}
+	o.subs = append(o.subs, sub)
 	return sub, nil
+}
+
+// settle ends the watch of every sink once every record the server sent
+// it so far is handled (printed, counted), or ctx ends. The server sends a
+// sink's records before the sink's commit is acknowledged, so before the
+// job's status says it ended; but they may still be on the wire, or queued
+// for the subscription's handler, which runs on a goroutine of its own.
+// Drain flushes the connection (what the server sent before is then
+// received) and closes the subscription once its queue is handled.
+// Without it weir run summed up a finished job with committed records
+// still queued: missing from the latest values, printed after the summary.
+func (o *output) settle(ctx context.Context) {
+	var closing []<-chan nats.SubStatus
+	for _, sub := range o.subs {
+		closed := sub.StatusChanged(nats.SubscriptionClosed)
+		if err := sub.Drain(); err == nil { // else closed already, or its connection is
+			closing = append(closing, closed)
+		}
+	}
+	for _, closed := range closing {
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // storedSince returns where a jetstream sink's stream stands now, for
@@ -521,6 +548,7 @@ type output struct {
 	since map[string]uint64
 	js    jetstream.JetStream
 	sinks []jobspec.Sink
+	subs  []*nats.Subscription // watch's, one per sink
 }
 
 // spec returns the sink named name.
@@ -870,7 +898,9 @@ func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
 	}
 }
 
-// summary prints the records in and out and the latest value per key.
+// summary prints the records in and out and the latest value per key,
+// once the records delivered so far are handled (output.settle): it ends
+// the watch of the sinks.
 // The records out of a jetstream sink are those its stream stored
 // (countStored) where the stream keeps all it stored, else those
 // published on its subjects.
@@ -878,6 +908,7 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 	stored := map[string]int{}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	out.settle(ctx)
 	for _, name := range slices.Sorted(maps.Keys(out.since)) {
 		s := out.spec(name)
 		if s == nil {

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,18 +69,161 @@ func TestRunCountsWhatTheSinkStreamStores(t *testing.T) {
 	if _, err := fp.Close(ctx); err != nil { // sends the end-of-batch message on out.b
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if n, _ := out.state(); n >= 3 {
-			break
-		}
-	}
-	time.Sleep(100 * time.Millisecond) // an end-of-batch message, if it were counted
+	// summary handles every message delivered so far first: the
+	// end-of-batch message too, were it counted.
 	summary(ctx, &buf, out, 0)
 	got := buf.String()
 	if !strings.Contains(got, "\n2 records out\n") || strings.Contains(got, "[out] \t") || strings.Contains(got, "[out] \n") {
 		t.Errorf("weir run printed:\n%s\nwant 2 records out and no empty record", got)
+	}
+}
+
+// weir run sums up only once it handled every record its sinks published
+// before: the records NATS delivered before the job's status said it
+// ended, which the subscriptions' handlers may not have taken yet. Here
+// the connection weir run watches the sink on goes through a proxy that
+// holds what the server sends from the moment the records are published
+// until the client unsubscribes (the summary ending the watch). weir run
+// printed the summary first, without these records in its latest values,
+// and the records after it.
+func TestRunSumsUpOnceItHandledTheRecords(t *testing.T) {
+	nc, js := embeddedtest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	proxy := newHoldingProxy(t, nc.ConnectedAddr())
+	wc, err := nats.Connect("nats://" + proxy.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+
+	var buf bytes.Buffer
+	spec := jobspec.Sink{Name: "out", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out.{key}", Guarantee: jobspec.ExactlyOnce}
+	out := &output{std: Stdio{Out: &buf}, show: -1, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{},
+		js: js, sinks: []jobspec.Sink{spec}}
+	if _, err := out.watch(ctx, wc, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Flush(); err != nil { // the server has the subscription
+		t.Fatal(err)
+	}
+	proxy.hold()
+	for _, key := range []string{"a", "b", "c"} {
+		m := nats.NewMsg("out." + key)
+		m.Header.Set(sink.KeyHeader, key)
+		m.Data = []byte("v" + key)
+		if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	summary(ctx, &buf, out, 3)
+	want := "[out] a\tva\n[out] b\tvb\n[out] c\tvc\n3 records in, 3 records out\nlatest value per key:\n" +
+		"  [out] a\tva\n  [out] b\tvb\n  [out] c\tvc\n"
+	if got := buf.String(); got != want {
+		t.Errorf("weir run printed:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// holdingProxy forwards one TCP connection to a NATS server; once hold was
+// called, what the server sends waits until the client unsubscribes.
+type holdingProxy struct {
+	addr     string
+	held     chan struct{} // closed by hold
+	released chan struct{} // closed when the client sent UNSUB after hold
+	once     sync.Once
+}
+
+func newHoldingProxy(t *testing.T, target string) *holdingProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdingProxy{addr: l.Addr().String(), held: make(chan struct{}), released: make(chan struct{})}
+	done := make(chan struct{})
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		close(done)
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			go p.forward(s, c, func([]byte) {}, func() bool { return p.holding(done) })
+			go p.forward(c, s, func(b []byte) {
+				if bytes.Contains(b, []byte("UNSUB ")) && p.isHeld() {
+					p.once.Do(func() { close(p.released) })
+				}
+			}, func() bool { return true })
+		}
+	}()
+	return p
+}
+
+// hold makes what the server sends from now on wait for the client's UNSUB.
+func (p *holdingProxy) hold() { close(p.held) }
+
+func (p *holdingProxy) isHeld() bool {
+	select {
+	case <-p.held:
+		return true
+	default:
+		return false
+	}
+}
+
+// holding waits, while held, until the client unsubscribed or done; it
+// reports whether to go on.
+func (p *holdingProxy) holding(done <-chan struct{}) bool {
+	if !p.isHeld() {
+		return true
+	}
+	select {
+	case <-p.released:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// forward copies from to to, showing each read to seen and writing it
+// once pass says so.
+func (p *holdingProxy) forward(from, to net.Conn, seen func([]byte), pass func() bool) {
+	b := make([]byte, 64<<10)
+	for {
+		n, err := from.Read(b)
+		if n > 0 {
+			seen(b[:n])
+			if !pass() {
+				return
+			}
+			if _, err := to.Write(b[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			to.Close()
+			return
+		}
 	}
 }
