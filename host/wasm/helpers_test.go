@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -24,6 +25,52 @@ func newEngine(t testing.TB) *Engine {
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
 	return e
+}
+
+// tickedEngine returns an engine whose watchdog sees only the times
+// processPastDeadline sends it: a call's deadline counts none of the time
+// a loaded machine takes to instantiate a module, or to run it up to the
+// call. The engine is closed when the test ends.
+func tickedEngine(t testing.TB) (*Engine, chan<- time.Time) {
+	t.Helper()
+	ticks := make(chan time.Time)
+	e, err := NewEngine(Config{ticks: ticks, WatchdogInterval: DefaultWatchdogInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e, ticks
+}
+
+// processPastDeadline has inst, of a tickedEngine, process in, and once
+// its weir_process call runs ticks the watchdog an interval apart until
+// the call ends: an operator that does not return runs past its deadline
+// as the watchdog counts it. It returns Process's error. The ticks come as
+// fast as the watchdog takes them, faster than the clock: it suits an
+// operator that loops at once, not one that works a while first.
+func processPastDeadline(t testing.TB, inst *Instance, ticks chan<- time.Time, in []byte) error {
+	t.Helper()
+	// Process makes two calls: weir_input, then weir_process.
+	inProcess := inst.calls.Load() + 3
+	done := make(chan error, 1)
+	go func() { done <- inst.Process(context.Background(), 0, in, newOut().emit) }()
+	for inst.calls.Load() < inProcess {
+		select {
+		case err := <-done: // it ended before weir_process ran
+			return err
+		default:
+			goruntime.Gosched()
+		}
+	}
+	now := time.Now()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case ticks <- now:
+			now = now.Add(DefaultWatchdogInterval)
+		}
+	}
 }
 
 func readFile(t testing.TB, path string) []byte {
