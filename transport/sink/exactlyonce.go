@@ -1294,6 +1294,29 @@ func (s *ExactlyOnce) publishAtomic(ctx context.Context, rt *route, prefix strin
 	return nil
 }
 
+// AtomicCommitWait is how long the commit of an atomic batch of n messages
+// waits for the server's answer: the sink's ack timeout, and
+// AtomicCommitPerMessage for each message of the batch, at most
+// MaxAtomicCommitExtra more. The server stages every message of the batch
+// and then stores them all before it answers the commit, so the answer to
+// a batch of 20 000 messages takes a busy server (or a busy cluster) far
+// longer than one message's acknowledgement: with the ack timeout alone,
+// large checkpoints failed over in a row on a loaded machine, each
+// recovery re-committing the same batch.
+func AtomicCommitWait(timeout time.Duration, n int) time.Duration {
+	return timeout + min(time.Duration(n)*AtomicCommitPerMessage, MaxAtomicCommitExtra)
+}
+
+// AtomicCommitPerMessage and MaxAtomicCommitExtra size an atomic batch's
+// commit wait (AtomicCommitWait). The extra wait delays a recovery from a
+// commit that hangs by as much at most; it is part of the recovery
+// allowance an exactly-once sink's duplicate window is sized with
+// (RequiredDuplicateWindow's recovery).
+const (
+	AtomicCommitPerMessage = time.Millisecond
+	MaxAtomicCommitExtra   = 20 * time.Second
+)
+
 // batchAck is the server's answer to the commit of an atomic batch.
 type batchAck struct {
 	Error  *jetstream.APIError `json:"error,omitempty"`
@@ -1345,11 +1368,12 @@ func (s *ExactlyOnce) publishBatch(ctx context.Context, rt *route, recs []abi.Re
 		}
 		h[jetstreamext.BatchCommitHeader] = []string{"1"}
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	wait := AtomicCommitWait(s.cfg.Timeout, len(recs))
+	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
-		return fmt.Errorf("commit of the batch: %w", err)
+		return fmt.Errorf("commit of the batch of %d messages (waited %s): %w", len(recs), wait, err)
 	}
 	var ack batchAck
 	if err := json.Unmarshal(resp.Data, &ack); err != nil {

@@ -796,3 +796,23 @@ func TestExactlyOnceReportsStoredCommits(t *testing.T) {
 		t.Fatalf("reported %q", s)
 	}
 }
+
+// The commit of an atomic batch waits for the server's answer as long as
+// the ack timeout and a millisecond for each message of the batch, at most
+// MaxAtomicCommitExtra more: the server answers only once it staged and
+// stored them all.
+func TestAtomicCommitWaitGrowsWithTheBatch(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{
+		{1, 10*time.Second + time.Millisecond},
+		{10_000, 20 * time.Second},
+		{20_000, 30 * time.Second},
+		{1_000_000, 10*time.Second + MaxAtomicCommitExtra},
+	} {
+		if got := AtomicCommitWait(10*time.Second, tc.n); got != tc.want {
+			t.Errorf("AtomicCommitWait(10s, %d) = %s, want %s", tc.n, got, tc.want)
+		}
+	}
+}

@@ -19,7 +19,9 @@ import (
 
 // RecoveryAllowance is the time a recovery may take on top of a checkpoint
 // interval and timeout before an exactly-once sink re-commits; the sink's
-// stream must deduplicate message ids for at least their sum.
+// stream must deduplicate message ids for at least their sum. It includes
+// the up to sink.MaxAtomicCommitExtra an atomic batch's commit waits past
+// the sink's ack timeout before it fails (sink.AtomicCommitWait).
 const RecoveryAllowance = time.Minute
 
 // DuplicateWindow is how long the stream of exactly-once sink sk must
