@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -166,13 +167,19 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	defer n.Close()
-	where := "data in " + abs
+	where, on, submit := "data in "+abs, natsconn.Redact(n.URL()), natsconn.Redact(n.URL())
 	if external {
 		where = "no embedded server"
+		// The servers as given: the one connected to now is one of a
+		// cluster's, and a command should reach any of them.
+		submit = natsconn.Redact(nf.url)
+		if strings.Contains(nf.url, ",") {
+			on += " (of " + submit + ")"
+		}
 	}
 	fmt.Fprintf(std.Out, "weir is up: NATS on %s, %s, coordinator and %d worker(s) running (%s checkpoints)\n",
-		natsconn.Redact(n.URL()), where, *workers, n.CheckpointStore())
-	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", natsconn.Redact(n.URL()))
+		on, where, *workers, n.CheckpointStore())
+	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", submit)
 	if ln != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))

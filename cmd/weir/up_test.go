@@ -45,22 +45,9 @@ func TestUpOnAnExistingServer(t *testing.T) {
 	_, js := embeddedtest.Connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	upCtx, stop := context.WithCancel(ctx)
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(upCtx, []string{"up", "-nats", srv.ClientURL(), "-data", t.TempDir()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	}()
+	out, stop, done := upOn(t, ctx, srv.ClientURL())
 	up := "weir is up: NATS on " + srv.ClientURL() + ", no embedded server, coordinator and 1 worker(s) running (jetstream checkpoints)"
-	for !strings.Contains(out.String(), up) {
-		select {
-		case code := <-done:
-			t.Fatalf("weir up exited %d: %s%s", code, out.String(), errb.String())
-		case <-ctx.Done():
-			t.Fatalf("no %q in:\n%s%s", up, out.String(), errb.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	out.await(t, ctx, done, up)
 	for _, b := range []string{"weir_jobs", storage.DefaultMetaBucket} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
 			t.Errorf("bucket %s on the server: %v", b, err)
@@ -68,7 +55,55 @@ func TestUpOnAnExistingServer(t *testing.T) {
 	}
 	stop()
 	if code := <-done; code != 0 {
-		t.Fatalf("weir up exited %d after the interrupt: %s", code, errb.String())
+		t.Fatalf("weir up exited %d after the interrupt: %s", code, out.errb.String())
+	}
+}
+
+// weir up given a cluster's servers says which one it is on, and the
+// command it suggests names them all, as given: the one connected to now
+// may be the one that goes away.
+func TestUpOnAClusterSuggestsAllItsServers(t *testing.T) {
+	srv := embeddedtest.Server(t, embedded.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The second server is down: nats.go connects to the first.
+	urls := srv.ClientURL() + ",nats://127.0.0.1:1"
+	out, stop, done := upOn(t, ctx, urls)
+	out.await(t, ctx, done, "weir is up: NATS on "+srv.ClientURL()+" (of "+urls+"), no embedded server")
+	out.await(t, ctx, done, "submit a job with: weir run -nats "+urls+" JOB.yaml")
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("weir up exited %d after the interrupt: %s", code, out.errb.String())
+	}
+}
+
+// upOutput is what a weir up of upOn prints.
+type upOutput struct{ out, errb syncBuffer }
+
+// upOn starts weir up -nats urls with a data directory of the test's; stop
+// interrupts it, and done has its exit code.
+func upOn(t *testing.T, ctx context.Context, urls string) (out *upOutput, stop func(), done chan int) {
+	dir := t.TempDir() // removed after the interrupt below
+	upCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	out, done = &upOutput{}, make(chan int, 1)
+	go func() {
+		done <- run(upCtx, []string{"up", "-nats", urls, "-data", dir}, Stdio{In: strings.NewReader(""), Out: &out.out, Err: &out.errb})
+	}()
+	return out, stop, done
+}
+
+// await waits until weir up printed want.
+func (o *upOutput) await(t *testing.T, ctx context.Context, done chan int, want string) {
+	t.Helper()
+	for !strings.Contains(o.out.String(), want) {
+		select {
+		case code := <-done:
+			t.Fatalf("weir up exited %d: %s%s", code, o.out.String(), o.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("no %q in:\n%s%s", want, o.out.String(), o.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
