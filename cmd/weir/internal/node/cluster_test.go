@@ -91,38 +91,8 @@ func TestClusterSurvivesTheLossOfAServer(t *testing.T) {
 			break
 		}
 	}
-	nc, err := nats.Connect(other, nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Replicas: 3})
-	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Replicas: 3,
-		Duplicates: 5 * time.Minute, AllowBatchPublish: true, AllowAtomicPublish: true})
-	s, err := jobspec.Parse("counts.yaml", []byte(fmt.Sprintf(`name: counts
-sources:
-  - {name: in, kind: jetstream, stream: IN}
-operators:
-  - {name: count, module: %s, inputs: [{from: in, partition: key}]}
-sinks:
-  - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}
-checkpointing: {interval: 200ms, timeout: 20s}
-restart: {strategy: fixed-delay, delay: 200ms, attempts: 100}
-`, mod)), jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
-	in := newKeyedInput(t, ctx, js, 8)
-	in.publish(400)
+	in, before := submitClusterCounts(t, ctx, n, other, mod)
 
-	before, err := n.API.Job(ctx, "counts")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, srv := range servers {
 		if srv.Name() == victim {
 			t.Logf("shutting down %s, the server the node is connected to", victim)
@@ -174,11 +144,31 @@ func TestClusterSurvivesASilentServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	nc, err := nats.Connect(servers[1].ClientURL(), nats.MaxReconnects(-1))
+	in, before := submitClusterCounts(t, ctx, n, servers[1].ClientURL(), mod)
+	quiet.Silence()
+	in.send(400)
+	waitUntil(t, ctx, "the node on another path to the cluster", func() bool {
+		return n.Conn.IsConnected() && n.Conn.ConnectedUrl() != quiet.URL()
+	})
+	in.await()
+	in.checkCounts()
+	st := waitJob(t, ctx, n, "counts", "a checkpoint after the server fell silent", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint+1
+	})
+	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d", st.Attempt, st.Restarts, st.LatestCheckpoint)
+}
+
+// submitClusterCounts creates the R3 streams IN and OUT through the server
+// at url (the test's own client stays there), submits the keyed count of
+// module mod to n with an exactly-once sink, and publishes 400 records of
+// 8 keys; it returns the input and the job's status then.
+func submitClusterCounts(t *testing.T, ctx context.Context, n *Node, url, mod string) (*keyedInput, control.JobStatus) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
 	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Replicas: 3})
 	mustStream(t, ctx, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Replicas: 3,
@@ -205,15 +195,5 @@ restart: {strategy: fixed-delay, delay: 200ms, attempts: 100}
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet.Silence()
-	in.send(400)
-	waitUntil(t, ctx, "the node on another path to the cluster", func() bool {
-		return n.Conn.IsConnected() && n.Conn.ConnectedUrl() != quiet.URL()
-	})
-	in.await()
-	in.checkCounts()
-	st := waitJob(t, ctx, n, "counts", "a checkpoint after the server fell silent", func(st control.JobStatus) bool {
-		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint+1
-	})
-	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d", st.Attempt, st.Restarts, st.LatestCheckpoint)
+	return in, before
 }
