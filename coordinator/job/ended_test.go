@@ -295,22 +295,7 @@ func TestRestoreRefusesMoreInputForAnEndedPort(t *testing.T) {
 func TestRestoreKeepsTheStopOfTheCheckpointsRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, js := embeddedtest.JetStream(t)
-	e := setupWith(t, ctx, Options{NC: nc, JetStream: js})
-	e.fleet.start(ctx, "w1")
-	e.waitWorkers(1)
-	for _, c := range []jetstream.StreamConfig{{Name: "IN", Subjects: []string{"in"}}, {Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute}} {
-		if _, err := js.CreateStream(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish := func(n int) {
-		for range n {
-			if _, err := js.Publish(ctx, "in", []byte("w")); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	e, publish := streamsEnv(t, ctx)
 	withStop := func(stop string, seq uint64) *jobspec.Spec {
 		s := spec(t, "fin", "checkpointing: {disabled: true}\n")
 		s.Sources[0].Stop, s.Sources[0].StopSequence = stop, seq
@@ -374,5 +359,28 @@ func TestRestoreKeepsTheStopOfTheCheckpointsRun(t *testing.T) {
 	want = "it stops at sequence 5 in the spec (stop: end), after sequence 3"
 	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), want) {
 		t.Errorf("restore of savepoint 7 with stop_sequence 5: %v, want ErrInvalid saying %q", err, want)
+	}
+}
+
+// streamsEnv starts a job manager on a JetStream of the test's own with
+// one worker, w1, and the streams IN (subject in) and OUT (out, ids kept
+// 10 minutes); publish stores n records on in.
+func streamsEnv(t *testing.T, ctx context.Context) (e *env, publish func(n int)) {
+	t.Helper()
+	nc, js := embeddedtest.JetStream(t)
+	e = setupWith(t, ctx, Options{NC: nc, JetStream: js})
+	e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	for _, c := range []jetstream.StreamConfig{{Name: "IN", Subjects: []string{"in"}}, {Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute}} {
+		if _, err := js.CreateStream(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, func(n int) {
+		for range n {
+			if _, err := js.Publish(ctx, "in", []byte("w")); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

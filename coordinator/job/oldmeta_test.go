@@ -12,12 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 // A savepoint whose metadata is in the shape written before metadata
@@ -32,22 +29,7 @@ import (
 func TestRestoreFromMetadataWithoutSources(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, js := embeddedtest.JetStream(t)
-	e := setupWith(t, ctx, Options{NC: nc, JetStream: js})
-	e.fleet.start(ctx, "w1")
-	e.waitWorkers(1)
-	for _, c := range []jetstream.StreamConfig{{Name: "IN", Subjects: []string{"in"}}, {Name: "OUT", Subjects: []string{"out"}, Duplicates: 10 * time.Minute}} {
-		if _, err := js.CreateStream(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish := func(n int) {
-		for range n {
-			if _, err := js.Publish(ctx, "in", []byte("w")); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	e, publish := streamsEnv(t, ctx)
 	newSpec := func(parallelism int, start string) *jobspec.Spec {
 		s := spec(t, "nw", "checkpointing: {disabled: true}\n")
 		s.Sources[0].Parallelism, s.Sources[0].Start = parallelism, start
