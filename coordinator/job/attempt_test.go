@@ -25,24 +25,7 @@ func TestAttemptRecordedBeforeItsDeploy(t *testing.T) {
 	stop := startManager()
 	w := f.start(ctx, "w1")
 	defer f.wait()
-	held, release := make(chan struct{}), make(chan struct{})
-	first := true
-	w.mu.Lock()
-	w.gate = func(op string) {
-		if op == control.OpDeploy && first {
-			first = false // the worker's requests of a job come one at a time
-			close(held)
-			<-release
-		}
-	}
-	w.mu.Unlock()
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
+	held, release := w.holdFirst(t, control.OpDeploy)
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "ha", "checkpointing: {interval: 1h}\n")}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +54,7 @@ func TestAttemptRecordedBeforeItsDeploy(t *testing.T) {
 	}
 	// The coordinator goes away while the deploy is held at the worker.
 	stop()
-	close(release)
+	release()
 
 	stop = startManager()
 	defer stop()

@@ -23,25 +23,10 @@ func TestALostCompletionHoldsNoTrigger(t *testing.T) {
 	e := setupWith(t, ctx, Options{RequestTimeout: 300 * time.Millisecond, HeartbeatTimeout: time.Hour})
 	w := e.fleet.start(ctx, "w1")
 	e.waitWorkers(1)
-	held, release := make(chan struct{}), make(chan struct{})
-	first := true
 	w.mu.Lock()
 	w.commitReport = true
-	w.gate = func(op string) {
-		if op == control.OpComplete && first {
-			first = false // the worker's requests of a job come one at a time
-			close(held)
-			<-release
-		}
-	}
 	w.mu.Unlock()
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
+	held, release := w.holdFirst(t, control.OpComplete)
 	e.submitRunning(t, ctx, spec(t, "lost", "checkpointing: {interval: 20ms, timeout: 1h}\n"))
 	select {
 	case <-held:
@@ -71,7 +56,7 @@ func TestALostCompletionHoldsNoTrigger(t *testing.T) {
 	}
 	// Let go, the worker's completions and its sink's reports come, and
 	// checkpoints complete one after the other, each waiting for them.
-	close(release)
+	release()
 	st := waitFor(t, ctx, e, "lost", "two more checkpoints", func(st control.JobStatus) bool { return st.LatestCheckpoint >= done+2 })
 	if st.State != control.JobRunning || st.Restarts != 0 {
 		t.Errorf("job after the lost completion: %+v", st)

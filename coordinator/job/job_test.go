@@ -89,6 +89,28 @@ type fakeWorker struct {
 	gate func(op string)
 }
 
+// holdFirst makes w hold its first request of kind op (control.OpDeploy,
+// ...) until release is called: held is closed once it is held. The
+// worker's requests of a job come one at a time, so those after it wait
+// too. The test's end releases it if the test did not.
+func (w *fakeWorker) holdFirst(t *testing.T, op string) (held chan struct{}, release func()) {
+	held, gate := make(chan struct{}), make(chan struct{})
+	first := true
+	w.mu.Lock()
+	w.gate = func(o string) {
+		if o == op && first {
+			first = false
+			close(held)
+			<-gate
+		}
+	}
+	w.mu.Unlock()
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	return held, release
+}
+
 func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
 	return f.startSlots(ctx, id, 0)
 }
