@@ -319,8 +319,10 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (*nat
 
 // settle ends the watch of every sink once every record the server sent
 // it so far is handled (printed, counted), or ctx ends. The server sends a
-// sink's records before the sink's commit is acknowledged, so before the
-// job's status says it ended; but they may still be on the wire, or queued
+// sink's records to the watch as it takes them from the sink — its
+// acknowledgement, from the stream's goroutine, may overtake that by a
+// moment, but the job's status says it ended requests later; they may
+// still be on the wire, though, or queued
 // for the subscription's handler, which runs on a goroutine of its own.
 // Drain flushes the connection (what the server sent before is then
 // received) and closes the subscription once its queue is handled.
