@@ -424,6 +424,15 @@ func lastSeq(ctx context.Context, js jetstream.JetStream, stream, subject string
 // GetLastMsgForSubject, and a KV bucket's Get, use a direct get instead
 // whenever the stream allows them, which any replica answers. No message
 // on subject gives jetstream.ErrMsgNotFound.
+//
+// A stream whose leader is gone has none for a while: its other replicas
+// notice only when the leader's heartbeats stop, and elect another
+// (seconds). Meanwhile nobody answers the request, or a replica answers
+// that the cluster is not available — where a direct get would have read
+// the value. So the request is sent again (leaderResend after the last
+// try without an answer, leaderRetry after an answer that there is no
+// leader), and an answer to any try counts, until ctx is done; without a
+// deadline, leaderWait bounds the wait.
 func leaderLast(ctx context.Context, js jetstream.JetStream, stream, subject string) (*leaderMsg, error) {
 	o := js.Options()
 	prefix := jetstream.DefaultAPIPrefix
@@ -433,9 +442,9 @@ func leaderLast(ctx context.Context, js jetstream.JetStream, stream, subject str
 	case o.APIPrefix != "":
 		prefix = strings.TrimSuffix(o.APIPrefix, ".") + "."
 	}
-	if _, ok := ctx.Deadline(); !ok && o.DefaultTimeout > 0 {
+	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.DefaultTimeout)
+		ctx, cancel = context.WithTimeout(ctx, max(leaderWait, o.DefaultTimeout))
 		defer cancel()
 	}
 	req, err := json.Marshal(struct {
@@ -444,27 +453,75 @@ func leaderLast(ctx context.Context, js jetstream.JetStream, stream, subject str
 	if err != nil {
 		return nil, err
 	}
-	msg, err := js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+stream, req)
+	nc := js.Conn()
+	api := prefix + "STREAM.MSG.GET." + stream
+	inbox := nc.NewInbox()
+	answers := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(inbox, answers)
 	if err != nil {
 		return nil, fmt.Errorf("last message on %s: %w", subject, err)
 	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *leaderMsg          `json:"message"`
+	defer sub.Unsubscribe()
+	var leaderless error // the last answer that the stream has no leader
+	resend := time.NewTimer(0)
+	defer resend.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if leaderless != nil {
+				return nil, fmt.Errorf("last message on %s: %w (%w)", subject, leaderless, ctx.Err())
+			}
+			return nil, fmt.Errorf("last message on %s: no answer from stream %s's leader: %w", subject, stream, ctx.Err())
+		case <-resend.C:
+			if err := nc.PublishRequest(api, inbox, req); err != nil {
+				return nil, fmt.Errorf("last message on %s: %w", subject, err)
+			}
+			resend.Reset(leaderResend)
+		case msg := <-answers:
+			if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+				return nil, fmt.Errorf("last message on %s: %w", subject, nats.ErrNoResponders)
+			}
+			var resp struct {
+				Error   *jetstream.APIError `json:"error"`
+				Message *leaderMsg          `json:"message"`
+			}
+			if err := json.Unmarshal(msg.Data, &resp); err != nil {
+				return nil, fmt.Errorf("last message on %s: %w", subject, err)
+			}
+			switch {
+			case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+				return nil, jetstream.ErrMsgNotFound
+			case resp.Error != nil && resp.Error.ErrorCode == jsErrCodeClusterNotAvail:
+				leaderless = resp.Error
+				resend.Reset(leaderRetry)
+			case resp.Error != nil:
+				return nil, fmt.Errorf("last message on %s: %w", subject, resp.Error)
+			case resp.Message == nil:
+				return nil, fmt.Errorf("last message on %s: %w", subject, jetstream.ErrInvalidJetStreamResponse)
+			default:
+				return resp.Message, nil
+			}
+		}
 	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("last message on %s: %w", subject, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, jetstream.ErrMsgNotFound
-	case resp.Error != nil:
-		return nil, fmt.Errorf("last message on %s: %w", subject, resp.Error)
-	case resp.Message == nil:
-		return nil, fmt.Errorf("last message on %s: %w", subject, jetstream.ErrInvalidJetStreamResponse)
-	}
-	return resp.Message, nil
 }
+
+// How leaderLast asks a stream's leader while it may have none.
+const (
+	// leaderResend is how long a try waits for an answer before the
+	// request is sent again: a leader that is gone answers none.
+	leaderResend = 2 * time.Second
+	// leaderRetry is the pause after an answer that the stream has no
+	// leader, while its replicas elect one.
+	leaderRetry = 250 * time.Millisecond
+	// leaderWait bounds the whole wait of a caller without a deadline:
+	// well past a raft election after a leader's loss (its replicas
+	// notice in 4 to 9 s).
+	leaderWait = 30 * time.Second
+	// jsErrCodeClusterNotAvail is the server's "JetStream system
+	// temporarily unavailable" (JSClusterNotAvailErr): a stream, or
+	// JetStream's meta layer, without a leader.
+	jsErrCodeClusterNotAvail jetstream.ErrorCode = 10008
+)
 
 // List returns the live keys starting with prefix, sorted.
 func (s *KV) List(ctx context.Context, prefix string) ([]string, error) {

@@ -93,7 +93,7 @@ func TestKVGetReadsFromTheLeader(t *testing.T) {
 	if n := count(direct); n != 0 {
 		t.Errorf("%d direct gets; want none", n)
 	}
-	if n := count(get); n != 4 {
-		t.Errorf("%d message gets (STREAM.MSG.GET); want 4, one a Get", n)
+	if n := count(get); n < 4 {
+		t.Errorf("%d message gets (STREAM.MSG.GET); want one a Get (4), or more where one was sent again", n)
 	}
 }

@@ -9,7 +9,8 @@
 //     channel-state blobs shared by workers on several machines.
 //   - KV: a JetStream Key-Value bucket, for small objects such as
 //     checkpoint metadata and job records. Its reads go to the bucket's
-//     stream leader, never to a replica that may lag (KV.Get).
+//     stream leader, never to a replica that may lag, and wait out an
+//     election while the stream has none (KV.Get).
 //
 // Store has the same method set as the host's storage interface (host.Store),
 // so each implementation satisfies both without importing the host.

@@ -79,3 +79,41 @@ func Cluster(t testing.TB, ctx context.Context, n int) []*server.Server {
 	}
 	return servers
 }
+
+// Stop shuts s, one of cluster (as Cluster returned it), down and returns
+// what starts it again as it was: its name, its cluster port and routes,
+// and the streams it stored. The new server is shut down when t ends;
+// start returns it once it is ready for connections.
+func Stop(t testing.TB, s *server.Server, cluster []*server.Server) (start func() *server.Server) {
+	t.Helper()
+	name, port := s.Name(), s.ClusterAddr().Port
+	// The server's JetStream directory is the one it was given with
+	// "jetstream" added.
+	dir := filepath.Dir(s.StoreDir())
+	var routes []string
+	for _, c := range cluster {
+		if addr := c.ClusterAddr(); addr != nil {
+			routes = append(routes, fmt.Sprintf("nats-route://%s", addr))
+		}
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	return func() *server.Server {
+		t.Helper()
+		n, err := server.NewServer(&server.Options{
+			ServerName: name, Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: dir, NoLog: os.Getenv("WEIR_CLUSTER_LOG") == "", NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "weir-test", Host: "127.0.0.1", Port: port},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Start()
+		t.Cleanup(n.Shutdown)
+		if !n.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server %s not ready", name)
+		}
+		return n
+	}
+}
