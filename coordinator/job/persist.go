@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -160,6 +162,13 @@ func (m *Manager) resume(ctx context.Context) error {
 	return nil
 }
 
+// unreadable reports whether err, from Catalog.Read, says that the
+// checkpoint could not be read now (storage unavailable), not that it is
+// missing or corrupt.
+func unreadable(err error) bool {
+	return err != nil && !errors.Is(err, checkpoint.ErrCorrupt) && !errors.Is(err, fs.ErrNotExist)
+}
+
 func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	name := rec.Spec.Name
 	ids, err := m.opts.Catalog.IDs(ctx, name)
@@ -177,6 +186,13 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 			continue
 		}
 		md, err := m.opts.Catalog.Read(ctx, name, id)
+		if unreadable(err) {
+			// Not known to be unusable, only not read now: resumed
+			// without it, the job would restore from an older
+			// checkpoint, or none, and an exactly-once sink commit
+			// again what it committed after that.
+			return err
+		}
 		if err != nil {
 			m.log.Warn("checkpoint unusable", "job", name, "checkpoint", id, "err", err)
 			continue
@@ -200,6 +216,9 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 		// Started from another job's checkpoint: the machine does not
 		// keep it (see Manager.start), the job does, as its initial one.
 		md, err := m.opts.Catalog.Read(ctx, rec.FromJob, rec.From)
+		if unreadable(err) {
+			return err
+		}
 		if err != nil {
 			m.log.Warn("checkpoint unusable", "job", name, "from", fmt.Sprintf("%s/%d", rec.FromJob, rec.From), "err", err)
 		} else {
