@@ -80,14 +80,14 @@ var (
 // without end, buffer nothing while reconnecting (a publish then fails,
 // and the Publisher publishes it again once the connection is back, after
 // the records lost with the old one), and leave a server that falls silent
-// without closing the connection after a few unanswered pings
-// (natsconn.PingInterval): with nats.go's defaults the Publisher sent the
-// same records into it again and again for six minutes, and failed with
-// ErrOutageTooLong once its stream's duplicate window was over, while the
-// cluster's other servers could have stored them.
+// without closing the connection after a few unanswered pings, or a write
+// blocked for a few seconds (natsconn.LivenessOptions): with nats.go's
+// defaults the Publisher sent the same records into it again and again for
+// six minutes, and failed with ErrOutageTooLong once its stream's duplicate
+// window was over, while the cluster's other servers could have stored
+// them.
 func ConnOptions() []nats.Option {
-	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
-		nats.PingInterval(natsconn.PingInterval), nats.MaxPingsOutstanding(natsconn.MaxPingsOut)}
+	return append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectBufSize(-1)}, natsconn.LivenessOptions()...)
 }
 
 // Nonce returns a short random string (8 characters: 48 bits) that makes a

@@ -65,10 +65,34 @@ type Options struct {
 // only that way: with nats.go's defaults (2 minutes, 2) a weir process
 // stayed on it for six minutes, and the coordinator, its workers and its
 // jobs with it, while the cluster's other servers served on.
+//
+// A connection that is writing when its server falls silent is blocked in
+// a write once the socket's buffers are full, and nats.go holds the
+// connection's lock across a write: no ping is sent or counted until it
+// gives up. So a write also gives up after WriteTimeout (nats.go's default
+// is a minute, for which a writing weir process — a worker's sinks and
+// channels, and its heartbeats behind them — stayed on the silent
+// server), and the connection is left for another. A server that is only
+// busy (storing a large batch, syncing to disk) still reads its clients'
+// connections: nats-server answers a PING, and takes in what a client
+// writes, in the connection's read loop, not where it stores messages.
 const (
 	PingInterval = 2 * time.Second
 	MaxPingsOut  = 2
+	WriteTimeout = (MaxPingsOut + 1) * PingInterval
 )
+
+// LivenessOptions are the options that make a connection leave a server
+// that falls silent (PingInterval, MaxPingsOut, WriteTimeout), for
+// connections made without NATSOptions.
+func LivenessOptions() []nats.Option {
+	return []nats.Option{
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
+		nats.FlusherTimeout(WriteTimeout),
+		nats.ReconnectOnFlusherError(),
+	}
+}
 
 // ErrConflictingAuth is returned when more than one authentication method
 // is configured.
@@ -98,9 +122,8 @@ func (o Options) NATSOptions() ([]nats.Option, error) {
 		nats.MaxReconnects(max),
 		nats.Timeout(timeout),
 		nats.RetryOnFailedConnect(false),
-		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(MaxPingsOut),
 	}
+	opts = append(opts, LivenessOptions()...)
 	methods := 0
 	if o.CredsFile != "" {
 		methods++
