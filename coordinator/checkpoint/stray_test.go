@@ -13,7 +13,8 @@ import (
 	"github.com/weirhq/weir/transport/storage"
 )
 
-// listCounter is a store that counts its listings of one prefix.
+// listCounter is a store that counts its listings of one prefix, each
+// once it returned.
 type listCounter struct {
 	storage.Store
 	prefix string
@@ -21,10 +22,11 @@ type listCounter struct {
 }
 
 func (c *listCounter) List(ctx context.Context, prefix string) ([]string, error) {
+	keys, err := c.Store.List(ctx, prefix)
 	if prefix == c.prefix {
 		c.n.Add(1)
 	}
-	return c.Store.List(ctx, prefix)
+	return keys, err
 }
 
 // TestRunnerListsStrayMarkersSeldom: a runner lists its job's stray
