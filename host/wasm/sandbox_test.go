@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -243,16 +244,56 @@ func TestLocals(t *testing.T) {
 	}
 }
 
-// slowHandler takes its time over every record, like a logger writing to a
-// pipe nobody drains.
-type slowHandler struct {
-	d time.Duration
+// heldHandler holds every record until release is closed, like a logger
+// writing to a pipe nobody drains; entered gets a value as a record
+// arrives, once the guest waits in the host function.
+type heldHandler struct {
 	slog.Handler
+	entered chan<- struct{}
+	release <-chan struct{}
 }
 
-func (h slowHandler) Handle(context.Context, slog.Record) error {
-	time.Sleep(h.d)
+func (h heldHandler) Handle(context.Context, slog.Record) error {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	<-h.release
 	return nil
+}
+
+// inHeldLog starts inst, of bombs' mode 'l' with a heldHandler logger,
+// processing one record with ctx, and returns once the guest waits in its
+// log call, with the function that releases the logger and returns
+// Process's error.
+func inHeldLog(t *testing.T, e *Engine, lim Limits, ctx context.Context) (*Instance, func() error) {
+	t.Helper()
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	logger := slog.New(heldHandler{Handler: slog.NewTextHandler(io.Discard, nil), entered: entered, release: release})
+	inst := instantiate(t, e, "slowlog", bombs(t), lim, InstanceConfig{Config: []byte("l"), Logger: logger})
+	done := make(chan error, 1)
+	go func() { done <- inst.Process(ctx, 0, batchOf(kv{"k", "v", 1}), newOut().emit) }()
+	<-entered
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	return inst, func() error {
+		once.Do(func() { close(release) })
+		return <-done
+	}
+}
+
+// tickPastDeadline ticks the watchdog of a tickedEngine an interval apart
+// until it has counted inst's running call past its deadline limit (the
+// first tick starts the count): it interrupted the call, or left it alone
+// as interrupted already. Each tick is taken only after the one before
+// was handled, so when it returns the watchdog has handled them all.
+func tickPastDeadline(t *testing.T, ticks chan<- time.Time, limit time.Duration) {
+	t.Helper()
+	now := time.Now()
+	for range int(limit/DefaultWatchdogInterval) + 3 {
+		ticks <- now
+		now = now.Add(DefaultWatchdogInterval)
+	}
 }
 
 // TestOverrunInHostFunction: a call whose deadline passes while the guest
@@ -260,10 +301,14 @@ func (h slowHandler) Handle(context.Context, slog.Record) error {
 // (where the interrupt would stop it), fails with the deadline error
 // itself, not the instance's next call.
 func TestOverrunInHostFunction(t *testing.T) {
-	e := newEngine(t)
-	logger := slog.New(slowHandler{d: 2 * time.Second, Handler: slog.NewTextHandler(io.Discard, nil)})
-	inst := instantiate(t, e, "slowlog", bombs(t), Limits{CallTimeout: 100 * time.Millisecond}, InstanceConfig{Config: []byte("l"), Logger: logger})
-	err := inst.Process(context.Background(), 0, batchOf(kv{"k", "v", 1}), newOut().emit)
+	e, ticks := tickedEngine(t)
+	const limit = 100 * time.Millisecond
+	inst, finish := inHeldLog(t, e, Limits{CallTimeout: limit}, context.Background())
+	tickPastDeadline(t, ticks, limit)
+	if !inst.timedOut.Load() {
+		t.Fatal("the watchdog did not interrupt a call held in the logger past its deadline")
+	}
+	err := finish()
 	var de *DeadlineError
 	if !errors.As(err, &de) || de.Export != "weir_process" {
 		t.Fatalf("got %v, want the call's deadline error", err)
@@ -271,18 +316,27 @@ func TestOverrunInHostFunction(t *testing.T) {
 }
 
 // TestCancelThenDeadline: the caller's cancellation and then the
-// watchdog both interrupt one call (whose guest waits on a slow logger, so
+// watchdog both interrupt one call (whose guest waits on a held logger, so
 // that both happen). The call is interrupted once, for the first reason;
 // under -race this also catches the two racing on the interrupt.
 func TestCancelThenDeadline(t *testing.T) {
-	e := newEngine(t)
-	logger := slog.New(slowHandler{d: 2 * time.Second, Handler: slog.NewTextHandler(io.Discard, nil)})
-	inst := instantiate(t, e, "slowlog", bombs(t), Limits{CallTimeout: 500 * time.Millisecond}, InstanceConfig{Config: []byte("l"), Logger: logger})
+	e, ticks := tickedEngine(t)
+	const limit = 500 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	err := inst.Process(ctx, 0, batchOf(kv{"k", "v", 1}), newOut().emit)
+	defer cancel()
+	inst, finish := inHeldLog(t, e, Limits{CallTimeout: limit}, ctx)
+	cancel()
+	// The cancellation interrupts the call from a goroutine of its own.
+	for !inst.callerCanceled.Load() {
+		goruntime.Gosched()
+	}
+	tickPastDeadline(t, ticks, limit)
+	err := finish()
 	if !errors.Is(err, context.Canceled) || err.Error() != "operator slowlog: weir_process: interrupted: context canceled" {
 		t.Fatalf("got %v, want the caller's cancellation", err)
+	}
+	if inst.timedOut.Load() {
+		t.Error("the watchdog interrupted the canceled call again")
 	}
 }
 
