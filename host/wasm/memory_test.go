@@ -34,11 +34,18 @@ func TestRefusedGrow(t *testing.T) {
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			lim := Limits{CallTimeout: 10 * time.Second}
+			process := func(inst *Instance) error { return inst.Process(ctx, 0, in, newOut().emit) }
+			ie := e
 			if c.mode == "Gl" {
+				// On the test's ticks once weir_process loops (see
+				// processPastDeadline).
 				lim.CallTimeout = 200 * time.Millisecond
+				var ticks chan<- time.Time
+				ie, ticks = tickedEngine(t)
+				process = func(inst *Instance) error { return processPastDeadline(t, inst, ticks, in) }
 			}
-			inst := instantiate(t, e, "op", misbehave(t), lim, InstanceConfig{Config: []byte(c.mode)})
-			err := inst.Process(ctx, 0, in, newOut().emit)
+			inst := instantiate(t, ie, "op", misbehave(t), lim, InstanceConfig{Config: []byte(c.mode)})
+			err := process(inst)
 			if err == nil || err.Error() != c.want {
 				t.Fatalf("got  %v\nwant %s", err, c.want)
 			}
