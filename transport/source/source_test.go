@@ -272,20 +272,34 @@ func partitionedStream(t *testing.T) (context.Context, jetstream.JetStream) {
 // key is the key of message i in partitionedStream.
 func key(i int) string { return fmt.Sprintf("k%d", i%17) }
 
+// partitions returns where the server put each key of partitionedStream:
+// its partition, from the subjects (in.P.KEY) the stream holds, in one
+// request. (Reading the 600 messages back one Next at a time took 5 to 15
+// seconds under -race on a loaded machine, most of the tests' deadline.)
+func partitions(t *testing.T, ctx context.Context, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	st, err := js.Stream(ctx, "IN")
+	must(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("in.*.*"))
+	must(t, err)
+	partOf := map[string]int{}
+	for subj := range info.State.Subjects {
+		tok := strings.Split(subj, ".")
+		p, err := strconv.Atoi(tok[1])
+		must(t, err)
+		partOf[tok[2]] = p
+	}
+	if len(partOf) != 17 {
+		t.Fatalf("stream IN holds subjects %v, want 17 keys", info.State.Subjects)
+	}
+	return partOf
+}
+
 func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
 	ctx, js := partitionedStream(t)
 	const parts, n = 6, 600
 
-	// Where the server put each key.
-	partOf := map[string]string{}
-	cons, err := js.OrderedConsumer(ctx, "IN", jetstream.OrderedConsumerConfig{})
-	must(t, err)
-	for i := 0; i < n; i++ {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		must(t, err)
-		tok := strings.Split(m.Subject(), ".")
-		partOf[tok[2]] = tok[1]
-	}
+	partOf := partitions(t, ctx, js)
 
 	read := map[int]bool{}
 	for idx := 0; idx < 2; idx++ {
@@ -293,8 +307,7 @@ func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
 		must(t, err)
 		mine := 0
 		for i := 0; i < n; i++ {
-			p, _ := strconv.Atoi(partOf[key(i)])
-			if p%2 == idx {
+			if partOf[key(i)]%2 == idx {
 				mine++
 			}
 		}
@@ -314,8 +327,7 @@ func TestJetStreamServerPartitionedSubtasks(t *testing.T) {
 		src.Close()
 		last := map[string]int{}
 		for _, v := range values(recs) {
-			p, _ := strconv.Atoi(partOf[key(v)])
-			if p%2 != idx {
+			if p := partOf[key(v)]; p%2 != idx {
 				t.Fatalf("subtask %d read message %d of partition %d", idx, v, p)
 			}
 			if prev, ok := last[key(v)]; ok && prev >= v {
@@ -344,13 +356,17 @@ func TestJetStreamPartitionedRescale(t *testing.T) {
 	}
 	read := map[int]bool{}
 	last := map[string]int{}
-	take := func(idx int, recs []abi.Record) {
+	partOf := partitions(t, ctx, js)
+	take := func(par, idx int, recs []abi.Record) {
 		t.Helper()
 		for _, v := range values(recs) {
 			if read[v] {
 				t.Fatalf("message %d read twice", v)
 			}
 			read[v] = true
+			if p := partOf[key(v)]; p%par != idx {
+				t.Fatalf("subtask %d of %d read message %d of partition %d", idx, par, v, p)
+			}
 			if prev, ok := last[key(v)]; ok && prev >= v {
 				t.Fatalf("key %s out of order: %d after %d", key(v), v, prev)
 			}
@@ -363,7 +379,7 @@ func TestJetStreamPartitionedRescale(t *testing.T) {
 		must(t, err)
 		recs, off := pollRecords(t, ctx, src, n/8)
 		src.Close()
-		take(idx, recs)
+		take(2, idx, recs)
 		offsets = append(offsets, off)
 	}
 	// An old offset alone does not fit a subtask of the new parallelism.
@@ -392,18 +408,17 @@ func TestJetStreamPartitionedRescale(t *testing.T) {
 			t.Fatalf("subtask %d's merged offset names %d partitions, want 2", idx, len(po.Seqs))
 		}
 		must(t, src.Seek(ctx, merged))
-		for {
-			// Until the subtask is quiet: 2 s, as a loaded machine can
-			// take half a second to start a consumer (it read 468 of
-			// 600 once with 500 ms).
-			b, _, err := pollWithin(src, 2*time.Second)
-			if err != nil {
-				break
+		// Until the subtask read what its partitions hold beyond the old
+		// offsets, not until it is quiet for a while: a loaded machine
+		// can take seconds to start a consumer.
+		rest := 0
+		for v := range n {
+			if partOf[key(v)]%3 == idx && !read[v] {
+				rest++
 			}
-			recs, err := abi.DecodeBatch(b)
-			must(t, err)
-			take(idx, recs)
 		}
+		recs, _ := pollRecords(t, ctx, src, rest)
+		take(3, idx, recs)
 		src.Close()
 	}
 	if len(read) != n {
@@ -460,9 +475,9 @@ func TestJetStreamWholeStreamRescale(t *testing.T) {
 			}
 			var off []byte
 			for got := 0; got < want[idx]; {
-				b, o, err := pollWithin(src, 2*time.Second) // a loaded machine starts consumers slowly
+				b, o, err := src.Poll(ctx)
 				if err != nil {
-					break
+					t.Fatalf("subtask %d of %d: poll after %d of %d records: %v", idx, par, got, want[idx], err)
 				}
 				recs, err := abi.DecodeBatch(b)
 				must(t, err)

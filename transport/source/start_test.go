@@ -2,8 +2,6 @@ package source
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,17 +60,7 @@ func TestJetStreamPartitionedStartSeq(t *testing.T) {
 	// messages from 501 on: a subtask is polled until it read its share,
 	// not until a poll comes back empty (on a loaded machine one did
 	// within its second, and the test counted 93).
-	partOf := map[string]int{}
-	cons, err := js.OrderedConsumer(ctx, "IN", jetstream.OrderedConsumerConfig{})
-	must(t, err)
-	for range 600 {
-		m, err := cons.Next()
-		must(t, err)
-		tok := strings.Split(m.Subject(), ".")
-		p, err := strconv.Atoi(tok[1])
-		must(t, err)
-		partOf[tok[2]] = p
-	}
+	partOf := partitions(t, ctx, js)
 	seen := 0
 	for idx := 0; idx < 2; idx++ {
 		share := 0
