@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,10 +118,36 @@ func (s hungPut) Put(ctx context.Context, key string, r io.Reader) error {
 	return s.Store.Put(ctx, key, r)
 }
 
+// stoppedClock is a runner's clock (RunnerOptions.Now) that stands still
+// until the test moves it.
+type stoppedClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stoppedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stoppedClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
 // A checkpoint every task acked does not expire while its metadata is
 // written; a write that does not come back fails it after a checkpoint
 // timeout, as a failure (here the one that fails the job over), instead of
 // holding up every checkpoint after it for good.
+//
+// The runner's clock moves once, to the first trigger, and then stands
+// still: the checkpoint cannot expire before the test acks it (with the
+// wall clock, a loaded machine took more than the 50ms timeout to write
+// the state and ack, the checkpoint expired, and its discard removed the
+// directory under the test's write). The metadata write's wait is the
+// wall clock's.
 func TestHungMetadataWriteFailsTheCheckpoint(t *testing.T) {
 	dir, err := storage.NewDir(t.TempDir())
 	if err != nil {
@@ -128,12 +155,15 @@ func TestHungMetadataWriteFailsTheCheckpoint(t *testing.T) {
 	}
 	cat := &Catalog{Meta: hungPut{dir}, State: dir}
 	eff := &fakeEffects{failed: make(chan string, 1), notified: make(chan int64, 16), trigger: make(chan TriggerAction, 16)}
-	m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, MaxConcurrent: 1}, nil, 0)
-	r := NewRunner(m, cat, eff, RunnerOptions{})
+	const interval = 10 * time.Millisecond
+	m := NewMachine("j", Config{Interval: interval, Timeout: 50 * time.Millisecond, MaxConcurrent: 1}, nil, 0)
+	clock := &stoppedClock{now: time.Now()}
+	r := NewRunner(m, cat, eff, RunnerOptions{Now: clock.Now})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	go r.Run(ctx)
 	r.Start([]string{"a-0"})
+	clock.add(interval)
 	var tr TriggerAction
 	select {
 	case tr = <-eff.trigger:
