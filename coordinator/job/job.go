@@ -821,7 +821,7 @@ func (j *job) wait() (done bool, f failure) {
 				if e.attempt == attempt && e.secondary {
 					if secondary == nil {
 						secondary = &failure{reason: e.reason, final: e.final}
-						t := time.NewTimer(secondaryGrace)
+						t := time.NewTimer(j.m.opts.secondaryGrace)
 						defer t.Stop()
 						grace = t.C
 					}

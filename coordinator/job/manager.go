@@ -101,6 +101,11 @@ type Options struct {
 	// store (storage.NewKV) or the checkpoint directory both do.
 	Jobs storage.Store
 	Log  *slog.Logger
+
+	// secondaryGrace replaces the package's secondaryGrace (a test's
+	// seam: one that reports a secondary failure and then its cause does
+	// not depend on the two arriving within a second).
+	secondaryGrace time.Duration
 }
 
 // Manager runs jobs. It implements control.API and
@@ -153,6 +158,9 @@ func New(opts Options) *Manager {
 	}
 	if opts.WorkerWait <= 0 {
 		opts.WorkerWait = DefaultWorkerWait
+	}
+	if opts.secondaryGrace <= 0 {
+		opts.secondaryGrace = secondaryGrace
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
