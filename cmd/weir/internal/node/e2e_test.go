@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,6 +36,39 @@ type injector struct {
 	// most piece records, so tasks cut batches and take barriers between
 	// the pieces (host.Paced).
 	piece int
+	// gate, if set (hold), holds every operator at its next Process or
+	// EndOfInput call until it is closed or the task's context ends;
+	// held counts the calls it held.
+	gate atomic.Pointer[chan struct{}]
+	held atomic.Int64
+}
+
+// hold holds every operator at its next call (gate) until the returned
+// function is called, or the test ends.
+func (inj *injector) hold(t *testing.T) (release func()) {
+	g := make(chan struct{})
+	inj.held.Store(0)
+	inj.gate.Store(&g)
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			inj.gate.Store(nil)
+			close(g)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// pass waits at the gate, if one is set.
+func (inj *injector) pass(ctx context.Context) {
+	if g := inj.gate.Load(); g != nil {
+		inj.held.Add(1)
+		select {
+		case <-*g:
+		case <-ctx.Done():
+		}
+	}
 }
 
 type faultyOperator struct {
@@ -47,10 +81,16 @@ func (o faultyOperator) Process(ctx context.Context, port int, batch []byte, emi
 		o.inj.fired.Add(1)
 		return errors.New("injected trap: wasm error: unreachable")
 	}
+	o.inj.pass(ctx)
 	if o.inj.piece > 0 {
 		time.Sleep(time.Millisecond)
 	}
 	return o.Operator.Process(ctx, port, batch, emit)
+}
+
+func (o faultyOperator) EndOfInput(ctx context.Context, port int, emit func(int, []byte) error) error {
+	o.inj.pass(ctx)
+	return o.Operator.EndOfInput(ctx, port, emit)
 }
 
 // RecordsWithin passes the wasm instance's pace on, so that the task cuts
