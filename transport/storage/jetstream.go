@@ -3,17 +3,16 @@ package storage
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
-	"slices"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -139,142 +138,201 @@ func (c chunkReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Get opens the object; its digest is verified when it is read to the end.
+// Get opens the object, as the bucket's stream leader has it (see
+// leader.go): its info from the leader's last meta message, then each of
+// its chunks from the leader, one request a chunk. The client's Get reads
+// the info with a direct get and the chunks through a consumer, either of
+// which a lagging replica may serve: a snapshot just written would be
+// missing (a restore from a checkpoint just completed fails, and the job
+// fails over again) or cut short. The object's size and digest are
+// verified when it is read to the end.
 func (s *ObjectStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	res, err := s.os.Get(ctx, key)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			return nil, notExist(key, err)
-		}
-		return nil, fmt.Errorf("storage get %s: %w", key, err)
+	if err := CheckKey(key); err != nil {
+		return nil, err
 	}
-	return res, nil
+	info, _, err := s.info(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if info == nil || info.Deleted {
+		return nil, notExist(key, jetstream.ErrObjectNotFound)
+	}
+	return &objectReader{ctx: ctx, s: s, key: key, info: info, digest: sha256.New()}, nil
 }
 
-// Delete removes the objects whose names start with prefix, and then the
-// delete markers the object store leaves in their place (see dropMarker).
-func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
-	keys, err := s.List(ctx, prefix)
+// metaSubject is the subject of an object's meta messages, by the object
+// store's layout (ADR-20): $O.<bucket>.M.<base64url(name)>.
+func (s *ObjectStore) metaSubject(key string) string {
+	return "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(key))
+}
+
+// info returns the object's info and its meta message's sequence, as the
+// stream's leader has them; nil, 0 when it has none.
+func (s *ObjectStore) info(ctx context.Context, key string) (*jetstream.ObjectInfo, uint64, error) {
+	m, err := leaderLast(ctx, s.js, "OBJ_"+s.bucket, s.metaSubject(key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
 	if err != nil {
-		return err
+		return nil, 0, fmt.Errorf("storage get %s: %w", key, err)
+	}
+	var info jetstream.ObjectInfo
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		return nil, 0, fmt.Errorf("storage get %s: object info: %w", key, err)
+	}
+	return &info, m.Seq, nil
+}
+
+// objectReader reads an object's chunks from the stream's leader, one a
+// Read that finds its buffer empty.
+type objectReader struct {
+	ctx    context.Context
+	s      *ObjectStore
+	key    string
+	info   *jetstream.ObjectInfo
+	next   uint64 // the stream sequence to look for the next chunk from
+	chunks uint32 // chunks read
+	size   uint64 // bytes read
+	digest hash.Hash
+	buf    []byte
+	err    error
+}
+
+func (r *objectReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		r.err = r.fill()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// fill reads the next chunk into buf; after the last one it verifies the
+// size and digest and gives io.EOF.
+func (r *objectReader) fill() error {
+	if r.chunks == r.info.Chunks {
+		if r.size != r.info.Size {
+			return fmt.Errorf("storage get %s: %d bytes, its info says %d", r.key, r.size, r.info.Size)
+		}
+		if got := jetstream.GetObjectDigestValue(r.digest); got != r.info.Digest {
+			return fmt.Errorf("storage get %s: digest %s, its info says %s", r.key, got, r.info.Digest)
+		}
+		return io.EOF
+	}
+	subj := "$O." + r.s.bucket + ".C." + r.info.NUID
+	m, err := leaderGet(r.ctx, r.s.js, "OBJ_"+r.s.bucket, msgGetRequest{Seq: r.next, NextFor: subj})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("storage get %s: chunk %d of %d: %w (deleted meanwhile?)", r.key, r.chunks+1, r.info.Chunks, err)
+	}
+	if err != nil {
+		return fmt.Errorf("storage get %s: chunk %d of %d: %w", r.key, r.chunks+1, r.info.Chunks, err)
+	}
+	r.next = m.Seq + 1
+	r.chunks++
+	r.size += uint64(len(m.Data))
+	r.digest.Write(m.Data)
+	r.buf = m.Data
+	return nil
+}
+
+// Close ends the read; nothing is held between Reads.
+func (r *objectReader) Close() error {
+	r.err = errors.New("storage get " + r.key + ": read after close")
+	r.buf = nil
+	return nil
+}
+
+// Delete removes the objects whose names start with prefix: each one's
+// chunks, and then its meta messages up to the one read (from the
+// stream's leader), leaving no delete marker. The client's Delete reads
+// the object's info with a direct get, which a lagging replica may answer
+// with nothing (the object stays) or an older revision (its chunks stay),
+// and writes a delete marker that rolls up the subject, a revision put
+// meanwhile included; the marker would then have to be purged as well,
+// or every listing grow with every checkpoint ever discarded. Here an
+// object put again meanwhile stays. The chunks go first: a delete cut
+// short leaves an object whose chunks are gone, still listed, which a
+// Delete again removes, never chunks that nothing names.
+//
+// The names are the leader's listing (names): no watch of the whole
+// bucket, no lookup but of the objects deleted.
+func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
+	if err := CheckPrefix(prefix); err != nil {
+		return fmt.Errorf("storage delete: %w", err)
+	}
+	keys, err := s.names(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("storage delete %s: %w", prefix, err)
 	}
 	for _, k := range keys {
-		if err := s.os.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return fmt.Errorf("storage delete %s: %w", k, err)
-		}
-		// The meta subject of an object, by the object store's layout
-		// (ADR-20): $O.<bucket>.M.<base64url(name)>.
-		subj := "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(k))
-		err := dropMarker(ctx, s.js, "OBJ_"+s.bucket, subj, func(data []byte) bool {
-			var info struct {
-				Deleted bool `json:"deleted"`
-			}
-			return json.Unmarshal(data, &info) == nil && info.Deleted
-		})
+		info, seq, err := s.info(ctx, k)
 		if err != nil {
+			return err
+		}
+		if info == nil {
+			continue // deleted meanwhile
+		}
+		if !info.Deleted && info.NUID != "" {
+			if err := purge(ctx, s.js, "OBJ_"+s.bucket, "$O."+s.bucket+".C."+info.NUID, 0); err != nil {
+				return fmt.Errorf("storage delete %s: chunks: %w", k, err)
+			}
+		}
+		if err := purge(ctx, s.js, "OBJ_"+s.bucket, s.metaSubject(k), seq+1); err != nil {
 			return fmt.Errorf("storage delete %s: %w", k, err)
 		}
 	}
 	return nil
 }
 
-// dropMarker purges subject of stream through its last message if that is
-// a delete marker (isMarker, given the message's data). Deleting from a
-// bucket leaves a marker per key that nothing removes, so a bucket of
-// checkpoints, and every listing of it, would grow with every checkpoint
-// ever discarded. The purge stops at the marker's sequence: an object put
-// again meanwhile stays. The last message is read from the stream's leader
-// (leaderLast): a lagging replica, which a direct get may ask, could still
-// answer with the object itself, and the marker would stay for good.
-func dropMarker(ctx context.Context, js jetstream.JetStream, stream, subject string, isMarker func(data []byte) bool) error {
-	m, err := leaderLast(ctx, js, stream, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
+// names returns the names of the objects starting with prefix that have
+// meta messages, deleted ones among them, as the stream's leader has them
+// (leaderSubjects): each object's meta subject holds its name.
+func (s *ObjectStore) names(ctx context.Context, prefix string) ([]string, error) {
+	pre := "$O." + s.bucket + ".M."
+	subjects, err := leaderSubjects(ctx, s.js, "OBJ_"+s.bucket, pre+">")
 	if err != nil {
-		return fmt.Errorf("drop delete marker: %w", err)
+		return nil, err
 	}
-	if !isMarker(m.Data) {
-		return nil
+	var keys []string
+	for subj := range subjects {
+		name, err := base64.URLEncoding.DecodeString(strings.TrimPrefix(subj, pre))
+		if err == nil && strings.HasPrefix(string(name), prefix) {
+			keys = append(keys, string(name))
+		}
 	}
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("drop delete marker: %w", err)
-	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(m.Seq+1)); err != nil {
-		return fmt.Errorf("drop delete marker: %w", err)
-	}
-	return nil
+	sort.Strings(keys)
+	return keys, nil
 }
 
-// List returns the names of live objects starting with prefix.
-//
-// Not the client's List, which waits for its watch's end marker for as
-// long as ctx lets it: a watch whose marker never comes (seen right after
-// a server restart) held a caller without a deadline — a job's failover,
-// its checkpoint runner — for good. The watch here fails once no entry or
-// marker came for the client's default timeout (ErrWatchStalled).
+// List returns the names of live objects starting with prefix, as the
+// stream's leader has them: the names of the bucket's meta subjects
+// (names), and for each of them with the prefix its info, to leave out
+// the deleted ones. Not a watch of the bucket, as the client's List: its
+// consumer may be placed on a lagging replica, and a checkpoint just
+// written would be missing — Catalog.Read would then call the newest
+// checkpoint corrupt and restore an older one.
 func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("storage list: %w", err)
 	}
-	w, err := s.os.Watch(ctx, jetstream.IgnoreDeletes())
+	names, err := s.names(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("storage list %s: %w", prefix, err)
 	}
-	defer func() { _ = w.Stop() }()
-	infos, err := initial(ctx, w.Updates(), s.js.Options().DefaultTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("storage list %s: object store %s: %w", prefix, s.bucket, err)
-	}
-	var keys []string
-	for _, in := range infos {
-		if !in.Deleted && strings.HasPrefix(in.Name, prefix) {
-			keys = append(keys, in.Name)
+	keys := names[:0]
+	for _, k := range names {
+		info, _, err := s.info(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("storage list %s: %w", prefix, err)
+		}
+		if info != nil && !info.Deleted {
+			keys = append(keys, k)
 		}
 	}
-	sort.Strings(keys)
-	return slices.Compact(keys), nil
-}
-
-// defaultWatchIdle is the JetStream client's default timeout, for a
-// client whose own is not set.
-const defaultWatchIdle = 5 * time.Second
-
-// ErrWatchStalled is wrapped by a listing whose watch brought neither an
-// entry nor its end for the client's default timeout.
-var ErrWatchStalled = errors.New("watch stalled")
-
-// initial collects the initial values a bucket watch delivers, up to its
-// end marker (the zero T), and fails when ctx ends, when the watch ends
-// before the marker (what it delivered would be part of the list only), or
-// when nothing came for idle (0: defaultWatchIdle): the client waits for
-// the marker without a bound of its own.
-func initial[T comparable](ctx context.Context, updates <-chan T, idle time.Duration) ([]T, error) {
-	if idle <= 0 {
-		idle = defaultWatchIdle
-	}
-	t := time.NewTimer(idle)
-	defer t.Stop()
-	var zero T
-	var out []T
-	for {
-		select {
-		case v, ok := <-updates:
-			if !ok {
-				return nil, errors.New("the watch ended before its initial values did")
-			}
-			if v == zero {
-				return out, nil
-			}
-			out = append(out, v)
-			t.Reset(idle)
-		case <-t.C:
-			return nil, fmt.Errorf("%w: nothing for %s after %d entries", ErrWatchStalled, idle, len(out))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return keys, nil
 }
 
 // KV stores small objects in a JetStream Key-Value bucket (values are
@@ -355,16 +413,16 @@ func (s *KV) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 // without the removals of that pair, so deleted keys came back
 // (TestDeletesSurviveAServerCrash). One subject purge survives.
 //
-// The key's last revision is read from the stream's leader, not with a
-// direct get (which KV buckets allow, and which in a cluster any replica
-// answers, a lagging one with an older revision or none): a key put just
-// before would be left, or left at its latest revision.
+// The keys are the leader's listing (subjects), and each key's last
+// revision is read from the leader, not with a direct get (which KV
+// buckets allow, and which in a cluster any replica answers, a lagging
+// one with an older revision or none): a key put just before would be
+// left, or left at its latest revision.
 func (s *KV) Delete(ctx context.Context, prefix string) error {
-	keys, err := s.List(ctx, prefix)
-	if err != nil {
-		return err
+	if err := CheckPrefix(prefix); err != nil {
+		return fmt.Errorf("storage delete: %w", err)
 	}
-	st, err := s.js.Stream(ctx, "KV_"+s.bucket)
+	keys, err := s.keys(ctx, prefix)
 	if err != nil {
 		return fmt.Errorf("storage delete %s: %w", prefix, err)
 	}
@@ -375,7 +433,7 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 			continue // deleted meanwhile
 		}
 		if err == nil {
-			err = st.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(seq+1))
+			err = purge(ctx, s.js, "KV_"+s.bucket, subj, seq+1)
 		}
 		if err != nil {
 			return fmt.Errorf("storage delete %s: %w", k, err)
@@ -384,167 +442,51 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 	return nil
 }
 
-// leaderMsg is a message as STREAM.MSG.GET returns it.
-type leaderMsg struct {
-	Seq    uint64 `json:"seq"`
-	Header []byte `json:"hdrs"`
-	Data   []byte `json:"data"`
-}
-
-// deleted reports whether m is a KV delete or purge marker, or a marker
-// the server left for a removal (as the KV client tells them).
-func (m *leaderMsg) deleted() bool {
-	if len(m.Header) == 0 {
-		return false
-	}
-	h, err := nats.DecodeHeadersMsg(m.Header)
-	if err != nil {
-		return false
-	}
-	switch h.Get("KV-Operation") {
-	case "DEL", "PURGE":
-		return true
-	}
-	return h.Get(jetstream.MarkerReasonHeader) != ""
-}
-
-// lastSeq returns the sequence of the last message on subject in stream,
-// as the stream's leader has it (leaderLast).
-func lastSeq(ctx context.Context, js jetstream.JetStream, stream, subject string) (uint64, error) {
-	m, err := leaderLast(ctx, js, stream, subject)
-	if err != nil {
-		return 0, err
-	}
-	return m.Seq, nil
-}
-
-// leaderLast returns the last message on subject in stream, as the
-// stream's leader has it: the JetStream API's message get
-// (STREAM.MSG.GET), which only the leader answers. jetstream.Stream's
-// GetLastMsgForSubject, and a KV bucket's Get, use a direct get instead
-// whenever the stream allows them, which any replica answers. No message
-// on subject gives jetstream.ErrMsgNotFound.
-//
-// A stream whose leader is gone has none for a while: its other replicas
-// notice only when the leader's heartbeats stop, and elect another
-// (seconds). Meanwhile nobody answers the request, or a replica answers
-// that the cluster is not available — where a direct get would have read
-// the value. So the request is sent again (leaderResend after the last
-// try without an answer, leaderRetry after an answer that there is no
-// leader), and an answer to any try counts, until ctx is done; without a
-// deadline, leaderWait bounds the wait.
-func leaderLast(ctx context.Context, js jetstream.JetStream, stream, subject string) (*leaderMsg, error) {
-	o := js.Options()
-	prefix := jetstream.DefaultAPIPrefix
-	switch {
-	case o.Domain != "":
-		prefix = "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		prefix = strings.TrimSuffix(o.APIPrefix, ".") + "."
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, max(leaderWait, o.DefaultTimeout))
-		defer cancel()
-	}
-	req, err := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-	}{subject})
+// keys returns the keys starting with prefix that have messages, deleted
+// ones among them, as the stream's leader has them (leaderSubjects).
+func (s *KV) keys(ctx context.Context, prefix string) ([]string, error) {
+	pre := "$KV." + s.bucket + "."
+	subjects, err := leaderSubjects(ctx, s.js, "KV_"+s.bucket, pre+">")
 	if err != nil {
 		return nil, err
 	}
-	nc := js.Conn()
-	api := prefix + "STREAM.MSG.GET." + stream
-	inbox := nc.NewInbox()
-	answers := make(chan *nats.Msg, 16)
-	sub, err := nc.ChanSubscribe(inbox, answers)
-	if err != nil {
-		return nil, fmt.Errorf("last message on %s: %w", subject, err)
-	}
-	defer sub.Unsubscribe()
-	var leaderless error // the last answer that the stream has no leader
-	resend := time.NewTimer(0)
-	defer resend.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			if leaderless != nil {
-				return nil, fmt.Errorf("last message on %s: %w (%w)", subject, leaderless, ctx.Err())
-			}
-			return nil, fmt.Errorf("last message on %s: no answer from stream %s's leader: %w", subject, stream, ctx.Err())
-		case <-resend.C:
-			if err := nc.PublishRequest(api, inbox, req); err != nil {
-				return nil, fmt.Errorf("last message on %s: %w", subject, err)
-			}
-			resend.Reset(leaderResend)
-		case msg := <-answers:
-			if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
-				return nil, fmt.Errorf("last message on %s: %w", subject, nats.ErrNoResponders)
-			}
-			var resp struct {
-				Error   *jetstream.APIError `json:"error"`
-				Message *leaderMsg          `json:"message"`
-			}
-			if err := json.Unmarshal(msg.Data, &resp); err != nil {
-				return nil, fmt.Errorf("last message on %s: %w", subject, err)
-			}
-			switch {
-			case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-				return nil, jetstream.ErrMsgNotFound
-			case resp.Error != nil && resp.Error.ErrorCode == jsErrCodeClusterNotAvail:
-				leaderless = resp.Error
-				resend.Reset(leaderRetry)
-			case resp.Error != nil:
-				return nil, fmt.Errorf("last message on %s: %w", subject, resp.Error)
-			case resp.Message == nil:
-				return nil, fmt.Errorf("last message on %s: %w", subject, jetstream.ErrInvalidJetStreamResponse)
-			default:
-				return resp.Message, nil
-			}
-		}
-	}
-}
-
-// How leaderLast asks a stream's leader while it may have none.
-const (
-	// leaderResend is how long a try waits for an answer before the
-	// request is sent again: a leader that is gone answers none.
-	leaderResend = 2 * time.Second
-	// leaderRetry is the pause after an answer that the stream has no
-	// leader, while its replicas elect one.
-	leaderRetry = 250 * time.Millisecond
-	// leaderWait bounds the whole wait of a caller without a deadline:
-	// well past a raft election after a leader's loss (its replicas
-	// notice in 4 to 9 s).
-	leaderWait = 30 * time.Second
-	// jsErrCodeClusterNotAvail is the server's "JetStream system
-	// temporarily unavailable" (JSClusterNotAvailErr): a stream, or
-	// JetStream's meta layer, without a leader.
-	jsErrCodeClusterNotAvail jetstream.ErrorCode = 10008
-)
-
-// List returns the live keys starting with prefix, sorted.
-func (s *KV) List(ctx context.Context, prefix string) ([]string, error) {
-	if err := CheckPrefix(prefix); err != nil {
-		return nil, fmt.Errorf("storage list: %w", err)
-	}
-	// Not the client's Keys, which ignores ctx once it watches and waits
-	// for the watch's end marker for good (see ObjectStore.List).
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
-	if err != nil {
-		return nil, fmt.Errorf("storage list %s: %w", prefix, err)
-	}
-	defer func() { _ = w.Stop() }()
-	all, err := initial(ctx, w.Updates(), s.js.Options().DefaultTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("storage list %s: kv %s: %w", prefix, s.bucket, err)
-	}
 	var keys []string
-	for _, e := range all {
-		if k := e.Key(); strings.HasPrefix(k, prefix) {
+	for subj := range subjects {
+		if k := strings.TrimPrefix(subj, pre); strings.HasPrefix(k, prefix) {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
-	return slices.Compact(keys), nil
+	return keys, nil
+}
+
+// List returns the live keys starting with prefix, sorted, as the
+// stream's leader has them: the bucket's subjects (keys), and for each of
+// them with the prefix its last revision, to leave out the deleted ones.
+// Not a watch, as the client's Keys: its consumer may be placed on a
+// lagging replica, and a checkpoint's metadata just written would be
+// missing — a restarted job's coordinator would restore an older
+// checkpoint than the newest completed one (Catalog.IDs).
+func (s *KV) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("storage list: %w", err)
+	}
+	all, err := s.keys(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("storage list %s: %w", prefix, err)
+	}
+	keys := all[:0]
+	for _, k := range all {
+		m, err := leaderLast(ctx, s.js, "KV_"+s.bucket, "$KV."+s.bucket+"."+k)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("storage list %s: %w", prefix, err)
+		}
+		if !m.deleted() {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
 }

@@ -8,9 +8,14 @@
 //   - ObjectStore: a JetStream Object Store bucket, for state and
 //     channel-state blobs shared by workers on several machines.
 //   - KV: a JetStream Key-Value bucket, for small objects such as
-//     checkpoint metadata and job records. Its reads go to the bucket's
-//     stream leader, never to a replica that may lag, and wait out an
-//     election while the stream has none (KV.Get).
+//     checkpoint metadata and job records.
+//
+// The two JetStream stores read, list and delete through the bucket's
+// stream leader (STREAM.MSG.GET, STREAM.INFO), never through a direct get
+// or a consumer, which on a cluster a replica that lags may serve (see
+// leader.go): what one client wrote, another lists and reads right after,
+// wherever it is connected. While a stream has no leader (its leader's
+// server gone, its replicas electing another), they wait for one.
 //
 // Store has the same method set as the host's storage interface (host.Store),
 // so each implementation satisfies both without importing the host.

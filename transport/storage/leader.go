@@ -1,0 +1,300 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The reads here go to a stream's leader: the JetStream API's message get
+// (STREAM.MSG.GET) and stream info (STREAM.INFO), which in a cluster only
+// the stream's leader answers. The client's own reads of a bucket do not:
+// a KV Get and an object's info use a direct get whenever the bucket
+// allows them (both kinds do), and a watch, a KV listing or an object's
+// chunks go through a consumer; any replica answers a direct get, and a
+// consumer may be placed on any replica, a lagging one among them, which
+// answers with what it has applied so far: an older revision, or nothing
+// for what was just written.
+
+// apiSubject returns the JetStream API subject for api ("STREAM.INFO.S")
+// as js's domain or API prefix has it.
+func apiSubject(js jetstream.JetStream, api string) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API." + api
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "." + api
+	}
+	return jetstream.DefaultAPIPrefix + api
+}
+
+// apiRequest sends req to the API subject for api and decodes the answer
+// into resp, as leaderRequest asks (an answer that there is no leader is
+// resp's to hold).
+func apiRequest(ctx context.Context, js jetstream.JetStream, api string, req, resp any) error {
+	return leaderRequest(ctx, js, api, req, func(data []byte) error { return json.Unmarshal(data, resp) })
+}
+
+// leaderRequest sends req to the API subject for api, which the stream's
+// leader answers, and returns what decode makes of the answer.
+//
+// A stream whose leader is gone has none for a while: its other replicas
+// notice only when the leader's heartbeats stop, and elect another
+// (seconds). Meanwhile nobody answers the request, or a replica answers
+// that the cluster is not available (decode returns an error wrapping
+// errLeaderless) — where a direct get would have been answered. So the
+// request is sent again (leaderResend after the last try without an
+// answer, leaderRetry after an answer that there is no leader), and an
+// answer to any try counts, until ctx is done; without a deadline,
+// leaderWait bounds the wait. Every request here may be sent twice: a
+// read, and a purge through a given sequence, do the same again.
+func leaderRequest(ctx context.Context, js jetstream.JetStream, api string, req any, decode func(data []byte) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(leaderWait, js.Options().DefaultTimeout))
+		defer cancel()
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	nc := js.Conn()
+	subj := apiSubject(js, api)
+	inbox := nc.NewInbox()
+	answers := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	var leaderless error // the last answer that the stream has no leader
+	resend := time.NewTimer(0)
+	defer resend.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if leaderless != nil {
+				return fmt.Errorf("%w (%w)", leaderless, ctx.Err())
+			}
+			return fmt.Errorf("no answer to %s from the stream's leader: %w", subj, ctx.Err())
+		case <-resend.C:
+			if err := nc.PublishRequest(subj, inbox, data); err != nil {
+				return err
+			}
+			resend.Reset(leaderResend)
+		case msg := <-answers:
+			if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+				return nats.ErrNoResponders
+			}
+			err := decode(msg.Data)
+			if !errors.Is(err, errLeaderless) {
+				return err
+			}
+			leaderless = err
+			resend.Reset(leaderRetry)
+		}
+	}
+}
+
+// errLeaderless is wrapped by an answer that the stream has no leader.
+var errLeaderless = errors.New("the stream has no leader")
+
+// apiError returns e, wrapping errLeaderless too when e says the stream
+// (or JetStream's meta layer) has no leader.
+func apiError(e *jetstream.APIError) error {
+	if e.ErrorCode == jsErrCodeClusterNotAvail {
+		return fmt.Errorf("%w: %w", errLeaderless, e)
+	}
+	return e
+}
+
+// How leaderRequest asks a stream's leader while it may have none.
+const (
+	// leaderResend is how long a try waits for an answer before the
+	// request is sent again: a leader that is gone answers none.
+	leaderResend = 2 * time.Second
+	// leaderRetry is the pause after an answer that the stream has no
+	// leader, while its replicas elect one.
+	leaderRetry = 250 * time.Millisecond
+	// leaderWait bounds the whole wait of a caller without a deadline:
+	// well past a raft election after a leader's loss (its replicas
+	// notice in 4 to 9 s).
+	leaderWait = 30 * time.Second
+	// jsErrCodeClusterNotAvail is the server's "JetStream system
+	// temporarily unavailable" (JSClusterNotAvailErr): a stream, or
+	// JetStream's meta layer, without a leader.
+	jsErrCodeClusterNotAvail jetstream.ErrorCode = 10008
+)
+
+// leaderMsg is a message as STREAM.MSG.GET returns it.
+type leaderMsg struct {
+	Seq    uint64 `json:"seq"`
+	Header []byte `json:"hdrs"`
+	Data   []byte `json:"data"`
+}
+
+// deleted reports whether m is a KV delete or purge marker, or a marker
+// the server left for a removal (as the KV client tells them).
+func (m *leaderMsg) deleted() bool {
+	if len(m.Header) == 0 {
+		return false
+	}
+	h, err := nats.DecodeHeadersMsg(m.Header)
+	if err != nil {
+		return false
+	}
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+// msgGetRequest is a STREAM.MSG.GET request: the last message on LastFor,
+// or the first message at or after Seq on NextFor.
+type msgGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+}
+
+// leaderGet asks stream's leader for the message req names. None gives
+// jetstream.ErrMsgNotFound.
+func leaderGet(ctx context.Context, js jetstream.JetStream, stream string, req msgGetRequest) (*leaderMsg, error) {
+	var m *leaderMsg
+	err := leaderRequest(ctx, js, "STREAM.MSG.GET."+stream, req, func(data []byte) error {
+		var resp struct {
+			Error   *jetstream.APIError `json:"error"`
+			Message *leaderMsg          `json:"message"`
+		}
+		if err := json.Unmarshal(data, &resp); err != nil {
+			return err
+		}
+		switch {
+		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			return jetstream.ErrMsgNotFound
+		case resp.Error != nil:
+			return apiError(resp.Error)
+		case resp.Message == nil:
+			return jetstream.ErrInvalidJetStreamResponse
+		}
+		m = resp.Message
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// leaderLast returns the last message on subject in stream, as the
+// stream's leader has it. No message on subject gives
+// jetstream.ErrMsgNotFound.
+func leaderLast(ctx context.Context, js jetstream.JetStream, stream, subject string) (*leaderMsg, error) {
+	m, err := leaderGet(ctx, js, stream, msgGetRequest{LastFor: subject})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	return m, err
+}
+
+// lastSeq returns the sequence of the last message on subject in stream,
+// as the stream's leader has it (leaderLast).
+func lastSeq(ctx context.Context, js jetstream.JetStream, stream, subject string) (uint64, error) {
+	m, err := leaderLast(ctx, js, stream, subject)
+	if err != nil {
+		return 0, err
+	}
+	return m.Seq, nil
+}
+
+// leaderSubjects returns the subjects of stream that match filter and
+// hold messages, with how many each holds, as the stream's leader has
+// them: STREAM.INFO with a subjects filter. The server sends at most
+// 100,000 subjects an answer (sorted, when there are more); the pages are
+// asked for until all came, or until a page brings none (subjects went
+// away meanwhile).
+func leaderSubjects(ctx context.Context, js jetstream.JetStream, stream, filter string) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for {
+		req := struct {
+			Filter string `json:"subjects_filter"`
+			Offset int    `json:"offset,omitempty"`
+		}{filter, len(out)}
+		var page map[string]uint64
+		var total int
+		err := leaderRequest(ctx, js, "STREAM.INFO."+stream, req, func(data []byte) error {
+			var resp struct {
+				Error   *jetstream.APIError `json:"error"`
+				Total   int                 `json:"total"`
+				Cluster *struct {
+					Leader string `json:"leader"`
+				} `json:"cluster"`
+				State *struct {
+					Subjects map[string]uint64 `json:"subjects"`
+				} `json:"state"`
+			}
+			if err := json.Unmarshal(data, &resp); err != nil {
+				return err
+			}
+			switch {
+			case resp.Error != nil:
+				return apiError(resp.Error)
+			case resp.State == nil:
+				return jetstream.ErrInvalidJetStreamResponse
+			case resp.Cluster != nil && resp.Cluster.Leader == "":
+				// A replica answers for a stream without a leader, with
+				// what it has applied so far.
+				return errLeaderless
+			}
+			page, total = resp.State.Subjects, resp.Total
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("subjects of stream %s: %w", stream, err)
+		}
+		n := len(out)
+		for s, c := range page {
+			out[s] = c
+		}
+		if len(out) >= total || len(out) == n {
+			return out, nil
+		}
+	}
+}
+
+// purge removes the messages on subject in stream: those before sequence
+// before if that is above 0, else all of them.
+func purge(ctx context.Context, js jetstream.JetStream, stream, subject string, before uint64) error {
+	req := struct {
+		Seq    uint64 `json:"seq,omitempty"`
+		Filter string `json:"filter"`
+	}{before, subject}
+	err := leaderRequest(ctx, js, "STREAM.PURGE."+stream, req, func(data []byte) error {
+		var resp struct {
+			Error   *jetstream.APIError `json:"error"`
+			Success bool                `json:"success"`
+		}
+		if err := json.Unmarshal(data, &resp); err != nil {
+			return err
+		}
+		switch {
+		case resp.Error != nil:
+			return apiError(resp.Error)
+		case !resp.Success:
+			return jetstream.ErrInvalidJetStreamResponse
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("purge %s: %w", subject, err)
+	}
+	return nil
+}

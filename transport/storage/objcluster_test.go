@@ -1,0 +1,209 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// clusterStores starts a three-server cluster with both buckets on all
+// three servers (weir up -replicas 3) and returns a store of each kind
+// connected to the server that leads the bucket's stream (to write
+// through), a store of each kind connected to a server that does not (to
+// read through: its own replica may lag), and the reader's connection.
+func clusterStores(t *testing.T, ctx context.Context) (wo *ObjectStore, wk *KV, ro *ObjectStore, rk *KV, rnc *nats.Conn) {
+	t.Helper()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	connect := func(url string) (*nats.Conn, jetstream.JetStream) {
+		t.Helper()
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+	_, js := connect(servers[0].ClientURL())
+	if _, err := NewObjectStore(ctx, js, "state", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
+		t.Fatal(err)
+	}
+	// Both streams' leader, moved to one server if they differ.
+	// (a stream elects its leader again after a step down: asked until it
+	// has one)
+	leader := func(stream string) string {
+		t.Helper()
+		for {
+			st, err := js.Stream(ctx, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := st.CachedInfo().Cluster; c != nil && c.Leader != "" && len(c.Replicas) == 2 {
+				return c.Leader
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("stream %s: no leader with two replicas: %v", stream, ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	lead := leader("OBJ_state")
+	for leader("KV_meta") != lead {
+		var resp struct {
+			Error *jetstream.APIError `json:"error"`
+		}
+		req := fmt.Sprintf(`{"placement":{"preferred":%q}}`, lead)
+		if err := apiRequest(ctx, js, "STREAM.LEADER.STEPDOWN.KV_meta", rawJSON(req), &resp); err != nil || resp.Error != nil {
+			t.Fatalf("move the leader of KV_meta to %s: %v %v", lead, err, resp.Error)
+		}
+	}
+	var leaderURL, followerURL string
+	for _, s := range servers {
+		if s.Name() == lead {
+			leaderURL = s.ClientURL()
+		} else {
+			followerURL = s.ClientURL()
+		}
+	}
+	_, ljs := connect(leaderURL)
+	rnc, fjs := connect(followerURL)
+	var err error
+	if wo, err = NewObjectStore(ctx, ljs, "state", 0); err != nil {
+		t.Fatal(err)
+	}
+	if wk, err = NewKV(ctx, ljs, "meta", 0); err != nil {
+		t.Fatal(err)
+	}
+	if ro, err = NewObjectStore(ctx, fjs, "state", 0); err != nil {
+		t.Fatal(err)
+	}
+	if rk, err = NewKV(ctx, fjs, "meta", 0); err != nil {
+		t.Fatal(err)
+	}
+	return wo, wk, ro, rk, rnc
+}
+
+// rawJSON is a request body given as JSON text.
+type rawJSON string
+
+func (j rawJSON) MarshalJSON() ([]byte, error) { return []byte(j), nil }
+
+// On a three-server cluster, a client connected to a server that does
+// not lead the buckets' streams lists, reads and deletes what another
+// client wrote through the leader's server right before, and none of its
+// requests is a direct get or creates a consumer (a watch's, or the
+// object store client's for an object's chunks): the server may answer a
+// direct get from its own replica, and place a consumer on it, and the
+// replica answers with what it has applied so far. A listing that misses
+// a checkpoint just completed restores an older one (Catalog.IDs), or
+// calls the newest corrupt (Catalog.Read); a read that misses a snapshot
+// just written fails the restore.
+func TestStoresOnAClusterReadFromTheLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wo, wk, ro, rk, rnc := clusterStores(t, ctx)
+
+	// The reader's requests: every request of its connection carries a
+	// reply subject under the connection's own inbox prefix.
+	inbox := rnc.NewRespInbox()
+	inbox = inbox[:strings.LastIndexByte(inbox, '.')+1]
+	mine := func(sub *nats.Subscription) int {
+		t.Helper()
+		n := 0
+		for {
+			m, err := sub.NextMsg(0)
+			if err != nil {
+				return n
+			}
+			if strings.HasPrefix(m.Reply, inbox) {
+				n++
+			}
+		}
+	}
+	direct, err := rnc.SubscribeSync(jetstream.DefaultAPIPrefix + "DIRECT.GET.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers, err := rnc.SubscribeSync(jetstream.DefaultAPIPrefix + "CONSUMER.CREATE.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	big := bytes.Repeat([]byte("0123456789abcdef"), 20000) // 320 KB: three chunks
+	const n = 10
+	for i := range n {
+		key := fmt.Sprintf("j/chk-%d/task-0", i)
+		val := append([]byte(fmt.Sprint(i)), big...)
+		if err := wo.Put(ctx, key, bytes.NewReader(val)); err != nil {
+			t.Fatal(err)
+		}
+		if err := wk.Put(ctx, fmt.Sprintf("j/chk-%d/_metadata", i), strings.NewReader(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		keys, err := ro.List(ctx, fmt.Sprintf("j/chk-%d/", i))
+		if err != nil || !reflect.DeepEqual(keys, []string{key}) {
+			t.Fatalf("object store listing right after writing %s: %v, %v", key, keys, err)
+		}
+		got, err := ReadAll(ctx, ro, key)
+		if err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("read %d bytes, %v right after writing %d to %s", len(got), err, len(val), key)
+		}
+		keys, err = rk.List(ctx, "j/chk-")
+		if err != nil || len(keys) != i+1 || keys[len(keys)-1] != fmt.Sprintf("j/chk-%d/_metadata", i) {
+			t.Fatalf("kv listing right after writing checkpoint %d's metadata: %v, %v", i, keys, err)
+		}
+	}
+	for i := range n {
+		for _, s := range []Store{ro, rk} {
+			if err := s.Delete(ctx, fmt.Sprintf("j/chk-%d/", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The reader's requests went through its own server, as did the
+	// subscriptions: once the flush is answered, they have all arrived.
+	if err := rnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if d := mine(direct); d != 0 {
+		t.Errorf("the reader made %d direct gets; want none", d)
+	}
+	if c := mine(consumers); c != 0 {
+		t.Errorf("the reader created %d consumers; want none", c)
+	}
+	for _, stream := range []string{"OBJ_state", "KV_meta"} {
+		var resp struct {
+			State struct {
+				Msgs uint64 `json:"messages"`
+			} `json:"state"`
+		}
+		if err := apiRequest(ctx, wo.js, "STREAM.INFO."+stream, nil, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if resp.State.Msgs != 0 {
+			t.Errorf("%s: %d messages left after deleting every object; want none", stream, resp.State.Msgs)
+		}
+	}
+}
