@@ -45,6 +45,13 @@ func NewObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, 
 	return &ObjectStore{os: os, js: js, bucket: bucket}, nil
 }
 
+// ObjectStoreOf returns the store of bucket, which os is, opened already
+// (OpenObjectStore, with a configuration of its own): its reads, listings
+// and deletes go through the stream's leader as NewObjectStore's do.
+func ObjectStoreOf(js jetstream.JetStream, bucket string, os jetstream.ObjectStore) *ObjectStore {
+	return &ObjectStore{os: os, js: js, bucket: bucket}
+}
+
 // OpenObjectStore opens cfg.Bucket, creating it with cfg (and
 // max(replicas, 1) replicas) if it does not exist; an existing bucket is
 // scaled to replicas if that is above 0.
@@ -180,6 +187,7 @@ func (s *ObjectStore) info(ctx context.Context, key string) (*jetstream.ObjectIn
 	if err := json.Unmarshal(m.Data, &info); err != nil {
 		return nil, 0, fmt.Errorf("storage get %s: object info: %w", key, err)
 	}
+	info.ModTime = m.Time
 	return &info, m.Seq, nil
 }
 
@@ -268,21 +276,30 @@ func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
 		return fmt.Errorf("storage delete %s: %w", prefix, err)
 	}
 	for _, k := range keys {
-		info, seq, err := s.info(ctx, k)
-		if err != nil {
+		if err := s.DeleteKey(ctx, k); err != nil {
 			return err
 		}
-		if info == nil {
-			continue // deleted meanwhile
+	}
+	return nil
+}
+
+// DeleteKey removes the object named key, and no other, as Delete removes
+// each of its objects; a key with no object is no error.
+func (s *ObjectStore) DeleteKey(ctx context.Context, key string) error {
+	info, seq, err := s.info(ctx, key)
+	if err != nil {
+		return err
+	}
+	if info == nil {
+		return nil // deleted meanwhile
+	}
+	if !info.Deleted && info.NUID != "" {
+		if err := purge(ctx, s.js, "OBJ_"+s.bucket, "$O."+s.bucket+".C."+info.NUID, 0); err != nil {
+			return fmt.Errorf("storage delete %s: chunks: %w", key, err)
 		}
-		if !info.Deleted && info.NUID != "" {
-			if err := purge(ctx, s.js, "OBJ_"+s.bucket, "$O."+s.bucket+".C."+info.NUID, 0); err != nil {
-				return fmt.Errorf("storage delete %s: chunks: %w", k, err)
-			}
-		}
-		if err := purge(ctx, s.js, "OBJ_"+s.bucket, s.metaSubject(k), seq+1); err != nil {
-			return fmt.Errorf("storage delete %s: %w", k, err)
-		}
+	}
+	if err := purge(ctx, s.js, "OBJ_"+s.bucket, s.metaSubject(key), seq+1); err != nil {
+		return fmt.Errorf("storage delete %s: %w", key, err)
 	}
 	return nil
 }
@@ -315,6 +332,20 @@ func (s *ObjectStore) names(ctx context.Context, prefix string) ([]string, error
 // written would be missing — Catalog.Read would then call the newest
 // checkpoint corrupt and restore an older one.
 func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error) {
+	infos, err := s.Infos(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(infos))
+	for i, in := range infos {
+		keys[i] = in.Name
+	}
+	return keys, nil
+}
+
+// Infos returns the infos of the live objects whose names start with
+// prefix, by name, as List finds them.
+func (s *ObjectStore) Infos(ctx context.Context, prefix string) ([]*jetstream.ObjectInfo, error) {
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("storage list: %w", err)
 	}
@@ -322,17 +353,17 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 	if err != nil {
 		return nil, fmt.Errorf("storage list %s: %w", prefix, err)
 	}
-	keys := names[:0]
+	var infos []*jetstream.ObjectInfo
 	for _, k := range names {
 		info, _, err := s.info(ctx, k)
 		if err != nil {
 			return nil, fmt.Errorf("storage list %s: %w", prefix, err)
 		}
 		if info != nil && !info.Deleted {
-			keys = append(keys, k)
+			infos = append(infos, info)
 		}
 	}
-	return keys, nil
+	return infos, nil
 }
 
 // KV stores small objects in a JetStream Key-Value bucket (values are

@@ -135,9 +135,10 @@ const (
 
 // leaderMsg is a message as STREAM.MSG.GET returns it.
 type leaderMsg struct {
-	Seq    uint64 `json:"seq"`
-	Header []byte `json:"hdrs"`
-	Data   []byte `json:"data"`
+	Seq    uint64    `json:"seq"`
+	Header []byte    `json:"hdrs"`
+	Data   []byte    `json:"data"`
+	Time   time.Time `json:"time"`
 }
 
 // deleted reports whether m is a KV delete or purge marker, or a marker
