@@ -78,9 +78,14 @@ func (m Module) Ref() string { return fmt.Sprintf("%s@%d", m.Name, m.Version) }
 
 // Registry is a module registry on a JetStream object store. Versions are
 // claimed in a KV bucket (BUCKET_versions) with create-if-absent, so
-// concurrent pushes never get the same version.
+// concurrent pushes never get the same version. Listings, reads and
+// removals go through the bucket's stream leader (storage.ObjectStore): on
+// a cluster, a worker connected to a replica that lags finds a module
+// pushed just before, instead of failing its job with "not in the module
+// registry".
 type Registry struct {
-	os       jetstream.ObjectStore
+	os       jetstream.ObjectStore // for pushes, which carry metadata
+	store    *storage.ObjectStore
 	versions jetstream.KeyValue
 }
 
@@ -103,7 +108,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}
-	return &Registry{os: os, versions: kv}, nil
+	return &Registry{os: os, store: storage.ObjectStoreOf(js, bucket, os), versions: kv}, nil
 }
 
 // Digest returns the lower-case hex sha256 of data.
@@ -212,18 +217,12 @@ func fromInfo(in *jetstream.ObjectInfo) (Module, bool) {
 
 // List returns every stored module version, by name and version.
 func (r *Registry) List(ctx context.Context) ([]Module, error) {
-	infos, err := r.os.List(ctx)
+	infos, err := r.store.Infos(ctx, "")
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoObjectsFound) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("list modules: %w", err)
 	}
 	var out []Module
 	for _, in := range infos {
-		if in.Deleted {
-			continue
-		}
 		if m, ok := fromInfo(in); ok {
 			out = append(out, m)
 		}
@@ -302,7 +301,7 @@ func (r *Registry) Remove(ctx context.Context, ref string) ([]Module, error) {
 	var gone []Module
 	for _, m := range all {
 		if m.Name == p.Name && (p.Version == 0 || m.Version == p.Version) {
-			if err := r.os.Delete(ctx, objectName(m.Name, m.Version)); err != nil {
+			if err := r.store.DeleteKey(ctx, objectName(m.Name, m.Version)); err != nil {
 				return gone, fmt.Errorf("remove %s: %w", m.Ref(), err)
 			}
 			_ = r.versions.Purge(ctx, versionKey(m.Name, m.Version))
@@ -317,9 +316,9 @@ func (r *Registry) Remove(ctx context.Context, ref string) ([]Module, error) {
 
 // Get returns the bytes of a stored module version, verifying its digest.
 func (r *Registry) Get(ctx context.Context, m Module) ([]byte, error) {
-	data, err := r.os.GetBytes(ctx, objectName(m.Name, m.Version))
+	data, err := storage.ReadAll(ctx, r.store, objectName(m.Name, m.Version))
 	if err != nil {
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("module %s: %w", m.Ref(), ErrNotFound)
 		}
 		return nil, fmt.Errorf("module %s: %w", m.Ref(), err)

@@ -1,0 +1,131 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// On a three-server cluster with the registry on all three (weir up
+// -replicas 3), a worker connected to a server that does not lead the
+// registry's stream resolves each module right after it was pushed
+// through the leader's server, and its lookups make no direct get and
+// create no consumer, which its own server may answer from a replica
+// that has not applied the push yet: the job would fail with "not in the
+// module registry". A removal through it leaves nothing listed.
+func TestRegistryOnAClusterReadsFromTheLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	connect := func(url string) (*nats.Conn, jetstream.JetStream) {
+		t.Helper()
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+	_, js := connect(servers[0].ClientURL())
+	if _, err := Open(ctx, js, "", 3); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "OBJ_"+DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Cluster
+	if c == nil || c.Leader == "" || len(c.Replicas) != 2 {
+		t.Fatalf("the registry's stream: cluster %+v, want a leader and two replicas", c)
+	}
+	var leaderURL, followerURL string
+	for _, s := range servers {
+		if s.Name() == c.Leader {
+			leaderURL = s.ClientURL()
+		} else {
+			followerURL = s.ClientURL()
+		}
+	}
+	_, ljs := connect(leaderURL)
+	pusher, err := Open(ctx, ljs, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wnc, wjs := connect(followerURL)
+	worker, err := Open(ctx, wjs, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker's requests carry reply subjects under its connection's
+	// inbox prefix.
+	inbox := wnc.NewRespInbox()
+	inbox = inbox[:strings.LastIndexByte(inbox, '.')+1]
+	mine := func(sub *nats.Subscription) int {
+		t.Helper()
+		n := 0
+		for {
+			m, err := sub.NextMsg(0)
+			if err != nil {
+				return n
+			}
+			if strings.HasPrefix(m.Reply, inbox) {
+				n++
+			}
+		}
+	}
+	direct, err := wnc.SubscribeSync(jetstream.DefaultAPIPrefix + "DIRECT.GET.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers, err := wnc.SubscribeSync(jetstream.DefaultAPIPrefix + "CONSUMER.CREATE.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 10
+	for i := range n {
+		wasm := append(append([]byte(nil), minimal...), bytes.Repeat([]byte{byte(i)}, 1000)...)
+		name := fmt.Sprintf("op%d", i)
+		m, err := pusher.Push(ctx, name, wasm, 0, checkMagic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, got, err := Resolve(ctx, worker, name)
+		if err != nil || got.Ref() != m.Ref() || !bytes.Equal(data, wasm) {
+			t.Fatalf("resolve %s right after pushing %s: %s, %d bytes, %v", name, m.Ref(), got.Ref(), len(data), err)
+		}
+	}
+	if _, err := worker.Remove(ctx, "op0"); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := worker.List(ctx); err != nil || len(all) != n-1 {
+		t.Errorf("after removing op0: %v, %v; want the %d others", all, err, n-1)
+	}
+	if err := wnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if d := mine(direct); d != 0 {
+		t.Errorf("the worker made %d direct gets; want none", d)
+	}
+	if c := mine(consumers); c != 0 {
+		t.Errorf("the worker created %d consumers; want none", c)
+	}
+}
