@@ -205,14 +205,53 @@ func (c *Catalog) Latest(ctx context.Context, job string, candidates []int64) (m
 	return nil, skipped, nil
 }
 
-// Discard deletes checkpoint id: its metadata first, then its state.
+// Discard deletes checkpoint id: its metadata first, then its state,
+// every object under its prefix. On JetStream, finding those lists the
+// whole state bucket (storage.KeyDeleter): DiscardCompleted does without.
 func (c *Catalog) Discard(ctx context.Context, job string, id int64) error {
-	if err := c.Meta.Delete(ctx, MetadataKey(job, id)); err != nil {
+	if err := storage.DeleteKey(ctx, c.Meta, MetadataKey(job, id)); err != nil {
 		return fmt.Errorf("discard checkpoint %s/%d: %w", job, id, err)
 	}
 	if c.State != nil {
 		if err := c.State.Delete(ctx, StatePrefix(job, id)); err != nil {
 			return fmt.Errorf("discard checkpoint %s/%d: %w", job, id, err)
+		}
+	}
+	return nil
+}
+
+// DiscardCompleted deletes completed checkpoint md, as retention drops
+// it: its metadata first, then its state. Where State deletes by key
+// (storage.KeyDeleter: the JetStream object store), its state is what md
+// names under the checkpoint's prefix — each task's snapshot, and the
+// commit marker a sink may have written next to it (mayMark) — deleted
+// key by key, at a cost in proportion to the job's tasks; a listing of
+// the prefix (Discard) lists the whole bucket, at a cost in proportion to
+// every job's checkpoints. A completed checkpoint has no other objects
+// (each task acked its snapshot's key); a marker its sink writes after
+// this is looked for later (Runner), and anything else would be found by
+// Leftovers. Elsewhere (a directory) it is Discard.
+func (c *Catalog) DiscardCompleted(ctx context.Context, md *Metadata) error {
+	kd, ok := c.State.(storage.KeyDeleter)
+	if !ok {
+		return c.Discard(ctx, md.Job, md.ID)
+	}
+	if err := storage.DeleteKey(ctx, c.Meta, MetadataKey(md.Job, md.ID)); err != nil {
+		return fmt.Errorf("discard checkpoint %s/%d: %w", md.Job, md.ID, err)
+	}
+	prefix := StatePrefix(md.Job, md.ID)
+	for task, h := range md.Handles {
+		if !strings.HasPrefix(h, prefix) {
+			continue // none, or not this checkpoint's (nothing writes one)
+		}
+		keys := []string{h}
+		if mayMark(md, task, h) {
+			keys = append(keys, h+CommitMarkerSuffix)
+		}
+		for _, k := range keys {
+			if err := kd.DeleteKey(ctx, k); err != nil {
+				return fmt.Errorf("discard checkpoint %s/%d: %w", md.Job, md.ID, err)
+			}
 		}
 	}
 	return nil
@@ -254,7 +293,7 @@ func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error)
 				if k == meta {
 					continue
 				}
-				if err := c.State.Delete(ctx, k); err != nil {
+				if err := storage.DeleteKey(ctx, c.State, k); err != nil {
 					return n, fmt.Errorf("remove checkpoint %s/%d: %w", job, id, err)
 				}
 				n++
@@ -262,7 +301,7 @@ func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error)
 			defer func() { _ = c.State.Delete(ctx, prefix) }()
 		}
 	}
-	if err := c.Meta.Delete(ctx, meta); err != nil {
+	if err := storage.DeleteKey(ctx, c.Meta, meta); err != nil {
 		return n, fmt.Errorf("remove checkpoint %s/%d: metadata: %w", job, id, err)
 	}
 	return n + 1, nil
@@ -313,7 +352,7 @@ func (c *Catalog) RemoveStrayMarkers(ctx context.Context, job string) (int, erro
 		return 0, err
 	}
 	for i, k := range keys {
-		if err := c.State.Delete(ctx, k); err != nil {
+		if err := storage.DeleteKey(ctx, c.State, k); err != nil {
 			return i, fmt.Errorf("remove stray commit marker %s: %w", k, err)
 		}
 	}

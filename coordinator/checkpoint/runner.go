@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // Effects is how a Runner reaches the job's tasks.
@@ -480,7 +481,12 @@ func (r *Runner) discard(ctx context.Context, a DiscardAction) {
 	list := r.strayDue
 	r.strayDue = false
 	r.mu.Unlock()
-	err := r.cat.Discard(ctx, job, a.ID)
+	var err error
+	if a.Completed != nil {
+		err = r.cat.DiscardCompleted(ctx, a.Completed)
+	} else {
+		err = r.cat.Discard(ctx, job, a.ID)
+	}
 	if err != nil {
 		r.log.Warn("discarding checkpoint failed", "checkpoint", a.ID, "err", err)
 	}
@@ -545,7 +551,7 @@ func (r *Runner) removeSuspects(ctx context.Context) {
 		rc, err := r.cat.State.Get(ctx, s.key)
 		if err == nil {
 			_ = rc.Close()
-			if err := r.cat.State.Delete(ctx, s.key); err != nil {
+			if err := storage.DeleteKey(ctx, r.cat.State, s.key); err != nil {
 				r.log.Warn("removing a stray commit marker failed", "marker", s.key, "err", err)
 			} else {
 				r.log.Info("stray commit markers removed", "markers", 1)

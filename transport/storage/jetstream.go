@@ -286,6 +286,9 @@ func (s *ObjectStore) Delete(ctx context.Context, prefix string) error {
 // DeleteKey removes the object named key, and no other, as Delete removes
 // each of its objects; a key with no object is no error.
 func (s *ObjectStore) DeleteKey(ctx context.Context, key string) error {
+	if err := CheckKey(key); err != nil {
+		return fmt.Errorf("storage delete: %w", err)
+	}
 	info, seq, err := s.info(ctx, key)
 	if err != nil {
 		return err
@@ -458,17 +461,33 @@ func (s *KV) Delete(ctx context.Context, prefix string) error {
 		return fmt.Errorf("storage delete %s: %w", prefix, err)
 	}
 	for _, k := range keys {
-		subj := "$KV." + s.bucket + "." + k
-		seq, err := lastSeq(ctx, s.js, "KV_"+s.bucket, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // deleted meanwhile
+		if err := s.deleteKey(ctx, k); err != nil {
+			return err
 		}
-		if err == nil {
-			err = purge(ctx, s.js, "KV_"+s.bucket, subj, seq+1)
-		}
-		if err != nil {
-			return fmt.Errorf("storage delete %s: %w", k, err)
-		}
+	}
+	return nil
+}
+
+// DeleteKey removes key, and no other, as Delete removes each of its keys;
+// a key that is not there is no error.
+func (s *KV) DeleteKey(ctx context.Context, key string) error {
+	if err := CheckKey(key); err != nil {
+		return fmt.Errorf("storage delete: %w", err)
+	}
+	return s.deleteKey(ctx, key)
+}
+
+func (s *KV) deleteKey(ctx context.Context, key string) error {
+	subj := "$KV." + s.bucket + "." + key
+	seq, err := lastSeq(ctx, s.js, "KV_"+s.bucket, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // deleted meanwhile
+	}
+	if err == nil {
+		err = purge(ctx, s.js, "KV_"+s.bucket, subj, seq+1)
+	}
+	if err != nil {
+		return fmt.Errorf("storage delete %s: %w", key, err)
 	}
 	return nil
 }

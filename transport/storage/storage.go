@@ -46,6 +46,27 @@ type Store interface {
 	List(ctx context.Context, prefix string) ([]string, error)
 }
 
+// KeyDeleter is a Store that removes one object by its key, and no other,
+// at a cost that does not grow with the other objects it holds (KV,
+// ObjectStore). A JetStream bucket finds the keys under a prefix (Delete)
+// only by listing all of its own: its subjects hold each key whole, or
+// encoded, where no subject filter can match the start of one.
+type KeyDeleter interface {
+	// DeleteKey removes the object under key; a key with no object is no
+	// error.
+	DeleteKey(ctx context.Context, key string) error
+}
+
+// DeleteKey removes the object under key from s: through s's DeleteKey
+// where it has one (KeyDeleter), else through Delete, which also removes
+// the objects whose keys key is the start of.
+func DeleteKey(ctx context.Context, s Store, key string) error {
+	if kd, ok := s.(KeyDeleter); ok {
+		return kd.DeleteKey(ctx, key)
+	}
+	return s.Delete(ctx, key)
+}
+
 // Locator is a Store that names where it keeps its objects. A coordinator
 // and its workers must share one checkpoint store: the coordinator reads
 // what the workers write. Equal locations are the same objects.
