@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,13 +172,20 @@ type msgGetRequest struct {
 // jetstream.ErrMsgNotFound.
 func leaderGet(ctx context.Context, js jetstream.JetStream, stream string, req msgGetRequest) (*leaderMsg, error) {
 	var m *leaderMsg
-	err := leaderRequest(ctx, js, "STREAM.MSG.GET."+stream, req, func(data []byte) error {
+	err := leaderRequest(ctx, js, "STREAM.MSG.GET."+stream, req, func(raw []byte) error {
 		var resp struct {
 			Error   *jetstream.APIError `json:"error"`
 			Message *leaderMsg          `json:"message"`
 		}
-		if err := json.Unmarshal(data, &resp); err != nil {
+		raw, data, err := cutData(raw)
+		if err != nil {
 			return err
+		}
+		if err := json.Unmarshal(raw, &resp); err != nil {
+			return err
+		}
+		if resp.Message != nil && data != nil {
+			resp.Message.Data = data
 		}
 		switch {
 		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
@@ -193,6 +202,35 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, stream string, req m
 		return nil, err
 	}
 	return m, nil
+}
+
+// dataKey starts the data of a STREAM.MSG.GET answer's message.
+var dataKey = []byte(`"data":"`)
+
+// cutData returns a STREAM.MSG.GET answer without its message's data, and
+// the data, decoded; nil data when the answer has none. The data is most
+// of an object chunk's answer (128 KiB, in base64), and decoding it as a
+// JSON string (validated, unquoted rune by rune) took three quarters of
+// the time an object's read took. The server writes it as a plain base64
+// string (encoding/json, which escapes none of its characters), and no
+// other part of the answer can hold the key's quotes unescaped.
+func cutData(raw []byte) (rest, data []byte, err error) {
+	i := bytes.Index(raw, dataKey)
+	if i < 0 {
+		return raw, nil, nil
+	}
+	start := i + len(dataKey)
+	n := bytes.IndexByte(raw[start:], '"')
+	if n < 0 {
+		return nil, nil, errors.New("message get: the data string does not end")
+	}
+	data = make([]byte, base64.StdEncoding.DecodedLen(n))
+	m, err := base64.StdEncoding.Decode(data, raw[start:start+n])
+	if err != nil {
+		return nil, nil, fmt.Errorf("message get: data: %w", err)
+	}
+	rest = append(append(make([]byte, 0, len(raw)-n), raw[:start]...), raw[start+n:]...)
+	return rest, data[:m], nil
 }
 
 // leaderLast returns the last message on subject in stream, as the
