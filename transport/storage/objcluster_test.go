@@ -17,9 +17,10 @@ import (
 
 // clusterStores starts a three-server cluster with both buckets on all
 // three servers (weir up -replicas 3) and returns a store of each kind
-// connected to the server that leads the bucket's stream (to write
-// through), a store of each kind connected to a server that does not (to
-// read through: its own replica may lag), and the reader's connection.
+// connected to the server that leads the object store's stream (to write
+// through), a store of each kind connected to a server that leads neither
+// bucket's stream (to read through: its own replicas may lag), and the
+// reader's connection.
 func clusterStores(t *testing.T, ctx context.Context) (wo *ObjectStore, wk *KV, ro *ObjectStore, rk *KV, rnc *nats.Conn) {
 	t.Helper()
 	servers := embeddedtest.Cluster(t, ctx, 3)
@@ -43,41 +44,28 @@ func clusterStores(t *testing.T, ctx context.Context) (wo *ObjectStore, wk *KV, 
 	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
 		t.Fatal(err)
 	}
-	// Both streams' leader, moved to one server if they differ.
-	// (a stream elects its leader again after a step down: asked until it
-	// has one)
 	leader := func(stream string) string {
 		t.Helper()
-		for {
-			st, err := js.Stream(ctx, stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c := st.CachedInfo().Cluster; c != nil && c.Leader != "" && len(c.Replicas) == 2 {
-				return c.Leader
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("stream %s: no leader with two replicas: %v", stream, ctx.Err())
-			case <-time.After(10 * time.Millisecond):
-			}
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
 		}
+		c := st.CachedInfo().Cluster
+		if c == nil || c.Leader == "" || len(c.Replicas) != 2 {
+			t.Fatalf("stream %s: cluster %+v, want a leader and two replicas", stream, c)
+		}
+		return c.Leader
 	}
-	lead := leader("OBJ_state")
-	for leader("KV_meta") != lead {
-		var resp struct {
-			Error *jetstream.APIError `json:"error"`
-		}
-		req := fmt.Sprintf(`{"placement":{"preferred":%q}}`, lead)
-		if err := apiRequest(ctx, js, "STREAM.LEADER.STEPDOWN.KV_meta", rawJSON(req), &resp); err != nil || resp.Error != nil {
-			t.Fatalf("move the leader of KV_meta to %s: %v %v", lead, err, resp.Error)
-		}
-	}
+	// The writer on the object store's leader, the reader on a server
+	// that leads neither stream (of three, one at least).
+	objLeader, kvLeader := leader("OBJ_state"), leader("KV_meta")
 	var leaderURL, followerURL string
 	for _, s := range servers {
-		if s.Name() == lead {
+		switch s.Name() {
+		case objLeader:
 			leaderURL = s.ClientURL()
-		} else {
+		case kvLeader:
+		default:
 			followerURL = s.ClientURL()
 		}
 	}
@@ -98,11 +86,6 @@ func clusterStores(t *testing.T, ctx context.Context) (wo *ObjectStore, wk *KV, 
 	}
 	return wo, wk, ro, rk, rnc
 }
-
-// rawJSON is a request body given as JSON text.
-type rawJSON string
-
-func (j rawJSON) MarshalJSON() ([]byte, error) { return []byte(j), nil }
 
 // On a three-server cluster, a client connected to a server that does
 // not lead the buckets' streams lists, reads and deletes what another
@@ -205,5 +188,43 @@ func TestStoresOnAClusterReadFromTheLeader(t *testing.T) {
 		if resp.State.Msgs != 0 {
 			t.Errorf("%s: %d messages left after deleting every object; want none", stream, resp.State.Msgs)
 		}
+	}
+}
+
+// A big object (ten chunks) read through a server that does not lead the
+// bucket's stream, right after it was written through the leader's, is
+// read whole, its size and digest verified, and the reads leave no
+// consumer behind. (The client's read ends its chunk consumer once that
+// has nothing pending, which on a lagging replica cuts the object short.)
+func TestBigObjectOnAClusterReadsEveryChunk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wo, _, ro, _, _ := clusterStores(t, ctx)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 80000) // 1.25 MB: ten chunks
+	const n = 10
+	for i := range n {
+		key := fmt.Sprintf("j/chk-%d/task-0", i)
+		val := append([]byte(fmt.Sprint(i)), big...)
+		if err := wo.Put(ctx, key, bytes.NewReader(val)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadAll(ctx, ro, key)
+		if err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("read %d bytes, %v right after writing %d to %s", len(got), err, len(val), key)
+		}
+	}
+	var resp struct {
+		State struct {
+			Consumers int `json:"consumer_count"`
+		} `json:"state"`
+	}
+	if err := apiRequest(ctx, wo.js, "STREAM.INFO.OBJ_state", nil, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.State.Consumers != 0 {
+		t.Errorf("%d consumers left on the bucket's stream after the reads; want none", resp.State.Consumers)
 	}
 }
