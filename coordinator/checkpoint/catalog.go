@@ -142,7 +142,10 @@ func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, er
 }
 
 // IDs lists the IDs of the checkpoints of job that have metadata,
-// ascending.
+// ascending. A listing that missed the newest would restore an older one
+// (its sources go back; what exactly-once sinks committed after it is
+// committed again, under other message ids): the JetStream stores list
+// from the bucket's stream leader, never a replica that may lag.
 func (c *Catalog) IDs(ctx context.Context, job string) ([]int64, error) {
 	keys, err := c.Meta.List(ctx, job+"/chk-")
 	if err != nil {
@@ -367,7 +370,9 @@ func (c *Catalog) orphans(ctx context.Context, job string, fn func(id int64, key
 	}
 	// The objects first, then the metadata: a checkpoint whose metadata
 	// is written between the two listings (and a marker of it next to
-	// it) is not taken for an orphan.
+	// it) is not taken for an orphan. Both are the leader's (storage): a
+	// metadata listing that lagged the objects' would take a completed
+	// checkpoint's marker for stray, and delete it.
 	keys, err := c.State.List(ctx, job+"/chk-")
 	if err != nil {
 		return fmt.Errorf("list state of %s: %w", job, err)

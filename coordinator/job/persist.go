@@ -125,6 +125,10 @@ func (m *Manager) resume(ctx context.Context) error {
 	if store == nil {
 		return nil
 	}
+	// A listing that missed a record would leave its job unresumed, its
+	// workers running an attempt nobody follows: the JetStream stores
+	// list from the bucket's stream leader (storage), never a replica
+	// that may lag.
 	keys, err := store.List(ctx, recordPrefix)
 	if err != nil {
 		return fmt.Errorf("list job records: %w", err)
