@@ -23,6 +23,14 @@ import (
 // consumer may be placed on any replica, a lagging one among them, which
 // answers with what it has applied so far: an older revision, or nothing
 // for what was just written.
+//
+// Every listing here is the leader's: each caller would do harm with a
+// stale one (a checkpoint restored older than the newest, a completed
+// checkpoint's marker taken for stray, a job left unresumed, a module
+// just pushed not found), and the leader's costs less than a watch
+// anyway: one request for the subjects' names, one for each key listed.
+// (While a stream has no leader, a replica may answer STREAM.INFO, as the
+// server lets it; a read then fails or is as current as that replica.)
 
 // apiSubject returns the JetStream API subject for api ("STREAM.INFO.S")
 // as js's domain or API prefix has it.
