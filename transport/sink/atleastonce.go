@@ -233,7 +233,7 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 		if s.fp == nil {
 			fp, err := jetstreamext.NewFastPublisher(s.js,
 				jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
-				jetstreamext.WithFastPublisherErrorHandler(s.fail))
+				jetstreamext.WithFastPublisherErrorHandler(func(err error) { s.fail(fastReplyError(s.route.stream, err)) }))
 			if err != nil {
 				return fmt.Errorf("%s: %w", s, err)
 			}

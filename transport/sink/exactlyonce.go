@@ -1419,12 +1419,13 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 		emu    sync.Mutex
 		flowEr error
 	)
+	stream := s.targetOf(&entries[0]).stream
 	fp, err := jetstreamext.NewFastPublisher(s.js,
 		jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
 		jetstreamext.WithFastPublisherErrorHandler(func(err error) {
 			emu.Lock()
 			if flowEr == nil {
-				flowEr = err
+				flowEr = fastReplyError(stream, err)
 			}
 			emu.Unlock()
 		}))

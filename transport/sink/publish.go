@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -65,4 +66,21 @@ func releaseFast(fp jetstreamext.FastPublisher) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, _ = fp.Close(ctx)
+}
+
+// fastReplyError gives an error of a fast publisher's reply handler its
+// cause, naming stream, the stream the batch goes to. The publisher reads
+// every reply to a batch message as JSON, and the server's "no responders"
+// status — no stream took the message: the stream was deleted, or a
+// clustered stream has no leader — has no body, which it reported as
+// "unexpected end of JSON input". Such an error wraps nats.ErrNoResponders.
+func fastReplyError(stream string, err error) error {
+	var syn *json.SyntaxError
+	if !errors.As(err, &syn) {
+		return err
+	}
+	if syn.Offset == 0 {
+		return fmt.Errorf("stream %s took no message of the batch: %w; the stream is gone or has no leader", stream, nats.ErrNoResponders)
+	}
+	return fmt.Errorf("stream %s answered the batch with a reply that is not JSON: %w", stream, err)
 }
