@@ -385,7 +385,7 @@ func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 		if err := s.Seek(ctx, snap.SourceOffset); err != nil {
 			return err // the source names itself
 		}
-		t.lastOffset = snap.SourceOffset
+		t.setOffset(snap.SourceOffset)
 	}
 	for _, cs := range snap.Outputs {
 		if cs.Channel < 0 || cs.Channel >= len(t.outs) {
@@ -552,6 +552,6 @@ func (t *Task) mergeSource(ctx context.Context, snaps []*snapshot.Task) error {
 	if err := t.cfg.Source.Seek(ctx, off); err != nil {
 		return err // the source names itself
 	}
-	t.lastOffset = off
+	t.setOffset(off)
 	return nil
 }

@@ -247,6 +247,16 @@ type Stats struct {
 	// writes); Backpressured the part blocked on its output: sending to a
 	// channel without credit, or waiting for its sink's commit.
 	Running, Busy, Backpressured time.Duration
+	// SourceOffset, of a source task, is the source's offset after the
+	// last input the task processed (or restored from): what its next
+	// snapshot records, so a checkpoint triggered later covers that
+	// input. Nil until there is one.
+	SourceOffset []byte
+	// ReportsCommits says that the task's sink reports when its commits
+	// are stored (CommitReporter), and Committed is the latest checkpoint
+	// whose output it has stored since the task started (0: none yet).
+	ReportsCommits bool
+	Committed      int64
 }
 
 // counters hold a task's Stats: written by the task's goroutine, read by
@@ -256,6 +266,8 @@ type counters struct {
 	recordsIn, batchesIn, recordsOut, batchesOut atomic.Int64
 	checkpoints, declined                        atomic.Int64
 	ended, restored                              atomic.Bool
+	offset                                       atomic.Pointer[[]byte] // Stats.SourceOffset
+	committed                                    atomic.Int64           // Stats.Committed
 
 	mu                      sync.Mutex
 	started                 time.Time // zero: not running yet
@@ -333,17 +345,29 @@ func New(cfg Config) (*Task, error) {
 		}
 	}
 	t.emitFn = t.emit
-	if cr, ok := cfg.Sink.(CommitReporter); ok && cfg.Store != nil {
+	if cr, ok := cfg.Sink.(CommitReporter); ok {
 		cr.OnCommitted(t.markCommitted)
 	}
 	return t, nil
 }
 
 // markCommitted records that the commit of sink task task's checkpoint id
-// is stored, next to its snapshot (CommitReporter). It is best effort: a
-// restore that finds no marker re-commits, as it would without them.
+// is stored: in the task's Stats (Committed) and, with a store, next to
+// its snapshot (CommitReporter). The marker is best effort: a restore
+// that finds no marker re-commits, as it would without them. The commit
+// of another job's checkpoint the task was restored from counts for
+// neither: its ID is not one of the job's.
 func (t *Task) markCommitted(task string, id int64) {
 	if id == t.foreignID.Load() {
+		return
+	}
+	for {
+		c := t.stats.committed.Load()
+		if id <= c || t.stats.committed.CompareAndSwap(c, id) {
+			break
+		}
+	}
+	if t.cfg.Store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -1257,7 +1281,7 @@ func (t *Task) complete(ctx context.Context, id int64) error {
 func (t *Task) endInput(ctx context.Context, offset []byte) error {
 	t.sourceEnded = true
 	if offset != nil {
-		t.lastOffset = offset
+		t.setOffset(offset)
 	}
 	return t.reportEnd(ctx)
 }
@@ -1368,8 +1392,15 @@ func (t *Task) runSource(ctx context.Context) error {
 			}
 			limit = t.limitBatch(limit)
 		}
-		t.lastOffset = p.offset
+		t.setOffset(p.offset)
 	}
+}
+
+// setOffset notes off as the source's offset after the input the task
+// processed: its next snapshot records it, and Stats reports it.
+func (t *Task) setOffset(off []byte) {
+	t.lastOffset = off
+	t.stats.offset.Store(&off)
 }
 
 // limitBatch asks a BatchLimiter source for batches that a Paced operator
@@ -1396,8 +1427,12 @@ func (t *Task) Stats() Stats {
 		RecordsIn: c.recordsIn.Load(), BatchesIn: c.batchesIn.Load(),
 		RecordsOut: c.recordsOut.Load(), BatchesOut: c.batchesOut.Load(),
 		Checkpoints: c.checkpoints.Load(), Declined: c.declined.Load(), InputEnded: c.ended.Load(),
-		Restored: c.restored.Load(),
+		Restored: c.restored.Load(), Committed: c.committed.Load(),
 	}
+	if p := c.offset.Load(); p != nil {
+		s.SourceOffset = *p
+	}
+	_, s.ReportsCommits = t.cfg.Sink.(CommitReporter)
 	c.mu.Lock()
 	s.Busy, s.Backpressured = c.busy, c.backpressured
 	if !c.started.IsZero() {

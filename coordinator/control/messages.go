@@ -188,6 +188,17 @@ type TaskStats struct {
 	// its stream holds that the task has not read yet (a JetStream
 	// source: the server's count for its consumers); nil otherwise.
 	SourcePending *int64 `json:"source_pending,omitempty"`
+	// SourceReadSeq, for a source task that can tell (a JetStream source),
+	// is the stream sequence up to which it has processed every message of
+	// its input: a checkpoint triggered after this report covers all of
+	// them (host.Stats.SourceOffset). 0: none yet, or it cannot tell.
+	SourceReadSeq uint64 `json:"source_read_seq,omitempty"`
+	// SinkCommitted, for a sink task whose sink reports its commits (an
+	// exactly-once JetStream sink), is the latest checkpoint whose output
+	// the sink has stored in the current attempt (0: none yet); nil for
+	// other tasks. Other sinks store their output before their task acks
+	// a checkpoint.
+	SinkCommitted *int64 `json:"sink_committed,omitempty"`
 	// AwaitedStop, for a bounded source task whose stream has not reached
 	// the source's stop yet, is that stop sequence, and StreamLastSeq the
 	// stream's last sequence when the task last looked (at most a second

@@ -1031,6 +1031,32 @@ func (s *JetStream) Pending() (n uint64, ok bool) {
 	return n, ok
 }
 
+// ReadThrough reports the stream sequence up to which a task of the
+// source whose offset is offset (what Poll returned with the last batch
+// the task processed) has read every message of its input: the lowest of
+// its lanes' offsets. A lane's offset is the last message it covered; a
+// filtered lane's (a partition's) also moves up to the stream's last
+// sequence once nothing of its subjects is left there (IdleCheck), so
+// every lane reaches the stream's end. ok is false for an offset the
+// source cannot read. It reads only the source's configuration: Poll may
+// run meanwhile.
+func (s *JetStream) ReadThrough(offset []byte) (seq uint64, ok bool) {
+	if s.cfg.Partitions == 0 {
+		o, err := DecodeStreamOffset(offset)
+		return o.Seq, err == nil
+	}
+	o, err := DecodePartitionOffsets(offset)
+	if err != nil {
+		return 0, false
+	}
+	for i, l := range s.lanes {
+		if p := o.Seqs[l.part]; i == 0 || p < seq {
+			seq = p
+		}
+	}
+	return seq, true
+}
+
 // AwaitsStop reports whether a bounded source waits for its stream to
 // reach its stop: its latest check (at most a second ago, see StopSeq)
 // read the stream's last sequence, last, below StopSeq, and some lane has

@@ -194,10 +194,18 @@ func (w *Worker) taskRefs() []control.TaskRef {
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
 				InputEnded: s.InputEnded, Restored: s.Restored,
 			}
+			if s.ReportsCommits {
+				st.SinkCommitted = &s.Committed
+			}
 			if p := a.pending[id]; p != nil {
 				if n, ok := p.Pending(); ok {
 					v := int64(min(n, math.MaxInt64))
 					st.SourcePending = &v
+				}
+				if r, ok := p.(readThrougher); ok {
+					if seq, ok := r.ReadThrough(s.SourceOffset); ok {
+						st.SourceReadSeq = seq
+					}
 				}
 				if w, ok := p.(stopAwaiter); ok {
 					if stop, last, ok := w.AwaitsStop(); ok {
@@ -233,6 +241,12 @@ type attempt struct {
 // not read yet (source.JetStream).
 type pendingCounter interface {
 	Pending() (n uint64, ok bool)
+}
+
+// readThrougher is a source that can tell from a task's offset up to
+// which stream sequence the task has read everything (source.JetStream).
+type readThrougher interface {
+	ReadThrough(offset []byte) (seq uint64, ok bool)
 }
 
 // stopAwaiter is a bounded source that can tell whether it waits for its
