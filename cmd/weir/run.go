@@ -71,7 +71,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
 	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a JetStream stream stores each line once: after a lost connection weir run publishes again what it did not acknowledge (message ids: this run's, the input's place among the -input flags, the line's number), within the stream's duplicate window (10s at least, else refused); a line the stream refuses (a limit, a subject it does not store) fails weir run")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
-	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output has been quiet this long after the input was committed (0: never); a job whose sources all have a stop is followed until it ends")
+	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output of the input is committed — every source the input went to has read all of it, and the sinks stored a checkpoint taken after that, in one attempt of the job — and the output has been quiet this long (0: never); input to a core NATS source, which cannot say what it read, counts as committed with a checkpoint after one that completed after it; a job whose sources all have a stop is followed until it ends")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records (-1: all)")
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
@@ -632,6 +632,12 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 
 	inputDone := len(o.inputs) == 0
 	bounded, toldWait := allBounded(spec), false
+	// Without a stop the job runs on: weir run ends once the output of
+	// the input is committed (inputCommit), or, with input to a core
+	// NATS source, which cannot say what it read, after the output was
+	// quiet for -idle past a checkpoint after a checkpoint that completed
+	// after the input.
+	commit, sound := newInputCommit(spec, o.inputs)
 	var deadline <-chan time.Time
 	if o.forDur > 0 {
 		deadline = time.After(o.forDur)
@@ -689,7 +695,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			}
 			inputDone, publishedAt = true, time.Now()
 		}
-		cps, _ := n.API.Checkpoints(ctx, spec.Name)
+		cps, cpsErr := n.API.Checkpoints(ctx, spec.Name)
 		sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
 		for _, c := range cps {
 			// An earlier run's checkpoints (the job's name ran before)
@@ -710,12 +716,18 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			}
 			return nil
 		}
-		if inputCommittedAt > 0 && o.idle > 0 {
+		committed := false
+		if !bounded && sound && inputDone && o.idle > 0 {
+			// Unread (NATS away), the streams are read at the next look.
+			_ = commit.readEnds(ctx, n.JS, spec)
+			committed = commit.done(st, cps, cpsErr == nil)
+		}
+		if (committed || (inputCommittedAt > 0 && (bounded || !sound))) && o.idle > 0 {
 			_, last := out.state()
 			if last.Before(publishedAt) {
 				last = publishedAt
 			}
-			if time.Since(last) > o.idle && st.LatestCheckpoint > inputCommittedAt {
+			if time.Since(last) > o.idle && (committed || st.LatestCheckpoint > inputCommittedAt) {
 				if !bounded {
 					summary(ctx, std.Out, out, published)
 					return nil

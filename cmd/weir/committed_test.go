@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/transport/sink"
+)
+
+// heldCommits holds back the commits of the exactly-once sinks it wraps
+// once they wrote records: Commit returns at once and the output stays
+// staged (in every snapshot), as when a sink's commits lag far behind or
+// its worker dies before it commits. Checkpoints go on completing. Once
+// failNext is set, the next such commit fails the sink's task: the job
+// fails over, and the restore commits the staged output.
+type heldCommits struct {
+	mu       sync.Mutex
+	wrote    bool
+	held     int
+	failNext bool
+	failed   bool
+}
+
+type holdingSink struct {
+	*sink.ExactlyOnce
+	h *heldCommits
+}
+
+func (s holdingSink) Write(ctx context.Context, batch []byte) error {
+	if n, err := abi.BatchCount(batch); err == nil && n > 0 {
+		s.h.mu.Lock()
+		s.h.wrote = true
+		s.h.mu.Unlock()
+	}
+	return s.ExactlyOnce.Write(ctx, batch)
+}
+
+func (s holdingSink) Commit(ctx context.Context, id int64) error {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	switch {
+	case s.h.failed || !s.h.wrote:
+		return s.ExactlyOnce.Commit(ctx, id)
+	case s.h.failNext:
+		s.h.failed = true
+		return fmt.Errorf("injected failure of the commit of checkpoint %d", id)
+	}
+	s.h.held++
+	return nil
+}
+
+func (h *heldCommits) heldCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held
+}
+
+func (h *heldCommits) fail() {
+	h.mu.Lock()
+	h.failNext = true
+	h.mu.Unlock()
+}
+
+// weir run -input on a job without a stop ends once the output of the
+// input is committed, not once the output was quiet for -idle: with the
+// sink's commits held back while checkpoints complete (the output staged,
+// none stored), weir run waits — also through the failover that follows,
+// whose restore commits the staged output — and prints all of it. (It
+// used to end after -idle of quiet output and a second completed
+// checkpoint, printing nothing.)
+func TestRunWaitsForTheInputsOutputThroughAFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job through a failover: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h := &heldCommits{}
+	hooks := &worker.Hooks{Sink: func(_, _ string, s host.Sink) host.Sink {
+		if e, ok := s.(*sink.ExactlyOnce); ok {
+			return holdingSink{e, h}
+		}
+		return s
+	}}
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
+		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "held.yaml")
+	if err := os.WriteFile(spec, []byte(`name: held
+sources: [{name: in, kind: jetstream, stream: HELDIN}]
+operators: [{name: pass, module: `+mod+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: HELDOUT, subject: heldout, guarantee: exactly-once, input: {from: pass}}]
+checkpointing: {interval: 50ms}
+restart: {strategy: fixed-delay, delay: 100ms, attempts: 10}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const lines = 40
+	var in strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&in, "v%d\n", i)
+	}
+	input := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(input, []byte(in.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &following{t: t, ctx: ctx, done: make(chan int, 1)}
+	go func() {
+		f.done <- run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-idle", "1ms", "-show", "-1", "-cancel",
+			spec, "-input", input}, Stdio{In: strings.NewReader(""), Out: &f.out, Err: &f.errb})
+	}()
+	f.said(fmt.Sprintf("published %d input records", lines))
+	// Three checkpoints complete with commits held after the sink wrote
+	// the input's records: quiet output, checkpoints completing.
+	for h.heldCount() < 3 {
+		select {
+		case code := <-f.done:
+			t.Fatalf("weir run exited %d with the output of the input not committed:\n%s\n%s", code, f.out.String(), f.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("commits held: %d\n%s", h.heldCount(), f.out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	f.said("checkpoint") // weir run saw checkpoints complete meanwhile
+	h.fail()
+	var code int
+	select {
+	case code = <-f.done:
+	case <-ctx.Done():
+		t.Fatalf("weir run did not end:\n%s\n%s", f.out.String(), f.errb.String())
+	}
+	got := f.out.String()
+	if code != 0 {
+		t.Fatalf("weir run exited %d:\n%s\n%s", code, got, f.errb.String())
+	}
+	// The failure shows on the restarting line, or on the running one
+	// when weir run did not look while the job restarted.
+	if !strings.Contains(got, "task out-0 failed: injected failure of the commit of checkpoint") ||
+		!strings.Contains(got, "job held: running (attempt 2)") {
+		t.Errorf("no failover in the output:\n%s", got)
+	}
+	for i := range lines {
+		if !regexp.MustCompile(`(?m)^\[out\] v` + strconv.Itoa(i) + `$`).MatchString(got) {
+			t.Errorf("record v%d not printed:\n%s", i, got)
+			break
+		}
+	}
+	if want := fmt.Sprintf("%d records in, %d records out", lines, lines); !strings.Contains(got, want) {
+		t.Errorf("summary is not %q:\n%s", want, got)
+	}
+}
