@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -208,6 +209,19 @@ func (c *Catalog) Latest(ctx context.Context, job string, candidates []int64) (m
 	return nil, skipped, nil
 }
 
+// Reachable returns nil when Meta and State can be reached now
+// (storage.Reachable: a store on a NATS connection that is down cannot),
+// else the error of one that cannot.
+func (c *Catalog) Reachable() error {
+	if c == nil {
+		return nil
+	}
+	if err := storage.Reachable(c.Meta); err != nil {
+		return err
+	}
+	return storage.Reachable(c.State)
+}
+
 // Discard deletes checkpoint id: its metadata first, then its state,
 // every object under its prefix. On JetStream, finding those lists the
 // whole state bucket (storage.KeyDeleter): DiscardCompleted does without.
@@ -360,6 +374,29 @@ func (c *Catalog) RemoveStrayMarkers(ctx context.Context, job string) (int, erro
 		}
 	}
 	return len(keys), nil
+}
+
+// RemoveLeftovers deletes the objects (commit markers too) of job's
+// checkpoints numbered from up to below (excluded) that have no metadata
+// (Leftovers): the caller knows none of them can complete any more. It
+// returns the IDs whose objects it deleted.
+func (c *Catalog) RemoveLeftovers(ctx context.Context, job string, from, below int64) ([]int64, error) {
+	ids := map[int64]bool{}
+	err := c.orphans(ctx, job, func(id int64, _ string) {
+		if id >= from && id < below {
+			ids[id] = true
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Sorted(maps.Keys(ids))
+	for i, id := range out {
+		if err := c.State.Delete(ctx, StatePrefix(job, id)); err != nil {
+			return out[:i], fmt.Errorf("remove the objects of checkpoint %s/%d, which never completed: %w", job, id, err)
+		}
+	}
+	return out, nil
 }
 
 // orphans calls fn with every object in State under job's checkpoint

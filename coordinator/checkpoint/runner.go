@@ -90,11 +90,25 @@ type Runner struct {
 	// by a listing that failed.
 	strayDue bool
 
+	// sweep, when due, has the discarder remove the objects of the job's
+	// checkpoints numbered from up to below that never completed
+	// (SweepLeftovers).
+	sweep sweep
+
 	// Of the discarder's goroutine alone: the discards since the last
 	// listing of stray markers, and the markers that may come after their
-	// checkpoint was discarded (see strayListEvery).
+	// checkpoint was discarded (see strayListEvery); as Run ends, the
+	// discards left undone and why.
 	sinceList int
 	suspects  []suspect
+	undone    int
+	undoneErr error
+}
+
+// sweep is a removal of leftovers (Catalog.RemoveLeftovers) to do.
+type sweep struct {
+	from, below int64
+	due         bool
 }
 
 // The runner's search for stray commit markers (Catalog.StrayMarkers): a
@@ -135,6 +149,27 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 	return &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), now: opts.Now, log: opts.Log,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{},
 		dkick: make(chan struct{}, 1)}
+}
+
+// SweepLeftovers has the runner remove, before its next discard, the
+// objects of the job's checkpoints numbered from up to below (excluded)
+// that have no metadata (Catalog.RemoveLeftovers): a coordinator that
+// resumes a job calls it for the checkpoints its predecessor triggered,
+// none of which can complete any more, whose discards that one may have
+// left undone (Run's end with the store unreachable). A sweep that fails
+// is done again at the next discard; one not done by the time Run ends is
+// dropped.
+func (r *Runner) SweepLeftovers(from, below int64) {
+	if from >= below {
+		return
+	}
+	r.mu.Lock()
+	r.sweep = sweep{from: from, below: below, due: true}
+	r.mu.Unlock()
+	select {
+	case r.dkick <- struct{}{}:
+	default:
+	}
 }
 
 // Done is closed once Run returned, after the discards it carries out as
@@ -357,8 +392,10 @@ func (r *Runner) Run(ctx context.Context) {
 	defer func() {
 		t := time.AfterFunc(EndDiscardTimeout, dcancel)
 		defer t.Stop()
+		go r.cancelWhenUnreachable(dctx, dcancel)
 		close(stop)
 		<-discarded
+		dcancel()
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -440,18 +477,43 @@ func (r *Runner) queueDiscard(a DiscardAction) {
 	}
 }
 
-// discarder carries out the discards queued (queueDiscard), in order,
-// until stop is closed and none is left; ctx bounds each. The last thing
-// it does, if it discarded anything since, is list the job's stray
-// commit markers (see strayListEvery).
+// discarder carries out the sweep due (SweepLeftovers) and the discards
+// queued (queueDiscard), in order, until stop is closed and none is left;
+// ctx bounds each. The last thing it does, if it discarded anything
+// since, is list the job's stray commit markers (see strayListEvery).
+//
+// Once Run ends (end, or stop closed), a checkpoint store that cannot be
+// reached (Catalog.Reachable: its NATS connection is down) would hold
+// each discard up to ctx's end, EndDiscardTimeout, and the coordinator's
+// shutdown with it: the discards left then are not tried, nor are those
+// the store's loss cut short (Run's end cancels ctx as the store goes),
+// and the runner logs how many it left undone. The next coordinator that
+// resumes the job does them: retention discards the completed
+// checkpoints beyond it as the job completes its next one, and
+// SweepLeftovers removes the others.
 func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
+	ending := false
 	for {
 		r.mu.Lock()
 		acts := r.discards
 		r.discards = nil
+		sw := r.sweep
+		r.sweep.due = false
+		ending = ending || r.ended // Run's end queued its discards
 		r.mu.Unlock()
-		for _, a := range acts {
-			r.discard(ctx, a)
+		if sw.due && !r.leftUndone(ending, 0) {
+			r.sweepLeftovers(ctx, sw)
+		}
+		for i, a := range acts {
+			if r.leftUndone(ending, len(acts)-i) {
+				break
+			}
+			if err := r.discard(ctx, a); err != nil && ending {
+				r.undone++
+				if r.undoneErr == nil {
+					r.undoneErr = err
+				}
+			}
 		}
 		if len(acts) > 0 {
 			continue
@@ -459,13 +521,18 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 		select {
 		case <-r.dkick:
 		case <-stop:
+			ending = true
 			r.mu.Lock()
 			left := len(r.discards)
 			job := r.m.job
 			r.mu.Unlock()
 			if left == 0 {
-				if r.sinceList > 0 {
+				if r.sinceList > 0 && !r.leftUndone(ending, 0) {
 					r.removeStrayMarkers(ctx, job)
+				}
+				if r.undone > 0 {
+					r.log.Warn("checkpoint discards left undone: the checkpoint store is out of reach; a coordinator that resumes the job does them",
+						"discards", r.undone, "err", r.undoneErr)
 				}
 				return
 			}
@@ -473,9 +540,72 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
+// leftUndone reports, for a discarder that is ending, whether the
+// checkpoint store cannot be reached: the n discards it was about to do
+// are then left undone (counted, with the reason). Before the end it
+// reports false: discards are tried, and fail, as they come.
+func (r *Runner) leftUndone(ending bool, n int) bool {
+	if !ending {
+		return false
+	}
+	err := r.cat.Reachable()
+	if err == nil {
+		return false
+	}
+	r.undone += n
+	if r.undoneErr == nil {
+		r.undoneErr = err
+	}
+	return true
+}
+
+// cancelWhenUnreachable cancels ctx, the context of the discards as Run
+// ends, once the checkpoint store cannot be reached (looking every
+// unreachablePoll), so that a discard under way does not wait for the
+// store's timeouts; it returns when ctx ends.
+func (r *Runner) cancelWhenUnreachable(ctx context.Context, cancel context.CancelFunc) {
+	t := time.NewTicker(unreachablePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if r.cat.Reachable() != nil {
+				cancel()
+				return
+			}
+		}
+	}
+}
+
+// unreachablePoll is how often a runner that is ending looks whether its
+// checkpoint store can still be reached (cancelWhenUnreachable).
+const unreachablePoll = 100 * time.Millisecond
+
+// sweepLeftovers removes the objects of the checkpoints of sw that never
+// completed; a failed sweep is due again.
+func (r *Runner) sweepLeftovers(ctx context.Context, sw sweep) {
+	r.mu.Lock()
+	job := r.m.job
+	r.mu.Unlock()
+	ids, err := r.cat.RemoveLeftovers(ctx, job, sw.from, sw.below)
+	if len(ids) > 0 {
+		r.log.Info("objects of checkpoints that never completed removed (their discards were left undone)", "checkpoints", ids)
+	}
+	if err != nil {
+		r.log.Warn("removing the objects of checkpoints that never completed failed", "err", err)
+		r.mu.Lock()
+		if !r.sweep.due {
+			r.sweep = sw
+		}
+		r.mu.Unlock()
+	}
+}
+
 // discard deletes checkpoint a.ID, and the stray commit markers it is
-// time to look for (see strayListEvery).
-func (r *Runner) discard(ctx context.Context, a DiscardAction) {
+// time to look for (see strayListEvery). It returns the discard's error.
+func (r *Runner) discard(ctx context.Context, a DiscardAction) error {
 	r.mu.Lock()
 	job := r.m.job
 	list := r.strayDue
@@ -508,6 +638,7 @@ func (r *Runner) discard(ctx context.Context, a DiscardAction) {
 			}
 		}
 	}
+	return err
 }
 
 // mayMark reports whether task of checkpoint md may write a commit marker

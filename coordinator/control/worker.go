@@ -73,9 +73,11 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	defer func() {
-		if data, err := json.Marshal(w.info); err == nil {
+		// Best effort, as heartbeats stop anyway: without NATS the flush
+		// would wait for the server up to nats.go's 10 s.
+		if data, err := json.Marshal(w.info); err == nil && w.nc.IsConnected() {
 			_ = w.nc.Publish(w.subj.Unregister(), data)
-			_ = w.nc.Flush()
+			_ = w.nc.FlushTimeout(unregisterFlush)
 		}
 	}()
 	if err := w.nc.Flush(); err != nil {
@@ -117,6 +119,10 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 		}
 	}
 }
+
+// unregisterFlush bounds the wait for the server to take a stopping
+// worker's unregistration.
+const unregisterFlush = 2 * time.Second
 
 // jobQueues runs requests one job at a time, in arrival order: a goroutine
 // per job with requests pending, gone once they are done.

@@ -265,6 +265,11 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	// it).
 	j.st.State, j.st.Reason = control.JobRestarting, ReasonCoordinatorRestarted
 	j.resumed = true
+	// The run's checkpoints that never completed under the coordinator
+	// before — aborted as it stopped, their discards left undone when it
+	// could not reach the store then, or cut short by a crash — complete
+	// no more: their objects go.
+	j.runner.SweepLeftovers(rec.FirstID, next)
 	m.jobs[name] = j
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()

@@ -111,6 +111,19 @@ func scale(ctx context.Context, js jetstream.JetStream, stream string, replicas 
 // Location names the bucket ("jetstream object store BUCKET").
 func (s *ObjectStore) Location() string { return "jetstream object store " + s.bucket }
 
+// Reachable reports ErrUnreachable while the store's NATS connection is
+// down (Reacher).
+func (s *ObjectStore) Reachable() error { return connReachable(s.js, s.Location()) }
+
+// connReachable returns an error wrapping ErrUnreachable, naming the
+// store at loc, unless js's connection is up.
+func connReachable(js jetstream.JetStream, loc string) error {
+	if nc := js.Conn(); nc != nil && !nc.IsConnected() {
+		return fmt.Errorf("%s: %w: NATS connection %s", loc, ErrUnreachable, strings.ToLower(nc.Status().String()))
+	}
+	return nil
+}
+
 // Put uploads the object in chunks; it becomes visible when complete.
 //
 // ctx stops the upload through the reader, not through the client: the
@@ -397,6 +410,10 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string, replicas 
 
 // Location names the bucket ("jetstream kv BUCKET").
 func (s *KV) Location() string { return "jetstream kv " + s.bucket }
+
+// Reachable reports ErrUnreachable while the store's NATS connection is
+// down (Reacher).
+func (s *KV) Reachable() error { return connReachable(s.js, s.Location()) }
 
 // Put stores the value; one KV put is atomic.
 func (s *KV) Put(ctx context.Context, key string, r io.Reader) error {

@@ -85,6 +85,27 @@ func Location(s any) string {
 	return ""
 }
 
+// ErrUnreachable is wrapped by the error of Reachable for a store that
+// cannot reach its server now.
+var ErrUnreachable = errors.New("checkpoint store unreachable")
+
+// Reacher is a Store that can tell, without a round trip, whether it can
+// reach the server that keeps its objects now. ObjectStore and KV can
+// (their NATS connection is up); a Dir is always there.
+type Reacher interface {
+	// Reachable returns nil when the store's server can be reached now,
+	// else an error wrapping ErrUnreachable that says why not.
+	Reachable() error
+}
+
+// Reachable returns s's Reachable, or nil when s is not a Reacher.
+func Reachable(s any) error {
+	if r, ok := s.(Reacher); ok {
+		return r.Reachable()
+	}
+	return nil
+}
+
 // ErrBadKey is wrapped by errors about keys a store cannot hold.
 var ErrBadKey = errors.New("bad storage key")
 

@@ -188,3 +188,45 @@ func TestBucketReplicas(t *testing.T) {
 		t.Fatalf("a new bucket of three replicas on one server: %v", err)
 	}
 }
+
+// The JetStream stores are unreachable while their connection is down,
+// saying which store and why; a directory always is reachable.
+func TestReachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dir, err := NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := embeddedtest.Server(t, embedded.Config{})
+	nc, js := embeddedtest.Connect(t, srv)
+	obj, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := NewKV(ctx, js, DefaultMetaBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []Store{dir, obj, kv} {
+		if err := Reachable(s); err != nil {
+			t.Errorf("%s with the server up: %v", Location(s), err)
+		}
+	}
+	srv.Shutdown()
+	for nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the connection did not notice the server's shutdown")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := Reachable(dir); err != nil {
+		t.Errorf("a directory: %v", err)
+	}
+	for _, s := range []Store{obj, kv} {
+		if err := Reachable(s); !errors.Is(err, ErrUnreachable) || !strings.HasPrefix(err.Error(), Location(s)+": ") {
+			t.Errorf("%s with the server down: %v", Location(s), err)
+		}
+	}
+}
