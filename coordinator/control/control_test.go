@@ -281,7 +281,11 @@ func TestHeartbeatAfterUnregister(t *testing.T) {
 	case id := <-rc.joined:
 		t.Errorf("%s joined twice", id)
 	case got := <-rc.tasks:
-		t.Errorf("a departed session's tasks were reported: %v", got)
+		// Session s2 reports that it runs none; the departed session's
+		// heartbeat, handled before it, would have come first.
+		if len(got) > 0 {
+			t.Errorf("a departed session's tasks were reported: %v", got)
+		}
 	default:
 	}
 	if live := co.Workers(); len(live) != 1 || live[0].Worker.Session != "s2" {

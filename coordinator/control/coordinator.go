@@ -22,9 +22,10 @@ type CoordinatorHandler interface {
 	// WorkerLost is called when a worker missed its heartbeats for the
 	// heartbeat timeout, unregistered, or was forgotten.
 	WorkerLost(id string)
-	// WorkerTasks is called with the tasks a live worker reports in a
-	// heartbeat, so the handler can cancel those it no longer wants (an
-	// attempt the worker missed the cancel of while it was cut off).
+	// WorkerTasks is called with the tasks a live worker reports in each
+	// heartbeat (none: it runs none), so the handler can cancel those it
+	// no longer wants (an attempt the worker missed the cancel of while it
+	// was cut off), and see slots come free.
 	WorkerTasks(id string, tasks []TaskRef)
 }
 
@@ -106,7 +107,13 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 		if err := json.Unmarshal(m.Data, &hb); err != nil || hb.Worker.ID == "" {
 			return
 		}
-		if c.seen(hb.Worker, hb.Tasks) && hb.Tasks != nil {
+		// A heartbeat without tasks says the worker runs none (an empty
+		// list is not sent); a registration says nothing of them.
+		tasks := hb.Tasks
+		if tasks == nil {
+			tasks = []TaskRef{}
+		}
+		if c.seen(hb.Worker, tasks) {
 			c.h.WorkerTasks(hb.Worker.ID, hb.Tasks)
 		}
 	}); err != nil {

@@ -568,7 +568,7 @@ const ReasonWaitingForSlots = "waiting for free slots: "
 // the waits of one deploy share it), and false when the job was canceled
 // meanwhile (its state set) or the coordinator stops. Only the job's
 // goroutine (run) may call it: it takes the queued events.
-func (j *job) place(expire *<-chan time.Time, full map[string]bool) (map[string][]string, int, failure, bool) {
+func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[string][]string, int, failure, bool) {
 	var before, waiting string
 	for {
 		room := j.m.roomSignal()
@@ -646,14 +646,17 @@ func (j *job) takeCancel() bool {
 // on the workers left, without using up a restart attempt: nothing about
 // the job failed, only the placement did. So is a worker that refused its
 // tasks for want of slots (control.ErrNoSlots: it runs tasks the
-// manager does not count): the attempt is planned again with that worker
-// full, for the rest of this deploy (the job's own release of its slots as
-// it waits makes room, which would ask the worker again at once, and
-// again). With no worker left, or too few slots, that placement waits as
-// the first one does; a wait that runs out is a failure, and the restart
-// after it asks every worker again.
+// manager did not count, e.g. stale ones its heartbeats had not shown
+// yet): the attempt is planned again with that worker full until its
+// heartbeats report fewer tasks than before (the job's own release of its
+// slots as it waits makes room, which would ask the worker again at once,
+// and again).
+// With no worker left, or too few slots, that placement waits as the
+// first one does — for room, which a heartbeat reporting fewer tasks makes
+// too —; a wait that runs out is a failure, and the restart after it asks
+// every worker again.
 func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
-	dropped, full := map[string]bool{}, map[string]bool{}
+	dropped, full := map[string]bool{}, map[string]uint64{}
 	var expire <-chan time.Time
 	for {
 		assignment, attempt, f, ok := j.place(&expire, full)
@@ -662,8 +665,8 @@ func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
 		}
 		f, gone, refused := j.deployOnce(restore, assignment, attempt)
 		if refused != "" {
-			full[refused] = true
-			j.m.log.Warn("worker refused the deploy for want of slots; planning again with it full",
+			full[refused] = j.m.freedSlots(refused)
+			j.m.log.Warn("worker refused the deploy for want of slots; planning again with it full until its tasks are fewer",
 				"job", j.spec.Name, "attempt", attempt, "worker", refused, "reason", f.reason)
 			j.stopTasks("worker " + refused + " refused its tasks: no free slots")
 			continue
@@ -1108,6 +1111,8 @@ func (j *job) cancelAttempt(workers []string, reason string) {
 			defer cancel()
 			if err := j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: attempt, Reason: reason}); err != nil {
 				j.m.log.Warn("cancel on worker failed", "job", j.spec.Name, "worker", w, "err", err)
+			} else {
+				j.m.attemptStopped(w, j.spec.Name, attempt)
 			}
 		}
 		if _, ok := slices.BinarySearch(live, w); ok || shutdown {

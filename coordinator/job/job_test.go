@@ -76,6 +76,11 @@ type fakeWorker struct {
 	aborts    []int64        // the checkpoint of every Abort
 	stopErr   error          // if set, the next Stop fails with it
 	deployErr error          // if set, deploys fail with it
+	// slots is the worker's, and refuseBeyond makes it refuse a deploy
+	// that would run more tasks than that, counting extra, as a real
+	// worker does (control.ErrNoSlots).
+	slots        int
+	refuseBeyond bool
 	// cancelGate, if set, is called with each Cancel before it is handled.
 	cancelGate func(control.Cancel)
 	// commitReport, if set, makes the worker's sink tasks (out-N) ack
@@ -124,7 +129,7 @@ func (f *fleet) startSlots(ctx context.Context, id string, slots int) *fakeWorke
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(nc.Close)
-	w := &fakeWorker{f: f, id: id, nc: nc, current: map[string]control.Deploy{}, done: make(chan struct{})}
+	w := &fakeWorker{f: f, id: id, nc: nc, current: map[string]control.Deploy{}, done: make(chan struct{}), slots: slots}
 	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond, Tasks: w.tasks, Slots: slots})
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
@@ -206,6 +211,18 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 	}
 	if w.deployErr != nil {
 		return w.deployErr
+	}
+	if w.refuseBeyond {
+		runs := len(w.extra)
+		for job, c := range w.current {
+			if job != d.Job {
+				runs += len(c.Tasks)
+			}
+		}
+		if runs+len(d.Tasks) > w.slots {
+			return control.Errorf(control.ErrNoSlots, "worker %s has %d slots and runs %d tasks: no room for the %d tasks of job %s",
+				w.id, w.slots, runs, len(d.Tasks), d.Job)
+		}
 	}
 	if strings.HasPrefix(d.Job, "broken") {
 		return control.Unrecoverable(errors.New("exactly-once sink out: stream OUT's duplicate window 2m0s is too short"))

@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -122,13 +123,23 @@ type Manager struct {
 	// canceling holds the stale attempts a cancel is on its way to, so a
 	// worker's every heartbeat does not send another.
 	canceling map[staleKey]bool
+	// reported holds how many tasks each worker reported in its latest
+	// heartbeat, and freed how often a heartbeat reported fewer than the
+	// one before (WorkerTasks).
+	reported map[string]int
+	freed    map[string]uint64
+	// stopped holds the attempts a worker answered a cancel of: their
+	// tasks returned, whatever a heartbeat sent before says, until one
+	// without them (WorkerTasks).
+	stopped map[staleKey]bool
 	// removing is held to remove a checkpoint (RemoveCheckpoints) and
 	// shared by Submit and Restore: no job starts from a checkpoint that
 	// is being removed, nor while the removal checks that none needs it.
 	removing sync.RWMutex
 	// room is closed (and replaced) when a job waiting to be placed may
-	// fit now: a worker joined, a job ended, or a job was placed again
-	// (its tasks may have left some workers). See roomSignal.
+	// fit now: a worker joined, a job ended, a job was placed again (its
+	// tasks may have left some workers), or a worker reported fewer tasks
+	// than before (stale ones ended). See roomSignal.
 	room chan struct{}
 	// placeMu makes placing a job (place) one step: no two jobs count
 	// the same free slot.
@@ -165,7 +176,7 @@ func New(opts Options) *Manager {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{},
+	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}, reported: map[string]int{}, freed: map[string]uint64{}, stopped: map[staleKey]bool{},
 		room: make(chan struct{})}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout})
 	return m
@@ -244,8 +255,11 @@ func (m *Manager) roomSignal() <-chan struct{} {
 
 // place places j's tasks on the live workers (plan.Assign), counting the
 // tasks of every other job that has not ended on each worker against its
-// slots — a worker in full as full, whatever the count: it refused j's
-// tasks for want of slots —, and begins j's next attempt with that
+// slots, and those its heartbeats report besides (staleTasks) — a worker
+// in full as full, whatever the count, until its heartbeats report fewer
+// tasks than before (freedSlots grew past what full notes): it refused
+// j's tasks for want of slots —, and begins
+// j's next attempt with that
 // assignment (job.begin). It returns the assignment and the attempt, or
 // Assign's error
 // (plan.ErrNoWorkers, *plan.CapacityError).
@@ -259,15 +273,16 @@ func (m *Manager) roomSignal() <-chan struct{} {
 // over together (their worker lost) and that no longer all fit would
 // otherwise each wait for slots another holds; released, one of them
 // fits.
-func (m *Manager) place(j *job, full map[string]bool) (map[string][]string, int, error) {
+func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, int, error) {
 	m.placeMu.Lock()
 	defer m.placeMu.Unlock()
 	used := m.slotsUsed(j)
 	live := m.ctl.Workers()
+	stale := m.staleTasks(live, j)
 	ws := make([]plan.Worker, 0, len(live))
 	for _, hb := range live {
-		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID]}
-		if full[w.ID] {
+		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID] + stale[hb.Worker.ID]}
+		if at, ok := full[w.ID]; ok && m.freedSlots(w.ID) <= at {
 			if w.Slots <= 0 {
 				continue // full, it said, but of no limit it told: no room to count on
 			}
@@ -296,15 +311,75 @@ func (m *Manager) place(j *job, full map[string]bool) (map[string][]string, int,
 }
 
 // Workers implements control.API: the live workers, by ID, with their
-// slots and the tasks placed on each (slotsUsed).
+// slots and the tasks placed on each (slotsUsed) or still running there
+// besides (staleTasks).
 func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 	used := m.slotsUsed(nil)
 	live := m.ctl.Workers()
+	stale := m.staleTasks(live, nil)
 	out := make([]control.WorkerStatus, len(live))
 	for i, hb := range live {
-		out[i] = control.WorkerStatus{ID: hb.Worker.ID, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID]}
+		id := hb.Worker.ID
+		out[i] = control.WorkerStatus{ID: id, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[id] + stale[id]}
 	}
 	return out, nil
+}
+
+// freedSlots returns how often worker id's heartbeats reported fewer
+// tasks than the one before: a worker that refused a deploy for want of
+// slots counts as full until this grows (job.deploy, place).
+func (m *Manager) freedSlots(id string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.freed[id]
+}
+
+// attemptStopped notes that worker answered the cancel of job's attempt:
+// its tasks there returned, and hold no slots whatever the worker's
+// heartbeats sent before the answer still say (staleTasks).
+func (m *Manager) attemptStopped(worker, job string, attempt int) {
+	m.mu.Lock()
+	m.stopped[staleKey{worker: worker, job: job, attempt: attempt}] = true
+	m.mu.Unlock()
+}
+
+// staleTasks counts, per live worker, the tasks its latest heartbeat
+// reported that slotsUsed does not count: those of an attempt that is not
+// its job's current one, of a job that ended or that this coordinator
+// does not know, or placed elsewhere — an attempt whose cancel has not
+// reached the worker yet (it was cut off), or is under way. They take
+// the worker's slots all the same (it refuses a deploy beyond them). The
+// tasks of except are not counted: a job being placed counts its own
+// slots free (its earlier attempt is being canceled); nor are those of an
+// attempt whose cancel the worker answered (attemptStopped), which a
+// heartbeat sent before the answer may still list.
+func (m *Manager) staleTasks(live []control.Heartbeat, except *job) map[string]int {
+	m.mu.Lock()
+	jobs := maps.Clone(m.jobs)
+	stopped := maps.Clone(m.stopped)
+	m.mu.Unlock()
+	stale := map[string]int{}
+	for _, hb := range live {
+		for _, t := range hb.Tasks {
+			if stopped[staleKey{worker: hb.Worker.ID, job: t.Job, attempt: t.Attempt}] {
+				continue
+			}
+			j := jobs[t.Job]
+			if j == except && j != nil {
+				continue
+			}
+			if j != nil {
+				j.mu.Lock()
+				counted := j.holds && !j.st.State.Terminal() && j.st.Attempt == t.Attempt && j.assign[t.Task] == hb.Worker.ID
+				j.mu.Unlock()
+				if counted {
+					continue
+				}
+			}
+			stale[hb.Worker.ID]++
+		}
+	}
+	return stale
 }
 
 // slotsUsed counts, per worker, the tasks placed there of the jobs that
@@ -335,6 +410,13 @@ func (m *Manager) slotsUsed(except *job) map[string]int {
 func (m *Manager) WorkerLost(id string) {
 	m.log.Warn("worker lost", "worker", id)
 	m.mu.Lock()
+	delete(m.reported, id)
+	delete(m.freed, id)
+	for k := range m.stopped {
+		if k.worker == id {
+			delete(m.stopped, k)
+		}
+	}
 	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
 		jobs = append(jobs, j)
@@ -352,6 +434,24 @@ func (m *Manager) WorkerLost(id string) {
 // it on: a source reading and a sink writing beside the attempt that
 // replaced it.
 func (m *Manager) WorkerTasks(worker string, tasks []control.TaskRef) {
+	// Fewer tasks than the worker reported before: slots came free — also
+	// those of stale tasks, which no job's end announces — and a job
+	// waiting for them may fit now.
+	m.mu.Lock()
+	fewer := len(tasks) < m.reported[worker]
+	m.reported[worker] = len(tasks)
+	if fewer {
+		m.freed[worker]++
+	}
+	for k := range m.stopped {
+		if k.worker == worker && !slices.ContainsFunc(tasks, func(t control.TaskRef) bool { return t.Job == k.job && t.Attempt == k.attempt }) {
+			delete(m.stopped, k)
+		}
+	}
+	m.mu.Unlock()
+	if fewer {
+		m.roomMade()
+	}
 	seen := map[staleKey]bool{}
 	for _, t := range tasks {
 		m.mu.Lock()
@@ -384,6 +484,9 @@ func (m *Manager) WorkerTasks(worker string, tasks []control.TaskRef) {
 			c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
 			err := m.ctl.Cancel(c, k.worker, control.Cancel{Job: k.job, Attempt: k.attempt, Reason: reason})
 			cancel()
+			if err == nil {
+				m.attemptStopped(k.worker, k.job, k.attempt)
+			}
 			if err != nil {
 				m.log.Warn("cancel of a stale attempt failed", "job", k.job, "attempt", k.attempt, "worker", k.worker, "err", err)
 			}

@@ -2,8 +2,10 @@ package job
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -342,4 +344,64 @@ func TestAJobWaitingForAWorkerKeepsItsSlots(t *testing.T) {
 	}
 	waitFor(t, ctx, e, "b", "waiting for a's slots",
 		waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 0 free (w1 0 of 5)"))
+}
+
+// A worker that still runs tasks the coordinator does not count — of an
+// attempt whose cancel has not reached it, here of a job the coordinator
+// does not know — has those slots taken: a job that needs them waits for
+// free slots, saying so, instead of being refused by the worker; and it
+// runs there as soon as the worker's heartbeats show the stale tasks gone
+// (the coordinator cancels them), not after the wait for slots ran out (a
+// failure, here the job's end).
+func TestPlacementCountsAWorkersStaleTasks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.startSlots(ctx, "w1", 5)
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer open()
+	w1.mu.Lock()
+	w1.refuseBeyond = true
+	for i := range 5 {
+		w1.extra = append(w1.extra, control.TaskRef{Job: "gone", Attempt: 3, Task: fmt.Sprintf("t-%d", i)})
+	}
+	w1.cancelGate = func(c control.Cancel) {
+		if c.Job == "gone" {
+			<-gate // the cancel reaches the worker only now
+		}
+	}
+	w1.mu.Unlock()
+	e.waitWorkers(1)
+	// The worker's heartbeats report the stale tasks; weir worker ls
+	// counts them.
+	for {
+		ws, err := e.api.Workers(ctx)
+		if err == nil && len(ws) == 1 && ws[0].Used == 5 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("workers %+v (%v), want w1 5 of 5 slots used", ws, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: none}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "waiting for the stale tasks' slots",
+		waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 0 free (w1 0 of 5)"))
+	open()
+	st := waitFor(t, ctx, e, "wc", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 || st.State.Terminal() })
+	if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 || st.Reason != "" {
+		t.Errorf("status once the stale tasks ended %+v", st)
+	}
+	w1.mu.Lock()
+	deploys := len(w1.deploys)
+	w1.mu.Unlock()
+	if deploys != 1 {
+		t.Errorf("w1 was asked to deploy %d times, want once (no refusal)", deploys)
+	}
 }

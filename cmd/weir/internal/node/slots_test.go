@@ -17,10 +17,11 @@ import (
 // slots, w1 (-slots 2) refuses, naming itself, its slots and what it
 // runs. Then it runs, beside the job's placement on w2, two more tasks of
 // the job handover that only another coordinator would know of (a
-// handover): the coordinator counts them on w2 alone and puts a task of
-// the next job on w1, which refuses it; the job is placed again at once
-// with w1 full — no restart, no failure — and runs on w2, where there is
-// room, and handover runs on, untouched.
+// handover): its heartbeats report them, and the coordinator counts them
+// on w1 (weir worker ls: 2 of 2 used), so the next job is placed on w2,
+// where there is room, at once — no refusal, no restart, no failure (it
+// counted them on w2 alone and put a task on w1, which refused it) — and
+// handover runs on, untouched.
 func TestWorkerRefusesTasksBeyondItsSlots(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -110,6 +111,15 @@ restart: {strategy: none}
 	if r := deploy(handover); r.Error != "" {
 		t.Fatalf("deploy of handover's 2 tasks to w1: %+v", r)
 	}
+	waitUntil(t, ctx, "w1's heartbeats to report handover's tasks there", func() bool {
+		ws, err := up.API.Workers(ctx)
+		for _, w := range ws {
+			if w.ID == "w1" {
+				return err == nil && w.Used == 2
+			}
+		}
+		return false
+	})
 
 	counts := parse("counts", "operators: [{name: upper, module: "+mod+", inputs: [{from: in}]}]\n", "upper")
 	if _, err := up.API.Submit(ctx, control.SubmitRequest{Spec: counts}); err != nil {
@@ -122,10 +132,9 @@ restart: {strategy: none}
 	for _, w := range st.Assignment {
 		perWorker[w]++
 	}
-	// Attempt 1 was placed with a task on w1, refused; attempt 2 runs.
-	if st.State != control.JobRunning || st.Attempt != 2 || st.Restarts != 0 || len(st.Failures) != 0 ||
+	if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 ||
 		!maps.Equal(perWorker, map[string]int{"w2": 3}) {
-		t.Errorf("counts: %s, attempt %d, %d restarts, failures %v, tasks per worker %v; want running on w2 (3), attempt 2, no restart or failure",
+		t.Errorf("counts: %s, attempt %d, %d restarts, failures %v, tasks per worker %v; want running on w2 (3), attempt 1, no restart or failure",
 			st.State, st.Attempt, st.Restarts, st.Failures, perWorker)
 	}
 	flows("counts")
