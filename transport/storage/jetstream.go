@@ -12,8 +12,10 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Default bucket names.
@@ -159,19 +161,18 @@ func (c chunkReader) Read(p []byte) (int, error) {
 }
 
 // Get opens the object, as the bucket's stream leader has it (see
-// leader.go): its info from the leader's last meta message, then each of
-// its chunks from the leader, one request a chunk. The client's Get reads
-// the info with a direct get and the chunks through a consumer, either of
-// which a lagging replica may serve: a snapshot just written would be
-// missing (a restore from a checkpoint just completed fails, and the job
-// fails over again) or cut short (its consumer ends once that has nothing
-// pending). The object's size and digest are verified when it is read to
-// the end. The price: a round trip and a base64 encoding a chunk, about a
-// third of the client's throughput on a big object (BenchmarkObjectGet).
-// A consumer would serve a big object faster, read until the chunk count
-// the leader's info gives, with the leader's gets to fall back on: the
-// first pull of one just created on a cluster was seen lost, the consumer
-// waiting with none (its server not yet known to route pulls to).
+// leader.go): its info from the leader's last meta message, then its
+// chunks in direct batches (any replica answers those), with what a batch
+// lacks from the leader, one request a chunk (objectReader). The client's
+// Get reads the info with a direct get and the chunks through a consumer,
+// either of which a lagging replica may serve: a snapshot just written
+// would be missing (a restore from a checkpoint just completed fails, and
+// the job fails over again) or cut short (its consumer ends once that has
+// nothing pending). Here the leader's info says how many chunks there
+// are; a replica can only have fewer. The object's size and digest are
+// verified when it is read to the end. Batches read a big object at about
+// the client's speed, three times the leader's one chunk a request
+// (BenchmarkObjectGet: ~250 against ~80 MB/s on a 2-core machine).
 func (s *ObjectStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
@@ -210,20 +211,43 @@ func (s *ObjectStore) info(ctx context.Context, key string) (*jetstream.ObjectIn
 	return &info, m.Seq, nil
 }
 
-// objectReader reads an object's chunks from the stream's leader, one a
-// Read that finds its buffer empty.
+// objectReader reads an object's chunks, a batch of them at a time, with
+// the stream's direct get, which any replica answers, and from the
+// stream's leader what that does not give.
+//
+// The info it reads by is the leader's (ObjectStore.info), so it knows
+// how many chunks to expect; the chunks' subject names this one put of
+// the object only (its NUID), so any chunk a replica has is one of them,
+// in order. A lagging replica has fewer, or none yet: what the batch
+// lacks comes from the leader, one chunk a request (the client's own read
+// instead ends early, taking a replica's end for the object's). The size
+// and digest are checked at the end either way.
 type objectReader struct {
-	ctx    context.Context
-	s      *ObjectStore
-	key    string
-	info   *jetstream.ObjectInfo
-	next   uint64 // the stream sequence to look for the next chunk from
-	chunks uint32 // chunks read
-	size   uint64 // bytes read
-	digest hash.Hash
-	buf    []byte
-	err    error
+	ctx     context.Context
+	s       *ObjectStore
+	key     string
+	info    *jetstream.ObjectInfo
+	next    uint64 // the stream sequence to look for the next chunk from
+	chunks  uint32 // chunks read
+	size    uint64 // bytes read
+	digest  hash.Hash
+	batched [][]byte // chunks a direct batch gave, not read yet
+	leader  bool     // a direct batch failed: the rest from the leader
+	buf     []byte
+	err     error
 }
+
+// How an objectReader's direct batches are sized and waited for.
+const (
+	// directChunks is the most chunks one batch asks for (4 MiB of the
+	// client's 128 KiB chunks).
+	directChunks = 32
+	// directBytes caps a batch's answer.
+	directBytes = 8 << 20
+	// directWait bounds a batch: a replica that does not answer in time
+	// (frozen, or gone) leaves the rest of the object to the leader.
+	directWait = 2 * time.Second
+)
 
 func (r *objectReader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
@@ -249,6 +273,14 @@ func (r *objectReader) fill() error {
 		}
 		return io.EOF
 	}
+	if len(r.batched) == 0 && !r.leader {
+		r.batch()
+	}
+	if len(r.batched) > 0 {
+		r.take(r.batched[0])
+		r.batched = r.batched[1:]
+		return nil
+	}
 	subj := "$O." + r.s.bucket + ".C." + r.info.NUID
 	m, err := leaderGet(r.ctx, r.s.js, "OBJ_"+r.s.bucket, msgGetRequest{Seq: r.next, NextFor: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -258,11 +290,50 @@ func (r *objectReader) fill() error {
 		return fmt.Errorf("storage get %s: chunk %d of %d: %w", r.key, r.chunks+1, r.info.Chunks, err)
 	}
 	r.next = m.Seq + 1
-	r.chunks++
-	r.size += uint64(len(m.Data))
-	r.digest.Write(m.Data)
-	r.buf = m.Data
+	r.take(m.Data)
 	return nil
+}
+
+// take makes chunk the next one read.
+func (r *objectReader) take(chunk []byte) {
+	r.chunks++
+	r.size += uint64(len(chunk))
+	r.digest.Write(chunk)
+	r.buf = chunk
+}
+
+// batch asks for the next chunks with one direct batch get, and keeps in
+// batched those it gives, moving next past them. A batch that fails
+// (the stream allows no direct gets, no replica answers in time) leaves
+// the rest of the object to the leader; one that gives nothing (a
+// replica without the next chunk yet) leaves that chunk to it.
+func (r *objectReader) batch() {
+	want := min(int(r.info.Chunks-r.chunks), directChunks)
+	ctx, cancel := context.WithTimeout(r.ctx, directWait)
+	defer cancel()
+	subj := "$O." + r.s.bucket + ".C." + r.info.NUID
+	msgs, err := jetstreamext.GetBatch(ctx, r.s.js, "OBJ_"+r.s.bucket, want,
+		jetstreamext.GetBatchSeq(max(r.next, 1)),
+		jetstreamext.GetBatchSubject(subj),
+		jetstreamext.GetBatchMaxBytes(directBytes))
+	if err != nil {
+		r.leader = true
+		return
+	}
+	for m, err := range msgs {
+		if err != nil {
+			if !errors.Is(err, jetstreamext.ErrNoMessages) {
+				r.leader = true
+			}
+			return
+		}
+		if m.Subject != subj || m.Sequence < r.next {
+			r.leader = true // not what was asked for: trust the leader only
+			return
+		}
+		r.batched = append(r.batched, m.Data)
+		r.next = m.Sequence + 1
+	}
 }
 
 // Close ends the read; nothing is held between Reads.
