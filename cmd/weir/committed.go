@@ -31,7 +31,9 @@ import (
 // report again from where they restored, and a checkpoint of the new
 // attempt must complete and be committed. Only JetStream sources can tell
 // what they read; with input to a core NATS source, weir run falls back to
-// quiet output (sound reports false).
+// quiet output (sound reports false), as it does once a source task's
+// worker turns out not to report what it read (blind: a worker older than
+// control.TaskStats.SourceReadSeq).
 type inputCommit struct {
 	plan *plan.Plan
 	// sources are the JetStream sources -input published to, by name;
@@ -43,6 +45,9 @@ type inputCommit struct {
 	// checkpoint ID the job had then: a later one covers the input.
 	attempt int
 	after   int64
+	// blind says that a task of such a source reported no read sequence:
+	// its worker predates the report, and the input's end cannot be told.
+	blind bool
 }
 
 // newInputCommit returns the tracker of the input that the -input flags
@@ -137,7 +142,8 @@ func (c *inputCommit) done(st control.JobStatus, cps []control.CheckpointInfo, l
 }
 
 // readAll reports whether every task of every source the input went to
-// has processed its stream up to where the input left it.
+// has processed its stream up to where the input left it, and notes a
+// task that cannot tell (blind).
 func (c *inputCommit) readAll(tasks map[string]control.TaskStats) bool {
 	for _, v := range c.plan.Vertices {
 		end, ok := c.sources[v.Name]
@@ -145,7 +151,11 @@ func (c *inputCommit) readAll(tasks map[string]control.TaskStats) bool {
 			continue
 		}
 		for _, id := range v.Tasks {
-			if t, ok := tasks[id]; !ok || t.SourceReadSeq < end {
+			t, ok := tasks[id]
+			if ok && t.SourceReadSeq == nil {
+				c.blind = true
+			}
+			if !ok || t.SourceReadSeq == nil || *t.SourceReadSeq < end {
 				return false
 			}
 		}

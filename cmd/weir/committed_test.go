@@ -16,6 +16,8 @@ import (
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/cmd/weir/internal/worker"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/sink"
 )
@@ -168,5 +170,48 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 10}
 	}
 	if want := fmt.Sprintf("%d records in, %d records out", lines, lines); !strings.Contains(got, want) {
 		t.Errorf("summary is not %q:\n%s", want, got)
+	}
+}
+
+// A source task whose worker does not report what it read (older than
+// TaskStats.SourceReadSeq) makes inputCommit blind — weir run falls back
+// to quiet output — where it used to wait for a read sequence that never
+// came, until -for or Ctrl-C. A task that reports 0 (it processed nothing
+// yet) is not blind: it can tell, later.
+func TestInputCommitBlindToAWorkerThatDoesNotReport(t *testing.T) {
+	spec, err := jobspec.Parse("j.yaml", []byte(`name: j
+sources: [{name: in, kind: jetstream, stream: IN}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: in}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero, end := uint64(0), uint64(40)
+	for _, c := range []struct {
+		name      string
+		read      *uint64
+		blind     bool
+		committed bool
+	}{
+		{"an older worker", nil, true, false},
+		{"nothing processed yet", &zero, false, false},
+		{"read to the input's end", &end, false, true},
+	} {
+		commit, sound := newInputCommit(spec, inputFlags{"in.txt"})
+		if !sound {
+			t.Fatal("a JetStream source's input: want sound")
+		}
+		commit.sources["in"], commit.known = end, true
+		one := int64(1)
+		st := control.JobStatus{Name: "j", State: control.JobRunning, Attempt: 1, Tasks: []control.TaskStatus{
+			{Task: "in-0", Stats: control.TaskStats{SourceReadSeq: c.read}},
+			{Task: "out-0", Stats: control.TaskStats{SinkCommitted: &one}},
+		}}
+		commit.done(st, nil, true)
+		st.LatestCheckpoint = 1 // a checkpoint after the reports, committed
+		got := commit.done(st, nil, true)
+		if commit.blind != c.blind || got != c.committed {
+			t.Errorf("%s: blind %v, committed %v; want %v, %v", c.name, commit.blind, got, c.blind, c.committed)
+		}
 	}
 }

@@ -721,6 +721,11 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			// Unread (NATS away), the streams are read at the next look.
 			_ = commit.readEnds(ctx, n.JS, spec)
 			committed = commit.done(st, cps, cpsErr == nil)
+			if commit.blind {
+				// A worker that does not say what its source read
+				// (older than weir run): quiet output it is.
+				sound = false
+			}
 		}
 		if (committed || (inputCommittedAt > 0 && (bounded || !sound))) && o.idle > 0 {
 			_, last := out.state()

@@ -191,8 +191,10 @@ type TaskStats struct {
 	// SourceReadSeq, for a source task that can tell (a JetStream source),
 	// is the stream sequence up to which it has processed every message of
 	// its input: a checkpoint triggered after this report covers all of
-	// them (host.Stats.SourceOffset). 0: none yet, or it cannot tell.
-	SourceReadSeq uint64 `json:"source_read_seq,omitempty"`
+	// them (host.Stats.SourceOffset); 0 until it processed any. Nil for a
+	// task that cannot tell: another kind of source, or a worker older
+	// than this field.
+	SourceReadSeq *uint64 `json:"source_read_seq,omitempty"`
 	// SinkCommitted, for a sink task whose sink reports its commits (an
 	// exactly-once JetStream sink), is the latest checkpoint whose output
 	// the sink has stored in the current attempt (0: none yet); nil for

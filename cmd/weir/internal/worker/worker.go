@@ -203,9 +203,11 @@ func (w *Worker) taskRefs() []control.TaskRef {
 					st.SourcePending = &v
 				}
 				if r, ok := p.(readThrougher); ok {
-					if seq, ok := r.ReadThrough(s.SourceOffset); ok {
-						st.SourceReadSeq = seq
+					var seq uint64 // 0 until the task processed any input
+					if s, ok := r.ReadThrough(s.SourceOffset); ok {
+						seq = s
 					}
+					st.SourceReadSeq = &seq
 				}
 				if w, ok := p.(stopAwaiter); ok {
 					if stop, last, ok := w.AwaitsStop(); ok {
