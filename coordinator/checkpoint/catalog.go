@@ -99,7 +99,8 @@ func (c *Catalog) Write(ctx context.Context, md *Metadata) error {
 
 // Read loads and verifies checkpoint id's metadata and checks that its
 // state objects exist. A missing checkpoint wraps fs.ErrNotExist, a bad one
-// ErrCorrupt.
+// (its state gone among them) ErrCorrupt; any other error (the store
+// unreachable for now) is neither, and says nothing of the checkpoint.
 func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, error) {
 	data, err := storage.ReadAll(ctx, c.Meta, MetadataKey(job, id))
 	if err != nil {
@@ -132,9 +133,16 @@ func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, er
 				}
 				continue
 			}
+			// Another checkpoint's object: gone, the checkpoint is
+			// corrupt; unreadable for now (an outage, a stream without
+			// a leader), it is not — Latest would skip it for an older
+			// one, whose restore exactly-once sinks commit again.
 			rc, err := c.State.Get(ctx, h)
-			if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
 				return nil, fmt.Errorf("checkpoint %s/%d: %w: state of %s: %v", job, id, ErrCorrupt, task, err)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint %s/%d: state of %s: %w", job, id, task, err)
 			}
 			_ = rc.Close()
 		}
