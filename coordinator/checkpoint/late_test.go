@@ -2,7 +2,11 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -80,7 +84,8 @@ func TestAbortedIDsBounded(t *testing.T) {
 // ack; a completed checkpoint keeps its objects, its sink's commit marker
 // included, whatever acks come for it.
 func TestRunnerDiscardsFailedCheckpoints(t *testing.T) {
-	st, err := storage.NewDir(t.TempDir())
+	root := t.TempDir()
+	st, err := storage.NewDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,9 +116,16 @@ func TestRunnerDiscardsFailedCheckpoints(t *testing.T) {
 		}
 		return keys
 	}
+	// A discard is done once the checkpoint's directory is gone too: the
+	// directory store removes it after the objects, and a write into it
+	// before then (a late ack's) fails when it goes.
 	gone := func(what string, id int64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); len(list(id)) > 0; {
+		dirGone := func() bool {
+			_, err := os.Stat(filepath.Join(root, "j", fmt.Sprintf("chk-%d", id)))
+			return errors.Is(err, fs.ErrNotExist)
+		}
+		for deadline := time.Now().Add(10 * time.Second); len(list(id)) > 0 || !dirGone(); {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: checkpoint %d left %v", what, id, list(id))
 			}
