@@ -30,45 +30,17 @@ func TestRegistryOnAClusterReadsFromTheLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	servers := embeddedtest.Cluster(t, ctx, 3)
-	connect := func(url string) (*nats.Conn, jetstream.JetStream) {
-		t.Helper()
-		nc, err := nats.Connect(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
-	}
-	_, js := connect(servers[0].ClientURL())
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
 	if _, err := Open(ctx, js, "", 3); err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(ctx, "OBJ_"+DefaultBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := st.CachedInfo().Cluster
-	if c == nil || c.Leader == "" || len(c.Replicas) != 2 {
-		t.Fatalf("the registry's stream: cluster %+v, want a leader and two replicas", c)
-	}
-	var leaderURL, followerURL string
-	for _, s := range servers {
-		if s.Name() == c.Leader {
-			leaderURL = s.ClientURL()
-		} else {
-			followerURL = s.ClientURL()
-		}
-	}
-	_, ljs := connect(leaderURL)
+	_, leaderURL, followerURL := embeddedtest.StreamLeader(t, ctx, js, "OBJ_"+DefaultBucket, servers)
+	_, ljs := embeddedtest.ConnectTo(t, leaderURL)
 	pusher, err := Open(ctx, ljs, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wnc, wjs := connect(followerURL)
+	wnc, wjs := embeddedtest.ConnectTo(t, followerURL)
 	worker, err := Open(ctx, wjs, "", 0)
 	if err != nil {
 		t.Fatal(err)

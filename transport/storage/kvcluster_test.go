@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -29,48 +28,17 @@ func TestKVGetOnAClusterReadsFromTheLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	servers := embeddedtest.Cluster(t, ctx, 3)
-	connect := func(url string) (*nats.Conn, jetstream.JetStream) {
-		t.Helper()
-		nc, err := nats.Connect(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
-	}
-	_, js := connect(servers[0].ClientURL())
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
 	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(ctx, "KV_meta")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
-		t.Fatalf("the bucket's stream: cluster %+v, want a leader and two replicas", info.Cluster)
-	}
-	var leaderURL, followerURL string
-	for _, s := range servers {
-		if s.Name() == info.Cluster.Leader {
-			leaderURL = s.ClientURL()
-		} else {
-			followerURL = s.ClientURL()
-		}
-	}
-	_, ljs := connect(leaderURL)
+	_, leaderURL, followerURL := embeddedtest.StreamLeader(t, ctx, js, "KV_meta", servers)
+	_, ljs := embeddedtest.ConnectTo(t, leaderURL)
 	writer, err := NewKV(ctx, ljs, "meta", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fnc, fjs := connect(followerURL)
+	fnc, fjs := embeddedtest.ConnectTo(t, followerURL)
 	reader, err := NewKV(ctx, fjs, "meta", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -132,49 +100,23 @@ func TestKVGetWaitsForALeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	servers := embeddedtest.Cluster(t, ctx, 3)
-	nc, err := nats.Connect(servers[0].ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
 	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(ctx, "KV_meta")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Cluster == nil || info.Cluster.Leader == "" {
-		t.Fatalf("the bucket's stream: cluster %+v, want a leader", info.Cluster)
-	}
+	leader, _, _ := embeddedtest.StreamLeader(t, ctx, js, "KV_meta", servers)
 	// The reader stays on a server that does not lead; the leader and
 	// one other go.
 	var stay *server.Server
 	var gone []*server.Server
 	for _, s := range servers {
-		if stay == nil && s.Name() != info.Cluster.Leader {
+		if stay == nil && s.Name() != leader {
 			stay = s
 		} else {
 			gone = append(gone, s)
 		}
 	}
-	rnc, err := nats.Connect(stay.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rnc.Close()
-	rjs, err := jetstream.New(rnc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rnc, rjs := embeddedtest.ConnectTo(t, stay.ClientURL())
 	reader, err := NewKV(ctx, rjs, "meta", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +135,7 @@ func TestKVGetWaitsForALeader(t *testing.T) {
 	var restart func() *server.Server
 	for _, s := range gone {
 		start := embeddedtest.Stop(t, s, servers)
-		if s.Name() != info.Cluster.Leader {
+		if s.Name() != leader {
 			restart = start
 		}
 	}

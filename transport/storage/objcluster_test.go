@@ -25,53 +25,25 @@ import (
 func clusterStores(t *testing.T, ctx context.Context) (wo *ObjectStore, wk *KV, ro *ObjectStore, rk *KV, rnc *nats.Conn) {
 	t.Helper()
 	servers := embeddedtest.Cluster(t, ctx, 3)
-	connect := func(url string) (*nats.Conn, jetstream.JetStream) {
-		t.Helper()
-		nc, err := nats.Connect(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
-	}
-	_, js := connect(servers[0].ClientURL())
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
 	if _, err := NewObjectStore(ctx, js, "state", 3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
 		t.Fatal(err)
 	}
-	leader := func(stream string) string {
-		t.Helper()
-		st, err := js.Stream(ctx, stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := st.CachedInfo().Cluster
-		if c == nil || c.Leader == "" || len(c.Replicas) != 2 {
-			t.Fatalf("stream %s: cluster %+v, want a leader and two replicas", stream, c)
-		}
-		return c.Leader
-	}
 	// The writer on the object store's leader, the reader on a server
 	// that leads neither stream (of three, one at least).
-	objLeader, kvLeader := leader("OBJ_state"), leader("KV_meta")
-	var leaderURL, followerURL string
+	objLeader, leaderURL, _ := embeddedtest.StreamLeader(t, ctx, js, "OBJ_state", servers)
+	kvLeader, _, _ := embeddedtest.StreamLeader(t, ctx, js, "KV_meta", servers)
+	var followerURL string
 	for _, s := range servers {
-		switch s.Name() {
-		case objLeader:
-			leaderURL = s.ClientURL()
-		case kvLeader:
-		default:
+		if s.Name() != objLeader && s.Name() != kvLeader {
 			followerURL = s.ClientURL()
 		}
 	}
-	_, ljs := connect(leaderURL)
-	rnc, fjs := connect(followerURL)
+	_, ljs := embeddedtest.ConnectTo(t, leaderURL)
+	rnc, fjs := embeddedtest.ConnectTo(t, followerURL)
 	var err error
 	if wo, err = NewObjectStore(ctx, ljs, "state", 0); err != nil {
 		t.Fatal(err)

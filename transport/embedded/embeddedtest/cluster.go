@@ -117,3 +117,43 @@ func Stop(t testing.TB, s *server.Server, cluster []*server.Server) (start func(
 		return n
 	}
 }
+
+// ConnectTo opens a connection to the server at url (a cluster's, say),
+// closed when t ends, and its JetStream context.
+func ConnectTo(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// StreamLeader returns the name of the server of cluster that leads
+// stream, and the client URLs of that server and of one that does not;
+// t fails unless the stream has a leader and a replica on every other
+// server.
+func StreamLeader(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, cluster []*server.Server) (leader, leaderURL, otherURL string) {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Cluster
+	if c == nil || c.Leader == "" || len(c.Replicas) != len(cluster)-1 {
+		t.Fatalf("stream %s: cluster %+v, want a leader and %d replicas", stream, c, len(cluster)-1)
+	}
+	for _, s := range cluster {
+		if s.Name() == c.Leader {
+			leaderURL = s.ClientURL()
+		} else {
+			otherURL = s.ClientURL()
+		}
+	}
+	return c.Leader, leaderURL, otherURL
+}
