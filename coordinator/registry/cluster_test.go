@@ -3,14 +3,9 @@ package registry
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
@@ -45,42 +40,7 @@ func TestRegistryOnAClusterReadsFromTheLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The worker's requests carry reply subjects under its connection's
-	// inbox prefix.
-	inbox := wnc.NewRespInbox()
-	inbox = inbox[:strings.LastIndexByte(inbox, '.')+1]
-	// Requests but a module's chunk batches (direct gets any replica
-	// answers: the leader's info says how many chunks there are, and the
-	// leader gives what a lagging replica lacks).
-	mine := func(sub *nats.Subscription) int {
-		t.Helper()
-		n := 0
-		for {
-			m, err := sub.NextMsg(0)
-			if err != nil {
-				return n
-			}
-			var req struct {
-				NextFor string `json:"next_by_subj"`
-				Batch   int    `json:"batch"`
-			}
-			chunks := json.Unmarshal(m.Data, &req) == nil && req.Batch > 0 && strings.HasPrefix(req.NextFor, "$O.") && strings.Contains(req.NextFor, ".C.")
-			if strings.HasPrefix(m.Reply, inbox) && !chunks {
-				n++
-			}
-		}
-	}
-	direct, err := wnc.SubscribeSync(jetstream.DefaultAPIPrefix + "DIRECT.GET.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumers, err := wnc.SubscribeSync(jetstream.DefaultAPIPrefix + "CONSUMER.CREATE.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := wnc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	reads := embeddedtest.WatchReplicaReads(t, wnc)
 
 	const n = 10
 	for i := range n {
@@ -101,13 +61,7 @@ func TestRegistryOnAClusterReadsFromTheLeader(t *testing.T) {
 	if all, err := worker.List(ctx); err != nil || len(all) != n-1 {
 		t.Errorf("after removing op0: %v, %v; want the %d others", all, err, n-1)
 	}
-	if err := wnc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if d := mine(direct); d != 0 {
-		t.Errorf("the worker made %d direct gets but of chunk batches; want none", d)
-	}
-	if c := mine(consumers); c != 0 {
-		t.Errorf("the worker created %d consumers; want none", c)
+	if d, c := reads.Counts(); d != 0 || c != 0 {
+		t.Errorf("the worker made %d direct gets but of chunk batches, and created %d consumers; want none", d, c)
 	}
 }

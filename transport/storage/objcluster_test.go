@@ -3,7 +3,6 @@ package storage
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
@@ -79,44 +77,7 @@ func TestStoresOnAClusterReadFromTheLeader(t *testing.T) {
 	defer cancel()
 	wo, wk, ro, rk, rnc := clusterStores(t, ctx)
 
-	// The reader's requests: every request of its connection carries a
-	// reply subject under the connection's own inbox prefix.
-	inbox := rnc.NewRespInbox()
-	inbox = inbox[:strings.LastIndexByte(inbox, '.')+1]
-	mine := func(sub *nats.Subscription, but func(*nats.Msg) bool) int {
-		t.Helper()
-		n := 0
-		for {
-			m, err := sub.NextMsg(0)
-			if err != nil {
-				return n
-			}
-			if strings.HasPrefix(m.Reply, inbox) && (but == nil || !but(m)) {
-				n++
-			}
-		}
-	}
-	// An object's chunks are read in direct batches: the leader's info
-	// says how many there are, and what a replica lacks comes from the
-	// leader (TestObjectReadTakesWhatALaggingReplicaLacksFromTheLeader).
-	chunkBatch := func(m *nats.Msg) bool {
-		var req struct {
-			NextFor string `json:"next_by_subj"`
-			Batch   int    `json:"batch"`
-		}
-		return json.Unmarshal(m.Data, &req) == nil && req.Batch > 0 && strings.HasPrefix(req.NextFor, "$O.state.C.")
-	}
-	direct, err := rnc.SubscribeSync(jetstream.DefaultAPIPrefix + "DIRECT.GET.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumers, err := rnc.SubscribeSync(jetstream.DefaultAPIPrefix + "CONSUMER.CREATE.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rnc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	reads := embeddedtest.WatchReplicaReads(t, rnc)
 
 	big := bytes.Repeat([]byte("0123456789abcdef"), 20000) // 320 KB: three chunks
 	const n = 10
@@ -149,16 +110,8 @@ func TestStoresOnAClusterReadFromTheLeader(t *testing.T) {
 			}
 		}
 	}
-	// The reader's requests went through its own server, as did the
-	// subscriptions: once the flush is answered, they have all arrived.
-	if err := rnc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if d := mine(direct, chunkBatch); d != 0 {
-		t.Errorf("the reader made %d direct gets but of chunk batches; want none", d)
-	}
-	if c := mine(consumers, nil); c != 0 {
-		t.Errorf("the reader created %d consumers; want none", c)
+	if d, c := reads.Counts(); d != 0 || c != 0 {
+		t.Errorf("the reader made %d direct gets but of chunk batches, and created %d consumers; want none", d, c)
 	}
 	for _, stream := range []string{"OBJ_state", "KV_meta"} {
 		var resp struct {
