@@ -639,7 +639,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	// after the input.
 	commit, sound := newInputCommit(spec, o.inputs)
 	var deadline <-chan time.Time
+	var forEnd time.Time
 	if o.forDur > 0 {
+		forEnd = time.Now().Add(o.forDur)
 		deadline = time.After(o.forDur)
 	}
 	seen := map[int64]string{}
@@ -649,9 +651,21 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	defer tick.Stop()
 	var deaf time.Time // since when no coordinator has listened
 	for {
-		pctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		// The status request ends with -for too: while no coordinator
+		// answers, one read waits seconds (control.APIClient.ReadAttempt).
+		end := time.Now().Add(waitTimeout)
+		if !forEnd.IsZero() && forEnd.Before(end) {
+			end = forEnd
+		}
+		pctx, cancel := context.WithDeadline(ctx, end)
 		st, err := n.API.Job(pctx, spec.Name)
 		cancel()
+		if err != nil && ctx.Err() == nil && !forEnd.IsZero() && !time.Now().Before(forEnd) {
+			// -for ends the following, also while no coordinator
+			// answers.
+			summary(ctx, std.Out, out, published)
+			return nil
+		}
 		if errors.Is(err, control.ErrUnavailable) && ctx.Err() == nil {
 			// The coordinator is away (restarting): follow on for as
 			// long as a request would wait for an answer.
