@@ -1149,13 +1149,24 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 		byWorker[w] = append(byWorker[w], task)
 	}
 	j.triggered = max(j.triggered, t.ID)
-	reserve := t.ID > j.reserved
+	reserve, was := t.ID > j.reserved, j.reserved
 	if reserve {
 		j.reserved = t.ID + idReserve
 	}
 	j.mu.Unlock()
 	if reserve {
-		j.persist() // before any worker hears of the ID
+		// Before any worker hears of the ID, and not at all unless it is
+		// stored: a coordinator that resumed the job from the record as it
+		// was would number a checkpoint with this ID again, whose snapshot
+		// keys a cut-off worker may still write.
+		if err := j.writeRecord(); err != nil {
+			j.mu.Lock()
+			if j.reserved == t.ID+idReserve {
+				j.reserved = was // the next trigger reserves again
+			}
+			j.mu.Unlock()
+			return fmt.Errorf("trigger checkpoint %d: reserving its ID: %w", t.ID, err)
+		}
 	}
 	ws := make([]string, 0, len(byWorker))
 	for w := range byWorker {

@@ -70,23 +70,33 @@ func recordKey(name string) string { return recordPrefix + name }
 // coordinator would resume. A run that a new run of its name replaced
 // writes its record no more. j.mu is not held while the store writes.
 func (j *job) persist() {
+	if err := j.writeRecord(); err != nil {
+		j.m.log.Warn("persisting job record failed", "job", j.spec.Name, "err", err)
+	}
+}
+
+// writeRecord is persist, returning the error instead of logging it, for
+// a caller that must not go on without the record stored (a reservation
+// of checkpoint IDs).
+func (j *job) writeRecord() error {
 	store := j.m.opts.Jobs
 	if store == nil {
-		return
+		return nil
 	}
 	j.recordMu.Lock()
 	defer j.recordMu.Unlock()
 	rec, ok := j.record()
 	if !ok {
-		return
+		return nil
 	}
 	data, err := json.Marshal(rec)
 	if err == nil {
 		err = store.Put(context.WithoutCancel(j.ctx), recordKey(j.spec.Name), bytes.NewReader(data))
 	}
 	if err != nil {
-		j.m.log.Warn("persisting job record failed", "job", j.spec.Name, "err", err)
+		return fmt.Errorf("job %s: write its record: %w", j.spec.Name, err)
 	}
+	return nil
 }
 
 // record returns the job's record as it is now; ok is false once a new

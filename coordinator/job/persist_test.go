@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,4 +218,92 @@ func TestSlowRecordWriteBlocksNoRead(t *testing.T) {
 	}
 	cancelWhileLive(t, ctx, e, "slow")
 	cancelWhileLive(t, ctx, e, "other")
+}
+
+// failReserveStore is a Store whose first write of a job record that
+// reserves checkpoint IDs fails; failed is closed then, and failedRes is
+// the reservation it refused.
+type failReserveStore struct {
+	storage.Store
+	once      sync.Once
+	failed    chan struct{}
+	failedRes int64
+}
+
+func (s *failReserveStore) Put(ctx context.Context, key string, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	var rec record
+	if json.Unmarshal(data, &rec) == nil && rec.Reserved > 0 {
+		refused := false
+		s.once.Do(func() {
+			s.failedRes, refused = rec.Reserved, true
+			close(s.failed)
+		})
+		if refused {
+			return fmt.Errorf("store unavailable (test)")
+		}
+	}
+	return s.Store.Put(ctx, key, bytes.NewReader(data))
+}
+
+// A checkpoint whose ID the job record could not reserve is not
+// triggered: a coordinator that resumed the job from the record as it was
+// would number a checkpoint with that ID again, whose snapshot keys a
+// cut-off worker may still write. The checkpoint fails naming the record,
+// and the next one reserves again and completes.
+func TestUnreservedCheckpointIsNotTriggered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := &failReserveStore{Store: dir, failed: make(chan struct{})}
+	e := setupWith(t, ctx, Options{Jobs: records})
+	w := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	e.submitRunning(t, ctx, spec(t, "res", "checkpointing: {interval: 20ms}\n"))
+	<-records.failed
+	refused := records.failedRes - idReserve
+	waitFor(t, ctx, e, "res", "a checkpoint after the refused reservation", func(s control.JobStatus) bool {
+		return s.LatestCheckpoint > refused
+	})
+	w.mu.Lock()
+	for _, tr := range w.triggers {
+		if tr.CheckpointID == refused {
+			t.Errorf("checkpoint %d was triggered though the record reserving its ID was not stored", refused)
+		}
+	}
+	w.mu.Unlock()
+	cps, err := e.api.Checkpoints(ctx, "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range cps {
+		if c.ID == refused {
+			found = true
+			if c.Status != control.CheckpointFailed || !strings.Contains(c.Reason, "record") {
+				t.Errorf("checkpoint %d: %s (%s), want failed naming the job record", c.ID, c.Status, c.Reason)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("checkpoint %d is not listed: %+v", refused, cps)
+	}
+	var rec record
+	if err := json.Unmarshal(storedRecord(t, ctx, dir, "res"), &rec); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	for _, tr := range w.triggers {
+		if tr.CheckpointID > rec.Reserved {
+			t.Errorf("checkpoint %d was triggered beyond the stored reservation %d", tr.CheckpointID, rec.Reserved)
+		}
+	}
+	w.mu.Unlock()
+	cancelWhileLive(t, ctx, e, "res")
 }
