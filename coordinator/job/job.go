@@ -742,8 +742,11 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 	// again, and a worker still running this attempt keeps it as it runs
 	// (a deploy of the attempt running there is one sent again): tasks
 	// set up by two coordinators, restored from different checkpoints,
-	// wired together.
-	j.persist()
+	// wired together. So an attempt whose number could not be stored is
+	// not deployed: it fails, and the next one is stored again.
+	if err := j.writeRecord(); err != nil {
+		return failure{reason: fmt.Sprintf("attempt %d not deployed: %v", attempt, err)}, "", ""
+	}
 	ws := make([]string, 0, len(assignment))
 	for w := range assignment {
 		ws = append(ws, w)

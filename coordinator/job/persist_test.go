@@ -307,3 +307,59 @@ func TestUnreservedCheckpointIsNotTriggered(t *testing.T) {
 	w.mu.Unlock()
 	cancelWhileLive(t, ctx, e, "res")
 }
+
+// failAttemptStore is a Store whose first write of a job record naming
+// attempt 1 fails.
+type failAttemptStore struct {
+	storage.Store
+	once sync.Once
+}
+
+func (s *failAttemptStore) Put(ctx context.Context, key string, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	var rec record
+	if json.Unmarshal(data, &rec) == nil && rec.Attempt == 1 {
+		refused := false
+		s.once.Do(func() { refused = true })
+		if refused {
+			return fmt.Errorf("store unavailable (test)")
+		}
+	}
+	return s.Store.Put(ctx, key, bytes.NewReader(data))
+}
+
+// An attempt whose number the job record could not store is not
+// deployed: a coordinator that resumed the job from the record as it was
+// would deploy that number again, and a worker still running it keeps it
+// as it runs (tasks of two coordinators wired together). The attempt
+// fails naming the record, and the next one runs.
+func TestUnrecordedAttemptIsNotDeployed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := setupWith(t, ctx, Options{Jobs: &failAttemptStore{Store: dir}})
+	w := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	st := e.submitRunning(t, ctx, spec(t, "att", "checkpointing: {disabled: true}\n"))
+	if st.Attempt != 2 || st.LastFailure == nil || !strings.Contains(st.LastFailure.Reason, "record") {
+		t.Errorf("running as attempt %d after %+v, want attempt 2 after a failure naming the job record", st.Attempt, st.LastFailure)
+	}
+	w.mu.Lock()
+	for _, d := range w.deploys {
+		if d.Attempt == 1 {
+			t.Errorf("attempt 1 was deployed though the record naming it was not stored")
+		}
+	}
+	w.mu.Unlock()
+	var rec record
+	if err := json.Unmarshal(storedRecord(t, ctx, dir, "att"), &rec); err != nil || rec.Attempt != 2 {
+		t.Errorf("stored record: attempt %d (%v), want 2", rec.Attempt, err)
+	}
+	cancelWhileLive(t, ctx, e, "att")
+}
