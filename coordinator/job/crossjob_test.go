@@ -144,8 +144,9 @@ func TestCheckpointFailuresDoNotFailTheNextAttempt(t *testing.T) {
 	w1.mu.Unlock()
 	// w2 is cut off meanwhile: its loss fails the attempt over first.
 	go w2.crash()
+	// (At least the next: a loaded machine may take w1 for lost too.)
 	waitFor(t, ctx, e, "tol", "next attempt", func(s control.JobStatus) bool {
-		return s.State == control.JobRunning && s.Attempt == first.Attempt+1
+		return s.State == control.JobRunning && s.Attempt > first.Attempt
 	})
 	// The abort to w2 times out after RequestTimeout; the runner then
 	// carries out the rest: it logs that it does not pass the failure on,
