@@ -265,56 +265,84 @@ func lastSeq(ctx context.Context, js jetstream.JetStream, stream, subject string
 // leaderSubjects returns the subjects of stream that match filter and
 // hold messages, with how many each holds, as the stream's leader has
 // them: STREAM.INFO with a subjects filter. The server sends at most
-// 100,000 subjects an answer (sorted, when there are more); the pages are
-// asked for until all came, or until a page brings none (subjects went
-// away meanwhile).
+// 100,000 subjects an answer (its JSMaxSubjectDetails); past that it sorts them
+// and sends the page at the offset asked for, of the subjects as they
+// are then. Each page after the first is asked for from the last subject
+// of the one before, and must start at or before it: a subject that went
+// away meanwhile, sorted before the offset, moves every later one a place
+// down, and a page that starts past that last subject may have skipped
+// one that was there all along (Catalog.IDs missing the newest
+// checkpoint). Such a page is asked for again from further back. So every
+// subject that holds messages through the whole listing is listed; one
+// that comes or goes meanwhile may be or not.
 func leaderSubjects(ctx context.Context, js jetstream.JetStream, stream, filter string) (map[string]uint64, error) {
 	out := map[string]uint64{}
+	offset, back := 0, 0
+	last := "" // the greatest subject of the page before
 	for {
-		req := struct {
-			Filter string `json:"subjects_filter"`
-			Offset int    `json:"offset,omitempty"`
-		}{filter, len(out)}
-		var page map[string]uint64
-		var total int
-		err := leaderRequest(ctx, js, "STREAM.INFO."+stream, req, func(data []byte) error {
-			var resp struct {
-				Error   *jetstream.APIError `json:"error"`
-				Total   int                 `json:"total"`
-				Cluster *struct {
-					Leader string `json:"leader"`
-				} `json:"cluster"`
-				State *struct {
-					Subjects map[string]uint64 `json:"subjects"`
-				} `json:"state"`
-			}
-			if err := json.Unmarshal(data, &resp); err != nil {
-				return err
-			}
-			switch {
-			case resp.Error != nil:
-				return apiError(resp.Error)
-			case resp.State == nil:
-				return jetstream.ErrInvalidJetStreamResponse
-			case resp.Cluster != nil && resp.Cluster.Leader == "":
-				// A replica answers for a stream without a leader, with
-				// what it has applied so far.
-				return errLeaderless
-			}
-			page, total = resp.State.Subjects, resp.Total
-			return nil
-		})
+		page, total, err := subjectsPage(ctx, js, stream, filter, offset)
 		if err != nil {
 			return nil, fmt.Errorf("subjects of stream %s: %w", stream, err)
 		}
-		n := len(out)
+		first, greatest := "", ""
 		for s, c := range page {
 			out[s] = c
+			if first == "" || s < first {
+				first = s
+			}
+			greatest = max(greatest, s)
 		}
-		if len(out) >= total || len(out) == n {
+		if offset > 0 && (len(page) == 0 || first > last) {
+			// Subjects before the offset went away since the page
+			// before: step back, further each time.
+			back = max(2*back, 1024)
+			offset = max(offset-back, 0)
+			continue
+		}
+		if offset+len(page) >= total {
 			return out, nil
 		}
+		// The next page overlaps this one by its last subject.
+		offset, last, back = offset+len(page)-1, greatest, 0
 	}
+}
+
+// subjectsPage asks stream's leader for the subjects matching filter
+// from offset on (leaderSubjects), and returns them with how many there
+// are in all.
+func subjectsPage(ctx context.Context, js jetstream.JetStream, stream, filter string, offset int) (page map[string]uint64, total int, err error) {
+	req := struct {
+		Filter string `json:"subjects_filter"`
+		Offset int    `json:"offset,omitempty"`
+	}{filter, offset}
+	err = leaderRequest(ctx, js, "STREAM.INFO."+stream, req, func(data []byte) error {
+		var resp struct {
+			Error   *jetstream.APIError `json:"error"`
+			Total   int                 `json:"total"`
+			Cluster *struct {
+				Leader string `json:"leader"`
+			} `json:"cluster"`
+			State *struct {
+				Subjects map[string]uint64 `json:"subjects"`
+			} `json:"state"`
+		}
+		if err := json.Unmarshal(data, &resp); err != nil {
+			return err
+		}
+		switch {
+		case resp.Error != nil:
+			return apiError(resp.Error)
+		case resp.State == nil:
+			return jetstream.ErrInvalidJetStreamResponse
+		case resp.Cluster != nil && resp.Cluster.Leader == "":
+			// A replica answers for a stream without a leader, with
+			// what it has applied so far.
+			return errLeaderless
+		}
+		page, total = resp.State.Subjects, resp.Total
+		return nil
+	})
+	return page, total, err
 }
 
 // purge removes the messages on subject in stream: those before sequence
