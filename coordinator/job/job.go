@@ -119,6 +119,14 @@ type job struct {
 	triggered, idFloor int64
 	// resumed marks a job a restarted coordinator took over.
 	resumed bool
+	// unresumed marks a job a restarted coordinator could not take over
+	// (Manager.resume): listed as failed, but not ended — its record is
+	// left as the coordinator before left it, for the next one to resume
+	// the job from its run's latest checkpoint. So it writes no record
+	// (record), and the checkpoints it may be resumed from stay
+	// (neededBy), until a cancel gives it up (CancelJob) or a new run of
+	// its name replaces it.
+	unresumed bool
 	// deploying is the worker a deploy is waiting for, stopDeploy ends
 	// that wait, and deployLost is set when the worker is lost meanwhile.
 	deploying  string

@@ -15,7 +15,10 @@
 //	any non-terminal state ─► canceled           CancelJob
 //
 // A job a restarted coordinator resumes is restarting (reason
-// ReasonCoordinatorRestarted) until its next attempt runs.
+// ReasonCoordinatorRestarted) until its next attempt runs. One it cannot
+// resume (its checkpoints unreadable for now) is listed as failed, with
+// why, but has not ended: its record stays for the next coordinator to
+// resume it, the checkpoints of its run stay, and a cancel gives it up.
 //
 // A failover is caused by a task's EventFailed, a lost worker that ran one
 // of the job's tasks, a deploy that failed, or checkpoint failures beyond
@@ -865,11 +868,15 @@ func (m *Manager) Job(_ context.Context, name string) (control.JobStatus, error)
 // job that has ended already (finished, failed, canceled or stopped) has
 // nothing to cancel: that is refused (control.ErrConflict), as a stop or
 // savepoint of it is, saying when it ended; so is a cancel that came as
-// the job ended otherwise.
+// the job ended otherwise. A job a restarted coordinator could not resume,
+// listed as failed, is canceled: no coordinator resumes it any more.
 func (m *Manager) CancelJob(ctx context.Context, name string) (control.JobStatus, error) {
 	j, err := m.job(name)
 	if err != nil {
 		return control.JobStatus{}, err
+	}
+	if st, ok := j.cancelUnresumed(); ok {
+		return st, nil
 	}
 	if st := j.status(); st.State.Terminal() {
 		return st, alreadyEnded(st, "nothing to cancel")

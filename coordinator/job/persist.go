@@ -100,12 +100,14 @@ func (j *job) writeRecord() error {
 }
 
 // record returns the job's record as it is now; ok is false once a new
-// run of the job's name replaced the job (superseded).
+// run of the job's name replaced the job (superseded), and for a job a
+// restarted coordinator could not resume (unresumed), whose record is the
+// one the next coordinator resumes it from.
 func (j *job) record() (rec record, ok bool) {
 	latest := j.runner.Latest() // before j.mu: the runner calls the job holding its lock
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.superseded {
+	if j.superseded || j.unresumed {
 		return record{}, false
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
@@ -164,12 +166,15 @@ func (m *Manager) resume(ctx context.Context) error {
 		if err := m.resumeOne(ctx, rec); err != nil {
 			// Listed as failed, with why, rather than gone: its record
 			// stays as it was, so the next coordinator tries again, and
-			// the job can be restored from a checkpoint meanwhile.
+			// the job can be restored from a checkpoint meanwhile, or
+			// canceled (unresumed).
 			m.log.Warn("resuming job failed", "job", name, "err", err)
 			rec.State, rec.Updated = control.JobFailed, time.Now()
-			rec.Reason = fmt.Sprintf("not resumed after the coordinator restarted: %v (a coordinator restart tries again; or restore the job from a checkpoint)", err)
+			rec.Reason = fmt.Sprintf("not resumed after the coordinator restarted: %v (a coordinator restart tries again; or restore the job from a checkpoint, or cancel it)", err)
+			j := terminalJob(m, rec)
+			j.unresumed = true
 			m.mu.Lock()
-			m.jobs[name] = terminalJob(m, rec)
+			m.jobs[name] = j
 			m.mu.Unlock()
 		}
 	}
@@ -286,6 +291,26 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	go func() { defer m.wg.Done(); j.run() }()
 	m.log.Info("resuming job", "job", name, "attempt", rec.Attempt+1)
 	return nil
+}
+
+// cancelUnresumed cancels a job a restarted coordinator could not resume
+// (unresumed): its record says canceled from now on, so that no
+// coordinator resumes it. ok is false for any other job. Its tasks that
+// workers still run are canceled as any stale attempt's are
+// (Manager.WorkerTasks).
+func (j *job) cancelUnresumed() (st control.JobStatus, ok bool) {
+	j.mu.Lock()
+	if !j.unresumed {
+		j.mu.Unlock()
+		return control.JobStatus{}, false
+	}
+	j.unresumed = false
+	j.st.State, j.st.Updated = control.JobCanceled, time.Now().UTC()
+	j.st.Reason = "canceled after the coordinator restarted, which did not resume it"
+	j.mu.Unlock()
+	j.persist()
+	j.m.log.Info("job state", "job", j.spec.Name, "state", control.JobCanceled, "reason", "not resumed, canceled")
+	return j.status(), true
 }
 
 // terminalJob is a finished, failed or canceled job known from its record:

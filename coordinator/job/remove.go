@@ -17,7 +17,9 @@ import (
 // left stored, and the run forgets it (its history lists it as removed).
 // It refuses, saying why, one being written (pending), and one that a job
 // that has not ended restores on a failover (neededBy): the newest its run
-// completed, else the one it started from, of this job or another.
+// completed, else the one it started from, of this job or another; and
+// any one of the run of a job a restarted coordinator could not resume,
+// which the next coordinator resumes from its latest (unresumed).
 // Nothing else depends on a checkpoint: no state object is shared between
 // checkpoints (each one's lie under its own prefix; there are no
 // incremental checkpoints), and alignment spill files are never stored.
@@ -119,8 +121,9 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 }
 
 // neededBy says why checkpoint id of job name must stay, or "": a job
-// that has not ended restores it on a failover. The caller holds
-// m.removing.
+// that has not ended restores it on a failover, and the next coordinator
+// may resume one that a restarted coordinator could not (unresumed) from
+// any checkpoint of its run. The caller holds m.removing.
 func (m *Manager) neededBy(name string, id int64) string {
 	m.mu.Lock()
 	jobs := make([]*job, 0, len(m.jobs))
@@ -133,6 +136,15 @@ func (m *Manager) neededBy(name string, id int64) string {
 	})
 	for _, k := range jobs {
 		st := k.status()
+		k.mu.Lock()
+		unresumed, firstID, startID, initial := k.unresumed, k.firstID, k.startID, k.initial
+		k.mu.Unlock()
+		if unresumed && (k.spec.Name == name && (id >= firstID || id == startID) ||
+			initial != nil && initial.Job == name && initial.ID == id) {
+			// Which one the next coordinator resumes it from is what
+			// this one could not read: every checkpoint of its run.
+			return fmt.Sprintf("job %s was not resumed after the coordinator restarted, and the next coordinator resumes it from its latest checkpoint (cancel the job first to give it up)", k.spec.Name)
+		}
 		if st.State.Terminal() {
 			continue
 		}

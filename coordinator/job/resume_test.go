@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -120,5 +121,80 @@ func TestUnreadableCheckpointIsNotSkippedAtResume(t *testing.T) {
 	})
 	if d := w.lastDeploy("ha"); d.Restore == nil || d.Restore.CheckpointID != latest {
 		t.Errorf("resumed from %+v; want checkpoint %d, the latest", d.Restore, latest)
+	}
+}
+
+// A job a restarted coordinator could not resume is listed as failed, but
+// it has not ended: the next coordinator resumes it from its run's latest
+// checkpoint. Until then that checkpoint stays, and so does the job's
+// record: removing the run's latest checkpoint is refused (it was
+// allowed, the job looking ended, and the next coordinator resumed the
+// job from an older one), and removing a checkpoint of an earlier run of
+// its name, which nothing needs, leaves the record as it was (it wrote
+// the record as failed, and no coordinator resumed the job again). A
+// cancel gives the job up: the next coordinator lists it canceled (a
+// cancel was refused as of a job that ended).
+func TestUnresumedJobKeepsWhatTheNextCoordinatorResumes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var broken atomic.Bool
+	e, startManager := restartable(t, func(s storage.Store) storage.Store { return brokenGet{Store: s, broken: &broken} })
+	f := e.fleet
+	stop := startManager()
+	w := f.start(ctx, "w1")
+	defer f.wait()
+	// An earlier run of the name, with a savepoint.
+	e.submitRunning(t, ctx, spec(t, "ha", "checkpointing: {disabled: true}\n"))
+	earlier := e.savepoint(t, ctx, "ha")
+	if _, err := e.api.CancelJob(ctx, "ha"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "ha", "checkpointing: {interval: 20ms}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitFor(t, ctx, e, "ha", "a checkpoint of the second run", func(s control.JobStatus) bool {
+		return s.State == control.JobRunning && s.LatestCheckpoint > earlier
+	})
+	stop()
+	ids, err := e.catalogIDs(ctx, "ha")
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("checkpoints of ha: %v, %v", ids, err)
+	}
+	latest := ids[len(ids)-1]
+
+	broken.Store(true)
+	stop = startManager()
+	if st, err := e.api.Job(ctx, "ha"); err != nil || st.State != control.JobFailed {
+		t.Fatalf("job after a restart that cannot read its checkpoints' metadata for now: %+v, %v", st, err)
+	}
+	broken.Store(false) // readable again, under the coordinator that gave up
+	e.removeErr(t, ctx, "ha", latest, control.ErrConflict, fmt.Sprintf(
+		"cannot remove checkpoint %d of job ha: job ha was not resumed after the coordinator restarted, and the next coordinator resumes it from its latest checkpoint (cancel the job first to give it up)", latest))
+	if _, err := e.api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "ha", ID: earlier}); err != nil {
+		t.Errorf("remove savepoint %d of an earlier run: %v", earlier, err)
+	}
+	stop()
+
+	stop = startManager()
+	waitFor(t, ctx, e, "ha", "resumed", func(s control.JobStatus) bool {
+		return s.State == control.JobRunning && s.Attempt > before.Attempt
+	})
+	if d := w.lastDeploy("ha"); d.Restore == nil || d.Restore.CheckpointID != latest {
+		t.Errorf("resumed from %+v; want checkpoint %d, the latest", d.Restore, latest)
+	}
+	stop()
+
+	broken.Store(true)
+	stop = startManager()
+	st, err := e.api.CancelJob(ctx, "ha")
+	if err != nil || st.State != control.JobCanceled {
+		t.Errorf("cancel of a job the coordinator did not resume: %+v, %v", st, err)
+	}
+	stop()
+	broken.Store(false)
+	stop = startManager()
+	defer stop()
+	if st, err := e.api.Job(ctx, "ha"); err != nil || st.State != control.JobCanceled {
+		t.Errorf("job canceled while not resumed, after a restart: %+v, %v; want canceled", st, err)
 	}
 }
