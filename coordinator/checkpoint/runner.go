@@ -80,6 +80,9 @@ type Runner struct {
 	queue   []Action
 	waiters map[int64]chan error
 	ended   bool // Run returned: actions are no longer carried out
+	// jobEnded says that Run's end is its job's (JobEnded), not the
+	// coordinator's stop: no coordinator resumes the job.
+	jobEnded bool
 	// discards holds the checkpoints to discard, in order, that the
 	// discarder has not taken yet; dkick wakes it.
 	discards []DiscardAction
@@ -170,6 +173,15 @@ func (r *Runner) SweepLeftovers(from, below int64) {
 	case r.dkick <- struct{}{}:
 	default:
 	}
+}
+
+// JobEnded tells the runner, before its Run's context ends, that the
+// end is its job's (finished, failed, canceled or stopped), which no
+// coordinator resumes: what its end leaves undone is not done by one.
+func (r *Runner) JobEnded() {
+	r.mu.Lock()
+	r.jobEnded = true
+	r.mu.Unlock()
 }
 
 // Done is closed once Run returned, after the discards it carries out as
@@ -488,9 +500,10 @@ func (r *Runner) queueDiscard(a DiscardAction) {
 // shutdown with it: the discards left then are not tried, nor are those
 // the store's loss cut short (Run's end cancels ctx as the store goes),
 // and the runner logs how many it left undone. The next coordinator that
-// resumes the job does them: retention discards the completed
-// checkpoints beyond it as the job completes its next one, and
-// SweepLeftovers removes the others.
+// resumes the job does them: retention discards the completed checkpoints
+// beyond it as the job completes its next one, and SweepLeftovers removes
+// the others. A job that ended (JobEnded) is resumed by none: the log
+// says so, and names weir checkpoint rm, which removes them by hand.
 func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 	ending := false
 	for {
@@ -531,8 +544,14 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 					r.removeStrayMarkers(ctx, job)
 				}
 				if r.undone > 0 {
-					r.log.Warn("checkpoint discards left undone: the checkpoint store is out of reach; a coordinator that resumes the job does them",
-						"discards", r.undone, "err", r.undoneErr)
+					r.mu.Lock()
+					ended := r.jobEnded
+					r.mu.Unlock()
+					msg := "checkpoint discards left undone: the checkpoint store is out of reach; a coordinator that resumes the job does them"
+					if ended {
+						msg = "checkpoint discards left undone: the checkpoint store is out of reach; the job has ended, so no coordinator does them: weir checkpoint rm removes what they leave (-earlier: the objects of checkpoints that never completed)"
+					}
+					r.log.Warn(msg, "discards", r.undone, "err", r.undoneErr)
 				}
 				return
 			}

@@ -423,7 +423,12 @@ func (j *job) run() {
 	defer close(j.done)
 	defer func() {
 		// The job has ended once its runner has: the state of the
-		// checkpoints its end aborted is deleted by then.
+		// checkpoints its end aborted is deleted by then (unless the
+		// store is out of reach; no coordinator resumes an ended job to
+		// do it, and the runner says so).
+		if j.status().State.Terminal() {
+			j.runner.JobEnded()
+		}
 		j.cancel()
 		<-j.runner.Done()
 	}()
