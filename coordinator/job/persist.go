@@ -145,40 +145,63 @@ func (m *Manager) resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list job records: %w", err)
 	}
+	// The jobs are resumed side by side, resumeParallel at a time: each
+	// reads its checkpoints from the buckets' stream leaders, which wait
+	// while a stream has none (up to leaderWait, 30 s, a request), and
+	// one after the other the coordinator would serve nothing for that
+	// long a job.
+	sem := make(chan struct{}, resumeParallel)
+	var wg sync.WaitGroup
 	for _, k := range keys {
-		name := strings.TrimPrefix(k, recordPrefix)
-		data, err := storage.ReadAll(ctx, store, k)
-		if err != nil {
-			m.log.Warn("skipping job record", "job", name, "err", err)
-			continue
-		}
-		var rec record
-		if err := json.Unmarshal(data, &rec); err != nil || rec.Spec == nil {
-			m.log.Warn("skipping corrupt job record", "job", name, "err", err)
-			continue
-		}
-		if rec.State.Terminal() {
-			m.mu.Lock()
-			m.jobs[name] = terminalJob(m, rec)
-			m.mu.Unlock()
-			continue
-		}
-		if err := m.resumeOne(ctx, rec); err != nil {
-			// Listed as failed, with why, rather than gone: its record
-			// stays as it was, so the next coordinator tries again, and
-			// the job can be restored from a checkpoint meanwhile, or
-			// canceled (unresumed).
-			m.log.Warn("resuming job failed", "job", name, "err", err)
-			rec.State, rec.Updated = control.JobFailed, time.Now()
-			rec.Reason = fmt.Sprintf("not resumed after the coordinator restarted: %v (a coordinator restart tries again; or restore the job from a checkpoint, or cancel it)", err)
-			j := terminalJob(m, rec)
-			j.unresumed = true
-			m.mu.Lock()
-			m.jobs[name] = j
-			m.mu.Unlock()
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.resumeKey(ctx, store, k)
+		}()
 	}
+	wg.Wait()
 	return nil
+}
+
+// resumeParallel is how many jobs a restarted coordinator resumes at once.
+const resumeParallel = 8
+
+// resumeKey resumes the job whose record is under key k of store, lists
+// it as it ended, or, when it cannot be resumed now, as failed with why
+// (unresumed).
+func (m *Manager) resumeKey(ctx context.Context, store storage.Store, k string) {
+	name := strings.TrimPrefix(k, recordPrefix)
+	data, err := storage.ReadAll(ctx, store, k)
+	if err != nil {
+		m.log.Warn("skipping job record", "job", name, "err", err)
+		return
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil || rec.Spec == nil {
+		m.log.Warn("skipping corrupt job record", "job", name, "err", err)
+		return
+	}
+	if rec.State.Terminal() {
+		m.mu.Lock()
+		m.jobs[name] = terminalJob(m, rec)
+		m.mu.Unlock()
+		return
+	}
+	if err := m.resumeOne(ctx, rec); err != nil {
+		// Listed as failed, with why, rather than gone: its record
+		// stays as it was, so the next coordinator tries again, and
+		// the job can be restored from a checkpoint meanwhile, or
+		// canceled (unresumed).
+		m.log.Warn("resuming job failed", "job", name, "err", err)
+		rec.State, rec.Updated = control.JobFailed, time.Now()
+		rec.Reason = fmt.Sprintf("not resumed after the coordinator restarted: %v (a coordinator restart tries again; or restore the job from a checkpoint, or cancel it)", err)
+		j := terminalJob(m, rec)
+		j.unresumed = true
+		m.mu.Lock()
+		m.jobs[name] = j
+		m.mu.Unlock()
+	}
 }
 
 // unreadable reports whether err, from Catalog.Read, says that the

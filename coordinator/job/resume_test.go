@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -196,5 +197,67 @@ func TestUnresumedJobKeepsWhatTheNextCoordinatorResumes(t *testing.T) {
 	defer stop()
 	if st, err := e.api.Job(ctx, "ha"); err != nil || st.State != control.JobCanceled {
 		t.Errorf("job canceled while not resumed, after a restart: %+v, %v; want canceled", st, err)
+	}
+}
+
+// meetingList is a store whose listings of a job's checkpoints, while
+// meet is set, each wait until every job's listing is under way, as
+// listings wait side by side for a bucket's stream to elect a leader.
+type meetingList struct {
+	storage.Store
+	meet func(job string) // nil: no waiting
+}
+
+func (s *meetingList) List(ctx context.Context, prefix string) ([]string, error) {
+	if job, ok := strings.CutSuffix(prefix, "/chk-"); ok && s.meet != nil {
+		s.meet(job)
+	}
+	return s.Store.List(ctx, prefix)
+}
+
+// A restarted coordinator reads each job's checkpoints from the buckets'
+// stream leaders, which may wait up to 30 s for a stream to elect one; it
+// resumed its jobs one after the other, before it served anything, so a
+// stream without a leader kept it from serving for that long a job. It
+// resumes them side by side: every job's listing is under way at once.
+func TestJobsResumedSideBySide(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	store := &meetingList{}
+	e, startManager := restartable(t, func(s storage.Store) storage.Store { store.Store = s; return store })
+	f := e.fleet
+	stop := startManager()
+	f.start(ctx, "w1")
+	defer f.wait()
+	jobs := []string{"ja", "jb", "jc"}
+	before := map[string]control.JobStatus{}
+	for _, name := range jobs {
+		if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, name, "checkpointing: {interval: 20ms}\n")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range jobs {
+		before[name] = waitFor(t, ctx, e, name, "a checkpoint", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 1 })
+	}
+	stop()
+
+	// Each listing waits for the others, up to 20 s.
+	mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer mcancel()
+	meet := rendezvous(mctx, len(jobs))
+	store.meet = func(job string) {
+		if i := slices.Index(jobs, job); i >= 0 {
+			meet[i]()
+		}
+	}
+	stop = startManager()
+	defer stop()
+	if mctx.Err() != nil {
+		t.Errorf("the jobs' checkpoint listings did not run side by side: each waited for the others in vain (%v)", mctx.Err())
+	}
+	for _, name := range jobs {
+		waitFor(t, ctx, e, name, "resumed", func(s control.JobStatus) bool {
+			return s.State == control.JobRunning && s.Attempt > before[name].Attempt
+		})
 	}
 }
