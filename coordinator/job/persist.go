@@ -141,7 +141,15 @@ func (m *Manager) resume(ctx context.Context) error {
 	// workers running an attempt nobody follows: the JetStream stores
 	// list from the bucket's stream leader (storage), never a replica
 	// that may lag.
-	keys, err := store.List(ctx, recordPrefix)
+	// Neither is a record given up while storage fails: a job left out
+	// would not be listed, and its workers' tasks would be canceled as
+	// those of a job nobody knows. The coordinator serves once it knows
+	// every job (each failure is logged with its cause meanwhile).
+	var keys []string
+	err := retryRead(ctx, m, "list job records", "", func() (err error) {
+		keys, err = store.List(ctx, recordPrefix)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("list job records: %w", err)
 	}
@@ -164,6 +172,42 @@ func (m *Manager) resume(ctx context.Context) error {
 	return nil
 }
 
+// retryRead calls read until it succeeds or ctx ends, pausing between
+// attempts (resumeRetry, doubling up to resumeRetryMax) and logging each
+// failure with what ("list job records") and the job it is for, if any.
+// It returns ctx's error, or nil.
+func retryRead(ctx context.Context, m *Manager, what, job string, read func() error) error {
+	pause := resumeRetry
+	for {
+		err := read()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		args := []any{"err", err, "retry in", pause}
+		if job != "" {
+			args = append([]any{"job", job}, args...)
+		}
+		m.log.Warn(what+" failed; the coordinator serves once it knows every job", args...)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		pause = min(2*pause, resumeRetryMax)
+	}
+}
+
+// resumeRetry and resumeRetryMax pace retryRead.
+const (
+	resumeRetry    = 100 * time.Millisecond
+	resumeRetryMax = 5 * time.Second
+)
+
 // resumeParallel is how many jobs a restarted coordinator resumes at once.
 const resumeParallel = 8
 
@@ -172,10 +216,16 @@ const resumeParallel = 8
 // (unresumed).
 func (m *Manager) resumeKey(ctx context.Context, store storage.Store, k string) {
 	name := strings.TrimPrefix(k, recordPrefix)
-	data, err := storage.ReadAll(ctx, store, k)
-	if err != nil {
-		m.log.Warn("skipping job record", "job", name, "err", err)
-		return
+	var data []byte
+	err := retryRead(ctx, m, "read job record", name, func() (err error) {
+		data, err = storage.ReadAll(ctx, store, k)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed since the listing: data is nil
+		}
+		return err
+	})
+	if err != nil || data == nil {
+		return // the coordinator stops, or the job was removed
 	}
 	var rec record
 	if err := json.Unmarshal(data, &rec); err != nil || rec.Spec == nil {

@@ -261,3 +261,59 @@ func TestJobsResumedSideBySide(t *testing.T) {
 		})
 	}
 }
+
+// failingRecords is a store whose first lists of job records and first
+// reads of a job record fail, as a store that is not available for now
+// fails them.
+type failingRecords struct {
+	storage.Store
+	lists, reads atomic.Int32 // failures left
+}
+
+func (s *failingRecords) List(ctx context.Context, prefix string) ([]string, error) {
+	if prefix == recordPrefix && s.lists.Add(-1) >= 0 {
+		return nil, errors.New("injected: job records unlistable for now")
+	}
+	return s.Store.List(ctx, prefix)
+}
+
+func (s *failingRecords) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if strings.HasPrefix(key, recordPrefix) && s.reads.Add(-1) >= 0 {
+		return nil, errors.New("injected: job record unreadable for now")
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A restarted coordinator that cannot list or read the job records for
+// now tries again until it can: a job left out would not be listed at
+// all, and its workers' tasks would be canceled as those of a job nobody
+// knows. The job is resumed as usual.
+func TestUnreadableJobRecordIsReadAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var fr *failingRecords
+	e, startManager := restartable(t, func(s storage.Store) storage.Store {
+		fr = &failingRecords{Store: s}
+		return fr
+	})
+	f := e.fleet
+	stop := startManager()
+	f.start(ctx, "w1")
+	defer f.wait()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "ha", "checkpointing: {interval: 20ms}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitFor(t, ctx, e, "ha", "a checkpoint", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 1 })
+	stop()
+
+	fr.lists.Store(2)
+	fr.reads.Store(2)
+	stop = startManager()
+	defer stop()
+	if n, m := fr.lists.Load(), fr.reads.Load(); n >= 0 || m >= 0 {
+		t.Errorf("the coordinator served before it listed and read the job records (injected failures left: %d listings, %d reads)", max(n, 0), max(m, 0))
+	}
+	waitFor(t, ctx, e, "ha", "resumed", func(s control.JobStatus) bool {
+		return s.State == control.JobRunning && s.Attempt > before.Attempt && s.LatestCheckpoint > before.LatestCheckpoint
+	})
+}
