@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -225,6 +226,16 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	verbose := fs.Bool("v", false, "log what the worker does")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		if fs.Arg(0) == "ls" {
+			// weir worker -nats URL ls: flags before the subcommand, as
+			// weir job and weir module take them, list the workers; a
+			// worker started here would run until interrupted, as one
+			// more, instead.
+			return listWorkers(ctx, std, slices.Concat(args[:len(args)-fs.NArg()], fs.Args()[1:]))
+		}
+		return usagef("worker: unexpected argument %q", fs.Arg(0))
 	}
 	if *slots < 0 {
 		return usagef("worker: -slots %d: give 0 (no limit) or more", *slots)

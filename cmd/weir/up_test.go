@@ -194,4 +194,23 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	if !want.MatchString(out.String()) {
 		t.Errorf("weir worker ls:\n%s", out.String())
 	}
+
+	// The flags may come first, as with weir job and weir module: weir
+	// worker -nats URL ls lists the same workers, and starts none (it
+	// did, and ran until interrupted, ignoring ls); another argument is
+	// refused before a worker starts.
+	out.Reset()
+	errb.Reset()
+	if code := run(ctx, []string{"worker", "-nats", up.Server.ClientURL(), "ls"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir worker -nats URL ls exited %d: %s", code, errb.String())
+	}
+	if !want.MatchString(out.String()) {
+		t.Errorf("weir worker -nats URL ls:\n%s", out.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(ctx, []string{"worker", "-nats", up.Server.ClientURL(), "list"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 2 ||
+		!strings.Contains(errb.String(), `worker: unexpected argument "list"`) {
+		t.Errorf("weir worker -nats URL list: exit %d, %q; want 2 and the argument refused", code, out.String()+errb.String())
+	}
 }
