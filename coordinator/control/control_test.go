@@ -17,6 +17,8 @@ import (
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
 type recCoord struct {
@@ -230,6 +232,89 @@ func TestLostWorker(t *testing.T) {
 	}
 	if id := <-rc.joined; id != "w2" {
 		t.Errorf("joined %q", id)
+	}
+}
+
+// liveness records what a coordinator says of its workers' liveness.
+type liveness struct {
+	joined, lost chan string
+	beats        chan string // the latest heartbeat's worker; a full channel drops it
+}
+
+func (l *liveness) Event(Event) error         { return nil }
+func (l *liveness) WorkerJoined(w WorkerInfo) { l.joined <- w.ID }
+func (l *liveness) WorkerLost(id string)      { l.lost <- id }
+func (l *liveness) WorkerTasks(id string, _ []TaskRef) {
+	select {
+	case l.beats <- id:
+	default:
+	}
+}
+
+// A coordinator whose own server falls silent (a frozen process, a
+// partition) hears no heartbeat until its connection leaves that server,
+// 4–6 s, longer than the heartbeat timeout: that declares no worker lost
+// (it declared every one lost, and a job failed over naming a worker, which
+// ran on through another server all along). Once it hears again, a worker
+// that stays silent is lost as before.
+func TestCoordinatorCutOffDeclaresNoWorkerLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	// The coordinator knows the cluster through the path that falls silent
+	// only; the servers tell it the others' addresses.
+	quiet := natsconntest.NewSilencer(t, servers[0].Addr().String())
+	nc, err := nats.Connect(quiet.URL(), append(natsconn.LivenessOptions(), nats.MaxReconnects(-1))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	l := &liveness{joined: make(chan string, 16), lost: make(chan string, 16), beats: make(chan string, 1)}
+	co := NewCoordinator(nc, l, CoordinatorOptions{HeartbeatTimeout: time.Second})
+	ready := make(chan struct{})
+	go func() { _ = co.Run(ctx, ready) }()
+	<-ready
+	crash := crashWorker(t, ctx, servers[1].ClientURL(), "w1")
+	if id := <-l.joined; id != "w1" {
+		t.Fatalf("joined %q", id)
+	}
+
+	quiet.Silence()
+	for !nc.IsConnected() || nc.ConnectedUrl() == quiet.URL() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the coordinator's connection stayed on the silent server")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// A heartbeat through the server it moved to: the coordinator hears
+	// again, and has not given up on w1 meanwhile.
+	select {
+	case <-l.beats:
+	default:
+	}
+	select {
+	case <-l.beats:
+	case <-ctx.Done():
+		t.Fatal("no heartbeat after the coordinator reconnected")
+	}
+	select {
+	case id := <-l.lost:
+		t.Fatalf("worker %s declared lost while the coordinator was the one cut off", id)
+	default:
+	}
+
+	crash()
+	select {
+	case id := <-l.lost:
+		if id != "w1" {
+			t.Errorf("lost %q", id)
+		}
+	case <-ctx.Done():
+		t.Fatal("a crashed worker was not declared lost after the coordinator heard again")
 	}
 }
 

@@ -53,6 +53,14 @@ type Coordinator struct {
 	// unregistration (each subscription has its own goroutine) and must
 	// not bring the worker back.
 	departed map[string]time.Time
+
+	// hearing is since when the coordinator's own connection carries
+	// heartbeats: set when it found itself cut off (deaf) and again when
+	// the connection reconnected (reconnects counts them); a worker is
+	// silent only for the time since then. Used by checkHeartbeats only.
+	hearing    time.Time
+	deaf       bool
+	reconnects uint64
 }
 
 type workerState struct {
@@ -161,7 +169,7 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			c.checkHeartbeats()
+			c.checkHeartbeats(period)
 		}
 	}
 }
@@ -198,7 +206,21 @@ func (c *Coordinator) seen(info WorkerInfo, tasks []TaskRef) bool {
 	return true
 }
 
-func (c *Coordinator) checkHeartbeats() {
+// checkHeartbeats declares lost the workers not heard from for the
+// heartbeat timeout — unless the coordinator could not have heard them.
+// When its own server falls silent (a frozen process, a partition), every
+// worker's heartbeats stop reaching it at once, for the 4–6 s its
+// connection takes to leave that server, longer than the default timeout:
+// it declared every worker lost and failed every job over, naming a
+// worker as the cause, while the workers ran on through the other
+// servers. So before it declares any, it makes sure its connection
+// answers (a flush, within period); while it does not, nobody is lost,
+// and once it does again (or has reconnected), each worker has a whole
+// timeout from then on to be heard.
+func (c *Coordinator) checkHeartbeats(period time.Duration) {
+	if !c.listening(period) {
+		return
+	}
 	now := c.opts.Now()
 	var lost []string
 	c.mu.Lock()
@@ -208,7 +230,7 @@ func (c *Coordinator) checkHeartbeats() {
 		}
 	}
 	for id, w := range c.workers {
-		if now.Sub(w.lastSeen) > c.opts.HeartbeatTimeout {
+		if now.Sub(later(w.lastSeen, c.hearing)) > c.opts.HeartbeatTimeout {
 			lost = append(lost, id)
 			delete(c.workers, id)
 		}
@@ -218,6 +240,46 @@ func (c *Coordinator) checkHeartbeats() {
 	for _, id := range lost {
 		c.h.WorkerLost(id)
 	}
+}
+
+// listening reports whether the coordinator's connection carries what the
+// workers send: it is connected and, when some worker is overdue, answers a
+// flush within timeout. It keeps c.hearing: the time from which the
+// connection has carried heartbeats without a break it knows of.
+func (c *Coordinator) listening(timeout time.Duration) bool {
+	c.mu.Lock()
+	overdue := false
+	now := c.opts.Now()
+	for _, w := range c.workers {
+		if now.Sub(later(w.lastSeen, c.hearing)) > c.opts.HeartbeatTimeout {
+			overdue = true
+			break
+		}
+	}
+	c.mu.Unlock()
+	ok := c.nc.IsConnected()
+	if ok && overdue {
+		ok = c.nc.FlushTimeout(timeout) == nil
+	}
+	reconnects := c.nc.Stats().Reconnects
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		c.deaf = true
+		return false
+	}
+	if c.deaf || reconnects != c.reconnects {
+		c.deaf, c.reconnects, c.hearing = false, reconnects, c.opts.Now()
+	}
+	return true
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Forget drops a worker from the live set at once and reports it lost.

@@ -25,7 +25,9 @@
 //     sends register and then a Heartbeat every HeartbeatInterval listing
 //     the tasks it runs. A heartbeat from an unknown worker registers it too,
 //     so start order does not matter. When no heartbeat arrived for
-//     HeartbeatTimeout, when the worker unregisters (it stops), or when a
+//     HeartbeatTimeout (counted from when the coordinator last found its
+//     own connection cut off, a flush unanswered, or reconnected: while it
+//     hears nothing, nobody is lost), when the worker unregisters (it stops), or when a
 //     heartbeat carries a new Session (the worker restarted and lost its
 //     tasks), the coordinator declares the worker lost: every job with a
 //     task there fails over. Heartbeats of a session that unregistered are
