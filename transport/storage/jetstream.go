@@ -486,7 +486,10 @@ func (s *KV) Location() string { return "jetstream kv " + s.bucket }
 // down (Reacher).
 func (s *KV) Reachable() error { return connReachable(s.js, s.Location()) }
 
-// Put stores the value; one KV put is atomic.
+// Put stores the value; one KV put is atomic. While the bucket's stream
+// has no leader (an election after its leader's server went), the put is
+// published again until one stores it, within ctx's deadline or, without
+// one, leaderWait (publishThroughElection).
 func (s *KV) Put(ctx context.Context, key string, r io.Reader) error {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -495,7 +498,10 @@ func (s *KV) Put(ctx context.Context, key string, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
-	if _, err := s.kv.Put(ctx, key, data); err != nil {
+	if err := publishThroughElection(ctx, s.js, func(ctx context.Context) error {
+		_, err := s.kv.Put(ctx, key, data)
+		return err
+	}); err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
 	return nil

@@ -162,3 +162,80 @@ func TestKVGetWaitsForALeader(t *testing.T) {
 		t.Fatalf("read %q, %v through a leader election; want running", r.data, r.err)
 	}
 }
+
+// A put while the bucket's stream has no leader (its leader's server gone,
+// and a second one, so that the one left cannot elect one) waits for one
+// and stores the value once one is elected. The client alone gives up
+// after half a second when nobody listens ("no response from stream"), or
+// waits out its context for an acknowledgement that never comes: that
+// failed a checkpoint's metadata write, or a job record's, at each loss
+// of a server that led weir's buckets, and the job over when that made
+// more checkpoint failures in a row than it tolerates (4 in 4 s, with
+// checkpoints every second, seen on three nats-server processes).
+func TestKVPutWaitsForALeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
+		t.Fatal(err)
+	}
+	leader, _, _ := embeddedtest.StreamLeader(t, ctx, js, "KV_meta", servers)
+	var stay *server.Server
+	var gone []*server.Server
+	for _, s := range servers {
+		if stay == nil && s.Name() != leader {
+			stay = s
+		} else {
+			gone = append(gone, s)
+		}
+	}
+	wnc, wjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	writer, err := NewKV(ctx, wjs, "meta", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Put(ctx, "jobs/j", strings.NewReader("created")); err != nil {
+		t.Fatal(err)
+	}
+	puts, err := wnc.SubscribeSync("$KV.meta.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	var restart func() *server.Server
+	for _, s := range gone {
+		start := embeddedtest.Stop(t, s, servers)
+		if s.Name() != leader {
+			restart = start
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- writer.Put(ctx, "jobs/j", strings.NewReader("running")) }()
+	// The put went out while one server of three is up: nobody stores it
+	// (this subscription is the only interest, so the client waits out its
+	// timeout for an acknowledgement, as it does from a leader that fell
+	// silent, rather than hearing at once that nobody listens), and the
+	// stream gets a leader again only after the restart.
+	if _, err := puts.NextMsgWithContext(ctx); err != nil {
+		t.Fatalf("no put went out: %v", err)
+	}
+	restart()
+	if err := <-done; err != nil {
+		t.Fatalf("put through a leader election: %v", err)
+	}
+	rc, err := writer.Get(ctx, "jobs/j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(rc)
+	if err != nil || string(data) != "running" {
+		t.Fatalf("read %q, %v after the put; want running", data, err)
+	}
+}

@@ -113,6 +113,53 @@ func leaderRequest(ctx context.Context, js jetstream.JetStream, api string, req 
 	}
 }
 
+// publishThroughElection calls publish, a write to a stream, until the
+// stream stores it, as long as what fails it is the stream's want of a
+// leader: a stream whose leader is gone has none for a while (its
+// replicas notice in 4 to 9 s), and meanwhile a publish finds nobody to
+// store it (the client tries three times in half a second, then gives
+// up: "no response from stream"), or, sent to a leader that fell silent,
+// no acknowledgement. So each try is bounded by js's default timeout, and
+// the publish is tried again, after leaderRetry, until ctx is done;
+// without a deadline, leaderWait bounds the wait. A try that timed out
+// may have been stored: publish must be one that may be done twice (a KV
+// put of the same value).
+func publishThroughElection(ctx context.Context, js jetstream.JetStream, publish func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(leaderWait, js.Options().DefaultTimeout))
+		defer cancel()
+	}
+	for {
+		try, cancel := context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		err := publish(try)
+		cancel()
+		if err == nil || !leaderlessPublish(err) || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil && leaderlessPublish(err) {
+				return fmt.Errorf("%w (%w)", err, ctx.Err())
+			}
+			return err
+		}
+		t := time.NewTimer(leaderRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+	}
+}
+
+// leaderlessPublish reports whether err, a publish's failure, is what a
+// stream without a leader gives: nobody to store it, no acknowledgement in
+// time, or the cluster saying it is not available.
+func leaderlessPublish(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvail
+}
+
 // errLeaderless is wrapped by an answer that the stream has no leader.
 var errLeaderless = errors.New("the stream has no leader")
 
