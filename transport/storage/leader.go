@@ -121,9 +121,11 @@ func leaderRequest(ctx context.Context, js jetstream.JetStream, api string, req 
 // up: "no response from stream"), or, sent to a leader that fell silent,
 // no acknowledgement. So each try is bounded by js's default timeout, and
 // the publish is tried again, after leaderRetry, until ctx is done;
-// without a deadline, leaderWait bounds the wait. A try that timed out
-// may have been stored: publish must be one that may be done twice (a KV
-// put of the same value).
+// without a deadline, leaderWait bounds the wait. A failure while js's
+// own connection is down is returned at once, as before: that is no
+// election, and a process stopping while its servers are gone is not held
+// up. A try that timed out may have been stored: publish must be one that
+// may be done twice (a KV put of the same value).
 func publishThroughElection(ctx context.Context, js jetstream.JetStream, publish func(context.Context) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -134,7 +136,7 @@ func publishThroughElection(ctx context.Context, js jetstream.JetStream, publish
 		try, cancel := context.WithTimeout(ctx, js.Options().DefaultTimeout)
 		err := publish(try)
 		cancel()
-		if err == nil || !leaderlessPublish(err) || ctx.Err() != nil {
+		if err == nil || !leaderlessPublish(err) || !js.Conn().IsConnected() || ctx.Err() != nil {
 			if err != nil && ctx.Err() != nil && leaderlessPublish(err) {
 				return fmt.Errorf("%w (%w)", err, ctx.Err())
 			}
