@@ -284,7 +284,7 @@ func TestRunReportsStateChanges(t *testing.T) {
 	}
 	old := func(s control.JobStatus) control.JobStatus { s.LastFailure = nil; return s }
 	boom1, boom2 := fail(1, "task in-0 failed: boom"), fail(2, "task in-0 failed: boom")
-	lost1, refused2 := fail(1, "worker w1 lost"), fail(2, "deploy to worker w2: refused")
+	lost1, lost2, refused2 := fail(1, "worker w1 lost"), fail(2, "worker w1 lost"), fail(2, "deploy to worker w2: refused")
 	for _, c := range []struct {
 		name string
 		seen []control.JobStatus // after the submit's created (attempt 0)
@@ -319,6 +319,11 @@ func TestRunReportsStateChanges(t *testing.T) {
 			old(st(control.JobRunning, 3, "task in-0 failed: bang")), // older still: no failures
 		}, []string{"running (attempt 1)", "running (attempt 2), restarted after: task in-0 failed: boom",
 			"running (attempt 3), restarted after: task in-0 failed: bang"}},
+		{"two failovers for the same cause", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, lost1.Reason, lost1), st(control.JobRunning, 2, "", lost1),
+			st(control.JobRestarting, 2, lost1.Reason, lost2, lost1), st(control.JobRunning, 3, "", lost2, lost1),
+		}, []string{"running (attempt 1)", "restarting (attempt 1): worker w1 lost", "running (attempt 2)",
+			"restarting (attempt 2): worker w1 lost", "running (attempt 3)"}},
 		{"restarts that fail", []control.JobStatus{
 			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, lost1.Reason, lost1),
 			st(control.JobRestarting, 2, lost1.Reason, lost1), st(control.JobRestarting, 2, refused2.Reason, refused2, lost1),

@@ -807,6 +807,7 @@ func (r *stateReport) news(st control.JobStatus) string {
 	default:
 		return ""
 	}
+	changed := st.State != r.state
 	r.state, r.attempt = st.State, st.Attempt
 	line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
 	f := st.Latest()
@@ -825,7 +826,9 @@ func (r *stateReport) news(st control.JobStatus) string {
 			line += ", restarted after: " + f.Reason
 			r.failure = f
 		}
-	case st.Reason != "" && st.Reason != r.reason:
+	case st.Reason != "" && (changed || st.Reason != r.reason):
+		// A state it changed to says why, also when the reason is the
+		// one said last time (a second failover for the same cause).
 		r.reason = st.Reason
 		line += ": " + st.Reason
 		if f != nil && strings.HasPrefix(st.Reason, f.Reason) {
