@@ -444,16 +444,19 @@ func TestRunFollowsAJobWhileTheCoordinatorIsAway(t *testing.T) {
 	}
 	spec := tapSpec(t, "away", mod, "checkpointing: {interval: 50ms}\n")
 	f := startFollowing(t, ctx, url, spec)
-	f.said("job away: running (attempt 1)")
+	f.running("away", 0)
 	c.Close()
 	select {
 	case code := <-f.done:
 		t.Fatalf("weir run exited %d while the coordinator was away:\n%s\n%s", code, f.out.String(), f.errb.String())
 	case <-time.After(control.DefaultReadAttempt + time.Second):
 	}
+	// What weir run prints from here on it heard from the coordinator
+	// that came back.
+	away := len(f.out.String())
 	c = coordinator()
 	defer c.Close()
-	f.said("job away: running (attempt 2)")
+	f.running("away", away)
 	f.stop()
 }
 
@@ -522,6 +525,34 @@ func (f *following) said(what string) {
 	}
 }
 
+// running waits until weir run printed, past the first from bytes of its
+// output, that job runs, and returns the attempt it named. Which attempt
+// that is the test cannot know: on a loaded machine a deploy may fail
+// over (a worker's heartbeats starved past the timeout: "worker lost
+// while deploying") before weir run looked, and weir run then never
+// reports the attempt before it running.
+func (f *following) running(job string, from int) int {
+	f.t.Helper()
+	re := regexp.MustCompile(`(?m)^job ` + regexp.QuoteMeta(job) + `: running \(attempt (\d+)\)`)
+	for {
+		out := f.out.String()
+		if m := re.FindAllStringSubmatch(out[from:], -1); m != nil {
+			a, err := strconv.Atoi(m[len(m)-1][1])
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			return a
+		}
+		select {
+		case code := <-f.done:
+			f.t.Fatalf("weir run exited %d before it said job %s runs:\n%s\n%s", code, job, f.out.String(), f.errb.String())
+		case <-f.ctx.Done():
+			f.t.Fatalf("weir run never said job %s runs:\n%s\n%s", job, f.out.String(), f.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // stop interrupts weir run (Ctrl-C) and checks that it exits 0.
 func (f *following) stop() {
 	f.t.Helper()
@@ -557,7 +588,7 @@ func TestRunForEndsWhileTheCoordinatorIsAway(t *testing.T) {
 		f.done <- run(ctx, []string{"run", "-nats", url, "-idle", "0", "-for", "3s", spec},
 			Stdio{In: strings.NewReader(""), Out: &f.out, Err: &f.errb})
 	}()
-	f.said("job brief: running (attempt 1)")
+	f.running("brief", 0)
 	c.Close()
 	// The coordinator stays away: weir run ends by -for, or, without it,
 	// once no coordinator answered for waitTimeout (exit 1).
