@@ -45,6 +45,13 @@ func TestLoopingGuestDoesNotBlockGC(t *testing.T) {
 			if !errors.As(err, &de) {
 				t.Fatalf("got %v, want a deadline error", err)
 			}
+			// A collection that finished as the deadline fired may be
+			// waiting beside done: select picked either at random.
+			select {
+			case <-gcDone:
+				gcs++
+			default:
+			}
 			if gcs == 0 {
 				t.Fatal("no collection finished while the guest looped")
 			}
