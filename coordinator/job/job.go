@@ -808,12 +808,15 @@ func (j *job) wait() (done bool, f failure) {
 		grace     <-chan time.Time
 	)
 	for {
+		expired := false
 		select {
 		case <-j.ctx.Done():
 			return false, failure{reason: "coordinator shutting down"}
 		case <-j.wake:
 		case <-grace:
-			return false, *secondary
+			// The events queued meanwhile first: the primary failure
+			// may have come as the grace ran out.
+			expired = true
 		}
 		j.mu.Lock()
 		q := j.queue
@@ -889,6 +892,9 @@ func (j *job) wait() (done bool, f failure) {
 					return true, failure{}
 				}
 			}
+		}
+		if expired {
+			return false, *secondary
 		}
 	}
 }
