@@ -131,6 +131,10 @@ checkpointing: {interval: 200ms, timeout: 10s}
 		}
 		// The case under test: count-0's chain ended, count-1 had not.
 		m := c.Tasks
+		if m["count-1"]["ended_ports"] != 0 && m["count-0"]["ended_ports"] == 1 {
+			// Between the look above and the savepoint's barrier.
+			t.Skip("count-1 ended too before the savepoint (a slow machine): not the case under test")
+		}
 		if m["count-0"]["ended_ports"] != 1 || m["out-0"]["ended_ports"] != 1 || m["count-1"]["ended_ports"] != 0 {
 			t.Fatalf("savepoint %s: ended_ports count-0 %d, out-0 %d, count-1 %d; want 1, 1, 0", sp,
 				m["count-0"]["ended_ports"], m["out-0"]["ended_ports"], m["count-1"]["ended_ports"])
