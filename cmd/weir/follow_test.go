@@ -88,8 +88,6 @@ func TestRunRemoteJobThatFails(t *testing.T) {
 func TestRunRemoteCoordinatorGone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	defer func(d time.Duration) { waitTimeout = d }(waitTimeout)
-	waitTimeout = 2 * time.Second
 	n := startUp(t, ctx)
 	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
 	if err != nil {
@@ -99,7 +97,7 @@ func TestRunRemoteCoordinatorGone(t *testing.T) {
 	var out, errb bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-idle", "0", spec},
+		done <- run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-wait", "2s", "-idle", "0", spec},
 			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -596,7 +594,7 @@ func TestRunForEndsWhileTheCoordinatorIsAway(t *testing.T) {
 	f.running("brief", 0, 1)
 	c.Close()
 	// The coordinator stays away: weir run ends by -for, or, without it,
-	// once no coordinator answered for waitTimeout (exit 1).
+	// once no coordinator answered for -wait (exit 1).
 	code := <-f.done
 	if code != 0 || strings.Contains(f.errb.String(), "no coordinator answers") {
 		t.Errorf("weir run -for 3s with the coordinator away: exit %d:\n%s\n%s", code, f.out.String(), f.errb.String())

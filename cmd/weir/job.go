@@ -39,7 +39,7 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
 
 // savepointWait is how long weir job savepoint and stop wait for the
 // coordinator: a savepoint may take up to the job's checkpoint timeout
-// (default 60 s), longer than other requests (waitTimeout).
+// (default 60 s), longer than other requests (-wait).
 const savepointWait = 3 * time.Minute
 
 // connectNATS connects to NATS with the shared connection flags, as the
@@ -63,7 +63,7 @@ func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
 		return nil, nil, err
 	}
 	c := control.NewAPIClient(nc, "")
-	c.Timeout = waitTimeout
+	c.Timeout = nf.waitTimeout()
 	return nc, c, nil
 }
 
@@ -108,6 +108,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "job", jobUsage)
 	var nf natsFlags
 	nf.register(fs, defaultNATS, "NATS server URL")
+	nf.registerWait(fs)
 	from := fs.String("from", "", "restore: checkpoint ID (or JOB/ID)")
 	specFile := fs.String("spec", "", "restore: a new job spec to run instead of the last one")
 	allowNonRestored := fs.Bool("allow-non-restored-state", false, "restore: drop the state of operators the new spec no longer has")
@@ -353,6 +354,7 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "checkpoint", checkpointUsage)
 	var nf natsFlags
 	nf.register(fs, defaultNATS, "NATS server URL")
+	nf.registerWait(fs)
 	earlier := fs.Bool("earlier", false, "rm: remove what earlier runs of the job left stored, instead of IDs")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {

@@ -68,6 +68,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "run", runUsage)
 	var o runOptions
 	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
+	o.nats.registerWait(fs)
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
 	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a JetStream stream stores each line once: after a lost connection weir run publishes again what it did not acknowledge (message ids: this run's, the input's place among the -input flags, the line's number), within the stream's duplicate window (10s at least, else refused); a line the stream refuses (a limit, a subject it does not store) fails weir run")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
@@ -118,7 +119,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		}
 	}
 	defer n.Close()
-	n.API.Timeout = waitTimeout
+	n.API.Timeout = o.nats.waitTimeout()
 	if err := pushLocalModules(ctx, std.Out, n.Registry, spec, built); err != nil {
 		return err
 	}
@@ -653,7 +654,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	for {
 		// The status request ends with -for too: while no coordinator
 		// answers, one read waits seconds (control.APIClient.ReadAttempt).
-		end := time.Now().Add(waitTimeout)
+		end := time.Now().Add(o.nats.waitTimeout())
 		if !forEnd.IsZero() && forEnd.Before(end) {
 			end = forEnd
 		}
@@ -672,7 +673,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			if deaf.IsZero() {
 				deaf = time.Now()
 			}
-			if time.Since(deaf) < waitTimeout {
+			if time.Since(deaf) < o.nats.waitTimeout() {
 				select {
 				case <-tick.C:
 				case <-ctx.Done():
@@ -694,7 +695,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			summary(ctx, std.Out, out, published)
 			return nil
 		case errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("job %s: no answer from the coordinator for %s (is weir up still running?)", spec.Name, waitTimeout)
+			return fmt.Errorf("job %s: no answer from the coordinator for %s (is weir up still running?)", spec.Name, o.nats.waitTimeout())
 		case err != nil:
 			return apiErr("job "+spec.Name, err)
 		}

@@ -33,6 +33,25 @@ func init() {
 // shares.
 type natsFlags struct {
 	url, creds, nkey, token, user, password, tlsCA, tlsCert, tlsKey string
+	// wait is how long a request waits for the coordinator to answer
+	// (-wait, commands that ask the coordinator; 0: defaultWait).
+	wait time.Duration
+}
+
+// defaultWait is how long CLI requests wait for the coordinator by default.
+const defaultWait = 30 * time.Second
+
+// registerWait registers -wait, for commands that ask the coordinator.
+func (f *natsFlags) registerWait(fs *flag.FlagSet) {
+	fs.DurationVar(&f.wait, "wait", defaultWait, "how long a request waits for the coordinator to answer")
+}
+
+// waitTimeout is how long requests wait for the coordinator (-wait).
+func (f *natsFlags) waitTimeout() time.Duration {
+	if f.wait > 0 {
+		return f.wait
+	}
+	return defaultWait
 }
 
 // hint returns the -nats flag a printed command needs to reach the same
@@ -265,7 +284,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	return nil
 }
 
-const workerLsUsage = `[-nats URL] [auth flags]
+const workerLsUsage = `[-nats URL] [auth flags] [-wait D]
 
 Lists the live workers the coordinator knows: ID, host, and slots as
 used/total (used: the tasks placed there of the jobs that have not ended;
@@ -276,6 +295,7 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "worker ls", workerLsUsage)
 	var nf natsFlags
 	nf.register(fs, defaultNATS, "NATS server URL")
+	nf.registerWait(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -308,7 +328,3 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus) {
 	}
 	tw.Flush()
 }
-
-// waitTimeout is how long CLI requests wait for the coordinator (a
-// variable for tests).
-var waitTimeout = 30 * time.Second
