@@ -106,7 +106,22 @@ type Runner struct {
 	suspects  []suspect
 	undone    int
 	undoneErr error
+	// failed are the discards that failed while the job ran, tried again
+	// with the next ones (failedDiscardTries at most).
+	failed []failedDiscard
 }
+
+// failedDiscard is a discard that failed, and how often it was tried.
+type failedDiscard struct {
+	a     DiscardAction
+	tries int
+}
+
+// failedDiscardTries is how often a discard that fails while the job runs
+// is tried: once, and again with each of the next discards (as the job
+// completes checkpoints), so that a store that failed for a while leaves
+// no objects behind. One that failed every time is logged as given up.
+const failedDiscardTries = 5
 
 // sweep is a removal of leftovers (Catalog.RemoveLeftovers) to do.
 type sweep struct {
@@ -491,7 +506,8 @@ func (r *Runner) queueDiscard(a DiscardAction) {
 
 // discarder carries out the sweep due (SweepLeftovers) and the discards
 // queued (queueDiscard), in order, until stop is closed and none is left;
-// ctx bounds each. The last thing it does, if it discarded anything
+// ctx bounds each. A discard that fails is tried again with the next ones
+// (discardFailed), and once more as the runner ends. The last thing it does, if it discarded anything
 // since, is list the job's stray commit markers (see strayListEvery).
 //
 // Once Run ends (end, or stop closed), a checkpoint store that cannot be
@@ -517,15 +533,26 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 		if sw.due && !r.leftUndone(ending, 0) {
 			r.sweepLeftovers(ctx, sw)
 		}
+		// Those that failed before, with the new ones (or as the
+		// runner ends): the store may answer again.
+		retry := []failedDiscard(nil)
+		if len(acts) > 0 || ending {
+			retry, r.failed = r.failed, nil
+		}
+		for i, f := range retry {
+			if r.leftUndone(ending, len(retry)-i) {
+				break
+			}
+			if err := r.discard(ctx, f.a); err != nil {
+				r.discardFailed(f.a, f.tries+1, ending, err)
+			}
+		}
 		for i, a := range acts {
 			if r.leftUndone(ending, len(acts)-i) {
 				break
 			}
-			if err := r.discard(ctx, a); err != nil && ending {
-				r.undone++
-				if r.undoneErr == nil {
-					r.undoneErr = err
-				}
+			if err := r.discard(ctx, a); err != nil {
+				r.discardFailed(a, 1, ending, err)
 			}
 		}
 		if len(acts) > 0 {
@@ -539,6 +566,9 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 			left := len(r.discards)
 			job := r.m.job
 			r.mu.Unlock()
+			if left == 0 && len(r.failed) > 0 {
+				continue // tried once more, as the runner ends
+			}
 			if left == 0 {
 				if r.sinceList > 0 && !r.leftUndone(ending, 0) {
 					r.removeStrayMarkers(ctx, job)
@@ -556,6 +586,24 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 				return
 			}
 		}
+	}
+}
+
+// discardFailed notes discard a, tried tries times, that failed with err:
+// as the runner ends it is left undone (counted, with the reason), before
+// that it is tried again with the next discards, up to failedDiscardTries.
+func (r *Runner) discardFailed(a DiscardAction, tries int, ending bool, err error) {
+	switch {
+	case ending:
+		r.undone++
+		if r.undoneErr == nil {
+			r.undoneErr = err
+		}
+	case tries < failedDiscardTries:
+		r.failed = append(r.failed, failedDiscard{a: a, tries: tries})
+	default:
+		r.log.Warn("discarding checkpoint failed every time; given up: weir checkpoint rm removes what it leaves",
+			"checkpoint", a.ID, "tries", tries, "err", err)
 	}
 }
 
