@@ -108,7 +108,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}
-	return &Registry{os: os, store: storage.ObjectStoreOf(js, bucket, os), versions: kv}, nil
+	return &Registry{os: os, store: storage.ObjectStoreOf(js, bucket), versions: kv}, nil
 }
 
 // Digest returns the lower-case hex sha256 of data.

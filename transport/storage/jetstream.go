@@ -26,9 +26,9 @@ const (
 
 // ObjectStore stores objects in a JetStream Object Store bucket.
 type ObjectStore struct {
-	os     jetstream.ObjectStore
 	js     jetstream.JetStream
 	bucket string
+	hooks  *putHooks // a test's faults in Put; nil outside tests
 }
 
 // NewObjectStore opens the object store bucket, creating it with file
@@ -38,20 +38,21 @@ type ObjectStore struct {
 // worker started without the setting does not scale down what the
 // coordinator set up).
 func NewObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*ObjectStore, error) {
-	os, err := OpenObjectStore(ctx, js, jetstream.ObjectStoreConfig{
+	_, err := OpenObjectStore(ctx, js, jetstream.ObjectStoreConfig{
 		Bucket: bucket, Storage: jetstream.FileStorage, Description: "weir checkpoint state",
 	}, replicas)
 	if err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	return &ObjectStore{os: os, js: js, bucket: bucket}, nil
+	return &ObjectStore{js: js, bucket: bucket}, nil
 }
 
-// ObjectStoreOf returns the store of bucket, which os is, opened already
-// (OpenObjectStore, with a configuration of its own): its reads, listings
-// and deletes go through the stream's leader as NewObjectStore's do.
-func ObjectStoreOf(js jetstream.JetStream, bucket string, os jetstream.ObjectStore) *ObjectStore {
-	return &ObjectStore{os: os, js: js, bucket: bucket}
+// ObjectStoreOf returns the store of bucket, opened already
+// (OpenObjectStore, with a configuration of its own): its puts, reads,
+// listings and deletes go through the stream's leader as NewObjectStore's
+// do.
+func ObjectStoreOf(js jetstream.JetStream, bucket string) *ObjectStore {
+	return &ObjectStore{js: js, bucket: bucket}
 }
 
 // OpenObjectStore opens cfg.Bucket, creating it with cfg (and
@@ -126,40 +127,6 @@ func connReachable(js jetstream.JetStream, loc string) error {
 	return nil
 }
 
-// Put uploads the object in chunks; it becomes visible when complete.
-//
-// ctx stops the upload through the reader, not through the client: the
-// client cleans up the chunks of a failed upload with the context it was
-// given, so a canceled one would leave them in the bucket for good (no
-// object names them, so no Delete finds them). Each request of the upload
-// is bounded by the client's default timeout instead.
-func (s *ObjectStore) Put(ctx context.Context, key string, r io.Reader) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if _, err := s.os.Put(context.WithoutCancel(ctx), jetstream.ObjectMeta{Name: key}, chunkReader{ctxReader{ctx, r}}); err != nil {
-		return fmt.Errorf("storage put %s: %w", key, err)
-	}
-	return nil
-}
-
-// chunkReader fills each Read's buffer from r, short only at r's end. The
-// object store client publishes what each Read returns as one chunk, a
-// message of its own: a snapshot encoded record by record through a pipe,
-// a few bytes a Read, would become thousands of tiny chunks (an unaligned
-// checkpoint's channel state of 100 KiB took 5000), and an upload with
-// more than the client's 4000 unacknowledged at once fails the checkpoint
-// ("stalled with too many outstanding async published messages").
-type chunkReader struct{ r io.Reader }
-
-func (c chunkReader) Read(p []byte) (int, error) {
-	n, err := io.ReadFull(c.r, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = io.EOF
-	}
-	return n, err
-}
-
 // Get opens the object, as the bucket's stream leader has it (see
 // leader.go): its info from the leader's last meta message, then its
 // chunks in direct batches (any replica answers those), with what a batch
@@ -196,16 +163,25 @@ func (s *ObjectStore) metaSubject(key string) string {
 // info returns the object's info and its meta message's sequence, as the
 // stream's leader has them; nil, 0 when it has none.
 func (s *ObjectStore) info(ctx context.Context, key string) (*jetstream.ObjectInfo, uint64, error) {
+	info, seq, err := s.leaderInfo(ctx, key)
+	if err != nil {
+		return nil, 0, fmt.Errorf("storage get %s: %w", key, err)
+	}
+	return info, seq, nil
+}
+
+// leaderInfo is info, with errors that do not name the key.
+func (s *ObjectStore) leaderInfo(ctx context.Context, key string) (*jetstream.ObjectInfo, uint64, error) {
 	m, err := leaderLast(ctx, s.js, "OBJ_"+s.bucket, s.metaSubject(key))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("storage get %s: %w", key, err)
+		return nil, 0, err
 	}
 	var info jetstream.ObjectInfo
 	if err := json.Unmarshal(m.Data, &info); err != nil {
-		return nil, 0, fmt.Errorf("storage get %s: object info: %w", key, err)
+		return nil, 0, fmt.Errorf("object info: %w", err)
 	}
 	info.ModTime = m.Time
 	return &info, m.Seq, nil

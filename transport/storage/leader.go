@@ -422,3 +422,35 @@ func purge(ctx context.Context, js jetstream.JetStream, stream, subject string, 
 	}
 	return nil
 }
+
+// deleteMsg removes the message at seq from stream, through the stream's
+// leader. A message already gone is no error: a request sent again
+// (leaderRequest) finds the one before it done.
+func deleteMsg(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) error {
+	req := struct {
+		Seq     uint64 `json:"seq"`
+		NoErase bool   `json:"no_erase"`
+	}{seq, true}
+	err := leaderRequest(ctx, js, "STREAM.MSG.DELETE."+stream, req, func(data []byte) error {
+		var resp struct {
+			Error   *jetstream.APIError `json:"error"`
+			Success bool                `json:"success"`
+		}
+		if err := json.Unmarshal(data, &resp); err != nil {
+			return err
+		}
+		switch {
+		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			return nil
+		case resp.Error != nil:
+			return apiError(resp.Error)
+		case !resp.Success:
+			return jetstream.ErrInvalidJetStreamResponse
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete message %d of %s: %w", seq, stream, err)
+	}
+	return nil
+}

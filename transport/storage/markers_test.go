@@ -36,7 +36,11 @@ func TestListsLeaveOutDeleteMarkers(t *testing.T) {
 		}
 	}
 	// Delete a-0 through the clients: each leaves a marker.
-	if err := obj.os.Delete(ctx, "j/chk-1/a-0"); err != nil {
+	client, err := js.ObjectStore(ctx, DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Delete(ctx, "j/chk-1/a-0"); err != nil {
 		t.Fatal(err)
 	}
 	if err := kv.kv.Delete(ctx, "j/chk-1/a-0"); err != nil {
