@@ -15,7 +15,10 @@
 // or a consumer, which on a cluster a replica that lags may serve (see
 // leader.go): what one client wrote, another lists and reads right after,
 // wherever it is connected. While a stream has no leader (its leader's
-// server gone, its replicas electing another), they wait for one.
+// server gone, its replicas electing another), they wait for one, and
+// so do their puts: a KV value, and each chunk of an object, is
+// published again until one stores it (see ObjectStore.Put, which
+// publishes an object in the object store's layout itself).
 //
 // Store has the same method set as the host's storage interface (host.Store),
 // so each implementation satisfies both without importing the host.
