@@ -3,7 +3,9 @@
 // its own. Connect fails when no server answers; ConnectRetry waits for one.
 // A server that falls silent without closing the connection (a frozen
 // process, a partition) is left after a few unanswered pings (PingInterval),
-// for another server of the cluster.
+// for another server of the cluster. ThroughElection makes a JetStream
+// request again while its stream has no leader (an election after the
+// leader's server went), which storage, sources and sinks share.
 //
 // A reconnect does not replay what was published or delivered while the
 // connection was down: core NATS subscriptions miss those messages. weir's

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // Default bucket names.
@@ -464,8 +466,10 @@ func (s *KV) Reachable() error { return connReachable(s.js, s.Location()) }
 
 // Put stores the value; one KV put is atomic. While the bucket's stream
 // has no leader (an election after its leader's server went), the put is
-// published again until one stores it, within ctx's deadline or, without
-// one, leaderWait (publishThroughElection).
+// published again until one stores it, each try bounded by the client's
+// timeout, within ctx's deadline or, without one, natsconn.ElectionWait
+// (natsconn.ThroughElection). A try that timed out may have stored the
+// value: putting it again does no harm.
 func (s *KV) Put(ctx context.Context, key string, r io.Reader) error {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -474,7 +478,7 @@ func (s *KV) Put(ctx context.Context, key string, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
-	if err := publishThroughElection(ctx, s.js, func(ctx context.Context) error {
+	if err := natsconn.ThroughElection(ctx, s.js.Conn(), s.js.Options().DefaultTimeout, func(ctx context.Context) error {
 		_, err := s.kv.Put(ctx, key, data)
 		return err
 	}); err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // The reads here go to a stream's leader: the JetStream API's message get
@@ -113,62 +115,13 @@ func leaderRequest(ctx context.Context, js jetstream.JetStream, api string, req 
 	}
 }
 
-// publishThroughElection calls publish, a write to a stream, until the
-// stream stores it, as long as what fails it is the stream's want of a
-// leader: a stream whose leader is gone has none for a while (its
-// replicas notice in 4 to 9 s), and meanwhile a publish finds nobody to
-// store it (the client tries three times in half a second, then gives
-// up: "no response from stream"), or, sent to a leader that fell silent,
-// no acknowledgement. So each try is bounded by js's default timeout, and
-// the publish is tried again, after leaderRetry, until ctx is done;
-// without a deadline, leaderWait bounds the wait. A failure while js's
-// own connection is down is returned at once, as before: that is no
-// election, and a process stopping while its servers are gone is not held
-// up. A try that timed out may have been stored: publish must be one that
-// may be done twice (a KV put of the same value).
-func publishThroughElection(ctx context.Context, js jetstream.JetStream, publish func(context.Context) error) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, max(leaderWait, js.Options().DefaultTimeout))
-		defer cancel()
-	}
-	for {
-		try, cancel := context.WithTimeout(ctx, js.Options().DefaultTimeout)
-		err := publish(try)
-		cancel()
-		if err == nil || !leaderlessPublish(err) || !js.Conn().IsConnected() || ctx.Err() != nil {
-			if err != nil && ctx.Err() != nil && leaderlessPublish(err) {
-				return fmt.Errorf("%w (%w)", err, ctx.Err())
-			}
-			return err
-		}
-		t := time.NewTimer(leaderRetry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-	}
-}
-
-// leaderlessPublish reports whether err, a publish's failure, is what a
-// stream without a leader gives: nobody to store it, no acknowledgement in
-// time, or the cluster saying it is not available.
-func leaderlessPublish(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvail
-}
-
 // errLeaderless is wrapped by an answer that the stream has no leader.
 var errLeaderless = errors.New("the stream has no leader")
 
 // apiError returns e, wrapping errLeaderless too when e says the stream
 // (or JetStream's meta layer) has no leader.
 func apiError(e *jetstream.APIError) error {
-	if e.ErrorCode == jsErrCodeClusterNotAvail {
+	if natsconn.Leaderless(e) {
 		return fmt.Errorf("%w: %w", errLeaderless, e)
 	}
 	return e
@@ -181,15 +134,10 @@ const (
 	leaderResend = 2 * time.Second
 	// leaderRetry is the pause after an answer that the stream has no
 	// leader, while its replicas elect one.
-	leaderRetry = 250 * time.Millisecond
-	// leaderWait bounds the whole wait of a caller without a deadline:
-	// well past a raft election after a leader's loss (its replicas
-	// notice in 4 to 9 s).
-	leaderWait = 30 * time.Second
-	// jsErrCodeClusterNotAvail is the server's "JetStream system
-	// temporarily unavailable" (JSClusterNotAvailErr): a stream, or
-	// JetStream's meta layer, without a leader.
-	jsErrCodeClusterNotAvail jetstream.ErrorCode = 10008
+	leaderRetry = natsconn.ElectionRetry
+	// leaderWait bounds the whole wait of a caller without a deadline,
+	// as it does natsconn.ThroughElection's.
+	leaderWait = natsconn.ElectionWait
 )
 
 // leaderMsg is a message as STREAM.MSG.GET returns it.
