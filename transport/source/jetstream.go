@@ -16,6 +16,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // JetStreamGuarantee is the delivery guarantee of a JetStream source.
@@ -598,7 +601,14 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		s.started = true
 		return nil
 	}
-	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	// Every request here waits out an election of the stream's leader
+	// (throughElection): a new attempt deployed while the stream elects
+	// one would fail at once, and fail the job over a second time.
+	var st jetstream.Stream
+	err := s.throughElection(ctx, func(ctx context.Context) (err error) {
+		st, err = s.js.Stream(ctx, s.cfg.Stream)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err)
 	}
@@ -615,11 +625,24 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			continue
 		}
 		if first == 0 {
-			info, err := st.Info(ctx)
+			err := s.throughElection(ctx, func(ctx context.Context) error {
+				info, err := st.Info(ctx)
+				if err != nil {
+					return err
+				}
+				if c := info.Cluster; c != nil && c.Leader == "" {
+					// A replica answers while the stream has none, with
+					// the messages it has applied so far: its last
+					// sequence may be below the offset, which a
+					// stream's leader would refuse as ErrOffsetAhead.
+					return fmt.Errorf("stream info from a replica: %w", natsconn.ErrNoLeader)
+				}
+				first, last = max(info.State.FirstSeq, 1), info.State.LastSeq
+				return nil
+			})
 			if err != nil {
 				return fmt.Errorf("jetstream source %s: stream info: %w", s.cfg.Stream, err)
 			}
-			first, last = max(info.State.FirstSeq, 1), info.State.LastSeq
 		}
 		// An offset is never past the stream's last sequence (a quiet
 		// lane's moves up to it, no further): a stream that ends before
@@ -640,13 +663,20 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		if _, ended := s.acc.state(i); ended {
 			continue
 		}
+		// One name for every try: a try that timed out may have created
+		// the consumer, which the next one then takes over rather than
+		// leaving it behind until it expires.
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: l.filters, DeliverPolicy: jetstream.DeliverAllPolicy,
-			MaxResetAttempts: maxResetAttempts}
+			MaxResetAttempts: maxResetAttempts, NamePrefix: nuid.Next()}
 		if l.start > 1 {
 			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 			cfg.OptStartSeq = l.start
 		}
-		cons, err := st.OrderedConsumer(ctx, cfg)
+		var cons jetstream.Consumer
+		err := s.throughElection(ctx, func(ctx context.Context) (err error) {
+			cons, err = st.OrderedConsumer(ctx, cfg)
+			return err
+		})
 		if err == nil {
 			l.cons = cons
 			l.stopped = new(atomic.Bool)
@@ -1089,9 +1119,24 @@ func (s *JetStream) sameStream(seq uint64) error {
 // streamCheckTimeout bounds sameStream's request.
 const streamCheckTimeout = 10 * time.Second
 
+// throughElection runs try, a request about the stream, again while the
+// stream has no leader (natsconn.ThroughElection): within ctx's deadline
+// or, without one, natsconn.ElectionWait, and no longer than the source
+// is open (Close ends the wait).
+func (s *JetStream) throughElection(ctx context.Context, try func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	return natsconn.ThroughElection(ctx, s.js.Conn(), natsconn.ElectionTry, try)
+}
+
 // Poll starts the consumers on first use, then returns every message that
 // arrived since the last Poll (up to the batch limits) as one record batch
-// and the offset after it. A bounded source whose lanes all ended returns
+// and the offset after it. The start's requests (the stream's info, each
+// consumer's creation) are made again while the stream, or JetStream's
+// meta layer, has no leader (natsconn.ThroughElection), within ctx's
+// deadline or, without one, natsconn.ElectionWait; a stream that does not
+// exist fails it at once. A bounded source whose lanes all ended returns
 // what it still holds, then no batch, its final offset and ErrEnded on this
 // and every later call, having stopped and deleted its consumers.
 func (s *JetStream) Poll(ctx context.Context) ([]byte, []byte, error) {
@@ -1167,13 +1212,15 @@ func (s *JetStream) CheckpointComplete(ctx context.Context, id int64, offset []b
 // Close stops the consumers and deletes them on the server (not when the
 // connection is down); a blocked Poll returns.
 func (s *JetStream) Close() error {
+	// Ends a start that waits out an election of the stream's leader
+	// (holding mu) first.
+	s.cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
 	s.closed = true
-	s.cancel()
 	s.acc.close()
 	if s.finished {
 		return s.finishErr // stopped when the source ended

@@ -157,3 +157,31 @@ func StreamLeader(t testing.TB, ctx context.Context, js jetstream.JetStream, str
 	}
 	return c.Leader, leaderURL, otherURL
 }
+
+// NoQuorum stops the server of cluster that leads stream and one more
+// (of three: the stream, and JetStream's meta layer, keep no quorum), so
+// that the stream has no leader for as long as the test likes. It returns
+// the server left, and what starts the other stopped one again (a quorum
+// again: the stream elects a leader).
+func NoQuorum(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, cluster []*server.Server) (stay *server.Server, restart func() *server.Server) {
+	t.Helper()
+	if len(cluster) != 3 {
+		t.Fatalf("NoQuorum of %d servers; want 3", len(cluster))
+	}
+	leader, _, _ := StreamLeader(t, ctx, js, stream, cluster)
+	var gone []*server.Server
+	for _, s := range cluster {
+		if stay == nil && s.Name() != leader {
+			stay = s
+		} else {
+			gone = append(gone, s)
+		}
+	}
+	for _, s := range gone {
+		start := Stop(t, s, cluster)
+		if s.Name() != leader {
+			restart = start
+		}
+	}
+	return stay, restart
+}

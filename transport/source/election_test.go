@@ -1,0 +1,113 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// A source started while its stream has no leader (its leader's server
+// gone, and a second one, so that the one left cannot elect one) waits
+// for one and reads on from its offset. Its start asked once: the
+// stream's info, or its consumer's creation, went unanswered or was
+// answered that JetStream is not available, and a new attempt deployed
+// while a stream elected a leader failed at once ("jetstream source
+// LINES: ordered consumer at 40686: context deadline exceeded", on three
+// nats-server processes), failing the job over a second time. Here the
+// start's requests are seen going out twice before the second server
+// comes back.
+func TestJetStreamStartsThroughALeaderElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}, Replicas: 3})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 100)
+
+	// A stream that does not exist is no election: the start fails at
+	// once, naming it, after one request.
+	missing := make(chan *nats.Msg, 64)
+	wnc, _ := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	_, err := wnc.ChanSubscribe(jetstream.DefaultAPIPrefix+"STREAM.INFO.MISSING", missing)
+	must(t, err)
+	must(t, wnc.Flush())
+	gone, err := NewJetStream(js, JetStreamConfig{Stream: "MISSING"})
+	must(t, err)
+	defer gone.Close()
+	_, _, err = gone.Poll(ctx)
+	if !errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, natsconn.ErrNoLeader) || !strings.Contains(err.Error(), "MISSING") {
+		t.Fatalf("start on a stream that does not exist: %v; want stream not found, naming MISSING", err)
+	}
+	must(t, wnc.Flush())
+	if n := len(missing); n != 1 {
+		t.Errorf("%d requests for the missing stream's info; want 1", n)
+	}
+
+	stay, restart := embeddedtest.NoQuorum(t, ctx, js, "IN", servers)
+	_, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	watch, _ := embeddedtest.ConnectTo(t, stay.ClientURL())
+	reqs := make(chan *nats.Msg, 64)
+	_, err = watch.ChanSubscribe(jetstream.DefaultAPIPrefix+"*.*.IN.>", reqs)
+	must(t, err)
+	_, err = watch.ChanSubscribe(jetstream.DefaultAPIPrefix+"*.*.IN", reqs)
+	must(t, err)
+	must(t, watch.Flush())
+
+	src, err := NewJetStream(sjs, JetStreamConfig{Stream: "IN"})
+	must(t, err)
+	defer src.Close()
+	// Resumed after sequence 40: the start reads the stream's info too.
+	must(t, src.Seek(ctx, EncodeOffset(40)))
+	type polled struct {
+		batch, off []byte
+		err        error
+	}
+	first := make(chan polled, 1)
+	go func() {
+		b, off, err := src.Poll(ctx)
+		first <- polled{b, off, err}
+	}()
+	for n := 0; n < 2; n++ {
+		select {
+		case <-reqs:
+		case p := <-first:
+			t.Fatalf("the source started without a leader: %v", p.err)
+		case <-ctx.Done():
+			p := <-first
+			t.Fatalf("%d of the start's requests went out; the start: %v", n, p.err)
+		}
+	}
+	restart()
+	p := <-first
+	if p.err != nil {
+		t.Fatalf("start through a leader election: %v", p.err)
+	}
+	recs, err := abi.DecodeBatch(p.batch)
+	must(t, err)
+	off := p.off
+	if len(recs) < 60 {
+		var more []abi.Record
+		more, off = pollRecords(t, ctx, src, 60-len(recs))
+		recs = append(recs, more...)
+	}
+	for i, v := range values(recs) {
+		if v != 40+i {
+			t.Fatalf("record %d = %d, want %d", i, v, 40+i)
+		}
+	}
+	if seq, _ := DecodeOffset(off); seq != 100 {
+		t.Fatalf("offset %d after the last record, want 100", seq)
+	}
+}
