@@ -70,7 +70,9 @@ type AtLeastOnce struct {
 }
 
 // NewAtLeastOnce checks that a stream captures cfg.Subject and returns the
-// sink.
+// sink. While the stream, or JetStream's meta layer, has no leader (an
+// election) the lookups are made again, within ctx's deadline or
+// natsconn.ElectionWait; a stream that does not exist fails at once.
 func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (*AtLeastOnce, error) {
 	if cfg.Subject == "" {
 		return nil, errors.New("at-least-once sink: a subject is required")
@@ -103,7 +105,11 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 		// A keyed template's filter may overlap several streams' subjects:
 		// the named stream is the one, and each record's subject is
 		// checked against its subjects.
-		found, err := js.StreamNameBySubject(ctx, tmpl.Filter())
+		var found string
+		err := throughElection(ctx, js, func(ctx context.Context) (err error) {
+			found, err = js.StreamNameBySubject(ctx, tmpl.Filter())
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("at-least-once sink %s: no stream captures the subject: %w", cfg.Subject, err)
 		}
@@ -112,7 +118,7 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 		}
 		name = found
 	}
-	st, err := js.Stream(ctx, name)
+	st, err := lookupStream(ctx, js, name)
 	if err != nil {
 		return nil, fmt.Errorf("at-least-once sink %s: stream %s: %w", cfg.Subject, name, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/subject"
 )
 
@@ -123,16 +124,15 @@ func RequiredDuplicateWindow(interval, timeout, recovery time.Duration) time.Dur
 }
 
 // CheckDuplicateWindow fails with ErrDuplicateWindowTooShort when stream
-// keeps message ids for less than need.
+// keeps message ids for less than need. While the stream has no leader
+// (an election), its info is asked for again (lookupStream), within ctx's
+// deadline or natsconn.ElectionWait.
 func CheckDuplicateWindow(ctx context.Context, js jetstream.JetStream, stream string, need time.Duration) (jetstream.StreamConfig, error) {
-	st, err := js.Stream(ctx, stream)
+	st, err := lookupStream(ctx, js, stream)
 	if err != nil {
 		return jetstream.StreamConfig{}, fmt.Errorf("exactly-once sink: stream %s: %w", stream, err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return jetstream.StreamConfig{}, fmt.Errorf("exactly-once sink: stream %s info: %w", stream, err)
-	}
+	info := st.CachedInfo()
 	if have := info.Config.Duplicates; need > 0 && have < need {
 		return info.Config, fmt.Errorf("%w: stream %s deduplicates message ids for %s, but a re-commit after recovery can come up to %s later (checkpoint interval + timeout + recovery); raise it, e.g. `nats stream edit %s --dupe-window %s`, or checkpoint more often",
 			ErrDuplicateWindowTooShort, stream, have, need, stream, need)
@@ -310,6 +310,9 @@ func (s *ExactlyOnce) OnCommitted(fn func(task string, id int64)) { s.committed 
 // NewExactlyOnce checks the stream (existence, duplicate window, atomic
 // publish) and returns the sink. Call it when the job starts: a stream with
 // a too-short duplicate window is refused with ErrDuplicateWindowTooShort.
+// While the stream has no leader (an election) its lookup is made again,
+// within ctx's deadline or natsconn.ElectionWait; a stream that does not
+// exist fails at once.
 func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (*ExactlyOnce, error) {
 	if cfg.Subject == "" || cfg.Stream == "" || cfg.Job == "" || cfg.Task == "" {
 		return nil, errors.New("exactly-once sink: stream, subject, job and task are required")
@@ -784,7 +787,7 @@ func (s *ExactlyOnce) stagedTarget(ctx context.Context, e *staged, targets map[s
 		e.tgt = t
 		return nil
 	}
-	st, err := s.js.Stream(ctx, e.stream)
+	st, err := lookupStream(ctx, s.js, e.stream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		subj := e.subject
@@ -943,7 +946,7 @@ func (s *ExactlyOnce) readBack(ctx context.Context, tg *target, need map[int64]*
 			filters = append(filters, f)
 		}
 	}
-	stream, err := s.js.Stream(ctx, tg.stream)
+	stream, err := lookupStream(ctx, s.js, tg.stream)
 	if err != nil {
 		return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 	}
@@ -955,7 +958,15 @@ func (s *ExactlyOnce) readBack(ctx context.Context, tg *target, need map[int64]*
 		filter   []string
 	)
 	if tg.transformed || whole {
-		info, err := stream.Info(ctx)
+		var info *jetstream.StreamInfo
+		err := throughElection(ctx, s.js, func(ctx context.Context) (err error) {
+			info, err = stream.Info(ctx)
+			if err == nil && info.Cluster != nil && info.Cluster.Leader == "" {
+				// A replica's, with what it has applied so far.
+				return fmt.Errorf("stream info from a replica: %w", natsconn.ErrNoLeader)
+			}
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 		}
@@ -963,7 +974,11 @@ func (s *ExactlyOnce) readBack(ctx context.Context, tg *target, need map[int64]*
 	} else {
 		slices.Sort(filters) // need is a map: the same consumer for the same entries
 		for _, f := range filters {
-			last, err := stream.GetLastMsgForSubject(ctx, f)
+			var last *jetstream.RawStreamMsg
+			err := throughElection(ctx, s.js, func(ctx context.Context) (err error) {
+				last, err = stream.GetLastMsgForSubject(ctx, f)
+				return err
+			})
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue // nothing stored on these subjects at all
 			}
@@ -980,11 +995,19 @@ func (s *ExactlyOnce) readBack(ctx context.Context, tg *target, need map[int64]*
 	if lastSeq == 0 || lastTime.Before(start) {
 		return nil
 	}
-	cons, err := s.js.OrderedConsumer(ctx, tg.stream, jetstream.OrderedConsumerConfig{
+	ccfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: filter,
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
 		HeadersOnly:    true,
+		// One name for every try: one that timed out may have
+		// created the consumer, which the next takes over.
+		NamePrefix: nuid.Next(),
+	}
+	var cons jetstream.Consumer
+	err = throughElection(ctx, s.js, func(ctx context.Context) (err error) {
+		cons, err = s.js.OrderedConsumer(ctx, tg.stream, ccfg)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("read back stream %s: %w", tg.stream, err)

@@ -185,3 +185,25 @@ func NoQuorum(t testing.TB, ctx context.Context, js jetstream.JetStream, stream 
 	}
 	return stay, restart
 }
+
+// AwaitStreamLeader waits until stream has a leader again, as the
+// stream's info through js says (while it has none, a replica answers
+// without one, or nobody does), or fails t when ctx ends first.
+func AwaitStreamLeader(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string) {
+	t.Helper()
+	for {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := js.Stream(c, stream)
+		cancel()
+		if err == nil {
+			if ci := st.CachedInfo().Cluster; ci != nil && ci.Leader != "" {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream %s has no leader: %v", stream, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
