@@ -1102,10 +1102,15 @@ func (s *JetStream) AwaitsStop() (stop, last uint64, ok bool) {
 
 // sameStream checks that the stream is the one the consumers started on,
 // before a recreated consumer's first message (at seq) is taken.
+// The consumer recreated itself after its server went, say, and its
+// stream may be electing a leader still: the request waits that out
+// (throughElection).
 func (s *JetStream) sameStream(seq uint64) error {
-	ctx, cancel := context.WithTimeout(s.ctx, streamCheckTimeout)
-	defer cancel()
-	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	var st jetstream.Stream
+	err := s.throughElection(s.ctx, func(ctx context.Context) (err error) {
+		st, err = s.js.Stream(ctx, s.cfg.Stream)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("jetstream source %s: stream info after the consumer was recreated: %w", s.cfg.Stream, err)
 	}
@@ -1115,9 +1120,6 @@ func (s *JetStream) sameStream(seq uint64) error {
 	}
 	return nil
 }
-
-// streamCheckTimeout bounds sameStream's request.
-const streamCheckTimeout = 10 * time.Second
 
 // throughElection runs try, a request about the stream, again while the
 // stream has no leader (natsconn.ThroughElection): within ctx's deadline
