@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // How ObjectStore.Put publishes an object.
@@ -240,7 +242,7 @@ func (p *objectPut) commit(ctx context.Context) (*jetstream.ObjectInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = publishThroughElection(ctx, p.s.js, func(ctx context.Context) error {
+	err = natsconn.ThroughElection(ctx, p.nc, p.timeout, func(ctx context.Context) error {
 		m := &nats.Msg{Subject: p.s.metaSubject(p.key), Data: data, Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		_, err := p.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(p.nuid+".meta"))
@@ -418,7 +420,7 @@ func (p *objectPut) acked(subject string) (c *putChunk, gen, try int, ok bool) {
 // leader, its connection is up, and c has been tried for less than the
 // put may wait; otherwise the put fails with err.
 func (p *objectPut) fail(c *putChunk, err error) error {
-	if !leaderlessPublish(err) || !p.nc.IsConnected() {
+	if !natsconn.Leaderless(err) || !p.nc.IsConnected() {
 		return err
 	}
 	if time.Since(c.first) >= p.retryFor {
