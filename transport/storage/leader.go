@@ -350,20 +350,7 @@ func purge(ctx context.Context, js jetstream.JetStream, stream, subject string, 
 		Filter string `json:"filter"`
 	}{before, subject}
 	err := leaderRequest(ctx, js, "STREAM.PURGE."+stream, req, func(data []byte) error {
-		var resp struct {
-			Error   *jetstream.APIError `json:"error"`
-			Success bool                `json:"success"`
-		}
-		if err := json.Unmarshal(data, &resp); err != nil {
-			return err
-		}
-		switch {
-		case resp.Error != nil:
-			return apiError(resp.Error)
-		case !resp.Success:
-			return jetstream.ErrInvalidJetStreamResponse
-		}
-		return nil
+		return successReply(data, 0)
 	})
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", subject, err)
@@ -380,25 +367,32 @@ func deleteMsg(ctx context.Context, js jetstream.JetStream, stream string, seq u
 		NoErase bool   `json:"no_erase"`
 	}{seq, true}
 	err := leaderRequest(ctx, js, "STREAM.MSG.DELETE."+stream, req, func(data []byte) error {
-		var resp struct {
-			Error   *jetstream.APIError `json:"error"`
-			Success bool                `json:"success"`
-		}
-		if err := json.Unmarshal(data, &resp); err != nil {
-			return err
-		}
-		switch {
-		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-			return nil
-		case resp.Error != nil:
-			return apiError(resp.Error)
-		case !resp.Success:
-			return jetstream.ErrInvalidJetStreamResponse
-		}
-		return nil
+		return successReply(data, jetstream.JSErrCodeMessageNotFound)
 	})
 	if err != nil {
 		return fmt.Errorf("delete message %d of %s: %w", seq, stream, err)
+	}
+	return nil
+}
+
+// successReply decodes a JetStream API answer that says only whether the
+// request succeeded; an error with code done (if not 0) means that what
+// was asked is done already, which is no error.
+func successReply(data []byte, done jetstream.ErrorCode) error {
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Success bool                `json:"success"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return err
+	}
+	switch {
+	case resp.Error != nil && done != 0 && resp.Error.ErrorCode == done:
+		return nil
+	case resp.Error != nil:
+		return apiError(resp.Error)
+	case !resp.Success:
+		return jetstream.ErrInvalidJetStreamResponse
 	}
 	return nil
 }
