@@ -1054,6 +1054,10 @@ func TestJetStreamStreamRecreatedWhileReading(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	scfg := jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}}
+	// A bystander: nats-server v2.15.2 removes an account's streams
+	// directory with its last stream, and creating IN again meanwhile
+	// can fail ("could not create storage directory").
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "KEEP", Subjects: []string{"keep"}})
 	createStream(t, ctx, js, scfg)
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 10)
 	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})
