@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -104,18 +103,9 @@ func TestKVGetWaitsForALeader(t *testing.T) {
 	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
 		t.Fatal(err)
 	}
-	leader, _, _ := embeddedtest.StreamLeader(t, ctx, js, "KV_meta", servers)
 	// The reader stays on a server that does not lead; the leader and
 	// one other go.
-	var stay *server.Server
-	var gone []*server.Server
-	for _, s := range servers {
-		if stay == nil && s.Name() != leader {
-			stay = s
-		} else {
-			gone = append(gone, s)
-		}
-	}
+	stay, stopQuorum := embeddedtest.QuorumLoss(t, ctx, js, "KV_meta", servers)
 	rnc, rjs := embeddedtest.ConnectTo(t, stay.ClientURL())
 	reader, err := NewKV(ctx, rjs, "meta", 0)
 	if err != nil {
@@ -132,13 +122,7 @@ func TestKVGetWaitsForALeader(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var restart func() *server.Server
-	for _, s := range gone {
-		start := embeddedtest.Stop(t, s, servers)
-		if s.Name() != leader {
-			restart = start
-		}
-	}
+	restart := stopQuorum()
 	type result struct {
 		data []byte
 		err  error
@@ -183,16 +167,7 @@ func TestKVPutWaitsForALeader(t *testing.T) {
 	if _, err := NewKV(ctx, js, "meta", 3); err != nil {
 		t.Fatal(err)
 	}
-	leader, _, _ := embeddedtest.StreamLeader(t, ctx, js, "KV_meta", servers)
-	var stay *server.Server
-	var gone []*server.Server
-	for _, s := range servers {
-		if stay == nil && s.Name() != leader {
-			stay = s
-		} else {
-			gone = append(gone, s)
-		}
-	}
+	stay, stopQuorum := embeddedtest.QuorumLoss(t, ctx, js, "KV_meta", servers)
 	wnc, wjs := embeddedtest.ConnectTo(t, stay.ClientURL())
 	writer, err := NewKV(ctx, wjs, "meta", 0)
 	if err != nil {
@@ -209,13 +184,7 @@ func TestKVPutWaitsForALeader(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var restart func() *server.Server
-	for _, s := range gone {
-		start := embeddedtest.Stop(t, s, servers)
-		if s.Name() != leader {
-			restart = start
-		}
-	}
+	restart := stopQuorum()
 	done := make(chan error, 1)
 	go func() { done <- writer.Put(ctx, "jobs/j", strings.NewReader("running")) }()
 	// The put went out while one server of three is up: nobody stores it

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -224,16 +223,7 @@ func TestObjectPutWaitsForALeader(t *testing.T) {
 	if _, err := NewObjectStore(ctx, js, "state", 3); err != nil {
 		t.Fatal(err)
 	}
-	leader, _, _ := embeddedtest.StreamLeader(t, ctx, js, "OBJ_state", servers)
-	var stay *server.Server
-	var gone []*server.Server
-	for _, s := range servers {
-		if stay == nil && s.Name() != leader {
-			stay = s
-		} else {
-			gone = append(gone, s)
-		}
-	}
+	stay, stopQuorum := embeddedtest.QuorumLoss(t, ctx, js, "OBJ_state", servers)
 	wnc, wjs := embeddedtest.ConnectTo(t, stay.ClientURL())
 	writer, err := NewObjectStore(ctx, wjs, "state", 0)
 	if err != nil {
@@ -259,13 +249,7 @@ func TestObjectPutWaitsForALeader(t *testing.T) {
 	if err := wnc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	var restart func() *server.Server
-	for _, s := range gone {
-		start := embeddedtest.Stop(t, s, servers)
-		if s.Name() != leader {
-			restart = start
-		}
-	}
+	restart := stopQuorum()
 	go func() {
 		if _, err := pw.Write(data[half:]); err == nil {
 			pw.Close()

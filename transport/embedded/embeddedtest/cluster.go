@@ -165,8 +165,18 @@ func StreamLeader(t testing.TB, ctx context.Context, js jetstream.JetStream, str
 // again: the stream elects a leader).
 func NoQuorum(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, cluster []*server.Server) (stay *server.Server, restart func() *server.Server) {
 	t.Helper()
+	stay, stop := QuorumLoss(t, ctx, js, stream, cluster)
+	return stay, stop()
+}
+
+// QuorumLoss is NoQuorum in two steps, for a test that works through the
+// server that stays before the others go: it returns that server (one
+// that does not lead stream) and stop, which stops the leader and the
+// other one and returns what starts the other one again.
+func QuorumLoss(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, cluster []*server.Server) (stay *server.Server, stop func() (restart func() *server.Server)) {
+	t.Helper()
 	if len(cluster) != 3 {
-		t.Fatalf("NoQuorum of %d servers; want 3", len(cluster))
+		t.Fatalf("QuorumLoss of %d servers; want 3", len(cluster))
 	}
 	leader, _, _ := StreamLeader(t, ctx, js, stream, cluster)
 	var gone []*server.Server
@@ -177,13 +187,16 @@ func NoQuorum(t testing.TB, ctx context.Context, js jetstream.JetStream, stream 
 			gone = append(gone, s)
 		}
 	}
-	for _, s := range gone {
-		start := Stop(t, s, cluster)
-		if s.Name() != leader {
-			restart = start
+	return stay, func() (restart func() *server.Server) {
+		t.Helper()
+		for _, s := range gone {
+			start := Stop(t, s, cluster)
+			if s.Name() != leader {
+				restart = start
+			}
 		}
+		return restart
 	}
-	return stay, restart
 }
 
 // AwaitStreamLeader waits until stream has a leader again, as the
