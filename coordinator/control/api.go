@@ -386,7 +386,7 @@ func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	err := request(ctx, c.nc, c.subj.API(op), req, &rep)
+	err := requestWith(ctx, c.nc, c.subj.API(op), req, &rep, true)
 	return rep.Result, err
 }
 
@@ -414,7 +414,7 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 	for {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		var rep apiReply[T]
-		err := request(actx, c.nc, c.subj.API(op), req, &rep)
+		err := requestWith(actx, c.nc, c.subj.API(op), req, &rep, true)
 		cancel()
 		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable)) {
 			return rep.Result, err
@@ -496,9 +496,65 @@ func (c *APIClient) RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Rem
 	return call[Removed](ctx, c, APIRemove, r)
 }
 
+// HeaderWait is the header in which an APIClient's request says how long
+// its caller waits for the answer, as a Go duration ("29.9s"): every try
+// of a read, the whole wait of any other request.
+const HeaderWait = "Weir-Wait"
+
+// How long a handler of ServeAPI works on a request: what its caller
+// waits (HeaderWait), less a margin for the answer's way back (a tenth of
+// it, at most HandlerMargin), and at most MaxHandlerWait. A request that
+// does not say — a client of its own, or an older one — gets
+// DefaultHandlerWait, or DefaultLongHandlerWait for a savepoint, a stop or
+// a removal (what the weir CLI waits for those).
+const (
+	DefaultHandlerWait     = 30 * time.Second
+	DefaultLongHandlerWait = 3 * time.Minute
+	MaxHandlerWait         = 10 * time.Minute
+	HandlerMargin          = time.Second
+)
+
+// handlerWait returns how long a handler of op works on m, which came in
+// at arrival (see HeaderWait), and its deadline.
+func handlerWait(op string, m *nats.Msg, arrival time.Time) (time.Duration, time.Time) {
+	wait := DefaultHandlerWait
+	switch op {
+	case APISavepoint, APIStop, APIRemove:
+		wait = DefaultLongHandlerWait
+	}
+	if m.Header != nil {
+		if d, err := time.ParseDuration(m.Header.Get(HeaderWait)); err == nil && d > 0 {
+			wait = d
+		}
+	}
+	wait -= min(wait/10, HandlerMargin)
+	wait = min(wait, MaxHandlerWait)
+	return wait, arrival.Add(wait)
+}
+
+// gaveUp returns err, which a handler returned after its context ended
+// (hctx, derived from the server's ctx), marked ErrUnavailable — nothing
+// is wrong with the request, a later one may succeed — and saying why
+// the handler stopped: the coordinator stops, or its caller waits no
+// longer than wait. An error that carries another code (a refusal), and
+// one returned before the context ended, stays as it is.
+func gaveUp(ctx, hctx context.Context, wait time.Duration, err error) error {
+	if code := codeOf(err); hctx.Err() == nil || code != "" && !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return Errorf(ErrUnavailable, "%v (the coordinator is shutting down)", err)
+	}
+	return Errorf(ErrUnavailable, "%v (the coordinator gave up after %s, as its caller waits no longer)", err, wait.Round(100*time.Millisecond))
+}
+
 // ServeAPI answers job API requests with impl until ctx is done. Each
-// request is handled in its own goroutine (savepoints wait long). ready,
-// if not nil, is closed once the subscriptions are live.
+// request is handled in its own goroutine (savepoints wait long), with a
+// context that ends with ctx or shortly before the request's caller stops
+// waiting (HeaderWait, handlerWait): a handler waiting on storage (a
+// stream electing a leader, say) gives up while its caller still listens,
+// and answers why (gaveUp). ready, if not nil, is closed once the
+// subscriptions are live.
 func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready chan<- struct{}) error {
 	subj := Subjects{prefix}
 	var (
@@ -520,6 +576,7 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 	}()
 	handle := func(op string, fn func(ctx context.Context, data []byte) (any, error)) error {
 		s, err := nc.Subscribe(subj.API(op), func(m *nats.Msg) {
+			wait, deadline := handlerWait(op, m, time.Now())
 			mu.Lock()
 			defer mu.Unlock()
 			if closed {
@@ -528,9 +585,11 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := fn(ctx, m.Data)
+				hctx, cancel := context.WithDeadline(ctx, deadline)
+				defer cancel()
+				res, err := fn(hctx, m.Data)
 				if err != nil {
-					respond(m, replyFor(err))
+					respond(m, replyFor(gaveUp(ctx, hctx, wait, err)))
 					return
 				}
 				respond(m, apiReply[any]{Result: res})

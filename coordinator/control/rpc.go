@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -114,6 +115,13 @@ func replyFor(err error) Reply {
 // or is a Reply-bearing struct). Without a ctx deadline, DefaultRequestTimeout
 // applies.
 func request(ctx context.Context, nc *nats.Conn, subject string, v any, out any) error {
+	return requestWith(ctx, nc, subject, v, out, false)
+}
+
+// requestWith is request; with waitHeader, the request carries how long
+// its caller waits for the answer (HeaderWait), so that the handler gives
+// up before the caller does (ServeAPI).
+func requestWith(ctx context.Context, nc *nats.Conn, subject string, v any, out any, waitHeader bool) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", subject, err)
@@ -123,7 +131,13 @@ func request(ctx context.Context, nc *nats.Conn, subject string, v any, out any)
 		ctx, cancel = context.WithTimeout(ctx, DefaultRequestTimeout)
 		defer cancel()
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, data)
+	req := nats.NewMsg(subject)
+	req.Data = data
+	if waitHeader {
+		deadline, _ := ctx.Deadline()
+		req.Header.Set(HeaderWait, time.Until(deadline).String())
+	}
+	msg, err := nc.RequestMsgWithContext(ctx, req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject)

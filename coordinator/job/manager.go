@@ -578,11 +578,15 @@ func (m *Manager) loadCheckpoint(ctx context.Context, job, from string) (*checkp
 		return nil, control.Errorf(control.ErrInvalid, "restore from %q: want a checkpoint ID or JOB/ID", from)
 	}
 	md, err := m.opts.Catalog.Read(ctx, job, id)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, control.Errorf(control.ErrNotFound, "restore from %s/%d: there is no such checkpoint%s", job, id, m.restorable(ctx, job))
-		}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, control.Errorf(control.ErrNotFound, "restore from %s/%d: there is no such checkpoint%s", job, id, m.restorable(ctx, job))
+	case errors.Is(err, checkpoint.ErrCorrupt):
 		return nil, control.Errorf(control.ErrNotFound, "restore: %w", err) // it names the checkpoint
+	case err != nil:
+		// The store did not answer (for now): nothing says the
+		// checkpoint is not there.
+		return nil, control.Errorf(control.ErrUnavailable, "restore: %w", err)
 	}
 	return md, nil
 }

@@ -1,0 +1,85 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// A job API handler waits for storage no longer than its caller waits for
+// the answer: with the checkpoint store's streams on a three-server
+// cluster that lost its quorum (no leader to answer a read), a submit
+// restoring from a checkpoint is answered while its caller still listens,
+// with why (the checkpoint store, the stream without a leader, how long
+// the coordinator waited) — not left to the caller's own deadline while
+// the handler waits out an election for 30 s. A listing of checkpoints,
+// whose stored ones it cannot read, answers with the run's history within
+// each try of the read, rather than never within one.
+func TestHandlerGivesUpWithItsCaller(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	meta, err := storage.NewKV(ctx, js, storage.DefaultMetaBucket, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stay, stop := embeddedtest.QuorumLoss(t, ctx, js, "KV_"+storage.DefaultMetaBucket, servers)
+	// The coordinator and its client on the server that stays: the
+	// stream's replica there has no leader to turn to once the others go.
+	nc, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	if meta, err = storage.NewKV(ctx, sjs, storage.DefaultMetaBucket, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: meta, State: dir}, HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
+	mctx, mcancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); _ = mgr.Run(mctx, ready) }()
+	t.Cleanup(func() { mcancel(); <-done })
+	<-ready
+	api := control.NewAPIClient(nc, "")
+	// A job with no worker to run it waits for one: listed, with no
+	// checkpoint of its own.
+	if _, err := api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "waits", "checkpointing: {disabled: true}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	// The client waits 4 s: the handler gives up 0.4 s before.
+	sctx, scancel := context.WithTimeout(ctx, 4*time.Second)
+	_, err = api.Submit(sctx, control.SubmitRequest{Spec: spec(t, "restored", ""), RestoreFrom: "waits/3"})
+	scancel()
+	var re *control.RemoteError
+	if !errors.As(err, &re) {
+		t.Fatalf("submit restoring from a checkpoint in a store without a leader = %v; want the coordinator's answer before the caller's deadline", err)
+	}
+	if !errors.Is(err, control.ErrUnavailable) || strings.Contains(err.Error(), "\n") ||
+		!strings.Contains(err.Error(), "checkpoint waits/3") || !strings.Contains(err.Error(), "KV_"+storage.DefaultMetaBucket) ||
+		!strings.Contains(err.Error(), "gave up after 3.6s") {
+		t.Errorf("submit = %q (%v); want one line, unavailable, naming the checkpoint, its stream and the wait", err, err)
+	}
+	t.Logf("submit: %v", err)
+
+	// Each try of the read waits 2 s, of 6: one is answered.
+	api.ReadAttempt = 2 * time.Second
+	lctx, lcancel := context.WithTimeout(ctx, 6*time.Second)
+	cps, err := api.Checkpoints(lctx, "waits")
+	lcancel()
+	if err != nil || len(cps) != 0 {
+		t.Errorf("checkpoints of waits with the store out of reach = %+v, %v; want the run's history (none)", cps, err)
+	}
+}
