@@ -135,10 +135,19 @@ type Manager struct {
 	// tasks returned, whatever a heartbeat sent before says, until one
 	// without them (WorkerTasks).
 	stopped map[staleKey]bool
-	// removing is held to remove a checkpoint (RemoveCheckpoints) and
-	// shared by Submit and Restore: no job starts from a checkpoint that
-	// is being removed, nor while the removal checks that none needs it.
-	removing sync.RWMutex
+	// removing holds the checkpoints being removed (RemoveCheckpoints),
+	// and starting counts the submits and restores under way from each
+	// checkpoint: a job does not start from one being removed, nor is one
+	// removed that a job is starting from (which, once started, neededBy
+	// sees). Each request marks its checkpoint under mu and does its
+	// storage I/O after, so that a removal stuck in storage holds up no
+	// other job's submit or restore.
+	removing map[ckKey]bool
+	starting map[ckKey]int
+	// clearing holds, by job name, the objects of checkpoints that never
+	// completed that a removal (removeEarlier) is deleting: a run of the
+	// name that starts meanwhile numbers its checkpoints above them.
+	clearing map[string]clearing
 	// room is closed (and replaced) when a job waiting to be placed may
 	// fit now: a worker joined, a job ended, a job was placed again (its
 	// tasks may have left some workers), or a worker reported fewer tasks
@@ -152,6 +161,19 @@ type Manager struct {
 // DefaultWorkerWait is how long a job waits for a worker to join when none
 // is live, or for free slots, like Flink's slot.request.timeout.
 const DefaultWorkerWait = 5 * time.Minute
+
+// ckKey names a checkpoint: its job and ID.
+type ckKey struct {
+	job string
+	id  int64
+}
+
+// clearing is what removals of leftovers of one job name delete:
+// checkpoint IDs up to ceiling, by n removals.
+type clearing struct {
+	n       int
+	ceiling int64
+}
 
 // staleKey names a job attempt on one worker.
 type staleKey struct {
@@ -180,7 +202,7 @@ func New(opts Options) *Manager {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}, reported: map[string]int{}, freed: map[string]uint64{}, stopped: map[staleKey]bool{},
-		room: make(chan struct{})}
+		room: make(chan struct{}), removing: map[ckKey]bool{}, starting: map[ckKey]int{}, clearing: map[string]clearing{}}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout})
 	return m
 }
@@ -530,23 +552,46 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 	if err := jobspec.Check(r.Spec); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit %s: %w", r.Spec.Name, err)
 	}
-	m.removing.RLock()
-	defer m.removing.RUnlock()
 	var from *checkpoint.Metadata
 	if r.RestoreFrom != "" {
-		md, err := m.loadCheckpoint(ctx, r.Spec.Name, r.RestoreFrom)
+		k, err := checkpointRef(r.Spec.Name, r.RestoreFrom)
 		if err != nil {
 			return control.JobStatus{}, err
 		}
-		from = md
+		done, err := m.startFrom(k)
+		if err != nil {
+			return control.JobStatus{}, err
+		}
+		defer done()
+		if from, err = m.loadCheckpoint(ctx, k); err != nil {
+			return control.JobStatus{}, err
+		}
 	}
 	return m.start(ctx, r.Spec, true, from, r.AllowNonRestoredState)
 }
 
+// startFrom notes that a job is starting from checkpoint k, which is then
+// not removed, until done is called — once the job is in m.jobs, where
+// neededBy finds it, or did not start. A checkpoint being removed is
+// refused (control.ErrConflict): the job would start from one half gone.
+func (m *Manager) startFrom(k ckKey) (done func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.removing[k] {
+		return nil, control.Errorf(control.ErrConflict, "restore from %s/%d: the checkpoint is being removed (weir checkpoint rm)", k.job, k.id)
+	}
+	m.starting[k]++
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.starting[k]--; m.starting[k] == 0 {
+			delete(m.starting, k)
+		}
+	}, nil
+}
+
 // Restore restarts a stopped job from one of its checkpoints.
 func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (control.JobStatus, error) {
-	m.removing.RLock()
-	defer m.removing.RUnlock()
 	spec := r.Spec
 	if spec == nil {
 		j, err := m.job(r.Job)
@@ -561,22 +606,37 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	} else if err := jobspec.Check(spec); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
 	}
-	md, err := m.loadCheckpoint(ctx, r.Job, r.From)
+	k, err := checkpointRef(r.Job, r.From)
+	if err != nil {
+		return control.JobStatus{}, err
+	}
+	done, err := m.startFrom(k)
+	if err != nil {
+		return control.JobStatus{}, err
+	}
+	defer done()
+	md, err := m.loadCheckpoint(ctx, k)
 	if err != nil {
 		return control.JobStatus{}, err
 	}
 	return m.start(ctx, spec, r.Spec != nil, md, r.AllowNonRestoredState)
 }
 
-// loadCheckpoint reads "ID" (of job) or "JOB/ID".
-func (m *Manager) loadCheckpoint(ctx context.Context, job, from string) (*checkpoint.Metadata, error) {
+// checkpointRef parses from, "ID" (of job) or "JOB/ID".
+func checkpointRef(job, from string) (ckKey, error) {
 	if j, id, ok := strings.Cut(from, "/"); ok {
 		job, from = j, id
 	}
 	id, err := strconv.ParseInt(strings.TrimPrefix(from, "chk-"), 10, 64)
 	if err != nil || id <= 0 {
-		return nil, control.Errorf(control.ErrInvalid, "restore from %q: want a checkpoint ID or JOB/ID", from)
+		return ckKey{}, control.Errorf(control.ErrInvalid, "restore from %q: want a checkpoint ID or JOB/ID", from)
 	}
+	return ckKey{job: job, id: id}, nil
+}
+
+// loadCheckpoint reads checkpoint k's metadata.
+func (m *Manager) loadCheckpoint(ctx context.Context, k ckKey) (*checkpoint.Metadata, error) {
+	job, id := k.job, k.id
 	md, err := m.opts.Catalog.Read(ctx, job, id)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -778,6 +838,9 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	if old != nil && !old.status().State.Terminal() {
 		m.mu.Unlock()
 		return control.JobStatus{}, control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", spec.Name, old.status().State)
+	}
+	if c, ok := m.clearing[spec.Name]; ok && c.ceiling >= next {
+		next = c.ceiling + 1 // objects a removal is deleting: removeEarlier
 	}
 	if old != nil {
 		old.mu.Lock()

@@ -23,8 +23,10 @@ import (
 // Nothing else depends on a checkpoint: no state object is shared between
 // checkpoints (each one's lie under its own prefix; there are no
 // incremental checkpoints), and alignment spill files are never stored.
-// Submit and Restore wait while a checkpoint is being removed, so that no
-// job starts from one half gone.
+// A submit or restore from a checkpoint being removed is refused, so that
+// no job starts from one half gone, and one a job is being started from
+// is not removed (startFrom); no removal holds up the submits and
+// restores of other checkpoints while it waits for storage.
 func (m *Manager) RemoveCheckpoints(ctx context.Context, r control.RemoveRequest) (control.Removed, error) {
 	switch {
 	case r.Earlier && r.ID != 0:
@@ -64,13 +66,14 @@ func (m *Manager) removeStrayMarkers(ctx context.Context, job string) int {
 // removeChecked removes checkpoint id of job name unless it is still
 // needed or not stored.
 func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (control.RemovedCheckpoint, error) {
-	// No job starts (Submit, Restore) while the checks hold.
-	m.removing.Lock()
-	defer m.removing.Unlock()
-	j, err := m.job(name) // under the lock: a new run may have replaced it
+	// No job starts from it (Submit, Restore) while the checks hold and
+	// the removal deletes it; a submit or restore from it under way
+	// refuses the removal, and a job started from it is neededBy's.
+	j, done, err := m.removeFrom(ckKey{job: name, id: id})
 	if err != nil {
 		return control.RemovedCheckpoint{}, err
 	}
+	defer done()
 	// Pending first: once ended, a checkpoint stays ended, and its
 	// metadata, read next, is final. (A job that ended triggers nothing;
 	// one known from its record has a machine that knows no IDs.)
@@ -116,14 +119,46 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 		return control.RemovedCheckpoint{}, fmt.Errorf("%w (removed %d objects; weir checkpoint rm %s %d tries again)", err, n, name, id)
 	}
 	j.removedCheckpoint(ctx, id)
+	if cur, err := m.job(name); err == nil && cur != j {
+		// A new run of the name replaced j meanwhile: it must not list
+		// the checkpoint either.
+		cur.removedCheckpoint(ctx, id)
+	}
 	m.log.Info("checkpoint removed", "job", name, "checkpoint", id, "objects", n)
 	return control.RemovedCheckpoint{CheckpointInfo: info, Objects: n}, nil
+}
+
+// removeFrom notes that checkpoint k is being removed, until done is
+// called, and returns the job of its name. A checkpoint that a submit or
+// restore is starting a job from is refused (control.ErrConflict), as is
+// one another request is removing.
+func (m *Manager) removeFrom(k ckKey) (j *job, done func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if j = m.jobs[k.job]; j == nil {
+		return nil, nil, control.Errorf(control.ErrNotFound, "no job %q", k.job)
+	}
+	switch {
+	case m.starting[k] > 0:
+		return nil, nil, control.Errorf(control.ErrConflict,
+			"cannot remove checkpoint %d of job %s: a job is being started from it (a submit or restore under way)", k.id, k.job)
+	case m.removing[k]:
+		return nil, nil, control.Errorf(control.ErrConflict,
+			"cannot remove checkpoint %d of job %s: another request is removing it", k.id, k.job)
+	}
+	m.removing[k] = true
+	return j, func() {
+		m.mu.Lock()
+		delete(m.removing, k)
+		m.mu.Unlock()
+	}, nil
 }
 
 // neededBy says why checkpoint id of job name must stay, or "": a job
 // that has not ended restores it on a failover, and the next coordinator
 // may resume one that a restarted coordinator could not (unresumed) from
-// any checkpoint of its run. The caller holds m.removing.
+// any checkpoint of its run. The caller marked it as being removed
+// (removeFrom): no job starts from it meanwhile.
 func (m *Manager) neededBy(name string, id int64) string {
 	m.mu.Lock()
 	jobs := make([]*job, 0, len(m.jobs))
@@ -236,11 +271,7 @@ func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Remov
 	}
 	// Objects of earlier runs' checkpoints without metadata: none of them
 	// can complete any more (a run's IDs number on above the last one the
-	// earlier runs triggered); nor can those of an ended run. No run
-	// starts meanwhile (m.removing); the job is looked up again under the
-	// lock, as one may have started since.
-	m.removing.Lock()
-	defer m.removing.Unlock()
+	// earlier runs triggered); nor can those of an ended run.
 	if j, err = m.job(name); err != nil {
 		return out, err
 	}
@@ -252,13 +283,41 @@ func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Remov
 	if err != nil {
 		return out, fmt.Errorf("remove the checkpoints of earlier runs of %s: %w", name, err)
 	}
+	// A new run of the name may have started since the job was looked up:
+	// its checkpoints that have not completed are leftovers too, from its
+	// first ID on. One that starts from now on numbers its checkpoints
+	// above those deleted here (clearing).
+	m.mu.Lock()
+	below := int64(-1) // none: j is the name's run
+	if cur := m.jobs[name]; cur != j && cur != nil {
+		cur.mu.Lock()
+		below = cur.firstID
+		cur.mu.Unlock()
+	}
 	for id, keys := range left {
-		if earlier(id) || ended {
+		if (earlier(id) || ended) && (below < 0 || id < below) {
 			out.Leftovers = append(out.Leftovers, id)
 			out.LeftoverObjects += len(keys)
 		}
 	}
 	slices.Sort(out.Leftovers)
+	if n := len(out.Leftovers); n > 0 {
+		c := m.clearing[name]
+		c.n++
+		c.ceiling = max(c.ceiling, out.Leftovers[n-1])
+		m.clearing[name] = c
+		defer func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if c := m.clearing[name]; c.n > 1 {
+				c.n--
+				m.clearing[name] = c
+			} else {
+				delete(m.clearing, name)
+			}
+		}()
+	}
+	m.mu.Unlock()
 	for _, id := range out.Leftovers {
 		if err := m.opts.Catalog.State.Delete(ctx, checkpoint.StatePrefix(name, id)); err != nil {
 			return out, fmt.Errorf("remove the objects of checkpoint %d of %s, which never completed: %w", id, name, err)
@@ -275,8 +334,8 @@ func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Remov
 // listing of stored checkpoints drops it, and an ended job's latest
 // checkpoint, if it was that one, becomes the newest of the run still
 // stored, in its record too. (A job that has not ended keeps its latest:
-// that one is never removed.) The caller holds m.removing, so no new run
-// of the name writes its record meanwhile.
+// that one is never removed.) A job that a new run of its name replaced
+// meanwhile writes no record (superseded).
 func (j *job) removedCheckpoint(ctx context.Context, id int64) {
 	j.mu.Lock()
 	if j.removed == nil {
