@@ -367,12 +367,65 @@ type APIClient struct {
 	// closed) is never answered, and would otherwise wait out the whole
 	// ctx. It also bounds how long a read waits while nobody listens on
 	// the API subject (no coordinator): it then fails with ErrUnavailable.
-	// Default DefaultReadAttempt.
+	// Default DefaultReadAttempt. A read the coordinator answers from
+	// memory (Job, Jobs, Workers) is sent again after at most
+	// QuickReadAttempt: one sent to a coordinator whose NATS server fell
+	// silent is lost, and its answer comes only to a request sent after
+	// the coordinator's connection moved to another server (4 to 6 s
+	// later, natsconn.PingInterval).
 	ReadAttempt time.Duration
+	// Waiting, if set, is called once for each request that has had no
+	// answer for WaitingAfter (default DefaultWaitingAfter), with its
+	// operation (APIJob, ...) and how long it waits in all, so that the
+	// caller can say what it waits for. It is not called once the request
+	// returned.
+	Waiting      func(op string, wait time.Duration)
+	WaitingAfter time.Duration
 }
 
 // DefaultReadAttempt is APIClient.ReadAttempt's default.
 const DefaultReadAttempt = 5 * time.Second
+
+// QuickReadAttempt bounds one try of a read the coordinator answers from
+// memory (APIClient.ReadAttempt).
+const QuickReadAttempt = time.Second
+
+// DefaultWaitingAfter is APIClient.WaitingAfter's default.
+const DefaultWaitingAfter = time.Second
+
+// waiting arranges for c.Waiting to be called once the request op, which
+// waits until ctx's deadline, has had no answer for c.WaitingAfter; stop
+// cancels that, or waits for a call under way to return.
+func (c *APIClient) waiting(ctx context.Context, op string) (stop func()) {
+	if c.Waiting == nil {
+		return func() {}
+	}
+	after := c.WaitingAfter
+	if after <= 0 {
+		after = DefaultWaitingAfter
+	}
+	var wait time.Duration
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = time.Until(deadline)
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
+	t := time.AfterFunc(after, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			c.Waiting(op, wait)
+		}
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
+}
 
 // NewAPIClient returns a client of the job API under prefix ("" = default).
 func NewAPIClient(nc *nats.Conn, prefix string) *APIClient {
@@ -386,57 +439,100 @@ func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
+	defer c.waiting(ctx, op)()
 	err := requestWith(ctx, c.nc, c.subj.API(op), req, &rep, true)
 	return rep.Result, err
 }
 
-// read is call for read-only requests: each attempt waits at most
-// ReadAttempt, and one that got no answer is sent again until ctx ends.
+// read is call for read-only requests: it sends the request again after
+// each try of ReadAttempt (QuickReadAttempt for one answered from memory)
+// without an answer, until ctx ends, and takes the answer to any of the
+// tries (they share a reply subject): one lost — written to a socket
+// the server closed, or sent to a coordinator whose server fell silent —
+// is never answered, and the answer to one that is slow still counts.
 // While nobody listens (no responders: the coordinator is restarting, or
 // not running) it asks again after a pause that grows to a second, and
 // gives up with ErrUnavailable once nobody has listened for ReadAttempt:
 // a coordinator that restarts subscribes again well within it, and a
 // missing one is reported instead of waited for until ctx ends.
 func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, error) {
-	if _, ok := ctx.Deadline(); !ok && c.Timeout > 0 {
+	var zero T
+	if _, ok := ctx.Deadline(); !ok {
+		timeout := c.Timeout
+		if timeout <= 0 {
+			timeout = DefaultRequestTimeout
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	defer c.waiting(ctx, op)()
 	attempt := c.ReadAttempt
 	if attempt <= 0 {
 		attempt = DefaultReadAttempt
 	}
+	try := attempt
+	switch op {
+	case APIJob, APIJobs, APIWorkers:
+		try = min(try, QuickReadAttempt)
+	}
+	subject := c.subj.API(op)
+	data, err := json.Marshal(req)
+	if err != nil {
+		return zero, fmt.Errorf("encode %s: %w", subject, err)
+	}
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return zero, fmt.Errorf("%s: subscribe to the answers: %w", subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	deadline, _ := ctx.Deadline()
 	var (
 		deaf  time.Time // since when nobody has listened
 		pause = 20 * time.Millisecond
 	)
 	for {
-		actx, cancel := context.WithTimeout(ctx, attempt)
-		var rep apiReply[T]
-		err := requestWith(actx, c.nc, c.subj.API(op), req, &rep, true)
+		msg := nats.NewMsg(subject)
+		msg.Reply, msg.Data = inbox, data
+		msg.Header.Set(HeaderWait, time.Until(deadline).String())
+		if err := c.nc.PublishMsg(msg); err != nil {
+			return zero, fmt.Errorf("%s: %w", subject, err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, try)
+		ans, err := sub.NextMsgWithContext(tctx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable)) {
+		switch {
+		case errors.Is(err, nats.ErrNoResponders),
+			err == nil && len(ans.Data) == 0 && ans.Header.Get("Status") == "503":
+			// No responders: handled below.
+		case err == nil:
+			var rep apiReply[T]
+			err := decodeReply(subject, ans.Data, &rep)
 			return rep.Result, err
-		}
-		if !errors.Is(err, ErrUnavailable) {
-			deaf = time.Time{}
+		case ctx.Err() != nil:
+			return zero, fmt.Errorf("%s: %w", subject, ctx.Err())
+		case errors.Is(err, context.DeadlineExceeded):
+			deaf = time.Time{} // no answer to this try: send it again
 			continue
+		default:
+			return zero, fmt.Errorf("%s: %w", subject, err)
 		}
+		unavailable := Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject)
 		// No responders comes back at once: asking again at once would
 		// spin until ctx ends, and end with its deadline instead of the
 		// reason.
 		if deaf.IsZero() {
 			deaf = time.Now()
 		} else if time.Since(deaf) >= attempt {
-			return rep.Result, err
+			return zero, unavailable
 		}
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return rep.Result, err
+			return zero, unavailable
 		}
 		pause = min(2*pause, time.Second)
 	}
@@ -497,8 +593,9 @@ func (c *APIClient) RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Rem
 }
 
 // HeaderWait is the header in which an APIClient's request says how long
-// its caller waits for the answer, as a Go duration ("29.9s"): every try
-// of a read, the whole wait of any other request.
+// its caller waits for the answer, as a Go duration ("29.9s"): what is
+// left of its whole wait (a read sent again counts the answer to any of
+// its tries).
 const HeaderWait = "Weir-Wait"
 
 // How long a handler of ServeAPI works on a request: what its caller

@@ -149,15 +149,21 @@ func requestWith(ctx context.Context, nc *nats.Conn, subject string, v any, out 
 		}
 		return fmt.Errorf("%s: %w", subject, err)
 	}
+	return decodeReply(subject, msg.Data, out)
+}
+
+// decodeReply decodes data, the reply to a request sent to subject, into
+// out, or returns the error it carries (*RemoteError).
+func decodeReply(subject string, data []byte, out any) error {
 	var rep Reply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+	if err := json.Unmarshal(data, &rep); err != nil {
 		return fmt.Errorf("decode reply of %s: %w", subject, err)
 	}
 	if rep.Error != "" {
 		return &RemoteError{Subject: subject, Msg: rep.Error, Code: rep.Code}
 	}
 	if out != nil {
-		if err := json.Unmarshal(msg.Data, out); err != nil {
+		if err := json.Unmarshal(data, out); err != nil {
 			return fmt.Errorf("decode reply of %s: %w", subject, err)
 		}
 	}
