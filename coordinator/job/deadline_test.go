@@ -20,8 +20,8 @@ import (
 // with why (the checkpoint store, the stream without a leader, how long
 // the coordinator waited) — not left to the caller's own deadline while
 // the handler waits out an election for 30 s. A listing of checkpoints,
-// whose stored ones it cannot read, answers with the run's history within
-// each try of the read, rather than never within one.
+// whose stored ones it cannot read, answers with the run's history while
+// its caller waits, rather than after.
 func TestHandlerGivesUpWithItsCaller(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster: skipped in -short")
@@ -74,7 +74,7 @@ func TestHandlerGivesUpWithItsCaller(t *testing.T) {
 	}
 	t.Logf("submit: %v", err)
 
-	// Each try of the read waits 2 s, of 6: one is answered.
+	// The read is sent again every 2 s; the answer to any try counts.
 	api.ReadAttempt = 2 * time.Second
 	lctx, lcancel := context.WithTimeout(ctx, 6*time.Second)
 	cps, err := api.Checkpoints(lctx, "waits")
