@@ -502,14 +502,18 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		tctx, cancel := context.WithTimeout(ctx, try)
 		ans, err := sub.NextMsgWithContext(tctx)
 		cancel()
+		var unavailable error
 		switch {
 		case errors.Is(err, nats.ErrNoResponders),
 			err == nil && len(ans.Data) == 0 && ans.Header.Get("Status") == "503":
-			// No responders: handled below.
+			unavailable = Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject)
 		case err == nil:
 			var rep apiReply[T]
 			err := decodeReply(subject, ans.Data, &rep)
-			return rep.Result, err
+			if !errors.Is(err, ErrUnavailable) {
+				return rep.Result, err
+			}
+			unavailable = err // the coordinator could not answer for now
 		case ctx.Err() != nil:
 			return zero, fmt.Errorf("%s: %w", subject, ctx.Err())
 		case errors.Is(err, context.DeadlineExceeded):
@@ -518,7 +522,6 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		default:
 			return zero, fmt.Errorf("%s: %w", subject, err)
 		}
-		unavailable := Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject)
 		// No responders comes back at once: asking again at once would
 		// spin until ctx ends, and end with its deadline instead of the
 		// reason.
