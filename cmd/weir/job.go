@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -43,28 +44,79 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
 const savepointWait = 3 * time.Minute
 
 // connectNATS connects to NATS with the shared connection flags, as the
-// client name; a command does not wait for a server that is down.
-func connectNATS(nf *natsFlags, name string) (*nats.Conn, error) {
+// client name; a command does not wait for a server that is down. One
+// that does not answer (a frozen process) is waited for up to the connect
+// timeout, before the next server listed: after noticeAfter, w is told.
+func connectNATS(nf *natsFlags, name string, w io.Writer) (*nats.Conn, error) {
 	o := nf.options(name)
 	if o == nil {
 		return nil, usagef("-nats: no NATS server URL")
 	}
+	stop := notice(w, fmt.Sprintf("weir: waiting for NATS at %s to answer (a server that does not is left after %s, for the next one listed)",
+		natsconn.Redact(nf.url), natsconn.DefaultConnectTimeout))
 	nc, err := natsconn.Connect(*o, nats.MaxReconnects(0))
+	stop()
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", nf.url, err)
 	}
 	return nc, nil
 }
 
-// connectAPI connects to NATS and returns a job API client.
-func connectAPI(nf *natsFlags) (*nats.Conn, *control.APIClient, error) {
-	nc, err := connectNATS(nf, "weir cli")
+// connectAPI connects to NATS and returns a job API client, which tells w
+// what it waits for once the coordinator has not answered a request for a
+// second (but a savepoint's or a stop's, whose command said so already).
+func connectAPI(nf *natsFlags, w io.Writer) (*nats.Conn, *control.APIClient, error) {
+	nc, err := connectNATS(nf, "weir cli", w)
 	if err != nil {
 		return nil, nil, err
 	}
 	c := control.NewAPIClient(nc, "")
 	c.Timeout = nf.waitTimeout()
+	c.Waiting = func(op string, wait time.Duration) {
+		if what, ok := apiWaits[op]; ok {
+			fmt.Fprintf(w, "weir: waiting for the coordinator to answer %s (for up to %s)\n", what, wait.Round(time.Second))
+		}
+	}
 	return nc, c, nil
+}
+
+// apiWaits names the job API's requests a command waits for, as weir
+// tells the user (connectAPI).
+var apiWaits = map[string]string{
+	control.APISubmit:      "the submit",
+	control.APIJobs:        "job ls",
+	control.APIJob:         "job status",
+	control.APICancel:      "job cancel",
+	control.APIRestore:     "job restore",
+	control.APICheckpoints: "checkpoint ls",
+	control.APIRemove:      "checkpoint rm",
+	control.APIWorkers:     "worker ls",
+}
+
+// noticeAfter is how long a command waits for NATS or the coordinator
+// before it says what it waits for.
+const noticeAfter = time.Second
+
+// notice writes line to w once noticeAfter has passed, unless stop was
+// called before; stop waits for a write under way.
+func notice(w io.Writer, line string) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
+	t := time.AfterFunc(noticeAfter, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			fmt.Fprintln(w, line)
+		}
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // apiErr returns err of the job API request what ("job status"). The
@@ -128,7 +180,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	if len(pos)-1 != n {
 		return usagef("job %s: want %d argument(s)", pos[0], n)
 	}
-	nc, api, err := connectAPI(&nf)
+	nc, api, err := connectAPI(&nf, std.Err)
 	if err != nil {
 		return err
 	}
@@ -378,7 +430,7 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 		fs.Usage()
 		return usagef("checkpoint: want 'ls JOB', 'rm JOB ID...' or 'rm -earlier JOB'")
 	}
-	nc, api, err := connectAPI(&nf)
+	nc, api, err := connectAPI(&nf, std.Err)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	nc, err := connectNATS(&nf, "weir module")
+	nc, err := connectNATS(&nf, "weir module", std.Err)
 	if err != nil {
 		return err
 	}

@@ -302,7 +302,7 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("worker ls: unexpected argument %q", fs.Arg(0))
 	}
-	nc, api, err := connectAPI(&nf)
+	nc, api, err := connectAPI(&nf, std.Err)
 	if err != nil {
 		return err
 	}

@@ -51,13 +51,19 @@ type Options struct {
 	ReconnectWait time.Duration
 	// MaxReconnects bounds reconnect attempts; 0 means unlimited.
 	MaxReconnects int
-	// ConnectTimeout bounds one connection attempt; default 5s.
+	// ConnectTimeout bounds one connection attempt; default
+	// DefaultConnectTimeout.
 	ConnectTimeout time.Duration
 	// OnDisconnect is called when the connection drops (err may be nil).
 	OnDisconnect func(err error)
 	// OnReconnect is called after a successful reconnect.
 	OnReconnect func()
 }
+
+// DefaultConnectTimeout bounds one connection attempt to one server by
+// default (Options.ConnectTimeout): a server that does not answer (a
+// frozen process) is left after it, for the next one of the URL list.
+const DefaultConnectTimeout = 5 * time.Second
 
 // A connection sends its server a PING every PingInterval and takes the
 // server for gone once more than MaxPingsOut of them are unanswered (4 to
@@ -116,7 +122,7 @@ func (o Options) NATSOptions() ([]nats.Option, error) {
 	}
 	timeout := o.ConnectTimeout
 	if timeout <= 0 {
-		timeout = 5 * time.Second
+		timeout = DefaultConnectTimeout
 	}
 	opts := []nats.Option{
 		nats.Name(name),
