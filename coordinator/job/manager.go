@@ -952,7 +952,7 @@ func (m *Manager) CancelJob(ctx context.Context, name string) (control.JobStatus
 	select {
 	case <-j.done:
 	case <-ctx.Done():
-		return j.status(), fmt.Errorf("cancel %s: %w", name, ctx.Err())
+		return j.status(), fmt.Errorf("cancel %s: waiting for its tasks to be told to stop: %w", name, ctx.Err())
 	}
 	st := j.status()
 	switch {

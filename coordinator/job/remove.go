@@ -353,13 +353,16 @@ func (j *job) removedCheckpoint(ctx context.Context, id int64) {
 		j.m.log.Warn("listing checkpoints failed", "job", j.spec.Name, "err", err)
 		return
 	}
+	// Every removal noted so far is left out, under the same lock as the
+	// result is set: of two removals side by side, the one that sets it
+	// last knows of the other's.
+	j.mu.Lock()
 	latest := int64(0)
 	for _, c := range ids {
-		if c != id && (c >= firstID || c == startID) {
+		if !j.removed[c] && (c >= firstID || c == startID) {
 			latest = c
 		}
 	}
-	j.mu.Lock()
 	j.st.LatestCheckpoint = latest
 	j.mu.Unlock()
 	j.persist()

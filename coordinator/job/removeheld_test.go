@@ -15,12 +15,13 @@ import (
 )
 
 // holdStore is a Store that holds the first Get or Delete of a key under
-// prefix — a store that does not answer for now, as one whose stream
-// elects a leader — until release is closed, having closed held.
+// prefix, or the answer to the first List of prefix itself — a store that
+// does not answer for now, as one whose stream elects a leader — until
+// release is closed, having closed held.
 type holdStore struct {
 	storage.Store
 	mu      sync.Mutex
-	op      string // "get" or "delete"
+	op      string // "get", "delete" or "list"
 	prefix  string // "": hold nothing
 	held    chan struct{}
 	release chan struct{}
@@ -41,7 +42,7 @@ func (s *holdStore) holdNext(t *testing.T, op, prefix string) (held chan struct{
 
 func (s *holdStore) pass(op, key string) {
 	s.mu.Lock()
-	hold := s.prefix != "" && op == s.op && strings.HasPrefix(key, s.prefix)
+	hold := s.prefix != "" && op == s.op && strings.HasPrefix(key, s.prefix) && (op != "list" || key == s.prefix)
 	held, release := s.held, s.release
 	if hold {
 		s.prefix = ""
@@ -56,6 +57,12 @@ func (s *holdStore) pass(op, key string) {
 func (s *holdStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	s.pass("get", key)
 	return s.Store.Get(ctx, key)
+}
+
+func (s *holdStore) List(ctx context.Context, prefix string) ([]string, error) {
+	keys, err := s.Store.List(ctx, prefix)
+	s.pass("list", prefix)
+	return keys, err
 }
 
 func (s *holdStore) Delete(ctx context.Context, prefix string) error {
@@ -209,4 +216,50 @@ func TestRunStartedWhileLeftoversGoNumbersAbove(t *testing.T) {
 		t.Errorf("the new run's savepoint is %d (stored: %v); want one above %d, whose objects were being deleted", id, e.stored("lo", id), left)
 	}
 	cancelWhileLive(t, ctx, e, "lo")
+}
+
+// Two removals side by side of the checkpoints of an ended job a
+// restarted coordinator knows from its record — its latest, c, and b —
+// leave it the newest checkpoint of its run still stored, a, also when
+// the removal of c listed the stored ones (a, b) before b went and sets
+// the latest after the removal of b did.
+func TestRemovalsSideBySideKeepTheLatestStored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var hs *holdStore
+	e, start := restartable(t, func(st storage.Store) storage.Store {
+		hs = &holdStore{Store: st}
+		return hs
+	})
+	stop := start()
+	e.fleet.start(ctx, "w1")
+	api := e.api
+	e.submitRunning(t, ctx, spec(t, "two", "checkpointing: {disabled: true, timeout: 3s}\n"))
+	a, b, c := e.savepoint(t, ctx, "two"), e.savepoint(t, ctx, "two"), e.savepoint(t, ctx, "two")
+	if _, err := api.CancelJob(ctx, "two"); err != nil {
+		t.Fatal(err)
+	}
+	// A coordinator that knows the ended job from its record only: the
+	// latest checkpoint is the record's, which removals keep.
+	stop()
+	defer start()()
+	// The listing of the job's checkpoints after c's deletion is held
+	// once it listed.
+	held, release := hs.holdNext(t, "list", "two/chk-")
+	removed := make(chan error, 1)
+	go func() {
+		_, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "two", ID: c})
+		removed <- err
+	}()
+	<-held
+	if _, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "two", ID: b}); err != nil {
+		t.Fatalf("remove %d: %v", b, err)
+	}
+	release()
+	if err := <-removed; err != nil {
+		t.Fatalf("remove %d: %v", c, err)
+	}
+	if st, err := api.Job(ctx, "two"); err != nil || st.LatestCheckpoint != a {
+		t.Errorf("two's latest checkpoint = %d (%v); want %d, the newest still stored", st.LatestCheckpoint, err, a)
+	}
 }
