@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -58,6 +60,7 @@ func TestHandlerGivesUpWithItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
+	noLeader(t, ctx, sjs, "KV_"+storage.DefaultMetaBucket)
 
 	// The client waits 4 s: the handler gives up 0.4 s before.
 	sctx, scancel := context.WithTimeout(ctx, 4*time.Second)
@@ -81,5 +84,26 @@ func TestHandlerGivesUpWithItsCaller(t *testing.T) {
 	lcancel()
 	if err != nil || len(cps) != 0 {
 		t.Errorf("checkpoints of waits with the store out of reach = %+v, %v; want the run's history (none)", cps, err)
+	}
+}
+
+// noLeader waits until stream has no leader as js's server sees it: a
+// replica answers its info without one, or nobody does. (The server that
+// stays after a quorum loss may have led the stream since the leader was
+// looked up, until it steps down for want of a quorum.)
+func noLeader(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) {
+	t.Helper()
+	for {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := js.Stream(c, stream)
+		cancel()
+		if err != nil || st.CachedInfo().Cluster == nil || st.CachedInfo().Cluster.Leader == "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream %s keeps a leader (%s) after its quorum was lost", stream, st.CachedInfo().Cluster.Leader)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
