@@ -39,15 +39,18 @@ const (
 // Leaderless reports whether err, from a JetStream API request or a
 // publish to a stream, is what a stream or JetStream's meta layer without
 // a leader gives while its replicas elect one: nobody answers (no
-// responders, no response from the stream, a timeout, the try's deadline),
-// the server answers that the cluster is not available, or the caller
-// found no leader (ErrNoLeader). A stream that does not exist, a wrong
-// configuration, a permission denied are not: the server says so at once.
+// responders, no response from the stream, a timeout, an asynchronous
+// publish's acknowledgement that never came, the try's deadline), the
+// server answers that the cluster is not available, or the caller found
+// no leader (ErrNoLeader). A stream that does not exist, a wrong
+// configuration, a permission denied, a message too large are not: the
+// server says so at once.
 func Leaderless(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, ErrNoLeader) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) ||
 		errors.As(err, &apiErr) && apiErr.ErrorCode == ErrCodeClusterNotAvailable
 }
 
@@ -82,16 +85,60 @@ func ThroughElection(ctx context.Context, nc *nats.Conn, tryTimeout time.Duratio
 		if err == nil || !Leaderless(err) || !nc.IsConnected() {
 			return err
 		}
-		if ctx.Err() == nil {
-			t := time.NewTimer(ElectionRetry)
-			select {
-			case <-t.C:
-				continue
-			case <-ctx.Done():
-				t.Stop()
-			}
+		if !pause(ctx) {
+			return fmt.Errorf("%w in %s: %w (last try: %w)", ErrNoLeader, waited(start), context.Cause(ctx), err)
 		}
-		return fmt.Errorf("%w in %s: %w (last try: %w)", ErrNoLeader, waited(start), context.Cause(ctx), err)
+	}
+}
+
+// ResumeThroughElection is ThroughElection for a long publish that a try
+// takes up where the one before it stopped — a sink's commit of a
+// checkpoint's output, its records given deterministic message ids, so
+// that the stream drops what a try that failed had stored after all. A
+// try is not bounded here (its own acknowledgements are: a commit of
+// hundreds of thousands of records is no election), and reports whether
+// it got further than the tries before it (progressed: more of the
+// publish confirmed stored). The wait is for an election, not for the
+// publish: within ctx's deadline or, without one, ElectionWait from the
+// first failure since a try last progressed. Then the error wraps
+// ErrNoLeader, ctx's error (or context.DeadlineExceeded) and the last
+// try's. As with ThroughElection, a failure that is not Leaderless, or
+// one while nc is not connected, is returned at once.
+func ResumeThroughElection(ctx context.Context, nc *nats.Conn, try func(context.Context) (progressed bool, err error)) error {
+	_, bounded := ctx.Deadline()
+	var start time.Time // of this run of failures
+	for {
+		progressed, err := try(ctx)
+		if err == nil || !Leaderless(err) || !nc.IsConnected() {
+			return err
+		}
+		if progressed || start.IsZero() {
+			// A new run of failures: the election (another one, after a
+			// try that got further) is waited for afresh.
+			start = time.Now()
+		}
+		if ctx.Err() == nil && !bounded && time.Since(start) >= ElectionWait {
+			return fmt.Errorf("%w in %s: %w (last try: %w)", ErrNoLeader, waited(start), context.DeadlineExceeded, err)
+		}
+		if !pause(ctx) {
+			return fmt.Errorf("%w in %s: %w (last try: %w)", ErrNoLeader, waited(start), context.Cause(ctx), err)
+		}
+	}
+}
+
+// pause waits ElectionRetry before the next try, and reports false when
+// ctx ends first (or has ended).
+func pause(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(ElectionRetry)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
