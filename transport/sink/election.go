@@ -2,8 +2,13 @@ package sink
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/weirhq/weir/transport/natsconn"
 )
@@ -31,4 +36,78 @@ func lookupStream(ctx context.Context, js jetstream.JetStream, name string) (jet
 		return err
 	})
 	return st, err
+}
+
+// Error codes of nats-server v2.15.2 (jetstream_errors_generated.go) that
+// a batch or a publish with a message id gets when the stream's leader
+// changed under it, or when an earlier try of the same publish is still
+// being stored: the publish may be made again, its ids deduplicated.
+const (
+	// errCodeBatchUnknown is JSBatchPublishUnknownBatchIDErr ("batch
+	// publish ID unknown"): the rest of an atomic batch, or its commit,
+	// reached a leader that did not see its start (a new one).
+	errCodeBatchUnknown jetstream.ErrorCode = 10208
+	// errCodeDuplicateInProcess is JSStreamDuplicateMessageConflict
+	// ("duplicate message id is in process"): a message id of an atomic
+	// batch that an earlier try proposed and the stream has not stored
+	// yet; the next try finds it stored (a duplicate) or gone.
+	errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+)
+
+// leaderLost returns err, from a try of a sink's publish, marked
+// natsconn.Leaderless when it is what a stream that lost its leader gives
+// a batch besides nobody answering: a fast batch's or an atomic batch's
+// id unknown to the leader that took over (the batch went with the old
+// one), an atomic batch's message id that an earlier try's proposal still
+// holds, or a fast batch's acknowledgement that never came (jetstreamext
+// v0.3.2 reports it as "ack timeout" in an error of its own, which wraps
+// no sentinel).
+func leaderLost(err error) error {
+	if err == nil || natsconn.Leaderless(err) {
+		return err
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case errCodeBatchUnknown, jetstreamext.JSErrCodeFastBatchUnknownID, errCodeDuplicateInProcess:
+			return fmt.Errorf("%w (%w)", err, natsconn.ErrNoLeader)
+		}
+		return err
+	}
+	if strings.Contains(err.Error(), "ack timeout") {
+		return fmt.Errorf("%w (%w)", err, nats.ErrTimeout)
+	}
+	return err
+}
+
+// commitThroughElection runs try, a try of a commit's publish to stream
+// (the records of a staged checkpoint, or a run of them), again while the
+// stream has no leader, each try taking up where the one before stopped
+// (natsconn.ResumeThroughElection): within ctx's deadline or, without
+// one, natsconn.ElectionWait from the first failure since a try last got
+// further. A stream that lost its leader (its server gone) elects another
+// in seconds, and a commit that failed meanwhile would fail the job over,
+// its recovery re-committing the same output. Every record carries its
+// deterministic message id, so whatever a failed try stored after all is
+// dropped as a duplicate when the next one publishes it again.
+//
+// A stream that is gone answers as one without a leader does (nobody
+// takes the message): after such a failure the stream is looked up, and a
+// stream not found fails the commit at once, naming it. Any other answer
+// (a wrong configuration, a message too large, a permission) fails it at
+// once too.
+func commitThroughElection(ctx context.Context, js jetstream.JetStream, stream string, try func(context.Context) (bool, error)) error {
+	return natsconn.ResumeThroughElection(ctx, js.Conn(), func(ctx context.Context) (bool, error) {
+		progressed, err := try(ctx)
+		if err = leaderLost(err); err == nil || !natsconn.Leaderless(err) || !js.Conn().IsConnected() {
+			return progressed, err
+		}
+		lctx, cancel := context.WithTimeout(ctx, natsconn.ElectionTry)
+		defer cancel()
+		if _, lerr := js.Stream(lctx, stream); errors.Is(lerr, jetstream.ErrStreamNotFound) {
+			// Not wrapped: it is no election's.
+			return progressed, fmt.Errorf("%v: stream %s: %w", err, stream, lerr)
+		}
+		return progressed, err
+	})
 }

@@ -267,6 +267,15 @@ func newTarget(cfg jetstream.StreamConfig, mode PublishMode, batchSize int) (tar
 // publish such a failure can store the interrupted checkpoint's messages
 // out of order (the client flushes what it buffered when it reconnects,
 // before the re-commit fills the holes) — never twice, never lost.
+//
+// A commit waits out its stream's leader election (a server's loss in a
+// cluster): while nobody answers, or the answer is that the stream has no
+// leader, it publishes again from the first record (or atomic batch) not
+// confirmed stored, within natsconn.ElectionWait from the first failure
+// since it last got further (commitThroughElection). So does the
+// re-commit in Recover, which an election that caused a failover would
+// otherwise fail a second time. A stream that is gone, or any other
+// answer, fails the commit at once.
 type ExactlyOnce struct {
 	cfg    ExactlyOnceConfig
 	name   string // "exactly-once sink <subject> (stream <name>)", for errors
@@ -293,7 +302,8 @@ type ExactlyOnce struct {
 	wg   sync.WaitGroup
 
 	mu        sync.Mutex
-	pubErr    error
+	pubErr    error                       // an async publish's failure (asyncFailed)
+	pubFirst  int                         // the lowest index of a record whose async publish failed
 	committed func(task string, id int64) // OnCommitted's; set before the first Commit
 }
 
@@ -329,13 +339,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 		jetstream.WithDefaultTimeout(cfg.Timeout),
 		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
 		jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			s.mu.Lock()
-			if s.pubErr == nil {
-				s.pubErr = err
-			}
-			s.mu.Unlock()
-		}))
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { s.asyncFailed(m, err) }))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s, err)
 	}
@@ -1210,7 +1214,10 @@ func (s *ExactlyOnce) msg(rt *route, r abi.Record, id string) (*nats.Msg, error)
 // async publish, when the stream does not allow batched publish), each
 // entry staged for atomic batches batch by batch; each entry's records on
 // the subjects of its route (routeOf), in the stream it was staged for
-// (targetOf).
+// (targetOf). Each waits out its stream's leader election
+// (commitThroughElection), taking up the publish from the first record
+// (or atomic batch) not confirmed stored, so that the stream keeps the
+// output's order.
 func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []staged) error {
 	for i := 0; i < len(entries); {
 		tg := s.targetOf(&entries[i])
@@ -1226,7 +1233,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 			j++
 		}
 		if tg.plan.Mode == PublishFast {
-			if err := s.publishFast(ctx, prefix, entries[i:j]); err != nil {
+			if err := s.publishFast(ctx, tg, prefix, entries[i:j]); err != nil {
 				return err
 			}
 		} else {
@@ -1235,7 +1242,7 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 				if err != nil {
 					return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 				}
-				if err := s.publishAsync(ctx, s.routeOf(&e), prefix, e.id, 0, recs, e.skip); err != nil {
+				if err := s.publishAsync(ctx, tg, s.routeOf(&e), prefix, e.id, recs, e.skip); err != nil {
 					return err
 				}
 			}
@@ -1262,10 +1269,18 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix stri
 		return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 	}
 	for _, c := range e.chunks(recs) {
-		if !e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
-			if err := s.publishAtomic(ctx, s.routeOf(&e), prefix, e.id, c[0], recs[c[0]:c[1]]); err != nil {
-				return err
-			}
+		if e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
+			continue
+		}
+		// A batch that got no answer may be stored or not: sent again,
+		// it is stored, or refused whole for its first id, a duplicate.
+		// Each is a try of its own; the one after it starts once it is
+		// stored, so the stream keeps the order.
+		err := commitThroughElection(ctx, s.js, tg.stream, func(ctx context.Context) (bool, error) {
+			return false, s.publishAtomic(ctx, s.routeOf(&e), prefix, e.id, c[0], recs[c[0]:c[1]])
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -1420,13 +1435,17 @@ const (
 	fastOutstanding = 16
 )
 
-// publishFast publishes the records of entries, in order, as one
-// fast-ingest batch, and returns once the server acknowledged the last one.
-// The batch runs in gap mode "fail": a message lost on the way (e.g. a
+// publishFast publishes the records of entries, in order, as fast-ingest
+// batches on stream tg, and returns once the server acknowledged the last
+// one. A batch runs in gap mode "fail": a message lost on the way (e.g. a
 // reconnect) ends the batch at the gap, so the stream holds a prefix of
-// the commit, and this commit fails; the re-commit after recovery skips
-// the stored messages by their ids and appends the rest in order.
-func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []staged) error {
+// the commit. While the stream elects a leader a batch fails so too, and
+// the next try is a new batch from the first message the server had not
+// acknowledged (commitThroughElection): the stream drops what it stored
+// of the rest by the messages' ids and appends what is missing, in order.
+// A commit that fails otherwise is re-committed after recovery the same
+// way.
+func (s *ExactlyOnce) publishFast(ctx context.Context, tg *target, prefix string, entries []staged) error {
 	total := 0
 	for _, e := range entries {
 		n, err := abi.BatchCount(e.batch)
@@ -1435,8 +1454,22 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 		}
 		total += n - len(e.skip)
 	}
-	if total == 0 {
-		return nil
+	done := 0 // the first messages of the commit, acknowledged
+	return commitThroughElection(ctx, s.js, tg.stream, func(ctx context.Context) (bool, error) {
+		n, err := s.fastTry(ctx, prefix, entries, done, total)
+		progressed := n > done
+		done = max(done, n)
+		return progressed, err
+	})
+}
+
+// fastTry publishes the messages of entries after the first from (of
+// total) as one fast-ingest batch, and returns how many of the commit's
+// first messages the server acknowledged: all but those of a batch that
+// failed after its last acknowledgement.
+func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []staged, from, total int) (acked int, err error) {
+	if from >= total {
+		return total, nil
 	}
 	var (
 		emu    sync.Mutex
@@ -1453,27 +1486,28 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 			emu.Unlock()
 		}))
 	if err != nil {
-		return fmt.Errorf("%s: publish %s: %w", s, checkpointName(entries[0].id), err)
+		return from, fmt.Errorf("%s: publish %s: %w", s, checkpointName(entries[0].id), err)
 	}
-	fail := func(ckpt int64, index int, err error) error {
+	var ackSeq uint64 // the batch's messages up to here are stored
+	fail := func(ckpt int64, index int, err error) (int, error) {
 		emu.Lock()
 		if flowEr != nil {
 			err = fmt.Errorf("%w (%w)", err, flowEr)
 		}
 		emu.Unlock()
-		return fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), index, err)
+		return from + int(ackSeq), fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), index, err)
 	}
 	// A commit that fails on the way still ends the batch, so that its
 	// acknowledgement subscription leaves the connection.
 	defer releaseFast(fp)
 	id, key := []string{""}, []string{""}
 	m := &nats.Msg{Header: nats.Header{jetstream.MsgIDHeader: id}}
-	sent := 0
+	sent, seen := 0, 0 // messages of this batch; messages of the commit before it
 	for _, e := range entries {
 		rt := s.routeOf(&e)
 		it, err := abi.NewIter(e.batch)
 		if err != nil {
-			return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
+			return from, fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 		}
 		for i := 0; it.Next(); i++ {
 			// The publisher encodes a message before AddMsg returns and
@@ -1481,6 +1515,10 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 			// the whole commit: no allocation per record but the id.
 			if e.skip[i] {
 				continue
+			}
+			if seen < from {
+				seen++
+				continue // acknowledged in an earlier try
 			}
 			if sent%1024 == 0 && ctx.Err() != nil {
 				return fail(e.id, i, ctx.Err())
@@ -1499,10 +1537,12 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 				delete(m.Header, KeyHeader)
 			}
 			sent++
-			if sent < total {
-				if _, err := fp.AddMsg(m); err != nil {
+			if from+sent < total {
+				ack, err := fp.AddMsg(m)
+				if err != nil {
 					return fail(e.id, i, err)
 				}
+				ackSeq = max(ackSeq, ack.AckSequence)
 				continue
 			}
 			ack, err := fp.CommitMsg(ctx, m)
@@ -1511,42 +1551,91 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, prefix string, entries []
 			}
 			// The server ends a batch early at a gap or an error and
 			// acknowledges what it stored up to there.
-			if ack.BatchSize != uint64(total) {
-				return fail(e.id, i, fmt.Errorf("the server stored %d of the commit's %d messages", ack.BatchSize, total))
+			if ack.BatchSize != uint64(sent) {
+				ackSeq = max(ackSeq, ack.BatchSize)
+				return fail(e.id, i, fmt.Errorf("the server stored %d of the batch's %d messages (the commit's %d to %d of %d)", ack.BatchSize, sent, from+1, total, total))
 			}
 		}
 	}
-	return nil
+	return total, nil
 }
 
-// publishAsync publishes recs with message ids on the subjects of rt and
-// waits for every ack; a duplicate is acknowledged as such, not refused.
-func (s *ExactlyOnce) publishAsync(ctx context.Context, rt *route, prefix string, ckpt int64, first int, recs []abi.Record, skip map[int]bool) error {
-	for i, r := range recs {
-		if skip[first+i] {
+// publishAsync publishes recs, the records of checkpoint ckpt, with message
+// ids on the subjects of rt in stream tg, and waits for every ack; a
+// duplicate is acknowledged as such, not refused. While the stream elects
+// a leader the records are published again from the first one not
+// acknowledged (commitThroughElection); a record after it that was stored
+// is acknowledged as a duplicate. Plain async publish keeps no order
+// within a try: a leader lost in the middle of it can leave later records
+// stored before earlier ones (never twice, never lost).
+func (s *ExactlyOnce) publishAsync(ctx context.Context, tg *target, rt *route, prefix string, ckpt int64, recs []abi.Record, skip map[int]bool) error {
+	from := 0 // the records before it are acknowledged
+	return commitThroughElection(ctx, s.js, tg.stream, func(ctx context.Context) (bool, error) {
+		next, err := s.asyncTry(ctx, rt, prefix, ckpt, recs, skip, from)
+		progressed := next > from
+		from = max(from, next)
+		return progressed, err
+	})
+}
+
+// asyncTry publishes recs from index from on, as publishAsync, and returns
+// the index of the first record not acknowledged (len(recs): all were).
+func (s *ExactlyOnce) asyncTry(ctx context.Context, rt *route, prefix string, ckpt int64, recs []abi.Record, skip map[int]bool, from int) (int, error) {
+	s.mu.Lock()
+	s.pubErr, s.pubFirst = nil, len(recs)
+	s.mu.Unlock()
+	for i := from; i < len(recs); i++ {
+		if skip[i] {
 			continue
 		}
-		m, err := s.msg(rt, r, msgID(prefix, ckpt, first+i))
+		m, err := s.msg(rt, recs[i], msgID(prefix, ckpt, i))
 		if err == nil {
 			err = publishAsync(ctx, s.js, m)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), first+i, err)
+			// The ones before it were handed over; some may fail yet.
+			select {
+			case <-s.js.PublishAsyncComplete():
+			case <-ctx.Done():
+			}
+			s.mu.Lock()
+			first := min(i, s.pubFirst)
+			s.mu.Unlock()
+			return first, fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), i, err)
 		}
 	}
 	select {
 	case <-s.js.PublishAsyncComplete():
 	case <-ctx.Done():
-		return fmt.Errorf("%s: commit of %s: %w", s, checkpointName(ckpt), ctx.Err())
+		return from, fmt.Errorf("%s: commit of %s: %w", s, checkpointName(ckpt), ctx.Err())
 	}
 	s.mu.Lock()
-	err := s.pubErr
+	err, first := s.pubErr, s.pubFirst
 	s.pubErr = nil
 	s.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("%s: commit of %s: %w", s, checkpointName(ckpt), err)
+		return first, fmt.Errorf("%s: commit of %s record %d: %w", s, checkpointName(ckpt), first, err)
 	}
-	return nil
+	return len(recs), nil
+}
+
+// asyncFailed records err, the failure of the async publish of m, for
+// asyncTry: the first error that is no election's (natsconn.Leaderless)
+// wins over those that are, and the lowest record index failed is kept,
+// from the index that ends m's message id.
+func (s *ExactlyOnce) asyncFailed(m *nats.Msg, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pubErr == nil || natsconn.Leaderless(s.pubErr) && !natsconn.Leaderless(err) {
+		s.pubErr = err
+	}
+	if m == nil {
+		return
+	}
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	if i, err := strconv.Atoi(id[strings.LastIndexByte(id, '/')+1:]); err == nil {
+		s.pubFirst = min(s.pubFirst, i)
+	}
 }
 
 // State layout: "WEOS" version:u8 count:u32, then count entries; version 5:

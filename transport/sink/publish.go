@@ -26,9 +26,11 @@ func CheckDurable(stream jetstream.StreamConfig) error {
 	return nil
 }
 
-// Default acknowledgement timeouts: past them a publish or a commit counts
-// as failed (e.g. the server restarted), which fails the checkpoint
-// (at-least-once) or the commit (exactly-once), and the job recovers.
+// Default acknowledgement timeouts: past them a publish or a commit got no
+// answer. A stream electing a leader gives none, so the sink publishes
+// again what was not acknowledged, for up to natsconn.ElectionWait; then
+// the checkpoint (at-least-once) or the commit (exactly-once) fails, and
+// the job recovers.
 const (
 	// DefaultAtLeastOnceTimeout bounds the at-least-once sink's wait for an
 	// acknowledgement.

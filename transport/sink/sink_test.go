@@ -573,9 +573,9 @@ func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMo
 		for _, r := range recs[:n] {
 			part.AddRecord(r)
 		}
-		must(t, s.publishFast(ctx, s.prefix, []staged{{id: id, batch: part.Bytes()}}))
+		must(t, s.publishFast(ctx, &s.target, s.prefix, []staged{{id: id, batch: part.Bytes()}}))
 	default:
-		must(t, s.publishAsync(ctx, &s.route, s.prefix, id, 0, recs[:n], nil))
+		must(t, s.publishAsync(ctx, &s.target, &s.route, s.prefix, id, recs[:n], nil))
 	}
 }
 

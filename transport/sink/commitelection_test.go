@@ -1,0 +1,202 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// inMsgs is how many messages server srv has received from nc.
+func inMsgs(t *testing.T, srv *server.Server, nc *nats.Conn) uint64 {
+	t.Helper()
+	cid, err := nc.GetClientID()
+	must(t, err)
+	cz, err := srv.Connz(&server.ConnzOptions{CID: cid})
+	must(t, err)
+	if len(cz.Conns) != 1 {
+		t.Fatalf("server %s has %d connections with id %d; want 1", srv.Name(), len(cz.Conns), cid)
+	}
+	return uint64(cz.Conns[0].InMsgs)
+}
+
+// awaitTries waits until server srv has received at least n more messages
+// from nc than it had (base): the tries of a publish, made while its stream
+// has no leader. It fails t when done reports first (the publish ended).
+func awaitTries(t *testing.T, ctx context.Context, what string, srv *server.Server, nc *nats.Conn, base, n uint64, done <-chan error) {
+	t.Helper()
+	for {
+		got := inMsgs(t, srv, nc) - base
+		if got >= n {
+			t.Logf("%s: %d messages went out while the stream had no leader", what, got)
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s ended while its stream had no leader, %d messages out: %v", what, got, err)
+		case <-ctx.Done():
+			t.Fatalf("%s: %d messages went out of %d: %v", what, got, n, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Exactly-once commits, and a recovery's re-commit, that start while their
+// stream has no leader (its leader's server stopped, and a second one, so
+// that the one left cannot elect one) are made again until a leader is
+// elected (the second server back), in each publish mode: each stream then
+// holds every record exactly once, in order. They failed the task at the
+// first try ("batch message 1 ack timeout", "timeout waiting for ack",
+// no responders), failing the job over; the re-commit in Recover after
+// such a failover failed it again. Here each commit's tries are seen
+// going out (two or more: the server counts the messages the sink's
+// connection sent) before the second server comes back.
+func TestExactlyOnceCommitsThroughALeaderElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	const n = 250
+	type commit struct {
+		name, stream string
+		mode         PublishMode
+		// tries is how many messages two tries send at least while the
+		// stream has no leader: a fast batch waits for the answer to its
+		// first message; an atomic batch (of 100) and async publish send
+		// them all.
+		tries   uint64
+		recover bool // Recover re-commits the state another sink staged
+		watch   bool // a subscriber on the subjects: no answer, rather than no responders
+		nc      *nats.Conn
+		sink    *ExactlyOnce
+		state   []byte
+		base    uint64
+		done    chan error
+	}
+	commits := []*commit{
+		{name: "fast commit", stream: "FAST", mode: PublishFast, tries: 2},
+		{name: "atomic commit", stream: "ATOMIC", mode: PublishAtomic, tries: 200},
+		{name: "async commit", stream: "ASYNC", mode: PublishAsync, tries: 2 * n, watch: true},
+		{name: "recovery's re-commit", stream: "RECOVER", mode: PublishAuto, tries: 2, recover: true},
+	}
+	for _, c := range commits {
+		subj := strings.ToLower(c.stream)
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: c.stream, Subjects: []string{subj + ".>"},
+			Replicas: 3, Duplicates: 2 * time.Minute, AllowBatchPublish: true, AllowAtomicPublish: true})
+		must(t, err)
+	}
+	stay, stopQuorum := embeddedtest.QuorumLoss(t, ctx, js, "FAST", servers)
+	for _, c := range commits {
+		c.nc, _ = embeddedtest.ConnectTo(t, stay.ClientURL())
+		cfg := ExactlyOnceConfig{Stream: c.stream, Subject: strings.ToLower(c.stream) + ".out", Job: "j", Task: "t",
+			Publish: c.mode, BatchSize: 100, Timeout: 2 * time.Second}
+		s, err := NewExactlyOnce(ctx, c.nc, cfg)
+		must(t, err)
+		defer s.Close()
+		c.sink = s
+		w := s
+		if c.recover {
+			// The state of a sink whose commit never went out.
+			w, err = NewExactlyOnce(ctx, c.nc, cfg)
+			must(t, err)
+			defer w.Close()
+		}
+		must(t, w.Write(ctx, batchOf(0, n)))
+		c.state, err = w.PreCommit(ctx, 1)
+		must(t, err)
+		if c.watch {
+			wnc, _ := embeddedtest.ConnectTo(t, stay.ClientURL())
+			_, err := wnc.SubscribeSync(strings.ToLower(c.stream) + ".>")
+			must(t, err)
+			must(t, wnc.Flush())
+		}
+		c.base = inMsgs(t, stay, c.nc)
+	}
+
+	restart := stopQuorum()
+	for _, c := range commits {
+		c.done = make(chan error, 1)
+		go func() {
+			if c.recover {
+				c.done <- c.sink.Recover(ctx, 1, c.state)
+				return
+			}
+			err := c.sink.Commit(ctx, 1)
+			if err == nil {
+				err = c.sink.Wait(ctx)
+			}
+			c.done <- err
+		}()
+	}
+	for _, c := range commits {
+		awaitTries(t, ctx, c.name, stay, c.nc, c.base, c.tries, c.done)
+	}
+	restart()
+	for _, c := range commits {
+		if err := <-c.done; err != nil {
+			t.Errorf("%s through a leader election: %v", c.name, err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	_, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	for _, c := range commits {
+		embeddedtest.AwaitStreamLeader(t, ctx, sjs, c.stream)
+		if got, want := streamValues(t, ctx, sjs, c.stream), wantValues(0, n); !slices.Equal(got, want) {
+			t.Errorf("%s: stream %s holds %d records %v; want %d, each once, in order", c.name, c.stream, len(got), got, n)
+		}
+	}
+}
+
+// A commit whose stream is gone is no election: nobody takes its messages,
+// as while a stream elects a leader, but the stream's lookup says it does
+// not exist, and the commit fails at once in every publish mode, naming
+// the stream, rather than after natsconn.ElectionWait.
+func TestExactlyOnceCommitToAStreamGoneFailsAtOnce(t *testing.T) {
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, mode := range []PublishMode{PublishFast, PublishAtomic, PublishAsync} {
+		t.Run(string(mode), func(t *testing.T) {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone.>"},
+				Duplicates: time.Minute, AllowBatchPublish: true, AllowAtomicPublish: true})
+			must(t, err)
+			s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "GONE", Subject: "gone.out", Job: "j", Task: "t",
+				Publish: mode, Timeout: time.Second})
+			must(t, err)
+			defer s.Close()
+			must(t, s.Write(ctx, batchOf(0, 10)))
+			_, err = s.PreCommit(ctx, 1)
+			must(t, err)
+			must(t, js.DeleteStream(ctx, "GONE"))
+			// Well within natsconn.ElectionWait, which a wait would take.
+			wctx, cancel := context.WithTimeout(ctx, natsconn.ElectionWait/2)
+			defer cancel()
+			err = s.Commit(wctx, 1)
+			if err == nil {
+				err = s.Wait(wctx)
+			}
+			if !errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, natsconn.ErrNoLeader) || !strings.Contains(err.Error(), "stream GONE") {
+				t.Fatalf("commit to a stream that is gone: %v; want stream not found, naming GONE", err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q on more than one line", err)
+			}
+			t.Log(err)
+		})
+	}
+}
