@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -50,17 +51,20 @@ func awaitTries(t *testing.T, ctx context.Context, what string, srv *server.Serv
 	}
 }
 
-// Exactly-once commits, and a recovery's re-commit, that start while their
-// stream has no leader (its leader's server stopped, and a second one, so
-// that the one left cannot elect one) are made again until a leader is
-// elected (the second server back), in each publish mode: each stream then
-// holds every record exactly once, in order. They failed the task at the
-// first try ("batch message 1 ack timeout", "timeout waiting for ack",
-// no responders), failing the job over; the re-commit in Recover after
-// such a failover failed it again. Here each commit's tries are seen
-// going out (two or more: the server counts the messages the sink's
-// connection sent) before the second server comes back.
-func TestExactlyOnceCommitsThroughALeaderElection(t *testing.T) {
+// Exactly-once commits, a recovery's re-commit and at-least-once
+// checkpoints that start while their stream has no leader (its leader's
+// server stopped, and a second one, so that the one left cannot elect
+// one) are made again until a leader is elected (the second server back),
+// in each publish mode: each stream then holds every record, in order —
+// exactly once for the exactly-once sink; at least once for the other,
+// whose first copies are in order when it publishes fast batches (async
+// publishes that failed go out again in the order they failed). They failed the task at the first try
+// ("batch message 1 ack timeout", "timeout waiting for ack", no
+// responders), failing the job over; the re-commit in Recover after such
+// a failover failed it again. Here each publish's tries are seen going
+// out (two or more: the server counts the messages the sink's connection
+// sent) before the second server comes back.
+func TestSinksPublishThroughALeaderElection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster: skipped in -short")
 	}
@@ -69,7 +73,7 @@ func TestExactlyOnceCommitsThroughALeaderElection(t *testing.T) {
 	servers := embeddedtest.Cluster(t, ctx, 3)
 	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
 	const n = 250
-	type commit struct {
+	type publish struct {
 		name, stream string
 		mode         PublishMode
 		// tries is how many messages two tries send at least while the
@@ -78,87 +82,160 @@ func TestExactlyOnceCommitsThroughALeaderElection(t *testing.T) {
 		// them all.
 		tries   uint64
 		recover bool // Recover re-commits the state another sink staged
+		alo     bool // an at-least-once sink writes and checkpoints
 		watch   bool // a subscriber on the subjects: no answer, rather than no responders
 		nc      *nats.Conn
-		sink    *ExactlyOnce
-		state   []byte
+		run     func() error
 		base    uint64
 		done    chan error
 	}
-	commits := []*commit{
+	pubs := []*publish{
 		{name: "fast commit", stream: "FAST", mode: PublishFast, tries: 2},
 		{name: "atomic commit", stream: "ATOMIC", mode: PublishAtomic, tries: 200},
 		{name: "async commit", stream: "ASYNC", mode: PublishAsync, tries: 2 * n, watch: true},
 		{name: "recovery's re-commit", stream: "RECOVER", mode: PublishAuto, tries: 2, recover: true},
+		{name: "at-least-once fast checkpoint", stream: "ALOFAST", mode: PublishFast, tries: 2, alo: true},
+		{name: "at-least-once async checkpoint", stream: "ALOASYNC", mode: PublishAsync, tries: 2 * n, alo: true},
 	}
-	for _, c := range commits {
-		subj := strings.ToLower(c.stream)
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: c.stream, Subjects: []string{subj + ".>"},
+	for _, p := range pubs {
+		subj := strings.ToLower(p.stream)
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: p.stream, Subjects: []string{subj + ".>"},
 			Replicas: 3, Duplicates: 2 * time.Minute, AllowBatchPublish: true, AllowAtomicPublish: true})
 		must(t, err)
 	}
 	stay, stopQuorum := embeddedtest.QuorumLoss(t, ctx, js, "FAST", servers)
-	for _, c := range commits {
-		c.nc, _ = embeddedtest.ConnectTo(t, stay.ClientURL())
-		cfg := ExactlyOnceConfig{Stream: c.stream, Subject: strings.ToLower(c.stream) + ".out", Job: "j", Task: "t",
-			Publish: c.mode, BatchSize: 100, Timeout: 2 * time.Second}
-		s, err := NewExactlyOnce(ctx, c.nc, cfg)
-		must(t, err)
-		defer s.Close()
-		c.sink = s
-		w := s
-		if c.recover {
-			// The state of a sink whose commit never went out.
-			w, err = NewExactlyOnce(ctx, c.nc, cfg)
+	for _, p := range pubs {
+		p.nc, _ = embeddedtest.ConnectTo(t, stay.ClientURL())
+		subj := strings.ToLower(p.stream) + ".out"
+		if p.alo {
+			s, err := NewAtLeastOnce(ctx, p.nc, AtLeastOnceConfig{Stream: p.stream, Subject: subj, Publish: p.mode,
+				Timeout: 2 * time.Second, IdleCommit: time.Hour})
 			must(t, err)
-			defer w.Close()
+			defer s.Close()
+			p.run = func() error {
+				if err := s.Write(ctx, batchOf(0, n)); err != nil {
+					return err
+				}
+				_, err := s.PreCommit(ctx, 1)
+				return err
+			}
+		} else {
+			cfg := ExactlyOnceConfig{Stream: p.stream, Subject: subj, Job: "j", Task: "t",
+				Publish: p.mode, BatchSize: 100, Timeout: 2 * time.Second}
+			s, err := NewExactlyOnce(ctx, p.nc, cfg)
+			must(t, err)
+			defer s.Close()
+			w := s
+			if p.recover {
+				// The state of a sink whose commit never went out.
+				w, err = NewExactlyOnce(ctx, p.nc, cfg)
+				must(t, err)
+				defer w.Close()
+			}
+			must(t, w.Write(ctx, batchOf(0, n)))
+			state, err := w.PreCommit(ctx, 1)
+			must(t, err)
+			p.run = func() error {
+				if p.recover {
+					return s.Recover(ctx, 1, state)
+				}
+				if err := s.Commit(ctx, 1); err != nil {
+					return err
+				}
+				return s.Wait(ctx)
+			}
 		}
-		must(t, w.Write(ctx, batchOf(0, n)))
-		c.state, err = w.PreCommit(ctx, 1)
-		must(t, err)
-		if c.watch {
+		if p.watch {
 			wnc, _ := embeddedtest.ConnectTo(t, stay.ClientURL())
-			_, err := wnc.SubscribeSync(strings.ToLower(c.stream) + ".>")
+			_, err := wnc.SubscribeSync(strings.ToLower(p.stream) + ".>")
 			must(t, err)
 			must(t, wnc.Flush())
 		}
-		c.base = inMsgs(t, stay, c.nc)
+		p.base = inMsgs(t, stay, p.nc)
 	}
 
 	restart := stopQuorum()
-	for _, c := range commits {
-		c.done = make(chan error, 1)
-		go func() {
-			if c.recover {
-				c.done <- c.sink.Recover(ctx, 1, c.state)
-				return
-			}
-			err := c.sink.Commit(ctx, 1)
-			if err == nil {
-				err = c.sink.Wait(ctx)
-			}
-			c.done <- err
-		}()
+	for _, p := range pubs {
+		p.done = make(chan error, 1)
+		go func() { p.done <- p.run() }()
 	}
-	for _, c := range commits {
-		awaitTries(t, ctx, c.name, stay, c.nc, c.base, c.tries, c.done)
+	for _, p := range pubs {
+		awaitTries(t, ctx, p.name, stay, p.nc, p.base, p.tries, p.done)
 	}
 	restart()
-	for _, c := range commits {
-		if err := <-c.done; err != nil {
-			t.Errorf("%s through a leader election: %v", c.name, err)
+	for _, p := range pubs {
+		if err := <-p.done; err != nil {
+			t.Errorf("%s through a leader election: %v", p.name, err)
 		}
 	}
 	if t.Failed() {
 		return
 	}
 	_, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
-	for _, c := range commits {
-		embeddedtest.AwaitStreamLeader(t, ctx, sjs, c.stream)
-		if got, want := streamValues(t, ctx, sjs, c.stream), wantValues(0, n); !slices.Equal(got, want) {
-			t.Errorf("%s: stream %s holds %d records %v; want %d, each once, in order", c.name, c.stream, len(got), got, n)
+	for _, p := range pubs {
+		got := valuesAfterElection(t, ctx, sjs, p.stream)
+		first := got
+		if p.alo {
+			first = firstCopies(got)
+			t.Logf("%s: %d records stored twice", p.name, len(got)-len(first))
+			if p.mode == PublishAsync {
+				slices.SortFunc(first, func(a, b string) int { return cmp.Compare(len(a), len(b))*2 + cmp.Compare(a, b) })
+			}
+		}
+		if want := wantValues(0, n); !slices.Equal(first, want) {
+			t.Errorf("%s: stream %s holds %d records %v; want %d, in order", p.name, p.stream, len(got), got, n)
 		}
 	}
+}
+
+// valuesAfterElection is streamValues of a stream that has just elected a
+// leader, and whose servers may still be moving it (the one that came back
+// catching up): each request is made again while the stream has none.
+func valuesAfterElection(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []string {
+	t.Helper()
+	embeddedtest.AwaitStreamLeader(t, ctx, js, stream)
+	var info *jetstream.StreamInfo
+	err := natsconn.ThroughElection(ctx, js.Conn(), natsconn.ElectionTry, func(ctx context.Context) error {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			info, err = st.Info(ctx)
+		}
+		if err == nil && info.Cluster != nil && info.Cluster.Leader == "" {
+			err = natsconn.ErrNoLeader
+		}
+		return err
+	})
+	must(t, err)
+	var out []string
+	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+		var m *jetstream.RawStreamMsg
+		err := natsconn.ThroughElection(ctx, js.Conn(), natsconn.ElectionTry, func(ctx context.Context) (err error) {
+			st, err := js.Stream(ctx, stream)
+			if err == nil {
+				m, err = st.GetMsg(ctx, seq)
+			}
+			return err
+		})
+		must(t, err)
+		if m.Header.Get(KeyHeader) == "" {
+			t.Fatalf("stream %s message %d %q without key", stream, seq, m.Data)
+		}
+		out = append(out, string(m.Data))
+	}
+	return out
+}
+
+// firstCopies is values without those that came before in it.
+func firstCopies(values []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, v := range values {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // A commit whose stream is gone is no election: nobody takes its messages,

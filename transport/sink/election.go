@@ -48,9 +48,10 @@ const (
 	// reached a leader that did not see its start (a new one).
 	errCodeBatchUnknown jetstream.ErrorCode = 10208
 	// errCodeDuplicateInProcess is JSStreamDuplicateMessageConflict
-	// ("duplicate message id is in process"): a message id of an atomic
-	// batch that an earlier try proposed and the stream has not stored
-	// yet; the next try finds it stored (a duplicate) or gone.
+	// ("duplicate message id is in process"): a message id that an
+	// earlier try proposed (a leader without a quorum kept it) and the
+	// stream has not stored yet; the next try finds it stored (a
+	// duplicate) or gone.
 	errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 )
 
@@ -58,10 +59,12 @@ const (
 // natsconn.Leaderless when it is what a stream that lost its leader gives
 // a batch besides nobody answering: a fast batch's or an atomic batch's
 // id unknown to the leader that took over (the batch went with the old
-// one), an atomic batch's message id that an earlier try's proposal still
-// holds, or a fast batch's acknowledgement that never came (jetstreamext
-// v0.3.2 reports it as "ack timeout" in an error of its own, which wraps
-// no sentinel).
+// one), a message id that an earlier try's proposal still holds, a fast
+// batch ended at a gap (messages lost on the way to a leader that went:
+// seen on three servers losing two), or a fast batch's acknowledgement
+// that never came (jetstreamext v0.3.2 reports it as "ack timeout" in an
+// error of its own, which wraps no sentinel). An answer with another
+// error code is the stream's, and wins.
 func leaderLost(err error) error {
 	if err == nil || natsconn.Leaderless(err) {
 		return err
@@ -73,6 +76,9 @@ func leaderLost(err error) error {
 			return fmt.Errorf("%w (%w)", err, natsconn.ErrNoLeader)
 		}
 		return err
+	}
+	if errors.Is(err, jetstreamext.ErrFastBatchGapDetected) {
+		return fmt.Errorf("%w (%w)", err, natsconn.ErrNoLeader)
 	}
 	if strings.Contains(err.Error(), "ack timeout") {
 		return fmt.Errorf("%w (%w)", err, nats.ErrTimeout)

@@ -1553,7 +1553,8 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 			// acknowledges what it stored up to there.
 			if ack.BatchSize != uint64(sent) {
 				ackSeq = max(ackSeq, ack.BatchSize)
-				return fail(e.id, i, fmt.Errorf("the server stored %d of the batch's %d messages (the commit's %d to %d of %d)", ack.BatchSize, sent, from+1, total, total))
+				return fail(e.id, i, fmt.Errorf("the server stored %d of the batch's %d messages (the commit's %d to %d): %w",
+					ack.BatchSize, sent, from+1, total, jetstreamext.ErrFastBatchGapDetected))
 			}
 		}
 	}
@@ -1620,13 +1621,13 @@ func (s *ExactlyOnce) asyncTry(ctx context.Context, rt *route, prefix string, ck
 }
 
 // asyncFailed records err, the failure of the async publish of m, for
-// asyncTry: the first error that is no election's (natsconn.Leaderless)
-// wins over those that are, and the lowest record index failed is kept,
+// asyncTry: the first error that is no election's (natsconn.Leaderless,
+// leaderLost) wins over those that are, and the lowest record index failed is kept,
 // from the index that ends m's message id.
 func (s *ExactlyOnce) asyncFailed(m *nats.Msg, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pubErr == nil || natsconn.Leaderless(s.pubErr) && !natsconn.Leaderless(err) {
+	if err = leaderLost(err); s.pubErr == nil || natsconn.Leaderless(s.pubErr) && !natsconn.Leaderless(err) {
 		s.pubErr = err
 	}
 	if m == nil {
