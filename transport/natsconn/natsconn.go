@@ -5,7 +5,9 @@
 // process, a partition) is left after a few unanswered pings (PingInterval),
 // for another server of the cluster. ThroughElection makes a JetStream
 // request again while its stream has no leader (an election after the
-// leader's server went), which storage, sources and sinks share.
+// leader's server went), which storage, sources and sinks share;
+// ResumeThroughElection does so for a sink's commit, a long publish that
+// each try takes up where the one before stopped.
 //
 // A reconnect does not replay what was published or delivered while the
 // connection was down: core NATS subscriptions miss those messages. weir's

@@ -19,6 +19,16 @@
 // only output staged since on the new subject and stream. Staged output
 // its stream can no longer take fails the recovery before anything is
 // published (ErrStagedSubjectNotStored, ErrStagedStreamNotFound).
+//
+// On a NATS cluster, a stream whose leader's server is gone has none for a
+// few seconds while its replicas elect one. Sinks wait that out where a
+// task would otherwise fail and its job fail over: at their start
+// (throughElection) and as they publish (commitThroughElection) — an
+// exactly-once commit, the re-commit in Recover, an at-least-once sink's
+// batches and checkpoints publish again what the stream did not
+// acknowledge, in order, for up to natsconn.ElectionWait from the first
+// failure since they last got further. A stream that is gone, or any
+// other answer, fails them at once.
 package sink
 
 import (

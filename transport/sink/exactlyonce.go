@@ -119,6 +119,18 @@ type ExactlyOnceConfig struct {
 // published again after a recovery that restores that checkpoint or the
 // next one, which can be up to a checkpoint interval plus a checkpoint
 // timeout later, plus the time recovery itself takes.
+//
+// A commit that waits out its stream's leader election publishes a record
+// again at most natsconn.ElectionWait after the try that first failed, a
+// try that began at most its acknowledgement wait before (Timeout;
+// AtomicCommitWait for an atomic batch): with the defaults 30 s + 10 s +
+// 20 s, within the recovery allowance weir's workers give the window (1
+// min, and a longer ack timeout's excess over the default). A commit that
+// gives up after that wait starts the recovery, and its re-commit, as much
+// later, which may then come after the window: Recover reads back what is
+// stored (for checkpoints staged longer ago than the window) rather than
+// rely on the stream's deduplication, so nothing is stored twice either
+// way; the window decides how often that slower path is taken.
 func RequiredDuplicateWindow(interval, timeout, recovery time.Duration) time.Duration {
 	return interval + timeout + recovery
 }

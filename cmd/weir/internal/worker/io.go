@@ -21,7 +21,12 @@ import (
 // interval and timeout before an exactly-once sink re-commits; the sink's
 // stream must deduplicate message ids for at least their sum. It includes
 // the up to sink.MaxAtomicCommitExtra an atomic batch's commit waits past
-// the sink's ack timeout before it fails (sink.AtomicCommitWait).
+// the sink's ack timeout before it fails (sink.AtomicCommitWait), and
+// covers a commit's tries through its stream's leader election: each
+// publishes again what the one before may have stored within
+// natsconn.ElectionWait (30 s) of that try's failure. A commit that gives
+// up after that wait starts the recovery as much later; its re-commit,
+// past the window, reads back what is stored (sink.RequiredDuplicateWindow).
 const RecoveryAllowance = time.Minute
 
 // DuplicateWindow is how long the stream of exactly-once sink sk must
