@@ -342,10 +342,7 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 			return fmt.Errorf("%s: %w", s, ctx.Err())
 		default:
 		}
-		r := it.Record()
-		if _, err := s.route.subject(r.Key); err != nil {
-			return fmt.Errorf("%s: %w", s, err)
-		}
+		r := it.Record() // its key checked (Write)
 		s.pend.add(r.Key, r.Value)
 		if err := s.sendFast(ctx); err != nil {
 			s.fail(err)
