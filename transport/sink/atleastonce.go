@@ -93,16 +93,18 @@ type AtLeastOnce struct {
 }
 
 // batchErr is what a fast publisher's reply handler reported: the first
-// error that is no election's (natsconn.Leaderless), else the first.
+// error that is no election's (natsconn.Leaderless, leaderLost), else the
+// first.
 type batchErr struct {
 	mu  sync.Mutex
 	err error
 }
 
+// set records err, reported by the reply handler.
 func (b *batchErr) set(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.err == nil || natsconn.Leaderless(b.err) && !natsconn.Leaderless(err) {
+	if b.err == nil || natsconn.Leaderless(leaderLost(b.err)) && !natsconn.Leaderless(leaderLost(err)) {
 		b.err = err
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -276,4 +277,58 @@ func TestExactlyOnceCommitToAStreamGoneFailsAtOnce(t *testing.T) {
 			t.Log(err)
 		})
 	}
+}
+
+// The at-least-once sink's copies of messages not acknowledged keep their
+// order and contents as acknowledgements drop the oldest, also when the
+// buffer is compacted (more than 1024 dropped, fewer left) and emptied.
+func TestPendingKeepsWhatIsNotAcknowledged(t *testing.T) {
+	var p pending
+	next, first := 0, 0 // the next message added; the oldest pending
+	add := func(n int) {
+		for range n {
+			k := []byte(nil)
+			if next%2 == 0 {
+				k = []byte("k" + strconv.Itoa(next))
+			}
+			p.add(k, []byte("v"+strconv.Itoa(next)))
+			next++
+		}
+	}
+	check := func() {
+		t.Helper()
+		if p.len() != next-first {
+			t.Fatalf("%d pending; want %d", p.len(), next-first)
+		}
+		for i := range p.len() {
+			k, v := p.at(i)
+			n := first + i
+			wantK := ""
+			if n%2 == 0 {
+				wantK = "k" + strconv.Itoa(n)
+			}
+			if string(k) != wantK || string(v) != "v"+strconv.Itoa(n) {
+				t.Fatalf("pending %d: key %q value %q; want %q, v%d", i, k, v, wantK, n)
+			}
+		}
+	}
+	add(3000)
+	p.drop(1000)
+	first += 1000
+	check()
+	p.drop(1100) // compacted: 2100 of 3000 dropped, 900 left
+	first += 1100
+	if p.first != 0 {
+		t.Fatalf("not compacted: %d dropped entries kept", p.first)
+	}
+	check()
+	add(10)
+	check()
+	p.drop(p.len())
+	first = next
+	if len(p.buf) != 0 || len(p.ends) != 0 {
+		t.Fatalf("emptied, %d bytes and %d entries kept", len(p.buf), len(p.ends))
+	}
+	add(5)
+	check()
 }

@@ -1483,31 +1483,16 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 	if from >= total {
 		return total, nil
 	}
-	var (
-		emu    sync.Mutex
-		flowEr error
-	)
-	stream := s.targetOf(&entries[0]).stream
+	stream, berr := s.targetOf(&entries[0]).stream, &batchErr{}
 	fp, err := jetstreamext.NewFastPublisher(s.js,
 		jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
-		jetstreamext.WithFastPublisherErrorHandler(func(err error) {
-			emu.Lock()
-			if flowEr == nil {
-				flowEr = fastReplyError(stream, err)
-			}
-			emu.Unlock()
-		}))
+		jetstreamext.WithFastPublisherErrorHandler(func(err error) { berr.set(fastReplyError(stream, err)) }))
 	if err != nil {
 		return from, fmt.Errorf("%s: publish %s: %w", s, checkpointName(entries[0].id), err)
 	}
 	var ackSeq uint64 // the batch's messages up to here are stored
 	fail := func(ckpt int64, index int, err error) (int, error) {
-		emu.Lock()
-		if flowEr != nil {
-			err = fmt.Errorf("%w (%w)", err, flowEr)
-		}
-		emu.Unlock()
-		return from + int(ackSeq), fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), index, err)
+		return from + int(ackSeq), fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), index, berr.with(err))
 	}
 	// A commit that fails on the way still ends the batch, so that its
 	// acknowledgement subscription leaves the connection.
