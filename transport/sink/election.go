@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -101,19 +102,47 @@ func leaderLost(err error) error {
 // takes the message): after such a failure the stream is looked up, and a
 // stream not found fails the commit at once, naming it. Any other answer
 // (a wrong configuration, a message too large, a permission) fails it at
-// once too.
+// once too. The lookup also waits, up to natsconn.ElectionTry, for the
+// stream to name a leader (awaitLeader): a try sends the records again
+// only once one may take them, not every natsconn.ElectionRetry of an
+// election — an atomic batch's try is the whole batch.
 func commitThroughElection(ctx context.Context, js jetstream.JetStream, stream string, try func(context.Context) (bool, error)) error {
 	return natsconn.ResumeThroughElection(ctx, js.Conn(), func(ctx context.Context) (bool, error) {
 		progressed, err := try(ctx)
 		if err = leaderLost(err); err == nil || !natsconn.Leaderless(err) || !js.Conn().IsConnected() {
 			return progressed, err
 		}
-		lctx, cancel := context.WithTimeout(ctx, natsconn.ElectionTry)
-		defer cancel()
-		if _, lerr := js.Stream(lctx, stream); errors.Is(lerr, jetstream.ErrStreamNotFound) {
+		if lerr := awaitLeader(ctx, js, stream); errors.Is(lerr, jetstream.ErrStreamNotFound) {
 			// Not wrapped: it is no election's.
 			return progressed, fmt.Errorf("%v: stream %s: %w", err, stream, lerr)
 		}
 		return progressed, err
 	})
+}
+
+// awaitLeader looks stream up until an answer names its leader (or the
+// stream has no cluster: one server), for up to natsconn.ElectionTry
+// within ctx. It returns the last lookup's error: nil once a leader is
+// named or the time is up with answers that name none,
+// jetstream.ErrStreamNotFound for a stream that is gone.
+func awaitLeader(ctx context.Context, js jetstream.JetStream, stream string) error {
+	ctx, cancel := context.WithTimeout(ctx, natsconn.ElectionTry)
+	defer cancel()
+	for {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			if c := st.CachedInfo().Cluster; c == nil || c.Leader != "" {
+				return nil
+			}
+		} else if !natsconn.Leaderless(err) {
+			return err
+		}
+		t := time.NewTimer(natsconn.ElectionRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
 }
