@@ -432,14 +432,30 @@ func (t *Task) AbortCheckpoint(id int64) {
 func (t *Task) Rest(ctx context.Context) error {
 	done := make(chan error, 1)
 	t.post(ctrlMsg{kind: ctrlRest, done: done})
+	return t.await(ctx, "rest", done)
+}
+
+// await waits for the task's answer on done to a control message it was
+// posted (closed, after a send on error, once handled), for Run to return
+// or for ctx to be done. An answer that arrived wins over both: Run
+// closes runDone after it answered, so a caller that finds both ready
+// (select picks among ready cases at random) still gets the answer.
+func (t *Task) await(ctx context.Context, what string, done <-chan error) error {
 	select {
 	case err := <-done:
 		return err
 	case <-t.runDone:
-		return fmt.Errorf("task %s: no longer running", t.name)
 	case <-ctx.Done():
-		return fmt.Errorf("task %s: rest: %w", t.name, ctx.Err())
 	}
+	select {
+	case err := <-done:
+		return err
+	default:
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("task %s: %s: %w", t.name, what, ctx.Err())
+	}
+	return fmt.Errorf("task %s: %s: no longer running", t.name, what)
 }
 
 // span is a stretch of time.
