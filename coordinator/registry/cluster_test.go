@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
@@ -63,5 +66,65 @@ func TestRegistryOnAClusterReadsFromTheLeader(t *testing.T) {
 	}
 	if d, c := reads.Counts(); d != 0 || c != 0 {
 		t.Errorf("the worker made %d direct gets but of chunk batches, and created %d consumers; want none", d, c)
+	}
+}
+
+// A push whose upload starts while the registry bucket's stream has no
+// leader (its leader's server and another of three stopped) waits for
+// one, and stores the module once a leader is back, with its digest and
+// push time: the registry puts through storage.ObjectStore, not the
+// object store client, whose put fails on the first chunk nobody stores.
+// The put is the push's step after its listing and version claim, which
+// find the stream and the versions' bucket led; here it starts on its own
+// while they are not.
+func TestRegistryPushWaitsOutAnElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	if _, err := Open(ctx, js, "", 3); err != nil {
+		t.Fatal(err)
+	}
+	stream := "OBJ_" + DefaultBucket
+	stay, stop := embeddedtest.QuorumLoss(t, ctx, js, stream, servers)
+	snc, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	reg, err := Open(ctx, sjs, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := make(chan *nats.Msg, 64)
+	if _, err := snc.ChanSubscribe("$O."+DefaultBucket+".C.>", chunks); err != nil {
+		t.Fatal(err)
+	}
+	if err := snc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	restart := stop()
+
+	wasm := append(append([]byte(nil), minimal...), bytes.Repeat([]byte{7}, 300<<10)...)
+	m := Module{Name: "op", Version: 1, Digest: Digest(wasm), Size: int64(len(wasm)), Pushed: time.Now().UTC()}
+	put := make(chan error, 1)
+	go func() { put <- reg.put(ctx, m, wasm) }()
+	// A chunk goes out while the stream has no leader; the put goes on.
+	select {
+	case <-chunks:
+	case err := <-put:
+		t.Fatalf("the put ended (%v) with no leader to store it", err)
+	}
+	restart()
+	if err := <-put; err != nil {
+		t.Fatalf("put once a leader is back: %v", err)
+	}
+	embeddedtest.AwaitStreamLeader(t, ctx, sjs, stream)
+	got, err := reg.Find(ctx, modref.Ref{Kind: modref.Registry, Name: "op", Version: 1})
+	if err != nil || got[0].Digest != m.Digest || !got[0].Pushed.Equal(m.Pushed) || got[0].Size != m.Size {
+		t.Fatalf("listed %v, %v; want %+v", got, err, m)
+	}
+	data, err := reg.Get(ctx, got[0])
+	if err != nil || !bytes.Equal(data, wasm) {
+		t.Fatalf("get %s: %d bytes, %v; want the %d pushed", m.Ref(), len(data), err, len(wasm))
 	}
 }

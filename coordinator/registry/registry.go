@@ -78,13 +78,13 @@ func (m Module) Ref() string { return fmt.Sprintf("%s@%d", m.Name, m.Version) }
 
 // Registry is a module registry on a JetStream object store. Versions are
 // claimed in a KV bucket (BUCKET_versions) with create-if-absent, so
-// concurrent pushes never get the same version. Listings, reads and
-// removals go through the bucket's stream leader (storage.ObjectStore): on
-// a cluster, a worker connected to a replica that lags finds a module
+// concurrent pushes never get the same version. Pushes, listings, reads
+// and removals go through the bucket's stream leader (storage.ObjectStore):
+// on a cluster, a worker connected to a replica that lags finds a module
 // pushed just before, instead of failing its job with "not in the module
-// registry".
+// registry", and a push's upload waits out an election of the stream's
+// leader.
 type Registry struct {
-	os       jetstream.ObjectStore // for pushes, which carry metadata
 	store    *storage.ObjectStore
 	versions jetstream.KeyValue
 }
@@ -96,7 +96,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
-	os, err := storage.OpenObjectStore(ctx, js, jetstream.ObjectStoreConfig{
+	_, err := storage.OpenObjectStore(ctx, js, jetstream.ObjectStoreConfig{
 		Bucket: bucket, Storage: jetstream.FileStorage, Description: "weir operator modules",
 	}, replicas)
 	if err != nil {
@@ -108,7 +108,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}
-	return &Registry{os: os, store: storage.ObjectStoreOf(js, bucket), versions: kv}, nil
+	return &Registry{store: storage.ObjectStoreOf(js, bucket), versions: kv}, nil
 }
 
 // Digest returns the lower-case hex sha256 of data.
@@ -170,15 +170,20 @@ func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version i
 		latest = version
 	}
 	m := Module{Name: name, Version: version, Digest: digest, Size: int64(len(wasm)), Pushed: time.Now().UTC()}
-	_, err = r.os.Put(ctx, jetstream.ObjectMeta{
-		Name:     objectName(name, version),
-		Metadata: map[string]string{metaDigest: m.Digest, metaPushed: m.Pushed.Format(time.RFC3339Nano)},
-	}, bytes.NewReader(wasm))
-	if err != nil {
+	if err := r.put(ctx, m, wasm); err != nil {
 		_ = r.versions.Purge(ctx, versionKey(name, version))
 		return Module{}, fmt.Errorf("push %s: %w", m.Ref(), err)
 	}
 	return m, nil
+}
+
+// put stores wasm as the object of m, its digest and push time in the
+// object's metadata (fromInfo reads them back).
+func (r *Registry) put(ctx context.Context, m Module, wasm []byte) error {
+	return r.store.PutObject(ctx, jetstream.ObjectMeta{
+		Name:     objectName(m.Name, m.Version),
+		Metadata: map[string]string{metaDigest: m.Digest, metaPushed: m.Pushed.Format(time.RFC3339Nano)},
+	}, bytes.NewReader(wasm))
 }
 
 // PushContent returns a version holding exactly wasm: one already stored

@@ -222,3 +222,47 @@ func TestObjectDeleteReadsTheMarkerFromTheLeader(t *testing.T) {
 		t.Errorf("%d messages left after deleting every object, want none", n)
 	}
 }
+
+// PutObject stores the metadata, description and headers it is given in
+// the object's info, where the object store client and Infos read them;
+// a put of the same key without them replaces them.
+func TestObjectStorePutObjectKeepsItsMeta(t *testing.T) {
+	_, js := embeddedtest.Connect(t, embeddedtest.Server(t, embedded.Config{}))
+	ctx := context.Background()
+	s, err := NewObjectStore(ctx, js, DefaultStateBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := jetstream.ObjectMeta{Name: "mod/1", Description: "a module",
+		Headers: map[string][]string{"X-Weir": {"h"}}, Metadata: map[string]string{"weir-sha256": "abc"}}
+	data := bytes.Repeat([]byte("m"), 3*chunkSize/2)
+	if err := s.PutObject(ctx, meta, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := obs.GetBytes(ctx, "mod/1")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("client read %d bytes, %v; want the %d put", len(got), err, len(data))
+	}
+	info, err := obs.GetInfo(ctx, "mod/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Metadata["weir-sha256"] != "abc" || info.Description != "a module" || info.Headers.Get("X-Weir") != "h" ||
+		info.Opts == nil || info.Opts.ChunkSize != chunkSize {
+		t.Fatalf("client's info %+v; want the put's metadata, description, header and chunk size", info.ObjectMeta)
+	}
+	infos, err := s.Infos(ctx, "mod/")
+	if err != nil || len(infos) != 1 || infos[0].Metadata["weir-sha256"] != "abc" {
+		t.Fatalf("infos %v, %v; want mod/1 with its metadata", infos, err)
+	}
+	if err := s.Put(ctx, "mod/1", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err = s.Infos(ctx, "mod/"); err != nil || len(infos) != 1 || len(infos[0].Metadata) != 0 {
+		t.Fatalf("infos after a put without metadata %v, %v; want mod/1 without", infos, err)
+	}
+}

@@ -78,10 +78,19 @@ type putHooks struct {
 // with a context of their own, since a canceled ctx would leave them in
 // the bucket for good (no object names them, so no Delete finds them).
 func (s *ObjectStore) Put(ctx context.Context, key string, r io.Reader) error {
+	return s.PutObject(ctx, jetstream.ObjectMeta{Name: key}, r)
+}
+
+// PutObject is Put of the object meta.Name, whose info also carries
+// meta's description, headers and metadata (an object store client reads
+// them in the object's info); meta.Opts is ignored: the chunks are the
+// put's own size.
+func (s *ObjectStore) PutObject(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) error {
+	key := meta.Name
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	p, err := s.newPut(key)
+	p, err := s.newPut(meta)
 	if err != nil {
 		return fmt.Errorf("storage put %s: %w", key, err)
 	}
@@ -133,6 +142,7 @@ type objectPut struct {
 	s       *ObjectStore
 	nc      *nats.Conn
 	key     string
+	meta    jetstream.ObjectMeta // the info's: key, and what the caller gave
 	nuid    string
 	subj    string // the chunks' subject
 	inbox   string // the acknowledgements' subjects start with it
@@ -158,11 +168,12 @@ type objectPut struct {
 	digest   hash.Hash
 }
 
-// newPut subscribes to the acknowledgements of a put of key.
-func (s *ObjectStore) newPut(key string) (*objectPut, error) {
+// newPut subscribes to the acknowledgements of a put of meta.Name.
+func (s *ObjectStore) newPut(meta jetstream.ObjectMeta) (*objectPut, error) {
 	id := nuid.Next()
+	meta.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
 	p := &objectPut{
-		s: s, nc: s.js.Conn(), key: key, nuid: id,
+		s: s, nc: s.js.Conn(), key: meta.Name, meta: meta, nuid: id,
 		subj:    "$O." + s.bucket + ".C." + id,
 		acks:    make(chan *nats.Msg, 8*putWindow),
 		timer:   time.NewTimer(time.Hour),
@@ -231,7 +242,7 @@ func (p *objectPut) commit(ctx context.Context) (*jetstream.ObjectInfo, error) {
 		return nil, fmt.Errorf("info of the object replaced: %w", err)
 	}
 	info := jetstream.ObjectInfo{
-		ObjectMeta: jetstream.ObjectMeta{Name: p.key, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}},
+		ObjectMeta: p.meta,
 		Bucket:     p.s.bucket,
 		NUID:       p.nuid,
 		Size:       p.size,
