@@ -3,7 +3,6 @@ package embeddedtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,25 +20,18 @@ import (
 // first. WEIR_CLUSTER_LOG=1 lets the servers log.
 func Cluster(t testing.TB, ctx context.Context, n int) []*server.Server {
 	t.Helper()
-	ports := make([]int, n)
-	routes := make([]string, n)
-	for i := range ports {
-		// A free port for each server's cluster listener, known before
-		// any starts: every server is told all routes.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i])
-	}
+	// Each server's cluster listener takes a port of its own choosing, and
+	// each is told the routes of those started before it (the servers
+	// gossip the rest): ports picked free beforehand could be taken by
+	// another process before a server listened on them, and a cluster
+	// missing a route may never elect a meta leader.
 	servers := make([]*server.Server, n)
+	var routes []string
 	for i := range servers {
 		opts := &server.Options{
 			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
 			JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js"), NoLog: os.Getenv("WEIR_CLUSTER_LOG") == "", NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "weir-test", Host: "127.0.0.1", Port: ports[i]},
+			Cluster: server.ClusterOpts{Name: "weir-test", Host: "127.0.0.1", Port: server.RANDOM_PORT},
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		}
 		s, err := server.NewServer(opts)
@@ -49,6 +41,10 @@ func Cluster(t testing.TB, ctx context.Context, n int) []*server.Server {
 		s.Start()
 		t.Cleanup(s.Shutdown)
 		servers[i] = s
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server %s not ready", s.Name())
+		}
+		routes = append(routes, fmt.Sprintf("nats-route://%s", s.ClusterAddr()))
 	}
 	for _, s := range servers {
 		if !s.ReadyForConnections(10 * time.Second) {
