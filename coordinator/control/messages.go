@@ -73,11 +73,13 @@
 //     Once every task of the attempt did, the coordinator ends the job as
 //     in 4, with a final savepoint (its completion commits the sinks'
 //     rest), and marks it finished.
-//  6. A task that fails sends EventFailed (reason); a task that reached the
-//     end of its input sends EventFinished. On a failure the coordinator
-//     sends Cancel (job, attempt) to every worker of the job, waits per the
-//     restart strategy and deploys attempt+1 with the latest completed
-//     checkpoint's handles.
+//  6. A task that fails sends EventFailed (reason) — again, until it is
+//     answered or its attempt stops on the worker: a lost report left the
+//     attempt running without the task until a checkpoint expired; a task
+//     that reached the end of its input sends EventFinished. On a failure
+//     the coordinator sends Cancel (job, attempt) to every worker of the
+//     job, waits per the restart strategy and deploys attempt+1 with the
+//     latest completed checkpoint's handles.
 //
 // Every message after Deploy carries the job name and attempt: a worker
 // ignores messages for attempts it does not run, and the coordinator ignores

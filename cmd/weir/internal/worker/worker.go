@@ -333,16 +333,17 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	if err := w.checkStore(d.StateStore); err != nil {
 		return control.Unrecoverable(err)
 	}
-	b := &builder{w: w, d: d, senders: map[string]stream.Sender{}, receivers: map[string]stream.Receiver{}}
+	runCtx, cancel := context.WithCancel(context.Background())
+	b := &builder{w: w, d: d, runCtx: runCtx, senders: map[string]stream.Sender{}, receivers: map[string]stream.Receiver{}}
 	tasks, err := b.build(ctx)
 	if err != nil {
+		cancel()
 		b.closeAll()
 		if Unrecoverable(err) {
 			err = control.Unrecoverable(err)
 		}
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
 	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks, pending: b.pending}
 	for id := range tasks {
 		a.taskIDs = append(a.taskIDs, id)
@@ -537,11 +538,25 @@ type listener struct {
 	// stop is the stop sequence of a bounded JetStream source task (0:
 	// any other task), which its acks carry (control.MetricStopSequence).
 	stop uint64
-	// patience is how long a commit report is sent again (CommitStarted):
-	// the job's checkpoint timeout, the longest the coordinator holds the
-	// next trigger for it (jobspec.DefaultTimeout when 0).
+	// patience is how long a commit or failure report is sent again
+	// (CommitStarted, Failed): the job's checkpoint timeout, the longest
+	// the coordinator holds the next trigger for it, or goes on without
+	// hearing of a failure before the next checkpoint expires
+	// (jobspec.DefaultTimeout when 0).
 	patience time.Duration
+	// stopped, if not nil, is done once the attempt stops on this worker
+	// (canceled, replaced by another, the worker stopping): a failure
+	// report is not sent again after that.
+	stopped context.Context
 }
+
+// reportTry bounds one try of a report that is sent again until heard
+// (listener.resend): a report lost on its way — routed to a server that
+// froze, which the others still take for alive — gets no answer, and the
+// next try goes out this long after the one before, not after the
+// request's default 10 s. The coordinator answers a report at once, and
+// takes a report the same however often it comes.
+const reportTry = 2 * time.Second
 
 func (l listener) ref(task string) control.TaskRef {
 	return control.TaskRef{Job: l.job, Attempt: l.attempt, Task: task}
@@ -580,11 +595,21 @@ func (l listener) InputEnded(ctx context.Context, task string) error {
 // output up to checkpoint id to the sink's commits; the coordinator
 // triggers the next checkpoint once every such task did. A report that
 // fails (lost in a NATS blip, say) would hold the job's next checkpoint
-// for its checkpoint timeout, so it is sent again after pauses growing to
-// a second, until it is heard, the task ends, or the job's checkpoint
-// timeout passed (the coordinator stops waiting by then). The coordinator
-// takes a report the same however often it comes.
+// for its checkpoint timeout, so it is sent again (resend) until it is
+// heard, the task ends, or the job's checkpoint timeout passed (the
+// coordinator stops waiting by then). The coordinator takes a report the
+// same however often it comes.
 func (l listener) CommitStarted(ctx context.Context, task string, id int64) error {
+	return l.resend(ctx, "commit report", task, func(ctx context.Context) error {
+		return l.w.Committing(ctx, l.ref(task), id)
+	})
+}
+
+// resend calls send, a report to the coordinator, each try bounded by
+// reportTry, until it is heard (nil), ctx is done or the listener's
+// patience passed, after pauses growing to a second, and returns the last
+// try's error.
+func (l listener) resend(ctx context.Context, what, task string, send func(context.Context) error) error {
 	patience := l.patience
 	if patience <= 0 {
 		patience = jobspec.DefaultTimeout
@@ -592,12 +617,13 @@ func (l listener) CommitStarted(ctx context.Context, task string, id int64) erro
 	give := time.Now().Add(patience)
 	pause := 50 * time.Millisecond
 	for {
-		err := l.w.Committing(ctx, l.ref(task), id)
+		tctx, cancel := context.WithTimeout(ctx, reportTry)
+		err := send(tctx)
+		cancel()
 		if err == nil || ctx.Err() != nil || time.Now().After(give) {
 			return err
 		}
-		l.log.Debug("commit report not heard: sending it again", "job", l.job, "attempt", l.attempt, "task", task,
-			"checkpoint", id, "err", err)
+		l.log.Debug(what+" not heard: sending it again", "job", l.job, "attempt", l.attempt, "task", task, "err", err)
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -610,7 +636,8 @@ func (l listener) CommitStarted(ctx context.Context, task string, id int64) erro
 }
 
 // Failed reports the task's failure; the reason is the cause alone, as
-// the coordinator names the task ("task <name> failed: <cause>").
+// the coordinator names the task ("task <name> failed: <cause>"). A
+// report not heard is sent again (resend), until the attempt stops here.
 func (l listener) Failed(ctx context.Context, task string, err error) error {
 	// The log has what the one-line reason leaves out. It is written
 	// before the coordinator hears of the failure: a weir run that ends
@@ -629,15 +656,28 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 	if te := (*host.TaskError)(nil); errors.As(err, &te) && te.Task == task {
 		reason = te.Cause()
 	}
+	// A report lost on its way (sent as the worker's connection came
+	// back, to a coordinator on a server that froze) would leave the
+	// attempt running without the task until the next checkpoint
+	// expires: it is sent again until heard, or the attempt stops here.
+	if l.stopped != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(l.stopped, cancel)()
+	}
+	send := l.w.Failed
 	switch {
 	case Unrecoverable(err):
-		return l.w.FailedUnrecoverable(ctx, l.ref(task), reason)
+		send = l.w.FailedUnrecoverable
 	case errors.Is(err, stream.ErrClosed):
 		// A task closes its channels only as it stops: the other end
 		// failed, and its own report names the cause.
-		return l.w.FailedSecondary(ctx, l.ref(task), reason)
+		send = l.w.FailedSecondary
 	}
-	return l.w.Failed(ctx, l.ref(task), reason)
+	return l.resend(ctx, "failure report", task, func(ctx context.Context) error {
+		return send(ctx, l.ref(task), reason)
+	})
 }
 
 // Mode maps a job's checkpointing mode to the task's barrier handling.
@@ -656,8 +696,10 @@ func Mode(c jobspec.Checkpointing) barrier.Mode {
 
 // builder turns a Deploy into tasks.
 type builder struct {
-	w         *Worker
-	d         control.Deploy
+	w *Worker
+	d control.Deploy
+	// runCtx is the attempt's: canceled when it stops on this worker.
+	runCtx    context.Context
 	senders   map[string]stream.Sender
 	receivers map[string]stream.Receiver
 	// closers release the sources, operators and sinks built so far when
@@ -766,7 +808,7 @@ func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 	spec := b.d.Spec
 	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt,
-		patience: spec.Checkpointing.Timeout}
+		patience: spec.Checkpointing.Timeout, stopped: b.runCtx}
 	cfg := host.Config{
 		Name: pt.ID,
 		Checkpointing: host.Checkpointing{

@@ -1,0 +1,102 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// A failure report that gets no answer (lost on its way: sent as the
+// worker's connection came back, to a coordinator still on a server that
+// froze) is sent again: lost, it left the attempt running without the
+// task until its next checkpoint expired, 30 s later, and the job's
+// failure named that expiry instead of the task's.
+func TestFailureReportSentAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	var (
+		mu  sync.Mutex
+		got []control.Event
+	)
+	sub, err := nc.Subscribe(control.Subjects{}.Event(), func(m *nats.Msg) {
+		var e control.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		got = append(got, e)
+		n := len(got)
+		mu.Unlock()
+		if n == 1 {
+			return // lost: no answer
+		}
+		data, _ := json.Marshal(control.Reply{})
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.DiscardHandler),
+		job: "j", attempt: 3, stopped: ctx}
+	if err := l.Failed(ctx, "split-0", errors.New("channel lines-0 -> split-0: NATS connection lost")); err != nil {
+		t.Fatalf("failure report: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("%d reports reached the coordinator, want 2 (the first unanswered)", len(got))
+	}
+	for _, e := range got {
+		if e.Type != control.EventFailed || e.Job != "j" || e.Attempt != 3 || e.Task != "split-0" || e.Worker != "w1" ||
+			e.Reason != "channel lines-0 -> split-0: NATS connection lost" {
+			t.Errorf("report %+v", e)
+		}
+	}
+}
+
+// A failure report is not sent again once its attempt stopped on the
+// worker (canceled, replaced, the worker stopping): a worker stopped while
+// the coordinator is out of reach is not held up for the patience.
+func TestFailureReportGivenUpWhenTheAttemptStops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	heard := make(chan struct{}, 100)
+	sub, err := nc.Subscribe(control.Subjects{}.Event(), func(m *nats.Msg) {
+		heard <- struct{}{} // and no answer
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	stopped, stop := context.WithCancel(context.Background())
+	l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.DiscardHandler),
+		job: "j", attempt: 3, patience: time.Hour, stopped: stopped}
+	done := make(chan error, 1)
+	go func() { done <- l.Failed(context.Background(), "split-0", errors.New("boom")) }()
+	select {
+	case <-heard:
+	case <-ctx.Done():
+		t.Fatal("no failure report was sent")
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a report nobody answered was taken for heard")
+		}
+	case <-ctx.Done():
+		t.Fatal("the failure report was sent on after its attempt stopped")
+	}
+}
