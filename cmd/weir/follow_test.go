@@ -300,6 +300,11 @@ func TestRunReportsStateChanges(t *testing.T) {
 		{"a restart between two looks", []control.JobStatus{
 			st(control.JobRunning, 1, ""), st(control.JobRunning, 2, "", boom1),
 		}, []string{"running (attempt 1)", "running (attempt 2), restarted after: task in-0 failed: boom"}},
+		{"a restart between two looks whose deploy was planned again", []control.JobStatus{
+			// Attempt 2's deploy lost its worker: attempt 3 was planned
+			// without it, and attempt 1's failure is the latest.
+			st(control.JobRunning, 1, ""), st(control.JobRunning, 3, "", boom1),
+		}, []string{"running (attempt 1)", "running (attempt 3), restarted after: task in-0 failed: boom"}},
 		{"a failover seen restarting", []control.JobStatus{
 			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, boom1.Reason, boom1), st(control.JobRunning, 2, "", boom1),
 		}, []string{"running (attempt 1)", "restarting (attempt 1): task in-0 failed: boom", "running (attempt 2)"}},

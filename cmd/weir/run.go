@@ -809,6 +809,7 @@ func (r *stateReport) news(st control.JobStatus) string {
 		return ""
 	}
 	changed := st.State != r.state
+	prev := r.attempt
 	r.state, r.attempt = st.State, st.Attempt
 	line := fmt.Sprintf("job %s: %s (attempt %d)", st.Name, st.State, st.Attempt)
 	f := st.Latest()
@@ -823,7 +824,10 @@ func (r *stateReport) news(st control.JobStatus) string {
 		r.reason = st.Reason
 		line += ", restarted after: " + st.Reason
 	case st.State == control.JobRunning:
-		if f != nil && f.Attempt == st.Attempt-1 { // the failure this attempt recovers from
+		// The failure this attempt recovers from: of the attempt before,
+		// or of one since the attempt said last — a deploy that lost its
+		// worker, planned again, took an attempt number of its own.
+		if f != nil && f.Attempt < st.Attempt && (f.Attempt == st.Attempt-1 || prev > 0 && f.Attempt >= prev) {
 			line += ", restarted after: " + f.Reason
 			r.failure = f
 		}
