@@ -21,37 +21,18 @@ func TestCommitReportSentAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc := embeddedtest.Conn(t)
-	var (
-		mu  sync.Mutex
-		got []control.Event
-	)
-	sub, err := nc.Subscribe(control.Subjects{}.Event(), func(m *nats.Msg) {
-		var e control.Event
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			t.Error(err)
-		}
-		mu.Lock()
-		got = append(got, e)
-		n := len(got)
-		mu.Unlock()
-		rep := control.Reply{}
+	heard := fakeCoordinator(t, nc, func(n int) *control.Reply {
 		if n == 1 {
-			rep.Error = "not now"
+			return &control.Reply{Error: "not now"}
 		}
-		data, _ := json.Marshal(rep)
-		_ = m.Respond(data)
+		return &control.Reply{}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.DiscardHandler),
 		job: "j", attempt: 3}
 	if err := l.CommitStarted(ctx, "out-0", 7); err != nil {
 		t.Fatalf("commit report: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := heard()
 	if len(got) != 2 {
 		t.Fatalf("%d reports reached the coordinator, want 2 (the first refused)", len(got))
 	}
@@ -98,5 +79,39 @@ func TestCommitReportGivenUpAfterTheCheckpointTimeout(t *testing.T) {
 	defer mu.Unlock()
 	if n < 2 {
 		t.Errorf("the report was sent %d times, want it sent again", n)
+	}
+}
+
+// fakeCoordinator takes the worker reports (control events) sent on nc as
+// a coordinator would, answering the nth (from 1) with answer(n), or not
+// at all when that is nil, and returns what it has heard so far.
+func fakeCoordinator(t *testing.T, nc *nats.Conn, answer func(n int) *control.Reply) (heard func() []control.Event) {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		got []control.Event
+	)
+	sub, err := nc.Subscribe(control.Subjects{}.Event(), func(m *nats.Msg) {
+		var e control.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		got = append(got, e)
+		n := len(got)
+		mu.Unlock()
+		if rep := answer(n); rep != nil {
+			data, _ := json.Marshal(rep)
+			_ = m.Respond(data)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []control.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]control.Event(nil), got...)
 	}
 }

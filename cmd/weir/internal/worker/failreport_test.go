@@ -2,10 +2,8 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,36 +22,18 @@ func TestFailureReportSentAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc := embeddedtest.Conn(t)
-	var (
-		mu  sync.Mutex
-		got []control.Event
-	)
-	sub, err := nc.Subscribe(control.Subjects{}.Event(), func(m *nats.Msg) {
-		var e control.Event
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			t.Error(err)
-		}
-		mu.Lock()
-		got = append(got, e)
-		n := len(got)
-		mu.Unlock()
+	heard := fakeCoordinator(t, nc, func(n int) *control.Reply {
 		if n == 1 {
-			return // lost: no answer
+			return nil // lost: no answer
 		}
-		data, _ := json.Marshal(control.Reply{})
-		_ = m.Respond(data)
+		return &control.Reply{}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.DiscardHandler),
 		job: "j", attempt: 3, stopped: ctx}
 	if err := l.Failed(ctx, "split-0", errors.New("channel lines-0 -> split-0: NATS connection lost")); err != nil {
 		t.Fatalf("failure report: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := heard()
 	if len(got) != 2 {
 		t.Fatalf("%d reports reached the coordinator, want 2 (the first unanswered)", len(got))
 	}
