@@ -40,7 +40,7 @@ type Config struct {
 	// Channel names the channel in errors, e.g. "map[0] -> sink[1]".
 	Channel string
 	// Subject is the channel's base subject; it must be unique per channel
-	// and per job attempt, e.g. "weir.ch.job1.a3.map0.sink1".
+	// and per job attempt, e.g. "weir.data.job1.a3.map-0_sink-1_0".
 	Subject string
 	// Window is the receiver's credit in bytes; default 4 MiB. Keep the
 	// sum of the windows of the channels a connection receives below the
