@@ -88,9 +88,10 @@
 // the answer (a NATS blip may have lost the request or the answer), so a
 // worker handles them the same however often they come: a Deploy of the
 // attempt it runs already changes nothing, and a checkpoint's Complete is
-// passed on to the tasks once. Handlers run one at a time per
-// worker, in arrival order; they should return quickly and do long work
-// (running tasks) in their own goroutines.
+// passed on to the tasks once. A worker runs the handlers of one job one
+// at a time, in arrival order, and those of different jobs side by side
+// (WorkerHandler); they should return quickly and do long work (running
+// tasks) in their own goroutines.
 package control
 
 import (
