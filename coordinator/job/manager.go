@@ -8,11 +8,12 @@
 //
 // # Job lifecycle
 //
-//	created ─► running ─► finished              every task reported finished
-//	              │  ▲
+//	created ─► running ─► finished              every source read up to its stop and the
+//	              │  ▲                           final savepoint completed (or every task
+//	              │  │                           reported finished)
 //	              ▼  │ redeploy (attempt+1) from the latest valid checkpoint
 //	          restarting ─► failed               restart attempts exhausted
-//	any non-terminal state ─► canceled           CancelJob
+//	any non-terminal state ─► canceled           CancelJob, or StopJob's savepoint completed
 //
 // A job a restarted coordinator resumes is restarting (reason
 // ReasonCoordinatorRestarted) until its next attempt runs. One it cannot
