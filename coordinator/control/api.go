@@ -307,15 +307,27 @@ type RemovedCheckpoint struct {
 
 // API is the job API the coordinator serves and the CLI calls.
 type API interface {
+	// Submit submits a job, or starts it from a checkpoint (RestoreFrom).
 	Submit(ctx context.Context, r SubmitRequest) (JobStatus, error)
+	// Jobs lists every job.
 	Jobs(ctx context.Context) ([]JobStatus, error)
+	// Job returns one job's status.
 	Job(ctx context.Context, name string) (JobStatus, error)
+	// CancelJob cancels a job; one that has ended is refused (ErrConflict).
 	CancelJob(ctx context.Context, name string) (JobStatus, error)
+	// Savepoint takes a savepoint of a running job and waits for it.
 	Savepoint(ctx context.Context, job string) (CheckpointInfo, error)
+	// StopJob stops a running job with a savepoint and waits until it is
+	// stopped.
 	StopJob(ctx context.Context, job string) (CheckpointInfo, error)
+	// Restore restarts a stopped job from one of its checkpoints.
 	Restore(ctx context.Context, r RestoreRequest) (JobStatus, error)
+	// Checkpoints lists a job's checkpoints and savepoints, newest first.
 	Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error)
+	// RemoveCheckpoints deletes checkpoints or savepoints from storage
+	// (see RemoveRequest).
 	RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Removed, error)
+	// Workers lists the live workers with their slots.
 	Workers(ctx context.Context) ([]WorkerStatus, error)
 }
 

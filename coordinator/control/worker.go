@@ -19,11 +19,17 @@ import (
 // that a job whose cancel or stop takes long (a sink finishing its
 // commits) does not hold up the checkpoints of the others.
 type WorkerHandler interface {
+	// Deploy sets up an attempt's tasks on this worker (see Deploy).
 	Deploy(ctx context.Context, d Deploy) error
+	// Cancel stops every task of an attempt.
 	Cancel(ctx context.Context, c Cancel) error
+	// Trigger has the attempt's source tasks start a checkpoint.
 	Trigger(ctx context.Context, t Trigger) error
+	// Complete passes a checkpoint's completion on to the tasks.
 	Complete(ctx context.Context, c Complete) error
+	// Abort passes a checkpoint's abort on to the tasks.
 	Abort(ctx context.Context, a Abort) error
+	// Stop brings an attempt's tasks to rest after its stop savepoint.
 	Stop(ctx context.Context, s Stop) error
 }
 
