@@ -35,8 +35,8 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
   weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
                                             restart a stopped job from checkpoint ID
 
-  stop, cancel and savepoint of a job that has ended (finished, failed, canceled,
-  stopped) say when it ended and that there is nothing to do, and exit 1`
+  stop, cancel and savepoint of a job that has ended (finished, failed, or canceled,
+  as a stopped job is) say when it ended and that there is nothing to do, and exit 1`
 
 // savepointWait is how long weir job savepoint and stop wait for the
 // coordinator: a savepoint may take up to the job's checkpoint timeout

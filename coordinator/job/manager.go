@@ -780,8 +780,8 @@ func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("submit %s: %w: %s (fix the spec, or create or change the stream, before submitting the job)",
-			spec.Name, control.ErrInvalid, strings.Join(bad, "; "))
+		return control.Errorf(control.ErrInvalid, "submit %s: %s (fix the spec, or create or change the stream, before submitting the job)",
+			spec.Name, strings.Join(bad, "; "))
 	}
 	return nil
 }
