@@ -31,8 +31,31 @@ func StateKey(job string, id int64, task string) string { return StatePrefix(job
 func MetadataKey(job string, id int64) string { return StatePrefix(job, id) + "_metadata" }
 
 // ErrCorrupt is wrapped by errors about metadata whose checksum does not
-// match or that cannot be decoded, or whose state objects are missing.
+// match or that cannot be decoded, or whose state objects are missing —
+// a checkpoint whose removal began among them (RemovingError): every
+// reader that skips or refuses a corrupt checkpoint skips or refuses it.
 var ErrCorrupt = errors.New("checkpoint corrupt")
+
+// RemovingError is Read's error for a checkpoint whose removal began and
+// did not finish (Metadata.Removing): storage failed, or the coordinator
+// went away, while Catalog.Remove deleted its objects. Some of its state
+// may be gone, so it is never restored; errors.Is(err, ErrCorrupt) holds
+// for it. Its message names the checkpoint and the command that finishes
+// the removal.
+type RemovingError struct {
+	// Metadata is the checkpoint's metadata as it was completed, with
+	// the mark.
+	Metadata *Metadata
+}
+
+func (e *RemovingError) Error() string {
+	md := e.Metadata
+	return fmt.Sprintf("checkpoint %s/%d is partly removed (a removal began and did not finish), so it cannot be restored: "+
+		"run weir checkpoint rm %s %d again to finish the removal", md.Job, md.ID, md.Job, md.ID)
+}
+
+// Is makes a RemovingError an ErrCorrupt: nothing may restore it.
+func (e *RemovingError) Is(target error) bool { return target == ErrCorrupt }
 
 // envelope is the stored form of metadata: the metadata's JSON bytes and
 // their sha256.
@@ -99,8 +122,9 @@ func (c *Catalog) Write(ctx context.Context, md *Metadata) error {
 
 // Read loads and verifies checkpoint id's metadata and checks that its
 // state objects exist. A missing checkpoint wraps fs.ErrNotExist, a bad one
-// (its state gone among them) ErrCorrupt; any other error (the store
-// unreachable for now) is neither, and says nothing of the checkpoint.
+// (its state gone among them) ErrCorrupt, one whose removal began a
+// *RemovingError (an ErrCorrupt too); any other error (the store
+// unreachable for now) is none of them, and says nothing of the checkpoint.
 func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, error) {
 	data, err := storage.ReadAll(ctx, c.Meta, MetadataKey(job, id))
 	if err != nil {
@@ -112,6 +136,9 @@ func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, er
 	}
 	if md.Job != job || md.ID != id {
 		return nil, fmt.Errorf("checkpoint %s/%d: %w: metadata names %s/%d", job, id, ErrCorrupt, md.Job, md.ID)
+	}
+	if md.Removing {
+		return nil, &RemovingError{Metadata: md}
 	}
 	if c.State != nil {
 		prefix := StatePrefix(job, id)
@@ -282,22 +309,43 @@ func (c *Catalog) DiscardCompleted(ctx context.Context, md *Metadata) error {
 	return nil
 }
 
-// Remove deletes checkpoint id for good, as a user asked: every object
-// under its prefix in State — each task's snapshot (which holds the task's
-// in-flight channel data too) and a sink's commit marker — and then its
-// metadata. That order leaves a removal cut short with its metadata, so
-// that the checkpoint is still listed (as one that cannot be restored) and
-// the removal can be done again. A handle outside the prefix (nothing
-// writes one) belongs to another checkpoint or to nobody, and is left. It
-// returns how many objects it deleted. A checkpoint without metadata is
-// not removed: the error wraps fs.ErrNotExist.
+// Remove deletes checkpoint id for good, as a user asked, in three
+// steps, each of which may be the last one a failure (storage, or the
+// coordinator going away) lets through:
+//
+//  1. It rewrites the metadata with the Removing mark (one atomic Put
+//     over the same key). From then on Read returns a RemovingError: no
+//     restore, failover or resume — of this coordinator or the next one,
+//     which reads the catalog from storage — uses the checkpoint, and
+//     weir checkpoint ls lists it as being removed.
+//  2. It deletes every object under the checkpoint's prefix in State but
+//     the metadata: each task's snapshot (which holds the task's in-flight
+//     channel data too) and a sink's commit marker.
+//  3. It deletes the metadata, and the checkpoint is gone.
+//
+// A removal cut short after step 1 leaves the marked metadata, so the
+// checkpoint is still listed, as partly removed, and Remove done again
+// (weir checkpoint rm) finishes it from step 1 (the mark is there
+// already). Cut short in step 1, nothing was deleted. A handle outside the
+// prefix (nothing writes one) belongs to another checkpoint or to nobody,
+// and is left. Metadata that does not decode is not marked: no reader
+// restores it anyway.
+//
+// It returns how many objects it deleted (the metadata included), also
+// with an error. A checkpoint without metadata is not removed: the error
+// wraps fs.ErrNotExist.
 func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error) {
 	meta := MetadataKey(job, id)
-	rc, err := c.Meta.Get(ctx, meta)
+	data, err := storage.ReadAll(ctx, c.Meta, meta)
 	if err != nil {
 		return 0, fmt.Errorf("remove checkpoint %s/%d: %w", job, id, err)
 	}
-	_ = rc.Close()
+	if md, err := Decode(data); err == nil && md.Job == job && md.ID == id && !md.Removing {
+		md.Removing = true
+		if err := c.Write(ctx, md); err != nil {
+			return 0, fmt.Errorf("remove checkpoint %s/%d: mark it as being removed: %w", job, id, err)
+		}
+	}
 	n := 0
 	if c.State != nil {
 		prefix := StatePrefix(job, id)

@@ -125,6 +125,11 @@ type Metadata struct {
 	// for its own checkpoints, and refuses a start: new of an earlier
 	// run's: coordinator/job keepResolved).
 	Sources []jobspec.Source `json:"sources,omitempty"`
+	// Removing marks a checkpoint whose removal (Catalog.Remove) began:
+	// its state objects may be partly gone, so nothing restores it
+	// (Catalog.Read returns a RemovingError), and a removal done again
+	// finishes it. Catalog.Remove writes it before it deletes anything.
+	Removing bool `json:"removing,omitempty"`
 }
 
 // Restore returns the restore instructions for a deploy.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,4 +126,167 @@ func retainedIDs(m *Machine) []int64 {
 	}
 	slices.Reverse(ids)
 	return ids
+}
+
+// errCut is the error of a cutStore that fails.
+var errCut = errors.New("storage failed (test)")
+
+// cutStore is a Store whose Puts fail while failPuts is set and whose
+// Deletes, once cut is set, delete one object at a time and fail when
+// left objects went: a storage outage (a timeout, a lost leader) partway
+// through a removal. It is no KeyDeleter: every delete is a Delete.
+type cutStore struct {
+	storage.Store
+	mu       sync.Mutex
+	failPuts bool
+	cut      bool
+	left     int
+}
+
+func (s *cutStore) set(failPuts, cut bool, left int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failPuts, s.cut, s.left = failPuts, cut, left
+}
+
+func (s *cutStore) Put(ctx context.Context, key string, r io.Reader) error {
+	s.mu.Lock()
+	fail := s.failPuts
+	s.mu.Unlock()
+	if fail {
+		return fmt.Errorf("put %s: %w", key, errCut)
+	}
+	return s.Store.Put(ctx, key, r)
+}
+
+func (s *cutStore) Delete(ctx context.Context, prefix string) error {
+	s.mu.Lock()
+	cut := s.cut
+	s.mu.Unlock()
+	if !cut {
+		return s.Store.Delete(ctx, prefix)
+	}
+	keys, err := s.Store.List(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		s.mu.Lock()
+		pass := s.left > 0
+		s.left--
+		s.mu.Unlock()
+		if !pass {
+			return fmt.Errorf("delete %s: %w", k, errCut)
+		}
+		if err := storage.DeleteKey(ctx, s.Store, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A removal that storage cuts short leaves no checkpoint that looks
+// restorable, in a directory (one store for both) and in JetStream
+// (metadata in KV, state in the Object Store). Cut short as it marks the
+// metadata, nothing is deleted and the checkpoint is whole; cut short
+// after it deleted some of the state, Read refuses the checkpoint with a
+// RemovingError (an ErrCorrupt) that says to run weir checkpoint rm
+// again, Latest passes over it to the newest whole one, and IDs still
+// lists it; Remove done again deletes what is left and counts it.
+func TestRemoveCutShort(t *testing.T) {
+	ctx := context.Background()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nc := embeddedtest.Start(t, embedded.Config{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := storage.NewKV(ctx, js, storage.DefaultMetaBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := storage.NewObjectStore(ctx, js, storage.DefaultStateBucket, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := &cutStore{Store: dir}
+	cm, cs := &cutStore{Store: meta}, &cutStore{Store: state}
+	for _, c := range []struct {
+		name   string
+		cat    *Catalog
+		stores []*cutStore
+	}{{"dir", &Catalog{Meta: cd, State: cd}, []*cutStore{cd}}, {"jetstream", &Catalog{Meta: cm, State: cs}, []*cutStore{cm, cs}}} {
+		t.Run(c.name, func(t *testing.T) {
+			cat := c.cat
+			set := func(failPuts, cut bool, left int) {
+				for _, s := range c.stores {
+					s.set(failPuts, cut, left)
+				}
+			}
+			for id := int64(1); id <= 3; id++ {
+				writeCheckpoint(t, cat, id)
+			}
+			if err := cat.State.Put(ctx, StateKey("j", 3, "op-0")+CommitMarkerSuffix, strings.NewReader("")); err != nil {
+				t.Fatal(err)
+			}
+
+			// The mark is not written: nothing is deleted.
+			set(true, false, 0)
+			if n, err := cat.Remove(ctx, "j", 3); !errors.Is(err, errCut) || n != 0 {
+				t.Fatalf("remove with the metadata write failing = %d, %v", n, err)
+			}
+			set(false, false, 0)
+			if _, err := cat.Read(ctx, "j", 3); err != nil {
+				t.Fatalf("checkpoint 3 after a removal that deleted nothing: %v", err)
+			}
+
+			// One state object goes, then storage fails.
+			set(false, true, 1)
+			if _, err := cat.Remove(ctx, "j", 3); !errors.Is(err, errCut) {
+				t.Fatalf("remove cut short = %v", err)
+			}
+			set(false, false, 0)
+			left, err := cat.State.List(ctx, StatePrefix("j", 3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			left = slices.DeleteFunc(left, func(k string) bool { return k == MetadataKey("j", 3) })
+			if len(left) == 0 || len(left) >= 3 {
+				t.Fatalf("state of checkpoint 3 after the cut: %v; want some of its 3 objects", left)
+			}
+			_, err = cat.Read(ctx, "j", 3)
+			var re *RemovingError
+			if !errors.As(err, &re) || !errors.Is(err, ErrCorrupt) || re.Metadata.ID != 3 || len(re.Metadata.Handles) != 2 ||
+				err.Error() != "checkpoint j/3 is partly removed (a removal began and did not finish), so it cannot be restored: run weir checkpoint rm j 3 again to finish the removal" {
+				t.Errorf("read of the partly removed checkpoint = %v", err)
+			}
+			if ids, err := cat.IDs(ctx, "j"); err != nil || !slices.Equal(ids, []int64{1, 2, 3}) {
+				t.Errorf("checkpoints listed: %v, %v; want 1, 2, 3", ids, err)
+			}
+			if md, skipped, err := cat.Latest(ctx, "j", []int64{1, 2, 3}); err != nil || md == nil || md.ID != 2 || !slices.Equal(skipped, []int64{3}) {
+				t.Errorf("latest = %+v, skipped %v, %v; want 2, skipping 3", md, skipped, err)
+			}
+
+			// Done again, the removal deletes the rest: what was left,
+			// and the metadata.
+			n, err := cat.Remove(ctx, "j", 3)
+			if err != nil || n != len(left)+1 {
+				t.Fatalf("remove again = %d, %v; want %d (%v and the metadata)", n, err, len(left)+1, left)
+			}
+			for _, s := range []storage.Store{cat.Meta, cat.State} {
+				if keys, err := s.List(ctx, StatePrefix("j", 3)); err != nil || len(keys) != 0 {
+					t.Errorf("left of checkpoint 3: %v, %v", keys, err)
+				}
+			}
+			if ids, err := cat.IDs(ctx, "j"); err != nil || !slices.Equal(ids, []int64{1, 2}) {
+				t.Errorf("checkpoints after the removal: %v, %v", ids, err)
+			}
+			if _, err := cat.Remove(ctx, "j", 3); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("remove once more = %v, want not exist", err)
+			}
+		})
+	}
 }
