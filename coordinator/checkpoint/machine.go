@@ -853,9 +853,21 @@ func (m *Machine) Removed(id int64) {
 	m.completed = drop(m.completed)
 	m.savepoints = drop(m.savepoints)
 	for _, h := range m.history {
-		if h.ID == id && h.Status == control.CheckpointCompleted {
+		if h.ID == id && (h.Status == control.CheckpointCompleted || h.Status == control.CheckpointRemoving) {
 			h.Status = control.CheckpointDiscarded
 			h.Reason = ReasonRemoved
+		}
+	}
+}
+
+// RemovalCut notes that the removal of checkpoint id (Removed) was cut
+// short: its history says it is being removed, for reason. The machine
+// keeps it no more than a removed one.
+func (m *Machine) RemovalCut(id int64, reason string) {
+	for _, h := range m.history {
+		if h.ID == id && (h.Status == control.CheckpointDiscarded && h.Reason == ReasonRemoved || h.Status == control.CheckpointRemoving) {
+			h.Status = control.CheckpointRemoving
+			h.Reason = reason
 		}
 	}
 }

@@ -112,9 +112,28 @@ func TestMachineRemoved(t *testing.T) {
 	// Retention keeps 2 again before it discards: 1 is not counted.
 	expect(t, "tick", m.Tick(at(30)), "trigger(3)")
 	expect(t, "complete 3", complete(t, m, at(30), 3), "notify(3)")
+	history := func(when, status, reason string) {
+		t.Helper()
+		for _, h := range m.History() {
+			if h.ID == 1 && (h.Status != status || h.Reason != reason) {
+				t.Errorf("%s: history of 1: %+v; want %s: %s", when, h, status, reason)
+			}
+		}
+	}
+	history("removed", control.CheckpointDiscarded, ReasonRemoved)
+	// A removal cut short says so; done again, it is removed. It is kept
+	// no more meanwhile.
+	m.RemovalCut(1, "cut")
+	history("cut short", control.CheckpointRemoving, "cut")
+	if ids := retainedIDs(m); slices.Contains(ids, 1) {
+		t.Errorf("retained after a removal cut short: %v", ids)
+	}
+	m.Removed(1)
+	history("removed again", control.CheckpointDiscarded, ReasonRemoved)
+	m.RemovalCut(2, "cut") // not being removed: nothing changes
 	for _, h := range m.History() {
-		if h.ID == 1 && (h.Status != control.CheckpointDiscarded || h.Reason != ReasonRemoved) {
-			t.Errorf("history of 1: %+v", h)
+		if h.ID == 2 && h.Status != control.CheckpointCompleted {
+			t.Errorf("history of 2, not removed: %+v", h)
 		}
 	}
 }

@@ -347,6 +347,14 @@ func (r *Runner) Removed(id int64) {
 	r.m.Removed(id)
 }
 
+// RemovalCut notes that the removal of checkpoint id, which Removed
+// dropped, was cut short (Machine.RemovalCut).
+func (r *Runner) RemovalCut(id int64, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m.RemovalCut(id, reason)
+}
+
 // Savepoint takes a savepoint and waits until it completes or fails.
 func (r *Runner) Savepoint(ctx context.Context) (control.CheckpointInfo, error) {
 	return r.savepoint(ctx, r.m.TriggerSavepoint)

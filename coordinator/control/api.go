@@ -189,6 +189,10 @@ const (
 	CheckpointCompleted = "completed"
 	CheckpointFailed    = "failed"
 	CheckpointDiscarded = "discarded"
+	// CheckpointRemoving is a checkpoint whose removal (weir checkpoint
+	// rm) began and did not finish: part of it may be gone, so it is
+	// never restored, and weir checkpoint rm done again finishes it.
+	CheckpointRemoving = "removing"
 )
 
 // CheckpointInfo describes one checkpoint or savepoint of a job.

@@ -142,6 +142,9 @@ type job struct {
 	// removed holds the checkpoints removed on request (weir checkpoint
 	// rm), so that removing one again says it is gone.
 	removed map[int64]bool
+	// cut holds the checkpoints whose removal was cut short (removalCut):
+	// partly removed, they are nobody's latest.
+	cut map[int64]bool
 	// superseded is set once a new run of the job's name replaced it: its
 	// record is the new run's to write.
 	superseded bool

@@ -12,8 +12,10 @@ import (
 )
 
 // RemoveCheckpoints implements control.API: it deletes a checkpoint or
-// savepoint of a job from storage (Catalog.Remove: every task's snapshot,
-// then the metadata), or with r.Earlier every one the job's earlier runs
+// savepoint of a job from storage (Catalog.Remove: the metadata marked as
+// being removed, every task's snapshot, then the metadata; one cut short is
+// listed as removing, never restored, and a removal done again finishes
+// it), or with r.Earlier every one the job's earlier runs
 // left stored, and the run forgets it (its history lists it as removed).
 // It refuses, saying why, one being written (pending), and one that a job
 // that has not ended restores on a failover (neededBy): the newest its run
@@ -88,11 +90,17 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 	cat := m.opts.Catalog
 	info := control.CheckpointInfo{Job: name, ID: id}
 	md, err := cat.Read(ctx, name, id)
+	var cut *checkpoint.RemovingError
 	switch {
 	case err == nil:
 		info = md.Info()
 	case errors.Is(err, fs.ErrNotExist):
 		return control.RemovedCheckpoint{}, m.noSuchCheckpoint(ctx, j, id)
+	case errors.As(err, &cut):
+		// A removal began before and did not finish: this one
+		// finishes it.
+		info = cut.Metadata.Info()
+		info.Status, info.Reason = control.CheckpointRemoving, partlyRemoved(name, id)
 	case errors.Is(err, checkpoint.ErrCorrupt):
 		// Nothing can restore it; it goes all the same.
 		info.Status, info.Reason = control.CheckpointFailed, fmt.Sprintf("stored, but cannot be restored: %v", err)
@@ -115,6 +123,12 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) { // retention discarded it meanwhile
 			return control.RemovedCheckpoint{}, m.noSuchCheckpoint(ctx, j, id)
+		}
+		// Cut short: the checkpoint may be partly gone, and storage
+		// says so (Catalog.Remove marked it first); so does the job.
+		j.removalCut(ctx, id)
+		if cur, err := m.job(name); err == nil && cur != j {
+			cur.removalCut(ctx, id)
 		}
 		return control.RemovedCheckpoint{}, fmt.Errorf("%w (removed %d objects; weir checkpoint rm %s %d tries again)", err, n, name, id)
 	}
@@ -333,9 +347,8 @@ func (m *Manager) removeEarlier(ctx context.Context, name string) (control.Remov
 // removedCheckpoint notes that checkpoint id of the job was removed: the
 // listing of stored checkpoints drops it, and an ended job's latest
 // checkpoint, if it was that one, becomes the newest of the run still
-// stored, in its record too. (A job that has not ended keeps its latest:
-// that one is never removed.) A job that a new run of its name replaced
-// meanwhile writes no record (superseded).
+// stored, in its record too (relatest). (A job that has not ended keeps
+// its latest: that one is never removed.)
 func (j *job) removedCheckpoint(ctx context.Context, id int64) {
 	j.mu.Lock()
 	if j.removed == nil {
@@ -343,6 +356,45 @@ func (j *job) removedCheckpoint(ctx context.Context, id int64) {
 	}
 	j.removed[id] = true
 	j.stored = slices.DeleteFunc(j.stored, func(c control.CheckpointInfo) bool { return c.ID == id })
+	j.mu.Unlock()
+	j.relatest(ctx)
+}
+
+// removalCut notes that the removal of checkpoint id of the job was cut
+// short (Catalog.Remove failed after it began): the run's history and the
+// listing of stored checkpoints say that it is being removed, and an
+// ended job's latest checkpoint, if it was that one, becomes the newest
+// of the run still stored whole (relatest), as for one removed.
+func (j *job) removalCut(ctx context.Context, id int64) {
+	reason := partlyRemoved(j.spec.Name, id)
+	j.runner.RemovalCut(id, reason)
+	j.mu.Lock()
+	if j.cut == nil {
+		j.cut = map[int64]bool{}
+	}
+	j.cut[id] = true
+	for i := range j.stored {
+		if j.stored[i].ID == id {
+			j.stored[i].Status, j.stored[i].Reason = control.CheckpointRemoving, reason
+		}
+	}
+	j.mu.Unlock()
+	j.relatest(ctx)
+}
+
+// partlyRemoved is the reason weir checkpoint ls gives for checkpoint id
+// of job, whose removal began and did not finish.
+func partlyRemoved(job string, id int64) string {
+	return fmt.Sprintf("partly removed: a removal began and did not finish, so it is not restored; weir checkpoint rm %s %d finishes it", job, id)
+}
+
+// relatest sets an ended job's latest checkpoint to the newest of its run
+// in storage that was neither removed nor partly removed, and writes its
+// record. A job that has not ended keeps its latest: that one is never
+// removed. A job that a new run of its name replaced meanwhile writes no
+// record (superseded).
+func (j *job) relatest(ctx context.Context) {
+	j.mu.Lock()
 	ended, firstID, startID := j.st.State.Terminal(), j.firstID, j.startID
 	j.mu.Unlock()
 	if !ended {
@@ -359,7 +411,7 @@ func (j *job) removedCheckpoint(ctx context.Context, id int64) {
 	j.mu.Lock()
 	latest := int64(0)
 	for _, c := range ids {
-		if !j.removed[c] && (c >= firstID || c == startID) {
+		if !j.removed[c] && !j.cut[c] && (c >= firstID || c == startID) {
 			latest = c
 		}
 	}

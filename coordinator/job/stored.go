@@ -22,7 +22,9 @@ const maxStoredListed = 100
 // stored, which a restore can start from all the same and no retention
 // discards — and, for a job that has ended (one a restarted coordinator
 // knows from its record has no history), its run's. One that does not
-// check out is listed as failed, with why.
+// check out is listed as failed, with why; one whose removal began and
+// did not finish (checkpoint.RemovingError) as being removed, also one of
+// a run that goes on (its machine does not keep it), which is read for it.
 //
 // They are read once per job: nothing else changes them while the job is
 // known under its name (its retention discards only checkpoints its
@@ -56,14 +58,23 @@ func (j *job) storedCheckpoints(ctx context.Context, hist []control.CheckpointIn
 	var out []control.CheckpointInfo
 	for i := len(ids) - 1; i >= 0 && len(out) < maxStoredListed; i-- {
 		id := ids[i]
-		if listed[id] || (id >= firstID && !ended) {
-			// This run's: its history lists it (or did, before it
-			// kept only the latest), and its retention may discard it.
+		if listed[id] {
 			continue
 		}
+		// This run's, of a job that runs on: its history lists it (or
+		// did, before it kept only the latest), and its retention may
+		// discard it — unless it is partly removed (a removal cut short
+		// before the coordinator restarted), which the run does not keep.
+		run := id >= firstID && !ended
 		md, err := cat.Read(ctx, name, id)
 		var in control.CheckpointInfo
+		var cut *checkpoint.RemovingError
 		switch {
+		case errors.As(err, &cut):
+			in = cut.Metadata.Info()
+			in.Status, in.Reason = control.CheckpointRemoving, partlyRemoved(name, id)
+		case run:
+			continue
 		case err == nil:
 			in = md.Info()
 		case errors.Is(err, fs.ErrNotExist):
