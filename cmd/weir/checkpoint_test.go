@@ -152,3 +152,22 @@ checkpointing: {disabled: true}
 		})
 	}
 }
+
+// weir checkpoint ls shows a checkpoint whose removal was cut short as
+// being removed, as it was taken (aligned) and with the reason, and weir
+// checkpoint rm done again says it removed the rest of it.
+func TestCheckpointPartlyRemoved(t *testing.T) {
+	c := control.CheckpointInfo{ID: 12, Savepoint: true, Status: control.CheckpointRemoving, Size: 25, Acked: 5, Total: 5,
+		Reason: "partly removed: a removal began and did not finish, so it is not restored; weir checkpoint rm wc 12 finishes it"}
+	var ls bytes.Buffer
+	printCheckpoints(&ls, []control.CheckpointInfo{c})
+	rows := strings.Split(strings.TrimSpace(ls.String()), "\n")
+	if f := strings.Fields(rows[len(rows)-1]); len(f) < 9 || f[2] != "removing" || f[7] != "aligned" || !strings.HasSuffix(rows[1], c.Reason) {
+		t.Errorf("checkpoint ls:\n%s", ls.String())
+	}
+	var rm bytes.Buffer
+	printRemoved(&rm, "wc", control.Removed{Checkpoints: []control.RemovedCheckpoint{{CheckpointInfo: c, Objects: 5}}})
+	if want := "removed savepoint 12 of wc (the rest of it: an earlier removal was cut short): 5 storage objects\n"; rm.String() != want {
+		t.Errorf("checkpoint rm:\n%q\nwant\n%q", rm.String(), want)
+	}
+}

@@ -375,7 +375,9 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            time (start delay: the barrier queued behind in-flight data
                            or a running sink commit; alignment; snapshot; upload).
                            Only the completed ones can be restored; discarded ones
-                           were deleted past checkpointing.retained.
+                           were deleted past checkpointing.retained; "removing" ones
+                           are partly removed (a weir checkpoint rm was cut short):
+                           never restored, weir checkpoint rm again finishes them.
                            Checkpoints of earlier runs of the job (before the restore
                            or submit that began this run) that are still stored are
                            listed too, marked "earlier run": they can be restored, and
@@ -384,7 +386,10 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
   weir checkpoint rm JOB ID...
                            delete checkpoints or savepoints of JOB from storage for
                            good: the metadata and every task's snapshot; they can no
-                           longer be restored. Refused, saying why, for one still
+                           longer be restored, also if the removal is cut short (a
+                           storage failure): marked first as being removed, such a
+                           one is listed as "removing" until rm again finishes it.
+                           Refused, saying why, for one still
                            needed: what a job that has not ended restores on a
                            failover (its latest; for a restored job that completed
                            none of its own, the one it started from, of any job),
@@ -482,7 +487,11 @@ func printRemoved(w io.Writer, job string, rm control.Removed) {
 			kind = "savepoint"
 		}
 		what := size(c.Size)
-		if c.Status != control.CheckpointCompleted {
+		switch c.Status {
+		case control.CheckpointCompleted:
+		case control.CheckpointRemoving:
+			what = "the rest of it: an earlier removal was cut short"
+		default:
 			what = "could not be restored"
 		}
 		if c.EarlierRun {
@@ -550,7 +559,7 @@ func alignedOf(c control.CheckpointInfo) string {
 		return "unaligned"
 	case c.Mode == jobspec.ModeAtLeastOnce:
 		return "at-least-once"
-	case c.Status == control.CheckpointCompleted || c.Status == control.CheckpointDiscarded:
+	case c.Status == control.CheckpointCompleted || c.Status == control.CheckpointDiscarded || c.Status == control.CheckpointRemoving:
 		return "aligned"
 	case c.Mode == jobspec.ModeUnaligned:
 		return "unaligned"
