@@ -52,14 +52,20 @@ func connectNATS(nf *natsFlags, name string, w io.Writer) (*nats.Conn, error) {
 	if o == nil {
 		return nil, usagef("-nats: no NATS server URL")
 	}
-	stop := notice(w, fmt.Sprintf("weir: waiting for NATS at %s to answer (a server that does not is left after %s, for the next one listed)",
-		natsconn.Redact(nf.url), natsconn.DefaultConnectTimeout))
+	stop := natsNotice(nf, w)
 	nc, err := natsconn.Connect(*o, nats.MaxReconnects(0))
 	stop()
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", nf.url, err)
 	}
 	return nc, nil
+}
+
+// natsNotice tells w, once noticeAfter has passed without stop being
+// called, that a command waits for the NATS server of nf to answer.
+func natsNotice(nf *natsFlags, w io.Writer) (stop func()) {
+	return notice(w, fmt.Sprintf("weir: waiting for NATS at %s to answer (a server that does not is left after %s, for the next one listed)",
+		natsconn.Redact(nf.url), natsconn.DefaultConnectTimeout))
 }
 
 // connectAPI connects to NATS and returns a job API client, which tells w
@@ -72,12 +78,17 @@ func connectAPI(nf *natsFlags, w io.Writer) (*nats.Conn, *control.APIClient, err
 	}
 	c := control.NewAPIClient(nc, "")
 	c.Timeout = nf.waitTimeout()
-	c.Waiting = func(op string, wait time.Duration) {
-		if what, ok := apiWaits[op]; ok {
-			fmt.Fprintf(w, "weir: waiting for the coordinator to answer %s (for up to %s)\n", what, wait.Round(time.Second))
-		}
-	}
+	c.Waiting = func(op string, wait time.Duration) { sayAPIWait(w, op, wait) }
 	return nc, c, nil
+}
+
+// sayAPIWait tells w that a command waits for the coordinator to answer
+// the job API request op (one of apiWaits; others are not said), for up
+// to wait.
+func sayAPIWait(w io.Writer, op string, wait time.Duration) {
+	if what, ok := apiWaits[op]; ok {
+		fmt.Fprintf(w, "weir: waiting for the coordinator to answer %s (for up to %s)\n", what, wait.Round(time.Second))
+	}
 }
 
 // apiWaits names the job API's requests a command waits for, as weir

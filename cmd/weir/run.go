@@ -114,12 +114,19 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		}
 		fmt.Fprintf(std.Out, "embedded NATS on %s, coordinator and worker in this process\n", n.Server.ClientURL())
 	} else {
-		if n, err = node.Start(ctx, node.Options{NATS: o.nats.options("weir run"), CheckpointStore: node.StoreJetStream}); err != nil {
+		// A server that does not answer (a frozen process) is waited for
+		// up to the connect timeout: the user is told, as by the other
+		// commands (connectNATS).
+		connecting := func() func() { return natsNotice(&o.nats, std.Err) }
+		if n, err = node.Start(ctx, node.Options{NATS: o.nats.options("weir run"), CheckpointStore: node.StoreJetStream,
+			Connecting: connecting}); err != nil {
 			return err
 		}
 	}
 	defer n.Close()
 	n.API.Timeout = o.nats.waitTimeout()
+	notices := &apiNotices{w: std.Err}
+	n.API.Waiting = notices.waiting
 	if err := pushLocalModules(ctx, std.Out, n.Registry, spec, built); err != nil {
 		return err
 	}
@@ -133,7 +140,42 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 			return err
 		}
 	}
-	return follow(ctx, std, n, spec, o, embedded)
+	return follow(ctx, std, n, spec, o, embedded, notices)
+}
+
+// apiNotices tells w what weir run waits for once a request of the job
+// API has had no answer for a second (control.APIClient.Waiting), as
+// connectAPI does for the other commands — but once per wait: weir run
+// asks for the job's status every moment, and while the coordinator does
+// not answer (an election in its storage, a restart) every poll would
+// say so again. A request of an operation is said again only once one
+// of that operation got an answer (answered).
+type apiNotices struct {
+	w    io.Writer
+	mu   sync.Mutex
+	said map[string]bool // operations said waiting for since their last answer
+}
+
+// waiting is control.APIClient.Waiting.
+func (a *apiNotices) waiting(op string, wait time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.said[op] {
+		return
+	}
+	if a.said == nil {
+		a.said = map[string]bool{}
+	}
+	a.said[op] = true
+	sayAPIWait(a.w, op, wait)
+}
+
+// answered notes that the coordinator answered a request of op: the next
+// one that waits is said again.
+func (a *apiNotices) answered(op string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.said, op)
 }
 
 // checkRegistryModules reports the first operator whose module names a
@@ -589,7 +631,7 @@ func (o *output) state() (int, time.Time) {
 	return o.n, o.last
 }
 
-func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool) error {
+func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool, notices *apiNotices) error {
 	out := &output{std: std, show: o.show, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{}, js: n.JS, sinks: spec.Sinks}
 	for _, s := range spec.Sinks {
 		sub, err := out.watch(ctx, n.Conn, s)
@@ -661,6 +703,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		pctx, cancel := context.WithDeadline(ctx, end)
 		st, err := n.API.Job(pctx, spec.Name)
 		cancel()
+		if err == nil {
+			notices.answered(control.APIJob)
+		}
 		if err != nil && ctx.Err() == nil && !forEnd.IsZero() && !time.Now().Before(forEnd) {
 			// -for ends the following, also while no coordinator
 			// answers.
@@ -711,6 +756,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			inputDone, publishedAt = true, time.Now()
 		}
 		cps, cpsErr := n.API.Checkpoints(ctx, spec.Name)
+		if cpsErr == nil {
+			notices.answered(control.APICheckpoints)
+		}
 		sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
 		for _, c := range cps {
 			// An earlier run's checkpoints (the job's name ran before)

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -63,5 +67,110 @@ func TestCommandSaysItWaitsForNATS(t *testing.T) {
 	said := "weir: waiting for NATS at " + quiet.URL() + " to answer (a server that does not is left after 5s, for the next one listed)\n"
 	if got := errb.String(); !strings.HasPrefix(got, said) || !strings.Contains(got, "cannot reach NATS at "+quiet.URL()) {
 		t.Errorf("stderr %q; want %q, then that NATS cannot be reached", got, said)
+	}
+}
+
+// weir run -nats says that it waits for a server that does not answer, as
+// the other commands do, before it gives up on it.
+func TestRunSaysItWaitsForNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	quiet := natsconntest.NewSilencer(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	quiet.Silence()
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	if code := run(ctx, []string{"run", "-nats", quiet.URL(), tapSpec(t, "frozen", mod, "")},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code == 0 {
+		t.Fatalf("weir run through a silent server exited 0: %s", out.String())
+	}
+	said := "weir: waiting for NATS at " + quiet.URL() + " to answer (a server that does not is left after 5s, for the next one listed)\n"
+	if got := errb.String(); !strings.HasPrefix(got, said) || strings.Count(got, said) != 1 {
+		t.Errorf("stderr %q; want %q once, first", got, said)
+	}
+}
+
+// weir run says what it waits for once the coordinator has not answered
+// its submit or a status poll for a second — once per wait: while the
+// coordinator is away it polls again and again (each poll waits up to a
+// read attempt, control.DefaultReadAttempt), and says so once, not for
+// every poll. Here a stand-in for the coordinator answers the submit and
+// the first poll only once weir run said it waits for them, the next poll
+// at once, and then goes away.
+func TestRunSaysWhatItWaitsFor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// NATS and the module registry, without a coordinator.
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	const (
+		submitSaid = "weir: waiting for the coordinator to answer the submit (for up to 6s)"
+		statusSaid = "weir: waiting for the coordinator to answer job status (for up to 6s)"
+		running    = `{"result":{"name":"waits","state":"running","attempt":1}}`
+	)
+	// heldUntil answers m with data once weir run said what.
+	heldUntil := func(m *nats.Msg, what, data string) {
+		for !strings.Contains(errb.String(), what) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = m.Respond([]byte(data))
+	}
+	subs := control.Subjects{}
+	var polls atomic.Int32
+	away := make(chan struct{})
+	var jobSub, cpSub *nats.Subscription
+	submitSub, err := n.Conn.Subscribe(subs.API(control.APISubmit), func(m *nats.Msg) { heldUntil(m, submitSaid, running) })
+	if err == nil {
+		jobSub, err = n.Conn.Subscribe(subs.API(control.APIJob), func(m *nats.Msg) {
+			switch polls.Add(1) {
+			case 1:
+				heldUntil(m, statusSaid, running)
+			case 2:
+				_ = m.Respond([]byte(running))
+				close(away)
+			}
+		})
+	}
+	if err == nil {
+		cpSub, err = n.Conn.Subscribe(subs.API(control.APICheckpoints), func(m *nats.Msg) { _ = m.Respond([]byte(`{"result":[]}`)) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-away
+		for _, s := range []*nats.Subscription{submitSub, jobSub, cpSub} {
+			_ = s.Unsubscribe()
+		}
+	}()
+	// -wait 6s: weir run polls a coordinator that is away until nobody
+	// listened for that long, two polls or more. Without a deadline of its
+	// own, as from a shell: -wait bounds each request.
+	code := run(context.Background(), []string{"run", "-nats", n.Server.ClientURL(), "-wait", "6s", "-idle", "0", tapSpec(t, "waits", mod, "")},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 || !strings.Contains(errb.String(), "no coordinator answers") {
+		t.Fatalf("weir run with the coordinator gone: exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	if polls.Load() < 2 {
+		t.Fatalf("weir run polled the job's status %d times; want 2 answered:\n%s\n%s", polls.Load(), out.String(), errb.String())
+	}
+	got := errb.String()
+	if c := strings.Count(got, submitSaid); c != 1 {
+		t.Errorf("stderr says %q %d times; want once:\n%s", submitSaid, c, got)
+	}
+	// Once for the first poll, once for the polls while it is away.
+	if c := strings.Count(got, statusSaid); c != 2 {
+		t.Errorf("stderr says %q %d times; want twice:\n%s", statusSaid, c, got)
 	}
 }

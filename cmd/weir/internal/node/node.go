@@ -53,6 +53,11 @@ type Options struct {
 	// succeeds or ctx is done — for a worker started before its server.
 	// Without it Start fails at once, as interactive commands should.
 	WaitForNATS bool
+	// Connecting, if set, is called as Start connects to the external
+	// server (NATS set, WaitForNATS not), and the function it returns once
+	// that connection is made or has failed, so that a command can say
+	// what it waits for while a server does not answer.
+	Connecting func() (connected func())
 	// Host and Port of the embedded server (default 127.0.0.1:4222; -1 picks
 	// a free port).
 	Host string
@@ -256,7 +261,13 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 			return err
 		}
 	} else {
-		if n.Conn, err = natsconn.Connect(*opts.NATS, connEvents(log)...); err != nil {
+		connected := func() {}
+		if opts.Connecting != nil {
+			connected = opts.Connecting()
+		}
+		n.Conn, err = natsconn.Connect(*opts.NATS, connEvents(log)...)
+		connected()
+		if err != nil {
 			return err
 		}
 	}
