@@ -3,11 +3,13 @@ package registry
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -126,5 +128,61 @@ func TestRegistryPushWaitsOutAnElection(t *testing.T) {
 	data, err := reg.Get(ctx, got[0])
 	if err != nil || !bytes.Equal(data, wasm) {
 		t.Fatalf("get %s: %d bytes, %v; want the %d pushed", m.Ref(), len(data), err, len(wasm))
+	}
+}
+
+// A push's claim of its version waits out an election of the versions'
+// bucket's stream leader (its leader's server and another of three
+// stopped), as the upload does, and claims the version once a leader is
+// back: nats.go's KV create, which the claim used alone, failed at once.
+// The claim is the push's step after its listing, which finds the stream
+// led; here it starts on its own while it is not.
+func TestRegistryClaimWaitsOutAnElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	if _, err := Open(ctx, js, "", 3); err != nil {
+		t.Fatal(err)
+	}
+	stream := "KV_" + DefaultBucket + "_versions"
+	stay, stop := embeddedtest.QuorumLoss(t, ctx, js, stream, servers)
+	snc, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	reg, err := Open(ctx, sjs, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := versionKey("op", 1)
+	tries := make(chan *nats.Msg, 64)
+	if _, err := snc.ChanSubscribe("$KV."+DefaultBucket+"_versions."+key, tries); err != nil {
+		t.Fatal(err)
+	}
+	if err := snc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	restart := stop()
+
+	digest := Digest(minimal)
+	claimed := make(chan error, 1)
+	go func() { claimed <- reg.claim(ctx, key, digest) }()
+	// A try goes out while the stream has no leader; the claim goes on.
+	select {
+	case <-tries:
+	case err := <-claimed:
+		t.Fatalf("the claim ended (%v) with no leader to store it", err)
+	}
+	restart()
+	if err := <-claimed; err != nil {
+		t.Fatalf("claim once a leader is back: %v", err)
+	}
+	if ours, err := reg.claimedFor(ctx, key, digest); err != nil || !ours {
+		t.Fatalf("%s holds our digest: %v, %v; want true", key, ours, err)
+	}
+	// Another push of the version, with other content, conflicts.
+	if err := reg.claim(ctx, key, Digest([]byte("other"))); !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Errorf("a second claim of %s: %v; want %v", key, err, jetstream.ErrKeyExists)
 	}
 }

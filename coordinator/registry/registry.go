@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"sort"
@@ -23,9 +24,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -78,15 +81,24 @@ func (m Module) Ref() string { return fmt.Sprintf("%s@%d", m.Name, m.Version) }
 
 // Registry is a module registry on a JetStream object store. Versions are
 // claimed in a KV bucket (BUCKET_versions) with create-if-absent, so
-// concurrent pushes never get the same version. Pushes, listings, reads
+// concurrent pushes never get the same version (but pushes of the same
+// content, one of whose claims went unanswered: claim). Pushes, listings, reads
 // and removals go through the bucket's stream leader (storage.ObjectStore):
 // on a cluster, a worker connected to a replica that lags finds a module
 // pushed just before, instead of failing its job with "not in the module
 // registry", and a push's upload waits out an election of the stream's
-// leader.
+// leader. So does a push's claim of its version (claim).
 type Registry struct {
 	store    *storage.ObjectStore
 	versions jetstream.KeyValue
+	// claims reads the versions' bucket through its stream's leader.
+	claims *storage.KV
+	nc     *nats.Conn
+	// tryTimeout bounds one try of a version's claim.
+	tryTimeout time.Duration
+	// create creates a key of the versions' bucket: versions.Create, or in
+	// a test one whose acknowledgement is lost.
+	create func(ctx context.Context, key string, value []byte) (uint64, error)
 }
 
 // Open opens the registry in bucket ("" = DefaultBucket), creating the
@@ -108,7 +120,15 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}
-	return &Registry{store: storage.ObjectStoreOf(js, bucket), versions: kv}, nil
+	// The bucket exists now: replicas 0 leaves it as it is.
+	claims, err := storage.NewKV(ctx, js, bucket+"_versions", 0)
+	if err != nil {
+		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
+	}
+	return &Registry{store: storage.ObjectStoreOf(js, bucket), versions: kv, claims: claims,
+		nc: js.Conn(), tryTimeout: js.Options().DefaultTimeout, create: func(ctx context.Context, key string, value []byte) (uint64, error) {
+			return kv.Create(ctx, key, value)
+		}}, nil
 }
 
 // Digest returns the lower-case hex sha256 of data.
@@ -157,7 +177,7 @@ func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version i
 		if !explicit {
 			version = latest + 1
 		}
-		_, err := r.versions.Create(ctx, versionKey(name, version), []byte(digest))
+		err := r.claim(ctx, versionKey(name, version), digest)
 		if err == nil {
 			break
 		}
@@ -175,6 +195,59 @@ func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version i
 		return Module{}, fmt.Errorf("push %s: %w", m.Ref(), err)
 	}
 	return m, nil
+}
+
+// claim claims key, a version of a module, for the module with digest:
+// it creates the key in the versions' bucket, or fails with
+// jetstream.ErrKeyExists when another push has claimed the version.
+//
+// While the bucket's stream has no leader (an election on a cluster), the
+// create is sent again until a leader stores it, each try bounded by
+// r.tryTimeout, within ctx's deadline or, without one,
+// natsconn.ElectionWait (natsconn.ThroughElection), as the push's upload
+// waits (storage.ObjectStore.PutObject). A try that failed so may have
+// been stored after all (its acknowledgement lost, or come after the
+// try's deadline): the next try then finds the key there. That is no
+// conflict when the key holds digest — the claim landed, as read from the
+// stream's leader — so a key that exists after a failed try is ours when
+// it names our module's content. (Another push of the same content to the
+// same version at the same moment would be taken for ours too: it stores
+// the same bytes.)
+func (r *Registry) claim(ctx context.Context, key, digest string) error {
+	failed := false // a try failed: it may have been stored
+	err := natsconn.ThroughElection(ctx, r.nc, r.tryTimeout, func(ctx context.Context) error {
+		_, err := r.create(ctx, key, []byte(digest))
+		if err != nil && natsconn.Leaderless(err) {
+			failed = true
+		}
+		return err
+	})
+	if !failed || !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	ours, rerr := r.claimedFor(ctx, key, digest)
+	switch {
+	case rerr != nil:
+		return fmt.Errorf("%w (after a try that failed; reading it back: %w)", err, rerr)
+	case ours:
+		return nil
+	}
+	return err
+}
+
+// claimedFor reports whether key of the versions' bucket holds digest, as
+// the bucket's stream leader has it.
+func (r *Registry) claimedFor(ctx context.Context, key, digest string) (bool, error) {
+	rc, err := r.claims.Get(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", key, err)
+	}
+	return string(got) == digest, nil
 }
 
 // put stores wasm as the object of m, its digest and push time in the

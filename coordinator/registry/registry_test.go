@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/modref"
@@ -195,5 +196,51 @@ func TestPushContent(t *testing.T) {
 	}
 	if list, _ := r.List(ctx); len(list) != 2 {
 		t.Errorf("stored %+v, want op@1 and op@2", list)
+	}
+}
+
+// A claim whose try was stored but not acknowledged (the acknowledgement
+// lost in an election, or come after the try's deadline) finds its key
+// there at the next try: the key holds the push's digest, so the version
+// is its own — not "module version exists". A key that holds another
+// push's digest is that push's, and the claim fails. Here the server is
+// real and the key is stored; only the first acknowledgement is dropped.
+func TestClaimWhoseAcknowledgementWasLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := openRegistry(t)
+	create := r.create
+	// lose stores the next create with stored as its value, and answers
+	// it with a timeout, as a try whose acknowledgement never came.
+	lose := func(stored func(value []byte) []byte) {
+		lost := false
+		r.create = func(ctx context.Context, key string, value []byte) (uint64, error) {
+			if lost {
+				return create(ctx, key, value)
+			}
+			lost = true
+			if _, err := create(ctx, key, stored(value)); err != nil {
+				return 0, err
+			}
+			return 0, nats.ErrTimeout
+		}
+	}
+	lose(func(value []byte) []byte { return value })
+	m, err := r.Push(ctx, "lost", minimal, 0, checkMagic)
+	if err != nil || m.Version != 1 {
+		t.Fatalf("push with its claim's acknowledgement lost: %+v, %v; want version 1", m, err)
+	}
+	if got, err := r.Find(ctx, modref.Ref{Kind: modref.Registry, Name: "lost", Version: 1}); err != nil || got[0].Digest != Digest(minimal) {
+		t.Fatalf("find lost@1: %v, %v", got, err)
+	}
+
+	// Another push claimed the version while the try went unanswered.
+	lose(func([]byte) []byte { return []byte(Digest([]byte("another push"))) })
+	if _, err := r.Push(ctx, "taken", minimal, 1, checkMagic); !errors.Is(err, ErrExists) {
+		t.Errorf("push taken@1, which another push claimed: %v; want %v", err, ErrExists)
+	}
+	lose(func([]byte) []byte { return []byte(Digest([]byte("another push"))) })
+	if m, err := r.Push(ctx, "next", minimal, 0, checkMagic); err != nil || m.Version != 2 {
+		t.Errorf("push next, whose version 1 another push claimed: %+v, %v; want version 2", m, err)
 	}
 }
