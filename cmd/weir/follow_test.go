@@ -281,6 +281,18 @@ func TestRunReportsStateChanges(t *testing.T) {
 		return s
 	}
 	old := func(s control.JobStatus) control.JobStatus { s.LastFailure = nil; return s }
+	// skipped has s say that attempts were not started, their deploys
+	// having lost worker w2 (given oldest first, listed newest first).
+	skipped := func(s control.JobStatus, attempts ...int) control.JobStatus {
+		for _, a := range attempts {
+			s.Skipped = append([]control.SkippedAttempt{{Time: at, Attempt: a, Worker: "w2",
+				Reason: "its worker w2 was lost while it was deployed"}}, s.Skipped...)
+		}
+		return s
+	}
+	notStarted := func(a int) string {
+		return fmt.Sprintf("attempt %d was not started: its worker w2 was lost while it was deployed", a)
+	}
 	boom1, boom2 := fail(1, "task in-0 failed: boom"), fail(2, "task in-0 failed: boom")
 	lost1, lost2, refused2 := fail(1, "worker w1 lost"), fail(2, "worker w1 lost"), fail(2, "deploy to worker w2: refused")
 	for _, c := range []struct {
@@ -305,6 +317,20 @@ func TestRunReportsStateChanges(t *testing.T) {
 			// without it, and attempt 1's failure is the latest.
 			st(control.JobRunning, 1, ""), st(control.JobRunning, 3, "", boom1),
 		}, []string{"running (attempt 1)", "running (attempt 3), restarted after: task in-0 failed: boom"}},
+		{"a first deploy that lost its worker", []control.JobStatus{
+			skipped(st(control.JobRunning, 2, ""), 1), skipped(st(control.JobRunning, 2, ""), 1),
+		}, []string{"running (attempt 2); " + notStarted(1)}},
+		{"a restart between two looks whose deploy lost its worker", []control.JobStatus{
+			st(control.JobRunning, 1, ""), skipped(st(control.JobRunning, 3, "", boom1), 2),
+		}, []string{"running (attempt 1)", "running (attempt 3), restarted after: task in-0 failed: boom; " + notStarted(2)}},
+		{"a failover seen restarting whose deploys lost their worker", []control.JobStatus{
+			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, boom1.Reason, boom1),
+			skipped(st(control.JobRunning, 4, "", boom1), 2, 3),
+			skipped(st(control.JobRestarting, 4, lost1.Reason, fail(4, lost1.Reason), boom1), 2, 3),
+			skipped(st(control.JobRunning, 5, "", fail(4, lost1.Reason), boom1), 2, 3),
+		}, []string{"running (attempt 1)", "restarting (attempt 1): task in-0 failed: boom",
+			"running (attempt 4); " + notStarted(2) + "; " + notStarted(3),
+			"restarting (attempt 4): worker w1 lost", "running (attempt 5)"}},
 		{"a failover seen restarting", []control.JobStatus{
 			st(control.JobRunning, 1, ""), st(control.JobRestarting, 1, boom1.Reason, boom1), st(control.JobRunning, 2, "", boom1),
 		}, []string{"running (attempt 1)", "restarting (attempt 1): task in-0 failed: boom", "running (attempt 2)"}},

@@ -209,6 +209,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job status", err)
 		}
 		printJobs(std.Out, []control.JobStatus{st})
+		printSkipped(std.Out, st)
 		printRestoring(std.Out, st)
 		if len(st.Guarantees) > 0 {
 			fmt.Fprintln(std.Out, "guarantees:")
@@ -326,6 +327,17 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 			j.Updated.Format(time.TimeOnly), reason, last)
 	}
 	tw.Flush()
+}
+
+// printSkipped says why attempt numbers were skipped, one line each,
+// newest first (control.JobStatus.Skipped): a deploy whose worker was
+// lost, or that a worker refused, was planned again as the next attempt,
+// with no failure, and the attempt and failures shown would leave a gap
+// unexplained.
+func printSkipped(w io.Writer, st control.JobStatus) {
+	for _, s := range st.Skipped {
+		fmt.Fprintln(w, s)
+	}
 }
 
 // printRestoring says which tasks of a running job still restore their

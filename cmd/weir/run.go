@@ -832,6 +832,7 @@ type stateReport struct {
 	attempt int
 	reason  string           // the last reason printed
 	failure *control.Failure // the last failure printed
+	skipped int              // the newest attempt printed as not started
 }
 
 // news returns the line that reports st, or "" when st is no news, and
@@ -845,7 +846,10 @@ type stateReport struct {
 // (attempt 1)' between running and 'running (attempt 2)'). A reason is
 // printed once; so is a failure: a running job's line says which one it
 // restarted after (control.JobStatus.LastFailure) unless the restarting
-// line said it already.
+// line said it already. A line whose attempt is numbered past attempts
+// that were not started since the attempt said before (a deploy that lost
+// its worker, planned again as the next attempt) says why each was not
+// (control.JobStatus.Skipped), once.
 func (r *stateReport) news(st control.JobStatus) string {
 	switch {
 	case st.State == control.JobCreated && r.state != control.JobCreated:
@@ -886,6 +890,12 @@ func (r *stateReport) news(st control.JobStatus) string {
 		line += ": " + st.Reason
 		if f != nil && strings.HasPrefix(st.Reason, f.Reason) {
 			r.failure = f
+		}
+	}
+	for _, sk := range slices.Backward(st.Skipped) { // oldest first
+		if sk.Attempt >= prev && sk.Attempt > r.skipped && sk.Attempt < st.Attempt {
+			line += "; " + sk.String()
+			r.skipped = sk.Attempt
 		}
 	}
 	return line

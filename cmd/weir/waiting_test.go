@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -172,5 +173,38 @@ func TestRunSaysWhatItWaitsFor(t *testing.T) {
 	// Once for the first poll, once for the polls while it is away.
 	if c := strings.Count(got, statusSaid); c != 2 {
 		t.Errorf("stderr says %q %d times; want twice:\n%s", statusSaid, c, got)
+	}
+}
+
+// weir job status says why an attempt number is missing: attempt 3 runs
+// after attempt 1 failed, and attempt 2's deploy lost its worker (it was
+// planned again at once, with no failure), one line naming the worker.
+func TestJobStatusSaysWhyAnAttemptWasSkipped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	nc, _ := embeddedtest.Connect(t, srv)
+	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	st := control.JobStatus{Name: "x", State: control.JobRunning, Attempt: 3, Restarts: 1,
+		Failures: []control.Failure{{Time: at, Attempt: 1, Reason: "worker w1 lost"}},
+		Skipped:  []control.SkippedAttempt{{Time: at, Attempt: 2, Worker: "w2", Reason: "its worker w2 was lost while it was deployed"}}}
+	st.LastFailure = &st.Failures[0]
+	data, err := json.Marshal(map[string]any{"result": st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.Subscribe(control.Subjects{}.API(control.APIJob), func(m *nats.Msg) { _ = m.Respond(data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	var out, errb syncBuffer
+	if code := run(ctx, []string{"job", "status", "-nats", srv.ClientURL(), "x"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir job status exited %d: %s", code, errb.String())
+	}
+	const said = "\nattempt 2 was not started: its worker w2 was lost while it was deployed\n"
+	if got := out.String(); strings.Count(got, said) != 1 {
+		t.Errorf("stdout:\n%s\nwant the line %q once", got, strings.TrimSpace(said))
 	}
 }

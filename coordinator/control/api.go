@@ -82,6 +82,13 @@ type JobStatus struct {
 	// for a running job, the failure its latest failover recovered from,
 	// when it happened and the attempt it ended.
 	LastFailure *Failure `json:"last_failure,omitempty"`
+	// Skipped are the attempt numbers the job's deploys took and gave up
+	// before the attempt started, newest first, at most MaxFailures: a
+	// deploy whose worker was lost meanwhile, or that a worker refused
+	// for want of free slots, is planned again at once as the next
+	// attempt, with no failure and no restart — so that an attempt number
+	// missing between the failures and the attempt now is explained.
+	Skipped []SkippedAttempt `json:"skipped,omitempty"`
 	// Checkpoints counts the checkpoints of the job's run since this
 	// coordinator took it on, and describes the latest that completed.
 	Checkpoints CheckpointStats `json:"checkpoints,omitzero"`
@@ -117,6 +124,23 @@ type Failure struct {
 	Time    time.Time `json:"time"`
 	Attempt int       `json:"attempt"`
 	Reason  string    `json:"reason"`
+}
+
+// SkippedAttempt is an attempt that was not started (JobStatus.Skipped).
+type SkippedAttempt struct {
+	Time    time.Time `json:"time"`
+	Attempt int       `json:"attempt"`
+	// Worker is the worker that was lost, or refused the attempt's tasks.
+	Worker string `json:"worker"`
+	// Reason says why, naming Worker: "its worker w2 was lost while it
+	// was deployed".
+	Reason string `json:"reason"`
+}
+
+// String returns one line: "attempt 2 was not started: its worker w2 was
+// lost while it was deployed".
+func (s SkippedAttempt) String() string {
+	return fmt.Sprintf("attempt %d was not started: %s", s.Attempt, s.Reason)
 }
 
 // Latest returns the job's newest failure, nil if none: LastFailure, or,

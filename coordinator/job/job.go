@@ -201,6 +201,7 @@ func (j *job) status() control.JobStatus {
 	st.LatestCheckpoint = j.latestLocked(latest)
 	st.Checkpoints = cps
 	st.Failures = slices.Clone(j.st.Failures)
+	st.Skipped = slices.Clone(j.st.Skipped)
 	if len(st.Failures) > 0 {
 		f := st.Failures[0]
 		st.LastFailure = &f
@@ -323,6 +324,16 @@ func (j *job) noteFailure(reason string) {
 	j.mu.Lock()
 	f := control.Failure{Time: time.Now().UTC(), Attempt: j.st.Attempt, Reason: reason}
 	j.st.Failures = append([]control.Failure{f}, j.st.Failures[:min(len(j.st.Failures), control.MaxFailures-1)]...)
+	j.mu.Unlock()
+}
+
+// noteSkipped adds to the job's status that attempt was not started, for
+// why (naming worker): its deploy is planned again as the next attempt,
+// with no failure, so that the status says why the number is missing.
+func (j *job) noteSkipped(attempt int, worker, why string) {
+	j.mu.Lock()
+	sk := control.SkippedAttempt{Time: time.Now().UTC(), Attempt: attempt, Worker: worker, Reason: why}
+	j.st.Skipped = append([]control.SkippedAttempt{sk}, j.st.Skipped[:min(len(j.st.Skipped), control.MaxFailures-1)]...)
 	j.mu.Unlock()
 }
 
@@ -681,6 +692,7 @@ func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
 		}
 		f, gone, refused := j.deployOnce(restore, assignment, attempt)
 		if refused != "" {
+			j.noteSkipped(attempt, refused, fmt.Sprintf("its worker %s refused its tasks for want of free slots", refused))
 			full[refused] = j.m.freedSlots(refused)
 			j.m.log.Warn("worker refused the deploy for want of slots; planning again with it full until its tasks are fewer",
 				"job", j.spec.Name, "attempt", attempt, "worker", refused, "reason", f.reason)
@@ -697,6 +709,7 @@ func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
 		}
 		dropped[gone] = true
 		j.m.log.Warn("worker gone while deploying; planning again without it", "job", j.spec.Name, "worker", gone)
+		j.noteSkipped(attempt, gone, fmt.Sprintf("its worker %s was lost while it was deployed", gone))
 		j.stopTasks("worker " + gone + " gone while deploying")
 		// Forget reports the worker lost; the failure it queues names the
 		// attempt just abandoned, which wait ignores.

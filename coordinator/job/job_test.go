@@ -720,6 +720,11 @@ func TestDeployToAVanishedWorker(t *testing.T) {
 	if st.State != control.JobRunning || st.Restarts != 0 || st.Attempt != 2 {
 		t.Fatalf("status %+v; want running attempt 2 with no restart", st)
 	}
+	// The status says why attempt 1 is missing: it is no failure.
+	const why = "attempt 1 was not started: its worker w2 was lost while it was deployed"
+	if len(st.Skipped) != 1 || st.Skipped[0].String() != why || st.Skipped[0].Worker != "w2" || len(st.Failures) != 0 {
+		t.Errorf("skipped %+v, failures %+v; want %q alone", st.Skipped, st.Failures, why)
+	}
 	for task, w := range st.Assignment {
 		if w != "w1" {
 			t.Errorf("task %s on %s", task, w)
@@ -738,6 +743,40 @@ func TestDeployToAVanishedWorker(t *testing.T) {
 	})
 	if !dropped || slices.ContainsFunc(w1.cancels, func(c control.Cancel) bool { return c.Attempt != 1 }) {
 		t.Errorf("w1 cancels %+v; want attempt 1's half-deployed tasks canceled, nothing else", w1.cancels)
+	}
+}
+
+// Why an attempt was not started is kept in the job's record: after a
+// coordinator restart the status still explains the missing number.
+func TestSkippedAttemptSurvivesACoordinatorRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, startManager := restartableWith(t, nil, Options{HeartbeatTimeout: time.Hour, RequestTimeout: 2 * time.Second})
+	stop := startManager()
+	f := e.fleet
+	f.start(ctx, "w1")
+	w2 := f.start(ctx, "w2")
+	defer f.wait()
+	for {
+		if ws, err := e.api.Workers(ctx); err == nil && len(ws) == 2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the workers never joined")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w2.crash()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "restart: {strategy: none}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	stop()
+	stop = startManager()
+	defer stop()
+	const why = "attempt 1 was not started: its worker w2 was lost while it was deployed"
+	if st, err := e.api.Job(ctx, "wc"); err != nil || len(st.Skipped) != 1 || st.Skipped[0].String() != why {
+		t.Errorf("after the restart: %+v, %v; want skipped %q", st, err, why)
 	}
 }
 

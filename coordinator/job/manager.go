@@ -864,9 +864,10 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 		// Attempts number on across the job's runs: workers and channels
 		// tell runs apart by it, and a task of an earlier run that a
 		// cut-off worker still runs must not pass for one of this run.
-		// Its failures stay listed too (they name their attempts).
+		// Its failures stay listed too (they name their attempts), and
+		// its attempts that were not started.
 		ost := old.status()
-		j.st.Attempt, j.st.Failures = ost.Attempt, ost.Failures
+		j.st.Attempt, j.st.Failures, j.st.Skipped = ost.Attempt, ost.Failures, ost.Skipped
 	}
 	m.jobs[spec.Name] = j
 	m.wg.Add(2)

@@ -46,6 +46,8 @@ type record struct {
 	Latest int64 `json:"latest,omitempty"`
 	// Failures are the status's failure history.
 	Failures []control.Failure `json:"failures,omitempty"`
+	// Skipped are the status's attempts that were not started.
+	Skipped []control.SkippedAttempt `json:"skipped,omitempty"`
 	// Modules are the operators' modules as resolved at submit (by
 	// operator): a resumed job runs the code it was submitted with, not
 	// what its references name now. Records written before they were kept
@@ -112,7 +114,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.latestLocked(latest), Failures: slices.Clone(j.st.Failures), Reserved: j.reserved, Modules: j.modules}
+		Latest: j.latestLocked(latest), Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
@@ -343,6 +345,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Restarts = rec.Restarts
 	j.st.Submitted = rec.Submitted
 	j.st.Failures = rec.Failures
+	j.st.Skipped = rec.Skipped
 	// The slots its attempt was placed in stay its own until it is placed
 	// again: its tasks may still run there (a crashed coordinator stopped
 	// none), and a job submitted before it is placed must not take them.
@@ -394,7 +397,7 @@ func terminalJob(m *Manager, rec record) *job {
 	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved, recordMu: new(sync.Mutex),
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
-			Failures: rec.Failures}}
+			Failures: rec.Failures, Skipped: rec.Skipped}}
 	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
 		j.startID = rec.From
 	}

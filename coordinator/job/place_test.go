@@ -87,6 +87,10 @@ func TestARefusalForWantOfSlotsPlacesAgain(t *testing.T) {
 	if st.State != control.JobRunning || st.Attempt != 2 || st.Restarts != 0 || len(st.Failures) != 0 || st.Reason != "" {
 		t.Errorf("status after w3 joined %+v", st)
 	}
+	const why = "attempt 1 was not started: its worker w1 refused its tasks for want of free slots"
+	if len(st.Skipped) != 1 || st.Skipped[0].String() != why || st.Skipped[0].Worker != "w1" {
+		t.Errorf("skipped %+v; want %q", st.Skipped, why)
+	}
 	if got := perWorker(st); got["w2"] != 2 || got["w3"] != 3 {
 		t.Errorf("tasks per worker %v, want w2 2, w3 3", got)
 	}
