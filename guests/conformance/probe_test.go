@@ -23,7 +23,8 @@ import (
 // traps, "panic" panics (aborts) with "probe: panic", "fail" fails the call
 // with "probe: fail", "log" is also logged at warn level as "probe: log",
 // "badport" is emitted to output port 2000 (past every SDK's limit),
-// "alloc" (Rust, AssemblyScript) asks for more than the memory limit; end
+// "alloc" (Rust, AssemblyScript) asks for more than the memory limit,
+// "abort" (AssemblyScript) calls abort("probe: abort"); end
 // of input on port p emits eoi=p on port 0; checkpoint completion fails with
 // "probe: negative checkpoint" for id < 0; snapshot writes u8 1, bytes
 // "probe", i64 -2, which restore checks.
@@ -214,6 +215,35 @@ func TestAllocationFailure(t *testing.T) {
 				t.Errorf("got %v, want a trap at record 1 containing %q and naming the refused grow", err, want)
 			}
 		})
+	}
+}
+
+// TestAssemblyScriptAbort: an AssemblyScript operator's own
+// abort("message"), built with --use abort=…/weirAbort as
+// guests/README.md says, compiles (weirAbort's parameters after the
+// message are optional, as in the abort it replaces) and its message
+// reaches the host with the trap, at the record it happened on.
+func TestAssemblyScriptAbort(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	code, err := os.ReadFile(probes["assemblyscript"])
+	if err != nil {
+		t.Fatalf("%v (run guests/build.sh)", err)
+	}
+	m, err := e.Load(ctx, "assemblyscript-probe", code, wasm.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	err = inst.Process(ctx, 0, records("a", "abort", "b"), func(int, []byte) error { return nil })
+	var te *wasm.TrapError
+	if !errors.As(err, &te) || te.RecordIndex != 1 || te.Message != "abort: probe: abort" ||
+		!strings.Contains(err.Error(), `trap at record 1 (key "k1", value "abort"): abort: probe: abort (wasm error: unreachable)`) {
+		t.Errorf("got %v, want a trap at record 1 with the message %q", err, "abort: probe: abort")
 	}
 }
 

@@ -7,6 +7,8 @@
 //     (the host reports the cursor with the error);
 //   - a record whose value is "panic" throws "probe: panic" (the host
 //     reports the message and the cursor with the trap);
+//   - (AssemblyScript) a record whose value is "abort" calls
+//     abort("probe: abort"), with the message alone, as operators do;
 //   - a record whose value is "log" is also logged at warn level as "probe: log";
 //   - a record whose value is "badport" is emitted to output port 2000, past
 //     every SDK's port limit, which fails the call with the SDK's message;
@@ -38,6 +40,7 @@ class Probe extends Operator {
       if (is(input.valuePtr, input.valueLen, "trap")) unreachable();
       if (is(input.valuePtr, input.valueLen, "fail")) return "probe: fail";
       if (input.valueString() == "panic") throw new Error("probe: " + input.valueString());
+      if (is(input.valuePtr, input.valueLen, "abort")) abort("probe: abort");
       if (is(input.valuePtr, input.valueLen, "log")) log(LOG_WARN, "probe: log");
       if (is(input.valuePtr, input.valueLen, "alloc")) {
         const b = new ArrayBuffer(1 << 29);

@@ -674,8 +674,10 @@ export function status(err: string | null): i32 {
 
 /** Replaces AssemblyScript's env.abort import (build with
  * --use abort=guests/assemblyscript/weir/index/weirAbort): the message goes
- * to the host and the call traps. */
-export function weirAbort(message: string | null, fileName: string | null, line: u32, column: u32): void {
+ * to the host and the call traps. The parameters after the message are
+ * optional, as in the abort it replaces, so that an operator's own
+ * abort("message") compiles. */
+export function weirAbort(message: string | null = null, fileName: string | null = null, line: u32 = 0, column: u32 = 0): void {
   let m = "abort: " + (message !== null ? message : "");
   if (fileName !== null) m += " at " + fileName + ":" + line.toString() + ":" + column.toString();
   setError(m);
