@@ -73,6 +73,13 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		if len(versions) > 0 {
 			return nil, verr(KindABIVersion, "unknown ABI version %d (this host speaks %d)", versions[0], abi.Version)
 		}
+		if !exportsABI(m.exports) {
+			// Nothing of the ABI at all: most often an SDK build whose
+			// entry file left out what defines the exports.
+			return nil, verr(KindMissingExport, "missing export %s: the module exports no weir_* function, so it is no weir operator "+
+				"(the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), "+
+				"AssemblyScript export * from \".../weir/exports\" in the entry file, Go weir.Register from init)", marker)
+		}
 		return nil, verr(KindMissingExport, "missing export %s (not a weir operator, or built for another ABI)", marker)
 	}
 	if _, ok := exports["_start"]; ok {
@@ -147,6 +154,17 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		return nil, verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
 	}
 	return m, nil
+}
+
+// exportsABI reports whether any of exports is named like a function of
+// the ABI (weir_…).
+func exportsABI(exports []exportEntry) bool {
+	for _, e := range exports {
+		if strings.HasPrefix(e.name, "weir_") {
+			return true
+		}
+	}
+	return false
 }
 
 // checkImport returns why an import is not allowed, or "".
