@@ -108,6 +108,11 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		e, ok := exports[want.Name]
 		if !ok {
 			if want.Required {
+				if unknown := unknownABIExports(m.exports); len(unknown) > 0 {
+					// Most often the missing one, misspelled.
+					return nil, verr(KindMissingExport, "missing export %s (the module exports %s, which the ABI does not define)",
+						want.Name, strings.Join(unknown, ", "))
+				}
 				return nil, verr(KindMissingExport, "missing export %s", want.Name)
 			}
 			continue
@@ -165,6 +170,26 @@ func exportsABI(exports []exportEntry) bool {
 		}
 	}
 	return false
+}
+
+// unknownABIExports returns the names of exports that are named like
+// functions of the ABI (weir_…) but are none of them, nor a version
+// marker.
+func unknownABIExports(exports []exportEntry) []string {
+	var names []string
+	for _, e := range exports {
+		if !strings.HasPrefix(e.name, "weir_") || strings.HasPrefix(e.name, abi.VersionExportPrefix) {
+			continue
+		}
+		known := false
+		for _, want := range abi.Exports {
+			known = known || e.name == want.Name
+		}
+		if !known {
+			names = append(names, e.name)
+		}
+	}
+	return names
 }
 
 // checkImport returns why an import is not allowed, or "".

@@ -46,6 +46,7 @@ func TestBadModules(t *testing.T) {
 		{"truncated code", pt[:len(pt)-3], KindMalformed, ErrMalformed, ""},
 		{"missing export", bad(t, "missing_export"), KindMissingExport, ErrMissingExport, "missing export weir_process"},
 		{"no weir exports", bad(t, "no_weir_exports"), KindMissingExport, ErrMissingExport, "missing export weir_abi_v1: the module exports no weir_* function, so it is no weir operator (the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), AssemblyScript export * from \".../weir/exports\" in the entry file, Go weir.Register from init)"},
+		{"misspelled export", bad(t, "misspelled_export"), KindMissingExport, ErrMissingExport, "missing export weir_process (the module exports weir_proces, which the ABI does not define)"},
 		{"bad signature", bad(t, "bad_signature"), KindExportSignature, ErrExportSignature, "export weir_process has type (i32, i32) -> (i32), want (i32, i32, i32) -> (i32)"},
 		{"abi v2", bad(t, "abi_v2"), KindABIVersion, ErrABIVersion, "unknown ABI version 2 (this host speaks 1)"},
 		{"command", bad(t, "command"), KindCommandModule, ErrCommandModule, "exports _start"},

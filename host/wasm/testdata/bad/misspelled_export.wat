@@ -1,0 +1,9 @@
+;; refused: weir_process spelled weir_proces
+(module
+  (memory (export "memory") 1)
+  (func (export "weir_input") (param i32) (result i32) (i32.const 1024))
+  (func (export "weir_init") (param i32 i32) (result i32) (i32.const 0))
+  (func (export "weir_proces") (param i32 i32 i32) (result i32) (i32.const 0))
+  (func (export "weir_snapshot") (result i32) (i32.const 0))
+  (func (export "weir_restore") (result i32) (i32.const 0))
+  (func (export "weir_abi_v1")))
