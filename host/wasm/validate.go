@@ -227,5 +227,10 @@ func checkImport(m *moduleInfo, im importEntry) string {
 		return "operators may import only from " + abi.ImportModule + " and " + wasiModule +
 			" (AssemblyScript: build with --use abort=PATH/weir/index/weirAbort, see guests/README.md)"
 	}
+	if im.module == "env" && (strings.HasPrefix(im.name, "console.") || im.name == "trace") {
+		// AssemblyScript's console.log and trace(); the SDK logs through weir.log.
+		return "operators may import only from " + abi.ImportModule + " and " + wasiModule +
+			" (AssemblyScript's console and trace: log with the SDK's log(LOG_INFO, message), see guests/README.md)"
+	}
 	return "operators may import only from " + abi.ImportModule + " and " + wasiModule
 }
