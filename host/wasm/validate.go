@@ -232,5 +232,11 @@ func checkImport(m *moduleInfo, im importEntry) string {
 		return "operators may import only from " + abi.ImportModule + " and " + wasiModule +
 			" (AssemblyScript's console and trace: log with the SDK's log(LOG_INFO, message), see guests/README.md)"
 	}
+	if im.module == "env" && (im.name == "Date.now" || im.name == "seed") {
+		// AssemblyScript's Date.now and Math.random (which seeds itself
+		// from env.seed).
+		return "operators may import only from " + abi.ImportModule + " and " + wasiModule +
+			" (AssemblyScript's Date.now and Math.random: take the time from the records' timestamps and seed a generator from the config, see guests/README.md)"
+	}
 	return "operators may import only from " + abi.ImportModule + " and " + wasiModule
 }

@@ -1,0 +1,10 @@
+;; refused: imports env.Date.now (AssemblyScript's Date.now)
+(module
+  (import "env" "Date.now" (func (result f64)))
+  (memory (export "memory") 1)
+  (func (export "weir_input") (param i32) (result i32) (i32.const 1024))
+  (func (export "weir_init") (param i32 i32) (result i32) (i32.const 0))
+  (func (export "weir_process") (param i32 i32 i32) (result i32) (i32.const 0))
+  (func (export "weir_snapshot") (result i32) (i32.const 0))
+  (func (export "weir_restore") (result i32) (i32.const 0))
+  (func (export "weir_abi_v1")))
