@@ -238,7 +238,7 @@ func TestJobStatusShowsFailures(t *testing.T) {
 	t.Cleanup(n.Close)
 	spec, err := jobspec.Parse("bad.yaml", []byte(`name: bad
 sources: [{name: in, kind: nats, subject: in}]
-operators: [{name: op, module: `+mis+`, config: i, inputs: [{from: in}]}]
+operators: [{name: op, module: `+mis+`, config: e, inputs: [{from: in}]}]
 sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
 restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 `), jobspec.Options{})
@@ -248,6 +248,8 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
+	// The operator fails each batch it gets (config e): each attempt
+	// fails once a message reaches it.
 	for {
 		st, err := n.API.Job(ctx, "bad")
 		if err != nil {
@@ -256,12 +258,15 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 		if st.State.Terminal() {
 			break
 		}
+		if err := n.Conn.Publish("in", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	got := jobStatus(t, ctx, n, "bad")
 	want := regexp.MustCompile(`(?s)failures \(newest first\):\nTIME +ATTEMPT +REASON\n` +
-		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +2 +[^\n]*weir_init: bad config\n` +
-		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +1 +[^\n]*weir_init: bad config\n$`)
+		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +2 +[^\n]*weir_process: [^\n]*boom\n` +
+		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +1 +[^\n]*weir_process: [^\n]*boom\n$`)
 	if !want.MatchString(got) {
 		t.Errorf("job status:\n%s", got)
 	}

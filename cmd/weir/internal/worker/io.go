@@ -62,9 +62,11 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // with weir job restore -from), an operator that fails or traps restoring
 // its state (weir_restore: every restart hands it the same bytes of the
 // same checkpoint; typically a module whose state format differs from the
-// one that wrote it, restored under a changed spec — a deadline is not
-// among them, as a loaded machine may meet it once). The job fails at once
-// with the reason instead of using up its restart strategy.
+// one that wrote it, restored under a changed spec), or that fails or traps
+// in weir_init (every restart hands it the same config of the same
+// module: a config it refuses, a memory limit it outgrows) — a deadline is
+// not among them, as a loaded machine may meet it once. The job fails at
+// once with the reason instead of using up its restart strategy.
 //
 // A stream the spec names that does not exist is not among them. The
 // coordinator refuses a spec naming a missing stream at submit
@@ -87,16 +89,20 @@ func Unrecoverable(err error) bool {
 		errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrStagedStreamNotFound) || errors.Is(err, sink.ErrMalformedState) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
-		errors.As(err, &invalid) || restoreRefused(err)
+		errors.As(err, &invalid) || operatorRefused(err)
 }
 
-// restoreRefused reports whether err is an operator's weir_restore
-// returning an error or trapping.
-func restoreRefused(err error) bool {
+// operatorRefused reports whether err is an operator's weir_restore or
+// weir_init returning an error, trapping or exiting: calls whose input
+// every restart hands it again.
+func operatorRefused(err error) bool {
+	again := func(export string) bool { return export == abi.ExportRestore || export == abi.ExportInit }
 	var oe *wasm.OperatorError
 	var te *wasm.TrapError
-	return errors.As(err, &oe) && oe.Export == abi.ExportRestore ||
-		errors.As(err, &te) && te.Export == abi.ExportRestore
+	var ee *wasm.ExitError
+	return errors.As(err, &oe) && again(oe.Export) ||
+		errors.As(err, &te) && again(te.Export) ||
+		errors.As(err, &ee) && again(ee.Export)
 }
 
 func (b *builder) source(pt plan.Task) (host.Source, error) {
