@@ -1,15 +1,19 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
@@ -78,5 +82,40 @@ func TestFailureReportGivenUpWhenTheAttemptStops(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the failure report was sent on after its attempt stopped")
+	}
+}
+
+// A trap's stack, often kilobytes, is logged with the first failure of a
+// task only: a job that traps on the same record after every failover
+// repeated it on each restart, while the one-line reason says the rest.
+// Another task, or another stack, is logged in full.
+func TestTrapStackLoggedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	fakeCoordinator(t, nc, func(int) *control.Reply { return &control.Reply{} })
+	var logged bytes.Buffer
+	stacks := &stackLog{}
+	for _, c := range []struct {
+		attempt     int
+		task, stack string
+		full        bool
+	}{
+		{1, "op-0", "weir_process\n\tmain.process", true},
+		{2, "op-0", "weir_process\n\tmain.process", false}, // the restart meets it again
+		{2, "op-1", "weir_process\n\tmain.process", true},
+		{3, "op-0", "weir_process\n\tmain.other", true},
+	} {
+		logged.Reset()
+		l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.NewTextHandler(&logged, nil)),
+			job: "j", attempt: c.attempt, stopped: ctx, stacks: stacks}
+		err := &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: -1, Err: errors.New("wasm error: unreachable"), Stack: c.stack}
+		if err := l.Failed(ctx, c.task, err); err != nil {
+			t.Fatalf("failure report: %v", err)
+		}
+		full := strings.Contains(logged.String(), strconv.Quote(c.stack))
+		if full != c.full || !full && !strings.Contains(logged.String(), `stack="as logged for this task before"`) {
+			t.Errorf("attempt %d, task %s: logged %q; want the stack in full: %v", c.attempt, c.task, logged.String(), c.full)
+		}
 	}
 }

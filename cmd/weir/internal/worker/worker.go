@@ -124,6 +124,10 @@ type Worker struct {
 	log *slog.Logger
 	ctl *control.Worker
 
+	// stacks remembers the trap stacks logged, so that a job failing the
+	// same way on every restart logs its stack once.
+	stacks stackLog
+
 	mu   sync.Mutex
 	jobs map[string]*attempt // by job name
 	// claims holds, by job name, the tasks of the deploys being set up:
@@ -548,6 +552,40 @@ type listener struct {
 	// (canceled, replaced by another, the worker stopping): a failure
 	// report is not sent again after that.
 	stopped context.Context
+	// stacks, if not nil, says whether a trap's stack was logged before.
+	stacks *stackLog
+}
+
+// stackLog remembers which trap stacks a worker has logged for a task of
+// a job. A failure the restarts meet again (a trap on the same record
+// after each failover) logs its stack, often kilobytes, the first time
+// only: the one-line reason says the rest every time.
+type stackLog struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// maxStacks bounds what a stackLog remembers: past it, it forgets and
+// logs stacks again.
+const maxStacks = 256
+
+// first reports whether stack is new for task of job, and remembers it.
+// A nil stackLog finds every stack new.
+func (s *stackLog) first(job, task, stack string) bool {
+	if s == nil {
+		return true
+	}
+	k := job + "\x00" + task + "\x00" + stack
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[k]; ok {
+		return false
+	}
+	if s.seen == nil || len(s.seen) >= maxStacks {
+		s.seen = map[string]struct{}{}
+	}
+	s.seen[k] = struct{}{}
+	return true
 }
 
 // reportTry bounds one try of a report that is sent again until heard
@@ -644,7 +682,11 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 	// with the job must find it there.
 	attrs := []any{"job", l.job, "attempt", l.attempt, "task", task, "err", err}
 	if te := (*wasm.TrapError)(nil); errors.As(err, &te) && te.Stack != "" {
-		attrs = append(attrs, "stack", te.Stack)
+		if l.stacks.first(l.job, task, te.Stack) {
+			attrs = append(attrs, "stack", te.Stack)
+		} else {
+			attrs = append(attrs, "stack", "as logged for this task before")
+		}
 	}
 	if errors.Is(err, stream.ErrClosed) {
 		// Secondary (see below): the cause is logged where it happened.
@@ -808,7 +850,7 @@ func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 	spec := b.d.Spec
 	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt,
-		patience: spec.Checkpointing.Timeout, stopped: b.runCtx}
+		patience: spec.Checkpointing.Timeout, stopped: b.runCtx, stacks: &b.w.stacks}
 	cfg := host.Config{
 		Name: pt.ID,
 		Checkpointing: host.Checkpointing{
