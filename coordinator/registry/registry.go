@@ -191,7 +191,10 @@ func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version i
 	}
 	m := Module{Name: name, Version: version, Digest: digest, Size: int64(len(wasm)), Pushed: time.Now().UTC()}
 	if err := r.put(ctx, m, wasm); err != nil {
-		_ = r.versions.Purge(ctx, versionKey(name, version))
+		// Best effort, through the stream's leader and an election: a
+		// claim left behind only keeps its version from a push that
+		// names it.
+		_ = r.claims.DeleteKey(ctx, versionKey(name, version))
 		return Module{}, fmt.Errorf("push %s: %w", m.Ref(), err)
 	}
 	return m, nil
@@ -382,7 +385,7 @@ func (r *Registry) Remove(ctx context.Context, ref string) ([]Module, error) {
 			if err := r.store.DeleteKey(ctx, objectName(m.Name, m.Version)); err != nil {
 				return gone, fmt.Errorf("remove %s: %w", m.Ref(), err)
 			}
-			_ = r.versions.Purge(ctx, versionKey(m.Name, m.Version))
+			_ = r.claims.DeleteKey(ctx, versionKey(m.Name, m.Version)) // as in Push
 			gone = append(gone, m)
 		}
 	}
