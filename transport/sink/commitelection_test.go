@@ -174,7 +174,7 @@ func TestSinksPublishThroughALeaderElection(t *testing.T) {
 	}
 	_, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
 	for _, p := range pubs {
-		got := valuesAfterElection(t, ctx, sjs, p.stream)
+		got := valuesAfterElection(t, ctx, sjs, p.stream, n)
 		first := got
 		if p.alo {
 			first = firstCopies(got)
@@ -191,10 +191,13 @@ func TestSinksPublishThroughALeaderElection(t *testing.T) {
 
 // valuesAfterElection is streamValues of a stream that has just elected a
 // leader, and whose servers may still be moving it (the one that came back
-// catching up): each request is made again while the stream has none.
-func valuesAfterElection(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) []string {
+// catching up): each request is made again while the stream has none. It
+// first waits for the stream to hold at least n messages (awaitStored):
+// a leader just elected may not have applied all that a quorum stored.
+func valuesAfterElection(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string, n uint64) []string {
 	t.Helper()
 	embeddedtest.AwaitStreamLeader(t, ctx, js, stream)
+	awaitStored(t, ctx, js, stream, n)
 	var info *jetstream.StreamInfo
 	err := natsconn.ThroughElection(ctx, js.Conn(), natsconn.ElectionTry, func(ctx context.Context) error {
 		st, err := js.Stream(ctx, stream)

@@ -134,6 +134,9 @@ func TestSinksStartThroughALeaderElection(t *testing.T) {
 	if _, err := alo.PreCommit(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
+	// Stored by a quorum; the server that answers next may still be
+	// applying the last of them.
+	awaitStored(t, ctx, sjs, "OUT", 20)
 	if got, want := streamValues(t, ctx, sjs, "OUT"), wantValues(0, 20); !slices.Equal(got, want) {
 		t.Fatalf("stream holds %v; want %v", got, want)
 	}

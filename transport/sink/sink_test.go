@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 // startServer and connect start a real embedded server for the test and
@@ -72,6 +73,42 @@ func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, strea
 		}
 	}
 	return out
+}
+
+// awaitStored waits until stream holds at least n messages, as its info
+// says, asking again while the stream has no leader: a sink's flush
+// returns once a quorum of a replicated stream stored its messages, and
+// the server that answers the info next (a leader just elected, or a
+// replica) may not have applied them all yet. It fails t once ctx ends,
+// saying how many the stream held.
+func awaitStored(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string, n uint64) {
+	t.Helper()
+	var held uint64
+	for {
+		err := natsconn.ThroughElection(ctx, js.Conn(), natsconn.ElectionTry, func(ctx context.Context) error {
+			st, err := js.Stream(ctx, stream)
+			if err != nil {
+				return err
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				return err
+			}
+			held = info.State.Msgs
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("stream %s, waiting for %d messages (%d held): %v", stream, n, held, err)
+		}
+		if held >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream %s holds %d messages; want %d: %v", stream, held, n, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // streamValues reads every message of stream in order; each must carry
