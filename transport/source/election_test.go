@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -135,5 +136,93 @@ func TestJetStreamStartsThroughALeaderElection(t *testing.T) {
 	}
 	if seq, _ := DecodeOffset(off); seq != 100 {
 		t.Fatalf("offset %d after the last record, want 100", seq)
+	}
+}
+
+// The check that a recreated consumer still reads the stream it started
+// on (sameStream, made before the first message after the consumer's
+// reset) waits out the stream's election of a leader: an ordered consumer
+// that recreated itself after its server went can deliver while its
+// stream has no leader yet, and the check's one request of 10 s went
+// unanswered and failed the task. Here the check runs, as a reset's first
+// message runs it, while the stream has no leader (its leader's server
+// gone, and a second one, so that the one left cannot elect one): its
+// request is seen going out twice before the second server comes back
+// (or answered by the replica left, once it noticed the leader gone),
+// and the check then passes. (A reset on demand in that window cannot be
+// made: the consumer is recreated only once JetStream's meta layer has a
+// leader again.)
+func TestJetStreamStreamCheckWaitsOutAnElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}, Replicas: 3})
+	publishInOrder(t, ctx, js, "in.a", 0, 100)
+
+	// The leader's server goes last, so that the one left is never
+	// elected meanwhile: until it notices the leader gone, nobody
+	// answers a request about the stream.
+	leader, _, _ := embeddedtest.StreamLeader(t, ctx, js, "IN", servers)
+	var lead, stay, other *server.Server
+	for _, s := range servers {
+		switch {
+		case s.Name() == leader:
+			lead = s
+		case stay == nil:
+			stay = s
+		default:
+			other = s
+		}
+	}
+	_, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	src, err := NewJetStream(sjs, JetStreamConfig{Stream: "IN"})
+	must(t, err)
+	defer src.Close()
+	pollRecords(t, ctx, src, 100)
+
+	restart := embeddedtest.Stop(t, other, servers)
+	embeddedtest.Stop(t, lead, servers)
+	watch, _ := embeddedtest.ConnectTo(t, stay.ClientURL())
+	infos := make(chan *nats.Msg, 64)
+	_, err = watch.ChanSubscribe(jetstream.DefaultAPIPrefix+"STREAM.INFO.IN", infos)
+	must(t, err)
+	must(t, watch.Flush())
+	checked := make(chan error, 1)
+	go func() { checked <- src.sameStream(101) }()
+	for n := 0; n < 2; n++ {
+		select {
+		case <-infos:
+		case err := <-checked:
+			// The server passed each request to watch before it was
+			// answered: after a flush, infos holds them all.
+			must(t, watch.Flush())
+			n += len(infos)
+			if err != nil {
+				t.Fatalf("the stream check failed without a leader, after %d requests: %v", n, err)
+			}
+			if n < 2 {
+				// A replica answered the first request: it knew at
+				// once that the stream had no leader, and nothing
+				// went unanswered.
+				t.Skipf("the stream check was answered at its first request by a replica; no election to wait out")
+			}
+			t.Logf("the stream check passed with a replica's answer to its request %d", n)
+			return
+		case <-ctx.Done():
+			t.Fatalf("%d of the stream check's requests went out: %v", n, ctx.Err())
+		}
+	}
+	restart()
+	select {
+	case err := <-checked:
+		if err != nil {
+			t.Fatalf("the stream check through a leader election: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the stream check did not end once the stream had a leader: %v", ctx.Err())
 	}
 }
