@@ -17,25 +17,21 @@ import (
 // In these tests stream IN is fresh, so message value v (publishN) has
 // stream sequence v+1.
 
-// pollToEnd polls s until ErrEnded, for at most d, and returns the values
-// of every record read and the final offset. It checks that the end
-// repeats: later polls return ErrEnded, no batch and the same offset.
-func pollToEnd(t *testing.T, s *JetStream, d time.Duration) ([]int, []byte) {
+// pollToEnd polls s until ErrEnded, within ctx (a hang guard: the test's
+// own, generous), and returns the values of every record read and the
+// final offset. It checks that the end repeats: later polls return
+// ErrEnded, no batch and the same offset.
+func pollToEnd(t *testing.T, ctx context.Context, s *JetStream) ([]int, []byte) {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	var got []int
 	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			t.Fatalf("not ended after %v, having read %d records", d, len(got))
-		}
-		b, off, err := pollWithin(s, left)
+		b, off, err := s.Poll(ctx)
 		if errors.Is(err, ErrEnded) {
 			if b != nil {
 				t.Fatalf("ErrEnded with a batch of %d bytes", len(b))
 			}
 			for range 3 {
-				b2, off2, err2 := pollWithin(s, time.Second)
+				b2, off2, err2 := s.Poll(ctx)
 				if !errors.Is(err2, ErrEnded) || b2 != nil || !bytes.Equal(off2, off) {
 					t.Fatalf("poll after the end: %d bytes, offset %x, %v; want none, %x, ErrEnded", len(b2), off2, err2, off)
 				}
@@ -76,7 +72,7 @@ func consumers(t *testing.T, ctx context.Context, js jetstream.JetStream) int {
 // still works.
 func TestJetStreamStopMidStream(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 100)
@@ -89,7 +85,7 @@ func TestJetStreamStopMidStream(t *testing.T) {
 	if n, ok := src.Pending(); !ok || n > 30 {
 		t.Fatalf("pending after %d records: %d, %v; want at most 30", len(recs), n, ok)
 	}
-	rest, off := pollToEnd(t, src, 5*time.Second)
+	rest, off := pollToEnd(t, ctx, src)
 	got := append(values(recs), rest...)
 	if !slices.Equal(got, seqRange(0, 40)) {
 		t.Fatalf("read %v, want the values 0..39 (sequences 1..40)", got)
@@ -109,7 +105,7 @@ func TestJetStreamStopMidStream(t *testing.T) {
 		t.Fatalf("%d consumers left after the end", n)
 	}
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 100, 150)
-	if b, off2, err := pollWithin(src, time.Second); !errors.Is(err, ErrEnded) || b != nil || !bytes.Equal(off2, off) {
+	if b, off2, err := src.Poll(ctx); !errors.Is(err, ErrEnded) || b != nil || !bytes.Equal(off2, off) {
 		t.Fatalf("poll after more messages: %d bytes, %x, %v", len(b), off2, err)
 	}
 	must(t, src.Close())
@@ -124,7 +120,7 @@ func TestJetStreamStopMidStream(t *testing.T) {
 // follows, and the server confirms it.
 func TestJetStreamStopFilteredQuiet(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 10)  // seqs 1..10
@@ -135,7 +131,7 @@ func TestJetStreamStopFilteredQuiet(t *testing.T) {
 		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", FilterSubjects: filters, StopSeq: 15, IdleCheck: time.Hour})
 		must(t, err)
 		defer src.Close()
-		got, off := pollToEnd(t, src, 15*time.Second)
+		got, off := pollToEnd(t, ctx, src)
 		if !slices.Equal(got, seqRange(0, 10)) {
 			t.Fatalf("%v: read %v", filters, got)
 		}
@@ -150,7 +146,7 @@ func TestJetStreamStopFilteredQuiet(t *testing.T) {
 // subjects bring it there later.
 func TestJetStreamStopFilterMatchesNothing(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 20)
@@ -158,7 +154,7 @@ func TestJetStreamStopFilterMatchesNothing(t *testing.T) {
 	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", FilterSubjects: []string{"in.none"}, StopSeq: 10, IdleCheck: time.Hour})
 	must(t, err)
 	defer src.Close()
-	got, off := pollToEnd(t, src, 15*time.Second)
+	got, off := pollToEnd(t, ctx, src)
 	if seq, _ := DecodeOffset(off); len(got) != 0 || seq != 10 {
 		t.Fatalf("read %v, final offset %d; want nothing, 10", got, seq)
 	}
@@ -178,7 +174,7 @@ func TestJetStreamStopFilterMatchesNothing(t *testing.T) {
 		}
 	}
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 20, 30) // seqs 21..30
-	got, off = pollToEnd(t, src, 15*time.Second)
+	got, off = pollToEnd(t, ctx, src)
 	if seq, _ := DecodeOffset(off); len(got) != 0 || seq != 30 {
 		t.Fatalf("read %v, final offset %d; want nothing, 30", got, seq)
 	}
@@ -190,14 +186,15 @@ func TestJetStreamStopFilterMatchesNothing(t *testing.T) {
 // take the stream past the stop.
 func TestJetStreamStopAhead(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 10)
 	whole, err := NewJetStream(js, JetStreamConfig{Stream: "IN", StopSeq: 25})
 	must(t, err)
 	defer whole.Close()
-	filtered, err := NewJetStream(js, JetStreamConfig{Stream: "IN", FilterSubjects: []string{"in.a"}, StopSeq: 25})
+	// IdleCheck an hour: the filtered lane's end does not wait for one.
+	filtered, err := NewJetStream(js, JetStreamConfig{Stream: "IN", FilterSubjects: []string{"in.a"}, StopSeq: 25, IdleCheck: time.Hour})
 	must(t, err)
 	defer filtered.Close()
 	for _, src := range []*JetStream{whole, filtered} {
@@ -213,7 +210,7 @@ func TestJetStreamStopAhead(t *testing.T) {
 		}
 	}
 	publishN(t, ctx, js, func(int) string { return "in.b" }, 10, 30) // seqs 11..30
-	got, off := pollToEnd(t, whole, 3*time.Second)
+	got, off := pollToEnd(t, ctx, whole)
 	if !slices.Equal(got, seqRange(10, 25)) {
 		t.Fatalf("read %v after the wait", got)
 	}
@@ -223,7 +220,7 @@ func TestJetStreamStopAhead(t *testing.T) {
 	if !whole.EndsAt(off) {
 		t.Fatal("EndsAt(the final offset) = false")
 	}
-	got, off = pollToEnd(t, filtered, 3*time.Second)
+	got, off = pollToEnd(t, ctx, filtered)
 	if seq, _ := DecodeOffset(off); len(got) != 0 || seq != 25 {
 		t.Fatalf("filtered: read %v, final offset %d; want nothing, 25", got, seq)
 	}
@@ -247,7 +244,7 @@ func TestJetStreamStopAhead(t *testing.T) {
 // one partition past the stop reads the others up to it.
 func TestJetStreamStopSeekPast(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}})
 	publishN(t, ctx, js, func(i int) string { return fmt.Sprintf("in.%d.x", i%2) }, 0, 50)
@@ -271,7 +268,7 @@ func TestJetStreamStopSeekPast(t *testing.T) {
 			must(t, err)
 			defer src.Close()
 			must(t, src.Seek(ctx, c.offset))
-			b, off, err := pollWithin(src, time.Second)
+			b, off, err := src.Poll(ctx)
 			if !errors.Is(err, ErrEnded) || b != nil || !bytes.Equal(off, c.want) {
 				t.Fatalf("first poll: %d bytes, offset %x, %v; want none, %x, ErrEnded", len(b), off, err, c.want)
 			}
@@ -286,12 +283,13 @@ func TestJetStreamStopSeekPast(t *testing.T) {
 		})
 	}
 	// Partition 1 is past the stop, partition 0 at 10: it reads the
-	// even values 10..18 (sequences 11..19) of partition 0.
-	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", StopSeq: 20, Partitions: 2, PartitionFilter: "in.{p}.*"})
+	// even values 10..18 (sequences 11..19) of partition 0. (IdleCheck an
+	// hour: ending at all shows it did not wait for one.)
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", StopSeq: 20, Partitions: 2, PartitionFilter: "in.{p}.*", IdleCheck: time.Hour})
 	must(t, err)
 	defer src.Close()
 	must(t, src.Seek(ctx, EncodePartitionOffsets(PartitionOffsets{Partitions: 2, Filter: "in.{p}.*", Seqs: map[int]uint64{0: 10, 1: 25}})))
-	got, off := pollToEnd(t, src, 3*time.Second)
+	got, off := pollToEnd(t, ctx, src)
 	if !slices.Equal(got, []int{10, 12, 14, 16, 18}) {
 		t.Fatalf("read %v", got)
 	}
@@ -308,15 +306,16 @@ func TestJetStreamStopSeekPast(t *testing.T) {
 // Server-partitioned subtasks each end with every partition at the stop;
 // together they read every message up to it, once.
 func TestJetStreamStopPartitioned(t *testing.T) {
-	_, js := partitionedStream(t) // 600 messages
+	ctx, js := partitionedStream(t) // 600 messages
 	const stop = 300
 	read := map[int]bool{}
 	for idx := 0; idx < 2; idx++ {
+		// IdleCheck an hour: ending at all shows it did not wait for one.
 		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: idx, Partitions: 6,
-			PartitionFilter: "in.{p}.*", StopSeq: stop, MaxBatchRecords: 32})
+			PartitionFilter: "in.{p}.*", StopSeq: stop, MaxBatchRecords: 32, IdleCheck: time.Hour})
 		must(t, err)
 		defer src.Close()
-		got, off := pollToEnd(t, src, 5*time.Second)
+		got, off := pollToEnd(t, ctx, src)
 		for _, v := range got {
 			if v >= stop || read[v] {
 				t.Fatalf("subtask %d read message %d (past the stop, or twice)", idx, v)
@@ -344,7 +343,7 @@ func TestJetStreamStopPartitioned(t *testing.T) {
 // it, once, each only its own.
 func TestJetStreamStopWholeStreamSplit(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	subj := func(i int) string { return "in." + key(i) }
@@ -355,7 +354,7 @@ func TestJetStreamStopWholeStreamSplit(t *testing.T) {
 		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: idx, StopSeq: stop, MaxBatchRecords: 16})
 		must(t, err)
 		defer src.Close()
-		got, off := pollToEnd(t, src, 5*time.Second)
+		got, off := pollToEnd(t, ctx, src)
 		for _, v := range got {
 			if v >= stop || read[v] || PartitionOf(subj(v), 2) != idx {
 				t.Fatalf("subtask %d read message %d (past the stop, twice, or another's)", idx, v)
@@ -376,7 +375,7 @@ func TestJetStreamStopWholeStreamSplit(t *testing.T) {
 // nothing is left up to the stop.
 func TestJetStreamStopDeleted(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 30)
@@ -388,7 +387,7 @@ func TestJetStreamStopDeleted(t *testing.T) {
 		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", StopSeq: stop})
 		must(t, err)
 		defer src.Close()
-		got, off := pollToEnd(t, src, 3*time.Second)
+		got, off := pollToEnd(t, ctx, src)
 		want := slices.DeleteFunc(seqRange(0, int(stop)-1), func(v int) bool { return v == 19 })
 		if !slices.Equal(got, want) {
 			t.Fatalf("stop %d: read %v, want %v", stop, got, want)
