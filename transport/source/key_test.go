@@ -36,7 +36,7 @@ func keys(t *testing.T, recs []abi.Record) map[int]string {
 // message has a Weir-Key header; the default still reads the header.
 func TestCoreSourceKeyFromSubject(t *testing.T) {
 	nc, _ := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	bySubject, err := NewCore(nc, CoreConfig{Subject: "orders.>", Key: KeyFromSubject})
 	must(t, err)

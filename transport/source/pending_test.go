@@ -14,7 +14,7 @@ import (
 // early on, none once the source read everything.
 func TestJetStreamPending(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 2000)
@@ -40,7 +40,7 @@ func TestJetStreamPending(t *testing.T) {
 // quiet partition caught up.
 func TestJetStreamReadThrough(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}})
 	whole, err := NewJetStream(js, JetStreamConfig{Stream: "IN"})

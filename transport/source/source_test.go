@@ -68,7 +68,7 @@ func must(t *testing.T, err error) {
 func TestCoreSource(t *testing.T) {
 	srv := startServer(t)
 	nc, _ := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	src, err := NewCore(nc, CoreConfig{Subject: "in.>", MaxBatchRecords: 7})
 	if err != nil {
@@ -123,17 +123,22 @@ func TestCoreSource(t *testing.T) {
 // createStream creates a stream. A stream deleted just before under the
 // same name can make the server refuse for a moment ("error creating store
 // for stream", 10049: a loaded machine is still removing the old store):
-// that is tried again for up to 5 s.
+// that is tried again until ctx ends.
 func createStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) {
 	t.Helper()
 	var apiErr *jetstream.APIError
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for {
 		_, err := js.CreateStream(ctx, cfg)
 		if err == nil {
 			return
 		}
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 || time.Now().After(deadline) {
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 {
 			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%v (tried again until: %v)", err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
@@ -168,7 +173,7 @@ func values(recs []abi.Record) []int {
 func TestJetStreamReplayFromOffset(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 100)
@@ -216,7 +221,7 @@ func TestJetStreamReplayFromOffset(t *testing.T) {
 func TestJetStreamPartitionedSubtasks(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	subj := func(i int) string { return fmt.Sprintf("in.dev%d", i%13) }
@@ -261,7 +266,7 @@ func TestJetStreamPartitionedSubtasks(t *testing.T) {
 // key(i), values i.
 func partitionedStream(t *testing.T) (context.Context, jetstream.JetStream) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "in.{{partition(6,1)}}.{{wildcard(1)}}"}})
@@ -433,7 +438,7 @@ func TestJetStreamPartitionedRescale(t *testing.T) {
 // source has read past them.
 func TestJetStreamWholeStreamRescale(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 600
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
@@ -523,7 +528,7 @@ func TestJetStreamWholeStreamRescale(t *testing.T) {
 func TestJetStreamOffsetMismatch(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 0, Partitions: 4, PartitionFilter: "in.{p}.*"})
@@ -669,7 +674,7 @@ func TestJetStreamCloseDuringReset(t *testing.T) {
 		go func() { src.Close(); close(closed) }()
 		select {
 		case <-closed:
-		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
 			t.Fatalf("round %d (close %v after the reconnect): Close did not return", i, delay)
 		}
 	}
@@ -678,7 +683,7 @@ func TestJetStreamCloseDuringReset(t *testing.T) {
 func TestJetStreamOffsetGone(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}, MaxMsgs: 10})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 50)
@@ -702,7 +707,7 @@ func TestJetStreamOffsetGone(t *testing.T) {
 func TestJetStreamQuietPartitionKeepsUp(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}, MaxMsgs: 20})
 	cfg := JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 1, Partitions: 2, PartitionFilter: "in.{p}.*", IdleCheck: 20 * time.Millisecond}
@@ -760,7 +765,7 @@ func TestJetStreamQuietPartitionKeepsUp(t *testing.T) {
 func TestJetStreamQuietPartitionFromTheStart(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}})
 	cfg := JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 1, Partitions: 2, PartitionFilter: "in.{p}.*", IdleCheck: 20 * time.Millisecond}
@@ -772,7 +777,6 @@ func TestJetStreamQuietPartitionFromTheStart(t *testing.T) {
 		if round == 1 {
 			publishN(t, ctx, js, func(int) string { return "in.0.x" }, 100, 200)
 		}
-		deadline := time.Now().Add(5 * time.Second)
 		for {
 			pctx, c := context.WithTimeout(ctx, 300*time.Millisecond)
 			b, o, err := src.Poll(pctx)
@@ -787,8 +791,8 @@ func TestJetStreamQuietPartitionFromTheStart(t *testing.T) {
 					break
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the quiet partition's offset did not reach %d", round, last)
+			if ctx.Err() != nil {
+				t.Fatalf("round %d: the quiet partition's offset did not reach %d: %v", round, last, ctx.Err())
 			}
 		}
 	}
@@ -819,7 +823,7 @@ func TestParseAckReply(t *testing.T) {
 func TestCoreSourceQueueGroup(t *testing.T) {
 	srv := startServer(t)
 	nc, _ := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var srcs []*Core
 	for i := 0; i < 3; i++ {
@@ -874,7 +878,7 @@ func TestCoreSourceQueueGroup(t *testing.T) {
 func TestJetStreamFilterSubjects(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(i int) string {
@@ -904,7 +908,7 @@ func TestJetStreamFilterSubjects(t *testing.T) {
 func TestJetStreamOffsetAfterPurge(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 10)
@@ -947,7 +951,7 @@ func TestJetStreamOffsetAfterPurge(t *testing.T) {
 func TestJetStreamLimitBatch(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 200)
@@ -983,11 +987,11 @@ func TestJetStreamLimitBatch(t *testing.T) {
 			raised = true
 			// The consumer has the rest at hand: wait until more than the
 			// old limit has gathered.
-			for deadline := time.Now().Add(10 * time.Second); ; {
+			for {
 				src.acc.mu.Lock()
 				n := src.acc.b.Len()
 				src.acc.mu.Unlock()
-				if n > 3 || time.Now().After(deadline) {
+				if n > 3 || ctx.Err() != nil {
 					break
 				}
 				time.Sleep(time.Millisecond)
@@ -1005,7 +1009,7 @@ func TestJetStreamLimitBatch(t *testing.T) {
 // dropped the skipped messages its restore is refused.
 func TestJetStreamSkippedMessagesMoveOffset(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}, MaxMsgs: 20})
 	var mine, other string // subjects of subtask 1 and 0 of 2
@@ -1023,7 +1027,7 @@ func TestJetStreamSkippedMessagesMoveOffset(t *testing.T) {
 	_, off := pollRecords(t, ctx, src, 1)
 	publishN(t, ctx, js, func(int) string { return other }, 1, 101) // seqs 2..101
 	for seq := uint64(0); seq != 101; {
-		b, o, err := pollWithin(src, 5*time.Second)
+		b, o, err := src.Poll(ctx)
 		if err != nil {
 			t.Fatalf("offset stuck at %d, the stream is at 101: %v", seq, err)
 		}
@@ -1069,7 +1073,7 @@ func TestJetStreamStreamRecreatedWhileReading(t *testing.T) {
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 100, 120) // seqs 1..20 of the new stream
 	var got []int
 	for {
-		b, _, err := pollWithin(src, 10*time.Second)
+		b, _, err := src.Poll(ctx)
 		if errors.Is(err, ErrOffsetAhead) {
 			break
 		}
@@ -1091,7 +1095,7 @@ func TestJetStreamStreamRecreatedWhileReading(t *testing.T) {
 func TestJetStreamCloseWhileServerDown(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}})
 	publishN(t, ctx, js, func(int) string { return "in.0.x" }, 0, 1)
@@ -1115,7 +1119,7 @@ func TestJetStreamCloseWhileServerDown(t *testing.T) {
 func TestJetStreamPollFailsAfterConnectionClosed(t *testing.T) {
 	srv := startServer(t)
 	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 1)
@@ -1124,7 +1128,7 @@ func TestJetStreamPollFailsAfterConnectionClosed(t *testing.T) {
 	defer src.Close()
 	pollRecords(t, ctx, src, 1)
 	nc.Close()
-	if _, _, err := pollWithin(src, 5*time.Second); !errors.Is(err, nats.ErrConnectionClosed) {
+	if _, _, err := src.Poll(ctx); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("poll after the connection closed: %v", err)
 	}
 }
@@ -1135,19 +1139,19 @@ func TestJetStreamPollFailsAfterConnectionClosed(t *testing.T) {
 // The error says to create a new source.
 func TestJetStreamFailedStartIsFinal(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*.*"}, MaxConsumers: 1})
 	publishN(t, ctx, js, func(i int) string { return fmt.Sprintf("in.%d.x", i%2) }, 0, 10)
 	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Partitions: 2, PartitionFilter: "in.{p}.*"})
 	must(t, err)
 	defer src.Close()
-	_, _, err = pollWithin(src, 5*time.Second)
+	_, _, err = src.Poll(ctx)
 	if err == nil || !strings.Contains(err.Error(), "ordered consumer") {
 		t.Fatalf("first poll: %v, want the second consumer refused", err)
 	}
 	for range 2 {
-		b, _, err := pollWithin(src, 5*time.Second)
+		b, _, err := src.Poll(ctx)
 		if err == nil || !strings.Contains(err.Error(), "create a new one") {
 			n, _ := abi.BatchCount(b)
 			t.Fatalf("poll after the failed start: %d records, %v; want the start's error", n, err)

@@ -13,7 +13,7 @@ import (
 // first batch); an offset that covers more wins.
 func TestJetStreamStartSeq(t *testing.T) {
 	_, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 100)
