@@ -22,7 +22,7 @@ func TestStartPublishRestartKeepsStream(t *testing.T) {
 	if srv.Port() <= 0 {
 		t.Fatalf("port %d", srv.Port())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	nc, err := srv.Connect()
@@ -87,7 +87,7 @@ func TestInProcessAndCoreOnly(t *testing.T) {
 	if err := nc.Publish("a", []byte("hi")); err != nil {
 		t.Fatal(err)
 	}
-	m, err := sub.NextMsg(5 * time.Second)
+	m, err := sub.NextMsg(30 * time.Second)
 	if err != nil || string(m.Data) != "hi" {
 		t.Fatalf("got %v %v", m, err)
 	}

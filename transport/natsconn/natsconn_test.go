@@ -103,7 +103,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 	ns.WaitForShutdown()
 	select {
 	case <-disc:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no disconnect reported")
 	}
 	// Restart on the original port so the client finds it again.
@@ -128,7 +128,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 	defer ns3.Shutdown()
 	select {
 	case <-reco:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no reconnect reported")
 	}
 	if err := nc.Publish("x", nil); err != nil {

@@ -128,7 +128,7 @@ func elementsOf(ds []stream.Delivery) []stream.Element {
 func pair(t *testing.T, cfg Config) (context.Context, *Sender, *Receiver) {
 	t.Helper()
 	nc := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	rcv, err := NewReceiver(nc, cfg)
 	if err != nil {
@@ -365,7 +365,7 @@ func TestPriorityBarrierOvertakes(t *testing.T) {
 func TestSenderBeforeReceiver(t *testing.T) {
 	srv := startServer(t)
 	nc := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := Config{Subject: "weir.test.late", ProbeInterval: 10 * time.Millisecond}
 	snd, err := NewSender(nc, cfg)
@@ -415,7 +415,7 @@ func TestMalformedFrameFailsChannel(t *testing.T) {
 	}
 	select {
 	case <-failed:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no failure reported")
 	}
 	_, _, err = rcv.Poll()
@@ -451,7 +451,7 @@ func TestSequenceGapFailsChannel(t *testing.T) {
 	for gotErr == nil {
 		select {
 		case <-failed:
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatal("no failure reported")
 		}
 		for {

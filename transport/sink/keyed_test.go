@@ -79,7 +79,7 @@ func TestKeyedCoreSink(t *testing.T) {
 	_, err = s.PreCommit(ctx, 1)
 	must(t, err)
 	for _, want := range []string{"out.a=v0", "out.eu.fr=v1"} {
-		m, err := sub.NextMsg(5 * time.Second)
+		m, err := sub.NextMsg(30 * time.Second)
 		must(t, err)
 		if got := m.Subject + "=" + string(m.Data); got != want || m.Header.Get(KeyHeader) == "" {
 			t.Fatalf("got %s (key %q), want %s", got, m.Header.Get(KeyHeader), want)

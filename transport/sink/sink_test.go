@@ -136,7 +136,7 @@ func wantValues(from, to int) []string {
 func TestCoreSink(t *testing.T) {
 	srv := startServer(t)
 	nc, _ := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sub, err := nc.SubscribeSync("out")
 	if err != nil {
@@ -157,11 +157,11 @@ func TestCoreSink(t *testing.T) {
 	if _, err := s.PreCommit(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
-	m1, err := sub.NextMsg(5 * time.Second)
+	m1, err := sub.NextMsg(30 * time.Second)
 	if err != nil || string(m1.Data) != "a" || m1.Header.Get(KeyHeader) != "" {
 		t.Fatalf("first %v %v", m1, err)
 	}
-	m2, err := sub.NextMsg(5 * time.Second)
+	m2, err := sub.NextMsg(30 * time.Second)
 	if err != nil || string(m2.Data) != "b" || m2.Header.Get(KeyHeader) != "k" {
 		t.Fatalf("second %v %v", m2, err)
 	}
@@ -271,7 +271,7 @@ func TestAtLeastOnceRefusedFailsTheCheckpoint(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			srv := startServer(t)
 			nc, js := connect(t, srv)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cfg := outStream(mode)
 			cfg.MaxMsgs, cfg.Discard = 50, jetstream.DiscardNew
@@ -319,7 +319,7 @@ func TestAtLeastOnceRefusedConfigs(t *testing.T) {
 func TestDuplicateWindowRefused(t *testing.T) {
 	srv := startServer(t)
 	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -379,7 +379,7 @@ func outStream(mode PublishMode) jetstream.StreamConfig {
 func outSetup(t *testing.T, cfg jetstream.StreamConfig) (*nats.Conn, jetstream.JetStream, context.Context) {
 	t.Helper()
 	nc, js := connect(t, startServer(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	if _, err := js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
@@ -392,7 +392,7 @@ func outSetup(t *testing.T, cfg jetstream.StreamConfig) (*nats.Conn, jetstream.J
 func TestPublishAuto(t *testing.T) {
 	srv := startServer(t)
 	nc, js := connect(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i, c := range []struct {
 		atomic, batched bool

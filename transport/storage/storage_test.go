@@ -20,7 +20,7 @@ import (
 
 // exercise runs the Store contract against s.
 func exercise(t *testing.T, s Store) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	big := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640 KB: several object chunks
 	put := func(k string, v []byte) {
@@ -104,7 +104,7 @@ func TestJetStream(t *testing.T) {
 // Locations tell apart the stores a coordinator and a worker may be
 // configured with, and agree for the same one however it was named.
 func TestLocation(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	root := t.TempDir()
 	t.Chdir(root)
@@ -192,7 +192,7 @@ func TestBucketReplicas(t *testing.T) {
 // The JetStream stores are unreachable while their connection is down,
 // saying which store and why; a directory always is reachable.
 func TestReachable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir, err := NewDir(t.TempDir())
 	if err != nil {

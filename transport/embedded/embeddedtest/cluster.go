@@ -41,13 +41,13 @@ func Cluster(t testing.TB, ctx context.Context, n int) []*server.Server {
 		s.Start()
 		t.Cleanup(s.Shutdown)
 		servers[i] = s
-		if !s.ReadyForConnections(10 * time.Second) {
+		if !s.ReadyForConnections(30 * time.Second) {
 			t.Fatalf("server %s not ready", s.Name())
 		}
 		routes = append(routes, fmt.Sprintf("nats-route://%s", s.ClusterAddr()))
 	}
 	for _, s := range servers {
-		if !s.ReadyForConnections(10 * time.Second) {
+		if !s.ReadyForConnections(30 * time.Second) {
 			t.Fatalf("server %s not ready", s.Name())
 		}
 		nc, err := nats.Connect(s.ClientURL())
@@ -107,7 +107,7 @@ func Stop(t testing.TB, s *server.Server, cluster []*server.Server) (start func(
 		}
 		n.Start()
 		t.Cleanup(n.Shutdown)
-		if !n.ReadyForConnections(10 * time.Second) {
+		if !n.ReadyForConnections(30 * time.Second) {
 			t.Fatalf("server %s not ready", name)
 		}
 		return n
