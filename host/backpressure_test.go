@@ -46,7 +46,7 @@ func waitAck(t *testing.T, acks chan int64, rc *recorder) int64 {
 	select {
 	case id := <-acks:
 		return id
-	case <-time.After(20 * time.Second):
+	case <-time.After(30 * time.Second):
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		t.Fatalf("no acknowledgement; declines %v failures %v", rc.declines, rc.failed)

@@ -313,7 +313,7 @@ func runElemCase(t *testing.T, c elemCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out []stream.Element
 	consumed := make(chan struct{})

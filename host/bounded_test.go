@@ -96,7 +96,7 @@ func TestBoundedSourceWaitsForTheFinalSavepoint(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- task.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for len(er.endedTasks()) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the end of input was not reported")
@@ -275,7 +275,7 @@ func TestEndOfPartitionAfterEndOfData(t *testing.T) {
 		}
 	}
 	var got []stream.Element
-	for deadline := time.Now().Add(10 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
 		if d, ok, _ := ro.Poll(); ok {
 			got = append(got, d.Element)
 		} else {

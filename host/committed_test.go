@@ -187,9 +187,9 @@ func (s *reportingSink) Recover(_ context.Context, _ int64, state []byte) error 
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20s", what)
+			t.Fatalf("no %s within 30s", what)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func runTotals(t *testing.T, cfg host.Config, in []stream.Element) (*totalsOp, s
 		}
 	}
 	var got []stream.Element
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-done:

@@ -52,7 +52,7 @@ func TestPriorityBarrierBehindReleasedBufferBetweenPieces(t *testing.T) {
 		if v != "a" {
 			t.Fatalf("got %q", v)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("operator never got a")
 	}
 	for _, s := range []*local.Sender{s0, s1} {
@@ -291,7 +291,7 @@ func TestAlignmentTimeoutWithBufferBetweenPieces(t *testing.T) {
 			if v != "a" {
 				t.Fatalf("got %q", v)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatal("no a")
 		}
 		time.Sleep(60 * time.Millisecond) // past the alignment timeout

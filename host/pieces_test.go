@@ -79,7 +79,7 @@ func (g *gatedOp) release(t *testing.T, want string) {
 		if v != want {
 			t.Fatalf("operator got %q, want %q", v, want)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("operator never got %q", want)
 	}
 	g.gate <- struct{}{}
@@ -97,7 +97,7 @@ func batchOf(vals ...string) []byte {
 func drainAll(t *testing.T, r stream.Receiver, n int) []stream.Element {
 	t.Helper()
 	var got []stream.Element
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for len(got) < n {
 		d, ok, err := r.Poll()
 		if err != nil {
@@ -159,7 +159,7 @@ func testUnalignedBarrierBetweenPieces(t *testing.T, atReceiver bool) {
 		if v != "a" {
 			t.Fatalf("first record %q", v)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("operator never called")
 	}
 	over, err := si.SendPriority(ctx, stream.BarrierElement(stream.Barrier{ID: 1, Unaligned: true}))
