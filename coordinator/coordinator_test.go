@@ -12,7 +12,7 @@ import (
 
 func TestOpen(t *testing.T) {
 	nc := embeddedtest.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, dir := range []string{t.TempDir(), ""} {
 		c, err := Open(ctx, Config{NC: nc, StateDir: dir})

@@ -80,7 +80,7 @@ func (w *recWorker) Stop(context.Context, Stop) error         { return w.rec("st
 
 func TestRoundTripAndLostWorker(t *testing.T) {
 	nc := embeddedtest.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rc := &recCoord{joined: make(chan string, 4), lost: make(chan string, 4)}
 	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: time.Minute})
@@ -205,10 +205,13 @@ func crashWorker(t *testing.T, ctx context.Context, url, id string) (crash func(
 
 func TestLostWorker(t *testing.T) {
 	srv, nc := embeddedtest.Start(t, embedded.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rc := &recCoord{joined: make(chan string, 8), lost: make(chan string, 8)}
-	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: 300 * time.Millisecond})
+	// A live worker beats every 20 ms; a loaded machine can starve its
+	// heartbeats for a second, and a shorter timeout then declares it
+	// lost (and a restart below no longer comes within the timeout).
+	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: 2 * time.Second})
 	ready := make(chan struct{})
 	go func() { _ = co.Run(ctx, ready) }()
 	<-ready
@@ -273,7 +276,9 @@ func TestCoordinatorCutOffDeclaresNoWorkerLost(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	l := &liveness{joined: make(chan string, 16), lost: make(chan string, 16), beats: make(chan string, 1)}
-	co := NewCoordinator(nc, l, CoordinatorOptions{HeartbeatTimeout: time.Second})
+	// Shorter than the cut-off (4–6 s), and longer than a loaded machine
+	// starves a live worker's heartbeats (a second, seen).
+	co := NewCoordinator(nc, l, CoordinatorOptions{HeartbeatTimeout: 2 * time.Second})
 	ready := make(chan struct{})
 	go func() { _ = co.Run(ctx, ready) }()
 	<-ready
@@ -323,7 +328,7 @@ func TestCoordinatorCutOffDeclaresNoWorkerLost(t *testing.T) {
 // worker back; a new session of the same worker does join.
 func TestHeartbeatAfterUnregister(t *testing.T) {
 	nc := embeddedtest.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rc := &recCoord{joined: make(chan string, 8), lost: make(chan string, 8), tasks: make(chan []TaskRef, 8)}
 	co := NewCoordinator(nc, rc, CoordinatorOptions{HeartbeatTimeout: time.Minute})
@@ -421,7 +426,7 @@ func (fakeAPI) RemoveCheckpoints(_ context.Context, r RemoveRequest) (Removed, e
 
 func TestAPIRoundTrip(t *testing.T) {
 	nc := embeddedtest.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ready := make(chan struct{})
 	done := make(chan struct{})
@@ -477,7 +482,7 @@ func TestAPIRoundTrip(t *testing.T) {
 // caller's deadline; a write is not repeated.
 func TestAPIReadRetriesALostRequest(t *testing.T) {
 	nc := embeddedtest.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	subj := Subjects{}
 	var seen atomic.Int32
@@ -606,7 +611,7 @@ func (w *slowCancelWorker) Trigger(_ context.Context, t Trigger) error {
 // order; its own requests wait behind it, in order.
 func TestWorkerServesJobsApart(t *testing.T) {
 	nc := embeddedtest.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	co := NewCoordinator(nc, &recCoord{joined: make(chan string, 4), lost: make(chan string, 4)}, CoordinatorOptions{HeartbeatTimeout: time.Minute})
 	ready := make(chan struct{})
