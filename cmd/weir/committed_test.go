@@ -97,7 +97,7 @@ func TestRunWaitsForTheInputsOutputThroughAFailover(t *testing.T) {
 		return s
 	}}
 	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
-		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
+		HeartbeatTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks,
 		Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -21,11 +21,14 @@ import (
 )
 
 // startUp starts what weir up starts, on a temp directory, closed when the
-// test ends (closing it twice is fine).
+// test ends (closing it twice is fine). Its worker is declared lost after
+// 3 s without a heartbeat: a loaded machine can starve a live worker's
+// heartbeats (every 100 ms) for a second, and a timeout of 1 s then fails
+// its job over for no reason.
 func startUp(t *testing.T, ctx context.Context) *node.Node {
 	t.Helper()
 	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
-		HeartbeatTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		HeartbeatTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
