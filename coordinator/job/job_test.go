@@ -1327,7 +1327,7 @@ func TestCoordinatorRestart(t *testing.T) {
 func TestResumeCancelsOnAllWorkersAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, startManager := restartableWith(t, nil, Options{HeartbeatTimeout: time.Second, RequestTimeout: time.Hour})
+	e, startManager := restartableWith(t, nil, Options{HeartbeatTimeout: 3 * time.Second, RequestTimeout: time.Hour})
 	f := e.fleet
 	stop := startManager()
 	w1 := f.start(ctx, "w1")
@@ -1449,7 +1449,7 @@ func TestSecondaryFailureAloneAfterTheGrace(t *testing.T) {
 // directory (seen through wrap, if not nil) until its stop is called.
 func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, start func() (stop func())) {
 	t.Helper()
-	return restartableWith(t, wrap, Options{HeartbeatTimeout: time.Second, RequestTimeout: 2 * time.Second})
+	return restartableWith(t, wrap, Options{HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
 }
 
 // restartableWith is restartable with the managers' timeouts taken from

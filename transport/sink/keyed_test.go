@@ -31,6 +31,9 @@ func subjectsOf(t *testing.T, ctx context.Context, js jetstream.JetStream, strea
 	must(t, err)
 	var out []string
 	for len(out) < n {
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of the %d messages stream %s held: %v", len(out), n, stream, ctx.Err())
+		}
 		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
 		must(t, err)
 		for m := range batch.Messages() {

@@ -61,6 +61,9 @@ func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, strea
 	}
 	var out []stored
 	for len(out) < n {
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of the %d messages stream %s held: %v", len(out), n, stream, ctx.Err())
+		}
 		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
