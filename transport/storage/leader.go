@@ -93,7 +93,8 @@ func leaderRequest(ctx context.Context, js jetstream.JetStream, api string, req 
 		select {
 		case <-ctx.Done():
 			if leaderless != nil {
-				return fmt.Errorf("%w (%w)", leaderless, ctx.Err())
+				// The answer names no stream: the request's subject does.
+				return fmt.Errorf("%w (asking %s: %w)", leaderless, subj, ctx.Err())
 			}
 			return fmt.Errorf("no answer to %s from the stream's leader: %w", subj, ctx.Err())
 		case <-resend.C:
