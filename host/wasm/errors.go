@@ -105,8 +105,11 @@ type TrapError struct {
 	Export      string
 	RecordIndex int    // index of the record being processed; -1 if unknown
 	Record      string // that record's key and the start of its value (Process), "" if unknown
-	Stack       string // the wasm stack trace, one frame per line
-	Err         error  // the runtime's error
+	// Stack is the wasm stack trace, one frame per line, functions named
+	// by the module's name section, Rust's legacy-mangled names demangled
+	// ("<probe::Probe as weir::Operator>::process").
+	Stack string
+	Err   error // the runtime's error
 	// Message is the error message the guest set (weir.error) during the
 	// call before it trapped, "" if none: how SDKs pass on a panic's or an
 	// abort's message (Rust panic!, AssemblyScript abort/throw).

@@ -595,7 +595,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	msg := err.Error()
 	stack := ""
 	if k := strings.Index(msg, "\nwasm stack trace:"); k >= 0 {
-		stack = strings.TrimSpace(msg[k+1:])
+		stack = demangleStack(strings.TrimSpace(msg[k+1:]))
 	}
 	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
 	te.MemorySize, te.MemoryLimit, te.GrowRefused = i.memoryState()
