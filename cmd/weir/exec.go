@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -203,13 +204,7 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	defer inst.Close(context.Background())
 
 	if o.restore != "" {
-		f, err := os.Open(o.restore)
-		if err != nil {
-			return fmt.Errorf("exec: restore: %w", err)
-		}
-		err = inst.Restore(ctx, bufio.NewReaderSize(f, 64<<10))
-		f.Close()
-		if err != nil {
+		if err := restoreFrom(ctx, inst, o.restore); err != nil {
 			return err
 		}
 	}
@@ -258,6 +253,40 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 		return fmt.Errorf("exec: writing output: %w", err)
 	}
 	return nil
+}
+
+// restoreFrom restores inst's state from the file at path. Every error
+// names the file once, on one line: opening or reading it, and the
+// operator's restore refusing or trapping on what it read.
+func restoreFrom(ctx context.Context, inst *wasm.Instance, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("exec: restore from %s: %w", path, withoutPath(err))
+	}
+	defer f.Close()
+	if err := inst.Restore(ctx, bufio.NewReaderSize(pathlessReader{f}, 64<<10)); err != nil {
+		return fmt.Errorf("exec: restore from %s: %w", path, err)
+	}
+	return nil
+}
+
+// pathlessReader reads from a file, its errors without the file's path,
+// which restoreFrom puts at the start of the message instead.
+type pathlessReader struct{ f *os.File }
+
+func (r pathlessReader) Read(p []byte) (int, error) {
+	n, err := r.f.Read(p)
+	return n, withoutPath(err)
+}
+
+// withoutPath turns a *fs.PathError ("read snap: is a directory") into its
+// operation and cause ("read: is a directory"), for a message that names
+// the file already; errors.Is still matches the cause.
+func withoutPath(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
 }
 
 // execRun feeds records into the instance and prints what it emits.

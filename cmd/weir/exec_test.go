@@ -174,6 +174,40 @@ func TestExecSnapshotAtEnd(t *testing.T) {
 	}
 }
 
+// Every error about the -restore file names it, once, on one line:
+// opening it, reading it, and the operator refusing what it read.
+func TestExecRestoreErrorsNameTheFile(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.state")
+	short := filepath.Join(dir, "short.state")
+	big := filepath.Join(dir, "big.state")
+	if err := os.WriteFile(short, []byte{1}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// misbehave's weir_restore reads the whole state into its 2-page memory.
+	if err := os.WriteFile(big, make([]byte, 200<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		probe     = "../../guests/rust/sdktest/probe.wasm"
+		misbehave = "../../host/wasm/testdata/misbehave.wasm"
+	)
+	for _, c := range []struct {
+		module, path, cause string
+	}{
+		{probe, missing, "open: no such file or directory"},
+		{probe, dir, "operator probe: weir_restore: state stream: read: is a directory"},
+		{probe, short, "operator probe: weir_restore: weir: state ended early"},
+		{misbehave, big, "operator misbehave: weir_restore: restore_read of 3 bytes at address 131070 passes the end of memory (131072 bytes) (status -5)"},
+	} {
+		code, _, errs := weir(t, "", "exec", c.module, "-restore", c.path)
+		want := "weir: exec: restore from " + c.path + ": " + c.cause + "\n"
+		if code != 1 || errs != want {
+			t.Errorf("exit %d, stderr %q, want %q", code, errs, want)
+		}
+	}
+}
+
 // An error inside a record names the input line it came from.
 func TestExecErrorNamesInputLine(t *testing.T) {
 	in := filepath.Join(t.TempDir(), "in.txt")
