@@ -44,7 +44,8 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
 const savepointWait = 3 * time.Minute
 
 // connectNATS connects to NATS with the shared connection flags, as the
-// client name; a command does not wait for a server that is down. One
+// client name; a command does not wait for a server that is down. Its
+// error names the server with its password or token hidden. One
 // that does not answer (a frozen process) is waited for up to the connect
 // timeout, before the next server listed: after noticeAfter, w is told.
 func connectNATS(nf *natsFlags, name string, w io.Writer) (*nats.Conn, error) {
@@ -56,7 +57,13 @@ func connectNATS(nf *natsFlags, name string, w io.Writer) (*nats.Conn, error) {
 	nc, err := natsconn.Connect(*o, nats.MaxReconnects(0))
 	stop()
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", nf.url, err)
+		if !natsconn.Unreachable(err) {
+			// Refused (authentication, TLS, a bad URL or file): err
+			// says so and names the server; asking whether weir up
+			// runs would send the user looking in the wrong place.
+			return nil, err
+		}
+		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", natsconn.Redact(nf.url), err)
 	}
 	return nc, nil
 }

@@ -104,7 +104,7 @@ func TestModuleCommandAuthenticates(t *testing.T) {
 		t.Errorf("ls with -token: %d %q %q", code, out, errs)
 	}
 	_, errs, code := weir("ls", "-nats", url)
-	if code != 1 || !strings.HasPrefix(errs, "weir: cannot reach NATS at "+url) || !strings.Contains(errs, "Authorization Violation") {
+	if code != 1 || !strings.HasPrefix(errs, "weir: nats connect "+url) || !strings.Contains(errs, "Authorization Violation") {
 		t.Errorf("ls without a token: %d %q", code, errs)
 	}
 }
