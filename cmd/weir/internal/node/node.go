@@ -275,7 +275,11 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	if opts.WaitForNATS && opts.NATS != nil {
-		if err := waitForJetStream(ctx, n.JS, log); err != nil {
+		if err := waitForJetStream(ctx, n.JS, *opts.NATS, log); err != nil {
+			return err
+		}
+	} else if opts.NATS != nil {
+		if err := checkJetStream(ctx, n.JS, *opts.NATS); err != nil {
 			return err
 		}
 	}
@@ -386,11 +390,52 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	return nil
 }
 
+// jetStreamCheckTimeout bounds checkJetStream's one question to the
+// server.
+const jetStreamCheckTimeout = 5 * time.Second
+
+// checkJetStream asks the server of o whether its account has JetStream,
+// once, and returns an error that says what to change when it has not:
+// without it weir can keep no job record, checkpoint or module, and the
+// first bucket it opened failed with "no responders available for
+// request", naming neither the server nor JetStream. Any other answer (a
+// cluster still electing its JetStream leader) is left to the calls that
+// follow, which wait or fail naming what they did.
+func checkJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Options) error {
+	c, cancel := context.WithTimeout(ctx, jetStreamCheckTimeout)
+	defer cancel()
+	_, err := js.AccountInfo(c)
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		return jetStreamMissing(o, err)
+	}
+	return nil
+}
+
+// jetStreamMissing explains err, JetStream's "not enabled" from the
+// server of o: for the server (no server of it runs JetStream: nats.go
+// reports that when no server answers JetStream's API) or for the
+// account the connection authenticated as.
+func jetStreamMissing(o natsconn.Options, err error) error {
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		who := "the account"
+		if o.User != "" {
+			who = fmt.Sprintf("the account of user %q", o.User)
+		}
+		return fmt.Errorf("NATS %s: JetStream is not enabled for %s, and weir keeps its jobs, checkpoints and modules in it: "+
+			"enable JetStream for that account in the server's config (jetstream: enabled), or connect as a user of one that has it: %w",
+			natsconn.Redact(o.URL), who, err)
+	}
+	return fmt.Errorf("NATS %s: JetStream is not enabled on the server, and weir keeps its jobs, checkpoints and modules in it: "+
+		"start nats-server with -js (or a jetstream {} block in its config): %w", natsconn.Redact(o.URL), err)
+}
+
 // waitForJetStream returns once JetStream answers, or ctx is done. A
 // server that just started, or a cluster still electing its JetStream
-// leader, accepts connections before JetStream answers. An account
-// without JetStream is an error at once.
-func waitForJetStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
+// leader, accepts connections before JetStream answers; a server without
+// JetStream is waited for as well (it may be restarted with it), each
+// attempt logged saying how to enable it. An account without JetStream
+// is an error at once.
+func waitForJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Options, log *slog.Logger) error {
 	for attempt := 1; ; attempt++ {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := js.AccountInfo(c)
@@ -399,8 +444,11 @@ func waitForJetStream(ctx context.Context, js jetstream.JetStream, log *slog.Log
 		case err == nil:
 			return nil
 		case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-			return fmt.Errorf("jetstream: %w", err)
-		case ctx.Err() != nil:
+			return jetStreamMissing(o, err)
+		case errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+			err = jetStreamMissing(o, err)
+		}
+		if ctx.Err() != nil {
 			return fmt.Errorf("jetstream: %w (last attempt: %v)", ctx.Err(), err)
 		}
 		wait := natsconn.RetryDelay(attempt)
