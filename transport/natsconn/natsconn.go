@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -183,6 +184,9 @@ func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
 	if o.URL == "" {
 		return nil, errors.New("nats connect: no server URL")
 	}
+	if err := CheckURLs(o.URL); err != nil {
+		return nil, err
+	}
 	opts, err := o.NATSOptions()
 	if err != nil {
 		return nil, err
@@ -192,6 +196,28 @@ func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats connect %s: %w", Redact(o.URL), err)
 	}
 	return nc, nil
+}
+
+// Schemes are the URL schemes a server URL may have: nats.go connects
+// with any other as with nats://, so a typo (nast://, or tsl:// for
+// tls://) would connect without the TLS it asked for, or to a port given
+// for another protocol (http://), instead of being pointed out.
+var Schemes = []string{"nats", "tls", "ws", "wss"}
+
+// CheckURLs returns an error naming the first URL of the comma-separated
+// list urls (redacted) whose scheme is none of Schemes. A URL without a
+// scheme (host:port) is nats://.
+func CheckURLs(urls string) error {
+	for p := range strings.SplitSeq(urls, ",") {
+		p = strings.TrimSpace(p)
+		scheme, _, ok := strings.Cut(p, "://")
+		if !ok || slices.Contains(Schemes, strings.ToLower(scheme)) {
+			continue
+		}
+		return fmt.Errorf("nats URL %s: unknown scheme %q: give nats://HOST:PORT (tls:// for TLS, ws:// or wss:// for websocket)",
+			Redact(p), scheme)
+	}
+	return nil
 }
 
 // Redact hides the passwords and tokens of a comma-separated list of server URLs, for

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +137,32 @@ func TestReconnectAfterRestart(t *testing.T) {
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A URL whose scheme is not one NATS takes (a typo) is refused, naming
+// it, rather than connected to as nats:// — which nats.go does with any
+// scheme, so tsl:// would have connected without TLS.
+func TestConnectRefusesAnUnknownScheme(t *testing.T) {
+	ns := startServer(t, &server.Options{})
+	hostPort := strings.TrimPrefix(ns.ClientURL(), "nats://")
+	for _, u := range []string{"nast://" + hostPort, "nats://" + hostPort + ",tsl://u:secret@" + hostPort, "http://" + hostPort} {
+		nc, err := Connect(Options{URL: u})
+		if err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", u)
+			continue
+		}
+		if !strings.Contains(err.Error(), "unknown scheme") || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: error %q; want it to name the unknown scheme, the password hidden", u, err)
+		}
+	}
+	for _, u := range []string{ns.ClientURL(), hostPort, "NATS://" + hostPort} {
+		nc, err := Connect(Options{URL: u})
+		if err != nil {
+			t.Errorf("%s: %v", u, err)
+			continue
+		}
+		nc.Close()
 	}
 }
