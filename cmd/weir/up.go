@@ -125,7 +125,8 @@ With -nats it starts no server: the coordinator and workers use an existing
 NATS server or cluster (JetStream enabled), and keep job records, checkpoints
 and modules in JetStream buckets. On a cluster give -replicas 3 (or 5), so
 that those buckets survive the loss of a server; it also scales buckets that
-exist already. Workers joining such a cluster need only -nats.`
+exist already. Workers joining such a cluster need only -nats. One weir up
+serves a NATS: a second one there is refused while the first one answers.`
 
 func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "up", upUsage)

@@ -6,11 +6,13 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -286,6 +288,11 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	n.API = control.NewAPIClient(n.Conn, "")
 	var coord *coordinator.Coordinator
 	var taskStore host.Store
+	if opts.Coordinator && opts.NATS != nil {
+		if err := noOtherCoordinator(n.Conn, *opts.NATS); err != nil {
+			return err
+		}
+	}
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
 			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, Log: log.With("component", "coordinator")})
@@ -461,6 +468,46 @@ func waitForJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Op
 			return fmt.Errorf("jetstream: %w (last attempt: %v)", ctx.Err(), err)
 		}
 	}
+}
+
+// otherCoordinatorWait bounds noOtherCoordinator's question: a
+// coordinator answers the job API at once, and nobody listening is told
+// at once (no responders).
+const otherCoordinatorWait = 2 * time.Second
+
+// noOtherCoordinator returns an error when a coordinator answers the job
+// API on nc already (another weir up on the same NATS): two would resume
+// the same jobs from the same records, each deploying its own attempts
+// onto the same workers and deleting the other's checkpoints, and both
+// started without a word. The error names the server and the live
+// workers the other one reports, whose hosts say where it runs. Only one
+// that answers is found: one started at the same moment, or one whose
+// process is frozen, is not.
+func noOtherCoordinator(nc *nats.Conn, o natsconn.Options) error {
+	msg, err := nc.Request(control.Subjects{}.API(control.APIWorkers), []byte("{}"), otherCoordinatorWait)
+	if err != nil || len(msg.Data) == 0 {
+		// No responders (none runs) or no answer in time (none that
+		// works): this one may start.
+		return nil
+	}
+	var rep struct {
+		Result []control.WorkerStatus `json:"result"`
+	}
+	_ = json.Unmarshal(msg.Data, &rep) // the answer is what counts; its workers are a hint
+	workers := make([]string, 0, len(rep.Result))
+	for _, w := range rep.Result {
+		if w.Host != "" {
+			workers = append(workers, w.ID+" on "+w.Host)
+		} else {
+			workers = append(workers, w.ID)
+		}
+	}
+	live := "no live workers"
+	if len(workers) > 0 {
+		live = "live workers: " + strings.Join(workers, ", ")
+	}
+	return fmt.Errorf("NATS %s: another coordinator already runs there (%s): two would run the same jobs; "+
+		"stop that weir up first, or join it with weir worker", natsconn.Redact(o.URL), live)
 }
 
 // ModuleSource resolves a module reference through the registry (or a
