@@ -18,6 +18,7 @@ package natsconn
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -193,9 +194,72 @@ func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.URL, append(opts, extra...)...)
 	if err != nil {
+		if why := o.refusal(err); why != "" {
+			return nil, fmt.Errorf("nats connect %s: %s: %w", Redact(o.URL), why, err)
+		}
 		return nil, fmt.Errorf("nats connect %s: %w", Redact(o.URL), err)
 	}
 	return nc, nil
+}
+
+// refusal says what to change when err, from connecting with o's
+// settings, is the server refusing the credentials or a side of TLS
+// refusing the other's certificate; "" for any other error. The server
+// only says "Authorization Violation", and TLS only what failed: neither
+// names what was sent, nor the flag that sends something else.
+func (o Options) refusal(err error) string {
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var op *net.OpError
+	switch {
+	case errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation"):
+		return "the server refused " + o.credentials()
+	case errors.As(err, &unknownCA):
+		if o.TLSCA == "" {
+			return "the server's TLS certificate is signed by a CA this machine does not trust: give the CA's PEM file with -tlsca"
+		}
+		return fmt.Sprintf("the server's TLS certificate is not signed by the CA of -tlsca %s", o.TLSCA)
+	case errors.As(err, &hostname):
+		return "the server's TLS certificate is not for the host of the URL: connect by a name or address it lists"
+	case certRefused(err) || errors.As(err, &op) && op.Op == "remote error" && strings.Contains(op.Err.Error(), "certificate"):
+		// A TLS alert from the server, or the connection it closed once
+		// the handshake ended: Go's client sends no certificate whose
+		// CA the server did not ask for, so a certificate it does not
+		// trust comes back as "certificate required" too.
+		if o.TLSCert == "" {
+			return "the server requires a client certificate (mutual TLS): give it with -tlscert and -tlskey"
+		}
+		return fmt.Sprintf("the server did not accept the client certificate %s: give one signed by a CA the server trusts", o.TLSCert)
+	}
+	return ""
+}
+
+// certRefused reports whether err is nats.go's "connection closed by
+// remote after TLS handshake": a server that requires a client
+// certificate closes the connection when it gets none it trusts, and
+// the client, whose side of the handshake had ended, sees the close
+// (io.EOF, a broken pipe or a reset) rather than the server's alert,
+// depending on timing.
+func certRefused(err error) bool {
+	return errors.Is(err, nats.ErrTLS) && strings.Contains(err.Error(), "connection closed by remote after TLS handshake")
+}
+
+// credentials names what o authenticates with, for an error: the method
+// and the file or user, never a secret.
+func (o Options) credentials() string {
+	switch {
+	case o.CredsFile != "":
+		return "the credentials of -creds " + o.CredsFile
+	case o.NKeySeedFile != "":
+		return "the nkey of -nkey " + o.NKeySeedFile
+	case o.Token != "":
+		return "the token of -token"
+	case o.User != "":
+		return fmt.Sprintf("user %q (-user, -password)", o.User)
+	case strings.Contains(o.URL, "@"):
+		return "the user or token in the URL"
+	}
+	return "a connection without credentials: give -creds, -nkey, -token, or -user and -password"
 }
 
 // Schemes are the URL schemes a server URL may have: nats.go connects
@@ -261,6 +325,11 @@ func RetryDelay(n int) time.Duration {
 // resolve (yet) — which a later attempt may get past, rather than a
 // refusal no retry fixes (authentication, TLS, a bad URL or option).
 func Unreachable(err error) bool {
+	if certRefused(err) {
+		// It carries the io.EOF or reset of the close, but the server
+		// was reached and refused the certificate.
+		return false
+	}
 	if errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, io.EOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
 		return true
