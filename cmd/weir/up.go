@@ -220,7 +220,9 @@ const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-stor
 Runs a worker that joins the coordinator reachable through NATS at URL and
 runs the tasks it is given. While the server cannot be reached (a worker
 started before it) it keeps trying, with a backoff up to 10s, logging each
-failed attempt, until it connects or is interrupted. -atomic-batch is the most messages its
+failed attempt, until it connects or is interrupted. Connected to a NATS
+where no coordinator answers yet (started before weir up), it says so, and
+the coordinator takes it on once it starts. -atomic-batch is the most messages its
 exactly-once sinks put in one atomic batch: at most the server's
 max_batch_size (1000 by default in nats-server, 20000 in 'weir up'). -slots
 is the most tasks it runs at a time, of all jobs (0, the default: no limit);
@@ -280,7 +282,14 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	defer n.Close()
-	fmt.Fprintf(std.Out, "worker %s joined %s\n", n.Workers[0].ID(), n.URL())
+	if n.CoordinatorAnswers() {
+		fmt.Fprintf(std.Out, "worker %s joined %s\n", n.Workers[0].ID(), natsconn.Redact(n.URL()))
+	} else {
+		// It heartbeats meanwhile: a coordinator that starts takes it
+		// on. Saying "joined" would have the user look for jobs.
+		fmt.Fprintf(std.Out, "worker %s connected to %s; no coordinator answers there yet: it joins the one 'weir up -nats %s' starts\n",
+			n.Workers[0].ID(), natsconn.Redact(n.URL()), natsconn.Redact(nf.url))
+	}
 	<-ctx.Done()
 	return nil
 }

@@ -214,3 +214,39 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		t.Errorf("weir worker -nats URL list: exit %d, %q; want 2 and the argument refused", code, out.String()+errb.String())
 	}
 }
+
+// A weir worker started before weir up says that no coordinator answers
+// yet (it used to say "joined"), and is taken on by the weir up that
+// starts later.
+func TestWorkerBeforeUpSaysItWaitsForACoordinator(t *testing.T) {
+	srv := embeddedtest.Server(t, embedded.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := srv.ClientURL()
+	wctx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	w, wdone := &upOutput{}, make(chan int, 1)
+	go func() {
+		wdone <- run(wctx, []string{"worker", "-nats", url, "-id", "early", "-data", t.TempDir()},
+			Stdio{In: strings.NewReader(""), Out: &w.out, Err: &w.errb})
+	}()
+	w.await(t, ctx, wdone, "worker early connected to "+url+"; no coordinator answers there yet: it joins the one 'weir up -nats "+url+"' starts\n")
+	out, stop, done := upOn(t, ctx, url)
+	out.await(t, ctx, done, "weir is up")
+	var ls syncBuffer
+	for !strings.Contains(ls.String(), "early ") {
+		ls = syncBuffer{}
+		if code := run(ctx, []string{"worker", "ls", "-nats", url}, Stdio{In: strings.NewReader(""), Out: &ls, Err: &ls}); code != 0 {
+			t.Fatalf("weir worker ls exited %d: %s", code, ls.String())
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the early worker was not taken on: %s", ls.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	<-done
+	stopWorker()
+	<-wdone
+}

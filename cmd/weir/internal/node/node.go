@@ -484,18 +484,12 @@ const otherCoordinatorWait = 2 * time.Second
 // that answers is found: one started at the same moment, or one whose
 // process is frozen, is not.
 func noOtherCoordinator(nc *nats.Conn, o natsconn.Options) error {
-	msg, err := nc.Request(control.Subjects{}.API(control.APIWorkers), []byte("{}"), otherCoordinatorWait)
-	if err != nil || len(msg.Data) == 0 {
-		// No responders (none runs) or no answer in time (none that
-		// works): this one may start.
+	ws, ok := coordinatorWorkers(nc)
+	if !ok {
 		return nil
 	}
-	var rep struct {
-		Result []control.WorkerStatus `json:"result"`
-	}
-	_ = json.Unmarshal(msg.Data, &rep) // the answer is what counts; its workers are a hint
-	workers := make([]string, 0, len(rep.Result))
-	for _, w := range rep.Result {
+	workers := make([]string, 0, len(ws))
+	for _, w := range ws {
 		if w.Host != "" {
 			workers = append(workers, w.ID+" on "+w.Host)
 		} else {
@@ -508,6 +502,31 @@ func noOtherCoordinator(nc *nats.Conn, o natsconn.Options) error {
 	}
 	return fmt.Errorf("NATS %s: another coordinator already runs there (%s): two would run the same jobs; "+
 		"stop that weir up first, or join it with weir worker", natsconn.Redact(o.URL), live)
+}
+
+// coordinatorWorkers asks the job API on nc for the live workers, waiting
+// otherCoordinatorWait at most, and reports whether a coordinator
+// answered. No responders (none runs) comes back at once; no answer in
+// time (none that works) is none either. The workers are a hint: an
+// answer that does not decode still counts.
+func coordinatorWorkers(nc *nats.Conn) ([]control.WorkerStatus, bool) {
+	msg, err := nc.Request(control.Subjects{}.API(control.APIWorkers), []byte("{}"), otherCoordinatorWait)
+	if err != nil || len(msg.Data) == 0 {
+		return nil, false
+	}
+	var rep struct {
+		Result []control.WorkerStatus `json:"result"`
+	}
+	_ = json.Unmarshal(msg.Data, &rep)
+	return rep.Result, true
+}
+
+// CoordinatorAnswers reports whether a coordinator answers on the node's
+// NATS now (its own, or another's), waiting 2 s at most: a worker that
+// starts before weir up says that it waits for one.
+func (n *Node) CoordinatorAnswers() bool {
+	_, ok := coordinatorWorkers(n.Conn)
+	return ok
 }
 
 // ModuleSource resolves a module reference through the registry (or a
