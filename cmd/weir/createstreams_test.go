@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
@@ -31,5 +32,29 @@ func TestCreateStreamsNamesTheOverlappingStream(t *testing.T) {
 	want := "create stream OUT (subjects counts.*.total): stream TOTALS stores some of them already (its subjects: counts.*.total); name TOTALS in the spec, or choose subjects no stream stores: "
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("createStreams: %v\nwant it to start %q", err, want)
+	}
+}
+
+// -replicas above 1 on a server that is not clustered is refused, by
+// weir run's stream creation and by weir up's buckets, with a line that
+// names the flag and what to give: the server says only "replicas > 1
+// not supported in non-clustered mode".
+func TestReplicasOnASingleServerNameTheFlag(t *testing.T) {
+	srv := embeddedtest.Server(t, embedded.Config{})
+	_, js := embeddedtest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec := &jobspec.Spec{Name: "j", Sinks: []jobspec.Sink{{Name: "out", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out",
+		Guarantee: jobspec.ExactlyOnce}}}
+	err := createStreams(ctx, Stdio{Out: io.Discard, Err: io.Discard}, js, spec, 3)
+	want := "create stream OUT: -replicas 3 needs a NATS cluster, and this server is not clustered: give -replicas 1: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("createStreams: %v\nwant it to start %q", err, want)
+	}
+	var out, errb syncBuffer
+	code := run(ctx, []string{"up", "-nats", srv.ClientURL(), "-replicas", "3", "-data", t.TempDir()},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if want := "weir: -replicas 3 needs a NATS cluster, and this server is not clustered: give -replicas 1: "; code != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("weir up -replicas 3: exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
 	}
 }

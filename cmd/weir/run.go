@@ -260,6 +260,9 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 						cfg.Name, strings.Join(cfg.Subjects, ", "), other.Name, strings.Join(other.Subjects, ", "), other.Name, err)
 				}
 			}
+			if hint := replicasHint(err, replicas); hint != "" {
+				return fmt.Errorf("create stream %s: %s: %w", cfg.Name, hint, err)
+			}
 			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
 		}
 		fmt.Fprintf(std.Out, "created stream %s (subjects %s, %d replica(s))\n", cfg.Name, strings.Join(cfg.Subjects, ", "), cfg.Replicas)
@@ -284,6 +287,33 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 		}
 	}
 	return nil
+}
+
+// JetStream API error codes of a stream (or bucket) that asks for more
+// replicas than the servers can keep.
+const (
+	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074 // not a cluster
+	errCodeInsufficientResources jetstream.ErrorCode = 10023 // too few servers (or too little storage)
+)
+
+// replicasHint says what to do when err, from creating or scaling a stream
+// or bucket with replicas (-replicas), is the server refusing that many;
+// "" otherwise. The server says "replicas > 1 not supported in
+// non-clustered mode" or "insufficient resources", naming neither the
+// flag nor the way out.
+func replicasHint(err error, replicas int) string {
+	var apiErr *jetstream.APIError
+	if replicas <= 1 || !errors.As(err, &apiErr) {
+		return ""
+	}
+	switch apiErr.ErrorCode {
+	case errCodeReplicasNotSupported:
+		return fmt.Sprintf("-replicas %d needs a NATS cluster, and this server is not clustered: give -replicas 1", replicas)
+	case errCodeInsufficientResources:
+		return fmt.Sprintf("-replicas %d needs %d servers of the cluster with JetStream and room to store: give at most as many replicas as there are",
+			replicas, replicas)
+	}
+	return ""
 }
 
 // errCodeSubjectOverlap is the JetStream API's error code for a stream

@@ -185,6 +185,9 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	n, err := node.Start(ctx, opts)
 	if err != nil {
+		if hint := replicasHint(err, *replicas); hint != "" {
+			return fmt.Errorf("%s: %w", hint, err)
+		}
 		return err
 	}
 	defer n.Close()
