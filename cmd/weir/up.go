@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -187,6 +189,12 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		if hint := replicasHint(err, *replicas); hint != "" {
 			return fmt.Errorf("%s: %w", hint, err)
+		}
+		if !external && errors.Is(err, syscall.EADDRINUSE) {
+			// Most often a NATS server of the user's own, which weir up
+			// would use with -nats rather than start one beside it.
+			hp := net.JoinHostPort(*host, strconv.Itoa(*port))
+			return fmt.Errorf("port %d is in use (a NATS server already? run on it with -nats nats://%s; else give -port): %w", *port, hp, err)
 		}
 		return err
 	}

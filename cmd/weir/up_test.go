@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -249,4 +252,24 @@ func TestWorkerBeforeUpSaysItWaitsForACoordinator(t *testing.T) {
 	<-done
 	stopWorker()
 	<-wdone
+}
+
+// weir up on a port something listens on already (most often a NATS
+// server of the user's own) says what to do: use it with -nats, or give
+// another -port.
+func TestUpOnATakenPortSuggestsNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	var out, errb syncBuffer
+	code := run(ctx, []string{"up", "-port", strconv.Itoa(port), "-data", t.TempDir()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := fmt.Sprintf("weir: port %d is in use (a NATS server already? run on it with -nats nats://127.0.0.1:%d; else give -port): ", port, port)
+	if code != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
+	}
 }
