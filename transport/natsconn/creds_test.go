@@ -82,3 +82,30 @@ func TestCredsFile(t *testing.T) {
 		t.Fatalf("a missing credentials file: %v, want an error naming it", err)
 	}
 }
+
+// A creds file that is missing, or is not a .creds file, is named before
+// any server is asked; nats.go found out only when the server asked for
+// a signature, saying "error signing nonce".
+func TestCredsFileThatIsNotOne(t *testing.T) {
+	ns := startServer(t, &server.Options{})
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "user.creds")
+	if err := os.WriteFile(bad, []byte("-----BEGIN NATS USER JWT-----\nnot a jwt\n------END NATS USER JWT------\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "gone.creds")
+	for file, want := range map[string]string{
+		bad:     "nats creds file " + bad + ": no user JWT and nkey seed in it",
+		missing: "nats creds file: open " + missing,
+	} {
+		nc, err := Connect(Options{URL: ns.ClientURL(), CredsFile: file})
+		if err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", file)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: error %q; want it to start %q", file, err, want)
+		}
+	}
+}

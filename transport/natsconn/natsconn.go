@@ -25,12 +25,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // Options are the connection settings of a weir process.
@@ -139,6 +141,9 @@ func (o Options) NATSOptions() ([]nats.Option, error) {
 	methods := 0
 	if o.CredsFile != "" {
 		methods++
+		if err := checkCredsFile(o.CredsFile); err != nil {
+			return nil, err
+		}
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
 	}
 	if o.NKeySeedFile != "" {
@@ -178,6 +183,30 @@ func (o Options) NATSOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) { f() }))
 	}
 	return opts, nil
+}
+
+// checkCredsFile returns an error naming file when it cannot be read or
+// holds no user nkey seed. nats.go reads it only when the server asks
+// for a signature, and then said "error signing nonce: unable to extract
+// key pair from file …: nkeys: no nkey seed found" for a file that is
+// not a .creds file at all (a JWT alone, a seed file, a typo'd path's
+// neighbour). A path beginning with ~, which nats.go expands, is left
+// to it.
+func checkCredsFile(file string) error {
+	if strings.HasPrefix(file, "~") {
+		return nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("nats creds file: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	clear(data)
+	if err != nil {
+		return fmt.Errorf("nats creds file %s: no user JWT and nkey seed in it, as nsc writes them (an nkey seed alone goes to -nkey): %w", file, err)
+	}
+	kp.Wipe()
+	return nil
 }
 
 // Connect connects to o.URL with o's settings plus extra options.
