@@ -302,7 +302,14 @@ func (o Options) credentials() string {
 	case o.User != "":
 		return fmt.Sprintf("user %q (-user, -password)", o.User)
 	case strings.Contains(o.URL, "@"):
-		return "the user or token in the URL"
+		for p := range strings.SplitSeq(o.URL, ",") {
+			if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+				if _, ok := u.User.Password(); ok {
+					return fmt.Sprintf("user %q of the URL", u.User.Username())
+				}
+			}
+		}
+		return "the token in the URL"
 	}
 	return "a connection without credentials: give -creds, -nkey, -token, or -user and -password"
 }

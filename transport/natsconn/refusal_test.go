@@ -40,7 +40,9 @@ func TestConnectNamesTheRefusedCredentials(t *testing.T) {
 	connectRefused(t, Options{URL: tokens.ClientURL()}, "", "the server refused a connection without credentials: give -creds")
 	connectRefused(t, Options{URL: tokens.ClientURL(), Token: "wrong-token"}, "wrong-token", "the server refused the token of -token")
 	connectRefused(t, Options{URL: strings.Replace(tokens.ClientURL(), "nats://", "nats://wrong-token@", 1)}, "wrong-token",
-		"the server refused the user or token in the URL")
+		"the server refused the token in the URL")
+	connectRefused(t, Options{URL: strings.Replace(users.ClientURL(), "nats://", "nats://bob:wrong-pw@", 1)}, "wrong-pw",
+		`the server refused user "bob" of the URL`)
 	connectRefused(t, Options{URL: users.ClientURL(), User: "bob", Password: "wrong-pw"}, "wrong-pw", `the server refused user "bob"`)
 }
 
