@@ -314,20 +314,20 @@ func (o Options) credentials() string {
 	return "a connection without credentials: give -creds, -nkey, -token, or -user and -password"
 }
 
-// Schemes are the URL schemes a server URL may have: nats.go connects
+// schemes are the URL schemes a server URL may have: nats.go connects
 // with any other as with nats://, so a typo (nast://, or tsl:// for
 // tls://) would connect without the TLS it asked for, or to a port given
 // for another protocol (http://), instead of being pointed out.
-var Schemes = []string{"nats", "tls", "ws", "wss"}
+var schemes = [...]string{"nats", "tls", "ws", "wss"}
 
 // CheckURLs returns an error naming the first URL of the comma-separated
-// list urls (redacted) whose scheme is none of Schemes. A URL without a
+// list urls (redacted) whose scheme is none of nats, tls, ws and wss. A URL without a
 // scheme (host:port) is nats://.
 func CheckURLs(urls string) error {
 	for p := range strings.SplitSeq(urls, ",") {
 		p = strings.TrimSpace(p)
 		scheme, _, ok := strings.Cut(p, "://")
-		if !ok || slices.Contains(Schemes, strings.ToLower(scheme)) {
+		if !ok || slices.Contains(schemes[:], strings.ToLower(scheme)) {
 			continue
 		}
 		return fmt.Errorf("nats URL %s: unknown scheme %q: give nats://HOST:PORT (tls:// for TLS, ws:// or wss:// for websocket)",
