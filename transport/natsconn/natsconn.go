@@ -303,7 +303,7 @@ func (o Options) credentials() string {
 		return fmt.Sprintf("user %q (-user, -password)", o.User)
 	case strings.Contains(o.URL, "@"):
 		for p := range strings.SplitSeq(o.URL, ",") {
-			if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			if u, err := parseServerURL(strings.TrimSpace(p)); err == nil && u.User != nil {
 				if _, ok := u.User.Password(); ok {
 					return fmt.Sprintf("user %q of the URL", u.User.Username())
 				}
@@ -337,20 +337,61 @@ func CheckURLs(urls string) error {
 }
 
 // Redact hides the passwords and tokens of a comma-separated list of server URLs, for
-// errors and logs.
+// errors and logs. A URL without a scheme, which nats.go takes as
+// nats://, is read as one ("user:pw@host:4222"); one that does not parse
+// (nats.go refuses it) has everything before its last "@" hidden.
 func Redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			if _, ok := u.User.Password(); ok {
-				parts[i] = u.Redacted()
-			} else {
-				u.User = url.User("xxxxx") // a token or a user alone
-				parts[i] = u.String()
-			}
-		}
+		parts[i] = redactOne(p)
 	}
 	return strings.Join(parts, ",")
+}
+
+// redactOne redacts one server URL of a list, keeping the spaces around
+// it.
+func redactOne(p string) string {
+	s := strings.TrimSpace(p)
+	if !strings.Contains(s, "@") {
+		return p
+	}
+	var out string
+	u, err := parseServerURL(s)
+	switch {
+	case err != nil:
+		start := 0
+		if i := strings.Index(s, "://"); i >= 0 {
+			start = i + len("://")
+		}
+		at := strings.LastIndex(s, "@")
+		if at < start {
+			return p
+		}
+		out = s[:start] + "xxxxx" + s[at:]
+	case u.User == nil:
+		return p
+	default:
+		if _, ok := u.User.Password(); ok {
+			out = u.Redacted()
+		} else {
+			u.User = url.User("xxxxx") // a token or a user alone
+			out = u.String()
+		}
+		if !strings.Contains(s, "://") {
+			out = strings.TrimPrefix(out, "nats://")
+		}
+	}
+	k := strings.Index(p, s)
+	return p[:k] + out + p[k+len(s):]
+}
+
+// parseServerURL parses one server URL as nats.go does: one without a
+// scheme is nats://.
+func parseServerURL(s string) (*url.URL, error) {
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s
+	}
+	return url.Parse(s)
 }
 
 // Backoff between the attempts of ConnectRetry: RetryInitial after the

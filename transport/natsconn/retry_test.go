@@ -125,3 +125,30 @@ func TestRedact(t *testing.T) {
 		t.Errorf("connect error shows the password: %v", err)
 	}
 }
+
+// A URL without a scheme, which nats.go takes as nats://, may carry a
+// user and password or a token as well: url.Parse reads "user:pw@host"
+// as scheme "user", and fails on "tok@host:4222", so Redact returned
+// both as they were, and the errors that name the server showed the
+// secret. So did a URL whose password url.Parse refuses ("%zz"), which
+// nats.go refuses too, naming it.
+func TestRedactWithoutScheme(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"u:pw@a:4222", "u:xxxxx@a:4222"},
+		{"tok@a:4222", "xxxxx@a:4222"},
+		{"nats://a:4222, u:pw@b:4222", "nats://a:4222, u:xxxxx@b:4222"},
+		{"[::1]:4222", "[::1]:4222"},
+		{"u:pw@[::1]:4222", "u:xxxxx@[::1]:4222"},
+		{"a:4222", "a:4222"},
+		{"nats://u:p%zzw@a:4222", "nats://xxxxx@a:4222"},
+		{"p%zzw@a:4222", "xxxxx@a:4222"},
+	} {
+		if got := Redact(c.url); got != c.want {
+			t.Errorf("Redact(%q) = %q; want %q", c.url, got, c.want)
+		}
+	}
+	_, err := Connect(Options{URL: fmt.Sprintf("u:pw@127.0.0.1:%d", freePort(t))})
+	if err == nil || strings.Contains(err.Error(), "pw") {
+		t.Errorf("connect error shows the password: %v", err)
+	}
+}
