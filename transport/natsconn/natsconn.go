@@ -321,11 +321,17 @@ func (o Options) credentials() string {
 var schemes = [...]string{"nats", "tls", "ws", "wss"}
 
 // CheckURLs returns an error naming the first URL of the comma-separated
-// list urls (redacted) whose scheme is none of nats, tls, ws and wss. A URL without a
-// scheme (host:port) is nats://.
+// list urls (redacted) that does not parse, or whose scheme is none of
+// nats, tls, ws and wss. A URL without a scheme (host:port) is nats://.
 func CheckURLs(urls string) error {
 	for p := range strings.SplitSeq(urls, ",") {
 		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if _, err := parseServerURL(p); err != nil {
+			return badURL(p, err)
+		}
 		scheme, _, ok := strings.Cut(p, "://")
 		if !ok || slices.Contains(schemes[:], strings.ToLower(scheme)) {
 			continue
@@ -334,6 +340,21 @@ func CheckURLs(urls string) error {
 			Redact(p), scheme)
 	}
 	return nil
+}
+
+// badURL is CheckURLs' error for p, a server URL that does not parse:
+// nats.go's own error quotes the URL whole, password or token included.
+// The parser's reason is kept only for a URL without user information,
+// as it may quote a piece of that.
+func badURL(p string, err error) error {
+	if strings.Contains(p, "@") {
+		return fmt.Errorf("nats URL %s: does not parse as a URL: escape a %%, /, @ or : in its user, password or token as %%XX", Redact(p))
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("nats URL %s: %w", p, err)
 }
 
 // Redact hides the passwords and tokens of a comma-separated list of server URLs, for

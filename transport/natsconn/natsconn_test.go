@@ -166,3 +166,26 @@ func TestConnectRefusesAnUnknownScheme(t *testing.T) {
 		nc.Close()
 	}
 }
+
+// A URL that does not parse (a password with a "%" or "/" not escaped)
+// is refused naming it redacted: nats.go's error quoted the whole URL,
+// password and all, and Connect passed it on.
+func TestUnparsableURLHidesItsSecret(t *testing.T) {
+	for _, u := range []string{"nats://u:p%zzw@127.0.0.1:4999", "u:p/w@127.0.0.1:4999", "p%zzw@127.0.0.1:4999"} {
+		_, err := Connect(Options{URL: u})
+		if err == nil || strings.Contains(err.Error(), "p%zzw") || strings.Contains(err.Error(), "p/w") || strings.Contains(err.Error(), "zz") {
+			t.Errorf("connect %s: %v; want an error without the password", u, err)
+		}
+	}
+	// The forms nats.go takes pass.
+	for _, u := range []string{"nats://u:pw@a:4222, tls://tok@b:4222,", "[::1]:4222", "nats://[::1]:4222", "localhost",
+		"u:pw@localhost:4222", "ws://a:8080", "nats://u:p%40w@a:4222"} {
+		if err := CheckURLs(u); err != nil {
+			t.Errorf("CheckURLs(%q): %v", u, err)
+		}
+	}
+	_, err := Connect(Options{URL: "nats://127.0.0.1:99999x"})
+	if err == nil || !strings.Contains(err.Error(), "99999x") {
+		t.Errorf("a bad port: %v; want it named", err)
+	}
+}
