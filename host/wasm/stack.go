@@ -26,31 +26,80 @@ func demangleStack(stack string) string {
 
 // demangleFrame demangles the function name of one frame line: from the
 // last "._ZN" on back (a module name comes before the function's, and may
-// hold anything), the first whose name, up to the next "(", demangles and
-// is followed by nothing but a signature.
+// hold anything), the first whose name, up to the signature, demangles.
+// The name runs from that "._ZN" to the signature the line ends with, and
+// holds no "(": so only the "._ZN"s after the last "(" before the
+// signature are candidates, and no more than maxCandidates of them are
+// tried, each a pass over the rest of the name. A module's name section
+// is anyone's to write: a name of many "._ZN", each candidate scanned to
+// the end of the line, took time in the square of its length.
 func demangleFrame(line string) string {
 	if strings.HasPrefix(line, "\t\t") {
 		return line // a source position
 	}
-	for to := len(line); ; {
-		k := strings.LastIndex(line[:to], "._ZN")
+	if !strings.Contains(line, "._ZN") {
+		return line
+	}
+	sig := signatureStart(line)
+	if sig < 0 || !isSignature(line[sig:]) {
+		return line
+	}
+	from := strings.LastIndexByte(line[:sig], '(') + 1
+	head := line[from:sig]
+	for to, tries := len(head), 0; tries < maxCandidates; tries++ {
+		k := strings.LastIndex(head[:to], "._ZN")
 		if k < 0 {
 			return line
 		}
 		to = k
-		start := k + 1
-		end := strings.IndexByte(line[start:], '(')
-		if end < 0 {
-			continue
-		}
-		end += start
-		if !isSignature(line[end:]) {
-			continue
-		}
-		if name, ok := rustdemangle.Demangle(line[start:end]); ok {
-			return line[:start] + name + line[end:]
+		if name, ok := rustdemangle.Demangle(head[k+1:]); ok {
+			return line[:from+k+1] + name + line[sig:]
 		}
 	}
+	return line
+}
+
+// maxCandidates bounds the "._ZN"s of a frame line demangleFrame tries: a
+// Rust function's own name holds none after its start, and a module name
+// (before it) rarely one.
+const maxCandidates = 8
+
+// signatureStart returns the index of the "(" that opens the function
+// type a frame line ends with (isSignature), or -1 when it ends with
+// none. It reads the line from its end, once.
+func signatureStart(line string) int {
+	s := line
+	if !strings.HasSuffix(s, ")") {
+		// One result: " i64".
+		sp := strings.LastIndexByte(s, ' ')
+		if sp < 0 {
+			return -1
+		}
+		if r := s[sp+1:]; r == "" || !isTypeNames(r) || strings.Contains(r, ",") {
+			return -1
+		}
+		s = s[:sp]
+		if !strings.HasSuffix(s, ")") {
+			return -1
+		}
+		i := strings.LastIndexByte(s, '(')
+		if i < 0 || !isTypeNames(s[i+1:len(s)-1]) {
+			return -1
+		}
+		return i
+	}
+	i := strings.LastIndexByte(s, '(')
+	if i < 0 || !isTypeNames(s[i+1:len(s)-1]) {
+		return -1
+	}
+	// Several results, " (i32,i32)", after the parameters' list.
+	if params := s[:i]; strings.HasSuffix(params, ") ") {
+		params = params[:len(params)-1]
+		if j := strings.LastIndexByte(params, '('); j >= 0 && isTypeNames(params[j+1:len(params)-1]) {
+			return j
+		}
+	}
+	return i
 }
 
 // isSignature reports whether s is how wazero writes a function's type

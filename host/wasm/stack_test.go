@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTrapStackRustNames: a Rust operator built with its names kept
@@ -87,6 +88,31 @@ func TestDemangleStack(t *testing.T) {
 		if got := demangleStack(c.in); got != want {
 			t.Errorf("demangleStack(%q)\n = %q\nwant %q", c.in, got, want)
 		}
+	}
+}
+
+// A module's name section is anyone's to write, and demangleStack reads
+// its names after every trap, on the worker, outside the guest's
+// deadline: a name of many "._ZN" made each frame take time in the
+// square of its length (a 1.6 MB name, minutes), each candidate scanned
+// to the end of the line. A trap's stack with such names is read in time
+// in proportion to its length (the deadline is only a hang guard).
+func TestDemangleStackHostileNames(t *testing.T) {
+	const mangled = "_ZN47_$LT$probe..Probe$u20$as$u20$weir..Operator$GT$7process17h53750a72f7ed12e4E"
+	hostile := strings.Repeat("._ZN", 400_000)
+	stack := "wasm stack trace:\n\t" + hostile + "(i32)\n\t" + hostile + "." + mangled + "(i32) i32\n\t" +
+		strings.Repeat("(", 400_000) + "._ZN3fooE(i32)"
+	done := make(chan string, 1)
+	go func() { done <- demangleStack(stack) }()
+	select {
+	case got := <-done:
+		lines := strings.Split(got, "\n")
+		if len(lines) != 4 || lines[1] != "\t"+hostile+"(i32)" ||
+			lines[2] != "\t"+hostile+".<probe::Probe as weir::Operator>::process(i32) i32" || !strings.HasSuffix(lines[3], "(.foo(i32)") {
+			t.Errorf("the stack changed otherwise than its Rust name demangled")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("demangleStack still reading a stack of 3 MB after a minute")
 	}
 }
 
