@@ -119,3 +119,24 @@ func TestTrapStackLoggedOnce(t *testing.T) {
 		}
 	}
 }
+
+// What a worker's stackLog holds does not grow with the stacks: they
+// come from a module's name section, anyone's to write (wazero keeps 30
+// frames, each as long as its function's name), and it remembered up to
+// maxStacks of them whole, for the worker's life.
+func TestStackLogHoldsNoStack(t *testing.T) {
+	s := &stackLog{}
+	for i := range 3 {
+		stack := strings.Repeat("x", 1<<20) + strconv.Itoa(i)
+		if !s.first("j", "op-0", stack) || s.first("j", "op-0", stack) {
+			t.Fatalf("stack %d: not new once, then known", i)
+		}
+	}
+	held := 0
+	for k := range s.seen {
+		held += len(k)
+	}
+	if held > 3*64 {
+		t.Errorf("the stack log holds %d bytes for 3 stacks of 1 MiB", held)
+	}
+}

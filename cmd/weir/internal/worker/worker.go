@@ -11,6 +11,7 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -560,9 +561,13 @@ type listener struct {
 // a job. A failure the restarts meet again (a trap on the same record
 // after each failover) logs its stack, often kilobytes, the first time
 // only: the one-line reason says the rest every time.
+//
+// It keeps the sha256 of each job, task and stack, not the stack: a
+// stack is up to 30 frames (wazero's bound), each as long as its
+// function's name in the module's name section, which anyone may write.
 type stackLog struct {
 	mu   sync.Mutex
-	seen map[string]struct{}
+	seen map[[sha256.Size]byte]struct{}
 }
 
 // maxStacks bounds what a stackLog remembers: past it, it forgets and
@@ -575,14 +580,20 @@ func (s *stackLog) first(job, task, stack string) bool {
 	if s == nil {
 		return true
 	}
-	k := job + "\x00" + task + "\x00" + stack
+	h := sha256.New()
+	for _, p := range []string{job, task, stack} {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.seen[k]; ok {
 		return false
 	}
 	if s.seen == nil || len(s.seen) >= maxStacks {
-		s.seen = map[string]struct{}{}
+		s.seen = map[[sha256.Size]byte]struct{}{}
 	}
 	s.seen[k] = struct{}{}
 	return true
