@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/abi"
 )
@@ -111,7 +112,7 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 				if unknown := unknownABIExports(m.exports); len(unknown) > 0 {
 					// Most often the missing one, misspelled.
 					return nil, verr(KindMissingExport, "missing export %s (the module exports %s, which the ABI does not define)",
-						want.Name, strings.Join(unknown, ", "))
+						want.Name, nameList(unknown))
 				}
 				return nil, verr(KindMissingExport, "missing export %s", want.Name)
 			}
@@ -190,6 +191,54 @@ func unknownABIExports(exports []exportEntry) []string {
 		}
 	}
 	return names
+}
+
+// maxNamesListed bounds the names nameList lists, and maxNameLen the
+// bytes of each it shows.
+const (
+	maxNamesListed = 5
+	maxNameLen     = 64
+)
+
+// nameList lists names from a module for an error: the first
+// maxNamesListed, each as displayName writes it, then how many more. A
+// module may export thousands of names, each as long and with whatever
+// characters its author likes, and the error is a job's failure reason,
+// one line, kept in its record.
+func nameList(names []string) string {
+	shown := make([]string, 0, min(len(names), maxNamesListed))
+	for _, n := range names[:min(len(names), maxNamesListed)] {
+		shown = append(shown, displayName(n))
+	}
+	list := strings.Join(shown, ", ")
+	if more := len(names) - len(shown); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	return list
+}
+
+// displayName writes a name from a module for an error: as it is when it
+// is plain (letters, digits, "_", ".", "-", "$") and short, else quoted
+// (Go syntax: one line, no control characters), past maxNameLen bytes cut
+// and marked so.
+func displayName(n string) string {
+	cut := ""
+	if len(n) > maxNameLen {
+		k := maxNameLen
+		for k > 0 && !utf8.RuneStart(n[k]) {
+			k--
+		}
+		n, cut = n[:k], "..."
+	}
+	plain := n != ""
+	for i := 0; i < len(n) && plain; i++ {
+		c := n[i]
+		plain = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-' || c == '$'
+	}
+	if plain && cut == "" {
+		return n
+	}
+	return strconv.Quote(n) + cut
 }
 
 // checkImport returns why an import is not allowed, or "".

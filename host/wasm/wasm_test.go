@@ -47,6 +47,9 @@ func TestBadModules(t *testing.T) {
 		{"missing export", bad(t, "missing_export"), KindMissingExport, ErrMissingExport, "missing export weir_process"},
 		{"no weir exports", bad(t, "no_weir_exports"), KindMissingExport, ErrMissingExport, "missing export weir_abi_v1: the module exports no weir_* function, so it is no weir operator (the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), AssemblyScript export * from \".../weir/exports\" in the entry file, Go weir.Register from init)"},
 		{"misspelled export", bad(t, "misspelled_export"), KindMissingExport, ErrMissingExport, "missing export weir_process (the module exports weir_proces, which the ABI does not define)"},
+		// Export names are anyone's to write: few of them, quoted where
+		// not plain, and the error stays one line.
+		{"hostile exports", bad(t, "hostile_exports"), KindMissingExport, ErrMissingExport, `missing export weir_process (the module exports "weir_proces\nINJECTED line", weir_x00, weir_x01, weir_x02, weir_x03 and 36 more, which the ABI does not define)`},
 		{"bad signature", bad(t, "bad_signature"), KindExportSignature, ErrExportSignature, "export weir_process has type (i32, i32) -> (i32), want (i32, i32, i32) -> (i32)"},
 		{"abi v2", bad(t, "abi_v2"), KindABIVersion, ErrABIVersion, "unknown ABI version 2 (this host speaks 1)"},
 		{"command", bad(t, "command"), KindCommandModule, ErrCommandModule, "exports _start"},
