@@ -89,7 +89,7 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 
 	for _, im := range m.imports {
 		if err := checkImport(m, im); err != "" {
-			return nil, verr(KindImport, "import %s.%s not allowed: %s", im.module, im.name, err)
+			return nil, verr(KindImport, "import %s.%s not allowed: %s", displayName(im.module), displayName(im.name), err)
 		}
 	}
 
