@@ -207,7 +207,7 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 		return errors.New("too late")
 	}
 	if strings.HasPrefix(d.Job, "doomed") {
-		return errors.New("module traps in weir_init")
+		return errors.New("module traps in weir_process")
 	}
 	if w.deployErr != nil {
 		return w.deployErr
@@ -1103,7 +1103,7 @@ func TestRestartExhaustedAndIsolation(t *testing.T) {
 	st := waitFor(t, ctx, e, "doomed", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
 	// Two restarts were made (attempts 2 and 3); the third failure ended
 	// the job and is no restart.
-	if st.Restarts != 2 || st.Attempt != 3 || !strings.Contains(st.Reason, "module traps in weir_init") ||
+	if st.Restarts != 2 || st.Attempt != 3 || !strings.Contains(st.Reason, "module traps in weir_process") ||
 		!strings.HasSuffix(st.Reason, " (after 2 restart attempts)") {
 		t.Errorf("doomed %+v", st)
 	}
@@ -1112,7 +1112,7 @@ func TestRestartExhaustedAndIsolation(t *testing.T) {
 		t.Errorf("doomed lists %d failures, want 3: %+v", len(st.Failures), st.Failures)
 	}
 	for i, f := range st.Failures {
-		if f.Attempt != 3-i || !strings.Contains(f.Reason, "module traps in weir_init") || f.Time.IsZero() ||
+		if f.Attempt != 3-i || !strings.Contains(f.Reason, "module traps in weir_process") || f.Time.IsZero() ||
 			(i > 0 && f.Time.After(st.Failures[i-1].Time)) {
 			t.Errorf("failure %d: %+v", i, f)
 		}
@@ -1313,7 +1313,7 @@ func TestCoordinatorRestart(t *testing.T) {
 		t.Errorf("old job after restart: %+v %v", old, err)
 	}
 	if got, err := e.api.Job(ctx, "doomed"); err != nil || got.State != control.JobFailed || got.Reason != doomed.Reason ||
-		!got.Updated.Equal(doomed.Updated) || !strings.Contains(got.Reason, "module traps in weir_init") ||
+		!got.Updated.Equal(doomed.Updated) || !strings.Contains(got.Reason, "module traps in weir_process") ||
 		len(got.Failures) != 1 || got.Failures[0].Reason != doomed.Failures[0].Reason || !got.Failures[0].Time.Equal(doomed.Failures[0].Time) {
 		t.Errorf("failed job after restart: %+v %v, before: %+v", got, err, doomed)
 	}

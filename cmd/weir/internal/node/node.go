@@ -432,7 +432,8 @@ func jetStreamMissing(o natsconn.Options, err error) error {
 			"enable JetStream for that account in the server's config (jetstream: enabled), or connect as a user of one that has it: %w",
 			natsconn.Redact(o.URL), who, err)
 	}
-	return fmt.Errorf("NATS %s: JetStream is not enabled on the server, and weir keeps its jobs, checkpoints and modules in it: "+
+	return fmt.Errorf("NATS %s: JetStream is not enabled on the server (or not answering yet, on a cluster still starting it), "+
+		"and weir keeps its jobs, checkpoints and modules in it: "+
 		"start nats-server with -js (or a jetstream {} block in its config): %w", natsconn.Redact(o.URL), err)
 }
 
@@ -456,7 +457,7 @@ func waitForJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Op
 			err = jetStreamMissing(o, err)
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("jetstream: %w (last attempt: %v)", ctx.Err(), err)
+			return fmt.Errorf("jetstream: %w (last attempt: %w)", ctx.Err(), err)
 		}
 		wait := natsconn.RetryDelay(attempt)
 		log.Warn("JetStream not available; retrying", "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", err)
@@ -465,7 +466,7 @@ func waitForJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Op
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("jetstream: %w (last attempt: %v)", ctx.Err(), err)
+			return fmt.Errorf("jetstream: %w (last attempt: %w)", ctx.Err(), err)
 		}
 	}
 }
