@@ -114,6 +114,14 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 					return nil, verr(KindMissingExport, "missing export %s (the module exports %s, which the ABI does not define)",
 						want.Name, nameList(unknown))
 				}
+				if !exportsCallbacks(exports) {
+					// The SDK's own exports without the operator's: C's
+					// weir.h defines weir_abi_v1, weir_input and
+					// weir_cursor, WEIR_OPERATOR the rest.
+					return nil, verr(KindMissingExport, "missing export %s: the module exports none of an operator's callbacks "+
+						"(weir_init, weir_process, weir_snapshot, weir_restore), only what an SDK defines for them "+
+						"(C: name your callbacks with WEIR_OPERATOR(init, process, snapshot, restore) after including weir.h)", want.Name)
+				}
 				return nil, verr(KindMissingExport, "missing export %s", want.Name)
 			}
 			continue
@@ -167,6 +175,18 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 func exportsABI(exports []exportEntry) bool {
 	for _, e := range exports {
 		if strings.HasPrefix(e.name, "weir_") {
+			return true
+		}
+	}
+	return false
+}
+
+// exportsCallbacks reports whether exports has any of the operator
+// callbacks the ABI requires (weir_init, weir_process, weir_snapshot,
+// weir_restore).
+func exportsCallbacks(exports map[string]exportEntry) bool {
+	for _, name := range []string{abi.ExportInit, abi.ExportProcess, abi.ExportSnapshot, abi.ExportRestore} {
+		if _, ok := exports[name]; ok {
 			return true
 		}
 	}
