@@ -39,7 +39,7 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		return &ValidationError{Module: name, Kind: k, Detail: fmt.Sprintf(format, args...)}
 	}
 	if len(b) < 4 || !bytes.Equal(b[:4], wasmMagic) {
-		return nil, verr(KindNotWasm, "not a WebAssembly module (no \\0asm magic number)")
+		return nil, verr(KindNotWasm, "not a WebAssembly module (no \\0asm magic number)%s", notWasmHint(b))
 	}
 	if len(b) < 8 {
 		return nil, verr(KindMalformed, "truncated module (%d bytes)", len(b))
@@ -168,6 +168,40 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		return nil, verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
 	}
 	return m, nil
+}
+
+// notWasmHint says what a file that is no WebAssembly module is, when its
+// first bytes tell: a native binary (built for the machine, not for
+// wasm) or WebAssembly text, each with the way to the module; "" if they
+// do not tell.
+func notWasmHint(b []byte) string {
+	const native = "; build the operator for wasm: Go GOOS=wasip1 GOARCH=wasm -buildmode=c-shared, C clang --target=wasm32-wasi or --target=wasm32, Rust --target wasm32-unknown-unknown"
+	switch {
+	case bytes.HasPrefix(b, []byte("\x7fELF")):
+		return ": an ELF file, a native executable or library" + native
+	case bytes.HasPrefix(b, []byte{0xcf, 0xfa, 0xed, 0xfe}), bytes.HasPrefix(b, []byte{0xce, 0xfa, 0xed, 0xfe}),
+		bytes.HasPrefix(b, []byte{0xca, 0xfe, 0xba, 0xbe}):
+		return ": a Mach-O file, a native executable or library" + native
+	case bytes.HasPrefix(b, []byte("MZ")):
+		return ": a Windows executable or DLL" + native
+	}
+	// WebAssembly text: "(module", perhaps after blank lines and ;; comments.
+	t := b
+	for {
+		t = bytes.TrimLeft(t, " \t\r\n")
+		if !bytes.HasPrefix(t, []byte(";;")) {
+			break
+		}
+		if k := bytes.IndexByte(t, '\n'); k >= 0 {
+			t = t[k+1:]
+		} else {
+			t = nil
+		}
+	}
+	if bytes.HasPrefix(t, []byte("(module")) {
+		return ": WebAssembly text (WAT); assemble it into a module with wat2wasm"
+	}
+	return ""
 }
 
 // exportsABI reports whether any of exports is named like a function of

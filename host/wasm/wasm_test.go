@@ -40,6 +40,10 @@ func TestBadModules(t *testing.T) {
 	}{
 		{"not wasm", []byte("hello, world"), KindNotWasm, ErrNotWasm, "not a WebAssembly module"},
 		{"empty", nil, KindNotWasm, ErrNotWasm, "not a WebAssembly module"},
+		{"ELF", []byte("\x7fELF\x02\x01\x01\x00"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): an ELF file, a native executable or library; build the operator for wasm: Go GOOS=wasip1 GOARCH=wasm -buildmode=c-shared, C clang --target=wasm32-wasi or --target=wasm32, Rust --target wasm32-unknown-unknown"},
+		{"Mach-O", []byte{0xcf, 0xfa, 0xed, 0xfe, 7, 0, 0, 1}, KindNotWasm, ErrNotWasm, ": a Mach-O file, a native executable or library; build the operator for wasm"},
+		{"PE", []byte("MZ\x90\x00\x03\x00\x00\x00"), KindNotWasm, ErrNotWasm, ": a Windows executable or DLL; build the operator for wasm"},
+		{"WAT", []byte(";; upper\n\n  (module\n  (memory 1))\n"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): WebAssembly text (WAT); assemble it into a module with wat2wasm"},
 		{"component", []byte{0, 'a', 's', 'm', 0x0d, 0, 1, 0}, KindNotWasm, ErrNotWasm, "binary version"},
 		{"header only", pt[:6], KindMalformed, ErrMalformed, "truncated"},
 		{"truncated", pt[:len(pt)/2], KindMalformed, ErrMalformed, "truncated"},
