@@ -52,6 +52,16 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		return nil, &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
 	}
 
+	for _, im := range m.imports {
+		if im.module == "gojs" {
+			// Before the exports: GOOS=js leaves out the SDK's exports
+			// (they are built for wasip1 only), which would be blamed on
+			// a missing weir.Register.
+			return nil, verr(KindImport, "import %s.%s not allowed: the module was built with GOOS=js, for JavaScript; "+
+				"build operators with GOOS=wasip1 GOARCH=wasm -buildmode=c-shared", im.module, im.name)
+		}
+	}
+
 	exports := make(map[string]exportEntry, len(m.exports))
 	var versions []int
 	hasV1 := false

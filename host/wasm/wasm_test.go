@@ -63,6 +63,7 @@ func TestBadModules(t *testing.T) {
 		{"import env.console.log", bad(t, "import_env_console"), KindImport, ErrImport, "import env.console.log not allowed: operators may import only from weir and wasi_snapshot_preview1 (AssemblyScript's console and trace: log with the SDK's log(LOG_INFO, message), see guests/README.md)"},
 		{"import env.Date.now", bad(t, "import_env_date"), KindImport, ErrImport, "import env.Date.now not allowed: operators may import only from weir and wasi_snapshot_preview1 (AssemblyScript's Date.now and Math.random: take the time from the records' timestamps and seed a generator from the config, see guests/README.md)"},
 		{"import hostile", bad(t, "import_hostile"), KindImport, ErrImport, `import env."foo\nbar" not allowed: operators may import only from weir and wasi_snapshot_preview1`},
+		{"GOOS=js", bad(t, "gojs"), KindImport, ErrImport, "import gojs.runtime.wasmExit not allowed: the module was built with GOOS=js, for JavaScript; build operators with GOOS=wasip1 GOARCH=wasm -buildmode=c-shared"},
 		{"import sock", bad(t, "import_sock"), KindImport, ErrImport, "import wasi_snapshot_preview1.sock_accept not allowed"},
 		{"import weir signature", bad(t, "import_weir_signature"), KindImport, ErrImport, "import weir.emit not allowed: has type"},
 		{"memory over", bad(t, "memory_over"), KindMemoryLimit, ErrMemoryLimit, "minimum memory of 131072000 bytes"},
