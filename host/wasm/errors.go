@@ -282,7 +282,10 @@ func (e *OperatorError) Error() string {
 	}
 	note := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 	if e.Message == "" {
-		return fmt.Sprintf("operator %s: %s: %sreturned status %d%s", e.Operator, e.Export, at, e.Status, note)
+		// Most often a C callback's `return WEIR_ERR` (or -1) where
+		// weir_fail would have said why.
+		return fmt.Sprintf("operator %s: %s: %sreturned status %d and set no error message (C: return weir_fail(\"why\") rather than a bare status)%s",
+			e.Operator, e.Export, at, e.Status, note)
 	}
 	return fmt.Sprintf("operator %s: %s: %s%s%s", e.Operator, e.Export, at, e.Message, note)
 }

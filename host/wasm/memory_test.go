@@ -29,7 +29,7 @@ func TestRefusedGrow(t *testing.T) {
 		{"Gt", `operator op: weir_process: trap at record 2 (key "c", value "3"): wasm error: unreachable` + gNote, &TrapError{}},
 		{"Gx", "operator op: weir_process: the module exited with code 3" + gNote, &ExitError{}},
 		{"Ge", "operator op: weir_process: boom" + gNote, &OperatorError{}},
-		{"GE", "operator op: weir_process: returned status 7" + gNote, &OperatorError{}},
+		{"GE", "operator op: weir_process: returned status 7 and set no error message (C: return weir_fail(\"why\") rather than a bare status)" + gNote, &OperatorError{}},
 		{"Gl", "operator op: weir_process: exceeded the 200ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise its timeout limit)" + gNote, &DeadlineError{}},
 	} {
 		t.Run(c.mode, func(t *testing.T) {

@@ -179,13 +179,13 @@ func TestContained(t *testing.T) {
 			}
 		}},
 		{"E", func(t *testing.T, err error) {
-			if err == nil || err.Error() != "operator bad: weir_process: returned status 7" {
+			if err == nil || err.Error() != "operator bad: weir_process: returned status 7 and set no error message (C: return weir_fail(\"why\") rather than a bare status)" {
 				t.Fatalf("got %v", err)
 			}
 		}},
 		{"z", faultContaining("operator could not allocate 58 bytes")},
 		{"g", func(t *testing.T, err error) { // table.grow was refused: the table has a maximum
-			if err == nil || err.Error() != "operator bad: weir_process: returned status 9" {
+			if err == nil || err.Error() != "operator bad: weir_process: returned status 9 and set no error message (C: return weir_fail(\"why\") rather than a bare status)" {
 				t.Fatalf("got %v", err)
 			}
 		}},
