@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -114,6 +115,12 @@ type TrapError struct {
 	// call before it trapped, "" if none: how SDKs pass on a panic's or an
 	// abort's message (Rust panic!, AssemblyScript abort/throw).
 	Message string
+	// Fatal is the line a guest runtime wrote to stderr during the call
+	// to say why it stopped, "" if none: the Go runtime's "fatal error:
+	// out of memory" or "fatal error: all goroutines are asleep -
+	// deadlock!", or "panic: …" of a goroutine's panic. The message
+	// gives it when the guest set no Message.
+	Fatal string
 	// MemorySize and MemoryLimit are the instance's memory size and limit
 	// in bytes when the memory had grown close to the limit (7/8 or more:
 	// the likely cause of a guest runtime's out-of-memory abort, as a
@@ -133,10 +140,10 @@ type TrapError struct {
 func (e *TrapError) Error() string {
 	full := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 	reason := firstLine(e.Err.Error())
-	if e.Message != "" {
+	if m := cmp.Or(e.Message, e.Fatal); m != "" {
 		// The guest's own words first; the runtime's ("wasm error:
 		// unreachable") say only how it stopped.
-		reason = e.Message + " (" + reason + ")"
+		reason = m + " (" + reason + ")"
 	}
 	if e.RecordIndex >= 0 {
 		return fmt.Sprintf("operator %s: %s: trap at record %d%s: %s%s", e.Operator, e.Export, e.RecordIndex, paren(e.Record), reason, full)
@@ -239,6 +246,9 @@ type ExitError struct {
 	Operator string
 	Export   string
 	Code     uint32
+	// Fatal is as in TrapError: what the guest runtime wrote to stderr
+	// about why it exits, "" if nothing.
+	Fatal string
 	// GrowRefused, MemorySize and MemoryLimit are as in TrapError, set
 	// only when a memory.grow was refused during the call (as when a
 	// guest exits because its heap cannot grow), else 0.
@@ -248,7 +258,11 @@ type ExitError struct {
 
 // Error returns the one-line message.
 func (e *ExitError) Error() string {
-	return fmt.Sprintf("operator %s: %s: the module exited with code %d", e.Operator, e.Export, e.Code) +
+	fatal := ""
+	if e.Fatal != "" {
+		fatal = ": " + e.Fatal
+	}
+	return fmt.Sprintf("operator %s: %s: the module exited with code %d%s", e.Operator, e.Export, e.Code, fatal) +
 		memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 }
 

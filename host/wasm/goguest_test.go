@@ -193,7 +193,10 @@ func TestGoSDKFailures(t *testing.T) {
 		{"exit", "operator op: weir_process: the module exited with code 3", &ExitError{}},
 		// The Go runtime aborts when its heap cannot grow; the error says the
 		// limit refused it.
-		{"oom", "operator op: weir_process: trap: wasm error: unreachable (memory.grow of ", &TrapError{}},
+		{"oom", "operator op: weir_process: trap: fatal error: out of memory (wasm error: unreachable) (memory.grow of ", &TrapError{}},
+		// The Go runtime's last words on stderr name what stopped it.
+		{"deadlock", "operator op: weir_process: trap: fatal error: all goroutines are asleep - deadlock! (wasm error: unreachable)", &TrapError{}},
+		{"gopanic", "operator op: weir_process: trap: panic: kaboom in a goroutine", nil},
 		{"loop", "operator op: weir_process: exceeded the 300ms call deadline", &DeadlineError{}},
 	} {
 		t.Run(c.mode, func(t *testing.T) {

@@ -473,6 +473,7 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	}
 	i.phase, i.export, i.message, i.fault = ph, export, "", nil
 	i.gmem.resetRefused()
+	i.stderr.resetFatal()
 	seq := i.calls.Add(1)
 	var stop func() bool
 	if ctx.Done() != nil {
@@ -588,7 +589,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode()}
+		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode(), Fatal: i.stderr.takeFatal()}
 		xe.MemorySize, xe.MemoryLimit, xe.GrowRefused = i.refusedGrow()
 		return xe
 	}
@@ -597,7 +598,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	if k := strings.Index(msg, "\nwasm stack trace:"); k >= 0 {
 		stack = demangleStack(strings.TrimSpace(msg[k+1:]))
 	}
-	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
+	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message, Fatal: i.stderr.takeFatal()}
 	te.MemorySize, te.MemoryLimit, te.GrowRefused = i.memoryState()
 	return te
 }
@@ -723,6 +724,33 @@ type lineWriter struct {
 	operator string
 	stream   string
 	buf      []byte
+	// fatal is the first line since resetFatal that a guest runtime
+	// writes to say why it is about to stop (fatalPrefixes), "" if none.
+	fatal string
+}
+
+// fatalPrefixes start the line the Go runtime writes to stderr before it
+// traps or exits: a throw ("fatal error: out of memory", "fatal error:
+// all goroutines are asleep - deadlock!") or a panic no recover caught,
+// as one in a goroutine of the operator's ("panic: …"). The Go SDK
+// recovers panics in the operator's own methods itself.
+var fatalPrefixes = []string{"fatal error: ", "panic: "}
+
+// maxFatalLine bounds the length of the line kept as fatal.
+const maxFatalLine = 200
+
+// resetFatal forgets the fatal line, at the start of a call.
+func (w *lineWriter) resetFatal() {
+	w.mu.Lock()
+	w.fatal = ""
+	w.mu.Unlock()
+}
+
+// takeFatal returns the fatal line written since resetFatal, or "".
+func (w *lineWriter) takeFatal() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fatal
 }
 
 const maxLogLine = 4096
@@ -754,8 +782,21 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 }
 
 func (w *lineWriter) emit() {
-	w.logger.Info(string(w.buf), "operator", w.operator, "stream", w.stream)
+	line := string(w.buf)
+	w.logger.Info(line, "operator", w.operator, "stream", w.stream)
 	w.buf = w.buf[:0]
+	if w.fatal != "" || w.stream != "stderr" {
+		return
+	}
+	for _, p := range fatalPrefixes {
+		if strings.HasPrefix(line, p) {
+			if len(line) > maxFatalLine {
+				line = strings.ToValidUTF8(line[:maxFatalLine], "") + "…"
+			}
+			w.fatal = line
+			return
+		}
+	}
 }
 
 func (w *lineWriter) flush() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestLineWriter(t *testing.T) {
@@ -33,5 +34,27 @@ func TestLineWriter(t *testing.T) {
 	logs = buf.String()
 	if n := strings.Count(logs, "\n"); n != 4 || strings.Contains(logs, strings.Repeat("y", maxLogLine+1)) || !strings.Contains(logs, "msg=y ") {
 		t.Fatalf("%d records:\n%s", n, logs)
+	}
+}
+
+func TestLineWriterKeepsFatalLine(t *testing.T) {
+	var buf bytes.Buffer
+	out := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stdout"}
+	out.Write([]byte("panic: on stdout\n"))
+	if got := out.takeFatal(); got != "" {
+		t.Fatalf("stdout kept %q", got)
+	}
+	w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stderr"}
+	w.Write([]byte("runtime: out of memory: cannot allocate 1048576-byte block\nfatal error: out of memory\n\npanic: later\n"))
+	if got := w.takeFatal(); got != "fatal error: out of memory" {
+		t.Fatalf("got %q, want the first fatal line", got)
+	}
+	w.resetFatal()
+	if got := w.takeFatal(); got != "" {
+		t.Fatalf("after reset: %q", got)
+	}
+	w.Write([]byte("panic: " + strings.Repeat("é", maxFatalLine) + "\n"))
+	if got := w.takeFatal(); len(got) > maxFatalLine+len("…") || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) {
+		t.Fatalf("long line kept as %q", got)
 	}
 }

@@ -7,6 +7,8 @@
 //	exit    os.Exit(3)
 //	loop    loop forever
 //	oom     allocate until the memory limit is hit
+//	deadlock  block on a channel no goroutine sends on
+//	gopanic   panic in a goroutine Process starts and waits for
 //	ports   emit each record to ports 0 and 1
 //	bigstate  Process keeps every value; Snapshot writes 300 KiB per record
 //	allocs  pass records through; EndOfInput emits the heap allocations
@@ -68,6 +70,15 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 		weir.Log(weir.LevelWarn, "hello log")
 	case "exit":
 		os.Exit(3)
+	case "deadlock":
+		<-make(chan int)
+	case "gopanic":
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			panic("kaboom in a goroutine")
+		}()
+		<-done
 	case "oom":
 		for {
 			o.sink = append(o.sink, make([]byte, 1<<20))
