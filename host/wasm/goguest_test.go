@@ -231,6 +231,26 @@ func TestGoSDKFailures(t *testing.T) {
 	}
 }
 
+// TestRandomIsRandom: random_get gives each instance bytes of its own, as
+// crypto/rand promises, not one fixed sequence for all.
+func TestRandomIsRandom(t *testing.T) {
+	e := newEngine(t)
+	wasm := sdkTest(t)
+	seen := map[string]bool{}
+	for range 2 {
+		inst := instantiate(t, e, "op", wasm, Limits{}, InstanceConfig{Config: []byte("rand")})
+		o := newOut()
+		if err := inst.Process(context.Background(), 0, batchOf(kv{"a", "1", 1}), o.emit); err != nil {
+			t.Fatal(err)
+		}
+		v := o.port(0)[0].V
+		if seen[v] {
+			t.Fatalf("two instances read the same random bytes %q", v)
+		}
+		seen[v] = true
+	}
+}
+
 func TestGoSDKLogsPortsAndBigState(t *testing.T) {
 	e := newEngine(t)
 	wasm := sdkTest(t)

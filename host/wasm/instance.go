@@ -3,6 +3,7 @@ package wasm
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -166,7 +167,10 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		WithStdout(i.stdout).
 		WithStderr(i.stderr).
 		WithSysWalltime().
-		WithSysNanotime()
+		WithSysNanotime().
+		// wazero's default random_get is a fixed sequence, the same in
+		// every instance: two subtasks' "random" IDs would collide.
+		WithRandSource(crand.Reader)
 	if err := m.engine.acquire(m); err != nil {
 		cancel()
 		return nil, fmt.Errorf("operator %s: %w", name, err)

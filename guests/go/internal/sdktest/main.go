@@ -10,6 +10,7 @@
 //	deadlock  block on a channel no goroutine sends on
 //	gopanic   panic in a goroutine Process starts and waits for
 //	ports   emit each record to ports 0 and 1
+//	rand    emit 16 bytes of crypto/rand per record
 //	bigstate  Process keeps every value; Snapshot writes 300 KiB per record
 //	allocs  pass records through; EndOfInput emits the heap allocations
 //	        made between the second and the last Process call
@@ -18,6 +19,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +85,11 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 		for {
 			o.sink = append(o.sink, make([]byte, 1<<20))
 		}
+	case "rand":
+		for in.Next() {
+			out.Emit(0, nil, []byte(rand.Text()), 0)
+		}
+		return nil
 	case "ports":
 		for in.Next() {
 			out.EmitRecord(0, in.Record())
