@@ -121,6 +121,11 @@ type TrapError struct {
 	// deadlock!", or "panic: …" of a goroutine's panic. The message
 	// gives it when the guest set no Message.
 	Fatal string
+	// Recursion is the function the wasm stack trace of an out-of-bounds
+	// access shows over and over ("depth(i32) i32"), "" if none: a
+	// recursion that ran the stack C and Rust keep in linear memory below
+	// address 0, which traps as a bare out-of-bounds access.
+	Recursion string
 	// MemorySize and MemoryLimit are the instance's memory size and limit
 	// in bytes when the memory had grown close to the limit (7/8 or more:
 	// the likely cause of a guest runtime's out-of-memory abort, as a
@@ -140,6 +145,10 @@ type TrapError struct {
 func (e *TrapError) Error() string {
 	full := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 	reason := firstLine(e.Err.Error())
+	if e.Recursion != "" {
+		reason += " (the stack trace is " + e.Recursion + " over and over: most likely a recursion too deep for the " +
+			"operator's stack, which C's -Wl,-z,stack-size=N or Rust's -C link-arg=-zstack-size=N enlarges)"
+	}
 	if m := cmp.Or(e.Message, e.Fatal); m != "" {
 		// The guest's own words first; the runtime's ("wasm error:
 		// unreachable") say only how it stopped.

@@ -603,6 +603,9 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 		stack = demangleStack(strings.TrimSpace(msg[k+1:]))
 	}
 	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message, Fatal: i.stderr.takeFatal()}
+	if strings.Contains(firstLine(msg), "out of bounds memory access") {
+		te.Recursion = recursion(stack)
+	}
 	te.MemorySize, te.MemoryLimit, te.GrowRefused = i.memoryState()
 	return te
 }

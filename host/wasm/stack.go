@@ -147,3 +147,32 @@ func isTypeNames(s string) bool {
 	}
 	return true
 }
+
+// minRecursion is how many of a stack trace's frames one function must
+// have, and at least half of them, for recursion to name it.
+const minRecursion = 8
+
+// recursion returns the function a wasm stack trace (one frame per line,
+// as TrapError.Stack) shows over and over, without the empty module
+// name's leading dot ("depth(i32) i32"), or "" if no function fills at
+// least half of its frames and minRecursion of them. wazero lists the
+// innermost frames only, so a deep recursion fills the trace.
+func recursion(stack string) string {
+	counts := map[string]int{}
+	frames, top, most := 0, "", 0
+	for _, line := range strings.Split(stack, "\n") {
+		f := strings.TrimSpace(line)
+		if f == "" || strings.HasPrefix(f, "...") || strings.HasSuffix(f, ":") {
+			continue // the header, the omitted-frames note
+		}
+		frames++
+		counts[f]++
+		if counts[f] > most {
+			top, most = f, counts[f]
+		}
+	}
+	if most < minRecursion || 2*most < frames {
+		return ""
+	}
+	return strings.TrimPrefix(top, ".")
+}

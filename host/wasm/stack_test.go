@@ -135,3 +135,21 @@ func FuzzDemangleStack(f *testing.F) {
 		}
 	})
 }
+
+func TestRecursion(t *testing.T) {
+	rep := func(frame string, n int) string { return strings.Repeat("\t"+frame+"\n", n) }
+	for _, c := range []struct {
+		name, stack, want string
+	}{
+		{"deep", "wasm stack trace:\n" + rep(".depth(i32) i32", 29) + "\t... maybe followed by omitted frames", "depth(i32) i32"},
+		{"under a leaf", "wasm stack trace:\n\t.memset(i32,i32,i32) i32\n" + rep(".$10(i32) i32", 20), "$10(i32) i32"},
+		{"mutual", "wasm stack trace:\n" + strings.Repeat("\t.a(i32) i32\n\t.b(i32) i32\n", 12), "a(i32) i32"},
+		{"shallow", "wasm stack trace:\n" + rep(".f() i32", 3) + "\t.weir_process(i32,i32,i32) i32", ""},
+		{"a few among many", "wasm stack trace:\n" + rep(".f() i32", 8) + rep(".g() i32", 5) + rep(".h() i32", 5), ""},
+		{"none", "", ""},
+	} {
+		if got := recursion(c.stack); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+}

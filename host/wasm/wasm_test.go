@@ -483,3 +483,24 @@ func TestTrapStackWithDWARF(t *testing.T) {
 		t.Fatalf("stack %q: want the function named and no source line", te.Stack)
 	}
 }
+
+// TestStackOverflowNamesTheRecursion: a C operator (testdata/overflow.c)
+// that recurses past its 64 KiB stack traps as an out-of-bounds access
+// below address 0; the message names the recursion and how to give the
+// stack more room. A shallow one does not.
+func TestStackOverflowNamesTheRecursion(t *testing.T) {
+	code := readFile(t, filepath.Join("testdata", "overflow.wasm"))
+	e := newEngine(t)
+	inst := instantiate(t, e, "overflow", code, Limits{}, InstanceConfig{})
+	o := newOut()
+	if err := inst.Process(context.Background(), 0, batchOf(kv{"a", "3", 1}), o.emit); err != nil {
+		t.Fatalf("3 levels: %v", err)
+	}
+	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "3", 1}, kv{"b", "100000", 2}), o.emit)
+	want := `operator overflow: weir_process: trap at record 1 (key "b", value "100000"): wasm error: out of bounds memory access ` +
+		`(the stack trace is depth(i32) i32 over and over: most likely a recursion too deep for the operator's stack, ` +
+		`which C's -Wl,-z,stack-size=N or Rust's -C link-arg=-zstack-size=N enlarges)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+}
