@@ -736,12 +736,14 @@ type lineWriter struct {
 	fatal string
 }
 
-// fatalPrefixes start the line the Go runtime writes to stderr before it
-// traps or exits: a throw ("fatal error: out of memory", "fatal error:
-// all goroutines are asleep - deadlock!") or a panic no recover caught,
-// as one in a goroutine of the operator's ("panic: …"). The Go SDK
-// recovers panics in the operator's own methods itself.
-var fatalPrefixes = []string{"fatal error: ", "panic: "}
+// fatalPrefixes start the line a guest runtime writes to stderr before it
+// traps or exits: the Go runtime's throw ("fatal error: out of memory",
+// "fatal error: all goroutines are asleep - deadlock!") or a panic no
+// recover caught, as one in a goroutine of the operator's ("panic: …";
+// the Go SDK recovers panics in the operator's own methods itself), and
+// wasi-libc's failed assert ("Assertion failed: n < 3 (op.c: process:
+// 9)").
+var fatalPrefixes = []string{"fatal error: ", "panic: ", "Assertion failed: "}
 
 // maxFatalLine bounds the length of the line kept as fatal.
 const maxFatalLine = 200

@@ -53,6 +53,11 @@ func TestLineWriterKeepsFatalLine(t *testing.T) {
 	if got := w.takeFatal(); got != "" {
 		t.Fatalf("after reset: %q", got)
 	}
+	w.Write([]byte("Assertion failed: n < 3 (op.c: process: 9)\n"))
+	if got := w.takeFatal(); got != "Assertion failed: n < 3 (op.c: process: 9)" {
+		t.Fatalf("got %q, want the failed assert", got)
+	}
+	w.resetFatal()
 	w.Write([]byte("panic: " + strings.Repeat("é", maxFatalLine) + "\n"))
 	if got := w.takeFatal(); len(got) > maxFatalLine+len("…") || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) {
 		t.Fatalf("long line kept as %q", got)

@@ -504,3 +504,19 @@ func TestStackOverflowNamesTheRecursion(t *testing.T) {
 		t.Fatalf("got  %v\nwant %s", err, want)
 	}
 }
+
+// TestFailedAssertIsTheReason: a C operator built with wasi-libc
+// (testdata/assert.c) whose assert fails prints "Assertion failed: …" to
+// stderr and traps; the trap's message gives that line.
+func TestFailedAssertIsTheReason(t *testing.T) {
+	code := readFile(t, filepath.Join("testdata", "assert.wasm"))
+	e := newEngine(t)
+	var logs bytes.Buffer
+	inst := instantiate(t, e, "assert", code, Limits{}, InstanceConfig{Logger: testLogger(&logs)})
+	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "1", 1}, kv{"b", "long", 2}), newOut().emit)
+	want := `operator assert: weir_process: trap at record 1 (key "b", value "long"): ` +
+		`Assertion failed: r.value.len < 3 (assert.c: process: 21) (wasm error: unreachable)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s\nlog:\n%s", err, want, logs.String())
+	}
+}
