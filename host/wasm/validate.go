@@ -211,7 +211,26 @@ func notWasmHint(b []byte) string {
 	if bytes.HasPrefix(t, []byte("(module")) {
 		return ": WebAssembly text (WAT); assemble it into a module with wat2wasm"
 	}
+	if head := b[:min(len(b), 512)]; len(head) > 0 && isText(head) {
+		return ": the file is text, a source file perhaps; build the operator into a .wasm first (guests/README.md)"
+	}
 	return ""
+}
+
+// isText reports whether b looks like text: valid UTF-8 (but for a rune
+// cut at its end) without control characters other than tab, CR and LF.
+func isText(b []byte) bool {
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n <= 1 {
+			return len(b) < utf8.UTFMax && !utf8.FullRune(b)
+		}
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }
 
 // exportsABI reports whether any of exports is named like a function of
