@@ -29,7 +29,7 @@ func init() {
 	})
 }
 
-const execUsage = `MODULE.wasm [flags]
+const execUsage = `MODULE.wasm|GO-PACKAGE-DIR [flags]
 
 Reads records from stdin (or -in), one per line: "key<TAB>value", or just
 "value" for an empty key. Feeds them to the module in batches and prints
@@ -167,7 +167,14 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 }
 
 func execModule(ctx context.Context, std Stdio, o *execOptions) error {
-	code, err := os.ReadFile(o.module)
+	path := o.module
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		// A Go package directory, built as weir run builds one.
+		if path, err = buildGoPackage(ctx, std, o.module); err != nil {
+			return fmt.Errorf("exec: %w", err)
+		}
+	}
+	code, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
@@ -179,7 +186,7 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	}
 	name := o.name
 	if name == "" {
-		name = strings.TrimSuffix(baseName(o.module), ".wasm")
+		name = strings.TrimSuffix(baseName(strings.TrimRight(o.module, `/\`)), ".wasm")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {

@@ -238,3 +238,16 @@ func TestCheckKeyedState(t *testing.T) {
 		}
 	}
 }
+
+// weir exec takes a Go package directory as weir run does: it builds it
+// (saying so) and runs the module, named after the directory.
+func TestExecBuildsAGoPackage(t *testing.T) {
+	code, out, errs := weir(t, "k\tabc\ndef\n", "exec", "../../guests/go/examples/uppercase/")
+	if code != 0 || out != "k\tABC\nDEF\n" || !strings.Contains(errs, "building ../../guests/go/examples/uppercase/ (GOOS=wasip1)") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want the records uppercased, and the build said", code, out, errs)
+	}
+	code, _, errs = weir(t, "", "exec", t.TempDir())
+	if code != 1 || !strings.Contains(errs, "is a directory without Go files") || strings.Count(errs, "\n") != 1 {
+		t.Errorf("a directory without Go files: exit %d, stderr %q", code, errs)
+	}
+}

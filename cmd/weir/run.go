@@ -222,21 +222,31 @@ func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) (map[str
 		if err != nil || !st.IsDir() {
 			continue
 		}
-		if m, _ := filepath.Glob(filepath.Join(ref.Path, "*.go")); len(m) == 0 {
-			return nil, fmt.Errorf("operator %s: module %s is a directory without Go files", op.Name, ref.Path)
-		}
-		fmt.Fprintf(std.Err, "building %s (GOOS=wasip1) …\n", ref.Path)
-		pkg := ref.Path
-		if !filepath.IsAbs(pkg) && !strings.HasPrefix(pkg, ".") {
-			pkg = "./" + pkg
-		}
-		out, err := guestbuild.Build(ctx, pkg)
+		out, err := buildGoPackage(ctx, std, ref.Path)
 		if err != nil {
-			return nil, fmt.Errorf("operator %s: build %s: %w", op.Name, ref.Path, err)
+			return nil, fmt.Errorf("operator %s: %w", op.Name, err)
 		}
 		op.Module, built[out] = out, ref.Path
 	}
 	return built, nil
+}
+
+// buildGoPackage builds the Go package in directory dir into a wasm
+// module, saying so on std.Err, and returns the module's path.
+func buildGoPackage(ctx context.Context, std Stdio, dir string) (string, error) {
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.go")); len(m) == 0 {
+		return "", fmt.Errorf("module %s is a directory without Go files", dir)
+	}
+	fmt.Fprintf(std.Err, "building %s (GOOS=wasip1) …\n", dir)
+	pkg := dir
+	if !filepath.IsAbs(pkg) && !strings.HasPrefix(pkg, ".") {
+		pkg = "./" + pkg
+	}
+	out, err := guestbuild.Build(ctx, pkg)
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", dir, err)
+	}
+	return out, nil
 }
 
 // createStreams creates the JetStream streams a job names that do not exist
