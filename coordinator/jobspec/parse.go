@@ -953,7 +953,9 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 		}
 	}
 	// References and partitioning.
-	checkInput := func(in *Input, path, consumer string, par int) {
+	// checkInput checks the input of consumer, an operator or (isSink) a
+	// sink.
+	checkInput := func(in *Input, path, consumer string, isSink bool, par int) {
 		if in.From == "" {
 			at(in.Line, path+".from", "missing from")
 			return
@@ -969,7 +971,9 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			at(in.Line, path+".from", "unknown operator or source %q", in.From)
 			return
 		}
-		if in.From == consumer && kind == "operator" {
+		// A sink named like an operator (reported as a duplicate name)
+		// reads that operator: no cycle.
+		if in.From == consumer && kind == "operator" && !isSink {
 			at(in.Line, path+".from", "cycle: %s reads its own output", consumer)
 			return
 		}
@@ -990,13 +994,13 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 	for i := range s.Operators {
 		op := &s.Operators[i]
 		for j := range op.Inputs {
-			checkInput(&op.Inputs[j], fmt.Sprintf("operators[%d].inputs[%d]", i, j), op.Name, op.Parallelism)
+			checkInput(&op.Inputs[j], fmt.Sprintf("operators[%d].inputs[%d]", i, j), op.Name, false, op.Parallelism)
 		}
 	}
 	for i := range s.Sinks {
 		sk := &s.Sinks[i]
 		if sk.Input.From != "" {
-			checkInput(&sk.Input, fmt.Sprintf("sinks[%d].input", i), sk.Name, sk.Parallelism)
+			checkInput(&sk.Input, fmt.Sprintf("sinks[%d].input", i), sk.Name, true, sk.Parallelism)
 		}
 	}
 	p.cycles(s)

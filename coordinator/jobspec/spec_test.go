@@ -445,6 +445,10 @@ func TestOneErrorPerMistake(t *testing.T) {
 			[]string{`job.yaml:3: sinks[0].input: want a mapping, got "in"`}},
 		{"operator named like a source", "name: j\n" + ok + "operators: [{name: in, module: m, inputs: [{from: in}]}]\n",
 			[]string{`job.yaml:4: operators[0].name: duplicate name "in" (also sources[0])`}},
+		// The sink reads the operator it shares a name with: that is no
+		// cycle, only a duplicate name.
+		{"sink named like an operator", "name: j\nsources: [{name: in, kind: nats, subject: a}]\noperators: [{name: out, module: m, inputs: [{from: in}]}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: out}}]\n",
+			[]string{`job.yaml:4: sinks[0].name: duplicate name "out" (also operators[0])`}},
 		{"reads a sink", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: [{from: out}]}]\n",
 			[]string{`job.yaml:4: operators[0].inputs[0].from: "out" is a sink, and a sink produces nothing (want an operator or source)`}},
 		{"two documents", "name: j\n" + ok + "---\nname: k\n",
