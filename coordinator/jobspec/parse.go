@@ -333,6 +333,15 @@ func (p *parser) integer(n *yaml.Node, path string, min, max int, dst *int) {
 		return
 	}
 	v, err := strconv.Atoi(n.Value)
+	if errors.Is(err, strconv.ErrRange) {
+		// Too many digits for an int: say the bound, not "integer".
+		if strings.HasPrefix(n.Value, "-") {
+			p.errf(n, path, "must be at least %d, got %s", min, n.Value)
+		} else {
+			p.errf(n, path, "must be at most %d, got %s", max, n.Value)
+		}
+		return
+	}
 	if err != nil {
 		p.errf(n, path, "want an integer, got %q", n.Value)
 		return

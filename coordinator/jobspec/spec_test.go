@@ -359,6 +359,12 @@ func TestErrors(t *testing.T) {
 		// coordinator plan (and allocate) that many tasks or filters.
 		{"parallelism over the maximum", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, parallelism: 1000000000}\n",
 			[]string{`job.yaml:3: sources[0].parallelism: must be at most 65536, got 1000000000`}},
+		// One past what an int holds is out of range too, not "not an
+		// integer".
+		{"parallelism past an int", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, parallelism: 100000000000000000000}\n",
+			[]string{`job.yaml:3: sources[0].parallelism: must be at most 65536, got 100000000000000000000`}},
+		{"negative parallelism past an int", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, parallelism: -100000000000000000000}\n",
+			[]string{`job.yaml:3: sources[0].parallelism: must be at least 1, got -100000000000000000000`}},
 		// Subjects and streams NATS refuses: without a check here, the job
 		// was submitted and restarted on "nats: invalid subject".
 		{"source subject with a space", "name: j\nsources:\n  - {name: in, kind: nats, subject: \"a b\"}\n",
