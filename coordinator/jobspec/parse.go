@@ -377,11 +377,19 @@ func (p *parser) duration(n *yaml.Node, path string, dst *time.Duration) {
 	}
 	d, err := time.ParseDuration(n.Value)
 	if err != nil || d < 0 {
+		if bareNumberRE.MatchString(n.Value) {
+			// A bare number: the unit is what is missing.
+			p.errf(n, path, "bad duration %q: a duration needs a unit (%ss or %sms?)", n.Value, n.Value, n.Value)
+			return
+		}
 		p.errf(n, path, "bad duration %q (want e.g. 500ms, 10s, 1m)", n.Value)
 		return
 	}
 	*dst = d
 }
+
+// bareNumberRE matches a number that would be a duration with a unit.
+var bareNumberRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 
 var sizeRE = regexp.MustCompile(`^([0-9]+)\s*([KMGT]i?B?|B)?$`)
 
