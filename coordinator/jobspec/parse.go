@@ -113,6 +113,10 @@ type parser struct {
 	// bad holds the field paths whose value was refused while decoding:
 	// validation does not report them again as missing.
 	bad map[string]bool
+	// meant holds the names of sources and operators written under a
+	// misspelt name key ("nme: lines"): a reference to one is not
+	// reported as unknown.
+	meant map[string]bool
 }
 
 // errf reports a value that cannot be decoded at path.
@@ -175,6 +179,15 @@ func (p *parser) fields(n *yaml.Node, path string, h map[string]func(v *yaml.Nod
 				break
 			}
 			p.errf(k, sub, "unknown option %q (did you mean %s?)", k.Value, like)
+			if like == "name" && v.Kind == yaml.ScalarNode &&
+				(strings.HasPrefix(path, "sources[") || strings.HasPrefix(path, "operators[")) {
+				// A producer's name under a misspelt key: an input
+				// that reads it is no second mistake.
+				if p.meant == nil {
+					p.meant = map[string]bool{}
+				}
+				p.meant[v.Value] = true
+			}
 			// The value is most likely like's: validation should not
 			// also report like as missing.
 			if path != "" {
@@ -985,7 +998,9 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 					return
 				}
 			}
-			at(in.Line, path+".from", "unknown operator or source %q", in.From)
+			if !p.meant[in.From] {
+				at(in.Line, path+".from", "unknown operator or source %q", in.From)
+			}
 			return
 		}
 		// A sink named like an operator (reported as a duplicate name)

@@ -458,6 +458,12 @@ func TestOneErrorPerMistake(t *testing.T) {
 		// cycle, only a duplicate name.
 		{"sink named like an operator", "name: j\nsources: [{name: in, kind: nats, subject: a}]\noperators: [{name: out, module: m, inputs: [{from: in}]}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: out}}]\n",
 			[]string{`job.yaml:4: sinks[0].name: duplicate name "out" (also operators[0])`}},
+		// The misspelt key is the mistake; what reads the source is not.
+		{"source name key misspelt", "name: j\nsources: [{nmae: in, kind: nats, subject: a}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n",
+			[]string{`job.yaml:2: sources[0].nmae: unknown option "nmae" (did you mean name?)`}},
+		{"operator name key misspelt", "name: j\n" + ok + "operators:\n  - {nam: a, module: m, inputs: [{from: in}]}\n  - {name: b, module: m, inputs: [{from: a}, {from: c}]}\n",
+			[]string{`job.yaml:5: operators[0].nam: unknown option "nam" (did you mean name?)`,
+				`job.yaml:6: operators[1].inputs[1].from: unknown operator or source "c"`}},
 		{"reads a sink", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: [{from: out}]}]\n",
 			[]string{`job.yaml:4: operators[0].inputs[0].from: "out" is a sink, and a sink produces nothing (want an operator or source)`}},
 		{"two documents", "name: j\n" + ok + "---\nname: k\n",
