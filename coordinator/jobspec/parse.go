@@ -552,20 +552,8 @@ func (p *parser) parse(data []byte) *Spec {
 		}
 	}
 	if err != nil {
-		line := 0
-		msg := err.Error()
-		if te, ok := err.(*yaml.TypeError); ok {
-			msg = strings.Join(te.Errors, "; ")
-		}
-		// yaml errors read "yaml: line N: ..."
-		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-			if num, tail, ok := strings.Cut(rest, ": "); ok {
-				if l, err := strconv.Atoi(num); err == nil {
-					line, msg = l, tail
-				}
-			}
-		}
-		p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "bad YAML: " + strings.TrimPrefix(msg, "yaml: ")})
+		line, msg := yamlError(err, data)
+		p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "bad YAML: " + msg})
 		return nil
 	}
 	if len(doc.Content) == 0 {
@@ -768,6 +756,82 @@ func (p *parser) parse(data []byte) *Spec {
 	}
 	p.validate(s, root, nodes)
 	return s
+}
+
+// yamlParserErrors are the messages of the YAML decoder's parser (not
+// its scanner) that a hand-written spec can run into.
+var yamlParserErrors = []string{
+	"did not find expected ',' or ']'", "did not find expected ',' or '}'", "did not find expected '-' indicator",
+	"did not find expected <document start>", "did not find expected key", "did not find expected node content",
+}
+
+// yamlError turns an error of the YAML decoder into a line and a message
+// a user can act on: the line it names made 1-based where the decoder
+// gives one less, the first line where it gives none, and a hint for the
+// mistakes hand-written specs make most.
+func yamlError(err error, data []byte) (int, string) {
+	msg := err.Error()
+	if te, ok := err.(*yaml.TypeError); ok {
+		msg = strings.Join(te.Errors, "; ")
+	}
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	line := 0
+	// Syntax errors read "yaml: line N: ...", or leave the line out when
+	// it is the first.
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, tail, ok := strings.Cut(rest, ": "); ok {
+			if l, err := strconv.Atoi(num); err == nil {
+				line, msg = l, tail
+			}
+		}
+	}
+	switch {
+	case slices.Contains(yamlParserErrors, msg):
+		// The parser's errors count lines from 0 (its scanner's from
+		// 1): the line given is the one before the construct it could
+		// not finish.
+		line++
+	case line == 0 && (strings.HasPrefix(msg, "found ") || strings.HasPrefix(msg, "could not find") ||
+		strings.HasSuffix(msg, "not allowed in this context")):
+		line = 1
+	case strings.HasPrefix(msg, "unknown anchor "):
+		// The decoder names no line: find the alias.
+		name := strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced")
+		re := regexp.MustCompile(`\*` + regexp.QuoteMeta(name) + `([\s,\]}]|$)`)
+		if loc := re.FindIndex(data); loc != nil {
+			line = 1 + bytes.Count(data[:loc[0]], []byte("\n"))
+		}
+		msg += " (an alias *" + name + " needs an anchor &" + name + " before it)"
+	}
+	// A mistake found at the end of the file is on its last line, not
+	// the empty one after the final newline.
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	line = min(line, len(lines))
+	text := ""
+	if line >= 1 {
+		text = lines[line-1]
+	}
+	indent := text[:len(text)-len(strings.TrimLeft(text, " \t"))]
+	switch {
+	case strings.Contains(msg, "tab character"),
+		strings.Contains(msg, "cannot start any token") && strings.Contains(indent, "\t"):
+		msg += " (indent with spaces: YAML does not allow tabs)"
+	case strings.Contains(msg, "cannot start any token"):
+		msg += " (quote a value that starts with @, ` or %)"
+	case msg == "found unexpected end of stream":
+		msg += " (a quote left open?)"
+	case msg == "could not find expected ':'":
+		msg += " (a key without its colon?)"
+	case msg == "mapping values are not allowed in this context":
+		msg += " (a colon missing on the line before, a line indented too deep, or a value holding \": \" to quote?)"
+	case strings.HasPrefix(msg, "did not find expected ',' or"):
+		msg += " (a bracket left open?)"
+	case msg == "did not find expected '-' indicator":
+		msg += " (a list item without its '-', or a line indented like one?)"
+	case msg == "did not find expected key":
+		msg += " (a line indented differently from the ones before it, or a bracket too many?)"
+	}
+	return line, msg
 }
 
 func (p *parser) positive(n *yaml.Node, path string, dst *time.Duration) {

@@ -491,6 +491,43 @@ func TestOneErrorPerMistake(t *testing.T) {
 	}
 }
 
+// TestYAMLSyntaxErrors checks that a syntax error names the line of the
+// mistake (or of the construct it left unfinished) and says what is
+// likely wrong, for the mistakes hand-written specs make.
+func TestYAMLSyntaxErrors(t *testing.T) {
+	for _, c := range []struct{ name, spec, want string }{
+		{"tab indentation", "name: j\n\tsources: []\n",
+			"job.yaml:2: bad YAML: found a tab character that violates indentation (indent with spaces: YAML does not allow tabs)"},
+		{"tab before a list item", "name: j\nsources:\n\t- a\n",
+			"job.yaml:3: bad YAML: found character that cannot start any token (indent with spaces: YAML does not allow tabs)"},
+		{"value starting with @", "name: @j\n",
+			"job.yaml:1: bad YAML: found character that cannot start any token (quote a value that starts with @, ` or %)"},
+		{"unclosed quote", "name: j\nsources:\n  - name: \"in\n    kind: nats\n",
+			"job.yaml:3: bad YAML: found unexpected end of stream (a quote left open?)"},
+		{"missing colon", "name: j\nsources:\n  - name: in\n    kind nats\n    subject: a\n",
+			"job.yaml:4: bad YAML: could not find expected ':' (a key without its colon?)"},
+		{"second colon on the first line", "name: j: k\n",
+			"job.yaml:1: bad YAML: mapping values are not allowed in this context (a colon missing on the line before, a line indented too deep, or a value holding \": \" to quote?)"},
+		{"unclosed bracket", "name: j\nsources: [a, b\nsinks: []\n",
+			"job.yaml:2: bad YAML: did not find expected ',' or ']' (a bracket left open?)"},
+		{"bracket too many", "name: j\nconfig: {a: 1}}\n",
+			"job.yaml:2: bad YAML: did not find expected key (a line indented differently from the ones before it, or a bracket too many?)"},
+		{"list item without its dash", "name: j\ncheckpointing:\n  - mode: unaligned\n  interval: 1s\n",
+			"job.yaml:3: bad YAML: did not find expected '-' indicator (a list item without its '-', or a line indented like one?)"},
+		{"unknown anchor", "name: j\nsources:\n  - *src\n",
+			"job.yaml:3: bad YAML: unknown anchor 'src' referenced (an alias *src needs an anchor &src before it)"},
+		{"bad JSON", "{\"name\": \"j\",\n \"sources\": [}\n",
+			"job.yaml:2: bad YAML: did not find expected node content"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("job.yaml", []byte(c.spec), Options{})
+			if err == nil || err.Error() != c.want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, c.want)
+			}
+		})
+	}
+}
+
 // TestParseFileModulePathsAbsolute checks that a module file path relative
 // to the spec becomes absolute even when the spec's own path is relative:
 // the coordinator and workers that read the module may run in another
