@@ -641,6 +641,11 @@ func (p *parser) parse(data []byte) *Spec {
 					},
 					"inputs": func(v *yaml.Node, path string) {
 						nodes[path] = v
+						if v.Kind == yaml.MappingNode {
+							// One input written as the sink's is.
+							p.errf(v, path, "want a list, got a mapping (write each input as a list item: - from: NAME)")
+							return
+						}
 						p.list(v, path, func(i int, item *yaml.Node, path string) {
 							op.Inputs = append(op.Inputs, p.input(item, path))
 						})
@@ -848,6 +853,11 @@ func (p *parser) positive(n *yaml.Node, path string, dst *time.Duration) {
 
 func (p *parser) input(n *yaml.Node, path string) Input {
 	in := Input{Line: n.Line}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		// "inputs: [lines]" or "input: lines": the name without from.
+		p.errf(n, path, "want a mapping like {from: %s}, got %q", n.Value, n.Value)
+		return in
+	}
 	p.fields(n, path, map[string]func(*yaml.Node, string){
 		"from": func(v *yaml.Node, path string) { p.str(v, path, &in.From); in.Line = v.Line },
 		"partition": func(v *yaml.Node, path string) {
