@@ -1052,7 +1052,7 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 		if line, ok := has(path+".ack-timeout", sk.AckTimeout != 0); ok && (sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce) {
 			at(line, path+".ack-timeout", "ack-timeout applies to at-least-once and exactly-once jetstream sinks only")
 		}
-		if sk.Input.From == "" {
+		if sk.Input.From == "" && !p.refused(path+".input.from") {
 			at(sk.Line, path+".input", "missing input: sink %q has no input", sk.Name)
 		}
 	}

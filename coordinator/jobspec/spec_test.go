@@ -603,6 +603,7 @@ func TestMisspeltOptionIsTheOnlyError(t *testing.T) {
 		"name: j\nsources: [{name: in, kind: nats, subject: a}]\noperators:\n  - name: op\n    module: m@1\n    inptus: [{from: in}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: op}}]\n": `job.yaml:6: operators[0].inptus: unknown option "inptus" (did you mean inputs?)`,
 		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, inptu: {from: in}}]\n":                                                                      `job.yaml:3: sinks[0].inptu: unknown option "inptu" (did you mean input?)`,
 		"nmae: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\n":                                                                      `job.yaml:1: nmae: unknown option "nmae" (did you mean name?)`,
+		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {frmo: in}}]\n":                                                                      `job.yaml:3: sinks[0].input.frmo: unknown option "frmo" (did you mean from?)`,
 	} {
 		_, err := Parse("job.yaml", []byte(spec), Options{})
 		if err == nil || err.Error() != want {
