@@ -216,15 +216,50 @@ func hasKey(n *yaml.Node, key string) bool {
 
 // closest returns the option of h that key most likely misspells — at
 // most two edits (a swap of neighbours counting as one) and fewer than
-// half its length — or "".
+// half its length; else the option key is a known other word for; else
+// the one option key shortens or lengthens (checkpoint, parallel,
+// partitioning) — or "".
 func closest(key string, h map[string]func(v *yaml.Node, path string)) string {
 	best, bestD := "", 3
-	for _, opt := range slices.Sorted(maps.Keys(h)) {
+	opts := slices.Sorted(maps.Keys(h))
+	for _, opt := range opts {
 		if d := editDistance(key, opt); d < bestD && 2*d < len(opt) {
 			best, bestD = opt, d
 		}
 	}
-	return best
+	if best != "" {
+		return best
+	}
+	if opt, ok := otherWords[key]; ok && h[opt] != nil {
+		return opt
+	}
+	var like []string
+	for _, opt := range opts {
+		if n := commonPrefix(key, opt); n >= 6 && n >= min(len(key), len(opt))-1 {
+			like = append(like, opt)
+		}
+	}
+	if len(like) == 1 {
+		return like[0]
+	}
+	return ""
+}
+
+// otherWords maps words other systems use to the options weir names
+// them by.
+var otherWords = map[string]string{
+	"type":   "kind",
+	"source": "from",
+}
+
+// commonPrefix returns the length of the longest common prefix of a and
+// b.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // editDistance is the optimal string alignment distance of a and b:

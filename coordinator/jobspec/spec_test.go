@@ -604,6 +604,13 @@ func TestMisspeltOptionIsTheOnlyError(t *testing.T) {
 		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, inptu: {from: in}}]\n":                                                                      `job.yaml:3: sinks[0].inptu: unknown option "inptu" (did you mean input?)`,
 		"nmae: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\n":                                                                      `job.yaml:1: nmae: unknown option "nmae" (did you mean name?)`,
 		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {frmo: in}}]\n":                                                                      `job.yaml:3: sinks[0].input.frmo: unknown option "frmo" (did you mean from?)`,
+		// Shortened, lengthened, or another system's word.
+		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\ncheckpoint: {interval: 1s}\n":  `job.yaml:4: checkpoint: unknown option "checkpoint" (did you mean checkpointing?)`,
+		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\ncheckpoints: {interval: 1s}\n": `job.yaml:4: checkpoints: unknown option "checkpoints" (did you mean checkpointing?)`,
+		"name: j\nsources: [{name: in, kind: nats, subject: a, parallel: 2}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\n":                 `job.yaml:2: sources[0].parallel: unknown option "parallel" (did you mean parallelism?)`,
+		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in, partitioning: key}}]\n":           `job.yaml:3: sinks[0].input.partitioning: unknown option "partitioning" (did you mean partition?)`,
+		"name: j\nsources: [{name: in, type: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\n":                              `job.yaml:2: sources[0].type: unknown option "type" (did you mean kind?)`,
+		"name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {source: in}}]\n":                            `job.yaml:3: sinks[0].input.source: unknown option "source" (did you mean from?)`,
 	} {
 		_, err := Parse("job.yaml", []byte(spec), Options{})
 		if err == nil || err.Error() != want {
