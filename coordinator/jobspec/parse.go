@@ -114,8 +114,8 @@ type parser struct {
 	// validation does not report them again as missing.
 	bad map[string]bool
 	// meant holds the names of sources and operators written under a
-	// misspelt name key ("nme: lines"): a reference to one is not
-	// reported as unknown.
+	// misspelt name key ("nme: lines") or as keys of a mapping that
+	// should be a list: a reference to one is not reported as unknown.
 	meant map[string]bool
 }
 
@@ -512,6 +512,24 @@ func (p *parser) list(n *yaml.Node, path string, fn func(i int, item *yaml.Node,
 	}
 }
 
+// namedList is list for the sources, operators or sinks, which a user
+// may write as a mapping by name, as some other tools take them.
+func (p *parser) namedList(n *yaml.Node, path, what string, fn func(i int, item *yaml.Node, path string)) {
+	if n.Kind == yaml.MappingNode && len(n.Content) > 0 && n.Content[0].Kind == yaml.ScalarNode {
+		p.errf(n, path, "want a list, got a mapping (write each %s as a list item with its name: - name: %s)", what, n.Content[0].Value)
+		// Its keys are the names meant: inputs reading them are no
+		// second mistake.
+		if p.meant == nil {
+			p.meant = map[string]bool{}
+		}
+		for i := 0; i < len(n.Content) && what != "sink"; i += 2 {
+			p.meant[n.Content[i].Value] = true
+		}
+		return
+	}
+	p.list(n, path, fn)
+}
+
 // config turns a config value into bytes: a string verbatim, anything else
 // as compact JSON.
 func (p *parser) config(n *yaml.Node, path string, dst *[]byte) {
@@ -610,7 +628,7 @@ func (p *parser) parse(data []byte) *Spec {
 	ok := p.fields(root, "", map[string]func(*yaml.Node, string){
 		"name": func(v *yaml.Node, path string) { p.str(v, path, &s.Name); nodes["name"] = v },
 		"sources": func(v *yaml.Node, path string) {
-			p.list(v, path, func(i int, item *yaml.Node, path string) {
+			p.namedList(v, path, "source", func(i int, item *yaml.Node, path string) {
 				src := Source{Parallelism: 1, Key: KeyFromHeader, Line: item.Line}
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &src.Name) },
@@ -651,7 +669,7 @@ func (p *parser) parse(data []byte) *Spec {
 			})
 		},
 		"operators": func(v *yaml.Node, path string) {
-			p.list(v, path, func(i int, item *yaml.Node, path string) {
+			p.namedList(v, path, "operator", func(i int, item *yaml.Node, path string) {
 				op := Operator{Parallelism: 1, Line: item.Line}
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &op.Name) },
@@ -690,7 +708,7 @@ func (p *parser) parse(data []byte) *Spec {
 			})
 		},
 		"sinks": func(v *yaml.Node, path string) {
-			p.list(v, path, func(i int, item *yaml.Node, path string) {
+			p.namedList(v, path, "sink", func(i int, item *yaml.Node, path string) {
 				sk := Sink{Parallelism: 1, Line: item.Line}
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &sk.Name) },

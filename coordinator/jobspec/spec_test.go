@@ -448,6 +448,11 @@ func TestOneErrorPerMistake(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].key: want one of header, subject, got a list`}},
 		{"inputs not a list", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: {from: in}}]\n",
 			[]string{`job.yaml:4: operators[0].inputs: want a list, got a mapping (write each input as a list item: - from: NAME)`}},
+		// As some other tools write them: the name as the key.
+		{"sources by name", "name: j\nsources:\n  in: {kind: nats, subject: a}\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n",
+			[]string{`job.yaml:3: sources: want a list, got a mapping (write each source as a list item with its name: - name: in)`}},
+		{"sinks by name", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  out: {kind: nats, subject: b, input: {from: in}}\n",
+			[]string{`job.yaml:4: sinks: want a list, got a mapping (write each sink as a list item with its name: - name: out)`}},
 		{"input a bare name", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: [in]}]\n",
 			[]string{`job.yaml:4: operators[0].inputs[0]: want a mapping like {from: in}, got "in"`}},
 		{"source not a mapping", "name: j\nsources: [in]\nsinks: [{name: out, kind: nats, subject: b, input: {from: x}}]\n",
