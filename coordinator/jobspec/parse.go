@@ -539,7 +539,7 @@ func (p *parser) config(n *yaml.Node, path string, dst *[]byte) {
 	}
 	var v any
 	if err := n.Decode(&v); err != nil {
-		p.errf(n, path, "bad config: %v", err)
+		p.errf(n, path, "bad config: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 		return
 	}
 	v = jsonable(v)

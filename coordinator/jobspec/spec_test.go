@@ -453,6 +453,9 @@ func TestOneErrorPerMistake(t *testing.T) {
 			[]string{`job.yaml:3: sources: want a list, got a mapping (write each source as a list item with its name: - name: in)`}},
 		{"sinks by name", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  out: {kind: nats, subject: b, input: {from: in}}\n",
 			[]string{`job.yaml:4: sinks: want a list, got a mapping (write each sink as a list item with its name: - name: out)`}},
+		// The decoder's own "yaml:" prefix is not passed on.
+		{"bad tagged config", "name: j\n" + ok + "operators: [{name: a, module: m, config: {n: !!float x}, inputs: [{from: in}]}]\n",
+			[]string{"job.yaml:4: operators[0].config: bad config: cannot decode !!str `x` as a !!float"}},
 		{"input a bare name", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: [in]}]\n",
 			[]string{`job.yaml:4: operators[0].inputs[0]: want a mapping like {from: in}, got "in"`}},
 		{"source not a mapping", "name: j\nsources: [in]\nsinks: [{name: out, kind: nats, subject: b, input: {from: x}}]\n",
