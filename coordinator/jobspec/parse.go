@@ -743,7 +743,13 @@ func (p *parser) parse(data []byte) *Spec {
 					p.duration(v, path, &c.AlignedTimeout)
 					alignedTimeoutNode = v
 				},
-				"interval":           func(v *yaml.Node, path string) { p.positive(v, path, &c.Interval) },
+				"interval": func(v *yaml.Node, path string) {
+					if d, err := time.ParseDuration(v.Value); v.Kind == yaml.ScalarNode && (v.Value == "0" || err == nil && d == 0) {
+						p.errf(v, path, "must be greater than 0 (to take no periodic checkpoints, write disabled: true)")
+						return
+					}
+					p.positive(v, path, &c.Interval)
+				},
 				"timeout":            func(v *yaml.Node, path string) { p.positive(v, path, &c.Timeout) },
 				"min-pause":          func(v *yaml.Node, path string) { p.duration(v, path, &c.MinPause) },
 				"max-concurrent":     func(v *yaml.Node, path string) { p.integer(v, path, 1, math.MaxInt, &c.MaxConcurrent) },
