@@ -208,6 +208,14 @@ func TestRestoreSpecChecksModules(t *testing.T) {
 	if code != 1 || errb.String() != want {
 		t.Errorf("exit %d, stderr %q, want %q", code, errb.String(), want)
 	}
+	// The spec's mistake is said before NATS is asked for: with no server
+	// there, it is not hidden behind the connection's error.
+	errb.Reset()
+	code = run(ctx, []string{"job", "restore", "-nats", "nats://127.0.0.1:1", "tap", "-from", "1", "-spec", spec},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 || errb.String() != want {
+		t.Errorf("no server: exit %d, stderr %q, want %q", code, errb.String(), want)
+	}
 }
 
 // weir run of a job whose name ran before prints the new run's

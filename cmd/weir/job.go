@@ -198,6 +198,19 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	if len(pos)-1 != n {
 		return usagef("job %s: want %d argument(s)", pos[0], n)
 	}
+	// A restore's own mistakes (no -from, a bad -spec) are said before
+	// NATS is asked for, which could hide them behind a connection error.
+	var restoreSpec *jobspec.Spec
+	if pos[0] == "restore" {
+		if *from == "" {
+			return usagef("job restore: -from CHECKPOINT is required")
+		}
+		if *specFile != "" {
+			if restoreSpec, err = jobspec.ParseFile(*specFile, jobspec.Options{CheckModule: checkModuleFile}); err != nil {
+				return err
+			}
+		}
+	}
 	nc, api, err := connectAPI(&nf, std.Err)
 	if err != nil {
 		return err
@@ -261,15 +274,8 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		fmt.Fprintf(std.Out, "savepoint %d of %s: %s in %s, %s\n", cp.ID, cp.Job, cp.Status, cp.Duration.Round(time.Millisecond), size(cp.Size))
 	case "restore":
-		if *from == "" {
-			return usagef("job restore: -from CHECKPOINT is required")
-		}
 		req := control.RestoreRequest{Job: pos[1], From: *from, AllowNonRestoredState: *allowNonRestored}
-		if *specFile != "" {
-			spec, err := jobspec.ParseFile(*specFile, jobspec.Options{CheckModule: checkModuleFile})
-			if err != nil {
-				return err
-			}
+		if spec := restoreSpec; spec != nil {
 			// As with weir run, a module may be a Go package directory, and
 			// local modules go to the registry, where every worker finds them.
 			built, err := buildGoModules(ctx, std, spec)
