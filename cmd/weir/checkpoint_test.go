@@ -171,3 +171,29 @@ func TestCheckpointPartlyRemoved(t *testing.T) {
 		t.Errorf("checkpoint rm:\n%q\nwant\n%q", rm.String(), want)
 	}
 }
+
+// weir checkpoint ls shows, for a checkpoint that expired before most
+// tasks acked it, how many never did, not the one task that acked at
+// once as its slowest: the slowest are those that did not ack, and the
+// acked task's upload of a few milliseconds sent the user looking at the
+// wrong task. Completed ones still name their slowest task.
+func TestCheckpointListSlowestOfUnackedCheckpoints(t *testing.T) {
+	acked := map[string]map[string]int64{"lines-0": {control.MetricAsyncNanos: int64(2 * time.Millisecond)}}
+	var ls bytes.Buffer
+	printCheckpoints(&ls, []control.CheckpointInfo{
+		{ID: 4, Status: control.CheckpointPending, Acked: 1, Total: 5, Tasks: acked},
+		{ID: 2, Status: control.CheckpointFailed, Duration: 5 * time.Second, Acked: 1, Total: 5, Tasks: acked,
+			Reason: "expired after 5s; no snapshot from first-0, slowop-0, last-0 and 1 more"},
+		{ID: 1, Status: control.CheckpointCompleted, Acked: 1, Total: 1, Tasks: acked},
+	})
+	rows := strings.Split(strings.TrimSpace(ls.String()), "\n")
+	for i, want := range []string{
+		`^4 +checkpoint +pending .* 1/5 +4 of 5 tasks not acked yet *$`,
+		`^2 +checkpoint +failed .* 1/5 +4 of 5 tasks never acked +expired after 5s; no snapshot from first-0`,
+		`^1 +checkpoint +completed .* 1/1 +lines-0 \(upload 2ms of 2ms\) *$`,
+	} {
+		if len(rows) != 4 || !regexp.MustCompile(want).MatchString(rows[i+1]) {
+			t.Errorf("checkpoint ls:\n%s\nrow %d does not match %s", ls.String(), i+1, want)
+		}
+	}
+}

@@ -409,7 +409,9 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            tasks acked of those that must ack (- if not known),
                            and the slowest task with the phase that took most of its
                            time (start delay: the barrier queued behind in-flight data
-                           or a running sink commit; alignment; snapshot; upload).
+                           or a running sink commit; alignment; snapshot; upload);
+                           for one that failed or is pending, how many tasks did
+                           not ack it (its reason names them).
                            Only the completed ones can be restored; discarded ones
                            were deleted past checkpointing.retained; "removing" ones
                            are partly removed (a weir checkpoint rm was cut short):
@@ -566,10 +568,7 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 		if c.Total > 0 {
 			tasks = fmt.Sprintf("%d/%d", c.Acked, c.Total)
 		}
-		slowest := "-"
-		if t, ok := c.Slowest(); ok {
-			slowest = t.String()
-		}
+		slowest := slowestOf(c)
 		reason := c.Reason
 		switch {
 		case c.EarlierRun && c.Status == control.CheckpointCompleted:
@@ -581,6 +580,26 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 			size(c.Size), c.Alignment.Round(time.Microsecond), alignedOf(c), tasks, slowest, reason)
 	}
 	tw.Flush()
+}
+
+// slowestOf names the task that took longest in checkpoint c, with the
+// phase that held it up, or "-" when no task reported. A checkpoint that
+// did not complete and that some tasks never acked has its slowest among
+// those: the acked tasks' times say nothing of them (the one task that
+// acked an expired checkpoint at once was shown as its slowest), so it
+// says how many did not ack — its reason names them.
+func slowestOf(c control.CheckpointInfo) string {
+	if c.Total > 0 && c.Acked < c.Total && c.Status != control.CheckpointCompleted &&
+		c.Status != control.CheckpointDiscarded && c.Status != control.CheckpointRemoving {
+		if c.Status == control.CheckpointPending {
+			return fmt.Sprintf("%d of %d tasks not acked yet", c.Total-c.Acked, c.Total)
+		}
+		return fmt.Sprintf("%d of %d tasks never acked", c.Total-c.Acked, c.Total)
+	}
+	if t, ok := c.Slowest(); ok {
+		return t.String()
+	}
+	return "-"
 }
 
 // alignedOf says how checkpoint c was taken: "unaligned" when a task's
