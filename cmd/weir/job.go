@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +28,9 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
 
   weir job ls                               every job with its state
   weir job status JOB                       one job: state, guarantees, and each running task's
-                                            records in/out, rates, busy and backpressured time
+                                            records in/out, rates, busy and backpressured time;
+                                            the bottleneck: a task busy most of the time (or an
+                                            exactly-once sink waiting on its commits)
   weir job stop JOB                         stop a job with a savepoint: nothing after it is
                                             processed, so restoring it repeats no output
   weir job cancel JOB                       stop a job at once (restore it from its latest checkpoint)
@@ -240,6 +243,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if len(st.Tasks) > 0 {
 			fmt.Fprintln(std.Out, "tasks:")
 			printTasks(std.Out, st.Tasks)
+			printBottleneck(std.Out, st.Tasks)
 		}
 		if len(st.Failures) > 0 {
 			fmt.Fprintln(std.Out, "failures (newest first):")
@@ -389,6 +393,66 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, unread)
 	}
 	tw.Flush()
+}
+
+// mostOfTheTime is the share of its time a task must be busy, or an
+// exactly-once sink wait on its commits, for weir job status to name it
+// as what limits the job's rate.
+const mostOfTheTime = 0.5
+
+// printBottleneck names the task that limits a running job's rate, if one
+// does: the busiest task, when it is busy most of the time, with the tasks
+// backpressured most of the time (those before it wait for it to take
+// their output); else an exactly-once sink that waits on its commits most
+// of the time. The table has the numbers, but a user had to read them
+// across every row to find the operator to fix.
+func printBottleneck(w io.Writer, tasks []control.TaskStatus) {
+	pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+	top := -1
+	for i, t := range tasks {
+		if t.Busy >= mostOfTheTime && (top < 0 || t.Busy > tasks[top].Busy) {
+			top = i
+		}
+	}
+	if top >= 0 {
+		var waiting []control.TaskStatus
+		for i, t := range tasks {
+			if i != top && t.Backpressured >= mostOfTheTime {
+				waiting = append(waiting, t)
+			}
+		}
+		sort.SliceStable(waiting, func(i, j int) bool { return waiting[i].Backpressured > waiting[j].Backpressured })
+		behind := ""
+		if len(waiting) > 0 {
+			names := make([]string, len(waiting))
+			for i, t := range waiting {
+				names[i] = t.Task + " " + pct(t.Backpressured)
+			}
+			behind = "; backpressured: " + strings.Join(names, ", ")
+		}
+		t := tasks[top]
+		fmt.Fprintf(w, "bottleneck: %s is busy %s of the time%s — make %s faster per record or raise its parallelism\n",
+			t.Task, pct(t.Busy), behind, vertexOf(t.Task))
+		return
+	}
+	for _, t := range tasks {
+		if t.Stats.SinkCommitted != nil && t.Backpressured >= mostOfTheTime {
+			fmt.Fprintf(w, "bottleneck: sink %s waits on its commits %s of the time — its stream takes the output slower than the job makes it\n",
+				t.Task, pct(t.Backpressured))
+			return
+		}
+	}
+}
+
+// vertexOf returns the source, operator or sink of task ID task
+// ("count-1": "count").
+func vertexOf(task string) string {
+	if i := strings.LastIndexByte(task, '-'); i > 0 {
+		if _, err := strconv.Atoi(task[i+1:]); err == nil {
+			return task[:i]
+		}
+	}
+	return task
 }
 
 // printFailures prints a job's failure history, one per line.

@@ -583,3 +583,41 @@ func TestNoCoordinator(t *testing.T) {
 // waitingLine matches what a command says while the coordinator has not
 // answered it for a second.
 var waitingLine = regexp.MustCompile(`(?m)^weir: waiting for the coordinator to answer [a-z ]+ \(for up to [0-9hms.]+\)\n`)
+
+// weir job status names the task that limits the job's rate: the busiest,
+// busy most of the time, with the tasks backpressured behind it, and what
+// to change; else an exactly-once sink that waits on its commits most of
+// the time; else nothing. The table alone made a user compare every row
+// to find the slow operator in the middle of a pipeline.
+func TestJobStatusNamesTheBottleneck(t *testing.T) {
+	committed := int64(3)
+	for _, c := range []struct {
+		name  string
+		tasks []control.TaskStatus
+		want  string
+	}{
+		{"slow operator", []control.TaskStatus{
+			{Task: "lines-0", Backpressured: 0.83},
+			{Task: "first-0", Backpressured: 0.95},
+			{Task: "slowop-0", Busy: 1},
+			{Task: "last-0", Busy: 0.02},
+			{Task: "out-0", Busy: 0.01, Stats: control.TaskStats{SinkCommitted: &committed}},
+		}, "bottleneck: slowop-0 is busy 100% of the time; backpressured: first-0 95%, lines-0 83% — make slowop faster per record or raise its parallelism\n"},
+		{"slow commits", []control.TaskStatus{
+			{Task: "lines-0", Backpressured: 0.7},
+			{Task: "count-10", Busy: 0.2, Backpressured: 0.75},
+			{Task: "out-0", Backpressured: 0.9, Stats: control.TaskStats{SinkCommitted: &committed}},
+		}, "bottleneck: sink out-0 waits on its commits 90% of the time — its stream takes the output slower than the job makes it\n"},
+		{"keeps up", []control.TaskStatus{
+			{Task: "lines-0", Busy: 0.1},
+			{Task: "count-0", Busy: 0.3},
+			{Task: "out-0", Backpressured: 0.2, Stats: control.TaskStats{SinkCommitted: &committed}},
+		}, ""},
+	} {
+		var b bytes.Buffer
+		printBottleneck(&b, c.tasks)
+		if b.String() != c.want {
+			t.Errorf("%s: printed %q, want %q", c.name, b.String(), c.want)
+		}
+	}
+}
