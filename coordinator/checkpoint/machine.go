@@ -389,6 +389,8 @@ func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []
 	p.info.Duration = now.Sub(p.triggered)
 	if counted {
 		m.stats.Failed++
+		m.stats.FailedInARow++
+		m.stats.LastFailedID, m.stats.LastFailed, m.stats.LastFailure = id, now, reason
 	}
 	acts := []Action{AbortAction{ID: id, Reason: reason, Savepoint: p.savepoint}, DiscardAction{ID: id}}
 	if counted && !p.savepoint {
@@ -753,6 +755,7 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	p.info.Status = control.CheckpointCompleted
 	p.info.Duration = now.Sub(p.triggered)
 	m.stats.Completed++
+	m.stats.FailedInARow = 0
 	m.stats.LastID, m.stats.LastDuration, m.stats.LastSize, m.stats.LastCompleted = id, p.info.Duration, p.info.Size, now
 	acts := []Action{NotifyAction{ID: id}}
 	if p.stop {

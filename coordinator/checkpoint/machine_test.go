@@ -122,6 +122,9 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 	expect(t, "decline subsumed is not counted", m.Decline(at(1300), "op-0", 3, control.DeclineSubsumed, ""), "abort(3) discard(3)")
 	expect(t, "4", m.Tick(at(1400)), "trigger(4)")
 	expect(t, "decline 4 counts once", m.Decline(at(1400), "op-0", 4, control.DeclineFailed, "disk"), "abort(4) discard(4)")
+	if st := m.Stats(); st.FailedInARow != 3 || st.LastFailedID != 4 || !st.LastFailed.Equal(at(1400)) || st.LastFailure != "declined by op-0 (failed): disk" {
+		t.Errorf("stats after 3 failures in a row (the subsumed one not counted): %+v", st)
+	}
 	expect(t, "5", m.Tick(at(1500)), "trigger(5)")
 	expect(t, "complete resets the count", complete(t, m, at(1500), 5), "notify(5)")
 	expect(t, "6", m.Tick(at(1600)), "trigger(6)")
@@ -131,8 +134,10 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 	m.Ack(at(1700), "op-0", 7, "h", nil)
 	expect(t, "metadata write failure counts", m.Persisted(at(1700), 7, fmt.Errorf("disk full")), "abort(7) discard(7) fail")
 	// Failures as the tolerance counts them, not the subsumed one; the
-	// latest completed checkpoint with its duration, size and time.
-	want := control.CheckpointStats{Completed: 1, Failed: 5, LastID: 5, LastDuration: 0, LastSize: 15, LastCompleted: at(1500)}
+	// latest completed checkpoint with its duration, size and time; the
+	// failures since it, and the newest with its time and reason.
+	want := control.CheckpointStats{Completed: 1, Failed: 5, LastID: 5, LastDuration: 0, LastSize: 15, LastCompleted: at(1500),
+		FailedInARow: 2, LastFailedID: 7, LastFailed: at(1700), LastFailure: "writing metadata failed: disk full"}
 	if got := m.Stats(); got != want {
 		t.Errorf("stats %+v, want %+v", got, want)
 	}

@@ -114,6 +114,16 @@ type CheckpointStats struct {
 	LastDuration  time.Duration `json:"last_duration,omitempty"`
 	LastSize      int64         `json:"last_size,omitempty"`
 	LastCompleted time.Time     `json:"last_completed,omitzero"`
+	// FailedInARow counts the failures (as Failed does) since the latest
+	// completed checkpoint, across the job's attempts: a job whose
+	// checkpoints keep failing (each failover restores the same one) shows
+	// it. LastFailedID is the newest failed one (0: none), at LastFailed,
+	// with its reason, LastFailure ("expired after 30s; no snapshot from
+	// …").
+	FailedInARow int64     `json:"failed_in_a_row,omitempty"`
+	LastFailedID int64     `json:"last_failed_id,omitempty"`
+	LastFailed   time.Time `json:"last_failed,omitzero"`
+	LastFailure  string    `json:"last_failure,omitempty"`
 }
 
 // MaxFailures is how many failures a JobStatus keeps.
