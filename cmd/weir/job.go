@@ -27,8 +27,10 @@ func init() {
 const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
 
   weir job ls                               every job with its state
-  weir job status JOB                       one job: state, guarantees, and each running task's
-                                            records in/out, rates, busy and backpressured time;
+  weir job status JOB                       one job: state, guarantees, checkpoints completed and
+                                            failed (while they fail: how many in a row and why),
+                                            and each running task's records in/out, rates,
+                                            busy and backpressured time;
                                             the bottleneck: a task busy most of the time (or an
                                             exactly-once sink waiting on its commits)
   weir job stop JOB                         stop a job with a savepoint: nothing after it is
@@ -240,6 +242,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 				fmt.Fprintf(std.Out, "  %s\n", g)
 			}
 		}
+		printCheckpointStats(std.Out, st)
 		if len(st.Tasks) > 0 {
 			fmt.Fprintln(std.Out, "tasks:")
 			printTasks(std.Out, st.Tasks)
@@ -393,6 +396,48 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, unread)
 	}
 	tw.Flush()
+}
+
+// printCheckpointStats says how a job's checkpoints fare
+// (control.JobStatus.Checkpoints): how many completed and failed, the
+// latest that completed, and — while they fail — how many in a row, the
+// newest failure's reason, and what to change for one that expired. A
+// job whose checkpoints kept expiring, failing it over onto the same
+// checkpoint each time, said so only in its failures' reasons.
+func printCheckpointStats(w io.Writer, st control.JobStatus) {
+	c := st.Checkpoints
+	if c.Completed == 0 && c.Failed == 0 {
+		return
+	}
+	latest := ""
+	if c.LastID > 0 {
+		latest = fmt.Sprintf("; latest completed: %d at %s (took %s, %s)", c.LastID,
+			c.LastCompleted.UTC().Format(time.TimeOnly), c.LastDuration.Round(time.Millisecond), size(c.LastSize))
+	}
+	fmt.Fprintf(w, "checkpoints: %d completed, %d failed%s\n", c.Completed, c.Failed, latest)
+	if c.FailedInARow == 0 || c.LastFailedID == 0 {
+		return
+	}
+	since := "none completed yet"
+	if c.LastID > 0 {
+		since = fmt.Sprintf("since %d completed", c.LastID)
+	}
+	fmt.Fprintf(w, "checkpoints failing: %d in a row, %s; the newest, %d at %s: %s\n", c.FailedInARow, since,
+		c.LastFailedID, c.LastFailed.UTC().Format(time.TimeOnly), c.LastFailure)
+	if strings.HasPrefix(c.LastFailure, "expired after") {
+		fmt.Fprintf(w, "  a checkpoint expires when its barriers do not get through in time: aligned ones queue behind "+
+			"the data in flight to a busy task (see bottleneck); make it faster or raise its parallelism, raise "+
+			"checkpointing.timeout, or take checkpoints unaligned (checkpointing.mode: unaligned), whose barriers "+
+			"overtake that data; weir checkpoint ls %s shows which tasks did not ack\n", st.Name)
+	}
+	if f := st.Latest(); f != nil && strings.Contains(f.Reason, "consecutive checkpoint failures exceed") {
+		from := "the start"
+		if c.LastID > 0 {
+			from = fmt.Sprintf("checkpoint %d", c.LastID)
+		}
+		fmt.Fprintf(w, "  the job fails over for them, each attempt from %s again; "+
+			"checkpointing.tolerable-failures lets it run on through failed checkpoints\n", from)
+	}
 }
 
 // mostOfTheTime is the share of its time a task must be busy, or an

@@ -621,3 +621,52 @@ func TestJobStatusNamesTheBottleneck(t *testing.T) {
 		}
 	}
 }
+
+// weir job status says how the job's checkpoints fare: how many completed
+// and failed, the latest completed; while they fail, how many in a row
+// and the newest failure's reason, what to change for one that expired,
+// and that the job fails over onto the same checkpoint each time. A job
+// whose checkpoints succeed again says nothing of failing, one that took
+// none yet nothing at all.
+func TestJobStatusSaysCheckpointsFail(t *testing.T) {
+	at := time.Date(2026, 12, 2, 14, 14, 17, 0, time.UTC)
+	cps := control.CheckpointStats{Completed: 1, Failed: 3, LastID: 1, LastDuration: 4346 * time.Millisecond, LastSize: 996823,
+		LastCompleted: at, FailedInARow: 3, LastFailedID: 6, LastFailed: at.Add(19 * time.Second),
+		LastFailure: "expired after 5s; no snapshot from slowop-0, last-0, out-0"}
+	lost := control.Failure{Time: at.Add(19 * time.Second), Attempt: 3,
+		Reason: "1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint 6: expired after 5s; no snapshot from slowop-0, last-0, out-0"}
+	var b bytes.Buffer
+	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost})
+	want := "checkpoints: 1 completed, 3 failed; latest completed: 1 at 14:14:17 (took 4.346s, 973.5 KiB)\n" +
+		"checkpoints failing: 3 in a row, since 1 completed; the newest, 6 at 14:14:36: expired after 5s; no snapshot from slowop-0, last-0, out-0\n" +
+		"  a checkpoint expires when its barriers do not get through in time: aligned ones queue behind the data in flight to a busy task (see bottleneck); " +
+		"make it faster or raise its parallelism, raise checkpointing.timeout, or take checkpoints unaligned (checkpointing.mode: unaligned), " +
+		"whose barriers overtake that data; weir checkpoint ls slow shows which tasks did not ack\n" +
+		"  the job fails over for them, each attempt from checkpoint 1 again; checkpointing.tolerable-failures lets it run on through failed checkpoints\n"
+	if b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+
+	// Declined, tolerated, none completed: no advice for an expiry nor a failover.
+	b.Reset()
+	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 1, Checkpoints: control.CheckpointStats{
+		Failed: 1, FailedInARow: 1, LastFailedID: 1, LastFailed: at, LastFailure: "declined by op-0 (failed): disk"}})
+	if want := "checkpoints: 0 completed, 1 failed\n" +
+		"checkpoints failing: 1 in a row, none completed yet; the newest, 1 at 14:14:17: declined by op-0 (failed): disk\n"; b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+
+	// Completing again ends the failing.
+	b.Reset()
+	cps.FailedInARow, cps.Completed, cps.LastID = 0, 2, 7
+	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost})
+	if want := "checkpoints: 2 completed, 3 failed; latest completed: 7 at 14:14:17 (took 4.346s, 973.5 KiB)\n"; b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	printCheckpointStats(&b, control.JobStatus{Name: "new", State: control.JobRunning, Attempt: 1})
+	if b.Len() > 0 {
+		t.Errorf("printed %q for a job without checkpoints", b.String())
+	}
+}
