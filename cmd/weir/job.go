@@ -383,7 +383,7 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 	for _, t := range tasks {
 		unread := "-" // not a source, or one that cannot tell
 		if p := t.Stats.SourcePending; p != nil {
-			unread = strconv.FormatInt(*p, 10)
+			unread = strconv.FormatInt(*p, 10) + unreadTrend(*p, t.UnreadRate)
 		}
 		if s := t.Stats.AwaitedStop; s > 0 {
 			// Read up to the stream's end; the stop lies ahead of it.
@@ -498,6 +498,26 @@ func vertexOf(task string) string {
 		}
 	}
 	return task
+}
+
+// unreadTrend says how a source's unread messages, pending of them,
+// change at rate (control.TaskStatus.UnreadRate; nil: not known):
+// " (-8000/s, caught up in ~20s)" while it catches up on a backlog,
+// " (+500/s, falling behind)" while it reads slower than the stream
+// grows; nothing when nothing is unread or the count does not change.
+// UNREAD alone did not say whether a backlog shrinks, nor how fast.
+func unreadTrend(pending int64, rate *float64) string {
+	if rate == nil || pending <= 0 {
+		return ""
+	}
+	switch r := *rate; {
+	case r <= -0.5:
+		eta := max(time.Duration(float64(pending)/-r*float64(time.Second)), time.Second)
+		return fmt.Sprintf(" (%.0f/s, caught up in ~%s)", r, eta.Round(time.Second))
+	case r >= 0.5:
+		return fmt.Sprintf(" (+%.0f/s, falling behind)", r)
+	}
+	return ""
 }
 
 // printFailures prints a job's failure history, one per line.

@@ -670,3 +670,33 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 		t.Errorf("printed %q for a job without checkpoints", b.String())
 	}
 }
+
+// weir job status shows, beside a source's unread messages, whether the
+// backlog shrinks and how fast, with about when it is caught up; or that
+// the source falls behind. UNREAD alone did not say either.
+func TestJobStatusShowsHowFastABacklogShrinks(t *testing.T) {
+	pending := func(n int64) *int64 { return &n }
+	rate := func(r float64) *float64 { return &r }
+	var b bytes.Buffer
+	printTasks(&b, []control.TaskStatus{
+		{Task: "orders-0", Stats: control.TaskStats{SourcePending: pending(160000)}, UnreadRate: rate(-8000)},
+		{Task: "payments-0", Stats: control.TaskStats{SourcePending: pending(2000)}, UnreadRate: rate(500)},
+		{Task: "refunds-0", Stats: control.TaskStats{SourcePending: pending(10)}, UnreadRate: rate(-8000)},
+		{Task: "audit-0", Stats: control.TaskStats{SourcePending: pending(0)}, UnreadRate: rate(-20)},
+		{Task: "clicks-0", Stats: control.TaskStats{SourcePending: pending(300)}},
+		{Task: "join-0"},
+	})
+	rows := strings.Split(strings.TrimSpace(b.String()), "\n")
+	for i, want := range []string{
+		`^orders-0 .* 160000 \(-8000/s, caught up in ~20s\)$`,
+		`^payments-0 .* 2000 \(\+500/s, falling behind\)$`,
+		`^refunds-0 .* 10 \(-8000/s, caught up in ~1s\)$`,
+		`^audit-0 .* 0$`,
+		`^clicks-0 .* 300$`,
+		`^join-0 .* -$`,
+	} {
+		if len(rows) != 7 || !regexp.MustCompile(want).MatchString(rows[i+1]) {
+			t.Errorf("job status tasks:\n%s\nrow %d does not match %s", b.String(), i+1, want)
+		}
+	}
+}

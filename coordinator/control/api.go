@@ -180,6 +180,11 @@ type TaskStatus struct {
 	OutRate       float64 `json:"out_rate"`
 	Busy          float64 `json:"busy"`
 	Backpressured float64 `json:"backpressured"`
+	// UnreadRate, for a source task that reported SourcePending at both
+	// ends of that span, is how fast that count changed, in messages per
+	// second: negative while the source catches up on a backlog, positive
+	// while it falls further behind. Nil otherwise.
+	UnreadRate *float64 `json:"unread_rate,omitempty"`
 }
 
 // NewTaskStatus computes the status of task on worker from its latest
@@ -201,6 +206,10 @@ func NewTaskStatus(task, worker string, latest TaskStats, prev *TaskStats) TaskS
 	st.OutRate = perSec(latest.RecordsOut - base.RecordsOut)
 	st.Busy = frac(latest.BusyNanos - base.BusyNanos)
 	st.Backpressured = frac(latest.BackpressuredNanos - base.BackpressuredNanos)
+	if latest.SourcePending != nil && prev != nil && prev.SourcePending != nil {
+		r := float64(*latest.SourcePending-*prev.SourcePending) * 1e9 / float64(d)
+		st.UnreadRate = &r
+	}
 	return st
 }
 

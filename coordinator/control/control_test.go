@@ -587,6 +587,29 @@ func TestNewTaskStatus(t *testing.T) {
 	}
 }
 
+// A source's unread messages change at a rate over the span between two
+// reports that both have them: negative while it catches up on a backlog.
+// Without an earlier count (the first report, a source that cannot tell)
+// there is none.
+func TestNewTaskStatusUnreadRate(t *testing.T) {
+	pending := func(n int64) *int64 { return &n }
+	first := TaskStats{RunningNanos: 2e9, SourcePending: pending(100000)}
+	if st := NewTaskStatus("lines-0", "w1", first, nil); st.UnreadRate != nil {
+		t.Errorf("first report: unread rate %v", *st.UnreadRate)
+	}
+	second := TaskStats{RunningNanos: 4e9, SourcePending: pending(60000)}
+	if st := NewTaskStatus("lines-0", "w1", second, &first); st.UnreadRate == nil || *st.UnreadRate != -20000 {
+		t.Errorf("catching up: %+v", st)
+	}
+	third := TaskStats{RunningNanos: 5e9, SourcePending: pending(60500)}
+	if st := NewTaskStatus("lines-0", "w1", third, &second); st.UnreadRate == nil || *st.UnreadRate != 500 {
+		t.Errorf("falling behind: %+v", st)
+	}
+	if st := NewTaskStatus("op-0", "w1", TaskStats{RunningNanos: 4e9}, &TaskStats{RunningNanos: 2e9}); st.UnreadRate != nil {
+		t.Errorf("not a source: unread rate %v", *st.UnreadRate)
+	}
+}
+
 // slowCancelWorker blocks a cancel of job "slow" until release is closed.
 type slowCancelWorker struct {
 	recWorker
