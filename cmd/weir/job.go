@@ -383,7 +383,7 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 	for _, t := range tasks {
 		unread := "-" // not a source, or one that cannot tell
 		if p := t.Stats.SourcePending; p != nil {
-			unread = strconv.FormatInt(*p, 10) + unreadTrend(*p, t.UnreadRate)
+			unread = strconv.FormatInt(*p, 10) + unreadTrend(*p, t.UnreadRate, t.InRate)
 		}
 		if s := t.Stats.AwaitedStop; s > 0 {
 			// Read up to the stream's end; the stop lies ahead of it.
@@ -504,10 +504,12 @@ func vertexOf(task string) string {
 // change at rate (control.TaskStatus.UnreadRate; nil: not known):
 // " (-8000/s, caught up in ~20s)" while it catches up on a backlog,
 // " (+500/s, falling behind)" while it reads slower than the stream
-// grows; nothing when nothing is unread or the count does not change.
+// grows; nothing when nothing is unread or the count does not change, nor
+// for fewer messages than the source reads in a second (inRate): those
+// are in flight, not a backlog, and their count goes up and down.
 // UNREAD alone did not say whether a backlog shrinks, nor how fast.
-func unreadTrend(pending int64, rate *float64) string {
-	if rate == nil || pending <= 0 {
+func unreadTrend(pending int64, rate *float64, inRate float64) string {
+	if rate == nil || pending <= 0 || float64(pending) < inRate {
 		return ""
 	}
 	switch r := *rate; {

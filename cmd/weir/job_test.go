@@ -673,7 +673,8 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 
 // weir job status shows, beside a source's unread messages, whether the
 // backlog shrinks and how fast, with about when it is caught up; or that
-// the source falls behind. UNREAD alone did not say either.
+// the source falls behind — but not for fewer messages than it reads in
+// a second, which are in flight. UNREAD alone did not say either.
 func TestJobStatusShowsHowFastABacklogShrinks(t *testing.T) {
 	pending := func(n int64) *int64 { return &n }
 	rate := func(r float64) *float64 { return &r }
@@ -683,6 +684,7 @@ func TestJobStatusShowsHowFastABacklogShrinks(t *testing.T) {
 		{Task: "payments-0", Stats: control.TaskStats{SourcePending: pending(2000)}, UnreadRate: rate(500)},
 		{Task: "refunds-0", Stats: control.TaskStats{SourcePending: pending(10)}, UnreadRate: rate(-8000)},
 		{Task: "audit-0", Stats: control.TaskStats{SourcePending: pending(0)}, UnreadRate: rate(-20)},
+		{Task: "views-0", Stats: control.TaskStats{SourcePending: pending(42)}, UnreadRate: rate(7), InRate: 28000},
 		{Task: "clicks-0", Stats: control.TaskStats{SourcePending: pending(300)}},
 		{Task: "join-0"},
 	})
@@ -692,10 +694,11 @@ func TestJobStatusShowsHowFastABacklogShrinks(t *testing.T) {
 		`^payments-0 .* 2000 \(\+500/s, falling behind\)$`,
 		`^refunds-0 .* 10 \(-8000/s, caught up in ~1s\)$`,
 		`^audit-0 .* 0$`,
+		`^views-0 .* 42$`,
 		`^clicks-0 .* 300$`,
 		`^join-0 .* -$`,
 	} {
-		if len(rows) != 7 || !regexp.MustCompile(want).MatchString(rows[i+1]) {
+		if len(rows) != 8 || !regexp.MustCompile(want).MatchString(rows[i+1]) {
 			t.Errorf("job status tasks:\n%s\nrow %d does not match %s", b.String(), i+1, want)
 		}
 	}
