@@ -89,6 +89,15 @@ type JobStatus struct {
 	// attempt, with no failure and no restart — so that an attempt number
 	// missing between the failures and the attempt now is explained.
 	Skipped []SkippedAttempt `json:"skipped,omitempty"`
+	// FailuresInARow counts the job's failures since its latest completed
+	// checkpoint (or its start), as its restart strategy counts them, and
+	// RestartAttempts is how many restarts the strategy allows in such a
+	// row (restart.attempts; 0 with strategy none): failure
+	// RestartAttempts+1 fails the job. A job restarting in a loop — a
+	// record that makes an operator trap is read again after every
+	// restore — shows how close it is to failing.
+	FailuresInARow  int `json:"failures_in_a_row,omitempty"`
+	RestartAttempts int `json:"restart_attempts,omitempty"`
 	// Checkpoints counts the checkpoints of the job's run since this
 	// coordinator took it on, and describes the latest that completed.
 	Checkpoints CheckpointStats `json:"checkpoints,omitzero"`

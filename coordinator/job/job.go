@@ -200,6 +200,10 @@ func (j *job) status() control.JobStatus {
 	st := j.st
 	st.LatestCheckpoint = j.latestLocked(latest)
 	st.Checkpoints = cps
+	st.FailuresInARow = j.consecutive
+	if j.spec.Restart.Strategy != jobspec.RestartNone {
+		st.RestartAttempts = j.spec.Restart.Attempts
+	}
 	st.Failures = slices.Clone(j.st.Failures)
 	st.Skipped = slices.Clone(j.st.Skipped)
 	if len(st.Failures) > 0 {
