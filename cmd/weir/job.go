@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -234,6 +235,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job status", err)
 		}
 		printJobs(std.Out, []control.JobStatus{st})
+		printInARow(std.Out, st)
 		printSkipped(std.Out, st)
 		printRestoring(std.Out, st)
 		if len(st.Guarantees) > 0 {
@@ -347,6 +349,44 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 			j.Updated.Format(time.TimeOnly), reason, last)
 	}
 	tw.Flush()
+}
+
+// printInARow says how close a job failing over again and again is to
+// failing for good (control.JobStatus.FailuresInARow), and when its
+// latest failures all read the same — but for their numbers — that
+// restarting does not help: RESTARTS and the failures list showed the
+// loop, not that the restart strategy would give up, nor when.
+func printInARow(w io.Writer, st control.JobStatus) {
+	n := st.FailuresInARow
+	if n == 0 {
+		return
+	}
+	indent := ""
+	if !st.State.Terminal() && st.RestartAttempts > 0 {
+		indent = "  "
+		since := "the job started (no checkpoint completed)"
+		if st.LatestCheckpoint > 0 {
+			since = fmt.Sprintf("checkpoint %d completed", st.LatestCheckpoint)
+		}
+		fmt.Fprintf(w, "failures in a row: %d since %s; restart.attempts allows %d restarts, failure %d fails the job\n",
+			n, since, st.RestartAttempts, st.RestartAttempts+1)
+	}
+	same := min(n, len(st.Failures))
+	if same < 2 {
+		return
+	}
+	digits := regexp.MustCompile(`[0-9]+`)
+	first := digits.ReplaceAllString(st.Failures[0].Reason, "N")
+	for _, f := range st.Failures[1:same] {
+		if digits.ReplaceAllString(f.Reason, "N") != first {
+			return
+		}
+	}
+	hint := ""
+	if strings.Contains(st.Failures[0].Reason, "trap") {
+		hint = " (an operator that traps on a record does so each time the record is read again after a restore)"
+	}
+	fmt.Fprintf(w, "%sthe last %d failed the same way: restarting does not help while the cause stays%s\n", indent, same, hint)
 }
 
 // printSkipped says why attempt numbers were skipped, one line each,

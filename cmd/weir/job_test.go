@@ -703,3 +703,49 @@ func TestJobStatusShowsHowFastABacklogShrinks(t *testing.T) {
 		}
 	}
 }
+
+// weir job status says how many failures in a row a job failing over has
+// had and which one fails it for good; when the latest failures of the
+// row read the same but for their numbers, that restarting does not help
+// (for a trap, why). Fewer than two failures, or different ones, get no
+// such line; a job that ended gets no count of what is left.
+func TestJobStatusShowsARestartLoop(t *testing.T) {
+	at := time.Date(2026, 12, 2, 14, 14, 46, 0, time.UTC)
+	trap := func(attempt int) control.Failure {
+		return control.Failure{Time: at.Add(time.Duration(attempt) * time.Second), Attempt: attempt,
+			Reason: `task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 (value "!bad"): wasm error: unreachable`}
+	}
+	expired := func(attempt, id int) control.Failure {
+		return control.Failure{Attempt: attempt, Reason: fmt.Sprintf("1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint %d: expired after 5s", id)}
+	}
+	for _, c := range []struct {
+		name string
+		st   control.JobStatus
+		want string
+	}{
+		{"trap loop", control.JobStatus{State: control.JobRestarting, Attempt: 3, FailuresInARow: 3, RestartAttempts: 3,
+			Failures: []control.Failure{trap(3), trap(2), trap(1)}},
+			"failures in a row: 3 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 3 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n"},
+		{"expiring checkpoints", control.JobStatus{State: control.JobRunning, Attempt: 3, FailuresInARow: 2, RestartAttempts: 5, LatestCheckpoint: 1,
+			Failures: []control.Failure{expired(2, 4), expired(1, 2)}},
+			"failures in a row: 2 since checkpoint 1 completed; restart.attempts allows 5 restarts, failure 6 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays\n"},
+		{"only the row counts", control.JobStatus{State: control.JobRunning, Attempt: 3, FailuresInARow: 1, RestartAttempts: 5,
+			Failures: []control.Failure{trap(2), trap(1)}},
+			"failures in a row: 1 since the job started (no checkpoint completed); restart.attempts allows 5 restarts, failure 6 fails the job\n"},
+		{"different failures", control.JobStatus{State: control.JobRunning, Attempt: 3, FailuresInARow: 2, RestartAttempts: 5,
+			Failures: []control.Failure{trap(2), {Attempt: 1, Reason: "worker w1 lost"}}},
+			"failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 5 restarts, failure 6 fails the job\n"},
+		{"failed", control.JobStatus{State: control.JobFailed, Attempt: 4, FailuresInARow: 4, RestartAttempts: 3,
+			Failures: []control.Failure{trap(4), trap(3), trap(2), trap(1)}},
+			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n"},
+		{"no failure", control.JobStatus{State: control.JobRunning, Attempt: 1, RestartAttempts: 3}, ""},
+	} {
+		var b bytes.Buffer
+		printInARow(&b, c.st)
+		if b.String() != c.want {
+			t.Errorf("%s: printed\n%q\nwant\n%q", c.name, b.String(), c.want)
+		}
+	}
+}
