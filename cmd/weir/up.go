@@ -105,8 +105,9 @@ on it is refused. Other machines join with
 'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 20000' (use
 -checkpoint-store jetstream then, so that every worker reaches the
 checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
-every job's state, attempt, restarts, checkpoints completed and failed and
-the latest one's duration, size and time, and each running task's records,
+every job's state, attempt, restarts and failures in a row, checkpoints
+completed and failed (in all and in a row) and the latest one's duration,
+size and time, and each running task's records,
 busy and backpressured time, on whichever worker it runs.
 
 A job with no live worker to run on (-workers 0 before any weir worker

@@ -1,6 +1,7 @@
 // Package metrics exports a coordinator's jobs and their running tasks to
-// Prometheus: job state, attempts, restarts, checkpoints completed and
-// failed and the latest one's ID, duration, size and time, and
+// Prometheus: job state, attempts, restarts, failures in a row,
+// checkpoints completed and failed (in all, and in a row) and the latest
+// one's ID, duration, size and time, and
 // each task's counters as its worker last reported them in a heartbeat
 // (control.TaskStats), so one scrape of the coordinator covers every worker;
 // and, from a lister that can list workers (WorkerLister), the live workers
@@ -43,6 +44,7 @@ type Collector struct {
 
 	jobState, attempt, restarts, checkpoint           *prometheus.Desc
 	cpCompleted, cpFailed, cpDuration, cpSize, cpTime *prometheus.Desc
+	cpFailedInARow, failuresInARow                    *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts  *prometheus.Desc
 	pending, awaited                                  *prometheus.Desc
 	workersLive, slots, slotsUsed                     *prometheus.Desc
@@ -67,6 +69,10 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"Checkpoints and savepoints of the job that completed since the coordinator took it on.", job, nil),
 		cpFailed: prometheus.NewDesc("weir_job_checkpoints_failed_total",
 			"Checkpoints and savepoints of the job that failed (expired, declined by a task, or their metadata not written) since the coordinator took it on; those aborted as the job failed over or stopped are not counted.", job, nil),
+		cpFailedInARow: prometheus.NewDesc("weir_job_checkpoints_failed_in_a_row",
+			"Checkpoints and savepoints of the job that failed (as weir_job_checkpoints_failed_total counts them) since its latest completed one: above 0, its checkpoints fail now.", job, nil),
+		failuresInARow: prometheus.NewDesc("weir_job_failures_in_a_row",
+			"Failures of the job since its latest completed checkpoint, as its restart strategy counts them: one more than restart.attempts fails the job.", job, nil),
 		cpDuration: prometheus.NewDesc("weir_job_last_checkpoint_duration_seconds",
 			"Trigger to completion of the job's latest completed checkpoint or savepoint.", job, nil),
 		cpSize: prometheus.NewDesc("weir_job_last_checkpoint_size_bytes",
@@ -97,7 +103,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
-		c.cpCompleted, c.cpFailed, c.cpDuration, c.cpSize, c.cpTime,
+		c.cpCompleted, c.cpFailed, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
 		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited,
 		c.workersLive, c.slots, c.slotsUsed} {
 		ch <- d
@@ -143,6 +149,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cp := j.Checkpoints
 		ch <- prometheus.MustNewConstMetric(c.cpCompleted, counter, float64(cp.Completed), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpFailed, counter, float64(cp.Failed), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.cpFailedInARow, gauge, float64(cp.FailedInARow), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.failuresInARow, gauge, float64(j.FailuresInARow), j.Name)
 		if cp.LastID > 0 {
 			ch <- prometheus.MustNewConstMetric(c.cpDuration, gauge, cp.LastDuration.Seconds(), j.Name)
 			ch <- prometheus.MustNewConstMetric(c.cpSize, gauge, float64(cp.LastSize), j.Name)

@@ -122,3 +122,28 @@ func TestScrapeError(t *testing.T) {
 		t.Fatalf("scrape:\n%s", got)
 	}
 }
+
+type fixed []control.JobStatus
+
+func (f fixed) Jobs(context.Context) ([]control.JobStatus, error) { return f, nil }
+
+// A scrape says how many checkpoints of a job failed since its latest
+// completed one, and how many failures in a row it had, as its restart
+// strategy counts them: what an alert on checkpoints failing now, or a
+// job failing over in a loop, needs (the totals grow for good).
+func TestScrapeInARow(t *testing.T) {
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(fixed{
+		{Name: "loop", State: control.JobRunning, Attempt: 3, Restarts: 2, FailuresInARow: 2, RestartAttempts: 3,
+			Checkpoints: control.CheckpointStats{Completed: 1, Failed: 4, LastID: 1, FailedInARow: 3}},
+	}, 0)))
+	defer srv.Close()
+	got := scrape(t, srv.URL)
+	for _, line := range []string{
+		`weir_job_checkpoints_failed_in_a_row{job="loop"} 3`,
+		`weir_job_failures_in_a_row{job="loop"} 2`,
+	} {
+		if !strings.Contains(got, "\n"+line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+}
