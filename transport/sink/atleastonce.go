@@ -272,12 +272,12 @@ func (s *AtLeastOnce) fail(err error) {
 }
 
 // failed reports the sink's failure, if any, without the sink's name:
-// "publish: <cause>".
+// "publish: <cause>" (with what to change for a stream that is full).
 func (s *AtLeastOnce) failed() error {
 	s.emu.Lock()
 	defer s.emu.Unlock()
 	if s.err != nil {
-		return fmt.Errorf("publish: %w", s.err)
+		return streamFull(s.route.stream, fmt.Errorf("publish: %w", s.err))
 	}
 	return nil
 }

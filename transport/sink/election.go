@@ -107,7 +107,7 @@ func leaderLost(err error) error {
 // only once one may take them, not every natsconn.ElectionRetry of an
 // election — an atomic batch's try is the whole batch.
 func commitThroughElection(ctx context.Context, js jetstream.JetStream, stream string, try func(context.Context) (bool, error)) error {
-	return natsconn.ResumeThroughElection(ctx, js.Conn(), func(ctx context.Context) (bool, error) {
+	return streamFull(stream, natsconn.ResumeThroughElection(ctx, js.Conn(), func(ctx context.Context) (bool, error) {
 		progressed, err := try(ctx)
 		if err = leaderLost(err); err == nil || !natsconn.Leaderless(err) || !js.Conn().IsConnected() {
 			return progressed, err
@@ -117,7 +117,31 @@ func commitThroughElection(ctx context.Context, js jetstream.JetStream, stream s
 			return progressed, fmt.Errorf("%v: stream %s: %w", err, stream, lerr)
 		}
 		return progressed, err
-	})
+	}))
+}
+
+// streamFull adds to err, a commit's failure on stream, what to change
+// when the stream refused messages for a limit: the server's "maximum
+// messages exceeded" named neither the stream nor the setting, and a job
+// whose sink's stream is full fails over into the same refusal until its
+// restart attempts run out.
+func streamFull(stream string, err error) error {
+	if err == nil {
+		return nil
+	}
+	// The errors a stream with discard new refuses a message with once
+	// it reached a limit, and the limit's field.
+	for _, l := range []struct{ err, field string }{
+		{"maximum messages per subject exceeded", "max_msgs_per_subject"},
+		{"maximum messages exceeded", "max_msgs"},
+		{"maximum bytes exceeded", "max_bytes"},
+	} {
+		if strings.Contains(err.Error(), l.err) {
+			return fmt.Errorf("%w (stream %s is full: it reached its %s limit and discards new messages; raise the limit, or make it discard old ones)",
+				err, stream, l.field)
+		}
+	}
+	return err
 }
 
 // awaitLeader looks stream up until an answer names its leader (or the

@@ -293,7 +293,10 @@ func TestAtLeastOnceRefusedFailsTheCheckpoint(t *testing.T) {
 			if err == nil {
 				t.Fatal("a checkpoint covered messages the stream refused")
 			}
-			t.Log(err)
+			// The error says the stream is full, which limit, and what to change.
+			if want := "(stream OUT is full: it reached its max_msgs limit and discards new messages; raise the limit, or make it discard old ones)"; !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
 		})
 	}
 }
@@ -854,5 +857,35 @@ func TestAtomicCommitWaitGrowsWithTheBatch(t *testing.T) {
 		if got := AtomicCommitWait(10*time.Second, tc.n); got != tc.want {
 			t.Errorf("AtomicCommitWait(10s, %d) = %s, want %s", tc.n, got, tc.want)
 		}
+	}
+}
+
+// A commit to a stream that is full (a limit with discard new) fails
+// saying so, with the limit and what to change, in every publish mode:
+// the server's "maximum messages exceeded" named neither, and the job
+// failed over into the same refusal until its restart attempts ran out.
+func TestExactlyOnceCommitToAFullStream(t *testing.T) {
+	for _, mode := range []PublishMode{PublishAsync, PublishFast, PublishAtomic} {
+		t.Run(string(mode), func(t *testing.T) {
+			cfg := outStream(mode)
+			cfg.MaxMsgs, cfg.Discard = 5, jetstream.DiscardNew
+			nc, _, ctx := outSetup(t, cfg)
+			s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			must(t, s.Write(ctx, batchOf(0, 10)))
+			if _, err := s.PreCommit(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			err = s.Commit(ctx, 1)
+			if err == nil {
+				err = s.Wait(ctx) // the commit runs in the background
+			}
+			if want := "(stream OUT is full: it reached its max_msgs limit and discards new messages; raise the limit, or make it discard old ones)"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("commit of 10 messages to a stream of at most 5: %v; want it to say %q", err, want)
+			}
+		})
 	}
 }
