@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"sort"
@@ -241,14 +240,9 @@ func (r *Registry) claim(ctx context.Context, key, digest string) error {
 // claimedFor reports whether key of the versions' bucket holds digest, as
 // the bucket's stream leader has it.
 func (r *Registry) claimedFor(ctx context.Context, key, digest string) (bool, error) {
-	rc, err := r.claims.Get(ctx, key)
+	got, err := storage.ReadAll(ctx, r.claims, key)
 	if err != nil {
 		return false, err
-	}
-	defer rc.Close()
-	got, err := io.ReadAll(rc)
-	if err != nil {
-		return false, fmt.Errorf("read %s: %w", key, err)
 	}
 	return string(got) == digest, nil
 }
