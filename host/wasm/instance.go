@@ -734,6 +734,9 @@ type lineWriter struct {
 	// fatal is the first line since resetFatal that a guest runtime
 	// writes to say why it is about to stop (fatalPrefixes), "" if none.
 	fatal string
+	// hasFatal says fatal is set, so that resetFatal, at the start of
+	// every call, takes no lock while it is not.
+	hasFatal atomic.Bool
 }
 
 // fatalPrefixes start the line a guest runtime writes to stderr before it
@@ -750,8 +753,12 @@ const maxFatalLine = 200
 
 // resetFatal forgets the fatal line, at the start of a call.
 func (w *lineWriter) resetFatal() {
+	if !w.hasFatal.Load() {
+		return
+	}
 	w.mu.Lock()
 	w.fatal = ""
+	w.hasFatal.Store(false)
 	w.mu.Unlock()
 }
 
@@ -803,6 +810,7 @@ func (w *lineWriter) emit() {
 				line = strings.ToValidUTF8(line[:maxFatalLine], "") + "…"
 			}
 			w.fatal = line
+			w.hasFatal.Store(true)
 			return
 		}
 	}
