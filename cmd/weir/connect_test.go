@@ -7,23 +7,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 // tokenServer starts a nats-server with JetStream that takes only the
 // token s3cret, and returns its client URL.
 func tokenServer(t *testing.T) string {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), Authorization: "s3cret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return ns.ClientURL()
+	return embeddedtest.FromOptions(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Authorization: "s3cret"}).ClientURL()
 }
 
 // A command whose server refuses it says so, naming the server without

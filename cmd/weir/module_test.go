@@ -7,9 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/embedded"
@@ -81,17 +78,7 @@ func TestModuleCommandAuthenticates(t *testing.T) {
 	if _, err := os.Stat(good); err != nil {
 		t.Skip("guests/wat/passthrough.wasm not built")
 	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), Authorization: "s3cret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	url := ns.ClientURL()
+	url := tokenServer(t)
 	weir := func(args ...string) (string, string, int) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), append([]string{"module"}, args...), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})

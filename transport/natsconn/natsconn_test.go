@@ -11,23 +11,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
 func startServer(t *testing.T, opts *server.Options) *server.Server {
 	t.Helper()
-	opts.Host = "127.0.0.1"
-	opts.Port = server.RANDOM_PORT
-	opts.NoLog, opts.NoSigs = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
+	return embeddedtest.FromOptions(t, opts)
 }
 
 func TestToken(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/natsconn"
 )
 
@@ -27,17 +28,7 @@ func confServer(t *testing.T, conf string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", server.RANDOM_PORT, true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return ns.ClientURL()
+	return embeddedtest.FromOptions(t, opts).ClientURL()
 }
 
 // weir up, weir run and weir worker on a server without JetStream, or as
