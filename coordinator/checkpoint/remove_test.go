@@ -27,23 +27,7 @@ import (
 // objects of a checkpoint that has none.
 func TestRemove(t *testing.T) {
 	ctx := context.Background()
-	dir, err := storage.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, nc := embeddedtest.Start(t, embedded.Config{})
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := storage.NewKV(ctx, js, storage.DefaultMetaBucket, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state, err := storage.NewObjectStore(ctx, js, storage.DefaultStateBucket, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, meta, state := removeStores(t, ctx)
 	for _, c := range []struct {
 		name string
 		cat  *Catalog
@@ -214,23 +198,7 @@ func (s *cutStore) Delete(ctx context.Context, prefix string) error {
 // lists it; Remove done again deletes what is left and counts it.
 func TestRemoveCutShort(t *testing.T) {
 	ctx := context.Background()
-	dir, err := storage.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, nc := embeddedtest.Start(t, embedded.Config{})
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := storage.NewKV(ctx, js, storage.DefaultMetaBucket, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state, err := storage.NewObjectStore(ctx, js, storage.DefaultStateBucket, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, meta, state := removeStores(t, ctx)
 	cd := &cutStore{Store: dir}
 	cm, cs := &cutStore{Store: meta}, &cutStore{Store: state}
 	for _, c := range []struct {
@@ -308,4 +276,27 @@ func TestRemoveCutShort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// removeStores returns the stores the removal tests run on: a directory
+// (one store for both), and a fresh embedded server's metadata KV and
+// state Object Store.
+func removeStores(t *testing.T, ctx context.Context) (dir *storage.Dir, meta *storage.KV, state *storage.ObjectStore) {
+	t.Helper()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nc := embeddedtest.Start(t, embedded.Config{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta, err = storage.NewKV(ctx, js, storage.DefaultMetaBucket, 0); err != nil {
+		t.Fatal(err)
+	}
+	if state, err = storage.NewObjectStore(ctx, js, storage.DefaultStateBucket, 0); err != nil {
+		t.Fatal(err)
+	}
+	return dir, meta, state
 }
