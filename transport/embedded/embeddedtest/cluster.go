@@ -16,8 +16,9 @@ import (
 
 // Cluster starts n real nats-servers (named n0, n1, …) with JetStream,
 // routed into one cluster on loopback, shut down when t ends; it returns
-// them once JetStream answers through each, or fails t when ctx ends
-// first. WEIR_CLUSTER_LOG=1 lets the servers log.
+// them once JetStream answers through each and the meta leader counts
+// every server as a peer it can place replicas on, or fails t when ctx
+// ends first. WEIR_CLUSTER_LOG=1 lets the servers log.
 func Cluster(t testing.TB, ctx context.Context, n int) []*server.Server {
 	t.Helper()
 	// Each server's cluster listener takes a port of its own choosing, and
@@ -73,7 +74,29 @@ func Cluster(t testing.TB, ctx context.Context, n int) []*server.Server {
 		}
 		nc.Close()
 	}
+	AwaitPeers(t, ctx, servers)
 	return servers
+}
+
+// AwaitPeers returns once a server of cluster leads its JetStream meta
+// group and counts all of cluster's servers as peers with JetStream up,
+// or fails t when ctx ends first. Until then, a stream or bucket with a
+// replica on each is refused: "no suitable peers for placement" (seen
+// right after the meta leader's election, and after a server's restart).
+func AwaitPeers(t testing.TB, ctx context.Context, cluster []*server.Server) {
+	t.Helper()
+	for {
+		for _, s := range cluster {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(cluster) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the meta leader of the cluster of %d servers does not count them all as peers: %v", len(cluster), ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // Stop shuts s, one of cluster (as Cluster returned it), down and returns
