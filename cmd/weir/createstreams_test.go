@@ -58,3 +58,27 @@ func TestReplicasOnASingleServerNameTheFlag(t *testing.T) {
 		t.Errorf("weir up -replicas 3: exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
 	}
 }
+
+// -replicas above the servers of a cluster is refused, by weir run's
+// stream creation and by weir up's buckets, with a line that names the
+// flag and what to give: the server says only "no suitable peers for
+// placement" (or "insufficient resources").
+func TestReplicasAboveTheClusterNameTheFlag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 2)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	spec := &jobspec.Spec{Name: "j", Sinks: []jobspec.Sink{{Name: "out", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out",
+		Guarantee: jobspec.ExactlyOnce}}}
+	err := createStreams(ctx, Stdio{Out: io.Discard, Err: io.Discard}, js, spec, 3)
+	want := "create stream OUT: -replicas 3 needs 3 servers of the cluster with JetStream"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("createStreams: %v\nwant it to start %q", err, want)
+	}
+	var out, errb syncBuffer
+	code := run(ctx, []string{"up", "-nats", servers[1].ClientURL(), "-replicas", "3", "-data", t.TempDir()},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if want := "weir: -replicas 3 needs 3 servers of the cluster with JetStream"; code != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("weir up -replicas 3: exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
+	}
+}

@@ -303,14 +303,15 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 // replicas than the servers can keep.
 const (
 	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074 // not a cluster
-	errCodeInsufficientResources jetstream.ErrorCode = 10023 // too few servers (or too little storage)
+	errCodeInsufficientResources jetstream.ErrorCode = 10023 // too little storage (or too few servers)
+	errCodeNoSuitablePeers       jetstream.ErrorCode = 10005 // too few servers
 )
 
 // replicasHint says what to do when err, from creating or scaling a stream
 // or bucket with replicas (-replicas), is the server refusing that many;
 // "" otherwise. The server says "replicas > 1 not supported in
-// non-clustered mode" or "insufficient resources", naming neither the
-// flag nor the way out.
+// non-clustered mode", "no suitable peers for placement" or "insufficient
+// resources", naming neither the flag nor the way out.
 func replicasHint(err error, replicas int) string {
 	var apiErr *jetstream.APIError
 	if replicas <= 1 || !errors.As(err, &apiErr) {
@@ -319,8 +320,10 @@ func replicasHint(err error, replicas int) string {
 	switch apiErr.ErrorCode {
 	case errCodeReplicasNotSupported:
 		return fmt.Sprintf("-replicas %d needs a NATS cluster, and this server is not clustered: give -replicas 1", replicas)
-	case errCodeInsufficientResources:
-		return fmt.Sprintf("-replicas %d needs %d servers of the cluster with JetStream and room to store: give at most as many replicas as there are",
+	case errCodeInsufficientResources, errCodeNoSuitablePeers:
+		// A cluster that has just started counts its servers as they
+		// report in: a few seconds.
+		return fmt.Sprintf("-replicas %d needs %d servers of the cluster with JetStream and room to store, up and known to it (a cluster just started takes a few seconds): give at most as many replicas as there are",
 			replicas, replicas)
 	}
 	return ""
