@@ -332,7 +332,8 @@ func (c *Catalog) DiscardCompleted(ctx context.Context, md *Metadata) error {
 // restores it anyway.
 //
 // It returns how many objects it deleted (the metadata included), also
-// with an error. A checkpoint without metadata is not removed: the error
+// with an error, which says how many of the state objects it deleted
+// and how many are left. A checkpoint without metadata is not removed: the error
 // wraps fs.ErrNotExist.
 func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error) {
 	meta := MetadataKey(job, id)
@@ -353,24 +354,26 @@ func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error)
 		if err != nil {
 			return 0, fmt.Errorf("remove checkpoint %s/%d: list state: %w", job, id, err)
 		}
-		if !slices.Contains(keys, meta) {
-			if err := c.State.Delete(ctx, prefix); err != nil {
-				return 0, fmt.Errorf("remove checkpoint %s/%d: %w", job, id, err)
+		// The state objects one by one, as listed (the metadata, where
+		// one store holds both, as a directory does, comes last): a
+		// delete that fails says how many went and how many are left.
+		// A JetStream bucket deletes them by key, with no second
+		// listing of the whole bucket that a Delete of the prefix does.
+		// Last key first: a directory deletes a key as a prefix, and a
+		// snapshot's key is the start of its commit marker's, which
+		// would go uncounted with it.
+		state := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == meta })
+		slices.Reverse(state)
+		for _, k := range state {
+			if err := storage.DeleteKey(ctx, c.State, k); err != nil {
+				return n, fmt.Errorf("remove checkpoint %s/%d: deleted %d of its %d state objects, %d left: %w",
+					job, id, n, len(state), len(state)-n, err)
 			}
-			n = len(keys)
-		} else {
-			// One store holds both (a directory): the state objects one
-			// by one, the metadata last, then what is left of the prefix
-			// (a Put's temporary file, the directory itself).
-			for _, k := range keys {
-				if k == meta {
-					continue
-				}
-				if err := storage.DeleteKey(ctx, c.State, k); err != nil {
-					return n, fmt.Errorf("remove checkpoint %s/%d: %w", job, id, err)
-				}
-				n++
-			}
+			n++
+		}
+		if len(state) < len(keys) {
+			// Then what is left of the prefix in the directory (a Put's
+			// temporary file, the directory itself).
 			defer func() { _ = c.State.Delete(ctx, prefix) }()
 		}
 	}

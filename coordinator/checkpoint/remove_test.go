@@ -137,7 +137,8 @@ var errCut = errors.New("storage failed (test)")
 // cutStore is a Store whose Puts fail while failPuts is set and whose
 // Deletes, once cut is set, delete one object at a time and fail when
 // left objects went: a storage outage (a timeout, a lost leader) partway
-// through a removal. It is no KeyDeleter: every delete is a Delete.
+// through a removal. A delete by key (DeleteKey) counts as one object,
+// and deletes as the wrapped store does (storage.DeleteKey).
 type cutStore struct {
 	storage.Store
 	mu       sync.Mutex
@@ -160,6 +161,17 @@ func (s *cutStore) Put(ctx context.Context, key string, r io.Reader) error {
 		return fmt.Errorf("put %s: %w", key, errCut)
 	}
 	return s.Store.Put(ctx, key, r)
+}
+
+func (s *cutStore) DeleteKey(ctx context.Context, key string) error {
+	s.mu.Lock()
+	fail := s.cut && s.left <= 0
+	s.left--
+	s.mu.Unlock()
+	if fail {
+		return fmt.Errorf("delete %s: %w", key, errCut)
+	}
+	return storage.DeleteKey(ctx, s.Store, key)
 }
 
 func (s *cutStore) Delete(ctx context.Context, prefix string) error {
@@ -230,10 +242,12 @@ func TestRemoveCutShort(t *testing.T) {
 				t.Fatalf("checkpoint 3 after a removal that deleted nothing: %v", err)
 			}
 
-			// One state object goes, then storage fails.
+			// One state object goes, then storage fails: the error counts
+			// it, and the two left (a snapshot, the marker).
 			set(false, true, 1)
-			if _, err := cat.Remove(ctx, "j", 3); !errors.Is(err, errCut) {
-				t.Fatalf("remove cut short = %v", err)
+			if n, err := cat.Remove(ctx, "j", 3); !errors.Is(err, errCut) || n != 1 ||
+				!strings.Contains(err.Error(), "remove checkpoint j/3: deleted 1 of its 3 state objects, 2 left: ") {
+				t.Fatalf("remove cut short = %d, %v; want 1 object deleted, 2 left", n, err)
 			}
 			set(false, false, 0)
 			left, err := cat.State.List(ctx, StatePrefix("j", 3))
