@@ -383,6 +383,31 @@ func (c *Catalog) Remove(ctx context.Context, job string, id int64) (int, error)
 	return n + 1, nil
 }
 
+// Removing returns the IDs of job's checkpoints whose removal began and
+// did not finish (their metadata carries the Removing mark, Read returns
+// a RemovingError), ascending: what Remove done again finishes. It reads
+// their metadata only, not their state.
+func (c *Catalog) Removing(ctx context.Context, job string) ([]int64, error) {
+	ids, err := c.IDs(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, id := range ids {
+		data, err := storage.ReadAll(ctx, c.Meta, MetadataKey(job, id))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since it was listed
+		}
+		if err != nil {
+			return out, fmt.Errorf("checkpoint %s/%d: %w", job, id, err)
+		}
+		if md, err := Decode(data); err == nil && md.Job == job && md.ID == id && md.Removing {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
 // CommitMarkerSuffix ends the key of a commit marker: the empty object an
 // exactly-once sink task writes next to its snapshot (the key plus this
 // suffix) once the checkpoint's commit is stored (host.CommittedMarker).

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +42,12 @@ type RunnerOptions struct {
 	// runner writes (Metadata.Sources): the job's sources as its run
 	// resolved them.
 	Sources []jobspec.Source
+	// FinishRemoval finishes the removal of checkpoint id that was cut
+	// short (RemovalCut), as retention goes on: it returns how many
+	// objects it deleted, and an error if the removal is not finished.
+	// Default: Catalog.Remove, a checkpoint gone meanwhile counting as
+	// finished.
+	FinishRemoval func(ctx context.Context, id int64) (int, error)
 }
 
 // ErrSavepointFailed is wrapped by Savepoint when the savepoint was aborted.
@@ -109,6 +117,12 @@ type Runner struct {
 	// failed are the discards that failed while the job ran, tried again
 	// with the next ones (failedDiscardTries at most).
 	failed []failedDiscard
+
+	// removals holds the checkpoints whose removal was cut short
+	// (RemovalCut), under mu, and how often retention tried to finish
+	// each (finishRemovals).
+	removals map[int64]int
+	finish   func(ctx context.Context, id int64) (int, error)
 }
 
 // failedDiscard is a discard that failed, and how often it was tried.
@@ -164,9 +178,19 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), now: opts.Now, log: opts.Log,
+	r := &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), now: opts.Now, log: opts.Log,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{},
-		dkick: make(chan struct{}, 1)}
+		dkick: make(chan struct{}, 1), removals: map[int64]int{}, finish: opts.FinishRemoval}
+	if r.finish == nil {
+		r.finish = func(ctx context.Context, id int64) (int, error) {
+			n, err := cat.Remove(ctx, m.job, id)
+			if errors.Is(err, fs.ErrNotExist) {
+				return n, nil // removed meanwhile
+			}
+			return n, err
+		}
+	}
+	return r
 }
 
 // SweepLeftovers has the runner remove, before its next discard, the
@@ -340,19 +364,25 @@ func (r *Runner) Ended(id int64) (ended, pending bool) {
 }
 
 // Removed drops checkpoint id, which is being removed from storage, from
-// those the machine keeps (Machine.Removed).
+// those the machine keeps (Machine.Removed), and from the removals cut
+// short that retention finishes: this removal may finish it.
 func (r *Runner) Removed(id int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.m.Removed(id)
+	delete(r.removals, id)
 }
 
 // RemovalCut notes that the removal of checkpoint id, which Removed
-// dropped, was cut short (Machine.RemovalCut).
+// dropped, was cut short (Machine.RemovalCut): retention finishes it as
+// the job runs on, trying again with each discard (finishRemovals).
 func (r *Runner) RemovalCut(id int64, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.m.RemovalCut(id, reason)
+	if _, ok := r.removals[id]; !ok {
+		r.removals[id] = 0
+	}
 }
 
 // Savepoint takes a savepoint and waits until it completes or fails.
@@ -563,6 +593,9 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 				r.discardFailed(a, 1, ending, err)
 			}
 		}
+		if len(acts) > 0 && !ending {
+			r.finishRemovals(ctx)
+		}
 		if len(acts) > 0 {
 			continue
 		}
@@ -657,6 +690,39 @@ func (r *Runner) cancelWhenUnreachable(ctx context.Context, cancel context.Cance
 // unreachablePoll is how often a runner that is ending looks whether its
 // checkpoint store can still be reached (cancelWhenUnreachable).
 const unreachablePoll = 100 * time.Millisecond
+
+// finishRemovals finishes the removals cut short (RemovalCut), as
+// retention discards: each is tried with every discard while the job
+// runs, failedDiscardTries times at most, and logged once it is done.
+// One that failed every time is logged as given up: weir checkpoint rm,
+// or the next coordinator's start, finishes it.
+func (r *Runner) finishRemovals(ctx context.Context) {
+	r.mu.Lock()
+	tried := maps.Clone(r.removals) // finish drops its own (Removed)
+	r.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(tried)) {
+		n, err := r.finish(ctx, id)
+		r.mu.Lock()
+		tries := tried[id] + 1
+		if err == nil || tries >= failedDiscardTries {
+			delete(r.removals, id)
+		} else {
+			r.removals[id] = tries
+		}
+		r.mu.Unlock()
+		switch {
+		case err == nil && n == 0:
+			// Gone meanwhile: another removal finished it, and said so.
+		case err == nil:
+			r.log.Info("checkpoint removal finished (it was cut short before)", "checkpoint", id, "objects", n, "by", "retention")
+		case tries >= failedDiscardTries:
+			r.log.Warn("finishing a checkpoint removal cut short failed every time; given up: weir checkpoint rm finishes it",
+				"checkpoint", id, "tries", tries, "err", err)
+		default:
+			r.log.Warn("finishing a checkpoint removal cut short failed; retention tries again", "checkpoint", id, "err", err)
+		}
+	}
+}
 
 // sweepLeftovers removes the objects of the checkpoints of sw that never
 // completed; a failed sweep is due again.
