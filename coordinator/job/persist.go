@@ -235,9 +235,11 @@ func (m *Manager) resumeKey(ctx context.Context, store storage.Store, k string) 
 		return
 	}
 	if rec.State.Terminal() {
+		j := terminalJob(m, rec)
 		m.mu.Lock()
-		m.jobs[name] = terminalJob(m, rec)
+		m.jobs[name] = j
 		m.mu.Unlock()
+		m.finishRemovalsLater(ctx, j)
 		return
 	}
 	if err := m.resumeOne(ctx, rec); err != nil {
@@ -366,7 +368,16 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
 	go func() { defer m.wg.Done(); j.run() }()
 	m.log.Info("resuming job", "job", name, "attempt", rec.Attempt+1)
+	m.finishRemovalsLater(ctx, j)
 	return nil
+}
+
+// finishRemovalsLater finishes the removals of j's checkpoints that were
+// cut short (finishRemovals) on a goroutine of its own: a removal's
+// deletes hold up no job's resume, and the coordinator serves meanwhile.
+func (m *Manager) finishRemovalsLater(ctx context.Context, j *job) {
+	m.wg.Add(1)
+	go func() { defer m.wg.Done(); m.finishRemovals(ctx, j) }()
 }
 
 // cancelUnresumed cancels a job a restarted coordinator could not resume

@@ -142,6 +142,77 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 	return control.RemovedCheckpoint{CheckpointInfo: info, Objects: n}, nil
 }
 
+// finishRemoval finishes the removal of checkpoint id of job j that was
+// cut short (Catalog.Remove goes on from the mark it wrote), as weir
+// checkpoint rm done again does: the run forgets it, and an ended job's
+// latest, if it was that one, becomes the newest still stored whole
+// (removedCheckpoint). It returns how many objects it deleted; one gone
+// meanwhile counts as finished. It is left for now (an error) while
+// another request removes it or a job is being started from it, and
+// while something needs it (neededBy: a job a restarted coordinator
+// could not resume keeps its run's checkpoints; nothing else needs one
+// marked as being removed, which no job restores).
+func (m *Manager) finishRemoval(ctx context.Context, j *job, id int64) (int, error) {
+	name := j.spec.Name
+	_, done, err := m.removeFrom(ckKey{job: name, id: id})
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if why := m.neededBy(name, id); why != "" {
+		return 0, control.Errorf(control.ErrConflict, "cannot finish the removal of checkpoint %d of job %s: %s", id, name, why)
+	}
+	j.runner.Removed(id)
+	n, err := m.opts.Catalog.Remove(ctx, name, id)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return n, err
+	}
+	j.removedCheckpoint(ctx, id)
+	if cur, err := m.job(name); err == nil && cur != j {
+		cur.removedCheckpoint(ctx, id)
+	}
+	return n, nil
+}
+
+// finishRemovals finishes, as the coordinator starts, the removals of
+// job j's checkpoints that were cut short (Catalog.Removing: marked as
+// being removed) — by storage, or by the coordinator before going away —
+// logging one line for each, and corrects the latest checkpoint of an
+// ended job: a coordinator that went away while it removed the latest
+// left the record naming it (relatest, as for a removal that finished
+// or was cut short while it ran). One that fails again stays listed as
+// being removed, and the job's retention, if it runs, tries again
+// (removalCut). A job that could not be resumed (unresumed) is left as
+// it is: its record and its run's checkpoints are the next coordinator's.
+func (m *Manager) finishRemovals(ctx context.Context, j *job) {
+	name := j.spec.Name
+	j.mu.Lock()
+	unresumed := j.unresumed
+	j.mu.Unlock()
+	if unresumed {
+		return
+	}
+	ids, err := m.opts.Catalog.Removing(ctx, name)
+	if err != nil {
+		m.log.Warn("listing the checkpoints whose removal was cut short failed", "job", name, "err", err)
+	}
+	// All of them first: an ended job's latest, set anew as each one
+	// goes, is never one of the others.
+	for _, id := range ids {
+		j.noteCut(id)
+	}
+	for _, id := range ids {
+		n, err := m.finishRemoval(ctx, j, id)
+		if err != nil {
+			m.log.Warn("finishing a checkpoint removal cut short failed: weir checkpoint rm finishes it", "job", name, "checkpoint", id, "err", err)
+			j.removalCut(ctx, id)
+			continue
+		}
+		m.log.Info("checkpoint removal finished (it was cut short before)", "job", name, "checkpoint", id, "objects", n, "by", "coordinator start")
+	}
+	j.relatestIfGone(ctx)
+}
+
 // removeFrom notes that checkpoint k is being removed, until done is
 // called, and returns the job of its name. A checkpoint that a submit or
 // restore is starting a job from is refused (control.ErrConflict), as is
@@ -366,6 +437,12 @@ func (j *job) removedCheckpoint(ctx context.Context, id int64) {
 // ended job's latest checkpoint, if it was that one, becomes the newest
 // of the run still stored whole (relatest), as for one removed.
 func (j *job) removalCut(ctx context.Context, id int64) {
+	j.noteCut(id)
+	j.relatest(ctx)
+}
+
+// noteCut is removalCut but for the ended job's latest (relatest).
+func (j *job) noteCut(id int64) {
 	reason := partlyRemoved(j.spec.Name, id)
 	j.runner.RemovalCut(id, reason)
 	j.mu.Lock()
@@ -379,13 +456,32 @@ func (j *job) removalCut(ctx context.Context, id int64) {
 		}
 	}
 	j.mu.Unlock()
-	j.relatest(ctx)
 }
 
 // partlyRemoved is the reason weir checkpoint ls gives for checkpoint id
 // of job, whose removal began and did not finish.
 func partlyRemoved(job string, id int64) string {
 	return fmt.Sprintf("partly removed: a removal began and did not finish, so it is not restored; weir checkpoint rm %s %d finishes it", job, id)
+}
+
+// relatestIfGone sets an ended job's latest checkpoint anew (relatest)
+// when the one it names is not stored: a coordinator that went away
+// after it removed that one, before it wrote the job's record.
+func (j *job) relatestIfGone(ctx context.Context) {
+	j.mu.Lock()
+	ended, latest := j.st.State.Terminal(), j.st.LatestCheckpoint
+	j.mu.Unlock()
+	if !ended || latest == 0 {
+		return
+	}
+	ids, err := j.m.opts.Catalog.IDs(ctx, j.spec.Name)
+	if err != nil {
+		j.m.log.Warn("listing checkpoints failed", "job", j.spec.Name, "err", err)
+		return
+	}
+	if !slices.Contains(ids, latest) {
+		j.relatest(ctx)
+	}
 }
 
 // relatest sets an ended job's latest checkpoint to the newest of its run
