@@ -586,7 +586,9 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            Only the completed ones can be restored; discarded ones
                            were deleted past checkpointing.retained; "removing" ones
                            are partly removed (a weir checkpoint rm was cut short):
-                           never restored, weir checkpoint rm again finishes them.
+                           never restored; the job's retention while it runs, the
+                           coordinator as it starts, or weir checkpoint rm again
+                           finishes them.
                            Checkpoints of earlier runs of the job (before the restore
                            or submit that began this run) that are still stored are
                            listed too, marked "earlier run": they can be restored, and
@@ -597,7 +599,8 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            good: the metadata and every task's snapshot; they can no
                            longer be restored, also if the removal is cut short (a
                            storage failure): marked first as being removed, such a
-                           one is listed as "removing" until rm again finishes it.
+                           one is listed as "removing" until retention, the
+                           coordinator's next start or rm again finishes it.
                            Refused, saying why, for one still
                            needed: what a job that has not ended restores on a
                            failover (its latest; for a restored job that completed
