@@ -465,10 +465,7 @@ func printCheckpointStats(w io.Writer, st control.JobStatus) {
 	fmt.Fprintf(w, "checkpoints failing: %d in a row, %s; the newest, %d at %s: %s\n", c.FailedInARow, since,
 		c.LastFailedID, c.LastFailed.UTC().Format(time.TimeOnly), c.LastFailure)
 	if strings.HasPrefix(c.LastFailure, "expired after") {
-		fmt.Fprintf(w, "  a checkpoint expires when its barriers do not get through in time: aligned ones queue behind "+
-			"the data in flight to a busy task (see bottleneck); make it faster or raise its parallelism, raise "+
-			"checkpointing.timeout, or take checkpoints unaligned (checkpointing.mode: unaligned), whose barriers "+
-			"overtake that data; weir checkpoint ls %s shows which tasks did not ack\n", st.Name)
+		fmt.Fprintf(w, "  %s; weir checkpoint ls %s shows which tasks did not ack\n", expiryAdvice(st), st.Name)
 	}
 	if f := st.Latest(); f != nil && strings.Contains(f.Reason, "consecutive checkpoint failures exceed") {
 		from := "the start"
@@ -478,6 +475,44 @@ func printCheckpointStats(w io.Writer, st control.JobStatus) {
 		fmt.Fprintf(w, "  the job fails over for them, each attempt from %s again; "+
 			"checkpointing.tolerable-failures lets it run on through failed checkpoints\n", from)
 	}
+}
+
+// expiryAdvice says why a checkpoint of st's job expires and what to
+// change, as fits the job's checkpointing mode (control.JobStatus
+// .CheckpointMode): only aligned barriers wait at a task for its other
+// inputs, and unaligned ones overtake the data in flight, so telling a job
+// that takes unaligned checkpoints already to take them unaligned, or an
+// at-least-once job that its barriers align, sent the user the wrong way.
+// A coordinator that does not send the mode gets the aligned advice with
+// the unaligned way out, as before.
+func expiryAdvice(st control.JobStatus) string {
+	const prefix = "a checkpoint expires when its barriers do not get through in time: "
+	switch {
+	case st.CheckpointMode == jobspec.ModeUnaligned:
+		return prefix + "unaligned ones overtake the data in flight, so here a task was slow to take or store " +
+			"its snapshot (an operator inside a long call, a large state or in-flight data to upload: see the " +
+			"size) or a sink's commit held it up; raise checkpointing.timeout, or make the slow task " +
+			"faster (see bottleneck)"
+	case st.CheckpointMode == jobspec.ModeAtLeastOnce:
+		return prefix + "at-least-once ones are not aligned, but they travel in order behind the data in " +
+			"flight to a busy task (see bottleneck); make it faster or raise its parallelism, or raise " +
+			"checkpointing.timeout; unaligned checkpoints (checkpointing.mode: unaligned) overtake that " +
+			"data, and are exactly-once"
+	case st.CheckpointMode == jobspec.ModeExactlyOnce && st.AlignedTimeout > 0:
+		return prefix + fmt.Sprintf("aligned ones queue behind the data in flight to a busy task (see "+
+			"bottleneck) and turn unaligned only once a task has aligned for %s (checkpointing.aligned-timeout): "+
+			"a barrier queued behind that data (on a task's only input, say) is not overtaken; make the busy "+
+			"task faster or raise its parallelism, raise checkpointing.timeout, or take checkpoints unaligned "+
+			"from the start (checkpointing.mode: unaligned)", st.AlignedTimeout)
+	case st.CheckpointMode == jobspec.ModeExactlyOnce:
+		return prefix + "aligned ones queue behind the data in flight to a busy task (see bottleneck); make " +
+			"it faster or raise its parallelism, raise checkpointing.timeout, let them turn unaligned when " +
+			"alignment lasts (checkpointing.aligned-timeout), or take them unaligned (checkpointing.mode: " +
+			"unaligned), whose barriers overtake that data"
+	}
+	return prefix + "aligned ones queue behind the data in flight to a busy task (see bottleneck); make it " +
+		"faster or raise its parallelism, raise checkpointing.timeout, or take checkpoints unaligned " +
+		"(checkpointing.mode: unaligned), whose barriers overtake that data"
 }
 
 // mostOfTheTime is the share of its time a task must be busy, or an

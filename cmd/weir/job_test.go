@@ -647,6 +647,36 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 
+	// The advice fits the job's mode: an unaligned job is not told to
+	// take unaligned checkpoints, an at-least-once one not that its
+	// barriers align, an aligned one with an aligned-timeout why that
+	// did not help.
+	for _, c := range []struct {
+		mode    string
+		aligned time.Duration
+		want    []string
+		not     []string
+	}{
+		{jobspec.ModeExactlyOnce, 0, []string{"aligned ones queue behind the data in flight", "checkpointing.aligned-timeout", "checkpointing.mode: unaligned"}, nil},
+		{jobspec.ModeExactlyOnce, 200 * time.Millisecond, []string{"turn unaligned only once a task has aligned for 200ms", "is not overtaken", "checkpointing.mode: unaligned"}, nil},
+		{jobspec.ModeUnaligned, 0, []string{"unaligned ones overtake the data in flight", "raise checkpointing.timeout"}, []string{"checkpointing.mode: unaligned", "queue behind"}},
+		{jobspec.ModeAtLeastOnce, 0, []string{"at-least-once ones are not aligned", "checkpointing.mode: unaligned"}, []string{"aligned ones queue", "aligned-timeout"}},
+	} {
+		b.Reset()
+		printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps,
+			CheckpointMode: c.mode, AlignedTimeout: c.aligned})
+		for _, want := range c.want {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("mode %s (aligned-timeout %s): printed\n%s\nwant %q in it", c.mode, c.aligned, b.String(), want)
+			}
+		}
+		for _, not := range c.not {
+			if strings.Contains(b.String(), not) {
+				t.Errorf("mode %s: printed\n%s\nwith %q, which does not fit the mode", c.mode, b.String(), not)
+			}
+		}
+	}
+
 	// Declined, tolerated, none completed: no advice for an expiry nor a failover.
 	b.Reset()
 	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 1, Checkpoints: control.CheckpointStats{

@@ -101,6 +101,13 @@ type JobStatus struct {
 	// Checkpoints counts the checkpoints of the job's run since this
 	// coordinator took it on, and describes the latest that completed.
 	Checkpoints CheckpointStats `json:"checkpoints,omitzero"`
+	// CheckpointMode is the job's checkpointing mode (jobspec.Mode*;
+	// empty from a coordinator that does not send it) and AlignedTimeout,
+	// in exactly-once mode, the alignment after which a checkpoint turns
+	// unaligned (0: never): what to change for a checkpoint that expired
+	// depends on how its barriers travel.
+	CheckpointMode string        `json:"checkpoint_mode,omitempty"`
+	AlignedTimeout time.Duration `json:"aligned_timeout,omitempty"`
 }
 
 // CheckpointStats counts a job's checkpoints and savepoints by how they

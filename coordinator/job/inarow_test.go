@@ -42,3 +42,28 @@ func TestStatusCountsFailuresInARow(t *testing.T) {
 		t.Errorf("after a savepoint: %d failures in a row (%v)", st.FailuresInARow, err)
 	}
 }
+
+// A job's status says its checkpointing mode and aligned-timeout, for
+// weir job status to give advice for expiring checkpoints that fits how
+// the job's barriers travel.
+func TestStatusSaysTheCheckpointMode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	for _, c := range []struct {
+		name, extra, mode string
+		aligned           time.Duration
+	}{
+		{"aligned", "checkpointing: {disabled: true}\n", "exactly-once", 0},
+		{"timeout", "checkpointing: {disabled: true, aligned-timeout: 200ms}\n", "exactly-once", 200 * time.Millisecond},
+		{"unaligned", "checkpointing: {disabled: true, mode: unaligned}\n", "unaligned", 0},
+		{"alo", "checkpointing: {disabled: true, mode: at-least-once}\n", "at-least-once", 0},
+	} {
+		st := e.submitRunning(t, ctx, spec(t, c.name, c.extra))
+		if st.CheckpointMode != c.mode || st.AlignedTimeout != c.aligned {
+			t.Errorf("%s: status says mode %q, aligned-timeout %s; want %q, %s", c.name, st.CheckpointMode, st.AlignedTimeout, c.mode, c.aligned)
+		}
+	}
+}

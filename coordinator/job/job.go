@@ -201,6 +201,7 @@ func (j *job) status() control.JobStatus {
 	st := j.st
 	st.LatestCheckpoint = j.latestLocked(latest)
 	st.Checkpoints = cps
+	st.CheckpointMode, st.AlignedTimeout = j.spec.Checkpointing.Mode, j.spec.Checkpointing.AlignedTimeout
 	st.FailuresInARow = j.consecutive
 	if j.spec.Restart.Strategy != jobspec.RestartNone {
 		st.RestartAttempts = j.spec.Restart.Attempts
