@@ -174,6 +174,50 @@ restart: {strategy: none}
 	}
 }
 
+// weir run says a restart loop as weir job status does: a job whose
+// operator traps on a record fails the same way after every restore, and
+// weir run, which printed only each restart, says once that the failures
+// in a row read the same (and, seen while the job restarts, how many the
+// restart strategy allows).
+func TestRunSaysARestartLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mod, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("a\nb\nc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "loop.yaml")
+	if err := os.WriteFile(spec, []byte(`name: loop
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: op, module: `+mod+`, config: t, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: op}}]
+restart: {strategy: fixed-delay, delay: 300ms, attempts: 2}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", spec, "-input", in}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	same := regexp.MustCompile(`(?m)^ *the last [23] failed the same way: restarting does not help while the cause stays \(an operator that traps`)
+	if n := len(same.FindAllString(out.String(), -1)); n != 1 {
+		t.Errorf("weir run said the restart loop %d times, want once:\n%s", n, out.String())
+	}
+	if row := regexp.MustCompile(`(?m)^failures in a row: `).FindAllString(out.String(), -1); len(row) > 1 {
+		t.Errorf("weir run said the failures in a row %d times, want once at most:\n%s", len(row), out.String())
+	}
+}
+
 // weir run -input names the line that no NATS message can carry.
 func TestRunInputLineTooLarge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

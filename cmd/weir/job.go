@@ -455,6 +455,15 @@ func printCheckpointStats(w io.Writer, st control.JobStatus) {
 			c.LastCompleted.UTC().Format(time.TimeOnly), c.LastDuration.Round(time.Millisecond), size(c.LastSize))
 	}
 	fmt.Fprintf(w, "checkpoints: %d completed, %d failed%s\n", c.Completed, c.Failed, latest)
+	printCheckpointsFailing(w, st)
+}
+
+// printCheckpointsFailing says, while a job's checkpoints fail, how many
+// in a row, the newest failure's reason, what to change for one that
+// expired, and whether the job fails over for them; nothing while they do
+// not fail. weir job status and weir run share it.
+func printCheckpointsFailing(w io.Writer, st control.JobStatus) {
+	c := st.Checkpoints
 	if c.FailedInARow == 0 || c.LastFailedID == 0 {
 		return
 	}
@@ -527,6 +536,14 @@ const mostOfTheTime = 0.5
 // of the time. The table has the numbers, but a user had to read them
 // across every row to find the operator to fix.
 func printBottleneck(w io.Writer, tasks []control.TaskStatus) {
+	if _, line := bottleneckOf(tasks); line != "" {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// bottleneckOf returns the task that limits a running job's rate and the
+// line that names it (printBottleneck), or "" and "" when none does.
+func bottleneckOf(tasks []control.TaskStatus) (task, line string) {
 	pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
 	top := -1
 	for i, t := range tasks {
@@ -551,17 +568,61 @@ func printBottleneck(w io.Writer, tasks []control.TaskStatus) {
 			behind = "; backpressured: " + strings.Join(names, ", ")
 		}
 		t := tasks[top]
-		fmt.Fprintf(w, "bottleneck: %s is busy %s of the time%s — make %s faster per record or raise its parallelism\n",
+		return t.Task, fmt.Sprintf("bottleneck: %s is busy %s of the time%s — make %s faster per record or raise its parallelism",
 			t.Task, pct(t.Busy), behind, vertexOf(t.Task))
-		return
 	}
 	for _, t := range tasks {
 		if t.Stats.SinkCommitted != nil && t.Backpressured >= mostOfTheTime {
-			fmt.Fprintf(w, "bottleneck: sink %s waits on its commits %s of the time — its stream takes the output slower than the job makes it\n",
+			return t.Task, fmt.Sprintf("bottleneck: sink %s waits on its commits %s of the time — its stream takes the output slower than the job makes it",
 				t.Task, pct(t.Backpressured))
-			return
 		}
 	}
+	return "", ""
+}
+
+// statusNotes is what weir run has said of the job it follows beyond its
+// state and checkpoints: the lines weir job status prints of a job in
+// trouble — checkpoints failing in a row (with the advice for an expired
+// one), a job failing over in a row (a restart loop), the bottleneck — so
+// that a user watching weir run learns of them too, but each once rather
+// than on every poll: a row of failures is said once it reaches two, and
+// again only after it ended (a checkpoint completed); a bottleneck when
+// another task than the one said last is it.
+type statusNotes struct {
+	checkpointRow bool   // said the checkpoints failing in the current row
+	failureRow    bool   // said the failures in the current row
+	bottleneck    string // the bottleneck task said last
+}
+
+// inARow is how many failures in a row, of checkpoints or of the job,
+// make weir run say so: one is said by its own line already.
+const inARow = 2
+
+// news returns the lines to print for st (each ending in a newline), ""
+// when there is nothing new to say, and notes what it said.
+func (n *statusNotes) news(st control.JobStatus) string {
+	var b strings.Builder
+	switch c := st.Checkpoints; {
+	case c.FailedInARow == 0:
+		n.checkpointRow = false
+	case c.FailedInARow >= inARow && !n.checkpointRow:
+		n.checkpointRow = true
+		printCheckpointsFailing(&b, st)
+	}
+	switch {
+	case st.FailuresInARow == 0:
+		n.failureRow = false
+	case st.FailuresInARow >= inARow && !n.failureRow:
+		n.failureRow = true
+		printInARow(&b, st)
+	}
+	if st.State == control.JobRunning {
+		if task, line := bottleneckOf(st.Tasks); task != "" && task != n.bottleneck {
+			n.bottleneck = task
+			fmt.Fprintln(&b, line)
+		}
+	}
+	return b.String()
 }
 
 // vertexOf returns the source, operator or sink of task ID task

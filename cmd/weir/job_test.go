@@ -779,3 +779,58 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 		}
 	}
 }
+
+// weir run says what weir job status says of a job in trouble — the
+// checkpoints failing in a row with the advice for an expired one, the
+// failures in a row of a restart loop, the bottleneck — with the same
+// lines, but each once: a row of two or more once, again only after a
+// checkpoint completed ended it; a bottleneck when another task is it.
+// It printed none of them, on any poll.
+func TestRunSaysTroubleOnce(t *testing.T) {
+	at := time.Date(2026, 12, 2, 14, 14, 17, 0, time.UTC)
+	failing := func(n int64) control.CheckpointStats {
+		return control.CheckpointStats{Completed: 1, Failed: n, LastID: 1, LastCompleted: at, FailedInARow: n,
+			LastFailedID: 1 + n, LastFailed: at.Add(time.Duration(n) * 5 * time.Second), LastFailure: "expired after 5s; no snapshot from slowop-0"}
+	}
+	busy := func(task string, f float64) []control.TaskStatus {
+		return []control.TaskStatus{{Task: "lines-0", Backpressured: 0.9}, {Task: task, Busy: f}}
+	}
+	trap := func(attempt int) control.Failure {
+		return control.Failure{Attempt: attempt, Reason: "task op-0 failed: trap"}
+	}
+	running := func(cps control.CheckpointStats, tasks []control.TaskStatus) control.JobStatus {
+		return control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 1, Checkpoints: cps, Tasks: tasks,
+			CheckpointMode: jobspec.ModeUnaligned}
+	}
+	restarting := func(n int) control.JobStatus {
+		fs := make([]control.Failure, n)
+		for i := range fs {
+			fs[i] = trap(n - i)
+		}
+		return control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: n, FailuresInARow: n, RestartAttempts: 5, Failures: fs}
+	}
+	var notes statusNotes
+	for i, c := range []struct {
+		st   control.JobStatus
+		want string // a regexp of all it says; "" for nothing
+	}{
+		{running(control.CheckpointStats{Completed: 1, LastID: 1}, busy("slowop-0", 0.3)), ""},
+		{running(failing(1), busy("slowop-0", 0.97)), `^bottleneck: slowop-0 is busy 97% of the time; backpressured: lines-0 90% — make slowop faster per record or raise its parallelism\n$`},
+		{running(failing(1), busy("slowop-0", 0.99)), ""},
+		{running(failing(2), busy("slowop-0", 0.98)), `^checkpoints failing: 2 in a row, since 1 completed; the newest, 3 at 14:14:27: expired after 5s; no snapshot from slowop-0\n` +
+			`  a checkpoint expires when its barriers do not get through in time: unaligned ones overtake .*\n$`},
+		{running(failing(3), busy("slowop-0", 0.98)), ""},
+		{running(failing(3), busy("lastop-0", 0.9)), `^bottleneck: lastop-0 is busy 90% of the time`},
+		{running(control.CheckpointStats{Completed: 2, Failed: 3, LastID: 5}, nil), ""},
+		{running(failing(2), nil), `^checkpoints failing: 2 in a row`},
+		{restarting(1), ""},
+		{restarting(2), `^failures in a row: 2 since the job started \(no checkpoint completed\); restart.attempts allows 5 restarts, failure 6 fails the job\n` +
+			`  the last 2 failed the same way: restarting does not help while the cause stays \(an operator that traps .*\)\n$`},
+		{restarting(3), ""},
+	} {
+		got := notes.news(c.st)
+		if c.want == "" && got != "" || c.want != "" && !regexp.MustCompile(c.want).MatchString(got) {
+			t.Errorf("poll %d: said\n%q\nwant it to match\n%q", i, got, c.want)
+		}
+	}
+}

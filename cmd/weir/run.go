@@ -40,7 +40,9 @@ func init() {
 const runUsage = `[flags] JOB.yaml
 
 Deploys the job and follows it: state changes, completed checkpoints and the
-records its sinks publish; at the end, how many (a JetStream sink's as its
+records its sinks publish; once each, what weir job status says of a job in
+trouble (checkpoints failing in a row and what to change, a restart loop, the
+bottleneck); at the end, how many (a JetStream sink's as its
 stream stored them: a commit published again after a recovery counts
 once). Without -nats it starts the embedded default — NATS
 with JetStream, the coordinator and a worker in this process, streams the job
@@ -702,6 +704,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
+	var notes statusNotes
 	stop := func() {
 		switch {
 		case said.state.Terminal():
@@ -815,6 +818,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 				inputCommittedAt = c.ID
 			}
 		}
+		// What weir job status would say of a job in trouble, once.
+		fmt.Fprint(std.Out, notes.news(st))
 		if st.State.Terminal() {
 			summary(ctx, std.Out, out, published)
 			if st.State == control.JobFailed {
