@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,11 +41,12 @@ func init() {
 const runUsage = `[flags] JOB.yaml
 
 Deploys the job and follows it: state changes, completed checkpoints and the
-records its sinks publish; once each, what weir job status says of a job in
+records its sinks output; once each, what weir job status says of a job in
 trouble (checkpoints failing in a row and what to change, a restart loop, the
-bottleneck); at the end, how many (a JetStream sink's as its
-stream stored them: a commit published again after a recovery counts
-once). Without -nats it starts the embedded default — NATS
+bottleneck); at the end, how many. A JetStream sink's output is what its
+stream stores, read from the stream as a consumer of it would: a commit that
+failed, or was published again after a recovery, is not output (once). A core
+NATS sink's is what it publishes. Without -nats it starts the embedded default — NATS
 with JetStream, the coordinator and a worker in this process, streams the job
 names created on the fly — and stops everything at the end. An operator
 module may be a Go package directory: weir builds it (GOOS=wasip1). A module
@@ -386,12 +388,27 @@ func sinkSubjects(s jobspec.Sink) string {
 	return t.Filter()
 }
 
-// watch follows what sink s publishes, from now on.
-func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (*nats.Subscription, error) {
+// watch follows what sink s outputs, from now on, until stop. A
+// JetStream sink's output is what its stream stores, read as a consumer
+// of the stream would (streamWatch): an exactly-once sink's commit that
+// failed, and every attempt's publishes that the stream refused or
+// dropped as duplicates, are no output — a subscription to its subjects
+// saw and counted them all (20 000 records out of a job that stored
+// 1 000). Others' (core NATS, at-most-once) is what they publish.
+func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (stop func(), err error) {
 	if s.Kind == jobspec.KindJetStream && s.Guarantee != jobspec.AtMostOnce {
 		if start, ok := storedSince(ctx, o.js, s); ok {
 			o.since[s.Name] = start
 		}
+		st, err := o.js.Stream(ctx, s.Stream)
+		if err == nil {
+			return o.watchStream(ctx, st, s)
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
+		}
+		// Not there (-create-streams=false): the job fails as it starts;
+		// what the sink publishes meanwhile is watched as below.
 	}
 	sub, err := nc.Subscribe(sinkSubjects(s), func(m *nats.Msg) {
 		if !batchEnd(m) {
@@ -402,7 +419,52 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (*nat
 		return nil, fmt.Errorf("watch sink %s: %w", s.Name, err)
 	}
 	o.subs = append(o.subs, sub)
-	return sub, nil
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// streamWatch reads what a JetStream sink's stream stores on the sink's
+// subjects through an ordered consumer.
+type streamWatch struct {
+	cons jetstream.Consumer
+	cc   jetstream.ConsumeContext
+	// handled is the stream sequence of the latest message handled
+	// (printed, counted); the one before the first to read until then.
+	handled atomic.Uint64
+}
+
+// watchStream follows what stream st stores on sink s's subjects from
+// its next sequence on, each message once.
+func (o *output) watchStream(ctx context.Context, st jetstream.Stream, s jobspec.Sink) (stop func(), err error) {
+	next := st.CachedInfo().State.LastSeq + 1
+	cons, err := o.js.OrderedConsumer(ctx, s.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{sinkSubjects(s)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    next,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
+	}
+	w := &streamWatch{cons: cons}
+	w.handled.Store(next - 1)
+	w.cc, err = cons.Consume(func(m jetstream.Msg) {
+		o.record(s.Name, m.Headers(), m.Data())
+		if md, err := m.Metadata(); err == nil {
+			w.handled.Store(md.Sequence.Stream)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
+	}
+	o.streams = append(o.streams, w)
+	return w.cc.Stop, nil
+}
+
+// caughtUp reports whether w has handled every message its stream stores
+// on its subjects now: the server has none left to deliver, and the last
+// it delivered is handled.
+func (w *streamWatch) caughtUp(ctx context.Context) bool {
+	info, err := w.cons.Info(ctx)
+	return err == nil && info.NumPending == 0 && w.handled.Load() >= info.Delivered.Stream
 }
 
 // settle ends the watch of every sink once every record the server sent
@@ -417,6 +479,18 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (*nat
 // Without it weir run summed up a finished job with committed records
 // still queued: missing from the latest values, printed after the summary.
 func (o *output) settle(ctx context.Context) {
+	// A stream's watch has read all the stream stores once the server
+	// has nothing left to deliver to it, and it handled what it got.
+	for _, w := range o.streams {
+		for !w.caughtUp(ctx) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		w.cc.Stop()
+	}
 	var closing []<-chan nats.SubStatus
 	for _, sub := range o.subs {
 		closed := sub.StatusChanged(nats.SubscriptionClosed)
@@ -635,10 +709,11 @@ type output struct {
 	bySink map[string]int // n per sink
 	// since is where each jetstream sink's stream stood when the job was
 	// submitted (storedSince), for the summary to count what it stored.
-	since map[string]uint64
-	js    jetstream.JetStream
-	sinks []jobspec.Sink
-	subs  []*nats.Subscription // watch's, one per sink
+	since   map[string]uint64
+	js      jetstream.JetStream
+	sinks   []jobspec.Sink
+	subs    []*nats.Subscription // watch's of the sinks that are not JetStream's
+	streams []*streamWatch       // watch's of the JetStream sinks
 }
 
 // spec returns the sink named name.
@@ -679,11 +754,11 @@ func (o *output) state() (int, time.Time) {
 func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool, notices *apiNotices) error {
 	out := &output{std: std, show: o.show, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{}, js: n.JS, sinks: spec.Sinks}
 	for _, s := range spec.Sinks {
-		sub, err := out.watch(ctx, n.Conn, s)
+		stop, err := out.watch(ctx, n.Conn, s)
 		if err != nil {
 			return err
 		}
-		defer sub.Unsubscribe()
+		defer stop()
 	}
 	nonce := ingest.Nonce()
 	published, err := publishInputs(ctx, std, n, spec, o.inputs, true, nonce)
@@ -1049,8 +1124,8 @@ func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
 // once the records delivered so far are handled (output.settle): it ends
 // the watch of the sinks.
 // The records out of a jetstream sink are those its stream stored
-// (countStored) where the stream keeps all it stored, else those
-// published on its subjects.
+// (countStored) where the stream keeps all it stored, else those the
+// watch read from the stream.
 func summary(ctx context.Context, w io.Writer, out *output, published int) {
 	stored := map[string]int{}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -47,11 +49,11 @@ func TestRunCountsWhatTheSinkStreamStores(t *testing.T) {
 	spec := jobspec.Sink{Name: "out", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out.{key}", Guarantee: jobspec.ExactlyOnce}
 	out := &output{std: Stdio{Out: &buf}, show: -1, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{},
 		js: js, sinks: []jobspec.Sink{spec}}
-	sub, err := out.watch(ctx, nc, spec)
+	stop, err := out.watch(ctx, nc, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	defer stop()
 
 	publish("out.a", "a", "1")
 	publish("out.a", "a", "1") // a re-commit: dropped by its id
@@ -80,7 +82,9 @@ func TestRunCountsWhatTheSinkStreamStores(t *testing.T) {
 
 // weir run sums up only once it handled every record its sinks published
 // before: the records NATS delivered before the job's status said it
-// ended, which the subscriptions' handlers may not have taken yet. Here
+// ended, which the subscriptions' handlers may not have taken yet. (A
+// core NATS sink's: a JetStream sink's are read from its stream, and the
+// summary waits until that read caught up with the stream.) Here
 // the connection weir run watches the sink on goes through a proxy that
 // holds what the server sends from the moment the records are published
 // until the client unsubscribes (the summary ending the watch). weir run
@@ -101,7 +105,7 @@ func TestRunSumsUpOnceItHandledTheRecords(t *testing.T) {
 	defer wc.Close()
 
 	var buf bytes.Buffer
-	spec := jobspec.Sink{Name: "out", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out.{key}", Guarantee: jobspec.ExactlyOnce}
+	spec := jobspec.Sink{Name: "out", Kind: jobspec.KindNATS, Subject: "out.{key}"}
 	out := &output{std: Stdio{Out: &buf}, show: -1, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{},
 		js: js, sinks: []jobspec.Sink{spec}}
 	if _, err := out.watch(ctx, wc, spec); err != nil {
@@ -231,5 +235,64 @@ func (p *holdingProxy) forward(from, to net.Conn, seen func([]byte), pass func()
 			to.Close()
 			return
 		}
+	}
+}
+
+// weir run's output of an exactly-once sink is what its stream stored,
+// the records a consumer of the stream sees: here the stream takes 2
+// messages and refuses the rest, so every commit fails and every attempt
+// publishes the checkpoint's records again, into the refusal. Counted
+// from the sink's subjects (the stream has a limit, so the summary did not
+// count what it stored), weir run printed each attempt's publishes and
+// summed them up as output — many times what was stored.
+func TestRunCountsOnlyCommittedOutput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute,
+		MaxMsgs: 2, Discard: jetstream.DiscardNew, AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("a\nb\nc\nd\ne\nf\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "refused.yaml")
+	if err := os.WriteFile(spec, []byte(`name: refused
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators: [{name: op, module: `+mod+`, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: op}}]
+checkpointing: {interval: 100ms}
+restart: {strategy: fixed-delay, delay: 100ms, attempts: 3}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), spec, "-input", in}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 || !strings.Contains(errb.String(), "weir: job refused failed: ") {
+		t.Fatalf("exit %d, want 1 with the job failed:\n%s\n%s", code, out.String(), errb.String())
+	}
+	st, err := n.JS.Stream(ctx, "OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := st.CachedInfo().State.Msgs
+	if stored != 2 {
+		t.Fatalf("stream OUT stores %d messages, want its limit, 2:\n%s", stored, out.String())
+	}
+	if !strings.Contains(out.String(), "\n6 records in, 2 records out\n") {
+		t.Errorf("weir run does not count the 2 records stored as its output:\n%s", out.String())
+	}
+	if printed := strings.Count(out.String(), "\n[out] "); printed != 2 {
+		t.Errorf("weir run printed %d output records, want the 2 stored:\n%s", printed, out.String())
 	}
 }
