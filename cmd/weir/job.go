@@ -31,7 +31,13 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
   weir job status JOB                       one job: state, guarantees, checkpoints completed and
                                             failed (while they fail: how many in a row and why),
                                             and each running task's records in/out, rates,
-                                            busy and backpressured time;
+                                            busy and backpressured time; a JetStream source's
+                                            UNREAD: the messages of its input the source task
+                                            has not processed yet — what its stream holds past
+                                            what the task handed on to the job's channels,
+                                            records it fetched and holds included (not those in
+                                            the channels after it, which their credit bounds),
+                                            with how fast that changes;
                                             the bottleneck: a task busy most of the time (or an
                                             exactly-once sink waiting on its commits)
   weir job stop JOB                         stop a job with a savepoint: nothing after it is

@@ -190,8 +190,14 @@ type TaskStats struct {
 	// Checkpoints counts the snapshots the task took.
 	Checkpoints int64 `json:"checkpoints"`
 	// SourcePending, for a source task that can tell, is how many messages
-	// its stream holds that the task has not read yet (a JetStream
-	// source: the server's count for its consumers); nil otherwise.
+	// of its input the task has not processed yet (a JetStream source:
+	// the server's count of what its consumers have not delivered, plus
+	// what they delivered that the task has not processed — fetched and
+	// gathered into the next batch, or polled and not yet handed on to
+	// the task's output channels; source.JetStream.Unread). The records
+	// in the channels after the source task are not counted: their
+	// credit bounds them. A worker before Unread counted only what was
+	// not delivered. Nil otherwise.
 	SourcePending *int64 `json:"source_pending,omitempty"`
 	// SourceReadSeq, for a source task that can tell (a JetStream source),
 	// is the stream sequence up to which it has processed every message of

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/weirhq/weir/abi"
@@ -36,7 +37,23 @@ type accumulator struct {
 	closed bool
 	ready  chan struct{} // capacity 1: something to take
 	done   chan struct{} // closed by close
+	// taken are the latest batches take returned, oldest first, at
+	// most keepTaken: how many records each held and the offsets it
+	// carried, for unprocessed to tell which the task has not processed.
+	taken []takenBatch
 }
+
+// takenBatch is a batch take returned (accumulator.taken).
+type takenBatch struct {
+	records int
+	offs    []uint64
+}
+
+// keepTaken is how many batches take returned the accumulator remembers:
+// a source task holds at most two it has not processed (one it processes,
+// one its poller waits to hand it), and the last it processed is the one
+// its offset names.
+const keepTaken = 3
 
 func newAccumulator(maxRecords, maxBytes, lanes int) *accumulator {
 	if maxRecords <= 0 {
@@ -160,7 +177,20 @@ func (a *accumulator) end(lane int, at uint64) {
 func (a *accumulator) state(lane int) (uint64, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.stateLocked(lane)
+}
+
+// stateLocked is state with a.mu held.
+func (a *accumulator) stateLocked(lane int) (uint64, bool) {
 	return a.last[lane], a.ended[lane]
+}
+
+// locked calls f holding a.mu: what f reads of the accumulator (its
+// ...Locked methods) does not change meanwhile.
+func (a *accumulator) locked(f func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f()
 }
 
 // allEnded reports whether every lane ended.
@@ -201,8 +231,9 @@ func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 		}
 		if a.b.Len() > 0 {
 			out := append([]byte(nil), a.b.Bytes()...)
-			a.b.Reset()
 			offs := append([]uint64(nil), a.last...)
+			a.noteTaken(a.b.Len(), offs)
+			a.b.Reset()
 			a.moved = false
 			a.mu.Unlock()
 			a.space.Broadcast()
@@ -218,6 +249,7 @@ func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 		if a.moved {
 			a.moved = false
 			offs := append([]uint64(nil), a.last...)
+			a.noteTaken(0, offs)
 			a.mu.Unlock()
 			return append([]byte(nil), abi.EmptyBatch...), offs, nil
 		}
@@ -234,6 +266,35 @@ func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 			return nil, nil, ctx.Err()
 		}
 	}
+}
+
+// noteTaken remembers a batch of records that take returns with offs.
+// The caller holds a.mu.
+func (a *accumulator) noteTaken(records int, offs []uint64) {
+	if len(a.taken) == keepTaken {
+		a.taken = append(a.taken[:0], a.taken[1:]...)
+	}
+	a.taken = append(a.taken, takenBatch{records: records, offs: offs})
+}
+
+// unprocessedLocked returns how many records the accumulator holds,
+// and of those take returned, how many came in batches after the one
+// whose offsets are processed (the lanes' offsets of the last batch the
+// task processed; nil, or none take returned lately: every batch it
+// remembers). The caller holds a.mu, which take holds as it hands a batch
+// on, so that no record is counted twice or missed.
+func (a *accumulator) unprocessedLocked(processed []uint64) int {
+	n := a.b.Len()
+	from := 0
+	for i, t := range a.taken {
+		if processed != nil && slices.Equal(t.offs, processed) {
+			from = i + 1
+		}
+	}
+	for _, t := range a.taken[from:] {
+		n += t.records
+	}
+	return n
 }
 
 func (a *accumulator) close() {

@@ -1040,12 +1040,18 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 // in messages past the stop, the cap leaves most of them out). An ended
 // source reports 0.
 func (s *JetStream) Pending() (n uint64, ok bool) {
+	return s.pending(s.acc.state)
+}
+
+// pending is Pending, reading a lane's offset and whether it ended with
+// state.
+func (s *JetStream) pending(state func(lane int) (uint64, bool)) (n uint64, ok bool) {
 	bounded := s.bounded()
 	for i, l := range s.lanes {
 		var off uint64
 		if bounded {
 			var ended bool
-			if off, ended = s.acc.state(i); ended {
+			if off, ended = state(i); ended {
 				ok = true
 				continue
 			}
@@ -1059,6 +1065,57 @@ func (s *JetStream) Pending() (n uint64, ok bool) {
 		}
 	}
 	return n, ok
+}
+
+// Unread reports how many messages of its input a task of the source
+// whose offset is offset (what Poll returned with the last batch the task
+// processed) has not processed yet: those the source's consumers have
+// not delivered (Pending), and those they delivered that the task has
+// not processed — gathered for the next Poll, or polled and not yet
+// processed (the task processes one batch while its poller holds the
+// next). Pending alone read 0 while the source held a few batches of
+// fetched records that the task had not taken; this counts them as well.
+// A message whose delivery waits for room in the next batch is not
+// counted (one per lane at most). ok is false until a consumer
+// delivered. It may be called while Poll runs: both parts are read under
+// the accumulator's lock, which a delivered message takes to join the
+// next batch, so that none moving meanwhile is counted twice (read one
+// after the other, a burst of deliveries between the reads was).
+func (s *JetStream) Unread(offset []byte) (n uint64, ok bool) {
+	processed := s.laneOffsets(offset)
+	var held int
+	s.acc.locked(func() {
+		n, ok = s.pending(s.acc.stateLocked)
+		held = s.acc.unprocessedLocked(processed)
+	})
+	if !ok {
+		return 0, false
+	}
+	return n + uint64(held), true
+}
+
+// laneOffsets returns each lane's offset in offset (a task's, as Poll
+// returned it), nil for none or one the source cannot read.
+func (s *JetStream) laneOffsets(offset []byte) []uint64 {
+	if len(offset) == 0 {
+		return nil
+	}
+	if s.cfg.Partitions == 0 {
+		o, err := DecodeStreamOffset(offset)
+		if err != nil {
+			return nil
+		}
+		return []uint64{o.Seq}
+	}
+	o, err := DecodePartitionOffsets(offset)
+	if err != nil {
+		return nil
+	}
+	offs := make([]uint64, len(s.lanes))
+	for i, l := range s.lanes {
+		offs[i] = o.Seqs[l.part]
+	}
+	return offs
 }
 
 // ReadThrough reports the stream sequence up to which a task of the

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/abi"
 )
 
 // Pending counts what the stream holds that the source has not been
@@ -76,4 +78,72 @@ func TestJetStreamReadThrough(t *testing.T) {
 		_, off, err = part.Poll(ctx) // an empty batch as the quiet partition moves
 		must(t, err)
 	}
+}
+
+// Unread counts what a task has not processed: besides what the
+// consumers have not delivered (Pending), the records the source fetched
+// and gathered for the next Poll, and those it polled that the task has
+// not processed (the task's offset names the last batch it did). Pending
+// alone left out the batches the source held — here over a tenth of the
+// stream — and read 0 while they waited.
+func TestJetStreamUnread(t *testing.T) {
+	_, js := connect(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	const total = 300
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, total)
+	const batch = 20
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", MaxBatchRecords: batch, PullMaxMessages: 50})
+	must(t, err)
+	defer src.Close()
+	if _, ok := src.Unread(nil); ok {
+		t.Fatal("unread known before the first delivery")
+	}
+	b1, o1, err := src.Poll(ctx) // the task processed it: its offset is o1
+	must(t, err)
+	b2, o2, err := src.Poll(ctx) // the task holds it
+	must(t, err)
+	n1, n2 := recordsIn(t, b1), recordsIn(t, b2)
+	// The source goes on fetching until its next batch is full and the
+	// message after it waits for room: that one is counted by neither.
+	held := n1 + n2 + batch + 1
+	for {
+		if p, ok := src.Pending(); ok && p == uint64(total-held) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			p, ok := src.Pending()
+			t.Fatalf("pending %d, %v: the source did not fetch up to a full batch", p, ok)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		offset []byte
+		want   int
+	}{
+		{"nothing processed", nil, total - 1},
+		{"first batch processed", o1, total - n1 - 1},
+		{"both batches processed", o2, total - n1 - n2 - 1},
+	} {
+		if n, ok := src.Unread(c.offset); !ok || n != uint64(c.want) {
+			t.Errorf("%s: unread %d, %v; want %d (pending alone: %d)", c.name, n, ok, c.want, total-held)
+		}
+	}
+	_, off := pollRecords(t, ctx, src, total-n1-n2)
+	if n, ok := src.Unread(off); !ok || n != 0 {
+		t.Errorf("unread %d, %v once the task processed everything", n, ok)
+	}
+}
+
+// recordsIn counts the records of batch b.
+func recordsIn(t *testing.T, b []byte) int {
+	t.Helper()
+	recs, err := abi.DecodeBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(recs)
 }

@@ -87,7 +87,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"Time the task was blocked on its output (a channel without credit, a sink's commit).", task, nil),
 		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
 		pending: prometheus.NewDesc("weir_source_pending_messages",
-			"Messages the source task's stream holds that it has not read yet (JetStream sources).", task, nil),
+			"Messages of the source task's input it has not processed yet: what its stream holds past what it handed on to the job's channels, records it fetched and holds included (JetStream sources).", task, nil),
 		awaited: prometheus.NewDesc("weir_source_awaited_messages",
 			"Sequences a bounded source task's stream lacks before the source's stop (its stop minus the stream's last sequence), while it waits for them.", task, nil),
 		workersLive: prometheus.NewDesc("weir_workers_live", "Workers whose heartbeats the coordinator hears.", nil, nil),

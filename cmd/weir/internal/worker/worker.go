@@ -203,7 +203,13 @@ func (w *Worker) taskRefs() []control.TaskRef {
 				st.SinkCommitted = &s.Committed
 			}
 			if p := a.pending[id]; p != nil {
-				if n, ok := p.Pending(); ok {
+				n, ok := p.Pending()
+				if u, isU := p.(unreadCounter); isU {
+					// Not processed yet: fetched records the task
+					// has not taken count too.
+					n, ok = u.Unread(s.SourceOffset)
+				}
+				if ok {
 					v := int64(min(n, math.MaxInt64))
 					st.SourcePending = &v
 				}
@@ -248,6 +254,12 @@ type attempt struct {
 // not read yet (source.JetStream).
 type pendingCounter interface {
 	Pending() (n uint64, ok bool)
+}
+
+// unreadCounter is a source that can tell how much of its input a task
+// whose offset is offset has not processed yet (source.JetStream).
+type unreadCounter interface {
+	Unread(offset []byte) (n uint64, ok bool)
 }
 
 // readThrougher is a source that can tell from a task's offset up to
