@@ -131,13 +131,13 @@ func TestExecErrors(t *testing.T) {
 func TestExecStackAndLongLine(t *testing.T) {
 	code, _, errs := weir(t, "a\nb\nc\n", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-stack")
 	lines := strings.Split(strings.TrimSpace(errs), "\n")
-	if code != 1 || len(lines) < 3 || lines[0] != "wasm stack trace:" || !strings.Contains(errs, ".process(i32,i32,i32)") ||
+	if code != 1 || len(lines) < 3 || lines[0] != "wasm stack trace:" || !strings.Contains(errs, "\n\tprocess(i32,i32,i32)") ||
 		!strings.HasPrefix(lines[len(lines)-1], "weir: operator misbehave: weir_process: trap at record 2") {
 		t.Errorf("exit %d, stderr:\n%s", code, errs)
 	}
 	// A Rust operator's functions are named as Rust writes them.
 	code, _, errs = weir(t, "a\npanic\n", "exec", "../../host/wasm/testdata/rustpanic.wasm", "-stack")
-	if code != 1 || !strings.Contains(errs, "\t.<rustpanic::Checked<F> as weir::Operator>::process(i32,i32,i32,i32,i32)\n") ||
+	if code != 1 || !strings.Contains(errs, "\t<rustpanic::Checked<F> as weir::Operator>::process(i32,i32,i32,i32,i32)\n") ||
 		strings.Contains(errs, "_ZN") || !strings.Contains(errs, "panicked at 'rustpanic: panic'") {
 		t.Errorf("Rust panic: exit %d, stderr:\n%s", code, errs)
 	}

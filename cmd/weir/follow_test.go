@@ -169,7 +169,7 @@ restart: {strategy: none}
 		t.Errorf("last line %q, want it to match %s", last, want)
 	}
 	if !strings.Contains(errb.String(), `msg="task failed"`) || !strings.Contains(errb.String(), `stack="wasm stack trace:`) ||
-		!strings.Contains(errb.String(), `.process(i32,i32,i32)`) {
+		!strings.Contains(errb.String(), `\n\tprocess(i32,i32,i32)`) {
 		t.Errorf("no stack trace in the log:\n%s", errb.String())
 	}
 }

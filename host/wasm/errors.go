@@ -108,7 +108,9 @@ type TrapError struct {
 	Record      string // that record's key and the start of its value (Process), "" if unknown
 	// Stack is the wasm stack trace, one frame per line, functions named
 	// by the module's name section, Rust's legacy-mangled names demangled
-	// ("<probe::Probe as weir::Operator>::process").
+	// ("<probe::Probe as weir::Operator>::process"), each after its
+	// module's name and a "." only when the name section names the module
+	// (a host function's: "wasi_snapshot_preview1.fd_write").
 	Stack string
 	Err   error // the runtime's error
 	// Message is the error message the guest set (weir.error) during the

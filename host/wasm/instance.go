@@ -600,7 +600,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	msg := err.Error()
 	stack := ""
 	if k := strings.Index(msg, "\nwasm stack trace:"); k >= 0 {
-		stack = demangleStack(strings.TrimSpace(msg[k+1:]))
+		stack = dropEmptyModuleName(demangleStack(strings.TrimSpace(msg[k+1:])))
 	}
 	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message, Fatal: i.stderr.takeFatal()}
 	if strings.Contains(firstLine(msg), "out of bounds memory access") {

@@ -148,15 +148,40 @@ func isTypeNames(s string) bool {
 	return true
 }
 
+// omittedFrames is the note wazero ends a stack trace with when it
+// listed only the innermost frames.
+const omittedFrames = "\t... maybe followed by omitted frames"
+
+// dropEmptyModuleName removes the "." wazero writes before the function
+// name of each frame of a module whose name section names no module (most
+// modules: "\t.weir_process(i32,i32,i32) i32"), so that the frame names
+// the function as its source does. A frame of a module with a name keeps
+// it ("\tops.process(i32) i32"), and so does a host function's
+// ("\twasi_snapshot_preview1.fd_write(…)"); a source position (two tabs)
+// and the omitted-frames note are left as they are. Run it after
+// demangleStack, which finds a Rust name by its leading "._ZN".
+func dropEmptyModuleName(stack string) string {
+	if !strings.Contains(stack, "\n\t.") {
+		return stack
+	}
+	lines := strings.Split(stack, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "\t.") && l != omittedFrames {
+			lines[i] = "\t" + l[2:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
 // minRecursion is how many of a stack trace's frames one function must
 // have, and at least half of them, for recursion to name it.
 const minRecursion = 8
 
 // recursion returns the function a wasm stack trace (one frame per line,
-// as TrapError.Stack) shows over and over, without the empty module
-// name's leading dot ("depth(i32) i32"), or "" if no function fills at
-// least half of its frames and minRecursion of them. wazero lists the
-// innermost frames only, so a deep recursion fills the trace.
+// as TrapError.Stack) shows over and over ("depth(i32) i32"), or "" if
+// no function fills at least half of its frames and minRecursion of
+// them. wazero lists the innermost frames only, so a deep recursion fills
+// the trace.
 func recursion(stack string) string {
 	counts := map[string]int{}
 	frames, top, most := 0, "", 0
@@ -174,5 +199,5 @@ func recursion(stack string) string {
 	if most < minRecursion || 2*most < frames {
 		return ""
 	}
-	return strings.TrimPrefix(top, ".")
+	return top
 }

@@ -13,7 +13,9 @@ import (
 // TestTrapStackRustNames: a Rust operator built with its names kept
 // (testdata/rustpanic.rs) panics; the trap's stack names its functions
 // as Rust writes them, not as rustc mangles them, and keeps the names
-// that are not Rust's as they are.
+// that are not Rust's as they are. The module's name section names no
+// module, and no frame starts with the "." wazero puts between a module's
+// name and its function's.
 func TestTrapStackRustNames(t *testing.T) {
 	code := readFile(t, filepath.Join("testdata", "rustpanic.wasm"))
 	if !bytes.Contains(code, []byte("_ZN62_$LT$rustpanic..Checked")) {
@@ -28,12 +30,12 @@ func TestTrapStackRustNames(t *testing.T) {
 	}
 	lines := strings.Split(te.Stack, "\n")
 	for _, want := range []string{
-		"\t.<rustpanic::Checked<F> as weir::Operator>::process(i32,i32,i32,i32,i32)",
-		"\t.rustpanic::each(i32,i32)",
-		"\t.std::panicking::begin_panic_handler::{{closure}}(i32,i32,i32)",
-		"\t.weir::Runtime::process(i32,i32,i32,i32) i32",
-		"\t.weir_process(i32,i32,i32) i32",
-		"\t.rust_begin_unwind(i32)",
+		"\t<rustpanic::Checked<F> as weir::Operator>::process(i32,i32,i32,i32,i32)",
+		"\trustpanic::each(i32,i32)",
+		"\tstd::panicking::begin_panic_handler::{{closure}}(i32,i32,i32)",
+		"\tweir::Runtime::process(i32,i32,i32,i32) i32",
+		"\tweir_process(i32,i32,i32) i32",
+		"\trust_begin_unwind(i32)",
 	} {
 		found := false
 		for _, l := range lines {
@@ -43,7 +45,7 @@ func TestTrapStackRustNames(t *testing.T) {
 			t.Errorf("no frame %q in the stack:\n%s", want, te.Stack)
 		}
 	}
-	if strings.Contains(te.Stack, "_ZN") || lines[0] != "wasm stack trace:" {
+	if strings.Contains(te.Stack, "_ZN") || strings.Contains(te.Stack, "\n\t.") || lines[0] != "wasm stack trace:" {
 		t.Errorf("stack:\n%s", te.Stack)
 	}
 }
@@ -136,16 +138,41 @@ func FuzzDemangleStack(f *testing.F) {
 	})
 }
 
+// A frame of a module with no name in its name section (most modules)
+// names its function alone; what names a module, a source position and
+// the omitted-frames note stay as they are.
+func TestDropEmptyModuleName(t *testing.T) {
+	in := "wasm stack trace:\n" +
+		"\t.weir_process(i32,i32,i32) i32\n" +
+		"\t\t./op.c:12:3\n" +
+		"\t..dotted(i32)\n" +
+		"\t.$12(i32) i32\n" +
+		"\tops.process(i32) i32\n" +
+		"\twasi_snapshot_preview1.fd_write(i32,i32,i32,i32) i32\n" +
+		"\t... maybe followed by omitted frames"
+	want := "wasm stack trace:\n" +
+		"\tweir_process(i32,i32,i32) i32\n" +
+		"\t\t./op.c:12:3\n" +
+		"\t.dotted(i32)\n" +
+		"\t$12(i32) i32\n" +
+		"\tops.process(i32) i32\n" +
+		"\twasi_snapshot_preview1.fd_write(i32,i32,i32,i32) i32\n" +
+		"\t... maybe followed by omitted frames"
+	if got := dropEmptyModuleName(in); got != want {
+		t.Errorf("dropEmptyModuleName:\n%s\nwant\n%s", got, want)
+	}
+}
+
 func TestRecursion(t *testing.T) {
 	rep := func(frame string, n int) string { return strings.Repeat("\t"+frame+"\n", n) }
 	for _, c := range []struct {
 		name, stack, want string
 	}{
-		{"deep", "wasm stack trace:\n" + rep(".depth(i32) i32", 29) + "\t... maybe followed by omitted frames", "depth(i32) i32"},
-		{"under a leaf", "wasm stack trace:\n\t.memset(i32,i32,i32) i32\n" + rep(".$10(i32) i32", 20), "$10(i32) i32"},
-		{"mutual", "wasm stack trace:\n" + strings.Repeat("\t.a(i32) i32\n\t.b(i32) i32\n", 12), "a(i32) i32"},
-		{"shallow", "wasm stack trace:\n" + rep(".f() i32", 3) + "\t.weir_process(i32,i32,i32) i32", ""},
-		{"a few among many", "wasm stack trace:\n" + rep(".f() i32", 8) + rep(".g() i32", 5) + rep(".h() i32", 5), ""},
+		{"deep", "wasm stack trace:\n" + rep("depth(i32) i32", 29) + "\t... maybe followed by omitted frames", "depth(i32) i32"},
+		{"under a leaf", "wasm stack trace:\n\tmemset(i32,i32,i32) i32\n" + rep("$10(i32) i32", 20), "$10(i32) i32"},
+		{"mutual", "wasm stack trace:\n" + strings.Repeat("\ta(i32) i32\n\tb(i32) i32\n", 12), "a(i32) i32"},
+		{"shallow", "wasm stack trace:\n" + rep("f() i32", 3) + "\tweir_process(i32,i32,i32) i32", ""},
+		{"a few among many", "wasm stack trace:\n" + rep("f() i32", 8) + rep("g() i32", 5) + rep("h() i32", 5), ""},
 		{"none", "", ""},
 	} {
 		if got := recursion(c.stack); got != c.want {
