@@ -252,11 +252,19 @@ func (e *DeadlineError) message() string {
 		e.Operator, e.Export, e.Timeout, at, why)
 }
 
-// ExitError reports a guest that called WASI proc_exit.
+// ExitError reports a guest that called WASI proc_exit (Go's os.Exit, C's
+// exit).
 type ExitError struct {
 	Operator string
 	Export   string
 	Code     uint32
+	// RecordIndex is the index of the record being processed when the
+	// guest exited (its weir_cursor, in weir_process and
+	// weir_end_of_input), -1 if unknown, as in TrapError.
+	RecordIndex int
+	// Record is that record's key and the start of its value (Process),
+	// "" if unknown.
+	Record string
 	// Fatal is as in TrapError: what the guest runtime wrote to stderr
 	// about why it exits, "" if nothing.
 	Fatal string
@@ -269,11 +277,14 @@ type ExitError struct {
 
 // Error returns the one-line message.
 func (e *ExitError) Error() string {
-	fatal := ""
+	at, fatal := "", ""
+	if e.RecordIndex >= 0 {
+		at = fmt.Sprintf("at record %d%s: ", e.RecordIndex, paren(e.Record))
+	}
 	if e.Fatal != "" {
 		fatal = ": " + e.Fatal
 	}
-	return fmt.Sprintf("operator %s: %s: the module exited with code %d%s", e.Operator, e.Export, e.Code, fatal) +
+	return fmt.Sprintf("operator %s: %s: %sthe module exited with code %d%s", e.Operator, e.Export, at, e.Code, fatal) +
 		memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 }
 
@@ -367,6 +378,7 @@ func describeRecord(err error, batch []byte) {
 		te *TrapError
 		oe *OperatorError
 		de *DeadlineError
+		xe *ExitError
 		at *string
 		ix int
 	)
@@ -377,6 +389,8 @@ func describeRecord(err error, batch []byte) {
 		at, ix = &oe.Record, oe.RecordIndex
 	case errors.As(err, &de):
 		at, ix = &de.Record, de.RecordIndex
+	case errors.As(err, &xe):
+		at, ix = &xe.Record, xe.RecordIndex
 	default:
 		return
 	}

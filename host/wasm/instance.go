@@ -593,7 +593,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode(), Fatal: i.stderr.takeFatal()}
+		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode(), RecordIndex: record, Fatal: i.stderr.takeFatal()}
 		xe.MemorySize, xe.MemoryLimit, xe.GrowRefused = i.refusedGrow()
 		return xe
 	}

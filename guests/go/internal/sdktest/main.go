@@ -4,7 +4,7 @@
 //	panic   panic with "kaboom"
 //	error   return an error "no luck"
 //	log     print to stdout and stderr and log through weir.Log, then pass through
-//	exit    os.Exit(3)
+//	exit    os.Exit(3) at the second record
 //	loop    loop forever
 //	oom     allocate until the memory limit is hit
 //	deadlock  block on a channel no goroutine sends on
@@ -71,7 +71,11 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 		fmt.Fprintln(os.Stderr, "hello stderr")
 		weir.Log(weir.LevelWarn, "hello log")
 	case "exit":
-		os.Exit(3)
+		for in.Next() {
+			if in.Index() == 1 {
+				os.Exit(3)
+			}
+		}
 	case "deadlock":
 		<-make(chan int)
 	case "gopanic":
