@@ -123,6 +123,14 @@ type TrapError struct {
 	// deadlock!", or "panic: …" of a goroutine's panic. The message
 	// gives it when the guest set no Message.
 	Fatal string
+	// Traceback is what the guest runtime wrote to stderr after Fatal,
+	// "" if nothing: the Go runtime's stack of the goroutine that failed
+	// (the first one running, else the first one, as in a deadlock) and
+	// the lines before it, then how many other goroutines' stacks were
+	// left out ("(12 other goroutines left out)"). It is not logged with
+	// the guest's other output: a worker logs it with the task's failure,
+	// once per task, as it does Stack.
+	Traceback string
 	// Recursion is the function the wasm stack trace of an out-of-bounds
 	// access shows over and over ("depth(i32) i32"), "" if none: a
 	// recursion that ran the stack C and Rust keep in linear memory below
@@ -265,9 +273,9 @@ type ExitError struct {
 	// Record is that record's key and the start of its value (Process),
 	// "" if unknown.
 	Record string
-	// Fatal is as in TrapError: what the guest runtime wrote to stderr
-	// about why it exits, "" if nothing.
-	Fatal string
+	// Fatal and Traceback are as in TrapError: what the guest runtime
+	// wrote to stderr about why it exits, "" if nothing.
+	Fatal, Traceback string
 	// GrowRefused, MemorySize and MemoryLimit are as in TrapError, set
 	// only when a memory.grow was refused during the call (as when a
 	// guest exits because its heap cannot grow), else 0.

@@ -340,3 +340,45 @@ func TestGoSDKHotPathDoesNotAllocate(t *testing.T) {
 		t.Fatalf("allocations in 48 warm Process calls of 1024 records: %v", got)
 	}
 }
+
+// A Go guest's runtime error prints every goroutine's stack to stderr
+// (out of memory: a dozen of the runtime's own, about 100 lines). None of
+// it is logged line by line: the trap's Traceback has the stack of the
+// goroutine that failed (running, else the first: a deadlock's sleep
+// all) and says how many others it left out; the fatal line is logged
+// and in the message.
+func TestGoFatalTraceback(t *testing.T) {
+	e := newEngine(t)
+	wasm := sdkTest(t)
+	in := batchOf(kv{"a", "1", 1})
+	for _, c := range []struct {
+		mode, fatal, header string
+		others              bool
+	}{
+		{"oom", "fatal error: out of memory", "[running]:", true},
+		{"deadlock", "fatal error: all goroutines are asleep - deadlock!", "[chan receive]:", false},
+		{"gopanic", "panic: kaboom in a goroutine", "[running]:", false},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			var logs bytes.Buffer
+			inst := instantiate(t, e, "op", wasm, Limits{MemoryBytes: 48 << 20}, InstanceConfig{Config: []byte(c.mode), Logger: testLogger(&logs)})
+			err := inst.Process(context.Background(), 0, in, newOut().emit)
+			var te *TrapError
+			if !errors.As(err, &te) || te.Fatal != c.fatal {
+				t.Fatalf("got %v, want a trap with %q", err, c.fatal)
+			}
+			tb := te.Traceback
+			lines := strings.Split(tb, "\n")
+			if !strings.HasPrefix(lines[0], "goroutine ") || !strings.HasSuffix(lines[0], c.header) || strings.Count(tb, "\ngoroutine ") != 0 ||
+				!strings.Contains(tb, "main.(*op).Process") {
+				t.Errorf("traceback, want one goroutine's stack, %s, in main.(*op).Process:\n%s", c.header, tb)
+			}
+			if last := lines[len(lines)-1]; c.others != strings.HasSuffix(last, "other goroutines left out)") {
+				t.Errorf("traceback ends %q; want other goroutines left out: %v", last, c.others)
+			}
+			if strings.Contains(logs.String(), "goroutine ") || !strings.Contains(logs.String(), fmt.Sprintf("msg=%q", c.fatal)) {
+				t.Errorf("log, want the fatal line and no goroutine's stack:\n%s", logs.String())
+			}
+		})
+	}
+}

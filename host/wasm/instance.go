@@ -477,7 +477,6 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	}
 	i.phase, i.export, i.message, i.fault = ph, export, "", nil
 	i.gmem.resetRefused()
-	i.stderr.resetFatal()
 	seq := i.calls.Add(1)
 	var stop func() bool
 	if ctx.Done() != nil {
@@ -502,20 +501,19 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 		// some later call of the instance.
 		err = errInterrupted
 	}
-	if err != nil {
-		if i.fault != nil {
-			// The guest went on after an import refused it (an emit, a
-			// state write) until it trapped or overran its deadline: the
-			// refusal is what went wrong first.
-			err = i.fault
-		} else {
-			err = i.classify(ctx, export, ph, err)
-		}
-		i.fail(err)
-		return err
+	switch {
+	case err != nil && i.fault == nil:
+		err = i.classify(ctx, export, ph, err)
+	case i.fault != nil:
+		// The guest went on after an import refused it (an emit, a
+		// state write) until it trapped or overran its deadline, or
+		// returned: the refusal is what went wrong first.
+		err = i.fault
 	}
-	if i.fault != nil {
-		err := i.fault
+	// What a guest runtime wrote after its fatal line is the trap's or
+	// the exit's (classify took it), else it is logged now.
+	i.stderr.endCall()
+	if err != nil {
 		i.fail(err)
 		return err
 	}
@@ -593,7 +591,8 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode(), RecordIndex: record, Fatal: i.stderr.takeFatal()}
+		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode(), RecordIndex: record}
+		xe.Fatal, xe.Traceback = i.stderr.takeFatal()
 		xe.MemorySize, xe.MemoryLimit, xe.GrowRefused = i.refusedGrow()
 		return xe
 	}
@@ -602,7 +601,8 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	if k := strings.Index(msg, "\nwasm stack trace:"); k >= 0 {
 		stack = dropEmptyModuleName(demangleStack(strings.TrimSpace(msg[k+1:])))
 	}
-	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message, Fatal: i.stderr.takeFatal()}
+	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
+	te.Fatal, te.Traceback = i.stderr.takeFatal()
 	if strings.Contains(firstLine(msg), "out of bounds memory access") {
 		te.Recursion = recursion(stack)
 	}
@@ -731,11 +731,17 @@ type lineWriter struct {
 	operator string
 	stream   string
 	buf      []byte
-	// fatal is the first line since resetFatal that a guest runtime
+	// fatal is the first line of the current call that a guest runtime
 	// writes to say why it is about to stop (fatalPrefixes), "" if none.
 	fatal string
-	// hasFatal says fatal is set, so that resetFatal, at the start of
-	// every call, takes no lock while it is not.
+	// trace holds the lines written after fatal, the Go runtime's
+	// goroutine stacks (traceback), until the call ends: its failure
+	// takes them (takeFatal), else endCall logs them.
+	trace traceback
+	// taken says takeFatal took fatal and trace.
+	taken bool
+	// hasFatal says fatal is set, so that endCall, at the end of every
+	// call, takes no lock while it is not.
 	hasFatal atomic.Bool
 }
 
@@ -751,22 +757,47 @@ var fatalPrefixes = []string{"fatal error: ", "panic: ", "Assertion failed: "}
 // maxFatalLine bounds the length of the line kept as fatal.
 const maxFatalLine = 200
 
-// resetFatal forgets the fatal line, at the start of a call.
-func (w *lineWriter) resetFatal() {
+// endCall forgets the fatal line at the end of a call, and logs the lines
+// held after it (traceback) unless the call's failure took them.
+func (w *lineWriter) endCall() {
 	if !w.hasFatal.Load() {
 		return
 	}
 	w.mu.Lock()
-	w.fatal = ""
+	defer w.mu.Unlock()
+	if !w.taken {
+		w.release()
+		if note := w.trace.note(); note != "" {
+			w.log(note)
+		}
+	}
+	w.fatal, w.trace, w.taken = "", traceback{}, false
 	w.hasFatal.Store(false)
-	w.mu.Unlock()
 }
 
-// takeFatal returns the fatal line written since resetFatal, or "".
-func (w *lineWriter) takeFatal() string {
+// takeFatal returns the fatal line written during the call, or "", and
+// what the guest runtime wrote after it, cut to the goroutine that failed
+// (traceback.text), or "". What it returns is not logged.
+func (w *lineWriter) takeFatal() (fatal, trace string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.fatal
+	if w.fatal == "" {
+		return "", ""
+	}
+	w.taken = true
+	return w.fatal, w.trace.text()
+}
+
+// release logs the lines the traceback holds, and forgets them.
+func (w *lineWriter) release() {
+	for _, l := range w.trace.lines {
+		w.log(l)
+	}
+	w.trace.lines, w.trace.preamble, w.trace.size = nil, 0, 0
+}
+
+func (w *lineWriter) log(line string) {
+	w.logger.Info(line, "operator", w.operator, "stream", w.stream)
 }
 
 const maxLogLine = 4096
@@ -799,8 +830,16 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func (w *lineWriter) emit() {
 	line := string(w.buf)
-	w.logger.Info(line, "operator", w.operator, "stream", w.stream)
 	w.buf = w.buf[:0]
+	if w.fatal != "" {
+		if w.trace.hold(line) {
+			return
+		}
+		if w.trace.passed {
+			w.release() // no Go traceback: the lines as they came
+		}
+	}
+	w.log(line)
 	if w.fatal != "" || w.stream != "stderr" {
 		return
 	}
