@@ -159,9 +159,23 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 		return usagef("exec: -timeout: %v", err)
 	}
 	err := execModule(ctx, std, &o)
-	if te := (*wasm.TrapError)(nil); o.stack && errors.As(err, &te) && te.Stack != "" {
-		// The stack goes before the one-line reason main prints.
-		fmt.Fprintf(std.Err, "%s\n", te.Stack)
+	// The stacks go before the one-line reason main prints: the wasm
+	// stack with -stack, and always what a guest runtime wrote after its
+	// fatal line (the Go runtime's stack of the goroutine that failed),
+	// which the log of the guest's stderr leaves out.
+	te, xe := (*wasm.TrapError)(nil), (*wasm.ExitError)(nil)
+	traceback := ""
+	switch {
+	case errors.As(err, &te):
+		if o.stack && te.Stack != "" {
+			fmt.Fprintf(std.Err, "%s\n", te.Stack)
+		}
+		traceback = te.Traceback
+	case errors.As(err, &xe):
+		traceback = xe.Traceback
+	}
+	if traceback != "" {
+		fmt.Fprintf(std.Err, "%s\n", traceback)
 	}
 	return err
 }

@@ -149,6 +149,23 @@ func TestExecStackAndLongLine(t *testing.T) {
 	}
 }
 
+// A Go operator's runtime error prints the stack of the goroutine that
+// failed before the one-line error, and no other goroutine's: the log of
+// the guest's stderr leaves the traceback to the failure.
+func TestExecGoTraceback(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sdktest.wasm")
+	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := weir(t, "k\tv\n", "exec", p, "-config", "oom", "-memory", "48MiB")
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if code != 1 || strings.Count(errs, "goroutine ") != 1 || !strings.Contains(errs, "\ngoroutine 1 ") ||
+		!strings.Contains(errs, "main.(*op).Process(") || !strings.HasSuffix(lines[len(lines)-2], "other goroutines left out)") ||
+		!strings.Contains(lines[len(lines)-1], "fatal error: out of memory") {
+		t.Errorf("exit %d, stderr:\n%s", code, errs)
+	}
+}
+
 func TestExecTwoOutputs(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "sdktest.wasm")
 	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {

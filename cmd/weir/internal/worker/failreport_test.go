@@ -120,6 +120,55 @@ func TestTrapStackLoggedOnce(t *testing.T) {
 	}
 }
 
+// A Go guest's traceback (the stack of the goroutine that failed, after
+// the runtime's fatal line) is logged as the trap's stack is: in full with
+// the task's first failure, and not again when a restart meets the same
+// failure, its arguments at other addresses. An exit's is too.
+func TestTracebackLoggedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	fakeCoordinator(t, nc, func(int) *control.Reply { return &control.Reply{} })
+	var logged bytes.Buffer
+	stacks := &stackLog{}
+	const (
+		stack = "wasm stack trace:\n\truntime.abort(i32) i32"
+		tb1   = "goroutine 1 [running]:\nmain.(*op).Process(0x23e070, 0x0)\n\t/src/main.go:86 +0xcd fp=0x215e58\n(11 other goroutines left out)"
+		tb2   = "goroutine 1 [running]:\nmain.(*op).Process(0x24f180, 0x1)\n\t/src/main.go:86 +0xcd fp=0x216f00\n(11 other goroutines left out)"
+		tb3   = "goroutine 1 [running]:\nmain.(*op).other(0x24f180)\n\t/src/main.go:90 +0x1c fp=0x216f00"
+	)
+	trap := func(tb string) error {
+		return &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: -1, Err: errors.New("wasm error: unreachable"),
+			Stack: stack, Fatal: "fatal error: out of memory", Traceback: tb}
+	}
+	for _, c := range []struct {
+		attempt int
+		err     error
+		tb      string
+		full    bool
+	}{
+		{1, trap(tb1), tb1, true},
+		{2, trap(tb2), tb2, false}, // the restart meets it again
+		{3, trap(tb3), tb3, true},
+		{4, &wasm.ExitError{Operator: "op", Export: "weir_process", Code: 2, RecordIndex: -1, Traceback: tb1}, tb1, true},
+		{5, &wasm.ExitError{Operator: "op", Export: "weir_process", Code: 2, RecordIndex: -1, Traceback: tb2}, tb2, false},
+	} {
+		logged.Reset()
+		l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.NewTextHandler(&logged, nil)),
+			job: "j", attempt: c.attempt, stopped: ctx, stacks: stacks}
+		if err := l.Failed(ctx, "op-0", c.err); err != nil {
+			t.Fatalf("failure report: %v", err)
+		}
+		full := strings.Contains(logged.String(), "traceback="+strconv.Quote(c.tb))
+		if full != c.full || !full && !strings.Contains(logged.String(), `traceback="as logged for this task before"`) {
+			t.Errorf("attempt %d: logged %q; want the traceback in full: %v", c.attempt, logged.String(), c.full)
+		}
+		if _, isTrap := c.err.(*wasm.TrapError); isTrap != strings.Contains(logged.String(), "stack=") {
+			t.Errorf("attempt %d: logged %q; want a stack: %v", c.attempt, logged.String(), isTrap)
+		}
+	}
+}
+
 // What a worker's stackLog holds does not grow with the stacks: they
 // come from a module's name section, anyone's to write (wazero keeps 30
 // frames, each as long as its function's name), and it remembered up to

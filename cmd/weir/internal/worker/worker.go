@@ -570,9 +570,11 @@ type listener struct {
 }
 
 // stackLog remembers which trap stacks a worker has logged for a task of
-// a job. A failure the restarts meet again (a trap on the same record
-// after each failover) logs its stack, often kilobytes, the first time
-// only: the one-line reason says the rest every time.
+// a job, with the Go runtime's traceback of a trap or an exit
+// (wasm.TrapError.Traceback). A failure the restarts meet again (a trap
+// on the same record after each failover) logs its stack, often
+// kilobytes, the first time only: the one-line reason says the rest
+// every time.
 //
 // It keeps the sha256 of each job, task and stack, not the stack: a
 // stack is up to 30 frames (wazero's bound), each as long as its
@@ -609,6 +611,47 @@ func (s *stackLog) first(job, task, stack string) bool {
 	}
 	s.seen[k] = struct{}{}
 	return true
+}
+
+// guestStacks returns the wasm stack of a trap and what the guest runtime
+// wrote after its fatal line (the Go runtime's stack of the goroutine
+// that failed) of a trap or an exit, each "" if none.
+func guestStacks(err error) (stack, traceback string) {
+	var te *wasm.TrapError
+	var xe *wasm.ExitError
+	switch {
+	case errors.As(err, &te):
+		return te.Stack, te.Traceback
+	case errors.As(err, &xe):
+		return "", xe.Traceback
+	}
+	return "", ""
+}
+
+// withoutHex returns s with each hexadecimal number ("0x23e070") cut to
+// its "0x": a Go traceback's arguments and frame addresses, which may
+// differ from one attempt to the next where the functions and lines do
+// not.
+func withoutHex(s string) string {
+	if !strings.Contains(s, "0x") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		b.WriteByte(s[i])
+		if s[i] == '0' && i+1 < len(s) && s[i+1] == 'x' {
+			b.WriteByte('x')
+			i++
+			for i+1 < len(s) && isHexDigit(s[i+1]) {
+				i++
+			}
+		}
+	}
+	return b.String()
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // reportTry bounds one try of a report that is sent again until heard
@@ -704,11 +747,16 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 	// before the coordinator hears of the failure: a weir run that ends
 	// with the job must find it there.
 	attrs := []any{"job", l.job, "attempt", l.attempt, "task", task, "err", err}
-	if te := (*wasm.TrapError)(nil); errors.As(err, &te) && te.Stack != "" {
-		if l.stacks.first(l.job, task, te.Stack) {
-			attrs = append(attrs, "stack", te.Stack)
-		} else {
-			attrs = append(attrs, "stack", "as logged for this task before")
+	if stack, traceback := guestStacks(err); stack != "" || traceback != "" {
+		first := l.stacks.first(l.job, task, stack+"\x00"+withoutHex(traceback))
+		for _, a := range [][2]string{{"stack", stack}, {"traceback", traceback}} {
+			switch {
+			case a[1] == "":
+			case first:
+				attrs = append(attrs, a[0], a[1])
+			default:
+				attrs = append(attrs, a[0], "as logged for this task before")
+			}
 		}
 	}
 	if errors.Is(err, stream.ErrClosed) {
