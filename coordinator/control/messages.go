@@ -245,10 +245,16 @@ type Module struct {
 
 // Deploy starts a job attempt's tasks on a worker.
 type Deploy struct {
-	Job     string        `json:"job"`
-	Attempt int           `json:"attempt"`
-	Spec    *jobspec.Spec `json:"spec"`
-	Plan    *plan.Plan    `json:"plan"`
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+	// Submitted is when the job's run was submitted (JobStatus.Submitted,
+	// the same for every attempt of the run, after a coordinator restart
+	// too): it tells a run from one submitted again under the job's name,
+	// whose attempts number on from it. Zero from a coordinator that does
+	// not say.
+	Submitted time.Time     `json:"submitted,omitzero"`
+	Spec      *jobspec.Spec `json:"spec"`
+	Plan      *plan.Plan    `json:"plan"`
 	// Tasks are the IDs of the tasks this worker runs.
 	Tasks []string `json:"tasks"`
 	// Assignment maps every task of the plan to its worker ID.

@@ -769,6 +769,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		rst = restoreFor(j.spec, j.plan, restore)
 		j.st.RestoredFrom = restore.ID
 	}
+	submitted := j.st.Submitted
 	j.mu.Unlock()
 	// The attempt's number is stored before any worker hears of it. A
 	// coordinator that restarts resumes from the record: it cancels the
@@ -792,7 +793,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		j.mu.Lock()
 		j.deploying, j.stopDeploy, j.deployLost = w, cancel, false
 		j.mu.Unlock()
-		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Spec: j.spec, Plan: j.plan,
+		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Submitted: submitted, Spec: j.spec, Plan: j.plan,
 			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst, StateStore: j.m.stateStore()})
 		cancel()
 		j.mu.Lock()

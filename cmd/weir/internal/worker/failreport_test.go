@@ -88,7 +88,8 @@ func TestFailureReportGivenUpWhenTheAttemptStops(t *testing.T) {
 // A trap's stack, often kilobytes, is logged with the first failure of a
 // task only: a job that traps on the same record after every failover
 // repeated it on each restart, while the one-line reason says the rest.
-// Another task, or another stack, is logged in full.
+// Another task, another stack, or the same stack in a run of the job
+// submitted again is logged in full.
 func TestTrapStackLoggedOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -96,19 +97,25 @@ func TestTrapStackLoggedOnce(t *testing.T) {
 	fakeCoordinator(t, nc, func(int) *control.Reply { return &control.Reply{} })
 	var logged bytes.Buffer
 	stacks := &stackLog{}
+	first := runKey(time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC))
+	again := runKey(time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC))
 	for _, c := range []struct {
-		attempt     int
-		task, stack string
-		full        bool
+		attempt          int
+		run, task, stack string
+		full             bool
 	}{
-		{1, "op-0", "weir_process\n\tmain.process", true},
-		{2, "op-0", "weir_process\n\tmain.process", false}, // the restart meets it again
-		{2, "op-1", "weir_process\n\tmain.process", true},
-		{3, "op-0", "weir_process\n\tmain.other", true},
+		{1, first, "op-0", "weir_process\n\tmain.process", true},
+		{2, first, "op-0", "weir_process\n\tmain.process", false}, // the restart meets it again
+		{2, first, "op-1", "weir_process\n\tmain.process", true},
+		{3, first, "op-0", "weir_process\n\tmain.other", true},
+		// The job submitted again: attempts number on, and the new run
+		// never logged the stack.
+		{4, again, "op-0", "weir_process\n\tmain.process", true},
+		{5, again, "op-0", "weir_process\n\tmain.process", false},
 	} {
 		logged.Reset()
 		l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.NewTextHandler(&logged, nil)),
-			job: "j", attempt: c.attempt, stopped: ctx, stacks: stacks}
+			job: "j", attempt: c.attempt, run: c.run, stopped: ctx, stacks: stacks}
 		err := &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: -1, Err: errors.New("wasm error: unreachable"), Stack: c.stack}
 		if err := l.Failed(ctx, c.task, err); err != nil {
 			t.Fatalf("failure report: %v", err)
@@ -177,7 +184,7 @@ func TestStackLogHoldsNoStack(t *testing.T) {
 	s := &stackLog{}
 	for i := range 3 {
 		stack := strings.Repeat("x", 1<<20) + strconv.Itoa(i)
-		if !s.first("j", "op-0", stack) || s.first("j", "op-0", stack) {
+		if !s.first("j", "", "op-0", stack) || s.first("j", "", "op-0", stack) {
 			t.Fatalf("stack %d: not new once, then known", i)
 		}
 	}

@@ -552,6 +552,9 @@ type listener struct {
 	log     *slog.Logger
 	job     string
 	attempt int
+	// run tells the job's run from another submitted under its name
+	// (runKey), "" if the coordinator did not say.
+	run string
 	// stop is the stop sequence of a bounded JetStream source task (0:
 	// any other task), which its acks carry (control.MetricStopSequence).
 	stop uint64
@@ -570,13 +573,14 @@ type listener struct {
 }
 
 // stackLog remembers which trap stacks a worker has logged for a task of
-// a job, with the Go runtime's traceback of a trap or an exit
+// a job's run, with the Go runtime's traceback of a trap or an exit
 // (wasm.TrapError.Traceback). A failure the restarts meet again (a trap
 // on the same record after each failover) logs its stack, often
 // kilobytes, the first time only: the one-line reason says the rest
-// every time.
+// every time. A job submitted again under its name is another run: it
+// logs the stack anew, as that run never did.
 //
-// It keeps the sha256 of each job, task and stack, not the stack: a
+// It keeps the sha256 of each job, run, task and stack, not the stack: a
 // stack is up to 30 frames (wazero's bound), each as long as its
 // function's name in the module's name section, which anyone may write.
 type stackLog struct {
@@ -584,18 +588,28 @@ type stackLog struct {
 	seen map[[sha256.Size]byte]struct{}
 }
 
+// runKey is what tells a job's run from another submitted under its name
+// apart: the time it was submitted (control.Deploy.Submitted), the same
+// for each of its attempts; "" when the coordinator did not say.
+func runKey(submitted time.Time) string {
+	if submitted.IsZero() {
+		return ""
+	}
+	return submitted.UTC().Format(time.RFC3339Nano)
+}
+
 // maxStacks bounds what a stackLog remembers: past it, it forgets and
 // logs stacks again.
 const maxStacks = 256
 
-// first reports whether stack is new for task of job, and remembers it.
-// A nil stackLog finds every stack new.
-func (s *stackLog) first(job, task, stack string) bool {
+// first reports whether stack is new for task of job's run (runKey), and
+// remembers it. A nil stackLog finds every stack new.
+func (s *stackLog) first(job, run, task, stack string) bool {
 	if s == nil {
 		return true
 	}
 	h := sha256.New()
-	for _, p := range []string{job, task, stack} {
+	for _, p := range []string{job, run, task, stack} {
 		h.Write([]byte(p))
 		h.Write([]byte{0})
 	}
@@ -748,7 +762,7 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 	// with the job must find it there.
 	attrs := []any{"job", l.job, "attempt", l.attempt, "task", task, "err", err}
 	if stack, traceback := guestStacks(err); stack != "" || traceback != "" {
-		first := l.stacks.first(l.job, task, stack+"\x00"+withoutHex(traceback))
+		first := l.stacks.first(l.job, l.run, task, stack+"\x00"+withoutHex(traceback))
 		for _, a := range [][2]string{{"stack", stack}, {"traceback", traceback}} {
 			switch {
 			case a[1] == "":
@@ -920,7 +934,7 @@ func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 
 func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 	spec := b.d.Spec
-	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt,
+	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt, run: runKey(b.d.Submitted),
 		patience: spec.Checkpointing.Timeout, stopped: b.runCtx, stacks: &b.w.stacks}
 	cfg := host.Config{
 		Name: pt.ID,
