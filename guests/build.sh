@@ -9,7 +9,9 @@
 #   guests/wat/NAME.wasm                      hand-written WAT (wabt)
 #
 # and each SDK's sdktest/probe operator (C, Rust, AssemblyScript), which
-# exercises what the examples do not.
+# exercises what the examples do not, and
+#
+#   host/wasm/testdata/rustpanic.wasm         Rust, its function names kept
 #
 # Go guests are built by the tests themselves (guests/go/guestbuild).
 #
@@ -70,6 +72,12 @@ out() {
 # provide (e.g. AssemblyScript's env.abort), and note it for the check.
 done_build() {
   "$WASM_STRIP" "$1"
+  done_named "$1" "$2"
+}
+
+# done_named FILE LANG: done_build, but the build keeps its custom
+# sections (the name section a test reads the stack trace's names from).
+done_named() {
   local bad
   bad=$("$WASM_OBJDUMP" -x -j Import "$1" | grep -- ' <- ' | grep -v -e ' <- weir\.' -e ' <- wasi_snapshot_preview1\.' || true)
   if [ -n "$bad" ]; then
@@ -114,6 +122,13 @@ build_rust() {
       -o "$o" "$src"
     done_build "$o" rust
   done
+  # rustpanic keeps its functions' mangled names for TestTrapStackRustNames:
+  # -C strip=debuginfo, not symbols, and no wasm-strip.
+  src=host/wasm/testdata/rustpanic.rs
+  o=$(out "${src%.rs}.wasm")
+  "$RUSTC" "${rustflags[@]/#strip=symbols/strip=debuginfo}" --crate-type cdylib \
+    --extern weir="$work/libweir.rlib" -o "$o" "$src"
+  done_named "$o" rust
 }
 
 build_assemblyscript() {

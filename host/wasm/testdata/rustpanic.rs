@@ -4,11 +4,10 @@
 //! the trap's stack names functions in rustc's legacy mangling, a trait
 //! impl on a generic type among them; other records pass through.
 //!
-//! Build (from the repository root, with Debian's rustc 1.63; like
-//! guests/build.sh, but -C strip=debuginfo, not symbols, and no wasm-strip):
-//!   F="--edition 2021 --target wasm32-unknown-unknown -C opt-level=3 -C debuginfo=0 -C strip=debuginfo -D warnings --remap-path-prefix=$PWD=."
-//!   /usr/bin/rustc $F --crate-type rlib --crate-name weir -o /tmp/libweir.rlib guests/rust/weir/lib.rs
-//!   /usr/bin/rustc $F --crate-type cdylib --extern weir=/tmp/libweir.rlib -o host/wasm/testdata/rustpanic.wasm host/wasm/testdata/rustpanic.rs
+//! guests/build.sh builds it (with Debian's rustc 1.63, as the Rust
+//! guests, but -C strip=debuginfo, not symbols, and no wasm-strip), and
+//! guests/build.sh -check checks the committed rustpanic.wasm is what it
+//! builds.
 
 use weir::{Batch, Emitter, Operator, Result};
 
