@@ -80,7 +80,7 @@ type AtLeastOnce struct {
 	stop context.CancelFunc
 
 	mu     sync.Mutex // guards the fields below; held while a batch is committed
-	fp     jetstreamext.FastPublisher
+	fp     *fastBatch
 	fpErr  *batchErr // what fp's reply handler reported
 	sent   int       // messages added to fp
 	acked  int       // of those, how many the server acknowledged
@@ -328,9 +328,10 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 
 // writeFast adds the records to the open fast batch, opening one if
 // needed. AddMsg waits while the server is behind (flow control), up to the
-// ack timeout, and takes no context: a cancelled task stops at the next
-// record instead, leaving the open batch to Close. A batch that fails for
-// want of a leader is sent again as a new one (sendFast).
+// ack timeout, until ctx ends, or until a message that no stream took ends
+// the batch; a cancelled task stops at the next record, leaving the open
+// batch to Close. A batch that fails for want of a leader is sent again as
+// a new one (sendFast).
 func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -366,9 +367,9 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 // (commitThroughElection): a batch that fails so is released, and the
 // next try sends every message not acknowledged as a new batch.
 func (s *AtLeastOnce) sendFast(ctx context.Context) error {
-	return commitThroughElection(ctx, s.js, s.route.stream, func(context.Context) (bool, error) {
+	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
 		before := s.pend.len()
-		err := s.addFast()
+		err := s.addFast(ctx)
 		return s.pend.len() < before, err
 	})
 }
@@ -377,16 +378,11 @@ func (s *AtLeastOnce) sendFast(ctx context.Context) error {
 // opening one if needed, and forgets those the server acknowledged. On a
 // failure it releases the batch: its messages not acknowledged stay
 // pending.
-func (s *AtLeastOnce) addFast() error {
+func (s *AtLeastOnce) addFast(ctx context.Context) error {
 	if s.fp == nil {
 		berr := &batchErr{}
-		fp, err := jetstreamext.NewFastPublisher(s.js,
-			jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
-			jetstreamext.WithFastPublisherErrorHandler(func(err error) { berr.set(fastReplyError(s.route.stream, err)) }))
-		if err != nil {
-			return err
-		}
-		s.fp, s.fpErr, s.sent, s.acked = fp, berr, 0, 0
+		s.fp = newFastBatch(s.js.Conn(), s.route.stream, fastFlow, fastOutstanding, s.cfg.Timeout, berr.set)
+		s.fpErr, s.sent, s.acked = berr, 0, 0
 		if s.m == nil {
 			s.m, s.key = &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{}}, []string{""}
 		}
@@ -406,14 +402,14 @@ func (s *AtLeastOnce) addFast() error {
 		} else {
 			delete(s.m.Header, KeyHeader)
 		}
-		ack, err := s.fp.AddMsg(s.m)
+		acked, err := s.fp.AddMsg(ctx, s.m)
 		if err != nil {
 			err = leaderLost(s.fpErr.with(err))
 			s.releaseBatch()
 			return err
 		}
 		s.sent++
-		s.ackTo(int(ack.AckSequence))
+		s.ackTo(int(acked))
 	}
 	return nil
 }
@@ -432,7 +428,7 @@ func (s *AtLeastOnce) ackTo(n int) {
 // messages not acknowledged stay pending, for the next batch.
 func (s *AtLeastOnce) releaseBatch() {
 	if s.fp != nil {
-		releaseFast(s.fp)
+		s.fp.release()
 	}
 	s.fp, s.fpErr, s.sent, s.acked = nil, nil, 0, 0
 }
@@ -465,7 +461,7 @@ func (s *AtLeastOnce) commitLocked(ctx context.Context) error {
 			s.releaseBatch()
 			return false, nil
 		}
-		if err := s.addFast(); err != nil {
+		if err := s.addFast(ctx); err != nil {
 			return s.pend.len() < before, err
 		}
 		fp, berr, n := s.fp, s.fpErr, s.sent

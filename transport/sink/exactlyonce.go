@@ -1484,19 +1484,14 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 		return total, nil
 	}
 	stream, berr := s.targetOf(&entries[0]).stream, &batchErr{}
-	fp, err := jetstreamext.NewFastPublisher(s.js,
-		jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: fastOutstanding, AckTimeout: s.cfg.Timeout},
-		jetstreamext.WithFastPublisherErrorHandler(func(err error) { berr.set(fastReplyError(stream, err)) }))
-	if err != nil {
-		return from, fmt.Errorf("%s: publish %s: %w", s, checkpointName(entries[0].id), err)
-	}
+	fp := newFastBatch(s.js.Conn(), stream, fastFlow, fastOutstanding, s.cfg.Timeout, berr.set)
 	var ackSeq uint64 // the batch's messages up to here are stored
 	fail := func(ckpt int64, index int, err error) (int, error) {
 		return from + int(ackSeq), fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), index, berr.with(err))
 	}
 	// A commit that fails on the way still ends the batch, so that its
 	// acknowledgement subscription leaves the connection.
-	defer releaseFast(fp)
+	defer fp.release()
 	id, key := []string{""}, []string{""}
 	m := &nats.Msg{Header: nats.Header{jetstream.MsgIDHeader: id}}
 	sent, seen := 0, 0 // messages of this batch; messages of the commit before it
@@ -1535,11 +1530,11 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 			}
 			sent++
 			if from+sent < total {
-				ack, err := fp.AddMsg(m)
+				acked, err := fp.AddMsg(ctx, m)
 				if err != nil {
 					return fail(e.id, i, err)
 				}
-				ackSeq = max(ackSeq, ack.AckSequence)
+				ackSeq = max(ackSeq, acked)
 				continue
 			}
 			ack, err := fp.CommitMsg(ctx, m)

@@ -2,14 +2,12 @@ package sink
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ErrStreamNotDurable is returned for a sink stream that acknowledges
@@ -53,36 +51,4 @@ func publishAsync(ctx context.Context, js jetstream.JetStream, m *nats.Msg) erro
 			return err
 		}
 	}
-}
-
-// releaseFast ends fp without waiting for the server: it sends the
-// end-of-batch commit and gives up on the answer at once, which drops the
-// publisher's acknowledgement subscription (and the goroutine nats.go runs
-// for it) from the connection — a worker's connection outlives its tasks.
-// The messages fp sent are stored already; ending the batch only closes
-// it. A publisher that ended already is left as it is.
-func releaseFast(fp jetstreamext.FastPublisher) {
-	if fp.IsClosed() {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, _ = fp.Close(ctx)
-}
-
-// fastReplyError gives an error of a fast publisher's reply handler its
-// cause, naming stream, the stream the batch goes to. The publisher reads
-// every reply to a batch message as JSON, and the server's "no responders"
-// status — no stream took the message: the stream was deleted, or a
-// clustered stream has no leader — has no body, which it reported as
-// "unexpected end of JSON input". Such an error wraps nats.ErrNoResponders.
-func fastReplyError(stream string, err error) error {
-	var syn *json.SyntaxError
-	if !errors.As(err, &syn) {
-		return err
-	}
-	if syn.Offset == 0 {
-		return fmt.Errorf("stream %s took no message of the batch: %w; the stream is gone or has no leader", stream, nats.ErrNoResponders)
-	}
-	return fmt.Errorf("stream %s answered the batch with a reply that is not JSON: %w", stream, err)
 }

@@ -1,0 +1,105 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+// longAck is the sinks' ack timeout in the deleted-stream tests: a failure
+// that waited for it would outlast the tests' hang guard (deletedGuard)
+// by far, so a sink that waits for acknowledgements after the stream is
+// gone fails them at the guard.
+const (
+	longAck      = 5 * time.Minute
+	deletedGuard = time.Minute
+)
+
+// wantDeleted runs fail, a sink's calls that fail on a stream deleted
+// under it, with a context that ends at the hang guard, and checks the
+// failure: it names the stream and says it does not exist
+// (jetstream.ErrStreamNotFound, and no election's), on one line. A sink
+// call that waits without its context (a fast batch's acknowledgement)
+// is left behind at the guard.
+func wantDeleted(t *testing.T, stream string, fail func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deletedGuard)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- fail(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(deletedGuard + 5*time.Second):
+		t.Fatalf("no failure within the hang guard (%s)", deletedGuard)
+	}
+	t.Logf("failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("no failure")
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, natsconn.ErrNoLeader) ||
+		!strings.Contains(err.Error(), "stream "+stream) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("failed with %v; want stream not found, naming %s, on one line", err, stream)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("failed at the hang guard (%s): %v", deletedGuard, err)
+	}
+}
+
+// An exactly-once sink whose stream is deleted between a checkpoint and
+// its commit fails the commit as soon as the server says no stream takes
+// its messages, in fast and atomic batches: not after its ack timeout.
+// (An atomic batch's commit is a request, which the 503 ends at once; a
+// fast batch waited for acknowledgements up to the ack timeout.)
+func TestExactlyOnceCommitToADeletedStream(t *testing.T) {
+	for _, mode := range []PublishMode{PublishFast, PublishAtomic} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx, js, s := sinkOn(t, embedded.Config{}, mode, ExactlyOnceConfig{Timeout: longAck})
+			must(t, s.Write(ctx, batchOf(0, 20000)))
+			_, err := s.PreCommit(ctx, 1)
+			must(t, err)
+			must(t, js.DeleteStream(ctx, "OUT"))
+			wantDeleted(t, "OUT", func(ctx context.Context) error {
+				if err := s.Commit(ctx, 1); err != nil {
+					return err
+				}
+				return s.Wait(ctx)
+			})
+		})
+	}
+}
+
+// An at-least-once sink publishing fast batches whose stream is deleted
+// while it runs fails its next write (or checkpoint) as soon as the server
+// says no stream takes its messages, not after its ack timeout: with no
+// batch open (the first message's acknowledgement never comes) and with
+// one open (the flow-control acknowledgements never come).
+func TestAtLeastOnceToADeletedStream(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "new-batch", true: "open-batch"}[open], func(t *testing.T) {
+			nc, js, ctx := outSetup(t, outStream(PublishFast))
+			s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Subject: "out", Publish: PublishFast, Timeout: longAck, IdleCommit: time.Hour})
+			must(t, err)
+			defer s.Close()
+			if open {
+				must(t, s.Write(ctx, batchOf(0, 10)))
+			}
+			must(t, js.DeleteStream(ctx, "OUT"))
+			wantDeleted(t, "OUT", func(ctx context.Context) error {
+				if err := s.Write(ctx, batchOf(10, 20010)); err != nil {
+					return err
+				}
+				_, err := s.PreCommit(ctx, 1)
+				return err
+			})
+		})
+	}
+}
