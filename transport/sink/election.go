@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
@@ -62,10 +61,9 @@ const (
 // id unknown to the leader that took over (the batch went with the old
 // one), a message id that an earlier try's proposal still holds, a fast
 // batch ended at a gap (messages lost on the way to a leader that went:
-// seen on three servers losing two), or a fast batch's acknowledgement
-// that never came (jetstreamext v0.3.2 reports it as "ack timeout" in an
-// error of its own, which wraps no sentinel). An answer with another
-// error code is the stream's, and wins.
+// seen on three servers losing two). A fast batch's acknowledgement that
+// never came wraps nats.ErrTimeout (fastBatch), Leaderless already. An
+// answer with another error code is the stream's, and wins.
 func leaderLost(err error) error {
 	if err == nil || natsconn.Leaderless(err) {
 		return err
@@ -80,9 +78,6 @@ func leaderLost(err error) error {
 	}
 	if errors.Is(err, jetstreamext.ErrFastBatchGapDetected) {
 		return fmt.Errorf("%w (%w)", err, natsconn.ErrNoLeader)
-	}
-	if strings.Contains(err.Error(), "ack timeout") {
-		return fmt.Errorf("%w (%w)", err, nats.ErrTimeout)
 	}
 	return err
 }

@@ -165,7 +165,8 @@ func (b *fastBatch) behind() bool {
 
 // await waits while wait reports true, pinging the server every third of
 // the timeout for an acknowledgement it may have lost, until ctx ends,
-// the timeout passes, or the batch ends.
+// the timeout passes (an error wrapping nats.ErrTimeout: the stream may
+// be electing a leader), or the batch ends.
 func (b *fastBatch) await(ctx context.Context, wait func() bool) error {
 	deadline := time.NewTimer(b.timeout)
 	defer deadline.Stop()
@@ -183,7 +184,7 @@ func (b *fastBatch) await(ctx context.Context, wait func() bool) error {
 				return err
 			}
 		case <-deadline.C:
-			return errors.New("ack timeout")
+			return fmt.Errorf("ack timeout: %w", nats.ErrTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
