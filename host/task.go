@@ -1007,7 +1007,15 @@ func (t *Task) process(ctx context.Context, port int, batch []byte) error {
 	t.stats.begin(&t.stats.busySince)
 	defer t.stats.end(&t.stats.busySince, &t.stats.busy)
 	if t.cfg.Operator == nil {
-		return t.emit(0, batch)
+		// No operator chooses a port: a sink writes the batch, a source
+		// sends it to every consumer (an output port each), as each of
+		// them takes the source as its input.
+		for port := 0; port == 0 || port < len(t.cfg.Outputs); port++ {
+			if err := t.emit(port, batch); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if err := t.cfg.Operator.Process(ctx, port, batch, t.emitFn); err != nil {
 		return t.operatorErr(err, fmt.Sprintf("process port %d", port), t.portNote(port))
