@@ -1,0 +1,446 @@
+// Package lease makes one coordinator the only one of a NATS: it holds a
+// lease, a key of a JetStream KV bucket of its own (Bucket) that expires
+// unless it is renewed, and acts only while it surely holds it.
+//
+// A coordinator takes the lease with Create (only if the key is absent)
+// and renews it with Update at the revision it last wrote, every TTL/3
+// (after a failure, every TTL/30);
+// the bucket's TTL (its streams's MaxAge) makes the server drop a key
+// that was not renewed for the TTL, after which another coordinator can
+// take it. An update that fails on the revision means that another took
+// it (or that it expired): the holder has lost it.
+//
+// The holder also knows, by its own clock, until when it surely holds the
+// lease: the time it sent its last successful renewal (or the Create),
+// plus the TTL, minus a tenth of it (Lease.Check). The server stores the
+// renewal after it was sent and drops it a TTL after storing it, so no
+// other coordinator can take the lease before then. Both the monotonic
+// and the wall clock are checked, and the earlier end counts: a process
+// frozen (kill -STOP, a long pause) sees its monotonic clock run on, and
+// a virtual machine suspended and resumed its wall clock. Past that time
+// the holder has lost the lease, whatever it hears from the server later,
+// and Lease.Guard refuses every write to shared state.
+//
+// What remains is a write that was checked before the lease's end and is
+// still on its way to the server after it: Guard cancels its context at
+// the end (a write waiting for a leader stops trying then), so only a
+// message already sent is left, which reaches the server within the
+// network's delay — milliseconds, where the tenth of the TTL held back
+// is a second with the default TTL. A server whose clock jumps forward
+// expires the key early, and nothing here protects against that.
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// Bucket is the KV bucket that holds the coordinator's lease.
+const Bucket = "weir_coordinator"
+
+// key is the lease's key in Bucket.
+const key = "lease"
+
+// DefaultTTL is how long a lease lasts without a renewal when the bucket
+// is created: long enough that a loaded machine renews it (every TTL/3)
+// in time, and that a coordinator whose server falls silent renews it
+// through another server of the cluster (its connection leaves the silent
+// one after 4 to 6 s); short enough that one replacing a frozen
+// coordinator waits little.
+const DefaultTTL = 15 * time.Second
+
+// ErrLost is wrapped by the errors of a lease that is no longer held.
+var ErrLost = errors.New("coordinator lease lost")
+
+// Holder names who holds a lease.
+type Holder struct {
+	// ID is the holder's random ID, new for each lease taken.
+	ID   string `json:"id"`
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// Since is when the holder took the lease.
+	Since time.Time `json:"since"`
+}
+
+// String names h in one phrase: "coordinator 5f1c… on host1 (pid 42,
+// since 2026-01-02T15:04:05Z)".
+func (h Holder) String() string {
+	return fmt.Sprintf("coordinator %s on %s (pid %d, since %s)", h.ID, h.Host, h.PID, h.Since.UTC().Format(time.RFC3339))
+}
+
+// HeldError is Take's error when another holds the lease and is alive: it
+// answers (Config.Answers), or it renewed the lease while Take waited.
+type HeldError struct {
+	Holder Holder
+	// Answers is true when the holder answered, false when it renewed
+	// the lease.
+	Answers bool
+}
+
+func (e *HeldError) Error() string {
+	if e.Answers {
+		return fmt.Sprintf("%s holds the coordinator lease", e.Holder)
+	}
+	return fmt.Sprintf("%s holds the coordinator lease and renews it", e.Holder)
+}
+
+// Open opens the lease bucket, creating it with ttl (0: DefaultTTL) and
+// replicas (storage.OpenKeyValue) if it does not exist, and returns it
+// with its TTL: a bucket that exists keeps the TTL it was created with,
+// which every holder must go by.
+func Open(ctx context.Context, js jetstream.JetStream, replicas int, ttl time.Duration) (jetstream.KeyValue, time.Duration, error) {
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	kv, err := storage.OpenKeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket: Bucket, Storage: jetstream.FileStorage, TTL: ttl,
+		Description: "weir coordinator lease: one coordinator per NATS",
+	}, replicas)
+	if err != nil {
+		return nil, 0, fmt.Errorf("coordinator lease: %w", err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("coordinator lease: bucket %s: %w", Bucket, err)
+	}
+	if st.TTL() <= 0 {
+		return nil, 0, fmt.Errorf("coordinator lease: bucket %s keeps its keys for ever (no TTL): delete it, weir creates it again", Bucket)
+	}
+	return kv, st.TTL(), nil
+}
+
+// Current returns who holds the lease in kv now, if anyone does (a
+// refusal for another reason names it).
+func Current(ctx context.Context, kv jetstream.KeyValue) (Holder, bool) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return Holder{}, false
+	}
+	var h Holder
+	if json.Unmarshal(e.Value(), &h) != nil {
+		return Holder{}, false
+	}
+	return h, true
+}
+
+// Config configures Take.
+type Config struct {
+	// KV is the lease bucket and TTL its TTL (Open).
+	KV  jetstream.KeyValue
+	TTL time.Duration
+	// Holder names the taker; Since is set by Take.
+	Holder Holder
+	// Answers reports whether the holder of the lease answers (it is
+	// alive): Take refuses then. Nil when the caller found that none
+	// answers already: Take waits for the lease to expire or be renewed.
+	Answers func(Holder) bool
+	// Log receives the line saying that Take waits for the lease.
+	Log *slog.Logger
+}
+
+// Lease is a lease held: Check says whether it still is.
+type Lease struct {
+	kv     jetstream.KeyValue
+	ttl    time.Duration
+	holder Holder
+	value  []byte
+
+	// ctx is canceled, with the loss as its cause, once the lease is
+	// lost (Guard).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	// running ends with Release (stop), and with the loss: renew's
+	// requests are made in it.
+	running context.Context
+	stop    context.CancelFunc
+	done    chan struct{} // closed when renew returns
+	timer   *time.Timer   // fires at until
+
+	mu      sync.Mutex
+	rev     uint64
+	renewed time.Time // when the last successful renewal (or the Create) was sent
+	until   time.Time // renewed + ttl - margin: the lease surely ends then
+	pending time.Time // when the first renewal not known to be stored since was sent
+	lastErr error     // of the last renewal that failed
+	err     error     // why the lease was lost; nil while held
+}
+
+// Take takes the lease: at once when nobody holds it. When another holds
+// it, Take returns a *HeldError if the holder answers (cfg.Answers), or
+// else waits for its lease to expire (up to the TTL: a frozen or dead
+// holder does not renew it) and takes it then — unless it is renewed
+// meanwhile (a holder still starting, or resumed), which is a *HeldError
+// too. It logs one line as it begins to wait. The lease is renewed until
+// Release or until it is lost.
+func Take(ctx context.Context, cfg Config) (*Lease, error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var (
+		seen   uint64 // the revision of another's lease found
+		asked  bool
+		poll   = max(cfg.TTL/20, 50*time.Millisecond)
+		holder = cfg.Holder
+	)
+	for {
+		holder.Since = time.Now().UTC().Truncate(time.Millisecond)
+		value, err := json.Marshal(holder)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator lease: %w", err)
+		}
+		sent := time.Now()
+		rev, err := cfg.KV.Create(ctx, key, value)
+		if err == nil {
+			return start(cfg, holder, value, rev, sent), nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("coordinator lease: take it: %w", err)
+		}
+		e, err := cfg.KV.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			continue // expired, or released, since
+		case err != nil:
+			return nil, fmt.Errorf("coordinator lease: read who holds it: %w", err)
+		}
+		var other Holder
+		if err := json.Unmarshal(e.Value(), &other); err != nil {
+			other = Holder{ID: "(unreadable: " + err.Error() + ")"}
+		}
+		if seen != 0 && e.Revision() > seen {
+			return nil, &HeldError{Holder: other}
+		}
+		if !asked {
+			asked, seen = true, e.Revision()
+			if cfg.Answers != nil && cfg.Answers(other) {
+				return nil, &HeldError{Holder: other, Answers: true}
+			}
+			log.Warn(fmt.Sprintf("%s holds the coordinator lease and does not answer: waiting up to %v for it to expire", other, cfg.TTL))
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("coordinator lease: waiting for %s's to expire: %w", other, ctx.Err())
+		}
+	}
+}
+
+// margin is the part of the TTL a holder gives up: its lease surely ends
+// a TTL less margin after it sent a renewal.
+func margin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// start returns the lease taken at revision rev by a Create sent at sent,
+// and starts renewing it.
+func start(cfg Config, h Holder, value []byte, rev uint64, sent time.Time) *Lease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	running, stop := context.WithCancel(ctx)
+	l := &Lease{kv: cfg.KV, ttl: cfg.TTL, holder: h, value: value, ctx: ctx, cancel: cancel,
+		lost: make(chan struct{}), running: running, stop: stop, done: make(chan struct{}),
+		rev: rev, renewed: sent, until: sent.Add(cfg.TTL - margin(cfg.TTL))}
+	l.timer = time.AfterFunc(time.Until(l.until), func() { _ = l.Check() })
+	go l.renew()
+	return l
+}
+
+// Holder is who holds the lease: this process.
+func (l *Lease) Holder() Holder { return l.holder }
+
+// TTL is the lease's TTL (the bucket's).
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Lost is closed once the lease is lost (Err says why).
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err is why the lease was lost, wrapping ErrLost; nil while it is held.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Check returns nil while the lease surely is held, and otherwise why it
+// is not (wrapping ErrLost): once past its end by either clock (see the
+// package comment), it is lost for good.
+func (l *Lease) Check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.checkLocked()
+}
+
+// checkLocked is Check with l.mu held.
+func (l *Lease) checkLocked() error {
+	if l.err != nil {
+		return l.err
+	}
+	now := time.Now()
+	if now.Before(l.until) && now.Round(0).Before(l.until.Round(0)) {
+		return nil
+	}
+	why := ""
+	if l.lastErr != nil {
+		why = fmt.Sprintf(" (last renewal: %v)", l.lastErr)
+	}
+	l.loseLocked(fmt.Errorf("%w: not renewed for %v of its %v%s, so that another coordinator may hold it now",
+		ErrLost, now.Round(0).Sub(l.renewed.Round(0)).Round(100*time.Millisecond), l.ttl, why))
+	return l.err
+}
+
+// loseLocked records that the lease is lost, for err. l.mu is held.
+func (l *Lease) loseLocked(err error) {
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	l.cancel(err)
+	close(l.lost)
+}
+
+// Guard returns nil and a context derived from ctx that ends when the
+// lease is lost, for a write to shared state, while the lease is held;
+// otherwise the error of Check. The caller calls release once the write
+// is done.
+func (l *Lease) Guard(ctx context.Context) (_ context.Context, release context.CancelFunc, _ error) {
+	if err := l.Check(); err != nil {
+		return nil, nil, err
+	}
+	c, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	return c, func() { stop(); cancel(nil) }, nil
+}
+
+// renew renews the lease every TTL/3 until Release or the loss. A
+// renewal that fails is tried again after TTL/30, each try given TTL/10:
+// a connection that moves to another server (4 to 6 s after its own fell
+// silent) renews the lease within 2 s of getting there.
+func (l *Lease) renew() {
+	defer close(l.done)
+	t := time.NewTimer(l.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.running.Done():
+			return
+		}
+		if l.Check() != nil {
+			return
+		}
+		l.mu.Lock()
+		rev := l.rev
+		sent := time.Now()
+		if l.pending.IsZero() {
+			l.pending = sent
+		}
+		l.mu.Unlock()
+		ctx, cancel := context.WithTimeout(l.running, l.ttl/10)
+		next, err := l.kv.Update(ctx, key, l.value, rev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			err = l.mismatch(ctx, rev, err)
+		} else {
+			l.mu.Lock()
+			switch {
+			case l.checkLocked() != nil:
+				// Past its end: lost, whatever the server says now.
+			case err == nil:
+				l.renewedLocked(next, sent)
+			default:
+				l.lastErr = err
+			}
+			l.mu.Unlock()
+		}
+		cancel()
+		if err != nil {
+			t.Reset(l.ttl / 30)
+		} else {
+			t.Reset(l.ttl / 3)
+		}
+	}
+}
+
+// renewedLocked records that the lease was stored at revision rev by a
+// write sent at sent. l.mu is held.
+func (l *Lease) renewedLocked(rev uint64, sent time.Time) {
+	l.rev, l.renewed, l.pending, l.lastErr = rev, sent, time.Time{}, nil
+	l.until = sent.Add(l.ttl - margin(l.ttl))
+	l.timer.Reset(time.Until(l.until))
+}
+
+// mismatch handles a renewal at revision rev refused on the revision
+// (err). A renewal that timed out may have been stored all the same: the
+// lease holds this holder's value at a later revision, and goes on from
+// there, as renewed when the first renewal not known to be stored was
+// sent (the server stored it after that). The same value at rev is a
+// replica that lags: the renewal is tried again. Another's value, or none
+// (it expired), and the lease is lost.
+func (l *Lease) mismatch(ctx context.Context, rev uint64, err error) error {
+	e, gerr := l.kv.Get(ctx, key)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkLocked(); err != nil {
+		return err
+	}
+	if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
+		l.lastErr = err // who holds it now is not known yet: tried again
+		return err
+	}
+	if gerr == nil && string(e.Value()) == string(l.value) {
+		if e.Revision() <= rev {
+			l.lastErr = err
+			return err
+		}
+		l.renewedLocked(e.Revision(), l.pending)
+		return nil
+	}
+	silent := time.Now().Round(0).Sub(l.renewed.Round(0)).Round(100 * time.Millisecond)
+	if gerr == nil {
+		var other Holder
+		if json.Unmarshal(e.Value(), &other) == nil {
+			l.loseLocked(fmt.Errorf("%w: %s holds it now; this one had not renewed it for %v", ErrLost, other, silent))
+			return l.err
+		}
+	}
+	l.loseLocked(fmt.Errorf("%w: it expired, not renewed for %v", ErrLost, silent))
+	return l.err
+}
+
+// Release stops renewing the lease and, while it is held, deletes it, so
+// that the next coordinator takes it at once instead of waiting for it to
+// expire. A lease lost is left to its new holder.
+//
+// A ctx that is done stops the renewals and deletes nothing: the lease
+// expires then (for a server that is gone).
+func (l *Lease) Release(ctx context.Context) error {
+	l.stop()
+	<-l.done
+	l.timer.Stop()
+	if l.Check() != nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		l.mu.Lock()
+		l.loseLocked(fmt.Errorf("%w: released (not deleted: %w)", ErrLost, ctx.Err()))
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Lock()
+	rev := l.rev
+	l.loseLocked(fmt.Errorf("%w: released", ErrLost))
+	l.mu.Unlock()
+	if err := l.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		return fmt.Errorf("coordinator lease: release it: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
+)
+
+// testTTL is the lease bucket's TTL in these tests: a lease not renewed
+// expires this long after.
+const testTTL = 2 * time.Second
+
+// bucket opens the lease bucket on a new connection to srv with ttl.
+func bucket(t *testing.T, ctx context.Context, url string, ttl time.Duration) jetstream.KeyValue {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, got, err := Open(ctx, js, 0, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != ttl {
+		t.Fatalf("bucket TTL %v; want %v", got, ttl)
+	}
+	return kv
+}
+
+// take takes the lease as id on kv, failing the test on an error.
+func take(t *testing.T, ctx context.Context, kv jetstream.KeyValue, id string, answers func(Holder) bool) *Lease {
+	t.Helper()
+	l, err := Take(ctx, Config{KV: kv, TTL: testTTL, Holder: Holder{ID: id, Host: "host-" + id, PID: 7}, Answers: answers})
+	if err != nil {
+		t.Fatalf("%s: take the lease: %v", id, err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
+}
+
+// holder returns who holds the lease in kv now.
+func holder(t *testing.T, ctx context.Context, kv jetstream.KeyValue) Holder {
+	t.Helper()
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h Holder
+	if err := json.Unmarshal(e.Value(), &h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// A lease whose holder answers is refused at once, naming the holder.
+func TestTakeRefusesAHolderThatAnswers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := embeddedtest.Server(t, embedded.Config{}).ClientURL()
+	kv := bucket(t, ctx, url, testTTL)
+	a := take(t, ctx, kv, "a", nil)
+	var asked Holder
+	_, err := Take(ctx, Config{KV: kv, TTL: testTTL, Holder: Holder{ID: "b"}, Answers: func(h Holder) bool { asked = h; return true }})
+	var held *HeldError
+	if !errors.As(err, &held) || !held.Answers {
+		t.Fatalf("second take: %v; want a HeldError of a holder that answers", err)
+	}
+	if asked.ID != "a" || held.Holder.ID != "a" || held.Holder.Host != "host-a" || held.Holder.PID != 7 {
+		t.Errorf("asked %+v, error names %+v; want holder a", asked, held.Holder)
+	}
+	if !strings.Contains(err.Error(), "coordinator a on host-a (pid 7, since ") {
+		t.Errorf("error %q does not name the holder", err)
+	}
+	if err := a.Check(); err != nil {
+		t.Errorf("the holder's lease after a refused take: %v", err)
+	}
+}
+
+// A lease that its silent holder does not renew is taken once it expired;
+// one renewed while the taker waits is refused, naming the holder.
+func TestTakeWaitsForALeaseNotRenewed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := embeddedtest.Server(t, embedded.Config{}).ClientURL()
+	kv := bucket(t, ctx, url, testTTL)
+	// A holder that froze right after it took the lease.
+	frozen, _ := json.Marshal(Holder{ID: "frozen", Host: "h", PID: 1, Since: time.Now()})
+	if _, err := kv.Create(ctx, key, frozen); err != nil {
+		t.Fatal(err)
+	}
+	silent := func(Holder) bool { return false }
+	b := take(t, ctx, kv, "b", silent)
+	if h := holder(t, ctx, kv); h.ID != "b" {
+		t.Fatalf("lease held by %+v; want b", h)
+	}
+	if err := b.Check(); err != nil {
+		t.Fatal(err)
+	}
+	// b renews its lease: a third that does not hear it answer waits,
+	// sees the renewal and is refused.
+	_, err := Take(ctx, Config{KV: kv, TTL: testTTL, Holder: Holder{ID: "c"}, Answers: silent})
+	var held *HeldError
+	if !errors.As(err, &held) || held.Answers || held.Holder.ID != "b" {
+		t.Fatalf("take beside a holder that renews: %v; want a HeldError naming b", err)
+	}
+	if !strings.Contains(err.Error(), "coordinator b on host-b (pid 7, since ") || !strings.Contains(err.Error(), "renews it") {
+		t.Errorf("error %q", err)
+	}
+}
+
+// A holder cut off from its server loses its lease by its own clock,
+// before the server lets another take it: Check and Guard refuse from
+// then on and a guarded context ends. The other takes it once it expired.
+func TestSilencedHolderLosesItsLease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	quiet := natsconntest.NewSilencer(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	kvA := bucket(t, ctx, quiet.URL(), testTTL)
+	kvB := bucket(t, ctx, srv.ClientURL(), testTTL)
+	a := take(t, ctx, kvA, "a", nil)
+	guarded, release, err := a.Guard(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	quiet.Silence()
+	select {
+	case <-a.Lost():
+	case <-ctx.Done():
+		t.Fatal("a silenced holder kept its lease")
+	}
+	<-guarded.Done()
+	if !errors.Is(context.Cause(guarded), ErrLost) {
+		t.Errorf("guarded context ended with %v; want the loss", context.Cause(guarded))
+	}
+	for _, err := range []error{a.Err(), a.Check()} {
+		if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "not renewed for") {
+			t.Errorf("lost lease: %v; want ErrLost saying for how long it was not renewed", err)
+		}
+	}
+	if _, _, err := a.Guard(ctx); !errors.Is(err, ErrLost) {
+		t.Errorf("Guard after the loss: %v", err)
+	}
+	// a is past its end before the server lets b take the lease: b finds
+	// it held, does not hear a answer, and waits for it to expire.
+	b := take(t, ctx, kvB, "b", func(Holder) bool { return false })
+	if err := b.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder whose renewal finds another's lease has lost it, and says who
+// holds it now.
+func TestRenewalFindsAnotherHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := embeddedtest.Server(t, embedded.Config{}).ClientURL()
+	kv := bucket(t, ctx, url, testTTL)
+	a := take(t, ctx, kv, "a", nil)
+	// What a's renewal finds after a freeze longer than the TTL: another
+	// took the lease meanwhile.
+	other, _ := json.Marshal(Holder{ID: "b", Host: "host-b", PID: 8, Since: time.Now()})
+	if _, err := kv.Put(ctx, key, other); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Lost():
+	case <-ctx.Done():
+		t.Fatal("a holder kept a lease another took")
+	}
+	if err := a.Err(); !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "coordinator b on host-b (pid 8, since ") {
+		t.Errorf("lost lease: %v; want it to name b", err)
+	}
+	// Released, a lease lost stays its new holder's.
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := holder(t, ctx, kv); h.ID != "b" {
+		t.Errorf("after a's release the lease is %+v; want b's", h)
+	}
+}
+
+// A released lease is taken at once: the next holder does not wait for it
+// to expire (a minute here, beyond the test's deadline).
+func TestReleasedLeaseIsTakenAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := embeddedtest.Server(t, embedded.Config{}).ClientURL()
+	kv := bucket(t, ctx, url, time.Minute)
+	a, err := Take(ctx, Config{KV: kv, TTL: time.Minute, Holder: Holder{ID: "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(); !errors.Is(err, ErrLost) {
+		t.Errorf("released lease: Check %v", err)
+	}
+	b, err := Take(ctx, Config{KV: kv, TTL: time.Minute, Holder: Holder{ID: "b"}})
+	if err != nil {
+		t.Fatalf("take after a release: %v", err)
+	}
+	defer b.Release(ctx)
+	if h := holder(t, ctx, kv); h.ID != "b" {
+		t.Errorf("lease %+v; want b's", h)
+	}
+}
