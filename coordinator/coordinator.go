@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/transport/storage"
@@ -49,13 +50,20 @@ type Config struct {
 	// is live, or for free slots, before that counts as a failure (default
 	// job.DefaultWorkerWait; see job.Options.WorkerWait).
 	WorkerWait time.Duration
-	Log        *slog.Logger
+	// Fence, if set, guards the coordinator's writes to shared state —
+	// job records, checkpoint metadata, checkpoint deletes — and its
+	// requests to workers with its lease (coordinator/lease): once it
+	// refuses, the coordinator writes nothing and sends nothing more.
+	Fence control.Fence
+	Log   *slog.Logger
 }
 
 // Coordinator is a configured job side.
 type Coordinator struct {
 	// State holds task snapshots; Meta holds checkpoint metadata (the same
 	// store with StateDir); Jobs holds job records (see job.Options.Jobs).
+	// They are the stores as opened, for workers (State) and tools: the
+	// Catalog and the Manager write through Config.Fence.
 	State, Meta, Jobs storage.Store
 	Catalog           *checkpoint.Catalog
 	Registry          *registry.Registry
@@ -95,9 +103,9 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if c.Registry, err = registry.Open(ctx, js, "", cfg.Replicas); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	c.Catalog = &checkpoint.Catalog{Meta: c.Meta, State: c.State, Log: cfg.Log}
-	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry, Jobs: c.Jobs,
-		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, WorkerWait: cfg.WorkerWait, Log: cfg.Log})
+	c.Catalog = &checkpoint.Catalog{Meta: fence(c.Meta, cfg.Fence), State: fence(c.State, cfg.Fence), Log: cfg.Log}
+	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry, Jobs: fence(c.Jobs, cfg.Fence),
+		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, WorkerWait: cfg.WorkerWait, Fence: cfg.Fence, Log: cfg.Log})
 	return c, nil
 }
 

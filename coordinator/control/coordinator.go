@@ -37,6 +37,29 @@ type CoordinatorOptions struct {
 	HeartbeatTimeout time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Fence, if set, guards every request to a worker (see Fence): one
+	// it refuses is not sent.
+	Fence Fence
+}
+
+// Fence guards a coordinator's acts on shared state — its requests to
+// workers, its writes to job records and checkpoints — with its lease
+// (coordinator/lease): it returns an error, and nothing is done, once the
+// coordinator no longer surely is the only one; else a context derived
+// from ctx that ends when that happens, for the act, and release, called
+// when the act is done.
+type Fence func(ctx context.Context) (_ context.Context, release context.CancelFunc, _ error)
+
+// guard is c's Fence on ctx, or ctx as it is without one.
+func (c *Coordinator) guard(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if c.opts.Fence == nil {
+		return ctx, func() {}, nil
+	}
+	g, release, err := c.opts.Fence(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator: %w", err)
+	}
+	return g, release, nil
 }
 
 // Coordinator is the coordinator side of the control protocol.
@@ -347,6 +370,11 @@ func (c *Coordinator) Cancel(ctx context.Context, worker string, m Cancel) error
 // does the request fail with ErrUnavailable, as it does at once without a
 // reconnect (a worker gone between heartbeats).
 func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
+	ctx, release, err := c.guard(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	back := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(back)
 	var (
@@ -418,6 +446,11 @@ func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
 // failure); the next one is triggered at its interval. Triggers that fail
 // in a row for a checkpoint timeout do count (checkpoint.Machine.TriggerFailed).
 func (c *Coordinator) Trigger(ctx context.Context, worker string, t Trigger) error {
+	ctx, release, err := c.guard(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return request(ctx, c.nc, c.subj.Worker(worker, OpTrigger), t, nil)
 }
 

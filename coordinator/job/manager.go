@@ -105,7 +105,11 @@ type Options struct {
 	// were running, from their latest valid checkpoint. A JetStream KV
 	// store (storage.NewKV) or the checkpoint directory both do.
 	Jobs storage.Store
-	Log  *slog.Logger
+	// Fence, if set, guards every request to a worker
+	// (control.CoordinatorOptions.Fence). The stores the manager writes
+	// (Jobs, the Catalog's) are guarded by the caller.
+	Fence control.Fence
+	Log   *slog.Logger
 
 	// secondaryGrace replaces the package's secondaryGrace (a test's
 	// seam: one that reports a secondary failure and then its cause does
@@ -204,7 +208,7 @@ func New(opts Options) *Manager {
 	}
 	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}, reported: map[string]int{}, freed: map[string]uint64{}, stopped: map[staleKey]bool{},
 		room: make(chan struct{}), removing: map[ckKey]bool{}, starting: map[ckKey]int{}, clearing: map[string]clearing{}}
-	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout})
+	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout, Fence: opts.Fence})
 	return m
 }
 
