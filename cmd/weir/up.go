@@ -22,6 +22,7 @@ import (
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
+	"github.com/weirhq/weir/coordinator/lease"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
 )
@@ -129,7 +130,15 @@ NATS server or cluster (JetStream enabled), and keep job records, checkpoints
 and modules in JetStream buckets. On a cluster give -replicas 3 (or 5), so
 that those buckets survive the loss of a server; it also scales buckets that
 exist already. Workers joining such a cluster need only -nats. One weir up
-serves a NATS: a second one there is refused while the first one answers.`
+serves a NATS: its coordinator holds a lease there (a key of the JetStream
+bucket weir_coordinator, renewed every few seconds, that expires 15s after
+it was last renewed). A second weir up is refused while the first one
+answers or renews its lease; one whose lease holder does not (a process
+frozen, or killed) waits for that lease to expire, up to 15s, and takes
+over. A coordinator that was replaced so, when it runs again, has lost its
+lease: it stops acting at once, leaving its jobs to the new one, and weir
+up exits with an error saying so. A weir up stopped with Ctrl-C releases
+its lease at once.`
 
 func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "up", upUsage)
@@ -212,6 +221,10 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	fmt.Fprintf(std.Out, "weir is up: NATS on %s, %s, coordinator and %d worker(s) running (%s checkpoints)\n",
 		on, where, *workers, n.CheckpointStore())
+	if id := n.CoordinatorID(); id != "" {
+		fmt.Fprintf(std.Out, "coordinator %s holds the coordinator lease of this NATS (bucket %s): another weir up here is refused while it runs\n",
+			id, lease.Bucket)
+	}
 	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", submit)
 	if ln != nil {
 		mux := http.NewServeMux()
@@ -221,7 +234,13 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		defer srv.Close()
 		fmt.Fprintf(std.Out, "metrics on http://%s/metrics\n", ln.Addr())
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-n.Lost():
+		// Frozen or cut off for the lease's TTL, this coordinator was
+		// replaced: it stopped acting, and its jobs go on under the other.
+		return fmt.Errorf("up: %w: this coordinator stopped, leaving its jobs to the one that takes the lease", n.LeaseErr())
+	}
 	fmt.Fprintln(std.Out, "weir: shutting down")
 	return nil
 }

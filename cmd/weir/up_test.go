@@ -51,7 +51,8 @@ func TestUpOnAnExistingServer(t *testing.T) {
 	out, stop, done := upOn(t, ctx, srv.ClientURL())
 	up := "weir is up: NATS on " + srv.ClientURL() + ", no embedded server, coordinator and 1 worker(s) running (jetstream checkpoints)"
 	out.await(t, ctx, done, up)
-	for _, b := range []string{"weir_jobs", storage.DefaultMetaBucket} {
+	out.await(t, ctx, done, " holds the coordinator lease of this NATS (bucket weir_coordinator): another weir up here is refused while it runs\n")
+	for _, b := range []string{"weir_jobs", storage.DefaultMetaBucket, "weir_coordinator"} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
 			t.Errorf("bucket %s on the server: %v", b, err)
 		}

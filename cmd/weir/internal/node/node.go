@@ -6,6 +6,7 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"github.com/weirhq/weir/coordinator"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
+	"github.com/weirhq/weir/coordinator/lease"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/wasm"
@@ -100,6 +102,14 @@ type Options struct {
 	Replicas int
 	// CacheDir is the wasm compilation cache ("" = the user cache dir).
 	CacheDir string
+	// LeaseTTL is how long the coordinator's lease lasts unrenewed, when
+	// Start creates its bucket (0 = lease.DefaultTTL); a bucket that
+	// exists keeps its own. With an external NATS the coordinator holds
+	// the lease while it runs (see Start).
+	LeaseTTL time.Duration
+
+	// fence, if set, wraps the coordinator's lease fence (tests only).
+	fence func(control.Fence) control.Fence
 }
 
 // idleModules is how many compiled modules without a running instance a
@@ -128,6 +138,7 @@ type Node struct {
 
 	engine *wasm.Engine
 	nats   *natsconn.Options // the external server's settings, nil with the embedded one
+	lease  *lease.Lease      // the coordinator's lease; nil without one
 	unlock func()            // releases the data directory; nil when not locked
 	store  string            // StoreDir or StoreJetStream
 	// The coordinator stops first (it cancels its jobs' tasks on the
@@ -181,6 +192,18 @@ func connEvents(log *slog.Logger) []nats.Option {
 
 // Start starts a node and returns once its coordinator and workers listen.
 // On an error it stops what it had started.
+//
+// A coordinator on an external NATS (Options.NATS) first takes the
+// coordinator lease (coordinator/lease): another weir up's coordinator
+// that answers, or that renews its lease, has Start refused, naming it;
+// one that does not (frozen, or gone without a word) has Start wait for
+// its lease to expire, up to the lease's TTL, logging that it waits. The
+// coordinator then writes job records and checkpoints and sends requests
+// to workers only while it surely holds the lease; once it lost it
+// (another took it over after this process was frozen or cut off for the
+// TTL), it stops acting at once, leaving what the workers run to the new
+// coordinator, and Lost says so. With the embedded server the data
+// directory's lock makes it the only one: it takes no lease.
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	n := &Node{coordinatorDone: make(chan struct{}), workersDone: make(chan struct{})}
 	var workers sync.WaitGroup
@@ -288,14 +311,26 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	n.API = control.NewAPIClient(n.Conn, "")
 	var coord *coordinator.Coordinator
 	var taskStore host.Store
+	var fence control.Fence
 	if opts.Coordinator && opts.NATS != nil {
-		if err := noOtherCoordinator(n.Conn, *opts.NATS); err != nil {
+		kv, ttl, err := lease.Open(ctx, n.JS, opts.Replicas, opts.LeaseTTL)
+		if err != nil {
 			return err
+		}
+		if err := noOtherCoordinator(ctx, n.Conn, kv, *opts.NATS); err != nil {
+			return err
+		}
+		if n.lease, err = takeLease(ctx, kv, ttl, *opts.NATS, log); err != nil {
+			return err
+		}
+		fence = n.lease.Guard
+		if opts.fence != nil {
+			fence = opts.fence(fence)
 		}
 	}
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
-			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, Log: log.With("component", "coordinator")})
+			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, Fence: fence, Log: log.With("component", "coordinator")})
 		if err != nil {
 			return err
 		}
@@ -322,6 +357,20 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	n.stopCoordinator, n.stopWorkers = stopCoordinator, stopWorkers
 	var pending []<-chan struct{}
 	failed := make(chan error, 1+opts.Workers)
+	if n.lease != nil {
+		// Lost, the lease stops the coordinator: its jobs go on under
+		// the coordinator that holds it now.
+		go func() {
+			select {
+			case <-n.lease.Lost():
+				if coordCtx.Err() == nil {
+					log.Info("coordinator stops: it lost its lease", "err", n.lease.Err())
+					stopCoordinator()
+				}
+			case <-coordCtx.Done():
+			}
+		}()
+	}
 	if coord != nil {
 		ready := make(chan struct{})
 		pending = append(pending, ready)
@@ -392,6 +441,8 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 			return ctx.Err()
 		case err := <-failed:
 			return fmt.Errorf("node: a component stopped while starting: %w", err)
+		case <-n.Lost():
+			return fmt.Errorf("node: the coordinator stopped while starting: %w", n.LeaseErr())
 		}
 	}
 	return nil
@@ -471,6 +522,10 @@ func waitForJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Op
 	}
 }
 
+// leaseReleaseWait bounds how long Close waits for the server to delete
+// the coordinator's lease.
+const leaseReleaseWait = 2 * time.Second
+
 // otherCoordinatorWait bounds noOtherCoordinator's question: a
 // coordinator answers the job API at once, and nobody listening is told
 // at once (no responders).
@@ -481,13 +536,18 @@ const otherCoordinatorWait = 2 * time.Second
 // the same jobs from the same records, each deploying its own attempts
 // onto the same workers and deleting the other's checkpoints, and both
 // started without a word. The error names the server and the live
-// workers the other one reports, whose hosts say where it runs. Only one
-// that answers is found: one started at the same moment, or one whose
-// process is frozen, is not.
-func noOtherCoordinator(nc *nats.Conn, o natsconn.Options) error {
+// workers the other one reports, whose hosts say where it runs, and who
+// holds the coordinator lease in kv, if anyone does. Only one that
+// answers is found: one started at the same moment, or one whose process
+// is frozen, is left to the lease (takeLease).
+func noOtherCoordinator(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, o natsconn.Options) error {
 	ws, ok := coordinatorWorkers(nc)
 	if !ok {
 		return nil
+	}
+	holder := ""
+	if h, ok := lease.Current(ctx, kv); ok {
+		holder = h.String() + " holds the coordinator lease; "
 	}
 	workers := make([]string, 0, len(ws))
 	for _, w := range ws {
@@ -501,8 +561,8 @@ func noOtherCoordinator(nc *nats.Conn, o natsconn.Options) error {
 	if len(workers) > 0 {
 		live = "live workers: " + strings.Join(workers, ", ")
 	}
-	return fmt.Errorf("NATS %s: another coordinator already runs there (%s): two would run the same jobs; "+
-		"stop that weir up first, or join it with weir worker", natsconn.Redact(o.URL), live)
+	return fmt.Errorf("NATS %s: another coordinator already runs there (%s%s): two would run the same jobs; "+
+		"stop that weir up first, or join it with weir worker", natsconn.Redact(o.URL), holder, live)
 }
 
 // coordinatorWorkers asks the job API on nc for the live workers, waiting
@@ -520,6 +580,53 @@ func coordinatorWorkers(nc *nats.Conn) ([]control.WorkerStatus, bool) {
 	}
 	_ = json.Unmarshal(msg.Data, &rep)
 	return rep.Result, true
+}
+
+// takeLease takes the coordinator lease in kv (with its ttl), on the
+// external NATS of o (lease.Take): refused, it says who holds it and what
+// to do.
+func takeLease(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration, o natsconn.Options, log *slog.Logger) (*lease.Lease, error) {
+	host, _ := os.Hostname()
+	// No Answers: noOtherCoordinator has just asked, and a holder that
+	// did not answer then (frozen, or still starting) is told apart by
+	// whether it renews its lease; asking again would cost a frozen one's
+	// replacement 2 s more.
+	l, err := lease.Take(ctx, lease.Config{KV: kv, TTL: ttl, Log: log,
+		Holder: lease.Holder{ID: rand.Text()[:12], Host: host, PID: os.Getpid()}})
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("NATS %s: another coordinator already runs there (%s holds the coordinator lease): two would run the same jobs; "+
+			"stop that weir up first, or join it with weir worker", natsconn.Redact(o.URL), held.Holder)
+	}
+	return l, err
+}
+
+// Lost is closed once the coordinator lost its lease (LeaseErr says how)
+// and stopped: close the node and exit. Nil (never closed) without a
+// lease.
+func (n *Node) Lost() <-chan struct{} {
+	if n.lease == nil {
+		return nil
+	}
+	return n.lease.Lost()
+}
+
+// LeaseErr says how the coordinator lost its lease (wrapping
+// lease.ErrLost), nil while it holds it or holds none.
+func (n *Node) LeaseErr() error {
+	if n.lease == nil {
+		return nil
+	}
+	return n.lease.Err()
+}
+
+// CoordinatorID is the ID the coordinator holds its lease as, "" without
+// one.
+func (n *Node) CoordinatorID() string {
+	if n.lease == nil {
+		return ""
+	}
+	return n.lease.Holder().ID
 }
 
 // CoordinatorAnswers reports whether a coordinator answers on the node's
@@ -567,6 +674,17 @@ func (n *Node) Close() {
 }
 
 func (n *Node) closeResources() {
+	if n.lease != nil {
+		// The coordinator has stopped: the next one takes the lease at
+		// once instead of waiting for it to expire — unless the server
+		// is gone, which would hold the stop for nothing.
+		ctx, cancel := context.WithTimeout(context.Background(), leaseReleaseWait)
+		if !n.Conn.IsConnected() {
+			cancel() // Release stops renewing, and the lease expires
+		}
+		_ = n.lease.Release(ctx)
+		cancel()
+	}
 	if n.engine != nil {
 		_ = n.engine.Close(context.Background())
 	}

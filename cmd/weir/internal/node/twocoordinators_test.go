@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,8 @@ import (
 )
 
 // A second weir up on a NATS whose coordinator answers is refused, naming
-// the server and the other one's workers (where it runs): both used to
+// the server, the holder of the coordinator lease and the other one's
+// workers (where it runs): both used to
 // start, silently, and would have run the same jobs from the same records.
 // Once the first is gone, it starts.
 func TestSecondCoordinatorOnTheSameNATSIsRefused(t *testing.T) {
@@ -34,7 +36,10 @@ func TestSecondCoordinatorOnTheSameNATSIsRefused(t *testing.T) {
 		second.Close()
 		t.Fatal("a second coordinator started on the same NATS")
 	}
-	for _, want := range []string{"NATS " + url + ": another coordinator already runs there", "w1"} {
+	t.Logf("refused: %v", err)
+	h := first.lease.Holder()
+	for _, want := range []string{"NATS " + url + ": another coordinator already runs there", "w1",
+		fmt.Sprintf("coordinator %s on %s (pid %d, since ", h.ID, h.Host, h.PID)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q; want it to say %q", err, want)
 		}
