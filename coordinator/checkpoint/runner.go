@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/lease"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -619,7 +620,12 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 					ended := r.jobEnded
 					r.mu.Unlock()
 					msg := "checkpoint discards left undone: the checkpoint store is out of reach; a coordinator that resumes the job does them"
-					if ended {
+					switch {
+					case errors.Is(r.undoneErr, lease.ErrLost):
+						// Not the store: this coordinator may not write
+						// to it any more.
+						msg = "checkpoint discards left undone: this coordinator lost its lease, so it writes to the checkpoint store no more"
+					case ended:
 						msg = "checkpoint discards left undone: the checkpoint store is out of reach; the job has ended, so no coordinator does them: weir checkpoint rm removes what they leave (-earlier: the objects of checkpoints that never completed)"
 					}
 					r.log.Warn(msg, "discards", r.undone, "err", r.undoneErr)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/lease"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -94,5 +95,51 @@ func TestRunnerSaysWhoDoesTheDiscardsLeftUndone(t *testing.T) {
 		if got := logs.String(); !strings.Contains(got, "checkpoint discards left undone") || !strings.Contains(got, want) {
 			t.Errorf("ended %v: log\n%s\nwant the discards left undone, saying %q", ended, got, want)
 		}
+	}
+}
+
+// fencedDir is a directory store behind a lost coordinator lease: every
+// delete is refused, as the node's fence refuses them.
+type fencedDir struct{ storage.Store }
+
+func (s fencedDir) Delete(ctx context.Context, prefix string) error {
+	return fmt.Errorf("delete %s: %w: expired", prefix, lease.ErrLost)
+}
+
+func (s fencedDir) DeleteKey(ctx context.Context, key string) error {
+	return fmt.Errorf("delete %s: %w: expired", key, lease.ErrLost)
+}
+
+// A coordinator that lost its lease leaves its discards undone because
+// it may not write, not because the store is out of reach: the log said
+// the store was.
+func TestRunnerSaysALostLeaseLeftTheDiscardsUndone(t *testing.T) {
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &Catalog{Meta: st, State: fencedDir{Store: st}}
+	eff := &holdingEffects{fakeEffects: fakeEffects{trigger: make(chan TriggerAction, 16)},
+		aborting: make(chan int64, 16), release: make(chan struct{})}
+	var logs lockedBuffer
+	m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: time.Minute, MaxConcurrent: 1, Retained: 1}, nil, 0)
+	r := NewRunner(m, cat, eff, RunnerOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	go r.Run(ctx)
+	r.Start([]string{"a-0", "b-0"})
+	id := (<-eff.trigger).ID
+	key := StateKey("j", id, "a-0")
+	if err := st.Put(context.Background(), key, strings.NewReader("state")); err != nil {
+		t.Fatal(err)
+	}
+	r.Ack("a-0", id, key, nil)
+	r.Stop("coordinator lease lost")
+	<-eff.aborting
+	cancel()
+	close(eff.release)
+	<-r.Done()
+	want := "checkpoint discards left undone: this coordinator lost its lease, so it writes to the checkpoint store no more"
+	if got := logs.String(); !strings.Contains(got, want) {
+		t.Errorf("log\n%s\nwant %q", got, want)
 	}
 }
