@@ -243,6 +243,12 @@ func (a *accumulator) take(ctx context.Context) ([]byte, []uint64, error) {
 			// The last offsets go with ErrEnded, not an empty batch
 			// before it; a failure after the end changes nothing.
 			offs := append([]uint64(nil), a.last...)
+			if n := len(a.taken); n == 0 || !slices.Equal(a.taken[n-1].offs, offs) {
+				// The task ends at offs, which may be past the last
+				// batch's (a lane ended past its last record):
+				// unprocessedLocked must find it among those taken.
+				a.noteTaken(0, offs)
+			}
 			a.mu.Unlock()
 			return nil, offs, ErrEnded
 		}

@@ -147,3 +147,30 @@ func recordsIn(t *testing.T, b []byte) int {
 	}
 	return len(recs)
 }
+
+// A bounded source whose filtered lane ends past its last record (the
+// stream's other subjects take it to the stop) has nothing unread once
+// the task processed up to its final offset, which no batch carried:
+// the batches it remembers were all processed before it.
+func TestJetStreamUnreadEnded(t *testing.T) {
+	_, js := connect(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 30)  // seqs 1..30
+	publishN(t, ctx, js, func(int) string { return "in.b" }, 30, 40) // seqs 31..40
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", FilterSubjects: []string{"in.a"}, StopSeq: 40,
+		MaxBatchRecords: 10, IdleCheck: time.Hour})
+	must(t, err)
+	defer src.Close()
+	got, off := pollToEnd(t, ctx, src)
+	if len(got) != 30 {
+		t.Fatalf("read %d records, want 30", len(got))
+	}
+	if seq, _ := DecodeOffset(off); seq != 40 {
+		t.Fatalf("final offset %d, want 40", seq)
+	}
+	if n, ok := src.Unread(off); !ok || n != 0 {
+		t.Errorf("unread %d, %v once the task processed up to the final offset; want 0", n, ok)
+	}
+}
