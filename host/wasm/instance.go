@@ -767,9 +767,6 @@ func (w *lineWriter) endCall() {
 	defer w.mu.Unlock()
 	if !w.taken {
 		w.release()
-		if note := w.trace.note(); note != "" {
-			w.log(note)
-		}
 	}
 	w.fatal, w.trace, w.taken = "", traceback{}, false
 	w.hasFatal.Store(false)
@@ -788,12 +785,17 @@ func (w *lineWriter) takeFatal() (fatal, trace string) {
 	return w.fatal, w.trace.text()
 }
 
-// release logs the lines the traceback holds, and forgets them.
+// release logs the lines the traceback holds, then what it left out
+// (traceback.note), and forgets them.
 func (w *lineWriter) release() {
 	for _, l := range w.trace.lines {
 		w.log(l)
 	}
+	if note := w.trace.note(); note != "" {
+		w.log(note)
+	}
 	w.trace.lines, w.trace.preamble, w.trace.size = nil, 0, 0
+	w.trace.goroutines, w.trace.cut = 0, 0
 }
 
 func (w *lineWriter) log(line string) {

@@ -3,6 +3,8 @@ package wasm
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -177,5 +179,42 @@ func TestLineWriterReleasesTheLinesOfACallThatWentOn(t *testing.T) {
 	w.endCall()
 	if got := strings.Count(buf.String(), long); got != n {
 		t.Errorf("%d long lines logged of %d", got, n)
+	}
+}
+
+// A call that does not fail logs every line the guest wrote after a
+// "panic: " line that a goroutine's stack follows, when it was the guest
+// that wrote them: a Go guest that recovers a panic and prints it with
+// debug.Stack, once per record, and goes on. The Go runtime puts a blank
+// line before each goroutine's stack and writes nothing after the last;
+// lines that do not fit that are the guest's own, not a traceback to
+// cut. Held as one, the second stack and everything after it went
+// unlogged, as a goroutine "left out".
+func TestLineWriterLogsAGuestsOwnStacks(t *testing.T) {
+	for _, c := range []struct{ name, in string }{
+		{"debug.Stack", "panic: recovered a\ngoroutine 1 [running]:\nmain.f()\n\t/src/f.go:1 +0x1\nlater a\n" +
+			"panic: recovered b\ngoroutine 1 [running]:\nmain.g()\n\t/src/g.go:2 +0x2\nlater b\n"},
+		{"blank lines", "panic: recovered a\n\ngoroutine 1 [running]:\nmain.f()\n\t/src/f.go:1 +0x1\n\nlater a\n" +
+			"panic: recovered b\n\ngoroutine 1 [running]:\nmain.g()\n\t/src/g.go:2 +0x2\n\nlater b\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stderr"}
+			w.Write([]byte(c.in))
+			w.endCall()
+			var got []string
+			for _, l := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+				_, msg, _ := strings.Cut(l, " msg=")
+				msg, _, _ = strings.Cut(msg, " operator=")
+				if s, err := strconv.Unquote(msg); err == nil {
+					msg = s
+				}
+				got = append(got, msg)
+			}
+			want := strings.Split(strings.TrimSuffix(c.in, "\n"), "\n")
+			if !slices.Equal(got, want) {
+				t.Errorf("logged:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
 }

@@ -23,8 +23,11 @@ import (
 // and maxTracebackBytes in all: a guest that writes a "panic: " line to
 // stderr and goes on is no Go runtime about to stop, and past
 // maxPreamble lines or maxTracebackBytes with no goroutine's stack the
-// lines are logged again as they come (passed). Of a goroutine's stack,
-// what passes maxTracebackBytes is left out, and counted.
+// lines are logged again as they come (passed), as they are from the
+// first line that does not fit a Go traceback: a goroutine's header
+// after a line that is not blank, or after a goroutine's stack and a
+// blank line, a line that starts no other. Of a goroutine's stack, what
+// passes maxTracebackBytes is left out, and counted.
 type traceback struct {
 	lines      []string // the preamble, then the kept goroutine's stack
 	size       int      // bytes in lines
@@ -34,6 +37,7 @@ type traceback struct {
 	keeping    bool     // the lines now are the kept goroutine's
 	cut        int      // lines of the kept stack left out past maxTracebackBytes
 	passed     bool     // gave up holding: the lines are logged as they come
+	blank      bool     // the line before was blank
 }
 
 const (
@@ -52,7 +56,16 @@ func (t *traceback) hold(line string) bool {
 	if t.passed {
 		return false
 	}
-	if isGoroutineHeader(line) {
+	// The Go runtime writes a blank line before each goroutine's stack,
+	// and nothing after the last one's. A goroutine's header after a
+	// line that is not blank (debug.Stack's, printed by the guest) is
+	// the guest's own line, and so is a line after a blank one that
+	// starts no stack (it went on after printing one): a line no stack
+	// holds, lest a call that succeeds leave it unlogged as a
+	// goroutine's left out.
+	afterBlank := t.blank
+	t.blank = strings.TrimSpace(line) == ""
+	if afterBlank && isGoroutineHeader(line) {
 		t.goroutines++
 		run := strings.Contains(line, "[running")
 		switch {
@@ -82,6 +95,9 @@ func (t *traceback) hold(line string) bool {
 		}
 		t.add(line)
 		t.preamble++
+	case afterBlank && !t.blank && line != "runtime stack:":
+		t.passed = true
+		return false
 	case t.keeping:
 		t.add(line)
 	}
