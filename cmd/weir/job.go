@@ -592,12 +592,14 @@ func bottleneckOf(tasks []control.TaskStatus) (task, line string) {
 // one), a job failing over in a row (a restart loop), the bottleneck — so
 // that a user watching weir run learns of them too, but each once rather
 // than on every poll: a row of failures is said once it reaches two, and
-// again only after it ended (a checkpoint completed); a bottleneck when
-// another task than the one said last is it.
+// again only after it ended (a checkpoint completed); a bottleneck the
+// first time each source, operator or sink is it — not each time another
+// of its subtasks is the busiest, which with all of them busy nearly all
+// the time changes from one poll to the next.
 type statusNotes struct {
-	checkpointRow bool   // said the checkpoints failing in the current row
-	failureRow    bool   // said the failures in the current row
-	bottleneck    string // the bottleneck task said last
+	checkpointRow bool            // said the checkpoints failing in the current row
+	failureRow    bool            // said the failures in the current row
+	bottlenecks   map[string]bool // the vertices (vertexOf) said as the bottleneck
 }
 
 // inARow is how many failures in a row, of checkpoints or of the job,
@@ -623,8 +625,11 @@ func (n *statusNotes) news(st control.JobStatus) string {
 		printInARow(&b, st)
 	}
 	if st.State == control.JobRunning {
-		if task, line := bottleneckOf(st.Tasks); task != "" && task != n.bottleneck {
-			n.bottleneck = task
+		if task, line := bottleneckOf(st.Tasks); task != "" && !n.bottlenecks[vertexOf(task)] {
+			if n.bottlenecks == nil {
+				n.bottlenecks = map[string]bool{}
+			}
+			n.bottlenecks[vertexOf(task)] = true
 			fmt.Fprintln(&b, line)
 		}
 	}

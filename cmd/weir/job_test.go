@@ -784,7 +784,7 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 // checkpoints failing in a row with the advice for an expired one, the
 // failures in a row of a restart loop, the bottleneck — with the same
 // lines, but each once: a row of two or more once, again only after a
-// checkpoint completed ended it; a bottleneck when another task is it.
+// checkpoint completed ended it; a bottleneck once for each operator.
 // It printed none of them, on any poll.
 func TestRunSaysTroubleOnce(t *testing.T) {
 	at := time.Date(2026, 12, 2, 14, 14, 17, 0, time.UTC)
@@ -832,5 +832,27 @@ func TestRunSaysTroubleOnce(t *testing.T) {
 		if c.want == "" && got != "" || c.want != "" && !regexp.MustCompile(c.want).MatchString(got) {
 			t.Errorf("poll %d: said\n%q\nwant it to match\n%q", i, got, c.want)
 		}
+	}
+}
+
+// weir run names a bottleneck once, though the busiest of an operator's
+// subtasks changes from one poll to the next: two subtasks of an operator
+// that limits the job, each busy nearly all the time, take turns as the
+// busiest, and weir run said the bottleneck again on every poll.
+func TestRunSaysABottleneckOnce(t *testing.T) {
+	tasks := func(busy0, busy1 float64) []control.TaskStatus {
+		return []control.TaskStatus{{Task: "lines-0", Backpressured: 0.9}, {Task: "slowop-0", Busy: busy0}, {Task: "slowop-1", Busy: busy1}}
+	}
+	var notes statusNotes
+	said := 0
+	for i := range 6 {
+		st := control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 1, Tasks: tasks(0.95, 0.96)}
+		if i%2 == 1 {
+			st.Tasks = tasks(0.96, 0.95)
+		}
+		said += strings.Count(notes.news(st), "bottleneck: ")
+	}
+	if said != 1 {
+		t.Errorf("said the bottleneck %d times in 6 polls, want once", said)
 	}
 }
