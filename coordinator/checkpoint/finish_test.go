@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -100,4 +101,37 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// A removal cut short that another request is finishing (the coordinator's
+// start, or a user's rm) is left to it: retention logged a failure and
+// tried again, while the other request finished it and said so.
+func TestRetentionLeavesARemovalAnotherRequestFinishes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &Catalog{Meta: st, State: st}
+	var logs syncBuffer
+	var calls int
+	r := NewRunner(NewMachine("j", Config{}, nil, 0), cat, &fakeEffects{}, RunnerOptions{Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		FinishRemoval: func(context.Context, int64) (int, error) {
+			calls++
+			return 0, fmt.Errorf("cannot remove checkpoint 2 of job j: %w", ErrBeingRemoved)
+		}})
+	r.RemovalCut(2, "cut")
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); r.discarder(ctx, stop) }()
+	r.queueDiscard(DiscardAction{ID: 1})
+	r.queueDiscard(DiscardAction{ID: 3})
+	close(stop)
+	<-done
+	if calls != 1 {
+		t.Errorf("retention tried to finish the removal %d times; want once", calls)
+	}
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("retention warned of a removal another request finishes:\n%s", logs.String())
+	}
 }

@@ -54,6 +54,12 @@ type RunnerOptions struct {
 // ErrSavepointFailed is wrapped by Savepoint when the savepoint was aborted.
 var ErrSavepointFailed = errors.New("savepoint failed")
 
+// ErrBeingRemoved is wrapped by a FinishRemoval's refusal of a checkpoint
+// that another request is removing already (a user's weir checkpoint rm,
+// or the coordinator's start finishing what was cut short): that request
+// finishes it, or notes it cut short again (RemovalCut) if it fails.
+var ErrBeingRemoved = errors.New("another request is removing the checkpoint")
+
 // EndDiscardTimeout bounds the discards a Runner carries out as Run ends
 // (the state of the checkpoints that ended with the job), all together:
 // they outlive the job's context, not the coordinator.
@@ -710,7 +716,8 @@ func (r *Runner) finishRemovals(ctx context.Context) {
 		n, err := r.finish(ctx, id)
 		r.mu.Lock()
 		tries := tried[id] + 1
-		if err == nil || tries >= failedDiscardTries {
+		elsewhere := errors.Is(err, ErrBeingRemoved)
+		if err == nil || elsewhere || tries >= failedDiscardTries {
 			delete(r.removals, id)
 		} else {
 			r.removals[id] = tries
@@ -719,6 +726,8 @@ func (r *Runner) finishRemovals(ctx context.Context) {
 		switch {
 		case err == nil && n == 0:
 			// Gone meanwhile: another removal finished it, and said so.
+		case elsewhere:
+			// Another request finishes it, and says so.
 		case err == nil:
 			r.log.Info("checkpoint removal finished (it was cut short before)", "checkpoint", id, "objects", n, "by", "retention")
 		case tries >= failedDiscardTries:

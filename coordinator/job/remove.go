@@ -203,6 +203,9 @@ func (m *Manager) finishRemovals(ctx context.Context, j *job) {
 	}
 	for _, id := range ids {
 		n, err := m.finishRemoval(ctx, j, id)
+		if errors.Is(err, checkpoint.ErrBeingRemoved) {
+			continue // the other request finishes it, and says so
+		}
 		if err != nil {
 			m.log.Warn("finishing a checkpoint removal cut short failed: weir checkpoint rm finishes it", "job", name, "checkpoint", id, "err", err)
 			j.removalCut(ctx, id)
@@ -229,7 +232,7 @@ func (m *Manager) removeFrom(k ckKey) (j *job, done func(), err error) {
 			"cannot remove checkpoint %d of job %s: a job is being started from it (a submit or restore under way)", k.id, k.job)
 	case m.removing[k]:
 		return nil, nil, control.Errorf(control.ErrConflict,
-			"cannot remove checkpoint %d of job %s: another request is removing it", k.id, k.job)
+			"cannot remove checkpoint %d of job %s: %w", k.id, k.job, checkpoint.ErrBeingRemoved)
 	}
 	m.removing[k] = true
 	return j, func() {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/transport/storage"
 )
@@ -171,7 +172,7 @@ func TestRemovalCutShort(t *testing.T) {
 	cs.mend()
 	for _, id := range []int64{d, c} {
 		rm, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "rm", ID: id})
-		for errors.Is(err, control.ErrConflict) && strings.Contains(err.Error(), "another request is removing it") {
+		for errors.Is(err, checkpoint.ErrBeingRemoved) {
 			time.Sleep(10 * time.Millisecond)
 			rm, err = api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "rm", ID: id})
 		}
