@@ -128,6 +128,10 @@ type Manager struct {
 	ctx  context.Context
 	jobs map[string]*job
 	wg   sync.WaitGroup
+	// finishing bounds the jobs whose cut-short removals a starting
+	// coordinator finishes at once (finishRemovalsLater), as resume
+	// bounds the jobs it resumes: each lists its checkpoints.
+	finishing chan struct{}
 	// canceling holds the stale attempts a cancel is on its way to, so a
 	// worker's every heartbeat does not send another.
 	canceling map[staleKey]bool
@@ -207,7 +211,8 @@ func New(opts Options) *Manager {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}, reported: map[string]int{}, freed: map[string]uint64{}, stopped: map[staleKey]bool{},
-		room: make(chan struct{}), removing: map[ckKey]bool{}, starting: map[ckKey]int{}, clearing: map[string]clearing{}}
+		room: make(chan struct{}), removing: map[ckKey]bool{}, starting: map[ckKey]int{}, clearing: map[string]clearing{},
+		finishing: make(chan struct{}, resumeParallel)}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout, Fence: opts.Fence})
 	return m
 }

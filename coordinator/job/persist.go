@@ -375,9 +375,19 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 // finishRemovalsLater finishes the removals of j's checkpoints that were
 // cut short (finishRemovals) on a goroutine of its own: a removal's
 // deletes hold up no job's resume, and the coordinator serves meanwhile.
+// resumeParallel jobs' at most go at once (m.finishing).
 func (m *Manager) finishRemovalsLater(ctx context.Context, j *job) {
 	m.wg.Add(1)
-	go func() { defer m.wg.Done(); m.finishRemovals(ctx, j) }()
+	go func() {
+		defer m.wg.Done()
+		select {
+		case m.finishing <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-m.finishing }()
+		m.finishRemovals(ctx, j)
+	}()
 }
 
 // cancelUnresumed cancels a job a restarted coordinator could not resume
