@@ -77,7 +77,7 @@ func TestJetStreamStartsThroughALeaderElection(t *testing.T) {
 	if !errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, natsconn.ErrNoLeader) || !strings.Contains(err.Error(), "MISSING") {
 		t.Fatalf("start on a stream that does not exist: %v; want stream not found, naming MISSING", err)
 	}
-	must(t, wnc.Flush())
+	embeddedtest.Delivered(t, js.Conn(), wnc)
 	if n := len(missing); n != 1 {
 		t.Errorf("%d requests for the missing stream's info; want 1", n)
 	}
@@ -197,9 +197,9 @@ func TestJetStreamStreamCheckWaitsOutAnElection(t *testing.T) {
 		select {
 		case <-infos:
 		case err := <-checked:
-			// The server passed each request to watch before it was
-			// answered: after a flush, infos holds them all.
-			must(t, watch.Flush())
+			// Once the source's connection, then watch, are flushed,
+			// infos holds a copy of each request (Delivered).
+			embeddedtest.Delivered(t, sjs.Conn(), watch)
 			n += len(infos)
 			if err != nil {
 				t.Fatalf("the stream check failed without a leader, after %d requests: %v", n, err)

@@ -111,3 +111,27 @@ func Kick(t testing.TB, srv *embedded.Server, name string) {
 	}
 	t.Errorf("kick %s: no client of that name", name)
 }
+
+// Delivered returns once every message that pub published so far (a
+// JetStream request, say) has reached the channel and synchronous
+// subscriptions of each of watchers, all connected to the same server as
+// pub. A watcher's flush alone does not do it, even after the request
+// was answered: nats-server v2.15.2 hands a JetStream API request to a
+// queue of its own, whose workers answer it, before the publisher's read
+// loop hands the watchers' connections their copies (the API's $JS.API.>
+// import is matched first), so the answer, and the watcher's flush after
+// it, can come before the copy. A server reads each
+// connection's protocol in order: once it answers pub's PING, it has
+// handed every message pub sent before to the subscribers' connections,
+// and a watcher's PING is answered after them.
+func Delivered(t testing.TB, pub *nats.Conn, watchers ...*nats.Conn) {
+	t.Helper()
+	if err := pub.Flush(); err != nil {
+		t.Fatalf("flush the publisher: %v", err)
+	}
+	for _, w := range watchers {
+		if err := w.Flush(); err != nil {
+			t.Fatalf("flush a watcher: %v", err)
+		}
+	}
+}
