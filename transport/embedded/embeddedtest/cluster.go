@@ -102,7 +102,13 @@ func AwaitPeers(t testing.TB, ctx context.Context, cluster []*server.Server) {
 // Stop shuts s, one of cluster (as Cluster returned it), down and returns
 // what starts it again as it was: its name, its cluster port and routes,
 // and the streams it stored. The new server is shut down when t ends;
-// start returns it once it is ready for connections.
+// start returns it once it is ready for connections, which is enough for
+// the streams it replicates: they elect a leader once it is back. It does
+// not wait for the meta leader to count it as a peer again (AwaitPeers):
+// under NoQuorum and QuorumLoss another server is still down then, and
+// all would never be counted. A test that places a new stream with a
+// replica on every server after a restart calls AwaitPeers itself, with
+// the cluster as it is now (the new server in the stopped one's place).
 func Stop(t testing.TB, s *server.Server, cluster []*server.Server) (start func() *server.Server) {
 	t.Helper()
 	name, port := s.Name(), s.ClusterAddr().Port
