@@ -124,14 +124,14 @@ func (b *fastBatch) AddMsg(ctx context.Context, m *nats.Msg) (uint64, error) {
 		if err != nil {
 			b.closed = true
 			b.mu.Unlock()
-			return 0, fmt.Errorf("batch message 1: subscribe to its acknowledgements: %w", err)
+			return 0, err // names the subscription (a permissions violation, say)
 		}
 		b.sub, b.subject = sub, m.Subject
 	}
 	b.replyTo(m, seq, op)
 	if err := b.nc.PublishMsg(m); err != nil {
 		b.mu.Unlock()
-		return 0, fmt.Errorf("batch message %d: %w", seq, err)
+		return 0, err // the sink names the record
 	}
 	if !b.behindLocked() {
 		acked := b.acked
@@ -239,7 +239,7 @@ func (b *fastBatch) commit(ctx context.Context, m *nats.Msg, op int) (*jetstream
 		if err != nil {
 			b.closed = true
 			b.mu.Unlock()
-			return nil, fmt.Errorf("batch commit: subscribe to its answer: %w", err)
+			return nil, fmt.Errorf("batch commit failed: %w", err)
 		}
 		b.sub, b.subject = sub, m.Subject
 	}
@@ -255,7 +255,7 @@ func (b *fastBatch) commit(ctx context.Context, m *nats.Msg, op int) (*jetstream
 	if b.endAck != nil && b.endErr == nil {
 		return b.endAck, nil
 	}
-	return nil, fmt.Errorf("batch commit: %w", err)
+	return nil, fmt.Errorf("batch commit failed: %w", err)
 }
 
 // release ends the batch without waiting for the server: it sends the
