@@ -67,6 +67,7 @@ type AtLeastOnceConfig struct {
 type AtLeastOnce struct {
 	cfg   AtLeastOnceConfig
 	js    jetstream.JetStream
+	pub   *asyncPublisher // js's async publishes (PublishAsync)
 	mode  PublishMode
 	route route
 	name  string // "at-least-once sink <subject> (stream <name>)", for errors
@@ -194,7 +195,7 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("at-least-once sink %s: %w", cfg.Subject, err)
 	}
-	s.js = js
+	s.js, s.pub = js, newAsyncPublisher(js)
 	tmpl, err := subject.Parse(cfg.Subject)
 	if err != nil {
 		return nil, fmt.Errorf("at-least-once sink: %w", err)
@@ -316,7 +317,7 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 		if len(r.Key) > 0 {
 			m.Header = nats.Header{KeyHeader: []string{string(r.Key)}}
 		}
-		if err := publishAsync(ctx, s.js, m); err != nil {
+		if err := s.pub.publish(ctx, s.route.stream, m); err != nil {
 			return fmt.Errorf("%s: publish: %w", s, err)
 		}
 	}
@@ -504,6 +505,7 @@ func (s *AtLeastOnce) wait(ctx context.Context) error {
 // want of a leader (natsconn.Leaderless, leaderLost) to publish m again
 // (publishAgain), any other as the sink's failure.
 func (s *AtLeastOnce) asyncFailed(m *nats.Msg, err error) {
+	s.pub.publishFailed(err)
 	if err = leaderLost(err); !natsconn.Leaderless(err) || m == nil {
 		s.fail(err)
 		return
@@ -531,10 +533,8 @@ func (s *AtLeastOnce) publishAgain(ctx context.Context, all bool) error {
 	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
 		// Every publish out is answered (or timed out) first: a failure
 		// still to come is published again in this try.
-		select {
-		case <-s.js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return false, fmt.Errorf("waiting for acks: %w", ctx.Err())
+		if err := s.pub.awaitAcks(ctx, s.route.stream); err != nil {
+			return false, err
 		}
 		if err := s.failed(); err != nil {
 			return false, err
@@ -557,17 +557,15 @@ func (s *AtLeastOnce) publishAgain(ctx context.Context, all bool) error {
 				}
 				m.Header.Set(jetstream.MsgIDHeader, nuid.Next())
 			}
-			if err := publishAsync(ctx, s.js, m); err != nil {
+			if err := s.pub.publish(ctx, s.route.stream, m); err != nil {
 				s.emu.Lock()
 				s.again = append(msgs[i:], s.again...)
 				s.emu.Unlock()
 				return false, fmt.Errorf("publish: %w", err)
 			}
 		}
-		select {
-		case <-s.js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return false, fmt.Errorf("waiting for acks: %w", ctx.Err())
+		if err := s.pub.awaitAcks(ctx, s.route.stream); err != nil {
+			return false, err
 		}
 		if err := s.failed(); err != nil {
 			return false, err

@@ -56,11 +56,13 @@ func wantDeleted(t *testing.T, stream string, fail func(ctx context.Context) err
 
 // An exactly-once sink whose stream is deleted between a checkpoint and
 // its commit fails the commit as soon as the server says no stream takes
-// its messages, in fast and atomic batches: not after its ack timeout.
-// (An atomic batch's commit is a request, which the 503 ends at once; a
-// fast batch waited for acknowledgements up to the ack timeout.)
+// its messages, in fast and atomic batches and by async publish: not
+// after its ack timeout. (An atomic batch's commit is a request, which
+// the 503 ends at once; a fast batch waited for acknowledgements up to
+// the ack timeout; async publishes that got a 503 each were published
+// again for seconds.)
 func TestExactlyOnceCommitToADeletedStream(t *testing.T) {
-	for _, mode := range []PublishMode{PublishFast, PublishAtomic} {
+	for _, mode := range []PublishMode{PublishFast, PublishAtomic, PublishAsync} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx, js, s := sinkOn(t, embedded.Config{}, mode, ExactlyOnceConfig{Timeout: longAck})
 			must(t, s.Write(ctx, batchOf(0, 20000)))
@@ -98,6 +100,81 @@ func TestAtLeastOnceToADeletedStream(t *testing.T) {
 					return err
 				}
 				_, err := s.PreCommit(ctx, 1)
+				return err
+			})
+		})
+	}
+}
+
+// An exactly-once sink publishing async whose stream is deleted while it
+// commits a checkpoint fails the commit as soon as it finds the stream
+// gone, not after its ack timeout: the publishes the server had taken
+// and not stored when the stream went get no answer at all.
+func TestExactlyOnceAsyncCommitWhileTheStreamIsDeleted(t *testing.T) {
+	ctx, js, s := sinkOn(t, embedded.Config{}, PublishAsync, ExactlyOnceConfig{Timeout: longAck})
+	const n = 100000
+	must(t, s.Write(ctx, batchOf(0, n)))
+	_, err := s.PreCommit(ctx, 1)
+	must(t, err)
+	// The stream goes once the commit has published some of its records.
+	seen, err := js.Conn().SubscribeSync("out")
+	must(t, err)
+	must(t, seen.SetPendingLimits(-1, -1)) // never a slow consumer
+	must(t, js.Conn().Flush())
+	must(t, s.Commit(ctx, 1))
+	for range 1000 {
+		_, err := seen.NextMsgWithContext(ctx)
+		must(t, err)
+	}
+	must(t, seen.Unsubscribe())
+	must(t, js.DeleteStream(ctx, "OUT"))
+	t.Logf("%d publishes out", s.js.PublishAsyncPending())
+	wantDeleted(t, "OUT", s.Wait)
+}
+
+// An at-least-once sink publishing async whose stream is deleted while it
+// runs fails its next write or checkpoint as soon as it finds the stream
+// gone, not after its ack timeout: with nothing written before
+// ("new-writes"), after a checkpoint ("after-a-checkpoint"), with
+// publishes out when the stream went ("in-flight": those the server had
+// taken and not stored get no answer at all), with writes after those
+// ("in-flight-then-writes"), and with every publish the client allows out
+// one of those, the writes after them stalled ("stalled").
+func TestAtLeastOnceAsyncToADeletedStream(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		maxPending int
+		before     int  // records written before the deletion
+		checkpoint bool // and checkpointed
+		after      bool // records written after it
+	}{
+		{name: "new-writes", after: true},
+		{name: "after-a-checkpoint", before: 10, checkpoint: true, after: true},
+		{name: "in-flight", before: 20000},
+		{name: "in-flight-then-writes", before: 20000, after: true},
+		{name: "stalled", maxPending: 16, before: 20000, after: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nc, js, ctx := outSetup(t, outStream(PublishAsync))
+			s, err := NewAtLeastOnce(ctx, nc, AtLeastOnceConfig{Subject: "out", Publish: PublishAsync, Timeout: longAck, MaxPending: c.maxPending})
+			must(t, err)
+			defer s.Close()
+			if c.before > 0 {
+				must(t, s.Write(ctx, batchOf(0, c.before)))
+			}
+			if c.checkpoint {
+				_, err := s.PreCommit(ctx, 1)
+				must(t, err)
+			}
+			t.Logf("%d publishes out", s.js.PublishAsyncPending())
+			must(t, js.DeleteStream(ctx, "OUT"))
+			wantDeleted(t, "OUT", func(ctx context.Context) error {
+				if c.after {
+					if err := s.Write(ctx, batchOf(c.before, c.before+20000)); err != nil {
+						return err
+					}
+				}
+				_, err := s.PreCommit(ctx, 2)
 				return err
 			})
 		})

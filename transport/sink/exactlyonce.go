@@ -292,7 +292,8 @@ type ExactlyOnce struct {
 	cfg    ExactlyOnceConfig
 	name   string // "exactly-once sink <subject> (stream <name>)", for errors
 	js     jetstream.JetStream
-	target // the sink's stream
+	pub    *asyncPublisher // js's async publishes (PublishAsync)
+	target                 // the sink's stream
 	prefix string
 	// maxPayload is the server's max_payload: no record larger than a
 	// message can hold is staged.
@@ -355,7 +356,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s, err)
 	}
-	s.js = js
+	s.js, s.pub = js, newAsyncPublisher(js)
 	scfg, err := CheckDuplicateWindow(ctx, js, cfg.Stream, cfg.MinDuplicateWindow)
 	if err != nil {
 		return nil, err
@@ -1564,16 +1565,17 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 func (s *ExactlyOnce) publishAsync(ctx context.Context, tg *target, rt *route, prefix string, ckpt int64, recs []abi.Record, skip map[int]bool) error {
 	from := 0 // the records before it are acknowledged
 	return commitThroughElection(ctx, s.js, tg.stream, func(ctx context.Context) (bool, error) {
-		next, err := s.asyncTry(ctx, rt, prefix, ckpt, recs, skip, from)
+		next, err := s.asyncTry(ctx, tg.stream, rt, prefix, ckpt, recs, skip, from)
 		progressed := next > from
 		from = max(from, next)
 		return progressed, err
 	})
 }
 
-// asyncTry publishes recs from index from on, as publishAsync, and returns
-// the index of the first record not acknowledged (len(recs): all were).
-func (s *ExactlyOnce) asyncTry(ctx context.Context, rt *route, prefix string, ckpt int64, recs []abi.Record, skip map[int]bool, from int) (int, error) {
+// asyncTry publishes recs from index from on to stream, as publishAsync,
+// and returns the index of the first record not acknowledged (len(recs):
+// all were). A stream found gone fails it at once (asyncPublisher).
+func (s *ExactlyOnce) asyncTry(ctx context.Context, stream string, rt *route, prefix string, ckpt int64, recs []abi.Record, skip map[int]bool, from int) (int, error) {
 	s.mu.Lock()
 	s.pubErr, s.pubFirst = nil, len(recs)
 	s.mu.Unlock()
@@ -1583,13 +1585,15 @@ func (s *ExactlyOnce) asyncTry(ctx context.Context, rt *route, prefix string, ck
 		}
 		m, err := s.msg(rt, recs[i], msgID(prefix, ckpt, i))
 		if err == nil {
-			err = publishAsync(ctx, s.js, m)
+			err = s.pub.publish(ctx, stream, m)
 		}
 		if err != nil {
 			// The ones before it were handed over; some may fail yet.
-			select {
-			case <-s.js.PublishAsyncComplete():
-			case <-ctx.Done():
+			// A stream gone fails the commit whatever they do. (The
+			// wait's own error says no more than err: ctx ended, or the
+			// stream is gone.)
+			if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				_ = s.pub.awaitAcks(ctx, stream)
 			}
 			s.mu.Lock()
 			first := min(i, s.pubFirst)
@@ -1597,10 +1601,8 @@ func (s *ExactlyOnce) asyncTry(ctx context.Context, rt *route, prefix string, ck
 			return first, fmt.Errorf("%s: publish %s record %d: %w", s, checkpointName(ckpt), i, err)
 		}
 	}
-	select {
-	case <-s.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return from, fmt.Errorf("%s: commit of %s: %w", s, checkpointName(ckpt), ctx.Err())
+	if err := s.pub.awaitAcks(ctx, stream); err != nil {
+		return from, fmt.Errorf("%s: commit of %s: %w", s, checkpointName(ckpt), err)
 	}
 	s.mu.Lock()
 	err, first := s.pubErr, s.pubFirst
@@ -1617,6 +1619,7 @@ func (s *ExactlyOnce) asyncTry(ctx context.Context, rt *route, prefix string, ck
 // leaderLost) wins over those that are, and the lowest record index failed is kept,
 // from the index that ends m's message id.
 func (s *ExactlyOnce) asyncFailed(m *nats.Msg, err error) {
+	s.pub.publishFailed(err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err = leaderLost(err); s.pubErr == nil || natsconn.Leaderless(s.pubErr) && !natsconn.Leaderless(err) {
