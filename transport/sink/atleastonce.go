@@ -608,7 +608,8 @@ func (s *AtLeastOnce) EndOfInput(ctx context.Context) error {
 // Close stops the idle commit and ends a fast batch still open without
 // waiting for the server: what it holds is not covered by a completed
 // checkpoint, so a recovery replays it. The connection belongs to the
-// caller.
+// caller, and is left as the sink found it (async publishes' subscription
+// dropped).
 func (s *AtLeastOnce) Close() error {
 	s.stop() // an idle commit waiting out an election
 	s.mu.Lock()
@@ -619,5 +620,10 @@ func (s *AtLeastOnce) Close() error {
 		s.idle = nil
 	}
 	s.releaseBatch()
+	// Async publishes subscribed to their acknowledgements on the
+	// caller's connection, with a goroutine listening to its status:
+	// they outlive the sink unless dropped. What is still out is not
+	// covered by a completed checkpoint, and a recovery replays it.
+	s.js.CleanupPublisher()
 	return nil
 }

@@ -1195,6 +1195,10 @@ func (s *ExactlyOnce) Close() error {
 	}
 	s.stop()
 	s.wg.Wait()
+	// Async publishes subscribed to their acknowledgements on the
+	// caller's connection, with a goroutine listening to its status:
+	// they outlive the sink unless dropped.
+	s.js.CleanupPublisher()
 	return nil
 }
 
