@@ -418,15 +418,24 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (stop
 	if err != nil {
 		return nil, fmt.Errorf("watch sink %s: %w", s.Name, err)
 	}
-	o.subs = append(o.subs, sub)
+	o.subs = append(o.subs, sinkSub{s.Name, sub})
 	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// sinkSub is the subscription that watches a sink that is not
+// JetStream's, with the sink's name.
+type sinkSub struct {
+	sink string
+	sub  *nats.Subscription
 }
 
 // streamWatch reads what a JetStream sink's stream stores on the sink's
 // subjects through an ordered consumer.
 type streamWatch struct {
-	cons jetstream.Consumer
-	cc   jetstream.ConsumeContext
+	sink   string // the sink's name
+	stream string // its stream's
+	cons   jetstream.Consumer
+	cc     jetstream.ConsumeContext
 	// handled is the stream sequence of the latest message handled
 	// (printed, counted); the one before the first to read until then.
 	handled atomic.Uint64
@@ -444,7 +453,7 @@ func (o *output) watchStream(ctx context.Context, st jetstream.Stream, s jobspec
 	if err != nil {
 		return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
 	}
-	w := &streamWatch{cons: cons}
+	w := &streamWatch{sink: s.Name, stream: s.Stream, cons: cons}
 	w.handled.Store(next - 1)
 	w.cc, err = cons.Consume(func(m jetstream.Msg) {
 		o.record(s.Name, m.Headers(), m.Data())
@@ -461,50 +470,104 @@ func (o *output) watchStream(ctx context.Context, st jetstream.Stream, s jobspec
 
 // caughtUp reports whether w has handled every message its stream stores
 // on its subjects now: the server has none left to deliver, and the last
-// it delivered is handled.
+// it delivered is handled. It gives up (false) when ctx ends: the
+// ordered consumer holds the lock Info takes for as long as it tries to
+// create its consumer again, forever on a stream that was deleted.
 func (w *streamWatch) caughtUp(ctx context.Context) bool {
-	info, err := w.cons.Info(ctx)
-	return err == nil && info.NumPending == 0 && w.handled.Load() >= info.Delivered.Stream
+	done := make(chan bool, 1) // the goroutine outlives a ctx that ended
+	go func() {
+		info, err := w.cons.Info(ctx)
+		done <- err == nil && info.NumPending == 0 && w.handled.Load() >= info.Delivered.Stream
+	}()
+	select {
+	case ok := <-done:
+		return ok
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// lagging is a sink whose watch had not handled all its output when the
+// summary gave up waiting: stream is its stream, or empty for a sink that
+// is not JetStream's.
+type lagging struct {
+	sink, stream string
+}
+
+func (l lagging) String() string {
+	if l.stream == "" {
+		return "sink " + l.sink
+	}
+	return fmt.Sprintf("sink %s (stream %s)", l.sink, l.stream)
+}
+
+// catchUp waits until w caught up with its stream (caughtUp), and reports
+// whether it did before ctx ended.
+func (w *streamWatch) catchUp(ctx context.Context) bool {
+	for !w.caughtUp(ctx) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 // settle ends the watch of every sink once every record the server sent
-// it so far is handled (printed, counted), or ctx ends. The server sends a
-// sink's records to the watch as it takes them from the sink — its
-// acknowledgement, from the stream's goroutine, may overtake that by a
-// moment, but the job's status says it ended requests later; they may
-// still be on the wire, though, or queued
-// for the subscription's handler, which runs on a goroutine of its own.
-// Drain flushes the connection (what the server sent before is then
-// received) and closes the subscription once its queue is handled.
-// Without it weir run summed up a finished job with committed records
-// still queued: missing from the latest values, printed after the summary.
-func (o *output) settle(ctx context.Context) {
+// it so far is handled (printed, counted), each step bounded by wait: the
+// watch of a JetStream sink's stream waits until it caught up with the
+// stream, or wait passed; the subscriptions of the other sinks are then
+// drained, whatever happened to the stream watches, within a wait of
+// their own. It returns the watches that did not catch up, and the
+// subscriptions that did not finish draining: the summary's figures miss
+// some of their records.
+//
+// The server sends a sink's records to the watch as it takes them from
+// the sink — its acknowledgement, from the stream's goroutine, may
+// overtake that by a moment, but the job's status says it ended requests
+// later; they may still be on the wire, though, or queued for the
+// subscription's handler, which runs on a goroutine of its own. Drain
+// flushes the connection (what the server sent before is then received)
+// and closes the subscription once its queue is handled. Without it weir
+// run summed up a finished job with committed records still queued:
+// missing from the latest values, printed after the summary.
+func (o *output) settle(ctx context.Context, wait time.Duration) (behind []lagging) {
 	// A stream's watch has read all the stream stores once the server
 	// has nothing left to deliver to it, and it handled what it got.
+	streams, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	for _, w := range o.streams {
-		for !w.caughtUp(ctx) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
+		if !w.catchUp(streams) {
+			behind = append(behind, lagging{w.sink, w.stream})
+			// Stop waits for the lock caughtUp's Info may wait for; what
+			// the watch handles meanwhile is not output (o.summed).
+			go w.cc.Stop()
+			continue
 		}
 		w.cc.Stop()
 	}
-	var closing []<-chan nats.SubStatus
-	for _, sub := range o.subs {
-		closed := sub.StatusChanged(nats.SubscriptionClosed)
-		if err := sub.Drain(); err == nil { // else closed already, or its connection is
-			closing = append(closing, closed)
+	subs, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	type closing struct {
+		sink   string
+		closed <-chan nats.SubStatus
+	}
+	var draining []closing
+	for _, s := range o.subs {
+		closed := s.sub.StatusChanged(nats.SubscriptionClosed)
+		if err := s.sub.Drain(); err == nil { // else closed already, or its connection is
+			draining = append(draining, closing{s.sink, closed})
 		}
 	}
-	for _, closed := range closing {
+	for _, d := range draining {
 		select {
-		case <-closed:
-		case <-ctx.Done():
-			return
+		case <-d.closed:
+		case <-subs.Done():
+			behind = append(behind, lagging{sink: d.sink})
 		}
 	}
+	return behind
 }
 
 // storedSince returns where a jetstream sink's stream stands now, for
@@ -712,8 +775,11 @@ type output struct {
 	since   map[string]uint64
 	js      jetstream.JetStream
 	sinks   []jobspec.Sink
-	subs    []*nats.Subscription // watch's of the sinks that are not JetStream's
-	streams []*streamWatch       // watch's of the JetStream sinks
+	subs    []sinkSub      // watch's of the sinks that are not JetStream's
+	streams []*streamWatch // watch's of the JetStream sinks
+	// summed is set once the summary is printed: a record after it, from
+	// a watch that had not caught up, is neither printed nor counted.
+	summed bool
 }
 
 // spec returns the sink named name.
@@ -729,6 +795,9 @@ func (o *output) spec(name string) *jobspec.Sink {
 func (o *output) record(sinkName string, h nats.Header, data []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.summed {
+		return // a watch that lagged behind the summary, stopping
+	}
 	o.n++
 	o.bySink[sinkName]++
 	o.last = time.Now()
@@ -1120,28 +1189,72 @@ func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
 	}
 }
 
+// partialNote is the line that says the summary's figures miss some
+// records of the sinks behind, whose watch did not catch up: the latest
+// values always, the records out if countPartial; and where to see what
+// their streams hold.
+func partialNote(behind []lagging, countPartial bool) string {
+	names := make([]string, len(behind))
+	var streams []string
+	for i, l := range behind {
+		names[i] = l.String()
+		if l.stream != "" && !slices.Contains(streams, l.stream) {
+			streams = append(streams, l.stream)
+		}
+	}
+	what := "the latest values"
+	if countPartial {
+		what = "the records out and the latest values"
+	}
+	note := fmt.Sprintf("partial summary: the watch of %s had not caught up; %s miss some of their records",
+		strings.Join(names, ", "), what)
+	if len(streams) > 0 {
+		note += fmt.Sprintf(" (what a stream holds: nats stream info %s)", strings.Join(streams, ", "))
+	}
+	return note
+}
+
+// summaryWait bounds each step of the summary: settling the watches of
+// the JetStream sinks, draining the other sinks' subscriptions, counting
+// what each stream stored.
+const summaryWait = 5 * time.Second
+
 // summary prints the records in and out and the latest value per key,
 // once the records delivered so far are handled (output.settle): it ends
 // the watch of the sinks.
 // The records out of a jetstream sink are those its stream stored
 // (countStored) where the stream keeps all it stored, else those the
-// watch read from the stream.
+// watch read from the stream. Each step has a bound of its own
+// (summaryWait), so that a watch still behind a big output
+// leaves the count of the stream time of its own; a line then says which
+// figures are partial, and where to see the real ones.
 func summary(ctx context.Context, w io.Writer, out *output, published int) {
+	ctx = context.WithoutCancel(ctx) // the summary of a job interrupted is printed
+	behind := out.settle(ctx, summaryWait)
 	stored := map[string]int{}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	out.settle(ctx)
 	for _, name := range slices.Sorted(maps.Keys(out.since)) {
 		s := out.spec(name)
 		if s == nil {
 			continue
 		}
-		if n, err := countStored(ctx, out.js, *s, out.since[name]); err == nil {
+		cctx, cancel := context.WithTimeout(ctx, summaryWait)
+		n, err := countStored(cctx, out.js, *s, out.since[name])
+		cancel()
+		if err == nil {
 			stored[name] = n
+		}
+	}
+	// The records out miss some of a lagging sink's unless its stream's
+	// count stands in for what the watch read.
+	countPartial := false
+	for _, l := range behind {
+		if _, ok := stored[l.sink]; !ok {
+			countPartial = true
 		}
 	}
 	out.mu.Lock()
 	defer out.mu.Unlock()
+	out.summed = true
 	n := out.n
 	for name, c := range stored {
 		n += c - out.bySink[name]
@@ -1150,6 +1263,9 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 		fmt.Fprintf(w, "%d records in, %d records out\n", published, n)
 	} else {
 		fmt.Fprintf(w, "%d records out\n", n)
+	}
+	if len(behind) > 0 {
+		fmt.Fprintln(w, partialNote(behind, countPartial))
 	}
 	if len(out.latest) == 0 {
 		return

@@ -296,3 +296,53 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 3}
 		t.Errorf("weir run printed %d output records, want the 2 stored:\n%s", printed, out.String())
 	}
 }
+
+// A summary whose watch of a JetStream sink's stream cannot catch up
+// says its figures are partial, and where to see the real ones, and still
+// drains the other sinks' subscriptions. Here the sink's stream is
+// deleted under the watch after it stored a record: the watch never
+// catches up, nor can the stream's count be taken. weir run hung (the
+// ordered consumer's Info waits for its lock while the consumer tries,
+// forever, to be created again); bounded, it gave up on settling without
+// draining the core NATS sink's subscription, and summed up the watch's
+// count as if it were the output, saying nothing.
+func TestRunSummarySaysWhatIsPartial(t *testing.T) {
+	nc, js := embeddedtest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	js1 := jobspec.Sink{Name: "out", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out.{key}", Guarantee: jobspec.ExactlyOnce}
+	core := jobspec.Sink{Name: "side", Kind: jobspec.KindNATS, Subject: "side"}
+	out := &output{std: Stdio{Out: &buf}, show: -1, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{},
+		js: js, sinks: []jobspec.Sink{js1, core}}
+	for _, s := range []jobspec.Sink{js1, core} {
+		if _, err := out.watch(ctx, nc, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := out.since["out"]; !ok {
+		t.Fatal("the sink's stream is not counted: the test needs it to be")
+	}
+	m := nats.NewMsg("out.a")
+	m.Header.Set(sink.KeyHeader, "a")
+	m.Data = []byte("va")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, st.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
+	summary(ctx, &buf, out, 1)
+	got := buf.String()
+	want := "partial summary: the watch of sink out (stream OUT) had not caught up; the records out and the latest values miss some of their records (what a stream holds: nats stream info OUT)\n"
+	if !strings.Contains(got, want) {
+		t.Errorf("weir run printed:\n%s\nwant a line:\n%s", got, want)
+	}
+	if out.subs[0].sub.IsValid() {
+		t.Error("the core NATS sink's subscription was not drained")
+	}
+}
