@@ -39,8 +39,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -96,19 +98,31 @@ func (e *HeldError) Error() string {
 // Open opens the lease bucket, creating it with ttl (0: DefaultTTL) and
 // replicas (storage.OpenKeyValue) if it does not exist, and returns it
 // with its TTL: a bucket that exists keeps the TTL it was created with,
-// which every holder must go by.
+// which every holder must go by. While the bucket's stream elects a
+// leader, Open tries again (natsconn.ThroughElection): opening, or
+// creating, the bucket may be done twice.
 func Open(ctx context.Context, js jetstream.JetStream, replicas int, ttl time.Duration) (jetstream.KeyValue, time.Duration, error) {
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	kv, err := storage.OpenKeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket: Bucket, Storage: jetstream.FileStorage, TTL: ttl,
-		Description: "weir coordinator lease: one coordinator per NATS",
-	}, replicas)
+	var kv jetstream.KeyValue
+	err := through(ctx, js.Conn(), func(ctx context.Context) error {
+		var err error
+		kv, err = storage.OpenKeyValue(ctx, js, jetstream.KeyValueConfig{
+			Bucket: Bucket, Storage: jetstream.FileStorage, TTL: ttl,
+			Description: "weir coordinator lease: one coordinator per NATS",
+		}, replicas)
+		return err
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("coordinator lease: %w", err)
 	}
-	st, err := kv.Status(ctx)
+	var st jetstream.KeyValueStatus
+	err = through(ctx, js.Conn(), func(ctx context.Context) error {
+		var err error
+		st, err = kv.Status(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("coordinator lease: bucket %s: %w", Bucket, err)
 	}
@@ -137,6 +151,11 @@ type Config struct {
 	// KV is the lease bucket and TTL its TTL (Open).
 	KV  jetstream.KeyValue
 	TTL time.Duration
+	// Conn is KV's connection: while the bucket's stream elects a leader
+	// (right after a server restarted, say), Take and Release try again
+	// (natsconn.ThroughElection) while it is connected. Nil: each request
+	// is tried once.
+	Conn *nats.Conn
 	// Holder names the taker; Since is set by Take.
 	Holder Holder
 	// Answers reports whether the holder of the lease answers (it is
@@ -150,6 +169,7 @@ type Config struct {
 // Lease is a lease held: Check says whether it still is.
 type Lease struct {
 	kv     jetstream.KeyValue
+	nc     *nats.Conn // Config.Conn
 	ttl    time.Duration
 	holder Holder
 	value  []byte
@@ -182,6 +202,11 @@ type Lease struct {
 // meanwhile (a holder still starting, or resumed), which is a *HeldError
 // too. It logs one line as it begins to wait. The lease is renewed until
 // Release or until it is lost.
+//
+// While the bucket's stream elects a leader, its create and reads are
+// tried again (cfg.Conn, natsconn.ThroughElection). A create that failed
+// so may have been stored all the same: found there after, it is known
+// for this holder's by its ID, and taken as of the first try's sending.
 func Take(ctx context.Context, cfg Config) (*Lease, error) {
 	log := cfg.Log
 	if log == nil {
@@ -199,15 +224,14 @@ func Take(ctx context.Context, cfg Config) (*Lease, error) {
 		if err != nil {
 			return nil, fmt.Errorf("coordinator lease: %w", err)
 		}
-		sent := time.Now()
-		rev, err := cfg.KV.Create(ctx, key, value)
+		rev, sent, err := create(ctx, cfg.Conn, cfg.KV, value)
 		if err == nil {
 			return start(cfg, holder, value, rev, sent), nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, fmt.Errorf("coordinator lease: take it: %w", err)
 		}
-		e, err := cfg.KV.Get(ctx, key)
+		e, err := get(ctx, cfg.Conn, cfg.KV)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			continue // expired, or released, since
@@ -217,6 +241,11 @@ func Take(ctx context.Context, cfg Config) (*Lease, error) {
 		var other Holder
 		if err := json.Unmarshal(e.Value(), &other); err != nil {
 			other = Holder{ID: "(unreadable: " + err.Error() + ")"}
+		}
+		if !sent.IsZero() && other.ID == holder.ID {
+			// A try of the Create that failed was stored after all: ours,
+			// taken when the first such try was sent (stored after).
+			return start(cfg, other, e.Value(), e.Revision(), sent), nil
 		}
 		if seen != 0 && e.Revision() > seen {
 			return nil, &HeldError{Holder: other}
@@ -238,6 +267,60 @@ func Take(ctx context.Context, cfg Config) (*Lease, error) {
 	}
 }
 
+// through calls try through a leader election of the lease bucket's
+// stream (natsconn.ThroughElection) on nc, or once without nc.
+func through(ctx context.Context, nc *nats.Conn, try func(context.Context) error) error {
+	if nc == nil {
+		return try(ctx)
+	}
+	return natsconn.ThroughElection(ctx, nc, natsconn.ElectionTry, try)
+}
+
+// create creates the lease's key in kv with value, through an election
+// of the bucket's stream, and returns when the try that stored it was
+// sent. A try that failed for want of a leader may have been stored all
+// the same (its acknowledgement lost), so that a later try finds the key
+// there (jetstream.ErrKeyExists) — with this value, which Take recognises
+// by the holder's ID; the error then comes with when the first such try
+// was sent (zero if none failed so).
+func create(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, value []byte) (rev uint64, sent time.Time, err error) {
+	var failed time.Time // the first try that failed so
+	err = through(ctx, nc, func(ctx context.Context) error {
+		var err error
+		sent = time.Now()
+		rev, err = kv.Create(ctx, key, value)
+		if err != nil && natsconn.Leaderless(err) && failed.IsZero() {
+			failed = sent
+		}
+		return err
+	})
+	if err != nil {
+		return 0, failed, err
+	}
+	return rev, sent, nil
+}
+
+// get reads the lease's key in kv through an election of the bucket's
+// stream. A key that is not there is no failure to try again.
+func get(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue) (jetstream.KeyValueEntry, error) {
+	var e jetstream.KeyValueEntry
+	err := through(ctx, nc, func(ctx context.Context) error {
+		var err error
+		e, err = kv.Get(ctx, key)
+		return err
+	})
+	return e, err
+}
+
+// wrongRevision reports whether err is a write's refusal on the key's
+// revision: nats-server's "wrong last sequence", code 10071, or 10164 on
+// a replicated stream (jetstream.KeyValue.Delete leaves it unmapped).
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // margin is the part of the TTL a holder gives up: its lease surely ends
 // a TTL less margin after it sent a renewal.
 func margin(ttl time.Duration) time.Duration { return ttl / 10 }
@@ -247,7 +330,7 @@ func margin(ttl time.Duration) time.Duration { return ttl / 10 }
 func start(cfg Config, h Holder, value []byte, rev uint64, sent time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	running, stop := context.WithCancel(ctx)
-	l := &Lease{kv: cfg.KV, ttl: cfg.TTL, holder: h, value: value, ctx: ctx, cancel: cancel,
+	l := &Lease{kv: cfg.KV, nc: cfg.Conn, ttl: cfg.TTL, holder: h, value: value, ctx: ctx, cancel: cancel,
 		lost: make(chan struct{}), running: running, stop: stop, done: make(chan struct{}),
 		rev: rev, renewed: sent, until: sent.Add(cfg.TTL - margin(cfg.TTL))}
 	l.timer = time.AfterFunc(time.Until(l.until), func() { _ = l.Check() })
@@ -439,7 +522,22 @@ func (l *Lease) Release(ctx context.Context) error {
 	rev := l.rev
 	l.loseLocked(fmt.Errorf("%w: released", ErrLost))
 	l.mu.Unlock()
-	if err := l.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+	failed := false // a try failed: it may have been stored
+	err := through(ctx, l.nc, func(ctx context.Context) error {
+		err := l.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		if err != nil && natsconn.Leaderless(err) {
+			failed = true
+		}
+		return err
+	})
+	if err != nil && failed && wrongRevision(err) {
+		// Refused on the revision after a try that failed: that try's
+		// delete was stored, unless the key holds a value again.
+		if _, gerr := get(ctx, l.nc, l.kv); errors.Is(gerr, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("coordinator lease: release it: %w", err)
 	}
 	return nil

@@ -222,3 +222,145 @@ func TestReleasedLeaseIsTakenAtOnce(t *testing.T) {
 		t.Errorf("lease %+v; want b's", h)
 	}
 }
+
+// On a three-server cluster, a coordinator that takes the lease while
+// the bucket's stream has no leader (its leader's server and another
+// stopped, as right after servers restarted) takes it once the stream's
+// replicas elected a leader again, as weir up does: the create that
+// nobody stored failed Take, where a few seconds later it would have
+// succeeded. The stopped server other than the leader is started again
+// once the create was sent (seen on the wire), so that the first try
+// surely finds no leader.
+func TestTakeThroughALeaderElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	if _, _, err := Open(ctx, js, 3, testTTL); err != nil {
+		t.Fatal(err)
+	}
+	stay, stop := embeddedtest.QuorumLoss(t, ctx, js, "KV_"+Bucket, servers)
+	nc, sjs := embeddedtest.ConnectTo(t, stay.ClientURL())
+	kv, _, err := Open(ctx, sjs, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watcher, _ := embeddedtest.ConnectTo(t, stay.ClientURL())
+	sent, err := watcher.SubscribeSync("$KV." + Bucket + "." + key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	restart := stop()
+	restarted := make(chan struct{})
+	go func() {
+		defer close(restarted)
+		if _, err := sent.NextMsgWithContext(ctx); err != nil {
+			t.Errorf("the create was not seen: %v", err)
+			return
+		}
+		restart()
+	}()
+	// No deadline, as weir up's: each try has its own, the election its
+	// natsconn.ElectionWait (ctx above bounds the test).
+	l, err := Take(context.WithoutCancel(ctx), Config{KV: kv, TTL: testTTL, Conn: nc, Holder: Holder{ID: "a", Host: "host-a", PID: 7}})
+	<-restarted
+	if err != nil {
+		t.Fatalf("take the lease while its stream elects a leader: %v", err)
+	}
+	if err := l.Check(); err != nil {
+		t.Errorf("the lease just taken: %v", err)
+	}
+	// Read from the stream's leader: the key's direct get may be
+	// answered by the replica of the server started again, catching up.
+	st, err := sjs.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := func() *jetstream.RawStreamMsg {
+		t.Helper()
+		m, err := st.GetLastMsgForSubject(ctx, "$KV."+Bucket+"."+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	var h Holder
+	if err := json.Unmarshal(last().Data, &h); err != nil || h.ID != "a" {
+		t.Errorf("the lease is held by %+v (%v); want a", h, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if op := last().Header.Get("KV-Operation"); op != "DEL" {
+		t.Errorf("the lease released is %q; want it deleted (DEL)", op)
+	}
+}
+
+// losingKV stores the first Create and the first Delete it is asked for
+// and answers them with a timeout, as tries whose acknowledgement never
+// came.
+type losingKV struct {
+	jetstream.KeyValue
+	created, deleted bool
+}
+
+func (kv *losingKV) Create(ctx context.Context, k string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if kv.created {
+		return kv.KeyValue.Create(ctx, k, value, opts...)
+	}
+	kv.created = true
+	if _, err := kv.KeyValue.Create(ctx, k, value, opts...); err != nil {
+		return 0, err
+	}
+	return 0, nats.ErrTimeout
+}
+
+func (kv *losingKV) Delete(ctx context.Context, k string, opts ...jetstream.KVDeleteOpt) error {
+	if kv.deleted {
+		return kv.KeyValue.Delete(ctx, k, opts...)
+	}
+	kv.deleted = true
+	if err := kv.KeyValue.Delete(ctx, k, opts...); err != nil {
+		return err
+	}
+	return nats.ErrTimeout
+}
+
+// A take whose create was stored but not acknowledged tries again, finds
+// the lease there and knows it for its own by its ID: the lease is taken,
+// not refused as another's. So is a release whose delete was stored but
+// not acknowledged: the delete tried again is refused on the revision,
+// and the lease found gone.
+func TestTakeAndReleaseWhoseAcknowledgementWasLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	kv := &losingKV{KeyValue: bucket(t, ctx, srv.ClientURL(), testTTL)}
+	nc, _ := embeddedtest.Connect(t, srv)
+	l, err := Take(ctx, Config{KV: kv, TTL: testTTL, Conn: nc, Holder: Holder{ID: "a", Host: "host-a", PID: 7},
+		Answers: func(Holder) bool { return true }})
+	if err != nil {
+		t.Fatalf("take the lease, its create's acknowledgement lost: %v", err)
+	}
+	if !kv.created {
+		t.Fatal("the create was not tried")
+	}
+	if err := l.Check(); err != nil {
+		t.Errorf("the lease just taken: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release the lease, its delete's acknowledgement lost: %v", err)
+	}
+	if !kv.deleted {
+		t.Fatal("the delete was not tried")
+	}
+	if _, err := kv.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the lease released: %v; want %v", err, jetstream.ErrKeyNotFound)
+	}
+}

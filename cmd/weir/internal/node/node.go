@@ -320,7 +320,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		if err := noOtherCoordinator(ctx, n.Conn, kv, *opts.NATS); err != nil {
 			return err
 		}
-		if n.lease, err = takeLease(ctx, kv, ttl, *opts.NATS, log); err != nil {
+		if n.lease, err = takeLease(ctx, n.Conn, kv, ttl, *opts.NATS, log); err != nil {
 			return err
 		}
 		fence = n.lease.Guard
@@ -583,15 +583,16 @@ func coordinatorWorkers(nc *nats.Conn) ([]control.WorkerStatus, bool) {
 }
 
 // takeLease takes the coordinator lease in kv (with its ttl), on the
-// external NATS of o (lease.Take): refused, it says who holds it and what
-// to do.
-func takeLease(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration, o natsconn.Options, log *slog.Logger) (*lease.Lease, error) {
+// external NATS of o, through nc (lease.Take, which waits out an election
+// of the bucket's stream's leader): refused, it says who holds it and
+// what to do.
+func takeLease(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, ttl time.Duration, o natsconn.Options, log *slog.Logger) (*lease.Lease, error) {
 	host, _ := os.Hostname()
 	// No Answers: noOtherCoordinator has just asked, and a holder that
 	// did not answer then (frozen, or still starting) is told apart by
 	// whether it renews its lease; asking again would cost a frozen one's
 	// replacement 2 s more.
-	l, err := lease.Take(ctx, lease.Config{KV: kv, TTL: ttl, Log: log,
+	l, err := lease.Take(ctx, lease.Config{KV: kv, TTL: ttl, Conn: nc, Log: log,
 		Holder: lease.Holder{ID: rand.Text()[:12], Host: host, PID: os.Getpid()}})
 	var held *lease.HeldError
 	if errors.As(err, &held) {
