@@ -47,6 +47,12 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
   weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
                                             restart a stopped job from checkpoint ID
 
+  ATTEMPT numbers the job's deployments, across its runs; RESTARTS counts only the
+  restarts after failures, which restart.attempts bounds: an attempt that placed the
+  job again after a worker was lost (or refused its tasks) while deploying, or that
+  resumed it after a coordinator restart, is none — weir job status says how the
+  attempts came about when they are more than the restarts explain
+
   stop, cancel and savepoint of a job that has ended (finished, failed, or canceled,
   as a stopped job is) say when it ended and that there is nothing to do, and exit 1`
 
@@ -241,6 +247,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job status", err)
 		}
 		printJobs(std.Out, []control.JobStatus{st})
+		printAttempts(std.Out, st)
 		printInARow(std.Out, st)
 		printSkipped(std.Out, st)
 		printRestoring(std.Out, st)
@@ -393,6 +400,18 @@ func printInARow(w io.Writer, st control.JobStatus) {
 		hint = " (an operator that traps on a record does so each time the record is read again after a restore)"
 	}
 	fmt.Fprintf(w, "%sthe last %d failed the same way: restarting does not help while the cause stays%s\n", indent, same, hint)
+}
+
+// printAttempts says how a job's attempts came about when its restarts
+// alone do not (control.JobStatus.AttemptsExplained): "attempt 12,
+// restarts 0" read as a contradiction, where 9 attempts placed the job
+// again after a worker was lost while deploying, and 1 resumed it after a
+// coordinator restart — none of them a restart after failures, which is
+// all RESTARTS (and restart.attempts) counts.
+func printAttempts(w io.Writer, st control.JobStatus) {
+	if s := st.AttemptsExplained(); s != "" {
+		fmt.Fprintf(w, "%s (RESTARTS counts only the restarts after failures)\n", s)
+	}
 }
 
 // printSkipped says why attempt numbers were skipped, one line each,

@@ -208,3 +208,42 @@ func TestJobStatusSaysWhyAnAttemptWasSkipped(t *testing.T) {
 		t.Errorf("stdout:\n%s\nwant the line %q once", got, strings.TrimSpace(said))
 	}
 }
+
+// weir job status says how a job's attempts came about when its restarts
+// do not: "attempt 12, restarts 1" read as a contradiction, where 9
+// attempts placed the job again after a worker was lost while deploying
+// and 1 resumed it after a coordinator restart — no restarts, which are
+// all RESTARTS counts. A job whose restarts explain its attempts gets no
+// such line.
+func TestJobStatusExplainsTheAttempts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	nc, _ := embeddedtest.Connect(t, srv)
+	status := func(st control.JobStatus) string {
+		t.Helper()
+		data, err := json.Marshal(map[string]any{"result": st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := nc.Subscribe(control.Subjects{}.API(control.APIJob), func(m *nats.Msg) { _ = m.Respond(data) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		var out, errb syncBuffer
+		if code := run(ctx, []string{"job", "status", "-nats", srv.ClientURL(), "x"},
+			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+			t.Fatalf("weir job status exited %d: %s", code, errb.String())
+		}
+		return out.String()
+	}
+	const said = "\n12 attempts: 1 restart after failures, 9 placements again after a worker was lost or refused its tasks while deploying, " +
+		"1 resume after a coordinator restart, 1 first deployment (RESTARTS counts only the restarts after failures)\n"
+	if got := status(control.JobStatus{Name: "x", State: control.JobRunning, Attempt: 12, Restarts: 1, Replacements: 9, Resumes: 1}); !strings.Contains(got, said) {
+		t.Errorf("stdout:\n%s\nwant the line %q", got, strings.TrimSpace(said))
+	}
+	if got := status(control.JobStatus{Name: "x", State: control.JobRunning, Attempt: 3, Restarts: 2}); strings.Contains(got, "attempts:") {
+		t.Errorf("stdout:\n%s\nwant no line on the attempts: the restarts explain them", got)
+	}
+}

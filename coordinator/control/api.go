@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,9 +38,19 @@ type JobStatus struct {
 	// submitted again or restored numbers on from its last run's attempt,
 	// so that no two runs share an attempt number.
 	Attempt int `json:"attempt"`
-	// Restarts counts the restarts made so far: a job that failed once
+	// Restarts counts the restarts made so far after failures, those the
+	// restart strategy counts (restart.attempts): a job that failed once
 	// its restart attempts ran out shows them, not the final failure.
 	Restarts int `json:"restarts"`
+	// Replacements counts the attempts of this run that placed the job
+	// again, no failure of its own, because a worker was lost while
+	// the attempt before was deployed, or refused its tasks for want of
+	// slots (Skipped says which); Resumes those that resumed it after a
+	// coordinator restarted. Neither is a restart: the other attempts are
+	// the run's first and those of the job's earlier runs (Attempt
+	// numbers on across runs). AttemptsExplained says so in words.
+	Replacements int `json:"replacements,omitempty"`
+	Resumes      int `json:"resumes,omitempty"`
 	// Reason says why the job is in its state, now: a failed job's cause,
 	// what a finished or canceled job ended with, a restarting job's
 	// failure, or what a created or restarting job waits for (a worker,
@@ -150,6 +161,43 @@ type Failure struct {
 	Time    time.Time `json:"time"`
 	Attempt int       `json:"attempt"`
 	Reason  string    `json:"reason"`
+}
+
+// AttemptsExplained says how a job's attempts came about, or "" when
+// its restarts alone do (the first deployment and one per restart): "12
+// attempts: 1 restart after failures, 9 placements again after a worker
+// was lost or refused its tasks while deploying, 1 resume after a
+// coordinator restart, 1 first deployment". Only the restarts count
+// against restart.attempts.
+func (s JobStatus) AttemptsExplained() string {
+	first := s.Attempt - s.Restarts - s.Replacements - s.Resumes
+	if s.Attempt == 0 || s.Replacements == 0 && s.Resumes == 0 && first <= 1 {
+		return ""
+	}
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	var parts []string
+	if s.Restarts > 0 {
+		parts = append(parts, plural(s.Restarts, "restart after failures", "restarts after failures"))
+	}
+	if s.Replacements > 0 {
+		parts = append(parts, plural(s.Replacements, "placement again", "placements again")+
+			" after a worker was lost or refused its tasks while deploying")
+	}
+	if s.Resumes > 0 {
+		parts = append(parts, plural(s.Resumes, "resume", "resumes")+" after a coordinator restart")
+	}
+	switch {
+	case first == 1:
+		parts = append(parts, "1 first deployment")
+	case first > 1:
+		parts = append(parts, fmt.Sprintf("%d of the first deployment and the job's earlier runs", first))
+	}
+	return fmt.Sprintf("%s: %s", plural(s.Attempt, "attempt", "attempts"), strings.Join(parts, ", "))
 }
 
 // SkippedAttempt is an attempt that was not started (JobStatus.Skipped).

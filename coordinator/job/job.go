@@ -127,6 +127,9 @@ type job struct {
 	// (neededBy), until a cancel gives it up (CancelJob) or a new run of
 	// its name replaces it.
 	unresumed bool
+	// next is why the next attempt begins (begin counts it in the
+	// status): set by run and deploy before they place the job.
+	next attemptCause
 	// deploying is the worker a deploy is waiting for, stopDeploy ends
 	// that wait, and deployLost is set when the worker is lost meanwhile.
 	deploying  string
@@ -437,6 +440,24 @@ func (j *job) workers() []string {
 	return out
 }
 
+// attemptCause is why an attempt begins, for the status to tell
+// restarts from the attempts that are none (control.JobStatus.Restarts,
+// Replacements, Resumes).
+type attemptCause int
+
+const (
+	causeFirst       attemptCause = iota // the run's first, or a restart (counted as it is made)
+	causeReplacement                     // placed again: a worker lost or full while deploying
+	causeResume                          // resumed by a restarted coordinator
+)
+
+// nextAttempt sets why the next attempt begins.
+func (j *job) nextAttempt(c attemptCause) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.next = c
+}
+
 // run is the job's goroutine: deploy, wait for the end or a failure, fail
 // over, repeat.
 func (j *job) run() {
@@ -465,6 +486,7 @@ func (j *job) run() {
 		// where. All at once, as on a failover (cancelAttempt).
 		j.cancelAttempt(j.m.ctl.LiveWorkers(), ReasonCoordinatorRestarted)
 		restore, readErr = j.latest()
+		j.nextAttempt(causeResume)
 	}
 	for {
 		var f failure
@@ -515,6 +537,7 @@ func (j *job) run() {
 		// that ends the job once the attempts ran out.
 		j.mu.Lock()
 		j.st.Restarts++
+		j.next = causeFirst
 		j.mu.Unlock()
 		restore, readErr = j.latest()
 	}
@@ -677,7 +700,8 @@ func (j *job) takeCancel() bool {
 // A worker that no longer answers at all (no responders: it crashed
 // between heartbeats) is dropped at once and the attempt is planned again
 // on the workers left, without using up a restart attempt: nothing about
-// the job failed, only the placement did. So is a worker that refused its
+// the job failed, only the placement did (the status counts that attempt
+// in Replacements, not Restarts). So is a worker that refused its
 // tasks for want of slots (control.ErrNoSlots: it runs tasks the
 // manager did not count, e.g. stale ones its heartbeats had not shown
 // yet): the attempt is planned again with that worker full until its
@@ -703,6 +727,7 @@ func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
 			j.m.log.Warn("worker refused the deploy for want of slots; planning again with it full until its tasks are fewer",
 				"job", j.spec.Name, "attempt", attempt, "worker", refused, "reason", f.reason)
 			j.stopTasks("worker " + refused + " refused its tasks: no free slots")
+			j.nextAttempt(causeReplacement)
 			continue
 		}
 		if gone == "" {
@@ -720,6 +745,7 @@ func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
 		// Forget reports the worker lost; the failure it queues names the
 		// attempt just abandoned, which wait ignores.
 		j.m.ctl.Forget(gone)
+		j.nextAttempt(causeReplacement)
 	}
 }
 
@@ -730,6 +756,13 @@ func (j *job) begin(assignment map[string][]string) int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.st.Attempt++
+	switch j.next {
+	case causeReplacement:
+		j.st.Replacements++
+	case causeResume:
+		j.st.Resumes++
+	}
+	j.next = causeFirst
 	j.holds = true
 	j.assign = map[string]string{}
 	for w, tasks := range assignment {

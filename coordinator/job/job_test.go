@@ -780,6 +780,58 @@ func TestSkippedAttemptSurvivesACoordinatorRestart(t *testing.T) {
 	}
 }
 
+// The attempts that are no restart — placing the job again after a worker
+// was lost while deploying, resuming it after a coordinator restart — are
+// counted in the status, and kept in the job's record: "attempt 3,
+// restarts 0" is explained, and the explanation survives the restart.
+// RESTARTS stays what the restart strategy counted, none.
+func TestStatusCountsTheAttemptsThatAreNoRestarts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A crashed worker stays live for the first manager (no heartbeat
+	// timeout in the test): its deploy finds nobody. The second resumes
+	// the job after a heartbeat timeout.
+	opts := Options{HeartbeatTimeout: time.Hour, RequestTimeout: 2 * time.Second}
+	e, startManager := restartableFrom(t, nil, &opts)
+	stop := startManager()
+	f := e.fleet
+	f.start(ctx, "w1")
+	w2 := f.start(ctx, "w2")
+	defer f.wait()
+	for {
+		if ws, err := e.api.Workers(ctx); err == nil && len(ws) == 2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the workers never joined")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w2.crash()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "restart: {strategy: none}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	if st.Attempt != 2 || st.Restarts != 0 || st.Replacements != 1 || st.Resumes != 0 {
+		t.Fatalf("status %+v; want attempt 2, placed again once, no restart", st)
+	}
+	stop()
+	opts.HeartbeatTimeout = time.Second
+	stop = startManager()
+	defer stop()
+	st = waitFor(t, ctx, e, "wc", "resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > 2
+	})
+	if st.Attempt != 3 || st.Restarts != 0 || st.Replacements != 1 || st.Resumes != 1 {
+		t.Fatalf("status after the coordinator restart %+v; want attempt 3: placed again once (from the record), resumed once, no restart", st)
+	}
+	const want = "3 attempts: 1 placement again after a worker was lost or refused its tasks while deploying, " +
+		"1 resume after a coordinator restart, 1 first deployment"
+	if got := st.AttemptsExplained(); got != want {
+		t.Errorf("attempts explained as %q; want %q", got, want)
+	}
+}
+
 // A checkpoint trigger that finds nobody on a worker's subject fails the
 // job over at once, naming the worker, instead of waiting out the
 // heartbeat timeout while every checkpoint fails.
@@ -1455,6 +1507,13 @@ func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, 
 // restartableWith is restartable with the managers' timeouts taken from
 // opts.
 func restartableWith(t *testing.T, wrap func(storage.Store) storage.Store, opts Options) (e *env, start func() (stop func())) {
+	t.Helper()
+	return restartableFrom(t, wrap, &opts)
+}
+
+// restartableFrom is restartableWith with the timeouts read from *opts at
+// each start: a test may change them between a manager and the next.
+func restartableFrom(t *testing.T, wrap func(storage.Store) storage.Store, opts *Options) (e *env, start func() (stop func())) {
 	t.Helper()
 	nc := embeddedtest.Conn(t)
 	path := t.TempDir()

@@ -34,10 +34,14 @@ type record struct {
 	FromJob string `json:"from_job,omitempty"`
 	// Reserved is the highest checkpoint ID that may have been triggered:
 	// IDs number on above it (job.reserved).
-	Reserved  int64     `json:"reserved,omitempty"`
-	Attempt   int       `json:"attempt"`
-	Restarts  int       `json:"restarts"`
-	Submitted time.Time `json:"submitted"`
+	Reserved int64 `json:"reserved,omitempty"`
+	Attempt  int   `json:"attempt"`
+	Restarts int   `json:"restarts"`
+	// Replacements and Resumes are the status's: attempts that were no
+	// restart (control.JobStatus.Replacements).
+	Replacements int       `json:"replacements,omitempty"`
+	Resumes      int       `json:"resumes,omitempty"`
+	Submitted    time.Time `json:"submitted"`
 	// Reason and Updated are the status's: why a job failed stays known
 	// across a coordinator restart.
 	Reason  string    `json:"reason,omitempty"`
@@ -113,7 +117,7 @@ func (j *job) record() (rec record, ok bool) {
 		return record{}, false
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
-		Restarts: j.st.Restarts, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
+		Restarts: j.st.Restarts, Replacements: j.st.Replacements, Resumes: j.st.Resumes, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
 		Latest: j.latestLocked(latest), Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
@@ -345,6 +349,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.reserved, j.idFloor = rec.Reserved, next-1
 	j.st.Attempt = rec.Attempt
 	j.st.Restarts = rec.Restarts
+	j.st.Replacements, j.st.Resumes = rec.Replacements, rec.Resumes
 	j.st.Submitted = rec.Submitted
 	j.st.Failures = rec.Failures
 	j.st.Skipped = rec.Skipped
@@ -417,6 +422,7 @@ func terminalJob(m *Manager, rec record) *job {
 	cancel()
 	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved, recordMu: new(sync.Mutex),
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
+			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
 			Failures: rec.Failures, Skipped: rec.Skipped}}
 	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
