@@ -193,6 +193,10 @@ type lane struct {
 	start   uint64   // first sequence to read
 	it      jetstream.MessagesContext
 	cons    jetstream.Consumer
+	// tried names the consumer a failed start's request may have created
+	// (the request's answer did not come back, or its context ended
+	// first): stopLocked deletes it.
+	tried   string
 	stopped *atomic.Bool // set before stopLocked stops it
 	// consumer names the ordered consumer's server-side consumer that
 	// delivered the lane's last message; only the lane's reader uses it.
@@ -674,11 +678,28 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		}
 		var cons jetstream.Consumer
 		err := s.throughElection(ctx, func(ctx context.Context) (err error) {
-			cons, err = st.OrderedConsumer(ctx, cfg)
-			return err
+			// A task canceled as its source starts (its attempt failed
+			// over, or was canceled) would cancel the request but not the
+			// creation, and leave the consumer on the server until its
+			// inactivity threshold: the request awaits its answer (within
+			// the try's deadline), so that stopLocked deletes what it
+			// created.
+			dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadlineOf(ctx))
+			defer cancel()
+			c, err := st.OrderedConsumer(dctx, cfg)
+			if err == nil {
+				cons = c
+			}
+			return errors.Join(err, ctx.Err())
 		})
+		l.cons = cons
+		if err != nil && cons == nil {
+			// No answer within the try: the server may have created it
+			// all the same. nats.go v1.55.0 names an ordered consumer's
+			// first consumer <prefix>_1.
+			l.tried = cfg.NamePrefix + "_1"
+		}
 		if err == nil {
-			l.cons = cons
 			l.stopped = new(atomic.Bool)
 			l.it, err = cons.Messages(jetstream.PullMaxMessages(s.cfg.PullMaxMessages))
 		}
@@ -1321,12 +1342,25 @@ func (s *JetStream) stopLocked() error {
 	return nil
 }
 
+// deadlineOf is ctx's deadline, or, without one, natsconn.ElectionTry
+// from now.
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(natsconn.ElectionTry)
+}
+
 // deleteConsumers deletes the lanes' consumers on the server, best
 // effort, within stopGrace.
 func (s *JetStream) deleteConsumers() {
 	dctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 	defer cancel()
 	for _, l := range s.lanes {
+		if l.tried != "" {
+			_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, l.tried)
+			l.tried = ""
+		}
 		if l.cons == nil {
 			continue
 		}
