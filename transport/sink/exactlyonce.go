@@ -1029,6 +1029,18 @@ func (s *ExactlyOnce) readBack(ctx context.Context, tg *target, need map[int64]*
 	if err != nil {
 		return fmt.Errorf("read back stream %s: %w", tg.stream, err)
 	}
+	// Stopping the iterator leaves the consumer on the server until its
+	// inactivity threshold (five minutes), counting against the stream's
+	// and the account's consumer limits: each recovery that reads back —
+	// a job failing over again and again past its window — would leave
+	// one.
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.js.DeleteConsumer(dctx, tg.stream, info.Name)
+			cancel()
+		}
+	}()
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
 		return fmt.Errorf("read back stream %s: %w", tg.stream, err)

@@ -55,6 +55,14 @@ func TestRecoverPastTheDuplicateWindow(t *testing.T) {
 
 			time.Sleep(2 * scfg.Duplicates) // the stream forgets the ids
 			recoverNew(t, ctx, nc, cfg, 1, state)
+			// The read-back's consumer is gone, not left until its
+			// inactivity threshold: a recovery per failover would pile
+			// them up on the stream.
+			stream, err := js.Stream(ctx, "OUT")
+			must(t, err)
+			for ci := range stream.ListConsumers(ctx).Info() {
+				t.Errorf("consumer %s left on the stream after the recovery", ci.Name)
+			}
 			ids, values := streamIDs(t, ctx, js, "OUT")
 			if strings.Join(values, ",") != strings.Join(wantValues(0, 100), ",") {
 				t.Fatalf("stream holds %d messages %v, want v0..v99 once each", len(values), values)
