@@ -1,13 +1,11 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +50,7 @@ func TestRetentionFinishesACutRemoval(t *testing.T) {
 				t.Fatalf("partly removed: %v, %v; want 2", ids, err)
 			}
 
-			var logs syncBuffer
+			var logs lockedBuffer
 			r := NewRunner(NewMachine("j", Config{}, nil, 0), cat, &fakeEffects{},
 				RunnerOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 			r.RemovalCut(2, "cut")
@@ -85,24 +83,6 @@ func TestRetentionFinishesACutRemoval(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that goroutines write side by side.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A removal cut short that another request is finishing (the coordinator's
 // start, or a user's rm) is left to it: retention logged a failure and
 // tried again, while the other request finished it and said so.
@@ -114,7 +94,7 @@ func TestRetentionLeavesARemovalAnotherRequestFinishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	cat := &Catalog{Meta: st, State: st}
-	var logs syncBuffer
+	var logs lockedBuffer
 	var calls int
 	r := NewRunner(NewMachine("j", Config{}, nil, 0), cat, &fakeEffects{}, RunnerOptions{Log: slog.New(slog.NewTextHandler(&logs, nil)),
 		FinishRemoval: func(context.Context, int64) (int, error) {

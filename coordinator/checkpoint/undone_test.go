@@ -51,50 +51,64 @@ func (l *lockedBuffer) String() string {
 // The discards a runner leaves undone as it ends, its store out of reach,
 // are done by the next coordinator that resumes the job; but no
 // coordinator resumes a job that ended, and the log said that one would.
-// It names weir checkpoint rm then.
+// It names weir checkpoint rm then. A coordinator that lost its lease
+// leaves them undone because it may not write, not because the store is
+// out of reach, which the log said too.
 func TestRunnerSaysWhoDoesTheDiscardsLeftUndone(t *testing.T) {
-	for _, ended := range []bool{false, true} {
-		st, err := storage.NewDir(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var down atomic.Bool
-		cat := &Catalog{Meta: st, State: reachableDir{Store: st, down: &down}}
-		eff := &holdingEffects{fakeEffects: fakeEffects{trigger: make(chan TriggerAction, 16)},
-			aborting: make(chan int64, 16), release: make(chan struct{})}
-		var logs lockedBuffer
-		m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: time.Minute, MaxConcurrent: 1, Retained: 1}, nil, 0)
-		r := NewRunner(m, cat, eff, RunnerOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
-		ctx, cancel := context.WithCancel(context.Background())
-		go r.Run(ctx)
-		r.Start([]string{"a-0", "b-0"})
-		id := (<-eff.trigger).ID
-		key := StateKey("j", id, "a-0")
-		if err := st.Put(context.Background(), key, strings.NewReader("state")); err != nil {
-			t.Fatal(err)
-		}
-		r.Ack("a-0", id, key, nil)
-		// The job ends (or the coordinator stops) with the store gone:
-		// the discard of the checkpoint its end aborts is left undone.
-		r.Stop("job canceled")
-		<-eff.aborting
-		down.Store(true)
-		if ended {
-			r.JobEnded()
-		}
-		cancel()
-		close(eff.release)
-		<-r.Done()
-		if keys, err := st.List(context.Background(), StatePrefix("j", id)); err != nil || len(keys) == 0 {
-			t.Fatalf("ended %v: checkpoint %d's objects %v, %v; want them left", ended, id, keys, err)
-		}
-		want := "a coordinator that resumes the job does them"
-		if ended {
-			want = "the job has ended, so no coordinator does them: weir checkpoint rm removes what they leave"
-		}
-		if got := logs.String(); !strings.Contains(got, "checkpoint discards left undone") || !strings.Contains(got, want) {
-			t.Errorf("ended %v: log\n%s\nwant the discards left undone, saying %q", ended, got, want)
-		}
+	for _, c := range []struct {
+		name  string
+		ended bool
+		fence bool // the store refuses deletes (a lost lease), else it goes out of reach
+		want  string
+	}{
+		{name: "running", want: "a coordinator that resumes the job does them"},
+		{name: "ended", ended: true, want: "the job has ended, so no coordinator does them: weir checkpoint rm removes what they leave"},
+		{name: "lease lost", fence: true, want: "this coordinator lost its lease, so it writes to the checkpoint store no more"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, err := storage.NewDir(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var down atomic.Bool
+			var state storage.Store = reachableDir{Store: st, down: &down}
+			if c.fence {
+				state = fencedDir{Store: st}
+			}
+			cat := &Catalog{Meta: st, State: state}
+			eff := &holdingEffects{fakeEffects: fakeEffects{trigger: make(chan TriggerAction, 16)},
+				aborting: make(chan int64, 16), release: make(chan struct{})}
+			var logs lockedBuffer
+			m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: time.Minute, MaxConcurrent: 1, Retained: 1}, nil, 0)
+			r := NewRunner(m, cat, eff, RunnerOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+			ctx, cancel := context.WithCancel(context.Background())
+			go r.Run(ctx)
+			r.Start([]string{"a-0", "b-0"})
+			id := (<-eff.trigger).ID
+			key := StateKey("j", id, "a-0")
+			if err := st.Put(context.Background(), key, strings.NewReader("state")); err != nil {
+				t.Fatal(err)
+			}
+			r.Ack("a-0", id, key, nil)
+			// The job ends (or the coordinator stops) with the store gone
+			// or refusing: the discard of the checkpoint its end aborts is
+			// left undone.
+			r.Stop("job canceled")
+			<-eff.aborting
+			down.Store(true)
+			if c.ended {
+				r.JobEnded()
+			}
+			cancel()
+			close(eff.release)
+			<-r.Done()
+			if keys, err := st.List(context.Background(), StatePrefix("j", id)); err != nil || len(keys) == 0 {
+				t.Fatalf("checkpoint %d's objects %v, %v; want them left", id, keys, err)
+			}
+			if got := logs.String(); !strings.Contains(got, "checkpoint discards left undone") || !strings.Contains(got, c.want) {
+				t.Errorf("log\n%s\nwant the discards left undone, saying %q", got, c.want)
+			}
+		})
 	}
 }
 
@@ -108,38 +122,4 @@ func (s fencedDir) Delete(ctx context.Context, prefix string) error {
 
 func (s fencedDir) DeleteKey(ctx context.Context, key string) error {
 	return fmt.Errorf("delete %s: %w: expired", key, lease.ErrLost)
-}
-
-// A coordinator that lost its lease leaves its discards undone because
-// it may not write, not because the store is out of reach: the log said
-// the store was.
-func TestRunnerSaysALostLeaseLeftTheDiscardsUndone(t *testing.T) {
-	st, err := storage.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := &Catalog{Meta: st, State: fencedDir{Store: st}}
-	eff := &holdingEffects{fakeEffects: fakeEffects{trigger: make(chan TriggerAction, 16)},
-		aborting: make(chan int64, 16), release: make(chan struct{})}
-	var logs lockedBuffer
-	m := NewMachine("j", Config{Interval: 10 * time.Millisecond, Timeout: time.Minute, MaxConcurrent: 1, Retained: 1}, nil, 0)
-	r := NewRunner(m, cat, eff, RunnerOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	go r.Run(ctx)
-	r.Start([]string{"a-0", "b-0"})
-	id := (<-eff.trigger).ID
-	key := StateKey("j", id, "a-0")
-	if err := st.Put(context.Background(), key, strings.NewReader("state")); err != nil {
-		t.Fatal(err)
-	}
-	r.Ack("a-0", id, key, nil)
-	r.Stop("coordinator lease lost")
-	<-eff.aborting
-	cancel()
-	close(eff.release)
-	<-r.Done()
-	want := "checkpoint discards left undone: this coordinator lost its lease, so it writes to the checkpoint store no more"
-	if got := logs.String(); !strings.Contains(got, want) {
-		t.Errorf("log\n%s\nwant %q", got, want)
-	}
 }
