@@ -465,7 +465,7 @@ func TestCapTables(t *testing.T) {
 
 // TestTrapStackWithDWARF: a module built with -g (testdata/dwarf.c) traps
 // after a loop. The loop check the host inserts moves the code after it, so
-// the module's DWARF line tables would cite a wrong line (weir.h:370 and
+// the module's DWARF line tables would cite a wrong line (weir.h:373 and
 // dwarf.c:23 for the division on dwarf.c:22); the host drops them, and the
 // stack names the function without citing any line.
 func TestTrapStackWithDWARF(t *testing.T) {
