@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds every non-Go guest from source into the .wasm committed next to it:
+# Builds every committed .wasm that has a source in the repository, from that
+# source, into the .wasm committed next to it:
 #
 #   guests/c/examples/NAME.wasm               C, WASI reactor with wasi-libc
 #   guests/c/examples/NAME.freestanding.wasm  C, freestanding (no libc)
@@ -9,18 +10,27 @@
 #   guests/wat/NAME.wasm                      hand-written WAT (wabt)
 #
 # and each SDK's sdktest/probe operator (C, Rust, AssemblyScript), which
-# exercises what the examples do not, and
+# exercises what the examples do not, and the host's test modules:
 #
 #   host/wasm/testdata/rustpanic.wasm         Rust, its function names kept
+#   host/wasm/testdata/{assert,overflow,dwarf}.wasm
+#                                             C, each with the flags its
+#                                             header gives (dwarf.wasm keeps
+#                                             its DWARF: that is its point)
+#   host/wasm/testdata/NAME.wasm              WAT, function names kept
+#   host/wasm/testdata/bad/NAME.wasm          WAT the host must refuse, not
+#                                             validated (wat2wasm --no-check)
 #
-# Go guests are built by the tests themselves (guests/go/guestbuild).
+# Go guests are built by the tests themselves (guests/go/guestbuild) and are
+# not committed.
 #
 #   guests/build.sh          rebuild the committed .wasm files
 #   guests/build.sh -check   rebuild into a temporary directory and fail if
 #                            any committed .wasm differs from its source
 #
-# Builds are reproducible: paths are relative to the repository root, and
-# every custom section (names, producers, debug info) is stripped.
+# Builds are reproducible: paths are relative to the repository root (or,
+# for the C test modules, to their directory), and every custom section
+# (names, producers, debug info) is stripped but where a test reads it.
 #
 # Toolchains (Debian): clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc
 # libstd-rust-dev-wasm32 wabt; (npm) assemblyscript@0.28.20. The versions that
@@ -58,34 +68,52 @@ toolchains() {
 }
 toolchains >"$work/toolchains.txt"
 
-# out DIR/NAME.wasm: where a build goes (the temp tree when checking).
+# out PATH: where the build of PATH (from the repository root) goes: PATH
+# itself, or its place in the temporary tree when checking. Absolute, so a
+# build can run in its source's directory.
 out() {
   if [ "$check" = 1 ]; then
     mkdir -p "$work/out/$(dirname "$1")"
     echo "$work/out/$1"
   else
-    echo "$1"
+    echo "$PWD/$1"
   fi
 }
 
-# done_build FILE LANG: strip a build, refuse imports the host does not
+# rel OUT: the committed file whose build is OUT (the inverse of out).
+rel() {
+  local r=${1#"$work/out/"}
+  echo "${r#"$PWD/"}"
+}
+
+# done_build OUT SRC LANG: strip a build, refuse imports the host does not
 # provide (e.g. AssemblyScript's env.abort), and note it for the check.
 done_build() {
   "$WASM_STRIP" "$1"
-  done_named "$1" "$2"
+  done_named "$@"
 }
 
-# done_named FILE LANG: done_build, but the build keeps its custom
-# sections (the name section a test reads the stack trace's names from).
+# done_named OUT SRC LANG: done_build, but the build keeps its custom
+# sections (the names a test reads from a stack trace, DWARF).
 done_named() {
-  local bad
-  bad=$("$WASM_OBJDUMP" -x -j Import "$1" | grep -- ' <- ' | grep -v -e ' <- weir\.' -e ' <- wasi_snapshot_preview1\.' || true)
+  local bad=
+  # (wasm-objdump -j fails on a module without the section, e.g. one that
+  # imports nothing.)
+  if "$WASM_OBJDUMP" -h "$1" | grep -q '^ *Import '; then
+    bad=$("$WASM_OBJDUMP" -x -j Import "$1" | grep -- ' <- ' | grep -v -e ' <- weir\.' -e ' <- wasi_snapshot_preview1\.' || true)
+  fi
   if [ -n "$bad" ]; then
-    echo "$1: imports outside weir and wasi_snapshot_preview1:" >&2
+    echo "$(rel "$1"): imports outside weir and wasi_snapshot_preview1:" >&2
     echo "$bad" >&2
     return 1
   fi
-  echo "$1" >>"$work/built.$2"
+  done_raw "$@"
+}
+
+# done_raw OUT SRC LANG: note a build for the check as it is, its imports
+# unchecked: a module the host must refuse, whose imports may be its point.
+done_raw() {
+  printf '%s\t%s\n' "$(rel "$1")" "$2" >>"$work/built.$3"
 }
 
 build_c() {
@@ -95,19 +123,38 @@ build_c() {
     o=$(out "$base.wasm")
     "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
       -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
-    done_build "$o" c
+    done_build "$o" "$src" c
     o=$(out "$base.freestanding.wasm")
     "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror \
       -Wl,--no-entry -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
-    done_build "$o" c
+    done_build "$o" "$src" c
   done
   # The examples once more with 128-bit SIMD, which lets clang vectorize.
   for src in guests/c/examples/*.c; do
     o=$(out "${src%.c}.simd.wasm")
     "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -msimd128 -O2 -Wall -Wextra -Werror \
       -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
-    done_build "$o" c
+    done_build "$o" "$src" c
   done
+  # The host's C test modules, built in their directory, which the paths in
+  # dwarf.wasm's DWARF and in assert.wasm's message are relative to; -O1.
+  local td=host/wasm/testdata
+  local cflags=(-O1 -Wall -Wextra -Werror -I ../../../guests/c)
+  # assert: wasi-libc's assert (its message cites assert.c), stripped.
+  o=$(out $td/assert.wasm)
+  (cd $td && "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor "${cflags[@]}" \
+    -Wl,--stack-first -Wl,--strip-all -o "$o" assert.c)
+  done_build "$o" $td/assert.c c
+  # overflow: its name section kept, for the recursion the error names.
+  o=$(out $td/overflow.wasm)
+  (cd $td && "$CLANG" --target=wasm32 -nostdlib "${cflags[@]}" \
+    -Wl,--no-entry -Wl,--stack-first -o "$o" overflow.c)
+  done_named "$o" $td/overflow.c c
+  # dwarf: -g, its DWARF sections kept (TestTrapStackWithDWARF's subject).
+  o=$(out $td/dwarf.wasm)
+  (cd $td && "$CLANG" --target=wasm32 -nostdlib "${cflags[@]}" -g -fdebug-prefix-map="$PWD=." \
+    -Wl,--no-entry -o "$o" dwarf.c)
+  done_named "$o" $td/dwarf.c c
 }
 
 build_rust() {
@@ -120,7 +167,7 @@ build_rust() {
     o=$(out "${src%.rs}.wasm")
     "$RUSTC" "${rustflags[@]}" --crate-type cdylib --extern weir="$work/libweir.rlib" \
       -o "$o" "$src"
-    done_build "$o" rust
+    done_build "$o" "$src" rust
   done
   # rustpanic keeps its functions' mangled names for TestTrapStackRustNames:
   # -C strip=debuginfo, not symbols, and no wasm-strip.
@@ -128,7 +175,7 @@ build_rust() {
   o=$(out "${src%.rs}.wasm")
   "$RUSTC" "${rustflags[@]/#strip=symbols/strip=debuginfo}" --crate-type cdylib \
     --extern weir="$work/libweir.rlib" -o "$o" "$src"
-  done_named "$o" rust
+  done_named "$o" "$src" rust
 }
 
 build_assemblyscript() {
@@ -139,7 +186,7 @@ build_assemblyscript() {
     # _initialize, under the host's call deadline, not as a start function.
     "$ASC" "$src" -O3 --noAssert --exportStart _initialize \
       --use abort=guests/assemblyscript/weir/index/weirAbort -o "$o"
-    done_build "$o" assemblyscript
+    done_build "$o" "$src" assemblyscript
   done
 }
 
@@ -148,7 +195,21 @@ build_wat() {
   for src in guests/wat/*.wat; do
     o=$(out "${src%.wat}.wasm")
     "$WAT2WASM" "$src" -o "$o"
-    done_build "$o" wat
+    done_build "$o" "$src" wat
+  done
+  # The host's test operators keep their function names (--debug-names)
+  # for the stack traces of their traps.
+  for src in host/wasm/testdata/*.wat; do
+    o=$(out "${src%.wat}.wasm")
+    "$WAT2WASM" --debug-names "$src" -o "$o"
+    done_named "$o" "$src" wat
+  done
+  # The modules the host must refuse are not validated: bad_body.wat does
+  # not type-check, and the imports of others are what is refused.
+  for src in host/wasm/testdata/bad/*.wat; do
+    o=$(out "${src%.wat}.wasm")
+    "$WAT2WASM" --no-check "$src" -o "$o"
+    done_raw "$o" "$src" wat
   done
 }
 
@@ -166,23 +227,27 @@ if [ "$failed" = 1 ]; then
   echo "guests/build.sh: a build failed (see above)" >&2
   exit 1
 fi
-mapfile -t built < <(cat "$work"/built.*)
 
+# built: each build's committed path -> its source.
+declare -A built=()
+while IFS=$'\t' read -r o src; do
+  built[$o]=$src
+done < <(cat "$work"/built.*)
+
+bad=0
 if [ "$check" = 1 ]; then
   if ! cmp -s "$work/toolchains.txt" guests/toolchains.txt; then
     echo "toolchains differ from those that built the committed guests (guests/toolchains.txt):" >&2
     diff guests/toolchains.txt "$work/toolchains.txt" >&2 || true
   fi
-  stale=0
-  for o in "${built[@]}"; do
-    committed=${o#"$work/out/"}
-    if ! cmp -s "$o" "$committed"; then
-      echo "stale: $committed does not match its source (run guests/build.sh)" >&2
-      stale=1
+  while read -r f; do
+    if ! cmp -s "$work/out/$f" "$f"; then
+      echo "stale: $f does not match its source ${built[$f]} (run guests/build.sh)" >&2
+      bad=1
     fi
-  done
-  [ "$stale" = 0 ] && echo "all ${#built[@]} guest builds match their sources" >&2
-  exit "$stale"
+  done < <(printf '%s\n' "${!built[@]}" | sort)
+  [ "$bad" = 0 ] && echo "all ${#built[@]} builds match their sources" >&2
+  exit "$bad"
 fi
 cp "$work/toolchains.txt" guests/toolchains.txt
-echo "built ${#built[@]} guests" >&2
+echo "built ${#built[@]} .wasm files" >&2

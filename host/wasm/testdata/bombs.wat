@@ -7,7 +7,7 @@
 ;;   l  weir_process: log one line with weir.log and return, with no loop after
 ;;      it (where a slow host logger makes the call overrun its deadline)
 ;;
-;; Build: wat2wasm --debug-names bombs.wat -o bombs.wasm
+;; guests/build.sh builds it: wat2wasm --debug-names (names kept).
 (module
   (import "weir" "snapshot_write" (func $snapshot_write (param i32 i32) (result i32)))
   (import "weir" "log" (func $log (param i32 i32 i32)))

@@ -3,9 +3,9 @@
  * integer division by zero after a loop, whose check the host inserts and
  * which moves the code after it.
  *
- * Build (from this directory):
- *   clang --target=wasm32 -nostdlib -O1 -g -fdebug-prefix-map=$PWD=. \
- *     -I ../../../guests/c -Wl,--no-entry -o dwarf.wasm dwarf.c */
+ * guests/build.sh builds it from this directory, freestanding, -O1 -g with
+ * paths relative to this directory, and keeps its DWARF sections: they are
+ * what TestTrapStackWithDWARF is about. */
 #include "weir.h"
 
 static int init(weir_bytes config) {

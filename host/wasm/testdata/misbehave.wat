@@ -28,7 +28,7 @@
 ;;      behave as that mode ("Gt" traps after a refused grow, "Gp" carries
 ;;      on after it)
 ;;
-;; Build: wat2wasm --debug-names misbehave.wat -o misbehave.wasm
+;; guests/build.sh builds it: wat2wasm --debug-names (names kept).
 (module
   (import "weir" "emit" (func $emit (param i32 i32 i32) (result i32)))
   (import "weir" "error" (func $error (param i32 i32)))

@@ -2,9 +2,9 @@
  * says, 256 bytes of C stack a level, so a large value overruns the 64 KiB
  * stack (--stack-first: out of bounds below address 0).
  *
- * Build (from this directory):
- *   clang --target=wasm32 -nostdlib -O1 -I ../../../guests/c -Wl,--no-entry \
- *     -Wl,--stack-first -o overflow.wasm overflow.c */
+ * guests/build.sh builds it from this directory, freestanding, -O1,
+ * -Wl,--stack-first, and keeps its name section: the error names depth,
+ * the function that recurses. */
 #include "weir.h"
 
 static int init(weir_bytes config) {

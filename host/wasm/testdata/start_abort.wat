@@ -2,7 +2,7 @@
 ;; AssemblyScript module's top-level code does on abort: it sets its message
 ;; with weir.error, then traps.
 ;;
-;; Build: wat2wasm --debug-names start_abort.wat -o start_abort.wasm
+;; guests/build.sh builds it: wat2wasm --debug-names (names kept).
 (module
   (import "weir" "error" (func $error (param i32 i32)))
   (memory (export "memory") 1)

@@ -1,7 +1,7 @@
 ;; start_loop: an operator whose start function (the module's start section,
 ;; run when the module is instantiated) never returns.
 ;;
-;; Build: wat2wasm --debug-names start_loop.wat -o start_loop.wasm
+;; guests/build.sh builds it: wat2wasm --debug-names (names kept).
 (module
   (memory (export "memory") 1)
   (func $start (loop $forever (br $forever)))

@@ -4,7 +4,7 @@
 ;; throws does. The host must report the message, not crash reading memory
 ;; it has not looked up yet.
 ;;
-;; Build: wat2wasm --debug-names startfail.wat -o startfail.wasm
+;; guests/build.sh builds it: wat2wasm --debug-names (names kept).
 (module
   (import "weir" "error" (func $error (param i32 i32)))
   (import "weir" "log" (func $log (param i32 i32 i32)))
