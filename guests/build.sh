@@ -14,9 +14,9 @@
 #
 #   host/wasm/testdata/rustpanic.wasm         Rust, its function names kept
 #   host/wasm/testdata/{assert,overflow,dwarf}.wasm
-#                                             C, each with the flags its
-#                                             header gives (dwarf.wasm keeps
-#                                             its DWARF: that is its point)
+#                                             C, each built as its header
+#                                             says (dwarf.wasm keeps its
+#                                             DWARF: that is its point)
 #   host/wasm/testdata/NAME.wasm              WAT, function names kept
 #   host/wasm/testdata/bad/NAME.wasm          WAT the host must refuse, not
 #                                             validated (wat2wasm --no-check)
@@ -27,6 +27,9 @@
 #   guests/build.sh          rebuild the committed .wasm files
 #   guests/build.sh -check   rebuild into a temporary directory and fail if
 #                            any committed .wasm differs from its source
+#
+# Either way, the script fails naming every committed .wasm (git ls-files)
+# that it does not build, unless its list "handmade" names it with why.
 #
 # Builds are reproducible: paths are relative to the repository root (or,
 # for the C test modules, to their directory), and every custom section
@@ -45,6 +48,14 @@ case "${1:-}" in
   -check) check=1 ;;
   *) echo "usage: guests/build.sh [-check]" >&2; exit 2 ;;
 esac
+
+# handmade: the committed .wasm files that no source here builds, on
+# purpose, one a line: the path from the repository root, then why no tool
+# can produce it (e.g. a deliberately malformed binary). None today: a
+# test that needs a module no tool writes can make it from a built one, as
+# TestLocalsBomb does from testdata/bad/locals.wasm.
+handmade='
+'
 
 # RUSTC: Debian's rustc has the wasm32 standard library; a rustup rustc
 # earlier on PATH usually does not.
@@ -234,20 +245,59 @@ while IFS=$'\t' read -r o src; do
   built[$o]=$src
 done < <(cat "$work"/built.*)
 
+# Every committed .wasm is built here or listed as hand-made, with why.
+if ! committed_list=$(git ls-files '*.wasm'); then
+  echo "guests/build.sh: git ls-files failed: run it in a git checkout of the repository" >&2
+  exit 1
+fi
+declare -A committed=()
+while read -r f; do
+  [ -n "$f" ] || continue
+  committed[$f]=1
+done <<<"$committed_list"
 bad=0
+declare -A made=()
+while read -r f why; do
+  [ -n "$f" ] || continue
+  made[$f]=1
+  if [ -z "$why" ]; then
+    echo "handmade: $f: say why no tool can build it, after its path (guests/build.sh)" >&2
+    bad=1
+  elif [ -n "${built[$f]+x}" ]; then
+    echo "handmade: $f is built from ${built[$f]}: remove it from the list in guests/build.sh" >&2
+    bad=1
+  elif [ -z "${committed[$f]+x}" ]; then
+    echo "handmade: $f is not committed: remove it from the list in guests/build.sh" >&2
+    bad=1
+  fi
+done <<<"$handmade"
+while read -r f; do
+  [ -n "$f" ] || continue
+  if [ -z "${built[$f]+x}" ] && [ -z "${made[$f]+x}" ]; then
+    echo "orphan: $f is committed but guests/build.sh does not build it: add its build there, or list it as hand-made with why" >&2
+    bad=1
+  fi
+done <<<"$committed_list"
+
 if [ "$check" = 1 ]; then
   if ! cmp -s "$work/toolchains.txt" guests/toolchains.txt; then
     echo "toolchains differ from those that built the committed guests (guests/toolchains.txt):" >&2
     diff guests/toolchains.txt "$work/toolchains.txt" >&2 || true
   fi
   while read -r f; do
-    if ! cmp -s "$work/out/$f" "$f"; then
+    if [ -z "${committed[$f]+x}" ]; then
+      echo "uncommitted: $f is what ${built[$f]} builds but is not committed (run guests/build.sh and git add it)" >&2
+      bad=1
+    elif ! cmp -s "$work/out/$f" "$f"; then
       echo "stale: $f does not match its source ${built[$f]} (run guests/build.sh)" >&2
       bad=1
     fi
   done < <(printf '%s\n' "${!built[@]}" | sort)
-  [ "$bad" = 0 ] && echo "all ${#built[@]} builds match their sources" >&2
+  if [ "$bad" = 0 ]; then
+    echo "all ${#built[@]} builds match their sources; every other committed .wasm (${#made[@]}) is listed as hand-made" >&2
+  fi
   exit "$bad"
 fi
 cp "$work/toolchains.txt" guests/toolchains.txt
 echo "built ${#built[@]} .wasm files" >&2
+exit "$bad"
