@@ -1,63 +1,97 @@
 package natsconn
 
 import (
-	"net"
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
-// notNATS listens on a port that takes connections and, like an HTTP
-// port, sends no NATS greeting: it holds each connection open silently,
-// or closes it at once (hangUp), and returns its URL.
-func notNATS(t *testing.T, hangUp bool) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if hangUp {
-				c.Close()
-			} else {
-				held = append(held, c)
-			}
-		}
-	}()
-	return "nats://" + ln.Addr().String()
-}
-
-// A port that is not a NATS server's (an HTTP port, the monitoring port)
-// is told apart from one where nothing listens: the error says that no
-// NATS greeting came and what the client port is. It still counts as
-// unreachable, for weir worker waits for a server that may come.
+// A port that is not a NATS server's says what answered there, on one
+// line naming the URL: an HTTP server (the monitoring port, 8222, is the
+// usual mistake), a TLS port, another protocol's banner — none of which
+// a retry fixes, so none counts as unreachable — or nothing (a frozen
+// server, or one that waits to be asked), or a close without a word (a
+// server shutting down, a proxy with nothing behind it), which weir
+// worker waits out as it does a server that is down.
 func TestConnectToAPortThatIsNotNATS(t *testing.T) {
-	for _, hangUp := range []bool{false, true} {
-		url := notNATS(t, hangUp)
-		nc, err := Connect(Options{URL: url, ConnectTimeout: time.Second})
+	monitor := startServer(t, &server.Options{HTTPHost: "127.0.0.1", HTTPPort: server.RANDOM_PORT})
+	refused := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	httpPort := natsconntest.HTTPPort(t)
+	for _, c := range []struct {
+		name, url, want string
+		unreachable     bool
+	}{
+		{"the monitoring port", "nats://" + monitor.MonitorAddr().String(),
+			`: answered "HTTP/1.1 400 Bad Request": an HTTP server (the NATS monitoring port?), not NATS; NATS clients use port 4222`, false},
+		{"a web server", httpPort, `: answered "HTTP/1.1 400 Bad Request": an HTTP server (the NATS monitoring port?), not NATS`, false},
+		{"a TLS port", natsconntest.TLSPort(t), ": answered a TLS handshake, not a NATS greeting: a TLS port (HTTPS", false},
+		{"another protocol", natsconntest.BannerPort(t, "SSH-2.0-weirtest\r\n"),
+			`: answered "SSH-2.0-weirtest": not NATS, whose servers greet with INFO; NATS clients use port 4222`, false},
+		{"a silent port", natsconntest.SilentPort(t),
+			": the port accepted the connection and said nothing in 1s, nor in 1s after a NATS CONNECT: a frozen NATS server, or not a NATS client port", true},
+		{"a port that hangs up", natsconntest.ClosingPort(t), ": the port accepted the connection and closed it without a word", true},
+	} {
+		nc, err := Connect(Options{URL: c.url, ConnectTimeout: time.Second})
 		if err == nil {
 			nc.Close()
-			t.Fatalf("%s: connected", url)
+			t.Fatalf("%s: connected", c.name)
 		}
-		if want := "nats connect " + url + ": no NATS greeting from the server"; !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("hang up %v: error %q; want it to start %q", hangUp, err, want)
+		if want := "nats connect " + c.url + c.want; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: error %q; want it to start %q", c.name, err, want)
 		}
-		if !Unreachable(err) {
-			t.Errorf("hang up %v: error %q does not count as unreachable", hangUp, err)
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %q is not one line", c.name, err)
 		}
+		if _, ok := errors.AsType[*GreetingError](err); !ok {
+			t.Errorf("%s: error %q is no *GreetingError", c.name, err)
+		}
+		if Unreachable(err) != c.unreachable {
+			t.Errorf("%s: error %q: Unreachable %v, want %v", c.name, err, !c.unreachable, c.unreachable)
+		}
+	}
+
+	// In a list, nats.go's error is the last server's ("no servers
+	// available" when that one refused the connection): the port that
+	// answered is named all the same.
+	_, err := Connect(Options{URL: httpPort + "," + refused, ConnectTimeout: time.Second})
+	if want := "nats connect " + httpPort + `: answered "HTTP/1.1 400 Bad Request"`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("list with a web server and a refused port: error %v; want it to start %q", err, want)
+	}
+	// A refused port alone is still just that.
+	if _, err := Connect(Options{URL: refused}); err == nil || !Unreachable(err) || errors.As(err, new(*GreetingError)) {
+		t.Errorf("refused port: error %v; want an unreachable one, not a GreetingError", err)
+	}
+}
+
+// weir worker waits for a server that is down, but not at a port that
+// answered something other than NATS: ConnectRetry returns at once there,
+// and keeps trying at a silent one.
+func TestConnectRetryStopsAtAPortThatIsNotNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	retries := 0
+	_, err := ConnectRetry(ctx, Options{URL: natsconntest.HTTPPort(t), ConnectTimeout: time.Second}, func(int, error, time.Duration) { retries++ })
+	if ge, ok := errors.AsType[*GreetingError](err); !ok || !ge.Answered() || retries != 0 {
+		t.Fatalf("HTTP port: %v after %d retries; want a GreetingError at once", err, retries)
+	}
+
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	_, err = ConnectRetry(sctx, Options{URL: natsconntest.SilentPort(t), ConnectTimeout: time.Second}, func(_ int, err error, _ time.Duration) {
+		if _, ok := errors.AsType[*GreetingError](err); !ok {
+			t.Errorf("retry after %v; want a GreetingError", err)
+		}
+		retries++
+		scancel()
+	})
+	if !errors.Is(err, context.Canceled) || retries != 1 {
+		t.Fatalf("silent port: %v after %d retries; want it retried until canceled", err, retries)
 	}
 }

@@ -226,9 +226,8 @@ func Connect(o Options, extra ...nats.Option) (*nats.Conn, error) {
 		if why := o.refusal(err); why != "" {
 			return nil, fmt.Errorf("nats connect %s: %s: %w", Redact(o.URL), why, err)
 		}
-		if noGreeting(err) {
-			return nil, fmt.Errorf("nats connect %s: no NATS greeting from the server (a frozen server, or not a NATS client port: "+
-				"nats-server's is 4222 unless configured, 8222 its monitoring port): %w", Redact(o.URL), err)
+		if ge := o.diagnose(err); ge != nil {
+			return nil, ge
 		}
 		return nil, fmt.Errorf("nats connect %s: %w", Redact(o.URL), err)
 	}
@@ -275,18 +274,6 @@ func (o Options) refusal(err error) string {
 // depending on timing.
 func certRefused(err error) bool {
 	return errors.Is(err, nats.ErrTLS) && strings.Contains(err.Error(), "connection closed by remote after TLS handshake")
-}
-
-// noGreeting reports whether err, from connecting, says that the server
-// accepted the connection and then sent nothing (a read that timed out)
-// or closed it (io.EOF) where a NATS server sends its INFO: what an HTTP
-// port or another service gives, as well as a frozen server.
-func noGreeting(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "read" && op.Timeout() {
-		return true
-	}
-	return errors.Is(err, io.EOF) && !errors.Is(err, nats.ErrTLS)
 }
 
 // credentials names what o authenticates with, for an error: the method
@@ -439,6 +426,12 @@ func RetryDelay(n int) time.Duration {
 // resolve (yet) — which a later attempt may get past, rather than a
 // refusal no retry fixes (authentication, TLS, a bad URL or option).
 func Unreachable(err error) bool {
+	if ge, ok := errors.AsType[*GreetingError](err); ok {
+		// A port that answered something other than NATS is the
+		// wrong one; one that said nothing, or closed the connection,
+		// may be a server not ready yet.
+		return !ge.Answered()
+	}
 	if certRefused(err) {
 		// It carries the io.EOF or reset of the close, but the server
 		// was reached and refused the certificate.

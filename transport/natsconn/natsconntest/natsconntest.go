@@ -1,8 +1,10 @@
-// Package natsconntest gives tests a NATS server that falls silent: a TCP
-// proxy in front of a real server that, once silenced, moves no byte
-// either way and closes nothing — what a client sees of a frozen server
+// Package natsconntest gives tests a NATS server that falls silent — a
+// TCP proxy in front of a real server that, once silenced, moves no byte
+// either way and closes nothing: what a client sees of a frozen server
 // process (kill -STOP) or of a network partition that drops packets, as
-// opposed to a server that shuts down and resets its connections.
+// opposed to a server that shuts down and resets its connections — and
+// ports that a NATS URL is pointed at by mistake (an HTTP server, a TLS
+// port, one that says nothing).
 package natsconntest
 
 import (
