@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
 // tokenServer starts a nats-server with JetStream that takes only the
@@ -36,5 +42,100 @@ func TestCommandRefusedNamesTheServerRedacted(t *testing.T) {
 	}
 	if strings.Contains(got, "cannot reach") || !strings.Contains(got, "Authorization Violation") {
 		t.Errorf("stderr %q; want the server's refusal, not that it cannot be reached", got)
+	}
+}
+
+// Every command pointed at a port that answers something other than NATS
+// (here an HTTP server, as the monitoring port is) says so on one line
+// naming the URL and exits 1 — weir worker and weir up -nats too, which
+// would otherwise wait for a server: a wrong port does not fix itself.
+// The CLI commands say first that they wait for the server, as they do for
+// any that has not answered within a second.
+func TestCommandsAtAPortThatIsNotNATS(t *testing.T) {
+	url := natsconntest.HTTPPort(t)
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "wrongport", mod, "")
+	said := "weir: nats connect " + url + `: answered "HTTP/1.1 400 Bad Request": an HTTP server (the NATS monitoring port?), not NATS; ` +
+		"NATS clients use port 4222 unless the server is configured otherwise\n"
+	notice := "weir: waiting for NATS at " + url + " to answer (a server that does not is left after 5s, for the next one listed)\n"
+	for _, args := range [][]string{
+		{"job", "ls", "-nats", url},
+		{"module", "ls", "-nats", url},
+		{"run", "-nats", url, spec},
+		{"worker", "-nats", url, "-data", t.TempDir()},
+		{"up", "-nats", url, "-data", t.TempDir()},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out, errb syncBuffer
+			code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+			got := strings.TrimPrefix(errb.String(), notice)
+			if code != 1 || got != said {
+				t.Errorf("weir %s: exit %d, stderr %q; want 1 and %q", strings.Join(args, " "), code, errb.String(), said)
+			}
+		})
+	}
+}
+
+// weir worker waits for a server that is down (connection refused) and
+// joins it once it is up, on that port; one that said nothing (a frozen
+// server) it waits for too, saying each time that the port accepted the
+// connection and said nothing.
+func TestWorkerWaitsForAServerThatIsDownOrSilent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	wctx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	w, wdone := &upOutput{}, make(chan int, 1)
+	go func() {
+		wdone <- run(wctx, []string{"worker", "-nats", url, "-id", "late", "-data", t.TempDir()},
+			Stdio{In: strings.NewReader(""), Out: &w.out, Err: &w.errb})
+	}()
+	for strings.Count(w.errb.String(), `msg="NATS not reachable; retrying"`) < 2 {
+		select {
+		case code := <-wdone:
+			t.Fatalf("weir worker exited %d without a server: %s", code, w.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("no retries logged: %s", w.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	embeddedtest.Server(t, embedded.Config{Port: port})
+	w.await(t, ctx, wdone, "worker late connected to "+url)
+	stopWorker()
+	<-wdone
+
+	silent := natsconntest.SilentPort(t)
+	sctx, stopSilent := context.WithCancel(ctx)
+	defer stopSilent()
+	s, sdone := &upOutput{}, make(chan int, 1)
+	go func() {
+		sdone <- run(sctx, []string{"worker", "-nats", silent, "-data", t.TempDir()}, Stdio{In: strings.NewReader(""), Out: &s.out, Err: &s.errb})
+	}()
+	said := "nats connect " + silent + ": the port accepted the connection and said nothing in 5s, nor in 2s after a NATS CONNECT"
+	for !strings.Contains(s.errb.String(), said) {
+		select {
+		case code := <-sdone:
+			t.Fatalf("weir worker at a silent port exited %d: %s", code, s.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("no retry saying %q: %s", said, s.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	stopSilent()
+	if code := <-sdone; code != 0 || !strings.Contains(s.errb.String(), "weir worker: stopped before it joined") {
+		t.Errorf("interrupted at a silent port: exit %d, stderr %q; want 0 and that it stopped before it joined", code, s.errb.String())
 	}
 }

@@ -75,10 +75,11 @@ func connectNATS(nf *natsFlags, name string, w io.Writer) (*nats.Conn, error) {
 	nc, err := natsconn.Connect(*o, nats.MaxReconnects(0))
 	stop()
 	if err != nil {
-		if !natsconn.Unreachable(err) {
-			// Refused (authentication, TLS, a bad URL or file): err
-			// says so and names the server; asking whether weir up
-			// runs would send the user looking in the wrong place.
+		if _, greeting := errors.AsType[*natsconn.GreetingError](err); greeting || !natsconn.Unreachable(err) {
+			// Refused (authentication, TLS, a bad URL or file), or a
+			// port that did not greet as NATS does: err says so and
+			// names the server; asking whether weir up runs would send
+			// the user looking in the wrong place.
 			return nil, err
 		}
 		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", natsconn.Redact(nf.url), err)

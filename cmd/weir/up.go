@@ -251,7 +251,9 @@ const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-stor
 Runs a worker that joins the coordinator reachable through NATS at URL and
 runs the tasks it is given. While the server cannot be reached (a worker
 started before it) it keeps trying, with a backoff up to 10s, logging each
-failed attempt, until it connects or is interrupted. Connected to a NATS
+failed attempt, until it connects or is interrupted; at a port that answers
+something other than NATS (an HTTP server such as the NATS monitoring port,
+a TLS port) it exits at once, saying what answered. Connected to a NATS
 where no coordinator answers yet (started before weir up), it says so, and
 the coordinator takes it on once it starts. -atomic-batch is the most messages its
 exactly-once sinks put in one atomic batch: at most the server's
