@@ -56,7 +56,8 @@ type GreetingError struct {
 	// Answer is the start of what the port sent (its first line, at
 	// most maxAnswer bytes); empty when it sent nothing.
 	Answer []byte
-	// TLS is set when the port answered a TLS handshake.
+	// TLS is set when the port answered a TLS handshake, or the
+	// diagnosis's CONNECT with a TLS record (an alert).
 	TLS bool
 	// Closed is set when the port closed the connection without a word.
 	Closed bool
@@ -81,15 +82,12 @@ func (e *GreetingError) Error() string {
 	prefix := "nats connect " + e.URL + ": "
 	switch {
 	case e.TLS:
-		return prefix + "answered a TLS handshake, not a NATS greeting: " +
+		return prefix + "answered in TLS, not with a NATS greeting: " +
 			"a TLS port (HTTPS, or a NATS server with TLS handshake_first, which weir does not use); " + clients
 	case len(e.Answer) > 0:
 		what := "not NATS, whose servers greet with INFO"
-		switch {
-		case bytes.HasPrefix(e.Answer, []byte("HTTP/")):
+		if bytes.HasPrefix(e.Answer, []byte("HTTP/")) {
 			what = "an HTTP server (the NATS monitoring port?), not NATS"
-		case tlsRecord(e.Answer):
-			what = "a TLS server (HTTPS?), not NATS"
 		}
 		return prefix + "answered " + strconv.Quote(string(e.Answer)) + ": " + what + "; " + clients
 	case e.Closed:
@@ -104,8 +102,8 @@ func (e *GreetingError) Error() string {
 func (e *GreetingError) Unwrap() error { return e.Err }
 
 // tlsRecord reports whether b starts as a TLS record does (an alert or a
-// handshake, version 3.x): what a TLS server sends a client whose first
-// bytes are not a TLS handshake, unless it closes the connection.
+// handshake, version 3.x): what some TLS servers send a client whose
+// first bytes are not a TLS handshake; others close the connection.
 func tlsRecord(b []byte) bool {
 	return len(b) >= 2 && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03
 }
@@ -220,8 +218,11 @@ func probe(p string, wait time.Duration) probeResult {
 	answer, err := readLine(c)
 	switch {
 	case len(answer) > 0:
-		if bytes.HasPrefix(answer, []byte("INFO ")) || bytes.HasPrefix(answer, []byte("INFO\t")) {
+		switch {
+		case bytes.HasPrefix(answer, []byte("INFO ")) || bytes.HasPrefix(answer, []byte("INFO\t")):
 			return probeResult{} // NATS after all
+		case tlsRecord(answer):
+			return probeResult{tls: true}
 		}
 		return probeResult{answer: answer}
 	case timeout(err):
