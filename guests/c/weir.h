@@ -674,12 +674,21 @@ WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
     return b->ptr;
 }
 
+/* WEIR__ERR_TRAILING_STATE fails a restore callback that returned WEIR_OK
+ * before it read all of the state: a state the operator cannot read back
+ * whole is one it does not understand. */
+#define WEIR__ERR_TRAILING_STATE                                                           \
+    "weir: state has trailing bytes: restore returned before reading all of it "           \
+    "(read back everything snapshot writes)"
+
 /* WEIR_OPERATOR defines the required exports around four callbacks:
  *   int init(weir_bytes config);          validate the config; it points into
  *                                         the input buffer, so copy what you keep
  *   int process(uint32_t port, weir_batch *in);
  *   int snapshot(void);                   weir_state_write...
- *   int restore(void);                    weir_state_read...
+ *   int restore(void);                    weir_state_read..., all of what
+ *                                         snapshot wrote (bytes left unread
+ *                                         fail the restore)
  * Each returns WEIR_OK or an error (usually `return weir_fail("...")`). */
 #define WEIR_OPERATOR(init_fn, process_fn, snapshot_fn, restore_fn)                       \
     WEIR_EXPORT("weir_init") int32_t weir_init(const uint8_t *ptr, uint32_t len) {        \
@@ -706,7 +715,7 @@ WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
         weir__rt.chunk_eof = 0;                                                           \
         int32_t status = restore_fn();                                                    \
         if (status == 0 && !weir_state_at_end())                                          \
-            status = weir_fail("weir: state has trailing bytes");                         \
+            status = weir_fail(WEIR__ERR_TRAILING_STATE);                                  \
         weir__rt.chunk.len = weir__rt.chunk_pos = 0;                                      \
         return status;                                                                    \
     }

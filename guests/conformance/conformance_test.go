@@ -277,6 +277,48 @@ func TestBadStateFails(t *testing.T) {
 	}
 }
 
+// TestRestoreUnreadState: a restore that leaves state unread fails with a
+// message that says what to do, the same in every SDK: an operator without
+// restore (uppercase in Rust and AssemblyScript, whose default reads
+// nothing) is told to implement it; one whose restore returns early (C's
+// and Go's uppercase, which read nothing; any wordcount given a byte more
+// than it wrote) to read back everything snapshot writes. WAT has no SDK:
+// its uppercase takes any state.
+func TestRestoreUnreadState(t *testing.T) {
+	const (
+		trailing  = "weir: state has trailing bytes: restore returned before reading all of it (read back everything snapshot writes)"
+		noRestore = "weir: the operator has state to restore but does not implement restore (implement restore to read back what snapshot writes)"
+	)
+	e := newEngine(t)
+	ref := start(t, load(t, e, languages[0], "wordcount"), "wordcount")
+	feed(t, ref, inputs("wordcount", 7), 0, 3, nil)
+	wordcount := append(snapshot(t, ref), 0)
+	for _, lang := range languages {
+		if lang.name == "wat" {
+			continue
+		}
+		upper := trailing
+		if lang.name == "rust" || lang.name == "assemblyscript" {
+			upper = noRestore
+		}
+		for _, c := range []struct {
+			example string
+			state   []byte
+			want    string
+		}{
+			{"uppercase", []byte("state"), upper},
+			{"wordcount", wordcount, trailing},
+		} {
+			inst := start(t, load(t, e, lang, c.example), c.example)
+			err := inst.Restore(context.Background(), bytes.NewReader(c.state))
+			var oe *wasm.OperatorError
+			if !errors.As(err, &oe) || oe.Export != abi.ExportRestore || oe.Message != c.want {
+				t.Errorf("%s %s: restore error %v (%T), want an operator error from %s with message %q", lang.name, c.example, err, err, abi.ExportRestore, c.want)
+			}
+		}
+	}
+}
+
 // TestBadStateLength restores wordcount and join states whose first length
 // (of a word, of a key) passes the end of the stream by far: 4 GiB, and the
 // whole 64 MiB memory limit. Every build fails the restore with an error

@@ -1,7 +1,7 @@
 // The ABI's exports (abi/ABI.md §1). Re-export them from an operator's entry
 // file: `export * from "../weir/exports";`
 import {
-  Runtime, StateReader, StateWriter, copyBytes, current, cursorAddr, status,
+  ERR_TRAILING_STATE, Runtime, StateReader, StateWriter, copyBytes, current, cursorAddr, status,
 } from "./index";
 
 /** Declares ABI version 1; never called. */
@@ -62,7 +62,7 @@ export function weir_restore(): i32 {
   const r = new StateReader();
   let err = rt.op.restore(r);
   if (err === null) err = r.error;
-  if (err === null && !r.atEnd()) err = "weir: state has trailing bytes";
+  if (err === null && !r.atEnd()) err = ERR_TRAILING_STATE;
   r.free();
   return status(err);
 }

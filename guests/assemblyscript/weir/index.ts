@@ -603,6 +603,15 @@ function keyedEntries<T>(
   return null;
 }
 
+/** The error of a restore that returned before it read all of the state,
+ * which weir_restore checks after restore: a state the operator cannot read
+ * back whole is one it does not understand. */
+export const ERR_TRAILING_STATE = "weir: state has trailing bytes: restore returned before reading all of it (read back everything snapshot writes)";
+
+/** The error of Operator.restore's default, which reads nothing, on a
+ * non-empty state: an operator that overrides snapshot but not restore. */
+export const ERR_NO_RESTORE = "weir: the operator has state to restore but does not implement restore (implement restore to read back what snapshot writes)";
+
 /** An operator. Override the callbacks you need; each returns null on
  * success or the error message the host reports. */
 export class Operator {
@@ -622,9 +631,11 @@ export class Operator {
   }
 
   /** Reads back what snapshot wrote; an operator that never snapshotted is
-   * restored from an empty stream. */
+   * restored from an empty stream. The default reads nothing: it accepts
+   * only an empty stream, and fails a non-empty one, saying that the
+   * operator does not implement restore. */
   restore(r: StateReader): string | null {
-    return null;
+    return r.atEnd() ? null : ERR_NO_RESTORE;
   }
 
   /** Input port port will deliver nothing more; may emit final results. */

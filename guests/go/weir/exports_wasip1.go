@@ -136,7 +136,7 @@ func exportRestore() (status int32) {
 	return abi.OK
 }
 
-var errTrailingState = errors.New("weir: state has trailing bytes")
+var errTrailingState = errors.New("weir: state has trailing bytes: restore returned before reading all of it (read back everything snapshot writes)")
 
 //go:wasmexport weir_checkpoint_complete
 func exportCheckpointComplete(id int64) (status int32) {

@@ -166,7 +166,8 @@ pub struct Record<'a> {
     pub timestamp: i64,
 }
 
-/// An operator. Every method but `process` has a default that does nothing.
+/// An operator. Every method but `process` has a default that does nothing
+/// (`restore`'s reads nothing, so implement it with `snapshot`).
 pub trait Operator {
     /// Validates and keeps the config bytes from the job spec.
     fn init(&mut self, _config: &[u8]) -> Result {
@@ -183,8 +184,13 @@ pub trait Operator {
 
     /// Reads back what `snapshot` wrote, on a fresh instance after `init`.
     /// An operator that never snapshotted is restored from an empty stream.
-    fn restore(&mut self, _r: &mut StateReader) -> Result {
-        Ok(())
+    /// The default reads nothing: it accepts only an empty stream, and fails
+    /// a non-empty one, saying that the operator does not implement restore.
+    fn restore(&mut self, r: &mut StateReader) -> Result {
+        match r.at_end()? {
+            true => Ok(()),
+            false => Err(Error::from(ERR_NO_RESTORE)),
+        }
     }
 
     /// Input port `port` will deliver nothing more; final results may be
@@ -199,6 +205,18 @@ pub trait Operator {
         Ok(())
     }
 }
+
+/// The error of a restore that returned before it read all of the state,
+/// which the SDK checks after `restore`: a state the operator cannot read
+/// back whole is one it does not understand.
+const ERR_TRAILING_STATE: &str =
+    "weir: state has trailing bytes: restore returned before reading all of it (read back everything snapshot writes)";
+
+/// The error of `Operator::restore`'s default, which reads nothing, on a
+/// non-empty state: an operator that implements `snapshot` but not
+/// `restore`.
+const ERR_NO_RESTORE: &str =
+    "weir: the operator has state to restore but does not implement restore (implement restore to read back what snapshot writes)";
 
 /// The index of the record being processed, read by the host when a call
 /// traps; -1 outside a record. `AtomicI32` has the layout of `i32`.
@@ -923,7 +941,7 @@ impl Runtime {
         };
         let res = self.op.restore(&mut r).and_then(|()| match r.at_end()? {
             true => Ok(()),
-            false => Err(Error::from("weir: state has trailing bytes")),
+            false => Err(Error::from(ERR_TRAILING_STATE)),
         });
         self.chunk.clear();
         status(res)
