@@ -650,18 +650,9 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 		}
 	}()
 	for i, in := range inputs {
-		name, file, named := strings.Cut(in, "=")
-		if !named {
-			name, file = "", in
-		}
-		var src *jobspec.Source
-		for j := range spec.Sources {
-			if name == "" || spec.Sources[j].Name == name {
-				src = &spec.Sources[j]
-				break
-			}
-		}
+		src, file := inputSource(spec, in)
 		if src == nil {
+			name, _, _ := strings.Cut(in, "=")
 			return total, fmt.Errorf("-input %s: the job has no source %q", in, name)
 		}
 		if (src.Stop != "" || src.StopSequence != 0) != bounded {
@@ -692,6 +683,36 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 		fmt.Fprintf(std.Out, "published %d input records from %s to %s\n", c, file, src.Name)
 	}
 	return total, nil
+}
+
+// inputSource resolves an -input flag, FILE or SOURCE=FILE, to the source
+// it feeds (the job's first without SOURCE=; nil for a name the job does
+// not have) and the file.
+func inputSource(spec *jobspec.Spec, in string) (*jobspec.Source, string) {
+	name, file, named := strings.Cut(in, "=")
+	if !named {
+		name, file = "", in
+	}
+	for j := range spec.Sources {
+		if name == "" || spec.Sources[j].Name == name {
+			return &spec.Sources[j], file
+		}
+	}
+	return nil, file
+}
+
+// feedHint says how to publish a record to src outside weir run, as
+// -input would: on its subject (a wildcard's last token the key) with the
+// key in the Weir-Key header, or, keyed by subject, on the key's subject.
+func feedHint(src jobspec.Source) string {
+	if src.Partitions > 0 {
+		return fmt.Sprintf("publish records to source %s's stream %s, on the subjects of its partition-filter %s", src.Name, src.Stream, src.PartitionFilter)
+	}
+	subj := inputSubject(sourceSubject(src), "KEY")
+	if src.Key == jobspec.KeyFromSubject {
+		return fmt.Sprintf("nats pub %s VALUE publishes a record to source %s", subj, src.Name)
+	}
+	return fmt.Sprintf("nats pub %s VALUE -H %s:KEY publishes a record keyed KEY to source %s", subj, sink.KeyHeader, src.Name)
 }
 
 // publishInput publishes the lines of file to src: with pub to a
@@ -840,6 +861,15 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		// job as this one started: the job is not this run's to submit.
 		return fmt.Errorf("%w (resumed from -data %s, where an earlier weir run left it: 'weir up -data %s' lets it run on, and weir job cancel or stop there ends it)",
 			err, o.data, o.data)
+	}
+	if err != nil && len(o.inputs) > 0 && published == 0 && errors.Is(err, control.ErrConflict) {
+		// A job that runs, restored from a checkpoint say, is not this
+		// run's to submit, and its input (published after the submit, for
+		// an unbounded source) is not published: say how to give it more.
+		if src, _ := inputSource(spec, o.inputs[0]); src != nil {
+			return fmt.Errorf("%w, or give it more input yourself: -input publishes only with a job weir run submits (%s)",
+				apiErr("submit "+spec.Name, err), feedHint(*src))
+		}
 	}
 	if err != nil {
 		return apiErr("submit "+spec.Name, err)

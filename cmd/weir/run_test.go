@@ -624,3 +624,61 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		t.Fatalf("weir run exited %d with %q, want 1 with one line holding %q\n%s", code, errb.String(), want, out.String())
 	}
 }
+
+// TestRunInputToAJobThatRuns: weir run -input with a job of that name
+// running (restored from a checkpoint, say) submits nothing and publishes
+// nothing; the refusal says how to publish the job more input instead.
+func TestRunInputToAJobThatRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	t.Chdir(t.TempDir())
+	job := `name: busy
+sources: [{name: in, kind: nats, subject: busy-in}]
+sinks: [{name: out, kind: nats, subject: busy-out, input: {from: in}}]
+`
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("more.txt", []byte("a\t1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.ParseFile("job.yaml", jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-input", "more.txt", "job.yaml"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	// The job is created or running by now: either has not ended.
+	want := regexp.MustCompile(`^weir: job busy has not ended \(it is (created|running)\): cancel or stop it first, ` +
+		`or give it more input yourself: -input publishes only with a job weir run submits ` +
+		`\(nats pub busy-in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in\)\n$`)
+	if code != 1 || !want.MatchString(errb.String()) || strings.Contains(out.String(), "published") {
+		t.Fatalf("weir run exited %d with %q, want 1 with one line matching %s\n%s", code, errb.String(), want, out.String())
+	}
+}
+
+// TestFeedHint: how to publish a record to a source by hand, per kind of
+// source subject and key.
+func TestFeedHint(t *testing.T) {
+	for _, c := range []struct {
+		src  jobspec.Source
+		want string
+	}{
+		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "IN", Filter: "in.>", Key: jobspec.KeyFromHeader},
+			"nats pub in.KEY VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
+		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "ORDERS", Key: jobspec.KeyFromSubject},
+			"nats pub orders.KEY VALUE publishes a record to source in"},
+		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "LINES", Partitions: 4, PartitionFilter: "lines.{p}.>"},
+			"publish records to source in's stream LINES, on the subjects of its partition-filter lines.{p}.>"},
+	} {
+		if got := feedHint(c.src); got != c.want {
+			t.Errorf("feedHint(%+v) = %q, want %q", c.src, got, c.want)
+		}
+	}
+}
