@@ -94,7 +94,8 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		return nil, verr(KindMissingExport, "missing export %s (not a weir operator, or built for another ABI)", marker)
 	}
 	if _, ok := exports["_start"]; ok {
-		return nil, verr(KindCommandModule, "exports _start: a WASI command module; build a reactor (-buildmode=c-shared, -mexec-model=reactor, --no-entry)")
+		return nil, verr(KindCommandModule, "exports _start: a WASI command module; build a reactor, with no main "+
+			"(Go -buildmode=c-shared, C -mexec-model=reactor or --no-entry, Rust --crate-type cdylib)")
 	}
 
 	for _, im := range m.imports {

@@ -58,7 +58,7 @@ func TestBadModules(t *testing.T) {
 		{"hostile exports", bad(t, "hostile_exports"), KindMissingExport, ErrMissingExport, `missing export weir_process (the module exports "weir_proces\nINJECTED line", weir_x00, weir_x01, weir_x02, weir_x03 and 36 more, which the ABI does not define)`},
 		{"bad signature", bad(t, "bad_signature"), KindExportSignature, ErrExportSignature, "export weir_process has type (i32, i32) -> (i32), want (i32, i32, i32) -> (i32)"},
 		{"abi v2", bad(t, "abi_v2"), KindABIVersion, ErrABIVersion, "unknown ABI version 2 (this host speaks 1)"},
-		{"command", bad(t, "command"), KindCommandModule, ErrCommandModule, "exports _start"},
+		{"command", bad(t, "command"), KindCommandModule, ErrCommandModule, "exports _start: a WASI command module; build a reactor, with no main (Go -buildmode=c-shared, C -mexec-model=reactor or --no-entry, Rust --crate-type cdylib)"},
 		{"import env", bad(t, "import_env"), KindImport, ErrImport, "import env.foo not allowed"},
 		{"import env.abort", bad(t, "import_env_abort"), KindImport, ErrImport, "import env.abort not allowed: operators may import only from weir and wasi_snapshot_preview1 (AssemblyScript: build with --use abort="},
 		{"import env.console.log", bad(t, "import_env_console"), KindImport, ErrImport, "import env.console.log not allowed: operators may import only from weir and wasi_snapshot_preview1 (AssemblyScript's console and trace: log with the SDK's log(LOG_INFO, message), see guests/README.md)"},
