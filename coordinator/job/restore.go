@@ -97,9 +97,12 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 				break
 			}
 			if opaque := opaqueState(ts); opaque != "" {
-				problems = append(problems, fmt.Sprintf("%s and keeps state (task %s) in a layout of its own: only state in the keyed layout (abi.KeyedStateMagic) can be redistributed by key", changed, opaque))
+				problems = append(problems, fmt.Sprintf("%s and keeps state (task %s) in a layout of its own, which weir cannot split by key: "+
+					"keep parallelism %d, or have the operator snapshot its state in the keyed layout (abi/ABI.md §8, the SDKs' keyed state writers) "+
+					"and restore from a checkpoint it took since", changed, opaque, len(ts)))
 			} else if in := unkeyedInput(v); in != "" {
-				problems = append(problems, fmt.Sprintf("%s and keeps keyed state, but its input from %s is not partitioned by key, so a key's records do not all reach the subtask that holds its state", changed, in))
+				problems = append(problems, fmt.Sprintf("%s and keeps keyed state, but its input from %s is not partitioned by key, so a key's records do not all reach the subtask that holds its state: "+
+					"give that input partition: key", changed, in))
 			}
 		}
 	}

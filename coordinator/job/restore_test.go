@@ -201,12 +201,13 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: co
 		t.Errorf("restore %+v", r)
 	}
 	s, p = build("round-robin", 3)
-	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "its input from in is not partitioned by key") {
+	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "its input from in is not partitioned by key, so a key's records do not all reach the subtask that holds its state: give that input partition: key") {
 		t.Errorf("keyed state behind round-robin: %v", err)
 	}
 	md.Metrics["count-1"][control.MetricKeyedState] = 0
 	s, p = build("key", 3)
-	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "keeps state (task count-1) in a layout of its own") {
+	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "keeps state (task count-1) in a layout of its own, which weir cannot split by key: "+
+		"keep parallelism 2, or have the operator snapshot its state in the keyed layout (abi/ABI.md §8, the SDKs' keyed state writers) and restore from a checkpoint it took since") {
 		t.Errorf("one subtask's state opaque: %v", err)
 	}
 }
