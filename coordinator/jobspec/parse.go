@@ -822,6 +822,11 @@ func (p *parser) parse(data []byte) *Spec {
 	return s
 }
 
+// braceValue finds a plain (unquoted) value holding a {…} token, such as
+// a keyed sink subject (out.{key}) or a partition filter (lines.{p}.>):
+// inside a flow mapping or sequence its braces end the value early.
+var braceValue = regexp.MustCompile(`:\s+([^\s"'{\[,][^\s,{}]*\{[^\s{},]*\}[^\s,{}\]]*)`)
+
 // yamlParserErrors are the messages of the YAML decoder's parser (not
 // its scanner) that a hand-written spec can run into.
 var yamlParserErrors = []string{
@@ -889,6 +894,10 @@ func yamlError(err error, data []byte) (int, string) {
 	case msg == "mapping values are not allowed in this context":
 		msg += " (a colon missing on the line before, a line indented too deep, or a value holding \": \" to quote?)"
 	case strings.HasPrefix(msg, "did not find expected ',' or"):
+		if m := braceValue.FindStringSubmatch(text); m != nil {
+			msg += fmt.Sprintf(" (quote a value holding braces inside {…} or […]: %q)", m[1])
+			break
+		}
 		msg += " (a bracket left open?)"
 	case msg == "did not find expected '-' indicator":
 		msg += " (a list item without its '-', or a line indented like one?)"
