@@ -57,7 +57,10 @@ func (i *Instance) hostEmit(port int32, ptr, n uint32) int32 {
 		return i.faultf(abi.ErrNotNow, nil, "emit called during %s (only during %s and %s)", i.export, abi.ExportProcess, abi.ExportEndOfInput)
 	}
 	if port < 0 || int(port) >= i.outputs {
-		return i.faultf(abi.ErrBadPort, nil, "emit to output port %d: the task has %d output port(s)", port, i.outputs)
+		// An operator's output ports are its consumers in the job spec,
+		// in the order declared (plan.Build); weir exec's are -outputs.
+		return i.faultf(abi.ErrBadPort, nil, "emit to output port %d: the task has %d output port(s), one per consumer of the operator "+
+			"in the job spec, numbered in the order they are declared (weir exec: -outputs N)", port, i.outputs)
 	}
 	b, ok := i.mem.Read(ptr, n)
 	if !ok {
