@@ -23,10 +23,16 @@
 // 64 KiB chunks (KeyedStateWriter and readKeyedState for state in the keyed
 // layout weir can redistribute on a rescale, abi/ABI.md §8). Build with asc
 // 0.28 (see guests/build.sh); --exportStart _initialize has the host run the
-// top-level code (register, the constructor) under its call deadline:
+// top-level code (register, the constructor) under its call deadline. From
+// the repository root, for an entry file in guests/assemblyscript/examples:
 //
-//   asc op.ts -O3 --noAssert --exportStart _initialize \
+//   asc guests/assemblyscript/examples/op.ts -O3 --noAssert --exportStart _initialize \
 //       --use abort=guests/assemblyscript/weir/index/weirAbort -o op.wasm
+//
+// For an operator outside the repository, run asc in its directory with the
+// relative path it imports the SDK by: "../weir/guests/assemblyscript/weir"
+// goes with --use abort=../weir/guests/assemblyscript/weir/index/weirAbort
+// (guests/README.md).
 
 @external("weir", "emit")
 declare function hostEmit(port: i32, ptr: usize, len: i32): i32;
