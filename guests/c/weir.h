@@ -254,6 +254,8 @@ static struct {
     weir__buf chunk;                     /* snapshot / restore chunk buffer */
     uint32_t chunk_pos;                  /* restore: next unread byte of chunk */
     int chunk_eof;                       /* restore: host said end of stream */
+    uint8_t snap_wrote;                  /* snapshot: some state written */
+    uint8_t snap_keyed;                  /* snapshot: weir_keyed_state_begin called */
 } weir__rt = {.cursor = -1};
 
 /* weir_batch_next stores the next record in *r and returns 1, or returns 0
@@ -438,6 +440,7 @@ static inline int weir__state_flush(void) {
  * callback). Bytes travel to the host in WEIR_CHUNK chunks. */
 static inline int weir_state_write(const void *p, size_t n) {
     const uint8_t *s = p;
+    weir__rt.snap_wrote = 1;
     while (n > 0) {
         uint32_t room = weir__rt.chunk.cap - weir__rt.chunk.len;
         uint32_t c = n < room ? (uint32_t)n : room;
@@ -560,12 +563,22 @@ static inline int weir_state_read_bytes(weir_bytes *out) {
 #define WEIR_KEYED_MAGIC "WKS1"
 
 /* weir_keyed_state_begin starts a keyed state: it writes WEIR_KEYED_MAGIC to
- * the snapshot (only in the snapshot callback, before anything else). */
-static inline int weir_keyed_state_begin(void) { return weir_state_write(WEIR_KEYED_MAGIC, 4); }
+ * the snapshot (only in the snapshot callback, before anything else: the
+ * keyed layout is the whole state, so it fails after other state). */
+static inline int weir_keyed_state_begin(void) {
+    if (weir__rt.snap_wrote)
+        return weir_fail("weir: weir_keyed_state_begin after other state: the keyed layout is the whole "
+                         "snapshot (begin it first, with no version byte before it)");
+    weir__rt.snap_keyed = 1;
+    return weir_state_write(WEIR_KEYED_MAGIC, 4);
+}
 
 /* weir_keyed_state_put writes the entry for key; key and value are copied.
- * Each key at most once. */
+ * Each key at most once, after weir_keyed_state_begin. */
 static inline int weir_keyed_state_put(weir_bytes key, weir_bytes value) {
+    if (!weir__rt.snap_keyed)
+        return weir_fail("weir: weir_keyed_state_put without weir_keyed_state_begin "
+                         "(call it first in the snapshot callback)");
     uint8_t hdr[16] = {0}; /* the reserved i64 stays 0 */
     memcpy(hdr, &key.len, 4);
     memcpy(hdr + 4, &value.len, 4);
@@ -704,6 +717,7 @@ WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
     WEIR_EXPORT("weir_snapshot") int32_t weir_snapshot(void) {                            \
         if (weir__chunk_init()) return weir_fail("weir: out of memory");                  \
         weir__rt.chunk.len = 0;                                                           \
+        weir__rt.snap_wrote = weir__rt.snap_keyed = 0;                                    \
         int32_t status = snapshot_fn();                                                   \
         if (status == 0 && weir__rt.chunk.len) status = weir__state_flush();              \
         weir__rt.chunk.len = 0;                                                           \

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -276,6 +277,42 @@ func TestCStackOverflow(t *testing.T) {
 			t.Errorf("%s: got %v, want an out-of-bounds trap at record 1 that names the recursion", name, err)
 		}
 		inst.Close(ctx)
+	}
+}
+
+// TestCKeyedStateMisuse: C's keyed state is three calls, begin, put per
+// key, end. A put without begin, or a begin after other state (a version
+// byte, as abi/ABI.md §8 advises for other layouts), would write a state
+// that is not in the keyed layout, which weir_keyed_state_read refuses
+// only at the restore after a failure, and a rescale refuses too; the SDK
+// fails the snapshot instead, saying what to do.
+func TestCKeyedStateMisuse(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	for _, name := range []string{"c", "c-freestanding"} {
+		code, err := os.ReadFile(probes[name])
+		if err != nil {
+			t.Fatalf("%v (run guests/build.sh)", err)
+		}
+		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for config, want := range map[string]string{
+			"keyed-put-without-begin": "weir: weir_keyed_state_put without weir_keyed_state_begin (call it first in the snapshot callback)",
+			"keyed-begin-after-state": "weir: weir_keyed_state_begin after other state: the keyed layout is the whole snapshot (begin it first, with no version byte before it)",
+		} {
+			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte(config), Outputs: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = inst.Snapshot(ctx, io.Discard)
+			var oe *wasm.OperatorError
+			if !errors.As(err, &oe) || oe.Export != abi.ExportSnapshot || oe.Message != want {
+				t.Errorf("%s %s: snapshot error %v, want an operator error from %s with message %q", name, config, err, abi.ExportSnapshot, want)
+			}
+			inst.Close(ctx)
+		}
 	}
 }
 

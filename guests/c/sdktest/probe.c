@@ -18,17 +18,25 @@
  *   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0;
  *   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
  *     restore reads them back (an empty state is fine) and fails with
- *     "probe: bad state" if they differ. */
+ *     "probe: bad state" if they differ;
+ *   - (C only) with the config "keyed-put-without-begin" the snapshot puts a
+ *     keyed entry without weir_keyed_state_begin, and with
+ *     "keyed-begin-after-state" it writes a version byte and then begins a
+ *     keyed state: the SDK fails either, saying what to do. */
 #include "../weir.h"
-
-static int init(weir_bytes config) {
-    (void)config;
-    return WEIR_OK;
-}
 
 static int is(weir_bytes b, const char *s) {
     weir_bytes w = weir_bytes_of(s);
     return b.len == w.len && memcmp(b.ptr, w.ptr, w.len) == 0;
+}
+
+/* keyed_mistake: 1 puts a keyed entry without begin, 2 begins after a
+ * version byte (the config). */
+static int keyed_mistake;
+
+static int init(weir_bytes config) {
+    keyed_mistake = is(config, "keyed-put-without-begin") ? 1 : is(config, "keyed-begin-after-state") ? 2 : 0;
+    return WEIR_OK;
 }
 
 static volatile int deep_sink;
@@ -67,6 +75,8 @@ static int checkpoint_complete(int64_t id) {
 }
 
 static int snapshot(void) {
+    if (keyed_mistake == 1) return weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v"));
+    if (keyed_mistake == 2 && (weir_state_write_u8(1) || weir_keyed_state_begin())) return WEIR_ERR;
     if (weir_state_write_u8(1) || weir_state_write_bytes(weir_bytes_of("probe"))) return WEIR_ERR;
     return weir_state_write_i64(-2);
 }
