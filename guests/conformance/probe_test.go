@@ -280,16 +280,26 @@ func TestCStackOverflow(t *testing.T) {
 	}
 }
 
-// TestCKeyedStateMisuse: C's keyed state is three calls, begin, put per
-// key, end. A put without begin, or a begin after other state (a version
-// byte, as abi/ABI.md §8 advises for other layouts), would write a state
-// that is not in the keyed layout, which weir_keyed_state_read refuses
-// only at the restore after a failure, and a rescale refuses too; the SDK
-// fails the snapshot instead, saying what to do.
-func TestCKeyedStateMisuse(t *testing.T) {
+// TestKeyedStateMisuse: a keyed state begun after other state (a version
+// byte, as abi/ABI.md §8 advises for other layouts), or in C put without
+// weir_keyed_state_begin, would be a state not in the keyed layout, which
+// the SDKs' keyed state readers refuse only at the restore after a
+// failure, and a rescale refuses too; every SDK fails the snapshot
+// instead, saying what to do.
+func TestKeyedStateMisuse(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
-	for _, name := range []string{"c", "c-freestanding"} {
+	const (
+		cLate  = "weir: weir_keyed_state_begin after other state: the keyed layout is the whole snapshot (begin it first, with no version byte before it)"
+		cNoBeg = "weir: weir_keyed_state_put without weir_keyed_state_begin (call it first in the snapshot callback)"
+		late   = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)"
+	)
+	for name, cases := range map[string]map[string]string{
+		"c":              {"keyed-put-without-begin": cNoBeg, "keyed-begin-after-state": cLate},
+		"c-freestanding": {"keyed-put-without-begin": cNoBeg, "keyed-begin-after-state": cLate},
+		"rust":           {"keyed-begin-after-state": late},
+		"assemblyscript": {"keyed-begin-after-state": late},
+	} {
 		code, err := os.ReadFile(probes[name])
 		if err != nil {
 			t.Fatalf("%v (run guests/build.sh)", err)
@@ -298,10 +308,7 @@ func TestCKeyedStateMisuse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for config, want := range map[string]string{
-			"keyed-put-without-begin": "weir: weir_keyed_state_put without weir_keyed_state_begin (call it first in the snapshot callback)",
-			"keyed-begin-after-state": "weir: weir_keyed_state_begin after other state: the keyed layout is the whole snapshot (begin it first, with no version byte before it)",
-		} {
+		for config, want := range cases {
 			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte(config), Outputs: 2})
 			if err != nil {
 				t.Fatal(err)

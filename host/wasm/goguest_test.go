@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -229,6 +230,21 @@ func TestGoSDKFailures(t *testing.T) {
 				t.Fatalf("healthy: %v", err)
 			}
 		})
+	}
+}
+
+// TestGoSDKKeyedStateAfterOtherState: a keyed state started after other
+// state (a version byte) would not be in the keyed layout; the Go SDK
+// fails the snapshot, saying what to do, as the other SDKs do
+// (guests/conformance TestKeyedStateMisuse).
+func TestGoSDKKeyedStateAfterOtherState(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("keyedlate")})
+	err := inst.Snapshot(context.Background(), io.Discard)
+	const want = "operator op: weir_snapshot: weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)"
+	var oe *OperatorError
+	if !errors.As(err, &oe) || err.Error() != want {
+		t.Fatalf("got %v, want an operator error %q", err, want)
 	}
 }
 

@@ -21,8 +21,11 @@
 //   - checkpointComplete(id) fails with "probe: negative checkpoint" for id < 0;
 //   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
 //     restore reads them back (an empty state is fine) and fails with
-//     "probe: bad state" if they differ.
-import { Batch, Emitter, LOG_WARN, Operator, StateReader, StateWriter, log, register } from "../weir";
+//     "probe: bad state" if they differ;
+//   - with the config "keyed-begin-after-state" the snapshot writes a
+//     version byte and then starts a keyed state, which the SDK fails,
+//     saying what to do.
+import { Batch, Emitter, KeyedStateWriter, LOG_WARN, Operator, StateReader, StateWriter, log, register } from "../weir";
 export * from "../weir/exports";
 
 /** Reports whether the len bytes at ptr are the ASCII string s. */
@@ -35,6 +38,13 @@ function is(ptr: usize, len: i32, s: string): bool {
 }
 
 class Probe extends Operator {
+  keyedAfterState: bool = false;
+
+  init(config: Uint8Array): string | null {
+    this.keyedAfterState = String.UTF8.decode(config.buffer) == "keyed-begin-after-state";
+    return null;
+  }
+
   process(port: i32, input: Batch, out: Emitter): string | null {
     while (input.next()) {
       if (is(input.valuePtr, input.valueLen, "trap")) unreachable();
@@ -57,6 +67,12 @@ class Probe extends Operator {
   }
 
   snapshot(w: StateWriter): string | null {
+    if (this.keyedAfterState) {
+      w.writeU8(1);
+      const kw = new KeyedStateWriter(w);
+      kw.putBytes(Uint8Array.wrap(String.UTF8.encode("k")), Uint8Array.wrap(String.UTF8.encode("v")));
+      return kw.error;
+    }
     w.writeU8(1);
     const b = String.UTF8.encode("probe");
     w.writeBytes(changetype<usize>(b), b.byteLength);

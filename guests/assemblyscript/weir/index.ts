@@ -335,7 +335,13 @@ function slotGrow(s: usize, more: i32): usize {
 export class StateWriter {
   private buf: usize = heap.alloc(CHUNK_SIZE);
   private len: i32 = 0;
+  private flushed: bool = false;
   error: string | null = null;
+
+  /** Whether anything was written yet. */
+  get started(): bool {
+    return this.len > 0 || this.flushed;
+  }
 
   /** Appends len bytes at ptr to the state stream. */
   write(ptr: usize, len: i32): void {
@@ -383,6 +389,7 @@ export class StateWriter {
     if (this.len == 0 || this.error !== null) return;
     const rc = hostSnapshotWrite(this.buf, this.len);
     this.len = 0;
+    this.flushed = true;
     if (rc != 0) this.error = "weir: snapshot_write returned " + rc.toString();
   }
 
@@ -521,10 +528,18 @@ export class StateReader {
  * export reports it) and its chunks reach the host when snapshot returns;
  * there is nothing to close. */
 export class KeyedStateWriter {
-  /** Starts a keyed state on w: writes the magic. Write nothing else to w. */
+  /** Starts a keyed state on w: writes the magic. Write nothing else to w,
+   * before or after: the keyed layout is the whole state, so after other
+   * state (a version byte) it fails the snapshot. */
   constructor(private w: StateWriter) {
-    const magic = memory.data<u8>([0x57, 0x4b, 0x53, 0x31]); // "WKS1"
-    w.write(magic, 4);
+    if (w.started) {
+      // Every later write is ignored once error is set.
+      if (w.error === null)
+        w.error = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)";
+    } else {
+      const magic = memory.data<u8>([0x57, 0x4b, 0x53, 0x31]); // "WKS1"
+      w.write(magic, 4);
+    }
   }
 
   /** Writes the entry for the keyLen bytes at keyPtr, its value the valueLen

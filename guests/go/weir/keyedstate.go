@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -25,12 +26,20 @@ type KeyedStateWriter struct {
 	err error
 }
 
-// NewKeyedStateWriter starts a keyed state on w.
+// NewKeyedStateWriter starts a keyed state on w. The keyed layout is the
+// whole state: after anything else written to w (a version byte), Put and
+// Close fail with errKeyedAfterState.
 func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
 	k := &KeyedStateWriter{w: w, buf: make([]byte, 0, 4096)}
+	if w.started {
+		k.err = errKeyedAfterState
+		return k
+	}
 	k.buf = append(k.buf, abi.KeyedStateMagic...)
 	return k
 }
+
+var errKeyedAfterState = errors.New("weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)")
 
 // Put writes the entry for key. Each key at most once.
 func (k *KeyedStateWriter) Put(key, value []byte) error {

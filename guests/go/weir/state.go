@@ -15,6 +15,8 @@ const ChunkSize = 64 << 10
 type StateWriter struct {
 	buf []byte
 	err error
+	// started is set by the first write: a keyed state must come first.
+	started bool
 }
 
 // Write appends p to the state stream.
@@ -22,6 +24,7 @@ func (w *StateWriter) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
+	w.started = w.started || len(p) > 0
 	n := 0
 	for len(p) > 0 {
 		if len(w.buf) == 0 && len(p) >= ChunkSize {
@@ -82,6 +85,7 @@ func (w *StateWriter) write(p []byte) error {
 func (w *StateWriter) reset() {
 	w.buf = w.buf[:0]
 	w.err = nil
+	w.started = false
 }
 
 // StateReader reads the state stream a snapshot wrote, during Restore. It

@@ -16,13 +16,24 @@
 //!   - checkpoint_complete(id) fails with "probe: negative checkpoint" for id < 0;
 //!   - snapshot writes u8 1, bytes "probe" (u32 length + bytes), i64 -2;
 //!     restore reads them back (an empty state is fine) and fails with
-//!     "probe: bad state" if they differ.
+//!     "probe: bad state" if they differ;
+//!   - with the config "keyed-begin-after-state" the snapshot writes a
+//!     version byte and then starts a keyed state, which the SDK fails,
+//!     saying what to do.
 
 use weir::{Batch, Emitter, Operator, Result, StateReader, StateWriter};
 
-struct Probe;
+#[derive(Default)]
+struct Probe {
+    keyed_after_state: bool,
+}
 
 impl Operator for Probe {
+    fn init(&mut self, config: &[u8]) -> Result {
+        self.keyed_after_state = config == b"keyed-begin-after-state";
+        Ok(())
+    }
+
     fn process(&mut self, _port: u32, input: Batch<'_>, out: &mut Emitter) -> Result {
         for (i, r) in input.enumerate() {
             match r.value {
@@ -52,6 +63,11 @@ impl Operator for Probe {
     }
 
     fn snapshot(&mut self, w: &mut StateWriter) -> Result {
+        if self.keyed_after_state {
+            w.write_u8(1)?;
+            weir::KeyedStateWriter::new(w)?.put(b"k", b"v")?;
+            return Ok(());
+        }
         w.write_u8(1)?;
         w.write_bytes(b"probe")?;
         w.write_i64(-2)?;
@@ -75,4 +91,4 @@ impl Operator for Probe {
     }
 }
 
-weir::operator!(Probe);
+weir::operator!(Probe::default());

@@ -463,6 +463,8 @@ fn append(b: &mut Vec<u8>, s: &[u8]) {
 /// Streams an operator's snapshot to the host in [`CHUNK_SIZE`] chunks.
 pub struct StateWriter<'a> {
     buf: &'a mut Vec<u8>,
+    /// A chunk went to the host already.
+    flushed: bool,
 }
 
 impl StateWriter<'_> {
@@ -470,6 +472,7 @@ impl StateWriter<'_> {
         // SAFETY: buf is a live buffer of buf.len() bytes; the host copies it.
         let rc = unsafe { host_snapshot_write(self.buf.as_ptr(), self.buf.len() as i32) };
         self.buf.clear();
+        self.flushed = true;
         if rc != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::Other,
@@ -663,8 +666,15 @@ pub struct KeyedStateWriter<'w, 'a> {
 
 impl<'w, 'a> KeyedStateWriter<'w, 'a> {
     /// Starts a keyed state on `w` by writing the magic; with no entries
-    /// put, the state is just the magic.
+    /// put, the state is just the magic. The keyed layout is the whole
+    /// state: after anything else written to `w` (a version byte) it fails.
     pub fn new(w: &'w mut StateWriter<'a>) -> io::Result<Self> {
+        if w.flushed || !w.buf.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::Other,
+                "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)",
+            ));
+        }
         io::Write::write_all(w, KEYED_STATE_MAGIC)?;
         Ok(KeyedStateWriter { w })
     }
@@ -920,8 +930,10 @@ impl Runtime {
     pub fn snapshot(&mut self) -> i32 {
         self.chunk.clear();
         self.chunk.reserve(CHUNK_SIZE);
+        self.chunk.clear();
         let mut w = StateWriter {
             buf: &mut self.chunk,
+            flushed: false,
         };
         let r = self
             .op

@@ -14,6 +14,7 @@
 //	bigstate  Process keeps every value; Snapshot writes 300 KiB per record
 //	allocs  pass records through; EndOfInput emits the heap allocations
 //	        made between the second and the last Process call
+//	keyedlate  Snapshot writes a version byte, then a keyed state
 //	(other) pass records through
 package main
 
@@ -113,6 +114,16 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 }
 
 func (o *op) Snapshot(w *weir.StateWriter) error {
+	if o.mode == "keyedlate" {
+		if err := w.WriteByte(1); err != nil {
+			return err
+		}
+		kw := weir.NewKeyedStateWriter(w)
+		if err := kw.Put([]byte("k"), []byte("v")); err != nil {
+			return err
+		}
+		return kw.Close()
+	}
 	for _, v := range o.kept {
 		chunk := bytes.Repeat(v, (300<<10)/max(len(v), 1))
 		if _, err := w.Write(chunk); err != nil {
