@@ -119,6 +119,11 @@ type JobStatus struct {
 	// depends on how its barriers travel.
 	CheckpointMode string        `json:"checkpoint_mode,omitempty"`
 	AlignedTimeout time.Duration `json:"aligned_timeout,omitempty"`
+	// Sinks are the sinks of the job's spec (its latest: a restore may
+	// give a new one), so that a client can follow what the job outputs
+	// (weir job output); empty from a coordinator that does not send
+	// them.
+	Sinks []jobspec.Sink `json:"sinks,omitempty"`
 }
 
 // CheckpointStats counts a job's checkpoints and savepoints by how they

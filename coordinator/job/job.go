@@ -220,6 +220,7 @@ func (j *job) status() control.JobStatus {
 		st.Assignment[k] = v
 	}
 	st.Guarantees = Guarantees(j.spec)
+	st.Sinks = slices.Clone(j.spec.Sinks)
 	if st.State == control.JobRunning {
 		st.Restoring = j.restoringLocked()
 		for task, l := range j.live {

@@ -57,3 +57,24 @@ func TestSubmitRefusesAnInvalidSpec(t *testing.T) {
 		t.Errorf("jobs = %+v, want only good, running", jobs)
 	}
 }
+
+// A job's status names its sinks, as its spec has them: a client follows
+// what the job outputs from them (weir job output), with no spec of its
+// own.
+func TestStatusNamesTheSinks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	s := spec(t, "sinks", "")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.api.Job(ctx, "sinks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Sinks) != len(s.Sinks) || len(st.Sinks) == 0 || st.Sinks[0].Name != s.Sinks[0].Name ||
+		st.Sinks[0].Kind != s.Sinks[0].Kind || st.Sinks[0].Subject != s.Sinks[0].Subject || st.Sinks[0].Stream != s.Sinks[0].Stream {
+		t.Errorf("status sinks %+v, want the spec's %+v", st.Sinks, s.Sinks)
+	}
+}
