@@ -402,7 +402,7 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (stop
 		}
 		st, err := o.js.Stream(ctx, s.Stream)
 		if err == nil {
-			return o.watchStream(ctx, st, s)
+			return o.watchStream(ctx, s, st.CachedInfo().State.LastSeq+1)
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
@@ -410,6 +410,13 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (stop
 		// Not there (-create-streams=false): the job fails as it starts;
 		// what the sink publishes meanwhile is watched as below.
 	}
+	return o.watchSubjects(nc, s)
+}
+
+// watchSubjects follows what sink s publishes on its subjects, from now
+// on, through a subscription: a core NATS sink's output, which nothing
+// keeps.
+func (o *output) watchSubjects(nc *nats.Conn, s jobspec.Sink) (stop func(), err error) {
 	sub, err := nc.Subscribe(sinkSubjects(s), func(m *nats.Msg) {
 		if !batchEnd(m) {
 			o.record(s.Name, m.Header, m.Data)
@@ -441,20 +448,20 @@ type streamWatch struct {
 	handled atomic.Uint64
 }
 
-// watchStream follows what stream st stores on sink s's subjects from
-// its next sequence on, each message once.
-func (o *output) watchStream(ctx context.Context, st jetstream.Stream, s jobspec.Sink) (stop func(), err error) {
-	next := st.CachedInfo().State.LastSeq + 1
+// watchStream follows what sink s's stream stores on the sink's subjects
+// from sequence start on (weir run: the stream's next sequence), each
+// message once.
+func (o *output) watchStream(ctx context.Context, s jobspec.Sink, start uint64) (stop func(), err error) {
 	cons, err := o.js.OrderedConsumer(ctx, s.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{sinkSubjects(s)},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    next,
+		OptStartSeq:    start,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
 	}
 	w := &streamWatch{sink: s.Name, stream: s.Stream, cons: cons}
-	w.handled.Store(next - 1)
+	w.handled.Store(start - 1)
 	w.cc, err = cons.Consume(func(m jetstream.Msg) {
 		o.record(s.Name, m.Headers(), m.Data())
 		if md, err := m.Metadata(); err == nil {
@@ -784,11 +791,20 @@ func publishInput(ctx context.Context, nc *nats.Conn, pub *ingest.Publisher, src
 
 // output collects what the job's sinks publish.
 type output struct {
-	mu     sync.Mutex
-	std    Stdio
-	show   int
-	n      int
-	last   time.Time
+	mu   sync.Mutex
+	std  Stdio
+	show int
+	// limit, if above 0, is how many records are taken at most (weir job
+	// output -show): full is closed once there are as many, and the
+	// records after them are dropped.
+	limit int
+	full  chan struct{}
+	// bare prints records without their sink's name (one sink followed).
+	bare bool
+	n    int
+	last time.Time
+	// latest is the latest value per sink and key, for the summary; nil
+	// keeps none.
 	latest map[string]string
 	bySink map[string]int // n per sink
 	// since is where each jetstream sink's stream stood when the job was
@@ -816,22 +832,41 @@ func (o *output) spec(name string) *jobspec.Sink {
 func (o *output) record(sinkName string, h nats.Header, data []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.summed {
-		return // a watch that lagged behind the summary, stopping
+	if o.summed || o.limit > 0 && o.n >= o.limit {
+		return // a watch that lagged behind the summary, stopping; or past -show
 	}
 	o.n++
 	o.bySink[sinkName]++
 	o.last = time.Now()
 	key := h.Get(sink.KeyHeader)
-	o.latest[sinkName+"\x00"+key] = string(data)
+	if o.latest != nil {
+		o.latest[sinkName+"\x00"+key] = string(data)
+	}
 	if o.show < 0 || o.n <= o.show {
-		if key != "" {
-			fmt.Fprintf(o.std.Out, "[%s] %s\t%s\n", sinkName, key, data)
-		} else {
-			fmt.Fprintf(o.std.Out, "[%s] %s\n", sinkName, data)
+		name := sinkName
+		if o.bare {
+			name = ""
 		}
+		printRecord(o.std.Out, name, key, data)
 	} else if o.n == o.show+1 {
 		fmt.Fprintf(o.std.Out, "… more output not shown (-show)\n")
+	}
+	if o.n == o.limit {
+		close(o.full)
+	}
+}
+
+// printRecord prints one output record: "[SINK] KEY<TAB>VALUE", without
+// the key where it has none, without "[SINK] " where sinkName is empty.
+func printRecord(w io.Writer, sinkName, key string, value []byte) {
+	prefix := ""
+	if sinkName != "" {
+		prefix = "[" + sinkName + "] "
+	}
+	if key != "" {
+		fmt.Fprintf(w, "%s%s\t%s\n", prefix, key, value)
+	} else {
+		fmt.Fprintf(w, "%s%s\n", prefix, value)
 	}
 }
 
