@@ -21,11 +21,11 @@ import (
 )
 
 func init() {
-	register(command{Name: "job", Summary: "list, cancel, savepoint or restore jobs", Run: runJob})
+	register(command{Name: "job", Summary: "list, follow the output of, cancel, savepoint or restore jobs", Run: runJob})
 	register(command{Name: "checkpoint", Summary: "list or remove a job's checkpoints and savepoints", Run: runCheckpoint})
 }
 
-const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
+const jobUsage = `ls|status|output|stop|cancel|savepoint|restore [flags] [JOB]
 
   weir job ls                               every job with its state
   weir job status JOB                       one job: state, guarantees, checkpoints completed and
@@ -40,6 +40,17 @@ const jobUsage = `ls|status|stop|cancel|savepoint|restore [flags] [JOB]
                                             with how fast that changes;
                                             the bottleneck: a task busy most of the time (or an
                                             exactly-once sink waiting on its commits)
+  weir job output JOB [-sink NAME] [-from-start | -last N] [-for D] [-show N]
+                                            follow what the job's sinks output (every sink, or
+                                            -sink's), each record as weir run prints it, on
+                                            stdout ("[SINK] " before each line when there are
+                                            several sinks); a JetStream sink's output is what its
+                                            stream stores, from new records on (-from-start: all
+                                            it holds; -last N: its last N); a core NATS sink's is
+                                            what it publishes while followed, no history. Stops
+                                            at Ctrl-C, -for, -show, or once the job has ended and
+                                            all its streams held then is shown ("job JOB finished;
+                                            N records shown", on stderr)
   weir job stop JOB                         stop a job with a savepoint: nothing after it is
                                             processed, so restoring it repeats no output
   weir job cancel JOB                       stop a job at once (restore it from its latest checkpoint)
@@ -201,6 +212,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	from := fs.String("from", "", "restore: checkpoint ID (or JOB/ID)")
 	specFile := fs.String("spec", "", "restore: a new job spec to run instead of the last one")
 	allowNonRestored := fs.Bool("allow-non-restored-state", false, "restore: drop the state of operators the new spec no longer has")
+	var oo jobOutputOptions
+	fs.StringVar(&oo.sink, "sink", "", "output: follow only this sink (default: every sink of the job)")
+	fs.BoolVar(&oo.fromStart, "from-start", false, "output: all a JetStream sink's stream holds, not only new records")
+	fs.IntVar(&oo.last, "last", 0, "output: the last N records a JetStream sink's stream holds, then new ones")
+	fs.DurationVar(&oo.forDur, "for", 0, "output: stop after this long (0: until the job ends or Ctrl-C)")
+	fs.IntVar(&oo.show, "show", 0, "output: stop after this many records (0: no limit)")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
@@ -209,13 +226,18 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		fs.Usage()
 		return usagef("job: missing subcommand")
 	}
-	need := map[string]int{"ls": 0, "status": 1, "stop": 1, "cancel": 1, "savepoint": 1, "restore": 1}
+	need := map[string]int{"ls": 0, "status": 1, "output": 1, "stop": 1, "cancel": 1, "savepoint": 1, "restore": 1}
 	n, ok := need[pos[0]]
 	if !ok {
-		return usagef("job: unknown subcommand %q (ls, status, stop, cancel, savepoint or restore)", pos[0])
+		return usagef("job: unknown subcommand %q (ls, status, output, stop, cancel, savepoint or restore)", pos[0])
 	}
 	if len(pos)-1 != n {
 		return usagef("job %s: want %d argument(s)", pos[0], n)
+	}
+	if pos[0] == "output" {
+		if err := oo.check(); err != nil {
+			return err
+		}
 	}
 	// A restore's own mistakes (no -from, a bad -spec) are said before
 	// NATS is asked for, which could hide them behind a connection error.
@@ -268,6 +290,8 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintln(std.Out, "failures (newest first):")
 			printFailures(std.Out, st.Failures)
 		}
+	case "output":
+		return jobOutput(ctx, std, nc, api, pos[1], oo)
 	case "stop":
 		progress(ctx, api, std.Err, pos[1], "stopping %s with a savepoint …\n")
 		api.Timeout = savepointWait
