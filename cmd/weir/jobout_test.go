@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -317,4 +318,20 @@ func TestJobOutputErrors(t *testing.T) {
 		t.Errorf("stream deleted while followed: exit %d, stderr:\n%s\nwant exit 1, %q", code, f.errb.String(), want)
 	}
 	check("weir: job jo: sink out: stream OUT does not exist (deleted?): there is no output to follow\n", "jo")
+}
+
+// weir run -nats, leaving a job running, says how to follow its output
+// from then on.
+func TestRunPointsToJobOutput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := inputNode(t, ctx, jsJob(""))
+	if err := os.WriteFile("in.txt", []byte("a\tx\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := n.Server.ClientURL()
+	code, stdout, stderr := weir(t, "", "run", "-nats", url, "job.yaml", "-input", "in.txt")
+	if want := "job jo keeps running; follow its output with: weir job output -nats " + url + " jo; stop it with: "; code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("weir run exited %d, printed:\n%s\n%s\nwant a line with %q", code, stdout, stderr, want)
+	}
 }

@@ -923,7 +923,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			_, _ = n.API.CancelJob(cctx, spec.Name)
 		default:
 			h := o.nats.hint()
-			fmt.Fprintf(std.Out, "job %s keeps running; stop it with: weir job stop%s %s (a savepoint first), or weir job cancel%s %s\n", spec.Name, h, spec.Name, h, spec.Name)
+			fmt.Fprintf(std.Out, "job %s keeps running; follow its output with: weir job output%s %s; stop it with: weir job stop%s %s (a savepoint first), or weir job cancel%s %s\n",
+				spec.Name, h, spec.Name, h, spec.Name, h, spec.Name)
 		}
 	}
 	defer stop()
