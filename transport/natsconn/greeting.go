@@ -61,6 +61,9 @@ type GreetingError struct {
 	TLS bool
 	// Closed is set when the port closed the connection without a word.
 	Closed bool
+	// Silent is set when the port said nothing in Wait: with Closed, it
+	// closed the connection only at the diagnosis's CONNECT.
+	Silent bool
 	// Wait is how long the port was given to greet, and ProbeWait how
 	// long to answer the diagnosis's CONNECT.
 	Wait, ProbeWait time.Duration
@@ -90,6 +93,9 @@ func (e *GreetingError) Error() string {
 			what = "an HTTP server (the NATS monitoring port?), not NATS"
 		}
 		return prefix + "answered " + strconv.Quote(string(e.Answer)) + ": " + what + "; " + clients
+	case e.Closed && e.Silent:
+		return prefix + fmt.Sprintf("the port accepted the connection, said nothing in %s, and closed it at a NATS CONNECT without a word: ", e.Wait) +
+			"not a NATS client port (a server of another protocol that waits to be asked), or a proxy whose server does not answer (" + clients + ")"
 	case e.Closed:
 		return prefix + "the port accepted the connection and closed it without a word: " +
 			"a NATS server shutting down, a proxy with no server behind it, or not a NATS client port (" + clients + ")"
@@ -135,16 +141,20 @@ func (o Options) diagnose(err error) *GreetingError {
 	}
 	wg.Wait()
 	// What answered, in the order of the list, then a silent port when
-	// nats.go waited out one, then one that closed.
+	// nats.go waited out one, then one that closed, then one that
+	// closed only when asked after nats.go waited it out (a server of
+	// another protocol that reads first, as PostgreSQL does, and hangs up
+	// at what is not its protocol).
 	for _, want := range []func(probeResult) bool{
-		func(p probeResult) bool { return len(p.answer) > 0 || p.tls },
+		probeResult.answered,
 		func(p probeResult) bool { return silent && p.silent },
 		func(p probeResult) bool { return closed && p.closed },
+		func(p probeResult) bool { return silent && p.closed },
 	} {
 		for i, p := range probes {
 			if want(p) {
 				return &GreetingError{URL: Redact(urls[i]), Answer: p.answer, TLS: p.tls, Closed: p.closed,
-					Wait: wait, ProbeWait: probeWait, Err: err}
+					Silent: silent && !p.answered(), Wait: wait, ProbeWait: probeWait, Err: err}
 			}
 		}
 	}
@@ -187,6 +197,10 @@ type probeResult struct {
 	answer              []byte
 	tls, silent, closed bool
 }
+
+// answered reports whether the port answered with something other than
+// NATS.
+func (p probeResult) answered() bool { return len(p.answer) > 0 || p.tls }
 
 // probe connects to the server of URL p, sends probeRequest and reads the
 // first line of what comes back, for up to wait; a port that closes the

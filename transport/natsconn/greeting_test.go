@@ -38,6 +38,8 @@ func TestConnectToAPortThatIsNotNATS(t *testing.T) {
 		{"a silent port", natsconntest.SilentPort(t),
 			": the port accepted the connection and said nothing in 1s, nor in 1s after a NATS CONNECT: a frozen NATS server, or not a NATS client port", true},
 		{"a port that hangs up", natsconntest.ClosingPort(t), ": the port accepted the connection and closed it without a word", true},
+		{"a port that hangs up when asked", natsconntest.AskedClosingPort(t),
+			": the port accepted the connection, said nothing in 1s, and closed it at a NATS CONNECT without a word: not a NATS client port", true},
 	} {
 		nc, err := Connect(Options{URL: c.url, ConnectTimeout: time.Second})
 		if err == nil {

@@ -46,6 +46,21 @@ func ClosingPort(t testing.TB) string {
 	return listen(t, func(net.Conn) (keep bool) { return false })
 }
 
+// AskedClosingPort accepts connections, says nothing, and closes each at
+// the first bytes it gets, as a server of another protocol that reads
+// first does at what is not its protocol (PostgreSQL, MongoDB).
+func AskedClosingPort(t testing.TB) string {
+	t.Helper()
+	return listen(t, func(c net.Conn) (keep bool) {
+		go func() {
+			var b [1]byte
+			_, _ = c.Read(b[:])
+			c.Close()
+		}()
+		return true
+	})
+}
+
 // BannerPort greets each connection with banner, as a server of another
 // protocol does (SSH, SMTP), and holds it open.
 func BannerPort(t testing.TB, banner string) string {
