@@ -57,10 +57,13 @@ func (i *Instance) hostEmit(port int32, ptr, n uint32) int32 {
 		return i.faultf(abi.ErrNotNow, nil, "emit called during %s (only during %s and %s)", i.export, abi.ExportProcess, abi.ExportEndOfInput)
 	}
 	if port < 0 || int(port) >= i.outputs {
-		// An operator's output ports are its consumers in the job spec,
-		// in the order declared (plan.Build); weir exec's are -outputs.
-		return i.faultf(abi.ErrBadPort, nil, "emit to output port %d: the task has %d output port(s), one per consumer of the operator "+
-			"in the job spec, numbered in the order they are declared (weir exec: -outputs N)", port, i.outputs)
+		// An operator's output ports are the inputs that read from it in
+		// the job spec, numbered as plan.Build does: operators' inputs
+		// first, then sinks'. A consumer that reads it twice (a self-join)
+		// has two, and a spec may list its sinks first. weir exec's are
+		// -outputs.
+		return i.faultf(abi.ErrBadPort, nil, "emit to output port %d: the task has %d output port(s), one per input in the job spec that reads "+
+			"from the operator, numbered from 0 in spec order, operators' inputs before sinks' (weir exec: -outputs N)", port, i.outputs)
 	}
 	b, ok := i.mem.Read(ptr, n)
 	if !ok {

@@ -166,8 +166,8 @@ func TestContained(t *testing.T) {
 		{"b", faultContaining("emit to port 0: malformed record batch")},
 		{"o", faultContaining("passes the end of memory")},
 		{"O", faultContaining("passes the end of memory")},
-		{"2", faultContaining("emit to output port 2: the task has 1 output port(s), one per consumer of the operator in the job spec, " +
-			"numbered in the order they are declared (weir exec: -outputs N) (status -2)")},
+		{"2", faultContaining("emit to output port 2: the task has 1 output port(s), one per input in the job spec that reads from the operator, " +
+			"numbered from 0 in spec order, operators' inputs before sinks' (weir exec: -outputs N) (status -2)")},
 		{"x", func(t *testing.T, err error) {
 			var xe *ExitError
 			if !errors.As(err, &xe) || xe.Code != 3 {
