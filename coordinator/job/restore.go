@@ -101,8 +101,13 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 					"keep parallelism %d, or have the operator snapshot its state in the keyed layout (abi/ABI.md §8, the SDKs' keyed state writers) "+
 					"and restore from a checkpoint it took since", changed, opaque, len(ts)))
 			} else if in := unkeyedInput(v); in != "" {
+				// Partitioning the input by key now mends only a
+				// checkpoint taken with it so: one taken without has a
+				// key's entries in several subtasks' states, which the
+				// split on a rescale refuses (abi.MergeKeyedState).
 				problems = append(problems, fmt.Sprintf("%s and keeps keyed state, but its input from %s is not partitioned by key, so a key's records do not all reach the subtask that holds its state: "+
-					"give that input partition: key", changed, in))
+					"give that input partition: key if the job that took the checkpoint did; if it did not, a key's state is spread over its %d subtasks, and only parallelism %d restores it",
+					changed, in, len(ts), len(ts)))
 			}
 		}
 	}

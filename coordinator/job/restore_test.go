@@ -201,7 +201,8 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: co
 		t.Errorf("restore %+v", r)
 	}
 	s, p = build("round-robin", 3)
-	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "its input from in is not partitioned by key, so a key's records do not all reach the subtask that holds its state: give that input partition: key") {
+	if err := checkRestore(s, p, md, false); err == nil || !strings.Contains(err.Error(), "its input from in is not partitioned by key, so a key's records do not all reach the subtask that holds its state: give that input partition: key if the job that took the checkpoint did; "+
+		"if it did not, a key's state is spread over its 2 subtasks, and only parallelism 2 restores it") {
 		t.Errorf("keyed state behind round-robin: %v", err)
 	}
 	md.Metrics["count-1"][control.MetricKeyedState] = 0
