@@ -29,6 +29,7 @@ import (
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/ingest"
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/subject"
@@ -708,18 +709,29 @@ func inputSource(spec *jobspec.Spec, in string) (*jobspec.Source, string) {
 	return nil, file
 }
 
-// feedHint says how to publish a record to src outside weir run, as
-// -input would: on its subject (a wildcard's last token the key) with the
-// key in the Weir-Key header, or, keyed by subject, on the key's subject.
-func feedHint(src jobspec.Source) string {
+// feedHint says how to publish a record to src, on the NATS server at
+// server (its URL, redacted; "": the nats CLI's default), outside weir
+// run, as -input would: on its subject (a wildcard's last token the key)
+// with the key in the Weir-Key header, or, keyed by subject, on the key's
+// subject. The nats CLI publishes to 127.0.0.1:4222 unless told: a server
+// weir run was given with -nats is named with -s.
+func feedHint(src jobspec.Source, server string) string {
 	if src.Partitions > 0 {
-		return fmt.Sprintf("publish records to source %s's stream %s, on the subjects of its partition-filter %s", src.Name, src.Stream, src.PartitionFilter)
+		at := ""
+		if server != "" {
+			at = " at " + server
+		}
+		return fmt.Sprintf("publish records to source %s's stream %s%s, on the subjects of its partition-filter %s", src.Name, src.Stream, at, src.PartitionFilter)
+	}
+	pub := "nats pub"
+	if server != "" {
+		pub += " -s " + server
 	}
 	subj := inputSubject(sourceSubject(src), "KEY")
 	if src.Key == jobspec.KeyFromSubject {
-		return fmt.Sprintf("nats pub %s VALUE publishes a record to source %s", subj, src.Name)
+		return fmt.Sprintf("%s %s VALUE publishes a record to source %s", pub, subj, src.Name)
 	}
-	return fmt.Sprintf("nats pub %s VALUE -H %s:KEY publishes a record keyed KEY to source %s", subj, sink.KeyHeader, src.Name)
+	return fmt.Sprintf("%s %s VALUE -H %s:KEY publishes a record keyed KEY to source %s", pub, subj, sink.KeyHeader, src.Name)
 }
 
 // publishInput publishes the lines of file to src: with pub to a
@@ -903,7 +915,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		// an unbounded source) is not published: say how to give it more.
 		if src, _ := inputSource(spec, o.inputs[0]); src != nil {
 			return fmt.Errorf("%w, or give it more input yourself: -input publishes only with a job weir run submits (%s)",
-				apiErr("submit "+spec.Name, err), feedHint(*src))
+				apiErr("submit "+spec.Name, err), feedHint(*src, natsconn.Redact(o.nats.url)))
 		}
 	}
 	if err != nil {

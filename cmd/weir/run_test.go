@@ -657,7 +657,7 @@ sinks: [{name: out, kind: nats, subject: busy-out, input: {from: in}}]
 	// The job is created or running by now: either has not ended.
 	want := regexp.MustCompile(`^weir: job busy has not ended \(it is (created|running)\): cancel or stop it first, ` +
 		`or give it more input yourself: -input publishes only with a job weir run submits ` +
-		`\(nats pub busy-in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in\)\n$`)
+		`\(nats pub -s ` + regexp.QuoteMeta(n.Server.ClientURL()) + ` busy-in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in\)\n$`)
 	if code != 1 || !want.MatchString(errb.String()) || strings.Contains(out.String(), "published") {
 		t.Fatalf("weir run exited %d with %q, want 1 with one line matching %s\n%s", code, errb.String(), want, out.String())
 	}
@@ -667,18 +667,25 @@ sinks: [{name: out, kind: nats, subject: busy-out, input: {from: in}}]
 // source subject and key.
 func TestFeedHint(t *testing.T) {
 	for _, c := range []struct {
-		src  jobspec.Source
-		want string
+		src    jobspec.Source
+		server string
+		want   string
 	}{
-		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "IN", Filter: "in.>", Key: jobspec.KeyFromHeader},
+		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "IN", Filter: "in.>", Key: jobspec.KeyFromHeader}, "",
 			"nats pub in.KEY VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
-		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "ORDERS", Key: jobspec.KeyFromSubject},
+		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "ORDERS", Key: jobspec.KeyFromSubject}, "",
 			"nats pub orders.KEY VALUE publishes a record to source in"},
-		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "LINES", Partitions: 4, PartitionFilter: "lines.{p}.>"},
+		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "LINES", Partitions: 4, PartitionFilter: "lines.{p}.>"}, "",
 			"publish records to source in's stream LINES, on the subjects of its partition-filter lines.{p}.>"},
+		// The nats CLI's default server is 127.0.0.1:4222: another is
+		// named.
+		{jobspec.Source{Name: "in", Kind: jobspec.KindNATS, Subject: "in"}, "nats://h:4333",
+			"nats pub -s nats://h:4333 in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
+		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "LINES", Partitions: 4, PartitionFilter: "lines.{p}.>"}, "nats://h:4333",
+			"publish records to source in's stream LINES at nats://h:4333, on the subjects of its partition-filter lines.{p}.>"},
 	} {
-		if got := feedHint(c.src); got != c.want {
-			t.Errorf("feedHint(%+v) = %q, want %q", c.src, got, c.want)
+		if got := feedHint(c.src, c.server); got != c.want {
+			t.Errorf("feedHint(%+v, %q) = %q, want %q", c.src, c.server, got, c.want)
 		}
 	}
 }
