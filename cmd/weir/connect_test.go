@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,12 +88,7 @@ func TestCommandsAtAPortThatIsNotNATS(t *testing.T) {
 func TestWorkerWaitsForAServerThatIsDownOrSilent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := natsconntest.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	wctx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +17,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
 // startUp starts what weir up starts, on a temp directory, closed when the
@@ -437,12 +437,7 @@ func TestRunReportsStateChanges(t *testing.T) {
 func TestRunFollowsAJobAcrossACoordinatorRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := natsconntest.FreePort(t)
 	dir := t.TempDir()
 	up := func() *node.Node {
 		t.Helper()

@@ -15,6 +15,18 @@ import (
 // listens on a loopback port until t ends, and is returned as a NATS URL
 // (nats://127.0.0.1:PORT).
 
+// FreePort returns a loopback TCP port that nothing listens on: a server
+// that is down, or one a test starts there later.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
 // HTTPPort is a real net/http server, as the NATS monitoring port or a web
 // server is: it sends nothing until it gets a request.
 func HTTPPort(t testing.TB) string {
