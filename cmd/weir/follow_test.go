@@ -178,7 +178,8 @@ restart: {strategy: none}
 // operator traps on a record fails the same way after every restore, and
 // weir run, which printed only each restart, says once that the failures
 // in a row read the same (and, seen while the job restarts, how many the
-// restart strategy allows).
+// restart strategy allows), and how to go on: the job goes with the run,
+// so with a fixed operator it is run again.
 func TestRunSaysARestartLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a job: skipped in -short")
@@ -212,6 +213,9 @@ restart: {strategy: fixed-delay, delay: 300ms, attempts: 2}
 	same := regexp.MustCompile(`(?m)^ *the last [23] failed the same way: restarting does not help while the cause stays \(an operator that traps`)
 	if n := len(same.FindAllString(out.String(), -1)); n != 1 {
 		t.Errorf("weir run said the restart loop %d times, want once:\n%s", n, out.String())
+	}
+	if !regexp.MustCompile(`(?m)^ *to go on: fix the operator and run the job again$`).MatchString(out.String()) {
+		t.Errorf("weir run did not say how to go on:\n%s", out.String())
 	}
 	if row := regexp.MustCompile(`(?m)^failures in a row: `).FindAllString(out.String(), -1); len(row) > 1 {
 		t.Errorf("weir run said the failures in a row %d times, want once at most:\n%s", len(row), out.String())

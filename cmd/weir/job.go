@@ -271,7 +271,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		printJobs(std.Out, []control.JobStatus{st})
 		printAttempts(std.Out, st)
-		printInARow(std.Out, st)
+		printInARow(std.Out, st, trapRemedy)
 		printSkipped(std.Out, st)
 		printRestoring(std.Out, st)
 		if len(st.Guarantees) > 0 {
@@ -394,7 +394,7 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 // latest failures all read the same — but for their numbers — that
 // restarting does not help: RESTARTS and the failures list showed the
 // loop, not that the restart strategy would give up, nor when.
-func printInARow(w io.Writer, st control.JobStatus) {
+func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatus) string) {
 	n := st.FailuresInARow
 	if n == 0 {
 		return
@@ -420,11 +420,38 @@ func printInARow(w io.Writer, st control.JobStatus) {
 			return
 		}
 	}
+	trap := strings.Contains(st.Failures[0].Reason, "trap")
 	hint := ""
-	if strings.Contains(st.Failures[0].Reason, "trap") {
+	if trap {
 		hint = " (an operator that traps on a record does so each time the record is read again after a restore)"
 	}
 	fmt.Fprintf(w, "%sthe last %d failed the same way: restarting does not help while the cause stays%s\n", indent, same, hint)
+	if trap && remedy != nil {
+		fmt.Fprintf(w, "%s%s\n", indent, remedy(st))
+	}
+}
+
+// rerunRemedy is trapRemedy for a job weir run started on the embedded
+// default: the job goes with the run, so it is run again.
+func rerunRemedy(control.JobStatus) string {
+	return "to go on: fix the operator and run the job again"
+}
+
+// trapRemedy says how a job whose operator traps on a record goes on: with
+// a fixed build of the operator, restored from the job's latest
+// checkpoint, so its state and the exactly-once output carry over (a
+// restore takes a spec whose module names the new build); or, with no
+// checkpoint to restore, submitted again.
+func trapRemedy(st control.JobStatus) string {
+	cancel := ""
+	if !st.State.Terminal() {
+		cancel = fmt.Sprintf("weir job cancel %s, ", st.Name)
+	}
+	if st.LatestCheckpoint == 0 {
+		return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
+	}
+	return fmt.Sprintf("to go on: %sfix the operator, then weir job restore %s -from %d -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)",
+		cancel, st.Name, st.LatestCheckpoint)
 }
 
 // printAttempts says how a job's attempts came about when its restarts
@@ -644,6 +671,9 @@ type statusNotes struct {
 	checkpointRow bool            // said the checkpoints failing in the current row
 	failureRow    bool            // said the failures in the current row
 	bottlenecks   map[string]bool // the vertices (vertexOf) said as the bottleneck
+	// remedy says how a job whose operator traps on a record goes on
+	// (trapRemedy, rerunRemedy); nil says nothing.
+	remedy func(control.JobStatus) string
 }
 
 // inARow is how many failures in a row, of checkpoints or of the job,
@@ -666,7 +696,7 @@ func (n *statusNotes) news(st control.JobStatus) string {
 		n.failureRow = false
 	case st.FailuresInARow >= inARow && !n.failureRow:
 		n.failureRow = true
-		printInARow(&b, st)
+		printInARow(&b, st, n.remedy)
 	}
 	if st.State == control.JobRunning {
 		if task, line := bottleneckOf(st.Tasks); task != "" && !n.bottlenecks[vertexOf(task)] {

@@ -753,10 +753,16 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 		st   control.JobStatus
 		want string
 	}{
-		{"trap loop", control.JobStatus{State: control.JobRestarting, Attempt: 3, FailuresInARow: 3, RestartAttempts: 3,
+		{"trap loop", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 3, RestartAttempts: 3,
 			Failures: []control.Failure{trap(3), trap(2), trap(1)}},
 			"failures in a row: 3 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
-				"  the last 3 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n"},
+				"  the last 3 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"},
+		{"trap loop after a checkpoint", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3, LatestCheckpoint: 7,
+			Failures: []control.Failure{trap(3), trap(2)}},
+			"failures in a row: 2 since checkpoint 7 completed; restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from 7 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"expiring checkpoints", control.JobStatus{State: control.JobRunning, Attempt: 3, FailuresInARow: 2, RestartAttempts: 5, LatestCheckpoint: 1,
 			Failures: []control.Failure{expired(2, 4), expired(1, 2)}},
 			"failures in a row: 2 since checkpoint 1 completed; restart.attempts allows 5 restarts, failure 6 fails the job\n" +
@@ -767,13 +773,14 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 		{"different failures", control.JobStatus{State: control.JobRunning, Attempt: 3, FailuresInARow: 2, RestartAttempts: 5,
 			Failures: []control.Failure{trap(2), {Attempt: 1, Reason: "worker w1 lost"}}},
 			"failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 5 restarts, failure 6 fails the job\n"},
-		{"failed", control.JobStatus{State: control.JobFailed, Attempt: 4, FailuresInARow: 4, RestartAttempts: 3,
+		{"failed", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 4, FailuresInARow: 4, RestartAttempts: 3, LatestCheckpoint: 12,
 			Failures: []control.Failure{trap(4), trap(3), trap(2), trap(1)}},
-			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n"},
+			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"to go on: fix the operator, then weir job restore slow -from 12 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"no failure", control.JobStatus{State: control.JobRunning, Attempt: 1, RestartAttempts: 3}, ""},
 	} {
 		var b bytes.Buffer
-		printInARow(&b, c.st)
+		printInARow(&b, c.st, trapRemedy)
 		if b.String() != c.want {
 			t.Errorf("%s: printed\n%q\nwant\n%q", c.name, b.String(), c.want)
 		}
@@ -809,7 +816,7 @@ func TestRunSaysTroubleOnce(t *testing.T) {
 		}
 		return control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: n, FailuresInARow: n, RestartAttempts: 5, Failures: fs}
 	}
-	var notes statusNotes
+	notes := statusNotes{remedy: rerunRemedy}
 	for i, c := range []struct {
 		st   control.JobStatus
 		want string // a regexp of all it says; "" for nothing
@@ -825,7 +832,8 @@ func TestRunSaysTroubleOnce(t *testing.T) {
 		{running(failing(2), nil), `^checkpoints failing: 2 in a row`},
 		{restarting(1), ""},
 		{restarting(2), `^failures in a row: 2 since the job started \(no checkpoint completed\); restart.attempts allows 5 restarts, failure 6 fails the job\n` +
-			`  the last 2 failed the same way: restarting does not help while the cause stays \(an operator that traps .*\)\n$`},
+			`  the last 2 failed the same way: restarting does not help while the cause stays \(an operator that traps .*\)\n` +
+			`  to go on: fix the operator and run the job again\n$`},
 		{restarting(3), ""},
 	} {
 		got := notes.news(c.st)

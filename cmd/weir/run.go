@@ -925,7 +925,10 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
-	var notes statusNotes
+	notes := statusNotes{remedy: trapRemedy}
+	if embedded {
+		notes.remedy = rerunRemedy
+	}
 	stop := func() {
 		switch {
 		case said.state.Terminal():
