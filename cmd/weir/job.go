@@ -50,7 +50,8 @@ const jobUsage = `ls|status|output|stop|cancel|savepoint|restore [flags] [JOB]
                                             what it publishes while followed, no history. Stops
                                             at Ctrl-C, -for, -show, or once the job has ended and
                                             all its streams held then is shown ("job JOB finished;
-                                            N records shown", on stderr)
+                                            N records shown", on stderr; of a stopped job: "job JOB
+                                            stopped with savepoint ID; ...")
   weir job stop JOB                         stop a job with a savepoint: nothing after it is
                                             processed, so restoring it repeats no output
   weir job cancel JOB                       stop a job at once (restore it from its latest checkpoint)

@@ -129,11 +129,7 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 				return nil
 			}
 			n, _ := out.state()
-			ended := string(st.State)
-			if st.State == control.JobFailed && st.Reason != "" {
-				ended += " (" + st.Reason + ")"
-			}
-			fmt.Fprintf(std.Err, "job %s %s; %d records shown\n", job, ended, n)
+			fmt.Fprintf(std.Err, "job %s %s; %d records shown\n", job, howEnded(st), n)
 			return nil
 		}
 		select {
@@ -161,6 +157,24 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 		}
 	}
 }
+
+// howEnded says how the job st ended, for weir job output's last line:
+// its state, a failed job's with its reason; a stopped job (weir job
+// stop: canceled after a savepoint, with the reason "stopped with
+// savepoint N") as stopped, with the savepoint to restore it from.
+func howEnded(st control.JobStatus) string {
+	switch {
+	case st.State == control.JobFailed && st.Reason != "":
+		return fmt.Sprintf("%s (%s)", st.State, st.Reason)
+	case st.State == control.JobCanceled && strings.HasPrefix(st.Reason, stoppedReason):
+		return st.Reason
+	}
+	return string(st.State)
+}
+
+// stoppedReason begins the reason of a job that weir job stop stopped
+// (coordinator/job's Manager.StopJob: "stopped with savepoint N").
+const stoppedReason = "stopped with savepoint "
 
 // outputSinks returns the sinks of the job st that weir job output
 // follows: every one, or the one named name.

@@ -146,6 +146,27 @@ func TestJobOutputFollowsARunningJob(t *testing.T) {
 	}
 }
 
+// weir job output of a job that weir job stop stopped says so, naming
+// the savepoint, not that the job was canceled (as a stopped job is).
+func TestJobOutputOfAStoppedJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := outputJob(t, ctx, jsJob(""))
+	awaitState(t, ctx, n, "jo", control.JobRunning)
+	f := startJobOutput(t, ctx, "-nats", n.Server.ClientURL(), "jo")
+	f.saidOnStderr("following sink out: stream OUT from sequence 1 (new records)\n")
+	publishKeyed(t, ctx, n.JS, "in.x", "a", "1")
+	f.said("a\t1\n")
+	sp, err := n.API.StopJob(ctx, "jo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("job jo stopped with savepoint %d; 1 records shown\n", sp.ID)
+	if code := f.exited(); code != 0 || f.out.String() != "a\t1\n" || !strings.HasSuffix(f.errb.String(), want) {
+		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s\nwant it to end %q", code, f.out.String(), f.errb.String(), want)
+	}
+}
+
 // awaitStored waits until stream holds n messages.
 func awaitStored(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string, n uint64) {
 	t.Helper()
