@@ -906,8 +906,18 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	if err != nil && embedded && o.data != "" && errors.Is(err, control.ErrConflict) {
 		// The data directory of a weir run that was killed resumed its
 		// job as this one started: the job is not this run's to submit.
-		return fmt.Errorf("%w (resumed from -data %s, where an earlier weir run left it: 'weir up -data %s' lets it run on, and weir job cancel or stop there ends it)",
-			err, o.data, o.data)
+		// More input goes to it where it runs on: the NATS of weir up
+		// -data, on 127.0.0.1:4222 unless told otherwise — the nats
+		// CLI's default server — not this run's, which ends with it.
+		feed := ""
+		if len(o.inputs) > 0 && published == 0 {
+			if src, _ := inputSource(spec, o.inputs[0]); src != nil {
+				feed = "; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS " +
+					"(127.0.0.1:4222 unless weir up -port says otherwise): " + feedHint(*src, "")
+			}
+		}
+		return fmt.Errorf("%w (resumed from -data %s, where an earlier weir run left it: 'weir up -data %s' lets it run on, and weir job cancel or stop there ends it%s)",
+			err, o.data, o.data, feed)
 	}
 	if err != nil && len(o.inputs) > 0 && published == 0 && errors.Is(err, control.ErrConflict) {
 		// A job that runs, restored from a checkpoint say, is not this

@@ -623,6 +623,22 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	if code != 1 || !strings.Contains(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
 		t.Fatalf("weir run exited %d with %q, want 1 with one line holding %q\n%s", code, errb.String(), want, out.String())
 	}
+
+	// With -input, which it does not publish, it says where to give the
+	// job more input: the NATS of weir up -data, not this run's.
+	if err := os.WriteFile("more.txt", []byte("a\t1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	code = run(ctx, []string{"run", "-data", data, "-for", "1s", "-input", "more.txt", "job.yaml"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	feed := "ends it; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS " +
+		"(127.0.0.1:4222 unless weir up -port says otherwise): nats pub in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n"
+	if code != 1 || !strings.Contains(errb.String(), want) || !strings.HasSuffix(errb.String(), feed) ||
+		strings.Count(errb.String(), "\n") != 1 || strings.Contains(out.String(), "published") {
+		t.Fatalf("weir run -input exited %d with %q, want 1 with one line holding %q and ending %q\n%s", code, errb.String(), want, feed, out.String())
+	}
 }
 
 // TestRunInputToAJobThatRuns: weir run -input with a job of that name
