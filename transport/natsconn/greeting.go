@@ -120,13 +120,17 @@ func tlsRecord(b []byte) bool {
 // with something other than NATS or, as err says for one, was silent or
 // closed the connection. Otherwise it returns nil.
 //
-// With several URLs nats.go's error is the last server's, and "no
-// servers available" when that one refused the connection: each URL is
-// probed then.
+// With several URLs nats.go's error is the last server's it tried (in
+// an order of its own), "no servers available" when that one refused the
+// connection: it says nothing of the others, one of which may be a port
+// that is not NATS (an HTTP port listed by mistake). Each URL is probed
+// then, whatever the error; a port that answered with something other
+// than NATS is named, one that is down or silent only as err says so for
+// the last.
 func (o Options) diagnose(err error) *GreetingError {
 	urls := serverURLs(o.URL)
 	silent, closed := noGreetingKind(err)
-	if !silent && !closed && !errors.Is(err, nats.ErrNoInfoReceived) && !(errors.Is(err, nats.ErrNoServers) && len(urls) > 1) {
+	if !silent && !closed && !errors.Is(err, nats.ErrNoInfoReceived) && len(urls) < 2 {
 		return nil
 	}
 	wait := o.ConnectTimeout

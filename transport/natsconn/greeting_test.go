@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
@@ -66,6 +67,19 @@ func TestConnectToAPortThatIsNotNATS(t *testing.T) {
 	_, err := Connect(Options{URL: httpPort + "," + refused, ConnectTimeout: time.Second})
 	if want := "nats connect " + httpPort + `: answered "HTTP/1.1 400 Bad Request"`; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("list with a web server and a refused port: error %v; want it to start %q", err, want)
+	}
+	// Whatever the last server's error — here a host that does not
+	// resolve, tried last (nats.DontRandomize) — a port of the list that
+	// answered with something other than NATS is named.
+	noHost := "nats://nosuch.invalid:4222"
+	_, err = Connect(Options{URL: httpPort + "," + noHost, ConnectTimeout: time.Second}, nats.DontRandomize())
+	if want := "nats connect " + httpPort + `: answered "HTTP/1.1 400 Bad Request"`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("list with a web server and a host that does not resolve: error %v; want it to start %q", err, want)
+	}
+	// A list of servers that are down or silent is waited for, as one is.
+	_, err = Connect(Options{URL: natsconntest.SilentPort(t) + "," + noHost, ConnectTimeout: time.Second}, nats.DontRandomize())
+	if err == nil || !Unreachable(err) {
+		t.Errorf("list with a silent port and a host that does not resolve: error %v; want an unreachable one", err)
 	}
 	// A refused port alone is still just that.
 	if _, err := Connect(Options{URL: refused}); err == nil || !Unreachable(err) || errors.As(err, new(*GreetingError)) {
