@@ -59,7 +59,7 @@ func TestCommandsAtAPortThatIsNotNATS(t *testing.T) {
 	spec := tapSpec(t, "wrongport", mod, "")
 	said := "weir: nats connect " + url + `: answered "HTTP/1.1 400 Bad Request": an HTTP server (the NATS monitoring port?), not NATS; ` +
 		"NATS clients use port 4222 unless the server is configured otherwise\n"
-	notice := "weir: waiting for NATS at " + url + " to answer (a server that does not is left after 5s, for the next one listed)\n"
+	notice := "weir: waiting for NATS at " + url + " to answer (a server that does not is left after 5s, for the next one listed; weir gives up within 7s)\n"
 	for _, args := range [][]string{
 		{"job", "ls", "-nats", url},
 		{"module", "ls", "-nats", url},

@@ -100,10 +100,13 @@ func connectNATS(nf *natsFlags, name string, w io.Writer) (*nats.Conn, error) {
 }
 
 // natsNotice tells w, once noticeAfter has passed without stop being
-// called, that a command waits for the NATS server of nf to answer.
+// called, that a command waits for the NATS server of nf to answer, and
+// how long at most: each server listed is given the connect timeout,
+// then asked what it is (natsconn.Options.MaxConnectWait).
 func natsNotice(nf *natsFlags, w io.Writer) (stop func()) {
-	return notice(w, fmt.Sprintf("weir: waiting for NATS at %s to answer (a server that does not is left after %s, for the next one listed)",
-		natsconn.Redact(nf.url), natsconn.DefaultConnectTimeout))
+	o := natsconn.Options{URL: nf.url} // the connect timeout of nf.options: the default
+	return notice(w, fmt.Sprintf("weir: waiting for NATS at %s to answer (a server that does not is left after %s, for the next one listed; weir gives up within %s)",
+		natsconn.Redact(nf.url), natsconn.DefaultConnectTimeout, o.MaxConnectWait()))
 }
 
 // connectAPI connects to NATS and returns a job API client, which tells w

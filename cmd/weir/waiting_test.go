@@ -66,7 +66,7 @@ func TestCommandSaysItWaitsForNATS(t *testing.T) {
 	if code := run(ctx, []string{"job", "ls", "-nats", quiet.URL()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code == 0 {
 		t.Fatalf("weir job ls through a silent server exited 0: %s", out.String())
 	}
-	said := "weir: waiting for NATS at " + quiet.URL() + " to answer (a server that does not is left after 5s, for the next one listed)\n"
+	said := "weir: waiting for NATS at " + quiet.URL() + " to answer (a server that does not is left after 5s, for the next one listed; weir gives up within 7s)\n"
 	gaveUp := "weir: nats connect " + quiet.URL() + ": the port accepted the connection and said nothing in 5s, nor in 2s after a NATS CONNECT: " +
 		"a frozen NATS server, or not a NATS client port (NATS clients use port 4222 unless the server is configured otherwise)\n"
 	if got := errb.String(); got != said+gaveUp {
@@ -91,7 +91,7 @@ func TestRunSaysItWaitsForNATS(t *testing.T) {
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code == 0 {
 		t.Fatalf("weir run through a silent server exited 0: %s", out.String())
 	}
-	said := "weir: waiting for NATS at " + quiet.URL() + " to answer (a server that does not is left after 5s, for the next one listed)\n"
+	said := "weir: waiting for NATS at " + quiet.URL() + " to answer (a server that does not is left after 5s, for the next one listed; weir gives up within 7s)\n"
 	if got := errb.String(); !strings.HasPrefix(got, said) || strings.Count(got, said) != 1 {
 		t.Errorf("stderr %q; want %q once, first", got, said)
 	}

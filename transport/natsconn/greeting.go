@@ -33,9 +33,11 @@ import (
 // without an HTTP version, which an HTTP server answers with 400.
 const probeRequest = "CONNECT {\"verbose\":false}\r\nPING\r\n"
 
-// MaxProbeWait bounds how long a diagnosis waits for a port that did not
-// greet to answer (ConnectTimeout if shorter): a port that answers a
-// request answers at once.
+// MaxProbeWait bounds how long a diagnosis takes (ConnectTimeout if
+// shorter): its wait for a port that did not greet to answer the CONNECT
+// and, for one that closed the connection, the TLS handshake offered
+// after, together; the URLs of a list are probed at once. A port that
+// answers a request answers at once.
 const MaxProbeWait = 2 * time.Second
 
 // defaultPort is the port of a server URL that gives none, as nats.go
@@ -138,10 +140,12 @@ func (o Options) diagnose(err error) *GreetingError {
 		wait = DefaultConnectTimeout
 	}
 	probeWait := min(wait, MaxProbeWait)
+	ctx, cancel := context.WithTimeout(context.Background(), probeWait)
+	defer cancel()
 	probes := make([]probeResult, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
-		wg.Go(func() { probes[i] = probe(u, probeWait) })
+		wg.Go(func() { probes[i] = probe(ctx, u) })
 	}
 	wg.Wait()
 	// What answered, in the order of the list, then a silent port when
@@ -207,10 +211,12 @@ type probeResult struct {
 func (p probeResult) answered() bool { return len(p.answer) > 0 || p.tls }
 
 // probe connects to the server of URL p, sends probeRequest and reads the
-// first line of what comes back, for up to wait; a port that closes the
+// first line of what comes back, until ctx ends; a port that closes the
 // connection without a word is offered a TLS handshake, on a connection
-// of its own, for up to wait again.
-func probe(p string, wait time.Duration) probeResult {
+// of its own, in what is left of ctx's time: the whole probe takes no
+// longer than ctx allows (with MaxProbeWait, a port that hung up at the
+// CONNECT just before it ran out took twice that).
+func probe(ctx context.Context, p string) probeResult {
 	u, err := parseServerURL(p)
 	if err != nil {
 		return probeResult{}
@@ -220,8 +226,6 @@ func probe(p string, wait time.Duration) probeResult {
 		port = defaultPort
 	}
 	addr := net.JoinHostPort(u.Hostname(), port)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -246,7 +250,7 @@ func probe(p string, wait time.Duration) probeResult {
 	case timeout(err):
 		return probeResult{silent: true}
 	}
-	if probeTLS(addr, u.Hostname(), wait) {
+	if probeTLS(ctx, addr, u.Hostname()) {
 		return probeResult{tls: true}
 	}
 	return probeResult{closed: true}
@@ -276,10 +280,8 @@ func timeout(err error) bool {
 }
 
 // probeTLS reports whether the port at addr answers a TLS handshake (a
-// TLS server's hello, or its alert), within wait.
-func probeTLS(addr, host string, wait time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
+// TLS server's hello, or its alert) before ctx ends.
+func probeTLS(ctx context.Context, addr, host string) bool {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

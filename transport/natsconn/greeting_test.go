@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,81 @@ func TestConnectRetryStopsAtAPortThatIsNotNATS(t *testing.T) {
 	})
 	if !errors.Is(err, context.Canceled) || retries != 1 {
 		t.Fatalf("silent port: %v after %d retries; want it retried until canceled", err, retries)
+	}
+}
+
+// A probe ends with its context: a port that hangs up at the CONNECT is
+// offered a TLS handshake in what is left of the probe's time, not for a
+// wait of its own (a diagnosis took up to twice MaxProbeWait then, past
+// what MaxConnectWait, and the wait weir states, counts).
+func TestProbeEndsWithItsContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := make(chan struct{}) // closed as the TLS handshake comes
+	var held []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			var b [1]byte
+			_, _ = c.Read(b[:])
+			if i == 0 {
+				c.Close() // hangs up at the CONNECT
+				continue
+			}
+			held = append(held, c) // says nothing to the handshake
+			if i == 1 {
+				close(hello)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepted
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan probeResult, 1)
+	go func() { done <- probe(ctx, "nats://"+ln.Addr().String()) }()
+	select {
+	case <-hello:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the probe offered no TLS handshake")
+	}
+	cancel()
+	select {
+	case p := <-done:
+		if !p.closed || p.tls {
+			t.Errorf("probe: %+v; want a port that closed the connection", p)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the probe's TLS handshake outlived its context")
+	}
+}
+
+// MaxConnectWait counts the connect timeout once for each server listed,
+// then the diagnosis.
+func TestMaxConnectWait(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want time.Duration
+	}{
+		{Options{URL: "nats://a:4222"}, DefaultConnectTimeout + MaxProbeWait},
+		{Options{URL: "nats://a:4222, nats://b:4222,nats://c:4222,"}, 3*DefaultConnectTimeout + MaxProbeWait},
+		{Options{URL: "nats://a:4222", ConnectTimeout: time.Second}, 2 * time.Second},
+		{Options{URL: "nats://a:4222", ConnectTimeout: 500 * time.Millisecond}, time.Second},
+	} {
+		if got := c.o.MaxConnectWait(); got != c.want {
+			t.Errorf("%+v: MaxConnectWait() = %s, want %s", c.o, got, c.want)
+		}
 	}
 }

@@ -71,6 +71,26 @@ type Options struct {
 // frozen process) is left after it, for the next one of the URL list.
 const DefaultConnectTimeout = 5 * time.Second
 
+// MaxConnectWait returns how long Connect with o takes at most when
+// servers take the connection and say nothing (frozen processes, or ports
+// that are not NATS): the connect timeout for each server of o.URL, tried
+// in turn, then the diagnosis that says what a port is (MaxProbeWait, or
+// the connect timeout if shorter). A command that tells its user it waits
+// for NATS can say for how long.
+func (o Options) MaxConnectWait() time.Duration {
+	timeout := o.ConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	servers := 0
+	for p := range strings.SplitSeq(o.URL, ",") {
+		if strings.TrimSpace(p) != "" {
+			servers++
+		}
+	}
+	return time.Duration(max(servers, 1))*timeout + min(timeout, MaxProbeWait)
+}
+
 // A connection sends its server a PING every PingInterval and takes the
 // server for gone once more than MaxPingsOut of them are unanswered (4 to
 // 6 s after it fell silent), then reconnects — to another server of a
