@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"regexp"
@@ -25,48 +26,226 @@ func init() {
 	register(command{Name: "checkpoint", Summary: "list or remove a job's checkpoints and savepoints", Run: runCheckpoint})
 }
 
-const jobUsage = `ls|status|output|stop|cancel|savepoint|restore [flags] [JOB]
+// jobSubcommand is one of weir job's subcommands.
+type jobSubcommand struct {
+	name     string
+	synopsis string // what follows "weir job NAME" on its usage line
+	help     string // what it does: lines as its usage prints them
+	note     string // a paragraph its own help adds, "" for none
+	args     int    // how many arguments it takes: the job, or none
+}
 
-  weir job ls                               every job with its state
-  weir job status JOB                       one job: state, guarantees, checkpoints completed and
-                                            failed (while they fail: how many in a row and why),
-                                            and each running task's records in/out, rates,
-                                            busy and backpressured time; a JetStream source's
-                                            UNREAD: the messages of its input the source task
-                                            has not processed yet — what its stream holds past
-                                            what the task handed on to the job's channels,
-                                            records it fetched and holds included (not those in
-                                            the channels after it, which their credit bounds),
-                                            with how fast that changes;
-                                            the bottleneck: a task busy most of the time (or an
-                                            exactly-once sink waiting on its commits)
-  weir job output JOB [-sink NAME] [-from-start | -last N] [-for D] [-show N]
-                                            follow what the job's sinks output (every sink, or
-                                            -sink's), each record as weir run prints it, on
-                                            stdout ("[SINK] " before each line when there are
-                                            several sinks); a JetStream sink's output is what its
-                                            stream stores, from new records on (-from-start: all
-                                            it holds; -last N: its last N); a core NATS sink's is
-                                            what it publishes while followed, no history. Stops
-                                            at Ctrl-C, -for, -show, or once the job has ended and
-                                            all its streams held then is shown ("job JOB finished;
-                                            N records shown", on stderr; of a stopped job: "job JOB
-                                            stopped with savepoint ID; ...")
-  weir job stop JOB                         stop a job with a savepoint: nothing after it is
-                                            processed, so restoring it repeats no output
-  weir job cancel JOB                       stop a job at once (restore it from its latest checkpoint)
-  weir job savepoint JOB                    take an aligned savepoint now; the job runs on
-  weir job restore JOB -from ID [-spec F] [-allow-non-restored-state]
-                                            restart a stopped job from checkpoint ID
+// jobSubcommands are weir job's subcommands, in the order its help lists
+// them. Each takes the connection flags and -wait, and its own flags
+// (jobFlags.flagSet): none takes another's.
+var jobSubcommands = []jobSubcommand{
+	{name: "ls", help: "every job with its state", note: attemptsNote},
+	{name: "status", synopsis: "JOB", args: 1, note: attemptsNote, help: `one job: state, guarantees, checkpoints completed and
+failed (while they fail: how many in a row and why),
+and each running task's records in/out, rates,
+busy and backpressured time; a JetStream source's
+UNREAD: the messages of its input the source task
+has not processed yet — what its stream holds past
+what the task handed on to the job's channels,
+records it fetched and holds included (not those in
+the channels after it, which their credit bounds),
+with how fast that changes;
+the bottleneck: a task busy most of the time (or an
+exactly-once sink waiting on its commits)`},
+	{name: "output", synopsis: "JOB [-sink NAME] [-from-start | -last N] [-for D] [-show N]", args: 1, help: `follow what the job's sinks output (every sink, or
+-sink's), each record as weir run prints it, on
+stdout ("[SINK] " before each line when there are
+several sinks); a JetStream sink's output is what its
+stream stores, from new records on (-from-start: all
+it holds; -last N: its last N); a core NATS sink's is
+what it publishes while followed, no history. Stops
+at Ctrl-C, -for, -show, or once the job has ended and
+all its streams held then is shown ("job JOB finished;
+N records shown", on stderr; of a stopped job: "job JOB
+stopped with savepoint ID; ...")`},
+	{name: "stop", synopsis: "JOB", args: 1, note: endedNote, help: `stop a job with a savepoint: nothing after it is
+processed, so restoring it repeats no output`},
+	{name: "cancel", synopsis: "JOB", args: 1, note: endedNote, help: "stop a job at once (restore it from its latest checkpoint)"},
+	{name: "savepoint", synopsis: "JOB", args: 1, note: endedNote, help: "take an aligned savepoint now; the job runs on"},
+	{name: "restore", synopsis: "JOB -from ID [-spec F] [-allow-non-restored-state]", args: 1,
+		help: "restart a stopped job from checkpoint ID"},
+}
 
-  ATTEMPT numbers the job's deployments, across its runs; RESTARTS counts only the
-  restarts after failures, which restart.attempts bounds: an attempt that placed the
-  job again after a worker was lost (or refused its tasks) while deploying, or that
-  resumed it after a coordinator restart, is none — weir job status says how the
-  attempts came about when they are more than the restarts explain
+const (
+	attemptsNote = `ATTEMPT numbers the job's deployments, across its runs; RESTARTS counts only the
+restarts after failures, which restart.attempts bounds: an attempt that placed the
+job again after a worker was lost (or refused its tasks) while deploying, or that
+resumed it after a coordinator restart, is none — weir job status says how the
+attempts came about when they are more than the restarts explain`
+	endedNote = `stop, cancel and savepoint of a job that has ended (finished, failed, or canceled,
+as a stopped job is) say when it ended and that there is nothing to do, and exit 1`
+)
 
-  stop, cancel and savepoint of a job that has ended (finished, failed, or canceled,
-  as a stopped job is) say when it ended and that there is nothing to do, and exit 1`
+// jobSubcommandNamed returns weir job's subcommand name.
+func jobSubcommandNamed(name string) (jobSubcommand, bool) {
+	for _, c := range jobSubcommands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return jobSubcommand{}, false
+}
+
+// usageLine is c's usage, from "weir job" on.
+func (c jobSubcommand) usageLine() string {
+	return strings.TrimSpace("weir job " + c.name + " " + c.synopsis)
+}
+
+// indent returns text with each line prefixed by prefix.
+func indent(text, prefix string) string {
+	return prefix + strings.ReplaceAll(text, "\n", "\n"+prefix)
+}
+
+// jobUsage is weir job's usage: every subcommand, as weir job -h says it.
+func jobUsage() string {
+	const column = 44 // where the subcommands' help starts
+	var b strings.Builder
+	names := make([]string, len(jobSubcommands))
+	for i, c := range jobSubcommands {
+		names[i] = c.name
+	}
+	fmt.Fprintf(&b, "%s [flags] [JOB]\n\n", strings.Join(names, "|"))
+	for _, c := range jobSubcommands {
+		help := indent(c.help, strings.Repeat(" ", column))
+		if line := "  " + c.usageLine(); len(line) < column-1 {
+			help = line + help[len(line):]
+		} else {
+			help = line + "\n" + help
+		}
+		b.WriteString(help + "\n")
+	}
+	fmt.Fprintf(&b, "\n%s\n\n%s\n\n", indent(attemptsNote, "  "), indent(endedNote, "  "))
+	b.WriteString("  each subcommand takes its own flags ('weir job SUBCOMMAND -h' lists them) and these:")
+	return b.String()
+}
+
+// jobFlags holds the flags of weir job's subcommands.
+type jobFlags struct {
+	nats             natsFlags
+	from, spec       string
+	allowNonRestored bool
+	output           jobOutputOptions
+}
+
+// flagSet returns the flags of weir job's subcommand sub ("": those every
+// subcommand takes), which parse into f. It prints nothing: runJob says
+// what is wrong with the flags, on one line, and prints -h's help.
+func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
+	fs := flag.NewFlagSet(strings.TrimSpace("weir job "+sub), flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	f.nats.register(fs, defaultNATS, "NATS server URL")
+	f.nats.registerWait(fs)
+	switch sub {
+	case "output":
+		fs.StringVar(&f.output.sink, "sink", "", "follow only this sink (default: every sink of the job)")
+		fs.BoolVar(&f.output.fromStart, "from-start", false, "all a JetStream sink's stream holds, not only new records")
+		fs.IntVar(&f.output.last, "last", 0, "the last N records a JetStream sink's stream holds, then new ones")
+		fs.DurationVar(&f.output.forDur, "for", 0, "stop after this long (0: until the job ends or Ctrl-C)")
+		fs.IntVar(&f.output.show, "show", 0, "stop after this many records (0: no limit)")
+	case "restore":
+		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")
+		fs.StringVar(&f.spec, "spec", "", "a new job spec to run instead of the last one")
+		fs.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "drop the state of operators the new spec no longer has")
+	}
+	return fs
+}
+
+// printFlagsUsage prints usage, a blank line and the flags of fs to w.
+func printFlagsUsage(w io.Writer, fs *flag.FlagSet, usage string) {
+	fmt.Fprintf(w, "usage: %s\n\n", usage)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// parseJobArgs parses weir job's arguments: the subcommand, its flags and
+// its arguments. Flags every subcommand takes may come before the
+// subcommand too; a flag the subcommand does not take is refused, naming
+// it and the subcommand. -h prints the help of weir job, or of the
+// subcommand, and returns flag.ErrHelp.
+func parseJobArgs(std Stdio, args []string, f *jobFlags) (jobSubcommand, []string, error) {
+	common := f.flagSet("")
+	if err := common.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printFlagsUsage(std.Err, common, "weir job "+jobUsage())
+			return jobSubcommand{}, nil, err
+		}
+		if name, ok := undefinedFlag(err); ok {
+			if subs := jobSubcommandsTaking(name); len(subs) > 0 {
+				return jobSubcommand{}, nil, usagef("job: -%s is a flag of job %s: give it after the subcommand (weir job %s ... -%s ...)",
+					name, strings.Join(subs, ", job "), subs[0], name)
+			}
+			return jobSubcommand{}, nil, usagef("job: no flag -%s (run 'weir job -h' for the subcommands, 'weir job SUBCOMMAND -h' for their flags)", name)
+		}
+		return jobSubcommand{}, nil, usagef("job: %v", err)
+	}
+	if common.NArg() == 0 {
+		printFlagsUsage(std.Err, common, "weir job "+jobUsage())
+		return jobSubcommand{}, nil, usagef("job: missing subcommand")
+	}
+	c, ok := jobSubcommandNamed(common.Arg(0))
+	if !ok {
+		return jobSubcommand{}, nil, usagef("job: unknown subcommand %q (ls, status, output, stop, cancel, savepoint or restore)", common.Arg(0))
+	}
+	// The flags given before the subcommand are set again in its flag
+	// set, whose registering set them back to their defaults.
+	before := map[string]string{}
+	common.Visit(func(fl *flag.Flag) { before[fl.Name] = fl.Value.String() })
+	fs := f.flagSet(c.name)
+	for name, value := range before {
+		if err := fs.Set(name, value); err != nil {
+			return c, nil, usagef("job %s: -%s: %v", c.name, name, err)
+		}
+	}
+	pos, err := positional(fs, common.Args()[1:], func(a []string) error { return fs.Parse(a) })
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage := c.usageLine() + " [connection flags] [-wait D]\n\n" + indent(c.help, "  ")
+		if c.note != "" {
+			usage += "\n\n" + indent(c.note, "  ")
+		}
+		printFlagsUsage(std.Err, fs, usage)
+		return c, nil, err
+	case err != nil:
+		name, ok := undefinedFlag(err)
+		if !ok {
+			return c, nil, usagef("job %s: %v", c.name, err)
+		}
+		if subs := jobSubcommandsTaking(name); len(subs) > 0 {
+			return c, nil, usagef("job %s: -%s is a flag of job %s, not of job %s (run 'weir job %s -h' for its flags)",
+				c.name, name, strings.Join(subs, ", job "), c.name, c.name)
+		}
+		return c, nil, usagef("job %s: no flag -%s (run 'weir job %s -h' for its flags)", c.name, name, c.name)
+	case len(pos) != c.args:
+		return c, nil, usagef("job %s: want %d argument(s)", c.name, c.args)
+	}
+	return c, pos, nil
+}
+
+// undefinedFlag returns the name of the flag that err, from parsing
+// flags, says is not defined.
+func undefinedFlag(err error) (string, bool) {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	return strings.TrimPrefix(name, "-"), ok
+}
+
+// jobSubcommandsTaking names the subcommands of weir job that take the
+// flag name.
+func jobSubcommandsTaking(name string) []string {
+	var subs []string
+	for _, c := range jobSubcommands {
+		if new(jobFlags).flagSet(c.name).Lookup(name) != nil {
+			subs = append(subs, c.name)
+		}
+	}
+	return subs
+}
 
 // savepointWait is how long weir job savepoint and stop wait for the
 // coordinator: a savepoint may take up to the job's checkpoint timeout
@@ -209,59 +388,40 @@ func positional(fs interface {
 }
 
 func runJob(ctx context.Context, std Stdio, args []string) error {
-	fs := newFlags(std, "job", jobUsage)
-	var nf natsFlags
-	nf.register(fs, defaultNATS, "NATS server URL")
-	nf.registerWait(fs)
-	from := fs.String("from", "", "restore: checkpoint ID (or JOB/ID)")
-	specFile := fs.String("spec", "", "restore: a new job spec to run instead of the last one")
-	allowNonRestored := fs.Bool("allow-non-restored-state", false, "restore: drop the state of operators the new spec no longer has")
-	var oo jobOutputOptions
-	fs.StringVar(&oo.sink, "sink", "", "output: follow only this sink (default: every sink of the job)")
-	fs.BoolVar(&oo.fromStart, "from-start", false, "output: all a JetStream sink's stream holds, not only new records")
-	fs.IntVar(&oo.last, "last", 0, "output: the last N records a JetStream sink's stream holds, then new ones")
-	fs.DurationVar(&oo.forDur, "for", 0, "output: stop after this long (0: until the job ends or Ctrl-C)")
-	fs.IntVar(&oo.show, "show", 0, "output: stop after this many records (0: no limit)")
-	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	var f jobFlags
+	c, pos, err := parseJobArgs(std, args, &f)
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		fs.Usage()
-		return usagef("job: missing subcommand")
+	nf := &f.nats
+	job := ""
+	if len(pos) > 0 {
+		job = pos[0]
 	}
-	need := map[string]int{"ls": 0, "status": 1, "output": 1, "stop": 1, "cancel": 1, "savepoint": 1, "restore": 1}
-	n, ok := need[pos[0]]
-	if !ok {
-		return usagef("job: unknown subcommand %q (ls, status, output, stop, cancel, savepoint or restore)", pos[0])
-	}
-	if len(pos)-1 != n {
-		return usagef("job %s: want %d argument(s)", pos[0], n)
-	}
-	if pos[0] == "output" {
-		if err := oo.check(); err != nil {
+	if c.name == "output" {
+		if err := f.output.check(); err != nil {
 			return err
 		}
 	}
 	// A restore's own mistakes (no -from, a bad -spec) are said before
 	// NATS is asked for, which could hide them behind a connection error.
 	var restoreSpec *jobspec.Spec
-	if pos[0] == "restore" {
-		if *from == "" {
+	if c.name == "restore" {
+		if f.from == "" {
 			return usagef("job restore: -from CHECKPOINT is required")
 		}
-		if *specFile != "" {
-			if restoreSpec, err = jobspec.ParseFile(*specFile, jobspec.Options{CheckModule: checkModuleFile}); err != nil {
+		if f.spec != "" {
+			if restoreSpec, err = jobspec.ParseFile(f.spec, jobspec.Options{CheckModule: checkModuleFile}); err != nil {
 				return err
 			}
 		}
 	}
-	nc, api, err := connectAPI(&nf, std.Err)
+	nc, api, err := connectAPI(nf, std.Err)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	switch pos[0] {
+	switch c.name {
 	case "ls":
 		jobs, err := api.Jobs(ctx)
 		if err != nil {
@@ -269,7 +429,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		printJobs(std.Out, jobs)
 	case "status":
-		st, err := api.Job(ctx, pos[1])
+		st, err := api.Job(ctx, job)
 		if err != nil {
 			return apiErr("job status", err)
 		}
@@ -295,18 +455,18 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			printFailures(std.Out, st.Failures)
 		}
 	case "output":
-		return jobOutput(ctx, std, nc, api, pos[1], oo)
+		return jobOutput(ctx, std, nc, api, job, f.output)
 	case "stop":
-		progress(ctx, api, std.Err, pos[1], "stopping %s with a savepoint …\n")
+		progress(ctx, api, std.Err, job, "stopping %s with a savepoint …\n")
 		api.Timeout = savepointWait
-		cp, err := api.StopJob(ctx, pos[1])
+		cp, err := api.StopJob(ctx, job)
 		if err != nil {
 			return apiErr("job stop", err)
 		}
 		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore%s %s -from %d\n",
 			cp.Job, cp.ID, size(cp.Size), nf.hint(), cp.Job, cp.ID)
 	case "cancel":
-		st, err := api.CancelJob(ctx, pos[1])
+		st, err := api.CancelJob(ctx, job)
 		if err != nil {
 			return apiErr("job cancel", err)
 		}
@@ -317,15 +477,15 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 		}
 	case "savepoint":
-		progress(ctx, api, std.Err, pos[1], "taking a savepoint of %s …\n")
+		progress(ctx, api, std.Err, job, "taking a savepoint of %s …\n")
 		api.Timeout = savepointWait
-		cp, err := api.Savepoint(ctx, pos[1])
+		cp, err := api.Savepoint(ctx, job)
 		if err != nil {
 			return apiErr("job savepoint", err)
 		}
 		fmt.Fprintf(std.Out, "savepoint %d of %s: %s in %s, %s\n", cp.ID, cp.Job, cp.Status, cp.Duration.Round(time.Millisecond), size(cp.Size))
 	case "restore":
-		req := control.RestoreRequest{Job: pos[1], From: *from, AllowNonRestoredState: *allowNonRestored}
+		req := control.RestoreRequest{Job: job, From: f.from, AllowNonRestoredState: f.allowNonRestored}
 		if spec := restoreSpec; spec != nil {
 			// As with weir run, a module may be a Go package directory, and
 			// local modules go to the registry, where every worker finds them.
@@ -346,7 +506,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job restore", err)
 		}
-		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, *from)
+		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, f.from)
 	}
 	return nil
 }

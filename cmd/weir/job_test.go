@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
 // tapNode starts a node with opts (a data directory and port of its own,
@@ -99,6 +100,58 @@ func TestJobErrorsSayWhatIsWrong(t *testing.T) {
 	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); !errors.Is(err, control.ErrConflict) ||
 		!strings.HasPrefix(err.Error(), "job tap has not ended (it is ") || !strings.HasSuffix(err.Error(), "): cancel or stop it first") {
 		t.Errorf("second submit: %v", err)
+	}
+}
+
+// Each subcommand of weir job takes its own flags: another's is refused
+// before NATS is asked, on one line naming the flag, the subcommand that
+// takes it and the one given it, and -h lists only the subcommand's.
+// The flags every subcommand takes may still come before it.
+func TestJobSubcommandsTakeTheirOwnFlags(t *testing.T) {
+	down := fmt.Sprintf("nats://127.0.0.1:%d", natsconntest.FreePort(t))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "-from", "3", "x"}, "weir: job status: -from is a flag of job restore, not of job status (run 'weir job status -h' for its flags)\n"},
+		{[]string{"status", "x", "-from", "3"}, "weir: job status: -from is a flag of job restore, not of job status (run 'weir job status -h' for its flags)\n"},
+		{[]string{"ls", "-spec", "job.yaml"}, "weir: job ls: -spec is a flag of job restore, not of job ls (run 'weir job ls -h' for its flags)\n"},
+		{[]string{"stop", "-from-start", "x"}, "weir: job stop: -from-start is a flag of job output, not of job stop (run 'weir job stop -h' for its flags)\n"},
+		{[]string{"restore", "x", "-from", "1", "-sink", "out"}, "weir: job restore: -sink is a flag of job output, not of job restore (run 'weir job restore -h' for its flags)\n"},
+		{[]string{"output", "-nosuch", "x"}, "weir: job output: no flag -nosuch (run 'weir job output -h' for its flags)\n"},
+		{[]string{"-from", "3", "restore", "x"}, "weir: job: -from is a flag of job restore: give it after the subcommand (weir job restore ... -from ...)\n"},
+	} {
+		code, stdout, stderr := weir(t, "", append([]string{"job", "-nats", down}, c.args...)...)
+		if code != 2 || stdout != "" || stderr != c.want {
+			t.Errorf("weir job %v: exit %d, stdout %q, stderr %q; want exit 2, %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	// The connection flags and -wait before the subcommand, or after it.
+	for _, args := range [][]string{{"job", "-nats", down, "ls"}, {"job", "-wait", "1s", "status", "-nats", down, "x"}} {
+		want := "weir: cannot reach NATS at " + down + " (is 'weir up' running?)"
+		if code, _, stderr := weir(t, "", args...); code != 1 || !strings.HasPrefix(stderr, want) {
+			t.Errorf("weir %v: exit %d, stderr %q; want exit 1, %q", args, code, stderr, want)
+		}
+	}
+	for sub, c := range map[string]struct{ has, hasNot []string }{
+		"status":  {[]string{"-nats", "-wait"}, []string{"-from", "-spec", "-sink", "-from-start"}},
+		"output":  {[]string{"-nats", "-sink", "-from-start", "-last", "-for", "-show"}, []string{"-from ", "-spec", "-allow-non-restored-state"}},
+		"restore": {[]string{"-nats", "-from", "-spec", "-allow-non-restored-state"}, []string{"-sink", "-from-start", "-last"}},
+	} {
+		code, _, stderr := weir(t, "", "job", sub, "-h")
+		if code != 0 || !strings.HasPrefix(stderr, "usage: weir job "+sub+" ") {
+			t.Errorf("weir job %s -h: exit %d, stderr:\n%s", sub, code, stderr)
+		}
+		for _, f := range c.has {
+			if !strings.Contains(stderr, "\n  "+f) {
+				t.Errorf("weir job %s -h does not list %s:\n%s", sub, f, stderr)
+			}
+		}
+		for _, f := range c.hasNot {
+			if strings.Contains(stderr, "\n  "+f) {
+				t.Errorf("weir job %s -h lists %s:\n%s", sub, f, stderr)
+			}
+		}
 	}
 }
 
