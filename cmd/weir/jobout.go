@@ -129,7 +129,7 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 				return nil
 			}
 			n, _ := out.state()
-			fmt.Fprintf(std.Err, "job %s %s; %d records shown\n", job, howEnded(st), n)
+			fmt.Fprintf(std.Err, "job %s %s; %s shown\n", job, howEnded(st), countOf(n, "record"))
 			return nil
 		}
 		select {
@@ -260,4 +260,12 @@ func sinkStreamsThere(ctx context.Context, js jetstream.JetStream, job string, s
 		}
 	}
 	return nil
+}
+
+// countOf says n things: "1 record", "2 records", "0 records".
+func countOf(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

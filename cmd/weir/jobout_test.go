@@ -161,7 +161,7 @@ func TestJobOutputOfAStoppedJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("job jo stopped with savepoint %d; 1 records shown\n", sp.ID)
+	want := fmt.Sprintf("job jo stopped with savepoint %d; 1 record shown\n", sp.ID)
 	if code := f.exited(); code != 0 || f.out.String() != "a\t1\n" || !strings.HasSuffix(f.errb.String(), want) {
 		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s\nwant it to end %q", code, f.out.String(), f.errb.String(), want)
 	}
