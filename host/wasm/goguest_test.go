@@ -236,15 +236,20 @@ func TestGoSDKFailures(t *testing.T) {
 // TestGoSDKKeyedStateAfterOtherState: a keyed state started after other
 // state (a version byte) would not be in the keyed layout; the Go SDK
 // fails the snapshot, saying what to do, as the other SDKs do
-// (guests/conformance TestKeyedStateMisuse).
+// (guests/conformance TestKeyedStateMisuse), also when Snapshot ignores
+// the keyed state writer's errors and returns nil: such a snapshot once
+// succeeded, and the job failed at its first restore.
 func TestGoSDKKeyedStateAfterOtherState(t *testing.T) {
 	e := newEngine(t)
-	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("keyedlate")})
-	err := inst.Snapshot(context.Background(), io.Discard)
+	wasm := sdkTest(t)
 	const want = "operator op: weir_snapshot: weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)"
-	var oe *OperatorError
-	if !errors.As(err, &oe) || err.Error() != want {
-		t.Fatalf("got %v, want an operator error %q", err, want)
+	for _, mode := range []string{"keyedlate", "keyedlate-ignored"} {
+		inst := instantiate(t, e, "op", wasm, Limits{}, InstanceConfig{Config: []byte(mode)})
+		err := inst.Snapshot(context.Background(), io.Discard)
+		var oe *OperatorError
+		if !errors.As(err, &oe) || err.Error() != want {
+			t.Errorf("%s: got %v, want an operator error %q", mode, err, want)
+		}
 	}
 }
 

@@ -28,11 +28,17 @@ type KeyedStateWriter struct {
 
 // NewKeyedStateWriter starts a keyed state on w. The keyed layout is the
 // whole state: after anything else written to w (a version byte), Put and
-// Close fail with errKeyedAfterState.
+// Close fail with errKeyedAfterState, and so does the snapshot, also when
+// Snapshot ignores their error and returns nil.
 func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
 	k := &KeyedStateWriter{w: w, buf: make([]byte, 0, 4096)}
 	if w.started {
 		k.err = errKeyedAfterState
+		// Sticky: the state written so far is not in the keyed layout
+		// the operator meant, and would fail only its first restore.
+		if w.err == nil {
+			w.err = errKeyedAfterState
+		}
 		return k
 	}
 	k.buf = append(k.buf, abi.KeyedStateMagic...)
