@@ -256,6 +256,7 @@ static struct {
     int chunk_eof;                       /* restore: host said end of stream */
     uint8_t snap_wrote;                  /* snapshot: some state written */
     uint8_t snap_keyed;                  /* snapshot: weir_keyed_state_begin called */
+    const char *snap_misuse;             /* snapshot: a keyed state misuse, which fails it */
 } weir__rt = {.cursor = -1};
 
 /* weir_batch_next stores the next record in *r and returns 1, or returns 0
@@ -562,23 +563,34 @@ static inline int weir_state_read_bytes(weir_bytes *out) {
 /* WEIR_KEYED_MAGIC starts a state stream in the keyed layout. */
 #define WEIR_KEYED_MAGIC "WKS1"
 
+/* weir__keyed_misuse fails the snapshot for a misuse of keyed state: the
+ * message goes to the host at once, and the snapshot fails with it also when
+ * the callback ignores the error and returns WEIR_OK (the state would not be
+ * in the keyed layout, and only the first restore would fail). */
+static inline int weir__keyed_misuse(const char *msg) {
+    if (!weir__rt.snap_misuse) weir__rt.snap_misuse = msg;
+    return weir_fail(msg);
+}
+
 /* weir_keyed_state_begin starts a keyed state: it writes WEIR_KEYED_MAGIC to
  * the snapshot (only in the snapshot callback, before anything else: the
- * keyed layout is the whole state, so it fails after other state). */
+ * keyed layout is the whole state, so it fails after other state, and so
+ * does the snapshot). */
 static inline int weir_keyed_state_begin(void) {
     if (weir__rt.snap_wrote)
-        return weir_fail("weir: weir_keyed_state_begin after other state: the keyed layout is the whole "
-                         "snapshot (begin it first, with no version byte before it)");
+        return weir__keyed_misuse("weir: weir_keyed_state_begin after other state: the keyed layout is the "
+                                  "whole snapshot (begin it first, with no version byte before it)");
     weir__rt.snap_keyed = 1;
     return weir_state_write(WEIR_KEYED_MAGIC, 4);
 }
 
 /* weir_keyed_state_put writes the entry for key; key and value are copied.
- * Each key at most once, after weir_keyed_state_begin. */
+ * Each key at most once, after weir_keyed_state_begin (without it, it fails,
+ * and so does the snapshot). */
 static inline int weir_keyed_state_put(weir_bytes key, weir_bytes value) {
     if (!weir__rt.snap_keyed)
-        return weir_fail("weir: weir_keyed_state_put without weir_keyed_state_begin "
-                         "(call it first in the snapshot callback)");
+        return weir__keyed_misuse("weir: weir_keyed_state_put without weir_keyed_state_begin "
+                                  "(call it first in the snapshot callback)");
     uint8_t hdr[16] = {0}; /* the reserved i64 stays 0 */
     memcpy(hdr, &key.len, 4);
     memcpy(hdr + 4, &value.len, 4);
@@ -718,7 +730,9 @@ WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
         if (weir__chunk_init()) return weir_fail("weir: out of memory");                  \
         weir__rt.chunk.len = 0;                                                           \
         weir__rt.snap_wrote = weir__rt.snap_keyed = 0;                                    \
+        weir__rt.snap_misuse = NULL;                                                      \
         int32_t status = snapshot_fn();                                                   \
+        if (status == 0 && weir__rt.snap_misuse) status = weir_fail(weir__rt.snap_misuse); \
         if (status == 0 && weir__rt.chunk.len) status = weir__state_flush();              \
         weir__rt.chunk.len = 0;                                                           \
         return status;                                                                    \

@@ -285,7 +285,10 @@ func TestCStackOverflow(t *testing.T) {
 // weir_keyed_state_begin, would be a state not in the keyed layout, which
 // the SDKs' keyed state readers refuse only at the restore after a
 // failure, and a rescale refuses too; every SDK fails the snapshot
-// instead, saying what to do.
+// instead, saying what to do, also when the operator ignores the error
+// and its snapshot returns success: C's configs ending in "-ignored",
+// AssemblyScript's probe always (Rust's KeyedStateWriter::new returns an
+// Err, without which there is no writer to put with).
 func TestKeyedStateMisuse(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
@@ -295,8 +298,10 @@ func TestKeyedStateMisuse(t *testing.T) {
 		late   = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)"
 	)
 	for name, cases := range map[string]map[string]string{
-		"c":              {"keyed-put-without-begin": cNoBeg, "keyed-begin-after-state": cLate},
-		"c-freestanding": {"keyed-put-without-begin": cNoBeg, "keyed-begin-after-state": cLate},
+		"c": {"keyed-put-without-begin": cNoBeg, "keyed-begin-after-state": cLate,
+			"keyed-put-without-begin-ignored": cNoBeg, "keyed-begin-after-state-ignored": cLate},
+		"c-freestanding": {"keyed-put-without-begin": cNoBeg, "keyed-begin-after-state": cLate,
+			"keyed-put-without-begin-ignored": cNoBeg, "keyed-begin-after-state-ignored": cLate},
 		"rust":           {"keyed-begin-after-state": late},
 		"assemblyscript": {"keyed-begin-after-state": late},
 	} {

@@ -22,7 +22,9 @@
  *   - (C only) with the config "keyed-put-without-begin" the snapshot puts a
  *     keyed entry without weir_keyed_state_begin, and with
  *     "keyed-begin-after-state" it writes a version byte and then begins a
- *     keyed state: the SDK fails either, saying what to do. */
+ *     keyed state: the SDK fails either, saying what to do; with the same
+ *     configs and "-ignored" after them the snapshot ignores the error and
+ *     returns WEIR_OK, which fails it all the same. */
 #include "../weir.h"
 
 static int is(weir_bytes b, const char *s) {
@@ -31,10 +33,17 @@ static int is(weir_bytes b, const char *s) {
 }
 
 /* keyed_mistake: 1 puts a keyed entry without begin, 2 begins after a
- * version byte (the config). */
-static int keyed_mistake;
+ * version byte (the config); keyed_ignored: the snapshot ignores the error
+ * (the config ends in "-ignored"). */
+static int keyed_mistake, keyed_ignored;
 
 static int init(weir_bytes config) {
+    static const char ignored[] = "-ignored";
+    uint32_t n = sizeof ignored - 1;
+    if (config.len >= n && memcmp(config.ptr + config.len - n, ignored, n) == 0) {
+        keyed_ignored = 1;
+        config.len -= n;
+    }
     keyed_mistake = is(config, "keyed-put-without-begin") ? 1 : is(config, "keyed-begin-after-state") ? 2 : 0;
     return WEIR_OK;
 }
@@ -75,6 +84,15 @@ static int checkpoint_complete(int64_t id) {
 }
 
 static int snapshot(void) {
+    if (keyed_ignored) {
+        if (keyed_mistake == 2) {
+            (void)weir_state_write_u8(1);
+            (void)weir_keyed_state_begin();
+        }
+        (void)weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v"));
+        (void)weir_keyed_state_end();
+        return WEIR_OK;
+    }
     if (keyed_mistake == 1) return weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v"));
     if (keyed_mistake == 2 && (weir_state_write_u8(1) || weir_keyed_state_begin())) return WEIR_ERR;
     if (weir_state_write_u8(1) || weir_state_write_bytes(weir_bytes_of("probe"))) return WEIR_ERR;
