@@ -930,7 +930,6 @@ impl Runtime {
     pub fn snapshot(&mut self) -> i32 {
         self.chunk.clear();
         self.chunk.reserve(CHUNK_SIZE);
-        self.chunk.clear();
         let mut w = StateWriter {
             buf: &mut self.chunk,
             flushed: false,
