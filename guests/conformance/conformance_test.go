@@ -319,6 +319,24 @@ func TestRestoreUnreadState(t *testing.T) {
 	}
 }
 
+// TestKeyedStateOperatorError: an entry the operator refuses while its
+// SDK reads keyed state fails the restore with the operator's own message,
+// as it returned it, in every SDK: Go's once added "weir: " to it and
+// Rust's "weir: keyed state: ", which are the SDKs' words for the layout.
+func TestKeyedStateOperatorError(t *testing.T) {
+	e := newEngine(t)
+	state := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("k"), []byte("abc"))
+	const want = "keyedcount: a count of 3 bytes, want 8"
+	for _, lang := range languages {
+		inst := start(t, load(t, e, lang, "keyedcount"), "keyedcount")
+		err := inst.Restore(context.Background(), bytes.NewReader(state))
+		var oe *wasm.OperatorError
+		if !errors.As(err, &oe) || oe.Export != abi.ExportRestore || oe.Message != want {
+			t.Errorf("%s: restore error %v, want an operator error from %s with message %q", lang.name, err, abi.ExportRestore, want)
+		}
+	}
+}
+
 // TestBadStateLength restores wordcount and join states whose first length
 // (of a word, of a key) passes the end of the stream by far: 4 GiB, and the
 // whole 64 MiB memory limit. Every build fails the restore with an error

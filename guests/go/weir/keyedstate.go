@@ -71,13 +71,22 @@ func (k *KeyedStateWriter) Close() error {
 
 // ReadKeyedState reads a state written with KeyedStateWriter (also one
 // weir redistributed after a rescale) and calls fn for each entry; the
-// slices are valid during the call. An empty state has no entries.
+// slices are valid during the call. An empty state has no entries. The
+// first error fn returns stops the reading and is returned as it is.
 func ReadKeyedState(r *StateReader, fn func(key, value []byte) error) error {
 	st, err := io.ReadAll(r)
 	if err != nil {
 		return fmt.Errorf("weir: read keyed state: %w", err)
 	}
-	if err := abi.KeyedEntries(st, fn); err != nil {
+	var fnErr error
+	err = abi.KeyedEntries(st, func(key, value []byte) error {
+		fnErr = fn(key, value)
+		return fnErr
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr // the operator's own message, as in the other SDKs
+	case err != nil:
 		// abi's errors of the layout start with "keyed state:" already.
 		return fmt.Errorf("weir: %w", err)
 	}

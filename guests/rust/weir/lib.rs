@@ -706,7 +706,7 @@ impl<'w, 'a> KeyedStateWriter<'w, 'a> {
 /// operator that never snapshotted) has no entries. A non-empty stream that
 /// does not start with [`KEYED_STATE_MAGIC`], or whose last entry is cut
 /// short, is an error, as is the first error `f` returns (which stops the
-/// reading).
+/// reading, and is returned as it is: the message is the operator's).
 ///
 /// ```ignore
 /// fn restore(&mut self, r: &mut weir::StateReader) -> weir::Result {
@@ -724,10 +724,11 @@ where
     if let Err(e) = io::Read::read_to_end(r, &mut state) {
         return Err(Error(format!("weir: read keyed state: {}", e)));
     }
-    keyed_entries(&state, f).map_err(|e| Error(format!("weir: keyed state: {}", e.0)))
+    keyed_entries(&state, f)
 }
 
-/// Calls `f` for each entry of a keyed state held in memory.
+/// Calls `f` for each entry of a keyed state held in memory; an error of
+/// the layout says so, one of `f` is its own.
 fn keyed_entries<F>(state: &[u8], mut f: F) -> Result
 where
     F: FnMut(&[u8], &[u8]) -> Result,
@@ -736,13 +737,13 @@ where
         return Ok(());
     }
     if !state.starts_with(KEYED_STATE_MAGIC) {
-        return Err("operator state is not in the keyed state layout".into());
+        return Err("weir: keyed state: operator state is not in the keyed state layout".into());
     }
     let mut off = KEYED_STATE_MAGIC.len();
     while off < state.len() {
         if state.len() - off < 16 {
             return Err(Error(format!(
-                "entry header at byte {} passes the end",
+                "weir: keyed state: entry header at byte {} passes the end",
                 off
             )));
         }
@@ -751,7 +752,7 @@ where
         let start = off + 16;
         if start as u64 + klen + vlen > state.len() as u64 {
             return Err(Error(format!(
-                "entry at byte {}: key of {} and value of {} bytes pass the end",
+                "weir: keyed state: entry at byte {}: key of {} and value of {} bytes pass the end",
                 off, klen, vlen
             )));
         }
