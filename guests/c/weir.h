@@ -626,18 +626,27 @@ static inline size_t weir__state_read_upto(void *p, size_t n) {
     return got;
 }
 
+/* WEIR__ERR_NOT_KEYED_STATE fails weir_keyed_state_read on a state in another
+ * layout: one a build of the operator from before it wrote keyed state took,
+ * as the other SDKs say it. */
+#define WEIR__ERR_NOT_KEYED_STATE                                                         \
+    "weir: the state to restore is in a layout of its own, and this build of the "        \
+    "operator reads keyed state (abi/ABI.md §8): restore with the build that wrote it, "  \
+    "or have this build read the old layout too (state that does not start with \"WKS1\")"
+
 /* weir_keyed_state_read reads a state written with weir_keyed_state_begin /
  * put / end (also one weir redistributed after a rescale, whose entries come
  * in no particular key order) and calls fn(key, value, ctx) for each entry,
  * in stream order (only in the restore callback). An empty stream has no
- * entries; a non-empty one that does not start with WEIR_KEYED_MAGIC, or
- * that ends inside an entry, is an error. Entries of any size are fine:
+ * entries; a non-empty one that does not start with WEIR_KEYED_MAGIC (a
+ * state in another layout, which the error says how to restore), or that
+ * ends inside an entry, is an error. Entries of any size are fine:
  * one that spans restore chunks is copied into a buffer that grows to fit. */
 static inline int weir_keyed_state_read(weir_keyed_fn fn, void *ctx) {
     if (weir_state_at_end()) return WEIR_OK;
     uint8_t hdr[16];
     if (weir__state_read_upto(hdr, 4) != 4 || memcmp(hdr, WEIR_KEYED_MAGIC, 4) != 0)
-        return weir_fail("weir: state is not in the keyed state layout");
+        return weir_fail(WEIR__ERR_NOT_KEYED_STATE);
     weir__buf entry = {NULL, 0, 0}; /* an entry that spans chunks */
     int status = WEIR_OK;
     while (status == WEIR_OK && !weir_state_at_end()) {

@@ -319,6 +319,32 @@ func TestRestoreUnreadState(t *testing.T) {
 	}
 }
 
+// TestNotKeyedState: a state in a layout of its own (here wordcount's,
+// version byte first), restored into a build that reads keyed state, as
+// when an operator's new build writes keyed state and the checkpoint is
+// of the old one, fails in every SDK with a message that says what
+// happened and what to do, not only that the layout is wrong. WAT has no
+// SDK: its keyedcount says so in its own words.
+func TestNotKeyedState(t *testing.T) {
+	const want = `weir: the state to restore is in a layout of its own, and this build of the operator reads keyed state (abi/ABI.md §8): ` +
+		`restore with the build that wrote it, or have this build read the old layout too (state that does not start with "WKS1")`
+	e := newEngine(t)
+	ref := start(t, load(t, e, languages[0], "wordcount"), "wordcount")
+	feed(t, ref, inputs("wordcount", 7), 0, 3, nil)
+	state := snapshot(t, ref)
+	for _, lang := range languages {
+		if lang.name == "wat" {
+			continue
+		}
+		inst := start(t, load(t, e, lang, "keyedcount"), "keyedcount")
+		err := inst.Restore(context.Background(), bytes.NewReader(state))
+		var oe *wasm.OperatorError
+		if !errors.As(err, &oe) || oe.Export != abi.ExportRestore || oe.Message != want {
+			t.Errorf("%s: restore error %v, want an operator error from %s with message %q", lang.name, err, abi.ExportRestore, want)
+		}
+	}
+}
+
 // TestKeyedStateOperatorError: an entry the operator refuses while its
 // SDK reads keyed state fails the restore with the operator's own message,
 // as it returned it, in every SDK: Go's once added "weir: " to it and

@@ -565,12 +565,18 @@ export class KeyedStateWriter {
   }
 }
 
+/** The error of readKeyedState on a state in another layout: one a build of
+ * the operator from before it wrote keyed state took, as the other SDKs say
+ * it. */
+export const ERR_NOT_KEYED_STATE = "weir: the state to restore is in a layout of its own, and this build of the operator reads keyed state (abi/ABI.md §8): restore with the build that wrote it, or have this build read the old layout too (state that does not start with \"WKS1\")";
+
 /** Reads the rest of r, a state written with KeyedStateWriter (also one weir
  * redistributed after a rescale), and calls fn(ctx, keyPtr, keyLen,
  * valuePtr, valueLen) for each entry in order; the bytes are valid during
  * the call. An empty state has no entries. Returns null, the first error fn
- * returns, or why the state is not keyed state (no "WKS1" magic, an entry
- * passing the end, a failed read).
+ * returns, or why the state is not keyed state (no "WKS1" magic, which
+ * ERR_NOT_KEYED_STATE says how to restore, an entry passing the end, a
+ * failed read).
  *
  * AssemblyScript closures cannot capture locals, so what fn needs travels in
  * ctx, typically the operator:
@@ -607,7 +613,7 @@ function keyedEntries<T>(
   fn: (ctx: T, keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32) => string | null,
 ): string | null {
   if (len < 4 || load<u32>(ptr) != 0x31534b57) // "WKS1" read little-endian
-    return "weir: keyed state: operator state is not in the keyed state layout";
+    return ERR_NOT_KEYED_STATE;
   for (let off: i32 = 4; off < len; ) {
     if (len - off < 16)
       return "weir: keyed state: entry header at byte " + off.toString() + " passes the end";

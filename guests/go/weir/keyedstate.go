@@ -69,10 +69,16 @@ func (k *KeyedStateWriter) Close() error {
 	return k.err
 }
 
+// errNotKeyedState is ReadKeyedState's error for a state in another
+// layout: one a build of the operator from before it wrote keyed state
+// took, as the other SDKs say it.
+var errNotKeyedState = errors.New("weir: the state to restore is in a layout of its own, and this build of the operator reads keyed state (abi/ABI.md §8): restore with the build that wrote it, or have this build read the old layout too (state that does not start with \"WKS1\")")
+
 // ReadKeyedState reads a state written with KeyedStateWriter (also one
 // weir redistributed after a rescale) and calls fn for each entry; the
-// slices are valid during the call. An empty state has no entries. The
-// first error fn returns stops the reading and is returned as it is.
+// slices are valid during the call. An empty state has no entries; a state
+// in another layout fails with an error that says what to do. The first
+// error fn returns stops the reading and is returned as it is.
 func ReadKeyedState(r *StateReader, fn func(key, value []byte) error) error {
 	st, err := io.ReadAll(r)
 	if err != nil {
@@ -86,6 +92,8 @@ func ReadKeyedState(r *StateReader, fn func(key, value []byte) error) error {
 	switch {
 	case fnErr != nil:
 		return fnErr // the operator's own message, as in the other SDKs
+	case errors.Is(err, abi.ErrNotKeyedState):
+		return errNotKeyedState
 	case err != nil:
 		// abi's errors of the layout start with "keyed state:" already.
 		return fmt.Errorf("weir: %w", err)

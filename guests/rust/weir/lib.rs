@@ -699,13 +699,19 @@ impl<'w, 'a> KeyedStateWriter<'w, 'a> {
     }
 }
 
+/// The error of [`read_keyed_state`] on a state in another layout: one a
+/// build of the operator from before it wrote keyed state took, as the
+/// other SDKs say it.
+const ERR_NOT_KEYED_STATE: &str = "weir: the state to restore is in a layout of its own, and this build of the operator reads keyed state (abi/ABI.md §8): restore with the build that wrote it, or have this build read the old layout too (state that does not start with \"WKS1\")";
+
 /// Reads a state written with [`KeyedStateWriter`] (or one weir
 /// redistributed after a rescale, in the same layout but in no key order):
 /// reads the whole stream, then calls `f(key, value)` for each entry in
 /// order; the slices are valid during the call. An empty stream (an
 /// operator that never snapshotted) has no entries. A non-empty stream that
-/// does not start with [`KEYED_STATE_MAGIC`], or whose last entry is cut
-/// short, is an error, as is the first error `f` returns (which stops the
+/// does not start with [`KEYED_STATE_MAGIC`] (a state in another layout,
+/// which the error says how to restore), or whose last entry is cut short,
+/// is an error, as is the first error `f` returns (which stops the
 /// reading, and is returned as it is: the message is the operator's).
 ///
 /// ```ignore
@@ -737,7 +743,7 @@ where
         return Ok(());
     }
     if !state.starts_with(KEYED_STATE_MAGIC) {
-        return Err("weir: keyed state: operator state is not in the keyed state layout".into());
+        return Err(Error::from(ERR_NOT_KEYED_STATE));
     }
     let mut off = KEYED_STATE_MAGIC.len();
     while off < state.len() {
