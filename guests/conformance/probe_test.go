@@ -328,6 +328,51 @@ func TestKeyedStateMisuse(t *testing.T) {
 	}
 }
 
+// TestAssemblyScriptPutString: KeyedStateWriter.putString writes a key
+// and value given as strings in UTF-8, the bytes the other SDKs write for
+// the same strings (Go's Put([]byte(s), ...), Rust's put(s.as_bytes(),
+// ...), C's weir_keyed_state_put(weir_bytes_of(s), ...)), and utf8String
+// reads them back in a restore: AssemblyScript's strings are UTF-16, so
+// without them an operator had to encode each one and wrap it itself.
+func TestAssemblyScriptPutString(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	code, err := os.ReadFile(probes["assemblyscript"])
+	if err != nil {
+		t.Fatalf("%v (run guests/build.sh)", err)
+	}
+	m, err := e.Load(ctx, "assemblyscript-probe", code, wasm.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newInst := func() *wasm.Instance {
+		inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte("keyed-strings"), Outputs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { inst.Close(ctx) })
+		return inst
+	}
+	want := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("ключ"), []byte("värde €"))
+	want = abi.AppendKeyedEntry(want, []byte("plain"), nil)
+	var snap bytes.Buffer
+	if err := newInst().Snapshot(ctx, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snap.Bytes(), want) {
+		t.Errorf("snapshot: got % x, want % x", snap.Bytes(), want)
+	}
+	if err := newInst().Restore(ctx, bytes.NewReader(want)); err != nil {
+		t.Errorf("restore: %v", err)
+	}
+	other := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("ключ"), []byte("värde $"))
+	other = abi.AppendKeyedEntry(other, []byte("plain"), nil)
+	var oe *wasm.OperatorError
+	if err := newInst().Restore(ctx, bytes.NewReader(other)); !errors.As(err, &oe) || oe.Message != "probe: bad state" {
+		t.Errorf("restore of other strings: %v, want an operator error with message %q", err, "probe: bad state")
+	}
+}
+
 // TestSDKConstructorFailure: an operator whose constructor fails (a Rust
 // panic in the expression handed to weir::operator!, an AssemblyScript
 // throw in the entry file's top-level code, which runs as the module's

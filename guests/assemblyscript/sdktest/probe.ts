@@ -24,8 +24,15 @@
 //     "probe: bad state" if they differ;
 //   - with the config "keyed-begin-after-state" the snapshot writes a
 //     version byte and then starts a keyed state, which the SDK fails,
-//     saying what to do, though snapshot ignores the error and returns null.
-import { Batch, Emitter, KeyedStateWriter, LOG_WARN, Operator, StateReader, StateWriter, log, register } from "../weir";
+//     saying what to do, though snapshot ignores the error and returns null;
+//   - with the config "keyed-strings" the snapshot is keyed state put with
+//     putString: "ключ" = "värde €", then "plain" = "" (UTF-8); restore reads
+//     them back with utf8String and fails with "probe: bad state" if they
+//     differ.
+import {
+  Batch, Emitter, KeyedStateWriter, LOG_WARN, Operator, StateReader, StateWriter, log, readKeyedState, register,
+  utf8String,
+} from "../weir";
 export * from "../weir/exports";
 
 /** Reports whether the len bytes at ptr are the ASCII string s. */
@@ -37,11 +44,19 @@ function is(ptr: usize, len: i32, s: string): bool {
   return true;
 }
 
+/** The entries of the "keyed-strings" state, keys and values in turn. */
+const KEYED_STRINGS: string[] = ["ключ", "värde €", "plain", ""];
+
 class Probe extends Operator {
   keyedAfterState: bool = false;
+  keyedStrings: bool = false;
+  /** Restore's count of the keyed-strings entries read back. */
+  read: i32 = 0;
 
   init(config: Uint8Array): string | null {
-    this.keyedAfterState = String.UTF8.decode(config.buffer) == "keyed-begin-after-state";
+    const c = String.UTF8.decode(config.buffer);
+    this.keyedAfterState = c == "keyed-begin-after-state";
+    this.keyedStrings = c == "keyed-strings";
     return null;
   }
 
@@ -73,6 +88,11 @@ class Probe extends Operator {
       kw.putBytes(Uint8Array.wrap(String.UTF8.encode("k")), Uint8Array.wrap(String.UTF8.encode("v")));
       return null; // kw.error ignored: the snapshot fails all the same
     }
+    if (this.keyedStrings) {
+      const kw = new KeyedStateWriter(w);
+      for (let i = 0; i < KEYED_STRINGS.length; i += 2) kw.putString(KEYED_STRINGS[i], KEYED_STRINGS[i + 1]);
+      return null;
+    }
     w.writeU8(1);
     const b = String.UTF8.encode("probe");
     w.writeBytes(changetype<usize>(b), b.byteLength);
@@ -81,6 +101,19 @@ class Probe extends Operator {
   }
 
   restore(r: StateReader): string | null {
+    if (this.keyedStrings) {
+      this.read = 0;
+      const err = readKeyedState<Probe>(r, this,
+        (p: Probe, k: usize, kl: i32, v: usize, vl: i32): string | null => {
+          const i = p.read * 2;
+          p.read++;
+          if (i + 1 >= KEYED_STRINGS.length || utf8String(k, kl) != KEYED_STRINGS[i] ||
+            utf8String(v, vl) != KEYED_STRINGS[i + 1]) return "probe: bad state";
+          return null;
+        });
+      if (err !== null) return err;
+      return this.read * 2 == KEYED_STRINGS.length ? null : "probe: bad state";
+    }
     if (r.atEnd()) return null;
     const v = r.readU8();
     const b = r.readBytes();

@@ -89,6 +89,12 @@ export function copyBytes(ptr: usize, len: i32): Uint8Array {
   return a;
 }
 
+/** The len bytes at ptr decoded as UTF-8 (invalid bytes become U+FFFD): a
+ * key or value readKeyedState hands its callback that putString wrote. */
+export function utf8String(ptr: usize, len: i32): string {
+  return String.UTF8.decodeUnsafe(ptr, <usize>len);
+}
+
 /** One input record batch, walked in place. After next() returns true the
  * current record's fields are set; they point into the input buffer. */
 export class Batch {
@@ -557,6 +563,14 @@ export class KeyedStateWriter {
   /** Writes the entry for key, its value given as an array. */
   putBytes(key: Uint8Array, value: Uint8Array): void {
     this.put(key.dataStart, key.length, value.dataStart, value.length);
+  }
+
+  /** Writes the entry for key, its value a string too, each encoded as
+   * UTF-8 (the bytes Go's Put([]byte(s), ...) and Rust's put(s.as_bytes(),
+   * ...) write); read them back with utf8String. */
+  putString(key: string, value: string): void {
+    const k = String.UTF8.encode(key), v = String.UTF8.encode(value);
+    this.put(changetype<usize>(k), k.byteLength, changetype<usize>(v), v.byteLength);
   }
 
   /** The first failed write's message, or null (the StateWriter's error). */
