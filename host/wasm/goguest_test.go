@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 )
 
@@ -250,6 +251,24 @@ func TestGoSDKKeyedStateAfterOtherState(t *testing.T) {
 		if !errors.As(err, &oe) || err.Error() != want {
 			t.Errorf("%s: got %v, want an operator error %q", mode, err, want)
 		}
+	}
+}
+
+// TestGoSDKKeyedStateWithoutClose: a Snapshot that puts its entries in a
+// keyed state and returns without KeyedStateWriter.Close, as the Rust and
+// AssemblyScript SDKs' writers, which have nothing to close, allow,
+// snapshots every entry. The entries once stayed in the writer's buffer:
+// the snapshot was empty, and a restore silently lost the state.
+func TestGoSDKKeyedStateWithoutClose(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "op", sdkTest(t), Limits{}, InstanceConfig{Config: []byte("keyednoclose")})
+	var snap bytes.Buffer
+	if err := inst.Snapshot(context.Background(), &snap); err != nil {
+		t.Fatal(err)
+	}
+	want := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("k"), []byte("v"))
+	if !bytes.Equal(snap.Bytes(), want) {
+		t.Fatalf("snapshot: got % x, want % x", snap.Bytes(), want)
 	}
 }
 

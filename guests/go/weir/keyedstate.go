@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,9 +21,12 @@ import (
 //		kw.Put([]byte(k), value(n))
 //	}
 //	return kw.Close()
+//
+// Entries go through w as they are put, so a Snapshot that returns without
+// Close loses none of them.
 type KeyedStateWriter struct {
 	w   *StateWriter
-	buf []byte
+	hdr [abi.RecordHeaderSize]byte
 	err error
 }
 
@@ -31,7 +35,7 @@ type KeyedStateWriter struct {
 // Close fail with errKeyedAfterState, and so does the snapshot, also when
 // Snapshot ignores their error and returns nil.
 func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
-	k := &KeyedStateWriter{w: w, buf: make([]byte, 0, 4096)}
+	k := &KeyedStateWriter{w: w}
 	if w.started {
 		k.err = errKeyedAfterState
 		// Sticky: the state written so far is not in the keyed layout
@@ -41,31 +45,34 @@ func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
 		}
 		return k
 	}
-	k.buf = append(k.buf, abi.KeyedStateMagic...)
+	_, k.err = io.WriteString(w, abi.KeyedStateMagic)
 	return k
 }
 
 var errKeyedAfterState = errors.New("weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)")
 
-// Put writes the entry for key. Each key at most once.
+// Put writes the entry for key (abi.AppendKeyedEntry's layout: the header
+// of a batch record with timestamp 0, the key, the value) to the state.
+// Each key at most once.
 func (k *KeyedStateWriter) Put(key, value []byte) error {
 	if k.err != nil {
 		return k.err
 	}
-	k.buf = abi.AppendKeyedEntry(k.buf, key, value)
-	if len(k.buf) >= ChunkSize {
-		_, k.err = k.w.Write(k.buf)
-		k.buf = k.buf[:0]
+	binary.LittleEndian.PutUint32(k.hdr[0:], uint32(len(key)))
+	binary.LittleEndian.PutUint32(k.hdr[4:], uint32(len(value)))
+	// k.hdr[8:] is the reserved timestamp, always 0.
+	for _, p := range [3][]byte{k.hdr[:], key, value} {
+		if _, k.err = k.w.Write(p); k.err != nil {
+			break
+		}
 	}
 	return k.err
 }
 
-// Close writes what is buffered; call it before Snapshot returns.
+// Close returns the first error of the keyed state. Put writes each entry
+// to the state at once, so there is nothing left to write: a Snapshot that
+// checks Put's errors may return without it.
 func (k *KeyedStateWriter) Close() error {
-	if k.err == nil && len(k.buf) > 0 {
-		_, k.err = k.w.Write(k.buf)
-		k.buf = k.buf[:0]
-	}
 	return k.err
 }
 

@@ -17,6 +17,8 @@
 //	keyedlate  Snapshot writes a version byte, then a keyed state
 //	keyedlate-ignored  keyedlate, but Snapshot ignores the keyed state's
 //	        errors and returns nil
+//	keyednoclose  Snapshot puts k=v in a keyed state and returns without
+//	        calling Close
 //	(other) pass records through
 package main
 
@@ -125,6 +127,9 @@ func (o *op) Snapshot(w *weir.StateWriter) error {
 			return err
 		}
 		return kw.Close()
+	}
+	if o.mode == "keyednoclose" {
+		return weir.NewKeyedStateWriter(w).Put([]byte("k"), []byte("v"))
 	}
 	if o.mode == "keyedlate-ignored" {
 		w.WriteByte(1)
