@@ -80,16 +80,26 @@ func newFlags(std Stdio, name, usage string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs, turning flag errors into *UsageError
-// (flag has already printed the details) and -h into flag.ErrHelp.
+// parseFlags parses args into fs, turning a flag error into a one-line
+// *UsageError that says how to list the command's flags, and -h into
+// flag.ErrHelp once the command's help is printed. (flag itself prints
+// the whole help after any mistake, burying the line that says what it
+// was.)
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &UsageError{Msg: err.Error()}
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
 	}
-	return nil
+	return usagef("%s: %v (run '%s -h' for its flags)", strings.TrimPrefix(fs.Name(), "weir "), err, fs.Name())
 }
 
 func main() {

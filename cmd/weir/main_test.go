@@ -22,3 +22,23 @@ func TestHelpSeparatesUsageFromFlags(t *testing.T) {
 		}
 	}
 }
+
+// A flag mistake is one line naming the command, the mistake and how to
+// list the command's flags, exit 2: flag's own handling printed the whole
+// help first, and the line that said what was wrong came last, under it.
+func TestFlagMistakeIsOneLine(t *testing.T) {
+	for name := range commands {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{name, "-no-such-flag"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		got := errb.String()
+		if code != 2 || strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "weir: "+name+": ") ||
+			!strings.Contains(got, "-no-such-flag") || !strings.Contains(got, "(run 'weir "+name+" -h' for ") {
+			t.Errorf("weir %s -no-such-flag: exit %d, stderr %q", name, code, got)
+		}
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"exec", "-outputs", "x"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if want := "weir: exec: invalid value \"x\" for flag -outputs: parse error (run 'weir exec -h' for its flags)\n"; code != 2 || errb.String() != want {
+		t.Errorf("weir exec -outputs x: exit %d, stderr %q, want %q", code, errb.String(), want)
+	}
+}
