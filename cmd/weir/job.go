@@ -435,7 +435,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		printJobs(std.Out, []control.JobStatus{st})
 		printAttempts(std.Out, st)
-		printInARow(std.Out, st, trapRemedy)
+		printInARow(std.Out, st, trapRemedy(nf.hint()))
 		printSkipped(std.Out, st)
 		printRestoring(std.Out, st)
 		if len(st.Guarantees) > 0 {
@@ -601,21 +601,24 @@ func rerunRemedy(control.JobStatus) string {
 	return "to go on: fix the operator and run the job again"
 }
 
-// trapRemedy says how a job whose operator traps on a record goes on: with
-// a fixed build of the operator, restored from the job's latest
-// checkpoint, so its state and the exactly-once output carry over (a
-// restore takes a spec whose module names the new build); or, with no
-// checkpoint to restore, submitted again.
-func trapRemedy(st control.JobStatus) string {
-	cancel := ""
-	if !st.State.Terminal() {
-		cancel = fmt.Sprintf("weir job cancel %s, ", st.Name)
+// trapRemedy returns what says how a job whose operator traps on a record
+// goes on: with a fixed build of the operator, restored from the job's
+// latest checkpoint, so its state and the exactly-once output carry over
+// (a restore takes a spec whose module names the new build); or, with no
+// checkpoint to restore, submitted again. The commands it prints carry
+// hint (natsFlags.hint), as the user runs them against the job's server.
+func trapRemedy(hint string) func(control.JobStatus) string {
+	return func(st control.JobStatus) string {
+		cancel := ""
+		if !st.State.Terminal() {
+			cancel = fmt.Sprintf("weir job cancel%s %s, ", hint, st.Name)
+		}
+		if st.LatestCheckpoint == 0 {
+			return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
+		}
+		return fmt.Sprintf("to go on: %sfix the operator, then weir job restore%s %s -from %d -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)",
+			cancel, hint, st.Name, st.LatestCheckpoint)
 	}
-	if st.LatestCheckpoint == 0 {
-		return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
-	}
-	return fmt.Sprintf("to go on: %sfix the operator, then weir job restore %s -from %d -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)",
-		cancel, st.Name, st.LatestCheckpoint)
 }
 
 // printAttempts says how a job's attempts came about when its restarts

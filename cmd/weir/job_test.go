@@ -325,6 +325,88 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	}
 }
 
+// weir job status of a job whose operator traps on a record says how to
+// go on, and the commands it says reach the job's server: run as printed
+// (SPEC naming a spec with a fixed build), the restore brings the job back
+// from its latest checkpoint.
+func TestJobStatusTrapRemedyRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	job := func(module string) string {
+		return `name: trap
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: op, module: ` + module + `, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
+checkpointing: {interval: 1h}
+restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
+`
+	}
+	// misbehave's config "d" and a count of 0: it traps on a record whose
+	// value starts with "!".
+	spec, err := jobspec.Parse("trap.yaml", []byte(strings.Replace(job(mis), "inputs:", `config: "d\0\0\0\0", inputs:`, 1)), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "trap", control.JobRunning)
+	sp, err := n.API.Savepoint(ctx, "trap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := n.API.Job(ctx, "trap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State.Terminal() {
+			break
+		}
+		if err := n.Conn.Publish("in", []byte("!x")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	url := n.Server.ClientURL()
+	got := jobStatus(t, ctx, n, "trap")
+	line := regexp.MustCompile(`(?m)^to go on: fix the operator, then (weir job restore .*) -spec SPEC, .*$`).FindStringSubmatch(got)
+	if line == nil {
+		t.Fatalf("weir job status says no restore to go on with:\n%s", got)
+	}
+	if want := fmt.Sprintf("weir job restore -nats %s trap -from %d", url, sp.ID); line[1] != want {
+		t.Errorf("weir job status says to run %q, want %q", line[1], want)
+	}
+	// The command as printed, its SPEC a spec with the fixed build,
+	// against no server but through the flags it carries.
+	specFile := filepath.Join(t.TempDir(), "fixed.yaml")
+	if err := os.WriteFile(specFile, []byte(job(fixed)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append(strings.Fields(strings.TrimPrefix(line[1], "weir ")), "-spec", specFile)
+	var out, errb bytes.Buffer
+	if code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	awaitState(t, ctx, n, "trap", control.JobRunning)
+	if st, err := n.API.Job(ctx, "trap"); err != nil || st.RestoredFrom != sp.ID {
+		t.Errorf("restored job: %+v, %v; want it restored from savepoint %d", st, err, sp.ID)
+	}
+}
+
 // Commands weir prints for the user to run next reach the same server.
 func TestNATSHint(t *testing.T) {
 	for url, want := range map[string]string{
@@ -833,10 +915,17 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 		{"no failure", control.JobStatus{State: control.JobRunning, Attempt: 1, RestartAttempts: 3}, ""},
 	} {
 		var b bytes.Buffer
-		printInARow(&b, c.st, trapRemedy)
+		printInARow(&b, c.st, trapRemedy(""))
 		if b.String() != c.want {
 			t.Errorf("%s: printed\n%q\nwant\n%q", c.name, b.String(), c.want)
 		}
+	}
+	// The commands said carry the -nats of the weir job status that said them.
+	st := control.JobStatus{Name: "slow", State: control.JobRestarting, LatestCheckpoint: 7}
+	want := "to go on: weir job cancel -nats nats://h:4222 slow, fix the operator, then weir job restore -nats nats://h:4222 slow -from 7 -spec SPEC, " +
+		"the spec's module: naming the fixed build (its state and output carry over)"
+	if got := trapRemedy(" -nats nats://h:4222")(st); got != want {
+		t.Errorf("with -nats: said\n%q\nwant\n%q", got, want)
 	}
 }
 

@@ -935,7 +935,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
-	notes := statusNotes{remedy: trapRemedy}
+	notes := statusNotes{remedy: trapRemedy(o.nats.hint())}
 	if embedded {
 		notes.remedy = rerunRemedy
 	}
