@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -219,6 +221,107 @@ restart: {strategy: fixed-delay, delay: 300ms, attempts: 2}
 	}
 	if row := regexp.MustCompile(`(?m)^failures in a row: `).FindAllString(out.String(), -1); len(row) > 1 {
 		t.Errorf("weir run said the failures in a row %d times, want once at most:\n%s", len(row), out.String())
+	}
+}
+
+// weir run -data keeps its job, its checkpoints and its input in the
+// data directory: run again, a job that traps on a record would repeat
+// the output it committed. weir run says to restore it where weir up
+// -data serves the directory instead, and the command it prints, run
+// there, restores the job from its latest checkpoint.
+func TestRunDataSaysToRestoreATrappingJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	job := func(module string) string {
+		p := filepath.Join(dir, filepath.Base(module)+".yaml")
+		spec := `name: dtrap
+sources: [{name: in, kind: jetstream, stream: DIN, subject: din}]
+operators: [{name: op, module: ` + module + `, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: DOUT, subject: dout, input: {from: op}}]
+checkpointing: {interval: 200ms}
+restart: {strategy: fixed-delay, delay: 10ms, attempts: 2}
+`
+		if module == mis {
+			// misbehave's config "d" and a count of 0: it traps on a
+			// record whose value starts with "!".
+			spec = strings.Replace(spec, "inputs: [{from: in}]}]", `config: "d\0\0\0\0", inputs: [{from: in}]}]`, 1)
+		}
+		if err := os.WriteFile(p, []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	f := &following{t: t, ctx: ctx, done: make(chan int, 1)}
+	go func() {
+		f.done <- run(ctx, []string{"run", "-data", data, "-create-streams", job(mis)},
+			Stdio{In: strings.NewReader(""), Out: &f.out, Err: &f.errb})
+	}()
+	f.said("checkpoint 1 completed")
+	url := regexp.MustCompile(`embedded NATS on (\S+),`).FindStringSubmatch(f.out.String())
+	if url == nil {
+		t.Fatalf("weir run did not say its NATS:\n%s", f.out.String())
+	}
+	nc, err := natsconn.Connect(natsconn.Options{URL: url[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "din", []byte("!x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-f.done:
+		if code != 1 {
+			t.Fatalf("weir run exited %d, want 1:\n%s\n%s", code, f.out.String(), f.errb.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("weir run did not end with its job:\n%s", f.out.String())
+	}
+	nc.Close()
+	m := regexp.MustCompile(`(?m)^ *to go on: fix the operator, then, with weir up -data (\S+) running, (weir job restore dtrap -from (\d+)) -spec SPEC, .*$`).
+		FindStringSubmatch(f.out.String())
+	if m == nil || m[1] != data {
+		t.Fatalf("weir run did not say to restore the job where weir up -data %s serves it:\n%s", data, f.out.String())
+	}
+	// weir up -data, on a port of its own: the command as printed, with
+	// that port, and SPEC a spec with the fixed build.
+	n, err := node.Start(ctx, node.Options{DataDir: data, Port: -1, Coordinator: true, Workers: 1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	args := append(strings.Fields(strings.TrimPrefix(m[2], "weir ")), "-nats", n.Server.ClientURL(), "-spec", job(fixed))
+	var out, errb bytes.Buffer
+	if code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	from, _ := strconv.ParseInt(m[3], 10, 64)
+	for {
+		st, err := n.API.Job(ctx, "dtrap")
+		if err == nil && st.State == control.JobRunning && st.RestoredFrom == from {
+			break
+		}
+		if err == nil && st.State.Terminal() || ctx.Err() != nil {
+			t.Fatalf("restored job: %+v, %v; want it running, restored from %d", st, err, from)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

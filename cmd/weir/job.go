@@ -595,10 +595,22 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	}
 }
 
-// rerunRemedy is trapRemedy for a job weir run started on the embedded
-// default: the job goes with the run, so it is run again.
-func rerunRemedy(control.JobStatus) string {
-	return "to go on: fix the operator and run the job again"
+// rerunRemedy is trapRemedy for a job weir run started on an embedded
+// NATS: the job goes with the run, so it is run again. With a data
+// directory (-data) the job, its checkpoints and its input stay there:
+// run again, a job that completed a checkpoint would repeat the output
+// committed with it, so it is restored where weir up -data serves the
+// directory (on weir up's default port, which weir job's default -nats
+// names).
+func rerunRemedy(data string) func(control.JobStatus) string {
+	return func(st control.JobStatus) string {
+		if data == "" || st.LatestCheckpoint == 0 {
+			return "to go on: fix the operator and run the job again"
+		}
+		return fmt.Sprintf("to go on: fix the operator, then, with weir up -data %s running, weir job restore %s -from %d -spec SPEC, "+
+			"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)",
+			data, st.Name, st.LatestCheckpoint)
+	}
 }
 
 // trapRemedy returns what says how a job whose operator traps on a record

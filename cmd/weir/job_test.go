@@ -958,7 +958,7 @@ func TestRunSaysTroubleOnce(t *testing.T) {
 		}
 		return control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: n, FailuresInARow: n, RestartAttempts: 5, Failures: fs}
 	}
-	notes := statusNotes{remedy: rerunRemedy}
+	notes := statusNotes{remedy: rerunRemedy("")}
 	for i, c := range []struct {
 		st   control.JobStatus
 		want string // a regexp of all it says; "" for nothing

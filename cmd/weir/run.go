@@ -937,7 +937,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	said := stateReport{state: st.State, attempt: st.Attempt}
 	notes := statusNotes{remedy: trapRemedy(o.nats.hint())}
 	if embedded {
-		notes.remedy = rerunRemedy
+		notes.remedy = rerunRemedy(o.data)
 	}
 	stop := func() {
 		switch {
