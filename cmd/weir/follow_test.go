@@ -325,6 +325,85 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 2}
 	}
 }
 
+// weir run -data with -input to a JetStream source stores the input in
+// the data directory: a job that traps on a record before any checkpoint
+// is told to run again without -input, which would store it a second time,
+// and run so, the job reads its stream, which holds the input once.
+func TestRunDataSaysToRunATrappingJobAgainWithoutInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("a\n!b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := func(module, config string) string {
+		p := filepath.Join(dir, filepath.Base(module)+".yaml")
+		spec := `name: itrap
+sources: [{name: in, kind: jetstream, stream: IIN, subject: iin}]
+operators: [{name: op, module: ` + module + config + `, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: iout, input: {from: op}}]
+checkpointing: {interval: 1h}
+restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
+`
+		if err := os.WriteFile(p, []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// misbehave's config "d" and a count of 0: it traps on a record whose
+	// value starts with "!".
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-data", data, "-input", in, job(mis, `, config: "d\0\0\0\0"`)},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := "to go on: fix the operator and run the job again without -input: its stream in -data " + data +
+		" holds the input already, and -input would store it a second time\n"
+	if code != 1 || !strings.Contains(out.String(), want) {
+		t.Fatalf("weir run exited %d, want 1 saying %q:\n%s\n%s", code, want, out.String(), errb.String())
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	f := &following{t: t, ctx: ctx, cancel: stop, done: make(chan int, 1)}
+	go func() {
+		f.done <- run(rctx, []string{"run", "-data", data, job(fixed, "")}, Stdio{In: strings.NewReader(""), Out: &f.out, Err: &f.errb})
+	}()
+	f.said("!b\n")
+	url := regexp.MustCompile(`embedded NATS on (\S+),`).FindStringSubmatch(f.out.String())
+	if url == nil {
+		t.Fatalf("weir run did not say its NATS:\n%s", f.out.String())
+	}
+	nc, err := natsconn.Connect(natsconn.Options{URL: url[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "IIN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs := s.CachedInfo().State.Msgs; msgs != 2 {
+		t.Errorf("stream IIN holds %d messages, want the input's 2", msgs)
+	}
+	nc.Close()
+	f.stop()
+}
+
 // weir run -input names the line that no NATS message can carry.
 func TestRunInputLineTooLarge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -929,6 +929,34 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 	}
 }
 
+// weir run's advice for a job whose operator traps on a record: run it
+// again, as the job goes with the run — but with -data, which keeps the
+// job, its checkpoints and its input streams, restore it from its latest
+// checkpoint where weir up -data serves the directory, or, with none, run
+// it again without the -input its stream holds already.
+func TestRerunRemedy(t *testing.T) {
+	const again = "to go on: fix the operator and run the job again"
+	for _, c := range []struct {
+		data   string
+		stored bool
+		latest int64
+		want   string
+	}{
+		{"", false, 0, again},
+		{"", true, 7, again},
+		{"d", false, 0, again},
+		{"d", true, 0, "to go on: fix the operator and run the job again without -input: its stream in -data d holds the input already, " +
+			"and -input would store it a second time"},
+		{"d", false, 7, "to go on: fix the operator, then, with weir up -data d running, weir job restore slow -from 7 -spec SPEC, " +
+			"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)"},
+	} {
+		st := control.JobStatus{Name: "slow", State: control.JobRestarting, LatestCheckpoint: c.latest}
+		if got := rerunRemedy(c.data, c.stored)(st); got != c.want {
+			t.Errorf("-data %q, input stored %v, checkpoint %d: said\n%q\nwant\n%q", c.data, c.stored, c.latest, got, c.want)
+		}
+	}
+}
+
 // weir run says what weir job status says of a job in trouble — the
 // checkpoints failing in a row with the advice for an expired one, the
 // failures in a row of a restart loop, the bottleneck — with the same
@@ -958,7 +986,7 @@ func TestRunSaysTroubleOnce(t *testing.T) {
 		}
 		return control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: n, FailuresInARow: n, RestartAttempts: 5, Failures: fs}
 	}
-	notes := statusNotes{remedy: rerunRemedy("")}
+	notes := statusNotes{remedy: rerunRemedy("", false)}
 	for i, c := range []struct {
 		st   control.JobStatus
 		want string // a regexp of all it says; "" for nothing

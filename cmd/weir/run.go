@@ -937,7 +937,14 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	said := stateReport{state: st.State, attempt: st.Attempt}
 	notes := statusNotes{remedy: trapRemedy(o.nats.hint())}
 	if embedded {
-		notes.remedy = rerunRemedy(o.data)
+		// The input -input stored in a stream stays with -data.
+		stored := false
+		for _, in := range o.inputs {
+			if src, _ := inputSource(spec, in); src != nil && src.Kind == jobspec.KindJetStream {
+				stored = true
+			}
+		}
+		notes.remedy = rerunRemedy(o.data, stored)
 	}
 	stop := func() {
 		switch {
