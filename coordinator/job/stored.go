@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
@@ -89,8 +90,10 @@ func (j *job) storedCheckpoints(ctx context.Context, hist []control.CheckpointIn
 		in.EarlierRun = id < firstID && id != startID // the run's start is the run's
 		out = append(out, in)
 	}
+	// The job keeps a copy of its own: a removal changes its entries in
+	// place (noteCut, removedCheckpoint) while the caller still reads out.
 	j.mu.Lock()
-	j.stored, j.storedRead = out, true
+	j.stored, j.storedRead = slices.Clone(out), true
 	j.mu.Unlock()
 	return out
 }

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/storage"
 )
 
 // The checkpoints a job's earlier run left in storage are listed after a
@@ -89,4 +91,38 @@ func TestCheckpointsListTheEarlierRunsStoredOnes(t *testing.T) {
 	stop = startManager()
 	defer stop()
 	check("after a coordinator restart")
+}
+
+// The checkpoints a listing returns are its caller's: a removal cut short
+// that the job notes as the caller still reads them (the coordinator's
+// start finishes removals while it serves its first listings) changes the
+// job's own list, not the one returned. Before, the first listing
+// returned the job's list itself, which the race detector caught noteCut
+// writing while a Checkpoints handler copied it.
+func TestStoredCheckpointsAreTheCallers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir, err := storage.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &checkpoint.Catalog{Meta: dir, State: dir}
+	if err := cat.Write(ctx, &checkpoint.Metadata{Job: "ls", ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{Catalog: cat})
+	m.ctx = ctx
+	j := terminalJob(m, record{Spec: spec(t, "ls", ""), State: control.JobCanceled, FirstID: 1})
+
+	got := j.storedCheckpoints(ctx, nil)
+	if len(got) != 1 || got[0].ID != 1 || got[0].Status != control.CheckpointCompleted {
+		t.Fatalf("stored = %+v; want checkpoint 1, completed", got)
+	}
+	j.noteCut(1)
+	if got[0].Status != control.CheckpointCompleted {
+		t.Errorf("the listing returned before the cut changed under its caller: %+v", got[0])
+	}
+	if again := j.storedCheckpoints(ctx, nil); len(again) != 1 || again[0].Status != control.CheckpointRemoving {
+		t.Errorf("stored after the cut = %+v; want checkpoint 1, being removed", again)
+	}
 }
