@@ -1504,15 +1504,16 @@ func restartable(t *testing.T, wrap func(storage.Store) storage.Store) (e *env, 
 	return restartableWith(t, wrap, Options{HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
 }
 
-// restartableWith is restartable with the managers' timeouts taken from
-// opts.
+// restartableWith is restartable with the managers' timeouts, and log,
+// taken from opts.
 func restartableWith(t *testing.T, wrap func(storage.Store) storage.Store, opts Options) (e *env, start func() (stop func())) {
 	t.Helper()
 	return restartableFrom(t, wrap, &opts)
 }
 
-// restartableFrom is restartableWith with the timeouts read from *opts at
-// each start: a test may change them between a manager and the next.
+// restartableFrom is restartableWith with the timeouts and log read from
+// *opts at each start: a test may change them between a manager and the
+// next.
 func restartableFrom(t *testing.T, wrap func(storage.Store) storage.Store, opts *Options) (e *env, start func() (stop func())) {
 	t.Helper()
 	nc := embeddedtest.Conn(t)
@@ -1527,7 +1528,7 @@ func restartableFrom(t *testing.T, wrap func(storage.Store) storage.Store, opts 
 	}
 	start = func() func() {
 		mgr := New(Options{NC: nc, Catalog: &checkpoint.Catalog{Meta: st, State: st}, Jobs: st,
-			HeartbeatTimeout: opts.HeartbeatTimeout, RequestTimeout: opts.RequestTimeout})
+			HeartbeatTimeout: opts.HeartbeatTimeout, RequestTimeout: opts.RequestTimeout, Log: opts.Log})
 		mctx, mcancel := context.WithCancel(context.Background())
 		ready, done := make(chan struct{}), make(chan struct{})
 		go func() { defer close(done); _ = mgr.Run(mctx, ready) }()

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/transport/storage"
 )
@@ -86,10 +86,11 @@ func TestRemovalCutShort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var cs *cutDeletes
-	e, start := restartable(t, func(st storage.Store) storage.Store {
+	logs := &logBuffer{}
+	e, start := restartableWith(t, func(st storage.Store) storage.Store {
 		cs = &cutDeletes{Store: st}
 		return cs
-	})
+	}, Options{HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	stop := start()
 	defer func() { stop() }()
 	w := e.fleet.start(ctx, "w1")
@@ -107,6 +108,21 @@ func TestRemovalCutShort(t *testing.T) {
 		t.Helper()
 		if got := listed(t, ctx, api, "rm", id); got.Status != control.CheckpointRemoving || got.Reason != removing(id) || got.Size != 25 {
 			t.Errorf("%s: checkpoint %d listed as %+v; want removing: %s", when, id, got, removing(id))
+		}
+	}
+	// startTried waits until the coordinator's start has tried to finish
+	// the removal of id, and failed (storage still fails), n times in
+	// all: a request meanwhile is refused, as the checkpoint is being
+	// removed, and one after storage mends may find it gone.
+	startTried := func(id int64, n int) {
+		t.Helper()
+		line := fmt.Sprintf(`msg="finishing a checkpoint removal cut short failed: weir checkpoint rm finishes it" job=rm checkpoint=%d `, id)
+		for strings.Count(logs.String(), line) < n {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the coordinator's start did not try to finish the removal of %d %d times:\n%s", id, n, logs.String())
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	refused := func(when string, id int64) {
@@ -138,6 +154,7 @@ func TestRemovalCutShort(t *testing.T) {
 		t.Errorf("resumed from %+v; want %d", dep.Restore, d)
 	}
 	isRemoving("after a coordinator restart", c)
+	startTried(c, 1)
 
 	// Once the job ended, its latest, d, can go; cut short, the latest is
 	// the newest one whole, b.
@@ -164,18 +181,15 @@ func TestRemovalCutShort(t *testing.T) {
 	}
 	isRemoving("after the second restart", d)
 	isRemoving("after the second restart", c)
+	startTried(c, 2)
+	startTried(d, 1)
 	refused("after the second restart", d)
 
 	// rm again finishes each: what the cut left (four of the five
-	// snapshots) and the metadata. (The coordinator's start tries too,
-	// and fails: a request meanwhile is refused.)
+	// snapshots) and the metadata.
 	cs.mend()
 	for _, id := range []int64{d, c} {
 		rm, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "rm", ID: id})
-		for errors.Is(err, checkpoint.ErrBeingRemoved) {
-			time.Sleep(10 * time.Millisecond)
-			rm, err = api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "rm", ID: id})
-		}
 		if err != nil || len(rm.Checkpoints) != 1 || rm.Checkpoints[0].Objects != 5 || rm.Checkpoints[0].Status != control.CheckpointRemoving {
 			t.Fatalf("remove %d again = %+v, %v; want 5 objects", id, rm, err)
 		}
