@@ -254,12 +254,39 @@ func (l *liveness) WorkerTasks(id string, _ []TaskRef) {
 	}
 }
 
+// manualClock is a coordinator's clock (CoordinatorOptions.Now) that
+// moves only when the test moves it: a worker's heartbeats are late by
+// the clock only when the test says, never because a loaded machine
+// starved them.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // A coordinator whose own server falls silent (a frozen process, a
 // partition) hears no heartbeat until its connection leaves that server,
 // 4–6 s, longer than the heartbeat timeout: that declares no worker lost
 // (it declared every one lost, and a job failed over naming a worker, which
 // ran on through another server all along). Once it hears again, a worker
 // that stays silent is lost as before.
+//
+// The coordinator's clock moves only while its server is silent, by more
+// than the heartbeat timeout at once and on while it is cut off, and
+// after the worker crashed: a live worker's heartbeats that a loaded
+// machine starves are never late by it, and the cut-off is longer than
+// the timeout however soon the connection moves.
 func TestCoordinatorCutOffDeclaresNoWorkerLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster: skipped in -short")
@@ -276,9 +303,9 @@ func TestCoordinatorCutOffDeclaresNoWorkerLost(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	l := &liveness{joined: make(chan string, 16), lost: make(chan string, 16), beats: make(chan string, 1)}
-	// Shorter than the cut-off (4–6 s), and longer than a loaded machine
-	// starves a live worker's heartbeats (a second, seen).
-	co := NewCoordinator(nc, l, CoordinatorOptions{HeartbeatTimeout: 2 * time.Second})
+	const timeout = 2 * time.Second
+	clock := &manualClock{now: time.Now()}
+	co := NewCoordinator(nc, l, CoordinatorOptions{HeartbeatTimeout: timeout, Now: clock.Now})
 	ready := make(chan struct{})
 	go func() { _ = co.Run(ctx, ready) }()
 	<-ready
@@ -287,13 +314,18 @@ func TestCoordinatorCutOffDeclaresNoWorkerLost(t *testing.T) {
 		t.Fatalf("joined %q", id)
 	}
 
+	// Silent, the coordinator hears no heartbeat for longer than the
+	// timeout by its clock, and checks its heartbeats (every quarter of
+	// the timeout) many times over before its connection moves (4–6 s).
 	quiet.Silence()
+	clock.advance(2 * timeout)
 	for !nc.IsConnected() || nc.ConnectedUrl() == quiet.URL() {
 		select {
 		case <-ctx.Done():
 			t.Fatal("the coordinator's connection stayed on the silent server")
 		case <-time.After(20 * time.Millisecond):
 		}
+		clock.advance(timeout / 20)
 	}
 	// A heartbeat through the server it moved to: the coordinator hears
 	// again, and has not given up on w1 meanwhile.
@@ -312,14 +344,20 @@ func TestCoordinatorCutOffDeclaresNoWorkerLost(t *testing.T) {
 	default:
 	}
 
+	// Its clock moves on until the crashed worker is late by it.
 	crash()
-	select {
-	case id := <-l.lost:
-		if id != "w1" {
-			t.Errorf("lost %q", id)
+	for {
+		select {
+		case id := <-l.lost:
+			if id != "w1" {
+				t.Errorf("lost %q", id)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("a crashed worker was not declared lost after the coordinator heard again")
+		case <-time.After(20 * time.Millisecond):
+			clock.advance(timeout / 20)
 		}
-	case <-ctx.Done():
-		t.Fatal("a crashed worker was not declared lost after the coordinator heard again")
 	}
 }
 
