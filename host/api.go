@@ -309,6 +309,7 @@ const (
 	MetricSourceEnded       = "source_ended"        // a BoundedSource's task: 1 when its offset covers all of its input, else 0
 	MetricCommitReport      = "commit_report"       // 1: the task reports when it hands the checkpoint's output to its sink's commits (CommitListener)
 	MetricCommitWaitNanos   = "commit_wait_ns"      // trigger → barrier: time in the sink's Commit, waiting for earlier commits
+	MetricSourcePosition    = "source_position"     // a source task with an offset: a hash of it, never 0 (SourcePosition)
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The

@@ -129,6 +129,9 @@ func TestBoundedSourceWaitsForTheFinalSavepoint(t *testing.T) {
 	if v := rc.metric(1, "src", host.MetricSourceEnded); v != 1 {
 		t.Fatalf("the savepoint's ack says %s %d; want 1, the bounded source ended", host.MetricSourceEnded, v)
 	}
+	if v, want := rc.metric(1, "src", host.MetricSourcePosition), host.SourcePosition(snap.SourceOffset); v != want || v == 0 {
+		t.Fatalf("the savepoint's ack says %s %d; want %d, the position of the offset it holds", host.MetricSourcePosition, v, want)
+	}
 	var got []stream.Element
 	for len(got) < 4 {
 		if d, ok, _ := ro.Poll(); ok {

@@ -144,6 +144,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	if t.cfg.Source != nil {
 		snap.SourceOffset = t.lastOffset
 		t.offsets[a.ID] = t.lastOffset
+		m.SourcePosition = SourcePosition(t.lastOffset)
 		if b, ok := t.cfg.Source.(BoundedSource); ok {
 			m.BoundedSource, m.SourceEnded = true, b.EndsAt(t.lastOffset)
 		}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"hash/fnv"
 	"math"
 	"time"
 )
@@ -52,6 +53,22 @@ type CheckpointMetrics struct {
 	// waited behind the commits of earlier checkpoints (the sink takes no
 	// input while it waits for room among its commits).
 	CommitWait time.Duration
+	// SourcePosition identifies a source task's offset in the snapshot
+	// (SourcePosition of it; 0 for a source with no offset and for other
+	// tasks, and then not reported): the same offset gives the same value.
+	SourcePosition int64
+}
+
+// SourcePosition returns a value that identifies offset, a source's offset,
+// as MetricSourcePosition reports it: 0 for an empty offset, else a 63-bit
+// hash of its bytes that is never 0.
+func SourcePosition(offset []byte) int64 {
+	if len(offset) == 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write(offset)
+	return int64(h.Sum64()>>1) | 1
 }
 
 // EndedPortsMask encodes the ended input ports of a task with ports input
@@ -109,6 +126,9 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.CommitWait > 0 {
 		out[MetricCommitWaitNanos] = int64(m.CommitWait)
 	}
+	if m.SourcePosition != 0 {
+		out[MetricSourcePosition] = m.SourcePosition
+	}
 	if m.BoundedSource {
 		out[MetricSourceEnded] = 0
 		if m.SourceEnded {
@@ -138,5 +158,6 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		SourceEnded:       ended == 1,
 		CommitReport:      m[MetricCommitReport] != 0,
 		CommitWait:        time.Duration(m[MetricCommitWaitNanos]),
+		SourcePosition:    m[MetricSourcePosition],
 	}
 }

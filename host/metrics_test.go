@@ -52,3 +52,22 @@ func TestSourceEndedMetric(t *testing.T) {
 		}
 	}
 }
+
+// SourcePosition tells offsets apart, never 0 but for no offset, and
+// MetricSourcePosition is reported only for a task that has one.
+func TestSourcePositionMetric(t *testing.T) {
+	a, b := host.SourcePosition([]byte{1, 2, 3}), host.SourcePosition([]byte{1, 2, 4})
+	if a == 0 || b == 0 || a == b || a != host.SourcePosition([]byte{1, 2, 3}) || host.SourcePosition(nil) != 0 {
+		t.Fatalf("positions %d, %d (and %d for no offset)", a, b, host.SourcePosition(nil))
+	}
+	if _, ok := (host.CheckpointMetrics{}).Map()[host.MetricSourcePosition]; ok {
+		t.Error("a task with no source position reports one")
+	}
+	m := host.CheckpointMetrics{SourcePosition: a}
+	if got := m.Map()[host.MetricSourcePosition]; got != a {
+		t.Errorf("%s = %d, want %d", host.MetricSourcePosition, got, a)
+	}
+	if back := host.MetricsFromMap(m.Map()); back.SourcePosition != a {
+		t.Errorf("%d through Map and back", back.SourcePosition)
+	}
+}

@@ -101,7 +101,10 @@ type JobStatus struct {
 	// missing between the failures and the attempt now is explained.
 	Skipped []SkippedAttempt `json:"skipped,omitempty"`
 	// FailuresInARow counts the job's failures since its latest completed
-	// checkpoint (or its start), as its restart strategy counts them, and
+	// checkpoint that made progress (or its start), as its restart
+	// strategy counts them — a checkpoint whose JetStream sources are
+	// where the attempt restored them, taken again before the record an
+	// operator traps on is read, does not end the row — and
 	// RestartAttempts is how many restarts the strategy allows in such a
 	// row (restart.attempts; 0 with strategy none): failure
 	// RestartAttempts+1 fails the job. A job restarting in a loop — a

@@ -425,6 +425,15 @@ const (
 	// checkpoints written before it was recorded: such a source task is
 	// taken as ended where a port it fed had ended.
 	MetricSourceEnded = "source_ended"
+	// MetricSourcePosition identifies a source task's offset in the
+	// checkpoint (host.MetricSourcePosition: a hash of the offset's bytes,
+	// never 0): two checkpoints with the same value read the source up to
+	// the same place. Absent for a source with no offset (a core NATS
+	// subject, or one that has read nothing yet), for other tasks and in
+	// checkpoints written before it was recorded. The job manager reads it
+	// to tell a checkpoint that made progress from one taken again at the
+	// place the attempt restored.
+	MetricSourcePosition = "source_position"
 )
 
 // PortEnded reports whether a task's MetricEndedPorts value says that its

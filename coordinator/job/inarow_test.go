@@ -43,6 +43,68 @@ func TestStatusCountsFailuresInARow(t *testing.T) {
 	}
 }
 
+// A checkpoint taken again where the attempt restored — every source task
+// at the position the restored checkpoint recorded — does not end the
+// failures in a row: a job whose operator traps on the record after that
+// place completed such a checkpoint before each failure under load, and
+// restarted forever instead of failing once restart.attempts ran out. One
+// that read on does end the row.
+func TestCheckpointWithoutProgressKeepsTheRow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	at := func(p0, p1 int64) {
+		w1.mu.Lock()
+		w1.positions = map[string]int64{"in-0": p0, "in-1": p1}
+		w1.mu.Unlock()
+	}
+	fail := func(attempt int) control.JobStatus {
+		t.Helper()
+		if err := w1.client.Failed(ctx, control.TaskRef{Job: "stuck", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+			t.Fatal(err)
+		}
+		return waitFor(t, ctx, e, "stuck", "the next attempt", func(st control.JobStatus) bool {
+			return st.Attempt == attempt+1 && st.State == control.JobRunning
+		})
+	}
+	savepoint := func() control.JobStatus {
+		t.Helper()
+		if _, err := e.api.Savepoint(ctx, "stuck"); err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.api.Job(ctx, "stuck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	s := spec(t, "stuck", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 5}\n")
+	e.submitRunning(t, ctx, s)
+	at(7, 9)
+	if st := savepoint(); st.FailuresInARow != 0 {
+		t.Fatalf("after the first savepoint: %d failures in a row", st.FailuresInARow)
+	}
+	fail(1)
+	if st := fail(2); st.FailuresInARow != 2 {
+		t.Fatalf("after two failures: %d failures in a row", st.FailuresInARow)
+	}
+	// Attempt 3 restored the savepoint at (7, 9): one taken there again
+	// keeps the row.
+	if st := savepoint(); st.FailuresInARow != 2 {
+		t.Errorf("after a savepoint where the attempt restored: %d failures in a row, want 2", st.FailuresInARow)
+	}
+	if st := fail(3); st.FailuresInARow != 3 {
+		t.Errorf("after the next failure: %d failures in a row, want 3", st.FailuresInARow)
+	}
+	// One source task read on: the row ends.
+	at(7, 10)
+	if st := savepoint(); st.FailuresInARow != 0 {
+		t.Errorf("after a savepoint that read on: %d failures in a row, want 0", st.FailuresInARow)
+	}
+}
+
 // A job's status says its checkpointing mode and aligned-timeout, for
 // weir job status to give advice for expiring checkpoints that fits how
 // the job's barriers travel.

@@ -103,8 +103,16 @@ type job struct {
 
 	queue []jobEvent
 	wake  chan struct{}
-	// consecutive counts restarts since the last completed checkpoint.
+	// consecutive counts restarts since the last completed checkpoint
+	// that made progress (progressed).
 	consecutive int
+	// restoredAt are the source positions (control.MetricSourcePosition)
+	// of the checkpoint the running attempt restored, by task; empty when
+	// it restored none, or one that recorded none.
+	restoredAt map[string]int64
+	// ackedAt are the source positions the running attempt's source tasks
+	// acked, by checkpoint, for the checkpoints not completed yet.
+	ackedAt map[int64]map[string]int64
 	// firstID is the first checkpoint ID of this run.
 	firstID int64
 	// reserved is the highest checkpoint ID the job record says may have
@@ -384,6 +392,17 @@ func (j *job) event(e control.Event) {
 	}
 	switch e.Type {
 	case control.EventAck:
+		if pos, ok := e.Metrics[control.MetricSourcePosition]; ok {
+			j.mu.Lock()
+			if j.ackedAt == nil { // an attempt a restarted coordinator took on
+				j.ackedAt = map[int64]map[string]int64{}
+			}
+			if j.ackedAt[e.CheckpointID] == nil {
+				j.ackedAt[e.CheckpointID] = map[string]int64{}
+			}
+			j.ackedAt[e.CheckpointID][e.Task] = pos
+			j.mu.Unlock()
+		}
 		j.runner.Ack(e.Task, e.CheckpointID, e.Handle, e.Metrics)
 	case control.EventDecline:
 		j.runner.Decline(e.Task, e.CheckpointID, e.Kind, e.Reason)
@@ -545,7 +564,8 @@ func (j *job) run() {
 }
 
 // giveUp says why the job is not restarted after its nth consecutive
-// failure (n counts since the last completed checkpoint), or "" to restart
+// failure (n counts since the last completed checkpoint that made
+// progress: progressed), or "" to restart
 // it.
 func (j *job) giveUp(n int) string {
 	rs := j.spec.Restart
@@ -714,6 +734,7 @@ func (j *job) takeCancel() bool {
 // too —; a wait that runs out is a failure, and the restart after it asks
 // every worker again.
 func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
+	j.noteRestore(restore)
 	dropped, full := map[string]bool{}, map[string]uint64{}
 	var expire <-chan time.Time
 	for {
@@ -1278,7 +1299,14 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 // timeout, and the next completion is what their output waits for.
 func (j *job) Notify(ctx context.Context, id int64) {
 	j.mu.Lock()
-	j.consecutive = 0
+	if j.progressed(id) {
+		j.consecutive = 0
+	}
+	for c := range j.ackedAt {
+		if c <= id {
+			delete(j.ackedAt, c)
+		}
+	}
 	if id > j.st.LatestCheckpoint {
 		j.st.LatestCheckpoint = id
 	}
@@ -1294,6 +1322,45 @@ func (j *job) Notify(ctx context.Context, id int64) {
 			j.runner.Untold(id, tasks[w])
 		}
 	})
+}
+
+// progressed reports whether completed checkpoint id of the running
+// attempt ends its job's failures in a row: unless every source task of
+// the checkpoint the attempt restored acked id at the same position, it
+// read on from there. One taken again at the restored place is no
+// progress: an operator that traps on the next record fails each attempt
+// after such a checkpoint, and restart.attempts, counted from it, would
+// never run out. A checkpoint with no positions to compare (no restore,
+// a core NATS source, a task the restored one lacks after a rescale,
+// metadata older than the positions) counts as progress. Call it with
+// j.mu held.
+func (j *job) progressed(id int64) bool {
+	if len(j.restoredAt) == 0 {
+		return true
+	}
+	acked := j.ackedAt[id]
+	for task, pos := range j.restoredAt {
+		if now, ok := acked[task]; !ok || now != pos {
+			return true
+		}
+	}
+	return false
+}
+
+// noteRestore notes the source positions of restore, the checkpoint the
+// attempt about to be deployed restores (nil: none), for progressed.
+func (j *job) noteRestore(restore *checkpoint.Metadata) {
+	at := map[string]int64{}
+	if restore != nil {
+		for task, m := range restore.Metrics {
+			if pos, ok := m[control.MetricSourcePosition]; ok {
+				at[task] = pos
+			}
+		}
+	}
+	j.mu.Lock()
+	j.restoredAt, j.ackedAt = at, map[int64]map[string]int64{}
+	j.mu.Unlock()
 }
 
 // Abort implements checkpoint.Effects.

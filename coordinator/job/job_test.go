@@ -88,6 +88,9 @@ type fakeWorker struct {
 	// checkpoint whose completion they hear of, as an exactly-once sink's
 	// tasks do.
 	commitReport bool
+	// positions, if set, are the source positions
+	// (control.MetricSourcePosition) its tasks ack with, by task.
+	positions map[string]int64
 	// gate, if set, is called with the operation (control.OpDeploy, ...)
 	// of each Deploy, Cancel, Complete, Abort and Stop before it is
 	// handled.
@@ -373,6 +376,9 @@ func (f *fleet) ackAll(d control.Deploy, t control.Trigger) {
 		w.mu.Lock()
 		if w.commitReport && reportsCommits(task) {
 			metrics[control.MetricCommitReport] = 1
+		}
+		if pos, ok := w.positions[task]; ok {
+			metrics[control.MetricSourcePosition] = pos
 		}
 		w.mu.Unlock()
 		_ = w.client.Ack(ctx, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task}, t.CheckpointID, key, metrics)

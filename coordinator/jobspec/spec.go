@@ -419,7 +419,9 @@ type Restart struct {
 	Max        time.Duration `json:"max,omitempty"`
 	Multiplier float64       `json:"multiplier,omitempty"`
 	// Attempts is the most consecutive restarts without a completed
-	// checkpoint in between; one more failure fails the job.
+	// checkpoint in between that read on from the one the attempt
+	// restored (one taken again where the JetStream sources were restored
+	// does not count); one more failure fails the job.
 	Attempts int `json:"attempts"`
 }
 
