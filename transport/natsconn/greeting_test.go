@@ -24,7 +24,7 @@ import (
 // worker waits out as it does a server that is down.
 func TestConnectToAPortThatIsNotNATS(t *testing.T) {
 	monitor := startServer(t, &server.Options{HTTPHost: "127.0.0.1", HTTPPort: server.RANDOM_PORT})
-	refused := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	refused := fmt.Sprintf("nats://127.0.0.1:%d", natsconntest.FreePort(t))
 	httpPort := natsconntest.HTTPPort(t)
 	for _, c := range []struct {
 		name, url, want string

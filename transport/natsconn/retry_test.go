@@ -4,31 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
-
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // A process started before its server keeps trying, one report per failed
 // attempt, and connects once the server is up.
 func TestConnectRetryWaitsForServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	port := freePort(t)
+	port := natsconntest.FreePort(t)
 	type retry struct {
 		attempt int
 		err     error
@@ -97,7 +86,7 @@ func TestConnectRetryGivesUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	calls = 0
-	_, err = ConnectRetry(ctx, Options{URL: fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))}, func(int, error, time.Duration) {
+	_, err = ConnectRetry(ctx, Options{URL: fmt.Sprintf("nats://127.0.0.1:%d", natsconntest.FreePort(t))}, func(int, error, time.Duration) {
 		calls++
 		cancel()
 	})
@@ -120,7 +109,7 @@ func TestRedact(t *testing.T) {
 	if strings.Contains(got, "pw") || strings.Contains(got, "tok") || !strings.Contains(got, "nats://c:4222") {
 		t.Errorf("redact: %s", got)
 	}
-	_, err := Connect(Options{URL: fmt.Sprintf("nats://u:pw@127.0.0.1:%d", freePort(t))})
+	_, err := Connect(Options{URL: fmt.Sprintf("nats://u:pw@127.0.0.1:%d", natsconntest.FreePort(t))})
 	if err == nil || strings.Contains(err.Error(), "pw") {
 		t.Errorf("connect error shows the password: %v", err)
 	}
@@ -147,7 +136,7 @@ func TestRedactWithoutScheme(t *testing.T) {
 			t.Errorf("Redact(%q) = %q; want %q", c.url, got, c.want)
 		}
 	}
-	_, err := Connect(Options{URL: fmt.Sprintf("u:pw@127.0.0.1:%d", freePort(t))})
+	_, err := Connect(Options{URL: fmt.Sprintf("u:pw@127.0.0.1:%d", natsconntest.FreePort(t))})
 	if err == nil || strings.Contains(err.Error(), "pw") {
 		t.Errorf("connect error shows the password: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
 // TestModuleGoneFailsAtOnce: a module file that is not there at deploy,
@@ -212,7 +213,7 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: %q, input: {from: in}
 func TestWorkerWaitsForNATS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	port := freePort(t)
+	port := natsconntest.FreePort(t)
 	logs := &lockedBuffer{}
 	started := make(chan error, 1)
 	var w *Node

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
 
 // TestStartFailsCleanly: a node that cannot start returns the error
@@ -30,7 +30,7 @@ func TestStartFailsCleanly(t *testing.T) {
 
 	// A worker whose NATS is not there (weir worker started while weir up
 	// is down).
-	port := freePort(t)
+	port := natsconntest.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	if n, err := Start(ctx, Options{NATS: &natsconn.Options{URL: url}, Workers: 1, DataDir: t.TempDir()}); err == nil {
 		n.Close()
@@ -118,7 +118,7 @@ func TestNATSOutageDuringFailover(t *testing.T) {
 	// A fixed port: the server is started again on it after the outage.
 	readFailed := make(chan struct{})
 	log := slog.New(&messageWatch{Handler: testLog().Handler(), msg: "reading checkpoints failed", seen: readFailed, once: new(sync.Once)})
-	n, err := Start(ctx, Options{DataDir: dir, Port: freePort(t), Coordinator: true, Workers: 1, WorkerID: "w1",
+	n, err := Start(ctx, Options{DataDir: dir, Port: natsconntest.FreePort(t), Coordinator: true, Workers: 1, WorkerID: "w1",
 		CheckpointStore: StoreJetStream, HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond,
 		Log: log})
 	if err != nil {
@@ -205,17 +205,6 @@ func testLog() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -241,7 +230,7 @@ func TestNodeLogsNATSConnectionLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var logs syncBuffer
-	n, err := Start(ctx, Options{DataDir: t.TempDir(), Port: freePort(t), Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	n, err := Start(ctx, Options{DataDir: t.TempDir(), Port: natsconntest.FreePort(t), Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/storage"
 )
@@ -66,7 +67,7 @@ func TestShutdownWithNATSGone(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv := embeddedtest.Server(t, embedded.Config{Port: freePort(t)})
+	srv := embeddedtest.Server(t, embedded.Config{Port: natsconntest.FreePort(t)})
 	h := &heldPreCommit{entered: make(chan struct{})}
 	hooks := &worker.Hooks{Sink: func(_, _ string, s host.Sink) host.Sink {
 		if e, ok := s.(*sink.ExactlyOnce); ok {
