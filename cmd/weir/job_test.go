@@ -303,19 +303,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	}
 	// The operator fails each batch it gets (config e): each attempt
 	// fails once a message reaches it.
-	for {
-		st, err := n.API.Job(ctx, "bad")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State.Terminal() {
-			break
-		}
-		if err := n.Conn.Publish("in", []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	feedUntilEnded(t, ctx, n, "bad", "x")
 	got := jobStatus(t, ctx, n, "bad")
 	want := regexp.MustCompile(`(?s)failures \(newest first\):\nTIME +ATTEMPT +REASON\n` +
 		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +2 +[^\n]*weir_process: [^\n]*boom\n` +
@@ -368,19 +356,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		st, err := n.API.Job(ctx, "trap")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State.Terminal() {
-			break
-		}
-		if err := n.Conn.Publish("in", []byte("!x")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	feedUntilEnded(t, ctx, n, "trap", "!x")
 	url := n.Server.ClientURL()
 	got := jobStatus(t, ctx, n, "trap")
 	line := regexp.MustCompile(`(?m)^to go on: fix the operator, then (weir job restore .*) -spec SPEC, .*$`).FindStringSubmatch(got)
@@ -1032,5 +1008,25 @@ func TestRunSaysABottleneckOnce(t *testing.T) {
 	}
 	if said != 1 {
 		t.Errorf("said the bottleneck %d times in 6 polls, want once", said)
+	}
+}
+
+// feedUntilEnded publishes value on subject in until job has ended: a job
+// whose operator fails on each record it gets fails once its restarts ran
+// out.
+func feedUntilEnded(t *testing.T, ctx context.Context, n *node.Node, job, value string) {
+	t.Helper()
+	for {
+		st, err := n.API.Job(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State.Terminal() {
+			return
+		}
+		if err := n.Conn.Publish("in", []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
