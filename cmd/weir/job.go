@@ -1009,6 +1009,8 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 		}
 	case len(pos) > 2 && pos[0] == "rm":
 		return usagef("checkpoint rm: give checkpoint IDs or -earlier, not both")
+	case len(pos) == 2 && pos[0] == "ls":
+		return usagef("checkpoint ls: -earlier is a flag of checkpoint rm, not of checkpoint ls (ls lists what earlier runs left stored already, marked \"earlier run\")")
 	default:
 		fs.Usage()
 		return usagef("checkpoint: want 'ls JOB', 'rm JOB ID...' or 'rm -earlier JOB'")

@@ -36,6 +36,13 @@ func TestFlagMistakeIsOneLine(t *testing.T) {
 			t.Errorf("weir %s -no-such-flag: exit %d, stderr %q", name, code, got)
 		}
 	}
+	// A flag of another subcommand is refused on one line too, before
+	// weir connects anywhere.
+	var ls, lserr bytes.Buffer
+	if code := run(context.Background(), []string{"checkpoint", "ls", "-earlier", "wc"}, Stdio{In: strings.NewReader(""), Out: &ls, Err: &lserr}); code != 2 ||
+		lserr.String() != "weir: checkpoint ls: -earlier is a flag of checkpoint rm, not of checkpoint ls (ls lists what earlier runs left stored already, marked \"earlier run\")\n" {
+		t.Errorf("weir checkpoint ls -earlier wc: exit %d, stderr %q", code, lserr.String())
+	}
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"exec", "-outputs", "x"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	if want := "weir: exec: invalid value \"x\" for flag -outputs: parse error (run 'weir exec -h' for its flags)\n"; code != 2 || errb.String() != want {
