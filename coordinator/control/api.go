@@ -73,6 +73,15 @@ type JobStatus struct {
 	LatestCheckpoint int64 `json:"latest_checkpoint,omitempty"`
 	// RestoredFrom is the checkpoint the current attempt started from.
 	RestoredFrom int64 `json:"restored_from,omitempty"`
+	// StoppedWithSavepoint is the ID of the savepoint the job was stopped
+	// with (API.StopJob, weir job stop): set as the job is canceled after
+	// it, and 0 for a job not stopped so — one running, finished, failed or
+	// canceled otherwise, or whose attempt failed over while it stopped
+	// (that attempt ran past the savepoint). It tells a stopped job from a
+	// canceled one; Reason says the same in words ("stopped with savepoint
+	// N") for display only. A coordinator that does not send it, or a job
+	// record written before it was kept, reads 0.
+	StoppedWithSavepoint int64 `json:"stopped_with_savepoint,omitempty"`
 	// Guarantees says what each source and sink promises (a core-NATS
 	// source is at-most-once, for one), and what the checkpointing mode
 	// adds.

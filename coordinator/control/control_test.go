@@ -750,3 +750,28 @@ func TestJobStatusLastFailure(t *testing.T) {
 		t.Error("a job that never failed has a latest failure")
 	}
 }
+
+// StoppedWithSavepoint travels as stopped_with_savepoint, not at all when
+// 0; a status without it (an older coordinator's) reads 0, whatever its
+// reason says.
+func TestJobStatusStoppedWithSavepoint(t *testing.T) {
+	b, err := json.Marshal(JobStatus{Name: "wc", State: JobCanceled, Reason: "stopped with savepoint 8", StoppedWithSavepoint: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"stopped_with_savepoint":8`) {
+		t.Errorf("encoded %s", b)
+	}
+	var st JobStatus
+	if err := json.Unmarshal(b, &st); err != nil || st.StoppedWithSavepoint != 8 {
+		t.Errorf("decoded %+v, %v", st, err)
+	}
+	if b, err := json.Marshal(JobStatus{Name: "wc", State: JobCanceled}); err != nil || strings.Contains(string(b), "stopped_with_savepoint") {
+		t.Errorf("a canceled job encoded %s, %v", b, err)
+	}
+	old := `{"name":"wc","state":"canceled","attempt":1,"restarts":0,"reason":"stopped with savepoint 8"}`
+	st = JobStatus{}
+	if err := json.Unmarshal([]byte(old), &st); err != nil || st.StoppedWithSavepoint != 0 || st.Reason != "stopped with savepoint 8" {
+		t.Errorf("decoded %+v, %v", st, err)
+	}
+}
