@@ -37,6 +37,9 @@ type jobEvent struct {
 	task    string
 	reason  string
 	final   bool // evFailure: restarting cannot help
+	// savepoint: evCancel of a stop (Manager.StopJob), the savepoint it
+	// took (control.JobStatus.StoppedWithSavepoint); 0 for a cancel.
+	savepoint int64
 	// secondary: evFailure caused by another task's failure
 	// (control.Event.Secondary)
 	secondary bool
@@ -304,8 +307,18 @@ func (j *job) observeStats(worker string, t control.TaskRef) (running bool) {
 }
 
 func (j *job) setState(s control.JobState, reason string) {
+	j.enter(s, reason, 0)
+}
+
+// enter is setState, for a job that a stop ends with stoppedWith, the
+// savepoint it took (control.JobStatus.StoppedWithSavepoint), if not 0:
+// the status and record say so with the state, at once.
+func (j *job) enter(s control.JobState, reason string, stoppedWith int64) {
 	j.mu.Lock()
 	j.st.State = s
+	if stoppedWith != 0 {
+		j.st.StoppedWithSavepoint = stoppedWith
+	}
 	if s.Terminal() {
 		// No more triggers: IDs are reserved up to the last one exactly,
 		// so a new run of the name numbers on from there.
@@ -906,8 +919,10 @@ func (j *job) wait() (done bool, f failure) {
 			case evCancel:
 				if e.attempt != 0 && e.attempt != attempt {
 					// A stop whose attempt failed over meanwhile: this
-					// attempt ran past the savepoint.
+					// attempt ran past the savepoint, so the job was
+					// not stopped with it.
 					e.reason = fmt.Sprintf("canceled: the job failed over while it stopped (%s); restore it from its latest checkpoint", e.reason)
+					e.savepoint = 0
 				}
 				reason := e.reason
 				if reason == "" {
@@ -915,7 +930,7 @@ func (j *job) wait() (done bool, f failure) {
 				}
 				j.runner.Stop(reason)
 				j.stopTasks(reason)
-				j.setState(control.JobCanceled, reason)
+				j.enter(control.JobCanceled, reason, e.savepoint)
 				return true, failure{}
 			case evFailure:
 				if e.attempt == attempt && e.secondary {

@@ -1020,7 +1020,9 @@ func (m *Manager) Savepoint(ctx context.Context, name string) (control.Checkpoin
 // StopJob implements control.API: it takes a stop savepoint — source
 // tasks take no input after its barrier — and once it completed has every
 // task handle the completion (sinks commit the savepoint's output) before
-// it cancels the job, with the reason "stopped with savepoint N". Nothing
+// it cancels the job, with the reason "stopped with savepoint N" and the
+// savepoint's ID in the status (control.JobStatus.StoppedWithSavepoint,
+// which clients go by: the reason is for display). Nothing
 // after the savepoint was processed, so restoring the job from it repeats
 // no output (a savepoint followed by a cancel would: checkpoints completed
 // in between have committed output the restored job produces again). If
@@ -1054,7 +1056,7 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 			name, cp.ID, now.State)
 	}
 	j.rest(context.WithoutCancel(ctx), st.Attempt, cp.ID)
-	j.push(jobEvent{kind: evCancel, attempt: st.Attempt, reason: fmt.Sprintf("stopped with savepoint %d", cp.ID)})
+	j.push(jobEvent{kind: evCancel, attempt: st.Attempt, reason: fmt.Sprintf("stopped with savepoint %d", cp.ID), savepoint: cp.ID})
 	select {
 	case <-j.done:
 	case <-ctx.Done():

@@ -48,6 +48,10 @@ type record struct {
 	Updated time.Time `json:"updated,omitzero"`
 	// Latest is the latest completed checkpoint of the run.
 	Latest int64 `json:"latest,omitempty"`
+	// StoppedWithSavepoint is the status's: a stopped job is still told
+	// from a canceled one after a coordinator restart. Records written
+	// before it was kept have none (0).
+	StoppedWithSavepoint int64 `json:"stopped_with_savepoint,omitempty"`
 	// Failures are the status's failure history.
 	Failures []control.Failure `json:"failures,omitempty"`
 	// Skipped are the status's attempts that were not started.
@@ -118,7 +122,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Replacements: j.st.Replacements, Resumes: j.st.Resumes, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.latestLocked(latest), Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules}
+		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
@@ -424,7 +428,7 @@ func terminalJob(m *Manager, rec record) *job {
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
-			Failures: rec.Failures, Skipped: rec.Skipped}}
+			StoppedWithSavepoint: rec.StoppedWithSavepoint, Failures: rec.Failures, Skipped: rec.Skipped}}
 	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
 		j.startID = rec.From
 	}

@@ -77,7 +77,7 @@ func stopWithSavepoint(t *testing.T, ctx context.Context, n *Node, job string) s
 		t.Fatalf("stop: %+v, %v", sp, err)
 	}
 	st, err := n.API.Job(ctx, job)
-	if err != nil || st.State != control.JobCanceled || st.Reason != fmt.Sprintf("stopped with savepoint %d", sp.ID) {
+	if err != nil || st.State != control.JobCanceled || st.StoppedWithSavepoint != sp.ID || st.Reason != fmt.Sprintf("stopped with savepoint %d", sp.ID) {
 		t.Fatalf("stopped job: %+v, %v", st, err)
 	}
 	return fmt.Sprint(sp.ID)
