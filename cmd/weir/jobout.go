@@ -160,21 +160,17 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 
 // howEnded says how the job st ended, for weir job output's last line:
 // its state, a failed job's with its reason; a stopped job (weir job
-// stop: canceled after a savepoint, with the reason "stopped with
-// savepoint N") as stopped, with the savepoint to restore it from.
+// stop: canceled after a savepoint, control.JobStatus.StoppedWithSavepoint)
+// as stopped, with the savepoint to restore it from.
 func howEnded(st control.JobStatus) string {
 	switch {
 	case st.State == control.JobFailed && st.Reason != "":
 		return fmt.Sprintf("%s (%s)", st.State, st.Reason)
-	case st.State == control.JobCanceled && strings.HasPrefix(st.Reason, stoppedReason):
-		return st.Reason
+	case st.State == control.JobCanceled && st.StoppedWithSavepoint != 0:
+		return fmt.Sprintf("stopped with savepoint %d", st.StoppedWithSavepoint)
 	}
 	return string(st.State)
 }
-
-// stoppedReason begins the reason of a job that weir job stop stopped
-// (coordinator/job's Manager.StopJob: "stopped with savepoint N").
-const stoppedReason = "stopped with savepoint "
 
 // outputSinks returns the sinks of the job st that weir job output
 // follows: every one, or the one named name.

@@ -167,6 +167,28 @@ func TestJobOutputOfAStoppedJob(t *testing.T) {
 	}
 }
 
+// How a job ended comes from its status's fields, not from its reason's
+// words: a stopped job is one with StoppedWithSavepoint, and a canceled
+// job whose reason reads as a stop's (an older coordinator's status, or a
+// reason worded so) is canceled.
+func TestHowEnded(t *testing.T) {
+	for _, c := range []struct {
+		st   control.JobStatus
+		want string
+	}{
+		{control.JobStatus{State: control.JobCanceled, Reason: "stopped with savepoint 7", StoppedWithSavepoint: 7}, "stopped with savepoint 7"},
+		{control.JobStatus{State: control.JobCanceled, Reason: "the stop's reason, worded otherwise", StoppedWithSavepoint: 7}, "stopped with savepoint 7"},
+		{control.JobStatus{State: control.JobCanceled, Reason: "stopped with savepoint 7"}, "canceled"},
+		{control.JobStatus{State: control.JobCanceled, Reason: "job canceled"}, "canceled"},
+		{control.JobStatus{State: control.JobFailed, Reason: "trap"}, "failed (trap)"},
+		{control.JobStatus{State: control.JobFinished}, "finished"},
+	} {
+		if got := howEnded(c.st); got != c.want {
+			t.Errorf("howEnded(%s, %q, StoppedWithSavepoint %d) = %q; want %q", c.st.State, c.st.Reason, c.st.StoppedWithSavepoint, got, c.want)
+		}
+	}
+}
+
 // awaitStored waits until stream holds n messages.
 func awaitStored(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string, n uint64) {
 	t.Helper()
