@@ -19,18 +19,27 @@
 //!     "probe: bad state" if they differ;
 //!   - with the config "keyed-begin-after-state" the snapshot writes a
 //!     version byte and then starts a keyed state, which the SDK fails,
-//!     saying what to do.
+//!     saying what to do; with "keyed-begin-after-state-ignored" the
+//!     snapshot drops that error (`KeyedStateWriter::new(w).ok()`) and
+//!     returns Ok, which fails it all the same.
 
-use weir::{Batch, Emitter, Operator, Result, StateReader, StateWriter};
+use weir::{Batch, Emitter, KeyedStateWriter, Operator, Result, StateReader, StateWriter};
 
 #[derive(Default)]
 struct Probe {
     keyed_after_state: bool,
+    /// The snapshot drops the keyed state's errors.
+    keyed_ignored: bool,
 }
 
 impl Operator for Probe {
     fn init(&mut self, config: &[u8]) -> Result {
+        let (config, ignored) = match config.strip_suffix(b"-ignored") {
+            Some(c) => (c, true),
+            None => (config, false),
+        };
         self.keyed_after_state = config == b"keyed-begin-after-state";
+        self.keyed_ignored = ignored;
         Ok(())
     }
 
@@ -63,9 +72,16 @@ impl Operator for Probe {
     }
 
     fn snapshot(&mut self, w: &mut StateWriter) -> Result {
+        if self.keyed_after_state && self.keyed_ignored {
+            let _ = w.write_u8(1);
+            if let Some(mut kw) = KeyedStateWriter::new(w).ok() {
+                let _ = kw.put(b"k", b"v");
+            }
+            return Ok(());
+        }
         if self.keyed_after_state {
             w.write_u8(1)?;
-            weir::KeyedStateWriter::new(w)?.put(b"k", b"v")?;
+            KeyedStateWriter::new(w)?.put(b"k", b"v")?;
             return Ok(());
         }
         w.write_u8(1)?;

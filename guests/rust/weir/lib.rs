@@ -461,20 +461,45 @@ fn append(b: &mut Vec<u8>, s: &[u8]) {
 }
 
 /// Streams an operator's snapshot to the host in [`CHUNK_SIZE`] chunks.
+///
+/// Its first error (a failed write, a [`KeyedStateWriter`] misused) is
+/// sticky: every later write returns it, and the snapshot fails with it
+/// when `snapshot` returns, also when `snapshot` ignored it and returned
+/// `Ok`.
 pub struct StateWriter<'a> {
     buf: &'a mut Vec<u8>,
     /// A chunk went to the host already.
     flushed: bool,
+    /// The first error, which fails the snapshot.
+    err: Option<Error>,
 }
 
 impl StateWriter<'_> {
+    /// Keeps `msg` as the snapshot's error unless it has one already, and
+    /// returns it as an `io::Error` for the write that failed.
+    fn fail(&mut self, kind: io::ErrorKind, msg: String) -> io::Error {
+        if self.err.is_none() {
+            self.err = Some(Error(msg.clone()));
+        }
+        io::Error::new(kind, msg)
+    }
+
+    /// The snapshot's error so far, for a write to return.
+    #[inline]
+    fn check(&self) -> io::Result<()> {
+        match &self.err {
+            None => Ok(()),
+            Some(e) => Err(io::Error::new(io::ErrorKind::Other, e.0.clone())),
+        }
+    }
+
     fn write_chunk(&mut self) -> io::Result<()> {
         // SAFETY: buf is a live buffer of buf.len() bytes; the host copies it.
         let rc = unsafe { host_snapshot_write(self.buf.as_ptr(), self.buf.len() as i32) };
         self.buf.clear();
         self.flushed = true;
         if rc != 0 {
-            return Err(io::Error::new(
+            return Err(self.fail(
                 io::ErrorKind::Other,
                 format!("weir: snapshot_write returned {}", rc),
             ));
@@ -511,6 +536,7 @@ impl StateWriter<'_> {
 
 impl io::Write for StateWriter<'_> {
     fn write(&mut self, p: &[u8]) -> io::Result<usize> {
+        self.check()?;
         let n = p.len().min(CHUNK_SIZE - self.buf.len());
         self.buf.extend_from_slice(&p[..n]);
         if self.buf.len() == CHUNK_SIZE {
@@ -520,6 +546,7 @@ impl io::Write for StateWriter<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        self.check()?;
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -667,26 +694,29 @@ pub struct KeyedStateWriter<'w, 'a> {
 impl<'w, 'a> KeyedStateWriter<'w, 'a> {
     /// Starts a keyed state on `w` by writing the magic; with no entries
     /// put, the state is just the magic. The keyed layout is the whole
-    /// state: after anything else written to `w` (a version byte) it fails.
+    /// state: after anything else written to `w` (a version byte) it fails,
+    /// and so does the snapshot, also when `snapshot` drops the error (as
+    /// `KeyedStateWriter::new(w).ok()` does) and returns `Ok`.
     pub fn new(w: &'w mut StateWriter<'a>) -> io::Result<Self> {
         if w.flushed || !w.buf.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)",
-            ));
+            // Sticky: the state written so far is not in the keyed layout
+            // the operator meant, and would fail only its first restore.
+            return Err(w.fail(io::ErrorKind::Other, ERR_KEYED_AFTER_STATE.to_string()));
         }
         io::Write::write_all(w, KEYED_STATE_MAGIC)?;
         Ok(KeyedStateWriter { w })
     }
 
-    /// Writes the entry for `key`. Put each key at most once.
+    /// Writes the entry for `key`. Put each key at most once. An error
+    /// fails the snapshot too, whatever `snapshot` does with it: the entry
+    /// is missing, or cut short.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
         let (klen, vlen) = match (u32::try_from(key.len()), u32::try_from(value.len())) {
             (Ok(k), Ok(v)) => (k, v),
             _ => {
-                return Err(io::Error::new(
+                return Err(self.w.fail(
                     io::ErrorKind::InvalidInput,
-                    "weir: keyed state entry of 4 GiB or more",
+                    "weir: keyed state entry of 4 GiB or more".to_string(),
                 ))
             }
         };
@@ -698,6 +728,10 @@ impl<'w, 'a> KeyedStateWriter<'w, 'a> {
         io::Write::write_all(self.w, value)
     }
 }
+
+/// The error of [`KeyedStateWriter::new`] after other state, as the other
+/// SDKs say it.
+const ERR_KEYED_AFTER_STATE: &str = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)";
 
 /// The error of [`read_keyed_state`] on a state in another layout: one a
 /// build of the operator from before it wrote keyed state took, as the
@@ -940,7 +974,10 @@ impl Runtime {
         let mut w = StateWriter {
             buf: &mut self.chunk,
             flushed: false,
+            err: None,
         };
+        // The flush returns the writer's sticky error, if any: one the
+        // operator ignored fails the snapshot all the same.
         let r = self
             .op
             .snapshot(&mut w)
