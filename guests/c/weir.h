@@ -437,9 +437,18 @@ static inline int weir__state_flush(void) {
     return rc == 0 ? WEIR_OK : weir_fail("weir: snapshot_write failed");
 }
 
-/* weir_state_write appends n bytes to the snapshot (only in the snapshot
- * callback). Bytes travel to the host in WEIR_CHUNK chunks. */
-static inline int weir_state_write(const void *p, size_t n) {
+/* weir__keyed_misuse fails the snapshot for a misuse of keyed state: the
+ * message goes to the host at once, and the snapshot fails with it also when
+ * the callback ignores the error and returns WEIR_OK (the state would not be
+ * in the keyed layout, and only the first restore would fail). */
+static inline int weir__keyed_misuse(const char *msg) {
+    if (!weir__rt.snap_misuse) weir__rt.snap_misuse = msg;
+    return weir_fail(msg);
+}
+
+/* weir__state_append appends n bytes to the snapshot: weir_state_write's,
+ * and the keyed state's. */
+static inline int weir__state_append(const void *p, size_t n) {
     const uint8_t *s = p;
     weir__rt.snap_wrote = 1;
     while (n > 0) {
@@ -452,6 +461,19 @@ static inline int weir_state_write(const void *p, size_t n) {
         if (weir__rt.chunk.len == weir__rt.chunk.cap && weir__state_flush()) return WEIR_ERR;
     }
     return WEIR_OK;
+}
+
+/* weir_state_write appends n bytes to the snapshot (only in the snapshot
+ * callback). Bytes travel to the host in WEIR_CHUNK chunks. After
+ * weir_keyed_state_begin it fails, and so does the snapshot: the keyed
+ * layout is the whole state, and bytes after (or between) its entries would
+ * make a state in neither that layout nor one of the operator's own. */
+static inline int weir_state_write(const void *p, size_t n) {
+    if (weir__rt.snap_keyed && n)
+        return weir__keyed_misuse("weir: weir_state_write after weir_keyed_state_begin: the keyed layout is the "
+                                  "whole snapshot (write every entry with weir_keyed_state_put, nothing with "
+                                  "weir_state_write)");
+    return weir__state_append(p, n);
 }
 
 static inline int weir_state_write_u8(uint8_t v) { return weir_state_write(&v, 1); }
@@ -563,25 +585,16 @@ static inline int weir_state_read_bytes(weir_bytes *out) {
 /* WEIR_KEYED_MAGIC starts a state stream in the keyed layout. */
 #define WEIR_KEYED_MAGIC "WKS1"
 
-/* weir__keyed_misuse fails the snapshot for a misuse of keyed state: the
- * message goes to the host at once, and the snapshot fails with it also when
- * the callback ignores the error and returns WEIR_OK (the state would not be
- * in the keyed layout, and only the first restore would fail). */
-static inline int weir__keyed_misuse(const char *msg) {
-    if (!weir__rt.snap_misuse) weir__rt.snap_misuse = msg;
-    return weir_fail(msg);
-}
-
 /* weir_keyed_state_begin starts a keyed state: it writes WEIR_KEYED_MAGIC to
  * the snapshot (only in the snapshot callback, before anything else: the
  * keyed layout is the whole state, so it fails after other state, and so
- * does the snapshot). */
+ * does the snapshot; after it, so does weir_state_write). */
 static inline int weir_keyed_state_begin(void) {
     if (weir__rt.snap_wrote)
         return weir__keyed_misuse("weir: weir_keyed_state_begin after other state: the keyed layout is the "
                                   "whole snapshot (begin it first, with no version byte before it)");
     weir__rt.snap_keyed = 1;
-    return weir_state_write(WEIR_KEYED_MAGIC, 4);
+    return weir__state_append(WEIR_KEYED_MAGIC, 4);
 }
 
 /* weir_keyed_state_put writes the entry for key; key and value are copied.
@@ -594,8 +607,8 @@ static inline int weir_keyed_state_put(weir_bytes key, weir_bytes value) {
     uint8_t hdr[16] = {0}; /* the reserved i64 stays 0 */
     memcpy(hdr, &key.len, 4);
     memcpy(hdr + 4, &value.len, 4);
-    if (weir_state_write(hdr, 16) || weir_state_write(key.ptr, key.len)) return WEIR_ERR;
-    return weir_state_write(value.ptr, value.len);
+    if (weir__state_append(hdr, 16) || weir__state_append(key.ptr, key.len)) return WEIR_ERR;
+    return weir__state_append(value.ptr, value.len);
 }
 
 /* weir_keyed_state_end finishes a keyed state, handing the host what is

@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/host/wasm"
 )
 
@@ -323,6 +324,54 @@ func TestKeyedStateMisuse(t *testing.T) {
 			var oe *wasm.OperatorError
 			if !errors.As(err, &oe) || oe.Export != abi.ExportSnapshot || oe.Message != want {
 				t.Errorf("%s %s: snapshot error %v, want an operator error from %s with message %q", name, config, err, abi.ExportSnapshot, want)
+			}
+			inst.Close(ctx)
+		}
+	}
+}
+
+// TestStateAfterKeyedState: bytes written to the state writer itself after
+// a keyed state began, after an entry or between two, make a state in
+// neither the keyed layout nor one of the operator's own: a restore into
+// the same build fails on it, and a rescale would split it wrong. Every
+// SDK fails the snapshot instead, saying what to do, also when the
+// operator ignores the errors and its snapshot returns success, as the
+// probes' and Go's sdktest's "state-after-keyed" (k=v, then a byte) and
+// "keyed-put-after-state" (k=v, a byte, k2=v2) do. The operator's name
+// leads the error, as the host puts it.
+func TestStateAfterKeyedState(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	const (
+		sdk = "weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)"
+		c   = "weir: weir_state_write after weir_keyed_state_begin: the keyed layout is the whole snapshot (write every entry with weir_keyed_state_put, nothing with weir_state_write)"
+	)
+	for _, g := range []struct{ name, want string }{
+		{"go", sdk}, {"rust", sdk}, {"assemblyscript", sdk}, {"c", c}, {"c-freestanding", c},
+	} {
+		var code []byte
+		if g.name == "go" {
+			code = guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest")
+		} else {
+			var err error
+			if code, err = os.ReadFile(probes[g.name]); err != nil {
+				t.Fatalf("%v (run guests/build.sh)", err)
+			}
+		}
+		m, err := e.Load(ctx, g.name+"-probe", code, wasm.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, config := range []string{"state-after-keyed", "keyed-put-after-state"} {
+			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte(config), Outputs: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = inst.Snapshot(ctx, io.Discard)
+			var oe *wasm.OperatorError
+			if !errors.As(err, &oe) || oe.Export != abi.ExportSnapshot || oe.Message != g.want ||
+				!strings.HasPrefix(err.Error(), "operator "+g.name+"-probe: "+abi.ExportSnapshot+": ") {
+				t.Errorf("%s %s: snapshot error %v, want an operator error from %s of %s-probe with message %q", g.name, config, err, abi.ExportSnapshot, g.name, g.want)
 			}
 			inst.Close(ctx)
 		}

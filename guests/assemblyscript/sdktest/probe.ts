@@ -25,6 +25,11 @@
 //   - with the config "keyed-begin-after-state" the snapshot writes a
 //     version byte and then starts a keyed state, which the SDK fails,
 //     saying what to do, though snapshot ignores the error and returns null;
+//   - with the config "state-after-keyed" the snapshot puts k=v in a keyed
+//     state and then writes a byte to the StateWriter itself, and with
+//     "keyed-put-after-state" it puts k2=v2 after that byte: the SDK fails
+//     either, saying what to do, though snapshot ignores the errors and
+//     returns null;
 //   - with the config "keyed-strings" the snapshot is keyed state put with
 //     putString: "ключ" = "värde €", then "plain" = "" (UTF-8); restore reads
 //     them back with utf8String and fails with "probe: bad state" if they
@@ -50,6 +55,9 @@ const KEYED_STRINGS: string[] = ["ключ", "värde €", "plain", ""];
 class Probe extends Operator {
   keyedAfterState: bool = false;
   keyedStrings: bool = false;
+  /** 1 writes a byte after the keyed state's entry, 2 another entry after
+   * that byte (the config). */
+  stateAfterKeyed: i32 = 0;
   /** Restore's count of the keyed-strings entries read back. */
   read: i32 = 0;
 
@@ -57,6 +65,7 @@ class Probe extends Operator {
     const c = String.UTF8.decode(config.buffer);
     this.keyedAfterState = c == "keyed-begin-after-state";
     this.keyedStrings = c == "keyed-strings";
+    this.stateAfterKeyed = c == "state-after-keyed" ? 1 : c == "keyed-put-after-state" ? 2 : 0;
     return null;
   }
 
@@ -82,6 +91,13 @@ class Probe extends Operator {
   }
 
   snapshot(w: StateWriter): string | null {
+    if (this.stateAfterKeyed != 0) {
+      const kw = new KeyedStateWriter(w);
+      kw.putString("k", "v");
+      w.writeU8(1);
+      if (this.stateAfterKeyed == 2) kw.putString("k2", "v2");
+      return null; // w.error ignored: the snapshot fails all the same
+    }
     if (this.keyedAfterState) {
       w.writeU8(1);
       const kw = new KeyedStateWriter(w);

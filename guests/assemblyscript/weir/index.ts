@@ -336,12 +336,18 @@ function slotGrow(s: usize, more: i32): usize {
   return load<usize>(s, SLOT_PTR) + <usize>len;
 }
 
+/** The error of a write to a StateWriter after a KeyedStateWriter started
+ * on it, as the other SDKs say it. */
+const ERR_STATE_AFTER_KEYED = "weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)";
+
 /** Streams a snapshot to the host in CHUNK_SIZE chunks. After a failure
  * every write is ignored and error says why. */
 export class StateWriter {
   private buf: usize = heap.alloc(CHUNK_SIZE);
   private len: i32 = 0;
   private flushed: bool = false;
+  /** A KeyedStateWriter started: only its entries may follow. */
+  private keyed: bool = false;
   error: string | null = null;
 
   /** Whether anything was written yet. */
@@ -349,8 +355,24 @@ export class StateWriter {
     return this.len > 0 || this.flushed;
   }
 
-  /** Appends len bytes at ptr to the state stream. */
+  /** Appends len bytes at ptr to the state stream. After a KeyedStateWriter
+   * started on this writer it fails the snapshot instead: the keyed layout
+   * is the whole state, and bytes after (or between) its entries would make
+   * a state in neither that layout nor one of the operator's own. */
   write(ptr: usize, len: i32): void {
+    if (this.keyed && len > 0 && this.error === null) this.error = ERR_STATE_AFTER_KEYED;
+    this.append(ptr, len);
+  }
+
+  /** Appends len bytes at ptr for a KeyedStateWriter, whose bytes, from its
+   * magic on, are the only ones write lets follow. For KeyedStateWriter,
+   * not for operators. */
+  writeKeyed(ptr: usize, len: i32): void {
+    this.keyed = true;
+    this.append(ptr, len);
+  }
+
+  private append(ptr: usize, len: i32): void {
     while (len > 0 && this.error === null) {
       const room = CHUNK_SIZE - this.len;
       const n = len < room ? len : room;
@@ -536,7 +558,8 @@ export class StateReader {
 export class KeyedStateWriter {
   /** Starts a keyed state on w: writes the magic. Write nothing else to w,
    * before or after: the keyed layout is the whole state, so after other
-   * state (a version byte) it fails the snapshot. */
+   * state (a version byte) it fails the snapshot, and so does w.write after
+   * it. */
   constructor(private w: StateWriter) {
     if (w.started) {
       // Every later write is ignored once error is set.
@@ -544,7 +567,7 @@ export class KeyedStateWriter {
         w.error = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)";
     } else {
       const magic = memory.data<u8>([0x57, 0x4b, 0x53, 0x31]); // "WKS1"
-      w.write(magic, 4);
+      w.writeKeyed(magic, 4);
     }
   }
 
@@ -555,9 +578,9 @@ export class KeyedStateWriter {
     store<i32>(h, keyLen);
     store<i32>(h, valueLen, 4);
     store<i64>(h, 0, 8); // reserved: a batch record's timestamp
-    this.w.write(h, 16);
-    this.w.write(keyPtr, keyLen);
-    this.w.write(valuePtr, valueLen);
+    this.w.writeKeyed(h, 16);
+    this.w.writeKeyed(keyPtr, keyLen);
+    this.w.writeKeyed(valuePtr, valueLen);
   }
 
   /** Writes the entry for key, its value given as an array. */

@@ -24,7 +24,12 @@
  *     "keyed-begin-after-state" it writes a version byte and then begins a
  *     keyed state: the SDK fails either, saying what to do; with the same
  *     configs and "-ignored" after them the snapshot ignores the error and
- *     returns WEIR_OK, which fails it all the same. */
+ *     returns WEIR_OK, which fails it all the same;
+ *   - with the config "state-after-keyed" the snapshot puts k=v in a keyed
+ *     state and then writes a byte with weir_state_write_u8, and with
+ *     "keyed-put-after-state" it puts k2=v2 after that byte: the SDK fails
+ *     either, saying what to do, though the snapshot ignores the errors and
+ *     returns WEIR_OK. */
 #include "../weir.h"
 
 static int is(weir_bytes b, const char *s) {
@@ -33,8 +38,9 @@ static int is(weir_bytes b, const char *s) {
 }
 
 /* keyed_mistake: 1 puts a keyed entry without begin, 2 begins after a
- * version byte (the config); keyed_ignored: the snapshot ignores the error
- * (the config ends in "-ignored"). */
+ * version byte, 3 writes a byte after a keyed entry, 4 also puts an entry
+ * after that byte (the config); keyed_ignored: the snapshot ignores the
+ * error (the config ends in "-ignored"; always for 3 and 4). */
 static int keyed_mistake, keyed_ignored;
 
 static int init(weir_bytes config) {
@@ -44,7 +50,11 @@ static int init(weir_bytes config) {
         keyed_ignored = 1;
         config.len -= n;
     }
-    keyed_mistake = is(config, "keyed-put-without-begin") ? 1 : is(config, "keyed-begin-after-state") ? 2 : 0;
+    keyed_mistake = is(config, "keyed-put-without-begin")   ? 1
+                    : is(config, "keyed-begin-after-state") ? 2
+                    : is(config, "state-after-keyed")       ? 3
+                    : is(config, "keyed-put-after-state")   ? 4
+                                                            : 0;
     return WEIR_OK;
 }
 
@@ -84,6 +94,14 @@ static int checkpoint_complete(int64_t id) {
 }
 
 static int snapshot(void) {
+    if (keyed_mistake >= 3) {
+        (void)weir_keyed_state_begin();
+        (void)weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v"));
+        (void)weir_state_write_u8(1);
+        if (keyed_mistake == 4) (void)weir_keyed_state_put(weir_bytes_of("k2"), weir_bytes_of("v2"));
+        (void)weir_keyed_state_end();
+        return WEIR_OK;
+    }
     if (keyed_ignored) {
         if (keyed_mistake == 2) {
             (void)weir_state_write_u8(1);

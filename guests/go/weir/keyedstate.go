@@ -33,7 +33,8 @@ type KeyedStateWriter struct {
 // NewKeyedStateWriter starts a keyed state on w. The keyed layout is the
 // whole state: after anything else written to w (a version byte), Put and
 // Close fail with errKeyedAfterState, and so does the snapshot, also when
-// Snapshot ignores their error and returns nil.
+// Snapshot ignores their error and returns nil; so does anything written
+// to w itself after it (w.Write fails).
 func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
 	k := &KeyedStateWriter{w: w}
 	if w.started {
@@ -45,7 +46,8 @@ func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
 		}
 		return k
 	}
-	_, k.err = io.WriteString(w, abi.KeyedStateMagic)
+	_, k.err = w.append([]byte(abi.KeyedStateMagic))
+	w.keyed = true
 	return k
 }
 
@@ -62,7 +64,7 @@ func (k *KeyedStateWriter) Put(key, value []byte) error {
 	binary.LittleEndian.PutUint32(k.hdr[4:], uint32(len(value)))
 	// k.hdr[8:] is the reserved timestamp, always 0.
 	for _, p := range [3][]byte{k.hdr[:], key, value} {
-		if _, k.err = k.w.Write(p); k.err != nil {
+		if _, k.err = k.w.append(p); k.err != nil {
 			break
 		}
 	}

@@ -17,10 +17,27 @@ type StateWriter struct {
 	err error
 	// started is set by the first write: a keyed state must come first.
 	started bool
+	// keyed is set by NewKeyedStateWriter: the keyed state is the whole
+	// snapshot, so Write fails.
+	keyed bool
 }
 
-// Write appends p to the state stream.
+// Write appends p to the state stream. After NewKeyedStateWriter it
+// fails, and so does the snapshot, whatever Snapshot returns: bytes after
+// (or between) the keyed state's entries would make a state in neither
+// the keyed layout nor one of the operator's own.
 func (w *StateWriter) Write(p []byte) (int, error) {
+	if w.err == nil && w.keyed && len(p) > 0 {
+		w.err = errStateAfterKeyed
+	}
+	return w.append(p)
+}
+
+var errStateAfterKeyed = errors.New("weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)")
+
+// append appends p to the state stream: Write's bytes, and the keyed
+// state's.
+func (w *StateWriter) append(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
@@ -86,6 +103,7 @@ func (w *StateWriter) reset() {
 	w.buf = w.buf[:0]
 	w.err = nil
 	w.started = false
+	w.keyed = false
 }
 
 // StateReader reads the state stream a snapshot wrote, during Restore. It

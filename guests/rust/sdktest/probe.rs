@@ -21,7 +21,12 @@
 //!     version byte and then starts a keyed state, which the SDK fails,
 //!     saying what to do; with "keyed-begin-after-state-ignored" the
 //!     snapshot drops that error (`KeyedStateWriter::new(w).ok()`) and
-//!     returns Ok, which fails it all the same.
+//!     returns Ok, which fails it all the same;
+//!   - with the config "state-after-keyed" the snapshot puts k=v in a keyed
+//!     state and then writes a byte to the StateWriter itself, and with
+//!     "keyed-put-after-state" it puts k2=v2 after that byte: the SDK fails
+//!     either, saying what to do, though snapshot ignores the errors and
+//!     returns Ok.
 
 use weir::{Batch, Emitter, KeyedStateWriter, Operator, Result, StateReader, StateWriter};
 
@@ -30,6 +35,9 @@ struct Probe {
     keyed_after_state: bool,
     /// The snapshot drops the keyed state's errors.
     keyed_ignored: bool,
+    /// 1 writes a byte after the keyed state's entry, 2 another entry
+    /// after that byte (the config).
+    state_after_keyed: u8,
 }
 
 impl Operator for Probe {
@@ -40,6 +48,11 @@ impl Operator for Probe {
         };
         self.keyed_after_state = config == b"keyed-begin-after-state";
         self.keyed_ignored = ignored;
+        self.state_after_keyed = match config {
+            b"state-after-keyed" => 1,
+            b"keyed-put-after-state" => 2,
+            _ => 0,
+        };
         Ok(())
     }
 
@@ -72,6 +85,18 @@ impl Operator for Probe {
     }
 
     fn snapshot(&mut self, w: &mut StateWriter) -> Result {
+        if self.state_after_keyed != 0 {
+            if let Ok(mut kw) = KeyedStateWriter::new(w) {
+                let _ = kw.put(b"k", b"v");
+            }
+            let _ = w.write_u8(1);
+            if self.state_after_keyed == 2 {
+                if let Ok(mut kw) = KeyedStateWriter::new(w) {
+                    let _ = kw.put(b"k2", b"v2");
+                }
+            }
+            return Ok(());
+        }
         if self.keyed_after_state && self.keyed_ignored {
             let _ = w.write_u8(1);
             if let Some(mut kw) = KeyedStateWriter::new(w).ok() {

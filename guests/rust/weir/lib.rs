@@ -465,11 +465,14 @@ fn append(b: &mut Vec<u8>, s: &[u8]) {
 /// Its first error (a failed write, a [`KeyedStateWriter`] misused) is
 /// sticky: every later write returns it, and the snapshot fails with it
 /// when `snapshot` returns, also when `snapshot` ignored it and returned
-/// `Ok`.
+/// `Ok`. A write to the `StateWriter` itself after a [`KeyedStateWriter`]
+/// started on it is such an error: the keyed state is the whole snapshot.
 pub struct StateWriter<'a> {
     buf: &'a mut Vec<u8>,
     /// A chunk went to the host already.
     flushed: bool,
+    /// A [`KeyedStateWriter`] started: only its entries may follow.
+    keyed: bool,
     /// The first error, which fails the snapshot.
     err: Option<Error>,
 }
@@ -491,6 +494,21 @@ impl StateWriter<'_> {
             None => Ok(()),
             Some(e) => Err(io::Error::new(io::ErrorKind::Other, e.0.clone())),
         }
+    }
+
+    /// Appends `p` to the state: the bytes of every write, the keyed
+    /// state's too.
+    fn append(&mut self, mut p: &[u8]) -> io::Result<()> {
+        self.check()?;
+        while !p.is_empty() {
+            let n = p.len().min(CHUNK_SIZE - self.buf.len());
+            self.buf.extend_from_slice(&p[..n]);
+            p = &p[n..];
+            if self.buf.len() == CHUNK_SIZE {
+                self.write_chunk()?;
+            }
+        }
+        Ok(())
     }
 
     fn write_chunk(&mut self) -> io::Result<()> {
@@ -537,6 +555,11 @@ impl StateWriter<'_> {
 impl io::Write for StateWriter<'_> {
     fn write(&mut self, p: &[u8]) -> io::Result<usize> {
         self.check()?;
+        if self.keyed && !p.is_empty() {
+            // Bytes after (or between) the keyed state's entries: a state
+            // in neither the keyed layout nor one of the operator's own.
+            return Err(self.fail(io::ErrorKind::Other, ERR_STATE_AFTER_KEYED.to_string()));
+        }
         let n = p.len().min(CHUNK_SIZE - self.buf.len());
         self.buf.extend_from_slice(&p[..n]);
         if self.buf.len() == CHUNK_SIZE {
@@ -686,7 +709,9 @@ pub const KEYED_STATE_MAGIC: &[u8; 4] = b"WKS1";
 /// ```
 ///
 /// There is nothing to close: the entries go through the [`StateWriter`],
-/// which the SDK flushes when `snapshot` returns.
+/// which the SDK flushes when `snapshot` returns. Write nothing to the
+/// [`StateWriter`] itself once the keyed state starts: the keyed layout is
+/// the whole snapshot, so the write fails, and so does the snapshot.
 pub struct KeyedStateWriter<'w, 'a> {
     w: &'w mut StateWriter<'a>,
 }
@@ -703,7 +728,8 @@ impl<'w, 'a> KeyedStateWriter<'w, 'a> {
             // the operator meant, and would fail only its first restore.
             return Err(w.fail(io::ErrorKind::Other, ERR_KEYED_AFTER_STATE.to_string()));
         }
-        io::Write::write_all(w, KEYED_STATE_MAGIC)?;
+        w.append(KEYED_STATE_MAGIC)?;
+        w.keyed = true;
         Ok(KeyedStateWriter { w })
     }
 
@@ -723,15 +749,19 @@ impl<'w, 'a> KeyedStateWriter<'w, 'a> {
         let mut header = [0u8; 16]; // the reserved i64 stays 0
         header[..4].copy_from_slice(&klen.to_le_bytes());
         header[4..8].copy_from_slice(&vlen.to_le_bytes());
-        io::Write::write_all(self.w, &header)?;
-        io::Write::write_all(self.w, key)?;
-        io::Write::write_all(self.w, value)
+        self.w.append(&header)?;
+        self.w.append(key)?;
+        self.w.append(value)
     }
 }
 
 /// The error of [`KeyedStateWriter::new`] after other state, as the other
 /// SDKs say it.
 const ERR_KEYED_AFTER_STATE: &str = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)";
+
+/// The error of a write to the [`StateWriter`] itself after a
+/// [`KeyedStateWriter`] started, as the other SDKs say it.
+const ERR_STATE_AFTER_KEYED: &str = "weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)";
 
 /// The error of [`read_keyed_state`] on a state in another layout: one a
 /// build of the operator from before it wrote keyed state took, as the
@@ -974,6 +1004,7 @@ impl Runtime {
         let mut w = StateWriter {
             buf: &mut self.chunk,
             flushed: false,
+            keyed: false,
             err: None,
         };
         // The flush returns the writer's sticky error, if any: one the

@@ -19,6 +19,11 @@
 //	        errors and returns nil
 //	keyednoclose  Snapshot puts k=v in a keyed state and returns without
 //	        calling Close
+//	state-after-keyed  Snapshot puts k=v in a keyed state, then writes a
+//	        byte to the StateWriter; it ignores the errors and returns nil
+//	keyed-put-after-state  Snapshot puts k=v in a keyed state, writes a
+//	        byte to the StateWriter, then puts k2=v2; it ignores the errors
+//	        and returns nil
 //	(other) pass records through
 package main
 
@@ -130,6 +135,16 @@ func (o *op) Snapshot(w *weir.StateWriter) error {
 	}
 	if o.mode == "keyednoclose" {
 		return weir.NewKeyedStateWriter(w).Put([]byte("k"), []byte("v"))
+	}
+	if o.mode == "state-after-keyed" || o.mode == "keyed-put-after-state" {
+		kw := weir.NewKeyedStateWriter(w)
+		kw.Put([]byte("k"), []byte("v"))
+		w.WriteByte(1)
+		if o.mode == "keyed-put-after-state" {
+			kw.Put([]byte("k2"), []byte("v2"))
+		}
+		kw.Close()
+		return nil
 	}
 	if o.mode == "keyedlate-ignored" {
 		w.WriteByte(1)
