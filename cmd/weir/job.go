@@ -567,6 +567,9 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	if !st.State.Terminal() && st.RestartAttempts > 0 {
 		indent = "  "
 		since := "the job started (no checkpoint completed)"
+		if st.StartedFrom != "" {
+			since = fmt.Sprintf("the job started from checkpoint %s (none of its own completed)", st.StartedFrom)
+		}
 		if st.LatestCheckpoint > 0 {
 			since = fmt.Sprintf("checkpoint %d completed", st.LatestCheckpoint)
 		}
@@ -622,20 +625,27 @@ func rerunRemedy(data string, stored bool) func(control.JobStatus) string {
 // trapRemedy returns what says how a job whose operator traps on a record
 // goes on: with a fixed build of the operator, restored from the job's
 // latest checkpoint, so its state and the exactly-once output carry over
-// (a restore takes a spec whose module names the new build); or, with no
-// checkpoint to restore, submitted again. The commands it prints carry
-// hint (natsFlags.hint), as the user runs them against the job's server.
+// (a restore takes a spec whose module names the new build); a job
+// started from another job's checkpoint that completed none of its own,
+// from that one (control.JobStatus.StartedFrom: what its failovers
+// restore); or, with no checkpoint to restore, submitted again. The
+// commands it prints carry hint (natsFlags.hint), as the user runs them
+// against the job's server.
 func trapRemedy(hint string) func(control.JobStatus) string {
 	return func(st control.JobStatus) string {
 		cancel := ""
 		if !st.State.Terminal() {
 			cancel = fmt.Sprintf("weir job cancel%s %s, ", hint, st.Name)
 		}
+		from, carried := strconv.FormatInt(st.LatestCheckpoint, 10), "its state and output carry over"
 		if st.LatestCheckpoint == 0 {
-			return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
+			if st.StartedFrom == "" {
+				return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
+			}
+			from, carried = st.StartedFrom, "the checkpoint it started from, as it completed none of its own: that state carries over"
 		}
-		return fmt.Sprintf("to go on: %sfix the operator, then weir job restore%s %s -from %d -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)",
-			cancel, hint, st.Name, st.LatestCheckpoint)
+		return fmt.Sprintf("to go on: %sfix the operator, then weir job restore%s %s -from %s -spec SPEC, the spec's module: naming the fixed build (%s)",
+			cancel, hint, st.Name, from, carried)
 	}
 }
 

@@ -383,6 +383,91 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	}
 }
 
+// A job started from another job's checkpoint (weir job restore COPY
+// -from ORIG/ID) that traps on a record before it completed a checkpoint
+// of its own is told to restore from that checkpoint, ORIG/ID — what its
+// failovers restore — not that it has none: weir job status said "no
+// checkpoint completed to restore", and to submit it again, which would
+// lose the state it started with. Run as printed, with a fixed build, the
+// restore brings the job back from that checkpoint.
+func TestJobStatusTrapRemedyOfAJobStartedFromAnother(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	job := func(name, module string) *jobspec.Spec {
+		yaml := `name: ` + name + `
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: op, module: ` + module + `, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
+checkpointing: {interval: 1h}
+restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
+`
+		if module == mis {
+			// misbehave's config "d" and a count of 0: it traps on a
+			// record whose value starts with "!".
+			yaml = strings.Replace(yaml, "inputs:", `config: "d\0\0\0\0", inputs:`, 1)
+		}
+		spec, err := jobspec.Parse(name+".yaml", []byte(yaml), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: job("orig", fixed)}); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "orig", control.JobRunning)
+	sp, err := n.API.Savepoint(ctx, "orig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.CancelJob(ctx, "orig"); err != nil {
+		t.Fatal(err)
+	}
+	from := fmt.Sprintf("orig/%d", sp.ID)
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "copy", From: from, Spec: job("copy", mis)}); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "copy", control.JobRunning)
+	feedUntilEnded(t, ctx, n, "copy", "!x")
+	url := n.Server.ClientURL()
+	got := jobStatus(t, ctx, n, "copy")
+	line := regexp.MustCompile(`(?m)^to go on: fix the operator, then (weir job restore .*) -spec SPEC, .*$`).FindStringSubmatch(got)
+	if line == nil {
+		t.Fatalf("weir job status says no restore to go on with:\n%s", got)
+	}
+	if want := fmt.Sprintf("weir job restore -nats %s copy -from %s", url, from); line[1] != want {
+		t.Errorf("weir job status says to run %q, want %q", line[1], want)
+	}
+	specFile := filepath.Join(t.TempDir(), "fixed.yaml")
+	if err := os.WriteFile(specFile, []byte("name: copy\nsources: [{name: in, kind: nats, subject: in}]\n"+
+		"operators: [{name: op, module: "+fixed+", inputs: [{from: in}]}]\n"+
+		"sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append(strings.Fields(strings.TrimPrefix(line[1], "weir ")), "-spec", specFile)
+	var out, errb bytes.Buffer
+	if code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	awaitState(t, ctx, n, "copy", control.JobRunning)
+	if st, err := n.API.Job(ctx, "copy"); err != nil || st.RestoredFrom != sp.ID {
+		t.Errorf("restored job: %+v, %v; want it restored from savepoint %d of orig", st, err, sp.ID)
+	}
+}
+
 // Commands weir prints for the user to run next reach the same server.
 func TestNATSHint(t *testing.T) {
 	for url, want := range map[string]string{
@@ -874,6 +959,17 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			"failures in a row: 2 since checkpoint 7 completed; restart.attempts allows 3 restarts, failure 4 fails the job\n" +
 				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
 				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from 7 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
+		{"trap loop of a job started from another's checkpoint", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2,
+			RestartAttempts: 3, StartedFrom: "orig/5", Failures: []control.Failure{trap(3), trap(2)}},
+			"failures in a row: 2 since the job started from checkpoint orig/5 (none of its own completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from orig/5 -spec SPEC, the spec's module: naming the fixed build " +
+				"(the checkpoint it started from, as it completed none of its own: that state carries over)\n"},
+		{"trap loop of a job started from another's checkpoint, after one of its own", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3,
+			FailuresInARow: 2, RestartAttempts: 3, StartedFrom: "orig/5", LatestCheckpoint: 9, Failures: []control.Failure{trap(3), trap(2)}},
+			"failures in a row: 2 since checkpoint 9 completed; restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from 9 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"expiring checkpoints", control.JobStatus{State: control.JobRunning, Attempt: 3, FailuresInARow: 2, RestartAttempts: 5, LatestCheckpoint: 1,
 			Failures: []control.Failure{expired(2, 4), expired(1, 2)}},
 			"failures in a row: 2 since checkpoint 1 completed; restart.attempts allows 5 restarts, failure 6 fails the job\n" +

@@ -82,6 +82,13 @@ type JobStatus struct {
 	// N") for display only. A coordinator that does not send it, or a job
 	// record written before it was kept, reads 0.
 	StoppedWithSavepoint int64 `json:"stopped_with_savepoint,omitempty"`
+	// StartedFrom is the checkpoint of another job that the run started
+	// from (a restore or submit from JOB/ID), as "JOB/ID", what a restore
+	// takes as its -from: until the run completes a checkpoint of its own
+	// (LatestCheckpoint, which counts only this job's), a failover
+	// restores that one. Empty for a run that started fresh or from a
+	// checkpoint of its own name.
+	StartedFrom string `json:"started_from,omitempty"`
 	// Guarantees says what each source and sink promises (a core-NATS
 	// source is at-most-once, for one), and what the checkpointing mode
 	// adds.

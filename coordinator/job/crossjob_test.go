@@ -56,6 +56,11 @@ func TestRestoreFromAnotherJobsCheckpoint(t *testing.T) {
 	if r := w.lastDeploy("a").Restore; r == nil || !strings.HasPrefix(r.Handles["in-0"], "b/chk-3/") {
 		t.Errorf("after a failover, in-0 restores from %+v, want b/chk-3/... (the checkpoint the run was started from)", r)
 	}
+	// Its status names that checkpoint, which a restore of it takes:
+	// the job has no checkpoint of its own (weir job status's advice).
+	if st, err := e.api.Job(ctx, "a"); err != nil || st.StartedFrom != "b/3" || st.LatestCheckpoint != 0 {
+		t.Errorf("status of a restored from b/3: started from %q, latest %d, %v; want b/3 and none of its own", st.StartedFrom, st.LatestCheckpoint, err)
+	}
 	if _, err := e.api.CancelJob(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +111,9 @@ func TestCoordinatorRestartResumesFromAnotherJobsCheckpoint(t *testing.T) {
 	waitFor(t, ctx, e, "fork", "resumed", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt > before.Attempt })
 	if r := w.lastDeploy("fork").Restore; r == nil || !strings.HasPrefix(r.Handles["in-0"], "orig/chk-1/") {
 		t.Errorf("resumed job restores from %+v, want orig/chk-1 (it would start over from nothing)", r)
+	}
+	if st, err := e.api.Job(ctx, "fork"); err != nil || st.StartedFrom != "orig/1" {
+		t.Errorf("resumed job's status says it started from %q, %v; want orig/1", st.StartedFrom, err)
 	}
 }
 

@@ -214,6 +214,9 @@ func (j *job) status() control.JobStatus {
 	defer j.mu.Unlock()
 	st := j.st
 	st.LatestCheckpoint = j.latestLocked(latest)
+	if in := j.initial; in != nil && in.Job != j.spec.Name {
+		st.StartedFrom = fmt.Sprintf("%s/%d", in.Job, in.ID)
+	}
 	st.Checkpoints = cps
 	st.CheckpointMode, st.AlignedTimeout = j.spec.Checkpointing.Mode, j.spec.Checkpointing.AlignedTimeout
 	st.FailuresInARow = j.consecutive
