@@ -876,7 +876,11 @@ func (m *Machine) RemovalCut(id int64, reason string) {
 }
 
 // ReasonRemoved is the history's reason for a checkpoint removed on
-// request (Machine.Removed).
+// request (Machine.Removed). Every removal is one: it begins with weir
+// checkpoint rm (or rm -earlier), also one cut short that the coordinator
+// finishes later (as it starts, or as retention goes on), since only a
+// removal marks a checkpoint as being removed; retention's own discards
+// give no reason.
 const ReasonRemoved = "removed (weir checkpoint rm)"
 
 // Ended reports whether checkpoint id was triggered and is no longer

@@ -144,14 +144,14 @@ type Manager struct {
 	// tasks returned, whatever a heartbeat sent before says, until one
 	// without them (WorkerTasks).
 	stopped map[staleKey]bool
-	// removing holds the checkpoints being removed (RemoveCheckpoints),
-	// and starting counts the submits and restores under way from each
+	// removing holds the checkpoints being removed, each with what
+	// removes it (removerUser, removerFinish), and starting counts the submits and restores under way from each
 	// checkpoint: a job does not start from one being removed, nor is one
 	// removed that a job is starting from (which, once started, neededBy
 	// sees). Each request marks its checkpoint under mu and does its
 	// storage I/O after, so that a removal stuck in storage holds up no
 	// other job's submit or restore.
-	removing map[ckKey]bool
+	removing map[ckKey]string
 	starting map[ckKey]int
 	// clearing holds, by job name, the objects of checkpoints that never
 	// completed that a removal (removeEarlier) is deleting: a run of the
@@ -211,7 +211,7 @@ func New(opts Options) *Manager {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}, reported: map[string]int{}, freed: map[string]uint64{}, stopped: map[staleKey]bool{},
-		room: make(chan struct{}), removing: map[ckKey]bool{}, starting: map[ckKey]int{}, clearing: map[string]clearing{},
+		room: make(chan struct{}), removing: map[ckKey]string{}, starting: map[ckKey]int{}, clearing: map[string]clearing{},
 		finishing: make(chan struct{}, resumeParallel)}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout, Fence: opts.Fence})
 	return m
@@ -583,12 +583,14 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 // startFrom notes that a job is starting from checkpoint k, which is then
 // not removed, until done is called — once the job is in m.jobs, where
 // neededBy finds it, or did not start. A checkpoint being removed is
-// refused (control.ErrConflict): the job would start from one half gone.
+// refused (control.ErrConflict), saying what removes it: the job would
+// start from one half gone.
 func (m *Manager) startFrom(k ckKey) (done func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.removing[k] {
-		return nil, control.Errorf(control.ErrConflict, "restore from %s/%d: the checkpoint is being removed (weir checkpoint rm)", k.job, k.id)
+	if by, ok := m.removing[k]; ok {
+		return nil, control.Errorf(control.ErrConflict, "restore from %s/%d: the checkpoint is being removed (%s); restore another one: weir checkpoint ls %s lists them",
+			k.job, k.id, by, k.job)
 	}
 	m.starting[k]++
 	return func() {

@@ -71,7 +71,7 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 	// No job starts from it (Submit, Restore) while the checks hold and
 	// the removal deletes it; a submit or restore from it under way
 	// refuses the removal, and a job started from it is neededBy's.
-	j, done, err := m.removeFrom(ckKey{job: name, id: id})
+	j, done, err := m.removeFrom(ckKey{job: name, id: id}, removerUser)
 	if err != nil {
 		return control.RemovedCheckpoint{}, err
 	}
@@ -154,7 +154,7 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 // marked as being removed, which no job restores).
 func (m *Manager) finishRemoval(ctx context.Context, j *job, id int64) (int, error) {
 	name := j.spec.Name
-	_, done, err := m.removeFrom(ckKey{job: name, id: id})
+	_, done, err := m.removeFrom(ckKey{job: name, id: id}, removerFinish)
 	if err != nil {
 		return 0, err
 	}
@@ -216,11 +216,20 @@ func (m *Manager) finishRemovals(ctx context.Context, j *job) {
 	j.relatestIfGone(ctx)
 }
 
-// removeFrom notes that checkpoint k is being removed, until done is
-// called, and returns the job of its name. A checkpoint that a submit or
-// restore is starting a job from is refused (control.ErrConflict), as is
-// one another request is removing.
-func (m *Manager) removeFrom(k ckKey) (j *job, done func(), err error) {
+// What removes a checkpoint, as a restore refused meanwhile says it
+// (startFrom): a user's request (weir checkpoint rm, or rm -earlier), or
+// the coordinator finishing a removal cut short (finishRemoval: as it
+// starts, or as retention goes on).
+const (
+	removerUser   = "weir checkpoint rm"
+	removerFinish = "the coordinator finishes a removal of it that was cut short"
+)
+
+// removeFrom notes that checkpoint k is being removed by by (removerUser,
+// removerFinish), until done is called, and returns the job of its name.
+// A checkpoint that a submit or restore is starting a job from is refused
+// (control.ErrConflict), as is one another request is removing.
+func (m *Manager) removeFrom(k ckKey, by string) (j *job, done func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if j = m.jobs[k.job]; j == nil {
@@ -230,11 +239,11 @@ func (m *Manager) removeFrom(k ckKey) (j *job, done func(), err error) {
 	case m.starting[k] > 0:
 		return nil, nil, control.Errorf(control.ErrConflict,
 			"cannot remove checkpoint %d of job %s: a job is being started from it (a submit or restore under way)", k.id, k.job)
-	case m.removing[k]:
+	case m.removing[k] != "":
 		return nil, nil, control.Errorf(control.ErrConflict,
 			"cannot remove checkpoint %d of job %s: %w", k.id, k.job, checkpoint.ErrBeingRemoved)
 	}
-	m.removing[k] = true
+	m.removing[k] = by
 	return j, func() {
 		m.mu.Lock()
 		delete(m.removing, k)

@@ -136,7 +136,7 @@ func TestRemovalHoldsUpNoSubmitOrRestore(t *testing.T) {
 		_, err := api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "copy", ""), RestoreFrom: fmt.Sprintf("rm/%d", b)})
 		return err
 	})
-	if want := fmt.Sprintf("restore from rm/%d: the checkpoint is being removed (weir checkpoint rm)", b); !errors.Is(err, control.ErrConflict) || err.Error() != want {
+	if want := fmt.Sprintf("restore from rm/%d: the checkpoint is being removed (weir checkpoint rm); restore another one: weir checkpoint ls rm lists them", b); !errors.Is(err, control.ErrConflict) || err.Error() != want {
 		t.Errorf("restore from the checkpoint being removed = %v; want conflict: %s", err, want)
 	}
 	release()
@@ -262,4 +262,57 @@ func TestRemovalsSideBySideKeepTheLatestStored(t *testing.T) {
 	if st, err := api.Job(ctx, "two"); err != nil || st.LatestCheckpoint != a {
 		t.Errorf("two's latest checkpoint = %d (%v); want %d, the newest still stored", st.LatestCheckpoint, err, a)
 	}
+}
+
+// A restore refused because the checkpoint is being removed names what
+// removes it, and what to do instead. A removal cut short (a store that
+// failed) is finished by the next coordinator as it starts; a restore
+// from the checkpoint meanwhile was refused as "being removed (weir
+// checkpoint rm)", which nobody was running. It now says that the
+// coordinator finishes a removal cut short, and to restore another
+// checkpoint, which weir checkpoint ls lists.
+func TestRestoreRefusalNamesWhatRemovesTheCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var cut *cutDeletes
+	var hs *holdStore
+	e, _, _, start := removalEnv(t, ctx, "dir", func(s storage.Store) storage.Store {
+		cut = &cutDeletes{Store: s}
+		hs = &holdStore{Store: cut}
+		return hs
+	})
+	stop := start()
+	defer func() { stop() }()
+	e.fleet.start(ctx, "w1")
+	e.submitRunning(t, ctx, spec(t, "rm", "checkpointing: {disabled: true, timeout: 3s}\n"))
+	e.savepoint(t, ctx, "rm")
+	d := e.savepoint(t, ctx, "rm")
+	if _, err := e.api.CancelJob(ctx, "rm"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "rm", "canceled", func(st control.JobStatus) bool { return st.State == control.JobCanceled })
+
+	// A removal cut short after one delete.
+	cut.cutAfter(fmt.Sprintf("rm/chk-%d/", d), 1)
+	if _, err := e.api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "rm", ID: d}); err == nil {
+		t.Fatal("the removal was not cut short")
+	}
+	cut.mend()
+
+	// The next coordinator finishes it as it starts: held in storage.
+	stop()
+	held, release := hs.holdNext(t, "delete", fmt.Sprintf("rm/chk-%d/", d))
+	stop = start()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the coordinator did not finish the removal cut short")
+	}
+	_, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "copy", ""), RestoreFrom: fmt.Sprintf("rm/%d", d)})
+	want := fmt.Sprintf("restore from rm/%d: the checkpoint is being removed (the coordinator finishes a removal of it that was cut short); "+
+		"restore another one: weir checkpoint ls rm lists them", d)
+	if !errors.Is(err, control.ErrConflict) || err.Error() != want {
+		t.Errorf("restore from the checkpoint the coordinator removes = %v; want conflict: %s", err, want)
+	}
+	release()
 }
