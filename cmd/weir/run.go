@@ -1032,9 +1032,19 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		case err != nil:
 			return apiErr("job "+spec.Name, err)
 		}
-		if line := said.news(st); line != "" {
-			fmt.Fprintln(std.Out, line)
+		cps, cpsErr := n.API.Checkpoints(ctx, spec.Name)
+		if cpsErr == nil {
+			notices.answered(control.APICheckpoints)
 		}
+		text, ended := lookNews(&said, seen, st, cps)
+		fmt.Fprint(std.Out, text)
+		for _, c := range ended {
+			if c.Status == control.CheckpointCompleted && inputDone && len(o.inputs) > 0 && inputCommittedAt == 0 {
+				inputCommittedAt = c.ID
+			}
+		}
+		// What weir job status would say of a job in trouble, once.
+		fmt.Fprint(std.Out, notes.news(st))
 		if !inputDone && st.State == control.JobRunning {
 			c, err := publishInputs(ctx, std, n, spec, o.inputs, false, nonce)
 			published += c
@@ -1043,25 +1053,6 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			}
 			inputDone, publishedAt = true, time.Now()
 		}
-		cps, cpsErr := n.API.Checkpoints(ctx, spec.Name)
-		if cpsErr == nil {
-			notices.answered(control.APICheckpoints)
-		}
-		sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
-		for _, c := range cps {
-			// An earlier run's checkpoints (the job's name ran before)
-			// are no news of this one.
-			if c.EarlierRun || c.Status == control.CheckpointPending || seen[c.ID] == c.Status {
-				continue
-			}
-			seen[c.ID] = c.Status
-			printCheckpointLine(std.Out, c)
-			if c.Status == control.CheckpointCompleted && inputDone && len(o.inputs) > 0 && inputCommittedAt == 0 {
-				inputCommittedAt = c.ID
-			}
-		}
-		// What weir job status would say of a job in trouble, once.
-		fmt.Fprint(std.Out, notes.news(st))
 		if st.State.Terminal() {
 			summary(ctx, std.Out, out, published)
 			if st.State == control.JobFailed {
@@ -1113,6 +1104,32 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		case <-tick.C:
 		}
 	}
+}
+
+// lookNews returns what weir run prints of one look at its job, st and
+// its checkpoints cps (each line ending in a newline): the line said.news
+// gives for st, and one for each checkpoint of the run that ended since
+// it was printed last (seen, by ID: its status then), which it notes as
+// printed. It returns those checkpoints too, in the order printed.
+func lookNews(said *stateReport, seen map[int64]string, st control.JobStatus, cps []control.CheckpointInfo) (string, []control.CheckpointInfo) {
+	var b strings.Builder
+	if line := said.news(st); line != "" {
+		fmt.Fprintln(&b, line)
+	}
+	cps = slices.Clone(cps)
+	sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
+	var ended []control.CheckpointInfo
+	for _, c := range cps {
+		// An earlier run's checkpoints (the job's name ran before)
+		// are no news of this one.
+		if c.EarlierRun || c.Status == control.CheckpointPending || seen[c.ID] == c.Status {
+			continue
+		}
+		seen[c.ID] = c.Status
+		printCheckpointLine(&b, c)
+		ended = append(ended, c)
+	}
+	return b.String(), ended
 }
 
 // stateReport is what weir run last said of the state of the job it
