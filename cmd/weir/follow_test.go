@@ -615,6 +615,61 @@ func TestRunReportsStateChanges(t *testing.T) {
 	}
 }
 
+// weir run prints what it learns of its job in the order it happened:
+// a look at the job (its status, then its checkpoints) can find it failed
+// and a checkpoint that completed before the failure, both new, and weir
+// run printed the checkpoint after the failure, as if it came after. The
+// lines of one look go by when each happened on the coordinator (a state
+// since it was set, or since the failure it reports; a checkpoint since
+// it completed or failed); a status without that time (an older
+// coordinator) says its state first, as before.
+func TestRunPrintsALooksLinesInTheOrderTheyHappened(t *testing.T) {
+	at := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	sec := func(n float64) time.Time { return at.Add(time.Duration(n * float64(time.Second))) }
+	trap := control.Failure{Time: sec(4.9), Attempt: 1, Reason: "task op-0 failed: trap"}
+	cp := func(id int64, status string, triggered, took float64) control.CheckpointInfo {
+		return control.CheckpointInfo{Job: "j", ID: id, Status: status, Triggered: sec(triggered), Duration: time.Duration(took * float64(time.Second)),
+			Acked: 3, Total: 3, Reason: "expired"}
+	}
+	running := control.JobStatus{Name: "j", State: control.JobRunning, Attempt: 1, Updated: sec(0)}
+	for _, c := range []struct {
+		name string
+		st   control.JobStatus
+		cps  []control.CheckpointInfo
+		want []string // the lines' beginnings
+	}{
+		{"failed after a checkpoint", control.JobStatus{Name: "j", State: control.JobFailed, Attempt: 1, Reason: trap.Reason, Updated: sec(5),
+			Failures: []control.Failure{trap}, LastFailure: &trap},
+			[]control.CheckpointInfo{cp(1, control.CheckpointCompleted, 1, 0.5), cp(2, control.CheckpointCompleted, 3, 0.5)},
+			[]string{"checkpoint 2 completed", "job j: failed (attempt 1): task op-0 failed: trap"}},
+		{"restarting after a checkpoint and one that failed", control.JobStatus{Name: "j", State: control.JobRestarting, Attempt: 1, Reason: trap.Reason,
+			Updated: sec(5), Failures: []control.Failure{trap}, LastFailure: &trap},
+			[]control.CheckpointInfo{cp(2, control.CheckpointCompleted, 3, 0.5), cp(3, control.CheckpointFailed, 3.6, 1)},
+			[]string{"checkpoint 2 completed", "checkpoint 3 failed", "job j: restarting (attempt 1): task op-0 failed: trap"}},
+		{"a restart between two looks", control.JobStatus{Name: "j", State: control.JobRunning, Attempt: 2, Updated: sec(6),
+			Failures: []control.Failure{trap}, LastFailure: &trap},
+			[]control.CheckpointInfo{cp(2, control.CheckpointCompleted, 3, 0.5), cp(4, control.CheckpointCompleted, 7, 0.5)},
+			[]string{"checkpoint 2 completed", "job j: running (attempt 2), restarted after: task op-0 failed: trap", "checkpoint 4 completed"}},
+		{"a coordinator that sends no time", control.JobStatus{Name: "j", State: control.JobFailed, Attempt: 1, Reason: trap.Reason},
+			[]control.CheckpointInfo{cp(2, control.CheckpointCompleted, 3, 0.5)},
+			[]string{"job j: failed (attempt 1): task op-0 failed: trap", "checkpoint 2 completed"}},
+	} {
+		said := stateReport{state: running.State, attempt: running.Attempt}
+		seen := map[int64]string{}
+		// The look before saw the job running and checkpoint 1.
+		lookNews(&said, seen, running, []control.CheckpointInfo{cp(1, control.CheckpointCompleted, 1, 0.5)})
+		text, _ := lookNews(&said, seen, c.st, c.cps)
+		lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+		ok := len(lines) == len(c.want)
+		for i := 0; ok && i < len(lines); i++ {
+			ok = strings.HasPrefix(lines[i], c.want[i])
+		}
+		if !ok {
+			t.Errorf("%s: weir run printed\n  %s\nwant lines beginning\n  %s", c.name, strings.Join(lines, "\n  "), strings.Join(c.want, "\n  "))
+		}
+	}
+}
+
 // weir run -nats follows its job across a restart of weir up (the node
 // closed and started again on its data directory and port: its record
 // says the job runs, as after a kill -9): it says the job is restarting

@@ -41,8 +41,8 @@ func init() {
 
 const runUsage = `[flags] JOB.yaml
 
-Deploys the job and follows it: state changes, completed checkpoints and the
-records its sinks output; once each, what weir job status says of a job in
+Deploys the job and follows it: state changes and completed checkpoints, in
+the order they happened, and the records its sinks output; once each, what weir job status says of a job in
 trouble (checkpoints failing in a row and what to change, a restart loop, the
 bottleneck); at the end, how many. A JetStream sink's output is what its
 stream stores, read from the stream as a consumer of it would: a commit that
@@ -1111,14 +1111,20 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 // gives for st, and one for each checkpoint of the run that ended since
 // it was printed last (seen, by ID: its status then), which it notes as
 // printed. It returns those checkpoints too, in the order printed.
+//
+// The lines go in the order their events happened on the coordinator,
+// whose clock dates them all: the status and the checkpoints are asked
+// for one after the other, and a look that finds the job failed can find
+// a checkpoint new too that completed before the failure — printed after
+// the failure's line, it read as if it came after. So the checkpoints
+// that ended by the time of the state's line (stateAt) come before it,
+// the others after; with no such time (a coordinator that does not send
+// it), the state's line comes first.
 func lookNews(said *stateReport, seen map[int64]string, st control.JobStatus, cps []control.CheckpointInfo) (string, []control.CheckpointInfo) {
-	var b strings.Builder
-	if line := said.news(st); line != "" {
-		fmt.Fprintln(&b, line)
-	}
 	cps = slices.Clone(cps)
 	sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
-	var ended []control.CheckpointInfo
+	var before, after []control.CheckpointInfo
+	at := stateAt(st)
 	for _, c := range cps {
 		// An earlier run's checkpoints (the job's name ran before)
 		// are no news of this one.
@@ -1126,10 +1132,37 @@ func lookNews(said *stateReport, seen map[int64]string, st control.JobStatus, cp
 			continue
 		}
 		seen[c.ID] = c.Status
-		printCheckpointLine(&b, c)
-		ended = append(ended, c)
+		if end := c.Triggered.Add(c.Duration); !at.IsZero() && !c.Triggered.IsZero() && !end.After(at) {
+			before = append(before, c)
+		} else {
+			after = append(after, c)
+		}
 	}
-	return b.String(), ended
+	var b strings.Builder
+	for _, c := range before {
+		printCheckpointLine(&b, c)
+	}
+	if line := said.news(st); line != "" {
+		fmt.Fprintln(&b, line)
+	}
+	for _, c := range after {
+		printCheckpointLine(&b, c)
+	}
+	return b.String(), append(before, after...)
+}
+
+// stateAt returns when what st's line says happened, on the coordinator's
+// clock: for a restarting or failed job whose reason is its latest
+// failure, that failure; else when the job's state was last set (zero:
+// not known).
+func stateAt(st control.JobStatus) time.Time {
+	at := st.Updated
+	f := st.Latest()
+	if f != nil && (st.State == control.JobRestarting || st.State == control.JobFailed) && strings.HasPrefix(st.Reason, f.Reason) &&
+		!f.Time.IsZero() && (at.IsZero() || f.Time.Before(at)) {
+		at = f.Time
+	}
+	return at
 }
 
 // stateReport is what weir run last said of the state of the job it
