@@ -600,23 +600,24 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 
 // rerunRemedy is trapRemedy for a job weir run started on an embedded
 // NATS: the job goes with the run, so it is run again. With a data
-// directory (-data) the job, its checkpoints and its input stay there,
-// and a job run again reads its streams from the start: one that
+// directory (-data: data.dir) the job, its checkpoints and its input stay
+// there, and a job run again reads its streams from the start: one that
 // completed a checkpoint would repeat the output committed with it, so it
-// is restored where weir up -data serves the directory (on weir up's
-// default port, which weir job's default -nats names); without one it is
-// run again, but with no -input where the run stored its input in a
-// stream (stored), which would hold it twice.
-func rerunRemedy(data string, stored bool) func(control.JobStatus) string {
+// is restored where weir up -data serves the directory (data: the port
+// weir up served it on last, else weir up's default, which weir job's
+// default -nats names); without one it is run again, but with no -input
+// where the run stored its input in a stream (stored), which would hold
+// it twice.
+func rerunRemedy(data dataServe, stored bool) func(control.JobStatus) string {
 	return func(st control.JobStatus) string {
 		switch {
-		case data != "" && st.LatestCheckpoint > 0:
-			return fmt.Sprintf("to go on: fix the operator, then, with weir up -data %s running, weir job restore %s -from %d -spec SPEC, "+
+		case data.dir != "" && st.LatestCheckpoint > 0:
+			return fmt.Sprintf("to go on: fix the operator, then, with %s running, weir job restore%s %s -from %d -spec SPEC, "+
 				"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)",
-				data, st.Name, st.LatestCheckpoint)
-		case data != "" && stored:
+				data.up, data.hint(), st.Name, st.LatestCheckpoint)
+		case data.dir != "" && stored:
 			return fmt.Sprintf("to go on: fix the operator and run the job again without -input: its stream in -data %s holds the input already, "+
-				"and -input would store it a second time", data)
+				"and -input would store it a second time", data.dir)
 		}
 		return "to go on: fix the operator and run the job again"
 	}

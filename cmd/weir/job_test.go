@@ -1004,27 +1004,51 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 // weir run's advice for a job whose operator traps on a record: run it
 // again, as the job goes with the run — but with -data, which keeps the
 // job, its checkpoints and its input streams, restore it from its latest
-// checkpoint where weir up -data serves the directory, or, with none, run
-// it again without the -input its stream holds already.
+// checkpoint where weir up -data serves the directory (on the port weir
+// up served it on last, with the -nats that reaches it), or, with none,
+// run it again without the -input its stream holds already.
 func TestRerunRemedy(t *testing.T) {
 	const again = "to go on: fix the operator and run the job again"
 	for _, c := range []struct {
-		data   string
+		data   dataServe
 		stored bool
 		latest int64
 		want   string
 	}{
-		{"", false, 0, again},
-		{"", true, 7, again},
-		{"d", false, 0, again},
-		{"d", true, 0, "to go on: fix the operator and run the job again without -input: its stream in -data d holds the input already, " +
+		{dataServe{}, false, 0, again},
+		{dataServe{}, true, 7, again},
+		{serveAt("d", ""), false, 0, again},
+		{serveAt("d", ""), true, 0, "to go on: fix the operator and run the job again without -input: its stream in -data d holds the input already, " +
 			"and -input would store it a second time"},
-		{"d", false, 7, "to go on: fix the operator, then, with weir up -data d running, weir job restore slow -from 7 -spec SPEC, " +
+		{serveAt("d", ""), false, 7, "to go on: fix the operator, then, with weir up -data d running, weir job restore slow -from 7 -spec SPEC, " +
+			"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)"},
+		{serveAt("d", "nats://127.0.0.1:5333"), false, 7, "to go on: fix the operator, then, with weir up -data d -port 5333 running, " +
+			"weir job restore -nats nats://127.0.0.1:5333 slow -from 7 -spec SPEC, " +
 			"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)"},
 	} {
 		st := control.JobStatus{Name: "slow", State: control.JobRestarting, LatestCheckpoint: c.latest}
 		if got := rerunRemedy(c.data, c.stored)(st); got != c.want {
-			t.Errorf("-data %q, input stored %v, checkpoint %d: said\n%q\nwant\n%q", c.data, c.stored, c.latest, got, c.want)
+			t.Errorf("-data %+v, input stored %v, checkpoint %d: said\n%q\nwant\n%q", c.data, c.stored, c.latest, got, c.want)
+		}
+	}
+}
+
+// Where weir up serves a data directory, from the URL it noted there: the
+// flags that put its server there, and the URL clients reach it on.
+func TestServeAt(t *testing.T) {
+	for _, c := range []struct {
+		url, up, client string
+	}{
+		{"", "weir up -data d", defaultNATS},
+		{"nats://127.0.0.1:4222", "weir up -data d", defaultNATS},
+		{"nats://127.0.0.1:5333", "weir up -data d -port 5333", "nats://127.0.0.1:5333"},
+		{"nats://0.0.0.0:4222", "weir up -data d -host 0.0.0.0", defaultNATS},
+		{"nats://[::]:5333", "weir up -data d -host :: -port 5333", "nats://127.0.0.1:5333"},
+		{"nats://10.1.2.3:5333", "weir up -data d -host 10.1.2.3 -port 5333", "nats://10.1.2.3:5333"},
+		{"not a url", "weir up -data d", defaultNATS},
+	} {
+		if got := serveAt("d", c.url); got.up != c.up || got.url != c.client {
+			t.Errorf("serveAt(%q) = %q, %q; want %q, %q", c.url, got.up, got.url, c.up, c.client)
 		}
 	}
 }
@@ -1058,7 +1082,7 @@ func TestRunSaysTroubleOnce(t *testing.T) {
 		}
 		return control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: n, FailuresInARow: n, RestartAttempts: 5, Failures: fs}
 	}
-	notes := statusNotes{remedy: rerunRemedy("", false)}
+	notes := statusNotes{remedy: rerunRemedy(dataServe{}, false)}
 	for i, c := range []struct {
 		st   control.JobStatus
 		want string // a regexp of all it says; "" for nothing

@@ -904,20 +904,26 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	}
 	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
 	if err != nil && embedded && o.data != "" && errors.Is(err, control.ErrConflict) {
-		// The data directory of a weir run that was killed resumed its
-		// job as this one started: the job is not this run's to submit.
-		// More input goes to it where it runs on: the NATS of weir up
-		// -data, on 127.0.0.1:4222 unless told otherwise — the nats
-		// CLI's default server — not this run's, which ends with it.
+		// The data directory of a weir run or weir up that was killed
+		// resumed its job as this one started: the job is not this
+		// run's to submit. More input goes to it where it runs on: the
+		// NATS of weir up -data, on the port weir up served the
+		// directory on last (servedBy) — not this run's, which ends
+		// with it.
+		sv := servedBy(o.data)
 		feed := ""
 		if len(o.inputs) > 0 && published == 0 {
 			if src, _ := inputSource(spec, o.inputs[0]); src != nil {
-				feed = "; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS " +
-					"(127.0.0.1:4222 unless weir up -port says otherwise): " + feedHint(*src, "")
+				feed = "; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: " +
+					feedHint(*src, sv.url)
 			}
 		}
-		return fmt.Errorf("%w (resumed from -data %s, where an earlier weir run left it: 'weir up -data %s' lets it run on, and weir job cancel or stop there ends it%s)",
-			err, o.data, o.data, feed)
+		there := "there"
+		if h := sv.hint(); h != "" {
+			there += " (" + strings.TrimSpace(h) + ")"
+		}
+		return fmt.Errorf("%w (resumed from -data %s, where it ran before: '%s' lets it run on, and weir job cancel or stop %s ends it%s)",
+			err, o.data, sv.up, there, feed)
 	}
 	if err != nil && len(o.inputs) > 0 && published == 0 && errors.Is(err, control.ErrConflict) {
 		// A job that runs, restored from a checkpoint say, is not this
@@ -944,7 +950,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 				stored = true
 			}
 		}
-		notes.remedy = rerunRemedy(o.data, stored)
+		notes.remedy = rerunRemedy(servedBy(o.data), stored)
 	}
 	stop := func() {
 		switch {

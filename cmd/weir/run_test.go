@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 	"github.com/weirhq/weir/transport/source"
 )
 
@@ -619,7 +621,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	var out, errb bytes.Buffer
 	code := run(ctx, []string{"run", "-data", data, "-for", "1s", "job.yaml"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := "(resumed from -data " + data + ", where an earlier weir run left it: 'weir up -data " + data + "' lets it run on"
+	want := "(resumed from -data " + data + ", where it ran before: 'weir up -data " + data + "' lets it run on, and weir job cancel or stop there ends it"
 	if code != 1 || !strings.Contains(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
 		t.Fatalf("weir run exited %d with %q, want 1 with one line holding %q\n%s", code, errb.String(), want, out.String())
 	}
@@ -633,11 +635,70 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	errb.Reset()
 	code = run(ctx, []string{"run", "-data", data, "-for", "1s", "-input", "more.txt", "job.yaml"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	feed := "ends it; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS " +
-		"(127.0.0.1:4222 unless weir up -port says otherwise): nats pub in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n"
+	feed := "ends it; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: " +
+		"nats pub -s nats://127.0.0.1:4222 in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n"
 	if code != 1 || !strings.Contains(errb.String(), want) || !strings.HasSuffix(errb.String(), feed) ||
 		strings.Count(errb.String(), "\n") != 1 || strings.Contains(out.String(), "published") {
 		t.Fatalf("weir run -input exited %d with %q, want 1 with one line holding %q and ending %q\n%s", code, errb.String(), want, feed, out.String())
+	}
+}
+
+// weir run -data on a directory that weir up -port P served names that
+// port in what it says to run: the job resumed there goes on where
+// 'weir up -data DIR -port P' serves it, and more input goes to its NATS
+// on P. It said 127.0.0.1:4222 "unless weir up -port says otherwise",
+// though weir up had said otherwise, and the nats pub it printed went to
+// 4222.
+func TestRunDataNamesThePortWeirUpServedItOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	data := t.TempDir()
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("job.yaml", []byte(`name: again
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("more.txt", []byte("a\t1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.ParseFile("job.yaml", jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// weir up -data DIR -port P, its job submitted, stopped (Ctrl-C)
+	// with the job running: the job is resumed where DIR is served next.
+	port := natsconntest.FreePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	up := &following{t: t, ctx: ctx, done: make(chan int, 1)}
+	uctx, stopUp := context.WithCancel(ctx)
+	defer stopUp()
+	go func() {
+		up.done <- run(uctx, []string{"up", "-data", data, "-port", strconv.Itoa(port)}, Stdio{In: strings.NewReader(""), Out: &up.out, Err: &up.errb})
+	}()
+	up.said("weir is up")
+	n, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, CheckpointStore: node.StoreJetStream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	stopUp()
+	if code := <-up.done; code != 0 {
+		t.Fatalf("weir up exited %d: %s", code, up.errb.String())
+	}
+
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "-data", data, "-for", "1s", "-input", "more.txt", "job.yaml"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := fmt.Sprintf("(resumed from -data %s, where it ran before: 'weir up -data %s -port %d' lets it run on, and weir job cancel or stop there (-nats %s) ends it; "+
+		"-input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: "+
+		"nats pub -s %s in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n", data, data, port, url, url)
+	if code != 1 || !strings.HasSuffix(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
+		t.Fatalf("weir run exited %d with %q, want 1 with one line ending %q\n%s", code, errb.String(), want, out.String())
 	}
 }
 

@@ -102,7 +102,9 @@ const upUsage = `[-data DIR] [-port N] [-workers N] [-slots N] [-worker-wait D] 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
 worker(s). DIR belongs to this process: a second weir up or weir run -data
-on it is refused. Other machines join with
+on it is refused. weir up notes its NATS URL in DIR/weir-up.url, so that
+weir run -data DIR names this port (and -host) in the commands it prints
+for the directory's jobs. Other machines join with
 'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 20000' (use
 -checkpoint-store jetstream then, so that every worker reaches the
 checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
@@ -209,6 +211,12 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	defer n.Close()
+	if !external {
+		// weir run -data on the directory names this port (servedBy).
+		if err := noteServed(abs, n.Server.ClientURL()); err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
+	}
 	where, on, submit := "data in "+abs, natsconn.Redact(n.URL()), natsconn.Redact(n.URL())
 	if external {
 		where = "no embedded server"

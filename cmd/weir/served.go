@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// servedFile is the file in a data directory where weir up notes the
+// client URL of the embedded NATS server it serves the directory on
+// ("nats://127.0.0.1:5333"). weir run -data, whose own server takes a free
+// port and goes with the run, names from it where weir up serves the
+// directory's jobs (servedBy): on the port weir up was given, not on the
+// default one.
+const servedFile = "weir-up.url"
+
+// noteServed writes servedFile in dir: weir up serves dir with its
+// embedded server on clientURL.
+func noteServed(dir, clientURL string) error {
+	if err := os.WriteFile(filepath.Join(dir, servedFile), []byte(clientURL+"\n"), 0o644); err != nil {
+		return fmt.Errorf("note the NATS URL in the data directory: %w", err)
+	}
+	return nil
+}
+
+// dataServe says where weir up serves a data directory's jobs: the
+// command that starts it so and the URL its NATS takes clients on.
+type dataServe struct {
+	dir string // the data directory; "": none (weir run without -data)
+	up  string // "weir up -data DIR -port 5333"
+	url string // "nats://127.0.0.1:5333"
+}
+
+// servedBy returns where weir up serves dir: where it did last, as it
+// noted in servedFile, else where weir up's defaults serve it. The zero
+// dataServe for dir "".
+func servedBy(dir string) dataServe {
+	if dir == "" {
+		return dataServe{}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, servedFile))
+	if err != nil {
+		return serveAt(dir, "")
+	}
+	return serveAt(dir, strings.TrimSpace(string(b)))
+}
+
+// serveAt returns where weir up serves dir with its embedded server on
+// clientURL ("": weir up's defaults, 127.0.0.1:4222): the host and port
+// flags that put it there, and the URL a client connects to (a server
+// listening on every address takes clients on 127.0.0.1).
+func serveAt(dir, clientURL string) dataServe {
+	d := dataServe{dir: dir, up: "weir up -data " + dir, url: defaultNATS}
+	u, err := url.Parse(clientURL)
+	if clientURL == "" || err != nil || u.Port() == "" {
+		return d
+	}
+	host, port := u.Hostname(), u.Port()
+	if host != "127.0.0.1" {
+		d.up += " -host " + host
+	}
+	if port != "4222" {
+		d.up += " -port " + port
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	d.url = u.Scheme + "://" + net.JoinHostPort(host, port)
+	return d
+}
+
+// hint is natsFlags.hint for d's server: the -nats a weir command needs to
+// reach it, "" for the default one.
+func (d dataServe) hint() string {
+	return (&natsFlags{url: d.url}).hint()
+}
