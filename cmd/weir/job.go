@@ -470,10 +470,16 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job cancel", err)
 		}
-		if st.State == control.JobCanceled && st.LatestCheckpoint > 0 {
+		switch {
+		case st.State == control.JobCanceled && st.LatestCheckpoint > 0:
 			fmt.Fprintf(std.Out, "job %s: %s; restore it from its latest checkpoint with: weir job restore%s %s -from %d\n",
 				st.Name, st.State, nf.hint(), st.Name, st.LatestCheckpoint)
-		} else {
+		case st.State == control.JobCanceled && st.StartedFrom != "":
+			// Restored from another job's checkpoint, it completed none
+			// of its own: that one is where it goes on.
+			fmt.Fprintf(std.Out, "job %s: %s; restore it from the checkpoint it started from with: weir job restore%s %s -from %s\n",
+				st.Name, st.State, nf.hint(), st.Name, st.StartedFrom)
+		default:
 			fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 		}
 	case "savepoint":

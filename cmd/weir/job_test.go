@@ -389,7 +389,8 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 // failovers restore — not that it has none: weir job status said "no
 // checkpoint completed to restore", and to submit it again, which would
 // lose the state it started with. Run as printed, with a fixed build, the
-// restore brings the job back from that checkpoint.
+// restore brings the job back from that checkpoint; weir job cancel of
+// it then names that checkpoint too, as it names a job's latest.
 func TestJobStatusTrapRemedyOfAJobStartedFromAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -454,7 +455,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	specFile := filepath.Join(t.TempDir(), "fixed.yaml")
 	if err := os.WriteFile(specFile, []byte("name: copy\nsources: [{name: in, kind: nats, subject: in}]\n"+
 		"operators: [{name: op, module: "+fixed+", inputs: [{from: in}]}]\n"+
-		"sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]\n"), 0o644); err != nil {
+		"sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]\ncheckpointing: {interval: 1h}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := append(strings.Fields(strings.TrimPrefix(line[1], "weir ")), "-spec", specFile)
@@ -465,6 +466,16 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	awaitState(t, ctx, n, "copy", control.JobRunning)
 	if st, err := n.API.Job(ctx, "copy"); err != nil || st.RestoredFrom != sp.ID {
 		t.Errorf("restored job: %+v, %v; want it restored from savepoint %d of orig", st, err, sp.ID)
+	}
+	// Canceled before a checkpoint of its own, it is told to restore
+	// from that one too.
+	out.Reset()
+	errb.Reset()
+	if code := run(ctx, []string{"job", "cancel", "-nats", url, "copy"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir job cancel: exit %d: %s", code, errb.String())
+	}
+	if want := fmt.Sprintf("job copy: canceled; restore it from the checkpoint it started from with: weir job restore -nats %s copy -from %s\n", url, from); out.String() != want {
+		t.Errorf("weir job cancel printed %q, want %q", out.String(), want)
 	}
 }
 
