@@ -42,9 +42,9 @@ func init() {
 const runUsage = `[flags] JOB.yaml
 
 Deploys the job and follows it: state changes and completed checkpoints, in
-the order they happened, and the records its sinks output; once each, what weir job status says of a job in
-trouble (checkpoints failing in a row and what to change, a restart loop, the
-bottleneck); at the end, how many. A JetStream sink's output is what its
+the order they happened, and the records its sinks output; once each, what
+weir job status says of a job in trouble (checkpoints failing in a row and
+what to change, a restart loop, the bottleneck); at the end, how many. A JetStream sink's output is what its
 stream stores, read from the stream as a consumer of it would: a commit that
 failed, or was published again after a recovery, is not output (once). A core
 NATS sink's is what it publishes. Without -nats it starts the embedded default — NATS

@@ -145,10 +145,10 @@ type Manager struct {
 	// without them (WorkerTasks).
 	stopped map[staleKey]bool
 	// removing holds the checkpoints being removed, each with what
-	// removes it (removerUser, removerFinish), and starting counts the submits and restores under way from each
-	// checkpoint: a job does not start from one being removed, nor is one
-	// removed that a job is starting from (which, once started, neededBy
-	// sees). Each request marks its checkpoint under mu and does its
+	// removes it (removerUser, removerFinish), and starting counts the
+	// submits and restores under way from each checkpoint: a job does not
+	// start from one being removed, nor is one removed that a job is
+	// starting from (which, once started, neededBy sees). Each request marks its checkpoint under mu and does its
 	// storage I/O after, so that a removal stuck in storage holds up no
 	// other job's submit or restore.
 	removing map[ckKey]string
