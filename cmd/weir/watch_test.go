@@ -97,7 +97,7 @@ func TestRunSumsUpOnceItHandledTheRecords(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Duplicates: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	proxy := newHoldingProxy(t, strings.TrimPrefix(nc.ConnectedUrl(), "nats://")) // nc is in-process: the server's port
+	proxy := newHoldingProxy(t, nc.ConnectedAddr())
 	wc, err := nats.Connect("nats://" + proxy.addr)
 	if err != nil {
 		t.Fatal(err)

@@ -9,10 +9,6 @@
 //	defer srv.Shutdown()
 //	nc, err := srv.Connect()
 //
-// Connect's clients reach the server in-process, through an in-memory
-// pipe rather than loopback TCP (less CPU per message), and follow it
-// across Restart; other processes connect to its port as to any server.
-//
 // Restarting on the same DataDir keeps every stream, consumer, KV bucket and
 // object store. JetStream's file store flushes to disk every SyncInterval
 // (the server default is two minutes): a power failure can lose writes that
@@ -25,7 +21,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -87,15 +82,7 @@ var ErrNotReady = errors.New("embedded nats-server not ready")
 // Server is a running embedded nats-server.
 type Server struct {
 	cfg Config
-	mu  sync.Mutex     // guards ns, which Restart replaces while clients reconnect
-	ns  *server.Server // the server running now (or stopped last)
-}
-
-// current returns the nats-server running now (or stopped last).
-func (s *Server) current() *server.Server {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ns
+	ns  *server.Server
 }
 
 // Start starts a server and waits until it accepts client connections and,
@@ -167,12 +154,12 @@ func Start(cfg Config) (*Server, error) {
 }
 
 // ClientURL is the nats:// URL clients connect to.
-func (s *Server) ClientURL() string { return s.current().ClientURL() }
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
 // Port is the client port the server listens on (the actual port when the
 // configured one was random).
 func (s *Server) Port() int {
-	if a, ok := s.current().Addr().(*net.TCPAddr); ok {
+	if a, ok := s.ns.Addr().(*net.TCPAddr); ok {
 		return a.Port
 	}
 	return s.cfg.Port
@@ -182,16 +169,12 @@ func (s *Server) Port() int {
 func (s *Server) DataDir() string { return s.cfg.DataDir }
 
 // NATSServer exposes the underlying nats-server for monitoring calls.
-// It is replaced by Restart.
-func (s *Server) NATSServer() *server.Server { return s.current() }
+func (s *Server) NATSServer() *server.Server { return s.ns }
 
-// Connect opens a client connection to the server, with extra options
-// appended to weir's defaults (a name and unlimited reconnects). It is
-// in-process (InProcessConn): no TCP on the way, and after Restart it
-// reconnects to the new server as a TCP client would to the port.
+// Connect opens a client connection over TCP to the server, with extra
+// options appended to weir's defaults (a name and unlimited reconnects).
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	all := append([]nats.Option{nats.Name("weir"), nats.MaxReconnects(-1), nats.InProcessServer(s)}, opts...)
-	// The URL is what the connection reports (ConnectedUrl); it is not dialed.
+	all := append([]nats.Option{nats.Name("weir"), nats.MaxReconnects(-1)}, opts...)
 	nc, err := nats.Connect(s.ClientURL(), all...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded nats-server %s: %w", s.ClientURL(), err)
@@ -199,16 +182,15 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// InProcessConn opens an in-memory connection to the server running now
-// (nats.InProcessConnProvider): a client given the Server with
-// nats.InProcessServer reconnects to whichever server Restart started.
-// It fails while the server is shut down.
-func (s *Server) InProcessConn() (net.Conn, error) {
-	c, err := s.current().InProcessConn()
+// ConnectInProcess opens a client connection that bypasses TCP (an
+// in-memory pipe). It cannot reconnect after Restart.
+func (s *Server) ConnectInProcess(opts ...nats.Option) (*nats.Conn, error) {
+	all := append([]nats.Option{nats.Name("weir"), nats.InProcessServer(s.ns)}, opts...)
+	nc, err := nats.Connect("", all...)
 	if err != nil {
-		return nil, fmt.Errorf("embedded nats-server: %w", err)
+		return nil, fmt.Errorf("in-process connect to embedded nats-server: %w", err)
 	}
-	return c, nil
+	return nc, nil
 }
 
 // Shutdown stops the server and waits until it has stopped. It is safe to
@@ -216,9 +198,8 @@ func (s *Server) InProcessConn() (net.Conn, error) {
 func (s *Server) Shutdown() {
 	// A server that stopped has no address: Restart finds the port here.
 	s.cfg.Port = s.Port()
-	ns := s.current()
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
 }
 
 // Restart shuts the server down (unless Shutdown did) and starts a new one
@@ -234,9 +215,7 @@ func (s *Server) Restart() error {
 		var ns *Server
 		ns, err = Start(cfg)
 		if err == nil {
-			s.mu.Lock()
 			s.ns = ns.ns
-			s.mu.Unlock()
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)

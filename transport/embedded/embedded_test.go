@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -77,7 +75,7 @@ func TestInProcessAndCoreOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	nc, err := srv.Connect()
+	nc, err := srv.ConnectInProcess()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,87 +91,6 @@ func TestInProcessAndCoreOnly(t *testing.T) {
 	if err != nil || string(m.Data) != "hi" {
 		t.Fatalf("got %v %v", m, err)
 	}
-}
-
-// TestConnectFollowsRestart: a client of Connect is in-process (no TCP
-// connection on the server's side) and, once the server restarts, is
-// connected to the new one, where its subscription gets messages again,
-// from this process and from a TCP client on the port alike.
-func TestConnectFollowsRestart(t *testing.T) {
-	srv, err := Start(Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	reconnected := make(chan struct{}, 1)
-	nc, err := srv.Connect(nats.ReconnectWait(20*time.Millisecond), nats.ReconnectHandler(func(*nats.Conn) {
-		select {
-		case reconnected <- struct{}{}:
-		default:
-		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	if got := nc.ConnectedUrl(); got != srv.ClientURL() {
-		t.Errorf("ConnectedUrl %q, want the server's %q", got, srv.ClientURL())
-	}
-	if ip := inProcessClients(t, srv); ip != 1 {
-		t.Fatalf("%d in-process clients, want 1", ip)
-	}
-	sub, err := nc.SubscribeSync("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := srv.NATSServer()
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	if srv.NATSServer() == old {
-		t.Fatal("Restart kept the old nats-server")
-	}
-	select {
-	case <-reconnected:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no reconnect to the restarted server in 30s")
-	}
-	if err := nc.Flush(); err != nil { // the subscription is on the new server
-		t.Fatal(err)
-	}
-	if ip := inProcessClients(t, srv); ip != 1 {
-		t.Fatalf("after the restart: %d in-process clients, want 1", ip)
-	}
-	tcp, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
-	for _, pub := range []*nats.Conn{nc, tcp} {
-		if err := pub.Publish("a", []byte("hi")); err != nil {
-			t.Fatal(err)
-		}
-		if m, err := sub.NextMsg(30 * time.Second); err != nil || string(m.Data) != "hi" {
-			t.Fatalf("after the restart: got %v, %v", m, err)
-		}
-	}
-}
-
-// inProcessClients counts the server's client connections that have no
-// TCP address (the in-process ones).
-func inProcessClients(t *testing.T, srv *Server) int {
-	t.Helper()
-	cz, err := srv.NATSServer().Connz(&server.ConnzOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, c := range cz.Conns {
-		if c.Port == 0 {
-			n++
-		}
-	}
-	return n
 }
 
 func TestMissingDataDir(t *testing.T) {
