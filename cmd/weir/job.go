@@ -529,7 +529,9 @@ func progress(ctx context.Context, api *control.APIClient, w io.Writer, job, for
 
 // printJobs prints one line per job. CHECKPOINT is the job's latest
 // completed checkpoint (control.JobStatus.LatestCheckpoint: a restored
-// job's counts the one it started from), "-" when it has none. REASON
+// job's counts the one it started from), for a job started from another
+// job's checkpoint that completed none of its own that one as OTHER/ID
+// (what a failover restores), "-" when it has none. REASON
 // says why the job is in its state now (none while it runs); LAST FAILURE
 // is its newest failure, when and in which attempt, or "-": its reason
 // only where REASON does not already give it (a restarting or failed
@@ -539,8 +541,11 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tCHECKPOINT\tSINCE\tREASON\tLAST FAILURE")
 	for _, j := range jobs {
 		cp := "-"
-		if j.LatestCheckpoint > 0 {
+		switch {
+		case j.LatestCheckpoint > 0:
 			cp = strconv.FormatInt(j.LatestCheckpoint, 10)
+		case j.StartedFrom != "":
+			cp = j.StartedFrom
 		}
 		reason := j.Reason
 		if j.State == control.JobRunning {

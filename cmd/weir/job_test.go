@@ -597,14 +597,20 @@ func TestEndedJobHasNothingToCancel(t *testing.T) {
 }
 
 // weir job ls shows a dash for a job without a checkpoint, not a
-// checkpoint 0 that does not exist.
+// checkpoint 0 that does not exist, and for a job started from another
+// job's checkpoint that completed none of its own, that one (what a
+// failover restores), until it completes one.
 func TestJobListCheckpointColumn(t *testing.T) {
 	var b bytes.Buffer
 	printJobs(&b, []control.JobStatus{{Name: "none", State: control.JobRunning, Attempt: 1},
-		{Name: "some", State: control.JobFailed, Attempt: 2, LatestCheckpoint: 27}})
+		{Name: "some", State: control.JobFailed, Attempt: 2, LatestCheckpoint: 27},
+		{Name: "other", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12"},
+		{Name: "own", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12", LatestCheckpoint: 3}})
 	lines := strings.Split(b.String(), "\n")
-	if len(lines) != 4 || !regexp.MustCompile(`^none +running +1 +0 +- `).MatchString(lines[1]) ||
-		!regexp.MustCompile(`^some +failed +2 +0 +27 `).MatchString(lines[2]) {
+	if len(lines) != 6 || !regexp.MustCompile(`^none +running +1 +0 +- `).MatchString(lines[1]) ||
+		!regexp.MustCompile(`^some +failed +2 +0 +27 `).MatchString(lines[2]) ||
+		!regexp.MustCompile(`^other +running +1 +0 +orig/12 `).MatchString(lines[3]) ||
+		!regexp.MustCompile(`^own +running +1 +0 +3 `).MatchString(lines[4]) {
 		t.Errorf("weir job ls printed:\n%s", b.String())
 	}
 }
