@@ -115,7 +115,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		}
 		n, err = node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: logger(std, o.verbose)})
 		if err != nil {
-			return err
+			return inUseHint(err, o.data)
 		}
 		fmt.Fprintf(std.Out, "embedded NATS on %s, coordinator and worker in this process\n", n.Server.ClientURL())
 	} else {

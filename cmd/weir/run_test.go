@@ -678,6 +678,17 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		up.done <- run(uctx, []string{"up", "-data", data, "-port", strconv.Itoa(port)}, Stdio{In: strings.NewReader(""), Out: &up.out, Err: &up.errb})
 	}()
 	up.said("weir is up")
+	// While weir up holds the directory, weir run -data and a second weir
+	// up on it are refused, naming where the first serves its jobs.
+	for _, args := range [][]string{{"run", "-data", data, "job.yaml"}, {"up", "-data", data, "-port", "0"}} {
+		var out, errb bytes.Buffer
+		code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		want := fmt.Sprintf("; if it is weir up -data %s -port %d, reach its jobs on %s: weir job ls -nats %s\n", data, port, url, url)
+		if code != 1 || !strings.Contains(errb.String(), "is in use by another weir process") || !strings.HasSuffix(errb.String(), want) ||
+			strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("weir %s while weir up holds the directory: exit %d, stderr %q; want one line ending %q", args[0], code, errb.String(), want)
+		}
+	}
 	n, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: url}, CheckpointStore: node.StoreJetStream})
 	if err != nil {
 		t.Fatal(err)

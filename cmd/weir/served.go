@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/weirhq/weir/cmd/weir/internal/node"
 )
 
 // servedFile is the file in a data directory where weir up notes the
@@ -76,4 +79,16 @@ func serveAt(dir, clientURL string) dataServe {
 // reach it, "" for the default one.
 func (d dataServe) hint() string {
 	return (&natsFlags{url: d.url}).hint()
+}
+
+// inUseHint adds to err, when it says that another weir process holds the
+// data directory dir (node.ErrDataDirInUse), where the jobs of a weir up
+// on dir are reached: the process holding it is most often one, started
+// on the URL it noted (servedBy). Other errors are returned as they are.
+func inUseHint(err error, dir string) error {
+	if dir == "" || !errors.Is(err, node.ErrDataDirInUse) {
+		return err
+	}
+	d := servedBy(dir)
+	return fmt.Errorf("%w; if it is %s, reach its jobs on %s: weir job ls%s", err, d.up, d.url, d.hint())
 }

@@ -199,6 +199,9 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	n, err := node.Start(ctx, opts)
 	if err != nil {
+		if errors.Is(err, node.ErrDataDirInUse) {
+			return inUseHint(err, abs)
+		}
 		if hint := replicasHint(err, *replicas); hint != "" {
 			return fmt.Errorf("%s: %w", hint, err)
 		}

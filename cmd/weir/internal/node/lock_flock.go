@@ -35,7 +35,7 @@ func lockDataDir(dir string) (unlock func(), err error) {
 			if pid := string(bytes.TrimSpace(owner)); pid != "" {
 				who += " (pid " + pid + ")"
 			}
-			return nil, fmt.Errorf("data directory %s is in use by %s", dir, who)
+			return nil, fmt.Errorf("data directory %s is in use by %s: %w", dir, who, ErrDataDirInUse)
 		}
 		return nil, fmt.Errorf("lock data directory %s: %w", dir, err)
 	}

@@ -33,6 +33,11 @@ import (
 	"github.com/weirhq/weir/transport/storage"
 )
 
+// ErrDataDirInUse is wrapped by the error of a Start whose data directory
+// another weir process holds (weir up, weir run -data, a worker): one
+// directory serves one process at a time.
+var ErrDataDirInUse = errors.New("one weir process per data directory")
+
 // Store kinds for checkpoint storage.
 const (
 	// StoreDir keeps checkpoints in DataDir/checkpoints: one machine only.
