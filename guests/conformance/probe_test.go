@@ -343,35 +343,43 @@ func TestStateAfterKeyedState(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
 	const (
-		sdk = "weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)"
-		c   = "weir: weir_state_write after weir_keyed_state_begin: the keyed layout is the whole snapshot (write every entry with weir_keyed_state_put, nothing with weir_state_write)"
+		sdkAfter = "weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)"
+		cAfter   = "weir: weir_state_write after weir_keyed_state_begin: the keyed layout is the whole snapshot (write every entry with weir_keyed_state_put, nothing with weir_state_write)"
 	)
-	for _, g := range []struct{ name, want string }{
-		{"go", sdk}, {"rust", sdk}, {"assemblyscript", sdk}, {"c", c}, {"c-freestanding", c},
-	} {
+	// configs: each config of the operators, and the message the snapshot
+	// fails with in C and in the other SDKs.
+	configs := []struct{ config, sdk, c string }{
+		{"state-after-keyed", sdkAfter, cAfter},
+		{"keyed-put-after-state", sdkAfter, cAfter},
+	}
+	for _, name := range []string{"go", "rust", "assemblyscript", "c", "c-freestanding"} {
 		var code []byte
-		if g.name == "go" {
+		if name == "go" {
 			code = guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest")
 		} else {
 			var err error
-			if code, err = os.ReadFile(probes[g.name]); err != nil {
+			if code, err = os.ReadFile(probes[name]); err != nil {
 				t.Fatalf("%v (run guests/build.sh)", err)
 			}
 		}
-		m, err := e.Load(ctx, g.name+"-probe", code, wasm.Limits{})
+		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, config := range []string{"state-after-keyed", "keyed-put-after-state"} {
-			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte(config), Outputs: 2})
+		for _, c := range configs {
+			want := c.sdk
+			if name == "c" || name == "c-freestanding" {
+				want = c.c
+			}
+			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte(c.config), Outputs: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
 			err = inst.Snapshot(ctx, io.Discard)
 			var oe *wasm.OperatorError
-			if !errors.As(err, &oe) || oe.Export != abi.ExportSnapshot || oe.Message != g.want ||
-				!strings.HasPrefix(err.Error(), "operator "+g.name+"-probe: "+abi.ExportSnapshot+": ") {
-				t.Errorf("%s %s: snapshot error %v, want an operator error from %s of %s-probe with message %q", g.name, config, err, abi.ExportSnapshot, g.name, g.want)
+			if !errors.As(err, &oe) || oe.Export != abi.ExportSnapshot || oe.Message != want ||
+				!strings.HasPrefix(err.Error(), "operator "+name+"-probe: "+abi.ExportSnapshot+": ") {
+				t.Errorf("%s %s: snapshot error %v, want an operator error from %s of %s-probe with message %q", name, c.config, err, abi.ExportSnapshot, name, want)
 			}
 			inst.Close(ctx)
 		}
