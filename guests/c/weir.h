@@ -586,10 +586,14 @@ static inline int weir_state_read_bytes(weir_bytes *out) {
 #define WEIR_KEYED_MAGIC "WKS1"
 
 /* weir_keyed_state_begin starts a keyed state: it writes WEIR_KEYED_MAGIC to
- * the snapshot (only in the snapshot callback, before anything else: the
- * keyed layout is the whole state, so it fails after other state, and so
- * does the snapshot; after it, so does weir_state_write). */
+ * the snapshot (only in the snapshot callback, once, before anything else:
+ * the keyed layout is the whole state, so it fails after other state or a
+ * begin before it, and so does the snapshot; after it, so does
+ * weir_state_write). */
 static inline int weir_keyed_state_begin(void) {
+    if (weir__rt.snap_keyed)
+        return weir__keyed_misuse("weir: a second weir_keyed_state_begin in one snapshot: the keyed layout is the "
+                                  "whole snapshot (begin it once and put every entry after it)");
     if (weir__rt.snap_wrote)
         return weir__keyed_misuse("weir: weir_keyed_state_begin after other state: the keyed layout is the "
                                   "whole snapshot (begin it first, with no version byte before it)");

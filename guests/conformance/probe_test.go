@@ -337,20 +337,27 @@ func TestKeyedStateMisuse(t *testing.T) {
 // SDK fails the snapshot instead, saying what to do, also when the
 // operator ignores the errors and its snapshot returns success, as the
 // probes' and Go's sdktest's "state-after-keyed" (k=v, then a byte) and
-// "keyed-put-after-state" (k=v, a byte, k2=v2) do. The operator's name
-// leads the error, as the host puts it.
+// "keyed-put-after-state" (k=v, a byte, k2=v2) do. So does a second keyed
+// state writer in one snapshot ("two-keyed-writers": k=v with one, k2=v2
+// with another, as a loop making a writer per key does), with a message of
+// its own: it once got the message for a keyed state after other state,
+// which pointed at a version byte the operator never wrote. The
+// operator's name leads the error, as the host puts it.
 func TestStateAfterKeyedState(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
 	const (
 		sdkAfter = "weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)"
 		cAfter   = "weir: weir_state_write after weir_keyed_state_begin: the keyed layout is the whole snapshot (write every entry with weir_keyed_state_put, nothing with weir_state_write)"
+		sdkTwice = "weir: a second KeyedStateWriter in one snapshot: the keyed layout is the whole snapshot (make one and put every entry with it)"
+		cTwice   = "weir: a second weir_keyed_state_begin in one snapshot: the keyed layout is the whole snapshot (begin it once and put every entry after it)"
 	)
 	// configs: each config of the operators, and the message the snapshot
 	// fails with in C and in the other SDKs.
 	configs := []struct{ config, sdk, c string }{
 		{"state-after-keyed", sdkAfter, cAfter},
 		{"keyed-put-after-state", sdkAfter, cAfter},
+		{"two-keyed-writers", sdkTwice, cTwice},
 	}
 	for _, name := range []string{"go", "rust", "assemblyscript", "c", "c-freestanding"} {
 		var code []byte

@@ -30,6 +30,10 @@
 //     "keyed-put-after-state" it puts k2=v2 after that byte: the SDK fails
 //     either, saying what to do, though snapshot ignores the errors and
 //     returns null;
+//   - with the config "two-keyed-writers" the snapshot puts k=v with a
+//     KeyedStateWriter and k2=v2 with a second one: the SDK fails it,
+//     saying what to do, though snapshot ignores the errors and returns
+//     null;
 //   - with the config "keyed-strings" the snapshot is keyed state put with
 //     putString: "ключ" = "värde €", then "plain" = "" (UTF-8); restore reads
 //     them back with utf8String and fails with "probe: bad state" if they
@@ -58,6 +62,8 @@ class Probe extends Operator {
   /** 1 writes a byte after the keyed state's entry, 2 another entry after
    * that byte (the config). */
   stateAfterKeyed: i32 = 0;
+  /** The snapshot puts each entry with a KeyedStateWriter of its own. */
+  twoKeyedWriters: bool = false;
   /** Restore's count of the keyed-strings entries read back. */
   read: i32 = 0;
 
@@ -66,6 +72,7 @@ class Probe extends Operator {
     this.keyedAfterState = c == "keyed-begin-after-state";
     this.keyedStrings = c == "keyed-strings";
     this.stateAfterKeyed = c == "state-after-keyed" ? 1 : c == "keyed-put-after-state" ? 2 : 0;
+    this.twoKeyedWriters = c == "two-keyed-writers";
     return null;
   }
 
@@ -91,6 +98,11 @@ class Probe extends Operator {
   }
 
   snapshot(w: StateWriter): string | null {
+    if (this.twoKeyedWriters) {
+      new KeyedStateWriter(w).putString("k", "v");
+      new KeyedStateWriter(w).putString("k2", "v2");
+      return null; // w.error ignored: the snapshot fails all the same
+    }
     if (this.stateAfterKeyed != 0) {
       const kw = new KeyedStateWriter(w);
       kw.putString("k", "v");

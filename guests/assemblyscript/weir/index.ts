@@ -340,6 +340,10 @@ function slotGrow(s: usize, more: i32): usize {
  * on it, as the other SDKs say it. */
 const ERR_STATE_AFTER_KEYED = "weir: other state after KeyedStateWriter: the keyed layout is the whole snapshot (write every entry with the KeyedStateWriter, nothing with the StateWriter itself)";
 
+/** The error of a KeyedStateWriter made on a StateWriter that has one
+ * already, as the other SDKs say it. */
+const ERR_SECOND_KEYED_WRITER = "weir: a second KeyedStateWriter in one snapshot: the keyed layout is the whole snapshot (make one and put every entry with it)";
+
 /** Streams a snapshot to the host in CHUNK_SIZE chunks. After a failure
  * every write is ignored and error says why. */
 export class StateWriter {
@@ -353,6 +357,11 @@ export class StateWriter {
   /** Whether anything was written yet. */
   get started(): bool {
     return this.len > 0 || this.flushed;
+  }
+
+  /** Whether a KeyedStateWriter started on this writer. */
+  get keyedStarted(): bool {
+    return this.keyed;
   }
 
   /** Appends len bytes at ptr to the state stream. After a KeyedStateWriter
@@ -558,10 +567,13 @@ export class StateReader {
 export class KeyedStateWriter {
   /** Starts a keyed state on w: writes the magic. Write nothing else to w,
    * before or after: the keyed layout is the whole state, so after other
-   * state (a version byte) it fails the snapshot, and so does w.write after
-   * it. */
+   * state (a version byte) or another KeyedStateWriter on w it fails the
+   * snapshot, and so does w.write after it. */
   constructor(private w: StateWriter) {
-    if (w.started) {
+    if (w.keyedStarted) {
+      // A second magic among the first writer's entries.
+      if (w.error === null) w.error = ERR_SECOND_KEYED_WRITER;
+    } else if (w.started) {
       // Every later write is ignored once error is set.
       if (w.error === null)
         w.error = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)";

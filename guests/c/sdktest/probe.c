@@ -29,7 +29,11 @@
  *     state and then writes a byte with weir_state_write_u8, and with
  *     "keyed-put-after-state" it puts k2=v2 after that byte: the SDK fails
  *     either, saying what to do, though the snapshot ignores the errors and
- *     returns WEIR_OK. */
+ *     returns WEIR_OK;
+ *   - with the config "two-keyed-writers" the snapshot begins a keyed state
+ *     and puts k=v, then begins another and puts k2=v2: the SDK fails it,
+ *     saying what to do, though the snapshot ignores the errors and returns
+ *     WEIR_OK. */
 #include "../weir.h"
 
 static int is(weir_bytes b, const char *s) {
@@ -39,8 +43,9 @@ static int is(weir_bytes b, const char *s) {
 
 /* keyed_mistake: 1 puts a keyed entry without begin, 2 begins after a
  * version byte, 3 writes a byte after a keyed entry, 4 also puts an entry
- * after that byte (the config); keyed_ignored: the snapshot ignores the
- * error (the config ends in "-ignored"; always for 3 and 4). */
+ * after that byte, 5 begins twice, an entry after each begin (the config);
+ * keyed_ignored: the snapshot ignores the error (the config ends in
+ * "-ignored"; always for 3, 4 and 5). */
 static int keyed_mistake, keyed_ignored;
 
 static int init(weir_bytes config) {
@@ -54,6 +59,7 @@ static int init(weir_bytes config) {
                     : is(config, "keyed-begin-after-state") ? 2
                     : is(config, "state-after-keyed")       ? 3
                     : is(config, "keyed-put-after-state")   ? 4
+                    : is(config, "two-keyed-writers")       ? 5
                                                             : 0;
     return WEIR_OK;
 }
@@ -94,6 +100,14 @@ static int checkpoint_complete(int64_t id) {
 }
 
 static int snapshot(void) {
+    if (keyed_mistake == 5) {
+        (void)weir_keyed_state_begin();
+        (void)weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v"));
+        (void)weir_keyed_state_begin();
+        (void)weir_keyed_state_put(weir_bytes_of("k2"), weir_bytes_of("v2"));
+        (void)weir_keyed_state_end();
+        return WEIR_OK;
+    }
     if (keyed_mistake >= 3) {
         (void)weir_keyed_state_begin();
         (void)weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v"));

@@ -32,17 +32,24 @@ type KeyedStateWriter struct {
 
 // NewKeyedStateWriter starts a keyed state on w. The keyed layout is the
 // whole state: after anything else written to w (a version byte), Put and
-// Close fail with errKeyedAfterState, and so does the snapshot, also when
-// Snapshot ignores their error and returns nil; so does anything written
-// to w itself after it (w.Write fails).
+// Close fail with errKeyedAfterState, and after another KeyedStateWriter
+// on w with errSecondKeyedWriter; so does the snapshot, also when Snapshot
+// ignores their error and returns nil. So does anything written to w
+// itself after it (w.Write fails).
 func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
 	k := &KeyedStateWriter{w: w}
-	if w.started {
+	switch {
+	case w.keyed:
+		// A second magic among the first writer's entries.
+		k.err = errSecondKeyedWriter
+	case w.started:
 		k.err = errKeyedAfterState
+	}
+	if k.err != nil {
 		// Sticky: the state written so far is not in the keyed layout
 		// the operator meant, and would fail only its first restore.
 		if w.err == nil {
-			w.err = errKeyedAfterState
+			w.err = k.err
 		}
 		return k
 	}
@@ -52,6 +59,8 @@ func NewKeyedStateWriter(w *StateWriter) *KeyedStateWriter {
 }
 
 var errKeyedAfterState = errors.New("weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)")
+
+var errSecondKeyedWriter = errors.New("weir: a second KeyedStateWriter in one snapshot: the keyed layout is the whole snapshot (make one and put every entry with it)")
 
 // Put writes the entry for key (abi.AppendKeyedEntry's layout: the header
 // of a batch record with timestamp 0, the key, the value) to the state.

@@ -26,7 +26,11 @@
 //!     state and then writes a byte to the StateWriter itself, and with
 //!     "keyed-put-after-state" it puts k2=v2 after that byte: the SDK fails
 //!     either, saying what to do, though snapshot ignores the errors and
-//!     returns Ok.
+//!     returns Ok;
+//!   - with the config "two-keyed-writers" the snapshot puts k=v with a
+//!     KeyedStateWriter and k2=v2 with a second one (as a loop making one
+//!     per key does): the SDK fails it, saying what to do, though snapshot
+//!     ignores the errors and returns Ok.
 
 use weir::{Batch, Emitter, KeyedStateWriter, Operator, Result, StateReader, StateWriter};
 
@@ -38,6 +42,8 @@ struct Probe {
     /// 1 writes a byte after the keyed state's entry, 2 another entry
     /// after that byte (the config).
     state_after_keyed: u8,
+    /// The snapshot puts each entry with a KeyedStateWriter of its own.
+    two_keyed_writers: bool,
 }
 
 impl Operator for Probe {
@@ -53,6 +59,7 @@ impl Operator for Probe {
             b"keyed-put-after-state" => 2,
             _ => 0,
         };
+        self.two_keyed_writers = config == b"two-keyed-writers";
         Ok(())
     }
 
@@ -85,6 +92,15 @@ impl Operator for Probe {
     }
 
     fn snapshot(&mut self, w: &mut StateWriter) -> Result {
+        if self.two_keyed_writers {
+            let entries: [(&[u8], &[u8]); 2] = [(b"k", b"v"), (b"k2", b"v2")];
+            for (key, value) in entries {
+                if let Ok(mut kw) = KeyedStateWriter::new(w) {
+                    let _ = kw.put(key, value);
+                }
+            }
+            return Ok(());
+        }
         if self.state_after_keyed != 0 {
             if let Ok(mut kw) = KeyedStateWriter::new(w) {
                 let _ = kw.put(b"k", b"v");

@@ -719,10 +719,16 @@ pub struct KeyedStateWriter<'w, 'a> {
 impl<'w, 'a> KeyedStateWriter<'w, 'a> {
     /// Starts a keyed state on `w` by writing the magic; with no entries
     /// put, the state is just the magic. The keyed layout is the whole
-    /// state: after anything else written to `w` (a version byte) it fails,
-    /// and so does the snapshot, also when `snapshot` drops the error (as
-    /// `KeyedStateWriter::new(w).ok()` does) and returns `Ok`.
+    /// state: after anything else written to `w` (a version byte), or
+    /// after another `KeyedStateWriter` on `w` (one made per key in a
+    /// loop), it fails, and so does the snapshot, also when `snapshot`
+    /// drops the error (as `KeyedStateWriter::new(w).ok()` does) and
+    /// returns `Ok`.
     pub fn new(w: &'w mut StateWriter<'a>) -> io::Result<Self> {
+        if w.keyed {
+            // Sticky: a second magic among the first writer's entries.
+            return Err(w.fail(io::ErrorKind::Other, ERR_SECOND_KEYED_WRITER.to_string()));
+        }
         if w.flushed || !w.buf.is_empty() {
             // Sticky: the state written so far is not in the keyed layout
             // the operator meant, and would fail only its first restore.
@@ -758,6 +764,10 @@ impl<'w, 'a> KeyedStateWriter<'w, 'a> {
 /// The error of [`KeyedStateWriter::new`] after other state, as the other
 /// SDKs say it.
 const ERR_KEYED_AFTER_STATE: &str = "weir: KeyedStateWriter after other state: the keyed layout is the whole snapshot (create it first, with no version byte before it)";
+
+/// The error of [`KeyedStateWriter::new`] after another on the same
+/// [`StateWriter`], as the other SDKs say it.
+const ERR_SECOND_KEYED_WRITER: &str = "weir: a second KeyedStateWriter in one snapshot: the keyed layout is the whole snapshot (make one and put every entry with it)";
 
 /// The error of a write to the [`StateWriter`] itself after a
 /// [`KeyedStateWriter`] started, as the other SDKs say it.

@@ -24,6 +24,8 @@
 //	keyed-put-after-state  Snapshot puts k=v in a keyed state, writes a
 //	        byte to the StateWriter, then puts k2=v2; it ignores the errors
 //	        and returns nil
+//	two-keyed-writers  Snapshot puts k=v with a KeyedStateWriter, then
+//	        k2=v2 with a second one; it ignores the errors and returns nil
 //	(other) pass records through
 package main
 
@@ -144,6 +146,11 @@ func (o *op) Snapshot(w *weir.StateWriter) error {
 			kw.Put([]byte("k2"), []byte("v2"))
 		}
 		kw.Close()
+		return nil
+	}
+	if o.mode == "two-keyed-writers" {
+		weir.NewKeyedStateWriter(w).Put([]byte("k"), []byte("v"))
+		weir.NewKeyedStateWriter(w).Put([]byte("k2"), []byte("v2"))
 		return nil
 	}
 	if o.mode == "keyedlate-ignored" {
