@@ -125,7 +125,8 @@ type JobStatus struct {
 	// row (restart.attempts; 0 with strategy none): failure
 	// RestartAttempts+1 fails the job. A job restarting in a loop — a
 	// record that makes an operator trap is read again after every
-	// restore — shows how close it is to failing.
+	// restore — shows how close it is to failing. The job's record keeps
+	// the count: a coordinator restart does not start the row again.
 	FailuresInARow  int `json:"failures_in_a_row,omitempty"`
 	RestartAttempts int `json:"restart_attempts,omitempty"`
 	// Checkpoints counts the checkpoints of the job's run since this

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +128,56 @@ func TestStatusSaysTheCheckpointMode(t *testing.T) {
 		if st.CheckpointMode != c.mode || st.AlignedTimeout != c.aligned {
 			t.Errorf("%s: status says mode %q, aligned-timeout %s; want %q, %s", c.name, st.CheckpointMode, st.AlignedTimeout, c.mode, c.aligned)
 		}
+	}
+}
+
+// The failures in a row outlive a coordinator restart: the job's record
+// keeps them, so a job restarting in a loop is not given its
+// restart.attempts again by a restart of the coordinator (weir up), and
+// fails once they run out, counting the failures before the restart.
+func TestFailuresInARowOutliveACoordinatorRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	defer func() { stop() }()
+	w1 := e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	fail := func(attempt int) {
+		t.Helper()
+		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		fail(attempt)
+		waitFor(t, ctx, e, "loop", "the next attempt", func(st control.JobStatus) bool {
+			return st.Attempt == attempt+1 && st.State == control.JobRunning
+		})
+	}
+	stop()
+	stop = startManager()
+	st := waitFor(t, ctx, e, "loop", "running again", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > 3
+	})
+	if st.FailuresInARow != 2 {
+		t.Fatalf("after the coordinator restart: %d failures in a row, want 2", st.FailuresInARow)
+	}
+	fail(st.Attempt)
+	st = waitFor(t, ctx, e, "loop", "the next attempt", func(s control.JobStatus) bool {
+		return s.Attempt > st.Attempt && s.State == control.JobRunning
+	})
+	if st.FailuresInARow != 3 {
+		t.Errorf("after the third failure: %d failures in a row, want 3", st.FailuresInARow)
+	}
+	fail(st.Attempt)
+	st = waitFor(t, ctx, e, "loop", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
+	if want := "(after 3 restart attempts)"; !strings.HasSuffix(st.Reason, want) {
+		t.Errorf("reason %q, want it to end %q", st.Reason, want)
 	}
 }

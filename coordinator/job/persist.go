@@ -52,6 +52,11 @@ type record struct {
 	// from a canceled one after a coordinator restart. Records written
 	// before it was kept have none (0).
 	StoppedWithSavepoint int64 `json:"stopped_with_savepoint,omitempty"`
+	// FailuresInARow is the status's (job.consecutive): a coordinator
+	// restart does not give a job restarting in a loop its
+	// restart.attempts again. Records written before it was kept have
+	// none (0).
+	FailuresInARow int `json:"failures_in_a_row,omitempty"`
 	// Failures are the status's failure history.
 	Failures []control.Failure `json:"failures,omitempty"`
 	// Skipped are the status's attempts that were not started.
@@ -122,7 +127,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Replacements: j.st.Replacements, Resumes: j.st.Resumes, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules}
+		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
@@ -357,6 +362,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Submitted = rec.Submitted
 	j.st.Failures = rec.Failures
 	j.st.Skipped = rec.Skipped
+	j.consecutive = rec.FailuresInARow
 	// The slots its attempt was placed in stay its own until it is placed
 	// again: its tasks may still run there (a crashed coordinator stopped
 	// none), and a job submitted before it is placed must not take them.
