@@ -49,6 +49,16 @@ type RunnerOptions struct {
 	// Default: Catalog.Remove, a checkpoint gone meanwhile counting as
 	// finished.
 	FinishRemoval func(ctx context.Context, id int64) (int, error)
+	// Claim, if set, is asked before each discard whether checkpoint id
+	// may be deleted now, and returns done, called once the discard
+	// ended: while it runs, the caller starts no job from the checkpoint.
+	// An error wrapping ErrBeingRemoved drops the discard (another
+	// request deletes the checkpoint); any other keeps the checkpoint for
+	// now (a job is being started from it, or restores it on a failover),
+	// and its discard is tried again with the next discards and as Run
+	// ends, when one refused still is left stored and logged. Default:
+	// every discard goes ahead.
+	Claim func(id int64) (done func(), err error)
 }
 
 // ErrSavepointFailed is wrapped by Savepoint when the savepoint was aborted.
@@ -130,6 +140,12 @@ type Runner struct {
 	// each (finishRemovals).
 	removals map[int64]int
 	finish   func(ctx context.Context, id int64) (int, error)
+
+	// Of the discarder's goroutine alone: the discards that Claim
+	// refused for now, tried again with the next ones and as Run ends,
+	// and Claim itself.
+	held  []DiscardAction
+	claim func(id int64) (done func(), err error)
 }
 
 // failedDiscard is a discard that failed, and how often it was tried.
@@ -187,7 +203,7 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 	}
 	r := &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), now: opts.Now, log: opts.Log,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{},
-		dkick: make(chan struct{}, 1), removals: map[int64]int{}, finish: opts.FinishRemoval}
+		dkick: make(chan struct{}, 1), removals: map[int64]int{}, finish: opts.FinishRemoval, claim: opts.Claim}
 	if r.finish == nil {
 		r.finish = func(ctx context.Context, id int64) (int, error) {
 			n, err := cat.Remove(ctx, m.job, id)
@@ -578,27 +594,31 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 		if sw.due && !r.leftUndone(ending, 0) {
 			r.sweepLeftovers(ctx, sw)
 		}
-		// Those that failed before, with the new ones (or as the
-		// runner ends): the store may answer again.
-		retry := []failedDiscard(nil)
+		// Those that failed before, and those Claim refused, with the
+		// new ones (or as the runner ends): the store may answer again,
+		// and the checkpoint may be needed no more.
+		retry, held := []failedDiscard(nil), []DiscardAction(nil)
 		if len(acts) > 0 || ending {
 			retry, r.failed = r.failed, nil
+			held, r.held = r.held, nil
+		}
+		for i, a := range held {
+			if r.leftUndone(ending, len(held)-i) {
+				break
+			}
+			r.claimed(ctx, a, 1, ending)
 		}
 		for i, f := range retry {
 			if r.leftUndone(ending, len(retry)-i) {
 				break
 			}
-			if err := r.discard(ctx, f.a); err != nil {
-				r.discardFailed(f.a, f.tries+1, ending, err)
-			}
+			r.claimed(ctx, f.a, f.tries+1, ending)
 		}
 		for i, a := range acts {
 			if r.leftUndone(ending, len(acts)-i) {
 				break
 			}
-			if err := r.discard(ctx, a); err != nil {
-				r.discardFailed(a, 1, ending, err)
-			}
+			r.claimed(ctx, a, 1, ending)
 		}
 		if len(acts) > 0 && !ending {
 			r.finishRemovals(ctx)
@@ -614,7 +634,7 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 			left := len(r.discards)
 			job := r.m.job
 			r.mu.Unlock()
-			if left == 0 && len(r.failed) > 0 {
+			if left == 0 && len(r.failed)+len(r.held) > 0 {
 				continue // tried once more, as the runner ends
 			}
 			if left == 0 {
@@ -639,6 +659,37 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 				return
 			}
 		}
+	}
+}
+
+// claimed carries out discard a, tried tries times with this one, if
+// Claim lets it: one that another request removes is dropped, one
+// refused for now is held (tried again with the next discards) or, as
+// the runner ends, left stored with a log line saying why and what
+// removes it. A discard that fails is discardFailed's.
+func (r *Runner) claimed(ctx context.Context, a DiscardAction, tries int, ending bool) {
+	if r.claim != nil {
+		done, err := r.claim(a.ID)
+		switch {
+		case errors.Is(err, ErrBeingRemoved):
+			return // the other request deletes it, or notes it cut short
+		case err != nil && ending:
+			r.mu.Lock()
+			job := r.m.job
+			r.mu.Unlock()
+			r.log.Warn(fmt.Sprintf("checkpoint kept past retention: weir checkpoint rm %s %d removes it once nothing needs it", job, a.ID),
+				"checkpoint", a.ID, "why", err)
+			return
+		case err != nil:
+			if !slices.ContainsFunc(r.held, func(h DiscardAction) bool { return h.ID == a.ID }) {
+				r.held = append(r.held, a)
+			}
+			return
+		}
+		defer done()
+	}
+	if err := r.discard(ctx, a); err != nil {
+		r.discardFailed(a, tries, ending, err)
 	}
 }
 
