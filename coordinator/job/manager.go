@@ -145,7 +145,8 @@ type Manager struct {
 	// without them (WorkerTasks).
 	stopped map[staleKey]bool
 	// removing holds the checkpoints being removed, each with what
-	// removes it (removerUser, removerFinish), and starting counts the
+	// removes it (removerUser, removerFinish, and removerRetention: a
+	// job's runner discarding it, claimDiscard), and starting counts the
 	// submits and restores under way from each checkpoint: a job does not
 	// start from one being removed, nor is one removed that a job is
 	// starting from (which, once started, neededBy sees). Each request marks its checkpoint under mu and does its
@@ -584,7 +585,16 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 // not removed, until done is called — once the job is in m.jobs, where
 // neededBy finds it, or did not start. A checkpoint being removed is
 // refused (control.ErrConflict), saying what removes it: the job would
-// start from one half gone.
+// start from one half gone. That includes one its job's retention is
+// discarding (claimDiscard), which deletes the metadata first and the
+// snapshots after: a restore that read the metadata just before would
+// deploy tasks whose snapshot reads fail, and restore it again on every
+// failover. Nor is it only a running job's retention: the job's runner
+// goes on with the discards queued as it ends after the job's state is
+// terminal, when a restore of the job itself is allowed; and another job
+// may start from the checkpoint of one that runs. The other way round,
+// retention keeps a checkpoint a job is starting from, or restores on a
+// failover (claimDiscard, neededBy), until it is needed no more.
 func (m *Manager) startFrom(k ckKey) (done func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -72,6 +72,13 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 	// the removal deletes it; a submit or restore from it under way
 	// refuses the removal, and a job started from it is neededBy's.
 	j, done, err := m.removeFrom(ckKey{job: name, id: id}, removerUser)
+	if errors.Is(err, errDiscarding) {
+		// Its run dropped it (failed, or past the retained ones), and its
+		// runner is deleting it: so the removal says, as once it is gone.
+		if j, jerr := m.job(name); jerr == nil {
+			return control.RemovedCheckpoint{}, m.noSuchCheckpoint(ctx, j, id)
+		}
+	}
 	if err != nil {
 		return control.RemovedCheckpoint{}, err
 	}
@@ -217,18 +224,64 @@ func (m *Manager) finishRemovals(ctx context.Context, j *job) {
 }
 
 // What removes a checkpoint, as a restore refused meanwhile says it
-// (startFrom): a user's request (weir checkpoint rm, or rm -earlier), or
-// the coordinator finishing a removal cut short (finishRemoval: as it
-// starts, or as retention goes on).
+// (startFrom): a user's request (weir checkpoint rm, or rm -earlier), the
+// coordinator finishing a removal cut short (finishRemoval: as it
+// starts, or as retention goes on), or the job's retention discarding it
+// (claimDiscard).
 const (
-	removerUser   = "weir checkpoint rm"
-	removerFinish = "the coordinator finishes a removal of it that was cut short"
+	removerUser      = "weir checkpoint rm"
+	removerFinish    = "the coordinator finishes a removal of it that was cut short"
+	removerRetention = "the job's retention discards it, as checkpointing.retained keeps only the newest"
 )
+
+// claimDiscard is the claim of a discard of checkpoint id of job name by
+// its run's checkpoint runner (checkpoint.RunnerOptions.Claim), which
+// deletes it in the background — retention dropping an old completed
+// checkpoint, or what a failed one wrote — even after the job ended, as
+// its runner ends. Like a removal (removeFrom) it marks the checkpoint
+// as being removed until done is called, so a submit or restore from it
+// meanwhile is refused (startFrom) rather than deployed with snapshots
+// that are being deleted; and it refuses one a submit or restore is
+// starting from, or that a job that has not ended restores on a failover
+// (neededBy: one started from it, of another name or a new run of this
+// one), which the runner keeps and tries again later. One that another
+// request removes is refused with checkpoint.ErrBeingRemoved: that one
+// deletes it.
+func (m *Manager) claimDiscard(name string, id int64) (done func(), err error) {
+	k := ckKey{job: name, id: id}
+	m.mu.Lock()
+	switch {
+	case m.starting[k] > 0:
+		m.mu.Unlock()
+		return nil, fmt.Errorf("checkpoint %d of job %s: a job is being started from it (a submit or restore under way)", id, name)
+	case m.removing[k] != "":
+		m.mu.Unlock()
+		return nil, fmt.Errorf("checkpoint %d of job %s: %w", id, name, checkpoint.ErrBeingRemoved)
+	}
+	m.removing[k] = removerRetention
+	m.mu.Unlock()
+	done = func() {
+		m.mu.Lock()
+		delete(m.removing, k)
+		m.mu.Unlock()
+	}
+	if why := m.neededBy(name, id); why != "" {
+		done()
+		return nil, fmt.Errorf("checkpoint %d of job %s: %s", id, name, why)
+	}
+	return done, nil
+}
+
+// errDiscarding is wrapped by removeFrom's refusal of a checkpoint that a
+// job's runner is discarding (claimDiscard).
+var errDiscarding = errors.New("its job's runner is discarding it")
 
 // removeFrom notes that checkpoint k is being removed by by (removerUser,
 // removerFinish), until done is called, and returns the job of its name.
 // A checkpoint that a submit or restore is starting a job from is refused
-// (control.ErrConflict), as is one another request is removing.
+// (control.ErrConflict), as is one another request is removing (wrapping
+// checkpoint.ErrBeingRemoved; errDiscarding too when that is a runner's
+// discard).
 func (m *Manager) removeFrom(k ckKey, by string) (j *job, done func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -236,6 +289,9 @@ func (m *Manager) removeFrom(k ckKey, by string) (j *job, done func(), err error
 		return nil, nil, control.Errorf(control.ErrNotFound, "no job %q", k.job)
 	}
 	switch {
+	case m.removing[k] == removerRetention:
+		return nil, nil, control.Errorf(control.ErrConflict,
+			"cannot remove checkpoint %d of job %s: %w: %w", k.id, k.job, errDiscarding, checkpoint.ErrBeingRemoved)
 	case m.starting[k] > 0:
 		return nil, nil, control.Errorf(control.ErrConflict,
 			"cannot remove checkpoint %d of job %s: a job is being started from it (a submit or restore under way)", k.id, k.job)
