@@ -974,7 +974,9 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            Only the completed ones can be restored; discarded ones
                            were deleted past checkpointing.retained (one a job that
                            runs was started from, once that job needs it no more:
-                           it completed one of its own, or ended); "removing" ones
+                           it completed one of its own, or ended; until then it is
+                           listed completed, "kept past checkpointing.retained");
+                           "removing" ones
                            are partly removed (a weir checkpoint rm was cut short):
                            never restored; the job's retention while it runs, the
                            coordinator as it starts, or weir checkpoint rm again

@@ -1089,6 +1089,13 @@ func (m *Manager) Checkpoints(ctx context.Context, name string) ([]control.Check
 		return nil, err
 	}
 	hist := j.runner.History()
+	if kept := m.keptFor(name); len(kept) > 0 {
+		for i, h := range hist {
+			if why := kept[h.ID]; why != "" && h.Status == control.CheckpointDiscarded && h.Reason != checkpoint.ReasonRemoved {
+				hist[i].Status, hist[i].Reason = control.CheckpointCompleted, why
+			}
+		}
+	}
 	stored := j.storedCheckpoints(ctx, hist)
 	if len(stored) == 0 {
 		return hist, nil

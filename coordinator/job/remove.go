@@ -272,6 +272,42 @@ func (m *Manager) claimDiscard(name string, id int64) (done func(), err error) {
 	return done, nil
 }
 
+// keptFor returns the checkpoints of job name that its retention keeps
+// although they are past checkpointing.retained (claimDiscard refuses
+// their discards), each with why: another job that has not ended started
+// from it and restores it on a failover until it completes a checkpoint
+// of its own (neededBy's case for another name). weir checkpoint ls lists
+// them as completed, with that reason, not as discarded.
+func (m *Manager) keptFor(name string) map[int64]string {
+	m.mu.Lock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		jobs = append(jobs, j)
+	}
+	m.mu.Unlock()
+	var kept map[int64]string
+	for _, k := range jobs {
+		if k.spec.Name == name {
+			continue
+		}
+		k.mu.Lock()
+		in := k.initial
+		k.mu.Unlock()
+		if in == nil || in.Job != name {
+			continue
+		}
+		st := k.status()
+		if st.State.Terminal() || k.runner.Latest() > 0 {
+			continue
+		}
+		if kept == nil {
+			kept = map[int64]string{}
+		}
+		kept[in.ID] = fmt.Sprintf("kept past checkpointing.retained: job %s started from it and restores it on a failover until it completes a checkpoint of its own", k.spec.Name)
+	}
+	return kept
+}
+
 // errDiscarding is wrapped by removeFrom's refusal of a checkpoint that a
 // job's runner is discarding (claimDiscard).
 var errDiscarding = errors.New("its job's runner is discarding it")

@@ -168,6 +168,24 @@ func TestRetentionKeepsACheckpointAnotherJobStartedFrom(t *testing.T) {
 	if !stored(n) {
 		t.Fatalf("src/%d, which copy started from and restores on a failover, was discarded by the retention of src", n)
 	}
+	// weir checkpoint ls src lists it as what it is: stored, restorable,
+	// and why it outlives the retained ones.
+	listed := func() control.CheckpointInfo {
+		t.Helper()
+		cps, err := e.api.Checkpoints(ctx, "src")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cps {
+			if c.ID == n {
+				return c
+			}
+		}
+		return control.CheckpointInfo{}
+	}
+	if c := listed(); c.Status != control.CheckpointCompleted || !strings.Contains(c.Reason, "kept past checkpointing.retained: job copy started from it") {
+		t.Errorf("while copy needs it, weir checkpoint ls src lists %d as %q (%s); want completed, kept for copy", n, c.Status, c.Reason)
+	}
 	if err := w.client.Failed(ctx, control.TaskRef{Job: "copy", Attempt: st.Attempt, Task: "in-0"}, "boom"); err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +205,9 @@ func TestRetentionKeepsACheckpointAnotherJobStartedFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	discardedPast("once copy ended")
+	if c := listed(); c.Status == control.CheckpointCompleted {
+		t.Errorf("once copy ended, weir checkpoint ls src lists %d as completed (%s)", n, c.Reason)
+	}
 	for stored(n) {
 		select {
 		case <-ctx.Done():
