@@ -615,6 +615,24 @@ func TestRunReportsStateChanges(t *testing.T) {
 	}
 }
 
+// A job submitted again numbers its attempts on from its earlier runs
+// and lists their failures: its first attempt was not restarted after the
+// last run's failure, and weir run does not say it was; a restart within
+// the run is said as always.
+func TestRunSaysNoRestartForAJobSubmittedAgain(t *testing.T) {
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	trap := control.Failure{Time: at, Attempt: 3, Reason: "task op-0 failed: trap (the earlier run's)"}
+	boom := control.Failure{Time: at.Add(time.Minute), Attempt: 4, Reason: "task op-0 failed: boom"}
+	said := stateReport{state: control.JobCreated, attempt: 3, runFrom: 3} // as weir run's submit saw it
+	if got := said.news(control.JobStatus{Name: "again", State: control.JobRunning, Attempt: 4, Failures: []control.Failure{trap}, LastFailure: &trap}); got != "job again: running (attempt 4)" {
+		t.Errorf("first attempt of the run: %q", got)
+	}
+	if got := said.news(control.JobStatus{Name: "again", State: control.JobRunning, Attempt: 5, Restarts: 1,
+		Failures: []control.Failure{boom, trap}, LastFailure: &boom}); got != "job again: running (attempt 5), restarted after: task op-0 failed: boom" {
+		t.Errorf("a restart within the run: %q", got)
+	}
+}
+
 // weir run prints what it learns of its job in the order it happened:
 // a look at the job (its status, then its checkpoints) can find it failed
 // and a checkpoint that completed before the failure, both new, and weir
