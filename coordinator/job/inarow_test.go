@@ -181,3 +181,36 @@ func TestFailuresInARowOutliveACoordinatorRestart(t *testing.T) {
 		t.Errorf("reason %q, want it to end %q", st.Reason, want)
 	}
 }
+
+// A coordinator restarted while a job waits out its restart delay keeps
+// the failure that made it wait: the count went up after the record was
+// written with the restarting state, so the restarted coordinator read
+// one failure fewer and gave the loop an extra restart.
+func TestFailuresInARowKeepTheFailureARestartDelayFollows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	defer func() { stop() }()
+	w1 := e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 1h, attempts: 3}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: 1, Task: "count-1"}, "trap in weir_process"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "loop", "restarting after its first failure", func(st control.JobStatus) bool {
+		return st.State == control.JobRestarting && st.FailuresInARow == 1
+	})
+	stop()
+	stop = startManager()
+	st := waitFor(t, ctx, e, "loop", "resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > 1
+	})
+	if st.FailuresInARow != 1 {
+		t.Errorf("resumed during the restart delay: %d failures in a row, want 1", st.FailuresInARow)
+	}
+}

@@ -555,14 +555,16 @@ func (j *job) run() {
 			j.setState(control.JobFailed, reason+" (not restarted: it would fail the same way again)")
 			return
 		}
-		// Fail over.
-		j.setState(control.JobRestarting, reason)
-		j.runner.Stop(reason)
-		j.stopTasks(reason)
+		// Fail over. The failure counts before the restarting state is
+		// recorded, so that a coordinator restarted during the restart
+		// delay resumes the job with it in its failures in a row.
 		j.mu.Lock()
 		j.consecutive++
 		n := j.consecutive
 		j.mu.Unlock()
+		j.setState(control.JobRestarting, reason)
+		j.runner.Stop(reason)
+		j.stopTasks(reason)
 		if why := j.giveUp(n); why != "" {
 			j.setState(control.JobFailed, reason+" ("+why+")")
 			return
