@@ -214,3 +214,53 @@ func TestFailuresInARowKeepTheFailureARestartDelayFollows(t *testing.T) {
 		t.Errorf("resumed during the restart delay: %d failures in a row, want 1", st.FailuresInARow)
 	}
 }
+
+// A completed checkpoint that ends the failures in a row ends them in the
+// job's record too: a coordinator restarted after it resumed the job with
+// the failures before it, and the next single failure failed the job as
+// if restart.attempts had run out.
+func TestFailuresInARowEndedByACheckpointStayEndedAfterARestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	defer func() { stop() }()
+	w1 := e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 2}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	for attempt := 1; attempt <= 2; attempt++ {
+		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, e, "loop", "the next attempt", func(st control.JobStatus) bool {
+			return st.Attempt == attempt+1 && st.State == control.JobRunning
+		})
+	}
+	if _, err := e.api.Savepoint(ctx, "loop"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.api.Job(ctx, "loop"); err != nil || st.FailuresInARow != 0 {
+		t.Fatalf("after a savepoint: %d failures in a row (%v), want 0", st.FailuresInARow, err)
+	}
+	stop()
+	stop = startManager()
+	st := waitFor(t, ctx, e, "loop", "resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > 3
+	})
+	if st.FailuresInARow != 0 {
+		t.Errorf("resumed after the savepoint: %d failures in a row, want 0", st.FailuresInARow)
+	}
+	if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: st.Attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "loop", "restarted or failed", func(s control.JobStatus) bool {
+		return s.State == control.JobFailed || (s.Attempt > st.Attempt && s.State == control.JobRunning)
+	})
+	if st.State == control.JobFailed {
+		t.Errorf("one failure after the savepoint failed the job: %s", st.Reason)
+	}
+}

@@ -1320,7 +1320,9 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 // timeout, and the next completion is what their output waits for.
 func (j *job) Notify(ctx context.Context, id int64) {
 	j.mu.Lock()
+	ended := false // a row of failures, which the record keeps
 	if j.progressed(id) {
+		ended = j.consecutive > 0
 		j.consecutive = 0
 	}
 	for c := range j.ackedAt {
@@ -1343,6 +1345,12 @@ func (j *job) Notify(ctx context.Context, id int64) {
 			j.runner.Untold(id, tasks[w])
 		}
 	})
+	if ended {
+		// After the sinks were told, not to delay their commits: a
+		// coordinator restarted from here on resumes the job with no
+		// failures in a row, not the ones this checkpoint ended.
+		j.persist()
+	}
 }
 
 // progressed reports whether completed checkpoint id of the running
