@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -21,12 +22,30 @@ import (
 const servedFile = "weir-up.url"
 
 // noteServed writes servedFile in dir: weir up serves dir with its
-// embedded server on clientURL.
+// embedded server on clientURL. The file is a hint for weir run -data's
+// advice, no reason for weir up not to serve: an error says on which file
+// and what weir run -data cannot name then, for weir up to print.
 func noteServed(dir, clientURL string) error {
-	if err := os.WriteFile(filepath.Join(dir, servedFile), []byte(clientURL+"\n"), 0o644); err != nil {
-		return fmt.Errorf("note the NATS URL in the data directory: %w", err)
+	file := filepath.Join(dir, servedFile)
+	if err := os.WriteFile(file, []byte(clientURL+"\n"), 0o644); err != nil {
+		port := clientURL
+		if u, perr := url.Parse(clientURL); perr == nil && u.Port() != "" {
+			port = u.Port()
+		}
+		return fmt.Errorf("note the NATS URL in %s: %w; weir run -data %s cannot name port %s in its advice: remove or fix that file",
+			file, unwrapPath(err), dir, port)
 	}
 	return nil
+}
+
+// unwrapPath returns the cause of a *fs.PathError, whose path the caller
+// names already, else err.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // dataServe says where weir up serves a data directory's jobs: the

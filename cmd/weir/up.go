@@ -104,7 +104,8 @@ under DIR; atomic batches of up to 20000 messages), the coordinator and
 worker(s). DIR belongs to this process: a second weir up or weir run -data
 on it is refused. weir up notes its NATS URL in DIR/weir-up.url, so that
 weir run -data DIR names this port (and -host) in the commands it prints
-for the directory's jobs. Other machines join with
+for the directory's jobs (one that cannot be written is said, and weir up
+serves on). Other machines join with
 'weir worker -nats nats://THIS-HOST:PORT -atomic-batch 20000' (use
 -checkpoint-store jetstream then, so that every worker reaches the
 checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
@@ -215,9 +216,10 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	defer n.Close()
 	if !external {
-		// weir run -data on the directory names this port (servedBy).
+		// weir run -data on the directory names this port (servedBy):
+		// a hint, whose loss is said, not a reason to stop.
 		if err := noteServed(abs, n.Server.ClientURL()); err != nil {
-			return fmt.Errorf("up: %w", err)
+			fmt.Fprintf(std.Err, "weir up: %v\n", err)
 		}
 	}
 	where, on, submit := "data in "+abs, natsconn.Redact(n.URL()), natsconn.Redact(n.URL())

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -272,5 +274,36 @@ func TestUpOnATakenPortSuggestsNATS(t *testing.T) {
 	want := fmt.Sprintf("weir: port %d is in use (a NATS server already? run on it with -nats nats://127.0.0.1:%d; else give -port): ", port, port)
 	if code != 1 || !strings.HasPrefix(errb.String(), want) {
 		t.Errorf("exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
+	}
+}
+
+// weir up serves its data directory even when it cannot note its NATS URL
+// there (DIR/weir-up.url, which only weir run -data's advice reads): it
+// says so on one line, naming the file, and runs. It exited 1 after
+// starting everything, for want of a hint.
+func TestUpServesWhenItCannotNoteItsURL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data := t.TempDir()
+	file := filepath.Join(data, servedFile)
+	if err := os.Mkdir(file, 0o755); err != nil { // no file can be written there
+		t.Fatal(err)
+	}
+	port := natsconntest.FreePort(t)
+	upCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	out, done := &upOutput{}, make(chan int, 1)
+	go func() {
+		done <- run(upCtx, []string{"up", "-data", data, "-port", strconv.Itoa(port)}, Stdio{In: strings.NewReader(""), Out: &out.out, Err: &out.errb})
+	}()
+	out.await(t, ctx, done, "weir is up: NATS on ")
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("weir up exited %d: %s", code, out.errb.String())
+	}
+	warn := regexp.MustCompile(`(?m)^weir up: note the NATS URL in ` + regexp.QuoteMeta(file) + `: .*; weir run -data ` +
+		regexp.QuoteMeta(data) + ` cannot name port \d+ in its advice: remove or fix that file\n`)
+	if !warn.MatchString(out.errb.String()) {
+		t.Errorf("weir up said nothing of the file it could not write:\n%s", out.errb.String())
 	}
 }
