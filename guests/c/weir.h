@@ -447,10 +447,11 @@ static inline int weir__keyed_misuse(const char *msg) {
 }
 
 /* weir__state_append appends n bytes to the snapshot: weir_state_write's,
- * and the keyed state's. */
+ * and the keyed state's. No bytes are no state written: a keyed state may
+ * still begin after them, as in the other SDKs. */
 static inline int weir__state_append(const void *p, size_t n) {
     const uint8_t *s = p;
-    weir__rt.snap_wrote = 1;
+    if (n) weir__rt.snap_wrote = 1;
     while (n > 0) {
         uint32_t room = weir__rt.chunk.cap - weir__rt.chunk.len;
         uint32_t c = n < room ? (uint32_t)n : room;

@@ -393,6 +393,43 @@ func TestStateAfterKeyedState(t *testing.T) {
 	}
 }
 
+// TestEmptyWritesAroundKeyedState: writing no bytes to the state writer
+// before or after a keyed state is no other state, in every SDK: the
+// snapshot is the keyed state alone. C counted a weir_state_write of 0
+// bytes before weir_keyed_state_begin as state written, and refused the
+// begin, where the other SDKs take it.
+func TestEmptyWritesAroundKeyedState(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	want := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("k"), []byte("v"))
+	for _, name := range []string{"go", "rust", "assemblyscript", "c", "c-freestanding"} {
+		var code []byte
+		if name == "go" {
+			code = guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest")
+		} else {
+			var err error
+			if code, err = os.ReadFile(probes[name]); err != nil {
+				t.Fatalf("%v (run guests/build.sh)", err)
+			}
+		}
+		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte("empty-writes-around-keyed"), Outputs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var snap bytes.Buffer
+		if err := inst.Snapshot(ctx, &snap); err != nil {
+			t.Errorf("%s: snapshot: %v", name, err)
+		} else if !bytes.Equal(snap.Bytes(), want) {
+			t.Errorf("%s: snapshot %q, want %q", name, snap.Bytes(), want)
+		}
+		inst.Close(ctx)
+	}
+}
+
 // TestAssemblyScriptPutString: KeyedStateWriter.putString writes a key
 // and value given as strings in UTF-8, the bytes the other SDKs write for
 // the same strings (Go's Put([]byte(s), ...), Rust's put(s.as_bytes(),

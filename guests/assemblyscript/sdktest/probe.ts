@@ -34,6 +34,9 @@
 //     KeyedStateWriter and k2=v2 with a second one: the SDK fails it,
 //     saying what to do, though snapshot ignores the errors and returns
 //     null;
+//   - with the config "empty-writes-around-keyed" the snapshot writes no
+//     bytes to the StateWriter, puts k=v in a keyed state, and writes no
+//     bytes again: a correct keyed state, which the SDK takes;
 //   - with the config "keyed-strings" the snapshot is keyed state put with
 //     putString: "ключ" = "värde €", then "plain" = "" (UTF-8); restore reads
 //     them back with utf8String and fails with "probe: bad state" if they
@@ -64,6 +67,8 @@ class Probe extends Operator {
   stateAfterKeyed: i32 = 0;
   /** The snapshot puts each entry with a KeyedStateWriter of its own. */
   twoKeyedWriters: bool = false;
+  /** The snapshot writes no bytes before and after its keyed state. */
+  emptyWrites: bool = false;
   /** Restore's count of the keyed-strings entries read back. */
   read: i32 = 0;
 
@@ -73,6 +78,7 @@ class Probe extends Operator {
     this.keyedStrings = c == "keyed-strings";
     this.stateAfterKeyed = c == "state-after-keyed" ? 1 : c == "keyed-put-after-state" ? 2 : 0;
     this.twoKeyedWriters = c == "two-keyed-writers";
+    this.emptyWrites = c == "empty-writes-around-keyed";
     return null;
   }
 
@@ -98,6 +104,12 @@ class Probe extends Operator {
   }
 
   snapshot(w: StateWriter): string | null {
+    if (this.emptyWrites) {
+      w.write(0, 0);
+      new KeyedStateWriter(w).putString("k", "v");
+      w.write(0, 0);
+      return w.error;
+    }
     if (this.twoKeyedWriters) {
       new KeyedStateWriter(w).putString("k", "v");
       new KeyedStateWriter(w).putString("k2", "v2");

@@ -33,7 +33,10 @@
  *   - with the config "two-keyed-writers" the snapshot begins a keyed state
  *     and puts k=v, then begins another and puts k2=v2: the SDK fails it,
  *     saying what to do, though the snapshot ignores the errors and returns
- *     WEIR_OK. */
+ *     WEIR_OK;
+ *   - with the config "empty-writes-around-keyed" the snapshot writes no
+ *     bytes with weir_state_write, puts k=v in a keyed state, and writes no
+ *     bytes again: a correct keyed state, which the SDK takes. */
 #include "../weir.h"
 
 static int is(weir_bytes b, const char *s) {
@@ -46,7 +49,7 @@ static int is(weir_bytes b, const char *s) {
  * after that byte, 5 begins twice, an entry after each begin (the config);
  * keyed_ignored: the snapshot ignores the error (the config ends in
  * "-ignored"; always for 3, 4 and 5). */
-static int keyed_mistake, keyed_ignored;
+static int keyed_mistake, keyed_ignored, empty_writes;
 
 static int init(weir_bytes config) {
     static const char ignored[] = "-ignored";
@@ -55,6 +58,7 @@ static int init(weir_bytes config) {
         keyed_ignored = 1;
         config.len -= n;
     }
+    empty_writes = is(config, "empty-writes-around-keyed");
     keyed_mistake = is(config, "keyed-put-without-begin")   ? 1
                     : is(config, "keyed-begin-after-state") ? 2
                     : is(config, "state-after-keyed")       ? 3
@@ -100,6 +104,12 @@ static int checkpoint_complete(int64_t id) {
 }
 
 static int snapshot(void) {
+    if (empty_writes) {
+        if (weir_state_write("", 0) || weir_keyed_state_begin() ||
+            weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v")) || weir_state_write("", 0))
+            return WEIR_ERR;
+        return weir_keyed_state_end();
+    }
     if (keyed_mistake == 5) {
         (void)weir_keyed_state_begin();
         (void)weir_keyed_state_put(weir_bytes_of("k"), weir_bytes_of("v"));

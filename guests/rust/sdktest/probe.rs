@@ -30,7 +30,10 @@
 //!   - with the config "two-keyed-writers" the snapshot puts k=v with a
 //!     KeyedStateWriter and k2=v2 with a second one (as a loop making one
 //!     per key does): the SDK fails it, saying what to do, though snapshot
-//!     ignores the errors and returns Ok.
+//!     ignores the errors and returns Ok;
+//!   - with the config "empty-writes-around-keyed" the snapshot writes no
+//!     bytes to the StateWriter, puts k=v in a keyed state, and writes no
+//!     bytes again: a correct keyed state, which the SDK takes.
 
 use weir::{Batch, Emitter, KeyedStateWriter, Operator, Result, StateReader, StateWriter};
 
@@ -44,6 +47,8 @@ struct Probe {
     state_after_keyed: u8,
     /// The snapshot puts each entry with a KeyedStateWriter of its own.
     two_keyed_writers: bool,
+    /// The snapshot writes no bytes before and after its keyed state.
+    empty_writes: bool,
 }
 
 impl Operator for Probe {
@@ -60,6 +65,7 @@ impl Operator for Probe {
             _ => 0,
         };
         self.two_keyed_writers = config == b"two-keyed-writers";
+        self.empty_writes = config == b"empty-writes-around-keyed";
         Ok(())
     }
 
@@ -92,6 +98,12 @@ impl Operator for Probe {
     }
 
     fn snapshot(&mut self, w: &mut StateWriter) -> Result {
+        if self.empty_writes {
+            std::io::Write::write_all(w, &[])?;
+            KeyedStateWriter::new(w)?.put(b"k", b"v")?;
+            std::io::Write::write_all(w, &[])?;
+            return Ok(());
+        }
         if self.two_keyed_writers {
             let entries: [(&[u8], &[u8]); 2] = [(b"k", b"v"), (b"k2", b"v2")];
             for (key, value) in entries {

@@ -26,6 +26,9 @@
 //	        and returns nil
 //	two-keyed-writers  Snapshot puts k=v with a KeyedStateWriter, then
 //	        k2=v2 with a second one; it ignores the errors and returns nil
+//	empty-writes-around-keyed  Snapshot writes no bytes to the StateWriter,
+//	        puts k=v in a keyed state, writes no bytes again: a correct
+//	        keyed state
 //	(other) pass records through
 package main
 
@@ -147,6 +150,19 @@ func (o *op) Snapshot(w *weir.StateWriter) error {
 		}
 		kw.Close()
 		return nil
+	}
+	if o.mode == "empty-writes-around-keyed" {
+		if _, err := w.Write(nil); err != nil {
+			return err
+		}
+		kw := weir.NewKeyedStateWriter(w)
+		if err := kw.Put([]byte("k"), []byte("v")); err != nil {
+			return err
+		}
+		if _, err := w.Write(nil); err != nil {
+			return err
+		}
+		return kw.Close()
 	}
 	if o.mode == "two-keyed-writers" {
 		weir.NewKeyedStateWriter(w).Put([]byte("k"), []byte("v"))
