@@ -264,3 +264,40 @@ func TestFailuresInARowEndedByACheckpointStayEndedAfterARestart(t *testing.T) {
 		t.Errorf("one failure after the savepoint failed the job: %s", st.Reason)
 	}
 }
+
+// A job that failed once its restart.attempts ran out keeps its failures
+// in a row through a coordinator restart too: weir job status says by them
+// that they all failed the same way and how to go on (for an operator that
+// traps on a record, restore with a fixed build), and said nothing of it
+// once the coordinator had restarted.
+func TestFailuresInARowOfAFailedJobOutliveACoordinatorRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	defer func() { stop() }()
+	w1 := e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool {
+			return st.Attempt == attempt && st.State == control.JobRunning
+		})
+		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, e, "loop", "failed", func(st control.JobStatus) bool { return st.State == control.JobFailed })
+	stop()
+	stop = startManager()
+	st, err := e.api.Job(ctx, "loop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != control.JobFailed || st.FailuresInARow != 2 {
+		t.Errorf("after the coordinator restart: %s with %d failures in a row, want failed with 2", st.State, st.FailuresInARow)
+	}
+}

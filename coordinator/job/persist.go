@@ -430,7 +430,10 @@ func (j *job) cancelUnresumed() (st control.JobStatus, ok bool) {
 func terminalJob(m *Manager, rec record) *job {
 	ctx, cancel := context.WithCancel(m.ctx)
 	cancel()
+	// consecutive: the failures in a row it ended with, by which weir job
+	// status says how a job that failed in a loop goes on.
 	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved, recordMu: new(sync.Mutex),
+		consecutive: rec.FailuresInARow,
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
