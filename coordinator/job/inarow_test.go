@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -138,30 +139,17 @@ func TestStatusSaysTheCheckpointMode(t *testing.T) {
 func TestFailuresInARowOutliveACoordinatorRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, startManager := restartable(t, nil)
-	stop := startManager()
-	defer func() { stop() }()
-	w1 := e.fleet.start(ctx, "w1")
-	defer e.fleet.wait()
-	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
+	l := startLoop(t, ctx, "10ms", 3)
+	defer l.close()
+	e, fail := l.e, l.fail
 	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
-	fail := func(attempt int) {
-		t.Helper()
-		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for attempt := 1; attempt <= 2; attempt++ {
 		fail(attempt)
 		waitFor(t, ctx, e, "loop", "the next attempt", func(st control.JobStatus) bool {
 			return st.Attempt == attempt+1 && st.State == control.JobRunning
 		})
 	}
-	stop()
-	stop = startManager()
+	l.restart()
 	st := waitFor(t, ctx, e, "loop", "running again", func(st control.JobStatus) bool {
 		return st.State == control.JobRunning && st.Attempt > 3
 	})
@@ -189,24 +177,15 @@ func TestFailuresInARowOutliveACoordinatorRestart(t *testing.T) {
 func TestFailuresInARowKeepTheFailureARestartDelayFollows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, startManager := restartable(t, nil)
-	stop := startManager()
-	defer func() { stop() }()
-	w1 := e.fleet.start(ctx, "w1")
-	defer e.fleet.wait()
-	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 1h, attempts: 3}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
+	l := startLoop(t, ctx, "1h", 3)
+	defer l.close()
+	e, fail := l.e, l.fail
 	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
-	if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: 1, Task: "count-1"}, "trap in weir_process"); err != nil {
-		t.Fatal(err)
-	}
+	fail(1)
 	waitFor(t, ctx, e, "loop", "restarting after its first failure", func(st control.JobStatus) bool {
 		return st.State == control.JobRestarting && st.FailuresInARow == 1
 	})
-	stop()
-	stop = startManager()
+	l.restart()
 	st := waitFor(t, ctx, e, "loop", "resumed", func(st control.JobStatus) bool {
 		return st.State == control.JobRunning && st.Attempt > 1
 	})
@@ -222,20 +201,12 @@ func TestFailuresInARowKeepTheFailureARestartDelayFollows(t *testing.T) {
 func TestFailuresInARowEndedByACheckpointStayEndedAfterARestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, startManager := restartable(t, nil)
-	stop := startManager()
-	defer func() { stop() }()
-	w1 := e.fleet.start(ctx, "w1")
-	defer e.fleet.wait()
-	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 2}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
+	l := startLoop(t, ctx, "10ms", 2)
+	defer l.close()
+	e, fail := l.e, l.fail
 	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
 	for attempt := 1; attempt <= 2; attempt++ {
-		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
-			t.Fatal(err)
-		}
+		fail(attempt)
 		waitFor(t, ctx, e, "loop", "the next attempt", func(st control.JobStatus) bool {
 			return st.Attempt == attempt+1 && st.State == control.JobRunning
 		})
@@ -246,17 +217,14 @@ func TestFailuresInARowEndedByACheckpointStayEndedAfterARestart(t *testing.T) {
 	if st, err := e.api.Job(ctx, "loop"); err != nil || st.FailuresInARow != 0 {
 		t.Fatalf("after a savepoint: %d failures in a row (%v), want 0", st.FailuresInARow, err)
 	}
-	stop()
-	stop = startManager()
+	l.restart()
 	st := waitFor(t, ctx, e, "loop", "resumed", func(st control.JobStatus) bool {
 		return st.State == control.JobRunning && st.Attempt > 3
 	})
 	if st.FailuresInARow != 0 {
 		t.Errorf("resumed after the savepoint: %d failures in a row, want 0", st.FailuresInARow)
 	}
-	if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: st.Attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
-		t.Fatal(err)
-	}
+	fail(st.Attempt)
 	st = waitFor(t, ctx, e, "loop", "restarted or failed", func(s control.JobStatus) bool {
 		return s.State == control.JobFailed || (s.Attempt > st.Attempt && s.State == control.JobRunning)
 	})
@@ -273,31 +241,67 @@ func TestFailuresInARowEndedByACheckpointStayEndedAfterARestart(t *testing.T) {
 func TestFailuresInARowOfAFailedJobOutliveACoordinatorRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, startManager := restartable(t, nil)
-	stop := startManager()
-	defer func() { stop() }()
-	w1 := e.fleet.start(ctx, "w1")
-	defer e.fleet.wait()
-	s := spec(t, "loop", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
-		t.Fatal(err)
-	}
+	l := startLoop(t, ctx, "10ms", 1)
+	defer l.close()
+	e, fail := l.e, l.fail
 	for attempt := 1; attempt <= 2; attempt++ {
 		waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool {
 			return st.Attempt == attempt && st.State == control.JobRunning
 		})
-		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
-			t.Fatal(err)
-		}
+		fail(attempt)
 	}
 	waitFor(t, ctx, e, "loop", "failed", func(st control.JobStatus) bool { return st.State == control.JobFailed })
-	stop()
-	stop = startManager()
+	l.restart()
 	st, err := e.api.Job(ctx, "loop")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.State != control.JobFailed || st.FailuresInARow != 2 {
 		t.Errorf("after the coordinator restart: %s with %d failures in a row, want failed with 2", st.State, st.FailuresInARow)
+	}
+}
+
+// loop is a job "loop" (checkpointing off, restarts with a fixed delay)
+// on worker w1 of a coordinator that a test restarts.
+type loop struct {
+	e          *env
+	stop       func() // stops the coordinator running now
+	startAgain func() func()
+	w1         *fakeWorker
+	t          *testing.T
+	ctx        context.Context
+}
+
+// startLoop starts a restartable coordinator and worker w1, and submits
+// job "loop" with restart.delay delay and restart.attempts attempts.
+func startLoop(t *testing.T, ctx context.Context, delay string, attempts int) *loop {
+	t.Helper()
+	e, startManager := restartable(t, nil)
+	l := &loop{e: e, stop: startManager(), startAgain: startManager, t: t, ctx: ctx}
+	l.w1 = e.fleet.start(ctx, "w1")
+	s := spec(t, "loop", fmt.Sprintf("checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: %s, attempts: %d}\n", delay, attempts))
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// close waits for the worker and stops the coordinator running now.
+func (l *loop) close() {
+	l.e.fleet.wait()
+	l.stop()
+}
+
+// restart stops the coordinator and starts another on the same records.
+func (l *loop) restart() {
+	l.stop()
+	l.stop = l.startAgain()
+}
+
+// fail fails the task count-1 of attempt, as a trap would.
+func (l *loop) fail(attempt int) {
+	l.t.Helper()
+	if err := l.w1.client.Failed(l.ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+		l.t.Fatal(err)
 	}
 }
