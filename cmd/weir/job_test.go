@@ -320,19 +320,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 func TestJobStatusTrapRemedyRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixed, err := filepath.Abs("../../guests/wat/passthrough.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
+	n, mis, fixed := trapNode(t, ctx)
 	job := func(module string) string {
 		return `name: trap
 sources: [{name: in, kind: nats, subject: in}]
@@ -394,19 +382,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 func TestJobStatusTrapRemedyOfAJobStartedFromAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixed, err := filepath.Abs("../../guests/wat/passthrough.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
+	n, mis, fixed := trapNode(t, ctx)
 	job := func(name, module string) *jobspec.Spec {
 		yaml := `name: ` + name + `
 sources: [{name: in, kind: nats, subject: in}]
@@ -1166,4 +1142,24 @@ func feedUntilEnded(t *testing.T, ctx context.Context, n *node.Node, job, value 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// trapNode starts an embedded node for the trap remedy tests and returns
+// it with the absolute paths of a module that traps (misbehave.wasm) and
+// of a fixed build to restore with (passthrough.wasm).
+func trapNode(t *testing.T, ctx context.Context) (n *node.Node, mis, fixed string) {
+	t.Helper()
+	mis, err := filepath.Abs("../../host/wasm/testdata/misbehave.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fixed, err = filepath.Abs("../../guests/wat/passthrough.wasm"); err != nil {
+		t.Fatal(err)
+	}
+	n, err = node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n, mis, fixed
 }
