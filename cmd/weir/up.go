@@ -96,7 +96,7 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-workers N] [-slots N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
+const upUsage = `[-data DIR] [-port N] [-sync always|D] [-workers N] [-slots N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
        weir up -nats URL[,URL...] [-replicas N] [-workers N] [-slots N] [-worker-wait D] [auth flags] [-metrics ADDR]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
@@ -113,6 +113,15 @@ every job's state, attempt, restarts and failures in a row, checkpoints
 completed and failed (in all and in a row) and the latest one's duration,
 size and time, and each running task's records,
 busy and backpressured time, on whichever worker it runs.
+
+-sync says when the embedded server fsyncs JetStream writes (the streams
+jobs read and write, and weir's own buckets). By default it does every 2m
+(nats-server's default): a power loss or a crash of the machine (not of
+weir: the OS keeps what it wrote) can lose what was acknowledged in that
+time, exactly-once output included, which its checkpoint then records as
+committed. -sync always fsyncs each write before acknowledging it, so that
+output survives a power loss; -sync 1s narrows the window instead.
+Checkpoints kept in DIR/checkpoints are fsynced either way.
 
 A job with no live worker to run on (-workers 0 before any weir worker
 joined, or every worker gone) waits for one, created or restarting with the
@@ -157,6 +166,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	replicas := fs.Int("replicas", 0, "with -nats: servers that keep each of weir's buckets, 1-5 (default: 1 for new buckets, existing ones as they are)")
 	verbose := fs.Bool("v", false, "log what the coordinator and workers do")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464)")
+	syncFlag := fs.String("sync", "", "when the embedded server fsyncs JetStream writes: always (before acknowledging each), or every DURATION (default 2m, nats-server's)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -168,6 +178,13 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if external && (set["host"] || set["port"]) {
 		return usagef("up: -host and -port are the embedded server's; with -nats no server is started")
+	}
+	if external && set["sync"] {
+		return usagef("up: -sync is the embedded server's; with -nats set sync_interval in that server's configuration")
+	}
+	syncAlways, syncInterval, err := parseSync(*syncFlag)
+	if err != nil {
+		return usagef("up: %v", err)
 	}
 	if *slots < 0 {
 		return usagef("up: -slots %d: give 0 (no limit) or more", *slots)
@@ -193,7 +210,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := node.Options{DataDir: abs, Host: *host, Port: *port, Coordinator: true,
+	opts := node.Options{DataDir: abs, Host: *host, Port: *port, SyncAlways: syncAlways, SyncInterval: syncInterval, Coordinator: true,
 		Workers: *workers, WorkerSlots: *slots, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose)}
 	if external {
 		opts.NATS = nf.options("weir up")
@@ -222,7 +239,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintf(std.Err, "weir up: %v\n", err)
 		}
 	}
-	where, on, submit := "data in "+abs, natsconn.Redact(n.URL()), natsconn.Redact(n.URL())
+	where, on, submit := "data in "+abs+syncNote(syncAlways, syncInterval), natsconn.Redact(n.URL()), natsconn.Redact(n.URL())
 	if external {
 		where = "no embedded server"
 		// The servers as given: the one connected to now is one of a
@@ -256,6 +273,34 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	fmt.Fprintln(std.Out, "weir: shutting down")
 	return nil
+}
+
+// parseSync reads weir up's -sync: "" (nats-server's default interval),
+// "always", or a positive duration.
+func parseSync(v string) (always bool, interval time.Duration, err error) {
+	switch v {
+	case "":
+		return false, 0, nil
+	case "always":
+		return true, 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return false, 0, fmt.Errorf("-sync %s: give always, or how often to fsync as a positive duration such as 1s", v)
+	}
+	return false, d, nil
+}
+
+// syncNote is what weir up's first line says of the embedded server's
+// fsyncs: nothing for the default, else what -sync set.
+func syncNote(always bool, interval time.Duration) string {
+	switch {
+	case always:
+		return ", every JetStream write fsynced before it is acknowledged"
+	case interval > 0:
+		return fmt.Sprintf(", JetStream writes fsynced every %v", interval)
+	}
+	return ""
 }
 
 const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]

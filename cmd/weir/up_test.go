@@ -125,6 +125,9 @@ func TestUpFlagMistakes(t *testing.T) {
 		{[]string{"run", "-replicas", "3", "job.yaml"}, "above 1 only on a NATS cluster (-nats)"},
 		{[]string{"up", "-slots", "-1"}, "up: -slots -1: give 0 (no limit) or more"},
 		{[]string{"worker", "-slots", "-2"}, "worker: -slots -2: give 0 (no limit) or more"},
+		{[]string{"up", "-sync", "sometimes"}, "up: -sync sometimes: give always, or how often to fsync as a positive duration such as 1s"},
+		{[]string{"up", "-sync", "0s"}, "up: -sync 0s: give always"},
+		{[]string{"up", "-nats", "nats://127.0.0.1:1", "-sync", "always"}, "up: -sync is the embedded server's; with -nats set sync_interval in that server's configuration"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), c.args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
@@ -305,5 +308,36 @@ func TestUpServesWhenItCannotNoteItsURL(t *testing.T) {
 		regexp.QuoteMeta(data) + ` cannot name port \d+ in its advice: remove or fix that file\n`)
 	if !warn.MatchString(out.errb.String()) {
 		t.Errorf("weir up said nothing of the file it could not write:\n%s", out.errb.String())
+	}
+}
+
+// weir up -sync always says on its first line that the embedded server
+// fsyncs every write; without -sync it says nothing of it.
+func TestUpSaysHowItSyncs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-sync", "always"}, ", every JetStream write fsynced before it is acknowledged, coordinator"},
+		{[]string{"-sync", "5s"}, ", JetStream writes fsynced every 5s, coordinator"},
+		{nil, ", coordinator"},
+	} {
+		data := t.TempDir()
+		upCtx, stop := context.WithCancel(ctx)
+		out, done := &upOutput{}, make(chan int, 1)
+		args := append([]string{"up", "-data", data, "-port", strconv.Itoa(natsconntest.FreePort(t))}, c.args...)
+		go func() {
+			done <- run(upCtx, args, Stdio{In: strings.NewReader(""), Out: &out.out, Err: &out.errb})
+		}()
+		out.await(t, ctx, done, "weir is up: NATS on ")
+		stop()
+		if code := <-done; code != 0 {
+			t.Fatalf("weir %s exited %d: %s", strings.Join(args, " "), code, out.errb.String())
+		}
+		if first := strings.SplitN(out.out.String(), "\n", 2)[0]; !strings.Contains(first, "data in "+data+c.want) {
+			t.Errorf("weir %s said %q; want %q after the data directory", strings.Join(args, " "), first, c.want)
+		}
 	}
 }

@@ -32,6 +32,10 @@ var payload = []byte("the quick brown fox jumps over the lazy dog, 64 bytes of p
 // benchmarks delete and recreate the streams they use there.
 const externalEnv = "WEIR_BENCH_NATS"
 
+// syncEnv set to "always" runs the embedded server with SyncAlways (weir up
+// -sync always): JetStream fsyncs every write before acknowledging it.
+const syncEnv = "WEIR_BENCH_SYNC"
+
 // startServer starts an embedded server, or returns nil when externalEnv
 // names a server to use instead (conn connects to it).
 func startServer(b *testing.B, js bool) *embedded.Server {
@@ -39,7 +43,7 @@ func startServer(b *testing.B, js bool) *embedded.Server {
 	if os.Getenv(externalEnv) != "" {
 		return nil
 	}
-	cfg := embedded.Config{NoJetStream: !js}
+	cfg := embedded.Config{NoJetStream: !js, SyncAlways: os.Getenv(syncEnv) == "always"}
 	if js {
 		cfg.DataDir = b.TempDir()
 	}

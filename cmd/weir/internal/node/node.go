@@ -71,6 +71,14 @@ type Options struct {
 	// a free port).
 	Host string
 	Port int
+	// SyncAlways makes the embedded server fsync every JetStream write
+	// before acknowledging it (embedded.Config.SyncAlways); SyncInterval,
+	// when SyncAlways is off, sets how often it fsyncs (0: the server's
+	// default, two minutes). Without SyncAlways a power loss, or a crash
+	// of the machine, can lose writes acknowledged within the interval:
+	// exactly-once output a checkpoint recorded as committed among them.
+	SyncAlways   bool
+	SyncInterval time.Duration
 	// Coordinator runs the job manager in this process.
 	Coordinator bool
 	// Workers is the number of in-process workers.
@@ -274,7 +282,8 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		if port == 0 {
 			port = 4222
 		}
-		srv, err := embedded.Start(embedded.Config{Host: opts.Host, Port: port, DataDir: filepath.Join(opts.DataDir, "nats")})
+		srv, err := embedded.Start(embedded.Config{Host: opts.Host, Port: port, DataDir: filepath.Join(opts.DataDir, "nats"),
+			SyncAlways: opts.SyncAlways, SyncInterval: opts.SyncInterval})
 		if err != nil {
 			return fmt.Errorf("start embedded NATS: %w", err)
 		}

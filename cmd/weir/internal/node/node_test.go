@@ -311,3 +311,25 @@ func upWithoutWorkers(t *testing.T, ctx context.Context) (up *Node, mod string, 
 	}
 	return up, mod, startWorker
 }
+
+// The embedded server fsyncs as Options say (weir up -sync): every write
+// before its acknowledgement, or at the interval given.
+func TestEmbeddedServerSync(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		always   bool
+		interval time.Duration
+	}{{always: true}, {interval: 1500 * time.Millisecond}} {
+		n, err := Start(ctx, Options{DataDir: t.TempDir(), Port: -1, SyncAlways: c.always, SyncInterval: c.interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := n.Server.NATSServer().JetStreamConfig()
+		n.Close()
+		if got.SyncAlways != c.always || c.interval > 0 && got.SyncInterval != c.interval {
+			t.Errorf("Options{SyncAlways: %v, SyncInterval: %v}: the server runs with sync_always %v, sync_interval %v",
+				c.always, c.interval, got.SyncAlways, got.SyncInterval)
+		}
+	}
+}
