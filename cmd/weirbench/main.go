@@ -32,6 +32,7 @@ type group struct {
 	Key, Title string
 	Pkg, Bench string
 	Args       []string // extra go test flags (-benchtime, -cpu)
+	Env        []string // extra environment ("NAME=value"), said in the reproduce line
 	// Metric is the figure compared; Higher says whether more is better.
 	Metric string
 	Higher bool
@@ -93,6 +94,14 @@ var groups = []group{
 		Metric: "msgs/s", Higher: true,
 		Baseline: func(string) string { return "BenchmarkJetStreamRawAsyncPublish" },
 		Goal:     "≥ 80 % of raw JetStream async publish",
+		Details:  "docs/bench/transport.md",
+	},
+	{
+		Key: "transport-jetstream-sync", Title: "The same on an embedded server that fsyncs every write (weir up -sync always)",
+		Pkg: "./transport/benchmarks", Bench: "JetStreamRawAsyncPublish$|JetStreamWeirRuntime$/publish=auto|JetStreamWeirRuntimeAtLeastOnce",
+		Args: []string{"-benchtime", "100000x"}, Env: []string{"WEIR_BENCH_SYNC=always"},
+		Metric: "msgs/s", Higher: true,
+		Baseline: func(string) string { return "BenchmarkJetStreamRawAsyncPublish" },
 		Details:  "docs/bench/transport.md",
 	},
 	{
@@ -168,8 +177,12 @@ func run(ctx context.Context, g group, count int, log io.Writer) ([]*result, str
 	args := append([]string{"test", "-run", "^$", "-bench", g.Bench, "-count", strconv.Itoa(count)}, g.Args...)
 	args = append(args, g.Pkg)
 	cmdline := "go " + strings.Join(quote(args), " ")
+	if len(g.Env) > 0 {
+		cmdline = strings.Join(g.Env, " ") + " " + cmdline
+	}
 	fmt.Fprintf(log, "weirbench: %s\n", cmdline)
 	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Env = append(os.Environ(), g.Env...)
 	cmd.Stderr = log
 	out, err := cmd.Output()
 	if err != nil {
