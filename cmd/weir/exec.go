@@ -29,7 +29,7 @@ func init() {
 	})
 }
 
-const execUsage = `MODULE.wasm|GO-PACKAGE-DIR [flags]
+const execUsage = `MODULE.wasm|GO-PACKAGE-DIR|SOURCE.{rs,c,ts,wat} [flags]
 
 Reads records from stdin (or -in), one per line: "key<TAB>value", or just
 "value" for an empty key. Feeds them to the module in batches and prints
@@ -181,12 +181,13 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 }
 
 func execModule(ctx context.Context, std Stdio, o *execOptions) error {
-	path := o.module
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		// A Go package directory, built as weir run builds one.
-		if path, err = buildGoPackage(ctx, std, o.module); err != nil {
-			return fmt.Errorf("exec: %w", err)
-		}
+	// A Go package directory or a source file is built as weir run
+	// builds one.
+	builder := &moduleBuilder{std: std}
+	defer builder.Close()
+	path, _, err := builder.build(ctx, o.module)
+	if err != nil {
+		return fmt.Errorf("exec: %w", err)
 	}
 	code, err := os.ReadFile(path)
 	if err != nil {

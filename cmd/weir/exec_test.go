@@ -46,6 +46,21 @@ func TestExecUppercase(t *testing.T) {
 	}
 }
 
+// weir exec builds an operator given as a source file (guests/sourcebuild)
+// and runs it.
+func TestExecBuildsSourceFiles(t *testing.T) {
+	for _, src := range []string{"../../guests/c/examples/uppercase.c", "../../guests/sourcebuild/testdata/shout.rs"} {
+		code, out, errs := weir(t, "hello world\n", "exec", src)
+		if code != 0 || out != "HELLO WORLD\n" || !strings.HasPrefix(errs, "building "+src+" (") {
+			t.Errorf("weir exec %s: exit %d, stdout %q, stderr %q", src, code, out, errs)
+		}
+	}
+	code, _, errs := weir(t, "", "exec", "nothere.rs")
+	if code != 1 || errs != "weir: exec: build nothere.rs: no such file\n" {
+		t.Errorf("weir exec nothere.rs: exit %d, stderr %q", code, errs)
+	}
+}
+
 func TestExecWordcountSnapshotRestore(t *testing.T) {
 	mod := example(t, "wordcount")
 	input := "a b a\nc a\nb b\nd\na\n"

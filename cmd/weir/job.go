@@ -493,9 +493,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	case "restore":
 		req := control.RestoreRequest{Job: job, From: f.from, AllowNonRestoredState: f.allowNonRestored}
 		if spec := restoreSpec; spec != nil {
-			// As with weir run, a module may be a Go package directory, and
-			// local modules go to the registry, where every worker finds them.
-			built, err := buildGoModules(ctx, std, spec)
+			// As with weir run, a module may be a Go package directory or
+			// a source file, and local modules go to the registry, where
+			// every worker finds them.
+			builder := &moduleBuilder{std: std}
+			defer builder.Close()
+			built, err := builder.buildSpec(ctx, spec)
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
+	"github.com/weirhq/weir/guests/sourcebuild"
 	"github.com/weirhq/weir/host/wasm"
 )
 
@@ -31,7 +32,9 @@ func init() {
 const moduleUsage = `push|ls|inspect|rm [flags] [args]
 
   weir module push NAME FILE [-version V]   validate FILE and store it as NAME@V
-                                            (V defaults to the latest version + 1)
+                                            (V defaults to the latest version + 1);
+                                            a Go package directory or a .rs, .c, .ts
+                                            or .wat source is built first
   weir module ls                            list every module version
   weir module inspect NAME[@V]|sha256:D     show one module version (latest by default)
   weir module rm NAME[@V]                   remove one version, or every version`
@@ -72,8 +75,15 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 	}
 	var data []byte
 	if pos[0] == "push" {
-		var err error
-		if data, err = os.ReadFile(pos[2]); err != nil {
+		// FILE may be a source file or a Go package directory, built
+		// as weir run builds one.
+		builder := &moduleBuilder{std: std}
+		defer builder.Close()
+		file, _, err := builder.build(ctx, pos[2])
+		if err != nil {
+			return fmt.Errorf("module push: %w", err)
+		}
+		if data, err = os.ReadFile(file); err != nil {
 			return fmt.Errorf("module push: %w", err)
 		}
 	}
@@ -183,7 +193,7 @@ func pushLocalModules(ctx context.Context, w io.Writer, reg *registry.Registry, 
 }
 
 // registryName turns a file or package directory into a registry module
-// name: its base name without ".wasm", with '-' for each character other
+// name: its base name without ".wasm" or a source file's extension, with '-' for each character other
 // than ASCII letters, digits, '-' and '_', behind "m-" unless it starts
 // with a letter, and cut to 64 characters.
 func registryName(path string) string {
@@ -192,7 +202,7 @@ func registryName(path string) string {
 			return r
 		}
 		return '-'
-	}, strings.TrimSuffix(filepath.Base(path), ".wasm"))
+	}, moduleBase(path))
 	if name == "" || !(name[0] >= 'a' && name[0] <= 'z' || name[0] >= 'A' && name[0] <= 'Z') {
 		name = "m-" + name
 	}
@@ -233,4 +243,14 @@ func sameBytes(ms []registry.Module) string {
 		refs[i] = m.Ref()
 	}
 	return ": the same bytes as " + strings.Join(refs, ", ")
+}
+
+// moduleBase is the base name of a module file or its source without the
+// extension: "upper" for upper.wasm and upper.rs, a directory's whole.
+func moduleBase(path string) string {
+	base := filepath.Base(path)
+	if _, ok := sourcebuild.Of(path); ok || filepath.Ext(path) == ".wasm" {
+		return strings.TrimSuffix(base, filepath.Ext(base))
+	}
+	return base
 }

@@ -64,6 +64,11 @@ func TestModuleCommand(t *testing.T) {
 	if _, _, code = weir("frob", "-nats", url); code != 2 {
 		t.Errorf("unknown subcommand exit %d", code)
 	}
+	// A source file is built first (guests/sourcebuild), saying so.
+	out, errs, code = weir("push", "passwat", filepath.Join("..", "..", "guests", "wat", "passthrough.wat"), "-nats", url)
+	if code != 0 || !strings.HasPrefix(out, "pushed passwat@1 sha256:") || !strings.Contains(errs, "passthrough.wat (WAT) …") {
+		t.Errorf("push of a source file: %d %q %q", code, out, errs)
+	}
 	_, errs, code = weir("ls", "-nats", "nats://127.0.0.1:1")
 	if code != 1 || !strings.HasPrefix(errs, "weir: cannot reach NATS at nats://127.0.0.1:1") {
 		t.Errorf("no server: %d %q", code, errs)
@@ -100,10 +105,13 @@ func TestModuleCommandAuthenticates(t *testing.T) {
 // package directory.
 func TestRegistryName(t *testing.T) {
 	for path, want := range map[string]string{
-		"/x/wordcount.wasm":                       "wordcount",
-		"examples/join/joiner":                    "joiner",
-		"/x/my op.v2.wasm":                        "my-op-v2",
-		"/x/2fast.wasm":                           "m-2fast",
+		"/x/wordcount.wasm":    "wordcount",
+		"examples/join/joiner": "joiner",
+		"/x/my op.v2.wasm":     "my-op-v2",
+		"/x/2fast.wasm":        "m-2fast",
+		"ops/upper.rs":         "upper",
+		"ops/upper.ts":         "upper",
+		"ops/my.pkg":           "my-pkg",
 		"/x/" + strings.Repeat("a", 70) + ".wasm": strings.Repeat("a", 64),
 	} {
 		if got := registryName(path); got != want {

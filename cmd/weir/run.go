@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -27,7 +26,6 @@ import (
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
-	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/ingest"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
@@ -50,8 +48,10 @@ failed, or was published again after a recovery, is not output (once). A core
 NATS sink's is what it publishes. Without -nats it starts the embedded default — NATS
 with JetStream, the coordinator and a worker in this process, streams the job
 names created on the fly — and stops everything at the end. An operator
-module may be a Go package directory: weir builds it (GOOS=wasip1). A module
-that is a local file or Go package goes to the module registry (once per
+module may be a Go package directory, which weir builds (GOOS=wasip1), or a
+Rust, C, AssemblyScript or WAT source file (.rs, .c, .ts, .wat), which it
+builds against the SDK it carries (guests/README.md). A module that is a
+local file, Go package or source goes to the module registry (once per
 content) and the job names it by its digest (sha256:…), so that workers on
 other machines can load it.`
 
@@ -98,7 +98,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	built, err := buildGoModules(ctx, std, spec)
+	builder := &moduleBuilder{std: std}
+	defer builder.Close()
+	built, err := builder.buildSpec(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -210,48 +212,6 @@ func checkModuleFile(ref modref.Ref) error {
 		return errors.New("no such file")
 	}
 	return err
-}
-
-// buildGoModules replaces operator modules that name a Go package directory
-// by the wasm the Go toolchain builds from it, and returns the package
-// directory of each wasm file it built.
-func buildGoModules(ctx context.Context, std Stdio, spec *jobspec.Spec) (map[string]string, error) {
-	built := map[string]string{}
-	for i := range spec.Operators {
-		op := &spec.Operators[i]
-		ref, err := modref.Parse(op.Module)
-		if err != nil || ref.Kind != modref.File {
-			continue
-		}
-		st, err := os.Stat(ref.Path)
-		if err != nil || !st.IsDir() {
-			continue
-		}
-		out, err := buildGoPackage(ctx, std, ref.Path)
-		if err != nil {
-			return nil, fmt.Errorf("operator %s: %w", op.Name, err)
-		}
-		op.Module, built[out] = out, ref.Path
-	}
-	return built, nil
-}
-
-// buildGoPackage builds the Go package in directory dir into a wasm
-// module, saying so on std.Err, and returns the module's path.
-func buildGoPackage(ctx context.Context, std Stdio, dir string) (string, error) {
-	if m, _ := filepath.Glob(filepath.Join(dir, "*.go")); len(m) == 0 {
-		return "", fmt.Errorf("module %s is a directory without Go files", dir)
-	}
-	fmt.Fprintf(std.Err, "building %s (GOOS=wasip1) …\n", dir)
-	pkg := dir
-	if !filepath.IsAbs(pkg) && !strings.HasPrefix(pkg, ".") {
-		pkg = "./" + pkg
-	}
-	out, err := guestbuild.Build(ctx, pkg)
-	if err != nil {
-		return "", fmt.Errorf("build %s: %w", dir, err)
-	}
-	return out, nil
 }
 
 // createStreams creates the JetStream streams a job names that do not exist

@@ -777,3 +777,60 @@ func TestFeedHint(t *testing.T) {
 		}
 	}
 }
+
+// weir run builds operators given as Rust, AssemblyScript and C source
+// files (guests/sourcebuild), pushes what it built, and runs them: a job
+// chaining all three counts its input exactly once in upper case.
+func TestRunBuildsSourceFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds three guests and runs a job: skipped in -short")
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	job := fmt.Sprintf(`name: polyglot
+sources:
+  - {name: in, kind: jetstream, stream: IN, stop: end}
+operators:
+  - {name: rust, module: %s, inputs: [{from: in}]}
+  - {name: as, module: %s, inputs: [{from: rust}]}
+  - {name: c, module: %s, inputs: [{from: as}]}
+sinks:
+  - {name: out, kind: jetstream, stream: OUT, subject: out, input: {from: c}}
+checkpointing:
+  interval: 200ms
+`, filepath.Join(repo, "guests/rust/examples/uppercase.rs"), filepath.Join(repo, "guests/sourcebuild/testdata/shout.ts"),
+		filepath.Join(repo, "guests/sourcebuild/testdata/shout.c"))
+	var in strings.Builder
+	want := map[string]bool{}
+	for i := 0; i < 50; i++ {
+		in.WriteString(fmt.Sprintf("line %d\n", i))
+		want[fmt.Sprintf("[out] LINE %d", i)] = true
+	}
+	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"run", "-show", "-1", "job.yaml", "-input", "in.txt"},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
+	}
+	for _, s := range []string{"uppercase.rs (Rust) …\n", "shout.ts (AssemblyScript) …\n", "shout.c (C) …\n"} {
+		if !strings.Contains(errb.String(), s) {
+			t.Errorf("stderr lacks %q:\n%s", s, errb.String())
+		}
+	}
+	for _, s := range []string{"(pushed as uppercase@1)", "(pushed as shout@1)", "(pushed as shout@2)"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+	outputOnce(t, out.String(), want)
+}

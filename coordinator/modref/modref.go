@@ -74,7 +74,8 @@ var (
 func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // Parse parses a module reference. A string containing a path separator,
-// ending in ".wasm", or "." or ".." (a Go package directory, such as the
+// ending in ".wasm" or in the extension of a source file weir builds (".rs",
+// ".c", ".ts", ".wat"), or "." or ".." (a Go package directory, such as the
 // spec's own) is a file path; "sha256:" starts a digest; anything else is
 // NAME or NAME@VERSION with VERSION a positive integer.
 func Parse(s string) (Ref, error) {
@@ -87,7 +88,7 @@ func Parse(s string) (Ref, error) {
 			return Ref{}, fmt.Errorf("module reference %q: a digest is 64 lower-case hex digits", s)
 		}
 		return Ref{Kind: Digest, Digest: d}, nil
-	case strings.ContainsAny(s, `/\`) || strings.HasSuffix(s, ".wasm") || s == "." || s == "..":
+	case strings.ContainsAny(s, `/\`) || fileSuffix(s) || s == "." || s == "..":
 		return Ref{Kind: File, Path: s}, nil
 	}
 	name, ver, hasVer := strings.Cut(s, "@")
@@ -103,4 +104,15 @@ func Parse(s string) (Ref, error) {
 		r.Version = v
 	}
 	return r, nil
+}
+
+// fileSuffix reports whether s ends as a module file or a source file of
+// one does (guests/sourcebuild); no registry name has a dot.
+func fileSuffix(s string) bool {
+	for _, ext := range []string{".wasm", ".rs", ".c", ".ts", ".wat"} {
+		if strings.HasSuffix(s, ext) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/guests/go/guestbuild"
+	"github.com/weirhq/weir/guests/sourcebuild"
+)
+
+// moduleBuilder builds the operator modules a command is given as source:
+// a Go package directory (guestbuild, cached across runs) or a Rust, C,
+// AssemblyScript or WAT file (sourcebuild), whose module it writes to a
+// directory of its own that Close removes. It says what it builds on
+// std.Err.
+type moduleBuilder struct {
+	std   Stdio
+	dir   string            // "" until the first source file
+	built map[string]string // absolute source path -> module, once built
+}
+
+// Close removes the modules built from source files.
+func (b *moduleBuilder) Close() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
+}
+
+// build returns the module file for path: path itself unless it is a Go
+// package directory or a source file, whose module it builds (built
+// true).
+func (b *moduleBuilder) build(ctx context.Context, path string) (out string, built bool, err error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		out, err := b.buildGoPackage(ctx, path)
+		return out, err == nil, err
+	}
+	lang, ok := sourcebuild.Of(path)
+	if !ok {
+		return path, false, nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", false, err
+	}
+	if out, ok := b.built[abs]; ok {
+		return out, true, nil
+	}
+	if b.dir == "" {
+		if b.dir, err = os.MkdirTemp("", "weir-build-"); err != nil {
+			return "", false, err
+		}
+		b.built = map[string]string{}
+	}
+	// A directory per source: a/op.rs and b/op.rs both build op.wasm.
+	dir, err := os.MkdirTemp(b.dir, "m-")
+	if err != nil {
+		return "", false, err
+	}
+	if _, err := os.Stat(path); err == nil {
+		fmt.Fprintf(b.std.Err, "building %s (%s) …\n", path, lang)
+	} // else Build says what is wrong with it
+	if out, err = sourcebuild.Build(ctx, path, dir); err != nil {
+		return "", false, err
+	}
+	b.built[abs] = out
+	return out, true, nil
+}
+
+// buildSpec replaces the operator modules of spec that name a Go package
+// directory or a source file by the module built from it, and returns
+// the source of each module file it built.
+func (b *moduleBuilder) buildSpec(ctx context.Context, spec *jobspec.Spec) (map[string]string, error) {
+	built := map[string]string{}
+	for i := range spec.Operators {
+		op := &spec.Operators[i]
+		ref, err := modref.Parse(op.Module)
+		if err != nil || ref.Kind != modref.File {
+			continue
+		}
+		if st, err := os.Stat(ref.Path); err != nil || !st.IsDir() {
+			if _, ok := sourcebuild.Of(ref.Path); !ok || err != nil {
+				continue
+			}
+		}
+		out, _, err := b.build(ctx, ref.Path)
+		if err != nil {
+			return nil, fmt.Errorf("operator %s: %w", op.Name, err)
+		}
+		op.Module, built[out] = out, ref.Path
+	}
+	return built, nil
+}
+
+// buildGoPackage builds the Go package in directory dir into a wasm
+// module, saying so on std.Err, and returns the module's path.
+func (b *moduleBuilder) buildGoPackage(ctx context.Context, dir string) (string, error) {
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.go")); len(m) == 0 {
+		return "", fmt.Errorf("module %s is a directory without Go files", dir)
+	}
+	fmt.Fprintf(b.std.Err, "building %s (GOOS=wasip1) …\n", dir)
+	pkg := dir
+	if !filepath.IsAbs(pkg) && !strings.HasPrefix(pkg, ".") {
+		pkg = "./" + pkg
+	}
+	out, err := guestbuild.Build(ctx, pkg)
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", dir, err)
+	}
+	return out, nil
+}

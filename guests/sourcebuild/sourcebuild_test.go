@@ -1,0 +1,158 @@
+package sourcebuild
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/host/wasm"
+)
+
+// uppercases runs the module at path over one batch of two records and
+// fails the test unless it emits their values in upper case.
+func uppercases(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := wasm.NewEngine(wasm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	m, err := e.Load(ctx, filepath.Base(path), b, wasm.Limits{})
+	if err != nil {
+		t.Fatalf("load %s: %v", path, err)
+	}
+	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{WholeBatches: true})
+	if err != nil {
+		t.Fatalf("instantiate %s: %v", path, err)
+	}
+	defer inst.Close(ctx)
+	var in abi.Builder
+	in.Add([]byte("k"), []byte("Hello, weir"), 1)
+	in.Add(nil, []byte("a"), 2)
+	var got []string
+	err = inst.Process(ctx, 0, in.Bytes(), func(port int, batch []byte) error {
+		it, err := abi.NewIter(batch)
+		if err != nil {
+			return err
+		}
+		for it.Next() {
+			got = append(got, string(it.Record().Value))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: process: %v", path, err)
+	}
+	if want := []string{"HELLO, WEIR", "A"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("%s emitted %q; want %q", path, got, want)
+	}
+}
+
+// Each language builds, both as the repository's examples import the SDK
+// (C's "../weir.h", AssemblyScript's "../weir") and as an operator outside
+// the repository does (C's "weir.h" with none beside it, AssemblyScript's
+// package "weir", Rust's crate weir either way), and what it builds runs.
+func TestBuild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, src := range []string{
+		"../rust/examples/uppercase.rs", "testdata/shout.rs",
+		"../c/examples/uppercase.c", "testdata/shout.c",
+		"../assemblyscript/examples/uppercase.ts", "testdata/shout.ts",
+		"../wat/uppercase.wat",
+	} {
+		t.Run(src, func(t *testing.T) {
+			out, err := Build(ctx, src, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.TrimSuffix(filepath.Base(src), filepath.Ext(src)) + ".wasm"; filepath.Base(out) != want {
+				t.Errorf("built %s; want a file named %s", out, want)
+			}
+			uppercases(t, out)
+		})
+	}
+}
+
+// A compiler's complaint is the error's, after a first line that names the
+// file and the language; a file sourcebuild does not build, or cannot
+// find, is one line.
+func TestBuildErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		src   string
+		first string // the error's first line
+		more  string // in the compiler's part
+	}{
+		{write("bad.rs", "fn f() -> u32 { \"no\" }\n"), "build " + filepath.Join(dir, "bad.rs") + " (Rust): rustc: exit status 1:", "mismatched types"},
+		{write("bad.c", "int f(void) { return undeclared; }\n"), "build " + filepath.Join(dir, "bad.c") + " (C): clang: exit status 1:", "undeclared"},
+		{write("nosdk.ts", "export function f(): i32 { return 1; }\n"), "build " + filepath.Join(dir, "nosdk.ts") + " (AssemblyScript): it does not import the SDK: an operator's entry file starts with import { Operator, register } from \"weir\"; export * from \"weir/exports\"", ""},
+		{write("bad.wat", "(module (func (result i32)))\n"), "build " + filepath.Join(dir, "bad.wat") + " (WAT): wat2wasm: exit status 1:", "type mismatch"},
+		{filepath.Join(dir, "missing.rs"), "build " + filepath.Join(dir, "missing.rs") + ": no such file", ""},
+		{write("notes.txt", "x"), "build " + filepath.Join(dir, "notes.txt") + ": not a source file weir builds (want .rs, .c, .ts or .wat)", ""},
+	} {
+		_, err := Build(ctx, c.src, dir)
+		if err == nil {
+			t.Errorf("%s built", c.src)
+			continue
+		}
+		first, rest, _ := strings.Cut(err.Error(), "\n")
+		if first != c.first || !strings.Contains(rest, c.more) {
+			t.Errorf("%s: error\n%s\nwant its first line %q, and %q after it", c.src, err, c.first, c.more)
+		}
+	}
+}
+
+// A language whose compiler the machine lacks says what to install, and
+// the error is ErrNoToolchain.
+func TestNoToolchain(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	for _, c := range []struct{ env, src, want string }{
+		{"WEIR_ASC", "testdata/shout.ts", "no asc found: npm install -g assemblyscript@0.28, or set WEIR_ASC"},
+		{"WEIR_CLANG", "testdata/shout.c", "no clang found: install clang and lld"},
+		{"WEIR_WAT2WASM", "../wat/uppercase.wat", "no wat2wasm found: install wabt, or set WEIR_WAT2WASM"},
+	} {
+		t.Setenv(c.env, "")
+		_, err := Build(context.Background(), c.src, t.TempDir())
+		if !errors.Is(err, ErrNoToolchain) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s with no compiler: %v; want ErrNoToolchain and %q", c.src, err, c.want)
+		}
+	}
+}
+
+// The AssemblyScript SDK's import is found in an entry file as the
+// repository's examples and a user's operator write it.
+func TestSDKImport(t *testing.T) {
+	for _, c := range []struct {
+		src, rel string
+		ok       bool
+	}{
+		{`import { Operator } from "weir";` + "\nexport * from \"weir/exports\";", "", true},
+		{`import { Operator } from "../weir";` + "\nexport * from \"../weir/exports\";", "../weir", true},
+		{`import {Batch} from '../../sdk/weir/index'`, "../../sdk/weir", true},
+		{`import { x } from "./weirdo"; export function f(): void {}`, "", false},
+	} {
+		if rel, ok := sdkImport([]byte(c.src)); rel != c.rel || ok != c.ok {
+			t.Errorf("sdkImport(%q) = %q, %v; want %q, %v", c.src, rel, ok, c.rel, c.ok)
+		}
+	}
+}
