@@ -41,6 +41,9 @@ func (b *moduleBuilder) build(ctx context.Context, path string) (out string, bui
 	}
 	lang, ok := sourcebuild.Of(path)
 	if !ok {
+		if filepath.Ext(path) == ".go" {
+			return "", false, fmt.Errorf("build %s: a Go operator is built from its package: give the directory %s, not a file of it", path, filepath.Dir(path))
+		}
 		return path, false, nil
 	}
 	abs, err := filepath.Abs(path)
@@ -83,7 +86,7 @@ func (b *moduleBuilder) buildSpec(ctx context.Context, spec *jobspec.Spec) (map[
 			continue
 		}
 		if st, err := os.Stat(ref.Path); err != nil || !st.IsDir() {
-			if _, ok := sourcebuild.Of(ref.Path); !ok || err != nil {
+			if _, ok := sourcebuild.Of(ref.Path); (!ok && filepath.Ext(ref.Path) != ".go") || err != nil {
 				continue
 			}
 		}

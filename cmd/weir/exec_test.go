@@ -59,6 +59,10 @@ func TestExecBuildsSourceFiles(t *testing.T) {
 	if code != 1 || errs != "weir: exec: build nothere.rs: no such file\n" {
 		t.Errorf("weir exec nothere.rs: exit %d, stderr %q", code, errs)
 	}
+	code, _, errs = weir(t, "", "exec", "../../guests/go/examples/uppercase/main.go")
+	if code != 1 || errs != "weir: exec: build ../../guests/go/examples/uppercase/main.go: a Go operator is built from its package: give the directory ../../guests/go/examples/uppercase, not a file of it\n" {
+		t.Errorf("weir exec main.go: exit %d, stderr %q", code, errs)
+	}
 }
 
 func TestExecWordcountSnapshotRestore(t *testing.T) {
