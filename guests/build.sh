@@ -132,18 +132,18 @@ build_c() {
   for src in guests/c/examples/*.c guests/c/sdktest/*.c; do
     base=${src%.c}
     o=$(out "$base.wasm")
-    "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
+    "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror -I guests/c \
       -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
     done_build "$o" "$src" c
     o=$(out "$base.freestanding.wasm")
-    "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror \
+    "$CLANG" --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror -I guests/c \
       -Wl,--no-entry -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
     done_build "$o" "$src" c
   done
   # The examples once more with 128-bit SIMD, which lets clang vectorize.
   for src in guests/c/examples/*.c; do
     o=$(out "${src%.c}.simd.wasm")
-    "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -msimd128 -O2 -Wall -Wextra -Werror \
+    "$CLANG" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -msimd128 -O2 -Wall -Wextra -Werror -I guests/c \
       -Wl,--stack-first -Wl,--strip-all -o "$o" "$src"
     done_build "$o" "$src" c
   done
@@ -195,8 +195,10 @@ build_assemblyscript() {
     o=$(out "${src%.ts}.wasm")
     # --exportStart: top-level code (the operator's constructor) runs as
     # _initialize, under the host's call deadline, not as a start function.
+    # The files import the SDK as the package "weir", as a user's do:
+    # --path names the directory that holds it (weir/index.ts).
     "$ASC" "$src" -O3 --noAssert --exportStart _initialize \
-      --use abort=guests/assemblyscript/weir/index/weirAbort -o "$o"
+      --path guests/assemblyscript --use abort=~lib/weir/index/weirAbort -o "$o"
     done_build "$o" "$src" assemblyscript
   done
 }

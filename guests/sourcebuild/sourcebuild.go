@@ -228,8 +228,8 @@ func buildC(ctx context.Context, src, out, work string) error {
 	if err := writeSDK("c/weir.h", filepath.Join(inc, "weir.h")); err != nil {
 		return err
 	}
-	// A source's own weir.h (#include "weir.h" next to it, or "../weir.h")
-	// comes first: quoted includes look beside the source before -I.
+	// A source's own weir.h (#include "weir.h" next to it) comes first:
+	// quoted includes look beside the source before -I.
 	args := []string{"-O2", "-Wall", "-I", inc, "-Wl,--stack-first", "-o", out, src}
 	if root := wasiSysroot(); root != "" {
 		args = append([]string{"--target=wasm32-wasi", "--sysroot=" + root, "-mexec-model=reactor"}, args...)
@@ -244,9 +244,9 @@ func buildC(ctx context.Context, src, out, work string) error {
 var tsImport = regexp.MustCompile(`(?:\bfrom|\bimport)\s*["']([^"']+)["']`)
 
 // sdkImport returns how src imports the AssemblyScript SDK: "" for the
-// package name "weir", or the relative path of the SDK's directory it
-// imports instead, e.g. "../weir" for a file of the repository's
-// examples; ok is false when it imports neither.
+// package name "weir", or the relative path of an SDK copy's directory it
+// imports instead, e.g. "../sdk/weir"; ok is false when it imports
+// neither.
 func sdkImport(src []byte) (rel string, ok bool) {
 	for _, m := range tsImport.FindAllSubmatch(src, -1) {
 		spec := strings.TrimSuffix(string(m[1]), "/exports")

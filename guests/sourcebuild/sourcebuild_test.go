@@ -58,10 +58,10 @@ func uppercases(t *testing.T, path string) {
 	}
 }
 
-// Each language builds, both as the repository's examples import the SDK
-// (C's "../weir.h", AssemblyScript's "../weir") and as an operator outside
-// the repository does (C's "weir.h" with none beside it, AssemblyScript's
-// package "weir", Rust's crate weir either way), and what it builds runs.
+// Each language builds, the repository's examples and an operator outside
+// the repository alike (C's "weir.h" with none beside it, AssemblyScript's
+// package "weir", Rust's crate weir), and what it builds runs; so does an
+// AssemblyScript file that imports a copy of the SDK by a relative path.
 func TestBuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -82,6 +82,35 @@ func TestBuild(t *testing.T) {
 			uppercases(t, out)
 		})
 	}
+}
+
+// An AssemblyScript entry file may import a copy of the SDK by a relative
+// path instead of the package "weir": it builds in its own directory with
+// the abort handler named by that path.
+func TestBuildAssemblyScriptWithACopyOfTheSDK(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"index.ts", "exports.ts"} {
+		if err := writeSDK("assemblyscript/weir/"+f, filepath.Join(dir, "sdk", "weir", f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text, err := os.ReadFile("testdata/shout.ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = []byte(strings.NewReplacer(`from "weir"`, `from "../sdk/weir"`, `"weir/exports"`, `"../sdk/weir/exports"`).Replace(string(text)))
+	src := filepath.Join(dir, "op", "shout.ts")
+	if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Build(context.Background(), src, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	uppercases(t, out)
 }
 
 // A compiler's complaint is the error's, after a first line that names the

@@ -89,7 +89,7 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 			// entry file left out what defines the exports.
 			return nil, verr(KindMissingExport, "missing export %s: the module exports no weir_* function, so it is no weir operator "+
 				"(the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), "+
-				"AssemblyScript export * from \".../weir/exports\" in the entry file, Go weir.Register from init)", marker)
+				"AssemblyScript export * from \"weir/exports\" in the entry file, Go weir.Register from init)", marker)
 		}
 		return nil, verr(KindMissingExport, "missing export %s (not a weir operator, or built for another ABI)", marker)
 	}

@@ -50,7 +50,7 @@ func TestBadModules(t *testing.T) {
 		{"truncated", pt[:len(pt)/2], KindMalformed, ErrMalformed, "truncated"},
 		{"truncated code", pt[:len(pt)-3], KindMalformed, ErrMalformed, ""},
 		{"missing export", bad(t, "missing_export"), KindMissingExport, ErrMissingExport, "missing export weir_process"},
-		{"no weir exports", bad(t, "no_weir_exports"), KindMissingExport, ErrMissingExport, "missing export weir_abi_v1: the module exports no weir_* function, so it is no weir operator (the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), AssemblyScript export * from \".../weir/exports\" in the entry file, Go weir.Register from init)"},
+		{"no weir exports", bad(t, "no_weir_exports"), KindMissingExport, ErrMissingExport, "missing export weir_abi_v1: the module exports no weir_* function, so it is no weir operator (the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), AssemblyScript export * from \"weir/exports\" in the entry file, Go weir.Register from init)"},
 		{"no callbacks", bad(t, "no_callbacks"), KindMissingExport, ErrMissingExport, "missing export weir_init: the module exports none of an operator's callbacks (weir_init, weir_process, weir_snapshot, weir_restore), only what an SDK defines for them (C: name your callbacks with WEIR_OPERATOR(init, process, snapshot, restore) after including weir.h)"},
 		{"misspelled export", bad(t, "misspelled_export"), KindMissingExport, ErrMissingExport, "missing export weir_process (the module exports weir_proces, which the ABI does not define)"},
 		// Export names are anyone's to write: few of them, quoted where

@@ -1,6 +1,6 @@
 // filter: keeps the records whose value contains the config bytes.
-import { Batch, Emitter, Operator, register } from "../weir";
-export * from "../weir/exports";
+import { Batch, Emitter, Operator, register } from "weir";
+export * from "weir/exports";
 
 class Filter extends Operator {
   /** The substring to keep. */

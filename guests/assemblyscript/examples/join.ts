@@ -9,8 +9,8 @@
 // value, i64 timestamp; both sides in arrival order.
 import {
   Batch, Emitter, Operator, StateReader, StateWriter, compareBytes, copyBytes, register,
-} from "../weir";
-export * from "../weir/exports";
+} from "weir";
+export * from "weir/exports";
 
 class Row {
   constructor(public key: Uint8Array, public value: Uint8Array, public ts: i64) {}

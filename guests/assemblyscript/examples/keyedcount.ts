@@ -10,8 +10,8 @@
 import {
   Batch, Emitter, KeyedStateWriter, Operator, StateReader, StateWriter,
   compareBytes, copyBytes, readKeyedState, register,
-} from "../weir";
-export * from "../weir/exports";
+} from "weir";
+export * from "weir/exports";
 
 class Entry {
   constructor(public key: Uint8Array, public hash: u32, public count: u64) {}

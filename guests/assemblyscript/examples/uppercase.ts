@@ -4,8 +4,8 @@
 // It converts 8 bytes per step (SWAR: a u64 as 8 byte lanes), then the last
 // len%8 bytes one by one: the same algorithm as every other language's
 // uppercase, so guests/conformance's BenchmarkUppercase compares like with like.
-import { Batch, Emitter, Operator, register } from "../weir";
-export * from "../weir/exports";
+import { Batch, Emitter, Operator, register } from "weir";
+export * from "weir/exports";
 
 const ONES: u64 = 0x0101010101010101;
 const HIGH: u64 = 0x8080808080808080;

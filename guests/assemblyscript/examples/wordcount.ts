@@ -6,8 +6,8 @@
 // ascending bytewise order of the word: u32 word_len, word, u64 count.
 import {
   Batch, Emitter, Operator, StateReader, StateWriter, compareBytes, copyBytes, register,
-} from "../weir";
-export * from "../weir/exports";
+} from "weir";
+export * from "weir/exports";
 
 class Entry {
   constructor(public word: Uint8Array, public count: u64) {}

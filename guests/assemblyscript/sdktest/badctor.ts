@@ -3,8 +3,8 @@
 // message must reach the host. AssemblyScript runs the entry file's
 // top-level code, register(new BadCtor()) included, as the module's start
 // function.
-import { Batch, Emitter, Operator, register } from "../weir";
-export * from "../weir/exports";
+import { Batch, Emitter, Operator, register } from "weir";
+export * from "weir/exports";
 
 class BadCtor extends Operator {
   constructor(fail: bool) {

@@ -44,8 +44,8 @@
 import {
   Batch, Emitter, KeyedStateWriter, LOG_WARN, Operator, StateReader, StateWriter, log, readKeyedState, register,
   utf8String,
-} from "../weir";
-export * from "../weir/exports";
+} from "weir";
+export * from "weir/exports";
 
 /** Reports whether the len bytes at ptr are the ASCII string s. */
 function is(ptr: usize, len: i32, s: string): bool {

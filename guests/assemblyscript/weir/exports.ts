@@ -1,5 +1,5 @@
 // The ABI's exports (abi/ABI.md §1). Re-export them from an operator's entry
-// file: `export * from "../weir/exports";`
+// file: `export * from "weir/exports";`
 import {
   ERR_TRAILING_STATE, Runtime, StateReader, StateWriter, copyBytes, current, cursorAddr, status,
 } from "./index";

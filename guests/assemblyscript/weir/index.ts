@@ -3,8 +3,8 @@
 // An operator extends Operator and is registered from the entry file, which
 // also re-exports the ABI's exports:
 //
-//   import { Batch, Emitter, Operator, register } from "../weir";
-//   export * from "../weir/exports";
+//   import { Batch, Emitter, Operator, register } from "weir";
+//   export * from "weir/exports";
 //
 //   class Passthrough extends Operator {
 //     process(port: i32, input: Batch, out: Emitter): string | null {
@@ -23,16 +23,14 @@
 // 64 KiB chunks (KeyedStateWriter and readKeyedState for state in the keyed
 // layout weir can redistribute on a rescale, abi/ABI.md §8). Build with asc
 // 0.28 (see guests/build.sh); --exportStart _initialize has the host run the
-// top-level code (register, the constructor) under its call deadline. From
-// the repository root, for an entry file in guests/assemblyscript/examples:
+// top-level code (register, the constructor) under its call deadline. The
+// entry file imports this SDK as the package "weir"; --path names the
+// directory that holds it (weir/index.ts):
 //
-//   asc guests/assemblyscript/examples/op.ts -O3 --noAssert --exportStart _initialize \
-//       --use abort=guests/assemblyscript/weir/index/weirAbort -o op.wasm
+//   asc op.ts -O3 --noAssert --exportStart _initialize \
+//       --path WEIR/guests/assemblyscript --use abort=~lib/weir/index/weirAbort -o op.wasm
 //
-// For an operator outside the repository, run asc in its directory with the
-// relative path it imports the SDK by: "../weir/guests/assemblyscript/weir"
-// goes with --use abort=../weir/guests/assemblyscript/weir/index/weirAbort
-// (guests/README.md).
+// weir builds an entry file it is given so itself (guests/README.md).
 
 @external("weir", "emit")
 declare function hostEmit(port: i32, ptr: usize, len: i32): i32;
@@ -760,7 +758,7 @@ export function status(err: string | null): i32 {
 }
 
 /** Replaces AssemblyScript's env.abort import (build with
- * --use abort=guests/assemblyscript/weir/index/weirAbort): the message goes
+ * --use abort=~lib/weir/index/weirAbort): the message goes
  * to the host and the call traps. The parameters after the message are
  * optional, as in the abort it replaces, so that an operator's own
  * abort("message") compiles. */

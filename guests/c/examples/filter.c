@@ -1,5 +1,5 @@
 /* filter: keeps the records whose value contains the config bytes. */
-#include "../weir.h"
+#include "weir.h"
 
 /* The substring to keep, copied out of the config buffer. */
 static weir_bytes needle;

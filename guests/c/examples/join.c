@@ -7,7 +7,7 @@
  * State (shared by every SDK's join): 0x01, u32 n_left, n_left records, u32
  * n_right, n_right records; a record is u32 key_len, key, u32 value_len,
  * value, i64 timestamp; both sides in arrival order. */
-#include "../weir.h"
+#include "weir.h"
 
 typedef struct row {
     uint8_t *key, *value; /* one allocation: key bytes then value bytes */

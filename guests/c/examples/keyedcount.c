@@ -7,7 +7,7 @@
  * of the key, its value the count as u64 LE. weir can then redistribute the
  * counts by key when the operator's parallelism changes on a restore, so
  * partition its input by key. */
-#include "../weir.h"
+#include "weir.h"
 
 typedef struct entry {
     uint8_t *key;

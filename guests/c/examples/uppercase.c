@@ -4,7 +4,7 @@
  * It converts 8 bytes per step (SWAR: a uint64_t as 8 byte lanes), then the
  * last len%8 bytes one by one: the same algorithm as every other language's
  * uppercase, so guests/conformance's BenchmarkUppercase compares like with like. */
-#include "../weir.h"
+#include "weir.h"
 
 #define ONES UINT64_C(0x0101010101010101)
 #define HIGH UINT64_C(0x8080808080808080)

@@ -4,7 +4,7 @@
  *
  * State (shared by every SDK's wordcount): 0x01, u32 n, then n entries in
  * ascending bytewise order of the word: u32 word_len, word, u64 count. */
-#include "../weir.h"
+#include "weir.h"
 
 typedef struct entry {
     uint8_t *word;

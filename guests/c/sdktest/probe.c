@@ -37,7 +37,7 @@
  *   - with the config "empty-writes-around-keyed" the snapshot writes no
  *     bytes with weir_state_write, puts k=v in a keyed state, and writes no
  *     bytes again: a correct keyed state, which the SDK takes. */
-#include "../weir.h"
+#include "weir.h"
 
 static int is(weir_bytes b, const char *s) {
     weir_bytes w = weir_bytes_of(s);
