@@ -87,7 +87,10 @@ type JobStatus struct {
 	// takes as its -from: until the run completes a checkpoint of its own
 	// (LatestCheckpoint, which counts only this job's), a failover
 	// restores that one. Empty for a run that started fresh or from a
-	// checkpoint of its own name.
+	// checkpoint of its own name, and once that checkpoint is no longer
+	// stored whole (removed, partly removed, or discarded by its job's
+	// retention), also after a coordinator restart: nothing names a
+	// checkpoint that cannot be restored.
 	StartedFrom string `json:"started_from,omitempty"`
 	// Guarantees says what each source and sink promises (a core-NATS
 	// source is at-most-once, for one), and what the checkpointing mode
@@ -439,6 +442,22 @@ type Removed struct {
 type RemovedCheckpoint struct {
 	CheckpointInfo
 	Objects int `json:"objects"`
+	// Readvised are the jobs that had ended whose advice named the
+	// checkpoint as where each goes on — its LatestCheckpoint, else the
+	// checkpoint of another job it started from (StartedFrom), which weir
+	// job status, ls and cancel print — with what it names now, by name.
+	Readvised []Readvised `json:"readvised,omitempty"`
+}
+
+// Readvised is an ended job whose advice named a checkpoint that a
+// removal took: what its status names now. LatestCheckpoint and
+// StartedFrom are the status's (both empty: no checkpoint of it is left
+// to restore, and it starts afresh).
+type Readvised struct {
+	Job              string   `json:"job"`
+	State            JobState `json:"state"`
+	LatestCheckpoint int64    `json:"latest_checkpoint,omitempty"`
+	StartedFrom      string   `json:"started_from,omitempty"`
 }
 
 // API is the job API the coordinator serves and the CLI calls.

@@ -159,6 +159,11 @@ type job struct {
 	// cut holds the checkpoints whose removal was cut short (removalCut):
 	// partly removed, they are nobody's latest.
 	cut map[int64]bool
+	// fromGone is set once initial, a checkpoint of another job, is no
+	// longer stored whole (startGone): removed, partly removed, or
+	// discarded by that job's retention. The status names it no more
+	// (StartedFrom), and neither does the record's.
+	fromGone bool
 	// superseded is set once a new run of the job's name replaced it: its
 	// record is the new run's to write.
 	superseded bool
@@ -215,7 +220,7 @@ func (j *job) status() control.JobStatus {
 	defer j.mu.Unlock()
 	st := j.st
 	st.LatestCheckpoint = j.latestLocked(latest)
-	if in := j.initial; in != nil && in.Job != j.spec.Name {
+	if in := j.initial; in != nil && in.Job != j.spec.Name && !j.fromGone {
 		st.StartedFrom = fmt.Sprintf("%s/%d", in.Job, in.ID)
 	}
 	st.Checkpoints = cps

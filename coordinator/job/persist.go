@@ -32,6 +32,10 @@ type record struct {
 	// FromJob ("": this job).
 	From    int64  `json:"from,omitempty"`
 	FromJob string `json:"from_job,omitempty"`
+	// FromGone says that From, of another job, is no longer stored whole
+	// (job.fromGone): the status names it no more. Kept apart from From,
+	// which still says where the run began.
+	FromGone bool `json:"from_gone,omitempty"`
 	// Reserved is the highest checkpoint ID that may have been triggered:
 	// IDs number on above it (job.reserved).
 	Reserved int64 `json:"reserved,omitempty"`
@@ -134,7 +138,7 @@ func (j *job) record() (rec record, ok bool) {
 	if j.initial != nil {
 		rec.From = j.initial.ID
 		if j.initial.Job != j.spec.Name {
-			rec.FromJob = j.initial.Job
+			rec.FromJob, rec.FromGone = j.initial.Job, j.fromGone
 		}
 	}
 	return rec, true
@@ -433,7 +437,7 @@ func terminalJob(m *Manager, rec record) *job {
 	// consecutive: the failures in a row it ended with, by which weir job
 	// status says how a job that failed in a loop goes on.
 	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved, recordMu: new(sync.Mutex),
-		consecutive: rec.FailuresInARow,
+		consecutive: rec.FailuresInARow, fromGone: rec.FromGone,
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
@@ -22,6 +23,11 @@ import (
 // completed, else the one it started from, of this job or another; and
 // any one of the run of a job a restarted coordinator could not resume,
 // which the next coordinator resumes from its latest (unresumed).
+// A job that has ended needs none: one that its advice names as where it
+// goes on (its latest, else another job's it started from) goes, and the
+// answer says what each such job's advice names now (Readvised: the
+// newest of its run still stored, else the one it started from if that
+// is, else none); a job started from it names it no more (startGone).
 // Nothing else depends on a checkpoint: no state object is shared between
 // checkpoints (each one's lie under its own prefix; there are no
 // incremental checkpoints), and alignment spill files are never stored.
@@ -124,6 +130,7 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 		}
 		return control.RemovedCheckpoint{}, control.Errorf(control.ErrConflict, "cannot remove %s %d of job %s: %s", kind, id, name, why)
 	}
+	advised := m.advisedFrom(name, id)
 	// Dropped from the run first: retention and failovers leave it alone.
 	j.runner.Removed(id)
 	n, err := cat.Remove(ctx, name, id)
@@ -137,6 +144,7 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 		if cur, err := m.job(name); err == nil && cur != j {
 			cur.removalCut(ctx, id)
 		}
+		m.startGone(name, id)
 		return control.RemovedCheckpoint{}, fmt.Errorf("%w (removed %d objects; weir checkpoint rm %s %d tries again)", err, n, name, id)
 	}
 	j.removedCheckpoint(ctx, id)
@@ -145,8 +153,100 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 		// the checkpoint either.
 		cur.removedCheckpoint(ctx, id)
 	}
+	m.startGone(name, id)
 	m.log.Info("checkpoint removed", "job", name, "checkpoint", id, "objects", n)
-	return control.RemovedCheckpoint{CheckpointInfo: info, Objects: n}, nil
+	return control.RemovedCheckpoint{CheckpointInfo: info, Objects: n, Readvised: readvised(advised)}, nil
+}
+
+// advisedFrom returns the jobs that have ended whose advice names
+// checkpoint id of job name as where each goes on, by name: its latest
+// checkpoint, else the checkpoint of another job it started from
+// (control.JobStatus.LatestCheckpoint, StartedFrom), which weir job
+// status, ls and cancel print. The caller removes the checkpoint and says
+// what their advice names then (readvised).
+func (m *Manager) advisedFrom(name string, id int64) []*job {
+	from := fmt.Sprintf("%s/%d", name, id)
+	var advised []*job
+	for _, k := range m.allJobs() {
+		st := k.status()
+		if !st.State.Terminal() {
+			continue
+		}
+		if k.spec.Name == name && st.LatestCheckpoint == id || st.LatestCheckpoint == 0 && st.StartedFrom == from {
+			advised = append(advised, k)
+		}
+	}
+	slices.SortFunc(advised, func(a, b *job) int { return strings.Compare(a.spec.Name, b.spec.Name) })
+	return advised
+}
+
+// readvised says what the advice of each of jobs names now (advisedFrom).
+func readvised(jobs []*job) []control.Readvised {
+	var out []control.Readvised
+	for _, k := range jobs {
+		st := k.status()
+		out = append(out, control.Readvised{Job: st.Name, State: st.State, LatestCheckpoint: st.LatestCheckpoint, StartedFrom: st.StartedFrom})
+	}
+	return out
+}
+
+// allJobs returns the jobs the manager knows, in no order.
+func (m *Manager) allJobs() []*job {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// startedFrom returns the jobs of other names whose run started from
+// checkpoint id of job name and that still name it (fromGone unset).
+func (m *Manager) startedFrom(name string, id int64) []*job {
+	var out []*job
+	for _, k := range m.allJobs() {
+		k.mu.Lock()
+		in, gone := k.initial, k.fromGone
+		k.mu.Unlock()
+		if in != nil && in.Job == name && in.ID == id && k.spec.Name != name && !gone {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// startGone notes that checkpoint id of job name is no longer stored
+// whole — removed, partly removed, or discarded by retention — in every
+// job of another name that started from it (fromGone): its status names
+// it no more (control.JobStatus.StartedFrom), so that no advice for it
+// names a checkpoint that cannot be restored; an ended one writes its
+// record, which says so after a coordinator restart too. (A job that has
+// not ended and still needs it keeps it: neededBy, claimDiscard.)
+func (m *Manager) startGone(name string, id int64) {
+	for _, k := range m.startedFrom(name, id) {
+		k.mu.Lock()
+		k.fromGone = true
+		ended := k.st.State.Terminal()
+		k.mu.Unlock()
+		if ended {
+			k.persist()
+		}
+	}
+}
+
+// startGoneIfNotStored is startGone for checkpoint id of job name if that
+// is not stored whole (it reads the metadata, when a job started from it:
+// one whose discard failed stays). A read that fails otherwise leaves the
+// jobs as they are.
+func (m *Manager) startGoneIfNotStored(ctx context.Context, name string, id int64) {
+	if len(m.startedFrom(name, id)) == 0 {
+		return
+	}
+	_, err := m.opts.Catalog.Read(ctx, name, id)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, checkpoint.ErrCorrupt) {
+		m.startGone(name, id)
+	}
 }
 
 // finishRemoval finishes the removal of checkpoint id of job j that was
@@ -178,6 +278,7 @@ func (m *Manager) finishRemoval(ctx context.Context, j *job, id int64) (int, err
 	if cur, err := m.job(name); err == nil && cur != j {
 		cur.removedCheckpoint(ctx, id)
 	}
+	m.startGone(name, id)
 	return n, nil
 }
 
@@ -187,7 +288,9 @@ func (m *Manager) finishRemoval(ctx context.Context, j *job, id int64) (int, err
 // logging one line for each, and corrects the latest checkpoint of an
 // ended job: a coordinator that went away while it removed the latest
 // left the record naming it (relatest, as for a removal that finished
-// or was cut short while it ran). One that fails again stays listed as
+// or was cut short while it ran) and, if it names one no longer stored
+// whole, the checkpoint of another job it started from
+// (startGoneIfEnded). One that fails again stays listed as
 // being removed, and the job's retention, if it runs, tries again
 // (removalCut). A job that could not be resumed (unresumed) is left as
 // it is: its record and its run's checkpoints are the next coordinator's.
@@ -221,6 +324,21 @@ func (m *Manager) finishRemovals(ctx context.Context, j *job) {
 		m.log.Info("checkpoint removal finished (it was cut short before)", "job", name, "checkpoint", id, "objects", n, "by", "coordinator start")
 	}
 	j.relatestIfGone(ctx)
+	m.startGoneIfEnded(ctx, j)
+}
+
+// startGoneIfEnded notes, as the coordinator starts, that the checkpoint
+// of another job that ended job j started from is not stored whole any
+// more (startGone), when the record still names it: the coordinator
+// before went away after that checkpoint was removed, or its retention
+// discarded it, before it wrote j's record.
+func (m *Manager) startGoneIfEnded(ctx context.Context, j *job) {
+	j.mu.Lock()
+	in, ended := j.initial, j.st.State.Terminal()
+	j.mu.Unlock()
+	if ended && in != nil && in.Job != j.spec.Name {
+		m.startGoneIfNotStored(ctx, in.Job, in.ID)
+	}
 }
 
 // What removes a checkpoint, as a restore refused meanwhile says it
@@ -246,7 +364,8 @@ const (
 // (neededBy: one started from it, of another name or a new run of this
 // one), which the runner keeps and tries again later. One that another
 // request removes is refused with checkpoint.ErrBeingRemoved: that one
-// deletes it.
+// deletes it. Once the discard is done, a job started from the
+// checkpoint names it no more if it went (startGoneIfNotStored).
 func (m *Manager) claimDiscard(name string, id int64) (done func(), err error) {
 	k := ckKey{job: name, id: id}
 	m.mu.Lock()
@@ -260,16 +379,20 @@ func (m *Manager) claimDiscard(name string, id int64) (done func(), err error) {
 	}
 	m.removing[k] = removerRetention
 	m.mu.Unlock()
-	done = func() {
+	release := func() {
 		m.mu.Lock()
 		delete(m.removing, k)
 		m.mu.Unlock()
 	}
 	if why := m.neededBy(name, id); why != "" {
-		done()
+		release()
 		return nil, fmt.Errorf("checkpoint %d of job %s: %s", id, name, why)
 	}
-	return done, nil
+	return func() {
+		release()
+		// A job started from it names it no more, once it went.
+		m.startGoneIfNotStored(m.ctx, name, id)
+	}, nil
 }
 
 // keptFor returns the checkpoints of job name that its retention keeps
