@@ -166,7 +166,7 @@ func TestCheckpointPartlyRemoved(t *testing.T) {
 		t.Errorf("checkpoint ls:\n%s", ls.String())
 	}
 	var rm bytes.Buffer
-	printRemoved(&rm, "wc", control.Removed{Checkpoints: []control.RemovedCheckpoint{{CheckpointInfo: c, Objects: 5}}})
+	printRemoved(&rm, "wc", control.Removed{Checkpoints: []control.RemovedCheckpoint{{CheckpointInfo: c, Objects: 5}}}, "")
 	if want := "removed savepoint 12 of wc (the rest of it: an earlier removal was cut short): 5 storage objects\n"; rm.String() != want {
 		t.Errorf("checkpoint rm:\n%q\nwant\n%q", rm.String(), want)
 	}
@@ -194,6 +194,103 @@ func TestCheckpointListSlowestOfUnackedCheckpoints(t *testing.T) {
 	} {
 		if len(rows) != 4 || !regexp.MustCompile(want).MatchString(rows[i+1]) {
 			t.Errorf("checkpoint ls:\n%s\nrow %d does not match %s", ls.String(), i+1, want)
+		}
+	}
+}
+
+// weir checkpoint rm of what a job that has ended was to be restored from
+// removes it, and says on one line after it, for each such job, what it
+// is restored from now: the newest checkpoint of its own left, or none
+// (it starts afresh) for a job started from the removed one of another.
+// weir job ls names no removed checkpoint from then on, and the restore
+// the line prints works.
+func TestCheckpointRemoveSaysWhatEndedJobsAreRestoredFromNow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Workers: 1,
+		HeartbeatInterval: 50 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	spec := func(name string) *jobspec.Spec {
+		t.Helper()
+		s, err := jobspec.Parse(name+".yaml", []byte(`name: `+name+`
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+checkpointing: {disabled: true}
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec("orig")}); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "orig", control.JobRunning)
+	var sp [2]int64
+	for i := range sp {
+		cp, err := n.API.Savepoint(ctx, "orig")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp[i] = cp.ID
+	}
+	if _, err := n.API.CancelJob(ctx, "orig"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec("copy"), RestoreFrom: fmt.Sprintf("orig/%d", sp[1])}); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "copy", control.JobRunning)
+	if _, err := n.API.CancelJob(ctx, "copy"); err != nil {
+		t.Fatal(err)
+	}
+
+	url := n.Server.ClientURL()
+	weir := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append(args[:2:2], append([]string{"-nats", url}, args[2:]...)...),
+			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		return code, out.String(), errb.String()
+	}
+	code, out, errs := weir("checkpoint", "rm", "orig", fmt.Sprint(sp[1]))
+	want := regexp.MustCompile("^" + regexp.QuoteMeta(fmt.Sprintf("removed savepoint %d of orig (", sp[1])) + `\d+ B\): 3 storage objects\n` +
+		regexp.QuoteMeta(fmt.Sprintf("job copy (canceled) was to be restored from it; none of its checkpoints is left: weir run -nats %s SPEC starts it afresh\n", url)+
+			fmt.Sprintf("job orig (canceled) was to be restored from it; now from checkpoint %d, its newest left: weir job restore -nats %s orig -from %d\n", sp[0], url, sp[0])) + "$")
+	if code != 0 || !want.MatchString(out) {
+		t.Errorf("rm: exit %d, stdout\n%s\nstderr %q; want\n%s", code, out, errs, want)
+	}
+	_, out, _ = weir("job", "ls")
+	for job, cp := range map[string]string{"copy": "-", "orig": fmt.Sprint(sp[0])} {
+		if !regexp.MustCompile(`(?m)^` + job + ` +canceled +\d+ +\d+ +` + regexp.QuoteMeta(cp) + ` `).MatchString(out) {
+			t.Errorf("weir job ls: want %s's CHECKPOINT %s:\n%s", job, cp, out)
+		}
+	}
+	if code, _, errs := weir("job", "restore", "orig", "-from", fmt.Sprint(sp[0])); code != 0 {
+		t.Errorf("the restore the rm printed: exit %d: %s", code, errs)
+	}
+}
+
+// The line weir checkpoint rm prints for a job that has ended that was to
+// be restored from the removed checkpoint names what it is restored from
+// now: its newest checkpoint left, the one of another job it started
+// from, or none.
+func TestReadvisedLine(t *testing.T) {
+	for _, c := range []struct {
+		r    control.Readvised
+		want string
+	}{
+		{control.Readvised{Job: "wc", State: control.JobCanceled, LatestCheckpoint: 7},
+			"job wc (canceled) was to be restored from it; now from checkpoint 7, its newest left: weir job restore -nats nats://h:1 wc -from 7"},
+		{control.Readvised{Job: "wc", State: control.JobFailed, StartedFrom: "old/3"},
+			"job wc (failed) was to be restored from it; now from old/3, the checkpoint it started from: weir job restore -nats nats://h:1 wc -from old/3"},
+		{control.Readvised{Job: "wc", State: control.JobFinished},
+			"job wc (finished) was to be restored from it; none of its checkpoints is left: weir run -nats nats://h:1 SPEC starts it afresh"},
+	} {
+		if got := readvisedLine(c.r, " -nats nats://h:1"); got != c.want {
+			t.Errorf("%+v:\n got %s\nwant %s", c.r, got, c.want)
 		}
 	}
 }

@@ -1001,14 +1001,20 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            failover (its latest; for a restored job that completed
                            none of its own, the one it started from, of any job),
                            or one being written. Exits 1 if any ID was refused or
-                           is not stored
+                           is not stored. One a job that has ended was to be
+                           restored from goes: a line after it names the job and
+                           what it is restored from now (its newest checkpoint
+                           left, else the one it started from; or none: it starts
+                           afresh), as weir job status and ls say from then on
   weir checkpoint rm -earlier JOB
                            delete every checkpoint and savepoint that earlier runs of
                            JOB left stored (ls marks them "earlier run") and nothing
                            needs, the leftover snapshots of their checkpoints that
                            never completed (and of the job's own run, once it has
                            ended), and sinks' commit markers written after their
-                           checkpoint was deleted; lists what it removed`
+                           checkpoint was deleted; lists what it removed (with
+                           the line above after one a job that has ended was to
+                           be restored from)`
 
 // removeWait is how long weir checkpoint rm waits for the coordinator:
 // removing many checkpoints from a JetStream object store takes a while.
@@ -1064,7 +1070,7 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("checkpoint rm", err)
 		}
-		printRemoved(std.Out, job, rm)
+		printRemoved(std.Out, job, rm, nf.hint())
 		return nil
 	}
 	// Like rm: each ID on its own, a refusal does not keep the others.
@@ -1082,14 +1088,17 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 			}
 			continue
 		}
-		printRemoved(std.Out, job, rm)
+		printRemoved(std.Out, job, rm, nf.hint())
 	}
 	return failed
 }
 
 // printRemoved lists what weir checkpoint rm removed, one line per
-// checkpoint, then what -earlier kept and the leftovers it deleted.
-func printRemoved(w io.Writer, job string, rm control.Removed) {
+// checkpoint — after it, for each job that has ended that was to be
+// restored from it, a line saying what it is restored from now
+// (readvisedLine) — then what -earlier kept and the leftovers it deleted.
+// The commands it prints carry hint (natsFlags.hint).
+func printRemoved(w io.Writer, job string, rm control.Removed, hint string) {
 	for _, c := range rm.Checkpoints {
 		kind := "checkpoint"
 		if c.Savepoint {
@@ -1107,6 +1116,9 @@ func printRemoved(w io.Writer, job string, rm control.Removed) {
 			what = "earlier run, " + what
 		}
 		fmt.Fprintf(w, "removed %s %d of %s (%s): %d storage objects\n", kind, c.ID, job, what, c.Objects)
+		for _, r := range c.Readvised {
+			fmt.Fprintln(w, readvisedLine(r, hint))
+		}
 	}
 	for _, k := range rm.Kept {
 		fmt.Fprintf(w, "kept: %s\n", k)
@@ -1125,6 +1137,24 @@ func printRemoved(w io.Writer, job string, rm control.Removed) {
 	if len(rm.Checkpoints)+len(rm.Kept)+len(rm.Leftovers)+rm.StrayMarkers == 0 {
 		fmt.Fprintf(w, "%s: no checkpoints of earlier runs are stored\n", job)
 	}
+}
+
+// readvisedLine says, for a job that has ended whose advice (weir job
+// status, ls, cancel) named a checkpoint just removed, what it names now
+// (control.Readvised): the newest checkpoint of its own left, else the
+// checkpoint of another job it started from, each with the restore to go
+// on with; or, with none left, that it starts afresh.
+func readvisedLine(r control.Readvised, hint string) string {
+	head := fmt.Sprintf("job %s (%s) was to be restored from it", r.Job, r.State)
+	switch {
+	case r.LatestCheckpoint > 0:
+		return fmt.Sprintf("%s; now from checkpoint %d, its newest left: weir job restore%s %s -from %d",
+			head, r.LatestCheckpoint, hint, r.Job, r.LatestCheckpoint)
+	case r.StartedFrom != "":
+		return fmt.Sprintf("%s; now from %s, the checkpoint it started from: weir job restore%s %s -from %s",
+			head, r.StartedFrom, hint, r.Job, r.StartedFrom)
+	}
+	return fmt.Sprintf("%s; none of its checkpoints is left: weir run%s SPEC starts it afresh", head, hint)
 }
 
 func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
