@@ -900,7 +900,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
 	// The submit line said the state already: only changes follow.
-	said := stateReport{state: st.State, attempt: st.Attempt, runFrom: st.Attempt}
+	said := stateReport{state: st.State, attempt: st.Attempt}
 	notes := statusNotes{remedy: trapRemedy(o.nats.hint())}
 	if embedded {
 		// The input -input stored in a stream stays with -data.
@@ -1139,11 +1139,6 @@ type stateReport struct {
 	reason  string           // the last reason printed
 	failure *control.Failure // the last failure printed
 	skipped int              // the newest attempt printed as not started
-	// runFrom is the attempt the job's status had when weir run submitted
-	// it: a job submitted again numbers its attempts on from its earlier
-	// runs' and lists their failures, which no attempt of this run
-	// restarted after.
-	runFrom int
 }
 
 // news returns the line that reports st, or "" when st is no news, and
@@ -1189,8 +1184,14 @@ func (r *stateReport) news(st control.JobStatus) string {
 	case st.State == control.JobRunning:
 		// The failure this attempt recovers from: of the attempt before,
 		// or of one since the attempt said last — a deploy that lost its
-		// worker, planned again, took an attempt number of its own.
-		if f != nil && f.Attempt > r.runFrom && f.Attempt < st.Attempt && (f.Attempt == st.Attempt-1 || prev > 0 && f.Attempt >= prev) {
+		// worker, planned again, took an attempt number of its own. Not
+		// one of an earlier run's: a job submitted again numbers its
+		// attempts on from its earlier runs' and lists their failures,
+		// all older than its submit (the coordinator's clock both), which
+		// tells them apart however far the submit's answer saw the first
+		// attempt go (its attempt number did not: the answer may come
+		// after the first deploy began).
+		if f != nil && !f.Time.Before(st.Submitted) && f.Attempt < st.Attempt && (f.Attempt == st.Attempt-1 || prev > 0 && f.Attempt >= prev) {
 			line += ", restarted after: " + f.Reason
 			r.failure = f
 		}
