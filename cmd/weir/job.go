@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -569,8 +568,8 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 
 // printInARow says how close a job failing over again and again is to
 // failing for good (control.JobStatus.FailuresInARow), and when its
-// latest failures all read the same — but for their numbers — that
-// restarting does not help: RESTARTS and the failures list showed the
+// latest failures all failed the same way (control.Failure.SameAs: of the
+// same kind in the same task) that restarting does not help: RESTARTS and the failures list showed the
 // loop, not that the restart strategy would give up, nor when.
 func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatus) string) {
 	n := st.FailuresInARow
@@ -594,14 +593,12 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	if same < 2 {
 		return
 	}
-	digits := regexp.MustCompile(`[0-9]+`)
-	first := digits.ReplaceAllString(st.Failures[0].Reason, "N")
 	for _, f := range st.Failures[1:same] {
-		if digits.ReplaceAllString(f.Reason, "N") != first {
+		if !f.SameAs(st.Failures[0]) {
 			return
 		}
 	}
-	trap := strings.Contains(st.Failures[0].Reason, "trap")
+	trap := st.Failures[0].IsKind(control.FailureTrap)
 	hint := ""
 	if trap {
 		hint = " (an operator that traps on a record does so each time the record is read again after a restore)"
@@ -760,10 +757,10 @@ func printCheckpointsFailing(w io.Writer, st control.JobStatus) {
 	}
 	fmt.Fprintf(w, "checkpoints failing: %d in a row, %s; the newest, %d at %s: %s\n", c.FailedInARow, since,
 		c.LastFailedID, c.LastFailed.UTC().Format(time.TimeOnly), c.LastFailure)
-	if strings.HasPrefix(c.LastFailure, "expired after") {
+	if c.LastFailedFor(control.CheckpointExpired) {
 		fmt.Fprintf(w, "  %s; weir checkpoint ls %s shows which tasks did not ack\n", expiryAdvice(st), st.Name)
 	}
-	if f := st.Latest(); f != nil && strings.Contains(f.Reason, "consecutive checkpoint failures exceed") {
+	if f := st.Latest(); f != nil && f.IsKind(control.FailureCheckpointsFailed) {
 		from := "the start"
 		if c.LastID > 0 {
 			from = fmt.Sprintf("checkpoint %d", c.LastID)

@@ -994,6 +994,82 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 	}
 }
 
+// weir job status tells the failures of a restart loop and a trap by
+// their kinds (control.Failure.Kind) and tasks, not by the words of their
+// reasons, which a reworded message no longer has: a trap whose reason
+// lacks "trap" still gets the trap's hint and remedy, failures that read
+// alike but are of other kinds or tasks are not the same, and a reason
+// that happens to say "trap" is no trap. Failures without a kind (a job
+// record of an older coordinator) are still read by their words.
+func TestJobStatusReadsFailureKinds(t *testing.T) {
+	failed := func(attempt int, kind control.FailureKind, task, reason string) control.Failure {
+		return control.Failure{Attempt: attempt, Kind: kind, Task: task, Reason: reason}
+	}
+	const (
+		row      = "failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n"
+		same     = "  the last 2 failed the same way: restarting does not help while the cause stays\n"
+		trapSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+			"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"
+	)
+	for _, c := range []struct {
+		name     string
+		failures []control.Failure
+		want     string
+	}{
+		{"a trap in other words", []control.Failure{
+			failed(2, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 1 (value "!bad"): unreachable`),
+			failed(1, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 7 (value "!worse"): integer divide by zero`)},
+			row + trapSame},
+		{"traps in two tasks", []control.Failure{
+			failed(2, control.FailureTrap, "slowop-1", "task slowop-1 failed: trap"),
+			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap")},
+			row},
+		{"alike in words, of other kinds", []control.Failure{
+			failed(2, control.FailureDeadline, "slowop-0", "task slowop-0 failed: stuck"),
+			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: stuck")},
+			row},
+		{"no trap but in words", []control.Failure{
+			failed(2, control.FailureOperatorError, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap door 2 closed"),
+			failed(1, control.FailureOperatorError, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap door 1 closed")},
+			row + same},
+		{"an older coordinator's failure before a classified one", []control.Failure{
+			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 2"),
+			failed(1, control.FailureUnknown, "", "task slowop-0 failed: trap at record 1")},
+			row + trapSame},
+	} {
+		var b bytes.Buffer
+		printInARow(&b, control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3,
+			Failures: c.failures}, trapRemedy(""))
+		if b.String() != c.want {
+			t.Errorf("%s: printed\n%q\nwant\n%q", c.name, b.String(), c.want)
+		}
+	}
+
+	// Checkpoints: an expiry and the failover for failed checkpoints are
+	// told by their cause and kind, however their reasons read.
+	at := time.Date(2026, 12, 2, 14, 14, 17, 0, time.UTC)
+	cps := control.CheckpointStats{Completed: 1, Failed: 1, LastID: 1, LastCompleted: at, FailedInARow: 1, LastFailedID: 2, LastFailed: at,
+		LastFailure: "timed out after 5s", LastFailureCause: control.CheckpointExpired}
+	lost := control.Failure{Attempt: 1, Kind: control.FailureCheckpointsFailed, Reason: "checkpoint 2 failed, beyond the tolerated 0"}
+	var b bytes.Buffer
+	printCheckpointsFailing(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 2, Checkpoints: cps, LastFailure: &lost})
+	for _, want := range []string{"  a checkpoint expires when its barriers do not get through in time: ", "weir checkpoint ls slow shows which tasks did not ack\n",
+		"  the job fails over for them, each attempt from checkpoint 1 again; "} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("expired checkpoints in other words: printed\n%s\nwant %q in it", b.String(), want)
+		}
+	}
+	// A declined one whose reason happens to begin as an expiry's does
+	// not; nor a failure of another kind that quotes a checkpoint's.
+	cps.LastFailure, cps.LastFailureCause = "expired after the task's disk filled", control.CheckpointDeclined
+	lost = control.Failure{Attempt: 1, Kind: control.FailureWorkerLost, Reason: "worker w1 lost (its consecutive checkpoint failures exceed nothing)"}
+	b.Reset()
+	printCheckpointsFailing(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 2, Checkpoints: cps, LastFailure: &lost})
+	if want := "checkpoints failing: 1 in a row, since 1 completed; the newest, 2 at 14:14:17: expired after the task's disk filled\n"; b.String() != want {
+		t.Errorf("a declined checkpoint: printed\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
 // weir run's advice for a job whose operator traps on a record: run it
 // again, as the job goes with the run — but with -data, which keeps the
 // job, its checkpoints and its input streams, restore it from its latest

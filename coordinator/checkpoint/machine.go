@@ -369,14 +369,15 @@ func (m *Machine) abortAll(now time.Time, reason string, match func(*pending) bo
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	var acts []Action
 	for _, id := range ids {
-		acts = append(acts, m.abort(now, id, reason, false)...)
+		acts = append(acts, m.abort(now, id, reason, "")...)
 	}
 	return acts
 }
 
-// abort ends pending checkpoint id; counted says whether it is a
-// checkpoint failure.
-func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []Action {
+// abort ends pending checkpoint id; cause, if not "", is the checkpoint
+// failure it counts as (control.CheckpointStats.LastFailureCause), and ""
+// an abort that is no checkpoint failure.
+func (m *Machine) abort(now time.Time, id int64, reason string, cause control.CheckpointFailureCause) []Action {
 	p := m.pending[id]
 	if p == nil {
 		return nil
@@ -387,10 +388,11 @@ func (m *Machine) abort(now time.Time, id int64, reason string, counted bool) []
 	p.info.Status = control.CheckpointFailed
 	p.info.Reason = reason
 	p.info.Duration = now.Sub(p.triggered)
+	counted := cause != ""
 	if counted {
 		m.stats.Failed++
 		m.stats.FailedInARow++
-		m.stats.LastFailedID, m.stats.LastFailed, m.stats.LastFailure = id, now, reason
+		m.stats.LastFailedID, m.stats.LastFailed, m.stats.LastFailure, m.stats.LastFailureCause = id, now, reason, cause
 	}
 	acts := []Action{AbortAction{ID: id, Reason: reason, Savepoint: p.savepoint}, DiscardAction{ID: id}}
 	if counted && !p.savepoint {
@@ -485,7 +487,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 	for _, id := range ids {
 		p := m.pending[id]
 		if p != nil && !p.persist && m.cfg.Timeout > 0 && !now.Before(p.triggered.Add(m.cfg.Timeout)) {
-			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s%s", m.cfg.Timeout, m.unacked(p)), true)...)
+			acts = append(acts, m.abort(now, id, fmt.Sprintf("expired after %s%s", m.cfg.Timeout, m.unacked(p)), control.CheckpointExpired)...)
 		}
 	}
 	if !m.running || m.cfg.Disabled || m.cfg.Interval <= 0 || len(m.finished) > 0 || m.stopped != 0 {
@@ -555,12 +557,13 @@ func (m *Machine) TriggerFailed(now time.Time, run int, id int64, reason string)
 		m.triggerFailing = now
 	}
 	wait := m.MetadataWriteWait()
-	counted := !now.Before(m.triggerFailing.Add(wait))
-	if counted {
+	var cause control.CheckpointFailureCause
+	if !now.Before(m.triggerFailing.Add(wait)) {
 		reason = fmt.Sprintf("triggers failed in a row for %s; the last: %s", wait, reason)
 		m.triggerFailing = now
+		cause = control.CheckpointTriggerFailed
 	}
-	return m.abort(now, id, "trigger failed: "+reason, counted)
+	return m.abort(now, id, "trigger failed: "+reason, cause)
 }
 
 // Triggered records that the trigger of a checkpoint of attempt run
@@ -733,8 +736,11 @@ func (m *Machine) Decline(now time.Time, task string, id int64, kind, reason str
 	if m.pending[id] == nil || m.pending[id].persist {
 		return nil
 	}
-	counted := kind != control.DeclineSubsumed && kind != control.DeclineCancelled
-	return m.abort(now, id, fmt.Sprintf("declined by %s (%s): %s", task, kind, reason), counted)
+	var cause control.CheckpointFailureCause
+	if kind != control.DeclineSubsumed && kind != control.DeclineCancelled {
+		cause = control.CheckpointDeclined
+	}
+	return m.abort(now, id, fmt.Sprintf("declined by %s (%s): %s", task, kind, reason), cause)
 }
 
 // Persisted reports the outcome of a PersistAction. On success the
@@ -746,7 +752,7 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 		return nil
 	}
 	if err != nil {
-		return m.abort(now, id, fmt.Sprintf("writing metadata failed: %v", err), true)
+		return m.abort(now, id, fmt.Sprintf("writing metadata failed: %v", err), control.CheckpointMetadataFailed)
 	}
 	delete(m.pending, id)
 	m.lastEnd = now

@@ -117,12 +117,16 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 		t.Errorf("next wake %v, want the timeout", w)
 	}
 	expect(t, "expire 1, trigger 2", m.Tick(at(1100)), "abort(1) discard(1) trigger(2)")
+	if st := m.Stats(); st.LastFailedID != 1 || st.LastFailureCause != control.CheckpointExpired {
+		t.Errorf("stats after an expiry: %+v; want its cause %q", st, control.CheckpointExpired)
+	}
 	expect(t, "decline 2: second failure exceeds", m.Decline(at(1200), "op-0", 2, control.DeclineRefused, "too big"), "abort(2) discard(2) fail")
 	expect(t, "3", m.Tick(at(1300)), "trigger(3)")
 	expect(t, "decline subsumed is not counted", m.Decline(at(1300), "op-0", 3, control.DeclineSubsumed, ""), "abort(3) discard(3)")
 	expect(t, "4", m.Tick(at(1400)), "trigger(4)")
 	expect(t, "decline 4 counts once", m.Decline(at(1400), "op-0", 4, control.DeclineFailed, "disk"), "abort(4) discard(4)")
-	if st := m.Stats(); st.FailedInARow != 3 || st.LastFailedID != 4 || !st.LastFailed.Equal(at(1400)) || st.LastFailure != "declined by op-0 (failed): disk" {
+	if st := m.Stats(); st.FailedInARow != 3 || st.LastFailedID != 4 || !st.LastFailed.Equal(at(1400)) || st.LastFailure != "declined by op-0 (failed): disk" ||
+		st.LastFailureCause != control.CheckpointDeclined {
 		t.Errorf("stats after 3 failures in a row (the subsumed one not counted): %+v", st)
 	}
 	expect(t, "5", m.Tick(at(1500)), "trigger(5)")
@@ -135,9 +139,10 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 	expect(t, "metadata write failure counts", m.Persisted(at(1700), 7, fmt.Errorf("disk full")), "abort(7) discard(7) fail")
 	// Failures as the tolerance counts them, not the subsumed one; the
 	// latest completed checkpoint with its duration, size and time; the
-	// failures since it, and the newest with its time and reason.
+	// failures since it, and the newest with its time, reason and cause.
 	want := control.CheckpointStats{Completed: 1, Failed: 5, LastID: 5, LastDuration: 0, LastSize: 15, LastCompleted: at(1500),
-		FailedInARow: 2, LastFailedID: 7, LastFailed: at(1700), LastFailure: "writing metadata failed: disk full"}
+		FailedInARow: 2, LastFailedID: 7, LastFailed: at(1700), LastFailure: "writing metadata failed: disk full",
+		LastFailureCause: control.CheckpointMetadataFailed}
 	if got := m.Stats(); got != want {
 		t.Errorf("stats %+v, want %+v", got, want)
 	}

@@ -241,6 +241,9 @@ func TestTriggerFailuresCountAfterATimeout(t *testing.T) {
 	expect(t, "first failed trigger", failAt(1000), "abort(1) discard(1)")
 	expect(t, "failing for 9s", failAt(10000), "abort(2) discard(2)")
 	expect(t, "failing for 10s", failAt(11000), "abort(3) discard(3) fail")
+	if st := m.Stats(); st.LastFailedID != 3 || st.LastFailureCause != control.CheckpointTriggerFailed {
+		t.Errorf("stats after triggers failed for the timeout: %+v; want cause %q", st, control.CheckpointTriggerFailed)
+	}
 	expect(t, "the count starts over", failAt(12000), "abort(4) discard(4)")
 	tr := m.Tick(at(13000))[0].(TriggerAction)
 	m.Triggered(tr.Run)

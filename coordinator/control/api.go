@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -179,7 +180,42 @@ type CheckpointStats struct {
 	LastFailedID int64     `json:"last_failed_id,omitempty"`
 	LastFailed   time.Time `json:"last_failed,omitzero"`
 	LastFailure  string    `json:"last_failure,omitempty"`
+	// LastFailureCause classifies LastFailure, for clients that branch on
+	// it rather than read its words (CheckpointExpired: what to change
+	// depends on the checkpointing mode). Empty from a coordinator that
+	// does not send it.
+	LastFailureCause CheckpointFailureCause `json:"last_failure_cause,omitempty"`
 }
+
+// LastFailedFor reports whether the newest failed checkpoint
+// (LastFailure) failed for cause. From a coordinator that does not send
+// LastFailureCause, an expiry is told by its reason's words ("expired
+// after …"), and no other cause is.
+func (c CheckpointStats) LastFailedFor(cause CheckpointFailureCause) bool {
+	if c.LastFailureCause != "" || c.LastFailure == "" {
+		return c.LastFailureCause == cause
+	}
+	return cause == CheckpointExpired && strings.HasPrefix(c.LastFailure, "expired after")
+}
+
+// CheckpointFailureCause says why a checkpoint failed
+// (CheckpointStats.LastFailureCause).
+type CheckpointFailureCause string
+
+// Checkpoint failure causes.
+const (
+	// CheckpointExpired: the checkpoint timeout ran out before every task
+	// acked.
+	CheckpointExpired CheckpointFailureCause = "expired"
+	// CheckpointDeclined: a task declined it (refused, or failed to take
+	// its snapshot).
+	CheckpointDeclined CheckpointFailureCause = "declined"
+	// CheckpointTriggerFailed: its triggers did not reach the tasks for a
+	// checkpoint timeout in a row.
+	CheckpointTriggerFailed CheckpointFailureCause = "trigger-failed"
+	// CheckpointMetadataFailed: its metadata could not be written.
+	CheckpointMetadataFailed CheckpointFailureCause = "metadata-failed"
+)
 
 // MaxFailures is how many failures a JobStatus keeps.
 const MaxFailures = 10
@@ -189,7 +225,77 @@ type Failure struct {
 	Time    time.Time `json:"time"`
 	Attempt int       `json:"attempt"`
 	Reason  string    `json:"reason"`
+	// Kind classifies the failure, for clients that branch on it rather
+	// than read Reason's words: FailureUnknown for one of no kind known,
+	// and for failures a coordinator (or a worker) recorded before kinds
+	// were kept — read their Reason as before.
+	Kind FailureKind `json:"kind,omitempty"`
+	// Task is the task that failed, "" for a failure of none (a worker
+	// lost, checkpoints that kept failing, a deploy).
+	Task string `json:"task,omitempty"`
 }
+
+// SameAs reports whether f and g failed the same way: of the same kind in
+// the same task or, for failures of unknown kind, with the same reason but
+// for its numbers (a record's index, an attempt, a duration) — a job that
+// fails the same way again and again is not helped by restarting.
+func (f Failure) SameAs(g Failure) bool {
+	if f.Kind != FailureUnknown && g.Kind != FailureUnknown {
+		return f.Kind == g.Kind && f.Task == g.Task
+	}
+	return digits.ReplaceAllString(f.Reason, "N") == digits.ReplaceAllString(g.Reason, "N")
+}
+
+// digits matches the numbers that Failure.SameAs disregards.
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// IsKind reports whether f is a failure of kind k. One of unknown kind —
+// recorded by a coordinator, or reported by a worker, that did not keep
+// kinds — is told by the words its reason had then, for the kinds
+// clients branch on: FailureTrap ("trap") and FailureCheckpointsFailed
+// ("consecutive checkpoint failures exceed").
+func (f Failure) IsKind(k FailureKind) bool {
+	if f.Kind != FailureUnknown || k == FailureUnknown {
+		return f.Kind == k
+	}
+	switch k {
+	case FailureTrap:
+		return strings.Contains(f.Reason, "trap")
+	case FailureCheckpointsFailed:
+		return strings.Contains(f.Reason, "consecutive checkpoint failures exceed")
+	}
+	return false
+}
+
+// FailureKind classifies a job's failure (Failure.Kind, Event.FailureKind).
+type FailureKind string
+
+// Failure kinds. A worker derives a task's from its error's type (the
+// host's and the wasm package's); the coordinator sets its own.
+const (
+	// FailureUnknown: none of the kinds below, or not classified (a
+	// worker or coordinator that does not send kinds).
+	FailureUnknown FailureKind = ""
+	// FailureTrap: an operator trapped (wasm.TrapError), a memory.grow
+	// its memory limit refused among the causes: on a record, it traps
+	// again each time the record is read after a restore.
+	FailureTrap FailureKind = "trap"
+	// FailureDeadline: an operator's call ran past its call deadline
+	// (wasm.DeadlineError).
+	FailureDeadline FailureKind = "deadline"
+	// FailureExit: an operator's module exited (wasm.ExitError).
+	FailureExit FailureKind = "exit"
+	// FailureOperatorError: an operator returned an error status
+	// (wasm.OperatorError).
+	FailureOperatorError FailureKind = "operator-error"
+	// FailureFault: an operator misused a host import (wasm.FaultError).
+	FailureFault FailureKind = "fault"
+	// FailureCheckpointsFailed: more checkpoints failed in a row than
+	// checkpointing.tolerable-failures allows.
+	FailureCheckpointsFailed FailureKind = "checkpoints-failed"
+	// FailureWorkerLost: a worker that ran tasks of the attempt was lost.
+	FailureWorkerLost FailureKind = "worker-lost"
+)
 
 // AttemptsExplained says how a job's attempts came about, or "" when
 // its restarts alone do (the first deployment and one per restart): "12

@@ -156,18 +156,18 @@ func TestRoundTripAndLostWorker(t *testing.T) {
 	if err := w.Decline(ctx, ref, 5, DeclineRefused, "too much"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Failed(ctx, ref, "trap"); err != nil {
+	if err := w.Failed(ctx, ref, FailureTrap, "trap"); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Finished(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Failed(ctx, TaskRef{Job: "j", Task: "bad"}, "x"); err == nil {
+	if err := w.Failed(ctx, TaskRef{Job: "j", Task: "bad"}, FailureUnknown, "x"); err == nil {
 		t.Error("coordinator's refusal did not reach the worker")
 	}
 	rc.mu.Lock()
 	if len(rc.events) != 4 || rc.events[0].Handle != "j/chk-4/in-0" || rc.events[0].Metrics[MetricStateBytes] != 10 ||
-		rc.events[1].Kind != DeclineRefused || rc.events[2].Reason != "trap" || rc.events[3].Type != EventFinished || rc.events[0].Worker != "w1" {
+		rc.events[1].Kind != DeclineRefused || rc.events[2].Reason != "trap" || rc.events[2].FailureKind != FailureTrap || rc.events[3].Type != EventFinished || rc.events[0].Worker != "w1" {
 		t.Errorf("events = %+v", rc.events)
 	}
 	rc.mu.Unlock()

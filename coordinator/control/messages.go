@@ -465,6 +465,9 @@ type Event struct {
 	Kind string `json:"kind,omitempty"`
 	// Reason is one line (EventDecline, EventFailed).
 	Reason string `json:"reason,omitempty"`
+	// FailureKind classifies an EventFailed's Reason (FailureUnknown from
+	// a worker that does not send it).
+	FailureKind FailureKind `json:"failure_kind,omitempty"`
 	// Unrecoverable marks an EventFailed whose cause would recur on every
 	// restart: the job fails at once.
 	Unrecoverable bool `json:"unrecoverable,omitempty"`

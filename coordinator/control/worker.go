@@ -268,21 +268,23 @@ func (w *Worker) Decline(ctx context.Context, t TaskRef, id int64, kind, reason 
 		CheckpointID: id, Kind: kind, Reason: reason})
 }
 
-// Failed reports that task stopped with an error.
-func (w *Worker) Failed(ctx context.Context, t TaskRef, reason string) error {
-	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason})
+// Failed reports that task stopped with an error, of kind.
+func (w *Worker) Failed(ctx context.Context, t TaskRef, kind FailureKind, reason string) error {
+	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, FailureKind: kind, Reason: reason})
 }
 
 // FailedSecondary reports that task stopped because another task failed
 // (see Event.Secondary).
-func (w *Worker) FailedSecondary(ctx context.Context, t TaskRef, reason string) error {
-	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason, Secondary: true})
+func (w *Worker) FailedSecondary(ctx context.Context, t TaskRef, kind FailureKind, reason string) error {
+	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, FailureKind: kind, Reason: reason,
+		Secondary: true})
 }
 
 // FailedUnrecoverable reports that task stopped with an error that would
 // recur on every restart (see ErrUnrecoverable): the job fails at once.
-func (w *Worker) FailedUnrecoverable(ctx context.Context, t TaskRef, reason string) error {
-	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, Reason: reason, Unrecoverable: true})
+func (w *Worker) FailedUnrecoverable(ctx context.Context, t TaskRef, kind FailureKind, reason string) error {
+	return w.Send(ctx, Event{Type: EventFailed, Job: t.Job, Attempt: t.Attempt, Task: t.Task, FailureKind: kind, Reason: reason,
+		Unrecoverable: true})
 }
 
 // InputEnded reports that task's input ended (EventInputEnded): once

@@ -116,7 +116,7 @@ func TestInputEndedAcrossAFailover(t *testing.T) {
 	w.mu.Lock()
 	w.noAck = false
 	w.mu.Unlock()
-	if err := w.client.Failed(ctx, control.TaskRef{Job: "f", Attempt: 1, Task: "count-0"}, "injected"); err != nil {
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "f", Attempt: 1, Task: "count-0"}, control.FailureUnknown, "injected"); err != nil {
 		t.Fatal(err)
 	}
 	st = waitFor(t, ctx, e, "f", "attempt 2", func(s control.JobStatus) bool { return s.Attempt == 2 && s.State == control.JobRunning })

@@ -49,7 +49,7 @@ func TestRestoreFromAnotherJobsCheckpoint(t *testing.T) {
 	if h := w.lastDeploy("a").Restore.Handles["in-0"]; !strings.HasPrefix(h, "b/chk-3/") {
 		t.Fatalf("first deploy restores in-0 from %q, want b/chk-3/...", h)
 	}
-	if err := w.client.Failed(ctx, control.TaskRef{Job: "a", Attempt: st.Attempt, Task: "in-0"}, "boom"); err != nil {
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "a", Attempt: st.Attempt, Task: "in-0"}, control.FailureUnknown, "boom"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "a", "failed over", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt == st.Attempt+1 })

@@ -27,7 +27,7 @@ func TestStatusCountsFailuresInARow(t *testing.T) {
 		t.Fatalf("before a failure: %d failures in a row, %d restart attempts", st.FailuresInARow, st.RestartAttempts)
 	}
 	for attempt := 1; attempt <= 2; attempt++ {
-		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+		if err := w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, control.FailureUnknown, "trap in weir_process"); err != nil {
 			t.Fatal(err)
 		}
 		st = waitFor(t, ctx, e, "loop", "the next attempt", func(st control.JobStatus) bool {
@@ -64,7 +64,7 @@ func TestCheckpointWithoutProgressKeepsTheRow(t *testing.T) {
 	}
 	fail := func(attempt int) control.JobStatus {
 		t.Helper()
-		if err := w1.client.Failed(ctx, control.TaskRef{Job: "stuck", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+		if err := w1.client.Failed(ctx, control.TaskRef{Job: "stuck", Attempt: attempt, Task: "count-1"}, control.FailureUnknown, "trap in weir_process"); err != nil {
 			t.Fatal(err)
 		}
 		return waitFor(t, ctx, e, "stuck", "the next attempt", func(st control.JobStatus) bool {
@@ -261,6 +261,43 @@ func TestFailuresInARowOfAFailedJobOutliveACoordinatorRestart(t *testing.T) {
 	}
 }
 
+// A job's failures keep the kind the worker classified them as and the
+// task that failed, in its status and through a coordinator restart in
+// its record: weir job status tells by them that the job failed the same
+// way each time, and that an operator trapped, where it matched words of
+// the reason that a reworded message no longer has.
+func TestFailuresKeepTheirKindAndTask(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l := startLoop(t, ctx, "10ms", 3)
+	defer l.close()
+	e := l.e
+	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	const reason = "operator count: weir_process: at record 4: unreachable" // no "trap" in it
+	if err := l.w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: 1, Task: "count-1"}, control.FailureTrap, reason); err != nil {
+		t.Fatal(err)
+	}
+	want := control.Failure{Attempt: 1, Reason: "task count-1 failed: " + reason, Kind: control.FailureTrap, Task: "count-1"}
+	check := func(when string, st control.JobStatus) {
+		t.Helper()
+		if len(st.Failures) != 1 {
+			t.Fatalf("%s: failures %+v, want 1", when, st.Failures)
+		}
+		got := st.Failures[0]
+		got.Time = time.Time{}
+		if got != want {
+			t.Errorf("%s: failure %+v, want %+v", when, got, want)
+		}
+	}
+	check("restarted", waitFor(t, ctx, e, "loop", "the next attempt", func(st control.JobStatus) bool {
+		return st.Attempt == 2 && st.State == control.JobRunning
+	}))
+	l.restart()
+	check("after a coordinator restart", waitFor(t, ctx, e, "loop", "resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > 2
+	}))
+}
+
 // loop is a job "loop" (checkpointing off, restarts with a fixed delay)
 // on worker w1 of a coordinator that a test restarts.
 type loop struct {
@@ -301,7 +338,7 @@ func (l *loop) restart() {
 // fail fails the task count-1 of attempt, as a trap would.
 func (l *loop) fail(attempt int) {
 	l.t.Helper()
-	if err := l.w1.client.Failed(l.ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, "trap in weir_process"); err != nil {
+	if err := l.w1.client.Failed(l.ctx, control.TaskRef{Job: "loop", Attempt: attempt, Task: "count-1"}, control.FailureTrap, "trap in weir_process"); err != nil {
 		l.t.Fatal(err)
 	}
 }

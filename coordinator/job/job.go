@@ -37,6 +37,8 @@ type jobEvent struct {
 	task    string
 	reason  string
 	final   bool // evFailure: restarting cannot help
+	// failKind classifies an evFailure (control.Failure.Kind).
+	failKind control.FailureKind
 	// savepoint: evCancel of a stop (Manager.StopJob), the savepoint it
 	// took (control.JobStatus.StoppedWithSavepoint); 0 for a cancel.
 	savepoint int64
@@ -53,6 +55,10 @@ const secondaryGrace = time.Second
 // failure says why an attempt ended; the zero value is no failure.
 type failure struct {
 	reason string
+	// kind and task, if known, are the failure's (control.Failure.Kind,
+	// Task).
+	kind control.FailureKind
+	task string
 	// final: the cause would recur on every restart
 	// (control.ErrUnrecoverable), so the job fails without one.
 	final bool
@@ -359,10 +365,10 @@ func (j *job) enter(s control.JobState, reason string, stoppedWith int64) {
 	}
 }
 
-// noteFailure adds the current attempt's failure to the job's history.
-func (j *job) noteFailure(reason string) {
+// noteFailure adds the current attempt's failure f to the job's history.
+func (j *job) noteFailure(fl failure) {
 	j.mu.Lock()
-	f := control.Failure{Time: time.Now().UTC(), Attempt: j.st.Attempt, Reason: reason}
+	f := control.Failure{Time: time.Now().UTC(), Attempt: j.st.Attempt, Reason: fl.reason, Kind: fl.kind, Task: fl.task}
 	j.st.Failures = append([]control.Failure{f}, j.st.Failures[:min(len(j.st.Failures), control.MaxFailures-1)]...)
 	j.mu.Unlock()
 }
@@ -432,7 +438,7 @@ func (j *job) event(e control.Event) {
 		// The worker reports the cause alone; one of an earlier version
 		// began it with "task <name>: ", which the reason names already.
 		cause := strings.TrimPrefix(e.Reason, "task "+e.Task+": ")
-		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task,
+		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task, failKind: e.FailureKind,
 			reason: fmt.Sprintf("task %s failed: %s", e.Task, cause), final: e.Unrecoverable, secondary: e.Secondary})
 	case control.EventFinished:
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
@@ -462,7 +468,8 @@ func (j *job) workerLost(id string) {
 	attempt := j.st.Attempt
 	j.mu.Unlock()
 	if hit {
-		j.push(jobEvent{kind: evFailure, attempt: attempt, reason: fmt.Sprintf("worker %s lost", id)})
+		j.push(jobEvent{kind: evFailure, attempt: attempt, failKind: control.FailureWorkerLost,
+			reason: fmt.Sprintf("worker %s lost", id)})
 	}
 }
 
@@ -553,7 +560,7 @@ func (j *job) run() {
 			return
 		}
 		reason := f.reason
-		j.noteFailure(reason)
+		j.noteFailure(f)
 		if f.final {
 			j.runner.Stop(reason)
 			j.stopTasks(reason)
@@ -946,7 +953,7 @@ func (j *job) wait() (done bool, f failure) {
 			case evFailure:
 				if e.attempt == attempt && e.secondary {
 					if secondary == nil {
-						secondary = &failure{reason: e.reason, final: e.final}
+						secondary = &failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task}
 						t := time.NewTimer(j.m.opts.secondaryGrace)
 						defer t.Stop()
 						grace = t.C
@@ -959,7 +966,7 @@ func (j *job) wait() (done bool, f failure) {
 					j.mu.Lock()
 					j.queue = append(q[i+1:len(q):len(q)], j.queue...)
 					j.mu.Unlock()
-					return false, failure{reason: e.reason, final: e.final}
+					return false, failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task}
 				}
 			case evInputEnded:
 				if e.attempt != attempt {
@@ -1424,5 +1431,5 @@ func (j *job) tellWorkers(ctx context.Context, send func(ctx context.Context, wo
 
 // Fail implements checkpoint.Effects: too many checkpoint failures.
 func (j *job) Fail(reason string) {
-	j.push(jobEvent{kind: evFailure, attempt: j.attempt(), reason: reason})
+	j.push(jobEvent{kind: evFailure, attempt: j.attempt(), failKind: control.FailureCheckpointsFailed, reason: reason})
 }

@@ -660,7 +660,7 @@ func TestFailoverCancelsOnAllWorkersAtOnce(t *testing.T) {
 	}
 	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	e.submitRunning(t, ctx, s)
-	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, "trap"); err != nil {
+	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, control.FailureUnknown, "trap"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "wc", "attempt 2 running", func(st control.JobStatus) bool {
@@ -879,7 +879,7 @@ func TestStaleAttemptsCanceled(t *testing.T) {
 	e.waitWorkers(1)
 	s := spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	e.submitRunning(t, ctx, s)
-	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-1"}, "trap"); err != nil {
+	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-1"}, control.FailureUnknown, "trap"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
@@ -982,7 +982,7 @@ func TestUnrecoverableFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
-	err := w1.client.FailedUnrecoverable(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"},
+	err := w1.client.FailedUnrecoverable(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, control.FailureUnknown,
 		"task in-0: resume after sequence 50, but the stream's last sequence is 10")
 	if err != nil {
 		t.Fatal(err)
@@ -1033,7 +1033,7 @@ func TestFailover(t *testing.T) {
 	// 1. A task fails: every worker cancels attempt 1, attempt 2 restores
 	// from a checkpoint at least as new as the latest one seen.
 	latest := st.LatestCheckpoint
-	if err := w2.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-1"}, "trap in weir_process"); err != nil {
+	if err := w2.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-1"}, control.FailureUnknown, "trap in weir_process"); err != nil {
 		t.Fatal(err)
 	}
 	st = waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
@@ -1124,7 +1124,7 @@ func TestFailoverAbortedCheckpointKeepsTheMode(t *testing.T) {
 		cps, err := e.api.Checkpoints(ctx, "u")
 		return err == nil && len(cps) > 0
 	})
-	if err := w.client.Failed(ctx, control.TaskRef{Job: "u", Attempt: 1, Task: "count-1"}, "trap"); err != nil {
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "u", Attempt: 1, Task: "count-1"}, control.FailureUnknown, "trap"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "u", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
@@ -1200,7 +1200,8 @@ func TestRestartExhaustedAndIsolation(t *testing.T) {
 		if st.Attempt > 1 {
 			// The cause is the last failure's: REASON is the state's now,
 			// and empty once attempt 2 runs.
-			if f := st.Latest(); f == nil || !strings.Contains(f.Reason, "consecutive checkpoint failures") {
+			if f := st.Latest(); f == nil || !strings.Contains(f.Reason, "consecutive checkpoint failures") ||
+				f.Kind != control.FailureCheckpointsFailed || f.Task != "" {
 				t.Errorf("tol's last failure %+v (reason %q)", f, st.Reason)
 			}
 			break
@@ -1241,7 +1242,7 @@ func TestCorruptCheckpointFallbackAndRestore(t *testing.T) {
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.client.Failed(ctx, control.TaskRef{Job: "sp", Attempt: 1, Task: "in-1"}, "boom"); err != nil {
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "sp", Attempt: 1, Task: "in-1"}, control.FailureUnknown, "boom"); err != nil {
 		t.Fatal(err)
 	}
 	st := waitFor(t, ctx, e, "sp", "attempt 2", func(s control.JobStatus) bool { return s.Attempt == 2 && s.State == control.JobRunning })
@@ -1470,10 +1471,10 @@ func TestSecondaryFailureWaitsForItsCause(t *testing.T) {
 	w := e.fleet.start(ctx, "w1")
 	s := spec(t, "wc", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	e.submitRunning(t, ctx, s)
-	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, "channel in-0 -> count-0 closed"); err != nil {
+	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, control.FailureUnknown, "channel in-0 -> count-0 closed"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-0"}, "trap in weir_process"); err != nil {
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "count-0"}, control.FailureUnknown, "trap in weir_process"); err != nil {
 		t.Fatal(err)
 	}
 	st := waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })
@@ -1492,7 +1493,7 @@ func TestSecondaryFailureAloneAfterTheGrace(t *testing.T) {
 	s := spec(t, "wc", "checkpointing: {disabled: true}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n")
 	e.submitRunning(t, ctx, s)
 	start := time.Now()
-	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, "channel closed"); err != nil {
+	if err := w.client.FailedSecondary(ctx, control.TaskRef{Job: "wc", Attempt: 1, Task: "in-0"}, control.FailureUnknown, "channel closed"); err != nil {
 		t.Fatal(err)
 	}
 	st := waitFor(t, ctx, e, "wc", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })

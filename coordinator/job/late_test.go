@@ -40,7 +40,7 @@ func TestLateAckOfAnEndedAttemptDiscarded(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := w2.client.Failed(ctx, control.TaskRef{Job: "late", Attempt: 1, Task: "count-1"}, "trap"); err != nil {
+	if err := w2.client.Failed(ctx, control.TaskRef{Job: "late", Attempt: 1, Task: "count-1"}, control.FailureUnknown, "trap"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "late", "attempt 2", func(st control.JobStatus) bool { return st.Attempt == 2 && st.State == control.JobRunning })

@@ -155,7 +155,8 @@ func TestFailoverWaitsForFreeSlots(t *testing.T) {
 	// Running again: no reason; the failure it recovered from is the
 	// last failure, of attempt 1.
 	if lf := st.LastFailure; st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 || st.Reason != "" ||
-		lf == nil || *lf != st.Failures[0] || lf.Attempt != 1 || lf.Reason != "worker w2 lost" {
+		lf == nil || *lf != st.Failures[0] || lf.Attempt != 1 || lf.Reason != "worker w2 lost" ||
+		lf.Kind != control.FailureWorkerLost || lf.Task != "" {
 		t.Errorf("status after w3 joined %+v", st)
 	}
 	if got := perWorker(st); got["w1"] != 3 || got["w3"] != 2 {

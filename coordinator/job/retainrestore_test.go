@@ -186,7 +186,7 @@ func TestRetentionKeepsACheckpointAnotherJobStartedFrom(t *testing.T) {
 	if c := listed(); c.Status != control.CheckpointCompleted || !strings.Contains(c.Reason, "kept past checkpointing.retained: job copy started from it") {
 		t.Errorf("while copy needs it, weir checkpoint ls src lists %d as %q (%s); want completed, kept for copy", n, c.Status, c.Reason)
 	}
-	if err := w.client.Failed(ctx, control.TaskRef{Job: "copy", Attempt: st.Attempt, Task: "in-0"}, "boom"); err != nil {
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "copy", Attempt: st.Attempt, Task: "in-0"}, control.FailureUnknown, "boom"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "copy", "failed over", func(s control.JobStatus) bool { return s.State == control.JobRunning && s.Attempt > st.Attempt })

@@ -34,7 +34,7 @@ func TestDeployNamesItsRun(t *testing.T) {
 		}
 	}
 
-	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: st.Attempt, Task: "in-0"}, "boom"); err != nil {
+	if err := w1.client.Failed(ctx, control.TaskRef{Job: "wc", Attempt: st.Attempt, Task: "in-0"}, control.FailureUnknown, "boom"); err != nil {
 		t.Fatal(err)
 	}
 	before := st.Attempt

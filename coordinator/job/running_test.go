@@ -104,7 +104,7 @@ func TestSavepointWhileRestoringRefusedOnFailover(t *testing.T) {
 	case err := <-errs:
 		t.Fatalf("savepoint while every task restores: %v; want it to wait", err)
 	}
-	if err := w.client.Failed(ctx, control.TaskRef{Job: "slow", Attempt: st.Attempt, Task: "count-0"}, "boom"); err != nil {
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "slow", Attempt: st.Attempt, Task: "count-0"}, control.FailureUnknown, "boom"); err != nil {
 		t.Fatal(err)
 	}
 	err := <-errs

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
@@ -82,6 +84,44 @@ func TestFailureReportGivenUpWhenTheAttemptStops(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the failure report was sent on after its attempt stopped")
+	}
+}
+
+// A failure report says the failure's kind, from its error's type: the
+// coordinator records it, and weir job status branches on it rather than
+// on words of the reason (a trap whose message lacks "trap" is one still).
+func TestFailureReportSaysItsKind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	heard := fakeCoordinator(t, nc, func(int) *control.Reply { return &control.Reply{} })
+	l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.DiscardHandler),
+		job: "j", attempt: 1, stopped: ctx, stacks: &stackLog{}}
+	cases := []struct {
+		err  error
+		want control.FailureKind
+	}{
+		{&host.TaskError{Task: "op-0", Err: &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: 3,
+			Err: errors.New("wasm error: unreachable")}}, control.FailureTrap},
+		{fmt.Errorf("restore: %w", &wasm.DeadlineError{Operator: "op", Export: "weir_restore", RecordIndex: -1}), control.FailureDeadline},
+		{&wasm.ExitError{Operator: "op", Export: "weir_process", Code: 2, RecordIndex: -1}, control.FailureExit},
+		{&wasm.OperatorError{Operator: "op", Export: "weir_process", Status: 1, RecordIndex: -1}, control.FailureOperatorError},
+		{&wasm.FaultError{Operator: "op", Export: "weir_process", Detail: "malformed batch"}, control.FailureFault},
+		{errors.New("a trap of words only"), control.FailureUnknown},
+	}
+	for _, c := range cases {
+		if err := l.Failed(ctx, "op-0", c.err); err != nil {
+			t.Fatalf("failure report: %v", err)
+		}
+	}
+	got := heard()
+	if len(got) != len(cases) {
+		t.Fatalf("%d reports, want %d", len(got), len(cases))
+	}
+	for i, c := range cases {
+		if got[i].FailureKind != c.want {
+			t.Errorf("report of %v: kind %q, want %q", c.err, got[i].FailureKind, c.want)
+		}
 	}
 }
 

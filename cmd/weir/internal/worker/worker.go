@@ -802,9 +802,36 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 		// failed, and its own report names the cause.
 		send = l.w.FailedSecondary
 	}
+	kind := failureKind(err)
 	return l.resend(ctx, "failure report", task, func(ctx context.Context) error {
-		return send(ctx, l.ref(task), reason)
+		return send(ctx, l.ref(task), kind, reason)
 	})
+}
+
+// failureKind classifies a task's failure by its error's type, for the
+// coordinator to record with it (control.Failure.Kind): clients branch on
+// the kind, not on the words of the reason.
+func failureKind(err error) control.FailureKind {
+	var (
+		te *wasm.TrapError
+		de *wasm.DeadlineError
+		xe *wasm.ExitError
+		oe *wasm.OperatorError
+		fe *wasm.FaultError
+	)
+	switch {
+	case errors.As(err, &te):
+		return control.FailureTrap
+	case errors.As(err, &de):
+		return control.FailureDeadline
+	case errors.As(err, &xe):
+		return control.FailureExit
+	case errors.As(err, &oe):
+		return control.FailureOperatorError
+	case errors.As(err, &fe):
+		return control.FailureFault
+	}
+	return control.FailureUnknown
 }
 
 // Mode maps a job's checkpointing mode to the task's barrier handling.
