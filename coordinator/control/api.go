@@ -290,6 +290,10 @@ const (
 	FailureOperatorError FailureKind = "operator-error"
 	// FailureFault: an operator misused a host import (wasm.FaultError).
 	FailureFault FailureKind = "fault"
+	// FailureSinkRefused: a sink's stream refused its output for one of
+	// its limits (sink.StreamFullError): a job fails over into the same
+	// refusal until the limit is raised.
+	FailureSinkRefused FailureKind = "sink-refused"
 	// FailureCheckpointsFailed: more checkpoints failed in a row than
 	// checkpointing.tolerable-failures allows.
 	FailureCheckpointsFailed FailureKind = "checkpoints-failed"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -115,25 +114,53 @@ func commitThroughElection(ctx context.Context, js jetstream.JetStream, stream s
 	}))
 }
 
-// streamFull adds to err, a commit's failure on stream, what to change
-// when the stream refused messages for a limit: the server's "maximum
-// messages exceeded" named neither the stream nor the setting, and a job
-// whose sink's stream is full fails over into the same refusal until its
-// restart attempts run out.
+// errCodeStoreFailed is nats-server v2.15.2's JSStreamStoreFailedF
+// (jetstream_errors_generated.go): the stream failed to store a message,
+// for the reason its description gives.
+const errCodeStoreFailed jetstream.ErrorCode = 10077
+
+// StreamFullError is a sink's commit that its stream refused for one of
+// its limits, with discard new: the server's "maximum messages exceeded"
+// named neither the stream nor the setting, and a job whose sink's stream
+// is full fails over into the same refusal until its restart attempts run
+// out.
+type StreamFullError struct {
+	Stream string
+	// Limit is the stream's setting whose limit was reached:
+	// max_msgs, max_bytes or max_msgs_per_subject.
+	Limit string
+	Err   error // the server's refusal
+}
+
+// Error returns one line: the refusal, the stream, the limit and what to
+// change.
+func (e *StreamFullError) Error() string {
+	return fmt.Sprintf("%v (stream %s is full: it reached its %s limit and discards new messages; raise the limit, or make it discard old ones)",
+		e.Err, e.Stream, e.Limit)
+}
+
+// Unwrap returns the server's refusal.
+func (e *StreamFullError) Unwrap() error { return e.Err }
+
+// streamFull returns err, a commit's failure on stream, as a
+// *StreamFullError when the stream refused messages for a limit.
 func streamFull(stream string, err error) error {
-	if err == nil {
-		return nil
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeStoreFailed {
+		return err
 	}
-	// The errors a stream with discard new refuses a message with once
-	// it reached a limit, and the limit's field.
-	for _, l := range []struct{ err, field string }{
+	// The server answers every limit with the one code, and a message it
+	// failed to store for another reason (too large, a store closed) too:
+	// only the description, the text of the server's store errors
+	// (ErrMaxMsgs, ErrMaxBytes, ErrMaxMsgsPerSubject in its store.go),
+	// says which limit. The server has no code per limit.
+	for _, l := range []struct{ text, field string }{
 		{"maximum messages per subject exceeded", "max_msgs_per_subject"},
 		{"maximum messages exceeded", "max_msgs"},
 		{"maximum bytes exceeded", "max_bytes"},
 	} {
-		if strings.Contains(err.Error(), l.err) {
-			return fmt.Errorf("%w (stream %s is full: it reached its %s limit and discards new messages; raise the limit, or make it discard old ones)",
-				err, stream, l.field)
+		if apiErr.Description == l.text {
+			return &StreamFullError{Stream: stream, Limit: l.field, Err: err}
 		}
 	}
 	return err

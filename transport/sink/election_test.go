@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -142,5 +143,36 @@ func TestSinksStartThroughALeaderElection(t *testing.T) {
 	awaitStored(t, ctx, sjs, "OUT", 20)
 	if got, want := streamValues(t, ctx, sjs, "OUT"), wantValues(0, 20); !slices.Equal(got, want) {
 		t.Fatalf("stream holds %v; want %v", got, want)
+	}
+}
+
+// A stream is full when the server refused a message with its code for a
+// message it failed to store and its description is that of a limit: an
+// error whose words only say so (of no server's refusal, or with another
+// code) is not taken for one, nor a store failure for another reason.
+func TestStreamFullByTheServersCode(t *testing.T) {
+	refused := func(code jetstream.ErrorCode, description string) error {
+		return fmt.Errorf("publish: %w", &jetstream.APIError{Code: 503, ErrorCode: code, Description: description})
+	}
+	for _, c := range []struct {
+		name  string
+		err   error
+		limit string // "": not full
+	}{
+		{"max_msgs", refused(10077, "maximum messages exceeded"), "max_msgs"},
+		{"max_bytes", refused(10077, "maximum bytes exceeded"), "max_bytes"},
+		{"max_msgs_per_subject", refused(10077, "maximum messages per subject exceeded"), "max_msgs_per_subject"},
+		{"a message too large", refused(10077, "message size exceeds maximum allowed"), ""},
+		{"another code", refused(10054, "maximum messages exceeded"), ""},
+		{"words only", errors.New("operator said: maximum messages exceeded"), ""},
+	} {
+		err := streamFull("OUT", c.err)
+		full := (*StreamFullError)(nil)
+		switch isFull := errors.As(err, &full); {
+		case isFull != (c.limit != ""):
+			t.Errorf("%s: %v taken for a full stream: %v", c.name, err, isFull)
+		case isFull && (full.Stream != "OUT" || full.Limit != c.limit || !errors.Is(err, c.err)):
+			t.Errorf("%s: %+v, want stream OUT's %s wrapping the refusal", c.name, full, c.limit)
+		}
 	}
 }

@@ -297,6 +297,9 @@ func TestAtLeastOnceRefusedFailsTheCheckpoint(t *testing.T) {
 			if want := "(stream OUT is full: it reached its max_msgs limit and discards new messages; raise the limit, or make it discard old ones)"; !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q lacks %q", err, want)
 			}
+			if full := (*StreamFullError)(nil); !errors.As(err, &full) || full.Stream != "OUT" || full.Limit != "max_msgs" {
+				t.Errorf("error %v is no *StreamFullError of OUT's max_msgs", err)
+			}
 		})
 	}
 }
@@ -885,6 +888,9 @@ func TestExactlyOnceCommitToAFullStream(t *testing.T) {
 			}
 			if want := "(stream OUT is full: it reached its max_msgs limit and discards new messages; raise the limit, or make it discard old ones)"; err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("commit of 10 messages to a stream of at most 5: %v; want it to say %q", err, want)
+			}
+			if full := (*StreamFullError)(nil); !errors.As(err, &full) || full.Stream != "OUT" || full.Limit != "max_msgs" {
+				t.Errorf("commit of 10 messages to a stream of at most 5: %v is no *StreamFullError of OUT's max_msgs", err)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/sink"
 )
 
 // A failure report that gets no answer (lost on its way: sent as the
@@ -107,6 +108,8 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		{&wasm.ExitError{Operator: "op", Export: "weir_process", Code: 2, RecordIndex: -1}, control.FailureExit},
 		{&wasm.OperatorError{Operator: "op", Export: "weir_process", Status: 1, RecordIndex: -1}, control.FailureOperatorError},
 		{&wasm.FaultError{Operator: "op", Export: "weir_process", Detail: "malformed batch"}, control.FailureFault},
+		{fmt.Errorf("commit: %w", &sink.StreamFullError{Stream: "OUT", Limit: "max_msgs", Err: errors.New("maximum messages exceeded")}),
+			control.FailureSinkRefused},
 		{errors.New("a trap of words only"), control.FailureUnknown},
 	}
 	for _, c := range cases {

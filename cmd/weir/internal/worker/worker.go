@@ -37,6 +37,7 @@ import (
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/local"
 	"github.com/weirhq/weir/transport/remote"
+	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
@@ -818,6 +819,7 @@ func failureKind(err error) control.FailureKind {
 		xe *wasm.ExitError
 		oe *wasm.OperatorError
 		fe *wasm.FaultError
+		sf *sink.StreamFullError
 	)
 	switch {
 	case errors.As(err, &te):
@@ -830,6 +832,8 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureOperatorError
 	case errors.As(err, &fe):
 		return control.FailureFault
+	case errors.As(err, &sf):
+		return control.FailureSinkRefused
 	}
 	return control.FailureUnknown
 }
