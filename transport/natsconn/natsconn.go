@@ -264,7 +264,9 @@ func (o Options) refusal(err error) string {
 	var hostname x509.HostnameError
 	var op *net.OpError
 	switch {
-	case errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation"):
+	case errors.Is(err, nats.ErrAuthorization):
+		// nats.go turns the server's "-ERR 'Authorization Violation'"
+		// into ErrAuthorization wherever it reads it.
 		return "the server refused " + o.credentials()
 	case errors.As(err, &unknownCA):
 		if o.TLSCA == "" {
@@ -277,7 +279,11 @@ func (o Options) refusal(err error) string {
 		// A TLS alert from the server, or the connection it closed once
 		// the handshake ended: Go's client sends no certificate whose
 		// CA the server did not ask for, so a certificate it does not
-		// trust comes back as "certificate required" too.
+		// trust comes back as "certificate required" too. The alert is
+		// told by its words: crypto/tls gives it as a *net.OpError
+		// "remote error" around a value of its unexported alert type
+		// (tls.AlertError is only QUIC's), which nats.go passes on as
+		// is.
 		if o.TLSCert == "" {
 			return "the server requires a client certificate (mutual TLS): give it with -tlscert and -tlskey"
 		}
@@ -291,7 +297,10 @@ func (o Options) refusal(err error) string {
 // certificate closes the connection when it gets none it trusts, and
 // the client, whose side of the handshake had ended, sees the close
 // (io.EOF, a broken pipe or a reset) rather than the server's alert,
-// depending on timing.
+// depending on timing. nats.go v1.55.0 has no error of its own for it:
+// it wraps ErrTLS, as a failed handshake does, around the close, which a
+// server that closes during the handshake gives too (io.EOF); only the
+// words tell a close after the handshake.
 func certRefused(err error) bool {
 	return errors.Is(err, nats.ErrTLS) && strings.Contains(err.Error(), "connection closed by remote after TLS handshake")
 }

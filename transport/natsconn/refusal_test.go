@@ -2,10 +2,13 @@ package natsconn
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // connectRefused connects with o, which must fail, and checks that the
@@ -66,4 +69,18 @@ func TestConnectNamesTheRefusedCertificate(t *testing.T) {
 	connectRefused(t, Options{URL: url, TLSCA: caFile}, "", "the server requires a client certificate (mutual TLS): give it with -tlscert and -tlskey")
 	connectRefused(t, Options{URL: url, TLSCA: caFile, TLSCert: otherCert, TLSKey: otherKey}, "",
 		"the server did not accept the client certificate "+otherCert)
+}
+
+// The server's refusal of the credentials is told by nats.go's
+// ErrAuthorization, not by the words: another error that quotes them (a
+// proxy's, a message of the server's about something else) is no
+// refusal of what was sent.
+func TestRefusalIsToldByItsType(t *testing.T) {
+	o := Options{URL: "nats://127.0.0.1:4222", Token: "t"}
+	if why := o.refusal(fmt.Errorf("connect: %w", nats.ErrAuthorization)); why != "the server refused the token of -token" {
+		t.Errorf("nats.ErrAuthorization: %q", why)
+	}
+	if why := o.refusal(errors.New("nats: expected 'PONG', got 'authorization violation of the upstream proxy'")); why != "" {
+		t.Errorf("an error that only says the words: %q, want no refusal", why)
+	}
 }
