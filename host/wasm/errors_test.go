@@ -1,6 +1,8 @@
 package wasm
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -40,6 +42,26 @@ func TestMemoryNote(t *testing.T) {
 	} {
 		if got := memoryNote(c.size, c.limit, c.refused); got != c.want {
 			t.Errorf("memoryNote(%d, %d, %d) = %q, want %q", c.size, c.limit, c.refused, got, c.want)
+		}
+	}
+}
+
+// An out-of-bounds access is told by the runtime's error that wazero
+// wraps, whole, not by words anywhere in the message's first line: a host
+// function's panic whose error says them is not the trap.
+func TestOutOfBounds(t *testing.T) {
+	const stack = "\nwasm stack trace:\n\tdepth(i32) i32\n\tdepth(i32) i32"
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("wasm error: %w"+stack, errors.New("out of bounds memory access")), true},
+		{fmt.Errorf("wasm error: %w"+stack, errors.New("unreachable")), false},
+		{fmt.Errorf("%w (recovered by wazero)"+stack, errors.New("read guest memory: out of bounds memory access at 0x10")), false},
+		{errors.New("wasm error: out of bounds memory access" + stack), false},
+	} {
+		if got := outOfBounds(c.err); got != c.want {
+			t.Errorf("outOfBounds(%q) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -603,11 +603,24 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	}
 	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
 	te.Fatal, te.Traceback = i.stderr.takeFatal()
-	if strings.Contains(firstLine(msg), "out of bounds memory access") {
+	if outOfBounds(err) {
 		te.Recursion = recursion(stack)
 	}
 	te.MemorySize, te.MemoryLimit, te.GrowRefused = i.memoryState()
 	return te
+}
+
+// outOfBounds reports whether err, a call's error from wazero, is the
+// runtime's out-of-bounds memory access trap: wazero wraps its trap's
+// error, "wasm error: %w" and the stack, and gives a host function's
+// panic as "%w (recovered by wazero)". wazero v1.12.0 keeps its trap
+// errors (wasmruntime.ErrRuntimeOutOfBoundsMemoryAccess and the others)
+// in an internal package, where errors.Is cannot name them, so the error
+// it wrapped is told by its text, whole: a host function's error that
+// only says the words is not the trap.
+func outOfBounds(err error) bool {
+	inner := errors.Unwrap(err)
+	return inner != nil && inner.Error() == "out of bounds memory access"
 }
 
 // memoryState returns what a trap's or a deadline's message says of the
