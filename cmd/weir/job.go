@@ -463,7 +463,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job stop", err)
 		}
 		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore%s %s -from %d\n",
-			cp.Job, cp.ID, size(cp.Size), nf.hint(), cp.Job, cp.ID)
+			cp.Job, cp.ID, size(cp.Size), nf.hint(), shellQuote(cp.Job), cp.ID)
 	case "cancel":
 		st, err := api.CancelJob(ctx, job)
 		if err != nil {
@@ -472,12 +472,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		switch {
 		case st.State == control.JobCanceled && st.LatestCheckpoint > 0:
 			fmt.Fprintf(std.Out, "job %s: %s; restore it from its latest checkpoint with: weir job restore%s %s -from %d\n",
-				st.Name, st.State, nf.hint(), st.Name, st.LatestCheckpoint)
+				st.Name, st.State, nf.hint(), shellQuote(st.Name), st.LatestCheckpoint)
 		case st.State == control.JobCanceled && st.StartedFrom != "":
 			// Restored from another job's checkpoint, it completed none
 			// of its own: that one is where it goes on.
 			fmt.Fprintf(std.Out, "job %s: %s; restore it from the checkpoint it started from with: weir job restore%s %s -from %s\n",
-				st.Name, st.State, nf.hint(), st.Name, st.StartedFrom)
+				st.Name, st.State, nf.hint(), shellQuote(st.Name), shellQuote(st.StartedFrom))
 		default:
 			fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 		}
@@ -625,10 +625,10 @@ func rerunRemedy(data dataServe, stored bool) func(control.JobStatus) string {
 		case data.dir != "" && st.LatestCheckpoint > 0:
 			return fmt.Sprintf("to go on: fix the operator, then, with %s running, weir job restore%s %s -from %d -spec SPEC, "+
 				"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)",
-				data.up, data.hint(), st.Name, st.LatestCheckpoint)
+				data.up, data.hint(), shellQuote(st.Name), st.LatestCheckpoint)
 		case data.dir != "" && stored:
 			return fmt.Sprintf("to go on: fix the operator and run the job again without -input: its stream in -data %s holds the input already, "+
-				"and -input would store it a second time", data.dir)
+				"and -input would store it a second time", shellQuote(data.dir))
 		}
 		return "to go on: fix the operator and run the job again"
 	}
@@ -647,17 +647,17 @@ func trapRemedy(hint string) func(control.JobStatus) string {
 	return func(st control.JobStatus) string {
 		cancel := ""
 		if !st.State.Terminal() {
-			cancel = fmt.Sprintf("weir job cancel%s %s, ", hint, st.Name)
+			cancel = fmt.Sprintf("weir job cancel%s %s, ", hint, shellQuote(st.Name))
 		}
 		from, carried := strconv.FormatInt(st.LatestCheckpoint, 10), "its state and output carry over"
 		if st.LatestCheckpoint == 0 {
 			if st.StartedFrom == "" {
 				return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
 			}
-			from, carried = st.StartedFrom, "the checkpoint it started from, as it completed none of its own: that state carries over"
+			from, carried = shellQuote(st.StartedFrom), "the checkpoint it started from, as it completed none of its own: that state carries over"
 		}
 		return fmt.Sprintf("to go on: %sfix the operator, then weir job restore%s %s -from %s -spec SPEC, the spec's module: naming the fixed build (%s)",
-			cancel, hint, st.Name, from, carried)
+			cancel, hint, shellQuote(st.Name), from, carried)
 	}
 }
 
@@ -758,7 +758,7 @@ func printCheckpointsFailing(w io.Writer, st control.JobStatus) {
 	fmt.Fprintf(w, "checkpoints failing: %d in a row, %s; the newest, %d at %s: %s\n", c.FailedInARow, since,
 		c.LastFailedID, c.LastFailed.UTC().Format(time.TimeOnly), c.LastFailure)
 	if c.LastFailedFor(control.CheckpointExpired) {
-		fmt.Fprintf(w, "  %s; weir checkpoint ls %s shows which tasks did not ack\n", expiryAdvice(st), st.Name)
+		fmt.Fprintf(w, "  %s; weir checkpoint ls %s shows which tasks did not ack\n", expiryAdvice(st), shellQuote(st.Name))
 	}
 	if f := st.Latest(); f != nil && f.IsKind(control.FailureCheckpointsFailed) {
 		from := "the start"

@@ -462,6 +462,8 @@ func TestNATSHint(t *testing.T) {
 		defaultNATS:                  "",
 		"nats://10.0.0.5:4222":       " -nats nats://10.0.0.5:4222",
 		"nats://alice:secret@h:4222": " -nats nats://alice:xxxxx@h:4222",
+		// A list as the user may give it, with spaces: one argument.
+		"nats://a:4222, nats://b:4222": " -nats 'nats://a:4222, nats://b:4222'",
 	} {
 		f := natsFlags{url: url}
 		if got := f.hint(); got != want {
@@ -1094,6 +1096,13 @@ func TestRerunRemedy(t *testing.T) {
 		{serveAt("d", "nats://127.0.0.1:5333"), false, 7, "to go on: fix the operator, then, with weir up -data d -port 5333 running, " +
 			"weir job restore -nats nats://127.0.0.1:5333 slow -from 7 -spec SPEC, " +
 			"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)"},
+		// A directory the shell would split is quoted, in the command and
+		// in the -data named.
+		{serveAt("my data", ""), true, 0, "to go on: fix the operator and run the job again without -input: its stream in -data 'my data' holds the input already, " +
+			"and -input would store it a second time"},
+		{serveAt("my data", "nats://127.0.0.1:5333"), false, 7, "to go on: fix the operator, then, with weir up -data 'my data' -port 5333 running, " +
+			"weir job restore -nats nats://127.0.0.1:5333 slow -from 7 -spec SPEC, " +
+			"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)"},
 	} {
 		st := control.JobStatus{Name: "slow", State: control.JobRestarting, LatestCheckpoint: c.latest}
 		if got := rerunRemedy(c.data, c.stored)(st); got != c.want {
@@ -1119,6 +1128,10 @@ func TestServeAt(t *testing.T) {
 		if got := serveAt("d", c.url); got.up != c.up || got.url != c.client {
 			t.Errorf("serveAt(%q) = %q, %q; want %q, %q", c.url, got.up, got.url, c.up, c.client)
 		}
+	}
+	// A directory the shell would split is one argument of the command.
+	if got, want := serveAt("/srv/it's data", "nats://127.0.0.1:5333").up, `weir up -data '/srv/it'\''s data' -port 5333`; got != want {
+		t.Errorf("for a directory with a space and a quote: %s, want %s", got, want)
 	}
 }
 

@@ -685,9 +685,9 @@ func feedHint(src jobspec.Source, server string) string {
 	}
 	pub := "nats pub"
 	if server != "" {
-		pub += " -s " + server
+		pub += " -s " + shellQuote(server)
 	}
-	subj := inputSubject(sourceSubject(src), "KEY")
+	subj := shellQuote(inputSubject(sourceSubject(src), "KEY"))
 	if src.Key == jobspec.KeyFromSubject {
 		return fmt.Sprintf("%s %s VALUE publishes a record to source %s", pub, subj, src.Name)
 	}
@@ -882,8 +882,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		if h := sv.hint(); h != "" {
 			there += " (" + strings.TrimSpace(h) + ")"
 		}
-		return fmt.Errorf("%w (resumed from -data %s, where it ran before: '%s' lets it run on, and weir job cancel or stop %s ends it%s)",
-			err, o.data, sv.up, there, feed)
+		return fmt.Errorf("%w (resumed from -data %s, where it ran before: %s lets it run on, and weir job cancel or stop %s ends it%s)",
+			err, shellQuote(o.data), sv.up, there, feed)
 	}
 	if err != nil && len(o.inputs) > 0 && published == 0 && errors.Is(err, control.ErrConflict) {
 		// A job that runs, restored from a checkpoint say, is not this
@@ -922,7 +922,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		default:
 			h := o.nats.hint()
 			fmt.Fprintf(std.Out, "job %s keeps running; follow its output with: weir job output%s %s; stop it with: weir job stop%s %s (a savepoint first), or weir job cancel%s %s\n",
-				spec.Name, h, spec.Name, h, spec.Name, h, spec.Name)
+				spec.Name, h, shellQuote(spec.Name), h, shellQuote(spec.Name), h, shellQuote(spec.Name))
 		}
 	}
 	defer stop()
@@ -1054,7 +1054,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 					toldWait = true
 					what := "Ctrl-C cancels it"
 					if !embedded {
-						what = fmt.Sprintf("publish the rest, or stop it with: weir job stop%s %s", o.nats.hint(), spec.Name)
+						what = fmt.Sprintf("publish the rest, or stop it with: weir job stop%s %s", o.nats.hint(), shellQuote(spec.Name))
 					}
 					tellWait(ctx, std.Out, n.JS, spec, what)
 				}

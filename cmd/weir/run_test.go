@@ -594,7 +594,8 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: op
 func TestRunOnADataDirThatResumedTheJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	data := t.TempDir()
+	// A directory the shell would split: the commands said quote it.
+	data := filepath.Join(t.TempDir(), "it's data")
 	t.Chdir(t.TempDir())
 	job := `name: again
 sources: [{name: in, kind: nats, subject: in}]
@@ -621,7 +622,8 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	var out, errb bytes.Buffer
 	code := run(ctx, []string{"run", "-data", data, "-for", "1s", "job.yaml"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := "(resumed from -data " + data + ", where it ran before: 'weir up -data " + data + "' lets it run on, and weir job cancel or stop there ends it"
+	quoted := `'` + strings.ReplaceAll(data, `'`, `'\''`) + `'`
+	want := "(resumed from -data " + quoted + ", where it ran before: weir up -data " + quoted + " lets it run on, and weir job cancel or stop there ends it"
 	if code != 1 || !strings.Contains(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
 		t.Fatalf("weir run exited %d with %q, want 1 with one line holding %q\n%s", code, errb.String(), want, out.String())
 	}
@@ -652,7 +654,8 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 func TestRunDataNamesThePortWeirUpServedItOn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	data := t.TempDir()
+	// A directory the shell would split: the commands said quote it.
+	data := filepath.Join(t.TempDir(), "weir data")
 	t.Chdir(t.TempDir())
 	if err := os.WriteFile("job.yaml", []byte(`name: again
 sources: [{name: in, kind: nats, subject: in}]
@@ -683,7 +686,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	for _, args := range [][]string{{"run", "-data", data, "job.yaml"}, {"up", "-data", data, "-port", "0"}} {
 		var out, errb bytes.Buffer
 		code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-		want := fmt.Sprintf("; if it is weir up -data %s -port %d, reach its jobs on %s: weir job ls -nats %s\n", data, port, url, url)
+		want := fmt.Sprintf("; if it is weir up -data '%s' -port %d, reach its jobs on %s: weir job ls -nats %s\n", data, port, url, url)
 		if code != 1 || !strings.Contains(errb.String(), "is in use by another weir process") || !strings.HasSuffix(errb.String(), want) ||
 			strings.Count(errb.String(), "\n") != 1 {
 			t.Errorf("weir %s while weir up holds the directory: exit %d, stderr %q; want one line ending %q", args[0], code, errb.String(), want)
@@ -705,7 +708,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	var out, errb bytes.Buffer
 	code := run(ctx, []string{"run", "-data", data, "-for", "1s", "-input", "more.txt", "job.yaml"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := fmt.Sprintf("(resumed from -data %s, where it ran before: 'weir up -data %s -port %d' lets it run on, and weir job cancel or stop there (-nats %s) ends it; "+
+	want := fmt.Sprintf("(resumed from -data '%s', where it ran before: weir up -data '%s' -port %d lets it run on, and weir job cancel or stop there (-nats %s) ends it; "+
 		"-input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: "+
 		"nats pub -s %s in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n", data, data, port, url, url)
 	if code != 1 || !strings.HasSuffix(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
@@ -771,6 +774,9 @@ func TestFeedHint(t *testing.T) {
 			"nats pub -s nats://h:4333 in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
 		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "LINES", Partitions: 4, PartitionFilter: "lines.{p}.>"}, "nats://h:4333",
 			"publish records to source in's stream LINES at nats://h:4333, on the subjects of its partition-filter lines.{p}.>"},
+		// The servers as the user listed them, with a space, are one -s.
+		{jobspec.Source{Name: "in", Kind: jobspec.KindNATS, Subject: "in"}, "nats://h:4333, nats://i:4333",
+			"nats pub -s 'nats://h:4333, nats://i:4333' in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
 	} {
 		if got := feedHint(c.src, c.server); got != c.want {
 			t.Errorf("feedHint(%+v, %q) = %q, want %q", c.src, c.server, got, c.want)

@@ -33,7 +33,7 @@ func noteServed(dir, clientURL string) error {
 			port = u.Port()
 		}
 		return fmt.Errorf("note the NATS URL in %s: %w; weir run -data %s cannot name port %s in its advice: remove or fix that file",
-			file, unwrapPath(err), dir, port)
+			file, unwrapPath(err), shellQuote(dir), port)
 	}
 	return nil
 }
@@ -75,14 +75,14 @@ func servedBy(dir string) dataServe {
 // flags that put it there, and the URL a client connects to (a server
 // listening on every address takes clients on 127.0.0.1).
 func serveAt(dir, clientURL string) dataServe {
-	d := dataServe{dir: dir, up: "weir up -data " + dir, url: defaultNATS}
+	d := dataServe{dir: dir, up: "weir up -data " + shellQuote(dir), url: defaultNATS}
 	u, err := url.Parse(clientURL)
 	if clientURL == "" || err != nil || u.Port() == "" {
 		return d
 	}
 	host, port := u.Hostname(), u.Port()
 	if host != "127.0.0.1" {
-		d.up += " -host " + host
+		d.up += " -host " + shellQuote(host)
 	}
 	if port != "4222" {
 		d.up += " -port " + port

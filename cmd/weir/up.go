@@ -63,7 +63,7 @@ func (f *natsFlags) hint() string {
 	if f.url == "" || f.url == defaultNATS {
 		return ""
 	}
-	return " -nats " + natsconn.Redact(f.url)
+	return " -nats " + shellQuote(natsconn.Redact(f.url))
 }
 
 func (f *natsFlags) register(fs *flag.FlagSet, def, help string) {
@@ -227,7 +227,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 			// Most often a NATS server of the user's own, which weir up
 			// would use with -nats rather than start one beside it.
 			hp := net.JoinHostPort(*host, strconv.Itoa(*port))
-			return fmt.Errorf("port %d is in use (a NATS server already? run on it with -nats nats://%s; else give -port): %w", *port, hp, err)
+			return fmt.Errorf("port %d is in use (a NATS server already? run on it with -nats %s; else give -port): %w", *port, shellQuote("nats://"+hp), err)
 		}
 		return err
 	}
@@ -255,7 +255,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Out, "coordinator %s holds the coordinator lease of this NATS (bucket %s): another weir up here is refused while it runs\n",
 			id, lease.Bucket)
 	}
-	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", submit)
+	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", shellQuote(submit))
 	if ln != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))
@@ -378,8 +378,8 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	} else {
 		// It heartbeats meanwhile: a coordinator that starts takes it
 		// on. Saying "joined" would have the user look for jobs.
-		fmt.Fprintf(std.Out, "worker %s connected to %s; no coordinator answers there yet: it joins the one 'weir up -nats %s' starts\n",
-			n.Workers[0].ID(), natsconn.Redact(n.URL()), natsconn.Redact(nf.url))
+		fmt.Fprintf(std.Out, "worker %s connected to %s; no coordinator answers there yet: it joins the one that weir up -nats %s starts\n",
+			n.Workers[0].ID(), natsconn.Redact(n.URL()), shellQuote(natsconn.Redact(nf.url)))
 	}
 	<-ctx.Done()
 	return nil

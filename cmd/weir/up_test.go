@@ -239,7 +239,7 @@ func TestWorkerBeforeUpSaysItWaitsForACoordinator(t *testing.T) {
 		wdone <- run(wctx, []string{"worker", "-nats", url, "-id", "early", "-data", t.TempDir()},
 			Stdio{In: strings.NewReader(""), Out: &w.out, Err: &w.errb})
 	}()
-	w.await(t, ctx, wdone, "worker early connected to "+url+"; no coordinator answers there yet: it joins the one 'weir up -nats "+url+"' starts\n")
+	w.await(t, ctx, wdone, "worker early connected to "+url+"; no coordinator answers there yet: it joins the one that weir up -nats "+url+" starts\n")
 	out, stop, done := upOn(t, ctx, url)
 	out.await(t, ctx, done, "weir is up")
 	var ls syncBuffer
@@ -287,9 +287,10 @@ func TestUpOnATakenPortSuggestsNATS(t *testing.T) {
 func TestUpServesWhenItCannotNoteItsURL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	data := t.TempDir()
+	// A directory the shell would split: weir run -data quotes it.
+	data := filepath.Join(t.TempDir(), "weir data")
 	file := filepath.Join(data, servedFile)
-	if err := os.Mkdir(file, 0o755); err != nil { // no file can be written there
+	if err := os.MkdirAll(file, 0o755); err != nil { // no file can be written there
 		t.Fatal(err)
 	}
 	port := natsconntest.FreePort(t)
@@ -304,8 +305,8 @@ func TestUpServesWhenItCannotNoteItsURL(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("weir up exited %d: %s", code, out.errb.String())
 	}
-	warn := regexp.MustCompile(`(?m)^weir up: note the NATS URL in ` + regexp.QuoteMeta(file) + `: .*; weir run -data ` +
-		regexp.QuoteMeta(data) + ` cannot name port \d+ in its advice: remove or fix that file\n`)
+	warn := regexp.MustCompile(`(?m)^weir up: note the NATS URL in ` + regexp.QuoteMeta(file) + `: .*; weir run -data '` +
+		regexp.QuoteMeta(data) + `' cannot name port \d+ in its advice: remove or fix that file\n`)
 	if !warn.MatchString(out.errb.String()) {
 		t.Errorf("weir up said nothing of the file it could not write:\n%s", out.errb.String())
 	}
