@@ -1123,7 +1123,22 @@ func TestServeAt(t *testing.T) {
 		{"nats://0.0.0.0:4222", "weir up -data d -host 0.0.0.0", defaultNATS},
 		{"nats://[::]:5333", "weir up -data d -host :: -port 5333", "nats://127.0.0.1:5333"},
 		{"nats://10.1.2.3:5333", "weir up -data d -host 10.1.2.3 -port 5333", "nats://10.1.2.3:5333"},
-		{"not a url", "weir up -data d", defaultNATS},
+		// An empty host is weir up's -host default, 127.0.0.1 (it named
+		// the empty host in -host before); no scheme is nats://.
+		{"nats://:4222", "weir up -data d", defaultNATS},
+		{"nats://:5333", "weir up -data d -port 5333", "nats://127.0.0.1:5333"},
+		{"127.0.0.1:5333", "weir up -data d -port 5333", "nats://127.0.0.1:5333"},
+		{"nats://localhost:5333/", "weir up -data d -host localhost -port 5333", "nats://localhost:5333"},
+		// What weir up does not note says nothing of where it serves:
+		// no URL, rather than the default one (which it gave before).
+		{"not a url", "weir up -data d", ""},
+		{"nats://h", "weir up -data d", ""},
+		{"nats://h:0", "weir up -data d", ""},
+		{"nats://h:70000", "weir up -data d", ""},
+		{"nats://h:port", "weir up -data d", ""},
+		{"http://h:5333", "weir up -data d", ""},
+		{"nats://u:p@h:5333", "weir up -data d", ""},
+		{"nats://h:5333/x", "weir up -data d", ""},
 	} {
 		if got := serveAt("d", c.url); got.up != c.up || got.url != c.client {
 			t.Errorf("serveAt(%q) = %q, %q; want %q, %q", c.url, got.up, got.url, c.up, c.client)
@@ -1134,6 +1149,47 @@ func TestServeAt(t *testing.T) {
 		t.Errorf("for a directory with a space and a quote: %s, want %s", got, want)
 	}
 }
+
+// What weir run -data prints of where weir up serves its directory
+// follows DIR/weir-up.url: a URL weir up could have noted names its port,
+// one with an empty host 127.0.0.1 (not "-host " with nothing after it);
+// a file that says no such URL gives no advice where only the URL would
+// be said, and the placeholder URL in the commands, rather than a port
+// weir up may not serve on. With no file, weir up's defaults.
+func TestServedByOddFiles(t *testing.T) {
+	inUse := fmt.Errorf("data directory: %w", node.ErrDataDirInUse)
+	st := control.JobStatus{Name: "slow", State: control.JobRestarting, LatestCheckpoint: 7}
+	for _, c := range []struct {
+		file          *string
+		hint, restore string
+	}{
+		{nil, "; if it is weir up -data DIR, reach its jobs on nats://127.0.0.1:4222: weir job ls",
+			"with weir up -data DIR running, weir job restore slow -from 7"},
+		{ptr("nats://:5333\n"), "; if it is weir up -data DIR -port 5333, reach its jobs on nats://127.0.0.1:5333: weir job ls -nats nats://127.0.0.1:5333",
+			"with weir up -data DIR -port 5333 running, weir job restore -nats nats://127.0.0.1:5333 slow -from 7"},
+		{ptr("garbage\n"), "", "with weir up -data DIR running, weir job restore -nats URL slow -from 7"},
+		{ptr(""), "", "with weir up -data DIR running, weir job restore -nats URL slow -from 7"},
+	} {
+		dir := t.TempDir()
+		name := "no file"
+		if c.file != nil {
+			name = fmt.Sprintf("%q", *c.file)
+			if err := os.WriteFile(filepath.Join(dir, servedFile), []byte(*c.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hint := strings.ReplaceAll(c.hint, "DIR", dir)
+		if got := inUseHint(inUse, dir).Error(); got != inUse.Error()+hint {
+			t.Errorf("%s: in use: %q, want %q", name, got, inUse.Error()+hint)
+		}
+		restore := strings.ReplaceAll(c.restore, "DIR", dir)
+		if got := rerunRemedy(servedBy(dir), false)(st); !strings.Contains(got, restore) {
+			t.Errorf("%s: remedy %q, want it to hold %q", name, got, restore)
+		}
+	}
+}
+
+func ptr(s string) *string { return &s }
 
 // weir run says what weir job status says of a job in trouble — the
 // checkpoints failing in a row with the advice for an expired one, the

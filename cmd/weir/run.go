@@ -874,8 +874,12 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		feed := ""
 		if len(o.inputs) > 0 && published == 0 {
 			if src, _ := inputSource(spec, o.inputs[0]); src != nil {
+				server := sv.url
+				if server == "" {
+					server = "URL" // not known: named as sv.hint names it
+				}
 				feed = "; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: " +
-					feedHint(*src, sv.url)
+					feedHint(*src, server)
 			}
 		}
 		there := "there"

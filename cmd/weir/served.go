@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
@@ -53,34 +54,49 @@ func unwrapPath(err error) error {
 type dataServe struct {
 	dir string // the data directory; "": none (weir run without -data)
 	up  string // "weir up -data DIR -port 5333"
-	url string // "nats://127.0.0.1:5333"
+	// url is the URL clients reach weir up's NATS on, "nats://127.0.0.1:5333";
+	// "" when DIR's servedFile does not say (unreadable, or not a URL
+	// weir up notes there): the commands printed name it URL then, rather
+	// than a port weir up may not serve on.
+	url string
 }
 
 // servedBy returns where weir up serves dir: where it did last, as it
-// noted in servedFile, else where weir up's defaults serve it. The zero
-// dataServe for dir "".
+// noted in servedFile, else (no such file) where weir up's defaults serve
+// it. The zero dataServe for dir "".
 func servedBy(dir string) dataServe {
 	if dir == "" {
 		return dataServe{}
 	}
 	b, err := os.ReadFile(filepath.Join(dir, servedFile))
-	if err != nil {
+	noted := strings.TrimSpace(string(b))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return serveAt(dir, "")
+	case err != nil || noted == "":
+		// Unreadable, or cut short as it was written.
+		return dataServe{dir: dir, up: "weir up -data " + shellQuote(dir)}
 	}
-	return serveAt(dir, strings.TrimSpace(string(b)))
+	return serveAt(dir, noted)
 }
 
 // serveAt returns where weir up serves dir with its embedded server on
 // clientURL ("": weir up's defaults, 127.0.0.1:4222): the host and port
 // flags that put it there, and the URL a client connects to (a server
-// listening on every address takes clients on 127.0.0.1).
+// listening on every address, or on the empty host weir up takes as
+// 127.0.0.1, takes clients on 127.0.0.1). A clientURL with no scheme is
+// nats://, as for nats.go; one that names no server and port (a file
+// edited by hand) gives the url "".
 func serveAt(dir, clientURL string) dataServe {
 	d := dataServe{dir: dir, up: "weir up -data " + shellQuote(dir), url: defaultNATS}
-	u, err := url.Parse(clientURL)
-	if clientURL == "" || err != nil || u.Port() == "" {
+	if clientURL == "" {
 		return d
 	}
-	host, port := u.Hostname(), u.Port()
+	host, port, ok := parseServed(clientURL)
+	if !ok {
+		d.url = ""
+		return d
+	}
 	if host != "127.0.0.1" {
 		d.up += " -host " + shellQuote(host)
 	}
@@ -90,13 +106,39 @@ func serveAt(dir, clientURL string) dataServe {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	d.url = u.Scheme + "://" + net.JoinHostPort(host, port)
+	d.url = "nats://" + net.JoinHostPort(host, port)
 	return d
 }
 
+// parseServed returns the host and port of the client URL weir up noted,
+// "nats://127.0.0.1:5333": an empty host is weir up's -host default,
+// 127.0.0.1. ok is false for anything else: another scheme, no port or
+// one out of range, a path, a user.
+func parseServed(clientURL string) (host, port string, ok bool) {
+	if !strings.Contains(clientURL, "://") {
+		clientURL = "nats://" + clientURL
+	}
+	u, err := url.Parse(clientURL)
+	if err != nil || u.Scheme != "nats" || u.User != nil || u.Opaque != "" || (u.Path != "" && u.Path != "/") ||
+		u.RawQuery != "" || u.Fragment != "" {
+		return "", "", false
+	}
+	host, port = u.Hostname(), u.Port()
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return "", "", false
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return host, port, true
+}
+
 // hint is natsFlags.hint for d's server: the -nats a weir command needs to
-// reach it, "" for the default one.
+// reach it, "" for the default one, " -nats URL" where d does not know it.
 func (d dataServe) hint() string {
+	if d.dir != "" && d.url == "" {
+		return " -nats URL"
+	}
 	return (&natsFlags{url: d.url}).hint()
 }
 
@@ -109,5 +151,9 @@ func inUseHint(err error, dir string) error {
 		return err
 	}
 	d := servedBy(dir)
+	if d.url == "" {
+		// No URL to name: no advice rather than a port it may not be on.
+		return err
+	}
 	return fmt.Errorf("%w; if it is %s, reach its jobs on %s: weir job ls%s", err, d.up, d.url, d.hint())
 }
