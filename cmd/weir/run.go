@@ -50,7 +50,9 @@ with JetStream, the coordinator and a worker in this process, streams the job
 names created on the fly — and stops everything at the end. An operator
 module may be a Go package directory, which weir builds (GOOS=wasip1), or a
 Rust, C, AssemblyScript or WAT source file (.rs, .c, .ts, .wat), which it
-builds against the SDK it carries (guests/README.md). A module that is a
+builds against the SDK it carries (guests/README.md), once what refuses a run
+at once (an -input it cannot read, a -data directory another weir holds, a
+-nats it cannot reach) has not. A module that is a
 local file, Go package or source goes to the module registry (once per
 content) and the job names it by its digest (sha256:…), so that workers on
 other machines can load it.`
@@ -98,10 +100,10 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	builder := &moduleBuilder{std: std}
-	defer builder.Close()
-	built, err := builder.buildSpec(ctx, spec)
-	if err != nil {
+	// What refuses the run at once — an -input it cannot publish, a data
+	// directory another weir holds, a NATS it cannot reach — does so
+	// before modules are built, which takes seconds.
+	if err := checkInputs(spec, o.inputs); err != nil {
 		return err
 	}
 
@@ -134,6 +136,12 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	n.API.Timeout = o.nats.waitTimeout()
 	notices := &apiNotices{w: std.Err}
 	n.API.Waiting = notices.waiting
+	builder := &moduleBuilder{std: std}
+	defer builder.Close()
+	built, err := builder.buildSpec(ctx, spec)
+	if err != nil {
+		return err
+	}
 	if err := pushLocalModules(ctx, std.Out, n.Registry, spec, built); err != nil {
 		return err
 	}
@@ -651,6 +659,30 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 		fmt.Fprintf(std.Out, "published %d input records from %s to %s\n", c, file, src.Name)
 	}
 	return total, nil
+}
+
+// checkInputs reports the first -input flag that names a source the job
+// lacks, or a file that is not there or is a directory, as publishInputs
+// would, but before anything is started or published: an unbounded
+// source's input is published only once the job runs. The file is not
+// opened: a named pipe would wait for its writer, and lose what it wrote
+// if closed.
+func checkInputs(spec *jobspec.Spec, inputs inputFlags) error {
+	for _, in := range inputs {
+		src, file := inputSource(spec, in)
+		if src == nil {
+			name, _, _ := strings.Cut(in, "=")
+			return fmt.Errorf("-input %s: the job has no source %q", in, name)
+		}
+		st, err := os.Stat(file)
+		if err != nil {
+			return fmt.Errorf("-input: %w", err)
+		}
+		if st.IsDir() {
+			return fmt.Errorf("-input %s: a directory, not a file of lines: give a file", file)
+		}
+	}
+	return nil
 }
 
 // inputSource resolves an -input flag, FILE or SOURCE=FILE, to the source

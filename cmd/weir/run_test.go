@@ -840,3 +840,48 @@ checkpointing:
 	}
 	outputOnce(t, out.String(), want)
 }
+
+// weir run refuses what it can at once — a data directory another weir
+// holds, an -input it cannot publish — before it builds the job's Go
+// modules: it built them first, which takes seconds, only to be refused.
+// The operator here is a Go package that does not compile, so a build
+// would end the run with its own error.
+func TestRunRefusesBeforeBuilding(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t.Chdir(t.TempDir())
+	if err := os.Mkdir("op", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for file, content := range map[string]string{
+		"op/main.go": "package main\n\nthis does not compile\n",
+		"in.txt":     "a\n",
+		"job.yaml": "name: j\nsources: [{name: in, kind: nats, subject: in}]\noperators: [{name: op, module: ./op, inputs: [{from: in}]}]\n" +
+			"sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]\n",
+	} {
+		if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := t.TempDir()
+	n, err := node.Start(ctx, node.Options{DataDir: held, Port: -1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-data", held, "-input", "in.txt", "job.yaml"}, "is in use by another weir process"},
+		{[]string{"run", "-input", "nosuch.txt", "job.yaml"}, "weir: -input: stat nosuch.txt: no such file or directory\n"},
+		{[]string{"run", "-input", "op", "job.yaml"}, "weir: -input op: a directory, not a file of lines: give a file\n"},
+		{[]string{"run", "-input", "other=in.txt", "job.yaml"}, `weir: -input other=in.txt: the job has no source "other"` + "\n"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, c.args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		if code != 1 || !strings.Contains(errb.String(), c.want) || strings.Contains(errb.String(), "building") {
+			t.Errorf("weir %s: exit %d, stderr %q; want 1, %q and no build", strings.Join(c.args, " "), code, errb.String(), c.want)
+		}
+	}
+}
