@@ -47,7 +47,10 @@ type JobStatus struct {
 	// again, no failure of its own, because a worker was lost while
 	// the attempt before was deployed, or refused its tasks for want of
 	// slots (Skipped says which); Resumes those that resumed it after a
-	// coordinator restarted. Neither is a restart: the other attempts are
+	// coordinator restarted (but for one that begins the restart after
+	// failures the coordinator before was due to make, its delay running
+	// or its worker awaited: that counts once, in Restarts, as the
+	// restart strategy counts it). Neither is a restart: the other attempts are
 	// the run's first and those of the job's earlier runs (Attempt
 	// numbers on across runs). AttemptsExplained says so in words.
 	Replacements int `json:"replacements,omitempty"`

@@ -342,3 +342,57 @@ func (l *loop) fail(attempt int) {
 		l.t.Fatal(err)
 	}
 }
+
+// A coordinator restarted during a restart delay begins the restart the
+// failure was due, counted as one, not a resume: restart.attempts ran out
+// "after 1 restart attempt" while RESTARTS said 0 and the attempts
+// counted a resume instead, since the resume took the restart's place.
+func TestAResumeDuringARestartDelayIsThatRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l := startLoop(t, ctx, "1h", 1)
+	defer l.close()
+	e, fail := l.e, l.fail
+	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	fail(1)
+	waitFor(t, ctx, e, "loop", "restarting after its first failure", func(st control.JobStatus) bool {
+		return st.State == control.JobRestarting && st.FailuresInARow == 1
+	})
+	l.restart()
+	st := waitFor(t, ctx, e, "loop", "resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2
+	})
+	if st.Restarts != 1 || st.Resumes != 0 || st.AttemptsExplained() != "" {
+		t.Errorf("resumed during the restart delay: %d restarts, %d resumes (%q); want the attempt counted as the restart",
+			st.Restarts, st.Resumes, st.AttemptsExplained())
+	}
+	fail(2)
+	st = waitFor(t, ctx, e, "loop", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
+	if want := "(after 1 restart attempt)"; !strings.HasSuffix(st.Reason, want) || st.Restarts != 1 {
+		t.Errorf("failed with %d restarts, reason %q; want 1, the reason ending %q", st.Restarts, st.Reason, want)
+	}
+}
+
+// A coordinator restarted while a restart waits for a worker begins that
+// restart, counted once: it was counted as a restart and, begun by the
+// new coordinator, as a resume too, and the attempts added up to one
+// more than there were (no first deployment said).
+func TestAResumeOfARestartWaitingForAWorkerCountsItOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l := startLoop(t, ctx, "10ms", 3)
+	defer l.close()
+	e := l.e
+	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	l.w1.kill()
+	waitFor(t, ctx, e, "loop", "waiting for a worker", waiting(control.JobRestarting))
+	l.restart()
+	e.fleet.start(ctx, "w2")
+	st := waitFor(t, ctx, e, "loop", "running on w2", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2
+	})
+	if st.Restarts != 1 || st.Resumes != 0 || st.AttemptsExplained() != "" {
+		t.Errorf("resumed while the restart waited for a worker: %d restarts, %d resumes (%q); want the attempt counted once, as the restart",
+			st.Restarts, st.Resumes, st.AttemptsExplained())
+	}
+}

@@ -495,9 +495,16 @@ func (j *job) workers() []string {
 type attemptCause int
 
 const (
-	causeFirst       attemptCause = iota // the run's first, or a restart (counted as it is made)
+	causeFirst       attemptCause = iota // the run's first
 	causeReplacement                     // placed again: a worker lost or full while deploying
 	causeResume                          // resumed by a restarted coordinator
+	// causeRestartDue is a restart after failures while its delay runs,
+	// not counted in Restarts yet; causeRestart one counted as the delay
+	// ended (its attempt waits to be placed). The record keeps both
+	// (record.NextRestart): a coordinator restarted meanwhile begins that
+	// restart, counted once, and no resume.
+	causeRestartDue
+	causeRestart
 )
 
 // nextAttempt sets why the next attempt begins.
@@ -535,7 +542,8 @@ func (j *job) run() {
 		// where. All at once, as on a failover (cancelAttempt).
 		j.cancelAttempt(j.m.ctl.LiveWorkers(), ReasonCoordinatorRestarted)
 		restore, readErr = j.latest()
-		j.nextAttempt(causeResume)
+		// Its cause (next) is the record's, set by resumeOne: a resume, or
+		// the restart after failures the coordinator before had decided on.
 	}
 	for {
 		var f failure
@@ -567,17 +575,23 @@ func (j *job) run() {
 			j.setState(control.JobFailed, reason+" (not restarted: it would fail the same way again)")
 			return
 		}
-		// Fail over. The failure counts before the restarting state is
-		// recorded, so that a coordinator restarted during the restart
-		// delay resumes the job with it in its failures in a row.
+		// Fail over. The failure counts, and the restart it is due, before
+		// the restarting state is recorded, so that a coordinator
+		// restarted during the restart delay resumes the job with it in
+		// its failures in a row, and begins that restart, counted as one
+		// (record.NextRestart).
 		j.mu.Lock()
 		j.consecutive++
+		why := j.giveUp(j.consecutive)
+		if why == "" {
+			j.next = causeRestartDue
+		}
 		n := j.consecutive
 		j.mu.Unlock()
 		j.setState(control.JobRestarting, reason)
 		j.runner.Stop(reason)
 		j.stopTasks(reason)
-		if why := j.giveUp(n); why != "" {
+		if why != "" {
 			j.setState(control.JobFailed, reason+" ("+why+")")
 			return
 		}
@@ -588,7 +602,7 @@ func (j *job) run() {
 		// that ends the job once the attempts ran out.
 		j.mu.Lock()
 		j.st.Restarts++
-		j.next = causeFirst
+		j.next = causeRestart
 		j.mu.Unlock()
 		restore, readErr = j.latest()
 	}

@@ -61,6 +61,16 @@ type record struct {
 	// restart.attempts again. Records written before it was kept have
 	// none (0).
 	FailuresInARow int `json:"failures_in_a_row,omitempty"`
+	// NextRestart says that the job's next attempt, not begun, is a
+	// restart after failures (job.next): "due" while its restart delay
+	// runs, not counted in Restarts yet, "counted" once the delay ended
+	// (the attempt waits to be placed). A coordinator that resumes the
+	// job begins that restart, counted once (the delay's rest skipped),
+	// rather than a resume: a coordinator restart does not take a
+	// restart's place, so Restarts stays the restarts restart.attempts
+	// counts. Records written before it was kept have none: the attempt
+	// is a resume.
+	NextRestart string `json:"next_restart,omitempty"`
 	// Failures are the status's failure history.
 	Failures []control.Failure `json:"failures,omitempty"`
 	// Skipped are the status's attempts that were not started.
@@ -135,6 +145,14 @@ func (j *job) record() (rec record, ok bool) {
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
+	if !j.st.State.Terminal() {
+		switch j.next {
+		case causeRestartDue:
+			rec.NextRestart = restartDue
+		case causeRestart:
+			rec.NextRestart = restartCounted
+		}
+	}
 	if j.initial != nil {
 		rec.From = j.initial.ID
 		if j.initial.Job != j.spec.Name {
@@ -143,6 +161,12 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	return rec, true
 }
+
+// The values of record.NextRestart.
+const (
+	restartDue     = "due"
+	restartCounted = "counted"
+)
 
 // ReasonCoordinatorRestarted is the reason of a job a restarted
 // coordinator resumes: it is restarting until its next attempt runs.
@@ -367,6 +391,16 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Failures = rec.Failures
 	j.st.Skipped = rec.Skipped
 	j.consecutive = rec.FailuresInARow
+	// The attempt it begins is a resume, or the restart after failures
+	// the coordinator before had decided on, counted once.
+	j.next = causeResume
+	switch rec.NextRestart {
+	case restartDue:
+		j.st.Restarts++
+		j.next = causeRestart
+	case restartCounted:
+		j.next = causeRestart
+	}
 	// The slots its attempt was placed in stay its own until it is placed
 	// again: its tasks may still run there (a crashed coordinator stopped
 	// none), and a job submitted before it is placed must not take them.
