@@ -443,7 +443,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 				fmt.Fprintf(std.Out, "  %s\n", g)
 			}
 		}
-		printCheckpointStats(std.Out, st)
+		printCheckpointStats(std.Out, st, nf.hint())
 		if len(st.Tasks) > 0 {
 			fmt.Fprintln(std.Out, "tasks:")
 			printTasks(std.Out, st.Tasks)
@@ -727,8 +727,9 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 // latest that completed, and — while they fail — how many in a row, the
 // newest failure's reason, and what to change for one that expired. A
 // job whose checkpoints kept expiring, failing it over onto the same
-// checkpoint each time, said so only in its failures' reasons.
-func printCheckpointStats(w io.Writer, st control.JobStatus) {
+// checkpoint each time, said so only in its failures' reasons. The
+// command it prints carries hint (natsFlags.hint).
+func printCheckpointStats(w io.Writer, st control.JobStatus, hint string) {
 	c := st.Checkpoints
 	if c.Completed == 0 && c.Failed == 0 {
 		return
@@ -739,14 +740,15 @@ func printCheckpointStats(w io.Writer, st control.JobStatus) {
 			c.LastCompleted.UTC().Format(time.TimeOnly), c.LastDuration.Round(time.Millisecond), size(c.LastSize))
 	}
 	fmt.Fprintf(w, "checkpoints: %d completed, %d failed%s\n", c.Completed, c.Failed, latest)
-	printCheckpointsFailing(w, st)
+	printCheckpointsFailing(w, st, hint)
 }
 
 // printCheckpointsFailing says, while a job's checkpoints fail, how many
 // in a row, the newest failure's reason, what to change for one that
 // expired, and whether the job fails over for them; nothing while they do
-// not fail. weir job status and weir run share it.
-func printCheckpointsFailing(w io.Writer, st control.JobStatus) {
+// not fail. weir job status and weir run share it; the weir checkpoint
+// ls it prints carries hint (natsFlags.hint), to reach the job's server.
+func printCheckpointsFailing(w io.Writer, st control.JobStatus, hint string) {
 	c := st.Checkpoints
 	if c.FailedInARow == 0 || c.LastFailedID == 0 {
 		return
@@ -758,7 +760,7 @@ func printCheckpointsFailing(w io.Writer, st control.JobStatus) {
 	fmt.Fprintf(w, "checkpoints failing: %d in a row, %s; the newest, %d at %s: %s\n", c.FailedInARow, since,
 		c.LastFailedID, c.LastFailed.UTC().Format(time.TimeOnly), c.LastFailure)
 	if c.LastFailedFor(control.CheckpointExpired) {
-		fmt.Fprintf(w, "  %s; weir checkpoint ls %s shows which tasks did not ack\n", expiryAdvice(st), shellQuote(st.Name))
+		fmt.Fprintf(w, "  %s; weir checkpoint ls%s %s shows which tasks did not ack\n", expiryAdvice(st), hint, shellQuote(st.Name))
 	}
 	if f := st.Latest(); f != nil && f.IsKind(control.FailureCheckpointsFailed) {
 		from := "the start"
@@ -881,6 +883,8 @@ type statusNotes struct {
 	// remedy says how a job whose operator traps on a record goes on
 	// (trapRemedy, rerunRemedy); nil says nothing.
 	remedy func(control.JobStatus) string
+	// hint is the -nats (natsFlags.hint) of the other commands it prints.
+	hint string
 }
 
 // inARow is how many failures in a row, of checkpoints or of the job,
@@ -896,7 +900,7 @@ func (n *statusNotes) news(st control.JobStatus) string {
 		n.checkpointRow = false
 	case c.FailedInARow >= inARow && !n.checkpointRow:
 		n.checkpointRow = true
-		printCheckpointsFailing(&b, st)
+		printCheckpointsFailing(&b, st, n.hint)
 	}
 	switch {
 	case st.FailuresInARow == 0:

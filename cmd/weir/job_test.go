@@ -827,7 +827,7 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 	lost := control.Failure{Time: at.Add(19 * time.Second), Attempt: 3,
 		Reason: "1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint 6: expired after 5s; no snapshot from slowop-0, last-0, out-0"}
 	var b bytes.Buffer
-	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost})
+	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost}, "")
 	want := "checkpoints: 1 completed, 3 failed; latest completed: 1 at 14:14:17 (took 4.346s, 973.5 KiB)\n" +
 		"checkpoints failing: 3 in a row, since 1 completed; the newest, 6 at 14:14:36: expired after 5s; no snapshot from slowop-0, last-0, out-0\n" +
 		"  a checkpoint expires when its barriers do not get through in time: aligned ones queue behind the data in flight to a busy task (see bottleneck); " +
@@ -836,6 +836,13 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 		"  the job fails over for them, each attempt from checkpoint 1 again; checkpointing.tolerable-failures lets it run on through failed checkpoints\n"
 	if b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+	// The command it names reaches the job's server, as weir job status
+	// -nats did.
+	b.Reset()
+	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps}, " -nats nats://h:4222")
+	if want := "weir checkpoint ls -nats nats://h:4222 slow shows which tasks did not ack\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("with -nats: printed\n%s\nwant %q in it", b.String(), want)
 	}
 
 	// The advice fits the job's mode: an unaligned job is not told to
@@ -855,7 +862,7 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 	} {
 		b.Reset()
 		printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps,
-			CheckpointMode: c.mode, AlignedTimeout: c.aligned})
+			CheckpointMode: c.mode, AlignedTimeout: c.aligned}, "")
 		for _, want := range c.want {
 			if !strings.Contains(b.String(), want) {
 				t.Errorf("mode %s (aligned-timeout %s): printed\n%s\nwant %q in it", c.mode, c.aligned, b.String(), want)
@@ -871,7 +878,7 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 	// Declined, tolerated, none completed: no advice for an expiry nor a failover.
 	b.Reset()
 	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 1, Checkpoints: control.CheckpointStats{
-		Failed: 1, FailedInARow: 1, LastFailedID: 1, LastFailed: at, LastFailure: "declined by op-0 (failed): disk"}})
+		Failed: 1, FailedInARow: 1, LastFailedID: 1, LastFailed: at, LastFailure: "declined by op-0 (failed): disk"}}, "")
 	if want := "checkpoints: 0 completed, 1 failed\n" +
 		"checkpoints failing: 1 in a row, none completed yet; the newest, 1 at 14:14:17: declined by op-0 (failed): disk\n"; b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
@@ -880,13 +887,13 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 	// Completing again ends the failing.
 	b.Reset()
 	cps.FailedInARow, cps.Completed, cps.LastID = 0, 2, 7
-	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost})
+	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost}, "")
 	if want := "checkpoints: 2 completed, 3 failed; latest completed: 7 at 14:14:17 (took 4.346s, 973.5 KiB)\n"; b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 
 	b.Reset()
-	printCheckpointStats(&b, control.JobStatus{Name: "new", State: control.JobRunning, Attempt: 1})
+	printCheckpointStats(&b, control.JobStatus{Name: "new", State: control.JobRunning, Attempt: 1}, "")
 	if b.Len() > 0 {
 		t.Errorf("printed %q for a job without checkpoints", b.String())
 	}
@@ -1054,7 +1061,7 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 		LastFailure: "timed out after 5s", LastFailureCause: control.CheckpointExpired}
 	lost := control.Failure{Attempt: 1, Kind: control.FailureCheckpointsFailed, Reason: "checkpoint 2 failed, beyond the tolerated 0"}
 	var b bytes.Buffer
-	printCheckpointsFailing(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 2, Checkpoints: cps, LastFailure: &lost})
+	printCheckpointsFailing(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 2, Checkpoints: cps, LastFailure: &lost}, "")
 	for _, want := range []string{"  a checkpoint expires when its barriers do not get through in time: ", "weir checkpoint ls slow shows which tasks did not ack\n",
 		"  the job fails over for them, each attempt from checkpoint 1 again; "} {
 		if !strings.Contains(b.String(), want) {
@@ -1066,7 +1073,7 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 	cps.LastFailure, cps.LastFailureCause = "expired after the task's disk filled", control.CheckpointDeclined
 	lost = control.Failure{Attempt: 1, Kind: control.FailureWorkerLost, Reason: "worker w1 lost (its consecutive checkpoint failures exceed nothing)"}
 	b.Reset()
-	printCheckpointsFailing(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 2, Checkpoints: cps, LastFailure: &lost})
+	printCheckpointsFailing(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 2, Checkpoints: cps, LastFailure: &lost}, "")
 	if want := "checkpoints failing: 1 in a row, since 1 completed; the newest, 2 at 14:14:17: expired after the task's disk filled\n"; b.String() != want {
 		t.Errorf("a declined checkpoint: printed\n%s\nwant\n%s", b.String(), want)
 	}

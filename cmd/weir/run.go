@@ -937,8 +937,10 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
-	notes := statusNotes{remedy: trapRemedy(o.nats.hint())}
+	notes := statusNotes{remedy: trapRemedy(o.nats.hint()), hint: o.nats.hint()}
 	if embedded {
+		// While the run lasts, its own server reaches the job.
+		notes.hint = (&natsFlags{url: n.Server.ClientURL()}).hint()
 		// The input -input stored in a stream stays with -data.
 		stored := false
 		for _, in := range o.inputs {
