@@ -441,27 +441,37 @@ checkpointing:
 		in.WriteString(line + "\n")
 		want["[out] "+line] = true
 	}
+	// No -idle: weir run ends because the job does.
+	out, _ := runBoundedJob(t, job, in.String())
+	for _, s := range []string{"published 100 input records from in.txt to orders\njob backfill submitted",
+		"stops after sequence 100 (stop: end)", "job backfill: finished (attempt 1): every source read up to its stop; output committed with final savepoint"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output without %q:\n%s", s, out)
+		}
+	}
+	outputOnce(t, out, want)
+}
+
+// runBoundedJob writes job as job.yaml and input as in.txt in the working
+// directory, runs 'weir run -show -1 job.yaml -input in.txt' to its end (a
+// job whose sources all have a stop) and returns what it printed; a run
+// that fails fails the test.
+func runBoundedJob(t *testing.T, job, input string) (stdout, stderr string) {
+	t.Helper()
 	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
+	if err := os.WriteFile("in.txt", []byte(input), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	// No -idle: weir run ends because the job does.
 	if code := run(ctx, []string{"run", "-show", "-1", "job.yaml", "-input", "in.txt"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
 		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
 	}
-	for _, s := range []string{"published 100 input records from in.txt to orders\njob backfill submitted",
-		"stops after sequence 100 (stop: end)", "job backfill: finished (attempt 1): every source read up to its stop; output committed with final savepoint"} {
-		if !strings.Contains(out.String(), s) {
-			t.Errorf("output without %q:\n%s", s, out.String())
-		}
-	}
-	outputOnce(t, out.String(), want)
+	return out.String(), errb.String()
 }
 
 // A bounded job may be quiet until it ends (a count that emits its totals
@@ -815,30 +825,18 @@ checkpointing:
 		in.WriteString(fmt.Sprintf("line %d\n", i))
 		want[fmt.Sprintf("[out] LINE %d", i)] = true
 	}
-	if err := os.WriteFile("job.yaml", []byte(job), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile("in.txt", []byte(in.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out, errb bytes.Buffer
-	if code := run(ctx, []string{"run", "-show", "-1", "job.yaml", "-input", "in.txt"},
-		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
-		t.Fatalf("weir run exited %d: %s\n%s", code, errb.String(), out.String())
-	}
+	out, errs := runBoundedJob(t, job, in.String())
 	for _, s := range []string{"uppercase.rs (Rust) …\n", "shout.ts (AssemblyScript) …\n", "shout.c (C) …\n"} {
-		if !strings.Contains(errb.String(), s) {
-			t.Errorf("stderr lacks %q:\n%s", s, errb.String())
+		if !strings.Contains(errs, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, errs)
 		}
 	}
 	for _, s := range []string{"(pushed as uppercase@1)", "(pushed as shout@1)", "(pushed as shout@2)"} {
-		if !strings.Contains(out.String(), s) {
-			t.Errorf("output lacks %q:\n%s", s, out.String())
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
 		}
 	}
-	outputOnce(t, out.String(), want)
+	outputOnce(t, out, want)
 }
 
 // weir run refuses what it can at once — a data directory another weir
