@@ -899,9 +899,12 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	// record stay in order (persist, recordMu), each with the record as
 	// it is then.
 	j.persist()
+	// The answer is the job as submitted (created, no attempt of this
+	// run begun), read before it starts: read after, it could say either.
+	st := j.status()
 	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
 	go func() { defer m.wg.Done(); j.run() }()
-	return j.status(), nil
+	return st, nil
 }
 
 func (m *Manager) resolveModules(ctx context.Context, spec *jobspec.Spec) (map[string]control.Module, error) {
