@@ -654,7 +654,7 @@ func trapRemedy(hint string) func(control.JobStatus) string {
 			if st.StartedFrom == "" {
 				return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
 			}
-			from, carried = shellQuote(st.StartedFrom), "the checkpoint it started from, as it completed none of its own: that state carries over"
+			from, carried = shellQuote(st.StartedFrom), "the checkpoint it started from, as none of its own is stored: that state carries over"
 		}
 		return fmt.Sprintf("to go on: %sfix the operator, then weir job restore%s %s -from %s -spec SPEC, the spec's module: naming the fixed build (%s)",
 			cancel, hint, shellQuote(st.Name), from, carried)

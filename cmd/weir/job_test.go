@@ -966,7 +966,7 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			"failures in a row: 2 since the job started from checkpoint orig/5 (none of its own completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
 				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
 				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from orig/5 -spec SPEC, the spec's module: naming the fixed build " +
-				"(the checkpoint it started from, as it completed none of its own: that state carries over)\n"},
+				"(the checkpoint it started from, as none of its own is stored: that state carries over)\n"},
 		{"trap loop of a job started from another's checkpoint, after one of its own", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3,
 			FailuresInARow: 2, RestartAttempts: 3, StartedFrom: "orig/5", LatestCheckpoint: 9, Failures: []control.Failure{trap(3), trap(2)}},
 			"failures in a row: 2 since checkpoint 9 completed; restart.attempts allows 3 restarts, failure 4 fails the job\n" +
