@@ -360,19 +360,7 @@ func TestStateAfterKeyedState(t *testing.T) {
 		{"two-keyed-writers", sdkTwice, cTwice},
 	}
 	for _, name := range []string{"go", "rust", "assemblyscript", "c", "c-freestanding"} {
-		var code []byte
-		if name == "go" {
-			code = guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest")
-		} else {
-			var err error
-			if code, err = os.ReadFile(probes[name]); err != nil {
-				t.Fatalf("%v (run guests/build.sh)", err)
-			}
-		}
-		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := loadProbe(t, e, name)
 		for _, c := range configs {
 			want := c.sdk
 			if name == "c" || name == "c-freestanding" {
@@ -393,6 +381,26 @@ func TestStateAfterKeyedState(t *testing.T) {
 	}
 }
 
+// loadProbe compiles the SDK probe of language name: Go's built from its
+// package, the others' committed .wasm (probes).
+func loadProbe(t *testing.T, e *wasm.Engine, name string) *wasm.Module {
+	t.Helper()
+	var code []byte
+	if name == "go" {
+		code = guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest")
+	} else {
+		var err error
+		if code, err = os.ReadFile(probes[name]); err != nil {
+			t.Fatalf("%v (run guests/build.sh)", err)
+		}
+	}
+	m, err := e.Load(context.Background(), name+"-probe", code, wasm.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestEmptyWritesAroundKeyedState: writing no bytes to the state writer
 // before or after a keyed state is no other state, in every SDK: the
 // snapshot is the keyed state alone. C counted a weir_state_write of 0
@@ -403,19 +411,7 @@ func TestEmptyWritesAroundKeyedState(t *testing.T) {
 	e := newEngine(t)
 	want := abi.AppendKeyedEntry([]byte(abi.KeyedStateMagic), []byte("k"), []byte("v"))
 	for _, name := range []string{"go", "rust", "assemblyscript", "c", "c-freestanding"} {
-		var code []byte
-		if name == "go" {
-			code = guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest")
-		} else {
-			var err error
-			if code, err = os.ReadFile(probes[name]); err != nil {
-				t.Fatalf("%v (run guests/build.sh)", err)
-			}
-		}
-		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := loadProbe(t, e, name)
 		inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte("empty-writes-around-keyed"), Outputs: 2})
 		if err != nil {
 			t.Fatal(err)
