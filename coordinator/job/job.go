@@ -610,8 +610,10 @@ func (j *job) run() {
 
 // giveUp says why the job is not restarted after its nth consecutive
 // failure (n counts since the last completed checkpoint that made
-// progress: progressed), or "" to restart
-// it.
+// progress: progressed), or "" to restart it. When the run restarted
+// more often than that (RESTARTS, j.st.Restarts, counts the whole run),
+// it says which restarts it counted, so that the two numbers a user sees
+// side by side do not seem to disagree. Call with j.mu held.
 func (j *job) giveUp(n int) string {
 	rs := j.spec.Restart
 	switch {
@@ -621,10 +623,15 @@ func (j *job) giveUp(n int) string {
 		return ""
 	case n == 1:
 		return "not restarted: the restart strategy allows no attempts"
-	case n == 2:
-		return "after 1 restart attempt"
 	}
-	return fmt.Sprintf("after %d restart attempts", n-1)
+	why := "after 1 restart attempt"
+	if n > 2 {
+		why = fmt.Sprintf("after %d restart attempts", n-1)
+	}
+	if all := j.st.Restarts; all > n-1 {
+		why += fmt.Sprintf(" since a checkpoint last made progress (%d in this run)", all)
+	}
+	return why
 }
 
 // latest returns the checkpoint a new attempt restores: the newest valid

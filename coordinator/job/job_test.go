@@ -1441,18 +1441,23 @@ func TestGiveUpReason(t *testing.T) {
 		return jobspec.Restart{Strategy: jobspec.RestartFixedDelay, Attempts: attempts}
 	}
 	for _, c := range []struct {
-		restart jobspec.Restart
-		n       int // consecutive failures so far
-		want    string
+		restart  jobspec.Restart
+		n        int // consecutive failures so far
+		restarts int // restarts made in the run (RESTARTS)
+		want     string
 	}{
-		{jobspec.Restart{Strategy: jobspec.RestartNone}, 1, "not restarted: the restart strategy is none"},
-		{fixed(0), 1, "not restarted: the restart strategy allows no attempts"},
-		{fixed(1), 1, ""},
-		{fixed(1), 2, "after 1 restart attempt"},
-		{fixed(2), 2, ""},
-		{fixed(2), 3, "after 2 restart attempts"},
+		{jobspec.Restart{Strategy: jobspec.RestartNone}, 1, 0, "not restarted: the restart strategy is none"},
+		{fixed(0), 1, 0, "not restarted: the restart strategy allows no attempts"},
+		{fixed(1), 1, 0, ""},
+		{fixed(1), 2, 1, "after 1 restart attempt"},
+		{fixed(2), 2, 1, ""},
+		{fixed(2), 3, 2, "after 2 restart attempts"},
+		// Restarts before the last progress count in RESTARTS, not here.
+		{fixed(1), 2, 4, "after 1 restart attempt since a checkpoint last made progress (4 in this run)"},
+		{fixed(2), 3, 5, "after 2 restart attempts since a checkpoint last made progress (5 in this run)"},
 	} {
 		j := &job{spec: &jobspec.Spec{Restart: c.restart}}
+		j.st.Restarts = c.restarts
 		if got := j.giveUp(c.n); got != c.want {
 			t.Errorf("%+v after failure %d: %q, want %q", c.restart, c.n, got, c.want)
 		}
