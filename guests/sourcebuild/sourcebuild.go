@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/weirhq/weir/guests"
@@ -67,6 +68,12 @@ var ErrNoToolchain = errors.New("no toolchain")
 // returns the path of the module, dir/NAME.wasm for src NAME.EXT. A
 // compiler's complaint follows the error's first line, as the compiler
 // printed it.
+//
+// A module built before from the same source, with the same toolchain
+// and SDK, is taken from the cache (CacheDirEnv) instead of being built
+// again, as long as every file the compiler read for it is unchanged (a
+// Rust module's other files, a C file's headers, an AssemblyScript file's
+// relative imports).
 func Build(ctx context.Context, src, dir string) (string, error) {
 	lang, ok := Of(src)
 	if !ok {
@@ -84,24 +91,33 @@ func Build(ctx context.Context, src, dir string) (string, error) {
 		return "", fmt.Errorf("build %s: a directory, not a %s source file", src, lang)
 	}
 	out := filepath.Join(dir, strings.TrimSuffix(filepath.Base(abs), filepath.Ext(abs))+".wasm")
+	var r *recipe
+	switch lang {
+	case Rust:
+		r, err = rustRecipe(ctx, abs)
+	case C:
+		r, err = cRecipe(abs)
+	case AssemblyScript:
+		r, err = assemblyScriptRecipe(abs)
+	case WAT:
+		r, err = watRecipe(abs)
+	}
+	if err != nil {
+		return "", fmt.Errorf("build %s (%s): %w", src, lang, err)
+	}
+	c := openCache(abs, r.key(abs))
+	if c.get(out) {
+		return out, nil
+	}
 	work, err := os.MkdirTemp(dir, "sdk-")
 	if err != nil {
 		return "", fmt.Errorf("build %s: %w", src, err)
 	}
 	defer os.RemoveAll(work)
-	switch lang {
-	case Rust:
-		err = buildRust(ctx, abs, out, work)
-	case C:
-		err = buildC(ctx, abs, out, work)
-	case AssemblyScript:
-		err = buildAssemblyScript(ctx, abs, out, work)
-	case WAT:
-		err = buildWAT(ctx, abs, out)
-	}
-	if err != nil {
+	if err := r.run(ctx, out, work); err != nil {
 		return "", fmt.Errorf("build %s (%s): %w", src, lang, err)
 	}
+	c.put(out, r.read(abs, work))
 	return out, nil
 }
 
@@ -157,10 +173,12 @@ const rustTarget = "wasm32-unknown-unknown"
 
 // rustc finds a rustc that has the standard library for rustTarget:
 // WEIR_RUSTC, else the first of rustc on PATH and Debian's /usr/bin/rustc
-// that has it (a rustup rustc often comes first on PATH and lacks it).
-func rustc(ctx context.Context) (string, error) {
+// that has it (a rustup rustc often comes first on PATH and lacks it). It
+// returns the directory of that library too ("" if WEIR_RUSTC's has none).
+func rustc(ctx context.Context) (path, lib string, err error) {
 	if p := os.Getenv("WEIR_RUSTC"); p != "" {
-		return p, nil
+		lib, _ := rustLib(ctx, p)
+		return p, lib, nil
 	}
 	var tried []string
 	cands := []string{"/usr/bin/rustc"}
@@ -172,37 +190,56 @@ func rustc(ctx context.Context) (string, error) {
 			continue
 		}
 		tried = append(tried, p)
-		root, err := exec.CommandContext(ctx, p, "--print", "sysroot").Output()
-		if err != nil {
-			continue
-		}
-		lib := filepath.Join(strings.TrimSpace(string(root)), "lib", "rustlib", rustTarget, "lib")
-		if _, err := os.Stat(lib); err == nil {
-			return p, nil
+		if lib, ok := rustLib(ctx, p); ok {
+			return p, lib, nil
 		}
 	}
 	how := "install Debian's rustc and libstd-rust-dev-wasm32 (or rustup target add " + rustTarget + "), or set WEIR_RUSTC"
 	if len(tried) == 0 {
-		return "", fmt.Errorf("%w: no rustc found: %s", ErrNoToolchain, how)
+		return "", "", fmt.Errorf("%w: no rustc found: %s", ErrNoToolchain, how)
 	}
-	return "", fmt.Errorf("%w: no rustc with the %s standard library (tried %s): %s", ErrNoToolchain, rustTarget, strings.Join(tried, ", "), how)
+	return "", "", fmt.Errorf("%w: no rustc with the %s standard library (tried %s): %s", ErrNoToolchain, rustTarget, strings.Join(tried, ", "), how)
 }
 
-func buildRust(ctx context.Context, src, out, work string) error {
-	rc, err := rustc(ctx)
+// rustLib returns the directory of rustc's standard library for
+// rustTarget, and whether it has one.
+func rustLib(ctx context.Context, rustc string) (string, bool) {
+	root, err := exec.CommandContext(ctx, rustc, "--print", "sysroot").Output()
 	if err != nil {
-		return err
+		return "", false
 	}
-	lib := filepath.Join(work, "weir", "lib.rs")
-	if err := writeSDK("rust/weir/lib.rs", lib); err != nil {
-		return err
+	lib := filepath.Join(strings.TrimSpace(string(root)), "lib", "rustlib", rustTarget, "lib")
+	if _, err := os.Stat(lib); err != nil {
+		return "", false
 	}
+	return lib, true
+}
+
+func rustRecipe(ctx context.Context, src string) (*recipe, error) {
+	rc, std, err := rustc(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lib := filepath.Join(workDir, "weir", "lib.rs")
+	rlib := filepath.Join(workDir, "libweir.rlib")
 	flags := []string{"--edition", "2021", "--target", rustTarget, "-C", "opt-level=3", "-C", "debuginfo=0"}
-	rlib := filepath.Join(work, "libweir.rlib")
-	if err := run(ctx, "", rc, append(flags, "--crate-type", "rlib", "--crate-name", "weir", "-o", rlib, lib)...); err != nil {
-		return fmt.Errorf("the SDK crate: %w", err)
+	tools := []string{rc}
+	if std != "" {
+		tools = append(tools, std) // a directory: its time changes with what it holds
 	}
-	return run(ctx, "", rc, append(flags, "--crate-type", "cdylib", "--extern", "weir="+rlib, "-o", out, src)...)
+	return &recipe{
+		tools: tools,
+		sdk:   map[string]string{"rust/weir/lib.rs": "weir/lib.rs"},
+		steps: []step{
+			{what: "the SDK crate", tool: rc, args: append(slices.Clip(flags), "--crate-type", "rlib", "--crate-name", "weir", "-o", rlib, lib)},
+			// dep-info lists the files rustc read: the source and its
+			// modules (the cache checks them).
+			{tool: rc, args: append(slices.Clip(flags), "--crate-type", "cdylib", "--extern", "weir="+rlib,
+				"--emit=link="+filepath.Join(workDir, "module.wasm")+",dep-info="+filepath.Join(workDir, "deps.d"), src)},
+		},
+		product: "module.wasm",
+		read:    depFile,
+	}, nil
 }
 
 // wasiSysroot returns the sysroot of wasi-libc for clang: WEIR_WASI_SYSROOT,
@@ -219,24 +256,28 @@ func wasiSysroot() string {
 	return root
 }
 
-func buildC(ctx context.Context, src, out, work string) error {
+func cRecipe(src string) (*recipe, error) {
 	cc, ok := tool("WEIR_CLANG", "clang")
 	if !ok {
-		return fmt.Errorf("%w: no clang found: install clang and lld (and wasi-libc with libclang-rt-14-dev-wasm32 for a WASI build), or set WEIR_CLANG", ErrNoToolchain)
-	}
-	inc := filepath.Join(work, "include")
-	if err := writeSDK("c/weir.h", filepath.Join(inc, "weir.h")); err != nil {
-		return err
+		return nil, fmt.Errorf("%w: no clang found: install clang and lld (and wasi-libc with libclang-rt-14-dev-wasm32 for a WASI build), or set WEIR_CLANG", ErrNoToolchain)
 	}
 	// A source's own weir.h (#include "weir.h" next to it) comes first:
 	// quoted includes look beside the source before -I.
-	args := []string{"-O2", "-Wall", "-I", inc, "-Wl,--stack-first", "-o", out, src}
+	args := []string{"-O2", "-Wall", "-I", filepath.Join(workDir, "include"), "-Wl,--stack-first",
+		"-MD", "-MF", filepath.Join(workDir, "deps.d"), "-o", outFile, src}
+	tools := []string{cc}
 	if root := wasiSysroot(); root != "" {
 		args = append([]string{"--target=wasm32-wasi", "--sysroot=" + root, "-mexec-model=reactor"}, args...)
+		tools = append(tools, filepath.Join(root, "lib", "wasm32-wasi", "libc.a"))
 	} else {
 		args = append([]string{"--target=wasm32", "-nostdlib", "-Wl,--no-entry"}, args...)
 	}
-	return run(ctx, "", cc, args...)
+	return &recipe{
+		tools: tools,
+		sdk:   map[string]string{"c/weir.h": "include/weir.h"},
+		steps: []step{{tool: cc, args: args}},
+		read:  depFile,
+	}, nil
 }
 
 // tsImport matches the module specifiers of an AssemblyScript file's
@@ -261,42 +302,50 @@ func sdkImport(src []byte) (rel string, ok bool) {
 	return "", false
 }
 
-func buildAssemblyScript(ctx context.Context, src, out, work string) error {
+func assemblyScriptRecipe(src string) (*recipe, error) {
 	asc, ok := tool("WEIR_ASC", "asc")
 	if !ok {
-		return fmt.Errorf("%w: no asc found: npm install -g assemblyscript@0.28, or set WEIR_ASC", ErrNoToolchain)
+		return nil, fmt.Errorf("%w: no asc found: npm install -g assemblyscript@0.28, or set WEIR_ASC", ErrNoToolchain)
 	}
 	text, err := os.ReadFile(src)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rel, ok := sdkImport(text)
 	if !ok {
-		return errors.New(`it does not import the SDK: an operator's entry file starts with import { Operator, register } from "weir"; export * from "weir/exports"`)
+		return nil, errors.New(`it does not import the SDK: an operator's entry file starts with import { Operator, register } from "weir"; export * from "weir/exports"`)
 	}
 	// asc runs in the source's directory: a relative import is then the
 	// path --use names the SDK's abort handler by (guests/README.md).
-	args := []string{filepath.Base(src), "-O3", "--noAssert", "--exportStart", "_initialize", "-o", out}
+	args := []string{filepath.Base(src), "-O3", "--noAssert", "--exportStart", "_initialize", "-o", outFile}
+	sdk := map[string]string{}
 	if rel != "" {
 		args = append(args, "--use", "abort="+filepath.ToSlash(rel)+"/index/weirAbort")
 	} else {
 		// The SDK as the package "weir": asc looks a package up as
 		// PATH/weir/index.ts for each --path.
-		pkgs := filepath.Join(work, "packages")
 		for _, f := range []string{"index.ts", "exports.ts"} {
-			if err := writeSDK("assemblyscript/weir/"+f, filepath.Join(pkgs, "weir", f)); err != nil {
-				return err
-			}
+			sdk["assemblyscript/weir/"+f] = filepath.Join("packages", "weir", f)
 		}
-		args = append(args, "--path", pkgs, "--use", "abort=~lib/weir/index/weirAbort")
+		args = append(args, "--path", filepath.Join(workDir, "packages"), "--use", "abort=~lib/weir/index/weirAbort")
 	}
-	return run(ctx, filepath.Dir(src), asc, args...)
+	return &recipe{
+		// asc is a script: its package (its version) is what changes.
+		tools: []string{asc, filepath.Join(filepath.Dir(filepath.Dir(evalSymlinks(asc))), "package.json")},
+		sdk:   sdk,
+		steps: []step{{dir: filepath.Dir(src), tool: asc, args: args}},
+		read:  tsImports,
+	}, nil
 }
 
-func buildWAT(ctx context.Context, src, out string) error {
+func watRecipe(src string) (*recipe, error) {
 	w2w, ok := tool("WEIR_WAT2WASM", "wat2wasm")
 	if !ok {
-		return fmt.Errorf("%w: no wat2wasm found: install wabt, or set WEIR_WAT2WASM", ErrNoToolchain)
+		return nil, fmt.Errorf("%w: no wat2wasm found: install wabt, or set WEIR_WAT2WASM", ErrNoToolchain)
 	}
-	return run(ctx, "", w2w, src, "-o", out)
+	return &recipe{
+		tools: []string{w2w},
+		steps: []step{{tool: w2w, args: []string{src, "-o", outFile}}},
+		read:  func(src, _ string) []string { return []string{src} },
+	}, nil
 }
