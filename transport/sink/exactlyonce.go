@@ -3,7 +3,6 @@ package sink
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -1384,75 +1383,12 @@ const (
 	MaxAtomicCommitExtra   = 20 * time.Second
 )
 
-// batchAck is the server's answer to the commit of an atomic batch.
-type batchAck struct {
-	Error  *jetstream.APIError `json:"error,omitempty"`
-	Stream string              `json:"stream"`
-	Batch  string              `json:"batch"`
-	Count  int                 `json:"count"`
-}
-
 // publishBatch publishes recs (at least one) as one atomic batch on the
 // subjects of rt, the first message with message id id and the last with
-// lastID. It streams:
-// each message goes to the connection as it is made, so the server stages
-// the batch while the rest is still being written, and one message and
-// header set are reused throughout (the connection copies each out before
-// PublishMsg returns). Only the commit (the last message) is a request;
-// a message the server refused on the way makes it fail the commit.
+// lastID (publishAtomicBatch).
 func (s *ExactlyOnce) publishBatch(ctx context.Context, rt *route, recs []abi.Record, id, lastID string) error {
-	nc := s.js.Conn()
-	batchID := nuid.Next()
-	seq := []string{""}
-	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
-	m := &nats.Msg{Header: h}
-	for i, r := range recs {
-		subj, err := rt.subject(r.Key)
-		if err != nil {
-			return fmt.Errorf("message %d of the batch: %w", i+1, err)
-		}
-		m.Subject = subj
-		switch i {
-		case 0:
-			h[jetstream.MsgIDHeader] = []string{id}
-		case len(recs) - 1:
-			h[jetstream.MsgIDHeader] = []string{lastID}
-		case 1:
-			delete(h, jetstream.MsgIDHeader)
-		}
-		if len(r.Key) > 0 {
-			h[KeyHeader] = []string{string(r.Key)}
-		} else {
-			delete(h, KeyHeader)
-		}
-		seq[0] = strconv.Itoa(i + 1)
-		m.Data = r.Value
-		if i < len(recs)-1 {
-			if err := nc.PublishMsg(m); err != nil {
-				return fmt.Errorf("message %d of the batch: %w", i+1, err)
-			}
-			continue
-		}
-		h[jetstreamext.BatchCommitHeader] = []string{"1"}
-	}
-	wait := AtomicCommitWait(s.cfg.Timeout, len(recs))
-	rctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	resp, err := nc.RequestMsgWithContext(rctx, m)
-	if err != nil {
-		return fmt.Errorf("commit of the batch of %d messages (waited %s): %w", len(recs), wait, err)
-	}
-	var ack batchAck
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return fmt.Errorf("commit of the batch: %w: %q", jetstream.ErrInvalidJSAck, resp.Data)
-	}
-	if ack.Error != nil {
-		return ack.Error
-	}
-	if ack.Stream == "" || ack.Batch != batchID || ack.Count != len(recs) {
-		return fmt.Errorf("commit of the batch: %w: %q", jetstreamext.ErrInvalidBatchAck, resp.Data)
-	}
-	return nil
+	return publishAtomicBatch(ctx, s.js.Conn(), rt, len(recs), func(i int) ([]byte, []byte) { return recs[i].Key, recs[i].Value },
+		id, lastID, s.cfg.Timeout)
 }
 
 // Fast-batch flow control: the server acknowledges every fastFlow messages
