@@ -1316,7 +1316,7 @@ func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, 
 		return unknown(err)
 	}
 	if s.Guarantee == jobspec.AtLeastOnce {
-		mode, err := sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config)
+		mode, err := sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config, false)
 		if err != nil {
 			return unknown(err)
 		}

@@ -20,6 +20,10 @@ import (
 // AtLeastOnceGuarantee is the delivery guarantee of AtLeastOnce.
 const AtLeastOnceGuarantee = "at-least-once: JetStream, every message acknowledged before its checkpoint completes; a replay after recovery may repeat output"
 
+// AtomicBatchesNote is what the job status adds to AtLeastOnceGuarantee
+// for a sink that publishes in atomic batches (PublishAtomic).
+const AtomicBatchesNote = "; published in atomic batches (one fsync each where the server fsyncs every write)"
+
 // AtLeastOnceConfig configures an at-least-once JetStream sink.
 type AtLeastOnceConfig struct {
 	// Subject is what the sink publishes on, or a keyed template
@@ -29,9 +33,20 @@ type AtLeastOnceConfig struct {
 	// Stream is that stream; empty: the stream that captures Subject.
 	Stream string
 	// Publish is how records are published: PublishAuto (default) is
-	// PublishFast where the stream allows batched publish, PublishAsync
-	// elsewhere. PublishAtomic is for exactly-once sinks only.
+	// PublishAtomic when FsyncEachWrite is set and the stream allows atomic
+	// publish, else PublishFast where the stream allows batched publish,
+	// else PublishAsync (see ResolveAtLeastOnceMode).
 	Publish PublishMode
+	// FsyncEachWrite says the server fsyncs every JetStream write before
+	// acknowledging it (sync_interval: always; weir up -sync always),
+	// which stores a plain or fast-batch message at the disk's fsync rate
+	// and an atomic batch with one fsync: PublishAuto then publishes atomic
+	// batches where the stream allows atomic publish.
+	FsyncEachWrite bool
+	// BatchSize is the most messages per atomic batch in PublishAtomic
+	// mode, up to MaxAtomicChunk; 0 means MaxAtomicBatch. The server must
+	// accept batches this large (its max_batch_size).
+	BatchSize int
 	// MaxPending bounds unacknowledged messages in async mode (default
 	// 4096): Write blocks beyond it.
 	MaxPending int
@@ -40,7 +55,9 @@ type AtLeastOnceConfig struct {
 	Timeout time.Duration
 	// IdleCommit is how long a fast batch stays open without a record
 	// before the sink commits it (default 1s): the server drops a batch
-	// that sees no message for 10s.
+	// that sees no message for 10s. In PublishAtomic mode, how long
+	// records wait for more before the sink publishes them as a batch
+	// short of BatchSize.
 	IdleCommit time.Duration
 }
 
@@ -51,7 +68,13 @@ type AtLeastOnceConfig struct {
 // acknowledges every few hundred messages instead of each one, and a
 // message lost on the way ends the batch, which fails the checkpoint: the
 // job recovers and replays). In PublishAsync mode each record is its own
-// asynchronous publish.
+// asynchronous publish. In PublishAtomic mode the records go out as
+// atomic batches of up to BatchSize messages (and MaxAtomicChunkBytes of
+// keys and values), each as it fills, committed one after the other in
+// the background while the task writes on, and the records since the last
+// batch as one more at every checkpoint (and after IdleCommit without a
+// record): a server that fsyncs every write stores each batch with one
+// fsync instead of one per message.
 //
 // While the stream elects a leader (a server's loss in a cluster) the sink
 // publishes again what the stream has not acknowledged, for up to
@@ -61,7 +84,10 @@ type AtLeastOnceConfig struct {
 // order; async publishes that failed go out again before the next write's,
 // in the order they failed (which plain async publish does not keep: the
 // client times out, or retries on no responders, each on its own timer),
-// each with a message id from its second try on. Some may be stored twice
+// each with a message id from its second try on; an atomic batch goes
+// out again whole, with the message id its first message carried the
+// first time (one per batch), so that a try that was stored after all is
+// refused as a duplicate. Some may be stored twice
 // (at least once: a publish that got no answer may be stored after all);
 // a stream that is gone, or any other answer, fails the sink at once.
 type AtLeastOnce struct {
@@ -91,7 +117,30 @@ type AtLeastOnce struct {
 	key    []string  // its key header's value, reused
 	idle   *time.Timer
 	closed bool
+
+	// PublishAtomic, guarded by mu too:
+	batch   int            // the most messages per atomic batch
+	fill    *atomicBatch   // records written since the last batch was cut
+	queue   []*atomicBatch // batches cut and not yet stored, oldest first: the sender publishes queue[0]
+	sending bool           // the sender runs
+	moved   chan struct{}  // closed, and replaced, when the sender stored a batch or stopped
+	wg      sync.WaitGroup
 }
+
+// atomicBatch is the records of one atomic batch of an at-least-once
+// sink, copied: once cut (queued) it does not change.
+type atomicBatch struct {
+	recs pending // never dropped from: len(recs.buf) is the records' bytes
+	// id is the message id of its first message: a try that was stored
+	// after all makes the next one a duplicate, refused whole.
+	id string
+}
+
+// maxQueuedBatches is how many atomic batches an at-least-once sink keeps
+// cut and not yet stored, the one being published among them, before
+// Write waits: the next is ready when one is stored, and the task writes
+// on meanwhile.
+const maxQueuedBatches = 2
 
 // batchErr is what a fast publisher's reply handler reported: the first
 // error that is no election's (natsconn.Leaderless, leaderLost), else the
@@ -229,38 +278,57 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 	if err := CheckDurable(st.CachedInfo().Config); err != nil {
 		return nil, fmt.Errorf("%s: %w", s, err)
 	}
-	if s.mode, err = ResolveAtLeastOnceMode(cfg.Publish, st.CachedInfo().Config); err != nil {
+	if s.mode, err = ResolveAtLeastOnceMode(cfg.Publish, st.CachedInfo().Config, cfg.FsyncEachWrite); err != nil {
 		return nil, fmt.Errorf("%s: %w", s, err)
 	}
+	s.batch = cfg.BatchSize
+	if s.batch <= 0 {
+		s.batch = MaxAtomicBatch
+	}
+	s.batch = min(s.batch, MaxAtomicChunk)
+	s.moved = make(chan struct{})
 	s.bg, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
 
 // ResolveAtLeastOnceMode is the mode an at-least-once sink configured with
-// mode publishes in on a stream configured as stream: PublishAuto becomes
-// PublishFast where the stream allows batched publish, else PublishAsync.
-func ResolveAtLeastOnceMode(mode PublishMode, stream jetstream.StreamConfig) (PublishMode, error) {
-	if mode == PublishAtomic {
-		return "", errors.New("publish mode atomic is for exactly-once sinks; at-least-once publishes fast or async")
+// mode publishes in on a stream configured as stream, on a server that
+// fsyncs every write (fsyncEachWrite) or not: PublishAuto becomes
+// PublishAtomic on such a server where the stream allows atomic publish,
+// else PublishFast where the stream allows batched publish, else
+// PublishAsync. A mode the stream does not allow is an error.
+func ResolveAtLeastOnceMode(mode PublishMode, stream jetstream.StreamConfig, fsyncEachWrite bool) (PublishMode, error) {
+	auto := mode == "" || mode == PublishAuto
+	if auto && fsyncEachWrite && stream.AllowAtomicPublish {
+		return PublishAtomic, nil
 	}
 	resolved, err := ResolvePublishMode(mode, stream)
 	if err != nil {
 		return "", err
 	}
-	if resolved == PublishAtomic { // auto on a stream that allows atomic but not batched publish
+	if auto && resolved == PublishAtomic {
+		// A stream that allows atomic but not batched publish: atomic
+		// batches hold records back until they fill, which only a server
+		// that fsyncs every write repays.
 		resolved = PublishAsync
 	}
 	return resolved, nil
 }
 
 // Guarantee describes the sink's delivery guarantee for the job status.
-func (s *AtLeastOnce) Guarantee() string { return AtLeastOnceGuarantee }
+func (s *AtLeastOnce) Guarantee() string {
+	if s.mode == PublishAtomic {
+		return AtLeastOnceGuarantee + AtomicBatchesNote
+	}
+	return AtLeastOnceGuarantee
+}
 
 // String names the sink in its errors: "at-least-once sink <subject>
 // (stream <name>)".
 func (s *AtLeastOnce) String() string { return s.name }
 
-// Mode reports how the sink publishes: PublishFast or PublishAsync.
+// Mode reports how the sink publishes: PublishFast, PublishAtomic or
+// PublishAsync.
 func (s *AtLeastOnce) Mode() PublishMode { return s.mode }
 
 // fail records err as the sink's failure unless it failed before.
@@ -294,8 +362,11 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s, err)
 	}
-	if s.mode == PublishFast {
+	switch s.mode {
+	case PublishFast:
 		return s.writeFast(ctx, &it)
+	case PublishAtomic:
+		return s.writeAtomic(ctx, &it)
 	}
 	if err := s.failed(); err != nil {
 		return fmt.Errorf("%s: %w", s, err)
@@ -440,11 +511,15 @@ func (s *AtLeastOnce) commitIdle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.idle = nil
-	if s.fp == nil || s.closed {
+	if s.fp == nil && s.fill == nil || s.closed {
 		return
 	}
 	if wait := s.cfg.IdleCommit - time.Since(s.last); wait > 0 {
 		s.idle = time.AfterFunc(wait, s.commitIdle)
+		return
+	}
+	if s.mode == PublishAtomic {
+		s.cut()
 		return
 	}
 	if err := s.commitLocked(s.bg); err != nil && s.bg.Err() == nil {
@@ -483,9 +558,157 @@ func (s *AtLeastOnce) commitLocked(ctx context.Context) error {
 	})
 }
 
+// writeAtomic adds the records to the batch being filled, cutting it
+// into the queue when it holds BatchSize messages (or the next record
+// would take it past MaxAtomicChunkBytes), where the sender publishes it.
+// With maxQueuedBatches cut and not yet stored, it waits for the sender,
+// until ctx ends or the sink fails.
+func (s *AtLeastOnce) writeAtomic(ctx context.Context, it *abi.Iter) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.failed(); err != nil {
+		return fmt.Errorf("%s: %w", s, err)
+	}
+	for it.Next() {
+		r := it.Record() // its key checked (Write)
+		if s.fill != nil && len(s.fill.recs.buf)+len(r.Key)+len(r.Value) > MaxAtomicChunkBytes {
+			s.cut()
+		}
+		if s.fill == nil {
+			s.fill = &atomicBatch{id: nuid.Next()}
+		}
+		s.fill.recs.add(r.Key, r.Value)
+		if s.fill.recs.len() >= s.batch {
+			s.cut()
+		}
+		for len(s.queue) >= maxQueuedBatches {
+			if err := s.awaitSender(ctx); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("%s: %w", s, err)
+	}
+	s.last = time.Now()
+	if s.fill != nil && s.idle == nil && !s.closed {
+		s.idle = time.AfterFunc(s.cfg.IdleCommit, s.commitIdle)
+	}
+	return nil
+}
+
+// cut queues the batch being filled, if any, for the sender, and starts
+// the sender if it does not run. s.mu is held.
+func (s *AtLeastOnce) cut() {
+	if s.fill == nil {
+		return
+	}
+	s.queue = append(s.queue, s.fill)
+	s.fill = nil
+	if !s.sending && !s.closed {
+		s.sending = true
+		s.wg.Add(1)
+		go s.sendBatches()
+	}
+}
+
+// awaitSender waits, with s.mu released, until the sender stored a batch
+// or stopped, and returns the sink's failure, if any; or ctx's error.
+// s.mu is held.
+func (s *AtLeastOnce) awaitSender(ctx context.Context) error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	if !s.sending {
+		return errors.New("the sink is closed") // only Close stops a sender with batches queued and no failure
+	}
+	moved := s.moved
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-moved:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for atomic batches to be stored: %w", ctx.Err())
+	}
+}
+
+// sendBatches publishes the queued atomic batches one after the other,
+// oldest first, each once the one before it is stored (so the stream
+// keeps the output's order), until none is left, the sink fails, or Close
+// stops it. A batch that fails for want of a leader (or that got no
+// answer) is sent again whole (sendBatch).
+func (s *AtLeastOnce) sendBatches() {
+	defer s.wg.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 && s.failed() == nil && s.bg.Err() == nil {
+		b := s.queue[0]
+		s.mu.Unlock()
+		err := s.sendBatch(s.bg, b)
+		s.mu.Lock()
+		if err != nil {
+			s.fail(err)
+		} else {
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+		}
+		s.signal()
+	}
+	s.sending = false
+	s.signal()
+}
+
+// signal wakes those waiting for the sender (awaitSender). s.mu is held.
+func (s *AtLeastOnce) signal() {
+	close(s.moved)
+	s.moved = make(chan struct{})
+}
+
+// sendBatch publishes b as one atomic batch and waits until it is stored,
+// through the stream's leader election (commitThroughElection): a try
+// that fails so is followed by the whole batch again, with the same
+// message id on its first message, so that the stream refuses it as a
+// duplicate if the try was stored after all. Its error does not name the
+// sink.
+func (s *AtLeastOnce) sendBatch(ctx context.Context, b *atomicBatch) error {
+	n := b.recs.len()
+	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
+		err := publishAtomicBatch(ctx, s.js.Conn(), &s.route, n, b.recs.at, b.id, "", s.cfg.Timeout)
+		var apiErr *jetstream.APIError
+		switch {
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID:
+			return false, nil // stored by an earlier try
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicBatchTooLarge:
+			return false, fmt.Errorf("atomic batch of %d messages: %w (the server's max_batch_size is below it: lower the atomic batch size, -atomic-batch, or raise the server's limit)", n, err)
+		case err != nil:
+			return false, fmt.Errorf("atomic batch of %d messages: %w", n, err)
+		}
+		return false, nil
+	})
+}
+
+// awaitBatches queues the batch being filled and waits until every batch
+// queued is stored, the sink fails, or ctx ends. Its error does not name
+// the sink.
+func (s *AtLeastOnce) awaitBatches(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cut()
+	for len(s.queue) > 0 {
+		if err := s.awaitSender(ctx); err != nil {
+			return err
+		}
+	}
+	return s.failed()
+}
+
 // wait blocks until every published message is acknowledged. Its error
 // does not name the sink.
 func (s *AtLeastOnce) wait(ctx context.Context) error {
+	if s.mode == PublishAtomic {
+		return s.awaitBatches(ctx)
+	}
 	if s.mode == PublishFast {
 		s.mu.Lock()
 		err := s.commitLocked(ctx)
@@ -605,21 +828,24 @@ func (s *AtLeastOnce) EndOfInput(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the idle commit and ends a fast batch still open without
-// waiting for the server: what it holds is not covered by a completed
-// checkpoint, so a recovery replays it. The connection belongs to the
+// Close stops the idle commit and the atomic batches' sender, and ends a
+// fast batch still open without waiting for the server: what they hold is
+// not covered by a completed checkpoint, so a recovery replays it. The connection belongs to the
 // caller, and is left as the sink found it (async publishes' subscription
 // dropped).
 func (s *AtLeastOnce) Close() error {
-	s.stop() // an idle commit waiting out an election
+	s.stop() // an idle commit, or the atomic batches' sender, waiting out an election
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
 	if s.idle != nil {
 		s.idle.Stop()
 		s.idle = nil
 	}
 	s.releaseBatch()
+	s.mu.Unlock()
+	// The atomic batches' sender ends with its context: what it had not
+	// stored is not covered by a completed checkpoint either.
+	s.wg.Wait()
 	// Async publishes subscribed to their acknowledgements on the
 	// caller's connection, with a goroutine listening to its status:
 	// they outlive the sink unless dropped. What is still out is not

@@ -58,8 +58,9 @@ func awaitTries(t *testing.T, ctx context.Context, what string, srv *server.Serv
 // one) are made again until a leader is elected (the second server back),
 // in each publish mode: each stream then holds every record, in order —
 // exactly once for the exactly-once sink; at least once for the other,
-// whose first copies are in order when it publishes fast batches (async
-// publishes that failed go out again in the order they failed). They failed the task at the first try
+// whose first copies are in order when it publishes fast or atomic
+// batches (async publishes that failed go out again in the order they
+// failed). They failed the task at the first try
 // ("batch message 1 ack timeout", "timeout waiting for ack", no
 // responders), failing the job over; the re-commit in Recover after such
 // a failover failed it again. Here each publish's tries are seen going
@@ -97,6 +98,7 @@ func TestSinksPublishThroughALeaderElection(t *testing.T) {
 		{name: "recovery's re-commit", stream: "RECOVER", mode: PublishAuto, tries: 2, recover: true},
 		{name: "at-least-once fast checkpoint", stream: "ALOFAST", mode: PublishFast, tries: 2, alo: true},
 		{name: "at-least-once async checkpoint", stream: "ALOASYNC", mode: PublishAsync, tries: 2 * n, alo: true},
+		{name: "at-least-once atomic checkpoint", stream: "ALOATOMIC", mode: PublishAtomic, tries: 2 * n, alo: true},
 	}
 	for _, p := range pubs {
 		subj := strings.ToLower(p.stream)

@@ -1,6 +1,7 @@
 // Package sink writes a task's output records to NATS: a core subject
 // (at-most-once), a JetStream stream at-least-once (a fast-ingest batch
-// per checkpoint where the stream allows batched publish, else asynchronous
+// per checkpoint where the stream allows batched publish, atomic batches
+// as they fill on a server that fsyncs every write, else asynchronous
 // publishes; acknowledgements awaited at every checkpoint), or a JetStream stream
 // exactly-once (output staged in the checkpoint and published when the
 // checkpoint completes, with deterministic message ids that JetStream

@@ -449,11 +449,11 @@ func ResolvePublishMode(mode PublishMode, stream jetstream.StreamConfig) (Publis
 		return PublishAsync, nil
 	case PublishFast:
 		if !stream.AllowBatchPublish {
-			return "", fmt.Errorf("stream %s does not allow batched publish (allow_batched, nats-server 2.14+), which publish mode fast needs", stream.Name)
+			return "", fmt.Errorf("stream %s does not allow batched publish, which publish mode fast needs: set allow_batched on the stream (nats-server 2.14+), or use publish mode auto", stream.Name)
 		}
 	case PublishAtomic:
 		if !stream.AllowAtomicPublish {
-			return "", fmt.Errorf("stream %s does not allow atomic publish (allow_atomic), which publish mode atomic needs", stream.Name)
+			return "", fmt.Errorf("stream %s does not allow atomic publish, which publish mode atomic needs: set allow_atomic on the stream, or use publish mode auto", stream.Name)
 		}
 	case PublishAsync:
 	default:

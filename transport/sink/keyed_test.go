@@ -94,7 +94,7 @@ func TestKeyedCoreSink(t *testing.T) {
 }
 
 func TestKeyedAtLeastOnceSink(t *testing.T) {
-	for _, mode := range []PublishMode{PublishFast, PublishAsync} {
+	for _, mode := range []PublishMode{PublishFast, PublishAtomic, PublishAsync} {
 		t.Run(string(mode), func(t *testing.T) {
 			scfg := outStream(mode)
 			scfg.Subjects = []string{"out.>"}
