@@ -1109,13 +1109,8 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 				at(sk.Line, path+".stream", "a jetstream sink needs a stream")
 			}
 		}
-		if line, ok := has(path+".publish", sk.Publish != ""); ok {
-			switch {
-			case sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce:
-				at(line, path+".publish", "publish applies to at-least-once and exactly-once jetstream sinks only")
-			case sk.Guarantee == AtLeastOnce && sk.Publish == PublishAtomic:
-				at(line, path+".publish", "publish mode atomic is for exactly-once sinks; an at-least-once sink publishes auto, fast or async")
-			}
+		if line, ok := has(path+".publish", sk.Publish != ""); ok && (sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce) {
+			at(line, path+".publish", "publish applies to at-least-once and exactly-once jetstream sinks only")
 		}
 		if line, ok := has(path+".ack-timeout", sk.AckTimeout != 0); ok && (sk.Kind != KindJetStream || sk.Guarantee == AtMostOnce) {
 			at(line, path+".ack-timeout", "ack-timeout applies to at-least-once and exactly-once jetstream sinks only")

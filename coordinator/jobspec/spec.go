@@ -366,9 +366,10 @@ type Sink struct {
 	// Publish is how a jetstream sink publishes: for exactly-once, a
 	// completed checkpoint's output — PublishAuto (default: the best the
 	// stream allows), PublishFast, PublishAtomic or PublishAsync; for
-	// at-least-once, records as they come — PublishAuto (fast where the
-	// stream allows batched publish, else async), PublishFast or
-	// PublishAsync.
+	// at-least-once, records as they come — PublishAuto (atomic batches
+	// on a server that fsyncs every write where the stream allows atomic
+	// publish, else fast where it allows batched publish, else async),
+	// PublishFast, PublishAtomic or PublishAsync.
 	Publish string `json:"publish,omitempty"`
 	// AckTimeout is how long a jetstream sink waits for the server to
 	// acknowledge what it published before it fails the checkpoint

@@ -166,6 +166,23 @@ func TestParseKeyedSinkSubject(t *testing.T) {
 	}
 }
 
+// An at-least-once sink may publish in any mode, atomic batches too.
+func TestParseAtLeastOncePublishModes(t *testing.T) {
+	for _, mode := range []string{PublishAuto, PublishFast, PublishAtomic, PublishAsync} {
+		spec := strings.Replace(good, "publish: fast\n", "guarantee: at-least-once\n    publish: "+mode+"\n", 1)
+		s, err := Parse("job.yaml", []byte(spec), Options{CheckModule: func(modref.Ref) error { return nil }})
+		if err != nil {
+			t.Fatalf("publish %s: %v", mode, err)
+		}
+		if sk := s.Sinks[0]; sk.Guarantee != AtLeastOnce || sk.Publish != mode {
+			t.Fatalf("publish %s: sink %+v", mode, sk)
+		}
+		if err := Check(s); err != nil {
+			t.Fatalf("publish %s: Check of a parsed spec: %v", mode, err)
+		}
+	}
+}
+
 func TestParseGood(t *testing.T) {
 	var refs []string
 	s, err := Parse("job.yaml", []byte(good), Options{Dir: "/jobs", CheckModule: func(r modref.Ref) error {
@@ -311,8 +328,6 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:7: sinks[0].guarantee: a nats sink is at-most-once; use kind jetstream for exactly-once`}},
 		{"publish on a nats sink", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - name: o\n    kind: nats\n    subject: x\n    publish: fast\n    input: {from: in}\n",
 			[]string{`job.yaml:7: sinks[0].publish: publish applies to at-least-once and exactly-once jetstream sinks only`}},
-		{"atomic publish at least once", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: jetstream, stream: S, subject: x, guarantee: at-least-once, publish: atomic, input: {from: in}}\n",
-			[]string{`job.yaml:4: sinks[0].publish: publish mode atomic is for exactly-once sinks; an at-least-once sink publishes auto, fast or async`}},
 		{"ack-timeout on a nats sink", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: nats, subject: x, ack-timeout: 5s, input: {from: in}}\n",
 			[]string{`job.yaml:4: sinks[0].ack-timeout: ack-timeout applies to at-least-once and exactly-once jetstream sinks only`}},
 		{"zero ack-timeout", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks:\n  - {name: o, kind: jetstream, stream: S, subject: x, ack-timeout: 0, input: {from: in}}\n",
