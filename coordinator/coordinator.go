@@ -50,6 +50,9 @@ type Config struct {
 	// is live, or for free slots, before that counts as a failure (default
 	// job.DefaultWorkerWait; see job.Options.WorkerWait).
 	WorkerWait time.Duration
+	// FsyncEachWrite says the NATS server fsyncs every JetStream write
+	// before acknowledging it (weir up -sync always; job.Options).
+	FsyncEachWrite bool
 	// Fence, if set, guards the coordinator's writes to shared state —
 	// job records, checkpoint metadata, checkpoint deletes — and its
 	// requests to workers with its lease (coordinator/lease): once it
@@ -105,7 +108,8 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	c.Catalog = &checkpoint.Catalog{Meta: fence(c.Meta, cfg.Fence), State: fence(c.State, cfg.Fence), Log: cfg.Log}
 	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry, Jobs: fence(c.Jobs, cfg.Fence),
-		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, WorkerWait: cfg.WorkerWait, Fence: cfg.Fence, Log: cfg.Log})
+		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, WorkerWait: cfg.WorkerWait, FsyncEachWrite: cfg.FsyncEachWrite,
+		Fence: cfg.Fence, Log: cfg.Log})
 	return c, nil
 }
 

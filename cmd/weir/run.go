@@ -934,7 +934,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return apiErr("submit "+spec.Name, err)
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
-	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch)
+	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch, st.FsyncEachWrite)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
 	notes := statusNotes{remedy: trapRemedy(o.nats.hint()), hint: o.nats.hint()}
@@ -1284,28 +1284,30 @@ func tellWait(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jo
 
 // printGuarantees says what each source and sink guarantees, so that a
 // core-NATS source's at-most-once is not a surprise, and how each
-// exactly-once sink will publish on its stream.
-func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec, gs []control.Guarantee, atomicBatch int) {
+// JetStream sink will publish on its stream; fsyncEachWrite, what the
+// coordinator said of its server (control.JobStatus.FsyncEachWrite).
+func printGuarantees(ctx context.Context, w io.Writer, js jetstream.JetStream, spec *jobspec.Spec, gs []control.Guarantee, atomicBatch int, fsyncEachWrite bool) {
 	sinks := map[string]jobspec.Sink{}
 	for _, s := range spec.Sinks {
 		sinks[s.Name] = s
 	}
 	if gs == nil { // the coordinator's, which knows where sources start, or the spec's
-		gs = job.Guarantees(spec)
+		gs = job.Guarantees(spec, fsyncEachWrite)
 	}
 	for _, g := range gs {
 		if s, ok := sinks[g.Name]; ok && g.Role == "sink" && s.Kind == jobspec.KindJetStream && s.Guarantee != jobspec.AtMostOnce {
-			g.Text += "; " + publishModeOf(ctx, js, s, atomicBatch)
+			g.Text += "; " + publishModeOf(ctx, js, s, atomicBatch, fsyncEachWrite)
 		}
 		fmt.Fprintf(w, "  %s\n", g)
 	}
 }
 
-// publishModeOf says how a jetstream sink will publish on its stream:
-// at-least-once, fast or async; exactly-once, with atomic batches of
-// atomicBatch messages (0: the default; weir run with -nats does not know
-// the remote workers' setting).
-func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, atomicBatch int) string {
+// publishModeOf says how a jetstream sink will publish on its stream,
+// with atomic batches of atomicBatch messages (0: the default; weir run
+// with -nats does not know the remote workers' setting): at-least-once,
+// fast, atomic or async (auto: atomic where the server fsyncs every
+// write, fsyncEachWrite); exactly-once, with its plan.
+func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, atomicBatch int, fsyncEachWrite bool) string {
 	unknown := func(err error) string { return fmt.Sprintf("publish mode unknown: %v", err) }
 	st, err := js.Stream(ctx, s.Stream)
 	if err != nil {
@@ -1316,9 +1318,15 @@ func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, 
 		return unknown(err)
 	}
 	if s.Guarantee == jobspec.AtLeastOnce {
-		mode, err := sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config, false)
+		mode, err := sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config, fsyncEachWrite)
 		if err != nil {
 			return unknown(err)
+		}
+		if mode == sink.PublishAtomic {
+			if atomicBatch <= 0 {
+				atomicBatch = sink.MaxAtomicBatch
+			}
+			return fmt.Sprintf("publish mode atomic on stream %s, batches of up to %d", s.Stream, min(atomicBatch, sink.MaxAtomicChunk))
 		}
 		return fmt.Sprintf("publish mode %s on stream %s", mode, s.Stream)
 	}

@@ -121,7 +121,11 @@ weir: the OS keeps what it wrote) can lose what was acknowledged in that
 time, exactly-once output included, which its checkpoint then records as
 committed. -sync always fsyncs each write before acknowledging it, so that
 output survives a power loss; -sync 1s narrows the window instead.
-Checkpoints kept in DIR/checkpoints are fsynced either way.
+Checkpoints kept in DIR/checkpoints are fsynced either way. Under -sync
+always a message published alone waits for its own fsync, an atomic batch
+for one: at-least-once sinks in publish mode auto then publish atomic
+batches where their stream allows atomic publish (allow_atomic), as
+exactly-once sinks commit checkpoints of 10000+ records already.
 
 A job with no live worker to run on (-workers 0 before any weir worker
 joined, or every worker gone) waits for one, created or restarting with the
@@ -314,7 +318,7 @@ something other than NATS (an HTTP server such as the NATS monitoring port,
 a TLS port) it exits at once, saying what answered. Connected to a NATS
 where no coordinator answers yet (started before weir up), it says so, and
 the coordinator takes it on once it starts. -atomic-batch is the most messages its
-exactly-once sinks put in one atomic batch: at most the server's
+JetStream sinks put in one atomic batch: at most the server's
 max_batch_size (1000 by default in nats-server, 20000 in 'weir up'). -slots
 is the most tasks it runs at a time, of all jobs (0, the default: no limit);
 the coordinator gives it no more, and it refuses a deploy beyond them (from
@@ -334,7 +338,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	id := fs.String("id", "", "worker ID (default HOSTNAME-PID)")
 	data := fs.String("data", "", "directory for spill files (and dir checkpoints)")
 	store := fs.String("checkpoint-store", node.StoreJetStream, "checkpoint storage: jetstream (shared) or dir")
-	atomicBatch := fs.Int("atomic-batch", sink.MaxAtomicBatch, "most messages per atomic batch of an exactly-once sink (the server's max_batch_size or less)")
+	atomicBatch := fs.Int("atomic-batch", sink.MaxAtomicBatch, "most messages per atomic batch of a JetStream sink (the server's max_batch_size or less)")
 	slots := fs.Int("slots", 0, "most tasks the worker runs at a time, of all jobs (0: no limit)")
 	verbose := fs.Bool("v", false, "log what the worker does")
 	if err := parseFlags(fs, args); err != nil {

@@ -100,6 +100,11 @@ type JobStatus struct {
 	// source is at-most-once, for one), and what the checkpointing mode
 	// adds.
 	Guarantees []Guarantee `json:"guarantees,omitempty"`
+	// FsyncEachWrite says the coordinator's NATS server fsyncs every
+	// JetStream write (Deploy.FsyncEachWrite): the job's at-least-once
+	// sinks in publish mode auto publish atomic batches where their
+	// streams allow atomic publish.
+	FsyncEachWrite bool `json:"fsync_each_write,omitempty"`
 	// Restoring, while the job runs, lists the current attempt's tasks
 	// that have not reported running yet: they still restore their state
 	// (a sink re-publishing its staged output may take long). The attempt's

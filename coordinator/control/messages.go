@@ -268,6 +268,13 @@ type Deploy struct {
 	// A worker whose snapshots go elsewhere refuses the deploy: the
 	// coordinator could restore none of its checkpoints.
 	StateStore string `json:"state_store,omitempty"`
+	// FsyncEachWrite says the coordinator's NATS server, which the
+	// workers share, fsyncs every JetStream write before acknowledging it
+	// (weir up -sync always): at-least-once sinks in publish mode auto
+	// then publish atomic batches where their streams allow atomic
+	// publish (sink.ResolveAtLeastOnceMode). False from a coordinator that
+	// does not know, or does not say.
+	FsyncEachWrite bool `json:"fsync_each_write,omitempty"`
 }
 
 // Restore is what tasks restore from.

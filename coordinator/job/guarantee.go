@@ -19,7 +19,12 @@ import (
 // A bounded source (stop) says what follows its stop: the job finishes with
 // a final savepoint once every source stopped, or, while some source has
 // no stop, never by itself — that source's input has no end.
-func Guarantees(spec *jobspec.Spec) []control.Guarantee {
+//
+// An at-least-once sink says when it publishes in atomic batches: in
+// publish mode atomic, or, on a server that fsyncs every write
+// (fsyncEachWrite), in publish mode auto where its stream allows atomic
+// publish (sink.ResolveAtLeastOnceMode).
+func Guarantees(spec *jobspec.Spec, fsyncEachWrite bool) []control.Guarantee {
 	var out []control.Guarantee
 	var unbounded []string
 	for _, s := range spec.Sources {
@@ -60,6 +65,14 @@ func Guarantees(spec *jobspec.Spec) []control.Guarantee {
 			g = sink.CoreGuarantee
 		case s.Guarantee == jobspec.AtLeastOnce:
 			g = sink.AtLeastOnceGuarantee
+			switch s.Publish {
+			case jobspec.PublishAtomic:
+				g += sink.AtomicBatchesNote
+			case "", jobspec.PublishAuto:
+				if fsyncEachWrite {
+					g += fmt.Sprintf("; the server fsyncs every write, so published in atomic batches if stream %s allows atomic publish", s.Stream)
+				}
+			}
 		}
 		out = append(out, control.Guarantee{Role: "sink", Name: s.Name, Text: g})
 	}

@@ -245,7 +245,8 @@ func (j *job) status() control.JobStatus {
 	for k, v := range j.assign {
 		st.Assignment[k] = v
 	}
-	st.Guarantees = Guarantees(j.spec)
+	st.Guarantees = Guarantees(j.spec, j.m.opts.FsyncEachWrite)
+	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
 	if st.State == control.JobRunning {
 		st.Restoring = j.restoringLocked()
@@ -901,7 +902,8 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		j.deploying, j.stopDeploy, j.deployLost = w, cancel, false
 		j.mu.Unlock()
 		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Submitted: submitted, Spec: j.spec, Plan: j.plan,
-			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst, StateStore: j.m.stateStore()})
+			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst, StateStore: j.m.stateStore(),
+			FsyncEachWrite: j.m.opts.FsyncEachWrite})
 		cancel()
 		j.mu.Lock()
 		lost := j.deployLost

@@ -105,6 +105,11 @@ type Options struct {
 	// were running, from their latest valid checkpoint. A JetStream KV
 	// store (storage.NewKV) or the checkpoint directory both do.
 	Jobs storage.Store
+	// FsyncEachWrite says the NATS server fsyncs every JetStream write
+	// before acknowledging it (weir up -sync always): deploys say so to
+	// the workers (control.Deploy.FsyncEachWrite), and the job status
+	// says what it makes of the at-least-once sinks.
+	FsyncEachWrite bool
 	// Fence, if set, guards every request to a worker
 	// (control.CoordinatorOptions.Fence). The stores the manager writes
 	// (Jobs, the Catalog's) are guarded by the caller.

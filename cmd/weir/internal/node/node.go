@@ -77,6 +77,10 @@ type Options struct {
 	// default, two minutes). Without SyncAlways a power loss, or a crash
 	// of the machine, can lose writes acknowledged within the interval:
 	// exactly-once output a checkpoint recorded as committed among them.
+	// With SyncAlways the coordinator tells the workers so
+	// (control.Deploy.FsyncEachWrite): at-least-once sinks in publish mode
+	// auto then publish atomic batches, one fsync each, where their
+	// streams allow atomic publish.
 	SyncAlways   bool
 	SyncInterval time.Duration
 	// Coordinator runs the job manager in this process.
@@ -98,7 +102,7 @@ type Options struct {
 	WorkerWait time.Duration
 	// HeartbeatInterval of the workers (0 = default).
 	HeartbeatInterval time.Duration
-	// AtomicBatch is the workers' atomic batch size for exactly-once sinks
+	// AtomicBatch is the workers' atomic batch size for JetStream sinks
 	// (worker.Config.AtomicBatch); 0 means the embedded server's limit
 	// (embedded.DefaultMaxAtomicBatch) with the embedded server, and
 	// nats-server's default (1000) with an external one.
@@ -344,7 +348,8 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	}
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
-			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, Fence: fence, Log: log.With("component", "coordinator")})
+			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
+			Fence: fence, Log: log.With("component", "coordinator")})
 		if err != nil {
 			return err
 		}

@@ -170,7 +170,8 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 	}
 	if spec.Guarantee == jobspec.AtLeastOnce {
 		return sink.NewAtLeastOnce(ctx, b.w.cfg.Conn, sink.AtLeastOnceConfig{Stream: spec.Stream, Subject: spec.Subject,
-			Publish: sink.PublishMode(spec.Publish), Timeout: spec.AckTimeout})
+			Publish: sink.PublishMode(spec.Publish), Timeout: spec.AckTimeout,
+			BatchSize: b.w.cfg.AtomicBatch, FsyncEachWrite: b.d.FsyncEachWrite})
 	}
 	return sink.NewExactlyOnce(ctx, b.w.cfg.Conn, sink.ExactlyOnceConfig{
 		Stream:             spec.Stream,

@@ -99,11 +99,11 @@ type Config struct {
 	// (plan.Assign), and the worker refuses a deploy beyond it
 	// (control.ErrNoSlots).
 	Slots int
-	// AtomicBatch is the most messages an exactly-once sink puts in one
+	// AtomicBatch is the most messages a JetStream sink puts in one
 	// atomic batch (0 = sink.MaxAtomicBatch, nats-server's default limit);
 	// the server must accept it (max_batch_size). At LargeCheckpoint or
-	// more, sinks in publish mode auto commit large checkpoints in atomic
-	// batches.
+	// more, exactly-once sinks in publish mode auto commit large
+	// checkpoints in atomic batches.
 	AtomicBatch int
 	// Log receives the worker's and the operators' log lines.
 	Log *slog.Logger
