@@ -94,14 +94,16 @@ func BenchmarkJetStreamWeirRuntime(b *testing.B) {
 }
 
 // (d) reference: the same pipeline with the at-least-once JetStream sink,
-// which publishes as records come (one fast batch per checkpoint, or an
-// async publish per record) and waits for the acknowledgements at each
-// checkpoint: what exactly-once costs on top.
+// which publishes as records come (one fast batch per checkpoint, atomic
+// batches of the size weir's workers use on its embedded server as they
+// fill, or an async publish per record) and waits for the
+// acknowledgements at each checkpoint: what exactly-once costs on top.
 func BenchmarkJetStreamWeirRuntimeAtLeastOnce(b *testing.B) {
-	for _, mode := range []sink.PublishMode{sink.PublishFast, sink.PublishAsync} {
+	for _, mode := range []sink.PublishMode{sink.PublishFast, sink.PublishAtomic, sink.PublishAsync} {
 		b.Run("publish="+string(mode), func(b *testing.B) {
 			benchJetStreamRuntime(b, func(ctx context.Context, srv *embedded.Server) (host.Sink, error) {
-				return sink.NewAtLeastOnce(ctx, conn(b, srv), sink.AtLeastOnceConfig{Stream: "OUT", Subject: "out", Publish: mode})
+				return sink.NewAtLeastOnce(ctx, conn(b, srv), sink.AtLeastOnceConfig{Stream: "OUT", Subject: "out", Publish: mode,
+					BatchSize: embedded.DefaultMaxAtomicBatch})
 			}, mode)
 		})
 	}
