@@ -222,7 +222,14 @@ func rustRecipe(ctx context.Context, src string) (*recipe, error) {
 	}
 	lib := filepath.Join(workDir, "weir", "lib.rs")
 	rlib := filepath.Join(workDir, "libweir.rlib")
-	flags := []string{"--edition", "2021", "--target", rustTarget, "-C", "opt-level=3", "-C", "debuginfo=0"}
+	// strip=debuginfo drops the DWARF that Debian's libstd brings along
+	// (debuginfo=0 covers only what this build compiles): 5 MiB of a
+	// 5.1 MiB module, of no use to the host, which names functions by
+	// the name section this keeps. The SDK crate's temporary directory
+	// is remapped out of its panic locations, so that the same source
+	// builds to the same bytes, and weir run pushes it once.
+	flags := []string{"--edition", "2021", "--target", rustTarget, "-C", "opt-level=3", "-C", "debuginfo=0",
+		"-C", "strip=debuginfo", "--remap-path-prefix=" + workDir + "=weir-sdk"}
 	tools := []string{rc}
 	if std != "" {
 		tools = append(tools, std) // a directory: its time changes with what it holds
@@ -263,7 +270,9 @@ func cRecipe(src string) (*recipe, error) {
 	}
 	// A source's own weir.h (#include "weir.h" next to it) comes first:
 	// quoted includes look beside the source before -I.
-	args := []string{"-O2", "-Wall", "-I", filepath.Join(workDir, "include"), "-Wl,--stack-first",
+	// --strip-debug drops wasi-libc's DWARF (three quarters of a small
+	// module) and keeps the name section.
+	args := []string{"-O2", "-Wall", "-I", filepath.Join(workDir, "include"), "-Wl,--stack-first", "-Wl,--strip-debug",
 		"-MD", "-MF", filepath.Join(workDir, "deps.d"), "-o", outFile, src}
 	tools := []string{cc}
 	if root := wasiSysroot(); root != "" {

@@ -1,10 +1,13 @@
 package sourcebuild
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +187,83 @@ func TestSDKImport(t *testing.T) {
 			t.Errorf("sdkImport(%q) = %q, %v; want %q, %v", c.src, rel, ok, c.rel, c.ok)
 		}
 	}
+}
+
+// The same source builds to the same bytes wherever it is built (weir run
+// pushes a module by content: a build that differs every time would store
+// a new version on every run), with no DWARF (Debian's libstd brings 5 MiB
+// of it to a Rust module, wasi-libc three quarters of a small C one); Rust
+// and C keep the name section the host names a trap's functions by.
+func TestBuildReproducible(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		src   string
+		names bool // whether the build keeps a name section
+	}{
+		{"testdata/shout.rs", true}, {"testdata/shout.c", true}, {"testdata/shout.ts", false}, {"../wat/uppercase.wat", false},
+	} {
+		src := c.src
+		t.Run(src, func(t *testing.T) {
+			var builds [][]byte
+			// Directories of different lengths, as a user's temporary
+			// directories are.
+			for _, sub := range []string{"a", "a-longer-directory"} {
+				dir := filepath.Join(t.TempDir(), sub)
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				out, err := Build(ctx, src, dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				builds = append(builds, b)
+			}
+			if !bytes.Equal(builds[0], builds[1]) {
+				t.Errorf("two builds of %s differ (%d and %d bytes)", src, len(builds[0]), len(builds[1]))
+			}
+			names, err := customSections(builds[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range names {
+				if strings.HasPrefix(n, ".debug_") {
+					t.Errorf("%s built with DWARF: custom section %s (%d bytes in all)", src, n, len(builds[0]))
+				}
+			}
+			if c.names && !slices.Contains(names, "name") {
+				t.Errorf("%s built without a name section (custom sections %q): a trap's stack would not name functions", src, names)
+			}
+		})
+	}
+}
+
+// customSections returns the names of a module's custom sections, in order.
+func customSections(b []byte) ([]string, error) {
+	if len(b) < 8 || string(b[:4]) != "\x00asm" {
+		return nil, errors.New("not a wasm module")
+	}
+	var names []string
+	for b = b[8:]; len(b) > 0; {
+		id := b[0]
+		size, n := binary.Uvarint(b[1:])
+		if n <= 0 || uint64(len(b)-1-n) < size {
+			return nil, errors.New("truncated section")
+		}
+		body := b[1+n : 1+n+int(size)]
+		b = b[1+n+int(size):]
+		if id != 0 {
+			continue
+		}
+		l, m := binary.Uvarint(body)
+		if m <= 0 || uint64(len(body)-m) < l {
+			return nil, errors.New("truncated custom section name")
+		}
+		names = append(names, string(body[m:m+int(l)]))
+	}
+	return names, nil
 }
