@@ -124,23 +124,18 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "compilation cache directory (default: the user cache dir; - disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "guest log level: debug, info, warn, error")
 	fs.BoolVar(&o.stack, "stack", false, "on a trap, print the wasm stack trace before the error")
-	// Accept the module before or after the flags.
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		o.module, args = args[0], args[1:]
-	}
-	if err := parseFlags(fs, args); err != nil {
+	// The module may come before, after or between the flags.
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
 		return err
 	}
-	if o.module == "" {
-		if fs.NArg() == 0 {
-			return usagef("exec: missing MODULE.wasm (run 'weir exec -h')")
-		}
-		o.module = fs.Arg(0)
-		if fs.NArg() > 1 {
-			return usagef("exec: unexpected arguments after %s: %v", o.module, fs.Args()[1:])
-		}
-	} else if fs.NArg() > 0 {
-		return usagef("exec: unexpected arguments: %v", fs.Args())
+	switch len(pos) {
+	case 0:
+		return usagef("exec: missing MODULE.wasm (run 'weir exec -h')")
+	case 1:
+		o.module = pos[0]
+	default:
+		return usagef("exec: one module, not %d: %s", len(pos), strings.Join(pos, " "))
 	}
 	switch {
 	case o.batch < 1:
@@ -158,7 +153,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	if err := jobspec.CheckTimeout(o.timeout); err != nil {
 		return usagef("exec: -timeout: %v", err)
 	}
-	err := execModule(ctx, std, &o)
+	err = execModule(ctx, std, &o)
 	// The stacks go before the one-line reason main prints: the wasm
 	// stack with -stack, and always what a guest runtime wrote after its
 	// fatal line (the Go runtime's stack of the goroutine that failed),

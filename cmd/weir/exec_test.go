@@ -44,6 +44,11 @@ func TestExecUppercase(t *testing.T) {
 	if code != 0 || out != "a\nb\tc\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
+	// Flags on both sides of the module, as weir run takes them.
+	code, out, errs = weir(t, "hello\n", "exec", "-batch", "1", mod, "-name", "up")
+	if code != 0 || out != "HELLO\n" {
+		t.Fatalf("flags before and after the module: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 }
 
 // weir exec builds an operator given as a source file (guests/sourcebuild)
@@ -131,6 +136,7 @@ func TestExecErrors(t *testing.T) {
 		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
 		{[]string{"exec", example(t, "filter")}, 1, "weir: operator filter: weir_init: filter: config must be the substring to keep"},
 		{[]string{"exec"}, 2, "weir: exec: missing MODULE.wasm"},
+		{[]string{"exec", mis, "-batch", "2", "other.wasm"}, 2, "weir: exec: one module, not 2: " + mis + " other.wasm"},
 		{[]string{"nope"}, 2, `weir: unknown command "nope"`},
 		{[]string{"exec", mis, "-snapshot-after", "3"}, 2, "weir: exec: -snapshot-after and -snapshot go together"},
 		{[]string{"exec", mis, "-memory", "8GiB"}, 2, "weir: exec: -memory: 8GiB is more than a wasm32 module can address (4GiB)"},
