@@ -52,7 +52,10 @@ module may be a Go package directory, which weir builds (GOOS=wasip1), or a
 Rust, C, AssemblyScript or WAT source file (.rs, .c, .ts, .wat), which it
 builds against the SDK it carries (guests/README.md), once what refuses a run
 at once (an -input it cannot read, a -data directory another weir holds, a
--nats it cannot reach) has not. A module that is a
+-nats it cannot reach, a job of the name stopped with a savepoint: run again,
+it would read its streams from the start and repeat the output it
+committed, so weir run says how to restore it instead; one canceled or
+failed after a checkpoint runs again, saying so) has not. A module that is a
 local file, Go package or source goes to the module registry (once per
 content) and the job names it by its digest (sha256:…), so that workers on
 other machines can load it.`
@@ -136,6 +139,13 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	n.API.Timeout = o.nats.waitTimeout()
 	notices := &apiNotices{w: std.Err}
 	n.API.Waiting = notices.waiting
+	note, err := checkRerun(ctx, n.API, spec.Name, pos[0], o, embedded)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintf(std.Err, "weir: %s\n", note)
+	}
 	builder := &moduleBuilder{std: std}
 	defer builder.Close()
 	built, err := builder.buildSpec(ctx, spec)
@@ -157,6 +167,50 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	return follow(ctx, std, n, spec, o, embedded, notices)
 }
+
+// checkRerun looks at the job's earlier run, if it ended after it
+// completed a checkpoint: that run committed output up to the checkpoint,
+// and a new run reads its streams from the start, so its sinks' streams
+// get that output again (exactly-once holds within a run and its
+// restores, not across runs). A job stopped with a savepoint — stopped to
+// go on later — is refused, saying how to restore it with the spec at
+// specPath, on the -nats server or where weir up serves the -data
+// directory (a spec of another name starts over). One canceled or failed
+// after a checkpoint runs again, as weir run always ran it: the note says
+// that it repeats that output and how a restore would have gone on
+// instead. A finished job (a bounded one run again) and one that
+// completed no checkpoint, which committed no output to repeat, run
+// again as they are. The earlier run is asked for once, briefly and
+// without a notice: a coordinator that does not answer, or a job the
+// name does not have, is the submit's to say.
+func checkRerun(ctx context.Context, api *control.APIClient, name, specPath string, o runOptions, embedded bool) (note string, err error) {
+	if embedded && o.data == "" {
+		return "", nil // a fresh directory: no job ran there
+	}
+	probe := *api
+	probe.Waiting = nil
+	pctx, cancel := context.WithTimeout(ctx, rerunProbe)
+	defer cancel()
+	st, err := probe.Job(pctx, name)
+	if err != nil || !st.State.Terminal() || st.State == control.JobFinished || st.LatestCheckpoint == 0 {
+		return "", nil
+	}
+	where, hint := " with", o.nats.hint()
+	if embedded {
+		d := servedBy(o.data)
+		where, hint = " with "+d.up+" running", d.hint()
+	}
+	restore := fmt.Sprintf("weir job restore%s %s -from %d -spec %s", hint, shellQuote(name), st.LatestCheckpoint, shellQuote(specPath))
+	if st.StoppedWithSavepoint != 0 {
+		return "", fmt.Errorf("job %s stopped with savepoint %d: a new run reads its streams from the start and would repeat the output it committed; "+
+			"go on from there%s: %s (or give the spec another name to start over)", name, st.StoppedWithSavepoint, where, restore)
+	}
+	return fmt.Sprintf("job %s %s after checkpoint %d completed: this run reads its streams from the start and repeats the output committed up to it "+
+		"(to go on from there instead%s: %s)", name, st.State, st.LatestCheckpoint, where, restore), nil
+}
+
+// rerunProbe bounds checkRerun's question.
+const rerunProbe = 2 * time.Second
 
 // apiNotices tells w what weir run waits for once a request of the job
 // API has had no answer for a second (control.APIClient.Waiting), as

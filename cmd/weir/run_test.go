@@ -883,3 +883,58 @@ func TestRunRefusesBeforeBuilding(t *testing.T) {
 		}
 	}
 }
+
+// weir run refuses to submit again a job stopped with a savepoint, before
+// it builds anything: run again, the job reads its streams from the
+// start, and its exactly-once sink's stream would hold the output the
+// earlier run committed twice. It says how to go on from there. A job
+// canceled after a checkpoint runs again, as it always did, with a note
+// that says it repeats that output and how a restore goes on instead.
+func TestRunRefusesARerunThatWouldRepeatOutput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := outputJob(t, ctx, jsJob(""))
+	url := n.Server.ClientURL()
+	hint := (&natsFlags{url: url}).hint()
+	awaitState(t, ctx, n, "jo", control.JobRunning)
+	publishKeyed(t, ctx, n.JS, "in.x", "a", "1")
+	awaitStored(t, ctx, n.JS, "OUT", 1)
+	sp, err := n.API.StopJob(ctx, "jo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("job.yaml", []byte(jsJob("")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := weir(t, "", "run", "-nats", url, "-for", "1s", "job.yaml")
+	want := fmt.Sprintf("weir: job jo stopped with savepoint %d: a new run reads its streams from the start and would repeat the output it committed; "+
+		"go on from there with: weir job restore%s jo -from %d -spec job.yaml (or give the spec another name to start over)\n", sp.ID, hint, sp.ID)
+	if code != 1 || errs != want || out != "" {
+		t.Errorf("weir run of a stopped job: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errs, want)
+	}
+	if s, err := n.JS.Stream(ctx, "OUT"); err != nil || s.CachedInfo().State.Msgs != 1 {
+		t.Errorf("stream OUT after the refused run: %v; want the one record", err)
+	}
+
+	// Canceled after a checkpoint (restored from the savepoint first).
+	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "jo", From: strconv.FormatInt(sp.ID, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	var st control.JobStatus
+	for st.State != control.JobRunning || st.LatestCheckpoint <= sp.ID {
+		if st, err = n.API.Job(ctx, "jo"); err != nil || ctx.Err() != nil {
+			t.Fatalf("waiting for a checkpoint of the restored job: %+v, %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st, err = n.API.CancelJob(ctx, "jo"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = weir(t, "", "run", "-nats", url, "-cancel", "-for", "1s", "job.yaml")
+	note := fmt.Sprintf("weir: job jo canceled after checkpoint %d completed: this run reads its streams from the start and repeats the output committed up to it "+
+		"(to go on from there instead with: weir job restore%s jo -from %d -spec job.yaml)\n", st.LatestCheckpoint, hint, st.LatestCheckpoint)
+	if code != 0 || !strings.HasPrefix(errs, note) || !strings.Contains(out, "job jo submitted") {
+		t.Errorf("weir run of a canceled job: exit %d, stdout %q, stderr %q; want exit 0 and stderr starting %q", code, out, errs, note)
+	}
+}

@@ -132,11 +132,21 @@ func TestRunSaysWhatItWaitsFor(t *testing.T) {
 	}
 	subs := control.Subjects{}
 	var polls atomic.Int32
+	var submitted atomic.Bool
 	away := make(chan struct{})
 	var jobSub, cpSub *nats.Subscription
-	submitSub, err := n.Conn.Subscribe(subs.API(control.APISubmit), func(m *nats.Msg) { heldUntil(m, submitSaid, running) })
+	submitSub, err := n.Conn.Subscribe(subs.API(control.APISubmit), func(m *nats.Msg) {
+		submitted.Store(true)
+		heldUntil(m, submitSaid, running)
+	})
 	if err == nil {
 		jobSub, err = n.Conn.Subscribe(subs.API(control.APIJob), func(m *nats.Msg) {
+			if !submitted.Load() {
+				// What weir run asks before it builds: whether the name
+				// ran before (checkRerun). It did not.
+				_ = m.Respond([]byte(`{"error":"no job \"waits\"","code":"not_found"}`))
+				return
+			}
 			switch polls.Add(1) {
 			case 1:
 				heldUntil(m, statusSaid, running)
