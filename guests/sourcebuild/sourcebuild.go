@@ -151,20 +151,36 @@ func writeSDK(name, path string) error {
 }
 
 // tool finds a compiler: the one env names, else name on PATH, else the
-// fallbacks that exist.
-func tool(env, name string, fallbacks ...string) (string, bool) {
-	if p := os.Getenv(env); p != "" {
-		return p, true
+// fallbacks that exist; "" when there is none. A compiler env names that
+// is not there is an ErrNoToolchain naming env, not the exec error of its
+// first use, which names neither the variable nor what to do.
+func tool(env, name string, fallbacks ...string) (string, error) {
+	if p, err := fromEnv(env); p != "" || err != nil {
+		return p, err
 	}
 	if p, err := exec.LookPath(name); err == nil {
-		return p, true
+		return p, nil
 	}
 	for _, p := range fallbacks {
 		if _, err := os.Stat(p); err == nil {
-			return p, true
+			return p, nil
 		}
 	}
-	return "", false
+	return "", nil
+}
+
+// fromEnv returns the compiler the environment variable env names, ""
+// when it is unset, and an error when what it names is no executable.
+func fromEnv(env string) (string, error) {
+	v := os.Getenv(env)
+	if v == "" {
+		return "", nil
+	}
+	p, err := exec.LookPath(v)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s=%s names no compiler weir can run (%v): give its path, or unset %s", ErrNoToolchain, env, v, err, env)
+	}
+	return p, nil
 }
 
 // rustTarget is the target Rust operators are built for: no WASI, as
@@ -174,10 +190,18 @@ const rustTarget = "wasm32-unknown-unknown"
 // rustc finds a rustc that has the standard library for rustTarget:
 // WEIR_RUSTC, else the first of rustc on PATH and Debian's /usr/bin/rustc
 // that has it (a rustup rustc often comes first on PATH and lacks it). It
-// returns the directory of that library too ("" if WEIR_RUSTC's has none).
+// returns the directory of that library too. A WEIR_RUSTC that names no
+// executable, or one without that library, is an ErrNoToolchain saying so.
 func rustc(ctx context.Context) (path, lib string, err error) {
-	if p := os.Getenv("WEIR_RUSTC"); p != "" {
-		lib, _ := rustLib(ctx, p)
+	how := "install Debian's rustc and libstd-rust-dev-wasm32 (or rustup target add " + rustTarget + "), or set WEIR_RUSTC"
+	if p, err := fromEnv("WEIR_RUSTC"); err != nil {
+		return "", "", err
+	} else if p != "" {
+		lib, ok := rustLib(ctx, p)
+		if !ok {
+			return "", "", fmt.Errorf("%w: WEIR_RUSTC=%s has no %s standard library: rustup target add %s for it, or unset WEIR_RUSTC for the first rustc that has it",
+				ErrNoToolchain, os.Getenv("WEIR_RUSTC"), rustTarget, rustTarget)
+		}
 		return p, lib, nil
 	}
 	var tried []string
@@ -194,7 +218,6 @@ func rustc(ctx context.Context) (path, lib string, err error) {
 			return p, lib, nil
 		}
 	}
-	how := "install Debian's rustc and libstd-rust-dev-wasm32 (or rustup target add " + rustTarget + "), or set WEIR_RUSTC"
 	if len(tried) == 0 {
 		return "", "", fmt.Errorf("%w: no rustc found: %s", ErrNoToolchain, how)
 	}
@@ -264,8 +287,11 @@ func wasiSysroot() string {
 }
 
 func cRecipe(src string) (*recipe, error) {
-	cc, ok := tool("WEIR_CLANG", "clang")
-	if !ok {
+	cc, err := tool("WEIR_CLANG", "clang")
+	if err != nil {
+		return nil, err
+	}
+	if cc == "" {
 		return nil, fmt.Errorf("%w: no clang found: install clang and lld (and wasi-libc with libclang-rt-14-dev-wasm32 for a WASI build), or set WEIR_CLANG", ErrNoToolchain)
 	}
 	// A source's own weir.h (#include "weir.h" next to it) comes first:
@@ -312,8 +338,11 @@ func sdkImport(src []byte) (rel string, ok bool) {
 }
 
 func assemblyScriptRecipe(src string) (*recipe, error) {
-	asc, ok := tool("WEIR_ASC", "asc")
-	if !ok {
+	asc, err := tool("WEIR_ASC", "asc")
+	if err != nil {
+		return nil, err
+	}
+	if asc == "" {
 		return nil, fmt.Errorf("%w: no asc found: npm install -g assemblyscript@0.28, or set WEIR_ASC", ErrNoToolchain)
 	}
 	text, err := os.ReadFile(src)
@@ -348,8 +377,11 @@ func assemblyScriptRecipe(src string) (*recipe, error) {
 }
 
 func watRecipe(src string) (*recipe, error) {
-	w2w, ok := tool("WEIR_WAT2WASM", "wat2wasm")
-	if !ok {
+	w2w, err := tool("WEIR_WAT2WASM", "wat2wasm")
+	if err != nil {
+		return nil, err
+	}
+	if w2w == "" {
 		return nil, fmt.Errorf("%w: no wat2wasm found: install wabt, or set WEIR_WAT2WASM", ErrNoToolchain)
 	}
 	return &recipe{

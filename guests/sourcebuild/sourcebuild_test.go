@@ -171,6 +171,37 @@ func TestNoToolchain(t *testing.T) {
 	}
 }
 
+// A compiler an environment variable names that is not there, or a
+// WEIR_RUSTC without the wasm32 standard library, is one ErrNoToolchain
+// naming the variable and what to do — not the exec error of running it,
+// nor rustc's complaint about a crate std it cannot find.
+func TestToolchainVariable(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nothere")
+	// A rustc whose sysroot has no wasm32 standard library, as rustup's
+	// without the target.
+	rustup := filepath.Join(dir, "rustc")
+	if err := os.WriteFile(rustup, []byte("#!/bin/sh\necho "+dir+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ env, path, src, want string }{
+		{"WEIR_RUSTC", missing, "testdata/shout.rs", "WEIR_RUSTC=" + missing + " names no compiler weir can run ("},
+		{"WEIR_CLANG", missing, "testdata/shout.c", "WEIR_CLANG=" + missing + " names no compiler weir can run ("},
+		{"WEIR_ASC", missing, "testdata/shout.ts", "WEIR_ASC=" + missing + " names no compiler weir can run ("},
+		{"WEIR_WAT2WASM", missing, "../wat/uppercase.wat", "WEIR_WAT2WASM=" + missing + " names no compiler weir can run ("},
+		{"WEIR_RUSTC", rustup, "testdata/shout.rs", "WEIR_RUSTC=" + rustup + " has no wasm32-unknown-unknown standard library: " +
+			"rustup target add wasm32-unknown-unknown for it, or unset WEIR_RUSTC for the first rustc that has it"},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			t.Setenv(c.env, c.path)
+			_, err := Build(context.Background(), c.src, t.TempDir())
+			if !errors.Is(err, ErrNoToolchain) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("%s=%s: %v; want one line of ErrNoToolchain with %q", c.env, c.path, err, c.want)
+			}
+		})
+	}
+}
+
 // The AssemblyScript SDK's import is found in an entry file as the
 // repository's examples and a user's operator write it.
 func TestSDKImport(t *testing.T) {
@@ -197,6 +228,7 @@ func TestSDKImport(t *testing.T) {
 func TestBuildReproducible(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	t.Setenv(CacheDirEnv, "off") // two builds, not one and a copy
 	for _, c := range []struct {
 		src   string
 		names bool // whether the build keeps a name section
