@@ -150,23 +150,18 @@ func writeSDK(name, path string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// tool finds a compiler: the one env names, else name on PATH, else the
-// fallbacks that exist; "" when there is none. A compiler env names that
-// is not there is an ErrNoToolchain naming env, not the exec error of its
-// first use, which names neither the variable nor what to do.
-func tool(env, name string, fallbacks ...string) (string, error) {
+// tool finds a compiler: the one env names, else name on PATH. When there
+// is none, or env names one that is not there, it is an ErrNoToolchain
+// that says what to do: install (what to install), or set env — not the
+// exec error of its first use, which names neither.
+func tool(env, name, install string) (string, error) {
 	if p, err := fromEnv(env); p != "" || err != nil {
 		return p, err
 	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	for _, p := range fallbacks {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", nil
+	return "", fmt.Errorf("%w: no %s found: %s, or set %s", ErrNoToolchain, name, install, env)
 }
 
 // fromEnv returns the compiler the environment variable env names, ""
@@ -287,12 +282,9 @@ func wasiSysroot() string {
 }
 
 func cRecipe(src string) (*recipe, error) {
-	cc, err := tool("WEIR_CLANG", "clang")
+	cc, err := tool("WEIR_CLANG", "clang", "install clang and lld (and wasi-libc with libclang-rt-14-dev-wasm32 for a WASI build)")
 	if err != nil {
 		return nil, err
-	}
-	if cc == "" {
-		return nil, fmt.Errorf("%w: no clang found: install clang and lld (and wasi-libc with libclang-rt-14-dev-wasm32 for a WASI build), or set WEIR_CLANG", ErrNoToolchain)
 	}
 	// A source's own weir.h (#include "weir.h" next to it) comes first:
 	// quoted includes look beside the source before -I.
@@ -338,12 +330,9 @@ func sdkImport(src []byte) (rel string, ok bool) {
 }
 
 func assemblyScriptRecipe(src string) (*recipe, error) {
-	asc, err := tool("WEIR_ASC", "asc")
+	asc, err := tool("WEIR_ASC", "asc", "npm install -g assemblyscript@0.28")
 	if err != nil {
 		return nil, err
-	}
-	if asc == "" {
-		return nil, fmt.Errorf("%w: no asc found: npm install -g assemblyscript@0.28, or set WEIR_ASC", ErrNoToolchain)
 	}
 	text, err := os.ReadFile(src)
 	if err != nil {
@@ -377,12 +366,9 @@ func assemblyScriptRecipe(src string) (*recipe, error) {
 }
 
 func watRecipe(src string) (*recipe, error) {
-	w2w, err := tool("WEIR_WAT2WASM", "wat2wasm")
+	w2w, err := tool("WEIR_WAT2WASM", "wat2wasm", "install wabt")
 	if err != nil {
 		return nil, err
-	}
-	if w2w == "" {
-		return nil, fmt.Errorf("%w: no wat2wasm found: install wabt, or set WEIR_WAT2WASM", ErrNoToolchain)
 	}
 	return &recipe{
 		tools: []string{w2w},
