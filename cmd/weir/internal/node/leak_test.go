@@ -14,6 +14,8 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/transport/source"
 )
 
 // A worker's NATS connection outlives every task it runs, and each run of
@@ -177,6 +179,16 @@ restart: `+restart+`
 					waitJob(t, ctx, n, job, job+" canceled", func(st control.JobStatus) bool { return st.State.Terminal() })
 					return
 				}
+				// The poison goes in once a completed checkpoint covers
+				// everything the stream holds: were the attempts restored
+				// from one taken before the source read it (the output
+				// waited for can be an earlier run's late commit into the
+				// shared stream), the first attempt's checkpoint past it
+				// would be progress, and the job would restart once more
+				// than restart.attempts says.
+				if c.inStream != "" {
+					covered(t, ctx, n, job, c.inStream)
+				}
 				// Later runs, the next kinds' too, read their stream from the
 				// start: not the poison, even if this one fails.
 				if c.inStream != "" {
@@ -288,6 +300,41 @@ restart: `+restart+`
 			check(fmt.Sprintf("%d failovers", restarts))
 		})
 	}
+}
+
+// covered waits until a completed checkpoint of job has a source task at
+// the position of every message the stream in holds, or, for a stream
+// read by partitions, any source position past none (a checkpoint taken
+// after its source read something).
+func covered(t *testing.T, ctx context.Context, n *Node, job, in string) {
+	t.Helper()
+	s, err := n.JS.Stream(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := host.SourcePosition(source.EncodeOffset(info.State.LastSeq))
+	partitioned := info.Config.SubjectTransform != nil
+	waitUntil(t, ctx, job+"'s checkpoint of all "+in+" holds", func() bool {
+		cps, err := n.API.Checkpoints(ctx, job)
+		if err != nil {
+			return false
+		}
+		for _, cp := range cps {
+			if cp.Status != control.CheckpointCompleted || cp.EarlierRun {
+				continue
+			}
+			for _, m := range cp.Tasks {
+				if pos := m[control.MetricSourcePosition]; pos == want || partitioned && pos != 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
 
 func mustPublish(t *testing.T, ctx context.Context, js jetstream.JetStream, subject, data string) {
