@@ -227,6 +227,16 @@ type staged struct {
 	// tgt is stream as Recover found it, set when it differs from the
 	// sink's; nil: the sink's stream.
 	tgt *target
+	// inlined is the last checkpoint (not a savepoint) whose state held
+	// the entry's records, and home, once that checkpoint completed (its
+	// Commit came before the entry went into another state), the
+	// checkpoint whose state a later one names for them
+	// (PreCommitIncremental) instead of holding them again. 0: none yet.
+	inlined, home int64
+	// ref, in a decoded state (version 6), is the checkpoint whose state
+	// holds the entry's records, which batch lacks until InlineState puts
+	// them in; 0: the state holds them.
+	ref int64
 }
 
 // target is a stream staged output is published to, as the sink found it:
@@ -544,16 +554,99 @@ func (s *ExactlyOnce) checkSizes(batch []byte) error {
 // PreCommit closes the records written since the previous checkpoint into
 // checkpoint id and returns every staged checkpoint not yet known to be
 // committed — including those whose commits are still pending — as the
-// state for the task's snapshot.
+// state for the task's snapshot. The state holds every record it stages:
+// PreCommitIncremental names those an earlier checkpoint's state holds.
 func (s *ExactlyOnce) PreCommit(ctx context.Context, id int64) ([]byte, error) {
+	state, _, err := s.PreCommitIncremental(ctx, id, true)
+	return state, err
+}
+
+// PreCommitIncremental implements host.IncrementalSink: it is PreCommit,
+// but the state names, instead of holding them again, the records of each
+// staged checkpoint that the state of an earlier completed checkpoint
+// holds — one whose Commit came before the records went into another
+// state, so its snapshot is stored — and returns the oldest checkpoint it
+// names as from (0: none). A checkpoint's records go into the state of
+// every checkpoint taken until one holding them completes, and are named
+// from then on: with commits slower than the checkpoint interval (a
+// backlog), each record is written into one or two snapshots rather than
+// into every one taken while its commit is pending. With selfContained
+// (a savepoint, which must restore on its own) the state holds every
+// record and names nothing, and does not count as holding them for later
+// states. InlineState makes a state that names others whole again.
+func (s *ExactlyOnce) PreCommitIncremental(ctx context.Context, id int64, selfContained bool) (state []byte, from int64, err error) {
 	if err := s.reap(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if n := len(s.staged); n > 0 && s.staged[n-1].id >= id {
-		return nil, fmt.Errorf("%s: checkpoint %d pre-committed after %d", s, id, s.staged[n-1].id)
+		return nil, 0, fmt.Errorf("%s: checkpoint %d pre-committed after %d", s, id, s.staged[n-1].id)
 	}
 	s.stageCurrent(id)
-	return encodeState(s.staged), nil
+	if selfContained {
+		return appendState(nil, s.staged, false), 0, nil
+	}
+	for i := range s.staged {
+		e := &s.staged[i]
+		if e.home == 0 {
+			e.inlined = id
+		} else if from == 0 || e.home < from {
+			from = e.home
+		}
+	}
+	return appendState(nil, s.staged, true), from, nil
+}
+
+// completed notes that checkpoint id completed: the entries whose records
+// its state was the last to hold (PreCommitIncremental) are named by later
+// states from now on.
+func (s *ExactlyOnce) completed(id int64) {
+	for i := range s.staged {
+		if e := &s.staged[i]; e.home == 0 && e.inlined == id {
+			e.home = id
+		}
+	}
+}
+
+// InlineState implements host.IncrementalSink: it returns state, a result
+// of PreCommitIncremental, with the records it names in the states of
+// earlier checkpoints, which load reads, put in: a state Recover and
+// RecoverTask take. A state that names nothing is returned as it is, and
+// so is one that does not decode: Recover refuses it, naming the
+// checkpoint.
+func (s *ExactlyOnce) InlineState(ctx context.Context, state []byte, load func(ctx context.Context, checkpoint int64) ([]byte, error)) ([]byte, error) {
+	st, err := decodeState(state)
+	if err != nil {
+		return state, nil
+	}
+	loaded := map[int64][]staged{}
+	named := false
+	for i := range st {
+		e := &st[i]
+		if e.ref == 0 {
+			continue
+		}
+		named = true
+		held, ok := loaded[e.ref]
+		if !ok {
+			b, err := load(ctx, e.ref)
+			if err != nil {
+				return nil, fmt.Errorf("%s: the records staged for %s: %w", s, checkpointName(e.id), err)
+			}
+			if held, err = decodeState(b); err != nil {
+				return nil, fmt.Errorf("%s: the records staged for %s, in checkpoint %d's state: %w", s, checkpointName(e.id), e.ref, err)
+			}
+			loaded[e.ref] = held
+		}
+		j := slices.IndexFunc(held, func(h staged) bool { return h.id == e.id })
+		if j < 0 || held[j].ref != 0 {
+			return nil, fmt.Errorf("%s: the records staged for %s are not in checkpoint %d's state, which the state names for them: %w", s, checkpointName(e.id), e.ref, ErrMalformedState)
+		}
+		e.batch, e.ref = held[j].batch, 0
+	}
+	if !named {
+		return state, nil
+	}
+	return appendState(nil, st, false), nil
 }
 
 // stageCurrent moves the records written since the last checkpoint into a
@@ -583,6 +676,7 @@ func (s *ExactlyOnce) stageCurrent(id int64) {
 // it. Wait waits for every commit started; EndOfInput and Recover do so
 // themselves.
 func (s *ExactlyOnce) Commit(ctx context.Context, id int64) error {
+	s.completed(id)
 	if err := s.reap(); err != nil {
 		return err
 	}
@@ -754,6 +848,11 @@ func (s *ExactlyOnce) Recover(ctx context.Context, id int64, state []byte) error
 	st, err := decodeState(state)
 	if err != nil {
 		return fmt.Errorf("%s: recover checkpoint %d: %w", s, id, err)
+	}
+	for _, e := range st {
+		if e.ref != 0 {
+			return fmt.Errorf("%s: recover checkpoint %d: the state names checkpoint %d's for the records staged for %s (InlineState puts them in): %w", s, id, e.ref, checkpointName(e.id), ErrMalformedState)
+		}
 	}
 	if err := s.Wait(ctx); err != nil {
 		return err
@@ -1586,28 +1685,43 @@ func (s *ExactlyOnce) asyncFailed(m *nats.Msg, err error) {
 	}
 }
 
-// State layout: "WEOS" version:u8 count:u32, then count entries; version 5:
+// State layout: "WEOS" version:u8 count:u32, then count entries; version 6:
 // (id:i64 at:i64 chunk:u32 chunkBytes:u32 subjectLen:u16 subject
-// streamLen:u16 stream len:u32 batch), subject and stream the sink's
-// subject and stream when the entry was staged ("": not recorded);
-// versions 4 (id:i64 at:i64 chunk:u32 chunkBytes:u32 subjectLen:u16
+// streamLen:u16 stream ref:i64 len:u32 batch), subject and stream the
+// sink's subject and stream when the entry was staged ("": not recorded),
+// ref 0 when the entry's records follow as batch, else the checkpoint
+// whose state holds them and len 0 (PreCommitIncremental); versions 5
+// (version 6 without ref), 4 (id:i64 at:i64 chunk:u32 chunkBytes:u32 subjectLen:u16
 // subject len:u32 batch), 3 (id:i64 at:i64 chunk:u32 chunkBytes:u32
 // len:u32 batch), 2 (id:i64 chunk:u32 chunkBytes:u32 len:u32 batch) and 1
 // (id:i64 len:u32 batch) are read, not written.
 var stateMagic = []byte("WEOS")
 
-const stateVersion = 5
+const stateVersion = 6
 
-func encodeState(st []staged) []byte {
+// encodeState encodes st, each entry with its records or, where it has a
+// ref, naming the checkpoint whose state holds them.
+func encodeState(st []staged) []byte { return appendState(nil, st, false) }
+
+// appendState appends st's encoding to out; with named, an entry with a
+// home is written as naming it instead of with its records.
+func appendState(out []byte, st []staged, named bool) []byte {
 	size := len(stateMagic) + 5
 	for _, e := range st {
-		size += 32 + len(e.subject) + len(e.stream) + len(e.batch)
+		size += 40 + len(e.subject) + len(e.stream)
+		if e.ref == 0 && (!named || e.home == 0) {
+			size += len(e.batch)
+		}
 	}
-	out := make([]byte, 0, size)
+	out = slices.Grow(out, size)
 	out = append(out, stateMagic...)
 	out = append(out, stateVersion)
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(st)))
 	for _, e := range st {
+		ref := e.ref
+		if named && e.home != 0 {
+			ref = e.home
+		}
 		out = binary.LittleEndian.AppendUint64(out, uint64(e.id))
 		out = binary.LittleEndian.AppendUint64(out, uint64(e.at))
 		out = binary.LittleEndian.AppendUint32(out, e.chunk)
@@ -1616,6 +1730,11 @@ func encodeState(st []staged) []byte {
 		out = append(out, e.subject...)
 		out = binary.LittleEndian.AppendUint16(out, uint16(len(e.stream))) // a stream's name has at most 255 bytes
 		out = append(out, e.stream...)
+		out = binary.LittleEndian.AppendUint64(out, uint64(ref))
+		if ref != 0 {
+			out = binary.LittleEndian.AppendUint32(out, 0)
+			continue
+		}
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.batch)))
 		out = append(out, e.batch...)
 	}
@@ -1640,8 +1759,10 @@ func decodeState(b []byte) ([]staged, error) {
 		head = 28 // id, at, chunk, chunkBytes, len
 	case 4:
 		head = 30 // id, at, chunk, chunkBytes, subjectLen, len
-	case stateVersion:
+	case 5:
 		head = 32 // id, at, chunk, chunkBytes, subjectLen, streamLen, len
+	case stateVersion:
+		head = 40 // id, at, chunk, chunkBytes, subjectLen, streamLen, ref, len
 	default:
 		return nil, fmt.Errorf("%w: version %d", ErrMalformedState, version)
 	}
@@ -1661,7 +1782,7 @@ func decodeState(b []byte) ([]staged, error) {
 		case 2:
 			e.chunk = binary.LittleEndian.Uint32(b[off+8:])
 			e.chunkBytes = binary.LittleEndian.Uint32(b[off+12:])
-		case 3, 4, stateVersion:
+		case 3, 4, 5, stateVersion:
 			e.at = int64(binary.LittleEndian.Uint64(b[off+8:]))
 			e.chunk = binary.LittleEndian.Uint32(b[off+16:])
 			e.chunkBytes = binary.LittleEndian.Uint32(b[off+20:])
@@ -1686,6 +1807,11 @@ func decodeState(b []byte) ([]staged, error) {
 			e.stream = string(b[off+28 : off+28+tl])
 			off += tl // so is the stream
 		}
+		if version >= 6 {
+			if e.ref = int64(binary.LittleEndian.Uint64(b[off+28:])); e.ref < 0 || e.ref == EndCheckpointID {
+				return nil, fmt.Errorf("%w: entry %d names checkpoint %d for %s's records", ErrMalformedState, i, e.ref, checkpointName(e.id))
+			}
+		}
 		id := e.id
 		l := uint64(binary.LittleEndian.Uint32(b[off+head-4:]))
 		off += head
@@ -1696,6 +1822,13 @@ func decodeState(b []byte) ([]staged, error) {
 			return nil, fmt.Errorf("%w: checkpoint ids not increasing at entry %d", ErrMalformedState, i)
 		}
 		prev = id
+		if e.ref != 0 {
+			if l != 0 {
+				return nil, fmt.Errorf("%w: entry %d names checkpoint %d and holds %d bytes", ErrMalformedState, i, e.ref, l)
+			}
+			out = append(out, e)
+			continue
+		}
 		batch := b[off : off+int(l) : off+int(l)]
 		if _, err := abi.ValidateBatch(batch); err != nil {
 			return nil, fmt.Errorf("%w: entry %d: %w", ErrMalformedState, i, err)
