@@ -192,6 +192,30 @@ type SinkMerger interface {
 	RecoverTask(ctx context.Context, task string, id int64, state []byte) error
 }
 
+// IncrementalSink is implemented by a Sink whose state for a checkpoint
+// may name, instead of holding it again, what it staged and put into its
+// state for an earlier checkpoint that has completed (the exactly-once
+// JetStream sink: output waiting for a commit slower than the checkpoint
+// interval is written into one snapshot, not into every one taken
+// meanwhile). The task calls PreCommitIncremental instead of PreCommit
+// and reports the oldest checkpoint the state names in its
+// acknowledgement (MetricSinkStateFrom), so that retention keeps that
+// checkpoint's snapshots while the newer one is kept; a restore reads the
+// named checkpoints' snapshots of the same task, stored next to the
+// restored one, and hands Recover (RecoverTask) the state InlineState
+// makes whole.
+type IncrementalSink interface {
+	// PreCommitIncremental is PreCommit; the state may name the task's
+	// snapshots of earlier completed checkpoints, the oldest of which is
+	// from (0: none). With selfContained (a savepoint, which must
+	// restore on its own) it names none.
+	PreCommitIncremental(ctx context.Context, id int64, selfContained bool) (state []byte, from int64, err error)
+	// InlineState returns state, a result of PreCommitIncremental, with
+	// what it names put in: load returns the sink state of the task's
+	// snapshot of a checkpoint it names.
+	InlineState(ctx context.Context, state []byte, load func(ctx context.Context, checkpoint int64) ([]byte, error)) ([]byte, error)
+}
+
 // CommitReporter is implemented by a Sink that can say when a
 // checkpoint's commit is stored (the exactly-once JetStream sink). The task
 // then records it next to the snapshot (CommittedMarker; not for the
@@ -310,6 +334,7 @@ const (
 	MetricCommitReport      = "commit_report"       // 1: the task reports when it hands the checkpoint's output to its sink's commits (CommitListener)
 	MetricCommitWaitNanos   = "commit_wait_ns"      // trigger → barrier: time in the sink's Commit, waiting for earlier commits
 	MetricSourcePosition    = "source_position"     // a source task with an offset: a hash of it, never 0 (SourcePosition)
+	MetricSinkStateFrom     = "sink_state_from"     // an IncrementalSink's task: the oldest checkpoint whose snapshot of the task the sink state names (absent: none)
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The

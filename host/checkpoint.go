@@ -132,7 +132,13 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		}
 	}
 	if s := t.cfg.Sink; s != nil {
-		st, err := s.PreCommit(t.ctx, a.ID)
+		var st []byte
+		var err error
+		if is, ok := s.(IncrementalSink); ok {
+			st, m.SinkStateFrom, err = is.PreCommitIncremental(t.ctx, a.ID, b.Type == stream.Savepoint)
+		} else {
+			st, err = s.PreCommit(t.ctx, a.ID)
+		}
 		if err != nil {
 			return err // the sink names itself and the checkpoint
 		}
@@ -374,6 +380,10 @@ func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 		if t.committed(ctx, t.cfg.Restore, snap) {
 			state = nil // stored already: nothing to commit again
 		}
+		state, err := t.inlineSinkState(ctx, t.cfg.Restore, snap, state)
+		if err != nil {
+			return err
+		}
 		if t.cfg.Restore != SnapshotKey(t.cfg.KeyPrefix, snap.CheckpointID, snap.Task) {
 			t.foreignID.Store(snap.CheckpointID)
 		}
@@ -410,6 +420,39 @@ func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 	}
 	t.restoredID = snap.CheckpointID
 	return nil
+}
+
+// inlineSinkState returns state, the sink state of snap, stored under
+// handle, whole: with what it names of the task's snapshots of earlier
+// checkpoints (IncrementalSink), read from next to handle, put in.
+func (t *Task) inlineSinkState(ctx context.Context, handle string, snap *snapshot.Task, state []byte) ([]byte, error) {
+	is, ok := t.cfg.Sink.(IncrementalSink)
+	if !ok || len(state) == 0 {
+		return state, nil
+	}
+	return is.InlineState(ctx, state, func(ctx context.Context, id int64) ([]byte, error) {
+		own := fmt.Sprintf("chk-%d/%s", snap.CheckpointID, snap.Task)
+		if id <= 0 || id >= snap.CheckpointID {
+			return nil, fmt.Errorf("the sink state of checkpoint %d names checkpoint %d, not an earlier one: %w", snap.CheckpointID, id, snapshot.ErrCorrupt)
+		}
+		if !strings.HasSuffix(handle, own) {
+			return nil, fmt.Errorf("the sink state of checkpoint %d names checkpoint %d's, but %s is not stored as …/%s, where that would be next to it", snap.CheckpointID, id, handle, own)
+		}
+		key := strings.TrimSuffix(handle, own) + fmt.Sprintf("chk-%d/%s", id, snap.Task)
+		rc, err := t.cfg.Store.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("read checkpoint %d's snapshot, which the restored sink state names: %w", id, err)
+		}
+		named, err := snapshot.Read(rc)
+		rc.Close()
+		if err == nil && (named.CheckpointID != id || named.Task != snap.Task) {
+			err = fmt.Errorf("it is task %s's snapshot of checkpoint %d: %w", named.Task, named.CheckpointID, snapshot.ErrCorrupt)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s, which the restored sink state names: %w", key, err)
+		}
+		return named.SinkState, nil
+	})
 }
 
 // restoreMerged restores a task of a rescaled vertex from the snapshots
@@ -495,6 +538,10 @@ func (t *Task) mergeSink(ctx context.Context, snaps []*snapshot.Task, stored []b
 		state := s.SinkState
 		if stored[i] {
 			state = nil
+		}
+		state, err := t.inlineSinkState(ctx, t.cfg.RestoreMerged[i], s, state)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.cfg.RestoreMerged[i], err)
 		}
 		// The sink names itself and the checkpoint it recovers; the
 		// snapshot names the task it is of.

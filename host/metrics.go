@@ -57,6 +57,10 @@ type CheckpointMetrics struct {
 	// (SourcePosition of it; 0 for a source with no offset and for other
 	// tasks, and then not reported): the same offset gives the same value.
 	SourcePosition int64
+	// SinkStateFrom is the oldest checkpoint whose snapshot of the task
+	// the sink state names (IncrementalSink), which a restore reads too:
+	// 0 when the snapshot holds all of it.
+	SinkStateFrom int64
 }
 
 // SourcePosition returns a value that identifies offset, a source's offset,
@@ -129,6 +133,9 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.SourcePosition != 0 {
 		out[MetricSourcePosition] = m.SourcePosition
 	}
+	if m.SinkStateFrom != 0 {
+		out[MetricSinkStateFrom] = m.SinkStateFrom
+	}
 	if m.BoundedSource {
 		out[MetricSourceEnded] = 0
 		if m.SourceEnded {
@@ -159,5 +166,6 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		CommitReport:      m[MetricCommitReport] != 0,
 		CommitWait:        time.Duration(m[MetricCommitWaitNanos]),
 		SourcePosition:    m[MetricSourcePosition],
+		SinkStateFrom:     m[MetricSinkStateFrom],
 	}
 }
