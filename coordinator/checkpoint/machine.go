@@ -48,7 +48,10 @@
 //     resets the count;
 //   - retention: the last Retained completed checkpoints are kept; older
 //     ones are discarded (state and metadata). Savepoints are never
-//     discarded automatically;
+//     discarded automatically. A kept checkpoint whose sink snapshot names
+//     output staged in earlier ones (Metadata.SinkStateFrom) keeps every
+//     completed checkpoint from the oldest it names on, and so does each
+//     one kept so, until nothing kept names it any more;
 //   - failed checkpoints leave nothing behind: an aborted checkpoint or
 //     savepoint is discarded at once (what its tasks wrote so far, and
 //     metadata written before a subsuming checkpoint completed), and so is
@@ -280,7 +283,68 @@ func NewMachine(job string, cfg Config, restored []*Metadata, nextID int64) *Mac
 	if nextID > m.nextID {
 		m.nextID = nextID
 	}
+	_, kept := m.retention()
+	m.noteKept(kept)
 	return m
+}
+
+// SinkStateFrom returns the oldest checkpoint whose snapshot of a task
+// md's snapshot of that task names (control.MetricSinkStateFrom), and
+// the task (of those naming it, the first by name); 0 and "" when md is
+// self-contained. A restore of md reads the snapshots of that checkpoint
+// and, for all md records, of any after it.
+func (md *Metadata) SinkStateFrom() (id int64, task string) {
+	for t, mt := range md.Metrics {
+		f := mt[control.MetricSinkStateFrom]
+		if f > 0 && (id == 0 || f < id || f == id && t < task) {
+			id, task = f, t
+		}
+	}
+	return id, task
+}
+
+// retention returns the index in m.completed of the oldest completed
+// checkpoint retention keeps, and why each kept one before the newest
+// Retained is kept. It keeps the newest Retained and, to a fixed point,
+// every one from the oldest checkpoint a kept checkpoint or savepoint
+// names (Metadata.SinkStateFrom) on: a checkpoint kept for that names
+// older ones too.
+func (m *Machine) retention() (start int, kept map[int64]string) {
+	start = max(len(m.completed)-m.cfg.Retained, 0)
+	var lo, by int64
+	var task string
+	note := func(md *Metadata) {
+		if f, t := md.SinkStateFrom(); f > 0 && (lo == 0 || f < lo) {
+			lo, by, task = f, md.ID, t
+		}
+	}
+	for _, md := range m.completed[start:] {
+		note(md)
+	}
+	for _, md := range m.savepoints {
+		note(md)
+	}
+	for start > 0 && lo > 0 && m.completed[start-1].ID >= lo {
+		start--
+		note(m.completed[start])
+	}
+	for _, md := range m.completed[start : len(m.completed)-min(m.cfg.Retained, len(m.completed))] {
+		if kept == nil {
+			kept = map[int64]string{}
+		}
+		kept[md.ID] = fmt.Sprintf("kept past checkpointing.retained: checkpoint %d's snapshot of task %s names output staged from checkpoint %d on, which its restore reads", by, task, lo)
+	}
+	return start, kept
+}
+
+// noteKept gives the history entries of the completed checkpoints kept
+// past Retained (retention) their reason.
+func (m *Machine) noteKept(kept map[int64]string) {
+	for _, h := range m.history {
+		if why, ok := kept[h.ID]; ok && h.Status == control.CheckpointCompleted {
+			h.Reason = why
+		}
+	}
 }
 
 // Info returns what the history says of completed checkpoint md.
@@ -796,16 +860,17 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	acts = append(acts, m.abortAll(now, fmt.Sprintf("subsumed by checkpoint %d", id), func(q *pending) bool {
 		return !q.savepoint && q.id < id
 	})...)
-	for len(m.completed) > m.cfg.Retained {
-		old := m.completed[0]
-		m.completed = m.completed[1:]
+	start, kept := m.retention()
+	for _, old := range m.completed[:start] {
 		acts = append(acts, DiscardAction{ID: old.ID, Completed: old})
 		for _, h := range m.history {
 			if h.ID == old.ID {
-				h.Status = control.CheckpointDiscarded
+				h.Status, h.Reason = control.CheckpointDiscarded, ""
 			}
 		}
 	}
+	m.completed = m.completed[start:]
+	m.noteKept(kept)
 	return acts
 }
 

@@ -441,6 +441,16 @@ const (
 	// to tell a checkpoint that made progress from one taken again at the
 	// place the attempt restored.
 	MetricSourcePosition = "source_position"
+	// MetricSinkStateFrom is the oldest checkpoint k (k < n) whose
+	// snapshot of the same task (checkpoint.StateKey(job, k, task)) the
+	// task's snapshot for checkpoint n names: an exactly-once sink's
+	// snapshot holds the output it staged for n inline and names the
+	// earlier checkpoints whose snapshots hold what it staged before and
+	// has not confirmed yet, from k on. A restore of n reads those too,
+	// so retention keeps them and a removal of one is refused while n is
+	// stored. Absent or 0: the snapshot is self-contained, as a
+	// savepoint's always is.
+	MetricSinkStateFrom = "sink_state_from"
 )
 
 // PortEnded reports whether a task's MetricEndedPorts value says that its
