@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -125,6 +126,9 @@ func (c *Catalog) Write(ctx context.Context, md *Metadata) error {
 // (its state gone among them) ErrCorrupt, one whose removal began a
 // *RemovingError (an ErrCorrupt too); any other error (the store
 // unreachable for now) is none of them, and says nothing of the checkpoint.
+// A checkpoint whose sink snapshots name output staged in an earlier one
+// (control.MetricSinkStateFrom) is corrupt too when that one is, or is
+// gone: its restore reads that one's snapshots (checkNamed).
 func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, error) {
 	data, err := storage.ReadAll(ctx, c.Meta, MetadataKey(job, id))
 	if err != nil {
@@ -174,7 +178,45 @@ func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, er
 			_ = rc.Close()
 		}
 	}
+	if err := c.checkNamed(ctx, md); err != nil {
+		return nil, err
+	}
 	return md, nil
+}
+
+// checkNamed checks the earlier checkpoints that md's sink snapshots name
+// (control.MetricSinkStateFrom), which a restore of md reads too: one
+// that is gone, corrupt or partly removed, or has no snapshot of the task
+// that names it, makes md corrupt (ErrCorrupt, never fs.ErrNotExist nor a
+// RemovingError: md itself is stored). Each is read as Read reads md, so
+// the ones it names in turn are checked as well.
+func (c *Catalog) checkNamed(ctx context.Context, md *Metadata) error {
+	named := map[int64]string{} // checkpoint -> the first task, by name, that names it
+	for task, mt := range md.Metrics {
+		if k := mt[control.MetricSinkStateFrom]; k > 0 {
+			if t, ok := named[k]; !ok || task < t {
+				named[k] = task
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(named)) {
+		task := named[k]
+		if k >= md.ID {
+			return fmt.Errorf("checkpoint %s/%d: %w: its snapshot of %s names checkpoint %d, not an earlier one", md.Job, md.ID, ErrCorrupt, task, k)
+		}
+		km, err := c.Read(ctx, md.Job, k)
+		switch {
+		case errors.Is(err, ErrCorrupt) || errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("checkpoint %s/%d: %w: its snapshot of %s names output staged in checkpoint %d, which cannot be restored (%v)",
+				md.Job, md.ID, ErrCorrupt, task, k, err)
+		case err != nil:
+			return fmt.Errorf("checkpoint %s/%d: the checkpoint %d its snapshot of %s names: %w", md.Job, md.ID, k, task, err)
+		case km.Handles[task] == "":
+			return fmt.Errorf("checkpoint %s/%d: %w: its snapshot of %s names output staged in checkpoint %d, which has no snapshot of %s",
+				md.Job, md.ID, ErrCorrupt, task, k, task)
+		}
+	}
+	return nil
 }
 
 // IDs lists the IDs of the checkpoints of job that have metadata,
