@@ -219,6 +219,48 @@ func (c *Catalog) checkNamed(ctx context.Context, md *Metadata) error {
 	return nil
 }
 
+// Referrer is a stored checkpoint whose snapshot of Task names output
+// staged in earlier checkpoints, from From on (NamedBy).
+type Referrer struct {
+	ID   int64
+	Task string
+	From int64
+}
+
+// NamedBy returns the stored checkpoints of job after id, ascending,
+// whose sink snapshots may name output staged in checkpoint id: a task's
+// control.MetricSinkStateFrom is id or earlier, and a restore of them
+// reads the snapshots of every checkpoint from that one on. It reads
+// their metadata only. One whose removal began, or whose metadata does
+// not decode, is passed over: nothing restores it.
+func (c *Catalog) NamedBy(ctx context.Context, job string, id int64) ([]Referrer, error) {
+	ids, err := c.IDs(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	var out []Referrer
+	for _, n := range ids {
+		if n <= id {
+			continue
+		}
+		data, err := storage.ReadAll(ctx, c.Meta, MetadataKey(job, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since it was listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %s/%d: %w", job, n, err)
+		}
+		md, err := Decode(data)
+		if err != nil || md.Job != job || md.ID != n || md.Removing {
+			continue
+		}
+		if from, task := md.SinkStateFrom(); from > 0 && from <= id {
+			out = append(out, Referrer{ID: n, Task: task, From: from})
+		}
+	}
+	return out, nil
+}
+
 // IDs lists the IDs of the checkpoints of job that have metadata,
 // ascending. A listing that missed the newest would restore an older one
 // (its sources go back; what exactly-once sinks committed after it is

@@ -519,7 +519,9 @@ type RestoreRequest struct {
 // needed is refused (ErrConflict, saying why): the latest of a job that has
 // not ended (what a failover restores — for a job restored, the checkpoint
 // it started from until it completed one of its own, also of another job),
-// and one being written.
+// one that another checkpoint of the job still stored names (its sink's
+// snapshot names output staged in it: MetricSinkStateFrom), and one being
+// written.
 type RemoveRequest struct {
 	Job string `json:"job"`
 	// ID is the checkpoint or savepoint to remove; one that is not stored

@@ -88,6 +88,12 @@ type fakeWorker struct {
 	// checkpoint whose completion they hear of, as an exactly-once sink's
 	// tasks do.
 	commitReport bool
+	// sinkStateFrom, if set, gives the checkpoint from which on the
+	// snapshots of the worker's sink tasks (out-N) of periodic checkpoint
+	// id name output staged earlier (control.MetricSinkStateFrom; 0:
+	// none), as an exactly-once sink's snapshot names what it has not
+	// confirmed yet.
+	sinkStateFrom func(id int64) int64
 	// positions, if set, are the source positions
 	// (control.MetricSourcePosition) its tasks ack with, by task.
 	positions map[string]int64
@@ -380,7 +386,13 @@ func (f *fleet) ackAll(d control.Deploy, t control.Trigger) {
 		if pos, ok := w.positions[task]; ok {
 			metrics[control.MetricSourcePosition] = pos
 		}
+		from := w.sinkStateFrom
 		w.mu.Unlock()
+		if from != nil && reportsCommits(task) && !t.Savepoint {
+			if k := from(t.CheckpointID); k > 0 {
+				metrics[control.MetricSinkStateFrom] = k
+			}
+		}
 		_ = w.client.Ack(ctx, control.TaskRef{Job: d.Job, Attempt: d.Attempt, Task: task}, t.CheckpointID, key, metrics)
 	}
 }

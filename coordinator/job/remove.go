@@ -28,9 +28,12 @@ import (
 // answer says what each such job's advice names now (Readvised: the
 // newest of its run still stored, else the one it started from if that
 // is, else none); a job started from it names it no more (startGone).
-// Nothing else depends on a checkpoint: no state object is shared between
-// checkpoints (each one's lie under its own prefix; there are no
-// incremental checkpoints), and alignment spill files are never stored.
+// It refuses too one that another checkpoint of the job still stored
+// names (namedBy: an exactly-once sink's snapshot that names output
+// staged in earlier checkpoints, control.MetricSinkStateFrom), until that
+// one is removed. Nothing else depends on a checkpoint: no other state
+// object is shared between checkpoints (each one's lie under its own
+// prefix), and alignment spill files are never stored.
 // A submit or restore from a checkpoint being removed is refused, so that
 // no job starts from one half gone, and one a job is being started from
 // is not removed (startFrom); no removal holds up the submits and
@@ -123,11 +126,18 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 	j.mu.Lock()
 	info.EarlierRun = id < j.firstID && id != j.startID
 	j.mu.Unlock()
+	kind := "checkpoint"
+	if info.Savepoint {
+		kind = "savepoint"
+	}
 	if why := m.neededBy(name, id); why != "" {
-		kind := "checkpoint"
-		if info.Savepoint {
-			kind = "savepoint"
-		}
+		return control.RemovedCheckpoint{}, control.Errorf(control.ErrConflict, "cannot remove %s %d of job %s: %s", kind, id, name, why)
+	}
+	why, err := m.namedBy(ctx, name, id)
+	if err != nil {
+		return control.RemovedCheckpoint{}, fmt.Errorf("remove checkpoint %d of job %s: %w", id, name, err)
+	}
+	if why != "" {
 		return control.RemovedCheckpoint{}, control.Errorf(control.ErrConflict, "cannot remove %s %d of job %s: %s", kind, id, name, why)
 	}
 	advised := m.advisedFrom(name, id)
@@ -511,6 +521,31 @@ func (m *Manager) neededBy(name string, id int64) string {
 		}
 	}
 	return ""
+}
+
+// namedBy says why checkpoint id of job name must stay because another
+// checkpoint of the job still stored names output staged in it — its
+// sink's snapshot holds that output no more, and its restore reads id's
+// (checkpoint.Catalog.NamedBy) — or "". A running job's retention keeps
+// such a checkpoint too; removing the one that names it first lets it go.
+func (m *Manager) namedBy(ctx context.Context, name string, id int64) (string, error) {
+	refs, err := m.opts.Catalog.NamedBy(ctx, name, id)
+	if err != nil || len(refs) == 0 {
+		return "", err
+	}
+	r := refs[len(refs)-1] // the newest: a removal newest first goes on to the others
+	what := "names output staged in it"
+	if r.From < id {
+		what = fmt.Sprintf("names output staged in checkpoints from %d on, which may be in it", r.From)
+	}
+	others := ""
+	switch n := len(refs) - 1; {
+	case n == 1:
+		others = fmt.Sprintf(" and checkpoint %d, which names it too,", refs[0].ID)
+	case n > 1:
+		others = fmt.Sprintf(" and the %d other checkpoints after %d that name it", n, id)
+	}
+	return fmt.Sprintf("checkpoint %d's snapshot of task %s %s (remove %d%s first)", r.ID, r.Task, what, r.ID, others), nil
 }
 
 func boolInt(b bool) int {
