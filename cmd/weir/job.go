@@ -979,7 +979,10 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            were deleted past checkpointing.retained (one a job that
                            runs was started from, once that job needs it no more:
                            it completed one of its own, or ended; until then it is
-                           listed completed, "kept past checkpointing.retained");
+                           listed completed, "kept past checkpointing.retained";
+                           so is one whose output a kept checkpoint's exactly-once
+                           sink snapshot names, and every one after it, until
+                           nothing kept names it);
                            "removing" ones
                            are partly removed (a weir checkpoint rm was cut short):
                            never restored; the job's retention while it runs, the
@@ -1001,7 +1004,10 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            needed: what a job that has not ended restores on a
                            failover (its latest; for a restored job that completed
                            none of its own, the one it started from, of any job),
-                           or one being written. Exits 1 if any ID was refused or
+                           one being written, or one whose output a checkpoint still
+                           stored names (an exactly-once sink's snapshot): the
+                           refusal names that one, to remove first (give the newest
+                           ID first: rm JOB 9 7). Exits 1 if any ID was refused or
                            is not stored. One a job that has ended was to be
                            restored from goes: a line after it names the job and
                            what it is restored from now (its newest checkpoint
@@ -1010,7 +1016,7 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
   weir checkpoint rm -earlier JOB
                            delete every checkpoint and savepoint that earlier runs of
                            JOB left stored (ls marks them "earlier run") and nothing
-                           needs, the leftover snapshots of their checkpoints that
+                           needs (nor a checkpoint still stored names), the leftover snapshots of their checkpoints that
                            never completed (and of the job's own run, once it has
                            ended), and sinks' commit markers written after their
                            checkpoint was deleted; lists what it removed (with
