@@ -130,6 +130,18 @@ func (c *Catalog) Write(ctx context.Context, md *Metadata) error {
 // (control.MetricSinkStateFrom) is corrupt too when that one is, or is
 // gone: its restore reads that one's snapshots (checkNamed).
 func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, error) {
+	md, err := c.read(ctx, job, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkNamed(ctx, md); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// read is Read without checkNamed.
+func (c *Catalog) read(ctx context.Context, job string, id int64) (*Metadata, error) {
 	data, err := storage.ReadAll(ctx, c.Meta, MetadataKey(job, id))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s/%d: %w", job, id, err)
@@ -178,9 +190,6 @@ func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, er
 			_ = rc.Close()
 		}
 	}
-	if err := c.checkNamed(ctx, md); err != nil {
-		return nil, err
-	}
 	return md, nil
 }
 
@@ -188,8 +197,10 @@ func (c *Catalog) Read(ctx context.Context, job string, id int64) (*Metadata, er
 // (control.MetricSinkStateFrom), which a restore of md reads too: one
 // that is gone, corrupt or partly removed, or has no snapshot of the task
 // that names it, makes md corrupt (ErrCorrupt, never fs.ErrNotExist nor a
-// RemovingError: md itself is stored). Each is read as Read reads md, so
-// the ones it names in turn are checked as well.
+// RemovingError: md itself is stored). What those name in turn is not
+// checked: md's restore reads only the output staged in them, which they
+// hold themselves (a checkpoint kept only because a newer one names it
+// may itself no longer restore, and Read says so when asked for it).
 func (c *Catalog) checkNamed(ctx context.Context, md *Metadata) error {
 	named := map[int64]string{} // checkpoint -> the first task, by name, that names it
 	for task, mt := range md.Metrics {
@@ -204,7 +215,7 @@ func (c *Catalog) checkNamed(ctx context.Context, md *Metadata) error {
 		if k >= md.ID {
 			return fmt.Errorf("checkpoint %s/%d: %w: its snapshot of %s names checkpoint %d, not an earlier one", md.Job, md.ID, ErrCorrupt, task, k)
 		}
-		km, err := c.Read(ctx, md.Job, k)
+		km, err := c.read(ctx, md.Job, k)
 		switch {
 		case errors.Is(err, ErrCorrupt) || errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("checkpoint %s/%d: %w: its snapshot of %s names output staged in checkpoint %d, which cannot be restored (%v)",

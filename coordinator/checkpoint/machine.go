@@ -305,10 +305,9 @@ func (md *Metadata) SinkStateFrom() (id int64, task string) {
 
 // retention returns the index in m.completed of the oldest completed
 // checkpoint retention keeps, and why each kept one before the newest
-// Retained is kept. It keeps the newest Retained and, to a fixed point,
-// every one from the oldest checkpoint a kept checkpoint or savepoint
-// names (Metadata.SinkStateFrom) on: a checkpoint kept for that names
-// older ones too.
+// Retained is kept. It keeps the newest Retained and every one from the
+// oldest checkpoint one of them or a kept savepoint names
+// (Metadata.SinkStateFrom) on.
 func (m *Machine) retention() (start int, kept map[int64]string) {
 	start = max(len(m.completed)-m.cfg.Retained, 0)
 	var lo, by int64
@@ -324,9 +323,12 @@ func (m *Machine) retention() (start int, kept map[int64]string) {
 	for _, md := range m.savepoints {
 		note(md)
 	}
+	// Not what those kept for the newer ones name in turn: a restore of
+	// the newer ones reads only the output staged in them, which they
+	// hold themselves (commits that lag one checkpoint behind would keep
+	// every checkpoint otherwise).
 	for start > 0 && lo > 0 && m.completed[start-1].ID >= lo {
 		start--
-		note(m.completed[start])
 	}
 	for _, md := range m.completed[start : len(m.completed)-min(m.cfg.Retained, len(m.completed))] {
 		if kept == nil {
