@@ -294,3 +294,72 @@ func TestReadvisedLine(t *testing.T) {
 		}
 	}
 }
+
+// weir checkpoint rm of a checkpoint that another one given in the same
+// command names (an exactly-once sink's snapshot naming output staged in
+// it) removes both, whatever their order: the named one is refused while
+// the other is stored, and tried again once it went.
+func TestCheckpointRemoveANamedOneAndTheOneNamingIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	n, err := node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1,
+		HeartbeatInterval: 50 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	spec, err := jobspec.Parse("tap.yaml", []byte(`name: tap
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+checkpointing: {disabled: true}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	for st, _ := n.API.Job(ctx, "tap"); st.State != control.JobRunning; st, _ = n.API.Job(ctx, "tap") {
+		if ctx.Err() != nil {
+			t.Fatalf("job not running: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var ids []int64
+	for range 2 {
+		sp, err := n.API.Savepoint(ctx, "tap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sp.ID)
+	}
+	if _, err := n.API.CancelJob(ctx, "tap"); err != nil {
+		t.Fatal(err)
+	}
+	// The second names output staged in the first, as a sink's would.
+	st, err := storage.NewDir(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &checkpoint.Catalog{Meta: st, State: st}
+	md, err := cat.Read(ctx, "tap", ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Savepoint = false
+	md.Metrics["out-0"][control.MetricSinkStateFrom] = ids[0]
+	if err := cat.Write(ctx, md); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"checkpoint", "rm", "-nats", n.Server.ClientURL(), "tap", fmt.Sprint(ids[0]), fmt.Sprint(ids[1])},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := regexp.MustCompile(fmt.Sprintf(`^removed checkpoint %d of tap \(\d+ B\): 3 storage objects\n.*\nremoved savepoint %d of tap \(\d+ B\): 3 storage objects\n`, ids[1], ids[0]))
+	if code != 0 || !want.MatchString(out.String()) || errb.Len() != 0 {
+		t.Errorf("rm: exit %d, stdout %q, stderr %q; want %s", code, out.String(), errb.String(), want)
+	}
+	if left, err := cat.IDs(ctx, "tap"); err != nil || len(left) != 0 {
+		t.Errorf("stored after rm: %v, %v", left, err)
+	}
+}

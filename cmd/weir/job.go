@@ -1006,8 +1006,8 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            none of its own, the one it started from, of any job),
                            one being written, or one whose output a checkpoint still
                            stored names (an exactly-once sink's snapshot): the
-                           refusal names that one, to remove first (give the newest
-                           ID first: rm JOB 9 7). Exits 1 if any ID was refused or
+                           refusal names that one, to remove first (given in the
+                           same rm, in any order, it goes first). Exits 1 if any ID was refused or
                            is not stored. One a job that has ended was to be
                            restored from goes: a line after it names the job and
                            what it is restored from now (its newest checkpoint
@@ -1080,22 +1080,46 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 		printRemoved(std.Out, job, rm, nf.hint())
 		return nil
 	}
-	// Like rm: each ID on its own, a refusal does not keep the others.
+	// Like rm: each ID on its own, a refusal does not keep the others. One
+	// refused as in use (ErrConflict: a later checkpoint given too names
+	// it) is tried again once the others went, as long as one did. The
+	// refusals are reported in the order the IDs were given.
+	refused := map[int64]error{}
+	for pending := ids; len(pending) > 0; {
+		var again []int64
+		removed := false
+		for _, id := range pending {
+			rm, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: job, ID: id})
+			if err != nil {
+				refused[id] = apiErr("checkpoint rm", err)
+				var re *control.RemoteError
+				if !errors.As(err, &re) {
+					pending, again = nil, nil
+					break // the coordinator did not answer: the next would fare no better
+				}
+				if errors.Is(err, control.ErrConflict) {
+					again = append(again, id)
+				}
+				continue
+			}
+			delete(refused, id)
+			removed = true
+			printRemoved(std.Out, job, rm, nf.hint())
+		}
+		if !removed {
+			break
+		}
+		pending = again
+	}
 	var failed error
 	for _, id := range ids {
-		rm, err := api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: job, ID: id})
-		if err != nil {
+		if err, ok := refused[id]; ok {
 			if failed != nil {
 				printErr(std.Err, failed)
 			}
-			failed = apiErr("checkpoint rm", err)
-			var re *control.RemoteError
-			if !errors.As(err, &re) {
-				break // the coordinator did not answer: the next would fare no better
-			}
-			continue
+			failed = err
+			delete(refused, id) // an ID given twice is reported once
 		}
-		printRemoved(std.Out, job, rm, nf.hint())
 	}
 	return failed
 }
