@@ -52,10 +52,12 @@ module may be a Go package directory, which weir builds (GOOS=wasip1), or a
 Rust, C, AssemblyScript or WAT source file (.rs, .c, .ts, .wat), which it
 builds against the SDK it carries (guests/README.md), once what refuses a run
 at once (an -input it cannot read, a -data directory another weir holds, a
--nats it cannot reach, a job of the name stopped with a savepoint: run again,
-it would read its streams from the start and repeat the output it
-committed, so weir run says how to restore it instead; one canceled or
-failed after a checkpoint runs again, saying so) has not. A module that is a
+-nats it cannot reach, a job of the name that has not ended, a stream the
+job names that does not exist with -create-streams=false, a job of the
+name stopped with a savepoint: run again, it would read its streams from
+the start and repeat the output it committed, so weir run says how to
+restore it instead; one canceled or failed after a checkpoint runs again,
+saying so) has not. A module that is a
 local file, Go package or source goes to the module registry (once per
 content) and the job names it by its digest (sha256:…), so that workers on
 other machines can load it.`
@@ -104,8 +106,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	// What refuses the run at once — an -input it cannot publish, a data
-	// directory another weir holds, a NATS it cannot reach — does so
-	// before modules are built, which takes seconds.
+	// directory another weir holds, a NATS it cannot reach, a job of the
+	// name that runs, a stream that is not there — does so before modules
+	// are built, which takes seconds.
 	if err := checkInputs(spec, o.inputs); err != nil {
 		return err
 	}
@@ -139,9 +142,19 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	n.API.Timeout = o.nats.waitTimeout()
 	notices := &apiNotices{w: std.Err}
 	n.API.Waiting = notices.waiting
-	note, err := checkRerun(ctx, n.API, spec.Name, pos[0], o, embedded)
+	// The job's status and the streams the spec names are a request
+	// each: a refusal they foresee (a job of the name that has not
+	// ended, a stream that is not there) comes before the build and the
+	// push, which take seconds and store modules for a job that never
+	// runs. The submit still refuses what changed since.
+	note, err := checkRerun(ctx, n.API, spec, pos[0], o, embedded)
 	if err != nil {
 		return err
+	}
+	if !o.create {
+		if err := checkStreamsExist(ctx, n.JS, spec); err != nil {
+			return err
+		}
 	}
 	if note != "" {
 		fmt.Fprintf(std.Err, "weir: %s\n", note)
@@ -168,7 +181,11 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	return follow(ctx, std, n, spec, o, embedded, notices)
 }
 
-// checkRerun looks at the job's earlier run, if it ended after it
+// checkRerun looks at the job of spec's name, if there is one. One that
+// has not ended is refused as the submit would refuse it (submitRefused),
+// before anything is built or pushed for a run that would not start.
+//
+// Else it looks at the job's earlier run, if it ended after it
 // completed a checkpoint: that run committed output up to the checkpoint,
 // and a new run reads its streams from the start, so its sinks' streams
 // get that output again (exactly-once holds within a run and its
@@ -183,16 +200,25 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 // again as they are. The earlier run is asked for once, briefly and
 // without a notice: a coordinator that does not answer, or a job the
 // name does not have, is the submit's to say.
-func checkRerun(ctx context.Context, api *control.APIClient, name, specPath string, o runOptions, embedded bool) (note string, err error) {
+func checkRerun(ctx context.Context, api *control.APIClient, spec *jobspec.Spec, specPath string, o runOptions, embedded bool) (note string, err error) {
 	if embedded && o.data == "" {
 		return "", nil // a fresh directory: no job ran there
 	}
+	name := spec.Name
 	probe := *api
 	probe.Waiting = nil
 	pctx, cancel := context.WithTimeout(ctx, rerunProbe)
 	defer cancel()
 	st, err := probe.Job(pctx, name)
-	if err != nil || !st.State.Terminal() || st.State == control.JobFinished || st.LatestCheckpoint == 0 {
+	if err != nil {
+		return "", nil
+	}
+	if !st.State.Terminal() {
+		// The coordinator's words (job.Manager's start).
+		err := control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", name, st.State)
+		return "", submitRefused(err, spec, o, embedded, 0)
+	}
+	if st.State == control.JobFinished || st.LatestCheckpoint == 0 {
 		return "", nil
 	}
 	where, hint := " with", o.nats.hint()
@@ -209,8 +235,49 @@ func checkRerun(ctx context.Context, api *control.APIClient, name, specPath stri
 		"(to go on from there instead%s: %s)", name, st.State, st.LatestCheckpoint, where, restore), nil
 }
 
-// rerunProbe bounds checkRerun's question.
+// rerunProbe bounds checkRerun's question, and checkStreamsExist's.
 const rerunProbe = 2 * time.Second
+
+// checkStreamsExist refuses a spec whose JetStream sources or sinks name
+// a stream that does not exist, in the words of the coordinator's submit
+// (job.Manager's checkStreams), which refuses it too. Each stream is
+// asked for once, briefly: any answer but "not found" (JetStream slow or
+// unavailable) is the submit's to meet.
+func checkStreamsExist(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spec) error {
+	missing := map[string]bool{}
+	var bad []string
+	check := func(what, name, stream string) {
+		if stream == "" {
+			return
+		}
+		gone, seen := missing[stream]
+		if !seen {
+			sctx, cancel := context.WithTimeout(ctx, rerunProbe)
+			_, err := js.Stream(sctx, stream)
+			cancel()
+			gone = errors.Is(err, jetstream.ErrStreamNotFound)
+			missing[stream] = gone
+		}
+		if gone {
+			bad = append(bad, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
+		}
+	}
+	for _, s := range spec.Sources {
+		if s.Kind == jobspec.KindJetStream {
+			check("source", s.Name, s.Stream)
+		}
+	}
+	for _, s := range spec.Sinks {
+		if s.Kind == jobspec.KindJetStream {
+			check("sink", s.Name, s.Stream)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("submit %s: %s (fix the spec, or create or change the stream, before submitting the job)",
+			spec.Name, strings.Join(bad, "; "))
+	}
+	return nil
+}
 
 // apiNotices tells w what weir run waits for once a request of the job
 // API has had no answer for a second (control.APIClient.Waiting), as
@@ -934,22 +1001,17 @@ func (o *output) state() (int, time.Time) {
 	return o.n, o.last
 }
 
-func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool, notices *apiNotices) error {
-	out := &output{std: std, show: o.show, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{}, js: n.JS, sinks: spec.Sinks}
-	for _, s := range spec.Sinks {
-		stop, err := out.watch(ctx, n.Conn, s)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	nonce := ingest.Nonce()
-	published, err := publishInputs(ctx, std, n, spec, o.inputs, true, nonce)
-	if err != nil {
+// submitRefused returns the error weir run ends with when the submit of
+// spec is refused with err (in the words the user sees: apiErr's), or
+// checkRerun foresees that it would be; published is how many -input
+// records went out before. A refusal because a job of the name has not
+// ended says how to reach that job, and how to give it more input where
+// -input published none.
+func submitRefused(err error, spec *jobspec.Spec, o runOptions, embedded bool, published int) error {
+	if !errors.Is(err, control.ErrConflict) {
 		return err
 	}
-	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
-	if err != nil && embedded && o.data != "" && errors.Is(err, control.ErrConflict) {
+	if embedded && o.data != "" {
 		// The data directory of a weir run or weir up that was killed
 		// resumed its job as this one started: the job is not this
 		// run's to submit. More input goes to it where it runs on: the
@@ -975,17 +1037,35 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return fmt.Errorf("%w (resumed from -data %s, where it ran before: %s lets it run on, and weir job cancel or stop %s ends it%s)",
 			err, shellQuote(o.data), sv.up, there, feed)
 	}
-	if err != nil && len(o.inputs) > 0 && published == 0 && errors.Is(err, control.ErrConflict) {
+	if len(o.inputs) > 0 && published == 0 {
 		// A job that runs, restored from a checkpoint say, is not this
 		// run's to submit, and its input (published after the submit, for
 		// an unbounded source) is not published: say how to give it more.
 		if src, _ := inputSource(spec, o.inputs[0]); src != nil {
 			return fmt.Errorf("%w, or give it more input yourself: -input publishes only with a job weir run submits (%s)",
-				apiErr("submit "+spec.Name, err), feedHint(*src, natsconn.Redact(o.nats.url)))
+				err, feedHint(*src, natsconn.Redact(o.nats.url)))
 		}
 	}
+	return err
+}
+
+func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool, notices *apiNotices) error {
+	out := &output{std: std, show: o.show, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{}, js: n.JS, sinks: spec.Sinks}
+	for _, s := range spec.Sinks {
+		stop, err := out.watch(ctx, n.Conn, s)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	nonce := ingest.Nonce()
+	published, err := publishInputs(ctx, std, n, spec, o.inputs, true, nonce)
 	if err != nil {
-		return apiErr("submit "+spec.Name, err)
+		return err
+	}
+	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	if err != nil {
+		return submitRefused(apiErr("submit "+spec.Name, err), spec, o, embedded, published)
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch, st.FsyncEachWrite)
