@@ -40,6 +40,22 @@ type holdingPreCommit struct {
 }
 
 func (s holdingPreCommit) PreCommit(ctx context.Context, id int64) ([]byte, error) {
+	if err := s.hold(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.ExactlyOnce.PreCommit(ctx, id)
+}
+
+// PreCommitIncremental is what the task calls (host.IncrementalSink).
+func (s holdingPreCommit) PreCommitIncremental(ctx context.Context, id int64, selfContained bool) ([]byte, int64, error) {
+	if err := s.hold(ctx, id); err != nil {
+		return nil, 0, err
+	}
+	return s.ExactlyOnce.PreCommitIncremental(ctx, id, selfContained)
+}
+
+// hold holds checkpoint id until the task stops, once armed.
+func (s holdingPreCommit) hold(ctx context.Context, id int64) error {
 	s.h.mu.Lock()
 	armed := s.h.armed
 	if armed && s.h.id == 0 {
@@ -49,9 +65,9 @@ func (s holdingPreCommit) PreCommit(ctx context.Context, id int64) ([]byte, erro
 	s.h.mu.Unlock()
 	if armed {
 		<-ctx.Done()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	return s.ExactlyOnce.PreCommit(ctx, id)
+	return nil
 }
 
 // A coordinator stopping while its NATS server is gone does not wait for
