@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
 )
 
@@ -394,5 +395,30 @@ func TestAResumeOfARestartWaitingForAWorkerCountsItOnce(t *testing.T) {
 	if st.Restarts != 1 || st.Resumes != 0 || st.AttemptsExplained() != "" {
 		t.Errorf("resumed while the restart waited for a worker: %d restarts, %d resumes (%q); want the attempt counted once, as the restart",
 			st.Restarts, st.Resumes, st.AttemptsExplained())
+	}
+}
+
+// A completion whose notice comes after the next attempt was deployed — a
+// checkpoint of the attempt before, which no source task of this attempt
+// acked — is not this attempt's progress: counted as such, it gave a job
+// that traps on a record one restart more than restart.attempts (seen
+// under load in cmd/weir/internal/node TestRestartsLeaveNothingBehind).
+func TestCheckpointOfAnEarlierAttemptIsNoProgress(t *testing.T) {
+	j := &job{}
+	j.noteRestore(&checkpoint.Metadata{ID: 4, Metrics: map[string]map[string]int64{"in-0": {control.MetricSourcePosition: 7}}})
+	if j.progressed(4) {
+		t.Error("the restored checkpoint's late notice counts as progress")
+	}
+	j.ackedAt[5] = map[string]int64{"in-0": 7}
+	if j.progressed(5) {
+		t.Error("a checkpoint taken again where the attempt restored counts as progress")
+	}
+	j.ackedAt[6] = map[string]int64{"in-0": 8}
+	if !j.progressed(6) {
+		t.Error("a checkpoint that read on does not count as progress")
+	}
+	j.noteRestore(nil)
+	if !j.progressed(7) {
+		t.Error("with nothing restored, a checkpoint does not count as progress")
 	}
 }

@@ -1396,13 +1396,20 @@ func (j *job) Notify(ctx context.Context, id int64) {
 // after such a checkpoint, and restart.attempts, counted from it, would
 // never run out. A checkpoint with no positions to compare (no restore,
 // a core NATS source, a task the restored one lacks after a rescale,
-// metadata older than the positions) counts as progress. Call it with
-// j.mu held.
+// metadata older than the positions) counts as progress. One the attempt
+// did not take — no source task of it acked id, a completion of the
+// attempt before whose notice the runner passed on only after this
+// attempt was deployed (a loaded machine) — is not its progress: counted
+// as progress, it gave a job trapping on a record one restart more than
+// restart.attempts. Call it with j.mu held.
 func (j *job) progressed(id int64) bool {
 	if len(j.restoredAt) == 0 {
 		return true
 	}
-	acked := j.ackedAt[id]
+	acked, ok := j.ackedAt[id]
+	if !ok {
+		return false
+	}
 	for task, pos := range j.restoredAt {
 		if now, ok := acked[task]; !ok || now != pos {
 			return true
