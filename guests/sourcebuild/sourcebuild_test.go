@@ -223,8 +223,8 @@ func TestSDKImport(t *testing.T) {
 // The same source builds to the same bytes wherever it is built (weir run
 // pushes a module by content: a build that differs every time would store
 // a new version on every run), with no DWARF (Debian's libstd brings 5 MiB
-// of it to a Rust module, wasi-libc three quarters of a small C one); Rust
-// and C keep the name section the host names a trap's functions by.
+// of it to a Rust module, wasi-libc three quarters of a small C one); every
+// language keeps the name section the host names a trap's functions by.
 func TestBuildReproducible(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -233,7 +233,7 @@ func TestBuildReproducible(t *testing.T) {
 		src   string
 		names bool // whether the build keeps a name section
 	}{
-		{"testdata/shout.rs", true}, {"testdata/shout.c", true}, {"testdata/shout.ts", false}, {"../wat/uppercase.wat", false},
+		{"testdata/shout.rs", true}, {"testdata/shout.c", true}, {"testdata/shout.ts", true}, {"../wat/uppercase.wat", true},
 	} {
 		src := c.src
 		t.Run(src, func(t *testing.T) {
@@ -269,6 +269,54 @@ func TestBuildReproducible(t *testing.T) {
 			}
 			if c.names && !slices.Contains(names, "name") {
 				t.Errorf("%s built without a name section (custom sections %q): a trap's stack would not name functions", src, names)
+			}
+		})
+	}
+}
+
+// An AssemblyScript and a WAT operator that trap in a function of their
+// own name it in the trap's stack, by the name section their build keeps
+// (asc and wat2wasm write none unless told to: the stack said "$4()").
+func TestTrapStackNamesTheFunction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	t.Setenv(CacheDirEnv, "off") // this build, not one cached before
+	e, err := wasm.NewEngine(wasm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	for _, c := range []struct{ src, frame string }{
+		{"testdata/boom.ts", "\tboom/Boom#process(i32,i32)\n"},
+		{"testdata/boom.wat", "\texplode()\n"},
+	} {
+		t.Run(c.src, func(t *testing.T) {
+			out, err := Build(ctx, c.src, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := e.Load(ctx, filepath.Base(c.src), b, wasm.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{WholeBatches: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer inst.Close(ctx)
+			var in abi.Builder
+			in.Add([]byte("k"), []byte("boom"), 1)
+			err = inst.Process(ctx, 0, in.Bytes(), func(int, []byte) error { return nil })
+			var te *wasm.TrapError
+			if !errors.As(err, &te) {
+				t.Fatalf("got %v, want a trap", err)
+			}
+			if !strings.Contains(te.Stack+"\n", c.frame) {
+				t.Errorf("%v: stack\n%s\nhas no frame %q", err, te.Stack, strings.TrimSpace(c.frame))
 			}
 		})
 	}
