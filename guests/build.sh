@@ -7,6 +7,8 @@
 #   guests/c/examples/NAME.simd.wasm          C, WASI reactor with -msimd128
 #   guests/rust/examples/NAME.wasm            Rust (Debian rustc, no cargo)
 #   guests/assemblyscript/examples/NAME.wasm  AssemblyScript (asc 0.28)
+#   guests/assemblyscript/sdktest/probe.wasm  AssemblyScript, its function
+#                                             names kept
 #   guests/wat/NAME.wasm                      hand-written WAT (wabt)
 #
 # and each SDK's sdktest/probe operator (C, Rust, AssemblyScript), which
@@ -196,10 +198,18 @@ build_assemblyscript() {
     # --exportStart: top-level code (the operator's constructor) runs as
     # _initialize, under the host's call deadline, not as a start function.
     # The files import the SDK as the package "weir", as a user's do:
-    # --path names the directory that holds it (weir/index.ts).
-    "$ASC" "$src" -O3 --noAssert --exportStart _initialize \
+    # --path names the directory that holds it (weir/index.ts). --debug
+    # writes a name section and changes nothing else (no --sourceMap), as
+    # guests/sourcebuild builds a user's file: the probe keeps it, for the
+    # function TestAssemblyScriptTrapStack finds in its trap's stack; the
+    # rest are stripped.
+    "$ASC" "$src" -O3 --noAssert --debug --exportStart _initialize \
       --path guests/assemblyscript --use abort=~lib/weir/index/weirAbort -o "$o"
-    done_build "$o" "$src" assemblyscript
+    if [ "$src" = guests/assemblyscript/sdktest/probe.ts ]; then
+      done_named "$o" "$src" assemblyscript
+    else
+      done_build "$o" "$src" assemblyscript
+    fi
   done
 }
 

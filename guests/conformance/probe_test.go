@@ -249,6 +249,37 @@ func TestAssemblyScriptAbort(t *testing.T) {
 	}
 }
 
+// TestAssemblyScriptTrapStack: the AssemblyScript probe, built with --debug
+// as guests/build.sh and guests/sourcebuild build AssemblyScript, keeps a
+// name section, so its trap's stack names the operator's function where it
+// said $47.
+func TestAssemblyScriptTrapStack(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	code, err := os.ReadFile(probes["assemblyscript"])
+	if err != nil {
+		t.Fatalf("%v (run guests/build.sh)", err)
+	}
+	m, err := e.Load(ctx, "assemblyscript-probe", code, wasm.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	err = inst.Process(ctx, 0, records("a", "trap"), func(int, []byte) error { return nil })
+	const frame = "\tguests/assemblyscript/sdktest/probe/Probe#process(i32,i32) i32\n"
+	var te *wasm.TrapError
+	if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.Contains(te.Stack+"\n", frame) {
+		t.Errorf("got %v, want a trap at record 1 whose stack has the frame %q", err, strings.TrimSpace(frame))
+		if te != nil {
+			t.Logf("stack:\n%s", te.Stack)
+		}
+	}
+}
+
 // TestCStackOverflow: C's stack lives in linear memory; built with
 // -Wl,--stack-first (guests/build.sh, as guests/README.md says) a recursion
 // too deep for it traps at once, out of bounds, at the record it happened
