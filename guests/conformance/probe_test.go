@@ -312,6 +312,58 @@ func TestCStackOverflow(t *testing.T) {
 	}
 }
 
+// TestCNullWrite: WebAssembly has no page to fault on at address 0, so a C
+// operator writing through a NULL pointer (the probe's "null": 4 KiB of 1s)
+// does not trap. Built with -Wl,--stack-first the bytes land in the far end
+// of the stack, unused, and the SDK's state is whole: the records are
+// emitted, and a later trap is reported at its record. Without the flag
+// they land on the globals: the emit buffers' pointers and the cursor
+// read 0x01010101, and the host blamed record 16843009.
+func TestCNullWrite(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	for _, name := range []string{"c", "c-freestanding"} {
+		code, err := os.ReadFile(probes[name])
+		if err != nil {
+			t.Fatalf("%v (run guests/build.sh)", err)
+		}
+		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		newInst := func() *wasm.Instance {
+			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { inst.Close(ctx) })
+			return inst
+		}
+		var got []emission
+		err = newInst().Process(ctx, 0, records("a", "null", "b"), func(port int, b []byte) error {
+			got = append(got, emission{port: port, batch: b})
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: a write through NULL: %v", name, err)
+		} else {
+			sameEmissions(t, name+" after a write through NULL", got, []emission{
+				{port: 1, batch: abi.EncodeBatch(
+					abi.Record{Key: []byte("k0"), Value: []byte("a"), Timestamp: 0},
+					abi.Record{Key: []byte("k2"), Value: []byte("b"), Timestamp: 2})},
+				{port: 0, batch: abi.EncodeBatch(
+					abi.Record{Key: []byte("k1"), Value: []byte("null"), Timestamp: 1})},
+			})
+		}
+		err = newInst().Process(ctx, 0, records("a", "null", "b", "trap"), func(int, []byte) error { return nil })
+		var te *wasm.TrapError
+		if !errors.As(err, &te) || te.RecordIndex != 3 ||
+			!strings.Contains(err.Error(), `trap at record 3 (key "k3", value "trap"): wasm error: unreachable`) {
+			t.Errorf("%s: got %v, want the trap at record 3, after a write through NULL at record 1", name, err)
+		}
+	}
+}
+
 // TestKeyedStateMisuse: a keyed state begun after other state (a version
 // byte, as abi/ABI.md §8 advises for other layouts), or in C put without
 // weir_keyed_state_begin, would be a state not in the keyed layout, which

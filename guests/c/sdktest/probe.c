@@ -11,6 +11,10 @@
  *     runs out: with -Wl,--stack-first that traps at once, out of bounds,
  *     and the host reports the right record (without it the stack grows
  *     into the SDK's globals, the cursor among them);
+ *   - (C only) a record whose value is "null" writes 4 KiB of 1s through a
+ *     NULL pointer and carries on: with -Wl,--stack-first they land in the
+ *     far end of the stack, unused, and the SDK's state is whole (without
+ *     it they land on the globals, and the cursor reads 16843009);
  *   - a record whose value is "log" is also logged at warn level as "probe: log";
  *   - a record whose value is "badport" is emitted to output port 2000, past
  *     every SDK's port limit, which fails the call with the SDK's message;
@@ -78,6 +82,10 @@ static int deep(int n) {
     return deep(n - 1) + buf[0];
 }
 
+/* nowhere is a pointer the operator never set, as a lookup that found
+ * nothing leaves one; volatile, so that clang cannot see it is NULL. */
+static uint8_t *volatile nowhere;
+
 static int process(uint32_t port, weir_batch *in) {
     (void)port;
     weir_record r;
@@ -86,6 +94,7 @@ static int process(uint32_t port, weir_batch *in) {
         if (is(r.value, "fail")) return weir_fail("probe: fail");
         if (is(r.value, "panic")) weir_abort("probe: panic");
         if (is(r.value, "recurse")) deep_sink = deep(1 << 20);
+        if (is(r.value, "null")) memset(nowhere, 1, 4096);
         if (is(r.value, "log")) weir_log(WEIR_LOG_WARN, "probe: log");
         uint32_t out = is(r.value, "badport") ? 2000 : (i + 1) % 2;
         if (weir_emit(out, r.key, r.value, r.timestamp)) return WEIR_ERR;
