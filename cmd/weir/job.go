@@ -570,8 +570,10 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 // failing for good (control.JobStatus.FailuresInARow), and when its
 // latest failures all failed the same way (control.Failure.SameAs: of the
 // same kind in the same task) that restarting does not help: RESTARTS and the failures list showed the
-// loop, not that the restart strategy would give up, nor when.
-func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatus) string) {
+// loop, not that the restart strategy would give up, nor when. For an
+// operator that traps on a record, or runs past its memory limit on one
+// (control.FailureMemoryLimit), remedy says how the job goes on.
+func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatus, remedyFix) string) {
 	n := st.FailuresInARow
 	if n == 0 {
 		return
@@ -598,15 +600,49 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 			return
 		}
 	}
-	trap := st.Failures[0].IsKind(control.FailureTrap)
-	hint := ""
-	if trap {
-		hint = " (an operator that traps on a record does so each time the record is read again after a restore)"
+	// A memory limit's first: a failure of no kind after a refused grow
+	// reads as a trap too.
+	fix, hint := remedyNone, ""
+	switch f := st.Failures[0]; {
+	case f.IsKind(control.FailureMemoryLimit):
+		fix, hint = remedyMemory, " (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)"
+	case f.IsKind(control.FailureTrap):
+		fix, hint = remedyOperator, " (an operator that traps on a record does so each time the record is read again after a restore)"
 	}
 	fmt.Fprintf(w, "%sthe last %d failed the same way: restarting does not help while the cause stays%s\n", indent, same, hint)
-	if trap && remedy != nil {
-		fmt.Fprintf(w, "%s%s\n", indent, remedy(st))
+	if fix != remedyNone && remedy != nil {
+		fmt.Fprintf(w, "%s%s\n", indent, remedy(st, fix))
 	}
+}
+
+// remedyFix is what a job that fails on a record again and again needs
+// before it goes on (trapRemedy, rerunRemedy).
+type remedyFix int
+
+const (
+	// remedyNone: no remedy is known.
+	remedyNone remedyFix = iota
+	// remedyOperator: a fixed build of the operator (a trap).
+	remedyOperator
+	// remedyMemory: a larger limits.memory for the operator
+	// (control.FailureMemoryLimit).
+	remedyMemory
+)
+
+// fix says what to change, as the start of a remedy: "fix the operator".
+func (f remedyFix) fix() string {
+	if f == remedyMemory {
+		return "raise the operator's limits.memory in the spec"
+	}
+	return "fix the operator"
+}
+
+// spec says what the spec a restore takes has changed.
+func (f remedyFix) spec() string {
+	if f == remedyMemory {
+		return "the spec's limits.memory raised"
+	}
+	return "the spec's module: naming the fixed build"
 }
 
 // rerunRemedy is trapRemedy for a job weir run started on an embedded
@@ -619,18 +655,18 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 // default -nats names); without one it is run again, but with no -input
 // where the run stored its input in a stream (stored), which would hold
 // it twice.
-func rerunRemedy(data dataServe, stored bool) func(control.JobStatus) string {
-	return func(st control.JobStatus) string {
+func rerunRemedy(data dataServe, stored bool) func(control.JobStatus, remedyFix) string {
+	return func(st control.JobStatus, f remedyFix) string {
 		switch {
 		case data.dir != "" && st.LatestCheckpoint > 0:
-			return fmt.Sprintf("to go on: fix the operator, then, with %s running, weir job restore%s %s -from %d -spec SPEC, "+
-				"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)",
-				data.up, data.hint(), shellQuote(st.Name), st.LatestCheckpoint)
+			return fmt.Sprintf("to go on: %s, then, with %s running, weir job restore%s %s -from %d -spec SPEC, "+
+				"%s (its state and output carry over; run again, it would repeat the output it committed)",
+				f.fix(), data.up, data.hint(), shellQuote(st.Name), st.LatestCheckpoint, f.spec())
 		case data.dir != "" && stored:
-			return fmt.Sprintf("to go on: fix the operator and run the job again without -input: its stream in -data %s holds the input already, "+
-				"and -input would store it a second time", shellQuote(data.dir))
+			return fmt.Sprintf("to go on: %s and run the job again without -input: its stream in -data %s holds the input already, "+
+				"and -input would store it a second time", f.fix(), shellQuote(data.dir))
 		}
-		return "to go on: fix the operator and run the job again"
+		return "to go on: " + f.fix() + " and run the job again"
 	}
 }
 
@@ -643,8 +679,8 @@ func rerunRemedy(data dataServe, stored bool) func(control.JobStatus) string {
 // restore); or, with no checkpoint to restore, submitted again. The
 // commands it prints carry hint (natsFlags.hint), as the user runs them
 // against the job's server.
-func trapRemedy(hint string) func(control.JobStatus) string {
-	return func(st control.JobStatus) string {
+func trapRemedy(hint string) func(control.JobStatus, remedyFix) string {
+	return func(st control.JobStatus, f remedyFix) string {
 		cancel := ""
 		if !st.State.Terminal() {
 			cancel = fmt.Sprintf("weir job cancel%s %s, ", hint, shellQuote(st.Name))
@@ -652,12 +688,12 @@ func trapRemedy(hint string) func(control.JobStatus) string {
 		from, carried := strconv.FormatInt(st.LatestCheckpoint, 10), "its state and output carry over"
 		if st.LatestCheckpoint == 0 {
 			if st.StartedFrom == "" {
-				return fmt.Sprintf("to go on: %sfix the operator and submit the job again (no checkpoint completed to restore)", cancel)
+				return fmt.Sprintf("to go on: %s%s and submit the job again (no checkpoint completed to restore)", cancel, f.fix())
 			}
 			from, carried = shellQuote(st.StartedFrom), "the checkpoint it started from, as none of its own is stored: that state carries over"
 		}
-		return fmt.Sprintf("to go on: %sfix the operator, then weir job restore%s %s -from %s -spec SPEC, the spec's module: naming the fixed build (%s)",
-			cancel, hint, shellQuote(st.Name), from, carried)
+		return fmt.Sprintf("to go on: %s%s, then weir job restore%s %s -from %s -spec SPEC, %s (%s)",
+			cancel, f.fix(), hint, shellQuote(st.Name), from, f.spec(), carried)
 	}
 }
 
@@ -880,9 +916,10 @@ type statusNotes struct {
 	checkpointRow bool            // said the checkpoints failing in the current row
 	failureRow    bool            // said the failures in the current row
 	bottlenecks   map[string]bool // the vertices (vertexOf) said as the bottleneck
-	// remedy says how a job whose operator traps on a record goes on
-	// (trapRemedy, rerunRemedy); nil says nothing.
-	remedy func(control.JobStatus) string
+	// remedy says how a job whose operator traps, or runs past its
+	// memory limit, on a record goes on (trapRemedy, rerunRemedy); nil
+	// says nothing.
+	remedy func(control.JobStatus, remedyFix) string
 	// hint is the -nats (natsFlags.hint) of the other commands it prints.
 	hint string
 }

@@ -998,8 +998,14 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 	st := control.JobStatus{Name: "slow", State: control.JobRestarting, LatestCheckpoint: 7}
 	want := "to go on: weir job cancel -nats nats://h:4222 slow, fix the operator, then weir job restore -nats nats://h:4222 slow -from 7 -spec SPEC, " +
 		"the spec's module: naming the fixed build (its state and output carry over)"
-	if got := trapRemedy(" -nats nats://h:4222")(st); got != want {
+	if got := trapRemedy(" -nats nats://h:4222")(st, remedyOperator); got != want {
 		t.Errorf("with -nats: said\n%q\nwant\n%q", got, want)
+	}
+	// Past the memory limit: the same restore, with the limit raised.
+	want = "to go on: weir job cancel slow, raise the operator's limits.memory in the spec, then weir job restore slow -from 7 -spec SPEC, " +
+		"the spec's limits.memory raised (its state and output carry over)"
+	if got := trapRemedy("")(st, remedyMemory); got != want {
+		t.Errorf("past the memory limit: said\n%q\nwant\n%q", got, want)
 	}
 }
 
@@ -1019,6 +1025,9 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 		same     = "  the last 2 failed the same way: restarting does not help while the cause stays\n"
 		trapSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
 			"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"
+		memSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)\n" +
+			"  to go on: weir job cancel slow, raise the operator's limits.memory in the spec and submit the job again (no checkpoint completed to restore)\n"
+		refused = " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 4 MiB and it had 2 MiB)"
 	)
 	for _, c := range []struct {
 		name     string
@@ -1045,6 +1054,20 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 2"),
 			failed(1, control.FailureUnknown, "", "task slowop-0 failed: trap at record 1")},
 			row + trapSame},
+		// Past the memory limit, whatever the words: the limit is what
+		// to change, not the operator.
+		{"past the memory limit", []control.Failure{
+			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: out of memory"+refused),
+			failed(1, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1: unreachable"+refused)},
+			row + memSame},
+		{"a trap, then past the memory limit", []control.Failure{
+			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: trap at record 1: unreachable"+refused),
+			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 1: unreachable")},
+			row},
+		{"an older coordinator's trap after a refused grow", []control.Failure{
+			failed(2, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2: unreachable"+refused),
+			failed(1, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1: unreachable"+refused)},
+			row + memSame},
 	} {
 		var b bytes.Buffer
 		printInARow(&b, control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3,
@@ -1112,7 +1135,7 @@ func TestRerunRemedy(t *testing.T) {
 			"the spec's module: naming the fixed build (its state and output carry over; run again, it would repeat the output it committed)"},
 	} {
 		st := control.JobStatus{Name: "slow", State: control.JobRestarting, LatestCheckpoint: c.latest}
-		if got := rerunRemedy(c.data, c.stored)(st); got != c.want {
+		if got := rerunRemedy(c.data, c.stored)(st, remedyOperator); got != c.want {
 			t.Errorf("-data %+v, input stored %v, checkpoint %d: said\n%q\nwant\n%q", c.data, c.stored, c.latest, got, c.want)
 		}
 	}
@@ -1190,7 +1213,7 @@ func TestServedByOddFiles(t *testing.T) {
 			t.Errorf("%s: in use: %q, want %q", name, got, inUse.Error()+hint)
 		}
 		restore := strings.ReplaceAll(c.restore, "DIR", dir)
-		if got := rerunRemedy(servedBy(dir), false)(st); !strings.Contains(got, restore) {
+		if got := rerunRemedy(servedBy(dir), false)(st, remedyOperator); !strings.Contains(got, restore) {
 			t.Errorf("%s: remedy %q, want it to hold %q", name, got, restore)
 		}
 	}

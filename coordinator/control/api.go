@@ -260,8 +260,11 @@ var digits = regexp.MustCompile(`[0-9]+`)
 // IsKind reports whether f is a failure of kind k. One of unknown kind —
 // recorded by a coordinator, or reported by a worker, that did not keep
 // kinds — is told by the words its reason had then, for the kinds
-// clients branch on: FailureTrap ("trap") and FailureCheckpointsFailed
-// ("consecutive checkpoint failures exceed").
+// clients branch on: FailureTrap ("trap"), FailureMemoryLimit (the
+// refused memory.grow's note, "refused: the operator's memory limit")
+// and FailureCheckpointsFailed ("consecutive checkpoint failures
+// exceed"). Such a failure of a trap after a refused grow is of both
+// FailureTrap and FailureMemoryLimit, as its kind was not kept.
 func (f Failure) IsKind(k FailureKind) bool {
 	if f.Kind != FailureUnknown || k == FailureUnknown {
 		return f.Kind == k
@@ -269,6 +272,8 @@ func (f Failure) IsKind(k FailureKind) bool {
 	switch k {
 	case FailureTrap:
 		return strings.Contains(f.Reason, "trap")
+	case FailureMemoryLimit:
+		return strings.Contains(f.Reason, "refused: the operator's memory limit")
 	case FailureCheckpointsFailed:
 		return strings.Contains(f.Reason, "consecutive checkpoint failures exceed")
 	}
@@ -284,10 +289,18 @@ const (
 	// FailureUnknown: none of the kinds below, or not classified (a
 	// worker or coordinator that does not send kinds).
 	FailureUnknown FailureKind = ""
-	// FailureTrap: an operator trapped (wasm.TrapError), a memory.grow
-	// its memory limit refused among the causes: on a record, it traps
-	// again each time the record is read after a restore.
+	// FailureTrap: an operator trapped (wasm.TrapError): on a record, it
+	// traps again each time the record is read after a restore. A trap
+	// after a memory.grow its memory limit refused is FailureMemoryLimit.
 	FailureTrap FailureKind = "trap"
+	// FailureMemoryLimit: an operator failed (trapped, exited, returned
+	// an error or ran past its deadline) in a call in which its memory
+	// limit refused a memory.grow (wasm.TrapError.GrowRefused and its
+	// kin): how Go, Rust and AssemblyScript guests (a trap) and C guests
+	// (weir_fail's "out of memory") run out of memory. Raising
+	// limits.memory is what helps, not a fix of the operator; on a record,
+	// it fails again each time the record is read after a restore.
+	FailureMemoryLimit FailureKind = "memory-limit"
 	// FailureDeadline: an operator's call ran past its call deadline
 	// (wasm.DeadlineError).
 	FailureDeadline FailureKind = "deadline"

@@ -274,3 +274,60 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestMemoryLimitFailureKind: a real guest (the C SDK's wordcount, which
+// keeps a copy of every word it saw) that allocates past its operator's
+// small limits.memory fails its job with the kind memory-limit, not as a
+// plain operator error: what to change is the limit, not the operator.
+// Its reason stays the operator's own, with the host's note of the grow
+// the limit refused.
+func TestMemoryLimitFailureKind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	wordcount, err := filepath.Abs("../../../../guests/c/examples/wordcount.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse("oom.yaml", []byte(`name: oom
+sources: [{name: in, kind: nats, subject: oom}]
+operators: [{name: wc, module: `+wordcount+`, limits: {memory: 512KiB}, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out-oom, input: {from: wc}}]
+restart: {strategy: none}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, n, "oom", "oom running", running)
+	// Words never seen before, 100 of about 20 bytes a record, until the
+	// table of them outgrows the limit.
+	var st control.JobStatus
+	next := 0
+	waitUntil(t, ctx, "oom to fail", func() bool {
+		var b strings.Builder
+		for range 100 {
+			fmt.Fprintf(&b, "word-%015d ", next)
+			next++
+		}
+		_ = n.Conn.Publish("oom", []byte(b.String()))
+		s, err := n.API.Job(ctx, "oom")
+		st = s
+		if err == nil && !s.State.Terminal() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return err == nil && s.State.Terminal()
+	})
+	t.Logf("%s after %d words: %s", st.State, next, st.Reason)
+	if st.State != control.JobFailed || len(st.Failures) == 0 {
+		t.Fatalf("state %s with %d failures, want failed with one", st.State, len(st.Failures))
+	}
+	f := st.Failures[0]
+	if f.Kind != control.FailureMemoryLimit || f.Task != "wc-0" ||
+		!strings.Contains(f.Reason, "wordcount: out of memory") ||
+		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory; weir exec -memory) is 512 KiB") {
+		t.Errorf("failure %+v; want kind %q in task wc-0, naming the operator's out of memory and the refused grow", f, control.FailureMemoryLimit)
+	}
+}

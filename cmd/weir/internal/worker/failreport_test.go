@@ -111,6 +111,18 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		{fmt.Errorf("commit: %w", &sink.StreamFullError{Stream: "OUT", Limit: "max_msgs", Err: errors.New("maximum messages exceeded")}),
 			control.FailureSinkRefused},
 		{errors.New("a trap of words only"), control.FailureUnknown},
+		// A memory.grow the memory limit refused during the call makes
+		// any of an operator's failures memory-limit.
+		{&host.TaskError{Task: "op-0", Err: &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: 3,
+			Err: errors.New("wasm error: unreachable"), MemorySize: 2 << 20, MemoryLimit: 4 << 20, GrowRefused: 1 << 30}}, control.FailureMemoryLimit},
+		{&wasm.OperatorError{Operator: "op", Export: "weir_process", Status: 1, RecordIndex: -1, Message: "out of memory",
+			MemorySize: 4 << 20, MemoryLimit: 4 << 20, GrowRefused: wasm.PageSize}, control.FailureMemoryLimit},
+		{&wasm.ExitError{Operator: "op", Export: "weir_process", Code: 2, RecordIndex: -1, GrowRefused: wasm.PageSize}, control.FailureMemoryLimit},
+		{&wasm.DeadlineError{Operator: "op", Export: "weir_process", RecordIndex: -1, GrowRefused: wasm.PageSize}, control.FailureMemoryLimit},
+		// Near the limit with no grow refused is no proof: the kind of
+		// the error's type.
+		{&wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: -1, Err: errors.New("wasm error: unreachable"),
+			MemorySize: 63 << 20, MemoryLimit: 64 << 20}, control.FailureTrap},
 	}
 	for _, c := range cases {
 		if err := l.Failed(ctx, "op-0", c.err); err != nil {

@@ -811,8 +811,16 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 
 // failureKind classifies a task's failure by its error's type, for the
 // coordinator to record with it (control.Failure.Kind): clients branch on
-// the kind, not on the words of the reason.
+// the kind, not on the words of the reason. An operator's failure in a
+// call in which its memory limit refused a memory.grow is
+// control.FailureMemoryLimit whatever its type: guest runtimes that
+// cannot grow their heap trap (Go, Rust, AssemblyScript), return an
+// error (C's weir_fail after a failed malloc), exit, or spin on the
+// allocation until the deadline.
 func failureKind(err error) control.FailureKind {
+	if refusedGrow(err) {
+		return control.FailureMemoryLimit
+	}
 	var (
 		te *wasm.TrapError
 		de *wasm.DeadlineError
@@ -836,6 +844,30 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureSinkRefused
 	}
 	return control.FailureUnknown
+}
+
+// refusedGrow reports whether err is an operator's failure in a call in
+// which its memory limit refused a memory.grow (the GrowRefused of
+// wasm.TrapError and its kin). A guest that handled the refusal and
+// carried on is not reported: the host resets the note at each call.
+func refusedGrow(err error) bool {
+	var (
+		te *wasm.TrapError
+		de *wasm.DeadlineError
+		xe *wasm.ExitError
+		oe *wasm.OperatorError
+	)
+	switch {
+	case errors.As(err, &te):
+		return te.GrowRefused > 0
+	case errors.As(err, &de):
+		return de.GrowRefused > 0
+	case errors.As(err, &xe):
+		return xe.GrowRefused > 0
+	case errors.As(err, &oe):
+		return oe.GrowRefused > 0
+	}
+	return false
 }
 
 // Mode maps a job's checkpointing mode to the task's barrier handling.
