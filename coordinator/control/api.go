@@ -246,12 +246,15 @@ type Failure struct {
 // SameAs reports whether f and g failed the same way: of the same kind in
 // the same task or, for failures of unknown kind, with the same reason but
 // for its numbers (a record's index, an attempt, a duration) — a job that
-// fails the same way again and again is not helped by restarting.
+// fails the same way again and again is not helped by restarting. Deploy
+// failures (FailureDeploy), of no task, have many causes, which only
+// their reasons tell: they are the same when those are too.
 func (f Failure) SameAs(g Failure) bool {
+	alike := digits.ReplaceAllString(f.Reason, "N") == digits.ReplaceAllString(g.Reason, "N")
 	if f.Kind != FailureUnknown && g.Kind != FailureUnknown {
-		return f.Kind == g.Kind && f.Task == g.Task
+		return f.Kind == g.Kind && f.Task == g.Task && (f.Kind != FailureDeploy || alike)
 	}
-	return digits.ReplaceAllString(f.Reason, "N") == digits.ReplaceAllString(g.Reason, "N")
+	return alike
 }
 
 // digits matches the numbers that Failure.SameAs disregards.
@@ -318,8 +321,24 @@ const (
 	// FailureCheckpointsFailed: more checkpoints failed in a row than
 	// checkpointing.tolerable-failures allows.
 	FailureCheckpointsFailed FailureKind = "checkpoints-failed"
-	// FailureWorkerLost: a worker that ran tasks of the attempt was lost.
+	// FailureWorkerLost: a worker that ran tasks of the attempt, or was
+	// being deployed to, was lost.
 	FailureWorkerLost FailureKind = "worker-lost"
+	// FailureDeploy: the attempt could not be deployed: a worker could
+	// not set up its tasks (a module that does not load, a stream gone,
+	// an operator's weir_init or weir_restore that failed) or did not
+	// answer the deploy though it heartbeats. The reason names the worker
+	// and the cause.
+	FailureDeploy FailureKind = "deploy"
+	// FailureRestore: on a failover, the coordinator could not read the
+	// latest checkpoint to restore (the checkpoint store out of reach):
+	// the attempt is not deployed from an older one, or from none, and
+	// the next attempt reads it again.
+	FailureRestore FailureKind = "restore"
+	// FailureFinalSavepoint: a job whose bounded inputs all ended took
+	// its final savepoint, but a worker could not commit its sinks'
+	// output with it; the job fails over and ends again.
+	FailureFinalSavepoint FailureKind = "final-savepoint"
 )
 
 // AttemptsExplained says how a job's attempts came about, or "" when

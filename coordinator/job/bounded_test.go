@@ -86,7 +86,8 @@ func TestInputEndedRetries(t *testing.T) {
 	w.noAck = false
 	w.mu.Unlock()
 	st = waitFor(t, ctx, e, "r", "a restart", func(s control.JobStatus) bool { return s.Attempt == 2 && s.State == control.JobRunning })
-	if len(st.Failures) == 0 || !strings.Contains(st.Failures[0].Reason, "worker w1 could not commit it: task out-0: sink: commit failed") {
+	if len(st.Failures) == 0 || !strings.Contains(st.Failures[0].Reason, "worker w1 could not commit it: task out-0: sink: commit failed") ||
+		st.Failures[0].Kind != control.FailureFinalSavepoint {
 		t.Fatalf("failures %+v", st.Failures)
 	}
 	endInputs(t, ctx, w, st, allTasks(st)...)

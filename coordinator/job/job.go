@@ -554,7 +554,7 @@ func (j *job) run() {
 			// from nothing: that would replay the input and repeat what
 			// exactly-once sinks committed. It costs an attempt instead,
 			// and the next one reads again.
-			f = failure{reason: fmt.Sprintf("read the latest checkpoint: %v", readErr)}
+			f = failure{reason: fmt.Sprintf("read the latest checkpoint: %v", readErr), kind: control.FailureRestore}
 		} else if f, ok = j.deploy(restore); !ok {
 			return
 		} else if f.reason == "" {
@@ -811,7 +811,8 @@ func (j *job) deploy(restore *checkpoint.Metadata) (failure, bool) {
 		if dropped[gone] {
 			// Back again by heartbeat but still deaf to deploys: a
 			// real failure, which the restart strategy bounds.
-			return failure{reason: fmt.Sprintf("deploy to worker %s: no responders for deploys although it heartbeats", gone)}, true
+			return failure{reason: fmt.Sprintf("deploy to worker %s: no responders for deploys although it heartbeats", gone),
+				kind: control.FailureDeploy}, true
 		}
 		dropped[gone] = true
 		j.m.log.Warn("worker gone while deploying; planning again without it", "job", j.spec.Name, "worker", gone)
@@ -910,7 +911,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		j.deploying, j.stopDeploy, j.deployLost = "", nil, false
 		j.mu.Unlock()
 		if err != nil && lost {
-			return failure{reason: fmt.Sprintf("deploy to worker %s: worker lost while deploying", w)}, "", ""
+			return failure{reason: fmt.Sprintf("deploy to worker %s: worker lost while deploying", w), kind: control.FailureWorkerLost}, "", ""
 		}
 		if err != nil {
 			switch {
@@ -921,7 +922,8 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 				// The worker names itself, its slots and what it runs.
 				return failure{reason: err.Error()}, "", w
 			}
-			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable)}, "", ""
+			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable),
+				kind: control.FailureDeploy}, "", ""
 		}
 	}
 	// Checkpointing starts once every task restored its state and runs
@@ -1206,7 +1208,7 @@ func (j *job) finishInput(attempt int) {
 		err := j.m.ctl.Stop(c, w, control.Stop{Job: j.spec.Name, Attempt: attempt, CheckpointID: cp.ID})
 		cancel()
 		if err != nil {
-			j.push(jobEvent{kind: evFailure, attempt: attempt,
+			j.push(jobEvent{kind: evFailure, attempt: attempt, failKind: control.FailureFinalSavepoint,
 				reason: fmt.Sprintf("final savepoint %d: worker %s could not commit it: %v", cp.ID, w, err)})
 			return
 		}

@@ -532,6 +532,12 @@ func TestDeployToAWorkerThatDies(t *testing.T) {
 	if d := w1.lastDeploy("wc"); d.Attempt != st.Attempt || len(d.Tasks) != 5 {
 		t.Errorf("w1's last deploy: attempt %d, %d tasks; want attempt %d, 5 tasks", d.Attempt, len(d.Tasks), st.Attempt)
 	}
+	// The failure is the worker's loss, of that kind.
+	if i := slices.IndexFunc(st.Failures, func(f control.Failure) bool {
+		return f.Reason == "deploy to worker w2: worker lost while deploying"
+	}); i < 0 || st.Failures[i].Kind != control.FailureWorkerLost {
+		t.Errorf("failures %+v; want the deploy's of kind %q", st.Failures, control.FailureWorkerLost)
+	}
 }
 
 // A failover does not wait for the cancel of a worker that is no longer
@@ -1017,6 +1023,9 @@ func TestUnrecoverableFailure(t *testing.T) {
 		!strings.Contains(st.Reason, "deploy to worker w1: exactly-once sink out: stream OUT's duplicate window") ||
 		!strings.Contains(st.Reason, "not restarted") {
 		t.Errorf("after an unrecoverable deploy failure: %+v", st)
+	}
+	if len(st.Failures) != 1 || st.Failures[0].Kind != control.FailureDeploy || st.Failures[0].Task != "" {
+		t.Errorf("failures %+v; want one of kind %q", st.Failures, control.FailureDeploy)
 	}
 }
 

@@ -317,3 +317,45 @@ func TestUnreadableJobRecordIsReadAgain(t *testing.T) {
 		return s.State == control.JobRunning && s.Attempt > before.Attempt && s.LatestCheckpoint > before.LatestCheckpoint
 	})
 }
+
+// A failover whose coordinator cannot read the latest checkpoint for now
+// (storage unavailable) is not deployed from an older one or from none:
+// it fails with the kind restore, saying so, and the next attempt, able
+// to read it, restores it.
+func TestUnreadableCheckpointAtFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var broken atomic.Bool
+	e, startManager := restartable(t, func(s storage.Store) storage.Store { return brokenGet{Store: s, broken: &broken} })
+	defer startManager()()
+	w := e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	s := spec(t, "fo", "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 20ms, attempts: 50}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "fo", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	cp, err := e.api.Savepoint(ctx, "fo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken.Store(true)
+	if err := w.client.Failed(ctx, control.TaskRef{Job: "fo", Attempt: st.Attempt, Task: "count-0"}, control.FailureTrap, "trap"); err != nil {
+		t.Fatal(err)
+	}
+	st = waitFor(t, ctx, e, "fo", "a failure to read the checkpoint", func(s control.JobStatus) bool {
+		return len(s.Failures) > 0 && strings.HasPrefix(s.Failures[0].Reason, "read the latest checkpoint: ")
+	})
+	if f := st.Failures[0]; f.Kind != control.FailureRestore || f.Task != "" ||
+		!strings.Contains(f.Reason, "injected: checkpoint metadata unreadable for now") {
+		t.Errorf("failure %+v; want one of kind %q naming the store's error", f, control.FailureRestore)
+	}
+	broken.Store(false)
+	st = waitFor(t, ctx, e, "fo", "running again", func(s control.JobStatus) bool {
+		return s.State == control.JobRunning && s.Attempt > st.Attempt
+	})
+	if d := w.lastDeploy("fo"); d.Restore == nil || d.Restore.CheckpointID != cp.ID {
+		t.Errorf("restored %+v; want savepoint %d", d.Restore, cp.ID)
+	}
+	cancelWhileLive(t, ctx, e, "fo")
+}

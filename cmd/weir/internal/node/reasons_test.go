@@ -63,6 +63,9 @@ restart: `+restart+`
 		if st.State != control.JobFailed || st.Reason != c.want || st.Restarts != c.restarts {
 			t.Errorf("%s: %s, reason %q, %d restarts; want failed, reason %q, %d restarts", c.name, st.State, st.Reason, st.Restarts, c.want, c.restarts)
 		}
+		if len(st.Failures) == 0 || st.Failures[0].Kind != control.FailureDeploy {
+			t.Errorf("%s: failures %+v; want the latest of kind %q", c.name, st.Failures, control.FailureDeploy)
+		}
 	}
 
 	if _, err := n.API.Job(ctx, "nosuch"); !errors.Is(err, control.ErrNotFound) || err.Error() != `no job "nosuch"` {
