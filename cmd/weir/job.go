@@ -50,7 +50,10 @@ records it fetched and holds included (not those in
 the channels after it, which their credit bounds),
 with how fast that changes;
 the bottleneck: a task busy most of the time (or an
-exactly-once sink waiting on its commits)`},
+exactly-once sink waiting on its commits); the
+failures it keeps, newest first, each with its
+attempt and KIND (trap, memory-limit, deploy, ...:
+docs/OPERATIONS.md)`},
 	{name: "output", synopsis: "JOB [-sink NAME] [-from-start | -last N] [-for D] [-show N]", args: 1, help: `follow what the job's sinks output (every sink, or
 -sink's), each record as weir run prints it, on
 stdout ("[SINK] " before each line when there are
@@ -991,12 +994,17 @@ func unreadTrend(pending int64, rate *float64, inRate float64) string {
 	return ""
 }
 
-// printFailures prints a job's failure history, one per line.
+// printFailures prints a job's failure history, one per line, with each
+// failure's kind (control.FailureKind; "-" when it has none).
 func printFailures(w io.Writer, fs []control.Failure) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tATTEMPT\tREASON")
+	fmt.Fprintln(tw, "TIME\tATTEMPT\tKIND\tREASON")
 	for _, f := range fs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", f.Time.UTC().Format(time.DateTime), f.Attempt, f.Reason)
+		kind := string(f.Kind)
+		if kind == "" {
+			kind = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Time.UTC().Format(time.DateTime), f.Attempt, kind, f.Reason)
 	}
 	tw.Flush()
 }

@@ -276,7 +276,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 3}
 }
 
 // weir job status lists a job's failures, newest first, with the attempt
-// each one ended.
+// each one ended and its kind.
 func TestJobStatusShowsFailures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -305,9 +305,9 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 	// fails once a message reaches it.
 	feedUntilEnded(t, ctx, n, "bad", "x")
 	got := jobStatus(t, ctx, n, "bad")
-	want := regexp.MustCompile(`(?s)failures \(newest first\):\nTIME +ATTEMPT +REASON\n` +
-		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +2 +[^\n]*weir_process: [^\n]*boom\n` +
-		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +1 +[^\n]*weir_process: [^\n]*boom\n$`)
+	want := regexp.MustCompile(`(?s)failures \(newest first\):\nTIME +ATTEMPT +KIND +REASON\n` +
+		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +2 +operator-error +[^\n]*weir_process: [^\n]*boom\n` +
+		`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +1 +operator-error +[^\n]*weir_process: [^\n]*boom\n$`)
 	if !want.MatchString(got) {
 		t.Errorf("job status:\n%s", got)
 	}
