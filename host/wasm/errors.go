@@ -380,7 +380,8 @@ func firstLine(s string) string {
 
 // describeRecord fills in the Record of a failure at a record of batch: a
 // job's failure then says which input it was, not only its place in a
-// batch nobody saw.
+// batch nobody saw. A cursor past the batch's records says that the
+// guest's memory was overwritten there instead.
 func describeRecord(err error, batch []byte) {
 	var (
 		te *TrapError
@@ -407,6 +408,12 @@ func describeRecord(err error, batch []byte) {
 	}
 	it, ierr := abi.NewIter(batch)
 	if ierr != nil {
+		return
+	}
+	if n := it.Count(); ix >= n {
+		// No record of the batch: the guest's cursor holds what
+		// something else wrote over it.
+		*at = fmt.Sprintf("past the batch's %d records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator", n)
 		return
 	}
 	for it.Next() {

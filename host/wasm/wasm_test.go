@@ -134,6 +134,15 @@ func TestContained(t *testing.T) {
 				t.Fatalf("error %q, stack %q", err, te.Stack)
 			}
 		}},
+		{"c", func(t *testing.T, err error) {
+			// A cursor no record of the batch has: something overwrote
+			// the guest's state (a C write through NULL did).
+			var te *TrapError
+			if !errors.As(err, &te) || te.RecordIndex != 16843009 ||
+				!strings.Contains(err.Error(), "trap at record 16843009 (past the batch's 3 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable") {
+				t.Fatalf("got %v", err)
+			}
+		}},
 		{"l", func(t *testing.T, err error) {
 			var de *DeadlineError
 			if !errors.As(err, &de) || err.Error() != "operator bad: weir_process: exceeded the 200ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout or weir exec -timeout)" {

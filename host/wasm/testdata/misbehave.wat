@@ -3,6 +3,8 @@
 ;;
 ;;   p  pass the batch through (the default; also for empty config)
 ;;   t  trap (unreachable) while the cursor says record 2
+;;   c  trap (unreachable) while the cursor says record 16843009 (0x01010101,
+;;      as a stray write of 1s over the SDK's state leaves it)
 ;;   l  loop forever (br)
 ;;   L  loop forever (br_if, inside a block inside the loop)
 ;;   T  loop forever (br_table)
@@ -124,6 +126,10 @@
     (if (i32.eq (local.get $m) (i32.const 116)) ;; 't'
       (then
         (i32.store (global.get $cursor_addr) (i32.const 2))
+        unreachable))
+    (if (i32.eq (local.get $m) (i32.const 99)) ;; 'c'
+      (then
+        (i32.store (global.get $cursor_addr) (i32.const 0x01010101))
         unreachable))
     (if (i32.eq (local.get $m) (i32.const 108)) ;; 'l'
       (then (loop $forever (br $forever))))
