@@ -413,7 +413,11 @@ func describeRecord(err error, batch []byte) {
 	if n := it.Count(); ix >= n {
 		// No record of the batch: the guest's cursor holds what
 		// something else wrote over it.
-		*at = fmt.Sprintf("past the batch's %d records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator", n)
+		records := "records"
+		if n == 1 {
+			records = "record"
+		}
+		*at = fmt.Sprintf("past the batch's %d %s: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator", n, records)
 		return
 	}
 	for it.Next() {
