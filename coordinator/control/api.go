@@ -81,7 +81,9 @@ type JobStatus struct {
 	// with (API.StopJob, weir job stop): set as the job is canceled after
 	// it, and 0 for a job not stopped so — one running, finished, failed or
 	// canceled otherwise, or whose attempt failed over while it stopped
-	// (that attempt ran past the savepoint). It tells a stopped job from a
+	// (that attempt ran past the savepoint), and 0 again once that
+	// savepoint is removed (weir checkpoint rm; Reason then says "stopped
+	// with savepoint N, removed since"). It tells a stopped job from a
 	// canceled one; Reason says the same in words ("stopped with savepoint
 	// N") for display only. A coordinator that does not send it, or a job
 	// record written before it was kept, reads 0.

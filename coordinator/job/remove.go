@@ -748,7 +748,9 @@ func (j *job) relatestIfGone(ctx context.Context) {
 
 // relatest sets an ended job's latest checkpoint to the newest of its run
 // in storage that was neither removed nor partly removed, and writes its
-// record. A job that has not ended keeps its latest: that one is never
+// record; a job stopped with a savepoint that was removed no longer says
+// it was stopped with one (control.JobStatus.StoppedWithSavepoint), and
+// its reason says the savepoint was removed. A job that has not ended keeps its latest: that one is never
 // removed. A job that a new run of its name replaced meanwhile writes no
 // record (superseded).
 func (j *job) relatest(ctx context.Context) {
@@ -774,6 +776,13 @@ func (j *job) relatest(ctx context.Context) {
 		}
 	}
 	j.st.LatestCheckpoint = latest
+	if sp := j.st.StoppedWithSavepoint; sp != 0 && (j.removed[sp] || j.cut[sp]) {
+		// Stopped with a savepoint that is gone: nothing restores it, and
+		// weir run must not send the user to it. The job is a canceled
+		// one now, restored from its latest (or started afresh).
+		j.st.StoppedWithSavepoint = 0
+		j.st.Reason = fmt.Sprintf("stopped with savepoint %d, removed since", sp)
+	}
 	j.mu.Unlock()
 	j.persist()
 }

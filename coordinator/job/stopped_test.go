@@ -151,3 +151,45 @@ func TestStopThatFailedOverIsNoStop(t *testing.T) {
 		t.Errorf("job %+v, %v; want canceled, StoppedWithSavepoint 0, reason %q", st, err, reason)
 	}
 }
+
+// A job stopped with a savepoint that is then removed no longer names it
+// as the savepoint to restore (StoppedWithSavepoint: weir run would send
+// the user to it): its reason says the savepoint was removed, and it is
+// restored from its latest checkpoint left, as a canceled job is; a
+// restarted coordinator says the same.
+func TestStoppedWithARemovedSavepoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "st", "checkpointing: {disabled: true}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "st", "running", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	first, err := e.api.Savepoint(ctx, "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := e.api.StopJob(ctx, "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.RemoveCheckpoints(ctx, control.RemoveRequest{Job: "st", ID: sp.ID}); err != nil {
+		t.Fatal(err)
+	}
+	reason := fmt.Sprintf("stopped with savepoint %d, removed since", sp.ID)
+	check := func(when string) {
+		t.Helper()
+		st, err := e.api.Job(ctx, "st")
+		if err != nil || st.State != control.JobCanceled || st.StoppedWithSavepoint != 0 || st.Reason != reason || st.LatestCheckpoint != first.ID {
+			t.Errorf("%s: %+v, %v; want canceled, no StoppedWithSavepoint, reason %q, latest %d", when, st, err, reason, first.ID)
+		}
+	}
+	check("after the removal")
+	stop()
+	stop = startManager()
+	defer stop()
+	check("after a coordinator restart")
+}
