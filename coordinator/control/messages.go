@@ -499,4 +499,10 @@ type Reply struct {
 	Error string `json:"error,omitempty"`
 	// Code classifies Error for callers that branch (see the Err* values).
 	Code string `json:"code,omitempty"`
+	// FailureKind classifies Error as a job's failure (WithFailureKind):
+	// a worker's reply to a deploy that failed in an operator's weir_init
+	// says how it failed (FailureMemoryLimit, FailureTrap, ...).
+	// FailureUnknown from a peer that does not send it, and for errors
+	// of no kind.
+	FailureKind FailureKind `json:"failure_kind,omitempty"`
 }

@@ -76,11 +76,50 @@ var codes = []struct {
 	{"no_slots", ErrNoSlots},
 }
 
+// WithFailureKind returns err, unchanged in its message, classified as a
+// job's failure of kind: FailureKindOf(err) returns kind, and a reply
+// with err carries it to the requester (Reply.FailureKind), whose
+// *RemoteError has it too. A worker so says how a deploy failed when an
+// operator failed setting up (a weir_init past its memory limit is
+// FailureMemoryLimit). FailureUnknown leaves err as it is.
+func WithFailureKind(err error, kind FailureKind) error {
+	if err == nil || kind == FailureUnknown {
+		return err
+	}
+	return kindedError{err, kind}
+}
+
+// FailureKindOf returns the failure kind err was classified with
+// (WithFailureKind, here or by the peer that replied with it), or
+// FailureUnknown.
+func FailureKindOf(err error) FailureKind {
+	var ke kindedError
+	if errors.As(err, &ke) {
+		return ke.kind
+	}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return re.FailureKind
+	}
+	return FailureUnknown
+}
+
+// kindedError is an error classified as a job's failure of a kind.
+type kindedError struct {
+	error
+	kind FailureKind
+}
+
+func (e kindedError) Unwrap() error { return e.error }
+
 // RemoteError is an error a peer replied with.
 type RemoteError struct {
 	Subject string
 	Msg     string
 	Code    string
+	// FailureKind is the reply's (Reply.FailureKind): FailureUnknown from
+	// a peer that does not send it.
+	FailureKind FailureKind
 }
 
 func (e *RemoteError) Error() string { return e.Msg }
@@ -108,7 +147,7 @@ func replyFor(err error) Reply {
 	if err == nil {
 		return Reply{}
 	}
-	return Reply{Error: err.Error(), Code: codeOf(err)}
+	return Reply{Error: err.Error(), Code: codeOf(err), FailureKind: FailureKindOf(err)}
 }
 
 // request sends v to subject and decodes the reply into out (which embeds
@@ -160,7 +199,7 @@ func decodeReply(subject string, data []byte, out any) error {
 		return fmt.Errorf("decode reply of %s: %w", subject, err)
 	}
 	if rep.Error != "" {
-		return &RemoteError{Subject: subject, Msg: rep.Error, Code: rep.Code}
+		return &RemoteError{Subject: subject, Msg: rep.Error, Code: rep.Code, FailureKind: rep.FailureKind}
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
