@@ -327,10 +327,14 @@ const (
 	// being deployed to, was lost.
 	FailureWorkerLost FailureKind = "worker-lost"
 	// FailureDeploy: the attempt could not be deployed: a worker could
-	// not set up its tasks (a module that does not load, a stream gone,
-	// an operator's weir_init or weir_restore that failed) or did not
-	// answer the deploy though it heartbeats. The reason names the worker
-	// and the cause.
+	// not set up its tasks (a module that does not load, a stream gone)
+	// or did not answer the deploy though it heartbeats. The reason names
+	// the worker and the cause. An operator that failed setting up (in
+	// weir_init) fails the deploy with the kind the worker gives its
+	// failure (Reply.FailureKind: FailureMemoryLimit, FailureTrap, ...),
+	// with the deploy's reason; one that fails restoring its state
+	// (weir_restore, once its task runs) fails its task. A worker that
+	// does not send kinds makes every failed deploy FailureDeploy.
 	FailureDeploy FailureKind = "deploy"
 	// FailureRestore: on a failover, the coordinator could not read the
 	// latest checkpoint to restore (the checkpoint store out of reach):

@@ -922,8 +922,16 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 				// The worker names itself, its slots and what it runs.
 				return failure{reason: err.Error()}, "", w
 			}
+			// The worker classifies an operator's failure as it set up
+			// (weir_init past its memory limit: memory-limit); others,
+			// and those of a worker that does not classify them, are
+			// the deploy's.
+			kind := control.FailureKindOf(err)
+			if kind == control.FailureUnknown {
+				kind = control.FailureDeploy
+			}
 			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable),
-				kind: control.FailureDeploy}, "", ""
+				kind: kind}, "", ""
 		}
 	}
 	// Checkpointing starts once every task restored its state and runs

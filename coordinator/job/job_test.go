@@ -1029,6 +1029,35 @@ func TestUnrecoverableFailure(t *testing.T) {
 	}
 }
 
+// TestDeployFailureKeepsTheWorkersKind: a deploy that failed in an
+// operator's setup (weir_init past its memory limit) is recorded with the
+// kind the worker's reply gives it, not as a deploy failure, and with its
+// reason as before; a reply without a kind, from a worker that does not
+// send one, stays a deploy failure (TestUnrecoverableFailure).
+func TestDeployFailureKeepsTheWorkersKind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	e.waitWorkers(1)
+	const cause = "task in-0: operator in: weir_init: trap: out of memory (memory.grow of 5 pages (320 KiB) refused: " +
+		"the operator's memory limit (limits.memory; weir exec -memory) is 512 KiB and it had 512 KiB)"
+	w1.mu.Lock()
+	w1.deployErr = control.Unrecoverable(control.WithFailureKind(errors.New(cause), control.FailureMemoryLimit))
+	w1.mu.Unlock()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "oom", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 5}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "oom", "failed", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if st.State != control.JobFailed || st.Restarts != 0 || !strings.HasPrefix(st.Reason, "deploy to worker w1: "+cause) {
+		t.Errorf("after a deploy past the memory limit: %+v", st)
+	}
+	if len(st.Failures) != 1 || st.Failures[0].Kind != control.FailureMemoryLimit ||
+		st.Failures[0].Reason != "deploy to worker w1: "+cause {
+		t.Errorf("failures %+v; want one of kind %q with the worker's reason", st.Failures, control.FailureMemoryLimit)
+	}
+}
+
 func TestFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/guests/go/guestbuild"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/natsconn/natsconntest"
 )
@@ -79,6 +80,10 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 10}
 			!strings.Contains(st.Reason, "not restarted") {
 			t.Errorf("%s: state %s after %d restarts, reason %q; want failed after %d restarts, not restarted, with %q",
 				st.Name, st.State, st.Restarts, st.Reason, restarts, want)
+		}
+		// Not the operator's failure: the deploy's.
+		if len(st.Failures) == 0 || st.Failures[0].Kind != control.FailureDeploy {
+			t.Errorf("%s: failures %+v; want the last of kind %q", st.Name, st.Failures, control.FailureDeploy)
 		}
 	}
 
@@ -329,5 +334,48 @@ restart: {strategy: none}
 		!strings.Contains(f.Reason, "wordcount: out of memory") ||
 		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory; weir exec -memory) is 512 KiB") {
 		t.Errorf("failure %+v; want kind %q in task wc-0, naming the operator's out of memory and the refused grow", f, control.FailureMemoryLimit)
+	}
+}
+
+// TestDeployPastTheMemoryLimitFailureKind: a real guest (the Go SDK's
+// test operator) whose weir_init allocates past its operator's small
+// limits.memory fails the deploy, and its job, with the kind
+// memory-limit — what the worker makes of the operator's failure — not
+// as a deploy that could not be set up (that stays for failures not the
+// operator's: TestModuleGoneFailsAtOnce; one that refuses its config is
+// operator-error: TestFailureReasonsNameEachThingOnce). The reason is
+// the deploy's as before, naming the worker, the operator's trap and the
+// refused grow. weir_init gets the same config on every restart: the job
+// is not restarted.
+func TestDeployPastTheMemoryLimitFailureKind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	n, _ := oneNode(t, ctx)
+	mod := filepath.Join(t.TempDir(), "sdktest.wasm")
+	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse("initoom.yaml", []byte(`name: initoom
+sources: [{name: in, kind: nats, subject: initoom}]
+operators: [{name: op, module: `+mod+`, config: initoom, limits: {memory: 48MiB}, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out-initoom, input: {from: op}}]
+restart: {strategy: fixed-delay, delay: 50ms, attempts: 5}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitJob(t, ctx, n, "initoom", "initoom to end", func(st control.JobStatus) bool { return st.State.Terminal() })
+	t.Logf("%s: %s", st.State, st.Reason)
+	if st.State != control.JobFailed || st.Restarts != 0 || len(st.Failures) != 1 {
+		t.Fatalf("state %s after %d restarts with %d failures, want failed at once with one", st.State, st.Restarts, len(st.Failures))
+	}
+	f := st.Failures[0]
+	if f.Kind != control.FailureMemoryLimit || !strings.HasPrefix(f.Reason, "deploy to worker w1: task op-0: operator op[0]: weir_init: ") ||
+		!strings.Contains(f.Reason, "out of memory") ||
+		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory; weir exec -memory) is 48 MiB") {
+		t.Errorf("failure %+v; want kind %q, the deploy's reason naming weir_init's out of memory and the refused grow", f, control.FailureMemoryLimit)
 	}
 }

@@ -51,20 +51,27 @@ restart: `+restart+`
 		name, module, config, restart string
 		restarts                      int
 		want                          string
+		// kind is the failure's: the operator's, as the worker gives
+		// it, for one that failed in weir_init; deploy for a module
+		// that does not load.
+		kind control.FailureKind
 	}{
 		{"gone", misbehave, "i", "{strategy: none}", 0,
-			"deploy to worker w1: task op-0: operator op[0]: weir_init: bad config (not restarted: it would fail the same way again)"},
+			"deploy to worker w1: task op-0: operator op[0]: weir_init: bad config (not restarted: it would fail the same way again)",
+			control.FailureOperatorError},
 		{"once", misbehave, "i", "{strategy: fixed-delay, delay: 10ms, attempts: 1}", 0,
-			"deploy to worker w1: task op-0: operator op[0]: weir_init: bad config (not restarted: it would fail the same way again)"},
+			"deploy to worker w1: task op-0: operator op[0]: weir_init: bad config (not restarted: it would fail the same way again)",
+			control.FailureOperatorError},
 		{"badexport", badExport, "", "{strategy: fixed-delay, delay: 10ms, attempts: 3}", 0,
-			"deploy to worker w1: task op-0: module " + badExport + ": missing export weir_process (not restarted: it would fail the same way again)"},
+			"deploy to worker w1: task op-0: module " + badExport + ": missing export weir_process (not restarted: it would fail the same way again)",
+			control.FailureDeploy},
 	} {
 		st := submit(c.name, c.module, c.config, c.restart)
 		if st.State != control.JobFailed || st.Reason != c.want || st.Restarts != c.restarts {
 			t.Errorf("%s: %s, reason %q, %d restarts; want failed, reason %q, %d restarts", c.name, st.State, st.Reason, st.Restarts, c.want, c.restarts)
 		}
-		if len(st.Failures) == 0 || st.Failures[0].Kind != control.FailureDeploy {
-			t.Errorf("%s: failures %+v; want the latest of kind %q", c.name, st.Failures, control.FailureDeploy)
+		if len(st.Failures) == 0 || st.Failures[0].Kind != c.kind {
+			t.Errorf("%s: failures %+v; want the latest of kind %q", c.name, st.Failures, c.kind)
 		}
 	}
 

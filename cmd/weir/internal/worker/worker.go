@@ -360,7 +360,10 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		if Unrecoverable(err) {
 			err = control.Unrecoverable(err)
 		}
-		return err
+		// An operator that failed setting up (weir_init past its memory
+		// limit, say) is classified as its failure in a running task
+		// would be: the coordinator records the deploy's failure so.
+		return control.WithFailureKind(err, failureKind(err))
 	}
 	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks, pending: b.pending}
 	for id := range tasks {

@@ -7,6 +7,7 @@
 //	exit    os.Exit(3) at the second record
 //	loop    loop forever
 //	oom     allocate until the memory limit is hit
+//	initoom  allocate until the memory limit is hit in Init (weir_init)
 //	deadlock  block on a channel no goroutine sends on
 //	gopanic   panic in a goroutine Process starts and waits for
 //	ports   emit each record to ports 0 and 1
@@ -55,6 +56,11 @@ type op struct {
 
 func (o *op) Init(config []byte) error {
 	o.mode = string(config)
+	if o.mode == "initoom" {
+		for {
+			o.sink = append(o.sink, make([]byte, 1<<20))
+		}
+	}
 	return nil
 }
 
