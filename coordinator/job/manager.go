@@ -66,7 +66,6 @@ import (
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/transport/storage"
-	"github.com/weirhq/weir/transport/subject"
 )
 
 // Options configure a Manager.
@@ -80,9 +79,10 @@ type Options struct {
 	// Registry, if set, resolves module references to digests at submit.
 	Registry *registry.Registry
 	// JetStream, if set, is asked at submit whether the streams the spec's
-	// JetStream sources and sinks name exist: a spec naming one that does
-	// not is refused (control.ErrInvalid) instead of failing over until its
-	// restart attempts run out. A stream that goes missing after the job
+	// JetStream sources and sinks name exist and store their subjects
+	// (CheckStreams): a spec naming one that does not is refused
+	// (control.ErrInvalid) instead of failing over until its restart
+	// attempts run out. A stream that goes missing after the job
 	// was submitted fails the job over per its restart strategy.
 	JetStream jetstream.JetStream
 	// HeartbeatTimeout declares a silent worker lost (default
@@ -709,8 +709,10 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh bool) (
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := m.checkStreams(ctx, spec); err != nil {
-		return nil, nil, err
+	if js := m.opts.JetStream; js != nil {
+		if err := CheckStreams(ctx, js, spec, m.opts.RequestTimeout, nil); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := m.resolveStarts(ctx, spec, fresh); err != nil {
 		return nil, nil, err
@@ -719,97 +721,6 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh bool) (
 		return nil, nil, err
 	}
 	return p, mods, nil
-}
-
-// checkStreams refuses a spec whose JetStream sources or sinks name a
-// stream that does not exist (Options.JetStream), a sink whose subject the
-// stream does not capture, or a source whose filter matches none of the
-// stream's subjects. Each is a mistake in the spec or a step left out (a
-// typo, a stream not created yet): refusing the submit says so at once,
-// where the job would otherwise fail every attempt the same way (a sink's
-// commits find no stream to store them) or run on reading nothing (a
-// filter outside the stream). Any other answer (JetStream slow or
-// unavailable) lets the spec through: the deploy meets it, and restarts.
-func (m *Manager) checkStreams(ctx context.Context, spec *jobspec.Spec) error {
-	js := m.opts.JetStream
-	if js == nil {
-		return nil
-	}
-	type found struct {
-		ok  bool
-		cfg *jetstream.StreamConfig // nil when the stream did not answer
-	}
-	streams := map[string]found{}
-	var bad []string
-	lookup := func(what, name, stream string) *jetstream.StreamConfig {
-		f, seen := streams[stream]
-		if !seen {
-			c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
-			st, err := js.Stream(c, stream)
-			f.ok = !errors.Is(err, jetstream.ErrStreamNotFound)
-			if err == nil {
-				if info, err := st.Info(c); err == nil {
-					f.cfg = &info.Config
-				}
-			}
-			cancel()
-			streams[stream] = f
-		}
-		if !f.ok {
-			bad = append(bad, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
-		}
-		return f.cfg
-	}
-	for _, s := range spec.Sources {
-		if s.Kind != jobspec.KindJetStream || s.Stream == "" {
-			continue
-		}
-		cfg := lookup("source", s.Name, s.Stream)
-		filter := s.Filter
-		if filter == "" {
-			filter = s.Subject
-		}
-		// A subject transform, a mirror or sources store subjects other
-		// than the ones the stream listens on: no check then.
-		if cfg == nil || filter == "" || len(cfg.Subjects) == 0 || cfg.SubjectTransform != nil ||
-			cfg.Mirror != nil || len(cfg.Sources) > 0 {
-			continue
-		}
-		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subject.Overlap(sub, filter) }) {
-			bad = append(bad, fmt.Sprintf("source %s: filter %s matches none of stream %s's subjects (%s)",
-				s.Name, filter, s.Stream, strings.Join(cfg.Subjects, ", ")))
-		}
-	}
-	for _, s := range spec.Sinks {
-		if s.Kind != jobspec.KindJetStream || s.Stream == "" {
-			continue
-		}
-		cfg := lookup("sink", s.Name, s.Stream)
-		if cfg == nil || len(cfg.Subjects) == 0 || s.Subject == "" {
-			continue
-		}
-		// A keyed sink ("out.{key}") publishes on subjects under its
-		// filter ("out.>"): the stream must store some of them; each
-		// record's own subject is checked when the sink writes it.
-		tmpl, err := subject.Parse(s.Subject)
-		if err != nil {
-			bad = append(bad, fmt.Sprintf("sink %s: %v", s.Name, err))
-			continue
-		}
-		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subject.Overlap(sub, tmpl.Filter()) }) {
-			what := "subject " + s.Subject
-			if tmpl.Keyed() {
-				what = fmt.Sprintf("any subject of %s (%s)", s.Subject, tmpl.Filter())
-			}
-			bad = append(bad, fmt.Sprintf("sink %s: stream %s does not store %s (its subjects: %s)",
-				s.Name, s.Stream, what, strings.Join(cfg.Subjects, ", ")))
-		}
-	}
-	if len(bad) > 0 {
-		return control.Errorf(control.ErrInvalid, "submit %s: %s (fix the spec, or create or change the stream, before submitting the job)",
-			spec.Name, strings.Join(bad, "; "))
-	}
-	return nil
 }
 
 // start runs spec, restoring checkpoint from if it is not nil (see

@@ -1,0 +1,120 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/subject"
+)
+
+// CheckStreams refuses spec, as the submit does (control.ErrInvalid, in
+// the submit's words), when its JetStream sources or sinks name a stream
+// that does not exist, a sink's subject its stream does not store, or a
+// source's filter that matches none of its stream's subjects. Each is a
+// mistake in the spec or a step left out (a typo, a stream not created
+// yet): refusing the submit says so at once, where the job would
+// otherwise fail every attempt the same way (a sink's commits find no
+// stream to store them) or run on reading nothing (a filter outside the
+// stream). Any other answer (JetStream slow or unavailable) lets the spec
+// through: the deploy meets it, and restarts.
+//
+// Each stream is asked for once, the question bounded by timeout.
+// creating (nil for none) holds, by name, the streams the caller creates
+// before it submits spec where they do not exist (weir run
+// -create-streams): one of them that is not there is checked with that
+// configuration, as the submit will find it. A caller that checks before
+// the submit (weir run, before it builds modules) refuses early what the
+// submit would refuse; the submit checks again what changed since.
+func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spec, timeout time.Duration,
+	creating map[string]jetstream.StreamConfig) error {
+	type found struct {
+		ok  bool
+		cfg *jetstream.StreamConfig // nil when the stream did not answer
+	}
+	streams := map[string]found{}
+	var bad []string
+	lookup := func(what, name, stream string) *jetstream.StreamConfig {
+		f, seen := streams[stream]
+		if !seen {
+			c, cancel := context.WithTimeout(ctx, timeout)
+			st, err := js.Stream(c, stream)
+			switch {
+			case err == nil:
+				f.ok = true
+				if info, err := st.Info(c); err == nil {
+					f.cfg = &info.Config
+				}
+			case errors.Is(err, jetstream.ErrStreamNotFound):
+				if cfg, ok := creating[stream]; ok {
+					f.ok, f.cfg = true, &cfg
+				}
+			default:
+				f.ok = true // not known: the deploy meets it
+			}
+			cancel()
+			streams[stream] = f
+		}
+		if !f.ok {
+			bad = append(bad, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
+		}
+		return f.cfg
+	}
+	for _, s := range spec.Sources {
+		if s.Kind != jobspec.KindJetStream || s.Stream == "" {
+			continue
+		}
+		cfg := lookup("source", s.Name, s.Stream)
+		filter := s.Filter
+		if filter == "" {
+			filter = s.Subject
+		}
+		// A subject transform, a mirror or sources store subjects other
+		// than the ones the stream listens on: no check then.
+		if cfg == nil || filter == "" || len(cfg.Subjects) == 0 || cfg.SubjectTransform != nil ||
+			cfg.Mirror != nil || len(cfg.Sources) > 0 {
+			continue
+		}
+		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subject.Overlap(sub, filter) }) {
+			bad = append(bad, fmt.Sprintf("source %s: filter %s matches none of stream %s's subjects (%s)",
+				s.Name, filter, s.Stream, strings.Join(cfg.Subjects, ", ")))
+		}
+	}
+	for _, s := range spec.Sinks {
+		if s.Kind != jobspec.KindJetStream || s.Stream == "" {
+			continue
+		}
+		cfg := lookup("sink", s.Name, s.Stream)
+		if cfg == nil || len(cfg.Subjects) == 0 || s.Subject == "" {
+			continue
+		}
+		// A keyed sink ("out.{key}") publishes on subjects under its
+		// filter ("out.>"): the stream must store some of them; each
+		// record's own subject is checked when the sink writes it.
+		tmpl, err := subject.Parse(s.Subject)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("sink %s: %v", s.Name, err))
+			continue
+		}
+		if !slices.ContainsFunc(cfg.Subjects, func(sub string) bool { return subject.Overlap(sub, tmpl.Filter()) }) {
+			what := "subject " + s.Subject
+			if tmpl.Keyed() {
+				what = fmt.Sprintf("any subject of %s (%s)", s.Subject, tmpl.Filter())
+			}
+			bad = append(bad, fmt.Sprintf("sink %s: stream %s does not store %s (its subjects: %s)",
+				s.Name, s.Stream, what, strings.Join(cfg.Subjects, ", ")))
+		}
+	}
+	if len(bad) > 0 {
+		return control.Errorf(control.ErrInvalid, "submit %s: %s (fix the spec, or create or change the stream, before submitting the job)",
+			spec.Name, strings.Join(bad, "; "))
+	}
+	return nil
+}
