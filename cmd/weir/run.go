@@ -53,7 +53,9 @@ Rust, C, AssemblyScript or WAT source file (.rs, .c, .ts, .wat), which it
 builds against the SDK it carries (guests/README.md), once what refuses a run
 at once (an -input it cannot read, a -data directory another weir holds, a
 -nats it cannot reach, a job of the name that has not ended, a stream the
-job names that does not exist with -create-streams=false, a job of the
+job names that does not exist with -create-streams=false, a source filter
+or sink subject its stream does not store (a stream there, or one
+-create-streams would create for another source or sink), a job of the
 name stopped with a savepoint: run again, it would read its streams from
 the start and repeat the output it committed, so weir run says how to
 restore it instead; one canceled or failed after a checkpoint runs again,
@@ -107,8 +109,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	// What refuses the run at once — an -input it cannot publish, a data
 	// directory another weir holds, a NATS it cannot reach, a job of the
-	// name that runs, a stream that is not there — does so before modules
-	// are built, which takes seconds.
+	// name that runs, a stream that is not there or does not store what
+	// the spec reads or writes — does so before modules are built, which
+	// takes seconds.
 	if err := checkInputs(spec, o.inputs); err != nil {
 		return err
 	}
@@ -144,17 +147,26 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	n.API.Waiting = notices.waiting
 	// The job's status and the streams the spec names are a request
 	// each: a refusal they foresee (a job of the name that has not
-	// ended, a stream that is not there) comes before the build and the
-	// push, which take seconds and store modules for a job that never
-	// runs. The submit still refuses what changed since.
+	// ended, a stream that is not there or does not store a source's
+	// filter or a sink's subject: job.CheckStreams, the submit's own
+	// check) comes before the build and the push, which take seconds and
+	// store modules for a job that never runs. The submit still refuses
+	// what changed since.
 	note, err := checkRerun(ctx, n.API, spec, pos[0], o, embedded)
 	if err != nil {
 		return err
 	}
-	if !o.create {
-		if err := checkStreamsExist(ctx, n.JS, spec); err != nil {
-			return err
+	// The streams -create-streams would create are checked as they will
+	// be once created, after the build: the submit finds them so.
+	var creating map[string]jetstream.StreamConfig
+	if o.create {
+		creating = map[string]jetstream.StreamConfig{}
+		for _, cfg := range streamsToCreate(spec, o.replicas) {
+			creating[cfg.Name] = cfg
 		}
+	}
+	if err := job.CheckStreams(ctx, n.JS, spec, rerunProbe, creating); err != nil {
+		return err
 	}
 	if note != "" {
 		fmt.Fprintf(std.Err, "weir: %s\n", note)
@@ -235,49 +247,9 @@ func checkRerun(ctx context.Context, api *control.APIClient, spec *jobspec.Spec,
 		"(to go on from there instead%s: %s)", name, st.State, st.LatestCheckpoint, where, restore), nil
 }
 
-// rerunProbe bounds checkRerun's question, and checkStreamsExist's.
+// rerunProbe bounds checkRerun's question, and each of the stream
+// checks' (job.CheckStreams).
 const rerunProbe = 2 * time.Second
-
-// checkStreamsExist refuses a spec whose JetStream sources or sinks name
-// a stream that does not exist, in the words of the coordinator's submit
-// (job.Manager's checkStreams), which refuses it too. Each stream is
-// asked for once, briefly: any answer but "not found" (JetStream slow or
-// unavailable) is the submit's to meet.
-func checkStreamsExist(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spec) error {
-	missing := map[string]bool{}
-	var bad []string
-	check := func(what, name, stream string) {
-		if stream == "" {
-			return
-		}
-		gone, seen := missing[stream]
-		if !seen {
-			sctx, cancel := context.WithTimeout(ctx, rerunProbe)
-			_, err := js.Stream(sctx, stream)
-			cancel()
-			gone = errors.Is(err, jetstream.ErrStreamNotFound)
-			missing[stream] = gone
-		}
-		if gone {
-			bad = append(bad, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
-		}
-	}
-	for _, s := range spec.Sources {
-		if s.Kind == jobspec.KindJetStream {
-			check("source", s.Name, s.Stream)
-		}
-	}
-	for _, s := range spec.Sinks {
-		if s.Kind == jobspec.KindJetStream {
-			check("sink", s.Name, s.Stream)
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("submit %s: %s (fix the spec, or create or change the stream, before submitting the job)",
-			spec.Name, strings.Join(bad, "; "))
-	}
-	return nil
-}
 
 // apiNotices tells w what weir run waits for once a request of the job
 // API has had no answer for a second (control.APIClient.Waiting), as
@@ -344,15 +316,11 @@ func checkModuleFile(ref modref.Ref) error {
 }
 
 // createStreams creates the JetStream streams a job names that do not exist
-// yet, each kept by replicas servers: a source's stream with its filter
-// subject (and the server's default duplicate window, 2m, within which
-// -input publishes again what a lost connection left unacknowledged), a
-// sink's with the duplicate window exactly-once needs.
+// yet (streamsToCreate), each kept by replicas servers.
 func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec *jobspec.Spec, replicas int) error {
-	ensure := func(cfg jetstream.StreamConfig) error {
-		cfg.Replicas = replicas
+	for _, cfg := range streamsToCreate(spec, replicas) {
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
-			return nil
+			continue
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
@@ -370,27 +338,39 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
 		}
 		fmt.Fprintf(std.Out, "created stream %s (subjects %s, %d replica(s))\n", cfg.Name, strings.Join(cfg.Subjects, ", "), cfg.Replicas)
-		return nil
+	}
+	return nil
+}
+
+// streamsToCreate returns the configuration createStreams gives each
+// stream the job's JetStream sources and sinks name, where it does not
+// exist, kept by replicas servers: a source's stream with its filter
+// subject (and the server's default duplicate window, 2m, within which
+// -input publishes again what a lost connection left unacknowledged), a
+// sink's with the duplicate window exactly-once needs. A stream named
+// more than once is created for the first source or sink naming it
+// (sources first), and listed once.
+func streamsToCreate(spec *jobspec.Spec, replicas int) []jetstream.StreamConfig {
+	var cfgs []jetstream.StreamConfig
+	add := func(cfg jetstream.StreamConfig) {
+		if slices.ContainsFunc(cfgs, func(c jetstream.StreamConfig) bool { return c.Name == cfg.Name }) {
+			return
+		}
+		cfg.Replicas = replicas
+		cfgs = append(cfgs, cfg)
 	}
 	for _, s := range spec.Sources {
-		if s.Kind != jobspec.KindJetStream {
-			continue
-		}
-		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sourceSubject(s)}}); err != nil {
-			return err
+		if s.Kind == jobspec.KindJetStream {
+			add(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sourceSubject(s)}})
 		}
 	}
 	for _, s := range spec.Sinks {
-		if s.Kind != jobspec.KindJetStream {
-			continue
-		}
-		dup := worker.DuplicateWindow(spec.Checkpointing, s)
-		if err := ensure(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sinkSubjects(s)}, Duplicates: dup,
-			AllowAtomicPublish: true, AllowBatchPublish: true}); err != nil {
-			return err
+		if s.Kind == jobspec.KindJetStream {
+			add(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sinkSubjects(s)},
+				Duplicates: worker.DuplicateWindow(spec.Checkpointing, s), AllowAtomicPublish: true, AllowBatchPublish: true})
 		}
 	}
-	return nil
+	return cfgs
 }
 
 // JetStream API error codes of a stream (or bucket) that asks for more

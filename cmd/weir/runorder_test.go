@@ -50,7 +50,9 @@ func countingWat2wasm(t *testing.T) (runs func() int) {
 
 // weir run refuses a job the submit would refuse — one of the name that
 // has not ended, one naming a stream that does not exist (with
-// -create-streams=false) — before it builds the job's operator sources
+// -create-streams=false), a source's filter or a sink's subject its
+// stream does not store (a stream there, or one weir run would create) —
+// before it builds the job's operator sources
 // and pushes their modules: it built (seconds, a minute for Rust) and
 // pushed a module for nothing first. The refusal is the coordinator's,
 // word for word. The operator is a WAT source file, built through a
@@ -158,6 +160,62 @@ sources:
 operators: [{name: op, module: op.wat, inputs: [{from: in}, {from: more}]}]
 sinks: [{name: out, kind: jetstream, stream: NOOUT, subject: out, input: {from: op}}]
 `, "run", "-nats", url, "-create-streams=false")
+
+	// A source's filter that matches none of its stream's subjects and a
+	// sink's subject its stream does not store, the streams there: with
+	// -create-streams, which leaves a stream that is there as it is, and
+	// without.
+	if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "THERE", Subjects: []string{"there"}}); err != nil {
+		t.Fatal(err)
+	}
+	astray := `name: astray
+sources: [{name: in, kind: jetstream, stream: HERE, filter: nope.>}]
+operators: [{name: op, module: op.wat, inputs: [{from: in}]}]
+sinks: [{name: out, kind: jetstream, stream: THERE, subject: elsewhere, input: {from: op}}]
+`
+	refused(astray, "run", "-nats", url)
+	refused(astray, "run", "-nats", url, "-create-streams=false")
+
+	// A stream -create-streams would create, with the first source's
+	// filter, stores nothing of the second's: refused as the submit
+	// refuses it once the stream is there, and the stream not created.
+	shared := `name: shared
+sources:
+  - {name: a, kind: jetstream, stream: SHARED, filter: shared.a}
+  - {name: b, kind: jetstream, stream: SHARED, filter: shared.b}
+operators: [{name: op, module: op.wat, inputs: [{from: a}, {from: b}]}]
+sinks: [{name: out, kind: jetstream, stream: THERE, subject: there, input: {from: op}}]
+`
+	if err := os.WriteFile("job.yaml", []byte(shared), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	code = run(ctx, []string{"run", "-nats", url, "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if _, err := n.JS.Stream(ctx, "SHARED"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("stream SHARED after the refused run: %v; want %v", err, jetstream.ErrStreamNotFound)
+	}
+	if c := runs(); c != 0 {
+		t.Errorf("weir run of a spec whose streams to create do not store its subjects: wat2wasm ran %d times before the refusal; want none", c)
+	}
+	if mods, err := n.Registry.List(ctx); err != nil || len(mods) != 0 {
+		t.Errorf("weir run of a spec whose streams to create do not store its subjects: module registry holds %v (%v); want nothing pushed", mods, err)
+	}
+	if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "SHARED", Subjects: []string{"shared.a"}}); err != nil {
+		t.Fatal(err)
+	}
+	spec, err = jobspec.Parse("job.yaml", []byte(shared), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	if err == nil {
+		t.Fatalf("the coordinator took the job weir run refused: weir run exited %d with %q", code, errb.String())
+	}
+	if want := "weir: " + err.Error() + "\n"; code != 1 || errb.String() != want {
+		t.Errorf("weir run of a spec whose streams to create do not store its subjects: exit %d, stderr %q; want 1 and the submit's refusal %q",
+			code, errb.String(), want)
+	}
 
 	// The compiler noted is the one a build runs.
 	if _, err := sourcebuild.Build(ctx, "op.wat", t.TempDir()); err != nil {
