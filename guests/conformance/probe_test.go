@@ -195,14 +195,7 @@ func TestAllocationFailure(t *testing.T) {
 		{"assemblyscript", "wasm error: unreachable", 8193},
 	} {
 		t.Run(c.lang, func(t *testing.T) {
-			code, err := os.ReadFile(probes[c.lang])
-			if err != nil {
-				t.Fatalf("%v (run guests/build.sh)", err)
-			}
-			m, err := e.Load(ctx, c.lang+"-probe", code, wasm.Limits{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := loadProbe(t, e, c.lang)
 			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
 			if err != nil {
 				t.Fatal(err)
@@ -228,14 +221,7 @@ func TestAllocationFailure(t *testing.T) {
 func TestAssemblyScriptAbort(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
-	code, err := os.ReadFile(probes["assemblyscript"])
-	if err != nil {
-		t.Fatalf("%v (run guests/build.sh)", err)
-	}
-	m, err := e.Load(ctx, "assemblyscript-probe", code, wasm.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := loadProbe(t, e, "assemblyscript")
 	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
 	if err != nil {
 		t.Fatal(err)
@@ -256,14 +242,7 @@ func TestAssemblyScriptAbort(t *testing.T) {
 func TestAssemblyScriptTrapStack(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
-	code, err := os.ReadFile(probes["assemblyscript"])
-	if err != nil {
-		t.Fatalf("%v (run guests/build.sh)", err)
-	}
-	m, err := e.Load(ctx, "assemblyscript-probe", code, wasm.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := loadProbe(t, e, "assemblyscript")
 	inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
 	if err != nil {
 		t.Fatal(err)
@@ -289,14 +268,7 @@ func TestCStackOverflow(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
 	for _, name := range []string{"c", "c-freestanding"} {
-		code, err := os.ReadFile(probes[name])
-		if err != nil {
-			t.Fatalf("%v (run guests/build.sh)", err)
-		}
-		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := loadProbe(t, e, name)
 		inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
 		if err != nil {
 			t.Fatal(err)
@@ -323,14 +295,7 @@ func TestCNullWrite(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
 	for _, name := range []string{"c", "c-freestanding"} {
-		code, err := os.ReadFile(probes[name])
-		if err != nil {
-			t.Fatalf("%v (run guests/build.sh)", err)
-		}
-		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := loadProbe(t, e, name)
 		newInst := func() *wasm.Instance {
 			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Outputs: 2, WholeBatches: true})
 			if err != nil {
@@ -340,7 +305,7 @@ func TestCNullWrite(t *testing.T) {
 			return inst
 		}
 		var got []emission
-		err = newInst().Process(ctx, 0, records("a", "null", "b"), func(port int, b []byte) error {
+		err := newInst().Process(ctx, 0, records("a", "null", "b"), func(port int, b []byte) error {
 			got = append(got, emission{port: port, batch: b})
 			return nil
 		})
@@ -390,14 +355,7 @@ func TestKeyedStateMisuse(t *testing.T) {
 		"rust":           {"keyed-begin-after-state": late, "keyed-begin-after-state-ignored": late},
 		"assemblyscript": {"keyed-begin-after-state": late},
 	} {
-		code, err := os.ReadFile(probes[name])
-		if err != nil {
-			t.Fatalf("%v (run guests/build.sh)", err)
-		}
-		m, err := e.Load(ctx, name+"-probe", code, wasm.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := loadProbe(t, e, name)
 		for config, want := range cases {
 			inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte(config), Outputs: 2})
 			if err != nil {
@@ -518,14 +476,7 @@ func TestEmptyWritesAroundKeyedState(t *testing.T) {
 func TestAssemblyScriptPutString(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t)
-	code, err := os.ReadFile(probes["assemblyscript"])
-	if err != nil {
-		t.Fatalf("%v (run guests/build.sh)", err)
-	}
-	m, err := e.Load(ctx, "assemblyscript-probe", code, wasm.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := loadProbe(t, e, "assemblyscript")
 	newInst := func() *wasm.Instance {
 		inst, err := m.Instantiate(ctx, wasm.InstanceConfig{Config: []byte("keyed-strings"), Outputs: 2})
 		if err != nil {

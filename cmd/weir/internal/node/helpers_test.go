@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/guests/go/guestbuild"
 )
@@ -20,6 +21,13 @@ import (
 // embedded server, closed when the test ends, and builds the named Go
 // example guests: it returns the node and each guest's .wasm path.
 func oneNode(t *testing.T, ctx context.Context, examples ...string) (*Node, map[string]string) {
+	t.Helper()
+	return oneNodeHooked(t, ctx, nil, examples...)
+}
+
+// oneNodeHooked is oneNode with the worker's parts wrapped by hooks (nil:
+// none).
+func oneNodeHooked(t *testing.T, ctx context.Context, hooks *worker.Hooks, examples ...string) (*Node, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
 	mods := map[string]string{}
@@ -31,7 +39,7 @@ func oneNode(t *testing.T, ctx context.Context, examples ...string) (*Node, map[
 		mods[name] = p
 	}
 	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1",
-		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Hooks: hooks, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,6 @@ package node
 
 import (
 	"context"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,7 +9,6 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
-	"github.com/weirhq/weir/guests/go/guestbuild"
 )
 
 // TestFailoverRestoresASinkStateThatNamesAnother runs a keyed count with an
@@ -26,18 +22,8 @@ import (
 func TestFailoverRestoresASinkStateThatNamesAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	mod := filepath.Join(dir, "wordcount.wasm")
-	if err := os.WriteFile(mod, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/examples/wordcount"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	inj := &injector{}
-	n, err := Start(ctx, Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, WorkerID: "w1", Hooks: inj.hooks(),
-		HeartbeatTimeout: testHeartbeatTimeout, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
+	n, mods := oneNodeHooked(t, ctx, inj.hooks(), "wordcount")
 	mustStream(t, ctx, n.JS, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}})
 	mustSinkStream(t, ctx, n.JS, "OUT", "out")
 	in := newKeyedInput(t, ctx, n.JS, 16)
@@ -45,7 +31,7 @@ func TestFailoverRestoresASinkStateThatNamesAnother(t *testing.T) {
 
 	spec, err := jobspec.Parse("named.yaml", []byte(`name: named
 sources: [{name: in, kind: jetstream, stream: IN}]
-operators: [{name: count, module: `+mod+`, inputs: [{from: in, partition: key}]}]
+operators: [{name: count, module: `+mods["wordcount"]+`, inputs: [{from: in, partition: key}]}]
 sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, guarantee: exactly-once, publish: async, input: {from: count}}]
 checkpointing: {interval: 50ms, timeout: 2m, retained: 1}
 restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
