@@ -66,6 +66,9 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 100}
 			t.Fatalf("%d failovers, none restored a checkpoint that names another", st.Restarts)
 		}
 		inj.trap.Store(true)
+		// A record more, for the trap to fire on should the backlog be
+		// processed already; counted, as the restore processes it again.
+		publishAsync(t, ctx, n.JS, in, 1)
 		st = waitJob(t, ctx, n, "named", "the failover", func(s control.JobStatus) bool {
 			return running(s) && s.Restarts > st.Restarts && s.RestoredFrom != 0
 		})
