@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 )
 
 // A job's status counts its failures since the latest completed
@@ -420,5 +421,40 @@ func TestCheckpointOfAnEarlierAttemptIsNoProgress(t *testing.T) {
 	j.noteRestore(nil)
 	if !j.progressed(7) {
 		t.Error("with nothing restored, a checkpoint does not count as progress")
+	}
+}
+
+// TestLateNoticeOfAFailedAttempt: the runner passes a completion's notice
+// on asynchronously, so the one of a checkpoint an attempt took just
+// before it failed can reach the job after the failure was counted. It
+// counts as the progress it made before the failure, not after it: a job
+// trapping on the record after such a checkpoint got one restart more than
+// restart.attempts (the CI flake TestRestartsLeaveNothingBehind "canceled
+// after 11 restarts; want failed after 10", at-least-once auto).
+func TestLateNoticeOfAFailedAttempt(t *testing.T) {
+	j := &job{spec: &jobspec.Spec{Restart: jobspec.Restart{Strategy: jobspec.RestartFixedDelay, Attempts: 10}}}
+	j.noteRestore(nil) // the first attempt: every checkpoint it takes is progress
+	j.st.LatestCheckpoint = 3
+	if n, why := j.countFailure(3); n != 1 || why != "" {
+		t.Fatalf("first failure: %d in a row (%q); want 1", n, why)
+	}
+	// Checkpoint 4 completed before the failure; its notice comes after.
+	j.noteCompleted(4)
+	if j.consecutive != 1 {
+		t.Errorf("a late notice undid the failure: %d in a row; want 1", j.consecutive)
+	}
+
+	// The runner had completed checkpoint 6 when the next attempt failed,
+	// and it read on from the restored one: that attempt made progress.
+	j.noteRestore(&checkpoint.Metadata{ID: 4, Metrics: map[string]map[string]int64{"in-0": {control.MetricSourcePosition: 7}}})
+	j.ackedAt[6] = map[string]int64{"in-0": 9}
+	if n, _ := j.countFailure(6); n != 1 {
+		t.Errorf("a failure after a checkpoint that read on, its notice not passed on yet: %d in a row; want 1", n)
+	}
+	// One that took the restored place again is none.
+	j.noteRestore(&checkpoint.Metadata{ID: 6, Metrics: map[string]map[string]int64{"in-0": {control.MetricSourcePosition: 9}}})
+	j.ackedAt[7] = map[string]int64{"in-0": 9}
+	if n, _ := j.countFailure(7); n != 2 {
+		t.Errorf("a failure after a checkpoint taken again at the restored place: %d in a row; want 2", n)
 	}
 }

@@ -122,6 +122,10 @@ type job struct {
 	// ackedAt are the source positions the running attempt's source tasks
 	// acked, by checkpoint, for the checkpoints not completed yet.
 	ackedAt map[int64]map[string]int64
+	// failed says the running attempt's failure was counted: a notice of
+	// one of its checkpoints the runner passes on later counts as no
+	// progress (countFailure took it into account already).
+	failed bool
 	// firstID is the first checkpoint ID of this run.
 	firstID int64
 	// reserved is the highest checkpoint ID the job record says may have
@@ -581,14 +585,7 @@ func (j *job) run() {
 		// restarted during the restart delay resumes the job with it in
 		// its failures in a row, and begins that restart, counted as one
 		// (record.NextRestart).
-		j.mu.Lock()
-		j.consecutive++
-		why := j.giveUp(j.consecutive)
-		if why == "" {
-			j.next = causeRestartDue
-		}
-		n := j.consecutive
-		j.mu.Unlock()
+		n, why := j.countFailure(j.runner.Latest())
 		j.setState(control.JobRestarting, reason)
 		j.runner.Stop(reason)
 		j.stopTasks(reason)
@@ -607,6 +604,30 @@ func (j *job) run() {
 		j.mu.Unlock()
 		restore, readErr = j.latest()
 	}
+}
+
+// countFailure counts the running attempt's failure in its job's failures
+// in a row, and returns their number and why the job is not restarted
+// (giveUp; "" restarts it). latest is the newest checkpoint the runner
+// completed: the runner passes a completion's notice on asynchronously
+// (Notify), so one the attempt took just before it failed may not have
+// reached the job yet. Such a checkpoint, if it made progress, ends the
+// failures before this one; its notice, arriving after, counts nothing —
+// counted then, it undid this failure, and a job trapping on a record got
+// one restart more than restart.attempts.
+func (j *job) countFailure(latest int64) (int, string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.failed && latest > j.st.LatestCheckpoint && j.progressed(latest) {
+		j.consecutive = 0
+	}
+	j.failed = true
+	j.consecutive++
+	why := j.giveUp(j.consecutive)
+	if why == "" {
+		j.next = causeRestartDue
+	}
+	return j.consecutive, why
 }
 
 // giveUp says why the job is not restarted after its nth consecutive
@@ -1364,20 +1385,8 @@ func (j *job) Trigger(ctx context.Context, t checkpoint.TriggerAction) error {
 // their reports (checkpoint.Runner.Untold) — it would wait a checkpoint
 // timeout, and the next completion is what their output waits for.
 func (j *job) Notify(ctx context.Context, id int64) {
+	ended := j.noteCompleted(id)
 	j.mu.Lock()
-	ended := false // a row of failures, which the record keeps
-	if j.progressed(id) {
-		ended = j.consecutive > 0
-		j.consecutive = 0
-	}
-	for c := range j.ackedAt {
-		if c <= id {
-			delete(j.ackedAt, c)
-		}
-	}
-	if id > j.st.LatestCheckpoint {
-		j.st.LatestCheckpoint = id
-	}
 	attempt := j.st.Attempt
 	tasks := map[string][]string{} // worker → its tasks
 	for t, w := range j.assign {
@@ -1396,6 +1405,29 @@ func (j *job) Notify(ctx context.Context, id int64) {
 		// failures in a row, not the ones this checkpoint ended.
 		j.persist()
 	}
+}
+
+// noteCompleted notes that checkpoint id completed, and reports whether
+// it ended a row of failures (progressed), which the record keeps. A
+// notice that reaches the job after the attempt's failure was counted
+// ends none: countFailure counted the progress it made.
+func (j *job) noteCompleted(id int64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ended := false
+	if !j.failed && j.progressed(id) {
+		ended = j.consecutive > 0
+		j.consecutive = 0
+	}
+	for c := range j.ackedAt {
+		if c <= id {
+			delete(j.ackedAt, c)
+		}
+	}
+	if id > j.st.LatestCheckpoint {
+		j.st.LatestCheckpoint = id
+	}
+	return ended
 }
 
 // progressed reports whether completed checkpoint id of the running
@@ -1440,7 +1472,7 @@ func (j *job) noteRestore(restore *checkpoint.Metadata) {
 		}
 	}
 	j.mu.Lock()
-	j.restoredAt, j.ackedAt = at, map[int64]map[string]int64{}
+	j.restoredAt, j.ackedAt, j.failed = at, map[int64]map[string]int64{}, false
 	j.mu.Unlock()
 }
 
