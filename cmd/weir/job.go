@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/natsconn"
 )
@@ -495,6 +496,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	case "restore":
 		req := control.RestoreRequest{Job: job, From: f.from, AllowNonRestoredState: f.allowNonRestored}
 		if spec := restoreSpec; spec != nil {
+			// A job of the name that has not ended is refused before the
+			// build and the push, which take seconds and store modules
+			// for a run that would not start.
+			if err := checkEnded(ctx, api, spec.Name); err != nil {
+				return err
+			}
 			// As with weir run, a module may be a Go package directory or
 			// a source file, and local modules go to the registry, where
 			// every worker finds them.
@@ -520,6 +527,22 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, f.from)
 	}
 	return nil
+}
+
+// checkEnded refuses, in the coordinator's words (job.NotEnded), a job of
+// name that has not ended. The status is asked for once, briefly and
+// without a notice, as weir run's checkRerun asks: a coordinator that does
+// not answer, or a name it has no job of, is the request's to say.
+func checkEnded(ctx context.Context, api *control.APIClient, name string) error {
+	probe := *api
+	probe.Waiting = nil
+	pctx, cancel := context.WithTimeout(ctx, rerunProbe)
+	defer cancel()
+	st, err := probe.Job(pctx, name)
+	if err != nil || st.State.Terminal() {
+		return nil
+	}
+	return job.NotEnded(name, st.State)
 }
 
 // progress prints format (with the job's name) to w before a request

@@ -226,9 +226,7 @@ func checkRerun(ctx context.Context, api *control.APIClient, spec *jobspec.Spec,
 		return "", nil
 	}
 	if !st.State.Terminal() {
-		// The coordinator's words (job.Manager's start).
-		err := control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", name, st.State)
-		return "", submitRefused(err, spec, o, embedded, 0)
+		return "", submitRefused(job.NotEnded(name, st.State), spec, o, embedded, 0)
 	}
 	if st.State == control.JobFinished || st.LatestCheckpoint == 0 {
 		return "", nil

@@ -55,7 +55,7 @@ func countingWat2wasm(t *testing.T) (runs func() int) {
 // before it builds the job's operator sources
 // and pushes their modules: it built (seconds, a minute for Rust) and
 // pushed a module for nothing first. The refusal is the coordinator's,
-// word for word. The operator is a WAT source file, built through a
+// word for word. So does weir job restore -spec of a job that runs. The operator is a WAT source file, built through a
 // wat2wasm that notes each run.
 func TestRunRefusesBeforeBuildingOrPushing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -119,6 +119,28 @@ operators: [{name: op, module: op.wat, inputs: [{from: in}]}]
 sinks: [{name: out, kind: nats, subject: busy-out, input: {from: op}}]
 `, "run", "-nats", url)
 
+	// weir job restore -spec of the job that runs: refused as the
+	// coordinator refuses it, before the build and the push.
+	var rout, rerr bytes.Buffer
+	code := run(ctx, []string{"job", "restore", "-nats", url, "busy", "-from", "1", "-spec", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &rout, Err: &rerr})
+	spec, err = jobspec.ParseFile("job.yaml", jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.API.Restore(ctx, control.RestoreRequest{Job: "busy", From: "1", Spec: spec})
+	if !errors.Is(err, control.ErrConflict) && !errors.Is(err, control.ErrNotFound) {
+		t.Fatalf("the coordinator's restore of the job that runs: %v; want a refusal", err)
+	}
+	if want := "weir: job busy has not ended (it is running): cancel or stop it first\n"; code != 1 || rerr.String() != want || rout.String() != "" {
+		t.Errorf("weir job restore -spec of a job that runs: exit %d, stdout %q, stderr %q; want 1, nothing on stdout and %q", code, rout.String(), rerr.String(), want)
+	}
+	if c := runs(); c != 0 {
+		t.Errorf("weir job restore -spec: wat2wasm ran %d times before the refusal; want none", c)
+	}
+	if mods, err := n.Registry.List(ctx); err != nil || len(mods) != 0 {
+		t.Errorf("weir job restore -spec: module registry holds %v (%v); want nothing pushed", mods, err)
+	}
+
 	// With -input to a source with a stop, whose input went out before
 	// the submit: nothing is created, published, built or pushed, and the
 	// refusal says how to give the job that runs more input.
@@ -133,7 +155,7 @@ sinks: [{name: out, kind: jetstream, stream: BUSYOUT, subject: busy-out, input: 
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	code := run(ctx, []string{"run", "-nats", url, "-input", "in.txt", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	code = run(ctx, []string{"run", "-nats", url, "-input", "in.txt", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	want := "weir: job busy has not ended (it is running): cancel or stop it first, or give it more input yourself: " +
 		"-input publishes only with a job weir run submits (nats pub -s " + url + " busyin.KEY VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n"
 	if code != 1 || errb.String() != want || out.String() != "" {

@@ -678,6 +678,13 @@ func (m *Manager) loadCheckpoint(ctx context.Context, k ckKey) (*checkpoint.Meta
 	return md, nil
 }
 
+// NotEnded is the refusal of a submit or restore of job name while its
+// run of that name, in state, has not ended (an ErrConflict). weir run and
+// weir job restore say it before they build a spec's modules.
+func NotEnded(name string, state control.JobState) error {
+	return control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", name, state)
+}
+
 // restorable says, for an error about a checkpoint of job that is not
 // there, which ones are: a checkpoint the history still lists may have
 // been discarded past the retained ones.
@@ -775,7 +782,7 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	old := m.jobs[spec.Name]
 	if old != nil && !old.status().State.Terminal() {
 		m.mu.Unlock()
-		return control.JobStatus{}, control.Errorf(control.ErrConflict, "job %s has not ended (it is %s): cancel or stop it first", spec.Name, old.status().State)
+		return control.JobStatus{}, NotEnded(spec.Name, old.status().State)
 	}
 	if c, ok := m.clearing[spec.Name]; ok && c.ceiling >= next {
 		next = c.ceiling + 1 // objects a removal is deleting: removeEarlier
