@@ -328,14 +328,20 @@ const (
 	FailureWorkerLost FailureKind = "worker-lost"
 	// FailureDeploy: the attempt could not be deployed: a worker could
 	// not set up its tasks (a module that does not load, a stream gone)
-	// or did not answer the deploy though it heartbeats. The reason names
-	// the worker and the cause. An operator that failed setting up (in
+	// or did not answer the deploy though it heartbeats, or the
+	// coordinator could not store the attempt's number in the job's
+	// record before it deployed it. The reason names the worker (or the
+	// record) and the cause. An operator that failed setting up (in
 	// weir_init) fails the deploy with the kind the worker gives its
 	// failure (Reply.FailureKind: FailureMemoryLimit, FailureTrap, ...),
 	// with the deploy's reason; one that fails restoring its state
 	// (weir_restore, once its task runs) fails its task. A worker that
 	// does not send kinds makes every failed deploy FailureDeploy.
 	FailureDeploy FailureKind = "deploy"
+	// FailurePlacement: the attempt found no room: no worker joined, or
+	// the workers had too few free slots, within the coordinator's
+	// worker wait. More workers, or more slots on them, is what helps.
+	FailurePlacement FailureKind = "placement"
 	// FailureRestore: on a failover, the coordinator could not read the
 	// latest checkpoint to restore (the checkpoint store out of reach):
 	// the attempt is not deployed from an older one, or from none, and
@@ -691,7 +697,9 @@ type APIClient struct {
 	// while the connection reconnects (written to a socket the server
 	// closed) is never answered, and would otherwise wait out the whole
 	// ctx. It also bounds how long a read waits while nobody listens on
-	// the API subject (no coordinator): it then fails with ErrUnavailable.
+	// the API subject (no coordinator): it then fails with ErrUnavailable;
+	// so does a request that changes something (Submit, CancelJob, ...),
+	// which is sent again only while nobody listens.
 	// Default DefaultReadAttempt. A read the coordinator answers from
 	// memory (Job, Jobs, Workers) is sent again after at most
 	// QuickReadAttempt: one sent to a coordinator whose NATS server fell
@@ -757,6 +765,10 @@ func NewAPIClient(nc *nats.Conn, prefix string) *APIClient {
 	return &APIClient{nc: nc, subj: Subjects{prefix}}
 }
 
+// call sends a request that changes something (Submit, CancelJob, ...)
+// once, and waits for its answer until ctx ends (Timeout without a
+// deadline) — sending it again only while nobody listens (no
+// responders), for up to ReadAttempt.
 func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, error) {
 	var rep apiReply[T]
 	if _, ok := ctx.Deadline(); !ok && c.Timeout > 0 {
@@ -765,8 +777,40 @@ func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		defer cancel()
 	}
 	defer c.waiting(ctx, op)()
-	err := requestWith(ctx, c.nc, c.subj.API(op), req, &rep, true)
-	return rep.Result, err
+	attempt := c.ReadAttempt
+	if attempt <= 0 {
+		attempt = DefaultReadAttempt
+	}
+	var (
+		deaf  time.Time // since when nobody has listened
+		pause = 20 * time.Millisecond
+	)
+	for {
+		err := requestWith(ctx, c.nc, c.subj.API(op), req, &rep, true)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return rep.Result, err
+		}
+		// Nobody received the request, so sending it again repeats
+		// nothing: a coordinator that is subscribing again — its
+		// connection reconnected after its server restarted, or it
+		// restarted itself — listens within moments, and a request sent
+		// just before that would fail for nothing. A missing coordinator
+		// is reported once nobody has listened for ReadAttempt, as read
+		// reports it.
+		if deaf.IsZero() {
+			deaf = time.Now()
+		} else if time.Since(deaf) >= attempt {
+			return rep.Result, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return rep.Result, err
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // read is call for read-only requests: it sends the request again after

@@ -555,6 +555,42 @@ func TestAPIReadRetriesALostRequest(t *testing.T) {
 	}
 }
 
+// A request that changes something (a submit) sent while nobody listens
+// on the API subject reached no one, so it is sent again, with pauses,
+// until a coordinator listens — one subscribing again after its server
+// restarted, as weir run's submit met in CI — and fails with
+// ErrUnavailable, naming the subject, once nobody has listened for
+// ReadAttempt.
+func TestAPISubmitWhileNobodyListens(t *testing.T) {
+	nc := embeddedtest.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := NewAPIClient(nc, "")
+	c.ReadAttempt = 500 * time.Millisecond
+	before := nc.Stats().OutMsgs
+	_, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "x"}})
+	if !errors.Is(err, ErrUnavailable) || err.Error() != "weir.ctl.api.submit: nobody is listening (no responders)" {
+		t.Fatalf("submit with nobody listening = %v, want ErrUnavailable naming the subject", err)
+	}
+	if sent := nc.Stats().OutMsgs - before; sent < 2 || sent > 50 {
+		t.Errorf("%d requests sent while nobody listened, want a few", sent)
+	}
+
+	// A coordinator that starts listening while the submit waits gets it.
+	c.ReadAttempt = 30 * time.Second
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	defer func() { stop(); <-done }()
+	go func() {
+		defer close(done)
+		time.Sleep(300 * time.Millisecond)
+		_ = ServeAPI(sctx, nc, "", fakeAPI{}, nil)
+	}()
+	if st, err := c.Submit(ctx, SubmitRequest{Spec: &jobspec.Spec{Name: "x"}}); err != nil || st.Name != "x" {
+		t.Errorf("submit to a coordinator that subscribes while it waits = %+v, %v", st, err)
+	}
+}
+
 // A read while nobody listens on the API subject (no coordinator) is not
 // sent again and again until the caller's deadline, ending with that
 // deadline: it pauses between tries and fails with ErrUnavailable, naming

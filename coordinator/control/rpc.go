@@ -179,7 +179,9 @@ func requestWith(ctx context.Context, nc *nats.Conn, subject string, v any, out 
 	msg, err := nc.RequestMsgWithContext(ctx, req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject)
+			// It also matches nats.ErrNoResponders: nobody received the
+			// request, so that sending it again is safe (call).
+			return markedError{Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject), nats.ErrNoResponders}
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// A deploy of a large plan, say: it would be as large again.
