@@ -760,9 +760,9 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 		case <-room:
 		case <-*expire:
 			if short != nil {
-				return nil, 0, failure{reason: fmt.Sprintf("no free slots within %v: %s", j.m.opts.WorkerWait, short.Shortfall())}, true
+				return nil, 0, failure{reason: fmt.Sprintf("no free slots within %v: %s", j.m.opts.WorkerWait, short.Shortfall()), kind: control.FailurePlacement}, true
 			}
-			return nil, 0, failure{reason: fmt.Sprintf("no worker joined within %v", j.m.opts.WorkerWait)}, true
+			return nil, 0, failure{reason: fmt.Sprintf("no worker joined within %v", j.m.opts.WorkerWait), kind: control.FailurePlacement}, true
 		case <-j.ctx.Done():
 			return nil, 0, failure{}, false
 		case <-j.wake:
@@ -911,7 +911,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 	// wired together. So an attempt whose number could not be stored is
 	// not deployed: it fails, and the next one is stored again.
 	if err := j.writeRecord(); err != nil {
-		return failure{reason: fmt.Sprintf("attempt %d not deployed: %v", attempt, err)}, "", ""
+		return failure{reason: fmt.Sprintf("attempt %d not deployed: %v", attempt, err), kind: control.FailureDeploy}, "", ""
 	}
 	ws := make([]string, 0, len(assignment))
 	for w := range assignment {

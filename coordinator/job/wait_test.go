@@ -84,8 +84,8 @@ func waitRunsOut(t *testing.T, ctx context.Context, e *env, want string) {
 		t.Fatalf("status %+v, want failed after one wait per attempt", st)
 	}
 	for _, f := range st.Failures {
-		if f.Reason != want {
-			t.Errorf("failure %+v, want reason %q", f, want)
+		if f.Reason != want || f.Kind != control.FailurePlacement {
+			t.Errorf("failure %+v, want reason %q, kind %s", f, want, control.FailurePlacement)
 		}
 	}
 }
