@@ -27,7 +27,6 @@ import (
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/transport/ingest"
-	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/subject"
@@ -66,6 +65,7 @@ other machines can load it.`
 
 // runOptions are weir run's flags.
 type runOptions struct {
+	spec     string // the spec's file, as given
 	nats     natsFlags
 	data     string
 	inputs   inputFlags
@@ -103,6 +103,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if o.replicas < 1 || o.replicas > 5 || (o.nats.url == "" && o.replicas > 1) {
 		return usagef("run: -replicas %d: 1 to 5, and above 1 only on a NATS cluster (-nats)", o.replicas)
 	}
+	o.spec = pos[0]
 	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile})
 	if err != nil {
 		return err
@@ -710,13 +711,15 @@ type inputFlags []string
 func (f *inputFlags) String() string     { return strings.Join(*f, ",") }
 func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
 
-// publishInputs publishes every -input file to its source: those of
-// bounded sources (with a stop) when bounded, the others when not. A
-// bounded source's input goes in before the submit, so that its stop
-// (end: the stream's end at the submit) covers it. nonce is this weir
-// run's (ingest.Nonce): with the input's place among the -input flags and
-// a line's number it makes the line's message id.
-func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, inputs inputFlags, bounded bool, nonce string) (int, error) {
+// publishInputs publishes every -input file to its source, of those
+// sources only takes (nil: every one): weir run publishes the input of
+// bounded sources (with a stop, bounded) before the submit, so that their
+// stop (end: the stream's end at the submit) covers it, and the others'
+// after. nonce is this weir run's (ingest.Nonce): with the input's place
+// among the -input flags and a line's number it makes the line's message
+// id. A core NATS source's lines go out on nc; a JetStream source's on a
+// connection of their own (dial, with ingest's options).
+func publishInputs(ctx context.Context, std Stdio, nc *nats.Conn, dial func(...nats.Option) (*nats.Conn, error), spec *jobspec.Spec, inputs inputFlags, only func(jobspec.Source) bool, nonce string) (int, error) {
 	total := 0
 	var conn *nats.Conn // for JetStream sources, made at the first
 	defer func() {
@@ -730,14 +733,14 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 			name, _, _ := strings.Cut(in, "=")
 			return total, fmt.Errorf("-input %s: the job has no source %q", in, name)
 		}
-		if (src.Stop != "" || src.StopSequence != 0) != bounded {
+		if only != nil && !only(*src) {
 			continue
 		}
 		var pub *ingest.Publisher
 		if src.Kind == jobspec.KindJetStream {
 			var err error
 			if conn == nil {
-				if conn, err = n.Dial(ingest.ConnOptions()...); err != nil {
+				if conn, err = dial(ingest.ConnOptions()...); err != nil {
 					return total, fmt.Errorf("-input %s: %w", file, err)
 				}
 			}
@@ -750,12 +753,16 @@ func publishInputs(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.S
 				return total, fmt.Errorf("-input %s: %w", file, err)
 			}
 		}
-		c, err := publishInput(ctx, n.Conn, pub, *src, file)
+		c, err := publishInput(ctx, nc, pub, *src, file, std.In)
 		total += c
 		if err != nil {
 			return total, err
 		}
-		fmt.Fprintf(std.Out, "published %d input records from %s to %s\n", c, file, src.Name)
+		from := file
+		if file == "-" {
+			from = "standard input"
+		}
+		fmt.Fprintf(std.Out, "published %d input records from %s to %s\n", c, from, src.Name)
 	}
 	return total, nil
 }
@@ -773,6 +780,9 @@ func checkInputs(spec *jobspec.Spec, inputs inputFlags) error {
 			name, _, _ := strings.Cut(in, "=")
 			return fmt.Errorf("-input %s: the job has no source %q", in, name)
 		}
+		if file == "-" {
+			continue // standard input
+		}
 		st, err := os.Stat(file)
 		if err != nil {
 			return fmt.Errorf("-input: %w", err)
@@ -783,6 +793,10 @@ func checkInputs(spec *jobspec.Spec, inputs inputFlags) error {
 	}
 	return nil
 }
+
+// hasStop reports whether src has a stop: weir run publishes its -input
+// before the submit (publishInputs).
+func hasStop(src jobspec.Source) bool { return src.Stop != "" || src.StopSequence != 0 }
 
 // inputSource resolves an -input flag, FILE or SOURCE=FILE, to the source
 // it feeds (the job's first without SOURCE=; nil for a name the job does
@@ -800,39 +814,37 @@ func inputSource(spec *jobspec.Spec, in string) (*jobspec.Source, string) {
 	return nil, file
 }
 
-// feedHint says how to publish a record to src, on the NATS server at
-// server (its URL, redacted; "": the nats CLI's default), outside weir
-// run, as -input would: on its subject (a wildcard's last token the key)
-// with the key in the Weir-Key header, or, keyed by subject, on the key's
-// subject. The nats CLI publishes to 127.0.0.1:4222 unless told: a server
-// weir run was given with -nats is named with -s.
-func feedHint(src jobspec.Source, server string) string {
-	if src.Partitions > 0 {
-		at := ""
-		if server != "" {
-			at = " at " + server
+// inputHint returns the weir input command that gives the job of spec
+// that runs the input of o's -input flags (hint: its -nats flag, as
+// natsFlags.hint gives it), or "" when there is none, or a source it goes
+// to stops at the end (stop: end), which that job reads no further
+// (weir input refuses it).
+func inputHint(spec *jobspec.Spec, o runOptions, hint string) string {
+	if len(o.inputs) == 0 {
+		return ""
+	}
+	args := make([]string, 0, len(o.inputs))
+	for _, in := range o.inputs {
+		if src, _ := inputSource(spec, in); src == nil || src.Stop == jobspec.StopEnd {
+			return ""
 		}
-		return fmt.Sprintf("publish records to source %s's stream %s%s, on the subjects of its partition-filter %s", src.Name, src.Stream, at, src.PartitionFilter)
+		args = append(args, shellQuote(in))
 	}
-	pub := "nats pub"
-	if server != "" {
-		pub += " -s " + shellQuote(server)
-	}
-	subj := shellQuote(inputSubject(sourceSubject(src), "KEY"))
-	if src.Key == jobspec.KeyFromSubject {
-		return fmt.Sprintf("%s %s VALUE publishes a record to source %s", pub, subj, src.Name)
-	}
-	return fmt.Sprintf("%s %s VALUE -H %s:KEY publishes a record keyed KEY to source %s", pub, subj, sink.KeyHeader, src.Name)
+	return fmt.Sprintf("weir input%s %s %s", hint, shellQuote(o.spec), strings.Join(args, " "))
 }
 
-// publishInput publishes the lines of file to src: with pub to a
-// JetStream source's stream, else on nc.
-func publishInput(ctx context.Context, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string) (int, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return 0, fmt.Errorf("-input: %w", err)
+// publishInput publishes the lines of file ("-": stdin) to src: with pub
+// to a JetStream source's stream, else on nc.
+func publishInput(ctx context.Context, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string, stdin io.Reader) (int, error) {
+	var f io.Reader = stdin
+	if file != "-" {
+		of, err := os.Open(file)
+		if err != nil {
+			return 0, fmt.Errorf("-input: %w", err)
+		}
+		defer of.Close()
+		f = of
 	}
-	defer f.Close()
 	pattern := sourceSubject(src)
 	count, lineNo := 0, 0
 	const maxLine = 16 << 20
@@ -998,14 +1010,13 @@ func submitRefused(err error, spec *jobspec.Spec, o runOptions, embedded bool, p
 		// with it.
 		sv := servedBy(o.data)
 		feed := ""
-		if len(o.inputs) > 0 && published == 0 {
-			if src, _ := inputSource(spec, o.inputs[0]); src != nil {
-				server := sv.url
-				if server == "" {
-					server = "URL" // not known: named as sv.hint names it
-				}
-				feed = "; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: " +
-					feedHint(*src, server)
+		if published == 0 {
+			hint := sv.hint()
+			if sv.url == "" {
+				hint = " -nats URL" // not known: named as sv.hint names it
+			}
+			if in := inputHint(spec, o, hint); in != "" {
+				feed = "; -input publishes only with a job weir run submits: while weir up runs it, give it more input with " + in
 			}
 		}
 		there := "there"
@@ -1019,9 +1030,8 @@ func submitRefused(err error, spec *jobspec.Spec, o runOptions, embedded bool, p
 		// A job that runs, restored from a checkpoint say, is not this
 		// run's to submit, and its input (published after the submit, for
 		// an unbounded source) is not published: say how to give it more.
-		if src, _ := inputSource(spec, o.inputs[0]); src != nil {
-			return fmt.Errorf("%w, or give it more input yourself: -input publishes only with a job weir run submits (%s)",
-				err, feedHint(*src, natsconn.Redact(o.nats.url)))
+		if in := inputHint(spec, o, o.nats.hint()); in != "" {
+			return fmt.Errorf("%w, or give it more input with %s (-input publishes only with a job weir run submits)", err, in)
 		}
 	}
 	return err
@@ -1037,7 +1047,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		defer stop()
 	}
 	nonce := ingest.Nonce()
-	published, err := publishInputs(ctx, std, n, spec, o.inputs, true, nonce)
+	published, err := publishInputs(ctx, std, n.Conn, n.Dial, spec, o.inputs, hasStop, nonce)
 	if err != nil {
 		return err
 	}
@@ -1162,7 +1172,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		// What weir job status would say of a job in trouble, once.
 		fmt.Fprint(std.Out, notes.news(st))
 		if !inputDone && st.State == control.JobRunning {
-			c, err := publishInputs(ctx, std, n, spec, o.inputs, false, nonce)
+			c, err := publishInputs(ctx, std, n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce)
 			published += c
 			if err != nil {
 				return err

@@ -647,8 +647,8 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	errb.Reset()
 	code = run(ctx, []string{"run", "-data", data, "-for", "1s", "-input", "more.txt", "job.yaml"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	feed := "ends it; -input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: " +
-		"nats pub -s nats://127.0.0.1:4222 in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n"
+	feed := "ends it; -input publishes only with a job weir run submits: while weir up runs it, give it more input with " +
+		"weir input job.yaml more.txt)\n"
 	if code != 1 || !strings.Contains(errb.String(), want) || !strings.HasSuffix(errb.String(), feed) ||
 		strings.Count(errb.String(), "\n") != 1 || strings.Contains(out.String(), "published") {
 		t.Fatalf("weir run -input exited %d with %q, want 1 with one line holding %q and ending %q\n%s", code, errb.String(), want, feed, out.String())
@@ -659,7 +659,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 // port in what it says to run: the job resumed there goes on where
 // 'weir up -data DIR -port P' serves it, and more input goes to its NATS
 // on P. It said 127.0.0.1:4222 "unless weir up -port says otherwise",
-// though weir up had said otherwise, and the nats pub it printed went to
+// though weir up had said otherwise, and the nats pub it printed (weir input now) went to
 // 4222.
 func TestRunDataNamesThePortWeirUpServedItOn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -719,8 +719,8 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	code := run(ctx, []string{"run", "-data", data, "-for", "1s", "-input", "more.txt", "job.yaml"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	want := fmt.Sprintf("(resumed from -data '%s', where it ran before: weir up -data '%s' -port %d lets it run on, and weir job cancel or stop there (-nats %s) ends it; "+
-		"-input publishes only with a job weir run submits: while weir up runs it, give it more input on its NATS: "+
-		"nats pub -s %s in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in)\n", data, data, port, url, url)
+		"-input publishes only with a job weir run submits: while weir up runs it, give it more input with "+
+		"weir input -nats %s job.yaml more.txt)\n", data, data, port, url, url)
 	if code != 1 || !strings.HasSuffix(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
 		t.Fatalf("weir run exited %d with %q, want 1 with one line ending %q\n%s", code, errb.String(), want, out.String())
 	}
@@ -757,39 +757,37 @@ sinks: [{name: out, kind: nats, subject: busy-out, input: {from: in}}]
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	// The job is created or running by now: either has not ended.
 	want := regexp.MustCompile(`^weir: job busy has not ended \(it is (created|running)\): cancel or stop it first, ` +
-		`or give it more input yourself: -input publishes only with a job weir run submits ` +
-		`\(nats pub -s ` + regexp.QuoteMeta(n.Server.ClientURL()) + ` busy-in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in\)\n$`)
+		`or give it more input with weir input -nats ` + regexp.QuoteMeta(n.Server.ClientURL()) + ` job.yaml more.txt ` +
+		`\(-input publishes only with a job weir run submits\)\n$`)
 	if code != 1 || !want.MatchString(errb.String()) || strings.Contains(out.String(), "published") {
 		t.Fatalf("weir run exited %d with %q, want 1 with one line matching %s\n%s", code, errb.String(), want, out.String())
 	}
 }
 
-// TestFeedHint: how to publish a record to a source by hand, per kind of
-// source subject and key.
-func TestFeedHint(t *testing.T) {
+// TestInputHint: the weir input command a refusal of weir run -input
+// names, with its arguments quoted, and none where a source stops at the
+// end (weir input refuses it: the job that runs reads it no further).
+func TestInputHint(t *testing.T) {
+	spec := &jobspec.Spec{Sources: []jobspec.Source{
+		{Name: "in", Kind: jobspec.KindJetStream, Stream: "IN"},
+		{Name: "core", Kind: jobspec.KindNATS, Subject: "core"},
+		{Name: "ended", Kind: jobspec.KindJetStream, Stream: "OLD", Stop: jobspec.StopEnd},
+		{Name: "until", Kind: jobspec.KindJetStream, Stream: "OLD", Stop: "5000"},
+	}}
 	for _, c := range []struct {
-		src    jobspec.Source
-		server string
+		spec   string
+		inputs inputFlags
+		hint   string
 		want   string
 	}{
-		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "IN", Filter: "in.>", Key: jobspec.KeyFromHeader}, "",
-			"nats pub in.KEY VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
-		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "ORDERS", Key: jobspec.KeyFromSubject}, "",
-			"nats pub orders.KEY VALUE publishes a record to source in"},
-		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "LINES", Partitions: 4, PartitionFilter: "lines.{p}.>"}, "",
-			"publish records to source in's stream LINES, on the subjects of its partition-filter lines.{p}.>"},
-		// The nats CLI's default server is 127.0.0.1:4222: another is
-		// named.
-		{jobspec.Source{Name: "in", Kind: jobspec.KindNATS, Subject: "in"}, "nats://h:4333",
-			"nats pub -s nats://h:4333 in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
-		{jobspec.Source{Name: "in", Kind: jobspec.KindJetStream, Stream: "LINES", Partitions: 4, PartitionFilter: "lines.{p}.>"}, "nats://h:4333",
-			"publish records to source in's stream LINES at nats://h:4333, on the subjects of its partition-filter lines.{p}.>"},
-		// The servers as the user listed them, with a space, are one -s.
-		{jobspec.Source{Name: "in", Kind: jobspec.KindNATS, Subject: "in"}, "nats://h:4333, nats://i:4333",
-			"nats pub -s 'nats://h:4333, nats://i:4333' in VALUE -H Weir-Key:KEY publishes a record keyed KEY to source in"},
+		{"job.yaml", nil, "", ""},
+		{"job.yaml", inputFlags{"more.txt"}, "", "weir input job.yaml more.txt"},
+		{"my job.yaml", inputFlags{"core=a b.txt", "until=c.txt"}, " -nats nats://h:4333", "weir input -nats nats://h:4333 'my job.yaml' 'core=a b.txt' until=c.txt"},
+		{"job.yaml", inputFlags{"in=a.txt", "ended=b.txt"}, "", ""},
+		{"job.yaml", inputFlags{"nope=a.txt"}, "", ""},
 	} {
-		if got := feedHint(c.src, c.server); got != c.want {
-			t.Errorf("feedHint(%+v, %q) = %q, want %q", c.src, c.server, got, c.want)
+		if got := inputHint(spec, runOptions{spec: c.spec, inputs: c.inputs}, c.hint); got != c.want {
+			t.Errorf("inputHint(%q, %q, %q) = %q, want %q", c.spec, c.inputs, c.hint, got, c.want)
 		}
 	}
 }

@@ -187,6 +187,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	st, err := js0.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("stream %s does not exist (weir run creates the streams a job names): %w", cfg.Stream, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
 	}

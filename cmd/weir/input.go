@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/ingest"
+	"github.com/weirhq/weir/transport/natsconn"
+)
+
+func init() {
+	register(command{Name: "input", Summary: "publish the lines of files to a running job's sources, as weir run -input does", Run: runInput})
+}
+
+const inputUsage = `[-nats URL] [auth flags] JOB.yaml [SOURCE=]FILE...
+
+Publishes the lines ('key<TAB>value' or 'value') of each FILE to the job's
+first source, or of SOURCE=FILE to that source, as weir run -input does: a
+keyed line goes on its key's subject where the source's subjects end in a
+wildcard (lines.> → lines.<key>), to its key's partition for a partitioned
+source; a JetStream stream stores each line once (after a lost connection
+weir input publishes again what the stream did not acknowledge, with message
+ids of this invocation, within the stream's duplicate window). It gives a job
+that runs — under weir up, or one weir run left running with -nats — more
+input without another tool. A source that stops at the end (stop: end) is
+refused: its job reads its stream only up to where the stream ended when the
+job started (give such a source its input with weir run -input, before the
+submit); one that stops at a sequence or a time reads what comes before it.
+A core NATS source of a job that is not running is refused too: a core
+subject keeps nothing for a job that does not read it. JOB.yaml is the job's spec; its modules are
+not built or read.`
+
+func runInput(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "input", inputUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
+	nf.registerWait(fs)
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
+		return err
+	}
+	if len(pos) < 2 {
+		fs.Usage()
+		return usagef("input: want JOB.yaml and at least one [SOURCE=]FILE")
+	}
+	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{})
+	if err != nil {
+		return err
+	}
+	inputs := inputFlags(pos[1:])
+	if err := checkInputs(spec, inputs); err != nil {
+		return err
+	}
+	core := false
+	for _, in := range inputs {
+		src, _ := inputSource(spec, in)
+		if src.Stop == jobspec.StopEnd {
+			return fmt.Errorf("input %s: source %s stops at the end (stop: end): job %s reads its stream only up to where it ended when the job started; "+
+				"give such a source its input with weir run -input, which publishes it before the submit", in, src.Name, spec.Name)
+		}
+		core = core || src.Kind != jobspec.KindJetStream
+	}
+	nc, api, err := connectAPI(&nf, std.Err)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if core {
+		// A core subject delivers to whoever listens now: to a job that
+		// is not running, the input would be gone.
+		st, err := api.Job(ctx, spec.Name)
+		switch {
+		case errors.Is(err, control.ErrNotFound):
+			return fmt.Errorf("input: no job %s on this NATS: a core NATS source keeps nothing for a job that does not read it (weir run%s %s -input … submits it with its input)",
+				spec.Name, nf.hint(), shellQuote(pos[0]))
+		case err != nil:
+			return apiErr("input: job status", err)
+		case st.State != control.JobRunning:
+			return fmt.Errorf("input: job %s is %s, not running: a core NATS source keeps nothing for a job that does not read it", spec.Name, st.State)
+		}
+	}
+	dial := func(extra ...nats.Option) (*nats.Conn, error) {
+		return natsconn.Connect(*nf.options("weir input"), extra...)
+	}
+	_, err = publishInputs(ctx, std, nc, dial, spec, inputs, nil, ingest.Nonce())
+	return err
+}
