@@ -53,7 +53,7 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	inputs := inputFlags(pos[1:])
-	if err := checkInputs(spec, inputs); err != nil {
+	if err := checkInputs("input", spec, inputs); err != nil {
 		return err
 	}
 	core := false
@@ -87,6 +87,6 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 	dial := func(extra ...nats.Option) (*nats.Conn, error) {
 		return natsconn.Connect(*nf.options("weir input"), extra...)
 	}
-	_, err = publishInputs(ctx, std, nc, dial, spec, inputs, nil, ingest.Nonce())
+	_, err = publishInputs(ctx, std, "input", nc, dial, spec, inputs, nil, ingest.Nonce())
 	return err
 }

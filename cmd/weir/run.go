@@ -113,7 +113,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	// name that runs, a stream that is not there or does not store what
 	// the spec reads or writes — does so before modules are built, which
 	// takes seconds.
-	if err := checkInputs(spec, o.inputs); err != nil {
+	if err := checkInputs("-input", spec, o.inputs); err != nil {
 		return err
 	}
 
@@ -718,8 +718,9 @@ func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
 // after. nonce is this weir run's (ingest.Nonce): with the input's place
 // among the -input flags and a line's number it makes the line's message
 // id. A core NATS source's lines go out on nc; a JetStream source's on a
-// connection of their own (dial, with ingest's options).
-func publishInputs(ctx context.Context, std Stdio, nc *nats.Conn, dial func(...nats.Option) (*nats.Conn, error), spec *jobspec.Spec, inputs inputFlags, only func(jobspec.Source) bool, nonce string) (int, error) {
+// connection of their own (dial, with ingest's options). as names the
+// flag or command in what it says: "-input", or "input" (weir input).
+func publishInputs(ctx context.Context, std Stdio, as string, nc *nats.Conn, dial func(...nats.Option) (*nats.Conn, error), spec *jobspec.Spec, inputs inputFlags, only func(jobspec.Source) bool, nonce string) (int, error) {
 	total := 0
 	var conn *nats.Conn // for JetStream sources, made at the first
 	defer func() {
@@ -731,7 +732,7 @@ func publishInputs(ctx context.Context, std Stdio, nc *nats.Conn, dial func(...n
 		src, file := inputSource(spec, in)
 		if src == nil {
 			name, _, _ := strings.Cut(in, "=")
-			return total, fmt.Errorf("-input %s: the job has no source %q", in, name)
+			return total, fmt.Errorf("%s %s: the job has no source %q", as, in, name)
 		}
 		if only != nil && !only(*src) {
 			continue
@@ -741,19 +742,19 @@ func publishInputs(ctx context.Context, std Stdio, nc *nats.Conn, dial func(...n
 			var err error
 			if conn == nil {
 				if conn, err = dial(ingest.ConnOptions()...); err != nil {
-					return total, fmt.Errorf("-input %s: %w", file, err)
+					return total, fmt.Errorf("%s %s: %w", as, file, err)
 				}
 			}
 			pub, err = ingest.New(ctx, conn, ingest.Config{
 				Stream:   src.Stream,
 				IDPrefix: nonce + "." + strconv.Itoa(i) + ".",
-				Retrying: func(r ingest.Retry) { fmt.Fprintf(std.Out, "-input %s: %s\n", file, r) },
+				Retrying: func(r ingest.Retry) { fmt.Fprintf(std.Out, "%s %s: %s\n", as, file, r) },
 			})
 			if err != nil {
-				return total, fmt.Errorf("-input %s: %w", file, err)
+				return total, fmt.Errorf("%s %s: %w", as, file, err)
 			}
 		}
-		c, err := publishInput(ctx, nc, pub, *src, file, std.In)
+		c, err := publishInput(ctx, as, nc, pub, *src, file, std.In)
 		total += c
 		if err != nil {
 			return total, err
@@ -772,23 +773,23 @@ func publishInputs(ctx context.Context, std Stdio, nc *nats.Conn, dial func(...n
 // would, but before anything is started or published: an unbounded
 // source's input is published only once the job runs. The file is not
 // opened: a named pipe would wait for its writer, and lose what it wrote
-// if closed.
-func checkInputs(spec *jobspec.Spec, inputs inputFlags) error {
+// if closed. as is publishInputs'.
+func checkInputs(as string, spec *jobspec.Spec, inputs inputFlags) error {
 	for _, in := range inputs {
 		src, file := inputSource(spec, in)
 		if src == nil {
 			name, _, _ := strings.Cut(in, "=")
-			return fmt.Errorf("-input %s: the job has no source %q", in, name)
+			return fmt.Errorf("%s %s: the job has no source %q", as, in, name)
 		}
 		if file == "-" {
 			continue // standard input
 		}
 		st, err := os.Stat(file)
 		if err != nil {
-			return fmt.Errorf("-input: %w", err)
+			return fmt.Errorf("%s: %w", as, err)
 		}
 		if st.IsDir() {
-			return fmt.Errorf("-input %s: a directory, not a file of lines: give a file", file)
+			return fmt.Errorf("%s %s: a directory, not a file of lines: give a file", as, file)
 		}
 	}
 	return nil
@@ -834,13 +835,13 @@ func inputHint(spec *jobspec.Spec, o runOptions, hint string) string {
 }
 
 // publishInput publishes the lines of file ("-": stdin) to src: with pub
-// to a JetStream source's stream, else on nc.
-func publishInput(ctx context.Context, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string, stdin io.Reader) (int, error) {
+// to a JetStream source's stream, else on nc. as is publishInputs'.
+func publishInput(ctx context.Context, as string, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string, stdin io.Reader) (int, error) {
 	var f io.Reader = stdin
 	if file != "-" {
 		of, err := os.Open(file)
 		if err != nil {
-			return 0, fmt.Errorf("-input: %w", err)
+			return 0, fmt.Errorf("%s: %w", as, err)
 		}
 		defer of.Close()
 		f = of
@@ -876,26 +877,25 @@ func publishInput(ctx context.Context, nc *nats.Conn, pub *ingest.Publisher, src
 		}
 		m.Data = []byte(value)
 		if max := nc.MaxPayload(); int64(len(line)) > max {
-			return count, fmt.Errorf("-input %s: line %d: a record of %d bytes does not fit in a NATS message (the server's max_payload is %d bytes)",
-				file, lineNo, len(line), max)
+			return count, fmt.Errorf("%s %s: line %d: a record of %d bytes does not fit in a NATS message (the server's max_payload is %d bytes)", as, file, lineNo, len(line), max)
 		}
 		if pub != nil {
 			if err := pub.Publish(ctx, lineNo, m); err != nil {
-				return count, fmt.Errorf("-input %s: %w", file, err)
+				return count, fmt.Errorf("%s %s: %w", as, file, err)
 			}
 		} else if err := nc.PublishMsg(m); err != nil {
-			return count, fmt.Errorf("-input: publish: %w", err)
+			return count, fmt.Errorf("%s: publish: %w", as, err)
 		}
 		count++
 	}
 	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
-		return count, fmt.Errorf("-input %s: line %d is longer than %d bytes", file, lineNo+1, maxLine)
+		return count, fmt.Errorf("%s %s: line %d is longer than %d bytes", as, file, lineNo+1, maxLine)
 	} else if err != nil {
-		return count, fmt.Errorf("-input: %w", err)
+		return count, fmt.Errorf("%s: %w", as, err)
 	}
 	if pub != nil {
 		if err := pub.Flush(ctx); err != nil {
-			return count, fmt.Errorf("-input %s: %w", file, err)
+			return count, fmt.Errorf("%s %s: %w", as, file, err)
 		}
 		return count, nil
 	}
@@ -1047,7 +1047,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		defer stop()
 	}
 	nonce := ingest.Nonce()
-	published, err := publishInputs(ctx, std, n.Conn, n.Dial, spec, o.inputs, hasStop, nonce)
+	published, err := publishInputs(ctx, std, "-input", n.Conn, n.Dial, spec, o.inputs, hasStop, nonce)
 	if err != nil {
 		return err
 	}
@@ -1172,7 +1172,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		// What weir job status would say of a job in trouble, once.
 		fmt.Fprint(std.Out, notes.news(st))
 		if !inputDone && st.State == control.JobRunning {
-			c, err := publishInputs(ctx, std, n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce)
+			c, err := publishInputs(ctx, std, "-input", n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce)
 			published += c
 			if err != nil {
 				return err

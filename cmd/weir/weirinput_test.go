@@ -74,7 +74,7 @@ sinks: [{name: out, kind: nats, subject: nostream-out, input: {from: in}}]
 		t.Fatal(err)
 	}
 	code, out, errb = weir("", "input", "-nats", url, "nostream.yaml", "more.txt")
-	if want := "weir: -input more.txt: stream NOSTREAM does not exist (weir run creates the streams a job names): "; code != 1 || !strings.HasPrefix(errb, want) || out != "" {
+	if want := "weir: input more.txt: stream NOSTREAM does not exist (weir run creates the streams a job names): "; code != 1 || !strings.HasPrefix(errb, want) || out != "" {
 		t.Errorf("weir input to a stream that is not there: exit %d, stdout %q, stderr %q; want 1 and a line starting %q", code, out, errb, want)
 	}
 	// Nothing went out.
