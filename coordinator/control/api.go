@@ -781,10 +781,7 @@ func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 	if attempt <= 0 {
 		attempt = DefaultReadAttempt
 	}
-	var (
-		deaf  time.Time // since when nobody has listened
-		pause = 20 * time.Millisecond
-	)
+	deaf := deafness{limit: attempt}
 	for {
 		err := requestWith(ctx, c.nc, c.subj.API(op), req, &rep, true)
 		if !errors.Is(err, nats.ErrNoResponders) {
@@ -797,21 +794,46 @@ func call[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		// just before that would fail for nothing. A missing coordinator
 		// is reported once nobody has listened for ReadAttempt, as read
 		// reports it.
-		if deaf.IsZero() {
-			deaf = time.Now()
-		} else if time.Since(deaf) >= attempt {
+		if !deaf.wait(ctx) {
 			return rep.Result, err
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return rep.Result, err
-		}
-		pause = min(2*pause, time.Second)
 	}
 }
+
+// deafness paces a request sent again while nobody listens (no
+// responders, which comes back at once: asking again at once would spin
+// until the caller's deadline, and end with it instead of the reason).
+type deafness struct {
+	limit time.Duration // how long nobody may listen
+	since time.Time     // since when nobody has listened; zero: listened
+	pause time.Duration // the next pause, from 20 ms doubling to a second
+}
+
+// wait pauses before the next try and reports true, or reports false once
+// nobody has listened for limit, or ctx ended.
+func (d *deafness) wait(ctx context.Context) bool {
+	if d.since.IsZero() {
+		d.since = time.Now()
+	} else if time.Since(d.since) >= d.limit {
+		return false
+	}
+	if d.pause == 0 {
+		d.pause = 20 * time.Millisecond
+	}
+	t := time.NewTimer(d.pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	d.pause = min(2*d.pause, time.Second)
+	return true
+}
+
+// heard notes that a try was not met by no responders: nobody listening
+// counts from the next one that is.
+func (d *deafness) heard() { d.since = time.Time{} }
 
 // read is call for read-only requests: it sends the request again after
 // each try of ReadAttempt (QuickReadAttempt for one answered from memory)
@@ -857,10 +879,7 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	deadline, _ := ctx.Deadline()
-	var (
-		deaf  time.Time // since when nobody has listened
-		pause = 20 * time.Millisecond
-	)
+	deaf := deafness{limit: attempt}
 	for {
 		msg := nats.NewMsg(subject)
 		msg.Reply, msg.Data = inbox, data
@@ -886,27 +905,14 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 		case ctx.Err() != nil:
 			return zero, fmt.Errorf("%s: %w", subject, ctx.Err())
 		case errors.Is(err, context.DeadlineExceeded):
-			deaf = time.Time{} // no answer to this try: send it again
+			deaf.heard() // no answer to this try: send it again
 			continue
 		default:
 			return zero, fmt.Errorf("%s: %w", subject, err)
 		}
-		// No responders comes back at once: asking again at once would
-		// spin until ctx ends, and end with its deadline instead of the
-		// reason.
-		if deaf.IsZero() {
-			deaf = time.Now()
-		} else if time.Since(deaf) >= attempt {
+		if !deaf.wait(ctx) {
 			return zero, unavailable
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return zero, unavailable
-		}
-		pause = min(2*pause, time.Second)
 	}
 }
 
