@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -80,5 +82,55 @@ func TestReplicasAboveTheClusterNameTheFlag(t *testing.T) {
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	if want := "weir: -replicas 3 needs 3 servers of the cluster with JetStream"; code != 1 || !strings.HasPrefix(errb.String(), want) {
 		t.Errorf("weir up -replicas 3: exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
+	}
+}
+
+// A stream several sources and sinks of a job name is created once, with
+// every one's subjects (none another covers: a stream's subjects may not
+// overlap) and the longest duplicate window any needs; a sink's allows
+// batches. Subjects that overlap without one covering the other are
+// refused with a line that says so.
+func TestCreateStreamsForAStreamNamedTwice(t *testing.T) {
+	_, js := embeddedtest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ck := jobspec.Checkpointing{Interval: time.Second, Timeout: 10 * time.Second}
+	spec := &jobspec.Spec{Name: "j", Checkpointing: ck,
+		Sources: []jobspec.Source{{Name: "in", Kind: jobspec.KindJetStream, Stream: "EVENTS", Filter: "events.in"}},
+		Sinks: []jobspec.Sink{
+			{Name: "one", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out.one", Guarantee: jobspec.ExactlyOnce},
+			{Name: "keyed", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out.{key}", Guarantee: jobspec.ExactlyOnce},
+			{Name: "two", Kind: jobspec.KindJetStream, Stream: "OUT", Subject: "out.two", Guarantee: jobspec.AtLeastOnce},
+			{Name: "back", Kind: jobspec.KindJetStream, Stream: "EVENTS", Subject: "events.out", Guarantee: jobspec.ExactlyOnce},
+		}}
+	if err := createStreams(ctx, Stdio{Out: io.Discard, Err: io.Discard}, js, spec, 1); err != nil {
+		t.Fatal(err)
+	}
+	window := worker.DuplicateWindow(ck, spec.Sinks[0])
+	for _, want := range []struct {
+		name     string
+		subjects []string
+		window   time.Duration
+	}{{"OUT", []string{"out.>"}, window}, {"EVENTS", []string{"events.in", "events.out"}, max(window, defaultDuplicateWindow)}} {
+		st, err := js.Stream(ctx, want.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		if !slices.Equal(cfg.Subjects, want.subjects) || cfg.Duplicates != want.window ||
+			!cfg.AllowAtomicPublish || !cfg.AllowBatchPublish {
+			t.Errorf("stream %s: subjects %v, duplicate window %v, atomic %v, batch %v; want %v, %v, true, true", want.name,
+				cfg.Subjects, cfg.Duplicates, cfg.AllowAtomicPublish, cfg.AllowBatchPublish, want.subjects, want.window)
+		}
+	}
+
+	spec = &jobspec.Spec{Name: "j", Checkpointing: ck, Sinks: []jobspec.Sink{
+		{Name: "a", Kind: jobspec.KindJetStream, Stream: "CROSS", Subject: "c.a.{key}", Guarantee: jobspec.ExactlyOnce},
+		{Name: "b", Kind: jobspec.KindJetStream, Stream: "CROSS", Subject: "c.{key}.b", Guarantee: jobspec.ExactlyOnce},
+	}}
+	err := createStreams(ctx, Stdio{Out: io.Discard, Err: io.Discard}, js, spec, 1)
+	want := "create stream CROSS: the job's sources and sinks on it name subjects that overlap (c.a.>, c.*.b), and a stream's subjects may not: create the stream with subjects that store them all, or change the spec: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("createStreams: %v\nwant it to start %q", err, want)
 	}
 }

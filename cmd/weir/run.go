@@ -331,6 +331,10 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 						cfg.Name, strings.Join(cfg.Subjects, ", "), other.Name, strings.Join(other.Subjects, ", "), other.Name, err)
 				}
 			}
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectsOverlapEachOther {
+				return fmt.Errorf("create stream %s: the job's sources and sinks on it name subjects that overlap (%s), and a stream's subjects may not: create the stream with subjects that store them all, or change the spec: %w",
+					cfg.Name, strings.Join(cfg.Subjects, ", "), err)
+			}
 			if hint := replicasHint(err, replicas); hint != "" {
 				return fmt.Errorf("create stream %s: %s: %w", cfg.Name, hint, err)
 			}
@@ -343,34 +347,46 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 
 // streamsToCreate returns the configuration createStreams gives each
 // stream the job's JetStream sources and sinks name, where it does not
-// exist, kept by replicas servers: a source's stream with its filter
-// subject (and the server's default duplicate window, 2m, within which
-// -input publishes again what a lost connection left unacknowledged), a
-// sink's with the duplicate window exactly-once needs. A stream named
-// more than once is created for the first source or sink naming it
-// (sources first), and listed once.
+// exist, kept by replicas servers: the subjects of every source (its
+// filter) and sink naming it, and a duplicate window long enough for
+// each of them — a sink's what exactly-once needs, a source's the
+// server's default (2m), within which -input publishes again what a lost
+// connection left unacknowledged. A subject another of them covers is
+// left out (a stream's subjects may not overlap); a sink's stream allows
+// atomic and fast batches.
 func streamsToCreate(spec *jobspec.Spec, replicas int) []jetstream.StreamConfig {
 	var cfgs []jetstream.StreamConfig
-	add := func(cfg jetstream.StreamConfig) {
-		if slices.ContainsFunc(cfgs, func(c jetstream.StreamConfig) bool { return c.Name == cfg.Name }) {
-			return
+	add := func(name, subj string, window time.Duration, sink bool) {
+		i := slices.IndexFunc(cfgs, func(c jetstream.StreamConfig) bool { return c.Name == name })
+		if i < 0 {
+			cfgs = append(cfgs, jetstream.StreamConfig{Name: name, Replicas: replicas})
+			i = len(cfgs) - 1
 		}
-		cfg.Replicas = replicas
-		cfgs = append(cfgs, cfg)
+		c := &cfgs[i]
+		if !slices.ContainsFunc(c.Subjects, func(have string) bool { return subject.Covers(have, subj) }) {
+			c.Subjects = slices.DeleteFunc(c.Subjects, func(have string) bool { return subject.Covers(subj, have) })
+			c.Subjects = append(c.Subjects, subj)
+		}
+		c.Duplicates = max(c.Duplicates, window)
+		c.AllowAtomicPublish = c.AllowAtomicPublish || sink
+		c.AllowBatchPublish = c.AllowBatchPublish || sink
 	}
 	for _, s := range spec.Sources {
 		if s.Kind == jobspec.KindJetStream {
-			add(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sourceSubject(s)}})
+			add(s.Stream, sourceSubject(s), defaultDuplicateWindow, false)
 		}
 	}
 	for _, s := range spec.Sinks {
 		if s.Kind == jobspec.KindJetStream {
-			add(jetstream.StreamConfig{Name: s.Stream, Subjects: []string{sinkSubjects(s)},
-				Duplicates: worker.DuplicateWindow(spec.Checkpointing, s), AllowAtomicPublish: true, AllowBatchPublish: true})
+			add(s.Stream, sinkSubjects(s), worker.DuplicateWindow(spec.Checkpointing, s), true)
 		}
 	}
 	return cfgs
 }
+
+// defaultDuplicateWindow is the duplicate window nats-server gives a
+// stream created without one.
+const defaultDuplicateWindow = 2 * time.Minute
 
 // JetStream API error codes of a stream (or bucket) that asks for more
 // replicas than the servers can keep.
@@ -405,6 +421,10 @@ func replicasHint(err error, replicas int) string {
 // errCodeSubjectOverlap is the JetStream API's error code for a stream
 // whose subjects overlap another stream's.
 const errCodeSubjectOverlap jetstream.ErrorCode = 10065
+
+// errCodeSubjectsOverlapEachOther is the JetStream API's error code for a
+// stream configuration whose own subjects overlap.
+const errCodeSubjectsOverlapEachOther jetstream.ErrorCode = 10052
 
 // streamStoring returns the configuration of a stream that stores some of
 // subjects, or nil if none is found.
@@ -1435,10 +1455,7 @@ func publishModeOf(ctx context.Context, js jetstream.JetStream, s jobspec.Sink, 
 	if err != nil {
 		return unknown(err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return unknown(err)
-	}
+	info := st.CachedInfo() // js.Stream has just asked for it
 	if s.Guarantee == jobspec.AtLeastOnce {
 		mode, err := sink.ResolveAtLeastOnceMode(sink.PublishMode(s.Publish), info.Config, fsyncEachWrite)
 		if err != nil {

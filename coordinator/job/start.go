@@ -243,10 +243,7 @@ func resolveStop(ctx context.Context, js jetstream.JetStream, stream string, sp 
 		if err != nil {
 			return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
 		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
-		}
+		info := st.CachedInfo() // js.Stream has just asked for it
 		seq = info.State.LastSeq
 	} else {
 		if sp.Time.After(time.Now().Add(startClockSkew)) {
@@ -276,10 +273,7 @@ func resolveStart(ctx context.Context, js jetstream.JetStream, stream string, sp
 	if err != nil {
 		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return 0, control.Errorf(control.ErrUnavailable, "stream %s: %w", stream, err)
-	}
+	info := st.CachedInfo() // js.Stream has just asked for it
 	first, last := max(info.State.FirstSeq, 1), info.State.LastSeq
 	switch {
 	case sp.New:

@@ -48,8 +48,9 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 			st, err := js.Stream(c, stream)
 			switch {
 			case err == nil:
+				// The lookup asked for the stream's info already.
 				f.ok = true
-				if info, err := st.Info(c); err == nil {
+				if info := st.CachedInfo(); info != nil {
 					f.cfg = &info.Config
 				}
 			case errors.Is(err, jetstream.ErrStreamNotFound):
