@@ -34,6 +34,10 @@ const execUsage = `MODULE.wasm|GO-PACKAGE-DIR|SOURCE.{rs,c,ts,wat} [flags]
 Reads records from stdin (or -in), one per line: "key<TAB>value", or just
 "value" for an empty key. Feeds them to the module in batches and prints
 every emitted record the same way ("[PORT] " first when -outputs > 1).
+With -time each line starts with the record's timestamp and a TAB: input
+in milliseconds since the Unix epoch or RFC 3339 (2026-12-03T10:00:00Z),
+output in milliseconds; without it input records have timestamp 0, as a
+message of unknown time has.
 Guest logs and stdout/stderr go to stderr. An error inside a record names
 its input line. -snapshot FILE alone snapshots after the last input record;
 a snapshot in the keyed layout (abi/ABI.md §8) is checked as a worker checks
@@ -102,6 +106,7 @@ type execOptions struct {
 	cacheDir      string
 	logLevel      string
 	stack         bool
+	time          bool
 }
 
 func runExec(ctx context.Context, std Stdio, args []string) error {
@@ -124,6 +129,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "compilation cache directory (default: the user cache dir; - disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "guest log level: debug, info, warn, error")
 	fs.BoolVar(&o.stack, "stack", false, "on a trap, print the wasm stack trace before the error")
+	fs.BoolVar(&o.time, "time", false, "records' timestamps lead their lines, then a TAB: in milliseconds or RFC 3339, printed in milliseconds")
 	// The module may come before, after or between the flags.
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
@@ -319,6 +325,7 @@ type execRun struct {
 	// ("stdin", 1-based line), for errors inside a record.
 	batchSrc  string
 	batchLine int
+	tsBuf     [20]byte // a timestamp's digits, printed
 }
 
 // inputError adds the input line of the record an operator failed at to
@@ -372,6 +379,13 @@ func (r *execRun) feed(ctx context.Context, stdin io.Reader, port int, path stri
 	for sc.Scan() {
 		lines++
 		line := bytes.TrimSuffix(sc.Bytes(), []byte{'\r'})
+		var ts int64
+		if r.opts.time {
+			var err error
+			if ts, line, err = cutTimestamp(line); err != nil {
+				return fmt.Errorf("exec: %s line %d: %w", srcName, lines, err)
+			}
+		}
 		key, value, ok := bytes.Cut(line, []byte{'\t'})
 		if !ok {
 			key, value = nil, line
@@ -384,7 +398,7 @@ func (r *execRun) feed(ctx context.Context, stdin io.Reader, port int, path stri
 		if r.b.Len() == 0 {
 			r.batchSrc, r.batchLine = srcName, lines
 		}
-		r.b.Add(key, value, 0)
+		r.b.Add(key, value, ts)
 		if r.b.Len() >= r.opts.batch || r.seen+int64(r.b.Len()) == r.opts.snapshotAfter {
 			if err := r.flush(ctx, port); err != nil {
 				return err
@@ -479,6 +493,10 @@ func (r *execRun) print(port int, batch []byte) error {
 		if r.opts.outputs > 1 {
 			fmt.Fprintf(r.out, "[%d] ", port)
 		}
+		if r.opts.time {
+			r.out.Write(strconv.AppendInt(r.tsBuf[:0], rec.Timestamp, 10))
+			r.out.WriteByte('\t')
+		}
 		if len(rec.Key) > 0 {
 			r.out.Write(rec.Key)
 			r.out.WriteByte('\t')
@@ -492,6 +510,32 @@ func (r *execRun) print(port int, batch []byte) error {
 		return errors.New("exec: " + err.Error())
 	}
 	return r.outErr
+}
+
+// cutTimestamp splits a -time input line into its leading timestamp
+// (milliseconds since the Unix epoch, or RFC 3339 with a zone) and the
+// rest after the TAB.
+func cutTimestamp(line []byte) (int64, []byte, error) {
+	field, rest, ok := bytes.Cut(line, []byte{'\t'})
+	if !ok {
+		return 0, nil, fmt.Errorf("-time: want TIMESTAMP<TAB>[KEY<TAB>]VALUE, got no TAB after %q", truncate(field, 40))
+	}
+	if ms, err := strconv.ParseInt(string(field), 10, 64); err == nil {
+		return ms, rest, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(field))
+	if err != nil {
+		return 0, nil, fmt.Errorf("-time: timestamp %q is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)", truncate(field, 40))
+	}
+	return t.UnixMilli(), rest, nil
+}
+
+// truncate shortens b to at most n bytes for a message, marking the cut.
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
 }
 
 func baseName(p string) string {

@@ -293,3 +293,29 @@ func TestExecBuildsAGoPackage(t *testing.T) {
 		t.Errorf("a directory without Go files: exit %d, stderr %q", code, errs)
 	}
 }
+
+// -time: each line's timestamp reaches the operator (in milliseconds, from
+// milliseconds or RFC 3339) and leads its output line; a line without one
+// is refused naming its line.
+func TestExecTimestamps(t *testing.T) {
+	in := "1796292000000\tk\tv\n2026-12-03T10:00:01.5Z\tvalue only\n0\t\n"
+	code, out, errs := weir(t, in, "exec", "../../guests/wat/passthrough.wasm", "-time")
+	if want := "1796292000000\tk\tv\n1796292001500\tvalue only\n0\t\n"; code != 0 || out != want {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0 and %q", code, out, errs, want)
+	}
+	// The Go SDK's uppercase keeps each record's timestamp; two outputs
+	// put the port first.
+	code, out, errs = weir(t, "5\ta\tb\n", "exec", example(t, "uppercase"), "-time", "-outputs", "2")
+	if want := "[0] 5\ta\tB\n"; code != 0 || out != want {
+		t.Errorf("uppercase: exit %d, stdout %q, stderr %q; want 0 and %q", code, out, errs, want)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"1\ta\nno timestamp\n", "weir: exec: stdin line 2: -time: want TIMESTAMP<TAB>[KEY<TAB>]VALUE, got no TAB after \"no timestamp\"\n"},
+		{"yesterday\tv\n", "weir: exec: stdin line 1: -time: timestamp \"yesterday\" is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)\n"},
+	} {
+		code, _, errs := weir(t, c.in, "exec", "../../guests/wat/passthrough.wasm", "-time")
+		if code != 1 || errs != c.want {
+			t.Errorf("input %q: exit %d, stderr %q; want 1 and %q", c.in, code, errs, c.want)
+		}
+	}
+}
