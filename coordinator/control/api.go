@@ -241,7 +241,9 @@ type Failure struct {
 	// were kept — read their Reason as before.
 	Kind FailureKind `json:"kind,omitempty"`
 	// Task is the task that failed, "" for a failure of none (a worker
-	// lost, checkpoints that kept failing, a deploy).
+	// lost, checkpoints that kept failing, a deploy that failed in no
+	// task's setup). A deploy that failed setting up a task (its
+	// operator's weir_init, its source or sink) names it.
 	Task string `json:"task,omitempty"`
 }
 

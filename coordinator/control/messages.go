@@ -505,4 +505,9 @@ type Reply struct {
 	// FailureUnknown from a peer that does not send it, and for errors
 	// of no kind.
 	FailureKind FailureKind `json:"failure_kind,omitempty"`
+	// FailureTask names the task Error is a failure of (WithFailedTask):
+	// a worker's reply to a deploy that failed setting up a task (its
+	// operator's weir_init, its source or sink) names it. "" from a peer
+	// that does not send it, and for errors of no task.
+	FailureTask string `json:"failure_task,omitempty"`
 }

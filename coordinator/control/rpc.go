@@ -89,6 +89,40 @@ func WithFailureKind(err error, kind FailureKind) error {
 	return kindedError{err, kind}
 }
 
+// WithFailedTask returns err, unchanged in its message, as a failure of
+// task (a task ID): FailedTaskOf(err) returns task, and a reply with err
+// carries it to the requester (Reply.FailureTask), whose *RemoteError has
+// it too. A worker so names the task whose operator failed setting up a
+// deploy. "" leaves err as it is.
+func WithFailedTask(err error, task string) error {
+	if err == nil || task == "" {
+		return err
+	}
+	return taskError{err, task}
+}
+
+// FailedTaskOf returns the task err was said to be a failure of
+// (WithFailedTask, here or by the peer that replied with it), or "".
+func FailedTaskOf(err error) string {
+	var te taskError
+	if errors.As(err, &te) {
+		return te.task
+	}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return re.FailureTask
+	}
+	return ""
+}
+
+// taskError is an error that is a failure of a task.
+type taskError struct {
+	error
+	task string
+}
+
+func (e taskError) Unwrap() error { return e.error }
+
 // FailureKindOf returns the failure kind err was classified with
 // (WithFailureKind, here or by the peer that replied with it), or
 // FailureUnknown.
@@ -120,6 +154,9 @@ type RemoteError struct {
 	// FailureKind is the reply's (Reply.FailureKind): FailureUnknown from
 	// a peer that does not send it.
 	FailureKind FailureKind
+	// FailureTask is the reply's (Reply.FailureTask): "" from a peer
+	// that does not send it.
+	FailureTask string
 }
 
 func (e *RemoteError) Error() string { return e.Msg }
@@ -147,7 +184,7 @@ func replyFor(err error) Reply {
 	if err == nil {
 		return Reply{}
 	}
-	return Reply{Error: err.Error(), Code: codeOf(err), FailureKind: FailureKindOf(err)}
+	return Reply{Error: err.Error(), Code: codeOf(err), FailureKind: FailureKindOf(err), FailureTask: FailedTaskOf(err)}
 }
 
 // request sends v to subject and decodes the reply into out (which embeds
@@ -201,7 +238,7 @@ func decodeReply(subject string, data []byte, out any) error {
 		return fmt.Errorf("decode reply of %s: %w", subject, err)
 	}
 	if rep.Error != "" {
-		return &RemoteError{Subject: subject, Msg: rep.Error, Code: rep.Code, FailureKind: rep.FailureKind}
+		return &RemoteError{Subject: subject, Msg: rep.Error, Code: rep.Code, FailureKind: rep.FailureKind, FailureTask: rep.FailureTask}
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {

@@ -18,13 +18,17 @@ func TestReplyCarriesFailureKind(t *testing.T) {
 		err  error
 		kind FailureKind
 		code error
+		task string
 	}{
-		{"kind", WithFailureKind(cause, FailureMemoryLimit), FailureMemoryLimit, nil},
-		{"kind and unrecoverable", Unrecoverable(WithFailureKind(cause, FailureTrap)), FailureTrap, ErrUnrecoverable},
-		{"unrecoverable, then kind", WithFailureKind(Unrecoverable(cause), FailureTrap), FailureTrap, ErrUnrecoverable},
-		{"wrapped", fmt.Errorf("deploy: %w", WithFailureKind(cause, FailureExit)), FailureExit, nil},
-		{"no kind", cause, FailureUnknown, nil},
-		{"unknown kind", WithFailureKind(cause, FailureUnknown), FailureUnknown, nil},
+		{"kind", WithFailureKind(cause, FailureMemoryLimit), FailureMemoryLimit, nil, ""},
+		{"kind and unrecoverable", Unrecoverable(WithFailureKind(cause, FailureTrap)), FailureTrap, ErrUnrecoverable, ""},
+		{"unrecoverable, then kind", WithFailureKind(Unrecoverable(cause), FailureTrap), FailureTrap, ErrUnrecoverable, ""},
+		{"wrapped", fmt.Errorf("deploy: %w", WithFailureKind(cause, FailureExit)), FailureExit, nil, ""},
+		{"no kind", cause, FailureUnknown, nil, ""},
+		{"unknown kind", WithFailureKind(cause, FailureUnknown), FailureUnknown, nil, ""},
+		{"kind and task", WithFailedTask(Unrecoverable(WithFailureKind(cause, FailureTrap)), "wc-0"), FailureTrap, ErrUnrecoverable, "wc-0"},
+		{"task, wrapped", fmt.Errorf("deploy: %w", WithFailedTask(cause, "wc-1")), FailureUnknown, nil, "wc-1"},
+		{"no task", WithFailedTask(cause, ""), FailureUnknown, nil, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := FailureKindOf(c.err); got != c.kind {
@@ -45,6 +49,9 @@ func TestReplyCarriesFailureKind(t *testing.T) {
 			if re.Msg != c.err.Error() || FailureKindOf(got) != c.kind || re.FailureKind != c.kind {
 				t.Errorf("remote error %+v (kind %q); want message %q of kind %q", re, FailureKindOf(got), c.err.Error(), c.kind)
 			}
+			if FailedTaskOf(c.err) != c.task || FailedTaskOf(got) != c.task || re.FailureTask != c.task {
+				t.Errorf("task %q locally, %q in the reply; want %q", FailedTaskOf(c.err), FailedTaskOf(got), c.task)
+			}
 			if c.code != nil && !errors.Is(got, c.code) {
 				t.Errorf("remote error %v lost its code %v", got, c.code)
 			}
@@ -52,7 +59,7 @@ func TestReplyCarriesFailureKind(t *testing.T) {
 	}
 	// A worker that does not send kinds.
 	got := decodeReply("weir.worker.w1.deploy", []byte(`{"error":"task wc-0: boom","code":"unrecoverable"}`), nil)
-	if k := FailureKindOf(got); k != FailureUnknown || !errors.Is(got, ErrUnrecoverable) {
+	if k := FailureKindOf(got); k != FailureUnknown || FailedTaskOf(got) != "" || !errors.Is(got, ErrUnrecoverable) {
 		t.Errorf("an old worker's reply decoded to %v of kind %q; want kind unknown, unrecoverable", got, k)
 	}
 	if k := FailureKindOf(nil); k != FailureUnknown {

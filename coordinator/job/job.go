@@ -952,7 +952,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 				kind = control.FailureDeploy
 			}
 			return failure{reason: fmt.Sprintf("deploy to worker %s: %v", w, err), final: errors.Is(err, control.ErrUnrecoverable),
-				kind: kind}, "", ""
+				kind: kind, task: control.FailedTaskOf(err)}, "", ""
 		}
 	}
 	// Checkpointing starts once every task restored its state and runs

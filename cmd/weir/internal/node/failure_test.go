@@ -373,9 +373,9 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 5}
 		t.Fatalf("state %s after %d restarts with %d failures, want failed at once with one", st.State, st.Restarts, len(st.Failures))
 	}
 	f := st.Failures[0]
-	if f.Kind != control.FailureMemoryLimit || !strings.HasPrefix(f.Reason, "deploy to worker w1: task op-0: operator op[0]: weir_init: ") ||
+	if f.Kind != control.FailureMemoryLimit || f.Task != "op-0" || !strings.HasPrefix(f.Reason, "deploy to worker w1: task op-0: operator op[0]: weir_init: ") ||
 		!strings.Contains(f.Reason, "out of memory") ||
 		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory; weir exec -memory) is 48 MiB") {
-		t.Errorf("failure %+v; want kind %q, the deploy's reason naming weir_init's out of memory and the refused grow", f, control.FailureMemoryLimit)
+		t.Errorf("failure %+v; want kind %q in task op-0, the deploy's reason naming weir_init's out of memory and the refused grow", f, control.FailureMemoryLimit)
 	}
 }

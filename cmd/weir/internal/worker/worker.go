@@ -991,7 +991,7 @@ func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 		}
 		t, err := b.task(ctx, pt)
 		if err != nil {
-			return nil, fmt.Errorf("task %s: %w", pt.ID, err)
+			return nil, control.WithFailedTask(fmt.Errorf("task %s: %w", pt.ID, err), pt.ID)
 		}
 		tasks[id] = t
 	}
