@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirhq/weir/coordinator/control"
-	"github.com/weirhq/weir/coordinator/job"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/natsconn"
 )
@@ -496,10 +495,14 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	case "restore":
 		req := control.RestoreRequest{Job: job, From: f.from, AllowNonRestoredState: f.allowNonRestored}
 		if spec := restoreSpec; spec != nil {
-			// A job of the name that has not ended is refused before the
-			// build and the push, which take seconds and store modules
-			// for a run that would not start.
-			if err := checkEnded(ctx, api, spec.Name); err != nil {
+			// What the coordinator would refuse (a job of the name that
+			// has not ended, a checkpoint that is not there, state the
+			// spec would drop) is refused before the build and the push,
+			// which take seconds and store modules for a run that would
+			// not start.
+			check := req
+			check.Spec = spec
+			if err := checkRestore(ctx, api, check); err != nil {
 				return err
 			}
 			// As with weir run, a module may be a Go package directory or
@@ -529,21 +532,27 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	return nil
 }
 
-// checkEnded refuses, in the coordinator's words (job.NotEnded), a job of
-// name that has not ended. The status is asked for once, briefly and
-// without a notice, as weir run's checkRerun asks: a coordinator that does
-// not answer, or a name it has no job of, is the request's to say.
-func checkEnded(ctx context.Context, api *control.APIClient, name string) error {
+// checkRestore refuses, in the coordinator's words, what its restore would
+// refuse of req (control.API.CheckRestore) before req.Spec's modules are
+// built and pushed. The check is bounded by restoreProbe and asked
+// without a notice; a coordinator that does not answer in time, or that
+// does not know the check, lets it through: the restore says then.
+func checkRestore(ctx context.Context, api *control.APIClient, req control.RestoreRequest) error {
 	probe := *api
 	probe.Waiting = nil
-	pctx, cancel := context.WithTimeout(ctx, rerunProbe)
+	pctx, cancel := context.WithTimeout(ctx, restoreProbe)
 	defer cancel()
-	st, err := probe.Job(pctx, name)
-	if err != nil || st.State.Terminal() {
-		return nil
+	err := probe.CheckRestore(pctx, req)
+	var re *control.RemoteError
+	if errors.As(err, &re) && !errors.Is(err, control.ErrUnavailable) {
+		return apiErr("job restore", err)
 	}
-	return job.NotEnded(name, st.State)
+	return nil
 }
+
+// restoreProbe bounds checkRestore: it reads the checkpoint's metadata
+// and the spec's streams.
+const restoreProbe = 10 * time.Second
 
 // progress prints format (with the job's name) to w before a request
 // that may take a while — unless the job has ended, when the request is

@@ -121,25 +121,37 @@ sinks: [{name: out, kind: nats, subject: busy-out, input: {from: op}}]
 
 	// weir job restore -spec of the job that runs: refused as the
 	// coordinator refuses it, before the build and the push.
-	var rout, rerr bytes.Buffer
-	code := run(ctx, []string{"job", "restore", "-nats", url, "busy", "-from", "1", "-spec", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &rout, Err: &rerr})
-	spec, err = jobspec.ParseFile("job.yaml", jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
+	busy := `name: busy
+sources: [{name: in, kind: nats, subject: busy-in}]
+operators: [{name: op, module: op.wat, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: busy-out, input: {from: op}}]
+`
+	restoreRefused := func(what, want string) {
+		t.Helper()
+		if err := os.WriteFile("job.yaml", []byte(busy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var rout, rerr bytes.Buffer
+		code := run(ctx, []string{"job", "restore", "-nats", url, "busy", "-from", "1", "-spec", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &rout, Err: &rerr})
+		spec, err := jobspec.ParseFile("job.yaml", jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = n.API.Restore(ctx, control.RestoreRequest{Job: "busy", From: "1", Spec: spec})
+		if !errors.Is(err, control.ErrConflict) && !errors.Is(err, control.ErrNotFound) {
+			t.Fatalf("the coordinator's restore of %s: %v; want a refusal", what, err)
+		}
+		if want := "weir: " + want + "\n"; code != 1 || rerr.String() != want || rout.String() != "" {
+			t.Errorf("weir job restore -spec of %s: exit %d, stdout %q, stderr %q; want 1, nothing on stdout and %q", what, code, rout.String(), rerr.String(), want)
+		}
+		if c := runs(); c != 0 {
+			t.Errorf("weir job restore -spec of %s: wat2wasm ran %d times before the refusal; want none", what, c)
+		}
+		if mods, err := n.Registry.List(ctx); err != nil || len(mods) != 0 {
+			t.Errorf("weir job restore -spec of %s: module registry holds %v (%v); want nothing pushed", what, mods, err)
+		}
 	}
-	_, err = n.API.Restore(ctx, control.RestoreRequest{Job: "busy", From: "1", Spec: spec})
-	if !errors.Is(err, control.ErrConflict) && !errors.Is(err, control.ErrNotFound) {
-		t.Fatalf("the coordinator's restore of the job that runs: %v; want a refusal", err)
-	}
-	if want := "weir: job busy has not ended (it is running): cancel or stop it first\n"; code != 1 || rerr.String() != want || rout.String() != "" {
-		t.Errorf("weir job restore -spec of a job that runs: exit %d, stdout %q, stderr %q; want 1, nothing on stdout and %q", code, rout.String(), rerr.String(), want)
-	}
-	if c := runs(); c != 0 {
-		t.Errorf("weir job restore -spec: wat2wasm ran %d times before the refusal; want none", c)
-	}
-	if mods, err := n.Registry.List(ctx); err != nil || len(mods) != 0 {
-		t.Errorf("weir job restore -spec: module registry holds %v (%v); want nothing pushed", mods, err)
-	}
+	restoreRefused("a job that runs", "job busy has not ended (it is running): cancel or stop it first")
 
 	// With -input to a source with a stop, whose input went out before
 	// the submit: nothing is created, published, built or pushed. The
@@ -156,7 +168,7 @@ sinks: [{name: out, kind: jetstream, stream: BUSYOUT, subject: busy-out, input: 
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	code = run(ctx, []string{"run", "-nats", url, "-input", "in.txt", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	code := run(ctx, []string{"run", "-nats", url, "-input", "in.txt", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	want := "weir: job busy has not ended (it is running): cancel or stop it first\n"
 	if code != 1 || errb.String() != want || out.String() != "" {
 		t.Errorf("weir run -input: exit %d, stdout %q, stderr %q; want 1, nothing on stdout and %q", code, out.String(), errb.String(), want)
@@ -198,46 +210,14 @@ sinks: [{name: out, kind: jetstream, stream: THERE, subject: elsewhere, input: {
 	refused(astray, "run", "-nats", url)
 	refused(astray, "run", "-nats", url, "-create-streams=false")
 
-	// A stream -create-streams would create, with the first source's
-	// filter, stores nothing of the second's: refused as the submit
-	// refuses it once the stream is there, and the stream not created.
-	shared := `name: shared
-sources:
-  - {name: a, kind: jetstream, stream: SHARED, filter: shared.a}
-  - {name: b, kind: jetstream, stream: SHARED, filter: shared.b}
-operators: [{name: op, module: op.wat, inputs: [{from: a}, {from: b}]}]
-sinks: [{name: out, kind: jetstream, stream: THERE, subject: there, input: {from: op}}]
-`
-	if err := os.WriteFile("job.yaml", []byte(shared), 0o644); err != nil {
+	// Ended, from a checkpoint it never took: weir job restore -spec
+	// is refused as the coordinator refuses it, before the build and
+	// the push too.
+	if _, err := n.API.CancelJob(ctx, "busy"); err != nil {
 		t.Fatal(err)
 	}
-	out.Reset()
-	errb.Reset()
-	code = run(ctx, []string{"run", "-nats", url, "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	if _, err := n.JS.Stream(ctx, "SHARED"); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		t.Errorf("stream SHARED after the refused run: %v; want %v", err, jetstream.ErrStreamNotFound)
-	}
-	if c := runs(); c != 0 {
-		t.Errorf("weir run of a spec whose streams to create do not store its subjects: wat2wasm ran %d times before the refusal; want none", c)
-	}
-	if mods, err := n.Registry.List(ctx); err != nil || len(mods) != 0 {
-		t.Errorf("weir run of a spec whose streams to create do not store its subjects: module registry holds %v (%v); want nothing pushed", mods, err)
-	}
-	if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "SHARED", Subjects: []string{"shared.a"}}); err != nil {
-		t.Fatal(err)
-	}
-	spec, err = jobspec.Parse("job.yaml", []byte(shared), jobspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
-	if err == nil {
-		t.Fatalf("the coordinator took the job weir run refused: weir run exited %d with %q", code, errb.String())
-	}
-	if want := "weir: " + err.Error() + "\n"; code != 1 || errb.String() != want {
-		t.Errorf("weir run of a spec whose streams to create do not store its subjects: exit %d, stderr %q; want 1 and the submit's refusal %q",
-			code, errb.String(), want)
-	}
+	awaitState(t, ctx, n, "busy", control.JobCanceled)
+	restoreRefused("a checkpoint that is not there", "restore from busy/1: there is no such checkpoint")
 
 	// The compiler noted is the one a build runs.
 	if _, err := sourcebuild.Build(ctx, "op.wat", t.TempDir()); err != nil {

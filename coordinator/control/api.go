@@ -643,6 +643,10 @@ type API interface {
 	StopJob(ctx context.Context, job string) (CheckpointInfo, error)
 	// Restore restarts a stopped job from one of its checkpoints.
 	Restore(ctx context.Context, r RestoreRequest) (JobStatus, error)
+	// CheckRestore refuses what Restore would refuse of r (with its
+	// Spec, required) without looking at the spec's modules, which a
+	// client builds and stores after the check, and starts nothing.
+	CheckRestore(ctx context.Context, r RestoreRequest) error
 	// Checkpoints lists a job's checkpoints and savepoints, newest first.
 	Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error)
 	// RemoveCheckpoints deletes checkpoints or savepoints from storage
@@ -666,16 +670,17 @@ type WorkerStatus struct {
 
 // API operations (subject suffixes).
 const (
-	APISubmit      = "submit"
-	APIJobs        = "jobs"
-	APIJob         = "job"
-	APICancel      = "cancel"
-	APISavepoint   = "savepoint"
-	APIStop        = "stop"
-	APIRestore     = "restore"
-	APICheckpoints = "checkpoints"
-	APIRemove      = "remove_checkpoints"
-	APIWorkers     = "workers"
+	APISubmit       = "submit"
+	APIJobs         = "jobs"
+	APIJob          = "job"
+	APICancel       = "cancel"
+	APISavepoint    = "savepoint"
+	APIStop         = "stop"
+	APIRestore      = "restore"
+	APICheckRestore = "check_restore"
+	APICheckpoints  = "checkpoints"
+	APIRemove       = "remove_checkpoints"
+	APIWorkers      = "workers"
 )
 
 type nameRequest struct {
@@ -961,6 +966,15 @@ func (c *APIClient) Restore(ctx context.Context, r RestoreRequest) (JobStatus, e
 	return call[JobStatus](ctx, c, APIRestore, r)
 }
 
+// CheckRestore asks whether Restore would refuse r, before r.Spec's
+// modules are built and stored (see API.CheckRestore). A coordinator
+// that does not know the request answers nobody: the error is then
+// ErrUnavailable, as for one that is not there.
+func (c *APIClient) CheckRestore(ctx context.Context, r RestoreRequest) error {
+	_, err := read[struct{}](ctx, c, APICheckRestore, r)
+	return err
+}
+
 // Checkpoints lists a job's checkpoints, newest first.
 func (c *APIClient) Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error) {
 	return read[[]CheckpointInfo](ctx, c, APICheckpoints, nameRequest{job})
@@ -1132,6 +1146,13 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 				return nil, Errorf(ErrInvalid, "decode restore request: %v", err)
 			}
 			return impl.Restore(ctx, r)
+		},
+		APICheckRestore: func(ctx context.Context, data []byte) (any, error) {
+			var r RestoreRequest
+			if err := json.Unmarshal(data, &r); err != nil {
+				return nil, Errorf(ErrInvalid, "decode restore request: %v", err)
+			}
+			return struct{}{}, impl.CheckRestore(ctx, r)
 		},
 		APICheckpoints: func(ctx context.Context, data []byte) (any, error) {
 			n, err := name(data)

@@ -447,6 +447,12 @@ func (fakeAPI) StopJob(_ context.Context, n string) (CheckpointInfo, error) {
 func (fakeAPI) Restore(_ context.Context, r RestoreRequest) (JobStatus, error) {
 	return JobStatus{Name: r.Job, RestoredFrom: 7}, nil
 }
+func (fakeAPI) CheckRestore(_ context.Context, r RestoreRequest) error {
+	if r.From != "7" {
+		return Errorf(ErrNotFound, "restore from %s/%s: there is no such checkpoint", r.Job, r.From)
+	}
+	return nil
+}
 func (fakeAPI) Checkpoints(_ context.Context, n string) ([]CheckpointInfo, error) {
 	return []CheckpointInfo{{Job: n, ID: 2, Tasks: map[string]map[string]int64{"t": {MetricUnaligned: 1}}}}, nil
 }
@@ -499,6 +505,12 @@ func TestAPIRoundTrip(t *testing.T) {
 	}
 	if st, err := c.Restore(ctx, RestoreRequest{Job: "a", From: "7"}); err != nil || st.RestoredFrom != 7 {
 		t.Errorf("restore = %v %v", st, err)
+	}
+	if err := c.CheckRestore(ctx, RestoreRequest{Job: "a", From: "7"}); err != nil {
+		t.Errorf("check restore = %v", err)
+	}
+	if err := c.CheckRestore(ctx, RestoreRequest{Job: "a", From: "9"}); !errors.Is(err, ErrNotFound) || err.Error() != "restore from a/9: there is no such checkpoint" {
+		t.Errorf("check restore from a checkpoint that is not there = %v", err)
 	}
 	if cs, err := c.Checkpoints(ctx, "a"); err != nil || len(cs) != 1 || cs[0].Tasks["t"][MetricUnaligned] != 1 {
 		t.Errorf("checkpoints = %v %v", cs, err)

@@ -271,8 +271,21 @@ func TestRestoreRefusesMoreInputForAnEndedPort(t *testing.T) {
 	if !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "source in would give it more records: it is unbounded in the spec (no stop)") {
 		t.Fatalf("submit from the checkpoint without a stop: %v", err)
 	}
+	// The check weir job restore -spec asks before it builds the
+	// spec's modules refuses it in the same words, and passes the same
+	// stop; it starts nothing either way.
+	if err := e.api.CheckRestore(ctx, control.RestoreRequest{Job: "fin", From: "7", Spec: withStop("5")}); !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("check of the restore with a later stop: %v, want ErrInvalid saying %q", err, want)
+	}
+	if err := e.api.CheckRestore(ctx, control.RestoreRequest{Job: "fin", From: "7", Spec: withStop("3")}); err != nil {
+		t.Fatalf("check of the restore with the same stop: %v", err)
+	}
+	if err := e.api.CheckRestore(ctx, control.RestoreRequest{Job: "fin", From: "8", Spec: withStop("3")}); !errors.Is(err, control.ErrNotFound) ||
+		!strings.HasPrefix(err.Error(), "restore from fin/8: there is no such checkpoint") {
+		t.Fatalf("check of the restore from a checkpoint that is not there: %v", err)
+	}
 	if _, err := e.api.Job(ctx, "fin"); !errors.Is(err, control.ErrNotFound) {
-		t.Fatalf("a refused restore created the job: %v", err)
+		t.Fatalf("a refused restore, or a check, created the job: %v", err)
 	}
 	// The stop the checkpoint was taken with: the job runs (and would
 	// end at once).

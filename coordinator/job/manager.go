@@ -649,6 +649,41 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	return m.start(ctx, spec, r.Spec != nil, md, r.AllowNonRestoredState)
 }
 
+// CheckRestore refuses, in Restore's words, what Restore would refuse of
+// r before it reads r.Spec's modules, and starts nothing: a job of the
+// name that has not ended, a checkpoint that is not there, a spec that
+// would drop or misplace the checkpoint's state or give an input that
+// ended more records, streams the spec names that are not there, starts
+// and stops that do not resolve. weir job restore -spec asks it before
+// it builds the spec's modules and pushes them (seconds, a minute for
+// Rust), which Restore needs in the registry. r.Spec is required.
+func (m *Manager) CheckRestore(ctx context.Context, r control.RestoreRequest) error {
+	spec := r.Spec
+	if spec == nil {
+		return control.Errorf(control.ErrInvalid, "check restore %s: no spec given", r.Job)
+	}
+	if err := jobspec.Check(spec); err != nil {
+		return control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
+	}
+	if j, err := m.job(spec.Name); err == nil {
+		if st := j.status().State; !st.Terminal() {
+			return NotEnded(spec.Name, st)
+		}
+	}
+	k, err := checkpointRef(r.Job, r.From)
+	if err != nil {
+		return err
+	}
+	md, err := m.loadCheckpoint(ctx, k)
+	if err != nil {
+		return err
+	}
+	// The spec is the request's, decoded for this check: resolving its
+	// sources changes nobody's.
+	_, _, err = m.checkStart(ctx, spec, true, md, r.AllowNonRestoredState, false)
+	return err
+}
+
 // checkpointRef parses from, "ID" (of job) or "JOB/ID".
 func checkpointRef(job, from string) (ckKey, error) {
 	if j, id, ok := strings.Cut(from, "/"); ok {
@@ -705,16 +740,18 @@ func (m *Manager) restorable(ctx context.Context, job string) string {
 	return fmt.Sprintf(" (discarded, or never taken); %s can be restored from %s%s", job, strings.Join(list, ", "), more)
 }
 
-// prepare builds a spec's plan, resolves its modules and its sources'
-// start and stop sequences.
-func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh bool) (*plan.Plan, map[string]control.Module, error) {
+// prepare builds a spec's plan, resolves its modules (with modules) and
+// its sources' start and stop sequences.
+func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh, modules bool) (*plan.Plan, map[string]control.Module, error) {
 	p, err := plan.Build(spec)
 	if err != nil {
 		return nil, nil, control.Errorf(control.ErrInvalid, "submit %s: %w", spec.Name, err)
 	}
-	mods, err := m.resolveModules(ctx, spec)
-	if err != nil {
-		return nil, nil, err
+	var mods map[string]control.Module
+	if modules {
+		if mods, err = m.resolveModules(ctx, spec); err != nil {
+			return nil, nil, err
+		}
 	}
 	if js := m.opts.JetStream; js != nil {
 		if err := CheckStreams(ctx, js, spec, m.opts.RequestTimeout, nil); err != nil {
@@ -730,30 +767,41 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh bool) (
 	return p, mods, nil
 }
 
+// checkStart prepares spec to start, restoring checkpoint from if it is
+// not nil, and refuses it as start does (see start); with modules it
+// resolves the spec's modules too.
+func (m *Manager) checkStart(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored, modules bool) (*plan.Plan, map[string]control.Module, error) {
+	var resolvedNow map[string]bool
+	if from != nil {
+		if err := m.keepResolved(spec, from, given); err != nil {
+			return nil, nil, err
+		}
+		resolvedNow = stopsResolvedNow(spec)
+	}
+	p, mods, err := m.prepare(ctx, spec, from == nil, modules)
+	if err != nil {
+		return nil, nil, err
+	}
+	if from != nil {
+		if err := checkRestore(spec, p, from, allowNonRestored); err != nil {
+			return nil, nil, err
+		}
+		if err := checkEnded(spec, p, from, resolvedNow); err != nil {
+			return nil, nil, err
+		}
+	}
+	return p, mods, nil
+}
+
 // start runs spec, restoring checkpoint from if it is not nil (see
 // checkRestore for allowNonRestored) — refused when that would drop or
 // misplace state (checkRestore) or give an input port that ended in the
 // checkpoint more records (checkEnded). given says that spec came with
 // the request (keepResolved).
 func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
-	var resolvedNow map[string]bool
-	if from != nil {
-		if err := m.keepResolved(spec, from, given); err != nil {
-			return control.JobStatus{}, err
-		}
-		resolvedNow = stopsResolvedNow(spec)
-	}
-	p, mods, err := m.prepare(ctx, spec, from == nil)
+	p, mods, err := m.checkStart(ctx, spec, given, from, allowNonRestored, true)
 	if err != nil {
 		return control.JobStatus{}, err
-	}
-	if from != nil {
-		if err := checkRestore(spec, p, from, allowNonRestored); err != nil {
-			return control.JobStatus{}, err
-		}
-		if err := checkEnded(spec, p, from, resolvedNow); err != nil {
-			return control.JobStatus{}, err
-		}
 	}
 	// Numbering continues after every checkpoint in storage, so a new run
 	// never reuses a key.
