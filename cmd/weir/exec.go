@@ -512,6 +512,9 @@ func (r *execRun) print(port int, batch []byte) error {
 	return r.outErr
 }
 
+// timeFlagUsage describes -time of weir run and weir input.
+const timeFlagUsage = "each input line starts with its record's timestamp, the time of the event, and a TAB: milliseconds since the Unix epoch or RFC 3339 (2026-12-03T10:00:00Z); it goes in the message's Weir-Time header, which the job's sources make the record's timestamp (without it: the time the message was stored)"
+
 // cutTimestamp splits a -time input line into its leading timestamp
 // (milliseconds since the Unix epoch, or RFC 3339 with a zone) and the
 // rest after the TAB.
@@ -520,8 +523,12 @@ func cutTimestamp(line []byte) (int64, []byte, error) {
 	if !ok {
 		return 0, nil, fmt.Errorf("-time: want TIMESTAMP<TAB>[KEY<TAB>]VALUE, got no TAB after %q", truncate(field, 40))
 	}
-	if ms, err := strconv.ParseInt(string(field), 10, 64); err == nil {
+	ms, err := strconv.ParseInt(string(field), 10, 64)
+	switch {
+	case err == nil:
 		return ms, rest, nil
+	case errors.Is(err, strconv.ErrRange):
+		return 0, nil, fmt.Errorf("-time: timestamp %q is too large for milliseconds since the epoch (a 64-bit number)", truncate(field, 40))
 	}
 	t, err := time.Parse(time.RFC3339Nano, string(field))
 	if err != nil {

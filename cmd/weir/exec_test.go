@@ -311,6 +311,7 @@ func TestExecTimestamps(t *testing.T) {
 	}
 	for _, c := range []struct{ in, want string }{
 		{"1\ta\nno timestamp\n", "weir: exec: stdin line 2: -time: want TIMESTAMP<TAB>[KEY<TAB>]VALUE, got no TAB after \"no timestamp\"\n"},
+		{"99999999999999999999\tv\n", "weir: exec: stdin line 1: -time: timestamp \"99999999999999999999\" is too large for milliseconds since the epoch (a 64-bit number)\n"},
 		{"yesterday\tv\n", "weir: exec: stdin line 1: -time: timestamp \"yesterday\" is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)\n"},
 	} {
 		code, _, errs := weir(t, c.in, "exec", "../../guests/wat/passthrough.wasm", "-time")

@@ -40,6 +40,8 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 	var nf natsFlags
 	nf.register(fs, defaultNATS, "NATS server URL")
 	nf.registerWait(fs)
+	var timed bool
+	fs.BoolVar(&timed, "time", false, timeFlagUsage)
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
@@ -87,6 +89,6 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 	dial := func(extra ...nats.Option) (*nats.Conn, error) {
 		return natsconn.Connect(*nf.options("weir input"), extra...)
 	}
-	_, err = publishInputs(ctx, std, "input", nc, dial, spec, inputs, nil, ingest.Nonce())
+	_, err = publishInputs(ctx, std, "input", timed, nc, dial, spec, inputs, nil, ingest.Nonce())
 	return err
 }

@@ -76,6 +76,7 @@ type runOptions struct {
 	create   bool
 	replicas int
 	verbose  bool
+	time     bool // -time
 }
 
 func runRun(ctx context.Context, std Stdio, args []string) error {
@@ -92,6 +93,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
 	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
 	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do")
+	fs.BoolVar(&o.time, "time", false, timeFlagUsage)
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
@@ -102,6 +104,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	if o.replicas < 1 || o.replicas > 5 || (o.nats.url == "" && o.replicas > 1) {
 		return usagef("run: -replicas %d: 1 to 5, and above 1 only on a NATS cluster (-nats)", o.replicas)
+	}
+	if o.time && len(o.inputs) == 0 {
+		return usagef("run: -time says how -input files' lines start; give -input too")
 	}
 	o.spec = pos[0]
 	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile})
@@ -740,7 +745,8 @@ func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
 // id. A core NATS source's lines go out on nc; a JetStream source's on a
 // connection of their own (dial, with ingest's options). as names the
 // flag or command in what it says: "-input", or "input" (weir input).
-func publishInputs(ctx context.Context, std Stdio, as string, nc *nats.Conn, dial func(...nats.Option) (*nats.Conn, error), spec *jobspec.Spec, inputs inputFlags, only func(jobspec.Source) bool, nonce string) (int, error) {
+// With timed, each line starts with its record's timestamp (-time).
+func publishInputs(ctx context.Context, std Stdio, as string, timed bool, nc *nats.Conn, dial func(...nats.Option) (*nats.Conn, error), spec *jobspec.Spec, inputs inputFlags, only func(jobspec.Source) bool, nonce string) (int, error) {
 	total := 0
 	var conn *nats.Conn // for JetStream sources, made at the first
 	defer func() {
@@ -774,7 +780,7 @@ func publishInputs(ctx context.Context, std Stdio, as string, nc *nats.Conn, dia
 				return total, fmt.Errorf("%s %s: %w", as, file, err)
 			}
 		}
-		c, err := publishInput(ctx, as, nc, pub, *src, file, std.In)
+		c, err := publishInput(ctx, as, timed, nc, pub, *src, file, std.In)
 		total += c
 		if err != nil {
 			return total, err
@@ -851,12 +857,17 @@ func inputHint(spec *jobspec.Spec, o runOptions, hint string) string {
 		}
 		args = append(args, shellQuote(in))
 	}
+	if o.time {
+		hint += " -time"
+	}
 	return fmt.Sprintf("weir input%s %s %s", hint, shellQuote(o.spec), strings.Join(args, " "))
 }
 
 // publishInput publishes the lines of file ("-": stdin) to src: with pub
-// to a JetStream source's stream, else on nc. as is publishInputs'.
-func publishInput(ctx context.Context, as string, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string, stdin io.Reader) (int, error) {
+// to a JetStream source's stream, else on nc. as and timed are
+// publishInputs': with timed a line's leading timestamp goes in the
+// message's source.TimeHeader.
+func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string, stdin io.Reader) (int, error) {
 	var f io.Reader = stdin
 	if file != "-" {
 		of, err := os.Open(file)
@@ -877,6 +888,14 @@ func publishInput(ctx context.Context, as string, nc *nats.Conn, pub *ingest.Pub
 		if line == "" {
 			continue
 		}
+		var ts int64
+		if timed {
+			t, rest, err := cutTimestamp([]byte(line))
+			if err != nil {
+				return count, fmt.Errorf("%s %s: line %d: %w", as, file, lineNo, err)
+			}
+			ts, line = t, string(rest)
+		}
 		key, value, ok := strings.Cut(line, "\t")
 		if !ok {
 			key, value = "", line
@@ -894,6 +913,9 @@ func publishInput(ctx context.Context, as string, nc *nats.Conn, pub *ingest.Pub
 		m := nats.NewMsg(subj)
 		if key != "" {
 			m.Header.Set(sink.KeyHeader, key)
+		}
+		if ts != 0 {
+			m.Header.Set(source.TimeHeader, strconv.FormatInt(ts, 10))
 		}
 		m.Data = []byte(value)
 		if max := nc.MaxPayload(); int64(len(line)) > max {
@@ -1067,7 +1089,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		defer stop()
 	}
 	nonce := ingest.Nonce()
-	published, err := publishInputs(ctx, std, "-input", n.Conn, n.Dial, spec, o.inputs, hasStop, nonce)
+	published, err := publishInputs(ctx, std, "-input", o.time, n.Conn, n.Dial, spec, o.inputs, hasStop, nonce)
 	if err != nil {
 		return err
 	}
@@ -1192,7 +1214,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		// What weir job status would say of a job in trouble, once.
 		fmt.Fprint(std.Out, notes.news(st))
 		if !inputDone && st.State == control.JobRunning {
-			c, err := publishInputs(ctx, std, "-input", n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce)
+			c, err := publishInputs(ctx, std, "-input", o.time, n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce)
 			published += c
 			if err != nil {
 				return err

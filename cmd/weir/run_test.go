@@ -778,15 +778,17 @@ func TestInputHint(t *testing.T) {
 		spec   string
 		inputs inputFlags
 		hint   string
+		timed  bool
 		want   string
 	}{
-		{"job.yaml", nil, "", ""},
-		{"job.yaml", inputFlags{"more.txt"}, "", "weir input job.yaml more.txt"},
-		{"my job.yaml", inputFlags{"core=a b.txt", "until=c.txt"}, " -nats nats://h:4333", "weir input -nats nats://h:4333 'my job.yaml' 'core=a b.txt' until=c.txt"},
-		{"job.yaml", inputFlags{"in=a.txt", "ended=b.txt"}, "", ""},
-		{"job.yaml", inputFlags{"nope=a.txt"}, "", ""},
+		{"job.yaml", nil, "", false, ""},
+		{"job.yaml", inputFlags{"more.txt"}, "", false, "weir input job.yaml more.txt"},
+		{"job.yaml", inputFlags{"more.txt"}, "", true, "weir input -time job.yaml more.txt"},
+		{"my job.yaml", inputFlags{"core=a b.txt", "until=c.txt"}, " -nats nats://h:4333", true, "weir input -nats nats://h:4333 -time 'my job.yaml' 'core=a b.txt' until=c.txt"},
+		{"job.yaml", inputFlags{"in=a.txt", "ended=b.txt"}, "", false, ""},
+		{"job.yaml", inputFlags{"nope=a.txt"}, "", false, ""},
 	} {
-		if got := inputHint(spec, runOptions{spec: c.spec, inputs: c.inputs}, c.hint); got != c.want {
+		if got := inputHint(spec, runOptions{spec: c.spec, inputs: c.inputs, time: c.timed}, c.hint); got != c.want {
 			t.Errorf("inputHint(%q, %q, %q) = %q, want %q", c.spec, c.inputs, c.hint, got, c.want)
 		}
 	}

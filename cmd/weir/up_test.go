@@ -123,6 +123,7 @@ func TestUpFlagMistakes(t *testing.T) {
 		{[]string{"up", "-nats", "nats://127.0.0.1:1", "-replicas", "7"}, "JetStream keeps 1 to 5 replicas"},
 		{[]string{"up", "-nats", "nats://127.0.0.1:1", "-port", "4333"}, "-host and -port are the embedded server's"},
 		{[]string{"run", "-replicas", "3", "job.yaml"}, "above 1 only on a NATS cluster (-nats)"},
+		{[]string{"run", "-time", "job.yaml"}, "run: -time says how -input files' lines start; give -input too"},
 		{[]string{"up", "-slots", "-1"}, "up: -slots -1: give 0 (no limit) or more"},
 		{[]string{"worker", "-slots", "-2"}, "worker: -slots -2: give 0 (no limit) or more"},
 		{[]string{"up", "-sync", "sometimes"}, "up: -sync sometimes: give always, or how often to fsync as a positive duration such as 1s"},

@@ -14,6 +14,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
 )
 
 // TestInputToAJobThatRuns: weir input gives a job that runs more input,
@@ -142,6 +143,37 @@ sinks: [{name: out, kind: nats, subject: nostream-out, input: {from: in}}]
 			case <-ctx.Done():
 				t.Fatalf("the job's output on %s: nothing; want %q", subj, w)
 			}
+		}
+	}
+
+	// -time: each line's leading timestamp goes in the message's
+	// Weir-Time header, which the source makes the record's; a line
+	// without one is refused, naming it, and nothing after it goes out.
+	code, out, errb = weir("2026-12-03T10:00:00Z\td\t4\nd\t5\n", "input", "-nats", url, "-time", "job.yaml", "in=-")
+	if want := "weir: input -: line 2: -time: timestamp \"d\" is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)\n"; code != 1 || errb != want {
+		t.Errorf("weir input -time with a line without a timestamp: exit %d, stdout %q, stderr %q; want 1 and %q", code, out, errb, want)
+	}
+	code, out, errb = weir("1796292001000\te\t6\n", "input", "-time", "-nats", url, "job.yaml", "in=-")
+	if want := "published 1 input records from standard input to in\n"; code != 0 || out != want || errb != "" {
+		t.Fatalf("weir input -time: exit %d, stdout %q, stderr %q; want 0 and %q", code, out, errb, want)
+	}
+	for seq, want := range map[uint64]string{3: "feedin.d d=4 @1796292000000", 4: "feedin.e e=6 @1796292001000"} {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Subject + " " + m.Header.Get(sink.KeyHeader) + "=" + string(m.Data) + " @" + m.Header.Get(source.TimeHeader); got != want {
+			t.Errorf("FEEDIN message %d: %q; want %q", seq, got, want)
+		}
+	}
+	for _, w := range []string{"d=4", "e=6"} {
+		select {
+		case got := <-outs["feed-out"]:
+			if got != w {
+				t.Errorf("the job's output of -time input: %q; want %q", got, w)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the job's output of -time input: nothing; want %q", w)
 		}
 	}
 }

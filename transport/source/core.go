@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,27 @@ import (
 // KeyHeader is the NATS message header whose value becomes a record's key
 // under KeyFromHeader; a message without it yields an empty key.
 const KeyHeader = "Weir-Key"
+
+// TimeHeader is the NATS message header whose value, milliseconds since
+// the Unix epoch in decimal, becomes a record's timestamp: the time the
+// event happened, which its publisher knows (weir run -input -time and
+// weir input -time set it), instead of the time the message was stored
+// (JetStream) or taken (core NATS). A value that is not such a number, or
+// is 0, is ignored: the record gets the time it would without it.
+const TimeHeader = "Weir-Time"
+
+// headerTime returns the timestamp h's TimeHeader gives, or 0.
+func headerTime(h nats.Header) int64 {
+	v := h.Get(TimeHeader)
+	if v == "" {
+		return 0
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return ms
+}
 
 // KeyFrom says where a source takes the key of each record it reads.
 type KeyFrom int
@@ -114,15 +136,20 @@ func (c *Core) onMsg(m *nats.Msg) {
 	// The conversions below copy nothing: add copies the key into the
 	// batch and keeps no reference, so the compiler lets the slice alias
 	// the string (TestOnMsgAllocs holds it to that).
-	var key []byte
+	var (
+		key []byte
+		ts  int64 // 0: stamped when Poll takes it
+	)
 	if c.cfg.Key == KeyFromSubject {
 		key = []byte(m.Subject)
-	} else if m.Header != nil {
-		if k := m.Header.Get(KeyHeader); k != "" {
+	}
+	if m.Header != nil {
+		if k := m.Header.Get(KeyHeader); k != "" && c.cfg.Key != KeyFromSubject {
 			key = []byte(k)
 		}
+		ts = headerTime(m.Header)
 	}
-	c.acc.add(0, key, m.Data, 0, 0) // stamped when Poll takes it
+	c.acc.add(0, key, m.Data, ts, 0)
 }
 
 // Guarantee describes the source's delivery guarantee for the job status.
@@ -130,9 +157,10 @@ func (c *Core) Guarantee() string { return CoreGuarantee }
 
 // Poll returns every message that arrived since the last Poll (up to the
 // batch limits) as one record batch: key from the Weir-Key header or the
-// subject (CoreConfig.Key), value = the message data, timestamp = the time
-// Poll took the batch, in ms, the same for all its records (ingestion
-// time: a core message carries no time of its own). The offset is nil.
+// subject (CoreConfig.Key), value = the message data, timestamp = the
+// message's TimeHeader, else the time Poll took the batch, in ms, the same
+// for all such records of it (ingestion time: a core message carries no
+// time of its own). The offset is nil.
 func (c *Core) Poll(ctx context.Context) ([]byte, []byte, error) {
 	b, _, err := c.acc.take(ctx)
 	if err != nil {
@@ -171,15 +199,17 @@ func (c *Core) Close() error {
 	return nil
 }
 
-// stamp sets the timestamp of every record of batch to ts. The batch was
-// built by the accumulator, so it is well formed.
+// stamp sets the timestamp of every record of batch that has none (0) to
+// ts. The batch was built by the accumulator, so it is well formed.
 func stamp(batch []byte, ts int64) {
 	n := int(binary.LittleEndian.Uint32(batch))
 	off := abi.BatchHeaderSize
 	for range n {
 		kl := int(binary.LittleEndian.Uint32(batch[off:]))
 		vl := int(binary.LittleEndian.Uint32(batch[off+4:]))
-		binary.LittleEndian.PutUint64(batch[off+8:], uint64(ts))
+		if binary.LittleEndian.Uint64(batch[off+8:]) == 0 {
+			binary.LittleEndian.PutUint64(batch[off+8:], uint64(ts))
+		}
 		off += abi.RecordHeaderSize + kl + vl
 	}
 }

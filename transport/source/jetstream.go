@@ -1030,14 +1030,19 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 	}
 	// As in Core.onMsg, the conversions copy nothing.
 	var key []byte
+	ts := int64(tsNanos / 1e6) // the time the stream stored it
 	if s.cfg.Key == KeyFromSubject {
 		key = []byte(m.Subject())
-	} else if h := m.Headers(); h != nil {
-		if k := h.Get(KeyHeader); k != "" {
+	}
+	if h := m.Headers(); h != nil {
+		if k := h.Get(KeyHeader); k != "" && s.cfg.Key != KeyFromSubject {
 			key = []byte(k)
 		}
+		if t := headerTime(h); t != 0 {
+			ts = t
+		}
 	}
-	if !s.acc.add(lane, key, m.Data(), int64(tsNanos/1e6), seq) {
+	if !s.acc.add(lane, key, m.Data(), ts, seq) {
 		return false
 	}
 	if end {
