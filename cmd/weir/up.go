@@ -393,7 +393,9 @@ const workerLsUsage = `[-nats URL] [auth flags] [-wait D]
 
 Lists the live workers the coordinator knows: ID, host, and slots as
 used/total (used: the tasks placed there of the jobs that have not ended;
-total "-": no limit).`
+total "-": no limit). A worker the coordinator places no tasks on (its
+checkpoint store is not the coordinator's) is followed by a line that says
+why.`
 
 // listWorkers is weir worker ls.
 func listWorkers(ctx context.Context, std Stdio, args []string) error {
@@ -432,4 +434,9 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%d/%s\n", x.ID, x.Host, x.Used, total)
 	}
 	tw.Flush()
+	for _, x := range ws {
+		if x.Unusable != "" {
+			fmt.Fprintf(w, "worker %s gets no tasks: %s\n", x.ID, x.Unusable)
+		}
+	}
 }

@@ -662,6 +662,9 @@ type WorkerStatus struct {
 	Host string `json:"host,omitempty"`
 	// Slots is the most tasks the worker takes at a time (0: no limit).
 	Slots int `json:"slots,omitempty"`
+	// Unusable, if set, says why the coordinator places no tasks on the
+	// worker (its checkpoint store is not the coordinator's).
+	Unusable string `json:"unusable,omitempty"`
 	// Used counts the tasks placed on the worker of the jobs that have
 	// not ended (a job waiting for room holds none): what placement
 	// counts against Slots.

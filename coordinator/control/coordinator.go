@@ -40,6 +40,11 @@ type CoordinatorOptions struct {
 	// Fence, if set, guards every request to a worker (see Fence): one
 	// it refuses is not sent.
 	Fence Fence
+	// Unusable, if set, says why the coordinator would place no tasks on
+	// a worker ("" if it would): its registration is answered with that
+	// (RegisterReply.Refused), and the worker stops. One that joins by
+	// heartbeat alone is kept, and the handler leaves it out.
+	Unusable func(WorkerInfo) string
 }
 
 // Fence guards a coordinator's acts on shared state — its requests to
@@ -127,6 +132,12 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 		if err := json.Unmarshal(m.Data, &info); err != nil || info.ID == "" {
 			respond(m, RegisterReply{Error: "bad registration"})
 			return
+		}
+		if c.opts.Unusable != nil {
+			if why := c.opts.Unusable(info); why != "" {
+				respond(m, RegisterReply{HeartbeatTimeout: c.opts.HeartbeatTimeout, Refused: why})
+				return
+			}
 		}
 		c.seen(info, nil)
 		respond(m, RegisterReply{HeartbeatTimeout: c.opts.HeartbeatTimeout})

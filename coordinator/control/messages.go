@@ -158,6 +158,11 @@ type WorkerInfo struct {
 	// Session is random per Worker.Run: a new session means the worker
 	// restarted and runs none of its former tasks.
 	Session string `json:"session,omitempty"`
+	// Store is where the worker writes its tasks' snapshots
+	// (storage.Location), "" from a worker that does not say. A
+	// coordinator that reads checkpoints from elsewhere places no tasks on
+	// it: their snapshots would be out of its reach.
+	Store string `json:"store,omitempty"`
 }
 
 // RegisterReply answers a registration.
@@ -166,6 +171,9 @@ type RegisterReply struct {
 	// HeartbeatTimeout is how long the coordinator waits for a heartbeat
 	// before it declares the worker lost.
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout"`
+	// Refused, if set, says why the coordinator places no tasks on the
+	// worker (CoordinatorOptions.Unusable): the worker stops, saying so.
+	Refused string `json:"refused,omitempty"`
 }
 
 // TaskRef names one task of one job attempt.

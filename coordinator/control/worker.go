@@ -41,6 +41,8 @@ type WorkerOptions struct {
 	Tasks func() []TaskRef
 	Host  string
 	Slots int
+	// Store is where the worker writes snapshots (WorkerInfo.Store).
+	Store string
 }
 
 // Worker is the worker side of the control protocol.
@@ -58,7 +60,7 @@ func NewWorker(nc *nats.Conn, id string, h WorkerHandler, opts WorkerOptions) *W
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	return &Worker{nc: nc, h: h, opts: opts, subj: Subjects{opts.Prefix},
-		info: WorkerInfo{ID: id, Host: opts.Host, Slots: opts.Slots}}
+		info: WorkerInfo{ID: id, Host: opts.Host, Slots: opts.Slots, Store: opts.Store}}
 }
 
 // ID returns the worker's ID.
@@ -89,11 +91,16 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := w.nc.Flush(); err != nil {
 		return fmt.Errorf("worker %s: flush: %w", w.info.ID, err)
 	}
-	// Registration is best effort: heartbeats register too.
+	// Registration is best effort: heartbeats register too. A
+	// coordinator that answers it may refuse the worker (Unusable): it
+	// would place no tasks on it, and says why.
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	var rep RegisterReply
-	_ = request(rctx, w.nc, w.subj.Register(), w.info, &rep)
+	err = request(rctx, w.nc, w.subj.Register(), w.info, &rep)
 	cancel()
+	if err == nil && rep.Refused != "" {
+		return fmt.Errorf("worker %s: the coordinator places no tasks on it: %s", w.info.ID, rep.Refused)
+	}
 	w.heartbeat()
 	if ready != nil {
 		close(ready)

@@ -762,7 +762,7 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 			if short != nil {
 				return nil, 0, failure{reason: fmt.Sprintf("no free slots within %v: %s", j.m.opts.WorkerWait, short.Shortfall()), kind: control.FailurePlacement}, true
 			}
-			return nil, 0, failure{reason: fmt.Sprintf("no worker joined within %v", j.m.opts.WorkerWait), kind: control.FailurePlacement}, true
+			return nil, 0, failure{reason: fmt.Sprintf("no worker joined within %v%s", j.m.opts.WorkerWait, j.m.unusableLive()), kind: control.FailurePlacement}, true
 		case <-j.ctx.Done():
 			return nil, 0, failure{}, false
 		case <-j.wake:

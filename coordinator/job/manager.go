@@ -219,7 +219,8 @@ func New(opts Options) *Manager {
 	m := &Manager{opts: opts, log: opts.Log, jobs: map[string]*job{}, canceling: map[staleKey]bool{}, reported: map[string]int{}, freed: map[string]uint64{}, stopped: map[staleKey]bool{},
 		room: make(chan struct{}), removing: map[ckKey]string{}, starting: map[ckKey]int{}, clearing: map[string]clearing{},
 		finishing: make(chan struct{}, resumeParallel)}
-	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout, Fence: opts.Fence})
+	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout, Fence: opts.Fence,
+		Unusable: m.unusable})
 	return m
 }
 
@@ -272,8 +273,37 @@ func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
 // WorkerJoined implements control.CoordinatorHandler.
 // It wakes the jobs waiting for a live worker or for free slots.
 func (m *Manager) WorkerJoined(w control.WorkerInfo) {
+	if why := m.unusable(w); why != "" {
+		m.log.Warn("worker joined, but gets no tasks", "worker", w.ID, "host", w.Host, "why", why)
+		return
+	}
 	m.log.Info("worker joined", "worker", w.ID, "host", w.Host, "slots", w.Slots)
 	m.roomMade()
+}
+
+// unusableLive says which live workers get no tasks (unusable), for a
+// placement that found none: "" when none is live.
+func (m *Manager) unusableLive() string {
+	for _, hb := range m.ctl.Workers() {
+		if why := m.unusable(hb.Worker); why != "" {
+			return fmt.Sprintf(" (worker %s is live, but gets no tasks: %s)", hb.Worker.ID, why)
+		}
+	}
+	return ""
+}
+
+// unusable says why no task may be placed on worker w, or "": it writes
+// snapshots where this coordinator does not read checkpoints (a
+// directory of its own machine, say), so every checkpoint with a task of
+// it would be out of the coordinator's reach — the worker refuses such a
+// deploy (an unrecoverable failure of the job), so it gets none.
+func (m *Manager) unusable(w control.WorkerInfo) string {
+	have := m.stateStore()
+	if w.Store == "" || have == "" || w.Store == have {
+		return ""
+	}
+	return fmt.Sprintf("it writes checkpoints to %s, and this coordinator reads them from %s (give 'weir up' and 'weir worker' the same -checkpoint-store: jetstream when workers run in other processes)",
+		w.Store, have)
 }
 
 // roomMade wakes the jobs waiting to be placed (roomSignal).
@@ -322,6 +352,9 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 	stale := m.staleTasks(live, j)
 	ws := make([]plan.Worker, 0, len(live))
 	for _, hb := range live {
+		if m.unusable(hb.Worker) != "" {
+			continue
+		}
 		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID] + stale[hb.Worker.ID]}
 		if at, ok := full[w.ID]; ok && m.freedSlots(w.ID) <= at {
 			if w.Slots <= 0 {
@@ -361,7 +394,8 @@ func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 	out := make([]control.WorkerStatus, len(live))
 	for i, hb := range live {
 		id := hb.Worker.ID
-		out[i] = control.WorkerStatus{ID: id, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[id] + stale[id]}
+		out[i] = control.WorkerStatus{ID: id, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[id] + stale[id],
+			Unusable: m.unusable(hb.Worker)}
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/subject"
 )
 
@@ -23,8 +24,12 @@ import (
 // yet): refusing the submit says so at once, where the job would
 // otherwise fail every attempt the same way (a sink's commits find no
 // stream to store them) or run on reading nothing (a filter outside the
-// stream). Any other answer (JetStream slow or unavailable) lets the spec
-// through: the deploy meets it, and restarts.
+// stream). It refuses an exactly-once sink's stream whose duplicate window
+// is shorter than the job's checkpointing needs
+// (sink.ExactlyOnceDuplicateWindow) too: every deploy would fail on it (a
+// restore under a spec that checkpoints less often, say). Any other answer
+// (JetStream slow or unavailable) lets the spec through: the deploy meets
+// it, and restarts.
 //
 // Each stream is asked for once, the question bounded by timeout.
 // creating (nil for none) holds, by name, the streams the caller creates
@@ -93,7 +98,17 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 			continue
 		}
 		cfg := lookup("sink", s.Name, s.Stream)
-		if cfg == nil || len(cfg.Subjects) == 0 || s.Subject == "" {
+		if cfg == nil {
+			continue
+		}
+		if s.Guarantee != jobspec.AtLeastOnce {
+			ck := spec.Checkpointing
+			if need := sink.ExactlyOnceDuplicateWindow(ck.Interval, ck.Timeout, s.AckTimeout); cfg.Duplicates < need {
+				bad = append(bad, fmt.Sprintf("sink %s: stream %s deduplicates message ids for %s, but exactly-once with checkpoints every %s (timeout %s) needs %s: raise the stream's duplicate window to %s (nats stream edit %s --dupe-window %s), or checkpoint more often",
+					s.Name, s.Stream, cfg.Duplicates, ck.Interval, ck.Timeout, need, need, s.Stream, need))
+			}
+		}
+		if len(cfg.Subjects) == 0 || s.Subject == "" {
 			continue
 		}
 		// A keyed sink ("out.{key}") publishes on subjects under its

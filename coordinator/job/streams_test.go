@@ -23,7 +23,7 @@ func TestCheckStreamsWithStreamsToCreate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, js := embeddedtest.JetStream(t)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out"}, Duplicates: 5 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	spec, err := jobspec.Parse("shared.yaml", []byte(`name: shared
@@ -57,5 +57,43 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: elsewhere, input: {fr
 	}
 	if err := CheckStreams(ctx, js, spec, 5*time.Second, nil); err == nil || err.Error() != want {
 		t.Fatalf("check once ORDERS is there: %v; want %q", err, want)
+	}
+}
+
+// An exactly-once sink's stream whose duplicate window is shorter than the
+// job's checkpointing needs is refused at the submit (every deploy would
+// fail on it), naming the window it needs; an at-least-once sink's, which
+// needs none, is not. A restore under a spec that checkpoints less often
+// meets the same check.
+func TestCheckStreamsRefusesAShortDuplicateWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, js := embeddedtest.JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COUNTS", Subjects: []string{"counts"}, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(interval, guarantee string) *jobspec.Spec {
+		t.Helper()
+		spec, err := jobspec.Parse("wc.yaml", []byte(`name: wc
+checkpointing: {interval: `+interval+`, timeout: 10s}
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: jetstream, stream: COUNTS, subject: counts, guarantee: `+guarantee+`, input: {from: in}}]
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	if err := CheckStreams(ctx, js, parse("10s", "exactly-once"), 5*time.Second, nil); err != nil {
+		t.Errorf("a window long enough: %v", err)
+	}
+	const want = "submit wc: sink out: stream COUNTS deduplicates message ids for 2m0s, but exactly-once with checkpoints every 1m0s (timeout 10s) needs 2m10s: " +
+		"raise the stream's duplicate window to 2m10s (nats stream edit COUNTS --dupe-window 2m10s), or checkpoint more often " +
+		"(fix the spec, or create or change the stream, before submitting the job)"
+	if err := CheckStreams(ctx, js, parse("1m", "exactly-once"), 5*time.Second, nil); !errors.Is(err, control.ErrInvalid) || err.Error() != want {
+		t.Errorf("a window too short: %v; want ErrInvalid, %q", err, want)
+	}
+	if err := CheckStreams(ctx, js, parse("1m", "at-least-once"), 5*time.Second, nil); err != nil {
+		t.Errorf("an at-least-once sink: %v", err)
 	}
 }

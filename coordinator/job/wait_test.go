@@ -2,8 +2,11 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/weirhq/weir/coordinator/control"
 )
@@ -107,5 +110,77 @@ func TestCancelWhileWaitingForAWorker(t *testing.T) {
 	st := waitFor(t, ctx, e, "wc", "canceled", func(st control.JobStatus) bool { return st.State == control.JobCanceled })
 	if st.Restarts != 0 || len(st.Failures) != 0 || st.Attempt != 0 {
 		t.Errorf("status %+v", st)
+	}
+}
+
+// A worker that writes checkpoints where the coordinator does not read
+// them (a directory of its own, with weir up's default store) gets no
+// tasks: its registration is refused, saying why, so weir worker stops
+// at once; one that joins by heartbeat alone (registered before this
+// coordinator started) is listed with the reason and left out of every
+// placement — a job placed on it failed for good, as the worker refuses
+// such a deploy — and a job that finds no other worker says so when its
+// wait runs out.
+func TestWorkerOfAnotherCheckpointStoreGetsNoTasks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{WorkerWait: 300 * time.Millisecond})
+	why := "it writes checkpoints to dir:/elsewhere, and this coordinator reads them from " + e.mgr.stateStore() +
+		" (give 'weir up' and 'weir worker' the same -checkpoint-store: jetstream when workers run in other processes)"
+
+	nc, err := nats.Connect(e.fleet.nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	err = control.NewWorker(nc, "far", nil, control.WorkerOptions{Store: "dir:/elsewhere"}).Run(ctx, nil)
+	if want := "worker far: the coordinator places no tasks on it: " + why; err == nil || err.Error() != want {
+		t.Fatalf("a worker of another store: Run returned %v; want %q", err, want)
+	}
+
+	// Joined by heartbeat alone.
+	hb, err := json.Marshal(control.Heartbeat{Worker: control.WorkerInfo{ID: "far", Session: "s1", Store: "dir:/elsewhere"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beat := func() {
+		if err := nc.Publish(control.Subjects{}.Heartbeat(), hb); err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.Flush()
+	}
+	beat()
+	e.waitWorkers(1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(40 * time.Millisecond):
+				beat()
+			}
+		}
+	}()
+	ws, err := e.api.Workers(ctx)
+	if err != nil || len(ws) != 1 || ws[0].ID != "far" || ws[0].Unusable != why {
+		t.Fatalf("workers %+v (%v); want far, saying why it gets no tasks", ws, err)
+	}
+	s := spec(t, "wc", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunsOut(t, ctx, e, "no worker joined within 300ms (worker far is live, but gets no tasks: "+why+")")
+
+	// A worker of the coordinator's store takes the job; far gets none.
+	e.fleet.start(ctx, "w1")
+	s = spec(t, "wc2", "checkpointing: {interval: 30ms}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc2", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 })
+	if got := perWorker(st); got["far"] != 0 || got["w1"] != 5 {
+		t.Errorf("tasks per worker %v; want all 5 on w1, none on far", got)
 	}
 }

@@ -134,6 +134,31 @@ func RequiredDuplicateWindow(interval, timeout, recovery time.Duration) time.Dur
 	return interval + timeout + recovery
 }
 
+// RecoveryAllowance is the time a recovery may take on top of a checkpoint
+// interval and timeout before an exactly-once sink re-commits; the sink's
+// stream must deduplicate message ids for at least their sum. It includes
+// the up to MaxAtomicCommitExtra an atomic batch's commit waits past the
+// sink's ack timeout before it fails (AtomicCommitWait), and covers a
+// commit's tries through its stream's leader election: each publishes
+// again what the one before may have stored within natsconn.ElectionWait
+// (30 s) of that try's failure. A commit that gives up after that wait
+// starts the recovery as much later; its re-commit, past the window, reads
+// back what is stored (RequiredDuplicateWindow).
+const RecoveryAllowance = time.Minute
+
+// ExactlyOnceDuplicateWindow is how long the stream of an exactly-once
+// sink whose acknowledgements wait up to ackTimeout (0: the default) must
+// deduplicate message ids when checkpoints are taken every interval and
+// may take timeout (RequiredDuplicateWindow): the two, RecoveryAllowance,
+// and what ackTimeout adds over DefaultExactlyOnceTimeout — a commit may
+// wait that long before it fails and the recovery that re-commits begins.
+// Workers set up the sink with it (MinDuplicateWindow); the coordinator
+// checks a job's streams against it when the job is submitted or
+// restored.
+func ExactlyOnceDuplicateWindow(interval, timeout, ackTimeout time.Duration) time.Duration {
+	return RequiredDuplicateWindow(interval, timeout, RecoveryAllowance+max(0, ackTimeout-DefaultExactlyOnceTimeout))
+}
+
 // CheckDuplicateWindow fails with ErrDuplicateWindowTooShort when stream
 // keeps message ids for less than need. While the stream has no leader
 // (an election), its info is asked for again (lookupStream), within ctx's

@@ -58,8 +58,10 @@ func TestStartFailsCleanly(t *testing.T) {
 // in JetStream, its default). The coordinator could restore none of the
 // worker's snapshots: the first failover would start the job over from
 // nothing and its exactly-once sink would repeat everything it had
-// committed. The deploy is refused instead, and the job fails at once
-// saying why; a worker on the coordinator's store runs the job.
+// committed. The worker is refused when it joins, saying why, and stops;
+// no job is placed on it (one was, and failed for good: the worker
+// refuses such a deploy); a worker on the coordinator's store runs the
+// job.
 func TestCheckpointStoreMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -83,13 +85,20 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
 		})
 	}
 
-	elsewhere := startWorker("w1", StoreJetStream, 0)
-	st := submit("mismatch")
-	if st.State != control.JobFailed || !strings.Contains(st.Reason, "checkpoint store mismatch") || st.Restarts != 0 {
-		t.Fatalf("a worker on another checkpoint store: status %+v, want failed at once with the mismatch", st)
+	w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, Workers: 1, WorkerID: "w1",
+		DataDir: t.TempDir(), CheckpointStore: StoreJetStream, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		w.Close()
+		t.Fatal("a worker on another checkpoint store joined")
 	}
-	t.Logf("reason: %s", st.Reason)
-	elsewhere.Close()
+	if want := "worker w1: the coordinator places no tasks on it: it writes checkpoints to jetstream"; !strings.Contains(err.Error(), want) ||
+		!strings.Contains(err.Error(), "give 'weir up' and 'weir worker' the same -checkpoint-store: jetstream") {
+		t.Fatalf("a worker on another checkpoint store: %v; want the coordinator's refusal, %q…", err, want)
+	}
+	t.Logf("refused: %v", err)
+	if ws, err := up.API.Workers(ctx); err != nil || len(ws) != 0 {
+		t.Fatalf("live workers %+v (%v); want none", ws, err)
+	}
 
 	startWorker("w2", StoreDir, 0)
 	if st := submit("match"); st.State != control.JobRunning {

@@ -17,26 +17,11 @@ import (
 	"github.com/weirhq/weir/transport/source"
 )
 
-// RecoveryAllowance is the time a recovery may take on top of a checkpoint
-// interval and timeout before an exactly-once sink re-commits; the sink's
-// stream must deduplicate message ids for at least their sum. It includes
-// the up to sink.MaxAtomicCommitExtra an atomic batch's commit waits past
-// the sink's ack timeout before it fails (sink.AtomicCommitWait), and
-// covers a commit's tries through its stream's leader election: each
-// publishes again what the one before may have stored within
-// natsconn.ElectionWait (30 s) of that try's failure. A commit that gives
-// up after that wait starts the recovery as much later; its re-commit,
-// past the window, reads back what is stored (sink.RequiredDuplicateWindow).
-const RecoveryAllowance = time.Minute
-
 // DuplicateWindow is how long the stream of exactly-once sink sk must
-// deduplicate message ids (sink.RequiredDuplicateWindow): a checkpoint
-// interval and timeout, RecoveryAllowance, and what sk's ack timeout adds
-// over the sink's default — a commit may wait that long before it fails
-// and the recovery that re-commits begins.
+// deduplicate message ids under checkpointing ck
+// (sink.ExactlyOnceDuplicateWindow).
 func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
-	recovery := RecoveryAllowance + max(0, sk.AckTimeout-sink.DefaultExactlyOnceTimeout)
-	return sink.RequiredDuplicateWindow(ck.Interval, ck.Timeout, recovery)
+	return sink.ExactlyOnceDuplicateWindow(ck.Interval, ck.Timeout, sk.AckTimeout)
 }
 
 // Unrecoverable reports whether err would recur on every restart of the

@@ -25,9 +25,9 @@ func TestDuplicateWindow(t *testing.T) {
 		ack  time.Duration
 		want time.Duration
 	}{
-		{0, 10*time.Second + time.Minute + RecoveryAllowance},
-		{5 * time.Second, 10*time.Second + time.Minute + RecoveryAllowance},
-		{45 * time.Second, 10*time.Second + time.Minute + RecoveryAllowance + 35*time.Second},
+		{0, 10*time.Second + time.Minute + sink.RecoveryAllowance},
+		{5 * time.Second, 10*time.Second + time.Minute + sink.RecoveryAllowance},
+		{45 * time.Second, 10*time.Second + time.Minute + sink.RecoveryAllowance + 35*time.Second},
 	} {
 		if got := DuplicateWindow(ck, jobspec.Sink{AckTimeout: c.ack}); got != c.want {
 			t.Errorf("ack timeout %v: window %v, want %v", c.ack, got, c.want)

@@ -162,7 +162,7 @@ func New(cfg Config) (*Worker, error) {
 	host, _ := os.Hostname()
 	w.ctl = control.NewWorker(cfg.Conn, cfg.ID, w, control.WorkerOptions{
 		Prefix: cfg.ControlPrefix, Host: host, HeartbeatInterval: cfg.HeartbeatInterval, Tasks: w.taskRefs,
-		Slots: cfg.Slots,
+		Slots: cfg.Slots, Store: storage.Location(cfg.Store),
 	})
 	return w, nil
 }
