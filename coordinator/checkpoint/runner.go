@@ -357,6 +357,21 @@ func (r *Runner) History() []control.CheckpointInfo {
 	return r.m.History()
 }
 
+// Retained returns what the machine keeps of the job's completed
+// checkpoints and savepoints (Machine.Retained), newest first: stored and
+// restorable, whether or not the history, which keeps the newest
+// HistorySize, still lists them.
+func (r *Runner) Retained() []control.CheckpointInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := r.m.Retained()
+	out := make([]control.CheckpointInfo, len(kept))
+	for i, md := range kept {
+		out[i] = md.Info()
+	}
+	return out
+}
+
 // Stats returns the machine's checkpoint counts (Machine.Stats).
 func (r *Runner) Stats() control.CheckpointStats {
 	r.mu.Lock()

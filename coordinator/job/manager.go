@@ -1104,8 +1104,26 @@ func (m *Manager) Checkpoints(ctx context.Context, name string) ([]control.Check
 			}
 		}
 	}
+	// What the run keeps that its history no longer lists (a savepoint,
+	// the checkpoint it started from, a hundred checkpoints ago): stored
+	// and restorable, so listed.
+	listed := make(map[int64]bool, len(hist))
+	for _, h := range hist {
+		listed[h.ID] = true
+	}
+	j.mu.Lock()
+	firstID, startID := j.firstID, j.startID
+	j.mu.Unlock()
+	for _, in := range j.runner.Retained() {
+		if !listed[in.ID] {
+			in.EarlierRun = in.ID < firstID && in.ID != startID
+			hist = append(hist, in)
+			listed[in.ID] = true
+		}
+	}
 	stored := j.storedCheckpoints(ctx, hist)
 	if len(stored) == 0 {
+		sort.SliceStable(hist, func(a, b int) bool { return hist[a].ID > hist[b].ID })
 		return hist, nil
 	}
 	out := append(hist, stored...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -124,5 +125,60 @@ func TestStoredCheckpointsAreTheCallers(t *testing.T) {
 	}
 	if again := j.storedCheckpoints(ctx, nil); len(again) != 1 || again[0].Status != control.CheckpointRemoving {
 		t.Errorf("stored after the cut = %+v; want checkpoint 1, being removed", again)
+	}
+}
+
+// A savepoint of the run, and the checkpoint the run was restored from,
+// stay in weir checkpoint ls however many checkpoints came after: the run
+// keeps them (stored, restorable) after its history, which holds the
+// newest 100, no longer lists them. Before, they were gone from the list
+// once a hundred checkpoints had passed, while a restore's refusal named
+// them as restorable.
+func TestListingKeepsWhatTheRunKeeps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.start(ctx, "w1")
+	e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {disabled: true}\n"))
+	sp, err := e.api.Savepoint(ctx, "wc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.StopJob(ctx, "wc"); err != nil {
+		t.Fatal(err)
+	}
+	start := sp.ID + 1 // the stop's savepoint
+	waitFor(t, ctx, e, "wc", "stopped", func(st control.JobStatus) bool { return st.State.Terminal() })
+	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "wc", From: strconv.FormatInt(start, 10),
+		Spec: spec(t, "wc", "checkpointing: {interval: 2ms, retained: 2}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	mid, err := e.api.Savepoint(ctx, "wc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "wc", "120 checkpoints more", func(st control.JobStatus) bool { return st.LatestCheckpoint > mid.ID+120 })
+	cs, err := e.api.Checkpoints(ctx, "wc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[int64]control.CheckpointInfo{}
+	for i, c := range cs {
+		found[c.ID] = c
+		if i > 0 && cs[i-1].ID <= c.ID {
+			t.Errorf("listing not newest first at %d: %d after %d", i, c.ID, cs[i-1].ID)
+		}
+	}
+	for _, id := range []int64{sp.ID, start, mid.ID} {
+		if c, ok := found[id]; !ok || c.Status != control.CheckpointCompleted || !c.Savepoint {
+			t.Errorf("savepoint %d: listed %v as %+v; want listed, completed", id, ok, c)
+		}
+	}
+	if c := found[start]; c.EarlierRun {
+		t.Errorf("the savepoint the run started from is listed as an earlier run's: %+v", c)
+	}
+	if c := found[sp.ID]; !c.EarlierRun {
+		t.Errorf("the earlier run's savepoint is not listed as the earlier run's: %+v", c)
 	}
 }
