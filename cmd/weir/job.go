@@ -259,13 +259,15 @@ const savepointWait = 3 * time.Minute
 // error names the server with its password or token hidden. One
 // that does not answer (a frozen process) is waited for up to the connect
 // timeout, before the next server listed: after noticeAfter, w is told.
-func connectNATS(nf *natsFlags, name string, w io.Writer) (*nats.Conn, error) {
+// extra options go after weir's (nats.MaxReconnects(-1): a command that
+// follows, and waits out a server restart).
+func connectNATS(nf *natsFlags, name string, w io.Writer, extra ...nats.Option) (*nats.Conn, error) {
 	o := nf.options(name)
 	if o == nil {
 		return nil, usagef("-nats: no NATS server URL")
 	}
 	stop := natsNotice(nf, w)
-	nc, err := natsconn.Connect(*o, nats.MaxReconnects(0))
+	nc, err := natsconn.Connect(*o, append([]nats.Option{nats.MaxReconnects(0)}, extra...)...)
 	stop()
 	if err != nil {
 		if _, greeting := errors.AsType[*natsconn.GreetingError](err); greeting || !natsconn.Unreachable(err) {
@@ -293,8 +295,8 @@ func natsNotice(nf *natsFlags, w io.Writer) (stop func()) {
 // connectAPI connects to NATS and returns a job API client, which tells w
 // what it waits for once the coordinator has not answered a request for a
 // second (but a savepoint's or a stop's, whose command said so already).
-func connectAPI(nf *natsFlags, w io.Writer) (*nats.Conn, *control.APIClient, error) {
-	nc, err := connectNATS(nf, "weir cli", w)
+func connectAPI(nf *natsFlags, w io.Writer, extra ...nats.Option) (*nats.Conn, *control.APIClient, error) {
+	nc, err := connectNATS(nf, "weir cli", w, extra...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -418,7 +420,14 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			}
 		}
 	}
-	nc, api, err := connectAPI(nf, std.Err)
+	// A command answers and ends, and does not reconnect; weir job
+	// output follows for as long as it is asked to, through a server
+	// restart (weir up killed and started again) too.
+	var extra []nats.Option
+	if c.name == "output" {
+		extra = append(extra, nats.MaxReconnects(-1))
+	}
+	nc, api, err := connectAPI(nf, std.Err, extra...)
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		v, ok := planned[name]
 		if !ok {
 			if t := stateful(ts); t != "" && !allowNonRestored {
-				problems = append(problems, fmt.Sprintf("%s is in the checkpoint but not in the spec, and its state (task %s) would be dropped (allow that with allow-non-restored-state)", name, t))
+				problems = append(problems, fmt.Sprintf("%s is in the checkpoint but not in the spec, and its state (task %s) would be dropped (allow that with -allow-non-restored-state)", name, t))
 			}
 			continue
 		}
