@@ -88,6 +88,14 @@ func (f *natsFlags) options(name string) *natsconn.Options {
 }
 
 // logger logs to stderr at info, or debug with -v.
+// dirStoreHasJobs reports whether the data directory dir holds job records
+// of the default checkpoint store (dir): DIR/checkpoints/_jobs
+// (coordinator.Config.StateDir) has an entry.
+func dirStoreHasJobs(dir string) bool {
+	entries, err := os.ReadDir(filepath.Join(dir, "checkpoints", "_jobs"))
+	return err == nil && len(entries) > 0
+}
+
 func logger(std Stdio, verbose bool) *slog.Logger {
 	lvl := slog.LevelInfo
 	if !verbose {
@@ -255,6 +263,10 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	fmt.Fprintf(std.Out, "weir is up: NATS on %s, %s, coordinator and %d worker(s) running (%s checkpoints)\n",
 		on, where, *workers, n.CheckpointStore())
+	if n.CheckpointStore() == node.StoreJetStream && dirStoreHasJobs(abs) {
+		fmt.Fprintf(std.Err, "weir up: %s holds the jobs of runs with -checkpoint-store dir, which this one (jetstream) does not see: weir up -checkpoint-store dir on this directory shows them again\n",
+			filepath.Join(abs, "checkpoints"))
+	}
 	if id := n.CoordinatorID(); id != "" {
 		fmt.Fprintf(std.Out, "coordinator %s holds the coordinator lease of this NATS (bucket %s): another weir up here is refused while it runs\n",
 			id, lease.Bucket)

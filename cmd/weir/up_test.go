@@ -343,3 +343,18 @@ func TestUpSaysHowItSyncs(t *testing.T) {
 		}
 	}
 }
+
+// weir up on JetStream checkpoints says when the data directory holds the
+// jobs of runs on the default store, which it does not see.
+func TestDirStoreHasJobs(t *testing.T) {
+	dir := t.TempDir()
+	if dirStoreHasJobs(dir) {
+		t.Error("an empty data directory holds jobs")
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "checkpoints", "_jobs", "jobs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !dirStoreHasJobs(dir) {
+		t.Error("a data directory with job records holds none")
+	}
+}
