@@ -242,8 +242,10 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 		}
 	}
 
+	// Checkpoints in JetStream, as the worker keeps them (a coordinator
+	// on another store refuses the worker).
 	up, err := Start(ctx, Options{DataDir: t.TempDir(), Port: port, Coordinator: true, HeartbeatTimeout: time.Second,
-		Log: slog.New(slog.DiscardHandler)})
+		CheckpointStore: StoreJetStream, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
