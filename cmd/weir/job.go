@@ -150,6 +150,7 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 		fs.IntVar(&f.output.last, "last", 0, "the last N records a JetStream sink's stream holds, then new ones")
 		fs.DurationVar(&f.output.forDur, "for", 0, "stop after this long (0: until the job ends or Ctrl-C)")
 		fs.IntVar(&f.output.show, "show", 0, "stop after this many records (0: no limit)")
+		fs.BoolVar(&f.output.untilNow, "until-now", false, "with -from-start or -last N: stop once every record the sinks' streams held when it started is shown (a dump of what is there, which a running job's output does not cut short)")
 	case "restore":
 		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")
 		fs.StringVar(&f.spec, "spec", "", "a new job spec to run instead of the last one")

@@ -21,6 +21,7 @@ type jobOutputOptions struct {
 	last      int           // -last: the last N records of a JetStream sink's stream
 	forDur    time.Duration // -for: stop after this long (0: never)
 	show      int           // -show: stop after this many records (0: never)
+	untilNow  bool          // -until-now: stop once what the streams held at the start is shown
 }
 
 // check reports a mistake in the flags of weir job output.
@@ -34,6 +35,8 @@ func (o jobOutputOptions) check() error {
 		return usagef("job output: -show %d: give a number of records, 1 or more (0: no limit)", o.show)
 	case o.forDur < 0:
 		return usagef("job output: -for %s: give a duration above 0 (0: no limit)", o.forDur)
+	case o.untilNow && !o.fromStart && o.last == 0:
+		return usagef("job output: -until-now shows what the streams hold now: give -from-start or -last N with it")
 	}
 	return nil
 }
@@ -88,15 +91,26 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 	for _, s := range sinks {
 		var stop func()
 		if s.Kind == jobspec.KindJetStream {
-			start, err := outputStart(ctx, js, job, s, o)
+			start, last, err := outputStart(ctx, js, job, s, o)
 			if err != nil {
 				return err
 			}
-			stop, err = out.watchStream(ctx, s, start)
+			until := uint64(0)
+			if o.untilNow {
+				until = max(last, start-1)
+			}
+			stop, err = out.watchStream(ctx, s, start, until)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(std.Err, "following sink %s: stream %s from sequence %d (%s)\n", s.Name, s.Stream, start, o.what())
+			if o.untilNow {
+				fmt.Fprintf(std.Err, "showing sink %s: stream %s from sequence %d to %d (%s)\n", s.Name, s.Stream, start, until, o.what())
+			} else {
+				fmt.Fprintf(std.Err, "following sink %s: stream %s from sequence %d (%s)\n", s.Name, s.Stream, start, o.what())
+			}
+		} else if o.untilNow {
+			fmt.Fprintf(std.Err, "skipping sink %s: core NATS subject %s keeps no history to show\n", s.Name, sinkSubjects(s))
+			continue
 		} else {
 			if stop, err = out.watchSubjects(nc, s); err != nil {
 				return err
@@ -112,6 +126,9 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 				s.Name, sinkSubjects(s))
 		}
 		defer stop()
+	}
+	if o.untilNow {
+		return untilNow(ctx, std, out)
 	}
 	tick := time.NewTicker(jobOutputPoll)
 	defer tick.Stop()
@@ -158,6 +175,27 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 	}
 }
 
+// untilNow waits until each of out's stream watches has shown what its
+// stream held when it started (streamWatch.until), or until -show or -for
+// ends it, and says how many records that was.
+func untilNow(ctx context.Context, std Stdio, out *output) error {
+	for _, w := range out.streams {
+		for !w.shownUntil(ctx) {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-out.full:
+				return nil
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	out.settle(ctx, time.Minute) // what is on its way is handled
+	n, _ := out.state()
+	fmt.Fprintf(std.Err, "%s shown: all the streams held when weir job output started\n", countOf(n, "record"))
+	return nil
+}
+
 // howEnded says how the job st ended, for weir job output's last line:
 // its state, a failed job's with its reason; a stopped job (weir job
 // stop: canceled after a savepoint, control.JobStatus.StoppedWithSavepoint)
@@ -194,27 +232,27 @@ func outputSinks(st control.JobStatus, name string) ([]jobspec.Sink, error) {
 // outputStart returns the stream sequence weir job output reads the
 // JetStream sink s from: the stream's next (new records), its first
 // (-from-start), or that of the last o.last records on the sink's
-// subjects.
-func outputStart(ctx context.Context, js jetstream.JetStream, job string, s jobspec.Sink, o jobOutputOptions) (uint64, error) {
+// subjects; and the stream's last sequence now.
+func outputStart(ctx context.Context, js jetstream.JetStream, job string, s jobspec.Sink, o jobOutputOptions) (start, last uint64, err error) {
 	st, err := js.Stream(ctx, s.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, fmt.Errorf("job %s: sink %s: stream %s does not exist (deleted?): there is no output to follow", job, s.Name, s.Stream)
+		return 0, 0, fmt.Errorf("job %s: sink %s: stream %s does not exist (deleted?): there is no output to follow", job, s.Name, s.Stream)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("job %s: sink %s: stream %s: %w", job, s.Name, s.Stream, err)
+		return 0, 0, fmt.Errorf("job %s: sink %s: stream %s: %w", job, s.Name, s.Stream, err)
 	}
 	state := st.CachedInfo().State
 	switch {
 	case o.fromStart:
-		return max(state.FirstSeq, 1), nil
+		return max(state.FirstSeq, 1), state.LastSeq, nil
 	case o.last > 0:
 		start, err := lastStart(ctx, js, s, state, o.last)
 		if err != nil {
-			return 0, fmt.Errorf("job %s: sink %s: stream %s: %w", job, s.Name, s.Stream, err)
+			return 0, 0, fmt.Errorf("job %s: sink %s: stream %s: %w", job, s.Name, s.Stream, err)
 		}
-		return start, nil
+		return start, state.LastSeq, nil
 	}
-	return state.LastSeq + 1, nil
+	return state.LastSeq + 1, state.LastSeq, nil
 }
 
 // lastStart returns the stream sequence of the n-th last message the

@@ -137,6 +137,17 @@ func TestJobOutputFollowsARunningJob(t *testing.T) {
 		stderr != "following sink out: stream OUT from sequence 4 (new records)\n" {
 		t.Errorf("-for: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	// -until-now shows what the stream holds now and exits, while the
+	// job runs on.
+	if code, stdout, stderr := weir(t, "", "job", "output", "-nats", url, "-from-start", "-until-now", "jo"); code != 0 ||
+		stdout != "old\tbefore\na\t1\nb\t2\n" ||
+		stderr != "showing sink out: stream OUT from sequence 1 to 3 (all it holds)\n3 records shown: all the streams held when weir job output started\n" {
+		t.Errorf("-until-now: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr := weir(t, "", "job", "output", "-nats", url, "-until-now", "jo"); code != 2 ||
+		!strings.Contains(stderr, "-until-now shows what the streams hold now: give -from-start or -last N with it") {
+		t.Errorf("-until-now alone: exit %d, stderr %q", code, stderr)
+	}
 	if _, err := n.API.CancelJob(ctx, "jo"); err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +271,10 @@ func TestJobOutputFromStartAndLast(t *testing.T) {
 		{[]string{"-last", "9"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
 			"following sink out: stream OUT from sequence 1 (its last 9 records)\njob jo finished; 4 records shown\n"},
 		{nil, "", "following sink out: stream OUT from sequence 6 (new records)\njob jo finished; 0 records shown\n"},
+		{[]string{"-from-start", "-until-now"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
+			"showing sink out: stream OUT from sequence 1 to 5 (all it holds)\n4 records shown: all the streams held when weir job output started\n"},
+		{[]string{"-last", "1", "-until-now"}, "k3\t3\n",
+			"showing sink out: stream OUT from sequence 4 to 5 (its last record)\n1 record shown: all the streams held when weir job output started\n"},
 	} {
 		code, stdout, stderr := weir(t, "", append([]string{"job", "output", "-nats", url, "jo"}, c.args...)...)
 		if code != 0 || stdout != c.stdout || stderr != c.stderr {

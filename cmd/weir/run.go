@@ -496,7 +496,7 @@ func (o *output) watch(ctx context.Context, nc *nats.Conn, s jobspec.Sink) (stop
 		}
 		st, err := o.js.Stream(ctx, s.Stream)
 		if err == nil {
-			return o.watchStream(ctx, s, st.CachedInfo().State.LastSeq+1)
+			return o.watchStream(ctx, s, st.CachedInfo().State.LastSeq+1, 0)
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
@@ -540,12 +540,23 @@ type streamWatch struct {
 	// handled is the stream sequence of the latest message handled
 	// (printed, counted); the one before the first to read until then.
 	handled atomic.Uint64
+	// until, if not 0, is the last stream sequence to show (weir job
+	// output -until-now): later messages are passed over.
+	until uint64
+}
+
+// shownUntil reports whether w has shown every message of its stream up
+// to w.until: it handled that sequence, or one after it, or it caught up
+// with the stream (the last message up to until was on another subject,
+// and none came since).
+func (w *streamWatch) shownUntil(ctx context.Context) bool {
+	return w.handled.Load() >= w.until || w.caughtUp(ctx)
 }
 
 // watchStream follows what sink s's stream stores on the sink's subjects
 // from sequence start on (weir run: the stream's next sequence), each
-// message once.
-func (o *output) watchStream(ctx context.Context, s jobspec.Sink, start uint64) (stop func(), err error) {
+// message once; up to sequence until only, if it is not 0.
+func (o *output) watchStream(ctx context.Context, s jobspec.Sink, start, until uint64) (stop func(), err error) {
 	cons, err := o.js.OrderedConsumer(ctx, s.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{sinkSubjects(s)},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
@@ -554,11 +565,16 @@ func (o *output) watchStream(ctx context.Context, s jobspec.Sink, start uint64) 
 	if err != nil {
 		return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
 	}
-	w := &streamWatch{sink: s.Name, stream: s.Stream, cons: cons}
+	w := &streamWatch{sink: s.Name, stream: s.Stream, cons: cons, until: until}
 	w.handled.Store(start - 1)
 	w.cc, err = cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err == nil && until != 0 && md.Sequence.Stream > until {
+			w.handled.Store(md.Sequence.Stream)
+			return // after what the stream held when it was asked for
+		}
 		o.record(s.Name, m.Headers(), m.Data())
-		if md, err := m.Metadata(); err == nil {
+		if err == nil {
 			w.handled.Store(md.Sequence.Stream)
 		}
 	})
