@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -537,10 +538,14 @@ func cutTimestamp(line []byte) (int64, []byte, error) {
 	return t.UnixMilli(), rest, nil
 }
 
-// truncate shortens b to at most n bytes for a message, marking the cut.
+// truncate shortens b to at most n bytes for a message, cut at a UTF-8
+// boundary, marking the cut.
 func truncate(b []byte, n int) string {
 	if len(b) <= n {
 		return string(b)
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
 	}
 	return string(b[:n]) + "…"
 }

@@ -320,3 +320,16 @@ func TestExecTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// truncate cuts a message's quote at a UTF-8 boundary.
+func TestTruncate(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{{"abc", 3, "abc"}, {"abcd", 3, "abc…"}, {"ééé", 3, "é…"}, {"ééé", 4, "éé…"}} {
+		if got := truncate([]byte(c.in), c.n); got != c.want {
+			t.Errorf("truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

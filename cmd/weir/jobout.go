@@ -97,7 +97,10 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 			}
 			until := uint64(0)
 			if o.untilNow {
-				until = max(last, start-1)
+				if until = last; until < start {
+					fmt.Fprintf(std.Err, "showing sink %s: stream %s holds nothing of it\n", s.Name, s.Stream)
+					continue // a watch up to 0 would be one without an end
+				}
 			}
 			stop, err = out.watchStream(ctx, s, start, until)
 			if err != nil {
@@ -177,7 +180,10 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 
 // untilNow waits until each of out's stream watches has shown what its
 // stream held when it started (streamWatch.until), or until -show or -for
-// ends it, and says how many records that was.
+// ends it, and says how many records that was. A watch's handled
+// sequence moves on only after its record is printed, and later records
+// are passed over: nothing is left to wait for (settle would wait for a
+// running job's new output too).
 func untilNow(ctx context.Context, std Stdio, out *output) error {
 	for _, w := range out.streams {
 		for !w.shownUntil(ctx) {
@@ -190,7 +196,6 @@ func untilNow(ctx context.Context, std Stdio, out *output) error {
 			}
 		}
 	}
-	out.settle(ctx, time.Minute) // what is on its way is handled
 	n, _ := out.state()
 	fmt.Fprintf(std.Err, "%s shown: all the streams held when weir job output started\n", countOf(n, "record"))
 	return nil

@@ -124,6 +124,11 @@ func TestJobOutputFollowsARunningJob(t *testing.T) {
 	defer cancel()
 	n := outputJob(t, ctx, jsJob(""))
 	url := n.Server.ClientURL()
+	// -until-now of a stream that holds nothing yet: nothing, and done.
+	if code, stdout, stderr := weir(t, "", "job", "output", "-nats", url, "-from-start", "-until-now", "jo"); code != 0 || stdout != "" ||
+		stderr != "showing sink out: stream OUT holds nothing of it\n0 records shown: all the streams held when weir job output started\n" {
+		t.Errorf("-until-now of an empty stream: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
 	publishKeyed(t, ctx, n.JS, "in.x", "old", "before")
 	awaitStored(t, ctx, n.JS, "OUT", 1)
 
