@@ -35,6 +35,13 @@ var ErrOffsetGone = errors.New("checkpointed offset no longer in the stream")
 // would wait for the sequence to catch up and skip every message before it.
 var ErrOffsetAhead = errors.New("checkpointed offset is past the end of the stream")
 
+// ErrStalled is returned (wrapped) by Poll when a consumer of the source
+// delivered nothing for StallTimeout while the stream held a message for
+// it: the consumer was lost (its server went away while the client's
+// attempts to recreate it are bound to that server) and the source cannot
+// go on; a new source resumes from the checkpoint.
+var ErrStalled = errors.New("consumer stalled")
+
 // ErrEnded is returned by Poll of a bounded source (JetStreamConfig.StopSeq)
 // once it delivered everything up to its stop. It has the method
 // InputEnded() bool (true), by which the task runtime (host) recognizes the
@@ -126,6 +133,16 @@ type JetStreamConfig struct {
 	// info, then a message lookup per filter of the lane); default
 	// IdleCheck. Close does not wait for them: it cancels them.
 	IdleCheckTimeout time.Duration
+	// StallTimeout is how long a lane's reader may wait on its consumer
+	// while the stream holds a message of the lane's that it was not
+	// given, before Poll fails with ErrStalled; default 20s, negative: no
+	// watch. The client recreates a consumer it lost (missed heartbeats, a
+	// reconnect) within seconds, but not one that lived on a server that
+	// went away while the recreation was under way: its retries ask for
+	// the same consumer on the dead server, for minutes. Whether a lane
+	// stalls is asked every quarter of StallTimeout, of the stream, only
+	// while its reader waits and nothing came since the last ask.
+	StallTimeout time.Duration
 }
 
 // maxResetAttempts bounds how often in a row the ordered consumer tries to
@@ -133,6 +150,9 @@ type JetStreamConfig struct {
 // about two and a half minutes, long enough to ride out a server restart,
 // short enough that a deleted stream fails the task with a reason.
 const maxResetAttempts = 20
+
+// DefaultStallTimeout is JetStreamConfig.StallTimeout's default.
+const DefaultStallTimeout = 20 * time.Second
 
 // JetStream reads a JetStream stream through ordered consumers (ephemeral,
 // flow-controlled consumers that the client recreates at the next sequence
@@ -212,6 +232,17 @@ type lane struct {
 	// the consumer to wake a reader that did not end.
 	endReqAt time.Time
 	kicked   bool
+	// waiting is set while the lane's reader waits in the iterator's
+	// Next, and delivered counts what Next returned; the watcher reads
+	// them to tell a stalled consumer (see watchStalls).
+	waiting   atomic.Bool
+	delivered atomic.Uint64
+	// The watcher's own: what delivered was at its last look, and since
+	// when (zero: not suspected) the stream held message suspectSeq of
+	// the lane's while the reader waited and got nothing.
+	watchDelivered uint64
+	suspectAt      time.Time
+	suspectSeq     uint64
 }
 
 // NewJetStream prepares a source on cfg.Stream; it starts consuming on the
@@ -258,6 +289,9 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	}
 	if cfg.IdleCheckTimeout <= 0 {
 		cfg.IdleCheckTimeout = cfg.IdleCheck
+	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	acc := newAccumulator(cfg.MaxBatchRecords, cfg.MaxBatchBytes, len(lanes))
@@ -721,9 +755,10 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	}
 	s.started = true
 	// A bounded source's lanes, filtered or not, are watched for their
-	// end; otherwise filtered ones only, for their idle offsets.
+	// end; otherwise filtered ones only, for their idle offsets; and all
+	// for a consumer that stalled.
 	for _, l := range s.lanes {
-		if len(l.filters) > 0 || s.bounded() {
+		if len(l.filters) > 0 || s.bounded() || s.cfg.StallTimeout > 0 {
 			s.idleDone.Add(1)
 			go s.watchIdle(st)
 			break
@@ -752,10 +787,19 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 // reached the stop (a job may wait hours for a stop ahead of the stream;
 // a lane that reads the message at the stop ends without a check). It
 // returns once every lane ended.
+//
+// With a StallTimeout it also fails the source when a lane's consumer
+// stalled (watchStalls), and returns.
 func (s *JetStream) watchIdle(st jetstream.Stream) {
 	defer s.idleDone.Done()
 	t := time.NewTicker(s.cfg.IdleCheck)
 	defer t.Stop()
+	var stallC <-chan time.Time
+	if s.cfg.StallTimeout > 0 {
+		stallT := time.NewTicker(max(s.cfg.StallTimeout/4, time.Millisecond))
+		defer stallT.Stop()
+		stallC = stallT.C
+	}
 	seen := make([]uint64, len(s.lanes))
 	for i := range s.lanes {
 		seen[i] = s.acc.offset(i)
@@ -776,6 +820,11 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 		select {
 		case <-s.stopIdle:
 			return
+		case <-stallC:
+			if s.watchStalls(st) {
+				return
+			}
+			continue
 		case <-t.C:
 			for i, l := range s.lanes {
 				if s.ctx.Err() != nil {
@@ -815,6 +864,71 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 		}
 		endT.Reset(wait)
 	}
+}
+
+// watchStalls looks at every lane whose reader waits on its consumer and
+// got nothing since the last look: if the stream holds a message of the
+// lane's after its offset (up to the stop), the lane is suspected from
+// then on; still waiting with nothing delivered StallTimeout later, and
+// the message (or a later one) still there, the consumer stalled, and the
+// source fails with ErrStalled. A delivery clears the suspicion. It
+// reports whether the source failed. (A reader that is not waiting, but
+// held up handing a message on, is not stalled: its consumer waits for
+// it.)
+func (s *JetStream) watchStalls(st jetstream.Stream) bool {
+	for i, l := range s.lanes {
+		if s.ctx.Err() != nil {
+			return true // closed
+		}
+		d := l.delivered.Load()
+		off, ended := s.acc.state(i)
+		if ended || l.endReq.Load() || !l.waiting.Load() || d != l.watchDelivered {
+			l.watchDelivered, l.suspectAt = d, time.Time{}
+			continue
+		}
+		if !l.suspectAt.IsZero() && time.Since(l.suspectAt) < s.cfg.StallTimeout {
+			continue
+		}
+		seq, ok := s.nextFor(st, l, off)
+		if !ok || l.delivered.Load() != d {
+			l.suspectAt = time.Time{} // nothing left for it, or it moved
+			continue
+		}
+		if l.suspectAt.IsZero() {
+			l.suspectAt, l.suspectSeq = time.Now(), seq
+			continue
+		}
+		where := ""
+		if l.part >= 0 {
+			where = fmt.Sprintf(" (partition %d)", l.part)
+		}
+		s.acc.fail(fmt.Errorf("jetstream source %s%s: %w: nothing delivered for %v while the stream holds message %d after sequence %d (the consumer lost with its server?)",
+			s.cfg.Stream, where, ErrStalled, s.cfg.StallTimeout, l.suspectSeq, off))
+		return true
+	}
+	return false
+}
+
+// nextFor returns the sequence of the stream's first message of lane l's
+// subjects after off, up to the stop; ok is false when there is none or
+// the stream could not tell.
+func (s *JetStream) nextFor(st jetstream.Stream, l *lane, off uint64) (seq uint64, ok bool) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
+	defer cancel()
+	filters := l.filters
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	for _, f := range filters {
+		m, err := st.GetMsg(ctx, off+1, jetstream.WithGetMsgSubject(f))
+		if err != nil {
+			continue
+		}
+		if m.Sequence <= s.endAt && (!ok || m.Sequence < seq) {
+			seq, ok = m.Sequence, true
+		}
+	}
+	return seq, ok
 }
 
 // Bounds of how often a bounded source checks whether its lanes ended
@@ -948,8 +1062,11 @@ func (s *JetStream) endLane(i int) {
 // from one goroutine; it ends when the iterator is stopped.
 func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.Bool) {
 	defer s.wg.Done()
+	l := s.lanes[lane]
 	for {
+		l.waiting.Store(true)
 		m, err := it.Next()
+		l.waiting.Store(false)
 		if err != nil {
 			switch {
 			case s.lanes[lane].endReq.Load():
@@ -969,6 +1086,7 @@ func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.
 			}
 			return
 		}
+		l.delivered.Add(1)
 		if !s.onMsg(lane, m) {
 			return
 		}

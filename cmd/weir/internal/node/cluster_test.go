@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -91,7 +93,7 @@ func TestClusterSurvivesTheLossOfAServer(t *testing.T) {
 			break
 		}
 	}
-	in, before := submitClusterCounts(t, ctx, n, other, mod)
+	in, before := submitClusterCounts(t, ctx, n, servers, other, mod)
 
 	for _, srv := range servers {
 		if srv.Name() == victim {
@@ -110,7 +112,7 @@ func TestClusterSurvivesTheLossOfAServer(t *testing.T) {
 	st := waitJob(t, ctx, n, "counts", "a checkpoint after the loss of "+victim, func(st control.JobStatus) bool {
 		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint+1
 	})
-	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d", st.Attempt, st.Restarts, st.LatestCheckpoint)
+	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d, failures %+v", st.Attempt, st.Restarts, st.LatestCheckpoint, st.Failures)
 }
 
 // A weir node whose server falls silent without closing its connection —
@@ -144,7 +146,7 @@ func TestClusterSurvivesASilentServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	in, before := submitClusterCounts(t, ctx, n, servers[1].ClientURL(), mod)
+	in, before := submitClusterCounts(t, ctx, n, servers, servers[1].ClientURL(), mod)
 	quiet.Silence()
 	in.send(400)
 	waitUntil(t, ctx, "the node on another path to the cluster", func() bool {
@@ -155,14 +157,14 @@ func TestClusterSurvivesASilentServer(t *testing.T) {
 	st := waitJob(t, ctx, n, "counts", "a checkpoint after the server fell silent", func(st control.JobStatus) bool {
 		return st.State == control.JobRunning && st.LatestCheckpoint > before.LatestCheckpoint+1
 	})
-	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d", st.Attempt, st.Restarts, st.LatestCheckpoint)
+	t.Logf("job: attempt %d, restarts %d, latest checkpoint %d, failures %+v", st.Attempt, st.Restarts, st.LatestCheckpoint, st.Failures)
 }
 
 // submitClusterCounts creates the R3 streams IN and OUT through the server
 // at url (the test's own client stays there), submits the keyed count of
 // module mod to n with an exactly-once sink, and publishes 400 records of
 // 8 keys; it returns the input and the job's status then.
-func submitClusterCounts(t *testing.T, ctx context.Context, n *Node, url, mod string) (*keyedInput, control.JobStatus) {
+func submitClusterCounts(t *testing.T, ctx context.Context, n *Node, servers []*server.Server, url, mod string) (*keyedInput, control.JobStatus) {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
@@ -190,10 +192,83 @@ restart: {strategy: fixed-delay, delay: 200ms, attempts: 100}
 		t.Fatal(err)
 	}
 	in := newKeyedInput(t, ctx, js, 8)
+	in.diagnose = func() string { return describeClusterJob(n, js, servers) }
 	in.publish(400)
 	before, err := n.API.Job(ctx, "counts")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return in, before
+}
+
+// describeClusterJob tells what a cluster test's job and streams are doing,
+// for a test that timed out (its own context has ended, so this one is
+// fresh).
+func describeClusterJob(n *Node, js jetstream.JetStream, servers []*server.Server) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	fmt.Fprintf(&b, "node connected %v to %s", n.Conn.IsConnected(), n.Conn.ConnectedServerName())
+	if st, err := n.API.Job(ctx, "counts"); err != nil {
+		fmt.Fprintf(&b, "; job: %v", err)
+	} else {
+		fmt.Fprintf(&b, "; job %s (%s), attempt %d, %d restarts, latest checkpoint %d, failures %+v",
+			st.State, st.Reason, st.Attempt, st.Restarts, st.LatestCheckpoint, st.Failures)
+	}
+	for _, name := range []string{"IN", "OUT"} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			fmt.Fprintf(&b, "; stream %s: %v", name, err)
+			continue
+		}
+		info := s.CachedInfo()
+		fmt.Fprintf(&b, "; stream %s: %d msgs, last seq %d, leader %q", name, info.State.Msgs, info.State.LastSeq, leaderOf(info.Cluster))
+	}
+	// Each server that runs tells what it holds of IN's consumers.
+	for _, srv := range servers {
+		if !srv.Running() {
+			continue
+		}
+		jsz, err := srv.Jsz(&server.JSzOptions{Accounts: true, Streams: true, Consumer: true})
+		if err != nil {
+			fmt.Fprintf(&b, "; %s: %v", srv.Name(), err)
+			continue
+		}
+		fmt.Fprintf(&b, "; %s (meta leader %v):", srv.Name(), jsz.Meta != nil && jsz.Meta.Leader == srv.Name())
+		for _, a := range jsz.AccountDetails {
+			for _, sd := range a.Streams {
+				if sd.Name != "IN" {
+					continue
+				}
+				for _, c := range sd.Consumer {
+					fmt.Fprintf(&b, " consumer %s (created %s) delivered %d pending %d waiting %d leader %q;",
+						c.Name, c.Created.Format("15:04:05.000"), c.Delivered.Stream, c.NumPending, c.NumWaiting, leaderOfServer(c.Cluster))
+				}
+			}
+		}
+	}
+	fmt.Fprintf(&b, " (now %s)", time.Now().Format("15:04:05.000"))
+	// And where the sources' readers wait.
+	var all strings.Builder
+	pprof.Lookup("goroutine").WriteTo(&all, 2)
+	for _, g := range strings.Split(all.String(), "\n\n") {
+		if strings.Contains(g, "orderedConsumer") || strings.Contains(g, "source.(*JetStream)") {
+			b.WriteString("\n" + g)
+		}
+	}
+	return b.String()
+}
+
+func leaderOfServer(c *server.ClusterInfo) string {
+	if c == nil {
+		return ""
+	}
+	return c.Leader
+}
+
+func leaderOf(c *jetstream.ClusterInfo) string {
+	if c == nil {
+		return ""
+	}
+	return c.Leader
 }

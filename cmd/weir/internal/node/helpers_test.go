@@ -103,6 +103,9 @@ type keyedInput struct {
 	outKey func(key string) string
 	sent   map[string]int
 	total  int
+	// diagnose, when set, tells what the job is doing when await times
+	// out.
+	diagnose func() string
 }
 
 func newKeyedInput(t *testing.T, ctx context.Context, js jetstream.JetStream, keys int) *keyedInput {
@@ -141,10 +144,24 @@ func (in *keyedInput) await() {
 	if err != nil {
 		in.t.Fatal(err)
 	}
-	waitUntil(in.t, in.ctx, fmt.Sprintf("%d outputs", in.total), func() bool {
+	var (
+		msgs uint64
+		last error
+	)
+	if !poll(in.ctx, func() bool {
 		info, err := stream.Info(in.ctx)
-		return err == nil && int(info.State.Msgs) >= in.total
-	})
+		if last = err; err != nil {
+			return false
+		}
+		msgs = info.State.Msgs
+		return int(msgs) >= in.total
+	}) {
+		why := ""
+		if in.diagnose != nil {
+			why = "; " + in.diagnose()
+		}
+		in.t.Fatalf("timed out waiting for %d outputs: OUT holds %d (last error %v)%s", in.total, msgs, last, why)
+	}
 }
 
 // checkCounts reads OUT (exactly one output per record sent) and requires
