@@ -87,7 +87,7 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 		defer cancel()
 	}
 	out := &output{std: std, show: -1, limit: o.show, full: make(chan struct{}), bare: len(sinks) == 1,
-		bySink: map[string]int{}, js: js, sinks: sinks}
+		bySink: map[string]int{}, js: js, sinks: sinks, job: job}
 	for _, s := range sinks {
 		var stop func()
 		if s.Kind == jobspec.KindJetStream {

@@ -288,6 +288,32 @@ func TestJobOutputFromStartAndLast(t *testing.T) {
 	}
 }
 
+// Two jobs whose exactly-once sinks write to the same stream and
+// subjects: each one's output is its own records, told apart by the
+// message ids the sinks give them, not all the subjects hold.
+func TestJobOutputOfJobsSharingASinkStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := outputJob(t, ctx, jsJob(", stop: 2"))
+	spec, err := jobspec.Parse("job.yaml", []byte(strings.Replace(jsJob(", stop: 2"), "name: jo", "name: jo2", 1)), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	publishKeyed(t, ctx, n.JS, "in.x", "k0", "0")
+	publishKeyed(t, ctx, n.JS, "in.x", "k1", "1")
+	awaitState(t, ctx, n, "jo", control.JobFinished)
+	awaitState(t, ctx, n, "jo2", control.JobFinished)
+	for _, job := range []string{"jo", "jo2"} {
+		code, stdout, stderr := weir(t, "", "job", "output", "-nats", n.Server.ClientURL(), "-from-start", job)
+		if code != 0 || stdout != "k0\t0\nk1\t1\n" || !strings.HasSuffix(stderr, "job "+job+" finished; 2 records shown\n") {
+			t.Errorf("%s: exit %d, stdout:\n%s\nstderr:\n%s", job, code, stdout, stderr)
+		}
+	}
+}
+
 // Of a job with several sinks, each line says its sink, as weir run's
 // do; -sink picks one, whose lines then need no name.
 func TestJobOutputTwoSinks(t *testing.T) {

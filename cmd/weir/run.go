@@ -573,7 +573,9 @@ func (o *output) watchStream(ctx context.Context, s jobspec.Sink, start, until u
 			w.handled.Store(md.Sequence.Stream)
 			return // after what the stream held when it was asked for
 		}
-		o.record(s.Name, m.Headers(), m.Data())
+		if o.ours(s, m.Headers()) {
+			o.record(s.Name, m.Headers(), m.Data())
+		}
 		if err == nil {
 			w.handled.Store(md.Sequence.Stream)
 		}
@@ -583,6 +585,21 @@ func (o *output) watchStream(ctx context.Context, s jobspec.Sink, start, until u
 	}
 	o.streams = append(o.streams, w)
 	return w.cc.Stop, nil
+}
+
+// ours reports whether a message the stream of sink s holds on its
+// subjects is the job's output. Another job's exactly-once sink may write
+// to the same stream and subjects (two jobs' "windows.{key}"): an
+// exactly-once sink's message ids start with its job's name
+// ("<job>/<task>/<checkpoint>/<index>"), so a message with an id of
+// another job's is not this one's. An at-least-once sink's records carry
+// nothing to tell: all are taken as its.
+func (o *output) ours(s jobspec.Sink, h nats.Header) bool {
+	if o.job == "" || s.Guarantee != jobspec.ExactlyOnce {
+		return true
+	}
+	id := h.Get(jetstream.MsgIDHeader)
+	return id == "" || strings.HasPrefix(id, o.job+"/")
 }
 
 // caughtUp reports whether w has handled every message its stream stores
@@ -982,9 +999,12 @@ type output struct {
 	bySink map[string]int // n per sink
 	// since is where each jetstream sink's stream stood when the job was
 	// submitted (storedSince), for the summary to count what it stored.
-	since   map[string]uint64
-	js      jetstream.JetStream
-	sinks   []jobspec.Sink
+	since map[string]uint64
+	js    jetstream.JetStream
+	sinks []jobspec.Sink
+	// job is the job's name: an exactly-once sink's records carry it at
+	// the head of their message ids (ours).
+	job     string
 	subs    []sinkSub      // watch's of the sinks that are not JetStream's
 	streams []*streamWatch // watch's of the JetStream sinks
 	// summed is set once the summary is printed: a record after it, from
@@ -1096,7 +1116,7 @@ func submitRefused(err error, spec *jobspec.Spec, o runOptions, embedded bool, p
 }
 
 func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o runOptions, embedded bool, notices *apiNotices) error {
-	out := &output{std: std, show: o.show, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{}, js: n.JS, sinks: spec.Sinks}
+	out := &output{std: std, show: o.show, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{}, js: n.JS, sinks: spec.Sinks, job: spec.Name}
 	for _, s := range spec.Sinks {
 		stop, err := out.watch(ctx, n.Conn, s)
 		if err != nil {
