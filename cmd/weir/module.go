@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
@@ -178,6 +179,12 @@ func pushLocalModules(ctx context.Context, w io.Writer, reg *registry.Registry, 
 			return fmt.Errorf("operator %s: %w", op.Name, err)
 		}
 		m, pushed, err := reg.PushContent(ctx, registryName(source), data, validateModule)
+		if err == nil {
+			// Pushed or there already, it is checked against what this
+			// job's operator allows it (its memory), before the job
+			// deploys it: microseconds, no compilation.
+			err = worker.MemoryLimitHint(*op, wasm.Check(registryName(source), data, wasm.Limits{MemoryBytes: uint64(op.Limits.Memory)}))
+		}
 		if err != nil {
 			return fmt.Errorf("operator %s: push %s: %w", op.Name, displayPath(source), err)
 		}
@@ -223,14 +230,23 @@ func displayPath(path string) string {
 	return rel
 }
 
-// validateModule runs the host's load-time checks on a module.
+// validateModule runs the host's load-time checks on a module pushed on
+// its own (weir module push). How much memory it may have is up to each
+// job that runs it (an operator's limits.memory, checked as the job
+// deploys): the check allows all a wasm32 module can address.
 func validateModule(ctx context.Context, name string, data []byte) error {
+	return validateModuleFor(ctx, name, data, wasm.Limits{MemoryBytes: wasm.MaxMemoryBytes})
+}
+
+// validateModuleFor runs the host's load-time checks on a module, within
+// lim.
+func validateModuleFor(ctx context.Context, name string, data []byte, lim wasm.Limits) error {
 	e, err := wasm.NewEngine(wasm.Config{})
 	if err != nil {
 		return fmt.Errorf("start wasm engine: %w", err)
 	}
 	defer e.Close(ctx)
-	return e.Validate(ctx, name, data, wasm.Limits{})
+	return e.Validate(ctx, name, data, lim)
 }
 
 // sameBytes notes the modules a push repeats byte for byte, "" if none.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/embedded"
@@ -126,3 +127,62 @@ var (
 	_ host.Store = (*storage.ObjectStore)(nil)
 	_ host.Store = (*storage.KV)(nil)
 )
+
+// A module that needs more memory than the host's default is pushed on
+// its own (each job that runs it says how much its operator may have);
+// weir run checks it against the operator's limits.memory, refusing it
+// before it starts the job where the operator allows too little.
+func TestModuleNeedingMoreMemoryThanTheDefault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs jobs: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	url := n.Server.ClientURL()
+	src, err := os.ReadFile(filepath.Join("..", "..", "guests", "wat", "passthrough.wat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Replace(string(src), `(memory (export "memory") 2)`, `(memory (export "memory") 1600)`, 1) // 100 MiB
+	if big == string(src) {
+		t.Fatal("passthrough.wat declares its memory otherwise")
+	}
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("big.wat", []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := weir(t, "", "module", "push", "-nats", url, "big", "big.wat"); code != 0 || !strings.HasPrefix(out, "pushed big@1 ") {
+		t.Fatalf("push: exit %d %q %q", code, out, errs)
+	}
+	job := func(limits string) string {
+		return `name: big` + limits[:0] + `
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: pass, module: big.wat, inputs: [{from: in}]` + limits + `}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: pass}}]
+`
+	}
+	if err := os.WriteFile("small.yaml", []byte(job("")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := weir(t, "", "run", "-nats", url, "-for", "100ms", "small.yaml")
+	if code != 1 || !strings.Contains(errs, "operator pass") || !strings.Contains(errs, "minimum memory of 104857600 bytes") ||
+		!strings.Contains(errs, "limits: {memory: 100MiB}") || strings.Count(errs, "weir: ") != 1 {
+		t.Errorf("default limits: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	// Named from the registry, it is the job's deploy that refuses it,
+	// saying the same.
+	if err := os.WriteFile("named.yaml", []byte(strings.Replace(job(""), "module: big.wat", "module: big@1", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = weir(t, "", "run", "-nats", url, "-for", "10s", "named.yaml")
+	if code != 1 || !strings.Contains(errs, "job big failed: ") || !strings.Contains(errs, "limits: {memory: 100MiB}") {
+		t.Errorf("named module, default limits: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	if err := os.WriteFile("roomy.yaml", []byte(job(", limits: {memory: 128MiB}")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := weir(t, "", "run", "-nats", url, "-for", "100ms", "roomy.yaml"); code != 0 {
+		t.Errorf("limits.memory 128MiB: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+}

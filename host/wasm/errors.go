@@ -79,6 +79,10 @@ type ValidationError struct {
 	Kind   Kind
 	Detail string // e.g. "missing export weir_process"
 	Err    error  // the underlying decoder error, if any
+	// MinMemoryBytes is, for a module refused because its minimum memory
+	// is over the limit (KindMemoryLimit), that minimum: the least limit
+	// that would take it. 0 otherwise.
+	MinMemoryBytes uint64
 }
 
 // Error returns the one-line message.

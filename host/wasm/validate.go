@@ -176,7 +176,9 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 	}
 	minBytes := m.memories[mem.index].min * PageSize
 	if minBytes > lim.MemoryBytes {
-		return nil, verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
+		err := verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
+		err.(*ValidationError).MinMemoryBytes = minBytes
+		return nil, err
 	}
 	return m, nil
 }

@@ -1123,7 +1123,7 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 	}
 	m, err := b.w.cfg.Engine.Load(ctx, mod.Ref, code, lim) // its errors name the module
 	if err != nil {
-		return nil, err
+		return nil, MemoryLimitHint(*spec, err)
 	}
 	return m.Instantiate(ctx, wasm.InstanceConfig{
 		Name:    pt.DisplayName(),
@@ -1131,4 +1131,15 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 		Outputs: max(len(pt.Outputs), 1),
 		Logger:  b.w.log.With("job", b.d.Job, "task", pt.ID),
 	})
+}
+
+// MemoryLimitHint adds to err, a module's refusal at load for operator op,
+// how to go on when the module's minimum memory is over the operator's
+// memory limit: the limits.memory that would take it.
+func MemoryLimitHint(op jobspec.Operator, err error) error {
+	var verr *wasm.ValidationError
+	if !errors.As(err, &verr) || verr.MinMemoryBytes == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: give operator %s limits: {memory: %s} or more", err, op.Name, jobspec.FormatSize(int64(verr.MinMemoryBytes)))
 }
