@@ -449,6 +449,21 @@ func TestRestoreSpecChecksModules(t *testing.T) {
 	}
 }
 
+// weir job restore JOB -spec F refuses a spec of another job, which
+// would start that job beside JOB: before NATS is asked for.
+func TestRestoreSpecOfAnotherJob(t *testing.T) {
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "other", mod, "")
+	code, _, errs := weir(t, "", "job", "restore", "-nats", "nats://127.0.0.1:1", "tap", "-from", "4", "-spec", spec)
+	want := "weir: restore tap: the spec is of job other, not tap: give a spec named tap, or start job other from this checkpoint by its own name (restore other -from tap/4)\n"
+	if code != 1 || errs != want {
+		t.Errorf("exit %d, stderr %q, want %q", code, errs, want)
+	}
+}
+
 // weir run of a job whose name ran before prints the new run's
 // checkpoints only: the earlier run's that weir checkpoint ls lists (still
 // stored, restorable) are no news of this one.

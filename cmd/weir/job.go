@@ -153,7 +153,7 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 		fs.BoolVar(&f.output.untilNow, "until-now", false, "with -from-start or -last N: stop once every record the sinks' streams held when it started is shown (a dump of what is there, which a running job's output does not cut short)")
 	case "restore":
 		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")
-		fs.StringVar(&f.spec, "spec", "", "a new job spec to run instead of the last one")
+		fs.StringVar(&f.spec, "spec", "", "a new spec of the job (its name is JOB) to run instead of the last one")
 		fs.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "drop the state of operators the new spec no longer has")
 	}
 	return fs
@@ -417,6 +417,9 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		if f.spec != "" {
 			if restoreSpec, err = jobspec.ParseFile(f.spec, jobspec.Options{CheckModule: checkModuleFile}); err != nil {
+				return err
+			}
+			if err := (control.RestoreRequest{Job: job, From: f.from, Spec: restoreSpec}).CheckSpecName(); err != nil {
 				return err
 			}
 		}

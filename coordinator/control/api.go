@@ -542,6 +542,23 @@ type SubmitRequest struct {
 	AllowNonRestoredState bool `json:"allow_non_restored_state,omitempty"`
 }
 
+// CheckSpecName refuses (ErrInvalid) a restore whose spec names another job than the one
+// restored: it would start that other job from r.Job's checkpoint, beside
+// r.Job's, both writing the same sinks — output repeated, silently. A job
+// started from another's checkpoint is asked for by its own name, the
+// checkpoint's job in From ("JOB/ID").
+func (r RestoreRequest) CheckSpecName() error {
+	if r.Spec == nil || r.Spec.Name == r.Job {
+		return nil
+	}
+	from := r.From
+	if !strings.Contains(from, "/") {
+		from = r.Job + "/" + from
+	}
+	return Errorf(ErrInvalid, "restore %s: the spec is of job %s, not %s: give a spec named %s, or start job %s from this checkpoint by its own name (restore %s -from %s)",
+		r.Job, r.Spec.Name, r.Job, r.Job, r.Spec.Name, r.Spec.Name, from)
+}
+
 // RestoreRequest restarts a stopped job from one of its checkpoints.
 type RestoreRequest struct {
 	Job string `json:"job"`

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,6 +40,17 @@ func TestRestoreFromAnotherJobsCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A restore of b with a's spec would start a beside b: refused,
+	// saying how to ask for that.
+	for _, r := range []control.RestoreRequest{{Job: "b", From: "3", Spec: spec(t, "a", "")}, {Job: "b", From: "b/3", Spec: spec(t, "a", "")}} {
+		want := "restore b: the spec is of job a, not b: give a spec named b, or start job a from this checkpoint by its own name (restore a -from b/3)"
+		if _, err := e.api.Restore(ctx, r); !errors.Is(err, control.ErrInvalid) || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("restore %+v: %v, want ...%q", r, err, want)
+		}
+		if err := e.api.CheckRestore(ctx, r); !errors.Is(err, control.ErrInvalid) || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("check restore %+v: %v, want ...%q", r, err, want)
+		}
+	}
 	// Restore a from b's periodic checkpoint 3, without periodic
 	// checkpoints of its own: a failover must restore from b/3 again.
 	st, err := e.api.Restore(ctx, control.RestoreRequest{Job: "a", From: "b/3", Spec: spec(t, "a", "checkpointing: {disabled: true}\nrestart: {delay: 5ms}\n")})

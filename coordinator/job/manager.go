@@ -666,6 +666,8 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 		spec = &c
 	} else if err := jobspec.Check(spec); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
+	} else if err := r.CheckSpecName(); err != nil {
+		return control.JobStatus{}, err
 	}
 	k, err := checkpointRef(r.Job, r.From)
 	if err != nil {
@@ -698,6 +700,9 @@ func (m *Manager) CheckRestore(ctx context.Context, r control.RestoreRequest) er
 	}
 	if err := jobspec.Check(spec); err != nil {
 		return control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
+	}
+	if err := r.CheckSpecName(); err != nil {
+		return err
 	}
 	if j, err := m.job(spec.Name); err == nil {
 		if st := j.status().State; !st.Terminal() {
