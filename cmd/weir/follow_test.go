@@ -127,6 +127,40 @@ func TestRunRemoteCoordinatorGone(t *testing.T) {
 	}
 }
 
+// A record whose key cannot form its sink's subject fails the job at
+// once (every replay meets it), and weir run says how to go on.
+func TestRunRecordWithoutAKeyForAKeyedSink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("in.txt", []byte("k1\t1\nno key\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("keyed.yaml", []byte(`name: keyed
+sources: [{name: in, kind: jetstream, stream: IN}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: "out.{key}", input: {from: in}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "keyed.yaml", "-input", "in.txt"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 1 || !strings.Contains(errb.String(), `weir: job keyed failed: `) || !strings.Contains(errb.String(), `key "": the record has no key`) {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{
+		"a sink refused a record it cannot publish; the checkpoints hold none of it, and every replay would meet it again\n",
+		"to go on: fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // A trap in a job names the operator and record on one line; the worker's
 // log (shown by weir run) has the wasm stack trace beside it.
 func TestRunTrapLogsTheStack(t *testing.T) {

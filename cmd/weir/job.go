@@ -622,6 +622,14 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 // operator that traps on a record, or runs past its memory limit on one
 // (control.FailureMemoryLimit), remedy says how the job goes on.
 func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatus, remedyFix) string) {
+	if failedOnABadRecord(st) {
+		// Not restarted: every replay meets the record again.
+		fmt.Fprintf(w, "a sink refused a record it cannot publish; the checkpoints hold none of it, and every replay would meet it again\n")
+		if remedy != nil {
+			fmt.Fprintf(w, "%s\n", remedy(st, remedyRecord))
+		}
+		return
+	}
 	n := st.FailuresInARow
 	if n == 0 {
 		return
@@ -663,6 +671,13 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	}
 }
 
+// failedOnABadRecord reports whether st is a job that failed, not
+// restarted, as a sink refused a record it cannot publish
+// (control.FailureBadRecord).
+func failedOnABadRecord(st control.JobStatus) bool {
+	return st.State == control.JobFailed && len(st.Failures) > 0 && st.Failures[0].IsKind(control.FailureBadRecord)
+}
+
 // remedyFix is what a job that fails on a record again and again needs
 // before it goes on (trapRemedy, rerunRemedy).
 type remedyFix int
@@ -675,20 +690,29 @@ const (
 	// remedyMemory: a larger limits.memory for the operator
 	// (control.FailureMemoryLimit).
 	remedyMemory
+	// remedyRecord: an operator that emits records its sink can publish,
+	// or a sink subject that takes their keys (control.FailureBadRecord).
+	remedyRecord
 )
 
 // fix says what to change, as the start of a remedy: "fix the operator".
 func (f remedyFix) fix() string {
-	if f == remedyMemory {
+	switch f {
+	case remedyMemory:
 		return "raise the operator's limits.memory in the spec"
+	case remedyRecord:
+		return "fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key)"
 	}
 	return "fix the operator"
 }
 
 // spec says what the spec a restore takes has changed.
 func (f remedyFix) spec() string {
-	if f == remedyMemory {
+	switch f {
+	case remedyMemory:
 		return "the spec's limits.memory raised"
+	case remedyRecord:
+		return "the spec naming the fixed build or subject"
 	}
 	return "the spec's module: naming the fixed build"
 }
@@ -988,6 +1012,9 @@ func (n *statusNotes) news(st control.JobStatus) string {
 		printCheckpointsFailing(&b, st, n.hint)
 	}
 	switch {
+	case failedOnABadRecord(st) && !n.failureRow:
+		n.failureRow = true
+		printInARow(&b, st, n.remedy)
 	case st.FailuresInARow == 0:
 		n.failureRow = false
 	case st.FailuresInARow >= inARow && !n.failureRow:

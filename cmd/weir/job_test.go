@@ -986,6 +986,11 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			Failures: []control.Failure{trap(4), trap(3), trap(2), trap(1)}},
 			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
 				"to go on: fix the operator, then weir job restore slow -from 12 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
+		{"a record a sink cannot publish", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 1, FailuresInARow: 1, RestartAttempts: 3, LatestCheckpoint: 5,
+			Failures: []control.Failure{{Attempt: 1, Kind: control.FailureBadRecord, Reason: `task out-0 failed: record 0 of the batch: bad key: key "": the record has no key`}}},
+			"a sink refused a record it cannot publish; the checkpoints hold none of it, and every replay would meet it again\n" +
+				"to go on: fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key), " +
+				"then weir job restore slow -from 5 -spec SPEC, the spec naming the fixed build or subject (its state and output carry over)\n"},
 		{"no failure", control.JobStatus{State: control.JobRunning, Attempt: 1, RestartAttempts: 3}, ""},
 	} {
 		var b bytes.Buffer

@@ -322,6 +322,15 @@ const (
 	// its limits (sink.StreamFullError): a job fails over into the same
 	// refusal until the limit is raised.
 	FailureSinkRefused FailureKind = "sink-refused"
+	// FailureBadRecord: a sink could not publish a record it was given:
+	// its key cannot form the keyed sink's subject ("out.{key}" and an
+	// empty key, a key with whitespace), or no message can carry it
+	// (sink.ErrBadKey, sink.ErrRecordTooLarge). The sink refuses it
+	// before any of its batch is staged, so the checkpoints hold none of
+	// it; every replay meets it again, so the job fails at once. What
+	// helps is a fixed operator (or sink subject), restored from the
+	// latest checkpoint.
+	FailureBadRecord FailureKind = "bad-record"
 	// FailureCheckpointsFailed: more checkpoints failed in a row than
 	// checkpointing.tolerable-failures allows.
 	FailureCheckpointsFailed FailureKind = "checkpoints-failed"

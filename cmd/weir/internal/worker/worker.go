@@ -845,6 +845,8 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureFault
 	case errors.As(err, &sf):
 		return control.FailureSinkRefused
+	case errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge):
+		return control.FailureBadRecord
 	}
 	return control.FailureUnknown
 }
