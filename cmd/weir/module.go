@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/cmd/weir/internal/worker"
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
@@ -38,7 +41,9 @@ const moduleUsage = `push|ls|inspect|rm [flags] [args]
                                             or .wat source is built first
   weir module ls                            list every module version
   weir module inspect NAME[@V]|sha256:D     show one module version (latest by default)
-  weir module rm NAME[@V]                   remove one version, or every version`
+  weir module rm NAME[@V] [-force]          remove one version, or every version;
+                                            refused while a job that has not ended
+                                            runs it (-force: all the same)`
 
 // defaultNATS is where weir looks for NATS when -nats is not given.
 const defaultNATS = "nats://127.0.0.1:4222"
@@ -49,6 +54,7 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 	nf.register(fs, defaultNATS, "NATS server URL")
 	version := fs.Int("version", 0, "version to push (0: the latest + 1)")
 	bucket := fs.String("bucket", registry.DefaultBucket, "object store bucket of the registry")
+	force := fs.Bool("force", false, "rm: remove the module even while a job runs it")
 	var pos []string
 	rest := args
 	for {
@@ -131,6 +137,11 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Out, "name:    %s\nversion: %d\nref:     %s\ndigest:  sha256:%s\nsize:    %d\npushed:  %s\n",
 			m.Name, m.Version, m.Ref(), m.Digest, m.Size, m.Pushed.Format(time.RFC3339))
 	case "rm":
+		if !*force {
+			if err := moduleInUse(ctx, std.Err, nc, reg, pos[1]); err != nil {
+				return err
+			}
+		}
 		gone, err := reg.Remove(ctx, pos[1])
 		if err != nil {
 			return err
@@ -269,4 +280,64 @@ func moduleBase(path string) string {
 		return strings.TrimSuffix(base, filepath.Ext(base))
 	}
 	return base
+}
+
+// inUseWait bounds how long weir module rm asks the coordinator which
+// jobs run the module: the registry needs none, and may have none.
+const inUseWait = 3 * time.Second
+
+// moduleInUse refuses the removal of the module versions ref names
+// (NAME: every version; NAME@V: one) while a job that has not ended runs
+// one of them (control.JobStatus.Modules, by digest) and no version left
+// has its bytes: its next restart, failover or rescale would not find
+// it, and would fail the job for good. With no coordinator answering
+// within inUseWait, it says it could not tell, on w, and lets it go.
+func moduleInUse(ctx context.Context, w io.Writer, nc *nats.Conn, reg *registry.Registry, ref string) error {
+	p, err := modref.Parse(ref)
+	if err != nil || p.Kind != modref.Registry {
+		return nil // Remove says what is wrong with it
+	}
+	all, err := reg.List(ctx)
+	if err != nil {
+		return err
+	}
+	gone, kept := map[string]string{}, map[string]bool{}
+	for _, m := range all {
+		if m.Name == p.Name && (p.Version == 0 || m.Version == p.Version) {
+			gone[m.Digest] = m.Ref()
+		} else {
+			kept[m.Digest] = true
+		}
+	}
+	for d := range kept {
+		delete(gone, d) // another version keeps the bytes: jobs find them
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	api := control.NewAPIClient(nc, "")
+	actx, cancel := context.WithTimeout(ctx, inUseWait)
+	defer cancel()
+	jobs, err := api.Jobs(actx)
+	if err != nil {
+		fmt.Fprintf(w, "no coordinator answered within %s: cannot tell whether a job runs %s\n", inUseWait, ref)
+		return nil
+	}
+	var users []string
+	for _, j := range jobs {
+		if j.State.Terminal() {
+			continue
+		}
+		ops := slices.Sorted(maps.Keys(j.Modules))
+		for _, op := range ops {
+			if r, ok := gone[j.Modules[op].Digest]; ok {
+				users = append(users, fmt.Sprintf("job %s (%s) runs %s as operator %s", j.Name, j.State, r, op))
+			}
+		}
+	}
+	if len(users) == 0 {
+		return nil
+	}
+	return fmt.Errorf("module rm %s: %s: its next restart or failover would not find the module and would fail for good; stop or cancel the job first, or give -force",
+		ref, strings.Join(users, "; "))
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/storage"
@@ -184,5 +186,49 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: pass}}]
 	}
 	if code, out, errs := weir(t, "", "run", "-nats", url, "-for", "100ms", "roomy.yaml"); code != 0 {
 		t.Errorf("limits.memory 128MiB: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+}
+
+// weir module rm refuses to remove a module a job that has not ended
+// runs (its next restart would not find it), unless given -force; a
+// version left with the same bytes, or a job that ended, does not hold it.
+func TestModuleRemoveOfAModuleAJobRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := startUp(t, ctx)
+	url := n.Server.ClientURL()
+	good := filepath.Join("..", "..", "guests", "wat", "passthrough.wasm")
+	for _, v := range []string{"1", "2"} {
+		if code, out, errs := weir(t, "", "module", "push", "-nats", url, "-version", v, "pass", good); code != 0 {
+			t.Fatalf("push: exit %d %q %q", code, out, errs)
+		}
+	}
+	spec, err := jobspec.Parse("job.yaml", []byte(`name: user
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: op, module: pass@1, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "user", control.JobRunning)
+	// pass@2 holds the same bytes: removing pass@1 leaves the job them.
+	if code, out, errs := weir(t, "", "module", "rm", "-nats", url, "pass@1"); code != 0 || out != "removed pass@1\n" {
+		t.Errorf("rm of a version whose bytes another keeps: exit %d %q %q", code, out, errs)
+	}
+	code, out, errs := weir(t, "", "module", "rm", "-nats", url, "pass")
+	want := "weir: module rm pass: job user (running) runs pass@2 as operator op: its next restart or failover would not find the module and would fail for good; stop or cancel the job first, or give -force\n"
+	if code != 1 || out != "" || errs != want {
+		t.Errorf("rm of a module a job runs: exit %d %q %q, want %q", code, out, errs, want)
+	}
+	if _, err := n.API.CancelJob(ctx, "user"); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "user", control.JobCanceled)
+	if code, out, errs := weir(t, "", "module", "rm", "-nats", url, "pass"); code != 0 || out != "removed pass@2\n" {
+		t.Errorf("rm once the job ended: exit %d %q %q", code, out, errs)
 	}
 }

@@ -35,6 +35,11 @@ func (s JobState) Terminal() bool { return s == JobFailed || s == JobCanceled ||
 type JobStatus struct {
 	Name  string   `json:"name"`
 	State JobState `json:"state"`
+	// Modules are the operators' modules as the job pinned them at
+	// submit, by operator name: the reference the spec wrote and the
+	// digest it resolved to, which every attempt runs (weir module rm
+	// refuses to remove a module a job that has not ended runs).
+	Modules map[string]Module `json:"modules,omitempty"`
 	// Attempt counts deployments, from 1, across the job's runs: a job
 	// submitted again or restored numbers on from its last run's attempt,
 	// so that no two runs share an attempt number.

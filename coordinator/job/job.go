@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -252,6 +253,7 @@ func (j *job) status() control.JobStatus {
 	st.Guarantees = Guarantees(j.spec, j.m.opts.FsyncEachWrite)
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
+	st.Modules = maps.Clone(j.modules)
 	if st.State == control.JobRunning {
 		st.Restoring = j.restoringLocked()
 		for task, l := range j.live {
