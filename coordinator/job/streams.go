@@ -104,8 +104,8 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 		if s.Guarantee != jobspec.AtLeastOnce {
 			ck := spec.Checkpointing
 			if need := sink.ExactlyOnceDuplicateWindow(ck.Interval, ck.Timeout, s.AckTimeout); cfg.Duplicates < need {
-				bad = append(bad, fmt.Sprintf("sink %s: stream %s deduplicates message ids for %s, but exactly-once with checkpoints every %s (timeout %s) needs %s: raise the stream's duplicate window to %s (nats stream edit %s --dupe-window %s), or checkpoint more often",
-					s.Name, s.Stream, cfg.Duplicates, ck.Interval, ck.Timeout, need, need, s.Stream, need))
+				bad = append(bad, fmt.Sprintf("sink %s: stream %s deduplicates message ids for %s, but exactly-once with checkpoints every %s (timeout %s) needs %s: raise the stream's duplicate window to %s (nats stream edit %s --dupe-window %s)%s",
+					s.Name, s.Stream, cfg.Duplicates, ck.Interval, ck.Timeout, need, need, s.Stream, need, shorterCheckpointing(ck, cfg.Duplicates, need)))
 			}
 		}
 		if len(cfg.Subjects) == 0 || s.Subject == "" {
@@ -133,4 +133,19 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 			spec.Name, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// shorterCheckpointing says the other way to fit an exactly-once sink
+// into a stream that deduplicates message ids for window, where the job's
+// checkpointing needs need (sink.ExactlyOnceDuplicateWindow: interval,
+// timeout and a recovery allowance): an interval and timeout that sum to
+// what the window leaves past the allowance — "checkpoint more often"
+// helps little where the timeout dominates. "" where the allowance alone
+// is over the window.
+func shorterCheckpointing(ck jobspec.Checkpointing, window, need time.Duration) string {
+	rest := window - (need - ck.Interval - ck.Timeout) // the window past the allowance
+	if rest <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", or give checkpointing.interval and checkpointing.timeout that sum to %s at most (now %s + %s)", rest, ck.Interval, ck.Timeout)
 }
