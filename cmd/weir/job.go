@@ -664,6 +664,10 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		fix, hint = remedyMemory, " (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureTrap):
 		fix, hint = remedyOperator, " (an operator that traps on a record does so each time the record is read again after a restore)"
+	case f.IsKind(control.FailureDeadline):
+		fix, hint = remedyTimeout, " (an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)"
+	case f.IsKind(control.FailureOperatorError), f.IsKind(control.FailureExit), f.IsKind(control.FailureFault):
+		fix, hint = remedyOperator, " (an operator that fails on a record does so each time the record is read again after a restore)"
 	}
 	fmt.Fprintf(w, "%sthe last %d failed the same way: restarting does not help while the cause stays%s\n", indent, same, hint)
 	if fix != remedyNone && remedy != nil {
@@ -690,6 +694,9 @@ const (
 	// remedyMemory: a larger limits.memory for the operator
 	// (control.FailureMemoryLimit).
 	remedyMemory
+	// remedyTimeout: a fixed operator, or a longer limits.timeout
+	// (control.FailureDeadline).
+	remedyTimeout
 	// remedyRecord: an operator that emits records its sink can publish,
 	// or a sink subject that takes their keys (control.FailureBadRecord).
 	remedyRecord
@@ -702,6 +709,8 @@ func (f remedyFix) fix() string {
 		return "raise the operator's limits.memory in the spec"
 	case remedyRecord:
 		return "fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key)"
+	case remedyTimeout:
+		return "fix the operator (or raise its limits.timeout in the spec, if the call needs longer)"
 	}
 	return "fix the operator"
 }
@@ -713,6 +722,8 @@ func (f remedyFix) spec() string {
 		return "the spec's limits.memory raised"
 	case remedyRecord:
 		return "the spec naming the fixed build or subject"
+	case remedyTimeout:
+		return "the spec naming the fixed build or a longer limits.timeout"
 	}
 	return "the spec's module: naming the fixed build"
 }

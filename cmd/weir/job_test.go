@@ -1032,6 +1032,10 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 			"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"
 		memSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)\n" +
 			"  to go on: weir job cancel slow, raise the operator's limits.memory in the spec and submit the job again (no checkpoint completed to restore)\n"
+		failSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that fails on a record does so each time the record is read again after a restore)\n" +
+			"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"
+		deadlineSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)\n" +
+			"  to go on: weir job cancel slow, fix the operator (or raise its limits.timeout in the spec, if the call needs longer) and submit the job again (no checkpoint completed to restore)\n"
 		refused = " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 4 MiB and it had 2 MiB)"
 	)
 	for _, c := range []struct {
@@ -1054,7 +1058,11 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 		{"no trap but in words", []control.Failure{
 			failed(2, control.FailureOperatorError, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap door 2 closed"),
 			failed(1, control.FailureOperatorError, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap door 1 closed")},
-			row + same},
+			row + failSame},
+		{"past the call deadline", []control.Failure{
+			failed(2, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: deadline exceeded"),
+			failed(1, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: deadline exceeded")},
+			row + deadlineSame},
 		{"an older coordinator's failure before a classified one", []control.Failure{
 			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 2"),
 			failed(1, control.FailureUnknown, "", "task slowop-0 failed: trap at record 1")},
