@@ -190,6 +190,8 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 func notWasmHint(b []byte) string {
 	const native = "; build the operator for wasm: Go GOOS=wasip1 GOARCH=wasm -buildmode=c-shared, C clang --target=wasm32-wasi or --target=wasm32, Rust --target wasm32-unknown-unknown"
 	switch {
+	case len(b) == 0:
+		return ": the file is empty (a build that failed, or a copy cut short?)"
 	case bytes.HasPrefix(b, []byte("\x7fELF")):
 		return ": an ELF file, a native executable or library" + native
 	case bytes.HasPrefix(b, []byte{0xcf, 0xfa, 0xed, 0xfe}), bytes.HasPrefix(b, []byte{0xce, 0xfa, 0xed, 0xfe}),

@@ -38,6 +38,7 @@ func TestBadModules(t *testing.T) {
 		target error
 		detail string
 	}{
+		{"empty", nil, KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): the file is empty (a build that failed, or a copy cut short?)"},
 		{"not wasm", []byte("\x01\x02hello, world"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number)"},
 		{"C source", []byte("/* avg: a running average — per key */\n#include \"weir.h\"\n"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): the file is text, a source file perhaps; give the .wasm, or a source weir builds (a Go package directory, a .rs, .c, .ts or .wat file: guests/README.md)"},
 		{"empty", nil, KindNotWasm, ErrNotWasm, "not a WebAssembly module"},
