@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -32,7 +33,8 @@ refused: its job reads its stream only up to where the stream ended when the
 job started (give such a source its input with weir run -input, before the
 submit); one that stops at a sequence or a time reads what comes before it.
 A core NATS source of a job that is not running is refused too: a core
-subject keeps nothing for a job that does not read it. JOB.yaml is the job's spec; its modules are
+subject keeps nothing for a job that does not read it. A stream keeps what
+it is given for a job not submitted yet, or ended: weir input says so. JOB.yaml is the job's spec; its modules are
 not built or read.`
 
 func runInput(ctx context.Context, std Stdio, args []string) error {
@@ -89,6 +91,24 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 	dial := func(extra ...nats.Option) (*nats.Conn, error) {
 		return natsconn.Connect(*nf.options("weir input"), extra...)
 	}
-	_, err = publishInputs(ctx, std, "input", timed, nc, dial, spec, inputs, nil, ingest.Nonce())
-	return err
+	if _, err = publishInputs(ctx, std, "input", timed, nc, dial, spec, inputs, nil, ingest.Nonce()); err != nil || core {
+		return err
+	}
+	// A stream keeps the input for a job that is not running: say so,
+	// rather than let it read as fed to one.
+	sctx, cancel := context.WithTimeout(ctx, inputStatusWait)
+	defer cancel()
+	st, err := api.Job(sctx, spec.Name)
+	switch {
+	case errors.Is(err, control.ErrNotFound):
+		fmt.Fprintf(std.Err, "no job %s on this NATS yet: its source's stream keeps the input for it (weir run%s %s submits it)\n",
+			spec.Name, nf.hint(), shellQuote(pos[0]))
+	case err == nil && st.State.Terminal():
+		fmt.Fprintf(std.Err, "job %s is %s: its source's stream keeps the input for a restore of it (weir job restore)\n", spec.Name, st.State)
+	}
+	return nil
 }
+
+// inputStatusWait bounds how long weir input asks whether the job it fed
+// a stream runs, once the input is published.
+const inputStatusWait = 3 * time.Second

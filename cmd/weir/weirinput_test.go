@@ -89,6 +89,23 @@ sinks: [{name: out, kind: nats, subject: nostream-out, input: {from: in}}]
 		}
 	}
 
+	// Input to a stream of a job not submitted yet is kept for it, and
+	// weir input says there is no such job.
+	if _, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "LATER", Subjects: []string{"later.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("later.yaml", []byte(`name: later
+sources: [{name: in, kind: jetstream, stream: LATER}]
+sinks: [{name: out, kind: nats, subject: later-out, input: {from: in}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errb = weir("", "input", "-nats", url, "later.yaml", "more.txt")
+	if want := "no job later on this NATS yet: its source's stream keeps the input for it (weir run -nats " + url + " later.yaml submits it)\n"; code != 0 || errb != want ||
+		out != "published 2 input records from more.txt to in\n" {
+		t.Errorf("weir input to the stream of no job: exit %d, stdout %q, stderr %q; want 0 and %q", code, out, errb, want)
+	}
+
 	// The source that stops at the end reads what the stream holds when
 	// the job starts.
 	if _, err := n.JS.Publish(ctx, "feedold.x", []byte("x")); err != nil {
