@@ -177,8 +177,13 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: pass}}]
 	if err := os.WriteFile("named.yaml", []byte(strings.Replace(job(""), "module: big.wat", "module: big@1", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs = weir(t, "", "run", "-nats", url, "-for", "10s", "named.yaml")
-	if code != 1 || !strings.Contains(errs, "job big failed: ") || !strings.Contains(errs, "limits: {memory: 100MiB}") {
+	// Its -input, published once the job runs, never was: said so.
+	if err := os.WriteFile("in.txt", []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = weir(t, "", "run", "-nats", url, "-for", "10s", "named.yaml", "-input", "in.txt")
+	if code != 1 || !strings.Contains(errs, "job big failed: ") || !strings.Contains(errs, "limits: {memory: 100MiB}") ||
+		!strings.HasSuffix(errs, "; -input in.txt not published (the job failed before it ran)\n") {
 		t.Errorf("named module, default limits: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 	if err := os.WriteFile("roomy.yaml", []byte(job(", limits: {memory: 128MiB}")), 0o644); err != nil {

@@ -1260,6 +1260,11 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		if st.State.Terminal() {
 			summary(ctx, std.Out, out, published)
 			if st.State == control.JobFailed {
+				if unpublished := unboundedInputs(spec, o.inputs); !inputDone && len(unpublished) > 0 {
+					// Published once the job runs: it never did.
+					return fmt.Errorf("job %s failed: %s; -input %s not published (the job failed before it ran)",
+						st.Name, st.Reason, strings.Join(unpublished, ", "))
+				}
 				return fmt.Errorf("job %s failed: %s", st.Name, st.Reason)
 			}
 			return nil
@@ -1647,4 +1652,16 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 		s, key, _ := strings.Cut(k, "\x00")
 		fmt.Fprintf(w, "  [%s] %s\t%s\n", s, key, out.latest[k])
 	}
+}
+
+// unboundedInputs returns the -input flags of sources without a stop,
+// which weir run publishes once the job runs.
+func unboundedInputs(spec *jobspec.Spec, inputs inputFlags) []string {
+	var out []string
+	for _, in := range inputs {
+		if src, _ := inputSource(spec, in); src != nil && !hasStop(*src) {
+			out = append(out, in)
+		}
+	}
+	return out
 }
