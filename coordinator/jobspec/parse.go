@@ -728,7 +728,8 @@ func (p *parser) parse(data []byte) *Spec {
 						p.positive(v, path, &sk.AckTimeout)
 						nodes[path] = v
 					},
-					"input": func(v *yaml.Node, path string) { sk.Input = p.input(v, path) },
+					"timestamps": func(v *yaml.Node, path string) { p.boolean(v, path, &sk.Timestamps) },
+					"input":      func(v *yaml.Node, path string) { sk.Input = p.input(v, path) },
 				})
 				s.Sinks = append(s.Sinks, sk)
 			})

@@ -375,10 +375,15 @@ type Sink struct {
 	// acknowledge what it published before it fails the checkpoint
 	// (at-least-once) or the commit (exactly-once); 0: the sink's default,
 	// 10s exactly-once and 30s at-least-once.
-	AckTimeout  time.Duration `json:"ack_timeout,omitempty"`
-	Parallelism int           `json:"parallelism"`
-	Input       Input         `json:"input"`
-	Line        int           `json:"line,omitempty"`
+	AckTimeout time.Duration `json:"ack_timeout,omitempty"`
+	// Timestamps publishes each record's timestamp in the Weir-Time
+	// header (sink.TimeHeader), which sources read: a job reading the
+	// output takes the event time this one gave. Off by default: the
+	// header costs bytes on every message.
+	Timestamps  bool  `json:"timestamps,omitempty"`
+	Parallelism int   `json:"parallelism"`
+	Input       Input `json:"input"`
+	Line        int   `json:"line,omitempty"`
 }
 
 // Checkpointing configures the checkpoint coordinator.

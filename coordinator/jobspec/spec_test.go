@@ -43,6 +43,7 @@ sinks:
     subject: counts
     publish: fast
     ack-timeout: 45s
+    timestamps: true
     input: {from: count}
 checkpointing:
   mode: exactly-once
@@ -212,7 +213,7 @@ func TestParseGood(t *testing.T) {
 		t.Errorf("partitions %q %q", split.Inputs[0].Partition, count.Inputs[0].Partition)
 	}
 	if s.Sinks[0].Input.Partition != RoundRobin || s.Sinks[0].Guarantee != ExactlyOnce || s.Sinks[0].Publish != PublishFast ||
-		s.Sinks[0].AckTimeout != 45*time.Second {
+		s.Sinks[0].AckTimeout != 45*time.Second || !s.Sinks[0].Timestamps {
 		t.Errorf("sink = %+v", s.Sinks[0])
 	}
 	c := s.Checkpointing

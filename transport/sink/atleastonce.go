@@ -50,6 +50,8 @@ type AtLeastOnceConfig struct {
 	// MaxPending bounds unacknowledged messages in async mode (default
 	// 4096): Write blocks beyond it.
 	MaxPending int
+	// Timestamps publishes each record's timestamp in TimeHeader.
+	Timestamps bool
 	// Timeout bounds the wait for an acknowledgement (default
 	// DefaultAtLeastOnceTimeout).
 	Timeout time.Duration
@@ -115,6 +117,7 @@ type AtLeastOnce struct {
 	last   time.Time // when the last message was added to fp
 	m      *nats.Msg // reused for every message of fp
 	key    []string  // its key header's value, reused
+	ts     []string  // its time header's value, reused (Timestamps)
 	idle   *time.Timer
 	closed bool
 
@@ -171,19 +174,30 @@ func (b *batchErr) with(err error) error {
 }
 
 // pending holds copies of the keys and values of messages not yet
-// acknowledged, oldest first, in one buffer.
+// acknowledged, oldest first, in one buffer, and their timestamps.
 type pending struct {
 	buf   []byte
 	ends  [][2]int // each message's key end and value end in buf
+	times []int64  // each message's timestamp
 	first int      // ends[first:] are pending; those before were acknowledged
 }
 
-// add appends a copy of a message's key and value.
-func (p *pending) add(key, value []byte) {
+// add appends a copy of a message's key and value, and its timestamp.
+func (p *pending) add(key, value []byte, ts int64) {
 	p.buf = append(p.buf, key...)
 	k := len(p.buf)
 	p.buf = append(p.buf, value...)
 	p.ends = append(p.ends, [2]int{k, len(p.buf)})
+	p.times = append(p.times, ts)
+}
+
+// time returns the timestamp of pending message i (0: the oldest).
+func (p *pending) time(i int) int64 { return p.times[p.first+i] }
+
+// record returns the key, value and timestamp of pending message i.
+func (p *pending) record(i int) (key, value []byte, ts int64) {
+	key, value = p.at(i)
+	return key, value, p.time(i)
 }
 
 // len is how many messages are pending.
@@ -205,11 +219,12 @@ func (p *pending) drop(n int) {
 	p.first += n
 	switch {
 	case p.first == len(p.ends):
-		p.buf, p.ends, p.first = p.buf[:0], p.ends[:0], 0
+		p.buf, p.ends, p.times, p.first = p.buf[:0], p.ends[:0], p.times[:0], 0
 	case p.first > 1024 && p.first > len(p.ends)/2:
 		base := p.ends[p.first-1][1]
 		p.buf = p.buf[:copy(p.buf, p.buf[base:])]
 		p.ends = p.ends[:copy(p.ends, p.ends[p.first:])]
+		p.times = p.times[:copy(p.times, p.times[p.first:])]
 		for i := range p.ends {
 			p.ends[i][0] -= base
 			p.ends[i][1] -= base
@@ -388,6 +403,12 @@ func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 		if len(r.Key) > 0 {
 			m.Header = nats.Header{KeyHeader: []string{string(r.Key)}}
 		}
+		if s.cfg.Timestamps && r.Timestamp != 0 {
+			if m.Header == nil {
+				m.Header = nats.Header{}
+			}
+			stamp(m.Header, r.Timestamp, nil)
+		}
 		if err := s.pub.publish(ctx, s.route.stream, m); err != nil {
 			return fmt.Errorf("%s: publish: %w", s, err)
 		}
@@ -418,7 +439,7 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 		default:
 		}
 		r := it.Record() // its key checked (Write)
-		s.pend.add(r.Key, r.Value)
+		s.pend.add(r.Key, r.Value, r.Timestamp)
 		if err := s.sendFast(ctx); err != nil {
 			s.fail(err)
 			return fmt.Errorf("%s: %w", s, s.failed())
@@ -456,7 +477,7 @@ func (s *AtLeastOnce) addFast(ctx context.Context) error {
 		s.fp = newFastBatch(s.js.Conn(), s.route.stream, fastFlow, fastOutstanding, s.cfg.Timeout, berr.set)
 		s.fpErr, s.sent, s.acked = berr, 0, 0
 		if s.m == nil {
-			s.m, s.key = &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{}}, []string{""}
+			s.m, s.key, s.ts = &nats.Msg{Subject: s.cfg.Subject, Header: nats.Header{}}, []string{""}, []string{""}
 		}
 	}
 	// The publisher encodes the message before AddMsg returns and keeps
@@ -473,6 +494,9 @@ func (s *AtLeastOnce) addFast(ctx context.Context) error {
 			s.m.Header[KeyHeader] = s.key
 		} else {
 			delete(s.m.Header, KeyHeader)
+		}
+		if s.cfg.Timestamps {
+			stamp(s.m.Header, s.pend.time(s.sent-s.acked), s.ts)
 		}
 		acked, err := s.fp.AddMsg(ctx, s.m)
 		if err != nil {
@@ -577,7 +601,7 @@ func (s *AtLeastOnce) writeAtomic(ctx context.Context, it *abi.Iter) error {
 		if s.fill == nil {
 			s.fill = &atomicBatch{id: nuid.Next()}
 		}
-		s.fill.recs.add(r.Key, r.Value)
+		s.fill.recs.add(r.Key, r.Value, r.Timestamp)
 		if s.fill.recs.len() >= s.batch {
 			s.cut()
 		}
@@ -674,7 +698,7 @@ func (s *AtLeastOnce) signal() {
 func (s *AtLeastOnce) sendBatch(ctx context.Context, b *atomicBatch) error {
 	n := b.recs.len()
 	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
-		err := publishAtomicBatch(ctx, s.js.Conn(), &s.route, n, b.recs.at, b.id, "", s.cfg.Timeout)
+		err := publishAtomicBatch(ctx, s.js.Conn(), &s.route, n, b.recs.record, s.cfg.Timestamps, b.id, "", s.cfg.Timeout)
 		var apiErr *jetstream.APIError
 		switch {
 		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID:

@@ -204,7 +204,7 @@ func TestAtLeastOnceAtomicBatchSentAgainIsStoredOnce(t *testing.T) {
 	defer s.Close()
 	b := &atomicBatch{id: "batch-1"}
 	for i := range 20 {
-		b.recs.add([]byte("k"), []byte(fmt.Sprint("v", i)))
+		b.recs.add([]byte("k"), []byte(fmt.Sprint("v", i)), 0)
 	}
 	must(t, s.sendBatch(ctx, b))
 	must(t, s.sendBatch(ctx, b))

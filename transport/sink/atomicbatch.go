@@ -22,9 +22,10 @@ type batchAck struct {
 }
 
 // publishAtomicBatch publishes n records (at least one; rec(i) is record
-// i's key and value) through nc as one atomic batch on the subjects of
-// rt, the first message with message id id and the last with lastID (none
-// where ""), and waits for the server's answer to its commit, up to
+// i's key, value and timestamp, the last published in TimeHeader where
+// times is set) through nc as one atomic batch on the subjects of rt, the
+// first message with message id id and the last with lastID (none where
+// ""), and waits for the server's answer to its commit, up to
 // AtomicCommitWait(timeout, n). It streams: each message goes to the
 // connection as it is made, so the server stages the batch while the rest
 // is still being written, and one message and header set are reused
@@ -32,7 +33,7 @@ type batchAck struct {
 // Only the commit (the last message) is a request; a message the server
 // refused on the way makes it fail the commit. An answer with an error is
 // returned as the *jetstream.APIError.
-func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte), id, lastID string, timeout time.Duration) error {
+func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string, timeout time.Duration) error {
 	batchID := nuid.Next()
 	seq := []string{""}
 	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
@@ -45,7 +46,7 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 		}
 	}
 	for i := range n {
-		key, value := rec(i)
+		key, value, ts := rec(i)
 		subj, err := rt.subject(key)
 		if err != nil {
 			return fmt.Errorf("message %d of the batch: %w", i+1, err)
@@ -63,6 +64,9 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 			h[KeyHeader] = []string{string(key)}
 		} else {
 			delete(h, KeyHeader)
+		}
+		if times {
+			stamp(h, ts, nil)
 		}
 		seq[0] = strconv.Itoa(i + 1)
 		m.Data = value

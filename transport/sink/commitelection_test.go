@@ -296,7 +296,7 @@ func TestPendingKeepsWhatIsNotAcknowledged(t *testing.T) {
 			if next%2 == 0 {
 				k = []byte("k" + strconv.Itoa(next))
 			}
-			p.add(k, []byte("v"+strconv.Itoa(next)))
+			p.add(k, []byte("v"+strconv.Itoa(next)), int64(next+1))
 			next++
 		}
 	}
@@ -306,14 +306,14 @@ func TestPendingKeepsWhatIsNotAcknowledged(t *testing.T) {
 			t.Fatalf("%d pending; want %d", p.len(), next-first)
 		}
 		for i := range p.len() {
-			k, v := p.at(i)
+			k, v, ts := p.record(i)
 			n := first + i
 			wantK := ""
 			if n%2 == 0 {
 				wantK = "k" + strconv.Itoa(n)
 			}
-			if string(k) != wantK || string(v) != "v"+strconv.Itoa(n) {
-				t.Fatalf("pending %d: key %q value %q; want %q, v%d", i, k, v, wantK, n)
+			if string(k) != wantK || string(v) != "v"+strconv.Itoa(n) || ts != int64(n+1) {
+				t.Fatalf("pending %d: key %q value %q time %d; want %q, v%d, %d", i, k, v, ts, wantK, n, n+1)
 			}
 		}
 	}

@@ -36,6 +36,7 @@ package sink
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 
@@ -46,11 +47,37 @@ import (
 // KeyHeader carries a record's key.
 const KeyHeader = "Weir-Key"
 
+// TimeHeader carries a record's timestamp, milliseconds since the Unix
+// epoch in decimal, where a sink is asked to publish it (Core.Timestamps,
+// AtLeastOnceConfig.Timestamps, ExactlyOnceConfig.Timestamps) and the
+// record has one (not 0). It is the header sources read a record's time
+// from (source.TimeHeader), so a job reading another's output reads the
+// event time the first one gave.
+const TimeHeader = "Weir-Time"
+
+// stamp sets h's TimeHeader to ts, or removes it where ts is 0; v, if
+// not nil, is a one-element slice reused for its value.
+func stamp(h nats.Header, ts int64, v []string) {
+	if ts == 0 {
+		delete(h, TimeHeader)
+		return
+	}
+	if v == nil {
+		v = make([]string, 1)
+	}
+	v[0] = strconv.FormatInt(ts, 10)
+	h[TimeHeader] = v
+}
+
 // CoreGuarantee is the delivery guarantee of a core-subject sink.
 const CoreGuarantee = "at-most-once: core NATS subject (subscribers that are down or slow miss messages; a replay after recovery may repeat some)"
 
 // Core publishes records on a core NATS subject.
 type Core struct {
+	// Timestamps, set before the first Write, publishes each record's
+	// timestamp in TimeHeader.
+	Timestamps bool
+
 	nc      *nats.Conn
 	subject string
 	route   route
@@ -89,9 +116,17 @@ func (c *Core) Write(ctx context.Context, batch []byte) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", c, err)
 		}
-		if len(r.Key) == 0 {
+		switch {
+		case c.Timestamps && r.Timestamp != 0:
+			m := keyedMsg(subj, r)
+			if len(r.Key) == 0 {
+				delete(m.Header, KeyHeader)
+			}
+			stamp(m.Header, r.Timestamp, nil)
+			err = c.nc.PublishMsg(m)
+		case len(r.Key) == 0:
 			err = c.nc.Publish(subj, r.Value)
-		} else {
+		default:
 			err = c.nc.PublishMsg(keyedMsg(subj, r))
 		}
 		if err != nil {

@@ -111,6 +111,9 @@ type ExactlyOnceConfig struct {
 	// Timeout bounds the wait for one acknowledgement; default
 	// DefaultExactlyOnceTimeout.
 	Timeout time.Duration
+	// Timestamps publishes each record's timestamp in TimeHeader (a
+	// re-commit of output staged before it was set publishes it too).
+	Timestamps bool
 }
 
 // RequiredDuplicateWindow is the duplicate window exactly-once needs: a
@@ -553,12 +556,23 @@ const MessageOverhead = 1024
 // no NATS message can carry.
 var ErrRecordTooLarge = errors.New("record too large for a NATS message")
 
+// headerBytes bounds what a message of the sink takes besides its key and
+// value: the headers' names, the message id's prefix, a timestamp, and
+// MessageOverhead.
+func (s *ExactlyOnce) headerBytes() int64 {
+	n := int64(len(KeyHeader)) + int64(len(s.prefix)) + MessageOverhead
+	if s.cfg.Timestamps {
+		n += int64(len(TimeHeader)) + 20 // an int64 in decimal
+	}
+	return n
+}
+
 // checkSizes refuses a batch with a record that would not fit in a message
 // (the server's max_payload): staged, it would be part of a checkpoint
 // whose commit can never succeed, and every recovery from that checkpoint
 // would fail again.
 func (s *ExactlyOnce) checkSizes(batch []byte) error {
-	if s.maxPayload <= 0 || int64(len(batch))+int64(len(KeyHeader))+int64(len(s.prefix))+MessageOverhead <= s.maxPayload {
+	if s.maxPayload <= 0 || int64(len(batch))+s.headerBytes() <= s.maxPayload {
 		return nil // no record of it can be larger than the whole batch
 	}
 	it, err := abi.NewIter(batch)
@@ -567,7 +581,7 @@ func (s *ExactlyOnce) checkSizes(batch []byte) error {
 	}
 	for i := 0; it.Next(); i++ {
 		r := it.Record()
-		size := int64(len(r.Value)) + int64(len(r.Key)) + int64(len(KeyHeader)) + int64(len(s.prefix)) + MessageOverhead
+		size := int64(len(r.Value)) + int64(len(r.Key)) + s.headerBytes()
 		if size > s.maxPayload {
 			return fmt.Errorf("%s: %w: a record of %d bytes (key %d, value %d) and its headers exceed the server's max_payload of %d bytes",
 				s, ErrRecordTooLarge, len(r.Key)+len(r.Value), len(r.Key), len(r.Value), s.maxPayload)
@@ -1358,6 +1372,9 @@ func (s *ExactlyOnce) msg(rt *route, r abi.Record, id string) (*nats.Msg, error)
 	if len(r.Key) > 0 {
 		h[KeyHeader] = []string{string(r.Key)}
 	}
+	if s.cfg.Timestamps {
+		stamp(h, r.Timestamp, nil)
+	}
 	return &nats.Msg{Subject: subj, Data: r.Value, Header: h}, nil
 }
 
@@ -1511,8 +1528,8 @@ const (
 // subjects of rt, the first message with message id id and the last with
 // lastID (publishAtomicBatch).
 func (s *ExactlyOnce) publishBatch(ctx context.Context, rt *route, recs []abi.Record, id, lastID string) error {
-	return publishAtomicBatch(ctx, s.js.Conn(), rt, len(recs), func(i int) ([]byte, []byte) { return recs[i].Key, recs[i].Value },
-		id, lastID, s.cfg.Timeout)
+	return publishAtomicBatch(ctx, s.js.Conn(), rt, len(recs), func(i int) ([]byte, []byte, int64) { return recs[i].Key, recs[i].Value, recs[i].Timestamp },
+		s.cfg.Timestamps, id, lastID, s.cfg.Timeout)
 }
 
 // Fast-batch flow control: the server acknowledges every fastFlow messages
@@ -1569,7 +1586,7 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 	// A commit that fails on the way still ends the batch, so that its
 	// acknowledgement subscription leaves the connection.
 	defer fp.release()
-	id, key := []string{""}, []string{""}
+	id, key, ts := []string{""}, []string{""}, []string{""}
 	m := &nats.Msg{Header: nats.Header{jetstream.MsgIDHeader: id}}
 	sent, seen := 0, 0 // messages of this batch; messages of the commit before it
 	for _, e := range entries {
@@ -1604,6 +1621,9 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 				m.Header[KeyHeader] = key
 			} else {
 				delete(m.Header, KeyHeader)
+			}
+			if s.cfg.Timestamps {
+				stamp(m.Header, r.Timestamp, ts)
 			}
 			sent++
 			if from+sent < total {

@@ -151,12 +151,17 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		return nil, fmt.Errorf("sink %s is not in the spec", pt.Vertex)
 	}
 	if spec.Kind == jobspec.KindNATS || spec.Guarantee == jobspec.AtMostOnce {
-		return sink.NewCore(b.w.cfg.Conn, spec.Subject)
+		c, err := sink.NewCore(b.w.cfg.Conn, spec.Subject)
+		if err != nil {
+			return nil, err
+		}
+		c.Timestamps = spec.Timestamps
+		return c, nil
 	}
 	if spec.Guarantee == jobspec.AtLeastOnce {
 		return sink.NewAtLeastOnce(ctx, b.w.cfg.Conn, sink.AtLeastOnceConfig{Stream: spec.Stream, Subject: spec.Subject,
 			Publish: sink.PublishMode(spec.Publish), Timeout: spec.AckTimeout,
-			BatchSize: b.w.cfg.AtomicBatch, FsyncEachWrite: b.d.FsyncEachWrite})
+			BatchSize: b.w.cfg.AtomicBatch, FsyncEachWrite: b.d.FsyncEachWrite, Timestamps: spec.Timestamps})
 	}
 	return sink.NewExactlyOnce(ctx, b.w.cfg.Conn, sink.ExactlyOnceConfig{
 		Stream:             spec.Stream,
@@ -167,6 +172,7 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		BatchSize:          b.w.cfg.AtomicBatch,
 		Timeout:            spec.AckTimeout,
 		MinDuplicateWindow: DuplicateWindow(b.d.Spec.Checkpointing, *spec),
+		Timestamps:         spec.Timestamps,
 	})
 }
 
