@@ -453,7 +453,8 @@ func TestRunInputLineTooLarge(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	code := run(ctx, []string{"run", tapSpec(t, "big", mod, ""), "-input", in}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := "weir: -input " + in + ": line 2: a record of 2097152 bytes does not fit in a NATS message (the server's max_payload is 1048576 bytes)\n"
+	want := "weir: -input " + in + ": line 2: a record of 2097152 bytes does not fit in a NATS message (the server's max_payload is 1048576 bytes)" +
+		" (the 1 records before it were published from " + in + " to in)\n"
 	if code != 1 || errb.String() != want {
 		t.Errorf("exit %d, stderr %q, want %q", code, errb.String(), want)
 	}

@@ -815,12 +815,17 @@ func publishInputs(ctx context.Context, std Stdio, as string, timed bool, nc *na
 		}
 		c, err := publishInput(ctx, as, timed, nc, pub, *src, file, std.In)
 		total += c
-		if err != nil {
-			return total, err
-		}
 		from := file
 		if file == "-" {
 			from = "standard input"
+		}
+		if bl := (badLine{}); errors.As(err, &bl) && c > 0 {
+			// Part of the file is in: say how much, so that the rest can
+			// be given without the part again.
+			return total, fmt.Errorf("%w (the %d records before it were published from %s to %s)", err, c, from, src.Name)
+		}
+		if err != nil {
+			return total, err
 		}
 		fmt.Fprintf(std.Out, "published %d input records from %s to %s\n", c, from, src.Name)
 	}
@@ -912,6 +917,18 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 	}
 	pattern := sourceSubject(src)
 	count, lineNo := 0, 0
+	// A line that cannot be published ends the input: what came before
+	// it is stored (acknowledged) first, as publishInputs says.
+	bad := func(err error) (int, error) {
+		if pub != nil {
+			if ferr := pub.Flush(ctx); ferr != nil {
+				return count, fmt.Errorf("%w; and of what came before it: %w", err, ferr)
+			}
+		} else if ferr := nc.FlushWithContext(ctx); ferr != nil {
+			return count, fmt.Errorf("%w; and of what came before it: %w", err, ferr)
+		}
+		return count, badLine{err}
+	}
 	const maxLine = 16 << 20
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
@@ -925,7 +942,7 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 		if timed {
 			t, rest, err := cutTimestamp([]byte(line))
 			if err != nil {
-				return count, fmt.Errorf("%s %s: line %d: %w", as, file, lineNo, err)
+				return bad(fmt.Errorf("%s %s: line %d: %w", as, file, lineNo, err))
 			}
 			ts, line = t, string(rest)
 		}
@@ -952,7 +969,7 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 		}
 		m.Data = []byte(value)
 		if max := nc.MaxPayload(); int64(len(line)) > max {
-			return count, fmt.Errorf("%s %s: line %d: a record of %d bytes does not fit in a NATS message (the server's max_payload is %d bytes)", as, file, lineNo, len(line), max)
+			return bad(fmt.Errorf("%s %s: line %d: a record of %d bytes does not fit in a NATS message (the server's max_payload is %d bytes)", as, file, lineNo, len(line), max))
 		}
 		if pub != nil {
 			if err := pub.Publish(ctx, lineNo, m); err != nil {
@@ -964,7 +981,7 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 		count++
 	}
 	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
-		return count, fmt.Errorf("%s %s: line %d is longer than %d bytes", as, file, lineNo+1, maxLine)
+		return bad(fmt.Errorf("%s %s: line %d is longer than %d bytes", as, file, lineNo+1, maxLine))
 	} else if err != nil {
 		return count, fmt.Errorf("%s: %w", as, err)
 	}
@@ -1665,3 +1682,9 @@ func unboundedInputs(spec *jobspec.Spec, inputs inputFlags) []string {
 	}
 	return out
 }
+
+// badLine is the error of an input line that cannot be published (a
+// missing timestamp, a record too large): the lines before it are.
+type badLine struct{ error }
+
+func (b badLine) Unwrap() error { return b.error }

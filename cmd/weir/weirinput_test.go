@@ -165,9 +165,11 @@ sinks: [{name: out, kind: nats, subject: later-out, input: {from: in}}]
 
 	// -time: each line's leading timestamp goes in the message's
 	// Weir-Time header, which the source makes the record's; a line
-	// without one is refused, naming it, and nothing after it goes out.
+	// without one is refused, naming it, and nothing after it goes out;
+	// what came before it did, and weir input says so.
 	code, out, errb = weir("2026-12-03T10:00:00Z\td\t4\nd\t5\n", "input", "-nats", url, "-time", "job.yaml", "in=-")
-	if want := "weir: input -: line 2: -time: timestamp \"d\" is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)\n"; code != 1 || errb != want {
+	if want := "weir: input -: line 2: -time: timestamp \"d\" is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)" +
+		" (the 1 records before it were published from standard input to in)\n"; code != 1 || errb != want {
 		t.Errorf("weir input -time with a line without a timestamp: exit %d, stdout %q, stderr %q; want 1 and %q", code, out, errb, want)
 	}
 	code, out, errb = weir("1796292001000\te\t6\n", "input", "-time", "-nats", url, "job.yaml", "in=-")
