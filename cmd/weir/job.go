@@ -858,7 +858,9 @@ func printCheckpointStats(w io.Writer, st control.JobStatus, hint string) {
 		latest = fmt.Sprintf("; latest completed: %d at %s (took %s, %s)", c.LastID,
 			c.LastCompleted.UTC().Format(time.TimeOnly), c.LastDuration.Round(time.Millisecond), size(c.LastSize))
 	}
-	fmt.Fprintf(w, "checkpoints: %d completed, %d failed%s\n", c.Completed, c.Failed, latest)
+	// The runner counts them in memory: a coordinator restart starts
+	// them again (the checkpoints and their IDs carry over).
+	fmt.Fprintf(w, "checkpoints: %d completed, %d failed since the coordinator started%s\n", c.Completed, c.Failed, latest)
 	printCheckpointsFailing(w, st, hint)
 }
 

@@ -828,7 +828,7 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 		Reason: "1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint 6: expired after 5s; no snapshot from slowop-0, last-0, out-0"}
 	var b bytes.Buffer
 	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost}, "")
-	want := "checkpoints: 1 completed, 3 failed; latest completed: 1 at 14:14:17 (took 4.346s, 973.5 KiB)\n" +
+	want := "checkpoints: 1 completed, 3 failed since the coordinator started; latest completed: 1 at 14:14:17 (took 4.346s, 973.5 KiB)\n" +
 		"checkpoints failing: 3 in a row, since 1 completed; the newest, 6 at 14:14:36: expired after 5s; no snapshot from slowop-0, last-0, out-0\n" +
 		"  a checkpoint expires when its barriers do not get through in time: aligned ones queue behind the data in flight to a busy task (see bottleneck); " +
 		"make it faster or raise its parallelism, raise checkpointing.timeout, or take checkpoints unaligned (checkpointing.mode: unaligned), " +
@@ -879,7 +879,7 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 	b.Reset()
 	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 1, Checkpoints: control.CheckpointStats{
 		Failed: 1, FailedInARow: 1, LastFailedID: 1, LastFailed: at, LastFailure: "declined by op-0 (failed): disk"}}, "")
-	if want := "checkpoints: 0 completed, 1 failed\n" +
+	if want := "checkpoints: 0 completed, 1 failed since the coordinator started\n" +
 		"checkpoints failing: 1 in a row, none completed yet; the newest, 1 at 14:14:17: declined by op-0 (failed): disk\n"; b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
@@ -888,7 +888,7 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 	b.Reset()
 	cps.FailedInARow, cps.Completed, cps.LastID = 0, 2, 7
 	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps, LastFailure: &lost}, "")
-	if want := "checkpoints: 2 completed, 3 failed; latest completed: 7 at 14:14:17 (took 4.346s, 973.5 KiB)\n"; b.String() != want {
+	if want := "checkpoints: 2 completed, 3 failed since the coordinator started; latest completed: 7 at 14:14:17 (took 4.346s, 973.5 KiB)\n"; b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 
