@@ -536,11 +536,17 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			}
 			req.Spec = spec
 		}
+		before, berr := api.Job(ctx, job) // what it had committed, for olderNote
 		st, err := api.Restore(ctx, req)
 		if err != nil {
 			return apiErr("job restore", err)
 		}
 		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, f.from)
+		if berr == nil {
+			if note := olderNote(before, f.from); note != "" {
+				fmt.Fprintln(std.Out, note)
+			}
+		}
 	}
 	return nil
 }
@@ -1395,4 +1401,22 @@ func size(n int64) string {
 		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
 	}
 	return strconv.FormatInt(n, 10) + " B"
+}
+
+// olderNote warns of a restore of job (its status before, st) from one of
+// its own checkpoints older than its latest completed one: its sinks
+// committed the output of the checkpoints since, and the restored job,
+// reading from the older offsets, commits it again under new checkpoint
+// IDs, which no sink's stream deduplicates. "" otherwise.
+func olderNote(st control.JobStatus, from string) string {
+	job, id := st.Name, from
+	if j, i, ok := strings.Cut(from, "/"); ok {
+		job, id = j, i
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(id, "chk-"), 10, 64)
+	if err != nil || job != st.Name || st.LatestCheckpoint <= n || len(st.Sinks) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("note: checkpoint %d is older than the job's latest, %d: the output its sinks committed after checkpoint %d is published again, as new output (restore from %d not to repeat it)",
+		n, st.LatestCheckpoint, n, st.LatestCheckpoint)
 }

@@ -1351,3 +1351,27 @@ func trapNode(t *testing.T, ctx context.Context) (n *node.Node, mis, fixed strin
 	t.Cleanup(n.Close)
 	return n, mis, fixed
 }
+
+// A restore of a job from one of its own checkpoints older than its
+// latest says that the output committed since is published again.
+func TestOlderNote(t *testing.T) {
+	sinks := []jobspec.Sink{{Name: "out"}}
+	for _, c := range []struct {
+		st   control.JobStatus
+		from string
+		want string
+	}{
+		{control.JobStatus{Name: "wc", LatestCheckpoint: 7, Sinks: sinks}, "3",
+			"note: checkpoint 3 is older than the job's latest, 7: the output its sinks committed after checkpoint 3 is published again, as new output (restore from 7 not to repeat it)"},
+		{control.JobStatus{Name: "wc", LatestCheckpoint: 7, Sinks: sinks}, "wc/chk-3",
+			"note: checkpoint 3 is older than the job's latest, 7: the output its sinks committed after checkpoint 3 is published again, as new output (restore from 7 not to repeat it)"},
+		{control.JobStatus{Name: "wc", LatestCheckpoint: 7, Sinks: sinks}, "7", ""},
+		{control.JobStatus{Name: "wc", LatestCheckpoint: 7, Sinks: sinks}, "other/3", ""},
+		{control.JobStatus{Name: "wc", LatestCheckpoint: 7}, "3", ""},
+		{control.JobStatus{Name: "wc", LatestCheckpoint: 7, Sinks: sinks}, "x", ""},
+	} {
+		if got := olderNote(c.st, c.from); got != c.want {
+			t.Errorf("olderNote(%d, %q) = %q, want %q", c.st.LatestCheckpoint, c.from, got, c.want)
+		}
+	}
+}
