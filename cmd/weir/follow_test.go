@@ -1011,3 +1011,47 @@ func TestRunForEndsWhileTheCoordinatorIsAway(t *testing.T) {
 		t.Errorf("weir run -for 3s with the coordinator away: exit %d:\n%s\n%s", code, f.out.String(), f.errb.String())
 	}
 }
+
+// weir job restore -spec -create-streams creates the streams the new spec
+// names that are not there (a sink moved to a new stream), as weir run
+// does; without it the restore is refused, naming the stream.
+func TestRestoreCreatesTheNewSpecsStreams(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := outputJob(t, ctx, jsJob(""))
+	for {
+		st, err := n.API.Job(ctx, "jo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LatestCheckpoint > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := n.API.CancelJob(ctx, "jo"); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, n, "jo", control.JobCanceled)
+	st, err := n.API.Job(ctx, "jo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(t.TempDir(), "moved.yaml")
+	spec := strings.Replace(strings.Replace(jsJob(""), "stream: OUT", "stream: MOVED", 1), `"out.{key}"`, `"moved.{key}"`, 1)
+	if err := os.WriteFile(moved, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url, from := n.Server.ClientURL(), fmt.Sprint(st.LatestCheckpoint)
+	code, out, errs := weir(t, "", "job", "restore", "-nats", url, "jo", "-from", from, "-spec", moved)
+	if code != 1 || !strings.Contains(errs, "MOVED") {
+		t.Errorf("restore to a stream not there: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = weir(t, "", "job", "restore", "-nats", url, "jo", "-from", from, "-spec", moved, "-create-streams")
+	if code != 0 || !strings.Contains(out, "created stream MOVED (subjects moved.>, 1 replica(s))\n") || !strings.Contains(out, "job jo: ") {
+		t.Errorf("restore -create-streams: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, _, errs := weir(t, "", "job", "restore", "-nats", url, "jo", "-from", from, "-create-streams"); code != 2 || !strings.Contains(errs, "give -spec") {
+		t.Errorf("-create-streams without -spec: exit %d, stderr %q", code, errs)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -69,7 +70,7 @@ stopped with savepoint ID; ...")`},
 processed, so restoring it repeats no output`},
 	{name: "cancel", synopsis: "JOB", args: 1, note: endedNote, help: "stop a job at once (restore it from its latest checkpoint)"},
 	{name: "savepoint", synopsis: "JOB", args: 1, note: endedNote, help: "take an aligned savepoint now; the job runs on"},
-	{name: "restore", synopsis: "JOB -from ID [-spec F] [-allow-non-restored-state]", args: 1,
+	{name: "restore", synopsis: "JOB -from ID [-spec F [-create-streams]] [-allow-non-restored-state]", args: 1,
 		help: "restart a stopped job from checkpoint ID"},
 }
 
@@ -131,6 +132,8 @@ type jobFlags struct {
 	nats             natsFlags
 	from, spec       string
 	allowNonRestored bool
+	createStreams    bool // restore -create-streams
+	replicas         int  // restore -replicas
 	output           jobOutputOptions
 }
 
@@ -155,6 +158,8 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")
 		fs.StringVar(&f.spec, "spec", "", "a new spec of the job (its name is JOB) to run instead of the last one")
 		fs.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "drop the state of operators the new spec no longer has")
+		fs.BoolVar(&f.createStreams, "create-streams", false, "with -spec: create the JetStream streams the spec names that do not exist (a sink moved to a new stream)")
+		fs.IntVar(&f.replicas, "replicas", 1, "servers of a cluster that keep each stream -create-streams makes, 1-5")
 	}
 	return fs
 }
@@ -415,6 +420,12 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if f.from == "" {
 			return usagef("job restore: -from CHECKPOINT is required")
 		}
+		if f.createStreams && f.spec == "" {
+			return usagef("job restore: -create-streams creates the streams of the spec -spec gives: give -spec")
+		}
+		if f.replicas < 1 || f.replicas > 5 {
+			return usagef("job restore: -replicas %d: 1 to 5", f.replicas)
+		}
 		if f.spec != "" {
 			if restoreSpec, err = jobspec.ParseFile(f.spec, jobspec.Options{CheckModule: checkModuleFile}); err != nil {
 				return err
@@ -513,6 +524,15 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			// spec would drop) is refused before the build and the push,
 			// which take seconds and store modules for a run that would
 			// not start.
+			if f.createStreams {
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return fmt.Errorf("job restore %s: %w", job, err)
+				}
+				if err := createStreams(ctx, std, js, spec, f.replicas); err != nil {
+					return err
+				}
+			}
 			check := req
 			check.Spec = spec
 			if err := checkRestore(ctx, api, check); err != nil {
