@@ -177,6 +177,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if note != "" {
 		fmt.Fprintf(std.Err, "weir: %s\n", note)
 	}
+	for _, loop := range jobspec.FeedbackLoops(spec) {
+		fmt.Fprintf(std.Err, "weir: warning: %s\n", loop)
+	}
 	builder := &moduleBuilder{std: std}
 	defer builder.Close()
 	built, err := builder.buildSpec(ctx, spec)

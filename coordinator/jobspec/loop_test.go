@@ -1,0 +1,53 @@
+package jobspec
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFeedbackLoops(t *testing.T) {
+	for _, c := range []struct {
+		name, spec string
+		want       []string
+	}{
+		{"jetstream into its own source's stream", `name: j
+sources: [{name: in, kind: jetstream, stream: IN}]
+sinks: [{name: out, kind: jetstream, stream: IN, subject: "in.{key}", input: {from: in}}]
+`, []string{"sink out writes in.> in stream IN, which source in reads (all its subjects): every record the sink writes is read again, a loop without end unless an operator drops what it has seen"}},
+		{"another filter of the same stream", `name: j
+sources: [{name: in, kind: jetstream, stream: S, filter: "raw.>"}]
+sinks: [{name: out, kind: jetstream, stream: S, subject: "clean.{key}", input: {from: in}}]
+`, nil},
+		{"the same filter of the same stream", `name: j
+sources: [{name: in, kind: jetstream, stream: S, filter: "raw.*"}]
+sinks: [{name: out, kind: jetstream, stream: S, subject: raw.x, input: {from: in}}]
+`, []string{"sink out writes raw.x in stream S, which source in reads (raw.*)"}},
+		{"core on core", `name: j
+sources: [{name: in, kind: nats, subject: "a.>"}]
+sinks: [{name: out, kind: nats, subject: a.b, input: {from: in}}]
+`, []string{"sink out writes a.b, which source in reads (a.>)"}},
+		{"jetstream onto a core source's subject", `name: j
+sources: [{name: in, kind: nats, subject: "ev"}]
+sinks: [{name: out, kind: jetstream, stream: EV, subject: ev, input: {from: in}}]
+`, []string{"sink out writes ev in stream EV, which source in reads (ev)"}},
+		{"apart", `name: j
+sources: [{name: in, kind: jetstream, stream: IN}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: in}}]
+`, nil},
+	} {
+		s, err := Parse("job.yaml", []byte(c.spec), Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := FeedbackLoops(s)
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if !strings.HasPrefix(got[i], c.want[i]) {
+				t.Errorf("%s: %q, want it to start %q", c.name, got[i], c.want[i])
+			}
+		}
+	}
+}
