@@ -177,8 +177,8 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if note != "" {
 		fmt.Fprintf(std.Err, "weir: %s\n", note)
 	}
-	for _, loop := range jobspec.FeedbackLoops(spec) {
-		fmt.Fprintf(std.Err, "weir: warning: %s\n", loop)
+	for _, w := range append(jobspec.Unread(spec), jobspec.FeedbackLoops(spec)...) {
+		fmt.Fprintf(std.Err, "weir: warning: %s\n", w)
 	}
 	builder := &moduleBuilder{std: std}
 	defer builder.Close()

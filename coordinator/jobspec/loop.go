@@ -8,6 +8,34 @@ import (
 	"github.com/weirhq/weir/transport/subject"
 )
 
+// Unread describes each source and operator of s that nothing reads: no
+// operator's or sink's input is from it, so what it reads or emits is
+// dropped — most often an input that names the wrong vertex. weir run
+// warns of it.
+func Unread(s *Spec) []string {
+	read := map[string]bool{}
+	for _, op := range s.Operators {
+		for _, in := range op.Inputs {
+			read[in.From] = true
+		}
+	}
+	for _, sk := range s.Sinks {
+		read[sk.Input.From] = true
+	}
+	var out []string
+	for _, src := range s.Sources {
+		if !read[src.Name] {
+			out = append(out, fmt.Sprintf("source %s: nothing reads it (no operator or sink has an input from it): what it reads is dropped", src.Name))
+		}
+	}
+	for _, op := range s.Operators {
+		if !read[op.Name] {
+			out = append(out, fmt.Sprintf("operator %s: nothing reads it (no operator or sink has an input from it): what it emits is dropped", op.Name))
+		}
+	}
+	return out
+}
+
 // FeedbackLoops describes each sink of s that writes where one of its
 // sources reads — a JetStream sink into a source's stream on subjects
 // the source's filter takes (all of them without a filter), or any sink

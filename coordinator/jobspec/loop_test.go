@@ -51,3 +51,24 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: in
 		}
 	}
 }
+
+func TestUnread(t *testing.T) {
+	s, err := Parse("job.yaml", []byte(`name: j
+sources: [{name: a, kind: nats, subject: a}, {name: b, kind: nats, subject: b}]
+operators:
+  - {name: used, module: m.wasm, inputs: [{from: a}]}
+  - {name: idle, module: m.wasm, inputs: [{from: a}]}
+sinks: [{name: out, kind: nats, subject: out, input: {from: used}}]
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Unread(s)
+	want := []string{
+		"source b: nothing reads it (no operator or sink has an input from it): what it reads is dropped",
+		"operator idle: nothing reads it (no operator or sink has an input from it): what it emits is dropped",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
