@@ -689,7 +689,7 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	case f.IsKind(control.FailureMemoryLimit):
 		fix, hint = remedyMemory, " (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureTrap):
-		fix, hint = remedyOperator, " (an operator that traps on a record does so each time the record is read again after a restore)"
+		fix, hint = remedyOperator, " (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)"
 	case f.IsKind(control.FailureDeadline):
 		fix, hint = remedyTimeout, " (an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureOperatorError), f.IsKind(control.FailureExit), f.IsKind(control.FailureFault):

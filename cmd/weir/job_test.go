@@ -954,23 +954,23 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 		{"trap loop", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 3, RestartAttempts: 3,
 			Failures: []control.Failure{trap(3), trap(2), trap(1)}},
 			"failures in a row: 3 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
-				"  the last 3 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  the last 3 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"},
 		{"trap loop after a checkpoint", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3, LatestCheckpoint: 7,
 			Failures: []control.Failure{trap(3), trap(2)}},
 			"failures in a row: 2 since checkpoint 7 completed; restart.attempts allows 3 restarts, failure 4 fails the job\n" +
-				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from 7 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"trap loop of a job started from another's checkpoint", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2,
 			RestartAttempts: 3, StartedFrom: "orig/5", Failures: []control.Failure{trap(3), trap(2)}},
 			"failures in a row: 2 since the job started from checkpoint orig/5 (none of its own completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
-				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from orig/5 -spec SPEC, the spec's module: naming the fixed build " +
 				"(the checkpoint it started from, as none of its own is stored: that state carries over)\n"},
 		{"trap loop of a job started from another's checkpoint, after one of its own", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3,
 			FailuresInARow: 2, RestartAttempts: 3, StartedFrom: "orig/5", LatestCheckpoint: 9, Failures: []control.Failure{trap(3), trap(2)}},
 			"failures in a row: 2 since checkpoint 9 completed; restart.attempts allows 3 restarts, failure 4 fails the job\n" +
-				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"  to go on: weir job cancel slow, fix the operator, then weir job restore slow -from 9 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"expiring checkpoints", control.JobStatus{State: control.JobRunning, Attempt: 3, FailuresInARow: 2, RestartAttempts: 5, LatestCheckpoint: 1,
 			Failures: []control.Failure{expired(2, 4), expired(1, 2)}},
@@ -984,7 +984,7 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			"failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 5 restarts, failure 6 fails the job\n"},
 		{"failed", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 4, FailuresInARow: 4, RestartAttempts: 3, LatestCheckpoint: 12,
 			Failures: []control.Failure{trap(4), trap(3), trap(2), trap(1)}},
-			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"to go on: fix the operator, then weir job restore slow -from 12 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"a record a sink cannot publish", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 1, FailuresInARow: 1, RestartAttempts: 3, LatestCheckpoint: 5,
 			Failures: []control.Failure{{Attempt: 1, Kind: control.FailureBadRecord, Reason: `task out-0 failed: record 0 of the batch: bad key: key "": the record has no key`}}},
@@ -1028,7 +1028,7 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 	const (
 		row      = "failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n"
 		same     = "  the last 2 failed the same way: restarting does not help while the cause stays\n"
-		trapSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record does so each time the record is read again after a restore)\n" +
+		trapSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 			"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"
 		memSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)\n" +
 			"  to go on: weir job cancel slow, raise the operator's limits.memory in the spec and submit the job again (no checkpoint completed to restore)\n"
