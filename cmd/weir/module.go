@@ -246,18 +246,12 @@ func displayPath(path string) string {
 // job that runs it (an operator's limits.memory, checked as the job
 // deploys): the check allows all a wasm32 module can address.
 func validateModule(ctx context.Context, name string, data []byte) error {
-	return validateModuleFor(ctx, name, data, wasm.Limits{MemoryBytes: wasm.MaxMemoryBytes})
-}
-
-// validateModuleFor runs the host's load-time checks on a module, within
-// lim.
-func validateModuleFor(ctx context.Context, name string, data []byte, lim wasm.Limits) error {
 	e, err := wasm.NewEngine(wasm.Config{})
 	if err != nil {
 		return fmt.Errorf("start wasm engine: %w", err)
 	}
 	defer e.Close(ctx)
-	return e.Validate(ctx, name, data, lim)
+	return e.Validate(ctx, name, data, wasm.Limits{MemoryBytes: wasm.MaxMemoryBytes})
 }
 
 // sameBytes notes the modules a push repeats byte for byte, "" if none.
