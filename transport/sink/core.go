@@ -8,7 +8,9 @@
 // deduplicates).
 //
 // Every record becomes one NATS message: data = the record's value, the
-// Weir-Key header = its key (omitted when empty). A sink's subject is fixed,
+// Weir-Key header = its key (omitted when empty), and, where the sink is
+// asked to, the Weir-Time header = its timestamp (TimeHeader). A sink's
+// subject is fixed,
 // or keyed: "counts.{key}" publishes each record on "counts." followed by
 // its key (see transport/subject); a key that cannot form a subject fails
 // the write with an error wrapping ErrBadKey, before anything of the batch
