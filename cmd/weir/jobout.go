@@ -162,6 +162,7 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 		if err := sinkStreamsThere(ctx, js, job, sinks); err != nil {
 			return err
 		}
+		out.unstall(ctx, time.Now(), outputStall, std.Err)
 		next, err := api.Job(ctx, job)
 		switch {
 		case err == nil:
@@ -194,6 +195,7 @@ func untilNow(ctx context.Context, std Stdio, out *output) error {
 				return nil
 			case <-time.After(20 * time.Millisecond):
 			}
+			out.unstall(ctx, time.Now(), outputStall, std.Err)
 		}
 	}
 	n, _ := out.state()

@@ -534,18 +534,41 @@ type sinkSub struct {
 }
 
 // streamWatch reads what a JetStream sink's stream stores on the sink's
-// subjects through an ordered consumer.
+// subjects through an ordered consumer, made again from the first
+// message not handled when it stalls (output.unstall).
 type streamWatch struct {
+	spec   jobspec.Sink
 	sink   string // the sink's name
 	stream string // its stream's
-	cons   jetstream.Consumer
-	cc     jetstream.ConsumeContext
+	filter string // its subjects (sinkSubjects)
+	// mu guards cons and cc, which unstall replaces, and the handling of
+	// a message: a consumer stopped for a new one may deliver one more.
+	mu   sync.Mutex
+	cons jetstream.Consumer
+	cc   jetstream.ConsumeContext
 	// handled is the stream sequence of the latest message handled
 	// (printed, counted); the one before the first to read until then.
 	handled atomic.Uint64
 	// until, if not 0, is the last stream sequence to show (weir job
 	// output -until-now): later messages are passed over.
 	until uint64
+	// seen and since are unstall's: the handled sequence it saw last,
+	// and since when.
+	seen  uint64
+	since time.Time
+}
+
+// consumer returns w's ordered consumer and its consume context.
+func (w *streamWatch) consumer() (jetstream.Consumer, jetstream.ConsumeContext) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cons, w.cc
+}
+
+// stop stops w's consumer.
+func (w *streamWatch) stop() {
+	_, cc := w.consumer()
+	cc.Stop()
 }
 
 // shownUntil reports whether w has shown every message of its stream up
@@ -560,34 +583,101 @@ func (w *streamWatch) shownUntil(ctx context.Context) bool {
 // from sequence start on (weir run: the stream's next sequence), each
 // message once; up to sequence until only, if it is not 0.
 func (o *output) watchStream(ctx context.Context, s jobspec.Sink, start, until uint64) (stop func(), err error) {
-	cons, err := o.js.OrderedConsumer(ctx, s.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{sinkSubjects(s)},
+	w := &streamWatch{spec: s, sink: s.Name, stream: s.Stream, filter: sinkSubjects(s), until: until}
+	w.handled.Store(start - 1)
+	if err := o.consume(ctx, w, start); err != nil {
+		return nil, err
+	}
+	o.streams = append(o.streams, w)
+	return w.stop, nil
+}
+
+// consume starts w's ordered consumer from stream sequence start.
+func (o *output) consume(ctx context.Context, w *streamWatch, start uint64) error {
+	cons, err := o.js.OrderedConsumer(ctx, w.stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{w.filter},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    start,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
+		return fmt.Errorf("watch sink %s: stream %s: %w", w.sink, w.stream, err)
 	}
-	w := &streamWatch{sink: s.Name, stream: s.Stream, cons: cons, until: until}
-	w.handled.Store(start - 1)
-	w.cc, err = cons.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err == nil && until != 0 && md.Sequence.Stream > until {
-			w.handled.Store(md.Sequence.Stream)
-			return // after what the stream held when it was asked for
-		}
-		if o.ours(s, m.Headers()) {
-			o.record(s.Name, m.Headers(), m.Data())
-		}
-		if err == nil {
-			w.handled.Store(md.Sequence.Stream)
-		}
-	})
+	cc, err := cons.Consume(func(m jetstream.Msg) { o.handle(w, m) })
 	if err != nil {
-		return nil, fmt.Errorf("watch sink %s: stream %s: %w", s.Name, s.Stream, err)
+		return fmt.Errorf("watch sink %s: stream %s: %w", w.sink, w.stream, err)
 	}
-	o.streams = append(o.streams, w)
-	return w.cc.Stop, nil
+	w.mu.Lock()
+	w.cons, w.cc = cons, cc
+	w.mu.Unlock()
+	return nil
+}
+
+// handle prints and counts message m of w's stream, once: a consumer
+// unstall replaced may deliver a message its successor delivers too.
+func (o *output) handle(w *streamWatch, m jetstream.Msg) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	md, err := m.Metadata()
+	switch {
+	case err == nil && md.Sequence.Stream <= w.handled.Load():
+		return // handled already
+	case err == nil && w.until != 0 && md.Sequence.Stream > w.until:
+		w.handled.Store(md.Sequence.Stream)
+		return // after what the stream held when it was asked for
+	}
+	if o.ours(w.spec, m.Headers()) {
+		o.record(w.sink, m.Headers(), m.Data())
+	}
+	if err == nil {
+		w.handled.Store(md.Sequence.Stream)
+	}
+}
+
+// outputStall is how long a stream watch may hand on nothing while its
+// stream holds a message on its subjects after the last it handled,
+// before unstall makes its consumer again.
+const outputStall = 20 * time.Second
+
+// unstall makes the consumer of each of o's stream watches that stalled
+// again, from the first message it did not handle, saying so on log: one
+// that handed on nothing for after (by now) while its stream holds a
+// message on its subjects after the last it handled. An ordered consumer
+// lost with its server (a cluster's server that went away) is asked for
+// under the same name again and again, for minutes, where the server
+// answers that it is offline: the watch would show nothing more, without
+// a word. It is called from one goroutine, the one following the job.
+func (o *output) unstall(ctx context.Context, now time.Time, after time.Duration, log io.Writer) {
+	for _, w := range o.streams {
+		h := w.handled.Load()
+		if h != w.seen || w.since.IsZero() {
+			w.seen, w.since = h, now
+			continue
+		}
+		if now.Sub(w.since) < after || w.until != 0 && h >= w.until {
+			continue
+		}
+		w.since = now // looked at: again no sooner than after
+		st, err := o.js.Stream(ctx, w.stream)
+		if err != nil {
+			continue
+		}
+		last, err := st.GetLastMsgForSubject(ctx, w.filter)
+		if err != nil || last.Sequence <= h {
+			continue // nothing to hand on
+		}
+		// The stalled consumer is stopped once the new one runs, and
+		// not waited for: its Stop waits for the lock its attempts to
+		// make its consumer again hold.
+		_, old := w.consumer()
+		if err := o.consume(ctx, w, h+1); err != nil {
+			fmt.Fprintf(log, "sink %s: its stream's consumer handed on nothing for %s while stream %s holds message %d; following it again failed: %v\n",
+				w.sink, after, w.stream, last.Sequence, err)
+			continue
+		}
+		go old.Stop()
+		fmt.Fprintf(log, "sink %s: its stream's consumer handed on nothing for %s while stream %s holds message %d (lost with its server?): following again from sequence %d\n",
+			w.sink, after, w.stream, last.Sequence, h+1)
+	}
 }
 
 // ours reports whether a message the stream of sink s holds on its
@@ -612,8 +702,9 @@ func (o *output) ours(s jobspec.Sink, h nats.Header) bool {
 // create its consumer again, forever on a stream that was deleted.
 func (w *streamWatch) caughtUp(ctx context.Context) bool {
 	done := make(chan bool, 1) // the goroutine outlives a ctx that ended
+	cons, _ := w.consumer()
 	go func() {
-		info, err := w.cons.Info(ctx)
+		info, err := cons.Info(ctx)
 		done <- err == nil && info.NumPending == 0 && w.handled.Load() >= info.Delivered.Stream
 	}()
 	select {
@@ -679,10 +770,10 @@ func (o *output) settle(ctx context.Context, wait time.Duration) (behind []laggi
 			behind = append(behind, lagging{w.sink, w.stream})
 			// Stop waits for the lock caughtUp's Info may wait for; what
 			// the watch handles meanwhile is not output (o.summed).
-			go w.cc.Stop()
+			go w.stop()
 			continue
 		}
-		w.cc.Stop()
+		w.stop()
 	}
 	subs, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -1269,6 +1360,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		// What weir job status would say of a job in trouble, once.
 		fmt.Fprint(std.Out, notes.news(st))
+		out.unstall(ctx, time.Now(), outputStall, std.Err)
 		if !inputDone && st.State == control.JobRunning {
 			c, err := publishInputs(ctx, std, "-input", o.time, n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce)
 			published += c
