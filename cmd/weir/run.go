@@ -1018,8 +1018,13 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 			if ferr := pub.Flush(ctx); ferr != nil {
 				return count, fmt.Errorf("%w; and of what came before it: %w", err, ferr)
 			}
-		} else if ferr := nc.FlushWithContext(ctx); ferr != nil {
-			return count, fmt.Errorf("%w; and of what came before it: %w", err, ferr)
+		} else {
+			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			ferr := nc.FlushWithContext(fctx)
+			cancel()
+			if ferr != nil {
+				return count, fmt.Errorf("%w; and of what came before it: %w", err, ferr)
+			}
 		}
 		return count, badLine{err}
 	}

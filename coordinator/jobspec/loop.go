@@ -69,15 +69,15 @@ func FeedbackLoops(s *Spec) []string {
 			}
 			if loop {
 				out = append(out, fmt.Sprintf("sink %s writes %s, which source %s reads (%s): every record the sink writes is read again, a loop without end unless an operator drops what it has seen",
-					sk.Name, where(sk, written), src.Name, read))
+					sk.Name, sinkTarget(sk, written), src.Name, read))
 			}
 		}
 	}
 	return out
 }
 
-// where names what sink sk writes to: its subjects, and its stream.
-func where(sk Sink, subjects string) string {
+// sinkTarget names what sink sk writes to: its subjects, and its stream.
+func sinkTarget(sk Sink, subjects string) string {
 	if sk.Kind == KindJetStream && sk.Stream != "" {
 		return fmt.Sprintf("%s in stream %s", subjects, sk.Stream)
 	}
