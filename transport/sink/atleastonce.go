@@ -191,13 +191,13 @@ func (p *pending) add(key, value []byte, ts int64) {
 	p.times = append(p.times, ts)
 }
 
-// time returns the timestamp of pending message i (0: the oldest).
-func (p *pending) time(i int) int64 { return p.times[p.first+i] }
+// timestamp returns the timestamp of pending message i (0: the oldest).
+func (p *pending) timestamp(i int) int64 { return p.times[p.first+i] }
 
 // record returns the key, value and timestamp of pending message i.
 func (p *pending) record(i int) (key, value []byte, ts int64) {
 	key, value = p.at(i)
-	return key, value, p.time(i)
+	return key, value, p.timestamp(i)
 }
 
 // len is how many messages are pending.
@@ -496,7 +496,7 @@ func (s *AtLeastOnce) addFast(ctx context.Context) error {
 			delete(s.m.Header, KeyHeader)
 		}
 		if s.cfg.Timestamps {
-			stamp(s.m.Header, s.pend.time(s.sent-s.acked), s.ts)
+			stamp(s.m.Header, s.pend.timestamp(s.sent-s.acked), s.ts)
 		}
 		acked, err := s.fp.AddMsg(ctx, s.m)
 		if err != nil {
