@@ -152,13 +152,15 @@ func TestRemoveEarlierRuns(t *testing.T) {
 	w.mu.Lock()
 	w.noAck = false
 	w.mu.Unlock()
-	// The failed savepoint's snapshot, written after its abort.
-	late := checkpoint.StateKey("old", two+1, "in-0")
-	if err := e.fleet.store.Put(ctx, late, strings.NewReader("late")); err != nil {
-		t.Fatal(err)
-	}
 	four := e.savepoint(t, ctx, "old")
 	if _, err := e.api.CancelJob(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	// The failed savepoint's snapshot, finished after the job ended: by
+	// then the discard its abort queued is done (the cancel waits for it),
+	// so nothing deletes the directory under the write.
+	late := checkpoint.StateKey("old", two+1, "in-0")
+	if err := e.fleet.store.Put(ctx, late, strings.NewReader("late")); err != nil {
 		t.Fatal(err)
 	}
 	// Another job starts from old's savepoint 4, and old again from 2.
