@@ -221,7 +221,7 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	if err != nil {
 		return err
 	}
-	inst, err := mod.Instantiate(ctx, wasm.InstanceConfig{Name: name, Config: config, Outputs: o.outputs, Logger: logger})
+	inst, err := mod.Instantiate(ctx, wasm.InstanceConfig{Name: name, Config: config, Outputs: o.outputs, Logger: logger, LogRate: -1})
 	if err != nil {
 		return err
 	}

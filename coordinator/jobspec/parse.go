@@ -690,6 +690,7 @@ func (p *parser) parse(data []byte) *Spec {
 									p.check(v, path, CheckTimeout(d), func() { op.Limits.Timeout = d })
 								}
 							},
+							"log-rate": func(v *yaml.Node, path string) { p.integer(v, path, 0, MaxLogRate, &op.Limits.LogRate) },
 						})
 					},
 					"inputs": func(v *yaml.Node, path string) {

@@ -270,7 +270,16 @@ type Limits struct {
 	// Timeout bounds a single call into the module; 0 means the host's
 	// default. Otherwise it is at least MinTimeout (see CheckTimeout).
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// LogRate bounds the lines each instance logs a second (weir.log,
+	// stdout and stderr together; ten seconds' worth may come at once);
+	// those over it are dropped and counted in a warning. 0 means the
+	// host's default (100), and it is at most MaxLogRate.
+	LogRate int `json:"log_rate,omitempty"`
 }
+
+// MaxLogRate is the highest limits.log-rate: lines a second, each up to
+// 4 KiB.
+const MaxLogRate = 100_000
 
 // The operator limits the host (host/wasm) can honour as written.
 const (

@@ -365,6 +365,10 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:7: operators[0].limits.memory: 100KiB is not a whole number of 64KiB wasm pages (the host would use 64KiB; say 64KiB or 128KiB)`}},
 		{"timeout below the watchdog", base("  - name: a\n    module: m\n    limits:\n      timeout: 1ns\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:8: operators[0].limits.timeout: 1ns is below the 10ms the host can time a call to (it checks call deadlines every 10ms)`}},
+		{"log-rate negative", base("  - name: a\n    module: m\n    limits: {log-rate: -1}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.log-rate: must be at least 0, got -1`}},
+		{"log-rate over the most", base("  - name: a\n    module: m\n    limits: {log-rate: 1000000}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.log-rate: must be at most 100000, got 1000000`}},
 		{"timeout 9ms", base("  - name: a\n    module: m\n    limits: {timeout: 9ms}\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].limits.timeout: 9ms is below the 10ms`}},
 		{"aligned-timeout outside exactly-once", "name: j\ncheckpointing:\n  mode: unaligned\n  aligned-timeout: 100ms\n",
@@ -602,6 +606,9 @@ func TestLimitsAtTheBounds(t *testing.T) {
 		{"{memory: 4GiB, timeout: 1h}", Limits{Memory: 4 << 30, Timeout: time.Hour}},
 		{"{memory: 4194304, timeout: 1s}", Limits{Memory: 4 << 20, Timeout: time.Second}},
 		{"{memory: 0, timeout: 0}", Limits{}},
+		{"{log-rate: 1}", Limits{LogRate: 1}},
+		{"{log-rate: 0}", Limits{}},
+		{"{log-rate: 100000}", Limits{LogRate: 100_000}},
 	} {
 		spec := "name: j\nsources: [{name: in, kind: nats, subject: a}]\noperators:\n" +
 			"  - {name: a, module: m, limits: " + c.limits + ", inputs: [{from: in}]}\n" +

@@ -108,10 +108,10 @@ func hostLog(ctx context.Context, _ api.Module, stack []uint64) {
 	}
 	b, ok := i.mem.Read(ptr, n)
 	if !ok {
-		i.logger.Warn("log line passes the end of memory", "operator", i.name, "address", ptr, "length", n)
+		i.logs.log(slog.LevelWarn, "log line passes the end of memory", "operator", i.name, "address", ptr, "length", n)
 		return
 	}
-	i.logger.Log(context.Background(), slog.Level(level*4), string(b), "operator", i.name)
+	i.logs.log(slog.Level(level*4), string(b), "operator", i.name)
 }
 
 func hostSnapshotWrite(ctx context.Context, _ api.Module, stack []uint64) {

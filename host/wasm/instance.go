@@ -35,6 +35,11 @@ type InstanceConfig struct {
 	// Logger receives the guest's log lines and stdout/stderr, tagged with
 	// the operator's name. Default slog.Default().
 	Logger *slog.Logger
+	// LogRate bounds the lines the instance logs a second (weir_log,
+	// stdout and stderr together; ten seconds' worth may come at once):
+	// those over it are dropped, and a warning counts them. 0 means
+	// DefaultLogRate, negative no limit.
+	LogRate int
 	// WholeBatches has Process hand every batch to weir_process in one
 	// call, instead of in pieces that fit the call deadline at the
 	// operator's pace (pace.go). For tests that compare guests call by
@@ -70,6 +75,7 @@ type Instance struct {
 	limits  Limits
 	outputs int
 	logger  *slog.Logger
+	logs    *logLimiter // every line of the guest's goes through it
 	engine  *Engine
 	module  *Module // what it was made from
 	mod     api.Module
@@ -146,6 +152,7 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 		limits:       m.limits,
 		outputs:      outputs,
 		logger:       logger,
+		logs:         newLogLimiter(logger, name, cfg.LogRate),
 		engine:       m.engine,
 		maxEmitBytes: max(64<<20, 16*m.limits.MaxBatchBytes),
 		epoch:        time.Now(),
@@ -154,8 +161,8 @@ func (m *Module) Instantiate(ctx context.Context, cfg InstanceConfig) (*Instance
 	if cfg.WholeBatches {
 		i.pace = pacer{budget: 1<<63 - 1, perRecord: 1, largest: math.MaxInt / rampFactor}
 	}
-	i.stdout = &lineWriter{logger: logger, operator: name, stream: "stdout"}
-	i.stderr = &lineWriter{logger: logger, operator: name, stream: "stderr"}
+	i.stdout = &lineWriter{logs: i.logs, operator: name, stream: "stdout"}
+	i.stderr = &lineWriter{logs: i.logs, operator: name, stream: "stderr"}
 	base, cancel := context.WithCancel(context.Background())
 	i.ctx = context.WithValue(base, instanceKey{}, i)
 	i.cancel = cancel
@@ -421,6 +428,7 @@ func (i *Instance) Close(ctx context.Context) error {
 	}
 	i.stdout.flush()
 	i.stderr.flush()
+	i.logs.close()
 	err := i.mod.Close(ctx)
 	i.mod = nil
 	i.cancel()
@@ -740,7 +748,7 @@ func (i *Instance) dropPending() {
 // per line.
 type lineWriter struct {
 	mu       sync.Mutex
-	logger   *slog.Logger
+	logs     *logLimiter
 	operator string
 	stream   string
 	buf      []byte
@@ -812,7 +820,7 @@ func (w *lineWriter) release() {
 }
 
 func (w *lineWriter) log(line string) {
-	w.logger.Info(line, "operator", w.operator, "stream", w.stream)
+	w.logs.log(slog.LevelInfo, line, "operator", w.operator, "stream", w.stream)
 }
 
 const maxLogLine = 4096

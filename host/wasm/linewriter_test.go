@@ -12,7 +12,7 @@ import (
 
 func TestLineWriter(t *testing.T) {
 	var buf bytes.Buffer
-	w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stdout"}
+	w := &lineWriter{logs: newLogLimiter(testLogger(&buf), "op", -1), operator: "op", stream: "stdout"}
 	w.Write([]byte("one\ntw"))
 	w.Write([]byte("o\n\nthree"))
 	if got := strings.Count(buf.String(), "\n"); got != 3 {
@@ -42,12 +42,12 @@ func TestLineWriter(t *testing.T) {
 
 func TestLineWriterKeepsFatalLine(t *testing.T) {
 	var buf bytes.Buffer
-	out := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stdout"}
+	out := &lineWriter{logs: newLogLimiter(testLogger(&buf), "op", -1), operator: "op", stream: "stdout"}
 	out.Write([]byte("panic: on stdout\n"))
 	if got, _ := out.takeFatal(); got != "" {
 		t.Fatalf("stdout kept %q", got)
 	}
-	w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stderr"}
+	w := &lineWriter{logs: newLogLimiter(testLogger(&buf), "op", -1), operator: "op", stream: "stderr"}
 	w.Write([]byte("runtime: out of memory: cannot allocate 1048576-byte block\nfatal error: out of memory\n\npanic: later\n"))
 	if got, _ := w.takeFatal(); got != "fatal error: out of memory" {
 		t.Fatalf("got %q, want the first fatal line", got)
@@ -110,7 +110,7 @@ func TestLineWriterHoldsTheTraceback(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stderr"}
+			w := &lineWriter{logs: newLogLimiter(testLogger(&buf), "op", -1), operator: "op", stream: "stderr"}
 			w.Write([]byte("before\n" + c.in))
 			fatal, trace := w.takeFatal()
 			w.endCall()
@@ -127,7 +127,7 @@ func TestLineWriterHoldsTheTraceback(t *testing.T) {
 // A goroutine's stack past maxTracebackBytes is cut, and says so.
 func TestLineWriterCutsALongStack(t *testing.T) {
 	var buf bytes.Buffer
-	w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stderr"}
+	w := &lineWriter{logs: newLogLimiter(testLogger(&buf), "op", -1), operator: "op", stream: "stderr"}
 	frame := "main.f(" + strings.Repeat("x", 1000) + ")"
 	w.Write([]byte("panic: deep\n\ngoroutine 7 [running]:\n" + strings.Repeat(frame+"\n", 40) + "\ngoroutine 8 [select]:\nmain.g()\n"))
 	_, trace := w.takeFatal()
@@ -145,7 +145,7 @@ func TestLineWriterCutsALongStack(t *testing.T) {
 // call's end.
 func TestLineWriterReleasesTheLinesOfACallThatWentOn(t *testing.T) {
 	var buf bytes.Buffer
-	w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stderr"}
+	w := &lineWriter{logs: newLogLimiter(testLogger(&buf), "op", -1), operator: "op", stream: "stderr"}
 	w.Write([]byte("panic: not really\none\n\ngoroutine 7 [running]:\nmain.f()\n\ngoroutine 8 [select]:\nmain.g()\n"))
 	if n := strings.Count(buf.String(), "\n"); n != 1 {
 		t.Fatalf("%d lines logged before the call ended:\n%s", n, buf.String())
@@ -199,7 +199,7 @@ func TestLineWriterLogsAGuestsOwnStacks(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			w := &lineWriter{logger: testLogger(&buf), operator: "op", stream: "stderr"}
+			w := &lineWriter{logs: newLogLimiter(testLogger(&buf), "op", -1), operator: "op", stream: "stderr"}
 			w.Write([]byte(c.in))
 			w.endCall()
 			var got []string

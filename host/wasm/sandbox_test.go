@@ -147,7 +147,7 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 func TestHugeStdoutWrite(t *testing.T) {
 	e := newEngine(t)
 	h := &countingHandler{Handler: slog.NewTextHandler(io.Discard, nil)}
-	inst := instantiate(t, e, "chatty", bombs(t), Limits{}, InstanceConfig{Config: []byte("o"), Logger: slog.New(h)})
+	inst := instantiate(t, e, "chatty", bombs(t), Limits{}, InstanceConfig{Config: []byte("o"), Logger: slog.New(h), LogRate: -1})
 	done := make(chan error, 1)
 	go func() { done <- inst.Process(context.Background(), 0, batchOf(), newOut().emit) }()
 	select {

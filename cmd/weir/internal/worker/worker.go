@@ -1132,6 +1132,7 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 		Config:  spec.Config,
 		Outputs: max(len(pt.Outputs), 1),
 		Logger:  b.w.log.With("job", b.d.Job, "task", pt.ID),
+		LogRate: spec.Limits.LogRate,
 	})
 }
 

@@ -1,0 +1,89 @@
+package wasm
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DefaultLogRate is how many lines an instance logs per second, its
+// weir_log lines and its stdout and stderr lines together, unless
+// InstanceConfig.LogRate says otherwise; it may log ten seconds' worth at
+// once (the burst) before the rate applies. An operator that logs every
+// record at volume would otherwise fill the host's log, and its disk:
+// the lines over the rate are dropped, and a warning says how many.
+const DefaultLogRate = 100
+
+// logBurstSeconds is the burst of a logLimiter, in seconds of its rate.
+const logBurstSeconds = 10
+
+// logLimiter is a token bucket over the lines one instance logs. The
+// lines it drops are counted and told in a warning before the next line
+// it lets through, and at the instance's end (close).
+type logLimiter struct {
+	logger   *slog.Logger
+	operator string
+	rate     float64 // lines per second; 0: no limit
+
+	mu      sync.Mutex
+	tokens  float64
+	last    time.Time
+	dropped int64 // since the last warning
+	now     func() time.Time
+}
+
+func newLogLimiter(logger *slog.Logger, operator string, rate int) *logLimiter {
+	l := &logLimiter{logger: logger, operator: operator, now: time.Now}
+	switch {
+	case rate == 0:
+		rate = DefaultLogRate
+	case rate < 0:
+		return l
+	}
+	l.rate = float64(rate)
+	l.tokens = l.rate * logBurstSeconds
+	l.last = l.now()
+	return l
+}
+
+// log logs one line of the operator at level with args, unless it is
+// over the rate.
+func (l *logLimiter) log(level slog.Level, msg string, args ...any) {
+	if l.rate > 0 {
+		l.mu.Lock()
+		now := l.now()
+		l.tokens = min(l.tokens+now.Sub(l.last).Seconds()*l.rate, l.rate*logBurstSeconds)
+		l.last = now
+		if l.tokens < 1 {
+			l.dropped++
+			l.mu.Unlock()
+			return
+		}
+		l.tokens--
+		dropped := l.dropped
+		l.dropped = 0
+		l.mu.Unlock()
+		if dropped > 0 {
+			l.warnDropped(dropped)
+		}
+	}
+	l.logger.Log(context.Background(), level, msg, args...)
+}
+
+// close tells the lines dropped since the last warning.
+func (l *logLimiter) close() {
+	l.mu.Lock()
+	dropped := l.dropped
+	l.dropped = 0
+	l.mu.Unlock()
+	if dropped > 0 {
+		l.warnDropped(dropped)
+	}
+}
+
+func (l *logLimiter) warnDropped(n int64) {
+	l.logger.Warn(fmt.Sprintf("operator %s logged more than %g lines a second: %d of its lines dropped", l.operator, l.rate, n),
+		"operator", l.operator, "dropped", n)
+}

@@ -1,0 +1,92 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The limiter lets a burst of ten seconds' lines through, then the rate;
+// the lines over it are counted in a warning before the next line it
+// lets through, and at the end.
+func TestLogLimiter(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(0, 0)
+	l := newLogLimiter(testLogger(&buf), "op", 2)
+	l.now = func() time.Time { return now }
+	l.last = now
+	for i := range 25 {
+		l.log(slog.LevelInfo, "line", "n", i)
+	}
+	if got := strings.Count(buf.String(), "msg=line"); got != 20 {
+		t.Fatalf("%d lines of a burst of 25 logged; want 20 (10s at 2/s)\n%s", got, buf.String())
+	}
+	buf.Reset()
+	now = now.Add(time.Second) // two more
+	for i := range 3 {
+		l.log(slog.LevelInfo, "line", "n", i)
+	}
+	want := `level=WARN msg="operator op logged more than 2 lines a second: 5 of its lines dropped" operator=op dropped=5`
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], want) || !strings.Contains(lines[1], "msg=line") || !strings.Contains(lines[2], "msg=line") {
+		t.Fatalf("after a second:\n%s\nwant the warning (%s), then 2 lines", buf.String(), want)
+	}
+	buf.Reset()
+	l.close()
+	if !strings.Contains(buf.String(), "1 of its lines dropped") {
+		t.Fatalf("at the end: %q; want the one line dropped told", buf.String())
+	}
+	buf.Reset()
+	l.close()
+	if buf.Len() != 0 {
+		t.Fatalf("told twice: %q", buf.String())
+	}
+}
+
+// An operator writing 63 MiB to stdout in one call, about 16 000 lines,
+// logs its burst and a warning counting the rest when it is closed; at
+// no limit (weir exec) it logs every line (TestHugeStdoutWrite).
+func TestOperatorLogIsRateLimited(t *testing.T) {
+	e := newEngine(t)
+	h := &countingHandler{Handler: slog.NewTextHandler(&bytes.Buffer{}, nil)}
+	var warn bytes.Buffer
+	logger := slog.New(teeHandler{h, slog.NewTextHandler(&warn, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	inst := instantiate(t, e, "chatty", bombs(t), Limits{}, InstanceConfig{Config: []byte("o"), Logger: logger, LogRate: 10})
+	start := time.Now()
+	if err := inst.Process(context.Background(), 0, batchOf(), newOut().emit); err != nil {
+		t.Fatal(err)
+	}
+	inst.Close(context.Background())
+	lines := (DefaultMemoryBytes - PageSize + maxLogLine - 1) / maxLogLine
+	logged := h.records - 1 // the warning
+	most := 100 + int(time.Since(start).Seconds()*10) + 1
+	if logged < 100 || logged > most {
+		t.Fatalf("%d of %d lines logged; want 100 (the burst) to %d", logged, lines, most)
+	}
+	if want := "operator chatty logged more than 10 lines a second: "; !strings.Contains(warn.String(), want) ||
+		!strings.Contains(warn.String(), " "+strconv.Itoa(lines-logged)+" of its lines dropped") {
+		t.Fatalf("warning %q; want %q… %d of its lines dropped", warn.String(), want, lines-logged)
+	}
+}
+
+// teeHandler hands each record to both handlers.
+type teeHandler struct{ a, b slog.Handler }
+
+func (t teeHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (t teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	_ = t.a.Handle(ctx, r)
+	if t.b.Enabled(ctx, r.Level) {
+		_ = t.b.Handle(ctx, r)
+	}
+	return nil
+}
+func (t teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return teeHandler{t.a.WithAttrs(as), t.b.WithAttrs(as)}
+}
+func (t teeHandler) WithGroup(g string) slog.Handler {
+	return teeHandler{t.a.WithGroup(g), t.b.WithGroup(g)}
+}
