@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/natsconn"
@@ -685,7 +686,8 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	// A memory limit's first: a failure of no kind after a refused grow
 	// reads as a trap too.
 	fix, hint := remedyNone, ""
-	switch f := st.Failures[0]; {
+	f := st.Failures[0]
+	switch {
 	case f.IsKind(control.FailureMemoryLimit):
 		fix, hint = remedyMemory, " (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureTrap):
@@ -695,10 +697,39 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	case f.IsKind(control.FailureOperatorError), f.IsKind(control.FailureExit), f.IsKind(control.FailureFault):
 		fix, hint = remedyOperator, " (an operator that fails on a record does so each time the record is read again after a restore)"
 	}
+	if fix != remedyNone && fix != remedyRecord {
+		// Not on a record: the hint says where it failed instead.
+		switch failedIn(f.Reason) {
+		case abi.ExportSnapshot:
+			hint = " (the operator failed in weir_snapshot, snapshotting its state: the same records build the same state again after each restore)"
+		case abi.ExportRestore:
+			hint = " (the operator failed in weir_restore, restoring its state from the checkpoint: it does so each time it restores that checkpoint)"
+		case abi.ExportInit:
+			hint = " (the operator failed as it started, in weir_init: it does so at every restart, before it reads a record)"
+		case startFunction:
+			hint = " (the operator failed as it started, in its start function: it does so at every restart, before it reads a record)"
+		}
+	}
 	fmt.Fprintf(w, "%sthe last %d failed the same way: restarting does not help while the cause stays%s\n", indent, same, hint)
 	if fix != remedyNone && remedy != nil {
 		fmt.Fprintf(w, "%s%s\n", indent, remedy(st, fix))
 	}
+}
+
+// startFunction is what host/wasm names a module's start function (or
+// _initialize) in its failures' reasons, where it names exports.
+const startFunction = "start function"
+
+// failedIn returns the export (or startFunction) a failure's reason says
+// its operator failed in — host/wasm's errors say "operator NAME: EXPORT:
+// …" — or "" where it names none.
+func failedIn(reason string) string {
+	for _, e := range []string{abi.ExportProcess, abi.ExportEndOfInput, abi.ExportSnapshot, abi.ExportRestore, abi.ExportInit, startFunction} {
+		if strings.Contains(reason, ": "+e+": ") {
+			return e
+		}
+	}
+	return ""
 }
 
 // failedOnABadRecord reports whether st is a job that failed, not

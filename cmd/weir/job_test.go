@@ -1081,6 +1081,22 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 			failed(2, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2: unreachable"+refused),
 			failed(1, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1: unreachable"+refused)},
 			row + memSame},
+		// Where the operator failed, if not on a record.
+		{"past the call deadline in weir_snapshot", []control.Failure{
+			failed(2, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_snapshot: exceeded the 5s call deadline (stuck) (checkpoint 2)"),
+			failed(1, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_snapshot: exceeded the 5s call deadline (stuck) (checkpoint 1)")},
+			row + strings.Replace(deadlineSame, "(an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)",
+				"(the operator failed in weir_snapshot, snapshotting its state: the same records build the same state again after each restore)", 1)},
+		{"past the call deadline as it starts", []control.Failure{
+			failed(2, control.FailureDeadline, "slowop-0", "deploy: task slowop-0: operator slowop[0]: start function: exceeded the 5s call deadline (stuck)"),
+			failed(1, control.FailureDeadline, "slowop-0", "deploy: task slowop-0: operator slowop[0]: start function: exceeded the 5s call deadline (stuck)")},
+			row + strings.Replace(deadlineSame, "(an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)",
+				"(the operator failed as it started, in its start function: it does so at every restart, before it reads a record)", 1)},
+		{"a trap in weir_init", []control.Failure{
+			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_init: trap: unreachable"),
+			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_init: trap: unreachable")},
+			row + strings.Replace(trapSame, "(an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)",
+				"(the operator failed as it started, in weir_init: it does so at every restart, before it reads a record)", 1)},
 	} {
 		var b bytes.Buffer
 		printInARow(&b, control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3,
