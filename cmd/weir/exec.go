@@ -179,8 +179,23 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	if traceback != "" {
 		fmt.Fprintf(std.Err, "%s\n", traceback)
 	}
+	if err != nil {
+		err = execLimitError{err}
+	}
 	return err
 }
+
+// execLimitError names, in an error of the operator's host, the flags
+// that set its limits here where a job's failure names the spec's limits
+// (host/wasm's messages: "the operator's memory limit (limits.memory)",
+// "if merely slow, raise limits.timeout").
+type execLimitError struct{ error }
+
+func (e execLimitError) Error() string {
+	return strings.NewReplacer("(limits.memory)", "(-memory)", "raise limits.timeout", "raise -timeout").Replace(e.error.Error())
+}
+
+func (e execLimitError) Unwrap() error { return e.error }
 
 func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	// A Go package directory or a source file is built as weir run

@@ -130,9 +130,9 @@ func TestExecErrors(t *testing.T) {
 		{[]string{"exec", "../../host/wasm/testdata/bad/missing_export.wasm"}, 1, "weir: module missing_export: missing export weir_process"},
 		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable (stdin line 3)"},
 		{[]string{"exec", mis, "-config", "t", "-batch", "2"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (past the batch's 2 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable"},
-		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline"},
+		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise -timeout)"},
 		// "Gt" asks for 1 GiB, which the 8 MiB limit refuses, then traps.
-		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MiB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 8 MiB and it had 128 KiB) (stdin line 3)"},
+		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MiB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB and it had 128 KiB) (stdin line 3)"},
 		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
 		{[]string{"exec", example(t, "filter")}, 1, "weir: operator filter: weir_init: filter: config must be the substring to keep"},
 		{[]string{"exec"}, 2, "weir: exec: missing MODULE.wasm"},

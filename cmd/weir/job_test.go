@@ -1036,7 +1036,7 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 			"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"
 		deadlineSame = "  the last 2 failed the same way: restarting does not help while the cause stays (an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)\n" +
 			"  to go on: weir job cancel slow, fix the operator (or raise its limits.timeout in the spec, if the call needs longer) and submit the job again (no checkpoint completed to restore)\n"
-		refused = " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 4 MiB and it had 2 MiB)"
+		refused = " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory) is 4 MiB and it had 2 MiB)"
 	)
 	for _, c := range []struct {
 		name     string

@@ -7,7 +7,7 @@ import "testing"
 // memory.grow is of kind memory-limit, or of no kind both a trap and past
 // the memory limit.
 func TestFailureIsKind(t *testing.T) {
-	const refused = " (memory.grow of 5 pages (320 KiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 512 KiB and it had 512 KiB)"
+	const refused = " (memory.grow of 5 pages (320 KiB) refused: the operator's memory limit (limits.memory) is 512 KiB and it had 512 KiB)"
 	for _, c := range []struct {
 		f          Failure
 		trap, oom  bool

@@ -1041,7 +1041,7 @@ func TestDeployFailureKeepsTheWorkersKind(t *testing.T) {
 	w1 := e.fleet.start(ctx, "w1")
 	e.waitWorkers(1)
 	const cause = "task in-0: operator in: weir_init: trap: out of memory (memory.grow of 5 pages (320 KiB) refused: " +
-		"the operator's memory limit (limits.memory; weir exec -memory) is 512 KiB and it had 512 KiB)"
+		"the operator's memory limit (limits.memory) is 512 KiB and it had 512 KiB)"
 	w1.mu.Lock()
 	w1.deployErr = control.Unrecoverable(control.WithFailureKind(errors.New(cause), control.FailureMemoryLimit))
 	w1.mu.Unlock()

@@ -206,7 +206,7 @@ func TestAllocationFailure(t *testing.T) {
 			var te *wasm.TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 1 || te.GrowRefused != c.pages*wasm.PageSize ||
 				te.MemoryLimit != wasm.DefaultMemoryBytes || te.MemorySize >= 4<<20 ||
-				!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "refused: the operator's memory limit (limits.memory; weir exec -memory) is 64 MiB and it had ") {
+				!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "refused: the operator's memory limit (limits.memory) is 64 MiB and it had ") {
 				t.Errorf("got %v, want a trap at record 1 containing %q and naming the refused grow", err, want)
 			}
 		})

@@ -192,7 +192,7 @@ func mib(n uint64) string {
 // refused during the call, else the memory's size when it had grown near
 // its limit (limit > 0), else nothing.
 //
-//	(memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 64 MiB and it had 2 MiB)
+//	(memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory) is 64 MiB and it had 2 MiB)
 //	(its memory had grown to 63 MiB of its 64 MiB limit)
 func memoryNote(size, limit, refused uint64) string {
 	switch {
@@ -202,7 +202,7 @@ func memoryNote(size, limit, refused uint64) string {
 		if pages == 1 {
 			unit = "page"
 		}
-		return fmt.Sprintf(" (memory.grow of %d %s (%s) refused: the operator's memory limit (limits.memory; weir exec -memory) is %s and it had %s)",
+		return fmt.Sprintf(" (memory.grow of %d %s (%s) refused: the operator's memory limit (limits.memory) is %s and it had %s)",
 			pages, unit, sizeIEC(refused), sizeIEC(limit), sizeIEC(size))
 	case limit > 0:
 		return fmt.Sprintf(" (its memory had grown to %s of its %s limit)", mib(size), mib(limit))
@@ -260,7 +260,7 @@ func (e *DeadlineError) message() string {
 		// the deadline at the pace of earlier calls.
 		why = "stuck, or much slower on this record than on earlier ones"
 	}
-	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline%s (%s; if merely slow, raise limits.timeout or weir exec -timeout)",
+	return fmt.Sprintf("operator %s: %s: exceeded the %s call deadline%s (%s; if merely slow, raise limits.timeout)",
 		e.Operator, e.Export, e.Timeout, at, why)
 }
 

@@ -35,10 +35,10 @@ func TestMemoryNote(t *testing.T) {
 	}{
 		{0, 0, 0, ""},
 		{63 << 20, 64 << 20, 0, " (its memory had grown to 63 MiB of its 64 MiB limit)"},
-		{2 << 20, 64 << 20, 1 << 30, " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 64 MiB and it had 2 MiB)"},
-		{64 << 20, 64 << 20, PageSize, " (memory.grow of 1 page (64 KiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 64 MiB and it had 64 MiB)"},
-		{2 * PageSize, 4 << 30, 8193 * PageSize, " (memory.grow of 8193 pages (512.06 MiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 4 GiB and it had 128 KiB)"},
-		{3 << 19, 2 << 20, 1<<30 + PageSize, " (memory.grow of 16385 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 2 MiB and it had 1.5 MiB)"},
+		{2 << 20, 64 << 20, 1 << 30, " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory) is 64 MiB and it had 2 MiB)"},
+		{64 << 20, 64 << 20, PageSize, " (memory.grow of 1 page (64 KiB) refused: the operator's memory limit (limits.memory) is 64 MiB and it had 64 MiB)"},
+		{2 * PageSize, 4 << 30, 8193 * PageSize, " (memory.grow of 8193 pages (512.06 MiB) refused: the operator's memory limit (limits.memory) is 4 GiB and it had 128 KiB)"},
+		{3 << 19, 2 << 20, 1<<30 + PageSize, " (memory.grow of 16385 pages (1 GiB) refused: the operator's memory limit (limits.memory) is 2 MiB and it had 1.5 MiB)"},
 	} {
 		if got := memoryNote(c.size, c.limit, c.refused); got != c.want {
 			t.Errorf("memoryNote(%d, %d, %d) = %q, want %q", c.size, c.limit, c.refused, got, c.want)

@@ -24,7 +24,7 @@ import (
 // grow says so at the end of its message (TrapError.GrowRefused, and the
 // same field of DeadlineError, ExitError and OperatorError):
 //
-//	wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 64 MiB and it had 2 MiB)
+//	wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory) is 64 MiB and it had 2 MiB)
 //
 // A guest that handles the -1 and carries on is not affected: the note is
 // reset at every call, and only a failure reports it.

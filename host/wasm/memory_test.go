@@ -10,7 +10,7 @@ import (
 
 // The note every failure after misbehave's "G" grow carries: 16384 pages
 // asked for, with its 2-page memory under the default 64 MiB limit.
-const gNote = " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 64 MiB and it had 128 KiB)"
+const gNote = " (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory) is 64 MiB and it had 128 KiB)"
 
 // TestRefusedGrow: a call that had a memory.grow refused by the memory
 // limit, however far below the limit the memory was, and then failed says
@@ -30,7 +30,7 @@ func TestRefusedGrow(t *testing.T) {
 		{"Gx", "operator op: weir_process: the module exited with code 3" + gNote, &ExitError{}},
 		{"Ge", "operator op: weir_process: boom" + gNote, &OperatorError{}},
 		{"GE", "operator op: weir_process: returned status 7 and set no error message (C: return weir_fail(\"why\") rather than a bare status)" + gNote, &OperatorError{}},
-		{"Gl", "operator op: weir_process: exceeded the 200ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout or weir exec -timeout)" + gNote, &DeadlineError{}},
+		{"Gl", "operator op: weir_process: exceeded the 200ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout)" + gNote, &DeadlineError{}},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			lim := Limits{CallTimeout: 10 * time.Second}
@@ -94,7 +94,7 @@ func TestRefusedGrow(t *testing.T) {
 		big := batchOf(kv{"k", strings.Repeat("v", 2<<20), 1})
 		err := inst.Process(ctx, 0, big, newOut().emit)
 		var fe *FaultError
-		want := "operator op: weir_input: operator could not allocate 2097173 bytes (memory.grow of 32 pages (2 MiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 1 MiB and it had 128 KiB)"
+		want := "operator op: weir_input: operator could not allocate 2097173 bytes (memory.grow of 32 pages (2 MiB) refused: the operator's memory limit (limits.memory) is 1 MiB and it had 128 KiB)"
 		if !errors.As(err, &fe) || err.Error() != want {
 			t.Fatalf("got  %v\nwant %s", err, want)
 		}

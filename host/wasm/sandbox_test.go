@@ -53,7 +53,7 @@ func TestStartFunction(t *testing.T) {
 	}
 	_, err = instantiateWithin(t, m, InstanceConfig{})
 	var de *DeadlineError
-	if !errors.As(err, &de) || err.Error() != "operator spin: start function: exceeded the 200ms call deadline (stuck; if merely slow, raise limits.timeout or weir exec -timeout)" {
+	if !errors.As(err, &de) || err.Error() != "operator spin: start function: exceeded the 200ms call deadline (stuck; if merely slow, raise limits.timeout)" {
 		t.Fatalf("looping start function: got %v", err)
 	}
 

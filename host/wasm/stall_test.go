@@ -54,7 +54,7 @@ func TestDeadlineCountsOnlyTimeTheProcessRan(t *testing.T) {
 		select {
 		case err := <-done:
 			var de *DeadlineError
-			if !errors.As(err, &de) || err.Error() != "operator loop: weir_process: exceeded the 100ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout or weir exec -timeout)" {
+			if !errors.As(err, &de) || err.Error() != "operator loop: weir_process: exceeded the 100ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout)" {
 				t.Fatalf("got %v", err)
 			}
 			return

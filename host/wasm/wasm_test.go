@@ -146,7 +146,7 @@ func TestContained(t *testing.T) {
 		}},
 		{"l", func(t *testing.T, err error) {
 			var de *DeadlineError
-			if !errors.As(err, &de) || err.Error() != "operator bad: weir_process: exceeded the 200ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout or weir exec -timeout)" {
+			if !errors.As(err, &de) || err.Error() != "operator bad: weir_process: exceeded the 200ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout)" {
 				t.Fatalf("got %v", err)
 			}
 		}},
@@ -157,7 +157,7 @@ func TestContained(t *testing.T) {
 			// last grow, of one page, was refused at the limit.
 			var te *TrapError
 			if !errors.As(err, &te) || te.MemoryLimit != 4<<20 || te.MemorySize != 4<<20 || te.GrowRefused != PageSize ||
-				!strings.HasSuffix(err.Error(), "wasm error: unreachable (memory.grow of 1 page (64 KiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 4 MiB and it had 4 MiB)") {
+				!strings.HasSuffix(err.Error(), "wasm error: unreachable (memory.grow of 1 page (64 KiB) refused: the operator's memory limit (limits.memory) is 4 MiB and it had 4 MiB)") {
 				t.Fatalf("got %v", err)
 			}
 		}},
@@ -169,7 +169,7 @@ func TestContained(t *testing.T) {
 			// at a time could outlast the deadline on a loaded machine.
 			var de *DeadlineError
 			if !errors.As(err, &de) || de.MemoryLimit != 4*PageSize || de.GrowRefused != PageSize ||
-				!strings.HasSuffix(err.Error(), "raise limits.timeout or weir exec -timeout) (memory.grow of 1 page (64 KiB) refused: the operator's memory limit (limits.memory; weir exec -memory) is 256 KiB and it had 256 KiB)") {
+				!strings.HasSuffix(err.Error(), "raise limits.timeout) (memory.grow of 1 page (64 KiB) refused: the operator's memory limit (limits.memory) is 256 KiB and it had 256 KiB)") {
 				t.Fatalf("got %v", err)
 			}
 		}},

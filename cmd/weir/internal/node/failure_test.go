@@ -334,7 +334,7 @@ restart: {strategy: none}
 	f := st.Failures[0]
 	if f.Kind != control.FailureMemoryLimit || f.Task != "wc-0" ||
 		!strings.Contains(f.Reason, "wordcount: out of memory") ||
-		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory; weir exec -memory) is 512 KiB") {
+		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory) is 512 KiB") {
 		t.Errorf("failure %+v; want kind %q in task wc-0, naming the operator's out of memory and the refused grow", f, control.FailureMemoryLimit)
 	}
 }
@@ -377,7 +377,7 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 5}
 	f := st.Failures[0]
 	if f.Kind != control.FailureMemoryLimit || f.Task != "op-0" || !strings.HasPrefix(f.Reason, "deploy to worker w1: task op-0: operator op[0]: weir_init: ") ||
 		!strings.Contains(f.Reason, "out of memory") ||
-		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory; weir exec -memory) is 48 MiB") {
+		!strings.Contains(f.Reason, "refused: the operator's memory limit (limits.memory) is 48 MiB") {
 		t.Errorf("failure %+v; want kind %q in task op-0, the deploy's reason naming weir_init's out of memory and the refused grow", f, control.FailureMemoryLimit)
 	}
 }
