@@ -471,6 +471,9 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 				fmt.Fprintf(std.Out, "  %s\n", g)
 			}
 		}
+		for _, w := range st.Warnings {
+			fmt.Fprintf(std.Out, "warning: %s\n", w)
+		}
 		printCheckpointStats(std.Out, st, nf.hint())
 		if len(st.Tasks) > 0 {
 			fmt.Fprintln(std.Out, "tasks:")

@@ -107,6 +107,11 @@ type JobStatus struct {
 	// source is at-most-once, for one), and what the checkpointing mode
 	// adds.
 	Guarantees []Guarantee `json:"guarantees,omitempty"`
+	// Warnings are what the spec does that a job seldom means, which it
+	// runs anyway: a source or operator nothing reads
+	// (jobspec.Unread), a sink writing where a source of the job reads
+	// (jobspec.FeedbackLoops).
+	Warnings []string `json:"warnings,omitempty"`
 	// FsyncEachWrite says the coordinator's NATS server fsyncs every
 	// JetStream write (Deploy.FsyncEachWrite): the job's at-least-once
 	// sinks in publish mode auto publish atomic batches where their

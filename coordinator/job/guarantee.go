@@ -20,6 +20,9 @@ import (
 // a final savepoint once every source stopped, or, while some source has
 // no stop, never by itself — that source's input has no end.
 //
+// An exactly-once sink of a job checkpointing at-least-once says that the
+// job's output is at-least-once nonetheless.
+//
 // An at-least-once sink says when it publishes in atomic batches: in
 // publish mode atomic, or, on a server that fsyncs every write
 // (fsyncEachWrite), in publish mode auto where its stream allows atomic
@@ -58,6 +61,7 @@ func Guarantees(spec *jobspec.Spec, fsyncEachWrite bool) []control.Guarantee {
 		}
 		out = append(out, control.Guarantee{Role: "source", Name: s.Name, Text: g})
 	}
+	var exactlyOnce []string // the exactly-once sinks of a job checkpointing at-least-once
 	for _, s := range spec.Sinks {
 		g := sink.ExactlyOnceGuarantee
 		switch {
@@ -74,11 +78,18 @@ func Guarantees(spec *jobspec.Spec, fsyncEachWrite bool) []control.Guarantee {
 				}
 			}
 		}
+		if g == sink.ExactlyOnceGuarantee && spec.Checkpointing.Mode == jobspec.ModeAtLeastOnce {
+			exactlyOnce = append(exactlyOnce, s.Name)
+			g += "; but checkpointing at-least-once makes it at-least-once end to end: a record processed twice after a failure is published twice"
+		}
 		out = append(out, control.Guarantee{Role: "sink", Name: s.Name, Text: g})
 	}
 	if spec.Checkpointing.Mode == jobspec.ModeAtLeastOnce {
-		out = append(out, control.Guarantee{Role: "checkpointing", Name: spec.Checkpointing.Mode,
-			Text: "after a failure, records may be processed twice"})
+		text := "after a failure, records may be processed twice"
+		if len(exactlyOnce) > 0 {
+			text += " (mode exactly-once or unaligned would make the output of sink " + strings.Join(exactlyOnce, ", ") + " exactly-once)"
+		}
+		out = append(out, control.Guarantee{Role: "checkpointing", Name: spec.Checkpointing.Mode, Text: text})
 	}
 	return out
 }

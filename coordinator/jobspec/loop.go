@@ -11,7 +11,7 @@ import (
 // Unread describes each source and operator of s that nothing reads: no
 // operator's or sink's input is from it, so what it reads or emits is
 // dropped — most often an input that names the wrong vertex. weir run
-// warns of it.
+// and the job's status (weir job status) warn of it.
 func Unread(s *Spec) []string {
 	read := map[string]bool{}
 	for _, op := range s.Operators {
@@ -42,8 +42,8 @@ func Unread(s *Spec) []string {
 // on subjects a core NATS source subscribes to (a JetStream publish is
 // delivered to core subscribers too): every record the sink writes is
 // read again, a loop that grows without end unless an operator drops
-// what it has seen. It may be meant (a retry loop); weir run warns of
-// it rather than refusing it.
+// what it has seen. It may be meant (a retry loop); weir run and the
+// job's status (weir job status) warn of it rather than refusing it.
 func FeedbackLoops(s *Spec) []string {
 	var out []string
 	for _, sk := range s.Sinks {
