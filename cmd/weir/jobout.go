@@ -41,17 +41,19 @@ func (o jobOutputOptions) check() error {
 	return nil
 }
 
-// what says where a JetStream sink's output is read from.
-func (o jobOutputOptions) what() string {
+// what says where a JetStream sink's output is read from: its stream, on
+// the subjects its sink writes now (subjects: a restore with another
+// subject leaves the earlier output on the earlier one, not shown).
+func (o jobOutputOptions) what(subjects string) string {
 	switch {
 	case o.fromStart:
-		return "all it holds"
+		return "all it holds on " + subjects
 	case o.last == 1:
-		return "its last record"
+		return "its last record on " + subjects
 	case o.last > 0:
-		return fmt.Sprintf("its last %d records", o.last)
+		return fmt.Sprintf("its last %d records on %s", o.last, subjects)
 	}
-	return "new records"
+	return "new records on " + subjects
 }
 
 // jobOutputPoll is how often weir job output asks whether the job ended.
@@ -98,7 +100,7 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 			until := uint64(0)
 			if o.untilNow {
 				if until = last; until < start {
-					fmt.Fprintf(std.Err, "showing sink %s: stream %s holds nothing of it\n", s.Name, s.Stream)
+					fmt.Fprintf(std.Err, "showing sink %s: stream %s holds nothing on %s\n", s.Name, s.Stream, sinkSubjects(s))
 					continue // a watch up to 0 would be one without an end
 				}
 			}
@@ -107,9 +109,9 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 				return err
 			}
 			if o.untilNow {
-				fmt.Fprintf(std.Err, "showing sink %s: stream %s from sequence %d to %d (%s)\n", s.Name, s.Stream, start, until, o.what())
+				fmt.Fprintf(std.Err, "showing sink %s: stream %s from sequence %d to %d (%s)\n", s.Name, s.Stream, start, until, o.what(sinkSubjects(s)))
 			} else {
-				fmt.Fprintf(std.Err, "following sink %s: stream %s from sequence %d (%s)\n", s.Name, s.Stream, start, o.what())
+				fmt.Fprintf(std.Err, "following sink %s: stream %s from sequence %d (%s)\n", s.Name, s.Stream, start, o.what(sinkSubjects(s)))
 			}
 		} else if o.untilNow {
 			fmt.Fprintf(std.Err, "skipping sink %s: core NATS subject %s keeps no history to show\n", s.Name, sinkSubjects(s))
@@ -199,7 +201,7 @@ func untilNow(ctx context.Context, std Stdio, out *output) error {
 		}
 	}
 	n, _ := out.state()
-	fmt.Fprintf(std.Err, "%s shown: all the streams held when weir job output started\n", countOf(n, "record"))
+	fmt.Fprintf(std.Err, "%s shown: all the sinks' streams held on their subjects when weir job output started\n", countOf(n, "record"))
 	return nil
 }
 

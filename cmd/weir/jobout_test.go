@@ -126,27 +126,27 @@ func TestJobOutputFollowsARunningJob(t *testing.T) {
 	url := n.Server.ClientURL()
 	// -until-now of a stream that holds nothing yet: nothing, and done.
 	if code, stdout, stderr := weir(t, "", "job", "output", "-nats", url, "-from-start", "-until-now", "jo"); code != 0 || stdout != "" ||
-		stderr != "showing sink out: stream OUT holds nothing of it\n0 records shown: all the streams held when weir job output started\n" {
+		stderr != "showing sink out: stream OUT holds nothing on out.>\n0 records shown: all the sinks' streams held on their subjects when weir job output started\n" {
 		t.Errorf("-until-now of an empty stream: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	publishKeyed(t, ctx, n.JS, "in.x", "old", "before")
 	awaitStored(t, ctx, n.JS, "OUT", 1)
 
 	f := startJobOutput(t, ctx, "-nats", url, "jo")
-	f.saidOnStderr("following sink out: stream OUT from sequence 2 (new records)\n")
+	f.saidOnStderr("following sink out: stream OUT from sequence 2 (new records on out.>)\n")
 	publishKeyed(t, ctx, n.JS, "in.x", "a", "1")
 	publishKeyed(t, ctx, n.JS, "in.x", "b", "2")
 	f.said("a\t1\nb\t2\n")
 	// -for ends the following of a job that runs on, with nothing to say.
 	if code, stdout, stderr := weir(t, "", "job", "output", "-nats", url, "-for", "100ms", "jo"); code != 0 || stdout != "" ||
-		stderr != "following sink out: stream OUT from sequence 4 (new records)\n" {
+		stderr != "following sink out: stream OUT from sequence 4 (new records on out.>)\n" {
 		t.Errorf("-for: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	// -until-now shows what the stream holds now and exits, while the
 	// job runs on.
 	if code, stdout, stderr := weir(t, "", "job", "output", "-nats", url, "-from-start", "-until-now", "jo"); code != 0 ||
 		stdout != "old\tbefore\na\t1\nb\t2\n" ||
-		stderr != "showing sink out: stream OUT from sequence 1 to 3 (all it holds)\n3 records shown: all the streams held when weir job output started\n" {
+		stderr != "showing sink out: stream OUT from sequence 1 to 3 (all it holds on out.>)\n3 records shown: all the sinks' streams held on their subjects when weir job output started\n" {
 		t.Errorf("-until-now: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if code, _, stderr := weir(t, "", "job", "output", "-nats", url, "-until-now", "jo"); code != 2 ||
@@ -170,7 +170,7 @@ func TestJobOutputOfAStoppedJob(t *testing.T) {
 	n := outputJob(t, ctx, jsJob(""))
 	awaitState(t, ctx, n, "jo", control.JobRunning)
 	f := startJobOutput(t, ctx, "-nats", n.Server.ClientURL(), "jo")
-	f.saidOnStderr("following sink out: stream OUT from sequence 1 (new records)\n")
+	f.saidOnStderr("following sink out: stream OUT from sequence 1 (new records on out.>)\n")
 	publishKeyed(t, ctx, n.JS, "in.x", "a", "1")
 	f.said("a\t1\n")
 	sp, err := n.API.StopJob(ctx, "jo")
@@ -229,7 +229,7 @@ func TestJobOutputEndsWithTheJob(t *testing.T) {
 	defer cancel()
 	n := outputJob(t, ctx, jsJob(", stop: 5"))
 	f := startJobOutput(t, ctx, "-nats", n.Server.ClientURL(), "jo")
-	f.saidOnStderr("following sink out: stream OUT from sequence 1 (new records)\n")
+	f.saidOnStderr("following sink out: stream OUT from sequence 1 (new records on out.>)\n")
 	for i := range 5 {
 		publishKeyed(t, ctx, n.JS, "in.x", fmt.Sprint("k", i), fmt.Sprint(i))
 	}
@@ -270,16 +270,16 @@ func TestJobOutputFromStartAndLast(t *testing.T) {
 		stdout, stderr string
 	}{
 		{[]string{"-from-start"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
-			"following sink out: stream OUT from sequence 1 (all it holds)\njob jo finished; 4 records shown\n"},
+			"following sink out: stream OUT from sequence 1 (all it holds on out.>)\njob jo finished; 4 records shown\n"},
 		{[]string{"-last", "2"}, "k2\t2\nk3\t3\n",
-			"following sink out: stream OUT from sequence 3 (its last 2 records)\njob jo finished; 2 records shown\n"},
+			"following sink out: stream OUT from sequence 3 (its last 2 records on out.>)\njob jo finished; 2 records shown\n"},
 		{[]string{"-last", "9"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
-			"following sink out: stream OUT from sequence 1 (its last 9 records)\njob jo finished; 4 records shown\n"},
-		{nil, "", "following sink out: stream OUT from sequence 6 (new records)\njob jo finished; 0 records shown\n"},
+			"following sink out: stream OUT from sequence 1 (its last 9 records on out.>)\njob jo finished; 4 records shown\n"},
+		{nil, "", "following sink out: stream OUT from sequence 6 (new records on out.>)\njob jo finished; 0 records shown\n"},
 		{[]string{"-from-start", "-until-now"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
-			"showing sink out: stream OUT from sequence 1 to 5 (all it holds)\n4 records shown: all the streams held when weir job output started\n"},
+			"showing sink out: stream OUT from sequence 1 to 5 (all it holds on out.>)\n4 records shown: all the sinks' streams held on their subjects when weir job output started\n"},
 		{[]string{"-last", "1", "-until-now"}, "k3\t3\n",
-			"showing sink out: stream OUT from sequence 4 to 5 (its last record)\n1 record shown: all the streams held when weir job output started\n"},
+			"showing sink out: stream OUT from sequence 4 to 5 (its last record on out.>)\n1 record shown: all the sinks' streams held on their subjects when weir job output started\n"},
 	} {
 		code, stdout, stderr := weir(t, "", append([]string{"job", "output", "-nats", url, "jo"}, c.args...)...)
 		if code != 0 || stdout != c.stdout || stderr != c.stderr {
@@ -348,7 +348,7 @@ checkpointing: {interval: 50ms}
 		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	code, stdout, stderr = weir(t, "", "job", "output", "-nats", url, "-from-start", "-sink", "b", "two")
-	if code != 0 || stdout != "k\t1\nk\t2\n" || stderr != "following sink b: stream B from sequence 1 (all it holds)\njob two finished; 2 records shown\n" {
+	if code != 0 || stdout != "k\t1\nk\t2\n" || stderr != "following sink b: stream B from sequence 1 (all it holds on b.>)\njob two finished; 2 records shown\n" {
 		t.Errorf("-sink b: exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }
@@ -399,7 +399,7 @@ func TestJobOutputErrors(t *testing.T) {
 	check(`weir: no job "nosuch"`+"\n", "nosuch")
 	check(`weir: job jo has no sink "x" (its sinks: out)`+"\n", "-sink", "x", "jo")
 	f := startJobOutput(t, ctx, "-nats", url, "jo")
-	f.saidOnStderr("following sink out: stream OUT from sequence 1 (new records)\n")
+	f.saidOnStderr("following sink out: stream OUT from sequence 1 (new records on out.>)\n")
 	if err := n.JS.DeleteStream(ctx, "OUT"); err != nil {
 		t.Fatal(err)
 	}
