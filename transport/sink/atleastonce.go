@@ -26,6 +26,9 @@ const AtomicBatchesNote = "; published in atomic batches (one fsync each where t
 
 // AtLeastOnceConfig configures an at-least-once JetStream sink.
 type AtLeastOnceConfig struct {
+	// Name names the sink in its errors (the job spec's sink name), as
+	// ExactlyOnceConfig.Name does.
+	Name string
 	// Subject is what the sink publishes on, or a keyed template
 	// ("out.{key}": each record on "out." and its key); a stream must
 	// capture it.
@@ -286,7 +289,7 @@ func NewAtLeastOnce(ctx context.Context, nc *nats.Conn, cfg AtLeastOnceConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("at-least-once sink %s: stream %s: %w", cfg.Subject, name, err)
 	}
-	s.name = fmt.Sprintf("at-least-once sink %s (stream %s)", cfg.Subject, name)
+	s.name = sinkName("at-least-once", cfg.Name, cfg.Subject, name)
 	if s.route, err = newRoute(cfg.Subject, name, st.CachedInfo().Config.Subjects); err != nil {
 		return nil, fmt.Errorf("at-least-once sink: %w", err)
 	}
@@ -876,4 +879,14 @@ func (s *AtLeastOnce) Close() error {
 	// covered by a completed checkpoint, and a recovery replays it.
 	s.js.CleanupPublisher()
 	return nil
+}
+
+// sinkName is how a JetStream sink of guarantee g names itself in its
+// errors: by name, with its subject and stream, or, without a name, by
+// its subject.
+func sinkName(g, name, subject, stream string) string {
+	if name == "" {
+		return fmt.Sprintf("%s sink %s (stream %s)", g, subject, stream)
+	}
+	return fmt.Sprintf("%s sink %s (subject %s, stream %s)", g, name, subject, stream)
 }

@@ -80,6 +80,9 @@ const EndCheckpointID = math.MaxInt64
 
 // ExactlyOnceConfig configures an exactly-once JetStream sink.
 type ExactlyOnceConfig struct {
+	// Name names the sink in its errors (the job spec's sink name): "exactly-once sink NAME (subject
+	// SUBJECT, stream STREAM)"; empty: "exactly-once sink SUBJECT (stream STREAM)".
+	Name string
 	// Stream is the stream that captures Subject; its duplicate window is
 	// checked and its AllowAtomicPublish decides the publish mode. The
 	// staged state records it with each checkpoint: a checkpoint staged
@@ -384,7 +387,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 		cfg.Timeout = DefaultExactlyOnceTimeout
 	}
 	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now,
-		name: fmt.Sprintf("exactly-once sink %s (stream %s)", cfg.Subject, cfg.Stream)}
+		name: sinkName("exactly-once", cfg.Name, cfg.Subject, cfg.Stream)}
 	js, err := jetstream.New(nc,
 		jetstream.WithDefaultTimeout(cfg.Timeout),
 		jetstream.WithPublishAsyncTimeout(cfg.Timeout),

@@ -159,11 +159,12 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		return c, nil
 	}
 	if spec.Guarantee == jobspec.AtLeastOnce {
-		return sink.NewAtLeastOnce(ctx, b.w.cfg.Conn, sink.AtLeastOnceConfig{Stream: spec.Stream, Subject: spec.Subject,
+		return sink.NewAtLeastOnce(ctx, b.w.cfg.Conn, sink.AtLeastOnceConfig{Name: spec.Name, Stream: spec.Stream, Subject: spec.Subject,
 			Publish: sink.PublishMode(spec.Publish), Timeout: spec.AckTimeout,
 			BatchSize: b.w.cfg.AtomicBatch, FsyncEachWrite: b.d.FsyncEachWrite, Timestamps: spec.Timestamps})
 	}
 	return sink.NewExactlyOnce(ctx, b.w.cfg.Conn, sink.ExactlyOnceConfig{
+		Name:               spec.Name,
 		Stream:             spec.Stream,
 		Subject:            spec.Subject,
 		Job:                b.d.Job,
