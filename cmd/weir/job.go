@@ -200,7 +200,8 @@ func parseJobArgs(std Stdio, args []string, f *jobFlags) (jobSubcommand, []strin
 	}
 	c, ok := jobSubcommandNamed(common.Arg(0))
 	if !ok {
-		return jobSubcommand{}, nil, usagef("job: unknown subcommand %q (ls, status, output, stop, cancel, savepoint or restore)", common.Arg(0))
+		return jobSubcommand{}, nil, usagef("job: unknown subcommand %q (%sls, status, output, stop, cancel, savepoint or restore)", common.Arg(0),
+			didYouMean(common.Arg(0), []string{"ls", "status", "output", "stop", "cancel", "savepoint", "restore"}))
 	}
 	// The flags given before the subcommand are set again in its flag
 	// set, whose registering set them back to their defaults.

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -109,6 +110,23 @@ func main() {
 	os.Exit(code)
 }
 
+// didYouMean returns "did you mean X? " for the name of names that word
+// most likely misspells, or for the singular of a plural (jobs, modules,
+// checkpoints), else "".
+func didYouMean(word string, names []string) string {
+	if one, ok := strings.CutSuffix(word, "s"); ok && slices.Contains(names, one) {
+		return "did you mean " + one + " ls? "
+	}
+	other := map[string]string{"list": "ls", "lst": "ls", "remove": "rm", "delete": "rm", "del": "rm", "info": "status", "show": "status"}[word]
+	if other != "" && slices.Contains(names, other) {
+		return "did you mean " + other + "? "
+	}
+	if c := jobspec.Closest(word, names); c != "" {
+		return "did you mean " + c + "? "
+	}
+	return ""
+}
+
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, std Stdio) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
@@ -121,7 +139,7 @@ func run(ctx context.Context, args []string, std Stdio) int {
 	std.Out, std.Err = &lockedWriter{w: std.Out}, &lockedWriter{w: std.Err}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(std.Err, "weir: unknown command %q (run 'weir help')\n", args[0])
+		fmt.Fprintf(std.Err, "weir: unknown command %q (%srun 'weir help')\n", args[0], didYouMean(args[0], slices.Collect(maps.Keys(commands))))
 		return 2
 	}
 	err := c.Run(ctx, std, args[1:])

@@ -49,3 +49,25 @@ func TestFlagMistakeIsOneLine(t *testing.T) {
 		t.Errorf("weir exec -outputs x: exit %d, stderr %q, want %q", code, errb.String(), want)
 	}
 }
+
+// A command or subcommand that names none says which it most likely
+// meant: a misspelling, a plural (weir jobs: weir job ls) or a word other
+// tools use (list: ls, delete: rm).
+func TestUnknownCommandSaysWhichWasMeant(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"jobs"}, `weir: unknown command "jobs" (did you mean job ls? run 'weir help')`},
+		{[]string{"chekpoint"}, `weir: unknown command "chekpoint" (did you mean checkpoint? run 'weir help')`},
+		{[]string{"nope"}, `weir: unknown command "nope" (run 'weir help')`},
+		{[]string{"job", "list"}, `weir: job: unknown subcommand "list" (did you mean ls? ls, status, output, stop, cancel, savepoint or restore)`},
+		{[]string{"job", "stauts", "x"}, `weir: job: unknown subcommand "stauts" (did you mean status? ls, status, output, stop, cancel, savepoint or restore)`},
+		{[]string{"module", "delete", "m"}, `weir: module: unknown subcommand "delete" (did you mean rm? push, ls, inspect or rm)`},
+	} {
+		code, _, errs := weir(t, "", c.args...)
+		if code != 2 || strings.TrimSpace(errs) != c.want {
+			t.Errorf("%v: exit %d, %q; want exit 2, %q", c.args, code, errs, c.want)
+		}
+	}
+}

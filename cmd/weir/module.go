@@ -75,7 +75,7 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 	want := map[string]int{"push": 2, "ls": 0, "inspect": 1, "rm": 1}
 	n, ok := want[pos[0]]
 	if !ok {
-		return usagef("module: unknown subcommand %q (push, ls, inspect or rm)", pos[0])
+		return usagef("module: unknown subcommand %q (%spush, ls, inspect or rm)", pos[0], didYouMean(pos[0], []string{"push", "ls", "inspect", "rm"}))
 	}
 	if len(pos)-1 != n {
 		return usagef("module %s: want %d argument(s), got %d (see weir module -h)", pos[0], n, len(pos)-1)

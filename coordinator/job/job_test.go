@@ -1233,8 +1233,12 @@ func TestRestartExhaustedAndIsolation(t *testing.T) {
 	if err != nil || len(jobs) != 2 || jobs[0].Name != "doomed" {
 		t.Errorf("jobs %+v %v", jobs, err)
 	}
-	if _, err := e.api.Job(ctx, "nosuch"); !errors.Is(err, control.ErrNotFound) {
+	if _, err := e.api.Job(ctx, "nosuch"); !errors.Is(err, control.ErrNotFound) || err.Error() != `no job "nosuch"` {
 		t.Errorf("unknown job = %v", err)
+	}
+	// A name one or two edits from a job's is taken for a misspelling.
+	if _, err := e.api.Job(ctx, "doomd"); !errors.Is(err, control.ErrNotFound) || err.Error() != `no job "doomd" (did you mean doomed?)` {
+		t.Errorf("misspelled job = %v", err)
 	}
 	// Checkpoint failures beyond the tolerable count fail the job over:
 	// a declined checkpoint with tolerable-failures 0.

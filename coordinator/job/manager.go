@@ -589,6 +589,9 @@ func (m *Manager) job(name string) (*job, error) {
 	defer m.mu.Unlock()
 	j := m.jobs[name]
 	if j == nil {
+		if c := jobspec.Closest(name, slices.Collect(maps.Keys(m.jobs))); c != "" {
+			return nil, control.Errorf(control.ErrNotFound, "no job %q (did you mean %s?)", name, c)
+		}
 		return nil, control.Errorf(control.ErrNotFound, "no job %q", name)
 	}
 	return j, nil

@@ -245,6 +245,20 @@ func closest(key string, h map[string]func(v *yaml.Node, path string)) string {
 	return ""
 }
 
+// Closest returns the name of names that word most likely misspells —
+// at most two edits (a swap of neighbours counting as one) and fewer than
+// half its length — or "": a job or vertex name a command was given
+// that names none.
+func Closest(word string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range slices.Sorted(slices.Values(names)) {
+		if d := editDistance(word, n); d < bestD && 2*d < len(n) {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
 // otherWords maps words other systems use to the options weir names
 // them by.
 var otherWords = map[string]string{
