@@ -1044,8 +1044,8 @@ func TestRestoreCreatesTheNewSpecsStreams(t *testing.T) {
 	}
 	url, from := n.Server.ClientURL(), fmt.Sprint(st.LatestCheckpoint)
 	code, out, errs := weir(t, "", "job", "restore", "-nats", url, "jo", "-from", from, "-spec", moved)
-	if code != 1 || !strings.Contains(errs, "MOVED") {
-		t.Errorf("restore to a stream not there: exit %d, stdout %q, stderr %q", code, out, errs)
+	if code != 1 || !strings.Contains(errs, "MOVED") || !strings.HasSuffix(errs, "; -create-streams creates the streams the spec names that do not exist\n") {
+		t.Errorf("restore to a stream not there: exit %d, stdout %q, stderr %q; want it to name -create-streams", code, out, errs)
 	}
 	code, out, errs = weir(t, "", "job", "restore", "-nats", url, "jo", "-from", from, "-spec", moved, "-create-streams")
 	if code != 0 || !strings.Contains(out, "created stream MOVED (subjects moved.>, 1 replica(s))\n") || !strings.Contains(out, "job jo: ") {

@@ -153,7 +153,7 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 		fs.BoolVar(&f.output.fromStart, "from-start", false, "all a JetStream sink's stream holds, not only new records")
 		fs.IntVar(&f.output.last, "last", 0, "the last N records a JetStream sink's stream holds, then new ones")
 		fs.DurationVar(&f.output.forDur, "for", 0, "stop after this long (0: until the job ends or Ctrl-C)")
-		fs.IntVar(&f.output.show, "show", 0, "stop after this many records (0: no limit)")
+		fs.IntVar(&f.output.show, "show", 0, "stop after this many records (0 or -1: no limit, as weir run's -show -1)")
 		fs.BoolVar(&f.output.untilNow, "until-now", false, "with -from-start or -last N: stop once every record the sinks' streams held when it started is shown (a dump of what is there, which a running job's output does not cut short)")
 	case "restore":
 		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")
@@ -541,6 +541,9 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			check := req
 			check.Spec = spec
 			if err := checkRestore(ctx, api, check); err != nil {
+				if !f.createStreams && strings.Contains(err.Error(), "does not exist") && strings.Contains(err.Error(), ": stream ") {
+					return fmt.Errorf("%w; -create-streams creates the streams the spec names that do not exist", err)
+				}
 				return err
 			}
 			// As with weir run, a module may be a Go package directory or

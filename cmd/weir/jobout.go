@@ -31,8 +31,8 @@ func (o jobOutputOptions) check() error {
 		return usagef("job output: -last %d: give a number of records, 1 or more", o.last)
 	case o.fromStart && o.last > 0:
 		return usagef("job output: give -from-start or -last, not both")
-	case o.show < 0:
-		return usagef("job output: -show %d: give a number of records, 1 or more (0: no limit)", o.show)
+	case o.show < -1:
+		return usagef("job output: -show %d: give a number of records, 1 or more (0 or -1: no limit)", o.show)
 	case o.forDur < 0:
 		return usagef("job output: -for %s: give a duration above 0 (0: no limit)", o.forDur)
 	case o.untilNow && !o.fromStart && o.last == 0:
@@ -88,7 +88,8 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 		ctx, cancel = context.WithTimeout(ctx, o.forDur)
 		defer cancel()
 	}
-	out := &output{std: std, show: -1, limit: o.show, full: make(chan struct{}), bare: len(sinks) == 1,
+	// -show -1 is no limit, as weir run's -show -1 is.
+	out := &output{std: std, show: -1, limit: max(o.show, 0), full: make(chan struct{}), bare: len(sinks) == 1,
 		bySink: map[string]int{}, js: js, sinks: sinks, job: job}
 	for _, s := range sinks {
 		var stop func()

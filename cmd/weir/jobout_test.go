@@ -278,6 +278,8 @@ func TestJobOutputFromStartAndLast(t *testing.T) {
 		{nil, "", "following sink out: stream OUT from sequence 6 (new records on out.>)\njob jo finished; 0 records shown\n"},
 		{[]string{"-from-start", "-until-now"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
 			"showing sink out: stream OUT from sequence 1 to 5 (all it holds on out.>)\n4 records shown: all the sinks' streams held on their subjects when weir job output started\n"},
+		{[]string{"-from-start", "-show", "-1"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n", // -1: all, as weir run's
+			"following sink out: stream OUT from sequence 1 (all it holds on out.>)\njob jo finished; 4 records shown\n"},
 		{[]string{"-last", "1", "-until-now"}, "k3\t3\n",
 			"showing sink out: stream OUT from sequence 4 to 5 (its last record on out.>)\n1 record shown: all the sinks' streams held on their subjects when weir job output started\n"},
 	} {
