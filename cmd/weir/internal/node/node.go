@@ -195,7 +195,9 @@ func connEvents(log *slog.Logger) []nats.Option {
 			log.Warn("NATS connection lost; reconnecting", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("NATS connection restored", "server", natsconn.Redact(nc.ConnectedUrl()))
+			// At the loss's level: a log that shows the loss (weir up
+			// and weir worker log warnings without -v) shows its end.
+			log.Warn("NATS connection restored", "server", natsconn.Redact(nc.ConnectedUrl()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {

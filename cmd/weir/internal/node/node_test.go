@@ -258,7 +258,7 @@ func TestNodeLogsNATSConnectionLoss(t *testing.T) {
 	if err := n.Server.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	awaitLog(`level=INFO msg="NATS connection restored" server=nats://127.0.0.1:`)
+	awaitLog(`level=WARN msg="NATS connection restored" server=nats://127.0.0.1:`)
 	before := strings.Count(logs.String(), "NATS connection lost")
 	n.Close()
 	if after := strings.Count(logs.String(), "NATS connection lost"); after != before {
