@@ -445,7 +445,11 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 			go func() {
 				defer workers.Done()
 				if err := w.Run(workerCtx, ready); err != nil {
-					log.Error("worker stopped", "worker", w.ID(), "err", err)
+					select {
+					case <-ready: // running: only the log says it stopped
+						log.Error("worker stopped", "worker", w.ID(), "err", err)
+					default: // refused as it started: Start returns err, whose caller says it
+					}
 					failed <- err
 				}
 			}()

@@ -85,8 +85,14 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
 		})
 	}
 
+	var logged syncBuffer
 	w, err := Start(ctx, Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, Workers: 1, WorkerID: "w1",
-		DataDir: t.TempDir(), CheckpointStore: StoreJetStream, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		DataDir: t.TempDir(), CheckpointStore: StoreJetStream, HeartbeatInterval: 100 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	// The refusal is Start's error, which weir worker prints; the log
+	// does not say it too.
+	if strings.Contains(logged.String(), "places no tasks") {
+		t.Errorf("the refusal is logged besides Start's error:\n%s", logged.String())
+	}
 	if err == nil {
 		w.Close()
 		t.Fatal("a worker on another checkpoint store joined")
