@@ -285,6 +285,9 @@ func connectNATS(nf *natsFlags, name string, w io.Writer, extra ...nats.Option) 
 			// the user looking in the wrong place.
 			return nil, err
 		}
+		if nf.url == defaultNATS {
+			return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running? one on another port: -nats URL, or $%s): %w", natsconn.Redact(nf.url), natsEnv, err)
+		}
 		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", natsconn.Redact(nf.url), err)
 	}
 	return nc, nil

@@ -103,6 +103,26 @@ func TestJobErrorsSayWhatIsWrong(t *testing.T) {
 	}
 }
 
+// $WEIR_NATS stands for the -nats default of the commands that talk to a
+// running weir: a weir up on another port needs no -nats on each, and
+// -h says where the default came from.
+func TestWeirNATSEnvironment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := tapNode(t, ctx, node.Options{}, "")
+	t.Setenv(natsEnv, n.Server.ClientURL())
+	if code, out, errs := weir(t, "", "job", "ls"); code != 0 || !strings.Contains(out, "tap") {
+		t.Errorf("weir job ls with $%s: exit %d, stdout %q, stderr %q", natsEnv, code, out, errs)
+	}
+	if code, _, errs := weir(t, "", "job", "status", "-h"); code != 0 || !strings.Contains(errs, "(default from $WEIR_NATS)") {
+		t.Errorf("weir job status -h with $%s: exit %d, %q", natsEnv, code, errs)
+	}
+	t.Setenv(natsEnv, "")
+	if code, _, errs := weir(t, "", "job", "status", "-h"); code != 0 || !strings.Contains(errs, "($WEIR_NATS sets the default)") {
+		t.Errorf("weir job status -h: exit %d, %q", code, errs)
+	}
+}
+
 // Each subcommand of weir job takes its own flags: another's is refused
 // before NATS is asked, on one line naming the flag, the subcommand that
 // takes it and the one given it, and -h lists only the subcommand's.

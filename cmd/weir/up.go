@@ -66,7 +66,20 @@ func (f *natsFlags) hint() string {
 	return " -nats " + shellQuote(natsconn.Redact(f.url))
 }
 
+// natsEnv is the environment variable that, when set, stands for the
+// -nats default (defaultNATS) of the commands that talk to a running weir:
+// a weir up on another port (its URL is in DIR/weir-up.url) needs no
+// -nats on every command.
+const natsEnv = "WEIR_NATS"
+
 func (f *natsFlags) register(fs *flag.FlagSet, def, help string) {
+	if def == defaultNATS {
+		if u := os.Getenv(natsEnv); u != "" {
+			def, help = u, help+" (default from $"+natsEnv+")"
+		} else {
+			help += " ($" + natsEnv + " sets the default)"
+		}
+	}
 	fs.StringVar(&f.url, "nats", def, help)
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file (.creds)")
 	fs.StringVar(&f.nkey, "nkey", "", "NATS nkey seed file")
