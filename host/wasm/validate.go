@@ -84,14 +84,21 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		if len(versions) > 0 {
 			return nil, verr(KindABIVersion, "unknown ABI version %d (this host speaks %d)", versions[0], abi.Version)
 		}
+		const sdks = "the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), " +
+			"AssemblyScript export * from \"weir/exports\" in the entry file, Go weir.Register from init"
 		if !exportsABI(m.exports) {
 			// Nothing of the ABI at all: most often an SDK build whose
 			// entry file left out what defines the exports.
-			return nil, verr(KindMissingExport, "missing export %s: the module exports no weir_* function, so it is no weir operator "+
-				"(the SDKs define the exports: Rust weir::operator!(…), C WEIR_OPERATOR(…), "+
-				"AssemblyScript export * from \"weir/exports\" in the entry file, Go weir.Register from init)", marker)
+			return nil, verr(KindMissingExport, "missing export %s: the module exports no weir_* function, so it is no weir operator (%s)", marker, sdks)
 		}
-		return nil, verr(KindMissingExport, "missing export %s (not a weir operator, or built for another ABI)", marker)
+		// Some of the ABI, without its marker: exports written by hand,
+		// perhaps misspelled, where the SDK's would define them all.
+		also := ""
+		if unknown := unknownABIExports(m.exports); len(unknown) > 0 {
+			also = fmt.Sprintf("; it exports %s, which the ABI does not define", nameList(unknown))
+		}
+		return nil, verr(KindMissingExport, "missing export %s, the ABI version marker: the module exports weir_* functions without it%s "+
+			"(not built with a weir SDK's exports, or for another ABI; %s)", marker, also, sdks)
 	}
 	if _, ok := exports["_start"]; ok {
 		return nil, verr(KindCommandModule, "exports _start: a WASI command module; build a reactor, with no main "+
