@@ -128,11 +128,11 @@ func TestExecErrors(t *testing.T) {
 	}{
 		{[]string{"exec", notWasm}, 1, "weir: module x: not a WebAssembly module"},
 		{[]string{"exec", "../../host/wasm/testdata/bad/missing_export.wasm"}, 1, "weir: module missing_export: missing export weir_process"},
-		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable (stdin line 3)"},
-		{[]string{"exec", mis, "-config", "t", "-batch", "2"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (past the batch's 2 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable"},
+		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (value \"c\"): wasm error: unreachable (stdin line 3)"},
+		{[]string{"exec", mis, "-config", "t", "-batch", "2"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (past the batch's 2 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable"},
 		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise -timeout)"},
 		// "Gt" asks for 1 GiB, which the 8 MiB limit refuses, then traps.
-		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MiB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB and it had 128 KiB) (stdin line 3)"},
+		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MiB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB and it had 128 KiB) (stdin line 3)"},
 		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
 		{[]string{"exec", example(t, "filter")}, 1, "weir: operator filter: weir_init: filter: config must be the substring to keep"},
 		{[]string{"exec"}, 2, "weir: exec: missing MODULE.wasm"},
@@ -157,7 +157,7 @@ func TestExecStackAndLongLine(t *testing.T) {
 	code, _, errs := weir(t, "a\nb\nc\n", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-stack")
 	lines := strings.Split(strings.TrimSpace(errs), "\n")
 	if code != 1 || len(lines) < 3 || lines[0] != "wasm stack trace:" || !strings.Contains(errs, "\n\tprocess(i32,i32,i32)") ||
-		!strings.HasPrefix(lines[len(lines)-1], "weir: operator misbehave: weir_process: trap at record 2") {
+		!strings.HasPrefix(lines[len(lines)-1], "weir: operator misbehave: weir_process: trap at record 2 of the batch") {
 		t.Errorf("exit %d, stderr:\n%s", code, errs)
 	}
 	// A Rust operator's functions are named as Rust writes them.
@@ -254,9 +254,9 @@ func TestExecRestoreErrorsNameTheFile(t *testing.T) {
 func TestExecErrorNamesInputLine(t *testing.T) {
 	in := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(in, []byte("a\nb\nc\nd\n"), 0o644)
-	// misbehave's "t" traps with the cursor at record 2 of the first batch.
+	// misbehave's "t" traps with the cursor at record 2 of the batch of the first batch.
 	_, _, errs := weir(t, "", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-in", in)
-	if want := "trap at record 2 (value \"c\"): wasm error: unreachable (" + in + " line 3)\n"; !strings.HasSuffix(errs, want) {
+	if want := "trap at record 2 of the batch (value \"c\"): wasm error: unreachable (" + in + " line 3)\n"; !strings.HasSuffix(errs, want) {
 		t.Errorf("stderr %q, want it to end %q", errs, want)
 	}
 }

@@ -961,7 +961,7 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 	at := time.Date(2026, 12, 2, 14, 14, 46, 0, time.UTC)
 	trap := func(attempt int) control.Failure {
 		return control.Failure{Time: at.Add(time.Duration(attempt) * time.Second), Attempt: attempt,
-			Reason: `task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 (value "!bad"): wasm error: unreachable`}
+			Reason: `task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 of the batch (value "!bad"): wasm error: unreachable`}
 	}
 	expired := func(attempt, id int) control.Failure {
 		return control.Failure{Attempt: attempt, Reason: fmt.Sprintf("1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint %d: expired after 5s", id)}
@@ -1064,8 +1064,8 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 		want     string
 	}{
 		{"a trap in other words", []control.Failure{
-			failed(2, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 1 (value "!bad"): unreachable`),
-			failed(1, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 7 (value "!worse"): integer divide by zero`)},
+			failed(2, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 1 of the batch (value "!bad"): unreachable`),
+			failed(1, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 7 of the batch (value "!worse"): integer divide by zero`)},
 			row + trapSame},
 		{"traps in two tasks", []control.Failure{
 			failed(2, control.FailureTrap, "slowop-1", "task slowop-1 failed: trap"),
@@ -1084,22 +1084,22 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 			failed(1, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: deadline exceeded")},
 			row + deadlineSame},
 		{"an older coordinator's failure before a classified one", []control.Failure{
-			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 2"),
-			failed(1, control.FailureUnknown, "", "task slowop-0 failed: trap at record 1")},
+			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 2 of the batch"),
+			failed(1, control.FailureUnknown, "", "task slowop-0 failed: trap at record 1 of the batch")},
 			row + trapSame},
 		// Past the memory limit, whatever the words: the limit is what
 		// to change, not the operator.
 		{"past the memory limit", []control.Failure{
 			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: out of memory"+refused),
-			failed(1, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1: unreachable"+refused)},
+			failed(1, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 of the batch: unreachable"+refused)},
 			row + memSame},
 		{"a trap, then past the memory limit", []control.Failure{
-			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: trap at record 1: unreachable"+refused),
-			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 1: unreachable")},
+			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: trap at record 1 of the batch: unreachable"+refused),
+			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 1 of the batch: unreachable")},
 			row},
 		{"an older coordinator's trap after a refused grow", []control.Failure{
-			failed(2, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2: unreachable"+refused),
-			failed(1, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1: unreachable"+refused)},
+			failed(2, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2 of the batch: unreachable"+refused),
+			failed(1, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 of the batch: unreachable"+refused)},
 			row + memSame},
 		// Where the operator failed, if not on a record.
 		{"past the call deadline in weir_snapshot", []control.Failure{

@@ -169,7 +169,7 @@ func (e *TrapError) Error() string {
 		reason = m + " (" + reason + ")"
 	}
 	if e.RecordIndex >= 0 {
-		return fmt.Sprintf("operator %s: %s: trap at record %d%s: %s%s", e.Operator, e.Export, e.RecordIndex, paren(e.Record), reason, full)
+		return fmt.Sprintf("operator %s: %s: trap at record %d of the batch%s: %s%s", e.Operator, e.Export, e.RecordIndex, paren(e.Record), reason, full)
 	}
 	return fmt.Sprintf("operator %s: %s: trap: %s%s", e.Operator, e.Export, reason, full)
 }
@@ -253,7 +253,7 @@ func (e *DeadlineError) Error() string {
 func (e *DeadlineError) message() string {
 	at, why := "", "stuck"
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf(" at record %d%s", e.RecordIndex, paren(e.Record))
+		at = fmt.Sprintf(" at record %d of the batch%s", e.RecordIndex, paren(e.Record))
 	}
 	if e.Export == abi.ExportProcess {
 		// Process hands a batch over in pieces sized to take a quarter of
@@ -291,7 +291,7 @@ type ExitError struct {
 func (e *ExitError) Error() string {
 	at, fatal := "", ""
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf("at record %d%s: ", e.RecordIndex, paren(e.Record))
+		at = fmt.Sprintf("at record %d of the batch%s: ", e.RecordIndex, paren(e.Record))
 	}
 	if e.Fatal != "" {
 		fatal = ": " + e.Fatal
@@ -326,7 +326,7 @@ type OperatorError struct {
 func (e *OperatorError) Error() string {
 	at := ""
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf("at record %d%s: ", e.RecordIndex, paren(e.Record))
+		at = fmt.Sprintf("at record %d of the batch%s: ", e.RecordIndex, paren(e.Record))
 	}
 	note := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 	if e.Message == "" {

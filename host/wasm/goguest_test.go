@@ -190,10 +190,10 @@ func TestGoSDKFailures(t *testing.T) {
 		want string
 		typ  any
 	}{
-		{"panic", "operator op: weir_process: at record 1 (key \"b\", value \"2\"): panic in Process: kaboom", &OperatorError{}},
+		{"panic", "operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process: kaboom", &OperatorError{}},
 		{"error", "operator op: weir_process: no luck", &OperatorError{}},
 		// An exit names its record, as a trap does.
-		{"exit", "operator op: weir_process: at record 1 (key \"b\", value \"2\"): the module exited with code 3", &ExitError{}},
+		{"exit", "operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): the module exited with code 3", &ExitError{}},
 		// The Go runtime aborts when its heap cannot grow; the error says the
 		// limit refused it.
 		{"oom", "operator op: weir_process: trap: fatal error: out of memory (wasm error: unreachable) (memory.grow of ", &TrapError{}},
