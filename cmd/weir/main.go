@@ -111,12 +111,8 @@ func main() {
 }
 
 // didYouMean returns "did you mean X? " for the name of names that word
-// most likely misspells, or for the singular of a plural (jobs, modules,
-// checkpoints), else "".
+// most likely misspells or is another tool's word for, else "".
 func didYouMean(word string, names []string) string {
-	if one, ok := strings.CutSuffix(word, "s"); ok && slices.Contains(names, one) {
-		return "did you mean " + one + " ls? "
-	}
 	other := map[string]string{"list": "ls", "lst": "ls", "remove": "rm", "delete": "rm", "del": "rm", "info": "status", "show": "status"}[word]
 	if other != "" && slices.Contains(names, other) {
 		return "did you mean " + other + "? "
@@ -139,7 +135,11 @@ func run(ctx context.Context, args []string, std Stdio) int {
 	std.Out, std.Err = &lockedWriter{w: std.Out}, &lockedWriter{w: std.Err}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(std.Err, "weir: unknown command %q (%srun 'weir help')\n", args[0], didYouMean(args[0], slices.Collect(maps.Keys(commands))))
+		meant := didYouMean(args[0], slices.Collect(maps.Keys(commands)))
+		if one, ok := strings.CutSuffix(args[0], "s"); ok && slices.Contains([]string{"job", "module", "checkpoint", "worker"}, one) {
+			meant = "did you mean " + one + " ls? " // the commands that list what they name
+		}
+		fmt.Fprintf(std.Err, "weir: unknown command %q (%srun 'weir help')\n", args[0], meant)
 		return 2
 	}
 	err := c.Run(ctx, std, args[1:])

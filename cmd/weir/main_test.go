@@ -61,6 +61,8 @@ func TestUnknownCommandSaysWhichWasMeant(t *testing.T) {
 		{[]string{"jobs"}, `weir: unknown command "jobs" (did you mean job ls? run 'weir help')`},
 		{[]string{"chekpoint"}, `weir: unknown command "chekpoint" (did you mean checkpoint? run 'weir help')`},
 		{[]string{"nope"}, `weir: unknown command "nope" (run 'weir help')`},
+		{[]string{"runs"}, `weir: unknown command "runs" (did you mean run? run 'weir help')`},
+		{[]string{"job", "restores", "x"}, `weir: job: unknown subcommand "restores" (did you mean restore? ls, status, output, stop, cancel, savepoint or restore)`},
 		{[]string{"job", "list"}, `weir: job: unknown subcommand "list" (did you mean ls? ls, status, output, stop, cancel, savepoint or restore)`},
 		{[]string{"job", "stauts", "x"}, `weir: job: unknown subcommand "stauts" (did you mean status? ls, status, output, stop, cancel, savepoint or restore)`},
 		{[]string{"module", "delete", "m"}, `weir: module: unknown subcommand "delete" (did you mean rm? push, ls, inspect or rm)`},
