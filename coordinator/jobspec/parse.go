@@ -220,14 +220,8 @@ func hasKey(n *yaml.Node, key string) bool {
 // the one option key shortens or lengthens (checkpoint, parallel,
 // partitioning) — or "".
 func closest(key string, h map[string]func(v *yaml.Node, path string)) string {
-	best, bestD := "", 3
 	opts := slices.Sorted(maps.Keys(h))
-	for _, opt := range opts {
-		if d := editDistance(key, opt); d < bestD && 2*d < len(opt) {
-			best, bestD = opt, d
-		}
-	}
-	if best != "" {
+	if best := Closest(key, opts); best != "" {
 		return best
 	}
 	if opt, ok := otherWords[key]; ok && h[opt] != nil {
