@@ -529,11 +529,11 @@ func (r *execRun) print(port int, batch []byte) error {
 }
 
 // timeFlagUsage describes -time of weir run and weir input.
-const timeFlagUsage = "each input line starts with its record's timestamp, the time of the event, and a TAB: milliseconds since the Unix epoch or RFC 3339 (2026-12-03T10:00:00Z); it goes in the message's Weir-Time header, which the job's sources make the record's timestamp (without it: the time the message was stored)"
+const timeFlagUsage = "each input line starts with its record's timestamp, the time of the event, and a TAB: milliseconds since the Unix epoch (not 0, which means none) or RFC 3339 (2026-12-03T10:00:00Z); it goes in the message's Weir-Time header, which the job's sources make the record's timestamp (without it: the time the message was stored)"
 
 // cutTimestamp splits a -time input line into its leading timestamp
-// (milliseconds since the Unix epoch, or RFC 3339 with a zone) and the
-// rest after the TAB.
+// (milliseconds since the Unix epoch, or RFC 3339 with a zone; not 0,
+// errZeroTime) and the rest after the TAB.
 func cutTimestamp(line []byte) (int64, []byte, error) {
 	field, rest, ok := bytes.Cut(line, []byte{'\t'})
 	if !ok {
@@ -541,6 +541,8 @@ func cutTimestamp(line []byte) (int64, []byte, error) {
 	}
 	ms, err := strconv.ParseInt(string(field), 10, 64)
 	switch {
+	case err == nil && ms == 0:
+		return 0, nil, errZeroTime
 	case err == nil:
 		return ms, rest, nil
 	case errors.Is(err, strconv.ErrRange):
@@ -550,8 +552,17 @@ func cutTimestamp(line []byte) (int64, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("-time: timestamp %q is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)", truncate(field, 40))
 	}
+	if t.UnixMilli() == 0 {
+		return 0, nil, errZeroTime
+	}
 	return t.UnixMilli(), rest, nil
 }
+
+// errZeroTime refuses a -time timestamp of 0, which weir reads as none
+// (ABI.md: a record's timestamp is 0 when unknown): a job's source would
+// give the record the time its stream stored it instead (a publisher's
+// Weir-Time of 0 is ignored), and weir exec would hand the operator 0.
+var errZeroTime = errors.New("-time: timestamp 0 means no timestamp to weir (a job's source gives such a record the time its stream stores it): start the event times at 1")
 
 // truncate shortens b to at most n bytes for a message, cut at a UTF-8
 // boundary, marking the cut.

@@ -298,9 +298,9 @@ func TestExecBuildsAGoPackage(t *testing.T) {
 // milliseconds or RFC 3339) and leads its output line; a line without one
 // is refused naming its line.
 func TestExecTimestamps(t *testing.T) {
-	in := "1796292000000\tk\tv\n2026-12-03T10:00:01.5Z\tvalue only\n0\t\n"
+	in := "1796292000000\tk\tv\n2026-12-03T10:00:01.5Z\tvalue only\n7\t\n"
 	code, out, errs := weir(t, in, "exec", "../../guests/wat/passthrough.wasm", "-time")
-	if want := "1796292000000\tk\tv\n1796292001500\tvalue only\n0\t\n"; code != 0 || out != want {
+	if want := "1796292000000\tk\tv\n1796292001500\tvalue only\n7\t\n"; code != 0 || out != want {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 0 and %q", code, out, errs, want)
 	}
 	// The Go SDK's uppercase keeps each record's timestamp; two outputs
@@ -313,6 +313,9 @@ func TestExecTimestamps(t *testing.T) {
 		{"1\ta\nno timestamp\n", "weir: exec: stdin line 2: -time: want TIMESTAMP<TAB>[KEY<TAB>]VALUE, got no TAB after \"no timestamp\"\n"},
 		{"99999999999999999999\tv\n", "weir: exec: stdin line 1: -time: timestamp \"99999999999999999999\" is too large for milliseconds since the epoch (a 64-bit number)\n"},
 		{"yesterday\tv\n", "weir: exec: stdin line 1: -time: timestamp \"yesterday\" is neither milliseconds since the epoch nor RFC 3339 (2026-12-03T10:00:00Z)\n"},
+		// 0 is no timestamp: a job would give the record its store time.
+		{"1\ta\n0\tb\n", "weir: exec: stdin line 2: -time: timestamp 0 means no timestamp to weir (a job's source gives such a record the time its stream stores it): start the event times at 1\n"},
+		{"1970-01-01T00:00:00Z\tb\n", "weir: exec: stdin line 1: -time: timestamp 0 means no timestamp to weir (a job's source gives such a record the time its stream stores it): start the event times at 1\n"},
 	} {
 		code, _, errs := weir(t, c.in, "exec", "../../guests/wat/passthrough.wasm", "-time")
 		if code != 1 || errs != c.want {
