@@ -19,9 +19,15 @@ const DefaultLogRate = 100
 // logBurstSeconds is the burst of a logLimiter, in seconds of its rate.
 const logBurstSeconds = 10
 
+// logWarnEvery is how often at most a logLimiter warns of the lines it
+// dropped: an operator logging at many times the rate would otherwise
+// have a warning before each line let through.
+const logWarnEvery = 10 * time.Second
+
 // logLimiter is a token bucket over the lines one instance logs. The
 // lines it drops are counted and told in a warning before the next line
-// it lets through, and at the instance's end (close).
+// it lets through once logWarnEvery passed since the last warning, and at
+// the instance's end (close).
 type logLimiter struct {
 	logger   *slog.Logger
 	operator string
@@ -30,7 +36,8 @@ type logLimiter struct {
 	mu      sync.Mutex
 	tokens  float64
 	last    time.Time
-	dropped int64 // since the last warning
+	dropped int64     // since the last warning
+	warned  time.Time // the last warning's time
 	now     func() time.Time
 }
 
@@ -62,8 +69,10 @@ func (l *logLimiter) log(level slog.Level, msg string, args ...any) {
 			return
 		}
 		l.tokens--
-		dropped := l.dropped
-		l.dropped = 0
+		var dropped int64
+		if l.dropped > 0 && (l.warned.IsZero() || now.Sub(l.warned) >= logWarnEvery) {
+			dropped, l.dropped, l.warned = l.dropped, 0, now
+		}
 		l.mu.Unlock()
 		if dropped > 0 {
 			l.warnDropped(dropped)

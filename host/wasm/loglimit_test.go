@@ -35,10 +35,33 @@ func TestLogLimiter(t *testing.T) {
 	if len(lines) != 3 || !strings.Contains(lines[0], want) || !strings.Contains(lines[1], "msg=line") || !strings.Contains(lines[2], "msg=line") {
 		t.Fatalf("after a second:\n%s\nwant the warning (%s), then 2 lines", buf.String(), want)
 	}
+	// More dropped within ten seconds of that warning: counted, not told
+	// before each line let through.
+	buf.Reset()
+	for range 5 {
+		now = now.Add(time.Second)
+		for range 3 {
+			l.log(slog.LevelInfo, "line")
+		}
+	}
+	if got, lines := strings.Count(buf.String(), "dropped"), strings.Count(buf.String(), "msg=line"); got != 0 || lines != 10 {
+		t.Fatalf("5 seconds later, %d warnings and %d lines; want 0 and 10:\n%s", got, lines, buf.String())
+	}
+	buf.Reset()
+	now = now.Add(5 * time.Second)
+	l.log(slog.LevelInfo, "line")
+	if !strings.Contains(buf.String(), "6 of its lines dropped") {
+		t.Fatalf("ten seconds after the warning: %q; want the 6 dropped since told", buf.String())
+	}
+	// The 9 lines left of the bucket pass, 11 are dropped: the end
+	// tells them, though it is not ten seconds since the warning.
+	for range 20 {
+		l.log(slog.LevelInfo, "line")
+	}
 	buf.Reset()
 	l.close()
-	if !strings.Contains(buf.String(), "1 of its lines dropped") {
-		t.Fatalf("at the end: %q; want the one line dropped told", buf.String())
+	if !strings.Contains(buf.String(), "11 of its lines dropped") {
+		t.Fatalf("at the end: %q; want the 11 lines dropped told", buf.String())
 	}
 	buf.Reset()
 	l.close()
