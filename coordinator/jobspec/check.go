@@ -30,7 +30,7 @@ func Check(s *Spec) error {
 	bad := func(path, format string, args ...any) { p.errf(nil, path, format, args...) }
 	oneOf := func(path, v string, allowed ...string) {
 		if v != "" && !slices.Contains(allowed, v) {
-			bad(path, "unknown value %q (want %s)", v, strings.Join(allowed, ", "))
+			bad(path, "unknown value %q (%swant %s)", v, meant(v, allowed), strings.Join(allowed, ", "))
 		}
 	}
 	subjectOK := func(path, v string) {

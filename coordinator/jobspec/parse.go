@@ -432,7 +432,11 @@ func (p *parser) duration(n *yaml.Node, path string, dst *time.Duration) {
 		return
 	}
 	d, err := time.ParseDuration(n.Value)
-	if err != nil || d < 0 {
+	if err == nil && d < 0 {
+		p.errf(n, path, "%s: a duration must not be negative (0 or more: 500ms, 10s, 1m)", n.Value)
+		return
+	}
+	if err != nil {
 		if bareNumberRE.MatchString(n.Value) {
 			// A bare number: the unit is what is missing.
 			p.errf(n, path, "bad duration %q: a duration needs a unit (%ss or %sms?)", n.Value, n.Value, n.Value)
@@ -507,7 +511,26 @@ func (p *parser) oneOf(n *yaml.Node, path string, dst *string, allowed ...string
 			return
 		}
 	}
-	p.errf(n, path, "unknown value %q (want %s)", s, strings.Join(allowed, ", "))
+	p.errf(n, path, "unknown value %q (%swant %s)", s, meant(s, allowed), strings.Join(allowed, ", "))
+}
+
+// meant is "did you mean X? " for the name of names that word most
+// likely misspells (Closest), or the one name of 3 bytes or more that
+// word lengthens or shortens (keyed: key), else "".
+func meant(word string, names []string) string {
+	if c := Closest(word, names); c != "" {
+		return "did you mean " + c + "? "
+	}
+	var like []string
+	for _, n := range names {
+		if min(len(n), len(word)) >= 3 && (strings.HasPrefix(word, n) || strings.HasPrefix(n, word)) {
+			like = append(like, n)
+		}
+	}
+	if len(like) == 1 {
+		return "did you mean " + like[0] + "? "
+	}
+	return ""
 }
 
 func (p *parser) list(n *yaml.Node, path string, fn func(i int, item *yaml.Node, path string)) {
@@ -1146,7 +1169,18 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 				}
 			}
 			if !p.meant[in.From] {
-				at(in.Line, path+".from", "unknown operator or source %q", in.From)
+				var names []string
+				for _, src := range s.Sources {
+					names = append(names, src.Name)
+				}
+				for _, op := range s.Operators {
+					names = append(names, op.Name)
+				}
+				if m := meant(in.From, names); m != "" {
+					at(in.Line, path+".from", "unknown operator or source %q (%s)", in.From, strings.TrimSuffix(m, " "))
+				} else {
+					at(in.Line, path+".from", "unknown operator or source %q", in.From)
+				}
 			}
 			return
 		}
