@@ -12,6 +12,7 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -458,13 +459,13 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job ls", err)
 		}
-		printJobs(std.Out, jobs)
+		printJobs(std.Out, jobs, lsReasonWidth)
 	case "status":
 		st, err := api.Job(ctx, job)
 		if err != nil {
 			return apiErr("job status", err)
 		}
-		printJobs(std.Out, []control.JobStatus{st})
+		printJobs(std.Out, []control.JobStatus{st}, 0)
 		printAttempts(std.Out, st)
 		printInARow(std.Out, st, trapRemedy(nf.hint()))
 		printSkipped(std.Out, st)
@@ -623,7 +624,21 @@ func progress(ctx context.Context, api *control.APIClient, w io.Writer, job, for
 // is its newest failure, when and in which attempt, or "-": its reason
 // only where REASON does not already give it (a restarting or failed
 // job's).
-func printJobs(w io.Writer, jobs []control.JobStatus) {
+func printJobs(w io.Writer, jobs []control.JobStatus, width int) {
+	cut := false
+	shorten := func(s string) string {
+		if width <= 0 || utf8.RuneCountInString(s) <= width {
+			return s
+		}
+		cut = true
+		r := []rune(s)
+		return string(r[:width-1]) + "…"
+	}
+	defer func() {
+		if cut {
+			fmt.Fprintln(w, "(reasons cut short: weir job status JOB shows them whole)")
+		}
+	}()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tCHECKPOINT\tSINCE\tREASON\tLAST FAILURE")
 	for _, j := range jobs {
@@ -646,10 +661,15 @@ func printJobs(w io.Writer, jobs []control.JobStatus) {
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, cp,
-			j.Updated.Format(time.TimeOnly), reason, last)
+			j.Updated.Format(time.TimeOnly), shorten(reason), shorten(last))
 	}
 	tw.Flush()
 }
+
+// lsReasonWidth is how many characters of a job's reason and last
+// failure weir job ls shows: a reason may run to hundreds, and wrap the
+// table past reading; weir job status shows them whole.
+const lsReasonWidth = 72
 
 // printInARow says how close a job failing over again and again is to
 // failing for good (control.JobStatus.FailuresInARow), and when its

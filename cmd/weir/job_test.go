@@ -603,13 +603,32 @@ func TestJobListCheckpointColumn(t *testing.T) {
 	printJobs(&b, []control.JobStatus{{Name: "none", State: control.JobRunning, Attempt: 1},
 		{Name: "some", State: control.JobFailed, Attempt: 2, LatestCheckpoint: 27},
 		{Name: "other", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12"},
-		{Name: "own", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12", LatestCheckpoint: 3}})
+		{Name: "own", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12", LatestCheckpoint: 3}}, 0)
 	lines := strings.Split(b.String(), "\n")
 	if len(lines) != 6 || !regexp.MustCompile(`^none +running +1 +0 +- `).MatchString(lines[1]) ||
 		!regexp.MustCompile(`^some +failed +2 +0 +27 `).MatchString(lines[2]) ||
 		!regexp.MustCompile(`^other +running +1 +0 +orig/12 `).MatchString(lines[3]) ||
 		!regexp.MustCompile(`^own +running +1 +0 +3 `).MatchString(lines[4]) {
 		t.Errorf("weir job ls printed:\n%s", b.String())
+	}
+}
+
+// weir job ls cuts a long reason and last failure short, and says
+// where they are whole; weir job status does not cut them.
+func TestJobListCutsLongReasons(t *testing.T) {
+	long := "task out-0 failed: " + strings.Repeat("é", 100)
+	st := control.JobStatus{Name: "long", State: control.JobFailed, Attempt: 1, Reason: long}
+	var b bytes.Buffer
+	printJobs(&b, []control.JobStatus{st}, lsReasonWidth)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if cut := []rune(long)[:lsReasonWidth-1]; len(lines) != 3 || !strings.Contains(lines[1], string(cut)+"…") || strings.Contains(lines[1], long) ||
+		lines[2] != "(reasons cut short: weir job status JOB shows them whole)" {
+		t.Errorf("weir job ls printed:\n%s", b.String())
+	}
+	b.Reset()
+	printJobs(&b, []control.JobStatus{st}, 0)
+	if !strings.Contains(b.String(), long) || strings.Contains(b.String(), "cut short") {
+		t.Errorf("weir job status printed:\n%s", b.String())
 	}
 }
 
@@ -632,7 +651,7 @@ func TestJobListLastFailure(t *testing.T) {
 			Failures: []control.Failure{lost}, LastFailure: &lost},
 		{Name: "gone", State: control.JobFailed, Attempt: 2, Restarts: 1, Reason: bad.Reason + " (after 1 restart attempt)",
 			Failures: []control.Failure{bad, lost}, LastFailure: &bad},
-	})
+	}, lsReasonWidth)
 	got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 	for i, want := range []string{
 		`^JOB +STATE +ATTEMPT +RESTARTS +CHECKPOINT +SINCE +REASON +LAST FAILURE$`,
