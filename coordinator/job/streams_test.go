@@ -39,9 +39,9 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: elsewhere, input: {fr
 		"ORDERS": {Name: "ORDERS", Subjects: []string{"orders.a"}},
 		"OUT":    {Name: "OUT", Subjects: []string{"elsewhere"}}, // there already: not created
 	}
-	const want = "submit shared: source b: filter orders.b matches none of stream ORDERS's subjects (orders.a); " +
-		"sink out: stream OUT does not store subject elsewhere (its subjects: out) " +
-		"(fix the spec, or create or change the stream, before submitting the job)"
+	const want = "submit shared: 2 problems with the job's streams (fix the spec, or create or change the streams, before submitting the job):\n" +
+		"  source b: filter orders.b matches none of stream ORDERS's subjects (orders.a)\n" +
+		"  sink out: stream OUT does not store subject elsewhere (its subjects: out)"
 	err = CheckStreams(ctx, js, spec, 5*time.Second, creating)
 	if !errors.Is(err, control.ErrInvalid) || err.Error() != want {
 		t.Fatalf("check with ORDERS to create: %v; want ErrInvalid, %q", err, want)
