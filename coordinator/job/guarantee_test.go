@@ -101,7 +101,6 @@ func TestStatusWarnsOfAFeedbackLoop(t *testing.T) {
 	e := setup(t, ctx)
 	e.fleet.start(ctx, "w1")
 	s := spec(t, "loop", "")
-	s.Name = "loop"
 	s.Sinks[0].Stream = "IN"
 	st := e.submitRunning(t, ctx, s)
 	if want := jobspec.FeedbackLoops(s); len(want) != 1 || !slices.Equal(st.Warnings, want) {
