@@ -89,7 +89,9 @@ func TestRunRefusesBeforeBuildingOrPushing(t *testing.T) {
 		if err == nil {
 			t.Fatalf("the coordinator took the job weir run refused: weir run exited %d with %q", code, errb.String())
 		}
-		if want := "weir: " + err.Error() + "\n"; code != 1 || errb.String() != want {
+		var wantb bytes.Buffer
+		printErr(&wantb, err) // as weir prints it: further lines indented
+		if want := wantb.String(); code != 1 || errb.String() != want || !strings.HasPrefix(want, "weir: "+strings.SplitN(err.Error(), "\n", 2)[0]) {
 			t.Errorf("weir %s: exit %d, stderr %q; want 1 and the submit's refusal %q", strings.Join(args, " "), code, errb.String(), want)
 		}
 		if c := runs(); c != 0 {

@@ -133,9 +133,10 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 		return control.Errorf(control.ErrInvalid, "submit %s: %s (fix the spec, or create or change the stream, before submitting the job)",
 			spec.Name, bad[0])
 	case len(bad) > 1:
-		// One line each, as the spec's own errors are.
-		return control.Errorf(control.ErrInvalid, "submit %s: %d problems with the job's streams (fix the spec, or create or change the streams, before submitting the job):\n  %s",
-			spec.Name, len(bad), strings.Join(bad, "\n  "))
+		// One line each, as the spec's own errors are (weir indents an
+		// error's further lines).
+		return control.Errorf(control.ErrInvalid, "submit %s: %d problems with the job's streams (fix the spec, or create or change the streams, before submitting the job):\n%s",
+			spec.Name, len(bad), strings.Join(bad, "\n"))
 	}
 	return nil
 }

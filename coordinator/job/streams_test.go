@@ -40,8 +40,8 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: elsewhere, input: {fr
 		"OUT":    {Name: "OUT", Subjects: []string{"elsewhere"}}, // there already: not created
 	}
 	const want = "submit shared: 2 problems with the job's streams (fix the spec, or create or change the streams, before submitting the job):\n" +
-		"  source b: filter orders.b matches none of stream ORDERS's subjects (orders.a)\n" +
-		"  sink out: stream OUT does not store subject elsewhere (its subjects: out)"
+		"source b: filter orders.b matches none of stream ORDERS's subjects (orders.a)\n" +
+		"sink out: stream OUT does not store subject elsewhere (its subjects: out)"
 	err = CheckStreams(ctx, js, spec, 5*time.Second, creating)
 	if !errors.Is(err, control.ErrInvalid) || err.Error() != want {
 		t.Fatalf("check with ORDERS to create: %v; want ErrInvalid, %q", err, want)
