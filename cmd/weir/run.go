@@ -177,7 +177,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if note != "" {
 		fmt.Fprintf(std.Err, "weir: %s\n", note)
 	}
-	for _, w := range append(jobspec.Unread(spec), jobspec.FeedbackLoops(spec)...) {
+	for _, w := range slices.Concat(jobspec.Unread(spec), jobspec.OutputPorts(spec), jobspec.FeedbackLoops(spec)) {
 		fmt.Fprintf(std.Err, "weir: warning: %s\n", w)
 	}
 	builder := &moduleBuilder{std: std}
@@ -1744,10 +1744,24 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 	for name, c := range stored {
 		n += c - out.bySink[name]
 	}
+	// With several sinks, each one's count: an empty one (an operator's
+	// reader on a port it emits nothing to, jobspec.OutputPorts) shows.
+	per := ""
+	if len(out.sinks) > 1 {
+		var parts []string
+		for _, s := range out.sinks {
+			c, ok := stored[s.Name]
+			if !ok {
+				c = out.bySink[s.Name]
+			}
+			parts = append(parts, fmt.Sprintf("%s %d", s.Name, c))
+		}
+		per = " (" + strings.Join(parts, ", ") + ")"
+	}
 	if published > 0 {
-		fmt.Fprintf(w, "%d records in, %d records out\n", published, n)
+		fmt.Fprintf(w, "%d records in, %d records out%s\n", published, n, per)
 	} else {
-		fmt.Fprintf(w, "%d records out\n", n)
+		fmt.Fprintf(w, "%d records out%s\n", n, per)
 	}
 	if len(behind) > 0 {
 		fmt.Fprintln(w, partialNote(behind, countPartial))

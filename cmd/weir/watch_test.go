@@ -346,3 +346,22 @@ func TestRunSummarySaysWhatIsPartial(t *testing.T) {
 		t.Error("the core NATS sink's subscription was not drained")
 	}
 }
+
+// With several sinks the summary counts each one's records: a sink on
+// an output port its operator emits nothing to shows as empty
+// (jobspec.OutputPorts warns of it before the run).
+func TestSummaryCountsEachSink(t *testing.T) {
+	out := &output{sinks: []jobspec.Sink{{Name: "alo", Kind: jobspec.KindNATS}, {Name: "eo", Kind: jobspec.KindNATS}},
+		bySink: map[string]int{"alo": 22000}, n: 22000, since: map[string]uint64{}}
+	var b bytes.Buffer
+	summary(context.Background(), &b, out, 22000)
+	if want := "22000 records in, 22000 records out (alo 22000, eo 0)\n"; b.String() != want {
+		t.Errorf("summary %q; want %q", b.String(), want)
+	}
+	out = &output{sinks: []jobspec.Sink{{Name: "one", Kind: jobspec.KindNATS}}, bySink: map[string]int{"one": 3}, n: 3, since: map[string]uint64{}}
+	b.Reset()
+	summary(context.Background(), &b, out, 3)
+	if want := "3 records in, 3 records out\n"; b.String() != want {
+		t.Errorf("summary of one sink %q; want %q", b.String(), want)
+	}
+}

@@ -251,7 +251,7 @@ func (j *job) status() control.JobStatus {
 		st.Assignment[k] = v
 	}
 	st.Guarantees = Guarantees(j.spec, j.m.opts.FsyncEachWrite)
-	st.Warnings = append(jobspec.Unread(j.spec), jobspec.FeedbackLoops(j.spec)...)
+	st.Warnings = slices.Concat(jobspec.Unread(j.spec), jobspec.OutputPorts(j.spec), jobspec.FeedbackLoops(j.spec))
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
 	st.Modules = maps.Clone(j.modules)

@@ -36,6 +36,39 @@ func Unread(s *Spec) []string {
 	return out
 }
 
+// OutputPorts describes each operator of s that more than one input reads
+// from: each such input is an output port of its own, numbered from 0 in
+// spec order, operators' inputs before sinks' (plan.Build), and it gets
+// only what the operator emits to that port — not every record, as each
+// reader of a source does. An operator written for one port (port 0)
+// leaves the others empty. weir run and the job's status warn of it; an
+// operator that routes its records to ports (a split) means it.
+func OutputPorts(s *Spec) []string {
+	readers := map[string][]string{}
+	for _, op := range s.Operators {
+		for _, in := range op.Inputs {
+			readers[in.From] = append(readers[in.From], "operator "+op.Name)
+		}
+	}
+	for _, sk := range s.Sinks {
+		readers[sk.Input.From] = append(readers[sk.Input.From], "sink "+sk.Name)
+	}
+	var out []string
+	for _, op := range s.Operators {
+		r := readers[op.Name]
+		if len(r) < 2 {
+			continue
+		}
+		ports := make([]string, len(r))
+		for i, who := range r {
+			ports[i] = fmt.Sprintf("port %d to %s", i, who)
+		}
+		out = append(out, fmt.Sprintf("operator %s has %d readers, each on an output port of its own (%s): each gets only what the operator emits to its port, "+
+			"not every record; emit a record to each port that should have it", op.Name, len(r), strings.Join(ports, ", ")))
+	}
+	return out
+}
+
 // FeedbackLoops describes each sink of s that writes where one of its
 // sources reads — a JetStream sink into a source's stream on subjects
 // the source's filter takes (all of them without a filter), or any sink

@@ -72,3 +72,30 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: used}}]
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// An operator with several readers is told to emit to each port: a
+// second sink of an operator written for one port gets nothing. A
+// source's readers each get every record, and one reader is one port.
+func TestOutputPorts(t *testing.T) {
+	s, err := Parse("job.yaml", []byte(`name: j
+sources: [{name: in, kind: jetstream, stream: IN}]
+operators:
+  - {name: tag, module: m, inputs: [{from: in}]}
+  - {name: more, module: m, inputs: [{from: tag}]}
+  - {name: one, module: m, inputs: [{from: in}]}
+sinks:
+  - {name: alo, kind: jetstream, stream: A, subject: a, input: {from: tag}}
+  - {name: eo, kind: jetstream, stream: E, subject: e, input: {from: tag}}
+  - {name: other, kind: jetstream, stream: O, subject: o, input: {from: one}}
+  - {name: last, kind: jetstream, stream: L, subject: l, input: {from: more}}
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := OutputPorts(s)
+	want := "operator tag has 3 readers, each on an output port of its own (port 0 to operator more, port 1 to sink alo, port 2 to sink eo): " +
+		"each gets only what the operator emits to its port, not every record; emit a record to each port that should have it"
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("OutputPorts = %q; want [%q]", got, want)
+	}
+}
