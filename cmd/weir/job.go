@@ -1003,10 +1003,11 @@ func expiryAdvice(st control.JobStatus) string {
 			"data, and are exactly-once"
 	case st.CheckpointMode == jobspec.ModeExactlyOnce && st.AlignedTimeout > 0:
 		return prefix + fmt.Sprintf("aligned ones queue behind the data in flight to a busy task (see "+
-			"bottleneck) and turn unaligned only once a task has aligned for %s (checkpointing.aligned-timeout): "+
-			"a barrier queued behind that data (on a task's only input, say) is not overtaken; make the busy "+
-			"task faster or raise its parallelism, raise checkpointing.timeout, or take checkpoints unaligned "+
-			"from the start (checkpointing.mode: unaligned)", st.AlignedTimeout)
+			"bottleneck) and turn unaligned at a task only once its barrier is %s late, queued or aligning that "+
+			"long after the trigger (checkpointing.aligned-timeout), and a task stuck inside a long call or "+
+			"a slow commit holds them either way; make the busy task faster or raise its parallelism, raise "+
+			"checkpointing.timeout, or take checkpoints unaligned from the start (checkpointing.mode: "+
+			"unaligned)", st.AlignedTimeout)
 	case st.CheckpointMode == jobspec.ModeExactlyOnce:
 		return prefix + "aligned ones queue behind the data in flight to a busy task (see bottleneck); make " +
 			"it faster or raise its parallelism, raise checkpointing.timeout, let them turn unaligned when " +
@@ -1094,6 +1095,42 @@ type statusNotes struct {
 	remedy func(control.JobStatus, remedyFix) string
 	// hint is the -nats (natsFlags.hint) of the other commands it prints.
 	hint string
+	// queued says that an aligned checkpoint's barriers were said to wait
+	// behind the data in flight (slowBarriers).
+	queued bool
+}
+
+// slowBarrier is how long an aligned checkpoint's barriers must have
+// waited at a task, and for at least half of the checkpoint's time, for
+// slowBarriers to say what lets them overtake the data.
+const slowBarrier = time.Second
+
+// slowBarriers returns, once, the line that says an aligned checkpoint c
+// of st's job spent most of its time with its barriers queued behind the
+// data in flight or aligning (c.Slowest: start delay or alignment, not a
+// sink's commit wait) — backpressure, which unaligned checkpoints
+// overtake — and "" for any other checkpoint, one of a job that takes
+// them unaligned or at-least-once, or with an aligned-timeout (it turns
+// unaligned by itself, and its expiry advice says what else to do).
+func (n *statusNotes) slowBarriers(st control.JobStatus, c control.CheckpointInfo) string {
+	if n.queued || c.Status != control.CheckpointCompleted || c.Unaligned || c.Savepoint ||
+		st.CheckpointMode != jobspec.ModeExactlyOnce || st.AlignedTimeout > 0 {
+		return ""
+	}
+	t, ok := c.Slowest()
+	if !ok || t.Phase != control.PhaseStartDelay && t.Phase != control.PhaseAlignment ||
+		t.Duration < slowBarrier || 2*t.Duration < c.Duration {
+		return ""
+	}
+	n.queued = true
+	where := "queued behind the data in flight to it"
+	if t.Phase == control.PhaseAlignment {
+		where = "aligning its inputs"
+	}
+	return fmt.Sprintf("checkpoint %d waited %s of its %s for its barriers at %s, %s: aligned barriers travel behind "+
+		"the records backpressure queues on each channel; unaligned checkpoints (checkpointing.mode: unaligned, or "+
+		"aligned-timeout: 1s to turn so when late) overtake them, still exactly-once\n",
+		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), t.Task, where)
 }
 
 // inARow is how many failures in a row, of checkpoints or of the job,

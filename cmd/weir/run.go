@@ -1362,6 +1362,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			if c.Status == control.CheckpointCompleted && inputDone && len(o.inputs) > 0 && inputCommittedAt == 0 {
 				inputCommittedAt = c.ID
 			}
+			fmt.Fprint(std.Out, notes.slowBarriers(st, c))
 		}
 		// What weir job status would say of a job in trouble, once.
 		fmt.Fprint(std.Out, notes.news(st))
