@@ -149,6 +149,23 @@ checkpointing: {disabled: true}
 					t.Errorf("%v: exit %d, want 2 (usage)", args, code)
 				}
 			}
+
+			// weir job rm takes the ended job with what is left of it.
+			code, out, errs = weir("job", "rm", "tap")
+			want = fmt.Sprintf(`^removed savepoint %d of tap \(\d+ B\): 3 storage objects\n`+
+				`removed job tap \(with its 1 checkpoint\); a job submitted under its name numbers its attempts and checkpoints on past it\n$`, first)
+			if code != 0 || !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("job rm: exit %d, stdout %q, stderr %q; want %s", code, out, errs, want)
+			}
+			if keys := objects(first); len(keys) != 0 {
+				t.Errorf("left in storage of the removed job's savepoint: %v", keys)
+			}
+			if _, out, _ := weir("job", "ls", "tap"[:0]); strings.Contains(out, "tap") {
+				t.Errorf("weir job ls lists the removed job:\n%s", out)
+			}
+			if code, _, errs := weir("job", "status", "tap"); code != 1 || errs != "weir: no job \"tap\"\n" {
+				t.Errorf("status of the removed job: exit %d, stderr %q", code, errs)
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +25,7 @@ import (
 )
 
 func init() {
-	register(command{Name: "job", Summary: "list, follow the output of, cancel, savepoint or restore jobs", Run: runJob})
+	register(command{Name: "job", Summary: "list, follow the output of, stop, cancel, savepoint, restore or remove jobs", Run: runJob})
 	register(command{Name: "checkpoint", Summary: "list or remove a job's checkpoints and savepoints", Run: runCheckpoint})
 }
 
@@ -74,6 +75,13 @@ processed, so restoring it repeats no output`},
 	{name: "savepoint", synopsis: "JOB", args: 1, note: endedNote, help: "take an aligned savepoint now; the job runs on"},
 	{name: "restore", synopsis: "JOB -from ID [-spec F [-create-streams]] [-allow-non-restored-state]", args: 1,
 		help: "restart a stopped job from checkpoint ID"},
+	{name: "rm", synopsis: "JOB", args: 1, help: `remove a job that has ended (stop or cancel it first)
+with every checkpoint and savepoint of it still
+stored: it is listed no more; nothing restores it.
+Refused while another job restores one of them on a
+failover (it started from it). A job submitted again
+under the name numbers its attempts and checkpoints
+on past the removed one's`},
 }
 
 const (
@@ -201,8 +209,12 @@ func parseJobArgs(std Stdio, args []string, f *jobFlags) (jobSubcommand, []strin
 	}
 	c, ok := jobSubcommandNamed(common.Arg(0))
 	if !ok {
-		return jobSubcommand{}, nil, usagef("job: unknown subcommand %q (%sls, status, output, stop, cancel, savepoint or restore)", common.Arg(0),
-			didYouMean(common.Arg(0), []string{"ls", "status", "output", "stop", "cancel", "savepoint", "restore"}))
+		names := make([]string, len(jobSubcommands))
+		for i, c := range jobSubcommands {
+			names[i] = c.name
+		}
+		return jobSubcommand{}, nil, usagef("job: unknown subcommand %q (%s%s or %s)", common.Arg(0),
+			didYouMean(common.Arg(0), names), strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 	}
 	// The flags given before the subcommand are set again in its flag
 	// set, whose registering set them back to their defaults.
@@ -337,6 +349,7 @@ var apiWaits = map[string]string{
 	control.APIRestore:     "job restore",
 	control.APICheckpoints: "checkpoint ls",
 	control.APIRemove:      "checkpoint rm",
+	control.APIRemoveJob:   "job rm",
 	control.APIWorkers:     "worker ls",
 }
 
@@ -517,6 +530,27 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		default:
 			fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 		}
+	case "rm":
+		api.Timeout = removeWait
+		rm, err := api.RemoveJob(ctx, job)
+		if err != nil {
+			return apiErr("job rm", err)
+		}
+		// What the job itself was to be restored from is no news: it is
+		// gone with them. Other ended jobs' advice that named them is.
+		for i := range rm.Checkpoints {
+			rm.Checkpoints[i].Readvised = slices.DeleteFunc(rm.Checkpoints[i].Readvised, func(r control.Readvised) bool { return r.Job == job })
+		}
+		printRemoved(std.Out, job, rm, nf.hint())
+		what := "nothing of it was stored"
+		switch n := len(rm.Checkpoints); n {
+		case 0:
+		case 1:
+			what = "with its 1 checkpoint"
+		default:
+			what = fmt.Sprintf("with its %d checkpoints", n)
+		}
+		fmt.Fprintf(std.Out, "removed job %s (%s); a job submitted under its name numbers its attempts and checkpoints on past it\n", job, what)
 	case "savepoint":
 		progress(ctx, api, std.Err, job, "taking a savepoint of %s …\n")
 		api.Timeout = savepointWait

@@ -688,6 +688,12 @@ type API interface {
 	// RemoveCheckpoints deletes checkpoints or savepoints from storage
 	// (see RemoveRequest).
 	RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Removed, error)
+	// RemoveJob removes a job that has ended: every checkpoint and
+	// savepoint of it still stored, then the job, which is listed no
+	// more. A job submitted again under its name numbers its attempts and
+	// checkpoints on past the removed one's. A job that has not ended, or
+	// whose checkpoint another job needs, is refused (ErrConflict).
+	RemoveJob(ctx context.Context, job string) (Removed, error)
 	// Workers lists the live workers with their slots.
 	Workers(ctx context.Context) ([]WorkerStatus, error)
 }
@@ -719,6 +725,7 @@ const (
 	APICheckRestore = "check_restore"
 	APICheckpoints  = "checkpoints"
 	APIRemove       = "remove_checkpoints"
+	APIRemoveJob    = "remove_job"
 	APIWorkers      = "workers"
 )
 
@@ -1025,6 +1032,12 @@ func (c *APIClient) RemoveCheckpoints(ctx context.Context, r RemoveRequest) (Rem
 	return call[Removed](ctx, c, APIRemove, r)
 }
 
+// RemoveJob removes a job that has ended, with its checkpoints (see
+// API.RemoveJob).
+func (c *APIClient) RemoveJob(ctx context.Context, job string) (Removed, error) {
+	return call[Removed](ctx, c, APIRemoveJob, nameRequest{job})
+}
+
 // HeaderWait is the header in which an APIClient's request says how long
 // its caller waits for the answer, as a Go duration ("29.9s"): what is
 // left of its whole wait (a read sent again counts the answer to any of
@@ -1049,7 +1062,7 @@ const (
 func handlerWait(op string, m *nats.Msg, arrival time.Time) (time.Duration, time.Time) {
 	wait := DefaultHandlerWait
 	switch op {
-	case APISavepoint, APIStop, APIRemove:
+	case APISavepoint, APIStop, APIRemove, APIRemoveJob:
 		wait = DefaultLongHandlerWait
 	}
 	if m.Header != nil {
@@ -1206,6 +1219,13 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 				return nil, Errorf(ErrInvalid, "decode remove request: %v", err)
 			}
 			return impl.RemoveCheckpoints(ctx, r)
+		},
+		APIRemoveJob: func(ctx context.Context, data []byte) (any, error) {
+			n, err := name(data)
+			if err != nil {
+				return nil, err
+			}
+			return impl.RemoveJob(ctx, n)
 		},
 	}
 	for op, fn := range ops {

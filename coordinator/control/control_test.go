@@ -461,6 +461,13 @@ func (fakeAPI) Workers(context.Context) ([]WorkerStatus, error) {
 	return []WorkerStatus{{ID: "w1", Host: "h", Slots: 4, Used: 3}}, nil
 }
 
+func (fakeAPI) RemoveJob(_ context.Context, job string) (Removed, error) {
+	if job == "running" {
+		return Removed{}, Errorf(ErrConflict, "cannot remove job running: it is running")
+	}
+	return Removed{Checkpoints: []RemovedCheckpoint{{CheckpointInfo: CheckpointInfo{Job: job, ID: 2}, Objects: 4}}}, nil
+}
+
 func (fakeAPI) RemoveCheckpoints(_ context.Context, r RemoveRequest) (Removed, error) {
 	if r.ID == 9 {
 		return Removed{}, Errorf(ErrConflict, "cannot remove checkpoint 9 of job %s: it is being written (pending)", r.Job)
@@ -522,6 +529,12 @@ func TestAPIRoundTrip(t *testing.T) {
 	if _, err := c.RemoveCheckpoints(ctx, RemoveRequest{Job: "a", ID: 9}); !errors.Is(err, ErrConflict) ||
 		err.Error() != "cannot remove checkpoint 9 of job a: it is being written (pending)" {
 		t.Errorf("refused remove = %v", err)
+	}
+	if rm, err := c.RemoveJob(ctx, "a"); err != nil || len(rm.Checkpoints) != 1 || rm.Checkpoints[0].Job != "a" || rm.Checkpoints[0].Objects != 4 {
+		t.Errorf("remove job = %+v %v", rm, err)
+	}
+	if _, err := c.RemoveJob(ctx, "running"); !errors.Is(err, ErrConflict) || err.Error() != "cannot remove job running: it is running" {
+		t.Errorf("refused remove job = %v", err)
 	}
 	cancel()
 	<-done

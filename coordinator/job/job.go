@@ -178,6 +178,9 @@ type job struct {
 	// superseded is set once a new run of the job's name replaced it: its
 	// record is the new run's to write.
 	superseded bool
+	// gone is set once the job was removed (weir job rm, RemoveJob): it is
+	// not listed nor found, and is kept only for its name's numbering.
+	gone bool
 }
 
 // liveTask is what the heartbeats said about one task: the latest

@@ -588,8 +588,14 @@ func (m *Manager) job(name string) (*job, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	j := m.jobs[name]
-	if j == nil {
-		if c := jobspec.Closest(name, slices.Collect(maps.Keys(m.jobs))); c != "" {
+	if j == nil || j.isGone() {
+		var names []string
+		for n, k := range m.jobs {
+			if !k.isGone() {
+				names = append(names, n)
+			}
+		}
+		if c := jobspec.Closest(name, names); c != "" {
 			return nil, control.Errorf(control.ErrNotFound, "no job %q (did you mean %s?)", name, c)
 		}
 		return nil, control.Errorf(control.ErrNotFound, "no job %q", name)
@@ -900,8 +906,12 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 		// cut-off worker still runs must not pass for one of this run.
 		// Its failures stay listed too (they name their attempts), and
 		// its attempts that were not started.
+		// Of a removed run only the numbering stays.
 		ost := old.status()
-		j.st.Attempt, j.st.Failures, j.st.Skipped = ost.Attempt, ost.Failures, ost.Skipped
+		j.st.Attempt = ost.Attempt
+		if !old.isGone() {
+			j.st.Failures, j.st.Skipped = ost.Failures, ost.Skipped
+		}
 	}
 	m.jobs[spec.Name] = j
 	m.wg.Add(2)
@@ -950,7 +960,9 @@ func (m *Manager) Jobs(context.Context) ([]control.JobStatus, error) {
 	m.mu.Lock()
 	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
-		jobs = append(jobs, j)
+		if !j.isGone() {
+			jobs = append(jobs, j)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]control.JobStatus, 0, len(jobs))

@@ -85,6 +85,10 @@ type record struct {
 	// them again until it is placed anew, so that no job submitted
 	// meanwhile takes them from it.
 	Assignment map[string]string `json:"assignment,omitempty"`
+	// Removed says the job was removed (Manager.RemoveJob): the record is
+	// kept for its numbering (Attempt, Reserved), and the job is not
+	// listed.
+	Removed bool `json:"removed,omitempty"`
 }
 
 const recordPrefix = "jobs/"
@@ -141,7 +145,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Replacements: j.st.Replacements, Resumes: j.st.Resumes, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules}
+		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
@@ -471,7 +475,7 @@ func terminalJob(m *Manager, rec record) *job {
 	// consecutive: the failures in a row it ended with, by which weir job
 	// status says how a job that failed in a loop goes on.
 	j := &job{m: m, spec: rec.Spec, ctx: ctx, cancel: cancel, done: make(chan struct{}), firstID: rec.FirstID, reserved: rec.Reserved, recordMu: new(sync.Mutex),
-		consecutive: rec.FailuresInARow, fromGone: rec.FromGone,
+		consecutive: rec.FailuresInARow, fromGone: rec.FromGone, gone: rec.Removed,
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
