@@ -128,6 +128,14 @@ type Metadata struct {
 	// for its own checkpoints, and refuses a start: new of an earlier
 	// run's: coordinator/job keepResolved).
 	Sources []jobspec.Source `json:"sources,omitempty"`
+	// Inputs are the job's operators' inputs, by operator, as the run
+	// that took the checkpoint had them partitioned
+	// (RunnerOptions.Inputs): a restore that no longer partitions by key
+	// an input that was, of an operator with state, would hand a key's
+	// records to subtasks that do not hold its state (coordinator/job
+	// checkRestore refuses it). Nil in metadata written before they were
+	// recorded.
+	Inputs map[string][]jobspec.Input `json:"inputs,omitempty"`
 	// Removing marks a checkpoint whose removal (Catalog.Remove) began:
 	// its state objects may be partly gone, so nothing restores it
 	// (Catalog.Read returns a RemovingError), and a removal done again

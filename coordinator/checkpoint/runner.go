@@ -43,6 +43,9 @@ type RunnerOptions struct {
 	// runner writes (Metadata.Sources): the job's sources as its run
 	// resolved them.
 	Sources []jobspec.Source
+	// Inputs are recorded in the metadata of every checkpoint the runner
+	// writes (Metadata.Inputs): the job's operators' inputs, by operator.
+	Inputs map[string][]jobspec.Input
 	// FinishRemoval finishes the removal of checkpoint id that was cut
 	// short (RemovalCut), as retention goes on: it returns how many
 	// objects it deleted, and an error if the removal is not finished.
@@ -95,6 +98,7 @@ type Runner struct {
 	cat     *Catalog
 	eff     Effects
 	sources []jobspec.Source
+	inputs  map[string][]jobspec.Input // Metadata.Inputs
 	now     func() time.Time
 	log     *slog.Logger
 	kick    chan struct{}
@@ -201,7 +205,7 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), now: opts.Now, log: opts.Log,
+	r := &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), inputs: opts.Inputs, now: opts.Now, log: opts.Log,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{},
 		dkick: make(chan struct{}, 1), removals: map[int64]int{}, finish: opts.FinishRemoval, claim: opts.Claim}
 	if r.finish == nil {
@@ -946,7 +950,7 @@ func (r *Runner) do(ctx context.Context, a Action) {
 		r.mu.Unlock()
 	case PersistAction:
 		md := *a.Metadata
-		md.Sources = r.sources
+		md.Sources, md.Inputs = r.sources, r.inputs
 		r.mu.Lock()
 		wait := r.m.MetadataWriteWait()
 		r.mu.Unlock()

@@ -86,6 +86,13 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 			continue
 		}
 		if v.Parallelism == len(ts) {
+			if v.Kind == plan.Operator && v.Parallelism > 1 && stateful(ts) != "" {
+				if in := unkeyedNow(md.Inputs[name], v); in != "" {
+					problems = append(problems, fmt.Sprintf("operator %s keeps state by key in its %d subtasks (its input from %s was partitioned by key when checkpoint %d was taken), "+
+						"but the spec partitions that input otherwise, so a key's records would reach subtasks that do not hold its state: keep partition: key for it",
+						name, len(ts), in, md.ID))
+				}
+			}
 			continue
 		}
 		changed := fmt.Sprintf("%s %s has parallelism %d in the checkpoint and %d in the spec", v.Kind, name, len(ts), v.Parallelism)
@@ -144,6 +151,37 @@ func unkeyedInput(v plan.Vertex) string {
 		}
 	}
 	return ""
+}
+
+// unkeyedNow names the first input of v that was partitioned by key as
+// the checkpoint's run had it (was: Metadata.Inputs of v) and is not in
+// the spec, or "".
+func unkeyedNow(was []jobspec.Input, v plan.Vertex) string {
+	for _, in := range was {
+		if in.Partition != jobspec.KeyHash {
+			continue
+		}
+		for _, e := range v.Inputs {
+			if e.From == in.From && e.Partition != jobspec.KeyHash {
+				return in.From
+			}
+		}
+	}
+	return ""
+}
+
+// operatorInputs returns spec's operators' inputs by operator, as a
+// checkpoint records them (checkpoint.Metadata.Inputs).
+func operatorInputs(spec *jobspec.Spec) map[string][]jobspec.Input {
+	in := make(map[string][]jobspec.Input, len(spec.Operators))
+	for _, op := range spec.Operators {
+		ins := slices.Clone(op.Inputs)
+		for i := range ins {
+			ins[i].Line = 0
+		}
+		in[op.Name] = ins
+	}
+	return in
 }
 
 // restoreFor returns the restore instructions for deploying spec (planned

@@ -1,10 +1,12 @@
 package job
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/coordinator/checkpoint"
 	"github.com/weirhq/weir/coordinator/control"
@@ -213,6 +215,62 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: co
 	}
 }
 
+// A restore that keeps an operator's parallelism but no longer partitions
+// by key an input the checkpoint's run did is refused when the operator
+// holds state: a key's records would reach a subtask that does not hold
+// its state (a trial's dedup operator, restored with round-robin at the
+// same parallelism, output 5 671 ids again). Partitioning that was not by
+// key before may change (a pre-aggregation's state is not a key's alone),
+// and so may anything of a stateless operator, of one at parallelism 1,
+// or of a checkpoint that did not record its inputs.
+func TestRestoreKeepsKeyPartitioning(t *testing.T) {
+	build := func(partition string, count int) (*jobspec.Spec, *plan.Plan) {
+		return planned(t, `name: r
+sources: [{name: in, kind: nats, subject: in}]
+operators:
+  - {name: count, module: count@1, parallelism: `+strconv.Itoa(count)+`, inputs: [{from: in, partition: `+partition+`}]}
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: count}}]
+`)
+	}
+	for _, c := range []struct {
+		name        string
+		was, now    string
+		parallelism int
+		state       int64
+		unrecorded  bool
+		want        string // "" accepted
+	}{
+		{"key to round-robin", "key", "round-robin", 2, 40, false, "operator count keeps state by key in its 2 subtasks (its input from in was partitioned by key when checkpoint 7 was taken), " +
+			"but the spec partitions that input otherwise, so a key's records would reach subtasks that do not hold its state: keep partition: key for it"},
+		{"key to broadcast", "key", "broadcast", 2, 40, false, "keep partition: key for it"},
+		{"key kept", "key", "key", 2, 40, false, ""},
+		{"round-robin to key", "round-robin", "key", 2, 40, false, ""},
+		{"stateless", "key", "round-robin", 2, 0, false, ""},
+		{"parallelism 1", "key", "round-robin", 1, 40, false, ""},
+		{"not recorded", "key", "round-robin", 2, 40, true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tasks := map[string]taskState{"in-0": {}, "out-0": {}}
+			for i := range c.parallelism {
+				tasks["count-"+strconv.Itoa(i)] = taskState{state: c.state}
+			}
+			md := metadata(tasks)
+			was, _ := build(c.was, c.parallelism)
+			if !c.unrecorded {
+				md.Inputs = operatorInputs(was)
+			}
+			s, p := build(c.now, c.parallelism)
+			err := checkRestore(s, p, md, false)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, control.ErrInvalid)):
+				t.Fatalf("got %v, want ErrInvalid saying %q", err, c.want)
+			}
+		})
+	}
+}
+
 // A sink that shrinks: subtask j re-commits, besides its own, the staged
 // output of every vanished subtask i with i % parallelism == j.
 func TestRestoreForShrunkSink(t *testing.T) {
@@ -238,5 +296,23 @@ func TestRestoreForShrunkSink(t *testing.T) {
 	}
 	if r.Handles["count-1"] != "r/chk-7/count-1" {
 		t.Errorf("restore %+v", r)
+	}
+}
+
+// Each checkpoint records how the run partitioned its operators' inputs,
+// which the restore check above compares with the spec.
+func TestCheckpointRecordsOperatorInputs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.start(ctx, "w1")
+	e.submitRunning(t, ctx, spec(t, "parts", "checkpointing: {disabled: true}\n"))
+	id := e.savepoint(t, ctx, "parts")
+	md, err := e.mgr.opts.Catalog.Read(ctx, "parts", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := md.Inputs["count"]; len(got) != 1 || got[0].From != "in" || got[0].Partition != jobspec.KeyHash || got[0].Line != 0 {
+		t.Errorf("recorded inputs %+v", md.Inputs)
 	}
 }
