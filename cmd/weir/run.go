@@ -1423,9 +1423,15 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		select {
 		case <-ctx.Done():
+			if !inputDone {
+				sayUnpublished(std.Out, spec, o.inputs, "before the interrupt", st.State)
+			}
 			summary(ctx, std.Out, out, published)
 			return nil
 		case <-deadline:
+			if !inputDone {
+				sayUnpublished(std.Out, spec, o.inputs, "within -for", st.State)
+			}
 			summary(ctx, std.Out, out, published)
 			return nil
 		case <-tick.C:
@@ -1519,6 +1525,11 @@ type stateReport struct {
 // (control.JobStatus.Skipped), once.
 func (r *stateReport) news(st control.JobStatus) string {
 	switch {
+	case st.State == control.JobCreated && r.state == control.JobCreated && st.Reason != "" && st.Reason != r.reason:
+		// A job that waits to be placed (no live worker, no free
+		// slots) says for what, once per reason.
+		r.reason = st.Reason
+		return fmt.Sprintf("job %s: %s, %s", st.Name, st.State, st.Reason)
 	case st.State == control.JobCreated && r.state != control.JobCreated:
 		return ""
 	case st.State != r.state:
@@ -1796,6 +1807,17 @@ func unboundedInputs(spec *jobspec.Spec, inputs inputFlags) []string {
 		}
 	}
 	return out
+}
+
+// sayUnpublished says which -input files weir run did not publish because
+// the job, in state, did not run when (within -for, before an interrupt):
+// an unbounded source's input goes out once the job runs, and a run that
+// ended before then had summed up "0 records out" as if the job had
+// processed nothing of it.
+func sayUnpublished(w io.Writer, spec *jobspec.Spec, inputs inputFlags, when string, state control.JobState) {
+	if unpublished := unboundedInputs(spec, inputs); len(unpublished) > 0 {
+		fmt.Fprintf(w, "-input %s not published: the job did not run %s (%s)\n", strings.Join(unpublished, ", "), when, state)
+	}
 }
 
 // badLine is the error of an input line that cannot be published (a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -258,5 +259,45 @@ func TestJobStatusExplainsTheAttempts(t *testing.T) {
 	}
 	if got := status(control.JobStatus{Name: "x", State: control.JobRunning, Attempt: 3, Restarts: 2}); strings.Contains(got, "attempts:") {
 		t.Errorf("stdout:\n%s\nwant no line on the attempts: the restarts explain them", got)
+	}
+}
+
+// weir run of a job that waits for a worker says so, and when -for ends
+// before the job ran, that its -input was not published (a trial's run
+// summed up "0 records out" and left the input file unpublished without
+// a word).
+func TestRunSaysTheJobWaitsForAWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	n, err := node.Start(ctx, node.Options{DataDir: filepath.Join(dir, "data"), Port: -1, Coordinator: true, Workers: 0,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	specPath, input := filepath.Join(dir, "tap.yaml"), filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(specPath, []byte(`name: tap
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(input, []byte("a\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "-for", "2s", specPath, "-input", input},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if code != 0 {
+		t.Fatalf("weir run exited %d: %s", code, errb.String())
+	}
+	for _, want := range []string{
+		"job tap: created, waiting for a worker to join (none is live)\n",
+		"-input " + input + " not published: the job did not run within -for (created)\n",
+	} {
+		if strings.Count(out.String(), want) != 1 {
+			t.Errorf("stdout\n%s\nwant once: %q", out.String(), want)
+		}
 	}
 }
