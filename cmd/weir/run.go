@@ -92,7 +92,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
 	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
-	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do")
+	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	fs.BoolVar(&o.time, "time", false, timeFlagUsage)
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
@@ -132,7 +132,8 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 			}
 			defer os.RemoveAll(dir)
 		}
-		n, err = node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: logger(std, o.verbose)})
+		n, err = node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: logger(std, o.verbose),
+			OperatorLog: operatorLogger(std, o.verbose)})
 		if err != nil {
 			return inUseHint(err, o.data)
 		}

@@ -117,6 +117,18 @@ func logger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
+// operatorLogger is the log of the operators' own lines (weir.log, stdout,
+// stderr): from info up, and debug too with verbose. The operators' lines
+// are their authors' output; a trial's info lines were hidden by the
+// warnings-only log weir keeps of its own work by default.
+func operatorLogger(std Stdio, verbose bool) *slog.Logger {
+	lvl := slog.LevelInfo
+	if verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
+}
+
 const upUsage = `[-data DIR] [-port N] [-sync always|D] [-workers N] [-slots N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
        weir up -nats URL[,URL...] [-replicas N] [-workers N] [-slots N] [-worker-wait D] [auth flags] [-metrics ADDR]
 
@@ -189,7 +201,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	var nf natsFlags
 	nf.register(fs, "", "use this NATS server or cluster (comma-separated URLs) instead of starting the embedded one")
 	replicas := fs.Int("replicas", 0, "with -nats: servers that keep each of weir's buckets, 1-5 (default: 1 for new buckets, existing ones as they are)")
-	verbose := fs.Bool("v", false, "log what the coordinator and workers do")
+	verbose := fs.Bool("v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 	syncFlag := fs.String("sync", "", "when the embedded server fsyncs JetStream writes: always (before acknowledging each), or every DURATION (default 2m, nats-server's)")
 	if err := parseFlags(fs, args); err != nil {
@@ -236,7 +248,8 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	opts := node.Options{DataDir: abs, Host: *host, Port: *port, SyncAlways: syncAlways, SyncInterval: syncInterval, Coordinator: true,
-		Workers: *workers, WorkerSlots: *slots, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose)}
+		Workers: *workers, WorkerSlots: *slots, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
+		OperatorLog: operatorLogger(std, *verbose)}
 	if external {
 		opts.NATS = nf.options("weir up")
 	}
@@ -365,7 +378,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	store := fs.String("checkpoint-store", node.StoreJetStream, "checkpoint storage: jetstream (shared) or dir")
 	atomicBatch := fs.Int("atomic-batch", sink.MaxAtomicBatch, "most messages per atomic batch of a JetStream sink (the server's max_batch_size or less)")
 	slots := fs.Int("slots", 0, "most tasks the worker runs at a time, of all jobs (0: no limit)")
-	verbose := fs.Bool("v", false, "log what the worker does")
+	verbose := fs.Bool("v", false, "log what the worker does (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -391,7 +404,8 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		*data = dir
 	}
 	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), WaitForNATS: true, DataDir: *data, Workers: 1, WorkerID: *id,
-		CheckpointStore: *store, AtomicBatch: *atomicBatch, WorkerSlots: *slots, Log: logger(std, *verbose)})
+		CheckpointStore: *store, AtomicBatch: *atomicBatch, WorkerSlots: *slots, Log: logger(std, *verbose),
+		OperatorLog: operatorLogger(std, *verbose)})
 	if err != nil {
 		if ctx.Err() != nil {
 			// Interrupted while it waited for NATS: a stop asked for, not

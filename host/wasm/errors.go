@@ -135,6 +135,13 @@ type TrapError struct {
 	// the guest's other output: a worker logs it with the task's failure,
 	// once per task, as it does Stack.
 	Traceback string
+	// LastStderr is, when the guest set no Message and wrote no Fatal
+	// line, the last line it wrote to stderr during the call, "" if none:
+	// what a runtime that aborts without a known form of words said last
+	// (C++'s libc++ without exceptions: "stoll: no conversion"; a C
+	// operator's fprintf before abort). The message gives it as what the
+	// operator wrote, not as the cause.
+	LastStderr string
 	// Recursion is the function the wasm stack trace of an out-of-bounds
 	// access shows over and over ("depth(i32) i32"), "" if none: a
 	// recursion that ran the stack C and Rust keep in linear memory below
@@ -167,11 +174,19 @@ func (e *TrapError) Error() string {
 		// The guest's own words first; the runtime's ("wasm error:
 		// unreachable") say only how it stopped.
 		reason = m + " (" + reason + ")"
+	} else if e.LastStderr != "" {
+		reason += lastStderr(e.LastStderr)
 	}
 	if e.RecordIndex >= 0 {
 		return fmt.Sprintf("operator %s: %s: trap at record %d of the batch%s: %s%s", e.Operator, e.Export, e.RecordIndex, paren(e.Record), reason, full)
 	}
 	return fmt.Sprintf("operator %s: %s: trap: %s%s", e.Operator, e.Export, reason, full)
+}
+
+// lastStderr is the end of a failure's message that gives the last line
+// the operator wrote to stderr in the failed call.
+func lastStderr(line string) string {
+	return fmt.Sprintf(" (after the operator wrote to stderr: %q)", line)
 }
 
 // paren returns " (s)", or "" for an empty s.
@@ -277,9 +292,9 @@ type ExitError struct {
 	// Record is that record's key and the start of its value (Process),
 	// "" if unknown.
 	Record string
-	// Fatal and Traceback are as in TrapError: what the guest runtime
-	// wrote to stderr about why it exits, "" if nothing.
-	Fatal, Traceback string
+	// Fatal, Traceback and LastStderr are as in TrapError: what the
+	// guest runtime wrote to stderr about why it exits, "" if nothing.
+	Fatal, Traceback, LastStderr string
 	// GrowRefused, MemorySize and MemoryLimit are as in TrapError, set
 	// only when a memory.grow was refused during the call (as when a
 	// guest exits because its heap cannot grow), else 0.
@@ -295,6 +310,8 @@ func (e *ExitError) Error() string {
 	}
 	if e.Fatal != "" {
 		fatal = ": " + e.Fatal
+	} else if e.LastStderr != "" {
+		fatal = lastStderr(e.LastStderr)
 	}
 	return fmt.Sprintf("operator %s: %s: %sthe module exited with code %d%s", e.Operator, e.Export, at, e.Code, fatal) +
 		memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)

@@ -108,6 +108,9 @@ type Instance struct {
 	failed       error
 	stdout       *lineWriter
 	stderr       *lineWriter
+	// grewPast says a call went on after the memory limit refused a
+	// memory.grow, which the instance warned of (once).
+	grewPast bool
 
 	// calls counts the starts and ends of calls: odd while one runs.
 	// stop marks the running call by setting stopBit, and only while its
@@ -518,6 +521,17 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 		// returned: the refusal is what went wrong first.
 		err = i.fault
 	}
+	if err == nil && !i.grewPast && i.gmem.refused > 0 {
+		// The guest handled the refusal — or did not see it: C's malloc
+		// and C++'s new without exceptions return NULL, and a write
+		// through it corrupts memory quietly or traps later, far from
+		// the cause. Said once per instance.
+		i.grewPast = true
+		size, limit, refused := i.refusedGrow()
+		i.logs.logger.Warn(fmt.Sprintf("operator %s: %s went on after its memory limit refused a memory.grow%s; "+
+			"C's malloc and C++'s new return NULL then, and a write through it corrupts memory or traps later", i.name, export, memoryNote(size, limit, refused)),
+			"operator", i.name)
+	}
 	// What a guest runtime wrote after its fatal line is the trap's or
 	// the exit's (classify took it), else it is logged now.
 	i.stderr.endCall()
@@ -601,6 +615,9 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	if errors.As(err, &exit) {
 		xe := &ExitError{Operator: i.name, Export: export, Code: exit.ExitCode(), RecordIndex: record}
 		xe.Fatal, xe.Traceback = i.stderr.takeFatal()
+		if xe.Fatal == "" {
+			xe.LastStderr = i.stderr.takeLast()
+		}
 		xe.MemorySize, xe.MemoryLimit, xe.GrowRefused = i.refusedGrow()
 		return xe
 	}
@@ -611,6 +628,9 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 	}
 	te := &TrapError{Operator: i.name, Export: export, RecordIndex: record, Stack: stack, Err: err, Message: i.message}
 	te.Fatal, te.Traceback = i.stderr.takeFatal()
+	if te.Message == "" && te.Fatal == "" {
+		te.LastStderr = i.stderr.takeLast()
+	}
 	if outOfBounds(err) {
 		te.Recursion = recursion(stack)
 	}
@@ -764,6 +784,13 @@ type lineWriter struct {
 	// hasFatal says fatal is set, so that endCall, at the end of every
 	// call, takes no lock while it is not.
 	hasFatal atomic.Bool
+	// last is the last line the current call wrote to stderr (cut at
+	// maxFatalLine), "" if none: the only word of why a guest stopped
+	// whose runtime writes a line of no known form first (C++'s libc++
+	// built without exceptions writes "stoll: no conversion", then
+	// aborts). hasLast says it is set, as hasFatal does.
+	last    string
+	hasLast atomic.Bool
 }
 
 // fatalPrefixes start the line a guest runtime writes to stderr before it
@@ -781,16 +808,40 @@ const maxFatalLine = 200
 // endCall forgets the fatal line at the end of a call, and logs the lines
 // held after it (traceback) unless the call's failure took them.
 func (w *lineWriter) endCall() {
-	if !w.hasFatal.Load() {
+	if !w.hasFatal.Load() && !w.hasLast.Load() {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.last = ""
+	w.hasLast.Store(false)
+	if !w.hasFatal.Load() {
+		return
+	}
 	if !w.taken {
 		w.release()
 	}
 	w.fatal, w.trace, w.taken = "", traceback{}, false
 	w.hasFatal.Store(false)
+}
+
+// takeLast returns the last line the current call wrote, one not ended
+// by a newline yet included, or "".
+func (w *lineWriter) takeLast() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		return cutLine(string(w.buf))
+	}
+	return w.last
+}
+
+// cutLine cuts line to maxFatalLine bytes, marking the cut.
+func cutLine(line string) string {
+	if len(line) > maxFatalLine {
+		return strings.ToValidUTF8(line[:maxFatalLine], "") + "…"
+	}
+	return line
 }
 
 // takeFatal returns the fatal line written during the call, or "", and
@@ -866,12 +917,13 @@ func (w *lineWriter) emit() {
 	if w.fatal != "" || w.stream != "stderr" {
 		return
 	}
+	if line != "" {
+		w.last = cutLine(line)
+		w.hasLast.Store(true)
+	}
 	for _, p := range fatalPrefixes {
 		if strings.HasPrefix(line, p) {
-			if len(line) > maxFatalLine {
-				line = strings.ToValidUTF8(line[:maxFatalLine], "") + "…"
-			}
-			w.fatal = line
+			w.fatal = cutLine(line)
 			w.hasFatal.Store(true)
 			return
 		}

@@ -1,8 +1,10 @@
 package wasm
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +169,27 @@ func TestGuestMemory(t *testing.T) {
 	g2 := &guestMemory{limit: PageSize}
 	if b := g2.Allocate(0, MaxMemoryBytes).Reallocate(2 * PageSize); len(b) != 2*PageSize {
 		t.Fatalf("initial allocation over the limit: %d bytes", len(b))
+	}
+}
+
+// A call that goes on after the memory limit refused a memory.grow (the
+// guest got -1, as C's malloc and C++'s new then return NULL) is warned
+// of, once per instance: a trial's C++ operator wrote through such a NULL
+// and nothing said why its memory was corrupt.
+func TestRefusedGrowIsWarnedOfOnce(t *testing.T) {
+	e := newEngine(t)
+	var warn bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// bombs with config o grows its memory until the limit refuses, then
+	// goes on.
+	inst := instantiate(t, e, "grower", bombs(t), Limits{MemoryBytes: 4 << 20}, InstanceConfig{Config: []byte("o"), Logger: logger, LogRate: -1})
+	for range 2 {
+		if err := inst.Process(context.Background(), 0, batchOf(), newOut().emit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := `operator grower: weir_process went on after its memory limit refused a memory.grow (memory.grow of 1 page (64 KiB) refused: the operator's memory limit (limits.memory) is 4 MiB and it had 4 MiB)`
+	if got := strings.Count(warn.String(), want); got != 1 {
+		t.Errorf("warned %d times, want once:\n%s", got, warn.String())
 	}
 }

@@ -533,3 +533,20 @@ func TestFailedAssertIsTheReason(t *testing.T) {
 		t.Fatalf("got  %v\nwant %s\nlog:\n%s", err, want, logs.String())
 	}
 }
+
+// TestLastStderrLineIsInTheTrap: an operator that writes a line of no
+// known form to stderr and traps (C++'s libc++ without exceptions on
+// std::stoll("abc"): "stoll: no conversion", then abort) gets that line in
+// its trap's message, as what it wrote: a trial's reason said only "wasm
+// error: unreachable", the line logged at a level weir up hides.
+func TestLastStderrLineIsInTheTrap(t *testing.T) {
+	code := readFile(t, filepath.Join("testdata", "stderr_abort.wasm"))
+	e := newEngine(t)
+	var logs bytes.Buffer
+	inst := instantiate(t, e, "conv", code, Limits{}, InstanceConfig{Logger: testLogger(&logs)})
+	err := inst.Process(context.Background(), 0, batchOf(kv{"c", "abc", 1}), newOut().emit)
+	want := `operator conv: weir_process: trap: wasm error: unreachable (after the operator wrote to stderr: "stoll: no conversion")`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s\nlog:\n%s", err, want, logs.String())
+	}
+}

@@ -107,8 +107,12 @@ type Options struct {
 	// (embedded.DefaultMaxAtomicBatch) with the embedded server, and
 	// nats-server's default (1000) with an external one.
 	AtomicBatch int
-	// Log receives everything the node logs.
+	// Log receives everything the node logs, the operators' lines too
+	// unless OperatorLog is set.
 	Log *slog.Logger
+	// OperatorLog, if set, receives the operators' own lines
+	// (worker.Config.OperatorLog).
+	OperatorLog *slog.Logger
 	// Hooks wrap the workers' task parts (tests only).
 	Hooks *worker.Hooks
 	// Store, if set, replaces the checkpoint store (tests only).
@@ -432,7 +436,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 			w, err := worker.New(worker.Config{
 				ID: id, Conn: n.Conn, Engine: n.engine, Store: taskStore,
 				Modules: ModuleSource(n.Registry), SpillDir: spill,
-				HeartbeatInterval: opts.HeartbeatInterval, Log: log, Hooks: opts.Hooks,
+				HeartbeatInterval: opts.HeartbeatInterval, Log: log, OperatorLog: opts.OperatorLog, Hooks: opts.Hooks,
 				AtomicBatch: opts.AtomicBatch, Slots: opts.WorkerSlots,
 			})
 			if err != nil {

@@ -10,6 +10,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -105,8 +106,14 @@ type Config struct {
 	// more, exactly-once sinks in publish mode auto commit large
 	// checkpoints in atomic batches.
 	AtomicBatch int
-	// Log receives the worker's and the operators' log lines.
+	// Log receives the worker's log lines, and the operators' unless
+	// OperatorLog is set.
 	Log *slog.Logger
+	// OperatorLog, if set, receives the operators' own lines (weir.log,
+	// stdout, stderr) and the host's warnings about them: an operator's
+	// lines are its author's output, which a log kept at warnings and
+	// errors for the worker's own lines must not hide.
+	OperatorLog *slog.Logger
 	// Hooks, if set, lets tests wrap what the worker builds (fault
 	// injection).
 	Hooks *Hooks
@@ -1131,7 +1138,7 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 		Name:    pt.DisplayName(),
 		Config:  spec.Config,
 		Outputs: max(len(pt.Outputs), 1),
-		Logger:  b.w.log.With("job", b.d.Job, "task", pt.ID),
+		Logger:  cmp.Or(b.w.cfg.OperatorLog, b.w.log).With("job", b.d.Job, "task", pt.ID),
 		LogRate: spec.Limits.LogRate,
 	})
 }
