@@ -492,6 +492,13 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		for _, w := range st.Warnings {
 			fmt.Fprintf(std.Out, "warning: %s\n", w)
 		}
+		if len(st.Modules) > 0 {
+			reg, _ := openRegistry(ctx, nc, "") // versions are a nicety: none without it
+			fmt.Fprintln(std.Out, "modules:")
+			for _, l := range moduleLines(ctx, reg, st.Modules) {
+				fmt.Fprintf(std.Out, "  %s\n", l)
+			}
+		}
 		printCheckpointStats(std.Out, st, nf.hint())
 		if len(st.Tasks) > 0 {
 			fmt.Fprintln(std.Out, "tasks:")
@@ -608,6 +615,16 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job restore", err)
 		}
 		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, f.from)
+		if len(st.Modules) > 0 {
+			// Which build each operator runs: without -spec the ended
+			// run's, with it what the spec's references name now.
+			what := "with the modules its last run ran (-spec runs others)"
+			if restoreSpec != nil {
+				what = "with the modules of " + f.spec
+			}
+			reg, _ := openRegistry(ctx, nc, "")
+			fmt.Fprintf(std.Out, "  %s: %s\n", what, strings.Join(moduleLines(ctx, reg, st.Modules), ", "))
+		}
 		if berr == nil {
 			if note := olderNote(before, f.from); note != "" {
 				fmt.Fprintln(std.Out, note)

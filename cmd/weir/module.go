@@ -335,3 +335,48 @@ func moduleInUse(ctx context.Context, w io.Writer, nc *nats.Conn, reg *registry.
 	return fmt.Errorf("module rm %s: %s: its next restart or failover would not find the module and would fail for good; stop or cancel the job first, or give -force",
 		ref, strings.Join(users, "; "))
 }
+
+// moduleLines returns one line per operator of mods, in operator order:
+// the reference the spec gave, then — unless it named one version — the
+// registry version it resolved to, and the start of the digest the job
+// runs: "op: ddop → ddop@3 (sha256:1a2b3c4d5e6f)". A restore that ran a
+// build other than the one meant (the latest version of a name, pushed
+// since) said nothing of which. reg may be nil: no versions then.
+func moduleLines(ctx context.Context, reg *registry.Registry, mods map[string]control.Module) []string {
+	var versions map[string][]registry.Module // by digest
+	if reg != nil {
+		if all, err := reg.List(ctx); err == nil {
+			versions = map[string][]registry.Module{}
+			for _, m := range all {
+				versions[m.Digest] = append(versions[m.Digest], m)
+			}
+		}
+	}
+	var lines []string
+	for _, op := range slices.Sorted(maps.Keys(mods)) {
+		m := mods[op]
+		ref, err := modref.Parse(m.Ref)
+		line := op + ": " + m.Ref
+		if err == nil && ref.Kind == modref.Digest {
+			line = op + ": sha256:" + ref.Digest[:min(12, len(ref.Digest))] + "…"
+		}
+		if err == nil && !(ref.Kind == modref.Registry && ref.Version > 0) {
+			// The version of the digest: of the name the reference gave,
+			// else the newest pushed with these bytes.
+			var v string
+			for _, rm := range versions[m.Digest] {
+				if ref.Kind != modref.Registry || rm.Name == ref.Name {
+					v = rm.Ref()
+				}
+			}
+			if v != "" {
+				line += " → " + v
+			}
+		}
+		if m.Digest != "" && (err != nil || ref.Kind != modref.Digest) {
+			line += " (sha256:" + m.Digest[:min(12, len(m.Digest))] + ")"
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/host"
@@ -235,5 +238,50 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
 	awaitState(t, ctx, n, "user", control.JobCanceled)
 	if code, out, errs := weir(t, "", "module", "rm", "-nats", url, "pass"); code != 0 || out != "removed pass@2\n" {
 		t.Errorf("rm once the job ended: exit %d %q %q", code, out, errs)
+	}
+}
+
+// weir job status and restore name each operator's module as the job
+// runs it: the reference, the registry version a name without one
+// resolved to, and the digest's start (a trial's restore ran a version
+// pushed since, and nothing said which).
+func TestModuleLines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	v1, err := n.Registry.Push(ctx, "up", read("../../guests/wat/uppercase.wasm"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := n.Registry.Push(ctx, "up", read("../../guests/wat/passthrough.wasm"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods := map[string]control.Module{
+		"b": {Ref: "up", Digest: v1.Digest},
+		"a": {Ref: "up@2", Digest: v2.Digest},
+		"c": {Ref: "sha256:" + v2.Digest, Digest: v2.Digest},
+	}
+	want := []string{
+		"a: up@2 (sha256:" + v2.Digest[:12] + ")",
+		"b: up → up@1 (sha256:" + v1.Digest[:12] + ")",
+		"c: sha256:" + v2.Digest[:12] + "… → up@2",
+	}
+	if got := moduleLines(ctx, n.Registry, mods); !slices.Equal(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := moduleLines(ctx, nil, mods)[1]; got != "b: up (sha256:"+v1.Digest[:12]+")" {
+		t.Errorf("without a registry: %q", got)
 	}
 }

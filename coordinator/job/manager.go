@@ -626,7 +626,7 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 			return control.JobStatus{}, err
 		}
 	}
-	return m.start(ctx, r.Spec, true, from, r.AllowNonRestoredState)
+	return m.start(ctx, r.Spec, true, from, r.AllowNonRestoredState, nil)
 }
 
 // startFrom notes that a job is starting from checkpoint k, which is then
@@ -663,6 +663,7 @@ func (m *Manager) startFrom(k ckKey) (done func(), err error) {
 // Restore restarts a stopped job from one of its checkpoints.
 func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (control.JobStatus, error) {
 	spec := r.Spec
+	var pinned map[string]control.Module
 	if spec == nil {
 		j, err := m.job(r.Job)
 		if err != nil {
@@ -673,6 +674,9 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 		c := *j.spec
 		c.Sources = slices.Clone(j.spec.Sources)
 		spec = &c
+		// And runs the code the ended run ran: a reference to a registry
+		// name's latest version would take one pushed since.
+		pinned = j.modules
 	} else if err := jobspec.Check(spec); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
 	} else if err := r.CheckSpecName(); err != nil {
@@ -691,7 +695,7 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	if err != nil {
 		return control.JobStatus{}, err
 	}
-	return m.start(ctx, spec, r.Spec != nil, md, r.AllowNonRestoredState)
+	return m.start(ctx, spec, r.Spec != nil, md, r.AllowNonRestoredState, pinned)
 }
 
 // CheckRestore refuses, in Restore's words, what Restore would refuse of
@@ -845,11 +849,19 @@ func (m *Manager) checkStart(ctx context.Context, spec *jobspec.Spec, given bool
 // checkRestore for allowNonRestored) — refused when that would drop or
 // misplace state (checkRestore) or give an input port that ended in the
 // checkpoint more records (checkEnded). given says that spec came with
-// the request (keepResolved).
-func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored bool) (control.JobStatus, error) {
+// the request (keepResolved). pinned are modules, by operator, that an
+// operator whose reference is the same runs instead of what the reference
+// resolves to now (a restore of the job's own spec: the ended run's).
+func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored bool, pinned map[string]control.Module) (control.JobStatus, error) {
 	p, mods, err := m.checkStart(ctx, spec, given, from, allowNonRestored, true)
 	if err != nil {
 		return control.JobStatus{}, err
+	}
+	for op, pin := range pinned {
+		// The module an operator of the same reference ran before.
+		if cur, ok := mods[op]; ok && cur.Ref == pin.Ref && pin.Digest != "" {
+			mods[op] = pin
+		}
 	}
 	// Numbering continues after every checkpoint in storage, so a new run
 	// never reuses a key.

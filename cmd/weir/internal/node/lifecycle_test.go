@@ -250,6 +250,34 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
 	if got := echo("after"); got != "AFTER" {
 		t.Errorf("after the coordinator restart the job outputs %q for %q: it runs another module than it was submitted with", got, "after")
 	}
+
+	// A restore of the job's own spec (no -spec) runs the code the ended
+	// run ran; one given the spec resolves its references anew.
+	restore := func(with *jobspec.Spec) control.JobStatus {
+		t.Helper()
+		st, err := n.API.CancelJob(ctx, "pinned")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "pinned", From: fmt.Sprint(st.LatestCheckpoint), Spec: with}); err != nil {
+			t.Fatal(err)
+		}
+		return waitJob(t, ctx, n, "pinned", "restored", func(now control.JobStatus) bool {
+			return now.State == control.JobRunning && now.Attempt > st.Attempt
+		})
+	}
+	if st := restore(nil); st.Modules["op"] != before.Modules["op"] {
+		t.Errorf("restored without a spec, the job runs %+v; want %+v", st.Modules["op"], before.Modules["op"])
+	}
+	if got := echo("again"); got != "AGAIN" {
+		t.Errorf("restored without a spec, the job outputs %q for %q", got, "again")
+	}
+	if st := restore(spec); st.Modules["op"] == before.Modules["op"] {
+		t.Errorf("restored with the spec, the job still runs %+v", st.Modules["op"])
+	}
+	if got := echo("new"); got != "new" {
+		t.Errorf("restored with the spec, the job outputs %q for %q; want the newest module's", got, "new")
+	}
 }
 
 // TestCoordinatorRestartKeepsAJobWhoseStreamIsGone: a job whose source
