@@ -738,6 +738,15 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		}
 		return
 	}
+	if failedRestoring(st) {
+		// Not restarted: every restore of the checkpoint with this build
+		// fails the same way.
+		fmt.Fprintln(w, "the operator failed restoring the checkpoint's state (weir_restore), as it would at every restart: the build does not read the state the checkpoint holds")
+		if remedy != nil {
+			fmt.Fprintf(w, "%s\n", remedy(st, remedyRestore))
+		}
+		return
+	}
 	n := st.FailuresInARow
 	if n == 0 {
 		return
@@ -820,6 +829,18 @@ func failedOnABadRecord(st control.JobStatus) bool {
 	return st.State == control.JobFailed && len(st.Failures) > 0 && st.Failures[0].IsKind(control.FailureBadRecord)
 }
 
+// failedRestoring reports whether st is a job that failed, not restarted,
+// as an operator failed in weir_restore: a new build that does not read
+// the state an older one wrote (a trial's upgrade said only the failure).
+func failedRestoring(st control.JobStatus) bool {
+	return st.State == control.JobFailed && len(st.Failures) > 0 && strings.HasSuffix(st.Reason, notRestarted) &&
+		failedIn(st.Failures[0].Reason) == abi.ExportRestore
+}
+
+// notRestarted ends the reason of a job the coordinator did not restart
+// after a failure every restart would meet again (coordinator/job).
+const notRestarted = "(not restarted: it would fail the same way again)"
+
 // remedyFix is what a job that fails on a record again and again needs
 // before it goes on (trapRemedy, rerunRemedy).
 type remedyFix int
@@ -838,6 +859,9 @@ const (
 	// remedyRecord: an operator that emits records its sink can publish,
 	// or a sink subject that takes their keys (control.FailureBadRecord).
 	remedyRecord
+	// remedyRestore: a build of the operator that reads the state the
+	// checkpoint holds (failedRestoring).
+	remedyRestore
 )
 
 // fix says what to change, as the start of a remedy: "fix the operator".
@@ -849,6 +873,8 @@ func (f remedyFix) fix() string {
 		return "fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key)"
 	case remedyTimeout:
 		return "fix the operator (or raise its limits.timeout in the spec, if the call needs longer)"
+	case remedyRestore:
+		return "give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec -restore tries one on a state file)"
 	}
 	return "fix the operator"
 }
@@ -862,6 +888,8 @@ func (f remedyFix) spec() string {
 		return "the spec naming the fixed build or subject"
 	case remedyTimeout:
 		return "the spec naming the fixed build or a longer limits.timeout"
+	case remedyRestore:
+		return "the spec's module: naming that build"
 	}
 	return "the spec's module: naming the fixed build"
 }
@@ -1200,7 +1228,7 @@ func (n *statusNotes) news(st control.JobStatus) string {
 		printCheckpointsFailing(&b, st, n.hint)
 	}
 	switch {
-	case failedOnABadRecord(st) && !n.failureRow:
+	case (failedOnABadRecord(st) || failedRestoring(st)) && !n.failureRow:
 		n.failureRow = true
 		printInARow(&b, st, n.remedy)
 	case st.FailuresInARow == 0:

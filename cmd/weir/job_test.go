@@ -1485,3 +1485,27 @@ func TestRunSaysOnceThatBarriersQueue(t *testing.T) {
 		t.Errorf("said again: %q", got)
 	}
 }
+
+// A job whose operator failed in weir_restore, not restarted (a new build
+// that does not read the state an older one wrote), is told what to do: a
+// build that reads it, restored from the same checkpoint (a trial's
+// upgrade said only the failure).
+func TestJobStatusSaysHowToGoOnAfterAFailedRestore(t *testing.T) {
+	reason := "task dedup-1 failed: restore dedup/chk-32/dedup-1: operator dedup[1]: weir_restore: dedup v2: unknown state version 1"
+	st := control.JobStatus{Name: "dedup", State: control.JobFailed, Attempt: 4, LatestCheckpoint: 32,
+		Reason:   reason + " (not restarted: it would fail the same way again)",
+		Failures: []control.Failure{{Attempt: 4, Reason: reason, Kind: control.FailureOperatorError}}}
+	var b strings.Builder
+	printInARow(&b, st, trapRemedy(""))
+	want := "the operator failed restoring the checkpoint's state (weir_restore), as it would at every restart: the build does not read the state the checkpoint holds\n" +
+		"to go on: give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec -restore tries one on a state file), " +
+		"then weir job restore dedup -from 32 -spec SPEC, the spec's module: naming that build (its state and output carry over)\n"
+	if b.String() != want {
+		t.Errorf("said\n%s\nwant\n%s", b.String(), want)
+	}
+	var notes statusNotes
+	notes.remedy = trapRemedy("")
+	if got := notes.news(st); got != want {
+		t.Errorf("weir run said\n%s\nwant\n%s", got, want)
+	}
+}
