@@ -27,6 +27,7 @@ import (
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/transport/ingest"
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/subject"
@@ -138,6 +139,12 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 			return inUseHint(err, o.data)
 		}
 		fmt.Fprintf(std.Out, "embedded NATS on %s, coordinator and worker in this process\n", n.Server.ClientURL())
+		if u := os.Getenv(natsEnv); u != "" {
+			// $WEIR_NATS is the other commands' default; weir run's is
+			// its own NATS, which a user who set it did not expect.
+			fmt.Fprintf(std.Out, "note: $%s is set (%s), but weir run starts its own NATS unless -nats says otherwise: weir run -nats \"$%s\" … runs the job there\n",
+				natsEnv, natsconn.Redact(u), natsEnv)
+		}
 	} else {
 		// A server that does not answer (a frozen process) is waited for
 		// up to the connect timeout: the user is told, as by the other

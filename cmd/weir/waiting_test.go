@@ -301,3 +301,27 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		}
 	}
 }
+
+// weir run without -nats starts its own NATS also when $WEIR_NATS, the
+// other commands' default, is set, and says so: a trial expected the run
+// on the server $WEIR_NATS names.
+func TestRunSaysItIgnoresWeirNATS(t *testing.T) {
+	t.Setenv(natsEnv, "nats://127.0.0.1:9")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	specPath := filepath.Join(t.TempDir(), "tap.yaml")
+	if err := os.WriteFile(specPath, []byte(`name: tap
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	if code := run(ctx, []string{"run", "-for", "500ms", specPath}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir run exited %d: %s", code, errb.String())
+	}
+	want := `note: $WEIR_NATS is set (nats://127.0.0.1:9), but weir run starts its own NATS unless -nats says otherwise: weir run -nats "$WEIR_NATS" … runs the job there`
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("stdout\n%s\nwant %q", out.String(), want)
+	}
+}
