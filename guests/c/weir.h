@@ -45,6 +45,16 @@
  * Define WEIR_FREESTANDING to force the freestanding mode on a WASI target.
  * Every function returns int status: WEIR_OK (0) or non-zero on failure.
  * The header has one translation unit in mind: include it once per module.
+ *
+ * C++ (guests/README.md): the header compiles as C++ too, and serves C++
+ * operators as it is (guests/cpp/examples). Build with clang++ and
+ * -fno-exceptions (libc++ for wasm32 has none):
+ *     clang++ --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor \
+ *             -std=c++17 -fno-exceptions -O2 -Wl,--stack-first \
+ *             -Wl,--strip-all -o op.wasm op.cpp
+ * In C++ several files of a module may include it, WEIR_OPERATOR in one of
+ * them, which also defines operator new: an allocation that fails fails the
+ * call with a message (libc++'s returns NULL); see the end of the header.
  */
 #ifndef WEIR_H
 #define WEIR_H
@@ -59,6 +69,30 @@
 #ifndef WEIR_FREESTANDING
 #include <stdlib.h>
 #include <string.h>
+#endif
+
+#ifdef __cplusplus
+/* C++ (guests/README.md): libc++'s <new>, where there is one, declares
+ * the nothrow and aligned operator new that WEIR_OPERATOR replaces. */
+#if __has_include(<new>)
+#include <new>
+#define WEIR__HAVE_NEW 1
+#endif
+extern "C" {
+#endif
+
+/* WEIR__ONCE marks the header's definitions that are not static: the ABI's
+ * exports and, freestanding, the mem* functions. WEIR__STATE marks its
+ * state (the runtime's, the freestanding allocator's). C includes the header
+ * in one file per module, and the state is static. C++ may include it in
+ * several files (WEIR_OPERATOR in one of them): the definitions are weak, so
+ * the linker keeps one of each, and every file shares one state. */
+#ifdef __cplusplus
+#define WEIR__ONCE __attribute__((weak))
+#define WEIR__STATE __attribute__((weak))
+#else
+#define WEIR__ONCE
+#define WEIR__STATE static
 #endif
 
 /* Status codes. */
@@ -97,16 +131,16 @@ WEIR_IMPORT("restore_read") int32_t weir__host_restore_read(void *ptr, int32_t c
 #ifdef WEIR_FREESTANDING
 
 /* The compiler may emit calls to these four even without libc. */
-void *memcpy(void *dst, const void *src, size_t n) {
-    unsigned char *d = dst;
-    const unsigned char *s = src;
+WEIR__ONCE void *memcpy(void *dst, const void *src, size_t n) {
+    unsigned char *d = (unsigned char *)dst;
+    const unsigned char *s = (const unsigned char *)src;
     while (n--) *d++ = *s++;
     return dst;
 }
 
-void *memmove(void *dst, const void *src, size_t n) {
-    unsigned char *d = dst;
-    const unsigned char *s = src;
+WEIR__ONCE void *memmove(void *dst, const void *src, size_t n) {
+    unsigned char *d = (unsigned char *)dst;
+    const unsigned char *s = (const unsigned char *)src;
     if (d < s) {
         while (n--) *d++ = *s++;
     } else {
@@ -115,14 +149,14 @@ void *memmove(void *dst, const void *src, size_t n) {
     return dst;
 }
 
-void *memset(void *dst, int c, size_t n) {
-    unsigned char *d = dst;
+WEIR__ONCE void *memset(void *dst, int c, size_t n) {
+    unsigned char *d = (unsigned char *)dst;
     while (n--) *d++ = (unsigned char)c;
     return dst;
 }
 
-int memcmp(const void *a, const void *b, size_t n) {
-    const unsigned char *x = a, *y = b;
+WEIR__ONCE int memcmp(const void *a, const void *b, size_t n) {
+    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
     for (; n; n--, x++, y++)
         if (*x != *y) return *x - *y;
     return 0;
@@ -137,7 +171,7 @@ extern unsigned char __heap_base;
 #define WEIR__CLASSES 32
 #define WEIR__HDR 8
 
-static struct {
+WEIR__STATE struct weir__heap_state {
     uintptr_t top;                    /* first unused heap byte, 0 before first use */
     void *free_list[WEIR__CLASSES];   /* per size class; next pointer in the block */
 } weir__heap;
@@ -146,7 +180,7 @@ static inline void *weir_malloc(size_t n) {
     if (n > ((size_t)1 << (WEIR__CLASSES - 1)) - WEIR__HDR) return NULL;
     unsigned cls = 4;
     while (((size_t)1 << cls) < n + WEIR__HDR) cls++;
-    unsigned char *block = weir__heap.free_list[cls];
+    unsigned char *block = (unsigned char *)weir__heap.free_list[cls];
     if (block) {
         weir__heap.free_list[cls] = *(void **)(block + WEIR__HDR);
     } else {
@@ -243,7 +277,7 @@ typedef struct weir__buf {
     uint32_t len, cap;
 } weir__buf;
 
-static struct {
+WEIR__STATE struct weir__runtime {
     int32_t cursor;                      /* index of the record being processed, -1 outside */
     weir__buf input;                     /* the buffer weir_input hands out */
     weir__buf out[WEIR_MAX_PORTS];       /* one batch per output port */
@@ -257,7 +291,11 @@ static struct {
     uint8_t snap_wrote;                  /* snapshot: some state written */
     uint8_t snap_keyed;                  /* snapshot: weir_keyed_state_begin called */
     const char *snap_misuse;             /* snapshot: a keyed state misuse, which fails it */
+#ifdef __cplusplus
+} weir__rt = {-1, {NULL, 0, 0}, {}, {}, {}, 0, NULL, {NULL, 0, 0}, 0, 0, 0, 0, NULL};
+#else
 } weir__rt = {.cursor = -1};
+#endif
 
 /* weir_batch_next stores the next record in *r and returns 1, or returns 0
  * at the end of the batch. It keeps the cursor the host reads on a trap. */
@@ -326,7 +364,7 @@ static inline int weir__reserve(weir__buf *b, uint32_t more) {
     if (need <= b->cap) return 0;
     uint32_t cap = b->cap ? b->cap : 1024;
     while (cap < need) cap *= 2;
-    uint8_t *p = weir_realloc(b->ptr, cap);
+    uint8_t *p = (uint8_t *)weir_realloc(b->ptr, cap);
     if (!p) return -1;
     b->ptr = p;
     b->cap = cap;
@@ -368,13 +406,14 @@ static inline uint8_t *weir_emit_alloc(uint32_t port, weir_bytes key, uint32_t v
         return weir__emit_failed(msg);
     }
     weir__buf *b = &weir__rt.out[port];
+    uint8_t *p; /* declared before the gotos, which C++ may not jump over its initialization */
     if (b->len == 0) {
         if (weir__reserve(b, 4)) goto oom;
         b->len = 4; /* the count, written at flush */
         weir__rt.used[weir__rt.n_used++] = port;
     }
     if (weir__reserve(b, 16 + key.len + value_len)) goto oom;
-    uint8_t *p = b->ptr + b->len;
+    p = b->ptr + b->len;
     memcpy(p, &key.len, 4);
     memcpy(p + 4, &value_len, 4);
     memcpy(p + 8, &ts, 8);
@@ -425,7 +464,7 @@ static inline int32_t weir__finish(int32_t status) {
 
 static inline int weir__chunk_init(void) {
     if (weir__rt.chunk.cap) return 0;
-    weir__rt.chunk.ptr = weir_malloc(WEIR_CHUNK);
+    weir__rt.chunk.ptr = (uint8_t *)weir_malloc(WEIR_CHUNK);
     if (!weir__rt.chunk.ptr) return -1;
     weir__rt.chunk.cap = WEIR_CHUNK;
     return 0;
@@ -450,7 +489,7 @@ static inline int weir__keyed_misuse(const char *msg) {
  * and the keyed state's. No bytes are no state written: a keyed state may
  * still begin after them, as in the other SDKs. */
 static inline int weir__state_append(const void *p, size_t n) {
-    const uint8_t *s = p;
+    const uint8_t *s = (const uint8_t *)p;
     if (n) weir__rt.snap_wrote = 1;
     while (n > 0) {
         uint32_t room = weir__rt.chunk.cap - weir__rt.chunk.len;
@@ -506,7 +545,7 @@ static inline int weir_state_at_end(void) { return weir__state_fill() == 0; }
 /* weir_state_read reads exactly n bytes of the restore stream into p (only in
  * the restore callback); it fails if the stream ends first. */
 static inline int weir_state_read(void *p, size_t n) {
-    uint8_t *d = p;
+    uint8_t *d = (uint8_t *)p;
     while (n > 0) {
         uint32_t have = weir__state_fill();
         if (have == 0) return weir_fail("weir: state ended early");
@@ -536,12 +575,12 @@ static inline int weir_state_read_bytes(weir_bytes *out) {
     uint32_t n;
     if (weir_state_read_u32(&n)) return WEIR_ERR;
     uint32_t cap = n < WEIR_CHUNK ? n : WEIR_CHUNK, got = 0;
-    uint8_t *p = weir_malloc(cap ? cap : 1);
+    uint8_t *p = (uint8_t *)weir_malloc(cap ? cap : 1);
     if (!p) return weir_fail("weir: out of memory reading state");
     while (got < n) {
         if (got == cap) {
             uint32_t c = cap > n / 2 ? n : cap * 2;
-            uint8_t *q = weir_realloc(p, c);
+            uint8_t *q = (uint8_t *)weir_realloc(p, c);
             if (!q) {
                 weir_free(p);
                 return weir_fail("weir: out of memory reading state");
@@ -631,7 +670,7 @@ typedef int (*weir_keyed_fn)(weir_bytes key, weir_bytes value, void *ctx);
 /* weir__state_read_upto reads up to n bytes of the restore stream into p and
  * returns how many it read: fewer than n only at the end of the stream. */
 static inline size_t weir__state_read_upto(void *p, size_t n) {
-    uint8_t *d = p;
+    uint8_t *d = (uint8_t *)p;
     size_t got = 0;
     while (got < n) {
         uint32_t have = weir__state_fill();
@@ -686,7 +725,7 @@ static inline int weir_keyed_state_read(weir_keyed_fn fn, void *ctx) {
                     status = weir_fail("weir: keyed state: entry too large");
                     break;
                 }
-                uint8_t *q = weir_realloc(entry.ptr, (size_t)n);
+                uint8_t *q = (uint8_t *)weir_realloc(entry.ptr, (size_t)n);
                 if (!q) {
                     status = weir_fail("weir: keyed state: out of memory");
                     break;
@@ -711,16 +750,16 @@ static inline int weir_keyed_state_read(weir_keyed_fn fn, void *ctx) {
 /* Exports.                                                                  */
 /* ------------------------------------------------------------------------ */
 
-WEIR_EXPORT("weir_abi_v1") void weir_abi_v1(void) {}
+WEIR__ONCE WEIR_EXPORT("weir_abi_v1") void weir_abi_v1(void) {}
 
-WEIR_EXPORT("weir_cursor") int32_t *weir_cursor(void) { return &weir__rt.cursor; }
+WEIR__ONCE WEIR_EXPORT("weir_cursor") int32_t *weir_cursor(void) { return &weir__rt.cursor; }
 
-WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
+WEIR__ONCE WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
     weir__buf *b = &weir__rt.input;
     if (size == 0) size = 1; /* the address must be non-zero */
     if (size > b->cap) {
         weir_free(b->ptr);
-        b->ptr = weir_malloc(size);
+        b->ptr = (uint8_t *)weir_malloc(size);
         b->cap = b->ptr ? size : 0;
     }
     return b->ptr;
@@ -773,7 +812,8 @@ WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
             status = weir_fail(WEIR__ERR_TRAILING_STATE);                                  \
         weir__rt.chunk.len = weir__rt.chunk_pos = 0;                                      \
         return status;                                                                    \
-    }
+    }                                                                                     \
+    WEIR__OPERATOR_NEW
 
 /* WEIR_END_OF_INPUT(fn) exports weir_end_of_input: int fn(uint32_t port) is
  * called once per input port that ended; it may emit final results. */
@@ -787,5 +827,95 @@ WEIR_EXPORT("weir_input") void *weir_input(uint32_t size) {
     WEIR_EXPORT("weir_checkpoint_complete") int32_t weir_checkpoint_complete(int64_t id) { \
         return fn(id);                                                                    \
     }
+
+#ifdef __cplusplus
+} /* extern "C" */
+
+/* ------------------------------------------------------------------------ */
+/* C++: operator new.                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* libc++ for wasm32 is built without exceptions: its operator new returns
+ * NULL when memory runs out (the memory limit refused memory.grow), and the
+ * operator would write through NULL, which WebAssembly does not trap on.
+ * WEIR_OPERATOR therefore replaces operator new and new[] in its file: an
+ * allocation that fails sets "weir: operator new of N bytes failed: out of
+ * memory" as the call's error and traps (weir_abort), and the host reports
+ * it with the record and the memory.grow the limit refused. The nothrow
+ * forms still return NULL (check it); delete frees. Define
+ * WEIR_NO_OPERATOR_NEW before including weir.h to bring your own. */
+
+/* weir__new_failed aborts the call for an operator new of n bytes. */
+static inline __attribute__((noreturn)) void weir__new_failed(size_t n) {
+    static char msg[80];
+    static const char a[] = "weir: operator new of ", b[] = " bytes failed: out of memory";
+    uint32_t k = sizeof a - 1;
+    memcpy(msg, a, k);
+    k += weir__format_u32((uint32_t)n, msg + k);
+    memcpy(msg + k, b, sizeof b); /* with the NUL */
+    weir_abort(msg);
+}
+
+static inline void *weir__new(size_t n) {
+    void *p = weir_malloc(n ? n : 1);
+    if (!p) weir__new_failed(n);
+    return p;
+}
+
+#if defined(WEIR__HAVE_NEW) && !defined(WEIR_FREESTANDING)
+static inline void *weir__new_aligned_nothrow(size_t n, size_t align) noexcept {
+    if (align < sizeof(void *)) align = sizeof(void *);
+    size_t size = n ? (n + align - 1) & ~(align - 1) : align;
+    return size < n ? NULL : aligned_alloc(align, size);
+}
+
+static inline void *weir__new_aligned(size_t n, size_t align) {
+    void *p = weir__new_aligned_nothrow(n, align);
+    if (!p) weir__new_failed(n);
+    return p;
+}
+#endif
+
+#if defined(WEIR_NO_OPERATOR_NEW)
+#define WEIR__OPERATOR_NEW
+#else
+#ifdef WEIR__HAVE_NEW
+#define WEIR__OPERATOR_NEW_NOTHROW                                                                         \
+    void *operator new(size_t n, const std::nothrow_t &) noexcept { return weir_malloc(n ? n : 1); }       \
+    void *operator new[](size_t n, const std::nothrow_t &) noexcept { return weir_malloc(n ? n : 1); }     \
+    void operator delete(void *p, const std::nothrow_t &) noexcept { weir_free(p); }                       \
+    void operator delete[](void *p, const std::nothrow_t &) noexcept { weir_free(p); }
+#else
+#define WEIR__OPERATOR_NEW_NOTHROW
+#endif
+/* The aligned forms allocate with aligned_alloc; libc++'s aligned delete
+ * frees them (free). Freestanding, without libc++, there are none. */
+#if defined(WEIR__HAVE_NEW) && !defined(WEIR_FREESTANDING) && defined(__cpp_aligned_new)
+#define WEIR__OPERATOR_NEW_ALIGNED                                                                         \
+    void *operator new(size_t n, std::align_val_t a) { return weir__new_aligned(n, (size_t)a); }           \
+    void *operator new[](size_t n, std::align_val_t a) { return weir__new_aligned(n, (size_t)a); }         \
+    void *operator new(size_t n, std::align_val_t a, const std::nothrow_t &) noexcept {                    \
+        return weir__new_aligned_nothrow(n, (size_t)a);                                                    \
+    }                                                                                                      \
+    void *operator new[](size_t n, std::align_val_t a, const std::nothrow_t &) noexcept {                  \
+        return weir__new_aligned_nothrow(n, (size_t)a);                                                    \
+    }
+#else
+#define WEIR__OPERATOR_NEW_ALIGNED
+#endif
+#define WEIR__OPERATOR_NEW                                                                                 \
+    void *operator new(size_t n) { return weir__new(n); }                                                  \
+    void *operator new[](size_t n) { return weir__new(n); }                                                \
+    void operator delete(void *p) noexcept { weir_free(p); }                                               \
+    void operator delete[](void *p) noexcept { weir_free(p); }                                             \
+    void operator delete(void *p, size_t) noexcept { weir_free(p); }                                       \
+    void operator delete[](void *p, size_t) noexcept { weir_free(p); }                                     \
+    WEIR__OPERATOR_NEW_NOTHROW                                                                             \
+    WEIR__OPERATOR_NEW_ALIGNED
+#endif
+
+#else /* C */
+#define WEIR__OPERATOR_NEW
+#endif /* __cplusplus */
 
 #endif /* WEIR_H */
