@@ -5,14 +5,17 @@
 #   guests/c/examples/NAME.wasm               C, WASI reactor with wasi-libc
 #   guests/c/examples/NAME.freestanding.wasm  C, freestanding (no libc)
 #   guests/c/examples/NAME.simd.wasm          C, WASI reactor with -msimd128
+#   guests/cpp/examples/NAME.wasm             C++ (weir.h), WASI reactor with
+#                                             libc++, -fno-exceptions
 #   guests/rust/examples/NAME.wasm            Rust (Debian rustc, no cargo)
 #   guests/assemblyscript/examples/NAME.wasm  AssemblyScript (asc 0.28)
 #   guests/assemblyscript/sdktest/probe.wasm  AssemblyScript, its function
 #                                             names kept
 #   guests/wat/NAME.wasm                      hand-written WAT (wabt)
 #
-# and each SDK's sdktest/probe operator (C, Rust, AssemblyScript), which
-# exercises what the examples do not, and the host's test modules:
+# and each SDK's sdktest/probe operator (C, C++, Rust, AssemblyScript),
+# which exercises what the examples do not (C++'s is two files, which both
+# include weir.h), and the host's test modules:
 #
 #   host/wasm/testdata/rustpanic.wasm         Rust, its function names kept
 #   host/wasm/testdata/{assert,overflow,dwarf}.wasm
@@ -37,8 +40,9 @@
 # for the C test modules, to their directory), and every custom section
 # (names, producers, debug info) is stripped but where a test reads it.
 #
-# Toolchains (Debian): clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc
-# libstd-rust-dev-wasm32 wabt; (npm) assemblyscript@0.28.20. The versions that
+# Toolchains (Debian): clang lld wasi-libc libclang-rt-14-dev-wasm32
+# libc++-14-dev-wasm32 libc++abi-14-dev-wasm32 rustc libstd-rust-dev-wasm32
+# wabt; (npm) assemblyscript@0.28.20. The versions that
 # built the committed files are in guests/toolchains.txt; others build
 # different bytes, which -check reports.
 set -euo pipefail
@@ -63,6 +67,7 @@ handmade='
 # earlier on PATH usually does not.
 RUSTC=${RUSTC:-/usr/bin/rustc}
 CLANG=${CLANG:-clang}
+CLANGXX=${CLANGXX:-clang++}
 ASC=${ASC:-asc}
 WAT2WASM=${WAT2WASM:-wat2wasm}
 WASM_STRIP=${WASM_STRIP:-wasm-strip}
@@ -75,6 +80,9 @@ trap 'rm -rf "$work"' EXIT
 # (Debian 12's clang 14 and rustc 1.63); guests/toolchains.txt records them.
 toolchains() {
   echo "clang $("$CLANG" -dumpversion)"
+  # libc++'s version (_LIBCPP_VERSION), which the C++ builds link.
+  echo "libc++ $(echo '#include <ciso646>' | "$CLANGXX" --target=wasm32-wasi --sysroot=/usr -x c++ -E -dM - |
+    sed -n 's/^#define _LIBCPP_VERSION //p')"
   echo "$("$RUSTC" --version)"
   echo "asc $("$ASC" --version | sed 's/^Version //')"
   echo "wat2wasm $("$WAT2WASM" --version)"
@@ -170,6 +178,23 @@ build_c() {
   done_named "$o" $td/dwarf.c c
 }
 
+# C++ through the C SDK, as guests/README.md builds it: libc++ is built
+# without exceptions, so -fno-exceptions (its headers' throws would not
+# link); weir.h's operator new turns an allocation failure into an error.
+build_cpp() {
+  echo "== C++ (clang++ $("$CLANGXX" -dumpversion))" >&2
+  local cxxflags=(--target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -std=c++17 -fno-exceptions
+    -O2 -Wall -Wextra -Werror -I guests/c -Wl,--stack-first -Wl,--strip-all)
+  for src in guests/cpp/examples/*.cpp; do
+    o=$(out "${src%.cpp}.wasm")
+    "$CLANGXX" "${cxxflags[@]}" -o "$o" "$src"
+    done_build "$o" "$src" cpp
+  done
+  o=$(out guests/cpp/sdktest/probe.wasm)
+  "$CLANGXX" "${cxxflags[@]}" -o "$o" guests/cpp/sdktest/probe.cpp guests/cpp/sdktest/emit.cpp
+  done_build "$o" guests/cpp/sdktest/probe.cpp cpp
+}
+
 build_rust() {
   echo "== Rust ($("$RUSTC" --version))" >&2
   local rustflags=(--edition 2021 --target wasm32-unknown-unknown -C opt-level=3 -C debuginfo=0
@@ -238,7 +263,7 @@ build_wat() {
 
 # The languages build in parallel; any failure fails the script.
 pids=()
-for lang in c rust assemblyscript wat; do
+for lang in c cpp rust assemblyscript wat; do
   ( set -e; "build_$lang" ) &
   pids+=($!)
 done

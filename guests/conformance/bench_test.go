@@ -75,7 +75,7 @@ func BenchmarkUppercase(b *testing.B) {
 	// The host's share: the WAT passthrough does no per-record work, so
 	// this is one call, the batch copied in, and one emit copied out.
 	floor := language{"host-floor-passthrough", func(string) string { return filepath.Join("..", "wat", "passthrough.wasm") }}
-	for _, lang := range append([]language{floor}, languages...) {
+	for _, lang := range append([]language{floor}, languagesWith("uppercase")...) {
 		b.Run(lang.name, func(b *testing.B) {
 			inst := start(b, load(b, e, lang, "uppercase"), "uppercase")
 			emit := func(port int, out []byte) error { return nil }

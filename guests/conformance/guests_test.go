@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/weirhq/weir/guests/go/guestbuild"
@@ -29,8 +30,35 @@ var languages = []language{
 	{"c", func(ex string) string { return filepath.Join("..", "c", "examples", ex+".wasm") }},
 	{"c-freestanding", func(ex string) string { return filepath.Join("..", "c", "examples", ex+".freestanding.wasm") }},
 	{"c-simd128", func(ex string) string { return filepath.Join("..", "c", "examples", ex+".simd.wasm") }},
+	{"c++", func(ex string) string { return filepath.Join("..", "cpp", "examples", ex+".wasm") }},
 	{"assemblyscript", func(ex string) string { return filepath.Join("..", "assemblyscript", "examples", ex+".wasm") }},
 	{"wat", func(ex string) string { return filepath.Join("..", "wat", ex+".wasm") }},
+}
+
+// some names the languages that build some of the examples, not all: C++,
+// which uses the C SDK, shows the C++ standard library at work in those
+// its library serves (std::string, std::string_view, std::unordered_map);
+// the others are C's.
+var some = map[string][]string{
+	"c++": {"uppercase", "filter", "keyedcount"},
+}
+
+// has reports whether lang builds example.
+func (lang language) has(example string) bool {
+	only, ok := some[lang.name]
+	return !ok || slices.Contains(only, example)
+}
+
+// languagesWith returns the languages that build example, in the order of
+// languages (Go first).
+func languagesWith(example string) []language {
+	var with []language
+	for _, lang := range languages {
+		if lang.has(example) {
+			with = append(with, lang)
+		}
+	}
+	return with
 }
 
 // wasmOf returns the module bytes of a language's build of an example.
