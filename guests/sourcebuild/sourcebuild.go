@@ -1,8 +1,9 @@
 // Package sourcebuild compiles an operator's source file — Rust (.rs), C
-// (.c), AssemblyScript (.ts) or WebAssembly text (.wat) — to a module,
-// against the guest SDK this weir ships (guests.SDK), with the toolchain
-// the machine has: the ones guests/README.md names (Debian's rustc with
-// the wasm32 standard library, clang with wasi-libc, asc 0.28, wabt's
+// (.c), C++ (.cpp, .cc, .cxx; with the C SDK), AssemblyScript (.ts) or
+// WebAssembly text (.wat) — to a module, against the guest SDK this weir
+// ships (guests.SDK), with the toolchain the machine has: the ones
+// guests/README.md names (Debian's rustc with the wasm32 standard library,
+// clang with wasi-libc, clang++ with libc++ for wasm32, asc 0.28, wabt's
 // wat2wasm). It builds what guests/build.sh builds, with the same flags,
 // except that function names are kept in every language (a trap's stack
 // trace names them).
@@ -10,8 +11,8 @@
 //	wasm, err := sourcebuild.Build(ctx, "ops/upper.rs", tmpDir)
 //
 // An environment variable names a toolchain where the default is not the
-// right one: WEIR_RUSTC, WEIR_CLANG (and WEIR_WASI_SYSROOT, default /usr),
-// WEIR_ASC, WEIR_WAT2WASM.
+// right one: WEIR_RUSTC, WEIR_CLANG, WEIR_CLANGXX (and WEIR_WASI_SYSROOT,
+// default /usr), WEIR_ASC, WEIR_WAT2WASM.
 package sourcebuild
 
 import (
@@ -37,6 +38,7 @@ type Language string
 const (
 	Rust           Language = "Rust"
 	C              Language = "C"
+	CPP            Language = "C++"
 	AssemblyScript Language = "AssemblyScript"
 	WAT            Language = "WAT"
 )
@@ -49,6 +51,8 @@ func Of(path string) (Language, bool) {
 		return Rust, true
 	case ".c":
 		return C, true
+	case ".cpp", ".cc", ".cxx":
+		return CPP, true
 	case ".ts":
 		return AssemblyScript, true
 	case ".wat":
@@ -59,7 +63,7 @@ func Of(path string) (Language, bool) {
 
 // extensions are the file extensions Of knows, for a message that lists
 // what can be built.
-const extensions = ".rs, .c, .ts or .wat"
+const extensions = ".rs, .c, .cpp, .cc, .cxx, .ts or .wat"
 
 // ErrNoToolchain is wrapped by Build's error when the compiler the
 // language needs is not on the machine; the message says what to install.
@@ -98,6 +102,8 @@ func Build(ctx context.Context, src, dir string) (string, error) {
 		r, err = rustRecipe(ctx, abs)
 	case C:
 		r, err = cRecipe(abs)
+	case CPP:
+		r, err = cppRecipe(abs)
 	case AssemblyScript:
 		r, err = assemblyScriptRecipe(abs)
 	case WAT:
@@ -304,6 +310,49 @@ func cRecipe(src string) (*recipe, error) {
 		tools: tools,
 		sdk:   map[string]string{"c/weir.h": "include/weir.h"},
 		steps: []step{{tool: cc, args: args}},
+		read:  depFile,
+	}, nil
+}
+
+// cppPackages are the Debian packages of libc++ for wasm32, which C++
+// operators link, and of what it needs; 14 is clang's version (Debian 12).
+const cppPackages = "wasi-libc libclang-rt-14-dev-wasm32 libc++-14-dev-wasm32 libc++abi-14-dev-wasm32"
+
+// cppRecipe builds C++ with the C SDK (weir.h, which WEIR_OPERATOR gives
+// an operator new that fails the call when memory runs out), as
+// guests/build.sh builds guests/cpp: a WASI reactor, since libc++ needs
+// wasi-libc, -std=c++17 and -fno-exceptions (libc++ for wasm32 is built
+// without them: a throw, also one inside its headers, would not link).
+func cppRecipe(src string) (*recipe, error) {
+	cxx, err := tool("WEIR_CLANGXX", "clang++", "install clang and lld, and "+cppPackages)
+	if err != nil {
+		return nil, err
+	}
+	root := wasiSysroot()
+	if root == "" {
+		dir := os.Getenv("WEIR_WASI_SYSROOT")
+		if dir == "" {
+			dir = "/usr"
+		}
+		return nil, fmt.Errorf("%w: no wasi-libc in %s (lib/wasm32-wasi/libc.a), which C++'s libc++ needs: install %s, or set WEIR_WASI_SYSROOT",
+			ErrNoToolchain, dir, cppPackages)
+	}
+	var libs []string
+	for _, lib := range []string{"libc++.a", "libc++abi.a"} {
+		p := filepath.Join(root, "lib", "wasm32-wasi", lib)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: no libc++ for wasm32 in %s (lib/wasm32-wasi/%s): install %s, or set WEIR_WASI_SYSROOT",
+				ErrNoToolchain, root, lib, cppPackages)
+		}
+		libs = append(libs, p)
+	}
+	args := []string{"--target=wasm32-wasi", "--sysroot=" + root, "-mexec-model=reactor", "-std=c++17", "-fno-exceptions",
+		"-O2", "-Wall", "-I", filepath.Join(workDir, "include"), "-Wl,--stack-first", "-Wl,--strip-debug",
+		"-MD", "-MF", filepath.Join(workDir, "deps.d"), "-o", outFile, src}
+	return &recipe{
+		tools: append([]string{cxx, filepath.Join(root, "lib", "wasm32-wasi", "libc.a")}, libs...),
+		sdk:   map[string]string{"c/weir.h": "include/weir.h"},
+		steps: []step{{tool: cxx, args: args}},
 		read:  depFile,
 	}, nil
 }

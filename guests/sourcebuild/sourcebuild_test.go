@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -62,15 +63,17 @@ func uppercases(t *testing.T, path string) {
 }
 
 // Each language builds, the repository's examples and an operator outside
-// the repository alike (C's "weir.h" with none beside it, AssemblyScript's
-// package "weir", Rust's crate weir), and what it builds runs; so does an
-// AssemblyScript file that imports a copy of the SDK by a relative path.
+// the repository alike (C's and C++'s "weir.h" with none beside it,
+// AssemblyScript's package "weir", Rust's crate weir), and what it builds
+// runs; so does an AssemblyScript file that imports a copy of the SDK by a
+// relative path.
 func TestBuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, src := range []string{
 		"../rust/examples/uppercase.rs", "testdata/shout.rs",
 		"../c/examples/uppercase.c", "testdata/shout.c",
+		"../cpp/examples/uppercase.cpp", "testdata/shout.cpp",
 		"../assemblyscript/examples/uppercase.ts", "testdata/shout.ts",
 		"../wat/uppercase.wat",
 	} {
@@ -137,10 +140,15 @@ func TestBuildErrors(t *testing.T) {
 	}{
 		{write("bad.rs", "fn f() -> u32 { \"no\" }\n"), "build " + filepath.Join(dir, "bad.rs") + " (Rust): rustc: exit status 1:", "mismatched types"},
 		{write("bad.c", "int f(void) { return undeclared; }\n"), "build " + filepath.Join(dir, "bad.c") + " (C): clang: exit status 1:", "undeclared"},
+		{write("bad.cc", "int f() { return undeclared; }\n"), "build " + filepath.Join(dir, "bad.cc") + " (C++): clang++: exit status 1:", "undeclared"},
+		// libc++ for wasm32 has no exceptions: a throw is refused where it
+		// is, not at link time as an undefined __cxa_throw.
+		{write("throws.cxx", "int f(int x) { if (x < 0) throw x; return x; }\n"), "build " + filepath.Join(dir, "throws.cxx") + " (C++): clang++: exit status 1:",
+			"cannot use 'throw' with exceptions disabled"},
 		{write("nosdk.ts", "export function f(): i32 { return 1; }\n"), "build " + filepath.Join(dir, "nosdk.ts") + " (AssemblyScript): it does not import the SDK: an operator's entry file starts with import { Operator, register } from \"weir\"; export * from \"weir/exports\"", ""},
 		{write("bad.wat", "(module (func (result i32)))\n"), "build " + filepath.Join(dir, "bad.wat") + " (WAT): wat2wasm: exit status 1:", "type mismatch"},
 		{filepath.Join(dir, "missing.rs"), "build " + filepath.Join(dir, "missing.rs") + ": no such file", ""},
-		{write("notes.txt", "x"), "build " + filepath.Join(dir, "notes.txt") + ": not a source file weir builds (want .rs, .c, .ts or .wat)", ""},
+		{write("notes.txt", "x"), "build " + filepath.Join(dir, "notes.txt") + ": not a source file weir builds (want .rs, .c, .cpp, .cc, .cxx, .ts or .wat)", ""},
 	} {
 		_, err := Build(ctx, c.src, dir)
 		if err == nil {
@@ -161,6 +169,7 @@ func TestNoToolchain(t *testing.T) {
 	for _, c := range []struct{ env, src, want string }{
 		{"WEIR_ASC", "testdata/shout.ts", "no asc found: npm install -g assemblyscript@0.28, or set WEIR_ASC"},
 		{"WEIR_CLANG", "testdata/shout.c", "no clang found: install clang and lld"},
+		{"WEIR_CLANGXX", "testdata/shout.cpp", "no clang++ found: install clang and lld, and " + cppPackages + ", or set WEIR_CLANGXX"},
 		{"WEIR_WAT2WASM", "../wat/uppercase.wat", "no wat2wasm found: install wabt, or set WEIR_WAT2WASM"},
 	} {
 		t.Setenv(c.env, "")
@@ -187,6 +196,7 @@ func TestToolchainVariable(t *testing.T) {
 	for _, c := range []struct{ env, path, src, want string }{
 		{"WEIR_RUSTC", missing, "testdata/shout.rs", "WEIR_RUSTC=" + missing + " names no compiler weir can run ("},
 		{"WEIR_CLANG", missing, "testdata/shout.c", "WEIR_CLANG=" + missing + " names no compiler weir can run ("},
+		{"WEIR_CLANGXX", missing, "testdata/shout.cpp", "WEIR_CLANGXX=" + missing + " names no compiler weir can run ("},
 		{"WEIR_ASC", missing, "testdata/shout.ts", "WEIR_ASC=" + missing + " names no compiler weir can run ("},
 		{"WEIR_WAT2WASM", missing, "../wat/uppercase.wat", "WEIR_WAT2WASM=" + missing + " names no compiler weir can run ("},
 		{"WEIR_RUSTC", rustup, "testdata/shout.rs", "WEIR_RUSTC=" + rustup + " has no wasm32-unknown-unknown standard library: " +
@@ -199,6 +209,45 @@ func TestToolchainVariable(t *testing.T) {
 				t.Errorf("%s=%s: %v; want one line of ErrNoToolchain with %q", c.env, c.path, err, c.want)
 			}
 		})
+	}
+}
+
+// C++ needs libc++ for wasm32, and wasi-libc under it: without them a C++
+// source is an ErrNoToolchain that names the Debian packages to install,
+// not clang++'s "'string' file not found".
+func TestNoLibcxx(t *testing.T) {
+	if _, err := exec.LookPath("clang++"); err != nil {
+		t.Skip("no clang++")
+	}
+	noLibc := t.TempDir()
+	noLibcxx := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(noLibcxx, "lib", "wasm32-wasi"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(noLibcxx, "lib", "wasm32-wasi", "libc.a"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ root, want string }{
+		{noLibc, "no wasi-libc in " + noLibc + " (lib/wasm32-wasi/libc.a), which C++'s libc++ needs: install " + cppPackages + ", or set WEIR_WASI_SYSROOT"},
+		{noLibcxx, "no libc++ for wasm32 in " + noLibcxx + " (lib/wasm32-wasi/libc++.a): install " + cppPackages + ", or set WEIR_WASI_SYSROOT"},
+	} {
+		t.Setenv("WEIR_WASI_SYSROOT", c.root)
+		_, err := Build(context.Background(), "testdata/shout.cpp", t.TempDir())
+		if !errors.Is(err, ErrNoToolchain) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("WEIR_WASI_SYSROOT=%s: %v; want ErrNoToolchain and %q", c.root, err, c.want)
+		}
+	}
+}
+
+// C++ sources are .cpp, .cc and .cxx files.
+func TestOfCpp(t *testing.T) {
+	for _, name := range []string{"op.cpp", "op.cc", "dir.d/op.cxx"} {
+		if lang, ok := Of(name); lang != CPP || !ok {
+			t.Errorf("Of(%q) = %q, %v; want %q, true", name, lang, ok, CPP)
+		}
+	}
+	if lang, ok := Of("op.hpp"); ok {
+		t.Errorf("Of(op.hpp) = %q, true; want a header to be no source", lang)
 	}
 }
 
@@ -233,7 +282,8 @@ func TestBuildReproducible(t *testing.T) {
 		src   string
 		names bool // whether the build keeps a name section
 	}{
-		{"testdata/shout.rs", true}, {"testdata/shout.c", true}, {"testdata/shout.ts", true}, {"../wat/uppercase.wat", true},
+		{"testdata/shout.rs", true}, {"testdata/shout.c", true}, {"testdata/shout.cpp", true}, {"testdata/shout.ts", true},
+		{"../wat/uppercase.wat", true},
 	} {
 		src := c.src
 		t.Run(src, func(t *testing.T) {
