@@ -27,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/internal/spell"
 )
 
 // command is one subcommand.
@@ -117,7 +118,7 @@ func didYouMean(word string, names []string) string {
 	if other != "" && slices.Contains(names, other) {
 		return "did you mean " + other + "? "
 	}
-	if c := jobspec.Closest(word, names); c != "" {
+	if c := spell.Closest(word, names); c != "" {
 		return "did you mean " + c + "? "
 	}
 	return ""

@@ -64,7 +64,7 @@ func TestModuleCommand(t *testing.T) {
 		t.Errorf("rm: %d %q", code, out)
 	}
 	_, errs, code = weir("inspect", "pass@1", "-nats", url)
-	if code != 1 || errs != "weir: module pass@1: not in the module registry\n" {
+	if code != 1 || errs != "weir: module pass@1: not in the module registry (pass has version 5 only)\n" {
 		t.Errorf("inspect removed: %d %q", code, errs)
 	}
 	if _, _, code = weir("frob", "-nats", url); code != 2 {

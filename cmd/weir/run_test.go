@@ -588,7 +588,7 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: op
 	var out, errb bytes.Buffer
 	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "job.yaml"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	if want := "weir: operator op: module nope@1: not in the module registry\n"; code != 1 || errb.String() != want {
+	if want := "weir: operator op: module nope@1: not in the module registry (it holds no module yet: weir module push NAME FILE stores one)\n"; code != 1 || errb.String() != want {
 		t.Fatalf("weir run exited %d with %q, want 1 with %q\n%s", code, errb.String(), want, out.String())
 	}
 	for _, name := range []string{"IN", "OUT"} {

@@ -65,6 +65,7 @@ import (
 	"github.com/weirhq/weir/coordinator/modref"
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/coordinator/registry"
+	"github.com/weirhq/weir/internal/spell"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -595,7 +596,7 @@ func (m *Manager) job(name string) (*job, error) {
 				names = append(names, n)
 			}
 		}
-		if c := jobspec.Closest(name, names); c != "" {
+		if c := spell.Closest(name, names); c != "" {
 			return nil, control.Errorf(control.ErrNotFound, "no job %q (did you mean %s?)", name, c)
 		}
 		return nil, control.Errorf(control.ErrNotFound, "no job %q", name)

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/internal/spell"
 	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/subject"
 )
@@ -221,7 +222,7 @@ func hasKey(n *yaml.Node, key string) bool {
 // partitioning) — or "".
 func closest(key string, h map[string]func(v *yaml.Node, path string)) string {
 	opts := slices.Sorted(maps.Keys(h))
-	if best := Closest(key, opts); best != "" {
+	if best := spell.Closest(key, opts); best != "" {
 		return best
 	}
 	if opt, ok := otherWords[key]; ok && h[opt] != nil {
@@ -239,20 +240,6 @@ func closest(key string, h map[string]func(v *yaml.Node, path string)) string {
 	return ""
 }
 
-// Closest returns the name of names that word most likely misspells —
-// at most two edits (a swap of neighbours counting as one) and fewer than
-// half its length — or "": a job or vertex name a command was given
-// that names none.
-func Closest(word string, names []string) string {
-	best, bestD := "", 3
-	for _, n := range slices.Sorted(slices.Values(names)) {
-		if d := editDistance(word, n); d < bestD && 2*d < len(n) {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
 // otherWords maps words other systems use to the options weir names
 // them by.
 var otherWords = map[string]string{
@@ -268,32 +255,6 @@ func commonPrefix(a, b string) int {
 		n++
 	}
 	return n
-}
-
-// editDistance is the optimal string alignment distance of a and b:
-// insertions, deletions, substitutions and swaps of neighbours.
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }
 
 func kindName(n *yaml.Node) string {
@@ -518,7 +479,7 @@ func (p *parser) oneOf(n *yaml.Node, path string, dst *string, allowed ...string
 // likely misspells (Closest), or the one name of 3 bytes or more that
 // word lengthens or shortens (keyed: key), else "".
 func meant(word string, names []string) string {
-	if c := Closest(word, names); c != "" {
+	if c := spell.Closest(word, names); c != "" {
 		return "did you mean " + c + "? "
 	}
 	var like []string

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/modref"
+	"github.com/weirhq/weir/internal/spell"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/storage"
 )
@@ -340,9 +341,41 @@ func (r *Registry) Find(ctx context.Context, ref modref.Ref) ([]Module, error) {
 		return nil, fmt.Errorf("module %s: not a registry reference", ref)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("module %s: %w", ref, ErrNotFound)
+		return nil, fmt.Errorf("module %s: %w%s", ref, ErrNotFound, whatIsThere(ref, all))
 	}
 	return out, nil
+}
+
+// whatIsThere says, after a registry reference that matched nothing, what
+// the registry holds instead: the versions of its name ("keysum has
+// versions 1, 2, 3"), else a name it likely misspells, else how to list
+// them.
+func whatIsThere(ref modref.Ref, all []Module) string {
+	if ref.Kind != modref.Registry {
+		return ""
+	}
+	var versions []string
+	var names []string
+	for _, m := range all {
+		if m.Name == ref.Name {
+			versions = append(versions, strconv.Itoa(m.Version))
+		}
+		if len(names) == 0 || names[len(names)-1] != m.Name {
+			names = append(names, m.Name)
+		}
+	}
+	switch {
+	case len(versions) == 1:
+		return fmt.Sprintf(" (%s has version %s only)", ref.Name, versions[0])
+	case len(versions) > 1:
+		return fmt.Sprintf(" (%s has versions %s)", ref.Name, strings.Join(versions, ", "))
+	case len(names) == 0:
+		return " (it holds no module yet: weir module push NAME FILE stores one)"
+	}
+	if best := spell.Closest(ref.Name, names); best != "" {
+		return fmt.Sprintf(" (did you mean %s? weir module ls lists them)", best)
+	}
+	return " (weir module ls lists what it holds)"
 }
 
 // Inspect returns the module a reference names (NAME, NAME@VERSION or
@@ -457,7 +490,9 @@ func Check(ctx context.Context, reg *Registry, ref modref.Ref) error {
 	}
 	if _, err := reg.Find(ctx, ref); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("not in the module registry")
+			// Find's words after the reference: what is there instead.
+			_, rest, _ := strings.Cut(err.Error(), ": ")
+			return errors.New(rest)
 		}
 		return err
 	}

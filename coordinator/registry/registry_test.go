@@ -114,9 +114,17 @@ func TestRegistry(t *testing.T) {
 	if data, m, err := Resolve(ctx, nil, file); err != nil || !bytes.Equal(data, wasm) || m.Digest != Digest(wasm) {
 		t.Errorf("resolve file = %+v %v", m, err)
 	}
-	ref, _ := modref.Parse("nosuch@3")
-	if err := Check(ctx, r, ref); err == nil || err.Error() != "not in the module registry" {
-		t.Errorf("check missing = %v", err)
+	// What is missing says what is there instead: the name's versions, a
+	// name it likely misspells, or where to look.
+	for ref, want := range map[string]string{
+		"nosuch@3": "not in the module registry (weir module ls lists what it holds)",
+		"pass@9":   "not in the module registry (pass has versions 1, 2, 7)",
+		"pas@1":    "not in the module registry (did you mean pass? weir module ls lists them)",
+	} {
+		mr, _ := modref.Parse(ref)
+		if err := Check(ctx, r, mr); err == nil || err.Error() != want {
+			t.Errorf("check %s = %v, want %s", ref, err, want)
+		}
 	}
 
 	gone, err := r.Remove(ctx, "pass@2")
