@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -1299,16 +1300,23 @@ func (j *job) cancelAttempt(workers []string, reason string) {
 	}
 	var answered sync.WaitGroup
 	for _, w := range workers {
+		_, isLive := slices.BinarySearch(live, w)
 		cancelOn := func(ctx context.Context) {
 			c, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()
 			if err := j.m.ctl.Cancel(c, w, control.Cancel{Job: j.spec.Name, Attempt: attempt, Reason: reason}); err != nil {
-				j.m.log.Warn("cancel on worker failed", "job", j.spec.Name, "worker", w, "err", err)
+				// A worker that is not live (lost: killed, cut off) is
+				// expected not to answer; one that is should.
+				level := slog.LevelWarn
+				if !isLive {
+					level = slog.LevelDebug
+				}
+				j.m.log.Log(context.Background(), level, "cancel on worker failed", "job", j.spec.Name, "worker", w, "live", isLive, "err", err)
 			} else {
 				j.m.attemptStopped(w, j.spec.Name, attempt)
 			}
 		}
-		if _, ok := slices.BinarySearch(live, w); ok || shutdown {
+		if isLive || shutdown {
 			answered.Go(func() { cancelOn(context.WithoutCancel(j.ctx)) })
 			continue
 		}
