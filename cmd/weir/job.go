@@ -1001,10 +1001,23 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 		if t.Stats.InputEnded {
 			unread = "ended" // its input ended: waits for the final savepoint
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\t%s\n", t.Task, t.Worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
+		worker := t.Worker
+		if t.WorkerSilent > 0 {
+			worker += " (silent " + t.WorkerSilent.Round(100*time.Millisecond).String() + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\t%s\n", t.Task, worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
 			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, unread)
 	}
 	tw.Flush()
+	var silent []string
+	for _, t := range tasks {
+		if t.WorkerSilent > 0 && !slices.Contains(silent, t.Worker) {
+			silent = append(silent, t.Worker)
+		}
+	}
+	for _, wk := range silent {
+		fmt.Fprintf(w, "worker %s has not been heard from lately: its tasks' figures are from its last report (a worker stopped or cut off is declared lost once its heartbeat timeout passes)\n", wk)
+	}
 }
 
 // printCheckpointStats says how a job's checkpoints fare

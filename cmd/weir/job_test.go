@@ -1509,3 +1509,44 @@ func TestJobStatusSaysHowToGoOnAfterAFailedRestore(t *testing.T) {
 		t.Errorf("weir run said\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A task whose worker has gone silent shows it beside the worker, and a
+// line says that its figures are the last report's; weir worker ls shows
+// when each worker was last heard from and says which went silent. A
+// trial's killed worker looked healthy, with its old rates, until its
+// heartbeat timeout passed.
+func TestSilentWorkersAreSaid(t *testing.T) {
+	var b bytes.Buffer
+	printTasks(&b, []control.TaskStatus{
+		{Task: "in-0", Worker: "w1", InRate: 1315, WorkerSilent: 3240 * time.Millisecond},
+		{Task: "sum-0", Worker: "w1", WorkerSilent: 3240 * time.Millisecond},
+		{Task: "out-0", Worker: "w2"},
+	})
+	for _, want := range []string{
+		`(?m)^in-0 +w1 \(silent 3.2s\) +0 +0 +1315 `,
+		`(?m)^out-0 +w2 +0 `,
+		`(?m)^worker w1 has not been heard from lately: its tasks' figures are from its last report`,
+	} {
+		if !regexp.MustCompile(want).MatchString(b.String()) {
+			t.Errorf("tasks:\n%s\nwant a match of %s", b.String(), want)
+		}
+	}
+	if n := strings.Count(b.String(), "has not been heard from"); n != 1 {
+		t.Errorf("said %d times:\n%s", n, b.String())
+	}
+	b.Reset()
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	printWorkers(&b, []control.WorkerStatus{
+		{ID: "w1", Host: "h", Used: 2, LastHeartbeat: now.Add(-3240 * time.Millisecond)},
+		{ID: "w2", Host: "h", Used: 1, Slots: 4, LastHeartbeat: now.Add(-400 * time.Millisecond)},
+		{ID: "old", Host: "h"},
+	}, now)
+	want := "WORKER  HOST  SLOTS  LAST HEARD\n" +
+		"w1      h     2/-    3.2s ago\n" +
+		"w2      h     1/4    400ms ago\n" +
+		"old     h     0/-    -\n" +
+		"worker w1 has not been heard from for 3.2s (stopped, or cut off?): the coordinator declares it lost once its heartbeat timeout passes, and moves its tasks\n"
+	if b.String() != want {
+		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
+	}
+}

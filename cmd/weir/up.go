@@ -457,25 +457,37 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return apiErr("worker ls", err)
 	}
-	printWorkers(std.Out, ws)
+	printWorkers(std.Out, ws, time.Now())
 	return nil
 }
 
-// printWorkers prints one line per worker, its slots as used/total.
-func printWorkers(w io.Writer, ws []control.WorkerStatus) {
+// printWorkers prints one line per worker, its slots as used/total and
+// when it was last heard from (at now), then a line for each worker that
+// gets no tasks and each that went silent: a worker killed or cut off is
+// listed as live until its heartbeat timeout, which a trial read as
+// healthy.
+func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tHOST\tSLOTS")
+	fmt.Fprintln(tw, "WORKER\tHOST\tSLOTS\tLAST HEARD")
 	for _, x := range ws {
 		total := "-"
 		if x.Slots > 0 {
 			total = strconv.Itoa(x.Slots)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%s\n", x.ID, x.Host, x.Used, total)
+		heard := "-"
+		if !x.LastHeartbeat.IsZero() {
+			heard = max(now.Sub(x.LastHeartbeat), 0).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%s\n", x.ID, x.Host, x.Used, total, heard)
 	}
 	tw.Flush()
 	for _, x := range ws {
 		if x.Unusable != "" {
 			fmt.Fprintf(w, "worker %s gets no tasks: %s\n", x.ID, x.Unusable)
+		}
+		if d := now.Sub(x.LastHeartbeat); !x.LastHeartbeat.IsZero() && d > control.SilentAfter {
+			fmt.Fprintf(w, "worker %s has not been heard from for %s (stopped, or cut off?): the coordinator declares it lost once its heartbeat timeout passes, and moves its tasks\n",
+				x.ID, d.Round(100*time.Millisecond))
 		}
 	}
 }

@@ -197,10 +197,10 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := regexp.MustCompile(`^WORKER +HOST +SLOTS\n` +
-		`w +` + regexp.QuoteMeta(host) + ` +1/3\n` +
-		`w-1 +` + regexp.QuoteMeta(host) + ` +0/3\n` +
-		`x +` + regexp.QuoteMeta(host) + ` +1/-\n$`)
+	want := regexp.MustCompile(`^WORKER +HOST +SLOTS +LAST HEARD\n` +
+		`w +` + regexp.QuoteMeta(host) + ` +1/3 +[0-9.]+m?s ago\n` +
+		`w-1 +` + regexp.QuoteMeta(host) + ` +0/3 +[0-9.]+m?s ago\n` +
+		`x +` + regexp.QuoteMeta(host) + ` +1/- +[0-9.]+m?s ago\n$`)
 	if !want.MatchString(out.String()) {
 		t.Errorf("weir worker ls:\n%s", out.String())
 	}

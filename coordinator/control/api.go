@@ -460,7 +460,17 @@ type TaskStatus struct {
 	// second: negative while the source catches up on a backlog, positive
 	// while it falls further behind. Nil otherwise.
 	UnreadRate *float64 `json:"unread_rate,omitempty"`
+	// WorkerSilent is how long the task's worker has not been heard from,
+	// when that is longer than a few heartbeats (0 otherwise): a worker
+	// killed or cut off counts as live until its heartbeat timeout, and
+	// the task's figures are its last report's meanwhile.
+	WorkerSilent time.Duration `json:"worker_silent,omitempty"`
 }
+
+// SilentAfter is how long a worker's heartbeats must have stopped for
+// TaskStatus.WorkerSilent and WorkerStatus to say so: several of the
+// default heartbeat interval (1 s).
+const SilentAfter = 2500 * time.Millisecond
 
 // NewTaskStatus computes the status of task on worker from its latest
 // counters and the ones reported at the start of the span its rates cover
@@ -711,6 +721,9 @@ type WorkerStatus struct {
 	// not ended (a job waiting for room holds none): what placement
 	// counts against Slots.
 	Used int `json:"used"`
+	// LastHeartbeat is when the worker was last heard from (zero from a
+	// coordinator that does not say).
+	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
 }
 
 // API operations (subject suffixes).

@@ -339,6 +339,19 @@ func (c *Coordinator) LiveWorkers() []string {
 	return ids
 }
 
+// HeardFrom returns when each live worker was last heard from (its last
+// heartbeat), by ID: one that went silent is live until HeartbeatTimeout
+// passes, and its tasks' figures are its last report's meanwhile.
+func (c *Coordinator) HeardFrom() map[string]time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]time.Time, len(c.workers))
+	for id, w := range c.workers {
+		out[id] = w.lastSeen
+	}
+	return out
+}
+
 // Workers returns what the live workers reported in their last heartbeat.
 func (c *Coordinator) Workers() []Heartbeat {
 	c.mu.Lock()

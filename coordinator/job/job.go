@@ -231,6 +231,7 @@ func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]contro
 func (j *job) status() control.JobStatus {
 	latest := j.runner.Latest() // before j.mu: the runner calls the job holding its lock
 	cps := j.runner.Stats()
+	heard, now := j.m.ctl.HeardFrom(), time.Now()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	st := j.st
@@ -263,7 +264,11 @@ func (j *job) status() control.JobStatus {
 		st.Restoring = j.restoringLocked()
 		for task, l := range j.live {
 			if l.attempt == st.Attempt && j.assign[task] == l.worker {
-				st.Tasks = append(st.Tasks, control.NewTaskStatus(task, l.worker, l.latest, l.base()))
+				ts := control.NewTaskStatus(task, l.worker, l.latest, l.base())
+				if at, ok := heard[l.worker]; ok && now.Sub(at) > control.SilentAfter {
+					ts.WorkerSilent = now.Sub(at)
+				}
+				st.Tasks = append(st.Tasks, ts)
 			}
 		}
 		order := map[string]int{} // the plan's order: sources, operators, sinks

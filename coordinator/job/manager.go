@@ -391,12 +391,13 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 	used := m.slotsUsed(nil)
 	live := m.ctl.Workers()
+	heard := m.ctl.HeardFrom()
 	stale := m.staleTasks(live, nil)
 	out := make([]control.WorkerStatus, len(live))
 	for i, hb := range live {
 		id := hb.Worker.ID
 		out[i] = control.WorkerStatus{ID: id, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[id] + stale[id],
-			Unusable: m.unusable(hb.Worker)}
+			Unusable: m.unusable(hb.Worker), LastHeartbeat: heard[id]}
 	}
 	return out, nil
 }
