@@ -30,7 +30,7 @@ func init() {
 	})
 }
 
-const execUsage = `MODULE.wasm|GO-PACKAGE-DIR|SOURCE.{rs,c,ts,wat} [flags]
+const execUsage = `MODULE.wasm|GO-PACKAGE-DIR|SOURCE.{rs,c,cpp,ts,wat} [flags]
 
 Reads records from stdin (or -in), one per line: "key<TAB>value", or just
 "value" for an empty key. Feeds them to the module in batches and prints

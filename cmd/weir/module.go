@@ -37,8 +37,8 @@ const moduleUsage = `push|ls|inspect|rm [flags] [args]
 
   weir module push NAME FILE [-version V]   validate FILE and store it as NAME@V
                                             (V defaults to the latest version + 1);
-                                            a Go package directory or a .rs, .c, .ts
-                                            or .wat source is built first
+                                            a Go package directory or a .rs, .c, .cpp,
+                                            .ts or .wat source is built first
   weir module ls                            list every module version
   weir module inspect NAME[@V]|sha256:D     show one module version (latest by default)
   weir module rm NAME[@V] [-force]          remove one version, or every version;

@@ -49,7 +49,7 @@ NATS sink's is what it publishes. Without -nats it starts the embedded default â
 with JetStream, the coordinator and a worker in this process, streams the job
 names created on the fly â€” and stops everything at the end. An operator
 module may be a Go package directory, which weir builds (GOOS=wasip1), or a
-Rust, C, AssemblyScript or WAT source file (.rs, .c, .ts, .wat), which it
+Rust, C, C++, AssemblyScript or WAT source file (.rs, .c, .cpp, .ts, .wat), which it
 builds against the SDK it carries (guests/README.md), once what refuses a run
 at once (an -input it cannot read, a -data directory another weir holds, a
 -nats it cannot reach, a job of the name that has not ended, a stream the

@@ -224,7 +224,7 @@ func notWasmHint(b []byte) string {
 		return ": WebAssembly text (WAT); assemble it into a module with wat2wasm"
 	}
 	if head := b[:min(len(b), 512)]; len(head) > 0 && isText(head) {
-		return ": the file is text, a source file perhaps; give the .wasm, or a source weir builds (a Go package directory, a .rs, .c, .ts or .wat file: guests/README.md)"
+		return ": the file is text, a source file perhaps; give the .wasm, or a source weir builds (a Go package directory, a .rs, .c, .cpp, .ts or .wat file: guests/README.md)"
 	}
 	return ""
 }

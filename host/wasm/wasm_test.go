@@ -40,7 +40,7 @@ func TestBadModules(t *testing.T) {
 	}{
 		{"empty", nil, KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): the file is empty (a build that failed, or a copy cut short?)"},
 		{"not wasm", []byte("\x01\x02hello, world"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number)"},
-		{"C source", []byte("/* avg: a running average — per key */\n#include \"weir.h\"\n"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): the file is text, a source file perhaps; give the .wasm, or a source weir builds (a Go package directory, a .rs, .c, .ts or .wat file: guests/README.md)"},
+		{"C source", []byte("/* avg: a running average — per key */\n#include \"weir.h\"\n"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): the file is text, a source file perhaps; give the .wasm, or a source weir builds (a Go package directory, a .rs, .c, .cpp, .ts or .wat file: guests/README.md)"},
 		{"empty", nil, KindNotWasm, ErrNotWasm, "not a WebAssembly module"},
 		{"ELF", []byte("\x7fELF\x02\x01\x01\x00"), KindNotWasm, ErrNotWasm, "not a WebAssembly module (no \\0asm magic number): an ELF file, a native executable or library; build the operator for wasm: Go GOOS=wasip1 GOARCH=wasm -buildmode=c-shared, C clang --target=wasm32-wasi or --target=wasm32, Rust --target wasm32-unknown-unknown"},
 		{"Mach-O", []byte{0xcf, 0xfa, 0xed, 0xfe, 7, 0, 0, 1}, KindNotWasm, ErrNotWasm, ": a Mach-O file, a native executable or library; build the operator for wasm"},
