@@ -163,15 +163,26 @@ func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version i
 		return Module{}, err
 	}
 	latest := 0
+	digest := Digest(wasm)
 	for _, m := range all {
 		if m.Name == name {
 			if m.Version == version {
-				return Module{}, fmt.Errorf("push %s: %w", m.Ref(), ErrExists)
+				// Versions are immutable: say whether it holds these
+				// bytes already, and what a push without one gives.
+				if m.Digest == digest {
+					return Module{}, fmt.Errorf("push %s: %w (with these bytes already: nothing to push)", m.Ref(), ErrExists)
+				}
+				next := 0
+				for _, o := range all {
+					if o.Name == name {
+						next = max(next, o.Version)
+					}
+				}
+				return Module{}, fmt.Errorf("push %s: %w (with other bytes; versions do not change: push without -version for %s@%d)", m.Ref(), ErrExists, name, next+1)
 			}
 			latest = max(latest, m.Version)
 		}
 	}
-	digest := Digest(wasm)
 	explicit := version != 0
 	for {
 		if !explicit {

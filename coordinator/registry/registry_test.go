@@ -65,8 +65,13 @@ func TestRegistry(t *testing.T) {
 	if err != nil || m2.Version != 2 {
 		t.Fatalf("second push = %+v %v", m2, err)
 	}
-	if _, err := r.Push(ctx, "pass", wasm, 2, checkMagic); !errors.Is(err, ErrExists) {
+	if _, err := r.Push(ctx, "pass", wasm, 2, checkMagic); !errors.Is(err, ErrExists) ||
+		err.Error() != "push pass@2: module version exists (with other bytes; versions do not change: push without -version for pass@3)" {
 		t.Errorf("push of an existing version = %v", err)
+	}
+	if _, err := r.Push(ctx, "pass", other, 2, checkMagic); !errors.Is(err, ErrExists) ||
+		err.Error() != "push pass@2: module version exists (with these bytes already: nothing to push)" {
+		t.Errorf("push of an existing version's bytes = %v", err)
 	}
 	if m, err := r.Push(ctx, "pass", wasm, 7, nil); err != nil || m.Version != 7 {
 		t.Errorf("push with version = %+v %v", m, err)
