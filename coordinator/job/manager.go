@@ -486,6 +486,23 @@ func (m *Manager) slotsUsed(except *job) map[string]int {
 // WorkerLost fails over every job with a task on the worker.
 func (m *Manager) WorkerLost(id string) {
 	m.log.Warn("worker lost", "worker", id)
+	m.dropWorker(id, false)
+}
+
+// WorkerLeft implements control.WorkerLeaver: the worker stopped on
+// purpose, saying goodbye. Every job with a task on it is placed again
+// from its latest checkpoint, as after a loss, but that is no failure of
+// the job's: it is not counted against restart.attempts, and the status
+// counts the attempt as a replacement. (A trial's rolling restart of a
+// worker with SIGTERM counted as a worker-lost failure and a restart.)
+func (m *Manager) WorkerLeft(id string) {
+	m.log.Info("worker stopped and left", "worker", id)
+	m.dropWorker(id, true)
+}
+
+// dropWorker forgets what the manager knows of worker id and fails over
+// every job with a task on it; left says it stopped on purpose.
+func (m *Manager) dropWorker(id string, left bool) {
 	m.mu.Lock()
 	delete(m.reported, id)
 	delete(m.freed, id)
@@ -500,7 +517,7 @@ func (m *Manager) WorkerLost(id string) {
 	}
 	m.mu.Unlock()
 	for _, j := range jobs {
-		j.workerLost(id)
+		j.workerLost(id, left)
 	}
 }
 
@@ -591,18 +608,31 @@ func (m *Manager) job(name string) (*job, error) {
 	defer m.mu.Unlock()
 	j := m.jobs[name]
 	if j == nil || j.isGone() {
-		var names []string
-		for n, k := range m.jobs {
-			if !k.isGone() {
-				names = append(names, n)
-			}
-		}
-		if c := spell.Closest(name, names); c != "" {
+		if c := m.closestJobLocked(name); c != "" {
 			return nil, control.Errorf(control.ErrNotFound, "no job %q (did you mean %s?)", name, c)
 		}
 		return nil, control.Errorf(control.ErrNotFound, "no job %q", name)
 	}
 	return j, nil
+}
+
+// closestJob returns the name of a job (not removed) that name likely
+// misspells, or "".
+func (m *Manager) closestJob(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closestJobLocked(name)
+}
+
+// closestJobLocked is closestJob with m.mu held.
+func (m *Manager) closestJobLocked(name string) string {
+	var names []string
+	for n, k := range m.jobs {
+		if !k.isGone() {
+			names = append(names, n)
+		}
+	}
+	return spell.Closest(name, names)
 }
 
 // Submit starts a job.
@@ -669,7 +699,11 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	if spec == nil {
 		j, err := m.job(r.Job)
 		if err != nil {
-			return control.JobStatus{}, control.Errorf(control.ErrNotFound, "restore %s: no spec given, and no job %q to take it from", r.Job, r.Job)
+			meant := ""
+			if c := m.closestJob(r.Job); c != "" {
+				meant = " (did you mean " + c + "?)"
+			}
+			return control.JobStatus{}, control.Errorf(control.ErrNotFound, "restore %s: no spec given, and no job %q to take it from%s", r.Job, r.Job, meant)
 		}
 		// A copy: the restore resolves its sources again (keepResolved),
 		// and the ended run keeps its spec as it ran.
@@ -779,6 +813,13 @@ func NotEnded(name string, state control.JobState) error {
 // been discarded past the retained ones.
 func (m *Manager) restorable(ctx context.Context, job string) string {
 	ids, err := m.opts.Catalog.IDs(ctx, job)
+	if err == nil && len(ids) == 0 {
+		if _, jerr := m.job(job); jerr != nil {
+			if c := m.closestJob(job); c != "" {
+				return fmt.Sprintf(" (no job %q: did you mean %s?)", job, c)
+			}
+		}
+	}
 	if err != nil || len(ids) == 0 {
 		return ""
 	}

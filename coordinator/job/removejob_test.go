@@ -83,6 +83,14 @@ func TestRemoveJob(t *testing.T) {
 		}
 	}
 	check("after the removal")
+	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "cpy", From: "1"}); !errors.Is(err, control.ErrNotFound) ||
+		err.Error() != `restore cpy: no spec given, and no job "cpy" to take it from (did you mean copy?)` {
+		t.Errorf("restore of a misspelled job: %v", err)
+	}
+	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "cpy", From: "1", Spec: spec(t, "cpy", "")}); !errors.Is(err, control.ErrNotFound) ||
+		err.Error() != `restore from cpy/1: there is no such checkpoint (no job "cpy": did you mean copy?)` {
+		t.Errorf("restore of a misspelled job with a spec: %v", err)
+	}
 	stop()
 	stop = startManager()
 	defer func() { stop() }()
