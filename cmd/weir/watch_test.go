@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -363,5 +365,29 @@ func TestSummaryCountsEachSink(t *testing.T) {
 	summary(context.Background(), &b, out, 3)
 	if want := "3 records in, 3 records out\n"; b.String() != want {
 		t.Errorf("summary of one sink %q; want %q", b.String(), want)
+	}
+}
+
+// The summary's latest value per key shows as many keys as -show allows
+// records, all with -show -1 (a trial's -show 2 printed 30 keys, and
+// -show -1 stopped at 30).
+func TestSummaryShowsKeysAsShowSays(t *testing.T) {
+	latest := map[string]string{}
+	for i, k := range []string{"a", "b", "c", "d", "e"} {
+		latest["out\x00"+k] = strconv.Itoa(i)
+	}
+	for _, c := range []struct {
+		show int
+		want string
+	}{
+		{2, "latest value per key:\n  [out] a\t0\n  [out] b\t1\n  … 3 more keys (-show)\n"},
+		{-1, "latest value per key:\n  [out] a\t0\n  [out] b\t1\n  [out] c\t2\n  [out] d\t3\n  [out] e\t4\n"},
+	} {
+		var buf bytes.Buffer
+		out := &output{std: Stdio{Out: &buf}, show: c.show, latest: maps.Clone(latest), bySink: map[string]int{}, since: map[string]uint64{}}
+		summary(context.Background(), &buf, out, 5)
+		if _, got, _ := strings.Cut(buf.String(), "records out\n"); got != c.want {
+			t.Errorf("-show %d: printed\n%s\nwant the keys\n%s", c.show, buf.String(), c.want)
+		}
 	}
 }
