@@ -425,6 +425,10 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 			n.Workers[0].ID(), natsconn.Redact(n.URL()), shellQuote(natsconn.Redact(nf.url)))
 	}
 	<-ctx.Done()
+	// Closing says goodbye to the coordinator, which places the tasks
+	// that ran here on other workers from their latest checkpoints — no
+	// failure of the jobs' (not counted against restart.attempts).
+	fmt.Fprintf(std.Out, "worker %s stopping: its tasks move to other workers, from their jobs' latest checkpoints\n", n.Workers[0].ID())
 	return nil
 }
 

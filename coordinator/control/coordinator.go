@@ -174,7 +174,7 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 		}
 		c.mu.Unlock()
 		if same {
-			c.Forget(info.ID)
+			c.leave(info.ID)
 		}
 	}); err != nil {
 		return err
@@ -325,6 +325,29 @@ func (c *Coordinator) Forget(id string) {
 	if ok {
 		c.h.WorkerLost(id)
 	}
+}
+
+// WorkerLeaver is a CoordinatorHandler that tells a worker that stopped
+// on purpose, saying goodbye (its process was told to stop: a rolling
+// restart), from one lost: WorkerLeft is called instead of WorkerLost.
+type WorkerLeaver interface {
+	WorkerLeft(id string)
+}
+
+// leave forgets worker id, which said goodbye.
+func (c *Coordinator) leave(id string) {
+	c.mu.Lock()
+	_, ok := c.workers[id]
+	delete(c.workers, id)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	if l, ok := c.h.(WorkerLeaver); ok {
+		l.WorkerLeft(id)
+		return
+	}
+	c.h.WorkerLost(id)
 }
 
 // LiveWorkers returns the IDs of the workers that are alive, sorted.

@@ -386,7 +386,7 @@ func TestAResumeOfARestartWaitingForAWorkerCountsItOnce(t *testing.T) {
 	defer l.close()
 	e := l.e
 	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
-	l.w1.kill()
+	l.w1.crash()
 	waitFor(t, ctx, e, "loop", "waiting for a worker", waiting(control.JobRestarting))
 	l.restart()
 	e.fleet.start(ctx, "w2")

@@ -47,6 +47,9 @@ type jobEvent struct {
 	// secondary: evFailure caused by another task's failure
 	// (control.Event.Secondary)
 	secondary bool
+	// left: evFailure of a worker that stopped on purpose
+	// (Manager.WorkerLeft): no failure of the job's.
+	left bool
 }
 
 // secondaryGrace is how long a secondary failure waits for the failure
@@ -64,6 +67,9 @@ type failure struct {
 	// final: the cause would recur on every restart
 	// (control.ErrUnrecoverable), so the job fails without one.
 	final bool
+	// left: a worker of the attempt stopped on purpose: the job is placed
+	// again, with no failure counted.
+	left bool
 }
 
 // job is one submitted job; run is its goroutine.
@@ -468,7 +474,7 @@ func (j *job) event(e control.Event) {
 	}
 }
 
-func (j *job) workerLost(id string) {
+func (j *job) workerLost(id string, left bool) {
 	j.mu.Lock()
 	if j.deploying == id {
 		// A deploy waiting for an answer the worker will never give.
@@ -484,7 +490,11 @@ func (j *job) workerLost(id string) {
 	}
 	attempt := j.st.Attempt
 	j.mu.Unlock()
-	if hit {
+	switch {
+	case hit && left:
+		j.push(jobEvent{kind: evFailure, attempt: attempt, left: true,
+			reason: fmt.Sprintf("worker %s stopped (it said goodbye): placing the job again from its latest checkpoint", id)})
+	case hit:
 		j.push(jobEvent{kind: evFailure, attempt: attempt, failKind: control.FailureWorkerLost,
 			reason: fmt.Sprintf("worker %s lost", id)})
 	}
@@ -585,6 +595,15 @@ func (j *job) run() {
 			return
 		}
 		reason := f.reason
+		if f.left {
+			// A worker stopped on purpose: placed again, no failure.
+			j.setState(control.JobRestarting, reason)
+			j.runner.Stop(reason)
+			j.stopTasks(reason)
+			j.nextAttempt(causeReplacement)
+			restore, readErr = j.latest()
+			continue
+		}
 		j.noteFailure(f)
 		if f.final {
 			j.runner.Stop(reason)
@@ -1032,7 +1051,7 @@ func (j *job) wait() (done bool, f failure) {
 					j.mu.Lock()
 					j.queue = append(q[i+1:len(q):len(q)], j.queue...)
 					j.mu.Unlock()
-					return false, failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task}
+					return false, failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task, left: e.left}
 				}
 			case evInputEnded:
 				if e.attempt != attempt {

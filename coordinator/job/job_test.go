@@ -161,6 +161,15 @@ func (w *fakeWorker) kill() {
 	w.f.mu.Unlock()
 }
 
+// lose cuts worker w off without a word and has e's coordinator declare
+// it lost at once, as its heartbeat timeout would: a worker that stopped
+// gracefully (kill) says goodbye, which is no failure of its jobs'.
+func (e *env) lose(w *fakeWorker) {
+	w.nc.Close()
+	w.kill()
+	e.mgr.ctl.Forget(w.id)
+}
+
 // crash cuts the worker off without a word: its connection closes, its
 // heartbeats stop, nothing answers on its subjects. It returns once the
 // server has noticed (a request to the worker finds no responders).
@@ -1104,7 +1113,7 @@ func TestFailover(t *testing.T) {
 
 	// 2. A worker dies: its heartbeats stop, the job moves to w1 alone.
 	cp := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(s control.JobStatus) bool { return s.LatestCheckpoint > st.RestoredFrom })
-	w2.kill()
+	e.lose(w2)
 	st = waitFor(t, ctx, e, "wc", "attempt 3", func(st control.JobStatus) bool { return st.Attempt == 3 && st.State == control.JobRunning })
 	if !strings.Contains(lastFailure(st), "worker w2 lost") {
 		t.Errorf("last failure %q", lastFailure(st))

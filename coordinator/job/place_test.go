@@ -54,6 +54,7 @@ func TestSubmitWaitsForFreeSlots(t *testing.T) {
 		t.Errorf("tasks per worker %v, want w1 2 (its slots), w2 3", got)
 	}
 	ws, err := e.api.Workers(ctx)
+	heardNow(t, ws)
 	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Slots: 2, Used: 2}) || ws[1] != (control.WorkerStatus{ID: "w2", Slots: 3, Used: 3}) {
 		t.Errorf("workers %+v (%v), want w1 2 of 2 slots used, w2 3 of 3", ws, err)
 	}
@@ -145,7 +146,7 @@ func TestFailoverWaitsForFreeSlots(t *testing.T) {
 	e.waitWorkers(2)
 	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
 	e.submitRunning(t, ctx, s)
-	w2.kill()
+	e.lose(w2)
 	waitFor(t, ctx, e, "wc", "waiting for free slots",
 		waitingForSlots(control.JobRestarting, "needs 5 tasks, workers have 3 free (w1 3 of 3)"))
 	e.fleet.startSlots(ctx, "w3", 2)
@@ -197,6 +198,7 @@ func TestPlacementCountsOtherJobs(t *testing.T) {
 		t.Errorf("b's tasks per worker %v, want %v", got, want)
 	}
 	ws, err := e.api.Workers(ctx)
+	heardNow(t, ws)
 	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Used: 5}) || ws[1] != (control.WorkerStatus{ID: "w2", Used: 5}) {
 		t.Errorf("workers %+v (%v), want w1 and w2 with 5 tasks each", ws, err)
 	}
@@ -249,7 +251,7 @@ func TestJobsWaitingForRoomHoldNoSlots(t *testing.T) {
 			t.Fatalf("%s's tasks per worker %v, want %v", name, got, want)
 		}
 	}
-	w3.kill()
+	e.lose(w3)
 	// Each needs 5 slots; w1 and w2 have 8: one job fits, not both.
 	var ran, waits string
 	waitFor(t, ctx, e, "a", "one job running, the other waiting", func(a control.JobStatus) bool {
@@ -334,7 +336,7 @@ func TestAJobWaitingForAWorkerKeepsItsSlots(t *testing.T) {
 	e.waitWorkers(1)
 	extra := "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n"
 	e.submitRunning(t, ctx, spec(t, "a", extra))
-	w1.kill()
+	e.lose(w1)
 	waitFor(t, ctx, e, "a", "waiting for a worker", waiting(control.JobRestarting))
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "b", extra)}); err != nil {
 		t.Fatal(err)
@@ -408,5 +410,41 @@ func TestPlacementCountsAWorkersStaleTasks(t *testing.T) {
 	w1.mu.Unlock()
 	if deploys != 1 {
 		t.Errorf("w1 was asked to deploy %d times, want once (no refusal)", deploys)
+	}
+}
+
+// heardNow checks that each of ws was heard from within the last minute,
+// and zeroes the time, for comparisons.
+func heardNow(t *testing.T, ws []control.WorkerStatus) {
+	t.Helper()
+	for i := range ws {
+		if d := time.Since(ws[i].LastHeartbeat); d < 0 || d > time.Minute {
+			t.Errorf("worker %s last heard from %v ago", ws[i].ID, d)
+		}
+		ws[i].LastHeartbeat = time.Time{}
+	}
+}
+
+// A worker that stops on purpose (weir worker's SIGTERM: it says
+// goodbye) has its tasks placed on the others, from the latest
+// checkpoint, with no failure counted: a job whose restart strategy is
+// none runs on, the status counts a replacement, not a restart. A
+// trial's rolling restart of a worker counted as a worker-lost failure.
+func TestAWorkerThatLeavesIsNoFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: none}\n"))
+	waitFor(t, ctx, e, "wc", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint > 0 })
+	w2.kill()
+	st := waitFor(t, ctx, e, "wc", "running on w1 alone", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2 && perWorker(st)["w1"] == 5
+	})
+	if st.Restarts != 0 || st.Replacements != 1 || len(st.Failures) != 0 || st.FailuresInARow != 0 {
+		t.Errorf("after w2 left: %d restarts, %d replacements, failures %+v, %d in a row; want a replacement, no failure",
+			st.Restarts, st.Replacements, st.Failures, st.FailuresInARow)
 	}
 }

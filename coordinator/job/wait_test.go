@@ -51,7 +51,7 @@ func TestFailoverWaitsForAWorker(t *testing.T) {
 	e.waitWorkers(1)
 	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
 	e.submitRunning(t, ctx, s)
-	w1.kill()
+	e.lose(w1)
 	waitFor(t, ctx, e, "wc", "waiting for a worker", waiting(control.JobRestarting))
 	e.fleet.start(ctx, "w2")
 	st := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(st control.JobStatus) bool {
