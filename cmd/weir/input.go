@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,7 +36,8 @@ submit); one that stops at a sequence or a time reads what comes before it.
 A core NATS source of a job that is not running is refused too: a core
 subject keeps nothing for a job that does not read it. A stream keeps what
 it is given for a job not submitted yet, or ended: weir input says so. JOB.yaml is the job's spec; its modules are
-not built or read.`
+not built or read. A NATS server that cannot be reached (weir up
+restarting) is tried again, said once, until -wait has passed.`
 
 func runInput(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "input", inputUsage)
@@ -69,7 +71,7 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 		}
 		core = core || src.Kind != jobspec.KindJetStream
 	}
-	nc, api, err := connectAPI(&nf, std.Err)
+	nc, api, err := connectWaiting(ctx, &nf, std.Err)
 	if err != nil {
 		return err
 	}
@@ -112,3 +114,34 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 // inputStatusWait bounds how long weir input asks whether the job it fed
 // a stream runs, once the input is published.
 const inputStatusWait = 3 * time.Second
+
+// connectWaiting is connectAPI for weir input, which a feeding script runs
+// again and again: a NATS server that cannot be reached is tried again,
+// saying so once, until -wait has passed (weir up restarting: seconds). A
+// trial's feeder lost two files to a weir up restart, each refused at once.
+// A refusal (authentication, TLS, not NATS) is not tried again.
+func connectWaiting(ctx context.Context, nf *natsFlags, w io.Writer) (*nats.Conn, *control.APIClient, error) {
+	deadline := time.Now().Add(nf.waitTimeout())
+	said := false
+	for {
+		nc, api, err := connectAPI(nf, w)
+		if err == nil || !natsconn.Unreachable(err) || time.Now().After(deadline) {
+			return nc, api, err
+		}
+		if _, greeting := errors.AsType[*natsconn.GreetingError](err); greeting {
+			return nc, api, err
+		}
+		if !said {
+			said = true
+			fmt.Fprintf(w, "weir: %v; trying again for up to %s (-wait)\n", err, time.Until(deadline).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(inputRetry):
+		}
+	}
+}
+
+// inputRetry paces connectWaiting's tries.
+const inputRetry = 500 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
 
@@ -211,5 +212,57 @@ func TestRunInputShortDuplicateWindow(t *testing.T) {
 	}
 	if got := storedValues(t, ctx, n.JS, "IN"); len(got) != 0 {
 		t.Errorf("stream IN holds %q after the refusal", got)
+	}
+}
+
+// weir input started while NATS cannot be reached (weir up restarting)
+// says so once and tries again until -wait has passed: a trial's feeder
+// lost two files to a restart, each refused at once.
+func TestInputWaitsForNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The server, with the job's stream, is stopped before weir input
+	// starts, and started again on the same port and store.
+	dir := t.TempDir()
+	first := embeddedtest.Server(t, embedded.Config{DataDir: dir})
+	port := first.Port()
+	_, js := embeddedtest.Connect(t, first)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FED", Subjects: []string{"fed"}, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	first.Shutdown()
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("job.yaml", []byte(`name: fed
+sources: [{name: in, kind: jetstream, stream: FED, subject: fed}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("in.txt", []byte("a\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"input", "-nats", fmt.Sprintf("nats://127.0.0.1:%d", port), "-wait", "30s", "job.yaml", "in.txt"},
+			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	}()
+	for !strings.Contains(errb.String(), "trying again for up to") {
+		select {
+		case code := <-done:
+			t.Fatalf("weir input exited %d before NATS came: %s", code, errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	srv := embeddedtest.Server(t, embedded.Config{Port: port, DataDir: dir})
+	_, js = embeddedtest.Connect(t, srv)
+	if code := <-done; code != 0 {
+		t.Fatalf("weir input exited %d: %s", code, errb.String())
+	}
+	if got := storedValues(t, ctx, js, "FED"); strings.Join(got, ",") != "a,b" {
+		t.Errorf("stream FED holds %q, want a, b", got)
+	}
+	if n := strings.Count(errb.String(), "trying again"); n != 1 {
+		t.Errorf("said %d times that it tries again:\n%s", n, errb.String())
 	}
 }
