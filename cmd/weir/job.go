@@ -1039,7 +1039,11 @@ func printCheckpointStats(w io.Writer, st control.JobStatus, hint string) {
 	}
 	// The runner counts them in memory: a coordinator restart starts
 	// them again (the checkpoints and their IDs carry over).
-	fmt.Fprintf(w, "checkpoints: %d completed, %d failed since the coordinator started%s\n", c.Completed, c.Failed, latest)
+	aborted := ""
+	if c.Aborted > 0 {
+		aborted = fmt.Sprintf(", %d aborted (cut by a failover, a stop or a newer checkpoint: no failure)", c.Aborted)
+	}
+	fmt.Fprintf(w, "checkpoints: %d completed, %d failed%s since the coordinator started%s\n", c.Completed, c.Failed, aborted, latest)
 	printCheckpointsFailing(w, st, hint)
 }
 

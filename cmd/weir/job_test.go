@@ -930,6 +930,14 @@ func TestJobStatusSaysCheckpointsFail(t *testing.T) {
 	if want := "checkpoints: 2 completed, 3 failed since the coordinator started; latest completed: 7 at 14:14:17 (took 4.346s, 973.5 KiB)\n"; b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
+	// Those a failover cut are counted apart: the figures add up.
+	b.Reset()
+	cps.Aborted = 1
+	printCheckpointStats(&b, control.JobStatus{Name: "slow", State: control.JobRunning, Attempt: 4, Checkpoints: cps}, "")
+	if want := "checkpoints: 2 completed, 3 failed, 1 aborted (cut by a failover, a stop or a newer checkpoint: no failure) since the coordinator started; latest completed: 7 at 14:14:17 (took 4.346s, 973.5 KiB)\n"; b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+	cps.Aborted = 0
 
 	b.Reset()
 	printCheckpointStats(&b, control.JobStatus{Name: "new", State: control.JobRunning, Attempt: 1}, "")

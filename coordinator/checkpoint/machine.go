@@ -463,6 +463,9 @@ func (m *Machine) abort(now time.Time, id int64, reason string, cause control.Ch
 	p.info.Reason = reason
 	p.info.Duration = now.Sub(p.triggered)
 	counted := cause != ""
+	if !counted {
+		m.stats.Aborted++
+	}
 	if counted {
 		m.stats.Failed++
 		m.stats.FailedInARow++

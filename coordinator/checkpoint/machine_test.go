@@ -137,10 +137,11 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 	m.Ack(at(1700), "src-0", 7, "h", nil)
 	m.Ack(at(1700), "op-0", 7, "h", nil)
 	expect(t, "metadata write failure counts", m.Persisted(at(1700), 7, fmt.Errorf("disk full")), "abort(7) discard(7) fail")
-	// Failures as the tolerance counts them, not the subsumed one; the
-	// latest completed checkpoint with its duration, size and time; the
-	// failures since it, and the newest with its time, reason and cause.
-	want := control.CheckpointStats{Completed: 1, Failed: 5, LastID: 5, LastDuration: 0, LastSize: 15, LastCompleted: at(1500),
+	// Failures as the tolerance counts them, the subsumed one as aborted;
+	// the latest completed checkpoint with its duration, size and time;
+	// the failures since it, and the newest with its time, reason and
+	// cause.
+	want := control.CheckpointStats{Completed: 1, Failed: 5, Aborted: 1, LastID: 5, LastDuration: 0, LastSize: 15, LastCompleted: at(1500),
 		FailedInARow: 2, LastFailedID: 7, LastFailed: at(1700), LastFailure: "writing metadata failed: disk full",
 		LastFailureCause: control.CheckpointMetadataFailed}
 	if got := m.Stats(); got != want {

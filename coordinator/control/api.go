@@ -183,6 +183,11 @@ type CheckpointStats struct {
 	// not counted.
 	Completed int64 `json:"completed,omitempty"`
 	Failed    int64 `json:"failed,omitempty"`
+	// Aborted counts those aborted that are no failure: cut as the job
+	// failed over or stopped, or as a newer one completed. With Completed
+	// and Failed they add up to the checkpoints triggered that ended (a
+	// trial's 27 completed and 0 failed, latest 28, did not).
+	Aborted int64 `json:"aborted,omitempty"`
 	// LastID is the latest completed one (0: none yet); LastDuration runs
 	// from its trigger to its completion, at LastCompleted; LastSize is
 	// the sum of its tasks' snapshot bytes.

@@ -42,13 +42,13 @@ type Collector struct {
 	jobs    JobLister
 	timeout time.Duration
 
-	jobState, attempt, restarts, checkpoint           *prometheus.Desc
-	cpCompleted, cpFailed, cpDuration, cpSize, cpTime *prometheus.Desc
-	cpFailedInARow, failuresInARow                    *prometheus.Desc
-	recordsIn, recordsOut, busy, backpressured, cpts  *prometheus.Desc
-	pending, awaited                                  *prometheus.Desc
-	workersLive, slots, slotsUsed                     *prometheus.Desc
-	scrapeErrors                                      prometheus.Counter
+	jobState, attempt, restarts, checkpoint                      *prometheus.Desc
+	cpCompleted, cpFailed, cpAborted, cpDuration, cpSize, cpTime *prometheus.Desc
+	cpFailedInARow, failuresInARow                               *prometheus.Desc
+	recordsIn, recordsOut, busy, backpressured, cpts             *prometheus.Desc
+	pending, awaited                                             *prometheus.Desc
+	workersLive, slots, slotsUsed                                *prometheus.Desc
+	scrapeErrors                                                 prometheus.Counter
 }
 
 // NewCollector returns a collector of jobs's jobs; each scrape lists them
@@ -69,6 +69,8 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"Checkpoints and savepoints of the job that completed since the coordinator took it on.", job, nil),
 		cpFailed: prometheus.NewDesc("weir_job_checkpoints_failed_total",
 			"Checkpoints and savepoints of the job that failed (expired, declined by a task, or their metadata not written) since the coordinator took it on; those aborted as the job failed over or stopped are not counted.", job, nil),
+		cpAborted: prometheus.NewDesc("weir_job_checkpoints_aborted_total",
+			"Checkpoints aborted that are no failure: cut by a failover or a stop, or as a newer one completed, since the coordinator started.", job, nil),
 		cpFailedInARow: prometheus.NewDesc("weir_job_checkpoints_failed_in_a_row",
 			"Checkpoints and savepoints of the job that failed (as weir_job_checkpoints_failed_total counts them) since its latest completed one: above 0, its checkpoints fail now.", job, nil),
 		failuresInARow: prometheus.NewDesc("weir_job_failures_in_a_row",
@@ -103,7 +105,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
-		c.cpCompleted, c.cpFailed, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
+		c.cpCompleted, c.cpFailed, c.cpAborted, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
 		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited,
 		c.workersLive, c.slots, c.slotsUsed} {
 		ch <- d
@@ -149,6 +151,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cp := j.Checkpoints
 		ch <- prometheus.MustNewConstMetric(c.cpCompleted, counter, float64(cp.Completed), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpFailed, counter, float64(cp.Failed), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.cpAborted, counter, float64(cp.Aborted), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpFailedInARow, gauge, float64(cp.FailedInARow), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.failuresInARow, gauge, float64(j.FailuresInARow), j.Name)
 		if cp.LastID > 0 {
