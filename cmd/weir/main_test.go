@@ -62,9 +62,9 @@ func TestUnknownCommandSaysWhichWasMeant(t *testing.T) {
 		{[]string{"chekpoint"}, `weir: unknown command "chekpoint" (did you mean checkpoint? run 'weir help')`},
 		{[]string{"nope"}, `weir: unknown command "nope" (run 'weir help')`},
 		{[]string{"runs"}, `weir: unknown command "runs" (did you mean run? run 'weir help')`},
-		{[]string{"job", "restores", "x"}, `weir: job: unknown subcommand "restores" (did you mean restore? ls, status, output, stop, cancel, savepoint or restore)`},
-		{[]string{"job", "list"}, `weir: job: unknown subcommand "list" (did you mean ls? ls, status, output, stop, cancel, savepoint or restore)`},
-		{[]string{"job", "stauts", "x"}, `weir: job: unknown subcommand "stauts" (did you mean status? ls, status, output, stop, cancel, savepoint or restore)`},
+		{[]string{"job", "restores", "x"}, `weir: job: unknown subcommand "restores" (did you mean restore? ls, status, output, stop, cancel, savepoint, restore or rm)`},
+		{[]string{"job", "list"}, `weir: job: unknown subcommand "list" (did you mean ls? ls, status, output, stop, cancel, savepoint, restore or rm)`},
+		{[]string{"job", "stauts", "x"}, `weir: job: unknown subcommand "stauts" (did you mean status? ls, status, output, stop, cancel, savepoint, restore or rm)`},
 		{[]string{"module", "delete", "m"}, `weir: module: unknown subcommand "delete" (did you mean rm? push, ls, inspect or rm)`},
 	} {
 		code, _, errs := weir(t, "", c.args...)

@@ -1325,6 +1325,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		if err != nil && ctx.Err() == nil && !forEnd.IsZero() && !time.Now().Before(forEnd) {
 			// -for ends the following, also while no coordinator
 			// answers.
+			if !inputDone {
+				sayUnpublished(std.Out, spec, o.inputs, "within -for", said.state)
+			}
 			summary(ctx, std.Out, out, published)
 			return nil
 		}
@@ -1341,6 +1344,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 				case <-deadline:
 					// -for ends the following, also while no
 					// coordinator answers.
+					if !inputDone {
+						sayUnpublished(std.Out, spec, o.inputs, "within -for", said.state)
+					}
 					summary(ctx, std.Out, out, published)
 					return nil
 				}
@@ -1353,6 +1359,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		case err != nil && ctx.Err() != nil:
 			// Interrupted while it asked: there is no status to report
 			// (a zero one printed 'job :  (attempt 0)').
+			if !inputDone {
+				sayUnpublished(std.Out, spec, o.inputs, "before the interrupt", said.state)
+			}
 			summary(ctx, std.Out, out, published)
 			return nil
 		case errors.Is(err, context.DeadlineExceeded):
