@@ -21,7 +21,9 @@
 // record cursor the host reads when a call traps, collects each output port's
 // records into one batch emitted once per call, and streams snapshots in
 // 64 KiB chunks (KeyedStateWriter and readKeyedState for state in the keyed
-// layout weir can redistribute on a rescale, abi/ABI.md §8). Build with asc
+// layout weir can redistribute on a rescale, abi/ABI.md §8; ValueWriter and
+// ValueReader to build and read each entry's value, a read past its end
+// failing the call). Build with asc
 // 0.28 (see guests/build.sh); --exportStart _initialize has the host run the
 // top-level code (register, the constructor) under its call deadline. The
 // entry file imports this SDK as the package "weir"; --path names the
@@ -635,7 +637,11 @@ export const ERR_NOT_KEYED_STATE = "weir: the state to restore is in a layout of
  *         c.set(k, kl, load<u64>(v));
  *         return null;
  *       });
- *   } */
+ *   }
+ *
+ * A load past valuePtr + valueLen reads whatever follows the value in
+ * memory: check valueLen first, as above, or read the value with a
+ * ValueReader(valuePtr, valueLen), whose reads past its end fail the call. */
 export function readKeyedState<T>(
   r: StateReader, ctx: T,
   fn: (ctx: T, keyPtr: usize, keyLen: i32, valuePtr: usize, valueLen: i32) => string | null,
@@ -675,6 +681,252 @@ function keyedEntries<T>(
     off = <i32>(start + <u64>kl + <u64>vl);
   }
   return null;
+}
+
+/** Builds one value, for a KeyedStateWriter entry (or a StateWriter, or a
+ * record), in a growable buffer: fixed-size numbers little-endian, byte
+ * strings and strings as a u32 length then the bytes (UTF-8 for strings),
+ * the layout of StateWriter's writeU32/writeBytes. Read it back with
+ * ValueReader. Each write returns the writer, so a value is one expression;
+ * reset() empties it to build the next value in the same buffer:
+ *
+ *   const v = new ValueWriter();
+ *   for (let i = 0; i < keys.length; i++) {
+ *     v.reset().writeU8(2).writeU64(counts[i]).writeString(names[i]); // version 2 first
+ *     kw.put(keys[i].dataStart, keys[i].length, v.ptr, v.length);
+ *   }
+ *
+ * (To a StateWriter: w.write(v.ptr, v.length), or w.writeBytes(v.ptr,
+ * v.length) to have a length before it; to an Emitter: out.emit(port,
+ * keyPtr, keyLen, v.ptr, v.length, ts).) ptr is valid until the next write
+ * or reset (a write may move the bytes). */
+export class ValueWriter {
+  private buf: ArrayBuffer;
+  private len: i32 = 0;
+
+  /** A writer whose buffer holds capacity bytes before it grows. */
+  constructor(capacity: i32 = 64) {
+    this.buf = new ArrayBuffer(capacity > 0 ? capacity : 64);
+  }
+
+  /** Where the value's bytes start. */
+  get ptr(): usize {
+    return changetype<usize>(this.buf);
+  }
+
+  /** The value's length in bytes. */
+  get length(): i32 {
+    return this.len;
+  }
+
+  /** Empties the writer, keeping its buffer. */
+  reset(): ValueWriter {
+    this.len = 0;
+    return this;
+  }
+
+  /** Makes room for n more bytes and returns where they go. */
+  private room(n: i32): usize {
+    // (4 + a length past 2 GiB.)
+    if (n < 0) valueFailed("weir: value writer: a value of more than 2 GiB");
+    const len = this.len, cap = this.buf.byteLength;
+    if (n > cap - len) {
+      // An ArrayBuffer of 1 GiB or more throws "Invalid length": so does a
+      // value that would need one.
+      let c = <i64>cap * 2;
+      while (c < <i64>len + <i64>n) c *= 2;
+      const b = new ArrayBuffer(<i32>min<i64>(c, 0x7fffffff));
+      memory.copy(changetype<usize>(b), changetype<usize>(this.buf), <usize>len);
+      this.buf = b;
+    }
+    this.len = len + n;
+    return changetype<usize>(this.buf) + <usize>len;
+  }
+
+  writeU8(v: u8): ValueWriter {
+    store<u8>(this.room(1), v);
+    return this;
+  }
+
+  writeU16(v: u16): ValueWriter {
+    store<u16>(this.room(2), v);
+    return this;
+  }
+
+  writeU32(v: u32): ValueWriter {
+    store<u32>(this.room(4), v);
+    return this;
+  }
+
+  writeU64(v: u64): ValueWriter {
+    store<u64>(this.room(8), v);
+    return this;
+  }
+
+  writeI64(v: i64): ValueWriter {
+    store<i64>(this.room(8), v);
+    return this;
+  }
+
+  /** Writes v's IEEE 754 bits (NaNs keep their payload). */
+  writeF64(v: f64): ValueWriter {
+    store<f64>(this.room(8), v);
+    return this;
+  }
+
+  /** Writes a u32 length, then the len bytes at ptr (ValueReader.readBytes
+   * reads them back). */
+  writeBytes(ptr: usize, len: i32): ValueWriter {
+    if (len < 0) valueFailed("weir: value writer: a byte string of " + len.toString() + " bytes");
+    const p = this.room(4 + len);
+    store<u32>(p, <u32>len);
+    memory.copy(p + 4, ptr, <usize>len);
+    return this;
+  }
+
+  /** writeBytes of an array's bytes. */
+  writeArray(a: Uint8Array): ValueWriter {
+    return this.writeBytes(a.dataStart, a.length);
+  }
+
+  /** Writes s as its UTF-8 byte length (u32), then its UTF-8 bytes
+   * (ValueReader.readString reads it back). */
+  writeString(s: string): ValueWriter {
+    const n = String.UTF8.byteLength(s);
+    const p = this.room(4 + n);
+    store<u32>(p, <u32>n);
+    String.UTF8.encodeUnsafe(changetype<usize>(s), s.length, p + 4);
+    return this;
+  }
+
+  /** A copy of the value. */
+  toBytes(): Uint8Array {
+    return copyBytes(this.ptr, this.len);
+  }
+}
+
+/** Reads a value ValueWriter built, from the len bytes at ptr (as
+ * readKeyedState and Batch hand them over) or from an array (of), front to
+ * back. Every read is checked against the value's end: a read past it (a
+ * value shorter than the reader expects: a corrupt state, another version's
+ * layout) fails the call at once, with the SDK's message naming what was
+ * read, where, and the value's length, and traps:
+ *
+ *   weir: value reader: u64 at offset 12 passes the value's end (16 bytes)
+ *
+ * so no read returns bytes from past the value. Check remaining (or done)
+ * to decide what a value holds before reading it, e.g. a field a later
+ * version added, and that a value has nothing after what you read. */
+export class ValueReader {
+  private pos: i32 = 0;
+  /** The array of, held so that its bytes stay while the reader reads. */
+  private keep: Uint8Array | null = null;
+
+  /** Reads the len bytes at ptr, which must stay valid while it reads
+   * (readKeyedState's value: during the callback). */
+  constructor(private ptr: usize, private len: i32) {
+    if (len < 0) valueFailed("weir: value reader: a value of " + len.toString() + " bytes");
+  }
+
+  /** Reads the bytes of a. */
+  static of(a: Uint8Array): ValueReader {
+    const r = new ValueReader(a.dataStart, a.length);
+    r.keep = a;
+    return r;
+  }
+
+  /** The value's length in bytes. */
+  get length(): i32 {
+    return this.len;
+  }
+
+  /** The offset of the next read. */
+  get offset(): i32 {
+    return this.pos;
+  }
+
+  /** The bytes not read yet. */
+  get remaining(): i32 {
+    return this.len - this.pos;
+  }
+
+  /** Whether every byte of the value has been read. */
+  get done(): bool {
+    return this.pos == this.len;
+  }
+
+  /** Takes the next n bytes, what says which, and returns where they are;
+   * fails if they pass the end. */
+  @inline private take(n: i32, what: string): usize {
+    const pos = this.pos;
+    if (n > this.len - pos) valuePastEnd(what, pos, this.len);
+    this.pos = pos + n;
+    return this.ptr + <usize>pos;
+  }
+
+  readU8(): u8 {
+    return load<u8>(this.take(1, "u8"));
+  }
+
+  readU16(): u16 {
+    return load<u16>(this.take(2, "u16"));
+  }
+
+  readU32(): u32 {
+    return load<u32>(this.take(4, "u32"));
+  }
+
+  readU64(): u64 {
+    return load<u64>(this.take(8, "u64"));
+  }
+
+  readI64(): i64 {
+    return load<i64>(this.take(8, "i64"));
+  }
+
+  readF64(): f64 {
+    return load<f64>(this.take(8, "f64"));
+  }
+
+  /** Takes a u32 length and that many bytes, what says of what (for
+   * readBytes, readString), and returns where the bytes are. */
+  private lengthPrefixed(what: string): usize {
+    const n = load<u32>(this.take(4, "u32 length"));
+    const pos = this.pos;
+    if (n > <u32>(this.len - pos)) valuePastEnd(what + " of " + n.toString() + " bytes", pos, this.len);
+    this.pos = pos + <i32>n;
+    return this.ptr + <usize>pos;
+  }
+
+  /** Reads a u32 length and that many bytes (writeBytes, writeArray): a
+   * copy. */
+  readBytes(): Uint8Array {
+    const start = this.pos + 4;
+    const p = this.lengthPrefixed("byte string");
+    return copyBytes(p, this.pos - start);
+  }
+
+  /** Reads a u32 length and that many bytes of UTF-8 (writeString; invalid
+   * bytes become U+FFFD). */
+  readString(): string {
+    const start = this.pos + 4;
+    const p = this.lengthPrefixed("string");
+    return String.UTF8.decodeUnsafe(p, <usize>(this.pos - start));
+  }
+}
+
+/** Fails the call for a ValueReader read of what at offset off past the end
+ * of a value of len bytes. */
+function valuePastEnd(what: string, off: i32, len: i32): void {
+  valueFailed("weir: value reader: " + what + " at offset " + off.toString() +
+    " passes the value's end (" + len.toString() + " bytes)");
+}
+
+/** Sets the call's error message and traps: no code runs on with a value
+ * read wrong (or written wrong), whatever the callback would return. */
+function valueFailed(msg: string): void {
+  setError(msg);
+  unreachable();
 }
 
 /** The error of a restore that returned before it read all of the state,
