@@ -40,10 +40,24 @@
 //   - with the config "keyed-strings" the snapshot is keyed state put with
 //     putString: "ключ" = "värde €", then "plain" = "" (UTF-8); restore reads
 //     them back with utf8String and fails with "probe: bad state" if they
-//     differ.
+//     differ;
+//   - (AssemblyScript) with the config "value-codec" the probe keeps a
+//     versioned record per key, read with ValueReader and written with
+//     ValueWriter: each record's value is version 1 (u8 1, u64 count) or
+//     version 2 (u8 2, u64 count, u32 n, n byte strings: u32 length and the
+//     bytes), read over the record's pointer and length, or over a copy (a
+//     Uint8Array) when the key is "copy"; the probe keeps it as version 2
+//     (v1 has no byte strings) and emits that on port 0. Version 9 holds
+//     one of each: u8, u16, u32, u64, i64, f64, byte string, string; the
+//     probe emits it as it wrote it back, and keeps nothing. Another
+//     version fails the call with "probe: value version V", bytes after
+//     the value with "probe: N bytes after a version V value", and a read
+//     past the value's end with the SDK's message, as a trap. The snapshot
+//     is keyed state, the keys in first-seen order, each value version 2;
+//     restore reads versions 1 and 2 as process does.
 import {
-  Batch, Emitter, KeyedStateWriter, LOG_WARN, Operator, StateReader, StateWriter, log, readKeyedState, register,
-  utf8String,
+  Batch, Emitter, KeyedStateWriter, LOG_WARN, Operator, StateReader, StateWriter, ValueReader, ValueWriter,
+  compareBytes, copyBytes, log, readKeyedState, register, utf8String,
 } from "weir";
 export * from "weir/exports";
 
@@ -71,6 +85,13 @@ class Probe extends Operator {
   emptyWrites: bool = false;
   /** Restore's count of the keyed-strings entries read back. */
   read: i32 = 0;
+  /** The config "value-codec": the records' values are versioned records. */
+  valueCodec: bool = false;
+  /** value-codec's keys, in first-seen order, and their version 2 values. */
+  keys: Array<Uint8Array> = [];
+  values: Array<Uint8Array> = [];
+  /** Builds each version 2 value. */
+  w: ValueWriter = new ValueWriter(16); // small: the long values grow it
 
   init(config: Uint8Array): string | null {
     const c = String.UTF8.decode(config.buffer);
@@ -79,10 +100,60 @@ class Probe extends Operator {
     this.stateAfterKeyed = c == "state-after-keyed" ? 1 : c == "keyed-put-after-state" ? 2 : 0;
     this.twoKeyedWriters = c == "two-keyed-writers";
     this.emptyWrites = c == "empty-writes-around-keyed";
+    this.valueCodec = c == "value-codec";
     return null;
   }
 
+  /** Reads a value-codec value from r into this.w, as version 2 (or, for
+   * version 9, as it is); returns null, or the call's error. */
+  decode(r: ValueReader): string | null {
+    const w = this.w.reset();
+    const version = r.readU8();
+    if (version == 9) {
+      w.writeU8(9).writeU8(r.readU8()).writeU16(r.readU16()).writeU32(r.readU32()).writeU64(r.readU64())
+        .writeI64(r.readI64()).writeF64(r.readF64()).writeArray(r.readBytes()).writeString(r.readString());
+    } else if (version == 1 || version == 2) {
+      w.writeU8(2).writeU64(r.readU64());
+      if (version == 1) {
+        w.writeU32(0);
+      } else {
+        const n = r.readU32();
+        w.writeU32(n);
+        for (let i: u32 = 0; i < n; i++) w.writeArray(r.readBytes());
+      }
+    } else {
+      return "probe: value version " + version.toString();
+    }
+    if (!r.done) return "probe: " + r.remaining.toString() + " bytes after a version " + version.toString() + " value";
+    return null;
+  }
+
+  /** Keeps this.w's value as the key's (the len bytes at ptr). */
+  keep(ptr: usize, len: i32): void {
+    for (let i = 0; i < this.keys.length; i++) {
+      const k = this.keys[i];
+      if (compareBytes(k.dataStart, k.length, ptr, len) == 0) {
+        this.values[i] = this.w.toBytes();
+        return;
+      }
+    }
+    this.keys.push(copyBytes(ptr, len));
+    this.values.push(this.w.toBytes());
+  }
+
   process(port: i32, input: Batch, out: Emitter): string | null {
+    if (this.valueCodec) {
+      while (input.next()) {
+        const r = is(input.keyPtr, input.keyLen, "copy")
+          ? ValueReader.of(input.value())
+          : new ValueReader(input.valuePtr, input.valueLen);
+        const err = this.decode(r);
+        if (err !== null) return err;
+        if (load<u8>(this.w.ptr) != 9) this.keep(input.keyPtr, input.keyLen);
+        out.emit(0, input.keyPtr, input.keyLen, this.w.ptr, this.w.length, input.timestamp);
+      }
+      return null;
+    }
     while (input.next()) {
       if (is(input.valuePtr, input.valueLen, "trap")) unreachable();
       if (is(input.valuePtr, input.valueLen, "fail")) return "probe: fail";
@@ -104,6 +175,11 @@ class Probe extends Operator {
   }
 
   snapshot(w: StateWriter): string | null {
+    if (this.valueCodec) {
+      const kw = new KeyedStateWriter(w);
+      for (let i = 0; i < this.keys.length; i++) kw.putBytes(this.keys[i], this.values[i]);
+      return null;
+    }
     if (this.emptyWrites) {
       w.write(0, 0);
       new KeyedStateWriter(w).putString("k", "v");
@@ -141,6 +217,18 @@ class Probe extends Operator {
   }
 
   restore(r: StateReader): string | null {
+    if (this.valueCodec) {
+      this.keys = [];
+      this.values = [];
+      return readKeyedState<Probe>(r, this,
+        (p: Probe, k: usize, kl: i32, v: usize, vl: i32): string | null => {
+          const err = p.decode(new ValueReader(v, vl));
+          if (err !== null) return err;
+          if (load<u8>(p.w.ptr) == 9) return "probe: a version 9 value in the state";
+          p.keep(k, kl);
+          return null;
+        });
+    }
     if (this.keyedStrings) {
       this.read = 0;
       const err = readKeyedState<Probe>(r, this,
