@@ -249,7 +249,7 @@ func TestAssemblyScriptTrapStack(t *testing.T) {
 	}
 	defer inst.Close(ctx)
 	err = inst.Process(ctx, 0, records("a", "trap"), func(int, []byte) error { return nil })
-	const frame = "\tguests/assemblyscript/sdktest/probe/Probe#process(i32,i32) i32\n"
+	const frame = "\tguests/assemblyscript/sdktest/probe/Probe#process(i32,i32,i32) i32\n"
 	var te *wasm.TrapError
 	if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.Contains(te.Stack+"\n", frame) {
 		t.Errorf("got %v, want a trap at record 1 of the batch whose stack has the frame %q", err, strings.TrimSpace(frame))
