@@ -402,7 +402,7 @@ func (s JobStatus) AttemptsExplained() string {
 	}
 	if s.Replacements > 0 {
 		parts = append(parts, plural(s.Replacements, "placement again", "placements again")+
-			" after a worker was lost or refused its tasks while deploying")
+			" after a worker stopped, or was lost or refused its tasks while deploying")
 	}
 	if s.Resumes > 0 {
 		parts = append(parts, plural(s.Resumes, "resume", "resumes")+" after a coordinator restart")
@@ -411,7 +411,10 @@ func (s JobStatus) AttemptsExplained() string {
 	case first == 1:
 		parts = append(parts, "1 first deployment")
 	case first > 1:
-		parts = append(parts, fmt.Sprintf("%d of the first deployment and the job's earlier runs", first))
+		// Attempts number on across runs: the others are the earlier
+		// runs' (a trial could not parse "2 of the first deployment and
+		// the job's earlier runs").
+		parts = append(parts, "1 first deployment of this run", plural(first-1, "of the job's earlier runs", "of the job's earlier runs"))
 	}
 	return fmt.Sprintf("%s: %s", plural(s.Attempt, "attempt", "attempts"), strings.Join(parts, ", "))
 }

@@ -836,3 +836,21 @@ func TestJobStatusStoppedWithSavepoint(t *testing.T) {
 		t.Errorf("decoded %+v, %v", st, err)
 	}
 }
+
+// The attempts of a job submitted again, or restored, are numbered on
+// from its earlier runs': the line says which are those (a trial read "2
+// of the first deployment and the job's earlier runs" as nonsense).
+func TestAttemptsExplainedNamesEarlierRuns(t *testing.T) {
+	for _, c := range []struct {
+		st   JobStatus
+		want string
+	}{
+		{JobStatus{Attempt: 4, Resumes: 1}, "4 attempts: 1 resume after a coordinator restart, 1 first deployment of this run, 2 of the job's earlier runs"},
+		{JobStatus{Attempt: 2, Replacements: 1}, "2 attempts: 1 placement again after a worker stopped, or was lost or refused its tasks while deploying, 1 first deployment"},
+		{JobStatus{Attempt: 3, Restarts: 2}, ""},
+	} {
+		if got := c.st.AttemptsExplained(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.st, got, c.want)
+		}
+	}
+}
