@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -1194,6 +1195,9 @@ type statusNotes struct {
 	// queued says that an aligned checkpoint's barriers were said to wait
 	// behind the data in flight (slowBarriers).
 	queued bool
+	// spec, if set, is the job's: slowBarriers names the task where the
+	// barriers queued, not the last one they reached.
+	spec *jobspec.Spec
 }
 
 // slowBarrier is how long an aligned checkpoint's barriers must have
@@ -1219,14 +1223,56 @@ func (n *statusNotes) slowBarriers(st control.JobStatus, c control.CheckpointInf
 		return ""
 	}
 	n.queued = true
-	where := "queued behind the data in flight to it"
+	at, where := t.Task, "queued behind the data in flight to it"
 	if t.Phase == control.PhaseAlignment {
 		where = "aligning its inputs"
+	} else if q := queuedAt(n.spec, c); q != "" {
+		at = q
 	}
 	return fmt.Sprintf("checkpoint %d waited %s of its %s for its barriers at %s, %s: aligned barriers travel behind "+
 		"the records backpressure queues on each channel; unaligned checkpoints (checkpointing.mode: unaligned, or "+
 		"aligned-timeout: 1s to turn so when late) overtake them, still exactly-once\n",
-		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), t.Task, where)
+		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), at, where)
+}
+
+// queuedAt returns the task of checkpoint c at which its barriers queued
+// longest: the one whose start delay most exceeds the longest of the tasks
+// that feed it (per spec's inputs) — a barrier held up before a slow
+// operator comes late to every task after it, and the last of them, a
+// sink, has the longest start delay of all; a trial was sent to the idle
+// sink. "" without a spec or metrics.
+func queuedAt(spec *jobspec.Spec, c control.CheckpointInfo) string {
+	if spec == nil {
+		return ""
+	}
+	inputs := map[string][]string{} // vertex -> the vertices feeding it
+	for _, op := range spec.Operators {
+		for _, in := range op.Inputs {
+			inputs[op.Name] = append(inputs[op.Name], in.From)
+		}
+	}
+	for _, s := range spec.Sinks {
+		inputs[s.Name] = append(inputs[s.Name], s.Input.From)
+	}
+	delay := func(m map[string]int64) int64 {
+		return max(m[control.MetricStartDelayNanos]-max(m[control.MetricCommitWaitNanos], 0), 0)
+	}
+	came := map[string]int64{} // vertex -> the longest start delay of its tasks
+	for task, m := range c.Tasks {
+		v := vertexOf(task)
+		came[v] = max(came[v], delay(m))
+	}
+	best, bestOwn := "", int64(0)
+	for _, task := range slices.Sorted(maps.Keys(c.Tasks)) {
+		var before int64
+		for _, in := range inputs[vertexOf(task)] {
+			before = max(before, came[in])
+		}
+		if own := delay(c.Tasks[task]) - before; own > bestOwn {
+			best, bestOwn = task, own
+		}
+	}
+	return best
 }
 
 // inARow is how many failures in a row, of checkpoints or of the job,

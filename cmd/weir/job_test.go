@@ -1558,3 +1558,32 @@ func TestSilentWorkersAreSaid(t *testing.T) {
 		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// The barriers of a pipeline whose operator is slow queue before that
+// operator, and come late to every task after it: weir run names the
+// operator's task, not the sink, which has the longest start delay but
+// is idle (a trial was sent to the sink).
+func TestQueuedAtNamesWhereBarriersQueued(t *testing.T) {
+	spec, err := jobspec.Parse("j.yaml", []byte(`name: j
+sources: [{name: ev, kind: jetstream, stream: EV}]
+operators: [{name: win, module: w@1, parallelism: 2, inputs: [{from: ev, partition: key}]}]
+sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: win}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(ms int64) map[string]int64 { return map[string]int64{control.MetricStartDelayNanos: ms * 1e6} }
+	c := control.CheckpointInfo{ID: 1, Status: control.CheckpointCompleted, Duration: 16 * time.Second,
+		Tasks: map[string]map[string]int64{"ev-0": d(5), "win-0": d(11000), "win-1": d(9000), "out-0": d(12000)}}
+	if got := queuedAt(spec, c); got != "win-0" {
+		t.Errorf("queued at %q, want win-0", got)
+	}
+	notes := statusNotes{spec: spec}
+	st := control.JobStatus{Name: "j", State: control.JobRunning, CheckpointMode: jobspec.ModeExactlyOnce}
+	if got := notes.slowBarriers(st, c); !strings.Contains(got, "for its barriers at win-0, queued behind the data in flight to it") {
+		t.Errorf("said %q", got)
+	}
+	if got := queuedAt(nil, c); got != "" {
+		t.Errorf("without a spec: %q", got)
+	}
+}

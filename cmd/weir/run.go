@@ -1261,7 +1261,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch, st.FsyncEachWrite)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
-	notes := statusNotes{remedy: trapRemedy(o.nats.hint()), hint: o.nats.hint()}
+	notes := statusNotes{remedy: trapRemedy(o.nats.hint()), hint: o.nats.hint(), spec: spec}
 	if embedded {
 		// While the run lasts, its own server reaches the job.
 		notes.hint = (&natsFlags{url: n.Server.ClientURL()}).hint()
