@@ -1604,7 +1604,11 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 		case c.EarlierRun:
 			reason = "earlier run: " + reason
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, kind, c.Status, c.Duration.Round(time.Millisecond),
+		status := c.Status
+		if status == control.CheckpointFailed && c.Aborted {
+			status = "aborted" // no failure of its own: a failover or a newer one cut it
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, kind, status, c.Duration.Round(time.Millisecond),
 			size(c.Size), c.Alignment.Round(time.Microsecond), alignedOf(c), tasks, slowest, reason)
 	}
 	tw.Flush()

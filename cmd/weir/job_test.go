@@ -1587,3 +1587,26 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: wi
 		t.Errorf("without a spec: %q", got)
 	}
 }
+
+// A checkpoint a failover, a stop or a newer one cut is listed and
+// printed as aborted, not failed: a trial's weir run printed six
+// "failed" lines where the status counted three failures.
+func TestAbortedCheckpointsAreNotFailures(t *testing.T) {
+	cps := []control.CheckpointInfo{
+		{ID: 3, Status: control.CheckpointFailed, Aborted: true, Reason: "job canceled"},
+		{ID: 2, Status: control.CheckpointFailed, Reason: "expired after 6s"},
+	}
+	var b bytes.Buffer
+	printCheckpoints(&b, cps)
+	for _, want := range []string{`(?m)^3 +checkpoint +aborted +.*job canceled$`, `(?m)^2 +checkpoint +failed +.*expired after 6s$`} {
+		if !regexp.MustCompile(want).MatchString(b.String()) {
+			t.Errorf("checkpoint ls:\n%s\nwant a match of %s", b.String(), want)
+		}
+	}
+	b.Reset()
+	printCheckpointLine(&b, cps[0])
+	printCheckpointLine(&b, cps[1])
+	if want := "checkpoint 3 aborted: job canceled\ncheckpoint 2 failed: expired after 6s\n"; b.String() != want {
+		t.Errorf("weir run printed\n%s\nwant\n%s", b.String(), want)
+	}
+}

@@ -1699,7 +1699,11 @@ func printCheckpointLine(w io.Writer, c control.CheckpointInfo) {
 		fmt.Fprintf(w, "%s %d completed in %s: %s, %s (longest alignment %s), %d tasks%s\n", kind, c.ID,
 			c.Duration.Round(time.Millisecond), size(c.Size), alignedOf(c), c.Alignment.Round(time.Microsecond), c.Acked, slowest)
 	case control.CheckpointFailed:
-		fmt.Fprintf(w, "%s %d failed: %s\n", kind, c.ID, c.Reason)
+		verb := "failed"
+		if c.Aborted {
+			verb = "aborted" // cut by a failover, a stop or a newer one: no failure of its own
+		}
+		fmt.Fprintf(w, "%s %d %s: %s\n", kind, c.ID, verb, c.Reason)
 	}
 }
 

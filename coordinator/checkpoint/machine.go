@@ -465,6 +465,7 @@ func (m *Machine) abort(now time.Time, id int64, reason string, cause control.Ch
 	counted := cause != ""
 	if !counted {
 		m.stats.Aborted++
+		p.info.Aborted = true
 	}
 	if counted {
 		m.stats.Failed++

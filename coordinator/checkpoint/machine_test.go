@@ -103,8 +103,8 @@ func TestMaxConcurrentAndSubsumed(t *testing.T) {
 	expect(t, "third blocked", m.Tick(at(300)), "")
 	m.Ack(at(300), "src-0", 1, "h", nil) // 1 half acked
 	expect(t, "2 completes, subsumes 1", complete(t, m, at(350), 2), "notify(2) abort(1) discard(1)")
-	if h := m.History(); h[1].Status != control.CheckpointFailed || !strings.Contains(h[1].Reason, "subsumed") {
-		t.Errorf("history of 1 = %+v", h[1])
+	if h := m.History(); h[1].Status != control.CheckpointFailed || !strings.Contains(h[1].Reason, "subsumed") || !h[1].Aborted {
+		t.Errorf("history of 1 = %+v; want it failed, subsumed, as an abort (no failure of its own)", h[1])
 	}
 	expect(t, "late ack of subsumed 1 discards its state", m.Ack(at(360), "op-0", 1, "h", nil), "discard(1)")
 	expect(t, "3", m.Tick(at(360)), "trigger(3)")
@@ -117,6 +117,9 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 		t.Errorf("next wake %v, want the timeout", w)
 	}
 	expect(t, "expire 1, trigger 2", m.Tick(at(1100)), "abort(1) discard(1) trigger(2)")
+	if h := m.History(); h[1].ID != 1 || h[1].Aborted {
+		t.Errorf("history of the expired 1 = %+v; want a failure, not an abort", h[1])
+	}
 	if st := m.Stats(); st.LastFailedID != 1 || st.LastFailureCause != control.CheckpointExpired {
 		t.Errorf("stats after an expiry: %+v; want its cause %q", st, control.CheckpointExpired)
 	}

@@ -358,7 +358,16 @@ func (r *Runner) Finished(task string) {
 func (r *Runner) History() []control.CheckpointInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.m.History()
+	h := r.m.History()
+	// A pending one's duration is how long it has been pending (a trial's
+	// listing showed 0s for one pending for seconds).
+	now := r.now()
+	for i := range h {
+		if h[i].Status == control.CheckpointPending && !h[i].Triggered.IsZero() {
+			h[i].Duration = max(now.Sub(h[i].Triggered), 0)
+		}
+	}
+	return h
 }
 
 // Retained returns what the machine keeps of the job's completed

@@ -539,7 +539,11 @@ type CheckpointInfo struct {
 	// Status is one of the Checkpoint* statuses.
 	Status string `json:"status"`
 	// Reason is why a failed checkpoint was aborted.
-	Reason    string    `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Aborted marks a failed one that is no failure of its own: cut as
+	// the job failed over or stopped, or subsumed as a newer one
+	// completed (CheckpointStats.Aborted counts them).
+	Aborted   bool      `json:"aborted,omitempty"`
 	Triggered time.Time `json:"triggered"`
 	// Duration runs from trigger to completion or abort.
 	Duration time.Duration `json:"duration,omitempty"`

@@ -106,6 +106,11 @@ func TestRemoveCheckpoint(t *testing.T) {
 		}
 	}
 	e.removeErr(t, ctx, "rm", pending, control.ErrConflict, fmt.Sprintf("cannot remove checkpoint %d of job rm: it is being written (pending)", pending))
+	// A pending one is listed with how long it has been pending.
+	time.Sleep(50 * time.Millisecond)
+	if cps, err := e.api.Checkpoints(ctx, "rm"); err != nil || cps[0].ID != pending || cps[0].Status != control.CheckpointPending || cps[0].Duration < 50*time.Millisecond {
+		t.Errorf("pending listed as %+v (%v); want its time so far", cps[0], err)
+	}
 	if err := <-failed; err == nil {
 		t.Fatal("a savepoint nobody acked completed")
 	}
