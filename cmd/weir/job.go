@@ -345,10 +345,10 @@ func sayAPIWait(w io.Writer, op string, wait time.Duration) {
 var apiWaits = map[string]string{
 	control.APISubmit:      "the submit",
 	control.APIJobs:        "job ls",
-	control.APIJob:         "job status",
+	control.APIJob:         "the job's status",
 	control.APICancel:      "job cancel",
 	control.APIRestore:     "job restore",
-	control.APICheckpoints: "checkpoint ls",
+	control.APICheckpoints: "the job's checkpoints",
 	control.APIRemove:      "checkpoint rm",
 	control.APIRemoveJob:   "job rm",
 	control.APIWorkers:     "worker ls",

@@ -30,7 +30,7 @@ func TestJobStatusSaysWhatItWaitsFor(t *testing.T) {
 	srv := embeddedtest.Server(t, embedded.Config{})
 	nc, _ := embeddedtest.Connect(t, srv)
 	var out, errb syncBuffer
-	const said = "weir: waiting for the coordinator to answer job status (for up to 50s)"
+	const said = "weir: waiting for the coordinator to answer the job's status (for up to 50s)"
 	sub, err := nc.Subscribe(control.Subjects{}.API(control.APIJob), func(m *nats.Msg) {
 		for !strings.Contains(errb.String(), said) && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
@@ -121,7 +121,7 @@ func TestRunSaysWhatItWaitsFor(t *testing.T) {
 	var out, errb syncBuffer
 	const (
 		submitSaid = "weir: waiting for the coordinator to answer the submit (for up to 6s)"
-		statusSaid = "weir: waiting for the coordinator to answer job status (for up to 6s)"
+		statusSaid = "weir: waiting for the coordinator to answer the job's status (for up to 6s)"
 		running    = `{"result":{"name":"waits","state":"running","attempt":1}}`
 	)
 	// heldUntil answers m with data once weir run said what.
