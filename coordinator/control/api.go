@@ -346,6 +346,13 @@ const (
 	// helps is a fixed operator (or sink subject), restored from the
 	// latest checkpoint.
 	FailureBadRecord FailureKind = "bad-record"
+	// FailureStream: a stream the job reads or writes is not the one it
+	// was: deleted (jetstream.ErrStreamNotFound), deleted and created
+	// again, or it dropped messages the job had not read
+	// (source.ErrStreamGone, ErrOffsetGone, ErrOffsetAhead). A restart
+	// meets it again until the stream is back, and one recreated holds
+	// other sequences than the checkpoints' offsets.
+	FailureStream FailureKind = "stream"
 	// FailureCheckpointsFailed: more checkpoints failed in a row than
 	// checkpointing.tolerable-failures allows.
 	FailureCheckpointsFailed FailureKind = "checkpoints-failed"

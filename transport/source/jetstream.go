@@ -35,6 +35,12 @@ var ErrOffsetGone = errors.New("checkpointed offset no longer in the stream")
 // would wait for the sequence to catch up and skip every message before it.
 var ErrOffsetAhead = errors.New("checkpointed offset is past the end of the stream")
 
+// ErrStreamGone is returned (wrapped) by Poll when the stream the source
+// reads was deleted while it read it: nothing more comes, and a job whose
+// source read on would sit idle, looking healthy (a trial's did for
+// minutes, its backlog figures at 0).
+var ErrStreamGone = errors.New("stream deleted")
+
 // ErrStalled is returned (wrapped) by Poll when a consumer of the source
 // delivered nothing for StallTimeout while the stream held a message for
 // it: the consumer was lost (its server went away while the client's
@@ -876,6 +882,10 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 // held up handing a message on, is not stalled: its consumer waits for
 // it.)
 func (s *JetStream) watchStalls(st jetstream.Stream) bool {
+	if err := s.streamGone(st); err != nil {
+		s.acc.fail(err)
+		return true
+	}
 	for i, l := range s.lanes {
 		if s.ctx.Err() != nil {
 			return true // closed
@@ -907,6 +917,28 @@ func (s *JetStream) watchStalls(st jetstream.Stream) bool {
 		return true
 	}
 	return false
+}
+
+// streamGone returns the error of a stream that was deleted, or deleted
+// and created again (its creation time is another), since the consumers
+// started, and nil when it is the same one or the server could not say
+// (an election, a slow server: the next look asks again). A consumer
+// on a deleted stream delivers nothing and says nothing; recreated, it
+// waits for a sequence the new stream may never reach.
+func (s *JetStream) streamGone(st jetstream.Stream) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
+	defer cancel()
+	info, err := st.Info(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("jetstream source %s: %w while the job read it: the job reads nothing more (its checkpoints' offsets are the deleted stream's)", s.cfg.Stream, ErrStreamGone)
+	case err != nil || s.created.IsZero():
+		return nil
+	case !info.Created.Equal(s.created):
+		return fmt.Errorf("jetstream source %s: the stream was deleted and created again while the job read it (created %s, was %s): its sequences start over, and the source's offset means nothing in it: %w",
+			s.cfg.Stream, info.Created.Format(time.RFC3339Nano), s.created.Format(time.RFC3339Nano), ErrStreamGone)
+	}
+	return nil
 }
 
 // nextFor returns the sequence of the stream's first message of lane l's

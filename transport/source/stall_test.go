@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +83,43 @@ func TestJetStreamIdleOrHeldUpIsNotStalled(t *testing.T) {
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 1000)
 	time.Sleep(time.Second)
 	pollRecords(t, ctx, src, 1000)
+}
+
+// A stream deleted while the source reads it fails the source with
+// ErrStreamGone, and so does one deleted and created again: a trial's job
+// sat running on a deleted stream for minutes, reading nothing, its
+// backlog at 0, until an unrelated failover.
+func TestJetStreamDeletedStreamFails(t *testing.T) {
+	for _, recreate := range []bool{false, true} {
+		srv := startServer(t)
+		_, js := connect(t, srv)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+		publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 20)
+		src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", StallTimeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pollRecords(t, ctx, src, 20)
+		must(t, js.DeleteStream(ctx, "IN"))
+		want := "jetstream source IN: stream deleted while the job read it: the job reads nothing more"
+		if recreate {
+			createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+			publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 5)
+			want = "jetstream source IN: the stream was deleted and created again while the job read it"
+		}
+		for {
+			_, _, err := src.Poll(ctx)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, ErrStreamGone) || !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("recreated %v: poll: %v; want ErrStreamGone, %q…", recreate, err, want)
+			}
+			t.Log(err)
+			break
+		}
+		src.Close()
+		cancel()
+	}
 }

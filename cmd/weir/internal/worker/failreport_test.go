@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
 )
 
 // A failure report that gets no answer (lost on its way: sent as the
@@ -111,6 +113,11 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		{fmt.Errorf("commit: %w", &sink.StreamFullError{Stream: "OUT", Limit: "max_msgs", Err: errors.New("maximum messages exceeded")}),
 			control.FailureSinkRefused},
 		{errors.New("a trap of words only"), control.FailureUnknown},
+		// A stream deleted, or deleted and created again, under a source
+		// or a sink.
+		{fmt.Errorf("jetstream source IN: %w while the job read it", source.ErrStreamGone), control.FailureStream},
+		{fmt.Errorf("jetstream source IN: resume after sequence 260: %w", source.ErrOffsetAhead), control.FailureStream},
+		{fmt.Errorf("exactly-once sink counts: stream COUNTS: %w", jetstream.ErrStreamNotFound), control.FailureStream},
 		// A memory.grow the memory limit refused during the call makes
 		// any of an operator's failures memory-limit.
 		{&host.TaskError{Task: "op-0", Err: &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: 3,

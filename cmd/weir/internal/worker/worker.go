@@ -39,6 +39,7 @@ import (
 	"github.com/weirhq/weir/transport/local"
 	"github.com/weirhq/weir/transport/remote"
 	"github.com/weirhq/weir/transport/sink"
+	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/storage"
 	"github.com/weirhq/weir/transport/stream"
 )
@@ -854,6 +855,9 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureSinkRefused
 	case errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge):
 		return control.FailureBadRecord
+	case errors.Is(err, source.ErrStreamGone) || errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
+		errors.Is(err, jetstream.ErrStreamNotFound):
+		return control.FailureStream
 	}
 	return control.FailureUnknown
 }
