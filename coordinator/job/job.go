@@ -381,7 +381,17 @@ func (j *job) enter(s control.JobState, reason string, stoppedWith int64) {
 	j.st.Updated = time.Now().UTC()
 	j.mu.Unlock()
 	j.persist()
-	j.m.log.Info("job state", "job", j.spec.Name, "state", s, "reason", reason)
+	// A job that fails, or fails over, is logged at the levels a log
+	// kept at warnings shows (weir up's default): an SRE trial's weir up
+	// said nothing of failing jobs without -v.
+	level := slog.LevelInfo
+	switch s {
+	case control.JobFailed:
+		level = slog.LevelError
+	case control.JobRestarting:
+		level = slog.LevelWarn
+	}
+	j.m.log.Log(context.Background(), level, "job state", "job", j.spec.Name, "state", s, "reason", reason)
 	if s.Terminal() {
 		// Its slots are free: a job waiting for them may fit now.
 		j.m.roomMade()

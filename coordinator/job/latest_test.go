@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,4 +90,49 @@ func TestResumedJobsLatestCheckpoint(t *testing.T) {
 	if err != nil || st.State != control.JobCanceled || st.LatestCheckpoint != latest {
 		t.Fatalf("after another restart: %+v, %v; want canceled with latest checkpoint %d", st, err, latest)
 	}
+}
+
+// A job that fails over is logged at warn, one that fails at error: a log
+// kept at warnings and up (weir up's default) shows both, and a job that
+// runs at info (an SRE trial's weir up said nothing of failing jobs).
+func TestJobStateLogLevels(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var logs lockedLog
+	e := setupWith(t, ctx, Options{Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	w := e.fleet.start(ctx, "w1")
+	w.mu.Lock()
+	w.deployErr = errors.New("injected: the worker refuses the deploy")
+	w.mu.Unlock()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "lv", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "lv", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
+	got := logs.String()
+	for _, want := range []string{`level=WARN msg="job state" job=lv state=restarting`, `level=ERROR msg="job state" job=lv state=failed`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log:\n%s\nwant a line with %s", got, want)
+		}
+	}
+	if strings.Contains(got, "state=created") {
+		t.Errorf("log at warn has the created state:\n%s", got)
+	}
+}
+
+// lockedLog is a log destination safe for concurrent use.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
