@@ -105,7 +105,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a terminal that closes under weir up or a worker (a
+	// dropped ssh session) stops it as Ctrl-C does — releasing the
+	// coordinator's lease, a worker saying goodbye — not at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := run(ctx, os.Args[1:], Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
 	stop()
 	os.Exit(code)
