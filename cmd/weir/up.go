@@ -143,9 +143,11 @@ serves on). Other machines join with
 -checkpoint-store jetstream then, so that every worker reaches the
 checkpoints). -metrics serves Prometheus metrics on http://ADDR/metrics:
 every job's state, attempt, restarts and failures in a row, checkpoints
-completed and failed (in all and in a row) and the latest one's duration,
-size and time, and each running task's records,
-busy and backpressured time, on whichever worker it runs.
+completed, failed and aborted (in all and in a row) and the latest one's
+duration, size and time, and each running task's records,
+busy and backpressured time, on whichever worker it runs; go_build_info
+says the binary's version. http://ADDR/healthz answers 200 while the
+coordinator answers, 503 with why when it does not (a liveness probe).
 
 -sync says when the embedded server fsyncs JetStream writes (the streams
 jobs read and write, and weir's own buckets). By default it does every 2m
@@ -301,6 +303,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if ln != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))
+		mux.Handle("/healthz", healthz(n.Manager))
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
@@ -315,6 +318,25 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	fmt.Fprintln(std.Out, "weir: shutting down")
 	return nil
+}
+
+// healthz answers a liveness probe: 200 once the coordinator answers a
+// request of its job API (its workers, within a second), with how many
+// workers are live; 503 with why when it does not. An SRE trial found no
+// endpoint to point a probe at.
+func healthz(api interface {
+	Workers(context.Context) ([]control.WorkerStatus, error)
+}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		ws, err := api.Workers(ctx)
+		if err != nil {
+			http.Error(w, "coordinator not answering: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ok: coordinator running, %d worker(s) live\n", len(ws))
+	})
 }
 
 // parseSync reads weir up's -sync: "" (nats-server's default interval),

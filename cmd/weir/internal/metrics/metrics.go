@@ -180,6 +180,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // the Prometheus exposition formats.
 func Handler(c *Collector) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector()) // go_build_info: the binary's module version and checksum
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }

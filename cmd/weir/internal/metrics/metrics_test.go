@@ -73,6 +73,7 @@ checkpointing: {interval: 20ms}
 				`weir_job_checkpoints_completed_total{job="tap"} `,
 				`weir_job_checkpoints_failed_total{job="tap"} 0`,
 				`weir_job_checkpoints_aborted_total{job="tap"} `,
+				`go_build_info{`,
 				`weir_job_last_checkpoint_duration_seconds{job="tap"} `,
 				`weir_job_last_checkpoint_size_bytes{job="tap"} `,
 				`weir_job_last_checkpoint_timestamp_seconds{job="tap"} `,
