@@ -19,7 +19,7 @@ import (
 func TestVersion(t *testing.T) {
 	var b bytes.Buffer
 	printVersion(&b, &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.4.0"},
-		Deps: []*debug.Module{{Path: "github.com/nats-io/nats-server/v2", Version: "v2.15.3"}, {Path: "github.com/tetratelabs/wazero", Version: "v1.12.0"}},
+		Deps:     []*debug.Module{{Path: "github.com/nats-io/nats-server/v2", Version: "v2.15.3"}, {Path: "github.com/tetratelabs/wazero", Version: "v1.12.0"}},
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}, {Key: "vcs.time", Value: "2026-12-04T16:00:00Z"}}})
 	want := "weir v0.4.0 commit 0123456789ab (modified) 2026-12-04T16:00:00Z, go1.26.8 " + runtime.GOOS + "/" + runtime.GOARCH + "\n" +
 		"  github.com/nats-io/nats-server/v2 v2.15.3\n  github.com/tetratelabs/wazero v1.12.0\n"
@@ -45,7 +45,9 @@ func TestHealthz(t *testing.T) {
 		body string
 	}{
 		{func(context.Context) ([]control.WorkerStatus, error) { return make([]control.WorkerStatus, 2), nil }, http.StatusOK, "ok: coordinator running, 2 worker(s) live\n"},
-		{func(context.Context) ([]control.WorkerStatus, error) { return nil, errors.New("the coordinator is not running") }, http.StatusServiceUnavailable,
+		{func(context.Context) ([]control.WorkerStatus, error) {
+			return nil, errors.New("the coordinator is not running")
+		}, http.StatusServiceUnavailable,
 			"coordinator not answering: the coordinator is not running\n"},
 	} {
 		rec := httptest.NewRecorder()
