@@ -35,6 +35,11 @@ func (s JobState) Terminal() bool { return s == JobFailed || s == JobCanceled ||
 type JobStatus struct {
 	Name  string   `json:"name"`
 	State JobState `json:"state"`
+	// FailureCounts counts the job's failures by kind (FailureUnknown
+	// for those of none) since the coordinator took the job on — a
+	// restarted coordinator counts from 0, as for checkpoints — for
+	// metrics and alerts; Failures keeps only the latest.
+	FailureCounts map[FailureKind]int `json:"failure_counts,omitempty"`
 	// Modules are the operators' modules as the job pinned them at
 	// submit, by operator name: the reference the spec wrote and the
 	// digest it resolved to, which every attempt runs (weir module rm

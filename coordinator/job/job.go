@@ -252,6 +252,7 @@ func (j *job) status() control.JobStatus {
 		st.RestartAttempts = j.spec.Restart.Attempts
 	}
 	st.Failures = slices.Clone(j.st.Failures)
+	st.FailureCounts = maps.Clone(j.st.FailureCounts)
 	st.Skipped = slices.Clone(j.st.Skipped)
 	if len(st.Failures) > 0 {
 		f := st.Failures[0]
@@ -403,6 +404,10 @@ func (j *job) noteFailure(fl failure) {
 	j.mu.Lock()
 	f := control.Failure{Time: time.Now().UTC(), Attempt: j.st.Attempt, Reason: fl.reason, Kind: fl.kind, Task: fl.task}
 	j.st.Failures = append([]control.Failure{f}, j.st.Failures[:min(len(j.st.Failures), control.MaxFailures-1)]...)
+	if j.st.FailureCounts == nil {
+		j.st.FailureCounts = map[control.FailureKind]int{}
+	}
+	j.st.FailureCounts[fl.kind]++
 	j.mu.Unlock()
 }
 

@@ -107,7 +107,10 @@ func TestJobStateLogLevels(t *testing.T) {
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "lv", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, e, "lv", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
+	st := waitFor(t, ctx, e, "lv", "failed", func(s control.JobStatus) bool { return s.State == control.JobFailed })
+	if n := st.FailureCounts[control.FailureDeploy]; n != 2 || len(st.FailureCounts) != 1 {
+		t.Errorf("failure counts %v; want the deploy refusal twice (the first attempt and its one restart)", st.FailureCounts)
+	}
 	got := logs.String()
 	for _, want := range []string{`level=WARN msg="job state" job=lv state=restarting`, `level=ERROR msg="job state" job=lv state=failed`} {
 		if !strings.Contains(got, want) {

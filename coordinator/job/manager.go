@@ -54,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -129,6 +130,9 @@ type Manager struct {
 	opts Options
 	ctl  *control.Coordinator
 	log  *slog.Logger
+	// lost and left count the workers lost and those that left
+	// (WorkerLosses).
+	lost, left atomic.Uint64
 
 	mu   sync.Mutex
 	ctx  context.Context
@@ -486,7 +490,16 @@ func (m *Manager) slotsUsed(except *job) map[string]int {
 // WorkerLost fails over every job with a task on the worker.
 func (m *Manager) WorkerLost(id string) {
 	m.log.Warn("worker lost", "worker", id)
+	m.lost.Add(1)
 	m.dropWorker(id, false)
+}
+
+// WorkerLosses returns how many workers were lost (killed, cut off: their
+// heartbeats stopped), and how many left saying goodbye, since the
+// coordinator started: a worker that flaps between two scrapes shows
+// only here.
+func (m *Manager) WorkerLosses() (lost, left uint64) {
+	return m.lost.Load(), m.left.Load()
 }
 
 // WorkerLeft implements control.WorkerLeaver: the worker stopped on
@@ -497,6 +510,7 @@ func (m *Manager) WorkerLost(id string) {
 // worker with SIGTERM counted as a worker-lost failure and a restart.)
 func (m *Manager) WorkerLeft(id string) {
 	m.log.Info("worker stopped and left", "worker", id)
+	m.left.Add(1)
 	m.dropWorker(id, true)
 }
 

@@ -447,4 +447,7 @@ func TestAWorkerThatLeavesIsNoFailure(t *testing.T) {
 		t.Errorf("after w2 left: %d restarts, %d replacements, failures %+v, %d in a row; want a replacement, no failure",
 			st.Restarts, st.Replacements, st.Failures, st.FailuresInARow)
 	}
+	if lost, left := e.mgr.WorkerLosses(); lost != 0 || left != 1 {
+		t.Errorf("workers lost %d, left %d; want 0, 1", lost, left)
+	}
 }

@@ -33,6 +33,13 @@ type WorkerLister interface {
 	Workers(ctx context.Context) ([]control.WorkerStatus, error)
 }
 
+// WorkerLosses counts the workers lost and those that left since the
+// coordinator started; job.Manager implements it. A JobLister that is one
+// too gets weir_workers_lost_total and weir_workers_left_total exported.
+type WorkerLosses interface {
+	WorkerLosses() (lost, left uint64)
+}
+
 // states are the job states weir_job_state reports, one series each.
 var states = []control.JobState{control.JobCreated, control.JobRunning, control.JobRestarting,
 	control.JobFailed, control.JobCanceled, control.JobFinished}
@@ -47,7 +54,8 @@ type Collector struct {
 	cpFailedInARow, failuresInARow                               *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts             *prometheus.Desc
 	pending, awaited                                             *prometheus.Desc
-	workersLive, slots, slotsUsed                                *prometheus.Desc
+	workersLive, slots, slotsUsed, workersLost, workersLeft      *prometheus.Desc
+	failures                                                     *prometheus.Desc
 	scrapeErrors                                                 prometheus.Counter
 }
 
@@ -93,6 +101,13 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		awaited: prometheus.NewDesc("weir_source_awaited_messages",
 			"Sequences a bounded source task's stream lacks before the source's stop (its stop minus the stream's last sequence), while it waits for them.", task, nil),
 		workersLive: prometheus.NewDesc("weir_workers_live", "Workers whose heartbeats the coordinator hears.", nil, nil),
+		workersLost: prometheus.NewDesc("weir_workers_lost_total",
+			"Workers declared lost (heartbeats stopped: killed, cut off) since the coordinator started.", nil, nil),
+		workersLeft: prometheus.NewDesc("weir_workers_left_total",
+			"Workers that stopped and said goodbye (SIGTERM, Ctrl-C) since the coordinator started.", nil, nil),
+		failures: prometheus.NewDesc("weir_job_failures_total",
+			"Failures of the job by kind (trap, memory-limit, deadline, worker-lost, stream, ...; unknown for one of none) since the coordinator took it on.",
+			[]string{"job", "kind"}, nil),
 		slots: prometheus.NewDesc("weir_worker_slots",
 			"The most tasks the worker takes at a time (weir worker -slots); 0 means no limit.", []string{"worker", "host"}, nil),
 		slotsUsed: prometheus.NewDesc("weir_worker_slots_used",
@@ -107,7 +122,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
 		c.cpCompleted, c.cpFailed, c.cpAborted, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
 		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited,
-		c.workersLive, c.slots, c.slotsUsed} {
+		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.failures} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -120,6 +135,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	if wl, ok := c.jobs.(WorkerLosses); ok {
+		lost, left := wl.WorkerLosses()
+		ch <- prometheus.MustNewConstMetric(c.workersLost, counter, float64(lost))
+		ch <- prometheus.MustNewConstMetric(c.workersLeft, counter, float64(left))
+	}
 	if wl, ok := c.jobs.(WorkerLister); ok {
 		workers, err := wl.Workers(ctx)
 		if err != nil {
@@ -154,6 +174,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.cpAborted, counter, float64(cp.Aborted), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpFailedInARow, gauge, float64(cp.FailedInARow), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.failuresInARow, gauge, float64(j.FailuresInARow), j.Name)
+		for kind, n := range j.FailureCounts {
+			k := string(kind)
+			if kind == control.FailureUnknown {
+				k = "unknown"
+			}
+			ch <- prometheus.MustNewConstMetric(c.failures, counter, float64(n), j.Name, k)
+		}
 		if cp.LastID > 0 {
 			ch <- prometheus.MustNewConstMetric(c.cpDuration, gauge, cp.LastDuration.Seconds(), j.Name)
 			ch <- prometheus.MustNewConstMetric(c.cpSize, gauge, float64(cp.LastSize), j.Name)

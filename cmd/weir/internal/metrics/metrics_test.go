@@ -83,6 +83,8 @@ checkpointing: {interval: 20ms}
 				`weir_task_checkpoints_total{job="tap",task="in-0",worker="w1"} `,
 				`weir_source_pending_messages{job="tap",task="in-0",worker="w1"} `,
 				`weir_workers_live 1`,
+				`weir_workers_lost_total 0`,
+				`weir_workers_left_total 0`,
 				`weir_scrape_errors_total 0`,
 				`go_goroutines `,
 			} {
@@ -144,6 +146,21 @@ func TestScrapeInARow(t *testing.T) {
 		`weir_job_checkpoints_failed_in_a_row{job="loop"} 3`,
 		`weir_job_failures_in_a_row{job="loop"} 2`,
 	} {
+		if !strings.Contains(got, "\n"+line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+}
+
+// A job's failures are counted by kind, one of none as unknown: alerts
+// tell a trap from a lost worker.
+func TestScrapeFailuresByKind(t *testing.T) {
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(fixed{{Name: "j", State: control.JobRunning, Attempt: 4,
+		FailureCounts: map[control.FailureKind]int{control.FailureTrap: 2, control.FailureWorkerLost: 1, control.FailureUnknown: 1}}}, 0)))
+	defer srv.Close()
+	got := scrape(t, srv.URL)
+	for _, line := range []string{`weir_job_failures_total{job="j",kind="trap"} 2`, `weir_job_failures_total{job="j",kind="worker-lost"} 1`,
+		`weir_job_failures_total{job="j",kind="unknown"} 1`} {
 		if !strings.Contains(got, "\n"+line+"\n") {
 			t.Errorf("scrape lacks %q", line)
 		}
