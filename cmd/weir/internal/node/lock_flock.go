@@ -18,18 +18,35 @@ const lockFile = "weir.lock"
 // lockDataDir takes an exclusive lock on dir (creating it), so that two
 // weir processes never run on one data directory. The lock goes with the
 // process: a crashed weir leaves none behind. unlock releases it.
+//
+// The lock is on the directory itself, which cannot be swapped from under
+// it (an SRE trial deleted the lock file, and a second weir up then ran on
+// the same store); the lock file beside it, locked too, says which
+// process holds it.
 func lockDataDir(dir string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	path := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	d, err := os.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	err = syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			_ = syscall.Flock(int(d.Fd()), syscall.LOCK_UN)
+		}
+	}
+	if err != nil {
 		owner, _ := os.ReadFile(path)
 		f.Close()
+		d.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			who := "another weir process"
 			if pid := string(bytes.TrimSpace(owner)); pid != "" {
@@ -45,5 +62,7 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
+		_ = syscall.Flock(int(d.Fd()), syscall.LOCK_UN)
+		d.Close()
 	}, nil
 }
