@@ -18,6 +18,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirhq/weir/cmd/weir/internal/metrics"
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
@@ -101,6 +103,30 @@ func (f *natsFlags) options(name string) *natsconn.Options {
 }
 
 // logger logs to stderr at info, or debug with -v.
+// jetStreamJobsBucket is the KV bucket of job records under
+// -checkpoint-store jetstream (coordinator.Config.StateDir).
+const jetStreamJobsBucket = "weir_jobs"
+
+// jetStreamHasJobs reports whether js holds job records of the jetstream
+// checkpoint store: its bucket jetStreamJobsBucket has a key.
+func jetStreamHasJobs(ctx context.Context, js jetstream.JetStream) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, jetStreamJobsBucket)
+	if err != nil {
+		return false
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = keys.Stop() }()
+	for range keys.Keys() {
+		return true
+	}
+	return false
+}
+
 // dirStoreHasJobs reports whether the data directory dir holds job records
 // of the default checkpoint store (dir): DIR/checkpoints/_jobs
 // (coordinator.Config.StateDir) has an entry.
@@ -294,6 +320,12 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if n.CheckpointStore() == node.StoreJetStream && dirStoreHasJobs(abs) {
 		fmt.Fprintf(std.Err, "weir up: %s holds the jobs of runs with -checkpoint-store dir, which this one (jetstream) does not see: weir up -checkpoint-store dir on this directory shows them again\n",
 			filepath.Join(abs, "checkpoints"))
+	}
+	if n.CheckpointStore() == node.StoreDir && jetStreamHasJobs(ctx, n.JS) {
+		// The other way round: an SRE trial's jobs vanished from job ls
+		// and /metrics without a word.
+		fmt.Fprintf(std.Err, "weir up: JetStream (bucket %s) holds the jobs of runs with -checkpoint-store jetstream, which this one (dir) does not see: weir up -checkpoint-store jetstream on this directory shows them again\n",
+			jetStreamJobsBucket)
 	}
 	if id := n.CoordinatorID(); id != "" {
 		fmt.Fprintf(std.Out, "coordinator %s holds the coordinator lease of this NATS (bucket %s): another weir up here is refused while it runs\n",

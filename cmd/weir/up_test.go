@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
@@ -356,5 +358,31 @@ func TestDirStoreHasJobs(t *testing.T) {
 	}
 	if !dirStoreHasJobs(dir) {
 		t.Error("a data directory with job records holds none")
+	}
+}
+
+// weir up on the default store says when JetStream holds the jobs of runs
+// on the jetstream store, which it does not see: an SRE trial's jobs
+// vanished from job ls and /metrics without a word.
+func TestJetStreamHasJobs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	_, js := embeddedtest.Connect(t, srv)
+	if jetStreamHasJobs(ctx, js) {
+		t.Error("a JetStream without the bucket holds jobs")
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: jetStreamJobsBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jetStreamHasJobs(ctx, js) {
+		t.Error("an empty bucket holds jobs")
+	}
+	if _, err := kv.Put(ctx, "jobs.wc", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if !jetStreamHasJobs(ctx, js) {
+		t.Error("a bucket with a job record holds none")
 	}
 }
