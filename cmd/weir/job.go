@@ -1474,6 +1474,9 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("checkpoint rm", err)
 		}
 		printRemoved(std.Out, job, rm, nf.hint())
+		if len(rm.Checkpoints)+len(rm.Kept)+len(rm.Leftovers)+rm.StrayMarkers == 0 {
+			fmt.Fprintf(std.Out, "%s: no checkpoints of earlier runs are stored\n", job)
+		}
 		return nil
 	}
 	// Like rm: each ID on its own, a refusal does not keep the others. One
@@ -1560,9 +1563,6 @@ func printRemoved(w io.Writer, job string, rm control.Removed, hint string) {
 	}
 	if rm.StrayMarkers > 0 {
 		fmt.Fprintf(w, "removed %d commit markers of checkpoints of %s that were written after their checkpoint was deleted\n", rm.StrayMarkers, job)
-	}
-	if len(rm.Checkpoints)+len(rm.Kept)+len(rm.Leftovers)+rm.StrayMarkers == 0 {
-		fmt.Fprintf(w, "%s: no checkpoints of earlier runs are stored\n", job)
 	}
 }
 
