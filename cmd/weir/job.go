@@ -517,7 +517,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		api.Timeout = savepointWait
 		cp, err := api.StopJob(ctx, job)
 		if err != nil {
-			return apiErr("job stop", err)
+			return savepointAdvice(apiErr("job stop", err))
 		}
 		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore%s %s -from %d\n",
 			cp.Job, cp.ID, size(cp.Size), nf.hint(), shellQuote(cp.Job), cp.ID)
@@ -564,7 +564,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		api.Timeout = savepointWait
 		cp, err := api.Savepoint(ctx, job)
 		if err != nil {
-			return apiErr("job savepoint", err)
+			return savepointAdvice(apiErr("job savepoint", err))
 		}
 		fmt.Fprintf(std.Out, "savepoint %d of %s: %s in %s, %s\n", cp.ID, cp.Job, cp.Status, cp.Duration.Round(time.Millisecond), size(cp.Size))
 	case "restore":
@@ -1075,6 +1075,18 @@ func printCheckpointsFailing(w io.Writer, st control.JobStatus, hint string) {
 		fmt.Fprintf(w, "  the job fails over for them, each attempt from %s again; "+
 			"checkpointing.tolerable-failures lets it run on through failed checkpoints\n", from)
 	}
+}
+
+// savepointAdvice adds to err, a savepoint's or a stop's failure, what to
+// change when the savepoint expired, on a line of its own: a Flink-user trial's stop failed with the expiry
+// alone, where a checkpoint's gets the advice. A savepoint is always
+// aligned, so the unaligned way out is not one for it.
+func savepointAdvice(err error) error {
+	if !strings.Contains(err.Error(), "expired after") {
+		return err
+	}
+	return fmt.Errorf("%w\na savepoint is always aligned: its barriers queue behind the data in flight to a busy task (see weir job status, bottleneck); "+
+		"make that task faster or raise its parallelism, or raise checkpointing.timeout, which bounds savepoints too", err)
 }
 
 // expiryAdvice says why a checkpoint of st's job expires and what to

@@ -1610,3 +1610,16 @@ func TestAbortedCheckpointsAreNotFailures(t *testing.T) {
 		t.Errorf("weir run printed\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// A savepoint or stop that expired says what to change (a Flink-user
+// trial's stop said only the expiry); other failures are as they were.
+func TestSavepointAdvice(t *testing.T) {
+	err := savepointAdvice(errors.New("savepoint failed: checkpoint 3: expired after 6s; no snapshot from win-0 (the job keeps running)"))
+	if first, rest, _ := strings.Cut(err.Error(), "\n"); first != "savepoint failed: checkpoint 3: expired after 6s; no snapshot from win-0 (the job keeps running)" ||
+		!strings.HasPrefix(rest, "a savepoint is always aligned: its barriers queue behind the data in flight to a busy task") {
+		t.Errorf("advice: %q", err)
+	}
+	if err := savepointAdvice(errors.New("job x already failed")); err.Error() != "job x already failed" {
+		t.Errorf("other failure: %q", err)
+	}
+}
