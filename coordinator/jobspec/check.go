@@ -120,6 +120,9 @@ func Check(s *Spec) error {
 		oneOf(path+".input.partition", sk.Input.Partition, Forward, KeyHash, Broadcast, RoundRobin)
 	}
 
+	if err := CheckChannelBuffer(s.Channels.Buffer); err != nil {
+		bad("channels.buffer", "%v", err)
+	}
 	c := &s.Checkpointing
 	if c.Mode == "" {
 		c.Mode = ModeExactlyOnce

@@ -752,6 +752,16 @@ func (p *parser) parse(data []byte) *Spec {
 				"disabled":           func(v *yaml.Node, path string) { p.boolean(v, path, &c.Disabled) },
 			})
 		},
+		"channels": func(v *yaml.Node, path string) {
+			p.fields(v, path, map[string]func(*yaml.Node, string){
+				"buffer": func(v *yaml.Node, path string) {
+					var n int64
+					if p.size(v, path, &n) {
+						p.check(v, path, CheckChannelBuffer(n), func() { s.Channels.Buffer = n })
+					}
+				},
+			})
+		},
 		"restart": func(v *yaml.Node, path string) {
 			r := &s.Restart
 			p.fields(v, path, map[string]func(*yaml.Node, string){

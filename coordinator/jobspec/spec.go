@@ -116,6 +116,44 @@ type Spec struct {
 	Sinks         []Sink        `json:"sinks"`
 	Checkpointing Checkpointing `json:"checkpointing"`
 	Restart       Restart       `json:"restart"`
+	Channels      Channels      `json:"channels"`
+}
+
+// Channels configures the channels between the job's tasks.
+type Channels struct {
+	// Buffer bounds the bytes queued on each channel between two tasks,
+	// in flight and at the receiver; 0 means the worker's defaults (1 MiB
+	// between tasks of one worker; up to 4 MiB between workers, less when
+	// many channels share a worker's connection). Under backpressure an
+	// aligned barrier waits behind what the channels hold, and an
+	// unaligned checkpoint stores it: a smaller buffer shortens the one
+	// and shrinks the other, for less throughput where records are large
+	// or workers far apart. Between MinChannelBuffer and MaxChannelBuffer.
+	Buffer int64 `json:"buffer,omitempty"`
+}
+
+// Bounds of Channels.Buffer: a channel's frames are at most half of it,
+// and a worker's connection holds up to 64 MiB of its channels' data.
+const (
+	MinChannelBuffer = 16 << 10
+	MaxChannelBuffer = 16 << 20
+)
+
+// CheckChannelBuffer reports why a channel buffer of n bytes cannot be
+// honoured, or nil: 0 (the workers' defaults) and MinChannelBuffer to
+// MaxChannelBuffer pass.
+func CheckChannelBuffer(n int64) error {
+	switch {
+	case n == 0:
+		return nil
+	case n < 0:
+		return fmt.Errorf("must not be negative, got %d", n)
+	case n < MinChannelBuffer:
+		return fmt.Errorf("%s is less than %s (a frame of the channel must fit in half of it)", FormatSize(n), FormatSize(MinChannelBuffer))
+	case n > MaxChannelBuffer:
+		return fmt.Errorf("%s is more than %s (a worker's connection holds 64 MiB of its channels' data)", FormatSize(n), FormatSize(MaxChannelBuffer))
+	}
+	return nil
 }
 
 // Source reads records from NATS.

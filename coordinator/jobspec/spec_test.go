@@ -343,6 +343,10 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].partition-filter: 2 partitions for 3 subtasks: each subtask needs at least one`}},
 		{"partition filter without {p}", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 2, partition-filter: a.>}\n",
 			[]string{`job.yaml:3: sources[0].partition-filter: partition filter "a.>" must contain {p} once`}},
+		{"channel buffer too small", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nchannels: {buffer: 1KiB}\n",
+			[]string{`job.yaml:3: channels.buffer: 1KiB is less than 16KiB (a frame of the channel must fit in half of it)`}},
+		{"channel buffer too large", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nchannels: {buffer: 1GiB}\n",
+			[]string{`job.yaml:3: channels.buffer: 1GiB is more than 16MiB (a worker's connection holds 64 MiB of its channels' data)`}},
 		{"unknown source key", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, key: topic}\n",
 			[]string{`job.yaml:3: sources[0].key: unknown value "topic" (want header, subject)`}},
 		{"start on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, start: new}\n",
@@ -665,5 +669,18 @@ func TestMisspeltOptionIsTheOnlyError(t *testing.T) {
 	_, err := Parse("job.yaml", []byte("name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}, inptu: 1}]\n"), Options{})
 	if err == nil || err.Error() != `job.yaml:3: sinks[0].inptu: unknown option "inptu"` {
 		t.Errorf("Parse = %v", err)
+	}
+}
+
+// channels.buffer bounds each channel's bytes; Check refuses a value out
+// of its range as Parse does.
+func TestChannelBuffer(t *testing.T) {
+	s, err := Parse("job.yaml", []byte("name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\nchannels: {buffer: 64KiB}\n"), Options{})
+	if err != nil || s.Channels.Buffer != 64<<10 {
+		t.Fatalf("parse: %+v, %v", s, err)
+	}
+	s.Channels.Buffer = -1
+	if err := Check(s); err == nil || !strings.Contains(err.Error(), "channels.buffer: must not be negative") {
+		t.Errorf("check of a negative buffer: %v", err)
 	}
 }

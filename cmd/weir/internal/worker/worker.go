@@ -937,10 +937,16 @@ func (b *builder) window(task string) int {
 			receivers++
 		}
 	}
-	if receivers == 0 {
-		return remoteWindowDefault
+	window := remoteWindowDefault
+	if receivers > 0 {
+		window = min(remoteWindowDefault, max(remoteWindowBudget/receivers, remoteWindowMin))
 	}
-	return min(remoteWindowDefault, max(remoteWindowBudget/receivers, remoteWindowMin))
+	if buf := b.d.Spec.Channels.Buffer; buf > 0 {
+		// The job's channels.buffer, which both ends read from the spec
+		// they share.
+		window = min(window, int(buf))
+	}
+	return window
 }
 
 func (b *builder) closeAll() {
@@ -967,7 +973,11 @@ func (b *builder) channels() error {
 		}
 		name := fmt.Sprintf("%s -> %s", c.From, c.To)
 		if from && to {
-			s, r := local.New(local.Options{Name: name, CapacityBytes: b.w.cfg.ChannelCapacity})
+			capacity := b.w.cfg.ChannelCapacity
+			if buf := b.d.Spec.Channels.Buffer; buf > 0 {
+				capacity = int(buf) // the job's channels.buffer
+			}
+			s, r := local.New(local.Options{Name: name, CapacityBytes: capacity})
 			b.senders[c.ID], b.receivers[c.ID] = s, r
 			continue
 		}
