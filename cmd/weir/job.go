@@ -1243,7 +1243,7 @@ func (n *statusNotes) slowBarriers(st control.JobStatus, c control.CheckpointInf
 	}
 	return fmt.Sprintf("checkpoint %d waited %s of its %s for its barriers at %s, %s: aligned barriers travel behind "+
 		"the records backpressure queues on each channel; unaligned checkpoints (checkpointing.mode: unaligned, or "+
-		"aligned-timeout: 1s to turn so when late) overtake them, still exactly-once\n",
+		"aligned-timeout: 1s to turn so when late) overtake them, still exactly-once; a smaller channels.buffer bounds them\n",
 		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), at, where)
 }
 
