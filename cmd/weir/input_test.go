@@ -206,7 +206,7 @@ func TestRunInputShortDuplicateWindow(t *testing.T) {
 	var out, errb syncBuffer
 	code := run(ctx, []string{"run", "-nats", n.Server.ClientURL(), "job.yaml", "-input", "in.txt"},
 		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := "weir: -input in.txt: stream IN: duplicate window too short: it remembers message ids for 1s, too short to publish a record again after a lost connection without storing it twice; give it 10s or more, e.g. `nats stream edit IN --dupe-window 2m`\n"
+	want := "weir: -input in.txt: stream IN: duplicate window too short: it remembers message ids for 1s, too short to publish a record again after a lost connection without storing it twice; give it 10s or more, e.g. `weir stream edit IN -dupe-window 2m`\n"
 	if code != 1 || errb.String() != want {
 		t.Fatalf("weir run exited %d with %q; want 1 with %q\n%s", code, errb.String(), want, out.String())
 	}

@@ -1727,7 +1727,7 @@ func partialNote(behind []lagging, countPartial bool) string {
 	note := fmt.Sprintf("partial summary: the watch of %s had not caught up; %s miss some of their records",
 		strings.Join(names, ", "), what)
 	if len(streams) > 0 {
-		note += fmt.Sprintf(" (what a stream holds: nats stream info %s)", strings.Join(streams, ", "))
+		note += fmt.Sprintf(" (what a stream holds: weir stream info %s)", strings.Join(streams, ", "))
 	}
 	return note
 }

@@ -340,7 +340,7 @@ func TestRunSummarySaysWhatIsPartial(t *testing.T) {
 	}
 	summary(ctx, &buf, out, 1)
 	got := buf.String()
-	want := "partial summary: the watch of sink out (stream OUT) had not caught up; the records out and the latest values miss some of their records (what a stream holds: nats stream info OUT)\n"
+	want := "partial summary: the watch of sink out (stream OUT) had not caught up; the records out and the latest values miss some of their records (what a stream holds: weir stream info OUT)\n"
 	if !strings.Contains(got, want) {
 		t.Errorf("weir run printed:\n%s\nwant a line:\n%s", got, want)
 	}

@@ -88,7 +88,7 @@ sinks: [{name: out, kind: jetstream, stream: COUNTS, subject: counts, guarantee:
 		t.Errorf("a window long enough: %v", err)
 	}
 	const want = "submit wc: sink out: stream COUNTS deduplicates message ids for 2m0s, but exactly-once with checkpoints every 1m0s (timeout 10s) needs 2m10s: " +
-		"raise the stream's duplicate window to 2m10s (nats stream edit COUNTS --dupe-window 2m10s), or give checkpointing.interval and checkpointing.timeout that sum to 1m0s at most (now 1m0s + 10s) " +
+		"raise the stream's duplicate window to 2m10s (weir stream edit COUNTS -dupe-window 2m10s), or give checkpointing.interval and checkpointing.timeout that sum to 1m0s at most (now 1m0s + 10s) " +
 		"(fix the spec, or create or change the stream, before submitting the job)"
 	if err := CheckStreams(ctx, js, parse("1m", "exactly-once"), 5*time.Second, nil); !errors.Is(err, control.ErrInvalid) || err.Error() != want {
 		t.Errorf("a window too short: %v; want ErrInvalid, %q", err, want)

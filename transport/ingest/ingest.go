@@ -195,7 +195,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
 	}
 	window := st.CachedInfo().Config.Duplicates
 	if window < MinDuplicateWindow {
-		return nil, fmt.Errorf("stream %s: %w: it remembers message ids for %s, too short to publish a record again after a lost connection without storing it twice; give it %s or more, e.g. `nats stream edit %s --dupe-window 2m`",
+		return nil, fmt.Errorf("stream %s: %w: it remembers message ids for %s, too short to publish a record again after a lost connection without storing it twice; give it %s or more, e.g. `weir stream edit %s -dupe-window 2m`",
 			cfg.Stream, ErrDuplicateWindowTooShort, window, MinDuplicateWindow, cfg.Stream)
 	}
 	if cfg.InFlight <= 0 {

@@ -176,7 +176,7 @@ func CheckDuplicateWindow(ctx context.Context, js jetstream.JetStream, stream st
 	}
 	info := st.CachedInfo()
 	if have := info.Config.Duplicates; need > 0 && have < need {
-		return info.Config, fmt.Errorf("%w: stream %s deduplicates message ids for %s, but a re-commit after recovery can come up to %s later (checkpoint interval + timeout + recovery); raise it, e.g. `nats stream edit %s --dupe-window %s`, or shorten the checkpoint interval and timeout",
+		return info.Config, fmt.Errorf("%w: stream %s deduplicates message ids for %s, but a re-commit after recovery can come up to %s later (checkpoint interval + timeout + recovery); raise it, e.g. `weir stream edit %s -dupe-window %s`, or shorten the checkpoint interval and timeout",
 			ErrDuplicateWindowTooShort, stream, have, need, stream, need)
 	}
 	return info.Config, nil

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
+)
+
+func init() {
+	register(command{Name: "stream", Summary: "list, show or change the JetStream streams jobs read and write (size, limits, duplicate window)", Run: runStream})
+}
+
+const streamUsage = `ls|info|edit [flags] [STREAM]
+
+  weir stream ls                  every stream: messages, bytes, first and last
+                                  sequence, duplicate window, limits
+  weir stream info STREAM         one stream's subjects, state and limits
+  weir stream edit STREAM [-dupe-window D] [-max-age D] [-max-bytes SIZE]
+                   [-max-msgs N] [-max-msgs-per-subject N]
+                                  change a stream's limits (0 or -1: none;
+                                  -dupe-window: how long it remembers
+                                  message ids, which an exactly-once sink's
+                                  recovery needs, and weir job submit checks)
+
+A stream weir run creates keeps everything (no limits): its disk use grows
+with its input and output; give it -max-age or -max-bytes here. weir's
+messages that name a stream to change say which of these to run. Without
+it, the nats CLI does the same (nats stream info / edit).`
+
+// streamFlags are weir stream edit's: each set one changes the stream.
+type streamFlags struct {
+	dupeWindow, maxAge  time.Duration
+	maxBytes            sizeFlag
+	maxMsgs, maxPerSubj int64
+	set                 map[string]bool
+}
+
+// runStream is weir stream.
+func runStream(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "stream", streamUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
+	var sf streamFlags
+	fs.DurationVar(&sf.dupeWindow, "dupe-window", 0, "edit: how long the stream remembers message ids")
+	fs.DurationVar(&sf.maxAge, "max-age", 0, "edit: drop messages older than this (0: keep them)")
+	fs.Var(&sf.maxBytes, "max-bytes", "edit: drop the oldest messages past this size (e.g. 10GiB; 0: no limit)")
+	fs.Int64Var(&sf.maxMsgs, "max-msgs", 0, "edit: drop the oldest messages past this many (0 or -1: no limit)")
+	fs.Int64Var(&sf.maxPerSubj, "max-msgs-per-subject", 0, "edit: keep at most this many messages per subject (0 or -1: no limit)")
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
+		return err
+	}
+	sf.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { sf.set[f.Name] = true })
+	subs := []string{"ls", "info", "edit"}
+	switch {
+	case len(pos) == 0:
+		fs.Usage()
+		return usagef("stream: missing subcommand (ls, info or edit)")
+	case !slices.Contains(subs, pos[0]):
+		return usagef("stream: unknown subcommand %q (%sls, info or edit)", pos[0], didYouMean(pos[0], subs))
+	case pos[0] == "ls" && len(pos) != 1, pos[0] != "ls" && len(pos) != 2:
+		return usagef("stream %s: want %s", pos[0], map[string]string{"ls": "no argument", "info": "STREAM", "edit": "STREAM and the limits to change"}[pos[0]])
+	case pos[0] != "edit" && len(sf.set) > len(nfSet(sf.set)):
+		return usagef("stream %s: -dupe-window, -max-age, -max-bytes, -max-msgs and -max-msgs-per-subject are flags of stream edit", pos[0])
+	case pos[0] == "edit" && len(sf.set) == len(nfSet(sf.set)):
+		return usagef("stream edit: give the limits to change (-dupe-window, -max-age, -max-bytes, -max-msgs, -max-msgs-per-subject)")
+	}
+	nc, err := connectNATS(&nf, "weir stream", std.Err)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("stream: jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	switch pos[0] {
+	case "ls":
+		var infos []*jetstream.StreamInfo
+		lister := js.ListStreams(ctx)
+		for in := range lister.Info() {
+			infos = append(infos, in)
+		}
+		if err := lister.Err(); err != nil {
+			return fmt.Errorf("stream ls: %w", err)
+		}
+		printStreams(std.Out, infos)
+		return nil
+	case "info":
+		st, err := streamNamed(ctx, js, pos[1])
+		if err != nil {
+			return err
+		}
+		printStreamInfo(std.Out, st.CachedInfo())
+		return nil
+	}
+	st, err := streamNamed(ctx, js, pos[1])
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	changes := sf.apply(&cfg)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream edit %s: %w", pos[1], err)
+	}
+	fmt.Fprintf(std.Out, "stream %s: %s\n", pos[1], strings.Join(changes, ", "))
+	return nil
+}
+
+// nfSet returns the names in set that are connection flags, not edit's.
+func nfSet(set map[string]bool) []string {
+	var out []string
+	for name := range set {
+		switch name {
+		case "dupe-window", "max-age", "max-bytes", "max-msgs", "max-msgs-per-subject":
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// streamNamed returns the stream named name, or an error that says which
+// streams there are when there is none of that name.
+func streamNamed(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		var names []string
+		lister := js.StreamNames(ctx)
+		for n := range lister.Name() {
+			names = append(names, n)
+		}
+		meant := ""
+		if c := didYouMean(name, names); c != "" {
+			meant = " (" + strings.TrimSuffix(c, " ") + ")"
+		}
+		return nil, fmt.Errorf("no stream %q%s: weir stream ls lists them", name, meant)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return st, nil
+}
+
+// apply sets in cfg the limits sf was given and says each change.
+func (sf *streamFlags) apply(cfg *jetstream.StreamConfig) []string {
+	noLimit := func(n int64) int64 {
+		if n <= 0 {
+			return -1
+		}
+		return n
+	}
+	var changes []string
+	say := func(what, from, to string) {
+		changes = append(changes, fmt.Sprintf("%s %s → %s", what, from, to))
+	}
+	if sf.set["dupe-window"] {
+		say("duplicate window", cfg.Duplicates.String(), sf.dupeWindow.String())
+		cfg.Duplicates = sf.dupeWindow
+	}
+	if sf.set["max-age"] {
+		say("max age", limitAge(cfg.MaxAge), limitAge(sf.maxAge))
+		cfg.MaxAge = sf.maxAge
+	}
+	if sf.set["max-bytes"] {
+		n := noLimit(int64(sf.maxBytes))
+		say("max bytes", limitSize(cfg.MaxBytes), limitSize(n))
+		cfg.MaxBytes = n
+	}
+	if sf.set["max-msgs"] {
+		n := noLimit(sf.maxMsgs)
+		say("max messages", limitCount(cfg.MaxMsgs), limitCount(n))
+		cfg.MaxMsgs = n
+	}
+	if sf.set["max-msgs-per-subject"] {
+		n := noLimit(sf.maxPerSubj)
+		say("max messages per subject", limitCount(cfg.MaxMsgsPerSubject), limitCount(n))
+		cfg.MaxMsgsPerSubject = n
+	}
+	return changes
+}
+
+func limitAge(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return d.String()
+}
+
+func limitSize(n int64) string {
+	if n <= 0 {
+		return "none"
+	}
+	return jobspec.FormatSize(n)
+}
+
+func limitCount(n int64) string {
+	if n <= 0 {
+		return "none"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// limits says a stream's limits in one cell: "max-age 24h, max-bytes 10GiB",
+// or "none".
+func limits(c jetstream.StreamConfig) string {
+	var l []string
+	if c.MaxAge > 0 {
+		l = append(l, "max-age "+c.MaxAge.String())
+	}
+	if c.MaxBytes > 0 {
+		l = append(l, "max-bytes "+jobspec.FormatSize(c.MaxBytes))
+	}
+	if c.MaxMsgs > 0 {
+		l = append(l, "max-msgs "+strconv.FormatInt(c.MaxMsgs, 10))
+	}
+	if c.MaxMsgsPerSubject > 0 {
+		l = append(l, "max-msgs-per-subject "+strconv.FormatInt(c.MaxMsgsPerSubject, 10))
+	}
+	if len(l) == 0 {
+		return "none"
+	}
+	return strings.Join(l, ", ")
+}
+
+// printStreams lists streams, one per line.
+func printStreams(w io.Writer, infos []*jetstream.StreamInfo) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM\tSUBJECTS\tMESSAGES\tBYTES\tSEQUENCES\tDUPE WINDOW\tLIMITS")
+	for _, in := range infos {
+		s := in.State
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d-%d\t%s\t%s\n", in.Config.Name, strings.Join(in.Config.Subjects, " "), s.Msgs,
+			jobspec.FormatSize(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Config.Duplicates, limits(in.Config))
+	}
+	tw.Flush()
+}
+
+// printStreamInfo says one stream's subjects, state and limits.
+func printStreamInfo(w io.Writer, in *jetstream.StreamInfo) {
+	c, s := in.Config, in.State
+	fmt.Fprintf(w, "stream %s: subjects %s; %d messages, %s, sequences %d-%d; created %s\n", c.Name, strings.Join(c.Subjects, " "),
+		s.Msgs, jobspec.FormatSize(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Created.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  storage %s, %d replica(s), duplicate window %s, limits: %s, discard %s\n", c.Storage, max(c.Replicas, 1),
+		c.Duplicates, limits(c), c.Discard)
+	fmt.Fprintf(w, "  atomic publish %t, batched publish %t\n", c.AllowAtomicPublish, c.AllowBatchPublish)
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirhq/weir/transport/embedded"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+)
+
+// weir stream lists the streams with their size and limits, shows one,
+// and changes its limits, saying what changed: the advice weir gives for a
+// stream (a duplicate window too short, a stream that grows without
+// bound) names these commands, not another tool's.
+func TestStreamCommand(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	_, js := embeddedtest.Connect(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COUNTS", Subjects: []string{"counts.>"}, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := js.Publish(ctx, "counts.a", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	weir := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := run(ctx, append([]string{"stream"}, append(args, "-nats", srv.ClientURL())...), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		return code, out.String(), errb.String()
+	}
+	if code, out, errs := weir("ls"); code != 0 || !strings.Contains(out, "STREAM  SUBJECTS  MESSAGES") ||
+		!strings.Contains(out, "COUNTS  counts.>  3") || !strings.Contains(out, "1m0s         none") {
+		t.Errorf("ls: %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := weir("edit", "COUNTS", "-max-age", "24h", "-dupe-window", "2m", "-max-bytes", "1GiB"); code != 0 ||
+		out != "stream COUNTS: duplicate window 1m0s → 2m0s, max age none → 24h0m0s, max bytes none → 1GiB\n" {
+		t.Errorf("edit: %d %q %q", code, out, errs)
+	}
+	st, err := js.Stream(ctx, "COUNTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.MaxAge != 24*time.Hour || c.Duplicates != 2*time.Minute || c.MaxBytes != 1<<30 {
+		t.Errorf("config after edit: %+v", c)
+	}
+	if code, out, _ := weir("info", "COUNTS"); code != 0 || !strings.Contains(out, "stream COUNTS: subjects counts.>; 3 messages") ||
+		!strings.Contains(out, "duplicate window 2m0s, limits: max-age 24h0m0s, max-bytes 1GiB") {
+		t.Errorf("info: %d\n%s", code, out)
+	}
+	if code, _, errs := weir("info", "CONTS"); code != 1 || errs != "weir: no stream \"CONTS\" (did you mean COUNTS?): weir stream ls lists them\n" {
+		t.Errorf("info of a misspelled stream: %d %q", code, errs)
+	}
+	for _, args := range [][]string{{"edit", "COUNTS"}, {"info", "COUNTS", "-max-age", "1h"}, {"ls", "x"}, {"lst"}} {
+		if code, _, _ := weir(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage)", args, code)
+		}
+	}
+}
