@@ -115,6 +115,15 @@ type BoundedSource interface {
 	EndsAt(offset []byte) bool
 }
 
+// UnreadCounter is a Source that can tell how many of its messages a task
+// whose offset is offset has not processed yet (ok false: it cannot tell
+// now). A source task's checkpoint acks say whether that was none
+// (MetricSourceCaughtUp): a checkpoint of an idle job ends a row of
+// failures though no offset moved.
+type UnreadCounter interface {
+	Unread(offset []byte) (n uint64, ok bool)
+}
+
 // Source feeds a source task (a task without input channels). A source task
 // calls Poll from one goroutine of its own, and Seek, CheckpointComplete and
 // Close from the task goroutine: CheckpointComplete may run while a Poll is
@@ -334,6 +343,7 @@ const (
 	MetricCommitReport      = "commit_report"       // 1: the task reports when it hands the checkpoint's output to its sink's commits (CommitListener)
 	MetricCommitWaitNanos   = "commit_wait_ns"      // trigger → barrier: time in the sink's Commit, waiting for earlier commits
 	MetricSourcePosition    = "source_position"     // a source task with an offset: a hash of it, never 0 (SourcePosition)
+	MetricSourceCaughtUp    = "source_caught_up"    // a source task that had processed all its source held (UnreadCounter): 1
 	MetricSinkStateFrom     = "sink_state_from"     // an IncrementalSink's task: the oldest checkpoint whose snapshot of the task the sink state names (absent: none)
 )
 

@@ -151,6 +151,10 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		snap.SourceOffset = t.lastOffset
 		t.offsets[a.ID] = t.lastOffset
 		m.SourcePosition = SourcePosition(t.lastOffset)
+		if u, ok := t.cfg.Source.(UnreadCounter); ok {
+			n, known := u.Unread(t.lastOffset)
+			m.SourceCaughtUp = known && n == 0
+		}
 		if b, ok := t.cfg.Source.(BoundedSource); ok {
 			m.BoundedSource, m.SourceEnded = true, b.EndsAt(t.lastOffset)
 		}

@@ -57,6 +57,11 @@ type CheckpointMetrics struct {
 	// (SourcePosition of it; 0 for a source with no offset and for other
 	// tasks, and then not reported): the same offset gives the same value.
 	SourcePosition int64
+	// SourceCaughtUp says a source task had processed everything its
+	// source held when it snapshotted (UnreadCounter: 0 unread): an idle
+	// job's checkpoints end a row of failures though its offset did not
+	// move (coordinator/job progressed).
+	SourceCaughtUp bool
 	// SinkStateFrom is the oldest checkpoint whose snapshot of the task
 	// the sink state names (IncrementalSink), which a restore reads too:
 	// 0 when the snapshot holds all of it.
@@ -133,6 +138,9 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.SourcePosition != 0 {
 		out[MetricSourcePosition] = m.SourcePosition
 	}
+	if m.SourceCaughtUp {
+		out[MetricSourceCaughtUp] = 1
+	}
 	if m.SinkStateFrom != 0 {
 		out[MetricSinkStateFrom] = m.SinkStateFrom
 	}
@@ -166,6 +174,7 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		CommitReport:      m[MetricCommitReport] != 0,
 		CommitWait:        time.Duration(m[MetricCommitWaitNanos]),
 		SourcePosition:    m[MetricSourcePosition],
+		SourceCaughtUp:    m[MetricSourceCaughtUp] != 0,
 		SinkStateFrom:     m[MetricSinkStateFrom],
 	}
 }

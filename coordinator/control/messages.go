@@ -449,6 +449,9 @@ const (
 	// to tell a checkpoint that made progress from one taken again at the
 	// place the attempt restored.
 	MetricSourcePosition = "source_position"
+	// MetricSourceCaughtUp is 1 when a source task had processed
+	// everything its source held as it snapshotted (host.UnreadCounter).
+	MetricSourceCaughtUp = "source_caught_up"
 	// MetricSinkStateFrom is the oldest checkpoint k (k < n) whose
 	// snapshot of the same task (checkpoint.StateKey(job, k, task)) the
 	// task's snapshot for checkpoint n names: an exactly-once sink's

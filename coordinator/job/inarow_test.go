@@ -418,6 +418,13 @@ func TestCheckpointOfAnEarlierAttemptIsNoProgress(t *testing.T) {
 	if !j.progressed(6) {
 		t.Error("a checkpoint that read on does not count as progress")
 	}
+	// At the restored place with nothing left to read (an idle job): no
+	// record is there to trap on, and the row ends.
+	j.ackedAt[8] = map[string]int64{"in-0": 7}
+	j.caughtUp[8] = map[string]bool{"in-0": true}
+	if !j.progressed(8) {
+		t.Error("a checkpoint of a caught-up source at the restored place does not end the row")
+	}
 	j.noteRestore(nil)
 	if !j.progressed(7) {
 		t.Error("with nothing restored, a checkpoint does not count as progress")

@@ -130,6 +130,9 @@ type job struct {
 	// ackedAt are the source positions the running attempt's source tasks
 	// acked, by checkpoint, for the checkpoints not completed yet.
 	ackedAt map[int64]map[string]int64
+	// caughtUp holds, by checkpoint, the source tasks that acked it having
+	// processed everything their source held (MetricSourceCaughtUp).
+	caughtUp map[int64]map[string]bool
 	// failed says the running attempt's failure was counted: a notice of
 	// one of its checkpoints the runner passes on later counts as no
 	// progress (countFailure took it into account already).
@@ -467,6 +470,15 @@ func (j *job) event(e control.Event) {
 				j.ackedAt[e.CheckpointID] = map[string]int64{}
 			}
 			j.ackedAt[e.CheckpointID][e.Task] = pos
+			if e.Metrics[control.MetricSourceCaughtUp] == 1 {
+				if j.caughtUp == nil {
+					j.caughtUp = map[int64]map[string]bool{}
+				}
+				if j.caughtUp[e.CheckpointID] == nil {
+					j.caughtUp[e.CheckpointID] = map[string]bool{}
+				}
+				j.caughtUp[e.CheckpointID][e.Task] = true
+			}
 			j.mu.Unlock()
 		}
 		j.runner.Ack(e.Task, e.CheckpointID, e.Handle, e.Metrics)
@@ -1475,6 +1487,7 @@ func (j *job) noteCompleted(id int64) bool {
 	for c := range j.ackedAt {
 		if c <= id {
 			delete(j.ackedAt, c)
+			delete(j.caughtUp, c)
 		}
 	}
 	if id > j.st.LatestCheckpoint {
@@ -1505,12 +1518,20 @@ func (j *job) progressed(id int64) bool {
 	if !ok {
 		return false
 	}
+	caughtUp := true
 	for task, pos := range j.restoredAt {
 		if now, ok := acked[task]; !ok || now != pos {
 			return true
 		}
+		caughtUp = caughtUp && j.caughtUp[id][task]
 	}
-	return false
+	// At the restored place still, but with nothing left to read: an idle
+	// job, whose sources have no record an operator could trap on. Its
+	// row of failures ends (an SRE trial's idle job said "failures in a
+	// row: 1" for good, its alert firing on). A record that comes later
+	// and traps is read again after each restore: the next checkpoint
+	// then has it to read, and ends nothing.
+	return caughtUp
 }
 
 // noteRestore notes the source positions of restore, the checkpoint the
@@ -1525,7 +1546,7 @@ func (j *job) noteRestore(restore *checkpoint.Metadata) {
 		}
 	}
 	j.mu.Lock()
-	j.restoredAt, j.ackedAt, j.failed = at, map[int64]map[string]int64{}, false
+	j.restoredAt, j.ackedAt, j.caughtUp, j.failed = at, map[int64]map[string]int64{}, map[int64]map[string]bool{}, false
 	j.mu.Unlock()
 }
 

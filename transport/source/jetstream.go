@@ -742,6 +742,12 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		if err == nil {
 			l.stopped = new(atomic.Bool)
 			l.it, err = cons.Messages(jetstream.PullMaxMessages(s.cfg.PullMaxMessages))
+			if info := cons.CachedInfo(); err == nil && info != nil {
+				// What the consumer had to deliver when it was created:
+				// known before its first message (pending counts it from
+				// then on), so that a lane with nothing to read says so.
+				l.pending.CompareAndSwap(0, info.NumPending+1)
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("jetstream source %s: ordered consumer at %d: %w", s.cfg.Stream, l.start, err)
@@ -1253,7 +1259,7 @@ func (s *JetStream) pending(state func(lane int) (uint64, bool)) (n uint64, ok b
 // fetched records that the task had not taken; this counts them as well.
 // A message whose delivery waits for room in the next batch is not
 // counted (one per lane at most). ok is false until a consumer
-// delivered. It may be called while Poll runs: both parts are read under
+// started (its creation says what it has to deliver) or delivered. It may be called while Poll runs: both parts are read under
 // the accumulator's lock, which a delivered message takes to join the
 // next batch, so that none moving meanwhile is counted twice (read one
 // after the other, a burst of deliveries between the reads was).
