@@ -812,7 +812,7 @@ func TestNoCoordinator(t *testing.T) {
 
 // waitingLine matches what a command says while the coordinator has not
 // answered it for a second.
-var waitingLine = regexp.MustCompile(`(?m)^weir: waiting for the coordinator to answer [a-z ]+ \(for up to [0-9hms.]+\)\n`)
+var waitingLine = regexp.MustCompile(`(?m)^weir: waiting for the coordinator to answer [a-z' ]+ \(for up to [0-9hms.]+\)\n`)
 
 // weir job status names the task that limits the job's rate: the busiest,
 // busy most of the time, with the tasks backpressured behind it, and what

@@ -17,7 +17,7 @@ func TestHelpSeparatesUsageFromFlags(t *testing.T) {
 		}
 		help := errb.String()
 		i := strings.Index(help, "\n  -")
-		if !strings.HasPrefix(help, "usage: weir "+name+" ") || i < 0 || !strings.HasSuffix(help[:i], "\n") {
+		if !strings.HasPrefix(help, "usage: weir "+name+" ") || i >= 0 && !strings.HasSuffix(help[:i], "\n") || i < 0 && name != "version" {
 			t.Errorf("weir %s -h: no blank line between usage and flags:\n%s", name, help)
 		}
 	}

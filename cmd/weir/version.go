@@ -15,7 +15,7 @@ func init() {
 // runVersion is weir version: what a bug report or an operator comparing
 // the binaries of a fleet needs (an SRE trial found no way to tell).
 func runVersion(_ context.Context, std Stdio, args []string) error {
-	fs := newFlags(std, "version", "")
+	fs := newFlags(std, "version", "\n\nPrints weir's version, the commit it was built from (with -buildvcs,\nthe go command's default in a checkout), Go's version and platform, and\nthe versions of nats-server, nats.go and wazero built in.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
