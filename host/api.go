@@ -38,6 +38,13 @@ type Operator interface {
 	Close(ctx context.Context) error
 }
 
+// MemoryReporter is an Operator that can tell its memory's size and limit
+// in bytes (host/wasm's instance: its linear memory after the latest call).
+// A task reports them in its Stats.
+type MemoryReporter interface {
+	MemoryBytes() (size, limit uint64)
+}
+
 // Named is implemented by an Operator whose errors name it and the call
 // that failed, as host/wasm's instance's do ("operator count[0]:
 // weir_process: trap at record 2: …"): the task adds to them only what

@@ -257,6 +257,9 @@ type Stats struct {
 	// whose output it has stored since the task started (0: none yet).
 	ReportsCommits bool
 	Committed      int64
+	// MemoryBytes and MemoryLimit are an operator task's operator's
+	// memory size and limit (MemoryReporter), 0 for other tasks.
+	MemoryBytes, MemoryLimit uint64
 }
 
 // counters hold a task's Stats: written by the task's goroutine, read by
@@ -1457,6 +1460,9 @@ func (t *Task) Stats() Stats {
 		s.SourceOffset = *p
 	}
 	_, s.ReportsCommits = t.cfg.Sink.(CommitReporter)
+	if m, ok := t.cfg.Operator.(MemoryReporter); ok {
+		s.MemoryBytes, s.MemoryLimit = m.MemoryBytes()
+	}
 	c.mu.Lock()
 	s.Busy, s.Backpressured = c.busy, c.backpressured
 	if !c.started.IsZero() {

@@ -988,7 +988,7 @@ func printRestoring(w io.Writer, st control.JobStatus) {
 // printTasks prints the running tasks' counters and rates, one per line.
 func printTasks(w io.Writer, tasks []control.TaskStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tWORKER\tRECORDS IN\tRECORDS OUT\tIN/S\tOUT/S\tBUSY\tBACKPRESSURED\tCHECKPOINTS\tUNREAD")
+	fmt.Fprintln(tw, "TASK\tWORKER\tRECORDS IN\tRECORDS OUT\tIN/S\tOUT/S\tBUSY\tBACKPRESSURED\tCHECKPOINTS\tMEMORY\tUNREAD")
 	pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
 	for _, t := range tasks {
 		unread := "-" // not a source, or one that cannot tell
@@ -1006,8 +1006,12 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 		if t.WorkerSilent > 0 {
 			worker += " (silent " + t.WorkerSilent.Round(100*time.Millisecond).String() + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\t%s\n", t.Task, worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
-			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, unread)
+		memory := "-" // not an operator, or a worker that does not say
+		if t.Stats.MemoryLimit > 0 {
+			memory = jobspec.FormatSize(int64(t.Stats.MemoryBytes)) + "/" + jobspec.FormatSize(int64(t.Stats.MemoryLimit))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\t%s\t%s\n", t.Task, worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
+			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, memory, unread)
 	}
 	tw.Flush()
 	var silent []string

@@ -1623,3 +1623,18 @@ func TestSavepointAdvice(t *testing.T) {
 		t.Errorf("other failure: %q", err)
 	}
 }
+
+// weir job status shows an operator's memory beside its limit: one near
+// its limit shows before it fails.
+func TestJobStatusShowsOperatorMemory(t *testing.T) {
+	var b bytes.Buffer
+	printTasks(&b, []control.TaskStatus{
+		{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20}},
+		{Task: "in-0", Worker: "w1"},
+	})
+	for _, want := range []string{`(?m)^op-0 +w1 .* 3MiB/64MiB +-$`, `(?m)^in-0 +w1 .* 0 +- +-$`} {
+		if !regexp.MustCompile(want).MatchString(b.String()) {
+			t.Errorf("tasks:\n%s\nwant a match of %s", b.String(), want)
+		}
+	}
+}

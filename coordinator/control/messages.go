@@ -197,6 +197,11 @@ type TaskStats struct {
 	BackpressuredNanos int64 `json:"backpressured_ns"`
 	// Checkpoints counts the snapshots the task took.
 	Checkpoints int64 `json:"checkpoints"`
+	// MemoryBytes and MemoryLimit are an operator task's operator's linear
+	// memory size and its limit (limits.memory), in bytes; 0 for other
+	// tasks and from a worker that does not say.
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	MemoryLimit uint64 `json:"memory_limit,omitempty"`
 	// SourcePending, for a source task that can tell, is how many messages
 	// of its input the task has not processed yet (a JetStream source:
 	// the server's count of what its consumers have not delivered, plus

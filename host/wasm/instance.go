@@ -111,6 +111,9 @@ type Instance struct {
 	// grewPast says a call went on after the memory limit refused a
 	// memory.grow, which the instance warned of (once).
 	grewPast bool
+	// memBytes is the linear memory's size after the latest call
+	// (MemoryBytes), for goroutines other than the caller's.
+	memBytes atomic.Uint64
 
 	// calls counts the starts and ends of calls: odd while one runs.
 	// stop marks the running call by setting stopBit, and only while its
@@ -442,6 +445,14 @@ func (i *Instance) Close(ctx context.Context) error {
 	return nil
 }
 
+// MemoryBytes returns the size of the instance's linear memory after its
+// latest call, and its memory limit (limits.memory), in bytes: what a
+// task reports of its operator, so that one near its limit shows before
+// it fails. Safe for any goroutine.
+func (i *Instance) MemoryBytes() (size, limit uint64) {
+	return i.memBytes.Load(), i.gmem.limit
+}
+
 // usable returns the error of a failed or closed instance, or nil.
 func (i *Instance) usable() error {
 	if i.failed != nil {
@@ -521,6 +532,7 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 		// returned: the refusal is what went wrong first.
 		err = i.fault
 	}
+	i.memBytes.Store(uint64(len(i.gmem.buf)))
 	if err == nil && !i.grewPast && i.gmem.refused > 0 {
 		// The guest handled the refusal — or did not see it: C's malloc
 		// and C++'s new without exceptions return NULL, and a write

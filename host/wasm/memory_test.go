@@ -193,3 +193,20 @@ func TestRefusedGrowIsWarnedOfOnce(t *testing.T) {
 		t.Errorf("warned %d times, want once:\n%s", got, warn.String())
 	}
 }
+
+// An instance reports its memory's size after each call, and its limit:
+// a task reports them, so that an operator near its limit shows before it
+// fails (an SRE trial found no per-operator memory figure).
+func TestMemoryBytesAfterACall(t *testing.T) {
+	e := newEngine(t)
+	inst := instantiate(t, e, "grower", bombs(t), Limits{MemoryBytes: 4 << 20}, InstanceConfig{Config: []byte("o"), LogRate: -1})
+	if size, limit := inst.MemoryBytes(); limit != 4<<20 || size == 0 || size > limit {
+		t.Errorf("before: %d of %d", size, limit)
+	}
+	if err := inst.Process(context.Background(), 0, batchOf(), newOut().emit); err != nil {
+		t.Fatal(err)
+	}
+	if size, limit := inst.MemoryBytes(); size != 4<<20 || limit != 4<<20 {
+		t.Errorf("after growing to the limit: %d of %d", size, limit)
+	}
+}

@@ -53,6 +53,7 @@ type Collector struct {
 	cpCompleted, cpFailed, cpAborted, cpDuration, cpSize, cpTime *prometheus.Desc
 	cpFailedInARow, failuresInARow                               *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts             *prometheus.Desc
+	memory, memoryLimit                                          *prometheus.Desc
 	pending, awaited                                             *prometheus.Desc
 	workersLive, slots, slotsUsed, workersLost, workersLeft      *prometheus.Desc
 	failures                                                     *prometheus.Desc
@@ -96,6 +97,10 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		backpressured: prometheus.NewDesc("weir_task_backpressured_seconds_total",
 			"Time the task was blocked on its output (a channel without credit, a sink's commit).", task, nil),
 		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
+		memory: prometheus.NewDesc("weir_task_memory_bytes",
+			"An operator task's linear memory after its latest call (its limit: weir_task_memory_limit_bytes).", task, nil),
+		memoryLimit: prometheus.NewDesc("weir_task_memory_limit_bytes",
+			"An operator task's memory limit (limits.memory).", task, nil),
 		pending: prometheus.NewDesc("weir_source_pending_messages",
 			"Messages of the source task's input it has not processed yet: what its stream holds past what it handed on to the job's channels, records it fetched and holds included (JetStream sources).", task, nil),
 		awaited: prometheus.NewDesc("weir_source_awaited_messages",
@@ -121,7 +126,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
 		c.cpCompleted, c.cpFailed, c.cpAborted, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
-		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.pending, c.awaited,
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.pending, c.awaited,
 		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.failures} {
 		ch <- d
 	}
@@ -193,6 +198,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.busy, counter, time.Duration(t.Stats.BusyNanos).Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(c.backpressured, counter, time.Duration(t.Stats.BackpressuredNanos).Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(c.cpts, counter, float64(t.Stats.Checkpoints), l...)
+			if t.Stats.MemoryLimit > 0 {
+				ch <- prometheus.MustNewConstMetric(c.memory, gauge, float64(t.Stats.MemoryBytes), l...)
+				ch <- prometheus.MustNewConstMetric(c.memoryLimit, gauge, float64(t.Stats.MemoryLimit), l...)
+			}
 			if p := t.Stats.SourcePending; p != nil {
 				ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(*p), l...)
 			}

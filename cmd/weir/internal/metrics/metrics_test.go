@@ -166,3 +166,22 @@ func TestScrapeFailuresByKind(t *testing.T) {
 		}
 	}
 }
+
+// An operator task's memory and its limit are gauges; other tasks have
+// none.
+func TestScrapeOperatorMemory(t *testing.T) {
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(fixed{{Name: "j", State: control.JobRunning, Attempt: 1,
+		Tasks: []control.TaskStatus{{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20}},
+			{Task: "in-0", Worker: "w1"}}}}, 0)))
+	defer srv.Close()
+	got := scrape(t, srv.URL)
+	for _, line := range []string{`weir_task_memory_bytes{job="j",task="op-0",worker="w1"} 3.145728e+06`,
+		`weir_task_memory_limit_bytes{job="j",task="op-0",worker="w1"} 6.7108864e+07`} {
+		if !strings.Contains(got, "\n"+line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+	if strings.Contains(got, `weir_task_memory_bytes{job="j",task="in-0"`) {
+		t.Error("a source task has a memory gauge")
+	}
+}

@@ -61,4 +61,18 @@ checkpointing: {disabled: true}
 	if strings.Contains(nodeLog.String(), "msg=slow") {
 		t.Errorf("the node's log has the operator's line:\n%s", nodeLog.String())
 	}
+	// Its heartbeats carry the operator's memory and limit to the status.
+	st := waitJob(t, ctx, n, "logs", "the operator's memory", func(st control.JobStatus) bool {
+		for _, ts := range st.Tasks {
+			if ts.Task == "op-0" && ts.Stats.MemoryLimit > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	for _, ts := range st.Tasks {
+		if ts.Task == "op-0" && (ts.Stats.MemoryLimit != 64<<20 || ts.Stats.MemoryBytes == 0 || ts.Stats.MemoryBytes > ts.Stats.MemoryLimit) {
+			t.Errorf("op-0's memory %d of %d; want some of the default 64 MiB", ts.Stats.MemoryBytes, ts.Stats.MemoryLimit)
+		}
+	}
 }

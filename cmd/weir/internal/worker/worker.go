@@ -206,7 +206,7 @@ func (w *Worker) taskRefs() []control.TaskRef {
 			st := &control.TaskStats{
 				RecordsIn: s.RecordsIn, RecordsOut: s.RecordsOut, RunningNanos: int64(s.Running),
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
-				InputEnded: s.InputEnded, Restored: s.Restored,
+				InputEnded: s.InputEnded, Restored: s.Restored, MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit,
 			}
 			if s.ReportsCommits {
 				st.SinkCommitted = &s.Committed
