@@ -841,6 +841,7 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	m.stats.Completed++
 	m.stats.FailedInARow = 0
 	m.stats.LastID, m.stats.LastDuration, m.stats.LastSize, m.stats.LastCompleted = id, p.info.Duration, p.info.Size, now
+	m.stats.Observe(p.info.Duration)
 	acts := []Action{NotifyAction{ID: id}}
 	if p.stop {
 		m.stopped = id

@@ -854,3 +854,15 @@ func TestAttemptsExplainedNamesEarlierRuns(t *testing.T) {
 		}
 	}
 }
+
+// Completed checkpoints are counted at each duration bound they are
+// within, and summed: a histogram.
+func TestCheckpointDurationHistogram(t *testing.T) {
+	var c CheckpointStats
+	for _, d := range []time.Duration{50 * time.Millisecond, 2 * time.Second, 20 * time.Minute} {
+		c.Observe(d)
+	}
+	if want := [8]int64{1, 1, 1, 2, 2, 2, 2, 2}; c.DurationBuckets != want || c.DurationSum != 50*time.Millisecond+2*time.Second+20*time.Minute {
+		t.Errorf("buckets %v, sum %v", c.DurationBuckets, c.DurationSum)
+	}
+}

@@ -53,7 +53,7 @@ type Collector struct {
 	cpCompleted, cpFailed, cpAborted, cpDuration, cpSize, cpTime *prometheus.Desc
 	cpFailedInARow, failuresInARow                               *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts             *prometheus.Desc
-	memory, memoryLimit                                          *prometheus.Desc
+	memory, memoryLimit, cpHistogram                             *prometheus.Desc
 	pending, awaited                                             *prometheus.Desc
 	workersLive, slots, slotsUsed, workersLost, workersLeft      *prometheus.Desc
 	failures                                                     *prometheus.Desc
@@ -97,6 +97,8 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		backpressured: prometheus.NewDesc("weir_task_backpressured_seconds_total",
 			"Time the task was blocked on its output (a channel without credit, a sink's commit).", task, nil),
 		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
+		cpHistogram: prometheus.NewDesc("weir_job_checkpoint_duration_seconds",
+			"Durations of the job's completed checkpoints and savepoints, trigger to completion, since the coordinator took it on.", job, nil),
 		memory: prometheus.NewDesc("weir_task_memory_bytes",
 			"An operator task's linear memory after its latest call (its limit: weir_task_memory_limit_bytes).", task, nil),
 		memoryLimit: prometheus.NewDesc("weir_task_memory_limit_bytes",
@@ -126,7 +128,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
 		c.cpCompleted, c.cpFailed, c.cpAborted, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
-		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.pending, c.awaited,
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.cpHistogram, c.pending, c.awaited,
 		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.failures} {
 		ch <- d
 	}
@@ -177,6 +179,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.cpCompleted, counter, float64(cp.Completed), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpFailed, counter, float64(cp.Failed), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpAborted, counter, float64(cp.Aborted), j.Name)
+		buckets := make(map[float64]uint64, len(control.CheckpointDurationBounds))
+		for i, b := range control.CheckpointDurationBounds {
+			buckets[b.Seconds()] = uint64(cp.DurationBuckets[i])
+		}
+		ch <- prometheus.MustNewConstHistogram(c.cpHistogram, uint64(cp.Completed), cp.DurationSum.Seconds(), buckets, j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpFailedInARow, gauge, float64(cp.FailedInARow), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.failuresInARow, gauge, float64(j.FailuresInARow), j.Name)
 		for kind, n := range j.FailureCounts {

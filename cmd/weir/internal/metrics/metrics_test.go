@@ -73,6 +73,8 @@ checkpointing: {interval: 20ms}
 				`weir_job_checkpoints_completed_total{job="tap"} `,
 				`weir_job_checkpoints_failed_total{job="tap"} 0`,
 				`weir_job_checkpoints_aborted_total{job="tap"} `,
+				`weir_job_checkpoint_duration_seconds_bucket{job="tap",le="0.1"} `,
+				`weir_job_checkpoint_duration_seconds_count{job="tap"} `,
 				`go_build_info{`,
 				`weir_job_last_checkpoint_duration_seconds{job="tap"} `,
 				`weir_job_last_checkpoint_size_bytes{job="tap"} `,
