@@ -102,7 +102,6 @@ func (f *natsFlags) options(name string) *natsconn.Options {
 		User: f.user, Password: f.password, TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey}
 }
 
-// logger logs to stderr at info, or debug with -v.
 // jetStreamJobsBucket is the KV bucket of job records under
 // -checkpoint-store jetstream (coordinator.Config.StateDir).
 const jetStreamJobsBucket = "weir_jobs"
@@ -135,6 +134,8 @@ func dirStoreHasJobs(dir string) bool {
 	return err == nil && len(entries) > 0
 }
 
+// logger is the log of weir's own lines, on stderr: warnings and errors,
+// and info too with verbose (-v).
 func logger(std Stdio, verbose bool) *slog.Logger {
 	lvl := slog.LevelInfo
 	if !verbose {
