@@ -1259,7 +1259,8 @@ func (s *JetStream) pending(state func(lane int) (uint64, bool)) (n uint64, ok b
 // fetched records that the task had not taken; this counts them as well.
 // A message whose delivery waits for room in the next batch is not
 // counted (one per lane at most). ok is false until a consumer
-// started (its creation says what it has to deliver) or delivered. It may be called while Poll runs: both parts are read under
+// started (its creation says what it has to deliver) or delivered. It
+// may be called while Poll runs: both parts are read under
 // the accumulator's lock, which a delivered message takes to join the
 // next batch, so that none moving meanwhile is counted twice (read one
 // after the other, a burst of deliveries between the reads was).
