@@ -260,6 +260,9 @@ type Stats struct {
 	// MemoryBytes and MemoryLimit are an operator task's operator's
 	// memory size and limit (MemoryReporter), 0 for other tasks.
 	MemoryBytes, MemoryLimit uint64
+	// QueuedRecords is how many records the task's input channels hold
+	// that it has not taken (stream.QueueReporter; 0 for a source task).
+	QueuedRecords int64
 }
 
 // counters hold a task's Stats: written by the task's goroutine, read by
@@ -1462,6 +1465,11 @@ func (t *Task) Stats() Stats {
 	_, s.ReportsCommits = t.cfg.Sink.(CommitReporter)
 	if m, ok := t.cfg.Operator.(MemoryReporter); ok {
 		s.MemoryBytes, s.MemoryLimit = m.MemoryBytes()
+	}
+	for _, in := range t.cfg.Inputs {
+		if q, ok := in.Receiver.(stream.QueueReporter); ok {
+			s.QueuedRecords += int64(q.QueuedRecords())
+		}
 	}
 	c.mu.Lock()
 	s.Busy, s.Backpressured = c.busy, c.backpressured

@@ -53,7 +53,8 @@ has not processed yet — what its stream holds past
 what the task handed on to the job's channels,
 records it fetched and holds included (not those in
 the channels after it, which their credit bounds),
-with how fast that changes;
+with how fast that changes; of an operator or sink
+task, the records its input channels hold (N queued);
 the bottleneck: a task busy most of the time (or an
 exactly-once sink waiting on its commits); the
 failures it keeps, newest first, each with its
@@ -998,6 +999,11 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 		if s := t.Stats.AwaitedStop; s > 0 {
 			// Read up to the stream's end; the stop lies ahead of it.
 			unread = fmt.Sprintf("%s, waits for seq %d (stream at %d)", unread, s, t.Stats.StreamLastSeq)
+		}
+		if q := t.Stats.QueuedRecords; q > 0 && t.Stats.SourcePending == nil {
+			// Not a source: the records its input channels hold, which
+			// a source's UNREAD does not count.
+			unread = strconv.FormatInt(q, 10) + " queued"
 		}
 		if t.Stats.InputEnded {
 			unread = "ended" // its input ended: waits for the final savepoint

@@ -1624,15 +1624,18 @@ func TestSavepointAdvice(t *testing.T) {
 	}
 }
 
-// weir job status shows an operator's memory beside its limit: one near
-// its limit shows before it fails.
+// weir job status shows an operator's memory beside its limit (one near
+// its limit shows before it fails), and, in UNREAD, the records a task's
+// input channels hold (a Flink-user trial's job was 10 s behind with every
+// UNREAD at 0: the backlog sat in the channels before a slow operator).
 func TestJobStatusShowsOperatorMemory(t *testing.T) {
 	var b bytes.Buffer
 	printTasks(&b, []control.TaskStatus{
 		{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20}},
 		{Task: "in-0", Worker: "w1"},
+		{Task: "win-0", Worker: "w1", Stats: control.TaskStats{QueuedRecords: 30000}},
 	})
-	for _, want := range []string{`(?m)^op-0 +w1 .* 3MiB/64MiB +-$`, `(?m)^in-0 +w1 .* 0 +- +-$`} {
+	for _, want := range []string{`(?m)^op-0 +w1 .* 3MiB/64MiB +-$`, `(?m)^in-0 +w1 .* 0 +- +-$`, `(?m)^win-0 +w1 .* - +30000 queued$`} {
 		if !regexp.MustCompile(want).MatchString(b.String()) {
 			t.Errorf("tasks:\n%s\nwant a match of %s", b.String(), want)
 		}

@@ -202,6 +202,10 @@ type TaskStats struct {
 	// tasks and from a worker that does not say.
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
 	MemoryLimit uint64 `json:"memory_limit,omitempty"`
+	// QueuedRecords is how many records the task's input channels hold
+	// that it has not processed (0 for a source task): with a source's
+	// SourcePending, what a job has still to do, channel by channel.
+	QueuedRecords int64 `json:"queued_records,omitempty"`
 	// SourcePending, for a source task that can tell, is how many messages
 	// of its input the task has not processed yet (a JetStream source:
 	// the server's count of what its consumers have not delivered, plus

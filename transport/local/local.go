@@ -57,6 +57,7 @@ type Channel struct {
 	capBytes int
 	waiting  int // Sends blocked for credit
 	barriers int // ordinary (non-priority) barriers queued
+	records  int // records in the elements queued (QueuedRecords)
 }
 
 // New returns the two ends of a new channel.
@@ -79,6 +80,7 @@ var (
 	_ stream.Receiver           = (*Receiver)(nil)
 	_ stream.PriorityPoller     = (*Receiver)(nil)
 	_ stream.BarrierPrioritizer = (*Receiver)(nil)
+	_ stream.QueueReporter      = (*Receiver)(nil)
 )
 
 func (c *Channel) chanErr(err error) error {
@@ -130,6 +132,7 @@ func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 			c.q = append(c.q, item{d: stream.Delivery{Element: e}})
 			c.bytes += n
 			c.count++
+			c.records += e.Count()
 			fn := c.notify
 			if !wasEmpty {
 				fn = nil
@@ -262,11 +265,22 @@ func (c *Channel) take() (stream.Delivery, bool, error) {
 		}
 		c.bytes -= it.d.Size()
 		c.count--
+		c.records -= it.d.Count()
 		if c.waiting > 0 {
 			c.wakeSenders()
 		}
 	}
 	return it.d, true, nil
+}
+
+// QueuedRecords returns how many records the channel holds that the
+// receiver has not taken: what its task has still to process of this
+// input (stream.QueueReporter).
+func (r *Receiver) QueuedRecords() int {
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.records
 }
 
 // Poll takes the next element without blocking.

@@ -259,3 +259,31 @@ func BenchmarkChannel(b *testing.B) {
 		<-done
 	})
 }
+
+// A receiver says how many records the channel holds that it has not
+// taken: records sent, less those polled; barriers and a priority barrier
+// that overtakes the queue count none.
+func TestQueuedRecords(t *testing.T) {
+	ctx := context.Background()
+	s, r := New(Options{Name: "q"})
+	two := stream.Records(abi.EncodeBatch(abi.Record{Value: []byte("a")}, abi.Record{Value: []byte("b")}))
+	for _, e := range []stream.Element{two, stream.BarrierElement(stream.Barrier{ID: 1}), rec("c")} {
+		if err := s.Send(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.SendPriority(ctx, stream.BarrierElement(stream.Barrier{ID: 2, Unaligned: true})); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.QueuedRecords(); n != 3 {
+		t.Fatalf("queued %d records, want 3", n)
+	}
+	for _, want := range []int{3, 1, 1, 0} { // the priority barrier, the batch of two, the barrier, "c"
+		if _, _, err := r.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		if n := r.QueuedRecords(); n != want {
+			t.Errorf("after a poll: %d queued, want %d", n, want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ type Receiver struct {
 	qhead       int
 	queuedBytes int // credited bytes received but not polled
 	maxQueued   int
+	records     int    // records in the entries queued (QueuedRecords)
 	expect      uint64 // next frame sequence
 	consumed    uint64 // credited bytes polled
 	announced   uint64 // cumulative grant last published
@@ -41,6 +42,7 @@ var (
 	_ stream.Receiver           = (*Receiver)(nil)
 	_ stream.PriorityPoller     = (*Receiver)(nil)
 	_ stream.BarrierPrioritizer = (*Receiver)(nil)
+	_ stream.QueueReporter      = (*Receiver)(nil)
 )
 
 // NewReceiver opens the consuming end of the channel cfg.Subject on nc and
@@ -126,6 +128,7 @@ func (r *Receiver) onFrame(m *nats.Msg) {
 					en.credit = len(m.Data)
 				}
 				r.q = append(r.q, en)
+				r.records += e.Count()
 			}
 			r.queuedBytes += len(m.Data)
 			if r.queuedBytes > r.maxQueued {
@@ -166,6 +169,15 @@ func (r *Receiver) pushPriorityLocked(e stream.Element) {
 	r.q[at] = en
 }
 
+// QueuedRecords returns how many records have arrived that the receiver
+// has not taken: what its task has still to process of this input, but
+// for frames on their way (stream.QueueReporter).
+func (r *Receiver) QueuedRecords() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.records
+}
+
 // Poll returns the next element without blocking. Taking an element returns
 // its credit to the sender.
 func (r *Receiver) Poll() (stream.Delivery, bool, error) {
@@ -193,6 +205,7 @@ func (r *Receiver) poll(priorityOnly bool) (stream.Delivery, bool, error) {
 	en := r.q[r.qhead]
 	r.q[r.qhead] = entry{}
 	r.qhead++
+	r.records -= en.d.Count()
 	if r.qhead == len(r.q) {
 		r.q, r.qhead = r.q[:0], 0
 	} else if r.qhead > 64 && r.qhead*2 > len(r.q) {

@@ -631,3 +631,27 @@ func TestPriorityBarriersKeepOrder(t *testing.T) {
 		t.Fatalf("delivered %s", s)
 	}
 }
+
+// A receiver says how many records have arrived that it has not taken.
+func TestQueuedRecords(t *testing.T) {
+	ctx, snd, rcv := pair(t, Config{Subject: "weir.test.queued", Window: 1 << 16, MaxFrameBytes: 4 << 10})
+	if err := snd.Send(ctx, stream.Records(seqBatch(0, 5, 8))); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Send(ctx, stream.BarrierElement(stream.Barrier{ID: 1})); err != nil { // flushes the frame
+		t.Fatal(err)
+	}
+	for rcv.QueuedRecords() != 5 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("queued %d records, want 5", rcv.QueuedRecords())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, ok, err := rcv.Poll(); err != nil || !ok {
+		t.Fatalf("poll: %v %v", ok, err)
+	}
+	if n := rcv.QueuedRecords(); n != 0 {
+		t.Errorf("after the batch was polled: %d queued, want 0", n)
+	}
+}

@@ -221,6 +221,14 @@ type BarrierPrioritizer interface {
 // ErrClosed is returned by a channel end used after Close.
 var ErrClosed = errors.New("channel closed")
 
+// QueueReporter is a Receiver that can tell how many records it holds
+// that its task has not taken: a task reports the sum over its inputs, so
+// that a job behind its input shows where (a source's unread count misses
+// what the channels after it hold).
+type QueueReporter interface {
+	QueuedRecords() int
+}
+
 // ChannelError reports a channel that lost data or its connection. The task
 // that owns the channel must fail so the job recovers from its checkpoint.
 type ChannelError struct {

@@ -173,12 +173,13 @@ func TestScrapeFailuresByKind(t *testing.T) {
 // none.
 func TestScrapeOperatorMemory(t *testing.T) {
 	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(fixed{{Name: "j", State: control.JobRunning, Attempt: 1,
-		Tasks: []control.TaskStatus{{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20}},
+		Tasks: []control.TaskStatus{{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20, QueuedRecords: 42}},
 			{Task: "in-0", Worker: "w1"}}}}, 0)))
 	defer srv.Close()
 	got := scrape(t, srv.URL)
 	for _, line := range []string{`weir_task_memory_bytes{job="j",task="op-0",worker="w1"} 3.145728e+06`,
-		`weir_task_memory_limit_bytes{job="j",task="op-0",worker="w1"} 6.7108864e+07`} {
+		`weir_task_memory_limit_bytes{job="j",task="op-0",worker="w1"} 6.7108864e+07`,
+		`weir_task_queued_records{job="j",task="op-0",worker="w1"} 42`} {
 		if !strings.Contains(got, "\n"+line+"\n") {
 			t.Errorf("scrape lacks %q", line)
 		}

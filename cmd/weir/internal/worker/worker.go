@@ -207,6 +207,7 @@ func (w *Worker) taskRefs() []control.TaskRef {
 				RecordsIn: s.RecordsIn, RecordsOut: s.RecordsOut, RunningNanos: int64(s.Running),
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
 				InputEnded: s.InputEnded, Restored: s.Restored, MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit,
+				QueuedRecords: s.QueuedRecords,
 			}
 			if s.ReportsCommits {
 				st.SinkCommitted = &s.Committed
