@@ -449,3 +449,34 @@ func TestRestWaitsForSinkCommits(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A task behind its output reports the records its input channels still
+// hold (Stats.QueuedRecords): what weir job status shows as "N queued",
+// where a job's backlog sits behind a slow step.
+func TestStatsCountQueuedInput(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	si, ri := local.New(local.Options{Name: "up->x"})
+	so, _ := local.New(local.Options{Name: "x->down", CapacityElements: 1})
+	for _, v := range []string{"r1", "r2", "r3", "r4"} {
+		if err := si.Send(ctx, rec(v, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task, err := host.New(host.Config{Name: "x", Inputs: []host.Input{{Receiver: ri}},
+		Outputs: []host.Output{{Senders: []stream.Sender{so}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	// r1 is queued downstream, r2 blocks on it, r3 and r4 wait at the input.
+	for so.Waiting() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if n := task.Stats().QueuedRecords; n != 2 {
+		t.Errorf("queued %d records, want 2", n)
+	}
+	cancel()
+	<-done
+}
