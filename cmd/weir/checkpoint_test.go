@@ -207,7 +207,7 @@ func TestCheckpointListSlowestOfUnackedCheckpoints(t *testing.T) {
 	for i, want := range []string{
 		`^4 +checkpoint +pending .* 1/5 +4 of 5 tasks not acked yet *$`,
 		`^2 +checkpoint +failed .* 1/5 +4 of 5 tasks never acked +expired after 5s; no snapshot from first-0`,
-		`^1 +checkpoint +completed .* 1/1 +lines-0 \(upload 2ms of 2ms\) *$`,
+		`^1 +checkpoint +completed .* 1/1 +lines-0 \(upload 2ms of its own 2ms\) *$`,
 	} {
 		if len(rows) != 4 || !regexp.MustCompile(want).MatchString(rows[i+1]) {
 			t.Errorf("checkpoint ls:\n%s\nrow %d does not match %s", ls.String(), i+1, want)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -1229,72 +1228,35 @@ const slowBarrier = time.Second
 
 // slowBarriers returns, once, the line that says an aligned checkpoint c
 // of st's job spent most of its time with its barriers queued behind the
-// data in flight or aligning (c.Slowest: start delay or alignment, not a
-// sink's commit wait) — backpressure, which unaligned checkpoints
-// overtake — and "" for any other checkpoint, one of a job that takes
-// them unaligned or at-least-once, or with an aligned-timeout (it turns
-// unaligned by itself, and its expiry advice says what else to do).
+// data in flight before a task or aligning there (c.Slowest: queued or
+// alignment, not a sink's commit wait) — backpressure, which unaligned
+// checkpoints overtake — and "" for any other checkpoint, one of a job
+// that takes them unaligned or at-least-once, or with an aligned-timeout
+// (it turns unaligned by itself, and its expiry advice says what else to
+// do). Slowest tells where they queued from c.Inputs, the job's topology
+// (the spec's, if set, where the coordinator sent none).
 func (n *statusNotes) slowBarriers(st control.JobStatus, c control.CheckpointInfo) string {
 	if n.queued || c.Status != control.CheckpointCompleted || c.Unaligned || c.Savepoint ||
 		st.CheckpointMode != jobspec.ModeExactlyOnce || st.AlignedTimeout > 0 {
 		return ""
 	}
+	if c.Inputs == nil {
+		c.Inputs = control.Topology(n.spec)
+	}
 	t, ok := c.Slowest()
-	if !ok || t.Phase != control.PhaseStartDelay && t.Phase != control.PhaseAlignment ||
+	if !ok || t.Phase != control.PhaseQueued && t.Phase != control.PhaseAlignment ||
 		t.Duration < slowBarrier || 2*t.Duration < c.Duration {
 		return ""
 	}
 	n.queued = true
-	at, where := t.Task, "queued behind the data in flight to it"
+	where := "queued behind the data in flight to it"
 	if t.Phase == control.PhaseAlignment {
 		where = "aligning its inputs"
-	} else if q := queuedAt(n.spec, c); q != "" {
-		at = q
 	}
 	return fmt.Sprintf("checkpoint %d waited %s of its %s for its barriers at %s, %s: aligned barriers travel behind "+
 		"the records backpressure queues on each channel; unaligned checkpoints (checkpointing.mode: unaligned, or "+
 		"aligned-timeout: 1s to turn so when late) overtake them, still exactly-once; a smaller channels.buffer bounds them\n",
-		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), at, where)
-}
-
-// queuedAt returns the task of checkpoint c at which its barriers queued
-// longest: the one whose start delay most exceeds the longest of the tasks
-// that feed it (per spec's inputs) — a barrier held up before a slow
-// operator comes late to every task after it, and the last of them, a
-// sink, has the longest start delay of all; a trial was sent to the idle
-// sink. "" without a spec or metrics.
-func queuedAt(spec *jobspec.Spec, c control.CheckpointInfo) string {
-	if spec == nil {
-		return ""
-	}
-	inputs := map[string][]string{} // vertex -> the vertices feeding it
-	for _, op := range spec.Operators {
-		for _, in := range op.Inputs {
-			inputs[op.Name] = append(inputs[op.Name], in.From)
-		}
-	}
-	for _, s := range spec.Sinks {
-		inputs[s.Name] = append(inputs[s.Name], s.Input.From)
-	}
-	delay := func(m map[string]int64) int64 {
-		return max(m[control.MetricStartDelayNanos]-max(m[control.MetricCommitWaitNanos], 0), 0)
-	}
-	came := map[string]int64{} // vertex -> the longest start delay of its tasks
-	for task, m := range c.Tasks {
-		v := vertexOf(task)
-		came[v] = max(came[v], delay(m))
-	}
-	best, bestOwn := "", int64(0)
-	for _, task := range slices.Sorted(maps.Keys(c.Tasks)) {
-		var before int64
-		for _, in := range inputs[vertexOf(task)] {
-			before = max(before, came[in])
-		}
-		if own := delay(c.Tasks[task]) - before; own > bestOwn {
-			best, bestOwn = task, own
-		}
-	}
-	return best
+		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), t.Task, where)
 }
 
 // inARow is how many failures in a row, of checkpoints or of the job,
@@ -1336,14 +1298,7 @@ func (n *statusNotes) news(st control.JobStatus) string {
 
 // vertexOf returns the source, operator or sink of task ID task
 // ("count-1": "count").
-func vertexOf(task string) string {
-	if i := strings.LastIndexByte(task, '-'); i > 0 {
-		if _, err := strconv.Atoi(task[i+1:]); err == nil {
-			return task[:i]
-		}
-	}
-	return task
-}
+func vertexOf(task string) string { return control.VertexOf(task) }
 
 // unreadTrend says how a source's unread messages, pending of them,
 // change at rate (control.TaskStatus.UnreadRate; nil: not known):
@@ -1388,9 +1343,15 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            duration, size, longest alignment, aligned, unaligned or
                            at-least-once (one that failed: as the job's mode asks),
                            tasks acked of those that must ack (- if not known),
-                           and the slowest task with the phase that took most of its
-                           time (start delay: the barrier queued behind in-flight data
-                           or a running sink commit; alignment; snapshot; upload);
+                           and the slowest task: the one that itself spent longest on
+                           it, with the phase that took most of that and the sum of its
+                           phases ("of its own"): queued (its barrier waited in the
+                           task's input channels behind the data backpressure holds:
+                           the task is slower than its input), start delay (a source
+                           busy), commit wait (a sink's earlier commits), alignment,
+                           snapshot, upload; the time the barrier took to reach the
+                           tasks before it is not counted: the sink at the end of a
+                           pipeline, reached last, is not named for it;
                            for one that failed or is pending, how many tasks did
                            not ack it (its reason names them).
                            Only the completed ones can be restored; discarded ones

@@ -1454,7 +1454,8 @@ func TestRunSaysOnceThatBarriersQueue(t *testing.T) {
 			m[control.MetricCommitWaitNanos] = int64(wait)
 		}
 		return control.CheckpointInfo{ID: id, Status: control.CheckpointCompleted, Duration: total,
-			Tasks: map[string]map[string]int64{"sum-0": m, "lines-0": {}}}
+			Tasks:  map[string]map[string]int64{"sum-0": m, "lines-0": {}},
+			Inputs: map[string][]string{"lines": nil, "sum": {"lines"}}}
 	}
 	aligned := control.JobStatus{Name: "j", State: control.JobRunning, CheckpointMode: jobspec.ModeExactlyOnce}
 	timeout := aligned
@@ -1562,8 +1563,9 @@ func TestSilentWorkersAreSaid(t *testing.T) {
 // The barriers of a pipeline whose operator is slow queue before that
 // operator, and come late to every task after it: weir run names the
 // operator's task, not the sink, which has the longest start delay but
-// is idle (a trial was sent to the sink).
-func TestQueuedAtNamesWhereBarriersQueued(t *testing.T) {
+// is idle (a trial was sent to the sink) — from the topology the
+// coordinator sends, or else from the spec.
+func TestSlowBarriersNamesWhereBarriersQueued(t *testing.T) {
 	spec, err := jobspec.Parse("j.yaml", []byte(`name: j
 sources: [{name: ev, kind: jetstream, stream: EV}]
 operators: [{name: win, module: w@1, parallelism: 2, inputs: [{from: ev, partition: key}]}]
@@ -1575,16 +1577,22 @@ sinks: [{name: out, kind: jetstream, stream: OUT, subject: out, input: {from: wi
 	d := func(ms int64) map[string]int64 { return map[string]int64{control.MetricStartDelayNanos: ms * 1e6} }
 	c := control.CheckpointInfo{ID: 1, Status: control.CheckpointCompleted, Duration: 16 * time.Second,
 		Tasks: map[string]map[string]int64{"ev-0": d(5), "win-0": d(11000), "win-1": d(9000), "out-0": d(12000)}}
-	if got := queuedAt(spec, c); got != "win-0" {
-		t.Errorf("queued at %q, want win-0", got)
-	}
-	notes := statusNotes{spec: spec}
 	st := control.JobStatus{Name: "j", State: control.JobRunning, CheckpointMode: jobspec.ModeExactlyOnce}
-	if got := notes.slowBarriers(st, c); !strings.Contains(got, "for its barriers at win-0, queued behind the data in flight to it") {
-		t.Errorf("said %q", got)
+	for _, c := range []struct {
+		name  string
+		notes statusNotes
+		c     control.CheckpointInfo
+	}{
+		{"spec", statusNotes{spec: spec}, c},
+		{"sent", statusNotes{}, func() control.CheckpointInfo { c := c; c.Inputs = control.Topology(spec); return c }()},
+	} {
+		if got := c.notes.slowBarriers(st, c.c); !strings.Contains(got, "waited 10.995s of its 16s for its barriers at win-0, queued behind the data in flight to it") {
+			t.Errorf("%s: said %q", c.name, got)
+		}
 	}
-	if got := queuedAt(nil, c); got != "" {
-		t.Errorf("without a spec: %q", got)
+	var notes statusNotes
+	if got := notes.slowBarriers(st, c); got != "" {
+		t.Errorf("without a topology: %q", got)
 	}
 }
 

@@ -1373,6 +1373,13 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		if cpsErr == nil {
 			notices.answered(control.APICheckpoints)
 		}
+		for i := range cps {
+			if cps[i].Inputs == nil {
+				// A coordinator that does not send the topology: the
+				// spec's, for the slowest task the lines name.
+				cps[i].Inputs = control.Topology(spec)
+			}
+		}
 		text, ended := lookNews(&said, seen, st, cps)
 		fmt.Fprint(std.Out, text)
 		for _, c := range ended {

@@ -348,18 +348,24 @@ checkpointing:
 	outputOnce(t, out, want)
 }
 
-// A checkpoint's line names its slowest task and what took that task's
-// time, in weir run's output and in weir checkpoint ls.
+// A checkpoint's line names its slowest task by what the task itself
+// spent, and the phase that took most of that, in weir run's output and
+// in weir checkpoint ls: the operator whose barrier queued behind
+// backpressure, not the idle sink after it, whose start delay is the
+// longest (a user was sent to the sink).
 func TestCheckpointLinesNameTheSlowestTask(t *testing.T) {
 	c := control.CheckpointInfo{ID: 6, Status: control.CheckpointCompleted, Duration: 2748 * time.Millisecond,
-		Size: 6 << 20, Alignment: 4 * time.Microsecond, Acked: 2, Total: 2,
+		Size: 6 << 20, Alignment: 4 * time.Microsecond, Acked: 3, Total: 3,
 		Tasks: map[string]map[string]int64{
-			"count-0":  {control.MetricStartDelayNanos: int64(7 * time.Millisecond)},
+			"lines-0":  {control.MetricStartDelayNanos: int64(time.Millisecond)},
+			"count-0":  {control.MetricStartDelayNanos: int64(2701 * time.Millisecond), control.MetricSyncNanos: int64(4 * time.Millisecond)},
 			"counts-0": {control.MetricStartDelayNanos: int64(2705 * time.Millisecond), control.MetricAsyncNanos: int64(22 * time.Millisecond)},
-		}}
+		},
+		Inputs: map[string][]string{"lines": nil, "count": {"lines"}, "counts": {"count"}},
+	}
 	var line bytes.Buffer
 	printCheckpointLine(&line, c)
-	want := "checkpoint 6 completed in 2.748s: 6.0 MiB, aligned (longest alignment 4µs), 2 tasks; slowest counts-0 (start delay 2.705s of 2.727s)\n"
+	want := "checkpoint 6 completed in 2.748s: 6.0 MiB, aligned (longest alignment 4µs), 3 tasks; slowest count-0 (queued 2.7s of its own 2.704s)\n"
 	if line.String() != want {
 		t.Errorf("run line:\n%q\nwant\n%q", line.String(), want)
 	}
@@ -367,7 +373,7 @@ func TestCheckpointLinesNameTheSlowestTask(t *testing.T) {
 	printCheckpoints(&ls, []control.CheckpointInfo{c, {ID: 7, Status: control.CheckpointFailed, Reason: "expired"}})
 	rows := strings.Split(strings.TrimSpace(ls.String()), "\n")
 	if len(rows) != 3 || !strings.Contains(rows[0], "SLOWEST") ||
-		!strings.Contains(rows[1], "counts-0 (start delay 2.705s of 2.727s)") || !strings.Contains(rows[2], " - ") {
+		!strings.Contains(rows[1], "count-0 (queued 2.7s of its own 2.704s)") || !strings.Contains(rows[2], " - ") {
 		t.Errorf("checkpoint ls:\n%s", ls.String())
 	}
 }

@@ -598,6 +598,11 @@ type CheckpointInfo struct {
 	Total int `json:"total"`
 	// Tasks holds each acked task's metrics (Metric* names).
 	Tasks map[string]map[string]int64 `json:"tasks,omitempty"`
+	// Inputs is the job's topology (Topology of its spec as the
+	// coordinator holds it now: each vertex and the vertices feeding it),
+	// for Slowest to tell which task a barrier queued before; empty from
+	// a coordinator that does not send it.
+	Inputs map[string][]string `json:"inputs,omitempty"`
 	// EarlierRun marks a checkpoint an earlier run of the job took
 	// (before the restore or submit that began the current run) that is
 	// still stored: a restore can start from it, and the current run's

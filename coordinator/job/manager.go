@@ -1210,12 +1210,13 @@ func (m *Manager) Checkpoints(ctx context.Context, name string) ([]control.Check
 			listed[in.ID] = true
 		}
 	}
-	stored := j.storedCheckpoints(ctx, hist)
-	if len(stored) == 0 {
-		sort.SliceStable(hist, func(a, b int) bool { return hist[a].ID > hist[b].ID })
-		return hist, nil
-	}
-	out := append(hist, stored...)
+	out := append(hist, j.storedCheckpoints(ctx, hist)...)
 	sort.SliceStable(out, func(a, b int) bool { return out[a].ID > out[b].ID })
+	// The topology, for Slowest to name the task a checkpoint's barriers
+	// queued before rather than the last one they reached.
+	inputs := control.Topology(j.spec)
+	for i := range out {
+		out[i].Inputs = inputs
+	}
 	return out, nil
 }
