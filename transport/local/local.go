@@ -54,7 +54,8 @@ type Channel struct {
 	err      error
 	sclosed  bool
 	rclosed  bool
-	capBytes int
+	capBytes int // the capacity in effect (SetBuffer)
+	maxBytes int // the configured capacity
 	waiting  int // Sends blocked for credit
 	barriers int // ordinary (non-priority) barriers queued
 	records  int // records in the elements queued (QueuedRecords)
@@ -66,6 +67,7 @@ func New(opts Options) (*Sender, *Receiver) {
 	if c.capBytes <= 0 {
 		c.capBytes = 1 << 20
 	}
+	c.maxBytes = c.capBytes
 	return &Sender{c: c}, &Receiver{c: c}
 }
 
@@ -81,6 +83,7 @@ var (
 	_ stream.PriorityPoller     = (*Receiver)(nil)
 	_ stream.BarrierPrioritizer = (*Receiver)(nil)
 	_ stream.QueueReporter      = (*Receiver)(nil)
+	_ stream.Resizer            = (*Receiver)(nil)
 )
 
 func (c *Channel) chanErr(err error) error {
@@ -281,6 +284,23 @@ func (r *Receiver) QueuedRecords() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.records
+}
+
+// SetBuffer bounds the channel's queued bytes to n, at least 1 and at
+// most Options.CapacityBytes (stream.Resizer), and returns the bound in
+// effect. An element is still admitted into an empty queue whatever its
+// size; a smaller bound lets senders in once the receiver took what is
+// queued beyond it.
+func (r *Receiver) SetBuffer(n int) int {
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n = min(max(n, 1), c.maxBytes)
+	if n > c.capBytes && c.waiting > 0 {
+		c.wakeSenders()
+	}
+	c.capBytes = n
+	return n
 }
 
 // Poll takes the next element without blocking.

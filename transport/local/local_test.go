@@ -287,3 +287,50 @@ func TestQueuedRecords(t *testing.T) {
 		}
 	}
 }
+
+// SetBuffer bounds the queued bytes between 1 and the configured capacity:
+// a smaller bound holds senders back until the receiver took what is
+// queued beyond it, a larger one lets a blocked sender in at once, and
+// nothing queued is lost either way.
+func TestSetBuffer(t *testing.T) {
+	s, r := New(Options{Name: "a->b", CapacityBytes: 4096})
+	ctx := context.Background()
+	if got := r.SetBuffer(1 << 30); got != 4096 {
+		t.Fatalf("SetBuffer above the capacity = %d, want 4096", got)
+	}
+	if got := r.SetBuffer(-5); got != 1 {
+		t.Fatalf("SetBuffer(-5) = %d, want 1", got)
+	}
+	e := rec(strings.Repeat("x", 1000))
+	n := e.Size()
+	if got := r.SetBuffer(n + n/2); got != n+n/2 {
+		t.Fatalf("SetBuffer = %d, want %d", got, n+n/2)
+	}
+	// An element goes into the empty queue; the second does not fit.
+	if err := s.Send(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.Send(cctx, e); !errors.Is(err, context.Canceled) {
+		t.Fatalf("send beyond the smaller buffer: %v", err)
+	}
+	done := make(chan error)
+	go func() { done <- s.Send(ctx, e) }()
+	for s.Waiting() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Growing the buffer lets the blocked send in without a poll.
+	r.SetBuffer(4 * n)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if els, _ := s.Queued(); els != 2 {
+		t.Fatalf("%d elements queued, want 2", els)
+	}
+	// Shrinking below what is queued keeps it: both still come, in order.
+	r.SetBuffer(1)
+	if got := drain(t, r); len(got) != 2 {
+		t.Fatalf("drained %d elements, want 2", len(got))
+	}
+}

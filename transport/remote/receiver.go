@@ -26,7 +26,8 @@ type Receiver struct {
 	records     int    // records in the entries queued (QueuedRecords)
 	expect      uint64 // next frame sequence
 	consumed    uint64 // credited bytes polled
-	announced   uint64 // cumulative grant last published
+	announced   uint64 // highest cumulative grant published
+	window      int    // the window in effect (SetBuffer); cfg.Window at most
 	err         error
 	closed      bool
 	notify      func()
@@ -43,6 +44,7 @@ var (
 	_ stream.PriorityPoller     = (*Receiver)(nil)
 	_ stream.BarrierPrioritizer = (*Receiver)(nil)
 	_ stream.QueueReporter      = (*Receiver)(nil)
+	_ stream.Resizer            = (*Receiver)(nil)
 )
 
 // NewReceiver opens the consuming end of the channel cfg.Subject on nc and
@@ -52,7 +54,7 @@ func NewReceiver(nc *nats.Conn, cfg Config) (*Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, nc: nc, control: cfg.controlSubject(), expect: 1}
+	r := &Receiver{cfg: cfg, nc: nc, control: cfg.controlSubject(), expect: 1, window: cfg.Window}
 	r.sub, err = nc.Subscribe(cfg.dataSubject(), r.onFrame)
 	if err != nil {
 		return nil, fmt.Errorf("remote channel %s: subscribe: %w", cfg.Channel, err)
@@ -86,8 +88,12 @@ func (r *Receiver) fail(err error) {
 	}
 }
 
+// announceLocked publishes the grant: the window in effect beyond what
+// the task polled, or the highest grant published if the window shrank
+// below it since (a grant is never taken back; the sender keeps the
+// highest it heard).
 func (r *Receiver) announceLocked() {
-	g := uint64(r.cfg.Window) + r.consumed
+	g := max(uint64(r.window)+r.consumed, r.announced)
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], g)
 	if err := r.nc.Publish(r.control, b[:]); err != nil {
@@ -218,11 +224,31 @@ func (r *Receiver) poll(priorityOnly bool) (stream.Delivery, bool, error) {
 	if en.credit > 0 {
 		r.consumed += uint64(en.credit)
 		r.queuedBytes -= en.credit
-		if uint64(r.cfg.Window)+r.consumed-r.announced >= uint64(r.cfg.Window/4) {
+		if g := uint64(r.window) + r.consumed; g > r.announced && g-r.announced >= uint64(r.window/4) {
 			r.announceLocked()
 		}
 	}
 	return en.d, true, nil
+}
+
+// SetBuffer sets the credit window in effect to n bytes, at least the
+// channel's largest frame (so that any frame fits once the queue is
+// empty) and at most Config.Window (stream.Resizer), and returns it. A
+// larger window is granted at once; a smaller one as the task polls: the
+// receiver grants nothing more until what it holds and what is in flight
+// fall under it.
+func (r *Receiver) SetBuffer(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n = min(max(n, r.cfg.MaxFrameBytes), r.cfg.Window)
+	grow := n > r.window
+	r.window = n
+	if grow && r.err == nil && !r.closed {
+		if g := uint64(r.window) + r.consumed; g > r.announced && g-r.announced >= uint64(r.window/4) {
+			r.announceLocked()
+		}
+	}
+	return n
 }
 
 // QueuedBarrier returns the first ordinary barrier queued and not yet

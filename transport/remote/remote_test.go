@@ -655,3 +655,73 @@ func TestQueuedRecords(t *testing.T) {
 		t.Errorf("after the batch was polled: %d queued, want 0", n)
 	}
 }
+
+// SetBuffer shrinks the credit window while the channel runs: once the
+// receiver's task took what the larger window let in, the receiver holds
+// at most the smaller window; growing it lets the sender get ahead again.
+// The window never goes under the largest frame (so a frame always fits)
+// nor over Config.Window, and every record arrives once, in order.
+func TestSetBufferResizesTheWindow(t *testing.T) {
+	const window, frame = 256 << 10, 8 << 10
+	ctx, snd, rcv := pair(t, Config{Subject: "weir.test.resize", Window: window, MaxFrameBytes: frame})
+	if got := rcv.SetBuffer(1); got != frame {
+		t.Fatalf("SetBuffer(1) = %d, want the largest frame %d", got, frame)
+	}
+	if got := rcv.SetBuffer(1 << 30); got != window {
+		t.Fatalf("SetBuffer(1 GiB) = %d, want the window %d", got, window)
+	}
+	const small = 32 << 10
+	rcv.SetBuffer(small)
+
+	var mu sync.Mutex
+	polls, over, grownMax := 0, 0, 0
+	grown := false
+	c := collect(ctx, rcv, func() {
+		time.Sleep(200 * time.Microsecond)
+		mu.Lock()
+		defer mu.Unlock()
+		polls++
+		now, _ := rcv.QueuedBytes()
+		switch {
+		case polls == 2000:
+			// Grow: the sender may fill the whole window again.
+			rcv.SetBuffer(window)
+			grown = true
+		case grown:
+			grownMax = max(grownMax, now)
+		case polls > 400 && now > small+frame:
+			// By now the task took what the first grant let in.
+			over = max(over, now)
+		}
+	})
+	const batches, per = 4000, 16 // 64 000 records of 64 B: ~4.5 MB
+	for i := 0; i < batches; i++ {
+		if err := snd.Send(ctx, stream.Records(seqBatch(uint64(i*per), per, 64))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := snd.Send(ctx, stream.EndOfPartition()); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	seqs := recordsIn(t, elementsOf(c.elems))
+	if len(seqs) != batches*per {
+		t.Fatalf("received %d records, want %d", len(seqs), batches*per)
+	}
+	for i, s := range seqs {
+		if s != uint64(i) {
+			t.Fatalf("record %d has seq %d", i, s)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if over > 0 {
+		t.Errorf("the receiver held %d bytes with a window of %d (+ a frame of %d)", over, small, frame)
+	}
+	if grownMax <= small+frame {
+		t.Errorf("after growing the window the receiver held at most %d bytes: the sender did not get ahead", grownMax)
+	}
+}

@@ -229,6 +229,20 @@ type QueueReporter interface {
 	QueuedRecords() int
 }
 
+// Resizer is a Receiver whose buffer can change size while the channel
+// runs: a task that debloats its input buffers (host.Config.Debloat)
+// sizes each to what it takes in the target time, so that an aligned
+// barrier waits behind about that much data and an unaligned checkpoint
+// stores about that much. SetBuffer asks for a buffer of n bytes and
+// returns the size in effect, which the transport keeps between the
+// channel's configured size (the most) and the least it can work with
+// (a remote channel's largest frame). A smaller buffer takes effect as
+// the receiver's task takes what is queued beyond it; nothing queued is
+// dropped.
+type Resizer interface {
+	SetBuffer(n int) int
+}
+
 // ChannelError reports a channel that lost data or its connection. The task
 // that owns the channel must fail so the job recovers from its checkpoint.
 type ChannelError struct {
