@@ -207,28 +207,15 @@ func BenchmarkPipeline(b *testing.B) {
 		bld.Add([]byte(fmt.Sprintf("key-%d", i)), make([]byte, 64), int64(i))
 	}
 	batch := append([]byte(nil), bld.Bytes()...)
-	b.Run("tasks", func(b *testing.B) {
-		ctx := context.Background()
-		s1, r1 := local.New(local.Options{CapacityElements: 64})
-		s2, r2 := local.New(local.Options{CapacityElements: 64})
-		src, _ := host.New(host.Config{Name: "src", Source: &countSource{batch: batch, n: b.N}, Outputs: []host.Output{{Senders: []stream.Sender{s1}}}})
-		op, _ := host.New(host.Config{Name: "op", Operator: &countOp{}, Inputs: []host.Input{{Receiver: r1}}, Outputs: []host.Output{{Senders: []stream.Sender{s2}}}})
-		sink, _ := host.New(host.Config{Name: "sink", Sink: nullSink{}, Inputs: []host.Input{{Receiver: r2}}})
-		b.SetBytes(int64(len(batch)))
-		b.ResetTimer()
-		var wg sync.WaitGroup
-		for _, t := range []*host.Task{src, op, sink} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := t.Run(ctx); err != nil {
-					b.Error(err)
-				}
-			}()
+	// "tasks-debloat": the same with buffer debloating (the default target
+	// of a job's channels): a task that keeps up keeps its buffers.
+	for _, name := range []string{"tasks", "tasks-debloat"} {
+		var d host.Debloat
+		if name == "tasks-debloat" {
+			d.Target = time.Second
 		}
-		wg.Wait()
-		b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "records/s")
-	})
+		b.Run(name, func(b *testing.B) { benchPipelineTasks(b, batch, d) })
+	}
 	b.Run("channel-baseline", func(b *testing.B) {
 		s, r := local.New(local.Options{CapacityElements: 64})
 		wake := make(chan struct{}, 1)
@@ -257,4 +244,157 @@ func BenchmarkPipeline(b *testing.B) {
 		<-done
 		b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "records/s")
 	})
+}
+
+func benchPipelineTasks(b *testing.B, batch []byte, d host.Debloat) {
+	ctx := context.Background()
+	s1, r1 := local.New(local.Options{CapacityElements: 64})
+	s2, r2 := local.New(local.Options{CapacityElements: 64})
+	src, _ := host.New(host.Config{Name: "src", Source: &countSource{batch: batch, n: b.N}, Outputs: []host.Output{{Senders: []stream.Sender{s1}}}})
+	op, _ := host.New(host.Config{Name: "op", Operator: &countOp{}, Inputs: []host.Input{{Receiver: r1}}, Outputs: []host.Output{{Senders: []stream.Sender{s2}}}, Debloat: d})
+	sink, _ := host.New(host.Config{Name: "sink", Sink: nullSink{}, Inputs: []host.Input{{Receiver: r2}}, Debloat: d})
+	b.SetBytes(int64(len(batch)))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, t := range []*host.Task{src, op, sink} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := t.Run(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "records/s")
+}
+
+// bigSource produces one-record batches of 512-byte values forever.
+type bigSource struct{ n uint64 }
+
+func (s *bigSource) Poll(ctx context.Context) ([]byte, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	s.n++
+	b := abi.EncodeBatch(abi.Record{Key: []byte(fmt.Sprintf("k%d", s.n%16)), Value: make([]byte, 512), Timestamp: int64(s.n)})
+	return b, binary.LittleEndian.AppendUint64(nil, s.n), nil
+}
+func (s *bigSource) Seek(context.Context, []byte) error                      { return nil }
+func (s *bigSource) CheckpointComplete(context.Context, int64, []byte) error { return nil }
+func (s *bigSource) Close() error                                            { return nil }
+
+// BenchmarkDebloatUnderBackpressure measures checkpoint completion time
+// and channel state, as BenchmarkCheckpointUnderBackpressure, for the same
+// graph with the channels a worker builds (1 MiB each) and records of
+// 512 bytes, with and without buffer debloating (host.Debloat, the
+// default target of 1s): the slow operator takes ~0.5 MB/s, so its full
+// input channels hold ~4 s of work, and debloated ones about a second.
+// Run: go test -run NONE -bench DebloatUnderBackpressure -benchtime 3x ./host/
+func BenchmarkDebloatUnderBackpressure(b *testing.B) {
+	for _, mode := range []barrier.Mode{barrier.Aligned, barrier.Unaligned} {
+		for _, debloat := range []bool{false, true} {
+			name := mode.String()
+			if debloat {
+				name += "-debloat"
+			}
+			b.Run(name, func(b *testing.B) { benchDebloat(b, mode, debloat) })
+		}
+	}
+}
+
+func benchDebloat(b *testing.B, mode barrier.Mode, debloat bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := storage.NewDir(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	acks := map[int64]int{}
+	var chState int64
+	done := make(chan int64, 16)
+	rc := newRecorder()
+	rc.onAck = func(task string, id int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		acks[id]++
+		if acks[id] == 4 {
+			done <- id
+		}
+	}
+	var d host.Debloat
+	if debloat {
+		d.Target = time.Second
+	}
+	sa, ra := local.New(local.Options{Name: "a->op"})
+	sb, rb := local.New(local.Options{Name: "b->op"})
+	so, ro := local.New(local.Options{Name: "op->sink"})
+	mk := func(cfg host.Config) *host.Task {
+		cfg.Checkpointing, cfg.Store, cfg.Listener, cfg.Debloat = host.Checkpointing{Mode: mode}, store, rc, d
+		t, err := host.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return t
+	}
+	srcA := mk(host.Config{Name: "a", Source: &bigSource{}, Outputs: []host.Output{{Senders: []stream.Sender{sa}}}})
+	srcB := mk(host.Config{Name: "b", Source: &bigSource{}, Outputs: []host.Output{{Senders: []stream.Sender{sb}}}})
+	op := mk(host.Config{Name: "op", Operator: &slowOp{per: time.Millisecond},
+		Inputs:  []host.Input{{Port: 0, Receiver: ra}, {Port: 1, Receiver: rb}},
+		Outputs: []host.Output{{Senders: []stream.Sender{so}}}})
+	sink := mk(host.Config{Name: "sink", Sink: nullSink{}, Inputs: []host.Input{{Receiver: ro}}})
+	var wg sync.WaitGroup
+	for _, t := range []*host.Task{srcA, srcB, op, sink} {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.Run(ctx) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	// Steady state: both sources blocked on their channels, which hold
+	// what the operator lets them (with debloating, once it measured its
+	// pace and took what the full-size buffers let in beyond the new size).
+	steady := func() {
+		for {
+			_, qa := sa.Queued()
+			_, qb := sb.Queued()
+			blocked := sa.Waiting() > 0 && sb.Waiting() > 0
+			if !debloat && blocked && qa > 1<<19 && qb > 1<<19 {
+				return
+			}
+			if buf := op.Stats().InputBufferBytes; debloat && blocked && buf > 0 && int64(qa+qb) <= buf+4096 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		steady()
+		b.StartTimer()
+		id := int64(i + 1)
+		start := time.Now()
+		bar := stream.Barrier{ID: id, Timestamp: start.UnixMilli()}
+		srcA.TriggerCheckpoint(bar)
+		srcB.TriggerCheckpoint(bar)
+		select {
+		case got := <-done:
+			if got != id {
+				b.Fatalf("completed %d, want %d", got, id)
+			}
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("checkpoint %d did not complete; declines %v failures %v", id, rc.declines, rc.failed)
+		}
+		total += time.Since(start)
+		rc.mu.Lock()
+		for _, m := range rc.metrics[id] {
+			chState += m[host.MetricChannelStateBytes]
+		}
+		rc.mu.Unlock()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/checkpoint")
+	b.ReportMetric(float64(chState)/float64(b.N), "channel-state-B/checkpoint")
+	b.ReportMetric(float64(op.Stats().InputBufferBytes), "input-buffer-B")
 }

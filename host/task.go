@@ -99,6 +99,9 @@ type Config struct {
 	Subtask, Parallelism int
 	// Clock returns the time; nil means time.Now. Tests inject one.
 	Clock func() time.Time
+	// Debloat sizes the input channels' buffers to what the task takes
+	// in a target time; the zero value leaves them as built.
+	Debloat Debloat
 }
 
 // TaskError is a task's failure: its Error is one line naming the task.
@@ -219,6 +222,8 @@ type Task struct {
 	commitSpans []span
 
 	stats        counters
+	debloat      *debloater   // nil: not debloating
+	debloatSize  atomic.Int64 // Stats.InputBufferBytes
 	sourceClosed bool
 	// stopAt is the stop savepoint after whose barrier a source task takes
 	// no input (0: none); runDone is closed when Run returns.
@@ -263,6 +268,10 @@ type Stats struct {
 	// QueuedRecords is how many records the task's input channels hold
 	// that it has not taken (stream.QueueReporter; 0 for a source task).
 	QueuedRecords int64
+	// InputBufferBytes is, while the task debloats its input buffers
+	// (Config.Debloat), the sum of their sizes in effect; 0 before the
+	// first resize and when not debloating.
+	InputBufferBytes int64
 }
 
 // counters hold a task's Stats: written by the task's goroutine, read by
@@ -317,6 +326,15 @@ func New(cfg Config) (*Task, error) {
 	}
 	t := &Task{cfg: cfg, name: cfg.Name, clock: cfg.Clock, wake: make(chan struct{}, 1), runDone: make(chan struct{}),
 		offsets: map[int64][]byte{}, portOpen: map[int]int{}, portLive: map[int]int{}, endedPorts: map[int]bool{}, restoredID: -1}
+	if d := cfg.Debloat; d.Target > 0 && len(cfg.Inputs) > 0 {
+		if d.MinBytes <= 0 {
+			d.MinBytes = DefaultDebloatMin
+		}
+		if d.Period <= 0 {
+			d.Period = DefaultDebloatPeriod
+		}
+		t.debloat = &debloater{cfg: d, sizes: make([]int, len(cfg.Inputs))}
+	}
 	if t.clock == nil {
 		t.clock = time.Now
 	}
@@ -629,6 +647,7 @@ func (t *Task) runInputs(ctx context.Context) error {
 		if err := t.flush(ctx); err != nil {
 			return err
 		}
+		t.debloatTick()
 		if err := t.checkDeadline(); err != nil {
 			return err
 		}
@@ -728,6 +747,7 @@ func (t *Task) step(ctx context.Context) (bool, error) {
 		if !ok {
 			continue
 		}
+		t.debloatCount(d)
 		t.rr = (ch + 1) % n
 		if d.Kind == stream.KindEndOfPartition {
 			t.drained[ch] = true
@@ -1458,6 +1478,7 @@ func (t *Task) Stats() Stats {
 		RecordsOut: c.recordsOut.Load(), BatchesOut: c.batchesOut.Load(),
 		Checkpoints: c.checkpoints.Load(), Declined: c.declined.Load(), InputEnded: c.ended.Load(),
 		Restored: c.restored.Load(), Committed: c.committed.Load(),
+		InputBufferBytes: t.debloatSize.Load(),
 	}
 	if p := c.offset.Load(); p != nil {
 		s.SourceOffset = *p

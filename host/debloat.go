@@ -1,0 +1,123 @@
+package host
+
+import (
+	"time"
+
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// Debloat configures buffer debloating, as Flink's: a task with input
+// channels measures how fast it takes input while it works (the bytes of
+// the record batches it polls, over the time it spends processing them
+// or blocked on its output, so that waiting for input does not count) and
+// sizes each input channel's buffer (stream.Resizer) to its share of what
+// it takes in Target. Under backpressure an aligned barrier then waits
+// behind about Target of data at each task instead of behind full
+// buffers, and an unaligned checkpoint stores about that much; a task
+// that keeps up is left with the channels' configured sizes, which are
+// the most a buffer grows to.
+type Debloat struct {
+	// Target is how long a task should take to work through what its
+	// input channels hold; 0 turns debloating off.
+	Target time.Duration
+	// MinBytes is the least a channel's buffer shrinks to; 0 means
+	// DefaultDebloatMin. A transport may keep more (a remote channel
+	// holds at least its largest frame).
+	MinBytes int
+	// Period is how often the task measures and resizes; 0 means
+	// DefaultDebloatPeriod.
+	Period time.Duration
+}
+
+// Defaults of Debloat.
+const (
+	DefaultDebloatMin    = 16 << 10
+	DefaultDebloatPeriod = 200 * time.Millisecond
+)
+
+// debloatAlpha weighs a period's throughput in the running average: with
+// periods of 200ms the average forgets a change over about a second.
+const debloatAlpha = 0.3
+
+// debloatThreshold is the relative change of a channel's size below which
+// the task leaves the size as it is (as Flink's threshold-percentages).
+const debloatThreshold = 0.25
+
+// debloater is a task's buffer debloating state, used by the task's
+// goroutine only.
+type debloater struct {
+	cfg    Debloat
+	next   time.Time     // when to measure next
+	bytes  int64         // record bytes polled from the input channels so far
+	seen   int64         // bytes at the last measurement
+	active time.Duration // busy + backpressured at the last measurement
+	rate   float64       // running average, bytes per second of active time
+	sizes  []int         // per input channel: the size in effect, 0 before the first
+}
+
+// debloatTick measures and resizes once a period has passed since the
+// last time; the task calls it from its input loop.
+func (t *Task) debloatTick() {
+	d := t.debloat
+	if d == nil {
+		return
+	}
+	now := time.Now()
+	if now.Before(d.next) {
+		return
+	}
+	d.next = now.Add(d.cfg.Period)
+	s := t.Stats()
+	active := s.Busy + s.Backpressured
+	dt, db := active-d.active, d.bytes-d.seen
+	d.active, d.seen = active, d.bytes
+	// A period without input says nothing about the pace; one spent
+	// mostly waiting for input gives the pace of the little time worked,
+	// which is high: a task that keeps up keeps large buffers.
+	if dt <= 0 || db <= 0 {
+		return
+	}
+	rate := float64(db) / dt.Seconds()
+	if d.rate == 0 {
+		d.rate = rate
+	} else {
+		d.rate += debloatAlpha * (rate - d.rate)
+	}
+	live := 0
+	for ch := range t.cfg.Inputs {
+		if !t.drained[ch] {
+			live++
+		}
+	}
+	if live == 0 {
+		return
+	}
+	want := max(int(d.rate*d.cfg.Target.Seconds())/live, d.cfg.MinBytes)
+	var sum int64
+	for ch, in := range t.cfg.Inputs {
+		r, ok := in.Receiver.(stream.Resizer)
+		if !ok || t.drained[ch] {
+			sum += int64(d.sizes[ch])
+			continue
+		}
+		if cur := d.sizes[ch]; cur == 0 || float64(abs(want-cur)) > debloatThreshold*float64(cur) {
+			d.sizes[ch] = r.SetBuffer(want)
+		}
+		sum += int64(d.sizes[ch])
+	}
+	t.debloatSize.Store(sum)
+}
+
+// debloatCount counts the bytes of a delivery polled from an input channel.
+func (t *Task) debloatCount(d stream.Delivery) {
+	if t.debloat != nil && d.Kind == stream.KindRecords {
+		t.debloat.bytes += int64(len(d.Batch))
+	}
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}

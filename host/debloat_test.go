@@ -1,0 +1,150 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/abi"
+	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/stream"
+)
+
+// sleepyOp takes its time over each batch while slow is set, and counts
+// the records it was given.
+type sleepyOp struct {
+	slow    atomic.Bool
+	records atomic.Int64
+}
+
+func (o *sleepyOp) Process(ctx context.Context, port int, batch []byte, emit func(int, []byte) error) error {
+	n, err := abi.BatchCount(batch)
+	if err != nil {
+		return err
+	}
+	o.records.Add(int64(n))
+	if o.slow.Load() {
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+func (o *sleepyOp) EndOfInput(context.Context, int, func(int, []byte) error) error { return nil }
+func (o *sleepyOp) Snapshot(context.Context, io.Writer) error                      { return nil }
+func (o *sleepyOp) Restore(context.Context, io.Reader) error                       { return nil }
+func (o *sleepyOp) CheckpointComplete(context.Context, int64) error                { return nil }
+func (o *sleepyOp) Close(context.Context) error                                    { return nil }
+
+// feed sends 1 KiB records on s until ctx ends, and returns how many.
+func feed(ctx context.Context, s stream.Sender) <-chan int64 {
+	sent := make(chan int64, 1)
+	go func() {
+		e := stream.Records(abi.EncodeBatch(abi.Record{Value: []byte(strings.Repeat("r", 1024))}))
+		var n int64
+		for ctx.Err() == nil {
+			if err := s.Send(ctx, e); err != nil {
+				break
+			}
+			n++
+		}
+		sent <- n
+	}()
+	return sent
+}
+
+// waitFor polls cond until it holds, failing the test with what after 30s
+// (a bound for a stuck test, not a timing expectation).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A task that debloats sizes its input buffer to what it takes in the
+// target time: a slow operator (~500 KB/s) behind a 1 MiB channel shrinks
+// it to a few tens of KiB, the channel then holds no more than that, and
+// once the operator is fast again the buffer grows back to the channel's
+// capacity. Every record sent is processed.
+func TestDebloatSizesTheInputBuffer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const capacity = 1 << 20
+	s, r := local.New(local.Options{Name: "feed -> slow", CapacityBytes: capacity})
+	op := &sleepyOp{}
+	op.slow.Store(true)
+	task, err := host.New(host.Config{Name: "slow-0", Operator: op, Inputs: []host.Input{{Receiver: r}},
+		Debloat: host.Debloat{Target: 50 * time.Millisecond, Period: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	sent := feed(feedCtx, s)
+	errc := make(chan error, 1)
+	go func() { errc <- task.Run(ctx) }()
+
+	// ~1 KiB per 2 ms at most is ~512 KB/s: 50 ms of it is ~26 KB. The
+	// operator can only be slower than that (a loaded machine), which
+	// makes the buffer smaller still.
+	const bound = 128 << 10
+	waitFor(t, "the input buffer did not shrink", func() bool {
+		b := task.Stats().InputBufferBytes
+		return b > 0 && b <= bound
+	})
+	waitFor(t, "the channel still holds more than the shrunk buffer", func() bool {
+		_, queued := s.Queued()
+		return queued <= bound+2048
+	})
+	if b := task.Stats().InputBufferBytes; b < host.DefaultDebloatMin {
+		t.Errorf("input buffer %d bytes, under the least (%d)", b, host.DefaultDebloatMin)
+	}
+
+	op.slow.Store(false)
+	waitFor(t, "the input buffer did not grow back to the channel's capacity", func() bool {
+		return task.Stats().InputBufferBytes == capacity
+	})
+
+	stopFeed()
+	n := <-sent
+	if err := s.Send(ctx, stream.EndOfPartition()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if got := op.records.Load(); got != n {
+		t.Fatalf("operator got %d records, %d were sent", got, n)
+	}
+}
+
+// Without Debloat the channel keeps its capacity: the same slow operator
+// has its 1 MiB channel fill up, and the task reports no buffer size.
+func TestNoDebloatKeepsTheCapacity(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const capacity = 1 << 20
+	s, r := local.New(local.Options{Name: "feed -> slow", CapacityBytes: capacity})
+	op := &sleepyOp{}
+	op.slow.Store(true)
+	task, err := host.New(host.Config{Name: "slow-0", Operator: op, Inputs: []host.Input{{Receiver: r}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(ctx, s)
+	go task.Run(ctx)
+	waitFor(t, "the channel did not fill", func() bool {
+		_, queued := s.Queued()
+		return queued > capacity/2
+	})
+	if b := task.Stats().InputBufferBytes; b != 0 {
+		t.Fatalf("InputBufferBytes = %d without debloating", b)
+	}
+}
