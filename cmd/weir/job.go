@@ -1003,6 +1003,11 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 			// Not a source: the records its input channels hold, which
 			// a source's UNREAD does not count.
 			unread = strconv.FormatInt(q, 10) + " queued"
+			if b := t.Stats.InputBufferBytes; b > 0 {
+				// Debloated: the buffers hold about channels.debloat of
+				// the task's pace.
+				unread += " (buffers " + jobspec.FormatSize(b) + ")"
+			}
 		}
 		if t.Stats.InputEnded {
 			unread = "ended" // its input ended: waits for the final savepoint

@@ -206,6 +206,10 @@ type TaskStats struct {
 	// that it has not processed (0 for a source task): with a source's
 	// SourcePending, what a job has still to do, channel by channel.
 	QueuedRecords int64 `json:"queued_records,omitempty"`
+	// InputBufferBytes is, for a task that debloats its input buffers
+	// (channels.debloat), the sum of their sizes in effect; 0 when it
+	// does not or has not resized them yet.
+	InputBufferBytes int64 `json:"input_buffer_bytes,omitempty"`
 	// SourcePending, for a source task that can tell, is how many messages
 	// of its input the task has not processed yet (a JetStream source:
 	// the server's count of what its consumers have not delivered, plus

@@ -123,6 +123,9 @@ func Check(s *Spec) error {
 	if err := CheckChannelBuffer(s.Channels.Buffer); err != nil {
 		bad("channels.buffer", "%v", err)
 	}
+	if d := s.Channels.Debloat; d != DebloatOff && d != 0 && d < MinDebloat {
+		bad("channels.debloat", "%s is less than %s (or off)", d, MinDebloat)
+	}
 	c := &s.Checkpointing
 	if c.Mode == "" {
 		c.Mode = ModeExactlyOnce

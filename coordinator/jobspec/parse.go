@@ -760,6 +760,21 @@ func (p *parser) parse(data []byte) *Spec {
 						p.check(v, path, CheckChannelBuffer(n), func() { s.Channels.Buffer = n })
 					}
 				},
+				"debloat": func(v *yaml.Node, path string) {
+					if v.Kind == yaml.ScalarNode && (v.Value == "off" || v.Value == "false" || v.Value == "0") {
+						s.Channels.Debloat = DebloatOff
+						return
+					}
+					var d time.Duration
+					p.duration(v, path, &d)
+					if d > 0 && d < MinDebloat {
+						p.errf(v, path, "%s is less than %s (or off)", v.Value, MinDebloat)
+						return
+					}
+					if d > 0 {
+						s.Channels.Debloat = d
+					}
+				},
 			})
 		},
 		"restart": func(v *yaml.Node, path string) {

@@ -130,6 +130,36 @@ type Channels struct {
 	// and shrinks the other, for less throughput where records are large
 	// or workers far apart. Between MinChannelBuffer and MaxChannelBuffer.
 	Buffer int64 `json:"buffer,omitempty"`
+	// Debloat is how long a task should take to work through what its
+	// input channels hold: each task measures how fast it takes input
+	// while it works and sizes its input channels' buffers to that much
+	// (Flink's buffer debloating), between 16 KiB (a remote channel: its
+	// largest frame) and Buffer (or the workers' default). A task that
+	// keeps up keeps full-size buffers; behind a slow task an aligned
+	// barrier waits about Debloat per task instead of behind full
+	// buffers, and an unaligned checkpoint stores about that much. 0
+	// means DefaultDebloat; DebloatOff keeps the buffers at their size.
+	Debloat time.Duration `json:"debloat,omitempty"`
+}
+
+// DefaultDebloat is Channels.Debloat's default, Flink's too; DebloatOff
+// turns debloating off; MinDebloat is the least target.
+const (
+	DefaultDebloat = time.Second
+	DebloatOff     = time.Duration(-1)
+	MinDebloat     = 10 * time.Millisecond
+)
+
+// DebloatTarget returns the debloating target the channels run with: 0
+// when off.
+func (c Channels) DebloatTarget() time.Duration {
+	switch {
+	case c.Debloat < 0:
+		return 0
+	case c.Debloat == 0:
+		return DefaultDebloat
+	}
+	return c.Debloat
 }
 
 // Bounds of Channels.Buffer: a channel's frames are at most half of it,

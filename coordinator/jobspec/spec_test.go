@@ -684,3 +684,42 @@ func TestChannelBuffer(t *testing.T) {
 		t.Errorf("check of a negative buffer: %v", err)
 	}
 }
+
+func TestChannelDebloat(t *testing.T) {
+	const base = "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}}]\n"
+	for _, c := range []struct {
+		yaml string
+		want time.Duration // DebloatTarget
+		err  string
+	}{
+		{"", DefaultDebloat, ""},
+		{"channels: {debloat: 250ms}\n", 250 * time.Millisecond, ""},
+		{"channels: {debloat: off}\n", 0, ""},
+		{"channels: {debloat: 0}\n", 0, ""},
+		{"channels: {debloat: 1ms}\n", 0, "channels.debloat: 1ms is less than 10ms (or off)"},
+		{"channels: {debloat: fast}\n", 0, "channels.debloat"},
+	} {
+		s, err := Parse("job.yaml", []byte(base+c.yaml), Options{})
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want one with %q", c.yaml, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", c.yaml, err)
+			continue
+		}
+		if got := s.Channels.DebloatTarget(); got != c.want {
+			t.Errorf("%q: debloat target %v, want %v", c.yaml, got, c.want)
+		}
+		if err := Check(s); err != nil {
+			t.Errorf("%q: check: %v", c.yaml, err)
+		}
+	}
+	s, _ := Parse("job.yaml", []byte(base), Options{})
+	s.Channels.Debloat = time.Millisecond
+	if err := Check(s); err == nil || !strings.Contains(err.Error(), "channels.debloat") {
+		t.Errorf("check of a 1ms target: %v", err)
+	}
+}

@@ -53,7 +53,7 @@ type Collector struct {
 	cpCompleted, cpFailed, cpAborted, cpDuration, cpSize, cpTime *prometheus.Desc
 	cpFailedInARow, failuresInARow                               *prometheus.Desc
 	recordsIn, recordsOut, busy, backpressured, cpts             *prometheus.Desc
-	memory, memoryLimit, cpHistogram, queued                     *prometheus.Desc
+	memory, memoryLimit, cpHistogram, queued, inputBuffer        *prometheus.Desc
 	pending, awaited                                             *prometheus.Desc
 	workersLive, slots, slotsUsed, workersLost, workersLeft      *prometheus.Desc
 	failures                                                     *prometheus.Desc
@@ -101,6 +101,8 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"Durations of the job's completed checkpoints and savepoints, trigger to completion, since the coordinator took it on.", job, nil),
 		queued: prometheus.NewDesc("weir_task_queued_records",
 			"Records a task's input channels hold that it has not processed (with weir_source_pending_messages: the job's backlog, task by task).", task, nil),
+		inputBuffer: prometheus.NewDesc("weir_task_input_buffer_bytes",
+			"The sum of a task's input channels' buffer sizes in effect, as buffer debloating (channels.debloat) sized them to what the task takes in the target time; absent when it does not debloat.", task, nil),
 		memory: prometheus.NewDesc("weir_task_memory_bytes",
 			"An operator task's linear memory after its latest call (its limit: weir_task_memory_limit_bytes).", task, nil),
 		memoryLimit: prometheus.NewDesc("weir_task_memory_limit_bytes",
@@ -130,7 +132,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
 		c.cpCompleted, c.cpFailed, c.cpAborted, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
-		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.cpHistogram, c.queued, c.pending, c.awaited,
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.cpHistogram, c.queued, c.inputBuffer, c.pending, c.awaited,
 		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.failures} {
 		ch <- d
 	}
@@ -209,6 +211,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.cpts, counter, float64(t.Stats.Checkpoints), l...)
 			if t.Stats.SourcePending == nil {
 				ch <- prometheus.MustNewConstMetric(c.queued, gauge, float64(t.Stats.QueuedRecords), l...)
+			}
+			if b := t.Stats.InputBufferBytes; b > 0 {
+				ch <- prometheus.MustNewConstMetric(c.inputBuffer, gauge, float64(b), l...)
 			}
 			if t.Stats.MemoryLimit > 0 {
 				ch <- prometheus.MustNewConstMetric(c.memory, gauge, float64(t.Stats.MemoryBytes), l...)

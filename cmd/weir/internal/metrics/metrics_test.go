@@ -173,18 +173,22 @@ func TestScrapeFailuresByKind(t *testing.T) {
 // none.
 func TestScrapeOperatorMemory(t *testing.T) {
 	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(fixed{{Name: "j", State: control.JobRunning, Attempt: 1,
-		Tasks: []control.TaskStatus{{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20, QueuedRecords: 42}},
+		Tasks: []control.TaskStatus{{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20, QueuedRecords: 42, InputBufferBytes: 48 << 10}},
 			{Task: "in-0", Worker: "w1"}}}}, 0)))
 	defer srv.Close()
 	got := scrape(t, srv.URL)
 	for _, line := range []string{`weir_task_memory_bytes{job="j",task="op-0",worker="w1"} 3.145728e+06`,
 		`weir_task_memory_limit_bytes{job="j",task="op-0",worker="w1"} 6.7108864e+07`,
-		`weir_task_queued_records{job="j",task="op-0",worker="w1"} 42`} {
+		`weir_task_queued_records{job="j",task="op-0",worker="w1"} 42`,
+		`weir_task_input_buffer_bytes{job="j",task="op-0",worker="w1"} 49152`} {
 		if !strings.Contains(got, "\n"+line+"\n") {
 			t.Errorf("scrape lacks %q", line)
 		}
 	}
 	if strings.Contains(got, `weir_task_memory_bytes{job="j",task="in-0"`) {
 		t.Error("a source task has a memory gauge")
+	}
+	if strings.Contains(got, `weir_task_input_buffer_bytes{job="j",task="in-0"`) {
+		t.Error("a task that does not debloat has an input buffer gauge")
 	}
 }

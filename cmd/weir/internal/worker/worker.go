@@ -207,7 +207,7 @@ func (w *Worker) taskRefs() []control.TaskRef {
 				RecordsIn: s.RecordsIn, RecordsOut: s.RecordsOut, RunningNanos: int64(s.Running),
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
 				InputEnded: s.InputEnded, Restored: s.Restored, MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit,
-				QueuedRecords: s.QueuedRecords,
+				QueuedRecords: s.QueuedRecords, InputBufferBytes: s.InputBufferBytes,
 			}
 			if s.ReportsCommits {
 				st.SinkCommitted = &s.Committed
@@ -1036,6 +1036,9 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		Store:     b.w.cfg.Store,
 		KeyPrefix: b.d.Job + "/",
 		Listener:  l,
+		// A channel's buffer shrinks to no less than the job's
+		// channels.buffer allows (16 KiB at the least): the same bound.
+		Debloat: host.Debloat{Target: spec.Channels.DebloatTarget(), MinBytes: jobspec.MinChannelBuffer},
 	}
 	if h := b.w.cfg.Hooks; h != nil && h.Store != nil {
 		cfg.Store = h.Store(b.d.Job, pt.ID, cfg.Store)
