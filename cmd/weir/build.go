@@ -16,12 +16,47 @@ import (
 // moduleBuilder builds the operator modules a command is given as source:
 // a Go package directory (guestbuild, cached across runs) or a Rust, C,
 // AssemblyScript or WAT file (sourcebuild), whose module it writes to a
-// directory of its own that Close removes. It says what it builds on
-// std.Err.
+// directory of its own that Close removes. It says on std.Err what it
+// builds, as the compiler starts ("building X (Rust) …"), and of a module
+// the build cache had ("X (Rust): unchanged since it was built, the cached
+// module"): once per source, however many operators name it.
 type moduleBuilder struct {
 	std   Stdio
 	dir   string            // "" until the first source file
 	built map[string]string // absolute source path -> module, once built
+	said  map[string]bool   // absolute source path -> said
+}
+
+// saying returns the function that says path (of lang) is being built,
+// for guestbuild and sourcebuild to call as the compiler starts, and the
+// one to call after a build that succeeded, which says, if that did not
+// run, that the build cache had the module. Each says so once per
+// source.
+func (b *moduleBuilder) saying(path, lang string) (compiling, done func()) {
+	key := path
+	if abs, err := filepath.Abs(path); err == nil {
+		key = abs
+	}
+	compiled := false
+	compiling = func() {
+		compiled = true
+		if b.said == nil {
+			b.said = map[string]bool{}
+		}
+		b.said[key] = true
+		fmt.Fprintf(b.std.Err, "building %s (%s) …\n", path, lang)
+	}
+	done = func() {
+		if compiled || b.said[key] {
+			return
+		}
+		if b.said == nil {
+			b.said = map[string]bool{}
+		}
+		b.said[key] = true
+		fmt.Fprintf(b.std.Err, "%s (%s): unchanged since it was built, the cached module\n", path, lang)
+	}
+	return compiling, done
 }
 
 // Close removes the modules built from source files.
@@ -64,12 +99,11 @@ func (b *moduleBuilder) build(ctx context.Context, path string) (out string, bui
 	if err != nil {
 		return "", false, err
 	}
-	if _, err := os.Stat(path); err == nil {
-		fmt.Fprintf(b.std.Err, "building %s (%s) …\n", path, lang)
-	} // else Build says what is wrong with it
-	if out, err = sourcebuild.Build(ctx, path, dir); err != nil {
+	compiling, done := b.saying(path, string(lang))
+	if out, err = sourcebuild.BuildSaying(ctx, path, dir, compiling); err != nil {
 		return "", false, err
 	}
+	done()
 	b.built[abs] = out
 	return out, true, nil
 }
@@ -100,19 +134,21 @@ func (b *moduleBuilder) buildSpec(ctx context.Context, spec *jobspec.Spec) (map[
 }
 
 // buildGoPackage builds the Go package in directory dir into a wasm
-// module, saying so on std.Err, and returns the module's path.
+// module, saying so on std.Err (or that the build cache had it), and
+// returns the module's path.
 func (b *moduleBuilder) buildGoPackage(ctx context.Context, dir string) (string, error) {
 	if m, _ := filepath.Glob(filepath.Join(dir, "*.go")); len(m) == 0 {
 		return "", fmt.Errorf("module %s is a directory without Go files", dir)
 	}
-	fmt.Fprintf(b.std.Err, "building %s (GOOS=wasip1) …\n", dir)
 	pkg := dir
 	if !filepath.IsAbs(pkg) && !strings.HasPrefix(pkg, ".") {
 		pkg = "./" + pkg
 	}
-	out, err := guestbuild.Build(ctx, pkg)
+	compiling, done := b.saying(dir, "GOOS=wasip1")
+	out, err := guestbuild.BuildSaying(ctx, pkg, compiling)
 	if err != nil {
 		return "", fmt.Errorf("build %s: %w", dir, err)
 	}
+	done()
 	return out, nil
 }

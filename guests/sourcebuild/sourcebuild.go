@@ -80,6 +80,13 @@ var ErrNoToolchain = errors.New("no toolchain")
 // Rust module's other files, a C file's headers, an AssemblyScript file's
 // relative imports).
 func Build(ctx context.Context, src, dir string) (string, error) {
+	return BuildSaying(ctx, src, dir, nil)
+}
+
+// BuildSaying is Build that calls compiling, if not nil, just before the
+// compiler runs: not when the module is taken from the cache, so that a
+// caller says "building" only of what it builds.
+func BuildSaying(ctx context.Context, src, dir string, compiling func()) (string, error) {
 	lang, ok := Of(src)
 	if !ok {
 		return "", fmt.Errorf("build %s: not a source file weir builds (want %s)", src, extensions)
@@ -121,6 +128,9 @@ func Build(ctx context.Context, src, dir string) (string, error) {
 		return "", fmt.Errorf("build %s: %w", src, err)
 	}
 	defer os.RemoveAll(work)
+	if compiling != nil {
+		compiling()
+	}
 	if err := r.run(ctx, out, work); err != nil {
 		return "", fmt.Errorf("build %s (%s): %w", src, lang, err)
 	}

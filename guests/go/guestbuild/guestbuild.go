@@ -37,6 +37,14 @@ const CacheDirEnv = "WEIR_GUESTBUILD_CACHE"
 // place, in whatever module holds it (its own go.mod, say), not in the
 // current directory's.
 func Build(ctx context.Context, pkg string) (string, error) {
+	return BuildSaying(ctx, pkg, nil)
+}
+
+// BuildSaying is Build that calls compiling, if not nil, just before the
+// compiler runs: not when the module is taken from the cache (or from an
+// earlier build of the process), so that a caller says "building" only
+// of what it builds.
+func BuildSaying(ctx context.Context, pkg string, compiling func()) (string, error) {
 	cwd, _ := os.Getwd()
 	memoKey := cwd + "\x00" + pkg
 	if p, ok := built.Load(memoKey); ok {
@@ -44,7 +52,7 @@ func Build(ctx context.Context, pkg string) (string, error) {
 			return p.(string), nil
 		}
 	}
-	p, err := build(ctx, pkg)
+	p, err := build(ctx, pkg, compiling)
 	if err == nil {
 		built.Store(memoKey, p)
 	}
@@ -56,7 +64,7 @@ func Build(ctx context.Context, pkg string) (string, error) {
 // sources do not change while it runs.
 var built sync.Map // cwd + "\x00" + pkg -> path
 
-func build(ctx context.Context, pkg string) (string, error) {
+func build(ctx context.Context, pkg string, compiling func()) (string, error) {
 	goBin, err := goTool()
 	if err != nil {
 		return "", err
@@ -91,6 +99,9 @@ func build(ctx context.Context, pkg string) (string, error) {
 	tmpName := tmp.Name()
 	tmp.Close()
 	defer os.Remove(tmpName)
+	if compiling != nil {
+		compiling()
+	}
 	cmd := exec.CommandContext(ctx, goBin, "build", "-buildmode=c-shared", "-o", tmpName, target)
 	cmd.Dir, cmd.Env = dir, wasmEnv()
 	var stderr bytes.Buffer

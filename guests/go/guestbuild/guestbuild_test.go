@@ -18,7 +18,7 @@ func TestBuildCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := build(ctx, pkg) // past the in-process memo, to the disk cache
+	p2, err := build(ctx, pkg, nil) // past the in-process memo, to the disk cache
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,37 @@ func TestBuildDirectoryOfAnotherModule(t *testing.T) {
 		}
 	}
 	t.Setenv(CacheDirEnv, t.TempDir())
-	if _, err := build(context.Background(), dir); err != nil {
+	if _, err := build(context.Background(), dir, nil); err != nil {
 		t.Fatalf("build %s: %v", dir, err)
+	}
+}
+
+// BuildSaying says when the compiler runs, and only then: not for a
+// module the disk cache or an earlier build of the process has (weir run
+// said "building" of modules it took from the cache).
+func TestBuildSayingSaysOnlyOfACompile(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":  "module example.com/said\n\ngo 1.22\n",
+		"main.go": "package main\n\nfunc main() {}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(CacheDirEnv, t.TempDir())
+	ctx := context.Background()
+	for i, what := range []string{"first build", "in-process memo", "disk cache"} {
+		if what == "disk cache" {
+			cwd, _ := os.Getwd()
+			built.Delete(cwd + "\x00" + dir)
+		}
+		compiles := 0
+		if _, err := BuildSaying(ctx, dir, func() { compiles++ }); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if want := map[bool]int{true: 1, false: 0}[i == 0]; compiles != want {
+			t.Errorf("%s: compiling said %d times, want %d", what, compiles, want)
+		}
 	}
 }
