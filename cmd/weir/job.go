@@ -66,7 +66,9 @@ several sinks); a JetStream sink's output is what its
 stream stores, from new records on (-from-start: all
 it holds; -last N: its last N); a core NATS sink's is
 what it publishes while followed, no history. Stops
-at Ctrl-C, -for, -show, or once the job has ended and
+at Ctrl-C, -for, -show N (after N records; -1, the
+default: no limit; 0 is refused: in weir run it prints
+none), or once the job has ended and
 all its streams held then is shown ("job JOB finished;
 N records shown", on stderr; of a stopped job: "job JOB
 stopped with savepoint ID; ...")`},
@@ -163,7 +165,7 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 		fs.BoolVar(&f.output.fromStart, "from-start", false, "all a JetStream sink's stream holds, not only new records")
 		fs.IntVar(&f.output.last, "last", 0, "the last N records a JetStream sink's stream holds, then new ones")
 		fs.DurationVar(&f.output.forDur, "for", 0, "stop after this long (0: until the job ends or Ctrl-C)")
-		fs.IntVar(&f.output.show, "show", 0, "stop after this many records (0 or -1: no limit, as weir run's -show -1)")
+		fs.IntVar(&f.output.show, "show", -1, "stop after this many records (-1: no limit; 0, which in weir run prints none, is refused: it would show nothing)")
 		fs.BoolVar(&f.output.untilNow, "until-now", false, "with -from-start or -last N: stop once every record the sinks' streams held when it started is shown (a dump of what is there, which a running job's output does not cut short)")
 	case "restore":
 		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")

@@ -20,7 +20,7 @@ type jobOutputOptions struct {
 	fromStart bool          // -from-start: all a JetStream sink's stream holds
 	last      int           // -last: the last N records of a JetStream sink's stream
 	forDur    time.Duration // -for: stop after this long (0: never)
-	show      int           // -show: stop after this many records (0: never)
+	show      int           // -show: stop after this many records (-1: never; 0 is refused)
 	untilNow  bool          // -until-now: stop once what the streams held at the start is shown
 }
 
@@ -31,8 +31,12 @@ func (o jobOutputOptions) check() error {
 		return usagef("job output: -last %d: give a number of records, 1 or more", o.last)
 	case o.fromStart && o.last > 0:
 		return usagef("job output: give -from-start or -last, not both")
+	case o.show == 0:
+		// weir run's -show 0 prints no records; here it stood for no
+		// limit. Neither is taken for the other silently.
+		return usagef("job output: -show 0 would show no records (as weir run -show 0 prints none): give 1 or more, or -1 (the default) for no limit")
 	case o.show < -1:
-		return usagef("job output: -show %d: give a number of records, 1 or more (0 or -1: no limit)", o.show)
+		return usagef("job output: -show %d: give a number of records, 1 or more (-1: no limit)", o.show)
 	case o.forDur < 0:
 		return usagef("job output: -for %s: give a duration above 0 (0: no limit)", o.forDur)
 	case o.untilNow && !o.fromStart && o.last == 0:
@@ -88,7 +92,7 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 		ctx, cancel = context.WithTimeout(ctx, o.forDur)
 		defer cancel()
 	}
-	// -show -1 is no limit, as weir run's -show -1 is.
+	// -show -1 is no limit (limit 0), as weir run's -show -1 is.
 	out := &output{std: std, show: -1, limit: max(o.show, 0), full: make(chan struct{}), bare: len(sinks) == 1,
 		bySink: map[string]int{}, js: js, sinks: sinks, job: job}
 	for _, s := range sinks {

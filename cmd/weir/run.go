@@ -89,7 +89,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE ('-': stdin) to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a JetStream stream stores each line once: after a lost connection weir run publishes again what it did not acknowledge (message ids: this run's, the input's place among the -input flags, the line's number), within the stream's duplicate window (10s at least, else refused); a line the stream refuses (a limit, a subject it does not store) fails weir run")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output of the input is committed — every source the input went to has read all of it, and the sinks stored a checkpoint taken after that, in one attempt of the job — and the output has been quiet this long (0: never); input to a core NATS source, which cannot say what it read, counts as committed with a checkpoint after one that completed after it; a job whose sources all have a stop is followed until it ends")
-	fs.IntVar(&o.show, "show", 20, "print at most this many output records, and of the summary's latest value per key at most this many keys (-1: all)")
+	fs.IntVar(&o.show, "show", 20, "print at most this many output records, and of the summary's latest value per key at most this many keys (0: none, the summary counts them all; -1: all; as weir job output -show N stops after N)")
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
 	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
@@ -108,6 +108,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	if o.time && len(o.inputs) == 0 {
 		return usagef("run: -time says how -input files' lines start; give -input too")
+	}
+	if o.show < -1 {
+		return usagef("run: -show %d: give a number of records, 0 or more (0: none; -1: all)", o.show)
 	}
 	o.spec = pos[0]
 	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile})
