@@ -31,7 +31,7 @@ import (
 
 func init() {
 	register(command{Name: "up", Summary: "start the coordinator and a worker, on embedded NATS or an existing one (-nats)", Run: runUp})
-	register(command{Name: "worker", Summary: "run a worker that joins an existing NATS; ls lists the live ones", Run: runWorker})
+	register(command{Name: "worker", Summary: "run a worker that joins an existing NATS; ls lists the live ones, drain moves a worker's jobs off it", Run: runWorker})
 }
 
 // natsFlags are the connection flags every command that talks to NATS
@@ -402,6 +402,8 @@ func syncNote(always bool, interval time.Duration) string {
 
 const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
        weir worker ls [-nats URL] [auth flags]
+       weir worker drain NAME [-nats URL] [auth flags] [-timeout D]
+       weir worker uncordon NAME [-nats URL] [auth flags]
 
 Runs a worker that joins the coordinator reachable through NATS at URL and
 runs the tasks it is given. While the server cannot be reached (a worker
@@ -419,11 +421,25 @@ a coordinator that does not know all it runs), saying what it runs.
 
 weir worker ls lists the live workers the coordinator knows: ID, host, and
 slots as used/total (used: the tasks placed there of the jobs that have not
-ended; total "-": no limit).`
+ended; total "-": no limit), and which are cordoned or draining.
+
+weir worker drain NAME takes a worker out of service without failing a job
+over: it cordons it (no new task is placed there) and moves each job with
+tasks on it to the other workers with a stop savepoint and a restore from
+it; weir worker uncordon NAME makes it placeable again. For a rolling
+upgrade: drain, stop the worker, start the new build under the same -id,
+uncordon; then the next. weir worker drain -h says more.`
 
 func runWorker(ctx context.Context, std Stdio, args []string) error {
-	if len(args) > 0 && args[0] == "ls" {
-		return listWorkers(ctx, std, args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "ls":
+			return listWorkers(ctx, std, args[1:])
+		case "drain":
+			return drainWorker(ctx, std, args[1:])
+		case "uncordon":
+			return uncordonWorker(ctx, std, args[1:])
+		}
 	}
 	fs := newFlags(std, "worker", workerUsage)
 	var nf natsFlags
@@ -444,6 +460,12 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 			// worker started here would run until interrupted, as one
 			// more, instead.
 			return listWorkers(ctx, std, slices.Concat(args[:len(args)-fs.NArg()], fs.Args()[1:]))
+		}
+		switch fs.Arg(0) {
+		case "drain":
+			return drainWorker(ctx, std, slices.Concat(args[:len(args)-fs.NArg()], fs.Args()[1:]))
+		case "uncordon":
+			return uncordonWorker(ctx, std, slices.Concat(args[:len(args)-fs.NArg()], fs.Args()[1:]))
 		}
 		return usagef("worker: unexpected argument %q", fs.Arg(0))
 	}
@@ -493,7 +515,9 @@ Lists the live workers the coordinator knows: ID, host, and slots as
 used/total (used: the tasks placed there of the jobs that have not ended;
 total "-": no limit). A worker the coordinator places no tasks on (its
 checkpoint store is not the coordinator's) is followed by a line that says
-why.`
+why. While a worker is cordoned (weir worker drain) a STATE column says
+which: "cordoned" (it holds no task), "draining" (it still holds tasks), or
+"ready".`
 
 // listWorkers is weir worker ls.
 func listWorkers(ctx context.Context, std Stdio, args []string) error {
@@ -520,6 +544,18 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 	return nil
 }
 
+// cordonState is a worker's STATE in weir worker ls: draining while a
+// cordoned worker holds tasks, then cordoned.
+func cordonState(x control.WorkerStatus) string {
+	switch {
+	case x.Cordoned && x.Used > 0:
+		return "draining"
+	case x.Cordoned:
+		return "cordoned"
+	}
+	return "ready"
+}
+
 // printWorkers prints one line per worker, its slots as used/total and
 // when it was last heard from (at now), then a line for each worker that
 // gets no tasks and each that went silent: a worker killed or cut off is
@@ -527,7 +563,14 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 // healthy.
 func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tHOST\tSLOTS\tLAST HEARD")
+	// STATE only while a worker is cordoned: the list reads as before
+	// otherwise.
+	cordons := slices.ContainsFunc(ws, func(x control.WorkerStatus) bool { return x.Cordoned })
+	if cordons {
+		fmt.Fprintln(tw, "WORKER\tHOST\tSTATE\tSLOTS\tLAST HEARD")
+	} else {
+		fmt.Fprintln(tw, "WORKER\tHOST\tSLOTS\tLAST HEARD")
+	}
 	for _, x := range ws {
 		total := "-"
 		if x.Slots > 0 {
@@ -536,6 +579,10 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 		heard := "-"
 		if !x.LastHeartbeat.IsZero() {
 			heard = max(now.Sub(x.LastHeartbeat), 0).Round(100*time.Millisecond).String() + " ago"
+		}
+		if cordons {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%s\n", x.ID, x.Host, cordonState(x), x.Used, total, heard)
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%s\n", x.ID, x.Host, x.Used, total, heard)
 	}

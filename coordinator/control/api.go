@@ -775,6 +775,10 @@ type WorkerStatus struct {
 	// LastHeartbeat is when the worker was last heard from (zero from a
 	// coordinator that does not say).
 	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// Cordoned says no task is placed on the worker (weir worker drain,
+	// until weir worker uncordon); with tasks still on it (Used), it is
+	// being drained.
+	Cordoned bool `json:"cordoned,omitempty"`
 }
 
 // API operations (subject suffixes).
@@ -1126,7 +1130,7 @@ const (
 func handlerWait(op string, m *nats.Msg, arrival time.Time) (time.Duration, time.Time) {
 	wait := DefaultHandlerWait
 	switch op {
-	case APISavepoint, APIStop, APIRemove, APIRemoveJob:
+	case APISavepoint, APIStop, APIRemove, APIRemoveJob, APIMoveJob:
 		wait = DefaultLongHandlerWait
 	}
 	if m.Header != nil {
@@ -1291,6 +1295,11 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 			}
 			return impl.RemoveJob(ctx, n)
 		},
+	}
+	if d, ok := impl.(Drainer); ok {
+		for op, fn := range drainOps(d) {
+			ops[op] = fn
+		}
 	}
 	for op, fn := range ops {
 		if err := handle(op, fn); err != nil {

@@ -795,7 +795,7 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 			}
 			return assignment, attempt, failure{}, true
 		case errors.Is(err, plan.ErrNoWorkers):
-			reason = ReasonWaitingForWorker
+			reason = ReasonWaitingForWorker + j.m.cordonedLive()
 		case errors.As(err, &short):
 			reason = ReasonWaitingForSlots + short.Shortfall()
 		default:

@@ -176,6 +176,8 @@ type Manager struct {
 	// placeMu makes placing a job (place) one step: no two jobs count
 	// the same free slot.
 	placeMu sync.Mutex
+	// cordon holds the cordoned workers, which get no task (drain.go).
+	cordon cordonSet
 }
 
 // DefaultWorkerWait is how long a job waits for a worker to join when none
@@ -248,6 +250,10 @@ func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
 	m.mu.Lock()
 	m.ctx = ctx
 	m.mu.Unlock()
+	// The cordons first: a resumed job is placed off a cordoned worker.
+	if err := m.loadCordons(ctx); err != nil {
+		m.log.Warn("reading worker cordons failed", "err", err)
+	}
 	if err := m.resume(ctx); err != nil {
 		m.log.Warn("resuming jobs failed", "err", err)
 	}
@@ -280,6 +286,10 @@ func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
 func (m *Manager) WorkerJoined(w control.WorkerInfo) {
 	if why := m.unusable(w); why != "" {
 		m.log.Warn("worker joined, but gets no tasks", "worker", w.ID, "host", w.Host, "why", why)
+		return
+	}
+	if m.cordoned(w.ID) {
+		m.log.Info("worker joined, cordoned: it gets no tasks until weir worker uncordon", "worker", w.ID, "host", w.Host)
 		return
 	}
 	m.log.Info("worker joined", "worker", w.ID, "host", w.Host, "slots", w.Slots)
@@ -357,7 +367,7 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 	stale := m.staleTasks(live, j)
 	ws := make([]plan.Worker, 0, len(live))
 	for _, hb := range live {
-		if m.unusable(hb.Worker) != "" {
+		if m.unusable(hb.Worker) != "" || m.cordoned(hb.Worker.ID) {
 			continue
 		}
 		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID] + stale[hb.Worker.ID]}
@@ -401,7 +411,7 @@ func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 	for i, hb := range live {
 		id := hb.Worker.ID
 		out[i] = control.WorkerStatus{ID: id, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[id] + stale[id],
-			Unusable: m.unusable(hb.Worker), LastHeartbeat: heard[id]}
+			Unusable: m.unusable(hb.Worker), LastHeartbeat: heard[id], Cordoned: m.cordoned(id)}
 	}
 	return out, nil
 }

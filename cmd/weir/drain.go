@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+const workerDrainUsage = `NAME [-nats URL] [auth flags] [-wait D] [-timeout D]
+
+Takes worker NAME out of service without failing a job over. It cordons
+the worker — the coordinator places no new task on it — and moves every
+job that has tasks on it to the other workers, one job at a time: an
+aligned stop savepoint (its sources take nothing after the savepoint's
+barrier, its sinks commit the output up to it), then the job's next
+attempt restored from that savepoint on the workers that are not
+cordoned. Nothing is replayed and no output is repeated or lost; the move
+is no failure of the job's (not counted against restart.attempts; weir
+job status counts the attempt as a replacement).
+
+Before it cordons anything it checks that every such job fits on the
+other workers' free slots, and refuses in one line naming the job, the
+slots it needs and what is free. A job whose stop savepoint fails (it
+expires, say) keeps running where it was: the drain names it and why, and
+exits 1 once the others moved. It ends when the worker holds no task.
+
+The worker stays cordoned, also across a coordinator restart, until
+'weir worker uncordon NAME' (a worker stopped and started again under
+its -id is still cordoned). Ctrl-C stops the drain between steps: a move
+under way completes on the coordinator (or leaves its job running where
+it was); the jobs not moved yet stay where they are; run the drain again
+to move them.
+
+-timeout bounds the whole drain (default 10m); -wait how long each request
+waits for the coordinator's answer.`
+
+const workerUncordonUsage = `NAME [-nats URL] [auth flags] [-wait D]
+
+Makes a worker cordoned by 'weir worker drain' placeable again: jobs
+placed from now on (submitted, restored, failed over) may get tasks on
+it. Jobs that run elsewhere stay where they are.`
+
+// drainWorker is weir worker drain.
+func drainWorker(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "worker drain", workerDrainUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
+	nf.registerWait(fs)
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long the drain waits in all for the worker's jobs to run elsewhere")
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("worker drain: give one worker's ID (weir worker ls lists them)")
+	}
+	name := pos[0]
+	if *timeout <= 0 {
+		return usagef("worker drain: -timeout %s: give a positive duration", *timeout)
+	}
+	nc, api, err := connectAPI(&nf, std.Err)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	dctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	d := drain{ctx: dctx, parent: ctx, api: api, out: std.Out, worker: name, timeout: *timeout, hint: nf.hint()}
+	return d.run()
+}
+
+// drain is one weir worker drain.
+type drain struct {
+	ctx, parent context.Context
+	api         *control.APIClient
+	out         io.Writer
+	worker      string
+	timeout     time.Duration
+	hint        string
+	// moved, failed and left are the jobs moved, those that could not be
+	// (with why), and those not dealt with yet.
+	moved  []string
+	failed []string
+	left   []string
+}
+
+func (d *drain) run() error {
+	p, err := d.api.DrainWorker(d.ctx, control.DrainRequest{Worker: d.worker})
+	if err != nil {
+		return d.apiErr("worker drain", err)
+	}
+	state := "cordoned"
+	if p.AlreadyCordoned {
+		state = "already cordoned"
+	}
+	if !p.Live {
+		state += " (not live)"
+	}
+	switch len(p.Jobs) {
+	case 0:
+		fmt.Fprintf(d.out, "worker %s %s: no new task is placed on it; no job has tasks on it\n", d.worker, state)
+	default:
+		names := make([]string, len(p.Jobs))
+		for i, j := range p.Jobs {
+			names[i] = j.Job
+		}
+		fmt.Fprintf(d.out, "worker %s %s: no new task is placed on it; moving %s to the other workers: %s\n",
+			d.worker, state, plural(len(p.Jobs), "job"), strings.Join(names, ", "))
+	}
+	for _, j := range p.Jobs {
+		d.left = append(d.left, j.Job)
+	}
+	for len(d.left) > 0 {
+		j := p.Jobs[len(p.Jobs)-len(d.left)]
+		if d.ctx.Err() != nil {
+			return d.stopped()
+		}
+		d.move(j)
+		d.left = d.left[1:]
+	}
+	if d.ctx.Err() != nil {
+		return d.stopped()
+	}
+	// The jobs not running as the drain began (restarting, waiting for
+	// room) leave at their next placement, and a stale attempt's tasks
+	// once the worker stopped them: wait until it holds none.
+	if err := d.awaitEmpty(); err != nil {
+		return err
+	}
+	if len(d.failed) > 0 {
+		return fmt.Errorf("worker drain %s: %s not moved (%s); the worker stays cordoned; weir worker drain%s %s tries again",
+			d.worker, plural(len(d.failed), "job"), strings.Join(d.failed, "; "), d.hint, shellQuote(d.worker))
+	}
+	fmt.Fprintf(d.out, "worker %s drained: it holds no task, and stays cordoned; weir worker uncordon%s %s places tasks on it again\n",
+		d.worker, d.hint, shellQuote(d.worker))
+	return nil
+}
+
+// move moves job j off the worker and waits until it runs elsewhere.
+func (d *drain) move(j control.DrainJob) {
+	fmt.Fprintf(d.out, "job %s: stopping with a savepoint to move its %s off %s …\n", j.Job, plural(j.Tasks, "task"), d.worker)
+	mv, err := d.api.MoveJob(d.ctx, control.MoveRequest{Job: j.Job, Worker: d.worker})
+	if err != nil {
+		if d.ctx.Err() != nil {
+			// Interrupted, or out of time, while the savepoint was under
+			// way: the coordinator carries the move out, or leaves the
+			// job running where it was.
+			d.failed = append(d.failed, j.Job+": its move was under way as the drain stopped (weir job status "+shellQuote(j.Job)+" shows where it runs)")
+			return
+		}
+		fmt.Fprintf(d.out, "job %s: not moved: %v\n", j.Job, err)
+		d.failed = append(d.failed, j.Job+": "+oneLine(err))
+		return
+	}
+	if !mv.Moved {
+		fmt.Fprintf(d.out, "job %s: %s\n", j.Job, mv.Note)
+		return
+	}
+	fmt.Fprintf(d.out, "job %s: savepoint %d taken; restarting from it on the other workers …\n", j.Job, mv.Savepoint)
+	var st control.JobStatus
+	for {
+		st, err = d.api.Job(d.ctx, j.Job)
+		switch {
+		case err == nil && st.State.Terminal():
+			fmt.Fprintf(d.out, "job %s: %s after its savepoint %d (%s)\n", j.Job, st.State, mv.Savepoint, st.Reason)
+			d.failed = append(d.failed, fmt.Sprintf("%s: %s", j.Job, st.State))
+			return
+		case err == nil && st.Attempt > mv.Attempt && st.State == control.JobRunning && !runsOn(st, d.worker):
+			fmt.Fprintf(d.out, "job %s: running on %s (attempt %d, restored from savepoint %d)\n",
+				j.Job, strings.Join(workersOf(st), ", "), st.Attempt, st.RestoredFrom)
+			d.moved = append(d.moved, j.Job)
+			return
+		}
+		select {
+		case <-d.ctx.Done():
+			where := string(st.State)
+			if st.Reason != "" {
+				where += ": " + st.Reason
+			}
+			d.failed = append(d.failed, fmt.Sprintf("%s: savepoint %d taken, not running again yet (%s)", j.Job, mv.Savepoint, where))
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// awaitEmpty waits until the worker holds no task (or is not live).
+func (d *drain) awaitEmpty() error {
+	said := false
+	for {
+		ws, err := d.api.Workers(d.ctx)
+		if err == nil {
+			used := 0
+			for _, w := range ws {
+				if w.ID == d.worker {
+					used = w.Used
+				}
+			}
+			if used == 0 {
+				return nil
+			}
+			if !said && len(d.failed) == 0 {
+				fmt.Fprintf(d.out, "worker %s still holds %s: waiting for them to leave …\n", d.worker, plural(used, "task"))
+				said = true
+			}
+			if len(d.failed) > 0 {
+				return nil // those of the jobs not moved stay
+			}
+		}
+		select {
+		case <-d.ctx.Done():
+			return d.stopped()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// stopped says where a drain cut short (Ctrl-C, -timeout) left things.
+func (d *drain) stopped() error {
+	why := fmt.Sprintf("-timeout %s ran out", d.timeout)
+	if d.parent.Err() != nil {
+		why = "interrupted"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "worker drain %s: %s; the worker stays cordoned", d.worker, why)
+	if len(d.moved) > 0 {
+		fmt.Fprintf(&b, "; moved: %s", strings.Join(d.moved, ", "))
+	}
+	if len(d.failed) > 0 {
+		fmt.Fprintf(&b, "; not moved: %s", strings.Join(d.failed, "; "))
+	}
+	if len(d.left) > 0 {
+		fmt.Fprintf(&b, "; not moved yet (running where they were): %s", strings.Join(d.left, ", "))
+	}
+	fmt.Fprintf(&b, "; weir worker drain%s %s moves the rest", d.hint, shellQuote(d.worker))
+	return errors.New(b.String())
+}
+
+func (d *drain) apiErr(what string, err error) error {
+	if d.parent.Err() != nil {
+		return fmt.Errorf("%s %s: interrupted", what, d.worker)
+	}
+	return apiErr(what, err)
+}
+
+// runsOn reports whether st places a task on worker.
+func runsOn(st control.JobStatus, worker string) bool {
+	for _, w := range st.Assignment {
+		if w == worker {
+			return true
+		}
+	}
+	return false
+}
+
+// workersOf returns the workers st places tasks on, sorted.
+func workersOf(st control.JobStatus) []string {
+	set := map[string]bool{}
+	for _, w := range st.Assignment {
+		set[w] = true
+	}
+	out := make([]string, 0, len(set))
+	for w := range set {
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// oneLine is err's message on one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// plural is "1 job", "2 jobs".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// uncordonWorker is weir worker uncordon.
+func uncordonWorker(ctx context.Context, std Stdio, args []string) error {
+	fs := newFlags(std, "worker uncordon", workerUncordonUsage)
+	var nf natsFlags
+	nf.register(fs, defaultNATS, "NATS server URL")
+	nf.registerWait(fs)
+	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("worker uncordon: give one worker's ID (weir worker ls lists them)")
+	}
+	nc, api, err := connectAPI(&nf, std.Err)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cs, err := api.Uncordon(ctx, pos[0])
+	if err != nil {
+		return apiErr("worker uncordon", err)
+	}
+	if !cs.Was {
+		fmt.Fprintf(std.Out, "worker %s was not cordoned\n", cs.Worker)
+		return nil
+	}
+	fmt.Fprintf(std.Out, "worker %s uncordoned: jobs placed from now on may get tasks on it (those running elsewhere stay there)\n", cs.Worker)
+	return nil
+}

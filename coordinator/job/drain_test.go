@@ -1,0 +1,207 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/control"
+)
+
+// workerStatus returns the coordinator's status of worker id, once it
+// lists it (a restarted coordinator hears of it with its heartbeats).
+func workerStatus(t *testing.T, ctx context.Context, e *env, id string) control.WorkerStatus {
+	t.Helper()
+	for {
+		ws, err := e.api.Workers(ctx)
+		for _, w := range ws {
+			if w.ID == id {
+				return w
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("worker %s not listed: %+v (%v)", id, ws, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Draining a worker cordons it and moves a job with tasks on it to the
+// other worker with a stop savepoint and an attempt restored from it: no
+// failure, no restart, the savepoint's output committed (the workers
+// brought the attempt to rest with it) before the attempt was canceled.
+// The cordon survives a coordinator restart; uncordon undoes it, which
+// survives a restart too.
+func TestDrainMovesAJobAndTheCordonSurvivesARestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartableWith(t, nil, Options{HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
+	stop := startManager()
+	defer func() { stop() }()
+	f := e.fleet
+	w1 := f.start(ctx, "w1")
+	w2 := f.start(ctx, "w2")
+	defer f.wait()
+	for {
+		if ws, err := e.api.Workers(ctx); err == nil && len(ws) == 2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the workers never joined")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := spec(t, "wc", "checkpointing: {interval: 50ms}\nrestart: {strategy: none}\n")
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "a checkpoint", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.LatestCheckpoint >= 1
+	})
+	on := perWorker(st)
+	if on["w1"] == 0 || on["w2"] == 0 {
+		t.Fatalf("tasks per worker %v: want some on each", on)
+	}
+
+	p, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Live || p.AlreadyCordoned || len(p.Jobs) != 1 || p.Jobs[0] != (control.DrainJob{Job: "wc", State: control.JobRunning, Tasks: on["w1"], Needs: 5}) {
+		t.Errorf("drain plan %+v", p)
+	}
+	if w := workerStatus(t, ctx, e, "w1"); !w.Cordoned || w.Used != on["w1"] {
+		t.Errorf("w1 after the cordon: %+v; want cordoned, its %d tasks still there", w, on["w1"])
+	}
+	mv, err := e.api.MoveJob(ctx, control.MoveRequest{Job: "wc", Worker: "w1"})
+	if err != nil || !mv.Moved || mv.Savepoint == 0 || mv.Attempt != 1 {
+		t.Fatalf("move: %+v, %v", mv, err)
+	}
+	st = waitFor(t, ctx, e, "wc", "running off w1", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2
+	})
+	if got := perWorker(st); got["w1"] != 0 || got["w2"] != 5 {
+		t.Errorf("tasks per worker after the move %v; want all 5 on w2", got)
+	}
+	if st.Restarts != 0 || st.Replacements != 1 || len(st.Failures) != 0 || st.RestoredFrom != mv.Savepoint {
+		t.Errorf("status after the move: restarts %d, replacements %d, failures %+v, restored from %d; want 0, 1, none, savepoint %d",
+			st.Restarts, st.Replacements, st.Failures, st.RestoredFrom, mv.Savepoint)
+	}
+	if d := w2.lastDeploy("wc"); d.Restore == nil || d.Restore.CheckpointID != mv.Savepoint {
+		t.Errorf("the deploy to w2 restores %+v; want savepoint %d", d.Restore, mv.Savepoint)
+	}
+	w1.mu.Lock()
+	stops := append([]control.Stop(nil), w1.stops...)
+	w1.mu.Unlock()
+	if len(stops) != 1 || stops[0].CheckpointID != mv.Savepoint || stops[0].Attempt != 1 {
+		t.Errorf("w1 was brought to rest with %+v; want savepoint %d of attempt 1 (its sinks commit it)", stops, mv.Savepoint)
+	}
+	if _, ok := w1.currentAttempt("wc"); ok {
+		t.Error("w1 still runs the job")
+	}
+	if w := workerStatus(t, ctx, e, "w1"); !w.Cordoned || w.Used != 0 {
+		t.Errorf("w1 after the move: %+v; want cordoned, no task", w)
+	}
+	// Nothing left to move: said, not done again.
+	if mv, err := e.api.MoveJob(ctx, control.MoveRequest{Job: "wc", Worker: "w1"}); err != nil || mv.Moved || mv.Note != "it has no task on worker w1" {
+		t.Errorf("move again: %+v, %v", mv, err)
+	}
+
+	// A restarted coordinator keeps the cordon: the resumed job is
+	// placed off w1.
+	stop()
+	stop = startManager()
+	if w := workerStatus(t, ctx, e, "w1"); !w.Cordoned {
+		t.Errorf("w1 after a coordinator restart: %+v; want cordoned", w)
+	}
+	st = waitFor(t, ctx, e, "wc", "resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 3
+	})
+	if got := perWorker(st); got["w1"] != 0 {
+		t.Errorf("the resumed job was placed on the cordoned w1: %v", got)
+	}
+
+	cs, err := e.api.Uncordon(ctx, "w1")
+	if err != nil || !cs.Was || cs.Cordoned {
+		t.Errorf("uncordon: %+v, %v", cs, err)
+	}
+	if cs, err := e.api.Uncordon(ctx, "w1"); err != nil || cs.Was {
+		t.Errorf("uncordon again: %+v, %v; want it was not cordoned", cs, err)
+	}
+	stop()
+	stop = startManager()
+	if w := workerStatus(t, ctx, e, "w1"); w.Cordoned {
+		t.Errorf("w1 after uncordon and a coordinator restart: %+v; want placeable", w)
+	}
+}
+
+// A drain whose jobs do not fit on the other workers is refused in one
+// line — the job, what it needs, what is free — before anything is
+// cordoned or stopped; a worker nobody knows is refused with a guess.
+func TestDrainRefusedWithoutRoom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.startSlots(ctx, "w1", 3)
+	e.fleet.startSlots(ctx, "w2", 3)
+	e.waitWorkers(2)
+	st := e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 50ms}\n"))
+	// The job's own tasks on w2 count free: it is placed again whole.
+	_, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w1"})
+	free := 3
+	want := "drain w1: no room on the other workers for job wc: it needs 5 tasks, workers have " + strconv.Itoa(free) + " free (w2 " + strconv.Itoa(free) + " of 3); nothing was cordoned or stopped"
+	if !errors.Is(err, control.ErrConflict) || err.Error() != want {
+		t.Errorf("drain: %v; want %q", err, want)
+	}
+	if w := workerStatus(t, ctx, e, "w1"); w.Cordoned {
+		t.Errorf("w1 cordoned after a refused drain: %+v", w)
+	}
+	if now, _ := e.api.Job(ctx, "wc"); now.State != control.JobRunning || now.Attempt != st.Attempt {
+		t.Errorf("job after a refused drain: %s attempt %d; want it running on as attempt %d", now.State, now.Attempt, st.Attempt)
+	}
+	// A move needs the worker cordoned first.
+	if _, err := e.api.MoveJob(ctx, control.MoveRequest{Job: "wc", Worker: "w1"}); !errors.Is(err, control.ErrConflict) || !strings.Contains(err.Error(), "not cordoned") {
+		t.Errorf("move off a worker not cordoned: %v", err)
+	}
+	if _, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w3"}); !errors.Is(err, control.ErrNotFound) ||
+		!strings.Contains(err.Error(), "no worker w3 is live") {
+		t.Errorf("drain of an unknown worker: %v", err)
+	}
+}
+
+// A move whose stop savepoint fails (it expires: a worker never acks)
+// leaves the job running where it was, and says why.
+func TestMoveWhoseSavepointFailsLeavesTheJobRunning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	st := e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 1h, timeout: 300ms}\n"))
+	waitFor(t, ctx, e, "wc", "tasks running", func(st control.JobStatus) bool { return len(st.Restoring) == 0 && st.State == control.JobRunning })
+	if _, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []*fakeWorker{w1, w2} {
+		w.mu.Lock()
+		w.noAck = true
+		w.mu.Unlock()
+	}
+	mv, err := e.api.MoveJob(ctx, control.MoveRequest{Job: "wc", Worker: "w1"})
+	if err == nil || mv.Moved || !strings.Contains(err.Error(), "stop savepoint failed") || !strings.Contains(err.Error(), "keeps running where it was") {
+		t.Fatalf("move: %+v, %v; want the savepoint's failure", mv, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	now, err := e.api.Job(ctx, "wc")
+	if err != nil || now.State != control.JobRunning || now.Attempt != st.Attempt || len(now.Failures) != 0 {
+		t.Errorf("job after a failed move: %+v, %v; want it running on as attempt %d", now, err, st.Attempt)
+	}
+	if got := perWorker(now); got["w1"] == 0 {
+		t.Errorf("tasks per worker %v: the job left w1", got)
+	}
+}
