@@ -14,7 +14,9 @@ import (
 // snapshot, the sinks' commit markers), then what its checkpoints that
 // never completed left and its stray commit markers (removeEarlier), and
 // last the job itself: it is listed no more, and its status and
-// checkpoints are not found. The coordinator keeps its name's numbering,
+// checkpoints are not found; in a directory store, the empty directories
+// of its checkpoints whose uploads were cut go with it
+// (removeEmptyCheckpointDirs). The coordinator keeps its name's numbering,
 // as the job's record (record.Removed), so that a job submitted again
 // under the name numbers its attempts and checkpoint IDs on past the
 // removed run's, as it would past an ended run's: a late task of the
@@ -93,7 +95,18 @@ func (m *Manager) RemoveJob(ctx context.Context, name string) (control.Removed, 
 		j.mu.Unlock()
 		return out, fmt.Errorf("remove job %s: its checkpoints are removed, but %w; weir job rm %s again goes on", name, err, name)
 	}
-	m.log.Info("job removed", "job", name, "checkpoints", len(out.Checkpoints))
+	// The directories of its checkpoints that never completed whose
+	// uploads were cut hold no object, and nothing above found them.
+	m.mu.Lock()
+	below := int64(0) // any: no other run of the name
+	if cur := m.jobs[name]; cur != j && cur != nil {
+		cur.mu.Lock()
+		below = max(cur.firstID, 1)
+		cur.mu.Unlock()
+	}
+	m.mu.Unlock()
+	dirs := removeEmptyCheckpointDirs(m.opts.Catalog, name, below)
+	m.log.Info("job removed", "job", name, "checkpoints", len(out.Checkpoints), "empty_checkpoint_dirs", dirs)
 	return out, nil
 }
 
