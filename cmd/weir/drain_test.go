@@ -129,3 +129,22 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 		t.Errorf("drain without a name: exit %d, %q", code, errb)
 	}
 }
+
+// A drain cut short (Ctrl-C, -timeout) says in one line what it moved,
+// what it could not, what it did not reach, and that the worker stays
+// cordoned.
+func TestDrainStoppedSaysWhereItLeftThings(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	cancel()
+	d := drain{ctx: parent, parent: parent, worker: "w1", timeout: time.Minute, hint: " -nats nats://h:4222",
+		moved: []string{"a"}, failed: []string{"b: its move was under way as the drain stopped (weir job status b shows where it runs)"}, left: []string{"c", "d"}}
+	const want = "worker drain w1: interrupted; the worker stays cordoned; moved: a; not moved: b: its move was under way as the drain stopped (weir job status b shows where it runs); not moved yet (running where they were): c, d; weir worker drain -nats nats://h:4222 w1 moves the rest"
+	if got := d.stopped().Error(); got != want {
+		t.Errorf("interrupted:\n%s\nwant\n%s", got, want)
+	}
+	d.parent = context.Background()
+	d.moved, d.failed, d.left = nil, nil, []string{"c"}
+	if got := d.stopped().Error(); !strings.HasPrefix(got, "worker drain w1: -timeout 1m0s ran out; the worker stays cordoned; not moved yet (running where they were): c;") {
+		t.Errorf("timed out: %s", got)
+	}
+}

@@ -252,7 +252,7 @@ func TestJobStatusExplainsTheAttempts(t *testing.T) {
 		}
 		return out.String()
 	}
-	const said = "\n12 attempts: 1 restart after failures, 9 placements again after a worker stopped, or was lost or refused its tasks while deploying, " +
+	const said = "\n12 attempts: 1 restart after failures, 9 placements again after a worker was drained or stopped, or was lost or refused its tasks while deploying, " +
 		"1 resume after a coordinator restart, 1 first deployment (RESTARTS counts only the restarts after failures)\n"
 	if got := status(control.JobStatus{Name: "x", State: control.JobRunning, Attempt: 12, Restarts: 1, Replacements: 9, Resumes: 1}); !strings.Contains(got, said) {
 		t.Errorf("stdout:\n%s\nwant the line %q", got, strings.TrimSpace(said))

@@ -56,7 +56,8 @@ type JobStatus struct {
 	// Replacements counts the attempts of this run that placed the job
 	// again, no failure of its own, because a worker was lost while
 	// the attempt before was deployed, or refused its tasks for want of
-	// slots (Skipped says which); Resumes those that resumed it after a
+	// slots (Skipped says which), or stopped saying goodbye, or was
+	// drained (Drainer.MoveJob); Resumes those that resumed it after a
 	// coordinator restarted (but for one that begins the restart after
 	// failures the coordinator before was due to make, its delay running
 	// or its worker awaited: that counts once, in Restarts, as the
@@ -436,7 +437,7 @@ func (s JobStatus) AttemptsExplained() string {
 	}
 	if s.Replacements > 0 {
 		parts = append(parts, plural(s.Replacements, "placement again", "placements again")+
-			" after a worker stopped, or was lost or refused its tasks while deploying")
+			" after a worker was drained or stopped, or was lost or refused its tasks while deploying")
 	}
 	if s.Resumes > 0 {
 		parts = append(parts, plural(s.Resumes, "resume", "resumes")+" after a coordinator restart")

@@ -846,7 +846,7 @@ func TestAttemptsExplainedNamesEarlierRuns(t *testing.T) {
 		want string
 	}{
 		{JobStatus{Attempt: 4, Resumes: 1}, "4 attempts: 1 resume after a coordinator restart, 1 first deployment of this run, 2 of the job's earlier runs"},
-		{JobStatus{Attempt: 2, Replacements: 1}, "2 attempts: 1 placement again after a worker stopped, or was lost or refused its tasks while deploying, 1 first deployment"},
+		{JobStatus{Attempt: 2, Replacements: 1}, "2 attempts: 1 placement again after a worker was drained or stopped, or was lost or refused its tasks while deploying, 1 first deployment"},
 		{JobStatus{Attempt: 3, Restarts: 2}, ""},
 	} {
 		if got := c.st.AttemptsExplained(); got != c.want {

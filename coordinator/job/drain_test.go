@@ -205,3 +205,37 @@ func TestMoveWhoseSavepointFailsLeavesTheJobRunning(t *testing.T) {
 		t.Errorf("tasks per worker %v: the job left w1", got)
 	}
 }
+
+// A move outlives its request: a caller that stops waiting (its wait ran
+// out, Ctrl-C) while the workers bring the attempt to rest with the stop
+// savepoint is told the move is under way, and the coordinator finishes
+// it — the job runs off the cordoned worker, no failure counted — rather
+// than leaving the job stopped.
+func TestAMoveOutlivesItsRequest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 1h}\nrestart: {strategy: none}\n"))
+	waitFor(t, ctx, e, "wc", "tasks running", func(st control.JobStatus) bool { return len(st.Restoring) == 0 && st.State == control.JobRunning })
+	if _, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	held, release := w1.holdFirst(t, control.OpStop)
+	rctx, rcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	_, err := e.api.MoveJob(rctx, control.MoveRequest{Job: "wc", Worker: "w1"})
+	rcancel()
+	if !errors.Is(err, control.ErrUnavailable) || !strings.Contains(err.Error(), "still under way") {
+		t.Errorf("move whose request stopped waiting: %v; want it said to be under way", err)
+	}
+	<-held
+	release()
+	st := waitFor(t, ctx, e, "wc", "running off w1", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2
+	})
+	if got := perWorker(st); got["w1"] != 0 || st.Restarts != 0 || len(st.Failures) != 0 {
+		t.Errorf("after the move: tasks per worker %v, %d restarts, failures %+v; want none on w1, no restart, no failure", got, st.Restarts, st.Failures)
+	}
+}

@@ -858,7 +858,7 @@ func TestStatusCountsTheAttemptsThatAreNoRestarts(t *testing.T) {
 	if st.Attempt != 3 || st.Restarts != 0 || st.Replacements != 1 || st.Resumes != 1 {
 		t.Fatalf("status after the coordinator restart %+v; want attempt 3: placed again once (from the record), resumed once, no restart", st)
 	}
-	const want = "3 attempts: 1 placement again after a worker stopped, or was lost or refused its tasks while deploying, " +
+	const want = "3 attempts: 1 placement again after a worker was drained or stopped, or was lost or refused its tasks while deploying, " +
 		"1 resume after a coordinator restart, 1 first deployment"
 	if got := st.AttemptsExplained(); got != want {
 		t.Errorf("attempts explained as %q; want %q", got, want)
