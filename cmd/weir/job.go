@@ -84,7 +84,11 @@ stored: it is listed no more; nothing restores it.
 Refused while another job restores one of them on a
 failover (it started from it). A job submitted again
 under the name numbers its attempts and checkpoints
-on past the removed one's`},
+on past the removed one's. It says what it leaves: the
+streams the job read or wrote and the registry's versions
+of its modules, each with the command that removes it
+(weir stream rm, weir module rm) unless another job uses
+it`},
 }
 
 const (
@@ -541,6 +545,9 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintf(std.Out, "job %s: %s\n", st.Name, st.State)
 		}
 	case "rm":
+		// What it read, wrote and ran, for the line that says what the
+		// removal leaves (nothing said when the status does not come).
+		before, beforeErr := api.Job(ctx, job)
 		api.Timeout = removeWait
 		rm, err := api.RemoveJob(ctx, job)
 		if err != nil {
@@ -561,6 +568,14 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			what = fmt.Sprintf("with its %d checkpoints", n)
 		}
 		fmt.Fprintf(std.Out, "removed job %s (%s); a job submitted under its name numbers its attempts and checkpoints on past it\n", job, what)
+		if beforeErr == nil {
+			jobs, err := api.Jobs(ctx)
+			if err == nil {
+				if line := leftLine(ctx, nc, before, jobs, nf.hint()); line != "" {
+					fmt.Fprintln(std.Out, line)
+				}
+			}
+		}
 	case "savepoint":
 		progress(ctx, api, std.Err, job, "taking a savepoint of %s …\n")
 		api.Timeout = savepointWait

@@ -12,16 +12,18 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 )
 
 func init() {
-	register(command{Name: "stream", Summary: "list, show or change the JetStream streams jobs read and write (size, limits, duplicate window)", Run: runStream})
+	register(command{Name: "stream", Summary: "list, show, change or remove the JetStream streams jobs read and write (size, limits, duplicate window)", Run: runStream})
 }
 
-const streamUsage = `ls|info|edit [flags] [STREAM]
+const streamUsage = `ls|info|edit|rm [flags] [STREAM]
 
   weir stream ls                  every stream: messages, bytes, first and last
                                   sequence, duplicate window, limits
@@ -32,6 +34,12 @@ const streamUsage = `ls|info|edit [flags] [STREAM]
                                   -dupe-window: how long it remembers
                                   message ids, which an exactly-once sink's
                                   recovery needs, and weir job submit checks)
+  weir stream rm STREAM... [-force]
+                                  delete streams and every message in them, for
+                                  good; refused, before any goes, while a job
+                                  that has not ended reads or writes one (stop
+                                  or cancel it first), or when no coordinator
+                                  answers to tell (-force: all the same)
 
 A stream weir run creates keeps everything (no limits): its disk use grows
 with its input and output; give it -max-age or -max-bytes here. weir's
@@ -57,21 +65,24 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	fs.Var(&sf.maxBytes, "max-bytes", "edit: drop the oldest messages past this size (e.g. 10GiB; 0: no limit)")
 	fs.Int64Var(&sf.maxMsgs, "max-msgs", 0, "edit: drop the oldest messages past this many (0 or -1: no limit)")
 	fs.Int64Var(&sf.maxPerSubj, "max-msgs-per-subject", 0, "edit: keep at most this many messages per subject (0 or -1: no limit)")
+	force := fs.Bool("force", false, "rm: remove the stream even while a job that has not ended reads or writes it")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
 	}
 	sf.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { sf.set[f.Name] = true })
-	subs := []string{"ls", "info", "edit"}
+	subs := []string{"ls", "info", "edit", "rm"}
 	switch {
 	case len(pos) == 0:
 		fs.Usage()
-		return usagef("stream: missing subcommand (ls, info or edit)")
+		return usagef("stream: missing subcommand (ls, info, edit or rm)")
 	case !slices.Contains(subs, pos[0]):
-		return usagef("stream: unknown subcommand %q (%sls, info or edit)", pos[0], didYouMean(pos[0], subs))
-	case pos[0] == "ls" && len(pos) != 1, pos[0] != "ls" && len(pos) != 2:
-		return usagef("stream %s: want %s", pos[0], map[string]string{"ls": "no argument", "info": "STREAM", "edit": "STREAM and the limits to change"}[pos[0]])
+		return usagef("stream: unknown subcommand %q (%sls, info, edit or rm)", pos[0], didYouMean(pos[0], subs))
+	case pos[0] == "ls" && len(pos) != 1, pos[0] == "rm" && len(pos) < 2, pos[0] != "ls" && pos[0] != "rm" && len(pos) != 2:
+		return usagef("stream %s: want %s", pos[0], map[string]string{"ls": "no argument", "info": "STREAM", "edit": "STREAM and the limits to change", "rm": "one STREAM or more"}[pos[0]])
+	case pos[0] != "rm" && *force:
+		return usagef("stream %s: -force is a flag of stream rm", pos[0])
 	case pos[0] != "edit" && len(sf.set) > len(nfSet(sf.set)):
 		return usagef("stream %s: -dupe-window, -max-age, -max-bytes, -max-msgs and -max-msgs-per-subject are flags of stream edit", pos[0])
 	case pos[0] == "edit" && len(sf.set) == len(nfSet(sf.set)):
@@ -107,6 +118,8 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 		}
 		printStreamInfo(std.Out, st.CachedInfo())
 		return nil
+	case "rm":
+		return removeStreams(ctx, std, nc, js, pos[1:], *force)
 	}
 	st, err := streamNamed(ctx, js, pos[1])
 	if err != nil {
@@ -257,4 +270,52 @@ func printStreamInfo(w io.Writer, in *jetstream.StreamInfo) {
 	fmt.Fprintf(w, "  storage %s, %d replica(s), duplicate window %s, limits: %s, discard %s\n", c.Storage, max(c.Replicas, 1),
 		c.Duplicates, limits(c), c.Discard)
 	fmt.Fprintf(w, "  atomic publish %t, batched publish %t\n", c.AllowAtomicPublish, c.AllowBatchPublish)
+}
+
+// removeStreams is weir stream rm: it deletes the streams names, each
+// with every message in it. Unless force, it refuses, before any goes,
+// while a job that has not ended reads or writes one of them (its
+// sources would fail, its exactly-once sinks could not commit), and when
+// no coordinator answers within inUseWait to tell; of the jobs that have
+// ended, it names those that used one (a restore of them would not find
+// it).
+func removeStreams(ctx context.Context, std Stdio, nc *nats.Conn, js jetstream.JetStream, names []string, force bool) error {
+	infos := make([]*jetstream.StreamInfo, len(names))
+	for i, name := range names {
+		st, err := streamNamed(ctx, js, name)
+		if err != nil {
+			return err
+		}
+		infos[i] = st.CachedInfo()
+	}
+	var ended map[string][]string
+	if !force {
+		actx, cancel := context.WithTimeout(ctx, inUseWait)
+		jobs, err := control.NewAPIClient(nc, "").Jobs(actx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("stream rm %s: no coordinator answered within %s to tell whether a job reads or writes it: nothing removed; -force removes it all the same",
+				strings.Join(names, " "), inUseWait)
+		}
+		if users := streamUsers(jobs, names, false); len(users) > 0 {
+			var said []string
+			for _, name := range names {
+				if len(users[name]) > 0 {
+					said = append(said, name+": "+strings.Join(users[name], ", "))
+				}
+			}
+			return fmt.Errorf("stream rm: %s: stop or cancel the job first (nothing removed), or give -force", strings.Join(said, "; "))
+		}
+		ended = streamUsers(jobs, names, true)
+	}
+	for i, name := range names {
+		if err := js.DeleteStream(ctx, name); err != nil {
+			return fmt.Errorf("stream rm %s: %w", name, err)
+		}
+		fmt.Fprintf(std.Out, "removed stream %s (%d messages, %s)\n", name, infos[i].State.Msgs, jobspec.FormatSize(int64(infos[i].State.Bytes)))
+		if len(ended[name]) > 0 {
+			fmt.Fprintf(std.Out, "  %s: a restore of it would not find the stream\n", strings.Join(ended[name], ", "))
+		}
+	}
+	return nil
 }

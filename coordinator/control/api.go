@@ -174,6 +174,11 @@ type JobStatus struct {
 	// (weir job output); empty from a coordinator that does not send
 	// them.
 	Sinks []jobspec.Sink `json:"sinks,omitempty"`
+	// Sources are the sources of the job's spec (its latest), so that a
+	// client can tell which streams the job reads (weir stream rm refuses
+	// one a job that has not ended reads; weir job rm names those it
+	// leaves); empty from a coordinator that does not send them.
+	Sources []jobspec.Source `json:"sources,omitempty"`
 }
 
 // CheckpointStats counts a job's checkpoints and savepoints by how they

@@ -269,6 +269,7 @@ func (j *job) status() control.JobStatus {
 	st.Warnings = slices.Concat(jobspec.Unread(j.spec), jobspec.OutputPorts(j.spec), jobspec.FeedbackLoops(j.spec))
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
+	st.Sources = slices.Clone(j.spec.Sources)
 	st.Modules = maps.Clone(j.modules)
 	if st.State == control.JobRunning {
 		st.Restoring = j.restoringLocked()

@@ -77,4 +77,7 @@ func TestStatusNamesTheSinks(t *testing.T) {
 		st.Sinks[0].Kind != s.Sinks[0].Kind || st.Sinks[0].Subject != s.Sinks[0].Subject || st.Sinks[0].Stream != s.Sinks[0].Stream {
 		t.Errorf("status sinks %+v, want the spec's %+v", st.Sinks, s.Sinks)
 	}
+	if len(st.Sources) != 1 || st.Sources[0].Name != "in" || st.Sources[0].Stream != "IN" {
+		t.Errorf("status sources %+v, want the spec's %+v", st.Sources, s.Sources)
+	}
 }
