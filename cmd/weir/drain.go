@@ -38,7 +38,9 @@ it was); the jobs not moved yet stay where they are; run the drain again
 to move them.
 
 -timeout bounds the whole drain (default 10m); -wait how long each request
-waits for the coordinator's answer.`
+waits for the coordinator's answer (a move's at least 3m, for its stop
+savepoint: a move whose answer does not come in time is reported as not
+confirmed, and the coordinator finishes it or leaves the job where it was).`
 
 const workerUncordonUsage = `NAME [-nats URL] [auth flags] [-wait D]
 
@@ -71,7 +73,7 @@ func drainWorker(ctx context.Context, std Stdio, args []string) error {
 	defer nc.Close()
 	dctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	d := drain{ctx: dctx, parent: ctx, api: api, out: std.Out, worker: name, timeout: *timeout, hint: nf.hint()}
+	d := drain{ctx: dctx, parent: ctx, api: api, out: std.Out, worker: name, timeout: *timeout, wait: nf.waitTimeout(), hint: nf.hint()}
 	return d.run()
 }
 
@@ -82,7 +84,9 @@ type drain struct {
 	out         io.Writer
 	worker      string
 	timeout     time.Duration
-	hint        string
+	// wait bounds each request (-wait); a move's, at least savepointWait.
+	wait time.Duration
+	hint string
 	// moved, failed and left are the jobs moved, those that could not be
 	// (with why), and those not dealt with yet.
 	moved  []string
@@ -91,7 +95,9 @@ type drain struct {
 }
 
 func (d *drain) run() error {
-	p, err := d.api.DrainWorker(d.ctx, control.DrainRequest{Worker: d.worker})
+	rctx, cancel := context.WithTimeout(d.ctx, d.wait)
+	p, err := d.api.DrainWorker(rctx, control.DrainRequest{Worker: d.worker})
+	cancel()
 	if err != nil {
 		return d.apiErr("worker drain", err)
 	}
@@ -145,7 +151,17 @@ func (d *drain) run() error {
 // move moves job j off the worker and waits until it runs elsewhere.
 func (d *drain) move(j control.DrainJob) {
 	fmt.Fprintf(d.out, "job %s: stopping with a savepoint to move its %s off %s …\n", j.Job, plural(j.Tasks, "task"), d.worker)
-	mv, err := d.api.MoveJob(d.ctx, control.MoveRequest{Job: j.Job, Worker: d.worker})
+	rctx, cancel := context.WithTimeout(d.ctx, max(d.wait, savepointWait))
+	mv, err := d.api.MoveJob(rctx, control.MoveRequest{Job: j.Job, Worker: d.worker})
+	cancel()
+	if err != nil && errors.Is(err, control.ErrUnavailable) && d.ctx.Err() == nil {
+		// The request's wait ran out with the move under way (a
+		// checkpoint timeout longer than it): the coordinator finishes
+		// it, or leaves the job where it was if its savepoint fails.
+		fmt.Fprintf(d.out, "job %s: not confirmed: %v\n", j.Job, oneLine(err))
+		d.failed = append(d.failed, j.Job+": its move was still under way as the request's wait ran out (weir job status "+shellQuote(j.Job)+" shows where it runs)")
+		return
+	}
 	if err != nil {
 		if d.ctx.Err() != nil {
 			// Interrupted, or out of time, while the savepoint was under
@@ -165,7 +181,9 @@ func (d *drain) move(j control.DrainJob) {
 	fmt.Fprintf(d.out, "job %s: savepoint %d taken; restarting from it on the other workers …\n", j.Job, mv.Savepoint)
 	var st control.JobStatus
 	for {
-		st, err = d.api.Job(d.ctx, j.Job)
+		rctx, cancel := context.WithTimeout(d.ctx, d.wait)
+		st, err = d.api.Job(rctx, j.Job)
+		cancel()
 		switch {
 		case err == nil && st.State.Terminal():
 			fmt.Fprintf(d.out, "job %s: %s after its savepoint %d (%s)\n", j.Job, st.State, mv.Savepoint, st.Reason)
@@ -194,7 +212,9 @@ func (d *drain) move(j control.DrainJob) {
 func (d *drain) awaitEmpty() error {
 	said := false
 	for {
-		ws, err := d.api.Workers(d.ctx)
+		rctx, cancel := context.WithTimeout(d.ctx, d.wait)
+		ws, err := d.api.Workers(rctx)
+		cancel()
 		if err == nil {
 			used := 0
 			for _, w := range ws {
