@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -209,4 +210,68 @@ func TestDrainRefusedWithoutRoomRunsOn(t *testing.T) {
 		t.Errorf("job after a refused drain: %+v, %v; want it running on as attempt %d", now, err, st.Attempt)
 	}
 	in.checkCounts()
+}
+
+// A rolling upgrade of two 'weir worker's, as OPERATIONS describes it:
+// drain w1, stop it (its goodbye moves nothing: the job keeps its
+// attempt), start it again under its ID (still cordoned: it gets no
+// task), uncordon it; then the same with w2, which moves the job onto
+// the new w1. The job never fails over: no failure, no restart, one
+// replacement per drain.
+func TestRollingUpgradeWithDrains(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	up, mod, startWorker := upWithoutWorkers(t, ctx)
+	w1 := startWorker("w1", StoreDir, 0)
+	w2 := startWorker("w2", StoreDir, 0)
+	waitUntil(t, ctx, "two workers", func() bool { return len(up.Manager.Control().LiveWorkers()) == 2 })
+	spec, err := jobspec.Parse("up.yaml", []byte(`name: up
+sources: [{name: in, kind: nats, subject: in}]
+operators: [{name: upper, module: `+mod+`, parallelism: 2, inputs: [{from: in}]}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: upper}}]
+checkpointing: {interval: 100ms}
+restart: {strategy: none}
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.API.Submit(ctx, control.SubmitRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitJob(t, ctx, up, "up", "running on both", func(st control.JobStatus) bool {
+		on := tasksOn(st)
+		return st.State == control.JobRunning && len(st.Restoring) == 0 && on["w1"] > 0 && on["w2"] > 0
+	})
+	upgrade := func(id string, w *Node, other string) *Node {
+		t.Helper()
+		if _, err := up.API.DrainWorker(ctx, control.DrainRequest{Worker: id}); err != nil {
+			t.Fatal(err)
+		}
+		mv, err := up.API.MoveJob(ctx, control.MoveRequest{Job: "up", Worker: id})
+		if err != nil || !mv.Moved {
+			t.Fatalf("move off %s: %+v, %v", id, mv, err)
+		}
+		st = waitJob(t, ctx, up, "up", "running off "+id, func(s control.JobStatus) bool {
+			return s.State == control.JobRunning && s.Attempt > st.Attempt && len(s.Restoring) == 0 && tasksOn(s)[other] == 4
+		})
+		w.Close() // its goodbye: nothing to move
+		waitUntil(t, ctx, id+" gone", func() bool { return !slices.Contains(up.Manager.Control().LiveWorkers(), id) })
+		w = startWorker(id, StoreDir, 0)
+		waitUntil(t, ctx, id+" back", func() bool { return slices.Contains(up.Manager.Control().LiveWorkers(), id) })
+		if used, cordoned := workerUsed(t, ctx, up, id); used != 0 || !cordoned {
+			t.Errorf("%s started again: %d tasks, cordoned %v; want none, cordoned", id, used, cordoned)
+		}
+		if now, err := up.API.Job(ctx, "up"); err != nil || now.Attempt != st.Attempt || now.State != control.JobRunning {
+			t.Errorf("after %s stopped and came back: %+v, %v; want attempt %d running on", id, now, err, st.Attempt)
+		}
+		if cs, err := up.API.Uncordon(ctx, id); err != nil || !cs.Was {
+			t.Fatalf("uncordon %s: %+v, %v", id, cs, err)
+		}
+		return w
+	}
+	upgrade("w1", w1, "w2")
+	upgrade("w2", w2, "w1")
+	if st.Restarts != 0 || len(st.Failures) != 0 || st.Replacements != 2 {
+		t.Errorf("after the rolling upgrade: %d restarts, failures %+v, %d replacements; want none, none, 2", st.Restarts, st.Failures, st.Replacements)
+	}
 }
