@@ -56,6 +56,7 @@ type Collector struct {
 	memory, memoryLimit, cpHistogram, queued, inputBuffer        *prometheus.Desc
 	pending, awaited                                             *prometheus.Desc
 	workersLive, slots, slotsUsed, workersLost, workersLeft      *prometheus.Desc
+	cordoned                                                     *prometheus.Desc
 	failures                                                     *prometheus.Desc
 	scrapeErrors                                                 prometheus.Counter
 }
@@ -123,6 +124,8 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"The most tasks the worker takes at a time (weir worker -slots); 0 means no limit.", []string{"worker", "host"}, nil),
 		slotsUsed: prometheus.NewDesc("weir_worker_slots_used",
 			"Tasks placed on the worker of the jobs that have not ended: what placement counts against its slots.", []string{"worker", "host"}, nil),
+		cordoned: prometheus.NewDesc("weir_worker_cordoned",
+			"1 while the worker is cordoned (weir worker drain, until weir worker uncordon): no task is placed on it; draining while its slots used are above 0.", []string{"worker", "host"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_scrape_errors_total",
 			Help: "Scrapes that could not list the jobs."}),
 	}
@@ -133,7 +136,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
 		c.cpCompleted, c.cpFailed, c.cpAborted, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
 		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.cpHistogram, c.queued, c.inputBuffer, c.pending, c.awaited,
-		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.failures} {
+		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.cordoned, c.failures} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -161,6 +164,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, w := range workers {
 			ch <- prometheus.MustNewConstMetric(c.slots, gauge, float64(w.Slots), w.ID, w.Host)
 			ch <- prometheus.MustNewConstMetric(c.slotsUsed, gauge, float64(w.Used), w.ID, w.Host)
+			cordoned := 0.0
+			if w.Cordoned {
+				cordoned = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.cordoned, gauge, cordoned, w.ID, w.Host)
 		}
 	}
 	jobs, err := c.jobs.Jobs(ctx)

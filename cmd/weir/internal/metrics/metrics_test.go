@@ -95,7 +95,8 @@ checkpointing: {interval: 20ms}
 				}
 			}
 			// The worker takes any number of tasks; the job's two are on it.
-			for _, re := range []string{`\nweir_worker_slots\{host="[^"]*",worker="w1"\} 0\n`, `\nweir_worker_slots_used\{host="[^"]*",worker="w1"\} 2\n`} {
+			for _, re := range []string{`\nweir_worker_slots\{host="[^"]*",worker="w1"\} 0\n`, `\nweir_worker_slots_used\{host="[^"]*",worker="w1"\} 2\n`,
+				`\nweir_worker_cordoned\{host="[^"]*",worker="w1"\} 0\n`} {
 				if !regexp.MustCompile(re).MatchString(got) {
 					t.Errorf("scrape lacks %s", re)
 				}
