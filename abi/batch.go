@@ -250,3 +250,41 @@ func DecodeBatch(b []byte) ([]Record, error) {
 	}
 	return out, nil
 }
+
+// SplitBatch cuts a well-formed batch into batches of at most max bytes
+// each, at record boundaries and in order; a record too large for max goes
+// into a batch of its own. A batch within max is returned as it is (not
+// copied); the pieces of a larger one are fresh copies.
+func SplitBatch(b []byte, max int) ([][]byte, error) {
+	if len(b) <= max {
+		return [][]byte{b}, nil
+	}
+	it, err := NewIter(b)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	start, n := BatchHeaderSize, 0 // the records of the piece being cut
+	cut := func(end int) {
+		p := make([]byte, BatchHeaderSize+end-start)
+		binary.LittleEndian.PutUint32(p, uint32(n))
+		copy(p[BatchHeaderSize:], b[start:end])
+		out = append(out, p)
+		start, n = end, 0
+	}
+	prev := BatchHeaderSize
+	for it.Next() {
+		if n > 0 && BatchHeaderSize+it.Offset()-start > max {
+			cut(prev)
+		}
+		n++
+		prev = it.Offset()
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		cut(prev)
+	}
+	return out, nil
+}

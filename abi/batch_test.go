@@ -99,3 +99,40 @@ func BenchmarkIter1024(b *testing.B) {
 		}
 	}
 }
+
+// SplitBatch keeps every record once, in order, in pieces within max
+// (a record larger than max alone), and hands a small batch back as it is.
+func TestSplitBatch(t *testing.T) {
+	var recs []Record
+	for i := range 50 {
+		recs = append(recs, Record{Key: []byte(fmt.Sprint("k", i)), Value: bytes.Repeat([]byte{'v'}, i*7), Timestamp: int64(i)})
+	}
+	recs = append(recs, Record{Value: bytes.Repeat([]byte{'x'}, 5000)}, Record{Key: []byte("last")})
+	b := EncodeBatch(recs...)
+	if got, _ := SplitBatch(b, len(b)); len(got) != 1 || &got[0][0] != &b[0] {
+		t.Fatal("a batch within max was not returned as it is")
+	}
+	for _, max := range []int{1, 100, 512, 4096} {
+		parts, err := SplitBatch(b, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []Record
+		for _, p := range parts {
+			rs, err := DecodeBatch(p)
+			if err != nil {
+				t.Fatalf("max %d: a piece does not decode: %v", max, err)
+			}
+			if len(p) > max && len(rs) != 1 {
+				t.Fatalf("max %d: a piece of %d bytes holds %d records", max, len(p), len(rs))
+			}
+			all = append(all, rs...)
+		}
+		if !bytes.Equal(EncodeBatch(all...), b) {
+			t.Fatalf("max %d: the pieces do not hold the batch's records in order", max)
+		}
+	}
+	if _, err := SplitBatch([]byte{9, 0, 0, 0, 1, 2}, 2); err == nil {
+		t.Fatal("a malformed batch was split")
+	}
+}

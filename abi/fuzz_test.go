@@ -58,3 +58,38 @@ func FuzzKeyedEntries(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSplitBatch: SplitBatch never panics, refuses what the decoder
+// refuses, and its pieces hold the batch's records in order, each within
+// max or a single record.
+func FuzzSplitBatch(f *testing.F) {
+	f.Add(EncodeBatch(Record{Key: []byte("k"), Value: []byte("v"), Timestamp: 7}, Record{Value: []byte("second")}), 20)
+	f.Add([]byte{1, 0, 0, 0}, 1)
+	f.Fuzz(func(t *testing.T, b []byte, max int) {
+		parts, err := SplitBatch(b, max)
+		recs, derr := DecodeBatch(b)
+		if len(b) <= max {
+			return // handed back unchecked
+		}
+		if (err == nil) != (derr == nil) {
+			t.Fatalf("SplitBatch error %v, DecodeBatch error %v", err, derr)
+		}
+		if err != nil {
+			return
+		}
+		var all []Record
+		for _, p := range parts {
+			rs, err := DecodeBatch(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p) > max && len(rs) != 1 {
+				t.Fatalf("a piece of %d bytes (max %d) holds %d records", len(p), max, len(rs))
+			}
+			all = append(all, rs...)
+		}
+		if len(all) != len(recs) || !bytes.Equal(EncodeBatch(all...), EncodeBatch(recs...)) {
+			t.Fatal("the pieces do not hold the batch's records in order")
+		}
+	})
+}

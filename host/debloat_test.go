@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"strings"
@@ -146,5 +147,64 @@ func TestNoDebloatKeepsTheCapacity(t *testing.T) {
 	})
 	if b := task.Stats().InputBufferBytes; b != 0 {
 		t.Fatalf("InputBufferBytes = %d without debloating", b)
+	}
+}
+
+// batchSource hands out batches of 64 records of 1 KiB forever.
+type batchSource struct{ n uint64 }
+
+func (s *batchSource) Poll(ctx context.Context) ([]byte, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	var b abi.Builder
+	for range 64 {
+		s.n++
+		b.Add(nil, make([]byte, 1024), int64(s.n))
+	}
+	return append([]byte(nil), b.Bytes()...), binary.LittleEndian.AppendUint64(nil, s.n), nil
+}
+func (s *batchSource) Seek(context.Context, []byte) error                      { return nil }
+func (s *batchSource) CheckpointComplete(context.Context, int64, []byte) error { return nil }
+func (s *batchSource) Close() error                                            { return nil }
+
+// A task sends a debloated channel its output in pieces the channel can
+// hold (stream.ElementLimiter): a source's 64 KiB batches reach an
+// operator that debloated its input to a few KiB in pieces of half that,
+// so the channel holds no more than its buffer — not one whole batch
+// past it, behind which a barrier would wait.
+func TestDebloatedChannelTakesPieces(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, r := local.New(local.Options{Name: "src -> slow", CapacityBytes: 1 << 20})
+	src, err := host.New(host.Config{Name: "src-0", Source: &batchSource{}, Outputs: []host.Output{{Senders: []stream.Sender{s}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 ms a record of 1 KiB: ~1 MB/s, 10 KB in the target's 10 ms.
+	op, err := host.New(host.Config{Name: "slow-0", Operator: &slowOp{per: time.Millisecond}, Inputs: []host.Input{{Receiver: r}},
+		Debloat: host.Debloat{Target: 10 * time.Millisecond, MinBytes: 4096, Period: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go src.Run(ctx)
+	go op.Run(ctx)
+	const bound = 32 << 10
+	waitFor(t, "the input buffer did not shrink", func() bool {
+		b := op.Stats().InputBufferBytes
+		_, queued := s.Queued()
+		return b > 0 && b <= bound && queued <= bound
+	})
+	most := 0
+	for range 50 {
+		_, queued := s.Queued()
+		most = max(most, queued)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if most > bound {
+		t.Fatalf("the channel held up to %d bytes with a buffer of %d: a whole batch (~66 KB) past it", most, op.Stats().InputBufferBytes)
+	}
+	if s.MaxElementBytes() == 0 {
+		t.Fatal("the debloated channel limits no element")
 	}
 }

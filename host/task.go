@@ -1109,9 +1109,24 @@ func (t *Task) emit(port int, batch []byte) error {
 	t.stats.batchesOut.Add(1)
 	t.stats.recordsOut.Add(int64(stream.Records(batch).Count()))
 	for i, b := range parts {
-		if b != nil {
-			t.outq = append(t.outq, outItem{ch: t.portBase[port] + i, e: stream.Records(b)})
+		if b == nil {
+			continue
 		}
+		ch := t.portBase[port] + i
+		if l, ok := t.outs[ch].sender.(stream.ElementLimiter); ok {
+			if m := l.MaxElementBytes(); m > 0 && len(b) > m {
+				// A debloated channel: pieces it can hold.
+				pieces, err := abi.SplitBatch(b, m)
+				if err != nil {
+					return fmt.Errorf("output port %d: %w", port, err)
+				}
+				for _, p := range pieces {
+					t.outq = append(t.outq, outItem{ch: ch, e: stream.Records(p)})
+				}
+				continue
+			}
+		}
+		t.outq = append(t.outq, outItem{ch: ch, e: stream.Records(b)})
 	}
 	return nil
 }
@@ -1360,7 +1375,7 @@ func (t *Task) runSource(ctx context.Context) error {
 		err           error
 	}
 	pc := make(chan polled)
-	limit := t.limitBatch(-1) // before the first Poll
+	limit := t.limitBatch(-1, nil) // before the first Poll
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -1440,7 +1455,7 @@ func (t *Task) runSource(ctx context.Context) error {
 			if err := t.process(ctx, 0, p.batch); err != nil {
 				return err
 			}
-			limit = t.limitBatch(limit)
+			limit = t.limitBatch(limit, p.batch)
 		}
 		t.setOffset(p.offset)
 	}
@@ -1454,19 +1469,47 @@ func (t *Task) setOffset(off []byte) {
 }
 
 // limitBatch asks a BatchLimiter source for batches that a Paced operator
-// processes in PieceTime, unless that is the limit it last set (last; -1
-// for none yet). It returns the limit now set.
-func (t *Task) limitBatch(last int) int {
+// processes in about PieceTime, and that the task's debloated output
+// channels hold (stream.ElementLimiter: the pieces the task cuts a batch
+// into wait in its output queue, and a barrier behind them), judged by
+// the size of the records of batch, the one polled last (nil before the
+// first). It returns the limit it set; last is the one set before.
+func (t *Task) limitBatch(last int, batch []byte) int {
 	l, ok := t.cfg.Source.(BatchLimiter)
-	p, paced := t.cfg.Operator.(Paced)
-	if !ok || !paced {
+	if !ok {
 		return last
 	}
-	n := max(p.RecordsWithin(PieceTime), 0)
+	n := 0
+	if p, paced := t.cfg.Operator.(Paced); paced {
+		n = max(p.RecordsWithin(PieceTime), 0)
+	}
+	if room := t.outputRoom(); room > 0 && len(batch) > 0 {
+		if c := stream.Records(batch).Count(); c > 0 {
+			m := max(room/(len(batch)/c), 1)
+			if n == 0 || m < n {
+				n = m
+			}
+		}
+	}
 	if n != last {
 		l.LimitBatch(n)
 	}
 	return n
+}
+
+// outputRoom returns the bytes a batch may have so that it makes about a
+// piece per output channel, when the channels limit their elements
+// (debloated, stream.ElementLimiter), else 0.
+func (t *Task) outputRoom() int {
+	least := 0
+	for _, o := range t.outs {
+		if l, ok := o.sender.(stream.ElementLimiter); ok {
+			if m := l.MaxElementBytes(); m > 0 && (least == 0 || m < least) {
+				least = m
+			}
+		}
+	}
+	return least * len(t.outs)
 }
 
 // Stats returns the task's counters so far; it may be called from any

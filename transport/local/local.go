@@ -79,6 +79,7 @@ type Receiver struct{ c *Channel }
 
 var (
 	_ stream.Sender             = (*Sender)(nil)
+	_ stream.ElementLimiter     = (*Sender)(nil)
 	_ stream.Receiver           = (*Receiver)(nil)
 	_ stream.PriorityPoller     = (*Receiver)(nil)
 	_ stream.BarrierPrioritizer = (*Receiver)(nil)
@@ -221,6 +222,20 @@ func (s *Sender) Fail(err error) {
 	if fn != nil {
 		fn()
 	}
+}
+
+// MaxElementBytes returns half the channel's byte bound in effect, once
+// its receiver made it smaller than the capacity (SetBuffer), else 0: a
+// records element within it leaves room for the next while the receiver
+// works on it (stream.ElementLimiter).
+func (s *Sender) MaxElementBytes() int {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.capBytes >= c.maxBytes {
+		return 0
+	}
+	return max(c.capBytes/2, 1)
 }
 
 // Waiting returns the number of Sends blocked for credit: the sender is

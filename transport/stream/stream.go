@@ -243,6 +243,15 @@ type Resizer interface {
 	SetBuffer(n int) int
 }
 
+// ElementLimiter is a Sender that takes record batches up to a size: a
+// task cuts a larger batch into batches of at most MaxElementBytes at
+// record boundaries before it sends them (a record larger than that goes
+// alone), so that a channel sized by its receiver (Resizer) holds about
+// that much and not one large batch past it. 0 means no limit.
+type ElementLimiter interface {
+	MaxElementBytes() int
+}
+
 // ChannelError reports a channel that lost data or its connection. The task
 // that owns the channel must fail so the job recovers from its checkpoint.
 type ChannelError struct {
