@@ -18,6 +18,8 @@
 # include weir.h), and the host's test modules:
 #
 #   host/wasm/testdata/rustpanic.wasm         Rust, its function names kept
+#   host/wasm/testdata/cpptrap.wasm           C++, its function names kept
+#                                             mangled
 #   host/wasm/testdata/{assert,overflow,dwarf}.wasm
 #                                             C, each built as its header
 #                                             says (dwarf.wasm keeps its
@@ -193,6 +195,17 @@ build_cpp() {
   o=$(out guests/cpp/sdktest/probe.wasm)
   "$CLANGXX" "${cxxflags[@]}" -o "$o" guests/cpp/sdktest/probe.cpp guests/cpp/sdktest/emit.cpp
   done_build "$o" guests/cpp/sdktest/probe.cpp cpp
+  # cpptrap keeps its functions' mangled names for TestTrapStackCppNames:
+  # -O1, its name section kept (-Wl,--strip-debug, not --strip-all, and no
+  # wasm-strip), and wasm-ld told -no-demangle, which it otherwise is not:
+  # it writes a C++ name demangled by default, and clang's driver drops a
+  # -Wl,--no-demangle (two dashes) for the wasm targets; wasm-ld reads the
+  # option with one dash as with two.
+  local src=host/wasm/testdata/cpptrap.cpp
+  o=$(out "${src%.cpp}.wasm")
+  "$CLANGXX" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -std=c++17 -fno-exceptions \
+    -O1 -Wall -Wextra -Werror -I guests/c -Wl,--stack-first -Wl,--strip-debug -Wl,-no-demangle -o "$o" "$src"
+  done_named "$o" "$src" cpp
 }
 
 build_rust() {

@@ -151,8 +151,8 @@ func TestExecErrors(t *testing.T) {
 }
 
 // -stack prints a trap's wasm stack trace before the one-line error, Rust
-// names demangled; a line longer than a record may be is named by its
-// number.
+// and C++ names demangled; a line longer than a record may be is named by
+// its number.
 func TestExecStackAndLongLine(t *testing.T) {
 	code, _, errs := weir(t, "a\nb\nc\n", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-stack")
 	lines := strings.Split(strings.TrimSpace(errs), "\n")
@@ -165,6 +165,12 @@ func TestExecStackAndLongLine(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "\t<rustpanic::Checked<F> as weir::Operator>::process(i32,i32,i32,i32,i32)\n") ||
 		strings.Contains(errs, "_ZN") || !strings.Contains(errs, "panicked at 'rustpanic: panic'") {
 		t.Errorf("Rust panic: exit %d, stderr:\n%s", code, errs)
+	}
+	// So are a C++ operator's, which its name section has mangled.
+	code, _, errs = weir(t, "a\ntrap\n", "exec", "../../host/wasm/testdata/cpptrap.wasm", "-stack")
+	if code != 1 || !strings.Contains(errs, "\tprocess(unsigned char const*, unsigned long)(i32,i32)\n") ||
+		strings.Contains(errs, "_Z") || !strings.Contains(errs, "trap at record 1 of the batch (value \"trap\"): cpptrap: trap") {
+		t.Errorf("C++ abort: exit %d, stderr:\n%s", code, errs)
 	}
 	long := "short\n" + strings.Repeat("x", 5<<20) + "\n"
 	code, _, errs = weir(t, long, "exec", "../../guests/wat/passthrough.wasm")

@@ -111,10 +111,12 @@ type TrapError struct {
 	RecordIndex int    // index of the record being processed; -1 if unknown
 	Record      string // that record's key and the start of its value (Process), "" if unknown
 	// Stack is the wasm stack trace, one frame per line, functions named
-	// by the module's name section, Rust's legacy-mangled names demangled
-	// ("<probe::Probe as weir::Operator>::process"), each after its
-	// module's name and a "." only when the name section names the module
-	// (a host function's: "wasi_snapshot_preview1.fd_write").
+	// by the module's name section, Rust's legacy-mangled names and C++'s
+	// Itanium-mangled ones demangled ("<probe::Probe as
+	// weir::Operator>::process", "process(unsigned char const*, unsigned
+	// long)"), each after its module's name and a "." only when the name
+	// section names the module (a host function's:
+	// "wasi_snapshot_preview1.fd_write").
 	Stack string
 	Err   error // the runtime's error
 	// Message is the error message the guest set (weir.error) during the

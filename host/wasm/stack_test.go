@@ -50,6 +50,33 @@ func TestTrapStackRustNames(t *testing.T) {
 	}
 }
 
+// TestTrapStackCppNames: a C++ operator built with its names kept and
+// mangled (testdata/cpptrap.cpp, linked with -no-demangle) aborts; the
+// trap's stack names its functions as C++ writes them, as c++filt, and
+// wasm-ld when it demangles the names it writes, do: "_Z7processPKhm" is
+// "process(unsigned char const*, unsigned long)".
+func TestTrapStackCppNames(t *testing.T) {
+	code := readFile(t, filepath.Join("testdata", "cpptrap.wasm"))
+	if !bytes.Contains(code, []byte("_Z7processPKhm")) {
+		t.Fatal("testdata/cpptrap.wasm has no mangled names: link it with -Wl,-no-demangle and without -Wl,--strip-all")
+	}
+	e := newEngine(t)
+	inst := instantiate(t, e, "cpptrap", code, Limits{}, InstanceConfig{})
+	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "1", 1}, kv{"b", "trap", 2}), newOut().emit)
+	var te *TrapError
+	if !errors.As(err, &te) || te.RecordIndex != 1 || te.Message != "cpptrap: trap" {
+		t.Fatalf("got %v, want a trap at record 1 of the batch with the abort's message", err)
+	}
+	want := "wasm stack trace:\n" +
+		"\tweir_abort(char const*)(i32)\n" +
+		"\tcpptrap::Checked<unsigned long>::check(std::__2::basic_string_view<char, std::__2::char_traits<char> >) const(i32,i32)\n" +
+		"\tprocess(unsigned char const*, unsigned long)(i32,i32)\n" +
+		"\tweir_process(unsigned int, unsigned char const*, unsigned int)(i32,i32,i32) i32"
+	if te.Stack != want {
+		t.Errorf("stack:\n%s\nwant\n%s", te.Stack, want)
+	}
+}
+
 func TestDemangleStack(t *testing.T) {
 	const (
 		mangled = "_ZN47_$LT$probe..Probe$u20$as$u20$weir..Operator$GT$7process17h53750a72f7ed12e4E"
@@ -68,8 +95,20 @@ func TestDemangleStack(t *testing.T) {
 		// Source positions and the omitted-frames note stay.
 		{"\t." + mangled + "(i32)\n\t\t_ZN3fooE.rs:1:2\n\t... maybe followed by omitted frames",
 			"\t." + plain + "(i32)\n\t\t_ZN3fooE.rs:1:2\n\t... maybe followed by omitted frames"},
+		// C++ (Itanium) names, after a module name too, cloned, a thunk;
+		// "_ZN…E" with parameter types after it is C++'s, not Rust's.
+		{"\t._Z7processPKhm(i32,i32)", "\t.process(unsigned char const*, unsigned long)(i32,i32)"},
+		{"\tmy.mod._ZNK3ops5Upper7processEjP10weir_batch(i32,i32,i32) i32",
+			"\tmy.mod.ops::Upper::process(unsigned int, weir_batch*) const(i32,i32,i32) i32"},
+		{"\tx._ZN3fooE._Z3maxIiET_S0_S0_(i32,i32) i32", "\tx._ZN3fooE.int max<int>(int, int)(i32,i32) i32"},
+		{"\t._Z3foov.cold()", "\t.foo() [clone .cold]()"},
+		{"\t._ZThn8_N3Foo3barEv(i32)", "\t.non-virtual thunk to Foo::bar()(i32)"},
+		{"\t._ZN3foo3barEv(i32)", "\t.foo::bar()(i32)"},
+		{"\t._ZN12_GLOBAL__N_13fooEv(i32)", "\t.(anonymous namespace)::foo()(i32)"},
 		// Left alone: no signature after the name, a name that does not
-		// demangle, v0 mangling, numbered functions.
+		// demangle, v0 mangling, numbered functions; C++ names that are no
+		// function's (a variable's, a vtable), are malformed, or are
+		// longer than maxCxxName.
 		{"\t." + mangled, ""},
 		{"\t." + mangled + "(i32", ""},
 		{"\t." + mangled + "(i32) i32 i32", ""},
@@ -77,8 +116,14 @@ func TestDemangleStack(t *testing.T) {
 		{"\t." + mangled + "(i32) ", ""},
 		{"\t." + mangled + "(i32) (i32", ""},
 		{"\t." + mangled + "(i32) i32,i32", ""},
-		{"\t._ZN3foo3barEv(i32)", ""},
 		{"\t._ZN5$u0a$E(i32)", ""},
+		{"\t._ZN5$u0a$17h0123456789abcdefE(i32)", ""},
+		{"\t._Z1x(i32)", ""},
+		{"\t._ZTV3Foo(i32)", ""},
+		{"\t._Z7process(i32)", ""},
+		{"\t._Z7processPKhmX(i32)", ""},
+		{"\t._Z7processPKhm", ""},
+		{"\t._Z1f" + strings.Repeat("i", maxCxxName) + "(i32)", ""},
 		{"\t._RNvCs1234_4weir7process(i32)", ""},
 		{"\t.$145(i32) i32", ""},
 		{"", ""},
@@ -118,12 +163,69 @@ func TestDemangleStackHostileNames(t *testing.T) {
 	}
 }
 
+// The C++ demangler takes time in the square of the length of some names
+// ("_Z1fKKK…Kv", f(void const const …)): a stack of wazero's most frames
+// (30), each such a name of maxCxxName bytes, is read in time bounded by
+// maxCxxCost: a name that costs more than the stack's names before it
+// left of it stays mangled, and so does a name too long to read at all.
+func TestDemangleStackHostileCppNames(t *testing.T) {
+	const first = "_Z7processPKhm"
+	n := maxCxxName - len("_Z1fv")
+	slow := "\t._Z1f" + strings.Repeat("K", n) + "v(i32)"
+	var b strings.Builder
+	b.WriteString("wasm stack trace:\n\t." + first + "(i32,i32)\n")
+	for range 30 {
+		b.WriteString(slow + "\n")
+	}
+	b.WriteString("\t." + first + "(i32,i32)\n\t._Z1f" + strings.Repeat("K", 1<<20) + "v(i32)")
+	stack := b.String()
+	start := time.Now()
+	done := make(chan string, 1)
+	go func() { done <- demangleStack(stack) }()
+	select {
+	case got := <-done:
+		t.Logf("%d bytes of C++ names read in %v", len(stack), time.Since(start))
+		lines := strings.Split(got, "\n")
+		want := strings.Split(stack, "\n")
+		want[1] = "\t.process(unsigned char const*, unsigned long)(i32,i32)"
+		// The long names that fit in what the first left of maxCxxCost,
+		// and the short one after them, which still does.
+		fit := (maxCxxCost - len(first)*len(first)) / (maxCxxName * maxCxxName)
+		if fit < 1 || fit >= 30 {
+			t.Fatalf("%d of the 30 long names fit in maxCxxCost: make the test tell", fit)
+		}
+		for i := range fit {
+			want[2+i] = "\t.f(void" + strings.Repeat(" const", n) + ")(i32)"
+		}
+		want[len(want)-2] = want[1]
+		if len(lines) != len(want) {
+			t.Fatalf("%d lines, want %d", len(lines), len(want))
+		}
+		for i := range want {
+			if lines[i] != want[i] {
+				t.Errorf("line %d: %.60q…, want %.60q…", i, lines[i], want[i])
+			}
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("demangleStack still reading a stack of C++ names after a minute")
+	}
+}
+
 // FuzzDemangleStack: demangleStack never panics, keeps the trace's line
-// count, and changes no line without a "._ZN" in it.
+// count, and changes no line without a "._Z" in it.
 func FuzzDemangleStack(f *testing.F) {
 	f.Add("wasm stack trace:\n\t._ZN9rustpanic4each17h30710abc54afbcb9E(i32,i32)\n\t\tx.rs:1:1")
 	f.Add("\tx._ZN3fooE._ZN3barE(i32) (i32,i64)")
 	f.Add("\t._ZN3foo(._ZN3barE()")
+	// C++: testdata/cpptrap.wasm's names, clones, thunks, templates and
+	// substitutions, a Rust symbol's shape the Rust demangler refuses.
+	f.Add("wasm stack trace:\n\t._ZL10weir_abortPKc(i32)\n" +
+		"\t._ZNK7cpptrap7CheckedImE5checkENSt3__217basic_string_viewIcNS2_11char_traitsIcEEEE(i32,i32)\n" +
+		"\t._Z7processPKhm(i32,i32)\n\t._Z12weir_processjPKhj(i32,i32,i32) i32\n\t\t./op.cpp:3:1")
+	f.Add("\tm._Z3foov.cold._ZThn8_N3Foo3barEv(i32) (i32,i64)")
+	f.Add("\t._Z3maxIiET_S0_S0_(i32,i32) i32\n\t._Z1fPFvPFvvEE(i32)")
+	f.Add("\t._ZN5$u0a$17h0123456789abcdefE()\n\t._ZTV3Foo()")
+	f.Add("\t._Z1f" + strings.Repeat("P", 300) + "v(i32)")
 	f.Fuzz(func(t *testing.T, in string) {
 		got := demangleStack(in)
 		inLines, gotLines := strings.Split(in, "\n"), strings.Split(got, "\n")
@@ -131,7 +233,7 @@ func FuzzDemangleStack(f *testing.F) {
 			t.Fatalf("demangleStack(%q) = %q: %d lines, not %d", in, got, len(gotLines), len(inLines))
 		}
 		for i, l := range inLines {
-			if !strings.Contains(l, "._ZN") && gotLines[i] != l {
+			if !strings.Contains(l, "._Z") && gotLines[i] != l {
 				t.Fatalf("demangleStack(%q) = %q: line %d changed", in, got, i)
 			}
 		}
