@@ -1277,8 +1277,20 @@ func (n *statusNotes) slowBarriers(st control.JobStatus, c control.CheckpointInf
 	}
 	return fmt.Sprintf("checkpoint %d waited %s of its %s for its barriers at %s, %s: aligned barriers travel behind "+
 		"the records backpressure queues on each channel; unaligned checkpoints (checkpointing.mode: unaligned, or "+
-		"aligned-timeout: 1s to turn so when late) overtake them, still exactly-once; a smaller channels.buffer bounds them\n",
-		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), t.Task, where)
+		"aligned-timeout: 1s to turn so when late) overtake them, still exactly-once; a shorter channels.debloat (%s now) or "+
+		"a smaller channels.buffer bounds them\n",
+		c.ID, t.Duration.Round(time.Millisecond), c.Duration.Round(time.Millisecond), t.Task, where, debloatNow(n.spec))
+}
+
+// debloatNow says how the job's channels debloat, for advice.
+func debloatNow(spec *jobspec.Spec) string {
+	if spec == nil {
+		return jobspec.DefaultDebloat.String()
+	}
+	if d := spec.Channels.DebloatTarget(); d > 0 {
+		return d.String()
+	}
+	return "off"
 }
 
 // inARow is how many failures in a row, of checkpoints or of the job,

@@ -1474,7 +1474,7 @@ func TestRunSaysOnceThatBarriersQueue(t *testing.T) {
 		{"aligned timeout", timeout, ck(4, control.PhaseStartDelay, 8*time.Second, 9*time.Second), ""},
 		{"unaligned", unaligned, ck(5, control.PhaseStartDelay, 8*time.Second, 9*time.Second), ""},
 		{"queued", aligned, ck(6, control.PhaseStartDelay, 8800*time.Millisecond, 9200*time.Millisecond),
-			`^checkpoint 6 waited 8.8s of its 9.2s for its barriers at sum-0, queued behind the data in flight to it: .*checkpointing.mode: unaligned.*still exactly-once; a smaller channels.buffer bounds them\n$`},
+			`^checkpoint 6 waited 8.8s of its 9.2s for its barriers at sum-0, queued behind the data in flight to it: .*checkpointing.mode: unaligned.*still exactly-once; a shorter channels.debloat \(1s now\) or a smaller channels.buffer bounds them\n$`},
 		{"said once", aligned, ck(7, control.PhaseAlignment, 8*time.Second, 9*time.Second), ""},
 	} {
 		var notes statusNotes

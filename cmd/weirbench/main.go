@@ -74,6 +74,19 @@ var groups = []group{
 		Details:  "docs/bench/runtime.md",
 	},
 	{
+		Key: "runtime-debloat", Title: "Checkpoints behind a slow operator (~0.5 MB/s) with 1 MiB channels: full buffers against debloated (1 s)",
+		Pkg: "./host", Bench: "DebloatUnderBackpressure", Args: []string{"-benchtime", "3x"},
+		Metric: "ms/checkpoint",
+		Baseline: func(n string) string {
+			if strings.HasSuffix(n, "-debloat") {
+				return strings.TrimSuffix(n, "-debloat")
+			}
+			return ""
+		},
+		Goal:    "debloated aligned checkpoints about the 1 s target (full buffers hold ~4 s of the operator's work)",
+		Details: "docs/bench/runtime.md",
+	},
+	{
 		Key: "runtime-pipeline", Title: "Task loop throughput (source → task → sink, local channels)",
 		Pkg: "./host", Bench: "Pipeline", Args: []string{"-benchtime", "100000x"},
 		Metric: "records/s", Higher: true,
