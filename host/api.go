@@ -347,6 +347,7 @@ const (
 	MetricKeyedState        = "keyed_state"         // 1 when the operator state is in the keyed layout (abi.KeyedStateMagic)
 	MetricEndedPorts        = "ended_ports"         // the input ports that ended, a bitmask (EndedPortsMask)
 	MetricSourceEnded       = "source_ended"        // a BoundedSource's task: 1 when its offset covers all of its input, else 0
+	MetricSourceDrained     = "source_drained"      // a source task whose input EndInput ended (a drain): 1, else absent
 	MetricCommitReport      = "commit_report"       // 1: the task reports when it hands the checkpoint's output to its sink's commits (CommitListener)
 	MetricCommitWaitNanos   = "commit_wait_ns"      // trigger → barrier: time in the sink's Commit, waiting for earlier commits
 	MetricSourcePosition    = "source_position"     // a source task with an offset: a hash of it, never 0 (SourcePosition)

@@ -158,6 +158,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		if b, ok := t.cfg.Source.(BoundedSource); ok {
 			m.BoundedSource, m.SourceEnded = true, b.EndsAt(t.lastOffset)
 		}
+		m.SourceDrained = t.inputDrained
 	}
 	if t.cfg.Checkpointing.Mode != barrier.AtLeastOnce {
 		// Only a consistent snapshot may say which ports ended: under

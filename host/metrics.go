@@ -43,6 +43,11 @@ type CheckpointMetrics struct {
 	// of the source's input (MetricSourceEnded, reported only for such
 	// tasks).
 	BoundedSource, SourceEnded bool
+	// SourceDrained is true for a source task whose input EndInput ended
+	// where it had read to (a drained job, MetricSourceDrained, reported
+	// only when true): its source would read on from the offset, and a
+	// restore that lets it is refused where a port downstream ended.
+	SourceDrained bool
 	// CommitReport is true for a task that reports, once the checkpoint
 	// completed, when it handed the checkpoint's output to its sink's
 	// commits (CommitListener; MetricCommitReport, reported only when
@@ -144,6 +149,9 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.SinkStateFrom != 0 {
 		out[MetricSinkStateFrom] = m.SinkStateFrom
 	}
+	if m.SourceDrained {
+		out[MetricSourceDrained] = 1
+	}
 	if m.BoundedSource {
 		out[MetricSourceEnded] = 0
 		if m.SourceEnded {
@@ -171,6 +179,7 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		EndedPorts:        m[MetricEndedPorts],
 		BoundedSource:     bounded,
 		SourceEnded:       ended == 1,
+		SourceDrained:     m[MetricSourceDrained] != 0,
 		CommitReport:      m[MetricCommitReport] != 0,
 		CommitWait:        time.Duration(m[MetricCommitWaitNanos]),
 		SourcePosition:    m[MetricSourcePosition],

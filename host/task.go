@@ -132,6 +132,7 @@ const (
 	ctrlComplete
 	ctrlAbort
 	ctrlRest
+	ctrlEndInput
 )
 
 type ctrlMsg struct {
@@ -194,6 +195,9 @@ type Task struct {
 	// (InputEnded): the task takes no more input and waits for the job's
 	// final savepoint.
 	sourceEnded bool
+	// endAsked is set once EndInput asked a source task to end its input
+	// where it has read to (a drain); inputDrained once it did so.
+	endAsked, inputDrained bool
 	// rest is what is left of the input batch being processed in pieces
 	// while the task services barriers between them (processInput).
 	rest *restOfBatch
@@ -435,6 +439,22 @@ func (t *Task) TriggerCheckpoint(b stream.Barrier) {
 // and a cancel end the task.
 func (t *Task) TriggerStop(b stream.Barrier) {
 	t.post(ctrlMsg{kind: ctrlTrigger, barrier: b, stop: true})
+}
+
+// EndInput asks a source task to end its input where it has read to (weir
+// job stop -drain): the batch its source polls next is not taken, and the
+// task ends as a bounded source's does at its stop (endInput) — it keeps
+// the offset after the last batch it processed for its snapshots, sends
+// end-of-data downstream and tells its InputEndListener, so that the
+// operators emit their end-of-input output and the job ends with a final
+// savepoint. Its checkpoint acks say so from then on
+// (MetricSourceDrained). A stop savepoint's barrier that is out
+// (TriggerStop) is waited for first: aborted, the task ends then; a task
+// whose input ended already, and one without a source, ignore it. It may
+// be called before Run (the deploy of a job being drained): the task ends
+// its input once it restored its state, reading nothing.
+func (t *Task) EndInput() {
+	t.post(ctrlMsg{kind: ctrlEndInput})
 }
 
 // NotifyCheckpointComplete tells the task that checkpoint id completed
@@ -1276,6 +1296,10 @@ func (t *Task) serviceControl(ctx context.Context) error {
 			if t.stopAt == m.id {
 				t.stopAt = 0
 			}
+		case ctrlEndInput:
+			if t.cfg.Source != nil {
+				t.endAsked = true
+			}
 		case ctrlRest:
 			var err error
 			if w, ok := t.cfg.Sink.(Waiter); ok {
@@ -1407,6 +1431,16 @@ func (t *Task) runSource(ctx context.Context) error {
 		}
 		if err := t.flush(ctx); err != nil {
 			return err
+		}
+		if t.endAsked && !t.sourceEnded && t.stopAt == 0 {
+			// Drained: the input ends where the task has read to. A
+			// batch held for an aborted stop savepoint is not taken.
+			held = nil
+			t.inputDrained = true
+			if err := t.endInput(ctx, nil); err != nil {
+				return err
+			}
+			continue
 		}
 		var p polled
 		if held != nil && t.stopAt == 0 {

@@ -72,8 +72,15 @@ none), or once the job has ended and
 all its streams held then is shown ("job JOB finished;
 N records shown", on stderr; of a stopped job: "job JOB
 stopped with savepoint ID; ...")`},
-	{name: "stop", synopsis: "JOB", args: 1, note: endedNote, help: `stop a job with a savepoint: nothing after it is
-processed, so restoring it repeats no output`},
+	{name: "stop", synopsis: "[-drain] JOB", args: 1, note: endedNote, help: `stop a job with a savepoint: nothing after it is
+processed, so restoring it repeats no output;
+-drain ends its input instead (Flink's stop --drain):
+every source stops where it has read to, the
+operators emit their end-of-input output (the last
+windows, totals), the sinks commit it all with a
+final savepoint, exactly once, and the job ends
+finished, as a bounded job does; more input then
+needs a new job`},
 	{name: "cancel", synopsis: "JOB", args: 1, note: endedNote, help: "stop a job at once (restore it from its latest checkpoint)"},
 	{name: "savepoint", synopsis: "JOB", args: 1, note: endedNote, help: "take an aligned savepoint now; the job runs on"},
 	{name: "restore", synopsis: "JOB -from ID [-spec F [-create-streams]] [-allow-non-restored-state]", args: 1,
@@ -150,6 +157,7 @@ type jobFlags struct {
 	from, spec       string
 	allowNonRestored bool
 	createStreams    bool // restore -create-streams
+	drain            bool // stop -drain
 	replicas         int  // restore -replicas
 	output           jobOutputOptions
 }
@@ -171,6 +179,8 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 		fs.DurationVar(&f.output.forDur, "for", 0, "stop after this long (0: until the job ends or Ctrl-C)")
 		fs.IntVar(&f.output.show, "show", -1, "stop after this many records (-1: no limit; 0, which in weir run prints none, is refused: it would show nothing)")
 		fs.BoolVar(&f.output.untilNow, "until-now", false, "with -from-start or -last N: stop once every record the sinks' streams held when it started is shown (a dump of what is there, which a running job's output does not cut short)")
+	case "stop":
+		fs.BoolVar(&f.drain, "drain", false, "end the job's input where its sources have read to, let the operators emit their end-of-input output, commit it all with a final savepoint and end finished")
 	case "restore":
 		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")
 		fs.StringVar(&f.spec, "spec", "", "a new spec of the job (its name is JOB) to run instead of the last one")
@@ -519,6 +529,9 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	case "output":
 		return jobOutput(ctx, std, nc, api, job, f.output)
 	case "stop":
+		if f.drain {
+			return drainJob(ctx, std, api, job)
+		}
 		progress(ctx, api, std.Err, job, "stopping %s with a savepoint …\n")
 		api.Timeout = savepointWait
 		cp, err := api.StopJob(ctx, job)
@@ -682,6 +695,31 @@ func progress(ctx context.Context, api *control.APIClient, w io.Writer, job, for
 		return
 	}
 	fmt.Fprintf(w, format, job)
+}
+
+// drainJob is weir job stop -drain: it asks the coordinator to drain job
+// (control.JobDrainer) and waits until it finished, saying first what a
+// core NATS source of it misses from now on.
+func drainJob(ctx context.Context, std Stdio, api *control.APIClient, job string) error {
+	if st, err := api.Job(ctx, job); err == nil && !st.State.Terminal() {
+		fmt.Fprintf(std.Err, "draining %s: its sources end their input where they have read to; the operators' end-of-input output and a final savepoint follow …\n", job)
+		for _, src := range st.Sources {
+			if src.Kind == jobspec.KindNATS {
+				fmt.Fprintf(std.Err, "source %s (core NATS) reads no more: what is published to %s from now on is not read by this job\n", src.Name, src.Subject)
+			}
+		}
+	}
+	api.Timeout = savepointWait
+	cp, err := api.DrainJob(ctx, job)
+	if err != nil {
+		if errors.Is(err, control.ErrUnavailable) && !strings.Contains(err.Error(), "drain "+job) {
+			return fmt.Errorf("job stop -drain: no coordinator answers, or it cannot drain jobs (an older weir up?): %w", err)
+		}
+		return savepointAdvice(apiErr("job stop -drain", err))
+	}
+	fmt.Fprintf(std.Out, "job %s drained: finished with final savepoint %d (%s), its operators' end-of-input output committed with it; more input needs a new job\n",
+		cp.Job, cp.ID, size(cp.Size))
+	return nil
 }
 
 // printJobs prints one line per job. CHECKPOINT is the job's latest

@@ -99,6 +99,14 @@ type JobStatus struct {
 	// N") for display only. A coordinator that does not send it, or a job
 	// record written before it was kept, reads 0.
 	StoppedWithSavepoint int64 `json:"stopped_with_savepoint,omitempty"`
+	// Drained says the job was asked to drain (API JobDrainer.DrainJob,
+	// weir job stop -drain): its sources end their input where they have
+	// read to, and it finishes as a bounded job does, with a final
+	// savepoint (DrainedWithSavepoint, once finished). Set from the
+	// request on, also on the attempts after a failover, and kept once
+	// the job ended.
+	Drained              bool  `json:"drained,omitempty"`
+	DrainedWithSavepoint int64 `json:"drained_with_savepoint,omitempty"`
 	// StartedFrom is the checkpoint of another job that the run started
 	// from (a restore or submit from JOB/ID), as "JOB/ID", what a restore
 	// takes as its -from: until the run completes a checkpoint of its own
@@ -801,7 +809,28 @@ const (
 	APIRemove       = "remove_checkpoints"
 	APIRemoveJob    = "remove_job"
 	APIWorkers      = "workers"
+	// APIDrainJob drains a job (JobDrainer).
+	APIDrainJob = "drain_job"
 )
+
+// JobDrainer is the part of the job API that drains a job (weir job stop
+// -drain, Flink's stop --drain). The job manager implements it; ServeAPI
+// serves it when its API does.
+type JobDrainer interface {
+	// DrainJob ends a running job's input now: every source task ends its
+	// input where it has read to (the batch its source would hand it next
+	// is not taken), sends end-of-data downstream, the operators emit
+	// their end-of-input output, and the job ends as a bounded job does —
+	// a final savepoint, with which the sinks commit everything, exactly
+	// once — as finished. It returns that savepoint once the job
+	// finished. A job that is not running is refused (ErrConflict).
+	DrainJob(ctx context.Context, job string) (CheckpointInfo, error)
+}
+
+// DrainJob drains a job and waits until it finished (see JobDrainer).
+func (c *APIClient) DrainJob(ctx context.Context, job string) (CheckpointInfo, error) {
+	return call[CheckpointInfo](ctx, c, APIDrainJob, nameRequest{job})
+}
 
 type nameRequest struct {
 	Name string `json:"name"`
@@ -1136,7 +1165,7 @@ const (
 func handlerWait(op string, m *nats.Msg, arrival time.Time) (time.Duration, time.Time) {
 	wait := DefaultHandlerWait
 	switch op {
-	case APISavepoint, APIStop, APIRemove, APIRemoveJob, APIMoveJob:
+	case APISavepoint, APIStop, APIRemove, APIRemoveJob, APIMoveJob, APIDrainJob:
 		wait = DefaultLongHandlerWait
 	}
 	if m.Header != nil {
@@ -1305,6 +1334,15 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 	if d, ok := impl.(Drainer); ok {
 		for op, fn := range drainOps(d) {
 			ops[op] = fn
+		}
+	}
+	if d, ok := impl.(JobDrainer); ok {
+		ops[APIDrainJob] = func(ctx context.Context, data []byte) (any, error) {
+			n, err := name(data)
+			if err != nil {
+				return nil, err
+			}
+			return d.DrainJob(ctx, n)
 		}
 	}
 	for op, fn := range ops {

@@ -524,3 +524,11 @@ func (c *Coordinator) Abort(ctx context.Context, worker string, a Abort) error {
 func (c *Coordinator) Stop(ctx context.Context, worker string, s Stop) error {
 	return c.resend(ctx, c.subj.Worker(worker, OpStop), s)
 }
+
+// EndInput asks worker to end the input of a job attempt's source tasks
+// where they have read to (a drain). Like Stop, it is sent again when the
+// connection comes back while it waits: a task whose input ended ignores
+// it.
+func (c *Coordinator) EndInput(ctx context.Context, worker string, e EndInput) error {
+	return c.resend(ctx, c.subj.Worker(worker, OpEndInput), e)
+}

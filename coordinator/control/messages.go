@@ -17,6 +17,7 @@
 //	PREFIX.worker.ID.complete     coordinator → worker, request: Complete → Reply
 //	PREFIX.worker.ID.abort        coordinator → worker, request: Abort → Reply
 //	PREFIX.worker.ID.stop         coordinator → worker, request: Stop → Reply
+//	PREFIX.worker.ID.end-input    coordinator → worker, request: EndInput → Reply
 //	PREFIX.api.OP                 client → coordinator, request (see API)
 //
 // # Flow
@@ -72,7 +73,12 @@
 //     channels delivered end-of-data (after its operator's final output).
 //     Once every task of the attempt did, the coordinator ends the job as
 //     in 4, with a final savepoint (its completion commits the sinks'
-//     rest), and marks it finished.
+//     rest), and marks it finished. Draining a job (API DrainJob, weir
+//     job stop -drain) sends EndInput to the workers of its source tasks:
+//     each ends its input where it has read to, as a bounded source does
+//     at its stop, and the job ends the same way. Every later attempt of
+//     a job being drained is deployed with Deploy.EndInput: its sources
+//     end their input once restored.
 //  6. A task that fails sends EventFailed (reason) — again, until it is
 //     answered or its attempt stops on the worker: a lost report left the
 //     attempt running without the task until a checkpoint expired; a task
@@ -147,6 +153,9 @@ const (
 	OpComplete = "complete"
 	OpAbort    = "abort"
 	OpStop     = "stop"
+	// OpEndInput asks the source tasks of an attempt to end their input
+	// where they have read to (EndInput): a drain.
+	OpEndInput = "end-input"
 )
 
 // WorkerInfo describes a worker when it registers.
@@ -296,6 +305,24 @@ type Deploy struct {
 	// publish (sink.ResolveAtLeastOnceMode). False from a coordinator that
 	// does not know, or does not say.
 	FsyncEachWrite bool `json:"fsync_each_write,omitempty"`
+	// EndInput says the job is being drained (API DrainJob): the
+	// attempt's source tasks end their input once they restored their
+	// state, where the checkpoint they restore had read to, as EndInput
+	// has them do, so that an attempt after a failover of a drain ends
+	// too. A worker that does not know it runs the attempt on: the
+	// coordinator sends EndInput to the running attempt as well.
+	EndInput bool `json:"end_input,omitempty"`
+}
+
+// EndInput asks a worker's source tasks Tasks of a job attempt to end
+// their input where they have read to (host.Task.EndInput): each takes
+// no more input, sends end-of-data downstream and reports
+// EventInputEnded, and the job ends with a final savepoint as a bounded
+// job does. A worker handles it the same however often it comes.
+type EndInput struct {
+	Job     string   `json:"job"`
+	Attempt int      `json:"attempt"`
+	Tasks   []string `json:"tasks"`
 }
 
 // Restore is what tasks restore from.
@@ -453,6 +480,10 @@ const (
 	// checkpoints written before it was recorded: such a source task is
 	// taken as ended where a port it fed had ended.
 	MetricSourceEnded = "source_ended"
+	// MetricSourceDrained is 1 when a source task's input was ended where
+	// it had read to by a drain (EndInput; host.MetricSourceDrained):
+	// its source would read on from its offset. Absent otherwise.
+	MetricSourceDrained = "source_drained"
 	// MetricSourcePosition identifies a source task's offset in the
 	// checkpoint (host.MetricSourcePosition: a hash of the offset's bytes,
 	// never 0): two checkpoints with the same value read the source up to

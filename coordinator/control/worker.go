@@ -33,6 +33,13 @@ type WorkerHandler interface {
 	Stop(ctx context.Context, s Stop) error
 }
 
+// InputEnder is a WorkerHandler that can end its source tasks' input
+// where they have read to (EndInput, a drain). A worker whose handler is
+// not one answers EndInput with an error that says so.
+type InputEnder interface {
+	EndInput(ctx context.Context, e EndInput) error
+}
+
 // WorkerOptions configure a Worker.
 type WorkerOptions struct {
 	Prefix            string
@@ -244,6 +251,16 @@ func (w *Worker) dispatch(ctx context.Context, m *nats.Msg) error {
 			return err
 		}
 		return w.h.Stop(ctx, s)
+	case OpEndInput:
+		var e EndInput
+		if err := dec(&e); err != nil {
+			return err
+		}
+		ie, ok := w.h.(InputEnder)
+		if !ok {
+			return Errorf(ErrInvalid, "worker %s cannot end its sources' input (an older weir build?)", w.info.ID)
+		}
+		return ie.EndInput(ctx, e)
 	}
 	return Errorf(ErrInvalid, "unknown worker operation %q", op)
 }

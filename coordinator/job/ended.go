@@ -104,6 +104,10 @@ func checkEnded(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, resol
 		}
 	}
 	if len(problems) > 0 {
+		if portProblems && c.drained() {
+			return control.Errorf(control.ErrInvalid, "restore %s from checkpoint %d: job %s was drained with it (weir job stop -drain): its input ended there, and its operators' end-of-input output is out, committed with it; submit a new job for more input (%s)",
+				spec.Name, md.ID, md.Job, strings.Join(problems, "; "))
+		}
 		why := ""
 		if portProblems {
 			why = " (records after the end of a port cannot be processed: its operator's end-of-input output is out already; submit a new job for them)"
@@ -165,6 +169,17 @@ func newEndedCheck(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *e
 		}
 	}
 	return c
+}
+
+// drained reports whether a source task of the checkpoint had its input
+// ended by a drain (control.MetricSourceDrained: weir job stop -drain).
+func (c *endedCheck) drained() bool {
+	for _, m := range c.md.Metrics {
+		if m[control.MetricSourceDrained] == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // mask is checkpointed task id's ended_ports (0 when not recorded).
@@ -244,6 +259,13 @@ func (c *endedCheck) whyUnfinished(name, task string) string {
 	what := fmt.Sprintf("%s %s would give it more records", v.Kind, name)
 	var src *jobspec.Source
 	if v.Kind == plan.Source {
+		for _, id := range c.from[task] {
+			if c.md.Metrics[id][control.MetricSourceDrained] == 1 {
+				// Whatever the spec says of it now: its input ended by
+				// a drain, not at a stop, so it would read on.
+				return what + fmt.Sprintf(": it was drained: task %s's input ended where it had read to, and it would read on from there", id)
+			}
+		}
 		i := slices.IndexFunc(c.spec.Sources, func(s jobspec.Source) bool { return s.Name == name })
 		if i < 0 {
 			return what + ": it is not in the spec's sources"

@@ -42,7 +42,8 @@ type jobEvent struct {
 	// failKind classifies an evFailure (control.Failure.Kind).
 	failKind control.FailureKind
 	// savepoint: evCancel of a stop (Manager.StopJob), the savepoint it
-	// took (control.JobStatus.StoppedWithSavepoint); 0 for a cancel.
+	// took (control.JobStatus.StoppedWithSavepoint); 0 for a cancel. For
+	// evEnd, the final savepoint.
 	savepoint int64
 	// secondary: evFailure caused by another task's failure
 	// (control.Event.Secondary)
@@ -188,6 +189,9 @@ type job struct {
 	// superseded is set once a new run of the job's name replaced it: its
 	// record is the new run's to write.
 	superseded bool
+	// final is the final savepoint of an attempt whose input ended, once
+	// it completed (finishInput): what a drain returns.
+	final control.CheckpointInfo
 	// gone is set once the job was removed (weir job rm, RemoveJob): it is
 	// not listed nor found, and is kept only for its name's numbering.
 	gone bool
@@ -958,7 +962,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		rst = restoreFor(j.spec, j.plan, restore)
 		j.st.RestoredFrom = restore.ID
 	}
-	submitted := j.st.Submitted
+	submitted, drained := j.st.Submitted, j.st.Drained
 	j.mu.Unlock()
 	// The attempt's number is stored before any worker hears of it. A
 	// coordinator that restarts resumes from the record: it cancels the
@@ -984,7 +988,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		j.mu.Unlock()
 		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Submitted: submitted, Spec: j.spec, Plan: j.plan,
 			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst, StateStore: j.m.stateStore(),
-			FsyncEachWrite: j.m.opts.FsyncEachWrite})
+			FsyncEachWrite: j.m.opts.FsyncEachWrite, EndInput: drained})
 		cancel()
 		j.mu.Lock()
 		lost := j.deployLost
@@ -1099,6 +1103,11 @@ func (j *job) wait() (done bool, f failure) {
 				}
 				j.runner.Stop("job finished")
 				j.stopTasks(e.reason)
+				j.mu.Lock()
+				if j.st.Drained {
+					j.st.DrainedWithSavepoint = e.savepoint
+				}
+				j.mu.Unlock()
 				j.setState(control.JobFinished, e.reason)
 				return true, failure{}
 			case evFinished:
@@ -1301,8 +1310,49 @@ func (j *job) finishInput(attempt int) {
 			return
 		}
 	}
-	j.push(jobEvent{kind: evEnd, attempt: attempt,
-		reason: fmt.Sprintf("every source read up to its stop; output committed with final savepoint %d", cp.ID)})
+	j.mu.Lock()
+	drained := j.st.Drained
+	j.final = cp
+	j.mu.Unlock()
+	reason := fmt.Sprintf("every source read up to its stop; output committed with final savepoint %d", cp.ID)
+	if drained {
+		reason = fmt.Sprintf("drained: every source's input ended where it had read to; output, the operators' end-of-input output included, committed with final savepoint %d", cp.ID)
+	}
+	j.push(jobEvent{kind: evEnd, attempt: attempt, reason: reason, savepoint: cp.ID})
+}
+
+// drain marks the job as being drained (control.JobStatus.Drained, kept
+// in its record: every later attempt is deployed to end its input, also
+// after a coordinator restart) and tells the workers of the current
+// attempt's source tasks to end their input where they have read to. A
+// worker that cannot be told fails the attempt over: its next attempt
+// ends its input as it restored (control.Deploy.EndInput), where the
+// checkpoint it restores had read to, rather than the job run on with
+// part of its input ended.
+func (j *job) drain(ctx context.Context) {
+	j.mu.Lock()
+	j.st.Drained = true
+	attempt := j.st.Attempt
+	byWorker := map[string][]string{}
+	for _, task := range j.plan.SourceTasks() {
+		if w := j.assign[task]; w != "" {
+			byWorker[w] = append(byWorker[w], task)
+		}
+	}
+	j.mu.Unlock()
+	j.persist()
+	j.m.log.Info("draining: the sources end their input", "job", j.spec.Name, "attempt", attempt)
+	ws := slices.Sorted(maps.Keys(byWorker))
+	for _, w := range ws {
+		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
+		err := j.m.ctl.EndInput(c, w, control.EndInput{Job: j.spec.Name, Attempt: attempt, Tasks: byWorker[w]})
+		cancel()
+		if err != nil {
+			j.push(jobEvent{kind: evFailure, attempt: attempt,
+				reason: fmt.Sprintf("drain: worker %s could not end its sources' input: %v (the next attempt ends its input as it restores)", w, err)})
+			return
+		}
+	}
 }
 
 // rest has every worker bring the attempt's tasks to rest after stop

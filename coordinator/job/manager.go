@@ -1096,8 +1096,14 @@ func (m *Manager) CancelJob(ctx context.Context, name string) (control.JobStatus
 }
 
 // latestHint names an ended job's latest checkpoint, which a restore can
-// start from (st.LatestCheckpoint), or "" when it has none.
+// start from (st.LatestCheckpoint), or "" when it has none; of a drained
+// job, that it was drained.
 func latestHint(st control.JobStatus) string {
+	if st.Drained && st.State == control.JobFinished {
+		// Its final savepoint restores into nothing: its sources would
+		// read on after their end.
+		return fmt.Sprintf(" (it was drained with savepoint %d; submit a new job for more input)", st.DrainedWithSavepoint)
+	}
 	if st.LatestCheckpoint == 0 {
 		return ""
 	}
@@ -1182,6 +1188,66 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 		return cp, fmt.Errorf("stop %s: savepoint %d taken, waiting for the job to end: %w", name, cp.ID, ctx.Err())
 	}
 	return cp, nil
+}
+
+// DrainJob implements control.JobDrainer (weir job stop -drain): once
+// every task of the running attempt restored its state (waited for as a
+// stop waits, within the checkpoint timeout) it marks the job as being
+// drained and has every source task end its input where it has read to
+// (job.drain); from there the job ends as a bounded job does: end-of-data
+// down every channel, the operators' end-of-input output, a final
+// savepoint with which the sinks commit everything, and the state
+// finished. It returns that savepoint once the job finished. A failover
+// meanwhile does not undo the drain: the next attempt ends its input as
+// it restores, where its checkpoint had read to (what the failed attempt
+// had read after it was not committed). A job that ends otherwise
+// meanwhile (a cancel, a stop, a failure its restart strategy gives up
+// on) is an error naming how it ended.
+func (m *Manager) DrainJob(ctx context.Context, name string) (control.CheckpointInfo, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return control.CheckpointInfo{}, err
+	}
+	st := j.status()
+	if st.State.Terminal() {
+		return control.CheckpointInfo{}, alreadyEnded(st, "nothing to drain"+latestHint(st))
+	} else if st.State != control.JobRunning && !st.Drained {
+		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "drain %s: the job is %s, not running; drain it once it runs (or cancel it)", name, st.State)
+	}
+	if !st.Drained {
+		sctx := ctx
+		if t := j.spec.Checkpointing.Timeout; t > 0 {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, t+time.Second)
+			defer cancel()
+		}
+		if err := j.awaitRunning(sctx, "drain"); err != nil {
+			return control.CheckpointInfo{}, fmt.Errorf("%w (the job was not drained)", err)
+		}
+		j.drain(context.WithoutCancel(ctx))
+	}
+	// else: drained already (a drain asked again, say after the first
+	// one's caller stopped waiting): wait for its end.
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return control.CheckpointInfo{}, control.Errorf(control.ErrUnavailable,
+			"drain %s: its sources ended their input; the job finishes with a final savepoint once everything before the end went through, and is not finished yet (%v): weir job status %s says when it is", name, ctx.Err(), name)
+	}
+	st = j.status()
+	j.mu.Lock()
+	cp := j.final
+	j.mu.Unlock()
+	switch {
+	case st.State == control.JobFinished && cp.ID != 0:
+		return cp, nil
+	case st.State == control.JobFinished:
+		return control.CheckpointInfo{Job: name, ID: st.DrainedWithSavepoint, Savepoint: true, Status: control.CheckpointCompleted}, nil
+	case st.State.Terminal():
+		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "drain %s: the job ended %s before it finished: %s", name, st.State, st.Reason)
+	}
+	// The job's goroutine ended without an end: the coordinator stops.
+	return control.CheckpointInfo{}, control.Errorf(control.ErrUnavailable, "drain %s: the coordinator is shutting down before the job finished (it is %s; the next coordinator drains it on)", name, st.State)
 }
 
 // Checkpoints lists a job's checkpoints, newest first: the history of its

@@ -56,6 +56,11 @@ type record struct {
 	// from a canceled one after a coordinator restart. Records written
 	// before it was kept have none (0).
 	StoppedWithSavepoint int64 `json:"stopped_with_savepoint,omitempty"`
+	// Drained and DrainedWithSavepoint are the status's: a job being
+	// drained that a restarted coordinator resumes ends its input again
+	// (control.Deploy.EndInput), and a drained job is still told as one.
+	Drained              bool  `json:"drained,omitempty"`
+	DrainedWithSavepoint int64 `json:"drained_with_savepoint,omitempty"`
 	// FailuresInARow is the status's (job.consecutive): a coordinator
 	// restart does not give a job restarting in a loop its
 	// restart.attempts again. Records written before it was kept have
@@ -145,7 +150,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Replacements: j.st.Replacements, Resumes: j.st.Resumes, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
+		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Drained: j.st.Drained, DrainedWithSavepoint: j.st.DrainedWithSavepoint, FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
@@ -394,6 +399,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Submitted = rec.Submitted
 	j.st.Failures = rec.Failures
 	j.st.Skipped = rec.Skipped
+	j.st.Drained = rec.Drained
 	j.consecutive = rec.FailuresInARow
 	// The attempt it begins is a resume, or the restart after failures
 	// the coordinator before had decided on, counted once.
@@ -479,7 +485,8 @@ func terminalJob(m *Manager, rec record) *job {
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
-			StoppedWithSavepoint: rec.StoppedWithSavepoint, Failures: rec.Failures, Skipped: rec.Skipped}}
+			StoppedWithSavepoint: rec.StoppedWithSavepoint, Drained: rec.Drained, DrainedWithSavepoint: rec.DrainedWithSavepoint,
+			Failures: rec.Failures, Skipped: rec.Skipped}}
 	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
 		j.startID = rec.From
 	}

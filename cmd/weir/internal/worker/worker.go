@@ -382,6 +382,13 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		}
 	}
 	sort.Strings(a.taskIDs)
+	if d.EndInput {
+		// The job is being drained: its sources end their input once
+		// they restored their state, reading nothing more.
+		for _, id := range a.sources {
+			tasks[id].EndInput()
+		}
+	}
 	a.live.Store(int64(len(a.taskIDs)))
 	w.mu.Lock()
 	w.jobs[d.Job] = a
@@ -495,6 +502,24 @@ func (w *Worker) Trigger(ctx context.Context, t control.Trigger) error {
 			task.TriggerCheckpoint(b)
 		}
 	}
+	return nil
+}
+
+// EndInput implements control.InputEnder: the listed source tasks of the
+// attempt end their input where they have read to (a drain).
+func (w *Worker) EndInput(ctx context.Context, e control.EndInput) error {
+	a := w.current(e.Job, e.Attempt)
+	if a == nil {
+		return fmt.Errorf("job %s attempt %d is not running here", e.Job, e.Attempt)
+	}
+	for _, id := range e.Tasks {
+		task := a.tasks[id]
+		if task == nil {
+			return fmt.Errorf("no task %s of job %s here", id, e.Job)
+		}
+		task.EndInput()
+	}
+	w.log.Info("sources end their input (drain)", "job", e.Job, "attempt", e.Attempt, "tasks", len(e.Tasks))
 	return nil
 }
 
