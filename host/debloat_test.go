@@ -12,7 +12,9 @@ import (
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host"
+	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/local"
+	"github.com/weirhq/weir/transport/remote"
 	"github.com/weirhq/weir/transport/stream"
 )
 
@@ -150,15 +152,20 @@ func TestNoDebloatKeepsTheCapacity(t *testing.T) {
 	}
 }
 
-// batchSource hands out batches of 64 records of 1 KiB forever.
-type batchSource struct{ n uint64 }
+// batchSource hands out batches of per (64 if 0) records of 1 KiB
+// forever.
+type batchSource struct{ n, per uint64 }
 
 func (s *batchSource) Poll(ctx context.Context) ([]byte, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
 	var b abi.Builder
-	for range 64 {
+	per := s.per
+	if per == 0 {
+		per = 64
+	}
+	for range per {
 		s.n++
 		b.Add(nil, make([]byte, 1024), int64(s.n))
 	}
@@ -206,5 +213,61 @@ func TestDebloatedChannelTakesPieces(t *testing.T) {
 	}
 	if s.MaxElementBytes() == 0 {
 		t.Fatal("the debloated channel limits no element")
+	}
+}
+
+// Across workers the same: a remote channel's receiver behind shrinks its
+// window to a frame, and its sender, short of credit, takes a source's
+// 512 KiB batches in frame-sized pieces (stream.ElementLimiter) instead of
+// queueing every frame of a batch ahead of the next barrier.
+func TestDebloatedRemoteChannelTakesFrames(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{NoJetStream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const frame = 32 << 10
+	cfg := remote.Config{Channel: "src -> slow", Subject: "weir.test.debloat", Window: 1 << 20, MaxFrameBytes: frame}
+	r, err := remote.NewReceiver(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := remote.NewSender(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := host.New(host.Config{Name: "src-0", Source: &batchSource{per: 512}, Outputs: []host.Output{{Senders: []stream.Sender{s}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := host.New(host.Config{Name: "slow-0", Operator: &slowOp{per: time.Millisecond}, Inputs: []host.Input{{Receiver: r}},
+		Debloat: host.Debloat{Target: 10 * time.Millisecond, MinBytes: 4096, Period: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go src.Run(ctx)
+	go op.Run(ctx)
+	waitFor(t, "the receiver's window did not shrink to a frame", func() bool {
+		queued, _ := r.QueuedBytes()
+		return op.Stats().InputBufferBytes == frame && queued <= 2*frame
+	})
+	// Over more than the time the operator takes for a batch (~0.5 s):
+	// the sender holds at most the frame it waits to publish and one
+	// piece (Send waits while a frame's worth is queued).
+	most := 0
+	for range 400 {
+		now, _ := s.QueuedBytes()
+		most = max(most, now)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if most > 2*frame {
+		t.Fatalf("the sender held up to %d bytes, frames of %d: a whole batch (~520 KB) waits there", most, frame)
 	}
 }

@@ -98,6 +98,10 @@ func (c Config) withDefaults(nc *nats.Conn) (Config, error) {
 	return c, nil
 }
 
+// batchRoom is the most of a record batch a frame holds: the frame less
+// its header and the element's kind and length.
+func (c Config) batchRoom() int { return c.MaxFrameBytes - FrameHeaderSize - 5 }
+
 func (c Config) dataSubject() string    { return c.Subject + ".d" }
 func (c Config) controlSubject() string { return c.Subject + ".c" }
 

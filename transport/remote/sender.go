@@ -43,7 +43,10 @@ type Sender struct {
 	buf         []byte
 }
 
-var _ stream.Sender = (*Sender)(nil)
+var (
+	_ stream.Sender         = (*Sender)(nil)
+	_ stream.ElementLimiter = (*Sender)(nil)
+)
 
 // NewSender opens the producing end of the channel cfg.Subject on nc. It
 // needs no receiver yet: Send blocks until the receiver granted credit.
@@ -134,7 +137,7 @@ func (s *Sender) onLinger() {
 func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 	parts := []stream.Element{e}
 	if e.Kind == stream.KindRecords && FrameHeaderSize+ElementWireSize(e) > s.cfg.MaxFrameBytes {
-		batches, err := splitBatch(e.Batch, s.cfg.MaxFrameBytes-FrameHeaderSize-5)
+		batches, err := splitBatch(e.Batch, s.cfg.batchRoom())
 		if err != nil {
 			return fmt.Errorf("remote channel %s: %w", s.cfg.Channel, err)
 		}
@@ -198,6 +201,21 @@ func (s *Sender) send(ctx context.Context, parts []stream.Element) error {
 		s.timer.Reset(s.cfg.Linger)
 	}
 	return nil
+}
+
+// MaxElementBytes returns what a frame holds of a record batch while the
+// receiver's credit is short — less than a frame's worth left: its task
+// is behind, and may have shrunk its window (buffer debloating) — else 0
+// (stream.ElementLimiter). The producing task then sends such batches in
+// frame-sized pieces, each once there is room for it, instead of handing
+// over a whole batch whose frames would wait here, ahead of a barrier.
+func (s *Sender) MaxElementBytes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.granted-s.sent >= uint64(s.cfg.MaxFrameBytes) {
+		return 0
+	}
+	return s.cfg.batchRoom()
 }
 
 // waitLocked waits for a state change, ctx or the probe interval; on the
