@@ -31,6 +31,10 @@ import (
 // not count) has finished in the checkpoint and stays finished under the
 // spec:
 //
+//   - a source U whose input a drain ended (control.MetricSourceDrained:
+//     weir job stop -drain) never is, whatever the spec says of it now: it
+//     would read on from where it was drained. The refusal then says first
+//     that the job was drained;
 //   - a source U is a JetStream source bounded in the spec (a stop), and
 //     every checkpointed task U's tasks restore from was bounded then too
 //     (control.MetricStopSequence) at a stop no earlier than the spec's
