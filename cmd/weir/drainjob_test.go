@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,9 @@ func TestJobStopDrain(t *testing.T) {
 	if err != nil || st.State != control.JobFinished || !st.Drained || st.DrainedWithSavepoint == 0 {
 		t.Fatalf("after the drain: %+v, %v", st, err)
 	}
+	if got, want := jobStatus(t, ctx, n, "tap"), fmt.Sprintf("\ndrained (weir job stop -drain): its operators' end-of-input output is committed with final savepoint %d; more input needs a new job\n", st.DrainedWithSavepoint); !strings.Contains(got, want) {
+		t.Errorf("weir job status lacks %q:\n%s", want, got)
+	}
 	wantErr := "draining tap: its sources end their input where they have read to; the operators' end-of-input output and a final savepoint follow …\n" +
 		"source in (core NATS) reads no more: what is published to in from now on is not read by this job\n"
 	if errs != wantErr {
@@ -60,7 +64,38 @@ func TestJobStopDrain(t *testing.T) {
 	if code != 1 || out != "" || errs != wantRestore {
 		t.Errorf("restore of the drained job's final savepoint: exit %d, stdout %q, stderr %q; want exit 1, %q", code, out, errs, wantRestore)
 	}
+	// weir run of it again would read from the start: refused, as for a
+	// stopped job, before anything is built.
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("tap.yaml", []byte("name: tap\nsources: [{name: in, kind: nats, subject: in}]\nsinks: [{name: out, kind: nats, subject: out, input: {from: in}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantRun := fmt.Sprintf("weir: job tap was drained with savepoint %d: a new run reads its streams from the start and would repeat the output it committed; "+
+		"give the spec another name to start over (with start: new on a JetStream source, it reads what is stored from its submit on)\n", st.DrainedWithSavepoint)
+	if code, out, errs := weir("run", "-nats", url, "-for", "1s", "tap.yaml"); code != 1 || out != "" || errs != wantRun {
+		t.Errorf("weir run of the drained job: exit %d, stdout %q, stderr %q; want exit 1, %q", code, out, errs, wantRun)
+	}
 	if code, _, errs := weir("job", "stop", "-nats", url, "-drain", "tapp"); code != 1 || !strings.HasPrefix(errs, `weir: no job "tapp" (did you mean tap?)`) || strings.Count(errs, "\n") != 1 {
 		t.Errorf("drain of no job: exit %d, stderr %q", code, errs)
+	}
+}
+
+// weir job status says a job is being drained, and that a finished one
+// was; of others it says nothing of the kind.
+func TestDrainingLine(t *testing.T) {
+	for _, c := range []struct {
+		st   control.JobStatus
+		want string
+	}{
+		{control.JobStatus{State: control.JobRunning}, ""},
+		{control.JobStatus{State: control.JobFinished}, ""},
+		{control.JobStatus{State: control.JobRunning, Drained: true}, "draining (weir job stop -drain): its sources end their input"},
+		{control.JobStatus{State: control.JobRestarting, Drained: true}, "draining (weir job stop -drain): its sources end their input"},
+		{control.JobStatus{State: control.JobFinished, Drained: true, DrainedWithSavepoint: 9}, "drained (weir job stop -drain): its operators' end-of-input output is committed with final savepoint 9; more input needs a new job"},
+		{control.JobStatus{State: control.JobCanceled, Drained: true}, ""},
+	} {
+		if got := drainingLine(c.st); !strings.HasPrefix(got, c.want) || (c.want == "") != (got == "") {
+			t.Errorf("%s, drained %v: %q, want %q…", c.st.State, c.st.Drained, got, c.want)
+		}
 	}
 }

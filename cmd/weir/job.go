@@ -496,6 +496,9 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job status", err)
 		}
 		printJobs(std.Out, []control.JobStatus{st}, 0)
+		if l := drainingLine(st); l != "" {
+			fmt.Fprintln(std.Out, l)
+		}
 		printAttempts(std.Out, st)
 		printInARow(std.Out, st, trapRemedy(nf.hint()))
 		printSkipped(std.Out, st)
@@ -720,6 +723,21 @@ func drainJob(ctx context.Context, std Stdio, api *control.APIClient, job string
 	fmt.Fprintf(std.Out, "job %s drained: finished with final savepoint %d (%s), its operators' end-of-input output committed with it; more input needs a new job\n",
 		cp.Job, cp.ID, size(cp.Size))
 	return nil
+}
+
+// drainingLine is weir job status's line for a job being drained (weir
+// job stop -drain) that has not finished yet, and for a drained job;
+// "" for any other.
+func drainingLine(st control.JobStatus) string {
+	switch {
+	case !st.Drained:
+		return ""
+	case st.State == control.JobFinished:
+		return fmt.Sprintf("drained (weir job stop -drain): its operators' end-of-input output is committed with final savepoint %d; more input needs a new job", st.DrainedWithSavepoint)
+	case st.State.Terminal():
+		return ""
+	}
+	return "draining (weir job stop -drain): its sources end their input where they have read to (after a failover, where its checkpoint had); it finishes with a final savepoint once the operators' end-of-input output went through"
 }
 
 // printJobs prints one line per job. CHECKPOINT is the job's latest
