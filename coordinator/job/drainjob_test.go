@@ -96,3 +96,45 @@ func TestDrainJob(t *testing.T) {
 		t.Errorf("drain of no job: %v", err)
 	}
 }
+
+// A drain outlives a coordinator restart: the job's record keeps it, so
+// the attempt the next coordinator deploys ends its input as it restores,
+// and the job finishes drained.
+func TestDrainOutlivesACoordinatorRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	w := e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	st := e.submitRunning(t, ctx, spec(t, "dr", "checkpointing: {interval: 1h}\n"))
+	dctx, dcancel := context.WithCancel(ctx)
+	defer dcancel()
+	go func() { _, _ = e.api.DrainJob(dctx, "dr") }() // the coordinator stops under it
+	waitFor(t, ctx, e, "dr", "the sources told to end their input", func(control.JobStatus) bool { return len(w.endInputs()) > 0 })
+	stop()
+	dcancel()
+	stop = startManager()
+	defer stop()
+	st = waitFor(t, ctx, e, "dr", "resumed", func(s control.JobStatus) bool { return s.Attempt > st.Attempt && s.State == control.JobRunning })
+	if d := w.lastDeploy("dr"); !d.EndInput || d.Attempt != st.Attempt || !st.Drained {
+		t.Fatalf("resumed attempt %d (drained %v) deployed %+v, want it to end its input", st.Attempt, st.Drained, d)
+	}
+	type result struct {
+		cp  control.CheckpointInfo
+		err error
+	}
+	again := make(chan result, 1)
+	go func() { // asked again: waits for the same end
+		cp, err := e.api.DrainJob(ctx, "dr")
+		again <- result{cp, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	endInputs(t, ctx, w, st, allTasks(st)...)
+	r := <-again
+	cp, err := r.cp, r.err
+	st, _ = e.api.Job(ctx, "dr")
+	if err != nil || st.State != control.JobFinished || st.DrainedWithSavepoint == 0 || cp.ID != st.DrainedWithSavepoint {
+		t.Fatalf("drain again: %+v, %v; job %s (%s), drained with %d", cp, err, st.State, st.Reason, st.DrainedWithSavepoint)
+	}
+}
