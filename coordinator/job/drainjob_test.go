@@ -69,6 +69,9 @@ func TestDrainJob(t *testing.T) {
 	if now, _ := e.api.Job(ctx, "d"); !now.Drained || now.State != control.JobRunning {
 		t.Fatalf("while draining: %s, drained %v", now.State, now.Drained)
 	}
+	if _, err := e.api.StopJob(ctx, "d"); err == nil || !strings.Contains(err.Error(), "stop d: the job is being drained") {
+		t.Errorf("stop while draining: %v; want it refused", err)
+	}
 	// A failover before the end: the next attempt ends its input at once.
 	if err := w.client.Failed(ctx, control.TaskRef{Job: "d", Attempt: st.Attempt, Task: "count-0"}, control.FailureUnknown, "injected"); err != nil {
 		t.Fatal(err)

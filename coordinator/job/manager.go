@@ -1160,6 +1160,10 @@ func (m *Manager) StopJob(ctx context.Context, name string) (control.CheckpointI
 	st := j.status()
 	if st.State.Terminal() {
 		return control.CheckpointInfo{}, alreadyEnded(st, "nothing to stop"+latestHint(st))
+	} else if st.Drained {
+		// Its sources ended their input: it stops by itself, with its
+		// final savepoint, and a stop savepoint would race that one.
+		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "stop %s: the job is being drained (weir job stop -drain): it finishes with a final savepoint once its operators' end-of-input output went through; cancel it to end it at once", name)
 	} else if st.State != control.JobRunning {
 		return control.CheckpointInfo{}, control.Errorf(control.ErrConflict, "stop %s: the job is %s, not running", name, st.State)
 	}
