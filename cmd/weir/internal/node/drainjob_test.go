@@ -214,7 +214,7 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 10}
 	in := newKeyedInput(t, ctx, js, 7)
 	in.send(300)
 	waitStored(t, ctx, js, "EACH", 300) // committed: in a checkpoint a failover restores
-	in.send(100) // read after the latest checkpoint, most of it
+	in.send(100)                        // read after the latest checkpoint, most of it
 	release := inj.hold(t)
 	waitUntil(t, ctx, "an operator held", func() bool { return inj.held.Load() > 0 })
 	type result struct {
@@ -227,7 +227,7 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 10}
 		drained <- result{cp, err}
 	}()
 	waitJob(t, ctx, main, "counts", "the drain under way", func(st control.JobStatus) bool { return st.Drained })
-	in.send(50) // after the end: not read
+	in.send(50)     // after the end: not read
 	w2.Conn.Close() // a crash: no goodbye
 	release()
 	w2.Close()
