@@ -39,7 +39,10 @@ const streamUsage = `ls|info|edit|rm [flags] [STREAM]
                                   good; refused, before any goes, while a job
                                   that has not ended reads or writes one (stop
                                   or cancel it first), or when no coordinator
-                                  answers to tell (-force: all the same)
+                                  answers to tell (-force: all the same);
+                                  weir's own streams (KV_weir_*, OBJ_weir_*:
+                                  job records, modules, checkpoints; ls lists
+                                  them apart) never
 
 A stream weir run creates keeps everything (no limits): its disk use grows
 with its input and output; give it -max-age or -max-bytes here. weir's
@@ -101,15 +104,28 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	defer cancel()
 	switch pos[0] {
 	case "ls":
-		var infos []*jetstream.StreamInfo
+		var infos, own []*jetstream.StreamInfo
 		lister := js.ListStreams(ctx)
 		for in := range lister.Info() {
+			if _, ok := weirOwn(in.Config); ok {
+				own = append(own, in)
+				continue
+			}
 			infos = append(infos, in)
 		}
 		if err := lister.Err(); err != nil {
 			return fmt.Errorf("stream ls: %w", err)
 		}
 		printStreams(std.Out, infos)
+		if len(own) > 0 {
+			var said []string
+			for _, in := range own {
+				what, _ := weirOwn(in.Config)
+				said = append(said, fmt.Sprintf("%s (%s)", in.Config.Name, what))
+			}
+			slices.Sort(said)
+			fmt.Fprintf(std.Out, "weir's own: %s\n", strings.Join(said, ", "))
+		}
 		return nil
 	case "info":
 		st, err := streamNamed(ctx, js, pos[1])
@@ -272,6 +288,34 @@ func printStreamInfo(w io.Writer, in *jetstream.StreamInfo) {
 	fmt.Fprintf(w, "  atomic publish %t, batched publish %t\n", c.AllowAtomicPublish, c.AllowBatchPublish)
 }
 
+// weirOwnStreams names what weir keeps in the streams of its own buckets
+// on their default names.
+var weirOwnStreams = map[string]string{
+	"KV_weir_jobs":             "job records",
+	"KV_weir_coordinator":      "the coordinator lease",
+	"OBJ_weir_modules":         "the module registry",
+	"KV_weir_modules_versions": "the module registry's versions",
+	"OBJ_weir_state":           "checkpoint state",
+	"KV_weir_checkpoints":      "checkpoint metadata",
+}
+
+// weirOwn reports whether the stream of cfg is one of weir's own — the
+// key-value bucket or object store of its job records, module registry,
+// checkpoints or coordinator lease (KV_weir_*, OBJ_weir_*) — and what it
+// holds.
+func weirOwn(cfg jetstream.StreamConfig) (string, bool) {
+	if !strings.HasPrefix(cfg.Name, "KV_weir_") && !strings.HasPrefix(cfg.Name, "OBJ_weir_") {
+		return "", false
+	}
+	if what, ok := weirOwnStreams[cfg.Name]; ok {
+		return what, true
+	}
+	if what, ok := strings.CutPrefix(cfg.Description, "weir "); ok && what != "" {
+		return what, true
+	}
+	return "weir's state", true
+}
+
 // removeStreams is weir stream rm: it deletes the streams names, each
 // with every message in it. Unless force, it refuses, before any goes,
 // while a job that has not ended reads or writes one of them (its
@@ -287,6 +331,12 @@ func removeStreams(ctx context.Context, std Stdio, nc *nats.Conn, js jetstream.J
 			return err
 		}
 		infos[i] = st.CachedInfo()
+		if what, ok := weirOwn(infos[i].Config); ok {
+			// Not even with -force: the jobs, modules and checkpoints
+			// weir keeps there would be gone for every job.
+			return fmt.Errorf("stream rm %s: weir's own stream (%s): weir keeps its state there, for every job; nothing removed "+
+				"(weir job rm, weir module rm and weir checkpoint rm remove what is in it; the nats CLI's stream rm removes the stream)", name, what)
+		}
 	}
 	var ended map[string][]string
 	if !force {

@@ -62,3 +62,42 @@ func TestStreamCommand(t *testing.T) {
 		}
 	}
 }
+
+// weir's own streams — the buckets of its job records, module registry,
+// checkpoints — are listed apart, saying what they hold, and weir stream
+// rm refuses them even with -force: removing one loses that for every job
+// (a trial removed the module registry while a job ran).
+func TestStreamRmRefusesWeirsOwn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	_, js := embeddedtest.Connect(t, srv)
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "weir_jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "weir_modules", Description: "weir operator modules"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LINES", Subjects: []string{"lines"}}); err != nil {
+		t.Fatal(err)
+	}
+	weir := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := run(ctx, append([]string{"stream"}, append(args, "-nats", srv.ClientURL())...), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		return code, out.String(), errb.String()
+	}
+	code, out, errs := weir("ls")
+	if code != 0 || !strings.Contains(out, "LINES") || strings.Contains(out, "KV_weir_jobs  ") ||
+		!strings.HasSuffix(out, "weir's own: KV_weir_jobs (job records), OBJ_weir_modules (the module registry)\n") {
+		t.Errorf("ls: %d\n%s%s", code, out, errs)
+	}
+	code, _, errs = weir("rm", "LINES", "OBJ_weir_modules", "-force")
+	if code != 1 || !strings.HasPrefix(errs, "weir: stream rm OBJ_weir_modules: weir's own stream (the module registry): weir keeps its state there, for every job; nothing removed") {
+		t.Errorf("rm of the module registry: %d %q", code, errs)
+	}
+	for _, name := range []string{"LINES", "OBJ_weir_modules"} {
+		if _, err := js.Stream(ctx, name); err != nil {
+			t.Errorf("%s after a refused rm: %v", name, err)
+		}
+	}
+}
