@@ -74,7 +74,7 @@ func leftLine(ctx context.Context, nc *nats.Conn, st control.JobStatus, jobs []c
 		for s, us := range streamUsers(others, streams, true) {
 			users[s] = append(users[s], us...)
 		}
-		if p := leftPart("stream", streams, func(s string) string { return jobNames(users[s]) }, "weir stream rm"+hint+" %s", true); p != "" {
+		if p := leftPart("stream", streams, func(s string) string { return jobNames(users[s]) }, "weir stream rm"+hint+" %s"); p != "" {
 			parts = append(parts, p)
 		}
 	}
@@ -109,7 +109,7 @@ func leftLine(ctx context.Context, nc *nats.Conn, st control.JobStatus, jobs []c
 			}
 		}
 		slices.Sort(mods)
-		if p := leftPart("module", slices.Compact(mods), func(r string) string { return strings.Join(used[r], ", ") }, "weir module rm"+hint+" %s", false); p != "" {
+		if p := leftPart("module", slices.Compact(mods), func(r string) string { return strings.Join(used[r], ", ") }, "weir module rm"+hint+" %s"); p != "" {
 			parts = append(parts, p)
 		}
 	}
@@ -125,9 +125,8 @@ type registryModule struct{ ref, digest string }
 
 // leftPart says what of kind is left ("streams LINES, COUNTS (job b's
 // too): weir stream rm LINES"): each name, with the jobs that still use
-// it, and the command (cmd, %s the names) that removes the others — one
-// command for all of them where it takes several (many), else one each.
-func leftPart(kind string, names []string, usedBy func(string) string, cmd string, many bool) string {
+// it, and the one command (cmd, %s the names) that removes the others.
+func leftPart(kind string, names []string, usedBy func(string) string, cmd string) string {
 	if len(names) == 0 {
 		return ""
 	}
@@ -144,16 +143,8 @@ func leftPart(kind string, names []string, usedBy func(string) string, cmd strin
 		kind += "s"
 	}
 	out := kind + " " + strings.Join(said, ", ")
-	switch {
-	case len(free) == 0:
-	case many:
+	if len(free) > 0 {
 		out += ": " + fmt.Sprintf(cmd, strings.Join(free, " "))
-	default:
-		cmds := make([]string, len(free))
-		for i, n := range free {
-			cmds[i] = fmt.Sprintf(cmd, n)
-		}
-		out += ": " + strings.Join(cmds, ", ")
 	}
 	return out
 }

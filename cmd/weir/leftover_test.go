@@ -95,3 +95,19 @@ sinks: [{name: tap, kind: nats, subject: tap, input: {from: res}}]
 		t.Errorf("stream rm -force OUT: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
+
+// What weir job rm leaves is removed by one pasteable command per kind:
+// weir module rm takes several references, as weir stream rm does.
+func TestLeftPartIsOneCommand(t *testing.T) {
+	used := func(n string) string {
+		if n == "split@2" {
+			return "job b"
+		}
+		return ""
+	}
+	got := leftPart("module", []string{"split@1", "split@2", "wordcount@1"}, used, "weir module rm -nats nats://h:4222 %s")
+	want := "modules split@1, split@2 (job b uses it too), wordcount@1: weir module rm -nats nats://h:4222 split@1 wordcount@1"
+	if got != want {
+		t.Errorf("leftPart:\n got %q\nwant %q", got, want)
+	}
+}

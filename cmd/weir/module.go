@@ -41,9 +41,11 @@ const moduleUsage = `push|ls|inspect|rm [flags] [args]
                                             .ts or .wat source is built first
   weir module ls                            list every module version
   weir module inspect NAME[@V]|sha256:D     show one module version (latest by default)
-  weir module rm NAME[@V] [-force]          remove one version, or every version;
-                                            refused while a job that has not ended
-                                            runs it (-force: all the same)`
+  weir module rm NAME[@V]... [-force]       remove one version, or every version, of
+                                            each; refused, before anything is removed,
+                                            if one is not in the registry or a job
+                                            that has not ended runs it (-force: all
+                                            the same)`
 
 // defaultNATS is where weir looks for NATS when -nats is not given.
 const defaultNATS = "nats://127.0.0.1:4222"
@@ -76,6 +78,9 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 	n, ok := want[pos[0]]
 	if !ok {
 		return usagef("module: unknown subcommand %q (%spush, ls, inspect or rm)", pos[0], didYouMean(pos[0], []string{"push", "ls", "inspect", "rm"}))
+	}
+	if pos[0] == "rm" && len(pos) > 1 {
+		n = len(pos) - 1 // rm takes one reference or several
 	}
 	if len(pos)-1 != n {
 		return usagef("module %s: want %d argument(s), got %d (see weir module -h)", pos[0], n, len(pos)-1)
@@ -137,17 +142,28 @@ func runModule(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Out, "name:    %s\nversion: %d\nref:     %s\ndigest:  sha256:%s\nsize:    %d\npushed:  %s\n",
 			m.Name, m.Version, m.Ref(), m.Digest, m.Size, m.Pushed.Format(time.RFC3339))
 	case "rm":
+		refs := slices.Compact(pos[1:])
+		// Every reference is checked before anything is removed: one
+		// unknown or in use leaves all of them.
+		if err := modulesKnown(ctx, reg, refs); err != nil {
+			return err
+		}
 		if !*force {
-			if err := moduleInUse(ctx, std.Err, nc, reg, pos[1]); err != nil {
+			if err := moduleInUse(ctx, std.Err, nc, reg, refs); err != nil {
 				return err
 			}
 		}
-		gone, err := reg.Remove(ctx, pos[1])
-		if err != nil {
-			return err
-		}
-		for _, m := range gone {
-			fmt.Fprintf(std.Out, "removed %s\n", m.Ref())
+		for _, ref := range refs {
+			gone, err := reg.Remove(ctx, ref)
+			if errors.Is(err, registry.ErrNotFound) {
+				continue // removed with an earlier reference (pass and pass@1)
+			}
+			if err != nil {
+				return err
+			}
+			for _, m := range gone {
+				fmt.Fprintf(std.Out, "removed %s\n", m.Ref())
+			}
 		}
 	}
 	return nil
@@ -280,16 +296,42 @@ func moduleBase(path string) string {
 // jobs run the module: the registry needs none, and may have none.
 const inUseWait = 3 * time.Second
 
-// moduleInUse refuses the removal of the module versions ref names
+// modulesKnown says what is wrong with the first of refs that names no
+// version in reg (a digest or a file, or a name or version not there).
+func modulesKnown(ctx context.Context, reg *registry.Registry, refs []string) error {
+	all, err := reg.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		p, err := modref.Parse(ref)
+		if err != nil {
+			return err
+		}
+		if p.Kind != modref.Registry {
+			return fmt.Errorf("remove %s: give NAME or NAME@VERSION", ref)
+		}
+		if !slices.ContainsFunc(all, func(m registry.Module) bool {
+			return m.Name == p.Name && (p.Version == 0 || m.Version == p.Version)
+		}) {
+			return fmt.Errorf("remove %s: %w", ref, registry.ErrNotFound)
+		}
+	}
+	return nil
+}
+
+// moduleInUse refuses the removal of the module versions refs name
 // (NAME: every version; NAME@V: one) while a job that has not ended runs
 // one of them (control.JobStatus.Modules, by digest) and no version left
 // has its bytes: its next restart, failover or rescale would not find
 // it, and would fail the job for good. With no coordinator answering
 // within inUseWait, it says it could not tell, on w, and lets it go.
-func moduleInUse(ctx context.Context, w io.Writer, nc *nats.Conn, reg *registry.Registry, ref string) error {
-	p, err := modref.Parse(ref)
-	if err != nil || p.Kind != modref.Registry {
-		return nil // Remove says what is wrong with it
+func moduleInUse(ctx context.Context, w io.Writer, nc *nats.Conn, reg *registry.Registry, refs []string) error {
+	var ps []modref.Ref
+	for _, ref := range refs {
+		if p, err := modref.Parse(ref); err == nil && p.Kind == modref.Registry {
+			ps = append(ps, p)
+		}
 	}
 	all, err := reg.List(ctx)
 	if err != nil {
@@ -297,12 +339,13 @@ func moduleInUse(ctx context.Context, w io.Writer, nc *nats.Conn, reg *registry.
 	}
 	gone, kept := map[string]string{}, map[string]bool{}
 	for _, m := range all {
-		if m.Name == p.Name && (p.Version == 0 || m.Version == p.Version) {
+		if slices.ContainsFunc(ps, func(p modref.Ref) bool { return m.Name == p.Name && (p.Version == 0 || m.Version == p.Version) }) {
 			gone[m.Digest] = m.Ref()
 		} else {
 			kept[m.Digest] = true
 		}
 	}
+	ref := strings.Join(refs, " ")
 	for d := range kept {
 		delete(gone, d) // another version keeps the bytes: jobs find them
 	}

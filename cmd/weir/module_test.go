@@ -213,6 +213,10 @@ func TestModuleRemoveOfAModuleAJobRuns(t *testing.T) {
 			t.Fatalf("push: exit %d %q %q", code, out, errs)
 		}
 	}
+	upper := filepath.Join("..", "..", "guests", "wat", "uppercase.wasm")
+	if code, out, errs := weir(t, "", "module", "push", "-nats", url, "upper", upper); code != 0 {
+		t.Fatalf("push: exit %d %q %q", code, out, errs)
+	}
 	spec, err := jobspec.Parse("job.yaml", []byte(`name: user
 sources: [{name: in, kind: nats, subject: in}]
 operators: [{name: op, module: pass@1, inputs: [{from: in}]}]
@@ -234,11 +238,25 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: op}}]
 	if code != 1 || out != "" || errs != want {
 		t.Errorf("rm of a module a job runs: exit %d %q %q, want %q", code, out, errs, want)
 	}
+	// Several references: refused before anything is removed if one is
+	// unknown or in use.
+	for _, c := range []struct{ args, want string }{
+		{"upper nope", "weir: remove nope: not in the module registry\n"},
+		{"upper pass", "weir: module rm upper pass: job user (running) runs pass@2 as operator op: its next restart or failover would not find the module and would fail for good; stop or cancel the job first, or give -force\n"},
+	} {
+		code, out, errs := weir(t, "", append([]string{"module", "rm", "-nats", url}, strings.Fields(c.args)...)...)
+		if code != 1 || out != "" || errs != c.want {
+			t.Errorf("rm %s: exit %d %q %q, want %q", c.args, code, out, errs, c.want)
+		}
+	}
+	if _, err := n.Registry.Inspect(ctx, "upper@1"); err != nil {
+		t.Errorf("upper@1 after the refusals: %v", err)
+	}
 	if _, err := n.API.CancelJob(ctx, "user"); err != nil {
 		t.Fatal(err)
 	}
 	awaitState(t, ctx, n, "user", control.JobCanceled)
-	if code, out, errs := weir(t, "", "module", "rm", "-nats", url, "pass"); code != 0 || out != "removed pass@2\n" {
+	if code, out, errs := weir(t, "", "module", "rm", "-nats", url, "pass", "upper@1", "pass@2"); code != 0 || out != "removed pass@2\nremoved upper@1\n" {
 		t.Errorf("rm once the job ended: exit %d %q %q", code, out, errs)
 	}
 }
