@@ -51,7 +51,9 @@
 //     discarded automatically. A kept checkpoint whose sink snapshot names
 //     output staged in earlier ones (Metadata.SinkStateFrom) keeps every
 //     completed checkpoint from the oldest it names on, and so does each
-//     one kept so, until nothing kept names it any more;
+//     one kept so, until nothing kept names it any more. Discards come
+//     newest first, so that a checkpoint never outlives, in storage, one
+//     it names (see Runner: the discarder keeps that order);
 //   - failed checkpoints leave nothing behind: an aborted checkpoint or
 //     savepoint is discarded at once (what its tasks wrote so far, and
 //     metadata written before a subsuming checkpoint completed), and so is
@@ -875,8 +877,15 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	acts = append(acts, m.abortAll(now, fmt.Sprintf("subsumed by checkpoint %d", id), func(q *pending) bool {
 		return !q.savepoint && q.id < id
 	})...)
+	// Newest first: a checkpoint whose sink snapshot names output staged
+	// in an older one (SinkStateFrom) goes before the one it names, so
+	// that discards cut short (the coordinator killed, the store failing)
+	// never leave it stored without what its restore reads — a restart
+	// would find it corrupt ("names output staged in checkpoint N, which
+	// cannot be restored"), and keep it for good.
 	start, kept := m.retention()
-	for _, old := range m.completed[:start] {
+	for i := start - 1; i >= 0; i-- {
+		old := m.completed[i]
 		acts = append(acts, DiscardAction{ID: old.ID, Completed: old})
 		for _, h := range m.history {
 			if h.ID == old.ID {

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,8 +137,11 @@ type Runner struct {
 	undone    int
 	undoneErr error
 	// failed are the discards that failed while the job ran, tried again
-	// with the next ones (failedDiscardTries at most).
-	failed []failedDiscard
+	// with the next ones (failedDiscardTries at most); givenUp, the
+	// completed checkpoints among them given up that name output staged
+	// in earlier ones, which are kept for them (see discarder).
+	failed  []failedDiscard
+	givenUp []*Metadata
 
 	// removals holds the checkpoints whose removal was cut short
 	// (RemovalCut), under mu, and how often retention tried to finish
@@ -238,6 +242,18 @@ func (r *Runner) SweepLeftovers(from, below int64) {
 	select {
 	case r.dkick <- struct{}{}:
 	default:
+	}
+}
+
+// DiscardUnusable has the runner discard checkpoints ids of its job,
+// which a resuming coordinator found stored and unusable (corrupt: no
+// restore reads them) while a newer one restores: with the next discards,
+// as Claim lets it, metadata first. Their objects would stay otherwise,
+// as the machine keeps only the checkpoints it restores, and every
+// restart would warn of them again.
+func (r *Runner) DiscardUnusable(ids ...int64) {
+	for _, id := range ids {
+		r.queueDiscard(DiscardAction{ID: id})
 	}
 }
 
@@ -625,28 +641,42 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 		// Those that failed before, and those Claim refused, with the
 		// new ones (or as the runner ends): the store may answer again,
 		// and the checkpoint may be needed no more.
-		retry, held := []failedDiscard(nil), []DiscardAction(nil)
+		var todo []failedDiscard // each with its tries, this one counted
 		if len(acts) > 0 || ending {
-			retry, r.failed = r.failed, nil
-			held, r.held = r.held, nil
+			for _, a := range r.held {
+				todo = append(todo, failedDiscard{a: a, tries: 1})
+			}
+			for _, f := range r.failed {
+				todo = append(todo, failedDiscard{a: f.a, tries: f.tries + 1})
+			}
+			r.failed, r.held = nil, nil
 		}
-		for i, a := range held {
-			if r.leftUndone(ending, len(held)-i) {
+		for _, a := range acts {
+			todo = append(todo, failedDiscard{a: a, tries: 1})
+		}
+		// Newest first, as retention queues them: a checkpoint whose
+		// sink snapshot names an older one goes before it, and one that
+		// stays (its discard failed, was refused, or is left undone)
+		// keeps what it names stored with it (stays), so that no discard
+		// cut short leaves a checkpoint stored that names one gone —
+		// which a restart finds corrupt, and keeps.
+		slices.SortStableFunc(todo, func(x, y failedDiscard) int { return cmp.Compare(y.a.ID, x.a.ID) })
+		var stays []*Metadata
+		for i, f := range todo {
+			if r.leftUndone(ending, len(todo)-i) {
 				break
 			}
-			r.claimed(ctx, a, 1, ending)
-		}
-		for i, f := range retry {
-			if r.leftUndone(ending, len(retry)-i) {
-				break
+			if by := namer(r.givenUp, f.a.ID); by != nil {
+				r.log.Warn(fmt.Sprintf("checkpoint kept past retention: checkpoint %d, whose discard failed every time, names output staged in it; weir checkpoint rm %s %d, then %d, removes them",
+					by.ID, by.Job, by.ID, f.a.ID), "checkpoint", f.a.ID)
+			} else if by := namer(stays, f.a.ID); by != nil {
+				r.keptNamed(f.a, by, ending)
+			} else if r.claimed(ctx, f.a, f.tries, ending) {
+				continue
 			}
-			r.claimed(ctx, f.a, f.tries+1, ending)
-		}
-		for i, a := range acts {
-			if r.leftUndone(ending, len(acts)-i) {
-				break
+			if f.a.Completed != nil {
+				stays = append(stays, f.a.Completed)
 			}
-			r.claimed(ctx, a, 1, ending)
 		}
 		if len(acts) > 0 && !ending {
 			r.finishRemovals(ctx)
@@ -694,30 +724,67 @@ func (r *Runner) discarder(ctx context.Context, stop <-chan struct{}) {
 // Claim lets it: one that another request removes is dropped, one
 // refused for now is held (tried again with the next discards) or, as
 // the runner ends, left stored with a log line saying why and what
-// removes it. A discard that fails is discardFailed's.
-func (r *Runner) claimed(ctx context.Context, a DiscardAction, tries int, ending bool) {
+// removes it. A discard that fails is discardFailed's. It reports whether
+// the checkpoint is gone or going (discarded, or removed by the other
+// request, which marks it first: nothing restores it then), false when
+// it stays stored for now.
+func (r *Runner) claimed(ctx context.Context, a DiscardAction, tries int, ending bool) bool {
 	if r.claim != nil {
 		done, err := r.claim(a.ID)
 		switch {
 		case errors.Is(err, ErrBeingRemoved):
-			return // the other request deletes it, or notes it cut short
+			return true // the other request deletes it, or notes it cut short
 		case err != nil && ending:
 			r.mu.Lock()
 			job := r.m.job
 			r.mu.Unlock()
 			r.log.Warn(fmt.Sprintf("checkpoint kept past retention: weir checkpoint rm %s %d removes it once nothing needs it", job, a.ID),
 				"checkpoint", a.ID, "why", err)
-			return
+			return false
 		case err != nil:
-			if !slices.ContainsFunc(r.held, func(h DiscardAction) bool { return h.ID == a.ID }) {
-				r.held = append(r.held, a)
-			}
-			return
+			r.hold(a)
+			return false
 		}
 		defer done()
 	}
 	if err := r.discard(ctx, a); err != nil {
 		r.discardFailed(a, tries, ending, err)
+		return false
+	}
+	return true
+}
+
+// hold keeps discard a to be tried again with the next discards.
+func (r *Runner) hold(a DiscardAction) {
+	if !slices.ContainsFunc(r.held, func(h DiscardAction) bool { return h.ID == a.ID }) {
+		r.held = append(r.held, a)
+	}
+}
+
+// namer returns the checkpoint among stays whose sink snapshot names
+// output staged in checkpoint id (Metadata.SinkStateFrom: from id or an
+// earlier one on), which its restore reads; nil if none does.
+func namer(stays []*Metadata, id int64) *Metadata {
+	for _, md := range stays {
+		if from, _ := md.SinkStateFrom(); from > 0 && from <= id && id < md.ID {
+			return md
+		}
+	}
+	return nil
+}
+
+// keptNamed keeps discard a, of a checkpoint that by, which stays stored
+// for now, names: held, and carried out after by's; as the runner ends,
+// left undone with it (the coordinator that resumes the job keeps or
+// discards both, as its retention says).
+func (r *Runner) keptNamed(a DiscardAction, by *Metadata, ending bool) {
+	if !ending {
+		r.hold(a)
+		return
+	}
+	r.undone++
+	if r.undoneErr == nil {
+		r.undoneErr = fmt.Errorf("checkpoint %d stays while checkpoint %d, which names output staged in it, is stored", a.ID, by.ID)
 	}
 }
 
@@ -736,6 +803,12 @@ func (r *Runner) discardFailed(a DiscardAction, tries int, ending bool, err erro
 	default:
 		r.log.Warn("discarding checkpoint failed every time; given up: weir checkpoint rm removes what it leaves",
 			"checkpoint", a.ID, "tries", tries, "err", err)
+		if md := a.Completed; md != nil {
+			if from, _ := md.SinkStateFrom(); from > 0 {
+				// Stored still: what it names stays with it.
+				r.givenUp = append(r.givenUp, md)
+			}
+		}
 	}
 }
 

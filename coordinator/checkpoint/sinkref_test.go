@@ -81,13 +81,13 @@ func TestRetentionKeepsWhatAKeptCheckpointNames(t *testing.T) {
 		t.Fatal(id, err)
 	}
 	expect(t, "savepoint 5", completeNaming(t, m, at(460), 5, 0), "notify(5)")
-	step(6, 5, "notify(6) discard(3) discard(4)")
+	step(6, 5, "notify(6) discard(4) discard(3)")
 	if got := retainedIDs(m); !slices.Equal(got, []int64{5, 6}) {
 		t.Errorf("kept %v after 6 named savepoint 5 only; want [5 6]", got)
 	}
 	// 7 names 6; once self-contained 8 is the one kept, both go.
 	step(7, 6, "notify(7)")
-	step(8, 0, "notify(8) discard(6) discard(7)")
+	step(8, 0, "notify(8) discard(7) discard(6)")
 	if got := retainedIDs(m); !slices.Equal(got, []int64{5, 8}) {
 		t.Errorf("kept %v after self-contained 8; want [5 8] (the savepoint stays)", got)
 	}
@@ -119,7 +119,7 @@ func TestRetentionKeepsEverythingFromTheOneNamedOn(t *testing.T) {
 	m.Tick(at(700))
 	expect(t, "self-contained 7, 6 still kept", completeNaming(t, m, at(700), 7, 0), "notify(7)")
 	m.Tick(at(800))
-	expect(t, "self-contained 8", completeNaming(t, m, at(800), 8, 0), "notify(8) discard(3) discard(4) discard(5) discard(6)")
+	expect(t, "self-contained 8", completeNaming(t, m, at(800), 8, 0), "notify(8) discard(6) discard(5) discard(4) discard(3)")
 }
 
 // The rule holds after a coordinator restart, whose machine is rebuilt
