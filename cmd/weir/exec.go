@@ -65,27 +65,23 @@ func (f *inputFlag) Set(v string) error {
 	return nil
 }
 
-// sizeFlag parses byte sizes: 65536, 64KiB, 64MiB, 1GiB.
+// sizeFlag parses byte sizes as a job spec's limits do (jobspec.ParseSize:
+// 65536, 64KiB, 64MiB or 64MB, 1GiB) and shows them so: 64MiB.
 type sizeFlag uint64
 
-func (s *sizeFlag) String() string { return strconv.FormatUint(uint64(*s), 10) }
+func (s *sizeFlag) String() string {
+	if *s == 0 {
+		return "0"
+	}
+	return jobspec.FormatSize(int64(min(uint64(*s), math.MaxInt64)))
+}
 
 func (s *sizeFlag) Set(v string) error {
-	mult := uint64(1)
-	for _, u := range []struct {
-		suffix string
-		m      uint64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(v, u.suffix) {
-			v, mult = strings.TrimSuffix(v, u.suffix), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	n, err := jobspec.ParseSize(v)
 	if err != nil {
-		return fmt.Errorf("want a size like 64MiB: %w", err)
+		return err
 	}
-	*s = sizeFlag(n * mult)
+	*s = sizeFlag(n)
 	return nil
 }
 
@@ -122,7 +118,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.snapshot, "snapshot", "", "write the snapshot to `FILE` (after -snapshot-after N records, else after the last)")
 	fs.StringVar(&o.restore, "restore", "", "restore the operator's state from `FILE` before the input")
 	o.memory = wasm.DefaultMemoryBytes
-	fs.Var(&o.memory, "memory", "memory limit (e.g. 64MiB)")
+	fs.Var(&o.memory, "memory", "memory limit, a `size` like 64MiB or 64MB (both powers of 1024)")
 	fs.DurationVar(&o.timeout, "timeout", wasm.DefaultCallTimeout, "per-call deadline")
 	fs.BoolVar(&o.endOfInput, "end-of-input", true, "call the module's end-of-input hook for each port at the end")
 	fs.IntVar(&o.outputs, "outputs", 1, "number of output ports")

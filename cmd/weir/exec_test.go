@@ -133,6 +133,9 @@ func TestExecErrors(t *testing.T) {
 		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise -timeout)"},
 		// "Gt" asks for 1 GiB, which the 8 MiB limit refuses, then traps.
 		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MiB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB and it had 128 KiB) (stdin line 3)"},
+		// -memory takes sizes as the job spec does: MB is MiB.
+		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB"},
+		{[]string{"exec", mis, "-memory", "8XB"}, 2, "weir: exec: invalid value \"8XB\" for flag -memory: bad size \"8XB\" (want e.g. 65536, 512KiB, 64MiB, 1GiB)"},
 		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
 		{[]string{"exec", example(t, "filter")}, 1, "weir: operator filter: weir_init: filter: config must be the substring to keep"},
 		{[]string{"exec"}, 2, "weir: exec: missing MODULE.wasm"},
@@ -340,5 +343,13 @@ func TestTruncate(t *testing.T) {
 		if got := truncate([]byte(c.in), c.n); got != c.want {
 			t.Errorf("truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
 		}
+	}
+}
+
+// weir exec -h shows the memory limit's default as a size, not in bytes.
+func TestExecHelpShowsMemoryAsASize(t *testing.T) {
+	_, _, errs := weir(t, "", "exec", "-h")
+	if !strings.Contains(errs, "(default 64MiB)") || strings.Contains(errs, "67108864") {
+		t.Errorf("weir exec -h:\n%s\nwant the -memory default as 64MiB", errs)
 	}
 }

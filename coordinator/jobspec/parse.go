@@ -420,15 +420,26 @@ func (p *parser) size(n *yaml.Node, path string, dst *int64) bool {
 		p.errf(n, path, "want a size like 64MiB, got %s", kindName(n))
 		return false
 	}
-	m := sizeRE.FindStringSubmatch(strings.TrimSpace(n.Value))
-	if m == nil {
-		p.errf(n, path, "bad size %q (want e.g. 65536, 512KiB, 64MiB, 1GiB)", n.Value)
+	v, err := ParseSize(n.Value)
+	if err != nil {
+		p.errf(n, path, "%v", err)
 		return false
+	}
+	*dst = v
+	return true
+}
+
+// ParseSize parses a size: a whole number of bytes, optionally followed
+// by B or by K, M, G or T with an optional i and B. The units are powers
+// of 1024 either way: 64MB, 64M and 64MiB are all 64 × 2²⁰ bytes.
+func ParseSize(s string) (int64, error) {
+	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("bad size %q (want e.g. 65536, 512KiB, 64MiB, 1GiB)", s)
 	}
 	v, err := strconv.ParseInt(m[1], 10, 64)
 	if err != nil {
-		p.errf(n, path, "bad size %q", n.Value)
-		return false
+		return 0, fmt.Errorf("bad size %q", s)
 	}
 	unit := strings.TrimSuffix(m[2], "B")
 	mult := int64(1)
@@ -443,11 +454,9 @@ func (p *parser) size(n *yaml.Node, path string, dst *int64) bool {
 		mult = 1 << 40
 	}
 	if v > math.MaxInt64/mult {
-		p.errf(n, path, "size %q too large", n.Value)
-		return false
+		return 0, fmt.Errorf("size %q too large", s)
 	}
-	*dst = v * mult
-	return true
+	return v * mult, nil
 }
 
 // check reports err, a value's refusal by a Check function, at path, or

@@ -723,3 +723,20 @@ func TestChannelDebloat(t *testing.T) {
 		t.Errorf("check of a 1ms target: %v", err)
 	}
 }
+
+// Sizes are powers of 1024 whether written MB or MiB (KB/KiB, GB/GiB).
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"65536": 65536, "100B": 100, "512KiB": 512 << 10, "512KB": 512 << 10, "512K": 512 << 10,
+		"600MB": 600 << 20, "600MiB": 600 << 20, "600 MiB": 600 << 20, "1GB": 1 << 30, "1Gi": 1 << 30, "2TiB": 2 << 40,
+	} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "64mb", "1.5GiB", "-1", "64XB", "99999999999999TiB"} {
+		if got, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
