@@ -125,7 +125,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.name, "name", "", "operator name in errors and logs (default: the module's file name)")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "compilation cache directory (default: the user cache dir; - disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "guest log level: debug, info, warn, error")
-	fs.BoolVar(&o.stack, "stack", false, "on a trap, print the wasm stack trace before the error")
+	fs.BoolVar(&o.stack, "stack", false, "on a trap, print the wasm stack trace before the error; on a Go panic, the goroutine's stack")
 	fs.BoolVar(&o.time, "time", false, "records' timestamps lead their lines, then a TAB: in milliseconds or RFC 3339, printed in milliseconds")
 	// The module may come before, after or between the flags.
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
@@ -160,8 +160,10 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	// The stacks go before the one-line reason main prints: the wasm
 	// stack with -stack, and always what a guest runtime wrote after its
 	// fatal line (the Go runtime's stack of the goroutine that failed),
-	// which the log of the guest's stderr leaves out.
-	te, xe := (*wasm.TrapError)(nil), (*wasm.ExitError)(nil)
+	// which the log of the guest's stderr leaves out; the stack of a
+	// panic the Go SDK recovered, whose message names where it happened,
+	// with -stack.
+	te, xe, oe := (*wasm.TrapError)(nil), (*wasm.ExitError)(nil), (*wasm.OperatorError)(nil)
 	traceback := ""
 	switch {
 	case errors.As(err, &te):
@@ -171,6 +173,8 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 		traceback = te.Traceback
 	case errors.As(err, &xe):
 		traceback = xe.Traceback
+	case errors.As(err, &oe) && o.stack:
+		traceback = oe.Traceback
 	}
 	if traceback != "" {
 		fmt.Fprintf(std.Err, "%s\n", traceback)

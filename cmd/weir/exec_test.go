@@ -200,6 +200,34 @@ func TestExecGoTraceback(t *testing.T) {
 	}
 }
 
+// A panic the Go SDK recovers names the operator's line in the one-line
+// error; -stack prints the goroutine's stack before it, as it does a
+// trap's wasm stack.
+func TestExecGoPanicNamesItsLine(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sdktest.wasm")
+	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("../../guests/go/internal/sdktest/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := strings.Cut(string(src), "one[len(in.Record().Value)]")
+	want := fmt.Sprintf("weir: operator sdktest: weir_process: at record 0 of the batch (key \"k\", value \"v\"): panic in Process at main.go:%d "+
+		"(main.(*op).Process): runtime error: index out of range [1] with length 1 (stdin line 1)\n", strings.Count(before, "\n")+1)
+	for _, stack := range []bool{false, true} {
+		args := []string{"exec", p, "-config", "index"}
+		if stack {
+			args = append(args, "-stack")
+		}
+		code, _, errs := weir(t, "k\tv\n", args...)
+		hasStack := strings.Contains(errs, "\ngoroutine 1 [running]:\n") && strings.Contains(errs, "\nmain.(*op).Process(")
+		if code != 1 || !strings.HasSuffix(errs, want) || hasStack != stack {
+			t.Errorf("-stack=%v: exit %d, stderr:\n%s\nwant it to end %q, with the goroutine's stack only with -stack", stack, code, errs, want)
+		}
+	}
+}
+
 func TestExecTwoOutputs(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "sdktest.wasm")
 	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {

@@ -334,6 +334,12 @@ type OperatorError struct {
 	// Record is that record's key and the start of its value (Process),
 	// "" if unknown.
 	Record string
+	// Traceback is, as in TrapError, what the guest wrote to stderr
+	// after a fatal line ("panic: …") during the call, "" if nothing: the
+	// stack of the goroutine whose panic the Go SDK recovered into this
+	// error. It is not logged with the guest's other output: a worker
+	// logs it with the task's failure, once per task.
+	Traceback string
 	// GrowRefused, MemorySize and MemoryLimit are as in TrapError, set
 	// only when a memory.grow was refused during the call (an SDK's "out
 	// of memory" then says how much was asked for), else 0.

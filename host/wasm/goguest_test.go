@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,7 +192,8 @@ func TestGoSDKFailures(t *testing.T) {
 		want string
 		typ  any
 	}{
-		{"panic", "operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process: kaboom", &OperatorError{}},
+		{"panic", "operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process at main.go:" +
+			sdkTestLine(t, `panic("kaboom")`) + " (main.(*op).Process): kaboom", &OperatorError{}},
 		{"error", "operator op: weir_process: no luck", &OperatorError{}},
 		// An exit names its record, as a trap does.
 		{"exit", "operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): the module exited with code 3", &ExitError{}},
@@ -229,6 +232,96 @@ func TestGoSDKFailures(t *testing.T) {
 			ho := newOut()
 			if err := healthy.Process(context.Background(), 0, in, ho.emit); err != nil || len(ho.port(0)) != 2 {
 				t.Fatalf("healthy: %v", err)
+			}
+		})
+	}
+}
+
+// sdkTestLine returns the number of the line of guests/go/internal/sdktest/
+// main.go that has code on it, failing the test unless exactly one has.
+func sdkTestLine(t testing.TB, code string) string {
+	t.Helper()
+	src, err := os.ReadFile("../../guests/go/internal/sdktest/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := ""
+	for k, line := range strings.Split(string(src), "\n") {
+		if strings.Contains(line, code) {
+			if n != "" {
+				t.Fatalf("sdktest/main.go has %q on lines %s and %d", code, n, k+1)
+			}
+			n = strconv.Itoa(k + 1)
+		}
+	}
+	if n == "" {
+		t.Fatalf("sdktest/main.go has no %q", code)
+	}
+	return n
+}
+
+// TestGoSDKPanicNamesItsLine: a panic the Go SDK recovers, in any method
+// of the operator, fails the call with a message that names the file, line
+// and function of the operator's code that panicked — the line that called
+// into the standard library for a panic there — and the goroutine's stack
+// as the error's Traceback (not logged line by line).
+func TestGoSDKPanicNamesItsLine(t *testing.T) {
+	e := newEngine(t)
+	wasm := sdkTest(t)
+	ctx := context.Background()
+	in := batchOf(kv{"a", "", 1}, kv{"b", "2", 2})
+	at := func(code, fn string) string {
+		return " at main.go:" + sdkTestLine(t, code) + " (main.(*op)." + fn + "): "
+	}
+	for _, c := range []struct {
+		mode string
+		call func(*Instance) error
+		want string
+	}{
+		{"index", func(i *Instance) error { return i.Process(ctx, 0, in, newOut().emit) },
+			"operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process" +
+				at("one[len(in.Record().Value)]", "Process") + "runtime error: index out of range [1] with length 1"},
+		{"stdpanic", func(i *Instance) error { return i.Process(ctx, 0, in, newOut().emit) },
+			"operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process" +
+				at("bytes.Repeat(in.Record().Value", "Process") + "bytes: negative Repeat count"},
+		{"initpanic", nil, "operator op: weir_init: panic in Init" + at(`panic("kaboom in Init")`, "Init") + "kaboom in Init"},
+		{"snappanic", func(i *Instance) error { return i.Snapshot(ctx, io.Discard) },
+			"operator op: weir_snapshot: panic in Snapshot" + at(`panic("kaboom in Snapshot")`, "Snapshot") + "kaboom in Snapshot"},
+		{"restorepanic", func(i *Instance) error { return i.Restore(ctx, bytes.NewReader(nil)) },
+			"operator op: weir_restore: panic in Restore" + at(`panic("kaboom in Restore")`, "Restore") + "kaboom in Restore"},
+		{"eoipanic", func(i *Instance) error { return i.EndOfInput(ctx, 0, newOut().emit) },
+			"operator op: weir_end_of_input: panic in EndOfInput" + at(`panic("kaboom in EndOfInput")`, "EndOfInput") + "kaboom in EndOfInput"},
+		{"ckptpanic", func(i *Instance) error { return i.CheckpointComplete(ctx, 7) },
+			"operator op: weir_checkpoint_complete: panic in CheckpointComplete" +
+				at(`panic(fmt.Sprintf("kaboom in CheckpointComplete %d", id))`, "CheckpointComplete") + "kaboom in CheckpointComplete 7"},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			var logs bytes.Buffer
+			cfg := InstanceConfig{Name: "op", Config: []byte(c.mode), Logger: testLogger(&logs)}
+			var err error
+			if c.call == nil {
+				m, lerr := e.Load(ctx, "op", wasm, Limits{CallTimeout: time.Minute})
+				if lerr != nil {
+					t.Fatal(lerr)
+				}
+				_, err = m.Instantiate(ctx, cfg)
+			} else {
+				err = c.call(instantiate(t, e, "op", wasm, Limits{}, cfg))
+			}
+			var oe *OperatorError
+			if !errors.As(err, &oe) || err.Error() != c.want {
+				t.Fatalf("got %T %v\nwant an operator error %q", err, err, c.want)
+			}
+			method := c.want[strings.LastIndex(c.want, "(main.") : strings.LastIndex(c.want, "): ")+1]
+			method = strings.Trim(method, "()")
+			if !strings.HasPrefix(oe.Traceback, "goroutine 1 [running]:\n") || !strings.Contains(oe.Traceback, "\n"+method+"(") ||
+				!strings.Contains(oe.Traceback, "sdktest/main.go:") {
+				t.Errorf("traceback, want the stack of %s:\n%s", method, oe.Traceback)
+			}
+			// The panic's line is logged, as the Go runtime's; the stack
+			// after it is the error's.
+			if !strings.Contains(logs.String(), "msg=\"panic: ") || strings.Contains(logs.String(), "goroutine 1") {
+				t.Errorf("log:\n%s", logs.String())
 			}
 		})
 	}

@@ -108,6 +108,10 @@ type Instance struct {
 	failed       error
 	stdout       *lineWriter
 	stderr       *lineWriter
+	// traceback is what the guest wrote to stderr after a fatal line in
+	// a call that returned an error status (the Go SDK's stack of a
+	// panic it recovered), which status gives the OperatorError.
+	traceback string
 	// grewPast says a call went on after the memory limit refused a
 	// memory.grow, which the instance warned of (once).
 	grewPast bool
@@ -497,7 +501,7 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("operator %s: %s: %w", i.name, export, err)
 	}
-	i.phase, i.export, i.message, i.fault = ph, export, "", nil
+	i.phase, i.export, i.message, i.traceback, i.fault = ph, export, "", "", nil
 	i.gmem.resetRefused()
 	seq := i.calls.Add(1)
 	var stop func() bool
@@ -544,8 +548,14 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 			"C's malloc and C++'s new return NULL then, and a write through it corrupts memory or traps later", i.name, export, memoryNote(size, limit, refused)),
 			"operator", i.name)
 	}
-	// What a guest runtime wrote after its fatal line is the trap's or
-	// the exit's (classify took it), else it is logged now.
+	if err == nil && i.stderr.hasFatal.Load() && failedStatus(export, stack) {
+		// A Go SDK that recovered a panic wrote the goroutine's stack
+		// after a "panic: " line: the OperatorError's, as a trap's.
+		_, i.traceback = i.stderr.takeFatal()
+	}
+	// What a guest runtime wrote after its fatal line is the trap's, the
+	// exit's (classify took it) or the error status's, else it is logged
+	// now.
 	i.stderr.endCall()
 	if err != nil {
 		i.fail(err)
@@ -719,6 +729,16 @@ func (i *Instance) cursor() int {
 	return int(int32(v))
 }
 
+// failedStatus reports whether export is one that returns a status and
+// the status its call left in stack is an error.
+func failedStatus(export string, stack []uint64) bool {
+	switch export {
+	case abi.ExportInit, abi.ExportProcess, abi.ExportEndOfInput, abi.ExportSnapshot, abi.ExportRestore, abi.ExportCheckpointComplete:
+		return len(stack) > 0 && api.DecodeI32(stack[0]) != abi.OK
+	}
+	return false
+}
+
 // status turns an export's status result into an *OperatorError. With
 // fatal the failure also fails the instance.
 func (i *Instance) status(export string, res uint64, fatal bool) error {
@@ -726,7 +746,7 @@ func (i *Instance) status(export string, res uint64, fatal bool) error {
 	if st == abi.OK {
 		return nil
 	}
-	err := &OperatorError{Operator: i.name, Export: export, Status: st, Message: i.message, RecordIndex: -1}
+	err := &OperatorError{Operator: i.name, Export: export, Status: st, Message: i.message, Traceback: i.traceback, RecordIndex: -1}
 	err.MemorySize, err.MemoryLimit, err.GrowRefused = i.refusedGrow()
 	if export == abi.ExportProcess || export == abi.ExportEndOfInput {
 		// SDKs leave the cursor on the record a callback failed at.

@@ -3,6 +3,11 @@ package weir
 import (
 	"errors"
 	"fmt"
+	"os"
+	"reflect"
+	"runtime"
+	"runtime/debug"
+	"strings"
 
 	"github.com/weirhq/weir/abi"
 )
@@ -74,13 +79,107 @@ func fail(err error) int32 {
 }
 
 // recovered turns a panic value into an error message and status. It is
-// called from a deferred function.
+// called from a deferred function, on every call: all it does when there
+// was no panic is compare v with nil.
 func recovered(where string, v any, status *int32) {
 	if v == nil {
 		return
 	}
+	*status = panicked(where, v)
+}
+
+// panicked fails the call of a panic with value v in the operator's method
+// where: the message names the code that panicked (panicSite), and the
+// goroutine's stack goes to stderr after a "panic: " line, for the host to
+// attach to the failure (wasm.OperatorError.Traceback: `weir exec -stack`
+// prints it, a worker logs it once per task), as it does the Go runtime's
+// traceback of a panic no recover caught. It runs in the deferred function,
+// on the stack of the panic: the frames that panicked are still there.
+//
+//go:noinline
+func panicked(where string, v any) int32 {
 	st.emit.reset()
-	*status = fail(fmt.Errorf("panic in %s: %v", where, v))
+	at := ""
+	if site := panicSite(); site != "" {
+		at = " at " + site
+	}
+	msg := fmt.Sprintf("panic in %s%s: %v", where, at, v)
+	// Go's own form for a panic a recover caught, and the blank line the
+	// runtime writes before a goroutine's stack.
+	fmt.Fprintf(os.Stderr, "panic: %v [recovered by weir: %s fails]\n\n%s", v, where, debug.Stack())
+	return fail(errors.New(msg))
+}
+
+// sdkPackage is the import path of this package, whose frames panicSite
+// passes over.
+var sdkPackage = reflect.TypeFor[Batch]().PkgPath()
+
+// panicSite returns where the panic being recovered happened, as
+// "main.go:23 (main.(*op).Process)": the file (its base name), line and
+// function of the innermost frame of the panicking goroutine outside the
+// Go runtime, the SDK and the standard library, so that a panic in
+// strings.Repeat or regexp.MustCompile names the operator's line that
+// called it; else of the innermost frame outside the runtime and the
+// SDK; "" if there is none. Go keeps the table it reads (pclntab) in
+// every binary, -ldflags=-s -w too: the runtime's tracebacks need it.
+func panicSite() string {
+	var pcs [64]uintptr
+	// Skip runtime.Callers and panicSite.
+	n := runtime.Callers(2, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	var first runtime.Frame
+	for {
+		f, more := frames.Next()
+		if f.Function != "" && !strings.HasPrefix(f.Function, "runtime.") && !inPackage(f.Function, sdkPackage) {
+			if !isStandard(f.Function) {
+				return frameSite(f)
+			}
+			if first.Function == "" {
+				first = f
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	if first.Function == "" {
+		return ""
+	}
+	return frameSite(first)
+}
+
+// frameSite formats a frame as panicSite does.
+func frameSite(f runtime.Frame) string {
+	// The go command writes a file's path with slashes on every system.
+	file := f.File[strings.LastIndexByte(f.File, '/')+1:]
+	return fmt.Sprintf("%s:%d (%s)", file, f.Line, f.Function)
+}
+
+// inPackage reports whether the function named fn (a runtime.Frame's
+// Function: "github.com/weirhq/weir/guests/go/weir.(*Batch).Next") is in
+// the package with import path pkg.
+func inPackage(fn, pkg string) bool {
+	rest, ok := strings.CutPrefix(fn, pkg)
+	return ok && strings.HasPrefix(rest, ".")
+}
+
+// isStandard reports whether the function named fn is in the standard
+// library, whose import paths have no dot in their first element
+// ("strings.Repeat", "encoding/json.Unmarshal"), as the go command tells
+// them; package main is the operator's own.
+func isStandard(fn string) bool {
+	// The package path ends at the first dot after its last slash.
+	slash := strings.LastIndexByte(fn, '/')
+	dot := strings.IndexByte(fn[slash+1:], '.')
+	if dot < 0 {
+		return false
+	}
+	pkg := fn[:slash+1+dot]
+	if pkg == "main" {
+		return false
+	}
+	first, _, _ := strings.Cut(pkg, "/")
+	return !strings.Contains(first, ".")
 }
 
 // Level is a log level for Log.

@@ -667,15 +667,19 @@ func (s *stackLog) first(job, run, task, stack string) bool {
 
 // guestStacks returns the wasm stack of a trap and what the guest runtime
 // wrote after its fatal line (the Go runtime's stack of the goroutine
-// that failed) of a trap or an exit, each "" if none.
+// that failed) of a trap or an exit, or the Go SDK after a panic it
+// recovered into an error status, each "" if none.
 func guestStacks(err error) (stack, traceback string) {
 	var te *wasm.TrapError
 	var xe *wasm.ExitError
+	var oe *wasm.OperatorError
 	switch {
 	case errors.As(err, &te):
 		return te.Stack, te.Traceback
 	case errors.As(err, &xe):
 		return "", xe.Traceback
+	case errors.As(err, &oe):
+		return "", oe.Traceback
 	}
 	return "", ""
 }

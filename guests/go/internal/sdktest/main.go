@@ -2,6 +2,13 @@
 // a behaviour of Process.
 //
 //	panic   panic with "kaboom"
+//	index   index a one-element slice by the length of each record's
+//	        value (a runtime error at the first value that is not empty)
+//	stdpanic  panic inside the standard library: bytes.Repeat of each
+//	        value, minus its length times (at the first value that is not
+//	        empty)
+//	initpanic, snappanic, restorepanic, eoipanic, ckptpanic  panic in
+//	        Init, Snapshot, Restore, EndOfInput, CheckpointComplete
 //	error   return an error "no luck"
 //	log     print to stdout and stderr and log through weir.Log, then pass through
 //	exit    os.Exit(3) at the second record
@@ -56,6 +63,9 @@ type op struct {
 
 func (o *op) Init(config []byte) error {
 	o.mode = string(config)
+	if o.mode == "initpanic" {
+		panic("kaboom in Init")
+	}
 	if o.mode == "initoom" {
 		for {
 			o.sink = append(o.sink, make([]byte, 1<<20))
@@ -80,6 +90,15 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 			if in.Index() == 1 {
 				panic("kaboom")
 			}
+		}
+	case "index":
+		one := []int{0}
+		for in.Next() {
+			o.calls += one[len(in.Record().Value)]
+		}
+	case "stdpanic":
+		for in.Next() {
+			o.kept = append(o.kept, bytes.Repeat(in.Record().Value, -len(in.Record().Value)))
 		}
 	case "error":
 		return errors.New("no luck")
@@ -134,6 +153,9 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 }
 
 func (o *op) Snapshot(w *weir.StateWriter) error {
+	if o.mode == "snappanic" {
+		panic("kaboom in Snapshot")
+	}
 	if o.mode == "keyedlate" {
 		if err := w.WriteByte(1); err != nil {
 			return err
@@ -192,6 +214,9 @@ func (o *op) Snapshot(w *weir.StateWriter) error {
 }
 
 func (o *op) Restore(r *weir.StateReader) error {
+	if o.mode == "restorepanic" {
+		panic("kaboom in Restore")
+	}
 	b, err := io.ReadAll(r)
 	o.state = b
 	return err
@@ -199,11 +224,22 @@ func (o *op) Restore(r *weir.StateReader) error {
 
 // EndOfInput emits the size of the restored state, or the allocation count.
 func (o *op) EndOfInput(port int, out *weir.Emitter) error {
+	if o.mode == "eoipanic" {
+		panic("kaboom in EndOfInput")
+	}
 	if o.mode == "allocs" {
 		out.Emit(0, nil, fmt.Appendf(nil, "%d", o.mallocs[1]-o.mallocs[0]), 0)
 		return nil
 	}
 	out.Emit(0, nil, fmt.Appendf(nil, "%d", len(o.state)), 0)
+	return nil
+}
+
+// CheckpointComplete panics in ckptpanic.
+func (o *op) CheckpointComplete(id int64) error {
+	if o.mode == "ckptpanic" {
+		panic(fmt.Sprintf("kaboom in CheckpointComplete %d", id))
+	}
 	return nil
 }
 
