@@ -27,5 +27,8 @@
 // input buffer, iterates batches without copying, collects each output
 // port's records into one batch emitted once per call, streams snapshots in
 // 64 KiB chunks, keeps the record cursor the host reads when a call traps,
-// and turns returned errors and panics into the operator's error message.
+// and turns returned errors and panics into the operator's error message
+// (a panic's names the file, line and function of the operator's code that
+// panicked, and its goroutine's stack goes to stderr, which the host keeps
+// with the failure).
 package weir
