@@ -192,7 +192,8 @@ func TestTrapStackLoggedOnce(t *testing.T) {
 // A Go guest's traceback (the stack of the goroutine that failed, after
 // the runtime's fatal line) is logged as the trap's stack is: in full with
 // the task's first failure, and not again when a restart meets the same
-// failure, its arguments at other addresses. An exit's is too.
+// failure, its arguments at other addresses. An exit's is too, and the
+// stack of a panic the Go SDK recovered into an error status.
 func TestTracebackLoggedOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -221,6 +222,11 @@ func TestTracebackLoggedOnce(t *testing.T) {
 		{3, trap(tb3), tb3, true},
 		{4, &wasm.ExitError{Operator: "op", Export: "weir_process", Code: 2, RecordIndex: -1, Traceback: tb1}, tb1, true},
 		{5, &wasm.ExitError{Operator: "op", Export: "weir_process", Code: 2, RecordIndex: -1, Traceback: tb2}, tb2, false},
+		// The Go SDK's stack of a panic it recovered into an error.
+		{6, &wasm.OperatorError{Operator: "op", Export: "weir_process", Status: -1, Message: "panic in Process at main.go:90 (main.(*op).other): x",
+			RecordIndex: -1, Traceback: tb3}, tb3, true},
+		{7, &wasm.OperatorError{Operator: "op", Export: "weir_process", Status: -1, Message: "panic in Process at main.go:90 (main.(*op).other): x",
+			RecordIndex: -1, Traceback: tb3}, tb3, false},
 	} {
 		logged.Reset()
 		l := listener{w: control.NewWorker(nc, "w1", nil, control.WorkerOptions{}), log: slog.New(slog.NewTextHandler(&logged, nil)),
