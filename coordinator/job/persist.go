@@ -323,6 +323,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	}
 	next := rec.FirstID
 	var restored []*checkpoint.Metadata
+	var unusable []unusableCheckpoint
 	own := rec.FromJob == "" || rec.FromJob == name
 	for _, id := range ids {
 		if id >= next {
@@ -340,10 +341,31 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 			return err
 		}
 		if err != nil {
-			m.log.Warn("checkpoint unusable", "job", name, "checkpoint", id, "err", err)
+			unusable = append(unusable, unusableCheckpoint{id, err})
 			continue
 		}
 		restored = append(restored, md)
+	}
+	// An unusable checkpoint of the run older than one that restores is
+	// not what the job resumes from, nor what a failover restores: say
+	// so, and discard it. (A retention discard cut short — the
+	// coordinator killed — left such ones before retention discarded
+	// newest first: the ones it named gone, themselves stored.) A newer
+	// one stays, and so does one partly removed, which finishRemovals
+	// finishes.
+	var newest int64
+	for _, md := range restored {
+		newest = max(newest, md.ID)
+	}
+	var superseded []int64
+	for _, u := range unusable {
+		var cut *checkpoint.RemovingError
+		if u.id >= rec.FirstID && u.id < newest && !errors.As(u.err, &cut) {
+			m.log.Warn("checkpoint unusable, and not needed: a newer one restores; discarding it", "job", name, "checkpoint", u.id, "newer", newest, "err", u.err)
+			superseded = append(superseded, u.id)
+			continue
+		}
+		m.log.Warn("checkpoint unusable", "job", name, "checkpoint", u.id, "err", u.err)
 	}
 	if rec.Reserved >= next {
 		// A checkpoint may have been in flight when the coordinator went
@@ -426,6 +448,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	// could not reach the store then, or cut short by a crash — complete
 	// no more: their objects go.
 	j.runner.SweepLeftovers(rec.FirstID, next)
+	j.runner.DiscardUnusable(superseded...)
 	m.jobs[name] = j
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
@@ -433,6 +456,13 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	m.log.Info("resuming job", "job", name, "attempt", rec.Attempt+1)
 	m.finishRemovalsLater(ctx, j)
 	return nil
+}
+
+// unusableCheckpoint is a stored checkpoint a resume found unusable, and
+// why (Catalog.Read).
+type unusableCheckpoint struct {
+	id  int64
+	err error
 }
 
 // finishRemovalsLater finishes the removals of j's checkpoints that were

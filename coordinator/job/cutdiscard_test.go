@@ -1,0 +1,69 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/coordinator/checkpoint"
+	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/transport/storage"
+)
+
+// What a retention discard cut short by kill -9 left before retention
+// discarded newest first (the trial of wordcount): a checkpoint stored
+// whose sink snapshot names output staged in one gone, older than the
+// checkpoints that restore. A restarted coordinator said only "checkpoint
+// unusable", at every restart, as nothing discarded it. Now it says that
+// a newer one restores (the job resumes from the newest, as it would
+// have), and discards it.
+func TestResumeDiscardsAnUnusableCheckpointANewerOneSupersedes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	logs := &logBuffer{}
+	e, startManager := restartableWith(t, nil, Options{HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second,
+		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	stop := startManager()
+	defer func() { stop() }()
+	e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "uc", "checkpointing: {interval: 20ms, retained: 3}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "uc", "checkpoints", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 5 })
+	stop()
+
+	ids, err := e.catalogIDs(ctx, "uc")
+	if err != nil || len(ids) < 3 {
+		t.Fatalf("stored: %v, %v; want 3", ids, err)
+	}
+	named, namer := ids[0], ids[1]
+	e.nameFrom(t, ctx, "uc", namer, named)
+	st, err := storage.NewDir(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &checkpoint.Catalog{Meta: st, State: st}
+	if err := cat.Discard(ctx, "uc", named); err != nil {
+		t.Fatal(err)
+	}
+
+	stop = startManager()
+	before := waitFor(t, ctx, e, "uc", "resumed", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+	if before.LatestCheckpoint < ids[len(ids)-1] {
+		t.Errorf("resumed with latest %d; want %d, the newest", before.LatestCheckpoint, ids[len(ids)-1])
+	}
+	want := fmt.Sprintf(`msg="checkpoint unusable, and not needed: a newer one restores; discarding it" job=uc checkpoint=%d newer=%d err="checkpoint uc/%d: checkpoint corrupt: its snapshot of out-0 names output staged in checkpoint %d, which cannot be restored`,
+		namer, ids[len(ids)-1], namer, named)
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log:\n%s\nwant a line with\n%s", logs.String(), want)
+	}
+	e.waitIDs(t, ctx, "uc", fmt.Sprintf("%d discarded", namer), func(got []int64) bool { return !slices.Contains(got, namer) })
+	if _, err := e.api.CancelJob(ctx, "uc"); err != nil {
+		t.Fatal(err)
+	}
+}
