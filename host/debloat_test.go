@@ -271,3 +271,33 @@ func TestDebloatedRemoteChannelTakesFrames(t *testing.T) {
 		t.Fatalf("the sender held up to %d bytes, frames of %d: a whole batch (~520 KB) waits there", most, frame)
 	}
 }
+
+// A small channel (channels.buffer), debloated or not, holds about its
+// bound: a source's 64 KiB batches reach a slow operator through a 16 KiB
+// channel in pieces of 8 KiB, not a whole batch past the bound.
+func TestSmallChannelTakesPieces(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const capacity = 16 << 10
+	s, r := local.New(local.Options{Name: "src -> slow", CapacityBytes: capacity})
+	src, err := host.New(host.Config{Name: "src-0", Source: &batchSource{}, Outputs: []host.Output{{Senders: []stream.Sender{s}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := host.New(host.Config{Name: "slow-0", Operator: &slowOp{per: time.Millisecond}, Inputs: []host.Input{{Receiver: r}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go src.Run(ctx)
+	go op.Run(ctx)
+	waitFor(t, "no input reached the operator", func() bool { return op.Stats().RecordsIn > 0 })
+	most := 0
+	for range 200 {
+		_, queued := s.Queued()
+		most = max(most, queued)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if most > capacity {
+		t.Fatalf("the channel held up to %d bytes with a bound of %d: a whole batch (~66 KB) past it", most, capacity)
+	}
+}

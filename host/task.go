@@ -1135,7 +1135,8 @@ func (t *Task) emit(port int, batch []byte) error {
 		ch := t.portBase[port] + i
 		if l, ok := t.outs[ch].sender.(stream.ElementLimiter); ok {
 			if m := l.MaxElementBytes(); m > 0 && len(b) > m {
-				// A debloated channel: pieces it can hold.
+				// Pieces the channel can hold (a small or
+				// debloated one, a remote one short of credit).
 				pieces, err := abi.SplitBatch(b, m)
 				if err != nil {
 					return fmt.Errorf("output port %d: %w", port, err)
@@ -1503,8 +1504,7 @@ func (t *Task) setOffset(off []byte) {
 }
 
 // limitBatch asks a BatchLimiter source for batches that a Paced operator
-// processes in about PieceTime, and that the task's debloated output
-// channels hold (stream.ElementLimiter: the pieces the task cuts a batch
+// processes in about PieceTime, and that the task's output channels hold (stream.ElementLimiter: the pieces the task cuts a batch
 // into wait in its output queue, and a barrier behind them), judged by
 // the size of the records of batch, the one polled last (nil before the
 // first). It returns the limit it set; last is the one set before.
@@ -1533,7 +1533,8 @@ func (t *Task) limitBatch(last int, batch []byte) int {
 
 // outputRoom returns the bytes a batch may have so that it makes about a
 // piece per output channel, when the channels limit their elements
-// (debloated, stream.ElementLimiter), else 0.
+// (stream.ElementLimiter: a local channel's half bound, a remote one's
+// frame while short of credit), else 0.
 func (t *Task) outputRoom() int {
 	least := 0
 	for _, o := range t.outs {

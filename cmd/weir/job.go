@@ -1079,7 +1079,7 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 			if b := t.Stats.InputBufferBytes; b > 0 {
 				// Debloated: the buffers hold about channels.debloat of
 				// the task's pace.
-				unread += " (buffers " + jobspec.FormatSize(b) + ")"
+				unread += " (buffers " + size(b) + ")"
 			}
 		}
 		if t.Stats.InputEnded {

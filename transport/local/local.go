@@ -224,17 +224,15 @@ func (s *Sender) Fail(err error) {
 	}
 }
 
-// MaxElementBytes returns half the channel's byte bound in effect, once
-// its receiver made it smaller than the capacity (SetBuffer), else 0: a
-// records element within it leaves room for the next while the receiver
-// works on it (stream.ElementLimiter).
+// MaxElementBytes returns half the channel's byte bound in effect (the
+// capacity, or what its receiver made it, SetBuffer): a records element
+// within it leaves room for the next while the receiver works on it, and
+// a channel holds about its bound, not one large batch past it — an
+// element of any size goes into an empty queue (stream.ElementLimiter).
 func (s *Sender) MaxElementBytes() int {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.capBytes >= c.maxBytes {
-		return 0
-	}
 	return max(c.capBytes/2, 1)
 }
 
