@@ -1828,6 +1828,11 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 	if out.show >= 0 {
 		limit = min(limit, out.show)
 	}
+	if limit == 0 {
+		// -show 0: no records; the count alone.
+		fmt.Fprintf(w, "latest value per key: %d keys (-show N lists them)\n", len(keys))
+		return
+	}
 	fmt.Fprintln(w, "latest value per key:")
 	for i, k := range keys {
 		if i == limit {

@@ -382,6 +382,7 @@ func TestSummaryShowsKeysAsShowSays(t *testing.T) {
 	}{
 		{2, "latest value per key:\n  [out] a\t0\n  [out] b\t1\n  … 3 more keys (-show)\n"},
 		{-1, "latest value per key:\n  [out] a\t0\n  [out] b\t1\n  [out] c\t2\n  [out] d\t3\n  [out] e\t4\n"},
+		{0, "latest value per key: 5 keys (-show N lists them)\n"},
 	} {
 		var buf bytes.Buffer
 		out := &output{std: Stdio{Out: &buf}, show: c.show, latest: maps.Clone(latest), bySink: map[string]int{}, since: map[string]uint64{}}
