@@ -6,11 +6,21 @@
 // (control.TaskStats), so one scrape of the coordinator covers every worker;
 // and, from a lister that can list workers (WorkerLister), the live workers
 // with their slots and the tasks placed on them.
+//
+// A job's counters (restarts, failures by kind, checkpoints completed,
+// failed and aborted, the checkpoint duration histogram) count all the
+// runs of its name the collector saw, for the life of the coordinator
+// process: a run (JobStatus.Submitted) counts from 0, and a restore or
+// a new submit of the name starts another, so the collector adds the
+// counts of the earlier runs as it last saw them. A job no longer
+// listed (weir job rm) drops its series and those totals.
 package metrics
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +69,84 @@ type Collector struct {
 	cordoned                                                     *prometheus.Desc
 	failures                                                     *prometheus.Desc
 	scrapeErrors                                                 prometheus.Counter
+
+	// mu serializes scrapes: each lists the jobs and updates totals,
+	// which keeps, by job name, the counts of its runs (see runTotals).
+	mu     sync.Mutex
+	totals map[string]*runTotals
+}
+
+// counts are a job's counters as one run of it counts them, from 0.
+type counts struct {
+	restarts                   int64
+	failures                   map[string]int64 // by kind label
+	completed, failed, aborted int64
+	buckets                    [len(control.CheckpointDurationBounds)]int64
+	sum                        time.Duration
+}
+
+func runCounts(j control.JobStatus) counts {
+	cp := j.Checkpoints
+	c := counts{restarts: int64(j.Restarts), completed: cp.Completed, failed: cp.Failed, aborted: cp.Aborted,
+		buckets: cp.DurationBuckets, sum: cp.DurationSum}
+	for kind, n := range j.FailureCounts {
+		k := string(kind)
+		if kind == control.FailureUnknown {
+			k = "unknown"
+		}
+		if c.failures == nil {
+			c.failures = map[string]int64{}
+		}
+		c.failures[k] += int64(n)
+	}
+	return c
+}
+
+// plus returns the sum of c and o.
+func (c counts) plus(o counts) counts {
+	s := c
+	s.restarts += o.restarts
+	s.completed += o.completed
+	s.failed += o.failed
+	s.aborted += o.aborted
+	for i := range s.buckets {
+		s.buckets[i] += o.buckets[i]
+	}
+	s.sum += o.sum
+	s.failures = maps.Clone(c.failures)
+	for k, n := range o.failures {
+		if s.failures == nil {
+			s.failures = map[string]int64{}
+		}
+		s.failures[k] += n
+	}
+	return s
+}
+
+// runTotals are a job's counts: its run (Submitted) as last scraped,
+// and the sum of its earlier runs', each as the last scrape that saw it
+// did.
+type runTotals struct {
+	run     time.Time
+	last    counts
+	earlier counts
+}
+
+// total returns the job's counts of all its runs the collector saw,
+// taking j as its run's now: a run of another Submitted than the one
+// last seen ends that one, whose counts go to the earlier runs'.
+func (c *Collector) total(j control.JobStatus) counts {
+	t := c.totals[j.Name]
+	switch {
+	case t == nil:
+		t = &runTotals{run: j.Submitted}
+		c.totals[j.Name] = t
+	case !t.run.Equal(j.Submitted):
+		t.earlier = t.earlier.plus(t.last)
+		t.run = j.Submitted
+	}
+	t.last = runCounts(j)
+	return t.earlier.plus(t.last)
 }
 
 // NewCollector returns a collector of jobs's jobs; each scrape lists them
@@ -69,18 +157,19 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 	}
 	job := []string{"job"}
 	task := []string{"job", "task", "worker"}
-	return &Collector{jobs: jobs, timeout: timeout,
+	return &Collector{jobs: jobs, timeout: timeout, totals: map[string]*runTotals{},
 		jobState: prometheus.NewDesc("weir_job_state", "1 for the job's current state, 0 for the others.", []string{"job", "state"}, nil),
 		attempt:  prometheus.NewDesc("weir_job_attempt", "The job's current attempt, from 1.", job, nil),
-		restarts: prometheus.NewDesc("weir_job_restarts_total", "Failovers of the job so far.", job, nil),
+		restarts: prometheus.NewDesc("weir_job_restarts_total",
+			"Failovers of the job, in all the runs of its name since the coordinator started (a restore or a new submit adds on).", job, nil),
 		checkpoint: prometheus.NewDesc("weir_job_latest_checkpoint_id",
 			"ID of the job's latest completed checkpoint (0: none).", job, nil),
 		cpCompleted: prometheus.NewDesc("weir_job_checkpoints_completed_total",
-			"Checkpoints and savepoints of the job that completed since the coordinator took it on.", job, nil),
+			"Checkpoints and savepoints of the job that completed, in all the runs of its name since the coordinator started (a restore or a new submit adds on).", job, nil),
 		cpFailed: prometheus.NewDesc("weir_job_checkpoints_failed_total",
-			"Checkpoints and savepoints of the job that failed (expired, declined by a task, or their metadata not written) since the coordinator took it on; those aborted as the job failed over or stopped are not counted.", job, nil),
+			"Checkpoints and savepoints of the job that failed (expired, declined by a task, or their metadata not written), in all the runs of its name since the coordinator started (a restore or a new submit adds on); those aborted as the job failed over or stopped are not counted.", job, nil),
 		cpAborted: prometheus.NewDesc("weir_job_checkpoints_aborted_total",
-			"Checkpoints aborted that are no failure: cut by a failover or a stop, or as a newer one completed, since the coordinator started.", job, nil),
+			"Checkpoints aborted that are no failure: cut by a failover or a stop, or as a newer one completed, in all the runs of the job's name since the coordinator started (a restore or a new submit adds on).", job, nil),
 		cpFailedInARow: prometheus.NewDesc("weir_job_checkpoints_failed_in_a_row",
 			"Checkpoints and savepoints of the job that failed (as weir_job_checkpoints_failed_total counts them) since its latest completed one: above 0, its checkpoints fail now.", job, nil),
 		failuresInARow: prometheus.NewDesc("weir_job_failures_in_a_row",
@@ -99,7 +188,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"Time the task was blocked on its output (a channel without credit, a sink's commit).", task, nil),
 		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
 		cpHistogram: prometheus.NewDesc("weir_job_checkpoint_duration_seconds",
-			"Durations of the job's completed checkpoints and savepoints, trigger to completion, since the coordinator took it on.", job, nil),
+			"Durations of the job's completed checkpoints and savepoints, trigger to completion, in all the runs of its name since the coordinator started (a restore or a new submit adds on).", job, nil),
 		queued: prometheus.NewDesc("weir_task_queued_records",
 			"Records a task's input channels hold that it has not processed (with weir_source_pending_messages: the job's backlog, task by task).", task, nil),
 		inputBuffer: prometheus.NewDesc("weir_task_input_buffer_bytes",
@@ -118,7 +207,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		workersLeft: prometheus.NewDesc("weir_workers_left_total",
 			"Workers that stopped and said goodbye (SIGTERM, Ctrl-C) since the coordinator started.", nil, nil),
 		failures: prometheus.NewDesc("weir_job_failures_total",
-			"Failures of the job by kind (trap, memory-limit, deadline, worker-lost, stream, ...; unknown for one of none) since the coordinator took it on.",
+			"Failures of the job by kind (trap, memory-limit, deadline, worker-lost, stream, ...; unknown for one of none), in all the runs of its name since the coordinator started (a restore or a new submit adds on).",
 			[]string{"job", "kind"}, nil),
 		slots: prometheus.NewDesc("weir_worker_slots",
 			"The most tasks the worker takes at a time (weir worker -slots); 0 means no limit.", []string{"worker", "host"}, nil),
@@ -143,9 +232,12 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector. The task counters restart
-// from 0 with each attempt, which Prometheus takes as a counter reset.
+// from 0 with each attempt, which Prometheus takes as a counter reset;
+// the job counters do not (see the package doc).
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.scrapeErrors.Collect(ch)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
@@ -176,6 +268,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.scrapeErrors.Inc()
 		return
 	}
+	// A job no longer listed was removed: its totals go with it.
+	listed := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		listed[j.Name] = true
+	}
+	maps.DeleteFunc(c.totals, func(name string, _ *runTotals) bool { return !listed[name] })
 	for _, j := range jobs {
 		for _, s := range states {
 			v := 0.0
@@ -185,24 +283,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.jobState, gauge, v, j.Name, string(s))
 		}
 		ch <- prometheus.MustNewConstMetric(c.attempt, gauge, float64(j.Attempt), j.Name)
-		ch <- prometheus.MustNewConstMetric(c.restarts, counter, float64(j.Restarts), j.Name)
+		tot := c.total(j)
+		ch <- prometheus.MustNewConstMetric(c.restarts, counter, float64(tot.restarts), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.checkpoint, gauge, float64(j.LatestCheckpoint), j.Name)
 		cp := j.Checkpoints
-		ch <- prometheus.MustNewConstMetric(c.cpCompleted, counter, float64(cp.Completed), j.Name)
-		ch <- prometheus.MustNewConstMetric(c.cpFailed, counter, float64(cp.Failed), j.Name)
-		ch <- prometheus.MustNewConstMetric(c.cpAborted, counter, float64(cp.Aborted), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.cpCompleted, counter, float64(tot.completed), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.cpFailed, counter, float64(tot.failed), j.Name)
+		ch <- prometheus.MustNewConstMetric(c.cpAborted, counter, float64(tot.aborted), j.Name)
 		buckets := make(map[float64]uint64, len(control.CheckpointDurationBounds))
 		for i, b := range control.CheckpointDurationBounds {
-			buckets[b.Seconds()] = uint64(cp.DurationBuckets[i])
+			buckets[b.Seconds()] = uint64(tot.buckets[i])
 		}
-		ch <- prometheus.MustNewConstHistogram(c.cpHistogram, uint64(cp.Completed), cp.DurationSum.Seconds(), buckets, j.Name)
+		ch <- prometheus.MustNewConstHistogram(c.cpHistogram, uint64(tot.completed), tot.sum.Seconds(), buckets, j.Name)
 		ch <- prometheus.MustNewConstMetric(c.cpFailedInARow, gauge, float64(cp.FailedInARow), j.Name)
 		ch <- prometheus.MustNewConstMetric(c.failuresInARow, gauge, float64(j.FailuresInARow), j.Name)
-		for kind, n := range j.FailureCounts {
-			k := string(kind)
-			if kind == control.FailureUnknown {
-				k = "unknown"
-			}
+		for k, n := range tot.failures {
 			ch <- prometheus.MustNewConstMetric(c.failures, counter, float64(n), j.Name, k)
 		}
 		if cp.LastID > 0 {

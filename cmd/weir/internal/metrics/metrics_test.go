@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,4 +194,116 @@ func TestScrapeOperatorMemory(t *testing.T) {
 	if strings.Contains(got, `weir_task_input_buffer_bytes{job="j",task="in-0"`) {
 		t.Error("a task that does not debloat has an input buffer gauge")
 	}
+}
+
+// runs is a JobLister whose jobs the test changes between scrapes.
+type runs struct {
+	mu   sync.Mutex
+	jobs []control.JobStatus
+}
+
+func (r *runs) Jobs(context.Context) ([]control.JobStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.jobs), nil
+}
+
+func (r *runs) set(jobs ...control.JobStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.jobs = jobs
+}
+
+// A job's counters grow for the life of the coordinator across its runs:
+// a restore (a new run, counting from 0) adds to what the runs before
+// counted, also when the new run's counts passed the old ones before a
+// scrape saw it; a removed job drops its series, and one submitted again
+// counts from 0.
+func TestScrapeRunsAddUp(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 19, 0, 0, 0, time.UTC)
+	run := func(submitted time.Time, restarts int, failures map[control.FailureKind]int, completed, failed, aborted int64, durations ...time.Duration) control.JobStatus {
+		cp := control.CheckpointStats{Completed: completed, Failed: failed, Aborted: aborted, FailedInARow: failed}
+		for _, d := range durations {
+			cp.Observe(d)
+		}
+		return control.JobStatus{Name: "dk", State: control.JobRunning, Attempt: 1 + restarts, Restarts: restarts, Submitted: submitted,
+			FailureCounts: failures, FailuresInARow: restarts, Checkpoints: cp}
+	}
+	l := &runs{}
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(l, 0)))
+	defer srv.Close()
+	expect := func(step string, lines ...string) {
+		t.Helper()
+		got := scrape(t, srv.URL)
+		for _, line := range lines {
+			if strings.HasPrefix(line, "!") {
+				if strings.Contains(got, "\n"+line[1:]) {
+					t.Errorf("%s: scrape has %q", step, line[1:])
+				}
+			} else if !strings.Contains(got, "\n"+line+"\n") {
+				t.Errorf("%s: scrape lacks %q", step, line)
+			}
+		}
+	}
+
+	l.set(run(t0, 1, map[control.FailureKind]int{control.FailureWorkerLost: 1}, 2, 1, 1, 50*time.Millisecond, 2*time.Second))
+	expect("first run",
+		`weir_job_restarts_total{job="dk"} 1`,
+		`weir_job_failures_total{job="dk",kind="worker-lost"} 1`,
+		`weir_job_checkpoints_completed_total{job="dk"} 2`,
+		`weir_job_checkpoints_failed_total{job="dk"} 1`,
+		`weir_job_checkpoints_aborted_total{job="dk"} 1`,
+		`weir_job_checkpoint_duration_seconds_bucket{job="dk",le="0.1"} 1`,
+		`weir_job_checkpoint_duration_seconds_count{job="dk"} 2`)
+
+	// Restored (weir job restore): a new run, from 0. Its failures series
+	// of the first run stays, the counters do not go back.
+	t1 := t0.Add(time.Minute)
+	l.set(run(t1, 0, nil, 1, 0, 0, 200*time.Millisecond))
+	expect("restored",
+		`weir_job_restarts_total{job="dk"} 1`,
+		`weir_job_failures_total{job="dk",kind="worker-lost"} 1`,
+		`weir_job_checkpoints_completed_total{job="dk"} 3`,
+		`weir_job_checkpoints_failed_total{job="dk"} 1`,
+		`weir_job_checkpoints_aborted_total{job="dk"} 1`,
+		`weir_job_checkpoint_duration_seconds_bucket{job="dk",le="0.1"} 1`,
+		`weir_job_checkpoint_duration_seconds_bucket{job="dk",le="0.5"} 2`,
+		`weir_job_checkpoint_duration_seconds_count{job="dk"} 3`,
+		`weir_job_checkpoint_duration_seconds_sum{job="dk"} 2.25`,
+		// The gauges are the run's.
+		`weir_job_attempt{job="dk"} 1`,
+		`weir_job_failures_in_a_row{job="dk"} 0`,
+		`weir_job_checkpoints_failed_in_a_row{job="dk"} 0`)
+
+	// The run goes on: its own counts grow, added to the first run's.
+	l.set(run(t1, 1, map[control.FailureKind]int{control.FailureTrap: 1}, 3, 0, 2, 200*time.Millisecond, time.Second, time.Second))
+	expect("restored, on",
+		`weir_job_restarts_total{job="dk"} 2`,
+		`weir_job_failures_total{job="dk",kind="worker-lost"} 1`,
+		`weir_job_failures_total{job="dk",kind="trap"} 1`,
+		`weir_job_checkpoints_completed_total{job="dk"} 5`,
+		`weir_job_checkpoints_aborted_total{job="dk"} 3`)
+
+	// Restored again, and the third run's counts passed the second's
+	// before a scrape saw it: still a new run, added on.
+	t2 := t1.Add(time.Minute)
+	l.set(run(t2, 3, map[control.FailureKind]int{control.FailureWorkerLost: 3}, 7, 2, 4))
+	expect("restored again",
+		`weir_job_restarts_total{job="dk"} 5`,
+		`weir_job_failures_total{job="dk",kind="worker-lost"} 4`,
+		`weir_job_failures_total{job="dk",kind="trap"} 1`,
+		`weir_job_checkpoints_completed_total{job="dk"} 12`,
+		`weir_job_checkpoints_failed_total{job="dk"} 3`,
+		`weir_job_checkpoints_aborted_total{job="dk"} 7`,
+		`weir_job_checkpoint_duration_seconds_count{job="dk"} 12`)
+
+	// Removed (weir job rm): its series go, and a job of its name
+	// submitted later counts from 0.
+	l.set()
+	expect("removed", `!weir_job_restarts_total{job="dk"}`, `!weir_job_failures_total{job="dk"`)
+	l.set(run(t2.Add(time.Minute), 0, nil, 1, 0, 0))
+	expect("submitted again",
+		`weir_job_restarts_total{job="dk"} 0`,
+		`weir_job_checkpoints_completed_total{job="dk"} 1`,
+		`!weir_job_failures_total{job="dk"`)
 }
