@@ -361,7 +361,10 @@ func (r *execRun) locate(err error) error {
 	var oe *wasm.OperatorError
 	var te *wasm.TrapError
 	var de *wasm.DeadlineError
+	var fe *wasm.FaultError
 	switch {
+	case errors.As(err, &fe):
+		idx = fe.RecordIndex
 	case errors.As(err, &oe):
 		idx = oe.RecordIndex
 	case errors.As(err, &te):

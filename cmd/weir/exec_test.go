@@ -228,6 +228,21 @@ func TestExecGoPanicNamesItsLine(t *testing.T) {
 	}
 }
 
+// An emit to an output port the task lacks names the record that emitted
+// to it, as a trap does, and leaves the ABI's status number out.
+func TestExecEmitToAMissingPortNamesTheRecord(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sdktest.wasm")
+	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := weir(t, "k\tv\n", "exec", p, "-config", "ports")
+	want := "weir: operator sdktest: weir_process: at record 0 of the batch (key \"k\", value \"v\"): emit to output port 1: the task has 1 output port(s), " +
+		"one per input in the job spec that reads from the operator, numbered from 0 in spec order, operators' inputs before sinks' (weir exec: -outputs N) (stdin line 1)\n"
+	if code != 1 || errs != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and\n%s", code, errs, want)
+	}
+}
+
 func TestExecTwoOutputs(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "sdktest.wasm")
 	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
@@ -277,7 +292,7 @@ func TestExecRestoreErrorsNameTheFile(t *testing.T) {
 		{probe, missing, "open: no such file or directory"},
 		{probe, dir, "operator probe: weir_restore: state stream: read: is a directory"},
 		{probe, short, "operator probe: weir_restore: weir: state ended early"},
-		{misbehave, big, "operator misbehave: weir_restore: restore_read of 3 bytes at address 131070 passes the end of memory (131072 bytes) (status -5)"},
+		{misbehave, big, "operator misbehave: weir_restore: restore_read of 3 bytes at address 131070 passes the end of memory (131072 bytes)"},
 	} {
 		code, _, errs := weir(t, "", "exec", c.module, "-restore", c.path)
 		want := "weir: exec: restore from " + c.path + ": " + c.cause + "\n"

@@ -371,12 +371,25 @@ type FaultError struct {
 	Operator string
 	Export   string
 	Detail   string
-	Err      error // e.g. the abi.BatchError of a malformed batch
+	// Status is what the import returned to the guest (abi.ErrBadPort,
+	// …), for a guest author's debugging: the message leaves it out.
+	Status int32
+	// RecordIndex is, as in OperatorError, the record of the batch the
+	// guest's cursor was on when the import refused it (weir_process,
+	// weir_end_of_input), else -1; Record is its key and the start of its
+	// value (weir_process), "" if unknown.
+	RecordIndex int
+	Record      string
+	Err         error // e.g. the abi.BatchError of a malformed batch
 }
 
 // Error returns the one-line message.
 func (e *FaultError) Error() string {
-	return fmt.Sprintf("operator %s: %s: %s", e.Operator, e.Export, e.Detail)
+	at := ""
+	if e.RecordIndex >= 0 {
+		at = fmt.Sprintf("at record %d of the batch%s: ", e.RecordIndex, paren(e.Record))
+	}
+	return fmt.Sprintf("operator %s: %s: %s%s", e.Operator, e.Export, at, e.Detail)
 }
 
 // Unwrap returns the underlying error.
@@ -417,6 +430,7 @@ func describeRecord(err error, batch []byte) {
 		oe *OperatorError
 		de *DeadlineError
 		xe *ExitError
+		fe *FaultError
 		at *string
 		ix int
 	)
@@ -429,6 +443,8 @@ func describeRecord(err error, batch []byte) {
 		at, ix = &de.Record, de.RecordIndex
 	case errors.As(err, &xe):
 		at, ix = &xe.Record, xe.RecordIndex
+	case errors.As(err, &fe):
+		at, ix = &fe.Record, fe.RecordIndex
 	default:
 		return
 	}

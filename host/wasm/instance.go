@@ -480,12 +480,12 @@ func (i *Instance) writeInput(ctx context.Context, head, body []byte) (uint32, e
 		if size, limit, refused := i.refusedGrow(); refused > 0 {
 			detail += memoryNote(size, limit, refused)
 		}
-		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: detail}
+		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: detail, RecordIndex: -1}
 		i.fail(err)
 		return 0, err
 	}
 	if !i.mem.Write(addr, head) || !i.mem.Write(addr+uint32(len(head)), body) {
-		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("input buffer of %d bytes at address %d passes the end of memory (%d bytes)", size, addr, i.mem.Size())}
+		err := &FaultError{Operator: i.name, Export: abi.ExportInput, Detail: fmt.Sprintf("input buffer of %d bytes at address %d passes the end of memory (%d bytes)", size, addr, i.mem.Size()), RecordIndex: -1}
 		i.fail(err)
 		return 0, err
 	}
@@ -774,7 +774,11 @@ func (i *Instance) fail(err error) {
 // returns the status code for the guest.
 func (i *Instance) faultf(code int32, cause error, format string, args ...any) int32 {
 	if i.fault == nil {
-		i.fault = &FaultError{Operator: i.name, Export: i.export, Detail: fmt.Sprintf(format, args...) + fmt.Sprintf(" (status %d)", code), Err: cause}
+		record := -1
+		if i.export == abi.ExportProcess || i.export == abi.ExportEndOfInput {
+			record = i.record() // the record the guest was at, as a trap's
+		}
+		i.fault = &FaultError{Operator: i.name, Export: i.export, Detail: fmt.Sprintf(format, args...), Status: code, RecordIndex: record, Err: cause}
 	}
 	return code
 }

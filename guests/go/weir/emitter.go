@@ -22,8 +22,9 @@ type Emitter struct {
 // portBatch is the batch being built for one output port. Its buffer is
 // kept across calls, so a steady stream of records allocates nothing.
 type portBatch struct {
-	buf []byte // the encoded batch, count first
-	n   uint32
+	buf   []byte // the encoded batch, count first
+	n     uint32
+	first int32 // the input record cursor at its first record: the host's message of a refused emit names it
 }
 
 func (b *portBatch) add(key, value []byte, ts int64) {
@@ -94,6 +95,7 @@ func (e *Emitter) batch(port int) *portBatch {
 	if len(b.buf) < abi.BatchHeaderSize {
 		b.buf = append(b.buf[:0], 0, 0, 0, 0)
 	}
+	b.first = st.cursor
 	e.used = append(e.used, port)
 	return b
 }
@@ -104,9 +106,13 @@ func (e *Emitter) flush() error {
 	if e.err != nil {
 		return e.err
 	}
+	defer func(c int32) { st.cursor = c }(st.cursor)
 	for _, p := range e.used {
 		b := &e.ports[p]
 		binary.LittleEndian.PutUint32(b.buf, b.n)
+		// The cursor on the record that first emitted to the port: the
+		// host names it if it refuses the batch (a port the task lacks).
+		st.cursor = b.first
 		if err := emitBatch(p, b.buf); err != nil {
 			return err
 		}
