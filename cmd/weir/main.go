@@ -101,6 +101,14 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		fs.Usage()
 		return err
 	}
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+		// A typo'd flag: name the likely one, as for commands.
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if c := spell.Closest(strings.TrimPrefix(name, "-"), names); c != "" {
+			return usagef("%s: %v: did you mean -%s? (run '%s -h' for its flags)", strings.TrimPrefix(fs.Name(), "weir "), err, c, fs.Name())
+		}
+	}
 	return usagef("%s: %v (run '%s -h' for its flags)", strings.TrimPrefix(fs.Name(), "weir "), err, fs.Name())
 }
 

@@ -48,6 +48,12 @@ func TestFlagMistakeIsOneLine(t *testing.T) {
 	if want := "weir: exec: invalid value \"x\" for flag -outputs: parse error (run 'weir exec -h' for its flags)\n"; code != 2 || errb.String() != want {
 		t.Errorf("weir exec -outputs x: exit %d, stderr %q, want %q", code, errb.String(), want)
 	}
+	// A typo'd flag gets the likely one, as a typo'd command does.
+	errb.Reset()
+	code = run(context.Background(), []string{"run", "-nat", "x", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	if want := "weir: run: flag provided but not defined: -nat: did you mean -nats? (run 'weir run -h' for its flags)\n"; code != 2 || errb.String() != want {
+		t.Errorf("weir run -nat x: exit %d, stderr %q, want %q", code, errb.String(), want)
+	}
 }
 
 // A command or subcommand that names none says which it most likely
