@@ -409,6 +409,10 @@ func (p *parser) duration(n *yaml.Node, path string, dst *time.Duration) {
 	*dst = d
 }
 
+// maxListedNames is how many of its sources and operators a spec's
+// unknown input lists.
+const maxListedNames = 12
+
 // bareNumberRE matches a number that would be a duration with a unit.
 var bareNumberRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 
@@ -1166,14 +1170,26 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			if !p.meant[in.From] {
 				var names []string
 				for _, src := range s.Sources {
-					names = append(names, src.Name)
+					if src.Name != "" {
+						names = append(names, src.Name)
+					}
 				}
 				for _, op := range s.Operators {
-					names = append(names, op.Name)
+					if op.Name != "" {
+						names = append(names, op.Name)
+					}
 				}
-				if m := meant(in.From, names); m != "" {
+				switch m := meant(in.From, names); {
+				case m != "":
 					at(in.Line, path+".from", "unknown operator or source %q (%s)", in.From, strings.TrimSuffix(m, " "))
-				} else {
+				case len(names) > 0:
+					// No close match (a short name is rarely one): what
+					// it could read.
+					if len(names) > maxListedNames {
+						names = append(names[:maxListedNames], "…")
+					}
+					at(in.Line, path+".from", "unknown operator or source %q (the job has: %s)", in.From, strings.Join(names, ", "))
+				default:
 					at(in.Line, path+".from", "unknown operator or source %q", in.From)
 				}
 			}

@@ -4,7 +4,7 @@
 // Decoding is strict — an unknown option is an error — and every error
 // names the file, the line and the field path, for example
 //
-//	job.yaml:14: operators[1].inputs[0].from: unknown operator or source "cnt"
+//	job.yaml:14: operators[1].inputs[0].from: unknown operator or source "inp" (the job has: events, parse, count)
 //
 // All errors of a spec are reported together as an Errors value.
 // coordinator/README.md documents every field and its default.

@@ -295,7 +295,10 @@ func TestErrors(t *testing.T) {
 		want       []string
 	}{
 		{"unknown operator", base("  - name: a\n    module: m\n    inputs:\n      - from: cnt\n"),
-			[]string{`job.yaml:8: operators[0].inputs[0].from: unknown operator or source "cnt"`}},
+			[]string{`job.yaml:8: operators[0].inputs[0].from: unknown operator or source "cnt" (the job has: in, a)`}},
+		// No close match: the names it could read are listed.
+		{"unknown short input", base("  - name: op\n    module: m\n    inputs:\n      - from: inp\n"),
+			[]string{`job.yaml:8: operators[0].inputs[0].from: unknown operator or source "inp" (the job has: in, op)`}},
 		{"unknown option", base("  - name: a\n    module: m\n    paralelism: 2\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].paralelism: unknown option "paralelism" (did you mean parallelism?)`}},
 		{"unknown option far from any", base("  - name: a\n    module: m\n    speed: 2\n    inputs: [{from: in}]\n"),
@@ -506,7 +509,7 @@ func TestOneErrorPerMistake(t *testing.T) {
 			[]string{`job.yaml:2: sources[0].nmae: unknown option "nmae" (did you mean name?)`}},
 		{"operator name key misspelt", "name: j\n" + ok + "operators:\n  - {nam: a, module: m, inputs: [{from: in}]}\n  - {name: b, module: m, inputs: [{from: a}, {from: c}]}\n",
 			[]string{`job.yaml:5: operators[0].nam: unknown option "nam" (did you mean name?)`,
-				`job.yaml:6: operators[1].inputs[1].from: unknown operator or source "c"`}},
+				`job.yaml:6: operators[1].inputs[1].from: unknown operator or source "c" (the job has: in, b)`}},
 		{"reads a sink", "name: j\n" + ok + "operators: [{name: a, module: m, inputs: [{from: out}]}]\n",
 			[]string{`job.yaml:4: operators[0].inputs[0].from: "out" is a sink, and a sink produces nothing (want an operator or source)`}},
 		{"two documents", "name: j\n" + ok + "---\nname: k\n",
