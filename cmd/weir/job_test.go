@@ -89,7 +89,7 @@ func TestJobErrorsSayWhatIsWrong(t *testing.T) {
 	}{
 		{[]string{"job", "status", "-nats", url, "nosuch"}, `weir: no job "nosuch"` + "\n"},
 		{[]string{"job", "restore", "-nats", url, "tap", "-from", "x"}, `weir: restore from "x": want a checkpoint ID or JOB/ID` + "\n"},
-		{[]string{"job", "restore", "-nats", url, "tap", "-from", "9"}, "weir: restore from tap/9: there is no such checkpoint\n"},
+		{[]string{"job", "restore", "-nats", url, "tap", "-from", "9"}, "weir: restore from tap/9: there is no such checkpoint; job tap has completed no checkpoint yet\n"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(ctx, c.args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})

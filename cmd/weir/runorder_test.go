@@ -219,7 +219,7 @@ sinks: [{name: out, kind: jetstream, stream: THERE, subject: elsewhere, input: {
 		t.Fatal(err)
 	}
 	awaitState(t, ctx, n, "busy", control.JobCanceled)
-	restoreRefused("a checkpoint that is not there", "restore from busy/1: there is no such checkpoint")
+	restoreRefused("a checkpoint that is not there", "restore from busy/1: there is no such checkpoint; job busy completed no checkpoint before it ended (canceled), so there is nothing to restore: weir run SPEC starts it afresh")
 
 	// The compiler noted is the one a build runs.
 	if _, err := sourcebuild.Build(ctx, "op.wat", t.TempDir()); err != nil {

@@ -838,10 +838,22 @@ func NotEnded(name string, state control.JobState) error {
 func (m *Manager) restorable(ctx context.Context, job string) string {
 	ids, err := m.opts.Catalog.IDs(ctx, job)
 	if err == nil && len(ids) == 0 {
-		if _, jerr := m.job(job); jerr != nil {
+		j, jerr := m.job(job)
+		if jerr != nil {
 			if c := m.closestJob(job); c != "" {
 				return fmt.Sprintf(" (no job %q: did you mean %s?)", job, c)
 			}
+			return ""
+		}
+		// The job has none: say so, and how it goes on (as weir job
+		// status does).
+		switch st := j.status(); {
+		case st.StartedFrom != "":
+			return fmt.Sprintf("; job %s has completed no checkpoint of its own: restore it -from %s, the checkpoint it started from", job, st.StartedFrom)
+		case st.State.Terminal():
+			return fmt.Sprintf("; job %s completed no checkpoint before it ended (%s), so there is nothing to restore: weir run SPEC starts it afresh", job, st.State)
+		default:
+			return fmt.Sprintf("; job %s has completed no checkpoint yet", job)
 		}
 	}
 	if err != nil || len(ids) == 0 {
