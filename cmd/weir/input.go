@@ -106,7 +106,7 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Err, "no job %s on this NATS yet: its source's stream keeps the input for it (weir run%s %s submits it)\n",
 			spec.Name, nf.hint(), shellQuote(pos[0]))
 	case err == nil && st.State.Terminal():
-		fmt.Fprintf(std.Err, "job %s is %s: its source's stream keeps the input for a restore of it (weir job restore)\n", spec.Name, st.State)
+		fmt.Fprintf(std.Err, "job %s is %s: its source's stream keeps the input for a restore of it (weir job restore)\n", spec.Name, shownState(st))
 	}
 	return nil
 }

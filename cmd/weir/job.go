@@ -749,6 +749,16 @@ func drainingLine(st control.JobStatus) string {
 // is its newest failure, when and in which attempt, or "-": its reason
 // only where REASON does not already give it (a restarting or failed
 // job's).
+// shownState is a job's state as weir shows it: a job canceled after its
+// stop savepoint (weir job stop) shows as stopped, the command its user
+// gave, not as if canceled at once.
+func shownState(st control.JobStatus) string {
+	if st.State == control.JobCanceled && st.StoppedWithSavepoint != 0 {
+		return "stopped"
+	}
+	return string(st.State)
+}
+
 func printJobs(w io.Writer, jobs []control.JobStatus, width int) {
 	cut := false
 	shorten := func(s string) string {
@@ -785,7 +795,7 @@ func printJobs(w io.Writer, jobs []control.JobStatus, width int) {
 				last += ": " + f.Reason
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", j.Name, j.State, j.Attempt, j.Restarts, cp,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", j.Name, shownState(j), j.Attempt, j.Restarts, cp,
 			j.Updated.Format(time.TimeOnly), shorten(reason), shorten(last))
 	}
 	tw.Flush()

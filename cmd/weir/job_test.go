@@ -603,9 +603,14 @@ func TestJobListCheckpointColumn(t *testing.T) {
 	printJobs(&b, []control.JobStatus{{Name: "none", State: control.JobRunning, Attempt: 1},
 		{Name: "some", State: control.JobFailed, Attempt: 2, LatestCheckpoint: 27},
 		{Name: "other", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12"},
-		{Name: "own", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12", LatestCheckpoint: 3}}, 0)
+		{Name: "own", State: control.JobRunning, Attempt: 1, StartedFrom: "orig/12", LatestCheckpoint: 3},
+		{Name: "stp", State: control.JobCanceled, Attempt: 1, LatestCheckpoint: 9, StoppedWithSavepoint: 9, Reason: "stopped with savepoint 9"}}, 0)
 	lines := strings.Split(b.String(), "\n")
-	if len(lines) != 6 || !regexp.MustCompile(`^none +running +1 +0 +- `).MatchString(lines[1]) ||
+	// A job stopped with a savepoint shows as stopped, not canceled.
+	if len(lines) != 7 || !regexp.MustCompile(`^stp +stopped +1 +0 +9 `).MatchString(lines[5]) {
+		t.Errorf("weir job ls printed:\n%s", b.String())
+	}
+	if !regexp.MustCompile(`^none +running +1 +0 +- `).MatchString(lines[1]) ||
 		!regexp.MustCompile(`^some +failed +2 +0 +27 `).MatchString(lines[2]) ||
 		!regexp.MustCompile(`^other +running +1 +0 +orig/12 `).MatchString(lines[3]) ||
 		!regexp.MustCompile(`^own +running +1 +0 +3 `).MatchString(lines[4]) {
