@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +49,8 @@ stream stores, read from the stream as a consumer of it would: a commit that
 failed, or was published again after a recovery, is not output (once). A core
 NATS sink's is what it publishes. Without -nats it starts the embedded default — NATS
 with JetStream, the coordinator and a worker in this process, streams the job
-names created on the fly — and stops everything at the end. An operator
+names created on the fly — and stops everything at the end (-port pins its
+NATS port, -metrics serves its Prometheus metrics, as weir up's do). An operator
 module may be a Go package directory, which weir builds (GOOS=wasip1), or a
 Rust, C, C++, AssemblyScript or WAT source file (.rs, .c, .cpp, .ts, .wat), which it
 builds against the SDK it carries (guests/README.md), once what refuses a run
@@ -77,7 +80,9 @@ type runOptions struct {
 	create   bool
 	replicas int
 	verbose  bool
-	time     bool // -time
+	time     bool   // -time
+	port     int    // -port: of the embedded NATS server, 0 a free one
+	metrics  string // -metrics: serve Prometheus metrics there
 }
 
 func runRun(ctx context.Context, std Stdio, args []string) error {
@@ -86,6 +91,8 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	o.nats.register(fs, "", "NATS server URL of a running weir (default: start the embedded one)")
 	o.nats.registerWait(fs)
 	fs.StringVar(&o.data, "data", "", "data directory of the embedded default (default: a temporary one)")
+	fs.IntVar(&o.port, "port", 0, "client port of the embedded NATS server, as weir up's (0: a free one)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464), as weir up does; not with -nats (weir up -metrics serves that coordinator's)")
 	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE ('-': stdin) to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a JetStream stream stores each line once: after a lost connection weir run publishes again what it did not acknowledge (message ids: this run's, the input's place among the -input flags, the line's number), within the stream's duplicate window (10s at least, else refused); a line the stream refuses (a limit, a subject it does not store) fails weir run")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output of the input is committed — every source the input went to has read all of it, and the sinks stored a checkpoint taken after that, in one attempt of the job — and the output has been quiet this long (0: never); input to a core NATS source, which cannot say what it read, counts as committed with a checkpoint after one that completed after it; a job whose sources all have a stop is followed until it ends")
@@ -112,6 +119,12 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if o.show < -1 {
 		return usagef("run: -show %d: give a number of records, 0 or more (0: none; -1: all)", o.show)
 	}
+	if o.nats.url != "" && (o.port != 0 || o.metrics != "") {
+		return usagef("run: -port and -metrics are the embedded server's: not with -nats")
+	}
+	if o.port < 0 || o.port > 65535 {
+		return usagef("run: -port %d: want a port, 1 to 65535 (0: a free one)", o.port)
+	}
 	o.spec = pos[0]
 	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile})
 	if err != nil {
@@ -128,7 +141,18 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 
 	var n *node.Node
 	embedded := o.nats.url == ""
+	var metricsLn net.Listener
+	if o.metrics != "" {
+		if metricsLn, err = net.Listen("tcp", o.metrics); err != nil {
+			return fmt.Errorf("run: metrics: %w", err)
+		}
+		defer metricsLn.Close()
+	}
 	if embedded {
+		port := o.port
+		if port == 0 {
+			port = -1 // a free one
+		}
 		dir := o.data
 		if dir == "" {
 			if dir, err = os.MkdirTemp("", "weir-run-"); err != nil {
@@ -136,12 +160,20 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 			}
 			defer os.RemoveAll(dir)
 		}
-		n, err = node.Start(ctx, node.Options{DataDir: dir, Port: -1, Coordinator: true, Workers: 1, Log: logger(std, o.verbose),
+		n, err = node.Start(ctx, node.Options{DataDir: dir, Port: port, Coordinator: true, Workers: 1, Log: logger(std, o.verbose),
 			OperatorLog: operatorLogger(std, o.verbose)})
 		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return fmt.Errorf("port %d is in use (a NATS server already? run on it with -nats %s; else give another -port, or none): %w",
+					o.port, shellQuote(fmt.Sprintf("nats://127.0.0.1:%d", o.port)), err)
+			}
 			return inUseHint(err, o.data)
 		}
 		fmt.Fprintf(std.Out, "embedded NATS on %s, coordinator and worker in this process\n", n.Server.ClientURL())
+		if metricsLn != nil {
+			defer serveMetrics(metricsLn, n)()
+			fmt.Fprintf(std.Out, "metrics on http://%s/metrics\n", metricsLn.Addr())
+		}
 		if u := os.Getenv(natsEnv); u != "" {
 			// $WEIR_NATS is the other commands' default; weir run's is
 			// its own NATS, which a user who set it did not expect.

@@ -334,12 +334,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", shellQuote(submit))
 	if ln != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))
-		mux.Handle("/healthz", healthz(n.Manager))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
+		defer serveMetrics(ln, n)()
 		fmt.Fprintf(std.Out, "metrics on http://%s/metrics\n", ln.Addr())
 	}
 	select {
@@ -596,4 +591,16 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 				x.ID, d.Round(100*time.Millisecond))
 		}
 	}
+}
+
+// serveMetrics serves n's Prometheus metrics (/metrics) and /healthz on
+// ln (weir up -metrics, weir run -metrics) until the returned function is
+// called.
+func serveMetrics(ln net.Listener, n *node.Node) (stop func()) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))
+	mux.Handle("/healthz", healthz(n.Manager))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { srv.Close() }
 }
