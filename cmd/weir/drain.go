@@ -28,7 +28,11 @@ Before it cordons anything it checks that every such job fits on the
 other workers' free slots, and refuses in one line naming the job, the
 slots it needs and what is free. A job whose stop savepoint fails (it
 expires, say) keeps running where it was: the drain names it and why, and
-exits 1 once the others moved. It ends when the worker holds no task.
+exits 1 once the others moved. A job that fails over meanwhile (the
+worker is lost, killed during the savepoint, say: "savepoint N aborted")
+is placed off the cordoned workers by its failover, from its latest
+checkpoint; the drain says so and waits for it to run there. It ends
+when the worker holds no task.
 
 The worker stays cordoned, also across a coordinator restart, until
 'weir worker uncordon NAME' (a worker stopped and started again under
@@ -88,10 +92,14 @@ type drain struct {
 	wait time.Duration
 	hint string
 	// moved, failed and left are the jobs moved, those that could not be
-	// (with why), and those not dealt with yet.
-	moved  []string
-	failed []string
-	left   []string
+	// (with why), and those not dealt with yet; failedOver those that
+	// failed over while they were moved (placed off the worker by the
+	// failover), and lost says the worker was lost meanwhile.
+	moved      []string
+	failed     []string
+	left       []string
+	failedOver []string
+	lost       bool
 }
 
 func (d *drain) run() error {
@@ -140,8 +148,17 @@ func (d *drain) run() error {
 		return err
 	}
 	if len(d.failed) > 0 {
-		return fmt.Errorf("worker drain %s: %s not moved (%s); the worker stays cordoned; weir worker drain%s %s tries again",
-			d.worker, plural(len(d.failed), "job"), strings.Join(d.failed, "; "), d.hint, shellQuote(d.worker))
+		again := fmt.Sprintf("weir worker drain%s %s tries again", d.hint, shellQuote(d.worker))
+		if d.lost {
+			again = "the worker was lost: nothing to drain again; weir job status shows where the jobs run"
+		}
+		return fmt.Errorf("worker drain %s: %s not moved (%s); the worker stays cordoned; %s",
+			d.worker, plural(len(d.failed), "job"), strings.Join(d.failed, "; "), again)
+	}
+	if d.lost {
+		fmt.Fprintf(d.out, "worker %s was lost during the drain: it holds no task (%s failed over to the other workers), and stays cordoned, also if it comes back; weir worker uncordon%s %s places tasks on it again\n",
+			d.worker, strings.Join(d.failedOver, ", "), d.hint, shellQuote(d.worker))
+		return nil
 	}
 	fmt.Fprintf(d.out, "worker %s drained: it holds no task, and stays cordoned; weir worker uncordon%s %s places tasks on it again\n",
 		d.worker, d.hint, shellQuote(d.worker))
@@ -174,25 +191,46 @@ func (d *drain) move(j control.DrainJob) {
 		d.failed = append(d.failed, j.Job+": "+oneLine(err))
 		return
 	}
-	if !mv.Moved {
+	if mv.FailedOver {
+		// No refusal: the failover places the job off the cordoned
+		// workers, from its latest checkpoint; nothing to try again.
+		fmt.Fprintf(d.out, "job %s: failed over: %s\n", j.Job, mv.Note)
+		d.lost = d.lost || mv.WorkerLost
+	} else if !mv.Moved {
 		fmt.Fprintf(d.out, "job %s: %s\n", j.Job, mv.Note)
 		return
+	} else {
+		fmt.Fprintf(d.out, "job %s: savepoint %d taken; restarting from it on the other workers …\n", j.Job, mv.Savepoint)
 	}
-	fmt.Fprintf(d.out, "job %s: savepoint %d taken; restarting from it on the other workers …\n", j.Job, mv.Savepoint)
 	var st control.JobStatus
 	for {
 		rctx, cancel := context.WithTimeout(d.ctx, d.wait)
 		st, err = d.api.Job(rctx, j.Job)
 		cancel()
 		switch {
+		case err == nil && st.State.Terminal() && mv.FailedOver:
+			fmt.Fprintf(d.out, "job %s: %s after it failed over (%s)\n", j.Job, st.State, st.Reason)
+			d.failed = append(d.failed, fmt.Sprintf("%s: %s after it failed over", j.Job, st.State))
+			return
 		case err == nil && st.State.Terminal():
 			fmt.Fprintf(d.out, "job %s: %s after its savepoint %d (%s)\n", j.Job, st.State, mv.Savepoint, st.Reason)
 			d.failed = append(d.failed, fmt.Sprintf("%s: %s", j.Job, st.State))
 			return
 		case err == nil && st.Attempt > mv.Attempt && st.State == control.JobRunning && !runsOn(st, d.worker):
-			fmt.Fprintf(d.out, "job %s: running on %s (attempt %d, restored from savepoint %d)\n",
-				j.Job, strings.Join(workersOf(st), ", "), st.Attempt, st.RestoredFrom)
-			d.moved = append(d.moved, j.Job)
+			from := fmt.Sprintf("restored from savepoint %d", st.RestoredFrom)
+			switch {
+			case mv.FailedOver && st.RestoredFrom > 0:
+				from = fmt.Sprintf("restored from checkpoint %d", st.RestoredFrom)
+			case mv.FailedOver:
+				from = "from its start: no checkpoint to restore"
+			}
+			fmt.Fprintf(d.out, "job %s: running on %s (attempt %d, %s)\n",
+				j.Job, strings.Join(workersOf(st), ", "), st.Attempt, from)
+			if mv.FailedOver {
+				d.failedOver = append(d.failedOver, j.Job)
+			} else {
+				d.moved = append(d.moved, j.Job)
+			}
 			return
 		}
 		select {
@@ -201,7 +239,11 @@ func (d *drain) move(j control.DrainJob) {
 			if st.Reason != "" {
 				where += ": " + st.Reason
 			}
-			d.failed = append(d.failed, fmt.Sprintf("%s: savepoint %d taken, not running again yet (%s)", j.Job, mv.Savepoint, where))
+			if mv.FailedOver {
+				d.failed = append(d.failed, fmt.Sprintf("%s: failed over, not running again yet (%s)", j.Job, where))
+			} else {
+				d.failed = append(d.failed, fmt.Sprintf("%s: savepoint %d taken, not running again yet (%s)", j.Job, mv.Savepoint, where))
+			}
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -251,6 +293,9 @@ func (d *drain) stopped() error {
 	fmt.Fprintf(&b, "worker drain %s: %s; the worker stays cordoned", d.worker, why)
 	if len(d.moved) > 0 {
 		fmt.Fprintf(&b, "; moved: %s", strings.Join(d.moved, ", "))
+	}
+	if len(d.failedOver) > 0 {
+		fmt.Fprintf(&b, "; failed over to the other workers: %s", strings.Join(d.failedOver, ", "))
 	}
 	if len(d.failed) > 0 {
 		fmt.Fprintf(&b, "; not moved: %s", strings.Join(d.failed, "; "))

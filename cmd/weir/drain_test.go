@@ -12,6 +12,7 @@ import (
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 	"github.com/weirhq/weir/transport/natsconn"
 )
 
@@ -146,5 +147,68 @@ func TestDrainStoppedSaysWhereItLeftThings(t *testing.T) {
 	d.moved, d.failed, d.left = nil, nil, []string{"c"}
 	if got := d.stopped().Error(); !strings.HasPrefix(got, "worker drain w1: -timeout 1m0s ran out; the worker stays cordoned; not moved yet (running where they were): c;") {
 		t.Errorf("timed out: %s", got)
+	}
+}
+
+// lostDrainAPI answers a drain of w2 whose job failed over as w2 was
+// lost during its stop savepoint, and runs on w1 since.
+type lostDrainAPI struct {
+	control.API // the calls a drain does not make panic
+}
+
+func (lostDrainAPI) DrainWorker(context.Context, control.DrainRequest) (control.DrainPlan, error) {
+	return control.DrainPlan{Worker: "w2", Live: true, Jobs: []control.DrainJob{{Job: "dk", State: control.JobRunning, Tasks: 2, Needs: 4}}}, nil
+}
+
+func (lostDrainAPI) Uncordon(context.Context, string) (control.CordonState, error) {
+	return control.CordonState{}, nil
+}
+
+func (lostDrainAPI) MoveJob(context.Context, control.MoveRequest) (control.Move, error) {
+	return control.Move{Job: "dk", Attempt: 1, FailedOver: true, WorkerLost: true,
+		Note: "worker w2 was lost as its stop savepoint ran (savepoint aborted: checkpoint 2: worker w2 lost): the job failed over from w2 to the other workers, from its latest checkpoint (attempt 1 ended)"}, nil
+}
+
+func (lostDrainAPI) Job(context.Context, string) (control.JobStatus, error) {
+	return control.JobStatus{Name: "dk", State: control.JobRunning, Attempt: 2, Restarts: 1, RestoredFrom: 1,
+		Assignment: map[string]string{"in-0": "w1", "out-0": "w1"}}, nil
+}
+
+func (lostDrainAPI) Workers(context.Context) ([]control.WorkerStatus, error) {
+	return []control.WorkerStatus{{ID: "w1", Slots: 4, Used: 4}}, nil
+}
+
+// A drain whose worker is lost during a job's stop savepoint says the job
+// failed over from it to the other workers, from its latest checkpoint,
+// and that it runs there — no "not moved", no advice to drain again: the
+// worker is gone.
+func TestDrainWhoseWorkerIsLostSaysTheJobFailedOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := embeddedtest.Conn(t)
+	ready, done := make(chan struct{}), make(chan struct{})
+	sctx, stop := context.WithCancel(ctx)
+	go func() { defer close(done); _ = control.ServeAPI(sctx, nc, "", lostDrainAPI{}, ready) }()
+	defer func() { stop(); <-done }()
+	<-ready
+	var out bytes.Buffer
+	d := drain{ctx: ctx, parent: ctx, api: control.NewAPIClient(nc, ""), out: &out, worker: "w2", timeout: time.Minute, wait: 5 * time.Second}
+	if err := d.run(); err != nil {
+		t.Fatalf("drain: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"job dk: failed over: worker w2 was lost as its stop savepoint ran (savepoint aborted: checkpoint 2: worker w2 lost): the job failed over from w2 to the other workers, from its latest checkpoint (attempt 1 ended)\n",
+		"job dk: running on w1 (attempt 2, restored from checkpoint 1)\n",
+		"worker w2 was lost during the drain: it holds no task (dk failed over to the other workers), and stays cordoned",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("drain output lacks %q:\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"not moved", "tries again", "savepoint failed", "keeps running where it was"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("drain output says %q:\n%s", bad, got)
+		}
 	}
 }

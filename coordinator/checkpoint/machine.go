@@ -182,6 +182,11 @@ type AbortAction struct {
 	ID        int64
 	Reason    string
 	Savepoint bool
+	// Failed says the abort counts as a checkpoint failure (expired,
+	// declined); false, it is no failure of its own (cut by the
+	// attempt's end — a failover, a stop — or by a newer one), as
+	// control.CheckpointInfo.Aborted says.
+	Failed bool
 }
 
 // DiscardAction: delete checkpoint ID's state and metadata. The machine
@@ -474,7 +479,7 @@ func (m *Machine) abort(now time.Time, id int64, reason string, cause control.Ch
 		m.stats.FailedInARow++
 		m.stats.LastFailedID, m.stats.LastFailed, m.stats.LastFailure, m.stats.LastFailureCause = id, now, reason, cause
 	}
-	acts := []Action{AbortAction{ID: id, Reason: reason, Savepoint: p.savepoint}, DiscardAction{ID: id}}
+	acts := []Action{AbortAction{ID: id, Reason: reason, Savepoint: p.savepoint, Failed: counted}, DiscardAction{ID: id}}
 	if counted && !p.savepoint {
 		m.failures++
 		if m.failures > m.cfg.TolerableFailures {

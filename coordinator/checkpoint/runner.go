@@ -65,8 +65,30 @@ type RunnerOptions struct {
 	Claim func(id int64) (done func(), err error)
 }
 
-// ErrSavepointFailed is wrapped by Savepoint when the savepoint was aborted.
+// ErrSavepointFailed is wrapped by Savepoint when the savepoint did not
+// complete: it failed (expired, declined by a task), or it was aborted
+// (ErrSavepointAborted, which matches it too).
 var ErrSavepointFailed = errors.New("savepoint failed")
+
+// ErrSavepointAborted is wrapped by Savepoint when the savepoint was
+// aborted with no failure of its own — cut as its attempt ended (a
+// failover, a stop) — as a checkpoint's line says (weir run: "savepoint
+// N aborted"; control.CheckpointInfo.Aborted). errors.Is matches it
+// with ErrSavepointFailed too.
+var ErrSavepointAborted error = savepointAborted{}
+
+type savepointAborted struct{}
+
+func (savepointAborted) Error() string        { return "savepoint aborted" }
+func (savepointAborted) Is(target error) bool { return target == ErrSavepointFailed }
+
+// abortErr is what a savepoint's waiter gets for a.
+func abortErr(a AbortAction) error {
+	if a.Failed {
+		return fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason)
+	}
+	return fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointAborted, a.ID, a.Reason)
+}
 
 // ErrBeingRemoved is wrapped by a FinishRemoval's refusal of a checkpoint
 // that another request is removing already (a user's weir checkpoint rm,
@@ -591,7 +613,7 @@ func (r *Runner) end(ctx context.Context, left []Action) {
 		case DiscardAction:
 			r.queueDiscard(a)
 		case AbortAction:
-			r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
+			r.resolve(a.ID, abortErr(a))
 		case NotifyAction:
 			r.resolve(a.ID, nil)
 		}
@@ -1050,7 +1072,7 @@ func (r *Runner) do(ctx context.Context, a Action) {
 		r.resolve(a.ID, nil)
 	case AbortAction:
 		r.eff.Abort(ctx, a.ID, a.Reason)
-		r.resolve(a.ID, fmt.Errorf("%w: checkpoint %d: %s", ErrSavepointFailed, a.ID, a.Reason))
+		r.resolve(a.ID, abortErr(a))
 	case DiscardAction:
 		// After the actions before it: a checkpoint aborted while its
 		// metadata was being written (PersistAction) is deleted once the

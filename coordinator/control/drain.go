@@ -36,7 +36,8 @@ type Drainer interface {
 	// against restart.attempts (the status counts it as a replacement).
 	// It returns once the savepoint completed and the new attempt is
 	// being placed; a savepoint that fails leaves the job running where
-	// it was, and the error says why.
+	// it was, and the error says why. A job that failed over meanwhile
+	// (Move.FailedOver) is no error: its failover placed it.
 	MoveJob(ctx context.Context, r MoveRequest) (Move, error)
 }
 
@@ -86,12 +87,22 @@ type MoveRequest struct {
 // when there was nothing to move (Note says why: the job has no task on
 // the worker any more, or it is not running and its next attempt is
 // placed off the cordoned workers anyway).
+//
+// FailedOver says the job failed over while it was being moved — its
+// stop savepoint was aborted as its attempt ended, or the attempt ended
+// as the savepoint completed: a worker was lost (the one drained,
+// often: WorkerLost), or a task failed. That is no refusal: the job's
+// next attempt restores its latest checkpoint on the workers not
+// cordoned, as a failover's does, and Note says what happened. Moved is
+// false then, and there is nothing to try again.
 type Move struct {
-	Job       string `json:"job"`
-	Moved     bool   `json:"moved"`
-	Savepoint int64  `json:"savepoint,omitempty"`
-	Attempt   int    `json:"attempt,omitempty"`
-	Note      string `json:"note,omitempty"`
+	Job        string `json:"job"`
+	Moved      bool   `json:"moved"`
+	Savepoint  int64  `json:"savepoint,omitempty"`
+	Attempt    int    `json:"attempt,omitempty"`
+	Note       string `json:"note,omitempty"`
+	FailedOver bool   `json:"failed_over,omitempty"`
+	WorkerLost bool   `json:"worker_lost,omitempty"`
 }
 
 // DrainWorker cordons a worker and lists the jobs with tasks on it (see

@@ -377,12 +377,14 @@ func (j *job) move(worker string, attempt int) (control.Move, error) {
 	}
 	cp, err := j.runner.StopSavepoint(ctx)
 	if err != nil {
+		if fo, ok := j.failedOver(mv, worker, err.Error()); ok {
+			return fo, nil
+		}
 		return mv, control.Errorf(control.ErrConflict, "move %s: its stop savepoint failed: %v; the job keeps running where it was", j.spec.Name, err)
 	}
 	mv.Savepoint = cp.ID
-	if now := j.status(); now.Attempt != attempt || now.State != control.JobRunning {
-		return mv, control.Errorf(control.ErrConflict, "move %s: the job failed over while its savepoint %d completed (it is %s); its next attempt is placed off the cordoned workers",
-			j.spec.Name, cp.ID, now.State)
+	if fo, ok := j.failedOver(mv, worker, fmt.Sprintf("savepoint %d completed", cp.ID)); ok {
+		return fo, nil
 	}
 	j.rest(j.ctx, attempt, cp.ID)
 	j.m.log.Info("moving a job off a cordoned worker", "job", j.spec.Name, "worker", worker, "attempt", attempt, "savepoint", cp.ID)
@@ -390,4 +392,49 @@ func (j *job) move(worker string, attempt int) (control.Move, error) {
 		reason: fmt.Sprintf("moving off cordoned worker %s: restoring savepoint %d on the other workers", worker, cp.ID)})
 	mv.Moved = true
 	return mv, nil
+}
+
+// failedOver reports whether mv's attempt ended (the job failed over, or
+// ended) while it was being moved off worker, with the Move that says
+// so; savepoint says what became of the stop savepoint ("savepoint
+// aborted: checkpoint 2: worker w2 lost"). A job that failed over is no
+// refusal to try again: its next attempt restores its latest checkpoint
+// off the cordoned workers.
+func (j *job) failedOver(mv control.Move, worker, savepoint string) (control.Move, bool) {
+	now := j.status()
+	if now.Attempt == mv.Attempt && now.State == control.JobRunning {
+		return mv, false
+	}
+	if now.State.Terminal() {
+		mv.Note = fmt.Sprintf("it %s as its stop savepoint ran (%s): %s", now.State, savepoint, now.Reason)
+		return mv, true
+	}
+	mv.FailedOver = true
+	var f *control.Failure
+	for i := range now.Failures {
+		if now.Failures[i].Attempt == mv.Attempt {
+			f = &now.Failures[i]
+			break
+		}
+	}
+	live := false
+	for _, hb := range j.m.ctl.Workers() {
+		live = live || hb.Worker.ID == worker
+	}
+	switch {
+	case f != nil && f.Kind == control.FailureWorkerLost && !live:
+		mv.WorkerLost = true
+		mv.Note = fmt.Sprintf("worker %s was lost as its stop savepoint ran (%s): the job failed over from %s to the other workers, from its latest checkpoint (attempt %d ended)",
+			worker, savepoint, worker, mv.Attempt)
+	case f != nil:
+		mv.Note = fmt.Sprintf("it failed over as its stop savepoint ran (%s; attempt %d failed: %s): it restarts from its latest checkpoint on the other workers",
+			savepoint, mv.Attempt, f.Reason)
+	default:
+		why := ""
+		if now.Reason != "" {
+			why = ": " + now.Reason
+		}
+		mv.Note = fmt.Sprintf("its attempt %d ended as its stop savepoint ran (%s)%s; it is placed again from its latest checkpoint on the other workers", mv.Attempt, savepoint, why)
+	}
+	return mv, true
 }

@@ -239,3 +239,70 @@ func TestAMoveOutlivesItsRequest(t *testing.T) {
 		t.Errorf("after the move: tasks per worker %v, %d restarts, failures %+v; want none on w1, no restart, no failure", got, st.Restarts, st.Failures)
 	}
 }
+
+// A worker lost while its job's stop savepoint runs — weir worker drain
+// w2, then kill -9 of w2 — fails the job over: the savepoint was cut as
+// the attempt ended ("aborted", as weir run says of it), and the move
+// says the job failed over from the lost worker to the others, from its
+// latest checkpoint, as no refusal to try again.
+func TestMoveWhoseWorkerIsLostSaysTheJobFailedOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	w1 := e.fleet.start(ctx, "w1")
+	w2 := e.fleet.start(ctx, "w2")
+	e.waitWorkers(2)
+	st := e.submitRunning(t, ctx, spec(t, "dk", "checkpointing: {interval: 1h, timeout: 30s}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 3}\n"))
+	waitFor(t, ctx, e, "dk", "tasks running", func(st control.JobStatus) bool { return len(st.Restoring) == 0 && st.State == control.JobRunning })
+	if got := perWorker(st); got["w2"] == 0 {
+		t.Fatalf("tasks per worker %v: none on w2", got)
+	}
+	if _, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w2"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []*fakeWorker{w1, w2} {
+		w.mu.Lock()
+		w.noAck = true
+		w.mu.Unlock()
+	}
+	type result struct {
+		mv  control.Move
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		mv, err := e.api.MoveJob(ctx, control.MoveRequest{Job: "dk", Worker: "w2"})
+		res <- result{mv, err}
+	}()
+	for {
+		w2.mu.Lock()
+		n := len(w2.triggers)
+		w2.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the stop savepoint was never triggered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.lose(w2)
+	r := <-res
+	if r.err != nil || r.mv.Moved || !r.mv.FailedOver || !r.mv.WorkerLost ||
+		!strings.Contains(r.mv.Note, "worker w2 was lost") || !strings.Contains(r.mv.Note, "savepoint aborted") ||
+		!strings.Contains(r.mv.Note, "failed over from w2 to the other workers, from its latest checkpoint") {
+		t.Fatalf("move: %+v, %v; want it to say the job failed over from the lost w2", r.mv, r.err)
+	}
+	if strings.Contains(r.mv.Note, "savepoint failed") || strings.Contains(r.mv.Note, "keeps running where it was") {
+		t.Errorf("move note %q: the savepoint was aborted, and the job did not keep running where it was", r.mv.Note)
+	}
+	w1.mu.Lock()
+	w1.noAck = false
+	w1.mu.Unlock()
+	now := waitFor(t, ctx, e, "dk", "running on w1", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > r.mv.Attempt
+	})
+	if got := perWorker(now); got["w2"] != 0 || now.Restarts != 1 || now.FailureCounts[control.FailureWorkerLost] != 1 {
+		t.Errorf("after the failover: tasks per worker %v, %d restarts, failures %v; want none on w2, a restart for the lost worker", got, now.Restarts, now.FailureCounts)
+	}
+}
