@@ -72,7 +72,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	jobIs("running", func(st control.JobStatus) bool { return st.State == control.JobRunning && len(st.Restoring) == 0 })
 
 	code, out, errb := weir("worker", "drain", "w")
-	const refused = "weir: drain w: no room on the other workers for job tap: it needs 2 tasks, workers have 1 free (w-1 1 of 1); nothing was cordoned or stopped\n"
+	const refused = "weir: drain w: no room on the other workers for job tap: it needs 2 slots; the other workers have 1, counting the 1 its own task holds on w-1 (w-1 has 1 slot: 0 free, 1 tap's); nothing was cordoned or stopped\n"
 	if code != 1 || out != "" || errb != refused {
 		t.Errorf("drain without room: exit %d, out %q, err %q; want 1 and %q", code, out, errb, refused)
 	}

@@ -202,10 +202,12 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 	used := m.slotsUsed(nil)
 	stale := m.staleTasks(live, nil)
 	for _, j := range jobs {
+		own := map[string]int{} // the job's tasks on each worker: free for it, as it moves whole
 		j.mu.Lock()
 		if j.holds && !j.st.State.Terminal() {
 			for _, w := range j.assign {
 				used[w]--
+				own[w]++
 			}
 		}
 		j.mu.Unlock()
@@ -223,7 +225,7 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 		case errors.Is(err, plan.ErrNoWorkers):
 			return control.Errorf(control.ErrConflict, "no other worker takes tasks to move job %s to (the others are cordoned, or none is live)", j.spec.Name)
 		case errors.As(err, &short):
-			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: it %s", j.spec.Name, short.Shortfall())
+			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: %s", j.spec.Name, noRoom(j.spec.Name, short, own))
 		case err != nil:
 			return err
 		}
@@ -232,6 +234,58 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 		}
 	}
 	return nil
+}
+
+// noRoom says in one line why job does not fit on the other workers:
+// the slots it needs, and those they have for it — their free slots and
+// those its own tasks there hold (own, by worker), which it frees as it
+// moves — so that the numbers match weir worker ls, which counts the
+// job's tasks as used: "it needs 4 slots; the other workers have 2,
+// counting the 2 its own tasks hold on w2 (w2 has 2 slots: 0 free, 2
+// dk's)".
+func noRoom(job string, short *plan.CapacityError, own map[string]int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "it needs %s; the other workers have %d", plural(short.Tasks, "slot"), short.Free)
+	held, on := 0, []string(nil)
+	for _, w := range short.Workers {
+		if k := own[w.ID]; k > 0 {
+			held += k
+			on = append(on, w.ID)
+		}
+	}
+	switch {
+	case held == 1:
+		fmt.Fprintf(&b, ", counting the 1 its own task holds on %s (", on[0])
+	case held > 0:
+		fmt.Fprintf(&b, ", counting the %d its own tasks hold on %s (", held, strings.Join(on, ", "))
+	default:
+		b.WriteString(" free (")
+	}
+	const maxListed = 10
+	for i, w := range short.Workers {
+		if i == maxListed {
+			fmt.Fprintf(&b, "; and %d more", len(short.Workers)-maxListed)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		k := own[w.ID]
+		fmt.Fprintf(&b, "%s has %s: %d free", w.ID, plural(w.Slots, "slot"), max(w.Slots-w.Used-k, 0))
+		if k > 0 {
+			fmt.Fprintf(&b, ", %d %s's", k, job)
+		}
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// plural is "1 slot", "2 slots".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // DrainWorker implements control.Drainer.

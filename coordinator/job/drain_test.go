@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/plan"
 )
 
 // workerStatus returns the coordinator's status of worker id, once it
@@ -150,10 +151,15 @@ func TestDrainRefusedWithoutRoom(t *testing.T) {
 	e.fleet.startSlots(ctx, "w2", 3)
 	e.waitWorkers(2)
 	st := e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 50ms}\n"))
-	// The job's own tasks on w2 count free: it is placed again whole.
+	// The job's own tasks on w2 count for it — it is placed again whole —
+	// and the refusal says so, as weir worker ls counts them used.
 	_, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w1"})
-	free := 3
-	want := "drain w1: no room on the other workers for job wc: it needs 5 tasks, workers have " + strconv.Itoa(free) + " free (w2 " + strconv.Itoa(free) + " of 3); nothing was cordoned or stopped"
+	own := perWorker(st)["w2"]
+	if own == 0 {
+		t.Fatalf("tasks per worker %v: none on w2", perWorker(st))
+	}
+	want := "drain w1: no room on the other workers for job wc: it needs 5 slots; the other workers have 3, counting the " + strconv.Itoa(own) +
+		" its own tasks hold on w2 (w2 has 3 slots: " + strconv.Itoa(3-own) + " free, " + strconv.Itoa(own) + " wc's); nothing was cordoned or stopped"
 	if !errors.Is(err, control.ErrConflict) || err.Error() != want {
 		t.Errorf("drain: %v; want %q", err, want)
 	}
@@ -304,5 +310,25 @@ func TestMoveWhoseWorkerIsLostSaysTheJobFailedOver(t *testing.T) {
 	})
 	if got := perWorker(now); got["w2"] != 0 || now.Restarts != 1 || now.FailureCounts[control.FailureWorkerLost] != 1 {
 		t.Errorf("after the failover: tasks per worker %v, %d restarts, failures %v; want none on w2, a restart for the lost worker", got, now.Restarts, now.FailureCounts)
+	}
+}
+
+// The refusal's numbers say what they count: the job's own tasks on the
+// other workers, which it frees as it moves, apart from their free slots.
+func TestNoRoomCountsTheJobsOwnTasks(t *testing.T) {
+	short := &plan.CapacityError{Job: "dk", Tasks: 4, Free: 2, Workers: []plan.Worker{{ID: "w2", Slots: 2, Used: 0}}}
+	if got, want := noRoom("dk", short, map[string]int{"w1": 2, "w2": 2}),
+		"it needs 4 slots; the other workers have 2, counting the 2 its own tasks hold on w2 (w2 has 2 slots: 0 free, 2 dk's)"; got != want {
+		t.Errorf("noRoom:\n%s\nwant\n%s", got, want)
+	}
+	short = &plan.CapacityError{Job: "dk", Tasks: 3, Free: 1, Workers: []plan.Worker{{ID: "w2", Slots: 1, Used: 0}}}
+	if got, want := noRoom("dk", short, map[string]int{"w1": 2, "w2": 1}),
+		"it needs 3 slots; the other workers have 1, counting the 1 its own task holds on w2 (w2 has 1 slot: 0 free, 1 dk's)"; got != want {
+		t.Errorf("noRoom:\n%s\nwant\n%s", got, want)
+	}
+	short = &plan.CapacityError{Job: "dk", Tasks: 1, Free: 0, Workers: []plan.Worker{{ID: "w2", Slots: 1, Used: 1}, {ID: "w3", Slots: 4, Used: 5}}}
+	if got, want := noRoom("dk", short, map[string]int{"w1": 1}),
+		"it needs 1 slot; the other workers have 0 free (w2 has 1 slot: 0 free; w3 has 4 slots: 0 free)"; got != want {
+		t.Errorf("noRoom:\n%s\nwant\n%s", got, want)
 	}
 }
