@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -275,11 +277,22 @@ func TestUpOnATakenPortSuggestsNATS(t *testing.T) {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	var out, errb syncBuffer
-	code := run(ctx, []string{"up", "-port", strconv.Itoa(port), "-data", t.TempDir()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := fmt.Sprintf("weir: port %d is in use (a NATS server already? run on it with -nats nats://127.0.0.1:%d; else give -port): ", port, port)
-	if code != 1 || !strings.HasPrefix(errb.String(), want) {
-		t.Errorf("exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
+	// A data directory of its own (that it makes), and one there already:
+	// the refusal leaves neither a lock file nor the directory it made.
+	made, there := filepath.Join(t.TempDir(), "new"), t.TempDir()
+	for _, data := range []string{made, there} {
+		var out, errb syncBuffer
+		code := run(ctx, []string{"up", "-port", strconv.Itoa(port), "-data", data}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		want := fmt.Sprintf("weir: port %d is in use (a NATS server already? run on it with -nats nats://127.0.0.1:%d; else give -port): ", port, port)
+		if code != 1 || !strings.HasPrefix(errb.String(), want) {
+			t.Errorf("exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
+		}
+	}
+	if _, err := os.Stat(made); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data directory weir up made: %v, want it removed", err)
+	}
+	if entries, err := os.ReadDir(there); err != nil || len(entries) != 0 {
+		t.Errorf("the data directory there already: %v %v, want it left empty as it was", entries, err)
 	}
 }
 

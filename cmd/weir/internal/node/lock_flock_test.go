@@ -16,22 +16,22 @@ import (
 // free when released.
 func TestDataDirLock(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	unlock, err := lockDataDir(dir)
+	unlock, _, err := lockDataDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "data directory " + dir + " is in use by another weir process (pid " + strconv.Itoa(os.Getpid()) + "): one weir process per data directory"
-	if _, err := lockDataDir(dir); !errors.Is(err, ErrDataDirInUse) || err.Error() != want {
+	if _, _, err := lockDataDir(dir); !errors.Is(err, ErrDataDirInUse) || err.Error() != want {
 		t.Errorf("second lock: %v; want %s", err, want)
 	}
 	if err := os.Remove(filepath.Join(dir, lockFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lockDataDir(dir); !errors.Is(err, ErrDataDirInUse) {
+	if _, _, err := lockDataDir(dir); !errors.Is(err, ErrDataDirInUse) {
 		t.Errorf("lock after the lock file was deleted: %v; want %v", err, ErrDataDirInUse)
 	}
 	unlock()
-	again, err := lockDataDir(dir)
+	again, _, err := lockDataDir(dir)
 	if err != nil {
 		t.Fatalf("lock after the release: %v", err)
 	}

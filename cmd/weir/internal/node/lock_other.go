@@ -4,4 +4,4 @@ package node
 
 // lockDataDir does nothing where flock is not available: keep one weir per
 // data directory by hand there.
-func lockDataDir(dir string) (unlock func(), err error) { return func() {}, nil }
+func lockDataDir(dir string) (unlock, discard func(), err error) { return func() {}, func() {}, nil }

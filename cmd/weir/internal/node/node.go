@@ -157,11 +157,12 @@ type Node struct {
 	// exactly-once sinks (Options.AtomicBatch after defaults).
 	AtomicBatch int
 
-	engine *wasm.Engine
-	nats   *natsconn.Options // the external server's settings, nil with the embedded one
-	lease  *lease.Lease      // the coordinator's lease; nil without one
-	unlock func()            // releases the data directory; nil when not locked
-	store  string            // StoreDir or StoreJetStream
+	engine  *wasm.Engine
+	nats    *natsconn.Options // the external server's settings, nil with the embedded one
+	lease   *lease.Lease      // the coordinator's lease; nil without one
+	unlock  func()            // releases the data directory; nil when not locked
+	discard func()            // unlock for a Start that failed: removes the lock file it created
+	store   string            // StoreDir or StoreJetStream
 	// The coordinator stops first (it cancels its jobs' tasks on the
 	// workers), then the workers.
 	stopCoordinator, stopWorkers context.CancelFunc
@@ -238,7 +239,20 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 			n.stopWorkers()
 			workers.Wait()
 		}
+		// A failed start (a port in use, say) leaves no lock file
+		// behind, nor a data directory it made and left empty: discard
+		// instead of unlock, once the rest is closed.
+		discard := n.discard
+		if discard != nil {
+			n.unlock = nil
+		}
 		n.closeResources()
+		if discard != nil {
+			if opts.NATS == nil {
+				_ = os.Remove(filepath.Join(opts.DataDir, "nats")) // only if empty
+			}
+			discard()
+		}
 		return nil, err
 	}
 	return n, nil
@@ -283,7 +297,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		// and checkpoints, have one owner: a second weir on the same
 		// directory would resume the same jobs and delete the other's
 		// checkpoints.
-		if n.unlock, err = lockDataDir(opts.DataDir); err != nil {
+		if n.unlock, n.discard, err = lockDataDir(opts.DataDir); err != nil {
 			return err
 		}
 	}
