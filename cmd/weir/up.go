@@ -500,8 +500,20 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	// Closing says goodbye to the coordinator, which places the tasks
 	// that ran here on other workers from their latest checkpoints — no
 	// failure of the jobs' (not counted against restart.attempts).
-	fmt.Fprintf(std.Out, "worker %s stopping: its tasks move to other workers, from their jobs' latest checkpoints\n", n.Workers[0].ID())
+	fmt.Fprintln(std.Out, stoppingLine(n.Workers[0].ID(), n.Workers[0].Tasks()))
 	return nil
+}
+
+// stoppingLine is what weir worker says as it stops holding tasks: where
+// they go, if it holds any (a drained worker holds none).
+func stoppingLine(id string, tasks int) string {
+	switch tasks {
+	case 0:
+		return fmt.Sprintf("worker %s stopping: it holds no task", id)
+	case 1:
+		return fmt.Sprintf("worker %s stopping: its 1 task moves to another worker, from its job's latest checkpoint", id)
+	}
+	return fmt.Sprintf("worker %s stopping: its %s move to other workers, from their jobs' latest checkpoints", id, plural(tasks, "task"))
 }
 
 const workerLsUsage = `[-nats URL] [auth flags] [-wait D]

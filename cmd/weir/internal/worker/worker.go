@@ -195,6 +195,21 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 	return err
 }
 
+// Tasks counts the tasks the worker holds: those it runs and those of
+// the deploys it is setting up.
+func (w *Worker) Tasks() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, a := range w.jobs {
+		n += len(a.taskIDs)
+	}
+	for _, c := range w.claims {
+		n += c
+	}
+	return n
+}
+
 // taskRefs lists the running tasks with their counters, for heartbeats.
 func (w *Worker) taskRefs() []control.TaskRef {
 	w.mu.Lock()
