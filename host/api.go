@@ -45,6 +45,13 @@ type MemoryReporter interface {
 	MemoryBytes() (size, limit uint64)
 }
 
+// CallReporter is an Operator that can tell how long the call into it
+// that runs now has run, 0 between calls (host/wasm's instance). A task
+// reports it in its Stats (InCall). Any goroutine may call it.
+type CallReporter interface {
+	InCall() time.Duration
+}
+
 // Named is implemented by an Operator whose errors name it and the call
 // that failed, as host/wasm's instance's do ("operator count[0]:
 // weir_process: trap at record 2: …"): the task adds to them only what

@@ -276,6 +276,10 @@ type Stats struct {
 	// (Config.Debloat), the sum of their sizes in effect; 0 before the
 	// first resize and when not debloating.
 	InputBufferBytes int64
+	// InCall is how long the call into the task's operator that runs now
+	// has run (CallReporter), 0 between calls and for other tasks: a
+	// long one is an operator stuck, or very slow, on a record.
+	InCall time.Duration
 }
 
 // counters hold a task's Stats: written by the task's goroutine, read by
@@ -1564,6 +1568,9 @@ func (t *Task) Stats() Stats {
 	_, s.ReportsCommits = t.cfg.Sink.(CommitReporter)
 	if m, ok := t.cfg.Operator.(MemoryReporter); ok {
 		s.MemoryBytes, s.MemoryLimit = m.MemoryBytes()
+	}
+	if c, ok := t.cfg.Operator.(CallReporter); ok {
+		s.InCall = c.InCall()
 	}
 	for _, in := range t.cfg.Inputs {
 		if q, ok := in.Receiver.(stream.QueueReporter); ok {

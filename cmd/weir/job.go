@@ -1237,9 +1237,38 @@ const mostOfTheTime = 0.5
 // of the time. The table has the numbers, but a user had to read them
 // across every row to find the operator to fix.
 func printBottleneck(w io.Writer, tasks []control.TaskStatus) {
+	if _, line := stuckOf(tasks); line != "" {
+		fmt.Fprintln(w, line) // not the bottleneck: faster per record would not help
+		return
+	}
 	if _, line := bottleneckOf(tasks); line != "" {
 		fmt.Fprintln(w, line)
 	}
+}
+
+// stuckAfter is how long a task must have been in one call of its
+// operator for stuckOf to say so: a call is handed about 100 ms of
+// records at the operator's pace.
+const stuckAfter = time.Second
+
+// stuckOf returns the task that has been in one call of its operator the
+// longest, at least stuckAfter (control.TaskStats.InCallNanos), and the
+// line that says so; "" and "" when none has. Such a task is busy all the
+// time, but it is stuck (a loop) or very slow on one record, not slow per
+// record: the bottleneck's advice pointed the wrong way.
+func stuckOf(tasks []control.TaskStatus) (task, line string) {
+	top := -1
+	for i, t := range tasks {
+		if time.Duration(t.Stats.InCallNanos) >= stuckAfter && (top < 0 || t.Stats.InCallNanos > tasks[top].Stats.InCallNanos) {
+			top = i
+		}
+	}
+	if top < 0 {
+		return "", ""
+	}
+	t := tasks[top]
+	return t.Task, fmt.Sprintf("stuck: %s has been in one call of its operator for %s — stuck (a loop?) or very slow on one record; the call deadline (limits.timeout) fails it if it goes on",
+		t.Task, time.Duration(t.Stats.InCallNanos).Round(100*time.Millisecond))
 }
 
 // bottleneckOf returns the task that limits a running job's rate and the
@@ -1294,7 +1323,7 @@ func bottleneckOf(tasks []control.TaskStatus) (task, line string) {
 type statusNotes struct {
 	checkpointRow bool            // said the checkpoints failing in the current row
 	failureRow    bool            // said the failures in the current row
-	bottlenecks   map[string]bool // the vertices (vertexOf) said as the bottleneck
+	bottlenecks   map[string]bool // the vertices (vertexOf) said as the bottleneck, "stuck V" as stuck in a call
 	// remedy says how a job whose operator traps, or runs past its
 	// memory limit, on a record goes on (trapRemedy, rerunRemedy); nil
 	// says nothing.
@@ -1385,11 +1414,18 @@ func (n *statusNotes) news(st control.JobStatus) string {
 		printInARow(&b, st, n.remedy)
 	}
 	if st.State == control.JobRunning {
-		if task, line := bottleneckOf(st.Tasks); task != "" && !n.bottlenecks[vertexOf(task)] {
+		// A task stuck in a call is said as that, not as the bottleneck.
+		task, line := stuckOf(st.Tasks)
+		key := "stuck " + vertexOf(task)
+		if task == "" {
+			task, line = bottleneckOf(st.Tasks)
+			key = vertexOf(task)
+		}
+		if task != "" && !n.bottlenecks[key] {
 			if n.bottlenecks == nil {
 				n.bottlenecks = map[string]bool{}
 			}
-			n.bottlenecks[vertexOf(task)] = true
+			n.bottlenecks[key] = true
 			fmt.Fprintln(&b, line)
 		}
 	}

@@ -843,6 +843,13 @@ func TestJobStatusNamesTheBottleneck(t *testing.T) {
 			{Task: "count-10", Busy: 0.2, Backpressured: 0.75},
 			{Task: "out-0", Backpressured: 0.9, Stats: control.TaskStats{SinkCommitted: &committed}},
 		}, "bottleneck: sink out-0 waits on its commits 90% of the time — its stream takes the output slower than the job makes it\n"},
+		// Busy all the time in one call: stuck or slow on one record, not
+		// slow per record.
+		{"stuck in a call", []control.TaskStatus{
+			{Task: "lines-0", Backpressured: 0.83},
+			{Task: "op-1", Busy: 0.73, Stats: control.TaskStats{InCallNanos: int64(3640 * time.Millisecond)}},
+			{Task: "op-0", Busy: 0.2, Stats: control.TaskStats{InCallNanos: int64(10 * time.Millisecond)}},
+		}, "stuck: op-1 has been in one call of its operator for 3.6s — stuck (a loop?) or very slow on one record; the call deadline (limits.timeout) fails it if it goes on\n"},
 		{"keeps up", []control.TaskStatus{
 			{Task: "lines-0", Busy: 0.1},
 			{Task: "count-0", Busy: 0.3},
@@ -1377,6 +1384,27 @@ func TestRunSaysABottleneckOnce(t *testing.T) {
 	}
 	if said != 1 {
 		t.Errorf("said the bottleneck %d times in 6 polls, want once", said)
+	}
+}
+
+// weir run says a task stuck in one call of its operator as that, not as
+// the bottleneck (a trial's infinite loop was "busy 73% of the time — make
+// op faster per record"), once; and the bottleneck once it is one.
+func TestRunSaysAStuckCallNotABottleneck(t *testing.T) {
+	stuck := control.JobStatus{Name: "j", State: control.JobRunning, Attempt: 1, Tasks: []control.TaskStatus{
+		{Task: "in-0", Backpressured: 0.9}, {Task: "op-1", Busy: 0.73, Stats: control.TaskStats{InCallNanos: int64(2 * time.Second)}}}}
+	var notes statusNotes
+	var said strings.Builder
+	for range 3 {
+		said.WriteString(notes.news(stuck))
+	}
+	slow := stuck
+	slow.Tasks = []control.TaskStatus{{Task: "in-0", Backpressured: 0.9}, {Task: "op-1", Busy: 0.95, Stats: control.TaskStats{InCallNanos: int64(50 * time.Millisecond)}}}
+	said.WriteString(notes.news(slow))
+	got := said.String()
+	if strings.Count(got, "stuck: op-1 has been in one call of its operator for 2s") != 1 || strings.Count(got, "bottleneck: op-1 is busy 95%") != 1 ||
+		strings.Index(got, "stuck:") > strings.Index(got, "bottleneck:") {
+		t.Errorf("weir run said:\n%s\nwant the stuck call once, then the bottleneck once", got)
 	}
 }
 

@@ -211,6 +211,11 @@ type TaskStats struct {
 	// tasks and from a worker that does not say.
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
 	MemoryLimit uint64 `json:"memory_limit,omitempty"`
+	// InCallNanos is how long the call into an operator task's operator
+	// that runs now has run, 0 between calls (host.Stats.InCall): a task
+	// in one call for long is stuck, or very slow, on a record, which its
+	// Busy alone does not tell from a task slow on every record.
+	InCallNanos int64 `json:"in_call_ns,omitempty"`
 	// QueuedRecords is how many records the task's input channels hold
 	// that it has not processed (0 for a source task): with a source's
 	// SourcePending, what a job has still to do, channel by channel.

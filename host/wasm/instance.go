@@ -126,6 +126,7 @@ type Instance struct {
 	// and the end of its call agree on whether the call was interrupted:
 	// a stop that comes too late does nothing.
 	calls          atomic.Uint64
+	callStart      atomic.Int64 // when the running call started (UnixNano), 0 between calls: InCall
 	stopMu         sync.Mutex   // serializes stop
 	timedOut       atomic.Bool  // a call was interrupted by the watchdog: it overran its deadline
 	callerCanceled atomic.Bool  // a call was interrupted as the caller's context ended
@@ -449,6 +450,16 @@ func (i *Instance) Close(ctx context.Context) error {
 	return nil
 }
 
+// InCall returns how long the call into the guest that runs now has run,
+// 0 between calls (host.CallReporter): a task reports it, so that one
+// stuck in a call shows as that, not as busy. Safe for any goroutine.
+func (i *Instance) InCall() time.Duration {
+	if start := i.callStart.Load(); start != 0 {
+		return max(time.Since(time.Unix(0, start)), 0)
+	}
+	return 0
+}
+
 // MemoryBytes returns the size of the instance's linear memory after its
 // latest call, and its memory limit (limits.memory), in bytes: what a
 // task reports of its operator, so that one near its limit shows before
@@ -508,7 +519,9 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { i.stop(&i.callerCanceled, seq) })
 	}
+	i.callStart.Store(time.Now().UnixNano())
 	err := fn.CallWithStack(i.ctx, stack)
+	i.callStart.Store(0)
 	if stop != nil {
 		stop()
 	}

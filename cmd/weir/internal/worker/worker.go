@@ -222,7 +222,7 @@ func (w *Worker) taskRefs() []control.TaskRef {
 				RecordsIn: s.RecordsIn, RecordsOut: s.RecordsOut, RunningNanos: int64(s.Running),
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
 				InputEnded: s.InputEnded, Restored: s.Restored, MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit,
-				QueuedRecords: s.QueuedRecords, InputBufferBytes: s.InputBufferBytes,
+				QueuedRecords: s.QueuedRecords, InputBufferBytes: s.InputBufferBytes, InCallNanos: int64(s.InCall),
 			}
 			if s.ReportsCommits {
 				st.SinkCommitted = &s.Committed
