@@ -172,9 +172,18 @@ func TestDiscardOfANamedCheckpointWaitsForItsNamer(t *testing.T) {
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() { defer close(done); r.discarder(ctx, stop) }()
 	st.left.Store(1)
-	// Oldest first, as a queue need not be in order.
-	r.queueDiscard(ds[1])
-	r.queueDiscard(ds[0])
+	// Oldest first, in one round of the discarder (as the queue holds
+	// them when it looks): it takes them newest first. (Queued one by one,
+	// 73 alone could make a round of its own before 74 is queued; the
+	// runner queues retention's discards newest first, and a failed one
+	// is retried, and stays, in the next round.)
+	r.mu.Lock()
+	r.discards = append(r.discards, ds[1], ds[0])
+	r.mu.Unlock()
+	select {
+	case r.dkick <- struct{}{}:
+	default:
+	}
 	for st.left.Load() > 0 {
 		time.Sleep(time.Millisecond)
 	}
