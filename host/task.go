@@ -1508,10 +1508,11 @@ func (t *Task) setOffset(off []byte) {
 }
 
 // limitBatch asks a BatchLimiter source for batches that a Paced operator
-// processes in about PieceTime, and that the task's output channels hold (stream.ElementLimiter: the pieces the task cuts a batch
-// into wait in its output queue, and a barrier behind them), judged by
-// the size of the records of batch, the one polled last (nil before the
-// first). It returns the limit it set; last is the one set before.
+// processes in about PieceTime, and that the task's output channels hold
+// (stream.ElementLimiter: the pieces the task cuts a batch into wait in
+// its output queue, and a barrier behind them), judged by the size of the
+// records of batch, the one polled last (nil before the first). It
+// returns the limit it set; last is the one set before.
 func (t *Task) limitBatch(last int, batch []byte) int {
 	l, ok := t.cfg.Source.(BatchLimiter)
 	if !ok {
