@@ -196,7 +196,7 @@ func TestDrainRefusedWithoutRoomRunsOn(t *testing.T) {
 	defer cancel()
 	n, st := twoWorkerCounts(t, ctx, 2)
 	_, err := n.API.DrainWorker(ctx, control.DrainRequest{Worker: "w1"})
-	const want = "drain w1: no room on the other workers for job counts: it needs 4 tasks, workers have 2 free (w1-1 2 of 2); nothing was cordoned or stopped"
+	const want = "drain w1: no room on the other workers for job counts: it needs 4 slots; the other workers have 2, counting the 2 its own tasks hold on w1-1 (w1-1 has 2 slots: 0 free, 2 counts's); nothing was cordoned or stopped"
 	if !errors.Is(err, control.ErrConflict) || err.Error() != want {
 		t.Errorf("drain: %v; want %q", err, want)
 	}

@@ -87,7 +87,7 @@ restart: `+restart+`
 		t.Errorf("savepoint of a failed job: %v", err)
 	}
 	if _, err := n.API.Restore(ctx, control.RestoreRequest{Job: "gone", From: "9"}); !errors.Is(err, control.ErrNotFound) ||
-		err.Error() != "restore from gone/9: there is no such checkpoint" {
+		err.Error() != "restore from gone/9: there is no such checkpoint; job gone completed no checkpoint before it ended (failed), so there is nothing to restore: weir run SPEC starts it afresh" {
 		t.Errorf("restore from a checkpoint that is not there: %v", err)
 	}
 }
