@@ -31,7 +31,17 @@ func TestRemoveJobTakesItsEmptyCheckpointDirs(t *testing.T) {
 		}
 		return p
 	}
+	// As if the run had triggered checkpoints up to 502 whose uploads were
+	// cut; 503 is above what it reserved: a new run's of the name.
+	j, err := e.mgr.job("gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Lock()
+	j.triggered = max(j.triggered, 502)
+	j.mu.Unlock()
 	mkdir("gone", "chk-500")
+	above := mkdir("gone", "chk-503")
 	mkdir("gone", "chk-501", "in-0", "ch-1")
 	held := mkdir("gone", "chk-502")
 	if err := os.WriteFile(filepath.Join(held, ".tmp-1"), nil, 0o644); err != nil {
@@ -52,11 +62,14 @@ func TestRemoveJobTakesItsEmptyCheckpointDirs(t *testing.T) {
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("another job's empty directory: %v; want it kept", err)
 	}
+	if _, err := os.Stat(above); err != nil {
+		t.Errorf("an empty directory above the run's reserved IDs: %v; want it kept (a new run's)", err)
+	}
 	if err := os.Remove(filepath.Join(held, ".tmp-1")); err != nil {
 		t.Fatal(err)
 	}
-	if n := removeEmptyCheckpointDirs(e.mgr.opts.Catalog, "gone", 0); n != 1 {
-		t.Errorf("removed %d directories, want 1", n)
+	if n := removeEmptyCheckpointDirs(e.mgr.opts.Catalog, "gone", 0); n != 2 {
+		t.Errorf("removed %d directories, want 2 (chk-502, chk-503)", n)
 	}
 	if _, err := os.Stat(filepath.Join(e.dir, "gone")); !os.IsNotExist(err) {
 		t.Errorf("the job's directory, empty: %v; want it removed", err)

@@ -97,11 +97,17 @@ func (m *Manager) RemoveJob(ctx context.Context, name string) (control.Removed, 
 	}
 	// The directories of its checkpoints that never completed whose
 	// uploads were cut hold no object, and nothing above found them.
+	// Only the removed run's IDs: a run of the name submitted meanwhile, or
+	// while the directories are swept, numbers its checkpoints above what
+	// the removed run reserved (job.reserved), and an empty directory of
+	// its may be one its first snapshot is about to fill.
+	j.mu.Lock()
+	below := max(j.reserved, j.triggered) + 1
+	j.mu.Unlock()
 	m.mu.Lock()
-	below := int64(0) // any: no other run of the name
 	if cur := m.jobs[name]; cur != j && cur != nil {
 		cur.mu.Lock()
-		below = max(cur.firstID, 1)
+		below = min(below, max(cur.firstID, 1))
 		cur.mu.Unlock()
 	}
 	m.mu.Unlock()
