@@ -1591,6 +1591,19 @@ func TestSilentWorkersAreSaid(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
 	}
+	// A drained worker that stopped stays listed while it is cordoned.
+	b.Reset()
+	printWorkers(&b, []control.WorkerStatus{
+		{ID: "w2", Host: "h", Used: 1, Slots: 4, LastHeartbeat: now.Add(-400 * time.Millisecond)},
+		{ID: "w1", Cordoned: true, Down: true},
+	}, now)
+	want = "WORKER  HOST  STATE  SLOTS  LAST HEARD\n" +
+		"w2      h     ready  1/4    400ms ago\n" +
+		"w1      -     down   -      -\n" +
+		"worker w1 is cordoned and not live: it gets no task when it comes back until weir worker uncordon w1\n"
+	if b.String() != want {
+		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
+	}
 }
 
 // The barriers of a pipeline whose operator is slow queue before that

@@ -363,7 +363,13 @@ func healthz(api interface {
 			http.Error(w, "coordinator not answering: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintf(w, "ok: coordinator running, %d worker(s) live\n", len(ws))
+		live := 0
+		for _, x := range ws {
+			if !x.Down {
+				live++
+			}
+		}
+		fmt.Fprintf(w, "ok: coordinator running, %d worker(s) live\n", live)
 	})
 }
 
@@ -524,7 +530,8 @@ total "-": no limit). A worker the coordinator places no tasks on (its
 checkpoint store is not the coordinator's) is followed by a line that says
 why. While a worker is cordoned (weir worker drain) a STATE column says
 which: "cordoned" (it holds no task), "draining" (it still holds tasks), or
-"ready".`
+"ready"; a cordoned worker that is not live (stopped after a drain) is
+listed as "down", until weir worker uncordon forgets its cordon.`
 
 // listWorkers is weir worker ls.
 func listWorkers(ctx context.Context, std Stdio, args []string) error {
@@ -555,6 +562,8 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 // cordoned worker holds tasks, then cordoned.
 func cordonState(x control.WorkerStatus) string {
 	switch {
+	case x.Down:
+		return "down"
 	case x.Cordoned && x.Used > 0:
 		return "draining"
 	case x.Cordoned:
@@ -587,6 +596,10 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 		if !x.LastHeartbeat.IsZero() {
 			heard = max(now.Sub(x.LastHeartbeat), 0).Round(100*time.Millisecond).String() + " ago"
 		}
+		if x.Down {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t%s\n", x.ID, "-", cordonState(x), heard)
+			continue
+		}
 		if cordons {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%s\n", x.ID, x.Host, cordonState(x), x.Used, total, heard)
 			continue
@@ -595,6 +608,9 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 	}
 	tw.Flush()
 	for _, x := range ws {
+		if x.Down {
+			fmt.Fprintf(w, "worker %s is cordoned and not live: it gets no task when it comes back until weir worker uncordon %s\n", x.ID, x.ID)
+		}
 		if x.Unusable != "" {
 			fmt.Fprintf(w, "worker %s gets no tasks: %s\n", x.ID, x.Unusable)
 		}

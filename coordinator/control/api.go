@@ -769,11 +769,13 @@ type API interface {
 	// checkpoints on past the removed one's. A job that has not ended, or
 	// whose checkpoint another job needs, is refused (ErrConflict).
 	RemoveJob(ctx context.Context, job string) (Removed, error)
-	// Workers lists the live workers with their slots.
+	// Workers lists the live workers with their slots, then the cordoned
+	// workers that are not live (Down).
 	Workers(ctx context.Context) ([]WorkerStatus, error)
 }
 
-// WorkerStatus is one live worker as the coordinator sees it.
+// WorkerStatus is one worker as the coordinator sees it: a live one, or
+// a cordoned one that is not live (Down).
 type WorkerStatus struct {
 	ID   string `json:"id"`
 	Host string `json:"host,omitempty"`
@@ -793,6 +795,10 @@ type WorkerStatus struct {
 	// until weir worker uncordon); with tasks still on it (Used), it is
 	// being drained.
 	Cordoned bool `json:"cordoned,omitempty"`
+	// Down says the worker is not live: a cordoned worker that stopped
+	// (after a drain, say), listed so that its cordon is not forgotten —
+	// it gets no task when it comes back until weir worker uncordon.
+	Down bool `json:"down,omitempty"`
 }
 
 // API operations (subject suffixes).

@@ -63,6 +63,23 @@ func (m *Manager) cordoned(id string) bool {
 	return ok
 }
 
+// cordonedDown lists the cordoned workers that are not live, by ID.
+func (m *Manager) cordonedDown(live []control.Heartbeat) []control.WorkerStatus {
+	up := make(map[string]bool, len(live))
+	for _, hb := range live {
+		up[hb.Worker.ID] = true
+	}
+	m.cordon.mu.Lock()
+	defer m.cordon.mu.Unlock()
+	var out []control.WorkerStatus
+	for _, id := range slices.Sorted(maps.Keys(m.cordon.workers)) {
+		if !up[id] {
+			out = append(out, control.WorkerStatus{ID: id, Cordoned: true, Down: true})
+		}
+	}
+	return out
+}
+
 // cordonedLive says which live workers are cordoned, for the reason of a
 // job that found no worker to place it on: "" when none is.
 func (m *Manager) cordonedLive() string {

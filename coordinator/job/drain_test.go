@@ -332,3 +332,38 @@ func TestNoRoomCountsTheJobsOwnTasks(t *testing.T) {
 		t.Errorf("noRoom:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A cordoned worker that is not live (it stopped after a drain) stays
+// listed, as down, so that its cordon is not forgotten; uncordoned, it
+// is listed no more.
+func TestWorkersListsACordonedWorkerThatIsDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.start(ctx, "w1")
+	if _, err := e.mgr.setCordon(ctx, "w0", true); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ws, err := e.api.Workers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) == 2 {
+			if ws[0].ID != "w1" || ws[0].Down || ws[1] != (control.WorkerStatus{ID: "w0", Cordoned: true, Down: true}) {
+				t.Errorf("workers %+v; want w1 live, then w0 cordoned and down", ws)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("workers %+v", ws)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := e.api.Uncordon(ctx, "w0"); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := e.api.Workers(ctx); err != nil || len(ws) != 1 || ws[0].ID != "w1" {
+		t.Errorf("after uncordon: %+v, %v; want w1 alone", ws, err)
+	}
+}

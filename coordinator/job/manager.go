@@ -413,7 +413,7 @@ func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 		out[i] = control.WorkerStatus{ID: id, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[id] + stale[id],
 			Unusable: m.unusable(hb.Worker), LastHeartbeat: heard[id], Cordoned: m.cordoned(id)}
 	}
-	return out, nil
+	return append(out, m.cordonedDown(live)...), nil
 }
 
 // freedSlots returns how often worker id's heartbeats reported fewer

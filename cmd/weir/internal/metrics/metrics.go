@@ -252,8 +252,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			c.scrapeErrors.Inc()
 			return
 		}
-		ch <- prometheus.MustNewConstMetric(c.workersLive, gauge, float64(len(workers)))
+		live := 0
 		for _, w := range workers {
+			if w.Down {
+				continue // a cordoned worker that stopped: no slots, no gauge of a live one
+			}
+			live++
 			ch <- prometheus.MustNewConstMetric(c.slots, gauge, float64(w.Slots), w.ID, w.Host)
 			ch <- prometheus.MustNewConstMetric(c.slotsUsed, gauge, float64(w.Used), w.ID, w.Host)
 			cordoned := 0.0
@@ -262,6 +266,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(c.cordoned, gauge, cordoned, w.ID, w.Host)
 		}
+		ch <- prometheus.MustNewConstMetric(c.workersLive, gauge, float64(live))
 	}
 	jobs, err := c.jobs.Jobs(ctx)
 	if err != nil {
