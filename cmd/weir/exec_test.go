@@ -191,7 +191,9 @@ func TestExecGoTraceback(t *testing.T) {
 	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errs := weir(t, "k\tv\n", "exec", p, "-config", "oom", "-memory", "48MiB")
+	// -timeout: growing the memory to its limit takes seconds under -race
+	// on a loaded machine, past the default per-call deadline.
+	code, _, errs := weir(t, "k\tv\n", "exec", p, "-config", "oom", "-memory", "48MiB", "-timeout", "2m")
 	lines := strings.Split(strings.TrimSpace(errs), "\n")
 	if code != 1 || strings.Count(errs, "goroutine ") != 1 || !strings.Contains(errs, "\ngoroutine 1 ") ||
 		!strings.Contains(errs, "main.(*op).Process(") || !strings.HasSuffix(lines[len(lines)-2], "other goroutines left out)") ||
