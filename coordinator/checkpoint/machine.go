@@ -264,6 +264,9 @@ type Machine struct {
 
 	history []*control.CheckpointInfo // oldest first
 	stats   control.CheckpointStats
+	// last is the latest completed checkpoint or savepoint, the one
+	// stats.LastID names (nil: none yet), as it completed.
+	last *control.CheckpointInfo
 }
 
 // NewMachine returns a stopped machine for job. restored are the completed
@@ -848,6 +851,8 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	m.stats.Completed++
 	m.stats.FailedInARow = 0
 	m.stats.LastID, m.stats.LastDuration, m.stats.LastSize, m.stats.LastCompleted = id, p.info.Duration, p.info.Size, now
+	last := *p.info // its task metrics no ack changes any more
+	m.last = &last
 	m.stats.Observe(p.info.Duration)
 	acts := []Action{NotifyAction{ID: id}}
 	if p.stop {
@@ -1010,16 +1015,35 @@ func (m *Machine) History() []control.CheckpointInfo {
 	out := make([]control.CheckpointInfo, 0, len(m.history))
 	for i := len(m.history) - 1; i >= 0; i-- {
 		h := *m.history[i]
-		tasks := make(map[string]map[string]int64, len(h.Tasks))
-		for k, v := range h.Tasks {
-			c := make(map[string]int64, len(v))
-			for mk, mv := range v {
-				c[mk] = mv
-			}
-			tasks[k] = c
-		}
-		h.Tasks = tasks
+		h.Tasks = copyTasks(h.Tasks)
 		out = append(out, h)
+	}
+	return out
+}
+
+// LastCompleted returns a copy of the record of the latest checkpoint or
+// savepoint the machine completed, the one Stats describes (its LastID),
+// with each task's metrics as its ack carried them, as it completed; false
+// when none completed yet. Unlike History, which keeps the newest
+// HistorySize triggered, it is there however many failed since.
+func (m *Machine) LastCompleted() (control.CheckpointInfo, bool) {
+	if m.last == nil {
+		return control.CheckpointInfo{}, false
+	}
+	in := *m.last
+	in.Tasks = copyTasks(in.Tasks)
+	return in, true
+}
+
+// copyTasks returns a deep copy of a checkpoint's task metrics.
+func copyTasks(tasks map[string]map[string]int64) map[string]map[string]int64 {
+	out := make(map[string]map[string]int64, len(tasks))
+	for k, v := range tasks {
+		c := make(map[string]int64, len(v))
+		for mk, mv := range v {
+			c[mk] = mv
+		}
+		out[k] = c
 	}
 	return out
 }

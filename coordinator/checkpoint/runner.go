@@ -408,6 +408,15 @@ func (r *Runner) History() []control.CheckpointInfo {
 	return h
 }
 
+// LastCompleted returns the latest checkpoint or savepoint the machine
+// completed, the one Stats describes, with each task's metrics
+// (Machine.LastCompleted); false when none did.
+func (r *Runner) LastCompleted() (control.CheckpointInfo, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m.LastCompleted()
+}
+
 // Retained returns what the machine keeps of the job's completed
 // checkpoints and savepoints (Machine.Retained), newest first: stored and
 // restorable, whether or not the history, which keeps the newest

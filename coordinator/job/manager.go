@@ -1312,3 +1312,19 @@ func (m *Manager) Checkpoints(ctx context.Context, name string) ([]control.Check
 	}
 	return out, nil
 }
+
+// LastCheckpoint returns the latest checkpoint or savepoint of a job's run
+// that completed since this coordinator took the job on — the one its
+// status's Checkpoints describes (CheckpointStats.LastID) — with each
+// task's metrics (control.Metric* names) as its ack carried them; ID 0 when
+// none did. It reads only memory, however many checkpoints the job has:
+// what a metrics scrape calls for every job, where Checkpoints also reads
+// storage.
+func (m *Manager) LastCheckpoint(_ context.Context, name string) (control.CheckpointInfo, error) {
+	j, err := m.job(name)
+	if err != nil {
+		return control.CheckpointInfo{}, err
+	}
+	in, _ := j.runner.LastCompleted()
+	return in, nil
+}

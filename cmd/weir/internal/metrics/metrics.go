@@ -4,8 +4,12 @@
 // one's ID, duration, size and time, and
 // each task's counters as its worker last reported them in a heartbeat
 // (control.TaskStats), so one scrape of the coordinator covers every worker;
-// and, from a lister that can list workers (WorkerLister), the live workers
-// with their slots and the tasks placed on them.
+// from a lister that can list workers (WorkerLister), the live workers
+// with their slots and the tasks placed on them; and, from one that gives
+// a job's latest completed checkpoint (LastCheckpointer), each task's
+// figures in it (weir_task_last_checkpoint_*: alignment, start delay,
+// snapshot durations, state and channel state sizes), as Flink's
+// per-subtask checkpoint metrics.
 //
 // A job's counters (restarts, failures by kind, checkpoints completed,
 // failed and aborted, the checkpoint duration histogram) count all the
@@ -43,6 +47,18 @@ type WorkerLister interface {
 	Workers(ctx context.Context) ([]control.WorkerStatus, error)
 }
 
+// LastCheckpointer returns a job's latest completed checkpoint or
+// savepoint, the one its status's Checkpoints describes
+// (control.CheckpointStats.LastID), with each task's metrics
+// (control.CheckpointInfo.Tasks); ID 0 when it has none. job.Manager
+// implements it from memory. A JobLister that is one too gets the
+// weir_task_last_checkpoint_* metrics exported; a scrape calls it once for
+// each job that completed a checkpoint (control.API's Checkpoints, which
+// lists every checkpoint a job has, is not called).
+type LastCheckpointer interface {
+	LastCheckpoint(ctx context.Context, job string) (control.CheckpointInfo, error)
+}
+
 // WorkerLosses counts the workers lost and those that left since the
 // coordinator started; job.Manager implements it. A JobLister that is one
 // too gets weir_workers_lost_total and weir_workers_left_total exported.
@@ -69,11 +85,57 @@ type Collector struct {
 	cordoned                                                     *prometheus.Desc
 	failures                                                     *prometheus.Desc
 	scrapeErrors                                                 prometheus.Counter
+	// lastTask are the weir_task_last_checkpoint_* gauges.
+	lastTask []taskFigure
 
 	// mu serializes scrapes: each lists the jobs and updates totals,
 	// which keeps, by job name, the counts of its runs (see runTotals).
 	mu     sync.Mutex
 	totals map[string]*runTotals
+}
+
+// taskFigure is a gauge of one figure a task's ack of a checkpoint carried.
+type taskFigure struct {
+	metric  string // the figure's control.Metric* name
+	seconds bool   // the figure is nanoseconds, the gauge seconds
+	desc    *prometheus.Desc
+}
+
+// lastCheckpointOf ends the help of the weir_task_last_checkpoint_* gauges.
+const lastCheckpointOf = " In the job's latest completed checkpoint or savepoint (the one weir_job_last_checkpoint_duration_seconds describes), as the task's acknowledgement reported it; no sample for a task that did not report the figure. The worker label is the task's worker now (the snapshot may be an earlier attempt's, taken on another)."
+
+// taskFigures returns the weir_task_last_checkpoint_* gauges, labelled
+// by task (job, task, worker).
+func taskFigures(task []string) []taskFigure {
+	const ns, one = true, false
+	f := func(metric string, seconds bool, name, help string) taskFigure {
+		return taskFigure{metric: metric, seconds: seconds,
+			desc: prometheus.NewDesc("weir_task_last_checkpoint_"+name, help+lastCheckpointOf, task, nil)}
+	}
+	return []taskFigure{
+		f(control.MetricStartDelayNanos, ns, "start_delay_seconds",
+			"Start delay: from the checkpoint's trigger (the timestamp its barrier carries, in milliseconds, by the coordinator's clock) to the first barrier the task received, by its worker's clock (a source task receives the trigger itself); the time the barrier queued behind records in the channels on its way included."),
+		f(control.MetricAlignmentNanos, ns, "alignment_seconds",
+			"Alignment: from the first barrier the task received to the last of its inputs' (aligned and at-least-once), or to the snapshot of an aligned checkpoint that turned unaligned on its alignment timeout; 0 for a snapshot unaligned from its first barrier, and for a task with one input or none."),
+		f(control.MetricSyncNanos, ns, "sync_duration_seconds",
+			"The synchronous part of the task's snapshot, while it took no input: the operator's state taken (Snapshot), a sink's pre-commit, the barrier forwarded."),
+		f(control.MetricAsyncNanos, ns, "async_duration_seconds",
+			"The asynchronous part of the task's snapshot: its write to the checkpoint store, in the background (of an unaligned snapshot, once the input in flight up to the barriers of all its inputs was recorded), until the task acknowledged the checkpoint."),
+		f(control.MetricCommitWaitNanos, ns, "commit_wait_seconds",
+			"Of a sink task's start delay, the time it spent in its sink's commits of earlier checkpoints after the trigger, before its barrier came; reported only by a sink that waited."),
+		f(control.MetricStateBytes, one, "state_bytes",
+			"The size of the task's state in its snapshot: an operator's state, a sink's pre-commit state (the output it staged); 0 for a source task (its offset is not counted) and a task without state."),
+		f(control.MetricChannelStateBytes, one, "channel_state_bytes",
+			"In-flight records the task's snapshot holds: input and output channel state, which only an unaligned snapshot persists (0 for an aligned one)."),
+		f(control.MetricSnapshotBytes, one, "size_bytes",
+			"Bytes of the task's snapshot object in the checkpoint store (state, source offset, channel state, encoded); weir_job_last_checkpoint_size_bytes is the sum over the tasks."),
+		f(control.MetricBufferedBytes, one, "alignment_buffered_bytes",
+			"Input the task held back during its alignment from the channels whose barrier had come."),
+		f(control.MetricSpilledBytes, one, "alignment_spilled_bytes",
+			"Of weir_task_last_checkpoint_alignment_buffered_bytes, the bytes spilled to a temporary file once the alignment's memory budget was full."),
+		f(control.MetricUnaligned, one, "unaligned",
+			"1 when the task's snapshot was unaligned (unaligned mode, or aligned-timeout past its timeout), else 0."),
+	}
 }
 
 // counts are a job's counters as one run of it counts them, from 0.
@@ -217,6 +279,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 			"1 while the worker is cordoned (weir worker drain, until weir worker uncordon): no task is placed on it; draining while its slots used are above 0.", []string{"worker", "host"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_scrape_errors_total",
 			Help: "Scrapes that could not list the jobs."}),
+		lastTask: taskFigures(task),
 	}
 }
 
@@ -227,6 +290,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.cpHistogram, c.queued, c.inputBuffer, c.pending, c.awaited,
 		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.cordoned, c.failures} {
 		ch <- d
+	}
+	for _, f := range c.lastTask {
+		ch <- f.desc
 	}
 	c.scrapeErrors.Describe(ch)
 }
@@ -309,6 +375,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.cpDuration, gauge, cp.LastDuration.Seconds(), j.Name)
 			ch <- prometheus.MustNewConstMetric(c.cpSize, gauge, float64(cp.LastSize), j.Name)
 			ch <- prometheus.MustNewConstMetric(c.cpTime, gauge, float64(cp.LastCompleted.UnixNano())/1e9, j.Name)
+			if lc, ok := c.jobs.(LastCheckpointer); ok {
+				c.collectLastCheckpoint(ctx, ch, lc, j)
+			}
 		}
 		for _, t := range j.Tasks {
 			l := []string{j.Name, t.Task, t.Worker}
@@ -333,6 +402,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if s := t.Stats.AwaitedStop; s > t.Stats.StreamLastSeq {
 				ch <- prometheus.MustNewConstMetric(c.awaited, gauge, float64(s-t.Stats.StreamLastSeq), l...)
 			}
+		}
+	}
+}
+
+// collectLastCheckpoint sends the weir_task_last_checkpoint_* gauges of
+// job j's latest completed checkpoint: a sample for each figure each task
+// reported. A job whose checkpoint cannot be had (removed since it was
+// listed) has none.
+func (c *Collector) collectLastCheckpoint(ctx context.Context, ch chan<- prometheus.Metric, lc LastCheckpointer, j control.JobStatus) {
+	in, err := lc.LastCheckpoint(ctx, j.Name)
+	if err != nil || in.ID == 0 {
+		return
+	}
+	for task, m := range in.Tasks {
+		l := []string{j.Name, task, j.Assignment[task]}
+		for _, f := range c.lastTask {
+			v, ok := m[f.metric]
+			if !ok {
+				continue
+			}
+			x := float64(v)
+			if f.seconds {
+				x = time.Duration(v).Seconds()
+			}
+			ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, x, l...)
 		}
 	}
 }

@@ -86,6 +86,14 @@ checkpointing: {interval: 20ms}
 				`weir_task_backpressured_seconds_total{job="tap",task="out-0",worker="w1"} `,
 				`weir_task_checkpoints_total{job="tap",task="in-0",worker="w1"} `,
 				`weir_source_pending_messages{job="tap",task="in-0",worker="w1"} `,
+				// The tasks' figures in the latest completed checkpoint.
+				`weir_task_last_checkpoint_start_delay_seconds{job="tap",task="in-0",worker="w1"} `,
+				`weir_task_last_checkpoint_alignment_seconds{job="tap",task="out-0",worker="w1"} `,
+				`weir_task_last_checkpoint_sync_duration_seconds{job="tap",task="out-0",worker="w1"} `,
+				`weir_task_last_checkpoint_async_duration_seconds{job="tap",task="in-0",worker="w1"} `,
+				`weir_task_last_checkpoint_state_bytes{job="tap",task="in-0",worker="w1"} 0`,
+				`weir_task_last_checkpoint_channel_state_bytes{job="tap",task="out-0",worker="w1"} 0`,
+				`weir_task_last_checkpoint_unaligned{job="tap",task="out-0",worker="w1"} 0`,
 				`weir_workers_live 1`,
 				`weir_workers_lost_total 0`,
 				`weir_workers_left_total 0`,
@@ -95,6 +103,12 @@ checkpointing: {interval: 20ms}
 				if !strings.Contains(got, "\n"+line) {
 					t.Errorf("scrape lacks %q", line)
 				}
+			}
+			// A snapshot is bytes in the store: every task's, and the job's
+			// size is their sum.
+			size := regexp.MustCompile(`(?m)^weir_task_last_checkpoint_size_bytes\{job="tap",task="(in|out)-0",worker="w1"\} [1-9]\d*$`)
+			if n := len(size.FindAllString(got, -1)); n != 2 {
+				t.Errorf("%d tasks with a snapshot size above 0 in:\n%s", n, got)
 			}
 			// The worker takes any number of tasks; the job's two are on it.
 			for _, re := range []string{`\nweir_worker_slots\{host="[^"]*",worker="w1"\} 0\n`, `\nweir_worker_slots_used\{host="[^"]*",worker="w1"\} 2\n`,
@@ -306,4 +320,107 @@ func TestScrapeRunsAddUp(t *testing.T) {
 		`weir_job_restarts_total{job="dk"} 0`,
 		`weir_job_checkpoints_completed_total{job="dk"} 1`,
 		`!weir_job_failures_total{job="dk"`)
+}
+
+// lastCheckpoint is a JobLister that gives each job's latest completed
+// checkpoint too (metrics.LastCheckpointer), as job.Manager does, and
+// counts the calls.
+type lastCheckpoint struct {
+	fixed
+	cps   map[string]control.CheckpointInfo
+	mu    sync.Mutex
+	calls []string
+}
+
+func (l *lastCheckpoint) LastCheckpoint(_ context.Context, job string) (control.CheckpointInfo, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, job)
+	return l.cps[job], nil
+}
+
+// Each task's figures in its job's latest completed checkpoint are gauges
+// (Flink's per-subtask checkpoint metrics), in seconds and bytes, labelled
+// as the task's other series; a figure a task did not report has no
+// sample, and a job that completed no checkpoint is not asked for one.
+func TestScrapeLastCheckpointTasks(t *testing.T) {
+	ns := func(d time.Duration) int64 { return int64(d) }
+	l := &lastCheckpoint{
+		fixed: fixed{
+			{Name: "j", State: control.JobRunning, Attempt: 2, Assignment: map[string]string{"in-0": "w1", "op-0": "w1", "op-1": "w2", "out-0": "w2"},
+				Checkpoints: control.CheckpointStats{Completed: 7, LastID: 7, LastDuration: 2 * time.Second, LastSize: 5 << 20}},
+			{Name: "fresh", State: control.JobRunning, Attempt: 1},
+		},
+		cps: map[string]control.CheckpointInfo{"j": {Job: "j", ID: 7, Status: control.CheckpointCompleted, Unaligned: true, Tasks: map[string]map[string]int64{
+			"in-0": {control.MetricStartDelayNanos: ns(3 * time.Millisecond), control.MetricAlignmentNanos: 0, control.MetricSyncNanos: ns(150 * time.Microsecond),
+				control.MetricAsyncNanos: ns(12 * time.Millisecond), control.MetricStateBytes: 0, control.MetricChannelStateBytes: 0,
+				control.MetricSnapshotBytes: 96, control.MetricUnaligned: 0, control.MetricSourcePosition: 12345},
+			"op-0": {control.MetricStartDelayNanos: ns(1250 * time.Millisecond), control.MetricAlignmentNanos: ns(400 * time.Millisecond),
+				control.MetricSyncNanos: ns(25 * time.Millisecond), control.MetricAsyncNanos: ns(300 * time.Millisecond),
+				control.MetricStateBytes: 4 << 20, control.MetricChannelStateBytes: 0, control.MetricSnapshotBytes: 4<<20 + 200,
+				control.MetricBufferedBytes: 65536, control.MetricSpilledBytes: 0, control.MetricUnaligned: 0},
+			"op-1": {control.MetricStartDelayNanos: ns(2 * time.Second), control.MetricAlignmentNanos: ns(1500 * time.Millisecond),
+				control.MetricStateBytes: 1000, control.MetricChannelStateBytes: 750000, control.MetricSnapshotBytes: 751300, control.MetricUnaligned: 1},
+			// An exactly-once sink whose barrier waited for its commits.
+			"out-0": {control.MetricStartDelayNanos: ns(1800 * time.Millisecond), control.MetricCommitWaitNanos: ns(900 * time.Millisecond),
+				control.MetricStateBytes: 2048, control.MetricSnapshotBytes: 2100, control.MetricCommitReport: 1},
+		}}},
+	}
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(l, 0)))
+	defer srv.Close()
+	got := scrape(t, srv.URL)
+	for _, line := range []string{
+		`weir_task_last_checkpoint_start_delay_seconds{job="j",task="in-0",worker="w1"} 0.003`,
+		`weir_task_last_checkpoint_start_delay_seconds{job="j",task="op-0",worker="w1"} 1.25`,
+		`weir_task_last_checkpoint_start_delay_seconds{job="j",task="op-1",worker="w2"} 2`,
+		`weir_task_last_checkpoint_start_delay_seconds{job="j",task="out-0",worker="w2"} 1.8`,
+		`weir_task_last_checkpoint_alignment_seconds{job="j",task="in-0",worker="w1"} 0`,
+		`weir_task_last_checkpoint_alignment_seconds{job="j",task="op-0",worker="w1"} 0.4`,
+		`weir_task_last_checkpoint_alignment_seconds{job="j",task="op-1",worker="w2"} 1.5`,
+		`weir_task_last_checkpoint_sync_duration_seconds{job="j",task="in-0",worker="w1"} 0.00015`,
+		`weir_task_last_checkpoint_sync_duration_seconds{job="j",task="op-0",worker="w1"} 0.025`,
+		`weir_task_last_checkpoint_async_duration_seconds{job="j",task="in-0",worker="w1"} 0.012`,
+		`weir_task_last_checkpoint_async_duration_seconds{job="j",task="op-0",worker="w1"} 0.3`,
+		`weir_task_last_checkpoint_commit_wait_seconds{job="j",task="out-0",worker="w2"} 0.9`,
+		`weir_task_last_checkpoint_state_bytes{job="j",task="in-0",worker="w1"} 0`,
+		`weir_task_last_checkpoint_state_bytes{job="j",task="op-0",worker="w1"} 4.194304e+06`,
+		`weir_task_last_checkpoint_state_bytes{job="j",task="out-0",worker="w2"} 2048`,
+		`weir_task_last_checkpoint_channel_state_bytes{job="j",task="op-0",worker="w1"} 0`,
+		`weir_task_last_checkpoint_channel_state_bytes{job="j",task="op-1",worker="w2"} 750000`,
+		`weir_task_last_checkpoint_size_bytes{job="j",task="in-0",worker="w1"} 96`,
+		`weir_task_last_checkpoint_size_bytes{job="j",task="op-0",worker="w1"} 4.194504e+06`,
+		`weir_task_last_checkpoint_size_bytes{job="j",task="op-1",worker="w2"} 751300`,
+		`weir_task_last_checkpoint_alignment_buffered_bytes{job="j",task="op-0",worker="w1"} 65536`,
+		`weir_task_last_checkpoint_alignment_spilled_bytes{job="j",task="op-0",worker="w1"} 0`,
+		`weir_task_last_checkpoint_unaligned{job="j",task="op-0",worker="w1"} 0`,
+		`weir_task_last_checkpoint_unaligned{job="j",task="op-1",worker="w2"} 1`,
+	} {
+		if !strings.Contains(got, "\n"+line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+	// Not reported, no sample (not 0).
+	for _, series := range []string{
+		`weir_task_last_checkpoint_commit_wait_seconds{job="j",task="op-0",`,
+		`weir_task_last_checkpoint_sync_duration_seconds{job="j",task="out-0",`,
+		`weir_task_last_checkpoint_channel_state_bytes{job="j",task="out-0",`,
+		`weir_task_last_checkpoint_alignment_buffered_bytes{job="j",task="in-0",`,
+		`weir_task_last_checkpoint_unaligned{job="j",task="out-0",`,
+		`weir_task_last_checkpoint_start_delay_seconds{job="fresh",`,
+	} {
+		if strings.Contains(got, "\n"+series) {
+			t.Errorf("scrape has %s…", series)
+		}
+	}
+	// The help says which checkpoint.
+	if !strings.Contains(got, "\n# HELP weir_task_last_checkpoint_alignment_seconds Alignment: ") ||
+		!strings.Contains(got, "latest completed checkpoint or savepoint (the one weir_job_last_checkpoint_duration_seconds describes)") {
+		t.Errorf("scrape's help of the task checkpoint gauges:\n%s", got)
+	}
+	// One call for the one job with a completed checkpoint.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Equal(l.calls, []string{"j"}) {
+		t.Errorf("LastCheckpoint called for %q, want only j", l.calls)
+	}
 }
