@@ -151,15 +151,19 @@ func TestWorkerOfAnotherCheckpointStoreGetsNoTasks(t *testing.T) {
 	}
 	beat()
 	e.waitWorkers(1)
-	stop := make(chan struct{})
-	defer close(stop)
+	// The worker's heartbeats go on until the test ends; the goroutine is
+	// gone before the connection closes (a beat on a closed connection
+	// failed the test after it passed).
+	stop, beating := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-beating }()
 	go func() {
+		defer close(beating)
 		for {
 			select {
 			case <-stop:
 				return
 			case <-time.After(40 * time.Millisecond):
-				beat()
+				_ = nc.Publish(control.Subjects{}.Heartbeat(), hb) // a lost beat shows as the worker lost
 			}
 		}
 	}()
