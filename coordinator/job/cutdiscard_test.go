@@ -67,3 +67,71 @@ func TestResumeDiscardsAnUnusableCheckpointANewerOneSupersedes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Retention keeps a checkpoint that a kept one names without what that
+// one names in turn, so the checkpoint kept is unusable itself, and the
+// newer one's restore still reads the output staged in it. A resume
+// discarded it as superseded; the next start found the newer one
+// unusable, discarded it too, and so on until the job restored nothing
+// and committed all its output again (a trial with kill -9 at random
+// moments). It stays now, and the job resumes from the newest every time.
+func TestResumeKeepsAnUnusableCheckpointANewerOneNames(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	logs := &logBuffer{}
+	e, startManager := restartableWith(t, nil, Options{HeartbeatTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second,
+		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	stop := startManager()
+	defer func() { stop() }()
+	e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "kc", "checkpointing: {interval: 20ms, retained: 3}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, e, "kc", "checkpoints", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 5 })
+	stop()
+
+	ids, err := e.catalogIDs(ctx, "kc")
+	if err != nil || len(ids) < 3 {
+		t.Fatalf("stored: %v, %v; want 3", ids, err)
+	}
+	a, b, c := ids[len(ids)-3], ids[len(ids)-2], ids[len(ids)-1]
+	e.nameFrom(t, ctx, "kc", c, b) // c's restore reads b's staged output
+	e.nameFrom(t, ctx, "kc", b, a) // and b's, a's: gone, as retention leaves it
+	st, err := storage.NewDir(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := &checkpoint.Catalog{Meta: st, State: st}
+	if err := cat.Discard(ctx, "kc", a); err != nil {
+		t.Fatal(err)
+	}
+
+	for restart := 1; restart <= 2; restart++ {
+		stop = startManager()
+		st := waitFor(t, ctx, e, "kc", "resumed", func(s control.JobStatus) bool { return s.State == control.JobRunning })
+		if st.RestoredFrom != c && st.LatestCheckpoint < c {
+			t.Errorf("restart %d: restored from %d (latest %d); want %d, the newest", restart, st.RestoredFrom, st.LatestCheckpoint, c)
+		}
+		// Its discards done (the job checkpoints on), b is stored still.
+		waitFor(t, ctx, e, "kc", "checkpoints after the resume", func(s control.JobStatus) bool { return s.LatestCheckpoint >= st.LatestCheckpoint+2 })
+		if got, err := e.catalogIDs(ctx, "kc"); err != nil || !slices.Contains(got, b) {
+			t.Fatalf("restart %d: stored %v, %v; want %d kept (%d names it)\nlog:\n%s", restart, got, err, b, c, logs.String())
+		}
+		stop()
+		if _, err := cat.Read(ctx, "kc", c); err != nil {
+			t.Fatalf("restart %d: checkpoint %d: %v; want it usable", restart, c, err)
+		}
+	}
+	want := fmt.Sprintf(`msg="checkpoint unusable, and kept: a newer one's restore reads the output staged in it" job=kc checkpoint=%d named_by=%d`, b, c)
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log:\n%s\nwant a line with\n%s", logs.String(), want)
+	}
+	if strings.Contains(logs.String(), "discarding it") || strings.Contains(logs.String(), "falling back") {
+		t.Errorf("log:\n%s\nwant nothing discarded, no fallback", logs.String())
+	}
+	stop = startManager()
+	if _, err := e.api.CancelJob(ctx, "kc"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -308,6 +308,50 @@ func (m *Manager) resumeKey(ctx context.Context, store storage.Store, k string) 
 	}
 }
 
+// supersededUnusable returns, of the run's unusable checkpoints, those to
+// discard, and logs each unusable one: one older than a checkpoint that
+// restores is not what the job resumes from, nor what a failover
+// restores. (A retention discard cut short — the coordinator killed —
+// left such ones before retention discarded newest first.) A newer one
+// stays, and so does one partly removed, which finishRemovals finishes —
+// and one that a stored checkpoint it does not discard names
+// (Metadata.SinkStateFrom): retention keeps a checkpoint a kept one
+// names without what that one names in turn, so it is unusable itself
+// and still read by the newer one's restore, of the output staged in it.
+// Discarding it made the newer one unusable at the next start, and so on
+// down to a restore of none (a trial: every output committed again).
+func (m *Manager) supersededUnusable(ctx context.Context, rec record, restored []*checkpoint.Metadata, unusable []unusableCheckpoint) []int64 {
+	name := rec.Spec.Name
+	var newest int64
+	for _, md := range restored {
+		newest = max(newest, md.ID)
+	}
+	discard := map[int64]bool{}
+	var superseded []int64
+	// Newest first: a checkpoint discarded here names none older for good.
+	for _, u := range slices.Backward(unusable) {
+		var cut *checkpoint.RemovingError
+		if u.id < rec.FirstID || u.id >= newest || errors.As(u.err, &cut) {
+			m.log.Warn("checkpoint unusable", "job", name, "checkpoint", u.id, "err", u.err)
+			continue
+		}
+		refs, err := m.opts.Catalog.NamedBy(ctx, name, u.id)
+		if err != nil {
+			m.log.Warn("checkpoint unusable; kept, as what names it could not be read", "job", name, "checkpoint", u.id, "err", u.err, "names_err", err)
+			continue
+		}
+		refs = slices.DeleteFunc(refs, func(r checkpoint.Referrer) bool { return discard[r.ID] })
+		if len(refs) > 0 {
+			m.log.Warn("checkpoint unusable, and kept: a newer one's restore reads the output staged in it", "job", name, "checkpoint", u.id, "named_by", refs[0].ID, "err", u.err)
+			continue
+		}
+		m.log.Warn("checkpoint unusable, and not needed: a newer one restores; discarding it", "job", name, "checkpoint", u.id, "newer", newest, "err", u.err)
+		discard[u.id] = true
+		superseded = append(superseded, u.id)
+	}
+	return superseded
+}
+
 // unreadable reports whether err, from Catalog.Read, says that the
 // checkpoint could not be read now (storage unavailable), not that it is
 // missing or corrupt.
@@ -346,27 +390,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 		}
 		restored = append(restored, md)
 	}
-	// An unusable checkpoint of the run older than one that restores is
-	// not what the job resumes from, nor what a failover restores: say
-	// so, and discard it. (A retention discard cut short — the
-	// coordinator killed — left such ones before retention discarded
-	// newest first: the ones it named gone, themselves stored.) A newer
-	// one stays, and so does one partly removed, which finishRemovals
-	// finishes.
-	var newest int64
-	for _, md := range restored {
-		newest = max(newest, md.ID)
-	}
-	var superseded []int64
-	for _, u := range unusable {
-		var cut *checkpoint.RemovingError
-		if u.id >= rec.FirstID && u.id < newest && !errors.As(u.err, &cut) {
-			m.log.Warn("checkpoint unusable, and not needed: a newer one restores; discarding it", "job", name, "checkpoint", u.id, "newer", newest, "err", u.err)
-			superseded = append(superseded, u.id)
-			continue
-		}
-		m.log.Warn("checkpoint unusable", "job", name, "checkpoint", u.id, "err", u.err)
-	}
+	superseded := m.supersededUnusable(ctx, rec, restored, unusable)
 	if rec.Reserved >= next {
 		// A checkpoint may have been in flight when the coordinator went
 		// away, with no metadata written: its ID is not used again.
