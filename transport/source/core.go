@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,8 +64,17 @@ func (k KeyFrom) check() error {
 }
 
 // CoreGuarantee is the delivery guarantee of a core-subject source, for a
-// job's status.
-const CoreGuarantee = "at-most-once: core NATS subject, no replay (messages published while the job is down or recovering are lost)"
+// job's status: what core NATS loses, which the job cannot get back.
+const CoreGuarantee = "at-most-once: core NATS subject, no replay (messages published while the job is down or recovering are lost; " +
+	"so are those that arrive while the job falls behind its input past the source's pending limit, and a cancel or stop discards what the subscription holds)"
+
+// DefaultCorePendingMsgs and DefaultCorePendingBytes are the pending
+// limits of a core source whose CoreConfig gives none: nats.go's own
+// defaults for a subscription.
+const (
+	DefaultCorePendingMsgs  = nats.DefaultSubPendingMsgsLimit
+	DefaultCorePendingBytes = nats.DefaultSubPendingBytesLimit
+)
 
 // CoreConfig configures a core NATS subject source.
 type CoreConfig struct {
@@ -82,10 +92,34 @@ type CoreConfig struct {
 	MaxBatchRecords, MaxBatchBytes int
 	// PendingMsgs and PendingBytes bound what the NATS client buffers for
 	// the subscription while Poll lags behind; past them it drops (core
-	// NATS has no flow control). 0 keeps the nats.go defaults (512Ki
+	// NATS has no flow control), and Dropped counts those. 0 keeps the
+	// defaults (DefaultCorePendingMsgs, DefaultCorePendingBytes: 500 000
 	// messages, 64 MiB); -1 is unlimited.
 	PendingMsgs, PendingBytes int
+	// Job and Task name who reads through the source, for the log line
+	// of a slow consumer (CoreOf); either may be empty.
+	Job, Task string
 }
+
+// cores maps the subscription of every open Core to it (CoreOf).
+var cores sync.Map
+
+// CoreOf returns the open core source that reads through sub, if one
+// does: a connection's asynchronous error handler, told that sub is a
+// slow consumer, finds with it which job and task lose messages.
+func CoreOf(sub *nats.Subscription) (*Core, bool) {
+	if sub == nil {
+		return nil, false
+	}
+	c, ok := cores.Load(sub)
+	if !ok {
+		return nil, false
+	}
+	return c.(*Core), true
+}
+
+// Config returns the source's configuration.
+func (c *Core) Config() CoreConfig { return c.cfg }
 
 // Core reads a core NATS subject. It is at-most-once: core NATS keeps no
 // history, so there is nothing to rewind to after a failure; messages that
@@ -129,6 +163,7 @@ func NewCore(nc *nats.Conn, cfg CoreConfig) (*Core, error) {
 		_ = c.sub.Unsubscribe()
 		return nil, fmt.Errorf("core source %s: flush subscription: %w", cfg.Subject, err)
 	}
+	cores.Store(c.sub, c)
 	return c, nil
 }
 
@@ -190,8 +225,55 @@ func (c *Core) Dropped() int {
 	return n
 }
 
-// Close unsubscribes; a blocked Poll returns.
+// CoreStats is what a core source's subscription holds and dropped.
+type CoreStats struct {
+	// Pending is how many messages the source holds that Poll has not
+	// returned: those the NATS client buffers for the subscription and
+	// those gathered into the next batch. PendingBytes is the client's
+	// buffer in bytes (message data and headers), which PendingBytesLimit
+	// bounds.
+	Pending, PendingBytes int
+	// Dropped counts the messages the client dropped since the source
+	// subscribed: they came while its buffer was at a limit.
+	Dropped int
+	// PendingMsgsLimit and PendingBytesLimit are the limits in effect (-1
+	// or 0: none).
+	PendingMsgsLimit, PendingBytesLimit int
+}
+
+// Stats returns what the subscription holds and dropped. Once the source
+// is closed it returns the zero CoreStats.
+func (c *Core) Stats() CoreStats {
+	var s CoreStats
+	var err error
+	if s.Pending, s.PendingBytes, err = c.sub.Pending(); err != nil {
+		return CoreStats{}
+	}
+	s.Dropped, _ = c.sub.Dropped()
+	s.PendingMsgsLimit, s.PendingBytesLimit, _ = c.sub.PendingLimits()
+	c.acc.locked(func() {
+		if !c.acc.closed {
+			s.Pending += c.acc.b.Len()
+		}
+	})
+	return s
+}
+
+// Pending reports how many messages the source holds that Poll has not
+// returned (CoreStats.Pending): the subscription's buffer is a core
+// source's backlog, what it is behind its input. ok is false once it is
+// closed.
+func (c *Core) Pending() (n uint64, ok bool) {
+	if !c.sub.IsValid() {
+		return 0, false
+	}
+	return uint64(max(c.Stats().Pending, 0)), true
+}
+
+// Close unsubscribes; a blocked Poll returns. What the subscription held
+// is discarded: core NATS cannot deliver it again.
 func (c *Core) Close() error {
+	cores.Delete(c.sub)
 	c.acc.close()
 	if err := c.sub.Unsubscribe(); err != nil && err != nats.ErrConnectionClosed && err != nats.ErrBadSubscription {
 		return fmt.Errorf("core source %s: unsubscribe: %w", c.cfg.Subject, err)
