@@ -135,3 +135,30 @@ func TestResumeKeepsAnUnusableCheckpointANewerOneNames(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A resume from an older checkpoint than the run's newest, which is
+// unusable, is said in the job's status, not only in the log: the
+// exactly-once sinks commit again what they committed after it.
+func TestResumeNoteSaysTheNewestIsUnusable(t *testing.T) {
+	errCut := fmt.Errorf("checkpoint j/7: %w: state of out-0 missing", checkpoint.ErrCorrupt)
+	md := func(id int64) *checkpoint.Metadata { return &checkpoint.Metadata{Job: "j", ID: id} }
+	for _, c := range []struct {
+		restored []*checkpoint.Metadata
+		unusable []unusableCheckpoint
+		started  *checkpoint.Metadata
+		want     string
+	}{
+		{[]*checkpoint.Metadata{md(5)}, []unusableCheckpoint{{3, errCut}}, nil, ""},
+		{[]*checkpoint.Metadata{md(3)}, []unusableCheckpoint{{5, errCut}, {7, errCut}}, nil,
+			"resumed after a coordinator restart from checkpoint 3, as its newer checkpoints 5, 7 are unusable (" + errCut.Error() + "): what its exactly-once sinks committed after that is committed again, under new message IDs"},
+		{nil, []unusableCheckpoint{{7, errCut}}, nil,
+			"resumed after a coordinator restart from no checkpoint: its sources start over, as its newer checkpoint 7 is unusable ("},
+		{nil, []unusableCheckpoint{{7, errCut}}, &checkpoint.Metadata{Job: "old", ID: 40},
+			"from checkpoint 40 of job old, which it started from, as its newer checkpoint 7 is unusable"},
+	} {
+		got := resumeNote(c.restored, c.unusable, c.started)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("resumeNote(%v, %v) = %q; want %q", c.restored, c.unusable, got, c.want)
+		}
+	}
+}

@@ -152,6 +152,11 @@ type job struct {
 	triggered, idFloor int64
 	// resumed marks a job a restarted coordinator took over.
 	resumed bool
+	// resumeNote, set by the coordinator that took the job over, says that
+	// it resumed from an older checkpoint than the run's newest, which is
+	// unusable: the exactly-once sinks commit again what they committed
+	// after the one it resumed from. Shown among the status's warnings.
+	resumeNote string
 	// unresumed marks a job a restarted coordinator could not take over
 	// (Manager.resume): listed as failed, but not ended — its record is
 	// left as the coordinator before left it, for the next one to resume
@@ -271,6 +276,9 @@ func (j *job) status() control.JobStatus {
 	}
 	st.Guarantees = Guarantees(j.spec, j.m.opts.FsyncEachWrite)
 	st.Warnings = slices.Concat(jobspec.Unread(j.spec), jobspec.OutputPorts(j.spec), jobspec.FeedbackLoops(j.spec))
+	if j.resumeNote != "" {
+		st.Warnings = append(st.Warnings, j.resumeNote)
+	}
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
 	st.Sources = slices.Clone(j.spec.Sources)

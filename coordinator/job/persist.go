@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -308,6 +309,41 @@ func (m *Manager) resumeKey(ctx context.Context, store storage.Store, k string) 
 	}
 }
 
+// resumeNote says, when the run's newest stored checkpoint is unusable,
+// which one the job resumes from instead — the newest that restores, else
+// the one of another job it started from (started), else none — and what
+// that means for its output; "" when the newest restores.
+func resumeNote(restored []*checkpoint.Metadata, unusable []unusableCheckpoint, started *checkpoint.Metadata) string {
+	var newest int64
+	for _, md := range restored {
+		newest = max(newest, md.ID)
+	}
+	var skipped []string
+	var why error
+	for _, u := range unusable {
+		if u.id > newest {
+			skipped = append(skipped, strconv.FormatInt(u.id, 10))
+			why = u.err
+		}
+	}
+	if len(skipped) == 0 {
+		return ""
+	}
+	from := "no checkpoint: its sources start over"
+	switch {
+	case newest > 0:
+		from = fmt.Sprintf("checkpoint %d", newest)
+	case started != nil:
+		from = fmt.Sprintf("checkpoint %d of job %s, which it started from", started.ID, started.Job)
+	}
+	newer := "its newer checkpoint " + skipped[0] + " is"
+	if len(skipped) > 1 {
+		newer = "its newer checkpoints " + strings.Join(skipped, ", ") + " are"
+	}
+	return fmt.Sprintf("resumed after a coordinator restart from %s, as %s unusable (%v): what its exactly-once sinks committed after that is committed again, under new message IDs",
+		from, newer, why)
+}
+
 // supersededUnusable returns, of the run's unusable checkpoints, those to
 // discard, and logs each unusable one: one older than a checkpoint that
 // restores is not what the job resumes from, nor what a failover
@@ -467,6 +503,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	// it).
 	j.st.State, j.st.Reason = control.JobRestarting, ReasonCoordinatorRestarted
 	j.resumed = true
+	j.resumeNote = resumeNote(restored, unusable, from)
 	// The run's checkpoints that never completed under the coordinator
 	// before — aborted as it stopped, their discards left undone when it
 	// could not reach the store then, or cut short by a crash — complete
