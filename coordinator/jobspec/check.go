@@ -81,6 +81,12 @@ func Check(s *Spec) error {
 		if _, err := ParseStop(src.Stop); err != nil {
 			bad(path+".stop", "%v", err)
 		}
+		if src.PendingMessages < 0 || src.PendingMessages > MaxPendingMessages {
+			bad(path+".pending-messages", "must be from 1 to %d, got %d", MaxPendingMessages, src.PendingMessages)
+		}
+		if err := CheckPendingBytes(src.PendingBytes); err != nil {
+			bad(path+".pending-bytes", "%v", err)
+		}
 		if src.StopSequence != 0 && src.StartSequence > src.StopSequence {
 			bad(path+".stop_sequence", "%d is before start_sequence %d: the source would read nothing", src.StopSequence, src.StartSequence)
 		}

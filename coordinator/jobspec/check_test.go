@@ -46,6 +46,11 @@ func TestCheckRefusesWhatParseRefuses(t *testing.T) {
 		{"sources[0].partitions", func(s *Spec) { s.Sources[0].Partitions = -1 }},
 		{"sources[0].start", func(s *Spec) { s.Sources[0].Start = "yesterday" }},
 		{"sources[0].key", func(s *Spec) { s.Sources[0].Key = "topic" }},
+		{"sources[0].pending-messages", func(s *Spec) { s.Sources[0].PendingMessages = 1000 }}, // a jetstream source
+		{"sources[0].pending-bytes", func(s *Spec) {
+			s.Sources[0].Kind, s.Sources[0].Subject, s.Sources[0].Stream, s.Sources[0].Filter = KindNATS, "in", "", ""
+			s.Sources[0].PendingBytes = 1000
+		}},
 		{"operators[1].name", func(s *Spec) { s.Operators[1].Name = "split" }},
 		{"operators[0].module", func(s *Spec) { s.Operators[0].Module = "" }},
 		{"operators[0].parallelism", func(s *Spec) { s.Operators[0].Parallelism = MaxParallelism + 1 }},

@@ -647,6 +647,15 @@ func (p *parser) parse(data []byte) *Spec {
 						p.str(v, path, &src.PartitionFilter)
 					},
 					"key": func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Key, KeyFromHeader, KeyFromSubject) },
+					"pending-messages": func(v *yaml.Node, path string) {
+						p.integer(v, path, 1, MaxPendingMessages, &src.PendingMessages)
+					},
+					"pending-bytes": func(v *yaml.Node, path string) {
+						var n int64
+						if p.size(v, path, &n) {
+							p.check(v, path, CheckPendingBytes(n), func() { src.PendingBytes = n })
+						}
+					},
 					"start": func(v *yaml.Node, path string) {
 						var start string
 						if p.str(v, path, &start); start == "" {
@@ -1056,6 +1065,15 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 		case KindJetStream:
 			if src.Stream == "" {
 				at(src.Line, path+".stream", "a jetstream source needs a stream")
+			}
+			// A stream's consumer has flow control: nothing to bound.
+			switch {
+			case src.PendingMessages != 0 && src.PendingBytes != 0:
+				at(src.Line, path, "pending-messages and pending-bytes apply to nats sources only (a jetstream source drops nothing: its consumers wait for it)")
+			case src.PendingMessages != 0:
+				at(src.Line, path+".pending-messages", "pending-messages applies to nats sources only (a jetstream source drops nothing: its consumers wait for it)")
+			case src.PendingBytes != 0:
+				at(src.Line, path+".pending-bytes", "pending-bytes applies to nats sources only (a jetstream source drops nothing: its consumers wait for it)")
 			}
 			if src.Subject != "" && src.Filter != "" && src.Subject != src.Filter {
 				at(src.Line, path, "give either subject or filter")

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/weirhq/weir/transport/source"
 )
 
 // Source kinds.
@@ -236,8 +238,46 @@ type Source struct {
 	// the job, so that every subtask and every restart stops at the same
 	// message.
 	StopSequence uint64 `json:"stop_sequence,omitempty"`
-	Parallelism  int    `json:"parallelism"`
-	Line         int    `json:"line,omitempty"`
+	// PendingMessages and PendingBytes bound what a nats source task's
+	// subscription buffers while the job takes messages slower than they
+	// come (0: DefaultPendingMessages, DefaultPendingBytes). Core NATS has
+	// no flow control: past either limit the NATS client drops what comes,
+	// and the task counts it (weir job status, Prometheus). The buffer is
+	// memory of the worker that runs the task, and a cancel, a stop or a
+	// failure discards what it holds.
+	PendingMessages int   `json:"pending_messages,omitempty"`
+	PendingBytes    int64 `json:"pending_bytes,omitempty"`
+	Parallelism     int   `json:"parallelism"`
+	Line            int   `json:"line,omitempty"`
+}
+
+// The pending limits of a nats source (Source.PendingMessages,
+// PendingBytes): the defaults are nats.go's for a subscription, and the
+// bounds keep a typo from taking a worker's memory, or a limit from
+// dropping every message of the server's default max_payload (1 MiB).
+const (
+	DefaultPendingMessages = source.DefaultCorePendingMsgs
+	DefaultPendingBytes    = source.DefaultCorePendingBytes
+	MaxPendingMessages     = 100_000_000
+	MinPendingBytes        = 1 << 20
+	MaxPendingBytes        = 16 << 30
+)
+
+// CheckPendingBytes reports why a nats source's pending-bytes of n cannot
+// be honoured, or nil: 0 (the default) and MinPendingBytes to
+// MaxPendingBytes pass.
+func CheckPendingBytes(n int64) error {
+	switch {
+	case n == 0:
+		return nil
+	case n < 0:
+		return fmt.Errorf("must not be negative, got %d", n)
+	case n < MinPendingBytes:
+		return fmt.Errorf("%s is less than %s: a message of the server's default max_payload would never fit, and every one would be dropped", FormatSize(n), FormatSize(MinPendingBytes))
+	case n > MaxPendingBytes:
+		return fmt.Errorf("%s is more than %s: the buffer is the worker's memory", FormatSize(n), FormatSize(MaxPendingBytes))
+	}
+	return nil
 }
 
 // StopEnd, as a Source.Stop, bounds a jetstream source at the stream's

@@ -240,6 +240,27 @@ sinks: [{name: out, kind: nats, subject: b, input: {from: in}}]
 	}
 }
 
+// A nats source's pending limits are read; left out, they are 0: the
+// worker's defaults.
+func TestSourcePendingLimits(t *testing.T) {
+	s, err := Parse("j.yaml", []byte(`name: j
+sources:
+  - {name: fast, kind: nats, subject: a, pending-messages: 20000, pending-bytes: 16MiB}
+  - {name: plain, kind: nats, subject: b}
+operators: [{name: op, module: m, inputs: [{from: fast}, {from: plain}]}]
+sinks: [{name: out, kind: nats, subject: c, input: {from: op}}]
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := s.Sources[0]; src.PendingMessages != 20000 || src.PendingBytes != 16<<20 {
+		t.Errorf("source fast = %+v", src)
+	}
+	if src := s.Sources[1]; src.PendingMessages != 0 || src.PendingBytes != 0 {
+		t.Errorf("source plain = %+v", src)
+	}
+}
+
 // A source's key comes from the Weir-Key header unless it says subject,
 // for either kind of source.
 func TestSourceKey(t *testing.T) {
@@ -358,6 +379,14 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more) or an RFC 3339 time (2026-11-30T09:00:00Z), got "latest"`}},
 		{"start at sequence 0", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, start: 0}\n",
 			[]string{`job.yaml:3: sources[0].start: want all, new, a stream sequence (1 or more)`}},
+		{"pending limits on a jetstream source", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, pending-messages: 1000}\n",
+			[]string{`job.yaml:3: sources[0].pending-messages: pending-messages applies to nats sources only (a jetstream source drops nothing: its consumers wait for it)`}},
+		{"pending-messages 0", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, pending-messages: 0}\n",
+			[]string{`job.yaml:3: sources[0].pending-messages: must be at least 1, got 0`}},
+		{"pending-bytes under a message", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, pending-bytes: 64KiB}\n",
+			[]string{`job.yaml:3: sources[0].pending-bytes: 64KiB is less than 1MiB: a message of the server's default max_payload would never fit, and every one would be dropped`}},
+		{"pending-bytes past the bound", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, pending-bytes: 1TiB}\n",
+			[]string{`job.yaml:3: sources[0].pending-bytes: 1TiB is more than 16GiB: the buffer is the worker's memory`}},
 		{"partitions on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, partitions: 2, partition-filter: \"a.{p}\"}\n",
 			[]string{`job.yaml:3: sources[0]: partitions and partition-filter apply to jetstream sources only (this one is kind nats)`}},
 		{"stream, start and stop on a nats source", "name: j\nsources:\n  - {name: in, kind: nats, subject: a, stream: S, start: new, stop: end}\n",
