@@ -870,6 +870,10 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		fix, hint = remedyTimeout, " (an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureOperatorError), f.IsKind(control.FailureExit), f.IsKind(control.FailureFault):
 		fix, hint = remedyOperator, " (an operator that fails on a record does so each time the record is read again after a restore)"
+	case f.IsKind(control.FailureBadRecord):
+		// Restarted: the input, core NATS subjects, replays nothing, and
+		// each failure lost a record of its own.
+		fix, hint = remedyRecord, " (a sink refused a record it cannot publish each time, and each such record is lost: the job's input cannot replay it)"
 	}
 	if fix != remedyNone && fix != remedyRecord {
 		// Not on a record: the hint says where it failed instead.
@@ -907,10 +911,13 @@ func failedIn(reason string) string {
 }
 
 // failedOnABadRecord reports whether st is a job that failed, not
-// restarted, as a sink refused a record it cannot publish
-// (control.FailureBadRecord).
+// restarted as every replay would meet it again, as a sink refused a
+// record it cannot publish (control.FailureBadRecord). A job whose input
+// cannot replay the record (core NATS subjects) follows its restart
+// strategy instead, and one that strategy ended is not among them.
 func failedOnABadRecord(st control.JobStatus) bool {
-	return st.State == control.JobFailed && len(st.Failures) > 0 && st.Failures[0].IsKind(control.FailureBadRecord)
+	return st.State == control.JobFailed && len(st.Failures) > 0 && st.Failures[0].IsKind(control.FailureBadRecord) &&
+		strings.HasSuffix(st.Reason, notRestarted)
 }
 
 // failedRestoring reports whether st is a job that failed, not restarted,

@@ -1005,6 +1005,11 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 	expired := func(attempt, id int) control.Failure {
 		return control.Failure{Attempt: attempt, Reason: fmt.Sprintf("1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint %d: expired after 5s", id)}
 	}
+	lost := func(attempt int) control.Failure {
+		return control.Failure{Attempt: attempt, Kind: control.FailureBadRecord, Task: "out-0",
+			Reason: fmt.Sprintf(`task out-0 failed: core sink kk.{key}: record 0 of the batch: record key cannot form a subject: key "": empty; `+
+				`the record is lost: it came from core NATS source in, which cannot replay it, so a restart goes on without it (attempt %d)`, attempt)}
+	}
 	for _, c := range []struct {
 		name string
 		st   control.JobStatus
@@ -1046,10 +1051,23 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"to go on: fix the operator, then weir job restore slow -from 12 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"a record a sink cannot publish", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 1, FailuresInARow: 1, RestartAttempts: 3, LatestCheckpoint: 5,
+			Reason:   `task out-0 failed: record 0 of the batch: bad key: key "": the record has no key (not restarted: it would fail the same way again)`,
 			Failures: []control.Failure{{Attempt: 1, Kind: control.FailureBadRecord, Reason: `task out-0 failed: record 0 of the batch: bad key: key "": the record has no key`}}},
 			"a sink refused a record it cannot publish; the checkpoints hold none of it, and every replay would meet it again\n" +
 				"to go on: fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key), " +
 				"then weir job restore slow -from 5 -spec SPEC, the spec naming the fixed build or subject (its state and output carry over)\n"},
+		{"records lost, restarted", control.JobStatus{Name: "lossy", State: control.JobRunning, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3,
+			Failures: []control.Failure{lost(2), lost(1)}},
+			"failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (a sink refused a record it cannot publish each time, and each such record is lost: the job's input cannot replay it)\n" +
+				"  to go on: weir job cancel lossy, fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key) " +
+				"and submit the job again (no checkpoint completed to restore)\n"},
+		{"records lost, restarts used up", control.JobStatus{Name: "lossy", State: control.JobFailed, Attempt: 2, FailuresInARow: 2, RestartAttempts: 1,
+			Reason:   lost(2).Reason + " (after 1 restart attempt)",
+			Failures: []control.Failure{lost(2), lost(1)}},
+			"the last 2 failed the same way: restarting does not help while the cause stays (a sink refused a record it cannot publish each time, and each such record is lost: the job's input cannot replay it)\n" +
+				"to go on: fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key) " +
+				"and submit the job again (no checkpoint completed to restore)\n"},
 		{"no failure", control.JobStatus{State: control.JobRunning, Attempt: 1, RestartAttempts: 3}, ""},
 	} {
 		var b bytes.Buffer

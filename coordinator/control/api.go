@@ -383,9 +383,12 @@ const (
 	// empty key, a key with whitespace), or no message can carry it
 	// (sink.ErrBadKey, sink.ErrRecordTooLarge). The sink refuses it
 	// before any of its batch is staged, so the checkpoints hold none of
-	// it; every replay meets it again, so the job fails at once. What
-	// helps is a fixed operator (or sink subject), restored from the
-	// latest checkpoint.
+	// it; where a JetStream source upstream of the sink replays the input,
+	// every replay meets it again, so the job fails at once. What helps is
+	// a fixed operator (or sink subject), restored from the latest
+	// checkpoint. Where the sink's input comes from core NATS subjects
+	// alone, which replay nothing, the record is lost and the failure
+	// follows the restart strategy like any other.
 	FailureBadRecord FailureKind = "bad-record"
 	// FailureStream: a stream the job reads or writes is not the one it
 	// was: deleted (jetstream.ErrStreamNotFound), deleted and created

@@ -501,8 +501,16 @@ func (j *job) event(e control.Event) {
 		// The worker reports the cause alone; one of an earlier version
 		// began it with "task <name>: ", which the reason names already.
 		cause := strings.TrimPrefix(e.Reason, "task "+e.Task+": ")
+		reason, final := fmt.Sprintf("task %s failed: %s", e.Task, cause), e.Unrecoverable
+		if final && e.FailureKind == control.FailureBadRecord {
+			// A record no restart meets again, where the input cannot
+			// replay it: the restart strategy decides.
+			if lost := lostRecord(j.spec, j.plan, e.Task); lost != "" {
+				reason, final = reason+"; "+lost, false
+			}
+		}
 		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task, failKind: e.FailureKind,
-			reason: fmt.Sprintf("task %s failed: %s", e.Task, cause), final: e.Unrecoverable, secondary: e.Secondary})
+			reason: reason, final: final, secondary: e.Secondary})
 	case control.EventFinished:
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
 	case control.EventInputEnded:

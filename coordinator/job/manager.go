@@ -30,7 +30,8 @@
 // whenever a checkpoint completes. A deploy that finds a worker gone (no
 // responders) is planned again without it and is no failover; a failure
 // that every restart would meet again (control.ErrUnrecoverable) fails
-// the job at once.
+// the job at once — but for a sink's bad record whose input cannot replay
+// it (lostRecord), which the restart strategy handles.
 //
 // Each attempt is placed on the live workers by plan.Assign, counting the
 // tasks the other jobs that have not ended have on each worker against

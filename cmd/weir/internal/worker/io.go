@@ -51,7 +51,10 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // in weir_init (every restart hands it the same config of the same
 // module: a config it refuses, a memory limit it outgrows) — a deadline is
 // not among them, as a loaded machine may meet it once. The job fails at
-// once with the reason instead of using up its restart strategy.
+// once with the reason instead of using up its restart strategy — but for
+// a bad record whose sink's input is core NATS subjects alone, which
+// replay nothing: the coordinator, which sees the job's graph, restarts
+// that job (coordinator/job's lostRecord).
 //
 // A stream the spec names that does not exist is not among them. The
 // coordinator refuses a spec naming a missing stream at submit
