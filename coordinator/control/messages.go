@@ -225,15 +225,20 @@ type TaskStats struct {
 	// does not or has not resized them yet.
 	InputBufferBytes int64 `json:"input_buffer_bytes,omitempty"`
 	// SourcePending, for a source task that can tell, is how many messages
-	// of its input the task has not processed yet (a JetStream source:
-	// the server's count of what its consumers have not delivered, plus
-	// what they delivered that the task has not processed — fetched and
+	// of its input the task has not processed yet (a core NATS source: what
+	// its subscription buffers and the batch it gathers, CoreSubscription;
+	// a JetStream source: the server's count of what its consumers have
+	// not delivered, plus what they delivered that the task has not processed — fetched and
 	// gathered into the next batch, or polled and not yet handed on to
 	// the task's output channels; source.JetStream.Unread). The records
 	// in the channels after the source task are not counted: their
 	// credit bounds them. A worker before Unread counted only what was
 	// not delivered. Nil otherwise.
 	SourcePending *int64 `json:"source_pending,omitempty"`
+	// CoreSubscription, for a core NATS source task, is what its
+	// subscription holds and dropped (SourcePending counts its messages
+	// too); nil for other tasks and from a worker older than this field.
+	CoreSubscription *CoreSubscription `json:"core_subscription,omitempty"`
 	// SourceReadSeq, for a source task that can tell (a JetStream source),
 	// is the stream sequence up to which it has processed every message of
 	// its input: a checkpoint triggered after this report covers all of
@@ -261,6 +266,23 @@ type TaskStats struct {
 	// which a NATS blip may have lost (checkpointing would otherwise never
 	// start in the attempt, and nothing fail it).
 	Restored bool `json:"restored,omitempty"`
+}
+
+// CoreSubscription is what a core NATS source task's subscription holds
+// and dropped (source.CoreStats). Core NATS has no flow control: while
+// the job takes messages slower than they come, the NATS client buffers
+// them up to the source's pending limits and drops the rest.
+type CoreSubscription struct {
+	// Dropped counts the messages the client dropped, in this attempt:
+	// they came while the buffer was at a limit, and are lost.
+	Dropped int64 `json:"dropped,omitempty"`
+	// PendingBytes is what the buffer holds, in bytes (messages:
+	// TaskStats.SourcePending): what a cancel or a failure would lose.
+	PendingBytes int64 `json:"pending_bytes,omitempty"`
+	// LimitMessages and LimitBytes are the source's pending limits
+	// (jobspec.Source.PendingMessages, PendingBytes, or their defaults).
+	LimitMessages int64 `json:"limit_messages,omitempty"`
+	LimitBytes    int64 `json:"limit_bytes,omitempty"`
 }
 
 // Heartbeat says a worker is alive and which tasks it runs.

@@ -13,7 +13,9 @@ import (
 
 // Guarantees says what each source and sink of spec promises about
 // delivery, and what its checkpointing mode adds: a core-NATS source is
-// at-most-once whatever the sinks do, a JetStream source with several
+// at-most-once whatever the sinks do (and says its pending limit, past
+// which it drops what comes while the job falls behind), a JetStream
+// source with several
 // subtasks is split by subject hash or by server-side partitions.
 //
 // A bounded source (stop) says what follows its stop: the job finishes with
@@ -47,7 +49,7 @@ func Guarantees(spec *jobspec.Spec, fsyncEachWrite bool) []control.Guarantee {
 		g := source.JetStreamGuarantee
 		switch {
 		case s.Kind == jobspec.KindNATS:
-			g = source.CoreGuarantee
+			g = source.CoreGuarantee + "; " + CorePendingLimit(s)
 		case s.Partitions > 0:
 			g += fmt.Sprintf("; %d partitions (%s) split among %d subtask(s) by the server", s.Partitions, s.PartitionFilter, s.Parallelism)
 		case s.Parallelism > 1:
@@ -92,4 +94,18 @@ func Guarantees(spec *jobspec.Spec, fsyncEachWrite bool) []control.Guarantee {
 		out = append(out, control.Guarantee{Role: "checkpointing", Name: spec.Checkpointing.Mode, Text: text})
 	}
 	return out
+}
+
+// CorePendingLimit says a nats source's pending limit, per subtask: what
+// its subscription buffers at most while the job falls behind its input,
+// past which the NATS client drops what comes.
+func CorePendingLimit(s jobspec.Source) string {
+	msgs, bytes := int64(s.PendingMessages), s.PendingBytes
+	if msgs == 0 {
+		msgs = jobspec.DefaultPendingMessages
+	}
+	if bytes == 0 {
+		bytes = jobspec.DefaultPendingBytes
+	}
+	return fmt.Sprintf("pending limit %d messages or %s per subtask (pending-messages, pending-bytes)", msgs, jobspec.FormatSize(bytes))
 }

@@ -81,6 +81,7 @@ type Collector struct {
 	recordsIn, recordsOut, busy, backpressured, cpts             *prometheus.Desc
 	memory, memoryLimit, cpHistogram, queued, inputBuffer        *prometheus.Desc
 	pending, awaited                                             *prometheus.Desc
+	pendingBytes, dropped                                        *prometheus.Desc
 	workersLive, slots, slotsUsed, workersLost, workersLeft      *prometheus.Desc
 	cordoned                                                     *prometheus.Desc
 	failures                                                     *prometheus.Desc
@@ -260,7 +261,11 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		memoryLimit: prometheus.NewDesc("weir_task_memory_limit_bytes",
 			"An operator task's memory limit (limits.memory).", task, nil),
 		pending: prometheus.NewDesc("weir_source_pending_messages",
-			"Messages of the source task's input it has not processed yet: what its stream holds past what it handed on to the job's channels, records it fetched and holds included (JetStream sources).", task, nil),
+			"Messages of the source task's input it has not processed yet: for a JetStream source, what its stream holds past what it handed on to the job's channels, records it fetched and holds included; for a core NATS source, what its subscription buffers and the batch it gathers (up to its pending limit; a cancel, stop or failure loses them).", task, nil),
+		pendingBytes: prometheus.NewDesc("weir_source_pending_bytes",
+			"Bytes a core NATS source task's subscription buffers that the task has not taken (its limit: the source's pending-bytes); core NATS sources only.", task, nil),
+		dropped: prometheus.NewDesc("weir_source_dropped_messages_total",
+			"Messages a core NATS source task's subscription dropped, in the task's attempt: they came while the job fell behind its input past the source's pending limit (pending-messages, pending-bytes), and are lost; core NATS sources only.", task, nil),
 		awaited: prometheus.NewDesc("weir_source_awaited_messages",
 			"Sequences a bounded source task's stream lacks before the source's stop (its stop minus the stream's last sequence), while it waits for them.", task, nil),
 		workersLive: prometheus.NewDesc("weir_workers_live", "Workers whose heartbeats the coordinator hears.", nil, nil),
@@ -287,7 +292,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobState, c.attempt, c.restarts, c.checkpoint,
 		c.cpCompleted, c.cpFailed, c.cpAborted, c.cpDuration, c.cpSize, c.cpTime, c.cpFailedInARow, c.failuresInARow,
-		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.cpHistogram, c.queued, c.inputBuffer, c.pending, c.awaited,
+		c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit, c.cpHistogram, c.queued, c.inputBuffer, c.pending, c.awaited, c.pendingBytes, c.dropped,
 		c.workersLive, c.slots, c.slotsUsed, c.workersLost, c.workersLeft, c.cordoned, c.failures} {
 		ch <- d
 	}
@@ -398,6 +403,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if p := t.Stats.SourcePending; p != nil {
 				ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(*p), l...)
+			}
+			if cs := t.Stats.CoreSubscription; cs != nil {
+				ch <- prometheus.MustNewConstMetric(c.pendingBytes, gauge, float64(cs.PendingBytes), l...)
+				ch <- prometheus.MustNewConstMetric(c.dropped, counter, float64(cs.Dropped), l...)
 			}
 			if s := t.Stats.AwaitedStop; s > t.Stats.StreamLastSeq {
 				ch <- prometheus.MustNewConstMetric(c.awaited, gauge, float64(s-t.Stats.StreamLastSeq), l...)

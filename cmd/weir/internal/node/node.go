@@ -30,6 +30,7 @@ import (
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/natsconn"
+	"github.com/weirhq/weir/transport/source"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -190,7 +191,9 @@ func (n *Node) CheckpointStore() string { return n.store }
 // dropping, coming back and its asynchronous errors, one line each on log
 // — in place of nats.go's default, which prints the bare error to stderr
 // ("write: broken pipe on connection [8]") and nothing when the
-// connection is lost or restored.
+// connection is lost or restored. A job's core source that drops
+// messages is left to its worker, which names the job, the task and the
+// count.
 func connEvents(log *slog.Logger) []nats.Option {
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
@@ -205,6 +208,15 @@ func connEvents(log *slog.Logger) []nats.Option {
 			log.Warn("NATS connection restored", "server", natsconn.Redact(nc.ConnectedUrl()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if c, ok := source.CoreOf(sub); ok && errors.Is(err, nats.ErrSlowConsumer) {
+				// A job's core source: its worker logs what it dropped,
+				// naming the job and the task, at its next heartbeat
+				// (while it drops, once a heartbeat). This is the
+				// start of a run of drops.
+				cfg := c.Config()
+				log.Debug("core NATS source drops messages", "job", cfg.Job, "task", cfg.Task, "subject", sub.Subject, "err", err)
+				return
+			}
 			if sub != nil {
 				log.Warn("NATS error", "subject", sub.Subject, "err", err)
 				return

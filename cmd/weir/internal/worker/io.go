@@ -104,7 +104,8 @@ func (b *builder) source(pt plan.Task) (host.Source, error) {
 	}
 	switch spec.Kind {
 	case jobspec.KindNATS:
-		cfg := source.CoreConfig{Subject: spec.Subject, Key: key}
+		cfg := source.CoreConfig{Subject: spec.Subject, Key: key, PendingMsgs: spec.PendingMessages, PendingBytes: int(spec.PendingBytes),
+			Job: b.d.Job, Task: pt.ID}
 		if pt.Parallelism > 1 {
 			cfg.Queue = "weir." + b.d.Job + "." + pt.Vertex
 		}

@@ -250,6 +250,9 @@ func (w *Worker) taskRefs() []control.TaskRef {
 						st.AwaitedStop, st.StreamLastSeq = stop, last
 					}
 				}
+				if c, ok := p.(*source.Core); ok {
+					st.CoreSubscription = w.coreSubscription(a, id, c)
+				}
 			}
 			refs = append(refs, control.TaskRef{Job: a.job, Attempt: a.n, Task: id, Stats: st})
 		}
@@ -270,13 +273,40 @@ type attempt struct {
 	// pending holds the source tasks' sources that count what they have
 	// not read yet.
 	pending map[string]pendingCounter
+	// dropped is, by core source task, how many messages its
+	// subscription had dropped when the worker last logged it (taskRefs,
+	// under Worker.mu).
+	dropped map[string]int
 	// completed is the latest checkpoint whose completion the tasks were
 	// told (Complete). Only the job's requests, one at a time, use it.
 	completed int64
 }
 
+// coreSubscription returns what core source c of task id of attempt a
+// holds and dropped, for the task's stats, and logs the messages it
+// dropped since the worker last said so: one line per heartbeat at most
+// while it drops, naming the job, the task and the count. The caller
+// holds w.mu.
+func (w *Worker) coreSubscription(a *attempt, id string, c *source.Core) *control.CoreSubscription {
+	cs := c.Stats()
+	if cs.Dropped > a.dropped[id] {
+		if a.dropped == nil {
+			a.dropped = map[string]int{}
+		}
+		cfg := c.Config()
+		w.log.Warn("core NATS source dropped messages: the job fell behind its input past the source's pending limit "+
+			"(raise the slow operator's parallelism or make it faster, raise the source's pending-messages or pending-bytes, "+
+			"or read a JetStream stream to lose nothing)",
+			"job", a.job, "task", id, "subject", cfg.Subject, "dropped", cs.Dropped-a.dropped[id], "dropped_in_all", cs.Dropped,
+			"pending_limit", fmt.Sprintf("%d messages or %s", cs.PendingMsgsLimit, jobspec.FormatSize(int64(cs.PendingBytesLimit))))
+		a.dropped[id] = cs.Dropped
+	}
+	return &control.CoreSubscription{Dropped: int64(cs.Dropped), PendingBytes: int64(cs.PendingBytes),
+		LimitMessages: int64(cs.PendingMsgsLimit), LimitBytes: int64(cs.PendingBytesLimit)}
+}
+
 // pendingCounter is a source that can tell how much of its input it has
-// not read yet (source.JetStream).
+// not read yet (source.JetStream, source.Core).
 type pendingCounter interface {
 	Pending() (n uint64, ok bool)
 }
