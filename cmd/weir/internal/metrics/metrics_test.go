@@ -210,6 +210,31 @@ func TestScrapeOperatorMemory(t *testing.T) {
 	}
 }
 
+// A core NATS source task's backlog is its pending messages and bytes,
+// and the messages its subscription dropped a counter; a JetStream
+// source task has neither of the core source's series.
+func TestScrapeCoreSourceDrops(t *testing.T) {
+	pending := func(n int64) *int64 { return &n }
+	srv := httptest.NewServer(metrics.Handler(metrics.NewCollector(fixed{{Name: "j", State: control.JobRunning, Attempt: 1,
+		Tasks: []control.TaskStatus{{Task: "in-0", Worker: "w1", Stats: control.TaskStats{SourcePending: pending(5096),
+			CoreSubscription: &control.CoreSubscription{Dropped: 42999, PendingBytes: 600000, LimitMessages: 1000, LimitBytes: 64 << 20}}},
+			{Task: "orders-0", Worker: "w1", Stats: control.TaskStats{SourcePending: pending(7)}}}}}, 0)))
+	defer srv.Close()
+	got := scrape(t, srv.URL)
+	for _, line := range []string{`weir_source_dropped_messages_total{job="j",task="in-0",worker="w1"} 42999`,
+		`weir_source_pending_messages{job="j",task="in-0",worker="w1"} 5096`,
+		`weir_source_pending_bytes{job="j",task="in-0",worker="w1"} 600000`,
+		`weir_source_pending_messages{job="j",task="orders-0",worker="w1"} 7`,
+		`# TYPE weir_source_dropped_messages_total counter`} {
+		if !strings.Contains(got, "\n"+line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+	if strings.Contains(got, `weir_source_dropped_messages_total{job="j",task="orders-0"`) || strings.Contains(got, `weir_source_pending_bytes{job="j",task="orders-0"`) {
+		t.Error("a JetStream source task has a core source's series")
+	}
+}
+
 // runs is a JobLister whose jobs the test changes between scrapes.
 type runs struct {
 	mu   sync.Mutex
