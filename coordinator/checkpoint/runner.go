@@ -610,7 +610,8 @@ func (r *Runner) Run(ctx context.Context) {
 // savepoint's waiter learns whether it completed (its metadata is
 // written) or was aborted. The other actions (triggers, metadata writes,
 // notifications and aborts sent to tasks) are moot: the tasks are being
-// canceled.
+// canceled — or, as the coordinator stops, left running for the next one,
+// which cancels their attempt before it deploys another.
 func (r *Runner) end(ctx context.Context, left []Action) {
 	r.mu.Lock()
 	acts := slices.Concat(left, r.queue, r.m.Stop(r.now(), "the checkpoint coordinator of the job stopped"))

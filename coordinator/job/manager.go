@@ -245,8 +245,13 @@ func (m *Manager) stateStore() string {
 	return storage.Location(m.opts.Catalog.State)
 }
 
-// Run serves the control protocol and the job API until ctx is done, then
-// stops every job's tasks. ready, if not nil, is closed once both listen.
+// Run serves the control protocol and the job API until ctx is done. It
+// leaves the jobs' tasks running on the workers, as a crash of the
+// coordinator would: the next coordinator resumes each job from its record
+// and takes its tasks over (the job's resume gives the workers a heartbeat
+// timeout to find it, then cancels the old attempt and deploys the next
+// from the latest checkpoint). ready, if not nil, is closed once both
+// listen.
 func (m *Manager) Run(ctx context.Context, ready chan<- struct{}) error {
 	m.mu.Lock()
 	m.ctx = ctx
