@@ -504,22 +504,28 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	}
 	<-ctx.Done()
 	// Closing says goodbye to the coordinator, which places the tasks
-	// that ran here on other workers from their latest checkpoints — no
-	// failure of the jobs' (not counted against restart.attempts).
+	// that ran here on other workers from their latest checkpoints, or
+	// waits for a worker to join or for free slots — no failure of the
+	// jobs' (not counted against restart.attempts).
 	fmt.Fprintln(std.Out, stoppingLine(n.Workers[0].ID(), n.Workers[0].Tasks()))
 	return nil
 }
 
-// stoppingLine is what weir worker says as it stops holding tasks: where
-// they go, if it holds any (a drained worker holds none).
+// stoppingLine is what weir worker says as it stops holding tasks: what
+// the coordinator does with them, if it holds any (a drained worker holds
+// none). The worker does not know whether another worker can take them:
+// with none live, or none with free slots, the coordinator waits for one
+// (a trial's worker said its tasks moved to other workers while the
+// coordinator said it waited for one to join).
 func stoppingLine(id string, tasks int) string {
 	switch tasks {
 	case 0:
 		return fmt.Sprintf("worker %s stopping: it holds no task", id)
 	case 1:
-		return fmt.Sprintf("worker %s stopping: its 1 task moves to another worker, from its job's latest checkpoint", id)
+		return fmt.Sprintf("worker %s stopping: the coordinator moves its 1 task to another worker, from its job's latest checkpoint, or waits until one can take it", id)
 	}
-	return fmt.Sprintf("worker %s stopping: its %s move to other workers, from their jobs' latest checkpoints", id, plural(tasks, "task"))
+	return fmt.Sprintf("worker %s stopping: the coordinator moves its %s to other workers, from their jobs' latest checkpoints, or waits until one can take them",
+		id, plural(tasks, "task"))
 }
 
 const workerLsUsage = `[-nats URL] [auth flags] [-wait D]

@@ -11,15 +11,17 @@ import (
 )
 
 // A weir worker that stops says where its tasks go only when it holds
-// some: a drained one, holding none, says so instead.
+// some: a drained one, holding none, says so instead. It says what the
+// coordinator does, which is true with no other worker too: it waits for
+// one.
 func TestWorkerStoppingSaysWhatItHolds(t *testing.T) {
 	for _, c := range []struct {
 		tasks int
 		want  string
 	}{
 		{0, "worker w2 stopping: it holds no task"},
-		{1, "worker w2 stopping: its 1 task moves to another worker, from its job's latest checkpoint"},
-		{3, "worker w2 stopping: its 3 tasks move to other workers, from their jobs' latest checkpoints"},
+		{1, "worker w2 stopping: the coordinator moves its 1 task to another worker, from its job's latest checkpoint, or waits until one can take it"},
+		{3, "worker w2 stopping: the coordinator moves its 3 tasks to other workers, from their jobs' latest checkpoints, or waits until one can take them"},
 	} {
 		if got := stoppingLine("w2", c.tasks); got != c.want {
 			t.Errorf("%d tasks: %q; want %q", c.tasks, got, c.want)
