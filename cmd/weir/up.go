@@ -216,7 +216,12 @@ frozen, or killed) waits for that lease to expire, up to 15s, and takes
 over. A coordinator that was replaced so, when it runs again, has lost its
 lease: it stops acting at once, leaving its jobs to the new one, and weir
 up exits with an error saying so. A weir up stopped with Ctrl-C releases
-its lease at once.`
+its lease at once.
+
+Stopped (Ctrl-C, SIGTERM, SIGHUP), weir up cancels no task of its jobs:
+those on workers of other processes (weir worker) run on, as after a
+crash, and the next weir up on the same directory (or NATS) resumes the
+jobs and takes them over; weir job stop or weir job cancel ends a job.`
 
 func runUp(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "up", upUsage)

@@ -130,7 +130,8 @@ type Options struct {
 	// the lease while it runs (see Start).
 	LeaseTTL time.Duration
 
-	// fence, if set, wraps the coordinator's lease fence (tests only).
+	// fence, if set, wraps the coordinator's lease fence, or, given nil,
+	// is the fence of a coordinator that holds no lease (tests only).
 	fence func(control.Fence) control.Fence
 }
 
@@ -164,8 +165,9 @@ type Node struct {
 	unlock  func()            // releases the data directory; nil when not locked
 	discard func()            // unlock for a Start that failed: removes the lock file it created
 	store   string            // StoreDir or StoreJetStream
-	// The coordinator stops first (it cancels its jobs' tasks on the
-	// workers), then the workers.
+	// The coordinator stops first (it leaves its jobs' tasks running, on
+	// other processes' workers too, for the next coordinator to take
+	// over), then the workers (which stop their own tasks).
 	stopCoordinator, stopWorkers context.CancelFunc
 	coordinatorDone, workersDone chan struct{}
 }
@@ -377,6 +379,8 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		if opts.fence != nil {
 			fence = opts.fence(fence)
 		}
+	} else if opts.Coordinator && opts.fence != nil {
+		fence = opts.fence(nil)
 	}
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
@@ -717,8 +721,10 @@ func ModuleSource(reg *registry.Registry) worker.ModuleSource {
 	}
 }
 
-// Close stops the coordinator and the workers (canceling their tasks),
-// then closes NATS and the embedded server.
+// Close stops the coordinator, then the workers (canceling their tasks),
+// then closes NATS and the embedded server. The coordinator cancels no
+// task: those of its jobs on other processes' workers run on, as after a
+// crash, until the next coordinator resumes the jobs and takes them over.
 func (n *Node) Close() {
 	if n.stopCoordinator != nil {
 		n.stopCoordinator()
