@@ -369,11 +369,16 @@ func (s *AtLeastOnce) failed() error {
 	return nil
 }
 
-// Write publishes every record of batch. A keyed sink checks every key of
-// the batch first: a bad one fails the write with nothing of the batch
-// published.
+// Write publishes every record of batch. It checks every record of the
+// batch first — a keyed sink its key, every sink its size against the
+// server's max_payload (ErrRecordTooLarge) —: a bad one fails the write
+// with nothing of the batch published.
 func (s *AtLeastOnce) Write(ctx context.Context, batch []byte) error {
 	if err := s.route.check(batch); err != nil {
+		return fmt.Errorf("%s: %w", s, err)
+	}
+	h := jetStreamHeaders(s.cfg.Timestamps)
+	if err := checkSizes(batch, s.js.Conn().MaxPayload(), h, true, func(abi.Record) int64 { return h }); err != nil {
 		return fmt.Errorf("%s: %w", s, err)
 	}
 	it, err := abi.NewIter(batch)

@@ -13,8 +13,9 @@
 // subject is fixed,
 // or keyed: "counts.{key}" publishes each record on "counts." followed by
 // its key (see transport/subject); a key that cannot form a subject fails
-// the write with an error wrapping ErrBadKey, before anything of the batch
-// is published or staged.
+// the write with an error wrapping ErrBadKey, and a record whose message
+// would exceed the server's max_payload one wrapping ErrRecordTooLarge,
+// before anything of the batch is published or staged.
 //
 // An exactly-once sink's staged output belongs to the subject and stream it
 // was staged for, which its state records: a restore whose spec changed the
@@ -101,11 +102,15 @@ func NewCore(nc *nats.Conn, subj string) (*Core, error) {
 // Guarantee describes the sink's delivery guarantee for the job status.
 func (c *Core) Guarantee() string { return CoreGuarantee }
 
-// Write publishes every record of batch without waiting. A keyed sink
-// checks every key of the batch first: a bad one fails the write with
-// nothing of the batch published.
+// Write publishes every record of batch without waiting. It checks every
+// record of the batch first — a keyed sink its key, every sink its size
+// against the server's max_payload (ErrRecordTooLarge) —: a bad one fails
+// the write with nothing of the batch published.
 func (c *Core) Write(ctx context.Context, batch []byte) error {
 	if err := c.route.check(batch); err != nil {
+		return fmt.Errorf("%s: %w", c, err)
+	}
+	if err := checkSizes(batch, c.nc.MaxPayload(), coreHeadersMost, false, func(r abi.Record) int64 { return coreHeaders(r, c.Timestamps) }); err != nil {
 		return fmt.Errorf("%s: %w", c, err)
 	}
 	it, err := abi.NewIter(batch)

@@ -563,11 +563,7 @@ var ErrRecordTooLarge = errors.New("record too large for a NATS message")
 // value: the headers' names, the message id's prefix, a timestamp, and
 // MessageOverhead.
 func (s *ExactlyOnce) headerBytes() int64 {
-	n := int64(len(KeyHeader)) + int64(len(s.prefix)) + MessageOverhead
-	if s.cfg.Timestamps {
-		n += int64(len(TimeHeader)) + 20 // an int64 in decimal
-	}
-	return n
+	return jetStreamHeaders(s.cfg.Timestamps) + int64(len(s.prefix))
 }
 
 // checkSizes refuses a batch with a record that would not fit in a message
@@ -575,20 +571,9 @@ func (s *ExactlyOnce) headerBytes() int64 {
 // whose commit can never succeed, and every recovery from that checkpoint
 // would fail again.
 func (s *ExactlyOnce) checkSizes(batch []byte) error {
-	if s.maxPayload <= 0 || int64(len(batch))+s.headerBytes() <= s.maxPayload {
-		return nil // no record of it can be larger than the whole batch
-	}
-	it, err := abi.NewIter(batch)
-	if err != nil {
+	h := s.headerBytes()
+	if err := checkSizes(batch, s.maxPayload, h, true, func(abi.Record) int64 { return h }); err != nil {
 		return fmt.Errorf("%s: %w", s, err)
-	}
-	for i := 0; it.Next(); i++ {
-		r := it.Record()
-		size := int64(len(r.Value)) + int64(len(r.Key)) + s.headerBytes()
-		if size > s.maxPayload {
-			return fmt.Errorf("%s: %w: a record of %d bytes (key %d, value %d) and its headers exceed the server's max_payload of %d bytes",
-				s, ErrRecordTooLarge, len(r.Key)+len(r.Value), len(r.Key), len(r.Value), s.maxPayload)
-		}
 	}
 	return nil
 }
