@@ -254,16 +254,16 @@ func (t *Task) prioritizeBarriers() error {
 // triggered longer than AlignmentTimeout ago is turned into a priority
 // element, so the checkpoint starts (unaligned) at once instead of after the
 // data queued before it. It returns when to look again (zero: no need).
-func (t *Task) prioritizeLate() (time.Time, error) {
+func (t *Task) prioritizeLate() (next time.Time, err error) {
 	ck := t.cfg.Checkpointing
 	if ck.Mode != barrier.AlignedTimeout || ck.AlignmentTimeout <= 0 {
 		return time.Time{}, nil
 	}
+	defer func() { t.lateDue = next }()
 	al, ok := t.handler.(*barrier.Aligner)
 	if !ok {
 		return time.Time{}, nil
 	}
-	var next time.Time
 	now := t.clock()
 	for ch, in := range t.cfg.Inputs {
 		if t.drained[ch] || len(t.deferred[ch]) > 0 || t.handler.Blocked(ch) {

@@ -162,6 +162,10 @@ type Task struct {
 	clock   func() time.Time
 	handler barrier.Handler
 	ctx     context.Context
+	// lateDue is when a barrier queued at an input, not yet over the
+	// alignment timeout, will be (prioritizeLate; zero: none): a task
+	// blocked sending its output is woken then (flush).
+	lateDue time.Time
 
 	// foreignID is the checkpoint a restore from another job's snapshot
 	// had the sink commit (0: none). That commit is not one of this job's
@@ -1179,6 +1183,26 @@ func (t *Task) flush(ctx context.Context) error {
 		tm := time.AfterFunc(d.Sub(t.clock()), t.signal)
 		defer tm.Stop()
 	}
+	// So may a barrier queued at an input before its alignment began
+	// (prioritizeLate): nothing else wakes a task blocked sending once
+	// its inputs are full.
+	var late *time.Timer
+	armLate := func() {
+		if t.lateDue.IsZero() {
+			return
+		}
+		if late == nil {
+			late = time.AfterFunc(t.lateDue.Sub(t.clock()), t.signal)
+			return
+		}
+		late.Reset(t.lateDue.Sub(t.clock()))
+	}
+	armLate()
+	defer func() {
+		if late != nil {
+			late.Stop()
+		}
+	}()
 	defer func() {
 		t.mu.Lock()
 		t.sendCancel = nil
@@ -1201,6 +1225,7 @@ func (t *Task) flush(ctx context.Context) error {
 			if _, err := t.prioritizeLate(); err != nil {
 				return err
 			}
+			armLate()
 			if err := t.servicePriority(ctx); err != nil {
 				return err
 			}

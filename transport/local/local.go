@@ -129,6 +129,10 @@ func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 		if c.fits(n) {
 			// Notify only when the queue was empty: a receiver polls until
 			// Poll finds nothing before it waits for the next notification.
+			// And for a barrier: a receiver blocked sending its output
+			// looks at the barriers queued at its inputs for an alignment
+			// timeout (host's prioritizeLate), which nothing else tells it
+			// of while its inputs stay full.
 			wasEmpty := c.head == len(c.q)
 			if e.Kind == stream.KindBarrier {
 				c.barriers++
@@ -138,7 +142,7 @@ func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 			c.count++
 			c.records += e.Count()
 			fn := c.notify
-			if !wasEmpty {
+			if !wasEmpty && e.Kind != stream.KindBarrier {
 				fn = nil
 			}
 			c.mu.Unlock()
