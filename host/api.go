@@ -129,6 +129,31 @@ type BoundedSource interface {
 	EndsAt(offset []byte) bool
 }
 
+// SequencedSource is a Source that reads a stream by sequence (a
+// JetStream source): ReadThrough reports up to which stream sequence a
+// task whose offset is offset has read every message of its input (ok
+// false: an offset it cannot read). A source task's checkpoint acks say
+// so (MetricSourceReadSeq): a drained job's status names where each
+// source ended, for a job that continues after it. It reads only the
+// source's configuration: Poll may run meanwhile.
+type SequencedSource interface {
+	ReadThrough(offset []byte) (seq uint64, ok bool)
+}
+
+// DrainableSource is a SequencedSource whose subtasks a drain can bring
+// to one stream sequence (Task.HoldInput, Task.EndInputAt): DrainHold
+// holds it — it gathers nothing more, and Poll returns only what it has
+// gathered already — and returns the highest sequence it covered;
+// DrainTo(seq) lets it read on, every message of its input up to seq and
+// none past it, and end there as a bounded source does (InputEnded, with
+// an offset that ReadThrough reads as seq). Both may be called from any
+// goroutine, also while Poll is blocked, and again.
+type DrainableSource interface {
+	SequencedSource
+	DrainHold() (seq uint64)
+	DrainTo(seq uint64) error
+}
+
 // UnreadCounter is a Source that can tell how many of its messages a task
 // whose offset is offset has not processed yet (ok false: it cannot tell
 // now). A source task's checkpoint acks say whether that was none
@@ -360,6 +385,7 @@ const (
 	MetricSourcePosition    = "source_position"     // a source task with an offset: a hash of it, never 0 (SourcePosition)
 	MetricSourceCaughtUp    = "source_caught_up"    // a source task that had processed all its source held (UnreadCounter): 1
 	MetricSinkStateFrom     = "sink_state_from"     // an IncrementalSink's task: the oldest checkpoint whose snapshot of the task the sink state names (absent: none)
+	MetricSourceReadSeq     = "source_read_seq"     // a SequencedSource's task: the stream sequence up to which it read all of its input (0: nothing)
 )
 
 // Store is checkpoint storage: a flat key space of immutable objects. The

@@ -71,6 +71,12 @@ type CheckpointMetrics struct {
 	// the sink state names (IncrementalSink), which a restore reads too:
 	// 0 when the snapshot holds all of it.
 	SinkStateFrom int64
+	// SourceSequenced is true for a task whose source is a
+	// SequencedSource, and SourceReadSeq then the stream sequence up to
+	// which the snapshot's offset read all of its input
+	// (MetricSourceReadSeq, reported only for such tasks).
+	SourceSequenced bool
+	SourceReadSeq   uint64
 }
 
 // SourcePosition returns a value that identifies offset, a source's offset,
@@ -152,6 +158,9 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.SourceDrained {
 		out[MetricSourceDrained] = 1
 	}
+	if m.SourceSequenced {
+		out[MetricSourceReadSeq] = int64(min(m.SourceReadSeq, math.MaxInt64))
+	}
 	if m.BoundedSource {
 		out[MetricSourceEnded] = 0
 		if m.SourceEnded {
@@ -164,6 +173,7 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 // MetricsFromMap is the inverse of Map.
 func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 	ended, bounded := m[MetricSourceEnded]
+	readSeq, sequenced := m[MetricSourceReadSeq]
 	return CheckpointMetrics{
 		AlignmentDuration: time.Duration(m[MetricAlignmentNanos]),
 		StartDelay:        time.Duration(m[MetricStartDelayNanos]),
@@ -185,5 +195,7 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		SourcePosition:    m[MetricSourcePosition],
 		SourceCaughtUp:    m[MetricSourceCaughtUp] != 0,
 		SinkStateFrom:     m[MetricSinkStateFrom],
+		SourceSequenced:   sequenced,
+		SourceReadSeq:     uint64(max(readSeq, 0)),
 	}
 }

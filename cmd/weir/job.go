@@ -822,6 +822,15 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		}
 		return
 	}
+	if failedOnAFullStream(st) {
+		// Not restarted: every commit of the staged batch meets the
+		// same refusal.
+		fmt.Fprintln(w, "a sink's stream refused an atomic batch of a checkpoint's output larger than its limit; the batches are fixed when the output is staged, so every commit would meet the same refusal")
+		if remedy != nil {
+			fmt.Fprintf(w, "%s\n", remedy(st, remedyLimit))
+		}
+		return
+	}
 	if failedRestoring(st) {
 		// Not restarted: every restore of the checkpoint with this build
 		// fails the same way.
@@ -870,12 +879,14 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		fix, hint = remedyTimeout, " (an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureOperatorError), f.IsKind(control.FailureExit), f.IsKind(control.FailureFault):
 		fix, hint = remedyOperator, " (an operator that fails on a record does so each time the record is read again after a restore)"
+	case f.IsKind(control.FailureSinkRefused):
+		fix, hint = remedyLimit, " (a sink's stream refused its output for one of its limits each time, and discards new messages)"
 	case f.IsKind(control.FailureBadRecord):
 		// Restarted: the input, core NATS subjects, replays nothing, and
 		// each failure lost a record of its own.
 		fix, hint = remedyRecord, " (a sink refused a record it cannot publish each time, and each such record is lost: the job's input cannot replay it)"
 	}
-	if fix != remedyNone && fix != remedyRecord {
+	if fix != remedyNone && fix != remedyRecord && fix != remedyLimit {
 		// Not on a record: the hint says where it failed instead.
 		switch failedIn(f.Reason) {
 		case abi.ExportSnapshot:
@@ -889,6 +900,11 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		}
 	}
 	fmt.Fprintf(w, "%sthe last %d failed the same way: restarting does not help while the cause stays%s\n", indent, same, hint)
+	if fix == remedyLimit && !st.State.Terminal() {
+		// Still restarting: the next restart commits, once there is room.
+		fmt.Fprintf(w, "%sto go on: %s; the next restart commits the output then\n", indent, fix.fix())
+		return
+	}
 	if fix != remedyNone && remedy != nil {
 		fmt.Fprintf(w, "%s%s\n", indent, remedy(st, fix))
 	}
@@ -917,6 +933,14 @@ func failedIn(reason string) string {
 // strategy instead, and one that strategy ended is not among them.
 func failedOnABadRecord(st control.JobStatus) bool {
 	return st.State == control.JobFailed && len(st.Failures) > 0 && st.Failures[0].IsKind(control.FailureBadRecord) &&
+		strings.HasSuffix(st.Reason, notRestarted)
+}
+
+// failedOnAFullStream reports whether st is a job that failed, not
+// restarted, as a sink's stream refused an atomic batch larger than its
+// limit (control.FailureSinkRefused; sink.StreamFullError's TooLarge).
+func failedOnAFullStream(st control.JobStatus) bool {
+	return st.State == control.JobFailed && len(st.Failures) > 0 && st.Failures[0].IsKind(control.FailureSinkRefused) &&
 		strings.HasSuffix(st.Reason, notRestarted)
 }
 
@@ -953,6 +977,9 @@ const (
 	// remedyRestore: a build of the operator that reads the state the
 	// checkpoint holds (failedRestoring).
 	remedyRestore
+	// remedyLimit: a sink stream's limit raised, or room made in it
+	// (control.FailureSinkRefused); the spec stays as it is.
+	remedyLimit
 )
 
 // fix says what to change, as the start of a remedy: "fix the operator".
@@ -966,6 +993,8 @@ func (f remedyFix) fix() string {
 		return "fix the operator (or raise its limits.timeout in the spec, if the call needs longer)"
 	case remedyRestore:
 		return "give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec -restore tries one on a state file)"
+	case remedyLimit:
+		return "raise the limit of the sink's stream that the failure names, as it says (weir stream edit STREAM -max-msgs N, -max-bytes SIZE or -max-msgs-per-subject N)"
 	}
 	return "fix the operator"
 }
@@ -981,8 +1010,20 @@ func (f remedyFix) spec() string {
 		return "the spec naming the fixed build or a longer limits.timeout"
 	case remedyRestore:
 		return "the spec's module: naming that build"
+	case remedyLimit:
+		return "" // no -spec: the job's own
 	}
 	return "the spec's module: naming the fixed build"
+}
+
+// specArg is a restore's -spec argument and what its spec has changed,
+// after the -from argument: " -spec SPEC, the spec's …", or "" where the
+// job's own spec stays.
+func (f remedyFix) specArg() string {
+	if f.spec() == "" {
+		return ""
+	}
+	return " -spec SPEC, " + f.spec()
 }
 
 // rerunRemedy is trapRemedy for a job weir run started on an embedded
@@ -999,9 +1040,9 @@ func rerunRemedy(data dataServe, stored bool) func(control.JobStatus, remedyFix)
 	return func(st control.JobStatus, f remedyFix) string {
 		switch {
 		case data.dir != "" && st.LatestCheckpoint > 0:
-			return fmt.Sprintf("to go on: %s, then, with %s running, weir job restore%s %s -from %d -spec SPEC, "+
-				"%s (its state and output carry over; run again, it would repeat the output it committed)",
-				f.fix(), data.up, data.hint(), shellQuote(st.Name), st.LatestCheckpoint, f.spec())
+			return fmt.Sprintf("to go on: %s, then, with %s running, weir job restore%s %s -from %d%s "+
+				"(its state and output carry over; run again, it would repeat the output it committed)",
+				f.fix(), data.up, data.hint(), shellQuote(st.Name), st.LatestCheckpoint, f.specArg())
 		case data.dir != "" && stored:
 			return fmt.Sprintf("to go on: %s and run the job again without -input: its stream in -data %s holds the input already, "+
 				"and -input would store it a second time", f.fix(), shellQuote(data.dir))
@@ -1032,8 +1073,8 @@ func trapRemedy(hint string) func(control.JobStatus, remedyFix) string {
 			}
 			from, carried = shellQuote(st.StartedFrom), "the checkpoint it started from, as none of its own is stored: that state carries over"
 		}
-		return fmt.Sprintf("to go on: %s%s, then weir job restore%s %s -from %s -spec SPEC, %s (%s)",
-			cancel, f.fix(), hint, shellQuote(st.Name), from, f.spec(), carried)
+		return fmt.Sprintf("to go on: %s%s, then weir job restore%s %s -from %s%s (%s)",
+			cancel, f.fix(), hint, shellQuote(st.Name), from, f.specArg(), carried)
 	}
 }
 

@@ -1010,6 +1010,10 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			Reason: fmt.Sprintf(`task out-0 failed: core sink kk.{key}: record 0 of the batch: record key cannot form a subject: key "": empty; `+
 				`the record is lost: it came from core NATS source in, which cannot replay it, so a restart goes on without it (attempt %d)`, attempt)}
 	}
+	full := func(attempt int) control.Failure {
+		return control.Failure{Attempt: attempt, Kind: control.FailureSinkRefused, Task: "out-0",
+			Reason: "task out-0 failed: commit: maximum messages exceeded (stream OUT5 refused an atomic batch of 20000 messages whole: …)"}
+	}
 	for _, c := range []struct {
 		name string
 		st   control.JobStatus
@@ -1068,6 +1072,22 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			"the last 2 failed the same way: restarting does not help while the cause stays (a sink refused a record it cannot publish each time, and each such record is lost: the job's input cannot replay it)\n" +
 				"to go on: fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key) " +
 				"and submit the job again (no checkpoint completed to restore)\n"},
+		{"an atomic batch larger than the sink stream's limit", control.JobStatus{Name: "big", State: control.JobFailed, Attempt: 1, FailuresInARow: 1, RestartAttempts: 10, LatestCheckpoint: 3,
+			Reason:   "task out-0 failed: commit: maximum messages exceeded (stream OUT5 refused an atomic batch of 20000 messages whole: …) (not restarted: it would fail the same way again)",
+			Failures: []control.Failure{full(1)}},
+			"a sink's stream refused an atomic batch of a checkpoint's output larger than its limit; the batches are fixed when the output is staged, so every commit would meet the same refusal\n" +
+				"to go on: raise the limit of the sink's stream that the failure names, as it says (weir stream edit STREAM -max-msgs N, -max-bytes SIZE or -max-msgs-per-subject N), " +
+				"then weir job restore big -from 3 (its state and output carry over)\n"},
+		{"a full sink stream, restarting", control.JobStatus{Name: "big", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 10, LatestCheckpoint: 3,
+			Failures: []control.Failure{full(3), full(2)}},
+			"failures in a row: 2 since checkpoint 3 completed; restart.attempts allows 10 restarts, failure 11 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (a sink's stream refused its output for one of its limits each time, and discards new messages)\n" +
+				"  to go on: raise the limit of the sink's stream that the failure names, as it says (weir stream edit STREAM -max-msgs N, -max-bytes SIZE or -max-msgs-per-subject N); the next restart commits the output then\n"},
+		{"a full sink stream, restarts used up", control.JobStatus{Name: "big", State: control.JobFailed, Attempt: 3, FailuresInARow: 3, RestartAttempts: 2, LatestCheckpoint: 3,
+			Reason: full(3).Reason + " (after 2 restart attempts)", Failures: []control.Failure{full(3), full(2), full(1)}},
+			"the last 3 failed the same way: restarting does not help while the cause stays (a sink's stream refused its output for one of its limits each time, and discards new messages)\n" +
+				"to go on: raise the limit of the sink's stream that the failure names, as it says (weir stream edit STREAM -max-msgs N, -max-bytes SIZE or -max-msgs-per-subject N), " +
+				"then weir job restore big -from 3 (its state and output carry over)\n"},
 		{"no failure", control.JobStatus{State: control.JobRunning, Attempt: 1, RestartAttempts: 3}, ""},
 	} {
 		var b bytes.Buffer

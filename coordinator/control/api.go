@@ -393,7 +393,10 @@ const (
 	// FailureStream: a stream the job reads or writes is not the one it
 	// was: deleted (jetstream.ErrStreamNotFound), deleted and created
 	// again, or it dropped messages the job had not read
-	// (source.ErrStreamGone, ErrOffsetGone, ErrOffsetAhead). A restart
+	// (source.ErrStreamGone, ErrOffsetGone, ErrOffsetAhead); or a sink's
+	// stream no longer stores the sink's subject, or the one a
+	// checkpoint's output was staged with (sink.ErrSubjectNotStored,
+	// sink.ErrStagedSubjectNotStored: its subjects were edited). A restart
 	// meets it again until the stream is back, and one recreated holds
 	// other sequences than the checkpoints' offsets.
 	FailureStream FailureKind = "stream"

@@ -463,12 +463,16 @@ func (s *AtLeastOnce) writeFast(ctx context.Context, it *abi.Iter) error {
 	return nil
 }
 
+// unstored is commitThroughElection's check of the sink's subject against
+// the subjects its stream stores now (route.unstored).
+func (s *AtLeastOnce) unstored(subjects []string) error { return s.route.unstored(subjects, nil) }
+
 // sendFast adds the pending messages not in the open batch to it, opening
 // one if needed, through the stream's leader election
 // (commitThroughElection): a batch that fails so is released, and the
 // next try sends every message not acknowledged as a new batch.
 func (s *AtLeastOnce) sendFast(ctx context.Context) error {
-	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
+	return commitThroughElection(ctx, s.js, s.route.stream, s.unstored, func(ctx context.Context) (bool, error) {
 		before := s.pend.len()
 		err := s.addFast(ctx)
 		return s.pend.len() < before, err
@@ -563,7 +567,7 @@ func (s *AtLeastOnce) commitIdle() {
 // new one and commits it, and checks that the server stored all of it,
 // through the stream's leader election (commitThroughElection).
 func (s *AtLeastOnce) commitLocked(ctx context.Context) error {
-	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
+	return commitThroughElection(ctx, s.js, s.route.stream, s.unstored, func(ctx context.Context) (bool, error) {
 		before := s.pend.len()
 		if s.pend.len() == 0 {
 			s.releaseBatch()
@@ -705,7 +709,7 @@ func (s *AtLeastOnce) signal() {
 // sink.
 func (s *AtLeastOnce) sendBatch(ctx context.Context, b *atomicBatch) error {
 	n := b.recs.len()
-	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
+	return commitThroughElection(ctx, s.js, s.route.stream, s.unstored, func(ctx context.Context) (bool, error) {
 		err := publishAtomicBatch(ctx, s.js.Conn(), &s.route, n, b.recs.record, s.cfg.Timestamps, b.id, "", s.cfg.Timeout)
 		var apiErr *jetstream.APIError
 		switch {
@@ -785,7 +789,7 @@ func (s *AtLeastOnce) publishAgain(ctx context.Context, all bool) error {
 			return nil
 		}
 	}
-	return commitThroughElection(ctx, s.js, s.route.stream, func(ctx context.Context) (bool, error) {
+	return commitThroughElection(ctx, s.js, s.route.stream, s.unstored, func(ctx context.Context) (bool, error) {
 		// Every publish out is answered (or timed out) first: a failure
 		// still to come is published again in this try.
 		if err := s.pub.awaitAcks(ctx, s.route.stream); err != nil {

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -32,7 +33,7 @@ type batchAck struct {
 // throughout (the connection copies each out before PublishMsg returns).
 // Only the commit (the last message) is a request; a message the server
 // refused on the way makes it fail the commit. An answer with an error is
-// returned as the *jetstream.APIError.
+// returned as a *refusedBatch wrapping the *jetstream.APIError.
 func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string, timeout time.Duration) error {
 	batchID := nuid.Next()
 	seq := []string{""}
@@ -82,6 +83,9 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(rctx, m)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("commit of the batch of %d messages: %w", n, err) // answered at once
+	}
 	if err != nil {
 		return fmt.Errorf("commit of the batch of %d messages (waited %s): %w", n, wait, err)
 	}
@@ -90,10 +94,20 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 		return fmt.Errorf("commit of the batch: %w: %q", jetstream.ErrInvalidJSAck, resp.Data)
 	}
 	if ack.Error != nil {
-		return ack.Error
+		return &refusedBatch{n: n, err: ack.Error}
 	}
 	if ack.Stream == "" || ack.Batch != batchID || ack.Count != n {
 		return fmt.Errorf("commit of the batch: %w: %q", jetstreamext.ErrInvalidBatchAck, resp.Data)
 	}
 	return nil
 }
+
+// refusedBatch is the server's refusal of an atomic batch of n messages,
+// stored none of them: a stream's limit reached says so (streamFull).
+type refusedBatch struct {
+	n   int
+	err error // the server's *jetstream.APIError
+}
+
+func (e *refusedBatch) Error() string { return e.err.Error() }
+func (e *refusedBatch) Unwrap() error { return e.err }

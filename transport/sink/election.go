@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,24 +95,35 @@ func leaderLost(err error) error {
 //
 // A stream that is gone answers as one without a leader does (nobody
 // takes the message): after such a failure the stream is looked up, and a
-// stream not found fails the commit at once, naming it. Any other answer
-// (a wrong configuration, a message too large, a permission) fails it at
-// once too. The lookup also waits, up to natsconn.ElectionTry, for the
+// stream not found fails the commit at once, naming it. So does one that
+// no stream stores the subjects of (unstored, given the subjects the
+// stream found stores, returns an error: its subjects were changed while
+// the job ran), which JetStream answers at once with no responders too.
+// Any other answer (a wrong configuration, a message too large, a
+// permission) fails it at once too. The lookup also waits, up to natsconn.ElectionTry, for the
 // stream to name a leader (awaitLeader): a try sends the records again
 // only once one may take them, not every natsconn.ElectionRetry of an
 // election — an atomic batch's try is the whole batch.
-func commitThroughElection(ctx context.Context, js jetstream.JetStream, stream string, try func(context.Context) (bool, error)) error {
-	return streamFull(stream, natsconn.ResumeThroughElection(ctx, js.Conn(), func(ctx context.Context) (bool, error) {
+func commitThroughElection(ctx context.Context, js jetstream.JetStream, stream string, unstored func(subjects []string) error, try func(context.Context) (bool, error)) error {
+	return fullDetail(ctx, js, streamFull(stream, natsconn.ResumeThroughElection(ctx, js.Conn(), func(ctx context.Context) (bool, error) {
 		progressed, err := try(ctx)
 		if err = leaderLost(err); err == nil || !natsconn.Leaderless(err) || !js.Conn().IsConnected() {
 			return progressed, err
 		}
-		if lerr := awaitLeader(ctx, js, stream); errors.Is(lerr, jetstream.ErrStreamNotFound) {
+		cfg, lerr := awaitLeader(ctx, js, stream)
+		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
 			// Not wrapped: it is no election's.
 			return progressed, fmt.Errorf("%v: stream %s: %w", err, stream, lerr)
 		}
+		if cfg != nil && unstored != nil {
+			if uerr := unstored(cfg.Subjects); uerr != nil {
+				// Not wrapped either: nobody took the messages as no
+				// stream stores their subject, not for an election.
+				return progressed, fmt.Errorf("%v: %w", err, uerr)
+			}
+		}
 		return progressed, err
-	}))
+	})))
 }
 
 // errCodeStoreFailed is nats-server v2.15.2's JSStreamStoreFailedF
@@ -130,17 +142,74 @@ type StreamFullError struct {
 	// max_msgs, max_bytes or max_msgs_per_subject.
 	Limit string
 	Err   error // the server's refusal
+	// Batch is the number of messages of the atomic batch the stream
+	// refused whole (0: not an atomic batch); Max and Held are the
+	// limit's value and what the stream held of it when looked up after
+	// the refusal (Max 0: not looked up).
+	Batch     int
+	Max, Held int64
 }
 
 // Error returns one line: the refusal, the stream, the limit and what to
-// change.
+// change. An atomic batch is refused whole by a stream that holds none of
+// it: the line says the batch, not a full stream, was too large for the
+// room left — or for the limit itself.
 func (e *StreamFullError) Error() string {
+	if e.Batch > 0 && e.Max > 0 {
+		if e.TooLarge() {
+			return fmt.Sprintf("%v (stream %s refused an atomic batch of %d messages whole: the batch is larger than the stream's %s limit of %d, so it never fits however often it is sent; "+
+				"raise the limit to %d or more: weir stream edit %s %s %d)",
+				e.Err, e.Stream, e.Batch, e.Limit, e.Max, e.Batch, e.Stream, limitFlag(e.Limit), e.Batch)
+		}
+		return fmt.Sprintf("%v (stream %s refused an atomic batch of %d messages whole: it holds %d of its %s limit of %d and discards new messages, leaving room for %d; "+
+			"raise the limit (weir stream edit %s %s N), or make it discard old ones)",
+			e.Err, e.Stream, e.Batch, e.Held, e.Limit, e.Max, max(e.Max-e.Held, 0), e.Stream, limitFlag(e.Limit))
+	}
 	return fmt.Sprintf("%v (stream %s is full: it reached its %s limit and discards new messages; raise the limit, or make it discard old ones)",
 		e.Err, e.Stream, e.Limit)
 }
 
+// TooLarge reports whether the refusal was of an atomic batch of more
+// messages than the stream's max_msgs limit allows at all: every commit
+// of it meets the same refusal until the limit is raised (the batches a
+// checkpoint's output is committed in are fixed when it is staged).
+func (e *StreamFullError) TooLarge() bool {
+	return e.Batch > 0 && e.Limit == "max_msgs" && e.Max > 0 && int64(e.Batch) > e.Max
+}
+
+// limitFlag is weir stream edit's flag for a stream's limit setting.
+func limitFlag(limit string) string { return "-" + strings.ReplaceAll(limit, "_", "-") }
+
 // Unwrap returns the server's refusal.
 func (e *StreamFullError) Unwrap() error { return e.Err }
+
+// fullDetail fills in, for err a *StreamFullError of an atomic batch, the
+// limit's value and what the stream holds of it, looked up in js for up
+// to natsconn.ElectionTry (left unknown when the lookup fails). Other
+// errors are returned as they are.
+func fullDetail(ctx context.Context, js jetstream.JetStream, err error) error {
+	var full *StreamFullError
+	if !errors.As(err, &full) || full.Batch == 0 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), natsconn.ElectionTry)
+	defer cancel()
+	st, lerr := js.Stream(ctx, full.Stream)
+	if lerr != nil {
+		return err
+	}
+	in := st.CachedInfo()
+	switch full.Limit {
+	case "max_msgs":
+		full.Max, full.Held = in.Config.MaxMsgs, int64(in.State.Msgs)
+	case "max_bytes":
+		full.Max, full.Held = in.Config.MaxBytes, int64(in.State.Bytes)
+	}
+	if full.Max <= 0 {
+		full.Max = 0
+	}
+	return err
+}
 
 // streamFull returns err, a commit's failure on stream, as a
 // *StreamFullError when the stream refused messages for a limit.
@@ -160,7 +229,11 @@ func streamFull(stream string, err error) error {
 		{"maximum bytes exceeded", "max_bytes"},
 	} {
 		if apiErr.Description == l.text {
-			return &StreamFullError{Stream: stream, Limit: l.field, Err: err}
+			full := &StreamFullError{Stream: stream, Limit: l.field, Err: err}
+			if rb := (*refusedBatch)(nil); errors.As(err, &rb) {
+				full.Batch = rb.n
+			}
+			return full
 		}
 	}
 	return err
@@ -168,27 +241,31 @@ func streamFull(stream string, err error) error {
 
 // awaitLeader looks stream up until an answer names its leader (or the
 // stream has no cluster: one server), for up to natsconn.ElectionTry
-// within ctx. It returns the last lookup's error: nil once a leader is
+// within ctx. It returns the stream's configuration from the last answer
+// (nil: none came) and the last lookup's error: nil once a leader is
 // named or the time is up with answers that name none,
 // jetstream.ErrStreamNotFound for a stream that is gone.
-func awaitLeader(ctx context.Context, js jetstream.JetStream, stream string) error {
+func awaitLeader(ctx context.Context, js jetstream.JetStream, stream string) (*jetstream.StreamConfig, error) {
 	ctx, cancel := context.WithTimeout(ctx, natsconn.ElectionTry)
 	defer cancel()
+	var cfg *jetstream.StreamConfig
 	for {
 		st, err := js.Stream(ctx, stream)
 		if err == nil {
-			if c := st.CachedInfo().Cluster; c == nil || c.Leader != "" {
-				return nil
+			info := st.CachedInfo()
+			cfg = &info.Config
+			if c := info.Cluster; c == nil || c.Leader != "" {
+				return cfg, nil
 			}
 		} else if !natsconn.Leaderless(err) {
-			return err
+			return cfg, err
 		}
 		t := time.NewTimer(natsconn.ElectionRetry)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return err
+			return cfg, err
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -1000,9 +1001,11 @@ func (s *ExactlyOnce) stagedRoute(e *staged) error {
 		}
 		rt = &r
 	}
-	if !rt.tmpl.Keyed() && len(tg.subjects) > 0 && !subject.Captured(tg.subjects, subj) {
-		return fmt.Errorf("%w: staged checkpoint %d goes to subject %s%s, which stream %s%s does not store (its subjects: %s); add it to the stream's subjects",
-			ErrStagedSubjectNotStored, e.id, subj, on, tg.stream, in, strings.Join(tg.subjects, ", "))
+	if rt.unstoredSubject(tg.subjects, nil) != "" {
+		// Not a record's: none of the subject's (a fixed one, or any of a
+		// keyed one's) is stored.
+		return fmt.Errorf("%w: staged checkpoint %d goes to subject %s%s, which stream %s%s does not store (its subjects: %s): %s",
+			ErrStagedSubjectNotStored, e.id, subj, on, tg.stream, in, strings.Join(tg.subjects, ", "), rt.addBack(tg.subjects))
 	}
 	if err := rt.check(e.batch); err != nil {
 		if e.subject == "" {
@@ -1433,7 +1436,8 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix stri
 		// it is stored, or refused whole for its first id, a duplicate.
 		// Each is a try of its own; the one after it starts once it is
 		// stored, so the stream keeps the order.
-		err := commitThroughElection(ctx, s.js, tg.stream, func(ctx context.Context) (bool, error) {
+		unstored := func(subjects []string) error { return s.routeOf(&e).unstored(subjects, recordKeys(recs[c[0]:c[1]])) }
+		err := commitThroughElection(ctx, s.js, tg.stream, unstored, func(ctx context.Context) (bool, error) {
 			return false, s.publishAtomic(ctx, s.routeOf(&e), prefix, e.id, c[0], recs[c[0]:c[1]])
 		})
 		if err != nil {
@@ -1441,6 +1445,33 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix stri
 		}
 	}
 	return nil
+}
+
+// recordKeys yields the keys of recs.
+func recordKeys(recs []abi.Record) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for _, r := range recs {
+			if !yield(r.Key) {
+				return
+			}
+		}
+	}
+}
+
+// batchKeys yields the keys of the records of batch (an encoded batch),
+// as far as it decodes.
+func batchKeys(batch []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		it, err := abi.NewIter(batch)
+		if err != nil {
+			return
+		}
+		for it.Next() {
+			if !yield(it.Record().Key) {
+				return
+			}
+		}
+	}
 }
 
 // chunks cuts recs, e's records, into the atomic batches e records: up to
@@ -1549,7 +1580,15 @@ func (s *ExactlyOnce) publishFast(ctx context.Context, tg *target, prefix string
 		total += n - len(e.skip)
 	}
 	done := 0 // the first messages of the commit, acknowledged
-	return commitThroughElection(ctx, s.js, tg.stream, func(ctx context.Context) (bool, error) {
+	unstored := func(subjects []string) error {
+		for i := range entries {
+			if err := s.routeOf(&entries[i]).unstored(subjects, batchKeys(entries[i].batch)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return commitThroughElection(ctx, s.js, tg.stream, unstored, func(ctx context.Context) (bool, error) {
 		n, err := s.fastTry(ctx, prefix, entries, done, total)
 		progressed := n > done
 		done = max(done, n)
@@ -1648,7 +1687,8 @@ func (s *ExactlyOnce) fastTry(ctx context.Context, prefix string, entries []stag
 // stored before earlier ones (never twice, never lost).
 func (s *ExactlyOnce) publishAsync(ctx context.Context, tg *target, rt *route, prefix string, ckpt int64, recs []abi.Record, skip map[int]bool) error {
 	from := 0 // the records before it are acknowledged
-	return commitThroughElection(ctx, s.js, tg.stream, func(ctx context.Context) (bool, error) {
+	unstored := func(subjects []string) error { return rt.unstored(subjects, recordKeys(recs)) }
+	return commitThroughElection(ctx, s.js, tg.stream, unstored, func(ctx context.Context) (bool, error) {
 		next, err := s.asyncTry(ctx, tg.stream, rt, prefix, ckpt, recs, skip, from)
 		progressed := next > from
 		from = max(from, next)

@@ -105,9 +105,9 @@ func TestRecoverRefusesAStagedStreamGoneOrChanged(t *testing.T) {
 		{"out", true, ErrStagedStreamNotFound,
 			"exactly-once sink orders (stream NEW): recover checkpoint 1: staged output's stream not found: staged checkpoint 1 goes to stream OLD (the stream it was staged for), which does not exist; create it, storing subjects out"},
 		{"out", false, ErrStagedSubjectNotStored,
-			"exactly-once sink orders (stream NEW): recover checkpoint 1: staged output's subject not stored by its stream: staged checkpoint 1 goes to subject out (the subject it was staged with), which stream OLD (the stream it was staged for) does not store (its subjects: other); add it to the stream's subjects"},
+			"exactly-once sink orders (stream NEW): recover checkpoint 1: staged output's subject not stored by its stream: staged checkpoint 1 goes to subject out (the subject it was staged with), which stream OLD (the stream it was staged for) does not store (its subjects: other): add out back to the stream's subjects (nats stream edit OLD --subjects 'other,out')"},
 		{"out.{key}", false, ErrStagedSubjectNotStored,
-			`exactly-once sink orders (stream NEW): recover checkpoint 1: staged output's subject not stored by its stream: staged checkpoint 1 goes to subject out.{key} (the subject it was staged with): record 0 of the batch: record key cannot form a subject: key "k0" makes subject out.k0, which stream OLD does not store (its subjects: other)`},
+			`exactly-once sink orders (stream NEW): recover checkpoint 1: staged output's subject not stored by its stream: staged checkpoint 1 goes to subject out.{key} (the subject it was staged with), which stream OLD (the stream it was staged for) does not store (its subjects: other): add out.> back to the stream's subjects (nats stream edit OLD --subjects 'other,out.>')`},
 	} {
 		t.Run(fmt.Sprintf("%s/gone=%v", c.from, c.gone), func(t *testing.T) {
 			nc, js, ctx := outSetup(t, streamOn(t, "OLD", PublishFast, c.from))

@@ -1,7 +1,10 @@
 package sink
 
 import (
+	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"strings"
 
 	"github.com/weirhq/weir/abi"
@@ -77,4 +80,65 @@ func (r route) check(batch []byte) error {
 		}
 	}
 	return it.Err()
+}
+
+// ErrSubjectNotStored is wrapped by the error of a sink's publish to a
+// subject its stream no longer stores: the stream's subjects were changed
+// while the job ran. JetStream answers such a publish at once with no
+// responders, as it answers one to a stream without a leader; the sink
+// tells the two apart by the stream's subjects. Every restart meets it
+// again until the subject is added back to the stream's subjects (the
+// output staged so far goes to the subject it was staged with).
+var ErrSubjectNotStored = errors.New("subject not stored by the stream")
+
+// unstored returns an error wrapping ErrSubjectNotStored when subjects,
+// those r's stream now stores, leave out a subject r publishes on
+// (unstoredSubject), naming it and saying what to change; nil when they
+// store them all.
+func (r route) unstored(subjects []string, keys iter.Seq[[]byte]) error {
+	subj := r.unstoredSubject(subjects, keys)
+	if subj == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: the sink publishes on %s, which stream %s does not store (its subjects: %s): %s",
+		ErrSubjectNotStored, subj, r.stream, strings.Join(subjects, ", "), r.addBack(subjects))
+}
+
+// unstoredSubject returns a subject r publishes on that subjects (those
+// its stream now stores) leave out: its fixed subject, its keyed
+// template's filter when they store none of the template's subjects or,
+// where keys is given, the subject of the first of those keys that forms
+// one they do not store. It returns "" when they store them all, or when
+// subjects is empty (a stream that stores by other means: nothing to
+// tell).
+func (r route) unstoredSubject(subjects []string, keys iter.Seq[[]byte]) string {
+	if len(subjects) == 0 {
+		return ""
+	}
+	filter := r.tmpl.Filter()
+	switch {
+	case !r.tmpl.Keyed():
+		if !subject.Captured(subjects, filter) {
+			return filter
+		}
+	case slices.ContainsFunc(subjects, func(s string) bool { return subject.Covers(s, filter) }):
+	case !slices.ContainsFunc(subjects, func(s string) bool { return subject.Overlap(s, filter) }):
+		return filter
+	case keys != nil:
+		for key := range keys {
+			if s, err := r.tmpl.For(key); err == nil && !subject.Captured(subjects, s) {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// addBack says how to make r's stream, storing subjects, store r's
+// subjects again: weir stream edit changes no subjects, the nats CLI
+// does.
+func (r route) addBack(subjects []string) string {
+	filter := r.tmpl.Filter()
+	return fmt.Sprintf("add %s back to the stream's subjects (nats stream edit %s --subjects '%s')",
+		filter, r.stream, strings.Join(append(slices.Clone(subjects), filter), ","))
 }

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 
@@ -31,8 +32,14 @@ type accumulator struct {
 	// ended marks the lanes of a bounded source that read everything up
 	// to its stop; open counts the others. Once none is open, take
 	// returns what it still holds, then ErrEnded.
-	ended  []bool
-	open   int
+	ended []bool
+	open  int
+	// held is set while a drain holds the lanes (hold): nothing is added
+	// or skipped, no offset moves, until release. bound is the highest
+	// offset a lane may reach (release; MaxUint64 until then): a message
+	// past it ends the lane instead.
+	held   bool
+	bound  uint64
 	err    error
 	closed bool
 	ready  chan struct{} // capacity 1: something to take
@@ -64,7 +71,7 @@ func newAccumulator(maxRecords, maxBytes, lanes int) *accumulator {
 	}
 	lanes = max(lanes, 1)
 	a := &accumulator{maxRecords: maxRecords, maxBytes: maxBytes, limit: maxRecords, last: make([]uint64, lanes),
-		ended: make([]bool, lanes), open: lanes, ready: make(chan struct{}, 1), done: make(chan struct{})}
+		ended: make([]bool, lanes), open: lanes, bound: math.MaxUint64, ready: make(chan struct{}, 1), done: make(chan struct{})}
 	a.space = sync.NewCond(&a.mu)
 	return a
 }
@@ -100,15 +107,17 @@ func (a *accumulator) signal() {
 }
 
 // add appends one record of lane with offset off, waiting while the batch
-// is full. It reports false once the accumulator is closed. It copies key
+// is full or the lanes are held. It reports false once the accumulator is
+// closed, and when off is past the bound: the lane ends then (at the
+// bound), without the record. It copies key
 // and value into the batch and keeps neither, so a caller may pass bytes
 // that alias a string: []byte(s) then copies nothing either.
 func (a *accumulator) add(lane int, key, value []byte, ts int64, off uint64) bool {
 	a.mu.Lock()
-	for !a.closed && a.b.Len() > 0 && (a.b.Len() >= a.limit || a.b.Size() >= a.maxBytes) {
+	for !a.closed && (a.held || a.b.Len() > 0 && (a.b.Len() >= a.limit || a.b.Size() >= a.maxBytes)) {
 		a.space.Wait()
 	}
-	if a.closed {
+	if a.closed || a.pastLocked(lane, off) {
 		a.mu.Unlock()
 		return false
 	}
@@ -127,9 +136,18 @@ func (a *accumulator) add(lane int, key, value []byte, ts int64, off uint64) boo
 // and lets take return the new offset even without records: a subtask
 // whose messages are all another's must not hold its offset back (a
 // restore after the stream's retention dropped the skipped messages
-// would be refused).
-func (a *accumulator) skip(lane int, off uint64) {
+// would be refused). Like add it waits while the lanes are held, and
+// reports false once closed or when off is past the bound (the lane
+// ended).
+func (a *accumulator) skip(lane int, off uint64) bool {
 	a.mu.Lock()
+	for !a.closed && a.held {
+		a.space.Wait()
+	}
+	if a.closed || a.pastLocked(lane, off) {
+		a.mu.Unlock()
+		return false
+	}
 	a.last[lane] = off
 	// The taker was told already when the batch has records, or when an
 	// earlier move is not yet taken.
@@ -139,13 +157,62 @@ func (a *accumulator) skip(lane int, off uint64) {
 	if tell {
 		a.signal()
 	}
+	return true
 }
 
-// advance moves lane's offset from from to to, unless a record moved it
-// meanwhile, and lets take return the new offsets even without records.
+// pastLocked ends lane at the bound if off is past it, and reports
+// whether it was. The caller holds a.mu.
+func (a *accumulator) pastLocked(lane int, off uint64) bool {
+	if off <= a.bound {
+		return false
+	}
+	if !a.ended[lane] {
+		a.ended[lane] = true
+		a.open--
+		if a.last[lane] < a.bound {
+			a.last[lane], a.moved = a.bound, true
+		}
+		a.signal() // a non-blocking send: fine under a.mu
+	}
+	return true
+}
+
+// hold stops the lanes (a drain): from now on add and skip wait, and no
+// offset moves, until release. It returns every lane's offset: the last
+// message each added or skipped, which no later message passes while
+// held. Batches already gathered are still taken.
+func (a *accumulator) hold() []uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.held = true
+	return append([]uint64(nil), a.last...)
+}
+
+// release lets held lanes go on, bounded at bound: a lane no message
+// past it reaches (add, skip and advance end the lane there instead).
+func (a *accumulator) release(bound uint64) {
+	a.mu.Lock()
+	a.held = false
+	a.bound = min(a.bound, bound)
+	for i, off := range a.last {
+		// Only an end moves a held lane's offset (to a StopSeq past the
+		// bound, where nothing of the lane's lies in between): the lane
+		// covered everything of its up to the bound, and ends there.
+		if a.ended[i] && off > a.bound {
+			a.last[i], a.moved = a.bound, true
+		}
+	}
+	a.mu.Unlock()
+	a.space.Broadcast()
+}
+
+// advance moves lane's offset from from to to (at most to the bound),
+// unless a record moved it meanwhile or the lanes are held, and lets take
+// return the new offsets even without records.
 func (a *accumulator) advance(lane int, from, to uint64) {
 	a.mu.Lock()
-	ok := a.last[lane] == from && to > from
+	to = min(to, a.bound)
+	ok := !a.held && a.last[lane] == from && to > from
 	if ok {
 		a.last[lane], a.moved = to, true
 	}

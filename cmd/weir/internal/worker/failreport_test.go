@@ -117,7 +117,15 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		// or a sink.
 		{fmt.Errorf("jetstream source IN: %w while the job read it", source.ErrStreamGone), control.FailureStream},
 		{fmt.Errorf("jetstream source IN: resume after sequence 260: %w", source.ErrOffsetAhead), control.FailureStream},
+		// Messages a running source had not read, removed (purged,
+		// expired).
 		{fmt.Errorf("exactly-once sink counts: stream COUNTS: %w", jetstream.ErrStreamNotFound), control.FailureStream},
+		// A sink's stream whose subjects no longer take the sink's
+		// subject, mid-run or in the recovery of output staged on it (a
+		// keyed one's record wraps sink.ErrBadKey too: still the
+		// stream's).
+		{fmt.Errorf("exactly-once sink out: commit of checkpoint 3: %w", sink.ErrSubjectNotStored), control.FailureStream},
+		{fmt.Errorf("exactly-once sink out: recover checkpoint 3: %w: record 2: %w", sink.ErrStagedSubjectNotStored, sink.ErrBadKey), control.FailureStream},
 		// A memory.grow the memory limit refused during the call makes
 		// any of an operator's failures memory-limit.
 		{&host.TaskError{Task: "op-0", Err: &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: 3,

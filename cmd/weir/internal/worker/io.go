@@ -33,9 +33,10 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // publish (sink.ErrBadKey: its key cannot form its keyed sink's subject;
 // sink.ErrRecordTooLarge: no message can carry it) — the replay meets it
 // again, and the operator, the stream's subjects or the server's
-// max_payload need fixing —, a checkpoint's staged output on a subject its
-// stream no longer stores (sink.ErrStagedSubjectNotStored: the checkpoint
-// holds it; the stream's subjects need fixing) or for a stream that no
+// max_payload need fixing —, an atomic batch of a checkpoint's output
+// larger than its sink stream's max_msgs limit (sink.StreamFullError's
+// TooLarge: the batches are fixed when the output is staged, and the
+// limit needs raising), a checkpoint's staged output for a stream that no
 // longer exists (sink.ErrStagedStreamNotFound: below), an exactly-once
 // sink's state that is malformed (sink.ErrMalformedState: bytes it cannot
 // decode, or output staged on a subject or stream name that is none, such
@@ -56,7 +57,12 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // replay nothing: the coordinator, which sees the job's graph, restarts
 // that job (coordinator/job's lostRecord).
 //
-// A stream the spec names that does not exist is not among them. The
+// A stream the spec names that does not exist is not among them, nor a
+// sink's stream that no longer stores the sink's subject, or the subject
+// a checkpoint's output was staged with (sink.ErrSubjectNotStored,
+// sink.ErrStagedSubjectNotStored, even where a staged record's subject
+// wraps sink.ErrBadKey): its subjects were edited while the job ran, and
+// an edit back lets a restart commit the output. The
 // coordinator refuses a spec naming a missing stream at submit
 // (job.Options.JetStream), so a stream missing at deploy was there when
 // the job started: it was deleted, or is being restored or recreated, and
@@ -71,10 +77,11 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // of its own.
 func Unrecoverable(err error) bool {
 	var invalid *wasm.ValidationError
-	return errors.Is(err, control.ErrUnrecoverable) ||
+	var full *sink.StreamFullError
+	return errors.Is(err, control.ErrUnrecoverable) || errors.As(err, &full) && full.TooLarge() ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
-		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge) ||
-		errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrStagedStreamNotFound) || errors.Is(err, sink.ErrMalformedState) ||
+		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) && !errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrRecordTooLarge) ||
+		errors.Is(err, sink.ErrStagedStreamNotFound) || errors.Is(err, sink.ErrMalformedState) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
 		errors.As(err, &invalid) || operatorRefused(err)

@@ -47,7 +47,16 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("sink: %w", sink.ErrDuplicateWindowTooShort), true},
 		{fmt.Errorf("sink: %w", sink.ErrBadKey), true},
 		{fmt.Errorf("sink: %w", sink.ErrRecordTooLarge), true},
-		{fmt.Errorf("exactly-once sink out: recover checkpoint 3: %w", sink.ErrStagedSubjectNotStored), true},
+		// An atomic batch larger than the stream's limit never fits; one
+		// past the room left may, once room is made.
+		{fmt.Errorf("commit: %w", &sink.StreamFullError{Stream: "OUT", Limit: "max_msgs", Err: errors.New("maximum messages exceeded"), Batch: 20, Max: 15}), true},
+		{fmt.Errorf("commit: %w", &sink.StreamFullError{Stream: "OUT", Limit: "max_msgs", Err: errors.New("maximum messages exceeded"), Batch: 20, Max: 25, Held: 10}), false},
+		{fmt.Errorf("commit: %w", &sink.StreamFullError{Stream: "OUT", Limit: "max_msgs", Err: errors.New("maximum messages exceeded")}), false},
+		// A stream's subjects edited while the job ran: an edit back lets
+		// a restart commit.
+		{fmt.Errorf("exactly-once sink out: commit of checkpoint 3: %w", sink.ErrSubjectNotStored), false},
+		{fmt.Errorf("exactly-once sink out: recover checkpoint 3: %w", sink.ErrStagedSubjectNotStored), false},
+		{fmt.Errorf("exactly-once sink out: recover checkpoint 3: %w: record 2: %w", sink.ErrStagedSubjectNotStored, sink.ErrBadKey), false},
 		{fmt.Errorf("exactly-once sink out: recover checkpoint 3: %w", sink.ErrStagedStreamNotFound), true},
 		{fmt.Errorf("sink: recover checkpoint 3: %w: staged checkpoint 3: subject out.{KEY}", sink.ErrMalformedState), true},
 		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},

@@ -928,6 +928,11 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureFault
 	case errors.As(err, &sf):
 		return control.FailureSinkRefused
+	case errors.Is(err, sink.ErrSubjectNotStored) || errors.Is(err, sink.ErrStagedSubjectNotStored):
+		// Before ErrBadKey, which a staged record's subject not stored
+		// wraps too: the stream's subjects need fixing, not the
+		// operator (its output is staged on that subject).
+		return control.FailureStream
 	case errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge):
 		return control.FailureBadRecord
 	case errors.Is(err, source.ErrStreamGone) || errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
