@@ -183,7 +183,14 @@ type JetStream struct {
 	// nudgeBelow 1 or 0: a message at or past endAt, or one the server
 	// says nothing follows (num_pending < nudgeBelow), is all a bounded
 	// source has to look at, and the only compare an unbounded one pays.
-	endAt, nudgeBelow uint64
+	// A drain (DrainTo) bounds an unbounded source as it reads.
+	endAt, nudgeBelow atomic.Uint64
+	// boundNow is closed by DrainTo: the watcher starts its end checks.
+	boundNow chan struct{}
+	// stream is the stream the consumers read (set as they start), and
+	// watching whether watchIdle runs; both under mu.
+	stream   jetstream.Stream
+	watching bool
 	// nudge asks watchIdle to check at once whether the lanes ended.
 	nudge chan struct{}
 	// streamLast is the stream's last sequence plus one as a bounded
@@ -304,10 +311,12 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	for i := range lanes {
 		acc.setOffset(i, first-1)
 	}
-	s := &JetStream{cfg: cfg, js: js, lanes: lanes, acc: acc, endAt: math.MaxUint64, nudge: make(chan struct{}, 1),
-		stopIdle: make(chan struct{}), ctx: ctx, cancel: cancel}
+	s := &JetStream{cfg: cfg, js: js, lanes: lanes, acc: acc, nudge: make(chan struct{}, 1),
+		stopIdle: make(chan struct{}), boundNow: make(chan struct{}), ctx: ctx, cancel: cancel}
+	s.endAt.Store(math.MaxUint64)
 	if cfg.StopSeq > 0 {
-		s.endAt, s.nudgeBelow = cfg.StopSeq, 1
+		s.endAt.Store(cfg.StopSeq)
+		s.nudgeBelow.Store(1)
 	}
 	return s, nil
 }
@@ -604,7 +613,7 @@ func (s *JetStream) EndsAt(offset []byte) bool {
 	}
 	if s.cfg.Partitions == 0 {
 		o, err := DecodeStreamOffset(offset)
-		return err == nil && s.startAfter(o.Seq) > s.endAt
+		return err == nil && s.startAfter(o.Seq) > s.endAt.Load()
 	}
 	o, err := DecodePartitionOffsets(offset)
 	if err != nil || s.fits(o) != nil {
@@ -612,7 +621,7 @@ func (s *JetStream) EndsAt(offset []byte) bool {
 	}
 	for _, l := range s.lanes {
 		seq, ok := o.Seqs[l.part]
-		if (!ok && len(offset) > 0) || s.startAfter(seq) <= s.endAt {
+		if (!ok && len(offset) > 0) || s.startAfter(seq) <= s.endAt.Load() {
 			return false
 		}
 	}
@@ -631,14 +640,14 @@ func (s *JetStream) startAfter(seq uint64) uint64 {
 }
 
 // bounded reports whether the source has a StopSeq.
-func (s *JetStream) bounded() bool { return s.endAt != math.MaxUint64 }
+func (s *JetStream) bounded() bool { return s.endAt.Load() != math.MaxUint64 }
 
 func (s *JetStream) startLocked(ctx context.Context) error {
 	// A lane that starts past the stop has nothing to read: it ended. A
 	// source whose lanes all did asks the server nothing.
 	for i, l := range s.lanes {
-		if l.start > s.endAt {
-			s.acc.end(i, s.endAt)
+		if l.start > s.endAt.Load() {
+			s.acc.end(i, s.endAt.Load())
 		}
 	}
 	if s.acc.allEnded() {
@@ -769,13 +778,73 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 	// A bounded source's lanes, filtered or not, are watched for their
 	// end; otherwise filtered ones only, for their idle offsets; and all
 	// for a consumer that stalled.
+	s.stream = st
 	for _, l := range s.lanes {
 		if len(l.filters) > 0 || s.bounded() || s.cfg.StallTimeout > 0 {
-			s.idleDone.Add(1)
-			go s.watchIdle(st)
+			s.watchLocked()
 			break
 		}
 	}
+	return nil
+}
+
+// watchLocked starts watchIdle, once. The caller holds mu.
+func (s *JetStream) watchLocked() {
+	if s.watching || s.stream == nil {
+		return
+	}
+	s.watching = true
+	s.idleDone.Add(1)
+	go s.watchIdle(s.stream)
+}
+
+// DrainHold holds the source for a drain (weir job stop -drain) and
+// returns the highest stream sequence it has covered: its lanes take in
+// nothing more, and no offset moves, until DrainTo. Batches gathered
+// already are still returned by Poll, so a task that goes on polling
+// processes up to its offsets and no further. Every subtask of a source
+// is held, the highest sequence among them chosen, and each given it with
+// DrainTo: they all end at that one sequence. It may be called again (the
+// same answer) and after the source ended or closed.
+func (s *JetStream) DrainHold() uint64 {
+	var top uint64
+	for _, off := range s.acc.hold() {
+		top = max(top, off)
+	}
+	return top
+}
+
+// DrainTo bounds the source at stream sequence seq and lets it go on
+// after DrainHold: it reads every message of its subjects (and its share,
+// with Parallelism) up to seq, as a source with StopSeq seq does, and
+// ends there (ErrEnded, with every lane's offset at seq). A lane already
+// at seq ends at once. seq below what the source has covered (DrainHold)
+// ends it where it is; a StopSeq below seq stays the stop. Called
+// without DrainHold, what was read past seq in between stays read.
+func (s *JetStream) DrainTo(seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("jetstream source %s: drain to sequence %d: %w", s.cfg.Stream, seq, ErrClosed)
+	}
+	seq = min(seq, s.endAt.Load())
+	s.endAt.Store(seq)
+	s.nudgeBelow.Store(1)
+	s.acc.release(seq)
+	if !s.started || s.finished {
+		return nil // startLocked ends the lanes at or past seq
+	}
+	for i, l := range s.lanes {
+		if off, ended := s.acc.state(i); !ended && off >= seq && l.it != nil {
+			s.endLane(i)
+		}
+	}
+	select {
+	case <-s.boundNow:
+	default:
+		close(s.boundNow)
+	}
+	s.watchLocked()
 	return nil
 }
 
@@ -823,15 +892,27 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 	reached := false // the stream's last sequence was at the stop
 	wait := endCheckMin
 	endSeen := make([]uint64, len(s.lanes))
+	boundNow := s.boundNow
 	if s.bounded() {
 		endT = time.NewTimer(0) // first check at once
-		defer endT.Stop()
-		endC, nudge = endT.C, s.nudge
+		endC, nudge, boundNow = endT.C, s.nudge, nil
 	}
+	defer func() {
+		if endT != nil {
+			endT.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-s.stopIdle:
 			return
+		case <-boundNow:
+			// A drain bounded the source (DrainTo): its lanes end as a
+			// bounded source's do.
+			boundNow = nil
+			endT = time.NewTimer(0)
+			endC, nudge = endT.C, s.nudge
+			continue
 		case <-stallC:
 			if s.watchStalls(st) {
 				return
@@ -962,7 +1043,7 @@ func (s *JetStream) nextFor(st jetstream.Stream, l *lane, off uint64) (seq uint6
 		if err != nil {
 			continue
 		}
-		if m.Sequence <= s.endAt && (!ok || m.Sequence < seq) {
+		if m.Sequence <= s.endAt.Load() && (!ok || m.Sequence < seq) {
 			seq, ok = m.Sequence, true
 		}
 	}
@@ -1000,7 +1081,7 @@ func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) bool {
 	if err != nil {
 		return true // the next check asks again
 	}
-	if info.State.LastSeq < s.endAt {
+	if info.State.LastSeq < s.endAt.Load() {
 		s.streamLast.Store(info.State.LastSeq + 1)
 		return false
 	}
@@ -1027,7 +1108,7 @@ func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) bool {
 			continue
 		}
 		seen[i] = off
-		if s.nothingLeft(ctx, st, l, off, s.endAt) {
+		if s.nothingLeft(ctx, st, l, off, s.endAt.Load()) {
 			s.requestEnd(l)
 		}
 	}
@@ -1077,7 +1158,7 @@ func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 	if last <= off || !s.nothingLeft(ctx, st, l, off, last) {
 		return
 	}
-	if last >= s.endAt {
+	if last >= s.endAt.Load() {
 		s.requestEnd(l)
 		return
 	}
@@ -1089,7 +1170,7 @@ func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 // lane's reader calls it, and returns. Poll deletes the consumers once
 // every lane ended.
 func (s *JetStream) endLane(i int) {
-	s.acc.end(i, s.endAt)
+	s.acc.end(i, s.endAt.Load())
 	if l := s.lanes[i]; l.it != nil {
 		l.stopped.Store(true)
 		l.it.Stop()
@@ -1110,7 +1191,7 @@ func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.
 			case s.lanes[lane].endReq.Load():
 				// The watcher found nothing left up to the stop
 				// (requestEnd) and stopped the iterator.
-				s.acc.end(lane, s.endAt)
+				s.acc.end(lane, s.endAt.Load())
 			case !errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				s.acc.fail(fmt.Errorf("jetstream source %s: %w", s.cfg.Stream, err))
 			case !stopped.Load():
@@ -1159,14 +1240,15 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 	// The one compare an unbounded source pays (endAt is MaxUint64,
 	// nudgeBelow 0).
 	end := false
-	if seq >= s.endAt || pending < s.nudgeBelow {
-		if seq > s.endAt {
+	endAt := s.endAt.Load()
+	if seq >= endAt || pending < s.nudgeBelow.Load() {
+		if seq > endAt {
 			// Everything of the lane's subjects up to the stop was
 			// delivered before this: the lane ended, without it.
 			s.endLane(lane)
 			return false
 		}
-		end = seq == s.endAt
+		end = seq == endAt
 		if !end {
 			// Nothing follows it for now: maybe nothing up to the stop.
 			select {
@@ -1177,8 +1259,10 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 	}
 	if s.cfg.Partitions == 0 && ((s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index) ||
 		(seq <= s.rescaledTo && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject()))) {
-		s.acc.skip(lane, seq)
-		if end {
+		if !s.acc.skip(lane, seq) {
+			return false // closed, or past a drain's stop: the lane ended
+		}
+		if end || seq == s.endAt.Load() {
 			s.endLane(lane)
 			return false
 		}
@@ -1199,9 +1283,10 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 		}
 	}
 	if !s.acc.add(lane, key, m.Data(), ts, seq) {
-		return false
+		return false // closed, or past a drain's stop: the lane ended
 	}
-	if end {
+	// A drain may have bounded the source while add waited (DrainTo).
+	if end || seq == s.endAt.Load() {
 		s.endLane(lane)
 		return false
 	}
@@ -1228,7 +1313,8 @@ func (s *JetStream) Pending() (n uint64, ok bool) {
 // pending is Pending, reading a lane's offset and whether it ended with
 // state.
 func (s *JetStream) pending(state func(lane int) (uint64, bool)) (n uint64, ok bool) {
-	bounded := s.bounded()
+	endAt := s.endAt.Load()
+	bounded := endAt != math.MaxUint64
 	for i, l := range s.lanes {
 		var off uint64
 		if bounded {
@@ -1241,7 +1327,7 @@ func (s *JetStream) pending(state func(lane int) (uint64, bool)) (n uint64, ok b
 		if p := l.pending.Load(); p > 0 {
 			p--
 			if bounded {
-				p = min(p, s.endAt-min(off, s.endAt))
+				p = min(p, endAt-min(off, endAt))
 			}
 			n, ok = n+p, true
 		}
@@ -1337,7 +1423,7 @@ func (s *JetStream) AwaitsStop() (stop, last uint64, ok bool) {
 	if !s.bounded() || l == 0 || s.acc.allEnded() {
 		return 0, 0, false
 	}
-	return s.endAt, l - 1, true
+	return s.endAt.Load(), l - 1, true
 }
 
 // sameStream checks that the stream is the one the consumers started on,
