@@ -393,7 +393,9 @@ const (
 	// FailureStream: a stream the job reads or writes is not the one it
 	// was: deleted (jetstream.ErrStreamNotFound), deleted and created
 	// again, or it dropped messages the job had not read
-	// (source.ErrStreamGone, ErrOffsetGone, ErrOffsetAhead); or a sink's
+	// (source.ErrStreamGone, ErrOffsetGone, ErrOffsetAhead;
+	// source.ErrMessagesLost while the job ran, which the restore of a
+	// restart then refuses with ErrOffsetGone); or a sink's
 	// stream no longer stores the sink's subject, or the one a
 	// checkpoint's output was staged with (sink.ErrSubjectNotStored,
 	// sink.ErrStagedSubjectNotStored: its subjects were edited). A restart

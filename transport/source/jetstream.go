@@ -29,6 +29,15 @@ const JetStreamGuarantee = "replayable: JetStream stream, offset = stream sequen
 // not processed.
 var ErrOffsetGone = errors.New("checkpointed offset no longer in the stream")
 
+// ErrMessagesLost is returned (wrapped) by Poll when messages of the
+// source's input were removed from the stream (purged, or dropped by its
+// max-age, max-msgs or max-bytes limits) before the source read them:
+// the job read on past them, and would have skipped them without a word.
+// The error names the sequences, the likely cause and what to do; a
+// restore from a checkpoint taken before them is refused with
+// ErrOffsetGone.
+var ErrMessagesLost = errors.New("messages removed from the stream before the source read them")
+
 // ErrOffsetAhead is returned when the checkpointed offset is past the
 // stream's last message: the stream was deleted and created again, or lost
 // messages it had acknowledged (memory storage, async persistence). Resuming
@@ -147,7 +156,11 @@ type JetStreamConfig struct {
 	// went away while the recreation was under way: its retries ask for
 	// the same consumer on the dead server, for minutes. Whether a lane
 	// stalls is asked every quarter of StallTimeout, of the stream, only
-	// while its reader waits and nothing came since the last ask.
+	// while its reader waits and nothing came since the last ask. The same
+	// asks notice messages of the lane's that the stream dropped unread
+	// while nothing came after them (ErrMessagesLost), and refresh the
+	// lane's pending count (Pending); a lane that receives messages notices
+	// a drop by the gap in their sequences.
 	StallTimeout time.Duration
 }
 
@@ -235,8 +248,18 @@ type lane struct {
 	// delivered the lane's last message; only the lane's reader uses it.
 	consumer string
 	// pending is 1 + the num_pending of the lane's latest delivery (0:
-	// none yet); written by the lane's reader, read by Pending.
+	// none yet); written by the lane's reader, read by Pending. The
+	// watcher refreshes it from the consumer's info while the reader waits
+	// and nothing came (refreshPending): after a purge nothing comes that
+	// would.
 	pending atomic.Uint64
+	// readTo and readPending are the stream sequence of the lane's latest
+	// delivery and the num_pending that came with it (before the first:
+	// where the consumer starts, and what it had to deliver when it was
+	// created; readPending 0 when unknown). Written by the lane's reader,
+	// read by the watcher while the reader waits; see checkGap and
+	// checkQuiet.
+	readTo, readPending atomic.Uint64
 	// endReq is set by the watcher of a bounded source that found nothing
 	// left for the lane up to the stop, before it stops the iterator: the
 	// reader, done with any message it still had, ends the lane.
@@ -708,7 +731,8 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		// job has not processed. (With filters the dropped ones may all have
 		// been filtered out; the check cannot tell, and refuses.)
 		if l.start > 1 && first > l.start {
-			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d: %w", s.cfg.Stream, l.start, first, ErrOffsetGone)
+			return fmt.Errorf("jetstream source %s: resume at sequence %d, stream starts at %d (what it held before was purged, or dropped by its limits while the job was behind; to accept the loss, submit the job again, under another name or after weir job rm, with start: %d on this source): %w",
+				s.cfg.Stream, l.start, first, first, ErrOffsetGone)
 		}
 	}
 	running := 0 // lanes whose consumers started
@@ -756,6 +780,15 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 				// known before its first message (pending counts it from
 				// then on), so that a lane with nothing to read says so.
 				l.pending.CompareAndSwap(0, info.NumPending+1)
+				// A lane that resumes expects l.start first; one from the
+				// stream's beginning whatever the stream held first when
+				// the consumer started (the server starts it there).
+				read := l.start - 1
+				if l.start <= 1 {
+					read = info.Delivered.Stream
+				}
+				l.readTo.Store(read)
+				l.readPending.Store(info.NumPending)
 			}
 		}
 		if err != nil {
@@ -969,7 +1002,8 @@ func (s *JetStream) watchIdle(st jetstream.Stream) {
 // held up handing a message on, is not stalled: its consumer waits for
 // it.)
 func (s *JetStream) watchStalls(st jetstream.Stream) bool {
-	if err := s.streamGone(st); err != nil {
+	info, err := s.streamGone(st)
+	if err != nil {
 		s.acc.fail(err)
 		return true
 	}
@@ -983,6 +1017,13 @@ func (s *JetStream) watchStalls(st jetstream.Stream) bool {
 			l.watchDelivered, l.suspectAt = d, time.Time{}
 			continue
 		}
+		// Quiet since the last look: did the stream drop what it had for
+		// the lane, and how much does it hold for it now?
+		if err := s.checkQuiet(st, info, l, d); err != nil {
+			s.acc.fail(err)
+			return true
+		}
+		s.refreshPending(l, d)
 		if !l.suspectAt.IsZero() && time.Since(l.suspectAt) < s.cfg.StallTimeout {
 			continue
 		}
@@ -1012,20 +1053,156 @@ func (s *JetStream) watchStalls(st jetstream.Stream) bool {
 // (an election, a slow server: the next look asks again). A consumer
 // on a deleted stream delivers nothing and says nothing; recreated, it
 // waits for a sequence the new stream may never reach.
-func (s *JetStream) streamGone(st jetstream.Stream) error {
+// It returns the stream's info too, nil when the server could not say.
+func (s *JetStream) streamGone(st jetstream.Stream) (*jetstream.StreamInfo, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
 	defer cancel()
 	info, err := st.Info(ctx)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("jetstream source %s: %w while the job read it: the job reads nothing more (its checkpoints' offsets are the deleted stream's)", s.cfg.Stream, ErrStreamGone)
-	case err != nil || s.created.IsZero():
-		return nil
+		return nil, fmt.Errorf("jetstream source %s: %w while the job read it: the job reads nothing more (its checkpoints' offsets are the deleted stream's)", s.cfg.Stream, ErrStreamGone)
+	case err != nil:
+		return nil, nil
+	case s.created.IsZero():
+		return info, nil
 	case !info.Created.Equal(s.created):
-		return fmt.Errorf("jetstream source %s: the stream was deleted and created again while the job read it (created %s, was %s): its sequences start over, and the source's offset means nothing in it: %w",
+		return nil, fmt.Errorf("jetstream source %s: the stream was deleted and created again while the job read it (created %s, was %s): its sequences start over, and the source's offset means nothing in it: %w",
 			s.cfg.Stream, info.Created.Format(time.RFC3339Nano), s.created.Format(time.RFC3339Nano), ErrStreamGone)
 	}
-	return nil
+	return info, nil
+}
+
+// A lane's reader expects, after its latest delivery at readTo, the
+// message at readTo+1; a filtered lane, or one over interior deletes, gets
+// a later one as a matter of course. Messages the lane had not read that
+// the stream removed (a purge; its max-age, max-msgs or max-bytes limits
+// while the job is behind: removal from the stream's front) show in two
+// ways, which checkGap and checkQuiet look for:
+//
+//   - a delivery past readTo+1 (the consumer moved on to what the stream
+//     holds now), while readTo's delivery said messages of the lane's
+//     followed it (readPending > 0; none did, and the gap is messages
+//     stored since, removed before they could be sent, or others'), and
+//     the stream's first sequence is now past readTo+1. A lane that reads
+//     the whole stream has nothing in between but messages it would have
+//     read. A filtered lane's gap is mostly other subjects' messages,
+//     which the stream may drop as it likes: it needs the server's count
+//     to show that some of its own went too — fewer of its messages
+//     pending after this delivery than were after readTo, less the one
+//     delivered (messages stored meanwhile raise the count, and can hide
+//     a removal from it);
+//   - a reader that waits, and got nothing for a whole look of the
+//     watcher (watchStalls), while its latest delivery said messages of
+//     its followed, none of its subjects is stored after readTo any more,
+//     and the stream's first sequence is past readTo+1: the stream dropped
+//     them, and sends nothing more (after a purge of everything nothing
+//     would come to show a gap).
+//
+// What the stream deleted one by one (nats stream rmm, a per-subject
+// limit) leaves its first sequence where it was and is not taken for a
+// loss — unless its first sequence passed the gap before the check, a
+// window of one request.
+
+// checkGap is lane l's reader's check of a delivery at seq, with pending
+// after it, past readTo+1 (readPending after it): it returns
+// ErrMessagesLost when messages the lane had not read were removed in
+// between (see above), and nil when they were not or the stream could not
+// say. Only a gap that may be a loss costs a request.
+func (s *JetStream) checkGap(l *lane, readTo, readPending, seq, pending uint64) error {
+	if readPending == 0 || (len(l.filters) > 0 && pending+1 >= readPending) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
+	defer cancel()
+	st, err := s.js.Stream(ctx, s.cfg.Stream) // its info, in one request
+	if err != nil {
+		return nil
+	}
+	info := st.CachedInfo()
+	return s.lost(l, info, readTo, min(info.State.FirstSeq, seq)-1)
+}
+
+// checkQuiet is the watcher's check of lane l, whose reader waits and got
+// nothing (d deliveries) since the last look, against info, the stream's
+// state read at the start of this look: it returns ErrMessagesLost when
+// the messages of the lane's that followed its latest delivery were
+// removed (see above).
+func (s *JetStream) checkQuiet(st jetstream.Stream, info *jetstream.StreamInfo, l *lane, d uint64) error {
+	readTo, readPending := l.readTo.Load(), l.readPending.Load()
+	if info == nil || readPending == 0 || info.State.FirstSeq <= readTo+1 || !l.waiting.Load() || l.delivered.Load() != d {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
+	defer cancel()
+	if !s.nothingLeft(ctx, st, l, readTo, math.MaxUint64) {
+		return nil // still stored (the stall watch looks at that), or no answer
+	}
+	return s.lost(l, info, readTo, info.State.FirstSeq-1)
+}
+
+// lost returns ErrMessagesLost, in one line, for lane l, which read up to
+// readTo while the stream (info) dropped what followed up to to (capped at
+// the stop); nil when that is nothing.
+func (s *JetStream) lost(l *lane, info *jetstream.StreamInfo, readTo, to uint64) error {
+	to = min(to, s.endAt.Load())
+	if to <= readTo {
+		return nil
+	}
+	where := ""
+	switch {
+	case l.part >= 0:
+		where = fmt.Sprintf(" (subtask %d of %d, partition %d)", s.cfg.Index, max(s.cfg.Parallelism, 1), l.part)
+	case s.cfg.Parallelism > 1:
+		where = fmt.Sprintf(" (subtask %d of %d)", s.cfg.Index, s.cfg.Parallelism)
+	}
+	what := fmt.Sprintf("messages %d..%d", readTo+1, to)
+	if len(l.filters) > 0 {
+		what = fmt.Sprintf("messages of %s among %d..%d", strings.Join(l.filters, " "), readTo+1, to)
+	}
+	first := info.State.FirstSeq
+	cause, fix := removalCause(s.cfg.Stream, info.Config)
+	return fmt.Errorf("jetstream source %s%s: %s were removed from the stream before the source read them (it had read up to %d, the stream starts at %d now): %s; %s, or accept the loss: submit the job again (under another name, or after weir job rm) with start: %d on this source, as a restore resumes at %d and is refused: %w",
+		s.cfg.Stream, where, what, readTo, first, cause, fix, first, readTo+1, ErrMessagesLost)
+}
+
+// removalCause says what likely removed messages from the front of a
+// stream configured as cfg, and what keeps it from happening again.
+func removalCause(stream string, cfg jetstream.StreamConfig) (cause, fix string) {
+	var limits, flags []string
+	if cfg.Discard != jetstream.DiscardNew {
+		if cfg.MaxAge > 0 {
+			limits, flags = append(limits, "max-age "+cfg.MaxAge.String()), append(flags, "-max-age D")
+		}
+		if cfg.MaxMsgs > 0 {
+			limits, flags = append(limits, fmt.Sprintf("max-msgs %d", cfg.MaxMsgs)), append(flags, "-max-msgs N")
+		}
+		if cfg.MaxBytes > 0 {
+			limits, flags = append(limits, fmt.Sprintf("max-bytes %d", cfg.MaxBytes)), append(flags, "-max-bytes SIZE")
+		}
+	}
+	if len(limits) == 0 {
+		return "purged (no limit of the stream drops messages)", "purge a stream only once the jobs reading it are past what it holds"
+	}
+	return fmt.Sprintf("purged, or dropped by the stream's limits (%s) while the job was behind", strings.Join(limits, ", ")),
+		fmt.Sprintf("raise them (weir stream edit %s %s) or make the job keep up", stream, strings.Join(flags, " "))
+}
+
+// refreshPending sets lane l's pending count from its consumer's info,
+// when its reader waits and got nothing (d deliveries) since the last
+// look: the count of the latest delivery goes stale when the stream drops
+// messages and nothing comes after (a purge). Errors leave it.
+func (s *JetStream) refreshPending(l *lane, d uint64) {
+	old := l.pending.Load()
+	if old <= 1 || l.cons == nil {
+		return // nothing pending: a message stored now is sent at once
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
+	defer cancel()
+	ci, err := l.cons.Info(ctx)
+	if err != nil || !l.waiting.Load() || l.delivered.Load() != d {
+		return
+	}
+	l.pending.CompareAndSwap(old, ci.NumPending+1)
 }
 
 // nextFor returns the sequence of the stream's first message of lane l's
@@ -1237,6 +1414,16 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 		}
 		l.consumer = consumer
 	}
+	// A message past the one after the lane's last: the ones between may
+	// have been removed unread (checkGap).
+	if l := s.lanes[lane]; seq > l.readTo.Load()+1 {
+		if err := s.checkGap(l, l.readTo.Load(), l.readPending.Load(), seq, pending); err != nil {
+			s.acc.fail(err)
+			return false
+		}
+	}
+	s.lanes[lane].readTo.Store(seq)
+	s.lanes[lane].readPending.Store(pending)
 	// The one compare an unbounded source pays (endAt is MaxUint64,
 	// nudgeBelow 0).
 	end := false
@@ -1296,7 +1483,9 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 // Pending reports how many messages the stream holds that the source's
 // consumers have not delivered yet: the count the server gave with each
 // consumer's latest delivery (num_pending: messages after it that match
-// the consumer's filter), summed. Delivered messages that no Poll took yet
+// the consumer's filter), summed; for a consumer whose reader waits and
+// got nothing for a look of the stall watch (StallTimeout), the count its
+// info gives then, which follows a purge or a drop by the stream's limits. Delivered messages that no Poll took yet
 // (a few thousand at most) are not among them. ok is false until a
 // consumer delivered. A subtask that reads the whole stream and keeps its
 // share by subject hash counts every subtask's messages.

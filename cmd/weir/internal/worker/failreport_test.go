@@ -119,6 +119,7 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		{fmt.Errorf("jetstream source IN: resume after sequence 260: %w", source.ErrOffsetAhead), control.FailureStream},
 		// Messages a running source had not read, removed (purged,
 		// expired).
+		{fmt.Errorf("jetstream source IN: messages 24..1000 were removed from the stream before the source read them: %w", source.ErrMessagesLost), control.FailureStream},
 		{fmt.Errorf("exactly-once sink counts: stream COUNTS: %w", jetstream.ErrStreamNotFound), control.FailureStream},
 		// A sink's stream whose subjects no longer take the sink's
 		// subject, mid-run or in the recovery of output staged on it (a

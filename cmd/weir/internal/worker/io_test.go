@@ -43,6 +43,9 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("source: %w", source.ErrOffsetGone), true},
 		{fmt.Errorf("source: %w", source.ErrOffsetAhead), true},
 		{fmt.Errorf("source: %w", source.ErrOffsetMismatch), true},
+		// A running source's loss follows the restart strategy: the
+		// restore refuses (ErrOffsetGone) with the same advice.
+		{fmt.Errorf("source: %w", source.ErrMessagesLost), false},
 		{fmt.Errorf("sink: %w", sink.ErrStreamNotDurable), true},
 		{fmt.Errorf("sink: %w", sink.ErrDuplicateWindowTooShort), true},
 		{fmt.Errorf("sink: %w", sink.ErrBadKey), true},

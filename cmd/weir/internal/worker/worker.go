@@ -936,7 +936,7 @@ func failureKind(err error) control.FailureKind {
 	case errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge):
 		return control.FailureBadRecord
 	case errors.Is(err, source.ErrStreamGone) || errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
-		errors.Is(err, jetstream.ErrStreamNotFound):
+		errors.Is(err, source.ErrMessagesLost) || errors.Is(err, jetstream.ErrStreamNotFound):
 		return control.FailureStream
 	}
 	return control.FailureUnknown
