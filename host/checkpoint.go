@@ -159,6 +159,9 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 			m.BoundedSource, m.SourceEnded = true, b.EndsAt(t.lastOffset)
 		}
 		m.SourceDrained = t.inputDrained
+		if q, ok := t.cfg.Source.(SequencedSource); ok {
+			m.SourceReadSeq, m.SourceSequenced = q.ReadThrough(t.lastOffset)
+		}
 	}
 	if t.cfg.Checkpointing.Mode != barrier.AtLeastOnce {
 		// Only a consistent snapshot may say which ports ended: under

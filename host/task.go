@@ -141,6 +141,10 @@ type ctrlMsg struct {
 	id      int64
 	stop    bool       // ctrlTrigger: take no input after the barrier
 	done    chan error // ctrlRest: closed (after a send on error) once at rest
+	// ctrlEndInput: at says where (EndInputAt: a DrainableSource's
+	// sequence; atSet false: where the task has read to).
+	at    uint64
+	atSet bool
 }
 
 type outChannel struct {
@@ -201,7 +205,9 @@ type Task struct {
 	sourceEnded bool
 	// endAsked is set once EndInput asked a source task to end its input
 	// where it has read to (a drain); inputDrained once it did so.
-	endAsked, inputDrained bool
+	// drainTo is set once EndInputAt bounded its source (a drain to one
+	// sequence): the input ends where the source does.
+	endAsked, inputDrained, drainTo bool
 	// rest is what is left of the input batch being processed in pieces
 	// while the task services barriers between them (processInput).
 	rest *restOfBatch
@@ -463,6 +469,35 @@ func (t *Task) TriggerStop(b stream.Barrier) {
 // its input once it restored its state, reading nothing.
 func (t *Task) EndInput() {
 	t.post(ctrlMsg{kind: ctrlEndInput})
+}
+
+// HoldInput holds a source task's DrainableSource for a drain that brings
+// every subtask of the source to one stream sequence: the source gathers
+// nothing more (the task processes what it gathered already) and seq is
+// the highest sequence it covered. The drain then gives every subtask the
+// highest of their sequences (EndInputAt). A hold that no EndInputAt
+// follows within d (the coordinator went away between the two) ends the
+// task's input where it has read to, as EndInput does. ok is false, and
+// nothing is held, for a task whose source is no DrainableSource, and one
+// that has not restored its state yet (its source is not at its offset).
+func (t *Task) HoldInput(d time.Duration) (seq uint64, ok bool) {
+	src, isD := t.cfg.Source.(DrainableSource)
+	if !isD || !t.stats.restored.Load() {
+		return 0, false
+	}
+	seq = src.DrainHold()
+	time.AfterFunc(d, t.EndInput) // ignored once EndInputAt came
+	return seq, true
+}
+
+// EndInputAt ends a source task's input at stream sequence seq (a drain,
+// after HoldInput): its DrainableSource reads on up to seq and ends there
+// (DrainTo), and the task ends as at a bounded source's stop — end-of-data
+// downstream, its listener told — with its checkpoint acks saying it was
+// drained (MetricSourceDrained) once it did. For a task whose source is
+// no DrainableSource it is EndInput. A later EndInput changes nothing.
+func (t *Task) EndInputAt(seq uint64) {
+	t.post(ctrlMsg{kind: ctrlEndInput, at: seq, atSet: true})
 }
 
 // NotifyCheckpointComplete tells the task that checkpoint id completed
@@ -1327,9 +1362,18 @@ func (t *Task) serviceControl(ctx context.Context) error {
 				t.stopAt = 0
 			}
 		case ctrlEndInput:
-			if t.cfg.Source != nil {
-				t.endAsked = true
+			if t.cfg.Source == nil || t.drainTo || t.sourceEnded {
+				break
 			}
+			if m.atSet {
+				if d, ok := t.cfg.Source.(DrainableSource); ok && !t.sourceClosed {
+					if err := d.DrainTo(m.at); err == nil {
+						t.drainTo = true
+						break
+					}
+				}
+			}
+			t.endAsked = true
 		case ctrlRest:
 			var err error
 			if w, ok := t.cfg.Sink.(Waiter); ok {
@@ -1502,6 +1546,7 @@ func (t *Task) runSource(ctx context.Context) error {
 			return t.finish(ctx)
 		}
 		if InputEnded(p.err) {
+			t.inputDrained = t.inputDrained || t.drainTo
 			if err := t.endInput(ctx, p.offset); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,5 +61,28 @@ func TestRunSaysACoreSourcesDrops(t *testing.T) {
 	}
 	if got := strings.Join(said, ", "); got != "lost 100, lost 200, lost 10" {
 		t.Errorf("weir run said %s; want lost 100, lost 200, lost 10", got)
+	}
+}
+
+// weir job cancel and stop say what a core source's subscription held:
+// they discard it. A trial's cancel discarded some 350 000 messages
+// without a word.
+func TestCancelSaysWhatACoreSourceHeld(t *testing.T) {
+	pending := func(n int64) *int64 { return &n }
+	st := control.JobStatus{Name: "j", State: control.JobRunning, Tasks: []control.TaskStatus{
+		{Task: "in-0", Stats: control.TaskStats{SourcePending: pending(350000), CoreSubscription: &control.CoreSubscription{PendingBytes: 60 << 20}}},
+		{Task: "in-1", Stats: control.TaskStats{SourcePending: pending(0), CoreSubscription: &control.CoreSubscription{}}},
+		{Task: "orders-0", Stats: control.TaskStats{SourcePending: pending(12)}}, // a stream keeps them
+	}}
+	var b bytes.Buffer
+	printDiscarded(&b, st, nil)
+	want := "source in (task in-0): the messages its subscription held, 350000 at its latest report, are discarded (core NATS cannot deliver them again)\n"
+	if b.String() != want {
+		t.Errorf("printed %q, want %q", b.String(), want)
+	}
+	b.Reset()
+	printDiscarded(&b, st, errors.New("no status"))
+	if b.Len() > 0 {
+		t.Errorf("printed %q without the job's status", b.String())
 	}
 }

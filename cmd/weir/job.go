@@ -483,6 +483,19 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	// A cancel's or a stop's job as it was: what its core sources held,
+	// which goes with it (printDiscarded). A nicety: not waited for long
+	// while no coordinator answers, which the command itself says.
+	var before control.JobStatus
+	beforeErr := errors.New("not asked")
+	jobBefore := func() {
+		bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		before, beforeErr = api.Job(bctx, job)
+	}
+	if c.name == "cancel" {
+		jobBefore()
+	}
 	switch c.name {
 	case "ls":
 		jobs, err := api.Jobs(ctx)
@@ -535,6 +548,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if f.drain {
 			return drainJob(ctx, std, api, job)
 		}
+		jobBefore()
 		progress(ctx, api, std.Err, job, "stopping %s with a savepoint …\n")
 		api.Timeout = savepointWait
 		cp, err := api.StopJob(ctx, job)
@@ -543,11 +557,13 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		fmt.Fprintf(std.Out, "job %s stopped with savepoint %d (%s); restore it with: weir job restore%s %s -from %d\n",
 			cp.Job, cp.ID, size(cp.Size), nf.hint(), shellQuote(cp.Job), cp.ID)
+		printDiscarded(std.Out, before, beforeErr)
 	case "cancel":
 		st, err := api.CancelJob(ctx, job)
 		if err != nil {
 			return apiErr("job cancel", err)
 		}
+		printDiscarded(std.Out, before, beforeErr)
 		switch {
 		case st.State == control.JobCanceled && st.LatestCheckpoint > 0:
 			fmt.Fprintf(std.Out, "job %s: %s; restore it from its latest checkpoint with: weir job restore%s %s -from %d\n",
@@ -1172,6 +1188,23 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 	for _, t := range tasks {
 		if line := droppedLine(t); line != "" {
 			fmt.Fprintln(w, line)
+		}
+	}
+}
+
+// printDiscarded says, for a job canceled or stopped whose status before
+// was before (none: beforeErr), what each core NATS source task's
+// subscription held: the cancel or stop discarded it, and core NATS
+// cannot deliver it again. A trial's cancel discarded some 350 000
+// messages without a word.
+func printDiscarded(w io.Writer, before control.JobStatus, beforeErr error) {
+	if beforeErr != nil {
+		return
+	}
+	for _, t := range before.Tasks {
+		if p := t.Stats.SourcePending; p != nil && *p > 0 && t.Stats.CoreSubscription != nil {
+			fmt.Fprintf(w, "source %s (task %s): the messages its subscription held, %d at its latest report, are discarded (core NATS cannot deliver them again)\n",
+				vertexOf(t.Task), t.Task, *p)
 		}
 	}
 }

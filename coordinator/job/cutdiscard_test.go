@@ -85,12 +85,14 @@ func TestResumeKeepsAnUnusableCheckpointANewerOneNames(t *testing.T) {
 	defer func() { stop() }()
 	e.fleet.start(ctx, "w1")
 	defer e.fleet.wait()
-	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "kc", "checkpointing: {interval: 20ms, retained: 3}\n")}); err != nil {
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "kc", "checkpointing: {interval: 20ms, retained: 50}\n")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "kc", "checkpoints", func(s control.JobStatus) bool { return s.LatestCheckpoint >= 5 })
 	stop()
 
+	// retained 50: the checkpoints named here stay through the test (c
+	// discarded by retention, nothing would name b any more).
 	ids, err := e.catalogIDs(ctx, "kc")
 	if err != nil || len(ids) < 3 {
 		t.Fatalf("stored: %v, %v; want 3", ids, err)
