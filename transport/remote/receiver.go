@@ -3,6 +3,7 @@ package remote
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +29,9 @@ type Receiver struct {
 	consumed    uint64 // credited bytes polled
 	announced   uint64 // highest cumulative grant published
 	window      int    // the window in effect (SetBuffer); cfg.Window at most
+	cuts        bool   // the sender said it cuts frames to its credit
+	old         bool   // the sender probed without saying so: one frame at least
+	need        int    // the least window a record the sender waits on needs
 	err         error
 	closed      bool
 	notify      func()
@@ -48,13 +52,20 @@ var (
 )
 
 // NewReceiver opens the consuming end of the channel cfg.Subject on nc and
-// grants the sender its initial window.
+// grants the sender its initial window (Config.StartWindow).
+//
+// Until it hears from the sender, the receiver takes it for one that cuts
+// frames to its credit, and may grant less than a frame: an older sender
+// that waits for a whole frame's credit probes while it waits, and its
+// probe, without the header that a newer one sets, raises the window to a
+// frame at once.
 func NewReceiver(nc *nats.Conn, cfg Config) (*Receiver, error) {
 	cfg, err := cfg.withDefaults(nc)
 	if err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, nc: nc, control: cfg.controlSubject(), expect: 1, window: cfg.Window}
+	r := &Receiver{cfg: cfg, nc: nc, control: cfg.controlSubject(), expect: 1}
+	r.window = r.clampLocked(cfg.StartWindow)
 	r.sub, err = nc.Subscribe(cfg.dataSubject(), r.onFrame)
 	if err != nil {
 		return nil, fmt.Errorf("remote channel %s: subscribe: %w", cfg.Channel, err)
@@ -88,15 +99,43 @@ func (r *Receiver) fail(err error) {
 	}
 }
 
+// clampLocked returns n within the least window the sender allows and
+// Config.Window.
+func (r *Receiver) clampLocked(n int) int {
+	least := r.cfg.MinWindow
+	if r.old {
+		least = r.cfg.MaxFrameBytes
+	}
+	return min(max(n, least, r.need), r.cfg.Window)
+}
+
+// onProbeLocked learns from a probe's headers whether the sender cuts
+// frames to its credit, and how much a record it waits on needs, and
+// keeps the window at least what that allows.
+func (r *Receiver) onProbeLocked(h nats.Header) {
+	if h.Get(headerCuts) != "" {
+		r.cuts = true
+	} else if !r.cuts {
+		r.old = true
+	}
+	if n, err := strconv.Atoi(h.Get(headerNeed)); err == nil && 2*n > r.window {
+		// Twice what it needs, as a frame is at most half the window:
+		// the grant then returns before the queue runs dry.
+		r.need = min(2*n, r.cfg.Window)
+	}
+	r.window = r.clampLocked(r.window)
+}
+
 // announceLocked publishes the grant: the window in effect beyond what
 // the task polled, or the highest grant published if the window shrank
 // below it since (a grant is never taken back; the sender keeps the
-// highest it heard).
+// highest it heard). Its header says the window in effect, to which a
+// sender sizes its frames.
 func (r *Receiver) announceLocked() {
 	g := max(uint64(r.window)+r.consumed, r.announced)
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], g)
-	if err := r.nc.Publish(r.control, b[:]); err != nil {
+	m := &nats.Msg{Subject: r.control, Data: binary.LittleEndian.AppendUint64(make([]byte, 0, 8), g),
+		Header: nats.Header{headerWindow: []string{strconv.Itoa(r.window)}}}
+	if err := r.nc.PublishMsg(m); err != nil {
 		if r.err == nil {
 			r.err = chanErr(r.cfg, fmt.Errorf("publish credit: %w", err))
 		}
@@ -117,6 +156,7 @@ func (r *Receiver) onFrame(m *nats.Msg) {
 		return
 	}
 	if f.Flags&FlagProbe != 0 {
+		r.onProbeLocked(m.Header)
 		r.announceLocked()
 		r.mu.Unlock()
 		return
@@ -231,16 +271,17 @@ func (r *Receiver) poll(priorityOnly bool) (stream.Delivery, bool, error) {
 	return en.d, true, nil
 }
 
-// SetBuffer sets the credit window in effect to n bytes, at least the
-// channel's largest frame (so that any frame fits once the queue is
-// empty) and at most Config.Window (stream.Resizer), and returns it. A
-// larger window is granted at once; a smaller one as the task polls: the
-// receiver grants nothing more until what it holds and what is in flight
-// fall under it.
+// SetBuffer sets the credit window in effect to n bytes, at most
+// Config.Window (stream.Resizer), and returns it. It keeps at least
+// Config.MinWindow, and twice the largest record the sender waited on; with
+// an older sender, which waits for a whole frame's credit, at least the
+// channel's largest frame. A larger window is granted at once; a smaller
+// one as the task polls: the receiver grants nothing more until what it
+// holds and what is in flight fall under it.
 func (r *Receiver) SetBuffer(n int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n = min(max(n, r.cfg.MaxFrameBytes), r.cfg.Window)
+	n = r.clampLocked(n)
 	grow := n > r.window
 	r.window = n
 	if grow && r.err == nil && !r.closed {

@@ -9,12 +9,22 @@
 //   - Batching: the sender packs elements into frames up to MaxFrameBytes
 //     and publishes a partial frame after Linger, or at once when a control
 //     element (barrier, cancel marker, end-of-partition) is queued.
-//   - Flow control: the receiver grants credit in bytes (Window at start,
-//     plus the wire size of every frame the task has polled). The sender
-//     never publishes a frame whose bytes would exceed what was granted, so
-//     at most Window bytes are ever in flight or queued at the receiver: the
-//     server never cuts a slow consumer and never drops, and a slow consumer
-//     slows its producer down.
+//   - Flow control: the receiver grants credit in bytes (its window at
+//     start — StartWindow, or Window — plus the wire size of every frame the
+//     task has polled). The sender never publishes a frame whose bytes would
+//     exceed what was granted, so at most Window bytes are ever in flight or
+//     queued at the receiver: the server never cuts a slow consumer and
+//     never drops, and a slow consumer slows its producer down. A task may
+//     resize the window while the channel runs (Receiver.SetBuffer).
+//   - Sub-frame windows: a sender cuts a frame at the credit it has (at
+//     record boundaries) instead of waiting for a whole frame's credit, and
+//     says so on its probes (a NATS header, which a worker that predates it
+//     ignores); the receiver's credit messages say its window (a header
+//     too), to which the sender sizes its frames and its queue. A receiver
+//     shrinks its window below a frame, down to MinWindow, unless it heard a
+//     probe without that header: an older sender, which waits for a whole
+//     frame's credit, keeps the one-frame floor. A record the window cannot
+//     carry raises it (the sender's probe says what it needs).
 //   - Loss detection: every frame carries a per-channel sequence number. A
 //     gap, a malformed frame or a disconnect of either end's NATS connection
 //     fails the channel with a *stream.ChannelError; a channel never
@@ -54,6 +64,18 @@ type Config struct {
 	// ProbeInterval is how often a sender without credit asks the receiver
 	// to repeat its grant (covers start-up order); default 100ms.
 	ProbeInterval time.Duration
+	// StartWindow is the window the receiver grants at first, before its
+	// task sized it (stream.Resizer): a task that debloats its input starts
+	// its channels small and grows them as it measures its pace (a slow
+	// start), so that the first barrier of a new attempt does not wait
+	// behind a whole Window of backlog. 0 means Window. Only the receiver
+	// reads it.
+	StartWindow int
+	// MinWindow is the least the receiver's window shrinks to (SetBuffer,
+	// StartWindow) with a sender that cuts frames to its credit; default
+	// 16 KiB, at most MaxFrameBytes. With an older sender the least is
+	// MaxFrameBytes. Only the receiver reads it.
+	MinWindow int
 }
 
 // ErrRecordTooLarge is returned by Send for a record that does not fit in a
@@ -89,6 +111,13 @@ func (c Config) withDefaults(nc *nats.Conn) (Config, error) {
 	if c.MaxFrameBytes < FrameHeaderSize+64 {
 		return c, fmt.Errorf("remote channel %s: max frame of %d bytes is too small", c.Channel, c.MaxFrameBytes)
 	}
+	if c.MinWindow <= 0 {
+		c.MinWindow = 16 << 10
+	}
+	c.MinWindow = min(max(c.MinWindow, FrameHeaderSize+64), c.MaxFrameBytes)
+	if c.StartWindow <= 0 || c.StartWindow > c.Window {
+		c.StartWindow = c.Window
+	}
 	if c.Linger <= 0 {
 		c.Linger = time.Millisecond
 	}
@@ -100,7 +129,25 @@ func (c Config) withDefaults(nc *nats.Conn) (Config, error) {
 
 // batchRoom is the most of a record batch a frame holds: the frame less
 // its header and the element's kind and length.
-func (c Config) batchRoom() int { return c.MaxFrameBytes - FrameHeaderSize - 5 }
+func (c Config) batchRoom() int { return roomOf(c.MaxFrameBytes) }
+
+// roomOf is the most of a record batch a frame of size bytes holds.
+func roomOf(size int) int { return size - FrameHeaderSize - 5 }
+
+// NATS headers of a channel's messages. A worker that predates them reads
+// a message's data only, and ignores them.
+const (
+	// headerCuts, on a probe, says that the sender cuts frames to the
+	// credit it has: its receiver may grant less than a frame.
+	headerCuts = "Weir-Cuts"
+	// headerNeed, on a probe, is the size of the frame the sender waits
+	// for credit for, when its first element cannot be cut smaller (one
+	// record, or a control element).
+	headerNeed = "Weir-Need"
+	// headerWindow, on a credit message, is the receiver's window in
+	// effect.
+	headerWindow = "Weir-Window"
+)
 
 func (c Config) dataSubject() string    { return c.Subject + ".d" }
 func (c Config) controlSubject() string { return c.Subject + ".c" }

@@ -659,13 +659,13 @@ func TestQueuedRecords(t *testing.T) {
 // SetBuffer shrinks the credit window while the channel runs: once the
 // receiver's task took what the larger window let in, the receiver holds
 // at most the smaller window; growing it lets the sender get ahead again.
-// The window never goes under the largest frame (so a frame always fits)
-// nor over Config.Window, and every record arrives once, in order.
+// The window never goes under Config.MinWindow (here the frame, which
+// caps it) nor over Config.Window, and every record arrives once, in order.
 func TestSetBufferResizesTheWindow(t *testing.T) {
 	const window, frame = 256 << 10, 8 << 10
 	ctx, snd, rcv := pair(t, Config{Subject: "weir.test.resize", Window: window, MaxFrameBytes: frame})
 	if got := rcv.SetBuffer(1); got != frame {
-		t.Fatalf("SetBuffer(1) = %d, want the largest frame %d", got, frame)
+		t.Fatalf("SetBuffer(1) = %d, want MinWindow, capped at the frame, %d", got, frame)
 	}
 	if got := rcv.SetBuffer(1 << 30); got != window {
 		t.Fatalf("SetBuffer(1 GiB) = %d, want the window %d", got, window)

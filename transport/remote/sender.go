@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,7 +24,7 @@ type Sender struct {
 	sub       *nats.Subscription
 	stopWatch func()
 	timer     *time.Timer
-	probe     []byte
+	probe     []byte // a probe frame's data
 
 	mu          sync.Mutex
 	queue       []stream.Element // not yet published, from qhead on
@@ -36,6 +37,9 @@ type Sender struct {
 	granted     uint64 // cumulative bytes the receiver granted
 	sent        uint64 // cumulative bytes of credited frames published
 	seq         uint64
+	window      int // the receiver's window as its credit says; 0: not said (an older receiver), -1: no credit yet
+	need        int // the frame the queue's first element needs, while it waits for credit for it
+	needSaid    int // the largest need a probe said
 	timerArmed  bool
 	lingerDue   bool
 	err         error
@@ -56,11 +60,12 @@ func NewSender(nc *nats.Conn, cfg Config) (*Sender, error) {
 		return nil, err
 	}
 	s := &Sender{
-		cfg:   cfg,
-		nc:    nc,
-		data:  cfg.dataSubject(),
-		wake:  make(chan struct{}),
-		probe: EncodeFrame(0, FlagProbe, nil),
+		cfg:    cfg,
+		nc:     nc,
+		data:   cfg.dataSubject(),
+		wake:   make(chan struct{}),
+		window: -1,
+		probe:  EncodeFrame(0, FlagProbe, nil),
 	}
 	s.timer = time.AfterFunc(time.Hour, s.onLinger)
 	s.timer.Stop()
@@ -76,7 +81,7 @@ func NewSender(nc *nats.Conn, cfg Config) (*Sender, error) {
 	// Ask a receiver that is already there for its grant; one that comes
 	// later announces it when it starts, and the credit subscription is in
 	// place to hear it.
-	if err := nc.Publish(s.data, s.probe); err != nil {
+	if err := nc.PublishMsg(s.probeMsg(0)); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("remote channel %s: probe: %w", cfg.Channel, err)
 	}
@@ -101,23 +106,65 @@ func (s *Sender) broadcastLocked() {
 	s.wake = make(chan struct{})
 }
 
+// probeMsg is a probe frame whose headers say that the sender cuts frames
+// to its credit and, when need > 0, the frame it waits for credit for. A
+// receiver that predates the headers reads the frame only.
+func (s *Sender) probeMsg(need int) *nats.Msg {
+	h := nats.Header{headerCuts: []string{"1"}}
+	if need > 0 {
+		h[headerNeed] = []string{strconv.Itoa(need)}
+	}
+	return &nats.Msg{Subject: s.data, Data: s.probe, Header: h}
+}
+
 func (s *Sender) onCredit(m *nats.Msg) {
 	if len(m.Data) != 8 {
 		s.fail(fmt.Errorf("malformed credit message of %d bytes", len(m.Data)))
 		return
 	}
 	g := binary.LittleEndian.Uint64(m.Data)
+	window := 0
+	if v := m.Header.Get(headerWindow); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			s.fail(fmt.Errorf("malformed credit message: window %q", v))
+			return
+		}
+		window = n
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return
 	}
-	if g > s.granted {
-		s.granted = g
+	if g > s.granted || window != s.window {
+		s.granted = max(s.granted, g)
+		s.window = window
 		s.flushLocked(s.lingerDue)
 		s.broadcastLocked()
 	}
 }
+
+// frameCapLocked is the most a frame holds, and what the queue holds before
+// a Send waits: MaxFrameBytes, or half the receiver's window if less, so
+// that a window shrunk below a frame (buffer debloating) holds about as
+// much at the sender as at the receiver.
+// Before the first credit it is startFrameBytes: the receiver may start
+// small (Config.StartWindow), and what the sender queues waits ahead of a
+// barrier as what the receiver holds does.
+func (s *Sender) frameCapLocked() int {
+	switch {
+	case s.window > 0:
+		return min(s.cfg.MaxFrameBytes, max(s.window/2, FrameHeaderSize+64))
+	case s.window < 0:
+		return min(s.cfg.MaxFrameBytes, startFrameBytes)
+	}
+	return s.cfg.MaxFrameBytes
+}
+
+// startFrameBytes caps a frame before the receiver's first credit: half the
+// default Config.MinWindow.
+const startFrameBytes = 8 << 10
 
 func (s *Sender) onLinger() {
 	s.mu.Lock()
@@ -136,8 +183,11 @@ func (s *Sender) onLinger() {
 // after it was handed to the NATS connection.
 func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 	parts := []stream.Element{e}
-	if e.Kind == stream.KindRecords && FrameHeaderSize+ElementWireSize(e) > s.cfg.MaxFrameBytes {
-		batches, err := splitBatch(e.Batch, s.cfg.batchRoom())
+	s.mu.Lock()
+	fcap := s.frameCapLocked()
+	s.mu.Unlock()
+	if e.Kind == stream.KindRecords && FrameHeaderSize+ElementWireSize(e) > fcap {
+		batches, err := splitBatch(e.Batch, roomOf(fcap), s.cfg.batchRoom())
 		if err != nil {
 			return fmt.Errorf("remote channel %s: %w", s.cfg.Channel, err)
 		}
@@ -154,9 +204,9 @@ func (s *Sender) Send(ctx context.Context, e stream.Element) error {
 func (s *Sender) send(ctx context.Context, parts []stream.Element) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.err == nil && s.queuedBytes+FrameHeaderSize >= s.cfg.MaxFrameBytes {
+	for s.err == nil && s.queuedBytes+FrameHeaderSize >= s.frameCapLocked() {
 		s.flushLocked(false)
-		if s.queuedBytes+FrameHeaderSize < s.cfg.MaxFrameBytes {
+		if s.queuedBytes+FrameHeaderSize < s.frameCapLocked() {
 			break
 		}
 		if err := s.waitLocked(ctx); err != nil {
@@ -205,17 +255,19 @@ func (s *Sender) send(ctx context.Context, parts []stream.Element) error {
 
 // MaxElementBytes returns what a frame holds of a record batch while the
 // receiver's credit is short — less than a frame's worth left: its task
-// is behind, and may have shrunk its window (buffer debloating) — else 0
-// (stream.ElementLimiter). The producing task then sends such batches in
-// frame-sized pieces, each once there is room for it, instead of handing
-// over a whole batch whose frames would wait here, ahead of a barrier.
+// is behind, and may have shrunk its window (buffer debloating; a frame is
+// then at most half the window) — else 0 (stream.ElementLimiter). The
+// producing task then sends such batches in frame-sized pieces, each once
+// there is room for it, instead of handing over a whole batch whose frames
+// would wait here, ahead of a barrier.
 func (s *Sender) MaxElementBytes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.granted-s.sent >= uint64(s.cfg.MaxFrameBytes) {
+	fcap := s.frameCapLocked()
+	if s.granted-s.sent >= uint64(fcap) {
 		return 0
 	}
-	return s.cfg.batchRoom()
+	return roomOf(fcap)
 }
 
 // waitLocked waits for a state change, ctx or the probe interval; on the
@@ -230,7 +282,10 @@ func (s *Sender) waitLocked(ctx context.Context) error {
 		err = fmt.Errorf("remote channel %s: waiting for credit: %w", s.cfg.Channel, ctx.Err())
 	case <-wake:
 	case <-t.C:
-		if perr := s.nc.Publish(s.data, s.probe); perr != nil {
+		s.mu.Lock()
+		need := s.need
+		s.mu.Unlock()
+		if perr := s.nc.PublishMsg(s.probeMsg(need)); perr != nil {
 			s.fail(fmt.Errorf("publish probe: %w", perr))
 		}
 	}
@@ -241,31 +296,52 @@ func (s *Sender) waitLocked(ctx context.Context) error {
 
 // flushLocked publishes frames from the queue while credit allows: full
 // frames always, the last partial frame only when all is set or a control
-// element is queued.
+// element is queued. A frame the credit does not cover is cut to what it
+// covers, at an element or a record boundary, rather than wait for a
+// whole frame's credit (the window may be smaller than a frame).
 func (s *Sender) flushLocked(all bool) {
 	all = all || s.ctlQueued > 0
+	fcap := s.frameCapLocked()
 	progressed := false
+	s.need = 0
 	for s.err == nil && s.qhead < len(s.queue) {
-		size, n, ctl := FrameHeaderSize, 0, 0
+		size, n := FrameHeaderSize, 0
 		for i := s.qhead; i < len(s.queue); i++ {
 			w := ElementWireSize(s.queue[i])
-			if n > 0 && size+w > s.cfg.MaxFrameBytes {
+			if n > 0 && size+w > fcap {
 				break
 			}
 			size += w
 			n++
-			if s.queue[i].Kind != stream.KindRecords {
-				ctl++
-			}
 		}
 		if !all && s.qhead+n == len(s.queue) {
 			break // partial frame: wait for more elements or the linger timer
 		}
-		if s.sent+uint64(size) > s.granted {
-			break // no credit
+		if avail := s.granted - s.sent; uint64(size) > avail {
+			// Cut the frame to the elements the credit covers.
+			size, n = FrameHeaderSize, 0
+			for i := s.qhead; ; i++ {
+				w := ElementWireSize(s.queue[i])
+				if uint64(size+w) > avail {
+					break
+				}
+				size += w
+				n++
+			}
+			if n == 0 {
+				if !s.cutHeadLocked(int(avail)) {
+					break // no credit
+				}
+				progressed = true
+				continue
+			}
 		}
 		buf := AppendFrameHeader(s.buf[:0], s.seq+1, 0, n)
+		ctl := 0
 		for i := s.qhead; i < s.qhead+n; i++ {
+			if s.queue[i].Kind != stream.KindRecords {
+				ctl++
+			}
 			buf = AppendElement(buf, s.queue[i])
 			s.queue[i] = stream.Element{}
 		}
@@ -295,6 +371,51 @@ func (s *Sender) flushLocked(all bool) {
 	if progressed {
 		s.broadcastLocked()
 	}
+}
+
+// cutHeadLocked publishes, in a frame of its own, the records at the start
+// of the queue's first element (a record batch) that avail bytes of credit
+// cover, and leaves the rest queued; the element counts as published only
+// once its last piece is. When not even its first record (or the control
+// element) fits, it notes the frame the element needs (s.need) and, when
+// the receiver's window is too small to ever cover it, says so at once in
+// a probe, and returns false.
+func (s *Sender) cutHeadLocked(avail int) bool {
+	e := s.queue[s.qhead]
+	need := FrameHeaderSize + ElementWireSize(e)
+	if e.Kind == stream.KindRecords {
+		piece, rest, first, err := cutBatch(e.Batch, roomOf(avail))
+		if err != nil {
+			s.failLocked(chanErr(s.cfg, fmt.Errorf("cut record batch: %w", err)))
+			return false
+		}
+		if piece != nil {
+			buf := AppendFrameHeader(s.buf[:0], s.seq+1, 0, 1)
+			buf = AppendElement(buf, stream.Records(piece))
+			s.buf = buf
+			if err := s.nc.Publish(s.data, buf); err != nil {
+				s.failLocked(chanErr(s.cfg, fmt.Errorf("publish frame %d: %w", s.seq+1, err)))
+				return false
+			}
+			s.seq++
+			s.sent += uint64(len(buf))
+			s.queue[s.qhead] = stream.Records(rest)
+			s.queuedBytes -= len(e.Batch) - len(rest)
+			return true
+		}
+		need = FrameHeaderSize + 5 + first
+	}
+	s.need = need
+	// A receiver that said its window takes a record needing more than
+	// half of it only once it heard so (a frame is at most half the
+	// window, so that credit returns before its queue runs dry).
+	if s.window > 0 && 2*need > s.window && need > s.needSaid {
+		s.needSaid = need
+		if err := s.nc.PublishMsg(s.probeMsg(need)); err != nil {
+			s.failLocked(chanErr(s.cfg, fmt.Errorf("publish probe: %w", err)))
+		}
+	}
+	return false
 }
 
 // SendPriority publishes e — an unaligned barrier — ahead of every element
@@ -376,8 +497,10 @@ func (s *Sender) Close() error {
 	return nil
 }
 
-// splitBatch cuts a record batch into batches whose size stays within max.
-func splitBatch(batch []byte, max int) ([][]byte, error) {
+// splitBatch cuts a record batch into batches whose size stays within
+// room, but for a record larger than room, which goes alone; a record
+// larger than max is an error.
+func splitBatch(batch []byte, room, max int) ([][]byte, error) {
 	it, err := abi.NewIter(batch)
 	if err != nil {
 		return nil, err
@@ -390,7 +513,7 @@ func splitBatch(batch []byte, max int) ([][]byte, error) {
 		if abi.BatchHeaderSize+rs > max {
 			return nil, fmt.Errorf("%w: record %d of %d bytes, frame room %d", ErrRecordTooLarge, it.Index(), rs, max)
 		}
-		if b.Len() > 0 && b.Size()+rs > max {
+		if b.Len() > 0 && b.Size()+rs > room {
 			out = append(out, append([]byte(nil), b.Bytes()...))
 			b.Reset()
 		}
@@ -403,4 +526,38 @@ func splitBatch(batch []byte, max int) ([][]byte, error) {
 		out = append(out, append([]byte(nil), b.Bytes()...))
 	}
 	return out, nil
+}
+
+// cutBatch cuts the records of batch that fit in room bytes (a batch of
+// them) from the rest. piece is nil when not even the first record fits;
+// first is then the size of a batch of that record alone. rest is nil
+// when every record fits.
+func cutBatch(batch []byte, room int) (piece, rest []byte, first int, err error) {
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	n, end := 0, abi.BatchHeaderSize
+	for it.Next() {
+		if it.Offset() > room {
+			if n == 0 {
+				return nil, nil, it.Offset(), nil
+			}
+			break
+		}
+		n, end = n+1, it.Offset()
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, 0, err
+	}
+	if n == it.Count() {
+		return batch, nil, 0, nil
+	}
+	piece = make([]byte, end)
+	binary.LittleEndian.PutUint32(piece, uint32(n))
+	copy(piece[abi.BatchHeaderSize:], batch[abi.BatchHeaderSize:end])
+	rest = make([]byte, abi.BatchHeaderSize+len(batch)-end)
+	binary.LittleEndian.PutUint32(rest, uint32(it.Count()-n))
+	copy(rest[abi.BatchHeaderSize:], batch[end:])
+	return piece, rest, 0, nil
 }
