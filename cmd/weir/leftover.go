@@ -133,7 +133,11 @@ func leftPart(kind string, names []string, usedBy func(string) string, cmd strin
 	var said, free []string
 	for _, n := range names {
 		if u := usedBy(n); u != "" {
-			said = append(said, n+" ("+u+" uses it too)")
+			verb := "uses" // "job b uses it too"; "job b, job c use it too"
+			if strings.Contains(u, ", ") {
+				verb = "use"
+			}
+			said = append(said, n+" ("+u+" "+verb+" it too)")
 			continue
 		}
 		said = append(said, n)

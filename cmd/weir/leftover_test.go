@@ -66,6 +66,35 @@ sinks: [{name: tap, kind: nats, subject: tap, input: {from: res}}]
 			t.Errorf("stream %v: exit %d, stdout %q, stderr %q; want exit 1, %q", c.args, code, out, errs, c.want)
 		}
 	}
+	// weir stream edit refuses, while jo runs, a duplicate window its
+	// exactly-once sink's recovery cannot do with, and limits that would
+	// delete its committed output (OUT discards old messages); -force
+	// edits all the same. (A trial's edits went through silently, and one
+	// deleted 19 900 committed messages.)
+	for i := range 150 {
+		if _, err := n.JS.Publish(ctx, "out.k", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"edit", "OUT", "-dupe-window", "10s"}, "weir: stream edit OUT: job jo (running) writes it exactly-once (sink out), whose recovery needs a duplicate window of 2m10s: " +
+			"with 10s it could store output twice; nothing changed (stop or cancel the job first, or give -force)\n"},
+		{[]string{"edit", "OUT", "-max-msgs", "100"}, "weir: stream edit OUT: job jo (running) writes it (sink out), and the stream discards old messages: " +
+			"max-msgs 100 would delete 50 of its 150 messages, committed output, and the oldest again as the job writes more; nothing changed (give -force to all the same)\n"},
+	} {
+		if code, out, errs := stream(c.args...); code != 1 || out != "" || errs != c.want {
+			t.Errorf("stream %v: exit %d, stdout %q, stderr %q; want exit 1, %q", c.args, code, out, errs, c.want)
+		}
+	}
+	if code, out, errs := stream("edit", "OUT", "-dupe-window", "1h"); code != 0 || out != "stream OUT: duplicate window 2m10s → 1h0m0s\n" {
+		t.Errorf("stream edit OUT -dupe-window 1h: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, out, errs := stream("edit", "OUT", "-max-msgs", "1000", "-force"); code != 0 || out != "stream OUT: max messages none → 1000\n" {
+		t.Errorf("stream edit OUT -max-msgs 1000 -force: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 	for _, args := range [][]string{{"rm"}, {"info", "IN", "-force"}} {
 		if code, _, _ := stream(args...); code != 2 {
 			t.Errorf("stream %v: exit %d, want 2 (usage)", args, code)
@@ -108,6 +137,11 @@ func TestLeftPartIsOneCommand(t *testing.T) {
 	got := leftPart("module", []string{"split@1", "split@2", "wordcount@1"}, used, "weir module rm -nats nats://h:4222 %s")
 	want := "modules split@1, split@2 (job b uses it too), wordcount@1: weir module rm -nats nats://h:4222 split@1 wordcount@1"
 	if got != want {
+		t.Errorf("leftPart:\n got %q\nwant %q", got, want)
+	}
+	// Two jobs use it: "use", not "uses".
+	got = leftPart("stream", []string{"OUT"}, func(string) string { return "job bg, job j1" }, "weir stream rm %s")
+	if want := "stream OUT (job bg, job j1 use it too)"; got != want {
 		t.Errorf("leftPart:\n got %q\nwant %q", got, want)
 	}
 }

@@ -29,11 +29,16 @@ const streamUsage = `ls|info|edit|rm [flags] [STREAM]
                                   sequence, duplicate window, limits
   weir stream info STREAM         one stream's subjects, state and limits
   weir stream edit STREAM [-dupe-window D] [-max-age D] [-max-bytes SIZE]
-                   [-max-msgs N] [-max-msgs-per-subject N]
+                   [-max-msgs N] [-max-msgs-per-subject N] [-force]
                                   change a stream's limits (0 or -1: none;
                                   -dupe-window: how long it remembers
                                   message ids, which an exactly-once sink's
-                                  recovery needs, and weir job submit checks)
+                                  recovery needs, and weir job submit checks);
+                                  refused, where a job that has not ended
+                                  writes it, for a duplicate window shorter
+                                  than its exactly-once sink needs, and for
+                                  limits that would drop its committed
+                                  output (discard old) (-force: all the same)
   weir stream rm STREAM... [-force]
                                   delete streams and every message in them, for
                                   good; refused, before any goes, while a job
@@ -68,7 +73,7 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	fs.Var(&sf.maxBytes, "max-bytes", "edit: drop the oldest messages past this size (e.g. 10GiB; 0: no limit)")
 	fs.Int64Var(&sf.maxMsgs, "max-msgs", 0, "edit: drop the oldest messages past this many (0 or -1: no limit)")
 	fs.Int64Var(&sf.maxPerSubj, "max-msgs-per-subject", 0, "edit: keep at most this many messages per subject (0 or -1: no limit)")
-	force := fs.Bool("force", false, "rm: remove the stream even while a job that has not ended reads or writes it")
+	force := fs.Bool("force", false, "rm: remove the stream even while a job that has not ended reads or writes it; edit: change it even where a running job's sink needs what the change takes away")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
@@ -84,8 +89,8 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 		return usagef("stream: unknown subcommand %q (%sls, info, edit or rm)", pos[0], didYouMean(pos[0], subs))
 	case pos[0] == "ls" && len(pos) != 1, pos[0] == "rm" && len(pos) < 2, pos[0] != "ls" && pos[0] != "rm" && len(pos) != 2:
 		return usagef("stream %s: want %s", pos[0], map[string]string{"ls": "no argument", "info": "STREAM", "edit": "STREAM and the limits to change", "rm": "one STREAM or more"}[pos[0]])
-	case pos[0] != "rm" && *force:
-		return usagef("stream %s: -force is a flag of stream rm", pos[0])
+	case pos[0] != "rm" && pos[0] != "edit" && *force:
+		return usagef("stream %s: -force is a flag of stream rm and stream edit", pos[0])
 	case pos[0] != "edit" && len(sf.set) > len(nfSet(sf.set)):
 		return usagef("stream %s: -dupe-window, -max-age, -max-bytes, -max-msgs and -max-msgs-per-subject are flags of stream edit", pos[0])
 	case pos[0] == "edit" && len(sf.set) == len(nfSet(sf.set)):
@@ -143,6 +148,11 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	}
 	cfg := st.CachedInfo().Config
 	changes := sf.apply(&cfg)
+	if !*force {
+		if err := editInUse(ctx, std.Err, nc, st.CachedInfo(), cfg, sf); err != nil {
+			return err
+		}
+	}
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("stream edit %s: %w", pos[1], err)
 	}
@@ -266,6 +276,21 @@ func limits(c jetstream.StreamConfig) string {
 	return strings.Join(l, ", ")
 }
 
+// limitsAndDiscard is limits with, where the stream has any, what it
+// does once one is reached: "max-msgs 15000, discard new" (a sink's
+// commit fails) or "…, discard old" (the oldest messages, committed
+// output too, go without a word).
+func limitsAndDiscard(c jetstream.StreamConfig) string {
+	l := limits(c)
+	if l == "none" {
+		return l
+	}
+	if c.Discard == jetstream.DiscardNew {
+		return l + ", discard new"
+	}
+	return l + ", discard old"
+}
+
 // printStreams lists streams, one per line.
 func printStreams(w io.Writer, infos []*jetstream.StreamInfo) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -273,7 +298,7 @@ func printStreams(w io.Writer, infos []*jetstream.StreamInfo) {
 	for _, in := range infos {
 		s := in.State
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d-%d\t%s\t%s\n", in.Config.Name, strings.Join(in.Config.Subjects, " "), s.Msgs,
-			jobspec.FormatSize(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Config.Duplicates, limits(in.Config))
+			jobspec.FormatSize(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Config.Duplicates, limitsAndDiscard(in.Config))
 	}
 	tw.Flush()
 }
@@ -368,4 +393,84 @@ func removeStreams(ctx context.Context, std Stdio, nc *nats.Conn, js jetstream.J
 		}
 	}
 	return nil
+}
+
+// editInUse refuses the edit of stream in into after, sf's limits set,
+// where a job that has not ended writes the stream: a duplicate window
+// shorter than one of its exactly-once sinks needs (control.JobStatus.
+// SinkDuplicateWindows, as submit checks it) would let a recovery store
+// output twice; new limits on a stream that discards old messages would
+// delete committed output, now and as the job writes more. One line,
+// naming the job, the sink and what the change would do. Where no
+// coordinator answers within inUseWait, it says on w that it could not
+// tell, and lets the edit go: weir's advice for a stream that grows
+// without bound is this command, with or without a coordinator.
+func editInUse(ctx context.Context, w io.Writer, nc *nats.Conn, in *jetstream.StreamInfo, after jetstream.StreamConfig, sf streamFlags) error {
+	before, name := in.Config, in.Config.Name
+	shorter := sf.set["dupe-window"] && after.Duplicates < before.Duplicates
+	var limited []string // the limits set that drop output: "max-msgs 100"
+	if after.Discard == jetstream.DiscardOld {
+		if sf.set["max-msgs"] && after.MaxMsgs > 0 && (before.MaxMsgs <= 0 || after.MaxMsgs < before.MaxMsgs) {
+			limited = append(limited, "max-msgs "+strconv.FormatInt(after.MaxMsgs, 10))
+		}
+		if sf.set["max-bytes"] && after.MaxBytes > 0 && (before.MaxBytes <= 0 || after.MaxBytes < before.MaxBytes) {
+			limited = append(limited, "max-bytes "+jobspec.FormatSize(after.MaxBytes))
+		}
+		if sf.set["max-age"] && after.MaxAge > 0 && (before.MaxAge <= 0 || after.MaxAge < before.MaxAge) {
+			limited = append(limited, "max-age "+after.MaxAge.String())
+		}
+	}
+	if !shorter && len(limited) == 0 {
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, inUseWait)
+	jobs, err := control.NewAPIClient(nc, "").Jobs(actx)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(w, "weir: no coordinator answered within %s to tell whether a running job writes stream %s, which the change may harm; changing it all the same\n", inUseWait, name)
+		return nil
+	}
+	for _, j := range jobs {
+		if j.State.Terminal() {
+			continue
+		}
+		for _, sk := range j.Sinks {
+			if sk.Kind != jobspec.KindJetStream || sk.Stream != name {
+				continue
+			}
+			if need := j.SinkDuplicateWindows[sk.Name]; shorter && after.Duplicates < need {
+				return fmt.Errorf("stream edit %s: job %s (%s) writes it exactly-once (sink %s), whose recovery needs a duplicate window of %s: with %s it could store output twice; nothing changed (stop or cancel the job first, or give -force)",
+					name, j.Name, j.State, sk.Name, need, after.Duplicates)
+			}
+			if len(limited) > 0 {
+				return fmt.Errorf("stream edit %s: job %s (%s) writes it (sink %s), and the stream discards old messages: %s would delete %s, committed output, and the oldest again as the job writes more; nothing changed (give -force to all the same)",
+					name, j.Name, j.State, sk.Name, strings.Join(limited, ", "), dropped(in, after))
+			}
+		}
+	}
+	return nil
+}
+
+// dropped says what of stream in the limits of after delete at once:
+// "19900 of its 20000 messages", or "the messages older than 1h" (by
+// age, which the stream's state does not count), or "none of its 100
+// messages yet".
+func dropped(in *jetstream.StreamInfo, after jetstream.StreamConfig) string {
+	held := int64(in.State.Msgs)
+	n := int64(0)
+	if after.MaxMsgs > 0 && held > after.MaxMsgs {
+		n = held - after.MaxMsgs
+	}
+	if after.MaxBytes > 0 && int64(in.State.Bytes) > after.MaxBytes && held > 0 {
+		// At least the share of the messages the bytes over the limit take.
+		over := (int64(in.State.Bytes) - after.MaxBytes) * held / int64(in.State.Bytes)
+		n = max(n, over)
+	}
+	switch {
+	case n > 0:
+		return fmt.Sprintf("%d of its %d messages", n, held)
+	case after.MaxAge > 0 && held > 0:
+		return fmt.Sprintf("those of its %d messages older than %s", held, after.MaxAge)
+	}
+	return fmt.Sprintf("none of its %d messages yet", held)
 }

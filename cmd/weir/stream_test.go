@@ -42,6 +42,11 @@ func TestStreamCommand(t *testing.T) {
 		out != "stream COUNTS: duplicate window 1m0s → 2m0s, max age none → 24h0m0s, max bytes none → 1GiB\n" {
 		t.Errorf("edit: %d %q %q", code, out, errs)
 	}
+	// ls shows, with the limits, what the stream does once one is
+	// reached (discard old: committed output goes without a word).
+	if code, out, errs := weir("ls"); code != 0 || !strings.Contains(out, "max-age 24h0m0s, max-bytes 1GiB, discard old") {
+		t.Errorf("ls after edit: %d\n%s%s", code, out, errs)
+	}
 	st, err := js.Stream(ctx, "COUNTS")
 	if err != nil {
 		t.Fatal(err)

@@ -182,6 +182,12 @@ type JobStatus struct {
 	// (weir job output); empty from a coordinator that does not send
 	// them.
 	Sinks []jobspec.Sink `json:"sinks,omitempty"`
+	// SinkDuplicateWindows gives, for each exactly-once JetStream sink of
+	// the job (by name), the duplicate window its stream needs
+	// (sink.ExactlyOnceDuplicateWindow, as submit checks it): weir stream
+	// edit refuses a shorter one while the job has not ended. Empty from a
+	// coordinator that does not send it.
+	SinkDuplicateWindows map[string]time.Duration `json:"sink_duplicate_windows,omitempty"`
 	// Sources are the sources of the job's spec (its latest), so that a
 	// client can tell which streams the job reads (weir stream rm refuses
 	// one a job that has not ended reads; weir job rm names those it

@@ -281,6 +281,7 @@ func (j *job) status() control.JobStatus {
 	}
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
+	st.SinkDuplicateWindows = sinkDuplicateWindows(j.spec)
 	st.Sources = slices.Clone(j.spec.Sources)
 	st.Modules = maps.Clone(j.modules)
 	if st.State == control.JobRunning {

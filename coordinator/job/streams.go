@@ -155,3 +155,20 @@ func shorterCheckpointing(ck jobspec.Checkpointing, window, need time.Duration) 
 	}
 	return fmt.Sprintf(", or give checkpointing.interval and checkpointing.timeout that sum to %s at most (now %s + %s)", rest, ck.Interval, ck.Timeout)
 }
+
+// sinkDuplicateWindows returns, for each exactly-once JetStream sink of
+// spec by name, the duplicate window its stream needs — what submit checks
+// (control.JobStatus.SinkDuplicateWindows) —, or nil where it has none.
+func sinkDuplicateWindows(spec *jobspec.Spec) map[string]time.Duration {
+	var out map[string]time.Duration
+	for _, s := range spec.Sinks {
+		if s.Kind != jobspec.KindJetStream || s.Guarantee == jobspec.AtLeastOnce {
+			continue
+		}
+		if out == nil {
+			out = map[string]time.Duration{}
+		}
+		out[s.Name] = sink.ExactlyOnceDuplicateWindow(spec.Checkpointing.Interval, spec.Checkpointing.Timeout, s.AckTimeout)
+	}
+	return out
+}
