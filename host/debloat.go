@@ -16,13 +16,22 @@ import (
 // buffers, and an unaligned checkpoint stores about that much; a task
 // that keeps up is left with the channels' configured sizes, which are
 // the most a buffer grows to.
+//
+// Each buffer starts at the least (MinBytes), a slow start: a new attempt
+// (a deploy, a restore) whose input has a backlog does not fill full-size
+// buffers before the task measured its pace, so that its first barrier
+// does not wait behind them. A task that keeps up measures a high pace in
+// its first Period with input and grows its buffers to their configured
+// size then; a remote channel must be told to start small too, as it
+// grants its sender credit when it opens (remote.Config.StartWindow).
 type Debloat struct {
 	// Target is how long a task should take to work through what its
 	// input channels hold; 0 turns debloating off.
 	Target time.Duration
-	// MinBytes is the least a channel's buffer shrinks to; 0 means
-	// DefaultDebloatMin. A transport may keep more (a remote channel
-	// holds at least its largest frame).
+	// MinBytes is the least a channel's buffer shrinks to, and its size
+	// at the start; 0 means DefaultDebloatMin. A transport may keep more
+	// (a remote channel holds at least remote.Config.MinWindow, and a
+	// frame with an older sender).
 	MinBytes int
 	// Period is how often the task measures and resizes; 0 means
 	// DefaultDebloatPeriod.
@@ -52,7 +61,21 @@ type debloater struct {
 	seen   int64         // bytes at the last measurement
 	active time.Duration // busy + backpressured at the last measurement
 	rate   float64       // running average, bytes per second of active time
-	sizes  []int         // per input channel: the size in effect, 0 before the first
+	sizes  []int         // per input channel: the size in effect, 0 for one that is not a stream.Resizer
+}
+
+// debloatStart sizes every input channel to the least, before the task
+// takes anything: the slow start.
+func (t *Task) debloatStart() {
+	d := t.debloat
+	var sum int64
+	for ch, in := range t.cfg.Inputs {
+		if r, ok := in.Receiver.(stream.Resizer); ok {
+			d.sizes[ch] = r.SetBuffer(d.cfg.MinBytes)
+		}
+		sum += int64(d.sizes[ch])
+	}
+	t.debloatSize.Store(sum)
 }
 
 // debloatTick measures and resizes once a period has passed since the
@@ -100,7 +123,7 @@ func (t *Task) debloatTick() {
 			sum += int64(d.sizes[ch])
 			continue
 		}
-		if cur := d.sizes[ch]; cur == 0 || float64(abs(want-cur)) > debloatThreshold*float64(cur) {
+		if cur := d.sizes[ch]; float64(abs(want-cur)) > debloatThreshold*float64(cur) {
 			d.sizes[ch] = r.SetBuffer(want)
 		}
 		sum += int64(d.sizes[ch])

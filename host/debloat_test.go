@@ -217,9 +217,10 @@ func TestDebloatedChannelTakesPieces(t *testing.T) {
 }
 
 // Across workers the same: a remote channel's receiver behind shrinks its
-// window to a frame, and its sender, short of credit, takes a source's
-// 512 KiB batches in frame-sized pieces (stream.ElementLimiter) instead of
-// queueing every frame of a batch ahead of the next barrier.
+// window below a frame, to its least (remote.Config.MinWindow), and its
+// sender, short of credit, sizes its frames to half the window and takes a
+// source's 512 KiB batches in pieces of a frame (stream.ElementLimiter)
+// instead of queueing every frame of a batch ahead of the next barrier.
 func TestDebloatedRemoteChannelTakesFrames(t *testing.T) {
 	srv, err := embedded.Start(embedded.Config{NoJetStream: true})
 	if err != nil {
@@ -233,8 +234,9 @@ func TestDebloatedRemoteChannelTakesFrames(t *testing.T) {
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const frame = 32 << 10
-	cfg := remote.Config{Channel: "src -> slow", Subject: "weir.test.debloat", Window: 1 << 20, MaxFrameBytes: frame}
+	const frame, least = 32 << 10, 16 << 10
+	cfg := remote.Config{Channel: "src -> slow", Subject: "weir.test.debloat", Window: 1 << 20, MaxFrameBytes: frame,
+		StartWindow: least, MinWindow: least}
 	r, err := remote.NewReceiver(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -247,6 +249,8 @@ func TestDebloatedRemoteChannelTakesFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// 1 ms a record of 1 KiB: ~1 MB/s, 10 KB in the target's 10 ms,
+	// which the receiver raises to its least.
 	op, err := host.New(host.Config{Name: "slow-0", Operator: &slowOp{per: time.Millisecond}, Inputs: []host.Input{{Receiver: r}},
 		Debloat: host.Debloat{Target: 10 * time.Millisecond, MinBytes: 4096, Period: 20 * time.Millisecond}})
 	if err != nil {
@@ -254,21 +258,99 @@ func TestDebloatedRemoteChannelTakesFrames(t *testing.T) {
 	}
 	go src.Run(ctx)
 	go op.Run(ctx)
-	waitFor(t, "the receiver's window did not shrink to a frame", func() bool {
+	waitFor(t, "the receiver's window did not shrink below a frame", func() bool {
 		queued, _ := r.QueuedBytes()
-		return op.Stats().InputBufferBytes == frame && queued <= 2*frame
+		return op.Stats().InputBufferBytes == least && queued <= least
 	})
+	// What the source task cut before the receiver shrank its window
+	// goes first: a batch (512 records at ~1 ms) later its pieces are
+	// those of the window in effect.
+	done := op.Stats().RecordsIn
+	waitFor(t, "the operator did not take a batch more", func() bool { return op.Stats().RecordsIn >= done+512 })
 	// Over more than the time the operator takes for a batch (~0.5 s):
-	// the sender holds at most the frame it waits to publish and one
-	// piece (Send waits while a frame's worth is queued).
+	// the sender holds at most the frame it waits to publish (half the
+	// window) and one piece (Send waits while a frame's worth is queued).
 	most := 0
 	for range 400 {
 		now, _ := s.QueuedBytes()
 		most = max(most, now)
 		time.Sleep(2 * time.Millisecond)
 	}
-	if most > 2*frame {
-		t.Fatalf("the sender held up to %d bytes, frames of %d: a whole batch (~520 KB) waits there", most, frame)
+	if most > least {
+		t.Fatalf("the sender held up to %d bytes, a window of %d: a whole batch (~520 KB) or frame (%d) waits there", most, least, frame)
+	}
+}
+
+// A task that debloats starts each input channel at the least (the slow
+// start of a new attempt): a feed with a backlog fills the channel to that
+// and no more before the task runs, and a remote receiver configured to
+// start small (StartWindow) grants no more; once the task runs and keeps
+// up, both grow to their configured size, and every record sent arrives.
+func TestDebloatSlowStart(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{NoJetStream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const capacity, window, least = 1 << 20, 2 << 20, 16 << 10
+	ls, lr := local.New(local.Options{Name: "feed -> op", CapacityBytes: capacity})
+	cfg := remote.Config{Channel: "feed -> op", Subject: "weir.test.slowstart", Window: window, StartWindow: least, MinWindow: least}
+	rr, err := remote.NewReceiver(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := remote.NewSender(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &sleepyOp{}
+	task, err := host.New(host.Config{Name: "op-0", Operator: op,
+		Inputs:  []host.Input{{Receiver: lr}, {Port: 1, Receiver: rr}},
+		Debloat: host.Debloat{Target: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := task.Stats().InputBufferBytes; b != 2*least {
+		t.Fatalf("InputBufferBytes = %d before the task ran, want the least of both channels, %d", b, 2*least)
+	}
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	sentL, sentR := feed(feedCtx, ls), feed(feedCtx, rs)
+	waitFor(t, "the local feed did not block", func() bool { return ls.Waiting() > 0 })
+	if _, q := ls.Queued(); q > least {
+		t.Errorf("the local channel took %d bytes before the task ran, want at most %d", q, least)
+	}
+	waitFor(t, "the remote feed did not fill the start window", func() bool {
+		q, _ := rr.QueuedBytes()
+		return q > least/2
+	})
+	if _, most := rr.QueuedBytes(); most > least {
+		t.Errorf("the remote receiver took %d bytes before the task ran, want at most %d", most, least)
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- task.Run(ctx) }()
+	waitFor(t, "the input buffers did not grow to their configured size", func() bool {
+		return task.Stats().InputBufferBytes == capacity+window
+	})
+	stopFeed()
+	n := <-sentL + <-sentR
+	for _, s := range []stream.Sender{ls, rs} {
+		if err := s.Send(ctx, stream.EndOfPartition()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if got := op.records.Load(); got != n {
+		t.Fatalf("operator got %d records, %d were sent", got, n)
 	}
 }
 

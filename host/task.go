@@ -283,8 +283,8 @@ type Stats struct {
 	// that it has not taken (stream.QueueReporter; 0 for a source task).
 	QueuedRecords int64
 	// InputBufferBytes is, while the task debloats its input buffers
-	// (Config.Debloat), the sum of their sizes in effect; 0 before the
-	// first resize and when not debloating.
+	// (Config.Debloat), the sum of their sizes in effect (from the start:
+	// they start at the least, Debloat.MinBytes); 0 when not debloating.
 	InputBufferBytes int64
 	// InCall is how long the call into the task's operator that runs now
 	// has run (CallReporter), 0 between calls and for other tasks: a
@@ -352,6 +352,7 @@ func New(cfg Config) (*Task, error) {
 			d.Period = DefaultDebloatPeriod
 		}
 		t.debloat = &debloater{cfg: d, sizes: make([]int, len(cfg.Inputs))}
+		t.debloatStart()
 	}
 	if t.clock == nil {
 		t.clock = time.Now

@@ -1064,7 +1064,14 @@ func (b *builder) channels() error {
 		// Both ends must agree on the window: it derives from the plan and
 		// the assignment, which every worker of the attempt shares.
 		cfg := remote.Config{Channel: name, Window: b.window(c.To),
-			Subject: fmt.Sprintf("%s.%s.a%d.%s", b.w.cfg.DataPrefix, b.d.Job, b.d.Attempt, c.ID)}
+			Subject:   fmt.Sprintf("%s.%s.a%d.%s", b.w.cfg.DataPrefix, b.d.Job, b.d.Attempt, c.ID),
+			MinWindow: jobspec.MinChannelBuffer}
+		if b.d.Spec.Channels.DebloatTarget() > 0 {
+			// A debloating task's input starts at the least and grows as
+			// the task measures its pace (host.Debloat): the receiver
+			// grants no more than that when it opens.
+			cfg.StartWindow = jobspec.MinChannelBuffer
+		}
 		if from {
 			s, err := remote.NewSender(b.w.cfg.Conn, cfg)
 			if err != nil {
