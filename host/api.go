@@ -388,6 +388,14 @@ const (
 	MetricSourceReadSeq     = "source_read_seq"     // a SequencedSource's task: the stream sequence up to which it read all of its input (0: nothing)
 )
 
+// Metric names in an Acknowledge: where a task's start delay went when it
+// was blocked sending its output (CheckpointMetrics.OutputBlocked).
+const (
+	MetricOutputBlockedNanos = "output_blocked_ns" // trigger → first barrier: time blocked sending output (absent: none)
+	MetricBlockedPort        = "blocked_port"      // with output_blocked_ns: the output port of the channel blocked on longest
+	MetricBlockedChannel     = "blocked_channel"   // with output_blocked_ns: that channel's index among the port's (the consumer's subtask; 0 on a forward edge)
+)
+
 // Store is checkpoint storage: a flat key space of immutable objects. The
 // local-directory implementation is transport/storage.Dir; the coordinator
 // provides one on JetStream's object store. Its errors name the key they

@@ -114,6 +114,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	snap := &snapshot.Task{Task: t.name, CheckpointID: a.ID, Timestamp: b.Timestamp, Unaligned: a.Unaligned}
 	m := CheckpointMetrics{AlignmentDuration: a.Alignment, StartDelay: a.StartDelay, Unaligned: a.Unaligned,
 		BufferedBytes: t.align.total, SpilledBytes: t.align.spilled}
+	t.outputBlocked(&m, b)
 	if op := t.cfg.Operator; op != nil {
 		var buf bytes.Buffer
 		if err := op.Snapshot(t.ctx, &buf); err != nil {

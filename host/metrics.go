@@ -77,6 +77,16 @@ type CheckpointMetrics struct {
 	// (MetricSourceReadSeq, reported only for such tasks).
 	SourceSequenced bool
 	SourceReadSeq   uint64
+	// OutputBlocked is how much of the start delay (from the trigger to
+	// the first barrier) the task spent blocked sending its output, held
+	// up by a task downstream rather than processing input
+	// (MetricOutputBlockedNanos, reported only when not 0). BlockedPort
+	// and BlockedChannel then name the output channel it was blocked on
+	// longest since its previous snapshot: an output port and the index
+	// of the channel among the port's (its consumer's subtask, or 0 on a
+	// forward edge; MetricBlockedPort, MetricBlockedChannel).
+	OutputBlocked               time.Duration
+	BlockedPort, BlockedChannel int
 }
 
 // SourcePosition returns a value that identifies offset, a source's offset,
@@ -161,6 +171,10 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.SourceSequenced {
 		out[MetricSourceReadSeq] = int64(min(m.SourceReadSeq, math.MaxInt64))
 	}
+	if m.OutputBlocked > 0 {
+		out[MetricOutputBlockedNanos] = int64(m.OutputBlocked)
+		out[MetricBlockedPort], out[MetricBlockedChannel] = int64(m.BlockedPort), int64(m.BlockedChannel)
+	}
 	if m.BoundedSource {
 		out[MetricSourceEnded] = 0
 		if m.SourceEnded {
@@ -197,5 +211,8 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		SinkStateFrom:     m[MetricSinkStateFrom],
 		SourceSequenced:   sequenced,
 		SourceReadSeq:     uint64(max(readSeq, 0)),
+		OutputBlocked:     time.Duration(m[MetricOutputBlockedNanos]),
+		BlockedPort:       int(m[MetricBlockedPort]),
+		BlockedChannel:    int(m[MetricBlockedChannel]),
 	}
 }

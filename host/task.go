@@ -234,6 +234,9 @@ type Task struct {
 	// may overlap a checkpoint not snapshotted yet: the time a barrier
 	// waited behind earlier commits (MetricCommitWaitNanos).
 	commitSpans []span
+	// blockedOut is when the task was blocked sending its output
+	// (MetricOutputBlockedNanos).
+	blockedOut blockedLog
 
 	stats        counters
 	debloat      *debloater   // nil: not debloating
@@ -1281,7 +1284,9 @@ func (t *Task) flush(ctx context.Context) error {
 		}
 		it := t.outq[0]
 		t.stats.begin(&t.stats.blockedSince)
+		sent := t.clock()
 		err := t.outs[it.ch].sender.Send(sctx, it.e)
+		t.blockedOut.blocked(it.ch, sent, t.clock())
 		t.stats.end(&t.stats.blockedSince, &t.stats.backpressured)
 		if err == nil {
 			t.outq[0] = outItem{}

@@ -1469,15 +1469,23 @@ func (n *statusNotes) slowBarriers(st control.JobStatus, c control.CheckpointInf
 	if c.Inputs == nil {
 		c.Inputs = control.Topology(n.spec)
 	}
+	if c.Outputs == nil {
+		c.Outputs = control.OutputTopology(n.spec)
+	}
 	t, ok := c.Slowest()
-	if !ok || t.Phase != control.PhaseQueued && t.Phase != control.PhaseAlignment ||
+	if !ok || t.Phase != control.PhaseQueued && t.Phase != control.PhaseAlignment && t.Phase != control.PhaseBlocked ||
 		t.Duration < slowBarrier || 2*t.Duration < c.Duration {
 		return ""
 	}
 	n.queued = true
 	where := "queued behind the data in flight to it"
-	if t.Phase == control.PhaseAlignment {
+	switch {
+	case t.Phase == control.PhaseAlignment:
 		where = "aligning its inputs"
+	case t.Phase == control.PhaseBlocked && t.Behind != "":
+		where = fmt.Sprintf("queued while it was blocked sending its output (%s is slower than its input)", t.Behind)
+	case t.Phase == control.PhaseBlocked:
+		where = "queued while it was blocked sending its output (a task after it is slower than its input)"
 	}
 	return fmt.Sprintf("checkpoint %d waited %s of its %s for its barriers at %s, %s: aligned barriers travel behind "+
 		"the records backpressure queues on each channel; unaligned checkpoints (checkpointing.mode: unaligned, or "+
@@ -1607,7 +1615,10 @@ const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
                            it, with the phase that took most of that and the sum of its
                            phases ("of its own"): queued (its barrier waited in the
                            task's input channels behind the data backpressure holds:
-                           the task is slower than its input), start delay (a source
+                           the task is slower than its input), blocked (of that, or
+                           of a source's start delay, the time the task was blocked
+                           sending its output: the task it sent to, which it names,
+                           is slower than its input), start delay (a source
                            busy), commit wait (a sink's earlier commits), alignment,
                            snapshot, upload; the time the barrier took to reach the
                            tasks before it is not counted: the sink at the end of a

@@ -1523,10 +1523,13 @@ func TestRunSaysOnceThatBarriersQueue(t *testing.T) {
 			m = map[string]int64{control.MetricAlignmentNanos: int64(wait)}
 		case control.PhaseCommitWait:
 			m[control.MetricCommitWaitNanos] = int64(wait)
+		case control.PhaseBlocked:
+			m[control.MetricOutputBlockedNanos] = int64(wait)
 		}
 		return control.CheckpointInfo{ID: id, Status: control.CheckpointCompleted, Duration: total,
-			Tasks:  map[string]map[string]int64{"sum-0": m, "lines-0": {}},
-			Inputs: map[string][]string{"lines": nil, "sum": {"lines"}}}
+			Tasks:   map[string]map[string]int64{"sum-0": m, "lines-0": {}},
+			Inputs:  map[string][]string{"lines": nil, "sum": {"lines"}, "out": {"sum"}},
+			Outputs: map[string][]control.OutputPort{"lines": {{To: "sum"}}, "sum": {{To: "out", Forward: true}}}}
 	}
 	aligned := control.JobStatus{Name: "j", State: control.JobRunning, CheckpointMode: jobspec.ModeExactlyOnce}
 	timeout := aligned
@@ -1547,6 +1550,8 @@ func TestRunSaysOnceThatBarriersQueue(t *testing.T) {
 		{"queued", aligned, ck(6, control.PhaseStartDelay, 8800*time.Millisecond, 9200*time.Millisecond),
 			`^checkpoint 6 waited 8.8s of its 9.2s for its barriers at sum-0, queued behind the data in flight to it: .*checkpointing.mode: unaligned.*still exactly-once; a shorter channels.debloat \(1s now\) or a smaller channels.buffer bounds them\n$`},
 		{"said once", aligned, ck(7, control.PhaseAlignment, 8*time.Second, 9*time.Second), ""},
+		{"blocked", aligned, ck(8, control.PhaseBlocked, 8800*time.Millisecond, 9200*time.Millisecond),
+			`^checkpoint 8 waited 8.8s of its 9.2s for its barriers at sum-0, queued while it was blocked sending its output \(out-0 is slower than its input\): `},
 	} {
 		var notes statusNotes
 		if c.name == "said once" {

@@ -1420,6 +1420,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 				// spec's, for the slowest task the lines name.
 				cps[i].Inputs = control.Topology(spec)
 			}
+			if cps[i].Outputs == nil {
+				cps[i].Outputs = control.OutputTopology(spec)
+			}
 		}
 		text, ended := lookNews(&said, seen, st, cps)
 		fmt.Fprint(std.Out, text)

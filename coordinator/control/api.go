@@ -631,6 +631,11 @@ type CheckpointInfo struct {
 	// for Slowest to tell which task a barrier queued before; empty from
 	// a coordinator that does not send it.
 	Inputs map[string][]string `json:"inputs,omitempty"`
+	// Outputs is the job's output topology (OutputTopology: each vertex
+	// and the vertices it feeds, by output port), for Slowest to name the
+	// task a task's output was blocked on; empty from a coordinator that
+	// does not send it.
+	Outputs map[string][]OutputPort `json:"outputs,omitempty"`
 	// EarlierRun marks a checkpoint an earlier run of the job took
 	// (before the restore or submit that began the current run) that is
 	// still stored: a restore can start from it, and the current run's

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
 )
 
 // Phases of a task's part in a checkpoint, as Slowest names them.
@@ -31,6 +32,26 @@ const (
 	// PhaseUpload: writing the snapshot to the checkpoint store, in the
 	// background.
 	PhaseUpload = "upload"
+	// PhaseBlocked: the part of the barrier's wait (queued, or a source's
+	// start delay) the task spent blocked sending its output: the time
+	// went to the task it sent to (TaskTime.BlockedOn), slower than its
+	// input, not to this one (MetricOutputBlockedNanos).
+	PhaseBlocked = "blocked"
+)
+
+// Metric names of an ack (the host's) that say where a task's start delay
+// went when it was blocked sending its output.
+const (
+	// MetricOutputBlockedNanos is how much of the task's start delay, from
+	// the trigger to its first barrier, it spent blocked sending its
+	// output (host.MetricOutputBlockedNanos). Absent when none.
+	MetricOutputBlockedNanos = "output_blocked_ns"
+	// MetricBlockedPort and MetricBlockedChannel name the output channel
+	// the task was blocked on longest, with MetricOutputBlockedNanos: its
+	// output port and its index among the port's channels (the consuming
+	// task's subtask; 0 on a forward edge).
+	MetricBlockedPort    = "blocked_port"
+	MetricBlockedChannel = "blocked_channel"
 )
 
 // TaskTime is where one task's time in a checkpoint went.
@@ -50,11 +71,27 @@ type TaskTime struct {
 	// Acked is about how long after the trigger the task acknowledged:
 	// its start delay, alignment, snapshot and upload.
 	Acked time.Duration
+	// BlockedOn, with Phase PhaseBlocked, is the task the output was
+	// blocked on ("" when not known: no output topology), and Behind the
+	// task whose slowness held it: BlockedOn, or the task further down
+	// that BlockedOn was itself blocked sending to most of its start delay.
+	BlockedOn, Behind string
 }
 
-// String reads e.g. "sum-0 (queued 2.7s of its own 2.75s)".
+// String reads e.g. "sum-0 (queued 2.7s of its own 2.75s)", or, for a
+// task blocked sending its output, "keyer-0 (blocked 8.7s of its own
+// 8.787s sending to slow-0: slow-0 is slower than its input)".
 func (t TaskTime) String() string {
-	return fmt.Sprintf("%s (%s %s of its own %s)", t.Task, t.Phase, round(t.Duration), round(t.Own))
+	head := fmt.Sprintf("%s (%s %s of its own %s", t.Task, t.Phase, round(t.Duration), round(t.Own))
+	switch {
+	case t.Phase != PhaseBlocked:
+		return head + ")"
+	case t.BlockedOn == "":
+		return head + " sending its output: a task after it is slower than its input)"
+	case t.Behind != "" && t.Behind != t.BlockedOn:
+		return fmt.Sprintf("%s sending to %s, itself blocked sending to %s: %s is slower than its input)", head, t.BlockedOn, t.Behind, t.Behind)
+	}
+	return fmt.Sprintf("%s sending to %s: %s is slower than its input)", head, t.BlockedOn, t.BlockedOn)
 }
 
 // Slowest returns the task that itself spent longest on the checkpoint
@@ -72,6 +109,14 @@ func (t TaskTime) String() string {
 // snapshot) until it reached the task. Without it (a coordinator that
 // does not send it), a task's own time counts no part of the start delay
 // but a sink's commit wait.
+//
+// A task takes no input while it is blocked sending its output: the
+// barrier queued before it then waited for the task it sends to, slower
+// than its input. Of its queued time (a source's start delay), what the
+// task reported blocked (MetricOutputBlockedNanos, over its whole start
+// delay) beyond the time before the barrier reached its input is
+// PhaseBlocked, and names the task downstream (with Outputs, the job's
+// output topology) rather than the task's input.
 func (c CheckpointInfo) Slowest() (TaskTime, bool) {
 	names := make([]string, 0, len(c.Tasks))
 	for name := range c.Tasks {
@@ -92,10 +137,9 @@ func (c CheckpointInfo) Slowest() (TaskTime, bool) {
 		t := TaskTime{Task: name}
 		delay := nonNeg(m[MetricStartDelayNanos])
 		wait := min(nonNeg(m[MetricCommitWaitNanos]), delay)
-		queued, phase := time.Duration(0), PhaseQueued
+		queued, phase, before := time.Duration(0), PhaseQueued, time.Duration(0)
 		if c.Inputs != nil {
 			ins, known := c.Inputs[VertexOf(name)]
-			var before time.Duration
 			for _, in := range ins {
 				before = max(before, forwarded[in])
 			}
@@ -109,11 +153,15 @@ func (c CheckpointInfo) Slowest() (TaskTime, bool) {
 				queued = max(delay-wait-before, 0)
 			}
 		}
+		// The blocked time within the queued one: at least what the task
+		// was blocked beyond the rest of its start delay.
+		blocked := min(queued, max(nonNeg(m[MetricOutputBlockedNanos])-(delay-queued), 0))
 		for _, p := range []struct {
 			name string
 			d    time.Duration
 		}{
-			{phase, queued},
+			{phase, queued - blocked},
+			{PhaseBlocked, blocked},
 			{PhaseCommitWait, wait},
 			{PhaseAlignment, nonNeg(m[MetricAlignmentNanos])},
 			{PhaseSnapshot, nonNeg(m[MetricSyncNanos])},
@@ -129,7 +177,75 @@ func (c CheckpointInfo) Slowest() (TaskTime, bool) {
 			slowest, found = t, true
 		}
 	}
+	if found && slowest.Phase == PhaseBlocked {
+		slowest.BlockedOn = c.blockedOn(slowest.Task)
+		slowest.Behind = slowest.BlockedOn
+		// Down the tasks that were themselves blocked most of their start
+		// delay, to the one that was not.
+		for seen := map[string]bool{slowest.Task: true}; slowest.Behind != "" && !seen[slowest.Behind]; {
+			seen[slowest.Behind] = true
+			m := c.Tasks[slowest.Behind]
+			next := c.blockedOn(slowest.Behind)
+			if next == "" || 2*m[MetricOutputBlockedNanos] <= m[MetricStartDelayNanos] {
+				break
+			}
+			slowest.Behind = next
+		}
+	}
 	return slowest, found
+}
+
+// blockedOn returns the task that task's output was blocked on longest
+// (MetricBlockedPort, MetricBlockedChannel, resolved with Outputs), ""
+// when it did not report one or the topology does not say.
+func (c CheckpointInfo) blockedOn(task string) string {
+	m := c.Tasks[task]
+	if m[MetricOutputBlockedNanos] <= 0 {
+		return ""
+	}
+	ports := c.Outputs[VertexOf(task)]
+	p, ch := m[MetricBlockedPort], m[MetricBlockedChannel]
+	if p < 0 || p >= int64(len(ports)) || ch < 0 {
+		return ""
+	}
+	to := ports[p]
+	if to.Forward {
+		// One channel, to the task of the same index.
+		i := strings.LastIndexByte(task, '-')
+		if i < 0 {
+			return ""
+		}
+		return to.To + task[i:]
+	}
+	return plan.TaskID(to.To, int(ch))
+}
+
+// OutputPort is one output port of a vertex in a job's topology: the
+// vertex it feeds and whether the edge is forward (task i sends only to
+// task i).
+type OutputPort struct {
+	To      string `json:"to"`
+	Forward bool   `json:"forward,omitempty"`
+}
+
+// OutputTopology maps each source and operator of spec to the vertices it
+// feeds, by output port (plan.Build's port numbering):
+// CheckpointInfo.Outputs. Nil for a spec that does not plan.
+func OutputTopology(spec *jobspec.Spec) map[string][]OutputPort {
+	if spec == nil {
+		return nil
+	}
+	p, err := plan.Build(spec)
+	if err != nil {
+		return nil
+	}
+	outs := map[string][]OutputPort{}
+	for _, v := range p.Vertices {
+		for _, e := range v.Outputs {
+			outs[v.Name] = append(outs[v.Name], OutputPort{To: e.To, Forward: e.Partition == jobspec.Forward})
+		}
+	}
+	return outs
 }
 
 // Topology maps each source, operator and sink of spec to the vertices

@@ -1312,9 +1312,9 @@ func (m *Manager) Checkpoints(ctx context.Context, name string) ([]control.Check
 	sort.SliceStable(out, func(a, b int) bool { return out[a].ID > out[b].ID })
 	// The topology, for Slowest to name the task a checkpoint's barriers
 	// queued before rather than the last one they reached.
-	inputs := control.Topology(j.spec)
+	inputs, outputs := control.Topology(j.spec), control.OutputTopology(j.spec)
 	for i := range out {
-		out[i].Inputs = inputs
+		out[i].Inputs, out[i].Outputs = inputs, outputs
 	}
 	return out, nil
 }

@@ -124,6 +124,8 @@ func taskFigures(task []string) []taskFigure {
 			"The asynchronous part of the task's snapshot: its write to the checkpoint store, in the background (of an unaligned snapshot, once the input in flight up to the barriers of all its inputs was recorded), until the task acknowledged the checkpoint."),
 		f(control.MetricCommitWaitNanos, ns, "commit_wait_seconds",
 			"Of a sink task's start delay, the time it spent in its sink's commits of earlier checkpoints after the trigger, before its barrier came; reported only by a sink that waited."),
+		f(control.MetricOutputBlockedNanos, ns, "output_blocked_seconds",
+			"Of the task's start delay, the time it spent blocked sending its output (backpressured by a task after it, slower than its input) rather than taking input; reported only by a task that was blocked."),
 		f(control.MetricStateBytes, one, "state_bytes",
 			"The size of the task's state in its snapshot: an operator's state, a sink's pre-commit state (the output it staged); 0 for a source task (its offset is not counted) and a task without state."),
 		f(control.MetricChannelStateBytes, one, "channel_state_bytes",
