@@ -43,7 +43,7 @@ func TestJetStreamPurgeWhileBehindFails(t *testing.T) {
 			createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 			publishN(t, ctx, js, func(i int) string { return fmt.Sprintf("in.%d", i%7) }, 0, 1000)
 			src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", Parallelism: 2, Index: 1,
-				MaxBatchRecords: 10, PullMaxMessages: 20, StallTimeout: 200 * time.Millisecond})
+				MaxBatchRecords: 10, PullMaxMessages: 20, StallTimeout: 2 * time.Second})
 			must(t, err)
 			defer src.Close()
 			if _, _, err := src.Poll(ctx); err != nil {
@@ -128,7 +128,7 @@ func TestJetStreamNoFalseLoss(t *testing.T) {
 		return "in.b"
 	}, 0, 1000)
 	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", FilterSubjects: []string{"in.a"},
-		MaxBatchRecords: 5, PullMaxMessages: 10, StallTimeout: 200 * time.Millisecond})
+		MaxBatchRecords: 5, PullMaxMessages: 10, StallTimeout: 2 * time.Second})
 	must(t, err)
 	defer src.Close()
 	got, _ := pollRecords(t, ctx, src, 5)
@@ -163,7 +163,7 @@ func TestJetStreamNoFalseLoss(t *testing.T) {
 	// then more does.
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IDLE", Subjects: []string{"idle.>"}})
 	publishN(t, ctx, js, func(int) string { return "idle.a" }, 0, 10)
-	idle, err := NewJetStream(js, JetStreamConfig{Stream: "IDLE", StallTimeout: 200 * time.Millisecond})
+	idle, err := NewJetStream(js, JetStreamConfig{Stream: "IDLE", StallTimeout: 2 * time.Second})
 	must(t, err)
 	defer idle.Close()
 	pollRecords(t, ctx, idle, 10)
@@ -190,7 +190,7 @@ func TestJetStreamPendingFollowsTheStream(t *testing.T) {
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 100)
-	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", MaxBatchRecords: 10, PullMaxMessages: 20, StallTimeout: 200 * time.Millisecond})
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", MaxBatchRecords: 10, PullMaxMessages: 20, StallTimeout: 2 * time.Second})
 	must(t, err)
 	defer src.Close()
 	pollRecords(t, ctx, src, 10)
