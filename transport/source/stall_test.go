@@ -70,18 +70,20 @@ func TestJetStreamIdleOrHeldUpIsNotStalled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createStream(t, ctx, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
-	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", StallTimeout: 100 * time.Millisecond, MaxBatchRecords: 10, PullMaxMessages: 20})
+	// A timeout of 300ms, not less: under -race on a loaded machine a
+	// shorter one was passed by the scheduling delays alone (2 in 8 runs).
+	src, err := NewJetStream(js, JetStreamConfig{Stream: "IN", StallTimeout: 300 * time.Millisecond, MaxBatchRecords: 10, PullMaxMessages: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
 	// Idle: nothing to read for many times the timeout.
-	if _, _, err := pollWithin(src, time.Second); !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := pollWithin(src, 3*time.Second); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("poll of an empty stream: %v", err)
 	}
-	// Held up: 1000 messages, a full batch, and no poll for a second.
+	// Held up: 1000 messages, a full batch, and no poll for 3 s.
 	publishN(t, ctx, js, func(int) string { return "in.a" }, 0, 1000)
-	time.Sleep(time.Second)
+	time.Sleep(3 * time.Second)
 	pollRecords(t, ctx, src, 1000)
 }
 
