@@ -114,7 +114,15 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 				return err
 			}
 			if o.untilNow {
-				fmt.Fprintf(std.Err, "showing sink %s: stream %s from sequence %d to %d (%s)\n", s.Name, s.Stream, start, until, o.what(sinkSubjects(s)))
+				// The sequences may hold messages on other subjects (or
+				// none, deleted): the count of the records says what
+				// comes (a trial read "from sequence 1 to 1001" as 1001
+				// records, and was shown 1000).
+				what := o.what(sinkSubjects(s))
+				if n, err := countStored(ctx, js, s, start); err == nil {
+					what += ": " + plural(n, "record")
+				}
+				fmt.Fprintf(std.Err, "showing sink %s: stream %s from sequence %d to %d (%s)\n", s.Name, s.Stream, start, until, what)
 			} else {
 				fmt.Fprintf(std.Err, "following sink %s: stream %s from sequence %d (%s)\n", s.Name, s.Stream, start, o.what(sinkSubjects(s)))
 			}

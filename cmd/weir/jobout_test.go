@@ -146,7 +146,7 @@ func TestJobOutputFollowsARunningJob(t *testing.T) {
 	// job runs on.
 	if code, stdout, stderr := weir(t, "", "job", "output", "-nats", url, "-from-start", "-until-now", "jo"); code != 0 ||
 		stdout != "old\tbefore\na\t1\nb\t2\n" ||
-		stderr != "showing sink out: stream OUT from sequence 1 to 3 (all it holds on out.>)\n3 records shown: all the sinks' streams held on their subjects when weir job output started\n" {
+		stderr != "showing sink out: stream OUT from sequence 1 to 3 (all it holds on out.>: 3 records)\n3 records shown: all the sinks' streams held on their subjects when weir job output started\n" {
 		t.Errorf("-until-now: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if code, _, stderr := weir(t, "", "job", "output", "-nats", url, "-until-now", "jo"); code != 2 ||
@@ -277,11 +277,11 @@ func TestJobOutputFromStartAndLast(t *testing.T) {
 			"following sink out: stream OUT from sequence 1 (its last 9 records on out.>)\njob jo finished; 4 records shown\n"},
 		{nil, "", "following sink out: stream OUT from sequence 6 (new records on out.>)\njob jo finished; 0 records shown\n"},
 		{[]string{"-from-start", "-until-now"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
-			"showing sink out: stream OUT from sequence 1 to 5 (all it holds on out.>)\n4 records shown: all the sinks' streams held on their subjects when weir job output started\n"},
+			"showing sink out: stream OUT from sequence 1 to 5 (all it holds on out.>: 4 records)\n4 records shown: all the sinks' streams held on their subjects when weir job output started\n"},
 		{[]string{"-from-start", "-show", "-1"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n", // -1: all, as weir run's
 			"following sink out: stream OUT from sequence 1 (all it holds on out.>)\njob jo finished; 4 records shown\n"},
 		{[]string{"-last", "1", "-until-now"}, "k3\t3\n",
-			"showing sink out: stream OUT from sequence 4 to 5 (its last record on out.>)\n1 record shown: all the sinks' streams held on their subjects when weir job output started\n"},
+			"showing sink out: stream OUT from sequence 4 to 5 (its last record on out.>: 1 record)\n1 record shown: all the sinks' streams held on their subjects when weir job output started\n"},
 	} {
 		code, stdout, stderr := weir(t, "", append([]string{"job", "output", "-nats", url, "jo"}, c.args...)...)
 		if code != 0 || stdout != c.stdout || stderr != c.stderr {

@@ -1843,9 +1843,9 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 		per = " (" + strings.Join(parts, ", ") + ")"
 	}
 	if published > 0 {
-		fmt.Fprintf(w, "%d records in, %d records out%s\n", published, n, per)
+		fmt.Fprintf(w, "%s in, %s out%s\n", plural(published, "record"), plural(n, "record"), per)
 	} else {
-		fmt.Fprintf(w, "%d records out%s\n", n, per)
+		fmt.Fprintf(w, "%s out%s\n", plural(n, "record"), per)
 	}
 	if len(behind) > 0 {
 		fmt.Fprintln(w, partialNote(behind, countPartial))

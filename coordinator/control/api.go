@@ -414,6 +414,13 @@ const (
 	// FailureWorkerLost: a worker that ran tasks of the attempt, or was
 	// being deployed to, was lost.
 	FailureWorkerLost FailureKind = "worker-lost"
+	// FailureConnection: a task lost its connection to NATS: a channel
+	// between workers broke as the connection went (remote.ErrDisconnected)
+	// or missed a frame (remote.ErrSequenceGap), or a source's or sink's
+	// connection was lost or closed (nats.ErrDisconnected,
+	// nats.ErrConnectionClosed). The network or the NATS server, not the
+	// job: a restart succeeds once the connection is back.
+	FailureConnection FailureKind = "connection"
 	// FailureDeploy: the attempt could not be deployed: a worker could
 	// not set up its tasks (a module that does not load, a stream gone)
 	// or did not answer the deploy though it heartbeats, or the

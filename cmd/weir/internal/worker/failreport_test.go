@@ -18,8 +18,10 @@ import (
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
+	"github.com/weirhq/weir/transport/remote"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/source"
+	"github.com/weirhq/weir/transport/stream"
 )
 
 // A failure report that gets no answer (lost on its way: sent as the
@@ -127,6 +129,14 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		// stream's).
 		{fmt.Errorf("exactly-once sink out: commit of checkpoint 3: %w", sink.ErrSubjectNotStored), control.FailureStream},
 		{fmt.Errorf("exactly-once sink out: recover checkpoint 3: %w: record 2: %w", sink.ErrStagedSubjectNotStored, sink.ErrBadKey), control.FailureStream},
+		// A channel between workers, or a source's or sink's NATS
+		// connection, lost (a trial: "channel slow-1 -> count-0: NATS
+		// connection lost" had no kind).
+		{&host.TaskError{Task: "count-0", Err: &stream.ChannelError{Channel: "slow-1 -> count-0",
+			Err: fmt.Errorf("%w (closed)", remote.ErrDisconnected)}}, control.FailureConnection},
+		{&stream.ChannelError{Channel: "slow-1 -> count-0", Err: fmt.Errorf("%w: got frame 9, want 7", remote.ErrSequenceGap)}, control.FailureConnection},
+		{fmt.Errorf("jetstream source IN: the consumer stopped: %w", nats.ErrConnectionClosed), control.FailureConnection},
+		{fmt.Errorf("exactly-once sink out: publish: %w", nats.ErrDisconnected), control.FailureConnection},
 		// A memory.grow the memory limit refused during the call makes
 		// any of an operator's failures memory-limit.
 		{&host.TaskError{Task: "op-0", Err: &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: 3,

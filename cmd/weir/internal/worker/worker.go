@@ -938,6 +938,12 @@ func failureKind(err error) control.FailureKind {
 	case errors.Is(err, source.ErrStreamGone) || errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
 		errors.Is(err, source.ErrMessagesLost) || errors.Is(err, jetstream.ErrStreamNotFound):
 		return control.FailureStream
+	case errors.Is(err, remote.ErrDisconnected) || errors.Is(err, remote.ErrSequenceGap) ||
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrConnectionReconnecting):
+		// A channel between workers, or a source's or sink's NATS
+		// connection, lost: the network or the server, not the job.
+		return control.FailureConnection
 	}
 	return control.FailureUnknown
 }
