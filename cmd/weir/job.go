@@ -738,6 +738,11 @@ func drainJob(ctx context.Context, std Stdio, api *control.APIClient, job string
 	}
 	fmt.Fprintf(std.Out, "job %s drained: finished with final savepoint %d (%s), its operators' end-of-input output committed with it; more input needs a new job\n",
 		cp.Job, cp.ID, size(cp.Size))
+	if st, err := api.Job(ctx, job); err == nil {
+		if h := control.ContinueHint(st.DrainedAt); h != "" {
+			fmt.Fprintf(std.Out, "%s\n", h)
+		}
+	}
 	return nil
 }
 
@@ -749,11 +754,19 @@ func drainingLine(st control.JobStatus) string {
 	case !st.Drained:
 		return ""
 	case st.State == control.JobFinished:
-		return fmt.Sprintf("drained (weir job stop -drain): its operators' end-of-input output is committed with final savepoint %d; more input needs a new job", st.DrainedWithSavepoint)
+		more := "more input needs a new job"
+		if h := control.ContinueHint(st.DrainedAt); h != "" {
+			more += ": " + h
+		}
+		return fmt.Sprintf("drained (weir job stop -drain): its operators' end-of-input output is committed with final savepoint %d; %s", st.DrainedWithSavepoint, more)
 	case st.State.Terminal():
 		return ""
 	}
-	return "draining (weir job stop -drain): its sources end their input where they have read to (after a failover, where its checkpoint had); it finishes with a final savepoint once the operators' end-of-input output went through"
+	line := "draining (weir job stop -drain): its sources end their input (the subtasks of a JetStream source at one stream sequence, the highest any of them had read); it finishes with a final savepoint once the operators' end-of-input output went through"
+	if h := control.ContinueHint(st.DrainedAt); h != "" {
+		line += "; " + h
+	}
+	return line
 }
 
 // printJobs prints one line per job. CHECKPOINT is the job's latest

@@ -283,8 +283,12 @@ func checkRerun(ctx context.Context, api *control.APIClient, spec *jobspec.Spec,
 	if st.State == control.JobFinished && st.Drained {
 		// Its final savepoint restores into nothing (its sources would
 		// read on past their end), and a run from the start repeats it all.
+		next := "start over (with start: new on a JetStream source, it reads what is stored from its submit on)"
+		if h := control.ContinueHint(st.DrainedAt); h != "" {
+			next = "continue after it (" + h + ")"
+		}
 		return "", fmt.Errorf("job %s was drained with savepoint %d: a new run reads its streams from the start and would repeat the output it committed; "+
-			"give the spec another name to start over (with start: new on a JetStream source, it reads what is stored from its submit on)", name, st.DrainedWithSavepoint)
+			"give the spec another name to %s", name, st.DrainedWithSavepoint, next)
 	}
 	if st.State == control.JobFinished || st.LatestCheckpoint == 0 {
 		return "", nil

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -107,6 +109,15 @@ type JobStatus struct {
 	// the job ended.
 	Drained              bool  `json:"drained,omitempty"`
 	DrainedWithSavepoint int64 `json:"drained_with_savepoint,omitempty"`
+	// DrainedAt says, once a drained job finished, where the input of
+	// each of its JetStream sources ended, from its final savepoint: what
+	// a job that continues after it starts from. While the job drains, it
+	// is where the drain ends them, once it chose that (each source's
+	// subtasks held, none reads past it from then on). Empty for a job
+	// with no JetStream source, one whose sources could not be held (they
+	// end where each has read to, which the final savepoint then says),
+	// and from a coordinator that does not send it.
+	DrainedAt []SourceEnd `json:"drained_at,omitempty"`
 	// StartedFrom is the checkpoint of another job that the run started
 	// from (a restore or submit from JOB/ID), as "JOB/ID", what a restore
 	// takes as its -from: until the run completes a checkpoint of its own
@@ -599,6 +610,50 @@ const (
 	// never restored, and weir checkpoint rm done again finishes it.
 	CheckpointRemoving = "removing"
 )
+
+// SourceEnd is where a drained job's JetStream source ended its input
+// (JobStatus.DrainedAt).
+type SourceEnd struct {
+	// Source is the source's name in the spec, Stream its stream.
+	Source string `json:"source"`
+	Stream string `json:"stream"`
+	// Seq is the stream sequence up to which every subtask of the source
+	// read every message of its input (its filter's, its partitions'), and
+	// none past it: a job with start Seq+1 reads exactly the rest. When
+	// the subtasks ended at different sequences (Tasks), it is the lowest
+	// of them: from Seq+1 on, a subtask that read further is read again.
+	Seq uint64 `json:"seq"`
+	// Tasks maps each subtask to the sequence it read to, when they
+	// differ (a drain that could not bring them to one: an older worker,
+	// a hold that ran out); empty when they all ended at Seq.
+	Tasks map[string]uint64 `json:"tasks,omitempty"`
+}
+
+// Exact reports whether every subtask of the source ended at Seq.
+func (e SourceEnd) Exact() bool { return len(e.Tasks) == 0 }
+
+// ContinueHint says where a drained job's JetStream sources ended (its
+// JobStatus.DrainedAt) and the start of each in a job that continues
+// after it: "source in read stream ORDERS up to sequence 145477: a job
+// with start: 145478 on it continues exactly after this one". "" for
+// none.
+func ContinueHint(ends []SourceEnd) string {
+	var parts []string
+	for _, e := range ends {
+		if e.Exact() {
+			parts = append(parts, fmt.Sprintf("source %s read stream %s up to sequence %d: a job with start: %d on it continues exactly after this one",
+				e.Source, e.Stream, e.Seq, e.Seq+1))
+			continue
+		}
+		var at []string
+		for _, id := range slices.Sorted(maps.Keys(e.Tasks)) {
+			at = append(at, fmt.Sprintf("%s at %d", id, e.Tasks[id]))
+		}
+		parts = append(parts, fmt.Sprintf("source %s's subtasks ended at different sequences of stream %s (%s): a job with start: %d on it reads again what they read past %d",
+			e.Source, e.Stream, strings.Join(at, ", "), e.Seq+1, e.Seq))
+	}
+	return strings.Join(parts, "; ")
+}
 
 // CheckpointInfo describes one checkpoint or savepoint of a job.
 type CheckpointInfo struct {

@@ -392,14 +392,14 @@ func (c *Coordinator) Workers() []Heartbeat {
 // connection comes back while it waits (see resend): a worker keeps an
 // attempt it runs already when asked to deploy it again.
 func (c *Coordinator) Deploy(ctx context.Context, worker string, d Deploy) error {
-	return c.resend(ctx, c.subj.Worker(worker, OpDeploy), d)
+	return c.resend(ctx, c.subj.Worker(worker, OpDeploy), d, nil)
 }
 
 // Cancel asks worker to stop a job attempt's tasks. Like Deploy, it is
 // sent again when the connection comes back while it waits: a cancel of
 // an attempt the worker no longer runs does nothing.
 func (c *Coordinator) Cancel(ctx context.Context, worker string, m Cancel) error {
-	return c.resend(ctx, c.subj.Worker(worker, OpCancel), m)
+	return c.resend(ctx, c.subj.Worker(worker, OpCancel), m, nil)
 }
 
 // resend is request for requests a worker handles the same however often
@@ -416,7 +416,7 @@ func (c *Coordinator) Cancel(ctx context.Context, worker string, m Cancel) error
 // a second, until it has not listened for the heartbeat timeout; only then
 // does the request fail with ErrUnavailable, as it does at once without a
 // reconnect (a worker gone between heartbeats).
-func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
+func (c *Coordinator) resend(ctx context.Context, subject string, v, out any) error {
 	ctx, release, err := c.guard(ctx)
 	if err != nil {
 		return err
@@ -432,7 +432,7 @@ func (c *Coordinator) resend(ctx context.Context, subject string, v any) error {
 	for {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- request(rctx, c.nc, subject, v, nil) }()
+		go func() { done <- request(rctx, c.nc, subject, v, out) }()
 		var err error
 		select {
 		case err = <-done:
@@ -507,7 +507,7 @@ func (c *Coordinator) Trigger(ctx context.Context, worker string, t Trigger) err
 // lost all the same is made good by the next checkpoint's, which covers
 // it, or, for a stop savepoint, by the Stop that follows.)
 func (c *Coordinator) Complete(ctx context.Context, worker string, m Complete) error {
-	return c.resend(ctx, c.subj.Worker(worker, OpComplete), m)
+	return c.resend(ctx, c.subj.Worker(worker, OpComplete), m, nil)
 }
 
 // Abort tells worker that a checkpoint was aborted. Like Deploy, it is
@@ -515,14 +515,14 @@ func (c *Coordinator) Complete(ctx context.Context, worker string, m Complete) e
 // heard twice lets stopped sources go on once): lost, it would leave
 // sources stopped for a stop savepoint that failed taking no input.
 func (c *Coordinator) Abort(ctx context.Context, worker string, a Abort) error {
-	return c.resend(ctx, c.subj.Worker(worker, OpAbort), a)
+	return c.resend(ctx, c.subj.Worker(worker, OpAbort), a, nil)
 }
 
 // Stop asks worker to bring a job attempt's tasks to rest after its stop
 // savepoint and waits until they are. Like Deploy, it is sent again when
 // the connection comes back while it waits: tasks at rest stay so.
 func (c *Coordinator) Stop(ctx context.Context, worker string, s Stop) error {
-	return c.resend(ctx, c.subj.Worker(worker, OpStop), s)
+	return c.resend(ctx, c.subj.Worker(worker, OpStop), s, nil)
 }
 
 // EndInput asks worker to end the input of a job attempt's source tasks
@@ -530,5 +530,17 @@ func (c *Coordinator) Stop(ctx context.Context, worker string, s Stop) error {
 // connection comes back while it waits: a task whose input ended ignores
 // it.
 func (c *Coordinator) EndInput(ctx context.Context, worker string, e EndInput) error {
-	return c.resend(ctx, c.subj.Worker(worker, OpEndInput), e)
+	return c.resend(ctx, c.subj.Worker(worker, OpEndInput), e, nil)
+}
+
+// HoldInput asks worker to hold a job attempt's JetStream source tasks for
+// a drain and returns the stream sequence each held task covered. Like
+// EndInput, it is sent again when the connection comes back while it
+// waits: a held source says the same again.
+func (c *Coordinator) HoldInput(ctx context.Context, worker string, h HoldInput) (map[string]uint64, error) {
+	var rep HoldInputReply
+	if err := c.resend(ctx, c.subj.Worker(worker, OpHoldInput), h, &rep); err != nil {
+		return nil, err
+	}
+	return rep.Held, nil
 }

@@ -18,6 +18,7 @@
 //	PREFIX.worker.ID.abort        coordinator → worker, request: Abort → Reply
 //	PREFIX.worker.ID.stop         coordinator → worker, request: Stop → Reply
 //	PREFIX.worker.ID.end-input    coordinator → worker, request: EndInput → Reply
+//	PREFIX.worker.ID.hold-input   coordinator → worker, request: HoldInput → HoldInputReply
 //	PREFIX.api.OP                 client → coordinator, request (see API)
 //
 // # Flow
@@ -74,11 +75,17 @@
 //     Once every task of the attempt did, the coordinator ends the job as
 //     in 4, with a final savepoint (its completion commits the sinks'
 //     rest), and marks it finished. Draining a job (API DrainJob, weir
-//     job stop -drain) sends EndInput to the workers of its source tasks:
-//     each ends its input where it has read to, as a bounded source does
-//     at its stop, and the job ends the same way. Every later attempt of
-//     a job being drained is deployed with Deploy.EndInput: its sources
-//     end their input once restored.
+//     job stop -drain) first sends HoldInput to the workers of its source
+//     tasks: each JetStream source holds (it takes in nothing more) and
+//     says the highest stream sequence it covered. The coordinator takes
+//     the highest of each source's subtasks and sends EndInput with it
+//     (EndInput.At): each subtask reads on to that one sequence and ends
+//     there, so that the drained job read exactly its stream up to it;
+//     the other source tasks end their input where they have read to, as
+//     a bounded source does at its stop, and the job ends the same way.
+//     Every later attempt of a job being drained is deployed with
+//     Deploy.EndInput (and EndInputAt, once the sequences are chosen):
+//     its sources end their input once restored.
 //  6. A task that fails sends EventFailed (reason) — again, until it is
 //     answered or its attempt stops on the worker: a lost report left the
 //     attempt running without the task until a checkpoint expired; a task
@@ -156,6 +163,9 @@ const (
 	// OpEndInput asks the source tasks of an attempt to end their input
 	// where they have read to (EndInput): a drain.
 	OpEndInput = "end-input"
+	// OpHoldInput holds the JetStream source tasks of an attempt for a
+	// drain and asks the sequence each covered (HoldInput).
+	OpHoldInput = "hold-input"
 )
 
 // WorkerInfo describes a worker when it registers.
@@ -339,6 +349,11 @@ type Deploy struct {
 	// too. A worker that does not know it runs the attempt on: the
 	// coordinator sends EndInput to the running attempt as well.
 	EndInput bool `json:"end_input,omitempty"`
+	// EndInputAt, with EndInput, maps a source task to the stream
+	// sequence its input ends at (EndInput.At, as the drain chose it):
+	// the task reads on to it once restored. A source task it does not
+	// name ends where its checkpoint had read to.
+	EndInputAt map[string]uint64 `json:"end_input_at,omitempty"`
 }
 
 // EndInput asks a worker's source tasks Tasks of a job attempt to end
@@ -346,10 +361,37 @@ type Deploy struct {
 // no more input, sends end-of-data downstream and reports
 // EventInputEnded, and the job ends with a final savepoint as a bounded
 // job does. A worker handles it the same however often it comes.
+//
+// At maps a source task held for the drain (HoldInput) to the stream
+// sequence its input ends at: it reads on to it (host.Task.EndInputAt),
+// so that every subtask of a source ends at the same one.
 type EndInput struct {
+	Job     string            `json:"job"`
+	Attempt int               `json:"attempt"`
+	Tasks   []string          `json:"tasks"`
+	At      map[string]uint64 `json:"at,omitempty"`
+}
+
+// HoldInput asks a worker to hold the JetStream source tasks Tasks of a
+// job attempt for a drain (host.Task.HoldInput): each takes in nothing
+// more and says the highest stream sequence it covered
+// (HoldInputReply.Held), which the EndInput that follows gives the
+// highest of to every subtask of its source. A task not held within
+// Millis of an EndInput ends its input where it has read to. A worker
+// handles it the same however often it comes.
+type HoldInput struct {
 	Job     string   `json:"job"`
 	Attempt int      `json:"attempt"`
 	Tasks   []string `json:"tasks"`
+	Millis  int64    `json:"millis"`
+}
+
+// HoldInputReply answers HoldInput: Held maps each task held to the
+// stream sequence it covered; a task it does not name (its source reads
+// no stream, or it had not restored yet) was not held.
+type HoldInputReply struct {
+	Reply
+	Held map[string]uint64 `json:"held,omitempty"`
 }
 
 // Restore is what tasks restore from.
@@ -533,6 +575,12 @@ const (
 	// stored. Absent or 0: the snapshot is self-contained, as a
 	// savepoint's always is.
 	MetricSinkStateFrom = "sink_state_from"
+	// MetricSourceReadSeq is the stream sequence up to which a JetStream
+	// source task's offset in the checkpoint read every message of its
+	// input (host.MetricSourceReadSeq; 0: nothing yet). The status of a
+	// drained job names it per source, for the job that continues after
+	// it. Absent for other tasks.
+	MetricSourceReadSeq = "source_read_seq"
 )
 
 // PortEnded reports whether a task's MetricEndedPorts value says that its

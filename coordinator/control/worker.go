@@ -40,6 +40,14 @@ type InputEnder interface {
 	EndInput(ctx context.Context, e EndInput) error
 }
 
+// InputHolder is a WorkerHandler that can hold its JetStream source tasks
+// for a drain (HoldInput). A worker whose handler is not one answers
+// HoldInput with an error that says so, and the coordinator ends its
+// sources' input where they have read to.
+type InputHolder interface {
+	HoldInput(ctx context.Context, h HoldInput) (map[string]uint64, error)
+}
+
 // WorkerOptions configure a Worker.
 type WorkerOptions struct {
 	Prefix            string
@@ -128,7 +136,14 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 		}
 	}()
 	defer wg.Wait()
-	q := jobQueues{run: func(m *nats.Msg) { respond(m, replyFor(w.dispatch(ctx, m))) }}
+	q := jobQueues{run: func(m *nats.Msg) {
+		if strings.HasSuffix(m.Subject, "."+OpHoldInput) {
+			held, err := w.hold(ctx, m)
+			respond(m, HoldInputReply{Reply: replyFor(err), Held: held})
+			return
+		}
+		respond(m, replyFor(w.dispatch(ctx, m)))
+	}}
 	defer q.wait()
 	for {
 		select {
@@ -204,6 +219,19 @@ func (w *Worker) heartbeat() {
 	if err == nil {
 		_ = w.nc.Publish(w.subj.Heartbeat(), data)
 	}
+}
+
+// hold handles HoldInput.
+func (w *Worker) hold(ctx context.Context, m *nats.Msg) (map[string]uint64, error) {
+	var h HoldInput
+	if err := json.Unmarshal(m.Data, &h); err != nil {
+		return nil, Errorf(ErrInvalid, "decode %s request: %v", OpHoldInput, err)
+	}
+	ih, ok := w.h.(InputHolder)
+	if !ok {
+		return nil, Errorf(ErrInvalid, "worker %s cannot hold its sources for a drain (an older weir build?)", w.info.ID)
+	}
+	return ih.HoldInput(ctx, h)
 }
 
 func (w *Worker) dispatch(ctx context.Context, m *nats.Msg) error {

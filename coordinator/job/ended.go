@@ -109,8 +109,8 @@ func checkEnded(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, resol
 	}
 	if len(problems) > 0 {
 		if portProblems && c.drained() {
-			return control.Errorf(control.ErrInvalid, "restore %s from checkpoint %d: job %s was drained with it (weir job stop -drain): its input ended there, and its operators' end-of-input output is out, committed with it; submit a new job for more input (%s)",
-				spec.Name, md.ID, md.Job, strings.Join(problems, "; "))
+			return control.Errorf(control.ErrInvalid, "restore %s from checkpoint %d: job %s was drained with it (weir job stop -drain): its input ended there, and its operators' end-of-input output is out, committed with it; %s (%s)",
+				spec.Name, md.ID, md.Job, moreInput(sourceEnds(spec, p, md.Metrics)), strings.Join(problems, "; "))
 		}
 		why := ""
 		if portProblems {

@@ -197,6 +197,10 @@ type job struct {
 	// final is the final savepoint of an attempt whose input ended, once
 	// it completed (finishInput): what a drain returns.
 	final control.CheckpointInfo
+	// drainAt maps each source task of a job being drained to the stream
+	// sequence the drain chose for its source (holdSources), kept in the
+	// record: a later attempt reads on to it (control.Deploy.EndInputAt).
+	drainAt map[string]uint64
 	// gone is set once the job was removed (weir job rm, RemoveJob): it is
 	// not listed nor found, and is kept only for its name's numbering.
 	gone bool
@@ -988,7 +992,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		rst = restoreFor(j.spec, j.plan, restore)
 		j.st.RestoredFrom = restore.ID
 	}
-	submitted, drained := j.st.Submitted, j.st.Drained
+	submitted, drained, drainAt := j.st.Submitted, j.st.Drained, maps.Clone(j.drainAt)
 	j.mu.Unlock()
 	// The attempt's number is stored before any worker hears of it. A
 	// coordinator that restarts resumes from the record: it cancels the
@@ -1014,7 +1018,7 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		j.mu.Unlock()
 		err := j.m.ctl.Deploy(ctx, w, control.Deploy{Job: j.spec.Name, Attempt: attempt, Submitted: submitted, Spec: j.spec, Plan: j.plan,
 			Tasks: assignment[w], Assignment: all, Modules: j.modules, Restore: rst, StateStore: j.m.stateStore(),
-			FsyncEachWrite: j.m.opts.FsyncEachWrite, EndInput: drained})
+			FsyncEachWrite: j.m.opts.FsyncEachWrite, EndInput: drained, EndInputAt: drainAt})
 		cancel()
 		j.mu.Lock()
 		lost := j.deployLost
@@ -1339,6 +1343,9 @@ func (j *job) finishInput(attempt int) {
 	j.mu.Lock()
 	drained := j.st.Drained
 	j.final = cp
+	if drained {
+		j.st.DrainedAt = sourceEnds(j.spec, j.plan, cp.Tasks)
+	}
 	j.mu.Unlock()
 	reason := fmt.Sprintf("every source read up to its stop; output committed with final savepoint %d", cp.ID)
 	if drained {
@@ -1350,11 +1357,16 @@ func (j *job) finishInput(attempt int) {
 // drain marks the job as being drained (control.JobStatus.Drained, kept
 // in its record: every later attempt is deployed to end its input, also
 // after a coordinator restart) and tells the workers of the current
-// attempt's source tasks to end their input where they have read to. A
-// worker that cannot be told fails the attempt over: its next attempt
-// ends its input as it restored (control.Deploy.EndInput), where the
-// checkpoint it restores had read to, rather than the job run on with
-// part of its input ended.
+// attempt's source tasks to end their input. The JetStream sources are
+// held first (holdSources) and each is given one stream sequence, the
+// highest its subtasks covered: they all read on to it and end there, so
+// that the job read its stream exactly up to it and a job that starts
+// after it continues without a gap or a repeat. The other sources end
+// where they have read to. A worker that cannot be told fails the attempt
+// over: its next attempt ends its input as it restored
+// (control.Deploy.EndInput), at the chosen sequences or, if none was
+// chosen, where the checkpoint it restores had read to, rather than the
+// job run on with part of its input ended.
 func (j *job) drain(ctx context.Context) {
 	j.mu.Lock()
 	j.st.Drained = true
@@ -1367,11 +1379,28 @@ func (j *job) drain(ctx context.Context) {
 	}
 	j.mu.Unlock()
 	j.persist()
-	j.m.log.Info("draining: the sources end their input", "job", j.spec.Name, "attempt", attempt)
 	ws := slices.Sorted(maps.Keys(byWorker))
+	at := j.holdSources(ctx, attempt, ws, byWorker)
+	if len(at) > 0 {
+		j.mu.Lock()
+		j.drainAt = at
+		j.st.DrainedAt = chosenEnds(j.spec, j.plan, at)
+		j.mu.Unlock()
+		j.persist()
+	}
+	j.m.log.Info("draining: the sources end their input", "job", j.spec.Name, "attempt", attempt, "at", drainAtLog(j.plan, at))
 	for _, w := range ws {
+		var taskAt map[string]uint64
+		for _, t := range byWorker[w] {
+			if seq, ok := at[t]; ok {
+				if taskAt == nil {
+					taskAt = map[string]uint64{}
+				}
+				taskAt[t] = seq
+			}
+		}
 		c, cancel := context.WithTimeout(ctx, j.m.opts.RequestTimeout)
-		err := j.m.ctl.EndInput(c, w, control.EndInput{Job: j.spec.Name, Attempt: attempt, Tasks: byWorker[w]})
+		err := j.m.ctl.EndInput(c, w, control.EndInput{Job: j.spec.Name, Attempt: attempt, Tasks: byWorker[w], At: taskAt})
 		cancel()
 		if err != nil {
 			j.push(jobEvent{kind: evFailure, attempt: attempt,

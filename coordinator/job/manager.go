@@ -1120,7 +1120,7 @@ func latestHint(st control.JobStatus) string {
 	if st.Drained && st.State == control.JobFinished {
 		// Its final savepoint restores into nothing: its sources would
 		// read on after their end.
-		return fmt.Sprintf(" (it was drained with savepoint %d; submit a new job for more input)", st.DrainedWithSavepoint)
+		return fmt.Sprintf(" (it was drained with savepoint %d; %s)", st.DrainedWithSavepoint, moreInput(st.DrainedAt))
 	}
 	if st.LatestCheckpoint == 0 {
 		return ""

@@ -62,6 +62,11 @@ type record struct {
 	// (control.Deploy.EndInput), and a drained job is still told as one.
 	Drained              bool  `json:"drained,omitempty"`
 	DrainedWithSavepoint int64 `json:"drained_with_savepoint,omitempty"`
+	// DrainAt is job.drainAt: the sequence each source task of a job
+	// being drained ends at, for its later attempts. DrainedAt is the
+	// status's: where a drained job's sources ended.
+	DrainAt   map[string]uint64   `json:"drain_at,omitempty"`
+	DrainedAt []control.SourceEnd `json:"drained_at,omitempty"`
 	// FailuresInARow is the status's (job.consecutive): a coordinator
 	// restart does not give a job restarting in a loop its
 	// restart.attempts again. Records written before it was kept have
@@ -151,7 +156,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Replacements: j.st.Replacements, Resumes: j.st.Resumes, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Drained: j.st.Drained, DrainedWithSavepoint: j.st.DrainedWithSavepoint, FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
+		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Drained: j.st.Drained, DrainedWithSavepoint: j.st.DrainedWithSavepoint, DrainAt: maps.Clone(j.drainAt), DrainedAt: slices.Clone(j.st.DrainedAt), FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
@@ -482,6 +487,8 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Failures = rec.Failures
 	j.st.Skipped = rec.Skipped
 	j.st.Drained = rec.Drained
+	j.drainAt = rec.DrainAt
+	j.st.DrainedAt = rec.DrainedAt
 	j.consecutive = rec.FailuresInARow
 	// The attempt it begins is a resume, or the restart after failures
 	// the coordinator before had decided on, counted once.
@@ -576,7 +583,7 @@ func terminalJob(m *Manager, rec record) *job {
 		st: control.JobStatus{Name: rec.Spec.Name, State: rec.State, Attempt: rec.Attempt, Restarts: rec.Restarts,
 			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
-			StoppedWithSavepoint: rec.StoppedWithSavepoint, Drained: rec.Drained, DrainedWithSavepoint: rec.DrainedWithSavepoint,
+			StoppedWithSavepoint: rec.StoppedWithSavepoint, Drained: rec.Drained, DrainedWithSavepoint: rec.DrainedWithSavepoint, DrainedAt: rec.DrainedAt,
 			Failures: rec.Failures, Skipped: rec.Skipped}}
 	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
 		j.startID = rec.From

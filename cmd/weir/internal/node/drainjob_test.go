@@ -226,7 +226,9 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 10}
 		cp, err := main.API.DrainJob(ctx, "counts")
 		drained <- result{cp, err}
 	}()
-	waitJob(t, ctx, main, "counts", "the drain under way", func(st control.JobStatus) bool { return st.Drained })
+	// The sources are held at the sequence the drain chose: nothing sent
+	// from now on is read.
+	waitJob(t, ctx, main, "counts", "the drain under way", func(st control.JobStatus) bool { return st.Drained && len(st.DrainedAt) > 0 })
 	in.send(50)     // after the end: not read
 	w2.Conn.Close() // a crash: no goodbye
 	release()

@@ -429,9 +429,14 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	sort.Strings(a.taskIDs)
 	if d.EndInput {
 		// The job is being drained: its sources end their input once
-		// they restored their state, reading nothing more.
+		// they restored their state, reading nothing more — or, where
+		// the drain chose a sequence, reading on to it.
 		for _, id := range a.sources {
-			tasks[id].EndInput()
+			if seq, ok := d.EndInputAt[id]; ok {
+				tasks[id].EndInputAt(seq)
+			} else {
+				tasks[id].EndInput()
+			}
 		}
 	}
 	a.live.Store(int64(len(a.taskIDs)))
@@ -562,10 +567,36 @@ func (w *Worker) EndInput(ctx context.Context, e control.EndInput) error {
 		if task == nil {
 			return fmt.Errorf("no task %s of job %s here", id, e.Job)
 		}
-		task.EndInput()
+		if seq, ok := e.At[id]; ok {
+			task.EndInputAt(seq)
+		} else {
+			task.EndInput()
+		}
 	}
-	w.log.Info("sources end their input (drain)", "job", e.Job, "attempt", e.Attempt, "tasks", len(e.Tasks))
+	w.log.Info("sources end their input (drain)", "job", e.Job, "attempt", e.Attempt, "tasks", len(e.Tasks), "at", len(e.At))
 	return nil
+}
+
+// HoldInput implements control.InputHolder: the listed source tasks of
+// the attempt whose sources read a JetStream stream hold for a drain,
+// each saying the sequence it covered.
+func (w *Worker) HoldInput(ctx context.Context, h control.HoldInput) (map[string]uint64, error) {
+	a := w.current(h.Job, h.Attempt)
+	if a == nil {
+		return nil, fmt.Errorf("job %s attempt %d is not running here", h.Job, h.Attempt)
+	}
+	held := map[string]uint64{}
+	for _, id := range h.Tasks {
+		task := a.tasks[id]
+		if task == nil {
+			return nil, fmt.Errorf("no task %s of job %s here", id, h.Job)
+		}
+		if seq, ok := task.HoldInput(time.Duration(h.Millis) * time.Millisecond); ok {
+			held[id] = seq
+		}
+	}
+	w.log.Info("sources held for a drain", "job", h.Job, "attempt", h.Attempt, "tasks", len(h.Tasks), "held", len(held))
+	return held, nil
 }
 
 // Complete tells every task of the attempt that a checkpoint completed.
