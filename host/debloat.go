@@ -62,6 +62,9 @@ type debloater struct {
 	active time.Duration // busy + backpressured at the last measurement
 	rate   float64       // running average, bytes per second of active time
 	sizes  []int         // per input channel: the size in effect, 0 for one that is not a stream.Resizer
+	// start is, until the first measurement, what the buffers held at the
+	// start: the task measures once it took that much, not a Period later.
+	start int64
 }
 
 // debloatStart sizes every input channel to the least, before the task
@@ -75,6 +78,7 @@ func (t *Task) debloatStart() {
 		}
 		sum += int64(d.sizes[ch])
 	}
+	d.start = max(sum, 1)
 	t.debloatSize.Store(sum)
 }
 
@@ -86,7 +90,10 @@ func (t *Task) debloatTick() {
 		return
 	}
 	now := time.Now()
-	if now.Before(d.next) {
+	// The first measurement comes as soon as the task took what its
+	// starting buffers held: a task that keeps up grows them at once
+	// rather than working a Period through buffers of the least size.
+	if now.Before(d.next) && (d.start == 0 || d.bytes-d.seen < d.start) {
 		return
 	}
 	d.next = now.Add(d.cfg.Period)
@@ -100,6 +107,7 @@ func (t *Task) debloatTick() {
 	if dt <= 0 || db <= 0 {
 		return
 	}
+	d.start = 0
 	rate := float64(db) / dt.Seconds()
 	if d.rate == 0 {
 		d.rate = rate
