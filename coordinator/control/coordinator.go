@@ -45,6 +45,9 @@ type CoordinatorOptions struct {
 	// (RegisterReply.Refused), and the worker stops. One that joins by
 	// heartbeat alone is kept, and the handler leaves it out.
 	Unusable func(WorkerInfo) string
+	// Log, if set, hears of a coordinator that was not running (frozen,
+	// starved) between its heartbeat checks.
+	Log *slog.Logger
 }
 
 // Fence guards a coordinator's acts on shared state — its requests to
@@ -89,6 +92,12 @@ type Coordinator struct {
 	hearing    time.Time
 	deaf       bool
 	reconnects uint64
+	// checked is when checkHeartbeats last ended, by runClock (the
+	// clock its ticker runs on, time.Now; tests set another): a next one
+	// much later than its period says the coordinator itself was not
+	// running.
+	checked  time.Time
+	runClock func() time.Time
 }
 
 type workerState struct {
@@ -106,7 +115,7 @@ func NewCoordinator(nc *nats.Conn, h CoordinatorHandler, opts CoordinatorOptions
 		opts.Now = time.Now
 	}
 	return &Coordinator{nc: nc, h: h, opts: opts, subj: Subjects{opts.Prefix}, workers: map[string]*workerState{},
-		departed: map[string]time.Time{}}
+		departed: map[string]time.Time{}, runClock: time.Now}
 }
 
 // Run serves registrations, heartbeats and events, and checks heartbeats,
@@ -251,7 +260,32 @@ func (c *Coordinator) seen(info WorkerInfo, tasks []TaskRef) bool {
 // answers (a flush, within period); while it does not, nobody is lost,
 // and once it does again (or has reconnected), each worker has a whole
 // timeout from then on to be heard.
+//
+// Nor does it declare any lost after it was not running itself: a process
+// frozen (kill -STOP, a VM paused) or starved for longer than the timeout
+// resumed to find every worker's heartbeat late, and declared them all
+// lost in the same millisecond, failing their jobs over with a worker as
+// the cause, while their heartbeats waited to be read. A check that comes
+// more than twice its period after the last one ended gives each worker a
+// whole timeout from then on, as a reconnect does, and logs for how long
+// the coordinator was not running.
 func (c *Coordinator) checkHeartbeats(period time.Duration) {
+	defer func() {
+		c.mu.Lock()
+		c.checked = c.runClock()
+		c.mu.Unlock()
+	}()
+	c.mu.Lock()
+	gap := c.runClock().Sub(c.checked)
+	frozen := !c.checked.IsZero() && gap > 2*period
+	if frozen {
+		c.hearing = later(c.hearing, c.opts.Now())
+	}
+	c.mu.Unlock()
+	if frozen && c.opts.Log != nil {
+		c.opts.Log.Warn("coordinator was not running (frozen or starved): each worker gets a heartbeat timeout from now to be heard before it is declared lost",
+			"for", gap.Round(time.Millisecond), "heartbeat_timeout", c.opts.HeartbeatTimeout)
+	}
 	if !c.listening(period) {
 		return
 	}

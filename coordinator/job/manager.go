@@ -228,7 +228,7 @@ func New(opts Options) *Manager {
 		room: make(chan struct{}), removing: map[ckKey]string{}, starting: map[ckKey]int{}, clearing: map[string]clearing{},
 		finishing: make(chan struct{}, resumeParallel)}
 	m.ctl = control.NewCoordinator(opts.NC, m, control.CoordinatorOptions{Prefix: opts.Prefix, HeartbeatTimeout: opts.HeartbeatTimeout, Fence: opts.Fence,
-		Unusable: m.unusable})
+		Unusable: m.unusable, Log: m.log})
 	return m
 }
 
