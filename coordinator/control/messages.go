@@ -419,6 +419,11 @@ type Cancel struct {
 	Job     string `json:"job"`
 	Attempt int    `json:"attempt"`
 	Reason  string `json:"reason,omitempty"`
+	// Stale says that the attempt is no longer the job's current one, or
+	// of a job the coordinator does not know: the worker ran it on while
+	// cut off, or missed its cancel. The worker logs its end as a
+	// warning.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // Trigger asks source tasks to start checkpoint CheckpointID.

@@ -1176,7 +1176,18 @@ func (j *job) taskRunning(attempt int, task string) {
 	if !start {
 		return
 	}
-	j.m.log.Info("every task runs: checkpointing starts", "job", j.spec.Name, "attempt", attempt)
+	j.mu.Lock()
+	again := j.st.Restarts+j.st.Replacements+j.st.Resumes > 0
+	from := j.st.RestoredFrom
+	j.mu.Unlock()
+	if again {
+		// The end of the incident a failover or restart began, at the
+		// level that logged its start (weir up's default shows it).
+		j.m.log.Warn("job running again: every task runs, checkpointing starts", "job", j.spec.Name, "attempt", attempt,
+			"restored_checkpoint", from)
+	} else {
+		j.m.log.Info("every task runs: checkpointing starts", "job", j.spec.Name, "attempt", attempt, "restored_checkpoint", from)
+	}
 	// The runner first (not under j.mu: it calls the job holding its own
 	// lock), then checkpointing: a savepoint that sees checkpointing set
 	// (awaitRunning) finds the runner started.

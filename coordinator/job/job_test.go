@@ -947,7 +947,7 @@ func TestStaleAttemptsCanceled(t *testing.T) {
 			jobs := map[string]bool{}
 			for _, c := range got {
 				jobs[c.Job] = true
-				if c.Job == "wc" && (c.Attempt != 1 || !strings.Contains(c.Reason, "no longer current")) ||
+				if !c.Stale || c.Job == "wc" && (c.Attempt != 1 || !strings.Contains(c.Reason, "no longer current")) ||
 					c.Job == "ghost" && (c.Attempt != 4 || !strings.Contains(c.Reason, "does not know the job")) ||
 					c.Job != "wc" && c.Job != "ghost" {
 					t.Errorf("cancel %+v", c)

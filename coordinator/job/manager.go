@@ -134,6 +134,9 @@ type Manager struct {
 	// lost and left count the workers lost and those that left
 	// (WorkerLosses).
 	lost, left atomic.Uint64
+	// lostAt holds when each worker was lost (its ID's), for the line that
+	// says it joined again.
+	lostAt sync.Map
 
 	mu   sync.Mutex
 	ctx  context.Context
@@ -298,7 +301,14 @@ func (m *Manager) WorkerJoined(w control.WorkerInfo) {
 		m.log.Info("worker joined, cordoned: it gets no tasks until weir worker uncordon", "worker", w.ID, "host", w.Host)
 		return
 	}
-	m.log.Info("worker joined", "worker", w.ID, "host", w.Host, "slots", w.Slots)
+	if at, ok := m.lostAt.LoadAndDelete(w.ID); ok {
+		// The end of the incident its loss began, at the level that
+		// logged the loss (weir up's default shows it).
+		m.log.Warn("worker joined again", "worker", w.ID, "host", w.Host, "slots", w.Slots,
+			"lost_for", time.Since(at.(time.Time)).Round(time.Millisecond))
+	} else {
+		m.log.Info("worker joined", "worker", w.ID, "host", w.Host, "slots", w.Slots)
+	}
 	m.roomMade()
 }
 
@@ -506,6 +516,7 @@ func (m *Manager) slotsUsed(except *job) map[string]int {
 // WorkerLost fails over every job with a task on the worker.
 func (m *Manager) WorkerLost(id string) {
 	m.log.Warn("worker lost", "worker", id)
+	m.lostAt.Store(id, time.Now())
 	m.lost.Add(1)
 	m.dropWorker(id, false)
 }
@@ -606,7 +617,7 @@ func (m *Manager) WorkerTasks(worker string, tasks []control.TaskRef) {
 			}
 			m.log.Warn("canceling a stale attempt", "job", k.job, "attempt", k.attempt, "worker", k.worker, "reason", reason)
 			c, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
-			err := m.ctl.Cancel(c, k.worker, control.Cancel{Job: k.job, Attempt: k.attempt, Reason: reason})
+			err := m.ctl.Cancel(c, k.worker, control.Cancel{Job: k.job, Attempt: k.attempt, Reason: reason, Stale: true})
 			cancel()
 			if err == nil {
 				m.attemptStopped(k.worker, k.job, k.attempt)

@@ -523,7 +523,14 @@ func (w *Worker) Cancel(ctx context.Context, c control.Cancel) error {
 		a = nil
 	}
 	w.mu.Unlock()
-	if a != nil {
+	switch {
+	case a != nil && c.Stale:
+		a.stop()
+		// Tasks this worker ran on that the job no longer has: the end
+		// of an incident (the worker cut off, the job placed again).
+		w.log.Warn("the coordinator canceled a stale attempt: its tasks here stopped", "job", c.Job, "attempt", a.n,
+			"tasks", len(a.taskIDs), "reason", c.Reason)
+	case a != nil:
 		a.stop()
 		w.log.Info("canceled", "job", c.Job, "attempt", a.n, "reason", c.Reason)
 	}
