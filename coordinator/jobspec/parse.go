@@ -778,9 +778,18 @@ func (p *parser) parse(data []byte) *Spec {
 			p.fields(v, path, map[string]func(*yaml.Node, string){
 				"buffer": func(v *yaml.Node, path string) {
 					var n int64
-					if p.size(v, path, &n) {
-						p.check(v, path, CheckChannelBuffer(n), func() { s.Channels.Buffer = n })
+					if !p.size(v, path, &n) {
+						return
 					}
+					if n == 0 {
+						// 0 is the workers' defaults only where nothing
+						// was written (the API's JSON): written, it reads
+						// as no buffer, which no channel can be.
+						p.errf(v, path, "%s is less than %s (leave it out for the workers' defaults: 1MiB within a worker, up to 4MiB between workers)",
+							v.Value, FormatSize(MinChannelBuffer))
+						return
+					}
+					p.check(v, path, CheckChannelBuffer(n), func() { s.Channels.Buffer = n })
 				},
 				"debloat": func(v *yaml.Node, path string) {
 					if v.Kind == yaml.ScalarNode && (v.Value == "off" || v.Value == "false" || v.Value == "0") {

@@ -369,6 +369,8 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sources[0].partition-filter: partition filter "a.>" must contain {p} once`}},
 		{"channel buffer too small", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nchannels: {buffer: 1KiB}\n",
 			[]string{`job.yaml:3: channels.buffer: 1KiB is less than 16KiB (a frame of the channel must fit in half of it)`}},
+		{"channel buffer 0", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nchannels: {buffer: 0}\n",
+			[]string{`job.yaml:3: channels.buffer: 0 is less than 16KiB (leave it out for the workers' defaults: 1MiB within a worker, up to 4MiB between workers)`}},
 		{"channel buffer too large", "name: j\nsources: [{name: in, kind: nats, subject: a}]\nchannels: {buffer: 1GiB}\n",
 			[]string{`job.yaml:3: channels.buffer: 1GiB is more than 16MiB (a worker's connection holds 64 MiB of its channels' data)`}},
 		{"unknown source key", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, key: topic}\n",
