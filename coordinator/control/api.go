@@ -420,7 +420,9 @@ const (
 	// other sequences than the checkpoints' offsets.
 	FailureStream FailureKind = "stream"
 	// FailureCheckpointsFailed: more checkpoints failed in a row than
-	// checkpointing.tolerable-failures allows.
+	// checkpointing.tolerable-failures allows; or an exactly-once sink
+	// staged more output than its bound since its last checkpoint
+	// (sink.ErrStagedTooMuch): checkpoints are not completing.
 	FailureCheckpointsFailed FailureKind = "checkpoints-failed"
 	// FailureWorkerLost: a worker that ran tasks of the attempt, or was
 	// being deployed to, was lost.

@@ -118,7 +118,32 @@ type ExactlyOnceConfig struct {
 	// Timestamps publishes each record's timestamp in TimeHeader (a
 	// re-commit of output staged before it was set publishes it too).
 	Timestamps bool
+	// MaxStagedBytes bounds the output staged since the last checkpoint;
+	// 0 means DefaultMaxStagedBytes. See ErrStagedTooMuch.
+	MaxStagedBytes int
 }
+
+// DefaultMaxStagedBytes is what an exactly-once sink stages between two
+// checkpoints at the most (ExactlyOnceConfig.MaxStagedBytes).
+const DefaultMaxStagedBytes = 1 << 30
+
+// mib says n bytes in MiB, or KiB below one.
+func mib(n int) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// ErrStagedTooMuch is wrapped by the error of an exactly-once sink that
+// staged more output since its last checkpoint than MaxStagedBytes: its
+// checkpoints are not completing (no coordinator, or each one failing),
+// or come far apart for the output's rate. Output waits in memory for a
+// checkpoint, so without the bound a worker's memory grew as long as
+// that went on; failing the task stops its input where its latest
+// checkpoint has it (a JetStream source's messages stay in their stream),
+// and the job restores that checkpoint.
+var ErrStagedTooMuch = errors.New("too much output staged since the last checkpoint")
 
 // RequiredDuplicateWindow is the duplicate window exactly-once needs: a
 // checkpoint's output may be published when the checkpoint completes and
@@ -387,6 +412,9 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultExactlyOnceTimeout
 	}
+	if cfg.MaxStagedBytes <= 0 {
+		cfg.MaxStagedBytes = DefaultMaxStagedBytes
+	}
 	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now,
 		name: sinkName("exactly-once", cfg.Name, cfg.Subject, cfg.Stream)}
 	js, err := jetstream.New(nc,
@@ -540,6 +568,10 @@ func (s *ExactlyOnce) Write(ctx context.Context, batch []byte) error {
 	}
 	if s.curN+n > math.MaxUint32 {
 		return fmt.Errorf("%s: more than %d records staged for one checkpoint; checkpoint more often", s, uint32(math.MaxUint32))
+	}
+	if staged := len(s.cur) + len(batch) - abi.BatchHeaderSize; s.cur != nil && staged > s.cfg.MaxStagedBytes {
+		return fmt.Errorf("%s: %w: %d records, %s, past the bound of %s: its checkpoints are not completing (is a coordinator running? see weir job status) or come too far apart for the output's rate (checkpointing.interval); the job restores its latest checkpoint, so nothing is lost",
+			s, ErrStagedTooMuch, s.curN+n, mib(staged), mib(s.cfg.MaxStagedBytes))
 	}
 	// The staged batch is the records of every written batch back to back
 	// under one count; it starts as large as the previous checkpoint's, so

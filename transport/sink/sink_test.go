@@ -899,3 +899,38 @@ func TestExactlyOnceCommitToAFullStream(t *testing.T) {
 		})
 	}
 }
+
+// An exactly-once sink stages its output in memory until a checkpoint
+// takes it: with no checkpoint completing (no coordinator, or every one
+// failing), that grew without bound. Past MaxStagedBytes a write fails,
+// saying why; a checkpoint starts the count again.
+func TestExactlyOnceBoundsWhatItStages(t *testing.T) {
+	nc, js, ctx := outSetup(t, outStream(PublishAuto))
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "job1", Task: "sink-0",
+		MinDuplicateWindow: time.Minute, MaxStagedBytes: 4 << 10})
+	must(t, err)
+	defer s.Close()
+	batch := func(n int) []byte {
+		var b abi.Builder
+		for i := range n {
+			b.Add([]byte("k"), []byte(fmt.Sprintf("value %04d", i)), 1)
+		}
+		return append([]byte(nil), b.Bytes()...)
+	}
+	must(t, s.Write(ctx, batch(100))) // ~2 KiB
+	must(t, s.Write(ctx, batch(50)))
+	err = s.Write(ctx, batch(100))
+	if !errors.Is(err, ErrStagedTooMuch) || !strings.Contains(err.Error(), "250 records") ||
+		!strings.Contains(err.Error(), "past the bound of 4.0 KiB: its checkpoints are not completing") {
+		t.Fatalf("a write past the bound: %v", err)
+	}
+	// A checkpoint takes what was staged: the next writes fit again.
+	_, err = s.PreCommit(ctx, 1)
+	must(t, err)
+	must(t, s.Write(ctx, batch(100)))
+	must(t, s.Commit(ctx, 1))
+	must(t, s.Wait(ctx))
+	if got := readStream(t, ctx, js, "OUT"); len(got) != 150 {
+		t.Fatalf("stream holds %d messages, want the 150 staged before the refused write", len(got))
+	}
+}

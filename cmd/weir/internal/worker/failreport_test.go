@@ -137,6 +137,9 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		{&stream.ChannelError{Channel: "slow-1 -> count-0", Err: fmt.Errorf("%w: got frame 9, want 7", remote.ErrSequenceGap)}, control.FailureConnection},
 		{fmt.Errorf("jetstream source IN: the consumer stopped: %w", nats.ErrConnectionClosed), control.FailureConnection},
 		{fmt.Errorf("exactly-once sink out: publish: %w", nats.ErrDisconnected), control.FailureConnection},
+		// An exactly-once sink that staged past its bound: checkpoints
+		// are not completing.
+		{fmt.Errorf("exactly-once sink out: %w: 250 records", sink.ErrStagedTooMuch), control.FailureCheckpointsFailed},
 		// A memory.grow the memory limit refused during the call makes
 		// any of an operator's failures memory-limit.
 		{&host.TaskError{Task: "op-0", Err: &wasm.TrapError{Operator: "op", Export: "weir_process", RecordIndex: 3,

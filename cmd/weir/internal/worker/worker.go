@@ -973,6 +973,8 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureStream
 	case errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge):
 		return control.FailureBadRecord
+	case errors.Is(err, sink.ErrStagedTooMuch):
+		return control.FailureCheckpointsFailed
 	case errors.Is(err, source.ErrStreamGone) || errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
 		errors.Is(err, source.ErrMessagesLost) || errors.Is(err, jetstream.ErrStreamNotFound):
 		return control.FailureStream
