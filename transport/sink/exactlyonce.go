@@ -119,7 +119,8 @@ type ExactlyOnceConfig struct {
 	// re-commit of output staged before it was set publishes it too).
 	Timestamps bool
 	// MaxStagedBytes bounds the output staged since the last checkpoint;
-	// 0 means DefaultMaxStagedBytes. See ErrStagedTooMuch.
+	// 0 means DefaultMaxStagedBytes, a negative value no bound (a job
+	// without periodic checkpoints). See ErrStagedTooMuch.
 	MaxStagedBytes int
 }
 
@@ -412,8 +413,11 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultExactlyOnceTimeout
 	}
-	if cfg.MaxStagedBytes <= 0 {
+	switch {
+	case cfg.MaxStagedBytes == 0:
 		cfg.MaxStagedBytes = DefaultMaxStagedBytes
+	case cfg.MaxStagedBytes < 0:
+		cfg.MaxStagedBytes = math.MaxInt
 	}
 	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now,
 		name: sinkName("exactly-once", cfg.Name, cfg.Subject, cfg.Stream)}

@@ -185,7 +185,19 @@ func (b *builder) sink(ctx context.Context, pt plan.Task) (host.Sink, error) {
 		Timeout:            spec.AckTimeout,
 		MinDuplicateWindow: DuplicateWindow(b.d.Spec.Checkpointing, *spec),
 		Timestamps:         spec.Timestamps,
+		MaxStagedBytes:     maxStaged(b.d.Spec.Checkpointing),
 	})
+}
+
+// maxStaged is the bound of an exactly-once sink's output staged since its
+// last checkpoint: the sink's default, or none for a job that takes no
+// periodic checkpoints (its output waits for its end of input, or a
+// savepoint, by design).
+func maxStaged(ck jobspec.Checkpointing) int {
+	if ck.Disabled || ck.Interval <= 0 {
+		return -1
+	}
+	return 0
 }
 
 // find returns the element of items whose name is want, or nil.

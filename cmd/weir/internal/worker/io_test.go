@@ -97,3 +97,21 @@ func TestKeyFrom(t *testing.T) {
 		t.Errorf("unknown key: %v", err)
 	}
 }
+
+// An exactly-once sink's staged output is bounded in a job that takes
+// periodic checkpoints (the sink's default), not in one that takes none:
+// its output waits for the end of input by design.
+func TestMaxStaged(t *testing.T) {
+	for _, c := range []struct {
+		ck   jobspec.Checkpointing
+		want int
+	}{
+		{jobspec.Checkpointing{Interval: 10 * time.Second}, 0},
+		{jobspec.Checkpointing{Interval: 10 * time.Second, Disabled: true}, -1},
+		{jobspec.Checkpointing{}, -1},
+	} {
+		if got := maxStaged(c.ck); got != c.want {
+			t.Errorf("maxStaged(%+v) = %d, want %d", c.ck, got, c.want)
+		}
+	}
+}
