@@ -216,7 +216,16 @@ restart: {strategy: fixed-delay, delay: 100ms, attempts: 10}
 	waitStored(t, ctx, js, "EACH", 300) // committed: in a checkpoint a failover restores
 	in.send(100)                        // read after the latest checkpoint, most of it
 	release := inj.hold(t)
-	waitUntil(t, ctx, "an operator held", func() bool { return inj.held.Load() > 0 })
+	// The operators may have taken all of it already: a record more until
+	// one of them is held (a run on a loaded machine waited for a call
+	// that never came).
+	waitUntil(t, ctx, "an operator held", func() bool {
+		if inj.held.Load() > 0 {
+			return true
+		}
+		in.send(1)
+		return false
+	})
 	type result struct {
 		cp  control.CheckpointInfo
 		err error
