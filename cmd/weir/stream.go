@@ -308,8 +308,8 @@ func printStreamInfo(w io.Writer, in *jetstream.StreamInfo) {
 	c, s := in.Config, in.State
 	fmt.Fprintf(w, "stream %s: subjects %s; %d messages, %s, sequences %d-%d; created %s\n", c.Name, strings.Join(c.Subjects, " "),
 		s.Msgs, jobspec.FormatSize(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Created.UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "  storage %s, %d replica(s), duplicate window %s, limits: %s, discard %s\n", c.Storage, max(c.Replicas, 1),
-		c.Duplicates, limits(c), c.Discard)
+	fmt.Fprintf(w, "  storage %s, %d replica(s), duplicate window %s, limits: %s\n", c.Storage, max(c.Replicas, 1),
+		c.Duplicates, limitsAndDiscard(c))
 	fmt.Fprintf(w, "  atomic publish %t, batched publish %t\n", c.AllowAtomicPublish, c.AllowBatchPublish)
 }
 

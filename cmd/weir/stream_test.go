@@ -55,7 +55,7 @@ func TestStreamCommand(t *testing.T) {
 		t.Errorf("config after edit: %+v", c)
 	}
 	if code, out, _ := weir("info", "COUNTS"); code != 0 || !strings.Contains(out, "stream COUNTS: subjects counts.>; 3 messages") ||
-		!strings.Contains(out, "duplicate window 2m0s, limits: max-age 24h0m0s, max-bytes 1GiB") {
+		!strings.Contains(out, "duplicate window 2m0s, limits: max-age 24h0m0s, max-bytes 1GiB, discard old\n") {
 		t.Errorf("info: %d\n%s", code, out)
 	}
 	if code, _, errs := weir("info", "CONTS"); code != 1 || errs != "weir: no stream \"CONTS\" (did you mean COUNTS?): weir stream ls lists them\n" {
