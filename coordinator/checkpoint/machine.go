@@ -85,6 +85,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/plan"
 )
 
 // Config is the checkpointing configuration of a job.
@@ -138,6 +139,14 @@ type Metadata struct {
 	// checkRestore refuses it). Nil in metadata written before they were
 	// recorded.
 	Inputs map[string][]jobspec.Input `json:"inputs,omitempty"`
+	// Edges are the edges of the job's plan as the run that took the
+	// checkpoint had them (RunnerOptions.Edges): with the parallelisms
+	// the handles give, they say which producer and consumer each
+	// channel of a task's in-flight channel state connected, so that a
+	// restore with another parallelism can redistribute it
+	// (coordinator/job channelMoves). Nil in metadata written before they
+	// were recorded.
+	Edges []plan.Edge `json:"edges,omitempty"`
 	// Removing marks a checkpoint whose removal (Catalog.Remove) began:
 	// its state objects may be partly gone, so nothing restores it
 	// (Catalog.Read returns a RemovingError), and a removal done again

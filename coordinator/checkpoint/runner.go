@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/lease"
+	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/transport/storage"
 )
 
@@ -47,6 +48,9 @@ type RunnerOptions struct {
 	// Inputs are recorded in the metadata of every checkpoint the runner
 	// writes (Metadata.Inputs): the job's operators' inputs, by operator.
 	Inputs map[string][]jobspec.Input
+	// Edges are recorded in the metadata of every checkpoint the runner
+	// writes (Metadata.Edges): the edges of the job's plan.
+	Edges []plan.Edge
 	// FinishRemoval finishes the removal of checkpoint id that was cut
 	// short (RemovalCut), as retention goes on: it returns how many
 	// objects it deleted, and an error if the removal is not finished.
@@ -122,6 +126,7 @@ type Runner struct {
 	eff     Effects
 	sources []jobspec.Source
 	inputs  map[string][]jobspec.Input // Metadata.Inputs
+	edges   []plan.Edge                // Metadata.Edges
 	now     func() time.Time
 	log     *slog.Logger
 	kick    chan struct{}
@@ -231,7 +236,7 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), inputs: opts.Inputs, now: opts.Now, log: opts.Log,
+	r := &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), inputs: opts.Inputs, edges: opts.Edges, now: opts.Now, log: opts.Log,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{},
 		dkick: make(chan struct{}, 1), removals: map[int64]int{}, finish: opts.FinishRemoval, claim: opts.Claim}
 	if r.finish == nil {
@@ -1064,7 +1069,7 @@ func (r *Runner) do(ctx context.Context, a Action) {
 		r.mu.Unlock()
 	case PersistAction:
 		md := *a.Metadata
-		md.Sources, md.Inputs = r.sources, r.inputs
+		md.Sources, md.Inputs, md.Edges = r.sources, r.inputs, r.edges
 		r.mu.Lock()
 		wait := r.m.MetadataWriteWait()
 		r.mu.Unlock()

@@ -406,6 +406,33 @@ type Restore struct {
 	// re-commits what they staged (its own handle among them). Such a task
 	// has no entry in Handles.
 	Merged map[string][]string `json:"merged,omitempty"`
+	// ChannelPlan says that the checkpoint's in-flight channel state
+	// (unaligned) is redistributed because a parallelism changed: every
+	// task leaves the channel state of the snapshots it restores from
+	// alone and takes, before any new input, the records Channels lists
+	// for it instead (none when it has no entry).
+	ChannelPlan bool `json:"channel_plan,omitempty"`
+	// Channels maps a task to the channel state it replays under
+	// ChannelPlan, in order.
+	Channels map[string][]ChannelPiece `json:"channels,omitempty"`
+}
+
+// ChannelPiece is one channel of an old subtask's snapshot whose in-flight
+// records a task replays as input after a rescale (Restore.ChannelPlan).
+type ChannelPiece struct {
+	// Handle is the snapshot that holds the channel state.
+	Handle string `json:"handle"`
+	// Output selects the snapshot's output channel state (records its
+	// task had not sent yet) instead of its input channel state.
+	Output bool `json:"output,omitempty"`
+	// Channel is the channel's index among the snapshot's input or
+	// output channels.
+	Channel int `json:"channel"`
+	// Port is the task's input port the records are replayed on.
+	Port int `json:"port"`
+	// ByKey keeps only the records whose key the task's key-partitioned
+	// input would route to it (the others go to other subtasks).
+	ByKey bool `json:"by_key,omitempty"`
 }
 
 // RestTimeout bounds how long a worker's Stop waits for the attempt's

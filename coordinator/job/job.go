@@ -241,7 +241,7 @@ func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]contro
 	j := &job{m: m, spec: spec, plan: p, modules: mods, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		initial: from, wake: make(chan struct{}, 1), recordMu: new(sync.Mutex),
 		st: control.JobStatus{Name: spec.Name, State: control.JobCreated, Submitted: now, Updated: now}}
-	j.runner = checkpoint.NewRunner(machine, m.opts.Catalog, j, checkpoint.RunnerOptions{Log: m.log.With("job", spec.Name), Sources: spec.Sources, Inputs: operatorInputs(spec),
+	j.runner = checkpoint.NewRunner(machine, m.opts.Catalog, j, checkpoint.RunnerOptions{Log: m.log.With("job", spec.Name), Sources: spec.Sources, Inputs: operatorInputs(spec), Edges: planEdges(p),
 		FinishRemoval: func(ctx context.Context, id int64) (int, error) { return m.finishRemoval(ctx, j, id) },
 		Claim:         func(id int64) (func(), error) { return m.claimDiscard(spec.Name, id) }})
 	if from != nil && from.Job == spec.Name {

@@ -30,17 +30,25 @@ import (
 //     offsets say which messages of which subject were read. A sink may shrink: the
 //     staged output of a subtask that no longer exists is re-committed, as
 //     that subtask would have, by the new subtask of its index modulo the
-//     new parallelism. Nothing may
-//     change parallelism while the checkpoint holds in-flight channel data
-//     (unaligned): its channels would not match; a savepoint is always
-//     aligned.
+//     new parallelism. The in-flight channel data of an unaligned
+//     checkpoint is redistributed when any parallelism changed
+//     (channelMoves): every old channel's records — what its consumer had
+//     received and not processed, then what its producer had not sent —
+//     are replayed, before any new input, by the new subtask of the
+//     consumer that the edge's partitioning now sends them to: by key for
+//     a key-partitioned input, the whole channel, in order, to the
+//     subtask of the old consumer's index modulo the new parallelism
+//     otherwise. Refused: a checkpoint that does not record its channels'
+//     layout (Metadata.Edges, written by an older weir), a broadcast edge
+//     with in-flight records whose ends' parallelism changed, and an
+//     input with in-flight records that the spec no longer has.
 //
 // Vertices new in the spec start empty, as on a first run. A checkpoint
 // without metrics (written before they were recorded) counts as holding
 // state everywhere.
 func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, allowNonRestored bool) error {
 	had := map[string][]ckTask{} // vertex -> its checkpointed tasks
-	inFlight := ""               // a task that persisted channel data
+	moves, chanProblems := channelMoves(p, md, allowNonRestored)
 	for id := range md.Handles {
 		vertex, _, ok := splitTaskID(id)
 		if !ok {
@@ -51,8 +59,8 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 			t.state, t.chans = m[control.MetricStateBytes], m[control.MetricChannelStateBytes]
 			t.keyed = m[control.MetricKeyedState] == 1
 		}
-		if t.chans != 0 && (inFlight == "" || id < inFlight) {
-			inFlight = id
+		if moves != nil {
+			t.chans = 0 // channelMoves redistributes it, or says why not
 		}
 		had[vertex] = append(had[vertex], t)
 	}
@@ -69,7 +77,7 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		}
 		return ""
 	}
-	var problems []string
+	problems := chanProblems
 	vertices := make([]string, 0, len(had))
 	for v := range had {
 		vertices = append(vertices, v)
@@ -97,8 +105,6 @@ func checkRestore(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata, all
 		}
 		changed := fmt.Sprintf("%s %s has parallelism %d in the checkpoint and %d in the spec", v.Kind, name, len(ts), v.Parallelism)
 		switch {
-		case inFlight != "":
-			problems = append(problems, fmt.Sprintf("%s, but the checkpoint holds in-flight channel data (task %s, unaligned) that only the old channels can take: restore from a savepoint (always aligned) instead", changed, inFlight))
 		case v.Kind == plan.Operator:
 			if stateful(ts) == "" {
 				break
@@ -237,7 +243,227 @@ func restoreFor(spec *jobspec.Spec, p *plan.Plan, md *checkpoint.Metadata) *cont
 			r.Merged[task] = slices.Clone(handles)
 		}
 	}
+	if moves, problems := channelMoves(p, md, true); moves != nil && len(problems) == 0 {
+		r.ChannelPlan = true
+		for task, pieces := range moves {
+			if len(pieces) == 0 {
+				continue
+			}
+			if r.Channels == nil {
+				r.Channels = map[string][]control.ChannelPiece{}
+			}
+			r.Channels[task] = pieces
+		}
+	}
 	return r
+}
+
+// holdsChannels reports whether task id of checkpoint md may hold
+// in-flight channel data: it says so, or its metrics were not recorded.
+func holdsChannels(md *checkpoint.Metadata, id string) bool {
+	m, ok := md.Metrics[id]
+	return !ok || m[control.MetricChannelStateBytes] != 0
+}
+
+// channelMoves says where the in-flight channel data of checkpoint md goes
+// when the job restarts as plan p with a changed parallelism. Each old
+// channel (an edge of md.Edges from producer subtask k to consumer
+// subtask j) holds, in order, the input channel state of consumer j (what
+// it had received and not processed) and the output channel state of
+// producer k (what it had not sent). Both are replayed as input by the new
+// subtasks of the consumer, before any new input, on the input port the
+// edge has now:
+//
+//   - an edge partitioned by key in the spec: by every new subtask, each
+//     keeping the records whose key the partitioner routes to it (none
+//     filtered when the edge was keyed over the same parallelism before);
+//   - any other: by the new subtask j mod the consumer's new parallelism,
+//     the whole channel in order.
+//
+// The producers send none of their output channel state again. moves is
+// nil when nothing moves (no channel data, or no parallelism changed), and
+// otherwise has an entry, maybe empty, for every task of p; problems says
+// why data cannot be redistributed, one line each. An edge whose consumer
+// the spec drops loses its records: a problem unless allowNonRestored.
+func channelMoves(p *plan.Plan, md *checkpoint.Metadata, allowNonRestored bool) (moves map[string][]control.ChannelPiece, problems []string) {
+	oldPar := map[string]int{}
+	inFlight := ""
+	for id := range md.Handles {
+		v, _, ok := splitTaskID(id)
+		if !ok {
+			continue
+		}
+		oldPar[v]++
+		if holdsChannels(md, id) && (inFlight == "" || id < inFlight) {
+			inFlight = id
+		}
+	}
+	if inFlight == "" {
+		return nil, nil
+	}
+	now := map[string]plan.Vertex{}
+	var changed *plan.Vertex
+	for i, v := range p.Vertices {
+		now[v.Name] = v
+		if n, ok := oldPar[v.Name]; ok && n != v.Parallelism && changed == nil {
+			changed = &p.Vertices[i]
+		}
+	}
+	if changed == nil {
+		return nil, nil
+	}
+	moves = make(map[string][]control.ChannelPiece, len(p.Tasks))
+	for _, t := range p.Tasks {
+		moves[t.ID] = nil
+	}
+	if md.Edges == nil {
+		return moves, []string{fmt.Sprintf("%s %s has parallelism %d in the checkpoint and %d in the spec, and the checkpoint holds in-flight channel data (task %s, unaligned) "+
+			"but not which channels it was on (an older weir wrote it): keep the parallelisms, or restore from a savepoint (always aligned)",
+			changed.Kind, changed.Name, oldPar[changed.Name], changed.Parallelism, inFlight)}
+	}
+	old := oldLayout{par: oldPar, edges: md.Edges}
+	for _, e := range md.Edges {
+		m, n := oldPar[e.From], oldPar[e.To]
+		if m == 0 || n == 0 {
+			continue
+		}
+		part := old.partition(e)
+		held := ""
+		for j := 0; j < n && held == ""; j++ {
+			if id := plan.TaskID(e.To, j); holdsChannels(md, id) {
+				held = id
+			}
+		}
+		for k := 0; k < m && held == ""; k++ {
+			if id := plan.TaskID(e.From, k); holdsChannels(md, id) {
+				held = id
+			}
+		}
+		if held == "" {
+			continue
+		}
+		to, ok := now[e.To]
+		if !ok {
+			if !allowNonRestored {
+				problems = append(problems, fmt.Sprintf("%s is not in the spec, and the in-flight records of its input from %s (task %s, unaligned) would be dropped (allow that with -allow-non-restored-state)", e.To, e.From, held))
+			}
+			continue
+		}
+		var edge *plan.Edge
+		for i, in := range to.Inputs {
+			if in.From == e.From && in.InPort == e.InPort {
+				edge = &to.Inputs[i]
+			}
+		}
+		if edge == nil {
+			problems = append(problems, fmt.Sprintf("the checkpoint holds in-flight records of %s's input %d from %s (task %s, unaligned), which the spec no longer has: keep that input, or restore from a savepoint (always aligned)",
+				e.To, e.InPort, e.From, held))
+			continue
+		}
+		if (part == jobspec.Broadcast || edge.Partition == jobspec.Broadcast) && (m != now[e.From].Parallelism || n != to.Parallelism) {
+			problems = append(problems, fmt.Sprintf("the checkpoint holds in-flight records of the broadcast from %s to %s (task %s, unaligned), which weir cannot redistribute when a parallelism of either changes: keep both, or restore from a savepoint (always aligned)",
+				e.From, e.To, held))
+			continue
+		}
+		byKey := edge.Partition == jobspec.KeyHash && (part != jobspec.KeyHash || n != to.Parallelism)
+		for j := 0; j < n; j++ {
+			for k := 0; k < m; k++ {
+				if part == jobspec.Forward && k != j {
+					continue
+				}
+				var pieces []control.ChannelPiece
+				if id := plan.TaskID(e.To, j); holdsChannels(md, id) && md.Handles[id] != "" {
+					pieces = append(pieces, control.ChannelPiece{Handle: md.Handles[id], Channel: old.inIndex(e, k), Port: edge.InPort})
+				}
+				if id := plan.TaskID(e.From, k); holdsChannels(md, id) && md.Handles[id] != "" {
+					pieces = append(pieces, control.ChannelPiece{Handle: md.Handles[id], Output: true, Channel: old.outIndex(e, j), Port: edge.InPort})
+				}
+				if !byKey {
+					task := to.Tasks[j%to.Parallelism]
+					moves[task] = append(moves[task], pieces...)
+					continue
+				}
+				for _, task := range to.Tasks {
+					for _, pc := range pieces {
+						pc.ByKey = true
+						moves[task] = append(moves[task], pc)
+					}
+				}
+			}
+		}
+	}
+	return moves, problems
+}
+
+// oldLayout is the channel layout of the run that took a checkpoint: its
+// plan's edges and its vertices' parallelisms.
+type oldLayout struct {
+	par   map[string]int
+	edges []plan.Edge
+}
+
+// partition returns e's partitioning, with plan.Build's default for none.
+func (l oldLayout) partition(e plan.Edge) string {
+	if e.Partition != "" {
+		return e.Partition
+	}
+	if l.par[e.From] == l.par[e.To] {
+		return jobspec.Forward
+	}
+	return jobspec.RoundRobin
+}
+
+// inIndex returns the index, among its consumer subtask's input channels,
+// of the channel of e from producer subtask k: the ports in order, each
+// with a channel per producer subtask (one on a forward edge).
+func (l oldLayout) inIndex(e plan.Edge, k int) int {
+	c := 0
+	for _, f := range l.edges {
+		if f.To != e.To || f.InPort >= e.InPort {
+			continue
+		}
+		if l.partition(f) == jobspec.Forward {
+			c++
+		} else {
+			c += l.par[f.From]
+		}
+	}
+	if l.partition(e) == jobspec.Forward {
+		return c
+	}
+	return c + k
+}
+
+// outIndex returns the index, among its producer subtask's output
+// channels, of the channel of e to consumer subtask j: the output ports
+// in order, each with a channel per consumer subtask (one on a forward
+// edge).
+func (l oldLayout) outIndex(e plan.Edge, j int) int {
+	c := 0
+	for _, f := range l.edges {
+		if f.From != e.From || f.OutPort >= e.OutPort {
+			continue
+		}
+		if l.partition(f) == jobspec.Forward {
+			c++
+		} else {
+			c += l.par[f.To]
+		}
+	}
+	if l.partition(e) == jobspec.Forward {
+		return c
+	}
+	return c + j
+}
+
+// planEdges returns p's edges, each once (as its consumer's input), as a
+// checkpoint records them (checkpoint.Metadata.Edges).
+func planEdges(p *plan.Plan) []plan.Edge {
+	var edges []plan.Edge
+	for _, v := range p.Vertices {
+		edges = append(edges, v.Inputs...)
+	}
+	return edges
 }
 
 // shrinkSink gives sink subtask j of v, besides its own handle, those of
