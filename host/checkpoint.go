@@ -163,6 +163,9 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 		if q, ok := t.cfg.Source.(SequencedSource); ok {
 			m.SourceReadSeq, m.SourceSequenced = q.ReadThrough(t.lastOffset)
 		}
+		if c, ok := t.cfg.Source.(CoveredSource); ok {
+			m.SourceCoveredSeq, m.SourceCovered = c.CoveredThrough(t.lastOffset)
+		}
 	}
 	if t.cfg.Checkpointing.Mode != barrier.AtLeastOnce {
 		// Only a consistent snapshot may say which ports ended: under
@@ -341,11 +344,23 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 // restore loads the snapshot named by cfg.Restore: operator state first,
 // sink and source positions, then queues the recovered output channel state
 // to be sent before any new output and the input channel state to be
-// processed before any new input.
+// processed before any new input — under cfg.ChannelPlan, the channel
+// state cfg.RestoreChannels lists instead (restoreChannels).
 //
 // Its errors name the snapshot once: the store's own name the key it was
 // asked for, the others are prefixed with it.
 func (t *Task) restore(ctx context.Context) error {
+	if err := t.restoreState(ctx); err != nil {
+		return err
+	}
+	if err := t.restoreChannels(ctx); err != nil {
+		return fmt.Errorf("restore redistributed channel state: %w", err)
+	}
+	return nil
+}
+
+// restoreState is restore but for the channel state of a ChannelPlan.
+func (t *Task) restoreState(ctx context.Context) error {
 	if len(t.cfg.RestoreMerged) > 0 {
 		if err := t.restoreMerged(ctx); err != nil {
 			return fmt.Errorf("restore from %d merged snapshots: %w", len(t.cfg.RestoreMerged), err)
@@ -407,6 +422,10 @@ func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 		}
 		t.setOffset(snap.SourceOffset)
 	}
+	t.restoredID = snap.CheckpointID
+	if t.cfg.ChannelPlan {
+		return nil // restoreChannels replays what of it comes here
+	}
 	for _, cs := range snap.Outputs {
 		if cs.Channel < 0 || cs.Channel >= len(t.outs) {
 			return fmt.Errorf("snapshot has output channel %d, the task has %d", cs.Channel, len(t.outs))
@@ -427,7 +446,6 @@ func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 	if len(q.mem) > 0 {
 		t.replay = append(t.replay, q)
 	}
-	t.restoredID = snap.CheckpointID
 	return nil
 }
 
@@ -484,7 +502,7 @@ func (t *Task) restoreMerged(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", h, err)
 		}
-		if len(snap.Outputs) > 0 || len(snap.Inputs) > 0 ||
+		if (!t.cfg.ChannelPlan && (len(snap.Outputs) > 0 || len(snap.Inputs) > 0)) ||
 			(t.cfg.Sink == nil && len(snap.SinkState) > 0) || (t.cfg.Operator == nil && len(snap.ModuleState) > 0) ||
 			(t.cfg.Source == nil && len(snap.SourceOffset) > 0) {
 			return fmt.Errorf("%s holds channel state, or state of another kind of task, which cannot be merged: %w", h, ErrCannotRescale)
@@ -611,4 +629,117 @@ func (t *Task) mergeSource(ctx context.Context, snaps []*snapshot.Task) error {
 	}
 	t.setOffset(off)
 	return nil
+}
+
+// ChannelPiece is one channel of an old subtask's snapshot whose in-flight
+// records a task replays as input after a rescale (Config.ChannelPlan).
+type ChannelPiece struct {
+	// Handle is the snapshot that holds the channel state.
+	Handle string
+	// Output selects the snapshot's output channel state (records its
+	// task had not sent) instead of its input channel state.
+	Output bool
+	// Channel is the channel's index among the snapshot's input or output
+	// channels.
+	Channel int
+	// Port is the task's input port that takes the records.
+	Port int
+	// ByKey keeps only the records whose key routes to the task
+	// (partition.KeyChannel(key, Parallelism) == Subtask).
+	ByKey bool
+}
+
+// restoreChannels queues the records of cfg.RestoreChannels, in order, to
+// be processed before any new input, each piece on the first channel of
+// its port (only the port tells the operator where a record came from).
+// A snapshot named by several pieces is read once.
+func (t *Task) restoreChannels(ctx context.Context) error {
+	if !t.cfg.ChannelPlan || len(t.cfg.RestoreChannels) == 0 {
+		return nil
+	}
+	if t.cfg.Store == nil {
+		return errors.New("no checkpoint storage configured")
+	}
+	first := map[int]int{} // input port -> its first channel
+	for c, in := range t.cfg.Inputs {
+		if _, ok := first[in.Port]; !ok {
+			first[in.Port] = c
+		}
+	}
+	type channels struct{ in, out []snapshot.ChannelState }
+	read := map[string]channels{}
+	q := &sequence{}
+	for _, pc := range t.cfg.RestoreChannels {
+		cs, ok := read[pc.Handle]
+		if !ok {
+			rc, err := t.cfg.Store.Get(ctx, pc.Handle)
+			if err != nil {
+				return err // the store names the key
+			}
+			snap, err := snapshot.Read(rc)
+			rc.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", pc.Handle, err)
+			}
+			cs = channels{in: snap.Inputs, out: snap.Outputs}
+			read[pc.Handle] = cs
+		}
+		ch, ok := first[pc.Port]
+		if !ok {
+			return fmt.Errorf("%s: its channel state is for input port %d, and the task has %d input channels, none on that port: %w", pc.Handle, pc.Port, len(t.cfg.Inputs), ErrCannotRescale)
+		}
+		states, what := cs.in, "input"
+		if pc.Output {
+			states, what = cs.out, "output"
+		}
+		for _, st := range states {
+			if st.Channel != pc.Channel {
+				continue
+			}
+			for _, e := range st.Elements {
+				if e.Kind != stream.KindRecords {
+					// Snapshots hold records only (pendingCheckpoint.addInput,
+					// the output state of snapshot): a control element would
+					// belong to the old channel alone.
+					return fmt.Errorf("%s: %s channel %d holds a %s element, which cannot be moved to another channel: %w", pc.Handle, what, pc.Channel, e.Kind, ErrCannotRescale)
+				}
+				b := e.Batch
+				if pc.ByKey {
+					var err error
+					if b, err = t.ownKeys(b); err != nil {
+						return fmt.Errorf("%s: %s channel %d: %w", pc.Handle, what, pc.Channel, err)
+					}
+				}
+				if n, _ := abi.BatchCount(b); n > 0 {
+					q.mem = append(q.mem, tagged{ch: ch, e: stream.Records(b)})
+				}
+			}
+		}
+	}
+	if len(q.mem) > 0 {
+		t.replay = append(t.replay, q)
+	}
+	return nil
+}
+
+// ownKeys returns the records of batch whose key routes to this subtask,
+// in order, as a new batch.
+func (t *Task) ownKeys(batch []byte) ([]byte, error) {
+	if t.cfg.Parallelism < 1 || t.cfg.Subtask < 0 || t.cfg.Subtask >= t.cfg.Parallelism {
+		return nil, fmt.Errorf("keeping the records of its keys needs the task's place: subtask %d of %d", t.cfg.Subtask, t.cfg.Parallelism)
+	}
+	it, err := abi.NewIter(batch)
+	if err != nil {
+		return nil, err
+	}
+	var b abi.Builder
+	for it.Next() {
+		if r := it.Record(); partition.KeyChannel(r.Key, t.cfg.Parallelism) == t.cfg.Subtask {
+			b.AddRecord(r)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	return slices.Clone(b.Bytes()), nil
 }

@@ -92,11 +92,19 @@ type Config struct {
 	// entries of their keyed state (abi.KeyedStateMagic) whose key routes
 	// to Subtask of Parallelism; a sink task re-commits each one's staged
 	// output as that task would have (the Sink must implement SinkMerger).
-	// The snapshots must hold no channel state.
+	// The snapshots must hold no channel state, unless ChannelPlan.
 	RestoreMerged []string
 	// Subtask and Parallelism place the task among its vertex's subtasks
-	// (for RestoreMerged).
+	// (for RestoreMerged and a ChannelPiece's ByKey).
 	Subtask, Parallelism int
+	// ChannelPlan, on a restore after a parallelism changed, has the task
+	// leave the channel state of the snapshots it restores from alone
+	// (another task replays it) and replay RestoreChannels instead, in
+	// order, before any new input.
+	ChannelPlan bool
+	// RestoreChannels lists the in-flight records of old channels that the
+	// task replays under ChannelPlan.
+	RestoreChannels []ChannelPiece
 	// Clock returns the time; nil means time.Now. Tests inject one.
 	Clock func() time.Time
 	// Debloat sizes the input channels' buffers to what the task takes

@@ -1179,6 +1179,11 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		cfg.Restore = r.Handles[pt.ID]
 		cfg.RestoreMerged = r.Merged[pt.ID]
 		cfg.Subtask, cfg.Parallelism = pt.Index, pt.Parallelism
+		cfg.ChannelPlan = r.ChannelPlan
+		for _, pc := range r.Channels[pt.ID] {
+			cfg.RestoreChannels = append(cfg.RestoreChannels, host.ChannelPiece{
+				Handle: pc.Handle, Output: pc.Output, Channel: pc.Channel, Port: pc.Port, ByKey: pc.ByKey})
+		}
 	}
 	for port, chs := range pt.Inputs {
 		for _, ch := range chs {
