@@ -84,7 +84,10 @@ needs a new job`},
 	{name: "cancel", synopsis: "JOB", args: 1, note: endedNote, help: "stop a job at once (restore it from its latest checkpoint)"},
 	{name: "savepoint", synopsis: "JOB", args: 1, note: endedNote, help: "take an aligned savepoint now; the job runs on"},
 	{name: "restore", synopsis: "JOB -from ID [-spec F [-create-streams]] [-allow-non-restored-state]", args: 1,
-		help: "restart a stopped job from checkpoint ID"},
+		help: `restart a stopped job from checkpoint ID; with
+-spec also at other parallelisms, from an
+unaligned checkpoint too (its in-flight records go
+to the new subtasks that take them now)`},
 	{name: "rm", synopsis: "JOB", args: 1, help: `remove a job that has ended (stop or cancel it first)
 with every checkpoint and savepoint of it still
 stored: it is listed no more; nothing restores it.
