@@ -140,6 +140,18 @@ type SequencedSource interface {
 	ReadThrough(offset []byte) (seq uint64, ok bool)
 }
 
+// CoveredSource is a SequencedSource that can also tell the highest
+// stream sequence a task whose offset is offset has covered (a
+// partitioned JetStream source's lanes' highest; ReadThrough is their
+// lowest). A source task's checkpoint acks say so
+// (MetricSourceCoveredSeq): the next attempt of a job being drained that
+// restores the checkpoint before the drain chose where its sources end
+// ends every subtask of a source at the highest of theirs, as the drain
+// would have (DrainableSource).
+type CoveredSource interface {
+	CoveredThrough(offset []byte) (seq uint64, ok bool)
+}
+
 // DrainableSource is a SequencedSource whose subtasks a drain can bring
 // to one stream sequence (Task.HoldInput, Task.EndInputAt): DrainHold
 // holds it — it gathers nothing more, and Poll returns only what it has
@@ -386,6 +398,7 @@ const (
 	MetricSourceCaughtUp    = "source_caught_up"    // a source task that had processed all its source held (UnreadCounter): 1
 	MetricSinkStateFrom     = "sink_state_from"     // an IncrementalSink's task: the oldest checkpoint whose snapshot of the task the sink state names (absent: none)
 	MetricSourceReadSeq     = "source_read_seq"     // a SequencedSource's task: the stream sequence up to which it read all of its input (0: nothing)
+	MetricSourceCoveredSeq  = "source_covered_seq"  // a CoveredSource's task: the highest stream sequence it covered (0: nothing)
 )
 
 // Metric names in an Acknowledge: where a task's start delay went when it

@@ -77,6 +77,11 @@ type CheckpointMetrics struct {
 	// (MetricSourceReadSeq, reported only for such tasks).
 	SourceSequenced bool
 	SourceReadSeq   uint64
+	// SourceCovered is true for a task whose source is a CoveredSource,
+	// and SourceCoveredSeq then the highest stream sequence the
+	// snapshot's offset covered (MetricSourceCoveredSeq).
+	SourceCovered    bool
+	SourceCoveredSeq uint64
 	// OutputBlocked is how much of the start delay (from the trigger to
 	// the first barrier) the task spent blocked sending its output, held
 	// up by a task downstream rather than processing input
@@ -171,6 +176,9 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 	if m.SourceSequenced {
 		out[MetricSourceReadSeq] = int64(min(m.SourceReadSeq, math.MaxInt64))
 	}
+	if m.SourceCovered {
+		out[MetricSourceCoveredSeq] = int64(min(m.SourceCoveredSeq, math.MaxInt64))
+	}
 	if m.OutputBlocked > 0 {
 		out[MetricOutputBlockedNanos] = int64(m.OutputBlocked)
 		out[MetricBlockedPort], out[MetricBlockedChannel] = int64(m.BlockedPort), int64(m.BlockedChannel)
@@ -188,6 +196,7 @@ func (m CheckpointMetrics) Map() map[string]int64 {
 func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 	ended, bounded := m[MetricSourceEnded]
 	readSeq, sequenced := m[MetricSourceReadSeq]
+	coveredSeq, covered := m[MetricSourceCoveredSeq]
 	return CheckpointMetrics{
 		AlignmentDuration: time.Duration(m[MetricAlignmentNanos]),
 		StartDelay:        time.Duration(m[MetricStartDelayNanos]),
@@ -211,6 +220,8 @@ func MetricsFromMap(m map[string]int64) CheckpointMetrics {
 		SinkStateFrom:     m[MetricSinkStateFrom],
 		SourceSequenced:   sequenced,
 		SourceReadSeq:     uint64(max(readSeq, 0)),
+		SourceCovered:     covered,
+		SourceCoveredSeq:  uint64(max(coveredSeq, 0)),
 		OutputBlocked:     time.Duration(m[MetricOutputBlockedNanos]),
 		BlockedPort:       int(m[MetricBlockedPort]),
 		BlockedChannel:    int(m[MetricBlockedChannel]),

@@ -613,6 +613,14 @@ const (
 	// drained job names it per source, for the job that continues after
 	// it. Absent for other tasks.
 	MetricSourceReadSeq = "source_read_seq"
+	// MetricSourceCoveredSeq is the highest stream sequence a JetStream
+	// source task's offset in the checkpoint covered (its partitions'
+	// highest; MetricSourceReadSeq is their lowest; host.
+	// MetricSourceCoveredSeq). An attempt of a job being drained that
+	// restores the checkpoint before the drain chose where the source
+	// ends ends every subtask of it at the highest of theirs. Absent for
+	// other tasks, and from an older worker.
+	MetricSourceCoveredSeq = "source_covered_seq"
 )
 
 // PortEnded reports whether a task's MetricEndedPorts value says that its

@@ -71,6 +71,37 @@ func (j *job) holdSources(ctx context.Context, attempt int, ws []string, byWorke
 	return at
 }
 
+// restoredEnds says where an attempt of a job being drained, deployed
+// before the drain chose where its sources end (a failover or a
+// coordinator restart between the drain's start and its hold), ends each
+// JetStream source whose tasks all say, in the checkpoint it restores
+// (metrics), the highest sequence they covered
+// (control.MetricSourceCoveredSeq): at the highest of them, as the hold
+// would have — every subtask reads on from its offset to it, none past
+// it. A source some of whose tasks do not say (an older worker's), or
+// that read nothing, is left out: its tasks end where the checkpoint had
+// read to.
+func restoredEnds(p *plan.Plan, metrics map[string]map[string]int64) map[string]uint64 {
+	top := map[string]uint64{}
+	whole := map[string]bool{}
+	for _, id := range p.SourceTasks() {
+		t, _ := p.Task(id)
+		seq, ok := metrics[id][control.MetricSourceCoveredSeq]
+		if _, seen := whole[t.Vertex]; !seen {
+			whole[t.Vertex] = true
+		}
+		whole[t.Vertex] = whole[t.Vertex] && ok
+		top[t.Vertex] = max(top[t.Vertex], uint64(max(seq, 0)))
+	}
+	at := map[string]uint64{}
+	for _, id := range p.SourceTasks() {
+		if t, _ := p.Task(id); whole[t.Vertex] && top[t.Vertex] > 0 {
+			at[id] = top[t.Vertex]
+		}
+	}
+	return at
+}
+
 // drainAtLog says where a drain ends each source, for the log: "in=1234".
 func drainAtLog(p *plan.Plan, at map[string]uint64) string {
 	by := map[string]uint64{}

@@ -992,6 +992,16 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 		rst = restoreFor(j.spec, j.plan, restore)
 		j.st.RestoredFrom = restore.ID
 	}
+	if j.st.Drained && len(j.drainAt) == 0 && restore != nil {
+		// Drained before the drain chose where its sources end: each ends
+		// where the hold would have had it, read from the checkpoint,
+		// kept in the record below for every later attempt.
+		if at := restoredEnds(j.plan, restore.Metrics); len(at) > 0 {
+			j.drainAt = at
+			j.st.DrainedAt = chosenEnds(j.spec, j.plan, at)
+			j.m.log.Info("draining: the sources end their input where the checkpoint restored covered", "job", j.spec.Name, "attempt", attempt, "checkpoint", restore.ID, "at", drainAtLog(j.plan, at))
+		}
+	}
 	submitted, drained, drainAt := j.st.Submitted, j.st.Drained, maps.Clone(j.drainAt)
 	j.mu.Unlock()
 	// The attempt's number is stored before any worker hears of it. A
@@ -1392,11 +1402,21 @@ func (j *job) drain(ctx context.Context) {
 	j.persist()
 	ws := slices.Sorted(maps.Keys(byWorker))
 	at := j.holdSources(ctx, attempt, ws, byWorker)
+	j.mu.Lock()
+	if j.st.Attempt != attempt {
+		// Failed over while held: the next attempt was deployed to end
+		// its input, where its checkpoint says (deployOnce); what was
+		// held here is not what it reads to.
+		j.mu.Unlock()
+		j.m.log.Info("draining: the attempt held ended; the next one ends its input as it restores", "job", j.spec.Name, "attempt", attempt)
+		return
+	}
 	if len(at) > 0 {
-		j.mu.Lock()
 		j.drainAt = at
 		j.st.DrainedAt = chosenEnds(j.spec, j.plan, at)
-		j.mu.Unlock()
+	}
+	j.mu.Unlock()
+	if len(at) > 0 {
 		j.persist()
 	}
 	j.m.log.Info("draining: the sources end their input", "job", j.spec.Name, "attempt", attempt, "at", drainAtLog(j.plan, at))

@@ -1602,6 +1602,28 @@ func (s *JetStream) ReadThrough(offset []byte) (seq uint64, ok bool) {
 	return seq, true
 }
 
+// CoveredThrough reports the highest stream sequence a task of the source
+// whose offset is offset has covered: its lanes' highest offset (a
+// source without partitions has one lane: ReadThrough). It is what
+// DrainHold answers for a source held at that offset: a drain that
+// restores the offsets of every subtask and ends each at the highest of
+// their sequences (DrainTo) has them read on to it, none of them past it.
+// ok is false for an offset the source cannot read. It reads only the
+// source's configuration: Poll may run meanwhile.
+func (s *JetStream) CoveredThrough(offset []byte) (seq uint64, ok bool) {
+	if s.cfg.Partitions == 0 {
+		return s.ReadThrough(offset)
+	}
+	o, err := DecodePartitionOffsets(offset)
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range s.lanes {
+		seq = max(seq, o.Seqs[l.part])
+	}
+	return seq, true
+}
+
 // AwaitsStop reports whether a bounded source waits for its stream to
 // reach its stop: its latest check (at most a second ago, see StopSeq)
 // read the stream's last sequence, last, below StopSeq, and some lane has
