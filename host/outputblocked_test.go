@@ -68,19 +68,27 @@ func TestOutputBlockedMetric(t *testing.T) {
 	}
 	waitBlocked(t, task)
 	// Triggered 1s after the task blocked, the barrier waits at its input
-	// until the send ends, 4s after the trigger.
+	// until the send ends, 4s after the trigger. (The clock moves first:
+	// the barrier's arrival interrupts the blocked send, which the task
+	// then retries, and a send retried after the clock moved would leave
+	// the time between out.)
+	setClock(5 * time.Second)
 	if err := si.Send(ctx, stream.BarrierElement(stream.Barrier{ID: 1, Timestamp: base.Add(time.Second).UnixMilli()})); err != nil {
 		t.Fatal(err)
 	}
-	setClock(5 * time.Second)
 	drained := make(chan struct{})
+	passed := make(chan struct{}) // barrier 1 went through x->b1
 	go func() {
 		defer close(drained)
 		for ctx.Err() == nil {
-			if _, ok, err := rb1.Poll(); err != nil {
+			d, ok, err := rb1.Poll()
+			switch {
+			case err != nil:
 				return
-			} else if !ok {
+			case !ok:
 				time.Sleep(time.Millisecond)
+			case d.Kind == stream.KindBarrier && d.Barrier.ID == 1:
+				close(passed)
 			}
 		}
 	}()
@@ -97,7 +105,10 @@ func TestOutputBlockedMetric(t *testing.T) {
 		t.Errorf("checkpoint 1: blocked on port %d channel %d, want port 1 channel 1 (x->b1)", p, c)
 	}
 
-	// Checkpoint 2's barrier finds the task free: nothing blocked.
+	// Checkpoint 2's barrier finds the task free: nothing blocked. (The
+	// task is free once barrier 1 went through x->b1, which holds one
+	// element: until then it may still be blocked forwarding it.)
+	<-passed
 	setClock(6 * time.Second)
 	if err := si.Send(ctx, stream.BarrierElement(stream.Barrier{ID: 2, Timestamp: base.Add(5500 * time.Millisecond).UnixMilli()})); err != nil {
 		t.Fatal(err)

@@ -1291,8 +1291,10 @@ func (t *Task) flush(ctx context.Context) error {
 			t.mu.Unlock()
 		}
 		it := t.outq[0]
-		t.stats.begin(&t.stats.blockedSince)
+		// The clock first: one that reads the stats sees the send's
+		// start taken (a test's clock moves once the task is blocked).
 		sent := t.clock()
+		t.stats.begin(&t.stats.blockedSince)
 		err := t.outs[it.ch].sender.Send(sctx, it.e)
 		t.blockedOut.blocked(it.ch, sent, t.clock())
 		t.stats.end(&t.stats.blockedSince, &t.stats.backpressured)
