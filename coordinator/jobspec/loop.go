@@ -37,22 +37,15 @@ func Unread(s *Spec) []string {
 }
 
 // OutputPorts describes each operator of s that more than one input reads
-// from: each such input is an output port of its own, numbered from 0 in
-// spec order, operators' inputs before sinks' (plan.Build), and it gets
-// only what the operator emits to that port — not every record, as each
-// reader of a source does. An operator written for one port (port 0)
-// leaves the others empty. weir run and the job's status warn of it; an
-// operator that routes its records to ports (a split) means it.
+// from: each such input is an output port of its own, numbered from 0 as
+// OutputReaders says (in spec order, operators' inputs before sinks',
+// unless an input gives its port), and it gets only what the operator
+// emits to that port — not every record, as each reader of a source does.
+// An operator written for one port (port 0) leaves the others empty. weir
+// run and the job's status warn of it; an operator that routes its
+// records to ports (a split) means it.
 func OutputPorts(s *Spec) []string {
-	readers := map[string][]string{}
-	for _, op := range s.Operators {
-		for _, in := range op.Inputs {
-			readers[in.From] = append(readers[in.From], "operator "+op.Name)
-		}
-	}
-	for _, sk := range s.Sinks {
-		readers[sk.Input.From] = append(readers[sk.Input.From], "sink "+sk.Name)
-	}
+	readers := OutputReaders(s)
 	var out []string
 	for _, op := range s.Operators {
 		r := readers[op.Name]

@@ -981,6 +981,12 @@ func (p *parser) input(n *yaml.Node, path string) Input {
 		"partition": func(v *yaml.Node, path string) {
 			p.oneOf(v, path, &in.Partition, Forward, KeyHash, Broadcast, RoundRobin)
 		},
+		"port": func(v *yaml.Node, path string) {
+			port := -1
+			if p.integer(v, path, 0, MaxParallelism, &port); port >= 0 {
+				in.Port = &port
+			}
+		},
 	})
 	return in
 }
@@ -1254,6 +1260,7 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			checkInput(&sk.Input, fmt.Sprintf("sinks[%d].input", i), sk.Name, true, sk.Parallelism)
 		}
 	}
+	portProblems(s, at)
 	p.cycles(s)
 }
 

@@ -457,8 +457,9 @@ func FormatSize(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// Input connects a consumer's input port to a producer. Input ports are
-// numbered in the order they are listed.
+// Input connects a consumer's input port to a producer's output port.
+// Input ports are numbered in the order they are listed; output ports as
+// OutputReaders says.
 type Input struct {
 	// From names a source or an operator.
 	From string `json:"from"`
@@ -466,7 +467,13 @@ type Input struct {
 	// in Forward when both sides have the same parallelism, RoundRobin
 	// otherwise.
 	Partition string `json:"partition"`
-	Line      int    `json:"line,omitempty"`
+	// Port, when set, is the output port of the producer (an operator)
+	// that this input reads: the port the operator emits these records
+	// to. Inputs without take the ports left in spec order
+	// (OutputReaders), so a reader added later does not move the others
+	// when they give theirs.
+	Port *int `json:"port,omitempty"`
+	Line int  `json:"line,omitempty"`
 }
 
 // Sink writes records to NATS.

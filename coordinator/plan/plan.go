@@ -10,8 +10,10 @@
 // channel is "FROMTASK_TOTASK_INPORT".
 //
 // Port numbering: a consumer's input ports are its inputs in spec order (a
-// sink has one, port 0). A producer's output ports are numbered in the order
-// its consumers declare it: operators in spec order and, within one, their
+// sink has one, port 0). A producer's output ports are those
+// jobspec.OutputReaders gives its readers: an input that names its port
+// (port: N) takes it, the others the ports left in the order its
+// consumers declare it — operators in spec order and, within one, their
 // inputs in order, then sinks in spec order.
 package plan
 
@@ -143,6 +145,16 @@ func Build(s *jobspec.Spec) (*Plan, error) {
 	if len(vidx) != len(p.Vertices) {
 		return nil, fmt.Errorf("plan %s: duplicate vertex names", s.Name)
 	}
+	readers := jobspec.OutputReaders(s)
+	// outPort is the output port of in.From that input inPort of to reads.
+	outPort := func(to string, sink bool, inPort int, from string) int {
+		for port, r := range readers[from] {
+			if r.Name == to && r.Sink == sink && r.Input == inPort {
+				return port
+			}
+		}
+		return -1
+	}
 	connect := func(to string, inPort int, in jobspec.Input) error {
 		fi, ok := vidx[in.From]
 		if !ok {
@@ -159,7 +171,7 @@ func Build(s *jobspec.Spec) (*Plan, error) {
 				part = jobspec.Forward
 			}
 		}
-		e := Edge{From: in.From, To: to, OutPort: len(from.Outputs), InPort: inPort, Partition: part}
+		e := Edge{From: in.From, To: to, OutPort: outPort(to, p.Vertices[vidx[to]].Kind == Sink, inPort, in.From), InPort: inPort, Partition: part}
 		if part == jobspec.Forward && from.Parallelism != p.Vertices[vidx[to]].Parallelism {
 			return fmt.Errorf("plan %s: forward edge %s -> %s between different parallelisms", s.Name, in.From, to)
 		}
@@ -177,6 +189,17 @@ func Build(s *jobspec.Spec) (*Plan, error) {
 	for _, sk := range s.Sinks {
 		if err := connect(sk.Name, 0, sk.Input); err != nil {
 			return nil, err
+		}
+	}
+	// Output ports in order: an input that gives its port (jobspec
+	// Input.Port) may take one before readers listed earlier.
+	for i := range p.Vertices {
+		outs := p.Vertices[i].Outputs
+		slices.SortFunc(outs, func(a, b Edge) int { return a.OutPort - b.OutPort })
+		for port, e := range outs {
+			if e.OutPort != port {
+				return nil, fmt.Errorf("plan %s: output port %d of %s goes to %s, want port %d: give each reader of it a port of its own, from 0 up without gaps", s.Name, e.OutPort, e.From, e.To, port)
+			}
 		}
 	}
 	// Tasks with empty port tables.
