@@ -1186,7 +1186,7 @@ func printTasks(w io.Writer, tasks []control.TaskStatus) {
 		}
 		memory := "-" // not an operator, or a worker that does not say
 		if t.Stats.MemoryLimit > 0 {
-			memory = jobspec.FormatSize(int64(t.Stats.MemoryBytes)) + "/" + jobspec.FormatSize(int64(t.Stats.MemoryLimit))
+			memory = memoryCell(int64(t.Stats.MemoryBytes), int64(t.Stats.MemoryLimit))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%d\t%s\t%s\n", t.Task, worker, t.Stats.RecordsIn, t.Stats.RecordsOut,
 			t.InRate, t.OutRate, pct(t.Busy), pct(t.Backpressured), t.Stats.Checkpoints, memory, unread)
@@ -1924,6 +1924,25 @@ func alignedOf(c control.CheckpointInfo) string {
 		return "aligned"
 	}
 	return "-"
+}
+
+// memoryCell formats an operator's memory and its limit in one unit, the
+// limit's, rounded to a tenth: 160.5MiB/256MiB (not 164352KiB/256MiB).
+func memoryCell(used, limit int64) string {
+	unit, div := "B", int64(1)
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if limit >= u.size {
+			unit, div = u.suffix, u.size
+			break
+		}
+	}
+	f := func(n int64) string {
+		return strings.TrimSuffix(strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64), ".0") + unit
+	}
+	return f(used) + "/" + f(limit)
 }
 
 // size formats a byte count.

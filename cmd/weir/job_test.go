@@ -1731,8 +1731,10 @@ func TestJobStatusShowsOperatorMemory(t *testing.T) {
 		{Task: "op-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 3 << 20, MemoryLimit: 64 << 20}},
 		{Task: "in-0", Worker: "w1"},
 		{Task: "win-0", Worker: "w1", Stats: control.TaskStats{QueuedRecords: 30000}},
+		// One unit, the limit's: a trial read 164352KiB/256MiB.
+		{Task: "big-0", Worker: "w1", Stats: control.TaskStats{MemoryBytes: 164352 << 10, MemoryLimit: 256 << 20}},
 	})
-	for _, want := range []string{`(?m)^op-0 +w1 .* 3MiB/64MiB +-$`, `(?m)^in-0 +w1 .* 0 +- +-$`, `(?m)^win-0 +w1 .* - +30000 queued$`} {
+	for _, want := range []string{`(?m)^op-0 +w1 .* 3MiB/64MiB +-$`, `(?m)^big-0 +w1 .* 160.5MiB/256MiB +-$`, `(?m)^in-0 +w1 .* 0 +- +-$`, `(?m)^win-0 +w1 .* - +30000 queued$`} {
 		if !regexp.MustCompile(want).MatchString(b.String()) {
 			t.Errorf("tasks:\n%s\nwant a match of %s", b.String(), want)
 		}

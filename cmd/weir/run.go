@@ -143,8 +143,8 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	embedded := o.nats.url == ""
 	var metricsLn net.Listener
 	if o.metrics != "" {
-		if metricsLn, err = net.Listen("tcp", o.metrics); err != nil {
-			return fmt.Errorf("run: metrics: %w", err)
+		if metricsLn, err = listenMetrics("run", o.metrics); err != nil {
+			return err
 		}
 		defer metricsLn.Close()
 	}

@@ -272,8 +272,8 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	var ln net.Listener
 	if *metricsAddr != "" {
 		var err error
-		if ln, err = net.Listen("tcp", *metricsAddr); err != nil {
-			return fmt.Errorf("up: metrics: %w", err)
+		if ln, err = listenMetrics("up", *metricsAddr); err != nil {
+			return err
 		}
 		defer ln.Close()
 	}
@@ -630,6 +630,19 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 				x.ID, d.Round(100*time.Millisecond))
 		}
 	}
+}
+
+// listenMetrics listens on addr for cmd's -metrics (weir up, weir run):
+// an address in use says which flag gave it and what to do.
+func listenMetrics(cmd, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s: -metrics %s is in use (another weir's metrics? give -metrics another address, or leave -metrics out): %w", cmd, addr, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: -metrics %s: %w", cmd, addr, err)
+	}
+	return ln, nil
 }
 
 // serveMetrics serves n's Prometheus metrics (/metrics) and /healthz on

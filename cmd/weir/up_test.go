@@ -399,3 +399,23 @@ func TestJetStreamHasJobs(t *testing.T) {
 		t.Error("a bucket with a job record holds none")
 	}
 }
+
+// A -metrics address in use names the flag and what to do (a trial got a
+// bare "listen tcp …: bind: address already in use"), as a NATS port in
+// use does.
+func TestUpOnATakenMetricsAddressNamesTheFlag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	var out, errb syncBuffer
+	code := run(ctx, []string{"up", "-metrics", addr, "-data", t.TempDir()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	want := fmt.Sprintf("weir: up: -metrics %s is in use (another weir's metrics? give -metrics another address, or leave -metrics out): ", addr)
+	if code != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
+	}
+}
