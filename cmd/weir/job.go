@@ -841,7 +841,9 @@ const lsReasonWidth = 72
 // printInARow says how close a job failing over again and again is to
 // failing for good (control.JobStatus.FailuresInARow), and when its
 // latest failures all failed the same way (control.Failure.SameAs: of the
-// same kind in the same task) that restarting does not help: RESTARTS and the failures list showed the
+// same kind in the same task, on the same record where they name one)
+// that restarting does not help, or that they failed on different records
+// (a fault that comes and goes): RESTARTS and the failures list showed the
 // loop, not that the restart strategy would give up, nor when. For an
 // operator that traps on a record, or runs past its memory limit on one
 // (control.FailureMemoryLimit), remedy says how the job goes on.
@@ -894,9 +896,15 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		return
 	}
 	for _, f := range st.Failures[1:same] {
-		if !f.SameAs(st.Failures[0]) {
+		if !f.SameKindAs(st.Failures[0]) {
 			return
 		}
+	}
+	if !onOneRecord(st.Failures[:same]) {
+		// A panic at random, say: each restart goes on past the record
+		// it failed on, and may run for long before the next.
+		fmt.Fprintf(w, "%sthe last %d failed on different records: a fault that comes and goes, not one record\n", indent, same)
+		return
 	}
 	// A memory limit's first: a failure of no kind after a refused grow
 	// reads as a trap too.
@@ -940,6 +948,18 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 	if fix != remedyNone && remedy != nil {
 		fmt.Fprintf(w, "%s%s\n", indent, remedy(st, fix))
 	}
+}
+
+// onOneRecord reports whether failures, all alike (control.Failure.
+// SameKindAs), failed the same way (control.Failure.SameAs): on one
+// record, or each on none.
+func onOneRecord(failures []control.Failure) bool {
+	for _, f := range failures[1:] {
+		if !f.SameAs(failures[0]) {
+			return false
+		}
+	}
+	return true
 }
 
 // startFunction is what host/wasm names a module's start function (or

@@ -1002,6 +1002,13 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 		return control.Failure{Time: at.Add(time.Duration(attempt) * time.Second), Attempt: attempt,
 			Reason: `task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 of the batch (value "!bad"): wasm error: unreachable`}
 	}
+	// onKey is a trap in weir_process at record ix of the batch, with
+	// key key: a Go operator's panic, as a worker reports it.
+	onKey := func(attempt, ix int, key string) control.Failure {
+		rec := fmt.Sprintf("key %q, value %q", key, "v")
+		return control.Failure{Time: at.Add(time.Duration(attempt) * time.Second), Attempt: attempt, Kind: control.FailureTrap, Task: "slowop-0", Record: rec,
+			Reason: fmt.Sprintf(`task slowop-0 failed: operator slowop[0]: weir_process: trap at record %d of the batch (%s): panic: at random (wasm error: unreachable)`, ix, rec)}
+	}
 	expired := func(attempt, id int) control.Failure {
 		return control.Failure{Attempt: attempt, Reason: fmt.Sprintf("1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint %d: expired after 5s", id)}
 	}
@@ -1024,6 +1031,18 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			"failures in a row: 3 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
 				"  the last 3 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"},
+		{"traps on one record", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3,
+			Failures: []control.Failure{onKey(3, 4, "k99"), onKey(2, 17, "k99")}},
+			"failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
+				"  to go on: weir job cancel slow, fix the operator and submit the job again (no checkpoint completed to restore)\n"},
+		{"traps on different records", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 3, RestartAttempts: 3,
+			Failures: []control.Failure{onKey(3, 4, "k390"), onKey(2, 4, "k473"), onKey(1, 4, "k99")}},
+			"failures in a row: 3 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 3 failed on different records: a fault that comes and goes, not one record\n"},
+		{"failed on different records", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 2, FailuresInARow: 2, RestartAttempts: 1,
+			Failures: []control.Failure{onKey(2, 0, "k473"), onKey(1, 4, "k99")}},
+			"the last 2 failed on different records: a fault that comes and goes, not one record\n"},
 		{"trap loop after a checkpoint", control.JobStatus{Name: "slow", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3, LatestCheckpoint: 7,
 			Failures: []control.Failure{trap(3), trap(2)}},
 			"failures in a row: 2 since checkpoint 7 completed; restart.attempts allows 3 restarts, failure 4 fails the job\n" +

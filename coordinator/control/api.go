@@ -318,15 +318,31 @@ type Failure struct {
 	// task's setup). A deploy that failed setting up a task (its
 	// operator's weir_init, its source or sink) names it.
 	Task string `json:"task,omitempty"`
+	// Record is the record the task's operator failed on, as Reason names
+	// it: its key and the start of its value (`key "k99", value "{…"`;
+	// wasm.FailedRecord). "" where the failure names none: not on a record
+	// (weir_snapshot, weir_init, a sink, a worker lost), or reported by a
+	// worker that does not send it.
+	Record string `json:"record,omitempty"`
 }
 
-// SameAs reports whether f and g failed the same way: of the same kind in
-// the same task or, for failures of unknown kind, with the same reason but
-// for its numbers (a record's index, an attempt, a duration) — a job that
-// fails the same way again and again is not helped by restarting. Deploy
-// failures (FailureDeploy), of no task, have many causes, which only
-// their reasons tell: they are the same when those are too.
+// SameAs reports whether f and g failed the same way (SameKindAs) and on
+// the same record, or on none: a job that fails the same way again and
+// again is not helped by restarting. Failures of one kind in one task on
+// different records are a fault that comes and goes, which restarting
+// goes on past: an operator that fails on a record fails on that record
+// each time it is read again.
 func (f Failure) SameAs(g Failure) bool {
+	return f.SameKindAs(g) && f.Record == g.Record
+}
+
+// SameKindAs reports whether f and g failed alike, whatever record each
+// failed on: of the same kind in the same task or, for failures of
+// unknown kind, with the same reason but for its numbers (a record's
+// index, an attempt, a duration). Deploy failures (FailureDeploy), of no
+// task, have many causes, which only their reasons tell: they are alike
+// when those are too.
+func (f Failure) SameKindAs(g Failure) bool {
 	alike := digits.ReplaceAllString(f.Reason, "N") == digits.ReplaceAllString(g.Reason, "N")
 	if f.Kind != FailureUnknown && g.Kind != FailureUnknown {
 		return f.Kind == g.Kind && f.Task == g.Task && (f.Kind != FailureDeploy || alike)
@@ -334,7 +350,7 @@ func (f Failure) SameAs(g Failure) bool {
 	return alike
 }
 
-// digits matches the numbers that Failure.SameAs disregards.
+// digits matches the numbers that Failure.SameKindAs disregards.
 var digits = regexp.MustCompile(`[0-9]+`)
 
 // IsKind reports whether f is a failure of kind k. One of unknown kind —

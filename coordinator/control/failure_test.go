@@ -1,6 +1,9 @@
 package control
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // Failures of a kind are told by it, and kindless ones (an older
 // coordinator's record) by their reasons' words: a trap after a refused
@@ -53,6 +56,35 @@ func TestFailureSameAs(t *testing.T) {
 	} {
 		if got := c.f.SameAs(c.g); got != c.same {
 			t.Errorf("%+v same as %+v: %v, want %v", c.f, c.g, got, c.same)
+		}
+		if got := c.f.SameKindAs(c.g); got != c.same {
+			t.Errorf("%+v same kind as %+v: %v, want %v", c.f, c.g, got, c.same)
+		}
+	}
+}
+
+// Failures alike on different records (a panic at random) did not fail
+// the same way; on the same record, wherever it stood in its batch, they
+// did; one on a record and one on none (weir_snapshot) did not either.
+func TestFailureSameRecord(t *testing.T) {
+	trap := func(ix int, record string) Failure {
+		return Failure{Kind: FailureTrap, Task: "op-0", Record: record,
+			Reason: fmt.Sprintf("task op-0 failed: operator op[0]: weir_process: trap at record %d of the batch (%s): panic", ix, record)}
+	}
+	for _, c := range []struct {
+		f, g Failure
+		same bool
+	}{
+		{trap(3, `key "k99", value "a"`), trap(40, `key "k99", value "a"`), true},
+		{trap(3, `key "k99", value "a"`), trap(3, `key "k473", value "a"`), false},
+		{trap(3, `key "k99", value "a"`), trap(3, `key "k99", value "b"`), false},
+		{trap(3, `key "k99", value "a"`), Failure{Kind: FailureTrap, Task: "op-0", Reason: "task op-0 failed: operator op[0]: weir_snapshot: trap: unreachable"}, false},
+	} {
+		if got := c.f.SameAs(c.g); got != c.same {
+			t.Errorf("%+v same as %+v: %v, want %v", c.f, c.g, got, c.same)
+		}
+		if !c.f.SameKindAs(c.g) {
+			t.Errorf("%+v not the same kind as %+v", c.f, c.g)
 		}
 	}
 }

@@ -655,6 +655,9 @@ type Event struct {
 	// FailureKind classifies an EventFailed's Reason (FailureUnknown from
 	// a worker that does not send it).
 	FailureKind FailureKind `json:"failure_kind,omitempty"`
+	// Record is the record an EventFailed's operator failed on
+	// (Failure.Record), "" where it names none.
+	Record string `json:"record,omitempty"`
 	// Unrecoverable marks an EventFailed whose cause would recur on every
 	// restart: the job fails at once.
 	Unrecoverable bool `json:"unrecoverable,omitempty"`

@@ -41,6 +41,9 @@ type jobEvent struct {
 	final   bool // evFailure: restarting cannot help
 	// failKind classifies an evFailure (control.Failure.Kind).
 	failKind control.FailureKind
+	// record is the record an evFailure's operator failed on
+	// (control.Failure.Record).
+	record string
 	// savepoint: evCancel of a stop (Manager.StopJob), the savepoint it
 	// took (control.JobStatus.StoppedWithSavepoint); 0 for a cancel. For
 	// evEnd, the final savepoint.
@@ -61,10 +64,11 @@ const secondaryGrace = time.Second
 // failure says why an attempt ended; the zero value is no failure.
 type failure struct {
 	reason string
-	// kind and task, if known, are the failure's (control.Failure.Kind,
-	// Task).
-	kind control.FailureKind
-	task string
+	// kind, task and record, if known, are the failure's
+	// (control.Failure.Kind, Task, Record).
+	kind   control.FailureKind
+	task   string
+	record string
 	// final: the cause would recur on every restart
 	// (control.ErrUnrecoverable), so the job fails without one.
 	final bool
@@ -423,7 +427,7 @@ func (j *job) enter(s control.JobState, reason string, stoppedWith int64) {
 // noteFailure adds the current attempt's failure f to the job's history.
 func (j *job) noteFailure(fl failure) {
 	j.mu.Lock()
-	f := control.Failure{Time: time.Now().UTC(), Attempt: j.st.Attempt, Reason: fl.reason, Kind: fl.kind, Task: fl.task}
+	f := control.Failure{Time: time.Now().UTC(), Attempt: j.st.Attempt, Reason: fl.reason, Kind: fl.kind, Task: fl.task, Record: fl.record}
 	j.st.Failures = append([]control.Failure{f}, j.st.Failures[:min(len(j.st.Failures), control.MaxFailures-1)]...)
 	if j.st.FailureCounts == nil {
 		j.st.FailureCounts = map[control.FailureKind]int{}
@@ -514,7 +518,7 @@ func (j *job) event(e control.Event) {
 				reason, final = reason+"; "+lost, false
 			}
 		}
-		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task, failKind: e.FailureKind,
+		j.push(jobEvent{kind: evFailure, attempt: e.Attempt, task: e.Task, failKind: e.FailureKind, record: e.Record,
 			reason: reason, final: final, secondary: e.Secondary})
 	case control.EventFinished:
 		j.push(jobEvent{kind: evFinished, attempt: e.Attempt, task: e.Task})
@@ -1110,7 +1114,7 @@ func (j *job) wait() (done bool, f failure) {
 			case evFailure:
 				if e.attempt == attempt && e.secondary {
 					if secondary == nil {
-						secondary = &failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task}
+						secondary = &failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task, record: e.record}
 						t := time.NewTimer(j.m.opts.secondaryGrace)
 						defer t.Stop()
 						grace = t.C
@@ -1123,7 +1127,7 @@ func (j *job) wait() (done bool, f failure) {
 					j.mu.Lock()
 					j.queue = append(q[i+1:len(q):len(q)], j.queue...)
 					j.mu.Unlock()
-					return false, failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task, left: e.left}
+					return false, failure{reason: e.reason, final: e.final, kind: e.failKind, task: e.task, record: e.record, left: e.left}
 				}
 			case evInputEnded:
 				if e.attempt != attempt {

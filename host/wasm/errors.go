@@ -462,7 +462,7 @@ func describeRecord(err error, batch []byte) {
 		if n == 1 {
 			records = "record"
 		}
-		*at = fmt.Sprintf("past the batch's %d %s: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator", n, records)
+		*at = fmt.Sprintf("%s%d %s: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator", pastTheBatch, n, records)
 		return
 	}
 	for it.Next() {
@@ -471,6 +471,43 @@ func describeRecord(err error, batch []byte) {
 			return
 		}
 	}
+}
+
+// pastTheBatch begins the Record of a failure whose record cursor was
+// past the batch's records (describeRecord): it names no record.
+const pastTheBatch = "past the batch's "
+
+// FailedRecord returns the record an operator's failure (TrapError,
+// DeadlineError, ExitError, OperatorError, FaultError) names: its key and
+// the start of its value, as its message gives them ("key \"k99\", value
+// \"…\""), or "" where it names none (a failure outside weir_process, or
+// a record cursor the guest overwrote). Two failures on the same record
+// return the same words, wherever the record stood in its batch.
+func FailedRecord(err error) string {
+	var (
+		te  *TrapError
+		oe  *OperatorError
+		de  *DeadlineError
+		xe  *ExitError
+		fe  *FaultError
+		rec string
+	)
+	switch {
+	case errors.As(err, &te):
+		rec = te.Record
+	case errors.As(err, &oe):
+		rec = oe.Record
+	case errors.As(err, &de):
+		rec = de.Record
+	case errors.As(err, &xe):
+		rec = xe.Record
+	case errors.As(err, &fe):
+		rec = fe.Record
+	}
+	if strings.HasPrefix(rec, pastTheBatch) {
+		return ""
+	}
+	return rec
 }
 
 // summaryBytes is how much of a record's key and value a message quotes.

@@ -918,18 +918,19 @@ func (l listener) Failed(ctx context.Context, task string, err error) error {
 		defer cancel()
 		defer context.AfterFunc(l.stopped, cancel)()
 	}
-	send := l.w.Failed
+	ref := l.ref(task)
+	e := control.Event{Type: control.EventFailed, Job: ref.Job, Attempt: ref.Attempt, Task: ref.Task,
+		FailureKind: failureKind(err), Reason: reason, Record: wasm.FailedRecord(err)}
 	switch {
 	case Unrecoverable(err):
-		send = l.w.FailedUnrecoverable
+		e.Unrecoverable = true
 	case errors.Is(err, stream.ErrClosed):
 		// A task closes its channels only as it stops: the other end
 		// failed, and its own report names the cause.
-		send = l.w.FailedSecondary
+		e.Secondary = true
 	}
-	kind := failureKind(err)
 	return l.resend(ctx, "failure report", task, func(ctx context.Context) error {
-		return send(ctx, l.ref(task), kind, reason)
+		return l.w.Send(ctx, e)
 	})
 }
 
