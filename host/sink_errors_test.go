@@ -79,7 +79,7 @@ func TestSinkErrorsNameEachThingOnce(t *testing.T) {
 		{"at-least-once end of input", "at-least-once", []stream.Element{three()}, false, []stream.Element{stream.EndOfPartition()},
 			alo + "end of input: publish: batch of 3 messages: batch commit failed: " + closed},
 		{"exactly-once write", "exactly-once", nil, false, []stream.Element{huge()},
-			eo + `record 0 of the batch (key ""): record too large for a NATS message: a record of 2097152 bytes (key 0, value 2097152) and its headers (up to 1040 bytes) exceed the server's max_payload of 1048576 bytes; emit smaller records, or raise the server's max_payload`},
+			eo + `record 1 of the batch (key ""): record too large for a NATS message: a record of 2097152 bytes (key 0, value 2097152) and its headers (up to 1040 bytes) exceed the server's max_payload of 1048576 bytes; emit smaller records, or raise the server's max_payload`},
 		// The commit runs in the background: its failure comes out of a
 		// later call (here the end of input), and names its checkpoint.
 		{"exactly-once commit", "exactly-once", []stream.Element{three(), stream.BarrierElement(stream.Barrier{ID: 1})}, true, []stream.Element{stream.EndOfPartition()},

@@ -272,12 +272,12 @@ func TestNamedOperatorFailureNamesEachOnce(t *testing.T) {
 		ports []int
 		want  string
 	}{
-		{[]int{0}, "task x: operator join[0]: weir_process: trap at record 0 of the batch: wasm error: unreachable"},
-		{[]int{0, 1}, "task x: operator join[0]: weir_process: trap at record 0 of the batch: wasm error: unreachable (input port 1)"},
+		{[]int{0}, "task x: operator join[0]: weir_process: trap at record 1 of the batch: wasm error: unreachable"},
+		{[]int{0, 1}, "task x: operator join[0]: weir_process: trap at record 1 of the batch: wasm error: unreachable (input port 1)"},
 	} {
 		f := newFixture(t, c.ports, local.Options{})
 		f.send(len(c.ports)-1, rec("a", "a"))
-		cause := errors.New("operator join[0]: weir_process: trap at record 0 of the batch: wasm error: unreachable")
+		cause := errors.New("operator join[0]: weir_process: trap at record 1 of the batch: wasm error: unreachable")
 		op := &namedOp{countOp{err: cause}}
 		err := f.task(op, host.Checkpointing{}).Run(context.Background())
 		var te *host.TaskError

@@ -128,13 +128,13 @@ func TestExecErrors(t *testing.T) {
 	}{
 		{[]string{"exec", notWasm}, 1, "weir: module x: not a WebAssembly module"},
 		{[]string{"exec", "../../host/wasm/testdata/bad/missing_export.wasm"}, 1, "weir: module missing_export: missing export weir_process"},
-		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (value \"c\"): wasm error: unreachable (stdin line 3)"},
-		{[]string{"exec", mis, "-config", "t", "-batch", "2"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (past the batch's 2 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable"},
+		{[]string{"exec", mis, "-config", "t"}, 1, "weir: operator misbehave: weir_process: trap at record 3 of the batch (value \"c\"): wasm error: unreachable (stdin line 3)"},
+		{[]string{"exec", mis, "-config", "t", "-batch", "2"}, 1, "weir: operator misbehave: weir_process: trap at record 3 of the batch (past the batch's 2 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable"},
 		{[]string{"exec", mis, "-config", "l", "-timeout", "100ms"}, 1, "weir: operator misbehave: weir_process: exceeded the 100ms call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise -timeout)"},
 		// "Gt" asks for 1 GiB, which the 8 MiB limit refuses, then traps.
-		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MiB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB and it had 128 KiB) (stdin line 3)"},
+		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MiB"}, 1, "weir: operator misbehave: weir_process: trap at record 3 of the batch (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB and it had 128 KiB) (stdin line 3)"},
 		// -memory takes sizes as the job spec does: MB is MiB.
-		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MB"}, 1, "weir: operator misbehave: weir_process: trap at record 2 of the batch (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB"},
+		{[]string{"exec", mis, "-config", "Gt", "-memory", "8MB"}, 1, "weir: operator misbehave: weir_process: trap at record 3 of the batch (value \"c\"): wasm error: unreachable (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (-memory) is 8 MiB"},
 		{[]string{"exec", mis, "-memory", "8XB"}, 2, "weir: exec: invalid value \"8XB\" for flag -memory: bad size \"8XB\" (want e.g. 65536, 512KiB, 64MiB, 1GiB)"},
 		{[]string{"exec", mis, "-config", "i"}, 1, "weir: operator misbehave: weir_init: bad config"},
 		{[]string{"exec", example(t, "filter")}, 1, "weir: operator filter: weir_init: filter: config must be the substring to keep"},
@@ -160,7 +160,7 @@ func TestExecStackAndLongLine(t *testing.T) {
 	code, _, errs := weir(t, "a\nb\nc\n", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-stack")
 	lines := strings.Split(strings.TrimSpace(errs), "\n")
 	if code != 1 || len(lines) < 3 || lines[0] != "wasm stack trace:" || !strings.Contains(errs, "\n\tprocess(i32,i32,i32)") ||
-		!strings.HasPrefix(lines[len(lines)-1], "weir: operator misbehave: weir_process: trap at record 2 of the batch") {
+		!strings.HasPrefix(lines[len(lines)-1], "weir: operator misbehave: weir_process: trap at record 3 of the batch") {
 		t.Errorf("exit %d, stderr:\n%s", code, errs)
 	}
 	// A Rust operator's functions are named as Rust writes them.
@@ -172,7 +172,7 @@ func TestExecStackAndLongLine(t *testing.T) {
 	// So are a C++ operator's, which its name section has mangled.
 	code, _, errs = weir(t, "a\ntrap\n", "exec", "../../host/wasm/testdata/cpptrap.wasm", "-stack")
 	if code != 1 || !strings.Contains(errs, "\tprocess(unsigned char const*, unsigned long)(i32,i32)\n") ||
-		strings.Contains(errs, "_Z") || !strings.Contains(errs, "trap at record 1 of the batch (value \"trap\"): cpptrap: trap") {
+		strings.Contains(errs, "_Z") || !strings.Contains(errs, "trap at record 2 of the batch (value \"trap\"): cpptrap: trap") {
 		t.Errorf("C++ abort: exit %d, stderr:\n%s", code, errs)
 	}
 	long := "short\n" + strings.Repeat("x", 5<<20) + "\n"
@@ -215,7 +215,7 @@ func TestExecGoPanicNamesItsLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _, _ := strings.Cut(string(src), "one[len(in.Record().Value)]")
-	want := fmt.Sprintf("weir: operator sdktest: weir_process: at record 0 of the batch (key \"k\", value \"v\"): panic in Process at main.go:%d "+
+	want := fmt.Sprintf("weir: operator sdktest: weir_process: at record 1 of the batch (key \"k\", value \"v\"): panic in Process at main.go:%d "+
 		"(main.(*op).Process): runtime error: index out of range [1] with length 1 (stdin line 1)\n", strings.Count(before, "\n")+1)
 	for _, stack := range []bool{false, true} {
 		args := []string{"exec", p, "-config", "index"}
@@ -238,7 +238,7 @@ func TestExecEmitToAMissingPortNamesTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errs := weir(t, "k\tv\n", "exec", p, "-config", "ports")
-	want := "weir: operator sdktest: weir_process: at record 0 of the batch (key \"k\", value \"v\"): emit to output port 1: the task has 1 output port(s), " +
+	want := "weir: operator sdktest: weir_process: at record 1 of the batch (key \"k\", value \"v\"): emit to output port 1: the task has 1 output port(s), " +
 		"one per input in the job spec that reads from the operator, numbered from 0 in spec order, operators' inputs before sinks' (weir exec: -outputs N) (stdin line 1)\n"
 	if code != 1 || errs != want {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and\n%s", code, errs, want)
@@ -308,9 +308,9 @@ func TestExecRestoreErrorsNameTheFile(t *testing.T) {
 func TestExecErrorNamesInputLine(t *testing.T) {
 	in := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(in, []byte("a\nb\nc\nd\n"), 0o644)
-	// misbehave's "t" traps with the cursor at record 2 of the batch of the first batch.
+	// misbehave's "t" traps with the cursor at record 3 of the batch of the first batch.
 	_, _, errs := weir(t, "", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "t", "-in", in)
-	if want := "trap at record 2 of the batch (value \"c\"): wasm error: unreachable (" + in + " line 3)\n"; !strings.HasSuffix(errs, want) {
+	if want := "trap at record 3 of the batch (value \"c\"): wasm error: unreachable (" + in + " line 3)\n"; !strings.HasSuffix(errs, want) {
 		t.Errorf("stderr %q, want it to end %q", errs, want)
 	}
 }

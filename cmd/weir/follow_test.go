@@ -197,10 +197,10 @@ restart: {strategy: none}
 	last := lines[len(lines)-1]
 	// Each thing named once, outside in: job, task, operator, export,
 	// record, cause; then why it was not restarted. (The module traps "at
-	// record 2" of any batch; the record is named when the batch has it:
+	// record 3" of any batch; the record is named when the batch has it:
 	// the source may deliver the three lines in more than one batch, and
 	// of a shorter one the message says the cursor is past its records.)
-	want := regexp.MustCompile(`^weir: job trap failed: task op-0 failed: operator op\[0\]: weir_process: trap at record 2 of the batch( \(value "c"\)| \(past the batch's [12] records?: [^)]*\))?: wasm error: unreachable` +
+	want := regexp.MustCompile(`^weir: job trap failed: task op-0 failed: operator op\[0\]: weir_process: trap at record 3 of the batch( \(value "c"\)| \(past the batch's [12] records?: [^)]*\))?: wasm error: unreachable` +
 		` \(not restarted: the restart strategy is none\)$`)
 	if !want.MatchString(last) {
 		t.Errorf("last line %q, want it to match %s", last, want)

@@ -1000,7 +1000,7 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 	at := time.Date(2026, 12, 2, 14, 14, 46, 0, time.UTC)
 	trap := func(attempt int) control.Failure {
 		return control.Failure{Time: at.Add(time.Duration(attempt) * time.Second), Attempt: attempt,
-			Reason: `task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 of the batch (value "!bad"): wasm error: unreachable`}
+			Reason: `task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2 of the batch (value "!bad"): wasm error: unreachable`}
 	}
 	// onKey is a trap in weir_process at record ix of the batch, with
 	// key key: a Go operator's panic, as a worker reports it.
@@ -1014,7 +1014,7 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 	}
 	lost := func(attempt int) control.Failure {
 		return control.Failure{Attempt: attempt, Kind: control.FailureBadRecord, Task: "out-0",
-			Reason: fmt.Sprintf(`task out-0 failed: core sink kk.{key}: record 0 of the batch: record key cannot form a subject: key "": empty; `+
+			Reason: fmt.Sprintf(`task out-0 failed: core sink kk.{key}: record 1 of the batch: record key cannot form a subject: key "": empty; `+
 				`the record is lost: it came from core NATS source in, which cannot replay it, so a restart goes on without it (attempt %d)`, attempt)}
 	}
 	full := func(attempt int) control.Failure {
@@ -1074,8 +1074,8 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"to go on: fix the operator, then weir job restore slow -from 12 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
 		{"a record a sink cannot publish", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 1, FailuresInARow: 1, RestartAttempts: 3, LatestCheckpoint: 5,
-			Reason:   `task out-0 failed: record 0 of the batch: bad key: key "": the record has no key (not restarted: it would fail the same way again)`,
-			Failures: []control.Failure{{Attempt: 1, Kind: control.FailureBadRecord, Reason: `task out-0 failed: record 0 of the batch: bad key: key "": the record has no key`}}},
+			Reason:   `task out-0 failed: record 1 of the batch: bad key: key "": the record has no key (not restarted: it would fail the same way again)`,
+			Failures: []control.Failure{{Attempt: 1, Kind: control.FailureBadRecord, Reason: `task out-0 failed: record 1 of the batch: bad key: key "": the record has no key`}}},
 			"a sink refused a record it cannot publish; the checkpoints hold none of it, and every replay would meet it again\n" +
 				"to go on: fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key), " +
 				"then weir job restore slow -from 5 -spec SPEC, the spec naming the fixed build or subject (its state and output carry over)\n"},
@@ -1160,8 +1160,8 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 		want     string
 	}{
 		{"a trap in other words", []control.Failure{
-			failed(2, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 1 of the batch (value "!bad"): unreachable`),
-			failed(1, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 7 of the batch (value "!worse"): integer divide by zero`)},
+			failed(2, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 2 of the batch (value "!bad"): unreachable`),
+			failed(1, control.FailureTrap, "slowop-0", `task slowop-0 failed: operator slowop[0]: weir_process: at record 8 of the batch (value "!worse"): integer divide by zero`)},
 			row + trapSame},
 		{"traps in two tasks", []control.Failure{
 			failed(2, control.FailureTrap, "slowop-1", "task slowop-1 failed: trap"),
@@ -1180,22 +1180,22 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 			failed(1, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: deadline exceeded")},
 			row + deadlineSame},
 		{"an older coordinator's failure before a classified one", []control.Failure{
-			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 2 of the batch"),
-			failed(1, control.FailureUnknown, "", "task slowop-0 failed: trap at record 1 of the batch")},
+			failed(2, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 3 of the batch"),
+			failed(1, control.FailureUnknown, "", "task slowop-0 failed: trap at record 2 of the batch")},
 			row + trapSame},
 		// Past the memory limit, whatever the words: the limit is what
 		// to change, not the operator.
 		{"past the memory limit", []control.Failure{
 			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: out of memory"+refused),
-			failed(1, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 of the batch: unreachable"+refused)},
+			failed(1, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2 of the batch: unreachable"+refused)},
 			row + memSame},
 		{"a trap, then past the memory limit", []control.Failure{
-			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: trap at record 1 of the batch: unreachable"+refused),
-			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 1 of the batch: unreachable")},
+			failed(2, control.FailureMemoryLimit, "slowop-0", "task slowop-0 failed: trap at record 2 of the batch: unreachable"+refused),
+			failed(1, control.FailureTrap, "slowop-0", "task slowop-0 failed: trap at record 2 of the batch: unreachable")},
 			row},
 		{"an older coordinator's trap after a refused grow", []control.Failure{
-			failed(2, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2 of the batch: unreachable"+refused),
-			failed(1, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 1 of the batch: unreachable"+refused)},
+			failed(2, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 3 of the batch: unreachable"+refused),
+			failed(1, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2 of the batch: unreachable"+refused)},
 			row + memSame},
 		// Where the operator failed, if not on a record.
 		{"past the call deadline in weir_snapshot", []control.Failure{

@@ -17,9 +17,9 @@ func TestFailureIsKind(t *testing.T) {
 		checkpoint bool
 	}{
 		{Failure{Kind: FailureMemoryLimit, Reason: "task op-0 failed: wordcount: out of memory" + refused}, false, true, false},
-		{Failure{Kind: FailureTrap, Reason: "task op-0 failed: trap at record 1 of the batch: unreachable"}, true, false, false},
-		{Failure{Reason: "task op-0 failed: trap at record 1 of the batch: unreachable" + refused}, true, true, false},
-		{Failure{Reason: "task op-0 failed: trap at record 1 of the batch: unreachable"}, true, false, false},
+		{Failure{Kind: FailureTrap, Reason: "task op-0 failed: trap at record 2 of the batch: unreachable"}, true, false, false},
+		{Failure{Reason: "task op-0 failed: trap at record 2 of the batch: unreachable" + refused}, true, true, false},
+		{Failure{Reason: "task op-0 failed: trap at record 2 of the batch: unreachable"}, true, false, false},
 		{Failure{Kind: FailureDeploy, Reason: "deploy to worker w1: task op-0: operator op[0]: weir_init: trap" + refused}, false, false, false},
 		{Failure{Reason: "consecutive checkpoint failures exceed the tolerable 0"}, false, false, true},
 	} {
@@ -43,7 +43,7 @@ func TestFailureSameAs(t *testing.T) {
 		f, g Failure
 		same bool
 	}{
-		{Failure{Kind: FailureTrap, Task: "op-0", Reason: "trap at record 1 of the batch"}, Failure{Kind: FailureTrap, Task: "op-0", Reason: "divide by zero"}, true},
+		{Failure{Kind: FailureTrap, Task: "op-0", Reason: "trap at record 2 of the batch"}, Failure{Kind: FailureTrap, Task: "op-0", Reason: "divide by zero"}, true},
 		{Failure{Kind: FailureTrap, Task: "op-0"}, Failure{Kind: FailureMemoryLimit, Task: "op-0"}, false},
 		{Failure{Kind: FailureMemoryLimit, Task: "op-0"}, Failure{Kind: FailureMemoryLimit, Task: "op-1"}, false},
 		{Failure{Kind: FailureDeploy, Reason: "deploy to worker w1: task op-0: module m: missing export weir_process"},
@@ -52,7 +52,7 @@ func TestFailureSameAs(t *testing.T) {
 			Failure{Kind: FailureDeploy, Reason: "deploy to worker w1: task in-0: stream IN not found"}, false},
 		{Failure{Kind: FailureRestore, Reason: "read the latest checkpoint: store down"},
 			Failure{Kind: FailureRestore, Reason: "read the latest checkpoint: no leader"}, true},
-		{Failure{Reason: "task op-0 failed: trap at record 1 of the batch"}, Failure{Reason: "task op-0 failed: trap at record 7 of the batch"}, true},
+		{Failure{Reason: "task op-0 failed: trap at record 2 of the batch"}, Failure{Reason: "task op-0 failed: trap at record 8 of the batch"}, true},
 	} {
 		if got := c.f.SameAs(c.g); got != c.same {
 			t.Errorf("%+v same as %+v: %v, want %v", c.f, c.g, got, c.same)

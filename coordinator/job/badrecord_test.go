@@ -56,7 +56,7 @@ func TestBadRecordRestartsWhereTheInputCannotReplay(t *testing.T) {
 	w1 := e.fleet.start(ctx, "w1")
 	e.waitWorkers(1)
 	const restart = "checkpointing: {interval: 1h}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 5}\n"
-	const cause = `core sink kk.{key}: record 0 of the batch: record key cannot form a subject: key "": empty`
+	const cause = `core sink kk.{key}: record 1 of the batch: record key cannot form a subject: key "": empty`
 	core, err := jobspec.Parse("core.yaml", []byte(`name: core
 sources: [{name: in, kind: nats, subject: in}]
 operators: [{name: count, module: count@1, inputs: [{from: in}]}]

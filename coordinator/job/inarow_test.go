@@ -275,7 +275,7 @@ func TestFailuresKeepTheirKindAndTask(t *testing.T) {
 	defer l.close()
 	e := l.e
 	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
-	const reason = "operator count: weir_process: at record 4 of the batch: unreachable" // no "trap" in it
+	const reason = "operator count: weir_process: at record 5 of the batch: unreachable" // no "trap" in it
 	if err := l.w1.client.Failed(ctx, control.TaskRef{Job: "loop", Attempt: 1, Task: "count-1"}, control.FailureTrap, reason); err != nil {
 		t.Fatal(err)
 	}

@@ -67,13 +67,13 @@ func TestCppAllocationFailure(t *testing.T) {
 		t.Run(c.value, func(t *testing.T) {
 			inst := cppProbe(t)
 			err := inst.Process(ctx, 0, records("a", c.value), func(int, []byte) error { return nil })
-			want := `trap at record 1 of the batch (key "k1", value "` + c.value + `"): ` + c.message
+			want := `trap at record 2 of the batch (key "k1", value "` + c.value + `"): ` + c.message
 			var te *wasm.TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.HasPrefix(te.Message, c.message) ||
 				!strings.HasSuffix(te.Message, " bytes failed: out of memory") || te.GrowRefused == 0 ||
 				te.MemoryLimit != wasm.DefaultMemoryBytes || !strings.Contains(err.Error(), want) ||
 				!strings.Contains(err.Error(), "refused: the operator's memory limit (limits.memory) is 64 MiB and it had ") {
-				t.Errorf("got %v, want a trap at record 1 of the batch containing %q and naming the refused grow", err, want)
+				t.Errorf("got %v, want a trap at record 2 of the batch containing %q and naming the refused grow", err, want)
 			}
 		})
 	}

@@ -128,7 +128,7 @@ func TestSDKProbe(t *testing.T) {
 			}
 
 			if !errors.As(err, &oe) || oe.RecordIndex != 1 {
-				t.Errorf("failing call: %v, want the error at record 1 of the batch", err)
+				t.Errorf("failing call: %v, want the error at record 2 of the batch", err)
 			}
 
 			// An emit the SDK refuses (a port past its limit) fails the call
@@ -146,15 +146,15 @@ func TestSDKProbe(t *testing.T) {
 			err = newInst().Process(ctx, 0, records("a", "b", "trap"), collect)
 			var te *wasm.TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 2 {
-				t.Errorf("trapping call: %v, want a trap at record 2 of the batch", err)
+				t.Errorf("trapping call: %v, want a trap at record 3 of the batch", err)
 			}
 
 			// A panic (Rust panic!, AssemblyScript throw, C weir_abort):
 			// its message reaches the host with the trap.
 			err = newInst().Process(ctx, 0, records("a", "panic"), collect)
 			if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.Contains(te.Message, "probe: panic") ||
-				!strings.Contains(err.Error(), `trap at record 1 of the batch (key "k1", value "panic"): `) {
-				t.Errorf("panicking call: %v, want a trap at record 1 of the batch with the message %q", err, "probe: panic")
+				!strings.Contains(err.Error(), `trap at record 2 of the batch (key "k1", value "panic"): `) {
+				t.Errorf("panicking call: %v, want a trap at record 2 of the batch with the message %q", err, "probe: panic")
 			}
 
 			// State helpers: u8, length-prefixed bytes, i64, the same bytes
@@ -202,12 +202,12 @@ func TestAllocationFailure(t *testing.T) {
 			}
 			defer inst.Close(ctx)
 			err = inst.Process(ctx, 0, records("a", "alloc"), func(int, []byte) error { return nil })
-			want := fmt.Sprintf(`trap at record 1 of the batch (key "k1", value "alloc"): %s (memory.grow of %d pages (`, c.reason, c.pages)
+			want := fmt.Sprintf(`trap at record 2 of the batch (key "k1", value "alloc"): %s (memory.grow of %d pages (`, c.reason, c.pages)
 			var te *wasm.TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 1 || te.GrowRefused != c.pages*wasm.PageSize ||
 				te.MemoryLimit != wasm.DefaultMemoryBytes || te.MemorySize >= 4<<20 ||
 				!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "refused: the operator's memory limit (limits.memory) is 64 MiB and it had ") {
-				t.Errorf("got %v, want a trap at record 1 of the batch containing %q and naming the refused grow", err, want)
+				t.Errorf("got %v, want a trap at record 2 of the batch containing %q and naming the refused grow", err, want)
 			}
 		})
 	}
@@ -230,8 +230,8 @@ func TestAssemblyScriptAbort(t *testing.T) {
 	err = inst.Process(ctx, 0, records("a", "abort", "b"), func(int, []byte) error { return nil })
 	var te *wasm.TrapError
 	if !errors.As(err, &te) || te.RecordIndex != 1 || te.Message != "abort: probe: abort" ||
-		!strings.Contains(err.Error(), `trap at record 1 of the batch (key "k1", value "abort"): abort: probe: abort (wasm error: unreachable)`) {
-		t.Errorf("got %v, want a trap at record 1 of the batch with the message %q", err, "abort: probe: abort")
+		!strings.Contains(err.Error(), `trap at record 2 of the batch (key "k1", value "abort"): abort: probe: abort (wasm error: unreachable)`) {
+		t.Errorf("got %v, want a trap at record 2 of the batch with the message %q", err, "abort: probe: abort")
 	}
 }
 
@@ -252,7 +252,7 @@ func TestAssemblyScriptTrapStack(t *testing.T) {
 	const frame = "\tguests/assemblyscript/sdktest/probe/Probe#process(i32,i32,i32) i32\n"
 	var te *wasm.TrapError
 	if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.Contains(te.Stack+"\n", frame) {
-		t.Errorf("got %v, want a trap at record 1 of the batch whose stack has the frame %q", err, strings.TrimSpace(frame))
+		t.Errorf("got %v, want a trap at record 2 of the batch whose stack has the frame %q", err, strings.TrimSpace(frame))
 		if te != nil {
 			t.Logf("stack:\n%s", te.Stack)
 		}
@@ -276,9 +276,9 @@ func TestCStackOverflow(t *testing.T) {
 		err = inst.Process(ctx, 0, records("a", "recurse", "b"), func(int, []byte) error { return nil })
 		var te *wasm.TrapError
 		if !errors.As(err, &te) || te.RecordIndex != 1 || te.Recursion == "" ||
-			!strings.Contains(err.Error(), `trap at record 1 of the batch (key "k1", value "recurse"): wasm error: out of bounds memory access (the stack trace is `) ||
+			!strings.Contains(err.Error(), `trap at record 2 of the batch (key "k1", value "recurse"): wasm error: out of bounds memory access (the stack trace is `) ||
 			!strings.HasSuffix(err.Error(), `over and over: most likely a recursion too deep for the operator's stack, which C's -Wl,-z,stack-size=N or Rust's -C link-arg=-zstack-size=N enlarges)`) {
-			t.Errorf("%s: got %v, want an out-of-bounds trap at record 1 of the batch that names the recursion", name, err)
+			t.Errorf("%s: got %v, want an out-of-bounds trap at record 2 of the batch that names the recursion", name, err)
 		}
 		inst.Close(ctx)
 	}
@@ -323,8 +323,8 @@ func TestCNullWrite(t *testing.T) {
 		err = newInst().Process(ctx, 0, records("a", "null", "b", "trap"), func(int, []byte) error { return nil })
 		var te *wasm.TrapError
 		if !errors.As(err, &te) || te.RecordIndex != 3 ||
-			!strings.Contains(err.Error(), `trap at record 3 of the batch (key "k3", value "trap"): wasm error: unreachable`) {
-			t.Errorf("%s: got %v, want the trap at record 3, after a write through NULL at record 1 of the batch", name, err)
+			!strings.Contains(err.Error(), `trap at record 4 of the batch (key "k3", value "trap"): wasm error: unreachable`) {
+			t.Errorf("%s: got %v, want the trap at record 3, after a write through NULL at record 2 of the batch", name, err)
 		}
 	}
 }

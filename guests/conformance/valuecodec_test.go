@@ -180,9 +180,9 @@ func TestAssemblyScriptValueCodec(t *testing.T) {
 		var oe *wasm.OperatorError
 		switch {
 		case c.trap && (!errors.As(err, &te) || te.RecordIndex != 1 || te.Message != c.want):
-			t.Errorf("%s: %v, want a trap at record 1 of the batch with the message %q", c.name, err, c.want)
+			t.Errorf("%s: %v, want a trap at record 2 of the batch with the message %q", c.name, err, c.want)
 		case !c.trap && (!errors.As(err, &oe) || oe.RecordIndex != 1 || oe.Message != c.want):
-			t.Errorf("%s: %v, want an operator error at record 1 of the batch with the message %q", c.name, err, c.want)
+			t.Errorf("%s: %v, want an operator error at record 2 of the batch with the message %q", c.name, err, c.want)
 		case len(got) != 0:
 			t.Errorf("%s: a failed call emitted %d batches", c.name, len(got))
 		}

@@ -108,7 +108,7 @@ var ErrInstanceFailed = errors.New("instance failed earlier or was closed")
 type TrapError struct {
 	Operator    string
 	Export      string
-	RecordIndex int    // index of the record being processed; -1 if unknown
+	RecordIndex int    // index of the record being processed, from 0 (messages count from 1); -1 if unknown
 	Record      string // that record's key and the start of its value (Process), "" if unknown
 	// Stack is the wasm stack trace, one frame per line, functions named
 	// by the module's name section, Rust's legacy-mangled names and C++'s
@@ -180,7 +180,7 @@ func (e *TrapError) Error() string {
 		reason += lastStderr(e.LastStderr)
 	}
 	if e.RecordIndex >= 0 {
-		return fmt.Sprintf("operator %s: %s: trap at record %d of the batch%s: %s%s", e.Operator, e.Export, e.RecordIndex, paren(e.Record), reason, full)
+		return fmt.Sprintf("operator %s: %s: trap at %s: %s%s", e.Operator, e.Export, recordOfBatch(e.RecordIndex, e.Record), reason, full)
 	}
 	return fmt.Sprintf("operator %s: %s: trap: %s%s", e.Operator, e.Export, reason, full)
 }
@@ -189,6 +189,14 @@ func (e *TrapError) Error() string {
 // the operator wrote to stderr in the failed call.
 func lastStderr(line string) string {
 	return fmt.Sprintf(" (after the operator wrote to stderr: %q)", line)
+}
+
+// recordOfBatch names the record at index ix (0-based, the guest's
+// cursor) of the batch for a message, counting from 1 as people do —
+// "record 2 of the batch" is the second — with its key and value (rec,
+// describeRecord) after it.
+func recordOfBatch(ix int, rec string) string {
+	return fmt.Sprintf("record %d of the batch%s", ix+1, paren(rec))
 }
 
 // paren returns " (s)", or "" for an empty s.
@@ -270,7 +278,7 @@ func (e *DeadlineError) Error() string {
 func (e *DeadlineError) message() string {
 	at, why := "", "stuck"
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf(" at record %d of the batch%s", e.RecordIndex, paren(e.Record))
+		at = " at " + recordOfBatch(e.RecordIndex, e.Record)
 	}
 	if e.Export == abi.ExportProcess {
 		// Process hands a batch over in pieces sized to take a quarter of
@@ -308,7 +316,7 @@ type ExitError struct {
 func (e *ExitError) Error() string {
 	at, fatal := "", ""
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf("at record %d of the batch%s: ", e.RecordIndex, paren(e.Record))
+		at = "at " + recordOfBatch(e.RecordIndex, e.Record) + ": "
 	}
 	if e.Fatal != "" {
 		fatal = ": " + e.Fatal
@@ -351,7 +359,7 @@ type OperatorError struct {
 func (e *OperatorError) Error() string {
 	at := ""
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf("at record %d of the batch%s: ", e.RecordIndex, paren(e.Record))
+		at = "at " + recordOfBatch(e.RecordIndex, e.Record) + ": "
 	}
 	note := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
 	if e.Message == "" {
@@ -387,7 +395,7 @@ type FaultError struct {
 func (e *FaultError) Error() string {
 	at := ""
 	if e.RecordIndex >= 0 {
-		at = fmt.Sprintf("at record %d of the batch%s: ", e.RecordIndex, paren(e.Record))
+		at = "at " + recordOfBatch(e.RecordIndex, e.Record) + ": "
 	}
 	return fmt.Sprintf("operator %s: %s: %s%s", e.Operator, e.Export, at, e.Detail)
 }

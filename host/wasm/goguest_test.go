@@ -192,11 +192,11 @@ func TestGoSDKFailures(t *testing.T) {
 		want string
 		typ  any
 	}{
-		{"panic", "operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process at main.go:" +
+		{"panic", "operator op: weir_process: at record 2 of the batch (key \"b\", value \"2\"): panic in Process at main.go:" +
 			sdkTestLine(t, `panic("kaboom")`) + " (main.(*op).Process): kaboom", &OperatorError{}},
 		{"error", "operator op: weir_process: no luck", &OperatorError{}},
 		// An exit names its record, as a trap does.
-		{"exit", "operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): the module exited with code 3", &ExitError{}},
+		{"exit", "operator op: weir_process: at record 2 of the batch (key \"b\", value \"2\"): the module exited with code 3", &ExitError{}},
 		// The Go runtime aborts when its heap cannot grow; the error says the
 		// limit refused it.
 		{"oom", "operator op: weir_process: trap: fatal error: out of memory (wasm error: unreachable) (memory.grow of ", &TrapError{}},
@@ -279,10 +279,10 @@ func TestGoSDKPanicNamesItsLine(t *testing.T) {
 		want string
 	}{
 		{"index", func(i *Instance) error { return i.Process(ctx, 0, in, newOut().emit) },
-			"operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process" +
+			"operator op: weir_process: at record 2 of the batch (key \"b\", value \"2\"): panic in Process" +
 				at("one[len(in.Record().Value)]", "Process") + "runtime error: index out of range [1] with length 1"},
 		{"stdpanic", func(i *Instance) error { return i.Process(ctx, 0, in, newOut().emit) },
-			"operator op: weir_process: at record 1 of the batch (key \"b\", value \"2\"): panic in Process" +
+			"operator op: weir_process: at record 2 of the batch (key \"b\", value \"2\"): panic in Process" +
 				at("bytes.Repeat(in.Record().Value", "Process") + "bytes: negative Repeat count"},
 		{"initpanic", nil, "operator op: weir_init: panic in Init" + at(`panic("kaboom in Init")`, "Init") + "kaboom in Init"},
 		{"snappanic", func(i *Instance) error { return i.Snapshot(ctx, io.Discard) },

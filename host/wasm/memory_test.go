@@ -28,7 +28,7 @@ func TestRefusedGrow(t *testing.T) {
 		want string // the whole message
 		typ  any
 	}{
-		{"Gt", `operator op: weir_process: trap at record 2 of the batch (key "c", value "3"): wasm error: unreachable` + gNote, &TrapError{}},
+		{"Gt", `operator op: weir_process: trap at record 3 of the batch (key "c", value "3"): wasm error: unreachable` + gNote, &TrapError{}},
 		{"Gx", "operator op: weir_process: the module exited with code 3" + gNote, &ExitError{}},
 		{"Ge", "operator op: weir_process: boom" + gNote, &OperatorError{}},
 		{"GE", "operator op: weir_process: returned status 7 and set no error message (C: return weir_fail(\"why\") rather than a bare status)" + gNote, &OperatorError{}},
@@ -84,7 +84,7 @@ func TestRefusedGrow(t *testing.T) {
 		err := inst.Process(ctx, 0, batchOf(kv{"a", "1", 1}, kv{"b", "!", 2}), o.emit)
 		var te *TrapError
 		if !errors.As(err, &te) || te.GrowRefused != 0 || te.MemoryLimit != 0 ||
-			err.Error() != `operator op: weir_process: trap at record 1 of the batch (key "b", value "!"): wasm error: unreachable` {
+			err.Error() != `operator op: weir_process: trap at record 2 of the batch (key "b", value "!"): wasm error: unreachable` {
 			t.Fatalf("a later trap: got %v, want one without a memory note", err)
 		}
 	})

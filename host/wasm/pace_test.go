@@ -99,7 +99,7 @@ func TestPiecesReportRecordOfBatch(t *testing.T) {
 	err := inst.Process(context.Background(), 0, batchOf(recs...), o.emit)
 	var te *TrapError
 	if !errors.As(err, &te) || te.RecordIndex != 57 || te.Record != `key "57", value "!"` {
-		t.Fatalf("got %v, want a trap at record 57 of the batch naming its key and value", err)
+		t.Fatalf("got %v, want a trap at record 58 of the batch naming its key and value", err)
 	}
 	// The pieces before the failing one went through, in order.
 	want, _ := abi.DecodeBatch(batchOf(recs[:57]...))

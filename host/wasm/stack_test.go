@@ -26,7 +26,7 @@ func TestTrapStackRustNames(t *testing.T) {
 	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "1", 1}, kv{"b", "panic", 2}), newOut().emit)
 	var te *TrapError
 	if !errors.As(err, &te) || te.RecordIndex != 1 || !strings.Contains(te.Message, "rustpanic: panic") {
-		t.Fatalf("got %v, want a trap at record 1 of the batch with the panic's message", err)
+		t.Fatalf("got %v, want a trap at record 2 of the batch with the panic's message", err)
 	}
 	lines := strings.Split(te.Stack, "\n")
 	for _, want := range []string{
@@ -65,7 +65,7 @@ func TestTrapStackCppNames(t *testing.T) {
 	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "1", 1}, kv{"b", "trap", 2}), newOut().emit)
 	var te *TrapError
 	if !errors.As(err, &te) || te.RecordIndex != 1 || te.Message != "cpptrap: trap" {
-		t.Fatalf("got %v, want a trap at record 1 of the batch with the abort's message", err)
+		t.Fatalf("got %v, want a trap at record 2 of the batch with the abort's message", err)
 	}
 	want := "wasm stack trace:\n" +
 		"\tweir_abort(char const*)(i32)\n" +

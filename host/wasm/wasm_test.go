@@ -132,7 +132,7 @@ func TestContained(t *testing.T) {
 			if !errors.As(err, &te) || te.RecordIndex != 2 || te.Export != "weir_process" || te.Operator != "bad" || te.MemoryLimit != 0 {
 				t.Fatalf("got %#v", err)
 			}
-			if !strings.Contains(te.Stack, "\n\tprocess(i32,i32,i32)") || !strings.Contains(err.Error(), "trap at record 2 of the batch (key \"c\", value \"3\"): wasm error: unreachable") {
+			if !strings.Contains(te.Stack, "\n\tprocess(i32,i32,i32)") || !strings.Contains(err.Error(), "trap at record 3 of the batch (key \"c\", value \"3\"): wasm error: unreachable") {
 				t.Fatalf("error %q, stack %q", err, te.Stack)
 			}
 		}},
@@ -141,7 +141,7 @@ func TestContained(t *testing.T) {
 			// the guest's state (a C write through NULL did).
 			var te *TrapError
 			if !errors.As(err, &te) || te.RecordIndex != 16843009 ||
-				!strings.Contains(err.Error(), "trap at record 16843009 of the batch (past the batch's 3 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable") {
+				!strings.Contains(err.Error(), "trap at record 16843010 of the batch (past the batch's 3 records: the SDK's record cursor was overwritten, most likely by a write through a NULL or stray pointer in the operator): wasm error: unreachable") {
 				t.Fatalf("got %v", err)
 			}
 		}},
@@ -510,7 +510,7 @@ func TestStackOverflowNamesTheRecursion(t *testing.T) {
 		t.Fatalf("3 levels: %v", err)
 	}
 	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "3", 1}, kv{"b", "100000", 2}), o.emit)
-	want := `operator overflow: weir_process: trap at record 1 of the batch (key "b", value "100000"): wasm error: out of bounds memory access ` +
+	want := `operator overflow: weir_process: trap at record 2 of the batch (key "b", value "100000"): wasm error: out of bounds memory access ` +
 		`(the stack trace is depth(i32) i32 over and over: most likely a recursion too deep for the operator's stack, ` +
 		`which C's -Wl,-z,stack-size=N or Rust's -C link-arg=-zstack-size=N enlarges)`
 	if err == nil || err.Error() != want {
@@ -527,7 +527,7 @@ func TestFailedAssertIsTheReason(t *testing.T) {
 	var logs bytes.Buffer
 	inst := instantiate(t, e, "assert", code, Limits{}, InstanceConfig{Logger: testLogger(&logs)})
 	err := inst.Process(context.Background(), 0, batchOf(kv{"a", "1", 1}, kv{"b", "long", 2}), newOut().emit)
-	want := `operator assert: weir_process: trap at record 1 of the batch (key "b", value "long"): ` +
+	want := `operator assert: weir_process: trap at record 2 of the batch (key "b", value "long"): ` +
 		`Assertion failed: r.value.len < 3 (assert.c: process: 21) (wasm error: unreachable)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got  %v\nwant %s\nlog:\n%s", err, want, logs.String())

@@ -75,7 +75,7 @@ func TestKeyedCoreSink(t *testing.T) {
 	must(t, err)
 	ctx := context.Background()
 	err = s.Write(ctx, keyedBatch("a", "b c"))
-	if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), `record 1 of the batch`) || !strings.Contains(err.Error(), `key "b c"`) {
+	if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), `record 2 of the batch`) || !strings.Contains(err.Error(), `key "b c"`) {
 		t.Fatalf("bad key: %v", err)
 	}
 	must(t, s.Write(ctx, keyedBatch("a", "eu.fr")))
@@ -169,7 +169,7 @@ func TestKeyedExactlyOnceRefusesBadKeys(t *testing.T) {
 		{"", "no key"},
 	} {
 		err := s.Write(ctx, keyedBatch("b", c.key))
-		if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "record 1 of the batch") {
+		if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "record 2 of the batch") {
 			t.Errorf("key %q: %v, want ErrBadKey with %q", c.key, err, c.want)
 		}
 	}
@@ -354,7 +354,7 @@ func TestKeyedSubjectInTheMiddle(t *testing.T) {
 			must(t, err)
 			defer s.Close()
 			err = s.Write(ctx, keyedBatch("fox", "eu.fr"))
-			if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), "record 1 of the batch") || !strings.Contains(err.Error(), "the key is one token") {
+			if !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), "record 2 of the batch") || !strings.Contains(err.Error(), "the key is one token") {
 				t.Fatalf("a key with a dot: %v", err)
 			}
 			must(t, s.Write(ctx, keyedBatch("fox", "owl", "fox")))

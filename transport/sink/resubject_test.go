@@ -165,7 +165,7 @@ func TestRecoverRefusesAStagedSubjectTheStreamNoLongerStores(t *testing.T) {
 		{"out", "orders", []string{"orders"},
 			"exactly-once sink orders (stream OUT): recover checkpoint 1: staged output's subject not stored by its stream: staged checkpoint 1 goes to subject out (the subject it was staged with), which stream OUT does not store (its subjects: orders): add out back to the stream's subjects (nats stream edit OUT --subjects 'orders,out')", false},
 		{"out.{key}", "orders.{key}.created", []string{"out.k0", "out.k1", "orders.*.created"},
-			`exactly-once sink orders.{key}.created (stream OUT): recover checkpoint 1: staged output's subject not stored by its stream: staged checkpoint 1 goes to subject out.{key} (the subject it was staged with): record 2 of the batch: record key cannot form a subject: key "k2" makes subject out.k2, which stream OUT does not store (its subjects: out.k0, out.k1, orders.*.created)`, true},
+			`exactly-once sink orders.{key}.created (stream OUT): recover checkpoint 1: staged output's subject not stored by its stream: staged checkpoint 1 goes to subject out.{key} (the subject it was staged with): record 3 of the batch: record key cannot form a subject: key "k2" makes subject out.k2, which stream OUT does not store (its subjects: out.k0, out.k1, orders.*.created)`, true},
 	} {
 		t.Run(c.from, func(t *testing.T) {
 			scfg := outStream(PublishFast)

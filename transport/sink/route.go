@@ -62,7 +62,7 @@ func (r route) check(batch []byte) error {
 	if err != nil {
 		return err
 	}
-	for i := 0; it.Next(); i++ {
+	for i := 1; it.Next(); i++ { // counted from 1 in messages: record 1 is the first
 		key := it.Record().Key
 		if r.subjects == nil { // any subject the key makes is stored: no need to make it
 			if err := r.tmpl.Check(key); err != nil {

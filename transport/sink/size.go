@@ -24,7 +24,7 @@ func checkSizes(batch []byte, maxPayload, most int64, bound bool, headers func(a
 	if err != nil {
 		return err
 	}
-	for i := 0; it.Next(); i++ {
+	for i := 1; it.Next(); i++ { // counted from 1 in messages: record 1 is the first
 		r := it.Record()
 		h := headers(r)
 		if int64(len(r.Key))+int64(len(r.Value))+h <= maxPayload {

@@ -36,7 +36,7 @@ func TestCoreSinkRefusesRecordsLargerThanAMessage(t *testing.T) {
 	b.Add(nil, []byte("before"), 0)
 	b.Add([]byte("key"), make([]byte, keyedFits+1), ts)
 	err = s.Write(ctx, b.Bytes())
-	want := fmt.Sprintf(`core sink bout: record 1 of the batch (key "key"): record too large for a NATS message: a record of %d bytes (key 3, value %d) and its headers (%d bytes) exceed the server's max_payload of %d bytes; emit smaller records, or raise the server's max_payload`,
+	want := fmt.Sprintf(`core sink bout: record 2 of the batch (key "key"): record too large for a NATS message: a record of %d bytes (key 3, value %d) and its headers (%d bytes) exceed the server's max_payload of %d bytes; emit smaller records, or raise the server's max_payload`,
 		keyedFits+4, keyedFits+1, max-keyedFits-len("key"), max)
 	if !errors.Is(err, ErrRecordTooLarge) || err.Error() != want {
 		t.Fatalf("write of a record one byte too large:\n%v\nwant\n%s", err, want)
@@ -75,7 +75,7 @@ func TestAtLeastOnceRefusesRecordsLargerThanAMessage(t *testing.T) {
 			b.Add([]byte("key"), make([]byte, max), 1)
 			err = s.Write(ctx, b.Bytes())
 			if !errors.Is(err, ErrRecordTooLarge) ||
-				!strings.Contains(err.Error(), fmt.Sprintf(`record 1 of the batch (key "key"): record too large for a NATS message: a record of %d bytes (key 3, value %d)`, max+3, max)) ||
+				!strings.Contains(err.Error(), fmt.Sprintf(`record 2 of the batch (key "key"): record too large for a NATS message: a record of %d bytes (key 3, value %d)`, max+3, max)) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("max_payload of %d bytes", max)) {
 				t.Fatalf("write of a %d-byte value: %v", max, err)
 			}

@@ -74,7 +74,7 @@ func TestBadRecordOfACoreSourceRestartsTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := readingAgain(t, ctx, n, "lossy", 1)
-	want := `task out-0 failed: core sink kk.{key}: record 0 of the batch: record key cannot form a subject: key "": the record has no key; ` +
+	want := `task out-0 failed: core sink kk.{key}: record 1 of the batch: record key cannot form a subject: key "": the record has no key; ` +
 		`the record is lost: it came from core NATS source in, which cannot replay it, so a restart goes on without it`
 	if st.State != control.JobRunning || st.Restarts != 1 || len(st.Failures) != 1 ||
 		st.Failures[0].Kind != control.FailureBadRecord || st.Failures[0].Reason != want {
@@ -113,7 +113,7 @@ func TestTooLargeRecordOfACoreSourceRestartsTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := readingAgain(t, ctx, n, "big", 1)
-	want := fmt.Sprintf(`task out-0 failed: core sink bout: record 0 of the batch (key "in.big"): record too large for a NATS message: `+
+	want := fmt.Sprintf(`task out-0 failed: core sink bout: record 1 of the batch (key "in.big"): record too large for a NATS message: `+
 		`a record of %d bytes (key 6, value %d) and its headers (24 bytes) exceed the server's max_payload of %d bytes; `+
 		`emit smaller records, or raise the server's max_payload; `+
 		`the record is lost: it came from core NATS source in, which cannot replay it, so a restart goes on without it`, max+6, max, max)
@@ -159,7 +159,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 5}
 	}
 	st := waitJob(t, ctx, n, "big", "the job failed", func(st control.JobStatus) bool { return st.State.Terminal() })
 	if st.State != control.JobFailed || st.Restarts != 0 || len(st.Failures) != 1 || st.Failures[0].Kind != control.FailureBadRecord ||
-		!strings.Contains(st.Reason, fmt.Sprintf(`record 0 of the batch (key "in.big"): record too large for a NATS message: a record of %d bytes`, max+6)) ||
+		!strings.Contains(st.Reason, fmt.Sprintf(`record 1 of the batch (key "in.big"): record too large for a NATS message: a record of %d bytes`, max+6)) ||
 		!strings.HasSuffix(st.Reason, "(not restarted: it would fail the same way again)") {
 		t.Fatalf("job %s after %d restarts: %q, failures %+v; want failed at once as a bad record", st.State, st.Restarts, st.Reason, st.Failures)
 	}

@@ -58,7 +58,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 5}
 	st := waitJob(t, ctx, n, "keyed", "the job failed", func(st control.JobStatus) bool { return st.State.Terminal() })
 	// Each thing once: the task, the sink (subject and stream), the record,
 	// the key.
-	want := `task out-0 failed: exactly-once sink out (subject out.{key}, stream OUT): record 0 of the batch: record key cannot form a subject: ` +
+	want := `task out-0 failed: exactly-once sink out (subject out.{key}, stream OUT): record 1 of the batch: record key cannot form a subject: ` +
 		`key "a..b": an empty token at byte 2 (a leading, trailing or double dot) (not restarted: it would fail the same way again)`
 	if st.State != control.JobFailed || st.Restarts != 0 || st.Reason != want {
 		t.Fatalf("job %s after %d restarts: %q; want failed at once: %q", st.State, st.Restarts, st.Reason, want)
