@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,7 +123,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.DurationVar(&o.timeout, "timeout", wasm.DefaultCallTimeout, "per-call deadline")
 	fs.BoolVar(&o.endOfInput, "end-of-input", true, "call the module's end-of-input hook for each port at the end")
 	fs.IntVar(&o.outputs, "outputs", 1, "number of output ports")
-	fs.StringVar(&o.name, "name", "", "operator name in errors and logs (default: the module's file name)")
+	fs.StringVar(&o.name, "name", "", "operator name in errors and logs (default: the module's file or directory name, without .wasm or a source's extension)")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "compilation cache directory (default: the user cache dir; - disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "guest log level: debug, info, warn, error")
 	fs.BoolVar(&o.stack, "stack", false, "on a trap, print the wasm stack trace before the error; on a Go panic, the goroutine's stack")
@@ -218,7 +219,7 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	}
 	name := o.name
 	if name == "" {
-		name = strings.TrimSuffix(baseName(strings.TrimRight(o.module, `/\`)), ".wasm")
+		name = execName(o.module)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -579,9 +580,13 @@ func truncate(b []byte, n int) string {
 	return string(b[:n]) + "…"
 }
 
-func baseName(p string) string {
-	if i := strings.LastIndexAny(p, `/\`); i >= 0 {
-		return p[i+1:]
+// execName is the name weir exec gives the operator of module, a file or
+// a Go package directory, without -name: the registry's base name of it
+// (moduleBase: "upper" for upper.wasm, upper.rs or the directory upper),
+// of its absolute path, so that "." and "dir/" name the directory.
+func execName(module string) string {
+	if abs, err := filepath.Abs(module); err == nil {
+		module = abs
 	}
-	return p
+	return moduleBase(module)
 }

@@ -398,3 +398,26 @@ func TestExecHelpShowsMemoryAsASize(t *testing.T) {
 		t.Errorf("weir exec -h:\n%s\nwant the -memory default as 64MiB", errs)
 	}
 }
+
+// Without -name, weir exec names the operator as the registry would name
+// its module: "." and "dir/" by the directory, a file without .wasm or a
+// source's extension.
+func TestExecNameOfAModule(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ksum")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, c := range []struct{ module, want string }{
+		{".", "ksum"},
+		{"./", "ksum"},
+		{"../ksum/", "ksum"},
+		{"ksum.rs", "ksum"},
+		{"build/ksum.wasm", "ksum"},
+		{"/tmp/op", "op"},
+	} {
+		if got := execName(c.module); got != c.want {
+			t.Errorf("execName(%q) = %q, want %q", c.module, got, c.want)
+		}
+	}
+}
