@@ -83,8 +83,10 @@ finished, as a bounded job does; more input then
 needs a new job`},
 	{name: "cancel", synopsis: "JOB", args: 1, note: endedNote, help: "stop a job at once (restore it from its latest checkpoint)"},
 	{name: "savepoint", synopsis: "JOB", args: 1, note: endedNote, help: "take an aligned savepoint now; the job runs on"},
-	{name: "restore", synopsis: "JOB -from ID [-spec F [-create-streams]] [-allow-non-restored-state]", args: 1,
-		help: `restart a stopped job from checkpoint ID; with
+	{name: "restore", synopsis: "JOB -from ID|latest [-spec F [-create-streams]] [-allow-non-restored-state]", args: 1,
+		help: `restart a stopped job from checkpoint (or
+savepoint) ID, or the latest completed one
+(-from latest, which it names); with
 -spec also at other parallelisms, from an
 unaligned checkpoint too (its in-flight records go
 to the new subtasks that take them now)`},
@@ -185,7 +187,7 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 	case "stop":
 		fs.BoolVar(&f.drain, "drain", false, "end the job's input where its sources have read to, let the operators emit their end-of-input output, commit it all with a final savepoint and end finished")
 	case "restore":
-		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from")
+		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from, or latest: the job's latest completed checkpoint or savepoint")
 		fs.StringVar(&f.spec, "spec", "", "a new spec of the job (its name is JOB) to run instead of the last one")
 		fs.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "drop the state of operators the new spec no longer has")
 		fs.BoolVar(&f.createStreams, "create-streams", false, "with -spec: create the JetStream streams the spec names that do not exist (a sink moved to a new stream)")
@@ -265,8 +267,11 @@ func parseJobArgs(std Stdio, args []string, f *jobFlags) (jobSubcommand, []strin
 				c.name, name, strings.Join(subs, ", job "), c.name, c.name)
 		}
 		return c, nil, usagef("job %s: no flag -%s (run 'weir job %s -h' for its flags)", c.name, name, c.name)
+	case c.name == "restore" && len(pos) == 2:
+		// weir job restore JOB 494: the checkpoint goes after -from.
+		return c, nil, usagef("job restore: want 'weir job restore JOB -from ID': did you mean -from %s? (weir job restore %s -from %s)", pos[1], pos[0], pos[1])
 	case len(pos) != c.args:
-		return c, nil, usagef("job %s: want %d argument(s)", c.name, c.args)
+		return c, nil, usagef("job %s: want %d argument(s): %s", c.name, c.args, c.usageLine())
 	}
 	return c, pos, nil
 }
@@ -457,7 +462,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 	var restoreSpec *jobspec.Spec
 	if c.name == "restore" {
 		if f.from == "" {
-			return usagef("job restore: -from CHECKPOINT is required")
+			return usagef("job restore: -from is required: weir job restore %s -from ID (or -from latest)%s", job, latestHint(ctx, nf, job))
 		}
 		if f.createStreams && f.spec == "" {
 			return usagef("job restore: -create-streams creates the streams of the spec -spec gives: give -spec")
@@ -620,6 +625,16 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 		fmt.Fprintf(std.Out, "savepoint %d of %s: %s in %s, %s\n", cp.ID, cp.Job, cp.Status, cp.Duration.Round(time.Millisecond), size(cp.Size))
 	case "restore":
+		what := "checkpoint " + f.from
+		if f.from == "latest" {
+			latest, err := latestCompleted(ctx, api, job)
+			if err != nil {
+				return err
+			}
+			what = checkpointKind(latest) + " " + strconv.FormatInt(latest.ID, 10)
+			fmt.Fprintf(std.Err, "-from latest: %s, the latest completed checkpoint or savepoint of %s\n", what, job)
+			f.from = strconv.FormatInt(latest.ID, 10)
+		}
 		req := control.RestoreRequest{Job: job, From: f.from, AllowNonRestoredState: f.allowNonRestored}
 		if spec := restoreSpec; spec != nil {
 			// What the coordinator would refuse (a job of the name that
@@ -667,7 +682,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job restore", err)
 		}
-		fmt.Fprintf(std.Out, "job %s: %s, restoring from checkpoint %s\n", st.Name, st.State, f.from)
+		fmt.Fprintf(std.Out, "job %s: restoring from %s\n", st.Name, what)
 		if len(st.Modules) > 0 {
 			// Which build each operator runs: without -spec the ended
 			// run's, with it what the spec's references name now.
@@ -685,6 +700,54 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		}
 	}
 	return nil
+}
+
+// latestCompleted returns job's latest completed checkpoint or savepoint
+// (of this run or an earlier one still stored): what weir job restore
+// -from latest restores.
+func latestCompleted(ctx context.Context, api *control.APIClient, job string) (control.CheckpointInfo, error) {
+	cps, err := api.Checkpoints(ctx, job)
+	if err != nil {
+		return control.CheckpointInfo{}, apiErr("job restore", err)
+	}
+	var latest control.CheckpointInfo
+	for _, c := range cps {
+		if c.Status == control.CheckpointCompleted && c.ID > latest.ID {
+			latest = c
+		}
+	}
+	if latest.ID == 0 {
+		return latest, fmt.Errorf("job restore %s -from latest: the job has no completed checkpoint or savepoint to restore (weir checkpoint ls %s lists what is stored)", job, job)
+	}
+	return latest, nil
+}
+
+// checkpointKind is "savepoint" or "checkpoint", as c is.
+func checkpointKind(c control.CheckpointInfo) string {
+	if c.Savepoint {
+		return "savepoint"
+	}
+	return "checkpoint"
+}
+
+// latestHint names, for weir job restore without -from, job's latest
+// completed checkpoint or savepoint: "; its latest is savepoint 494 (-from
+// 494)". It asks the coordinator briefly and quietly; "" when it cannot
+// say (no coordinator, no such job, nothing completed).
+func latestHint(ctx context.Context, nf *natsFlags, job string) string {
+	nc, api, err := connectAPI(nf, io.Discard)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	api.Waiting = nil
+	ctx, cancel := context.WithTimeout(ctx, restoreProbe)
+	defer cancel()
+	latest, err := latestCompleted(ctx, api, job)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("; its latest is %s %d (-from %d)", checkpointKind(latest), latest.ID, latest.ID)
 }
 
 // checkRestore refuses, in the coordinator's words, what its restore would

@@ -457,6 +457,14 @@ func (r *Runner) Latest() int64 {
 	return 0
 }
 
+// LatestMetadata returns the metadata of the checkpoint Latest names, or
+// nil: it is shared, to be read and not changed.
+func (r *Runner) LatestMetadata() *Metadata {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m.Latest()
+}
+
 // Ended reports whether checkpoint id was triggered and is no longer
 // pending (Machine.Ended), and pending whether it is under way.
 func (r *Runner) Ended(id int64) (ended, pending bool) {

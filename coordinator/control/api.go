@@ -733,6 +733,9 @@ type SubmitRequest struct {
 	// AllowNonRestoredState lets a restore drop the state of vertices the
 	// spec no longer has (see RestoreRequest).
 	AllowNonRestoredState bool `json:"allow_non_restored_state,omitempty"`
+	// AllowRenumberedPorts lets a restore lead an operator's output ports
+	// to other readers (see RestoreRequest).
+	AllowRenumberedPorts bool `json:"allow_renumbered_ports,omitempty"`
 }
 
 // CheckSpecName refuses (ErrInvalid) a restore whose spec names another job than the one
@@ -763,11 +766,22 @@ type RestoreRequest struct {
 	// change of parallelism for a vertex whose state is kept per subtask
 	// (operator state, JetStream source offsets, a vanishing sink
 	// subtask's staged output), or for any vertex while the checkpoint
-	// holds in-flight channel data.
+	// holds in-flight channel data; or when it changes what state means:
+	// a JetStream source that reads another stream, partitioning or a
+	// wider filter than its offsets were of, or an input partitioned by
+	// key that was not, of an operator whose keyed state is spread over
+	// its subtasks; or when an operator's output ports lead to other
+	// readers than they did (jobspec.OutputReaders).
 	Spec *jobspec.Spec `json:"spec,omitempty"`
 	// AllowNonRestoredState lets the restore drop the state of vertices
-	// the spec no longer has.
+	// the spec no longer has, and start without their state the sources
+	// and operators whose state the spec changes the meaning of (the
+	// job's status says which: Warnings).
 	AllowNonRestoredState bool `json:"allow_non_restored_state,omitempty"`
+	// AllowRenumberedPorts lets the restore lead an operator's output
+	// ports to other readers than when the checkpoint was taken: for an
+	// operator whose new build emits to the new ports.
+	AllowRenumberedPorts bool `json:"allow_renumbered_ports,omitempty"`
 }
 
 // RemoveRequest deletes checkpoints or savepoints of a job from storage

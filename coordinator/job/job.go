@@ -161,6 +161,13 @@ type job struct {
 	// unusable: the exactly-once sinks commit again what they committed
 	// after the one it resumed from. Shown among the status's warnings.
 	resumeNote string
+	// restoreNotes say what the restore that started the run let go
+	// (-allow-non-restored-state): each vertex it started without its
+	// checkpointed state, and why (checkChanges).
+	restoreNotes []string
+	// fromWithout are the vertices that start without their state in
+	// initial, which a restore of it leaves out (checkChanges).
+	fromWithout []string
 	// unresumed marks a job a restarted coordinator could not take over
 	// (Manager.resume): listed as failed, but not ended — its record is
 	// left as the coordinator before left it, for the next one to resume
@@ -257,6 +264,7 @@ func newJob(m *Manager, spec *jobspec.Spec, p *plan.Plan, mods map[string]contro
 func (j *job) status() control.JobStatus {
 	latest := j.runner.Latest() // before j.mu: the runner calls the job holding its lock
 	cps := j.runner.Stats()
+	spread := spreadKeyedState(j.runner.LatestMetadata())
 	heard, now := j.m.ctl.HeardFrom(), time.Now()
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -287,6 +295,8 @@ func (j *job) status() control.JobStatus {
 	if j.resumeNote != "" {
 		st.Warnings = append(st.Warnings, j.resumeNote)
 	}
+	st.Warnings = append(st.Warnings, j.restoreNotes...)
+	st.Warnings = append(st.Warnings, spread...)
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
 	st.SinkDuplicateWindows = sinkDuplicateWindows(j.spec)
@@ -993,6 +1003,9 @@ func (j *job) deployOnce(restore *checkpoint.Metadata, assignment map[string][]s
 	j.st.RestoredFrom = 0
 	var rst *control.Restore
 	if restore != nil {
+		if in := j.initial; in != nil && restore.Job == in.Job && restore.ID == in.ID {
+			restore = withoutState(restore, j.fromWithout)
+		}
 		rst = restoreFor(j.spec, j.plan, restore)
 		j.st.RestoredFrom = restore.ID
 	}

@@ -699,7 +699,7 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 			return control.JobStatus{}, err
 		}
 	}
-	return m.start(ctx, r.Spec, true, from, r.AllowNonRestoredState, nil)
+	return m.start(ctx, r.Spec, true, from, restoreAllow{NonRestored: r.AllowNonRestoredState, RenumberedPorts: r.AllowRenumberedPorts}, nil)
 }
 
 // startFrom notes that a job is starting from checkpoint k, which is then
@@ -772,7 +772,7 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 	if err != nil {
 		return control.JobStatus{}, err
 	}
-	return m.start(ctx, spec, r.Spec != nil, md, r.AllowNonRestoredState, pinned)
+	return m.start(ctx, spec, r.Spec != nil, md, restoreAllow{NonRestored: r.AllowNonRestoredState, RenumberedPorts: r.AllowRenumberedPorts}, pinned)
 }
 
 // CheckRestore refuses, in Restore's words, what Restore would refuse of
@@ -809,7 +809,7 @@ func (m *Manager) CheckRestore(ctx context.Context, r control.RestoreRequest) er
 	}
 	// The spec is the request's, decoded for this check: resolving its
 	// sources changes nobody's.
-	_, _, err = m.checkStart(ctx, spec, true, md, r.AllowNonRestoredState, false)
+	_, _, _, _, err = m.checkStart(ctx, spec, true, md, restoreAllow{NonRestored: r.AllowNonRestoredState, RenumberedPorts: r.AllowRenumberedPorts}, false)
 	return err
 }
 
@@ -917,39 +917,44 @@ func (m *Manager) prepare(ctx context.Context, spec *jobspec.Spec, fresh, module
 
 // checkStart prepares spec to start, restoring checkpoint from if it is
 // not nil, and refuses it as start does (see start); with modules it
-// resolves the spec's modules too.
-func (m *Manager) checkStart(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored, modules bool) (*plan.Plan, map[string]control.Module, error) {
+// resolves the spec's modules too. It returns the vertices that start
+// without their state in from (checkChanges), and a note for each.
+func (m *Manager) checkStart(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allow restoreAllow, modules bool) (p *plan.Plan, mods map[string]control.Module, without, notes []string, err error) {
 	var resolvedNow map[string]bool
 	if from != nil {
 		if err := m.keepResolved(spec, from, given); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		resolvedNow = stopsResolvedNow(spec)
 	}
-	p, mods, err := m.prepare(ctx, spec, from == nil, modules)
+	p, mods, err = m.prepare(ctx, spec, from == nil, modules)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if from != nil {
-		if err := checkRestore(spec, p, from, allowNonRestored); err != nil {
-			return nil, nil, err
+		if err := checkRestore(spec, p, from, allow.NonRestored); err != nil {
+			return nil, nil, nil, nil, err
 		}
-		if err := checkEnded(spec, p, from, resolvedNow); err != nil {
-			return nil, nil, err
+		if without, notes, err = m.checkChanges(spec, p, from, allow); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if err := checkEnded(spec, p, withoutState(from, without), resolvedNow); err != nil {
+			return nil, nil, nil, nil, err
 		}
 	}
-	return p, mods, nil
+	return p, mods, without, notes, nil
 }
 
 // start runs spec, restoring checkpoint from if it is not nil (see
-// checkRestore for allowNonRestored) — refused when that would drop or
-// misplace state (checkRestore) or give an input port that ended in the
-// checkpoint more records (checkEnded). given says that spec came with
+// checkRestore and checkChanges for allow) — refused when that would drop
+// or misplace state (checkRestore, checkChanges), send an operator's
+// output to other readers (checkChanges) or give an input port that ended
+// in the checkpoint more records (checkEnded). given says that spec came with
 // the request (keepResolved). pinned are modules, by operator, that an
 // operator whose reference is the same runs instead of what the reference
 // resolves to now (a restore of the job's own spec: the ended run's).
-func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allowNonRestored bool, pinned map[string]control.Module) (control.JobStatus, error) {
-	p, mods, err := m.checkStart(ctx, spec, given, from, allowNonRestored, true)
+func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, from *checkpoint.Metadata, allow restoreAllow, pinned map[string]control.Module) (control.JobStatus, error) {
+	p, mods, without, notes, err := m.checkStart(ctx, spec, given, from, allow, true)
 	if err != nil {
 		return control.JobStatus{}, err
 	}
@@ -1005,6 +1010,7 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	machine := checkpoint.NewMachine(spec.Name, checkpoint.ConfigFromSpec(spec.Checkpointing), restored, next)
 	j := newJob(m, spec, p, mods, machine, from)
 	j.firstID, j.idFloor = next, next-1
+	j.fromWithout, j.restoreNotes = without, notes
 	if old != nil {
 		j.recordMu = old.recordMu
 	}

@@ -37,6 +37,10 @@ type record struct {
 	// (job.fromGone): the status names it no more. Kept apart from From,
 	// which still says where the run began.
 	FromGone bool `json:"from_gone,omitempty"`
+	// FromWithout are the vertices that start without their state in
+	// From, and RestoreNotes say why (job.fromWithout, restoreNotes).
+	FromWithout  []string `json:"from_without,omitempty"`
+	RestoreNotes []string `json:"restore_notes,omitempty"`
 	// Reserved is the highest checkpoint ID that may have been triggered:
 	// IDs number on above it (job.reserved).
 	Reserved int64 `json:"reserved,omitempty"`
@@ -170,6 +174,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	if j.initial != nil {
 		rec.From = j.initial.ID
+		rec.FromWithout, rec.RestoreNotes = j.fromWithout, j.restoreNotes
 		if j.initial.Job != j.spec.Name {
 			rec.FromJob, rec.FromGone = j.initial.Job, j.fromGone
 		}
@@ -511,6 +516,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.State, j.st.Reason = control.JobRestarting, ReasonCoordinatorRestarted
 	j.resumed = true
 	j.resumeNote = resumeNote(restored, unusable, from)
+	j.fromWithout, j.restoreNotes = rec.FromWithout, rec.RestoreNotes
 	// The run's checkpoints that never completed under the coordinator
 	// before — aborted as it stopped, their discards left undone when it
 	// could not reach the store then, or cut short by a crash — complete
