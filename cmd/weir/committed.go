@@ -19,9 +19,11 @@ import (
 //  1. every task of every source the input went to reported
 //     (control.TaskStats.SourceReadSeq) that it processed everything its
 //     stream held up to where it stood after the input was published;
-//  2. a checkpoint triggered after that report completed — its barrier
-//     left each source after that input, so the checkpoint covers the
-//     output of all of it; a restore starts from it or a later one; and
+//  2. a checkpoint triggered after that report completed holding no
+//     in-flight channel data (clean) — its barrier left each source after
+//     that input and passed no record on the way, so the checkpoint covers
+//     the output of all of it; a restore starts from it or a later one;
+//     and
 //  3. every sink task that reports its commits (an exactly-once JetStream
 //     sink, control.TaskStats.SinkCommitted) stored the output of such a
 //     checkpoint. Other sinks store theirs before their task acks a
@@ -124,7 +126,11 @@ func (c *inputCommit) done(st control.JobStatus, cps []control.CheckpointInfo, l
 		}
 		return false
 	}
-	if st.LatestCheckpoint <= c.after {
+	if st.LatestCheckpoint <= c.after || !listed {
+		return false
+	}
+	clean := c.clean(cps)
+	if clean == 0 {
 		return false
 	}
 	for _, v := range c.plan.Vertices {
@@ -133,12 +139,37 @@ func (c *inputCommit) done(st control.JobStatus, cps []control.CheckpointInfo, l
 		}
 		for _, id := range v.Tasks {
 			t, ok := tasks[id]
-			if !ok || (t.SinkCommitted != nil && *t.SinkCommitted <= c.after) {
+			if !ok || (t.SinkCommitted != nil && *t.SinkCommitted < clean) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// clean returns the first checkpoint of cps after c.after that completed
+// holding no in-flight channel data (0: none yet). Its barriers passed no
+// record at any task — an aligned checkpoint, or an unaligned one whose
+// barriers found the channels empty —, so the output of everything the
+// sources read before it is in its sinks' part. An unaligned barrier that
+// overtook records leaves their output to a later checkpoint: weir run
+// said a job's output was complete while the only record a slow filter let
+// through was still in a channel.
+func (c *inputCommit) clean(cps []control.CheckpointInfo) int64 {
+	var clean int64
+	for _, cp := range cps {
+		if cp.ID <= c.after || cp.Status != control.CheckpointCompleted || (clean != 0 && cp.ID >= clean) {
+			continue
+		}
+		var inFlight int64
+		for _, m := range cp.Tasks {
+			inFlight += m[control.MetricChannelStateBytes]
+		}
+		if inFlight == 0 {
+			clean = cp.ID
+		}
+	}
+	return clean
 }
 
 // readAll reports whether every task of every source the input went to
