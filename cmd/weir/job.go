@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,8 +42,8 @@ type jobSubcommand struct {
 // them. Each takes the connection flags and -wait, and its own flags
 // (jobFlags.flagSet): none takes another's.
 var jobSubcommands = []jobSubcommand{
-	{name: "ls", synopsis: "[-json]", help: "every job with its state", note: attemptsNote},
-	{name: "status", synopsis: "JOB [-json]", args: 1, note: attemptsNote, help: `one job: state, guarantees, checkpoints completed and
+	{name: "ls", help: "every job with its state", note: attemptsNote},
+	{name: "status", synopsis: "JOB", args: 1, note: attemptsNote, help: `one job: state, guarantees, checkpoints completed and
 failed (while they fail: how many in a row and why),
 and each running task's records in/out, rates,
 busy and backpressured time; a JetStream source's
@@ -84,13 +83,17 @@ finished, as a bounded job does; more input then
 needs a new job`},
 	{name: "cancel", synopsis: "JOB", args: 1, note: endedNote, help: "stop a job at once (restore it from its latest checkpoint)"},
 	{name: "savepoint", synopsis: "JOB", args: 1, note: endedNote, help: "take an aligned savepoint now; the job runs on"},
-	{name: "restore", synopsis: "JOB -from ID|latest [-spec F [-create-streams]] [-allow-non-restored-state]", args: 1,
+	{name: "restore", synopsis: "JOB -from ID|latest [-spec F [-create-streams]] [-allow-non-restored-state] [-allow-renumbered-ports]", args: 1,
 		help: `restart a stopped job from checkpoint (or
 savepoint) ID, or the latest completed one
 (-from latest, which it names); with
 -spec also at other parallelisms, from an
 unaligned checkpoint too (its in-flight records go
-to the new subtasks that take them now)`},
+to the new subtasks that take them now). Refused, saying
+why: a spec that drops state, points a source at another
+stream or partitioning, keys an input whose keyed state
+is spread over subtasks, or leads an operator's output
+ports to other readers (give inputs port: N)`},
 	{name: "rm", synopsis: "JOB", args: 1, help: `remove a job that has ended (stop or cancel it first)
 with every checkpoint and savepoint of it still
 stored: it is listed no more; nothing restores it.
@@ -162,10 +165,10 @@ type jobFlags struct {
 	nats             natsFlags
 	from, spec       string
 	allowNonRestored bool
+	allowRenumbered  bool // restore -allow-renumbered-ports
 	createStreams    bool // restore -create-streams
 	drain            bool // stop -drain
 	replicas         int  // restore -replicas
-	json             bool // ls, status -json
 	output           jobOutputOptions
 }
 
@@ -179,8 +182,6 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 	f.nats.register(fs, defaultNATS, "NATS server URL")
 	f.nats.registerWait(fs)
 	switch sub {
-	case "ls", "status":
-		fs.BoolVar(&f.json, "json", false, "print the status as JSON (control.JobStatus; ls: an array of them) instead of the table")
 	case "output":
 		fs.StringVar(&f.output.sink, "sink", "", "follow only this sink (default: every sink of the job)")
 		fs.BoolVar(&f.output.fromStart, "from-start", false, "all a JetStream sink's stream holds, not only new records")
@@ -193,7 +194,8 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 	case "restore":
 		fs.StringVar(&f.from, "from", "", "checkpoint ID (or JOB/ID) to restore from, or latest: the job's latest completed checkpoint or savepoint")
 		fs.StringVar(&f.spec, "spec", "", "a new spec of the job (its name is JOB) to run instead of the last one")
-		fs.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "drop the state of operators the new spec no longer has")
+		fs.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "drop the state of operators the new spec no longer has, and start without their state the sources and operators whose state the new spec changes the meaning of (a source on another stream reads it from its start)")
+		fs.BoolVar(&f.allowRenumbered, "allow-renumbered-ports", false, "let an operator's output ports lead to other readers than when the checkpoint was taken (its new build emits to the new ports)")
 		fs.BoolVar(&f.createStreams, "create-streams", false, "with -spec: create the JetStream streams the spec names that do not exist (a sink moved to a new stream)")
 		fs.IntVar(&f.replicas, "replicas", 1, "servers of a cluster that keep each stream -create-streams makes, 1-5")
 	}
@@ -514,17 +516,11 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job ls", err)
 		}
-		if f.json {
-			return printJSON(std.Out, jobs)
-		}
 		printJobs(std.Out, jobs, lsReasonWidth)
 	case "status":
 		st, err := api.Job(ctx, job)
 		if err != nil {
 			return apiErr("job status", err)
-		}
-		if f.json {
-			return printJSON(std.Out, st)
 		}
 		printJobs(std.Out, []control.JobStatus{st}, 0)
 		if l := drainingLine(st); l != "" {
@@ -645,7 +641,7 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			fmt.Fprintf(std.Err, "-from latest: %s, the latest completed checkpoint or savepoint of %s\n", what, job)
 			f.from = strconv.FormatInt(latest.ID, 10)
 		}
-		req := control.RestoreRequest{Job: job, From: f.from, AllowNonRestoredState: f.allowNonRestored}
+		req := control.RestoreRequest{Job: job, From: f.from, AllowNonRestoredState: f.allowNonRestored, AllowRenumberedPorts: f.allowRenumbered}
 		if spec := restoreSpec; spec != nil {
 			// What the coordinator would refuse (a job of the name that
 			// has not ended, a checkpoint that is not there, state the
@@ -693,6 +689,11 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 			return apiErr("job restore", err)
 		}
 		fmt.Fprintf(std.Out, "job %s: restoring from %s\n", st.Name, what)
+		for _, w := range st.Warnings {
+			if strings.HasPrefix(w, "restored from checkpoint ") {
+				fmt.Fprintf(std.Out, "  %s\n", w) // what -allow-non-restored-state let go
+			}
+		}
 		if len(st.Modules) > 0 {
 			// Which build each operator runs: without -spec the ended
 			// run's, with it what the spec's references name now.
@@ -2017,28 +2018,6 @@ func alignedOf(c control.CheckpointInfo) string {
 		return "aligned"
 	}
 	return "-"
-}
-
-// printJSON prints v as indented JSON (-json of job ls, job status and
-// worker ls): the API's own structs, whose field names are stable; a nil
-// list is an empty array.
-func printJSON(w io.Writer, a any) error {
-	switch x := a.(type) {
-	case []control.JobStatus:
-		if x == nil {
-			a = []control.JobStatus{}
-		}
-	case []control.WorkerStatus:
-		if x == nil {
-			a = []control.WorkerStatus{}
-		}
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(a); err != nil {
-		return fmt.Errorf("print JSON: %w", err)
-	}
-	return nil
 }
 
 // memoryCell formats an operator's memory and its limit in one unit, the
