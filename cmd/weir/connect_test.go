@@ -133,3 +133,48 @@ func TestWorkerWaitsForAServerThatIsDownOrSilent(t *testing.T) {
 		t.Errorf("interrupted at a silent port: exit %d, stderr %q; want 0 and that it stopped before it joined", code, s.errb.String())
 	}
 }
+
+// The NATS auth settings may come from the environment (WEIR_NATS_USER,
+// WEIR_NATS_PASSWORD, ...), which ps does not show as it shows flags; a
+// flag given wins over its variable. The commands weir up prints name the
+// auth flags given, never a secret's value, and leave out what the
+// environment gives (the next command in the shell reads it there too).
+func TestNATSAuthFromTheEnvironment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := embeddedtest.FromOptions(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Username: "weir", Password: "pw"}).ClientURL()
+	t.Setenv("WEIR_NATS_USER", "weir")
+	t.Setenv("WEIR_NATS_PASSWORD", "pw")
+	var out, errb syncBuffer
+	if code := run(ctx, []string{"stream", "ls", "-nats", url}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("weir stream ls with the password in the environment: exit %d, %s", code, errb.String())
+	}
+	errb = syncBuffer{}
+	if code := run(ctx, []string{"stream", "ls", "-nats", url, "-password", "wrong"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 1 ||
+		!strings.Contains(errb.String(), "Authorization Violation") {
+		t.Errorf("weir stream ls -password wrong: exit %d, %q; want 1 and the server's refusal (the flag wins)", code, errb.String())
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "submit a job with: weir run -nats " + url + " JOB.yaml"},
+		{[]string{"-user", "weir", "-password", "pw"}, "submit a job with: weir run -nats " + url + " -user weir -password … JOB.yaml"},
+	} {
+		upCtx, stop := context.WithCancel(ctx)
+		o, done := &upOutput{}, make(chan int, 1)
+		args := append([]string{"up", "-nats", url, "-workers", "0", "-data", t.TempDir()}, c.args...)
+		go func() {
+			done <- run(upCtx, args, Stdio{In: strings.NewReader(""), Out: &o.out, Err: &o.errb})
+		}()
+		o.await(t, ctx, done, "submit a job with: ")
+		stop()
+		if code := <-done; code != 0 {
+			t.Fatalf("weir %s exited %d: %s", strings.Join(args, " "), code, o.errb.String())
+		}
+		if got := o.out.String(); !strings.Contains(got, c.want) || strings.Contains(got, "pw") {
+			t.Errorf("weir %s printed:\n%s\nwant %q, and never the password", strings.Join(args, " "), got, c.want)
+		}
+	}
+}

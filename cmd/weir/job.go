@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,8 +43,8 @@ type jobSubcommand struct {
 // them. Each takes the connection flags and -wait, and its own flags
 // (jobFlags.flagSet): none takes another's.
 var jobSubcommands = []jobSubcommand{
-	{name: "ls", help: "every job with its state", note: attemptsNote},
-	{name: "status", synopsis: "JOB", args: 1, note: attemptsNote, help: `one job: state, guarantees, checkpoints completed and
+	{name: "ls", synopsis: "[-json]", help: "every job with its state", note: attemptsNote},
+	{name: "status", synopsis: "JOB [-json]", args: 1, note: attemptsNote, help: `one job: state, guarantees, checkpoints completed and
 failed (while they fail: how many in a row and why),
 and each running task's records in/out, rates,
 busy and backpressured time; a JetStream source's
@@ -169,6 +170,7 @@ type jobFlags struct {
 	createStreams    bool // restore -create-streams
 	drain            bool // stop -drain
 	replicas         int  // restore -replicas
+	json             bool // ls, status -json
 	output           jobOutputOptions
 }
 
@@ -182,6 +184,8 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 	f.nats.register(fs, defaultNATS, "NATS server URL")
 	f.nats.registerWait(fs)
 	switch sub {
+	case "ls", "status":
+		fs.BoolVar(&f.json, "json", false, "print the status as JSON (control.JobStatus; ls: an array of them) instead of the table")
 	case "output":
 		fs.StringVar(&f.output.sink, "sink", "", "follow only this sink (default: every sink of the job)")
 		fs.BoolVar(&f.output.fromStart, "from-start", false, "all a JetStream sink's stream holds, not only new records")
@@ -516,11 +520,17 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("job ls", err)
 		}
+		if f.json {
+			return printJSON(std.Out, jobs)
+		}
 		printJobs(std.Out, jobs, lsReasonWidth)
 	case "status":
 		st, err := api.Job(ctx, job)
 		if err != nil {
 			return apiErr("job status", err)
+		}
+		if f.json {
+			return printJSON(std.Out, st)
 		}
 		printJobs(std.Out, []control.JobStatus{st}, 0)
 		if l := drainingLine(st); l != "" {
@@ -2018,6 +2028,28 @@ func alignedOf(c control.CheckpointInfo) string {
 		return "aligned"
 	}
 	return "-"
+}
+
+// printJSON prints v as indented JSON (-json of job ls, job status and
+// worker ls): the API's own structs, whose field names are stable; a nil
+// list is an empty array.
+func printJSON(w io.Writer, a any) error {
+	switch x := a.(type) {
+	case []control.JobStatus:
+		if x == nil {
+			a = []control.JobStatus{}
+		}
+	case []control.WorkerStatus:
+		if x == nil {
+			a = []control.WorkerStatus{}
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(a); err != nil {
+		return fmt.Errorf("print JSON: %w", err)
+	}
+	return nil
 }
 
 // memoryCell formats an operator's memory and its limit in one unit, the

@@ -490,6 +490,19 @@ func TestNATSHint(t *testing.T) {
 			t.Errorf("hint for %q = %q, want %q", url, got, want)
 		}
 	}
+	// The auth flags given go along (a trial's printed commands lacked
+	// the -tlsca they needed), a secret's value never; those the
+	// environment gave stay there.
+	f := natsFlags{url: "tls://127.0.0.1:19010", tlsCA: "/etc/weir/ca.pem", user: "alice", password: "secret", token: "tok", creds: "my dir/u.creds"}
+	if got, want := f.hint(), " -nats tls://127.0.0.1:19010 -creds 'my dir/u.creds' -user alice -password … -token … -tlsca /etc/weir/ca.pem"; got != want {
+		t.Errorf("hint with auth flags = %q, want %q", got, want)
+	}
+	t.Setenv(authEnv("password"), "secret")
+	f = natsFlags{url: defaultNATS, user: "alice"}
+	f.fromEnv()
+	if got, want := f.hint(), " -user alice"; got != want || f.password != "secret" {
+		t.Errorf("hint with the password from the environment = %q (password %q), want %q", got, f.password, want)
+	}
 }
 
 // A worker interrupted while it still waits for NATS stops cleanly.

@@ -38,6 +38,9 @@ func init() {
 // shares.
 type natsFlags struct {
 	url, creds, nkey, token, user, password, tlsCA, tlsCert, tlsKey string
+	// env holds the names of the auth flags that were not given and took
+	// their value from the environment (authEnv).
+	env map[string]bool
 	// wait is how long a request waits for the coordinator to answer
 	// (-wait, commands that ask the coordinator; 0: defaultWait).
 	wait time.Duration
@@ -59,13 +62,76 @@ func (f *natsFlags) waitTimeout() time.Duration {
 	return defaultWait
 }
 
-// hint returns the -nats flag a printed command needs to reach the same
-// server (password or token hidden), or "" for the default server.
+// hint returns the flags a printed command needs to reach the same server:
+// -nats (password or token hidden; none for the default server) and the
+// auth flags given (connFlags).
 func (f *natsFlags) hint() string {
 	if f.url == "" || f.url == defaultNATS {
-		return ""
+		return f.connFlags()
 	}
-	return " -nats " + shellQuote(natsconn.Redact(f.url))
+	return " -nats " + shellQuote(natsconn.Redact(f.url)) + f.connFlags()
+}
+
+// authFlags are the NATS auth flags, in the order a printed command gives
+// them; secret ones are never printed with their value.
+var authFlags = []struct {
+	name   string
+	secret bool
+	field  func(*natsFlags) *string
+}{
+	{"creds", false, func(f *natsFlags) *string { return &f.creds }},
+	{"nkey", false, func(f *natsFlags) *string { return &f.nkey }},
+	{"user", false, func(f *natsFlags) *string { return &f.user }},
+	{"password", true, func(f *natsFlags) *string { return &f.password }},
+	{"token", true, func(f *natsFlags) *string { return &f.token }},
+	{"tlsca", false, func(f *natsFlags) *string { return &f.tlsCA }},
+	{"tlscert", false, func(f *natsFlags) *string { return &f.tlsCert }},
+	{"tlskey", false, func(f *natsFlags) *string { return &f.tlsKey }},
+}
+
+// authEnv is the environment variable that stands for auth flag name when
+// it is not given (WEIR_NATS_PASSWORD for -password): a flag's value shows
+// in ps, the environment's does not.
+func authEnv(name string) string { return natsEnv + "_" + strings.ToUpper(name) }
+
+// fromEnv fills in each auth flag not given from its environment variable
+// (authEnv): flags win over the environment. Once is enough; again does
+// nothing more.
+func (f *natsFlags) fromEnv() {
+	for _, a := range authFlags {
+		p := a.field(f)
+		if *p != "" {
+			continue
+		}
+		if v := os.Getenv(authEnv(a.name)); v != "" {
+			*p = v
+			if f.env == nil {
+				f.env = map[string]bool{}
+			}
+			f.env[a.name] = true
+		}
+	}
+}
+
+// connFlags returns the auth flags given to this command, as a printed
+// command gives them again: files and user names as they are, a password
+// or token as "…" (never its value). Those that came from the environment
+// are left out: the next command in the same shell reads them there too.
+func (f *natsFlags) connFlags() string {
+	var b strings.Builder
+	for _, a := range authFlags {
+		v := *a.field(f)
+		if v == "" || f.env[a.name] {
+			continue
+		}
+		if a.secret {
+			v = "…"
+		} else {
+			v = shellQuote(v)
+		}
+		b.WriteString(" -" + a.name + " " + v)
+	}
+	return b.String()
 }
 
 // natsEnv is the environment variable that, when set, stands for the
@@ -83,14 +149,23 @@ func (f *natsFlags) register(fs *flag.FlagSet, def, help string) {
 		}
 	}
 	fs.StringVar(&f.url, "nats", def, help)
-	fs.StringVar(&f.creds, "creds", "", "NATS credentials file (.creds)")
-	fs.StringVar(&f.nkey, "nkey", "", "NATS nkey seed file")
-	fs.StringVar(&f.token, "token", "", "NATS token")
-	fs.StringVar(&f.user, "user", "", "NATS user")
-	fs.StringVar(&f.password, "password", "", "NATS password")
-	fs.StringVar(&f.tlsCA, "tlsca", "", "PEM CA file to verify the server")
-	fs.StringVar(&f.tlsCert, "tlscert", "", "PEM client certificate (mutual TLS)")
-	fs.StringVar(&f.tlsKey, "tlskey", "", "PEM client key (mutual TLS)")
+	helps := map[string]string{
+		"creds":    "NATS credentials file (.creds)",
+		"nkey":     "NATS nkey seed file",
+		"token":    "NATS token (a flag shows in ps: prefer $" + authEnv("token") + ")",
+		"user":     "NATS user",
+		"password": "NATS password (a flag shows in ps: prefer $" + authEnv("password") + ")",
+		"tlsca":    "PEM CA file to verify the server",
+		"tlscert":  "PEM client certificate (mutual TLS)",
+		"tlskey":   "PEM client key (mutual TLS)",
+	}
+	for _, a := range authFlags {
+		h := helps[a.name]
+		if !a.secret {
+			h += " (default $" + authEnv(a.name) + ")"
+		}
+		fs.StringVar(a.field(f), a.name, "", h)
+	}
 }
 
 // options returns the connection options, nil when no URL was given.
@@ -98,6 +173,7 @@ func (f *natsFlags) options(name string) *natsconn.Options {
 	if f.url == "" {
 		return nil
 	}
+	f.fromEnv()
 	return &natsconn.Options{URL: f.url, Name: name, CredsFile: f.creds, NKeySeedFile: f.nkey, Token: f.token,
 		User: f.user, Password: f.password, TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey}
 }
@@ -156,8 +232,8 @@ func operatorLogger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-sync always|D] [-workers N] [-slots N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
-       weir up -nats URL[,URL...] [-replicas N] [-workers N] [-slots N] [-worker-wait D] [auth flags] [-metrics ADDR]
+const upUsage = `[-data DIR] [-port N] [-sync always|D] [-id ID] [-workers N] [-slots N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
+       weir up -nats URL[,URL...] [-replicas N] [-id ID] [-workers N] [-slots N] [-worker-wait D] [auth flags] [-metrics ADDR]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
@@ -195,6 +271,11 @@ reason "waiting for a worker to join (none is live)", and deploys as soon as
 one joins; the wait uses up no restart attempt. Only a wait longer than
 -worker-wait counts as one failure of the job.
 
+The in-process worker's ID is -id, by default the host name (with -workers
+N the others add -1, -2, ...): the same on every restart, so that a
+cordon (weir worker drain) holds across one and the metrics' worker label
+stays. weir worker's default, HOSTNAME-PID, does not collide with it.
+
 -slots caps the tasks each in-process worker runs, of all jobs (weir worker
 -slots does for a worker of its own; 0, the default, is no limit). The
 coordinator spreads each job's tasks over the live workers, counting the
@@ -230,6 +311,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	port := fs.Int("port", 4222, "client port of the embedded NATS server")
 	workers := fs.Int("workers", 1, "in-process workers")
 	slots := fs.Int("slots", 0, "most tasks each in-process worker runs at a time, of all jobs (0: no limit)")
+	workerID := fs.String("id", "", "ID of the in-process worker, as weir worker -id (with -workers N the others are ID-1, ID-2, ...; default the host name, the same on every restart, so that a cordon and the metrics' worker label hold)")
 	workerWait := fs.Duration("worker-wait", job.DefaultWorkerWait, "how long a job waits for a worker to join, or for free slots, before that counts as a failure")
 	store := fs.String("checkpoint-store", "", "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared); default dir, jetstream with -nats")
 	var nf natsFlags
@@ -281,8 +363,13 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *workerID == "" {
+		// Not weir worker's HOSTNAME-PID: a new ID on each restart left
+		// the cordon and the metrics of the one before behind.
+		*workerID, _ = os.Hostname() // else "": node's default
+	}
 	opts := node.Options{DataDir: abs, Host: *host, Port: *port, SyncAlways: syncAlways, SyncInterval: syncInterval, Coordinator: true,
-		Workers: *workers, WorkerSlots: *slots, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
+		WorkerID: *workerID, Workers: *workers, WorkerSlots: *slots, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
 		OperatorLog: operatorLogger(std, *verbose)}
 	if external {
 		opts.NATS = nf.options("weir up")
@@ -337,7 +424,11 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		fmt.Fprintf(std.Out, "coordinator %s holds the coordinator lease of this NATS (bucket %s): another weir up here is refused while it runs\n",
 			id, lease.Bucket)
 	}
-	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s JOB.yaml   (Ctrl-C stops everything)\n", shellQuote(submit))
+	conn := "" // the embedded server takes no auth
+	if external {
+		conn = nf.connFlags()
+	}
+	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s%s JOB.yaml   (Ctrl-C stops everything)\n", shellQuote(submit), conn)
 	if ln != nil {
 		defer serveMetrics(ln, n)()
 		fmt.Fprintf(std.Out, "metrics on http://%s/metrics\n", ln.Addr())
@@ -407,7 +498,7 @@ func syncNote(always bool, interval time.Duration) string {
 }
 
 const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
-       weir worker ls [-nats URL] [auth flags]
+       weir worker ls [-nats URL] [auth flags] [-json]
        weir worker drain NAME [-nats URL] [auth flags] [-timeout D]
        weir worker uncordon NAME [-nats URL] [auth flags]
 
@@ -533,7 +624,7 @@ func stoppingLine(id string, tasks int) string {
 		id, plural(tasks, "task"))
 }
 
-const workerLsUsage = `[-nats URL] [auth flags] [-wait D]
+const workerLsUsage = `[-nats URL] [auth flags] [-wait D] [-json]
 
 Lists the live workers the coordinator knows: ID, host, and slots as
 used/total (used: the tasks placed there of the jobs that have not ended;
@@ -550,6 +641,7 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 	var nf natsFlags
 	nf.register(fs, defaultNATS, "NATS server URL")
 	nf.registerWait(fs)
+	asJSON := fs.Bool("json", false, "print the workers as JSON (an array of control.WorkerStatus) instead of the table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -564,6 +656,9 @@ func listWorkers(ctx context.Context, std Stdio, args []string) error {
 	ws, err := api.Workers(ctx)
 	if err != nil {
 		return apiErr("worker ls", err)
+	}
+	if *asJSON {
+		return printJSON(std.Out, ws)
 	}
 	printWorkers(std.Out, ws, time.Now())
 	return nil

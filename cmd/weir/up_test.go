@@ -419,3 +419,54 @@ func TestUpOnATakenMetricsAddressNamesTheFlag(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and %q", code, errb.String(), want)
 	}
 }
+
+// weir up's worker is named by -id, as weir worker's is, and by default
+// after the host alone: the same on every restart, so that a cordon holds
+// across one and the metrics' worker label stays (it was HOSTNAME-PID).
+func TestUpWorkerID(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-id", "edge-1", "-workers", "2"}, "edge-1\nedge-1-1"},
+		{nil, host},
+	} {
+		port := natsconntest.FreePort(t)
+		upCtx, stop := context.WithCancel(ctx)
+		o, done := &upOutput{}, make(chan int, 1)
+		args := append([]string{"up", "-data", t.TempDir(), "-port", strconv.Itoa(port)}, c.args...)
+		go func() {
+			done <- run(upCtx, args, Stdio{In: strings.NewReader(""), Out: &o.out, Err: &o.errb})
+		}()
+		o.await(t, ctx, done, "submit a job with: ")
+		var ids []string
+		for want := strings.Count(c.want, "\n") + 1; len(ids) < want; {
+			var out, errb bytes.Buffer
+			if code := run(ctx, []string{"worker", "ls", "-nats", fmt.Sprintf("nats://127.0.0.1:%d", port)}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+				t.Fatalf("weir worker ls exited %d: %s", code, errb.String())
+			}
+			ids = nil
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n")[1:] {
+				ids = append(ids, strings.Fields(line)[0])
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("workers listed: %q; want %q", ids, c.want)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		stop()
+		if code := <-done; code != 0 {
+			t.Fatalf("weir %s exited %d: %s", strings.Join(args, " "), code, o.errb.String())
+		}
+		if got := strings.Join(ids, "\n"); got != c.want {
+			t.Errorf("weir %s: workers %q, want %q", strings.Join(args, " "), got, c.want)
+		}
+	}
+}
