@@ -1810,6 +1810,13 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 		if s == nil {
 			continue
 		}
+		if s.Guarantee == jobspec.ExactlyOnce && !slices.ContainsFunc(behind, func(l lagging) bool { return l.sink == name }) {
+			// The watch read what the stream stored, each message once,
+			// and counted this job's alone (ours, by message id); the
+			// stream's count would add another job's output on the same
+			// subjects (two jobs' 5 000 each summed up as 10 000 out).
+			continue
+		}
 		cctx, cancel := context.WithTimeout(ctx, summaryWait)
 		n, err := countStored(cctx, out.js, *s, out.since[name])
 		cancel()

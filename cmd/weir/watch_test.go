@@ -392,3 +392,37 @@ func TestSummaryShowsKeysAsShowSays(t *testing.T) {
 		}
 	}
 }
+
+// Two jobs writing exactly-once to one stream and subject: each weir run
+// counts its own job's records alone (a trial's two jobs of 5 000 records
+// each were each summed up as "10000 records out"), as weir job output
+// shows them: an exactly-once sink's message ids start with its job's
+// name.
+func TestRunCountsOnlyItsJobsOutputOnASharedSubject(t *testing.T) {
+	nc, js := embeddedtest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHARED", Subjects: []string{"shared"}}); err != nil {
+		t.Fatal(err)
+	}
+	spec := jobspec.Sink{Name: "out", Kind: jobspec.KindJetStream, Stream: "SHARED", Subject: "shared", Guarantee: jobspec.ExactlyOnce}
+	var buf bytes.Buffer
+	out := &output{std: Stdio{Out: &buf}, show: 0, latest: map[string]string{}, bySink: map[string]int{}, since: map[string]uint64{},
+		js: js, sinks: []jobspec.Sink{spec}, job: "a1"}
+	stop, err := out.watch(ctx, nc, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for i := range 5 {
+		for _, job := range []string{"a1", "a2"} {
+			if _, err := js.Publish(ctx, "shared", []byte("x"), jetstream.WithMsgID(job+"/out-0/1/"+strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	summary(ctx, &buf, out, 5)
+	if !strings.Contains(buf.String(), "5 records in, 5 records out\n") {
+		t.Errorf("summary:\n%s\nwant 5 records out, job a1's alone (the stream holds 10)", buf.String())
+	}
+}
