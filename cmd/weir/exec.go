@@ -20,6 +20,7 @@ import (
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/host/wasm"
 )
 
@@ -43,7 +44,11 @@ message of unknown time has.
 Guest logs and stdout/stderr go to stderr. An error inside a record names
 its input line. -snapshot FILE alone snapshots after the last input record;
 a snapshot in the keyed layout (abi/ABI.md §8) is checked as a worker checks
-it, and for keys put twice.`
+it, and for keys put twice. -restore FILE takes what -snapshot wrote, or an
+operator task's snapshot from a checkpoint (the file DATA/checkpoints/JOB/
+chk-ID/TASK of weir up's data directory, or the object JOB/chk-ID/TASK of
+the JetStream object store weir_state): its operator state, checked the
+same way.`
 
 // inputFlag collects repeated -in values: FILE (port -port) or PORT=FILE.
 type inputFlag []execInput
@@ -117,7 +122,7 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.configFile, "config-file", "", "read the operator config from `FILE`")
 	fs.Int64Var(&o.snapshotAfter, "snapshot-after", 0, "take a snapshot after `N` input records (with -snapshot), then keep going")
 	fs.StringVar(&o.snapshot, "snapshot", "", "write the snapshot to `FILE` (after -snapshot-after N records, else after the last)")
-	fs.StringVar(&o.restore, "restore", "", "restore the operator's state from `FILE` before the input")
+	fs.StringVar(&o.restore, "restore", "", "restore the operator's state from `FILE` before the input: a -snapshot file, or an operator task's snapshot from a checkpoint (JOB/chk-ID/TASK)")
 	o.memory = wasm.DefaultMemoryBytes
 	fs.Var(&o.memory, "memory", "memory limit, a `size` like 64MiB or 64MB (both powers of 1024)")
 	fs.DurationVar(&o.timeout, "timeout", wasm.DefaultCallTimeout, "per-call deadline")
@@ -295,19 +300,56 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	return nil
 }
 
-// restoreFrom restores inst's state from the file at path. Every error
-// names the file once, on one line: opening or reading it, and the
-// operator's restore refusing or trapping on what it read.
+// restoreFrom restores inst's state from the file at path: the operator's
+// state as -snapshot writes it, or a task's snapshot from a checkpoint
+// (host/snapshot, "WEIRSNAP": the object JOB/chk-ID/TASK of a store), whose
+// operator state it takes, checked as a worker checks it. Every error
+// names the file once, on one line: opening or reading it, a task
+// snapshot that holds no operator state, and the operator's restore
+// refusing or trapping on what it read.
 func restoreFrom(ctx context.Context, inst *wasm.Instance, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("exec: restore from %s: %w", path, withoutPath(err))
 	}
 	defer f.Close()
-	if err := inst.Restore(ctx, bufio.NewReaderSize(pathlessReader{f}, 64<<10)); err != nil {
+	r := bufio.NewReaderSize(pathlessReader{f}, 64<<10)
+	var state io.Reader = r
+	if head, _ := r.Peek(len(snapshot.Magic)); string(head) == snapshot.Magic {
+		st, err := taskSnapshotState(inst.Name(), r)
+		if err != nil {
+			return fmt.Errorf("exec: restore from %s: %w", path, err)
+		}
+		state = bytes.NewReader(st)
+	}
+	if err := inst.Restore(ctx, state); err != nil {
 		return fmt.Errorf("exec: restore from %s: %w", path, err)
 	}
 	return nil
+}
+
+// taskSnapshotState decodes the task snapshot r holds and returns its
+// operator's state, refusing a source's or a sink's snapshot and one with
+// no operator state, and a state that claims the keyed layout and breaks
+// it (checkKeyedState).
+func taskSnapshotState(operator string, r io.Reader) ([]byte, error) {
+	t, err := snapshot.Read(r)
+	if err != nil {
+		return nil, fmt.Errorf("a task snapshot (it starts %q) that does not decode: %w", snapshot.Magic, err)
+	}
+	what := fmt.Sprintf("the snapshot of task %s in checkpoint %d", t.Task, t.CheckpointID)
+	switch {
+	case len(t.SourceOffset) > 0:
+		return nil, fmt.Errorf("%s is a source's (its read offsets), with no operator state: take an operator's task (JOB/chk-ID/OPERATOR-N)", what)
+	case len(t.SinkState) > 0:
+		return nil, fmt.Errorf("%s is a sink's (its staged output), with no operator state: take an operator's task (JOB/chk-ID/OPERATOR-N)", what)
+	case len(t.ModuleState) == 0:
+		return nil, fmt.Errorf("%s holds no operator state (the operator's snapshot was empty): nothing to restore", what)
+	}
+	if err := checkKeyedState(operator, t.ModuleState); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return t.ModuleState, nil
 }
 
 // pathlessReader reads from a file, its errors without the file's path,

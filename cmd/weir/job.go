@@ -1128,7 +1128,7 @@ func (f remedyFix) fix() string {
 	case remedyTimeout:
 		return "fix the operator (or raise its limits.timeout in the spec, if the call needs longer)"
 	case remedyRestore:
-		return "give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec -restore tries one on a state file)"
+		return "give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec NEW.wasm -restore F tries one on F, the task's snapshot JOB/chk-ID/TASK in the checkpoint store)"
 	case remedyLimit:
 		return "raise the limit of the sink's stream that the failure names, as it says (weir stream edit STREAM -max-msgs N, -max-bytes SIZE or -max-msgs-per-subject N)"
 	}

@@ -1615,7 +1615,7 @@ func TestJobStatusSaysHowToGoOnAfterAFailedRestore(t *testing.T) {
 	var b strings.Builder
 	printInARow(&b, st, trapRemedy(""))
 	want := "the operator failed restoring the checkpoint's state (weir_restore), as it would at every restart: the build does not read the state the checkpoint holds\n" +
-		"to go on: give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec -restore tries one on a state file), " +
+		"to go on: give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec NEW.wasm -restore F tries one on F, the task's snapshot JOB/chk-ID/TASK in the checkpoint store), " +
 		"then weir job restore dedup -from 32 -spec SPEC, the spec's module: naming that build (its state and output carry over)\n"
 	if b.String() != want {
 		t.Errorf("said\n%s\nwant\n%s", b.String(), want)
