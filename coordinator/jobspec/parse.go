@@ -624,7 +624,7 @@ func (p *parser) parse(data []byte) *Spec {
 			Mode: ModeExactlyOnce, Interval: DefaultInterval, Timeout: DefaultTimeout,
 			MaxConcurrent: DefaultMaxConcurrent, Retained: DefaultRetained,
 		},
-		Restart: Restart{Strategy: RestartFixedDelay, Attempts: DefaultRestartAttempts},
+		Restart: Restart{Attempts: DefaultRestartAttempts},
 	}
 	nodes := map[string]*yaml.Node{}
 	// The nodes of options checked against each other once all are read,
@@ -838,6 +838,17 @@ func (p *parser) parse(data []byte) *Spec {
 		return nil
 	}
 	r := &s.Restart
+	if r.Strategy == "" {
+		// Exponential backoff by default, as Flink's since 1.19: an outage
+		// of what the job needs (checkpoint storage, NATS, its workers)
+		// of a minute or two does not use up its attempts, as 10 restarts
+		// a second apart did in ~10 s. A restart block that gives a delay
+		// and no strategy means fixed-delay, the only one with a delay.
+		r.Strategy = RestartExponentialBackoff
+		if delayNode != nil {
+			r.Strategy = RestartFixedDelay
+		}
+	}
 	switch r.Strategy {
 	case RestartFixedDelay:
 		if delayNode == nil {

@@ -538,7 +538,8 @@ type Checkpointing struct {
 
 // Restart is the restart strategy applied when a job fails over.
 type Restart struct {
-	// Strategy is RestartFixedDelay (default), RestartExponentialBackoff or
+	// Strategy is RestartExponentialBackoff (default), RestartFixedDelay
+	// (also the default of a restart block that gives a Delay) or
 	// RestartNone.
 	Strategy string `json:"strategy"`
 	// Delay between restarts (fixed-delay).

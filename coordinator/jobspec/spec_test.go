@@ -298,8 +298,25 @@ sinks: [{name: out, kind: nats, subject: b, input: {from: op}}]
 		c.MaxConcurrent != 1 || c.Retained != DefaultRetained || c.TolerableFailures != 0 {
 		t.Errorf("checkpointing defaults = %+v", c)
 	}
-	if s.Restart.Strategy != RestartFixedDelay || s.Restart.Delay != DefaultRestartDelay || s.Restart.Attempts != DefaultRestartAttempts {
+	if r := s.Restart; r.Strategy != RestartExponentialBackoff || r.Initial != DefaultBackoffInitial || r.Max != DefaultBackoffMax ||
+		r.Multiplier != DefaultBackoffMultiplier || r.Attempts != DefaultRestartAttempts {
 		t.Errorf("restart defaults = %+v", s.Restart)
+	}
+	// A restart block with a delay and no strategy: fixed-delay, the one
+	// strategy a delay belongs to; with neither, the defaults.
+	for body, want := range map[string]Restart{
+		"restart: {delay: 5ms}": {Strategy: RestartFixedDelay, Delay: 5 * time.Millisecond, Attempts: DefaultRestartAttempts},
+		"restart: {attempts: 3}": {Strategy: RestartExponentialBackoff, Initial: DefaultBackoffInitial, Max: DefaultBackoffMax,
+			Multiplier: DefaultBackoffMultiplier, Attempts: 3},
+		"restart: {strategy: fixed-delay}": {Strategy: RestartFixedDelay, Delay: DefaultRestartDelay, Attempts: DefaultRestartAttempts},
+	} {
+		s, err := Parse("r.yaml", []byte("name: r\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\n"+body+"\n"), Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if s.Restart != want {
+			t.Errorf("%s: restart = %+v, want %+v", body, s.Restart, want)
+		}
 	}
 	if s.Sinks[0].Guarantee != AtMostOnce || s.Operators[0].Parallelism != 1 || s.Sources[0].Key != KeyFromHeader {
 		t.Errorf("defaults: %+v %+v %+v", s.Sinks[0], s.Operators[0], s.Sources[0])
