@@ -1720,7 +1720,11 @@ func printFailures(w io.Writer, fs []control.Failure) {
 		if kind == "" {
 			kind = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Time.UTC().Format(time.DateTime), f.Attempt, kind, f.Reason)
+		reason := f.Reason
+		if f.Repeats > 0 {
+			reason += fmt.Sprintf(" (ran out %d times more, the latest at %s: one wait, counted once)", f.Repeats, f.Last.UTC().Format(time.DateTime))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Time.UTC().Format(time.DateTime), f.Attempt, kind, reason)
 	}
 	tw.Flush()
 }

@@ -324,6 +324,13 @@ type Failure struct {
 	// (weir_snapshot, weir_init, a sink, a worker lost), or reported by a
 	// worker that does not send it.
 	Record string `json:"record,omitempty"`
+	// Repeats counts how often more a wait for room (FailurePlacement)
+	// ran out, with no attempt placed between, Last the latest: one
+	// ongoing condition, counted once — in the failures in a row, the
+	// restarts and FailureCounts — and listed once, so that the
+	// failures before it stay in the list.
+	Repeats int       `json:"repeats,omitempty"`
+	Last    time.Time `json:"last,omitzero"`
 }
 
 // SameAs reports whether f and g failed the same way (SameKindAs) and on

@@ -138,6 +138,13 @@ type job struct {
 	// caughtUp holds, by checkpoint, the source tasks that acked it having
 	// processed everything their source held (MetricSourceCaughtUp).
 	caughtUp map[int64]map[string]bool
+	// placedBefore says the job was placed in this run (begin): it ran,
+	// and in the line of waiting jobs it goes before those never placed
+	// (line.go). waitCounted says that a wait for room ran out and was
+	// counted as a failure, and no attempt was placed since: the same
+	// wait running out again is the same condition, no new failure
+	// (place).
+	placedBefore, waitCounted bool
 	// failed says the running attempt's failure was counted: a notice of
 	// one of its checkpoints the runner passes on later counts as no
 	// progress (countFailure took it into account already).
@@ -612,6 +619,9 @@ func (j *job) nextAttempt(c attemptCause) {
 // over, repeat.
 func (j *job) run() {
 	defer close(j.done)
+	// Out of the line of waiting jobs (line.go), if in it: those behind
+	// may go.
+	defer j.m.leaveLine(j, true)
 	defer func() {
 		// The job has ended once its runner has: the state of the
 		// checkpoints its end aborted is deleted by then (unless the
@@ -692,7 +702,16 @@ func (j *job) run() {
 		// restarted during the restart delay resumes the job with it in
 		// its failures in a row, and begins that restart, counted as one
 		// (record.NextRestart).
-		n, why := j.countFailure(j.runner.Latest())
+		latest := j.runner.Latest()
+		if f.kind == control.FailurePlacement {
+			// No attempt was placed: no progress since the failure
+			// before, whatever the runner's latest says (the checkpoint
+			// the job was started from, which the job's own latest does
+			// not count: taken for progress, it ended the row at each
+			// such failure, and "failures in a row: 1" stayed for good).
+			latest = 0
+		}
+		n, why := j.countFailure(latest)
 		j.setState(control.JobRestarting, reason)
 		j.runner.Stop(reason)
 		j.stopTasks(reason)
@@ -721,7 +740,8 @@ func (j *job) run() {
 // reached the job yet. Such a checkpoint, if it made progress, ends the
 // failures before this one; its notice, arriving after, counts nothing —
 // counted then, it undid this failure, and a job trapping on a record got
-// one restart more than restart.attempts.
+// one restart more than restart.attempts. (A failure of no attempt — a
+// wait for room that ran out — passes 0: it made no progress.)
 func (j *job) countFailure(latest int64) (int, string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -811,8 +831,46 @@ const ReasonWaitingForWorker = "waiting for a worker to join (none is live)"
 // ReasonWaitingForSlots begins a created or restarting job's reason while
 // the live workers have fewer free slots than it has tasks; what is
 // missing follows (plan.CapacityError.Shortfall): "waiting for free
-// slots: needs 4 tasks, workers have 2 free (w1 0 of 2, w2 2 of 4)".
+// slots: needs 4 tasks, workers have 2 free (w1 0 of 2, w2 2 of 4)" — or
+// the job ahead of it in the line of waiting jobs (line.go), which gets
+// the slots that come free first: "waiting for free slots: job j02 is
+// ahead in line: …".
 const ReasonWaitingForSlots = "waiting for free slots: "
+
+// ReasonTooBig begins a created or restarting job's reason while it has
+// more tasks than the live workers have slots in all, used or not: no
+// job that ends makes room for it. What it needs and what they have
+// follow, and what to do (tooBigError): "waiting for workers with more
+// slots: needs 72 tasks, and the live workers have 64 slots in all (w1
+// 24, w2 24, w3 16): lower the job's parallelism, or add workers or
+// slots (weir worker -slots)".
+const ReasonTooBig = "waiting for workers with more slots: "
+
+// ranBefore reports whether j was placed before: in this run, or by the
+// coordinator before a restart (resumed).
+func (j *job) ranBefore() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.placedBefore || j.resumed
+}
+
+// waitRanOutAgain notes that a wait for room ran out again with no
+// attempt placed since the one that was counted (waitCounted): the
+// newest failure, that wait's, counts one more period (Failure.Repeats,
+// Failure.Last), and no failure is added — the failures before it stay
+// in the list, and the failures in a row and the restarts stay as they
+// were.
+func (j *job) waitRanOutAgain(reason string) {
+	j.mu.Lock()
+	if len(j.st.Failures) > 0 && j.st.Failures[0].Kind == control.FailurePlacement {
+		f := &j.st.Failures[0]
+		f.Repeats++
+		f.Last = time.Now().UTC()
+		f.Reason = reason
+	}
+	j.mu.Unlock()
+	j.persist()
+}
 
 // place waits until the job's tasks fit on the live workers, places them
 // and begins the next attempt (Manager.place); it returns the assignment
@@ -832,6 +890,8 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 		room := j.m.roomSignal()
 		assignment, attempt, err := j.m.place(j, full)
 		var short *plan.CapacityError
+		var big *tooBigError
+		var queued *queuedError
 		var reason string
 		switch {
 		case err == nil:
@@ -847,6 +907,10 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 			reason = ReasonWaitingForWorker + j.m.cordonedLive()
 		case errors.As(err, &short):
 			reason = ReasonWaitingForSlots + short.Shortfall()
+		case errors.As(err, &big):
+			reason = ReasonTooBig + big.Error()
+		case errors.As(err, &queued):
+			reason = ReasonWaitingForSlots + queued.Error()
 		default:
 			return nil, 0, failure{reason: err.Error()}, true
 		}
@@ -866,10 +930,28 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 		select {
 		case <-room:
 		case <-*expire:
-			if short != nil {
-				return nil, 0, failure{reason: fmt.Sprintf("no free slots within %v: %s", j.m.opts.WorkerWait, short.Shortfall()), kind: control.FailurePlacement}, true
+			var why string
+			switch {
+			case short != nil:
+				why = fmt.Sprintf("no free slots within %v: %s", j.m.opts.WorkerWait, short.Shortfall())
+			case big != nil:
+				why = fmt.Sprintf("no room within %v: %s", j.m.opts.WorkerWait, big.Error())
+			case queued != nil:
+				why = fmt.Sprintf("no free slots within %v: %s", j.m.opts.WorkerWait, queued.Error())
+			default:
+				why = fmt.Sprintf("no worker joined within %v%s", j.m.opts.WorkerWait, j.m.unusableLive())
 			}
-			return nil, 0, failure{reason: fmt.Sprintf("no worker joined within %v%s", j.m.opts.WorkerWait, j.m.unusableLive()), kind: control.FailurePlacement}, true
+			j.mu.Lock()
+			again := j.waitCounted
+			j.waitCounted = true
+			j.mu.Unlock()
+			if again {
+				// The same wait, one more period: no new failure.
+				j.waitRanOutAgain(why)
+				*expire = time.After(j.m.opts.WorkerWait)
+				continue
+			}
+			return nil, 0, failure{reason: why, kind: control.FailurePlacement}, true
 		case <-j.ctx.Done():
 			return nil, 0, failure{}, false
 		case <-j.wake:
@@ -968,6 +1050,7 @@ func (j *job) begin(assignment map[string][]string) int {
 	}
 	j.next = causeFirst
 	j.holds = true
+	j.placedBefore, j.waitCounted = true, false
 	j.assign = map[string]string{}
 	for w, tasks := range assignment {
 		for _, t := range tasks {

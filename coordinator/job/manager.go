@@ -101,7 +101,10 @@ type Options struct {
 	// (default DefaultWorkerWait). The wait is no restart attempt: the job
 	// stays created or restarting, with the reason ReasonWaitingForWorker
 	// or ReasonWaitingForSlots, and deploys as soon as it fits. Only a
-	// wait that runs out counts as one failure.
+	// wait that runs out counts as one failure, once: running out again,
+	// with no attempt placed since, it is the same wait
+	// (control.Failure.Repeats). Waiting jobs are placed in line
+	// (line.go).
 	WorkerWait time.Duration
 	// Jobs, if set, keeps a record of every job (spec, state, attempt) under
 	// "jobs/NAME", so that a restarted coordinator resumes the jobs that
@@ -182,6 +185,10 @@ type Manager struct {
 	placeMu sync.Mutex
 	// cordon holds the cordoned workers, which get no task (drain.go).
 	cordon cordonSet
+	// line holds the jobs waiting to be placed, each with its place
+	// (line.go); lineSeq numbers them as they join.
+	line    map[*job]inLine
+	lineSeq uint64
 }
 
 // DefaultWorkerWait is how long a job waits for a worker to join when none
@@ -363,8 +370,10 @@ func (m *Manager) roomSignal() <-chan struct{} {
 // j's tasks for want of slots —, and begins
 // j's next attempt with that
 // assignment (job.begin). It returns the assignment and the attempt, or
-// Assign's error
-// (plan.ErrNoWorkers, *plan.CapacityError).
+// why the job waits: Assign's error (plan.ErrNoWorkers,
+// *plan.CapacityError), a *tooBigError when the job has more tasks than
+// the workers have slots in all, or a *queuedError when it would fit but
+// a job ahead of it in the line of waiting jobs (line.go) waits still.
 //
 // A job holds its slots from its placement until it ends (job.holds):
 // across a failover too, so that another job does not take them during
@@ -398,6 +407,17 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 	assignment, err := plan.Assign(j.plan, ws)
 	var short *plan.CapacityError
 	if errors.As(err, &short) {
+		if slots, limited := capacity(ws); limited && slots < short.Tasks {
+			err = &tooBigError{tasks: short.Tasks, slots: slots, workers: short.Workers}
+		}
+	}
+	if err == nil {
+		// The line: a job ahead of it, waiting too, gets the room first.
+		if k, at := m.ahead(j, ws); k != nil {
+			err = &queuedError{job: k.spec.Name, ran: at.ran && !j.ranBefore(), since: at.since}
+		}
+	}
+	if err != nil && !errors.Is(err, plan.ErrNoWorkers) {
 		j.mu.Lock()
 		released := j.holds
 		j.holds = false
@@ -407,8 +427,12 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 		}
 	}
 	if err != nil {
+		// In line from now on (under placeMu: no job behind it takes the
+		// room it released meanwhile).
+		m.joinLine(j)
 		return nil, 0, err
 	}
+	m.leaveLine(j, false)
 	attempt := j.begin(assignment)
 	// The job may have left workers where another waits for a slot.
 	m.roomMade()

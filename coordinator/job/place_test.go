@@ -43,8 +43,10 @@ func TestSubmitWaitsForFreeSlots(t *testing.T) {
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: s}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, e, "wc", "waiting for free slots",
-		waitingForSlots(control.JobCreated, "needs 5 tasks, workers have 2 free (w1 2 of 2)"))
+	waitFor(t, ctx, e, "wc", "waiting for more slots", func(st control.JobStatus) bool {
+		return st.State == control.JobCreated && st.Reason == ReasonTooBig+
+			"needs 5 tasks, and the live workers have 2 slots in all (w1 2): lower the job's parallelism, or add workers or slots (weir worker -slots)"
+	})
 	e.fleet.startSlots(ctx, "w2", 3)
 	st := waitFor(t, ctx, e, "wc", "a checkpoint", func(st control.JobStatus) bool { return st.LatestCheckpoint >= 1 })
 	if st.State != control.JobRunning || st.Attempt != 1 || st.Restarts != 0 || len(st.Failures) != 0 || st.Reason != "" {
@@ -147,8 +149,10 @@ func TestFailoverWaitsForFreeSlots(t *testing.T) {
 	s := spec(t, "wc", "checkpointing: {interval: 30ms}\nrestart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")
 	e.submitRunning(t, ctx, s)
 	e.lose(w2)
-	waitFor(t, ctx, e, "wc", "waiting for free slots",
-		waitingForSlots(control.JobRestarting, "needs 5 tasks, workers have 3 free (w1 3 of 3)"))
+	waitFor(t, ctx, e, "wc", "waiting for more slots", func(st control.JobStatus) bool {
+		return st.State == control.JobRestarting && st.Reason == ReasonTooBig+
+			"needs 5 tasks, and the live workers have 3 slots in all (w1 3): lower the job's parallelism, or add workers or slots (weir worker -slots)"
+	})
 	e.fleet.startSlots(ctx, "w3", 2)
 	st := waitFor(t, ctx, e, "wc", "a checkpoint in attempt 2", func(st control.JobStatus) bool {
 		return st.Attempt == 2 && st.State == control.JobRunning && st.LatestCheckpoint > st.RestoredFrom
@@ -166,7 +170,7 @@ func TestFailoverWaitsForFreeSlots(t *testing.T) {
 }
 
 // A wait for slots that runs out counts as one failure, saying what was
-// missing.
+// missing: here more slots than the worker has in all.
 func TestSlotWaitRunsOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -176,7 +180,7 @@ func TestSlotWaitRunsOut(t *testing.T) {
 	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}\n")}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunsOut(t, ctx, e, "no free slots within 50ms: needs 5 tasks, workers have 1 free (w1 1 of 1)")
+	waitRunsOut(t, ctx, e, "no room within 50ms: needs 5 tasks, and the live workers have 1 slot in all (w1 1): lower the job's parallelism, or add workers or slots (weir worker -slots)")
 }
 
 // A job is placed counting the tasks other jobs have on each worker: the

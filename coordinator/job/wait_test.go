@@ -82,19 +82,41 @@ func TestWorkerWaitRunsOut(t *testing.T) {
 	waitRunsOut(t, ctx, e, "no worker joined within 50ms")
 }
 
-// waitRunsOut waits for job wc, whose restart strategy allows one restart,
-// to fail, each of its two attempts with the failure want: its wait for
-// room (a worker, free slots) ran out.
+// waitRunsOut waits until the wait for room (a worker, free slots) of job
+// wc, whose restart strategy allows one restart, ran out twice: the
+// first counts as one failure, with the reason want, and one restart;
+// the second is the same wait going on, no new failure — the failure's
+// entry counts it (Repeats) — and the job waits on. Then it cancels wc.
 func waitRunsOut(t *testing.T, ctx context.Context, e *env, want string) {
 	t.Helper()
-	st := waitFor(t, ctx, e, "wc", "failed", func(st control.JobStatus) bool { return st.State == control.JobFailed })
-	if st.Reason != want+" (after 1 restart attempt)" || st.Restarts != 1 || len(st.Failures) != 2 {
-		t.Fatalf("status %+v, want failed after one wait per attempt", st)
+	st := waitFor(t, ctx, e, "wc", "the wait run out twice", func(st control.JobStatus) bool {
+		return len(st.Failures) > 0 && st.Failures[0].Repeats >= 1 || st.State.Terminal()
+	})
+	if st.State != control.JobRestarting || st.Restarts != 1 || st.FailuresInARow != 1 || len(st.Failures) != 1 ||
+		st.FailureCounts[control.FailurePlacement] != 1 {
+		t.Fatalf("status %+v; want restarting, one failure, one restart, the job waiting on", st)
 	}
-	for _, f := range st.Failures {
-		if f.Reason != want || f.Kind != control.FailurePlacement {
-			t.Errorf("failure %+v, want reason %q, kind %s", f, want, control.FailurePlacement)
-		}
+	if f := st.Failures[0]; f.Reason != want || f.Kind != control.FailurePlacement || !f.Last.After(f.Time) {
+		t.Errorf("failure %+v, want reason %q, kind %s, the latest period after the first", f, want, control.FailurePlacement)
+	}
+	if _, err := e.api.CancelJob(ctx, "wc"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With the restart strategy none, the first wait that runs out fails the
+// job.
+func TestWorkerWaitRunsOutWithoutRestarts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setupWith(t, ctx, Options{WorkerWait: 50 * time.Millisecond})
+	if _, err := e.api.Submit(ctx, control.SubmitRequest{Spec: spec(t, "wc", "restart: {strategy: none}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, ctx, e, "wc", "failed", func(st control.JobStatus) bool { return st.State.Terminal() })
+	const want = "no worker joined within 50ms"
+	if st.State != control.JobFailed || st.Reason != want+" (not restarted: the restart strategy is none)" || len(st.Failures) != 1 {
+		t.Errorf("status %+v; want failed at the first wait that ran out", st)
 	}
 }
 

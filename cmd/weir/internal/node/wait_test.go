@@ -88,8 +88,9 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 3}
 
 	startWorker("w1", StoreDir, 2)
 	submit("first")
-	waitJob(t, ctx, up, "first", "the job waiting for free slots", func(st control.JobStatus) bool {
-		return st.State == control.JobCreated && st.Reason == job.ReasonWaitingForSlots+"needs 3 tasks, workers have 2 free (w1 2 of 2)"
+	waitJob(t, ctx, up, "first", "the job waiting for more slots", func(st control.JobStatus) bool {
+		return st.State == control.JobCreated && st.Reason == job.ReasonTooBig+
+			"needs 3 tasks, and the live workers have 2 slots in all (w1 2): lower the job's parallelism, or add workers or slots (weir worker -slots)"
 	})
 	startWorker("w2", StoreDir, 1)
 	st := checkpointed("first")
