@@ -208,16 +208,21 @@ func (m *Manager) jobsOn(worker string) ([]*job, map[*job]int) {
 // roomOff checks that jobs fit on the live workers that take tasks and
 // are not cordoned, and not worker (about to be), one after the other as
 // their moves place them: each counts its own tasks free, and takes what
-// plan.Assign gives it. It refuses (control.ErrConflict) naming the first
-// job that does not fit, what it needs and what is free. It places
-// nothing: a job submitted in between may take the room after all, and
-// the job moved then waits for free slots as any placement does.
+// plan.Assign gives it. It refuses (control.ErrConflict) saying what the
+// jobs need and what is free: for one job, noRoom; for more, noRoomAll —
+// the slots they need together against what the other workers have for
+// them, as weir worker ls counts them before any move (naming only the
+// first job that did not fit, it gave that job's view after the others'
+// moves: "1 free" where worker ls said 3). It places nothing: a job
+// submitted in between may take the room after all, and the job moved
+// then waits for free slots as any placement does.
 func (m *Manager) roomOff(worker string, jobs []*job) error {
 	m.placeMu.Lock()
 	defer m.placeMu.Unlock()
 	live := m.ctl.Workers()
 	used := m.slotsUsed(nil)
 	stale := m.staleTasks(live, nil)
+	before := maps.Clone(used)
 	for _, j := range jobs {
 		own := map[string]int{} // the job's tasks on each worker: free for it, as it moves whole
 		j.mu.Lock()
@@ -241,6 +246,9 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 		switch {
 		case errors.Is(err, plan.ErrNoWorkers):
 			return control.Errorf(control.ErrConflict, "no other worker takes tasks to move job %s to (the others are cordoned, or none is live)", j.spec.Name)
+		case errors.As(err, &short) && len(jobs) > 1:
+			return control.Errorf(control.ErrConflict, "no room on the other workers for the %d jobs on %s: %s", len(jobs), worker,
+				noRoomAll(jobs, ws, before, stale))
 		case errors.As(err, &short):
 			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: %s", j.spec.Name, noRoom(j.spec.Name, short, own))
 		case err != nil:
@@ -291,6 +299,67 @@ func noRoom(job string, short *plan.CapacityError, own map[string]int) string {
 		fmt.Fprintf(&b, "%s has %s: %d free", w.ID, plural(w.Slots, "slot"), max(w.Slots-w.Used-k, 0))
 		if k > 0 {
 			fmt.Fprintf(&b, ", %d %s's", k, job)
+		}
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// noRoomAll says in one line why jobs, moving off a worker one after
+// the other, do not all fit on the other workers ws: the slots they
+// need together, each job's, and what the other workers have for them —
+// their free slots and those the jobs' own tasks there hold, which they
+// free as they move —, each worker as weir worker ls counts it before
+// any move (used: the tasks placed, stale those running besides): "they
+// need 7 slots (j02 3, j04 4); the other workers have 5, counting the 2
+// their own tasks hold on w3 (w3 has 24 slots: 3 free, 2 of theirs)".
+func noRoomAll(jobs []*job, ws []plan.Worker, used, stale map[string]int) string {
+	own := map[string]int{} // the jobs' tasks on each worker
+	need := 0
+	each := make([]string, len(jobs))
+	for i, j := range jobs {
+		n := len(j.plan.Tasks)
+		need += n
+		each[i] = fmt.Sprintf("%s %d", j.spec.Name, n)
+		j.mu.Lock()
+		if j.holds && !j.st.State.Terminal() {
+			for _, w := range j.assign {
+				own[w]++
+			}
+		}
+		j.mu.Unlock()
+	}
+	have, held := 0, 0
+	var on []string
+	for _, w := range ws {
+		have += max(w.Slots-used[w.ID]-stale[w.ID], 0) + own[w.ID]
+		if k := own[w.ID]; k > 0 {
+			held += k
+			on = append(on, w.ID)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "they need %s (%s); the other workers have %d", plural(need, "slot"), strings.Join(each, ", "), have)
+	switch {
+	case held == 1:
+		fmt.Fprintf(&b, ", counting the 1 their own task holds on %s (", on[0])
+	case held > 0:
+		fmt.Fprintf(&b, ", counting the %d their own tasks hold on %s (", held, strings.Join(on, ", "))
+	default:
+		b.WriteString(" free (")
+	}
+	const maxListed = 10
+	for i, w := range ws {
+		if i == maxListed {
+			fmt.Fprintf(&b, "; and %d more", len(ws)-maxListed)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s has %s: %d free", w.ID, plural(w.Slots, "slot"), max(w.Slots-used[w.ID]-stale[w.ID], 0))
+		if k := own[w.ID]; k > 0 {
+			fmt.Fprintf(&b, ", %d of theirs", k)
 		}
 	}
 	b.WriteString(")")
