@@ -76,7 +76,7 @@ func TestIntervalAndComplete(t *testing.T) {
 		t.Errorf("history = %+v", h)
 	}
 	if st := m.Stats(); st != (control.CheckpointStats{Completed: 1, LastID: 1, LastDuration: 1600 * time.Millisecond, LastSize: 15, LastCompleted: at(2600),
-		DurationBuckets: [8]int64{0, 0, 0, 1, 1, 1, 1, 1}, DurationSum: 1600 * time.Millisecond}) {
+		DurationBuckets: [12]int64{0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1}, DurationSum: 1600 * time.Millisecond}) {
 		t.Errorf("stats = %+v", st)
 	}
 	if md := m.Latest(); md == nil || md.ID != 1 || md.Handles["op-0"] != "j/chk-1/op-0" {
@@ -145,7 +145,7 @@ func TestTimeoutAndTolerableFailures(t *testing.T) {
 	// the latest completed checkpoint with its duration, size and time;
 	// the failures since it, and the newest with its time, reason and
 	// cause.
-	want := control.CheckpointStats{Completed: 1, Failed: 5, Aborted: 1, LastID: 5, DurationBuckets: [8]int64{1, 1, 1, 1, 1, 1, 1, 1}, LastDuration: 0, LastSize: 15, LastCompleted: at(1500),
+	want := control.CheckpointStats{Completed: 1, Failed: 5, Aborted: 1, LastID: 5, DurationBuckets: [12]int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, LastDuration: 0, LastSize: 15, LastCompleted: at(1500),
 		FailedInARow: 2, LastFailedID: 7, LastFailed: at(1700), LastFailure: "writing metadata failed: disk full",
 		LastFailureCause: control.CheckpointMetadataFailed}
 	if got := m.Stats(); got != want {

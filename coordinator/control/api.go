@@ -235,7 +235,12 @@ type CheckpointStats struct {
 	// each of CheckpointDurationBounds, and DurationSum is their total
 	// duration: a histogram, as the latest duration alone hides the slow
 	// checkpoints between two scrapes (an SRE trial's scrapes saw 1 in 60).
-	DurationBuckets [len(CheckpointDurationBounds)]int64 `json:"duration_buckets,omitzero"`
+	// Its JSON key names the bounds' layout: a status from a coordinator
+	// of the older bounds (legacyDurationBounds, key duration_buckets) is
+	// read into these bounds (UnmarshalJSON), and a client of the older
+	// bounds reads none from a newer coordinator rather than counts in
+	// the wrong buckets.
+	DurationBuckets [len(CheckpointDurationBounds)]int64 `json:"duration_buckets_v2,omitzero"`
 	DurationSum     time.Duration                        `json:"duration_sum,omitempty"`
 	// FailedInARow counts the failures (as Failed does) since the latest
 	// completed checkpoint, across the job's attempts: a job whose
@@ -255,9 +260,47 @@ type CheckpointStats struct {
 }
 
 // CheckpointDurationBounds are the upper bounds of
-// CheckpointStats.DurationBuckets.
-var CheckpointDurationBounds = [...]time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second,
+// CheckpointStats.DurationBuckets: from 5ms, as a checkpoint of a job
+// that keeps up typically takes 2–20ms. Changing them changes the JSON
+// key of DurationBuckets (see there).
+var CheckpointDurationBounds = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second,
 	5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute}
+
+// legacyDurationBounds are the bounds of the JSON key duration_buckets,
+// which coordinators before the bounds under 100ms sent.
+var legacyDurationBounds = [...]time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second,
+	5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute}
+
+// UnmarshalJSON implements json.Unmarshaler: it reads a status of the
+// older bounds (key duration_buckets, legacyDurationBounds) into
+// CheckpointDurationBounds. Each bound counts what the largest older
+// bound not above it counted: the same count at each older bound, and
+// 0 at each bound under the smallest older one (100ms), whose counts
+// that status did not keep — the bounds stay cumulative, so a
+// histogram of them stays valid.
+func (c *CheckpointStats) UnmarshalJSON(b []byte) error {
+	type plain CheckpointStats // without this method
+	var v struct {
+		plain
+		Legacy []int64 `json:"duration_buckets"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = CheckpointStats(v.plain)
+	if len(v.Legacy) == 0 || c.DurationBuckets != [len(CheckpointDurationBounds)]int64{} {
+		return nil
+	}
+	for i, bound := range CheckpointDurationBounds {
+		for j, old := range legacyDurationBounds {
+			if old <= bound && j < len(v.Legacy) {
+				c.DurationBuckets[i] = v.Legacy[j]
+			}
+		}
+	}
+	return nil
+}
 
 // Observe counts a completed checkpoint of duration d in DurationBuckets
 // and DurationSum.

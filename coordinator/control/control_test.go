@@ -859,10 +859,54 @@ func TestAttemptsExplainedNamesEarlierRuns(t *testing.T) {
 // within, and summed: a histogram.
 func TestCheckpointDurationHistogram(t *testing.T) {
 	var c CheckpointStats
-	for _, d := range []time.Duration{50 * time.Millisecond, 2 * time.Second, 20 * time.Minute} {
+	for _, d := range []time.Duration{3 * time.Millisecond, 50 * time.Millisecond, 2 * time.Second, 20 * time.Minute} {
 		c.Observe(d)
 	}
-	if want := [8]int64{1, 1, 1, 2, 2, 2, 2, 2}; c.DurationBuckets != want || c.DurationSum != 50*time.Millisecond+2*time.Second+20*time.Minute {
+	// 5ms 10ms 25ms 50ms 100ms 500ms 1s 5s 10s 30s 1m 5m
+	if want := [12]int64{1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3}; c.DurationBuckets != want || c.DurationSum != 3*time.Millisecond+50*time.Millisecond+2*time.Second+20*time.Minute {
 		t.Errorf("buckets %v, sum %v", c.DurationBuckets, c.DurationSum)
+	}
+	// JSON keeps them; a client of these bounds reads them back.
+	b, err := json.Marshal(JobStatus{Checkpoints: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back JobStatus
+	if err := json.Unmarshal(b, &back); err != nil || back.Checkpoints != c {
+		t.Errorf("%s read back as %+v (%v)", b, back.Checkpoints, err)
+	}
+}
+
+// A status from a coordinator of the older bounds (100ms up, its
+// histogram under the key duration_buckets) is read into the current
+// bounds: each older bound's count at the same bound, the bounds between
+// two older ones counting what the lower one did, and 0 under 100ms,
+// which it did not count apart.
+func TestCheckpointDurationHistogramOfAnOlderCoordinator(t *testing.T) {
+	old := `{"name":"wc","checkpoints":{"completed":5,"last_id":5,` +
+		`"duration_buckets":[2,3,3,4,4,5,5,5],"duration_sum":9000000000}}`
+	var st JobStatus
+	if err := json.Unmarshal([]byte(old), &st); err != nil {
+		t.Fatal(err)
+	}
+	// 5ms 10ms 25ms 50ms 100ms 500ms 1s 5s 10s 30s 1m 5m
+	want := [12]int64{0, 0, 0, 0, 2, 3, 3, 4, 4, 5, 5, 5}
+	if c := st.Checkpoints; c.DurationBuckets != want || c.Completed != 5 || c.LastID != 5 || c.DurationSum != 9*time.Second || st.Name != "wc" {
+		t.Errorf("read %+v of %s", st, old)
+	}
+	// Cumulative still: no bound counts more than a higher one.
+	for i := 1; i < len(want); i++ {
+		if st.Checkpoints.DurationBuckets[i] < st.Checkpoints.DurationBuckets[i-1] {
+			t.Errorf("bound %v counts less than the one before: %v", CheckpointDurationBounds[i], st.Checkpoints.DurationBuckets)
+		}
+	}
+	// The older key no longer written: a client of the older bounds
+	// reads no histogram rather than counts in the wrong buckets.
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"duration_buckets"`) {
+		t.Errorf("the older key written: %s", b)
 	}
 }

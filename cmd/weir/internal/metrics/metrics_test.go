@@ -292,6 +292,11 @@ func TestScrapeRunsAddUp(t *testing.T) {
 		`weir_job_checkpoints_completed_total{job="dk"} 2`,
 		`weir_job_checkpoints_failed_total{job="dk"} 1`,
 		`weir_job_checkpoints_aborted_total{job="dk"} 1`,
+		// Buckets from 5ms: a checkpoint of 50ms is in le="0.05", not in
+		// le="0.025".
+		`weir_job_checkpoint_duration_seconds_bucket{job="dk",le="0.005"} 0`,
+		`weir_job_checkpoint_duration_seconds_bucket{job="dk",le="0.025"} 0`,
+		`weir_job_checkpoint_duration_seconds_bucket{job="dk",le="0.05"} 1`,
 		`weir_job_checkpoint_duration_seconds_bucket{job="dk",le="0.1"} 1`,
 		`weir_job_checkpoint_duration_seconds_count{job="dk"} 2`)
 
