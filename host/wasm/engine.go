@@ -139,6 +139,10 @@ type Engine struct {
 	stopWatch chan struct{}
 	watchDone chan struct{}
 
+	release     chan struct{} // asks the releaser to return memory to the OS (memory.go)
+	releaseDone chan struct{}
+	releases    atomic.Uint64 // the releaser's collections, for tests
+
 	seq atomic.Uint64 // instance names
 }
 
@@ -172,6 +176,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 		instances: make(map[*Instance]struct{}),
 		stopWatch: make(chan struct{}),
 		watchDone: make(chan struct{}),
+
+		release:     make(chan struct{}, 1),
+		releaseDone: make(chan struct{}),
 	}
 	if e.cfg.WatchdogInterval <= 0 {
 		e.cfg.WatchdogInterval = DefaultWatchdogInterval
@@ -194,6 +201,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.cache = c
 	}
 	go e.watchdog()
+	go e.releaser()
 	return e, nil
 }
 
@@ -212,6 +220,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Unlock()
 	close(e.stopWatch)
 	<-e.watchDone
+	<-e.releaseDone
 	var errs []error
 	for _, rt := range rts {
 		errs = append(errs, rt.r.Close(ctx))

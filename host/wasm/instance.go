@@ -441,9 +441,22 @@ func (i *Instance) Close(ctx context.Context) error {
 	i.stderr.flush()
 	i.logs.close()
 	err := i.mod.Close(ctx)
-	i.mod = nil
+	// wazero's handles keep the module, and through it the linear memory,
+	// reachable for as long as this Instance is: a failed attempt's task,
+	// kept until the next deploy, held a memory bomb's whole limit.
+	i.mod, i.mem = nil, nil
+	i.stopMu.Lock() // stop reads it
+	i.interrupt = nil
+	i.stopMu.Unlock()
+	i.fnInput, i.fnInit, i.fnProcess, i.fnSnapshot, i.fnRestore = nil, nil, nil, nil, nil
+	i.fnCheckpoint, i.fnEndOfInput = nil, nil
+	i.gmem.buf = nil
+	i.pending, i.pendingBytes = nil, 0
 	i.cancel()
 	i.engine.releaseInstance(ctx, i.module)
+	if i.gmem.grown >= releaseAbove {
+		i.engine.releaseToOS()
+	}
 	if err != nil {
 		return fmt.Errorf("operator %s: close: %w", i.name, err)
 	}
