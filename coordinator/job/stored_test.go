@@ -150,7 +150,7 @@ func TestListingKeepsWhatTheRunKeeps(t *testing.T) {
 	start := sp.ID + 1 // the stop's savepoint
 	waitFor(t, ctx, e, "wc", "stopped", func(st control.JobStatus) bool { return st.State.Terminal() })
 	if _, err := e.api.Restore(ctx, control.RestoreRequest{Job: "wc", From: strconv.FormatInt(start, 10),
-		Spec: spec(t, "wc", "checkpointing: {interval: 2ms, retained: 2}\n")}); err != nil {
+		Spec: spec(t, "wc", "checkpointing: {interval: 10ms, retained: 2}\n")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, e, "wc", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })

@@ -144,17 +144,26 @@ func Check(s *Spec) error {
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
 	}
-	nonNegative("checkpointing.interval", c.Interval)
+	if c.Interval < MinCheckpointInterval {
+		bad("checkpointing.interval", "%s is less than %s, the shortest %s", c.Interval, MinCheckpointInterval, intervalHint)
+	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
-	nonNegative("checkpointing.timeout", c.Timeout)
+	if c.Timeout < MinCheckpointTimeout {
+		bad("checkpointing.timeout", "%s is less than %s, the shortest %s", c.Timeout, MinCheckpointTimeout, timeoutHint)
+	}
 	nonNegative("checkpointing.min-pause", c.MinPause)
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = DefaultMaxConcurrent
 	}
 	if c.MaxConcurrent < 0 {
 		bad("checkpointing.max-concurrent", "must be at least 1, got %d", c.MaxConcurrent)
+	}
+	for _, e := range checkpointingConflicts(*c) {
+		if !p.refused(e.path) {
+			bad(e.path, "%s", e.msg)
+		}
 	}
 	if c.TolerableFailures < 0 {
 		bad("checkpointing.tolerable-failures", "must be at least 0, got %d", c.TolerableFailures)

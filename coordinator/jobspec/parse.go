@@ -630,6 +630,7 @@ func (p *parser) parse(data []byte) *Spec {
 	// The nodes of options checked against each other once all are read,
 	// so that an error names the option's own line.
 	var delayNode, initialNode, maxNode, multiplierNode, alignedTimeoutNode *yaml.Node
+	checkpointingNodes := map[string]*yaml.Node{}
 	ok := p.fields(root, "", map[string]func(*yaml.Node, string){
 		"name": func(v *yaml.Node, path string) { p.str(v, path, &s.Name); nodes["name"] = v },
 		"sources": func(v *yaml.Node, path string) {
@@ -758,17 +759,20 @@ func (p *parser) parse(data []byte) *Spec {
 				"aligned-timeout": func(v *yaml.Node, path string) {
 					p.duration(v, path, &c.AlignedTimeout)
 					alignedTimeoutNode = v
+					checkpointingNodes[path] = v
 				},
 				"interval": func(v *yaml.Node, path string) {
-					if d, err := time.ParseDuration(v.Value); v.Kind == yaml.ScalarNode && (v.Value == "0" || err == nil && d == 0) {
-						p.errf(v, path, "must be greater than 0 (to take no periodic checkpoints, write disabled: true)")
-						return
-					}
-					p.positive(v, path, &c.Interval)
+					p.atLeast(v, path, MinCheckpointInterval, intervalHint, &c.Interval)
 				},
-				"timeout":            func(v *yaml.Node, path string) { p.positive(v, path, &c.Timeout) },
-				"min-pause":          func(v *yaml.Node, path string) { p.duration(v, path, &c.MinPause) },
-				"max-concurrent":     func(v *yaml.Node, path string) { p.integer(v, path, 1, math.MaxInt, &c.MaxConcurrent) },
+				"timeout": func(v *yaml.Node, path string) {
+					p.atLeast(v, path, MinCheckpointTimeout, timeoutHint, &c.Timeout)
+					checkpointingNodes[path] = v
+				},
+				"min-pause": func(v *yaml.Node, path string) { p.duration(v, path, &c.MinPause) },
+				"max-concurrent": func(v *yaml.Node, path string) {
+					p.integer(v, path, 1, math.MaxInt, &c.MaxConcurrent)
+					checkpointingNodes[path] = v
+				},
 				"tolerable-failures": func(v *yaml.Node, path string) { p.integer(v, path, 0, math.MaxInt, &c.TolerableFailures) },
 				"retained":           func(v *yaml.Node, path string) { p.integer(v, path, 1, math.MaxInt, &c.Retained) },
 				"disabled":           func(v *yaml.Node, path string) { p.boolean(v, path, &c.Disabled) },
@@ -879,6 +883,11 @@ func (p *parser) parse(data []byte) *Spec {
 	if s.Checkpointing.AlignedTimeout > 0 && s.Checkpointing.Mode != ModeExactlyOnce {
 		p.errf(alignedTimeoutNode, "checkpointing.aligned-timeout", "applies to mode exactly-once only (mode is %s)", s.Checkpointing.Mode)
 	}
+	for _, e := range checkpointingConflicts(s.Checkpointing) {
+		if !p.refused(e.path) {
+			p.errf(checkpointingNodes[e.path], e.path, "%s", e.msg)
+		}
+	}
 	p.validate(s, root, nodes)
 	return s
 }
@@ -966,6 +975,22 @@ func yamlError(err error, data []byte) (int, string) {
 		msg += " (a line indented differently from the ones before it, or a bracket too many?)"
 	}
 	return line, msg
+}
+
+// atLeast is duration for a setting whose shortest value is least: a
+// shorter one, 0 or negative, is refused with hint (", …") after it.
+func (p *parser) atLeast(n *yaml.Node, path string, least time.Duration, hint string, dst *time.Duration) {
+	if n.Kind == yaml.ScalarNode {
+		d, err := time.ParseDuration(n.Value)
+		if n.Value == "0" {
+			d, err = 0, nil
+		}
+		if err == nil && d < least {
+			p.errf(n, path, "%s is less than %s, the shortest %s", n.Value, least, hint)
+			return
+		}
+	}
+	p.duration(n, path, dst)
 }
 
 func (p *parser) positive(n *yaml.Node, path string, dst *time.Duration) {

@@ -77,6 +77,63 @@ const (
 	ModeUnaligned = "unaligned"
 )
 
+// The shortest checkpointing.interval and checkpointing.timeout.
+const (
+	// MinCheckpointInterval is Flink's shortest checkpoint interval too:
+	// a job triggered more often than this (a trial's 1ns ran 37
+	// checkpoints a second) spends its time checkpointing. A job takes no
+	// periodic checkpoints with disabled: true, not with an interval of 0.
+	MinCheckpointInterval = 10 * time.Millisecond
+	// MinCheckpointTimeout is the shortest checkpoint timeout: a
+	// checkpoint of a job that keeps up takes 2–20ms on one machine
+	// (barriers through every task, snapshots stored, acks and metadata
+	// written), more across a network or under load, and a timeout
+	// shorter than that expires every checkpoint (a trial's 1ms failed
+	// the job over in a loop).
+	MinCheckpointTimeout = 50 * time.Millisecond
+)
+
+// The hints after a checkpointing.interval or timeout refused as too
+// short (MinCheckpointInterval, MinCheckpointTimeout).
+const (
+	intervalHint = "checkpoint interval (as in Flink); to take no periodic checkpoints, write disabled: true"
+	timeoutHint  = "checkpoint timeout: a checkpoint takes a few ms even on one machine; the default is 60s"
+)
+
+// checkpointingProblem is a checkpointing option at fault (its path) and
+// why.
+type checkpointingProblem struct{ path, msg string }
+
+// checkpointingConflicts returns the options of c that contradict
+// another one: an aligned-timeout that the checkpoint's timeout cuts
+// before it takes effect, concurrent checkpoints that are unaligned
+// (which abort each other at a task) or held one at a time by a
+// min-pause. Parse and Check refuse them alike.
+func checkpointingConflicts(c Checkpointing) []checkpointingProblem {
+	var out []checkpointingProblem
+	if c.AlignedTimeout > 0 && c.Timeout > 0 && c.AlignedTimeout >= c.Timeout {
+		out = append(out, checkpointingProblem{"checkpointing.aligned-timeout", fmt.Sprintf(
+			"%s is not less than checkpointing.timeout (%s): a checkpoint expires before it turns unaligned; make it shorter than the timeout, or 0 for never",
+			c.AlignedTimeout, c.Timeout)})
+	}
+	switch {
+	case c.MaxConcurrent <= 1:
+	case c.Mode == ModeUnaligned || c.Mode == ModeExactlyOnce && c.AlignedTimeout > 0:
+		how := "mode: unaligned"
+		if c.Mode != ModeUnaligned {
+			how = "aligned-timeout turns them so"
+		}
+		out = append(out, checkpointingProblem{"checkpointing.max-concurrent", fmt.Sprintf(
+			"%d: unaligned checkpoints (%s) are taken one at a time, as in Flink: a task records one checkpoint's in-flight data at a time, and the next one's barrier, which nothing holds back, aborts it there; leave max-concurrent out (1)",
+			c.MaxConcurrent, how)})
+	case c.MinPause > 0:
+		out = append(out, checkpointingProblem{"checkpointing.max-concurrent", fmt.Sprintf(
+			"%d has no effect with min-pause %s: each checkpoint waits for the one before to end, and min-pause more, so one is pending at a time (as in Flink); leave max-concurrent out (1), or min-pause",
+			c.MaxConcurrent, c.MinPause)})
+	}
+	return out
+}
+
 // Restart strategies.
 const (
 	RestartFixedDelay         = "fixed-delay"
@@ -517,15 +574,20 @@ type Checkpointing struct {
 	// AlignedTimeout, with ModeExactlyOnce, switches a task to unaligned
 	// when alignment takes longer than this; 0 disables.
 	AlignedTimeout time.Duration `json:"aligned_timeout,omitempty"`
-	// Interval between checkpoint triggers; 0 disables periodic checkpoints
-	// only when Disabled is set, otherwise DefaultInterval applies.
+	// Interval between checkpoint triggers, at least
+	// MinCheckpointInterval; 0 is DefaultInterval (Check; Parse refuses a
+	// written 0): Disabled takes no periodic checkpoints.
 	Interval time.Duration `json:"interval"`
-	// Timeout after which a pending checkpoint is aborted.
+	// Timeout after which a pending checkpoint is aborted, at least
+	// MinCheckpointTimeout; 0 is DefaultTimeout.
 	Timeout time.Duration `json:"timeout"`
 	// MinPause is the least time between the end of one checkpoint and the
-	// trigger of the next.
+	// trigger of the next: more than 0, it allows one pending at a time
+	// (MaxConcurrent 1).
 	MinPause time.Duration `json:"min_pause,omitempty"`
-	// MaxConcurrent is the most checkpoints pending at once.
+	// MaxConcurrent is the most checkpoints pending at once: 1 for
+	// unaligned ones (ModeUnaligned, or AlignedTimeout) and with a
+	// MinPause.
 	MaxConcurrent int `json:"max_concurrent"`
 	// TolerableFailures is how many consecutive checkpoint failures the job
 	// tolerates; one more fails the job over.

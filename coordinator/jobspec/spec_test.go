@@ -51,7 +51,7 @@ checkpointing:
   interval: 1s
   timeout: 30s
   min-pause: 100ms
-  max-concurrent: 2
+  max-concurrent: 1
   tolerable-failures: 1
   retained: 2
 restart:
@@ -217,7 +217,7 @@ func TestParseGood(t *testing.T) {
 		t.Errorf("sink = %+v", s.Sinks[0])
 	}
 	c := s.Checkpointing
-	if c.Interval != time.Second || c.AlignedTimeout != 200*time.Millisecond || c.MaxConcurrent != 2 ||
+	if c.Interval != time.Second || c.AlignedTimeout != 200*time.Millisecond || c.MaxConcurrent != 1 ||
 		c.TolerableFailures != 1 || c.Retained != 2 || c.MinPause != 100*time.Millisecond || c.Timeout != 30*time.Second {
 		t.Errorf("checkpointing = %+v", c)
 	}
@@ -351,14 +351,34 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:7: operators[0].inputs[0].from: cycle: a reads its own output`}},
 		{"bad duration", "name: j\ncheckpointing:\n  interval: 10 secs\n  timeout: -1s\n",
 			[]string{`job.yaml:3: checkpointing.interval: bad duration "10 secs" (want e.g. 500ms, 10s, 1m)`,
-				`job.yaml:4: checkpointing.timeout: -1s: a duration must not be negative (0 or more: 500ms, 10s, 1m)`}},
+				`job.yaml:4: checkpointing.timeout: -1s is less than 50ms, the shortest checkpoint timeout: a checkpoint takes a few ms even on one machine; the default is 60s`}},
 		{"duration without a unit", "name: j\ncheckpointing:\n  interval: 5\n  timeout: 2.5\n",
 			[]string{`job.yaml:3: checkpointing.interval: bad duration "5": a duration needs a unit (5s or 5ms?)`,
 				`job.yaml:4: checkpointing.timeout: bad duration "2.5": a duration needs a unit (2.5s or 2.5ms?)`}},
 		{"interval 0s", "name: j\ncheckpointing:\n  interval: 0s\n",
-			[]string{`job.yaml:3: checkpointing.interval: must be greater than 0 (to take no periodic checkpoints, write disabled: true)`}},
+			[]string{`job.yaml:3: checkpointing.interval: 0s is less than 10ms, the shortest checkpoint interval (as in Flink); to take no periodic checkpoints, write disabled: true`}},
 		{"interval 0", "name: j\ncheckpointing:\n  interval: 0\n",
-			[]string{`job.yaml:3: checkpointing.interval: must be greater than 0 (to take no periodic checkpoints, write disabled: true)`}},
+			[]string{`job.yaml:3: checkpointing.interval: 0 is less than 10ms, the shortest checkpoint interval (as in Flink); to take no periodic checkpoints, write disabled: true`}},
+		// A trial's 1ns ran 37 checkpoints a second; a negative one said
+		// "0 or more", which 0 is not.
+		{"interval 1ns", "name: j\ncheckpointing:\n  interval: 1ns\n",
+			[]string{`job.yaml:3: checkpointing.interval: 1ns is less than 10ms, the shortest checkpoint interval (as in Flink); to take no periodic checkpoints, write disabled: true`}},
+		{"interval negative", "name: j\ncheckpointing:\n  interval: -5s\n",
+			[]string{`job.yaml:3: checkpointing.interval: -5s is less than 10ms, the shortest checkpoint interval (as in Flink); to take no periodic checkpoints, write disabled: true`}},
+		// A trial's 1ms expired every checkpoint, failing the job over in
+		// a loop.
+		{"timeout 1ms", "name: j\ncheckpointing:\n  timeout: 1ms\n",
+			[]string{`job.yaml:3: checkpointing.timeout: 1ms is less than 50ms, the shortest checkpoint timeout: a checkpoint takes a few ms even on one machine; the default is 60s`}},
+		{"aligned-timeout past the timeout", "name: j\ncheckpointing:\n  timeout: 30s\n  aligned-timeout: 2m\n",
+			[]string{`job.yaml:4: checkpointing.aligned-timeout: 2m0s is not less than checkpointing.timeout (30s): a checkpoint expires before it turns unaligned; make it shorter than the timeout, or 0 for never`}},
+		{"aligned-timeout past the default timeout", "name: j\ncheckpointing:\n  aligned-timeout: 60s\n",
+			[]string{`job.yaml:3: checkpointing.aligned-timeout: 1m0s is not less than checkpointing.timeout (1m0s)`}},
+		{"concurrent unaligned", "name: j\ncheckpointing:\n  mode: unaligned\n  max-concurrent: 2\n",
+			[]string{`job.yaml:4: checkpointing.max-concurrent: 2: unaligned checkpoints (mode: unaligned) are taken one at a time, as in Flink: a task records one checkpoint's in-flight data at a time, and the next one's barrier, which nothing holds back, aborts it there; leave max-concurrent out (1)`}},
+		{"concurrent aligned-timeout", "name: j\ncheckpointing:\n  aligned-timeout: 1s\n  max-concurrent: 3\n",
+			[]string{`job.yaml:4: checkpointing.max-concurrent: 3: unaligned checkpoints (aligned-timeout turns them so) are taken one at a time`}},
+		{"concurrent with min-pause", "name: j\ncheckpointing:\n  min-pause: 5s\n  max-concurrent: 4\n",
+			[]string{`job.yaml:4: checkpointing.max-concurrent: 4 has no effect with min-pause 5s: each checkpoint waits for the one before to end, and min-pause more, so one is pending at a time (as in Flink); leave max-concurrent out (1), or min-pause`}},
 		{"bad mode", "name: j\ncheckpointing:\n  mode: twice\n",
 			[]string{`job.yaml:3: checkpointing.mode: unknown value "twice" (want exactly-once, at-least-once, unaligned)`}},
 		{"unknown top-level option", "name: j\nsourcez: []\n", []string{`job.yaml:2: sourcez: unknown option "sourcez" (did you mean sources?)`}},
@@ -493,6 +513,28 @@ func TestErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The shortest interval and timeout pass, and so do concurrent aligned
+// checkpoints, and a min-pause or aligned-timeout alone.
+func TestCheckpointingAtItsBounds(t *testing.T) {
+	for _, c := range []string{
+		"{interval: 10ms, timeout: 50ms}",
+		"{max-concurrent: 4}",
+		"{min-pause: 5s}",
+		"{timeout: 30s, aligned-timeout: 29s}",
+		"{mode: unaligned, max-concurrent: 1}",
+	} {
+		spec := "name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: out, kind: nats, subject: b, input: {from: in}}]\ncheckpointing: " + c + "\n"
+		s, err := Parse("job.yaml", []byte(spec), Options{})
+		if err != nil {
+			t.Errorf("checkpointing: %s: %v", c, err)
+			continue
+		}
+		if err := Check(s); err != nil {
+			t.Errorf("checkpointing: %s: Check: %v", c, err)
+		}
 	}
 }
 
