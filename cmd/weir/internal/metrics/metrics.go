@@ -285,7 +285,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		cordoned: prometheus.NewDesc("weir_worker_cordoned",
 			"1 while the worker is cordoned (weir worker drain, until weir worker uncordon): no task is placed on it; draining while its slots used are above 0.", []string{"worker", "host"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_scrape_errors_total",
-			Help: "Scrapes that could not list the jobs."}),
+			Help: "Scrapes that could not list the jobs or the workers (such a scrape has no job series)."}),
 		lastTask: taskFigures(task),
 	}
 }
