@@ -172,6 +172,10 @@ type job struct {
 	// (-allow-non-restored-state): each vertex it started without its
 	// checkpointed state, and why (checkChanges).
 	restoreNotes []string
+	// sharedSinks warn of the stream subjects the job's sinks write that
+	// other jobs, not ended when it was submitted or restored, wrote too
+	// (Manager.sharedSinkWarnings). Shown among the status's warnings.
+	sharedSinks []string
 	// fromWithout are the vertices that start without their state in
 	// initial, which a restore of it leaves out (checkChanges).
 	fromWithout []string
@@ -303,6 +307,7 @@ func (j *job) status() control.JobStatus {
 		st.Warnings = append(st.Warnings, j.resumeNote)
 	}
 	st.Warnings = append(st.Warnings, j.restoreNotes...)
+	st.Warnings = append(st.Warnings, j.sharedSinks...)
 	st.Warnings = append(st.Warnings, spread...)
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
