@@ -554,6 +554,18 @@ func (r *Runner) LatestValid(ctx context.Context) (*Metadata, error) {
 	return md, err
 }
 
+// Unusable drops completed checkpoint or savepoint id, which a restore
+// found unusable though its metadata checks out (a task's snapshot of it
+// is damaged), from those the machine keeps: no later failover restores
+// it (LatestValid), and its history entry says it failed. Its objects
+// stay: a coordinator that resumes the job discards it once a newer one
+// restores, unless a kept one names it (the job's record lists it).
+func (r *Runner) Unusable(id int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m.Forget(id)
+}
+
 // Run carries out actions and ticks the machine until ctx is done; then it
 // carries out what it must as it ends (see Runner) and closes Done.
 func (r *Runner) Run(ctx context.Context) {

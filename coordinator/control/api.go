@@ -521,6 +521,15 @@ const (
 	// the attempt is not deployed from an older one, or from none, and
 	// the next attempt reads it again.
 	FailureRestore FailureKind = "restore"
+	// FailureCheckpointCorrupt: a task could not restore its snapshot of
+	// the checkpoint its attempt restored: the bytes are damaged
+	// (snapshot.ErrCorrupt: truncated, edited by hand). The coordinator
+	// takes the checkpoint for unusable, as one found so before a
+	// restore, and restores the next older one that it finds usable, or
+	// fails the job, saying which older one to restore, where the
+	// checkpoint was one a person chose (a restore -from, a start from
+	// another job's).
+	FailureCheckpointCorrupt FailureKind = "checkpoint-corrupt"
 	// FailureFinalSavepoint: a job whose bounded inputs all ended took
 	// its final savepoint, but a worker could not commit its sinks'
 	// output with it; the job fails over and ends again.

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -168,14 +169,16 @@ type job struct {
 	// unusable: the exactly-once sinks commit again what they committed
 	// after the one it resumed from. Shown among the status's warnings.
 	resumeNote string
+	// unusable are the run's checkpoints a restore found unusable though
+	// their metadata checks out (a task's snapshot damaged), with why:
+	// a failover restored an older one instead (fallBack). The record
+	// keeps them, so that a coordinator that resumes the job takes them
+	// for unusable too, as those it finds so itself.
+	unusable map[int64]string
 	// restoreNotes say what the restore that started the run let go
 	// (-allow-non-restored-state): each vertex it started without its
 	// checkpointed state, and why (checkChanges).
 	restoreNotes []string
-	// sharedSinks warn of the stream subjects the job's sinks write that
-	// other jobs, not ended when it was submitted or restored, wrote too
-	// (Manager.sharedSinkWarnings). Shown among the status's warnings.
-	sharedSinks []string
 	// fromWithout are the vertices that start without their state in
 	// initial, which a restore of it leaves out (checkChanges).
 	fromWithout []string
@@ -307,7 +310,6 @@ func (j *job) status() control.JobStatus {
 		st.Warnings = append(st.Warnings, j.resumeNote)
 	}
 	st.Warnings = append(st.Warnings, j.restoreNotes...)
-	st.Warnings = append(st.Warnings, j.sharedSinks...)
 	st.Warnings = append(st.Warnings, spread...)
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
@@ -695,6 +697,31 @@ func (j *job) run() {
 			restore, readErr = j.latest()
 			continue
 		}
+		if f.kind == control.FailureCheckpointCorrupt && restore != nil {
+			if j.fallBack(restore, reason) {
+				// Not counted in the failures in a row: the checkpoint
+				// is unusable, not the job failing, as for one found
+				// unusable before a restore.
+				j.noteFailure(f)
+				j.setState(control.JobRestarting, reason)
+				j.runner.Stop(reason)
+				j.stopTasks(reason)
+				j.mu.Lock()
+				j.st.Restarts++
+				j.next = causeRestart
+				j.mu.Unlock()
+				restore, readErr = j.latest()
+				if readErr == nil {
+					j.noteFallBack(restore)
+				}
+				continue
+			}
+			// A checkpoint a person chose: another one is theirs to
+			// choose, as it decides what output is published again.
+			f.final = true
+			f.reason = reason + "; " + j.olderAdvice(restore)
+			reason = f.reason
+		}
 		j.noteFailure(f)
 		if f.final {
 			j.runner.Stop(reason)
@@ -735,6 +762,91 @@ func (j *job) run() {
 		j.mu.Unlock()
 		restore, readErr = j.latest()
 	}
+}
+
+// fallBack takes checkpoint md, which an attempt restored and a task
+// found damaged (why), for unusable, as one a resume finds so: reports
+// whether the next attempt restores an older one (latest), which it does
+// unless md is the checkpoint the run was started from (a restore -from,
+// or another job's), which a person chose. The record keeps md as
+// unusable, so that no coordinator restores it again.
+func (j *job) fallBack(md *checkpoint.Metadata, why string) bool {
+	if md.Job != j.spec.Name || j.initial != nil && j.initial.Job == md.Job && j.initial.ID == md.ID {
+		return false
+	}
+	j.runner.Unusable(md.ID)
+	j.mu.Lock()
+	if j.unusable == nil {
+		j.unusable = map[int64]string{}
+	}
+	j.unusable[md.ID] = why
+	j.mu.Unlock()
+	j.m.log.Warn("checkpoint unusable: restoring an older one", "job", j.spec.Name, "checkpoint", md.ID, "err", why)
+	j.persist()
+	return true
+}
+
+// noteFallBack sets the status's warning (resumeNote) once a failover
+// took the run's checkpoints in j.unusable for unusable: which one the
+// next attempt restores instead (to; nil: none), and what that means for
+// its output.
+func (j *job) noteFallBack(to *checkpoint.Metadata) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var ids []int64
+	for id := range j.unusable {
+		if to == nil || to.Job != j.spec.Name || id > to.ID {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	slices.Sort(ids)
+	newest := ids[len(ids)-1]
+	var skipped []string
+	for _, id := range ids {
+		skipped = append(skipped, strconv.FormatInt(id, 10))
+	}
+	from := "no checkpoint: its sources start over"
+	switch {
+	case to != nil && to.Job == j.spec.Name:
+		from = fmt.Sprintf("checkpoint %d", to.ID)
+	case to != nil:
+		from = fmt.Sprintf("checkpoint %d of job %s, which it started from", to.ID, to.Job)
+	}
+	newer := "its newer checkpoint " + skipped[0] + " is"
+	if len(skipped) > 1 {
+		newer = "its newer checkpoints " + strings.Join(skipped, ", ") + " are"
+	}
+	j.resumeNote = fmt.Sprintf("restored from %s, as %s unusable (%s): what its exactly-once sinks committed after that is committed again, under new message IDs (what they committed with it goes again under its own, which their streams drop within their duplicate window)",
+		from, newer, j.unusable[newest])
+}
+
+// olderAdvice says, of checkpoint md that a person chose to restore and
+// that a task found damaged, which older stored checkpoint of md's job
+// to restore instead, if any reads.
+func (j *job) olderAdvice(md *checkpoint.Metadata) string {
+	what := fmt.Sprintf("checkpoint %d of job %s is unusable", md.ID, md.Job)
+	ids, err := j.m.opts.Catalog.IDs(j.ctx, md.Job)
+	if err != nil {
+		return what + ": restore the job from an older one (weir checkpoint ls " + md.Job + " lists them)"
+	}
+	for _, id := range slices.Backward(ids) {
+		if id >= md.ID {
+			continue
+		}
+		if _, err := j.m.opts.Catalog.Read(j.ctx, md.Job, id); err != nil {
+			continue
+		}
+		from := strconv.FormatInt(id, 10)
+		if md.Job != j.spec.Name {
+			from = md.Job + "/" + from
+		}
+		return fmt.Sprintf("%s: restore the job from an older one, %d (weir job restore %s -from %s): what its exactly-once sinks committed after that is published again",
+			what, id, j.spec.Name, from)
+	}
+	return what + ", and no older one of it is stored whole: submit the job anew"
 }
 
 // countFailure counts the running attempt's failure in its job's failures

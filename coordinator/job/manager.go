@@ -1035,7 +1035,6 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	j := newJob(m, spec, p, mods, machine, from)
 	j.firstID, j.idFloor = next, next-1
 	j.fromWithout, j.restoreNotes = without, notes
-	j.sharedSinks = m.sharedSinkWarnings(spec)
 	if old != nil {
 		j.recordMu = old.recordMu
 	}

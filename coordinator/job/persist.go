@@ -100,6 +100,10 @@ type record struct {
 	// them again until it is placed anew, so that no job submitted
 	// meanwhile takes them from it.
 	Assignment map[string]string `json:"assignment,omitempty"`
+	// Unusable are the run's checkpoints a restore found damaged, with
+	// why (job.unusable): a resume takes them for unusable without
+	// reading them, as it does those it finds so itself.
+	Unusable map[int64]string `json:"unusable,omitempty"`
 	// Removed says the job was removed (Manager.RemoveJob): the record is
 	// kept for its numbering (Attempt, Reserved), and the job is not
 	// listed.
@@ -163,6 +167,9 @@ func (j *job) record() (rec record, ok bool) {
 		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Drained: j.st.Drained, DrainedWithSavepoint: j.st.DrainedWithSavepoint, DrainAt: maps.Clone(j.drainAt), DrainedAt: slices.Clone(j.st.DrainedAt), FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
+	}
+	if !j.st.State.Terminal() {
+		rec.Unusable = maps.Clone(j.unusable)
 	}
 	if !j.st.State.Terminal() {
 		switch j.next {
@@ -414,12 +421,20 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	next := rec.FirstID
 	var restored []*checkpoint.Metadata
 	var unusable []unusableCheckpoint
+	kept := map[int64]string{} // rec.Unusable that are still stored
 	own := rec.FromJob == "" || rec.FromJob == name
 	for _, id := range ids {
 		if id >= next {
 			next = id + 1
 		}
 		if id < rec.FirstID && (id != rec.From || !own) {
+			continue
+		}
+		if why, ok := rec.Unusable[id]; ok {
+			// Its metadata checks out, but a restore found a task's
+			// snapshot damaged.
+			unusable = append(unusable, unusableCheckpoint{id, fmt.Errorf("%w: %s", checkpoint.ErrCorrupt, why)})
+			kept[id] = why
 			continue
 		}
 		md, err := m.opts.Catalog.Read(ctx, name, id)
@@ -516,6 +531,12 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.State, j.st.Reason = control.JobRestarting, ReasonCoordinatorRestarted
 	j.resumed = true
 	j.resumeNote = resumeNote(restored, unusable, from)
+	for _, id := range superseded {
+		delete(kept, id)
+	}
+	if len(kept) > 0 {
+		j.unusable = kept
+	}
 	j.fromWithout, j.restoreNotes = rec.FromWithout, rec.RestoreNotes
 	// The run's checkpoints that never completed under the coordinator
 	// before — aborted as it stopped, their discards left undone when it

@@ -139,9 +139,11 @@ restart: {strategy: fixed-delay, delay: 2s, attempts: 5}
 }
 
 // A task snapshot corrupted in storage (its checkpoint's metadata intact)
-// fails the job at once, naming the snapshot: every restart would restore
-// the same checkpoint, and falling back to an older one on its own would
-// repeat output committed since.
+// of a savepoint a restore names fails the job at once, naming the
+// snapshot and the older checkpoint to restore instead: the user chose
+// that savepoint, and falling back to an older one on its own would
+// repeat output committed since. (A failover or resume falls back:
+// TestResumeFallsBackFromACorruptSnapshot.)
 func TestRestoreFromACorruptSnapshot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end restore: skipped in -short")
@@ -192,8 +194,12 @@ restart: {strategy: fixed-delay, delay: 1s, attempts: 5}
 	}
 	st := waitJob(t, ctx, n, "up", "job failed", func(st control.JobStatus) bool { return st.State.Terminal() })
 	if st.State != control.JobFailed || st.Restarts != 0 || !strings.Contains(st.Reason, "corrupt task snapshot") ||
-		!strings.Contains(st.Reason, "up/chk-"+from+"/in-0") || !strings.Contains(st.Reason, "not restarted") {
-		t.Errorf("status %+v; want failed at once, naming the corrupt snapshot", st)
+		!strings.Contains(st.Reason, "up/chk-"+from+"/in-0") || !strings.Contains(st.Reason, "not restarted") ||
+		!strings.Contains(st.Reason, "restore the job from an older one") {
+		t.Errorf("status %+v; want failed at once, naming the corrupt snapshot and an older checkpoint", st)
+	}
+	if f := st.LastFailure; f == nil || f.Kind != control.FailureCheckpointCorrupt {
+		t.Errorf("last failure %+v; want kind %s", f, control.FailureCheckpointCorrupt)
 	}
 	t.Log(st.Reason)
 }

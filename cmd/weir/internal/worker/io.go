@@ -42,13 +42,14 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // decode, or output staged on a subject or stream name that is none, such
 // as out.{KEY} from before weir refused it — the checkpoint holds it, and
 // every restart reads it again), a task snapshot
-// that is corrupt (snapshot.ErrCorrupt: every restart restores the same
-// latest checkpoint, and falling back to an older one on its own would
-// repeat the output exactly-once sinks committed since; a person chooses,
-// with weir job restore -from), an operator that fails or traps restoring
-// its state (weir_restore: every restart hands it the same bytes of the
-// same checkpoint; typically a module whose state format differs from the
-// one that wrote it, restored under a changed spec), or that fails or traps
+// that is corrupt (snapshot.ErrCorrupt, control.FailureCheckpointCorrupt:
+// every restart would restore the same checkpoint; the coordinator takes
+// it for unusable and restores an older one, or, for a checkpoint a
+// person chose to restore, fails the job naming the older one), an
+// operator that fails or traps restoring its state (weir_restore: every
+// restart hands it the same bytes of the same checkpoint; typically a
+// module whose state format differs from the one that wrote it, restored
+// under a changed spec), or that fails or traps
 // in weir_init (every restart hands it the same config of the same
 // module: a config it refuses, a memory limit it outgrows) — a deadline is
 // not among them, as a loaded machine may meet it once. The job fails at

@@ -35,6 +35,7 @@ import (
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/barrier"
 	"github.com/weirhq/weir/host/partition"
+	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/local"
 	"github.com/weirhq/weir/transport/remote"
@@ -976,6 +977,8 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureBadRecord
 	case errors.Is(err, sink.ErrStagedTooMuch):
 		return control.FailureCheckpointsFailed
+	case errors.Is(err, snapshot.ErrCorrupt):
+		return control.FailureCheckpointCorrupt
 	case errors.Is(err, source.ErrStreamGone) || errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) ||
 		errors.Is(err, source.ErrMessagesLost) || errors.Is(err, jetstream.ErrStreamNotFound):
 		return control.FailureStream
