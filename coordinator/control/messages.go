@@ -182,6 +182,11 @@ type WorkerInfo struct {
 	// coordinator that reads checkpoints from elsewhere places no tasks on
 	// it: their snapshots would be out of its reach.
 	Store string `json:"store,omitempty"`
+	// Caps are the worker's bounds on what operators ask of it: its
+	// memory budget and per-instance maximums. The coordinator places no
+	// job on it that they refuse, and counts its operator tasks' memory
+	// against the budget.
+	Caps Caps `json:"caps,omitzero"`
 }
 
 // RegisterReply answers a registration.

@@ -58,6 +58,8 @@ type WorkerOptions struct {
 	Slots int
 	// Store is where the worker writes snapshots (WorkerInfo.Store).
 	Store string
+	// Caps bound what operators may ask of the worker (WorkerInfo.Caps).
+	Caps Caps
 }
 
 // Worker is the worker side of the control protocol.
@@ -75,7 +77,7 @@ func NewWorker(nc *nats.Conn, id string, h WorkerHandler, opts WorkerOptions) *W
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	return &Worker{nc: nc, h: h, opts: opts, subj: Subjects{opts.Prefix},
-		info: WorkerInfo{ID: id, Host: opts.Host, Slots: opts.Slots, Store: opts.Store}}
+		info: WorkerInfo{ID: id, Host: opts.Host, Slots: opts.Slots, Store: opts.Store, Caps: opts.Caps}}
 }
 
 // ID returns the worker's ID.

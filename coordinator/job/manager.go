@@ -388,14 +388,21 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 	m.placeMu.Lock()
 	defer m.placeMu.Unlock()
 	used := m.slotsUsed(j)
+	memUsed := m.memoryUsed(j)
 	live := m.ctl.Workers()
 	stale := m.staleTasks(live, j)
 	ws := make([]plan.Worker, 0, len(live))
+	var capped error // why a live worker's caps refuse the job
 	for _, hb := range live {
 		if m.unusable(hb.Worker) != "" || m.cordoned(hb.Worker.ID) {
 			continue
 		}
-		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID] + stale[hb.Worker.ID]}
+		if err := hb.Worker.Caps.Refuse(hb.Worker.ID, j.spec); err != nil {
+			capped = err
+			continue
+		}
+		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID] + stale[hb.Worker.ID],
+			Memory: hb.Worker.Caps.Memory, MemoryUsed: memUsed[hb.Worker.ID]}
 		if at, ok := full[w.ID]; ok && m.freedSlots(w.ID) <= at {
 			if w.Slots <= 0 {
 				continue // full, it said, but of no limit it told: no room to count on
@@ -404,7 +411,12 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 		}
 		ws = append(ws, w)
 	}
-	assignment, err := plan.Assign(j.plan, ws)
+	assignment, err := plan.AssignMemory(j.plan, ws, control.TaskMemory(j.spec))
+	if len(ws) == 0 && capped != nil {
+		// Live workers, but none whose caps (weir worker -max-task-memory
+		// and the like) take the job: it waits for one that does.
+		err = &cappedError{refused: capped}
+	}
 	var short *plan.CapacityError
 	if errors.As(err, &short) {
 		if slots, limited := capacity(ws); limited && slots < short.Tasks {
@@ -530,6 +542,34 @@ func (m *Manager) slotsUsed(except *job) map[string]int {
 		if j.holds && !j.st.State.Terminal() {
 			for _, w := range j.assign {
 				used[w]++
+			}
+		}
+		j.mu.Unlock()
+	}
+	return used
+}
+
+// memoryUsed returns, per worker, the memory limits of the operator tasks
+// placed there of the jobs that hold their slots (slotsUsed), but
+// except's: what they take of a worker's memory budget (control.Caps).
+func (m *Manager) memoryUsed(except *job) map[string]int64 {
+	m.mu.Lock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		if j != except {
+			jobs = append(jobs, j)
+		}
+	}
+	m.mu.Unlock()
+	used := map[string]int64{}
+	for _, j := range jobs {
+		j.mu.Lock()
+		if j.holds && !j.st.State.Terminal() {
+			mem := control.TaskMemory(j.spec)
+			for _, t := range j.plan.Tasks {
+				if w, ok := j.assign[t.ID]; ok {
+					used[w] += mem[t.Vertex]
+				}
 			}
 		}
 		j.mu.Unlock()
@@ -708,6 +748,9 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 	if err := jobspec.Check(r.Spec); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit %s: %w", r.Spec.Name, err)
 	}
+	if err := m.capsRefuse(r.Spec); err != nil {
+		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit %s: %w", r.Spec.Name, err)
+	}
 	var from *checkpoint.Metadata
 	if r.RestoreFrom != "" {
 		k, err := checkpointRef(r.Spec.Name, r.RestoreFrom)
@@ -724,6 +767,22 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 		}
 	}
 	return m.start(ctx, r.Spec, true, from, restoreAllow{NonRestored: r.AllowNonRestoredState, RenumberedPorts: r.AllowRenumberedPorts}, nil)
+}
+
+// capsRefuse returns why no live worker takes spec under its caps
+// (control.Caps: weir worker -max-task-memory and the like), naming one
+// worker's refusal; nil when one takes it, or none is live (the job waits
+// for one, and a worker refuses a deploy over its caps).
+func (m *Manager) capsRefuse(spec *jobspec.Spec) error {
+	var refused error
+	for _, hb := range m.ctl.Workers() {
+		err := hb.Worker.Caps.Refuse(hb.Worker.ID, spec)
+		if err == nil {
+			return nil
+		}
+		refused = err
+	}
+	return refused
 }
 
 // startFrom notes that a job is starting from checkpoint k, which is then
@@ -1035,6 +1094,7 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	j := newJob(m, spec, p, mods, machine, from)
 	j.firstID, j.idFloor = next, next-1
 	j.fromWithout, j.restoreNotes = without, notes
+	j.sharedSinks = m.sharedSinkWarnings(spec)
 	if old != nil {
 		j.recordMu = old.recordMu
 	}

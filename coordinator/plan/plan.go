@@ -374,6 +374,20 @@ type Worker struct {
 	Slots int
 	// Used counts the tasks of other jobs placed on the worker now.
 	Used int
+	// Memory is the worker's memory budget in bytes: the most the memory
+	// of the tasks placed on it may add up to (AssignMemory); 0 means no
+	// limit. MemoryUsed is what the tasks of other jobs placed on it now
+	// take of it.
+	Memory, MemoryUsed int64
+}
+
+// freeMemory returns how many more bytes of task memory w takes, and
+// false when it takes any amount.
+func (w Worker) freeMemory() (int64, bool) {
+	if w.Memory <= 0 {
+		return 0, false
+	}
+	return max(w.Memory-w.MemoryUsed, 0), true
 }
 
 // free returns how many more tasks w takes, and false when it takes any
@@ -395,6 +409,9 @@ type CapacityError struct {
 	Tasks, Free int
 	// Workers are the live workers, sorted by ID.
 	Workers []Worker
+	// Memory, when set, is the task memory the plan needs (AssignMemory):
+	// the workers have the slots, but not the memory budget, for it.
+	Memory int64
 }
 
 // maxListed is how many workers a CapacityError names.
@@ -405,6 +422,32 @@ const maxListed = 10
 // total.
 func (e *CapacityError) Shortfall() string {
 	var b strings.Builder
+	if e.Memory > 0 {
+		// "needs 1GiB of operator memory (limits.memory), workers have 512MiB free
+		// (w1 512MiB of 2GiB)"
+		var free int64
+		for _, w := range e.Workers {
+			f, _ := w.freeMemory()
+			free += f
+		}
+		fmt.Fprintf(&b, "needs %s of operator memory (limits.memory), workers have %s free (", jobspec.FormatSize(e.Memory), jobspec.FormatSize(free))
+		for i, w := range e.Workers {
+			if i == maxListed {
+				fmt.Fprintf(&b, ", and %d more", len(e.Workers)-maxListed)
+				break
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if f, ok := w.freeMemory(); ok {
+				fmt.Fprintf(&b, "%s %s of %s", w.ID, jobspec.FormatSize(f), jobspec.FormatSize(w.Memory))
+			} else {
+				fmt.Fprintf(&b, "%s no memory budget", w.ID)
+			}
+		}
+		b.WriteString(")")
+		return b.String()
+	}
 	s := "s"
 	if e.Tasks == 1 {
 		s = ""
@@ -443,6 +486,16 @@ func (e *CapacityError) Error() string { return "assign " + e.Job + ": " + e.Sho
 // Without workers it fails with ErrNoWorkers; when the free slots of all
 // workers are fewer than the plan's tasks, with a *CapacityError.
 func Assign(p *Plan, workers []Worker) (map[string][]string, error) {
+	return AssignMemory(p, workers, nil)
+}
+
+// AssignMemory is Assign with a memory budget: a task of vertex v takes
+// memory[v] bytes (none if absent) of a worker's Memory, and goes only to
+// a worker with that much free (Memory - MemoryUsed - what the plan put
+// there). It places as Assign does among the workers with room; when the
+// tasks fit the slots but not the memory, it fails with a *CapacityError
+// whose Memory is the plan's task memory.
+func AssignMemory(p *Plan, workers []Worker, memory map[string]int64) (map[string][]string, error) {
 	if len(workers) == 0 {
 		return nil, fmt.Errorf("assign %s: %w", p.Job, ErrNoWorkers)
 	}
@@ -457,7 +510,8 @@ func Assign(p *Plan, workers []Worker) (map[string][]string, error) {
 	if limited && total < len(p.Tasks) {
 		return nil, &CapacityError{Job: p.Job, Tasks: len(p.Tasks), Free: total, Workers: ws}
 	}
-	placed := make([]int, len(ws)) // the plan's tasks on each worker
+	placed := make([]int, len(ws))      // the plan's tasks on each worker
+	placedMem := make([]int64, len(ws)) // and their memory
 	// better reports whether worker a is a better place than worker b.
 	better := func(a, b int) bool {
 		if placed[a] != placed[b] {
@@ -480,8 +534,12 @@ func Assign(p *Plan, workers []Worker) (map[string][]string, error) {
 	out := make(map[string][]string, len(ws))
 	for _, t := range p.Tasks {
 		best := -1
+		need := memory[t.Vertex]
 		for i, w := range ws {
 			if free, ok := w.free(); ok && free-placed[i] <= 0 {
+				continue
+			}
+			if free, ok := w.freeMemory(); ok && need > free-placedMem[i] {
 				continue
 			}
 			if best < 0 || better(i, best) {
@@ -489,10 +547,15 @@ func Assign(p *Plan, workers []Worker) (map[string][]string, error) {
 			}
 		}
 		if best < 0 {
-			// Unreachable: the free slots were counted above.
-			return nil, &CapacityError{Job: p.Job, Tasks: len(p.Tasks), Free: total, Workers: ws}
+			// The free slots were counted above: the memory is short.
+			var all int64
+			for _, t := range p.Tasks {
+				all += memory[t.Vertex]
+			}
+			return nil, &CapacityError{Job: p.Job, Tasks: len(p.Tasks), Free: total, Workers: ws, Memory: all}
 		}
 		placed[best]++
+		placedMem[best] += need
 		out[ws[best].ID] = append(out[ws[best].ID], t.ID)
 	}
 	return out, nil
