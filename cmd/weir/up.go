@@ -232,8 +232,8 @@ func operatorLogger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-sync always|D] [-id ID] [-workers N] [-slots N] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
-       weir up -nats URL[,URL...] [-replicas N] [-id ID] [-workers N] [-slots N] [-worker-wait D] [auth flags] [-metrics ADDR]
+const upUsage = `[-data DIR] [-port N] [-sync always|D] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
+       weir up -nats URL[,URL...] [-replicas N] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [auth flags] [-metrics ADDR]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
@@ -284,6 +284,11 @@ a job whose tasks do not fit waits like one with no worker, with the reason
 "waiting for free slots: needs 4 tasks, workers have 2 free (w1 0 of 2, w2 2
 of 4)", until a worker joins or another job ends.
 
+The caps flags bound what jobs ask of each in-process worker, as weir worker's
+do (docs/OPERATIONS.md, "Running weir for several teams"; -workers 0 keeps
+tenant code out of this process):
+` + capsUsage + `
+
 With -nats it starts no server: the coordinator and workers use an existing
 NATS server or cluster (JetStream enabled), and keep job records, checkpoints
 and modules in JetStream buckets. On a cluster give -replicas 3 (or 5), so
@@ -311,6 +316,8 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	port := fs.Int("port", 4222, "client port of the embedded NATS server")
 	workers := fs.Int("workers", 1, "in-process workers")
 	slots := fs.Int("slots", 0, "most tasks each in-process worker runs at a time, of all jobs (0: no limit)")
+	var cf capsFlags
+	cf.register(fs, "each in-process worker")
 	workerID := fs.String("id", "", "ID of the in-process worker, as weir worker -id (with -workers N the others are ID-1, ID-2, ...; default the host name, the same on every restart, so that a cordon and the metrics' worker label hold)")
 	workerWait := fs.Duration("worker-wait", job.DefaultWorkerWait, "how long a job waits for a worker to join, or for free slots, before that counts as a failure")
 	store := fs.String("checkpoint-store", "", "checkpoint storage: dir (DATA/checkpoints) or jetstream (shared); default dir, jetstream with -nats")
@@ -342,6 +349,10 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if *slots < 0 {
 		return usagef("up: -slots %d: give 0 (no limit) or more", *slots)
 	}
+	caps, err := cf.caps("up")
+	if err != nil {
+		return err
+	}
 	if *workerWait <= 0 {
 		return usagef("up: -worker-wait %v: give a positive duration", *workerWait)
 	}
@@ -369,7 +380,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		*workerID, _ = os.Hostname() // else "": node's default
 	}
 	opts := node.Options{DataDir: abs, Host: *host, Port: *port, SyncAlways: syncAlways, SyncInterval: syncInterval, Coordinator: true,
-		WorkerID: *workerID, Workers: *workers, WorkerSlots: *slots, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
+		WorkerID: *workerID, Workers: *workers, WorkerSlots: *slots, WorkerCaps: caps, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
 		OperatorLog: operatorLogger(std, *verbose)}
 	if external {
 		opts.NATS = nf.options("weir up")
@@ -497,7 +508,7 @@ func syncNote(always bool, interval time.Duration) string {
 	return ""
 }
 
-const workerUsage = `-nats URL [-id ID] [-slots N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
+const workerUsage = `-nats URL [-id ID] [-slots N] [-memory SIZE] [-max-task-memory SIZE] [-max-call-timeout D] [-max-log-rate N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
        weir worker ls [-nats URL] [auth flags] [-json]
        weir worker drain NAME [-nats URL] [auth flags] [-timeout D]
        weir worker uncordon NAME [-nats URL] [auth flags]
@@ -515,6 +526,8 @@ max_batch_size (1000 by default in nats-server, 20000 in 'weir up'). -slots
 is the most tasks it runs at a time, of all jobs (0, the default: no limit);
 the coordinator gives it no more, and it refuses a deploy beyond them (from
 a coordinator that does not know all it runs), saying what it runs.
+
+` + capsUsage + `
 
 weir worker ls lists the live workers the coordinator knows: ID, host, and
 slots as used/total (used: the tasks placed there of the jobs that have not
@@ -546,6 +559,8 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	store := fs.String("checkpoint-store", node.StoreJetStream, "checkpoint storage: jetstream (shared) or dir")
 	atomicBatch := fs.Int("atomic-batch", sink.MaxAtomicBatch, "most messages per atomic batch of a JetStream sink (the server's max_batch_size or less)")
 	slots := fs.Int("slots", 0, "most tasks the worker runs at a time, of all jobs (0: no limit)")
+	var cf capsFlags
+	cf.register(fs, "the worker")
 	verbose := fs.Bool("v", false, "log what the worker does (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -569,6 +584,10 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	if *slots < 0 {
 		return usagef("worker: -slots %d: give 0 (no limit) or more", *slots)
 	}
+	caps, err := cf.caps("worker")
+	if err != nil {
+		return err
+	}
 	if *data == "" {
 		dir, err := os.MkdirTemp("", "weir-worker-")
 		if err != nil {
@@ -578,7 +597,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		*data = dir
 	}
 	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), WaitForNATS: true, DataDir: *data, Workers: 1, WorkerID: *id,
-		CheckpointStore: *store, AtomicBatch: *atomicBatch, WorkerSlots: *slots, Log: logger(std, *verbose),
+		CheckpointStore: *store, AtomicBatch: *atomicBatch, WorkerSlots: *slots, WorkerCaps: caps, Log: logger(std, *verbose),
 		OperatorLog: operatorLogger(std, *verbose)})
 	if err != nil {
 		if ctx.Err() != nil {

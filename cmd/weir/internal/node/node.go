@@ -93,6 +93,9 @@ type Options struct {
 	// WorkerSlots is the most tasks each in-process worker is given at a
 	// time, of all jobs (worker.Config.Slots; 0: no limit).
 	WorkerSlots int
+	// WorkerCaps bound what operators may ask of each in-process worker
+	// (worker.Config.Caps: a memory budget, per-instance maximums).
+	WorkerCaps control.Caps
 	// CheckpointStore is StoreDir or StoreJetStream; default StoreDir with
 	// the embedded server, StoreJetStream with an external one.
 	CheckpointStore string
@@ -467,7 +470,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 				ID: id, Conn: n.Conn, Engine: n.engine, Store: taskStore,
 				Modules: ModuleSource(n.Registry), SpillDir: spill,
 				HeartbeatInterval: opts.HeartbeatInterval, Log: log, OperatorLog: opts.OperatorLog, Hooks: opts.Hooks,
-				AtomicBatch: opts.AtomicBatch, Slots: opts.WorkerSlots,
+				AtomicBatch: opts.AtomicBatch, Slots: opts.WorkerSlots, Caps: opts.WorkerCaps,
 			})
 			if err != nil {
 				return err

@@ -102,6 +102,12 @@ type Config struct {
 	// (plan.Assign), and the worker refuses a deploy beyond it
 	// (control.ErrNoSlots).
 	Slots int
+	// Caps bound what the operators of a job may ask of the worker: its
+	// memory budget, counted as slots are, and per-instance maximums of
+	// limits.memory, limits.timeout and limits.log-rate. The coordinator
+	// places no job on the worker that they refuse, and the worker refuses
+	// a deploy over them. Zero fields bound nothing.
+	Caps control.Caps
 	// AtomicBatch is the most messages a JetStream sink puts in one
 	// atomic batch (0 = sink.MaxAtomicBatch, nats-server's default limit);
 	// the server must accept it (max_batch_size). At LargeCheckpoint or
@@ -142,8 +148,10 @@ type Worker struct {
 	mu   sync.Mutex
 	jobs map[string]*attempt // by job name
 	// claims holds, by job name, the tasks of the deploys being set up:
-	// they count against the slots before they run.
-	claims map[string]int
+	// they count against the slots before they run; claimMem their
+	// operators' memory, against Caps.Memory.
+	claims   map[string]int
+	claimMem map[string]int64
 }
 
 // New returns a worker; call Run.
@@ -165,13 +173,13 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: jetstream: %w", cfg.ID, err)
 	}
-	w := &Worker{cfg: cfg, js: js, log: cfg.Log.With("worker", cfg.ID), jobs: map[string]*attempt{}, claims: map[string]int{}}
+	w := &Worker{cfg: cfg, js: js, log: cfg.Log.With("worker", cfg.ID), jobs: map[string]*attempt{}, claims: map[string]int{}, claimMem: map[string]int64{}}
 	// The host goes with every heartbeat: the coordinator's log and the
 	// workers it lists say where a worker runs, not just its ID.
 	host, _ := os.Hostname()
 	w.ctl = control.NewWorker(cfg.Conn, cfg.ID, w, control.WorkerOptions{
 		Prefix: cfg.ControlPrefix, Host: host, HeartbeatInterval: cfg.HeartbeatInterval, Tasks: w.taskRefs,
-		Slots: cfg.Slots, Store: storage.Location(cfg.Store),
+		Slots: cfg.Slots, Store: storage.Location(cfg.Store), Caps: cfg.Caps,
 	})
 	return w, nil
 }
@@ -270,6 +278,7 @@ type attempt struct {
 	tasks   map[string]*host.Task
 	taskIDs []string
 	live    atomic.Int64 // tasks that have not returned yet: they hold a slot each
+	mem     int64        // its operator tasks' memory limits: held of Caps.Memory while live
 	sources []string
 	// pending holds the source tasks' sources that count what they have
 	// not read yet.
@@ -375,6 +384,14 @@ func (w *Worker) current(job string, n int) *attempt {
 // lose their channels to it. (Attempt numbers never repeat across a job's
 // runs, so the attempt is this one.)
 func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
+	if d.Spec != nil {
+		// The coordinator places no job the caps refuse; one from a
+		// coordinator that knew other caps is refused here, for good.
+		if err := w.cfg.Caps.Refuse(w.cfg.ID, d.Spec); err != nil {
+			w.log.Warn("deploy refused", "job", d.Job, "attempt", d.Attempt, "err", err)
+			return control.Unrecoverable(err)
+		}
+	}
 	w.mu.Lock()
 	old := w.jobs[d.Job]
 	if old != nil && old.n == d.Attempt {
@@ -397,6 +414,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		if claimed {
 			w.mu.Lock()
 			delete(w.claims, d.Job)
+			delete(w.claimMem, d.Job)
 			w.mu.Unlock()
 		}
 	}()
@@ -420,7 +438,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		// would be: the coordinator records the deploy's failure so.
 		return control.WithFailureKind(err, failureKind(err))
 	}
-	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks, pending: b.pending}
+	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks, pending: b.pending, mem: deployMemory(d)}
 	for id := range tasks {
 		a.taskIDs = append(a.taskIDs, id)
 		if t, _ := d.Plan.Task(id); t.Kind == plan.Source {
@@ -444,6 +462,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	w.mu.Lock()
 	w.jobs[d.Job] = a
 	delete(w.claims, d.Job) // counted as running now
+	delete(w.claimMem, d.Job)
 	claimed = false
 	w.mu.Unlock()
 	for _, id := range a.taskIDs {
@@ -475,6 +494,9 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 // caller holds w.mu and dropped d.Job's earlier attempt from w.jobs: d
 // replaces it.
 func (w *Worker) claimLocked(d control.Deploy) error {
+	if err := w.claimMemoryLocked(d); err != nil {
+		return err
+	}
 	if w.cfg.Slots <= 0 {
 		w.claims[d.Job] = len(d.Tasks)
 		return nil
@@ -502,8 +524,55 @@ func (w *Worker) claimLocked(d control.Deploy) error {
 		sort.Strings(runs)
 		runsWhat = fmt.Sprintf("%d %s (%s)", used, plural(used, "task", "tasks"), strings.Join(runs, "; "))
 	}
+	delete(w.claimMem, d.Job)
 	return control.Errorf(control.ErrNoSlots, "worker %s has %d %s and runs %s: no room for the %d %s of job %s attempt %d",
 		w.cfg.ID, w.cfg.Slots, plural(w.cfg.Slots, "slot", "slots"), runsWhat, len(d.Tasks), plural(len(d.Tasks), "task", "tasks"), d.Job, d.Attempt)
+}
+
+// deployMemory returns the memory limits of d's operator tasks, added up:
+// what they take of the worker's memory budget (control.Caps.Memory).
+func deployMemory(d control.Deploy) int64 {
+	if d.Spec == nil || d.Plan == nil {
+		return 0
+	}
+	mem := control.TaskMemory(d.Spec)
+	var n int64
+	for _, id := range d.Tasks {
+		if t, ok := d.Plan.Task(id); ok {
+			n += mem[t.Vertex]
+		}
+	}
+	return n
+}
+
+// claimMemoryLocked counts the memory of d's operator tasks against the
+// worker's memory budget, with that of the attempts it runs and the
+// deploys being set up, and claims it for d; or refuses d, with
+// control.ErrNoSlots (the coordinator waits for room, as for slots), when
+// it is more than the budget. The caller holds w.mu, as claimLocked's.
+func (w *Worker) claimMemoryLocked(d control.Deploy) error {
+	need := deployMemory(d)
+	if w.cfg.Caps.Memory <= 0 {
+		w.claimMem[d.Job] = need
+		return nil
+	}
+	var used int64
+	for _, a := range w.jobs {
+		if a.live.Load() > 0 {
+			used += a.mem
+		}
+	}
+	for job, m := range w.claimMem {
+		if job != d.Job {
+			used += m
+		}
+	}
+	if used+need > w.cfg.Caps.Memory {
+		return control.Errorf(control.ErrNoSlots, "worker %s has a memory budget of %s (-memory) and its operators hold %s: no room for the %s job %s attempt %d asks for (limits.memory of its operator tasks here)",
+			w.cfg.ID, jobspec.FormatSize(w.cfg.Caps.Memory), jobspec.FormatSize(used), jobspec.FormatSize(need), d.Job, d.Attempt)
+	}
+	w.claimMem[d.Job] = need
+	return nil
 }
 
 // plural returns one when n is 1, else many.
