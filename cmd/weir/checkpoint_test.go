@@ -179,7 +179,7 @@ func TestCheckpointPartlyRemoved(t *testing.T) {
 	var ls bytes.Buffer
 	printCheckpoints(&ls, []control.CheckpointInfo{c})
 	rows := strings.Split(strings.TrimSpace(ls.String()), "\n")
-	if f := strings.Fields(rows[len(rows)-1]); len(f) < 9 || f[2] != "removing" || f[7] != "aligned" || !strings.HasSuffix(rows[1], c.Reason) {
+	if f := strings.Fields(rows[len(rows)-1]); len(f) < 10 || f[2] != "removing" || f[8] != "aligned" || !strings.HasSuffix(rows[1], c.Reason) {
 		t.Errorf("checkpoint ls:\n%s", ls.String())
 	}
 	var rm bytes.Buffer
@@ -378,5 +378,26 @@ checkpointing: {disabled: true}
 	}
 	if left, err := cat.IDs(ctx, "tap"); err != nil || len(left) != 0 {
 		t.Errorf("stored after rm: %v, %v", left, err)
+	}
+}
+
+// weir checkpoint ls says when each checkpoint was triggered and ended
+// (a trial's listing had no time at all): one token, in UTC, the date
+// only for another day than today.
+func TestCheckpointListSaysWhen(t *testing.T) {
+	now := time.Date(2026, 5, 17, 12, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 5, 17, 9, 12, 3, 0, time.UTC)
+	for _, c := range []struct {
+		info control.CheckpointInfo
+		want string
+	}{
+		{control.CheckpointInfo{Status: control.CheckpointCompleted, Triggered: at, Duration: 1500 * time.Millisecond}, "09:12:03→09:12:04"},
+		{control.CheckpointInfo{Status: control.CheckpointFailed, Triggered: at.Add(-24 * time.Hour), Duration: time.Minute}, "05-16T09:12:03→09:13:03"},
+		{control.CheckpointInfo{Status: control.CheckpointPending, Triggered: at}, "09:12:03→"},
+		{control.CheckpointInfo{Status: control.CheckpointFailed}, "-"},
+	} {
+		if got := whenOf(c.info, now); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.info, got, c.want)
+		}
 	}
 }

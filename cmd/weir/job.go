@@ -1964,7 +1964,8 @@ func readvisedLine(r control.Readvised, hint string) string {
 
 func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tDURATION\tSIZE\tALIGNMENT\tALIGNED\tTASKS\tSLOWEST\tREASON")
+	fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tWHEN (UTC)\tDURATION\tSIZE\tALIGNMENT\tALIGNED\tTASKS\tSLOWEST\tREASON")
+	now := time.Now().UTC()
 	for _, c := range cps {
 		kind := "checkpoint"
 		if c.Savepoint {
@@ -1986,7 +1987,7 @@ func printCheckpoints(w io.Writer, cps []control.CheckpointInfo) {
 		if status == control.CheckpointFailed && c.Aborted {
 			status = "aborted" // no failure of its own: a failover or a newer one cut it
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, kind, status, c.Duration.Round(time.Millisecond),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, kind, status, whenOf(c, now), c.Duration.Round(time.Millisecond),
 			size(c.Size), c.Alignment.Round(time.Microsecond), alignedOf(c), tasks, slowest, reason)
 	}
 	tw.Flush()
@@ -2012,16 +2013,39 @@ func slowestOf(c control.CheckpointInfo) string {
 	return "-"
 }
 
+// whenOf says when checkpoint c was triggered and, unless pending, when
+// it ended (completed, failed or aborted: triggered + duration), in UTC
+// as one token: "09:12:03→09:12:04"; the date leads a trigger of another
+// day than now ("05-17T09:12:03→…"); "-" when not known.
+func whenOf(c control.CheckpointInfo, now time.Time) string {
+	if c.Triggered.IsZero() {
+		return "-"
+	}
+	t := c.Triggered.UTC()
+	at := t.Format(time.TimeOnly)
+	if y, m, d := t.Date(); y != now.Year() || m != now.Month() || d != now.Day() {
+		at = t.Format("01-02T") + at
+	}
+	if c.Status == control.CheckpointPending {
+		return at + "→"
+	}
+	return at + "→" + t.Add(c.Duration).Format(time.TimeOnly)
+}
+
 // alignedOf says how checkpoint c was taken: "unaligned" when a task's
-// snapshot was; "at-least-once" in a job of that mode (barriers tracked,
-// inputs never aligned); else, for one completed, "aligned"; for one that
-// did not complete, as the job's mode asks (the tasks that did not ack it
-// say nothing of how they would have taken it); "-" when neither tells
+// snapshot was; "aligned" for a savepoint, which always is (a failed one
+// of an unaligned job was listed unaligned); "at-least-once" in a job of
+// that mode (barriers tracked, inputs never aligned); else, for one
+// completed, "aligned"; for one that did not complete, as the job's mode
+// asks (the tasks that did not ack it say nothing of how they would have
+// taken it); "-" when neither tells
 // (one read back from storage that does not check out).
 func alignedOf(c control.CheckpointInfo) string {
 	switch {
 	case c.Unaligned:
 		return "unaligned"
+	case c.Savepoint:
+		return "aligned"
 	case c.Mode == jobspec.ModeAtLeastOnce:
 		return "at-least-once"
 	case c.Status == control.CheckpointCompleted || c.Status == control.CheckpointDiscarded || c.Status == control.CheckpointRemoving:

@@ -390,14 +390,17 @@ func TestCheckpointLsFailedShowsTheMode(t *testing.T) {
 		{control.CheckpointInfo{ID: 3, Status: control.CheckpointFailed, Mode: jobspec.ModeExactlyOnce, Acked: 2, Total: 5}, "aligned 2/5"},
 		{control.CheckpointInfo{ID: 3, Status: control.CheckpointCompleted, Mode: jobspec.ModeAtLeastOnce, Acked: 5, Total: 5}, "at-least-once 5/5"},
 		{control.CheckpointInfo{ID: 3, Status: control.CheckpointCompleted, Unaligned: true, Acked: 5, Total: 5}, "unaligned 5/5"},
+		// A savepoint is always aligned: a trial's failed one of an
+		// unaligned job was listed unaligned.
+		{control.CheckpointInfo{ID: 3, Savepoint: true, Status: control.CheckpointFailed, Mode: jobspec.ModeUnaligned, Acked: 2, Total: 5}, "aligned 2/5"},
 		// Read back from storage and corrupt: neither is known.
 		{control.CheckpointInfo{ID: 3, Status: control.CheckpointFailed, Reason: "stored, but cannot be restored"}, "- -"},
 	} {
 		var ls bytes.Buffer
 		printCheckpoints(&ls, []control.CheckpointInfo{c.info})
 		rows := strings.Split(strings.TrimSpace(ls.String()), "\n")
-		// Fields: ID, KIND, STATUS, DURATION, SIZE (two: "0 B"), ALIGNMENT, ALIGNED, TASKS.
-		if got := strings.Join(strings.Fields(rows[len(rows)-1])[7:9], " "); got != c.want {
+		// Fields: ID, KIND, STATUS, WHEN, DURATION, SIZE (two: "0 B"), ALIGNMENT, ALIGNED, TASKS.
+		if got := strings.Join(strings.Fields(rows[len(rows)-1])[8:10], " "); got != c.want {
 			t.Errorf("%+v: ALIGNED and TASKS %q, want %q\n%s", c.info, got, c.want, ls.String())
 		}
 	}
