@@ -179,6 +179,10 @@ type job struct {
 	// (-allow-non-restored-state): each vertex it started without its
 	// checkpointed state, and why (checkChanges).
 	restoreNotes []string
+	// sharedSinks warn of the stream subjects the job's sinks write that
+	// other jobs, not ended when it was submitted or restored, wrote too
+	// (Manager.sharedSinkWarnings). Shown among the status's warnings.
+	sharedSinks []string
 	// fromWithout are the vertices that start without their state in
 	// initial, which a restore of it leaves out (checkChanges).
 	fromWithout []string
@@ -310,6 +314,7 @@ func (j *job) status() control.JobStatus {
 		st.Warnings = append(st.Warnings, j.resumeNote)
 	}
 	st.Warnings = append(st.Warnings, j.restoreNotes...)
+	st.Warnings = append(st.Warnings, j.sharedSinks...)
 	st.Warnings = append(st.Warnings, spread...)
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
@@ -1009,6 +1014,7 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 		var short *plan.CapacityError
 		var big *tooBigError
 		var queued *queuedError
+		var capped *cappedError
 		var reason string
 		switch {
 		case err == nil:
@@ -1020,6 +1026,8 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 				j.mu.Unlock()
 			}
 			return assignment, attempt, failure{}, true
+		case errors.As(err, &capped):
+			reason = ReasonWaitingForCaps + capped.Error()
 		case errors.Is(err, plan.ErrNoWorkers):
 			reason = ReasonWaitingForWorker + j.m.cordonedLive()
 		case errors.As(err, &short):
