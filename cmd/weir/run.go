@@ -217,6 +217,19 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	if err := job.CheckStreams(ctx, n.JS, spec, rerunProbe, creating); err != nil {
 		return err
 	}
+	// A stop (end, a time) that finds nothing to read is refused here,
+	// before -create-streams creates a stream for a run that never starts
+	// (the submit would refuse it, after): a stream to be created holds
+	// nothing, and one -input publishes to is the submit's to judge.
+	fed := map[string]bool{}
+	for _, in := range o.inputs {
+		if src, _ := inputSource(spec, in); src != nil && src.Kind == jobspec.KindJetStream {
+			fed[src.Stream] = true
+		}
+	}
+	if err := job.CheckStops(ctx, n.JS, spec, rerunProbe, creating, fed); err != nil {
+		return err
+	}
 	if note != "" {
 		fmt.Fprintf(std.Err, "weir: %s\n", note)
 	}

@@ -258,9 +258,15 @@ func resolveStop(ctx context.Context, js jetstream.JetStream, stream string, sp 
 		seq = next - 1
 	}
 	if seq == 0 {
-		return 0, control.Errorf(control.ErrInvalid, "stream %s holds no message up to it: the source would read nothing (give a sequence to wait for)", stream)
+		return 0, noMessageUpTo(stream)
 	}
 	return seq, nil
+}
+
+// noMessageUpTo refuses a stop (end, a time) of a source on stream, which
+// holds no message up to it.
+func noMessageUpTo(stream string) error {
+	return control.Errorf(control.ErrInvalid, "stream %s holds no message up to it: the source would read nothing (give a sequence to wait for)", stream)
 }
 
 // startClockSkew is how far ahead of the coordinator's clock a start time

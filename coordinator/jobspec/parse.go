@@ -176,9 +176,7 @@ func (p *parser) fields(n *yaml.Node, path string, h map[string]func(v *yaml.Nod
 		case !ok:
 			like := closest(k.Value, h)
 			if like == "" || hasKey(n, like) {
-				// No guess: say what the mapping takes (a trial's
-				// limits: {max-batch: 16MiB} got no word of it).
-				p.errf(k, sub, "unknown option %q (valid: %s)", k.Value, strings.Join(slices.Sorted(maps.Keys(h)), ", "))
+				p.errf(k, sub, "unknown option %q", k.Value)
 				break
 			}
 			p.errf(k, sub, "unknown option %q (did you mean %s?)", k.Value, like)
