@@ -37,6 +37,12 @@ type Output struct {
 	// Senders are the channels, one per downstream subtask; the task closes
 	// them when done.
 	Senders []stream.Sender
+	// Check, if set, refuses a batch the task's operator emitted on the
+	// port that what the port goes to could never take (an emitted record
+	// over the input batch limit of the operator it feeds,
+	// wasm.CheckEmitted): the task fails, its operator named, rather than
+	// the one the record goes to.
+	Check func(batch []byte) error
 }
 
 // Checkpointing configures how a task takes checkpoints.
@@ -1176,6 +1182,11 @@ func (t *Task) emit(port int, batch []byte) error {
 	o := t.cfg.Outputs[port]
 	if len(o.Senders) == 0 {
 		return nil
+	}
+	if o.Check != nil && t.cfg.Operator != nil {
+		if err := o.Check(batch); err != nil {
+			return err // the operator's Process names it and the port
+		}
 	}
 	parts, err := o.Partitioner.Partition(batch, len(o.Senders))
 	if err != nil {

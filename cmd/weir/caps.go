@@ -65,4 +65,3 @@ func (c *capsFlags) caps(cmd string) (control.Caps, error) {
 	out.MaxCallTimeout, out.MaxLogRate = c.maxCallTimeout, c.maxLogRate
 	return out, nil
 }
-

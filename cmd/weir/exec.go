@@ -544,8 +544,13 @@ func checkKeyedState(operator string, state []byte) error {
 	return nil
 }
 
-// print writes an emitted batch's records.
+// print writes an emitted batch's records. A record over an operator's
+// input batch limit fails the run, as it fails a job's task
+// (wasm.CheckEmitted): no operator it went to could take it.
 func (r *execRun) print(port int, batch []byte) error {
+	if err := wasm.CheckEmitted(batch, r.maxBatch, ""); err != nil {
+		return err // Process names the operator and the port
+	}
 	it, err := abi.NewIter(batch)
 	if err != nil {
 		return err

@@ -421,3 +421,21 @@ func TestExecNameOfAModule(t *testing.T) {
 		}
 	}
 }
+
+// A record over an operator's input batch limit (4 MiB) that an operator
+// emits fails weir exec with the words a job's task fails with: no
+// operator it went to could take it, though a job's sink could, so exec
+// would have printed what no job runs.
+func TestExecRefusesARecordOverTheBatchLimit(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sdktest.wasm")
+	if err := os.WriteFile(p, guestbuild.MustBuild(t, "github.com/weirhq/weir/guests/go/internal/sdktest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := weir(t, "k\tv\n", "exec", p, "-config", "big", "-memory", "256MiB")
+	want := `weir: operator sdktest: forwarding output to port 0: record 1 of an emitted batch (key "k"): record too large for an operator's input: ` +
+		`a record of 10485761 bytes (key 1, value 10485760) makes a batch of 10485781 bytes, over the 4194304-byte (4 MiB) limit of an operator's input batch; ` +
+		`emit smaller records (split a large value across several)`
+	if code != 1 || out != "" || !strings.HasPrefix(errs, want) {
+		t.Errorf("exit %d, %d bytes out, stderr:\n%s\nwant it to start %q", code, len(out), errs, want)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/host/wasm"
 	"github.com/weirhq/weir/transport/natsconn"
 )
 
@@ -934,9 +935,15 @@ const lsReasonWidth = 72
 func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatus, remedyFix) string) {
 	if failedOnABadRecord(st) {
 		// Not restarted: every replay meets the record again.
-		fmt.Fprintf(w, "a sink refused a record it cannot publish; the checkpoints hold none of it, and every replay would meet it again\n")
+		fix := remedyRecord
+		if emittedTooLarge(st.Failures[0]) {
+			fix = remedyEmit
+			fmt.Fprintf(w, "an operator emitted a record too large for the operator it goes to; every replay would emit it again\n")
+		} else {
+			fmt.Fprintf(w, "a sink refused a record it cannot publish; the checkpoints hold none of it, and every replay would meet it again\n")
+		}
 		if remedy != nil {
-			fmt.Fprintf(w, "%s\n", remedy(st, remedyRecord))
+			fmt.Fprintf(w, "%s\n", remedy(st, fix))
 		}
 		return
 	}
@@ -1009,8 +1016,11 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		// Restarted: the input, core NATS subjects, replays nothing, and
 		// each failure lost a record of its own.
 		fix, hint = remedyRecord, " (a sink refused a record it cannot publish each time, and each such record is lost: the job's input cannot replay it)"
+		if emittedTooLarge(f) {
+			fix, hint = remedyEmit, " (an operator emitted a record too large for the operator it goes to each time, and each such record is lost: the job's input cannot replay it)"
+		}
 	}
-	if fix != remedyNone && fix != remedyRecord && fix != remedyLimit {
+	if fix != remedyNone && fix != remedyRecord && fix != remedyEmit && fix != remedyLimit {
 		// Not on a record: the hint says where it failed instead.
 		switch failedIn(f.Reason) {
 		case abi.ExportSnapshot:
@@ -1116,7 +1126,17 @@ const (
 	// remedyLimit: a sink stream's limit raised, or room made in it
 	// (control.FailureSinkRefused); the spec stays as it is.
 	remedyLimit
+	// remedyEmit: an operator that emits records the operator they go to
+	// can take (control.FailureBadRecord of emittedTooLarge).
+	remedyEmit
 )
+
+// emittedTooLarge reports whether f is an operator's failure for a record
+// it emitted over the input batch limit of the operator it goes to
+// (wasm.ErrRecordTooLarge), not a sink's bad record.
+func emittedTooLarge(f control.Failure) bool {
+	return f.IsKind(control.FailureBadRecord) && strings.Contains(f.Reason, wasm.ErrRecordTooLarge.Error())
+}
 
 // fix says what to change, as the start of a remedy: "fix the operator".
 func (f remedyFix) fix() string {
@@ -1125,6 +1145,8 @@ func (f remedyFix) fix() string {
 		return "raise the operator's limits.memory in the spec"
 	case remedyRecord:
 		return "fix the operator that emits the record (a key that forms the sink's subject, a smaller value) or the sink's subject (one without {key} takes any key)"
+	case remedyEmit:
+		return fmt.Sprintf("fix the operator that emits the record (an operator's input batch takes a record of up to %s less 20 bytes of framing: split a large value across several records)", jobspec.FormatSize(wasm.DefaultMaxBatchBytes))
 	case remedyTimeout:
 		return "fix the operator (or raise its limits.timeout in the spec, if the call needs longer)"
 	case remedyRestore:
@@ -1711,7 +1733,9 @@ func unreadTrend(pending int64, rate *float64, inRate float64) string {
 }
 
 // printFailures prints a job's failure history, one per line, with each
-// failure's kind (control.FailureKind; "-" when it has none).
+// failure's kind (control.FailureKind; "-" when it has none). A wait for
+// room that ran out again and again is one line, saying how often
+// (control.Failure.Repeats) and till when.
 func printFailures(w io.Writer, fs []control.Failure) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tATTEMPT\tKIND\tREASON")

@@ -1022,6 +1022,9 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 		return control.Failure{Time: at.Add(time.Duration(attempt) * time.Second), Attempt: attempt, Kind: control.FailureTrap, Task: "slowop-0", Record: rec,
 			Reason: fmt.Sprintf(`task slowop-0 failed: operator slowop[0]: weir_process: trap at record %d of the batch (%s): panic: at random (wasm error: unreachable)`, ix, rec)}
 	}
+	const tooLarge = `task badop-0 failed: operator badop[0]: forwarding output to port 0: record 1 of an emitted batch (key "in.k"): record too large for an operator's input: ` +
+		`a record of 10485764 bytes (key 4, value 10485760) makes a batch of 10485784 bytes, over the 4194304-byte (4 MiB) limit of operator passop's input batch; ` +
+		`emit smaller records (split a large value across several)`
 	expired := func(attempt, id int) control.Failure {
 		return control.Failure{Attempt: attempt, Reason: fmt.Sprintf("1 consecutive checkpoint failures exceed the 0 tolerated; last: checkpoint %d: expired after 5s", id)}
 	}
@@ -1086,6 +1089,17 @@ func TestJobStatusShowsARestartLoop(t *testing.T) {
 			Failures: []control.Failure{trap(4), trap(3), trap(2), trap(1)}},
 			"the last 4 failed the same way: restarting does not help while the cause stays (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)\n" +
 				"to go on: fix the operator, then weir job restore slow -from 12 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
+		{"a record too large for the operator it goes to", control.JobStatus{Name: "big", State: control.JobFailed, Attempt: 1, FailuresInARow: 1, RestartAttempts: 3, LatestCheckpoint: 5,
+			Reason:   tooLarge + " (not restarted: it would fail the same way again)",
+			Failures: []control.Failure{{Attempt: 1, Kind: control.FailureBadRecord, Task: "badop-0", Reason: tooLarge}}},
+			"an operator emitted a record too large for the operator it goes to; every replay would emit it again\n" +
+				"to go on: fix the operator that emits the record (an operator's input batch takes a record of up to 4MiB less 20 bytes of framing: split a large value across several records), " +
+				"then weir job restore big -from 5 -spec SPEC, the spec's module: naming the fixed build (its state and output carry over)\n"},
+		{"records too large for the operator they go to, each lost", control.JobStatus{Name: "big", State: control.JobRestarting, Attempt: 3, FailuresInARow: 2, RestartAttempts: 3,
+			Failures: []control.Failure{{Attempt: 2, Kind: control.FailureBadRecord, Task: "badop-0", Reason: tooLarge}, {Attempt: 1, Kind: control.FailureBadRecord, Task: "badop-0", Reason: tooLarge}}},
+			"failures in a row: 2 since the job started (no checkpoint completed); restart.attempts allows 3 restarts, failure 4 fails the job\n" +
+				"  the last 2 failed the same way: restarting does not help while the cause stays (an operator emitted a record too large for the operator it goes to each time, and each such record is lost: the job's input cannot replay it)\n" +
+				"  to go on: weir job cancel big, fix the operator that emits the record (an operator's input batch takes a record of up to 4MiB less 20 bytes of framing: split a large value across several records) and submit the job again (no checkpoint completed to restore)\n"},
 		{"a record a sink cannot publish", control.JobStatus{Name: "slow", State: control.JobFailed, Attempt: 1, FailuresInARow: 1, RestartAttempts: 3, LatestCheckpoint: 5,
 			Reason:   `task out-0 failed: record 1 of the batch: bad key: key "": the record has no key (not restarted: it would fail the same way again)`,
 			Failures: []control.Failure{{Attempt: 1, Kind: control.FailureBadRecord, Reason: `task out-0 failed: record 1 of the batch: bad key: key "": the record has no key`}}},

@@ -464,9 +464,11 @@ const (
 	// FailureBadRecord: a sink could not publish a record it was given:
 	// its key cannot form the keyed sink's subject ("out.{key}" and an
 	// empty key, a key with whitespace), or no message can carry it
-	// (sink.ErrBadKey, sink.ErrRecordTooLarge). The sink refuses it
-	// before any of its batch is staged, so the checkpoints hold none of
-	// it; where a JetStream source upstream of the sink replays the input,
+	// (sink.ErrBadKey, sink.ErrRecordTooLarge); or an operator emitted a
+	// record over the input batch limit of the operator it goes to
+	// (wasm.ErrRecordTooLarge), and the emitting task fails. The sink
+	// refuses it before any of its batch is staged, so the checkpoints
+	// hold none of it; where a JetStream source upstream replays the input,
 	// every replay meets it again, so the job fails at once. What helps is
 	// a fixed operator (or sink subject), restored from the latest
 	// checkpoint. Where the sink's input comes from core NATS subjects

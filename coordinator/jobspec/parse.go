@@ -176,7 +176,9 @@ func (p *parser) fields(n *yaml.Node, path string, h map[string]func(v *yaml.Nod
 		case !ok:
 			like := closest(k.Value, h)
 			if like == "" || hasKey(n, like) {
-				p.errf(k, sub, "unknown option %q", k.Value)
+				// No guess: say what the mapping takes (a trial's
+				// limits: {max-batch: 16MiB} got no word of it).
+				p.errf(k, sub, "unknown option %q (valid: %s)", k.Value, strings.Join(slices.Sorted(maps.Keys(h)), ", "))
 				break
 			}
 			p.errf(k, sub, "unknown option %q (did you mean %s?)", k.Value, like)

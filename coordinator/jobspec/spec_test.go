@@ -340,7 +340,9 @@ func TestErrors(t *testing.T) {
 		{"unknown option", base("  - name: a\n    module: m\n    paralelism: 2\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].paralelism: unknown option "paralelism" (did you mean parallelism?)`}},
 		{"unknown option far from any", base("  - name: a\n    module: m\n    speed: 2\n    inputs: [{from: in}]\n"),
-			[]string{`job.yaml:7: operators[0].speed: unknown option "speed"`}},
+			[]string{`job.yaml:7: operators[0].speed: unknown option "speed" (valid: config, inputs, limits, module, name, parallelism)`}},
+		{"an operator limit there is not", base("  - name: a\n    module: m\n    limits: {max-batch: 16MiB}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.max-batch: unknown option "max-batch" (valid: log-rate, memory, timeout)`}},
 		{"missing input", base("  - name: a\n    module: m\n"),
 			[]string{`job.yaml:5: operators[0].inputs: missing input: operator "a" has no inputs`}},
 		{"forward parallelism", base("  - name: a\n    module: m\n    inputs: [{from: in, partition: forward}]\n"),
@@ -760,7 +762,7 @@ func TestMisspeltOptionIsTheOnlyError(t *testing.T) {
 	}
 	// With the option present as well, the stray key gets no guess.
 	_, err := Parse("job.yaml", []byte("name: j\nsources: [{name: in, kind: nats, subject: a}]\nsinks: [{name: o, kind: nats, subject: b, input: {from: in}, inptu: 1}]\n"), Options{})
-	if err == nil || err.Error() != `job.yaml:3: sinks[0].inptu: unknown option "inptu"` {
+	if err == nil || !strings.HasPrefix(err.Error(), `job.yaml:3: sinks[0].inptu: unknown option "inptu" (valid: `) {
 		t.Errorf("Parse = %v", err)
 	}
 }

@@ -81,7 +81,7 @@ func Unrecoverable(err error) bool {
 	var full *sink.StreamFullError
 	return errors.Is(err, control.ErrUnrecoverable) || errors.As(err, &full) && full.TooLarge() ||
 		errors.Is(err, source.ErrOffsetGone) || errors.Is(err, source.ErrOffsetAhead) || errors.Is(err, source.ErrOffsetMismatch) ||
-		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) && !errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrRecordTooLarge) ||
+		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) && !errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrRecordTooLarge) || errors.Is(err, wasm.ErrRecordTooLarge) ||
 		errors.Is(err, sink.ErrStagedStreamNotFound) || errors.Is(err, sink.ErrMalformedState) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
 		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||

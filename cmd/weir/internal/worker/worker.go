@@ -1042,7 +1042,7 @@ func failureKind(err error) control.FailureKind {
 		// wraps too: the stream's subjects need fixing, not the
 		// operator (its output is staged on that subject).
 		return control.FailureStream
-	case errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge):
+	case errors.Is(err, sink.ErrBadKey) || errors.Is(err, sink.ErrRecordTooLarge) || errors.Is(err, wasm.ErrRecordTooLarge):
 		return control.FailureBadRecord
 	case errors.Is(err, sink.ErrStagedTooMuch):
 		return control.FailureCheckpointsFailed
@@ -1227,6 +1227,29 @@ func (b *builder) build(ctx context.Context) (map[string]*host.Task, error) {
 	return tasks, nil
 }
 
+// emitCheck returns the host.Output.Check of a task's output port out: where it feeds an operator, a record over that operator's input
+// batch limit (wasm.DefaultMaxBatchBytes: the limit is not set per
+// operator) fails the task that emitted it, as no replay gets it through,
+// naming the operator it goes to; nil where it feeds a sink, which checks
+// the records it publishes itself.
+func (b *builder) emitCheck(out plan.Output) func([]byte) error {
+	if len(out.Channels) == 0 {
+		return nil
+	}
+	var to plan.Task
+	for _, c := range b.d.Plan.Channels {
+		if c.ID == out.Channels[0] {
+			to, _ = b.d.Plan.Task(c.To)
+			break
+		}
+	}
+	if to.Kind != plan.Operator {
+		return nil
+	}
+	name := "operator " + to.Vertex
+	return func(batch []byte) error { return wasm.CheckEmitted(batch, wasm.DefaultMaxBatchBytes, name) }
+}
+
 func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 	spec := b.d.Spec
 	l := listener{w: b.w.ctl, log: b.w.log, job: b.d.Job, attempt: b.d.Attempt, run: runKey(b.d.Submitted),
@@ -1272,7 +1295,7 @@ func (b *builder) task(ctx context.Context, pt plan.Task) (*host.Task, error) {
 		if err != nil {
 			return nil, err
 		}
-		o := host.Output{Partitioner: p}
+		o := host.Output{Partitioner: p, Check: b.emitCheck(out)}
 		for _, ch := range out.Channels {
 			s := b.senders[ch]
 			if s == nil {

@@ -19,6 +19,8 @@
 //	gopanic   panic in a goroutine Process starts and waits for
 //	ports   emit each record to ports 0 and 1
 //	rand    emit 16 bytes of crypto/rand per record
+//	big     emit each record with its value repeated to 10 MiB (over the
+//	        4 MiB input batch of an operator it goes to)
 //	bigstate  Process keeps every value; Snapshot writes 300 KiB per record
 //	allocs  pass records through; EndOfInput emits the heap allocations
 //	        made between the second and the last Process call
@@ -132,6 +134,13 @@ func (o *op) Process(port int, in *weir.Batch, out *weir.Emitter) error {
 	case "rand":
 		for in.Next() {
 			out.Emit(0, nil, []byte(rand.Text()), 0)
+		}
+		return nil
+	case "big":
+		for in.Next() {
+			r := in.Record()
+			v := bytes.Repeat(r.Value, (10<<20)/max(len(r.Value), 1)+1)
+			out.Emit(0, r.Key, v[:10<<20], 0)
 		}
 		return nil
 	case "ports":
