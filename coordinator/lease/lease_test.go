@@ -237,9 +237,12 @@ func TestTakeThroughALeaderElection(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// A longer TTL than the other tests': on two loaded cores the renewals
+	// of a lease taken while the replicas catch up lagged past 2s once.
+	const ttl = 5 * testTTL
 	servers := embeddedtest.Cluster(t, ctx, 3)
 	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
-	if _, _, err := Open(ctx, js, 3, testTTL); err != nil {
+	if _, _, err := Open(ctx, js, 3, ttl); err != nil {
 		t.Fatal(err)
 	}
 	stay, stop := embeddedtest.QuorumLoss(t, ctx, js, "KV_"+Bucket, servers)
@@ -268,7 +271,7 @@ func TestTakeThroughALeaderElection(t *testing.T) {
 	}()
 	// No deadline, as weir up's: each try has its own, the election its
 	// natsconn.ElectionWait (ctx above bounds the test).
-	l, err := Take(context.WithoutCancel(ctx), Config{KV: kv, TTL: testTTL, Conn: nc, Holder: Holder{ID: "a", Host: "host-a", PID: 7}})
+	l, err := Take(context.WithoutCancel(ctx), Config{KV: kv, TTL: ttl, Conn: nc, Holder: Holder{ID: "a", Host: "host-a", PID: 7}})
 	<-restarted
 	if err != nil {
 		t.Fatalf("take the lease while its stream elects a leader: %v", err)

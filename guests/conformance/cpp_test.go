@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/host/wasm"
@@ -18,7 +19,7 @@ func cppProbe(t *testing.T) *wasm.Instance {
 	e := newEngine(t)
 	m, err := e.Load(context.Background(), "c++-probe", wasmOf(t, language{"c++", func(string) string {
 		return filepath.Join("..", "cpp", "sdktest", "probe.wasm")
-	}}, "probe"), wasm.Limits{})
+	}}, "probe"), wasm.Limits{CallTimeout: time.Minute}) // "grow" ran past the default 5s once in CI, on two loaded cores
 	if err != nil {
 		t.Fatal(err)
 	}
