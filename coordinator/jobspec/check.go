@@ -21,7 +21,10 @@ import (
 // retained; the restart strategy, and exponential backoff's initial, max
 // and multiplier; a sink's guarantee, an input's partition, a source's
 // key and a jetstream source's filter (from its subject). A zero
-// parallelism is an error, as in a spec that writes one.
+// parallelism is an error, as in a spec that writes one. The defaults of
+// fields whose zero value is a setting (restart.attempts, a parallelism,
+// a fixed delay) are filled where the spec is decoded from JSON
+// (Spec.UnmarshalJSON), where a field left out still shows.
 func Check(s *Spec) error {
 	if s == nil {
 		return Errors{{Msg: "no job spec"}}
@@ -174,13 +177,15 @@ func Check(s *Spec) error {
 	if c.Retained < 0 {
 		bad("checkpointing.retained", "must be at least 1, got %d", c.Retained)
 	}
-	if c.Retained > MaxRetained {
-		bad("checkpointing.retained", "must be at most %d, got %d", MaxRetained, c.Retained)
-	}
 
 	r := &s.Restart
 	if r.Strategy == "" {
-		r.Strategy = RestartFixedDelay
+		// As Parse: exponential backoff, or fixed-delay where a delay is
+		// given.
+		r.Strategy = RestartExponentialBackoff
+		if r.Delay != 0 {
+			r.Strategy = RestartFixedDelay
+		}
 	}
 	oneOf("restart.strategy", r.Strategy, RestartFixedDelay, RestartExponentialBackoff, RestartNone)
 	nonNegative("restart.delay", r.Delay)
@@ -213,6 +218,8 @@ func Check(s *Spec) error {
 		if r.Max < r.Initial {
 			bad("restart.max", "max (%s) is less than initial (%s)", r.Max, r.Initial)
 		}
+	case RestartNone:
+		r.Attempts = 0
 	}
 
 	p.validate(s, nil, nil)

@@ -77,7 +77,6 @@ func TestCheckRefusesWhatParseRefuses(t *testing.T) {
 		{"checkpointing.max-concurrent", func(s *Spec) { s.Checkpointing.MinPause, s.Checkpointing.MaxConcurrent = time.Second, 2 }},
 		{"checkpointing.max-concurrent", func(s *Spec) { s.Checkpointing.MaxConcurrent = -1 }},
 		{"checkpointing.retained", func(s *Spec) { s.Checkpointing.Retained = -1 }},
-		{"checkpointing.retained", func(s *Spec) { s.Checkpointing.Retained = MaxRetained + 1 }},
 		{"restart.strategy", func(s *Spec) { s.Restart.Strategy = "pray" }},
 		{"restart.multiplier", func(s *Spec) { s.Restart.Multiplier = 0.5 }},
 		{"restart.max", func(s *Spec) { s.Restart.Max = time.Millisecond }},
@@ -136,5 +135,56 @@ func TestCheckFillsDefaults(t *testing.T) {
 	}
 	if err := Check(nil); err == nil || !strings.Contains(err.Error(), "no job spec") {
 		t.Errorf("Check(nil) = %v", err)
+	}
+}
+
+// A spec decoded from JSON gets the restart Parse gives the same spec in
+// YAML, for each way of writing the restart block or leaving it out; and
+// a spec Parse returned comes back from JSON as it was.
+func TestJSONRestartAsParse(t *testing.T) {
+	const body = `"name": "r", "sources": [{"name": "in", "kind": "nats", "subject": "in"}],
+"sinks": [{"name": "out", "kind": "nats", "subject": "out", "input": {"from": "in"}}]`
+	for yml, js := range map[string]string{
+		``:                                     ``,
+		`restart: {attempts: 0}`:               `, "restart": {"attempts": 0}`,
+		`restart: {strategy: fixed-delay}`:     `, "restart": {"strategy": "fixed-delay"}`,
+		`restart: {delay: 0s}`:                 `, "restart": {"delay": 0}`,
+		`restart: {delay: 2s, attempts: 3}`:    `, "restart": {"delay": 2000000000, "attempts": 3}`,
+		`restart: {strategy: none}`:            `, "restart": {"strategy": "none"}`,
+		`restart: {initial: 2s}`:               `, "restart": {"initial": 2000000000}`,
+		`checkpointing: {interval: 1s}`:        `, "checkpointing": {"interval": 1000000000}`,
+		`checkpointing: {mode: at-least-once}`: `, "checkpointing": {"mode": "at-least-once"}`,
+	} {
+		want, err := Parse("r.yaml", []byte(`name: r
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`+yml), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Spec
+		if err := json.Unmarshal([]byte("{"+body+js+"}"), &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(&got); err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		if got.Restart != want.Restart || got.Checkpointing != want.Checkpointing {
+			t.Errorf("JSON {%s}: restart %+v, checkpointing %+v; want Parse's %+v, %+v", js, got.Restart, got.Checkpointing, want.Restart, want.Checkpointing)
+		}
+		if got.Sources[0].Parallelism != 1 || got.Sinks[0].Parallelism != 1 || got.Sources[0].Key != KeyFromHeader {
+			t.Errorf("JSON {%s}: source %+v, sink %+v; want parallelism 1, key from the header", js, got.Sources[0], got.Sinks[0])
+		}
+		b, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Spec
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.Restart != want.Restart || back.Checkpointing != want.Checkpointing {
+			t.Errorf("%q through JSON: restart %+v, checkpointing %+v; want %+v, %+v", yml, back.Restart, back.Checkpointing, want.Restart, want.Checkpointing)
+		}
 	}
 }
