@@ -1046,7 +1046,7 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 		}
 		at(line, "name", "a job needs a name")
 	} else if !nameRE.MatchString(s.Name) {
-		p.errf(nodes["name"], "name", "bad name %q (letters, digits and '-', starting with a letter)", s.Name)
+		p.errf(nodes["name"], "name", "%s", BadName(s.Name))
 	}
 	names := map[string]string{}
 	checkName := func(name, path string, line int) {
@@ -1055,7 +1055,7 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 			at(line, path+".name", "missing name")
 		case !nameRE.MatchString(name):
 			p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path + ".name",
-				Msg: fmt.Sprintf("bad name %q (letters, digits and '-', starting with a letter)", name)})
+				Msg: BadName(name)})
 		case names[name] != "":
 			p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path + ".name",
 				Msg: fmt.Sprintf("duplicate name %q (also %s)", name, names[name])})

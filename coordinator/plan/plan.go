@@ -261,12 +261,12 @@ func Build(s *jobspec.Spec) (*Plan, error) {
 // check refuses a spec whose plan would be unusable or too large to build.
 func check(s *jobspec.Spec) error {
 	if !jobspec.ValidName(s.Name) {
-		return fmt.Errorf("plan %q: bad job name (letters, digits and '-', starting with a letter)", s.Name)
+		return fmt.Errorf("plan: job: %s", jobspec.BadName(s.Name))
 	}
 	par := map[string]int{}
 	vertex := func(kind Kind, name string, n int) error {
 		if !jobspec.ValidName(name) {
-			return fmt.Errorf("plan %s: %s %q: bad name (letters, digits and '-', starting with a letter)", s.Name, kind, name)
+			return fmt.Errorf("plan %s: %s: %s", s.Name, kind, jobspec.BadName(name))
 		}
 		if n < 1 || n > jobspec.MaxParallelism {
 			return fmt.Errorf("plan %s: %s %s: parallelism %d, want 1 to %d", s.Name, kind, name, n, jobspec.MaxParallelism)

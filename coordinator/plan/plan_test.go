@@ -237,10 +237,10 @@ func TestBuildRefusesAnInvalidSpec(t *testing.T) {
 		edit func(s *jobspec.Spec)
 		want string
 	}{
-		{"job name with wildcard", func(s *jobspec.Spec) { s.Name = "a.>" }, `plan "a.>": bad job name`},
-		{"empty job name", func(s *jobspec.Spec) { s.Name = "" }, `plan "": bad job name`},
+		{"job name with wildcard", func(s *jobspec.Spec) { s.Name = "a.>" }, `plan: job: bad name "a.>"`},
+		{"empty job name", func(s *jobspec.Spec) { s.Name = "" }, `plan: job: bad name ""`},
 		{"vertex name with dot", func(s *jobspec.Spec) { s.Operators[0].Name = "c.*"; s.Sinks[0].Input.From = "c.*" },
-			`plan j: operator "c.*": bad name`},
+			`plan j: operator: bad name "c.*"`},
 		{"zero parallelism", func(s *jobspec.Spec) { s.Sources[0].Parallelism = 0 }, `plan j: source in: parallelism 0`},
 		{"negative parallelism", func(s *jobspec.Spec) { s.Sinks[0].Parallelism = -2 }, `plan j: sink out: parallelism -2`},
 		{"huge parallelism", func(s *jobspec.Spec) { s.Sources[0].Parallelism = 1 << 30 }, `plan j: source in: parallelism 1073741824`},
