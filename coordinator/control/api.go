@@ -1208,23 +1208,22 @@ func read[T any](ctx context.Context, c *APIClient, op string, req any) (T, erro
 	if err != nil {
 		return zero, fmt.Errorf("encode %s: %w", subject, err)
 	}
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	answers, err := subscribeAnswers(c.nc)
 	if err != nil {
 		return zero, fmt.Errorf("%s: subscribe to the answers: %w", subject, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer answers.close()
 	deadline, _ := ctx.Deadline()
 	deaf := deafness{limit: attempt}
 	for {
 		msg := nats.NewMsg(subject)
-		msg.Reply, msg.Data = inbox, data
+		msg.Reply, msg.Data = answers.inbox, data
 		msg.Header.Set(HeaderWait, time.Until(deadline).String())
 		if err := c.nc.PublishMsg(msg); err != nil {
 			return zero, fmt.Errorf("%s: %w", subject, err)
 		}
 		tctx, cancel := context.WithTimeout(ctx, try)
-		ans, err := sub.NextMsgWithContext(tctx)
+		ans, err := answers.next(tctx) // parts of an earlier try's answer count
 		cancel()
 		var unavailable error
 		switch {
@@ -1415,10 +1414,10 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 				defer cancel()
 				res, err := fn(hctx, m.Data)
 				if err != nil {
-					respond(m, replyFor(gaveUp(ctx, hctx, wait, err)))
+					respond(nc, m, replyFor(gaveUp(ctx, hctx, wait, err)))
 					return
 				}
-				respond(m, apiReply[any]{Result: res})
+				respond(nc, m, apiReply[any]{Result: res})
 			}()
 		})
 		if err != nil {

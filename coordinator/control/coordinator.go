@@ -140,17 +140,17 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := sub(c.subj.Register(), func(m *nats.Msg) {
 		var info WorkerInfo
 		if err := json.Unmarshal(m.Data, &info); err != nil || info.ID == "" {
-			respond(m, RegisterReply{Error: "bad registration"})
+			respond(c.nc, m, RegisterReply{Error: "bad registration"})
 			return
 		}
 		if c.opts.Unusable != nil {
 			if why := c.opts.Unusable(info); why != "" {
-				respond(m, RegisterReply{HeartbeatTimeout: c.opts.HeartbeatTimeout, Refused: why})
+				respond(c.nc, m, RegisterReply{HeartbeatTimeout: c.opts.HeartbeatTimeout, Refused: why})
 				return
 			}
 		}
 		c.seen(info, nil)
-		respond(m, RegisterReply{HeartbeatTimeout: c.opts.HeartbeatTimeout})
+		respond(c.nc, m, RegisterReply{HeartbeatTimeout: c.opts.HeartbeatTimeout})
 	}); err != nil {
 		return err
 	}
@@ -192,10 +192,10 @@ func (c *Coordinator) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := sub(c.subj.Event(), func(m *nats.Msg) {
 		var e Event
 		if err := json.Unmarshal(m.Data, &e); err != nil {
-			respond(m, Reply{Error: "bad event: " + err.Error(), Code: "invalid"})
+			respond(c.nc, m, Reply{Error: "bad event: " + err.Error(), Code: "invalid"})
 			return
 		}
-		respond(m, replyFor(c.h.Event(e)))
+		respond(c.nc, m, replyFor(c.h.Event(e)))
 	}); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 )
 
 // Error codes carried in Reply.Code, and the errors they map to. They are
@@ -213,7 +215,22 @@ func requestWith(ctx context.Context, nc *nats.Conn, subject string, v any, out 
 		deadline, _ := ctx.Deadline()
 		req.Header.Set(HeaderWait, time.Until(deadline).String())
 	}
-	msg, err := nc.RequestMsgWithContext(ctx, req)
+	// An inbox of its own rather than nc.Request, which takes the first
+	// message only: a large answer comes in parts (respond).
+	ans, err := subscribeAnswers(nc)
+	if err != nil {
+		return fmt.Errorf("%s: subscribe to the answer: %w", subject, err)
+	}
+	defer ans.close()
+	req.Reply = ans.inbox
+	err = nc.PublishMsg(req)
+	var msg *nats.Msg
+	if err == nil {
+		msg, err = ans.next(ctx)
+	}
+	if err == nil && len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+		err = nats.ErrNoResponders
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			// It also matches nats.ErrNoResponders: nobody received the
@@ -248,8 +265,30 @@ func decodeReply(subject string, data []byte, out any) error {
 	return nil
 }
 
-// respond answers msg with v (or an error reply if encoding fails).
-func respond(msg *nats.Msg, v any) {
+// Headers of an answer sent in parts (respond): one larger than the
+// server's max_payload goes as several messages to the request's reply
+// subject, each with the answer's ID (HeaderAnswer) and which part of
+// how many it is (HeaderPart, "0/3" for the first of three); the
+// requester puts them together in order (answers). An answer that fits
+// is one message without them, as before parts existed.
+const (
+	HeaderAnswer = "Weir-Answer"
+	HeaderPart   = "Weir-Part"
+)
+
+// partRoom is what respond leaves of max_payload for a part's headers.
+const partRoom = 256
+
+// maxParts is the most parts answers accepts of one answer: a part that
+// claims more is refused rather than allocated for.
+const maxParts = 1 << 16
+
+// respond answers msg, received on nc, with v (or an error reply if
+// encoding fails): in one message if it fits the server's max_payload,
+// else in parts (HeaderPart). An answer that cannot be sent is replaced
+// by an error reply that says why, so that the requester learns it
+// instead of waiting out its deadline.
+func respond(nc *nats.Conn, msg *nats.Msg, v any) {
 	if msg.Reply == "" {
 		return
 	}
@@ -257,5 +296,108 @@ func respond(msg *nats.Msg, v any) {
 	if err != nil {
 		data, _ = json.Marshal(Reply{Error: "encode reply: " + err.Error()})
 	}
-	_ = msg.Respond(data)
+	if err := sendAnswer(nc, msg.Reply, data); err != nil {
+		why, _ := json.Marshal(Reply{Error: fmt.Sprintf("%s: the answer of %d bytes could not be sent: %v", msg.Subject, len(data), err)})
+		_ = nc.Publish(msg.Reply, why)
+	}
+}
+
+// sendAnswer publishes data to reply on nc, in parts if it is larger
+// than the server's max_payload.
+func sendAnswer(nc *nats.Conn, reply string, data []byte) error {
+	limit := int(nc.MaxPayload())
+	if len(data) <= limit {
+		err := nc.Publish(reply, data)
+		if !errors.Is(err, nats.ErrMaxPayload) { // else: a reconnect lowered it
+			return err
+		}
+		limit = int(nc.MaxPayload())
+	}
+	size := limit - partRoom
+	if size <= 0 {
+		return fmt.Errorf("the server's max_payload of %d bytes leaves no room for a part of it; raise max_payload", limit)
+	}
+	n := (len(data) + size - 1) / size
+	if n > maxParts {
+		return fmt.Errorf("it would take %d parts of %d bytes, more than the %d a requester accepts; raise the server's max_payload", n, size, maxParts)
+	}
+	id := nuid.Next()
+	for i := range n {
+		m := nats.NewMsg(reply)
+		m.Header.Set(HeaderAnswer, id)
+		m.Header.Set(HeaderPart, fmt.Sprintf("%d/%d", i, n))
+		m.Data = data[i*size : min(len(data), (i+1)*size)]
+		if err := nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("part %d of %d: %w", i+1, n, err)
+		}
+	}
+	return nil
+}
+
+// answers receives the answers to requests on an inbox of its own, and
+// puts those sent in parts together (respond).
+type answers struct {
+	inbox string
+	sub   *nats.Subscription
+	parts map[string]*partial // by HeaderAnswer
+}
+
+// partial is an answer in parts, of which got have come.
+type partial struct {
+	data [][]byte
+	got  int
+}
+
+// subscribeAnswers subscribes to a new inbox on nc.
+func subscribeAnswers(nc *nats.Conn) (*answers, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	return &answers{inbox: inbox, sub: sub}, nil
+}
+
+func (a *answers) close() { _ = a.sub.Unsubscribe() }
+
+// next returns the next whole answer — a message, or the parts of one
+// put together, in a message with the first part's headers — or the
+// error of waiting for it (ctx's, or nats.ErrNoResponders). Parts of
+// several answers (to several tries of a read) may interleave.
+func (a *answers) next(ctx context.Context) (*nats.Msg, error) {
+	for {
+		m, err := a.sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return m, err
+		}
+		id := m.Header.Get(HeaderAnswer)
+		if id == "" {
+			return m, nil
+		}
+		var i, n int
+		if _, err := fmt.Sscanf(m.Header.Get(HeaderPart), "%d/%d", &i, &n); err != nil || n < 1 || n > maxParts || i < 0 || i >= n {
+			return nil, fmt.Errorf("a part of an answer with a bad %s header %q (want index/count)", HeaderPart, m.Header.Get(HeaderPart))
+		}
+		if a.parts == nil {
+			a.parts = map[string]*partial{}
+		}
+		p := a.parts[id]
+		if p == nil {
+			p = &partial{data: make([][]byte, n)}
+			a.parts[id] = p
+		}
+		if len(p.data) != n {
+			return nil, fmt.Errorf("parts of answer %s say %d and %d parts", id, len(p.data), n)
+		}
+		if p.data[i] == nil {
+			p.got++
+		}
+		p.data[i] = append([]byte{}, m.Data...)
+		if p.got < n {
+			continue
+		}
+		delete(a.parts, id)
+		m.Data = bytes.Join(p.data, nil)
+		return m, nil
+	}
 }

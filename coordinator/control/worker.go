@@ -141,10 +141,10 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 	q := jobQueues{run: func(m *nats.Msg) {
 		if strings.HasSuffix(m.Subject, "."+OpHoldInput) {
 			held, err := w.hold(ctx, m)
-			respond(m, HoldInputReply{Reply: replyFor(err), Held: held})
+			respond(w.nc, m, HoldInputReply{Reply: replyFor(err), Held: held})
 			return
 		}
-		respond(m, replyFor(w.dispatch(ctx, m)))
+		respond(w.nc, m, replyFor(w.dispatch(ctx, m)))
 	}}
 	defer q.wait()
 	for {

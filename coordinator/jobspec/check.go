@@ -177,6 +177,9 @@ func Check(s *Spec) error {
 	if c.Retained < 0 {
 		bad("checkpointing.retained", "must be at least 1, got %d", c.Retained)
 	}
+	if c.Retained > MaxRetained {
+		bad("checkpointing.retained", "must be at most %d, got %d", MaxRetained, c.Retained)
+	}
 
 	r := &s.Restart
 	if r.Strategy == "" {

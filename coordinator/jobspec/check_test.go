@@ -77,6 +77,7 @@ func TestCheckRefusesWhatParseRefuses(t *testing.T) {
 		{"checkpointing.max-concurrent", func(s *Spec) { s.Checkpointing.MinPause, s.Checkpointing.MaxConcurrent = time.Second, 2 }},
 		{"checkpointing.max-concurrent", func(s *Spec) { s.Checkpointing.MaxConcurrent = -1 }},
 		{"checkpointing.retained", func(s *Spec) { s.Checkpointing.Retained = -1 }},
+		{"checkpointing.retained", func(s *Spec) { s.Checkpointing.Retained = MaxRetained + 1 }},
 		{"restart.strategy", func(s *Spec) { s.Restart.Strategy = "pray" }},
 		{"restart.multiplier", func(s *Spec) { s.Restart.Multiplier = 0.5 }},
 		{"restart.max", func(s *Spec) { s.Restart.Max = time.Millisecond }},

@@ -776,7 +776,7 @@ func (p *parser) parse(data []byte) *Spec {
 					checkpointingNodes[path] = v
 				},
 				"tolerable-failures": func(v *yaml.Node, path string) { p.integer(v, path, 0, math.MaxInt, &c.TolerableFailures) },
-				"retained":           func(v *yaml.Node, path string) { p.integer(v, path, 1, math.MaxInt, &c.Retained) },
+				"retained":           func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxRetained, &c.Retained) },
 				"disabled":           func(v *yaml.Node, path string) { p.boolean(v, path, &c.Disabled) },
 			})
 		},

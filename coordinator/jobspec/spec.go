@@ -154,6 +154,13 @@ const (
 	DefaultBackoffMultiplier = 2.0
 )
 
+// MaxRetained is the most completed checkpoints checkpointing.retained
+// may keep: each one is stored, listed (weir checkpoint ls) and removed
+// (weir job rm) on its own, and thousands at a short interval fill the
+// checkpoint bucket and make a removal take minutes. Older restore points
+// are savepoints' job, which retention never discards.
+const MaxRetained = 1000
+
 // Limits on the size of a job. Parse refuses more; so does plan.Build,
 // for a spec that did not come from Parse.
 const (
@@ -592,7 +599,8 @@ type Checkpointing struct {
 	// TolerableFailures is how many consecutive checkpoint failures the job
 	// tolerates; one more fails the job over.
 	TolerableFailures int `json:"tolerable_failures"`
-	// Retained is how many completed checkpoints are kept.
+	// Retained is how many completed checkpoints are kept, at most
+	// MaxRetained.
 	Retained int `json:"retained"`
 	// Disabled turns periodic checkpoints off (savepoints still work).
 	Disabled bool `json:"disabled,omitempty"`

@@ -488,6 +488,10 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: sinks[0].subject: bad subject "a.b{key}" ({key} is a whole token`}},
 		{"stream with a dot", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: A.B}\n",
 			[]string{`job.yaml:3: sources[0].stream: bad stream name "A.B"`}},
+		// Thousands retained at a short interval filled the checkpoint
+		// bucket, and the job's removal took minutes.
+		{"retained over the maximum", "name: j\ncheckpointing:\n  retained: 100000\n",
+			[]string{`job.yaml:3: checkpointing.retained: must be at most 1000, got 100000`}},
 		{"partitions over the maximum", "name: j\nsources:\n  - {name: in, kind: jetstream, stream: S, partitions: 1000000000, partition-filter: \"a.{p}\"}\n",
 			[]string{`job.yaml:3: sources[0].partitions: must be at most 65536, got 1000000000`}},
 	}
