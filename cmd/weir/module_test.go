@@ -173,7 +173,7 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: pass}}]
 		t.Fatal(err)
 	}
 	code, out, errs := weir(t, "", "run", "-nats", url, "-for", "100ms", "small.yaml")
-	if code != 1 || !strings.Contains(errs, "operator pass") || !strings.Contains(errs, "minimum memory of 104857600 bytes") ||
+	if code != 1 || !strings.Contains(errs, "operator pass") || !strings.Contains(errs, "minimum memory of 100 MiB") ||
 		!strings.Contains(errs, "limits: {memory: 100MiB}") || strings.Count(errs, "weir: ") != 1 {
 		t.Errorf("default limits: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
 	}

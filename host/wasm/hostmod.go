@@ -111,7 +111,14 @@ func hostLog(ctx context.Context, _ api.Module, stack []uint64) {
 		i.logs.log(slog.LevelWarn, "log line passes the end of memory", "operator", i.name, "address", ptr, "length", n)
 		return
 	}
-	i.logs.log(slog.Level(level*4), string(b), "operator", i.name)
+	i.logs.log(logLevel(level), string(b), "operator", i.name)
+}
+
+// logLevel is the slog level of an ABI log level (abi/ABI.md: -1 debug, 0
+// info, 1 warn, 2 error); a level outside them is taken as the nearest,
+// rather than printed as ERROR+20 or DEBUG-8.
+func logLevel(level int32) slog.Level {
+	return slog.Level(min(max(level, -1), 2) * 4)
 }
 
 func hostSnapshotWrite(ctx context.Context, _ api.Module, stack []uint64) {

@@ -221,6 +221,9 @@ func valType(c byte) (byte, error) {
 	return 0, fmt.Errorf("unsupported value type 0x%02x", c)
 }
 
+// errMemory64 is the limits of a 64-bit memory or table (memory64).
+var errMemory64 = errors.New("64-bit memory (memory64)")
+
 func (r *reader) limits() (memLimits, error) {
 	flag, err := r.byte()
 	if err != nil {
@@ -229,10 +232,12 @@ func (r *reader) limits() (memLimits, error) {
 	if flag&^0x07 != 0 {
 		return memLimits{}, fmt.Errorf("invalid limits flags 0x%02x", flag)
 	}
-	bits := uint(32)
 	if flag&0x04 != 0 {
-		bits = 64
+		// Memory64 and table64: wazero does not run them (it refuses
+		// them as "invalid byte for limits: 0x4").
+		return memLimits{}, errMemory64
 	}
+	const bits = 32
 	var l memLimits
 	if l.min, err = r.uleb(bits); err != nil {
 		return l, err

@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -48,6 +49,10 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 		return nil, verr(KindNotWasm, "not a WebAssembly core module (binary version %d, want 1)", v)
 	}
 	m, err := parseModule(b)
+	if errors.Is(err, errMemory64) {
+		return nil, &ValidationError{Module: name, Kind: KindMalformed, Err: err,
+			Detail: "uses 64-bit memory (memory64), which weir does not support: build the operator for wasm32"}
+	}
 	if err != nil {
 		return nil, &ValidationError{Module: name, Kind: KindMalformed, Detail: "truncated or malformed module: " + err.Error(), Err: err}
 	}
@@ -183,7 +188,8 @@ func inspectModule(name string, b []byte, lim Limits) (*moduleInfo, error) {
 	}
 	minBytes := m.memories[mem.index].min * PageSize
 	if minBytes > lim.MemoryBytes {
-		err := verr(KindMemoryLimit, "declares a minimum memory of %d bytes (%d pages), over the %d-byte limit", minBytes, m.memories[mem.index].min, lim.MemoryBytes)
+		err := verr(KindMemoryLimit, "declares a minimum memory of %s (%d pages), over its memory limit of %s: give the operator limits: {memory: %s} or more (weir exec: -memory)",
+			sizeIEC(minBytes), m.memories[mem.index].min, sizeIEC(lim.MemoryBytes), limitSize(minBytes))
 		err.(*ValidationError).MinMemoryBytes = minBytes
 		return nil, err
 	}
@@ -383,4 +389,18 @@ func checkImport(m *moduleInfo, im importEntry) string {
 			" (AssemblyScript's Date.now and Math.random: take the time from the records' timestamps and seed a generator from the config, see guests/README.md)"
 	}
 	return "operators may import only from " + abi.ImportModule + " and " + wasiModule
+}
+
+// limitSize writes n, a whole number of wasm pages, as a limits.memory
+// jobspec takes: in the largest binary unit that divides it.
+func limitSize(n uint64) string {
+	for _, u := range []struct {
+		suffix string
+		size   uint64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.suffix)
+		}
+	}
+	return strconv.FormatUint(n, 10)
 }

@@ -69,8 +69,12 @@ func TestBadModules(t *testing.T) {
 		{"GOOS=js", bad(t, "gojs"), KindImport, ErrImport, "import gojs.runtime.wasmExit not allowed: the module was built with GOOS=js, for JavaScript; build operators with GOOS=wasip1 GOARCH=wasm -buildmode=c-shared"},
 		{"import sock", bad(t, "import_sock"), KindImport, ErrImport, "import wasi_snapshot_preview1.sock_accept not allowed"},
 		{"import weir signature", bad(t, "import_weir_signature"), KindImport, ErrImport, "import weir.emit not allowed: has type"},
-		{"memory over", bad(t, "memory_over"), KindMemoryLimit, ErrMemoryLimit, "minimum memory of 131072000 bytes"},
+		{"memory over", bad(t, "memory_over"), KindMemoryLimit, ErrMemoryLimit, "minimum memory of 125 MiB (2000 pages), over its memory limit of 64 MiB: give the operator limits: {memory: 125MiB} or more"},
 		{"bad body", bad(t, "bad_body"), KindMalformed, ErrMalformed, "invalid module"},
+		// A memory section of one 64-bit memory of 1 page: wazero's own
+		// refusal said "invalid byte for limits: 0x4".
+		{"memory64", []byte{0, 'a', 's', 'm', 1, 0, 0, 0, 5, 3, 1, 0x04, 1}, KindMalformed, ErrMalformed,
+			"uses 64-bit memory (memory64), which weir does not support: build the operator for wasm32"},
 		{"table over", bad(t, "table_over"), KindMemoryLimit, ErrMemoryLimit, "declares tables of 2000000 entries, over the limit of 1048576"},
 	}
 	for _, c := range cases {

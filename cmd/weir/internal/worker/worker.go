@@ -1394,13 +1394,14 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 	})
 }
 
-// MemoryLimitHint adds to err, a module's refusal at load for operator op,
-// how to go on when the module's minimum memory is over the operator's
-// memory limit: the limits.memory that would take it.
+// MemoryLimitHint names operator op in err, a module's refusal at load,
+// when the module's minimum memory is over the operator's memory limit:
+// the refusal says the limits.memory that would take it, and this says
+// whose.
 func MemoryLimitHint(op jobspec.Operator, err error) error {
 	var verr *wasm.ValidationError
 	if !errors.As(err, &verr) || verr.MinMemoryBytes == 0 {
 		return err
 	}
-	return fmt.Errorf("%w: give operator %s limits: {memory: %s} or more", err, op.Name, jobspec.FormatSize(int64(verr.MinMemoryBytes)))
+	return fmt.Errorf("operator %s: %w", op.Name, err)
 }
