@@ -48,6 +48,7 @@ func (m *Manager) RemoveCheckpoints(ctx context.Context, r control.RemoveRequest
 	if _, err := m.job(r.Job); err != nil {
 		return control.Removed{}, err
 	}
+	m.log.Info("checkpoint removal requested", "job", r.Job, "id", r.ID, "earlier", r.Earlier, "reply", control.Requester(ctx))
 	if r.Earlier {
 		return m.removeEarlier(ctx, r.Job)
 	}
@@ -175,14 +176,20 @@ func (m *Manager) removeChecked(ctx context.Context, name string, id int64) (con
 // status, ls and cancel print. The caller removes the checkpoint and says
 // what their advice names then (readvised).
 func (m *Manager) advisedFrom(name string, id int64) []*job {
-	from := fmt.Sprintf("%s/%d", name, id)
 	var advised []*job
 	for _, k := range m.allJobs() {
-		st := k.status()
-		if !st.State.Terminal() {
+		// What status says of these, without the rest of it, which
+		// costs far more (a removal of many checkpoints asks of each).
+		latest := k.runner.Latest() // before k.mu: the runner calls the job holding its lock
+		k.mu.Lock()
+		ended, latest := k.st.State.Terminal(), k.latestLocked(latest)
+		in, gone := k.initial, k.fromGone
+		k.mu.Unlock()
+		if !ended {
 			continue
 		}
-		if k.spec.Name == name && st.LatestCheckpoint == id || st.LatestCheckpoint == 0 && st.StartedFrom == from {
+		startedFrom := in != nil && in.Job != k.spec.Name && !gone && in.Job == name && in.ID == id
+		if k.spec.Name == name && latest == id || latest == 0 && startedFrom {
 			advised = append(advised, k)
 		}
 	}
@@ -482,42 +489,81 @@ func (m *Manager) removeFrom(k ckKey, by string) (j *job, done func(), err error
 // any checkpoint of its run. The caller marked it as being removed
 // (removeFrom): no job starts from it meanwhile.
 func (m *Manager) neededBy(name string, id int64) string {
+	return m.needsOf(name).why(id)
+}
+
+// needs is what the jobs need of the checkpoints of one name (needsOf),
+// read once: a removal of many checkpoints asks it of each without
+// looking at every job again.
+type needs struct {
+	name string
+	jobs []jobNeed // name's own job first
+}
+
+// jobNeed is what one job needs of the checkpoints of needs.name.
+type jobNeed struct {
+	name             string
+	state            control.JobState
+	unresumed        bool
+	firstID, startID int64
+	initial          *checkpoint.Metadata
+	latest           int64 // the runner's (Latest)
+}
+
+// needsOf reads what the jobs the manager knows need of the checkpoints
+// of job name: only what neededBy looks at (a job's state, not its whole
+// status, which costs far more), and the runner's latest only of name's
+// own job and of a job started from one of name's.
+func (m *Manager) needsOf(name string) needs {
 	m.mu.Lock()
 	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
 		jobs = append(jobs, j)
 	}
 	m.mu.Unlock()
-	slices.SortFunc(jobs, func(a, b *job) int { // name's own job first
-		return boolInt(b.spec.Name == name) - boolInt(a.spec.Name == name)
-	})
+	n := needs{name: name}
 	for _, k := range jobs {
-		st := k.status()
 		k.mu.Lock()
-		unresumed, firstID, startID, initial := k.unresumed, k.firstID, k.startID, k.initial
+		jn := jobNeed{name: k.spec.Name, state: k.st.State, unresumed: k.unresumed, firstID: k.firstID, startID: k.startID, initial: k.initial}
 		k.mu.Unlock()
-		if unresumed && (k.spec.Name == name && (id >= firstID || id == startID) ||
-			initial != nil && initial.Job == name && initial.ID == id) {
+		if jn.name != name && !jn.unresumed && (jn.initial == nil || jn.initial.Job != name) {
+			continue // it needs none of name's
+		}
+		jn.latest = k.runner.Latest() // without k.mu: the runner calls the job holding its lock
+		n.jobs = append(n.jobs, jn)
+	}
+	slices.SortFunc(n.jobs, func(a, b jobNeed) int { // name's own job first
+		return boolInt(b.name == name) - boolInt(a.name == name)
+	})
+	return n
+}
+
+// why says why checkpoint id of n.name must stay, or "" (neededBy).
+func (n needs) why(id int64) string {
+	name := n.name
+	for _, k := range n.jobs {
+		if k.unresumed && (k.name == name && (id >= k.firstID || id == k.startID) ||
+			k.initial != nil && k.initial.Job == name && k.initial.ID == id) {
 			// Which one the next coordinator resumes it from is what
 			// this one could not read: every checkpoint of its run.
-			return fmt.Sprintf("job %s was not resumed after the coordinator restarted, and the next coordinator resumes it from its latest checkpoint (cancel the job first to give it up)", k.spec.Name)
+			return fmt.Sprintf("job %s was not resumed after the coordinator restarted, and the next coordinator resumes it from its latest checkpoint (cancel the job first to give it up)", k.name)
 		}
-		if st.State.Terminal() {
+		if k.state.Terminal() {
 			continue
 		}
 		// What k.latest restores: the newest its machine keeps (of its
 		// own name), else the checkpoint it started from.
-		if latest := k.runner.Latest(); latest > 0 {
-			if k.spec.Name != name || latest != id {
+		if k.latest > 0 {
+			if k.name != name || k.latest != id {
 				continue
 			}
 			if id == k.startID {
-				return fmt.Sprintf("job %s is %s, and a failover restores it (the job started from it and has completed no checkpoint of its own since)", k.spec.Name, st.State)
+				return fmt.Sprintf("job %s is %s, and a failover restores it (the job started from it and has completed no checkpoint of its own since)", k.name, k.state)
 			}
-			return fmt.Sprintf("job %s is %s, and a failover restores it (its latest completed checkpoint)", k.spec.Name, st.State)
+			return fmt.Sprintf("job %s is %s, and a failover restores it (its latest completed checkpoint)", k.name, k.state)
 		}
 		if in := k.initial; in != nil && in.Job == name && in.ID == id {
-			return fmt.Sprintf("job %s is %s, and a failover restores it (the job started from it and has completed no checkpoint of its own since)", k.spec.Name, st.State)
+			return fmt.Sprintf("job %s is %s, and a failover restores it (the job started from it and has completed no checkpoint of its own since)", k.name, k.state)
 		}
 	}
 	return ""

@@ -36,6 +36,7 @@ func (m *Manager) RemoveJob(ctx context.Context, name string) (control.Removed, 
 	if err != nil {
 		return control.Removed{}, err
 	}
+	m.log.Info("remove requested", "job", name, "reply", control.Requester(ctx))
 	st := j.status()
 	j.mu.Lock()
 	unresumed := j.unresumed
@@ -52,8 +53,9 @@ func (m *Manager) RemoveJob(ctx context.Context, name string) (control.Removed, 
 	if err != nil {
 		return control.Removed{}, fmt.Errorf("remove job %s: list its checkpoints: %w", name, err)
 	}
+	needs := m.needsOf(name) // once, not for each of thousands of checkpoints
 	for _, id := range ids {
-		if why := m.neededBy(name, id); why != "" {
+		if why := needs.why(id); why != "" {
 			return control.Removed{}, control.Errorf(control.ErrConflict, "cannot remove job %s: its checkpoint %d must stay: %s", name, id, why)
 		}
 	}
