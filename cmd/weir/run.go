@@ -83,6 +83,10 @@ type runOptions struct {
 	time     bool   // -time
 	port     int    // -port: of the embedded NATS server, 0 a free one
 	metrics  string // -metrics: serve Prometheus metrics there
+	// allowSystem is -allow-system-subjects: the spec may reach weir's
+	// and NATS's own subjects and streams (the embedded coordinator
+	// takes it; with -nats that coordinator's weir up flag decides).
+	allowSystem bool
 }
 
 func runRun(ctx context.Context, std Stdio, args []string) error {
@@ -102,6 +106,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
 	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	fs.BoolVar(&o.time, "time", false, timeFlagUsage)
+	fs.BoolVar(&o.allowSystem, "allow-system-subjects", false, "let the spec read and write weir's own subjects and streams (weir.ctl.>, weir.data.>, KV_weir_*, OBJ_weir_*) and NATS's ($JS.>, $KV.>, _INBOX.>, ...), as weir up -allow-system-subjects does; with -nats, that coordinator's own flag decides")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
@@ -126,7 +131,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		return usagef("run: -port %d: want a port, 1 to 65535 (0: a free one)", o.port)
 	}
 	o.spec = pos[0]
-	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile})
+	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{CheckModule: checkModuleFile, Reserved: jobspec.Reserved{Allow: o.allowSystem}})
 	if err != nil {
 		return err
 	}
@@ -161,7 +166,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 			defer os.RemoveAll(dir)
 		}
 		n, err = node.Start(ctx, node.Options{DataDir: dir, Port: port, Coordinator: true, Workers: 1, Log: logger(std, o.verbose),
-			OperatorLog: operatorLogger(std, o.verbose)})
+			OperatorLog: operatorLogger(std, o.verbose), AllowSystemSubjects: o.allowSystem})
 		if err != nil {
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return fmt.Errorf("port %d is in use (a NATS server already? run on it with -nats %s; else give another -port, or none): %w",

@@ -329,7 +329,7 @@ var weirOwnStreams = map[string]string{
 // checkpoints or coordinator lease (KV_weir_*, OBJ_weir_*) — and what it
 // holds.
 func weirOwn(cfg jetstream.StreamConfig) (string, bool) {
-	if !strings.HasPrefix(cfg.Name, "KV_weir_") && !strings.HasPrefix(cfg.Name, "OBJ_weir_") {
+	if !jobspec.WeirOwnStream(cfg.Name) {
 		return "", false
 	}
 	if what, ok := weirOwnStreams[cfg.Name]; ok {

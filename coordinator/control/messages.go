@@ -114,8 +114,9 @@ import (
 	"github.com/weirhq/weir/coordinator/plan"
 )
 
-// DefaultPrefix starts every control subject.
-const DefaultPrefix = "weir.ctl"
+// DefaultPrefix starts every control subject. A job spec's sources and
+// sinks may not reach them (jobspec.Reserved).
+const DefaultPrefix = jobspec.DefaultControlPrefix
 
 // Defaults for timing.
 const (

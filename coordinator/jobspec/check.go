@@ -25,11 +25,20 @@ import (
 // fields whose zero value is a setting (restart.attempts, a parallelism,
 // a fixed delay) are filled where the spec is decoded from JSON
 // (Spec.UnmarshalJSON), where a field left out still shows.
-func Check(s *Spec) error {
+//
+// Check refuses sources and sinks that reach weir's or NATS's own
+// subjects and streams with their defaults (Reserved{}); CheckReserved
+// takes the coordinator's.
+func Check(s *Spec) error { return CheckReserved(s, Reserved{}) }
+
+// CheckReserved is Check with reserved as what the spec's sources and sinks may
+// not reach: the coordinator's control prefix, or the deployment
+// operator's leave to reach it all.
+func CheckReserved(s *Spec, reserved Reserved) error {
 	if s == nil {
 		return Errors{{Msg: "no job spec"}}
 	}
-	p := &parser{}
+	p := &parser{reservedFor: reserved}
 	bad := func(path, format string, args ...any) { p.errf(nil, path, format, args...) }
 	oneOf := func(path, v string, allowed ...string) {
 		if v != "" && !slices.Contains(allowed, v) {

@@ -76,6 +76,9 @@ type Options struct {
 	// Dir, if set, is the directory relative file module paths are
 	// resolved against.
 	Dir string
+	// Reserved is what the spec's sources and sinks may not reach: the
+	// zero value refuses weir's and NATS's own subjects and streams.
+	Reserved Reserved
 }
 
 // ParseFile reads and parses the spec at path. Relative module file paths
@@ -98,7 +101,7 @@ func ParseFile(path string, opts Options) (*Spec, error) {
 // Parse decodes and validates a spec. file names the spec in error
 // messages. The error, if any, is an Errors value.
 func Parse(file string, data []byte, opts Options) (*Spec, error) {
-	p := &parser{file: file, opts: opts}
+	p := &parser{file: file, opts: opts, reservedFor: opts.Reserved}
 	spec := p.parse(data)
 	if len(p.errs) > 0 {
 		sortErrors(p.errs)
@@ -110,7 +113,10 @@ func Parse(file string, data []byte, opts Options) (*Spec, error) {
 type parser struct {
 	file string
 	opts Options
-	errs Errors
+	// reservedFor is what the spec's sources and sinks may not reach
+	// (Options.Reserved, or Check's argument).
+	reservedFor Reserved
+	errs        Errors
 	// bad holds the field paths whose value was refused while decoding:
 	// validation does not report them again as missing.
 	bad map[string]bool
@@ -641,13 +647,14 @@ func (p *parser) parse(data []byte) *Spec {
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &src.Name) },
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Kind, KindNATS, KindJetStream) },
-					"subject":     func(v *yaml.Node, path string) { p.subject(v, path, &src.Subject) },
-					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &src.Stream) },
-					"filter":      func(v *yaml.Node, path string) { p.subject(v, path, &src.Filter) },
+					"subject":     func(v *yaml.Node, path string) { p.subject(v, path, &src.Subject); nodes[path] = v },
+					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &src.Stream); nodes[path] = v },
+					"filter":      func(v *yaml.Node, path string) { p.subject(v, path, &src.Filter); nodes[path] = v },
 					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &src.Parallelism) },
 					"partitions":  func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxPartitions, &src.Partitions) },
 					"partition-filter": func(v *yaml.Node, path string) {
 						p.str(v, path, &src.PartitionFilter)
+						nodes[path] = v
 					},
 					"key": func(v *yaml.Node, path string) { p.oneOf(v, path, &src.Key, KeyFromHeader, KeyFromSubject) },
 					"pending-messages": func(v *yaml.Node, path string) {
@@ -731,8 +738,8 @@ func (p *parser) parse(data []byte) *Spec {
 				p.fields(item, path, map[string]func(*yaml.Node, string){
 					"name":        func(v *yaml.Node, path string) { p.str(v, path, &sk.Name) },
 					"kind":        func(v *yaml.Node, path string) { p.oneOf(v, path, &sk.Kind, KindNATS, KindJetStream) },
-					"subject":     func(v *yaml.Node, path string) { p.sinkSubject(v, path, &sk.Subject) },
-					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &sk.Stream) },
+					"subject":     func(v *yaml.Node, path string) { p.sinkSubject(v, path, &sk.Subject); nodes[path] = v },
+					"stream":      func(v *yaml.Node, path string) { p.stream(v, path, &sk.Stream); nodes[path] = v },
 					"parallelism": func(v *yaml.Node, path string) { p.integer(v, path, 1, MaxParallelism, &sk.Parallelism) },
 					"guarantee": func(v *yaml.Node, path string) {
 						p.oneOf(v, path, &sk.Guarantee, AtMostOnce, AtLeastOnce, ExactlyOnce)
@@ -1300,6 +1307,12 @@ func (p *parser) validate(s *Spec, root *yaml.Node, nodes map[string]*yaml.Node)
 	}
 	portProblems(s, at)
 	p.cycles(s)
+	p.reserved(s, func(path string, def int) int {
+		if n := nodes[path]; n != nil {
+			return n.Line
+		}
+		return def
+	}, at)
 }
 
 // cycles reports each cycle among operators once, at the input that closes

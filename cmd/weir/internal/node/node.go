@@ -132,6 +132,10 @@ type Options struct {
 	// exists keeps its own. With an external NATS the coordinator holds
 	// the lease while it runs (see Start).
 	LeaseTTL time.Duration
+	// AllowSystemSubjects lets the coordinator's jobs reach weir's and
+	// NATS's own subjects and streams (coordinator.Config; weir up
+	// -allow-system-subjects).
+	AllowSystemSubjects bool
 
 	// fence, if set, wraps the coordinator's lease fence, or, given nil,
 	// is the fence of a coordinator that holds no lease (tests only).
@@ -388,7 +392,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
 			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
-			Fence: fence, Log: log.With("component", "coordinator")})
+			AllowSystemSubjects: opts.AllowSystemSubjects, Fence: fence, Log: log.With("component", "coordinator")})
 		if err != nil {
 			return err
 		}

@@ -45,8 +45,9 @@ import (
 	"github.com/weirhq/weir/transport/stream"
 )
 
-// DefaultDataPrefix starts the subjects of remote channels.
-const DefaultDataPrefix = "weir.data"
+// DefaultDataPrefix starts the subjects of remote channels. A job spec's
+// sources and sinks may not reach them (jobspec.Reserved).
+const DefaultDataPrefix = jobspec.DefaultDataPrefix
 
 // ModuleSource fetches the bytes of an operator's module. Its errors name
 // the module ("module ./x.wasm: no such file or directory"): the worker
