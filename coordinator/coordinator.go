@@ -53,6 +53,9 @@ type Config struct {
 	// FsyncEachWrite says the NATS server fsyncs every JetStream write
 	// before acknowledging it (weir up -sync always; job.Options).
 	FsyncEachWrite bool
+	// AllowSystemSubjects lets specs reach weir's and NATS's own subjects
+	// and streams (weir up -allow-system-subjects; job.Options).
+	AllowSystemSubjects bool
 	// Fence, if set, guards the coordinator's writes to shared state —
 	// job records, checkpoint metadata, checkpoint deletes — and its
 	// requests to workers with its lease (coordinator/lease): once it
@@ -109,7 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c.Catalog = &checkpoint.Catalog{Meta: fence(c.Meta, cfg.Fence), State: fence(c.State, cfg.Fence), Log: cfg.Log}
 	c.Manager = job.New(job.Options{NC: cfg.NC, Prefix: cfg.Prefix, Catalog: c.Catalog, Registry: c.Registry, Jobs: fence(c.Jobs, cfg.Fence),
 		JetStream: js, HeartbeatTimeout: cfg.HeartbeatTimeout, WorkerWait: cfg.WorkerWait, FsyncEachWrite: cfg.FsyncEachWrite,
-		Fence: cfg.Fence, Log: cfg.Log})
+		AllowSystemSubjects: cfg.AllowSystemSubjects, Fence: cfg.Fence, Log: cfg.Log})
 	return c, nil
 }
 

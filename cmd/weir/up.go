@@ -232,8 +232,8 @@ func operatorLogger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-sync always|D] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR]
-       weir up -nats URL[,URL...] [-replicas N] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [auth flags] [-metrics ADDR]
+const upUsage = `[-data DIR] [-port N] [-sync always|D] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR] [-allow-system-subjects]
+       weir up -nats URL[,URL...] [-replicas N] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [auth flags] [-metrics ADDR] [-allow-system-subjects]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
@@ -289,6 +289,14 @@ do (docs/OPERATIONS.md, "Running weir for several teams"; -workers 0 keeps
 tenant code out of this process):
 ` + capsUsage + `
 
+A job's sources and sinks run on weir's own NATS connection: the
+coordinator refuses, at submit and restore, every one that reaches weir's
+subjects (weir.ctl.>, weir.data.>), NATS's ($JS.>, $KV.>, $O.>, $SYS.>,
+$JSC.>, $NRG.>, _INBOX.>) or weir's streams (KV_weir_*, OBJ_weir_*): a
+spec could otherwise cancel others' jobs, read their specs and state, or
+delete streams. -allow-system-subjects lets specs reach them, for a
+deployment whose every spec author is an admin; nothing in a spec can.
+
 With -nats it starts no server: the coordinator and workers use an existing
 NATS server or cluster (JetStream enabled), and keep job records, checkpoints
 and modules in JetStream buckets. On a cluster give -replicas 3 (or 5), so
@@ -327,6 +335,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	verbose := fs.Bool("v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 	syncFlag := fs.String("sync", "", "when the embedded server fsyncs JetStream writes: always (before acknowledging each), or every DURATION (default 2m, nats-server's)")
+	allowSystem := fs.Bool("allow-system-subjects", false, "let job specs read and write weir's own subjects and streams (weir.ctl.>, weir.data.>, KV_weir_*, OBJ_weir_*) and NATS's ($JS.>, $KV.>, $O.>, $SYS.>, _INBOX.>, ...): a spec could then cancel others' jobs, read their specs and state, delete streams; only where every spec author is an admin")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -381,7 +390,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	opts := node.Options{DataDir: abs, Host: *host, Port: *port, SyncAlways: syncAlways, SyncInterval: syncInterval, Coordinator: true,
 		WorkerID: *workerID, Workers: *workers, WorkerSlots: *slots, WorkerCaps: caps, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
-		OperatorLog: operatorLogger(std, *verbose)}
+		OperatorLog: operatorLogger(std, *verbose), AllowSystemSubjects: *allowSystem}
 	if external {
 		opts.NATS = nf.options("weir up")
 	}

@@ -1373,6 +1373,20 @@ func gaveUp(ctx, hctx context.Context, wait time.Duration, err error) error {
 	return Errorf(ErrUnavailable, "%v (the coordinator gave up after %s, as its caller waits no longer)", err, wait.Round(100*time.Millisecond))
 }
 
+// requesterKey keys a job API request's reply subject in the context
+// ServeAPI gives the handler (Requester).
+type requesterKey struct{}
+
+// Requester returns what is known of who sent the job API request whose
+// handler ctx is (ServeAPI's): the request's reply subject, whose inbox
+// prefix is the requesting connection's; "" outside one. The job API has
+// no identity of its own (NATS permissions decide who may send), so this
+// is what a log line can say of who canceled or removed a job.
+func Requester(ctx context.Context) string {
+	s, _ := ctx.Value(requesterKey{}).(string)
+	return s
+}
+
 // ServeAPI answers job API requests with impl until ctx is done. Each
 // request is handled in its own goroutine (savepoints wait long), with a
 // context that ends with ctx or shortly before the request's caller stops
@@ -1410,7 +1424,7 @@ func ServeAPI(ctx context.Context, nc *nats.Conn, prefix string, impl API, ready
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				hctx, cancel := context.WithDeadline(ctx, deadline)
+				hctx, cancel := context.WithDeadline(context.WithValue(ctx, requesterKey{}, m.Reply), deadline)
 				defer cancel()
 				res, err := fn(hctx, m.Data)
 				if err != nil {

@@ -111,6 +111,13 @@ type Options struct {
 	// were running, from their latest valid checkpoint. A JetStream KV
 	// store (storage.NewKV) or the checkpoint directory both do.
 	Jobs storage.Store
+	// AllowSystemSubjects lets a spec's sources and sinks reach weir's
+	// own and NATS's own subjects and streams, which Submit and Restore
+	// otherwise refuse (jobspec.Reserved): weir up
+	// -allow-system-subjects, the deployment operator's choice for a
+	// deployment whose spec authors are its admins. Nothing in a spec
+	// turns it on.
+	AllowSystemSubjects bool
 	// FsyncEachWrite says the NATS server fsyncs every JetStream write
 	// before acknowledging it (weir up -sync always): deploys say so to
 	// the workers (control.Deploy.FsyncEachWrite), and the job status
@@ -745,7 +752,7 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 	if r.Spec == nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit: no job spec")
 	}
-	if err := jobspec.Check(r.Spec); err != nil {
+	if err := jobspec.CheckReserved(r.Spec, m.reserved()); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "submit %s: %w", r.Spec.Name, err)
 	}
 	if err := m.capsRefuse(r.Spec); err != nil {
@@ -767,6 +774,13 @@ func (m *Manager) Submit(ctx context.Context, r control.SubmitRequest) (control.
 		}
 	}
 	return m.start(ctx, r.Spec, true, from, restoreAllow{NonRestored: r.AllowNonRestoredState, RenumberedPorts: r.AllowRenumberedPorts}, nil)
+}
+
+// reserved is what a submitted spec's sources and sinks may not reach:
+// weir's control subjects under this coordinator's prefix and the
+// defaults, unless the operator allowed them all.
+func (m *Manager) reserved() jobspec.Reserved {
+	return jobspec.Reserved{ControlPrefix: m.opts.Prefix, Allow: m.opts.AllowSystemSubjects}
 }
 
 // capsRefuse returns why no live worker takes spec under its caps
@@ -834,10 +848,15 @@ func (m *Manager) Restore(ctx context.Context, r control.RestoreRequest) (contro
 		c := *j.spec
 		c.Sources = slices.Clone(j.spec.Sources)
 		spec = &c
+		// A job submitted before the coordinator refused weir's and
+		// NATS's own subjects is not run again on them.
+		if err := m.reserved().Check(spec); err != nil {
+			return control.JobStatus{}, control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
+		}
 		// And runs the code the ended run ran: a reference to a registry
 		// name's latest version would take one pushed since.
 		pinned = j.modules
-	} else if err := jobspec.Check(spec); err != nil {
+	} else if err := jobspec.CheckReserved(spec, m.reserved()); err != nil {
 		return control.JobStatus{}, control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
 	} else if err := r.CheckSpecName(); err != nil {
 		return control.JobStatus{}, err
@@ -871,7 +890,7 @@ func (m *Manager) CheckRestore(ctx context.Context, r control.RestoreRequest) er
 	if spec == nil {
 		return control.Errorf(control.ErrInvalid, "check restore %s: no spec given", r.Job)
 	}
-	if err := jobspec.Check(spec); err != nil {
+	if err := jobspec.CheckReserved(spec, m.reserved()); err != nil {
 		return control.Errorf(control.ErrInvalid, "restore %s: %w", r.Job, err)
 	}
 	if err := r.CheckSpecName(); err != nil {
@@ -1191,6 +1210,7 @@ func (m *Manager) CancelJob(ctx context.Context, name string) (control.JobStatus
 	if err != nil {
 		return control.JobStatus{}, err
 	}
+	m.log.Info("cancel requested", "job", name, "reply", control.Requester(ctx))
 	if st, ok := j.cancelUnresumed(); ok {
 		return st, nil
 	}

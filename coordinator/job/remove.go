@@ -48,6 +48,7 @@ func (m *Manager) RemoveCheckpoints(ctx context.Context, r control.RemoveRequest
 	if _, err := m.job(r.Job); err != nil {
 		return control.Removed{}, err
 	}
+	m.log.Info("checkpoint removal requested", "job", r.Job, "id", r.ID, "earlier", r.Earlier, "reply", control.Requester(ctx))
 	if r.Earlier {
 		return m.removeEarlier(ctx, r.Job)
 	}

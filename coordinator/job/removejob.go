@@ -36,6 +36,7 @@ func (m *Manager) RemoveJob(ctx context.Context, name string) (control.Removed, 
 	if err != nil {
 		return control.Removed{}, err
 	}
+	m.log.Info("remove requested", "job", name, "reply", control.Requester(ctx))
 	st := j.status()
 	j.mu.Lock()
 	unresumed := j.unresumed
