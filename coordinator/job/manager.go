@@ -532,19 +532,24 @@ func (m *Manager) staleTasks(live []control.Heartbeat, except *job) map[string]i
 	return stale
 }
 
-// slotsUsed counts, per worker, the tasks placed there of the jobs that
-// have not ended and hold their slots (job.holds), except's aside.
-func (m *Manager) slotsUsed(except *job) map[string]int {
+// others returns the manager's jobs but except, taken under its lock.
+func (m *Manager) others(except *job) []*job {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
 		if j != except {
 			jobs = append(jobs, j)
 		}
 	}
-	m.mu.Unlock()
+	return jobs
+}
+
+// slotsUsed counts, per worker, the tasks placed there of the jobs that
+// have not ended and hold their slots (job.holds), except's aside.
+func (m *Manager) slotsUsed(except *job) map[string]int {
 	used := map[string]int{}
-	for _, j := range jobs {
+	for _, j := range m.others(except) {
 		j.mu.Lock()
 		if j.holds && !j.st.State.Terminal() {
 			for _, w := range j.assign {
@@ -560,16 +565,8 @@ func (m *Manager) slotsUsed(except *job) map[string]int {
 // placed there of the jobs that hold their slots (slotsUsed), but
 // except's: what they take of a worker's memory budget (control.Caps).
 func (m *Manager) memoryUsed(except *job) map[string]int64 {
-	m.mu.Lock()
-	jobs := make([]*job, 0, len(m.jobs))
-	for _, j := range m.jobs {
-		if j != except {
-			jobs = append(jobs, j)
-		}
-	}
-	m.mu.Unlock()
 	used := map[string]int64{}
-	for _, j := range jobs {
+	for _, j := range m.others(except) {
 		j.mu.Lock()
 		if j.holds && !j.st.State.Terminal() {
 			mem := control.TaskMemory(j.spec)
