@@ -107,11 +107,13 @@ var groups = []group{
 	},
 	{
 		Key: "transport-core", Title: "Core NATS: raw, plain Go forwarder, weir with the Go-SDK uppercase (64 B)",
-		Pkg: "./transport/benchmarks", Bench: "Core", Args: []string{"-benchtime", "300000x"},
+		Pkg: "./transport/benchmarks", Bench: "Core", Args: []string{"-benchtime", "1000000x"},
 		Metric: "msgs/s", Higher: true,
-		Baseline: func(string) string { return "BenchmarkCoreForwarder" },
-		Goal:     "weir ≥ 90 % of the forwarder",
-		Details:  "docs/bench/transport.md",
+		Baseline:  func(string) string { return "BenchmarkCoreForwarder" },
+		Goal:      "weir ≥ 90 % of the forwarder",
+		GoalRatio: 0.90,
+		Pairs:     7,
+		Details:   "docs/bench/transport.md",
 	},
 	{
 		Key: "transport-jetstream", Title: "JetStream source → uppercase → exactly-once JetStream sink (64 B)",
