@@ -431,21 +431,12 @@ func (e *CapacityError) Shortfall() string {
 			free += f
 		}
 		fmt.Fprintf(&b, "needs %s of operator memory (limits.memory), workers have %s free (", jobspec.FormatSize(e.Memory), jobspec.FormatSize(free))
-		for i, w := range e.Workers {
-			if i == maxListed {
-				fmt.Fprintf(&b, ", and %d more", len(e.Workers)-maxListed)
-				break
-			}
-			if i > 0 {
-				b.WriteString(", ")
-			}
+		e.listWorkers(&b, func(w Worker) string {
 			if f, ok := w.freeMemory(); ok {
-				fmt.Fprintf(&b, "%s %s of %s", w.ID, jobspec.FormatSize(f), jobspec.FormatSize(w.Memory))
-			} else {
-				fmt.Fprintf(&b, "%s no memory budget", w.ID)
+				return fmt.Sprintf("%s %s of %s", w.ID, jobspec.FormatSize(f), jobspec.FormatSize(w.Memory))
 			}
-		}
-		b.WriteString(")")
+			return w.ID + " no memory budget"
+		})
 		return b.String()
 	}
 	s := "s"
@@ -453,19 +444,27 @@ func (e *CapacityError) Shortfall() string {
 		s = ""
 	}
 	fmt.Fprintf(&b, "needs %d task%s, workers have %d free (", e.Tasks, s, e.Free)
+	e.listWorkers(&b, func(w Worker) string {
+		free, _ := w.free()
+		return fmt.Sprintf("%s %d of %d", w.ID, free, w.Slots)
+	})
+	return b.String()
+}
+
+// listWorkers writes the first maxListed workers, each as item says, and
+// how many more there are, then the closing bracket.
+func (e *CapacityError) listWorkers(b *strings.Builder, item func(Worker) string) {
 	for i, w := range e.Workers {
 		if i == maxListed {
-			fmt.Fprintf(&b, ", and %d more", len(e.Workers)-maxListed)
+			fmt.Fprintf(b, ", and %d more", len(e.Workers)-maxListed)
 			break
 		}
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		free, _ := w.free()
-		fmt.Fprintf(&b, "%s %d of %d", w.ID, free, w.Slots)
+		b.WriteString(item(w))
 	}
 	b.WriteString(")")
-	return b.String()
 }
 
 func (e *CapacityError) Error() string { return "assign " + e.Job + ": " + e.Shortfall() }
