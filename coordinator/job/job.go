@@ -180,8 +180,9 @@ type job struct {
 	// checkpointed state, and why (checkChanges).
 	restoreNotes []string
 	// sharedSinks warn of the stream subjects the job's sinks write that
-	// other jobs, not ended when it was submitted or restored, wrote too
-	// (Manager.sharedSinkWarnings). Shown among the status's warnings.
+	// other jobs that have not ended write too, kept true as jobs start
+	// and end (Manager.refreshSharedSinksLocked). Shown among the
+	// status's warnings.
 	sharedSinks []string
 	// fromWithout are the vertices that start without their state in
 	// initial, which a restore of it leaves out (checkChanges).
@@ -450,6 +451,8 @@ func (j *job) enter(s control.JobState, reason string, stoppedWith int64) {
 	if s.Terminal() {
 		// Its slots are free: a job waiting for them may fit now.
 		j.m.roomMade()
+		// Its sinks write no more: no job is warned of them now.
+		j.m.sharedSinksChanged()
 	}
 }
 

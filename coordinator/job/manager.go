@@ -1110,7 +1110,6 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 	j := newJob(m, spec, p, mods, machine, from)
 	j.firstID, j.idFloor = next, next-1
 	j.fromWithout, j.restoreNotes = without, notes
-	j.sharedSinks = m.sharedSinkWarnings(spec)
 	if old != nil {
 		j.recordMu = old.recordMu
 	}
@@ -1128,6 +1127,8 @@ func (m *Manager) start(ctx context.Context, spec *jobspec.Spec, given bool, fro
 		}
 	}
 	m.jobs[spec.Name] = j
+	// One more job that has not ended: its warnings, and the others'.
+	m.refreshSharedSinksLocked()
 	m.wg.Add(2)
 	m.mu.Unlock()
 	// The record is written before the job deploys (a coordinator that

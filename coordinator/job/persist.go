@@ -545,6 +545,9 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.runner.SweepLeftovers(rec.FirstID, next)
 	j.runner.DiscardUnusable(superseded...)
 	m.jobs[name] = j
+	// Resumed, the job writes its sinks again: its warnings, and the
+	// others' (the jobs resumed before it).
+	m.refreshSharedSinksLocked()
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); j.runner.Run(j.ctx) }()
 	go func() { defer m.wg.Done(); j.run() }()

@@ -30,7 +30,7 @@ checkpointing: {disabled: true}
 func sharedWarnings(st control.JobStatus) []string {
 	var out []string
 	for _, w := range st.Warnings {
-		if strings.Contains(w, "the two jobs' records mix there") {
+		if strings.Contains(w, SharedSinkMark) {
 			out = append(out, w)
 		}
 	}
@@ -72,14 +72,17 @@ func TestSubmitWarnsOfASinkSubjectAnotherJobWrites(t *testing.T) {
 		t.Fatalf("savepoint of a1: %+v %v", sp, err)
 	}
 	a2 := submit(sinkSpec(t, "a2", "SHARED", "shared"))
-	expect(a2, "sink out writes stream SHARED subject shared, which job a1 (running) writes too (its sink out, subject shared): ")
+	expect(a2, "sink out writes stream SHARED subject shared, which job a1 writes too (its sink out, subject shared): ")
 	if w := sharedWarnings(a2); len(w) == 1 && !strings.HasSuffix(w[0], "(weir job cancel a1, if it is a leftover)") {
 		t.Errorf("the warning says not what to do: %q", w[0])
 	}
 	// The status says so for as long as the job lives, not in the
 	// submit's answer only.
 	a2 = waitFor(t, ctx, e, "a2", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
-	expect(a2, "sink out writes stream SHARED subject shared, which job a1 (running) writes too")
+	expect(a2, "sink out writes stream SHARED subject shared, which job a1 writes too")
+	// And a1, which started first, says so too from then on: a trial's
+	// a1 said nothing of a2, submitted after it.
+	expect(e.status(t, ctx, "a1"), "sink out writes stream SHARED subject shared, which job a2 writes too (its sink out, subject shared): ")
 
 	// Restored beside a job that writes the subject: warned too.
 	if _, err := e.api.CancelJob(ctx, "a1"); err != nil {
@@ -89,20 +92,60 @@ func TestSubmitWarnsOfASinkSubjectAnotherJobWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect(st, "sink out writes stream SHARED subject shared, which job a2 (running) writes too (its sink out, subject shared): ")
+	expect(st, "sink out writes stream SHARED subject shared, which job a2 writes too (its sink out, subject shared): ")
 
-	// Once neither runs, a job of the subject is not warned.
-	for _, name := range []string{"a1", "a2"} {
-		if _, err := e.api.CancelJob(ctx, name); err != nil {
-			t.Fatal(err)
-		}
+	// Once one of them ends, neither is warned: the one left writes the
+	// subject alone, the one that ended writes nothing.
+	if _, err := e.api.CancelJob(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	expect(e.status(t, ctx, "a1"), "")
+	expect(e.status(t, ctx, "a2"), "")
+	if _, err := e.api.CancelJob(ctx, "a1"); err != nil {
+		t.Fatal(err)
 	}
 	expect(submit(sinkSpec(t, "a3", "SHARED", "shared")), "")
 
 	// A keyed subject's and a subject it may fill; another stream's
 	// subject of the same name, another subject of the stream.
 	expect(submit(sinkSpec(t, "k1", "OUT", "out.{key}")), "")
-	expect(submit(sinkSpec(t, "k2", "OUT", "out.eu")), "sink out writes stream OUT subject out.eu, which job k1 (")
+	expect(submit(sinkSpec(t, "k2", "OUT", "out.eu")), "sink out writes stream OUT subject out.eu, which job k1 writes too")
 	expect(submit(sinkSpec(t, "k3", "OTHER", "out.eu")), "")
 	expect(submit(sinkSpec(t, "k4", "OUT", "eu.out")), "")
+}
+
+// status returns job's status, failing the test when it cannot.
+func (e *env) status(t *testing.T, ctx context.Context, job string) control.JobStatus {
+	t.Helper()
+	st, err := e.api.Job(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// Jobs a coordinator that restarted resumes are warned of each other's
+// sink subjects as the coordinator before warned them: the warnings are
+// computed from the jobs it resumed, not only at a submit. A trial's
+// resumed jobs said nothing.
+func TestResumedJobsAreWarnedOfASharedSinkSubject(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e, startManager := restartable(t, nil)
+	stop := startManager()
+	e.fleet.start(ctx, "w1")
+	defer e.fleet.wait()
+	for _, name := range []string{"b1", "b2"} {
+		e.submitRunning(t, ctx, sinkSpec(t, name, "SHARED", "shared"))
+	}
+	stop()
+	stop = startManager()
+	defer stop()
+	for _, c := range []struct{ job, other string }{{"b1", "b2"}, {"b2", "b1"}} {
+		st := waitFor(t, ctx, e, c.job, "resumed", func(st control.JobStatus) bool { return st.State == control.JobRunning && st.Attempt > 1 })
+		want := "sink out writes stream SHARED subject shared, which job " + c.other + " writes too (its sink out, subject shared): "
+		if got := sharedWarnings(st); len(got) != 1 || !strings.HasPrefix(got[0], want) {
+			t.Errorf("resumed job %s: warned %q, want one %q…", c.job, got, want)
+		}
+	}
 }
