@@ -35,8 +35,9 @@ const (
 	// KindImport: the module imports something outside the allowed set.
 	KindImport
 	// KindMemoryLimit: the module declares more than the host allows of
-	// what takes host memory: a minimum memory over the limit, tables of
-	// too many entries, too many locals.
+	// what takes host memory (or time to compile): a minimum memory over
+	// the limit, tables of too many entries, too many locals, too many
+	// functions, a function's code too large.
 	KindMemoryLimit
 )
 

@@ -96,6 +96,10 @@ type moduleInfo struct {
 	locals    uint64 // locals declared by all defined functions
 	maxLocals uint64 // the most locals one function declares
 	maxFunc   uint32 // the function that declares maxLocals
+	// maxBody is the size in bytes of the largest function body of the
+	// code section, maxBodyFunc that function's index.
+	maxBody     uint64
+	maxBodyFunc uint32
 }
 
 // funcTypeOf returns the type of function index idx.
@@ -455,6 +459,9 @@ func (m *moduleInfo) parseCode(r *reader) error {
 		body, err := r.bytes(uint64(size))
 		if err != nil {
 			return fmt.Errorf("function body %d: %w", i, err)
+		}
+		if uint64(size) > m.maxBody {
+			m.maxBody, m.maxBodyFunc = uint64(size), m.nImported+uint32(i)
 		}
 		f := &reader{b: body}
 		k, err := f.count()
