@@ -1322,6 +1322,8 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch, st.FsyncEachWrite)
+	shared := sharedNotes{}
+	shared.print(std.Err, st.Warnings)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
 	notes := statusNotes{remedy: trapRemedy(o.nats.hint()), hint: o.nats.hint(), spec: spec}
@@ -1448,6 +1450,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		text, ended := lookNews(&said, seen, st, cps)
 		fmt.Fprint(std.Out, text)
+		shared.print(std.Err, st.Warnings)
 		for _, c := range ended {
 			if c.Status == control.CheckpointCompleted && inputDone && len(o.inputs) > 0 && inputCommittedAt == 0 {
 				inputCommittedAt = c.ID
@@ -1527,6 +1530,34 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		case <-tick.C:
 		}
 	}
+}
+
+// sharedNotes prints the warnings of a job's status that another job
+// writes a stream subject its sinks write (job.SharedSinkMark) as they
+// come: the coordinator keeps them true as jobs start and end, so one
+// comes when a job writing the subject starts after this one, and goes
+// when either ends. Each is printed once while it holds (one that went
+// and came back, again), as weir run prints the spec's own warnings
+// before the submit; with -nats and without alike.
+type sharedNotes map[string]bool
+
+func (s sharedNotes) print(w io.Writer, warnings []string) {
+	now := map[string]bool{}
+	for _, x := range warnings {
+		if !strings.Contains(x, job.SharedSinkMark) || now[x] {
+			continue
+		}
+		now[x] = true
+		if !s[x] {
+			fmt.Fprintf(w, "weir: warning: %s\n", x)
+		}
+	}
+	for x := range s {
+		if !now[x] {
+			delete(s, x)
+		}
+	}
+	maps.Copy(s, now)
 }
 
 // lookNews returns what weir run prints of one look at its job, st and
