@@ -56,6 +56,11 @@ type Config struct {
 	// AllowSystemSubjects lets specs reach weir's and NATS's own subjects
 	// and streams (weir up -allow-system-subjects; job.Options).
 	AllowSystemSubjects bool
+	// MaxModuleSize is the largest module the module registry takes, in
+	// bytes, set on its bucket for every process that pushes or loads
+	// modules (registry.SetMaxModuleSize; weir up -max-module-size); 0 is
+	// registry.DefaultMaxModuleSize.
+	MaxModuleSize int64
 	// Fence, if set, guards the coordinator's writes to shared state —
 	// job records, checkpoint metadata, checkpoint deletes — and its
 	// requests to workers with its lease (coordinator/lease): once it
@@ -107,6 +112,9 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 		}
 	}
 	if c.Registry, err = registry.Open(ctx, js, "", cfg.Replicas); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	if err := c.Registry.SetMaxModuleSize(ctx, cfg.MaxModuleSize); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	c.Catalog = &checkpoint.Catalog{Meta: fence(c.Meta, cfg.Fence), State: fence(c.State, cfg.Fence), Log: cfg.Log}

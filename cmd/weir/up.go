@@ -24,7 +24,9 @@ import (
 	"github.com/weirhq/weir/cmd/weir/internal/node"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/job"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/lease"
+	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/sink"
 )
@@ -232,8 +234,8 @@ func operatorLogger(std Stdio, verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: lvl}))
 }
 
-const upUsage = `[-data DIR] [-port N] [-sync always|D] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR] [-allow-system-subjects]
-       weir up -nats URL[,URL...] [-replicas N] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [auth flags] [-metrics ADDR] [-allow-system-subjects]
+const upUsage = `[-data DIR] [-port N] [-sync always|D] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [-checkpoint-store dir|jetstream] [-metrics ADDR] [-max-module-size SIZE] [-allow-system-subjects]
+       weir up -nats URL[,URL...] [-replicas N] [-id ID] [-workers N] [-slots N] [caps flags] [-worker-wait D] [auth flags] [-metrics ADDR] [-max-module-size SIZE] [-allow-system-subjects]
 
 Starts weir on one machine: an embedded NATS server with JetStream (its store
 under DIR; atomic batches of up to 20000 messages), the coordinator and
@@ -289,6 +291,13 @@ do (docs/OPERATIONS.md, "Running weir for several teams"; -workers 0 keeps
 tenant code out of this process):
 ` + capsUsage + `
 
+-max-module-size SIZE (default 32MiB) is the largest module the module
+registry takes: weir module push and weir run's push refuse a larger one
+before validating or storing it, and every worker refuses to load one
+(stored before the limit was lowered) before reading it. The coordinator
+keeps it in the registry bucket's stream (metadata weir.max-module-size),
+where every process on that NATS reads it.
+
 A job's sources and sinks run on weir's own NATS connection: the
 coordinator refuses, at submit and restore, every one that reaches weir's
 subjects (weir.ctl.>, weir.data.>), NATS's ($JS.>, $KV.>, $O.>, $SYS.>,
@@ -335,6 +344,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	verbose := fs.Bool("v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 	syncFlag := fs.String("sync", "", "when the embedded server fsyncs JetStream writes: always (before acknowledging each), or every DURATION (default 2m, nats-server's)")
+	maxModuleSize := fs.String("max-module-size", jobspec.FormatSize(registry.DefaultMaxModuleSize), "largest module the module registry takes (weir module push, weir run's push) and a worker loads")
 	allowSystem := fs.Bool("allow-system-subjects", false, "let job specs read and write weir's own subjects and streams (weir.ctl.>, weir.data.>, KV_weir_*, OBJ_weir_*) and NATS's ($JS.>, $KV.>, $O.>, $SYS.>, _INBOX.>, ...): a spec could then cancel others' jobs, read their specs and state, delete streams; only where every spec author is an admin")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -365,6 +375,10 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if *workerWait <= 0 {
 		return usagef("up: -worker-wait %v: give a positive duration", *workerWait)
 	}
+	moduleSize, err := jobspec.ParseSize(*maxModuleSize)
+	if err != nil || moduleSize <= 0 {
+		return usagef("up: -max-module-size %s: give a size, e.g. 64MiB", *maxModuleSize)
+	}
 	if *replicas < 0 || *replicas > 5 {
 		return usagef("up: -replicas %d: JetStream keeps 1 to 5 replicas", *replicas)
 	}
@@ -390,7 +404,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	}
 	opts := node.Options{DataDir: abs, Host: *host, Port: *port, SyncAlways: syncAlways, SyncInterval: syncInterval, Coordinator: true,
 		WorkerID: *workerID, Workers: *workers, WorkerSlots: *slots, WorkerCaps: caps, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
-		OperatorLog: operatorLogger(std, *verbose), AllowSystemSubjects: *allowSystem}
+		OperatorLog: operatorLogger(std, *verbose), AllowSystemSubjects: *allowSystem, MaxModuleSize: moduleSize}
 	if external {
 		opts.NATS = nf.options("weir up")
 	}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -44,7 +45,54 @@ var (
 	ErrExists = errors.New("module version exists")
 	// ErrInvalid: the validator refused the module.
 	ErrInvalid = errors.New("invalid module")
+	// ErrTooLarge: the module is over the registry's size limit
+	// (MaxModuleSize).
+	ErrTooLarge = errors.New("module over the size limit")
 )
+
+// DefaultMaxModuleSize is the largest module a registry takes unless whoever
+// runs weir sets another limit (SetMaxModuleSize; weir up
+// -max-module-size): ten times a Go guest (3.5 MB), and hundreds of times a
+// Rust, C or AssemblyScript one (20 to 70 KB).
+const DefaultMaxModuleSize = 32 << 20
+
+// metaMaxSize is the metadata key of the bucket's stream that holds the
+// registry's size limit, in bytes: set by the coordinator
+// (SetMaxModuleSize), read by every push and load, wherever it runs.
+const metaMaxSize = "weir.max-module-size"
+
+// TooLargeError is a module over the registry's size limit; it matches
+// ErrTooLarge.
+type TooLargeError struct {
+	Module string // the module's name, reference or path
+	Size   int64
+	Limit  int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("module %s is %s (%d bytes), over the module registry's limit of %s: shrink it (strip its debug info: "+
+		"wasm-opt --strip-debug, Go -ldflags=\"-s -w\"), or have whoever runs weir raise weir up -max-module-size",
+		e.Module, sizeIEC(e.Size), e.Size, sizeIEC(e.Limit))
+}
+
+// Is matches ErrTooLarge.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// sizeIEC writes n bytes in the largest binary unit that leaves at least
+// 1, to one decimal: "32 MiB", "100.5 MiB".
+func sizeIEC(n int64) string {
+	v, unit := float64(n), "bytes"
+	for _, u := range []struct {
+		name string
+		size float64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if float64(n) >= u.size {
+			v, unit = float64(n)/u.size, u.name
+			break
+		}
+	}
+	return strings.TrimSuffix(strconv.FormatFloat(v, 'f', 1, 64), ".0") + " " + unit
+}
 
 // InvalidModuleError is a module the validator refused; it matches
 // ErrInvalid and the validator's error.
@@ -89,6 +137,8 @@ func (m Module) Ref() string { return fmt.Sprintf("%s@%d", m.Name, m.Version) }
 // registry", and a push's upload waits out an election of the stream's
 // leader. So does a push's claim of its version (claim).
 type Registry struct {
+	js       jetstream.JetStream
+	bucket   string
 	store    *storage.ObjectStore
 	versions jetstream.KeyValue
 	// claims reads the versions' bucket through its stream's leader.
@@ -125,7 +175,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("open module registry %s: %w", bucket, err)
 	}
-	return &Registry{store: storage.ObjectStoreOf(js, bucket), versions: kv, claims: claims,
+	return &Registry{js: js, bucket: bucket, store: storage.ObjectStoreOf(js, bucket), versions: kv, claims: claims,
 		nc: js.Conn(), tryTimeout: js.Options().DefaultTimeout, create: func(ctx context.Context, key string, value []byte) (uint64, error) {
 			return kv.Create(ctx, key, value)
 		}}, nil
@@ -137,6 +187,61 @@ func Digest(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// MaxModuleSize returns the largest module the registry takes, in bytes:
+// the limit SetMaxModuleSize set on its bucket, DefaultMaxModuleSize if
+// none was set.
+func (r *Registry) MaxModuleSize(ctx context.Context) (int64, error) {
+	st, err := r.js.Stream(ctx, "OBJ_"+r.bucket)
+	if err != nil {
+		return 0, fmt.Errorf("module registry %s: read its size limit: %w", r.bucket, err)
+	}
+	if n, err := strconv.ParseInt(st.CachedInfo().Config.Metadata[metaMaxSize], 10, 64); err == nil && n > 0 {
+		return n, nil
+	}
+	return DefaultMaxModuleSize, nil
+}
+
+// SetMaxModuleSize sets the largest module the registry takes to n bytes
+// (0: DefaultMaxModuleSize), for every process that pushes or loads
+// modules through the bucket: it is kept in the metadata of the bucket's
+// stream. Modules stored before over the limit stay, and no worker loads
+// them.
+func (r *Registry) SetMaxModuleSize(ctx context.Context, n int64) error {
+	if n <= 0 {
+		n = DefaultMaxModuleSize
+	}
+	st, err := r.js.Stream(ctx, "OBJ_"+r.bucket)
+	if err != nil {
+		return fmt.Errorf("module registry %s: set its size limit: %w", r.bucket, err)
+	}
+	cfg := st.CachedInfo().Config
+	v := strconv.FormatInt(n, 10)
+	if cfg.Metadata[metaMaxSize] == v {
+		return nil
+	}
+	cfg.Metadata = maps.Clone(cfg.Metadata)
+	if cfg.Metadata == nil {
+		cfg.Metadata = map[string]string{}
+	}
+	cfg.Metadata[metaMaxSize] = v
+	if _, err := r.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("module registry %s: set its size limit: %w", r.bucket, err)
+	}
+	return nil
+}
+
+// checkSize refuses a module of size bytes over the registry's limit.
+func (r *Registry) checkSize(ctx context.Context, module string, size int64) error {
+	limit, err := r.MaxModuleSize(ctx)
+	if err != nil {
+		return err
+	}
+	if size > limit {
+		return &TooLargeError{Module: module, Size: size, Limit: limit}
+	}
+	return nil
+}
+
 func objectName(name string, version int) string { return fmt.Sprintf("%s/%d", name, version) }
 
 const (
@@ -145,13 +250,18 @@ const (
 )
 
 // Push validates wasm with validate (if not nil) and stores it as name at
-// version, or at the latest version plus one when version is 0.
+// version, or at the latest version plus one when version is 0. A module
+// over the registry's size limit (MaxModuleSize) is refused first, with a
+// *TooLargeError.
 func (r *Registry) Push(ctx context.Context, name string, wasm []byte, version int, validate Validator) (Module, error) {
 	if !modref.ValidName(name) {
 		return Module{}, fmt.Errorf("push %q: bad module name (a letter, then letters, digits, '-' or '_')", name)
 	}
 	if version < 0 {
 		return Module{}, fmt.Errorf("push %s: version must be positive", name)
+	}
+	if err := r.checkSize(ctx, name, int64(len(wasm))); err != nil {
+		return Module{}, err
 	}
 	if validate != nil {
 		if err := validate(ctx, name, wasm); err != nil {
@@ -434,7 +544,13 @@ func (r *Registry) Remove(ctx context.Context, ref string) ([]Module, error) {
 }
 
 // Get returns the bytes of a stored module version, verifying its digest.
+// A version over the registry's size limit (stored before the limit was
+// lowered, or around weir) is refused, with a *TooLargeError, before it
+// is read.
 func (r *Registry) Get(ctx context.Context, m Module) ([]byte, error) {
+	if err := r.checkSize(ctx, m.Ref(), m.Size); err != nil {
+		return nil, err
+	}
 	data, err := storage.ReadAll(ctx, r.store, objectName(m.Name, m.Version))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -450,13 +566,24 @@ func (r *Registry) Get(ctx context.Context, m Module) ([]byte, error) {
 
 // Resolve returns the bytes and description of the module ref names. A
 // file reference is read from disk (its Module has Name = the path and
-// Version 0); reg may be nil when only file references are expected.
+// Version 0); reg may be nil when only file references are expected. A
+// module over reg's size limit (DefaultMaxModuleSize without reg) is
+// refused, with a *TooLargeError, before it is read.
 func Resolve(ctx context.Context, reg *Registry, ref string) ([]byte, Module, error) {
 	p, err := modref.Parse(ref)
 	if err != nil {
 		return nil, Module{}, err
 	}
 	if p.Kind == modref.File {
+		limit := int64(DefaultMaxModuleSize)
+		if reg != nil {
+			if limit, err = reg.MaxModuleSize(ctx); err != nil {
+				return nil, Module{}, err
+			}
+		}
+		if st, err := os.Stat(p.Path); err == nil && st.Mode().IsRegular() && st.Size() > limit {
+			return nil, Module{}, &TooLargeError{Module: p.Path, Size: st.Size(), Limit: limit}
+		}
 		data, err := os.ReadFile(p.Path)
 		if err != nil {
 			// "module x.wasm: no such file or directory", not "module

@@ -136,6 +136,10 @@ type Options struct {
 	// NATS's own subjects and streams (coordinator.Config; weir up
 	// -allow-system-subjects).
 	AllowSystemSubjects bool
+	// MaxModuleSize is the largest module the module registry takes, in
+	// bytes (coordinator.Config.MaxModuleSize; weir up -max-module-size);
+	// 0 is registry.DefaultMaxModuleSize. Only a coordinator sets it.
+	MaxModuleSize int64
 
 	// fence, if set, wraps the coordinator's lease fence, or, given nil,
 	// is the fence of a coordinator that holds no lease (tests only).
@@ -392,7 +396,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	if opts.Coordinator {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
 			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
-			AllowSystemSubjects: opts.AllowSystemSubjects, Fence: fence, Log: log.With("component", "coordinator")})
+			AllowSystemSubjects: opts.AllowSystemSubjects, MaxModuleSize: opts.MaxModuleSize, Fence: fence, Log: log.With("component", "coordinator")})
 		if err != nil {
 			return err
 		}
