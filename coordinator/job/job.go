@@ -971,6 +971,18 @@ const ReasonWaitingForSlots = "waiting for free slots: "
 // slots (weir worker -slots)".
 const ReasonTooBig = "waiting for workers with more slots: "
 
+// ReasonTooBigMemory begins a created or restarting job's reason while
+// its operators' memory (limits.memory) does not fit in the memory
+// budgets (weir worker -memory) of the live workers that take it, even
+// with nothing else on them: no job that ends makes room for it. What it
+// needs and what they have follow, and what to do (tooBigError): "waiting
+// for workers with more memory: needs 3GiB of operator memory
+// (limits.memory), which the live workers' memory budgets do not hold
+// with nothing else on them (w1 1GiB, w2 1GiB: 2GiB in all): lower the
+// operators' limits.memory or their parallelism, or add workers or
+// memory (weir worker -memory)".
+const ReasonTooBigMemory = "waiting for workers with more memory: "
+
 // ranBefore reports whether j was placed before: in this run, or by the
 // coordinator before a restart (resumed).
 func (j *job) ranBefore() bool {
@@ -1036,7 +1048,7 @@ func (j *job) place(expire *<-chan time.Time, full map[string]uint64) (map[strin
 		case errors.As(err, &short):
 			reason = ReasonWaitingForSlots + short.Shortfall()
 		case errors.As(err, &big):
-			reason = ReasonTooBig + big.Error()
+			reason = big.reason()
 		case errors.As(err, &queued):
 			reason = ReasonWaitingForSlots + queued.Error()
 		default:

@@ -132,6 +132,12 @@ func (f *fleet) start(ctx context.Context, id string) *fakeWorker {
 // startSlots starts a worker that takes at most slots tasks (0: any
 // number).
 func (f *fleet) startSlots(ctx context.Context, id string, slots int) *fakeWorker {
+	return f.startCaps(ctx, id, slots, control.Caps{})
+}
+
+// startCaps is startSlots for a worker that tells caps (its memory budget,
+// ...) in its heartbeats, as weir worker -memory and the like do.
+func (f *fleet) startCaps(ctx context.Context, id string, slots int, caps control.Caps) *fakeWorker {
 	// Each worker has its own connection, so that closing it is a crash.
 	nc, err := nats.Connect(f.nc.ConnectedUrl())
 	if err != nil {
@@ -139,7 +145,7 @@ func (f *fleet) startSlots(ctx context.Context, id string, slots int) *fakeWorke
 	}
 	f.t.Cleanup(nc.Close)
 	w := &fakeWorker{f: f, id: id, nc: nc, current: map[string]control.Deploy{}, done: make(chan struct{}), slots: slots}
-	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond, Tasks: w.tasks, Slots: slots})
+	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond, Tasks: w.tasks, Slots: slots, Caps: caps})
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	ready := make(chan struct{})

@@ -378,8 +378,9 @@ func (m *Manager) roomSignal() <-chan struct{} {
 // j's next attempt with that
 // assignment (job.begin). It returns the assignment and the attempt, or
 // why the job waits: Assign's error (plan.ErrNoWorkers,
-// *plan.CapacityError), a *tooBigError when the job has more tasks than
-// the workers have slots in all, or a *queuedError when it would fit but
+// *plan.CapacityError), a *tooBigError when the job does not fit on the
+// workers even with nothing else on them (slots or memory), or a
+// *queuedError when it would fit but
 // a job ahead of it in the line of waiting jobs (line.go) waits still.
 //
 // A job holds its slots from its placement until it ends (job.holds):
@@ -426,13 +427,15 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 	}
 	var short *plan.CapacityError
 	if errors.As(err, &short) {
-		if slots, limited := capacity(ws); limited && slots < short.Tasks {
-			err = &tooBigError{tasks: short.Tasks, slots: slots, workers: short.Workers}
+		// Slots or memory that no job's end frees: not in all of the
+		// workers that take the job, even empty.
+		if big := tooBig(j, ws); big != nil {
+			err = big
 		}
 	}
 	if err == nil {
 		// The line: a job ahead of it, waiting too, gets the room first.
-		if k, at := m.ahead(j, ws); k != nil {
+		if k, at := m.ahead(j, live); k != nil {
 			err = &queuedError{job: k.spec.Name, ran: at.ran && !j.ranBefore(), since: at.since}
 		}
 	}
