@@ -48,7 +48,14 @@ it, and for keys put twice. -restore FILE takes what -snapshot wrote, or an
 operator task's snapshot from a checkpoint (the file DATA/checkpoints/JOB/
 chk-ID/TASK of weir up's data directory, or the object JOB/chk-ID/TASK of
 the JetStream object store weir_state): its operator state, checked the
-same way.`
+same way.
+
+To test an operator: -expect FILE compares the output with FILE (a golden
+file) instead of printing it, and exits 1 with a diff when they differ;
+-update writes the output to FILE. -check-restore also runs the input on
+a second instance that, after every batch (-batch N records), is
+snapshotted and replaced by a fresh one restored from the snapshot, and
+fails where the two differ: state the snapshot leaves out.`
 
 // inputFlag collects repeated -in values: FILE (port -port) or PORT=FILE.
 type inputFlag []execInput
@@ -110,6 +117,9 @@ type execOptions struct {
 	logLevel      string
 	stack         bool
 	time          bool
+	expect        string
+	update        bool
+	checkRestore  bool
 }
 
 func runExec(ctx context.Context, std Stdio, args []string) error {
@@ -133,6 +143,9 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	fs.StringVar(&o.logLevel, "log-level", "info", "guest log level: debug, info, warn, error")
 	fs.BoolVar(&o.stack, "stack", false, "on a trap, print the wasm stack trace before the error; on a Go panic, the goroutine's stack")
 	fs.BoolVar(&o.time, "time", false, "records' timestamps lead their lines, then a TAB: in milliseconds or RFC 3339, printed in milliseconds")
+	fs.StringVar(&o.expect, "expect", "", "compare the output with `FILE` instead of printing it; exit 1 with a diff if they differ")
+	fs.BoolVar(&o.update, "update", false, "with -expect, write the output to its FILE instead of comparing")
+	fs.BoolVar(&o.checkRestore, "check-restore", false, "also run the input on a second instance, snapshotted and replaced by a fresh one restored from the snapshot after every batch, and fail where its output differs")
 	// The module may come before, after or between the flags.
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
@@ -155,6 +168,8 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 		return usagef("exec: use -config or -config-file, not both")
 	case o.outputs < 1:
 		return usagef("exec: -outputs must be at least 1")
+	case o.update && o.expect == "":
+		return usagef("exec: -update writes the -expect FILE: give -expect FILE too")
 	}
 	if err := jobspec.CheckMemory(int64(min(uint64(o.memory), math.MaxInt64))); err != nil {
 		return usagef("exec: -memory: %v", err)
@@ -170,8 +185,11 @@ func runExec(ctx context.Context, std Stdio, args []string) error {
 	// panic the Go SDK recovered, whose message names where it happened,
 	// with -stack.
 	te, xe, oe := (*wasm.TrapError)(nil), (*wasm.ExitError)(nil), (*wasm.OperatorError)(nil)
+	var de *diffError
 	traceback := ""
 	switch {
+	case errors.As(err, &de):
+		fmt.Fprint(std.Err, de.diff)
 	case errors.As(err, &te):
 		if o.stack && te.Stack != "" {
 			fmt.Fprintf(std.Err, "%s\n", te.Stack)
@@ -242,7 +260,8 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	if err != nil {
 		return err
 	}
-	inst, err := mod.Instantiate(ctx, wasm.InstanceConfig{Name: name, Config: config, Outputs: o.outputs, Logger: logger, LogRate: -1})
+	icfg := wasm.InstanceConfig{Name: name, Config: config, Outputs: o.outputs, Logger: logger, LogRate: -1}
+	inst, err := mod.Instantiate(ctx, icfg)
 	if err != nil {
 		return err
 	}
@@ -254,8 +273,20 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 		}
 	}
 
-	out := bufio.NewWriterSize(std.Out, 64<<10)
+	// With -expect the output is kept, to compare or write at the end.
+	var dst io.Writer = std.Out
+	var got bytes.Buffer
+	if o.expect != "" {
+		dst = &got
+	}
+	out := bufio.NewWriterSize(dst, 64<<10)
 	r := &execRun{inst: inst, opts: o, out: out, maxBatch: wasm.DefaultMaxBatchBytes}
+	if o.checkRestore {
+		if r.check, err = newRestoreCheck(ctx, r, mod, icfg); err != nil {
+			return err
+		}
+		defer r.check.close()
+	}
 	inputs := o.inputs
 	if len(inputs) == 0 {
 		inputs = inputFlag{{port: -1, path: "-"}}
@@ -292,10 +323,22 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 				out.Flush()
 				return err
 			}
+			if r.check != nil {
+				err := r.check.follow(r, "the end of input", func(inst *wasm.Instance, emit func(int, []byte) error) error {
+					return inst.EndOfInput(ctx, p, emit)
+				})
+				if err != nil {
+					out.Flush()
+					return err
+				}
+			}
 		}
 	}
 	if err := out.Flush(); err != nil {
 		return fmt.Errorf("exec: writing output: %w", err)
+	}
+	if o.expect != "" {
+		return expectOutput(std.Err, o, got.Bytes())
 	}
 	return nil
 }
@@ -380,6 +423,7 @@ type execRun struct {
 	seen     int64 // input records processed so far
 	maxBatch int
 	outErr   error
+	check    *restoreCheck // -check-restore, or nil
 	// batchSrc and batchLine locate the batch's first record in the input
 	// ("stdin", 1-based line), for errors inside a record.
 	batchSrc  string
@@ -485,10 +529,25 @@ func (r *execRun) flush(ctx context.Context, port int) error {
 	if err != nil {
 		return r.locate(err)
 	}
-	r.b.Reset()
 	if r.outErr != nil {
 		return r.outErr
 	}
+	if r.check != nil {
+		first := fmt.Sprintf("%s line %d", r.batchSrc, r.batchLine)
+		if n > 1 {
+			first = fmt.Sprintf("%s lines %d-%d", r.batchSrc, r.batchLine, r.batchLine+int(n)-1)
+		}
+		err := r.check.follow(r, first, func(inst *wasm.Instance, emit func(int, []byte) error) error {
+			return inst.Process(ctx, port, r.b.Bytes(), emit)
+		})
+		if err == nil {
+			err = r.check.restore(ctx, fmt.Sprintf("%s line %d", r.batchSrc, r.batchLine+int(n)-1))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	r.b.Reset()
 	r.seen += n
 	if r.opts.snapshotAfter > 0 && r.seen == r.opts.snapshotAfter {
 		return r.takeSnapshot(ctx)
