@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/coordinator/control"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/plan"
 	"github.com/weirhq/weir/internal/spell"
 	"github.com/weirhq/weir/transport/storage"
@@ -207,13 +208,18 @@ func (m *Manager) jobsOn(worker string) ([]*job, map[*job]int) {
 
 // roomOff checks that jobs fit on the live workers that take tasks and
 // are not cordoned, and not worker (about to be), one after the other as
-// their moves place them: each counts its own tasks free, and takes what
-// plan.Assign gives it. It refuses (control.ErrConflict) saying what the
-// jobs need and what is free: for one job, noRoom; for more, noRoomAll —
-// the slots they need together against what the other workers have for
-// them, as weir worker ls counts them before any move (naming only the
-// first job that did not fit, it gave that job's view after the others'
-// moves: "1 free" where worker ls said 3). It places nothing: a job
+// their moves place them: each counts its own tasks free, slots and
+// memory, and takes what plan.AssignMemory gives it, on the workers whose
+// caps take it — as placement counts them (Manager.place): a drain that
+// counted slots alone moved a job to workers without the memory budget
+// for it, where it then waited. It refuses (control.ErrConflict) saying
+// what the jobs need and what is free: for slots, for one job noRoom, for
+// more noRoomAll — the slots they need together against what the other
+// workers have for them, as weir worker ls counts them before any move
+// (naming only the first job that did not fit, it gave that job's view
+// after the others' moves: "1 free" where worker ls said 3); for memory,
+// the job that does not fit after those before it, and each worker's
+// free memory of its budget (plan.CapacityError.Shortfall). It places nothing: a job
 // submitted in between may take the room after all, and the job moved
 // then waits for free slots as any placement does.
 func (m *Manager) roomOff(worker string, jobs []*job) error {
@@ -221,31 +227,52 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 	defer m.placeMu.Unlock()
 	live := m.ctl.Workers()
 	used := m.slotsUsed(nil)
+	memUsed := m.memoryUsed(nil)
 	stale := m.staleTasks(live, nil)
 	before := maps.Clone(used)
 	for _, j := range jobs {
-		own := map[string]int{} // the job's tasks on each worker: free for it, as it moves whole
+		own := map[string]int{}           // the job's tasks on each worker: free for it, as it moves whole
+		ownMem := map[string]int64{}      // and their memory
+		mem := control.TaskMemory(j.spec) // counted as placement counts it (Manager.place)
 		j.mu.Lock()
 		if j.holds && !j.st.State.Terminal() {
-			for _, w := range j.assign {
-				used[w]--
-				own[w]++
+			for _, t := range j.plan.Tasks {
+				if w, ok := j.assign[t.ID]; ok {
+					used[w]--
+					own[w]++
+					memUsed[w] -= mem[t.Vertex]
+					ownMem[w] += mem[t.Vertex]
+				}
 			}
 		}
 		j.mu.Unlock()
 		ws := make([]plan.Worker, 0, len(live))
+		var capped error // why a worker's caps refuse the job
 		for _, hb := range live {
 			id := hb.Worker.ID
 			if id == worker || m.unusable(hb.Worker) != "" || m.cordoned(id) {
 				continue
 			}
-			ws = append(ws, plan.Worker{ID: id, Slots: hb.Worker.Slots, Used: used[id] + stale[id]})
+			if err := hb.Worker.Caps.Refuse(id, j.spec); err != nil {
+				capped = err
+				continue
+			}
+			ws = append(ws, plan.Worker{ID: id, Slots: hb.Worker.Slots, Used: used[id] + stale[id],
+				Memory: hb.Worker.Caps.Memory, MemoryUsed: memUsed[id]})
 		}
-		assignment, err := plan.Assign(j.plan, ws)
+		assignment, err := plan.AssignMemory(j.plan, ws, mem)
 		var short *plan.CapacityError
 		switch {
+		case errors.Is(err, plan.ErrNoWorkers) && capped != nil:
+			return control.Errorf(control.ErrConflict, "no other worker's caps take job %s: %v", j.spec.Name, capped)
 		case errors.Is(err, plan.ErrNoWorkers):
 			return control.Errorf(control.ErrConflict, "no other worker takes tasks to move job %s to (the others are cordoned, or none is live)", j.spec.Name)
+		case errors.As(err, &short) && short.Memory > 0:
+			// The slots are there, the memory not: the job that does not
+			// fit after those before it moved, and what each worker has
+			// free of its budget (its own tasks' memory counted free).
+			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: it %s%s; start a worker, raise its -memory, or stop a job, and drain again",
+				j.spec.Name, short.Shortfall(), ownMemNote(ownMem, short.Workers))
 		case errors.As(err, &short) && len(jobs) > 1:
 			return control.Errorf(control.ErrConflict, "no room on the other workers for the %d jobs on %s: %s", len(jobs), worker,
 				noRoomAll(jobs, ws, before, stale))
@@ -254,11 +281,37 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 		case err != nil:
 			return err
 		}
+		vertex := make(map[string]string, len(j.plan.Tasks))
+		for _, t := range j.plan.Tasks {
+			vertex[t.ID] = t.Vertex
+		}
 		for w, tasks := range assignment {
 			used[w] += len(tasks)
+			for _, task := range tasks {
+				memUsed[w] += mem[vertex[task]]
+			}
 		}
 	}
 	return nil
+}
+
+// ownMemNote says how much memory a job's own tasks hold on the workers
+// ws of a memory shortfall (own, by worker), counted free for it as it
+// moves whole: ", counting the 256MiB its own tasks hold on w2 as free";
+// "" when they hold none there.
+func ownMemNote(own map[string]int64, ws []plan.Worker) string {
+	var held int64
+	var on []string
+	for _, w := range ws {
+		if k := own[w.ID]; k > 0 && w.Memory > 0 {
+			held += k
+			on = append(on, w.ID)
+		}
+	}
+	if held == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", counting the %s its own tasks hold on %s as free", jobspec.FormatSize(held), strings.Join(on, ", "))
 }
 
 // noRoom says in one line why job does not fit on the other workers:
