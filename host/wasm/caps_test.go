@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -134,4 +136,69 @@ func TestCompileBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// cacheBytes is what the compilation cache in dir holds, as trimCache
+// counts it (it trims nothing with a negative limit).
+func cacheBytes(dir string) int64 { return trimCache(dir, -1) }
+
+// TestCompilationCacheBounded: the on-disk compilation cache is trimmed,
+// oldest entries first, to its bound at NewEngine and after each compile,
+// and what is not wazero's in its directory is left alone.
+func TestCompilationCacheBounded(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	foreign := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(foreign, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mods [][]byte
+	for _, name := range []string{"wordcount", "keyedcount", "join", "filter", "uppercase"} {
+		mods = append(mods, readFile(t, filepath.Join("..", "..", "guests", "rust", "examples", name+".wasm")))
+	}
+	// Unbounded: every module's entry stays.
+	e, err := NewEngine(Config{CacheDir: dir, MaxCacheBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mods {
+		if _, err := e.Load(ctx, "m", m, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Close(ctx)
+	all := cacheBytes(dir)
+	if all == 0 {
+		t.Fatal("the compilation cache holds nothing")
+	}
+	// A new engine with a bound below that trims at once.
+	limit := all / 2
+	e, err = NewEngine(Config{CacheDir: dir, MaxCacheBytes: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	if n := cacheBytes(dir); n > limit || n == 0 {
+		t.Fatalf("after NewEngine the cache holds %d bytes; want 1 to %d", n, limit)
+	}
+	// And after each compile of a module it has not compiled.
+	for i, m := range mods {
+		m = padCustom(m, i) // other bytes: another entry
+		if _, err := e.Load(ctx, "m", m, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		if n := cacheBytes(dir); n > limit || n == 0 {
+			t.Fatalf("after compile %d the cache holds %d bytes; want 1 to %d", i, n, limit)
+		}
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Fatalf("a file that is not the cache's: %v", err)
+	}
+}
+
+// padCustom returns wasm with a custom section of n+1 bytes appended:
+// the same module, other bytes.
+func padCustom(wasm []byte, n int) []byte {
+	body := append([]byte{1, 'x'}, make([]byte, n+1)...)
+	return appendSection(append([]byte(nil), wasm...), secCustom, body)
 }

@@ -116,6 +116,13 @@ type Config struct {
 	// without a bound their compiled code stays for the life of the
 	// process. 0 keeps them all.
 	MaxIdleModules int
+	// MaxCacheBytes bounds the on-disk compilation cache (CacheDir): when
+	// it holds more, at NewEngine and after each compile, its entries are
+	// removed, oldest written first, down to three quarters of it
+	// (trimCache). 0 is DefaultMaxCacheBytes; a negative value keeps
+	// everything. The bound is shared by every engine on the directory,
+	// each process trimming what all of them wrote.
+	MaxCacheBytes int64
 
 	// ticks, if set, replaces the watchdog's ticker: a test sends the
 	// times the watchdog sees.
@@ -127,6 +134,8 @@ type Config struct {
 type Engine struct {
 	cfg   Config
 	cache wazero.CompilationCache
+	// cacheDir is the on-disk compilation cache, "" when in memory only.
+	cacheDir string
 
 	mu       sync.Mutex
 	runtimes map[runtimeKey]*runtime
@@ -199,6 +208,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("wasm: compilation cache %s: %w", dir, err)
 		}
 		e.cache = c
+		e.cacheDir = dir
+		if e.cfg.MaxCacheBytes == 0 {
+			e.cfg.MaxCacheBytes = DefaultMaxCacheBytes
+		}
+		trimCache(dir, e.cfg.MaxCacheBytes)
 	}
 	go e.watchdog()
 	go e.releaser()
@@ -420,6 +434,9 @@ func (e *Engine) compile(ctx context.Context, name string, wasm []byte, info *mo
 		return nil, nil, false, err
 	}
 	cm, err := rt.r.CompileModule(ctx, code)
+	if e.cacheDir != "" {
+		trimCache(e.cacheDir, e.cfg.MaxCacheBytes) // the compile may have added an entry
+	}
 	if err != nil {
 		return nil, nil, false, &ValidationError{Module: name, Kind: KindMalformed, Detail: "invalid module: " + firstLine(err.Error()), Err: err}
 	}
