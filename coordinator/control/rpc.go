@@ -3,6 +3,7 @@ package control
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+
+	"github.com/weirhq/weir/coordinator/jobspec"
 )
 
 // Error codes carried in Reply.Code, and the errors they map to. They are
@@ -238,13 +241,54 @@ func requestWith(ctx context.Context, nc *nats.Conn, subject string, v any, out 
 			return markedError{Errorf(ErrUnavailable, "%s: nobody is listening (no responders)", subject), nats.ErrNoResponders}
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
-			// A deploy of a large plan, say: it would be as large again.
-			return Unrecoverable(fmt.Errorf("%s: the request of %d bytes is larger than the NATS server accepts (max_payload %d; lower the parallelism or raise it): %w",
-				subject, len(data), nc.MaxPayload(), err))
+			// It would be as large again: what makes it so, and what
+			// to do (payloadAdvice).
+			return Unrecoverable(fmt.Errorf("%s: the request of %d bytes is larger than the NATS server accepts (max_payload %d): %s: %w",
+				subject, len(data), nc.MaxPayload(), payloadAdvice(v, len(data)), err))
 		}
 		return fmt.Errorf("%s: %w", subject, err)
 	}
 	return decodeReply(subject, msg.Data, out)
+}
+
+// payloadAdvice says what makes req, a request of size bytes encoded,
+// too large for the server's max_payload, and what to do. An operator's
+// config that makes half of it or more is named, with its size: a config
+// is carried whole in the spec of every submit and deploy (base64 in
+// JSON, a third larger), so it is the config that must be smaller, or
+// the data in it fed to the job another way. A deploy whose plan makes it
+// large (many tasks) is lowered with the parallelism. Else the server's
+// max_payload is what is left to raise.
+func payloadAdvice(req any, size int) string {
+	var spec *jobspec.Spec
+	deploy := false
+	switch r := req.(type) {
+	case Deploy:
+		spec, deploy = r.Spec, true
+	case *Deploy:
+		spec, deploy = r.Spec, true
+	case SubmitRequest:
+		spec = r.Spec
+	case RestoreRequest:
+		spec = r.Spec
+	}
+	if spec != nil {
+		var big *jobspec.Operator
+		for i := range spec.Operators {
+			if op := &spec.Operators[i]; big == nil || len(op.Config) > len(big.Config) {
+				big = op
+			}
+		}
+		if big != nil && base64.StdEncoding.EncodedLen(len(big.Config)) >= size/2 {
+			return fmt.Sprintf("operator %s's config is %d bytes (%d in the request, base64), too big to send with the job: "+
+				"keep a config to settings, and feed large data to the job as a source (a stream an operator reads) or build it into the module; "+
+				"or raise the server's max_payload", big.Name, len(big.Config), base64.StdEncoding.EncodedLen(len(big.Config)))
+		}
+	}
+	if deploy {
+		return "the job's plan of tasks is too big to deploy: lower the operators' parallelism, or raise the server's max_payload"
+	}
+	return "raise the server's max_payload"
 }
 
 // decodeReply decodes data, the reply to a request sent to subject, into

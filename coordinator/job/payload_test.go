@@ -33,7 +33,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 5}
 	}
 	st := waitFor(t, ctx, e, "big", "failed", func(st control.JobStatus) bool { return st.State.Terminal() })
 	if st.State != control.JobFailed || st.Restarts != 0 || !strings.Contains(st.Reason, "larger than the NATS server accepts (max_payload") ||
-		!strings.Contains(st.Reason, "not restarted") {
+		!strings.Contains(st.Reason, "not restarted") || !strings.Contains(st.Reason, "lower the operators' parallelism") {
 		t.Errorf("status %+v; want failed at once, with the sizes", st)
 	}
 	t.Log(st.Reason)

@@ -258,8 +258,12 @@ func (i *Instance) start(ctx context.Context, hasStart bool, config []byte) erro
 		}
 		i.cursorAddr, i.hasCursor = api.DecodeU32(i.stack[0]), true
 	}
-	if len(config) > max(i.limits.MaxBatchBytes, 1<<20) {
-		return fmt.Errorf("operator %s: config of %d bytes is too large", i.name, len(config))
+	if limit := max(i.limits.MaxBatchBytes, 1<<20); len(config) > limit {
+		// Handed over as an input batch is: what an instance takes at
+		// once bounds it. Settings fit; data goes in another way.
+		return fmt.Errorf("operator %s: config of %d bytes is larger than an instance takes (%d bytes, its largest input batch or 1MiB): "+
+			"keep a config to settings, and feed large data to the job as a source (a stream an operator reads) or build it into the module",
+			i.name, len(config), limit)
 	}
 	addr, err := i.writeInput(ctx, nil, config)
 	if err != nil {
