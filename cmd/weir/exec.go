@@ -320,6 +320,9 @@ func execModule(ctx context.Context, std Stdio, o *execOptions) error {
 	if o.endOfInput {
 		for _, p := range ports {
 			if err := inst.EndOfInput(ctx, p, r.print); err != nil {
+				if r.check != nil {
+					r.check.passOn(r)
+				}
 				out.Flush()
 				return err
 			}
@@ -527,6 +530,9 @@ func (r *execRun) flush(ctx context.Context, port int) error {
 	n := int64(r.b.Len())
 	err := r.inst.Process(ctx, port, r.b.Bytes(), r.print)
 	if err != nil {
+		if r.check != nil {
+			r.check.passOn(r)
+		}
 		return r.locate(err)
 	}
 	if r.outErr != nil {

@@ -133,6 +133,16 @@ func TestExecCheckRestore(t *testing.T) {
 	if want := "restored from its snapshot after every batch (1 restore, the last after stdin line 2), the operator emitted other output than the uninterrupted run at stdin lines 3-4 (output line 3)"; !strings.Contains(errs, want) {
 		t.Errorf("forgetful in batches of 2: stderr %q, want it to say %q", errs, want)
 	}
+	// An operator that fails in a batch prints what it emitted before, as
+	// without the check: misbehave's "d" traps on "!c", in the second of
+	// the pieces the instance hands the batch over in (its first is one
+	// record).
+	for _, args := range [][]string{nil, {"-check-restore"}} {
+		code, out, errs := weir(t, "a\nb\n!c\n", append([]string{"exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "d"}, args...)...)
+		if code != 1 || out != "a\n" || !strings.HasSuffix(errs, "(value \"!c\"): wasm error: unreachable (stdin line 3)\n") {
+			t.Errorf("a trap, %v: exit %d, stdout %q, stderr %q; want 1, a's output, and the trap", args, code, out, errs)
+		}
+	}
 	// A snapshot that fails fails the check, naming where it was taken.
 	code, _, errs = weir(t, "a\nb\n", "exec", "../../host/wasm/testdata/misbehave.wasm", "-config", "s", "-check-restore")
 	if want := "weir: exec: -check-restore: snapshot after stdin line 2: operator misbehave: weir_snapshot: emit called during weir_snapshot"; code != 1 || !strings.HasPrefix(errs, want) || strings.Count(errs, "\n") != 1 {
