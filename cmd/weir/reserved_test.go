@@ -19,7 +19,7 @@ func TestRunRefusesReservedSubjects(t *testing.T) {
 	}
 	code, _, errs := weir(t, "", "run", "job.yaml")
 	for _, want := range []string{
-		`job.yaml:2: sources[0].subject: source "in" reads ">", which overlaps weir.ctl.> (weir's control subjects: a job could cancel or deploy other jobs and read their specs), and 8 more of weir's and NATS's own subjects; subscribe to your own subjects` + "\n",
+		`job.yaml:2: sources[0].subject: source "in" reads ">", which overlaps weir.ctl.> (weir's control subjects: a job could cancel or deploy other jobs and read their specs), and 15 more of weir's and NATS's own subjects; subscribe to your own subjects` + "\n",
 		`job.yaml:4: sinks[0].subject: sink "out" publishes to "weir.ctl.api.cancel", which overlaps weir.ctl.> (weir's control subjects: a job could cancel or deploy other jobs and read their specs); publish to your own subjects` + "\n",
 	} {
 		if code != 1 || !strings.Contains(errs, want) || strings.Contains(errs, "embedded NATS") {

@@ -301,9 +301,9 @@ where every process on that NATS reads it.
 A job's sources and sinks run on weir's own NATS connection: the
 coordinator refuses, at submit and restore, every one that reaches weir's
 subjects (weir.ctl.>, weir.data.>), NATS's ($JS.>, $KV.>, $O.>, $SYS.>,
-$JSC.>, $NRG.>, _INBOX.>) or weir's streams (KV_weir_*, OBJ_weir_*): a
-spec could otherwise cancel others' jobs, read their specs and state, or
-delete streams. -allow-system-subjects lets specs reach them, for a
+$SRV.>, $MQTT.>, _INBOX.>, ...: docs/OPERATIONS.md lists them) or weir's
+streams (KV_weir_*, OBJ_weir_*): a spec could otherwise cancel others'
+jobs, read their specs and state, or delete streams. -allow-system-subjects lets specs reach them, for a
 deployment whose every spec author is an admin; nothing in a spec can.
 
 With -nats it starts no server: the coordinator and workers use an existing

@@ -22,8 +22,10 @@ const (
 // Reserved is what a job's sources and sinks may not reach: weir's own
 // control and data subjects, the subjects NATS itself serves (the
 // JetStream, key-value and object store APIs, the system account,
-// JetStream's and the cluster's internal traffic, reply inboxes), and
-// weir's own streams (WeirOwnStream). A job runs on weir's NATS
+// JetStream's and the cluster's internal traffic, services' discovery,
+// MQTT, leaf node loop detection, reply inboxes of clients, gateways and
+// service imports), weir's own streams (WeirOwnStream) and the NATS
+// server's (NATSOwnStream). A job runs on weir's NATS
 // connection, with its permissions: a sink on weir.ctl.api.cancel
 // cancels other jobs, one on $JS.API.STREAM.DELETE.{key} deletes streams,
 // a source on weir.ctl.> reads every job's spec, one on KV_weir_jobs the
@@ -57,9 +59,16 @@ func (r Reserved) subjects() []reservedSubject {
 		reservedSubject{"$JS.>", "the JetStream API: a job could delete or change any stream or consumer"},
 		reservedSubject{"$KV.>", "key-value buckets: a job could read or overwrite weir's job records"},
 		reservedSubject{"$O.>", "object stores: a job could read or overwrite other jobs' checkpoint state and modules"},
+		reservedSubject{"$OBJ.>", "object stores (the name the server reserves too, with $KV.> and $O.>)"},
 		reservedSubject{"$SYS.>", "the NATS system account's subjects"},
 		reservedSubject{"$JSC.>", "JetStream's internal subjects"},
 		reservedSubject{"$NRG.>", "the NATS cluster's Raft traffic"},
+		reservedSubject{"$SRV.>", "NATS services' discovery (PING, INFO, STATS): a job could answer for other services or list them"},
+		reservedSubject{"$MQTT.>", "the NATS server's MQTT sessions, retained messages and deliveries"},
+		reservedSubject{"$LDS.>", "the NATS server's leaf node loop detection"},
+		reservedSubject{"$GR.>", "reply subjects routed between clusters (gateways, older servers)"},
+		reservedSubject{"_GR_.>", "reply subjects routed between clusters (gateways): a job could read or answer other clients' requests"},
+		reservedSubject{"_R_.>", "reply subjects of imported services: a job could read or answer other accounts' requests"},
 		reservedSubject{"_INBOX.>", "reply subjects: a job could read or answer other clients' requests"},
 	)
 }
@@ -103,9 +112,18 @@ func (r Reserved) overlapMsg(what, filter, todo string) string {
 	return fmt.Sprintf("%s, which overlaps %s (%s)%s; %s", what, first.filter, first.why, also, todo)
 }
 
+// NATSOwnStream reports whether stream is one the NATS server creates for
+// itself: its MQTT sessions, retained messages and deliveries ($MQTT_*).
+func NATSOwnStream(stream string) bool {
+	return strings.HasPrefix(stream, "$MQTT_")
+}
+
 // streamMsg says that what (e.g. `source "lines" reads stream X`) names
-// one of weir's own streams, or "".
+// one of weir's own streams, or one of the NATS server's, or "".
 func streamMsg(what, stream string) string {
+	if NATSOwnStream(stream) {
+		return fmt.Sprintf("%s, one of the NATS server's own ($MQTT_*: MQTT sessions, retained messages, deliveries): a job could read or corrupt MQTT clients' state; name a stream of your own", what)
+	}
 	if !WeirOwnStream(stream) {
 		return ""
 	}
