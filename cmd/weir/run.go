@@ -101,7 +101,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output of the input is committed — every source the input went to has read all of it, and the sinks stored a checkpoint taken after that, in one attempt of the job — and the output has been quiet this long (0: never); input to a core NATS source, which cannot say what it read, counts as committed with a checkpoint after one that completed after it; a job whose sources all have a stop is followed until it ends")
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records, and of the summary's latest value per key at most this many keys (0: none, the summary counts them all; -1: all; as weir job output -show N stops after N)")
-	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops (the embedded default always does)")
+	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops — at Ctrl-C before the summary, also one whose submit it cut short, running or waiting for room (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
 	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
 	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
@@ -1317,6 +1317,20 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		return err
 	}
 	st, err := n.API.Submit(ctx, control.SubmitRequest{Spec: spec})
+	if re := (*control.RemoteError)(nil); err != nil && !errors.As(err, &re) && ctx.Err() != nil && (embedded || o.cancel) {
+		// Interrupted while the submit was on its way, unanswered: the
+		// coordinator may have taken it, and the job, waiting for free
+		// slots say, would start once room came free. It is this run's
+		// (the name was free a moment ago, checkRerun; a refusal, of a
+		// name another job holds, is an answer): canceled as at any
+		// other interrupt; a job that was not submitted is no one's to
+		// cancel.
+		if cerr := cancelOnStop(ctx, n.API, spec.Name, o.nats.hint()); cerr != nil {
+			return cerr
+		}
+		fmt.Fprintf(std.Out, "job %s: interrupted while it was submitted; canceled if the coordinator took it\n", spec.Name)
+		return nil
+	}
 	if err != nil {
 		return submitRefused(apiErr("submit "+spec.Name, err), spec, o, embedded, published)
 	}
@@ -1339,13 +1353,33 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		notes.remedy = rerunRemedy(servedBy(o.data), stored)
 	}
+	// cancel ends the job, once, where weir run ends it (the embedded
+	// default, -cancel): at an interrupt before the summary, which may
+	// take seconds, so that a second signal or a kill meanwhile does not
+	// leave the job to start once slots come free; else as weir run
+	// returns. A cancel that fails is said, with what ends the job.
+	canceled := false
+	cancelJob := func() {
+		if canceled || said.state.Terminal() || !(embedded || o.cancel) {
+			return
+		}
+		canceled = true
+		if err := cancelOnStop(ctx, n.API, spec.Name, notes.hint); err != nil {
+			fmt.Fprintf(std.Err, "weir: %v\n", err)
+		}
+	}
 	stop := func() {
 		switch {
 		case said.state.Terminal():
 		case embedded || o.cancel:
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_, _ = n.API.CancelJob(cctx, spec.Name)
+			cancelJob()
+		case said.state == control.JobCreated || said.state == control.JobRestarting:
+			// Not running (waiting for a worker or free slots, or to
+			// restart): it starts once it can, which "keeps running"
+			// did not say.
+			h := o.nats.hint()
+			fmt.Fprintf(std.Out, "job %s is left %s, not running yet: it starts once a worker has room for it; follow its output with: weir job output%s %s; end it with: weir job cancel%s %s\n",
+				spec.Name, said.state, h, shellQuote(spec.Name), h, shellQuote(spec.Name))
 		default:
 			h := o.nats.hint()
 			fmt.Fprintf(std.Out, "job %s keeps running; follow its output with: weir job output%s %s; stop it with: weir job stop%s %s (a savepoint first), or weir job cancel%s %s\n",
@@ -1424,6 +1458,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		case err != nil && ctx.Err() != nil:
 			// Interrupted while it asked: there is no status to report
 			// (a zero one printed 'job :  (attempt 0)').
+			cancelJob()
 			if !inputDone {
 				sayUnpublished(std.Out, spec, o.inputs, "before the interrupt", said.state)
 			}
@@ -1516,6 +1551,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		}
 		select {
 		case <-ctx.Done():
+			cancelJob()
 			if !inputDone {
 				sayUnpublished(std.Out, spec, o.inputs, "before the interrupt", st.State)
 			}
@@ -1559,6 +1595,25 @@ func (s sharedNotes) print(w io.Writer, warnings []string) {
 	}
 	maps.Copy(s, now)
 }
+
+// cancelOnStop cancels job as weir run ends it (interrupted, or at its
+// end with -cancel or the embedded default), within cancelWait whatever
+// ctx: an interrupt ended ctx. A job that ended meanwhile, or is not
+// there (a submit interrupted before the coordinator took it), is no
+// failure. hint is the -nats flag the error's command needs.
+func cancelOnStop(ctx context.Context, api *control.APIClient, job, hint string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
+	defer cancel()
+	_, err := api.CancelJob(cctx, job)
+	if err == nil || errors.Is(err, control.ErrConflict) || errors.Is(err, control.ErrNotFound) {
+		return nil
+	}
+	return fmt.Errorf("cancel job %s as weir run ends: %w; it may run on, or start once a worker has room: weir job cancel%s %s ends it",
+		job, err, hint, shellQuote(job))
+}
+
+// cancelWait bounds the cancel of weir run's job as weir run ends.
+const cancelWait = 10 * time.Second
 
 // lookNews returns what weir run prints of one look at its job, st and
 // its checkpoints cps (each line ending in a newline): the line said.news
