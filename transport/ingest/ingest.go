@@ -254,6 +254,27 @@ func (p *Publisher) Flush(ctx context.Context) error {
 	return p.err
 }
 
+// Unacknowledged waits, until ctx ends, for the acknowledgements of the
+// records in flight, in order, and returns how many of the records
+// published are still not acknowledged, and the line of the first of them
+// (0 when every one is). It may be called after Publish or Flush failed
+// (an interrupt: their ctx ended): the stream holds every record before
+// that line; of those from it on, some may be stored and some not.
+func (p *Publisher) Unacknowledged(ctx context.Context) (n, line int) {
+	for len(p.pending) > 0 {
+		r := p.pending[0]
+		if r.f == nil || wait(ctx, r.f) != nil {
+			break
+		}
+		p.pending[0] = nil
+		p.pending = p.pending[1:]
+	}
+	if len(p.pending) == 0 {
+		return 0, 0
+	}
+	return len(p.pending), p.pending[0].line
+}
+
 // send publishes r.
 func (p *Publisher) send(r *record) error {
 	f, err := p.js.PublishMsgAsync(r.msg)

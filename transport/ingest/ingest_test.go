@@ -208,6 +208,39 @@ func TestOutageLongerThanTheWindow(t *testing.T) {
 	}
 }
 
+// TestUnacknowledgedAfterAnInterrupt: after an interrupt (Publish's
+// context ended) Unacknowledged waits for what is in flight and says from
+// which line on the stream may lack records: none while the server
+// answers, the first record the interrupt cut off once it is gone.
+func TestUnacknowledgedAfterAnInterrupt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, nc := newStream(t, jetstream.StreamConfig{})
+	p, err := New(ctx, nc, Config{Stream: "IN", IDPrefix: "x."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(t, ctx, p, 1, 100); err != nil {
+		t.Fatal(err)
+	}
+	// No Flush: the acknowledgements of the 100 are waited for here.
+	if n, line := p.Unacknowledged(ctx); n != 0 || line != 0 {
+		t.Errorf("Unacknowledged with the server up: %d from line %d; want none", n, line)
+	}
+	checkStored(t, ctx, srv, "x.", 100)
+	srv.Shutdown()
+	interrupted, stop := context.WithCancel(ctx)
+	stop()
+	if err := publish(t, interrupted, p, 101, 101); !errors.Is(err, context.Canceled) {
+		t.Fatalf("publish of line 101 interrupted with the server down: %v; want context.Canceled", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	if n, line := p.Unacknowledged(short); n != 1 || line != 101 {
+		t.Errorf("Unacknowledged after the interrupt: %d from line %d; want 1 from line 101", n, line)
+	}
+}
+
 // TestShortDuplicateWindowRefused: a stream that forgets message ids too
 // soon to publish a record again safely is refused at once, saying so.
 func TestShortDuplicateWindowRefused(t *testing.T) {
