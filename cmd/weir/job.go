@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -690,6 +691,9 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 				return err
 			}
 			if err := pushLocalModules(ctx, std.Out, reg, spec, built); err != nil {
+				return err
+			}
+			if err := checkRegistryModules(ctx, std.Err, reg, spec, filepath.Dir(f.spec)); err != nil {
 				return err
 			}
 			req.Spec = spec

@@ -305,3 +305,58 @@ func TestModuleLines(t *testing.T) {
 		t.Errorf("without a registry: %q", got)
 	}
 }
+
+// TestRegistryNameBesideALocalModule: a spec's bare `module: NAME` is the
+// registry's latest NAME even when a Go package directory NAME sits
+// beside the spec; a note says which version runs and that ./NAME would
+// build the local one, and a registry without NAME says so in its
+// refusal.
+func TestRegistryNameBesideALocalModule(t *testing.T) {
+	good := filepath.Join("..", "..", "guests", "wat", "passthrough.wasm")
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Skip("guests/wat/passthrough.wasm not built")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	for range 2 {
+		if _, err := n.Registry.Push(ctx, "dbgfilter", data, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "dbgfilter"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dbgfilter", "main.go"), []byte("package main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "other.wat"), []byte("(module)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(module string) *jobspec.Spec {
+		return &jobspec.Spec{Operators: []jobspec.Operator{{Name: "op", Module: module}}}
+	}
+	var notes bytes.Buffer
+	if err := checkRegistryModules(ctx, &notes, n.Registry, spec("dbgfilter"), dir); err != nil {
+		t.Fatal(err)
+	}
+	want := "weir: note: operator op: module: dbgfilter is the registry's latest, dbgfilter@2, not the ./dbgfilter beside the spec; write module: ./dbgfilter to build that one\n"
+	if notes.String() != want {
+		t.Errorf("note:\n got %q\nwant %q", notes.String(), want)
+	}
+	// A version is meant: no note.
+	notes.Reset()
+	if err := checkRegistryModules(ctx, &notes, n.Registry, spec("dbgfilter@1"), dir); err != nil || notes.Len() != 0 {
+		t.Errorf("dbgfilter@1: %v, note %q", err, notes.String())
+	}
+	err = checkRegistryModules(ctx, &notes, n.Registry, spec("other"), dir)
+	if err == nil || !strings.HasSuffix(err.Error(), "; to build ./other.wat beside the spec, write module: ./other.wat") {
+		t.Errorf("a name the registry lacks, ./other.wat beside the spec: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -252,7 +253,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	// A registry reference the coordinator would refuse at submit is
 	// refused before any stream is created for a job that never runs.
-	if err := checkRegistryModules(ctx, n.Registry, spec); err != nil {
+	if err := checkRegistryModules(ctx, std.Err, n.Registry, spec, filepath.Dir(pos[0])); err != nil {
 		return err
 	}
 	if o.create {
@@ -366,18 +367,54 @@ func (a *apiNotices) answered(op string) {
 
 // checkRegistryModules reports the first operator whose module names a
 // registry entry (NAME@VERSION, NAME, sha256:DIGEST) that reg lacks, as
-// the coordinator's submit does.
-func checkRegistryModules(ctx context.Context, reg *registry.Registry, spec *jobspec.Spec) error {
+// the coordinator's submit does. An operator whose module is a bare NAME
+// while dir, the spec's directory, holds a module source of that name
+// (localNamesake) runs the registry's latest NAME all the same: a note
+// on w says which version, and that ./NAME would build the local one.
+func checkRegistryModules(ctx context.Context, w io.Writer, reg *registry.Registry, spec *jobspec.Spec, dir string) error {
 	for _, op := range spec.Operators {
 		ref, err := modref.Parse(op.Module)
 		if err != nil || ref.Kind == modref.File {
 			continue
 		}
+		local := localNamesake(dir, ref)
 		if err := registry.Check(ctx, reg, ref); err != nil {
+			if local != "" {
+				return fmt.Errorf("operator %s: module %s: %w; to build %s beside the spec, write module: %s", op.Name, op.Module, err, local, local)
+			}
 			return fmt.Errorf("operator %s: module %s: %w", op.Name, op.Module, err)
+		}
+		if local != "" {
+			which := "the registry's " + ref.Name
+			if ms, err := reg.Find(ctx, ref); err == nil && len(ms) > 0 {
+				latest := slices.MaxFunc(ms, func(a, b registry.Module) int { return a.Version - b.Version })
+				which = "the registry's latest, " + latest.Ref()
+			}
+			fmt.Fprintf(w, "weir: note: operator %s: module: %s is %s, not the %s beside the spec; write module: %s to build that one\n",
+				op.Name, op.Module, which, local, local)
 		}
 	}
 	return nil
+}
+
+// localNamesake returns the module source beside a job spec (in dir, its
+// directory) that ref, a registry NAME without a version, leaves unused,
+// as the spec would write it to use it: "./NAME" for a Go package
+// directory NAME, "./NAME.wasm" (or .rs, .c, .ts, .wat) for a file. ""
+// if there is none, or ref gives a version: a version is meant.
+func localNamesake(dir string, ref modref.Ref) string {
+	if dir == "" || ref.Kind != modref.Registry || ref.Version != 0 {
+		return ""
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ref.Name, "*.go")); len(m) > 0 {
+		return "./" + ref.Name
+	}
+	for _, ext := range []string{".wasm", ".rs", ".c", ".ts", ".wat"} {
+		if st, err := os.Stat(filepath.Join(dir, ref.Name+ext)); err == nil && !st.IsDir() {
+			return "./" + ref.Name + ext
+		}
+	}
+	return ""
 }
 
 // checkModuleFile reports a module file (or Go package directory) that is
