@@ -186,6 +186,9 @@ func sourceHash(ctx context.Context, goBin, dir, pkg string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if hint := sdkHint(ctx, goBin, dir, stderr.String()); hint != "" {
+			return "", &hintError{msg: "guestbuild: " + hint, err: err}
+		}
 		return "", fmt.Errorf("guestbuild: go list %s: %w\n%s", filepath.Join(dir, pkg), err, strings.TrimSpace(stderr.String()))
 	}
 	h := sha256.New()
@@ -237,4 +240,88 @@ func hashFile(h io.Writer, path string) error {
 		return fmt.Errorf("guestbuild: %s: %w", path, err)
 	}
 	return nil
+}
+
+// sdkModule is the module of weir's Go SDK (guests/go/weir). It is not
+// published: a Go operator's go.mod finds it by a replace directive that
+// points at a weir checkout.
+const sdkModule = "github.com/weirhq/weir"
+
+// sdkHint turns the go command's refusal (its stderr) of a package
+// directory dir that is in no module, or in one whose go.mod does not
+// find sdkModule, into one line that says what to run there — not go
+// get, which the go command suggests and which cannot fetch an
+// unpublished module. "" for any other refusal.
+func sdkHint(ctx context.Context, goBin, dir, stderr string) string {
+	where := dir
+	if where == "" {
+		where = "."
+	}
+	replace := "go mod edit -replace " + sdkModule + "=" + shellWord(checkout())
+	switch {
+	case strings.Contains(stderr, "go.mod file not found"):
+		return fmt.Sprintf("%s is in no Go module, which a Go operator needs to find the SDK (%s is not published): in %s run go mod init example.com/%s && %s && go mod tidy",
+			where, sdkModule, where, modName(dir), replace)
+	case strings.Contains(stderr, "no required module provides package "+sdkModule+"/"),
+		strings.Contains(stderr, "cannot find module providing package "+sdkModule+"/"),
+		strings.Contains(stderr, "module "+sdkModule+" provides package "+sdkModule+"/") && strings.Contains(stderr, "replaced but not required"):
+		cmd := exec.CommandContext(ctx, goBin, "mod", "edit", "-json")
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		var mod struct {
+			Replace []struct{ Old struct{ Path string } }
+		}
+		if err == nil && json.Unmarshal(out, &mod) == nil {
+			for _, r := range mod.Replace {
+				if r.Old.Path == sdkModule {
+					return fmt.Sprintf("%s: its go.mod replaces %s but does not require it: in %s run go mod tidy", where, sdkModule, where)
+				}
+			}
+		}
+		return fmt.Sprintf("%s: its go.mod does not find the SDK (%s is not published, go get cannot fetch it): in %s run %s && go mod tidy",
+			where, sdkModule, where, replace)
+	}
+	return ""
+}
+
+// hintError is a go command's failure said as what to do about it; the
+// go command's exit status, which says nothing more, is only wrapped.
+type hintError struct {
+	msg string
+	err error
+}
+
+func (e *hintError) Error() string { return e.msg }
+func (e *hintError) Unwrap() error { return e.err }
+
+// checkout is the weir checkout this package was built from, where the
+// SDK is, when the binary knows it (built without -trimpath, the source
+// still there); else a placeholder to fill in.
+func checkout() string {
+	_, file, _, ok := runtime.Caller(0)
+	if ok && filepath.IsAbs(file) {
+		root := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(file)))) // guests/go/guestbuild/guestbuild.go
+		if st, err := os.Stat(filepath.Join(root, "guests", "go", "weir")); err == nil && st.IsDir() {
+			return root
+		}
+	}
+	return "/path/to/your/weir/checkout"
+}
+
+// modName is a module path's last element for a package directory: its
+// base name, or "operator" where that would not do.
+func modName(dir string) string {
+	base := filepath.Base(dir)
+	if dir == "" || base == "." || base == string(filepath.Separator) || strings.ContainsAny(base, " '\"$`\\") {
+		return "operator"
+	}
+	return base
+}
+
+// shellWord quotes s for a POSIX shell if it needs quoting.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"$`\\|&;<>()*?[]#~{}!") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -87,5 +88,48 @@ func TestBuildSayingSaysOnlyOfACompile(t *testing.T) {
 		if want := map[bool]int{true: 1, false: 0}[i == 0]; compiles != want {
 			t.Errorf("%s: compiling said %d times, want %d", what, compiles, want)
 		}
+	}
+}
+
+// TestBuildSaysHowToFindTheSDK: an operator importing the Go SDK from a
+// directory in no module, or whose go.mod does not find the SDK, is
+// refused in one line that says what to run there — the replace of the
+// unpublished weir module by this checkout — not the go command's go get,
+// which cannot fetch it.
+func TestBuildSaysHowToFindTheSDK(t *testing.T) {
+	t.Setenv(CacheDirEnv, t.TempDir())
+	t.Setenv("GOWORK", "off")
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const op = "package main\n\nimport _ \"github.com/weirhq/weir/guests/go/weir\"\n\nfunc main() {}\n"
+	for _, c := range []struct {
+		name, gomod, want string
+	}{
+		{"nomod", "", " is in no Go module, which a Go operator needs to find the SDK (github.com/weirhq/weir is not published): in DIR run go mod init example.com/nomod && go mod edit -replace github.com/weirhq/weir=ROOT && go mod tidy"},
+		{"noreplace", "module example.com/op\n\ngo 1.22\n", ": its go.mod does not find the SDK (github.com/weirhq/weir is not published, go get cannot fetch it): in DIR run go mod edit -replace github.com/weirhq/weir=ROOT && go mod tidy"},
+		{"untidy", "module example.com/op\n\ngo 1.22\n\nreplace github.com/weirhq/weir => " + root + "\n", ": its go.mod replaces github.com/weirhq/weir but does not require it: in DIR run go mod tidy"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), c.name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			files := map[string]string{"main.go": op}
+			if c.gomod != "" {
+				files["go.mod"] = c.gomod
+			}
+			for name, text := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := build(context.Background(), dir, nil)
+			want := "guestbuild: " + dir + strings.NewReplacer("DIR", dir, "ROOT", root).Replace(c.want)
+			if err == nil || err.Error() != want {
+				t.Errorf("build:\n got %v\nwant %s", err, want)
+			}
+		})
 	}
 }
