@@ -5,7 +5,8 @@
 //	go run ./cmd/weir run -nats nats://127.0.0.1:4222 examples/wordcount/job.yaml &
 //	go run ./examples/wordcount/gen -n 100000
 //
-// It creates the stream if it is missing. The words follow a Zipf
+// It publishes to the NATS server -nats names, by default $WEIR_NATS's
+// (as weir's commands do), else nats://127.0.0.1:4222. It creates the stream if it is missing. The words follow a Zipf
 // distribution, so some counts grow fast and most stay small. LINES
 // stores each line once: after a lost connection or a server restart gen
 // publishes again what the stream did not acknowledge, which drops what
@@ -30,14 +31,27 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/transport/ingest"
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 var words = strings.Fields(`the a weir river stream record barrier checkpoint operator state
 task channel snapshot align flow water exactly once count word job worker wasm module
 key value batch sink source jetstream nats credit backpressure unaligned savepoint`)
 
+// natsEnv is the environment variable weir's commands take the NATS
+// server's URL from when -nats is not given; gen does the same.
+const natsEnv = "WEIR_NATS"
+
+// defaultURL is $WEIR_NATS, else nats://127.0.0.1:4222 (weir up's).
+func defaultURL() string {
+	if u := os.Getenv(natsEnv); u != "" {
+		return u
+	}
+	return nats.DefaultURL
+}
+
 func main() {
-	url := flag.String("nats", nats.DefaultURL, "NATS server URL")
+	url := flag.String("nats", defaultURL(), "NATS server URL (default from $"+natsEnv+", else "+nats.DefaultURL+")")
 	n := flag.Int("n", 10000, "lines to publish")
 	perLine := flag.Int("words", 8, "words per line")
 	seed := flag.Uint64("seed", 1, "random seed (the same seed publishes the same lines)")
@@ -58,7 +72,7 @@ func main() {
 func run(ctx context.Context, log io.Writer, url string, n, perLine int, seed uint64) error {
 	nc, err := nats.Connect(url, append(ingest.ConnOptions(), nats.Name("weir gen"))...)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
+		return fmt.Errorf("connect %s (is 'weir up' running? one elsewhere: -nats URL, or $%s): %w", natsconn.Redact(url), natsEnv, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

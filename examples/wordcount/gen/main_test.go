@@ -164,3 +164,25 @@ func TestServerSilentLongerThanTheWindow(t *testing.T) {
 		t.Fatalf("gen against a server that stopped answering: %v", err)
 	}
 }
+
+// TestDefaultURLIsWeirNATS: gen publishes where weir's commands do: to
+// $WEIR_NATS when it is set, else to weir up's default address; a server
+// that is not there is said with what to check.
+func TestDefaultURLIsWeirNATS(t *testing.T) {
+	t.Setenv(natsEnv, "")
+	if got := defaultURL(); got != nats.DefaultURL {
+		t.Errorf("without $%s: %s, want %s", natsEnv, got, nats.DefaultURL)
+	}
+	srv := embeddedtest.Server(t, embedded.Config{})
+	t.Setenv(natsEnv, srv.ClientURL())
+	if got := defaultURL(); got != srv.ClientURL() {
+		t.Errorf("with $%s=%s: %s", natsEnv, srv.ClientURL(), got)
+	}
+	if err := run(context.Background(), io.Discard, defaultURL(), 3, 2, 1); err != nil {
+		t.Fatalf("gen on $%s: %v", natsEnv, err)
+	}
+	err := run(context.Background(), io.Discard, "nats://127.0.0.1:1", 3, 2, 1)
+	if err == nil || !strings.HasPrefix(err.Error(), "connect nats://127.0.0.1:1 (is 'weir up' running? one elsewhere: -nats URL, or $WEIR_NATS): ") {
+		t.Errorf("gen on no server: %v", err)
+	}
+}
