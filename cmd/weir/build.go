@@ -126,7 +126,7 @@ func (b *moduleBuilder) buildSpec(ctx context.Context, spec *jobspec.Spec) (map[
 		}
 		out, _, err := b.build(ctx, ref.Path)
 		if err != nil {
-			return nil, fmt.Errorf("operator %s: %w", op.Name, err)
+			return nil, interruptedIn(ctx, "building module "+displayPath(ref.Path), fmt.Errorf("operator %s: %w", op.Name, err))
 		}
 		op.Module, built[out] = out, ref.Path
 	}

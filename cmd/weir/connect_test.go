@@ -178,3 +178,24 @@ func TestNATSAuthFromTheEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// weir run on a server that is not there asks whether weir up runs, as
+// weir job ls does: not the bare "no servers available".
+func TestRunWhereNoServerIsAsksForWeirUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := "nats://127.0.0.1:1"
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "noserver", mod, "")
+	for _, args := range [][]string{{"job", "ls", "-nats", url}, {"run", "-nats", url, spec}} {
+		var out, errb syncBuffer
+		code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		want := "weir: cannot reach NATS at " + url + " (is 'weir up' running?): "
+		if got := errb.String(); code != 1 || !strings.HasPrefix(got, want) || strings.Count(got, "\n") != 1 {
+			t.Errorf("weir %s: exit %d, stderr %q; want 1 and one line starting %q", args[0], code, got, want)
+		}
+	}
+}

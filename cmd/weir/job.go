@@ -328,19 +328,25 @@ func connectNATS(nf *natsFlags, name string, w io.Writer, extra ...nats.Option) 
 	nc, err := natsconn.Connect(*o, append([]nats.Option{nats.MaxReconnects(0)}, extra...)...)
 	stop()
 	if err != nil {
-		if _, greeting := errors.AsType[*natsconn.GreetingError](err); greeting || !natsconn.Unreachable(err) {
-			// Refused (authentication, TLS, a bad URL or file), or a
-			// port that did not greet as NATS does: err says so and
-			// names the server; asking whether weir up runs would send
-			// the user looking in the wrong place.
-			return nil, err
-		}
-		if nf.url == defaultNATS {
-			return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running? one on another port: -nats URL, or $%s): %w", natsconn.Redact(nf.url), natsEnv, err)
-		}
-		return nil, fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", natsconn.Redact(nf.url), err)
+		return nil, unreachableNATS(nf, err)
 	}
 	return nc, nil
+}
+
+// unreachableNATS is err, a failed connect to nf's server, with what to
+// check when no server answered there: whether weir up runs.
+func unreachableNATS(nf *natsFlags, err error) error {
+	if _, greeting := errors.AsType[*natsconn.GreetingError](err); greeting || !natsconn.Unreachable(err) {
+		// Refused (authentication, TLS, a bad URL or file), or a
+		// port that did not greet as NATS does: err says so and
+		// names the server; asking whether weir up runs would send
+		// the user looking in the wrong place.
+		return err
+	}
+	if nf.url == defaultNATS {
+		return fmt.Errorf("cannot reach NATS at %s (is 'weir up' running? one on another port: -nats URL, or $%s): %w", natsconn.Redact(nf.url), natsEnv, err)
+	}
+	return fmt.Errorf("cannot reach NATS at %s (is 'weir up' running?): %w", natsconn.Redact(nf.url), err)
 }
 
 // natsNotice tells w, once noticeAfter has passed without stop being

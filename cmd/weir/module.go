@@ -213,7 +213,7 @@ func pushLocalModules(ctx context.Context, w io.Writer, reg *registry.Registry, 
 			err = worker.MemoryLimitHint(*op, wasm.Check(registryName(source), data, wasm.Limits{MemoryBytes: uint64(op.Limits.Memory)}))
 		}
 		if err != nil {
-			return fmt.Errorf("operator %s: push %s: %w", op.Name, displayPath(source), err)
+			return interruptedIn(ctx, "pushing module "+displayPath(source), fmt.Errorf("operator %s: push %s: %w", op.Name, displayPath(source), err))
 		}
 		how := "pushed as"
 		if !pushed {
@@ -224,6 +224,29 @@ func pushLocalModules(ctx context.Context, w io.Writer, reg *registry.Registry, 
 		fmt.Fprintf(w, "module %s → %s (%s %s)\n", displayPath(source), op.Module, how, m.Ref())
 	}
 	return nil
+}
+
+// interruptedError is an error of a step that Ctrl-C (or a signal) cut
+// short, said as the step it interrupted: the chain of what the canceled
+// requests were doing says nothing to the one who interrupted them.
+type interruptedError struct {
+	what string // "pushing module ./upper"
+	err  error
+}
+
+func (e *interruptedError) Error() string { return "interrupted while " + e.what }
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// interruptedIn is err, of the step what, as an interruptedError when ctx
+// was canceled (the command interrupted); else err itself.
+func interruptedIn(ctx context.Context, what string, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if _, ok := errors.AsType[*interruptedError](err); ok {
+		return err
+	}
+	return &interruptedError{what: what, err: err}
 }
 
 // registryName turns a file or package directory into a registry module

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -358,5 +360,31 @@ func TestRegistryNameBesideALocalModule(t *testing.T) {
 	err = checkRegistryModules(ctx, &notes, n.Registry, spec("other"), dir)
 	if err == nil || !strings.HasSuffix(err.Error(), "; to build ./other.wat beside the spec, write module: ./other.wat") {
 		t.Errorf("a name the registry lacks, ./other.wat beside the spec: %v", err)
+	}
+}
+
+// A push that Ctrl-C cuts short says so in one line naming the module,
+// not with the chain of the requests the interrupt canceled.
+func TestPushInterruptedSaysSo(t *testing.T) {
+	good, err := filepath.Abs(filepath.Join("..", "..", "guests", "wat", "passthrough.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(good); err != nil {
+		t.Skip("guests/wat/passthrough.wasm not built")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Options{DataDir: t.TempDir(), Port: -1, Coordinator: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	spec := &jobspec.Spec{Operators: []jobspec.Operator{{Name: "op", Module: good}}}
+	interruptedCtx, interrupt := context.WithCancel(ctx)
+	interrupt()
+	err = pushLocalModules(interruptedCtx, io.Discard, n.Registry, spec, nil)
+	if want := "interrupted while pushing module " + displayPath(good); err == nil || err.Error() != want || !errors.Is(err, context.Canceled) {
+		t.Errorf("push interrupted: %v, want %q wrapping context.Canceled", err, want)
 	}
 }

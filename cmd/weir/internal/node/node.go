@@ -239,6 +239,14 @@ func connEvents(log *slog.Logger) []nats.Option {
 	}
 }
 
+// ConnectError is Start's error when it could not connect to the
+// external NATS server (Options.NATS, without WaitForNATS): Err, which
+// names the server, says why. A caller can add what to check.
+type ConnectError struct{ Err error }
+
+func (e *ConnectError) Error() string { return e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
+
 // Start starts a node and returns once its coordinator and workers listen.
 // On an error it stops what it had started.
 //
@@ -356,7 +364,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		n.Conn, err = natsconn.Connect(*opts.NATS, connEvents(log)...)
 		connected()
 		if err != nil {
-			return err
+			return &ConnectError{Err: err}
 		}
 	}
 	if n.JS, err = jetstream.New(n.Conn); err != nil {
