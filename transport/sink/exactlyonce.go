@@ -23,8 +23,13 @@ import (
 	"github.com/weirhq/weir/transport/subject"
 )
 
-// ExactlyOnceGuarantee is the delivery guarantee of ExactlyOnce.
-const ExactlyOnceGuarantee = "exactly-once: JetStream, output published when its checkpoint completes, deduplicated by message id"
+// ExactlyOnceGuarantee is the delivery guarantee of ExactlyOnce. It says
+// what carries a message id: a trial read "deduplicated by message id"
+// and found 11 998 of a checkpoint's 12 000 messages without one, as
+// they went out in one atomic batch (LargeCheckpoint), whose first and
+// last messages alone carry one.
+const ExactlyOnceGuarantee = "exactly-once: JetStream, output published when its checkpoint completes; " +
+	"a re-commit is deduplicated by message id (each message's, or in atomic batches the first and last message's of each batch)"
 
 // ErrDuplicateWindowTooShort is wrapped by the error that refuses a stream
 // whose duplicate window cannot cover a re-commit after recovery.
