@@ -228,7 +228,10 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 	live := m.ctl.Workers()
 	used := m.slotsUsed(nil)
 	memUsed := m.memoryUsed(nil)
-	stale := m.staleTasks(live, nil)
+	stale, staleMem := m.staleTasks(live, nil)
+	for w, n := range staleMem {
+		memUsed[w] += n
+	}
 	before := maps.Clone(used)
 	for _, j := range jobs {
 		own := map[string]int{}           // the job's tasks on each worker: free for it, as it moves whole

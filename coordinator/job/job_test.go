@@ -81,6 +81,11 @@ type fakeWorker struct {
 	// worker does (control.ErrNoSlots).
 	slots        int
 	refuseBeyond bool
+	// memory, if set, makes it refuse a deploy whose operator tasks'
+	// memory (control.TaskMemory), with that of the other jobs' running
+	// attempts and of extra (their reported MemoryLimit), is over it, as
+	// a real worker does with its budget (weir worker -memory).
+	memory int64
 	// cancelGate, if set, is called with each Cancel before it is handled.
 	cancelGate func(control.Cancel)
 	// commitReport, if set, makes the worker's sink tasks (out-N) ack
@@ -248,6 +253,23 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 				w.id, w.slots, runs, len(d.Tasks), d.Job)
 		}
 	}
+	if w.memory > 0 {
+		var held int64
+		for _, r := range w.extra {
+			if r.Stats != nil {
+				held += int64(r.Stats.MemoryLimit)
+			}
+		}
+		for job, c := range w.current {
+			if job != d.Job {
+				held += deployMemory(c)
+			}
+		}
+		if held+deployMemory(d) > w.memory {
+			return control.Errorf(control.ErrNoSlots, "worker %s has a memory budget of %d bytes and its operators hold %d: no room for the %d job %s asks for",
+				w.id, w.memory, held, deployMemory(d), d.Job)
+		}
+	}
 	if strings.HasPrefix(d.Job, "broken") {
 		return control.Unrecoverable(errors.New("exactly-once sink out: stream OUT's duplicate window 2m0s is too short"))
 	}
@@ -359,6 +381,18 @@ func (w *fakeWorker) Stop(_ context.Context, s control.Stop) error {
 	err := w.stopErr
 	w.stopErr = nil
 	return err
+}
+
+// deployMemory adds up the memory limits of d's operator tasks.
+func deployMemory(d control.Deploy) int64 {
+	mem := control.TaskMemory(d.Spec)
+	var n int64
+	for _, id := range d.Tasks {
+		if t, ok := d.Plan.Task(id); ok {
+			n += mem[t.Vertex]
+		}
+	}
+	return n
 }
 
 func (w *fakeWorker) currentAttempt(job string) (int, bool) {

@@ -50,6 +50,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -371,7 +372,8 @@ func (m *Manager) roomSignal() <-chan struct{} {
 
 // place places j's tasks on the live workers (plan.Assign), counting the
 // tasks of every other job that has not ended on each worker against its
-// slots, and those its heartbeats report besides (staleTasks) — a worker
+// slots and their operators' memory against its memory budget, and those
+// its heartbeats report besides (staleTasks) — a worker
 // in full as full, whatever the count, until its heartbeats report fewer
 // tasks than before (freedSlots grew past what full notes): it refused
 // j's tasks for want of slots —, and begins
@@ -398,7 +400,7 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 	used := m.slotsUsed(j)
 	memUsed := m.memoryUsed(j)
 	live := m.ctl.Workers()
-	stale := m.staleTasks(live, j)
+	stale, staleMem := m.staleTasks(live, j)
 	ws := make([]plan.Worker, 0, len(live))
 	var capped error // why a live worker's caps refuse the job
 	for _, hb := range live {
@@ -410,7 +412,7 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 			continue
 		}
 		w := plan.Worker{ID: hb.Worker.ID, Slots: hb.Worker.Slots, Used: used[hb.Worker.ID] + stale[hb.Worker.ID],
-			Memory: hb.Worker.Caps.Memory, MemoryUsed: memUsed[hb.Worker.ID]}
+			Memory: hb.Worker.Caps.Memory, MemoryUsed: memUsed[hb.Worker.ID] + staleMem[hb.Worker.ID]}
 		if at, ok := full[w.ID]; ok && m.freedSlots(w.ID) <= at {
 			if w.Slots <= 0 {
 				continue // full, it said, but of no limit it told: no room to count on
@@ -468,7 +470,7 @@ func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 	used := m.slotsUsed(nil)
 	live := m.ctl.Workers()
 	heard := m.ctl.HeardFrom()
-	stale := m.staleTasks(live, nil)
+	stale, _ := m.staleTasks(live, nil)
 	out := make([]control.WorkerStatus, len(live))
 	for i, hb := range live {
 		id := hb.Worker.ID
@@ -506,12 +508,21 @@ func (m *Manager) attemptStopped(worker, job string, attempt int) {
 // slots free (its earlier attempt is being canceled); nor are those of an
 // attempt whose cancel the worker answered (attemptStopped), which a
 // heartbeat sent before the answer may still list.
-func (m *Manager) staleTasks(live []control.Heartbeat, except *job) map[string]int {
+//
+// mem counts, per worker, the memory limits of the stale operator tasks
+// among them: the worker holds them against its memory budget
+// (control.Caps.Memory) as it holds their slots, and refuses a deploy
+// beyond it. A task of a job the coordinator knows counts its operator's
+// limits.memory under the job's spec, as the worker counts it; one of a
+// job it does not know, the limit the heartbeat reports
+// (control.TaskStats.MemoryLimit).
+func (m *Manager) staleTasks(live []control.Heartbeat, except *job) (stale map[string]int, mem map[string]int64) {
 	m.mu.Lock()
 	jobs := maps.Clone(m.jobs)
 	stopped := maps.Clone(m.stopped)
 	m.mu.Unlock()
-	stale := map[string]int{}
+	stale, mem = map[string]int{}, map[string]int64{}
+	taskMem := map[*job]map[string]int64{} // each job's control.TaskMemory, taken once
 	for _, hb := range live {
 		for _, t := range hb.Tasks {
 			if stopped[staleKey{worker: hb.Worker.ID, job: t.Job, attempt: t.Attempt}] {
@@ -524,15 +535,24 @@ func (m *Manager) staleTasks(live []control.Heartbeat, except *job) map[string]i
 			if j != nil {
 				j.mu.Lock()
 				counted := j.holds && !j.st.State.Terminal() && j.st.Attempt == t.Attempt && j.assign[t.Task] == hb.Worker.ID
+				if _, ok := taskMem[j]; !ok && !counted {
+					taskMem[j] = control.TaskMemory(j.spec)
+				}
 				j.mu.Unlock()
 				if counted {
 					continue
 				}
 			}
 			stale[hb.Worker.ID]++
+			switch {
+			case j != nil:
+				mem[hb.Worker.ID] += taskMem[j][control.VertexOf(t.Task)]
+			case t.Stats != nil:
+				mem[hb.Worker.ID] += int64(min(t.Stats.MemoryLimit, math.MaxInt64))
+			}
 		}
 	}
-	return stale
+	return stale, mem
 }
 
 // others returns the manager's jobs but except, taken under its lock.
