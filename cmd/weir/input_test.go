@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
@@ -264,5 +265,19 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	}
 	if n := strings.Count(errb.String(), "trying again"); n != 1 {
 		t.Errorf("said %d times that it tries again:\n%s", n, errb.String())
+	}
+}
+
+// An -input SOURCE=FILE whose SOURCE is one letter off the job's source
+// says which was meant; one near none lists the job's sources.
+func TestInputOfASourceNotThereSaysWhichWasMeant(t *testing.T) {
+	spec := &jobspec.Spec{Sources: []jobspec.Source{{Name: "orders"}, {Name: "payments"}}}
+	for in, want := range map[string]string{
+		"order=o.txt": `-input order=o.txt: the job has no source "order" (did you mean orders?)`,
+		"x=o.txt":     `-input x=o.txt: the job has no source "x" (its sources: orders, payments)`,
+	} {
+		if err := checkInputs("-input", spec, inputFlags{in}); err == nil || err.Error() != want {
+			t.Errorf("-input %s: %v, want %q", in, err, want)
+		}
 	}
 }

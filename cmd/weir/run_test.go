@@ -884,7 +884,7 @@ func TestRunRefusesBeforeBuilding(t *testing.T) {
 		{[]string{"run", "-data", held, "-input", "in.txt", "job.yaml"}, "is in use by another weir process"},
 		{[]string{"run", "-input", "nosuch.txt", "job.yaml"}, "weir: -input: stat nosuch.txt: no such file or directory\n"},
 		{[]string{"run", "-input", "op", "job.yaml"}, "weir: -input op: a directory, not a file of lines: give a file\n"},
-		{[]string{"run", "-input", "other=in.txt", "job.yaml"}, `weir: -input other=in.txt: the job has no source "other"` + "\n"},
+		{[]string{"run", "-input", "other=in.txt", "job.yaml"}, `weir: -input other=in.txt: the job has no source "other" (its sources: in)` + "\n"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(ctx, c.args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/internal/spell"
 	"github.com/weirhq/weir/transport/sink"
 	"github.com/weirhq/weir/transport/subject"
 )
@@ -46,6 +48,26 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 	}
 	streams := map[string]found{}
 	var bad []string
+	// meant says which stream a name that is not there most likely
+	// misspells ("EVENT" for EVENTS), or a stream the caller creates;
+	// the names are listed once, at the first such name.
+	var names []string
+	listed := false
+	meant := func(stream string) string {
+		if !listed {
+			listed = true
+			names = slices.Collect(maps.Keys(creating))
+			c, cancel := context.WithTimeout(ctx, timeout)
+			for n := range js.StreamNames(c).Name() {
+				names = append(names, n)
+			}
+			cancel()
+		}
+		if m := spell.Closest(stream, names); m != "" {
+			return fmt.Sprintf(" (did you mean %s?)", m)
+		}
+		return ""
+	}
 	lookup := func(what, name, stream string) *jetstream.StreamConfig {
 		f, seen := streams[stream]
 		if !seen {
@@ -69,7 +91,7 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 			streams[stream] = f
 		}
 		if !f.ok {
-			bad = append(bad, fmt.Sprintf("%s %s: stream %s does not exist", what, name, stream))
+			bad = append(bad, fmt.Sprintf("%s %s: stream %s does not exist%s", what, name, stream, meant(stream)))
 		}
 		return f.cfg
 	}

@@ -97,3 +97,31 @@ sinks: [{name: out, kind: jetstream, stream: COUNTS, subject: counts, guarantee:
 		t.Errorf("an at-least-once sink: %v", err)
 	}
 }
+
+// TestCheckStreamsSaysWhichStreamWasMeant: a stream the spec names that
+// is not there, one letter off a stream that is, is refused with that
+// stream as the one most likely meant (as weir stream rm EVENT says of
+// EVENTS); a name near none says nothing more.
+func TestCheckStreamsSaysWhichStreamWasMeant(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, js := embeddedtest.JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for stream, want := range map[string]string{
+		"EVENT":    "submit typo: source in: stream EVENT does not exist (did you mean EVENTS?) (fix the spec, or create or change the stream, before submitting the job)",
+		"ARTICLES": "submit typo: source in: stream ARTICLES does not exist (fix the spec, or create or change the stream, before submitting the job)",
+	} {
+		spec, err := jobspec.Parse("typo.yaml", []byte(`name: typo
+sources: [{name: in, kind: jetstream, stream: `+stream+`}]
+sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
+`), jobspec.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckStreams(ctx, js, spec, 5*time.Second, nil); !errors.Is(err, control.ErrInvalid) || err.Error() != want {
+			t.Errorf("stream %s: %v; want %q", stream, err, want)
+		}
+	}
+}
