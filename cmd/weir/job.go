@@ -67,7 +67,8 @@ docs/OPERATIONS.md)`},
 stdout ("[SINK] " before each line when there are
 several sinks); a JetStream sink's output is what its
 stream stores, from new records on (-from-start: all
-it holds; -last N: its last N); a core NATS sink's is
+it holds; -last N: its last N; of a job that has
+ended: what it stored since its submit); a core NATS sink's is
 what it publishes while followed, no history. Stops
 at Ctrl-C, -for, -show N (after N records; -1, the
 default: no limit; 0 is refused: in weir run it prints

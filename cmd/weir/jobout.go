@@ -102,6 +102,14 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 			if err != nil {
 				return err
 			}
+			ended := ""
+			if st.State.Terminal() && !o.fromStart && o.last == 0 {
+				// Nothing new comes from a job that ended: its output
+				// is what it stored since its submit.
+				if start, ended, err = endedStart(ctx, js, st, s, last); err != nil {
+					return err
+				}
+			}
 			until := uint64(0)
 			if o.untilNow {
 				if until = last; until < start {
@@ -123,6 +131,8 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 					what += ": " + plural(n, "record")
 				}
 				fmt.Fprintf(std.Err, "showing sink %s: stream %s from sequence %d to %d (%s)\n", s.Name, s.Stream, start, until, what)
+			} else if ended != "" {
+				fmt.Fprintf(std.Err, "following sink %s: stream %s from sequence %d (%s)\n", s.Name, s.Stream, start, ended)
 			} else {
 				fmt.Fprintf(std.Err, "following sink %s: stream %s from sequence %d (%s)\n", s.Name, s.Stream, start, o.what(sinkSubjects(s)))
 			}

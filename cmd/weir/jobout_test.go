@@ -275,7 +275,10 @@ func TestJobOutputFromStartAndLast(t *testing.T) {
 			"following sink out: stream OUT from sequence 3 (its last 2 records on out.>)\njob jo finished; 2 records shown\n"},
 		{[]string{"-last", "9"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
 			"following sink out: stream OUT from sequence 1 (its last 9 records on out.>)\njob jo finished; 4 records shown\n"},
-		{nil, "", "following sink out: stream OUT from sequence 6 (new records on out.>)\njob jo finished; 0 records shown\n"},
+		// A job that ended: what it stored since its submit (nothing new
+		// comes).
+		{nil, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
+			"following sink out: stream OUT from sequence 1 (what job jo stored on out.> since its submit: 4 records; -from-start shows all the stream holds)\njob jo finished; 4 records shown\n"},
 		{[]string{"-from-start", "-until-now"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n",
 			"showing sink out: stream OUT from sequence 1 to 5 (all it holds on out.>: 4 records)\n4 records shown: all the sinks' streams held on their subjects when weir job output started\n"},
 		{[]string{"-from-start", "-show", "-1"}, "k0\t0\nk1\t1\nk2\t2\nk3\t3\n", // -1: all, as weir run's

@@ -63,8 +63,11 @@ or sink subject its stream does not store (a stream there, or one
 -create-streams would create for another source or sink), a job of the
 name stopped with a savepoint: run again, it would read its streams from
 the start and repeat the output it committed, so weir run says how to
-restore it instead; one canceled or failed after a checkpoint runs again,
-saying so) has not. A module that is a
+restore it instead; a bounded job of the name that finished, while its
+sinks' streams hold what it stored: give another name, or weir job rm it
+first; one canceled or failed after a checkpoint runs again, saying so)
+has not. Ctrl-C while -input publishes says how many records the stream
+acknowledged and the command that publishes the rest (-from-line). A module that is a
 local file, Go package or source goes to the module registry (once per
 content) and the job names it by its digest (sha256:…), so that workers on
 other machines can load it.`
@@ -211,7 +214,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	// check) comes before the build and the push, which take seconds and
 	// store modules for a job that never runs. The submit still refuses
 	// what changed since.
-	note, err := checkRerun(ctx, n.API, spec, pos[0], o, embedded)
+	note, err := checkRerun(ctx, n.API, n.JS, spec, pos[0], o, embedded)
 	if err != nil {
 		return err
 	}
@@ -282,12 +285,13 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 // directory (a spec of another name starts over). One canceled or failed
 // after a checkpoint runs again, as weir run always ran it: the note says
 // that it repeats that output and how a restore would have gone on
-// instead. A finished job (a bounded one run again) and one that
-// completed no checkpoint, which committed no output to repeat, run
-// again as they are. The earlier run is asked for once, briefly and
+// instead. A finished job (a bounded one run again) whose sinks' streams
+// hold what it stored since its submit is refused as a stopped one is
+// (finishedRerun); one that stored nothing, and one that completed no
+// checkpoint, which committed no output to repeat, run again as they are. The earlier run is asked for once, briefly and
 // without a notice: a coordinator that does not answer, or a job the
 // name does not have, is the submit's to say.
-func checkRerun(ctx context.Context, api *control.APIClient, spec *jobspec.Spec, specPath string, o runOptions, embedded bool) (note string, err error) {
+func checkRerun(ctx context.Context, api *control.APIClient, js jetstream.JetStream, spec *jobspec.Spec, specPath string, o runOptions, embedded bool) (note string, err error) {
 	if embedded && o.data == "" {
 		return "", nil // a fresh directory: no job ran there
 	}
@@ -313,13 +317,19 @@ func checkRerun(ctx context.Context, api *control.APIClient, spec *jobspec.Spec,
 		return "", fmt.Errorf("job %s was drained with savepoint %d: a new run reads its streams from the start and would repeat the output it committed; "+
 			"give the spec another name to %s", name, st.DrainedWithSavepoint, next)
 	}
-	if st.State == control.JobFinished || st.LatestCheckpoint == 0 {
-		return "", nil
-	}
 	where, hint := " with", o.nats.hint()
 	if embedded {
 		d := servedBy(o.data)
 		where, hint = " with "+d.up+" running", d.hint()
+	}
+	if st.State == control.JobFinished {
+		if held := earlierOutput(ctx, js, st, spec); held != "" {
+			return "", finishedRerun(st, held, where, hint)
+		}
+		return "", nil // it stored nothing to repeat
+	}
+	if st.LatestCheckpoint == 0 {
+		return "", nil
 	}
 	restore := fmt.Sprintf("weir job restore%s %s -from %d -spec %s", hint, shellQuote(name), st.LatestCheckpoint, shellQuote(specPath))
 	if st.StoppedWithSavepoint != 0 {
