@@ -477,6 +477,7 @@ restart: {strategy: fixed-delay, delay: 10ms, attempts: 1}
 
 // Commands weir prints for the user to run next reach the same server.
 func TestNATSHint(t *testing.T) {
+	t.Setenv(natsEnv, "") // TestNATSHintWithWeirNATS sets it
 	for url, want := range map[string]string{
 		"":                           "",
 		defaultNATS:                  "",
@@ -1690,6 +1691,25 @@ func TestSilentWorkersAreSaid(t *testing.T) {
 		"w2      h     ready  1/4    400ms ago\n" +
 		"w1      -     down   -      -\n" +
 		"worker w1 is cordoned and not live: it gets no task when it comes back until weir worker uncordon w1\n"
+	if b.String() != want {
+		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
+	}
+	// Memory budgets and caps: what a refusal's "w2 256MiB of 256MiB"
+	// is checked against.
+	b.Reset()
+	printWorkers(&b, []control.WorkerStatus{
+		{ID: "w1", Host: "h", Used: 3, Slots: 8, MemoryUsed: 640 << 20, Caps: control.Caps{Memory: 1 << 30, MaxTaskMemory: 256 << 20},
+			LastHeartbeat: now.Add(-400 * time.Millisecond)},
+		{ID: "w2", Host: "h", Used: 1, MemoryUsed: 64 << 20, Caps: control.Caps{MaxCallTimeout: 10 * time.Second, MaxLogRate: 50},
+			LastHeartbeat: now.Add(-400 * time.Millisecond)},
+		{ID: "w3", Host: "h", Caps: control.Caps{Memory: 256 << 20}, LastHeartbeat: now.Add(-400 * time.Millisecond)},
+		{ID: "w4", Host: "h", LastHeartbeat: now.Add(-400 * time.Millisecond)},
+	}, now)
+	want = "WORKER  HOST  SLOTS  MEMORY       CAPS                LAST HEARD\n" +
+		"w1      h     3/8    640MiB/1GiB  task 256MiB         400ms ago\n" +
+		"w2      h     1/-    64MiB/-      call 10s, log 50/s  400ms ago\n" +
+		"w3      h     0/-    0/256MiB     -                   400ms ago\n" +
+		"w4      h     0/-    0/-          -                   400ms ago\n"
 	if b.String() != want {
 		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
 	}

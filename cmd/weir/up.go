@@ -65,10 +65,12 @@ func (f *natsFlags) waitTimeout() time.Duration {
 }
 
 // hint returns the flags a printed command needs to reach the same server:
-// -nats (password or token hidden; none for the default server) and the
-// auth flags given (connFlags).
+// -nats (password or token hidden; none for the server the command
+// reaches without it: $WEIR_NATS's, else the default) and the auth flags
+// given (connFlags).
 func (f *natsFlags) hint() string {
-	if f.url == "" || f.url == defaultNATS {
+	env := os.Getenv(natsEnv)
+	if f.url == "" || f.url == env || env == "" && f.url == defaultNATS {
 		return f.connFlags()
 	}
 	return " -nats " + shellQuote(natsconn.Redact(f.url)) + f.connFlags()
@@ -670,9 +672,14 @@ const workerLsUsage = `[-nats URL] [auth flags] [-wait D] [-json]
 
 Lists the live workers the coordinator knows: ID, host, and slots as
 used/total (used: the tasks placed there of the jobs that have not ended;
-total "-": no limit). A worker the coordinator places no tasks on (its
-checkpoint store is not the coordinator's) is followed by a line that says
-why. While a worker is cordoned (weir worker drain) a STATE column says
+total "-": no limit). While a worker has a memory budget (weir worker
+-memory) a MEMORY column gives each worker's operators' memory as
+used/budget (used: the limits.memory of its operator tasks, as placement
+counts them; budget "-": none); while one has caps on an operator
+instance, a CAPS column gives them: "task 1GiB, call 10s, log 50/s"
+(-max-task-memory, -max-call-timeout, -max-log-rate; "-": none). A
+worker the coordinator places no tasks on (its checkpoint store is not
+the coordinator's) is followed by a line that says why. While a worker is cordoned (weir worker drain) a STATE column says
 which: "cordoned" (it holds no task), "draining" (it still holds tasks), or
 "ready"; a cordoned worker that is not live (stopped after a drain) is
 listed as "down", until weir worker uncordon forgets its cordon.`
@@ -720,39 +727,59 @@ func cordonState(x control.WorkerStatus) string {
 	return "ready"
 }
 
-// printWorkers prints one line per worker, its slots as used/total and
-// when it was last heard from (at now), then a line for each worker that
-// gets no tasks and each that went silent: a worker killed or cut off is
-// listed as live until its heartbeat timeout, which a trial read as
-// healthy.
+// printWorkers prints one line per worker, its slots as used/total, its
+// operators' memory as used/budget and its caps (those two columns only
+// while a worker has a budget or caps) and when it was last heard from
+// (at now), then a line for each worker that gets no tasks and each that
+// went silent: a worker killed or cut off is listed as live until its
+// heartbeat timeout, which a trial read as healthy.
 func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	// STATE only while a worker is cordoned: the list reads as before
+	// STATE only while a worker is cordoned, MEMORY while one has a
+	// budget, CAPS while one has caps: the list reads as before
 	// otherwise.
 	cordons := slices.ContainsFunc(ws, func(x control.WorkerStatus) bool { return x.Cordoned })
+	budgets := slices.ContainsFunc(ws, func(x control.WorkerStatus) bool { return x.Caps.Memory > 0 })
+	caps := slices.ContainsFunc(ws, func(x control.WorkerStatus) bool { return capsCell(x.Caps) != "-" })
+	head := []string{"WORKER", "HOST"}
 	if cordons {
-		fmt.Fprintln(tw, "WORKER\tHOST\tSTATE\tSLOTS\tLAST HEARD")
-	} else {
-		fmt.Fprintln(tw, "WORKER\tHOST\tSLOTS\tLAST HEARD")
+		head = append(head, "STATE")
 	}
+	head = append(head, "SLOTS")
+	if budgets {
+		head = append(head, "MEMORY")
+	}
+	if caps {
+		head = append(head, "CAPS")
+	}
+	fmt.Fprintln(tw, strings.Join(append(head, "LAST HEARD"), "\t"))
 	for _, x := range ws {
-		total := "-"
-		if x.Slots > 0 {
-			total = strconv.Itoa(x.Slots)
-		}
 		heard := "-"
 		if !x.LastHeartbeat.IsZero() {
 			heard = max(now.Sub(x.LastHeartbeat), 0).Round(100*time.Millisecond).String() + " ago"
 		}
+		row := []string{x.ID, x.Host}
 		if x.Down {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t%s\n", x.ID, "-", cordonState(x), heard)
-			continue
+			row[1] = "-"
 		}
 		if cordons {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%s\n", x.ID, x.Host, cordonState(x), x.Used, total, heard)
-			continue
+			row = append(row, cordonState(x))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%s\n", x.ID, x.Host, x.Used, total, heard)
+		switch {
+		case x.Down:
+			row = append(row, "-")
+		case x.Slots > 0:
+			row = append(row, fmt.Sprintf("%d/%d", x.Used, x.Slots))
+		default:
+			row = append(row, fmt.Sprintf("%d/-", x.Used))
+		}
+		if budgets {
+			row = append(row, workerMemory(x))
+		}
+		if caps {
+			row = append(row, capsCell(x.Caps))
+		}
+		fmt.Fprintln(tw, strings.Join(append(row, heard), "\t"))
 	}
 	tw.Flush()
 	for _, x := range ws {
@@ -767,6 +794,44 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 				x.ID, d.Round(100*time.Millisecond))
 		}
 	}
+}
+
+// workerMemory is a worker's MEMORY in weir worker ls: its operators'
+// memory as used/budget, each as a refusal for want of memory writes it
+// (jobspec.FormatSize, "0" for none): "640MiB/1GiB", "0/256MiB";
+// "64MiB/-" for a worker without a budget; "-" for one that is down.
+func workerMemory(x control.WorkerStatus) string {
+	if x.Down {
+		return "-"
+	}
+	used, budget := "0", "-"
+	if x.MemoryUsed != 0 {
+		used = jobspec.FormatSize(x.MemoryUsed)
+	}
+	if x.Caps.Memory > 0 {
+		budget = jobspec.FormatSize(x.Caps.Memory)
+	}
+	return used + "/" + budget
+}
+
+// capsCell is a worker's caps on one operator instance in weir worker
+// ls, "task 1GiB, call 10s, log 50/s" (-max-task-memory,
+// -max-call-timeout, -max-log-rate), only those set; "-" for none.
+func capsCell(c control.Caps) string {
+	var parts []string
+	if c.MaxTaskMemory > 0 {
+		parts = append(parts, "task "+jobspec.FormatSize(c.MaxTaskMemory))
+	}
+	if c.MaxCallTimeout > 0 {
+		parts = append(parts, "call "+c.MaxCallTimeout.String())
+	}
+	if c.MaxLogRate > 0 {
+		parts = append(parts, fmt.Sprintf("log %d/s", c.MaxLogRate))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // listenMetrics listens on addr for cmd's -metrics (weir up, weir run):

@@ -157,7 +157,8 @@ func TestWorkerList(t *testing.T) {
 	}
 	t.Cleanup(up.Close)
 	other, err := node.Start(ctx, node.Options{NATS: &natsconn.Options{URL: up.Server.ClientURL()}, DataDir: dir,
-		CheckpointStore: node.StoreDir, Workers: 1, WorkerID: "x", Log: log})
+		CheckpointStore: node.StoreDir, Workers: 1, WorkerID: "x", Log: log,
+		WorkerCaps: control.Caps{Memory: 1 << 30, MaxTaskMemory: 256 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,10 +202,12 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := regexp.MustCompile(`^WORKER +HOST +SLOTS +LAST HEARD\n` +
-		`w +` + regexp.QuoteMeta(host) + ` +1/3 +[0-9.]+m?s ago\n` +
-		`w-1 +` + regexp.QuoteMeta(host) + ` +0/3 +[0-9.]+m?s ago\n` +
-		`x +` + regexp.QuoteMeta(host) + ` +1/- +[0-9.]+m?s ago\n$`)
+	// x's memory budget and cap, from its heartbeats: the tap job has no
+	// operator, so nothing of it is used.
+	want := regexp.MustCompile(`^WORKER +HOST +SLOTS +MEMORY +CAPS +LAST HEARD\n` +
+		`w +` + regexp.QuoteMeta(host) + ` +1/3 +0/- +- +[0-9.]+m?s ago\n` +
+		`w-1 +` + regexp.QuoteMeta(host) + ` +0/3 +0/- +- +[0-9.]+m?s ago\n` +
+		`x +` + regexp.QuoteMeta(host) + ` +1/- +0/1GiB +task 256MiB +[0-9.]+m?s ago\n$`)
 	if !want.MatchString(out.String()) {
 		t.Errorf("weir worker ls:\n%s", out.String())
 	}

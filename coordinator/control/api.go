@@ -962,6 +962,14 @@ type WorkerStatus struct {
 	// not ended (a job waiting for room holds none): what placement
 	// counts against Slots.
 	Used int `json:"used"`
+	// Caps are the worker's memory budget (Caps.Memory, weir worker
+	// -memory) and its caps on one operator instance (-max-task-memory
+	// and the like); zero fields bound nothing.
+	Caps Caps `json:"caps,omitzero"`
+	// MemoryUsed adds up the memory limits (limits.memory) of the
+	// operator tasks among Used: what placement counts against
+	// Caps.Memory. Counted with a budget or without.
+	MemoryUsed int64 `json:"memory_used,omitempty"`
 	// LastHeartbeat is when the worker was last heard from (zero from a
 	// coordinator that does not say).
 	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`

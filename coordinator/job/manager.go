@@ -464,17 +464,20 @@ func (m *Manager) place(j *job, full map[string]uint64) (map[string][]string, in
 }
 
 // Workers implements control.API: the live workers, by ID, with their
-// slots and the tasks placed on each (slotsUsed) or still running there
-// besides (staleTasks).
+// slots and caps and the tasks placed on each (slotsUsed) or still
+// running there besides (staleTasks), and their operators' memory
+// (memoryUsed), as placement counts them.
 func (m *Manager) Workers(context.Context) ([]control.WorkerStatus, error) {
 	used := m.slotsUsed(nil)
+	memUsed := m.memoryUsed(nil)
 	live := m.ctl.Workers()
 	heard := m.ctl.HeardFrom()
-	stale, _ := m.staleTasks(live, nil)
+	stale, staleMem := m.staleTasks(live, nil)
 	out := make([]control.WorkerStatus, len(live))
 	for i, hb := range live {
 		id := hb.Worker.ID
 		out[i] = control.WorkerStatus{ID: id, Host: hb.Worker.Host, Slots: hb.Worker.Slots, Used: used[id] + stale[id],
+			Caps: hb.Worker.Caps, MemoryUsed: memUsed[id] + staleMem[id],
 			Unusable: m.unusable(hb.Worker), LastHeartbeat: heard[id], Cordoned: m.cordoned(id)}
 	}
 	return append(out, m.cordonedDown(live)...), nil
@@ -1271,11 +1274,17 @@ func latestHint(st control.JobStatus) string {
 }
 
 // alreadyEnded is the error of a request for a job that ended (st is
-// terminal), saying when, and what follows (what): "job wc already
-// finished at 2025-01-02 15:04:05 UTC; nothing to cancel".
+// terminal), saying how and when, and what follows (what): "job wc
+// already finished at 2025-01-02 15:04:05 UTC; nothing to cancel". A job
+// stopped with a savepoint (state canceled) is said to be stopped:
+// "already canceled" had a weir job stop -drain user look for a cancel.
 func alreadyEnded(st control.JobStatus, what string) error {
-	return control.Errorf(control.ErrConflict, "job %s already %s at %s; %s",
-		st.Name, st.State, st.Updated.UTC().Format(time.DateTime+" MST"), what)
+	how, state := string(st.State), ""
+	if st.State == control.JobCanceled && st.StoppedWithSavepoint != 0 {
+		how, state = fmt.Sprintf("stopped with savepoint %d", st.StoppedWithSavepoint), " (state "+string(st.State)+")"
+	}
+	return control.Errorf(control.ErrConflict, "job %s already %s at %s%s; %s",
+		st.Name, how, st.Updated.UTC().Format(time.DateTime+" MST"), state, what)
 }
 
 // Savepoint takes a savepoint of a running job. While tasks of its

@@ -57,7 +57,8 @@ func TestSubmitWaitsForFreeSlots(t *testing.T) {
 	}
 	ws, err := e.api.Workers(ctx)
 	heardNow(t, ws)
-	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Slots: 2, Used: 2}) || ws[1] != (control.WorkerStatus{ID: "w2", Slots: 3, Used: 3}) {
+	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Slots: 2, Used: 2, MemoryUsed: 64 << 20}) ||
+		ws[1] != (control.WorkerStatus{ID: "w2", Slots: 3, Used: 3, MemoryUsed: 64 << 20}) {
 		t.Errorf("workers %+v (%v), want w1 2 of 2 slots used, w2 3 of 3", ws, err)
 	}
 }
@@ -203,7 +204,8 @@ func TestPlacementCountsOtherJobs(t *testing.T) {
 	}
 	ws, err := e.api.Workers(ctx)
 	heardNow(t, ws)
-	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Used: 5}) || ws[1] != (control.WorkerStatus{ID: "w2", Used: 5}) {
+	if err != nil || len(ws) != 2 || ws[0] != (control.WorkerStatus{ID: "w1", Used: 5, MemoryUsed: 128 << 20}) ||
+		ws[1] != (control.WorkerStatus{ID: "w2", Used: 5, MemoryUsed: 128 << 20}) {
 		t.Errorf("workers %+v (%v), want w1 and w2 with 5 tasks each", ws, err)
 	}
 }

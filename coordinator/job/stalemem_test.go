@@ -52,6 +52,10 @@ func TestPlacementCountsTheMemoryOfStaleTasks(t *testing.T) {
 	for {
 		ws, err := e.api.Workers(ctx)
 		if err == nil && len(ws) == 1 && ws[0].Used == 3+3 {
+			// weir worker ls counts their memory too.
+			if ws[0].MemoryUsed != budget || ws[0].Caps.Memory != budget {
+				t.Errorf("w1's memory %d of %d, want %d of %d: a's 128MiB and the stale tasks' 256MiB", ws[0].MemoryUsed, ws[0].Caps.Memory, budget, budget)
+			}
 			break
 		}
 		select {
