@@ -1401,8 +1401,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 	}
 	fmt.Fprintf(std.Out, "job %s submitted: %s\n", st.Name, st.State)
 	printGuarantees(ctx, std.Out, n.JS, spec, st.Guarantees, n.AtomicBatch, st.FsyncEachWrite)
-	shared := sharedNotes{}
+	shared, spread := sharedNotes{}, spreadNotes{}
 	shared.print(std.Err, st.Warnings)
+	spread.print(std.Err, st.Warnings)
 	// The submit line said the state already: only changes follow.
 	said := stateReport{state: st.State, attempt: st.Attempt}
 	notes := statusNotes{remedy: trapRemedy(o.nats.hint()), hint: o.nats.hint(), spec: spec}
@@ -1551,6 +1552,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		text, ended := lookNews(&said, seen, st, cps)
 		fmt.Fprint(std.Out, text)
 		shared.print(std.Err, st.Warnings)
+		spread.print(std.Err, st.Warnings)
 		for _, c := range ended {
 			if c.Status == control.CheckpointCompleted && inputDone && len(o.inputs) > 0 && inputCommittedAt == 0 {
 				inputCommittedAt = c.ID
@@ -1659,6 +1661,24 @@ func (s sharedNotes) print(w io.Writer, warnings []string) {
 		}
 	}
 	maps.Copy(s, now)
+}
+
+// spreadNotes prints the warnings of a job's status of an operator that
+// keeps keyed state in several subtasks behind an input not partitioned
+// by key (job.SpreadStateKey) as they come: the status has one from the
+// first completed checkpoint that shows such state, each naming the
+// checkpoint. Each is printed once for the run, however many checkpoints
+// (or coordinator restarts) show it again: what it says does not change
+// while the job runs.
+type spreadNotes map[string]bool
+
+func (s spreadNotes) print(w io.Writer, warnings []string) {
+	for _, x := range warnings {
+		if k, ok := job.SpreadStateKey(x); ok && !s[k] {
+			s[k] = true
+			fmt.Fprintf(w, "weir: warning: %s\n", x)
+		}
+	}
 }
 
 // cancelOnStop cancels job as weir run ends it (interrupted, or at its

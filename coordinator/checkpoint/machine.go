@@ -276,6 +276,27 @@ type Machine struct {
 	// last is the latest completed checkpoint or savepoint, the one
 	// stats.LastID names (nil: none yet), as it completed.
 	last *control.CheckpointInfo
+	// sources, inputs and edges are what the metadata of each checkpoint
+	// this machine completes records of the run that took it
+	// (Metadata.Sources, Inputs, Edges; RunnerOptions): the metadata it
+	// keeps (Latest, Retained) as the one written to storage, so that
+	// what reads it in memory — the job status's warning of keyed state
+	// behind an input not partitioned by key — sees them too.
+	sources []jobspec.Source
+	inputs  map[string][]jobspec.Input
+	edges   []plan.Edge
+}
+
+// record sets what the metadata of each checkpoint completed from now on
+// records of the run that takes it (NewRunner).
+func (m *Machine) record(sources []jobspec.Source, inputs map[string][]jobspec.Input, edges []plan.Edge) {
+	m.sources, m.inputs, m.edges = sources, inputs, edges
+}
+
+// metadata is the metadata of pending checkpoint id, completed at now.
+func (m *Machine) metadata(id int64, p *pending, now time.Time) *Metadata {
+	return &Metadata{Job: m.job, ID: id, Savepoint: p.savepoint, Triggered: p.triggered, Completed: now,
+		Handles: p.handles, Metrics: p.metrics, Sources: m.sources, Inputs: m.inputs, Edges: m.edges}
 }
 
 // NewMachine returns a stopped machine for job. restored are the completed
@@ -807,8 +828,7 @@ func (m *Machine) Ack(now time.Time, task string, id int64, handle string, metri
 		return nil
 	}
 	p.persist = true
-	md := &Metadata{Job: m.job, ID: id, Savepoint: p.savepoint, Triggered: p.triggered, Completed: now,
-		Handles: p.handles, Metrics: p.metrics}
+	md := m.metadata(id, p, now)
 	return []Action{PersistAction{Metadata: md}}
 }
 
@@ -853,8 +873,7 @@ func (m *Machine) Persisted(now time.Time, id int64, err error) []Action {
 	}
 	delete(m.pending, id)
 	m.lastEnd = now
-	md := &Metadata{Job: m.job, ID: id, Savepoint: p.savepoint, Triggered: p.triggered, Completed: now,
-		Handles: p.handles, Metrics: p.metrics}
+	md := m.metadata(id, p, now)
 	p.info.Status = control.CheckpointCompleted
 	p.info.Duration = now.Sub(p.triggered)
 	m.stats.Completed++

@@ -122,15 +122,12 @@ const EndDiscardTimeout = 30 * time.Second
 // task acks after that (a snapshot finished after the job ended) is left
 // to Catalog.Leftovers.
 type Runner struct {
-	cat     *Catalog
-	eff     Effects
-	sources []jobspec.Source
-	inputs  map[string][]jobspec.Input // Metadata.Inputs
-	edges   []plan.Edge                // Metadata.Edges
-	now     func() time.Time
-	log     *slog.Logger
-	kick    chan struct{}
-	done    chan struct{} // closed when Run returns
+	cat  *Catalog
+	eff  Effects
+	now  func() time.Time
+	log  *slog.Logger
+	kick chan struct{}
+	done chan struct{} // closed when Run returns
 
 	mu      sync.Mutex
 	m       *Machine
@@ -236,7 +233,8 @@ func NewRunner(m *Machine, cat *Catalog, eff Effects, opts RunnerOptions) *Runne
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runner{m: m, cat: cat, eff: eff, sources: slices.Clone(opts.Sources), inputs: opts.Inputs, edges: opts.Edges, now: opts.Now, log: opts.Log,
+	m.record(slices.Clone(opts.Sources), opts.Inputs, opts.Edges)
+	r := &Runner{m: m, cat: cat, eff: eff, now: opts.Now, log: opts.Log,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), waiters: map[int64]chan error{},
 		dkick: make(chan struct{}, 1), removals: map[int64]int{}, finish: opts.FinishRemoval, claim: opts.Claim}
 	if r.finish == nil {
@@ -1088,8 +1086,7 @@ func (r *Runner) do(ctx context.Context, a Action) {
 		}
 		r.mu.Unlock()
 	case PersistAction:
-		md := *a.Metadata
-		md.Sources, md.Inputs, md.Edges = r.sources, r.inputs, r.edges
+		md := *a.Metadata // its Sources, Inputs and Edges the machine's (NewRunner)
 		r.mu.Lock()
 		wait := r.m.MetadataWriteWait()
 		r.mu.Unlock()

@@ -135,8 +135,12 @@ type JobStatus struct {
 	// Warnings are what the spec does that a job seldom means, which it
 	// runs anyway: a source or operator nothing reads
 	// (jobspec.Unread), a sink writing where a source of the job reads
-	// (jobspec.FeedbackLoops).
-	Warnings []string `json:"warnings,omitempty"`
+	// (jobspec.FeedbackLoops), a sink subject another job writes too;
+	// and what its checkpoints show of it: keyed state kept in several
+	// subtasks behind an input not partitioned by key, so that each
+	// holds a part of a key's state. Always in the JSON, empty ([]) when
+	// there are none, so that a script reads it without guessing.
+	Warnings []string `json:"warnings"`
 	// FsyncEachWrite says the coordinator's NATS server fsyncs every
 	// JetStream write (Deploy.FsyncEachWrite): the job's at-least-once
 	// sinks in publish mode auto publish atomic batches where their

@@ -317,6 +317,9 @@ func (j *job) status() control.JobStatus {
 	st.Warnings = append(st.Warnings, j.restoreNotes...)
 	st.Warnings = append(st.Warnings, j.sharedSinks...)
 	st.Warnings = append(st.Warnings, spread...)
+	if st.Warnings == nil {
+		st.Warnings = []string{} // "warnings": [] in the JSON
+	}
 	st.FsyncEachWrite = j.m.opts.FsyncEachWrite
 	st.Sinks = slices.Clone(j.spec.Sinks)
 	st.SinkDuplicateWindows = sinkDuplicateWindows(j.spec)

@@ -310,11 +310,34 @@ func keyRouted(inputs map[string][]jobspec.Input, in jobspec.Input, depth int) b
 	return true
 }
 
+// SpreadStateMark is in every warning of keyed state behind an input not
+// partitioned by key (spreadKeyedState), and in no other warning: weir
+// run picks them out of the status's warnings by it (SpreadStateKey).
+const SpreadStateMark = "so what it computes per key is wrong"
+
+// SpreadStateKey returns warning without the checkpoint it names, which
+// changes with each checkpoint while the operator and its input stay the
+// same, and true, if warning is one of keyed state behind an input not
+// partitioned by key (SpreadStateMark); else "" and false. weir run
+// prints each such warning once by it.
+func SpreadStateKey(warning string) (string, bool) {
+	if !strings.Contains(warning, SpreadStateMark) {
+		return "", false
+	}
+	before, after, ok := strings.Cut(warning, " (checkpoint ")
+	if !ok {
+		return warning, true
+	}
+	_, rest, _ := strings.Cut(after, ")")
+	return before + rest, true
+}
+
 // spreadKeyedState warns of each operator that, in checkpoint md, kept
 // keyed state in more than one subtask behind an input not partitioned by
 // key (md.Inputs): a key's records reached several subtasks, each
 // keeping a part of its state, so what it computes per key is wrong. The
-// job's status lists it (Warnings).
+// job's status lists it (Warnings) from the job's latest completed
+// checkpoint on, and weir run prints it once.
 func spreadKeyedState(md *checkpoint.Metadata) []string {
 	if md == nil {
 		return nil
@@ -345,7 +368,7 @@ func spreadKeyedState(md *checkpoint.Metadata) []string {
 				continue
 			}
 			out = append(out, fmt.Sprintf("operator %s keeps keyed state in its %d subtasks (checkpoint %d), but its input from %s is not partitioned by key (%s): "+
-				"a key's records reach several subtasks, each keeping a part of the key's state, so what it computes per key is wrong; "+
+				"a key's records reach several subtasks, each keeping a part of the key's state, "+SpreadStateMark+"; "+
 				"give the input partition: key and start the operator without this state (a restore that keeps it is refused)",
 				name, c.tasks, md.ID, in.From, cmpOr(in.Partition, "by default")))
 		}

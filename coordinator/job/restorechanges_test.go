@@ -121,6 +121,19 @@ func TestSpreadKeyedState(t *testing.T) {
 	if len(warn) != 1 || !strings.HasPrefix(warn[0], "operator sum keeps keyed state in its 2 subtasks (checkpoint 5), but its input from in is not partitioned by key (round-robin): a key's records reach several subtasks") {
 		t.Errorf("warnings %q", warn)
 	}
+	// weir run prints it once: its key is the same at a later checkpoint,
+	// and no other warning has one.
+	md.ID = 6
+	later := spreadKeyedState(md)
+	k5, ok5 := SpreadStateKey(warn[0])
+	k6, ok6 := SpreadStateKey(later[0])
+	if !ok5 || !ok6 || k5 != k6 || strings.Contains(k5, "checkpoint") {
+		t.Errorf("keys %q (%v) and %q (%v) of %q and %q; want one without the checkpoint", k5, ok5, k6, ok6, warn[0], later[0])
+	}
+	if _, ok := SpreadStateKey("sink out writes stream SHARED subject shared, which job first writes too (its sink out, subject shared): " + SharedSinkMark); ok {
+		t.Error("a shared sink's warning has a key of spread state")
+	}
+	md.ID = 5
 
 	for _, c := range []struct{ name, op, want string }{
 		{"keyed at the same parallelism", `2, inputs: [{from: in, partition: key}]}`,
