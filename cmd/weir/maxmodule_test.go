@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/cmd/weir/internal/node"
+	"github.com/weirhq/weir/coordinator/control"
 )
 
 // padModule writes the WAT guests' passthrough.wasm, padded with a custom
@@ -76,10 +77,19 @@ func TestMaxModuleSizeOfWeirUp(t *testing.T) {
 	if err := n.Registry.SetMaxModuleSize(ctx, limit); err != nil {
 		t.Fatal(err)
 	}
-	spec = tapSpec(t, "stored", "over@1", "restart: {attempts: 1}\n")
+	// With restarts to spare, the job fails at once: every attempt would
+	// be refused the same way.
+	spec = tapSpec(t, "stored", "over@1", "restart: {strategy: fixed-delay, delay: 10ms, attempts: 5}\n")
 	code, out, errs = weir(t, "", "run", "-nats", url, "-for", "20s", spec)
 	if code != 1 || !strings.Contains(errs, "job stored failed: ") || !strings.Contains(errs, "module over@1 "+strings.TrimSuffix(why, "\n")) {
 		t.Errorf("run of a module stored over the limit: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	st, err := n.API.Job(ctx, "stored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != control.JobFailed || st.Restarts != 0 || st.LastFailure == nil || st.LastFailure.Kind != control.FailureDeploy {
+		t.Errorf("job stored: %s after %d restarts, last failure %+v; want failed at once, of kind deploy", st.State, st.Restarts, st.LastFailure)
 	}
 }
 

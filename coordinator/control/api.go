@@ -516,7 +516,11 @@ const (
 	// failure (Reply.FailureKind: FailureMemoryLimit, FailureTrap, ...),
 	// with the deploy's reason; one that fails restoring its state
 	// (weir_restore, once its task runs) fails its task. A worker that
-	// does not send kinds makes every failed deploy FailureDeploy.
+	// does not send kinds makes every failed deploy FailureDeploy. A
+	// module the worker refuses whatever the attempt — gone from the
+	// registry, changed since the submit, over the registry's size
+	// limit, refused by validation at load — fails the job at once
+	// (ErrUnrecoverable), of this kind, without using up restarts.
 	FailureDeploy FailureKind = "deploy"
 	// FailurePlacement: the attempt found no room: no worker joined, or
 	// the workers had too few free slots, within the coordinator's

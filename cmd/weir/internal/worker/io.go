@@ -10,6 +10,7 @@ import (
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
 	"github.com/weirhq/weir/coordinator/plan"
+	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/host/wasm"
@@ -28,7 +29,12 @@ func DuplicateWindow(ck jobspec.Checkpointing, sk jobspec.Sink) time.Duration {
 // job, whatever checkpoint it restores: a source offset the stream no
 // longer holds or never held, a sink stream that is not durable or whose
 // duplicate window is too short, a module that is gone (ErrModuleNotFound),
-// changed since the job was submitted (ErrModuleChanged) or does not load,
+// changed since the job was submitted (ErrModuleChanged), over the module
+// registry's size limit (registry.ErrTooLarge: its bytes are pinned at
+// submit, and a restart within the restart strategy's delays does not
+// wait for whoever runs weir to raise weir up -max-module-size; once
+// raised, weir job restore goes on from the latest checkpoint) or does
+// not load (a *wasm.ValidationError),
 // state that cannot be redistributed on a rescale, a record a sink cannot
 // publish (sink.ErrBadKey: its key cannot form its keyed sink's subject;
 // sink.ErrRecordTooLarge: no message can carry it) — the replay meets it
@@ -84,7 +90,7 @@ func Unrecoverable(err error) bool {
 		errors.Is(err, sink.ErrStreamNotDurable) || errors.Is(err, sink.ErrDuplicateWindowTooShort) || errors.Is(err, sink.ErrBadKey) && !errors.Is(err, sink.ErrStagedSubjectNotStored) || errors.Is(err, sink.ErrRecordTooLarge) || errors.Is(err, wasm.ErrRecordTooLarge) ||
 		errors.Is(err, sink.ErrStagedStreamNotFound) || errors.Is(err, sink.ErrMalformedState) ||
 		errors.Is(err, host.ErrCannotRescale) || errors.Is(err, host.ErrPortEnded) || errors.Is(err, snapshot.ErrCorrupt) ||
-		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) ||
+		errors.Is(err, ErrModuleNotFound) || errors.Is(err, ErrModuleChanged) || errors.Is(err, registry.ErrTooLarge) ||
 		errors.As(err, &invalid) || operatorRefused(err)
 }
 

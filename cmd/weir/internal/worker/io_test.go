@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/host"
 	"github.com/weirhq/weir/host/snapshot"
 	"github.com/weirhq/weir/host/wasm"
@@ -64,6 +65,8 @@ func TestUnrecoverable(t *testing.T) {
 		{fmt.Errorf("sink: recover checkpoint 3: %w: staged checkpoint 3: subject out.{KEY}", sink.ErrMalformedState), true},
 		{fmt.Errorf("load: %w", &wasm.ValidationError{Module: "m", Kind: wasm.KindMissingExport, Detail: "missing export weir_process"}), true},
 		{control.Unrecoverable(errors.New("x")), true},
+		// Over the registry's size limit: every attempt is refused so.
+		{&registry.TooLargeError{Module: "big@1", Size: 2 << 20, Limit: 1 << 20}, true},
 		{fmt.Errorf("restore: %w", host.ErrCannotRescale), true},
 		{fmt.Errorf("operator: %w", host.ErrPortEnded), true},
 		{fmt.Errorf("restore: j/chk-3/op-0: %w: checksum mismatch", snapshot.ErrCorrupt), true},

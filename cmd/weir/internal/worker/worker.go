@@ -54,8 +54,9 @@ const DefaultDataPrefix = jobspec.DefaultDataPrefix
 // adds only the task. An error that wraps fs.ErrNotExist,
 // registry.ErrNotFound or ErrModuleNotFound says the module is not there,
 // one that wraps ErrModuleChanged that its bytes are not the ones the job
-// was submitted with: either fails the job at once (Unrecoverable). Any
-// other error (a registry that did not answer) fails it over.
+// was submitted with, one that wraps registry.ErrTooLarge that it is over
+// the registry's size limit: each fails the job at once (Unrecoverable).
+// Any other error (a registry that did not answer) fails it over.
 type ModuleSource func(ctx context.Context, m control.Module) ([]byte, error)
 
 // moduleNotFound marks a ModuleSource's error as ErrModuleNotFound and
