@@ -283,6 +283,8 @@ func parseJobArgs(std Stdio, args []string, f *jobFlags) (jobSubcommand, []strin
 	case c.name == "restore" && len(pos) == 2:
 		// weir job restore JOB 494: the checkpoint goes after -from.
 		return c, nil, usagef("job restore: want 'weir job restore JOB -from ID': did you mean -from %s? (weir job restore %s -from %s)", pos[1], pos[0], pos[1])
+	case len(pos) == 0 && c.args > 0 && strings.Contains(c.usageLine(), " JOB"):
+		return c, nil, usagef("job %s: which job? %s (weir job ls lists the jobs)", c.name, c.usageLine())
 	case len(pos) != c.args:
 		return c, nil, usagef("job %s: want %d argument(s): %s", c.name, c.args, c.usageLine())
 	}

@@ -113,7 +113,7 @@ sinks: [{name: tap, kind: nats, subject: tap, input: {from: res}}]
 	if code != 0 || !strings.HasSuffix(out, want) {
 		t.Errorf("job rm: exit %d, stdout %q, stderr %q; want it to end in %q", code, out, errs, want)
 	}
-	if code, out, errs := stream("rm", "IN"); code != 0 || out != "removed stream IN (0 messages, 0 bytes)\n" {
+	if code, out, errs := stream("rm", "IN"); code != 0 || out != "removed stream IN (0 messages, 0 B)\n" {
 		t.Errorf("stream rm IN: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	if _, err := n.JS.Stream(ctx, "IN"); !errors.Is(err, jetstream.ErrStreamNotFound) {

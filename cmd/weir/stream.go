@@ -25,7 +25,7 @@ func init() {
 
 const streamUsage = `ls|info|edit|rm [flags] [STREAM]
 
-  weir stream ls                  every stream: messages, bytes, first and last
+  weir stream ls                  every stream: messages, size, first and last
                                   sequence, duplicate window, limits
   weir stream info STREAM         one stream's subjects, state and limits
   weir stream edit STREAM [-dupe-window D] [-max-age D] [-max-bytes SIZE]
@@ -294,11 +294,11 @@ func limitsAndDiscard(c jetstream.StreamConfig) string {
 // printStreams lists streams, one per line.
 func printStreams(w io.Writer, infos []*jetstream.StreamInfo) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STREAM\tSUBJECTS\tMESSAGES\tBYTES\tSEQUENCES\tDUPE WINDOW\tLIMITS")
+	fmt.Fprintln(tw, "STREAM\tSUBJECTS\tMESSAGES\tSIZE\tSEQUENCES\tDUPE WINDOW\tLIMITS")
 	for _, in := range infos {
 		s := in.State
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d-%d\t%s\t%s\n", in.Config.Name, strings.Join(in.Config.Subjects, " "), s.Msgs,
-			jobspec.FormatSize(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Config.Duplicates, limitsAndDiscard(in.Config))
+			size(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Config.Duplicates, limitsAndDiscard(in.Config))
 	}
 	tw.Flush()
 }
@@ -307,7 +307,7 @@ func printStreams(w io.Writer, infos []*jetstream.StreamInfo) {
 func printStreamInfo(w io.Writer, in *jetstream.StreamInfo) {
 	c, s := in.Config, in.State
 	fmt.Fprintf(w, "stream %s: subjects %s; %d messages, %s, sequences %d-%d; created %s\n", c.Name, strings.Join(c.Subjects, " "),
-		s.Msgs, jobspec.FormatSize(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Created.UTC().Format(time.RFC3339))
+		s.Msgs, size(int64(s.Bytes)), s.FirstSeq, s.LastSeq, in.Created.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "  storage %s, %d replica(s), duplicate window %s, limits: %s\n", c.Storage, max(c.Replicas, 1),
 		c.Duplicates, limitsAndDiscard(c))
 	fmt.Fprintf(w, "  atomic publish %t, batched publish %t\n", c.AllowAtomicPublish, c.AllowBatchPublish)
@@ -387,7 +387,7 @@ func removeStreams(ctx context.Context, std Stdio, nc *nats.Conn, js jetstream.J
 		if err := js.DeleteStream(ctx, name); err != nil {
 			return fmt.Errorf("stream rm %s: %w", name, err)
 		}
-		fmt.Fprintf(std.Out, "removed stream %s (%d messages, %s)\n", name, infos[i].State.Msgs, jobspec.FormatSize(int64(infos[i].State.Bytes)))
+		fmt.Fprintf(std.Out, "removed stream %s (%d messages, %s)\n", name, infos[i].State.Msgs, size(int64(infos[i].State.Bytes)))
 		if len(ended[name]) > 0 {
 			fmt.Fprintf(std.Out, "  %s: a restore of it would not find the stream\n", strings.Join(ended[name], ", "))
 		}

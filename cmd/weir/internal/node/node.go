@@ -452,7 +452,7 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 			defer close(n.coordinatorDone)
 			if err := n.Manager.Run(coordCtx, ready); err != nil {
 				log.Error("coordinator stopped", "err", err)
-				failed <- err
+				failed <- fmt.Errorf("coordinator: %w", err)
 			}
 		}()
 	} else {
@@ -503,6 +503,9 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 						log.Error("worker stopped", "worker", w.ID(), "err", err)
 					default: // refused as it started: Start returns err, whose caller says it
 					}
+					if !strings.HasPrefix(err.Error(), "worker "+w.ID()+":") {
+						err = fmt.Errorf("worker %s: %w", w.ID(), err)
+					}
 					failed <- err
 				}
 			}()
@@ -518,7 +521,9 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-failed:
-			return fmt.Errorf("node: a component stopped while starting: %w", err)
+			// err leads with its cause, and names the worker or the
+			// coordinator it stopped.
+			return err
 		case <-n.Lost():
 			return fmt.Errorf("node: the coordinator stopped while starting: %w", n.LeaseErr())
 		}

@@ -97,7 +97,8 @@ restart: {strategy: fixed-delay, delay: 50ms, attempts: 100}
 		w.Close()
 		t.Fatal("a worker on another checkpoint store joined")
 	}
-	if want := "worker w1: the coordinator places no tasks on it: it writes checkpoints to jetstream"; !strings.Contains(err.Error(), want) ||
+	// The line leads with the cause, naming the worker.
+	if want := "worker w1: the coordinator places no tasks on it: it writes checkpoints to jetstream"; !strings.HasPrefix(err.Error(), want) ||
 		!strings.Contains(err.Error(), "give 'weir up' and 'weir worker' the same -checkpoint-store: jetstream") {
 		t.Fatalf("a worker on another checkpoint store: %v; want the coordinator's refusal, %q…", err, want)
 	}
