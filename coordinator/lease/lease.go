@@ -18,8 +18,18 @@
 // and the wall clock are checked, and the earlier end counts: a process
 // frozen (kill -STOP, a long pause) sees its monotonic clock run on, and
 // a virtual machine suspended and resumed its wall clock. Past that time
-// the holder has lost the lease, whatever it hears from the server later,
-// and Lease.Guard refuses every write to shared state.
+// the lease has lapsed: the holder no longer surely holds it, and
+// Lease.Guard lets no write to shared state through — but the lease may
+// still be its own (nobody else exists, or took it), and the holder keeps
+// trying to renew it. It re-takes the lease when its key still holds the
+// holder's value, at whatever revision (a renewal stored while its answer
+// was lost bumped it): only the holder writes that value, and only at the
+// revision it last saw, so the key held it throughout and no other could
+// take it meanwhile. A key that expired is taken again only when nothing
+// was written to the bucket since the holder's last known renewal (the
+// stream's last sequence), with a write that the stream refuses if
+// anything was. Another's value, or writes that another may have made,
+// and the lease is lost for good (Lease.Lost).
 //
 // What remains is a write that was checked before the lease's end and is
 // still on its way to the server after it: Guard cancels its context at
@@ -62,6 +72,12 @@ const DefaultTTL = 15 * time.Second
 
 // ErrLost is wrapped by the errors of a lease that is no longer held.
 var ErrLost = errors.New("coordinator lease lost")
+
+// ErrLapsed is wrapped by the errors of a lease that lapsed: not renewed
+// in time (a process frozen, NATS without quorum or answer), so not surely
+// held, but not known to be another's either: its holder tries to re-take
+// it.
+var ErrLapsed = errors.New("coordinator lease lapsed")
 
 // Holder names who holds a lease.
 type Holder struct {
@@ -162,31 +178,40 @@ type Config struct {
 	// alive): Take refuses then. Nil when the caller found that none
 	// answers already: Take waits for the lease to expire or be renewed.
 	Answers func(Holder) bool
-	// Log receives the line saying that Take waits for the lease.
+	// Log receives the line saying that Take waits for the lease, and
+	// those of a lease that lapsed and was re-taken.
 	Log *slog.Logger
 }
 
 // Lease is a lease held: Check says whether it still is.
 type Lease struct {
 	kv     jetstream.KeyValue
-	nc     *nats.Conn // Config.Conn
+	nc     *nats.Conn          // Config.Conn
+	js     jetstream.JetStream // on nc; nil without it
 	ttl    time.Duration
 	holder Holder
 	value  []byte
+	log    *slog.Logger
 
-	// ctx is canceled, with the loss as its cause, once the lease is
-	// lost (Guard).
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	lost   chan struct{}
+	lost chan struct{}
 	// running ends with Release (stop), and with the loss: renew's
 	// requests are made in it.
 	running context.Context
 	stop    context.CancelFunc
 	done    chan struct{} // closed when renew returns
+	kick    chan struct{} // a lapse has renew try at once
 	timer   *time.Timer   // fires at until
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// ctx is canceled, with the lapse or the loss as its cause, once
+	// the lease lapsed or is lost (Guard); a new one begins when it is
+	// re-taken.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	lapsed  time.Time     // when the lease lapsed; zero while surely held
+	lapse   error         // why it lapsed, wrapping ErrLapsed
+	said    time.Time     // when the lapse was last logged
+	changed chan struct{} // closed when the lease is re-taken or lost
 	rev     uint64
 	renewed time.Time // when the last successful renewal (or the Create) was sent
 	until   time.Time // renewed + ttl - margin: the lease surely ends then
@@ -329,10 +354,17 @@ func margin(ttl time.Duration) time.Duration { return ttl / 10 }
 // and starts renewing it.
 func start(cfg Config, h Holder, value []byte, rev uint64, sent time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	running, stop := context.WithCancel(ctx)
-	l := &Lease{kv: cfg.KV, nc: cfg.Conn, ttl: cfg.TTL, holder: h, value: value, ctx: ctx, cancel: cancel,
-		lost: make(chan struct{}), running: running, stop: stop, done: make(chan struct{}),
+	running, stop := context.WithCancel(context.Background())
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Lease{kv: cfg.KV, nc: cfg.Conn, ttl: cfg.TTL, holder: h, value: value, log: log, ctx: ctx, cancel: cancel,
+		lost: make(chan struct{}), changed: make(chan struct{}), running: running, stop: stop, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		rev: rev, renewed: sent, until: sent.Add(cfg.TTL - margin(cfg.TTL))}
+	if cfg.Conn != nil {
+		l.js, _ = jetstream.New(cfg.Conn)
+	}
 	l.timer = time.AfterFunc(time.Until(l.until), func() { _ = l.Check() })
 	go l.renew()
 	return l
@@ -347,7 +379,8 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // Lost is closed once the lease is lost (Err says why).
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-// Err is why the lease was lost, wrapping ErrLost; nil while it is held.
+// Err is why the lease was lost, wrapping ErrLost; nil while it is held
+// or lapsed.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -355,18 +388,22 @@ func (l *Lease) Err() error {
 }
 
 // Check returns nil while the lease surely is held, and otherwise why it
-// is not (wrapping ErrLost): once past its end by either clock (see the
-// package comment), it is lost for good.
+// is not: once past its end by either clock (see the package comment) it
+// lapsed (wrapping ErrLapsed) until it is re-taken; once lost (wrapping
+// ErrLost) it is lost for good.
 func (l *Lease) Check() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.checkLocked()
 }
 
-// checkLocked is Check with l.mu held.
+// checkLocked is Check with l.mu held: it lapses the lease past its end.
 func (l *Lease) checkLocked() error {
 	if l.err != nil {
 		return l.err
+	}
+	if !l.lapsed.IsZero() {
+		return l.lapse
 	}
 	now := time.Now()
 	if now.Before(l.until) && now.Round(0).Before(l.until.Round(0)) {
@@ -376,9 +413,35 @@ func (l *Lease) checkLocked() error {
 	if l.lastErr != nil {
 		why = fmt.Sprintf(" (last renewal: %v)", l.lastErr)
 	}
-	l.loseLocked(fmt.Errorf("%w: not renewed for %v of its %v%s, so that another coordinator may hold it now",
-		ErrLost, now.Round(0).Sub(l.renewed.Round(0)).Round(100*time.Millisecond), l.ttl, why))
-	return l.err
+	l.lapsed, l.said = now, now
+	l.lapse = fmt.Errorf("%w: not renewed for %v of its %v%s, so that this coordinator does not surely hold it",
+		ErrLapsed, now.Round(0).Sub(l.renewed.Round(0)).Round(100*time.Millisecond), l.ttl, why)
+	l.cancel(l.lapse)
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	l.log.Warn(fmt.Sprintf("%v: this process was not running, or NATS did not answer (no quorum?); it may still be this coordinator's: "+
+		"retrying, and writing, triggering and deploying nothing until it re-took it", l.lapse))
+	return l.lapse
+}
+
+// heldAgainLocked ends a lapse once the lease surely is held again (its
+// end, just renewed, is ahead). l.mu is held.
+func (l *Lease) heldAgainLocked() {
+	if l.lapsed.IsZero() || l.err != nil {
+		return
+	}
+	now := time.Now()
+	if !now.Before(l.until) || !now.Round(0).Before(l.until.Round(0)) {
+		return
+	}
+	l.log.Info(fmt.Sprintf("coordinator lease: re-took it after %v without it; the coordinator acts again", now.Round(0).Sub(l.lapsed.Round(0)).Round(100*time.Millisecond)),
+		"revision", l.rev)
+	l.lapsed, l.lapse = time.Time{}, nil
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // loseLocked records that the lease is lost, for err. l.mu is held.
@@ -389,25 +452,52 @@ func (l *Lease) loseLocked(err error) {
 	l.err = err
 	l.cancel(err)
 	close(l.lost)
+	close(l.changed)
 }
 
 // Guard returns nil and a context derived from ctx that ends when the
-// lease is lost, for a write to shared state, while the lease is held;
-// otherwise the error of Check. The caller calls release once the write
-// is done.
+// lease lapses or is lost, for a write to shared state, while the lease
+// is held; once lost, the error of Check. While the lease lapsed, Guard
+// waits for it to be re-taken (the write goes ahead then) or lost, for
+// ctx, and for the TTL at most: then it returns the lapse (NATS still
+// does not answer, and a write there would fail too). The caller calls
+// release once the write is done.
 func (l *Lease) Guard(ctx context.Context) (_ context.Context, release context.CancelFunc, _ error) {
-	if err := l.Check(); err != nil {
-		return nil, nil, err
+	var timeout <-chan time.Time
+	for {
+		l.mu.Lock()
+		err := l.checkLocked()
+		held, changed := l.ctx, l.changed
+		l.mu.Unlock()
+		if err == nil {
+			c, cancel := context.WithCancelCause(ctx)
+			stop := context.AfterFunc(held, func() { cancel(context.Cause(held)) })
+			return c, func() { stop(); cancel(nil) }, nil
+		}
+		if !errors.Is(err, ErrLapsed) {
+			return nil, nil, err
+		}
+		if timeout == nil {
+			t := time.NewTimer(l.ttl)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w (waited for it to be re-taken: %w)", err, ctx.Err())
+		case <-timeout:
+			return nil, nil, fmt.Errorf("%w (waited %v for it to be re-taken)", err, l.ttl)
+		}
 	}
-	c, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
-	return c, func() { stop(); cancel(nil) }, nil
 }
 
 // renew renews the lease every TTL/3 until Release or the loss. A
 // renewal that fails is tried again after TTL/30, each try given TTL/10:
 // a connection that moves to another server (4 to 6 s after its own fell
-// silent) renews the lease within 2 s of getting there.
+// silent) renews the lease within 2 s of getting there. A lease that
+// lapsed is tried likewise, to re-take it (see the package comment), a
+// line logged each TTL while it is not.
 func (l *Lease) renew() {
 	defer close(l.done)
 	t := time.NewTimer(l.ttl / 3)
@@ -415,13 +505,24 @@ func (l *Lease) renew() {
 	for {
 		select {
 		case <-t.C:
+		case <-l.kick:
 		case <-l.running.Done():
 			return
 		}
-		if l.Check() != nil {
+		l.mu.Lock()
+		if l.checkLocked(); l.err != nil {
+			l.mu.Unlock()
 			return
 		}
-		l.mu.Lock()
+		if !l.lapsed.IsZero() && time.Since(l.said) >= l.ttl {
+			l.said = time.Now()
+			last := ""
+			if l.lastErr != nil {
+				last = fmt.Sprintf(" (last try: %v)", l.lastErr)
+			}
+			l.log.Warn(fmt.Sprintf("coordinator lease: renewal failed for %v%s: NATS does not answer, or has no quorum; still holding it, retrying",
+				time.Now().Round(0).Sub(l.renewed.Round(0)).Round(100*time.Millisecond), last))
+		}
 		rev := l.rev
 		sent := time.Now()
 		if l.pending.IsZero() {
@@ -434,20 +535,26 @@ func (l *Lease) renew() {
 			err = l.mismatch(ctx, rev, err)
 		} else {
 			l.mu.Lock()
-			switch {
-			case l.checkLocked() != nil:
-				// Past its end: lost, whatever the server says now.
-			case err == nil:
+			if err == nil {
+				// Stored at rev's successor: the key held this
+				// holder's rev until then, lapsed or not.
 				l.renewedLocked(next, sent)
-			default:
+			} else {
 				l.lastErr = err
+				l.checkLocked()
 			}
 			l.mu.Unlock()
 		}
 		cancel()
-		if err != nil {
+		l.mu.Lock()
+		gone, lapsed := l.err != nil, !l.lapsed.IsZero()
+		l.mu.Unlock()
+		switch {
+		case gone:
+			return
+		case err != nil || lapsed:
 			t.Reset(l.ttl / 30)
-		} else {
+		default:
 			t.Reset(l.ttl / 3)
 		}
 	}
@@ -459,44 +566,95 @@ func (l *Lease) renewedLocked(rev uint64, sent time.Time) {
 	l.rev, l.renewed, l.pending, l.lastErr = rev, sent, time.Time{}, nil
 	l.until = sent.Add(l.ttl - margin(l.ttl))
 	l.timer.Reset(time.Until(l.until))
+	l.heldAgainLocked()
 }
 
 // mismatch handles a renewal at revision rev refused on the revision
 // (err). A renewal that timed out may have been stored all the same: the
 // lease holds this holder's value at a later revision, and goes on from
 // there, as renewed when the first renewal not known to be stored was
-// sent (the server stored it after that). The same value at rev is a
-// replica that lags: the renewal is tried again. Another's value, or none
-// (it expired), and the lease is lost.
+// sent (the server stored it after that) — re-taken by the next renewal,
+// at that revision, if it lapsed meanwhile. The same value at rev is a
+// replica that lags: the renewal is tried again. Another's value, and the
+// lease is lost. None (it expired, or was deleted) is retake's.
 func (l *Lease) mismatch(ctx context.Context, rev uint64, err error) error {
 	e, gerr := l.kv.Get(ctx, key)
+	if errors.Is(gerr, jetstream.ErrKeyNotFound) {
+		return l.retake(ctx, rev)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.checkLocked(); err != nil {
-		return err
+	if l.err != nil {
+		return l.err
 	}
-	if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
-		l.lastErr = err // who holds it now is not known yet: tried again
-		return err
+	if gerr != nil {
+		l.lastErr = fmt.Errorf("%w; reading who holds it: %w", err, gerr) // not known yet: tried again
+		l.checkLocked()
+		return l.lastErr
 	}
-	if gerr == nil && string(e.Value()) == string(l.value) {
+	var other Holder
+	if json.Unmarshal(e.Value(), &other) == nil && other.ID == l.holder.ID {
 		if e.Revision() <= rev {
 			l.lastErr = err
+			l.checkLocked()
 			return err
 		}
 		l.renewedLocked(e.Revision(), l.pending)
 		return nil
 	}
 	silent := time.Now().Round(0).Sub(l.renewed.Round(0)).Round(100 * time.Millisecond)
-	if gerr == nil {
-		var other Holder
-		if json.Unmarshal(e.Value(), &other) == nil {
-			l.loseLocked(fmt.Errorf("%w: %s holds it now; this one had not renewed it for %v", ErrLost, other, silent))
-			return l.err
-		}
+	if other.ID == "" {
+		other.ID = fmt.Sprintf("(unreadable: %q)", e.Value())
 	}
-	l.loseLocked(fmt.Errorf("%w: it expired, not renewed for %v", ErrLost, silent))
+	l.loseLocked(fmt.Errorf("%w: %s holds it now; this one had not renewed it for %v", ErrLost, other, silent))
 	return l.err
+}
+
+// retake takes the lease again after its key was found gone, when
+// nothing was written to the bucket since this holder's renewal at rev:
+// its stream's last sequence is still rev, and the write is refused if it
+// no longer is (another took the lease meanwhile). Any other write since
+// — another's take, a delete, or a renewal of this holder's own whose
+// answer was lost and which expired since, which cannot be told apart —
+// and the lease is lost.
+func (l *Lease) retake(ctx context.Context, rev uint64) error {
+	silent := func() time.Duration {
+		return time.Now().Round(0).Sub(l.renewed.Round(0)).Round(100 * time.Millisecond)
+	}
+	if l.js == nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.loseLocked(fmt.Errorf("%w: it expired, not renewed for %v", ErrLost, silent()))
+		return l.err
+	}
+	st, err := l.js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lastErr = fmt.Errorf("lease gone; reading its bucket's stream: %w", err)
+		l.checkLocked()
+		return l.lastErr
+	}
+	if last := st.CachedInfo().State.LastSeq; last != rev {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.loseLocked(fmt.Errorf("%w: it expired, not renewed for %v, and its bucket %s was written %d time(s) since this coordinator's last renewal "+
+			"(revision %d): another coordinator may have held it meanwhile", ErrLost, silent(), Bucket, last-rev, rev))
+		return l.err
+	}
+	sent := time.Now()
+	ack, err := l.js.Publish(ctx, "$KV."+Bucket+"."+key, l.value, jetstream.WithExpectLastSequence(rev))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		// Refused on the sequence: written meanwhile, which the next
+		// try reads.
+		l.lastErr = fmt.Errorf("lease gone; taking it again: %w", err)
+		l.checkLocked()
+		return l.lastErr
+	}
+	l.renewedLocked(ack.Sequence, sent)
+	return nil
 }
 
 // Release stops renewing the lease and, while it is held, deletes it, so
@@ -509,7 +667,13 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.stop()
 	<-l.done
 	l.timer.Stop()
-	if l.Check() != nil {
+	if err := l.Check(); err != nil {
+		if errors.Is(err, ErrLapsed) {
+			// Not surely this holder's: left to expire.
+			l.mu.Lock()
+			l.loseLocked(fmt.Errorf("%w: released (lapsed, not deleted)", ErrLost))
+			l.mu.Unlock()
+		}
 		return nil
 	}
 	if ctx.Err() != nil {

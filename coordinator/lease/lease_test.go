@@ -123,10 +123,11 @@ func TestTakeWaitsForALeaseNotRenewed(t *testing.T) {
 	}
 }
 
-// A holder cut off from its server loses its lease by its own clock,
+// A holder cut off from its server lets its lease lapse by its own clock,
 // before the server lets another take it: Check and Guard refuse from
 // then on and a guarded context ends. The other takes it once it expired.
-func TestSilencedHolderLosesItsLease(t *testing.T) {
+// The holder, still cut off, does not know that: it is lapsed, not lost.
+func TestSilencedHolderLapses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := embeddedtest.Server(t, embedded.Config{})
@@ -140,28 +141,36 @@ func TestSilencedHolderLosesItsLease(t *testing.T) {
 	}
 	defer release()
 	quiet.Silence()
-	select {
-	case <-a.Lost():
-	case <-ctx.Done():
-		t.Fatal("a silenced holder kept its lease")
-	}
 	<-guarded.Done()
-	if !errors.Is(context.Cause(guarded), ErrLost) {
-		t.Errorf("guarded context ended with %v; want the loss", context.Cause(guarded))
+	if !errors.Is(context.Cause(guarded), ErrLapsed) {
+		t.Errorf("guarded context ended with %v; want the lapse", context.Cause(guarded))
 	}
-	for _, err := range []error{a.Err(), a.Check()} {
-		if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "not renewed for") {
-			t.Errorf("lost lease: %v; want ErrLost saying for how long it was not renewed", err)
-		}
+	if err := a.Check(); !errors.Is(err, ErrLapsed) || !strings.Contains(err.Error(), "not renewed for") {
+		t.Errorf("lapsed lease: %v; want ErrLapsed saying for how long it was not renewed", err)
 	}
-	if _, _, err := a.Guard(ctx); !errors.Is(err, ErrLost) {
-		t.Errorf("Guard after the loss: %v", err)
+	if err := a.Err(); err != nil {
+		t.Errorf("a lapsed lease is lost: %v", err)
+	}
+	short, stop := context.WithCancel(ctx)
+	stop()
+	if _, _, err := a.Guard(short); !errors.Is(err, ErrLapsed) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Guard on a lapsed lease, its context done: %v", err)
 	}
 	// a is past its end before the server lets b take the lease: b finds
 	// it held, does not hear a answer, and waits for it to expire.
 	b := take(t, ctx, kvB, "b", func(Holder) bool { return false })
 	if err := b.Check(); err != nil {
 		t.Fatal(err)
+	}
+	// Released while lapsed, a deletes nothing: the lease stays b's.
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("released: %v", err)
+	}
+	if h := holder(t, ctx, kvB); h.ID != "b" {
+		t.Errorf("lease %+v; want b's", h)
 	}
 }
 
