@@ -97,7 +97,7 @@ func abortKind(k barrier.AbortKind) string {
 
 func (t *Task) decline(id int64, kind, reason string) {
 	if t.cfg.Listener != nil {
-		t.cfg.Listener.Decline(context.WithoutCancel(t.ctx), t.name, id, kind, reason)
+		t.cfg.Listener.Decline(t.reportCtx(), t.name, id, kind, reason)
 	}
 }
 
@@ -334,7 +334,7 @@ func (t *Task) write(snap *snapshot.Task, m CheckpointMetrics) {
 		m.AsyncDuration = t.clock().Sub(start)
 		m.SnapshotBytes = size
 		if t.cfg.Listener != nil {
-			t.cfg.Listener.Acknowledge(context.WithoutCancel(ctx), t.name, snap.CheckpointID, key, m.Map())
+			t.cfg.Listener.Acknowledge(t.reportCtx(), t.name, snap.CheckpointID, key, m.Map())
 		}
 	}()
 }

@@ -260,7 +260,19 @@ type Task struct {
 	// no input (0: none); runDone is closed when Run returns.
 	stopAt  int64
 	runDone chan struct{}
+	// outer is the context Run was given: done when the task is
+	// canceled, not when it ends by itself (reportCtx).
+	outer context.Context
 }
+
+// reportCtx is the context of the task's acknowledgements and declines:
+// not done when the task ends by itself — the acks of the snapshots a
+// task wrote before it failed still count —, done once the task is
+// canceled. A canceled task's reports are of no use to its attempt, which
+// is over, and one waiting for an answer (during a NATS reconnect, up to
+// the request's timeout) would hold up the task's end: Run waits for its
+// snapshots' writes and their acknowledgements.
+func (t *Task) reportCtx() context.Context { return t.outer }
 
 // Stats counts a task's work since it started.
 type Stats struct {
@@ -645,6 +657,7 @@ func (t *Task) signal() {
 // the task's state, then tells a RunningListener that the task runs. It
 // releases the operator, source, sink and channels before it returns.
 func (t *Task) Run(ctx context.Context) (err error) {
+	t.outer = ctx
 	ctx, cancel := context.WithCancel(ctx)
 	t.ctx = ctx
 	defer close(t.runDone)

@@ -68,7 +68,8 @@ const jobOutputPoll = 500 * time.Millisecond
 // is printed), -for passed, -show records were printed, or ctx ends
 // (Ctrl-C). A JetStream sink's output is what its stream stores, read by
 // an ordered consumer from the stream's next sequence (or all it holds,
-// or the last N records); a core NATS sink's is what it publishes while
+// or the last N records; of a job that has ended, from the first record
+// it stored since its submit: endedStart); a core NATS sink's is what it publishes while
 // weir job output listens. Records go to std.Out, what weir job output
 // says of them to std.Err, so that the records can be piped.
 func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APIClient, job string, o jobOutputOptions) error {

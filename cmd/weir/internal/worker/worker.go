@@ -154,6 +154,10 @@ type Worker struct {
 	// operators' memory, against Caps.Memory.
 	claims   map[string]int
 	claimMem map[string]int64
+
+	// stopping counts the attempts whose tasks, canceled, have not all
+	// ended yet (stopAttempt); Run waits for them before it returns.
+	stopping sync.WaitGroup
 }
 
 // New returns a worker; call Run.
@@ -203,6 +207,7 @@ func (w *Worker) Run(ctx context.Context, ready chan<- struct{}) error {
 	for _, a := range jobs {
 		a.stop()
 	}
+	w.stopping.Wait()
 	return err
 }
 
@@ -292,6 +297,9 @@ type attempt struct {
 	// completed is the latest checkpoint whose completion the tasks were
 	// told (Complete). Only the job's requests, one at a time, use it.
 	completed int64
+	// endedMu guards ended: the tasks whose Run returned.
+	endedMu sync.Mutex
+	ended   map[string]bool
 }
 
 // coreSubscription returns what core source c of task id of attempt a
@@ -344,6 +352,63 @@ type stopAwaiter interface {
 func (a *attempt) stop() {
 	a.cancel()
 	a.wg.Wait()
+}
+
+// stopWait bounds how long the worker waits for the tasks of an attempt
+// it stops — canceled, or replaced by a deploy of the next — before it
+// answers the coordinator: well within the coordinator's request timeout
+// (job.Options.RequestTimeout, 5 s by default). A task that has not
+// ended by then is blocked in a call that does not heed its cancel (a
+// JetStream source's consumers that do not stop during a NATS reconnect,
+// for up to 12 s; a sink letting its commit finish; an acknowledgement
+// waiting for its answer): it ends in the background, and the worker
+// logs when. Waiting on would hold up the job's next requests here too,
+// its next attempt's deploy among them (a worker runs a job's requests
+// one at a time), and the coordinator's cancel would fail for want of an
+// answer.
+const stopWait = 2 * time.Second
+
+// stopWithin cancels the attempt's tasks and waits up to d for them to
+// end. It returns a channel closed once every task ended, and whether
+// they had within d.
+func (a *attempt) stopWithin(d time.Duration) (ended <-chan struct{}, ok bool) {
+	a.cancel()
+	done := make(chan struct{})
+	go func() {
+		a.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return done, true
+	case <-t.C:
+		return done, false
+	}
+}
+
+// taskEnded notes that task id's Run returned.
+func (a *attempt) taskEnded(id string) {
+	a.endedMu.Lock()
+	defer a.endedMu.Unlock()
+	if a.ended == nil {
+		a.ended = map[string]bool{}
+	}
+	a.ended[id] = true
+}
+
+// running lists the tasks whose Run has not returned, sorted.
+func (a *attempt) running() []string {
+	a.endedMu.Lock()
+	defer a.endedMu.Unlock()
+	var ids []string
+	for _, id := range a.taskIDs {
+		if !a.ended[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // ErrStoreMismatch is wrapped by the refusal of a deploy whose coordinator
@@ -405,7 +470,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 	err := w.claimLocked(d)
 	w.mu.Unlock()
 	if old != nil {
-		old.stop()
+		w.stopAttempt(old, control.Cancel{Job: d.Job, Attempt: old.n, Reason: fmt.Sprintf("replaced by attempt %d", d.Attempt)})
 	}
 	if err != nil {
 		w.log.Warn("deploy refused", "job", d.Job, "attempt", d.Attempt, "err", err)
@@ -474,6 +539,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		go func() {
 			defer a.wg.Done()
 			defer a.live.Add(-1)
+			defer a.taskEnded(id)
 			// The task reports running (listener.Running) once it
 			// restored its state. A failed task reported (and logged)
 			// its failure through the listener; a canceled one is done.
@@ -585,7 +651,10 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// Cancel stops the tasks of a job attempt.
+// Cancel stops the tasks of a job attempt. It answers once they ended,
+// or after stopWait with those still running left to end in the
+// background (stopAttempt): the coordinator hears of the cancel within
+// its request timeout, and the job's next requests here are not held up.
 func (w *Worker) Cancel(ctx context.Context, c control.Cancel) error {
 	w.mu.Lock()
 	a := w.jobs[c.Job]
@@ -595,18 +664,60 @@ func (w *Worker) Cancel(ctx context.Context, c control.Cancel) error {
 		a = nil
 	}
 	w.mu.Unlock()
-	switch {
-	case a != nil && c.Stale:
-		a.stop()
-		// Tasks this worker ran on that the job no longer has: the end
-		// of an incident (the worker cut off, the job placed again).
-		w.log.Warn("the coordinator canceled a stale attempt: its tasks here stopped", "job", c.Job, "attempt", a.n,
-			"tasks", len(a.taskIDs), "reason", c.Reason)
-	case a != nil:
-		a.stop()
-		w.log.Info("canceled", "job", c.Job, "attempt", a.n, "reason", c.Reason)
+	if a != nil {
+		w.stopAttempt(a, c)
 	}
 	return nil
+}
+
+// stopAttempt stops the tasks of attempt a, which c cancels (a Cancel, or
+// a deploy of another attempt in its place), waiting up to stopWait for
+// them, and logs it: a stale attempt's end at warn (the end of an
+// incident: the worker ran on cut off, the job was placed again), any
+// other's at info. Tasks still running after stopWait end in the
+// background: the worker logs at once, at warn, which ones it waits for,
+// and again once they ended, with how long they took. a is no longer in
+// w.jobs.
+func (w *Worker) stopAttempt(a *attempt, c control.Cancel) {
+	start := time.Now()
+	ended, ok := a.stopWithin(stopWait)
+	if ok {
+		w.logStopped(a, c, 0)
+		return
+	}
+	attrs := []any{"job", c.Job, "attempt", a.n, "tasks", len(a.taskIDs), "still_running", strings.Join(a.running(), ","),
+		"waited", stopWait, "reason", c.Reason}
+	if c.Stale {
+		w.log.Warn("the coordinator canceled a stale attempt: its tasks here are stopping", attrs...)
+	} else {
+		w.log.Warn("tasks of a canceled attempt have not stopped yet: they stop in the background", attrs...)
+	}
+	w.stopping.Add(1)
+	go func() {
+		defer w.stopping.Done()
+		<-ended
+		w.logStopped(a, c, time.Since(start))
+	}()
+}
+
+// logStopped logs that the tasks of attempt a, which c canceled, stopped;
+// took, if not 0, is how long they took, past stopWait.
+func (w *Worker) logStopped(a *attempt, c control.Cancel, took time.Duration) {
+	attrs := []any{"job", c.Job, "attempt", a.n, "tasks", len(a.taskIDs), "reason", c.Reason}
+	if took > 0 {
+		attrs = append(attrs, "took", took.Round(time.Millisecond))
+	}
+	switch {
+	case c.Stale:
+		// Tasks this worker ran on that the job no longer has: the end
+		// of an incident (the worker cut off, the job placed again).
+		w.log.Warn("the coordinator canceled a stale attempt: its tasks here stopped", attrs...)
+	case took > 0:
+		// At the level of the line that said they had not yet.
+		w.log.Warn("tasks of a canceled attempt stopped", attrs...)
+	default:
+		w.log.Info("canceled", attrs...)
+	}
 }
 
 // Trigger starts a checkpoint at the listed source tasks.
@@ -953,7 +1064,19 @@ func (l listener) resend(ctx context.Context, what, task string, send func(conte
 // Failed reports the task's failure; the reason is the cause alone, as
 // the coordinator names the task ("task <name> failed: <cause>"). A
 // report not heard is sent again (resend), until the attempt stops here.
+//
+// A task that ends with an error after its attempt stopped here
+// (canceled, replaced, the worker stopping) is not reported, and logged
+// at info as a canceled attempt's task: the attempt is over, and its
+// error — what the task met as it stopped, or one it kept from before
+// and met only then (a channel's "NATS connection lost" of a connection
+// restored since) — is no failure of the job's.
 func (l listener) Failed(ctx context.Context, task string, err error) error {
+	if l.stopped != nil && l.stopped.Err() != nil {
+		l.log.Info("task of a canceled attempt ended with an error: not reported, the attempt is over",
+			"job", l.job, "attempt", l.attempt, "task", task, "err", err)
+		return nil
+	}
 	// The log has what the one-line reason leaves out. It is written
 	// before the coordinator hears of the failure: a weir run that ends
 	// with the job must find it there.
