@@ -19,7 +19,7 @@ func init() {
 	register(command{Name: "input", Summary: "publish the lines of files to a running job's sources, as weir run -input does", Run: runInput})
 }
 
-const inputUsage = `[-nats URL] [auth flags] JOB.yaml [SOURCE=]FILE...
+const inputUsage = `[-nats URL] [auth flags] [-from-line N] JOB.yaml [SOURCE=]FILE...
 
 Publishes the lines ('key<TAB>value' or 'value') of each FILE to the job's
 first source, or of SOURCE=FILE to that source, as weir run -input does: a
@@ -37,7 +37,10 @@ A core NATS source of a job that is not running is refused too: a core
 subject keeps nothing for a job that does not read it. A stream keeps what
 it is given for a job not submitted yet, or ended: weir input says so. JOB.yaml is the job's spec; its modules are
 not built or read. A NATS server that cannot be reached (weir up
-restarting) is tried again, said once, until -wait has passed.`
+restarting) is tried again, said once, until -wait has passed. An
+interrupt (Ctrl-C) says how many of a file's records the stream
+acknowledged, and the command that publishes the rest (-from-line): the
+same command again would publish the part the stream holds once more.`
 
 func runInput(ctx context.Context, std Stdio, args []string) error {
 	fs := newFlags(std, "input", inputUsage)
@@ -46,6 +49,8 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 	nf.registerWait(fs)
 	var timed bool
 	fs.BoolVar(&timed, "time", false, timeFlagUsage)
+	var from int
+	fs.IntVar(&from, "from-line", 0, fromLineUsage)
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
@@ -53,6 +58,9 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 	if len(pos) < 2 {
 		fs.Usage()
 		return usagef("input: want JOB.yaml and at least one [SOURCE=]FILE")
+	}
+	if from < 0 {
+		return usagef("input: -from-line %d: give a line number, 1 or more", from)
 	}
 	spec, err := jobspec.ParseFile(pos[0], jobspec.Options{})
 	if err != nil {
@@ -93,7 +101,15 @@ func runInput(ctx context.Context, std Stdio, args []string) error {
 	dial := func(extra ...nats.Option) (*nats.Conn, error) {
 		return natsconn.Connect(*nf.options("weir input"), extra...)
 	}
-	if _, err = publishInputs(ctx, std, "input", timed, nc, dial, spec, inputs, nil, ingest.Nonce()); err != nil || core {
+	_, err = publishInputs(ctx, std, "input", timed, nc, dial, spec, inputs, nil, ingest.Nonce(), from, nil)
+	if cut := (*inputCut)(nil); errors.As(err, &cut) {
+		t := ""
+		if timed {
+			t = " -time"
+		}
+		cut.resume = fmt.Sprintf("; publish the rest with: weir input%s%s -from-line %d %s %s", nf.hint(), t, cut.next, shellQuote(pos[0]), quoteAll(cut.inputs()))
+	}
+	if err != nil || core {
 		return err
 	}
 	// A stream keeps the input for a job that is not running: say so,

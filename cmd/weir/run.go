@@ -86,6 +86,7 @@ type runOptions struct {
 	replicas int
 	verbose  bool
 	time     bool   // -time
+	fromLine int    // -from-line: the first -input's line to start at
 	port     int    // -port: of the embedded NATS server, 0 a free one
 	metrics  string // -metrics: serve Prometheus metrics there
 	// allowSystem is -allow-system-subjects: the spec may reach weir's
@@ -111,6 +112,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
 	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	fs.BoolVar(&o.time, "time", false, timeFlagUsage)
+	fs.IntVar(&o.fromLine, "from-line", 0, fromLineUsage+" (an interrupted -input says what to give)")
 	fs.BoolVar(&o.allowSystem, "allow-system-subjects", false, "let the spec read and write weir's own subjects and streams (weir.ctl.>, weir.data.>, KV_weir_*, OBJ_weir_*) and NATS's ($JS.>, $KV.>, _INBOX.>, ...), as weir up -allow-system-subjects does; with -nats, that coordinator's own flag decides")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
@@ -125,6 +127,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	}
 	if o.time && len(o.inputs) == 0 {
 		return usagef("run: -time says how -input files' lines start; give -input too")
+	}
+	if o.fromLine < 0 || o.fromLine > 0 && len(o.inputs) == 0 {
+		return usagef("run: -from-line %d: give a line number, 1 or more, of the first -input, and -input", o.fromLine)
 	}
 	if o.show < -1 {
 		return usagef("run: -show %d: give a number of records, 0 or more (0: none; -1: all)", o.show)
@@ -994,8 +999,12 @@ func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
 // id. A core NATS source's lines go out on nc; a JetStream source's on a
 // connection of their own (dial, with ingest's options). as names the
 // flag or command in what it says: "-input", or "input" (weir input).
-// With timed, each line starts with its record's timestamp (-time).
-func publishInputs(ctx context.Context, std Stdio, as string, timed bool, nc *nats.Conn, dial func(...nats.Option) (*nats.Conn, error), spec *jobspec.Spec, inputs inputFlags, only func(jobspec.Source) bool, nonce string) (int, error) {
+// With timed, each line starts with its record's timestamp (-time). The
+// first input is published from its line from on (-from-line; 0: all of
+// it). An interrupt (ctx ended) that cuts an input short is an *inputCut,
+// which names the inputs after it not published (later: those published
+// after these) and leaves its resume to the caller.
+func publishInputs(ctx context.Context, std Stdio, as string, timed bool, nc *nats.Conn, dial func(...nats.Option) (*nats.Conn, error), spec *jobspec.Spec, inputs inputFlags, only func(jobspec.Source) bool, nonce string, from int, later []string) (int, error) {
 	total := 0
 	var conn *nats.Conn // for JetStream sources, made at the first
 	defer func() {
@@ -1029,7 +1038,11 @@ func publishInputs(ctx context.Context, std Stdio, as string, timed bool, nc *na
 				return total, fmt.Errorf("%s %s: %w", as, file, err)
 			}
 		}
-		c, err := publishInput(ctx, as, timed, nc, pub, *src, file, std.In)
+		start := 0
+		if i == 0 {
+			start = from
+		}
+		c, err := publishInput(ctx, as, timed, nc, pub, *src, file, std.In, start)
 		total += c
 		from := file
 		if file == "-" {
@@ -1039,6 +1052,12 @@ func publishInputs(ctx context.Context, std Stdio, as string, timed bool, nc *na
 			// Part of the file is in: say how much, so that the rest can
 			// be given without the part again.
 			return total, fmt.Errorf("%w (the %d records before it were published from %s to %s)", err, c, from, src.Name)
+		}
+		if cut := (*inputCut)(nil); errors.As(err, &cut) {
+			cut.as, cut.in, cut.index, cut.stream, cut.from = as, in, i, src.Stream, start
+			cut.total = countRecords(file, start)
+			cut.rest = cutInputs(spec, inputs, i, only, later)
+			return total, cut
 		}
 		if err != nil {
 			return total, err
@@ -1131,11 +1150,13 @@ func inputHint(spec *jobspec.Spec, o runOptions, hint string) string {
 	return fmt.Sprintf("weir input%s %s %s", hint, shellQuote(o.spec), strings.Join(args, " "))
 }
 
-// publishInput publishes the lines of file ("-": stdin) to src: with pub
-// to a JetStream source's stream, else on nc. as and timed are
-// publishInputs': with timed a line's leading timestamp goes in the
-// message's source.TimeHeader.
-func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string, stdin io.Reader) (int, error) {
+// publishInput publishes the lines of file ("-": stdin) to src, from its
+// line from on: with pub to a JetStream source's stream, else on nc. as
+// and timed are publishInputs': with timed a line's leading timestamp goes
+// in the message's source.TimeHeader. An interrupt (ctx ended) that cuts
+// a JetStream source's input short is an *inputCut that says how far the
+// stream acknowledged it, its count what was acknowledged.
+func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub *ingest.Publisher, src jobspec.Source, file string, stdin io.Reader, from int) (int, error) {
 	var f io.Reader = stdin
 	if file != "-" {
 		of, err := os.Open(file)
@@ -1164,13 +1185,32 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 		}
 		return count, badLine{err}
 	}
-	const maxLine = 16 << 20
+	// cut says, of an error that an interrupt caused, what the stream
+	// holds: the records before line at (the one in hand, or the next to
+	// read) went out, and those in flight are waited for, briefly; at the
+	// end of the input (ended), once they are all stored, nothing is cut.
+	cut := func(at int, ended bool, err error) (int, error) {
+		if pub == nil || ctx.Err() == nil {
+			return count, err
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cutWait)
+		acked, next := pub.Acknowledged(actx)
+		cancel()
+		if next == 0 {
+			if ended {
+				return acked, nil // all of it is stored: no cut
+			}
+			next = at
+		}
+		return acked, &inputCut{acked: acked, next: next, err: err}
+	}
+	maxLine := maxInputLine
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	for sc.Scan() {
 		lineNo++
 		line := sc.Text()
-		if line == "" {
+		if line == "" || lineNo < from {
 			continue
 		}
 		var ts int64
@@ -1208,7 +1248,7 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 		}
 		if pub != nil {
 			if err := pub.Publish(ctx, lineNo, m); err != nil {
-				return count, fmt.Errorf("%s %s: %w", as, file, err)
+				return cut(lineNo, false, fmt.Errorf("%s %s: %w", as, file, err))
 			}
 		} else if err := nc.PublishMsg(m); err != nil {
 			return count, fmt.Errorf("%s: publish: %w", as, err)
@@ -1218,11 +1258,11 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
 		return bad(fmt.Errorf("%s %s: line %d is longer than %d bytes", as, file, lineNo+1, maxLine))
 	} else if err != nil {
-		return count, fmt.Errorf("%s: %w", as, err)
+		return cut(lineNo+1, false, fmt.Errorf("%s: %w", as, err))
 	}
 	if pub != nil {
 		if err := pub.Flush(ctx); err != nil {
-			return count, fmt.Errorf("%s %s: %w", as, file, err)
+			return cut(lineNo+1, true, fmt.Errorf("%s %s: %w", as, file, err))
 		}
 		return count, nil
 	}
@@ -1230,6 +1270,9 @@ func publishInput(ctx context.Context, as string, timed bool, nc *nats.Conn, pub
 	defer cancel()
 	return count, nc.FlushWithContext(fctx)
 }
+
+// maxInputLine is the longest line an input may have.
+const maxInputLine = 16 << 20
 
 // output collects what the job's sinks publish.
 type output struct {
@@ -1262,6 +1305,9 @@ type output struct {
 	// summed is set once the summary is printed: a record after it, from
 	// a watch that had not caught up, is neither printed nor counted.
 	summed bool
+	// held is what the streams -input publishes to held before, which
+	// the job reads too: the summary's records in count it.
+	held []heldInput
 }
 
 // spec returns the sink named name.
@@ -1377,7 +1423,14 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		defer stop()
 	}
 	nonce := ingest.Nonce()
-	published, err := publishInputs(ctx, std, "-input", o.time, n.Conn, n.Dial, spec, o.inputs, hasStop, nonce)
+	if !embedded || o.data != "" {
+		// What the streams held before: the job reads it too.
+		out.held = heldBefore(ctx, n.JS, spec, o.inputs)
+	}
+	published, err := publishInputs(ctx, std, "-input", o.time, n.Conn, n.Dial, spec, o.inputs, hasStop, nonce, o.fromLine, unboundedInputs(spec, o.inputs))
+	if cut := (*inputCut)(nil); errors.As(err, &cut) {
+		cut.resume = runResume(spec, o, embedded, false, cut) // not submitted
+	}
 	if err != nil {
 		return err
 	}
@@ -1563,8 +1616,11 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		fmt.Fprint(std.Out, notes.news(st))
 		out.unstall(ctx, time.Now(), outputStall, std.Err)
 		if !inputDone && st.State == control.JobRunning {
-			c, err := publishInputs(ctx, std, "-input", o.time, n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce)
+			c, err := publishInputs(ctx, std, "-input", o.time, n.Conn, n.Dial, spec, o.inputs, func(s jobspec.Source) bool { return !hasStop(s) }, nonce, o.fromLine, nil)
 			published += c
+			if cut := (*inputCut)(nil); errors.As(err, &cut) {
+				cut.resume = runResume(spec, o, embedded, true, cut)
+			}
 			if err != nil {
 				return err
 			}
@@ -2042,8 +2098,8 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 		}
 		per = " (" + strings.Join(parts, ", ") + ")"
 	}
-	if published > 0 {
-		fmt.Fprintf(w, "%s in, %s out%s\n", plural(published, "record"), plural(n, "record"), per)
+	if published > 0 || len(out.held) > 0 {
+		fmt.Fprintf(w, "%s, %s out%s\n", inWords(published, out.held), plural(n, "record"), per)
 	} else {
 		fmt.Fprintf(w, "%s out%s\n", plural(n, "record"), per)
 	}

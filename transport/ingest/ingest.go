@@ -164,6 +164,7 @@ type Publisher struct {
 	window  time.Duration
 	pending []*record // sent or to send, not acknowledged, in line order
 	retries int
+	acked   int   // records acknowledged
 	err     error // the first error: the Publisher is done
 }
 
@@ -254,13 +255,13 @@ func (p *Publisher) Flush(ctx context.Context) error {
 	return p.err
 }
 
-// Unacknowledged waits, until ctx ends, for the acknowledgements of the
-// records in flight, in order, and returns how many of the records
-// published are still not acknowledged, and the line of the first of them
-// (0 when every one is). It may be called after Publish or Flush failed
-// (an interrupt: their ctx ended): the stream holds every record before
-// that line; of those from it on, some may be stored and some not.
-func (p *Publisher) Unacknowledged(ctx context.Context) (n, line int) {
+// Acknowledged waits, until ctx ends, for the acknowledgements of the
+// records in flight, in order, and returns how many records the stream
+// has acknowledged in all, and the line of the first record published and
+// not acknowledged (0 when there is none). It may be called after Publish
+// or Flush failed (an interrupt: their ctx ended): the stream holds every
+// record before that line; of those from it on, some may be stored.
+func (p *Publisher) Acknowledged(ctx context.Context) (n, line int) {
 	for len(p.pending) > 0 {
 		r := p.pending[0]
 		if r.f == nil || wait(ctx, r.f) != nil {
@@ -268,11 +269,12 @@ func (p *Publisher) Unacknowledged(ctx context.Context) (n, line int) {
 		}
 		p.pending[0] = nil
 		p.pending = p.pending[1:]
+		p.acked++
 	}
 	if len(p.pending) == 0 {
-		return 0, 0
+		return p.acked, 0
 	}
-	return len(p.pending), p.pending[0].line
+	return p.acked, p.pending[0].line
 }
 
 // send publishes r.
@@ -302,6 +304,7 @@ func (p *Publisher) settleFirst(ctx context.Context) error {
 	case err == nil:
 		p.pending[0] = nil
 		p.pending = p.pending[1:]
+		p.acked++
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -327,6 +330,7 @@ func (p *Publisher) recover(ctx context.Context, cause error) error {
 				r.f = nil
 				switch {
 				case err == nil:
+					p.acked++
 					continue // stored
 				case ctx.Err() != nil:
 					return ctx.Err()
