@@ -1407,8 +1407,14 @@ func submitRefused(err error, spec *jobspec.Spec, o runOptions, embedded bool, p
 		// run's to submit, and its input (published after the submit, for
 		// an unbounded source) is not published: say how to give it more.
 		if in := inputHint(spec, o, o.nats.hint()); in != "" {
-			return fmt.Errorf("%w, or give it more input with %s (-input publishes only with a job weir run submits)", err, in)
+			err = fmt.Errorf("%w, or give it more input with %s (-input publishes only with a job weir run submits)", err, in)
 		}
+	}
+	if strings.Contains(err.Error(), "has not ended (it is ") {
+		// The name is the spec's: under another one, the spec runs as a
+		// second job.
+		err = fmt.Errorf("%w; to run a second job beside it, its output going to the same sinks, give the spec another name (name: %s in %s)",
+			err, spec.Name, o.spec)
 	}
 	return err
 }

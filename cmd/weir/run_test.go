@@ -767,7 +767,8 @@ sinks: [{name: out, kind: nats, subject: busy-out, input: {from: in}}]
 	// The job is created or running by now: either has not ended.
 	want := regexp.MustCompile(`^weir: job busy has not ended \(it is (created|running)\): cancel or stop it first, ` +
 		`or give it more input with weir input -nats ` + regexp.QuoteMeta(n.Server.ClientURL()) + ` job.yaml more.txt ` +
-		`\(-input publishes only with a job weir run submits\)\n$`)
+		`\(-input publishes only with a job weir run submits\); to run a second job beside it, its output going to the same sinks, ` +
+		`give the spec another name \(name: busy in job.yaml\)\n$`)
 	if code != 1 || !want.MatchString(errb.String()) || strings.Contains(out.String(), "published") {
 		t.Fatalf("weir run exited %d with %q, want 1 with one line matching %s\n%s", code, errb.String(), want, out.String())
 	}

@@ -91,7 +91,12 @@ func TestRunRefusesBeforeBuildingOrPushing(t *testing.T) {
 		}
 		var wantb bytes.Buffer
 		printErr(&wantb, err) // as weir prints it: further lines indented
-		if want := wantb.String(); code != 1 || errb.String() != want || !strings.HasPrefix(want, "weir: "+strings.SplitN(err.Error(), "\n", 2)[0]) {
+		want := wantb.String()
+		if strings.Contains(want, " has not ended (it is ") {
+			// weir run adds how to run the spec beside that job.
+			want = strings.TrimSuffix(want, "\n") + "; to run a second job beside it, its output going to the same sinks, give the spec another name (name: busy in job.yaml)\n"
+		}
+		if code != 1 || errb.String() != want || !strings.HasPrefix(want, "weir: "+strings.SplitN(err.Error(), "\n", 2)[0]) {
 			t.Errorf("weir %s: exit %d, stderr %q; want 1 and the submit's refusal %q", strings.Join(args, " "), code, errb.String(), want)
 		}
 		if c := runs(); c != 0 {
@@ -171,7 +176,7 @@ sinks: [{name: out, kind: jetstream, stream: BUSYOUT, subject: busy-out, input: 
 	}
 	var out, errb bytes.Buffer
 	code := run(ctx, []string{"run", "-nats", url, "-input", "in.txt", "job.yaml"}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	want := "weir: job busy has not ended (it is running): cancel or stop it first\n"
+	want := "weir: job busy has not ended (it is running): cancel or stop it first; to run a second job beside it, its output going to the same sinks, give the spec another name (name: busy in job.yaml)\n"
 	if code != 1 || errb.String() != want || out.String() != "" {
 		t.Errorf("weir run -input: exit %d, stdout %q, stderr %q; want 1, nothing on stdout and %q", code, out.String(), errb.String(), want)
 	}
