@@ -318,10 +318,12 @@ bucket weir_coordinator, renewed every few seconds, that expires 15s after
 it was last renewed). A second weir up is refused while the first one
 answers or renews its lease; one whose lease holder does not (a process
 frozen, or killed) waits for that lease to expire, up to 15s, and takes
-over. A coordinator that was replaced so, when it runs again, has lost its
-lease: it stops acting at once, leaving its jobs to the new one, and weir
-up exits with an error saying so. A weir up stopped with Ctrl-C releases
-its lease at once.
+over. A coordinator that did not renew its lease in time (frozen, or NATS
+without quorum) logs that it lapsed, acts no more and keeps trying: when it
+finds the lease still its own (nobody took it over) it re-takes it and goes
+on with its jobs; when another holds it, it stops, leaving its jobs to that
+one, and weir up exits with an error saying so. A weir up stopped with
+Ctrl-C releases its lease at once.
 
 Stopped (Ctrl-C, SIGTERM, SIGHUP), weir up cancels no task of its jobs:
 those on workers of other processes (weir worker) run on, as after a
@@ -473,8 +475,9 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	case <-ctx.Done():
 	case <-n.Lost():
 		// Frozen or cut off for the lease's TTL, this coordinator was
-		// replaced: it stopped acting, and its jobs go on under the other.
-		return fmt.Errorf("up: %w: this coordinator stopped, leaving its jobs to the one that takes the lease", n.LeaseErr())
+		// replaced (a lapse that nobody took over is re-taken): it
+		// stopped acting, and its jobs go on under the other.
+		return fmt.Errorf("up: %w: this coordinator stopped, leaving its jobs to the one that holds the lease", n.LeaseErr())
 	}
 	fmt.Fprintln(std.Out, "weir: shutting down")
 	return nil

@@ -436,7 +436,7 @@ func (l *Lease) heldAgainLocked() {
 	if !now.Before(l.until) || !now.Round(0).Before(l.until.Round(0)) {
 		return
 	}
-	l.log.Info(fmt.Sprintf("coordinator lease: re-took it after %v without it; the coordinator acts again", now.Round(0).Sub(l.lapsed.Round(0)).Round(100*time.Millisecond)),
+	l.log.Warn(fmt.Sprintf("coordinator lease: re-took it after %v without it; the coordinator acts again", now.Round(0).Sub(l.lapsed.Round(0)).Round(100*time.Millisecond)),
 		"revision", l.rev)
 	l.lapsed, l.lapse = time.Time{}, nil
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())

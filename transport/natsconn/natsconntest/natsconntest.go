@@ -14,13 +14,14 @@ import (
 	"testing"
 )
 
-// Silencer forwards the connections it accepts to a server until Silence.
+// Silencer forwards the connections it accepts to a server until Silence,
+// and those it accepts after Resume again.
 type Silencer struct {
 	ln     net.Listener
 	target string
-	quiet  chan struct{} // closed by Silence
-	once   sync.Once
 	mu     sync.Mutex
+	quiet  bool
+	epoch  int // of the connections forwarded: Silence ends theirs
 	conns  []net.Conn
 }
 
@@ -32,7 +33,7 @@ func NewSilencer(t testing.TB, target string) *Silencer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Silencer{ln: ln, target: target, quiet: make(chan struct{})}
+	s := &Silencer{ln: ln, target: target}
 	go s.accept()
 	t.Cleanup(s.close)
 	return s
@@ -41,17 +42,33 @@ func NewSilencer(t testing.TB, target string) *Silencer {
 // URL is the client URL of the server behind s.
 func (s *Silencer) URL() string { return "nats://" + s.ln.Addr().String() }
 
-// Silence stops all forwarding for good; the connections stay open, and
-// new ones are accepted and left without an answer.
-func (s *Silencer) Silence() { s.once.Do(func() { close(s.quiet) }) }
-
-func (s *Silencer) silenced() bool {
-	select {
-	case <-s.quiet:
-		return true
-	default:
-		return false
+// Silence stops all forwarding: the connections stay open, without a
+// byte either way for good, and new ones are accepted and left without an
+// answer until Resume.
+func (s *Silencer) Silence() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.quiet {
+		s.quiet = true
+		s.epoch++
 	}
+}
+
+// Resume forwards the connections accepted from now on again, as a server
+// that runs again (kill -CONT) or a partition that heals looks to a client
+// that connects anew; those silenced stay silent.
+func (s *Silencer) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.quiet = false
+}
+
+// silenced reports whether a connection forwarded in epoch is silenced
+// (epoch -1: a new one).
+func (s *Silencer) silenced(epoch int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.quiet || epoch >= 0 && epoch != s.epoch
 }
 
 func (s *Silencer) accept() {
@@ -62,8 +79,9 @@ func (s *Silencer) accept() {
 		}
 		s.mu.Lock()
 		s.conns = append(s.conns, c)
+		epoch := s.epoch
 		s.mu.Unlock()
-		if s.silenced() {
+		if s.silenced(-1) {
 			continue
 		}
 		up, err := net.Dial("tcp", s.target)
@@ -74,18 +92,18 @@ func (s *Silencer) accept() {
 		s.mu.Lock()
 		s.conns = append(s.conns, up)
 		s.mu.Unlock()
-		go s.pipe(up, c)
-		go s.pipe(c, up)
+		go s.pipe(up, c, epoch)
+		go s.pipe(c, up, epoch)
 	}
 }
 
-// pipe copies from src to dst until either fails or s is silenced, after
-// which it leaves both as they are.
-func (s *Silencer) pipe(dst io.Writer, src io.Reader) {
+// pipe copies from src to dst until either fails or s is silenced (the
+// epoch of the connection ended), after which it leaves both as they are.
+func (s *Silencer) pipe(dst io.Writer, src io.Reader, epoch int) {
 	buf := make([]byte, 32<<10)
-	for !s.silenced() {
+	for !s.silenced(epoch) {
 		n, err := src.Read(buf)
-		if s.silenced() {
+		if s.silenced(epoch) {
 			return
 		}
 		if n > 0 {

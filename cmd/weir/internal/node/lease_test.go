@@ -149,8 +149,10 @@ func (c *fenceCounter) counts() (allowed, refused, late int) {
 // A coordinator whose NATS falls silent (a frozen process, a partition)
 // for the lease's TTL is replaced: a second one waits for the lease to
 // expire, takes it and resumes the job on the same worker. The first,
-// by its own clock, knows its lease ended: it stops acting (its fence
-// refuses the cancels and writes its stop tries) and says so.
+// by its own clock, knows its lease lapsed: it acts no more (its fence
+// lets nothing through) and keeps trying; once it hears NATS again it
+// finds the lease the second's, stops (its fence refuses the cancels and
+// writes its stop tries) and says so.
 func TestSilencedCoordinatorIsReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -205,22 +207,29 @@ checkpointing: {interval: 100ms}
 		t.Fatalf("a coordinator replacing a silent one: %v", err)
 	}
 	defer b.Close()
+	st := waitJob(t, ctx, b, "fenced", "the job resumed by the new coordinator, checkpointing", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt > before.Attempt && st.LatestCheckpoint > before.LatestCheckpoint+1
+	})
+	select {
+	case <-a.Lost():
+		t.Fatalf("the silenced coordinator lost its lease without hearing NATS: %v", a.LeaseErr())
+	default:
+	}
+	quiet.Resume()
 	select {
 	case <-a.Lost():
 	case <-ctx.Done():
-		t.Fatal("the silenced coordinator did not notice that its lease ended")
+		t.Fatal("the silenced coordinator, hearing NATS again, did not notice that another holds its lease")
 	}
-	if err := a.LeaseErr(); !errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "not renewed for") {
-		t.Errorf("silenced coordinator's loss: %v; want it to say for how long it was not renewed", err)
+	if err := a.LeaseErr(); !errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "holds it now; this one had not renewed it for") ||
+		!strings.Contains(err.Error(), b.lease.Holder().ID) {
+		t.Errorf("silenced coordinator's loss: %v; want it to name the new holder", err)
 	}
 	select {
 	case <-a.coordinatorDone:
 	case <-ctx.Done():
 		t.Fatal("the silenced coordinator did not stop")
 	}
-	st := waitJob(t, ctx, b, "fenced", "the job resumed by the new coordinator, checkpointing", func(st control.JobStatus) bool {
-		return st.State == control.JobRunning && st.Attempt > before.Attempt && st.LatestCheckpoint > before.LatestCheckpoint+1
-	})
 	allowed, refused, late := counter.counts()
 	t.Logf("job under the new coordinator: attempt %d, latest checkpoint %d; the old one's fence let %d acts through, refused %d",
 		st.Attempt, st.LatestCheckpoint, allowed, refused)
