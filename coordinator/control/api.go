@@ -38,9 +38,9 @@ type JobStatus struct {
 	Name  string   `json:"name"`
 	State JobState `json:"state"`
 	// FailureCounts counts the job's failures by kind (FailureUnknown
-	// for those of none) since the coordinator took the job on — a
-	// restarted coordinator counts from 0, as for checkpoints — for
-	// metrics and alerts; Failures keeps only the latest.
+	// for those of none) in its run, for metrics and alerts; Failures
+	// keeps only the latest. Its record keeps them, as it does Restarts:
+	// a restarted coordinator counts on from them.
 	FailureCounts map[FailureKind]int `json:"failure_counts,omitempty"`
 	// Modules are the operators' modules as the job pinned them at
 	// submit, by operator name: the reference the spec wrote and the

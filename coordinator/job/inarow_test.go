@@ -375,6 +375,29 @@ func TestAResumeDuringARestartDelayIsThatRestart(t *testing.T) {
 	}
 }
 
+// A restarted coordinator goes on counting the job's failures by kind
+// from its record, as it does its restarts: weir_job_restarts_total said 1
+// after a coordinator restart while weir_job_failures_total had no series.
+func TestAResumeKeepsTheFailureCounts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l := startLoop(t, ctx, "10ms", 5)
+	defer l.close()
+	e := l.e
+	waitFor(t, ctx, e, "loop", "running", func(st control.JobStatus) bool { return st.State == control.JobRunning })
+	l.fail(1)
+	waitFor(t, ctx, e, "loop", "running again", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 2
+	})
+	l.restart()
+	st := waitFor(t, ctx, e, "loop", "resumed", func(st control.JobStatus) bool {
+		return st.State == control.JobRunning && st.Attempt == 3
+	})
+	if st.Restarts != 1 || st.FailureCounts[control.FailureTrap] != 1 || len(st.FailureCounts) != 1 {
+		t.Errorf("after a coordinator restart: %d restarts, failure counts %v; want 1 and trap: 1", st.Restarts, st.FailureCounts)
+	}
+}
+
 // A coordinator restarted while a restart waits for a worker begins that
 // restart, counted once: it was counted as a restart and, begun by the
 // new coordinator, as a resume too, and the attempts added up to one

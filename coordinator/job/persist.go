@@ -46,6 +46,11 @@ type record struct {
 	Reserved int64 `json:"reserved,omitempty"`
 	Attempt  int   `json:"attempt"`
 	Restarts int   `json:"restarts"`
+	// FailureCounts is the status's: weir_job_failures_total goes on
+	// from it after a coordinator restart, as weir_job_restarts_total
+	// does from Restarts. Records written before it was kept have none;
+	// a resume counts their Failures instead (failureCounts).
+	FailureCounts map[control.FailureKind]int `json:"failure_counts,omitempty"`
 	// Replacements and Resumes are the status's: attempts that were no
 	// restart (control.JobStatus.Replacements).
 	Replacements int       `json:"replacements,omitempty"`
@@ -164,7 +169,7 @@ func (j *job) record() (rec record, ok bool) {
 	}
 	rec = record{Spec: j.spec, State: j.st.State, FirstID: j.firstID, Attempt: j.st.Attempt,
 		Restarts: j.st.Restarts, Replacements: j.st.Replacements, Resumes: j.st.Resumes, Submitted: j.st.Submitted, Reason: j.st.Reason, Updated: j.st.Updated,
-		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Drained: j.st.Drained, DrainedWithSavepoint: j.st.DrainedWithSavepoint, DrainAt: maps.Clone(j.drainAt), DrainedAt: slices.Clone(j.st.DrainedAt), FailuresInARow: j.consecutive, Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
+		Latest: j.latestLocked(latest), StoppedWithSavepoint: j.st.StoppedWithSavepoint, Drained: j.st.Drained, DrainedWithSavepoint: j.st.DrainedWithSavepoint, DrainAt: maps.Clone(j.drainAt), DrainedAt: slices.Clone(j.st.DrainedAt), FailuresInARow: j.consecutive, FailureCounts: maps.Clone(j.st.FailureCounts), Failures: slices.Clone(j.st.Failures), Skipped: slices.Clone(j.st.Skipped), Reserved: j.reserved, Modules: j.modules, Removed: j.gone}
 	if j.holds && !j.st.State.Terminal() {
 		rec.Assignment = maps.Clone(j.assign)
 	}
@@ -187,6 +192,24 @@ func (j *job) record() (rec record, ok bool) {
 		}
 	}
 	return rec, true
+}
+
+// failureCounts returns the job's failures by kind as the record keeps
+// them; of a record written before they were kept, those its failure
+// history lists, each once (a repeated one is counted once, as
+// control.Failure.Repeats says).
+func (rec record) failureCounts() map[control.FailureKind]int {
+	if rec.FailureCounts != nil {
+		return maps.Clone(rec.FailureCounts)
+	}
+	var c map[control.FailureKind]int
+	for _, f := range rec.Failures {
+		if c == nil {
+			c = map[control.FailureKind]int{}
+		}
+		c[f.Kind]++
+	}
+	return c
 }
 
 // The values of record.NextRestart.
@@ -505,6 +528,7 @@ func (m *Manager) resumeOne(ctx context.Context, rec record) error {
 	j.st.Replacements, j.st.Resumes = rec.Replacements, rec.Resumes
 	j.st.Submitted = rec.Submitted
 	j.st.Failures = rec.Failures
+	j.st.FailureCounts = rec.failureCounts()
 	j.st.Skipped = rec.Skipped
 	j.st.Drained = rec.Drained
 	j.drainAt = rec.DrainAt
@@ -614,7 +638,7 @@ func terminalJob(m *Manager, rec record) *job {
 			Replacements: rec.Replacements, Resumes: rec.Resumes,
 			Submitted: rec.Submitted, Updated: rec.Updated, Reason: rec.Reason, LatestCheckpoint: rec.Latest,
 			StoppedWithSavepoint: rec.StoppedWithSavepoint, Drained: rec.Drained, DrainedWithSavepoint: rec.DrainedWithSavepoint, DrainedAt: rec.DrainedAt,
-			Failures: rec.Failures, Skipped: rec.Skipped}}
+			Failures: rec.Failures, FailureCounts: rec.failureCounts(), Skipped: rec.Skipped}}
 	if rec.FromJob == "" || rec.FromJob == rec.Spec.Name {
 		j.startID = rec.From
 	}
