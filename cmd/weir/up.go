@@ -466,7 +466,7 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 	if external {
 		conn = nf.connFlags()
 	}
-	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s%s JOB.yaml   (Ctrl-C stops everything)\n", shellQuote(submit), conn)
+	fmt.Fprintf(std.Out, "submit a job with: weir run -nats %s%s JOB.yaml   (%s)\n", shellQuote(submit), conn, ctrlCStops(external, *workers))
 	if ln != nil {
 		defer serveMetrics(ln, n)()
 		fmt.Fprintf(std.Out, "metrics on http://%s/metrics\n", ln.Addr())
@@ -860,4 +860,20 @@ func serveMetrics(ln net.Listener, n *node.Node) (stop func()) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return func() { srv.Close() }
+}
+
+// ctrlCStops says what a Ctrl-C of weir up stops, for its banner. With
+// its embedded NATS, everything: the server goes with it. With -nats, the
+// coordinator and its own workers only: tasks on weir workers of other
+// processes run on (a stop cancels no task; the next weir up resumes
+// their jobs), which "stops everything" said otherwise.
+func ctrlCStops(external bool, workers int) string {
+	switch {
+	case !external:
+		return "Ctrl-C stops everything"
+	case workers == 0:
+		return "Ctrl-C stops the coordinator only: tasks on the weir workers run on; weir job stop or cancel stops a job"
+	default:
+		return fmt.Sprintf("Ctrl-C stops the coordinator and its %s; tasks on other weir workers run on", plural(workers, "worker"))
+	}
 }

@@ -80,7 +80,8 @@ func TestUpOnAClusterSuggestsAllItsServers(t *testing.T) {
 	urls := srv.ClientURL() + ",nats://127.0.0.1:1"
 	out, stop, done := upOn(t, ctx, urls)
 	out.await(t, ctx, done, "weir is up: NATS on "+srv.ClientURL()+" (of "+urls+"), no embedded server")
-	out.await(t, ctx, done, "submit a job with: weir run -nats "+urls+" JOB.yaml")
+	// Its Ctrl-C stops no task on other workers, as its banner used to say.
+	out.await(t, ctx, done, "submit a job with: weir run -nats "+urls+" JOB.yaml   (Ctrl-C stops the coordinator and its 1 worker; tasks on other weir workers run on)")
 	stop()
 	if code := <-done; code != 0 {
 		t.Fatalf("weir up exited %d after the interrupt: %s", code, out.errb.String())
