@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -399,5 +400,45 @@ func TestCheckpointListSaysWhen(t *testing.T) {
 		if got := whenOf(c.info, now); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.info, got, c.want)
 		}
+	}
+}
+
+// weir checkpoint ls leaves out the checkpoints retention discarded,
+// which made up most of a long-running job's 100 rows, and says how many
+// it left out and how to list them; -all lists them.
+func TestCheckpointListHidesDiscarded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, _ := tapNode(t, ctx, node.Options{Workers: 1, HeartbeatInterval: 50 * time.Millisecond},
+		"checkpointing: {interval: 20ms, retained: 1}\n")
+	for st, _ := n.API.Job(ctx, "tap"); st.LatestCheckpoint < 3; st, _ = n.API.Job(ctx, "tap") {
+		if ctx.Err() != nil {
+			t.Fatal("no third checkpoint completed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Ended, the job takes no more: both listings see the same history.
+	if _, err := n.API.CancelJob(ctx, "tap"); err != nil {
+		t.Fatal(err)
+	}
+	url := n.Server.ClientURL()
+	ls := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(ctx, append([]string{"checkpoint", "ls", "-nats", url}, args...), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+			t.Fatalf("weir checkpoint ls %v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	discarded := regexp.MustCompile(`(?m)^\d+ +checkpoint +discarded `)
+	note := regexp.MustCompile(`\n\((\d+) discarded checkpoints? not shown: weir checkpoint ls -all -nats ` + regexp.QuoteMeta(url) + ` tap lists them\)\n$`)
+	got := ls("tap")
+	m := note.FindStringSubmatch(got)
+	if discarded.MatchString(got) || m == nil {
+		t.Fatalf("weir checkpoint ls lists discarded checkpoints, or does not say how many it left out:\n%s", got)
+	}
+	all := ls("-all", "tap")
+	if hidden, _ := strconv.Atoi(m[1]); len(discarded.FindAllString(all, -1)) != hidden || note.MatchString(all) {
+		t.Errorf("weir checkpoint ls -all does not list the %d discarded checkpoints ls left out, or says it left some out:\n%s", hidden, all)
 	}
 }

@@ -1766,9 +1766,10 @@ func printFailures(w io.Writer, fs []control.Failure) {
 	tw.Flush()
 }
 
-const checkpointUsage = `ls JOB | rm JOB ID... | rm -earlier JOB
+const checkpointUsage = `ls [-all] JOB | rm JOB ID... | rm -earlier JOB
 
-  weir checkpoint ls JOB   the last 100 checkpoints and savepoints of JOB: id, status,
+  weir checkpoint ls JOB   the last 100 checkpoints and savepoints of JOB but the
+                           discarded ones (-all lists those too; a line counts them): id, status,
                            duration, size, longest alignment, aligned, unaligned or
                            at-least-once (one that failed: as the job's mode asks),
                            tasks acked of those that must ack (- if not known),
@@ -1844,12 +1845,15 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 	nf.register(fs, defaultNATS, "NATS server URL")
 	nf.registerWait(fs)
 	earlier := fs.Bool("earlier", false, "rm: remove what earlier runs of the job left stored, instead of IDs")
+	all := fs.Bool("all", false, "ls: list the discarded checkpoints too (retention deleted them: they cannot be restored)")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
 		return err
 	}
 	var ids []int64
 	switch {
+	case *all && len(pos) > 0 && pos[0] == "rm":
+		return usagef("checkpoint rm: -all is a flag of checkpoint ls (it lists the discarded checkpoints too)")
 	case len(pos) == 2 && pos[0] == "ls" && !*earlier:
 	case len(pos) == 2 && pos[0] == "rm" && *earlier:
 	case len(pos) > 2 && pos[0] == "rm" && !*earlier:
@@ -1879,7 +1883,18 @@ func runCheckpoint(ctx context.Context, std Stdio, args []string) error {
 		if err != nil {
 			return apiErr("checkpoint ls", err)
 		}
-		printCheckpoints(std.Out, cps)
+		shown, hidden := cps, 0
+		if !*all {
+			// Most of a long-running job's history is discarded by its
+			// retention: those rows hid the few that can be restored.
+			shown = slices.DeleteFunc(slices.Clone(cps), func(c control.CheckpointInfo) bool { return c.Status == control.CheckpointDiscarded })
+			hidden = len(cps) - len(shown)
+		}
+		printCheckpoints(std.Out, shown)
+		if hidden > 0 {
+			fmt.Fprintf(std.Out, "(%s not shown: weir checkpoint ls -all%s %s lists them)\n",
+				plural(hidden, "discarded checkpoint"), nf.hint(), shellQuote(job))
+		}
 		return nil
 	}
 	api.Timeout = removeWait
