@@ -233,6 +233,7 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 		memUsed[w] += n
 	}
 	before := maps.Clone(used)
+	cordoned := cordonedNote(m, worker, live, before, stale)
 	for _, j := range jobs {
 		own := map[string]int{}           // the job's tasks on each worker: free for it, as it moves whole
 		ownMem := map[string]int64{}      // and their memory
@@ -268,19 +269,21 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 		switch {
 		case errors.Is(err, plan.ErrNoWorkers) && capped != nil:
 			return control.Errorf(control.ErrConflict, "no other worker's caps take job %s: %v", j.spec.Name, capped)
+		case errors.Is(err, plan.ErrNoWorkers) && cordoned != "":
+			return control.Errorf(control.ErrConflict, "no other worker takes tasks to move job %s to%s", j.spec.Name, cordoned)
 		case errors.Is(err, plan.ErrNoWorkers):
-			return control.Errorf(control.ErrConflict, "no other worker takes tasks to move job %s to (the others are cordoned, or none is live)", j.spec.Name)
+			return control.Errorf(control.ErrConflict, "no other worker takes tasks to move job %s to (none is live, or none takes tasks: weir worker ls says why)", j.spec.Name)
 		case errors.As(err, &short) && short.Memory > 0:
 			// The slots are there, the memory not: the job that does not
 			// fit after those before it moved, and what each worker has
 			// free of its budget (its own tasks' memory counted free).
-			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: it %s%s; start a worker, raise its -memory, or stop a job, and drain again",
-				j.spec.Name, short.Shortfall(), ownMemNote(ownMem, short.Workers))
+			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: it %s%s%s; start a worker, raise its -memory, or stop a job, and drain again",
+				j.spec.Name, short.Shortfall(), ownMemNote(ownMem, short.Workers), cordoned)
 		case errors.As(err, &short) && len(jobs) > 1:
-			return control.Errorf(control.ErrConflict, "no room on the other workers for the %d jobs on %s: %s", len(jobs), worker,
-				noRoomAll(jobs, ws, before, stale))
+			return control.Errorf(control.ErrConflict, "no room on the other workers for the %d jobs on %s: %s%s", len(jobs), worker,
+				noRoomAll(jobs, ws, before, stale), cordoned)
 		case errors.As(err, &short):
-			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: %s", j.spec.Name, noRoom(j.spec.Name, short, own))
+			return control.Errorf(control.ErrConflict, "no room on the other workers for job %s: %s%s", j.spec.Name, noRoom(j.spec.Name, short, own), cordoned)
 		case err != nil:
 			return err
 		}
@@ -296,6 +299,36 @@ func (m *Manager) roomOff(worker string, jobs []*job) error {
 		}
 	}
 	return nil
+}
+
+// cordonedNote names the live workers besides worker that are cordoned,
+// which a drain's room does not count, with their free slots as weir
+// worker ls counts them (used: the tasks placed, stale those running
+// besides): "; not counted: cordoned w1 (6 slots free), which weir worker
+// uncordon w1 lets jobs move to"; "" when none is. A refusal that left
+// them out said "the other workers have 6" of a cluster whose cordoned
+// worker had 6 more, without a word of it.
+func cordonedNote(m *Manager, worker string, live []control.Heartbeat, used, stale map[string]int) string {
+	var ids, each []string
+	for _, hb := range live {
+		id := hb.Worker.ID
+		if id == worker || m.unusable(hb.Worker) != "" || !m.cordoned(id) {
+			continue
+		}
+		ids = append(ids, id)
+		free := "no slot limit"
+		if hb.Worker.Slots > 0 {
+			free = plural(max(hb.Worker.Slots-used[id]-stale[id], 0), "slot") + " free"
+		}
+		each = append(each, fmt.Sprintf("%s (%s)", id, free))
+	}
+	switch len(ids) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("; not counted: cordoned %s, which weir worker uncordon %s lets jobs move to", each[0], ids[0])
+	}
+	return fmt.Sprintf("; not counted: cordoned %s, which weir worker uncordon lets jobs move to", strings.Join(each, ", "))
 }
 
 // ownMemNote says how much memory a job's own tasks hold on the workers

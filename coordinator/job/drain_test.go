@@ -179,6 +179,34 @@ func TestDrainRefusedWithoutRoom(t *testing.T) {
 	}
 }
 
+// A refusal names the cordoned workers it does not count, with their
+// free slots: "the other workers have 6" left out a cordoned worker's 6
+// free slots without a word of it.
+func TestDrainRefusalNamesTheCordonedWorkers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := setup(t, ctx)
+	e.fleet.startSlots(ctx, "w3", 6)
+	e.waitWorkers(1)
+	if _, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w3"}); err != nil {
+		t.Fatalf("drain of w3, which runs nothing: %v", err)
+	}
+	e.fleet.startSlots(ctx, "w1", 5)
+	e.waitWorkers(2)
+	st := e.submitRunning(t, ctx, spec(t, "wc", "checkpointing: {interval: 50ms}\n"))
+	if got := perWorker(st); got["w1"] != 5 {
+		t.Fatalf("tasks per worker %v; want them all on w1", got)
+	}
+	e.fleet.startSlots(ctx, "w2", 1)
+	e.waitWorkers(3)
+	_, err := e.api.DrainWorker(ctx, control.DrainRequest{Worker: "w1"})
+	want := "drain w1: no room on the other workers for job wc: it needs 5 slots; the other workers have 1 free (w2 has 1 slot: 1 free)" +
+		"; not counted: cordoned w3 (6 slots free), which weir worker uncordon w3 lets jobs move to; nothing was cordoned or stopped"
+	if !errors.Is(err, control.ErrConflict) || err.Error() != want {
+		t.Errorf("drain:\n%v\nwant\n%s", err, want)
+	}
+}
+
 // A move whose stop savepoint fails (it expires: a worker never acks)
 // leaves the job running where it was, and says why.
 func TestMoveWhoseSavepointFailsLeavesTheJobRunning(t *testing.T) {
