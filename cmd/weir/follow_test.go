@@ -876,6 +876,39 @@ func TestRunFollowsAJobWhileTheCoordinatorIsAway(t *testing.T) {
 	f.stop()
 }
 
+// weir run -nats that gives up on a coordinator away for longer than
+// -wait says what it last heard of its job, and that it cannot tell
+// more: "job idc keeps running; …" followed by "no coordinator answers"
+// asserted what it could not know.
+func TestRunThatGivesUpOnTheCoordinatorSaysWhatItLastHeard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out -wait with the coordinator away: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url, coordinator := splitNode(t, ctx)
+	c := coordinator()
+	mod, err := filepath.Abs("../../guests/wat/passthrough.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tapSpec(t, "idc", mod, "")
+	f := &following{t: t, ctx: ctx, done: make(chan int, 1)}
+	go func() {
+		f.done <- run(ctx, []string{"run", "-nats", url, "-idle", "0", "-wait", "2s", spec},
+			Stdio{In: strings.NewReader(""), Out: &f.out, Err: &f.errb})
+	}()
+	f.running("idc", 0, 1)
+	c.Close()
+	code := <-f.done
+	out := f.out.String()
+	if want := "job idc was running when the coordinator last answered, "; code != 1 || !strings.Contains(out, want) ||
+		!strings.Contains(out, "weir run cannot tell whether it still runs: weir job status -nats "+url+" idc says, once weir up answers again\n") ||
+		strings.Contains(out, "keeps running") || !strings.Contains(f.errb.String(), "no coordinator answers") {
+		t.Errorf("weir run with the coordinator gone: exit %d:\n%s\n%s\nwant exit 1, %q and no \"keeps running\"", code, out, f.errb.String(), want)
+	}
+}
+
 // following is a weir run -nats -idle 0 -cancel of a spec, in the
 // background (startFollowing).
 type following struct {

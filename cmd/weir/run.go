@@ -1493,11 +1493,21 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			fmt.Fprintf(std.Err, "weir: %v\n", err)
 		}
 	}
+	// unanswered is when the coordinator last answered, once weir run
+	// gives up on it: the state it said then is all it knows, and "keeps
+	// running", followed by "no coordinator answers", asserted what it
+	// cannot know.
+	var unanswered time.Time
+	answered := time.Now() // the submit's answer, then each status's
 	stop := func() {
 		switch {
 		case said.state.Terminal():
 		case embedded || o.cancel:
 			cancelJob()
+		case !unanswered.IsZero():
+			h := o.nats.hint()
+			fmt.Fprintf(std.Out, "job %s was %s when the coordinator last answered, %s ago; with no coordinator answering, weir run cannot tell whether it still runs: weir job status%s %s says, once weir up answers again\n",
+				spec.Name, said.state, time.Since(unanswered).Round(time.Second), h, shellQuote(spec.Name))
 		case said.state == control.JobCreated || said.state == control.JobRestarting:
 			// Not running (waiting for a worker or free slots, or to
 			// restart): it starts once it can, which "keeps running"
@@ -1545,6 +1555,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 		cancel()
 		if err == nil {
 			notices.answered(control.APIJob)
+			answered = time.Now()
 		}
 		if err != nil && ctx.Err() == nil && !forEnd.IsZero() && !time.Now().Before(forEnd) {
 			// -for ends the following, also while no coordinator
@@ -1561,7 +1572,9 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			if deaf.IsZero() {
 				deaf = time.Now()
 			}
-			if time.Since(deaf) < o.nats.waitTimeout() {
+			if time.Since(deaf) >= o.nats.waitTimeout() {
+				unanswered = answered
+			} else {
 				select {
 				case <-tick.C:
 				case <-ctx.Done():
@@ -1590,6 +1603,7 @@ func follow(ctx context.Context, std Stdio, n *node.Node, spec *jobspec.Spec, o 
 			summary(ctx, std.Out, out, published)
 			return nil
 		case errors.Is(err, context.DeadlineExceeded):
+			unanswered = answered
 			return fmt.Errorf("job %s: no answer from the coordinator for %s (is weir up still running?)", spec.Name, o.nats.waitTimeout())
 		case err != nil:
 			return apiErr("job "+spec.Name, err)
