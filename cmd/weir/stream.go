@@ -148,6 +148,9 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	}
 	cfg := st.CachedInfo().Config
 	changes := sf.apply(&cfg)
+	if err := sf.windowPastAge(pos[1], cfg); err != nil {
+		return err
+	}
 	if !*force {
 		if err := editInUse(ctx, std.Err, nc, st.CachedInfo(), cfg, sf); err != nil {
 			return err
@@ -158,6 +161,28 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	}
 	fmt.Fprintf(std.Out, "stream %s: %s\n", pos[1], strings.Join(changes, ", "))
 	return nil
+}
+
+// windowPastAge refuses, before the server does, an edit that leaves
+// stream's duplicate window cfg.Duplicates longer than its max age,
+// saying which flag to give: the server's own refusal ("duplicates window
+// can not be larger then max age", err_code 10052) named neither. Both
+// ways out are said, as the window may be one an exactly-once sink needs
+// (a job refuses a stream whose window is shorter; editInUse, an edit
+// that shortens it under a running job): a longer -max-age keeps it.
+func (sf *streamFlags) windowPastAge(stream string, cfg jetstream.StreamConfig) error {
+	if cfg.MaxAge <= 0 || cfg.Duplicates <= cfg.MaxAge {
+		return nil
+	}
+	window, age := "its duplicate window "+cfg.Duplicates.String(), "its max age "+cfg.MaxAge.String()
+	if sf.set["dupe-window"] {
+		window = "-dupe-window " + cfg.Duplicates.String()
+	}
+	if sf.set["max-age"] {
+		age = "-max-age " + cfg.MaxAge.String()
+	}
+	return fmt.Errorf("stream edit %s: %s is longer than %s, which JetStream refuses: give -dupe-window %s (or shorter), or -max-age %s (or longer) to keep the window an exactly-once sink may need; nothing changed",
+		stream, window, age, cfg.MaxAge, cfg.Duplicates)
 }
 
 // nfSet returns the names in set that are connection flags, not edit's.

@@ -106,3 +106,44 @@ func TestStreamRmRefusesWeirsOwn(t *testing.T) {
 		}
 	}
 }
+
+// weir stream edit refuses a max age shorter than the stream's duplicate
+// window (or a window past its max age) itself, naming the flags that
+// fix it: the server's refusal ("duplicates window can not be larger then
+// max age") named neither, and gave no thought to an exactly-once sink's
+// window.
+func TestStreamEditSaysWhichFlagsAWindowPastTheMaxAgeNeeds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	_, js := embeddedtest.Connect(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	weir := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := run(ctx, append([]string{"stream"}, append(args, "-nats", srv.ClientURL())...), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		return code, out.String(), errb.String()
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-max-age", "1m"}, "weir: stream edit IN: its duplicate window 2m0s is longer than -max-age 1m0s, which JetStream refuses: " +
+			"give -dupe-window 1m0s (or shorter), or -max-age 2m0s (or longer) to keep the window an exactly-once sink may need; nothing changed\n"},
+		{[]string{"-max-age", "1m", "-dupe-window", "90s"}, "weir: stream edit IN: -dupe-window 1m30s is longer than -max-age 1m0s, which JetStream refuses: " +
+			"give -dupe-window 1m0s (or shorter), or -max-age 1m30s (or longer) to keep the window an exactly-once sink may need; nothing changed\n"},
+	} {
+		if code, out, errs := weir(append([]string{"edit", "IN"}, c.args...)...); code != 1 || out != "" || errs != c.want {
+			t.Errorf("edit %v: exit %d, %q %q; want 1 and\n%s", c.args, code, out, errs, c.want)
+		}
+	}
+	if code, out, errs := weir("edit", "IN", "-max-age", "1m", "-dupe-window", "1m"); code != 0 ||
+		out != "stream IN: duplicate window 2m0s → 1m0s, max age none → 1m0s\n" {
+		t.Errorf("edit as advised: exit %d, %q %q", code, out, errs)
+	}
+	if code, _, errs := weir("edit", "IN", "-dupe-window", "5m"); code != 1 ||
+		errs != "weir: stream edit IN: -dupe-window 5m0s is longer than its max age 1m0s, which JetStream refuses: give -dupe-window 1m0s (or shorter), or -max-age 5m0s (or longer) to keep the window an exactly-once sink may need; nothing changed\n" {
+		t.Errorf("edit -dupe-window past the max age: exit %d, %q", code, errs)
+	}
+}

@@ -126,8 +126,14 @@ func CheckStreams(ctx context.Context, js jetstream.JetStream, spec *jobspec.Spe
 		if s.Guarantee != jobspec.AtLeastOnce {
 			ck := spec.Checkpointing
 			if need := sink.ExactlyOnceDuplicateWindow(ck.Interval, ck.Timeout, s.AckTimeout); cfg.Duplicates < need {
-				bad = append(bad, fmt.Sprintf("sink %s: stream %s deduplicates message ids for %s, but exactly-once with checkpoints every %s (timeout %s) needs %s: raise the stream's duplicate window to %s (weir stream edit %s -dupe-window %s)%s",
-					s.Name, s.Stream, cfg.Duplicates, ck.Interval, ck.Timeout, need, need, s.Stream, need, shorterCheckpointing(ck, cfg.Duplicates, need)))
+				// A window past the stream's max age JetStream refuses:
+				// the edit said raises both.
+				age := ""
+				if cfg.MaxAge > 0 && cfg.MaxAge < need {
+					age = " -max-age " + need.String()
+				}
+				bad = append(bad, fmt.Sprintf("sink %s: stream %s deduplicates message ids for %s, but exactly-once with checkpoints every %s (timeout %s) needs %s: raise the stream's duplicate window to %s (weir stream edit %s -dupe-window %s%s)%s",
+					s.Name, s.Stream, cfg.Duplicates, ck.Interval, ck.Timeout, need, need, s.Stream, need, age, shorterCheckpointing(ck, cfg.Duplicates, need)))
 			}
 		}
 		if len(cfg.Subjects) == 0 || s.Subject == "" {

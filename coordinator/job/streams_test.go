@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,31 @@ sinks: [{name: out, kind: jetstream, stream: COUNTS, subject: counts, guarantee:
 	}
 	if err := CheckStreams(ctx, js, parse("1m", "at-least-once"), 5*time.Second, nil); err != nil {
 		t.Errorf("an at-least-once sink: %v", err)
+	}
+}
+
+// The edit a too-short duplicate window's refusal advises raises the
+// stream's max age too where it is shorter than the window needed, which
+// JetStream refuses otherwise ("duplicates window can not be larger then
+// max age").
+func TestShortDuplicateWindowAdviceRaisesAShorterMaxAge(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, js := embeddedtest.JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COUNTS", Subjects: []string{"counts"}, Duplicates: 2 * time.Minute, MaxAge: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse("wc.yaml", []byte(`name: wc
+checkpointing: {interval: 1m, timeout: 10s}
+sources: [{name: in, kind: nats, subject: in}]
+sinks: [{name: out, kind: jetstream, stream: COUNTS, subject: counts, guarantee: exactly-once, input: {from: in}}]
+`), jobspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = CheckStreams(ctx, js, spec, 5*time.Second, nil)
+	if want := "(weir stream edit COUNTS -dupe-window 2m10s -max-age 2m10s)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a window too short, the max age as short: %v; want the advice %q", err, want)
 	}
 }
 
