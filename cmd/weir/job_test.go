@@ -1673,10 +1673,10 @@ func TestSilentWorkersAreSaid(t *testing.T) {
 		{ID: "w2", Host: "h", Used: 1, Slots: 4, LastHeartbeat: now.Add(-400 * time.Millisecond)},
 		{ID: "old", Host: "h"},
 	}, now)
-	want := "WORKER  HOST  SLOTS  LAST HEARD\n" +
-		"w1      h     2/-    3.2s ago\n" +
-		"w2      h     1/4    400ms ago\n" +
-		"old     h     0/-    -\n" +
+	want := "WORKER  HOST  STATE  SLOTS  LAST HEARD\n" +
+		"w1      h     ready  2/-    3.2s ago\n" +
+		"w2      h     ready  1/4    400ms ago\n" +
+		"old     h     ready  0/-    -\n" +
 		"worker w1 has not been heard from for 3.2s (stopped, or cut off?): the coordinator declares it lost once its heartbeat timeout passes, and moves its tasks\n"
 	if b.String() != want {
 		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
@@ -1705,11 +1705,11 @@ func TestSilentWorkersAreSaid(t *testing.T) {
 		{ID: "w3", Host: "h", Caps: control.Caps{Memory: 256 << 20}, LastHeartbeat: now.Add(-400 * time.Millisecond)},
 		{ID: "w4", Host: "h", LastHeartbeat: now.Add(-400 * time.Millisecond)},
 	}, now)
-	want = "WORKER  HOST  SLOTS  MEMORY       CAPS                LAST HEARD\n" +
-		"w1      h     3/8    640MiB/1GiB  task 256MiB         400ms ago\n" +
-		"w2      h     1/-    64MiB/-      call 10s, log 50/s  400ms ago\n" +
-		"w3      h     0/-    0/256MiB     -                   400ms ago\n" +
-		"w4      h     0/-    0/-          -                   400ms ago\n"
+	want = "WORKER  HOST  STATE  SLOTS  MEMORY       CAPS                LAST HEARD\n" +
+		"w1      h     ready  3/8    640MiB/1GiB  task 256MiB         400ms ago\n" +
+		"w2      h     ready  1/-    64MiB/-      call 10s, log 50/s  400ms ago\n" +
+		"w3      h     ready  0/-    0/256MiB     -                   400ms ago\n" +
+		"w4      h     ready  0/-    0/-          -                   400ms ago\n"
 	if b.String() != want {
 		t.Errorf("workers:\n%s\nwant\n%s", b.String(), want)
 	}

@@ -682,10 +682,12 @@ counts them; budget "-": none); while one has caps on an operator
 instance, a CAPS column gives them: "task 1GiB, call 10s, log 50/s"
 (-max-task-memory, -max-call-timeout, -max-log-rate; "-": none). A
 worker the coordinator places no tasks on (its checkpoint store is not
-the coordinator's) is followed by a line that says why. While a worker is cordoned (weir worker drain) a STATE column says
-which: "cordoned" (it holds no task), "draining" (it still holds tasks), or
-"ready"; a cordoned worker that is not live (stopped after a drain) is
-listed as "down", until weir worker uncordon forgets its cordon.`
+the coordinator's) is followed by a line that says why. STATE is "ready", or, for a worker
+cordoned by weir worker drain, "cordoned" (it holds no task) or
+"draining" (it still holds tasks); a cordoned worker that is not live
+(stopped after a drain) is listed as "down", until weir worker uncordon
+forgets its cordon. Columns come and go with what the workers have
+(MEMORY, CAPS): scripts read -json.`
 
 // listWorkers is weir worker ls.
 func listWorkers(ctx context.Context, std Stdio, args []string) error {
@@ -738,17 +740,12 @@ func cordonState(x control.WorkerStatus) string {
 // heartbeat timeout, which a trial read as healthy.
 func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	// STATE only while a worker is cordoned, MEMORY while one has a
-	// budget, CAPS while one has caps: the list reads as before
-	// otherwise.
-	cordons := slices.ContainsFunc(ws, func(x control.WorkerStatus) bool { return x.Cordoned })
+	// STATE always (added only while a worker was cordoned, it broke
+	// the scripts that parse the list), MEMORY while one has a budget,
+	// CAPS while one has caps: the list reads as before otherwise.
 	budgets := slices.ContainsFunc(ws, func(x control.WorkerStatus) bool { return x.Caps.Memory > 0 })
 	caps := slices.ContainsFunc(ws, func(x control.WorkerStatus) bool { return capsCell(x.Caps) != "-" })
-	head := []string{"WORKER", "HOST"}
-	if cordons {
-		head = append(head, "STATE")
-	}
-	head = append(head, "SLOTS")
+	head := []string{"WORKER", "HOST", "STATE", "SLOTS"}
 	if budgets {
 		head = append(head, "MEMORY")
 	}
@@ -765,9 +762,7 @@ func printWorkers(w io.Writer, ws []control.WorkerStatus, now time.Time) {
 		if x.Down {
 			row[1] = "-"
 		}
-		if cordons {
-			row = append(row, cordonState(x))
-		}
+		row = append(row, cordonState(x))
 		switch {
 		case x.Down:
 			row = append(row, "-")

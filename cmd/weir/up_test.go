@@ -205,10 +205,10 @@ sinks: [{name: out, kind: nats, subject: out, input: {from: in}}]
 	}
 	// x's memory budget and cap, from its heartbeats: the tap job has no
 	// operator, so nothing of it is used.
-	want := regexp.MustCompile(`^WORKER +HOST +SLOTS +MEMORY +CAPS +LAST HEARD\n` +
-		`w +` + regexp.QuoteMeta(host) + ` +1/3 +0/- +- +[0-9.]+m?s ago\n` +
-		`w-1 +` + regexp.QuoteMeta(host) + ` +0/3 +0/- +- +[0-9.]+m?s ago\n` +
-		`x +` + regexp.QuoteMeta(host) + ` +1/- +0/1GiB +task 256MiB +[0-9.]+m?s ago\n$`)
+	want := regexp.MustCompile(`^WORKER +HOST +STATE +SLOTS +MEMORY +CAPS +LAST HEARD\n` +
+		`w +` + regexp.QuoteMeta(host) + ` +ready +1/3 +0/- +- +[0-9.]+m?s ago\n` +
+		`w-1 +` + regexp.QuoteMeta(host) + ` +ready +0/3 +0/- +- +[0-9.]+m?s ago\n` +
+		`x +` + regexp.QuoteMeta(host) + ` +ready +1/- +0/1GiB +task 256MiB +[0-9.]+m?s ago\n$`)
 	if !want.MatchString(out.String()) {
 		t.Errorf("weir worker ls:\n%s", out.String())
 	}
