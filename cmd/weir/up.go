@@ -479,7 +479,8 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		// stopped acting, and its jobs go on under the other.
 		return fmt.Errorf("up: %w: this coordinator stopped, leaving its jobs to the one that holds the lease", n.LeaseErr())
 	}
-	fmt.Fprintln(std.Out, "weir: shutting down")
+	// A structured line with a time, as weir up's log lines are.
+	slog.New(slog.NewTextHandler(std.Out, nil)).Info("weir: shutting down")
 	return nil
 }
 
@@ -624,6 +625,10 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		defer os.RemoveAll(dir)
 		*data = dir
 	}
+	// say logs the worker's own comings and goings, at info whatever -v:
+	// as the structured lines its log writes (time=… level=…), not plain
+	// lines without a time between them.
+	say := slog.New(slog.NewTextHandler(std.Out, nil))
 	n, err := node.Start(ctx, node.Options{NATS: nf.options("weir worker"), WaitForNATS: true, DataDir: *data, Workers: 1, WorkerID: *id,
 		CheckpointStore: *store, AtomicBatch: *atomicBatch, WorkerSlots: *slots, WorkerCaps: caps, Log: logger(std, *verbose),
 		OperatorLog: operatorLogger(std, *verbose)})
@@ -631,26 +636,26 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		if ctx.Err() != nil {
 			// Interrupted while it waited for NATS: a stop asked for, not
 			// a failure.
-			fmt.Fprintln(std.Err, "weir worker: stopped before it joined")
+			slog.New(slog.NewTextHandler(std.Err, nil)).Info("weir worker: stopped before it joined")
 			return nil
 		}
 		return err
 	}
 	defer n.Close()
 	if n.CoordinatorAnswers() {
-		fmt.Fprintf(std.Out, "worker %s joined %s\n", n.Workers[0].ID(), natsconn.Redact(n.URL()))
+		say.Info(fmt.Sprintf("worker %s joined %s", n.Workers[0].ID(), natsconn.Redact(n.URL())))
 	} else {
 		// It heartbeats meanwhile: a coordinator that starts takes it
 		// on. Saying "joined" would have the user look for jobs.
-		fmt.Fprintf(std.Out, "worker %s connected to %s; no coordinator answers there yet: it joins the one that weir up -nats %s starts\n",
-			n.Workers[0].ID(), natsconn.Redact(n.URL()), shellQuote(natsconn.Redact(nf.url)))
+		say.Info(fmt.Sprintf("worker %s connected to %s; no coordinator answers there yet: it joins the one that weir up -nats %s starts",
+			n.Workers[0].ID(), natsconn.Redact(n.URL()), shellQuote(natsconn.Redact(nf.url))))
 	}
 	<-ctx.Done()
 	// Closing says goodbye to the coordinator, which places the tasks
 	// that ran here on other workers from their latest checkpoints, or
 	// waits for a worker to join or for free slots — no failure of the
 	// jobs' (not counted against restart.attempts).
-	fmt.Fprintln(std.Out, stoppingLine(n.Workers[0].ID(), n.Workers[0].Tasks()))
+	say.Info(stoppingLine(n.Workers[0].ID(), n.Workers[0].Tasks()))
 	return nil
 }
 

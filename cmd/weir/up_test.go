@@ -248,7 +248,7 @@ func TestWorkerBeforeUpSaysItWaitsForACoordinator(t *testing.T) {
 		wdone <- run(wctx, []string{"worker", "-nats", url, "-id", "early", "-data", t.TempDir()},
 			Stdio{In: strings.NewReader(""), Out: &w.out, Err: &w.errb})
 	}()
-	w.await(t, ctx, wdone, "worker early connected to "+url+"; no coordinator answers there yet: it joins the one that weir up -nats "+url+" starts\n")
+	w.await(t, ctx, wdone, "level=INFO msg=\"worker early connected to "+url+"; no coordinator answers there yet: it joins the one that weir up -nats "+url+" starts\"\n")
 	out, stop, done := upOn(t, ctx, url)
 	out.await(t, ctx, done, "weir is up")
 	var ls syncBuffer

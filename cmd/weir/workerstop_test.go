@@ -46,7 +46,7 @@ func TestWorkerStoppingSaysWhatItHolds(t *testing.T) {
 	if code := <-wdone; code != 0 {
 		t.Fatalf("weir worker exited %d: %s", code, w.errb.String())
 	}
-	if got := w.out.String(); !strings.Contains(got, "worker idle stopping: it holds no task\n") || strings.Contains(got, "move") {
+	if got := w.out.String(); !strings.Contains(got, "level=INFO msg=\"worker idle stopping: it holds no task\"\n") || strings.Contains(got, "move") {
 		t.Errorf("weir worker with no task, stopped, said:\n%s", got)
 	}
 }
