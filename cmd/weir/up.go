@@ -410,10 +410,19 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		WorkerID: *workerID, Workers: *workers, WorkerSlots: *slots, WorkerCaps: caps, WorkerWait: *workerWait, CheckpointStore: *store, Replicas: *replicas, Log: logger(std, *verbose),
 		OperatorLog: operatorLogger(std, *verbose), AllowSystemSubjects: *allowSystem, MaxModuleSize: moduleSize}
 	if external {
-		opts.NATS = nf.options("weir up")
+		// Waits, as weir worker does, for a server that is down, and for
+		// JetStream and its buckets' streams to answer: a cluster
+		// restarted whole takes connections seconds before they do.
+		opts.NATS, opts.WaitForNATS = nf.options("weir up"), true
 	}
 	n, err := node.Start(ctx, opts)
 	if err != nil {
+		if external && ctx.Err() != nil {
+			// Interrupted while it waited for NATS: a stop asked for,
+			// not a failure.
+			slog.New(slog.NewTextHandler(std.Err, nil)).Info("weir up: stopped before it started")
+			return nil
+		}
 		if errors.Is(err, node.ErrDataDirInUse) {
 			return inUseHint(err, abs)
 		}

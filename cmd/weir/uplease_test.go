@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -64,4 +65,30 @@ func TestUpExitsWhenAnotherTookItsLease(t *testing.T) {
 		t.Errorf("weir up exited %d with:\n%s", code, errs)
 	}
 	t.Logf("stderr:\n%s", errs)
+}
+
+// weir up -nats started before its server (a cluster restarted whole,
+// weir up first) waits for it, and for JetStream and its buckets, logging
+// each try as weir worker does, and comes up once the server is there.
+func TestUpWaitsForItsServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	port := natsconntest.FreePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	out, stop, done := upOn(t, ctx, url)
+	for strings.Count(out.errb.String(), `msg="NATS not reachable; retrying"`) < 2 {
+		select {
+		case code := <-done:
+			t.Fatalf("weir up exited %d without a server: %s", code, out.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("no retries logged: %s", out.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	embeddedtest.Server(t, embedded.Config{Port: port})
+	out.await(t, ctx, done, "weir is up: NATS on "+url)
+	stop()
+	if code := <-done; code != 0 {
+		t.Errorf("weir up exited %d: %s", code, out.errb.String())
+	}
 }

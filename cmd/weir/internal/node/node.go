@@ -384,8 +384,12 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	var taskStore host.Store
 	var fence control.Fence
 	if opts.Coordinator && opts.NATS != nil {
-		kv, ttl, err := lease.Open(ctx, n.JS, opts.Replicas, opts.LeaseTTL)
-		if err != nil {
+		var kv jetstream.KeyValue
+		var ttl time.Duration
+		if err := untilAvailable(ctx, "the coordinator lease's bucket", log, func() (err error) {
+			kv, ttl, err = lease.Open(ctx, n.JS, opts.Replicas, opts.LeaseTTL)
+			return err
+		}); err != nil {
 			return err
 		}
 		if err := noOtherCoordinator(ctx, n.Conn, kv, *opts.NATS); err != nil {
@@ -402,9 +406,12 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		fence = opts.fence(nil)
 	}
 	if opts.Coordinator {
-		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
-			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
-			AllowSystemSubjects: opts.AllowSystemSubjects, MaxModuleSize: opts.MaxModuleSize, Fence: fence, Log: log.With("component", "coordinator")})
+		err = untilAvailable(ctx, "the job, checkpoint and module buckets", log, func() (err error) {
+			coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
+				HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
+				AllowSystemSubjects: opts.AllowSystemSubjects, MaxModuleSize: opts.MaxModuleSize, Fence: fence, Log: log.With("component", "coordinator")})
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -601,6 +608,31 @@ func waitForJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Op
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("jetstream: %w (last attempt: %w)", ctx.Err(), err)
+		}
+	}
+}
+
+// untilAvailable calls open, which opens (or creates) JetStream buckets
+// named by what, until it succeeds, fails for another reason than a stream
+// or JetStream without a leader (natsconn.Leaderless), or ctx ends: a
+// cluster restarted whole takes connections, and answers that JetStream
+// is enabled, seconds before its streams have leaders, and weir up waits
+// for them as weir worker waits for JetStream, logging each try. open
+// must be one that may be done twice.
+func untilAvailable(ctx context.Context, what string, log *slog.Logger, open func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := open()
+		if err == nil || !natsconn.Leaderless(err) || ctx.Err() != nil {
+			return err
+		}
+		wait := natsconn.RetryDelay(attempt)
+		log.Warn("JetStream not available; retrying", "waiting_for", what, "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (waiting for %s: %w)", ctx.Err(), what, err)
 		}
 	}
 }
