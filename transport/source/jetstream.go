@@ -135,6 +135,12 @@ type JetStreamConfig struct {
 	// PullMaxMessages is how many messages the consumer keeps requested
 	// ahead; default 4096.
 	PullMaxMessages int
+	// PullMaxBytes bounds the bytes the source's pull requests ask for at
+	// once, its lanes (partitions) together; default DefaultPullMaxBytes.
+	// Each lane asks for its share, but never less than twice the
+	// server's max_payload (a request smaller than one message would
+	// never get it).
+	PullMaxBytes int
 	// IdleCheck is how often a filtered consumer (a partition, or
 	// FilterSubjects) that delivered nothing is asked whether it is caught
 	// up, so that its offset follows the stream while its subjects are
@@ -319,6 +325,9 @@ func NewJetStream(js jetstream.JetStream, cfg JetStreamConfig) (*JetStream, erro
 	}
 	if cfg.PullMaxMessages <= 0 {
 		cfg.PullMaxMessages = 4096
+	}
+	if cfg.PullMaxBytes <= 0 {
+		cfg.PullMaxBytes = DefaultPullMaxBytes
 	}
 	if cfg.IdleCheck <= 0 {
 		cfg.IdleCheck = 5 * time.Second
@@ -774,7 +783,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		}
 		if err == nil {
 			l.stopped = new(atomic.Bool)
-			l.it, err = cons.Messages(jetstream.PullMaxMessages(s.cfg.PullMaxMessages))
+			l.it, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(s.cfg.PullMaxMessages, s.laneBytes()))
 			if info := cons.CachedInfo(); err == nil && info != nil {
 				// What the consumer had to deliver when it was created:
 				// known before its first message (pending counts it from
@@ -819,6 +828,26 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// DefaultPullMaxBytes is what a source's pull requests ask for at once
+// by default (JetStreamConfig.PullMaxBytes). The server queues what a
+// request asks for to the connection at once, and cuts a connection
+// whose queue passes its max_pending (64 MiB by default) as a slow
+// consumer: requests of 4096 messages alone asked for 400 MB of 100 KB
+// records, and the connection of a worker reading them was cut every
+// few seconds. A worker's connection carries the requests of all of its
+// source subtasks, its sinks and channels, so one source asks for far
+// less than the limit; 8 MiB is still 80 records of 100 KB a request,
+// and as many records of 2 KiB as PullMaxMessages.
+const DefaultPullMaxBytes = 8 << 20
+
+// laneBytes is what each lane's pull requests ask for at most: its share
+// of PullMaxBytes, but room for two of the largest messages the server
+// takes.
+func (s *JetStream) laneBytes() int {
+	most := 2 * (int(s.js.Conn().MaxPayload()) + 4<<10)
+	return max(s.cfg.PullMaxBytes/max(len(s.lanes), 1), most)
 }
 
 // watchLocked starts watchIdle, once. The caller holds mu.
