@@ -42,9 +42,14 @@ const DefaultWatchdogInterval = 10 * time.Millisecond
 
 // Default limits.
 const (
-	DefaultMemoryBytes   = 64 << 20
-	DefaultCallTimeout   = 5 * time.Second
-	DefaultMaxBatchBytes = 4 << 20
+	DefaultMemoryBytes = 64 << 20
+	DefaultCallTimeout = 5 * time.Second
+	// DefaultSnapshotTimeout bounds weir_snapshot and weir_restore, which
+	// take time in proportion to the operator's state rather than to one
+	// batch: long enough for millions of keys on a loaded machine, short
+	// enough to catch a snapshot stuck in a loop.
+	DefaultSnapshotTimeout = 60 * time.Second
+	DefaultMaxBatchBytes   = 4 << 20
 	// DefaultMaxStateBytes is as large as a task snapshot may be
 	// (host/snapshot.MaxSize): a larger state could not be restored.
 	DefaultMaxStateBytes = 1 << 30
@@ -62,6 +67,11 @@ type Limits struct {
 	// resolution) while the process runs: time it was stopped (SIGSTOP,
 	// a frozen VM) does not count. Default 5s.
 	CallTimeout time.Duration
+	// SnapshotTimeout is the longest one weir_snapshot or weir_restore
+	// call may run, timed as CallTimeout is: those calls write or read
+	// the whole state, and take longer the more keys it holds. Default
+	// DefaultSnapshotTimeout, or CallTimeout when that is longer.
+	SnapshotTimeout time.Duration
 	// MaxBatchBytes is the largest input batch Process accepts. Default 4 MiB.
 	MaxBatchBytes int
 	// MaxStateBytes is the most one Snapshot may write: the writer is
@@ -83,6 +93,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.CallTimeout <= 0 {
 		l.CallTimeout = DefaultCallTimeout
+	}
+	if l.SnapshotTimeout <= 0 {
+		l.SnapshotTimeout = max(DefaultSnapshotTimeout, l.CallTimeout)
 	}
 	if l.MaxBatchBytes <= 0 {
 		l.MaxBatchBytes = DefaultMaxBatchBytes

@@ -255,10 +255,13 @@ func sizeIEC(n uint64) string {
 func (e *TrapError) Unwrap() error { return e.Err }
 
 // DeadlineError reports a call interrupted because it ran longer than the
-// operator's call deadline.
+// operator's call deadline (Limits.CallTimeout, limits.timeout) or, for
+// weir_snapshot and weir_restore, its snapshot deadline
+// (Limits.SnapshotTimeout, limits.snapshot-timeout).
 type DeadlineError struct {
-	Operator    string
-	Export      string
+	Operator string
+	Export   string
+	// Timeout is the deadline the call ran past.
 	Timeout     time.Duration
 	RecordIndex int    // index of the record being processed; -1 if unknown
 	Record      string // that record's key and the start of its value (Process), "" if unknown
@@ -271,12 +274,28 @@ type DeadlineError struct {
 }
 
 // Error returns the one-line message, with what to do about an operator
-// that is merely slow.
+// that is merely slow, and, when its memory had grown near its limit, the
+// advice to raise that too: a state that outgrows the deadline outgrows
+// the memory next.
 func (e *DeadlineError) Error() string {
-	return e.message() + memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
+	note := memoryNote(e.MemorySize, e.MemoryLimit, e.GrowRefused)
+	if e.GrowRefused == 0 && e.MemoryLimit > 0 {
+		note = fmt.Sprintf(" (its memory had grown to %s of its %s limit: raise limits.memory too)", mib(e.MemorySize), mib(e.MemoryLimit))
+	}
+	return e.message() + note
 }
 
 func (e *DeadlineError) message() string {
+	if isStateExport(e.Export) {
+		// weir_snapshot and weir_restore have a deadline of their own,
+		// limits.snapshot-timeout: they take as long as the state is large.
+		verb := "write"
+		if e.Export == abi.ExportRestore {
+			verb = "read"
+		}
+		return fmt.Sprintf("operator %s: %s: exceeded the %s snapshot deadline (stuck, or its state is too large to %s in time; if merely slow, raise limits.snapshot-timeout)",
+			e.Operator, e.Export, e.Timeout, verb)
+	}
 	at, why := "", "stuck"
 	if e.RecordIndex >= 0 {
 		at = " at " + recordOfBatch(e.RecordIndex, e.Record)

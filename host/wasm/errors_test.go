@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/abi"
 )
@@ -62,6 +63,29 @@ func TestOutOfBounds(t *testing.T) {
 	} {
 		if got := outOfBounds(c.err); got != c.want {
 			t.Errorf("outOfBounds(%q) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// A deadline's message says to raise limits.memory where the memory had
+// grown near its limit: a trial's restore failed with "(its memory had
+// grown to 63 MiB of its 64 MiB limit)" and needed both settings raised.
+func TestDeadlineMemoryAdvice(t *testing.T) {
+	for _, c := range []struct {
+		e    DeadlineError
+		want string
+	}{
+		{DeadlineError{Operator: "agg[0]", Export: abi.ExportRestore, Timeout: time.Minute, RecordIndex: -1, MemorySize: 63 << 20, MemoryLimit: 64 << 20},
+			"operator agg[0]: weir_restore: exceeded the 1m0s snapshot deadline (stuck, or its state is too large to read in time; if merely slow, raise limits.snapshot-timeout)" +
+				" (its memory had grown to 63 MiB of its 64 MiB limit: raise limits.memory too)"},
+		{DeadlineError{Operator: "agg[0]", Export: abi.ExportSnapshot, Timeout: time.Minute, RecordIndex: -1},
+			"operator agg[0]: weir_snapshot: exceeded the 1m0s snapshot deadline (stuck, or its state is too large to write in time; if merely slow, raise limits.snapshot-timeout)"},
+		{DeadlineError{Operator: "op", Export: abi.ExportProcess, Timeout: time.Second, RecordIndex: -1, MemorySize: 2 << 20, MemoryLimit: 64 << 20, GrowRefused: 1 << 30},
+			"operator op: weir_process: exceeded the 1s call deadline (stuck, or much slower on this record than on earlier ones; if merely slow, raise limits.timeout)" +
+				" (memory.grow of 16384 pages (1 GiB) refused: the operator's memory limit (limits.memory) is 64 MiB and it had 2 MiB)"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
 		}
 	}
 }

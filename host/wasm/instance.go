@@ -126,12 +126,14 @@ type Instance struct {
 	// and the end of its call agree on whether the call was interrupted:
 	// a stop that comes too late does nothing.
 	calls          atomic.Uint64
-	callStart      atomic.Int64 // when the running call started (UnixNano), 0 between calls: InCall
-	stopMu         sync.Mutex   // serializes stop
-	timedOut       atomic.Bool  // a call was interrupted by the watchdog: it overran its deadline
-	callerCanceled atomic.Bool  // a call was interrupted as the caller's context ended
-	hostIO         atomic.Int64 // ns spent in the snapshot writer / restore reader, ever
-	ioStart        atomic.Int64 // when the current state I/O began, ns since epoch; 0 = none
+	callStart      atomic.Int64           // when the running call started (UnixNano), 0 between calls: InCall
+	callExport     atomic.Pointer[string] // the export the running call runs, nil between calls: InCallExport
+	callTimeout    atomic.Int64           // the running call's deadline (ns): CallTimeout, or SnapshotTimeout
+	stopMu         sync.Mutex             // serializes stop
+	timedOut       atomic.Bool            // a call was interrupted by the watchdog: it overran its deadline
+	callerCanceled atomic.Bool            // a call was interrupted as the caller's context ended
+	hostIO         atomic.Int64           // ns spent in the snapshot writer / restore reader, ever
+	ioStart        atomic.Int64           // when the current state I/O began, ns since epoch; 0 = none
 	epoch          time.Time
 	wdSeq          uint64        // watchdog's view, touched only by the watchdog:
 	wdRan          time.Duration // how long the call wdSeq ran, as the watchdog counts
@@ -477,6 +479,51 @@ func (i *Instance) InCall() time.Duration {
 	return 0
 }
 
+// InCallExport returns the export the call into the guest that runs now
+// runs (abi.ExportProcess, abi.ExportSnapshot, …), "" between calls
+// (host.CallReporter): a long call in weir_snapshot is a large state,
+// not a record the operator is stuck on. Safe for any goroutine.
+func (i *Instance) InCallExport() string {
+	if p := i.callExport.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// exportNames holds the names of the exports the host calls, for
+// InCallExport without an allocation per call.
+var exportNames = func() map[string]*string {
+	m := map[string]*string{}
+	for _, e := range []string{abi.ExportInput, abi.ExportInit, abi.ExportInitialize, abi.ExportCursor, abi.ExportProcess, abi.ExportEndOfInput,
+		abi.ExportSnapshot, abi.ExportRestore, abi.ExportCheckpointComplete, "start function"} {
+		m[e] = &e
+	}
+	return m
+}()
+
+// exportName returns a pointer to export's name, shared for the known ones.
+func exportName(export string) *string {
+	if p, ok := exportNames[export]; ok {
+		return p
+	}
+	return &export
+}
+
+// timeoutOf returns the deadline of a call of export: SnapshotTimeout for
+// weir_snapshot and weir_restore, whose time grows with the state,
+// CallTimeout for the others.
+func (i *Instance) timeoutOf(export string) time.Duration {
+	if isStateExport(export) {
+		return i.limits.SnapshotTimeout
+	}
+	return i.limits.CallTimeout
+}
+
+// isStateExport reports whether export writes or reads the whole state.
+func isStateExport(export string) bool {
+	return export == abi.ExportSnapshot || export == abi.ExportRestore
+}
+
 // MemoryBytes returns the size of the instance's linear memory after its
 // latest call, and its memory limit (limits.memory), in bytes: what a
 // task reports of its operator, so that one near its limit shows before
@@ -531,6 +578,8 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	}
 	i.phase, i.export, i.message, i.traceback, i.fault = ph, export, "", "", nil
 	i.gmem.resetRefused()
+	i.callTimeout.Store(int64(i.timeoutOf(export)))
+	i.callExport.Store(exportName(export)) // before the count says in a call
 	seq := i.calls.Add(1)
 	var stop func() bool
 	if ctx.Done() != nil {
@@ -539,6 +588,7 @@ func (i *Instance) call(ctx context.Context, export string, fn api.Function, ph 
 	i.callStart.Store(time.Now().UnixNano())
 	err := fn.CallWithStack(i.ctx, stack)
 	i.callStart.Store(0)
+	i.callExport.Store(nil)
 	if stop != nil {
 		stop()
 	}
@@ -640,7 +690,7 @@ func (i *Instance) watch(now time.Time, ran time.Duration) {
 	// is neither.
 	i.wdRan += max(0, ran-time.Duration(io-i.wdIO))
 	i.wdIO = io
-	if i.wdRan >= i.limits.CallTimeout && s&stopBit == 0 {
+	if i.wdRan >= time.Duration(i.callTimeout.Load()) && s&stopBit == 0 {
 		i.stop(&i.timedOut, s)
 	}
 }
@@ -652,7 +702,7 @@ func (i *Instance) classify(ctx context.Context, export string, ph phase, err er
 		record = i.record()
 	}
 	if i.timedOut.Load() {
-		de := &DeadlineError{Operator: i.name, Export: export, Timeout: i.limits.CallTimeout, RecordIndex: record}
+		de := &DeadlineError{Operator: i.name, Export: export, Timeout: i.timeoutOf(export), RecordIndex: record}
 		de.MemorySize, de.MemoryLimit, de.GrowRefused = i.memoryState()
 		return de
 	}

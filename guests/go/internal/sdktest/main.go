@@ -13,6 +13,7 @@
 //	log     print to stdout and stderr and log through weir.Log, then pass through
 //	exit    os.Exit(3) at the second record
 //	loop    loop forever
+//	snaploop, restoreloop  loop forever in Snapshot, Restore
 //	oom     allocate until the memory limit is hit
 //	initoom  allocate until the memory limit is hit in Init (weir_init)
 //	deadlock  block on a channel no goroutine sends on
@@ -165,6 +166,11 @@ func (o *op) Snapshot(w *weir.StateWriter) error {
 	if o.mode == "snappanic" {
 		panic("kaboom in Snapshot")
 	}
+	if o.mode == "snaploop" {
+		for n := 0; ; n++ {
+			o.state = append(o.state[:0], byte(n))
+		}
+	}
 	if o.mode == "keyedlate" {
 		if err := w.WriteByte(1); err != nil {
 			return err
@@ -225,6 +231,11 @@ func (o *op) Snapshot(w *weir.StateWriter) error {
 func (o *op) Restore(r *weir.StateReader) error {
 	if o.mode == "restorepanic" {
 		panic("kaboom in Restore")
+	}
+	if o.mode == "restoreloop" {
+		for n := 0; ; n++ {
+			o.state = append(o.state[:0], byte(n))
+		}
 	}
 	b, err := io.ReadAll(r)
 	o.state = b
