@@ -46,10 +46,12 @@ type MemoryReporter interface {
 }
 
 // CallReporter is an Operator that can tell how long the call into it
-// that runs now has run, 0 between calls (host/wasm's instance). A task
-// reports it in its Stats (InCall). Any goroutine may call it.
+// that runs now has run, 0 between calls, and which export it runs, ""
+// between calls (host/wasm's instance). A task reports them in its Stats
+// (InCall, InCallExport). Any goroutine may call them.
 type CallReporter interface {
 	InCall() time.Duration
+	InCallExport() string
 }
 
 // Named is implemented by an Operator whose errors name it and the call

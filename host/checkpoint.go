@@ -117,7 +117,10 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	t.outputBlocked(&m, b)
 	if op := t.cfg.Operator; op != nil {
 		var buf bytes.Buffer
-		if err := op.Snapshot(t.ctx, &buf); err != nil {
+		t.stats.stateCheckpoint.Store(a.ID)
+		err := op.Snapshot(t.ctx, &buf)
+		t.stats.stateCheckpoint.Store(0)
+		if err != nil {
 			return t.operatorErr(err, fmt.Sprintf("snapshot checkpoint %d", a.ID), fmt.Sprintf("checkpoint %d", a.ID))
 		}
 		snap.ModuleState = buf.Bytes()
@@ -392,7 +395,10 @@ func (t *Task) restoreState(ctx context.Context) error {
 // is read.
 func (t *Task) restoreSnapshot(ctx context.Context, snap *snapshot.Task) error {
 	if op := t.cfg.Operator; op != nil {
-		if err := op.Restore(ctx, bytes.NewReader(snap.ModuleState)); err != nil {
+		t.stats.stateCheckpoint.Store(snap.CheckpointID)
+		err := op.Restore(ctx, bytes.NewReader(snap.ModuleState))
+		t.stats.stateCheckpoint.Store(0)
+		if err != nil {
 			return t.operatorErr(err, "restore", "")
 		}
 	}
@@ -600,7 +606,12 @@ func (t *Task) mergeOperator(ctx context.Context, snaps []*snapshot.Task) error 
 	if err != nil {
 		return fmt.Errorf("%s: split keyed state: %w (%w)", t.operatorName(), err, ErrCannotRescale)
 	}
-	if err := op.Restore(ctx, bytes.NewReader(st)); err != nil {
+	if len(snaps) > 0 {
+		t.stats.stateCheckpoint.Store(snaps[0].CheckpointID)
+	}
+	err = op.Restore(ctx, bytes.NewReader(st))
+	t.stats.stateCheckpoint.Store(0)
+	if err != nil {
 		return t.operatorErr(err, "restore", "")
 	}
 	return nil

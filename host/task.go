@@ -319,6 +319,13 @@ type Stats struct {
 	// has run (CallReporter), 0 between calls and for other tasks: a
 	// long one is an operator stuck, or very slow, on a record.
 	InCall time.Duration
+	// InCallExport is the export that call runs (weir_process,
+	// weir_snapshot, weir_restore, …), "" between calls: a long
+	// weir_snapshot is a large state, not a record.
+	InCallExport string
+	// InCallCheckpoint is, while that call is weir_snapshot or
+	// weir_restore, the checkpoint whose state it writes or reads; else 0.
+	InCallCheckpoint int64
 }
 
 // counters hold a task's Stats: written by the task's goroutine, read by
@@ -330,6 +337,9 @@ type counters struct {
 	ended, restored                              atomic.Bool
 	offset                                       atomic.Pointer[[]byte] // Stats.SourceOffset
 	committed                                    atomic.Int64           // Stats.Committed
+	// stateCheckpoint is the checkpoint whose state the operator writes
+	// (Snapshot) or reads (Restore) now, 0 at other times.
+	stateCheckpoint atomic.Int64
 
 	mu                      sync.Mutex
 	started                 time.Time // zero: not running yet
@@ -1681,7 +1691,10 @@ func (t *Task) Stats() Stats {
 		s.MemoryBytes, s.MemoryLimit = m.MemoryBytes()
 	}
 	if c, ok := t.cfg.Operator.(CallReporter); ok {
-		s.InCall = c.InCall()
+		s.InCall, s.InCallExport = c.InCall(), c.InCallExport()
+		if s.InCallExport == abi.ExportSnapshot || s.InCallExport == abi.ExportRestore {
+			s.InCallCheckpoint = t.stats.stateCheckpoint.Load()
+		}
 	}
 	for _, in := range t.cfg.Inputs {
 		if q, ok := in.Receiver.(stream.QueueReporter); ok {

@@ -1019,6 +1019,10 @@ func printInARow(w io.Writer, st control.JobStatus, remedy func(control.JobStatu
 		fix, hint = remedyMemory, " (an operator that runs past its memory limit on a record does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureTrap):
 		fix, hint = remedyOperator, " (an operator that traps on a record, or snapshotting the state it builds from them, does so again after each restore, as the same records are read again)"
+	case f.IsKind(control.FailureDeadline) && (failedIn(f.Reason) == abi.ExportSnapshot || failedIn(f.Reason) == abi.ExportRestore):
+		// Not a record: the state, which takes as long as it is large
+		// (the hint below says which call).
+		fix = remedySnapshotTimeout
 	case f.IsKind(control.FailureDeadline):
 		fix, hint = remedyTimeout, " (an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)"
 	case f.IsKind(control.FailureOperatorError), f.IsKind(control.FailureExit), f.IsKind(control.FailureFault):
@@ -1130,6 +1134,10 @@ const (
 	// remedyTimeout: a fixed operator, or a longer limits.timeout
 	// (control.FailureDeadline).
 	remedyTimeout
+	// remedySnapshotTimeout: a longer limits.snapshot-timeout (and
+	// limits.memory) for an operator whose weir_snapshot or weir_restore
+	// ran past its deadline (control.FailureDeadline), or a fixed one.
+	remedySnapshotTimeout
 	// remedyRecord: an operator that emits records its sink can publish,
 	// or a sink subject that takes their keys (control.FailureBadRecord).
 	remedyRecord
@@ -1162,6 +1170,8 @@ func (f remedyFix) fix() string {
 		return fmt.Sprintf("fix the operator that emits the record (an operator's input batch takes a record of up to %s less 20 bytes of framing: split a large value across several records)", jobspec.FormatSize(wasm.DefaultMaxBatchBytes))
 	case remedyTimeout:
 		return "fix the operator (or raise its limits.timeout in the spec, if the call needs longer)"
+	case remedySnapshotTimeout:
+		return "raise the operator's limits.snapshot-timeout in the spec, and its limits.memory if the failure says its memory was near it (or fix the operator, if it is stuck)"
 	case remedyRestore:
 		return "give the operator a build that reads the checkpoint's state (a new version that also reads the layout the old one wrote; weir exec NEW.wasm -restore F tries one on F, the task's snapshot JOB/chk-ID/TASK in the checkpoint store)"
 	case remedyLimit:
@@ -1179,6 +1189,8 @@ func (f remedyFix) spec() string {
 		return "the spec naming the fixed build or subject"
 	case remedyTimeout:
 		return "the spec naming the fixed build or a longer limits.timeout"
+	case remedySnapshotTimeout:
+		return "the spec's limits.snapshot-timeout raised"
 	case remedyRestore:
 		return "the spec's module: naming that build"
 	case remedyLimit:
@@ -1517,7 +1529,9 @@ const stuckAfter = time.Second
 // longest, at least stuckAfter (control.TaskStats.InCallNanos), and the
 // line that says so; "" and "" when none has. Such a task is busy all the
 // time, but it is stuck (a loop) or very slow on one record, not slow per
-// record: the bottleneck's advice pointed the wrong way.
+// record: the bottleneck's advice pointed the wrong way. A call in
+// weir_snapshot or weir_restore (control.TaskStats.InCallExport) is named
+// as that, with its checkpoint: the time goes to a large state.
 func stuckOf(tasks []control.TaskStatus) (task, line string) {
 	top := -1
 	for i, t := range tasks {
@@ -1529,8 +1543,26 @@ func stuckOf(tasks []control.TaskStatus) (task, line string) {
 		return "", ""
 	}
 	t := tasks[top]
-	return t.Task, fmt.Sprintf("stuck: %s has been in one call of its operator for %s — stuck (a loop?) or very slow on one record; the call deadline (limits.timeout) fails it if it goes on",
-		t.Task, time.Duration(t.Stats.InCallNanos).Round(100*time.Millisecond))
+	d := time.Duration(t.Stats.InCallNanos).Round(100 * time.Millisecond)
+	of := func(prep string) string {
+		if t.Stats.InCallCheckpoint > 0 {
+			return fmt.Sprintf(" %s checkpoint %d", prep, t.Stats.InCallCheckpoint)
+		}
+		return ""
+	}
+	switch t.Stats.InCallExport {
+	case abi.ExportSnapshot:
+		return t.Task, fmt.Sprintf("stuck: %s has been in weir_snapshot%s for %s, writing its operator's state — a large state (many keys), or stuck; the snapshot deadline (limits.snapshot-timeout) fails it if it goes on",
+			t.Task, of("for"), d)
+	case abi.ExportRestore:
+		return t.Task, fmt.Sprintf("stuck: %s has been in weir_restore%s for %s, reading its operator's state — a large state (many keys), or stuck; the snapshot deadline (limits.snapshot-timeout) fails it if it goes on",
+			t.Task, of("of"), d)
+	case "", abi.ExportProcess, abi.ExportEndOfInput:
+		return t.Task, fmt.Sprintf("stuck: %s has been in one call of its operator for %s — stuck (a loop?) or very slow on one record; the call deadline (limits.timeout) fails it if it goes on",
+			t.Task, d)
+	}
+	return t.Task, fmt.Sprintf("stuck: %s has been in %s for %s — stuck (a loop?) or very slow; the call deadline (limits.timeout) fails it if it goes on",
+		t.Task, t.Stats.InCallExport, d)
 }
 
 // bottleneckOf returns the task that limits a running job's rate and the

@@ -864,6 +864,18 @@ func TestJobStatusNamesTheBottleneck(t *testing.T) {
 			{Task: "op-1", Busy: 0.73, Stats: control.TaskStats{InCallNanos: int64(3640 * time.Millisecond)}},
 			{Task: "op-0", Busy: 0.2, Stats: control.TaskStats{InCallNanos: int64(10 * time.Millisecond)}},
 		}, "stuck: op-1 has been in one call of its operator for 3.6s — stuck (a loop?) or very slow on one record; the call deadline (limits.timeout) fails it if it goes on\n"},
+		// In weir_snapshot: the time goes to a large state, and its own
+		// deadline; a trial's user saw "very slow on one record" with the
+		// task at BUSY 0%, 7037 queued.
+		{"in a snapshot", []control.TaskStatus{
+			{Task: "agg-0", Stats: control.TaskStats{InCallNanos: int64(7900 * time.Millisecond), InCallExport: "weir_snapshot", InCallCheckpoint: 6, QueuedRecords: 7037}},
+		}, "stuck: agg-0 has been in weir_snapshot for checkpoint 6 for 7.9s, writing its operator's state — a large state (many keys), or stuck; the snapshot deadline (limits.snapshot-timeout) fails it if it goes on\n"},
+		{"in a restore", []control.TaskStatus{
+			{Task: "agg-0", Stats: control.TaskStats{InCallNanos: int64(2 * time.Second), InCallExport: "weir_restore", InCallCheckpoint: 5}},
+		}, "stuck: agg-0 has been in weir_restore of checkpoint 5 for 2s, reading its operator's state — a large state (many keys), or stuck; the snapshot deadline (limits.snapshot-timeout) fails it if it goes on\n"},
+		{"in weir_init", []control.TaskStatus{
+			{Task: "agg-0", Stats: control.TaskStats{InCallNanos: int64(2 * time.Second), InCallExport: "weir_init"}},
+		}, "stuck: agg-0 has been in weir_init for 2s — stuck (a loop?) or very slow; the call deadline (limits.timeout) fails it if it goes on\n"},
 		{"keeps up", []control.TaskStatus{
 			{Task: "lines-0", Busy: 0.1},
 			{Task: "count-0", Busy: 0.3},
@@ -1226,11 +1238,18 @@ func TestJobStatusReadsFailureKinds(t *testing.T) {
 			failed(1, control.FailureUnknown, "", "task slowop-0 failed: operator slowop[0]: weir_process: trap at record 2 of the batch: unreachable"+refused)},
 			row + memSame},
 		// Where the operator failed, if not on a record.
-		{"past the call deadline in weir_snapshot", []control.Failure{
-			failed(2, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_snapshot: exceeded the 5s call deadline (stuck) (checkpoint 2)"),
-			failed(1, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_snapshot: exceeded the 5s call deadline (stuck) (checkpoint 1)")},
-			row + strings.Replace(deadlineSame, "(an operator that runs past its call deadline on a record, in a loop say, does so each time the record is read again after a restore)",
-				"(the operator failed in weir_snapshot, snapshotting its state: the same records build the same state again after each restore)", 1)},
+		// Past the snapshot deadline: the setting to raise is
+		// limits.snapshot-timeout, not limits.timeout.
+		{"past the snapshot deadline in weir_snapshot", []control.Failure{
+			failed(2, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_snapshot: exceeded the 1m0s snapshot deadline (stuck) (checkpoint 2)"),
+			failed(1, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_snapshot: exceeded the 1m0s snapshot deadline (stuck) (checkpoint 1)")},
+			row + "  the last 2 failed the same way: restarting does not help while the cause stays (the operator failed in weir_snapshot, snapshotting its state: the same records build the same state again after each restore)\n" +
+				"  to go on: weir job cancel slow, raise the operator's limits.snapshot-timeout in the spec, and its limits.memory if the failure says its memory was near it (or fix the operator, if it is stuck) and submit the job again (no checkpoint completed to restore)\n"},
+		{"past the snapshot deadline in weir_restore", []control.Failure{
+			failed(2, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_restore: exceeded the 1m0s snapshot deadline (stuck)"),
+			failed(1, control.FailureDeadline, "slowop-0", "task slowop-0 failed: operator slowop[0]: weir_restore: exceeded the 1m0s snapshot deadline (stuck)")},
+			row + "  the last 2 failed the same way: restarting does not help while the cause stays (the operator failed in weir_restore, restoring its state from the checkpoint: it does so each time it restores that checkpoint)\n" +
+				"  to go on: weir job cancel slow, raise the operator's limits.snapshot-timeout in the spec, and its limits.memory if the failure says its memory was near it (or fix the operator, if it is stuck) and submit the job again (no checkpoint completed to restore)\n"},
 		{"past the call deadline as it starts", []control.Failure{
 			failed(2, control.FailureDeadline, "slowop-0", "deploy: task slowop-0: operator slowop[0]: start function: exceeded the 5s call deadline (stuck)"),
 			failed(1, control.FailureDeadline, "slowop-0", "deploy: task slowop-0: operator slowop[0]: start function: exceeded the 5s call deadline (stuck)")},

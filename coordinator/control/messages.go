@@ -232,6 +232,14 @@ type TaskStats struct {
 	// in one call for long is stuck, or very slow, on a record, which its
 	// Busy alone does not tell from a task slow on every record.
 	InCallNanos int64 `json:"in_call_ns,omitempty"`
+	// InCallExport is the export that call runs (weir_process,
+	// weir_snapshot, weir_restore, …; host.Stats.InCallExport), "" between
+	// calls and from a worker that does not say: a long weir_snapshot is
+	// a large state being written, not a record the operator is stuck on.
+	InCallExport string `json:"in_call_export,omitempty"`
+	// InCallCheckpoint is, while that call is weir_snapshot or
+	// weir_restore, the checkpoint whose state it writes or reads; else 0.
+	InCallCheckpoint int64 `json:"in_call_checkpoint,omitempty"`
 	// QueuedRecords is how many records the task's input channels hold
 	// that it has not processed (0 for a source task): with a source's
 	// SourcePending, what a job has still to do, channel by channel.

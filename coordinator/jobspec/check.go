@@ -117,6 +117,11 @@ func CheckReserved(s *Spec, reserved Reserved) error {
 				bad(path+".limits.timeout", "%v", err)
 			}
 		}
+		if op.Limits.SnapshotTimeout != 0 {
+			if err := CheckTimeout(op.Limits.SnapshotTimeout); err != nil {
+				bad(path+".limits.snapshot-timeout", "%v", err)
+			}
+		}
 		for j, in := range op.Inputs {
 			oneOf(fmt.Sprintf("%s.inputs[%d].partition", path, j), in.Partition, Forward, KeyHash, Broadcast, RoundRobin)
 		}

@@ -56,6 +56,7 @@ func TestCheckRefusesWhatParseRefuses(t *testing.T) {
 		{"operators[0].parallelism", func(s *Spec) { s.Operators[0].Parallelism = MaxParallelism + 1 }},
 		{"operators[1].limits.memory", func(s *Spec) { s.Operators[1].Limits.Memory = 1000 }},
 		{"operators[1].limits.timeout", func(s *Spec) { s.Operators[1].Limits.Timeout = time.Millisecond }},
+		{"operators[1].limits.snapshot-timeout", func(s *Spec) { s.Operators[1].Limits.SnapshotTimeout = time.Millisecond }},
 		{"operators[1].inputs[0].partition", func(s *Spec) { s.Operators[1].Inputs[0].Partition = "hash" }},
 		{"operators[1].inputs[0].from", func(s *Spec) { s.Operators[0].Inputs[0].From = "count" }}, // a cycle
 		{"operators[0].inputs", func(s *Spec) { s.Operators[0].Inputs = nil }},

@@ -714,6 +714,12 @@ func (p *parser) parse(data []byte) *Spec {
 									p.check(v, path, CheckTimeout(d), func() { op.Limits.Timeout = d })
 								}
 							},
+							"snapshot-timeout": func(v *yaml.Node, path string) {
+								var d time.Duration = -1
+								if p.duration(v, path, &d); d >= 0 {
+									p.check(v, path, CheckTimeout(d), func() { op.Limits.SnapshotTimeout = d })
+								}
+							},
 							"log-rate": func(v *yaml.Node, path string) { p.integer(v, path, 0, MaxLogRate, &op.Limits.LogRate) },
 						})
 					},

@@ -442,6 +442,12 @@ type Limits struct {
 	// Timeout bounds a single call into the module; 0 means the host's
 	// default. Otherwise it is at least MinTimeout (see CheckTimeout).
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// SnapshotTimeout bounds a single weir_snapshot or weir_restore call,
+	// which writes or reads the whole state and takes longer the more
+	// keys it holds; 0 means the host's default (60s, or Timeout when
+	// that is longer). Otherwise it is at least MinTimeout (see
+	// CheckTimeout).
+	SnapshotTimeout time.Duration `json:"snapshot_timeout,omitempty"`
 	// LogRate bounds the lines each instance logs a second (weir.log,
 	// stdout and stderr together; ten seconds' worth may come at once);
 	// those over it are dropped and counted in a warning. 0 means the

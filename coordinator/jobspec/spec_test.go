@@ -342,7 +342,7 @@ func TestErrors(t *testing.T) {
 		{"unknown option far from any", base("  - name: a\n    module: m\n    speed: 2\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].speed: unknown option "speed" (valid: config, inputs, limits, module, name, parallelism)`}},
 		{"an operator limit there is not", base("  - name: a\n    module: m\n    limits: {max-batch: 16MiB}\n    inputs: [{from: in}]\n"),
-			[]string{`job.yaml:7: operators[0].limits.max-batch: unknown option "max-batch" (valid: log-rate, memory, timeout)`}},
+			[]string{`job.yaml:7: operators[0].limits.max-batch: unknown option "max-batch" (valid: log-rate, memory, snapshot-timeout, timeout)`}},
 		{"missing input", base("  - name: a\n    module: m\n"),
 			[]string{`job.yaml:5: operators[0].inputs: missing input: operator "a" has no inputs`}},
 		{"forward parallelism", base("  - name: a\n    module: m\n    inputs: [{from: in, partition: forward}]\n"),
@@ -453,6 +453,8 @@ func TestErrors(t *testing.T) {
 			[]string{`job.yaml:3: checkpointing.min-pause: -1s: a duration must not be negative (0 or more: 500ms, 10s, 1m)`}},
 		{"timeout 9ms", base("  - name: a\n    module: m\n    limits: {timeout: 9ms}\n    inputs: [{from: in}]\n"),
 			[]string{`job.yaml:7: operators[0].limits.timeout: 9ms is below the 10ms`}},
+		{"snapshot-timeout 9ms", base("  - name: a\n    module: m\n    limits: {snapshot-timeout: 9ms}\n    inputs: [{from: in}]\n"),
+			[]string{`job.yaml:7: operators[0].limits.snapshot-timeout: 9ms is below the 10ms`}},
 		{"aligned-timeout outside exactly-once", "name: j\ncheckpointing:\n  mode: unaligned\n  aligned-timeout: 100ms\n",
 			[]string{`job.yaml:4: checkpointing.aligned-timeout: applies to mode exactly-once only (mode is unaligned)`}},
 		{"delay with exponential-backoff", "name: j\nrestart:\n  strategy: exponential-backoff\n  delay: 1s\n",
@@ -717,6 +719,9 @@ func TestLimitsAtTheBounds(t *testing.T) {
 		{"{log-rate: 1}", Limits{LogRate: 1}},
 		{"{log-rate: 0}", Limits{}},
 		{"{log-rate: 100000}", Limits{LogRate: 100_000}},
+		{"{snapshot-timeout: 10ms}", Limits{SnapshotTimeout: 10 * time.Millisecond}},
+		{"{timeout: 60s, snapshot-timeout: 5m}", Limits{Timeout: time.Minute, SnapshotTimeout: 5 * time.Minute}},
+		{"{snapshot-timeout: 0}", Limits{}},
 	} {
 		spec := "name: j\nsources: [{name: in, kind: nats, subject: a}]\noperators:\n" +
 			"  - {name: a, module: m, limits: " + c.limits + ", inputs: [{from: in}]}\n" +

@@ -239,6 +239,7 @@ func (w *Worker) taskRefs() []control.TaskRef {
 				BusyNanos: int64(s.Busy), BackpressuredNanos: int64(s.Backpressured), Checkpoints: s.Checkpoints,
 				InputEnded: s.InputEnded, Restored: s.Restored, MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit,
 				QueuedRecords: s.QueuedRecords, InputBufferBytes: s.InputBufferBytes, InCallNanos: int64(s.InCall),
+				InCallExport: s.InCallExport, InCallCheckpoint: s.InCallCheckpoint,
 			}
 			if s.ReportsCommits {
 				st.SinkCommitted = &s.Committed
@@ -1502,7 +1503,7 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 		}
 		return nil, fmt.Errorf("module %s: %w", mod.Ref, err)
 	}
-	lim := wasm.Limits{CallTimeout: spec.Limits.Timeout}
+	lim := wasm.Limits{CallTimeout: spec.Limits.Timeout, SnapshotTimeout: spec.Limits.SnapshotTimeout}
 	if spec.Limits.Memory > 0 {
 		lim.MemoryBytes = uint64(spec.Limits.Memory)
 	}
