@@ -458,25 +458,42 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
-		if _, err := js.CreateStream(ctx, cfg); err != nil {
-			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectOverlap {
-				if other := streamStoring(ctx, js, cfg.Subjects); other != nil {
-					return fmt.Errorf("create stream %s (subjects %s): stream %s stores some of them already (its subjects: %s); name %s in the spec, or choose subjects no stream stores: %w",
-						cfg.Name, strings.Join(cfg.Subjects, ", "), other.Name, strings.Join(other.Subjects, ", "), other.Name, err)
-				}
-			}
-			if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectsOverlapEachOther {
-				return fmt.Errorf("create stream %s: the job's sources and sinks on it name subjects that overlap (%s), and a stream's subjects may not: create the stream with subjects that store them all, or change the spec: %w",
-					cfg.Name, strings.Join(cfg.Subjects, ", "), err)
-			}
-			if hint := replicasHint(err, replicas); hint != "" {
-				return fmt.Errorf("create stream %s: %s: %w", cfg.Name, hint, err)
-			}
-			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		err := createStream(ctx, std, js, cfg,
+			func(other string) string {
+				return fmt.Sprintf("name %s in the spec, or choose subjects no stream stores", other)
+			},
+			"the job's sources and sinks on it name subjects that overlap (%s), and a stream's subjects may not: create the stream with subjects that store them all, or change the spec")
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(std.Out, "created stream %s (subjects %s, %d replica(s))\n", cfg.Name, strings.Join(cfg.Subjects, ", "), cfg.Replicas)
 	}
+	return nil
+}
+
+// createStream creates the stream of cfg (weir run -create-streams, weir
+// stream add) and says so on std.Out. A refusal says why and what to do:
+// for a stream that stores some of its subjects already, that stream and
+// useOther(its name); for subjects that overlap each other, overlapping
+// (a format of the subjects); for more replicas than the servers keep,
+// the flag.
+func createStream(ctx context.Context, std Stdio, js jetstream.JetStream, cfg jetstream.StreamConfig, useOther func(other string) string, overlapping string) error {
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectOverlap {
+			if other := streamStoring(ctx, js, cfg.Subjects); other != nil {
+				return fmt.Errorf("create stream %s (subjects %s): stream %s stores some of them already (its subjects: %s); %s: %w",
+					cfg.Name, strings.Join(cfg.Subjects, ", "), other.Name, strings.Join(other.Subjects, ", "), useOther(other.Name), err)
+			}
+		}
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectsOverlapEachOther {
+			return fmt.Errorf("create stream %s: "+overlapping+": %w", cfg.Name, strings.Join(cfg.Subjects, ", "), err)
+		}
+		if hint := replicasHint(err, cfg.Replicas); hint != "" {
+			return fmt.Errorf("create stream %s: %s: %w", cfg.Name, hint, err)
+		}
+		return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+	}
+	fmt.Fprintf(std.Out, "created stream %s (subjects %s, %d replica(s))\n", cfg.Name, strings.Join(cfg.Subjects, ", "), cfg.Replicas)
 	return nil
 }
 
@@ -491,31 +508,38 @@ func createStreams(ctx context.Context, std Stdio, js jetstream.JetStream, spec 
 // atomic and fast batches.
 func streamsToCreate(spec *jobspec.Spec, replicas int) []jetstream.StreamConfig {
 	var cfgs []jetstream.StreamConfig
-	add := func(name, subj string, window time.Duration, sink bool) {
-		i := slices.IndexFunc(cfgs, func(c jetstream.StreamConfig) bool { return c.Name == name })
-		if i < 0 {
-			cfgs = append(cfgs, jetstream.StreamConfig{Name: name, Replicas: replicas})
-			i = len(cfgs) - 1
-		}
-		c := &cfgs[i]
-		if !slices.ContainsFunc(c.Subjects, func(have string) bool { return subject.Covers(have, subj) }) {
-			c.Subjects = slices.DeleteFunc(c.Subjects, func(have string) bool { return subject.Covers(subj, have) })
-			c.Subjects = append(c.Subjects, subj)
-		}
-		c.Duplicates = max(c.Duplicates, window)
-		c.AllowAtomicPublish = c.AllowAtomicPublish || sink
-		c.AllowBatchPublish = c.AllowBatchPublish || sink
-	}
 	for _, s := range spec.Sources {
 		if s.Kind == jobspec.KindJetStream {
-			add(s.Stream, sourceSubject(s), defaultDuplicateWindow, false)
+			cfgs = addToStream(cfgs, s.Stream, sourceSubject(s), replicas, defaultDuplicateWindow, false)
 		}
 	}
 	for _, s := range spec.Sinks {
 		if s.Kind == jobspec.KindJetStream {
-			add(s.Stream, sinkSubjects(s), worker.DuplicateWindow(spec.Checkpointing, s), true)
+			cfgs = addToStream(cfgs, s.Stream, sinkSubjects(s), replicas, worker.DuplicateWindow(spec.Checkpointing, s), true)
 		}
 	}
+	return cfgs
+}
+
+// addToStream adds to the configuration of stream name in cfgs (a new
+// one, kept by replicas servers, if there is none) the subject subj of a
+// source or sink (a sink's stream allows atomic and fast batches) and
+// its duplicate window, and returns cfgs: a subject another covers is
+// left out, and the window is the longest.
+func addToStream(cfgs []jetstream.StreamConfig, name, subj string, replicas int, window time.Duration, sink bool) []jetstream.StreamConfig {
+	i := slices.IndexFunc(cfgs, func(c jetstream.StreamConfig) bool { return c.Name == name })
+	if i < 0 {
+		cfgs = append(cfgs, jetstream.StreamConfig{Name: name, Replicas: replicas})
+		i = len(cfgs) - 1
+	}
+	c := &cfgs[i]
+	if !slices.ContainsFunc(c.Subjects, func(have string) bool { return subject.Covers(have, subj) }) {
+		c.Subjects = slices.DeleteFunc(c.Subjects, func(have string) bool { return subject.Covers(subj, have) })
+		c.Subjects = append(c.Subjects, subj)
+	}
+	c.Duplicates = max(c.Duplicates, window)
+	c.AllowAtomicPublish = c.AllowAtomicPublish || sink
+	c.AllowBatchPublish = c.AllowBatchPublish || sink
 	return cfgs
 }
 

@@ -15,19 +15,34 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/cmd/weir/internal/worker"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/subject"
 )
 
 func init() {
-	register(command{Name: "stream", Summary: "list, show, change or remove the JetStream streams jobs read and write (size, limits, duplicate window)", Run: runStream})
+	register(command{Name: "stream", Summary: "list, show, create, change or remove the JetStream streams jobs read and write (size, limits, duplicate window)", Run: runStream})
 }
 
-const streamUsage = `ls|info|edit|rm [flags] [STREAM]
+const streamUsage = `ls|info|add|edit|rm [flags] [STREAM]
 
   weir stream ls                  every stream: messages, size, first and last
                                   sequence, duplicate window, limits
   weir stream info STREAM         one stream's subjects, state and limits
+  weir stream add STREAM -subjects S[,S...] [-replicas N] [-storage file|memory]
+                   [-dupe-window D] [-max-age D] [-max-bytes SIZE]
+                   [-max-msgs N] [-max-msgs-per-subject N]
+                                  create a stream as weir run -create-streams
+                                  does (atomic and batched publish allowed, a
+                                  duplicate window of what an exactly-once
+                                  sink with the default checkpoints needs,
+                                  2m10s; no limits; 1 replica), e.g. to
+                                  pre-load a backfill (weir input JOB.yaml
+                                  FILE publishes to it); refused for weir's
+                                  and NATS's own names and subjects (as a job
+                                  spec is), and for subjects another stream
+                                  stores, naming it
   weir stream edit STREAM [-dupe-window D] [-max-age D] [-max-bytes SIZE]
                    [-max-msgs N] [-max-msgs-per-subject N] [-force]
                                   change a stream's limits (0 or -1: none;
@@ -54,7 +69,8 @@ with its input and output; give it -max-age or -max-bytes here. weir's
 messages that name a stream to change say which of these to run. Without
 it, the nats CLI does the same (nats stream info / edit).`
 
-// streamFlags are weir stream edit's: each set one changes the stream.
+// streamFlags are weir stream edit's (and add's): each set one changes
+// the stream.
 type streamFlags struct {
 	dupeWindow, maxAge  time.Duration
 	maxBytes            sizeFlag
@@ -73,6 +89,9 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	fs.Var(&sf.maxBytes, "max-bytes", "edit: drop the oldest messages past this size (e.g. 10GiB; 0: no limit)")
 	fs.Int64Var(&sf.maxMsgs, "max-msgs", 0, "edit: drop the oldest messages past this many (0 or -1: no limit)")
 	fs.Int64Var(&sf.maxPerSubj, "max-msgs-per-subject", 0, "edit: keep at most this many messages per subject (0 or -1: no limit)")
+	subjects := fs.String("subjects", "", "add: the subjects the stream stores, comma-separated (wildcards * and > allowed)")
+	replicas := fs.Int("replicas", 1, "add: servers of a cluster that keep the stream, 1-5")
+	storage := fs.String("storage", "file", "add: where the servers keep its messages: file or memory")
 	force := fs.Bool("force", false, "rm: remove the stream even while a job that has not ended reads or writes it; edit: change it even where a running job's sink needs what the change takes away")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
 	if err != nil {
@@ -80,19 +99,27 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	}
 	sf.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { sf.set[f.Name] = true })
-	subs := []string{"ls", "info", "edit", "rm"}
+	subs := []string{"ls", "info", "add", "edit", "rm"}
 	switch {
 	case len(pos) == 0:
 		fs.Usage()
-		return usagef("stream: missing subcommand (ls, info, edit or rm)")
+		return usagef("stream: missing subcommand (ls, info, add, edit or rm)")
 	case !slices.Contains(subs, pos[0]):
-		return usagef("stream: unknown subcommand %q (%sls, info, edit or rm)", pos[0], didYouMean(pos[0], subs))
+		return usagef("stream: unknown subcommand %q (%sls, info, add, edit or rm)", pos[0], didYouMean(pos[0], subs))
 	case pos[0] == "ls" && len(pos) != 1, pos[0] == "rm" && len(pos) < 2, pos[0] != "ls" && pos[0] != "rm" && len(pos) != 2:
-		return usagef("stream %s: want %s", pos[0], map[string]string{"ls": "no argument", "info": "STREAM", "edit": "STREAM and the limits to change", "rm": "one STREAM or more"}[pos[0]])
+		return usagef("stream %s: want %s", pos[0], map[string]string{"ls": "no argument", "info": "STREAM", "add": "STREAM and -subjects", "edit": "STREAM and the limits to change", "rm": "one STREAM or more"}[pos[0]])
 	case pos[0] != "rm" && pos[0] != "edit" && *force:
 		return usagef("stream %s: -force is a flag of stream rm and stream edit", pos[0])
-	case pos[0] != "edit" && len(sf.set) > len(nfSet(sf.set)):
-		return usagef("stream %s: -dupe-window, -max-age, -max-bytes, -max-msgs and -max-msgs-per-subject are flags of stream edit", pos[0])
+	case pos[0] != "add" && (sf.set["subjects"] || sf.set["replicas"] || sf.set["storage"]):
+		return usagef("stream %s: -subjects, -replicas and -storage are flags of stream add (a stream's subjects, replicas and storage: the nats CLI's stream edit)", pos[0])
+	case pos[0] == "add" && strings.Trim(*subjects, ", ") == "":
+		return usagef("stream add %s: give -subjects, the subjects it stores (e.g. -subjects 'orders.>,refunds.*')", pos[1])
+	case pos[0] == "add" && (*replicas < 1 || *replicas > 5):
+		return usagef("stream add %s: -replicas %d: 1 to 5, and above 1 only on a NATS cluster", pos[1], *replicas)
+	case pos[0] == "add" && *storage != "file" && *storage != "memory":
+		return usagef("stream add %s: -storage %q: file or memory", pos[1], *storage)
+	case pos[0] != "edit" && pos[0] != "add" && len(sf.set) > len(nfSet(sf.set)):
+		return usagef("stream %s: -dupe-window, -max-age, -max-bytes, -max-msgs and -max-msgs-per-subject are flags of stream add and stream edit", pos[0])
 	case pos[0] == "edit" && len(sf.set) == len(nfSet(sf.set)):
 		return usagef("stream edit: give the limits to change (-dupe-window, -max-age, -max-bytes, -max-msgs, -max-msgs-per-subject)")
 	}
@@ -141,6 +168,8 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 		return nil
 	case "rm":
 		return removeStreams(ctx, std, nc, js, pos[1:], *force)
+	case "add":
+		return addStream(ctx, std, js, pos[1], strings.Split(*subjects, ","), *replicas, *storage, &sf)
 	}
 	st, err := streamNamed(ctx, js, pos[1])
 	if err != nil {
@@ -190,12 +219,76 @@ func nfSet(set map[string]bool) []string {
 	var out []string
 	for name := range set {
 		switch name {
-		case "dupe-window", "max-age", "max-bytes", "max-msgs", "max-msgs-per-subject":
+		case "dupe-window", "max-age", "max-bytes", "max-msgs", "max-msgs-per-subject", "subjects", "replicas", "storage":
 		default:
 			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// addStream is weir stream add: it creates stream name storing subjects
+// (empty ones left out) as weir run -create-streams would for a sink of
+// a job with the default checkpoints (addToStream, createStream), kept by
+// replicas servers in storage, with the limits of sf. It refuses weir's
+// and NATS's own stream names and subjects (jobspec.Reserved, as a job
+// spec's sources and sinks are), a stream of the name there already,
+// subjects that overlap without one covering the other, and a duplicate
+// window longer than the max age, each before the server would.
+func addStream(ctx context.Context, std Stdio, js jetstream.JetStream, name string, subjects []string, replicas int, storage string, sf *streamFlags) error {
+	if jobspec.WeirOwnStream(name) || jobspec.NATSOwnStream(name) {
+		return fmt.Errorf("stream add %s: the name of one of weir's own streams (KV_weir_*, OBJ_weir_*) or the NATS server's ($MQTT_*), which jobs may not read or write; name a stream of your own", name)
+	}
+	window := max(defaultDuplicateWindow, worker.DuplicateWindow(jobspec.Checkpointing{Interval: jobspec.DefaultInterval, Timeout: jobspec.DefaultTimeout}, jobspec.Sink{}))
+	var cfgs []jetstream.StreamConfig
+	var given []string
+	for _, subj := range subjects {
+		if subj = strings.TrimSpace(subj); subj == "" {
+			continue
+		}
+		if reserved, why, ok := (jobspec.Reserved{}).Overlaps(subj); ok {
+			return fmt.Errorf("stream add %s: subject %q overlaps %s (%s), which jobs may not read or write; choose subjects of your own", name, subj, reserved, why)
+		}
+		for _, other := range given {
+			if subject.Overlap(subj, other) && !subject.Covers(subj, other) && !subject.Covers(other, subj) {
+				return fmt.Errorf("stream add %s: subjects %q and %q overlap, which a stream's subjects may not: give one that stores both", name, other, subj)
+			}
+		}
+		given = append(given, subj)
+		cfgs = addToStream(cfgs, name, subj, replicas, window, true)
+	}
+	if len(cfgs) == 0 {
+		return usagef("stream add %s: give -subjects, the subjects it stores (e.g. -subjects 'orders.>,refunds.*')", name)
+	}
+	cfg := cfgs[0]
+	if storage == "memory" {
+		cfg.Storage = jetstream.MemoryStorage
+	}
+	sf.apply(&cfg)
+	if cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge {
+		if sf.set["dupe-window"] {
+			return fmt.Errorf("stream add %s: -dupe-window %s is longer than -max-age %s, which JetStream refuses: give -dupe-window %s (or shorter), or -max-age %s (or longer)",
+				name, cfg.Duplicates, cfg.MaxAge, cfg.MaxAge, cfg.Duplicates)
+		}
+		return fmt.Errorf("stream add %s: -max-age %s is shorter than its default duplicate window %s (what an exactly-once sink with the default checkpoints needs), which JetStream refuses: give -max-age %s (or longer), or -dupe-window %s (or shorter) where no exactly-once sink writes it",
+			name, cfg.MaxAge, cfg.Duplicates, cfg.Duplicates, cfg.MaxAge)
+	}
+	if in, err := js.Stream(ctx, name); err == nil {
+		return fmt.Errorf("stream add %s: there is a stream %s already (subjects %s): weir stream edit %s changes its limits, weir stream rm %s removes it",
+			name, name, strings.Join(in.CachedInfo().Config.Subjects, ", "), name, name)
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("stream add %s: %w", name, err)
+	}
+	err := createStream(ctx, std, js, cfg,
+		func(other string) string {
+			return fmt.Sprintf("read or write stream %s (weir stream info %s), or choose subjects no stream stores", other, other)
+		},
+		"its subjects overlap (%s), which a stream's subjects may not: give one that stores them all")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(std.Out, "  storage %s, duplicate window %s, limits: %s; atomic and batched publish allowed\n", storage, cfg.Duplicates, limitsAndDiscard(cfg))
+	return nil
 }
 
 // streamNamed returns the stream named name, or an error that says which

@@ -98,6 +98,19 @@ func (r Reserved) subjectOverlaps(filter string) (first reservedSubject, more in
 	return first, more, ok
 }
 
+// Overlaps returns the first filter of weir's or NATS's own subjects that
+// filter (a subject, possibly with wildcards) overlaps, and why a job
+// must not reach it; ok is false when it overlaps none, or r.Allow. A
+// stream created for jobs (weir stream add) is held to what a job's
+// sources and sinks are.
+func (r Reserved) Overlaps(filter string) (reserved, why string, ok bool) {
+	if r.Allow {
+		return "", "", false
+	}
+	first, _, ok := r.subjectOverlaps(filter)
+	return first.filter, first.why, ok
+}
+
 // overlapMsg says that what (e.g. `source "lines" reads "weir.>"`)
 // overlaps reserved subjects, and what to do: todo.
 func (r Reserved) overlapMsg(what, filter, todo string) string {
