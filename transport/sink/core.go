@@ -38,6 +38,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -73,7 +74,7 @@ func stamp(h nats.Header, ts int64, v []string) {
 }
 
 // CoreGuarantee is the delivery guarantee of a core-subject sink.
-const CoreGuarantee = "at-most-once: core NATS subject (subscribers that are down or slow miss messages; a replay after recovery may repeat some)"
+const CoreGuarantee = "at-most-once: core NATS subject (subscribers that are down or slow miss messages, and so does every subscriber what was on its way when the worker's connection was lost; a replay after recovery may repeat some)"
 
 // Core publishes records on a core NATS subject.
 type Core struct {
@@ -136,6 +137,13 @@ func (c *Core) Write(ctx context.Context, batch []byte) error {
 		default:
 			err = c.nc.PublishMsg(keyedMsg(subj, r))
 		}
+		if errors.Is(err, nats.ErrReconnectBufExceeded) {
+			// The connection is down and nats.go's buffer for what is
+			// published meanwhile is full: wait for it to be back.
+			if err = c.flush(ctx); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("%s: publish: %w", c, err)
 		}
@@ -153,9 +161,34 @@ func keyedMsg(subj string, r abi.Record) *nats.Msg {
 // String names the sink in its errors: "core sink <subject>".
 func (c *Core) String() string { return "core sink " + c.subject }
 
-// PreCommit flushes the connection; a core sink stages nothing.
+// flush waits until the server has what the sink published, or ctx
+// ends; without a deadline on ctx, for natsconn.DefaultFlushTimeout at
+// most. A connection lost meanwhile does not fail it: nats.go reconnects
+// and sends what was published while it was down (its reconnect buffer),
+// and what was on its way when the connection went may be lost, as an
+// at-most-once sink allows (CoreGuarantee) — failing the task for it
+// would restart the job, which loses as much and repeats output besides.
+// So a flush that the loss cut short is made again, once the connection
+// is back. A connection closed for good fails it (nats.ErrConnectionClosed).
+func (c *Core) flush(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, natsconn.DefaultFlushTimeout)
+		defer cancel()
+	}
+	for {
+		// nats.go ends a flush the connection's loss cut short with
+		// ErrConnectionClosed, as one on a connection closed for good.
+		err := c.nc.FlushWithContext(ctx)
+		if err == nil || !errors.Is(err, nats.ErrConnectionClosed) || c.nc.IsClosed() {
+			return err
+		}
+	}
+}
+
+// PreCommit flushes the connection (flush); a core sink stages nothing.
 func (c *Core) PreCommit(ctx context.Context, id int64) ([]byte, error) {
-	if err := natsconn.Flush(ctx, c.nc); err != nil {
+	if err := c.flush(ctx); err != nil {
 		return nil, fmt.Errorf("%s: checkpoint %d: flush: %w", c, id, err)
 	}
 	return nil, nil
@@ -167,9 +200,9 @@ func (c *Core) Commit(ctx context.Context, id int64) error { return nil }
 // Recover does nothing.
 func (c *Core) Recover(ctx context.Context, id int64, state []byte) error { return nil }
 
-// EndOfInput flushes the connection.
+// EndOfInput flushes the connection (flush).
 func (c *Core) EndOfInput(ctx context.Context) error {
-	if err := natsconn.Flush(ctx, c.nc); err != nil {
+	if err := c.flush(ctx); err != nil {
 		return fmt.Errorf("%s: end of input: flush: %w", c, err)
 	}
 	return nil
