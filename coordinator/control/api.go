@@ -503,8 +503,11 @@ const (
 	// between workers broke as the connection went (remote.ErrDisconnected)
 	// or missed a frame (remote.ErrSequenceGap), or a source's or sink's
 	// connection was lost or closed (nats.ErrDisconnected,
-	// nats.ErrConnectionClosed). The network or the NATS server, not the
-	// job: a restart succeeds once the connection is back.
+	// nats.ErrConnectionClosed), or a report of the task's to the
+	// coordinator went unanswered (ErrNotHeard: "report running: send
+	// running event of …: context deadline exceeded (no answer from the
+	// coordinator)"). The network or the NATS server, not the job: a
+	// restart succeeds once the connection is back.
 	FailureConnection FailureKind = "connection"
 	// FailureDeploy: the attempt could not be deployed: a worker could
 	// not set up its tasks (a module that does not load, a stream gone)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -295,13 +296,33 @@ func (w *Worker) dispatch(ctx context.Context, m *nats.Msg) error {
 	return Errorf(ErrInvalid, "unknown worker operation %q", op)
 }
 
+// ErrNotHeard is wrapped by the error of a task event (Worker.Send) that
+// the coordinator did not answer: the request timed out, nobody listened
+// on the event subject, or the connection was lost on the way — the
+// worker's NATS connection or the coordinator, not the job. A task that
+// fails for it (its running report not heard) fails as
+// FailureConnection.
+var ErrNotHeard = errors.New("no answer from the coordinator")
+
 // Send reports a task event to the coordinator and waits for its receipt.
+// An event the coordinator did not answer fails with an error wrapping
+// ErrNotHeard.
 func (w *Worker) Send(ctx context.Context, e Event) error {
 	e.Worker = w.info.ID
 	if err := request(ctx, w.nc, w.subj.Event(), e, nil); err != nil {
+		if notHeard(err) {
+			return fmt.Errorf("send %s event of %s: %w (%w)", e.Type, e.Task, err, ErrNotHeard)
+		}
 		return fmt.Errorf("send %s event of %s: %w", e.Type, e.Task, err)
 	}
 	return nil
+}
+
+// notHeard reports whether err, a request's, got no answer: not one that
+// the answer was an error, nor a canceled request.
+func notHeard(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // Running reports that task restored its state and runs (EventRunning):

@@ -1179,9 +1179,10 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureStream
 	case errors.Is(err, remote.ErrDisconnected) || errors.Is(err, remote.ErrSequenceGap) ||
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrConnectionReconnecting):
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, control.ErrNotHeard):
 		// A channel between workers, or a source's or sink's NATS
-		// connection, lost: the network or the server, not the job.
+		// connection, lost, or a report to the coordinator not
+		// answered: the network or the server, not the job.
 		return control.FailureConnection
 	}
 	return control.FailureUnknown
