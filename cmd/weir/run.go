@@ -84,6 +84,12 @@ type runOptions struct {
 	cancel   bool
 	create   bool
 	replicas int
+	// replicasSet says -replicas was given; replicasNote why the streams
+	// weir run creates have the replicas they have when it was not
+	// (defaultReplicas).
+	replicasSet  bool
+	replicasNote string
+
 	verbose  bool
 	time     bool   // -time
 	fromLine int    // -from-line: the first -input's line to start at
@@ -109,7 +115,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.IntVar(&o.show, "show", 20, "print at most this many output records, and of the summary's latest value per key at most this many keys (0: none, the summary counts them all; -1: all; as weir job output -show N stops after N)")
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops — at Ctrl-C before the summary, also one whose submit it cut short, running or waiting for room (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
-	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5")
+	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5; not given: as many as the coordinator keeps its job records with (weir up -replicas), at most the cluster's servers")
 	fs.BoolVar(&o.verbose, "v", false, "log what the coordinator and workers do (the operators' own lines are logged from info up either way; -v adds their debug lines)")
 	fs.BoolVar(&o.time, "time", false, timeFlagUsage)
 	fs.IntVar(&o.fromLine, "from-line", 0, fromLineUsage+" (an interrupted -input says what to give)")
@@ -122,6 +128,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		fs.Usage()
 		return usagef("run: want one JOB.yaml")
 	}
+	o.replicasSet = flagGiven(fs, "replicas")
 	if o.replicas < 1 || o.replicas > 5 || (o.nats.url == "" && o.replicas > 1) {
 		return usagef("run: -replicas %d: 1 to 5, and above 1 only on a NATS cluster (-nats)", o.replicas)
 	}
@@ -226,6 +233,9 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	// The streams -create-streams would create are checked as they will
 	// be once created, after the build: the submit finds them so.
 	var creating map[string]jetstream.StreamConfig
+	if o.create && !embedded && !o.replicasSet {
+		o.replicas, o.replicasNote = defaultReplicas(coordinatorReplicas(ctx, n.JS), clusterServers(n.Conn))
+	}
 	if o.create {
 		creating = map[string]jetstream.StreamConfig{}
 		for _, cfg := range streamsToCreate(spec, o.replicas) {
@@ -269,9 +279,11 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	if o.create {
+		missing := missingStreams(ctx, n.JS, spec)
 		if err := createStreams(ctx, std, n.JS, spec, o.replicas); err != nil {
 			return interruptedIn(ctx, "creating the job's streams", err)
 		}
+		sayReplicas(std, missing, o.replicas, o.replicasNote, clusterServers(n.Conn))
 	}
 	return follow(ctx, std, n, spec, o, embedded, notices)
 }
