@@ -64,16 +64,34 @@ var errSecondKeyedWriter = errors.New("weir: a second KeyedStateWriter in one sn
 
 // Put writes the entry for key (abi.AppendKeyedEntry's layout: the header
 // of a batch record with timestamp 0, the key, the value) to the state.
-// Each key at most once.
+// Each key at most once. Put keeps neither slice: Put([]byte(s), v) of a
+// short string s allocates nothing.
 func (k *KeyedStateWriter) Put(key, value []byte) error {
 	if k.err != nil {
 		return k.err
+	}
+	w := k.w
+	if w.err != nil {
+		k.err = w.err
+		return k.err
+	}
+	if n := abi.RecordHeaderSize + len(key) + len(value); w.buf != nil && n < cap(w.buf)-len(w.buf) {
+		// The entry fits in the chunk, with room to spare: one copy of
+		// each part, no flush.
+		e := w.buf[len(w.buf) : len(w.buf)+n]
+		binary.LittleEndian.PutUint32(e[0:], uint32(len(key)))
+		binary.LittleEndian.PutUint32(e[4:], uint32(len(value)))
+		clear(e[8:abi.RecordHeaderSize]) // the reserved timestamp, always 0
+		copy(e[abi.RecordHeaderSize:], key)
+		copy(e[abi.RecordHeaderSize+len(key):], value)
+		w.buf = w.buf[:len(w.buf)+n]
+		return nil
 	}
 	binary.LittleEndian.PutUint32(k.hdr[0:], uint32(len(key)))
 	binary.LittleEndian.PutUint32(k.hdr[4:], uint32(len(value)))
 	// k.hdr[8:] is the reserved timestamp, always 0.
 	for _, p := range [3][]byte{k.hdr[:], key, value} {
-		if _, k.err = k.w.append(p); k.err != nil {
+		if k.err = w.copyIn(p); k.err != nil {
 			break
 		}
 	}
@@ -97,24 +115,44 @@ var errNotKeyedState = errors.New("weir: the state to restore is in a layout of 
 // slices are valid during the call. An empty state has no entries; a state
 // in another layout fails with an error that says what to do. The first
 // error fn returns stops the reading and is returned as it is.
+//
+// It reads the state as it goes, entry by entry, handing fn slices of the
+// reader's buffer where an entry lies in it whole: the state is never
+// held whole in the operator's memory besides what fn keeps of it.
 func ReadKeyedState(r *StateReader, fn func(key, value []byte) error) error {
-	st, err := io.ReadAll(r)
-	if err != nil {
-		return fmt.Errorf("weir: read keyed state: %w", err)
-	}
-	var fnErr error
-	err = abi.KeyedEntries(st, func(key, value []byte) error {
-		fnErr = fn(key, value)
-		return fnErr
-	})
-	switch {
-	case fnErr != nil:
-		return fnErr // the operator's own message, as in the other SDKs
-	case errors.Is(err, abi.ErrNotKeyedState):
+	var magic [len(abi.KeyedStateMagic)]byte
+	switch n, err := io.ReadFull(r, magic[:]); {
+	case n == 0 && err == io.EOF:
+		return nil // an empty state
+	case err == io.ErrUnexpectedEOF, err == nil && string(magic[:]) != abi.KeyedStateMagic:
 		return errNotKeyedState
 	case err != nil:
-		// abi's errors of the layout start with "keyed state:" already.
-		return fmt.Errorf("weir: %w", err)
+		return fmt.Errorf("weir: read keyed state: %w", err)
 	}
-	return nil
+	var hdrBuf, entryBuf []byte // where entries that straddle a chunk are gathered
+	for off := len(magic); ; {
+		hdr, err := r.take(abi.RecordHeaderSize, &hdrBuf)
+		switch {
+		case err == io.EOF:
+			return nil
+		case err == io.ErrUnexpectedEOF:
+			// abi.KeyedEntries's words, as the host's check says them.
+			return fmt.Errorf("weir: keyed state: entry header at byte %d passes the end: %w", off, abi.ErrMalformedBatch)
+		case err != nil:
+			return fmt.Errorf("weir: read keyed state: %w", err)
+		}
+		kl := int(binary.LittleEndian.Uint32(hdr[0:]))
+		vl := int(binary.LittleEndian.Uint32(hdr[4:]))
+		e, err := r.take(kl+vl, &entryBuf)
+		switch {
+		case err == io.EOF, err == io.ErrUnexpectedEOF:
+			return fmt.Errorf("weir: keyed state: entry at byte %d: key of %d and value of %d bytes pass the end: %w", off, kl, vl, abi.ErrMalformedBatch)
+		case err != nil:
+			return fmt.Errorf("weir: read keyed state: %w", err)
+		}
+		if err := fn(e[:kl:kl], e[kl:]); err != nil {
+			return err // the operator's own message, as in the other SDKs
+		}
+		off += abi.RecordHeaderSize + kl + vl
+	}
 }

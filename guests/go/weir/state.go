@@ -69,6 +69,30 @@ func (w *StateWriter) append(p []byte) (int, error) {
 	return n, nil
 }
 
+// copyIn appends p to the state stream as append does, but always through
+// the buffer: it never hands p itself to the host, so p does not escape
+// (a key converted from a string for it is not allocated).
+func (w *StateWriter) copyIn(p []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	w.started = w.started || len(p) > 0
+	for len(p) > 0 {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, ChunkSize)
+		}
+		c := copy(w.buf[len(w.buf):cap(w.buf)], p)
+		w.buf = w.buf[:len(w.buf)+c]
+		p = p[c:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // WriteByte appends one byte.
 func (w *StateWriter) WriteByte(c byte) error {
 	var b [1]byte
@@ -168,6 +192,36 @@ func (r *StateReader) fill() error {
 	}
 	r.off, r.end = 0, int(n)
 	return nil
+}
+
+// take returns the next n bytes of the state stream: a slice of the
+// reader's buffer when they lie in it whole, else gathered in *scratch,
+// which grows as the bytes arrive (a length far past the end of the
+// stream allocates no more than the stream holds). The slice is valid
+// until the next read. At the end of the stream it returns io.EOF if it
+// read nothing, io.ErrUnexpectedEOF if it read some.
+func (r *StateReader) take(n int, scratch *[]byte) ([]byte, error) {
+	if n >= 0 && r.end-r.off >= n {
+		b := r.buf[r.off : r.off+n : r.off+n]
+		r.off += n
+		return b, nil
+	}
+	s := (*scratch)[:0]
+	for len(s) < n {
+		if r.off == r.end {
+			if err := r.fill(); err != nil {
+				if err == io.EOF && len(s) > 0 {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, err
+			}
+		}
+		c := min(n-len(s), r.end-r.off)
+		s = append(s, r.buf[r.off:r.off+c]...)
+		r.off += c
+	}
+	*scratch = s
+	return s, nil
 }
 
 // atEnd reports whether the whole state stream has been read.
