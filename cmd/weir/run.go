@@ -765,7 +765,12 @@ func (o *output) consume(ctx context.Context, w *streamWatch, start uint64) erro
 	if err != nil {
 		return fmt.Errorf("watch sink %s: stream %s: %w", w.sink, w.stream, err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { o.handle(w, m) })
+	// Bounded by bytes: 500 messages (nats.go's default) of 100 KB ask
+	// for 50 MB at once, on the connection that an embedded weir's
+	// worker shares, whose own consumers ask for more: the server cuts
+	// a connection as a slow consumer once 64 MiB wait for it.
+	cc, err := cons.Consume(func(m jetstream.Msg) { o.handle(w, m) },
+		jetstream.PullMaxMessagesWithBytesLimit(500, source.PullBytes(o.js.Conn(), source.DefaultPullMaxBytes)))
 	if err != nil {
 		return fmt.Errorf("watch sink %s: stream %s: %w", w.sink, w.stream, err)
 	}

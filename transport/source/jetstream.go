@@ -843,11 +843,21 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 const DefaultPullMaxBytes = 8 << 20
 
 // laneBytes is what each lane's pull requests ask for at most: its share
-// of PullMaxBytes, but room for two of the largest messages the server
-// takes.
+// of PullMaxBytes (PullBytes).
 func (s *JetStream) laneBytes() int {
-	most := 2 * (int(s.js.Conn().MaxPayload()) + 4<<10)
-	return max(s.cfg.PullMaxBytes/max(len(s.lanes), 1), most)
+	return PullBytes(s.js.Conn(), s.cfg.PullMaxBytes/max(len(s.lanes), 1))
+}
+
+// PullBytes is what one pull request of a consumer on nc asks for at
+// most (jetstream.PullMaxMessagesWithBytesLimit), for a consumer that
+// should not ask for more than most: most, but room for two of the
+// largest messages nc's server takes, as a request smaller than one
+// message would never get it. Any consumer of a stream of large
+// messages on a worker's connection — or, with weir run's embedded
+// server, on the connection its coordinator and worker share — needs
+// such a bound (see DefaultPullMaxBytes).
+func PullBytes(nc *nats.Conn, most int) int {
+	return max(most, 2*(int(nc.MaxPayload())+4<<10))
 }
 
 // watchLocked starts watchIdle, once. The caller holds mu.
