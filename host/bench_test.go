@@ -352,16 +352,23 @@ func benchDebloat(b *testing.B, mode barrier.Mode, debloat bool) {
 	defer func() { cancel(); wg.Wait() }()
 	// Steady state: both sources blocked on their channels, which hold
 	// what the operator lets them (with debloating, once it measured its
-	// pace and took what the full-size buffers let in beyond the new size).
+	// pace and took what the full-size buffers let in beyond the new size,
+	// and its buffers, which grow by steps from the least, kept their size
+	// for a second).
+	var buf int64
+	var sized time.Time
 	steady := func() {
 		for {
+			if b := op.Stats().InputBufferBytes; b != buf {
+				buf, sized = b, time.Now()
+			}
 			_, qa := sa.Queued()
 			_, qb := sb.Queued()
 			blocked := sa.Waiting() > 0 && sb.Waiting() > 0
 			if !debloat && blocked && qa > 1<<19 && qb > 1<<19 {
 				return
 			}
-			if buf := op.Stats().InputBufferBytes; debloat && blocked && buf > 0 && int64(qa+qb) <= buf+4096 {
+			if debloat && blocked && buf > 0 && int64(qa+qb) <= buf+4096 && time.Since(sized) >= time.Second {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)

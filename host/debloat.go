@@ -52,6 +52,18 @@ const debloatAlpha = 0.3
 // the task leaves the size as it is (as Flink's threshold-percentages).
 const debloatThreshold = 0.25
 
+// debloatGrowth is the most a channel's buffer grows by in one
+// measurement, while it shrinks to the size measured at once. A task's
+// first measurements may see a pace it cannot keep: the empty buffers
+// downstream take its output at first, and a task ahead of a slow one
+// measured as fast as its own operator, grew its input to full size in
+// one step and let a source fill it with a backlog — the whole of a
+// 30 000-record backlog ahead of the first barrier, 28 s of the slow
+// operator's work. Doubling, the buffers of a task that keeps up reach
+// their full size within a few periods (16 KiB to 1 MiB: six), and one
+// behind a slow task measures the backpressure before they are large.
+const debloatGrowth = 2
+
 // debloater is a task's buffer debloating state, used by the task's
 // goroutine only.
 type debloater struct {
@@ -96,6 +108,7 @@ func (t *Task) debloatTick() {
 	if now.Before(d.next) && (d.start == 0 || d.bytes-d.seen < d.start) {
 		return
 	}
+	early := d.start > 0 && now.Before(d.next) // the slow start's first, before a Period
 	d.next = now.Add(d.cfg.Period)
 	s := t.Stats()
 	active := s.Busy + s.Backpressured
@@ -109,10 +122,19 @@ func (t *Task) debloatTick() {
 	}
 	d.start = 0
 	rate := float64(db) / dt.Seconds()
-	if d.rate == 0 {
+	avg := rate
+	switch {
+	case early:
+		// The task took what its starting buffers held, in a time the
+		// empty buffers downstream may have made short: a pace it need
+		// not keep once they fill. It grows the buffers (by
+		// debloatGrowth) but stays out of the average, which would take
+		// seconds to forget it.
+	case d.rate == 0:
 		d.rate = rate
-	} else {
+	default:
 		d.rate += debloatAlpha * (rate - d.rate)
+		avg = d.rate
 	}
 	live := 0
 	for ch := range t.cfg.Inputs {
@@ -123,7 +145,11 @@ func (t *Task) debloatTick() {
 	if live == 0 {
 		return
 	}
-	want := max(int(d.rate*d.cfg.Target.Seconds())/live, d.cfg.MinBytes)
+	want := max(int(avg*d.cfg.Target.Seconds())/live, d.cfg.MinBytes)
+	// A buffer grows only while the latest period's pace asks for more
+	// too: the average of a task that has just met backpressure still
+	// remembers its pace before.
+	latest := max(int(rate*d.cfg.Target.Seconds())/live, d.cfg.MinBytes)
 	var sum int64
 	for ch, in := range t.cfg.Inputs {
 		r, ok := in.Receiver.(stream.Resizer)
@@ -131,8 +157,12 @@ func (t *Task) debloatTick() {
 			sum += int64(d.sizes[ch])
 			continue
 		}
-		if cur := d.sizes[ch]; float64(abs(want-cur)) > debloatThreshold*float64(cur) {
-			d.sizes[ch] = r.SetBuffer(want)
+		cur, size := d.sizes[ch], want
+		if cur > 0 && size > cur {
+			size = max(min(want, latest, debloatGrowth*cur), cur)
+		}
+		if float64(abs(size-cur)) > debloatThreshold*float64(cur) {
+			d.sizes[ch] = r.SetBuffer(size)
 		}
 		sum += int64(d.sizes[ch])
 	}
