@@ -501,18 +501,10 @@ func healthz(api interface {
 	Workers(context.Context) ([]control.WorkerStatus, error)
 }) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		ws, err := api.Workers(ctx)
+		live, err := liveWorkers(r.Context(), api)
 		if err != nil {
 			http.Error(w, "coordinator not answering: "+err.Error(), http.StatusServiceUnavailable)
 			return
-		}
-		live := 0
-		for _, x := range ws {
-			if !x.Down {
-				live++
-			}
 		}
 		fmt.Fprintf(w, "ok: coordinator running, %d worker(s) live\n", live)
 	})
@@ -546,7 +538,7 @@ func syncNote(always bool, interval time.Duration) string {
 	return ""
 }
 
-const workerUsage = `-nats URL [-id ID] [-slots N] [-memory SIZE] [-max-task-memory SIZE] [-max-call-timeout D] [-max-log-rate N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N]
+const workerUsage = `-nats URL [-id ID] [-slots N] [-memory SIZE] [-max-task-memory SIZE] [-max-call-timeout D] [-max-log-rate N] [-data DIR] [-checkpoint-store jetstream|dir] [-atomic-batch N] [-metrics ADDR]
        weir worker ls [-nats URL] [auth flags] [-json]
        weir worker drain NAME [-nats URL] [auth flags] [-timeout D]
        weir worker uncordon NAME [-nats URL] [auth flags]
@@ -600,6 +592,7 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	var cf capsFlags
 	cf.register(fs, "the worker")
 	verbose := fs.Bool("v", false, "log what the worker does (the operators' own lines are logged from info up either way; -v adds their debug lines)")
+	metricsAddr := fs.String("metrics", "", "serve the worker's own tasks' Prometheus metrics on http://ADDR/metrics, and /healthz (e.g. 127.0.0.1:9465): there while no coordinator is")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -626,6 +619,13 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	var metricsLn net.Listener
+	if *metricsAddr != "" {
+		if metricsLn, err = listenMetrics("worker", *metricsAddr); err != nil {
+			return err
+		}
+		defer metricsLn.Close()
+	}
 	if *data == "" {
 		dir, err := os.MkdirTemp("", "weir-worker-")
 		if err != nil {
@@ -651,6 +651,10 @@ func runWorker(ctx context.Context, std Stdio, args []string) error {
 		return err
 	}
 	defer n.Close()
+	if metricsLn != nil {
+		defer serveWorkerMetrics(metricsLn, n)()
+		say.Info(fmt.Sprintf("worker %s metrics on http://%s/metrics", n.Workers[0].ID(), metricsLn.Addr()))
+	}
 	if n.CoordinatorAnswers() {
 		say.Info(fmt.Sprintf("worker %s joined %s", n.Workers[0].ID(), natsconn.Redact(n.URL())))
 	} else {

@@ -387,33 +387,39 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		for _, t := range j.Tasks {
-			l := []string{j.Name, t.Task, t.Worker}
-			ch <- prometheus.MustNewConstMetric(c.recordsIn, counter, float64(t.Stats.RecordsIn), l...)
-			ch <- prometheus.MustNewConstMetric(c.recordsOut, counter, float64(t.Stats.RecordsOut), l...)
-			ch <- prometheus.MustNewConstMetric(c.busy, counter, time.Duration(t.Stats.BusyNanos).Seconds(), l...)
-			ch <- prometheus.MustNewConstMetric(c.backpressured, counter, time.Duration(t.Stats.BackpressuredNanos).Seconds(), l...)
-			ch <- prometheus.MustNewConstMetric(c.cpts, counter, float64(t.Stats.Checkpoints), l...)
-			if t.Stats.SourcePending == nil {
-				ch <- prometheus.MustNewConstMetric(c.queued, gauge, float64(t.Stats.QueuedRecords), l...)
-			}
-			if b := t.Stats.InputBufferBytes; b > 0 {
-				ch <- prometheus.MustNewConstMetric(c.inputBuffer, gauge, float64(b), l...)
-			}
-			if t.Stats.MemoryLimit > 0 {
-				ch <- prometheus.MustNewConstMetric(c.memory, gauge, float64(t.Stats.MemoryBytes), l...)
-				ch <- prometheus.MustNewConstMetric(c.memoryLimit, gauge, float64(t.Stats.MemoryLimit), l...)
-			}
-			if p := t.Stats.SourcePending; p != nil {
-				ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(*p), l...)
-			}
-			if cs := t.Stats.CoreSubscription; cs != nil {
-				ch <- prometheus.MustNewConstMetric(c.pendingBytes, gauge, float64(cs.PendingBytes), l...)
-				ch <- prometheus.MustNewConstMetric(c.dropped, counter, float64(cs.Dropped), l...)
-			}
-			if s := t.Stats.AwaitedStop; s > t.Stats.StreamLastSeq {
-				ch <- prometheus.MustNewConstMetric(c.awaited, gauge, float64(s-t.Stats.StreamLastSeq), l...)
-			}
+			c.collectTask(ch, t.Stats, j.Name, t.Task, t.Worker)
 		}
+	}
+}
+
+// collectTask sends the weir_task_* and weir_source_* metrics of a task's
+// counters s, labelled l (job, task, worker).
+func (c *Collector) collectTask(ch chan<- prometheus.Metric, s control.TaskStats, l ...string) {
+	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	ch <- prometheus.MustNewConstMetric(c.recordsIn, counter, float64(s.RecordsIn), l...)
+	ch <- prometheus.MustNewConstMetric(c.recordsOut, counter, float64(s.RecordsOut), l...)
+	ch <- prometheus.MustNewConstMetric(c.busy, counter, time.Duration(s.BusyNanos).Seconds(), l...)
+	ch <- prometheus.MustNewConstMetric(c.backpressured, counter, time.Duration(s.BackpressuredNanos).Seconds(), l...)
+	ch <- prometheus.MustNewConstMetric(c.cpts, counter, float64(s.Checkpoints), l...)
+	if s.SourcePending == nil {
+		ch <- prometheus.MustNewConstMetric(c.queued, gauge, float64(s.QueuedRecords), l...)
+	}
+	if b := s.InputBufferBytes; b > 0 {
+		ch <- prometheus.MustNewConstMetric(c.inputBuffer, gauge, float64(b), l...)
+	}
+	if s.MemoryLimit > 0 {
+		ch <- prometheus.MustNewConstMetric(c.memory, gauge, float64(s.MemoryBytes), l...)
+		ch <- prometheus.MustNewConstMetric(c.memoryLimit, gauge, float64(s.MemoryLimit), l...)
+	}
+	if p := s.SourcePending; p != nil {
+		ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(*p), l...)
+	}
+	if cs := s.CoreSubscription; cs != nil {
+		ch <- prometheus.MustNewConstMetric(c.pendingBytes, gauge, float64(cs.PendingBytes), l...)
+		ch <- prometheus.MustNewConstMetric(c.dropped, counter, float64(cs.Dropped), l...)
+	}
+	if a := s.AwaitedStop; a > s.StreamLastSeq {
+		ch <- prometheus.MustNewConstMetric(c.awaited, gauge, float64(a-s.StreamLastSeq), l...)
 	}
 }
 
@@ -444,9 +450,50 @@ func (c *Collector) collectLastCheckpoint(ctx context.Context, ch chan<- prometh
 
 // Handler serves c, with the Go runtime's and the process's metrics, in
 // the Prometheus exposition formats.
-func Handler(c *Collector) http.Handler {
+func Handler(c prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector()) // go_build_info: the binary's module version and checksum
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}
+
+// TaskLister lists a worker's running tasks with their counters, as its
+// heartbeats carry them; worker.Worker implements it.
+type TaskLister interface {
+	RunningTasks() []control.TaskRef
+}
+
+// WorkerCollector is a prometheus.Collector of one worker's own tasks
+// (weir worker -metrics): the weir_task_* and weir_source_* metrics a
+// coordinator's Collector exports of them from heartbeats, by the same
+// names and labels, read from the worker itself, so that they are there
+// while no coordinator is.
+type WorkerCollector struct {
+	c      *Collector
+	tasks  TaskLister
+	worker string
+}
+
+// NewWorkerCollector returns a collector of the tasks of worker (its ID,
+// the worker label) that tasks lists.
+func NewWorkerCollector(worker string, tasks TaskLister) *WorkerCollector {
+	return &WorkerCollector{c: NewCollector(nil, 0), tasks: tasks, worker: worker}
+}
+
+// Describe implements prometheus.Collector.
+func (w *WorkerCollector) Describe(ch chan<- *prometheus.Desc) {
+	c := w.c
+	for _, d := range []*prometheus.Desc{c.recordsIn, c.recordsOut, c.busy, c.backpressured, c.cpts, c.memory, c.memoryLimit,
+		c.queued, c.inputBuffer, c.pending, c.awaited, c.pendingBytes, c.dropped} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (w *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range w.tasks.RunningTasks() {
+		if t.Stats != nil {
+			w.c.collectTask(ch, *t.Stats, t.Job, t.Task, w.worker)
+		}
+	}
 }

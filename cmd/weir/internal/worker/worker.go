@@ -226,6 +226,10 @@ func (w *Worker) Tasks() int {
 	return n
 }
 
+// RunningTasks lists the running tasks with their counters, as the
+// worker's heartbeats carry them (weir worker -metrics).
+func (w *Worker) RunningTasks() []control.TaskRef { return w.taskRefs() }
+
 // taskRefs lists the running tasks with their counters, for heartbeats.
 func (w *Worker) taskRefs() []control.TaskRef {
 	w.mu.Lock()
