@@ -218,6 +218,7 @@ type Lease struct {
 	pending time.Time // when the first renewal not known to be stored since was sent
 	lastErr error     // of the last renewal that failed
 	err     error     // why the lease was lost; nil while held
+	taker   *Holder   // who took the lease over, when it was lost to another
 }
 
 // Take takes the lease: at once when nobody holds it. When another holds
@@ -378,6 +379,22 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // Lost is closed once the lease is lost (Err says why).
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// TakenBy returns who holds the lease now when it was lost to another
+// holder (its key found holding another's value), and false otherwise:
+// while it is held or lapsed, once released, and once lost with its key
+// gone (expired or deleted, with writes to the bucket since) or holding
+// a value that does not read as a holder's. Nobody holds it then, or who
+// does is not known: a coordinator may campaign for it again (Take),
+// which refuses, or waits, while another holds it.
+func (l *Lease) TakenBy() (Holder, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.taker == nil {
+		return Holder{}, false
+	}
+	return *l.taker, true
+}
 
 // Err is why the lease was lost, wrapping ErrLost; nil while it is held
 // or lapsed.
@@ -593,7 +610,8 @@ func (l *Lease) mismatch(ctx context.Context, rev uint64, err error) error {
 		return l.lastErr
 	}
 	var other Holder
-	if json.Unmarshal(e.Value(), &other) == nil && other.ID == l.holder.ID {
+	readable := json.Unmarshal(e.Value(), &other) == nil && other.ID != ""
+	if readable && other.ID == l.holder.ID {
 		if e.Revision() <= rev {
 			l.lastErr = err
 			l.checkLocked()
@@ -603,7 +621,9 @@ func (l *Lease) mismatch(ctx context.Context, rev uint64, err error) error {
 		return nil
 	}
 	silent := time.Now().Round(0).Sub(l.renewed.Round(0)).Round(100 * time.Millisecond)
-	if other.ID == "" {
+	if readable {
+		l.taker = &other
+	} else {
 		other.ID = fmt.Sprintf("(unreadable: %q)", e.Value())
 	}
 	l.loseLocked(fmt.Errorf("%w: %s holds it now; this one had not renewed it for %v", ErrLost, other, silent))
