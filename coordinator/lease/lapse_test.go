@@ -283,15 +283,16 @@ func TestExpiredLeaseNobodyTookIsReTaken(t *testing.T) {
 func TestLapsedHolderStopsForAnother(t *testing.T) {
 	for _, c := range []struct {
 		name, want string
+		takenBy    string // TakenBy's holder, "" for none known
 		other      func(t *testing.T, ctx context.Context, lt lapseTest)
 	}{
-		{"holds it", "coordinator b on host-b (pid 8, since ", func(t *testing.T, ctx context.Context, lt lapseTest) {
+		{"holds it", "coordinator b on host-b (pid 8, since ", "b", func(t *testing.T, ctx context.Context, lt lapseTest) {
 			other, _ := json.Marshal(Holder{ID: "b", Host: "host-b", PID: 8, Since: time.Now()})
 			if _, err := lt.raw.Put(ctx, key, other); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"held it", "its bucket weir_coordinator was written 3 time(s) since this coordinator's last renewal", func(t *testing.T, ctx context.Context, lt lapseTest) {
+		{"held it", "its bucket weir_coordinator was written 3 time(s) since this coordinator's last renewal", "", func(t *testing.T, ctx context.Context, lt lapseTest) {
 			if err := lt.raw.Delete(ctx, key); err != nil {
 				t.Fatal(err)
 			}
@@ -322,6 +323,11 @@ func TestLapsedHolderStopsForAnother(t *testing.T) {
 			}
 			if _, _, err := lt.l.Guard(ctx); !errors.Is(err, ErrLost) {
 				t.Errorf("Guard after the loss: %v", err)
+			}
+			// Taken by another is what weir up exits for; lost to
+			// nobody known, it campaigns for the lease again.
+			if h, ok := lt.l.TakenBy(); h.ID != c.takenBy || ok != (c.takenBy != "") {
+				t.Errorf("TakenBy after the loss: %v, %v; want %q", h, ok, c.takenBy)
 			}
 		})
 	}
