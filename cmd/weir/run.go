@@ -112,7 +112,7 @@ func runRun(ctx context.Context, std Stdio, args []string) error {
 	fs.Var(&o.inputs, "input", "publish the lines ('key<TAB>value' or 'value') of FILE ('-': stdin) to the job's first source, or of SOURCE=FILE to that source (repeatable); a keyed line goes on its key's subject where the source's subjects end in a wildcard (lines.> → lines.<key>); a source with a stop gets its input before the job is submitted; a JetStream stream stores each line once: after a lost connection weir run publishes again what it did not acknowledge (message ids: this run's, the input's place among the -input flags, the line's number), within the stream's duplicate window (10s at least, else refused); a line the stream refuses (a limit, a subject it does not store) fails weir run")
 	fs.DurationVar(&o.forDur, "for", 0, "stop following after this long (0: until the job ends, -idle or Ctrl-C)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "with -input: stop once the output of the input is committed — every source the input went to has read all of it, and the sinks stored a checkpoint taken after that, in one attempt of the job — and the output has been quiet this long (0: never); input to a core NATS source, which cannot say what it read, counts as committed with a checkpoint after one that completed after it; a job whose sources all have a stop is followed until it ends")
-	fs.IntVar(&o.show, "show", 20, "print at most this many output records, and of the summary's latest value per key at most this many keys (0: none, the summary counts them all; -1: all; as weir job output -show N stops after N)")
+	fs.IntVar(&o.show, "show", 20, "print at most this many output records, and of the summary's latest value per key at most this many keys of each sink (0: none, the summary counts each sink's; -1: all; as weir job output -show N stops after N)")
 	fs.BoolVar(&o.cancel, "cancel", false, "with -nats: cancel the job when weir run stops — at Ctrl-C before the summary, also one whose submit it cut short, running or waiting for room (the embedded default always does)")
 	fs.BoolVar(&o.create, "create-streams", true, "create the JetStream streams the job names when they do not exist")
 	fs.IntVar(&o.replicas, "replicas", 1, "with -nats: servers of a cluster that keep each stream -create-streams makes, 1-5; not given: as many as the coordinator keeps its job records with (weir up -replicas), at most the cluster's servers")
@@ -2170,29 +2170,44 @@ func summary(ctx context.Context, w io.Writer, out *output, published int) {
 	if len(out.latest) == 0 {
 		return
 	}
-	keys := make([]string, 0, len(out.latest))
+	// Each sink's keys apart: two sinks of the same keys (an exactly-once
+	// one on agg.{key}, a core one for a dashboard) each have them, and
+	// their sum counts every key twice (a trial's 99 000 users read
+	// "198272 keys").
+	bySink := map[string][]string{}
 	for k := range out.latest {
-		keys = append(keys, k)
+		s, key, _ := strings.Cut(k, "\x00")
+		bySink[s] = append(bySink[s], key)
 	}
-	sort.Strings(keys)
-	// As many keys as -show allows records (-1: all of them).
-	limit := len(keys)
-	if out.show >= 0 {
-		limit = min(limit, out.show)
-	}
-	if limit == 0 {
-		// -show 0: no records; the count alone.
-		fmt.Fprintf(w, "latest value per key: %d keys (-show N lists them)\n", len(keys))
+	sinks := slices.Sorted(maps.Keys(bySink))
+	if out.show == 0 {
+		// -show 0: no records; the counts alone.
+		var counts []string
+		for _, s := range sinks {
+			counts = append(counts, fmt.Sprintf("%s %d keys", s, len(bySink[s])))
+		}
+		if len(sinks) == 1 {
+			counts[0] = fmt.Sprintf("%d keys", len(bySink[sinks[0]]))
+		}
+		fmt.Fprintf(w, "latest value per key: %s (-show N lists them)\n", strings.Join(counts, ", "))
 		return
 	}
 	fmt.Fprintln(w, "latest value per key:")
-	for i, k := range keys {
-		if i == limit {
-			fmt.Fprintf(w, "  … %d more keys (-show)\n", len(keys)-limit)
-			break
+	for _, s := range sinks {
+		keys := bySink[s]
+		sort.Strings(keys)
+		// As many keys of each sink as -show allows records (-1: all).
+		for i, key := range keys {
+			if out.show > 0 && i == out.show {
+				of := ""
+				if len(sinks) > 1 {
+					of = " of " + s
+				}
+				fmt.Fprintf(w, "  … %d more keys%s (-show)\n", len(keys)-out.show, of)
+				break
+			}
+			fmt.Fprintf(w, "  [%s] %s\t%s\n", s, key, out.latest[s+"\x00"+key])
 		}
-		s, key, _ := strings.Cut(k, "\x00")
-		fmt.Fprintf(w, "  [%s] %s\t%s\n", s, key, out.latest[k])
 	}
 }
 
