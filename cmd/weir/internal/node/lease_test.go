@@ -225,6 +225,9 @@ checkpointing: {interval: 100ms}
 		!strings.Contains(err.Error(), b.lease.Holder().ID) {
 		t.Errorf("silenced coordinator's loss: %v; want it to name the new holder", err)
 	}
+	if h, ok := a.LeaseTakenBy(); !ok || h.ID != b.lease.Holder().ID {
+		t.Errorf("silenced coordinator's lease taken by %v (%v); want %s, which weir up exits for instead of campaigning again", h, ok, b.lease.Holder().ID)
+	}
 	select {
 	case <-a.coordinatorDone:
 	case <-ctx.Done():

@@ -161,6 +161,8 @@ type Node struct {
 	// API calls the job API (of this node's coordinator or another's).
 	API *control.APIClient
 	// Manager is the coordinator's job manager, nil unless Coordinator.
+	// RestartCoordinator replaces it: read it with JobManager where that
+	// may run meanwhile.
 	Manager *job.Manager
 	// Workers are the in-process workers.
 	Workers []*worker.Worker
@@ -170,12 +172,17 @@ type Node struct {
 	// exactly-once sinks (Options.AtomicBatch after defaults).
 	AtomicBatch int
 
-	engine  *wasm.Engine
-	nats    *natsconn.Options // the external server's settings, nil with the embedded one
-	lease   *lease.Lease      // the coordinator's lease; nil without one
-	unlock  func()            // releases the data directory; nil when not locked
-	discard func()            // unlock for a Start that failed: removes the lock file it created
-	store   string            // StoreDir or StoreJetStream
+	engine   *wasm.Engine
+	nats     *natsconn.Options // the external server's settings, nil with the embedded one
+	opts     Options           // as Start was given them, for RestartCoordinator
+	stateDir string            // the dir checkpoint store's directory, "" for JetStream's
+	log      *slog.Logger
+	// mu guards lease and Manager, which RestartCoordinator replaces.
+	mu      sync.Mutex
+	lease   *lease.Lease // the coordinator's lease; nil without one
+	unlock  func()       // releases the data directory; nil when not locked
+	discard func()       // unlock for a Start that failed: removes the lock file it created
+	store   string       // StoreDir or StoreJetStream
 	// The coordinator stops first (it leaves its jobs' tasks running, on
 	// other processes' workers too, for the next coordinator to take
 	// over), then the workers (which stop their own tasks).
@@ -382,37 +389,9 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 	n.API = control.NewAPIClient(n.Conn, "")
 	var coord *coordinator.Coordinator
 	var taskStore host.Store
-	var fence control.Fence
-	if opts.Coordinator && opts.NATS != nil {
-		var kv jetstream.KeyValue
-		var ttl time.Duration
-		if err := untilAvailable(ctx, "the coordinator lease's bucket", log, func() (err error) {
-			kv, ttl, err = lease.Open(ctx, n.JS, opts.Replicas, opts.LeaseTTL)
-			return err
-		}); err != nil {
-			return err
-		}
-		if err := noOtherCoordinator(ctx, n.Conn, kv, *opts.NATS); err != nil {
-			return err
-		}
-		if n.lease, err = takeLease(ctx, n.Conn, kv, ttl, *opts.NATS, log); err != nil {
-			return err
-		}
-		fence = n.lease.Guard
-		if opts.fence != nil {
-			fence = opts.fence(fence)
-		}
-	} else if opts.Coordinator && opts.fence != nil {
-		fence = opts.fence(nil)
-	}
+	n.opts, n.stateDir, n.log = opts, stateDir, log
 	if opts.Coordinator {
-		err = untilAvailable(ctx, "the job, checkpoint and module buckets", log, func() (err error) {
-			coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: stateDir, Replicas: opts.Replicas,
-				HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
-				AllowSystemSubjects: opts.AllowSystemSubjects, MaxModuleSize: opts.MaxModuleSize, Fence: fence, Log: log.With("component", "coordinator")})
-			return err
-		})
-		if err != nil {
+		if coord, err = n.openCoordinator(ctx); err != nil {
 			return err
 		}
 		n.Manager, n.Registry, taskStore = coord.Manager, coord.Registry, coord.State
@@ -433,36 +412,14 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		taskStore = opts.Store
 	}
 
-	coordCtx, stopCoordinator := context.WithCancel(context.Background())
 	workerCtx, stopWorkers := context.WithCancel(context.Background())
-	n.stopCoordinator, n.stopWorkers = stopCoordinator, stopWorkers
+	n.stopWorkers = stopWorkers
 	var pending []<-chan struct{}
 	failed := make(chan error, 1+opts.Workers)
-	if n.lease != nil {
-		// Lost, the lease stops the coordinator: its jobs go on under
-		// the coordinator that holds it now.
-		go func() {
-			select {
-			case <-n.lease.Lost():
-				if coordCtx.Err() == nil {
-					log.Info("coordinator stops: it lost its lease", "err", n.lease.Err())
-					stopCoordinator()
-				}
-			case <-coordCtx.Done():
-			}
-		}()
-	}
 	if coord != nil {
-		ready := make(chan struct{})
-		pending = append(pending, ready)
-		go func() {
-			defer close(n.coordinatorDone)
-			if err := n.Manager.Run(coordCtx, ready); err != nil {
-				log.Error("coordinator stopped", "err", err)
-				failed <- fmt.Errorf("coordinator: %w", err)
-			}
-		}()
+		pending = append(pending, n.runCoordinator(coord, failed))
 	} else {
+		n.stopCoordinator = func() {}
 		close(n.coordinatorDone)
 	}
 	if opts.Workers > 0 {
@@ -536,6 +493,141 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		}
 	}
 	return nil
+}
+
+// openCoordinator is a coordinator's start path, at Start and at
+// RestartCoordinator: on an external NATS it campaigns for the lease
+// (refused while another coordinator answers the job API or renews the
+// lease; waiting, up to its TTL, for one that does neither to expire)
+// and sets n.lease; then it opens the job, checkpoint and module stores,
+// fenced by the lease, and builds the job manager, which loads the jobs
+// as it runs (runCoordinator).
+func (n *Node) openCoordinator(ctx context.Context) (*coordinator.Coordinator, error) {
+	opts, log := n.opts, n.log
+	var fence control.Fence
+	if opts.NATS != nil {
+		var kv jetstream.KeyValue
+		var ttl time.Duration
+		if err := untilAvailable(ctx, "the coordinator lease's bucket", log, func() (err error) {
+			kv, ttl, err = lease.Open(ctx, n.JS, opts.Replicas, opts.LeaseTTL)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		if err := noOtherCoordinator(ctx, n.Conn, kv, *opts.NATS); err != nil {
+			return nil, err
+		}
+		l, err := takeLease(ctx, n.Conn, kv, ttl, *opts.NATS, log)
+		if err != nil {
+			return nil, err
+		}
+		n.mu.Lock()
+		n.lease = l // released by Close from here on
+		n.mu.Unlock()
+		fence = l.Guard
+		if opts.fence != nil {
+			fence = opts.fence(fence)
+		}
+	} else if opts.fence != nil {
+		fence = opts.fence(nil)
+	}
+	var coord *coordinator.Coordinator
+	err := untilAvailable(ctx, "the job, checkpoint and module buckets", log, func() (err error) {
+		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: n.stateDir, Replicas: opts.Replicas,
+			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
+			AllowSystemSubjects: opts.AllowSystemSubjects, MaxModuleSize: opts.MaxModuleSize, Fence: fence, Log: log.With("component", "coordinator")})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return coord, nil
+}
+
+// runCoordinator runs coord's job manager — it resumes the stored jobs,
+// then serves the control protocol and the job API — until
+// n.stopCoordinator, or until the lease, lost, stops it: its jobs go on
+// under the coordinator that holds the lease now, or under this process's
+// next one (RestartCoordinator). It returns a channel closed once the
+// coordinator listens; an error of its run goes to failed.
+func (n *Node) runCoordinator(coord *coordinator.Coordinator, failed chan<- error) <-chan struct{} {
+	log := n.log
+	coordCtx, stopCoordinator := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	n.stopCoordinator, n.coordinatorDone = stopCoordinator, done
+	n.mu.Lock()
+	l := n.lease
+	n.mu.Unlock()
+	if l != nil {
+		go func() {
+			select {
+			case <-l.Lost():
+				if coordCtx.Err() == nil {
+					log.Info("coordinator stops: it lost its lease", "err", l.Err())
+					stopCoordinator()
+				}
+			case <-coordCtx.Done():
+			}
+		}()
+	}
+	ready := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := coord.Manager.Run(coordCtx, ready); err != nil {
+			log.Error("coordinator stopped", "err", err)
+			select {
+			case failed <- fmt.Errorf("coordinator: %w", err):
+			default: // nobody waits for it: the log said it
+			}
+		}
+	}()
+	return ready
+}
+
+// RestartCoordinator restarts, in this process, a coordinator that lost
+// its lease (Lost) to nobody (LeaseTakenBy says none took it over: its
+// key expired or was deleted, with writes to the bucket since that it
+// cannot tell from another's): it waits for the stopped coordinator to
+// end, logs one line, and runs Start's path again — it campaigns for the
+// lease as a new weir up does (refused while another coordinator answers
+// or renews it, waiting up to its TTL for one that does neither), then
+// loads the jobs from storage and resumes them as a restarted
+// coordinator does. The lease and its fence alone keep a second
+// coordinator from acting, as at Start. The workers run on throughout.
+// It returns once the coordinator listens again; on an error (refused,
+// or ctx done) the node has no coordinator, and the caller closes it. It
+// is not to be called concurrently with itself or Close.
+func (n *Node) RestartCoordinator(ctx context.Context) error {
+	n.mu.Lock()
+	old := n.lease
+	n.mu.Unlock()
+	if old == nil || old.Err() == nil {
+		return errors.New("node: RestartCoordinator is for a coordinator whose lease was lost (Lost); this one holds its lease, or none")
+	}
+	n.stopCoordinator()
+	<-n.coordinatorDone
+	_ = old.Release(context.Background()) // lost: it stops renewing and deletes nothing
+	n.log.Warn(fmt.Sprintf("coordinator stopped: %v; no other coordinator is known to hold the lease, so it campaigns for it again "+
+		"as weir up starts (refused, or waiting, while another holds it); the in-process workers run on", old.Err()))
+	coord, err := n.openCoordinator(ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator restart: %w", err)
+	}
+	n.mu.Lock()
+	n.Manager = coord.Manager
+	n.mu.Unlock()
+	failed := make(chan error, 1)
+	ready := n.runCoordinator(coord, failed)
+	select {
+	case <-ready:
+		return nil
+	case err := <-failed:
+		return fmt.Errorf("coordinator restart: %w", err)
+	case <-n.Lost():
+		return fmt.Errorf("coordinator restart: the coordinator stopped while starting: %w", n.LeaseErr())
+	case <-ctx.Done():
+		return fmt.Errorf("coordinator restart: %w", ctx.Err())
+	}
 }
 
 // jetStreamCheckTimeout bounds checkJetStream's one question to the
@@ -721,28 +813,59 @@ func takeLease(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, ttl ti
 // and stopped: close the node and exit. Nil (never closed) without a
 // lease.
 func (n *Node) Lost() <-chan struct{} {
-	if n.lease == nil {
+	l := n.currentLease()
+	if l == nil {
 		return nil
 	}
-	return n.lease.Lost()
+	return l.Lost()
+}
+
+// currentLease is the coordinator's lease, nil without one.
+func (n *Node) currentLease() *lease.Lease {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lease
+}
+
+// JobManager is the coordinator's job manager running now (Manager, read
+// safely while RestartCoordinator may replace it), nil unless
+// Coordinator.
+func (n *Node) JobManager() *job.Manager {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.Manager
+}
+
+// LeaseTakenBy returns who holds the coordinator lease now, once this
+// coordinator lost it to another (lease.Lease.TakenBy), and false
+// otherwise: without a lease, while it holds it, and once it lost it to
+// nobody, which RestartCoordinator campaigns for again.
+func (n *Node) LeaseTakenBy() (lease.Holder, bool) {
+	l := n.currentLease()
+	if l == nil {
+		return lease.Holder{}, false
+	}
+	return l.TakenBy()
 }
 
 // LeaseErr says how the coordinator lost its lease (wrapping
 // lease.ErrLost), nil while it holds it or holds none.
 func (n *Node) LeaseErr() error {
-	if n.lease == nil {
+	l := n.currentLease()
+	if l == nil {
 		return nil
 	}
-	return n.lease.Err()
+	return l.Err()
 }
 
 // CoordinatorID is the ID the coordinator holds its lease as, "" without
 // one.
 func (n *Node) CoordinatorID() string {
-	if n.lease == nil {
+	l := n.currentLease()
+	if l == nil {
 		return ""
 	}
-	return n.lease.Holder().ID
+	return l.Holder().ID
 }
 
 // CoordinatorAnswers reports whether a coordinator answers on the node's
@@ -792,7 +915,7 @@ func (n *Node) Close() {
 }
 
 func (n *Node) closeResources() {
-	if n.lease != nil {
+	if l := n.currentLease(); l != nil {
 		// The coordinator has stopped: the next one takes the lease at
 		// once instead of waiting for it to expire — unless the server
 		// is gone, which would hold the stop for nothing.
@@ -800,7 +923,7 @@ func (n *Node) closeResources() {
 		if !n.Conn.IsConnected() {
 			cancel() // Release stops renewing, and the lease expires
 		}
-		_ = n.lease.Release(ctx)
+		_ = l.Release(ctx)
 		cancel()
 	}
 	if n.engine != nil {
