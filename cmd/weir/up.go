@@ -322,8 +322,13 @@ over. A coordinator that did not renew its lease in time (frozen, or NATS
 without quorum) logs that it lapsed, acts no more and keeps trying: when it
 finds the lease still its own (nobody took it over) it re-takes it and goes
 on with its jobs; when another holds it, it stops, leaving its jobs to that
-one, and weir up exits with an error saying so. A weir up stopped with
-Ctrl-C releases its lease at once.
+one, and weir up exits with an error saying so. When nobody is known to
+hold it (its key expired after writes that may be its own renewals, their
+answers lost: a quorum loss longer than 15s), weir up stops its
+coordinator and starts it again in this process as it started it: it
+campaigns for the lease (refused, and weir up exits, while another
+answers or renews it), then resumes the jobs; its workers run on. A weir
+up stopped with Ctrl-C releases its lease at once.
 
 Stopped (Ctrl-C, SIGTERM, SIGHUP), weir up cancels no task of its jobs:
 those on workers of other processes (weir worker) run on, as after a
@@ -480,13 +485,30 @@ func runUp(ctx context.Context, std Stdio, args []string) error {
 		defer serveMetrics(ln, n)()
 		fmt.Fprintf(std.Out, "metrics on http://%s/metrics\n", ln.Addr())
 	}
-	select {
-	case <-ctx.Done():
-	case <-n.Lost():
-		// Frozen or cut off for the lease's TTL, this coordinator was
-		// replaced (a lapse that nobody took over is re-taken): it
-		// stopped acting, and its jobs go on under the other.
-		return fmt.Errorf("up: %w: this coordinator stopped, leaving its jobs to the one that holds the lease", n.LeaseErr())
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			continue
+		case <-n.Lost():
+		}
+		if _, taken := n.LeaseTakenBy(); taken {
+			// Frozen or cut off for the lease's TTL, this coordinator
+			// was replaced (a lapse that nobody took over is re-taken):
+			// it stopped acting, and its jobs go on under the other.
+			return fmt.Errorf("up: %w: this coordinator stopped, leaving its jobs to the one that holds the lease", n.LeaseErr())
+		}
+		// Lost to nobody (its key expired or was deleted, with writes
+		// since that may be its own renewals whose answers were lost):
+		// a quorum loss longer than the TTL left weir up exited and
+		// nobody coordinating. It campaigns again as it started.
+		lost := n.LeaseErr()
+		if err := n.RestartCoordinator(ctx); err != nil {
+			if ctx.Err() != nil {
+				break // Ctrl-C while it campaigned
+			}
+			return fmt.Errorf("up: %w; campaigning for the lease again: %w", lost, err)
+		}
+		fmt.Fprintf(std.Out, "coordinator %s holds the coordinator lease of this NATS again (bucket %s), and resumed its jobs\n", n.CoordinatorID(), lease.Bucket)
 	}
 	// A structured line with a time, as weir up's log lines are.
 	slog.New(slog.NewTextHandler(std.Out, nil)).Info("weir: shutting down")
@@ -868,11 +890,35 @@ func listenMetrics(cmd, addr string) (net.Listener, error) {
 // called.
 func serveMetrics(ln net.Listener, n *node.Node) (stop func()) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(n.Manager, 0)))
-	mux.Handle("/healthz", healthz(n.Manager))
+	mux.Handle("/metrics", metrics.Handler(metrics.NewCollector(runningManager{n}, 0)))
+	mux.Handle("/healthz", healthz(runningManager{n}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return func() { srv.Close() }
+}
+
+// runningManager is the job manager that runs now in n, for the metrics
+// and /healthz (metrics.JobLister, WorkerLister, LastCheckpointer and
+// WorkerLosses): weir up's coordinator, restarted in-process after it lost its
+// lease to nobody (node.Node.RestartCoordinator), has a new one.
+type runningManager struct{ n *node.Node }
+
+func (r runningManager) Jobs(ctx context.Context) ([]control.JobStatus, error) {
+	return r.n.JobManager().Jobs(ctx)
+}
+
+func (r runningManager) Workers(ctx context.Context) ([]control.WorkerStatus, error) {
+	return r.n.JobManager().Workers(ctx)
+}
+
+func (r runningManager) LastCheckpoint(ctx context.Context, job string) (control.CheckpointInfo, error) {
+	return r.n.JobManager().LastCheckpoint(ctx, job)
+}
+
+// WorkerLosses counts since the running manager started (a restarted
+// coordinator's counts begin again, as a restarted weir up's do).
+func (r runningManager) WorkerLosses() (lost, left uint64) {
+	return r.n.JobManager().WorkerLosses()
 }
 
 // ctrlCStops says what a Ctrl-C of weir up stops, for its banner. With

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/lease"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
@@ -65,6 +66,71 @@ func TestUpExitsWhenAnotherTookItsLease(t *testing.T) {
 		t.Errorf("weir up exited %d with:\n%s", code, errs)
 	}
 	t.Logf("stderr:\n%s", errs)
+}
+
+// A weir up whose lease is lost to nobody — cut off past the lease's TTL
+// while its key went (a quorum loss longer than the TTL after a renewal
+// stored with its answer lost reads the same) — does not exit: it says
+// so in one line, campaigns for the lease again as it started, takes it
+// and serves on, its in-process worker with it.
+func TestUpCampaignsAgainWhenItsLeaseIsLostToNobody(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	nc, js := embeddedtest.Connect(t, srv)
+	kv, _, err := lease.Open(ctx, js, 0, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := natsconntest.NewSilencer(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	out, stop, done := upOn(t, ctx, quiet.URL())
+	out.await(t, ctx, done, "holds the coordinator lease of this NATS")
+	first, ok := lease.Current(ctx, kv)
+	if !ok {
+		t.Fatal("no lease held once weir up is up")
+	}
+	quiet.Silence()
+	for !strings.Contains(out.errb.String(), "coordinator lease lapsed: not renewed for ") {
+		select {
+		case code := <-done:
+			t.Fatalf("weir up exited %d as its lease lapsed: %s", code, out.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("no lapse logged: %s", out.errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := kv.Delete(ctx, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	quiet.Resume()
+	out.await(t, ctx, done, "holds the coordinator lease of this NATS again (bucket weir_coordinator), and resumed its jobs")
+	errs := out.errb.String()
+	if n := strings.Count(errs, "no other coordinator is known to hold the lease, so it campaigns for it again as weir up starts"); n != 1 {
+		t.Errorf("%d lines say the coordinator campaigns again; want 1:\n%s", n, errs)
+	}
+	now, ok := lease.Current(ctx, kv)
+	if !ok || now.ID == first.ID || !strings.Contains(out.out.String(), "coordinator "+now.ID+" holds the coordinator lease of this NATS again") {
+		t.Errorf("lease held by %v (%v) after the comeback, first by %s; weir up said:\n%s", now, ok, first.ID, out.out.String())
+	}
+	api := control.NewAPIClient(nc, "")
+	for {
+		ws, err := api.Workers(ctx)
+		if err == nil && len(ws) == 1 && !ws[0].Down {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("weir up exited %d after its comeback: %s", code, out.errb.String())
+		case <-ctx.Done():
+			t.Fatalf("the restarted coordinator does not list weir up's worker: %v %v", ws, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	if code := <-done; code != 0 {
+		t.Errorf("weir up exited %d: %s", code, out.errb.String())
+	}
+	t.Logf("stderr:\n%s", out.errb.String())
 }
 
 // weir up -nats started before its server (a cluster restarted whole,
