@@ -37,7 +37,10 @@ const streamUsage = `ls|info|add|edit|rm [flags] [STREAM]
                                   does (atomic and batched publish allowed, a
                                   duplicate window of what an exactly-once
                                   sink with the default checkpoints needs,
-                                  2m10s; no limits; 1 replica), e.g. to
+                                  2m10s; no limits; without -replicas, as
+                                  many replicas as the coordinator keeps its
+                                  job records with, at most the cluster's
+                                  servers, 1 without one), e.g. to
                                   pre-load a backfill (weir input JOB.yaml
                                   FILE publishes to it); refused for weir's
                                   and NATS's own names and subjects (as a job
@@ -90,7 +93,7 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	fs.Int64Var(&sf.maxMsgs, "max-msgs", 0, "edit: drop the oldest messages past this many (0 or -1: no limit)")
 	fs.Int64Var(&sf.maxPerSubj, "max-msgs-per-subject", 0, "edit: keep at most this many messages per subject (0 or -1: no limit)")
 	subjects := fs.String("subjects", "", "add: the subjects the stream stores, comma-separated (wildcards * and > allowed)")
-	replicas := fs.Int("replicas", 1, "add: servers of a cluster that keep the stream, 1-5")
+	replicas := fs.Int("replicas", 1, "add: servers of a cluster that keep the stream, 1-5; not given: as many as the coordinator keeps its job records with (weir up -replicas), at most the cluster's servers")
 	storage := fs.String("storage", "file", "add: where the servers keep its messages: file or memory")
 	force := fs.Bool("force", false, "rm: remove the stream even while a job that has not ended reads or writes it; edit: change it even where a running job's sink needs what the change takes away")
 	pos, err := positional(fs, args, func(a []string) error { return parseFlags(fs, a) })
@@ -169,7 +172,7 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	case "rm":
 		return removeStreams(ctx, std, nc, js, pos[1:], *force)
 	case "add":
-		return addStream(ctx, std, js, pos[1], strings.Split(*subjects, ","), *replicas, *storage, &sf)
+		return addStream(ctx, std, nc, js, pos[1], strings.Split(*subjects, ","), *replicas, *storage, &sf)
 	}
 	st, err := streamNamed(ctx, js, pos[1])
 	if err != nil {
@@ -230,14 +233,20 @@ func nfSet(set map[string]bool) []string {
 // addStream is weir stream add: it creates stream name storing subjects
 // (empty ones left out) as weir run -create-streams would for a sink of
 // a job with the default checkpoints (addToStream, createStream), kept by
-// replicas servers in storage, with the limits of sf. It refuses weir's
+// replicas servers (without -replicas, the coordinator's, as weir run
+// -nats gives: defaultReplicas) in storage, with the limits of sf. It
+// refuses weir's
 // and NATS's own stream names and subjects (jobspec.Reserved, as a job
 // spec's sources and sinks are), a stream of the name there already,
 // subjects that overlap without one covering the other, and a duplicate
 // window longer than the max age, each before the server would.
-func addStream(ctx context.Context, std Stdio, js jetstream.JetStream, name string, subjects []string, replicas int, storage string, sf *streamFlags) error {
+func addStream(ctx context.Context, std Stdio, nc *nats.Conn, js jetstream.JetStream, name string, subjects []string, replicas int, storage string, sf *streamFlags) error {
 	if jobspec.WeirOwnStream(name) || jobspec.NATSOwnStream(name) {
 		return fmt.Errorf("stream add %s: the name of one of weir's own streams (KV_weir_*, OBJ_weir_*) or the NATS server's ($MQTT_*), which jobs may not read or write; name a stream of your own", name)
+	}
+	note := ""
+	if !sf.set["replicas"] {
+		replicas, note = defaultReplicas(coordinatorReplicas(ctx, js), clusterServers(nc))
 	}
 	window := max(defaultDuplicateWindow, worker.DuplicateWindow(jobspec.Checkpointing{Interval: jobspec.DefaultInterval, Timeout: jobspec.DefaultTimeout}, jobspec.Sink{}))
 	var cfgs []jetstream.StreamConfig
@@ -288,6 +297,7 @@ func addStream(ctx context.Context, std Stdio, js jetstream.JetStream, name stri
 		return err
 	}
 	fmt.Fprintf(std.Out, "  storage %s, duplicate window %s, limits: %s; atomic and batched publish allowed\n", storage, cfg.Duplicates, limitsAndDiscard(cfg))
+	sayReplicas(std, []string{name}, replicas, note, clusterServers(nc))
 	return nil
 }
 

@@ -77,6 +77,15 @@ sinks: [{name: out, kind: jetstream, stream: BACKFILL, subject: "bf.{key}", guar
 			t.Errorf("%v: exit %d, %q %q; want it refused with\n%s", c.args, code, out, errs, c.want)
 		}
 	}
+	// Without -replicas, as many as the coordinator keeps its job records
+	// with, as weir run -nats gives the streams it creates.
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: jetStreamJobsBucket}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := weir("add", "REPL", "-subjects", "repl"); code != 0 || !strings.HasSuffix(out,
+		"stream(s) REPL: 1 replica(s), as the coordinator keeps its job records (weir up -replicas 1); -replicas N sets another\n") {
+		t.Errorf("add without -replicas beside a coordinator's buckets: exit %d, %q %q", code, out, errs)
+	}
 	if _, err := js.Stream(ctx, "OTHER"); err == nil {
 		t.Error("stream OTHER was created over BACKFILL's subjects")
 	}
