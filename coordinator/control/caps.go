@@ -91,3 +91,20 @@ func TaskMemory(spec *jobspec.Spec) map[string]int64 {
 	}
 	return m
 }
+
+// DeployMemory returns the memory limits of d's operator tasks, added up:
+// what they take of the worker's memory budget (Caps.Memory); 0 for a
+// deploy without its spec or plan.
+func DeployMemory(d Deploy) int64 {
+	if d.Spec == nil || d.Plan == nil {
+		return 0
+	}
+	mem := TaskMemory(d.Spec)
+	var n int64
+	for _, id := range d.Tasks {
+		if t, ok := d.Plan.Task(id); ok {
+			n += mem[t.Vertex]
+		}
+	}
+	return n
+}

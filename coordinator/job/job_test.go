@@ -262,12 +262,12 @@ func (w *fakeWorker) Deploy(_ context.Context, d control.Deploy) error {
 		}
 		for job, c := range w.current {
 			if job != d.Job {
-				held += deployMemory(c)
+				held += control.DeployMemory(c)
 			}
 		}
-		if held+deployMemory(d) > w.memory {
+		if held+control.DeployMemory(d) > w.memory {
 			return control.Errorf(control.ErrNoSlots, "worker %s has a memory budget of %d bytes and its operators hold %d: no room for the %d job %s asks for",
-				w.id, w.memory, held, deployMemory(d), d.Job)
+				w.id, w.memory, held, control.DeployMemory(d), d.Job)
 		}
 	}
 	if strings.HasPrefix(d.Job, "broken") {
@@ -381,18 +381,6 @@ func (w *fakeWorker) Stop(_ context.Context, s control.Stop) error {
 	err := w.stopErr
 	w.stopErr = nil
 	return err
-}
-
-// deployMemory adds up the memory limits of d's operator tasks.
-func deployMemory(d control.Deploy) int64 {
-	mem := control.TaskMemory(d.Spec)
-	var n int64
-	for _, id := range d.Tasks {
-		if t, ok := d.Plan.Task(id); ok {
-			n += mem[t.Vertex]
-		}
-	}
-	return n
 }
 
 func (w *fakeWorker) currentAttempt(job string) (int, bool) {

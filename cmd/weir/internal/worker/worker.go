@@ -510,7 +510,7 @@ func (w *Worker) Deploy(ctx context.Context, d control.Deploy) error {
 		// would be: the coordinator records the deploy's failure so.
 		return control.WithFailureKind(err, failureKind(err))
 	}
-	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks, pending: b.pending, mem: deployMemory(d)}
+	a := &attempt{job: d.Job, n: d.Attempt, cancel: cancel, tasks: tasks, pending: b.pending, mem: control.DeployMemory(d)}
 	for id := range tasks {
 		a.taskIDs = append(a.taskIDs, id)
 		if t, _ := d.Plan.Task(id); t.Kind == plan.Source {
@@ -602,29 +602,13 @@ func (w *Worker) claimLocked(d control.Deploy) error {
 		w.cfg.ID, w.cfg.Slots, plural(w.cfg.Slots, "slot", "slots"), runsWhat, len(d.Tasks), plural(len(d.Tasks), "task", "tasks"), d.Job, d.Attempt)
 }
 
-// deployMemory returns the memory limits of d's operator tasks, added up:
-// what they take of the worker's memory budget (control.Caps.Memory).
-func deployMemory(d control.Deploy) int64 {
-	if d.Spec == nil || d.Plan == nil {
-		return 0
-	}
-	mem := control.TaskMemory(d.Spec)
-	var n int64
-	for _, id := range d.Tasks {
-		if t, ok := d.Plan.Task(id); ok {
-			n += mem[t.Vertex]
-		}
-	}
-	return n
-}
-
 // claimMemoryLocked counts the memory of d's operator tasks against the
 // worker's memory budget, with that of the attempts it runs and the
 // deploys being set up, and claims it for d; or refuses d, with
 // control.ErrNoSlots (the coordinator waits for room, as for slots), when
 // it is more than the budget. The caller holds w.mu, as claimLocked's.
 func (w *Worker) claimMemoryLocked(d control.Deploy) error {
-	need := deployMemory(d)
+	need := control.DeployMemory(d)
 	if w.cfg.Caps.Memory <= 0 {
 		w.claimMem[d.Job] = need
 		return nil
