@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -182,6 +183,12 @@ func (c *Core) flush(ctx context.Context) error {
 		err := c.nc.FlushWithContext(ctx)
 		if err == nil || !errors.Is(err, nats.ErrConnectionClosed) || c.nc.IsClosed() {
 			return err
+		}
+		// Not a busy loop should the next flush end as fast.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
