@@ -16,10 +16,11 @@ func FuzzParseAckReply(f *testing.F) {
 	f.Add("$JS.ACK.IN.cons.1.99999999999999999999.7.1.3")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, reply string) {
-		seq, ts, pending, cons, ok := parseAckReply(reply)
+		a, ok := parseAck(reply)
+		seq, ts, pending, cons := a.seq, a.ts, a.pending, a.consumer
 		if !ok {
-			if seq != 0 || ts != 0 || pending != 0 || cons != "" {
-				t.Fatalf("rejected %q but returned %d %d %d", reply, seq, ts, pending)
+			if a != (ackInfo{}) {
+				t.Fatalf("rejected %q but returned %+v", reply, a)
 			}
 			return
 		}
@@ -27,7 +28,7 @@ func FuzzParseAckReply(f *testing.F) {
 			t.Fatalf("accepted %q", reply)
 		}
 		tokens := strings.Split(reply, ".")
-		if !holds(tokens, seq) || !holds(tokens, ts) || !holds(tokens, pending) {
+		if !holds(tokens, seq) || !holds(tokens, a.cseq) || !holds(tokens, ts) || !holds(tokens, pending) {
 			t.Fatalf("%q: %d %d %d are not tokens of the subject", reply, seq, ts, pending)
 		}
 		if !slices.Contains(tokens, cons) {

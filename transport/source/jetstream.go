@@ -157,10 +157,10 @@ type JetStreamConfig struct {
 	// StallTimeout is how long a lane's reader may wait on its consumer
 	// while the stream holds a message of the lane's that it was not
 	// given, before Poll fails with ErrStalled; default 20s, negative: no
-	// watch. The client recreates a consumer it lost (missed heartbeats, a
-	// reconnect) within seconds, but not one that lived on a server that
-	// went away while the recreation was under way: its retries ask for
-	// the same consumer on the dead server, for minutes. Whether a lane
+	// watch. The lane's reader recreates a consumer it lost (missed
+	// heartbeats, no responder after a reconnect, a deletion) within
+	// seconds; the watch is for what that misses: a consumer that stays
+	// but delivers nothing, or recreations that keep failing. Whether a lane
 	// stalls is asked every quarter of StallTimeout, of the stream, only
 	// while its reader waits and nothing came since the last ask. The same
 	// asks notice messages of the lane's that the stream dropped unread
@@ -170,8 +170,8 @@ type JetStreamConfig struct {
 	StallTimeout time.Duration
 }
 
-// maxResetAttempts bounds how often in a row the ordered consumer tries to
-// recreate itself (backing off from 1 s to 10 s) before the source fails:
+// maxResetAttempts bounds how often in a row a lane's reader tries to
+// recreate its consumer (backing off from 1 s to 10 s) before the source fails:
 // about two and a half minutes, long enough to ride out a server restart,
 // short enough that a deleted stream fails the task with a reason.
 const maxResetAttempts = 20
@@ -179,10 +179,10 @@ const maxResetAttempts = 20
 // DefaultStallTimeout is JetStreamConfig.StallTimeout's default.
 const DefaultStallTimeout = 20 * time.Second
 
-// JetStream reads a JetStream stream through ordered consumers (ephemeral,
-// flow-controlled consumers that the client recreates at the next sequence
-// after a reconnect or a missed heartbeat), each drained in order by a
-// goroutine of its own: one consumer, or with Partitions one per partition
+// JetStream reads a JetStream stream through ordered readers (ephemeral
+// pull consumers without acknowledgements, recreated at the next sequence
+// after a gap, a deletion, a restart or missed heartbeats; orderedReader),
+// each drained in order by a goroutine of its own: one consumer, or with Partitions one per partition
 // the subtask reads. Its offset is the stream sequence of the last message
 // covered — 8 bytes little-endian (EncodeOffset; after a change of
 // parallelism EncodeStreamOffset), or one per partition
@@ -240,11 +240,10 @@ type JetStream struct {
 
 // lane is one ordered consumer of a source.
 type lane struct {
-	part    int      // partition number; -1 without partitions
-	filters []string // subject filters; none = the whole stream
-	start   uint64   // first sequence to read
-	it      jetstream.MessagesContext
-	cons    jetstream.Consumer
+	part    int            // partition number; -1 without partitions
+	filters []string       // subject filters; none = the whole stream
+	start   uint64         // first sequence to read
+	rd      *orderedReader // nil until its consumer was created
 	// tried names the consumer a failed start's request may have created
 	// (the request's answer did not come back, or its context ended
 	// first): stopLocked deletes it.
@@ -752,13 +751,8 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		// One name for every try: a try that timed out may have created
 		// the consumer, which the next one then takes over rather than
 		// leaving it behind until it expires.
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: l.filters, DeliverPolicy: jetstream.DeliverAllPolicy,
-			MaxResetAttempts: maxResetAttempts, NamePrefix: nuid.Next()}
-		if l.start > 1 {
-			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-			cfg.OptStartSeq = l.start
-		}
-		var cons jetstream.Consumer
+		prefix := nuid.Next()
+		var rd *orderedReader
 		err := s.throughElection(ctx, func(ctx context.Context) (err error) {
 			// A task canceled as its source starts (its attempt failed
 			// over, or was canceled) would cancel the request but not the
@@ -768,23 +762,21 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 			// created.
 			dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadlineOf(ctx))
 			defer cancel()
-			c, err := st.OrderedConsumer(dctx, cfg)
+			r, err := newOrderedReader(dctx, s.js, s.cfg.Stream, l.filters, l.start, prefix)
 			if err == nil {
-				cons = c
+				rd = r
 			}
 			return errors.Join(err, ctx.Err())
 		})
-		l.cons = cons
-		if err != nil && cons == nil {
+		l.rd, l.stopped = rd, new(atomic.Bool)
+		if err != nil && rd == nil {
 			// No answer within the try: the server may have created it
-			// all the same. nats.go v1.55.0 names an ordered consumer's
-			// first consumer <prefix>_1.
-			l.tried = cfg.NamePrefix + "_1"
+			// all the same, under the reader's first name.
+			l.tried = prefix + "_1"
 		}
 		if err == nil {
-			l.stopped = new(atomic.Bool)
-			l.it, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(s.cfg.PullMaxMessages, s.laneBytes()))
-			if info := cons.CachedInfo(); err == nil && info != nil {
+			err = rd.Start(s.cfg.PullMaxMessages, s.laneBytes())
+			if info := rd.CachedInfo(); err == nil && info != nil {
 				// What the consumer had to deliver when it was created:
 				// known before its first message (pending counts it from
 				// then on), so that a lane with nothing to read says so.
@@ -814,7 +806,7 @@ func (s *JetStream) startLocked(ctx context.Context) error {
 		}
 		s.wg.Add(1)
 		running++
-		go s.run(i, l.it, l.stopped)
+		go s.run(i, l.rd, l.stopped)
 	}
 	s.started = true
 	// A bounded source's lanes, filtered or not, are watched for their
@@ -907,7 +899,7 @@ func (s *JetStream) DrainTo(seq uint64) error {
 		return nil // startLocked ends the lanes at or past seq
 	}
 	for i, l := range s.lanes {
-		if off, ended := s.acc.state(i); !ended && off >= seq && l.it != nil {
+		if off, ended := s.acc.state(i); !ended && off >= seq && l.rd != nil {
 			s.endLane(i)
 		}
 	}
@@ -1232,12 +1224,12 @@ func removalCause(stream string, cfg jetstream.StreamConfig) (cause, fix string)
 // messages and nothing comes after (a purge). Errors leave it.
 func (s *JetStream) refreshPending(l *lane, d uint64) {
 	old := l.pending.Load()
-	if old <= 1 || l.cons == nil {
+	if old <= 1 || l.rd == nil {
 		return // nothing pending: a message stored now is sent at once
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.IdleCheckTimeout)
 	defer cancel()
-	ci, err := l.cons.Info(ctx)
+	ci, err := l.rd.Info(ctx)
 	if err != nil || !l.waiting.Load() || l.delivered.Load() != d {
 		return
 	}
@@ -1313,9 +1305,7 @@ func (s *JetStream) checkEnds(st jetstream.Stream, seen []uint64) bool {
 			// the consumer wakes it.
 			if !l.kicked && time.Since(l.endReqAt) > stopGrace {
 				l.kicked = true
-				if ci := l.cons.CachedInfo(); ci != nil {
-					_ = s.js.DeleteConsumer(ctx, s.cfg.Stream, ci.Name)
-				}
+				_ = s.js.DeleteConsumer(ctx, s.cfg.Stream, l.rd.Name())
 			}
 			continue
 		}
@@ -1356,7 +1346,7 @@ func (s *JetStream) requestEnd(l *lane) {
 	l.endReqAt = time.Now()
 	l.endReq.Store(true)
 	l.stopped.Store(true)
-	l.it.Stop()
+	l.rd.Stop()
 }
 
 // catchUp advances lane i from offset off to the stream's last sequence if
@@ -1387,20 +1377,20 @@ func (s *JetStream) catchUp(st jetstream.Stream, i int, l *lane, off uint64) {
 // every lane ended.
 func (s *JetStream) endLane(i int) {
 	s.acc.end(i, s.endAt.Load())
-	if l := s.lanes[i]; l.it != nil {
+	if l := s.lanes[i]; l.rd != nil {
 		l.stopped.Store(true)
-		l.it.Stop()
+		l.rd.Stop()
 	}
 }
 
 // run moves messages from lane's iterator into the accumulator, in order,
 // from one goroutine; it ends when the iterator is stopped.
-func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.Bool) {
+func (s *JetStream) run(lane int, rd *orderedReader, stopped *atomic.Bool) {
 	defer s.wg.Done()
 	l := s.lanes[lane]
 	for {
 		l.waiting.Store(true)
-		m, err := it.Next()
+		m, a, err := rd.Next()
 		l.waiting.Store(false)
 		if err != nil {
 			switch {
@@ -1422,22 +1412,14 @@ func (s *JetStream) run(lane int, it jetstream.MessagesContext, stopped *atomic.
 			return
 		}
 		l.delivered.Add(1)
-		if !s.onMsg(lane, m) {
+		if !s.onMsg(lane, m, a) {
 			return
 		}
 	}
 }
 
-func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
-	seq, tsNanos, pending, consumer, ok := parseAckReply(m.Reply())
-	if !ok {
-		meta, err := m.Metadata()
-		if err != nil {
-			s.acc.fail(fmt.Errorf("jetstream source %s: message metadata: %w", s.cfg.Stream, err))
-			return false
-		}
-		seq, tsNanos, pending, consumer = meta.Sequence.Stream, uint64(meta.Timestamp.UnixNano()), meta.NumPending, meta.Consumer
-	}
+func (s *JetStream) onMsg(lane int, m *nats.Msg, a ackInfo) bool {
+	seq, tsNanos, pending, consumer := a.seq, a.ts, a.pending, a.consumer
 	s.lanes[lane].pending.Store(pending + 1)
 	if l := s.lanes[lane]; consumer != l.consumer {
 		// The ordered consumer recreated itself (server restart, missed
@@ -1483,8 +1465,8 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 			}
 		}
 	}
-	if s.cfg.Partitions == 0 && ((s.cfg.Parallelism > 1 && PartitionOf(m.Subject(), s.cfg.Parallelism) != s.cfg.Index) ||
-		(seq <= s.rescaledTo && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject()))) {
+	if s.cfg.Partitions == 0 && ((s.cfg.Parallelism > 1 && PartitionOf(m.Subject, s.cfg.Parallelism) != s.cfg.Index) ||
+		(seq <= s.rescaledTo && (StreamOffset{Rescaled: s.rescaled}).processed(seq, m.Subject))) {
 		if !s.acc.skip(lane, seq) {
 			return false // closed, or past a drain's stop: the lane ended
 		}
@@ -1498,9 +1480,9 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 	var key []byte
 	ts := int64(tsNanos / 1e6) // the time the stream stored it
 	if s.cfg.Key == KeyFromSubject {
-		key = []byte(m.Subject())
+		key = []byte(m.Subject)
 	}
-	if h := m.Headers(); h != nil {
+	if h := m.Header; h != nil {
 		if k := h.Get(KeyHeader); k != "" && s.cfg.Key != KeyFromSubject {
 			key = []byte(k)
 		}
@@ -1508,7 +1490,7 @@ func (s *JetStream) onMsg(lane int, m jetstream.Msg) bool {
 			ts = t
 		}
 	}
-	if !s.acc.add(lane, key, m.Data(), ts, seq) {
+	if !s.acc.add(lane, key, m.Data, ts, seq) {
 		return false // closed, or past a drain's stop: the lane ended
 	}
 	// A drain may have bounded the source while add waited (DrainTo).
@@ -1812,9 +1794,9 @@ func (s *JetStream) Close() error {
 // deletes the consumers on the server.
 func (s *JetStream) stopLocked() error {
 	for _, l := range s.lanes {
-		if l.it != nil {
+		if l.rd != nil {
 			l.stopped.Store(true)
-			l.it.Stop()
+			l.rd.Stop()
 		}
 	}
 	if s.waitRun(stopGrace) {
@@ -1828,11 +1810,10 @@ func (s *JetStream) stopLocked() error {
 		}
 		return nil
 	}
-	// Stopping an iterator while its ordered consumer recreates itself
-	// (after a server restart) can miss the new inner subscription, and the
-	// reader waits on it forever (nats.go v1.55.0). Deleting the consumer on
-	// the server wakes it: the ordered consumer sees it is stopped and ends
-	// the iteration.
+	// A reader that did not end within the grace is held up elsewhere
+	// (a request to a server that went away, in a recreation of its
+	// consumer): deleting the consumers, best effort, leaves nothing
+	// behind when it ends.
 	s.deleteConsumers()
 	if !s.waitRun(closeTimeout) {
 		return fmt.Errorf("jetstream source %s: the consumers did not stop within %s", s.cfg.Stream, stopGrace+closeTimeout)
@@ -1859,11 +1840,8 @@ func (s *JetStream) deleteConsumers() {
 			_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, l.tried)
 			l.tried = ""
 		}
-		if l.cons == nil {
-			continue
-		}
-		if info := l.cons.CachedInfo(); info != nil {
-			_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, info.Name)
+		if l.rd != nil {
+			_ = s.js.DeleteConsumer(dctx, s.cfg.Stream, l.rd.Name())
 		}
 	}
 }
@@ -1890,12 +1868,12 @@ func (s *JetStream) waitRun(d time.Duration) bool {
 	}
 }
 
-// parseAckReply reads the stream sequence and timestamp from a JetStream
-// ack reply subject without allocating:
+// parseAck reads a JetStream delivery's reply subject without
+// allocating:
 //
 //	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
 //	$JS.ACK.<domain>.<acchash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<random>
-func parseAckReply(reply string) (seq, ts, pending uint64, consumer string, ok bool) {
+func parseAck(reply string) (a ackInfo, ok bool) {
 	var starts [13]int
 	n := 0
 	starts[0] = 0
@@ -1903,7 +1881,7 @@ func parseAckReply(reply string) (seq, ts, pending uint64, consumer string, ok b
 	for i := 0; i < len(reply); i++ {
 		if reply[i] == '.' {
 			if n == len(starts) {
-				return 0, 0, 0, "", false
+				return ackInfo{}, false
 			}
 			starts[n] = i + 1
 			n++
@@ -1917,21 +1895,22 @@ func parseAckReply(reply string) (seq, ts, pending uint64, consumer string, ok b
 		return reply[starts[i]:end]
 	}
 	if n < 9 || tok(0) != "$JS" || tok(1) != "ACK" {
-		return 0, 0, 0, "", false
+		return ackInfo{}, false
 	}
 	base := 2
 	if n >= 12 {
 		base = 4
 	} else if n != 9 {
-		return 0, 0, 0, "", false
+		return ackInfo{}, false
 	}
 	seq, okS := parseUint(tok(base + 3))
+	cseq, okC := parseUint(tok(base + 4))
 	ts, okT := parseUint(tok(base + 5))
 	pending, okP := parseUint(tok(base + 6))
-	if !okS || !okT || !okP {
-		return 0, 0, 0, "", false
+	if !okS || !okC || !okT || !okP {
+		return ackInfo{}, false
 	}
-	return seq, ts, pending, tok(base + 1), true
+	return ackInfo{consumer: tok(base + 1), seq: seq, cseq: cseq, ts: ts, pending: pending}, true
 }
 
 func parseUint(s string) (uint64, bool) {

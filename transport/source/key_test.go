@@ -190,24 +190,6 @@ func TestUnknownKeyFrom(t *testing.T) {
 	}
 }
 
-// jsMsg is a JetStream message as the ordered consumer delivers it, for
-// onMsg without a server.
-type jsMsg struct {
-	jetstream.Msg // the methods onMsg does not call
-	subject       string
-	reply         string
-	header        nats.Header
-	data          []byte
-}
-
-func (m *jsMsg) Subject() string      { return m.subject }
-func (m *jsMsg) Reply() string        { return m.reply }
-func (m *jsMsg) Headers() nats.Header { return m.header }
-func (m *jsMsg) Data() []byte         { return m.data }
-func (m *jsMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return nil, fmt.Errorf("no metadata in the test")
-}
-
 // onMsgCase is one message's way into a source's accumulator, add, and
 // reset, which empties the batch as Poll does but keeps its buffer.
 type onMsgCase struct{ add, reset func() }
@@ -240,9 +222,10 @@ func onMsgCases(t testing.TB) map[string]onMsgCase {
 		if err != nil {
 			t.Fatal(err)
 		}
-		jm := &jsMsg{subject: subject, reply: "$JS.ACK.IN.cons.1.7.7.1700000000000000000.0", header: h, data: value}
+		jm := &nats.Msg{Subject: subject, Reply: "$JS.ACK.IN.cons.1.7.7.1700000000000000000.0", Header: h, Data: value}
+		ja, _ := parseAck(jm.Reply)
 		cases["jetstream/"+k.name] = onMsgCase{func() {
-			if !s.onMsg(0, jm) {
+			if !s.onMsg(0, jm, ja) {
 				t.Fatal("onMsg refused the message")
 			}
 		}, reset(s.acc)}

@@ -132,7 +132,7 @@ func TestJetStreamNoFalseLoss(t *testing.T) {
 	must(t, err)
 	defer src.Close()
 	got, _ := pollRecords(t, ctx, src, 5)
-	ci, err := src.lanes[0].cons.Info(ctx)
+	ci, err := src.lanes[0].rd.Info(ctx)
 	must(t, err)
 	st, err := js.Stream(ctx, "IN")
 	must(t, err)
@@ -196,7 +196,7 @@ func TestJetStreamPendingFollowsTheStream(t *testing.T) {
 	pollRecords(t, ctx, src, 10)
 	var sent uint64 // what the server sent: the reader holds it
 	for sent <= 10 {
-		ci, err := src.lanes[0].cons.Info(ctx)
+		ci, err := src.lanes[0].rd.Info(ctx)
 		must(t, err)
 		sent = ci.Delivered.Stream
 	}

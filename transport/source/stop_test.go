@@ -273,7 +273,7 @@ func TestJetStreamStopSeekPast(t *testing.T) {
 				t.Fatalf("first poll: %d bytes, offset %x, %v; want none, %x, ErrEnded", len(b), off, err, c.want)
 			}
 			for _, l := range src.lanes {
-				if l.cons != nil {
+				if l.rd != nil {
 					t.Fatal("a consumer was started")
 				}
 			}
@@ -298,7 +298,7 @@ func TestJetStreamStopSeekPast(t *testing.T) {
 	if po.Seqs[0] != 20 || po.Seqs[1] != 25 {
 		t.Fatalf("final offsets %v, want 0:20 1:25", po.Seqs)
 	}
-	if src.lanes[1].cons != nil {
+	if src.lanes[1].rd != nil {
 		t.Fatal("a consumer was started for the partition past the stop")
 	}
 }
