@@ -303,7 +303,8 @@ func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
 	}
 	recs, err := abi.DecodeBatch(s.staged[0].batch)
 	must(t, err)
-	must(t, s.publishAtomic(ctx, &s.route, s.prefix, 1, 0, recs[:LargeCheckpoint])) // then the crash
+	_, err = s.commitChunk(ctx, s.prefix, atomicChunk{rt: &s.route, ckpt: 1, recs: recs[:LargeCheckpoint]}, nil, nil)
+	must(t, err) // then the crash
 	s.Close()
 
 	recoverNew(t, ctx, nc, cfg, 1, state)

@@ -27,14 +27,41 @@ type batchAck struct {
 // times is set) through nc as one atomic batch on the subjects of rt, the
 // first message with message id id and the last with lastID (none where
 // ""), and waits for the server's answer to its commit, up to
-// AtomicCommitWait(timeout, n). It streams: each message goes to the
-// connection as it is made, so the server stages the batch while the rest
-// is still being written, and one message and header set are reused
-// throughout (the connection copies each out before PublishMsg returns).
-// Only the commit (the last message) is a request; a message the server
-// refused on the way makes it fail the commit. An answer with an error is
-// returned as a *refusedBatch wrapping the *jetstream.APIError.
+// AtomicCommitWait(timeout, n): stageAtomicBatch, then the batch's send
+// and wait.
 func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string, timeout time.Duration) error {
+	b, err := stageAtomicBatch(nc, rt, n, rec, times, id, lastID)
+	if err != nil {
+		return err
+	}
+	if err := b.send(); err != nil {
+		return err
+	}
+	return b.wait(ctx, timeout)
+}
+
+// pendingBatch is an atomic batch streamed to the server but for its last
+// message, the commit (stageAtomicBatch). The server keeps what it staged
+// until the commit comes, or drops it after its batch timeout: a batch
+// never sent is abandoned, nothing of it is stored.
+type pendingBatch struct {
+	nc     *nats.Conn
+	id     string    // the batch's id
+	n      int       // messages
+	commit *nats.Msg // the last message, with the commit header
+	sub    *nats.Subscription
+}
+
+// stageAtomicBatch streams the first n-1 of n records (rec(i) is record
+// i's key, value and timestamp, published in TimeHeader where times is
+// set) through nc as an atomic batch on the subjects of rt, the first
+// message with message id id and the last with lastID (none where ""),
+// and returns the batch with its commit unsent. Each message goes to the
+// connection as it is made, so the server stages the batch while the rest
+// is still being written; one header set is reused throughout (the
+// connection copies each message out before PublishMsg returns), the
+// commit's is its own.
+func stageAtomicBatch(nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string) (*pendingBatch, error) {
 	batchID := nuid.Next()
 	seq := []string{""}
 	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
@@ -50,7 +77,7 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 		key, value, ts := rec(i)
 		subj, err := rt.subject(key)
 		if err != nil {
-			return fmt.Errorf("message %d of the batch: %w", i+1, err)
+			return nil, fmt.Errorf("message %d of the batch: %w", i+1, err)
 		}
 		m.Subject = subj
 		switch i {
@@ -73,16 +100,53 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 		m.Data = value
 		if i < n-1 {
 			if err := nc.PublishMsg(m); err != nil {
-				return fmt.Errorf("message %d of the batch: %w", i+1, err)
+				return nil, fmt.Errorf("message %d of the batch: %w", i+1, err)
 			}
 			continue
 		}
 		h[jetstreamext.BatchCommitHeader] = []string{"1"}
 	}
+	return &pendingBatch{nc: nc, id: batchID, n: n, commit: m}, nil
+}
+
+// send sends the batch's commit, its answer to come to an inbox of its
+// own (wait reads it).
+func (b *pendingBatch) send() error {
+	sub, err := b.nc.SubscribeSync(b.nc.NewInbox())
+	if err != nil {
+		return fmt.Errorf("commit of the batch of %d messages: %w", b.n, err)
+	}
+	b.sub = sub
+	b.commit.Reply = sub.Subject
+	if err := b.nc.PublishMsg(b.commit); err != nil {
+		b.close()
+		return fmt.Errorf("commit of the batch of %d messages: %w", b.n, err)
+	}
+	return nil
+}
+
+// close drops the subscription to the commit's answer, if any.
+func (b *pendingBatch) close() {
+	if b.sub != nil {
+		_ = b.sub.Unsubscribe()
+		b.sub = nil
+	}
+}
+
+// wait waits for the server's answer to the commit send sent, up to
+// AtomicCommitWait(timeout, n). A message the server refused on the way
+// makes it fail the commit. An answer with an error is returned as a
+// *refusedBatch wrapping the *jetstream.APIError.
+func (b *pendingBatch) wait(ctx context.Context, timeout time.Duration) error {
+	defer b.close()
+	n := b.n
 	wait := AtomicCommitWait(timeout, n)
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	resp, err := nc.RequestMsgWithContext(rctx, m)
+	resp, err := b.sub.NextMsgWithContext(rctx)
+	if err == nil && len(resp.Data) == 0 && resp.Header.Get("Status") == "503" {
+		err = nats.ErrNoResponders
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("commit of the batch of %d messages: %w", n, err) // answered at once
 	}
@@ -96,7 +160,7 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 	if ack.Error != nil {
 		return &refusedBatch{n: n, err: ack.Error}
 	}
-	if ack.Stream == "" || ack.Batch != batchID || ack.Count != n {
+	if ack.Stream == "" || ack.Batch != b.id || ack.Count != n {
 		return fmt.Errorf("commit of the batch: %w: %q", jetstreamext.ErrInvalidBatchAck, resp.Data)
 	}
 	return nil

@@ -508,6 +508,11 @@ func PlanPublish(mode PublishMode, stream jetstream.StreamConfig, batchSize int)
 // ("atomic publish batch is too large: {size}").
 const errCodeAtomicBatchTooLarge = 10199
 
+// errCodeAtomicIncomplete is nats-server's JSAtomicPublishIncompleteBatchErr
+// (jetstream_errors_generated.go): a commit of a batch the server does not
+// hold whole, such as one it dropped after its batch timeout.
+const errCodeAtomicIncomplete = 10176
+
 // Plan reports how the sink publishes.
 func (s *ExactlyOnce) Plan() PublishPlan {
 	return s.plan
@@ -1423,10 +1428,14 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 	for i := 0; i < len(entries); {
 		tg := s.targetOf(&entries[i])
 		if entries[i].chunk > 0 {
-			if err := s.publishChunks(ctx, tg, prefix, entries[i]); err != nil {
+			j := i + 1
+			for j < len(entries) && entries[j].chunk > 0 && s.targetOf(&entries[j]) == tg {
+				j++
+			}
+			if err := s.publishChunks(ctx, tg, prefix, entries[i:j]); err != nil {
 				return err
 			}
-			i++
+			i = j
 			continue
 		}
 		j := i + 1
@@ -1453,39 +1462,77 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 	return nil
 }
 
-// publishChunks publishes the records of e as atomic batches cut the way
-// e records: up to e.chunk records and e.chunkBytes record bytes each, so
-// a re-commit repeats the batches and their ids. tg is e's stream.
-func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix string, e staged) error {
-	if int(e.chunk) > tg.plan.AtomicMax {
-		now := fmt.Sprintf("stream %s does not allow atomic publish", tg.stream)
-		if tg.plan.AtomicMax > 0 {
-			now = fmt.Sprintf("the sink's batch size is %d", tg.plan.AtomicMax)
+// publishChunks publishes the records of entries, each staged for atomic
+// batches and for stream tg, as atomic batches cut the way each entry
+// records: up to e.chunk records and e.chunkBytes record bytes each, so a
+// re-commit repeats the batches and their ids. While the server stores one
+// batch, the next is streamed to it (its commit held back): the stream's
+// one storing goroutine is not left idle while a batch is on its way. The
+// next commit is sent only once the one before is stored, so the stream
+// keeps the order; a batch streamed ahead of a commit that failed is never
+// committed (the server drops it after its batch timeout) and is streamed
+// again with the next try.
+func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix string, entries []staged) error {
+	var chunks []atomicChunk
+	for i := range entries {
+		e := &entries[i]
+		if int(e.chunk) > tg.plan.AtomicMax {
+			now := fmt.Sprintf("stream %s does not allow atomic publish", tg.stream)
+			if tg.plan.AtomicMax > 0 {
+				now = fmt.Sprintf("the sink's batch size is %d", tg.plan.AtomicMax)
+			}
+			return fmt.Errorf("%s: %s was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
+				s, checkpointName(e.id), e.chunk, now, e.chunk)
 		}
-		return fmt.Errorf("%s: %s was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
-			s, checkpointName(e.id), e.chunk, now, e.chunk)
-	}
-	recs, err := abi.DecodeBatch(e.batch)
-	if err != nil {
-		return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
-	}
-	for _, c := range e.chunks(recs) {
-		if e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
-			continue
+		recs, err := abi.DecodeBatch(e.batch)
+		if err != nil {
+			return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 		}
+		for _, c := range e.chunks(recs) {
+			if e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
+				continue
+			}
+			chunks = append(chunks, atomicChunk{rt: s.routeOf(e), ckpt: e.id, first: c[0], recs: recs[c[0]:c[1]]})
+		}
+	}
+	var ahead *pendingBatch // chunks[i]'s, streamed while chunks[i-1] was stored
+	for i, c := range chunks {
 		// A batch that got no answer may be stored or not: sent again,
 		// it is stored, or refused whole for its first id, a duplicate.
-		// Each is a try of its own; the one after it starts once it is
-		// stored, so the stream keeps the order.
-		unstored := func(subjects []string) error { return s.routeOf(&e).unstored(subjects, recordKeys(recs[c[0]:c[1]])) }
+		// Each is a try of its own; the one after it is committed once it
+		// is stored.
+		unstored := func(subjects []string) error { return c.rt.unstored(subjects, recordKeys(c.recs)) }
+		var next func() *pendingBatch
+		if i+1 < len(chunks) {
+			next = func() *pendingBatch {
+				b, err := s.stageChunk(prefix, chunks[i+1])
+				if err != nil {
+					return nil // streamed again in its turn, which reports the error
+				}
+				return b
+			}
+		}
 		err := commitThroughElection(ctx, s.js, tg.stream, unstored, func(ctx context.Context) (bool, error) {
-			return false, s.publishAtomic(ctx, s.routeOf(&e), prefix, e.id, c[0], recs[c[0]:c[1]])
+			b := ahead
+			ahead = nil
+			var err error
+			ahead, err = s.commitChunk(ctx, prefix, c, b, next)
+			return false, err
 		})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// atomicChunk is one atomic batch of a commit: records recs, from index
+// first on, of checkpoint ckpt's output, on the subjects of rt.
+type atomicChunk struct {
+	rt    *route
+	ckpt  int64
+	first int
+	recs  []abi.Record
 }
 
 // recordKeys yields the keys of recs.
@@ -1535,30 +1582,58 @@ func (e staged) chunks(recs []abi.Record) [][2]int {
 	return out
 }
 
-// publishAtomic publishes recs (indexes first...) as one atomic batch on
-// the subjects of rt. A batch that was committed before is refused as a
-// whole for its duplicate ids, which means it is already stored.
-func (s *ExactlyOnce) publishAtomic(ctx context.Context, rt *route, prefix string, ckpt int64, first int, recs []abi.Record) error {
-	// Only the chunk's first and last messages carry a message id: the
-	// batch is stored all or nothing, so a repeated chunk is refused as a
-	// whole for its first, duplicate id. The last one is for a read-back
-	// past the duplicate window: newest of its batch, no later record of
-	// the batch replaces it on a stream with per-subject limits. Chunks are
-	// cut the way the staged entry recorded (publishChunks), so a
-	// re-commit repeats the same ids.
-	err := s.publishBatch(ctx, rt, recs, msgID(prefix, ckpt, first), msgID(prefix, ckpt, first+len(recs)-1))
+// commitChunk publishes chunk c as one atomic batch: b, when it was
+// streamed ahead (stageChunk), else streamed now. Once its commit is sent,
+// and while the server stores it, next (if any) streams the batch after
+// it, which commitChunk returns once c is stored. A batch that was
+// committed before is refused as a whole for its duplicate ids, which
+// means it is already stored.
+func (s *ExactlyOnce) commitChunk(ctx context.Context, prefix string, c atomicChunk, b *pendingBatch, next func() *pendingBatch) (*pendingBatch, error) {
+	var err error
+	streamedAhead := b != nil
+	if b == nil {
+		b, err = s.stageChunk(prefix, c)
+	}
+	if err == nil {
+		err = b.send()
+	}
+	var ahead *pendingBatch
+	if err == nil {
+		if next != nil {
+			ahead = next()
+		}
+		err = b.wait(ctx, s.cfg.Timeout)
+	}
 	var apiErr *jetstream.APIError
+	if streamedAhead && errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicIncomplete {
+		// The server dropped the batch streamed ahead before its commit
+		// came (its batch timeout): nothing of it is stored; stream it
+		// again. (The one streamed after it is left to the same fate.)
+		return s.commitChunk(ctx, prefix, c, nil, next)
+	}
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
-		return nil
+		return ahead, nil
 	}
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicBatchTooLarge {
-		return fmt.Errorf("%s: atomic publish of %s records %d..%d: %w (the server's max_batch_size is below this batch of %d messages: lower the sink's atomic batch size or raise the server's limit)",
-			s, checkpointName(ckpt), first, first+len(recs)-1, err, len(recs))
+		return nil, fmt.Errorf("%s: atomic publish of %s records %d..%d: %w (the server's max_batch_size is below this batch of %d messages: lower the sink's atomic batch size or raise the server's limit)",
+			s, checkpointName(c.ckpt), c.first, c.first+len(c.recs)-1, err, len(c.recs))
 	}
 	if err != nil {
-		return fmt.Errorf("%s: atomic publish of %s records %d..%d: %w", s, checkpointName(ckpt), first, first+len(recs)-1, err)
+		return nil, fmt.Errorf("%s: atomic publish of %s records %d..%d: %w", s, checkpointName(c.ckpt), c.first, c.first+len(c.recs)-1, err)
 	}
-	return nil
+	return ahead, nil
+}
+
+// stageChunk streams chunk c as an atomic batch but for its commit. Only
+// the chunk's first and last messages carry a message id: the batch is
+// stored all or nothing, so a repeated chunk is refused as a whole for its
+// first, duplicate id. The last one is for a read-back past the duplicate
+// window: newest of its batch, no later record of the batch replaces it on
+// a stream with per-subject limits. Chunks are cut the way the staged
+// entry recorded (publishChunks), so a re-commit repeats the same ids.
+func (s *ExactlyOnce) stageChunk(prefix string, c atomicChunk) (*pendingBatch, error) {
+	return stageAtomicBatch(s.js.Conn(), c.rt, len(c.recs), func(i int) ([]byte, []byte, int64) { return c.recs[i].Key, c.recs[i].Value, c.recs[i].Timestamp },
+		s.cfg.Timestamps, msgID(prefix, c.ckpt, c.first), msgID(prefix, c.ckpt, c.first+len(c.recs)-1))
 }
 
 // AtomicCommitWait is how long the commit of an atomic batch of n messages
@@ -1583,14 +1658,6 @@ const (
 	AtomicCommitPerMessage = time.Millisecond
 	MaxAtomicCommitExtra   = 20 * time.Second
 )
-
-// publishBatch publishes recs (at least one) as one atomic batch on the
-// subjects of rt, the first message with message id id and the last with
-// lastID (publishAtomicBatch).
-func (s *ExactlyOnce) publishBatch(ctx context.Context, rt *route, recs []abi.Record, id, lastID string) error {
-	return publishAtomicBatch(ctx, s.js.Conn(), rt, len(recs), func(i int) ([]byte, []byte, int64) { return recs[i].Key, recs[i].Value, recs[i].Timestamp },
-		s.cfg.Timestamps, id, lastID, s.cfg.Timeout)
-}
 
 // Fast-batch flow control: the server acknowledges every fastFlow messages
 // (at most; it may ask for acknowledgements more often when several

@@ -53,3 +53,32 @@ func TestExactlyOnceAtomicBatchLargerThanTheStreamTakes(t *testing.T) {
 		})
 	}
 }
+
+// A commit cut into several atomic batches streams the next batch while
+// the server stores one, but commits it only once the one before is
+// stored: when the stream refuses a batch (here the second of three, past
+// its max_msgs with discard new), the third, streamed ahead, is never
+// stored, and the stream holds the first batch only, in order.
+func TestExactlyOnceBatchStreamedAheadOfARefusedOne(t *testing.T) {
+	cfg := outStream(PublishAtomic)
+	cfg.MaxMsgs, cfg.Discard = 15, jetstream.DiscardNew
+	nc, js, ctx := outSetup(t, cfg)
+	s, err := NewExactlyOnce(ctx, nc, ExactlyOnceConfig{Stream: "OUT", Subject: "out", Job: "j", Task: "sink0", Publish: PublishAtomic, BatchSize: 10})
+	must(t, err)
+	defer s.Close()
+	must(t, s.Write(ctx, batchOf(0, 30)))
+	if _, err := s.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Commit(ctx, 1))
+	var full *StreamFullError
+	if err := s.Wait(ctx); !errors.As(err, &full) || full.Batch != 10 {
+		t.Fatalf("commit: %v; want the second batch of 10 refused", err)
+	}
+	// The third batch's messages reached the server before the second's
+	// answer; had its commit gone out, it would be stored by now.
+	_, values := streamIDs(t, ctx, js, "OUT")
+	if len(values) != 10 || values[0] != "v0" || values[9] != "v9" {
+		t.Fatalf("stream holds %v; want the first batch, v0..v9", values)
+	}
+}

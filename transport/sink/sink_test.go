@@ -613,7 +613,8 @@ func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMo
 	must(t, err)
 	switch mode {
 	case PublishAtomic:
-		must(t, s.publishAtomic(ctx, &s.route, s.prefix, id, 0, recs[:100]))
+		_, err := s.commitChunk(ctx, s.prefix, atomicChunk{rt: &s.route, ckpt: id, recs: recs[:100]}, nil, nil)
+		must(t, err)
 	case PublishFast:
 		var part abi.Builder
 		for _, r := range recs[:n] {
