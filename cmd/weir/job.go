@@ -173,6 +173,7 @@ type jobFlags struct {
 	createStreams    bool // restore -create-streams
 	drain            bool // stop -drain
 	replicas         int  // restore -replicas
+	replicasSet      bool // restore -replicas was given
 	json             bool // ls, status -json
 	output           jobOutputOptions
 }
@@ -204,7 +205,7 @@ func (f *jobFlags) flagSet(sub string) *flag.FlagSet {
 		fs.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "drop the state of operators the new spec no longer has, and start without their state the sources and operators whose state the new spec changes the meaning of (a source on another stream reads it from its start)")
 		fs.BoolVar(&f.allowRenumbered, "allow-renumbered-ports", false, "let an operator's output ports lead to other readers than when the checkpoint was taken (its new build emits to the new ports)")
 		fs.BoolVar(&f.createStreams, "create-streams", false, "with -spec: create the JetStream streams the spec names that do not exist (a sink moved to a new stream)")
-		fs.IntVar(&f.replicas, "replicas", 1, "servers of a cluster that keep each stream -create-streams makes, 1-5")
+		fs.IntVar(&f.replicas, "replicas", 1, "servers of a cluster that keep each stream -create-streams makes, 1-5; not given: as many as the coordinator keeps its job records with (weir up -replicas), at most the cluster's servers")
 	}
 	return fs
 }
@@ -262,6 +263,7 @@ func parseJobArgs(std Stdio, args []string, f *jobFlags) (jobSubcommand, []strin
 		}
 	}
 	pos, err := positional(fs, common.Args()[1:], func(a []string) error { return fs.Parse(a) })
+	f.replicasSet = flagGiven(fs, "replicas")
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		usage := c.usageLine() + " [connection flags] [-wait D]\n\n" + indent(c.help, "  ")
@@ -674,9 +676,15 @@ func runJob(ctx context.Context, std Stdio, args []string) error {
 				if err != nil {
 					return fmt.Errorf("job restore %s: %w", job, err)
 				}
-				if err := createStreams(ctx, std, js, spec, f.replicas); err != nil {
+				replicas, note := f.replicas, ""
+				if !f.replicasSet {
+					replicas, note = defaultReplicas(coordinatorReplicas(ctx, js), clusterServers(nc))
+				}
+				missing := missingStreams(ctx, js, spec)
+				if err := createStreams(ctx, std, js, spec, replicas); err != nil {
 					return err
 				}
+				sayReplicas(std, missing, replicas, note, clusterServers(nc))
 			}
 			check := req
 			check.Spec = spec
@@ -2186,6 +2194,8 @@ func memoryCell(used, limit int64) string {
 // size formats a byte count.
 func size(n int64) string {
 	switch {
+	case n >= 1<<30:
+		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
 	case n >= 1<<20:
 		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
 	case n >= 1<<10:
