@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,6 +140,10 @@ func TestFailureReportSaysItsKind(t *testing.T) {
 		{&stream.ChannelError{Channel: "slow-1 -> count-0", Err: fmt.Errorf("%w: got frame 9, want 7", remote.ErrSequenceGap)}, control.FailureConnection},
 		{fmt.Errorf("jetstream source IN: the consumer stopped: %w", nats.ErrConnectionClosed), control.FailureConnection},
 		{fmt.Errorf("exactly-once sink out: publish: %w", nats.ErrDisconnected), control.FailureConnection},
+		// The socket under the connection, as a core sink's publish
+		// returns it (a trial: "write: broken pipe" had no kind).
+		{fmt.Errorf("core sink out: publish: %w", &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}), control.FailureConnection},
+		{fmt.Errorf("core sink out: flush: %w", syscall.ECONNRESET), control.FailureConnection},
 		// An exactly-once sink that staged past its bound: checkpoints
 		// are not completing.
 		{fmt.Errorf("exactly-once sink out: %w: 250 records", sink.ErrStagedTooMuch), control.FailureCheckpointsFailed},

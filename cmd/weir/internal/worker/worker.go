@@ -18,11 +18,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -1167,10 +1169,14 @@ func failureKind(err error) control.FailureKind {
 		return control.FailureStream
 	case errors.Is(err, remote.ErrDisconnected) || errors.Is(err, remote.ErrSequenceGap) ||
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, control.ErrNotHeard):
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrStaleConnection) ||
+		errors.Is(err, control.ErrNotHeard) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.As(err, new(*net.OpError)):
 		// A channel between workers, or a source's or sink's NATS
-		// connection, lost, or a report to the coordinator not
-		// answered: the network or the server, not the job.
+		// connection, lost (nats.go, or the socket under it: "write:
+		// broken pipe" from a core sink's publish), or a report to the
+		// coordinator not answered: the network or the server, not the
+		// job.
 		return control.FailureConnection
 	}
 	return control.FailureUnknown
