@@ -134,3 +134,17 @@ func TestCreateStreamsForAStreamNamedTwice(t *testing.T) {
 		t.Errorf("createStreams: %v\nwant it to start %q", err, want)
 	}
 }
+
+// The server refuses stream configurations for many reasons under one
+// error code (10052, JSStreamInvalidConfigF): only its "overlaps with"
+// is said to be overlapping subjects; another keeps the server's words.
+func TestCreateStreamOtherInvalidConfig(t *testing.T) {
+	_, js := embeddedtest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := jetstream.StreamConfig{Name: "BAD", Subjects: []string{"bad"}, MaxAge: time.Minute, Duplicates: time.Hour}
+	err := createStream(ctx, Stdio{Out: io.Discard, Err: io.Discard}, js, cfg, func(string) string { return "" }, "subjects %s overlap")
+	if err == nil || strings.Contains(err.Error(), "overlap") || !strings.Contains(err.Error(), "duplicates window can not be larger then max age") {
+		t.Fatalf("createStream: %v; want the server's reason, not overlapping subjects", err)
+	}
+}

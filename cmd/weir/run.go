@@ -497,7 +497,7 @@ func createStream(ctx context.Context, std Stdio, js jetstream.JetStream, cfg je
 					cfg.Name, strings.Join(cfg.Subjects, ", "), other.Name, strings.Join(other.Subjects, ", "), useOther(other.Name), err)
 			}
 		}
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectsOverlapEachOther {
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInvalidStreamConfig && strings.Contains(apiErr.Description, " overlaps with ") {
 			return fmt.Errorf("create stream %s: "+overlapping+": %w", cfg.Name, strings.Join(cfg.Subjects, ", "), err)
 		}
 		if hint := replicasHint(err, cfg.Replicas); hint != "" {
@@ -593,9 +593,12 @@ func replicasHint(err error, replicas int) string {
 // whose subjects overlap another stream's.
 const errCodeSubjectOverlap jetstream.ErrorCode = 10065
 
-// errCodeSubjectsOverlapEachOther is the JetStream API's error code for a
-// stream configuration whose own subjects overlap.
-const errCodeSubjectsOverlapEachOther jetstream.ErrorCode = 10052
+// errCodeInvalidStreamConfig is the JetStream API's error code for a
+// stream configuration it refuses (JSStreamInvalidConfigF), whatever the
+// reason its description gives: "subject "a.>" overlaps with "a.b"" for
+// subjects that overlap each other, but also a duplicate window longer
+// than the max age, and others.
+const errCodeInvalidStreamConfig jetstream.ErrorCode = 10052
 
 // streamStoring returns the configuration of a stream that stores some of
 // subjects, or nil if none is found.
