@@ -1473,7 +1473,15 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 // committed (the server drops it after its batch timeout) and is streamed
 // again with the next try.
 func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix string, entries []staged) error {
-	var chunks []atomicChunk
+	// Where each batch is cut, entry by entry; the records are decoded
+	// again as their batches are streamed, for one entry at a time (and
+	// the next, while its first batch is streamed ahead): a commit of many
+	// checkpoints does not hold all their records decoded at once.
+	type cut struct {
+		e          *staged
+		first, end int
+	}
+	var cuts []cut
 	for i := range entries {
 		e := &entries[i]
 		if int(e.chunk) > tg.plan.AtomicMax {
@@ -1492,20 +1500,36 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix stri
 			if e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
 				continue
 			}
-			chunks = append(chunks, atomicChunk{rt: s.routeOf(e), ckpt: e.id, first: c[0], recs: recs[c[0]:c[1]]})
+			cuts = append(cuts, cut{e, c[0], c[1]})
 		}
 	}
-	var ahead *pendingBatch // chunks[i]'s, streamed while chunks[i-1] was stored
-	for i, c := range chunks {
+	decoded := map[*staged][]abi.Record{}
+	chunk := func(k int) atomicChunk {
+		c := cuts[k]
+		recs, ok := decoded[c.e]
+		if !ok {
+			recs, _ = abi.DecodeBatch(c.e.batch) // decoded above
+			decoded[c.e] = recs
+		}
+		return atomicChunk{rt: s.routeOf(c.e), ckpt: c.e.id, first: c.first, recs: recs[c.first:c.end]}
+	}
+	var ahead *pendingBatch // cuts[k]'s, streamed while cuts[k-1] was stored
+	for k := range cuts {
+		for e := range decoded {
+			if e != cuts[k].e {
+				delete(decoded, e) // an entry done with
+			}
+		}
+		c := chunk(k)
 		// A batch that got no answer may be stored or not: sent again,
 		// it is stored, or refused whole for its first id, a duplicate.
 		// Each is a try of its own; the one after it is committed once it
 		// is stored.
 		unstored := func(subjects []string) error { return c.rt.unstored(subjects, recordKeys(c.recs)) }
 		var next func() *pendingBatch
-		if i+1 < len(chunks) {
+		if k+1 < len(cuts) {
 			next = func() *pendingBatch {
-				b, err := s.stageChunk(prefix, chunks[i+1])
+				b, err := s.stageChunk(prefix, chunk(k+1))
 				if err != nil {
 					return nil // streamed again in its turn, which reports the error
 				}
