@@ -355,19 +355,20 @@ func (r *orderedReader) onStatus(m *nats.Msg) error {
 	case "100": // idle heartbeat (or flow control, which pulls do not use)
 		return nil
 	case "404", "408", "409":
-		if code == "409" && (strings.Contains(desc, "consumer deleted") || strings.Contains(desc, "consumer is push based")) {
+		switch {
+		case code == "409" && (strings.Contains(desc, "consumer deleted") || strings.Contains(desc, "consumer is push based")):
 			return r.reset()
-		}
-		if code == "409" && strings.Contains(desc, "leadership change") {
-			r.pending = 0
+		case code == "409" && (strings.Contains(desc, "leadership change") || strings.Contains(desc, "server shutdown")):
+			r.pending = 0 // the pulls waiting went with the leader
 			return nil
 		}
-		// The end of a pull (expired, bounded by bytes, its batch done,
-		// or refused for now): what it did not deliver is asked again.
+		// The end of a pull (expired, bounded by bytes, its batch done):
+		// what it did not deliver is asked again. A pull refused for the
+		// server's limits on pulls, which the reader's do not reach, says
+		// nothing of the kind: nothing is asked again at once (no loop of
+		// refusals); two silent heartbeat intervals replace the consumer.
 		if left, err := strconv.Atoi(m.Header.Get("Nats-Pending-Messages")); err == nil {
 			r.pending = max(r.pending-left, 0)
-		} else if code != "409" || strings.Contains(desc, "exceeded") {
-			r.pending = 0
 		}
 		return nil
 	case "503":
