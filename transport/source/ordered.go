@@ -91,6 +91,7 @@ func newOrderedReader(ctx context.Context, js jetstream.JetStream, stream string
 		hb: orderedHeartbeat, expires: orderedExpires, done: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.nextFmt = apiPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + stream + "."
+	r.serial = 1
 	info, err := r.create(ctx)
 	if err != nil {
 		r.cancel()
@@ -111,10 +112,11 @@ func apiPrefix(o jetstream.JetStreamOptions) string {
 	return jetstream.DefaultAPIPrefix
 }
 
-// create creates the next consumer of the chain: after the last message
-// read, or where the reader starts.
+// create creates consumer prefix_serial of the chain: after the last
+// message read, or where the reader starts. Every try of one recreation
+// uses one name, so a try that timed out but created it is taken over,
+// not left behind.
 func (r *orderedReader) create(ctx context.Context) (*jetstream.ConsumerInfo, error) {
-	r.serial++
 	cfg := jetstream.ConsumerConfig{
 		Name:              r.prefix + "_" + strconv.Itoa(r.serial),
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -384,6 +386,7 @@ func (r *orderedReader) onStatus(m *nats.Msg) error {
 // to 10 s; the old one is deleted in the background.
 func (r *orderedReader) reset() error {
 	go r.delete(r.Name())
+	r.serial++
 	wait := time.Second
 	var err error
 	for attempt := 1; ; attempt++ {
