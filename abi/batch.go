@@ -108,6 +108,19 @@ func NewIter(b []byte) (Iter, error) {
 	return Iter{b: b, off: BatchHeaderSize, n: n, index: -1}, nil
 }
 
+// NewRangeIter returns an iterator over the n records that batch b holds
+// in bytes [from, to): a run of whole records, from the Offset an Iter
+// over b reported before the run's first record (BatchHeaderSize for the
+// batch's first) to the one it reported after its last. Its Index counts
+// from 0 at the run's first record; it stops with an error where those
+// bytes are not exactly n well-formed records.
+func NewRangeIter(b []byte, from, to, n int) (Iter, error) {
+	if from < BatchHeaderSize || from > to || to > len(b) || n < 0 {
+		return Iter{}, &BatchError{Offset: from, Record: -1, Reason: fmt.Sprintf("a run of %d records in bytes %d to %d of a batch of %d bytes", n, from, to, len(b))}
+	}
+	return Iter{b: b[:to], off: from, n: n, index: -1}, nil
+}
+
 // Count is the number of records the batch declares.
 func (it *Iter) Count() int { return it.n }
 

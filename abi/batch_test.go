@@ -58,6 +58,46 @@ func TestIterOffset(t *testing.T) {
 	}
 }
 
+func TestRangeIter(t *testing.T) {
+	b := EncodeBatch(Record{Key: []byte("a"), Value: []byte("1")}, Record{Key: []byte("bb"), Timestamp: 5}, Record{Value: []byte("ccc")})
+	// Records 1 and 2: from the offset after record 0 to the end.
+	it, err := NewRangeIter(b, 22, len(b), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for it.Next() {
+		r := it.Record()
+		got = append(got, fmt.Sprintf("%d:%s=%s@%d", it.Index(), r.Key, r.Value, r.Timestamp))
+	}
+	if it.Err() != nil || fmt.Sprint(got) != "[0:bb=@5 1:=ccc@0]" {
+		t.Fatalf("got %v, %v", got, it.Err())
+	}
+	// Record 1 alone.
+	it, _ = NewRangeIter(b, 22, 40, 1)
+	if !it.Next() || string(it.Record().Key) != "bb" || it.Next() || it.Err() != nil {
+		t.Fatalf("record 1 alone: %v", it.Err())
+	}
+	// A run that is not n whole records ends with an error.
+	for _, r := range [][3]int{{22, 40, 2}, {22, len(b), 1}, {22, 39, 1}, {23, 40, 1}} {
+		it, err := NewRangeIter(b, r[0], r[1], r[2])
+		if err != nil {
+			t.Fatalf("%v: %v", r, err)
+		}
+		for it.Next() {
+		}
+		if !errors.Is(it.Err(), ErrMalformedBatch) {
+			t.Errorf("%v: err = %v, want ErrMalformedBatch", r, it.Err())
+		}
+	}
+	// Bounds outside the batch are refused.
+	for _, r := range [][3]int{{0, 22, 1}, {40, 22, 1}, {22, len(b) + 1, 1}, {22, 40, -1}} {
+		if _, err := NewRangeIter(b, r[0], r[1], r[2]); !errors.Is(err, ErrMalformedBatch) {
+			t.Errorf("%v: err = %v, want ErrMalformedBatch", r, err)
+		}
+	}
+}
+
 func TestBatchErrors(t *testing.T) {
 	good := EncodeBatch(Record{Key: []byte("a"), Value: []byte("bc")})
 	cases := map[string][]byte{

@@ -3,6 +3,8 @@ package sink
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -301,9 +303,7 @@ func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := abi.DecodeBatch(s.staged[0].batch)
-	must(t, err)
-	_, err = s.commitChunk(ctx, s.prefix, atomicChunk{rt: &s.route, ckpt: 1, recs: recs[:LargeCheckpoint]}, nil, nil)
+	_, err = s.commitChunk(ctx, s.prefix, firstChunk(t, s, 1), nil, nil)
 	must(t, err) // then the crash
 	s.Close()
 
@@ -314,5 +314,64 @@ func TestAutoLargeCheckpointCrashMidCommit(t *testing.T) {
 	}
 	if got, want := withIDs(ids), "0=j/sink0/1/0 9999=j/sink0/1/9999 10000=j/sink0/1/10000 19999=j/sink0/1/19999 20000=j/sink0/1/20000 24999=j/sink0/1/24999"; got != want {
 		t.Fatalf("batch ids %s, want %s", got, want)
+	}
+}
+
+// TestStagedCuts checks where a staged entry's atomic batches are cut —
+// by count, by bytes, a record larger than the byte bound alone — against
+// the rule written out record by record, and that each cut's bytes hold
+// exactly its records.
+func TestStagedCuts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		var b abi.Builder
+		var recs []abi.Record
+		for range rng.IntN(60) {
+			r := abi.Record{Key: make([]byte, rng.IntN(4)), Value: make([]byte, rng.IntN(40)), Timestamp: int64(trial)}
+			if rng.IntN(10) == 0 {
+				r.Value = make([]byte, 100) // larger than any byte bound below
+			}
+			recs = append(recs, r)
+			b.AddRecord(r)
+		}
+		e := staged{batch: b.Bytes(), chunk: uint32(1 + rng.IntN(8)), chunkBytes: uint32(rng.IntN(3) * 50)}
+		// The rule: a batch takes records while it has fewer than
+		// e.chunk and, where e.chunkBytes is set, while the next one fits
+		// — but never none.
+		var want [][2]int
+		for first := 0; first < len(recs); {
+			end, size := first, 0
+			for end < len(recs) && end-first < int(e.chunk) {
+				n := len(recs[end].Key) + len(recs[end].Value)
+				if e.chunkBytes > 0 && end > first && size+n > int(e.chunkBytes) {
+					break
+				}
+				size += n
+				end++
+			}
+			want = append(want, [2]int{first, end})
+			first = end
+		}
+		cuts, err := e.cuts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [][2]int
+		for _, c := range cuts {
+			got = append(got, [2]int{c.first, c.end})
+			it, err := atomicChunk{batch: e.batch, chunkCut: c}.records()
+			must(t, err)
+			for i := c.first; it.Next(); i++ {
+				if r := it.Record(); len(r.Key) != len(recs[i].Key) || len(r.Value) != len(recs[i].Value) {
+					t.Fatalf("trial %d: cut %v reads record %d as %d+%d bytes, want %d+%d", trial, c, i, len(r.Key), len(r.Value), len(recs[i].Key), len(recs[i].Value))
+				}
+			}
+			if it.Err() != nil || it.Index() != c.end-c.first-1 {
+				t.Fatalf("trial %d: cut %v: read up to %d: %v", trial, c, it.Index(), it.Err())
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("trial %d (chunk %d, %d bytes): cuts %v, want %v", trial, e.chunk, e.chunkBytes, got, want)
+		}
 	}
 }

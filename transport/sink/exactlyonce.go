@@ -1285,11 +1285,14 @@ func (s *ExactlyOnce) skipRemoved(st []staged, need map[int64]*staged) error {
 			}
 		case e.chunk > 0:
 			// A batch is found by its first id or its last.
-			chunks := e.chunks(recs)
-			for k := len(chunks) - 1; k >= 0; k-- {
-				if c := chunks[k]; e.skip[c[0]] || e.skip[c[1]-1] {
-					for _, c := range chunks[:k+1] {
-						e.skip[c[0]] = true
+			cuts, err := e.cuts()
+			if err != nil {
+				return fmt.Errorf("staged checkpoint %d: %w", e.id, err)
+			}
+			for k := len(cuts) - 1; k >= 0; k-- {
+				if c := cuts[k]; e.skip[c.first] || e.skip[c.end-1] {
+					for _, c := range cuts[:k+1] {
+						e.skip[c.first] = true
 					}
 					break
 				}
@@ -1473,13 +1476,13 @@ func (s *ExactlyOnce) publish(ctx context.Context, prefix string, entries []stag
 // committed (the server drops it after its batch timeout) and is streamed
 // again with the next try.
 func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix string, entries []staged) error {
-	// Where each batch is cut, entry by entry; the records are decoded
-	// again as their batches are streamed, for one entry at a time (and
-	// the next, while its first batch is streamed ahead): a commit of many
-	// checkpoints does not hold all their records decoded at once.
+	// Where each batch is cut, entry by entry, found by walking the staged
+	// bytes: each batch's records are read from them as it is streamed, so
+	// a commit decodes no checkpoint's output into records of its own (a
+	// large allocation that held up the stream at every commit's start).
 	type cut struct {
-		e          *staged
-		first, end int
+		e *staged
+		chunkCut
 	}
 	var cuts []cut
 	for i := range entries {
@@ -1492,40 +1495,29 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix stri
 			return fmt.Errorf("%s: %s was staged for atomic batches of up to %d messages, but %s; publishing it in other batches could store some of it twice (allow atomic publish and batches of %d: the sink's batch size and the server's max_batch_size)",
 				s, checkpointName(e.id), e.chunk, now, e.chunk)
 		}
-		recs, err := abi.DecodeBatch(e.batch)
+		ecuts, err := e.cuts()
 		if err != nil {
 			return fmt.Errorf("%s: staged %s: %w", s, checkpointName(e.id), err)
 		}
-		for _, c := range e.chunks(recs) {
-			if e.skip[c[0]] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
+		for _, c := range ecuts {
+			if e.skip[c.first] { // a batch is stored whole: its first id stands for it (skipRemoved marks it for its last too)
 				continue
 			}
-			cuts = append(cuts, cut{e, c[0], c[1]})
+			cuts = append(cuts, cut{e, c})
 		}
 	}
-	decoded := map[*staged][]abi.Record{}
 	chunk := func(k int) atomicChunk {
 		c := cuts[k]
-		recs, ok := decoded[c.e]
-		if !ok {
-			recs, _ = abi.DecodeBatch(c.e.batch) // decoded above
-			decoded[c.e] = recs
-		}
-		return atomicChunk{rt: s.routeOf(c.e), ckpt: c.e.id, first: c.first, recs: recs[c.first:c.end]}
+		return atomicChunk{rt: s.routeOf(c.e), ckpt: c.e.id, batch: c.e.batch, chunkCut: c.chunkCut}
 	}
 	var ahead *pendingBatch // cuts[k]'s, streamed while cuts[k-1] was stored
 	for k := range cuts {
-		for e := range decoded {
-			if e != cuts[k].e {
-				delete(decoded, e) // an entry done with
-			}
-		}
 		c := chunk(k)
 		// A batch that got no answer may be stored or not: sent again,
 		// it is stored, or refused whole for its first id, a duplicate.
 		// Each is a try of its own; the one after it is committed once it
 		// is stored.
-		unstored := func(subjects []string) error { return c.rt.unstored(subjects, recordKeys(c.recs)) }
+		unstored := func(subjects []string) error { return c.rt.unstored(subjects, c.keys()) }
 		var next func() *pendingBatch
 		if k+1 < len(cuts) {
 			next = func() *pendingBatch {
@@ -1550,13 +1542,37 @@ func (s *ExactlyOnce) publishChunks(ctx context.Context, tg *target, prefix stri
 	return nil
 }
 
-// atomicChunk is one atomic batch of a commit: records recs, from index
-// first on, of checkpoint ckpt's output, on the subjects of rt.
+// atomicChunk is one atomic batch of a commit: records [first, end) of
+// checkpoint ckpt's output, which its staged batch holds in bytes
+// [from, to), on the subjects of rt.
 type atomicChunk struct {
 	rt    *route
 	ckpt  int64
-	first int
-	recs  []abi.Record
+	batch []byte // the checkpoint's staged output
+	chunkCut
+}
+
+// len is the number of records in c.
+func (c atomicChunk) len() int { return c.end - c.first }
+
+// records returns an iterator over c's records.
+func (c atomicChunk) records() (abi.Iter, error) {
+	return abi.NewRangeIter(c.batch, c.from, c.to, c.len())
+}
+
+// keys yields the keys of c's records, as far as they decode.
+func (c atomicChunk) keys() iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		it, err := c.records()
+		if err != nil {
+			return
+		}
+		for it.Next() {
+			if !yield(it.Record().Key) {
+				return
+			}
+		}
+	}
 }
 
 // recordKeys yields the keys of recs.
@@ -1586,24 +1602,44 @@ func batchKeys(batch []byte) iter.Seq[[]byte] {
 	}
 }
 
-// chunks cuts recs, e's records, into the atomic batches e records: up to
-// e.chunk records and e.chunkBytes record bytes each, as [first, end).
-func (e staged) chunks(recs []abi.Record) [][2]int {
-	var out [][2]int
-	for first := 0; first < len(recs); {
-		end, size := first, 0
-		for end < len(recs) && end-first < int(e.chunk) {
-			n := len(recs[end].Key) + len(recs[end].Value)
-			if e.chunkBytes > 0 && end > first && size+n > int(e.chunkBytes) {
-				break
-			}
-			size += n
-			end++
-		}
-		out = append(out, [2]int{first, end})
-		first = end
+// chunkCut is one atomic batch of a staged entry: records [first, end)
+// of its output, which its batch holds in bytes [from, to).
+type chunkCut struct {
+	first, end int
+	from, to   int
+}
+
+// cuts cuts e's output into the atomic batches e records: up to e.chunk
+// records (at least one) and e.chunkBytes record bytes each (where
+// e.chunkBytes is set; a larger record is a batch of its own). A
+// re-commit must cut the same way, for the batches' ids.
+func (e staged) cuts() ([]chunkCut, error) {
+	it, err := abi.NewIter(e.batch)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	var out []chunkCut
+	c := chunkCut{from: abi.BatchHeaderSize}
+	size, off := 0, abi.BatchHeaderSize // off: where the record read next begins
+	for it.Next() {
+		r, i := it.Record(), it.Index()
+		n := len(r.Key) + len(r.Value)
+		if i > c.first && (i-c.first >= int(e.chunk) || e.chunkBytes > 0 && size+n > int(e.chunkBytes)) {
+			c.end, c.to = i, off
+			out = append(out, c)
+			c, size = chunkCut{first: i, from: off}, 0
+		}
+		size += n
+		off = it.Offset()
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	if n := it.Count(); n > c.first {
+		c.end, c.to = n, off
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // commitChunk publishes chunk c as one atomic batch: b, when it was
@@ -1640,10 +1676,10 @@ func (s *ExactlyOnce) commitChunk(ctx context.Context, prefix string, c atomicCh
 	}
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicBatchTooLarge {
 		return nil, fmt.Errorf("%s: atomic publish of %s records %d..%d: %w (the server's max_batch_size is below this batch of %d messages: lower the sink's atomic batch size or raise the server's limit)",
-			s, checkpointName(c.ckpt), c.first, c.first+len(c.recs)-1, err, len(c.recs))
+			s, checkpointName(c.ckpt), c.first, c.end-1, err, c.len())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: atomic publish of %s records %d..%d: %w", s, checkpointName(c.ckpt), c.first, c.first+len(c.recs)-1, err)
+		return nil, fmt.Errorf("%s: atomic publish of %s records %d..%d: %w", s, checkpointName(c.ckpt), c.first, c.end-1, err)
 	}
 	return ahead, nil
 }
@@ -1656,8 +1692,26 @@ func (s *ExactlyOnce) commitChunk(ctx context.Context, prefix string, c atomicCh
 // a stream with per-subject limits. Chunks are cut the way the staged
 // entry recorded (publishChunks), so a re-commit repeats the same ids.
 func (s *ExactlyOnce) stageChunk(prefix string, c atomicChunk) (*pendingBatch, error) {
-	return stageAtomicBatch(s.js.Conn(), c.rt, len(c.recs), func(i int) ([]byte, []byte, int64) { return c.recs[i].Key, c.recs[i].Value, c.recs[i].Timestamp },
-		s.cfg.Timestamps, msgID(prefix, c.ckpt, c.first), msgID(prefix, c.ckpt, c.first+len(c.recs)-1))
+	it, err := c.records()
+	if err != nil {
+		return nil, fmt.Errorf("%s: staged %s: %w", s, checkpointName(c.ckpt), err)
+	}
+	rec := func(int) ([]byte, []byte, int64) { // called once for each record, in order
+		it.Next()
+		r := it.Record()
+		return r.Key, r.Value, r.Timestamp
+	}
+	b, err := stageAtomicBatch(s.js.Conn(), c.rt, c.len(), rec, s.cfg.Timestamps, msgID(prefix, c.ckpt, c.first), msgID(prefix, c.ckpt, c.end-1))
+	if err != nil {
+		return nil, err
+	}
+	// Past the last record: the run must end where its cut does. Never
+	// otherwise for a batch cuts walked; a batch left uncommitted is
+	// dropped by the server.
+	if it.Next(); it.Err() != nil {
+		return nil, fmt.Errorf("%s: staged %s: %w", s, checkpointName(c.ckpt), it.Err())
+	}
+	return b, nil
 }
 
 // AtomicCommitWait is how long the commit of an atomic batch of n messages

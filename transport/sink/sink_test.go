@@ -603,6 +603,19 @@ func TestExactlyOnceRecoverTaskCancelledKeepsTheTasksIDs(t *testing.T) {
 	}
 }
 
+// firstChunk is the first atomic batch of the output s staged first, for
+// checkpoint id.
+func firstChunk(t *testing.T, s *ExactlyOnce, id int64) atomicChunk {
+	t.Helper()
+	e := s.staged[0]
+	cuts, err := e.cuts()
+	must(t, err)
+	if e.id != id || len(cuts) == 0 {
+		t.Fatalf("staged first: checkpoint %d in %d batches, want checkpoint %d", e.id, len(cuts), id)
+	}
+	return atomicChunk{rt: &s.route, ckpt: id, batch: e.batch, chunkCut: cuts[0]}
+}
+
 // cutCommit publishes the start of checkpoint id's staged output, as a
 // commit cut by a crash leaves it in each publish mode: the first n
 // records (fast, async), or the first atomic batch of 100 (atomic; the
@@ -613,7 +626,7 @@ func cutCommit(t *testing.T, ctx context.Context, s *ExactlyOnce, mode PublishMo
 	must(t, err)
 	switch mode {
 	case PublishAtomic:
-		_, err := s.commitChunk(ctx, s.prefix, atomicChunk{rt: &s.route, ckpt: id, recs: recs[:100]}, nil, nil)
+		_, err := s.commitChunk(ctx, s.prefix, firstChunk(t, s, id), nil, nil)
 		must(t, err)
 	case PublishFast:
 		var part abi.Builder
