@@ -375,3 +375,18 @@ func TestStagedCuts(t *testing.T) {
 		}
 	}
 }
+
+// An atomic batch's id keeps its messages' headers — "NATS/1.0", the id,
+// the sequence up to 99 999 — within the 64 bytes the server's header
+// searches read fastest, without a capital N, and does not repeat.
+func TestBatchID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 10000 {
+		id := newBatchID()
+		hdr := "NATS/1.0\r\nNats-Batch-Id: " + id + "\r\nNats-Batch-Sequence: 99999\r\n\r\n"
+		if len(hdr) > 64 || strings.Contains(id, "N") || seen[id] {
+			t.Fatalf("batch id %q: headers of %d bytes, or a capital N, or a repeat", id, len(hdr))
+		}
+		seen[id] = true
+	}
+}

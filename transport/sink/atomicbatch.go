@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
@@ -40,6 +40,34 @@ func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, re
 	return b.wait(ctx, timeout)
 }
 
+// batchIDChars are the characters of an atomic batch's id: letters and
+// digits, but no capital N. nats-server looks for each of a dozen
+// "Nats-…" headers in every message of a batch, several times over, by a
+// search for their first letter; an N in the id would be one more false
+// start in each of those searches.
+const batchIDChars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMOPQRSTUVWXYZ"
+
+// batchIDLen is the length of an atomic batch's id: 61^7, some 3·10^12
+// ids, for the batches a stream has open at once (a few per sink task),
+// and short enough that a batch message's headers — the id and the
+// message's sequence in the batch, up to 99 999 — stay within 64 bytes,
+// which the server's header searches read fastest.
+const batchIDLen = 7
+
+// newBatchID returns a random atomic batch id. Two batches open on one
+// stream under one id would fail each other's commit (the server sees a
+// gap in the batch sequence), which the sink recovers from; it never
+// stores anything twice, nor loses it.
+func newBatchID() string {
+	var b [batchIDLen]byte
+	r := rand.Uint64()
+	for i := range b {
+		b[i] = batchIDChars[r%uint64(len(batchIDChars))]
+		r /= uint64(len(batchIDChars))
+	}
+	return string(b[:])
+}
+
 // pendingBatch is an atomic batch streamed to the server but for its last
 // message, the commit (stageAtomicBatch). The server keeps what it staged
 // until the commit comes, or drops it after its batch timeout: a batch
@@ -62,7 +90,7 @@ type pendingBatch struct {
 // connection copies each message out before PublishMsg returns), the
 // commit's is its own.
 func stageAtomicBatch(nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string) (*pendingBatch, error) {
-	batchID := nuid.Next()
+	batchID := newBatchID()
 	seq := []string{""}
 	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
 	m := &nats.Msg{Header: h}
