@@ -250,7 +250,7 @@ func Take(ctx context.Context, cfg Config) (*Lease, error) {
 		if err != nil {
 			return nil, fmt.Errorf("coordinator lease: %w", err)
 		}
-		rev, sent, err := create(ctx, cfg.Conn, cfg.KV, value)
+		rev, sent, err := create(ctx, cfg.Conn, cfg.KV, value, log)
 		if err == nil {
 			return start(cfg, holder, value, rev, sent), nil
 		}
@@ -308,8 +308,9 @@ func through(ctx context.Context, nc *nats.Conn, try func(context.Context) error
 // the same (its acknowledgement lost), so that a later try finds the key
 // there (jetstream.ErrKeyExists) — with this value, which Take recognises
 // by the holder's ID; the error then comes with when the first such try
-// was sent (zero if none failed so).
-func create(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, value []byte) (rev uint64, sent time.Time, err error) {
+// was sent (zero if none failed so). The first such failure is logged:
+// the wait may be long (a cluster without a quorum).
+func create(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, value []byte, log *slog.Logger) (rev uint64, sent time.Time, err error) {
 	var failed time.Time // the first try that failed so
 	err = through(ctx, nc, func(ctx context.Context) error {
 		var err error
@@ -317,6 +318,7 @@ func create(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, value []b
 		rev, err = kv.Create(ctx, key, value)
 		if err != nil && natsconn.Leaderless(err) && failed.IsZero() {
 			failed = sent
+			log.Warn("coordinator lease: its bucket's stream has no leader (an election, or a NATS cluster without a quorum); trying again", "err", err)
 		}
 		return err
 	})

@@ -517,8 +517,17 @@ func (n *Node) openCoordinator(ctx context.Context) (*coordinator.Coordinator, e
 		if err := noOtherCoordinator(ctx, n.Conn, kv, *opts.NATS); err != nil {
 			return nil, err
 		}
-		l, err := takeLease(ctx, n.Conn, kv, ttl, *opts.NATS, log)
-		if err != nil {
+		// A try waits out the lease bucket's election, and another
+		// holder's lease expiring, within a bound: a cluster that lost
+		// its quorum after the bucket opened is logged and waited for
+		// like the buckets, not waited on in silence until ctx ends.
+		var l *lease.Lease
+		if err := untilAvailable(ctx, "the coordinator lease", log, func() (err error) {
+			tctx, cancel := context.WithTimeout(ctx, natsconn.ElectionWait+ttl)
+			defer cancel()
+			l, err = takeLease(tctx, n.Conn, kv, ttl, *opts.NATS, log)
+			return err
+		}); err != nil {
 			return nil, err
 		}
 		n.mu.Lock()
