@@ -82,7 +82,7 @@ type pendingBatch struct {
 
 // stageAtomicBatch streams the first n-1 of n records (rec(i) is record
 // i's key, value and timestamp, published in TimeHeader where times is
-// set) through nc as an atomic batch on the subjects of rt, the first
+// set; it is called once for each i, in order) through nc as an atomic batch on the subjects of rt, the first
 // message with message id id and the last with lastID (none where ""),
 // and returns the batch with its commit unsent. Each message goes to the
 // connection as it is made, so the server stages the batch while the rest
