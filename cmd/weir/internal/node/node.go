@@ -508,7 +508,7 @@ func (n *Node) openCoordinator(ctx context.Context) (*coordinator.Coordinator, e
 	if opts.NATS != nil {
 		var kv jetstream.KeyValue
 		var ttl time.Duration
-		if err := untilAvailable(ctx, "the coordinator lease's bucket", log, func() (err error) {
+		if err := untilAvailable(ctx, "the coordinator lease's bucket", log, natsconn.ElectionWait, func(ctx context.Context) (err error) {
 			kv, ttl, err = lease.Open(ctx, n.JS, opts.Replicas, opts.LeaseTTL)
 			return err
 		}); err != nil {
@@ -522,10 +522,8 @@ func (n *Node) openCoordinator(ctx context.Context) (*coordinator.Coordinator, e
 		// its quorum after the bucket opened is logged and waited for
 		// like the buckets, not waited on in silence until ctx ends.
 		var l *lease.Lease
-		if err := untilAvailable(ctx, "the coordinator lease", log, func() (err error) {
-			tctx, cancel := context.WithTimeout(ctx, natsconn.ElectionWait+ttl)
-			defer cancel()
-			l, err = takeLease(tctx, n.Conn, kv, ttl, *opts.NATS, log)
+		if err := untilAvailable(ctx, "the coordinator lease", log, natsconn.ElectionWait+ttl, func(ctx context.Context) (err error) {
+			l, err = takeLease(ctx, n.Conn, kv, ttl, *opts.NATS, log)
 			return err
 		}); err != nil {
 			return nil, err
@@ -541,7 +539,7 @@ func (n *Node) openCoordinator(ctx context.Context) (*coordinator.Coordinator, e
 		fence = opts.fence(nil)
 	}
 	var coord *coordinator.Coordinator
-	err := untilAvailable(ctx, "the job, checkpoint and module buckets", log, func() (err error) {
+	err := untilAvailable(ctx, "the job, checkpoint and module buckets", log, natsconn.ElectionWait, func(ctx context.Context) (err error) {
 		coord, err = coordinator.Open(ctx, coordinator.Config{NC: n.Conn, StateDir: n.stateDir, Replicas: opts.Replicas,
 			HeartbeatTimeout: opts.HeartbeatTimeout, WorkerWait: opts.WorkerWait, FsyncEachWrite: opts.SyncAlways && opts.NATS == nil,
 			AllowSystemSubjects: opts.AllowSystemSubjects, MaxModuleSize: opts.MaxModuleSize, Fence: fence, Log: log.With("component", "coordinator")})
@@ -719,10 +717,15 @@ func waitForJetStream(ctx context.Context, js jetstream.JetStream, o natsconn.Op
 // cluster restarted whole takes connections, and answers that JetStream
 // is enabled, seconds before its streams have leaders, and weir up waits
 // for them as weir worker waits for JetStream, logging each try. open
-// must be one that may be done twice.
-func untilAvailable(ctx context.Context, what string, log *slog.Logger, open func() error) error {
+// must be one that may be done twice. Each try's context ends after
+// bound: a request that no leader answers ends with nats.go's timeout
+// only where its context has no deadline of its own, and a try within a
+// long deadline (a caller's) would otherwise wait until it in silence.
+func untilAvailable(ctx context.Context, what string, log *slog.Logger, bound time.Duration, open func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		err := open()
+		tctx, cancel := context.WithTimeout(ctx, bound)
+		err := open(tctx)
+		cancel()
 		if err == nil || !natsconn.Leaderless(err) || ctx.Err() != nil {
 			return err
 		}
