@@ -150,7 +150,7 @@ func (f *fleet) startCaps(ctx context.Context, id string, slots int, caps contro
 	}
 	f.t.Cleanup(nc.Close)
 	w := &fakeWorker{f: f, id: id, nc: nc, current: map[string]control.Deploy{}, done: make(chan struct{}), slots: slots}
-	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: 40 * time.Millisecond, Tasks: w.tasks, Slots: slots, Caps: caps})
+	w.client = control.NewWorker(nc, id, w, control.WorkerOptions{HeartbeatInterval: fakeHeartbeat, Tasks: w.tasks, Slots: slots, Caps: caps})
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	ready := make(chan struct{})
@@ -162,6 +162,9 @@ func (f *fleet) startCaps(ctx context.Context, id string, slots int, caps contro
 	f.mu.Unlock()
 	return w
 }
+
+// fakeHeartbeat is how often a fake worker sends its heartbeat.
+const fakeHeartbeat = 40 * time.Millisecond
 
 // kill stops a worker gracefully: it unregisters.
 func (w *fakeWorker) kill() {
@@ -178,7 +181,27 @@ func (w *fakeWorker) kill() {
 func (e *env) lose(w *fakeWorker) {
 	w.nc.Close()
 	w.kill()
+	e.heardLast(w.id)
 	e.mgr.ctl.Forget(w.id)
+}
+
+// heardLast waits until the coordinator has taken in the last heartbeat
+// of worker id, whose connection is closed. One sent just before the
+// close could otherwise arrive after the Forget that follows and count the
+// worker in again: the job's next attempt was then placed on it and
+// skipped (a CI run saw attempt 3 where the test wanted attempt 2). The
+// flush has the coordinator's connection read all the server sent it so
+// far; its heartbeat subscription takes them in soon after, which the
+// last-heard time, still for 5 heartbeat intervals, stands for.
+func (e *env) heardLast(id string) {
+	_ = e.fleet.nc.Flush()
+	last, since := e.mgr.ctl.HeardFrom()[id], time.Now()
+	for time.Since(since) < 5*fakeHeartbeat {
+		time.Sleep(fakeHeartbeat / 4)
+		if at := e.mgr.ctl.HeardFrom()[id]; !at.Equal(last) {
+			last, since = at, time.Now()
+		}
+	}
 }
 
 // crash cuts the worker off without a word: its connection closes, its
