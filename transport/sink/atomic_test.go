@@ -3,15 +3,19 @@ package sink
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/weirhq/weir/abi"
 	"github.com/weirhq/weir/transport/embedded"
@@ -388,5 +392,54 @@ func TestBatchID(t *testing.T) {
 			t.Fatalf("batch id %q: headers of %d bytes, or a capital N, or a repeat", id, len(hdr))
 		}
 		seen[id] = true
+	}
+}
+
+// A batch whose id another batch open on the stream drew too is dropped
+// by the server with that one, nothing of either stored: the sink streams
+// it again under a new id, and the checkpoint's output is stored once, in
+// order; the other batch stays dropped.
+func TestRepeatedBatchID(t *testing.T) {
+	ctx, js, s := sinkOn(t, embedded.Config{}, PublishAtomic, ExactlyOnceConfig{BatchSize: 10})
+	const repeated = "rEpEat1"
+	var drawn atomic.Int32
+	s.batchID = func() string {
+		if drawn.Add(1) == 1 {
+			return repeated
+		}
+		return newBatchID()
+	}
+	// The other batch's first message, on the sink's connection so that
+	// the server takes it in before the sink's.
+	nc := s.js.Conn()
+	other := func(seq string, commit bool) *nats.Msg {
+		m := &nats.Msg{Subject: "out", Data: []byte("other"),
+			Header: nats.Header{jetstreamext.BatchIDHeader: {repeated}, jetstreamext.BatchSeqHeader: {seq}}}
+		if commit {
+			m.Header.Set(jetstreamext.BatchCommitHeader, "1")
+		}
+		return m
+	}
+	must(t, nc.PublishMsg(other("1", false)))
+
+	must(t, s.Write(ctx, batchOf(0, 25)))
+	if _, err := s.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Commit(ctx, 1))
+	must(t, s.Wait(ctx))
+	if got, want := streamValues(t, ctx, js, "OUT"), wantValues(0, 25); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %q, want %q", got, want)
+	}
+	if n := drawn.Load(); n != 5 {
+		t.Errorf("%d batch ids drawn, want 5: three batches, the first once more, and the second, streamed ahead as the first was committed, streamed ahead again", n)
+	}
+	resp, err := nc.RequestMsg(other("2", true), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ack batchAck
+	if err := json.Unmarshal(resp.Data, &ack); err != nil || ack.Error == nil || ack.Error.ErrorCode != errCodeAtomicIncomplete {
+		t.Errorf("the other batch's commit: %s, want it refused as incomplete", resp.Data)
 	}
 }

@@ -27,10 +27,10 @@ type batchAck struct {
 // times is set) through nc as one atomic batch on the subjects of rt, the
 // first message with message id id and the last with lastID (none where
 // ""), and waits for the server's answer to its commit, up to
-// AtomicCommitWait(timeout, n): stageAtomicBatch, then the batch's send
-// and wait.
+// AtomicCommitWait(timeout, n): stageAtomicBatch under a new batch id,
+// then the batch's send and wait.
 func publishAtomicBatch(ctx context.Context, nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string, timeout time.Duration) error {
-	b, err := stageAtomicBatch(nc, rt, n, rec, times, id, lastID)
+	b, err := stageAtomicBatch(nc, newBatchID(), rt, n, rec, times, id, lastID)
 	if err != nil {
 		return err
 	}
@@ -55,9 +55,11 @@ const batchIDChars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMOPQRSTUVW
 const batchIDLen = 7
 
 // newBatchID returns a random atomic batch id. Two batches open on one
-// stream under one id would fail each other's commit (the server sees a
-// gap in the batch sequence), which the sink recovers from; it never
-// stores anything twice, nor loses it.
+// stream under one id fail each other's commit: the server drops the
+// batch at the second first message (a gap in the batch sequence), and
+// every later message of either finds no batch. Nothing of either is
+// stored; the exactly-once sink streams its batch again under a new id
+// (commitChunk, TestRepeatedBatchID).
 func newBatchID() string {
 	var b [batchIDLen]byte
 	r := rand.Uint64()
@@ -82,15 +84,15 @@ type pendingBatch struct {
 
 // stageAtomicBatch streams the first n-1 of n records (rec(i) is record
 // i's key, value and timestamp, published in TimeHeader where times is
-// set; it is called once for each i, in order) through nc as an atomic batch on the subjects of rt, the first
+// set; it is called once for each i, in order) through nc as atomic batch
+// batchID (newBatchID) on the subjects of rt, the first
 // message with message id id and the last with lastID (none where ""),
 // and returns the batch with its commit unsent. Each message goes to the
 // connection as it is made, so the server stages the batch while the rest
 // is still being written; one header set is reused throughout (the
 // connection copies each message out before PublishMsg returns), the
 // commit's is its own.
-func stageAtomicBatch(nc *nats.Conn, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string) (*pendingBatch, error) {
-	batchID := newBatchID()
+func stageAtomicBatch(nc *nats.Conn, batchID string, rt *route, n int, rec func(i int) (key, value []byte, ts int64), times bool, id, lastID string) (*pendingBatch, error) {
 	seq := []string{""}
 	h := nats.Header{jetstreamext.BatchIDHeader: {batchID}, jetstreamext.BatchSeqHeader: seq}
 	m := &nats.Msg{Header: h}

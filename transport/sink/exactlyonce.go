@@ -371,6 +371,7 @@ type ExactlyOnce struct {
 	// message can hold is staged.
 	maxPayload int64
 	now        func() time.Time // the clock (a test moves it)
+	batchID    func() string    // a new atomic batch's id: newBatchID (a test repeats one)
 	route      route
 
 	cur      []byte // records written since the last checkpoint, as a batch (count filled in when staged)
@@ -424,7 +425,7 @@ func NewExactlyOnce(ctx context.Context, nc *nats.Conn, cfg ExactlyOnceConfig) (
 	case cfg.MaxStagedBytes < 0:
 		cfg.MaxStagedBytes = math.MaxInt
 	}
-	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now,
+	s := &ExactlyOnce{cfg: cfg, prefix: cfg.Job + "/" + cfg.Task + "/", maxPayload: nc.MaxPayload(), now: time.Now, batchID: newBatchID,
 		name: sinkName("exactly-once", cfg.Name, cfg.Subject, cfg.Stream)}
 	js, err := jetstream.New(nc,
 		jetstream.WithDefaultTimeout(cfg.Timeout),
@@ -1648,28 +1649,18 @@ func (e staged) cuts() ([]chunkCut, error) {
 // it, which commitChunk returns once c is stored. A batch that was
 // committed before is refused as a whole for its duplicate ids, which
 // means it is already stored.
+//
+// A batch the server dropped before its commit came, nothing of it
+// stored, is streamed once more under a new batch id: one streamed ahead
+// can outlast the server's batch timeout, and one whose id another batch
+// open on the stream drew too is dropped with it (newBatchID).
 func (s *ExactlyOnce) commitChunk(ctx context.Context, prefix string, c atomicChunk, b *pendingBatch, next func() *pendingBatch) (*pendingBatch, error) {
-	var err error
-	streamedAhead := b != nil
-	if b == nil {
-		b, err = s.stageChunk(prefix, c)
-	}
-	if err == nil {
-		err = b.send()
-	}
-	var ahead *pendingBatch
-	if err == nil {
-		if next != nil {
-			ahead = next()
-		}
-		err = b.wait(ctx, s.cfg.Timeout)
-	}
+	ahead, err := s.commitBatch(ctx, prefix, c, b, next)
 	var apiErr *jetstream.APIError
-	if streamedAhead && errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicIncomplete {
-		// The server dropped the batch streamed ahead before its commit
-		// came (its batch timeout): nothing of it is stored; stream it
-		// again. (The one streamed after it is left to the same fate.)
-		return s.commitChunk(ctx, prefix, c, nil, next)
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicIncomplete {
+		// (The batch streamed after it, if any, is left to the server's
+		// batch timeout: next streams another.)
+		ahead, err = s.commitBatch(ctx, prefix, c, nil, next)
 	}
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID {
 		return ahead, nil
@@ -1682,6 +1673,25 @@ func (s *ExactlyOnce) commitChunk(ctx context.Context, prefix string, c atomicCh
 		return nil, fmt.Errorf("%s: atomic publish of %s records %d..%d: %w", s, checkpointName(c.ckpt), c.first, c.end-1, err)
 	}
 	return ahead, nil
+}
+
+// commitBatch is one try of commitChunk: it streams c unless b is c
+// streamed ahead, sends the commit, streams the next batch ahead (next),
+// and waits for the server's answer.
+func (s *ExactlyOnce) commitBatch(ctx context.Context, prefix string, c atomicChunk, b *pendingBatch, next func() *pendingBatch) (ahead *pendingBatch, err error) {
+	if b == nil {
+		b, err = s.stageChunk(prefix, c)
+	}
+	if err == nil {
+		err = b.send()
+	}
+	if err == nil {
+		if next != nil {
+			ahead = next()
+		}
+		err = b.wait(ctx, s.cfg.Timeout)
+	}
+	return ahead, err
 }
 
 // stageChunk streams chunk c as an atomic batch but for its commit. Only
@@ -1701,7 +1711,7 @@ func (s *ExactlyOnce) stageChunk(prefix string, c atomicChunk) (*pendingBatch, e
 		r := it.Record()
 		return r.Key, r.Value, r.Timestamp
 	}
-	b, err := stageAtomicBatch(s.js.Conn(), c.rt, c.len(), rec, s.cfg.Timestamps, msgID(prefix, c.ckpt, c.first), msgID(prefix, c.ckpt, c.end-1))
+	b, err := stageAtomicBatch(s.js.Conn(), s.batchID(), c.rt, c.len(), rec, s.cfg.Timestamps, msgID(prefix, c.ckpt, c.first), msgID(prefix, c.ckpt, c.end-1))
 	if err != nil {
 		return nil, err
 	}
