@@ -172,7 +172,10 @@ type Config struct {
 	// (natsconn.ThroughElection) while it is connected. Nil: each request
 	// is tried once.
 	Conn *nats.Conn
-	// Holder names the taker; Since is set by Take.
+	// Holder names the taker; Since is set by Take. A caller that takes
+	// again after a Take that failed keeps its ID: a key holding it was
+	// stored by the Take that failed (its answer lost), and is this
+	// holder's.
 	Holder Holder
 	// Answers reports whether the holder of the lease answers (it is
 	// alive): Take refuses then. Nil when the caller found that none
@@ -268,10 +271,25 @@ func Take(ctx context.Context, cfg Config) (*Lease, error) {
 		if err := json.Unmarshal(e.Value(), &other); err != nil {
 			other = Holder{ID: "(unreadable: " + err.Error() + ")"}
 		}
-		if !sent.IsZero() && other.ID == holder.ID {
-			// A try of the Create that failed was stored after all: ours,
-			// taken when the first such try was sent (stored after).
-			return start(cfg, other, e.Value(), e.Revision(), sent), nil
+		if other.ID == holder.ID {
+			if !sent.IsZero() {
+				// A try of the Create that failed was stored after all:
+				// ours, taken when the first such try was sent (stored
+				// after).
+				return start(cfg, other, e.Value(), e.Revision(), sent), nil
+			}
+			// Stored by an earlier Take of this holder (a caller that
+			// takes again after a Take that failed keeps Holder.ID)
+			// whose answer was lost. When it was sent is not known
+			// here: it is renewed now, at the revision found.
+			rev, sent, err := update(ctx, cfg.Conn, cfg.KV, e.Value(), e.Revision())
+			switch {
+			case err == nil:
+				return start(cfg, other, e.Value(), rev, sent), nil
+			case wrongRevision(err) || errors.Is(err, jetstream.ErrKeyNotFound):
+				continue // written since, or expired: look again
+			}
+			return nil, fmt.Errorf("coordinator lease: renew the one an earlier take stored: %w", err)
 		}
 		if seen != 0 && e.Revision() > seen {
 			return nil, &HeldError{Holder: other}
@@ -326,6 +344,20 @@ func create(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, value []b
 		return 0, failed, err
 	}
 	return rev, sent, nil
+}
+
+// update writes value to the lease's key in kv at revision rev, through
+// an election of the bucket's stream, and returns when the try that
+// stored it was sent. A try that failed for want of a leader may have
+// been stored all the same: a later try is then refused on the revision.
+func update(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, value []byte, rev uint64) (next uint64, sent time.Time, err error) {
+	err = through(ctx, nc, func(ctx context.Context) error {
+		var err error
+		sent = time.Now()
+		next, err = kv.Update(ctx, key, value, rev)
+		return err
+	})
+	return next, sent, err
 }
 
 // get reads the lease's key in kv through an election of the bucket's

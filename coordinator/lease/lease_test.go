@@ -389,3 +389,34 @@ func TestTakeAndReleaseWhoseAcknowledgementWasLost(t *testing.T) {
 		t.Errorf("the lease released: %v; want %v", err, jetstream.ErrKeyNotFound)
 	}
 }
+
+// A take that failed, its create stored but not acknowledged, and a take
+// after it by the same holder (weir up tries again, keeping its ID): the
+// second knows the lease for its own and renews it at once, neither
+// refused as another's nor waiting for it to expire.
+func TestTakeAgainAfterATakeWhoseCreateWasStored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := embeddedtest.Server(t, embedded.Config{})
+	kv := &losingKV{KeyValue: bucket(t, ctx, srv.ClientURL(), testTTL)}
+	cfg := Config{KV: kv, TTL: testTTL, Holder: Holder{ID: "a", Host: "host-a", PID: 7}, Answers: func(Holder) bool { return true }}
+	if _, err := Take(ctx, cfg); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("the first take: %v; want its create's timeout", err)
+	}
+	stored, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("the first take's create: %v; want it stored", err)
+	}
+	l, err := Take(ctx, cfg)
+	if err != nil {
+		t.Fatalf("take again: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	if err := l.Check(); err != nil {
+		t.Errorf("the lease taken again: %v", err)
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil || e.Revision() <= stored.Revision() || holder(t, ctx, kv).ID != "a" {
+		t.Errorf("the lease taken again: revision %d (the first take's %d), %v; want a's, renewed", e.Revision(), stored.Revision(), err)
+	}
+}

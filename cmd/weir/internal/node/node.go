@@ -521,9 +521,13 @@ func (n *Node) openCoordinator(ctx context.Context) (*coordinator.Coordinator, e
 		// holder's lease expiring, within a bound: a cluster that lost
 		// its quorum after the bucket opened is logged and waited for
 		// like the buckets, not waited on in silence until ctx ends.
+		// One holder ID for every try: a try that timed out may have
+		// stored the lease, which the next then knows for its own.
 		var l *lease.Lease
+		host, _ := os.Hostname()
+		holder := lease.Holder{ID: rand.Text()[:12], Host: host, PID: os.Getpid()}
 		if err := untilAvailable(ctx, "the coordinator lease", log, natsconn.ElectionWait+ttl, func(ctx context.Context) (err error) {
-			l, err = takeLease(ctx, n.Conn, kv, ttl, *opts.NATS, log)
+			l, err = takeLease(ctx, n.Conn, kv, ttl, holder, *opts.NATS, log)
 			return err
 		}); err != nil {
 			return nil, err
@@ -801,18 +805,16 @@ func coordinatorWorkers(nc *nats.Conn) ([]control.WorkerStatus, bool) {
 	return rep.Result, true
 }
 
-// takeLease takes the coordinator lease in kv (with its ttl), on the
-// external NATS of o, through nc (lease.Take, which waits out an election
-// of the bucket's stream's leader): refused, it says who holds it and
-// what to do.
-func takeLease(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, ttl time.Duration, o natsconn.Options, log *slog.Logger) (*lease.Lease, error) {
-	host, _ := os.Hostname()
+// takeLease takes the coordinator lease in kv (with its ttl) for holder,
+// on the external NATS of o, through nc (lease.Take, which waits out an
+// election of the bucket's stream's leader): refused, it says who holds
+// it and what to do.
+func takeLease(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, ttl time.Duration, holder lease.Holder, o natsconn.Options, log *slog.Logger) (*lease.Lease, error) {
 	// No Answers: noOtherCoordinator has just asked, and a holder that
 	// did not answer then (frozen, or still starting) is told apart by
 	// whether it renews its lease; asking again would cost a frozen one's
 	// replacement 2 s more.
-	l, err := lease.Take(ctx, lease.Config{KV: kv, TTL: ttl, Conn: nc, Log: log,
-		Holder: lease.Holder{ID: rand.Text()[:12], Host: host, PID: os.Getpid()}})
+	l, err := lease.Take(ctx, lease.Config{KV: kv, TTL: ttl, Conn: nc, Log: log, Holder: holder})
 	var held *lease.HeldError
 	if errors.As(err, &held) {
 		return nil, fmt.Errorf("NATS %s: another coordinator already runs there (%s holds the coordinator lease): two would run the same jobs; "+
