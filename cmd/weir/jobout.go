@@ -89,9 +89,14 @@ func jobOutput(ctx context.Context, std Stdio, nc *nats.Conn, api *control.APICl
 		return fmt.Errorf("job output %s: %w", job, err)
 	}
 	if o.forDur > 0 {
+		// -for ends ctx without giving it a deadline: nats.go bounds a
+		// JetStream request by its default timeout only under a context
+		// without one, and each request of the follow loop would wait as
+		// long as -for had left when no server answers it (an election).
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.forDur)
+		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
+		defer time.AfterFunc(o.forDur, cancel).Stop()
 	}
 	// -show -1 is no limit (limit 0), as weir run's -show -1 is.
 	out := &output{std: std, show: -1, limit: max(o.show, 0), full: make(chan struct{}), bare: len(sinks) == 1,

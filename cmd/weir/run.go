@@ -722,6 +722,11 @@ type streamWatch struct {
 	// and since when.
 	seen  uint64
 	since time.Time
+	// asking is caughtUp's question in flight, if any, asked the
+	// consumer it asks, askedAt when; under mu.
+	asking  chan bool
+	asked   jetstream.Consumer
+	askedAt time.Time
 }
 
 // consumer returns w's ordered consumer and its consume context.
@@ -868,21 +873,45 @@ func (o *output) ours(s jobspec.Sink, h nats.Header) bool {
 
 // caughtUp reports whether w has handled every message its stream stores
 // on its subjects now: the server has none left to deliver, and the last
-// it delivered is handled. It gives up (false) when ctx ends: the
-// ordered consumer holds the lock Info takes for as long as it tries to
-// create its consumer again, forever on a stream that was deleted.
+// it delivered is handled. It gives up (false) when ctx ends, and a
+// question in flight goes on: the ordered consumer holds the lock Info
+// takes for as long as it tries to create its consumer again, forever on
+// a stream that was deleted, so a later call waits for the same question
+// rather than asking another. Each question is bounded by
+// natsconn.ElectionTry: an ordered consumer's Info is a request without
+// nats.go's default timeout, and one that no server answered (a lost
+// reply, an election) kept weir job output waiting for ever.
 func (w *streamWatch) caughtUp(ctx context.Context) bool {
-	done := make(chan bool, 1) // the goroutine outlives a ctx that ended
-	cons, _ := w.consumer()
-	go func() {
-		info, err := cons.Info(ctx)
-		done <- err == nil && info.NumPending == 0 && w.handled.Load() >= info.Delivered.Stream
-	}()
-	select {
-	case ok := <-done:
-		return ok
-	case <-ctx.Done():
-		return false
+	called := time.Now()
+	for {
+		cons, _ := w.consumer()
+		w.mu.Lock()
+		if w.asking == nil || w.asked != cons {
+			done := make(chan bool, 1)
+			w.asking, w.asked, w.askedAt = done, cons, time.Now()
+			go func() {
+				ictx, cancel := context.WithTimeout(context.Background(), natsconn.ElectionTry)
+				defer cancel()
+				info, err := cons.Info(ictx)
+				done <- err == nil && info.NumPending == 0 && w.handled.Load() >= info.Delivered.Stream
+			}()
+		}
+		asking, at := w.asking, w.askedAt
+		w.mu.Unlock()
+		select {
+		case ok := <-asking:
+			w.mu.Lock()
+			if w.asking == asking {
+				w.asking = nil
+			}
+			w.mu.Unlock()
+			if at.Before(called) {
+				continue // asked before this call: ask again
+			}
+			return ok
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 
