@@ -18,7 +18,9 @@ import (
 // try, and starts once they answer: it used to give up after one try
 // ("kv weir_checkpoints: context deadline exceeded"), and later, when
 // JetStream still answered for a moment after the quorum was lost, waited
-// for its lease in silence until its context ended.
+// for its lease in silence until its context ended. A worker started
+// then waits too, for JetStream and for the module registry's and the
+// checkpoint store's buckets: it used to try them once and exit.
 func TestCoordinatorWaitsForItsBuckets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster: skipped in -short")
@@ -48,6 +50,15 @@ func TestCoordinatorWaitsForItsBuckets(t *testing.T) {
 		n, err = Start(ctx, opts)
 		started <- err
 	}()
+	wlogs := &lockedBuffer{}
+	var w *Node
+	workerStarted := make(chan error, 1)
+	go func() {
+		var err error
+		w, err = Start(ctx, Options{NATS: &natsconn.Options{URL: stay.ClientURL()}, WaitForNATS: true, Replicas: 3, Workers: 1, WorkerID: "w1",
+			DataDir: t.TempDir(), CacheDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(wlogs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		workerStarted <- err
+	}()
 	waiting := func(log string) bool {
 		return strings.Contains(log, "JetStream not available; retrying") || strings.Contains(log, "coordinator lease: its bucket's stream has no leader")
 	}
@@ -55,6 +66,8 @@ func TestCoordinatorWaitsForItsBuckets(t *testing.T) {
 		select {
 		case err := <-started:
 			t.Fatalf("the coordinator's start returned without a quorum: %v\nlog:\n%s", err, logs.String())
+		case err := <-workerStarted:
+			t.Fatalf("the worker's start returned without a quorum: %v\nlog:\n%s", err, wlogs.String())
 		case <-ctx.Done():
 			t.Fatalf("no retry logged:\n%s", logs.String())
 		case <-time.After(20 * time.Millisecond):
@@ -65,5 +78,9 @@ func TestCoordinatorWaitsForItsBuckets(t *testing.T) {
 		t.Fatalf("start once the quorum is back: %v\nlog:\n%s", err, logs.String())
 	}
 	defer n.Close()
-	t.Logf("log:\n%s", logs.String())
+	if err := <-workerStarted; err != nil {
+		t.Fatalf("the worker's start once the quorum is back: %v\nlog:\n%s", err, wlogs.String())
+	}
+	defer w.Close()
+	t.Logf("log:\n%s\nthe worker's:\n%s", logs.String(), wlogs.String())
 }

@@ -396,13 +396,22 @@ func (n *Node) start(ctx context.Context, opts Options, workers *sync.WaitGroup)
 		}
 		n.Manager, n.Registry, taskStore = coord.Manager, coord.Registry, coord.State
 	} else {
-		if n.Registry, err = registry.Open(ctx, n.JS, "", opts.Replicas); err != nil {
+		// A bucket's stream that elects a leader (a cluster just
+		// restarted) is waited for and logged, as the coordinator's are,
+		// not a worker's exit.
+		if err := untilAvailable(ctx, "the module registry's buckets", log, natsconn.ElectionWait, func(ctx context.Context) (err error) {
+			n.Registry, err = registry.Open(ctx, n.JS, "", opts.Replicas)
+			return err
+		}); err != nil {
 			return fmt.Errorf("module registry: %w", err)
 		}
 		if stateDir != "" {
 			taskStore, err = storage.NewDir(stateDir)
 		} else {
-			taskStore, err = storage.NewObjectStore(ctx, n.JS, storage.DefaultStateBucket, opts.Replicas)
+			err = untilAvailable(ctx, "the checkpoint store's bucket", log, natsconn.ElectionWait, func(ctx context.Context) (err error) {
+				taskStore, err = storage.NewObjectStore(ctx, n.JS, storage.DefaultStateBucket, opts.Replicas)
+				return err
+			})
 		}
 		if err != nil {
 			return fmt.Errorf("checkpoint store: %w", err)
