@@ -118,7 +118,7 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	if op := t.cfg.Operator; op != nil {
 		var buf bytes.Buffer
 		t.stats.stateCheckpoint.Store(a.ID)
-		err := op.Snapshot(t.ctx, &buf)
+		err := t.stats.busyFor(func() error { return op.Snapshot(t.ctx, &buf) })
 		t.stats.stateCheckpoint.Store(0)
 		if err != nil {
 			return t.operatorErr(err, fmt.Sprintf("snapshot checkpoint %d", a.ID), fmt.Sprintf("checkpoint %d", a.ID))
@@ -138,11 +138,14 @@ func (t *Task) snapshot(a barrier.Action, ch int, d *stream.Delivery) error {
 	if s := t.cfg.Sink; s != nil {
 		var st []byte
 		var err error
-		if is, ok := s.(IncrementalSink); ok {
-			st, m.SinkStateFrom, err = is.PreCommitIncremental(t.ctx, a.ID, b.Type == stream.Savepoint)
-		} else {
-			st, err = s.PreCommit(t.ctx, a.ID)
-		}
+		err = t.stats.busyFor(func() (err error) {
+			if is, ok := s.(IncrementalSink); ok {
+				st, m.SinkStateFrom, err = is.PreCommitIncremental(t.ctx, a.ID, b.Type == stream.Savepoint)
+			} else {
+				st, err = s.PreCommit(t.ctx, a.ID)
+			}
+			return err
+		})
 		if err != nil {
 			return err // the sink names itself and the checkpoint
 		}

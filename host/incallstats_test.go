@@ -18,7 +18,8 @@ import (
 // TestStatsNameTheSnapshotCall: a task whose operator is in weir_snapshot
 // says so in its Stats, with the checkpoint, not only how long it has been
 // in a call: a trial's weir job status called an operator snapshotting a
-// large state "stuck (a loop?) or very slow on one record".
+// large state "stuck (a loop?) or very slow on one record". The snapshot's
+// time counts as busy.
 func TestStatsNameTheSnapshotCall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -57,6 +58,11 @@ func TestStatsNameTheSnapshotCall(t *testing.T) {
 		if s.InCallExport == abi.ExportSnapshot {
 			if s.InCallCheckpoint != 7 {
 				t.Errorf("in weir_snapshot of checkpoint %d, want 7", s.InCallCheckpoint)
+			}
+			// The task processed no input: what it is busy with is the
+			// snapshot, which weir job status's BUSY counts.
+			if s.Busy <= 0 {
+				t.Errorf("busy %v while in weir_snapshot, want the snapshot's time", s.Busy)
 			}
 			break
 		}

@@ -292,7 +292,8 @@ type Stats struct {
 	Restored bool
 	// Running is the time since the task started; Busy the part of it
 	// spent processing input batches (its operator, and a sink task's
-	// writes); Backpressured the part blocked on its output: sending to a
+	// writes) and taking snapshots (the operator's state, a sink's staged
+	// output); Backpressured the part blocked on its output: sending to a
 	// channel without credit, or waiting for its sink's commit.
 	Running, Busy, Backpressured time.Duration
 	// SourceOffset, of a source task, is the source's offset after the
@@ -360,6 +361,24 @@ func (c *counters) end(since *time.Time, total *time.Duration) {
 	*total += time.Since(*since)
 	*since = time.Time{}
 	c.mu.Unlock()
+}
+
+// busyFor runs fn and counts its time as busy, unless a busy span is open
+// already: a snapshot taken while a batch is being processed (an unaligned
+// barrier that overtook the output the batch waits to send) is part of
+// that batch's span.
+func (c *counters) busyFor(fn func() error) error {
+	c.mu.Lock()
+	open := !c.busySince.IsZero()
+	if !open {
+		c.busySince = time.Now()
+	}
+	c.mu.Unlock()
+	err := fn()
+	if !open {
+		c.end(&c.busySince, &c.busy)
+	}
+	return err
 }
 
 // deferredBarrier is a priority barrier that an aligned handler must see

@@ -626,7 +626,7 @@ type TaskStatus struct {
 	Stats  TaskStats `json:"stats"`
 	// InRate and OutRate are records per second; Busy and Backpressured
 	// the fractions of the time (0 to 1) the task spent processing input
-	// and blocked on its output. They cover about the last five seconds of
+	// (and taking snapshots) and blocked on its output. They cover about the last five seconds of
 	// the worker's reports (less while the task is young), so that a task
 	// inside a long call does not read 0.
 	InRate        float64 `json:"in_rate"`

@@ -215,8 +215,9 @@ type TaskStats struct {
 	RecordsIn  int64 `json:"records_in"`
 	RecordsOut int64 `json:"records_out"`
 	// RunningNanos is the time since the task started; BusyNanos the part
-	// of it spent processing input, BackpressuredNanos the part blocked on
-	// output (a channel without credit, a sink's commit).
+	// of it spent processing input and taking snapshots,
+	// BackpressuredNanos the part blocked on output (a channel without
+	// credit, a sink's commit).
 	RunningNanos       int64 `json:"running_ns"`
 	BusyNanos          int64 `json:"busy_ns"`
 	BackpressuredNanos int64 `json:"backpressured_ns"`

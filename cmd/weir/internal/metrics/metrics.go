@@ -248,7 +248,7 @@ func NewCollector(jobs JobLister, timeout time.Duration) *Collector {
 		recordsIn:  prometheus.NewDesc("weir_task_records_in_total", "Records the task took from its inputs or source.", task, nil),
 		recordsOut: prometheus.NewDesc("weir_task_records_out_total", "Records the task emitted to its outputs or sink.", task, nil),
 		busy: prometheus.NewDesc("weir_task_busy_seconds_total",
-			"Time the task spent processing input (its operator; a sink task's writes).", task, nil),
+			"Time the task spent processing input (its operator; a sink task's writes) and taking snapshots.", task, nil),
 		backpressured: prometheus.NewDesc("weir_task_backpressured_seconds_total",
 			"Time the task was blocked on its output (a channel without credit, a sink's commit).", task, nil),
 		cpts: prometheus.NewDesc("weir_task_checkpoints_total", "Snapshots the task took.", task, nil),
