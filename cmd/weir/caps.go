@@ -27,12 +27,15 @@ the most one operator instance may ask for as limits.memory, limits.timeout
 and limits.log-rate (an unset one asks for the host's default: 64MiB, 5s,
 100): a job asking for more is refused at submit when no live worker takes
 it, and at deploy by the worker, in one line naming the job, the operator,
-the setting, what it asks and the cap. None is set by default.`
+the setting, what it asks and the cap. -max-call-timeout bounds
+limits.snapshot-timeout too: one a job sets is held to it, and the default
+(60s, or limits.timeout if longer) is lowered to it. None is set by
+default.`
 
 func (c *capsFlags) register(fs *flag.FlagSet, whose string) {
 	fs.StringVar(&c.memory, "memory", "", "memory budget of "+whose+": the most the memory limits of the operator tasks placed on it add up to (e.g. 8GiB; default no limit)")
 	fs.StringVar(&c.maxTaskMemory, "max-task-memory", "", "most limits.memory one operator instance may ask for (e.g. 512MiB; default no cap)")
-	fs.DurationVar(&c.maxCallTimeout, "max-call-timeout", 0, "most limits.timeout one operator instance may ask for (default no cap)")
+	fs.DurationVar(&c.maxCallTimeout, "max-call-timeout", 0, "most limits.timeout (and limits.snapshot-timeout) one operator instance may ask for, and the longest any call into it runs (default no cap)")
 	fs.IntVar(&c.maxLogRate, "max-log-rate", 0, "most limits.log-rate (lines a second) one operator instance may ask for (default no cap)")
 }
 

@@ -8,12 +8,14 @@ import (
 )
 
 // The host's defaults for an operator's limits left unset in its spec
-// (host/wasm.DefaultMemoryBytes, DefaultCallTimeout, DefaultLogRate):
-// what a worker's caps compare an unset limit with.
+// (host/wasm.DefaultMemoryBytes, DefaultCallTimeout,
+// DefaultSnapshotTimeout, DefaultLogRate): what a worker's caps compare
+// an unset limit with.
 const (
-	DefaultOperatorMemory  = 64 << 20
-	DefaultOperatorTimeout = 5 * time.Second
-	DefaultOperatorLogRate = 100
+	DefaultOperatorMemory          = 64 << 20
+	DefaultOperatorTimeout         = 5 * time.Second
+	DefaultOperatorSnapshotTimeout = 60 * time.Second
+	DefaultOperatorLogRate         = 100
 )
 
 // Caps are a worker's bounds on what a job's operators may ask of it,
@@ -25,7 +27,8 @@ type Caps struct {
 	// it. Placement counts it as it counts slots.
 	Memory int64 `json:"memory,omitempty"`
 	// MaxTaskMemory, MaxCallTimeout and MaxLogRate are the most one
-	// operator instance may ask for as limits.memory, limits.timeout and
+	// operator instance may ask for as limits.memory, limits.timeout (and
+	// limits.snapshot-timeout, where set: see SnapshotTimeout) and
 	// limits.log-rate.
 	MaxTaskMemory  int64         `json:"max_task_memory,omitempty"`
 	MaxCallTimeout time.Duration `json:"max_call_timeout,omitempty"`
@@ -69,6 +72,10 @@ func (c Caps) Refuse(worker string, spec *jobspec.Spec) error {
 			return fmt.Errorf("job %s operator %s: limits.timeout %s%s is over worker %s's cap of %s (-max-call-timeout): ask for less, or run the job where the cap is higher",
 				spec.Name, op.Name, t, asked(op.Limits.Timeout > 0), worker, c.MaxCallTimeout)
 		}
+		if st := op.Limits.SnapshotTimeout; c.MaxCallTimeout > 0 && st > c.MaxCallTimeout {
+			return fmt.Errorf("job %s operator %s: limits.snapshot-timeout %s is over worker %s's cap of %s (-max-call-timeout): ask for less, or run the job where the cap is higher",
+				spec.Name, op.Name, st, worker, c.MaxCallTimeout)
+		}
 		r := op.Limits.LogRate
 		if r <= 0 {
 			r = DefaultOperatorLogRate
@@ -79,6 +86,24 @@ func (c Caps) Refuse(worker string, spec *jobspec.Spec) error {
 		}
 	}
 	return nil
+}
+
+// SnapshotTimeout returns the limit on one weir_snapshot or weir_restore
+// call that op's instances run under on a worker with caps c: its
+// limits.snapshot-timeout (which Refuse holds to MaxCallTimeout), or, left
+// unset, the host's default (DefaultOperatorSnapshotTimeout, or
+// limits.timeout where longer) lowered to MaxCallTimeout: no call into a
+// guest runs longer than the cap, while a job that sets no snapshot
+// timeout still runs there. 0 stands for the host's default.
+func (c Caps) SnapshotTimeout(op jobspec.Operator) time.Duration {
+	if op.Limits.SnapshotTimeout > 0 || c.MaxCallTimeout <= 0 {
+		return op.Limits.SnapshotTimeout
+	}
+	def := max(DefaultOperatorSnapshotTimeout, op.Limits.Timeout)
+	if def > c.MaxCallTimeout {
+		return c.MaxCallTimeout
+	}
+	return 0
 }
 
 // TaskMemory returns the memory limit of each operator task of spec's

@@ -55,6 +55,7 @@ restart: {strategy: none}
 	for _, c := range []struct{ op, want string }{
 		{"limits: {memory: 1GiB}", "job big operator upper: limits.memory 1GiB is over worker w1's cap of 128MiB (-max-task-memory): ask for less, or run the job where the cap is higher"},
 		{"limits: {timeout: 1000h}", "job big operator upper: limits.timeout 1000h0m0s is over worker w1's cap of 10s (-max-call-timeout): ask for less, or run the job where the cap is higher"},
+		{"limits: {snapshot-timeout: 1h}", "job big operator upper: limits.snapshot-timeout 1h0m0s is over worker w1's cap of 10s (-max-call-timeout): ask for less, or run the job where the cap is higher"},
 		{"limits: {log-rate: 100000}", "job big operator upper: limits.log-rate 100000 is over worker w1's cap of 1000 (-max-log-rate): ask for less, or run the job where the cap is higher"},
 	} {
 		big := parse("big", c.op)

@@ -1498,7 +1498,7 @@ func (b *builder) operator(ctx context.Context, pt plan.Task) (host.Operator, er
 		}
 		return nil, fmt.Errorf("module %s: %w", mod.Ref, err)
 	}
-	lim := wasm.Limits{CallTimeout: spec.Limits.Timeout, SnapshotTimeout: spec.Limits.SnapshotTimeout}
+	lim := wasm.Limits{CallTimeout: spec.Limits.Timeout, SnapshotTimeout: b.w.cfg.Caps.SnapshotTimeout(*spec)}
 	if spec.Limits.Memory > 0 {
 		lim.MemoryBytes = uint64(spec.Limits.Memory)
 	}
