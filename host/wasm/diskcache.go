@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"encoding/hex"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,11 +25,20 @@ const staleTemp = time.Hour
 type cacheEntry struct {
 	path string
 	size int64
-	mod  time.Time
+	used time.Time // when it was last written or read (lastUsed)
 }
 
-// trimCache removes entries of the compilation cache in dir, oldest
-// written first, while it holds more than limit bytes, down to three
+// lastUsed is when the cache file info describes was last written, or
+// read where the file system says so and that is later (accessed).
+func lastUsed(info fs.FileInfo) time.Time {
+	if at := accessed(info); at.After(info.ModTime()) {
+		return at
+	}
+	return info.ModTime()
+}
+
+// trimCache removes entries of the compilation cache in dir, least
+// recently used first, while it holds more than limit bytes, down to three
 // quarters of limit (so that the compiles after a trim do not each trim
 // again). It touches only what wazero writes there: in each subdirectory
 // named wazero-VERSION-ARCH-OS, files named by a 64-digit hex key, and
@@ -39,9 +49,13 @@ type cacheEntry struct {
 // compile of its module misses, and compiles again. It returns the bytes
 // the cache holds after the trim.
 //
-// The order is by when an entry was written, not last read (wazero reads
-// entries without a trace weir could use): an entry in use that was
-// written long ago goes first, and its module is compiled once more.
+// An entry's last use is when it was written or, where the file system
+// records it, last read (wazero reads an entry without another trace weir
+// could use). Linux's default relatime records a read a day late at most:
+// an entry in use stays before the ones not read for longer. Where reads
+// are not recorded (noatime, or another system), the order is by when an
+// entry was written, and an entry in use that was written long ago goes
+// first: its module is compiled once more.
 func trimCache(dir string, limit int64) int64 {
 	var entries []cacheEntry
 	var total int64
@@ -64,14 +78,14 @@ func trimCache(dir string, limit int64) int64 {
 			if rest != "" && time.Since(info.ModTime()) < staleTemp {
 				continue // perhaps being written
 			}
-			entries = append(entries, cacheEntry{filepath.Join(sub, name), info.Size(), info.ModTime()})
+			entries = append(entries, cacheEntry{filepath.Join(sub, name), info.Size(), lastUsed(info)})
 			total += info.Size()
 		}
 	}
 	if limit < 0 || total <= limit {
 		return total
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].mod.Before(entries[j].mod) })
+	sort.Slice(entries, func(i, j int) bool { return entries[i].used.Before(entries[j].used) })
 	for _, e := range entries {
 		if total <= limit-limit/4 {
 			break
