@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/cmd/weir/internal/worker"
 	"github.com/weirhq/weir/coordinator/control"
 	"github.com/weirhq/weir/coordinator/jobspec"
+	"github.com/weirhq/weir/transport/natsconn"
 	"github.com/weirhq/weir/transport/subject"
 )
 
@@ -140,15 +141,18 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 	switch pos[0] {
 	case "ls":
 		var infos, own []*jetstream.StreamInfo
-		lister := js.ListStreams(ctx)
-		for in := range lister.Info() {
-			if _, ok := weirOwn(in.Config); ok {
-				own = append(own, in)
-				continue
+		if err := natsconn.ThroughElection(ctx, nc, natsconn.ElectionTry, func(ctx context.Context) error {
+			infos, own = nil, nil
+			lister := js.ListStreams(ctx)
+			for in := range lister.Info() {
+				if _, ok := weirOwn(in.Config); ok {
+					own = append(own, in)
+					continue
+				}
+				infos = append(infos, in)
 			}
-			infos = append(infos, in)
-		}
-		if err := lister.Err(); err != nil {
+			return lister.Err()
+		}); err != nil {
 			return fmt.Errorf("stream ls: %w", err)
 		}
 		printStreams(std.Out, infos)
@@ -188,7 +192,10 @@ func runStream(ctx context.Context, std Stdio, args []string) error {
 			return err
 		}
 	}
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+	if err := natsconn.ThroughElection(ctx, nc, natsconn.ElectionTry, func(ctx context.Context) error {
+		_, err := js.UpdateStream(ctx, cfg) // the same configuration again: no harm
+		return err
+	}); err != nil {
 		return fmt.Errorf("stream edit %s: %w", pos[1], err)
 	}
 	fmt.Fprintf(std.Out, "stream %s: %s\n", pos[1], strings.Join(changes, ", "))
@@ -304,7 +311,11 @@ func addStream(ctx context.Context, std Stdio, nc *nats.Conn, js jetstream.JetSt
 // streamNamed returns the stream named name, or an error that says which
 // streams there are when there is none of that name.
 func streamNamed(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
-	st, err := js.Stream(ctx, name)
+	var st jetstream.Stream
+	err := natsconn.ThroughElection(ctx, js.Conn(), natsconn.ElectionTry, func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, name)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		var names []string
 		lister := js.StreamNames(ctx)
@@ -512,7 +523,13 @@ func removeStreams(ctx context.Context, std Stdio, nc *nats.Conn, js jetstream.J
 		ended = streamUsers(jobs, names, true)
 	}
 	for i, name := range names {
-		if err := js.DeleteStream(ctx, name); err != nil {
+		failed := false // a try failed: it may have removed the stream all the same
+		err := natsconn.ThroughElection(ctx, nc, natsconn.ElectionTry, func(ctx context.Context) error {
+			err := js.DeleteStream(ctx, name)
+			failed = failed || err != nil && natsconn.Leaderless(err)
+			return err
+		})
+		if err != nil && !(failed && errors.Is(err, jetstream.ErrStreamNotFound)) {
 			return fmt.Errorf("stream rm %s: %w", name, err)
 		}
 		fmt.Fprintf(std.Out, "removed stream %s (%d messages, %s)\n", name, infos[i].State.Msgs, size(int64(infos[i].State.Bytes)))

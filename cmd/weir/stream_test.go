@@ -147,3 +147,40 @@ func TestStreamEditSaysWhichFlagsAWindowPastTheMaxAgeNeeds(t *testing.T) {
 		t.Errorf("edit -dupe-window past the max age: exit %d, %q", code, errs)
 	}
 }
+
+// weir stream waits out an election of the stream's leader (a cluster
+// that lost its quorum for a moment), as weir's own requests do: it used
+// to fail, at once with "JetStream system temporarily unavailable", or
+// after its 30 s with a request that no server answered.
+func TestStreamCommandWaitsOutAnElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster: skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := embeddedtest.Cluster(t, ctx, 3)
+	_, js := embeddedtest.ConnectTo(t, servers[0].ClientURL())
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COUNTS", Subjects: []string{"counts.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	stay, restart := embeddedtest.NoQuorum(t, ctx, js, "COUNTS", servers)
+	type result struct {
+		code     int
+		out, err string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out, errb syncBuffer
+		code := run(ctx, []string{"stream", "info", "COUNTS", "-nats", stay.ClientURL()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		done <- result{code, out.String(), errb.String()}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("weir stream info without a quorum: exit %d\n%s%s", r.code, r.out, r.err)
+	case <-time.After(time.Second): // tried, and trying again
+	}
+	restart()
+	if r := <-done; r.code != 0 || !strings.Contains(r.out, "stream COUNTS: subjects counts.>") {
+		t.Errorf("weir stream info once the quorum is back: exit %d\n%s%s", r.code, r.out, r.err)
+	}
+}
