@@ -23,6 +23,7 @@ import (
 	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/guests/sourcebuild"
 	"github.com/weirhq/weir/host/wasm"
+	"github.com/weirhq/weir/transport/natsconn"
 )
 
 func init() {
@@ -176,7 +177,15 @@ func openRegistry(ctx context.Context, nc *nats.Conn, bucket string) (*registry.
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return registry.Open(ctx, js, bucket, 0)
+	// Through an election of its buckets' streams' leaders (a cluster
+	// regaining its quorum), as weir up and weir worker open it; a try
+	// makes a few requests.
+	var reg *registry.Registry
+	err = natsconn.ThroughElection(ctx, nc, 2*natsconn.ElectionTry, func(ctx context.Context) (err error) {
+		reg, err = registry.Open(ctx, js, bucket, 0)
+		return err
+	})
+	return reg, err
 }
 
 // pushLocalModules stores the module of every operator that names a local

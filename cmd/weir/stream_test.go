@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirhq/weir/coordinator/registry"
 	"github.com/weirhq/weir/transport/embedded"
 	"github.com/weirhq/weir/transport/embedded/embeddedtest"
 )
@@ -150,8 +151,8 @@ func TestStreamEditSaysWhichFlagsAWindowPastTheMaxAgeNeeds(t *testing.T) {
 
 // weir stream waits out an election of the stream's leader (a cluster
 // that lost its quorum for a moment), as weir's own requests do: it used
-// to fail, at once with "JetStream system temporarily unavailable", or
-// after its 30 s with a request that no server answered.
+// to fail after its 30 s, with a request that no server answered. So does
+// weir module, opening the registry's buckets.
 func TestStreamCommandWaitsOutAnElection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster: skipped in -short")
@@ -163,24 +164,36 @@ func TestStreamCommandWaitsOutAnElection(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COUNTS", Subjects: []string{"counts.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := registry.Open(ctx, js, "", 3); err != nil { // the module registry's buckets, kept by the three
+		t.Fatal(err)
+	}
 	stay, restart := embeddedtest.NoQuorum(t, ctx, js, "COUNTS", servers)
 	type result struct {
 		code     int
 		out, err string
 	}
-	done := make(chan result, 1)
-	go func() {
-		var out, errb syncBuffer
-		code := run(ctx, []string{"stream", "info", "COUNTS", "-nats", stay.ClientURL()}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-		done <- result{code, out.String(), errb.String()}
-	}()
+	weir := func(args ...string) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			var out, errb syncBuffer
+			code := run(ctx, append(args, "-nats", stay.ClientURL()), Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+			done <- result{code, out.String(), errb.String()}
+		}()
+		return done
+	}
+	info, modules := weir("stream", "info", "COUNTS"), weir("module", "ls")
 	select {
-	case r := <-done:
+	case r := <-info:
 		t.Fatalf("weir stream info without a quorum: exit %d\n%s%s", r.code, r.out, r.err)
+	case r := <-modules:
+		t.Fatalf("weir module ls without a quorum: exit %d\n%s%s", r.code, r.out, r.err)
 	case <-time.After(time.Second): // tried, and trying again
 	}
 	restart()
-	if r := <-done; r.code != 0 || !strings.Contains(r.out, "stream COUNTS: subjects counts.>") {
+	if r := <-info; r.code != 0 || !strings.Contains(r.out, "stream COUNTS: subjects counts.>") {
 		t.Errorf("weir stream info once the quorum is back: exit %d\n%s%s", r.code, r.out, r.err)
+	}
+	if r := <-modules; r.code != 0 {
+		t.Errorf("weir module ls once the quorum is back: exit %d\n%s%s", r.code, r.out, r.err)
 	}
 }
