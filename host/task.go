@@ -363,10 +363,10 @@ func (c *counters) end(since *time.Time, total *time.Duration) {
 	c.mu.Unlock()
 }
 
-// busyFor runs fn and counts its time as busy, unless a busy span is open
-// already: a snapshot taken while a batch is being processed (an unaligned
-// barrier that overtook the output the batch waits to send) is part of
-// that batch's span.
+// busyFor runs fn and counts its time as busy. It runs between batches
+// (process's emit only queues output; the queue is sent, and barriers
+// that overtake it are taken, after process returned), but a busy span
+// open already is left to end as it would: begin and end do not nest.
 func (c *counters) busyFor(fn func() error) error {
 	c.mu.Lock()
 	open := !c.busySince.IsZero()
